@@ -1,0 +1,31 @@
+"""The one place where user-facing error types live; the CLI turns them into ``Error: ...``."""
+
+from __future__ import annotations
+
+
+class AttnError(Exception):
+    """Something the user can fix: the CLI prints it as one line and exits 2."""
+
+    def __init__(self, source: str, field: str, what: str, expected: str | None = None) -> None:
+        self.source = source
+        self.field = field
+        self.what = what
+        self.expected = expected
+        super().__init__(str(self))
+
+    def __str__(self) -> str:
+        parts = [p for p in (self.source, self.field) if p]
+        msg = self.what if self.expected is None else f"{self.what}, expected {self.expected}"
+        return ": ".join([*parts, msg])
+
+
+class InputError(AttnError):
+    """A fixture (or another input file) is unreadable or breaks the fixture format."""
+
+
+class ComputeError(AttnError):
+    """A stage produced a value that is not finite (overflow), named by stage and position."""
+
+
+class UsageError(AttnError):
+    """A command-line option or argument does not make sense."""
