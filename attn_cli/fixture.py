@@ -12,6 +12,7 @@ of known shape. Array layouts after loading (``B`` is 1 when the fixture has no 
 
 from __future__ import annotations
 
+import contextlib
 import difflib
 import json
 import math
@@ -129,10 +130,7 @@ def parse_fixture(
         raise InputError(source, "", "the file is empty", "a JSON or YAML mapping of fixture keys")
     if fmt is None:
         fmt = "json" if text.lstrip().startswith("{") else "yaml"
-    if fmt == "json":
-        obj = _parse_json(text, source)
-    else:
-        obj = _parse_yaml(text, source, max_elements)
+    obj = _parse_json(text, source) if fmt == "json" else _parse_yaml(text, source, max_elements)
     return validate(obj, source, max_elements=max_elements)
 
 
@@ -222,7 +220,7 @@ def _yaml_loader(source: str, max_elements: int) -> Any:
 
     base: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
-    class Loader(base):  # type: ignore[misc, valid-type]
+    class Loader(base):  # type: ignore[misc]
         def construct_mapping(self, node: Any, deep: bool = False) -> Any:
             seen: set[Any] = set()
             for key_node, _ in node.value:
@@ -236,10 +234,8 @@ def _yaml_loader(source: str, max_elements: int) -> Any:
                     raise InputError(
                         source, str(key), f"duplicate key (line {line})", "each key once"
                     )
-                try:
+                with contextlib.suppress(TypeError):  # unhashable keys are reported later
                     seen.add(key)
-                except TypeError:
-                    pass
             return super().construct_mapping(node, deep=deep)
 
     return Loader
@@ -485,7 +481,8 @@ def validate(obj: Any, source: str, *, max_elements: int = DEFAULT_MAX_ELEMENTS)
     bias = None
     if "bias" in obj:
         bias = c.floats(
-            obj, "bias", (0, 1, 2, 3, 4), "at most 4 axes, broadcastable to [batch, heads, seq_q, seq_k]",
+            obj, "bias", (0, 1, 2, 3, 4),
+            "at most 4 axes, broadcastable to [batch, heads, seq_q, seq_k]",
             allow=("-inf",),
         )  # fmt: skip
         bad = np.isnan(bias) | (bias == np.inf)
@@ -585,7 +582,7 @@ def _projection(
     Hkv = kv_heads or H
     _check_groups(c, H, Hkv)
     W = {}
-    for key, n, n_name in (("W_Q", H, "heads"), ("W_K", Hkv, "kv_heads"), ("W_V", Hkv, "kv_heads")):
+    for key, n_name in (("W_Q", "heads"), ("W_K", "kv_heads"), ("W_V", "kv_heads")):
         w = c.floats(obj, key, (2,), f"shape [d_model, {n_name}*d] = [{d_model}, {n_name}*d]")
         if w.shape[0] != d_model:
             raise c.error(key, f"has {w.shape[0]} rows", f"d_model = {d_model} rows (columns of X)")
@@ -599,9 +596,9 @@ def _projection(
         )  # fmt: skip
     d_v = _split(c, "W_V", W["W_V"].shape[1], Hkv, "kv_heads")
     out: dict[str, Any] = {"X": X, **W}
-    for key, w in (("b_Q", "W_Q"), ("b_K", "W_K"), ("b_V", "W_V")):
+    for key, w_key in (("b_Q", "W_Q"), ("b_K", "W_K"), ("b_V", "W_V")):
         if key in obj:
-            out[key] = _vector(c, obj, key, W[w].shape[1], f"columns of {w}")
+            out[key] = _vector(c, obj, key, W[w_key].shape[1], f"columns of {w_key}")
     seq = X.shape[1]
     out.update(
         has_batch=has_batch, batch=X.shape[0], seq_q=seq, seq_k=seq,

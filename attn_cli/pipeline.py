@@ -80,17 +80,19 @@ def project(X: FloatArray, W: FloatArray, b: FloatArray | None) -> FloatArray:
 def split_heads(x: FloatArray, n: int) -> FloatArray:
     """Contiguous column blocks become heads: head h owns columns h*d:(h+1)*d."""
     B, T, width = x.shape
-    return x.reshape(B, T, n, width // n).transpose(0, 2, 1, 3)  # (B, n, T, d)
+    heads: FloatArray = x.reshape(B, T, n, width // n).transpose(0, 2, 1, 3)  # (B, n, T, d)
+    return heads
 
 
 def repeat_kv(x: FloatArray, groups: int) -> FloatArray:
     """Query head h reads key/value head h // groups, as torch's repeat_interleave."""
-    return x if groups == 1 else np.repeat(x, groups, axis=1)  # (B, Hkv*groups, S, d)
+    return x if groups == 1 else np.repeat(x, groups, axis=1)  # (B, H, S, d)
 
 
 def attention_scores(q: FloatArray, k: FloatArray) -> FloatArray:
     """scores = Q Kᵀ for every head."""
-    return q @ k.swapaxes(-1, -2)  # (B, H, T, D) @ (B, H, D, S) -> (B, H, T, S)
+    scores: FloatArray = q @ k.swapaxes(-1, -2)  # (B, H, T, D) @ (B, H, D, S) -> (B, H, T, S)
+    return scores
 
 
 def scale_scores(scores: FloatArray, scale: float) -> FloatArray:
@@ -133,18 +135,21 @@ def softmax(x: FloatArray) -> FloatArray:
     empty = np.isneginf(row_max)
     e = np.exp(x - np.where(empty, 0.0, row_max))
     total = e.sum(axis=-1, keepdims=True)
-    return np.divide(e, total, out=np.zeros_like(e), where=~empty)
+    weights: FloatArray = np.divide(e, total, out=np.zeros_like(e), where=~empty)
+    return weights
 
 
 def weighted_sum(weights: FloatArray, v: FloatArray) -> FloatArray:
     """output = softmax · V."""
-    return weights @ v  # (B, H, T, S) @ (B, H, S, Dv) -> (B, H, T, Dv)
+    out: FloatArray = weights @ v  # (B, H, T, S) @ (B, H, S, Dv) -> (B, H, T, Dv)
+    return out
 
 
 def concat_heads(out: FloatArray) -> FloatArray:
     """Heads side by side: head h fills columns h*d_v:(h+1)*d_v."""
     B, H, T, Dv = out.shape
-    return out.transpose(0, 2, 1, 3).reshape(B, T, H * Dv)  # (B, T, H*Dv)
+    concat: FloatArray = out.transpose(0, 2, 1, 3).reshape(B, T, H * Dv)  # (B, T, H*Dv)
+    return concat
 
 
 # ---------------------------------------------------------------------------------------------
