@@ -174,7 +174,7 @@ def _run(inputs: Inputs) -> Trace:
     if inputs.mode == "projection":
         assert inputs.X is not None and inputs.W_Q is not None
         assert inputs.W_K is not None and inputs.W_V is not None
-        staged["X"] = (inputs.X, "X (the input embeddings)", ("batch", "query", "d_model"))
+        staged["X"] = (inputs.X, "X (the input embeddings)", ("batch", "seq", "d_model"))
         q = split_heads(check("Q", project(inputs.X, inputs.W_Q, inputs.b_Q), _FLAT), H)
         k = split_heads(check("K", project(inputs.X, inputs.W_K, inputs.b_K), _FLAT), Hkv)
         v = split_heads(check("V", project(inputs.X, inputs.W_V, inputs.b_V), _FLAT), Hkv)
