@@ -157,14 +157,17 @@ def trace(
         from attn_cli.render import RenderOptions, render_trace
 
         renderable = render_trace(result, RenderOptions(precision, stages, full))
-        plain = fmt is Format.plain
-        if output is not None:
-            console = _console(width or NON_TERMINAL_WIDTH, plain=True, color=False, record=True)
+        if output is not None or fmt is Format.plain:
+            # Plain text: no colour, fixed width, no trailing blanks; stable enough for diffs.
+            if width is None and (output is not None or not sys.stdout.isatty()):
+                width = NON_TERMINAL_WIDTH
+            console = _console(width, plain=True, color=False)
             with console.capture() as capture:
                 console.print(renderable)
-            _emit(capture.get(), output)
+            text = "\n".join(line.rstrip() for line in capture.get().splitlines()) + "\n"
+            _emit(text, output)
         else:
-            _console(width, plain=plain, color=color).print(renderable)
+            _console(width, plain=False, color=color).print(renderable)
 
 
 @app.command()
@@ -292,7 +295,6 @@ def _console(
         highlight=False,
         emoji=False,
         markup=False,
-        record=record,
     )
 
 

@@ -182,7 +182,7 @@ def render_stage(trace: Trace, stage: Stage, options: RenderOptions) -> Group:
 
 
 def _spaced(table: Table) -> Padding:
-    return Padding(table, (0, 0, 1, 0))
+    return Padding(table, (0, 0, 1, 0), expand=False)
 
 
 def render_matrix(
