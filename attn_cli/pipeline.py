@@ -207,7 +207,11 @@ def _run(inputs: Inputs) -> Trace:
     weights_in = scaled
     if allowed is not None or inputs.bias is not None:
         masked = apply_mask(scaled, allowed, inputs.bias)
-        check("masked", masked, score_axes, allow_neg_inf=True)
+        # -inf is meant only where not allowed or where the bias is -inf; elsewhere it is overflow
+        meant = np.zeros(masked.shape, bool) if inputs.bias is None else np.isneginf(inputs.bias)
+        if allowed is not None:
+            meant = meant | ~allowed
+        check("masked", np.where(meant, 0.0, masked), score_axes)
         staged["masked"] = (masked, _masked_formula(inputs), score_axes)
         weights_in = masked
 
@@ -286,12 +290,8 @@ class _FiniteCheck:
     def __init__(self, inputs: Inputs) -> None:
         self.inputs = inputs
 
-    def __call__(
-        self, stage: str, arr: FloatArray, axes: tuple[str, ...], *, allow_neg_inf: bool = False
-    ) -> FloatArray:
+    def __call__(self, stage: str, arr: FloatArray, axes: tuple[str, ...]) -> FloatArray:
         bad = ~np.isfinite(arr)
-        if allow_neg_inf:
-            bad &= ~np.isneginf(arr)
         if bad.any():
             pos = tuple(int(i) for i in np.argwhere(bad)[0])
             where = ", ".join(self._label(a, i) for a, i in zip(axes, pos, strict=True))

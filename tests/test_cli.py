@@ -22,7 +22,7 @@ ANSI = re.compile(r"\x1b\[")
 runner = CliRunner()
 
 
-def attn(*args: str, input: str | None = None):  # noqa: A002 (click's name)
+def attn(*args: str, input: str | None = None):
     return runner.invoke(app, list(args), input=input)
 
 
