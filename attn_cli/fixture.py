@@ -17,6 +17,7 @@ import difflib
 import json
 import math
 import os
+import re
 import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -45,6 +46,7 @@ CAUSAL_VALUES = ("upper-left", "lower-right")
 DEFAULT_MAX_ELEMENTS = 50_000_000
 DEFAULT_MAX_BYTES = 512 * 1024 * 1024
 MAX_INT_DIGITS = 300  # a longer integer literal is no weight anyone meant to write
+MAX_NESTING = 16  # lists nested deeper than this are refused before they are walked
 
 Causal = Literal["upper-left", "lower-right"]
 FloatArray = np.ndarray[Any, np.dtype[np.float64]]
@@ -125,12 +127,21 @@ def parse_fixture(
     max_elements: int = DEFAULT_MAX_ELEMENTS,
 ) -> Inputs:
     """Parse fixture text (``fmt`` None: detect JSON or YAML) and validate it."""
-    text = _decode(data, source) if isinstance(data, bytes) else data
+    text = _decode(data, source) if isinstance(data, bytes) else data.removeprefix("\ufeff")
     if not text.strip():
         raise InputError(source, "", "the file is empty", "a JSON or YAML mapping of fixture keys")
-    if fmt is None:
-        fmt = "json" if text.lstrip().startswith("{") else "yaml"
-    obj = _parse_json(text, source) if fmt == "json" else _parse_yaml(text, source, max_elements)
+    if fmt == "json":
+        obj = _parse_json(text, source)
+    elif fmt == "yaml" or not text.lstrip().startswith("{"):
+        obj = _parse_yaml(text, source, max_elements)
+    else:  # detect: JSON, unless it is YAML in flow style ({X: [[1]]} starts with "{" too)
+        try:
+            obj = _parse_json(text, source)
+        except _JSONSyntaxError as json_error:
+            try:
+                obj = _parse_yaml(text, source, max_elements)
+            except InputError:
+                raise json_error from None
     return validate(obj, source, max_elements=max_elements)
 
 
@@ -184,15 +195,23 @@ def _decode(data: bytes, source: str) -> str:
         ) from None
 
 
-def _parse_json(text: str, source: str) -> Any:
-    def no_constants(name: str) -> Any:
-        raise InputError(source, "", f"JSON holds the literal {name}", "finite numbers")
+class _JSONSyntaxError(InputError):
+    """The text is not JSON at all (so detection may still try YAML)."""
 
+
+class _JSONLiteral:
+    """A NaN, Infinity or -Infinity literal, kept so that validation can name its field."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+
+def _parse_json(text: str, source: str) -> Any:
     def pairs(items: list[tuple[str, Any]]) -> dict[str, Any]:
         out: dict[str, Any] = {}
         for key, value in items:
             if key in out:
-                raise InputError(source, key, "duplicate key", "each key once")
+                raise InputError(source, _field(key), "duplicate key", "each key once")
             out[key] = value
         return out
 
@@ -205,10 +224,10 @@ def _parse_json(text: str, source: str) -> Any:
 
     try:
         return json.loads(
-            text, object_pairs_hook=pairs, parse_constant=no_constants, parse_int=parse_int
+            text, object_pairs_hook=pairs, parse_constant=_JSONLiteral, parse_int=parse_int
         )
     except json.JSONDecodeError as e:
-        raise InputError(
+        raise _JSONSyntaxError(
             source, f"line {e.lineno} column {e.colno}", f"invalid JSON ({e.msg})", "valid JSON"
         ) from None
     except RecursionError:
@@ -232,13 +251,28 @@ def _yaml_loader(source: str, max_elements: int) -> Any:
                 if duplicate:
                     line = key_node.start_mark.line + 1
                     raise InputError(
-                        source, str(key), f"duplicate key (line {line})", "each key once"
+                        source, _field(key), f"duplicate key (line {line})", "each key once"
                     )
                 with contextlib.suppress(TypeError):  # unhashable keys are reported later
                     seen.add(key)
             return super().construct_mapping(node, deep=deep)
 
+        def construct_yaml_int(self, node: Any) -> Any:
+            digits = len(node.value.lstrip("+-").replace("_", ""))
+            if digits > MAX_INT_DIGITS:
+                raise InputError(
+                    source, f"line {node.start_mark.line + 1}", f"an integer with {digits} digits",
+                    f"at most {MAX_INT_DIGITS} digits",
+                )  # fmt: skip
+            return super().construct_yaml_int(node)
+
+    Loader.add_constructor("tag:yaml.org,2002:int", Loader.construct_yaml_int)
+    # YAML 1.1 reads 1e-3 (no dot, or no exponent sign) as a string; read it as YAML 1.2 does.
+    Loader.add_implicit_resolver("tag:yaml.org,2002:float", _YAML12_EXPONENT, list("-+.0123456789"))
     return Loader
+
+
+_YAML12_EXPONENT = re.compile(r"^[-+]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)[eE][-+]?[0-9]+$")
 
 
 def _expanded_size(node: Any, memo: dict[int, int], limit: int, depth: int = 0) -> int:
@@ -282,10 +316,11 @@ def _parse_yaml(text: str, source: str, max_elements: int) -> Any:
     except yaml.MarkedYAMLError as e:
         mark = e.problem_mark or e.context_mark
         where = f"line {mark.line + 1} column {mark.column + 1}" if mark else ""
-        problem = (e.problem or e.context or "invalid YAML").strip()
+        problem = ", ".join(" ".join(p.split()) for p in (e.context, e.problem) if p)
         raise InputError(source, where, f"invalid YAML ({problem})", "plain YAML data") from None
     except yaml.YAMLError as e:
-        raise InputError(source, "", f"invalid YAML ({e})", "plain YAML data") from None
+        problem = " ".join(str(e).split())
+        raise InputError(source, "", f"invalid YAML ({problem})", "plain YAML data") from None
     except RecursionError:
         raise InputError(source, "", "nesting is too deep", "at most 4 levels of lists") from None
     finally:
@@ -307,15 +342,21 @@ class _Checker:
     def error(self, field: str, what: str, expected: str) -> InputError:
         return InputError(self.source, field, what, expected)
 
-    def shape_of(self, value: Any, name: str, leaf_ok: Any) -> tuple[int, ...]:
+    def shape_of(
+        self, value: Any, name: str, leaf_ok: Any, leaf_doc: str = "a number", depth: int = 0
+    ) -> tuple[int, ...]:
         """Shape of a nested list, checking it is rectangular and its leaves pass ``leaf_ok``."""
         if not isinstance(value, list):
             if not leaf_ok(value):
-                raise self.error(name, f"got {_describe(value)}", "a number")
+                raise self.error(name, f"got {_describe(value)}", leaf_doc)
             return ()
         if not value:
             raise self.error(name, "empty list", "a non-empty list")
-        first = self.shape_of(value[0], f"{name}[0]", leaf_ok)
+        if depth >= MAX_NESTING:
+            raise self.error(
+                name.split("[")[0], f"lists nested more than {MAX_NESTING} deep", "at most 4 axes"
+            )
+        first = self.shape_of(value[0], f"{name}[0]", leaf_ok, leaf_doc, depth + 1)
         if not first:
             self.count += len(value)
             if self.count > self.max_elements:
@@ -325,9 +366,9 @@ class _Checker:
                 )  # fmt: skip
             for i, x in enumerate(value):
                 if isinstance(x, list):
-                    raise self.error(f"{name}[{i}]", "got a list", f"a number like {name}[0]")
+                    raise self.error(f"{name}[{i}]", "got a list", f"{leaf_doc} like {name}[0]")
                 if not leaf_ok(x):
-                    raise self.error(f"{name}[{i}]", f"got {_describe(x)}", "a number")
+                    raise self.error(f"{name}[{i}]", f"got {_describe(x)}", leaf_doc)
             return (len(value),)
         for i in range(1, len(value)):
             row = value[i]
@@ -338,7 +379,7 @@ class _Checker:
                     f"{name}[{i}]", f"row has {len(row)} entries",
                     f"{first[0]} like {name}[0] (rows must all be the same length)",
                 )  # fmt: skip
-            sub = self.shape_of(row, f"{name}[{i}]", leaf_ok)
+            sub = self.shape_of(row, f"{name}[{i}]", leaf_ok, leaf_doc, depth + 1)
             if sub != first:
                 raise self.error(
                     f"{name}[{i}]", f"has shape {list(sub)}", f"{list(first)} like {name}[0]"
@@ -352,7 +393,11 @@ class _Checker:
         """A float array with one of ``ndims`` axes; finite unless ``allow`` names specials."""
         value = obj[key]
         key = name or key
-        shape = self.shape_of(value, key, _number_or(allow))
+        if not isinstance(value, list) and 0 not in ndims:
+            raise self.error(key, f"got {_describe(value)}", shape_doc)
+        *most, last = ["a number", *(f'"{a}"' for a in allow)]
+        leaf_doc = f"{', '.join(most)} or {last}" if most else last
+        shape = self.shape_of(value, key, _number_or(allow), leaf_doc)
         if len(shape) not in ndims:
             raise self.error(key, f"has {len(shape)} axes (shape {list(shape)})", shape_doc)
         if allow:
@@ -397,11 +442,27 @@ def _describe(x: Any) -> str:
     if isinstance(x, str):
         shown = x if len(x) <= 20 else x[:17] + "..."
         return f"the string {shown!r}"
-    if isinstance(x, dict):
+    if isinstance(x, Mapping):
         return "a mapping"
     if isinstance(x, list):
         return "a list"
+    if isinstance(x, _JSONLiteral):
+        return f"the JSON literal {x.name}"
+    if _number(x):
+        shown = repr(x) if len(repr(x)) <= 20 else repr(x)[:17] + "..."
+        return f"the number {shown}"
     return type(x).__name__
+
+
+def _plain(value: Any) -> Any:
+    """A NumPy array or scalar from a Python caller, as the lists and numbers a parser gives."""
+    return value.tolist() if isinstance(value, np.ndarray | np.generic) else value
+
+
+def _field(key: Any) -> str:
+    """A key as it may appear in a one-line message."""
+    shown = str(key) if len(str(key)) <= 40 else str(key)[:37] + "..."
+    return shown if shown.isprintable() and shown.strip() == shown != "" else repr(shown)
 
 
 def _suggest(key: str, choices: Sequence[str]) -> str:
@@ -412,19 +473,19 @@ def _suggest(key: str, choices: Sequence[str]) -> str:
 
 
 def validate(obj: Any, source: str, *, max_elements: int = DEFAULT_MAX_ELEMENTS) -> Inputs:
-    """Validate a parsed fixture mapping and build :class:`Inputs`."""
-    if not isinstance(obj, dict):
+    """Validate a parsed fixture mapping (values may be NumPy arrays) and build :class:`Inputs`."""
+    if not isinstance(obj, Mapping):
         raise InputError(source, "", f"top level is {_describe(obj)}", "a mapping of fixture keys")
     for key in obj:
         if not isinstance(key, str):
-            raise InputError(source, str(key), f"key is {_describe(key)}", "a string key")
+            raise InputError(source, _field(key), f"key is {_describe(key)}", "a string key")
         if key not in KNOWN_KEYS:
             raise InputError(
-                source, key, f"unknown key{_suggest(key, KNOWN_KEYS)}",
+                source, _field(key), f"unknown key{_suggest(key, KNOWN_KEYS)}",
                 "one of " + ", ".join(KNOWN_KEYS),
             )  # fmt: skip
     # `key: null` means the key is omitted.
-    obj = {k: v for k, v in obj.items() if v is not None}
+    obj = {k: _plain(v) for k, v in obj.items() if v is not None}
     c = _Checker(source, max_elements)
 
     name = _string(c, obj, "name")
@@ -471,7 +532,11 @@ def validate(obj: Any, source: str, *, max_elements: int = DEFAULT_MAX_ELEMENTS)
         s = obj["scale"]
         if not _number(s):
             raise c.error("scale", f"got {_describe(s)}", "a number > 0")
-        if not math.isfinite(float(s)) or s <= 0:
+        try:
+            finite = math.isfinite(float(s))
+        except OverflowError:  # an int beyond float64
+            finite = False
+        if not finite or s <= 0:
             raise c.error("scale", f"is {s}", "a finite number > 0 (omit it for 1/sqrt(d_k))")
         scale = float(s)
 
@@ -487,7 +552,9 @@ def validate(obj: Any, source: str, *, max_elements: int = DEFAULT_MAX_ELEMENTS)
         )  # fmt: skip
         bad = np.isnan(bias) | (bias == np.inf)
         if bad.any():
-            raise c.error("bias", "holds +inf or NaN", "finite numbers or -inf")
+            pos = tuple(int(i) for i in np.argwhere(bad)[0])
+            where = "".join(f"[{i}]" for i in pos)
+            raise c.error(f"bias{where}", f"is {bias[pos]}", "a finite number or -inf")
         _check_broadcast(c, "bias", bias.shape, target, arrays["has_batch"])
     lengths = _lengths(c, obj, batch, seq_k, arrays["has_batch"])
 
@@ -702,7 +769,7 @@ def _mask(
     def ok(x: Any) -> bool:
         return isinstance(x, bool) or (type(x) is int and x in (0, 1))
 
-    shape = c.shape_of(obj["mask"], "mask", ok)
+    shape = c.shape_of(obj["mask"], "mask", ok, "true/false or 1/0")
     if len(shape) > 4:
         raise c.error("mask", f"has {len(shape)} axes", "at most 4 [batch, heads, seq_q, seq_k]")
     _check_broadcast(c, "mask", shape, target, has_batch)
@@ -747,13 +814,14 @@ def _expected(c: _Checker, obj: Mapping[str, Any]) -> dict[str, FloatArray]:
     if "expected" not in obj:
         return {}
     value = obj["expected"]
-    if not isinstance(value, dict):
+    if not isinstance(value, Mapping):
         raise c.error("expected", f"got {_describe(value)}", "a mapping of stage name to array")
+    value = {stage: _plain(arr) for stage, arr in value.items()}
     out: dict[str, FloatArray] = {}
     for stage, arr in value.items():
         if stage not in STAGE_NAMES:
             raise c.error(
-                f"expected.{stage}", f"unknown stage{_suggest(str(stage), STAGE_NAMES)}",
+                f"expected.{_field(stage)}", f"unknown stage{_suggest(str(stage), STAGE_NAMES)}",
                 "one of " + ", ".join(STAGE_NAMES),
             )  # fmt: skip
         if arr is None:
