@@ -1,0 +1,609 @@
+"""Checking a trace against stored numbers, cell by cell: |actual − expected| ≤ atol + rtol·|e|.
+
+The stored numbers are a golden JSON trace, a fixture's ``expected`` section, or a user's own
+dump (grade.py; there the trace is the reference). Non-finite values compare equal only to the
+same non-finite value. A check yields an :class:`Outcome` per fixture; the report functions at
+the end format outcomes and never recompute.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+
+import numpy as np
+
+from attn_cli.constants import STAGE_NAMES
+from attn_cli.errors import AttnError, InputError, UsageError
+from attn_cli.fixture import BoolArray, FloatArray
+from attn_cli.pipeline import Trace
+
+if TYPE_CHECKING:
+    from rich.console import RenderableType
+
+Kind = Literal["golden", "expected", "dump"]
+Status = Literal["same", "different", "shape", "missing_expected", "missing_actual"]
+
+REPORT_FORMAT = "attn-check"
+REPORT_VERSION = 1
+SIZE_ONE_AXES = ("batch", "head", "kv_head")  # may be left out of expected values when of size 1
+PER_HEAD = ("Q", "K", "V")  # may also be given flat, [batch?, seq, heads*d], heads in blocks
+
+
+@dataclass(frozen=True)
+class Tolerance:
+    """A cell passes when |actual − expected| ≤ atol + rtol·|expected| (numpy.isclose's rule)."""
+
+    rtol: float
+    atol: float
+
+    def __str__(self) -> str:
+        return f"rtol {self.rtol:g}, atol {self.atol:g}"
+
+
+# Golden files and expected sections hold float64 written at full precision: only rounding noise
+# (different BLAS kernels or thread counts, ~1e-15 relative) may pass.
+GOLDEN_TOLERANCE = Tolerance(rtol=1e-9, atol=1e-12)
+# A user's own code may run in float32 (~1e-7 relative): loose for rounding, far tighter than
+# any of the mistakes the grader looks for (those move numbers by whole percents).
+GRADER_TOLERANCE = Tolerance(rtol=1e-4, atol=1e-5)
+
+# What each side is called in reports: (the reference, the side being checked)
+SIDES: dict[Kind, tuple[str, str]] = {
+    "golden": ("golden", "trace"),
+    "expected": ("expected", "trace"),
+    "dump": ("attn", "yours"),
+}
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One differing cell: its index in the stage's public layout and both values."""
+
+    index: tuple[int, ...]
+    expected: float
+    actual: float
+    abs_error: float
+    rel_error: float
+
+
+@dataclass(frozen=True)
+class StageResult:
+    """How one stage compared."""
+
+    name: str
+    status: Status
+    axes: tuple[str, ...] = ()
+    expected_shape: tuple[int, ...] | None = None
+    actual_shape: tuple[int, ...] | None = None
+    cells: int = 0
+    differing: int = 0
+    max_abs: float = 0.0
+    max_rel: float = 0.0
+    worst: tuple[Cell, ...] = ()
+
+
+@dataclass(frozen=True)
+class Diagnosis:
+    """A classic mistake that, recomputed from the trace's own stages, reproduces the dump."""
+
+    name: str  # stable id, e.g. "no_scaling"
+    title: str  # e.g. "no 1/√d_k scaling"
+    detail: str  # what was recomputed and matched, and the fix
+    stage: str  # the stage where it was confirmed (the first that differs)
+    explains: tuple[str, ...] = ()  # later differing stages it reproduces too
+    unexplained: tuple[str, ...] = ()  # later differing stages it does not
+
+
+@dataclass(frozen=True, eq=False)
+class Comparison:
+    """Every compared stage of one fixture, in pipeline order, and what it was compared with."""
+
+    trace: Trace
+    kind: Kind
+    against: str
+    tolerance: Tolerance
+    stages: tuple[StageResult, ...]
+    notes: tuple[str, ...] = ()  # e.g. aliases used, names ignored
+    aliases: Mapping[str, str] = field(default_factory=dict)
+    ignored: tuple[str, ...] = ()
+    diagnoses: tuple[Diagnosis, ...] = ()
+    tried: tuple[str, ...] = ()  # titles of the diagnoses tried, when none applied
+
+    @property
+    def same(self) -> bool:
+        return all(s.status == "same" for s in self.stages)
+
+    @property
+    def first_difference(self) -> StageResult | None:
+        return next((s for s in self.stages if s.status != "same"), None)
+
+    @property
+    def differing(self) -> tuple[StageResult, ...]:
+        return tuple(s for s in self.stages if s.status != "same")
+
+
+@dataclass(frozen=True, eq=False)
+class Outcome:
+    """What ``attn check`` did for one fixture: compared, wrote a golden, or hit an error."""
+
+    fixture: str
+    comparison: Comparison | None = None
+    written: str | None = None  # the message of --update
+    error: str | None = None
+
+    @property
+    def status(self) -> Literal["same", "different", "written", "error"]:
+        if self.error is not None:
+            return "error"
+        if self.written is not None:
+            return "written"
+        assert self.comparison is not None
+        return "same" if self.comparison.same else "different"
+
+
+def exit_code(outcomes: Sequence[Outcome]) -> int:
+    """As diff: 0 all same (or written), 1 something differs, 2 trouble."""
+    statuses = {o.status for o in outcomes}
+    if "error" in statuses:
+        return 2
+    return 1 if "different" in statuses else 0
+
+
+# ---------------------------------------------------------------------------------------------
+# Comparing
+
+
+def cell_errors(
+    actual: FloatArray, expected: FloatArray, tol: Tolerance
+) -> tuple[BoolArray, FloatArray, FloatArray]:
+    """Per cell: fails the rule?, absolute error, relative error (inf where expected is 0)."""
+    finite = np.isfinite(actual) & np.isfinite(expected)
+    with np.errstate(over="ignore", invalid="ignore"):
+        diff = np.abs(np.where(finite, actual, 0.0) - np.where(finite, expected, 0.0))
+        same_special = (actual == expected) | (np.isnan(actual) & np.isnan(expected))
+        bad = np.where(finite, ~(diff <= tol.atol + tol.rtol * np.abs(expected)), ~same_special)
+        abs_err = np.where(finite, diff, np.where(same_special, 0.0, np.inf))
+        scale = np.abs(np.where(finite, expected, 1.0))
+        rel_err = np.where(
+            scale > 0, abs_err / np.where(scale > 0, scale, 1.0), np.where(abs_err > 0, np.inf, 0.0)
+        )
+    return bad, abs_err, rel_err
+
+
+def compare_stage(
+    name: str,
+    axes: tuple[str, ...],
+    expected: FloatArray,
+    actual: FloatArray,
+    tol: Tolerance,
+    worst: int = 5,
+) -> StageResult:
+    """Compare two arrays of the same shape; keep the ``worst`` differing cells."""
+    assert expected.shape == actual.shape
+    bad, abs_err, rel_err = cell_errors(actual, expected, tol)
+    order = np.argsort(-abs_err[bad], kind="stable")[:worst]  # bad cells, largest error first
+    where = np.argwhere(bad)
+    cells = tuple(
+        Cell(
+            index=(ix := tuple(int(i) for i in where[k])),
+            expected=float(expected[ix]),
+            actual=float(actual[ix]),
+            abs_error=float(abs_err[ix]),
+            rel_error=float(rel_err[ix]),
+        )
+        for k in order
+    )
+    n_bad = int(bad.sum())
+    return StageResult(
+        name=name,
+        status="different" if n_bad else "same",
+        axes=axes,
+        expected_shape=tuple(expected.shape),
+        actual_shape=tuple(actual.shape),
+        cells=int(expected.size),
+        differing=n_bad,
+        max_abs=float(abs_err.max()) if abs_err.size else 0.0,
+        max_rel=float(rel_err.max()) if rel_err.size else 0.0,
+        worst=cells,
+    )
+
+
+def conform(
+    given: FloatArray, shape: tuple[int, ...], axes: tuple[str, ...], stage: str = ""
+) -> FloatArray | None:
+    """``given`` in the layout ``shape``, allowing batch and head axes of size 1 to be left out
+    or added, and Q, K, V flat ([batch?, seq, heads*d], heads in blocks); None if it won't fit."""
+    if given.shape == shape:
+        return given
+    g = given
+    while g.ndim > len(shape) and g.shape[0] == 1:
+        g = g[0]  # extra leading axes of size 1
+    if g.shape == shape:
+        return g
+    if g.ndim < len(shape):
+        optional = [
+            i for i, (a, n) in enumerate(zip(axes, shape, strict=True))
+            if a in SIZE_ONE_AXES and n == 1
+        ]  # fmt: skip
+        for r in range(1, len(optional) + 1):
+            for drop in itertools.combinations(optional, r):
+                if tuple(n for i, n in enumerate(shape) if i not in drop) == g.shape:
+                    return g.reshape(shape)
+    if stage in PER_HEAD and len(shape) >= 3 and g.ndim >= 2:
+        H, T, d = shape[-3:]
+        if H > 1 and g.shape[-2:] == (T, H * d):
+            split = g.reshape(*g.shape[:-1], H, d).swapaxes(-3, -2)  # (..., H, T, d)
+            return conform(split, shape, axes)
+    return None
+
+
+def compare(
+    trace: Trace,
+    given: Mapping[str, FloatArray],
+    *,
+    kind: Kind,
+    against: str,
+    tolerance: Tolerance,
+    stages: Sequence[str] | None = None,
+    worst: int = 5,
+) -> Comparison:
+    """Compare ``given`` stage values with the trace.
+
+    ``golden``: every stage on either side (a stage on one side only is a mismatch), exact
+    shapes. ``expected`` and ``dump``: the stages given, shapes conformed (see ``conform``).
+    In a dump the trace is the reference, so errors are relative to the trace.
+    """
+    if kind == "golden":
+        names = [n for n in STAGE_NAMES if n in trace or n in given]
+    else:
+        names = [n for n in STAGE_NAMES if n in given]
+    if stages is not None:
+        names = [n for n in names if n in stages]
+    if not names:
+        what = "none of the selected stages" if stages is not None else "no stages"
+        raise UsageError(against, "", f"nothing to compare: {what} on either side", "a stage")
+    results: list[StageResult] = []
+    for name in names:
+        if name not in trace:  # in a dump the trace is the reference (the expected side)
+            missing: Status = "missing_expected" if kind == "dump" else "missing_actual"
+            results.append(StageResult(name, missing))
+            continue
+        stage = trace[name]
+        if name not in given:
+            results.append(StageResult(name, "missing_expected", stage.axes, None, stage.shape))
+            continue
+        raw = given[name]
+        fitted = raw if kind == "golden" else conform(raw, stage.shape, stage.axes, name)
+        if fitted is None or fitted.shape != stage.shape:
+            shapes = (tuple(raw.shape), stage.shape) if kind != "dump" else (stage.shape, raw.shape)
+            results.append(StageResult(name, "shape", stage.axes, *shapes))
+            continue
+        if kind == "dump":
+            results.append(compare_stage(name, stage.axes, stage.data, fitted, tolerance, worst))
+        else:
+            results.append(compare_stage(name, stage.axes, fitted, stage.data, tolerance, worst))
+    return Comparison(trace, kind, against, tolerance, tuple(results))
+
+
+def check_golden(
+    trace: Trace,
+    path: Path,
+    tolerance: Tolerance = GOLDEN_TOLERANCE,
+    stages: Sequence[str] | None = None,
+    worst: int = 5,
+) -> Comparison:
+    """Compare the trace with the golden JSON trace at ``path``."""
+    from attn_cli.export import load_trace_json
+
+    if not path.exists():
+        raise InputError(
+            str(path), "", "no such golden file", "a golden JSON trace (write it with --update)"
+        )
+    golden = load_trace_json(path)
+    return compare(
+        trace, golden, kind="golden", against=str(path), tolerance=tolerance,
+        stages=stages, worst=worst,
+    )  # fmt: skip
+
+
+def check_expected(
+    trace: Trace,
+    tolerance: Tolerance = GOLDEN_TOLERANCE,
+    stages: Sequence[str] | None = None,
+    worst: int = 5,
+) -> Comparison:
+    """Compare the trace with its fixture's own ``expected`` section."""
+    expected = trace.inputs.expected
+    if not expected:
+        raise UsageError(
+            trace.inputs.source, "expected", "the fixture has no expected section",
+            "an `expected` mapping in the fixture, or --golden FILE, --golden-dir DIR or "
+            "--against DUMP",
+        )  # fmt: skip
+    return compare(
+        trace, expected, kind="expected", against="its expected section", tolerance=tolerance,
+        stages=stages, worst=worst,
+    )  # fmt: skip
+
+
+def write_golden(trace: Trace, path: Path) -> str:
+    """(Re)write the golden JSON trace at ``path`` atomically; say what changed."""
+    from attn_cli.export import dumps, load_trace_json
+    from attn_cli.files import write_atomic
+
+    before = "new"
+    if path.is_file():
+        try:
+            old = compare(
+                trace, load_trace_json(path), kind="golden", against=str(path),
+                tolerance=GOLDEN_TOLERANCE,
+            )  # fmt: skip
+        except AttnError:
+            before = "replaced an unreadable file"
+        else:
+            moved = [s.name for s in old.differing]
+            before = "unchanged" if not moved else "changed: " + ", ".join(moved)
+    text = dumps(trace)
+    write_atomic(path, text, option="--golden")
+    return f"wrote {path} ({before}; {len(trace.stages)} stages, {len(text.encode()):,} bytes)"
+
+
+# ---------------------------------------------------------------------------------------------
+# Reports: text (Rich renderables) and JSON. Formatting only.
+
+
+def fmt_value(x: float) -> str:
+    """A value at full precision (shortest repr); never ``-0.0``."""
+    if math.isnan(x):
+        return "nan"
+    if math.isinf(x):
+        return "inf" if x > 0 else "-inf"
+    return repr(x + 0.0)  # + 0.0 turns -0.0 into 0.0
+
+
+def fmt_error(x: float) -> str:
+    """An error in 3 significant digits."""
+    if x == 0:
+        return "0"
+    return "inf" if math.isinf(x) else f"{x:.3e}"
+
+
+def position(trace: Trace, axes: Sequence[str], index: Sequence[int]) -> list[str]:
+    """Each index labelled: the token for query and key axes, the number otherwise."""
+    out = []
+    tokens = {"query": trace.inputs.tokens, "seq": trace.inputs.tokens,
+              "key": trace.inputs.key_tokens}  # fmt: skip
+    for axis, i in zip(axes, index, strict=True):
+        labels = tokens.get(axis)
+        out.append(f"{i} {labels[i]}" if labels and i < len(labels) else str(i))
+    return out
+
+
+def stage_status_text(comparison: Comparison, result: StageResult) -> tuple[str, str]:
+    """(status word, what differs) for one stage, naming the sides."""
+    ref, mine = SIDES[comparison.kind]
+    if result.status == "same":
+        return "same", f"0 of {result.cells}"
+    if result.status == "different":
+        return "different", f"{result.differing} of {result.cells}"
+    if result.status == "shape":
+        exp, act = result.expected_shape, result.actual_shape
+        return "shape differs", f"{ref} {list(exp or ())}, {mine} {list(act or ())}"
+    if result.status == "missing_expected":
+        return f"not in {ref}", ""
+    return f"not in {mine}", ""
+
+
+def summary_line(outcome: Outcome) -> str:
+    """One line for one fixture."""
+    if outcome.error is not None:
+        return f"error: {outcome.fixture}: {outcome.error}"
+    if outcome.written is not None:
+        return f"{outcome.written}"
+    comparison = outcome.comparison
+    assert comparison is not None
+    n = len(comparison.stages)
+    first = comparison.first_difference
+    if first is None:
+        return f"same: {outcome.fixture} matches {comparison.against} ({n} stages, " \
+               f"{comparison.tolerance})"  # fmt: skip
+    k = len(comparison.differing)
+    if comparison.kind == "dump":
+        return (
+            f"DIFFERENT: {outcome.fixture}: {k} of {n} stages in {comparison.against} differ "
+            f"from attn's; first: {first.name}"
+        )
+    return (
+        f"DIFFERENT: {outcome.fixture}: {k} of {n} stages differ from {comparison.against}; "
+        f"first: {first.name}"
+    )
+
+
+def render_outcomes(outcomes: Sequence[Outcome], *, worst: int = 5) -> RenderableType | None:
+    """The details of each fixture that differs (and of every grading); None if there are none.
+
+    The one-line summaries (``summary_lines``) are separate: they must never wrap.
+    """
+    from rich.console import Group
+
+    parts = [
+        render_comparison(o.fixture, o.comparison, worst=worst)
+        for o in outcomes
+        if o.comparison is not None and (not o.comparison.same or o.comparison.kind == "dump")
+    ]
+    return Group(*parts) if parts else None
+
+
+def summary_lines(outcomes: Sequence[Outcome]) -> list[str]:
+    """One line per fixture, then (for several) the total."""
+    lines = [_safe(summary_line(o)) for o in outcomes]
+    if len(outcomes) > 1:
+        counts = {s: sum(o.status == s for o in outcomes) for s in
+                  ("same", "different", "written", "error")}  # fmt: skip
+        shown = ", ".join(f"{n} {s}" for s, n in counts.items() if n or s in ("same", "different"))
+        lines.append(f"{len(outcomes)} fixtures: {shown}")
+    return lines
+
+
+def render_comparison(fixture: str, c: Comparison, *, worst: int = 5) -> RenderableType:
+    """One fixture: the rule, every stage's counts and errors, the worst cells of the first."""
+    from rich import box
+    from rich.console import Group
+    from rich.table import Table
+    from rich.text import Text
+
+    ref, mine = SIDES[c.kind]
+    parts: list[RenderableType] = [
+        Text(_safe(f"{fixture} against {c.against}"), style="bold"),
+        Text(f"a cell passes when |{mine} − {ref}| ≤ atol + rtol·|{ref}|  ({c.tolerance})"),
+    ]
+    parts.extend(Text(_safe(note)) for note in c.notes)
+    parts.append(Text(""))
+    table = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, padding=(0, 1))
+    for header, justify in (("stage", "left"), ("result", "left"), ("cells differing", "left"),
+                            ("max abs error", "right"), ("max rel error", "right")):  # fmt: skip
+        table.add_column(header, justify=justify, no_wrap=True)  # type: ignore[arg-type]
+    for s in c.stages:
+        word, count = stage_status_text(c, s)
+        style = "green" if s.status == "same" else "bold red"
+        numeric = s.status in ("same", "different")
+        table.add_row(
+            s.name, Text(word, style=style), count,
+            fmt_error(s.max_abs) if numeric else "", fmt_error(s.max_rel) if numeric else "",
+        )  # fmt: skip
+    parts += [table, Text("")]
+    first = c.first_difference
+    if first is not None and first.worst:
+        parts.append(Text(f"{first.name} differs first; its worst cells:", style="bold"))
+        cells = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, padding=(0, 1))
+        for axis in first.axes:
+            cells.add_column(axis.replace("_", " ") if axis == "kv_head" else axis, no_wrap=True)
+        for header in (ref, mine, "abs error", "rel error"):
+            cells.add_column(header, justify="right", no_wrap=True)
+        for cell in first.worst[:worst]:
+            cells.add_row(
+                *(_safe(p) for p in position(c.trace, first.axes, cell.index)),
+                fmt_value(cell.expected), fmt_value(cell.actual),
+                fmt_error(cell.abs_error), fmt_error(cell.rel_error),
+            )  # fmt: skip
+        parts += [cells, Text("")]
+    elif first is not None:
+        parts.append(Text(f"{first.name} differs first ({stage_status_text(c, first)[0]})",
+                          style="bold"))  # fmt: skip
+    for d in c.diagnoses:
+        parts.append(Text.assemble(("diagnosis: ", "bold"), (d.title, "bold yellow")))
+        parts.append(Text(_safe(d.detail)))
+        if d.explains:
+            parts.append(Text(f"It also accounts for your {', '.join(d.explains)}."))
+        if d.unexplained:
+            parts.append(Text(f"It does not account for your {', '.join(d.unexplained)}: "
+                              "look there for a second difference."))  # fmt: skip
+        parts.append(Text(""))
+    if c.kind == "dump" and first is not None and first.status == "different" and not c.diagnoses:
+        parts.append(
+            Text(
+                f"diagnosis: none. Your {first.name} differs from attn's, and none of the known "
+                f"mistakes reproduces it (tried: {', '.join(c.tried) or 'none apply here'})."
+            )
+        )
+        parts.append(Text(""))
+    return Group(*parts)
+
+
+def report_json(outcomes: Sequence[Outcome]) -> str:
+    """The machine-readable report: per fixture and stage, status, counts and worst cells."""
+    doc = {
+        "format": REPORT_FORMAT,
+        "version": REPORT_VERSION,
+        "exit_code": exit_code(outcomes),
+        "fixtures": [_outcome_json(o) for o in outcomes],
+        "total": {s: sum(o.status == s for o in outcomes)
+                  for s in ("same", "different", "written", "error")},
+    }  # fmt: skip
+    return _pretty(doc) + "\n"
+
+
+def _pretty(value: Any, indent: int = 0) -> str:
+    """Indented JSON with lists of plain values (shapes, indices, names) kept on one line."""
+    pad = " " * (indent + 2)
+    if isinstance(value, dict) and value:
+        items = [f"{pad}{json.dumps(k)}: {_pretty(v, indent + 2)}" for k, v in value.items()]
+        return "{\n" + ",\n".join(items) + "\n" + " " * indent + "}"
+    if isinstance(value, list) and any(isinstance(v, (dict, list)) for v in value):
+        items = [pad + _pretty(v, indent + 2) for v in value]
+        return "[\n" + ",\n".join(items) + "\n" + " " * indent + "]"
+    return json.dumps(value, ensure_ascii=False)
+
+
+def _outcome_json(o: Outcome) -> dict[str, Any]:
+    out: dict[str, Any] = {"fixture": o.fixture, "status": o.status}
+    if o.error is not None:
+        out["error"] = o.error
+    if o.written is not None:
+        out["message"] = o.written
+    c = o.comparison
+    if c is None:
+        return out
+    first = c.first_difference
+    ref, mine = SIDES[c.kind]
+    out.update(
+        against=c.against,
+        kind=c.kind,
+        sides={"expected": ref, "actual": mine},
+        rtol=c.tolerance.rtol,
+        atol=c.tolerance.atol,
+        first_difference=None if first is None else first.name,
+        stages=[_stage_json(c, s) for s in c.stages],
+    )
+    if c.kind == "dump":
+        out["aliases"] = dict(c.aliases)
+        out["ignored"] = list(c.ignored)
+        out["diagnoses"] = [
+            {"name": d.name, "title": d.title, "detail": d.detail, "stage": d.stage,
+             "explains": list(d.explains), "unexplained": list(d.unexplained)}
+            for d in c.diagnoses
+        ]  # fmt: skip
+    return out
+
+
+def _stage_json(c: Comparison, s: StageResult) -> dict[str, Any]:
+    out: dict[str, Any] = {"name": s.name, "status": s.status}
+    out["expected_shape"] = None if s.expected_shape is None else list(s.expected_shape)
+    out["actual_shape"] = None if s.actual_shape is None else list(s.actual_shape)
+    if s.status in ("same", "different"):
+        out.update(
+            cells=s.cells,
+            differing=s.differing,
+            max_abs_error=_json_number(s.max_abs),
+            max_rel_error=_json_number(s.max_rel),
+            worst=[
+                {
+                    "index": list(cell.index),
+                    "position": dict(
+                        zip(s.axes, position(c.trace, s.axes, cell.index), strict=True)
+                    ),
+                    "expected": _json_number(cell.expected),
+                    "actual": _json_number(cell.actual),
+                    "abs_error": _json_number(cell.abs_error),
+                    "rel_error": _json_number(cell.rel_error),
+                }
+                for cell in s.worst
+            ],
+        )
+    return out
+
+
+def _json_number(x: float) -> float | str:
+    return x + 0.0 if math.isfinite(x) else fmt_value(x)
+
+
+def _safe(text: str) -> str:
+    from attn_cli.render import safe
+
+    return safe(text)

@@ -1,0 +1,579 @@
+"""Grading a user's own attention code: read its dump, find where it first leaves the trace, and
+name the classic mistake behind it, but only after recomputing that mistake from the trace's
+own earlier stages reproduces the user's numbers within the tolerance.
+
+The recomputation is written here, whole-array and batch axis first (B, H, T, S), rather than
+borrowed from pipeline.py: it only ever starts from the trace's own stages, and ``_public``
+drops the batch axis again when the fixture had none.
+"""
+
+from __future__ import annotations
+
+import math
+import zipfile
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from attn_cli.check import (
+    GRADER_TOLERANCE,
+    Comparison,
+    Diagnosis,
+    Tolerance,
+    cell_errors,
+    compare,
+    conform,
+)
+from attn_cli.constants import STAGE_NAMES
+from attn_cli.errors import InputError
+from attn_cli.export import decode_array, parse_json, read_text, stages_from_json
+from attn_cli.fixture import BoolArray, FloatArray, Inputs
+from attn_cli.pipeline import Trace
+
+# Names that people's code commonly gives a stage (compared in lower case).
+ALIASES = {
+    "weights": "softmax", "attn": "softmax", "p_attn": "softmax", "attention": "softmax",
+    "attn_weights": "softmax", "attention_weights": "softmax",
+    "out": "output", "context": "output",
+    "logits": "scores",
+}  # fmt: skip
+
+DUMP_DOC = (
+    "a .json mapping stage name -> nested list (or a JSON trace), or a .npz of arrays "
+    "named after stages"
+)
+
+
+@dataclass(frozen=True, eq=False)
+class Dump:
+    """A user's stage values, keyed by stage name, with the aliases used and names ignored."""
+
+    source: str
+    arrays: Mapping[str, FloatArray]
+    aliases: Mapping[str, str]  # name in the file -> stage
+    ignored: tuple[str, ...]
+
+
+# ---------------------------------------------------------------------------------------------
+# Loading
+
+
+def stage_for(name: str) -> str | None:
+    """The stage a dump's array name stands for: itself, an alias, or a stage in other case."""
+    if name in STAGE_NAMES:
+        return name
+    low = name.lower()
+    if low in ALIASES:
+        return ALIASES[low]
+    return next((s for s in STAGE_NAMES if s.lower() == low), None)
+
+
+def load_dump(path: Path) -> Dump:
+    """Read a ``.json`` or ``.npz`` dump; every way it can be unreadable is an InputError."""
+    source = str(path)
+    suffix = path.suffix.lower()
+    if suffix == ".json":
+        obj = parse_json(read_text(path, DUMP_DOC), source, DUMP_DOC)
+        if isinstance(obj, dict) and "format" in obj:
+            raw: dict[str, Any] = dict(stages_from_json(obj, source))  # a JSON trace
+        elif isinstance(obj, dict):
+            raw = {k: decode_array(v, source, k) if stage_for(k) else v for k, v in obj.items()}
+        else:
+            raise InputError(source, "", f"top level is {type(obj).__name__}", DUMP_DOC)
+    elif suffix == ".npz":
+        raw = _read_npz(path)
+    else:
+        raise InputError(source, "", f"unknown dump type {suffix or '(no suffix)'!r}", DUMP_DOC)
+    arrays: dict[str, FloatArray] = {}
+    named: dict[str, str] = {}
+    aliases: dict[str, str] = {}
+    ignored: list[str] = []
+    for name, value in raw.items():
+        stage = stage_for(name)
+        if stage is None:
+            ignored.append(name)
+            continue
+        if stage in named:
+            raise InputError(
+                source, name, f"names the same stage ({stage}) as {named[stage]!r}",
+                "one array per stage",
+            )  # fmt: skip
+        named[stage] = name
+        if name != stage:
+            aliases[name] = stage
+        arrays[stage] = value
+    if not arrays:
+        shown = ", ".join(ignored[:5]) or "nothing"
+        raise InputError(
+            source, "", f"no stage found (it holds {shown})",
+            "arrays named after stages: " + ", ".join(STAGE_NAMES) + " (or aliases such as "
+            "weights, attn, out)",
+        )  # fmt: skip
+    ordered = {s: arrays[s] for s in STAGE_NAMES if s in arrays}
+    return Dump(source, ordered, aliases, tuple(ignored))
+
+
+def _read_npz(path: Path) -> dict[str, Any]:
+    source = str(path)
+    try:
+        data = np.load(path, allow_pickle=False)
+    except FileNotFoundError:
+        raise InputError(source, "", "no such file", DUMP_DOC) from None
+    except IsADirectoryError:
+        raise InputError(source, "", "is a directory", DUMP_DOC) from None
+    except PermissionError:
+        raise InputError(source, "", "permission denied", DUMP_DOC) from None
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile):
+        raise InputError(source, "", "not a readable .npz archive", DUMP_DOC) from None
+    if not isinstance(data, np.lib.npyio.NpzFile):
+        raise InputError(source, "", "holds one unnamed array", "arrays named after stages (.npz)")
+    out: dict[str, Any] = {}
+    with data:
+        for name in data.files:
+            if stage_for(name) is None:
+                out[name] = None
+                continue
+            try:
+                arr = data[name]
+            except (OSError, ValueError, EOFError, zipfile.BadZipFile):
+                raise InputError(source, name, "unreadable array", "numbers (no objects)") from None
+            if arr.dtype.kind not in "biuf":
+                raise InputError(source, name, f"has dtype {arr.dtype}", "real numbers")
+            out[name] = arr.astype(np.float64)
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# Grading
+
+
+def grade(
+    trace: Trace,
+    dump: Dump,
+    tolerance: Tolerance = GRADER_TOLERANCE,
+    stages: Sequence[str] | None = None,
+    worst: int = 5,
+) -> Comparison:
+    """Compare the dump with the trace and diagnose the first stage that differs."""
+    comparison = compare(
+        trace, dump.arrays, kind="dump", against=dump.source, tolerance=tolerance,
+        stages=stages, worst=worst,
+    )  # fmt: skip
+    notes = []
+    if dump.aliases:
+        notes.append("aliases: " + ", ".join(f"{k} -> {v}" for k, v in dump.aliases.items()))
+    if dump.ignored:
+        notes.append("ignored (not a stage name): " + ", ".join(dump.ignored))
+    first = comparison.first_difference
+    found: tuple[Diagnosis, ...] = ()
+    tried: tuple[str, ...] = ()
+    if first is not None and first.status in ("different", "shape"):
+        later = [s.name for s in comparison.differing if s.name != first.name]
+        found, tried = diagnose(trace, dump.arrays, first.name, later, tolerance)
+    return replace(
+        comparison, notes=tuple(notes), aliases=dict(dump.aliases), ignored=dump.ignored,
+        diagnoses=found, tried=tried,
+    )  # fmt: skip
+
+
+@dataclass(frozen=True)
+class _Candidate:
+    """The stages a mistaken computation produces (internal layout), and how it went wrong."""
+
+    detail: str
+    stages: Mapping[str, FloatArray]
+
+
+@dataclass(frozen=True)
+class _Mistake:
+    name: str
+    title: str
+    candidates: Callable[[Trace], list[_Candidate]]  # empty: does not apply to this fixture
+    fallback: bool = False  # tried only when no other mistake fits
+
+
+def diagnose(
+    trace: Trace,
+    given: Mapping[str, FloatArray],
+    stage: str,
+    later: Sequence[str],
+    tolerance: Tolerance,
+) -> tuple[tuple[Diagnosis, ...], tuple[str, ...]]:
+    """Every known mistake that reproduces ``given[stage]``, and the titles of those tried."""
+    found: list[Diagnosis] = []
+    tried: list[str] = []
+    correct = trace[stage]
+    for mistake in MISTAKES:
+        if mistake.fallback and found:
+            break
+        with np.errstate(all="ignore"):
+            candidates = mistake.candidates(trace)
+        if not any(stage in cand.stages for cand in candidates):
+            continue  # does not apply to this fixture, or enters after this stage
+        tried.append(mistake.title)
+        for cand in candidates:
+            if stage not in cand.stages:
+                continue
+            value = _public(trace, cand.stages[stage])
+            if value.shape == correct.shape and _close(value, correct.data, tolerance):
+                continue  # this mistake changes nothing here: it cannot be told apart
+            if not _fits(given[stage], value, correct.axes, stage, tolerance):
+                continue
+            explains = tuple(
+                n for n in later
+                if n in cand.stages and _fits(given[n], _public(trace, cand.stages[n]),
+                                              trace[n].axes, n, tolerance)
+            )  # fmt: skip
+            found.append(
+                Diagnosis(
+                    name=mistake.name,
+                    title=mistake.title,
+                    detail=cand.detail.format(stage=stage)
+                    + f" Confirmed: recomputed from attn's own earlier stages, it reproduces "
+                    f"every cell of your {stage} ({tolerance}).",
+                    stage=stage,
+                    explains=explains,
+                    unexplained=tuple(n for n in later if n not in explains),
+                )
+            )
+            break
+    return tuple(found), tuple(tried)
+
+
+def _fits(
+    raw: FloatArray, value: FloatArray, axes: tuple[str, ...], stage: str, tol: Tolerance
+) -> bool:
+    fitted = conform(raw, value.shape, axes, stage)
+    return fitted is not None and _close(fitted, value, tol)
+
+
+def _close(actual: FloatArray, expected: FloatArray, tol: Tolerance) -> bool:
+    bad, _, _ = cell_errors(actual, expected, tol)
+    return not bool(bad.any())
+
+
+# ---------------------------------------------------------------------------------------------
+# Recomputing with a mistake
+
+
+def _internal(trace: Trace, name: str) -> FloatArray:
+    data = trace[name].data.astype(np.float64)
+    return data if trace.inputs.has_batch else data[None]
+
+
+def _public(trace: Trace, arr: FloatArray) -> FloatArray:
+    return arr if trace.inputs.has_batch else arr[0]
+
+
+Weights = Callable[[FloatArray], FloatArray]
+
+
+def softmax(x: FloatArray) -> FloatArray:
+    """Softmax over keys, row maximum subtracted; a row of -inf gives zeros (as the trace)."""
+    row_max = x.max(axis=-1, keepdims=True)  # (B, H, T, 1)
+    empty = np.isneginf(row_max)
+    e = np.exp(x - np.where(empty, 0.0, row_max))
+    out: FloatArray = np.divide(
+        e, e.sum(axis=-1, keepdims=True), out=np.zeros_like(e), where=~empty
+    )
+    return out
+
+
+def softmax_unguarded(x: FloatArray) -> FloatArray:
+    """Softmax as written before torch 2.5: a row of -inf gives nan."""
+    e = np.exp(x - x.max(axis=-1, keepdims=True))
+    out: FloatArray = e / e.sum(axis=-1, keepdims=True)
+    return out
+
+
+def allowed(
+    inp: Inputs, *, causal_shift: int = 0, invert_causal: bool = False, invert_mask: bool = False
+) -> BoolArray:
+    """Where a query may attend, from causal, mask and lengths, possibly with a mistake."""
+    B, H, T, S = inp.batch, inp.heads, inp.seq_q, inp.seq_k
+    ok = np.ones((B, H, T, S), dtype=bool)
+    if inp.causal is not None:
+        offset = (0 if inp.causal == "upper-left" else S - T) + causal_shift
+        tri = np.tril(np.ones((T, S), dtype=bool), k=offset)  # (T, S): key j <= query i + offset
+        ok &= ~tri if invert_causal else tri
+    if inp.mask is not None:
+        ok &= ~inp.mask if invert_mask else inp.mask  # broadcast right-aligned, as torch
+    if inp.lengths is not None:
+        ok &= (np.arange(S)[None, :] < inp.lengths[:, None])[:, None, None, :]  # (B, 1, 1, S)
+    return ok
+
+
+def apply_mask(scaled: FloatArray, ok: BoolArray, bias: FloatArray | None) -> FloatArray:
+    """masked = scaled + bias, -inf where not ``ok``."""
+    masked: FloatArray = np.where(ok, scaled if bias is None else scaled + bias, -np.inf)
+    return masked
+
+
+def repeat_kv(x: FloatArray, groups: int) -> FloatArray:
+    """Query head h reads key/value head h // groups."""
+    return x if groups == 1 else np.repeat(x, groups, axis=1)  # (B, H, S, d)
+
+
+def interleave_heads(x: FloatArray, n: int) -> FloatArray:
+    """The mistaken split: head h takes columns h, h+n, h+2n, … of the flat features."""
+    B, T, width = x.shape
+    heads: FloatArray = x.reshape(B, T, width // n, n).transpose(0, 3, 1, 2)  # (B, n, T, d)
+    return heads
+
+
+def merge_heads(x: FloatArray) -> FloatArray:
+    """Heads back to flat features, block layout: (B, n, T, d) -> (B, T, n*d)."""
+    B, n, T, d = x.shape
+    flat: FloatArray = x.transpose(0, 2, 1, 3).reshape(B, T, n * d)  # (B, T, n*d)
+    return flat
+
+
+def merge_interleaved(x: FloatArray) -> FloatArray:
+    """The inverse of ``interleave_heads``: (B, n, T, d) -> (B, T, d*n)."""
+    B, n, T, d = x.shape
+    flat: FloatArray = x.transpose(0, 2, 3, 1).reshape(B, T, d * n)  # (B, T, d*n)
+    return flat
+
+
+def downstream(
+    trace: Trace,
+    start: str,
+    values: Mapping[str, FloatArray],
+    *,
+    weights: Weights = softmax,
+    merge: Callable[[FloatArray], FloatArray] = merge_heads,
+) -> dict[str, FloatArray]:
+    """Recompute every stage from ``start`` on, with ``values`` replacing the trace's."""
+    inp = trace.inputs
+    groups = inp.heads // inp.kv_heads
+    order = [n for n in STAGE_NAMES if n in trace.applicable]
+    s = dict(values)
+
+    def get(name: str) -> FloatArray:
+        return s[name] if name in s else _internal(trace, name)
+
+    for name in order[order.index(start) :]:
+        if name in s or name in ("X", "Q", "K", "V"):
+            continue
+        if name == "scores":
+            k = repeat_kv(get("K"), groups)  # (B, H, S, D)
+            s[name] = get("Q") @ k.swapaxes(-1, -2)  # (B, H, T, D) @ (B, H, D, S)
+        elif name == "scaled":
+            s[name] = get("scores") * trace.scale
+        elif name == "masked":
+            s[name] = apply_mask(get("scaled"), allowed(inp), inp.bias)
+        elif name == "softmax":
+            s[name] = weights(get("masked" if "masked" in order else "scaled"))
+        elif name == "output":
+            s[name] = get("softmax") @ repeat_kv(get("V"), groups)  # (B, H, T, Dv)
+        elif name == "concat":
+            s[name] = merge(get("output"))  # (B, T, H*Dv)
+        elif name == "projected":
+            assert inp.W_O is not None
+            s[name] = get("concat") @ inp.W_O + (0.0 if inp.b_O is None else inp.b_O)
+    return {n: s[n] for n in order[order.index(start) :] if n in s}
+
+
+def _both_softmaxes(
+    trace: Trace, start: str, values: Mapping[str, FloatArray], detail: str
+) -> list[_Candidate]:
+    """A mistake followed by a correct softmax, and by one that turns empty rows into nan."""
+    return [
+        _Candidate(detail, downstream(trace, start, values)),
+        _Candidate(detail, downstream(trace, start, values, weights=softmax_unguarded)),
+    ]
+
+
+def _weights_input(trace: Trace) -> FloatArray:
+    return _internal(trace, "masked" if "masked" in trace else "scaled")
+
+
+def _no_scaling(trace: Trace) -> list[_Candidate]:
+    if trace.scale == 1:
+        return []
+    which = "1/√d_k" if trace.scale_source == "default" else "the fixture's scale"
+    detail = (
+        f"Your {{stage}} is what attn gets when the scores are never multiplied by {which} "
+        f"= {trace.scale:.6g}. Fix: scaled = scores * {which}."
+    )
+    return _both_softmaxes(trace, "scaled", {"scaled": _internal(trace, "scores")}, detail)
+
+
+def _scaled_by_d_k(trace: Trace) -> list[_Candidate]:
+    d_k = trace.inputs.d_k
+    if trace.scale_source != "default" or d_k == 1:
+        return []
+    detail = (
+        f"Your {{stage}} is what attn gets when the scores are divided by d_k = {d_k} instead "
+        f"of √d_k = {math.sqrt(d_k):.6g}. Fix: divide by math.sqrt(d_k)."
+    )
+    scaled = _internal(trace, "scores") / d_k
+    return _both_softmaxes(trace, "scaled", {"scaled": scaled}, detail)
+
+
+def _softmax_wrong_axis(trace: Trace) -> list[_Candidate]:
+    x = _weights_input(trace).swapaxes(-1, -2)  # (B, H, S, T): softmax now runs over queries
+    detail = (
+        "Your {stage} is what attn gets with the softmax taken over the queries (axis -2) "
+        "instead of the keys (axis -1): each column of the weights sums to 1, not each row. "
+        "Fix: softmax(x, axis=-1)."
+    )
+    return [
+        _Candidate(detail, downstream(trace, "softmax", {"softmax": f(x).swapaxes(-1, -2)}))
+        for f in (softmax, softmax_unguarded)
+    ]
+
+
+def _scores_transposed(trace: Trace) -> list[_Candidate]:
+    scores = _internal(trace, "scores").swapaxes(-1, -2)  # (B, H, S, T): K·Qᵀ
+    detail = (
+        "Your {stage} is what attn gets from K·Qᵀ instead of Q·Kᵀ (Q and K swapped): the "
+        "scores are transposed, keys on the rows. Fix: scores = Q @ K.swapaxes(-1, -2)."
+    )
+    if trace.inputs.seq_q != trace.inputs.seq_k:
+        only = {"scores": scores, "scaled": scores * trace.scale}
+        return [_Candidate(detail, only)]
+    return _both_softmaxes(trace, "scores", {"scores": scores}, detail)
+
+
+def _k_not_transposed(trace: Trace) -> list[_Candidate]:
+    inp = trace.inputs
+    if inp.seq_k != inp.d_k:
+        return []  # Q·K only runs at all when seq_k = d_k
+    k = repeat_kv(_internal(trace, "K"), inp.heads // inp.kv_heads)  # (B, H, S, D)
+    scores = _internal(trace, "Q") @ k  # (B, H, T, D) @ (B, H, S=D, D) -> (B, H, T, D=S)
+    detail = (
+        f"Your {{stage}} is what attn gets from Q·K instead of Q·Kᵀ (K not transposed; it only "
+        f"runs because seq_k = d_k = {inp.d_k}). Fix: scores = Q @ K.swapaxes(-1, -2)."
+    )
+    return _both_softmaxes(trace, "scores", {"scores": scores}, detail)
+
+
+def _masked_with(trace: Trace, ok: BoolArray) -> FloatArray:
+    return apply_mask(_internal(trace, "scaled"), ok, trace.inputs.bias)
+
+
+def _mask_inverted(trace: Trace) -> list[_Candidate]:
+    inp = trace.inputs
+    out: list[_Candidate] = []
+    if inp.mask is not None:
+        ok = allowed(inp, invert_mask=True)
+        detail = (
+            "Your {stage} is what attn gets with the boolean mask inverted: true taken as "
+            "'blocked' (nn.MultiheadAttention's convention) instead of 'may attend' (torch "
+            "SDPA's, and the fixture's). Fix: masked = where(mask, scaled, -inf)."
+        )
+        out += _both_softmaxes(trace, "masked", {"masked": _masked_with(trace, ok)}, detail)
+    if inp.causal is not None:
+        ok = allowed(inp, invert_causal=True)
+        detail = (
+            "Your {stage} is what attn gets with the causal mask inverted: each query sees only "
+            "the keys after it and never the ones up to it. Fix: block where key > query, e.g. "
+            "where(tril(ones), scaled, -inf)."
+        )
+        out += _both_softmaxes(trace, "masked", {"masked": _masked_with(trace, ok)}, detail)
+    return out
+
+
+def _causal_shifted(trace: Trace) -> list[_Candidate]:
+    if trace.inputs.causal is None:
+        return []
+    out: list[_Candidate] = []
+    for shift, what in (
+        (1, "each query also sees the next key (tril(…, k=1), or triu(…, 2) blocked)"),
+        (-1, "each query misses its own key (tril(…, k=-1), or triu(…, 0) blocked)"),
+    ):
+        ok = allowed(trace.inputs, causal_shift=shift)
+        detail = (
+            f"Your {{stage}} is what attn gets with the causal mask shifted by one: {what}. "
+            "Fix: query i may attend to keys j <= i."
+        )
+        out += _both_softmaxes(trace, "masked", {"masked": _masked_with(trace, ok)}, detail)
+    return out
+
+
+def _heads_interleaved(trace: Trace) -> list[_Candidate]:
+    inp = trace.inputs
+    if inp.heads == 1 and inp.kv_heads == 1:
+        return []
+    q = interleave_heads(merge_heads(_internal(trace, "Q")), inp.heads)
+    k = interleave_heads(merge_heads(_internal(trace, "K")), inp.kv_heads)
+    v = interleave_heads(merge_heads(_internal(trace, "V")), inp.kv_heads)
+    d = inp.d_k
+    detail = (
+        f"Your {{stage}} is what attn gets when head h takes the columns h, h+{inp.heads}, "
+        f"h+{2 * inp.heads}, … (reshape(B, T, d_k, heads)) instead of the block "
+        f"h·{d}:(h+1)·{d} (reshape(B, T, heads, d_k)). Fix: "
+        "x.reshape(B, T, heads, d_k).transpose(0, 2, 1, 3)."
+    )
+    values = {"Q": q, "K": k, "V": v}
+    return [
+        _Candidate(detail, downstream(trace, "Q", values, merge=merge))
+        for merge in (merge_heads, merge_interleaved)
+    ]
+
+
+def _no_max_subtraction(trace: Trace) -> list[_Candidate]:
+    x = _weights_input(trace)
+    out = []
+    for dtype, limit in ((np.float64, 709.78), (np.float32, 88.72)):
+        e = np.exp(x.astype(dtype))  # no row maximum subtracted: exp overflows to inf
+        if not np.isposinf(e).any():
+            continue  # no overflow in this precision: the mistake changes nothing visible
+        weights = (e / e.sum(axis=-1, keepdims=True)).astype(np.float64)
+        detail = (
+            f"Your {{stage}} is what attn gets from exp(x) / sum(exp(x)) in {np.dtype(dtype)} "
+            f"without subtracting the row maximum first: exp(x) overflows to inf for x > {limit} "
+            "and inf/inf is nan. Fix: exp(x - x.max(axis=-1, keepdims=True))."
+        )
+        out.append(_Candidate(detail, downstream(trace, "softmax", {"softmax": weights})))
+    return out
+
+
+def _empty_row_nan(trace: Trace) -> list[_Candidate]:
+    if not trace.empty_rows:
+        return []
+    weights = softmax_unguarded(_weights_input(trace))
+    detail = (
+        "Your {stage} is what attn gets when a query row that may attend to no key gets nan "
+        "(softmax of all -inf) instead of all-zero weights, as torch SDPA gives since 2.5. "
+        "Fix: set such rows to 0."
+    )
+    return [_Candidate(detail, downstream(trace, "softmax", {"softmax": weights}))]
+
+
+def _stage_mixup(trace: Trace) -> list[_Candidate]:
+    detail = (
+        "Your {stage} equals attn's {other}: the array may be saved under the wrong name "
+        "(a naming slip, or the two steps done in another order)."
+    )
+    return [
+        _Candidate(detail.replace("{other}", other), {name: _internal(trace, other)})
+        for name in trace.stages
+        for other in trace.stages
+        if other != name
+    ]
+
+
+MISTAKES = (
+    _Mistake("no_scaling", "no 1/√d_k scaling", _no_scaling),
+    _Mistake("scaled_by_d_k", "scaled by d_k instead of √d_k", _scaled_by_d_k),
+    _Mistake(
+        "softmax_wrong_axis", "softmax over the wrong axis (columns sum to 1)", _softmax_wrong_axis
+    ),
+    _Mistake("scores_transposed", "Q and K swapped (scores transposed)", _scores_transposed),
+    _Mistake("k_not_transposed", "K not transposed (Q·K instead of Q·Kᵀ)", _k_not_transposed),
+    _Mistake("mask_inverted", "mask polarity inverted", _mask_inverted),
+    _Mistake("causal_shifted", "causal mask shifted by one", _causal_shifted),
+    _Mistake(
+        "heads_interleaved", "heads split interleaved instead of in blocks", _heads_interleaved
+    ),
+    _Mistake(
+        "no_max_subtraction", "forgot the row-max subtraction (overflow)", _no_max_subtraction
+    ),
+    _Mistake("empty_row_nan", "a row with nothing to attend to gives nan", _empty_row_nan),
+    _Mistake("stage_mixup", "stage saved under another stage's name", _stage_mixup, True),
+)
