@@ -29,3 +29,12 @@ class ComputeError(AttnError):
 
 class UsageError(AttnError):
     """A command-line option or argument does not make sense."""
+
+
+def printable(text: str) -> str:
+    r"""``text`` with each non-printable character escaped (ESC becomes ``\x1b``): safe to print."""
+    if text.isprintable():
+        return text
+    return "".join(
+        c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in text
+    )

@@ -13,20 +13,22 @@ of known shape. Array layouts after loading (``B`` is 1 when the fixture has no 
 from __future__ import annotations
 
 import contextlib
+import datetime
 import difflib
 import json
 import math
 import os
 import re
+import stat
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
 
-from attn_cli.errors import InputError
+from attn_cli.errors import InputError, UsageError
 
 STAGE_NAMES = (
     "X", "Q", "K", "V", "scores", "scaled", "masked", "softmax", "output", "concat", "projected",
@@ -113,10 +115,10 @@ def load_fixture(
     """Read, parse and validate the fixture file at ``path`` (``-`` reads standard input)."""
     source = os.fspath(path)
     if source == "-":
-        data = _read_stdin(max_bytes)
-        return parse_fixture(data, "<stdin>", fmt=None, max_elements=max_elements)
-    data = _read_file(Path(source), source, max_bytes)
-    return parse_fixture(data, source, fmt=_format_from_suffix(source), max_elements=max_elements)
+        data, source, fmt = _read_stdin(max_bytes), "<stdin>", None
+    else:
+        data, fmt = _read_file(Path(source), source, max_bytes), _format_from_suffix(source)
+    return parse_fixture(data, source, fmt=fmt, max_elements=max_elements)
 
 
 def parse_fixture(
@@ -155,44 +157,131 @@ def _format_from_suffix(source: str) -> Literal["json", "yaml"] | None:
 
 
 def _read_file(path: Path, source: str, max_bytes: int) -> bytes:
+    """The bytes of a regular file; directories, devices, FIFOs and sockets are refused unread."""
     try:
-        if path.is_dir():
-            raise InputError(source, "", "is a directory", "a .json, .yaml or .yml fixture file")
-        size = path.stat().st_size
-        if size > max_bytes:
-            raise InputError(source, "", f"file is {size:,} bytes", f"at most {max_bytes:,} bytes")
-        with path.open("rb") as f:
-            return f.read(max_bytes + 1)
+        _require_regular(os.stat(path).st_mode, source)  # stat never blocks, even on a FIFO
+        # O_NONBLOCK: should the path be swapped for a FIFO after the stat, opening cannot hang.
+        flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_BINARY", 0)
+        with os.fdopen(os.open(path, flags), "rb", buffering=0) as f:
+            info = os.fstat(f.fileno())
+            _require_regular(info.st_mode, source)
+            if info.st_size > max_bytes:
+                raise InputError(
+                    source, "", f"file is {info.st_size:,} bytes", f"at most {max_bytes:,} bytes"
+                )
+            return _read_limited(f, source, max_bytes)
     except FileNotFoundError:
         raise InputError(source, "", "no such file", "a path to a fixture file") from None
+    except NotADirectoryError:
+        raise InputError(
+            source, "", "no such file (a part of the path is not a folder)",
+            "a path to a fixture file",
+        ) from None  # fmt: skip
+    except IsADirectoryError:
+        raise InputError(source, "", "is a directory", _A_FIXTURE_FILE) from None
     except PermissionError:
+        if path.is_dir():  # Windows refuses to open a folder with "permission denied"
+            raise InputError(source, "", "is a directory", _A_FIXTURE_FILE) from None
         raise InputError(source, "", "permission denied", "a readable fixture file") from None
+    except ValueError:  # os.stat refuses a path holding a NUL character
+        raise InputError(source, "", "the path holds a NUL character", "a file path") from None
     except OSError as e:
         raise InputError(
-            source, "", f"cannot read file ({e.strerror})", "a readable file"
+            source, "", f"cannot read file ({e.strerror or e})", "a readable file"
         ) from None
 
 
+_A_FIXTURE_FILE = "a .json, .yaml or .yml fixture file"
+
+
+def _require_regular(mode: int, source: str) -> None:
+    """Refuse what is not a regular file: reading it could hang (FIFO) or never end (/dev/zero)."""
+    if stat.S_ISREG(mode):
+        return
+    if stat.S_ISDIR(mode):
+        raise InputError(source, "", "is a directory", _A_FIXTURE_FILE)
+    kinds = (
+        (stat.S_ISFIFO, "a named pipe (FIFO)"),
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+        (stat.S_ISSOCK, "a socket"),
+    )
+    kind = next((name for test, name in kinds if test(mode)), "a special file")
+    raise InputError(
+        source, "", f"is {kind}, not a regular file",
+        f"{_A_FIXTURE_FILE} (to pipe a fixture in, use: attn trace - < FILE)",
+    )  # fmt: skip
+
+
+_CHUNK = 1 << 20
+
+
+def _read_limited(stream: Any, source: str, max_bytes: int) -> bytes:
+    """Read to the end, but never more than ``max_bytes``: a stat size can lie (/proc, growth)."""
+    chunks: list[bytes] = []
+    total = 0
+    while True:
+        chunk = stream.read(min(_CHUNK, max_bytes + 1 - total))
+        if not chunk:
+            break
+        chunks.append(chunk)
+        total += len(chunk)
+        if total > max_bytes:
+            raise InputError(
+                source, "", f"is larger than the limit of {max_bytes:,} bytes", "a smaller fixture"
+            )
+        if b"\x00" in chunk:
+            break  # text never holds NUL: enough is read to say why (binary, UTF-16 or UTF-32)
+    return b"".join(chunks)
+
+
 def _read_stdin(max_bytes: int) -> bytes:
-    data = sys.stdin.buffer.read(max_bytes + 1)
-    if len(data) > max_bytes:
-        raise InputError("<stdin>", "", "input is too large", f"at most {max_bytes:,} bytes")
-    return data
+    source = "<stdin>"
+    stream = getattr(sys.stdin, "buffer", None)
+    if stream is None:
+        raise InputError(source, "", "standard input is closed", "a fixture piped in")
+    try:
+        return _read_limited(stream, source, max_bytes)
+    except OSError as e:
+        raise InputError(
+            source, "", f"cannot read ({e.strerror or e})", "a fixture piped in"
+        ) from None
+
+
+_BOMS = (
+    (b"\x00\x00\xfe\xff", "UTF-32"),
+    (b"\xff\xfe\x00\x00", "UTF-32"),  # before UTF-16: it starts with UTF-16's mark
+    (b"\xfe\xff", "UTF-16"),
+    (b"\xff\xfe", "UTF-16"),
+)
 
 
 def _decode(data: bytes, source: str) -> str:
-    if data[:2] in (b"\xff\xfe", b"\xfe\xff") or data[:4] in (b"\xff\xfe\x00\x00",):
-        raise InputError(source, "", "the file is UTF-16 encoded", "UTF-8 text")
-    if b"\x00" in data[:4096]:
-        raise InputError(source, "", "the file is binary (it holds NUL bytes)", "UTF-8 text")
+    for bom, encoding in _BOMS:
+        if data.startswith(bom):
+            raise InputError(source, "", f"the file is {encoding} encoded", _UTF8)
+    if b"\x00" in data:
+        head = data[:64]
+        even, odd = head[0::2], head[1::2]
+        if len(head) >= 4 and ((not any(even) and all(odd)) or (all(even) and not any(odd))):
+            raise InputError(
+                source, "", "the file looks UTF-16 encoded (a NUL byte beside every letter)", _UTF8
+            )
+        at = data.index(b"\x00")
+        raise InputError(
+            source, "", f"the file is binary (it holds NUL bytes, the first at offset {at})", _UTF8
+        )
     if data.startswith(b"\xef\xbb\xbf"):  # a UTF-8 byte-order mark is harmless: drop it
         data = data[3:]
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as e:
         raise InputError(
-            source, "", f"byte 0x{data[e.start]:02x} at offset {e.start} is not UTF-8", "UTF-8 text"
+            source, "", f"byte 0x{data[e.start]:02x} at offset {e.start} is not UTF-8", _UTF8
         ) from None
+
+
+_UTF8 = "UTF-8 text (save the file as UTF-8)"
 
 
 class _JSONSyntaxError(InputError):
@@ -204,6 +293,18 @@ class _JSONLiteral:
 
     def __init__(self, name: str) -> None:
         self.name = name
+
+
+class _JSONOverflow:
+    """A JSON number beyond float64 (``1e400``), kept so that validation can name its field."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+
+
+def _json_float(text: str) -> float | _JSONOverflow:
+    x = float(text)
+    return x if math.isfinite(x) else _JSONOverflow(text)
 
 
 def _parse_json(text: str, source: str) -> Any:
@@ -224,14 +325,21 @@ def _parse_json(text: str, source: str) -> Any:
 
     try:
         return json.loads(
-            text, object_pairs_hook=pairs, parse_constant=_JSONLiteral, parse_int=parse_int
+            text,
+            object_pairs_hook=pairs,
+            parse_constant=_JSONLiteral,
+            parse_int=parse_int,
+            parse_float=_json_float,
         )
     except json.JSONDecodeError as e:
         raise _JSONSyntaxError(
             source, f"line {e.lineno} column {e.colno}", f"invalid JSON ({e.msg})", "valid JSON"
         ) from None
     except RecursionError:
-        raise InputError(source, "", "nesting is too deep", "at most 4 levels of lists") from None
+        raise InputError(source, "", "nesting is too deep", _SHALLOW) from None
+
+
+_SHALLOW = "a mapping of fixture keys holding lists of at most 4 axes"
 
 
 def _yaml_loader(source: str, max_elements: int) -> Any:
@@ -275,26 +383,50 @@ def _yaml_loader(source: str, max_elements: int) -> Any:
 _YAML12_EXPONENT = re.compile(r"^[-+]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)[eE][-+]?[0-9]+$")
 
 
-def _expanded_size(node: Any, memo: dict[int, int], limit: int, depth: int = 0) -> int:
-    """Count scalars in a YAML node graph as if aliases were expanded, without expanding them."""
-    key = id(node)
-    if key in memo:
-        return memo[key]
-    if depth > 64:
-        raise RecursionError
-    value = node.value
-    if isinstance(value, list):
-        total = 0
-        for item in value:
-            parts = item if isinstance(item, tuple) else (item,)
-            for part in parts:
-                total += _expanded_size(part, memo, limit, depth + 1)
-                if total > limit:
-                    break
-    else:
-        total = 1
-    memo[key] = total
-    return total
+ALIAS_FREE = 1_000_000  # values any YAML document may reach through aliases
+ALIAS_FACTOR = 10  # past that, aliases may repeat what is written at most this many times
+MAX_YAML_DEPTH = 64  # mappings and lists nested deeper than this are refused while sizing
+
+
+def _yaml_size(root: Any, source: str) -> tuple[int, int]:
+    """Scalars in a YAML node graph as written and as if aliases were expanded, expanding none.
+
+    Each node is visited once (aliases share nodes), so a "billion laughs" document is sized in
+    time proportional to its text.
+    """
+    memo: dict[int, int] = {}
+    open_nodes: set[int] = set()
+    written = 0
+
+    def size(node: Any, depth: int) -> int:
+        nonlocal written
+        key = id(node)
+        if key in memo:
+            return memo[key]
+        if key in open_nodes:
+            raise InputError(
+                source, f"line {node.start_mark.line + 1}",
+                "an alias refers to a list or mapping that contains it (a recursive alias)",
+                "aliases to finished values only",
+            )  # fmt: skip
+        if depth > MAX_YAML_DEPTH:
+            raise RecursionError
+        value = node.value
+        if isinstance(value, list):
+            open_nodes.add(key)
+            total = 0
+            for item in value:
+                for part in item if isinstance(item, tuple) else (item,):  # (key, value) pairs
+                    total += size(part, depth + 1)
+            open_nodes.discard(key)
+        else:
+            total = 1
+            written += 1
+        memo[key] = total
+        return total
+
+    expanded = size(root, 0)
+    return written, expanded
 
 
 def _parse_yaml(text: str, source: str, max_elements: int) -> Any:
@@ -306,25 +438,162 @@ def _parse_yaml(text: str, source: str, max_elements: int) -> Any:
         if node is None:
             raise InputError(source, "", "the file is empty", "a YAML mapping of fixture keys")
         # Aliases are legal but may expand exponentially ("billion laughs"): size the graph first.
-        size = _expanded_size(node, {}, max_elements * 2)
-        if size > max_elements * 2:
-            raise InputError(
-                source, "", "the document expands to too many values",
-                f"at most {max_elements:,} numbers (see --max-elements)",
-            )  # fmt: skip
+        _check_aliases(*_yaml_size(node, source), source, max_elements)
         return loader.construct_document(node)
     except yaml.MarkedYAMLError as e:
         mark = e.problem_mark or e.context_mark
         where = f"line {mark.line + 1} column {mark.column + 1}" if mark else ""
         problem = ", ".join(" ".join(p.split()) for p in (e.context, e.problem) if p)
         raise InputError(source, where, f"invalid YAML ({problem})", "plain YAML data") from None
+    except yaml.reader.ReaderError as e:  # a character YAML does not allow, before parsing
+        before = text[: e.position]
+        where = f"line {before.count(chr(10)) + 1} column {len(before) - before.rfind(chr(10))}"
+        char = e.character if isinstance(e.character, str) else chr(e.character)
+        raise InputError(
+            source, where, f"invalid YAML (the character {ord(char):#06x} is not allowed)",
+            "plain YAML text without control characters",
+        ) from None  # fmt: skip
     except yaml.YAMLError as e:
         problem = " ".join(str(e).split())
         raise InputError(source, "", f"invalid YAML ({problem})", "plain YAML data") from None
     except RecursionError:
-        raise InputError(source, "", "nesting is too deep", "at most 4 levels of lists") from None
+        raise InputError(
+            source, "", f"nesting is too deep (more than {MAX_YAML_DEPTH} levels)", _SHALLOW
+        ) from None
     finally:
         loader.dispose()
+
+
+def _check_aliases(written: int, expanded: int, source: str, max_elements: int) -> None:
+    """Aliases may repeat data (``K: *q``) but not multiply it into more than we would read."""
+    if expanded == written:
+        return  # no alias repeats anything: validation counts the numbers
+    cap = 2 * max_elements
+    limit = min(cap, max(ALIAS_FREE, ALIAS_FACTOR * written))
+    if expanded <= limit:
+        return
+    if limit == cap:
+        why = "see --max-elements"
+    elif limit == ALIAS_FREE:
+        why = "aliases may repeat parts of a fixture, not multiply it"
+    else:
+        why = f"{ALIAS_FACTOR} times the values written"
+    raise InputError(
+        source, "",
+        f"the document expands to too many values (YAML aliases turn {written:,} values "
+        f"written into {expanded:,})",
+        f"at most {limit:,} values once aliases are expanded ({why})",
+    )  # fmt: skip
+
+
+# ---------------------------------------------------------------------------------------------
+# Memory: refuse up front a fixture whose trace would not fit
+
+MAX_MEMORY_CAP = 4 * 1024**3
+
+
+def default_max_memory() -> int:
+    """The default budget of a trace: 4 GiB, or half the physical memory when that is less."""
+    try:
+        physical = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (AttributeError, ValueError, OSError):  # not POSIX: no way to ask
+        return MAX_MEMORY_CAP
+    return min(MAX_MEMORY_CAP, physical // 2) if physical > 0 else MAX_MEMORY_CAP
+
+
+SCORE_STAGES = ("scores", "scaled", "masked", "softmax")
+BLOCK_ELEMENTS = 1 << 19  # score rows are computed in blocks of about this many numbers
+
+
+def memory_needed(inputs: Inputs, keep: Collection[str] | None = None, itemsize: int = 8) -> int:
+    """Bytes a trace of ``inputs`` holds at its peak, estimated from the shapes alone.
+
+    ``keep`` names the stages the trace keeps (None: all); ``itemsize`` is 8 for float64. The
+    kept score stages, B·H·T·S numbers each, dominate: a 200,000-token sequence needs 320 GB
+    for each of them.
+    """
+    B, H, Hkv, T, S = inputs.batch, inputs.heads, inputs.kv_heads, inputs.seq_q, inputs.seq_k
+    D, Dv, E = inputs.d_k, inputs.d_v, inputs.d_out or 0
+    given = [inputs.X, inputs.W_Q, inputs.W_K, inputs.W_V, inputs.Q, inputs.K, inputs.V]
+    given += [inputs.W_O, inputs.bias, *inputs.expected.values()]
+    held = sum(a.nbytes for a in given if a is not None)
+    held += 0 if inputs.mask is None else inputs.mask.nbytes
+    # 1) Q, K, V: projected, or given (copied only to change precision)
+    numbers = B * (H * T * D + Hkv * S * (D + Dv))
+    if inputs.mode == "direct" and itemsize == 8:
+        numbers = 0
+    # 2)-5) the score stages that are kept, and a block of score rows being worked on
+    numbers += score_stages_kept(inputs, keep) * B * H * T * S
+    numbers += 3 * min(T * S, max(S, BLOCK_ELEMENTS))
+    # 6)-7) output, concat, projected
+    numbers += B * H * T * Dv * 2 + B * T * E
+    return held + itemsize * numbers
+
+
+def score_stages_kept(inputs: Inputs, keep: Collection[str] | None = None) -> int:
+    """How many of scores, scaled, masked, softmax a trace keeps (masked only if it applies)."""
+    stages = [s for s in SCORE_STAGES if s != "masked" or _masks(inputs)]
+    return len(stages if keep is None else [s for s in stages if s in keep])
+
+
+def _masks(inputs: Inputs) -> bool:
+    """Whether the trace has a ``masked`` stage."""
+    return any(x is not None for x in (inputs.causal, inputs.mask, inputs.bias, inputs.lengths))
+
+
+def check_memory(
+    inputs: Inputs,
+    max_memory: int | None = None,
+    keep: Collection[str] | None = None,
+    itemsize: int = 8,
+) -> None:
+    """Refuse, before any stage is computed, a trace that would need more than ``max_memory``.
+
+    ``max_memory`` None is :func:`default_max_memory`; ``keep`` and ``itemsize`` as for
+    :func:`memory_needed`.
+    """
+    budget = default_max_memory() if max_memory is None else max_memory
+    need = memory_needed(inputs, keep, itemsize)
+    if need <= budget:
+        return
+    B, H, T, S = inputs.batch, inputs.heads, inputs.seq_q, inputs.seq_k
+    n = score_stages_kept(inputs, keep)
+    held = f"{n} score stages each hold" if n > 1 else "the score stage holds" if n else ""
+    why = f" ({held} {B * H * T * S:,} numbers: batch {B} x heads {H} x seq_q {T} x seq_k {S})"
+    raise InputError(
+        inputs.source, "",
+        f"tracing it would need about {format_bytes(need)} of memory{why if n else ''}",
+        f"at most {format_bytes(budget)} (see --max-memory)",
+    )  # fmt: skip
+
+
+def format_bytes(n: int) -> str:
+    """A size in binary units: ``512 bytes``, ``1.5 KiB``, ``4.0 GiB``."""
+    if n < 1024:
+        return f"{n} bytes"
+    size = float(n)
+    for unit in ("KiB", "MiB", "GiB", "TiB", "PiB"):
+        size /= 1024
+        if size < 1024 or unit == "PiB":
+            break
+    return f"{size:.1f} {unit}"
+
+
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*([kmgtp]?)(?:i?b)?\s*$", re.I)
+
+
+def parse_size(text: str, option: str = "--max-memory") -> int:
+    """``8G``, ``500M``, ``1.5GiB`` or a number of bytes; K, M, G, T, P are powers of 1024."""
+    match = _SIZE.match(text)
+    if not match:
+        raise UsageError(
+            "", option, f"got {text!r}", "a size such as 8G, 500M or 1.5GiB (powers of 1024)"
+        )
+    unit = 1024 ** " kmgtp".index(match.group(2).lower() or " ")
+    size = int(float(match.group(1)) * unit)
+    if size < 1:
+        raise UsageError("", option, f"got {text!r}", "a size of at least 1 byte")
+    return size
 
 
 # ---------------------------------------------------------------------------------------------
@@ -404,8 +673,11 @@ class _Checker:
             value = _replace_specials(value)
         try:
             arr = np.array(value, dtype=np.float64)
-        except OverflowError:
-            raise self.error(key, "a number is too large for float64", "finite numbers") from None
+        except OverflowError:  # an integer beyond float64, such as 0x followed by 290 f's
+            raise self.error(
+                f"{key}{_first_overflow(value) or ''}", "is an integer beyond the range of float64",
+                "a finite number (at most about 1.8e308)",
+            ) from None  # fmt: skip
         if not allow:
             self.require_finite(key, arr)
         return arr
@@ -415,7 +687,23 @@ class _Checker:
         if bad.any():
             pos = tuple(int(i) for i in np.argwhere(bad)[0])
             where = "".join(f"[{i}]" for i in pos)
-            raise self.error(f"{key}{where}", f"is {arr[pos]} (overflow?)", "a finite number")
+            why = "not a number" if np.isnan(arr[pos]) else "infinite, or beyond float64"
+            raise self.error(f"{key}{where}", f"is {arr[pos]} ({why})", "a finite number")
+
+
+def _first_overflow(value: Any) -> str | None:
+    """The index, as ``[i][j]``, of the first number in nested lists that float64 cannot hold."""
+    if isinstance(value, list):
+        for i, item in enumerate(value):
+            where = _first_overflow(item)
+            if where is not None:
+                return f"[{i}]{where}"
+        return None
+    try:
+        float(value)
+    except OverflowError:
+        return ""
+    return None
 
 
 def _number(x: Any) -> bool:
@@ -448,9 +736,21 @@ def _describe(x: Any) -> str:
         return "a list"
     if isinstance(x, _JSONLiteral):
         return f"the JSON literal {x.name}"
+    if isinstance(x, _JSONOverflow):
+        shown = x.text if len(x.text) <= 20 else x.text[:17] + "..."
+        return f"the number {shown}, beyond the range of float64 (±1.8e308)"
     if _number(x):
         shown = repr(x) if len(repr(x)) <= 20 else repr(x)[:17] + "..."
         return f"the number {shown}"
+    # what else safe YAML makes: dates, timestamps, !!binary, !!set
+    if isinstance(x, datetime.datetime):
+        return f"the timestamp {x.isoformat()} (YAML reads unquoted timestamps as times)"
+    if isinstance(x, datetime.date):
+        return f"the date {x.isoformat()} (YAML reads unquoted dates as dates)"
+    if isinstance(x, bytes):
+        return f"{len(x)} bytes of binary data (!!binary)"
+    if isinstance(x, set | frozenset):
+        return "a set (!!set)"
     return type(x).__name__
 
 
@@ -605,7 +905,19 @@ def _string(c: _Checker, obj: Mapping[str, Any], key: str) -> str:
     value = obj.get(key, "")
     if not isinstance(value, str):
         raise c.error(key, f"got {_describe(value)}", "a string")
+    _require_unicode(c, key, value)
     return value
+
+
+def _require_unicode(c: _Checker, field: str, text: str) -> None:
+    """Refuse a lone surrogate (JSON ``"\\ud800"``): no terminal or file could print it."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as e:
+        raise c.error(
+            field, f"holds a lone surrogate {text[e.start]!a} at character {e.start}",
+            "text that is valid Unicode",
+        ) from None  # fmt: skip
 
 
 def _positive_int(c: _Checker, obj: Mapping[str, Any], key: str) -> int | None:
@@ -805,6 +1117,7 @@ def _tokens(
     for i, t in enumerate(value):
         if not isinstance(t, str):
             raise c.error(f"{key}[{i}]", f"got {_describe(t)}", "a string (quote it in YAML)")
+        _require_unicode(c, f"{key}[{i}]", t)
     if len(value) != n:
         raise c.error(key, f"has {len(value)} tokens", f"{n} = {what}")
     return tuple(value)

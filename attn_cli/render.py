@@ -1,135 +1,88 @@
 """Rich renderables for a trace: a header of the configuration, then one table per stage slice.
 
 Renderers only format what the pipeline computed; they never recompute. Only the CLI prints.
+The classroom layer adds, on request: heatmap shading of the score-like stages, a focus on one
+query row, the explanation of each stage, a worked cell, step-mode pages and HTML/SVG export.
 """
 
 from __future__ import annotations
 
 import itertools
 import math
+import re
+import unicodedata
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from html import escape as html_escape
 from typing import Any
 
 from rich import box
-from rich.console import Group, RenderableType
+from rich.cells import cell_len
+from rich.columns import Columns
+from rich.console import Console, ConsoleOptions, Group, RenderableType, RenderResult
+from rich.measure import Measurement
 from rich.padding import Padding
 from rich.panel import Panel
 from rich.rule import Rule
+from rich.style import Style
 from rich.table import Table
 from rich.text import Text
 
+from attn_cli.explain import CellText, Explanation, cell_text, explain_stage
+from attn_cli.i18n import Lang, label
 from attn_cli.pipeline import Stage, Trace
+from attn_cli.text import format_number as format_number
+from attn_cli.text import header_lines
+from attn_cli.text import safe as safe
+from attn_cli.worked import (
+    CellRef,
+    WorkedCell,
+    row_max_positions_for_display,
+    row_sums_for_display,
+    worked_cells,
+)
 
 ELLIPSIS = "…"
 # An axis longer than LIMIT shows its first and last EDGE entries, as NumPy summarises arrays.
 ROW_LIMIT, ROW_EDGE = 12, 5
 COL_LIMIT, COL_EDGE = 10, 4
 TABLE_LIMIT, TABLE_EDGE = 16, 3  # tables (batch items x heads) per stage
+HEAT_STAGES = ("scores", "scaled", "masked", "softmax")
+CELLS_SHOWN = 4  # worked cells (batch items x heads) shown unless full
 
 
 @dataclass(frozen=True)
 class RenderOptions:
-    """How to show a trace: digits after the point, which stages, and whether to elide."""
+    """How to show a trace: digits, which stages, elision, and the classroom extras."""
 
     precision: int = 4
     stages: tuple[str, ...] | None = None
     full: bool = False
-
-
-def safe(text: str) -> str:
-    """Input text as printable characters only: no escape sequences reach the terminal."""
-    if text.isprintable():
-        return text
-    return "".join(
-        c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in text
-    )
-
-
-def format_number(x: float, precision: int) -> str:
-    """Fixed-point with ``precision`` digits; never ``-0.0000``; infinities spelled out."""
-    if math.isnan(x):
-        return "nan"
-    if math.isinf(x):
-        return "-inf" if x < 0 else "inf"
-    s = f"{x:.{precision}f}"
-    if s.startswith("-") and not s.strip("-0.").strip():
-        s = s[1:]
-    return s
+    heatmap: bool = False  # shade the score-like stages, mark row maxima, show row sums
+    explain: bool = False  # formula, shapes and meaning under each stage
+    lang: Lang = "en"
+    cell: CellRef | None = None  # the worked cell, shown under the stages it runs through
+    focus: int | None = None  # show only this query's row in the stages that have one
 
 
 def render_trace(trace: Trace, options: RenderOptions | None = None) -> Group:
     """The whole trace: configuration header, then every selected stage."""
     options = options or RenderOptions()
     parts: list[RenderableType] = [render_header(trace)]
+    if options.focus is not None:
+        focus = safe(trace.query_labels[options.focus])
+        parts.append(Text(label(options.lang, "focus", query=focus), style="bold magenta"))
+    cells = _cells(trace, options)
     for stage in trace:
         if options.stages is None or stage.name in options.stages:
-            parts.append(render_stage(trace, stage, options))
+            parts.append(render_stage(trace, stage, options, cells))
     return Group(*parts)
 
 
 def render_header(trace: Trace) -> Panel:
     """The configuration: shapes, heads, scale and its source, masking semantics."""
     inp = trace.inputs
-    lines: list[tuple[str, str]] = []
-    if inp.description:
-        lines.append(("about", inp.description))
-    lines.append(("source", inp.source))
-    if inp.mode == "projection":
-        lines.append(("mode", "projection: Q = X·W_Q (X @ W; a torch nn.Linear weight is Wᵀ)"))
-    else:
-        lines.append(("mode", "direct: Q, K, V given"))
-    dims = [f"batch {inp.batch}" if inp.has_batch else "no batch axis"]
-    dims.append(f"seq_q {inp.seq_q}" if inp.seq_q != inp.seq_k else f"seq {inp.seq_q}")
-    if inp.seq_q != inp.seq_k:
-        dims.append(f"seq_k {inp.seq_k}")
-    if inp.d_model is not None:
-        dims.append(f"d_model {inp.d_model}")
-    dims.append(f"d_k {inp.d_k}")
-    dims.append(f"d_v {inp.d_v}")
-    if inp.d_out is not None:
-        dims.append(f"d_out {inp.d_out}")
-    lines.append(("shapes", ", ".join(dims)))
-    heads = f"{inp.heads}"
-    if inp.kv_heads != inp.heads:
-        heads += (
-            f" query heads, {inp.kv_heads} key/value heads (grouped-query: head h reads "
-            f"kv head h // {inp.heads // inp.kv_heads})"
-        )
-    lines.append(("heads", heads))
-    default = 1 / math.sqrt(inp.d_k)
-    if trace.scale_source == "default":
-        scale = f"{trace.scale:.6g} = 1/√d_k (default, as torch SDPA)"
-    else:
-        scale = f"{trace.scale:.6g} (from the fixture; 1/√d_k would be {default:.6g})"
-        if trace.scale == 1:
-            scale += ", unscaled as in the source article"
-    lines.append(("scale", scale))
-    masking: list[str] = []
-    if inp.causal == "upper-left":
-        masking.append("causal upper-left: query i sees keys j ≤ i (torch is_causal=True)")
-    elif inp.causal == "lower-right":
-        masking.append("causal lower-right: query i sees keys j ≤ i + seq_k − seq_q (KV cache)")
-    if inp.mask is not None:
-        masking.append(
-            "mask: true = may attend (torch SDPA's convention; nn.MultiheadAttention's is the "
-            "opposite)"
-        )
-    if inp.bias is not None:
-        masking.append("bias: added to the scaled scores (−∞ blocks a key)")
-    if inp.lengths is not None:
-        masking.append(
-            f"lengths {[int(n) for n in inp.lengths]}: keys past each length are padding"
-        )
-    if len(masking) > 1:
-        masking.append(
-            "these combine (torch SDPA refuses attn_mask with is_causal; attn allows it)"
-        )
-    for i, text in enumerate(masking):
-        lines.append(("masking" if i == 0 else "", text))
-    if trace.empty_rows:
-        lines.append(("note", "rows with nothing to attend to get all-zero weights (torch ≥ 2.5)"))
-
+    lines = header_lines(trace)
     grid = Table.grid(padding=(0, 2))
     grid.add_column(style="bold")
     grid.add_column()
@@ -139,8 +92,17 @@ def render_header(trace: Trace) -> Panel:
     return Panel(grid, title=title, title_align="left", box=box.ROUNDED)
 
 
-def render_stage(trace: Trace, stage: Stage, options: RenderOptions) -> Group:
-    """One stage: a rule with its name, the formula and shape, then a table per slice."""
+def render_stage(
+    trace: Trace,
+    stage: Stage,
+    options: RenderOptions,
+    cells: Sequence[WorkedCell] | None = None,
+) -> Group:
+    """One stage: a rule with its name, the formula and shape, then a table per slice.
+
+    With the classroom options: shading and a legend, the focused row only, the explanation,
+    and the worked cell's part for this stage (``cells``, from :func:`worked_cells`).
+    """
     shape = ", ".join(f"{a}={n}" for a, n in zip(stage.axes, stage.shape, strict=True))
     formula = stage.formula
     if stage.name == "scaled":
@@ -149,6 +111,7 @@ def render_stage(trace: Trace, stage: Stage, options: RenderOptions) -> Group:
         Rule(Text(stage.name, style="bold cyan"), align="left", style="cyan"),
         Text.assemble((formula, "italic"), "   ", (f"[{shape}]", "dim")),
     ]
+    heat = _heat(trace, stage, options) if options.heatmap else None
     lead = stage.axes[:-2]
     slices = list(itertools.product(*(range(n) for n in stage.shape[:-2])))
     shown: Iterable[tuple[int, ...] | None] = slices
@@ -157,6 +120,10 @@ def render_stage(trace: Trace, stage: Stage, options: RenderOptions) -> Group:
         hidden = len(slices) - 2 * TABLE_EDGE
         shown = [*slices[:TABLE_EDGE], None, *slices[-TABLE_EDGE:]]
         parts_note = f"{ELLIPSIS} {hidden} more tables ({ELLIPSIS} --full shows all)"
+    row_axis, col_axis = stage.axes[-2], stage.axes[-1]
+    only_rows = None
+    if options.focus is not None and row_axis in ("query", "seq"):
+        only_rows = (options.focus,)
     for index in shown:
         if index is None:
             parts.append(Padding(Text(parts_note, style="dim"), (0, 0, 1, 2)))
@@ -165,7 +132,6 @@ def render_stage(trace: Trace, stage: Stage, options: RenderOptions) -> Group:
         if len(slices) == 1:
             title = ""  # a single table needs no "head 0"
         matrix = stage.data[index] if index else stage.data
-        row_axis, col_axis = stage.axes[-2], stage.axes[-1]
         parts.append(
             _spaced(
                 render_matrix(
@@ -175,10 +141,30 @@ def render_stage(trace: Trace, stage: Stage, options: RenderOptions) -> Group:
                     row_axis=row_axis,
                     title=title or None,
                     options=options,
+                    heat=None if heat is None else heat.slice(trace, stage, index),
+                    only_rows=only_rows,
                 )
             )
         )
+    if heat is not None:
+        parts.append(Padding(render_legend(heat, options.lang, options.precision), (0, 0, 1, 0)))
+    if options.explain:
+        parts.append(
+            render_explanation(explain_stage(trace, stage.name, options.lang, options.precision))
+        )
+    for n, cell in enumerate(cells or ()):
+        if n == CELLS_SHOWN and not options.full:
+            more = len(cells or ()) - CELLS_SHOWN
+            parts.append(Text(f"{ELLIPSIS} +{more} ({ELLIPSIS} --full)", style="dim"))
+            break
+        part = cell_text(trace, cell, stage.name, options.lang, options.precision, options.full)
+        if part is not None:
+            parts.append(render_cell(part))
     return Group(*parts)
+
+
+def _cells(trace: Trace, options: RenderOptions) -> list[WorkedCell]:
+    return [] if options.cell is None else worked_cells(trace, options.cell)
 
 
 def _spaced(table: Table) -> Padding:
@@ -193,9 +179,15 @@ def render_matrix(
     row_axis: str,
     title: str | None,
     options: RenderOptions,
+    heat: SliceHeat | None = None,
+    only_rows: Sequence[int] | None = None,
 ) -> Table:
     """A 2-D array as a table with labelled rows and columns, elided unless ``full``."""
-    rows = _pick(len(row_labels), ROW_LIMIT, ROW_EDGE, options.full)
+    rows: list[int | None] = (
+        list(only_rows)
+        if only_rows is not None
+        else _pick(len(row_labels), ROW_LIMIT, ROW_EDGE, options.full)
+    )
     cols = _pick(len(col_labels), COL_LIMIT, COL_EDGE, options.full)
     table = Table(
         title=Text(title, style="bold") if title else None,
@@ -209,9 +201,12 @@ def render_matrix(
     for j in cols:
         header = Text(ELLIPSIS) if j is None else Text(safe(col_labels[j]))
         table.add_column(header, justify="right", no_wrap=True)
+    if heat is not None and heat.row_sums is not None:
+        table.add_column(Text(label(heat.lang, "heat_row_sum"), style="dim"), justify="right")
     for i in rows:
         if i is None:
-            table.add_row(ELLIPSIS, *(ELLIPSIS for _ in cols))
+            extra = (ELLIPSIS,) if heat is not None and heat.row_sums is not None else ()
+            table.add_row(ELLIPSIS, *(ELLIPSIS for _ in cols), *extra)
             continue
         cells: list[RenderableType] = [Text(safe(row_labels[i]))]
         for j in cols:
@@ -219,9 +214,14 @@ def render_matrix(
                 cells.append(Text(ELLIPSIS))
                 continue
             x = float(matrix[i, j])
+            if heat is not None:
+                cells.append(heat.cell(i, j, x, options.precision))
+                continue
             cells.append(
                 Text(format_number(x, options.precision), style="dim" if x == -math.inf else "")
             )
+        if heat is not None and heat.row_sums is not None:
+            cells.append(Text(format_number(heat.row_sums[i], options.precision), style="dim"))
         table.add_row(*cells)
     return table
 
@@ -243,3 +243,365 @@ def _labels(trace: Trace, axis: str, n: int) -> tuple[str, ...]:
 
 def _axis_title(axis: str) -> str:
     return {"kv_head": "kv head"}.get(axis, axis)
+
+
+# ---------------------------------------------------------------------------------------------
+# Heatmap shading: viridis (perceptually ordered, readable with colour-blindness and in grey)
+
+# viridis at 0, 0.1, ..., 1 (matplotlib's colormap, as sampled by R's viridisLite)
+VIRIDIS = (
+    "#440154", "#482576", "#414487", "#35608d", "#2a788e", "#21908c",
+    "#22a884", "#43bf71", "#7ad151", "#bbdf27", "#fde725",
+)  # fmt: skip
+MASKED_STYLE = Style(color="#e4e4e4", bgcolor="#585858", italic=True)
+MAX_MARK, MASKED_MARK, NO_MARK = "*", "·", " "
+
+
+def viridis(t: float) -> str:
+    """The viridis colour at ``t`` in [0, 1], interpolated between samples, as ``#rrggbb``."""
+    t = min(max(t, 0.0), 1.0) * (len(VIRIDIS) - 1)
+    i = min(int(t), len(VIRIDIS) - 2)
+    f = t - i
+    a, b = VIRIDIS[i], VIRIDIS[i + 1]
+    rgb = (round(int(a[k : k + 2], 16) * (1 - f) + int(b[k : k + 2], 16) * f) for k in (1, 3, 5))
+    return "#" + "".join(f"{c:02x}" for c in rgb)
+
+
+def heat_style(t: float) -> Style:
+    """A cell shaded by ``t``: viridis background, black or white text for contrast."""
+    return Style(color="#000000" if t >= 0.55 else "#ffffff", bgcolor=viridis(t))
+
+
+@dataclass(frozen=True)
+class StageHeat:
+    """Shading for one stage: its value range (over every slice) and what to mark."""
+
+    stage: str
+    lo: float
+    hi: float
+    lang: Lang
+    masked: bool  # the stage shows masked cells (−∞ in masked; their zeros in softmax)
+
+    def slice(self, trace: Trace, stage: Stage, index: tuple[int, ...]) -> SliceHeat:
+        """The shading of one table of this stage."""
+        matrix = stage.data[index] if index else stage.data
+        blocked = None
+        if "masked" in trace and self.stage in ("masked", "softmax"):
+            source = trace["masked"].data
+            blocked = (source[index] if index else source) == -math.inf
+        is_softmax = self.stage == "softmax"
+        return SliceHeat(
+            lo=self.lo,
+            hi=self.hi,
+            lang=self.lang,
+            blocked=blocked,
+            maxima=row_max_positions_for_display(matrix) if is_softmax else None,
+            row_sums=row_sums_for_display(matrix) if is_softmax else None,
+        )
+
+
+@dataclass(frozen=True)
+class SliceHeat:
+    """Shading for one table: value range, masked cells, row maxima and row sums."""
+
+    lo: float
+    hi: float
+    lang: Lang
+    blocked: Any | None  # bool (rows, cols): True where the masked stage holds −∞
+    maxima: frozenset[tuple[int, int]] | None  # softmax only: where each row peaks
+    row_sums: tuple[float, ...] | None  # softmax only
+
+    def cell(self, i: int, j: int, x: float, precision: int) -> Text:
+        """One shaded cell; masked cells grey with −∞ or ·, a row maximum with *."""
+        mark = ""
+        if self.maxima is not None:
+            mark = MAX_MARK if (i, j) in self.maxima else NO_MARK
+        if self.blocked is not None and bool(self.blocked[i, j]):
+            if x == -math.inf:
+                return Text("−∞" + mark, style=MASKED_STYLE)
+            return Text(format_number(x, precision) + MASKED_MARK, style=MASKED_STYLE)
+        t = 0.5 if self.hi <= self.lo else (x - self.lo) / (self.hi - self.lo)
+        style = heat_style(t)
+        if mark == MAX_MARK:
+            style += Style(bold=True, underline=True)
+        return Text(format_number(x, precision) + mark, style=style)
+
+
+def _heat(trace: Trace, stage: Stage, options: RenderOptions) -> StageHeat | None:
+    if stage.name not in HEAT_STAGES:
+        return None
+    if stage.name == "softmax":
+        lo, hi = 0.0, 1.0  # weights are probabilities: one fixed scale for every trace
+    else:
+        finite = [float(x) for x in stage.data.flat if math.isfinite(x)]
+        lo, hi = (min(finite), max(finite)) if finite else (0.0, 1.0)
+    masked = "masked" in trace and stage.name in ("masked", "softmax")
+    return StageHeat(stage.name, lo, hi, options.lang, masked)
+
+
+def render_legend(heat: StageHeat, lang: Lang, precision: int) -> Text:
+    """The colour scale from low to high with its range, and what the marks mean."""
+    # Gaps go at the end of a piece, never at the start of the next: SVG viewers drop
+    # leading blanks of a positioned text run.
+    text = Text.assemble((label(lang, "heat_low") + " ", "dim"))
+    for n in range(12):
+        text.append("█" if n < 11 else "█ ", style=Style(color=viridis(n / 11)))
+    text.append(label(lang, "heat_high") + "  ", style="dim")
+    text.append(f"{format_number(heat.lo, precision)} … {format_number(heat.hi, precision)}")
+    if heat.stage == "softmax":
+        text.append(f"   {MAX_MARK} {label(lang, 'heat_max')}")
+    if heat.masked:
+        sample = "−∞" if heat.stage == "masked" else MASKED_MARK
+        text.append("   ")
+        text.append(sample, style=MASKED_STYLE)
+        text.append(f" {label(lang, 'heat_masked')}")
+    return text
+
+
+# ---------------------------------------------------------------------------------------------
+# The explanation layer and the worked cell
+
+
+def render_explanation(expl: Explanation) -> Panel:
+    """Formula, shapes in and out, and meaning, in a box under the stage."""
+    lang = expl.lang
+    grid = Table.grid(padding=(0, 2))
+    grid.add_column(style="bold", no_wrap=True)
+    grid.add_column()
+    for n, line in enumerate(expl.formula):
+        grid.add_row(label(lang, "formula") if n == 0 else "", _wrap(line, "italic"))
+    shapes = Text.assemble(
+        (label(lang, "in") + " ", "dim"), label(lang, "sep").join(expl.inputs),
+        ("  →  " + label(lang, "out") + " ", "dim"), expl.output,
+    )  # fmt: skip
+    grid.add_row(label(lang, "shapes"), _wrap(shapes))
+    for n, para in enumerate(expl.meaning):
+        grid.add_row(label(lang, "meaning") if n == 0 else "", _wrap(para))
+    return Panel(
+        grid,
+        title=Text(label(lang, "explain_title"), style="bold green"),
+        title_align="left",
+        border_style="green",
+        box=box.ROUNDED,
+    )
+
+
+def _wrap(text: str | Text, style: str = "") -> Paragraph:
+    return Paragraph(text if isinstance(text, Text) else Text(text, style=style))
+
+
+# Chinese line breaking: never start a line with closing punctuation, never end one with opening.
+_NO_LINE_START = frozenset("，。、；：？！）》」』】”’,.;:?!)]…")
+_NO_LINE_END = frozenset("（《「『【“‘([")
+
+
+class Paragraph:
+    """Text wrapped for Chinese as well as English.
+
+    Rich breaks lines only at spaces, so a run of Chinese (which has none) would be cut off or
+    folded anywhere. Here a line may break at a space or between two wide characters, but not
+    before closing punctuation (，。）) nor after opening punctuation (（“), as Chinese typesetting
+    requires. Latin words and numbers stay whole.
+    """
+
+    def __init__(self, text: Text) -> None:
+        self.text = text
+
+    def _units(self) -> list[tuple[int, int]]:
+        """(start, end) of each unbreakable piece: a Latin word, a wide character, a space."""
+        plain = self.text.plain
+        units: list[tuple[int, int]] = []
+        start = 0
+        for i, ch in enumerate(plain):
+            if ch == " " or _wide(ch):
+                if start < i:
+                    units.append((start, i))
+                units.append((i, i + 1))
+                start = i + 1
+        if start < len(plain):
+            units.append((start, len(plain)))
+        glued: list[tuple[int, int]] = []
+        for a, b in units:
+            if glued and not _may_break(plain, glued[-1][1], a):
+                glued[-1] = (glued[-1][0], b)
+            else:
+                glued.append((a, b))
+        return glued
+
+    def _lines(self, width: int) -> list[Text]:
+        plain = self.text.plain
+        breaks: list[int] = []  # offsets where a new line starts
+        used = 0
+        for a, b in self._units():
+            size = cell_len(plain[a:b])
+            if plain[a] == " ":
+                used += size
+                continue
+            if used + size > width and used > 0:
+                breaks.append(a)
+                used = 0
+            used += size
+        lines = []
+        for line in self.text.divide(breaks):
+            line.rstrip()
+            while line.plain.startswith(" "):
+                line = line[1:]
+            lines.append(line)
+        return lines
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        for line in self._lines(options.max_width):
+            line.overflow = "fold"
+            line.end = "\n"
+            yield line
+
+    def __rich_measure__(self, console: Console, options: ConsoleOptions) -> Measurement:
+        plain = self.text.plain
+        widest = max((cell_len(plain[a:b]) for a, b in self._units()), default=0)
+        return Measurement(min(widest, options.max_width), cell_len(plain))
+
+
+def _may_break(plain: str, end: int, start: int) -> bool:
+    """May a line break fall between ``plain[:end]`` and ``plain[start:]`` (adjacent)?"""
+    before, after = plain[end - 1], plain[start]
+    if before == " " or after == " ":
+        return True
+    if not (_wide(before) and _wide(after)):
+        return False  # Latin stays glued to what touches it: 键=3, W_Q、W_K
+    return after not in _NO_LINE_START and before not in _NO_LINE_END
+
+
+def _wide(ch: str) -> bool:
+    return unicodedata.east_asian_width(ch) in ("W", "F")
+
+
+def render_cell(part: CellText) -> Panel:
+    """A worked cell's part for one stage: its lines, and the softmax row as a table."""
+    body: list[RenderableType] = [_wrap(line) for line in part.lines]
+    if part.header:
+        table = Table(box=box.SIMPLE_HEAD, show_edge=False, padding=(0, 1), pad_edge=False)
+        for n, head in enumerate(part.header):
+            table.add_column(Text(head, style="dim"), justify="left" if n == 0 else "right")
+        for row in part.rows:
+            table.add_row(*(Text(c) for c in row))
+        body.append(table)
+    body.extend(_wrap(line) for line in part.footer)
+    return Panel(
+        Group(*body),
+        title=Text(part.title, style="bold yellow"),
+        title_align="left",
+        border_style="yellow",
+        box=box.ROUNDED,
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# The compact heatmap view and step-mode pages
+
+
+def render_heatmap(trace: Trace, options: RenderOptions) -> Group:
+    """Only the attention weights, one shaded table per head, side by side when they fit."""
+    stage = trace["softmax"]
+    heat = _heat(trace, stage, options)
+    assert heat is not None
+    name = safe(trace.inputs.name) if trace.inputs.name else safe(trace.inputs.source)
+    parts: list[RenderableType] = [
+        Rule(
+            Text.assemble((label(options.lang, "heat_title"), "bold cyan"), " · ", name),
+            align="left",
+            style="cyan",
+        )
+    ]
+    has_batch = stage.axes[0] == "batch"
+    batches = range(stage.shape[0]) if has_batch else [None]
+    for b in batches:
+        tables: list[RenderableType] = []
+        heads = stage.shape[1] if has_batch else stage.shape[0]
+        for h in range(heads):
+            index = (h,) if b is None else (b, h)
+            title = f"{label(options.lang, 'head')} {h}"
+            if b is not None:
+                title = f"{label(options.lang, 'batch')} {b} · {title}"
+            tables.append(
+                render_matrix(
+                    stage.data[index],
+                    row_labels=trace.query_labels,
+                    col_labels=trace.key_labels,
+                    row_axis="query",
+                    title=title,
+                    options=options,
+                    heat=heat.slice(trace, stage, index),
+                )
+            )
+        parts.append(Padding(Columns(tables, padding=(0, 4)), (0, 0, 1, 0)))
+    parts.append(render_legend(heat, options.lang, options.precision))
+    return Group(*parts)
+
+
+def step_names(trace: Trace, options: RenderOptions) -> list[str]:
+    """The stages step mode walks through, in pipeline order."""
+    return [s.name for s in trace if options.stages is None or s.name in options.stages]
+
+
+def render_step_page(trace: Trace, k: int, options: RenderOptions) -> Group:
+    """Page ``k`` (0-based) of step mode: where we are, the stage, its explanation, the keys."""
+    names = step_names(trace, options)
+    n = len(names)
+    position = label(options.lang, "step_position", k=k + 1, n=n)
+    parts: list[RenderableType] = [
+        Text.assemble((position, "bold reverse"), "  ", (names[k], "bold cyan")),
+    ]
+    if k == 0:
+        parts.append(render_header(trace))
+    parts.append(render_stage(trace, trace[names[k]], options, _cells(trace, options)))
+    keys = label(options.lang, "step_last" if k == n - 1 else "step_keys")
+    parts.append(Text.assemble((position, "bold"), "   ", (keys, "dim")))
+    return Group(*parts)
+
+
+# ---------------------------------------------------------------------------------------------
+# HTML and SVG: the terminal rendering with its colours, as self-contained files
+
+_FONT_URL = re.compile(r',\s*url\("[^"]*"\) format\("[^"]*"\)')
+
+
+def record(renderable: RenderableType, width: int) -> Console:
+    """A truecolour console of ``width`` columns that has recorded ``renderable``."""
+    from io import StringIO
+
+    console = Console(
+        record=True,
+        width=width,
+        file=StringIO(),
+        color_system="truecolor",
+        force_terminal=True,
+        highlight=False,
+        markup=False,
+        emoji=False,
+        legacy_windows=False,
+    )
+    console.print(renderable)
+    return console
+
+
+def to_html(renderable: RenderableType, width: int, title: str) -> str:
+    """A standalone HTML page (inline CSS, no external resources)."""
+    from rich._export_format import CONSOLE_HTML_FORMAT
+
+    head = f"<title>{_braces(html_escape(safe(title)))}</title>\n<meta charset"
+    template = CONSOLE_HTML_FORMAT.replace("<meta charset", head, 1)
+    return record(renderable, width).export_html(code_format=template, inline_styles=True)
+
+
+def to_svg(renderable: RenderableType, width: int, title: str) -> str:
+    """A standalone SVG image; the web-font URLs are dropped so nothing is fetched."""
+    from rich._export_format import CONSOLE_SVG_FORMAT
+
+    template = _FONT_URL.sub("", CONSOLE_SVG_FORMAT)
+    return record(renderable, width).export_svg(
+        title=safe(title), code_format=template, unique_id="attn"
+    )
+
+
+def _braces(text: str) -> str:
+    return text.replace("{", "{{").replace("}", "}}")

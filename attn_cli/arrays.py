@@ -1,0 +1,284 @@
+"""NumPy files in and out: ``{file: x.npy}`` references, whole-fixture ``.npz``, ``.npz`` traces.
+
+A fixture key that holds an array may instead hold a reference to a NumPy file beside the
+fixture: ``{file: x.npy}`` or ``{file: arrays.npz, key: W_Q}`` (``key`` defaults to the fixture
+key). Paths are relative to the fixture's folder and may not leave it, not even through a
+symbolic link. Nothing is ever unpickled: an array of Python objects is refused before it is
+read, and so is one holding more numbers than the fixture may.
+
+Arrays loaded here are handed to the loader's validation like any list from JSON or YAML.
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+import stat
+import zipfile
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from pathlib import Path
+from typing import IO, TYPE_CHECKING, Any
+
+import numpy as np
+
+from attn_cli.constants import STAGE_NAMES
+from attn_cli.errors import InputError
+
+if TYPE_CHECKING:
+    from attn_cli.pipeline import Trace
+
+# Fixture keys whose value is an array, and so may be a file reference.
+ARRAY_KEYS = (
+    "X", "W_Q", "W_K", "W_V", "b_Q", "b_K", "b_V", "Q", "K", "V", "W_O", "b_O",
+    "mask", "bias", "lengths",
+)  # fmt: skip
+REFERENCE_KEYS = ("file", "key")
+REFERENCE_DOC = "{file: NAME.npy} or {file: NAME.npz, key: ARRAY}, relative to the fixture"
+
+
+def has_references(obj: Any) -> bool:
+    """Whether a parsed fixture mapping holds any ``{file: ...}`` reference."""
+    if not isinstance(obj, Mapping):
+        return False
+    values = [obj.get(k) for k in ARRAY_KEYS]
+    expected = obj.get("expected")
+    if isinstance(expected, Mapping):
+        values += list(expected.values())
+    return any(_is_reference(v) for v in values)
+
+
+def resolve_references(
+    obj: Mapping[str, Any],
+    source: str,
+    base: Path,
+    *,
+    max_elements: int,
+    max_bytes: int,
+) -> dict[str, Any]:
+    """The fixture mapping with every ``{file: ...}`` reference replaced by its array."""
+    reader = _Reader(source, base, max_elements, max_bytes)
+    out = dict(obj)
+    for key in ARRAY_KEYS:
+        if _is_reference(out.get(key)):
+            out[key] = reader.load(out[key], key, default_key=key)
+    expected = out.get("expected")
+    if isinstance(expected, Mapping) and any(_is_reference(v) for v in expected.values()):
+        out["expected"] = {
+            stage: reader.load(v, f"expected.{stage}", default_key=str(stage))
+            if _is_reference(v)
+            else v
+            for stage, v in expected.items()
+        }
+    return out
+
+
+def load_npz_fixture(
+    path: Path, source: str, *, max_elements: int, max_bytes: int
+) -> dict[str, Any]:
+    """A whole fixture stored as ``.npz``: one array per key (``expected.NAME`` for expected).
+
+    Scalars (``heads``, ``scale``, ``causal``, ``name``) are 0-d arrays; ``tokens`` an array of
+    strings. Arrays of numbers stay arrays; the rest becomes plain Python values.
+    """
+    reader = _Reader(source, path.parent, max_elements, max_bytes)
+    out: dict[str, Any] = {}
+    expected: dict[str, Any] = {}
+    with reader.archive(path, source, "") as archive:
+        for member in archive.namelist():
+            if not member.endswith(".npy"):
+                raise InputError(
+                    source, member, "is not a .npy array", "an .npz made by numpy.savez"
+                )
+            name = member[: -len(".npy")]
+            arr = reader.read_member(archive, member, name, source)
+            value = _plain(arr)
+            if name.startswith("expected."):
+                expected[name.removeprefix("expected.")] = value
+            else:
+                out[name] = value
+    if expected:
+        out["expected"] = expected
+    return out
+
+
+def _plain(arr: np.ndarray[Any, Any]) -> Any:
+    """Numbers stay an array (validated by shape); strings, booleans, scalars become Python."""
+    if arr.ndim == 0 or arr.dtype.kind not in "iuf":
+        return arr.tolist()
+    return arr
+
+
+def _is_reference(value: Any) -> bool:
+    return isinstance(value, Mapping) and "file" in value
+
+
+class _Reader:
+    """Loads referenced arrays, each archive opened once, every path confined to ``base``."""
+
+    def __init__(self, source: str, base: Path, max_elements: int, max_bytes: int) -> None:
+        self.source = source
+        self.base = base.resolve()
+        self.max_elements = max_elements
+        self.max_bytes = max_bytes
+        self.count = 0
+
+    def load(self, ref: Mapping[str, Any], field: str, default_key: str) -> np.ndarray[Any, Any]:
+        for k in ref:
+            if k not in REFERENCE_KEYS:
+                close = difflib.get_close_matches(str(k), REFERENCE_KEYS, n=1)
+                hint = f" (did you mean {close[0]!r}?)" if close else ""
+                raise InputError(
+                    self.source, f"{field}.{k}", f"unknown key in a file reference{hint}",
+                    REFERENCE_DOC,
+                )  # fmt: skip
+        name = ref["file"]
+        if not isinstance(name, str) or not name.strip():
+            raise InputError(self.source, f"{field}.file", f"got {name!r}", "a file name")
+        path = self.confined(name, f"{field}.file")
+        suffix = path.suffix.lower()
+        where = f"{self.source}: {field}.file {name!r}"
+        if suffix == ".npy":
+            if "key" in ref:
+                raise InputError(
+                    self.source, f"{field}.key", "given for a .npy file", "key only for a .npz"
+                )
+            with self.open(path, f"{field}.file") as f:
+                return self.read_array(f, field, where)
+        if suffix == ".npz":
+            key = ref.get("key", default_key)
+            if not isinstance(key, str):
+                raise InputError(self.source, f"{field}.key", f"got {key!r}", "an array name")
+            with self.archive(path, where, f"{field}.file") as archive:
+                member = f"{key}.npy"
+                if member not in archive.namelist():
+                    names = [m.removesuffix(".npy") for m in archive.namelist()]
+                    close = difflib.get_close_matches(key, names, n=1)
+                    hint = f" (did you mean {close[0]!r}?)" if close else ""
+                    raise InputError(
+                        self.source, f"{field}.key", f"{name} has no array {key!r}{hint}",
+                        "one of " + (", ".join(names) or "(the archive is empty)"),
+                    )  # fmt: skip
+                return self.read_member(archive, member, field, where)
+        raise InputError(
+            self.source, f"{field}.file", f"{name!r} is neither .npy nor .npz", REFERENCE_DOC
+        )
+
+    def confined(self, name: str, field: str) -> Path:
+        """The referenced path, refused if it leaves the fixture's folder (links resolved)."""
+        if "\x00" in name:
+            raise InputError(self.source, field, "the path holds a NUL character", "a file name")
+        given = Path(name)
+        if given.is_absolute() or given.drive:
+            raise InputError(
+                self.source, field, f"{name!r} is an absolute path",
+                "a path relative to the fixture's folder",
+            )  # fmt: skip
+        path = (self.base / given).resolve()
+        if not path.is_relative_to(self.base):
+            raise InputError(
+                self.source, field, f"{name!r} leads outside the fixture's folder",
+                f"a file inside {self.base}",
+            )  # fmt: skip
+        return path
+
+    @contextmanager
+    def open(self, path: Path, field: str) -> Iterator[IO[bytes]]:
+        """A regular file, opened without blocking; FIFOs and devices are refused unread."""
+        try:
+            flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_BINARY", 0)
+            fd = os.open(path, flags)
+        except FileNotFoundError:
+            raise InputError(self.source, field, f"no such file {path.name!r}", "a file") from None
+        except IsADirectoryError:
+            raise InputError(self.source, field, f"{path.name!r} is a folder", "a file") from None
+        except PermissionError:
+            raise InputError(self.source, field, "permission denied", "a readable file") from None
+        except OSError as e:
+            what = f"cannot read {path.name!r} ({e.strerror or e})"
+            raise InputError(self.source, field, what, "a readable file") from None
+        with os.fdopen(fd, "rb") as f:
+            info = os.fstat(fd)
+            if not stat.S_ISREG(info.st_mode):
+                raise InputError(
+                    self.source, field, f"{path.name!r} is not a regular file", "a .npy or .npz"
+                )
+            if info.st_size > self.max_bytes:
+                raise InputError(
+                    self.source, field, f"{path.name!r} is {info.st_size:,} bytes",
+                    f"at most {self.max_bytes:,} bytes",
+                )  # fmt: skip
+            yield f
+
+    @contextmanager
+    def archive(self, path: Path, where: str, field: str) -> Iterator[zipfile.ZipFile]:
+        with self.open(path, field) as f:
+            try:
+                archive = zipfile.ZipFile(f)
+            except (zipfile.BadZipFile, OSError, ValueError, EOFError):
+                raise InputError(where, "", "not a readable .npz archive", "numpy.savez") from None
+            with archive:
+                yield archive
+
+    def read_member(
+        self, archive: zipfile.ZipFile, member: str, field: str, where: str
+    ) -> np.ndarray[Any, Any]:
+        try:
+            with archive.open(member) as f:
+                return self.read_array(f, field, where)
+        except (zipfile.BadZipFile, OSError, EOFError) as e:
+            raise InputError(where, field, f"unreadable array ({e})", "numpy.savez") from None
+
+    def read_array(self, f: IO[bytes], field: str, where: str) -> np.ndarray[Any, Any]:
+        """One .npy array: its header is checked before any of its data is read."""
+        fmt = np.lib.format
+        try:
+            version = fmt.read_magic(f)
+            header = fmt.read_array_header_1_0 if version == (1, 0) else fmt.read_array_header_2_0
+            shape, _fortran, dtype = header(f)
+        except (ValueError, OSError, EOFError):
+            raise InputError(
+                where, "", "not a .npy array", "a file written by numpy.save"
+            ) from None
+        if dtype.hasobject:
+            raise InputError(
+                where, "", "holds Python objects (reading them would unpickle)",
+                "an array of numbers (or booleans)",
+            )  # fmt: skip
+        if dtype.kind not in "biufU":
+            raise InputError(where, "", f"has dtype {dtype}", "real numbers")
+        size = int(np.prod(shape, dtype=np.int64))
+        self.count += size
+        if self.count > self.max_elements:
+            raise InputError(
+                where, "", f"holds {size:,} numbers, too many for one fixture",
+                f"at most {self.max_elements:,} (see --max-elements)",
+            )  # fmt: skip
+        f.seek(0)
+        try:
+            arr: np.ndarray[Any, Any] = fmt.read_array(f, allow_pickle=False)
+        except (ValueError, OSError, EOFError) as e:
+            raise InputError(where, "", f"unreadable array ({e})", "numpy.save") from None
+        if arr.dtype.kind == "f" and arr.dtype != np.float64:
+            return arr.astype(np.float64)  # float16/32, or the other byte order
+        return arr
+
+
+# ---------------------------------------------------------------------------------------------
+# Writing a trace as .npz
+
+
+def npz_writer(trace: Trace, stages: tuple[str, ...] | None = None) -> Callable[[IO[bytes]], None]:
+    """A function that writes the trace's stages (all, or ``stages``) to a binary stream.
+
+    One array per stage, named after it, in the layout of the JSON trace and in the trace's
+    dtype; uncompressed (the numbers of a trace hardly compress), so writing runs at disk speed.
+    ``numpy.load(FILE)`` reads it back and ``attn check --against FILE`` compares it.
+    """
+    arrays = {s.name: s.data for s in trace if stages is None or s.name in stages}
+    assert set(arrays) <= set(STAGE_NAMES)
+
+    def write(f: IO[bytes]) -> None:
+        np.savez(f, **arrays)  # type: ignore[arg-type]  # (the stub fears a key "allow_pickle")
+
+    return write

@@ -1,0 +1,491 @@
+"""The explanation layer as plain text: what each stage computes, in English or Chinese.
+
+Pure and free of Rich, so the terminal renderer and the Markdown and LaTeX exporters say the
+same thing. Every number shown comes from the trace (stage shapes, the scale, a worked cell's
+values); Q, K and V follow the source article's search analogy: the query is what a token is
+looking for, the keys are the labels on offer, the values are the content handed back.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from attn_cli.i18n import Lang, axis_name, label
+from attn_cli.pipeline import Trace
+from attn_cli.text import factor, safe, short_number
+from attn_cli.worked import WorkedCell, weighted_terms
+
+TERMS_SHOWN = 8  # a sum with more terms than this shows its first and last few unless full
+
+
+@dataclass(frozen=True)
+class Explanation:
+    """One stage explained: formula lines, shapes in and out, and what it means."""
+
+    stage: str
+    lang: Lang
+    formula: tuple[str, ...]
+    inputs: tuple[str, ...]
+    output: str
+    meaning: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class CellText:
+    """A worked cell's part for one stage: a title, lines, and an optional table."""
+
+    title: str
+    lines: tuple[str, ...]
+    header: tuple[str, ...] = ()
+    rows: tuple[tuple[str, ...], ...] = ()
+    footer: tuple[str, ...] = ()
+
+
+def shape_text(name: str, axes: Sequence[str], shape: Sequence[int], lang: Lang) -> str:
+    """``Q [head=1, query=3, d_k=2]`` with the axis names in ``lang``."""
+    dims = ", ".join(f"{axis_name(lang, a)}={n}" for a, n in zip(axes, shape, strict=True))
+    return f"{name} [{dims}]"
+
+
+def explain_stage(trace: Trace, name: str, lang: Lang, precision: int = 4) -> Explanation:
+    """The explanation of stage ``name`` of this trace."""
+    inp = trace.inputs
+    zh = lang == "zh"
+    stage = trace[name]
+
+    def shape_of(stage_name: str) -> str:
+        s = trace[stage_name]
+        return shape_text(stage_name, s.axes, s.shape, lang)
+
+    def weight(w_name: str, axes: tuple[str, ...]) -> str:
+        w = getattr(inp, w_name)
+        assert w is not None
+        return shape_text(w_name, axes, w.shape, lang)
+
+    scale = short_number(trace.scale, precision)
+    default_scale = short_number(1 / math.sqrt(inp.d_k), precision)
+    formula: tuple[str, ...]
+    meaning: list[str] = []
+    inputs: tuple[str, ...]
+
+    if name == "X":
+        formula = (
+            ("X：输入的嵌入向量，每个词一行",)
+            if zh
+            else ("X: the input embeddings, one row per token",)
+        )
+        inputs = (label(lang, "given"),)
+        meaning.append(
+            "每一行是一个词的嵌入向量：用 d_model 个数字来代表这个词。后面的每一步都从这些行算起。"
+            if zh
+            else "Each row is one token's embedding: d_model numbers that stand for the word. "
+            "Every later stage is computed from these rows."
+        )
+    elif name in ("Q", "K", "V"):
+        w_name, b_name = f"W_{name}", f"b_{name}"
+        width = {"Q": "heads*d_k", "K": "kv_heads*d_k", "V": "kv_heads*d_v"}[name]
+        if inp.mode == "projection":
+            bias = f" + {b_name}" if getattr(inp, b_name) is not None else ""
+            formula = (f"{name} = X·{w_name}{bias}",)
+            inputs = (shape_of("X"), weight(w_name, ("d_model", width)))
+            if bias:
+                inputs += (weight(b_name, (width,)),)
+        else:
+            formula = (f"{name}：由配置文件直接给出" if zh else f"{name}: given in the fixture",)
+            inputs = (label(lang, "given"),)
+        meaning.append(_QKV[lang][name])
+        if name == "Q" and inp.heads > 1:
+            meaning.append(
+                f"有 {inp.heads} 个头：Q 的列被切成 {inp.heads} 块，每块 d_k = {inp.d_k} 列，"
+                "每个头提出自己的问题。"
+                if zh
+                else f"With {inp.heads} heads, the columns split into {inp.heads} blocks of "
+                f"d_k = {inp.d_k}: each head asks its own question."
+            )
+        if name in ("K", "V") and inp.kv_heads != inp.heads:
+            groups = inp.heads // inp.kv_heads
+            meaning.append(
+                f"分组查询注意力：{inp.heads} 个查询头共用 {inp.kv_heads} 个键值头，"
+                f"第 h 个查询头读取第 h // {groups} 个键值头。"
+                if zh
+                else f"Grouped-query attention: {inp.heads} query heads share {inp.kv_heads} "
+                f"key/value heads; query head h reads key/value head h // {groups}."
+            )
+    elif name == "scores":
+        formula = ("scores = Q·Kᵀ", "scores[i, j] = Σ_d Q[i, d] × K[j, d]")
+        inputs = (shape_of("Q"), shape_of("K"))
+        meaning.append(
+            "每个查询和每个键有多匹配？scores[i, j] 是第 i 个查询的 Q 行与第 j 个键的 K 行的点积："
+            "对应位置的数相乘，再全部加起来。第 i 行对应一个查询，第 j 列对应一个键；"
+            "数值越大，搜索词和标签越匹配。"
+            if zh
+            else "How well does each query match each key? scores[i, j] is the dot product of "
+            "query i's row of Q with key j's row of K: multiply term by term, then add. Row i is "
+            "one query, column j one key; the bigger the number, the better the search terms "
+            "match the label."
+        )
+    elif name == "scaled":
+        d_k = inp.d_k
+        if trace.scale_source == "default":
+            formula = (f"scaled = scores × 1/√d_k = scores × 1/√{d_k} = scores × {scale}",)
+            meaning.append(
+                f"每个分数都乘以 1/√d_k = 1/√{d_k} = {scale}，这是默认做法（缩放点积注意力）。"
+                if zh
+                else f"Every score is multiplied by 1/√d_k = 1/√{d_k} = {scale}, the default of "
+                "scaled dot-product attention."
+            )
+        else:
+            formula = (f"scaled = scores × {scale}",)
+            if trace.scale == 1:
+                meaning.append(
+                    "配置文件写了 scale: 1，分数原样保留，这正是原文的做法。"
+                    f"默认值本应是 1/√d_k = {default_scale}。"
+                    if zh
+                    else "The fixture sets scale: 1, so the scores pass unchanged, exactly as the "
+                    f"source article computes them. The default would be 1/√d_k = {default_scale}."
+                )
+            else:
+                meaning.append(
+                    f"配置文件把缩放系数设为 {scale}（默认值是 1/√d_k = {default_scale}）。"
+                    if zh
+                    else f"The fixture sets the scale to {scale} (the default would be "
+                    f"1/√d_k = {default_scale})."
+                )
+        inputs = (
+            shape_of("scores"),
+            f"{scale}（{label(lang, 'scalar')}）" if zh else f"{scale} ({label(lang, 'scalar')})",
+        )
+        meaning.append(
+            "为什么要缩放：点积是 d_k 个乘积之和，它的典型大小大约随 √d_k 增长；分数一大，"
+            "softmax 就会把几乎全部权重压到一个键上，梯度也变得极小。"
+            if zh
+            else "Why scale: a dot product adds up d_k products, so its typical size grows like "
+            "√d_k; large scores push softmax to put almost all weight on one key, and its "
+            "gradients become tiny."
+        )
+        if trace.scale_source == "default":
+            meaning.append(
+                "原文省略了这一步；在配置文件里写 scale: 1 就能复现原文的数字。"
+                if zh
+                else "The source article leaves this step out; scale: 1 in a fixture reproduces "
+                "its numbers."
+            )
+    elif name == "masked":
+        formula = _masked_formula(trace, lang)
+        inputs = (shape_of("scaled"),)
+        if inp.bias is not None:
+            inputs += (f"bias {list(inp.bias.shape)}",)
+        meaning.extend(_masked_meaning(trace, lang))
+    elif name == "softmax":
+        x = "masked" if "masked" in trace else "scaled"
+        formula = (
+            f"softmax[i, j] = e^({x}[i, j] − m_i) / Σ_k e^({x}[i, k] − m_i)",
+            f"m_i = max_k {x}[i, k]" + ("，即第 i 行的最大值" if zh else ", the maximum of row i"),
+        )
+        inputs = (shape_of(x),)
+        meaning.append(
+            "每一行变成一组权重：先取指数，再除以这一行指数的总和。权重都不小于 0"
+            "（被遮盖的键正好是 0），每一行加起来等于 1。"
+            if zh
+            else "Each row becomes a set of weights: exponentiate, then divide by the row's "
+            "total. The weights are never negative (exactly 0 for a masked key) and each row "
+            "sums to 1."
+        )
+        meaning.append(
+            "为什么先减去最大值 m：e^(x_j − m) / Σ_k e^(x_k − m) = e^(x_j) / Σ_k e^(x_k)，"
+            "因为分子分母里的 e^(−m) 互相抵消，结果完全不变；而减去之后最大的指数是 e^0 = 1，"
+            "不会溢出。"
+            if zh
+            else "Why subtract the maximum m first: e^(x_j − m) / Σ_k e^(x_k − m) = "
+            "e^(x_j) / Σ_k e^(x_k), because the factor e^(−m) cancels, so the result is "
+            "unchanged; but now the largest exponential is e^0 = 1 and nothing can overflow."
+        )
+        meaning.append(
+            "一行权重说明这个查询把注意力怎样分给各个键：权重越大，"
+            "这个键对应的内容在结果里占的比例就越大。"
+            if zh
+            else "A row of weights says how one query divides its attention among the keys: "
+            "the bigger the weight, the larger that key's share of the result."
+        )
+        if trace.empty_rows:
+            meaning.append(
+                "有的行所有键都被遮住，这个查询没有可看的对象：它的权重全部记为 0，"
+                "而不是无意义的非数值。"
+                if zh
+                else "Some rows have every key masked, so the query has nothing to attend to: "
+                "its weights are all 0 (as torch SDPA does since 2.5), never NaN."
+            )
+    elif name == "output":
+        formula = ("output[i] = Σ_j softmax[i, j] × V[j]",)
+        inputs = (shape_of("softmax"), shape_of("V"))
+        meaning.append(
+            "每个查询的输出是各行 V 按权重加起来的和。这就是“搜索结果”：标签（K）"
+            "和查询（Q）越匹配，对应的内容（V）在结果里占得越多。每一行就是这个词"
+            "融合了上下文之后的新表示。"
+            if zh
+            else "Each query's output is the sum of the value rows, weighted by its softmax row. "
+            "This is the search result: the contents (V) blended in proportion to how well "
+            "their labels (K) matched the query (Q). Each row is the token's new, "
+            "context-aware representation."
+        )
+    elif name == "concat":
+        head = axis_name(lang, "head")
+        formula = (f"concat = [{head} 0 | {head} 1 | …]",)
+        inputs = (shape_of("output"),)
+        meaning.append(
+            f"{inp.heads} 个头各自用自己那一份 W_Q、W_K、W_V 做了一次独立的搜索。"
+            "把它们的输出并排拼起来：头 0 占前 d_v 列，头 1 占接下来的 d_v 列，依此类推。"
+            if zh
+            else f"Each of the {inp.heads} heads ran its own search with its own slice of "
+            "W_Q, W_K and W_V. Their outputs sit side by side: head 0 fills the first d_v "
+            "columns, head 1 the next d_v, and so on."
+        )
+    elif name == "projected":
+        bias = " + b_O" if inp.b_O is not None else ""
+        formula = (f"projected = concat·W_O{bias}",)
+        inputs = (shape_of("concat"), weight("W_O", ("heads*d_v", "d_out")))
+        if bias:
+            inputs += (weight("b_O", ("d_out",)),)
+        meaning.append(
+            "W_O 把各个头的结果混合成每个词一个 d_out 维的向量。这就是注意力层交给下一层的结果。"
+            if zh
+            else "W_O mixes the heads' results into one vector of d_out numbers per token. This "
+            "is what the attention layer hands on to the next layer."
+        )
+    else:  # pragma: no cover - the stage names are fixed
+        raise AssertionError(name)
+
+    return Explanation(
+        stage=name,
+        lang=lang,
+        formula=formula,
+        inputs=inputs,
+        output=shape_text(name, stage.axes, stage.shape, lang),
+        meaning=tuple(meaning),
+    )
+
+
+_QKV: dict[Lang, dict[str, str]] = {
+    "en": {
+        "Q": "Query: what am I looking for? Think of a search: each token turns its embedding "
+        "into a query vector, the search terms it types into the box.",
+        "K": "Key: which labels do I offer? Each token's key vector is like the keyword tags on "
+        "a document; every query will be matched against these tags.",
+        "V": "Value: what do I actually contain? A key only decides how well a token matches; "
+        "the value is what gets handed back, the document's content rather than its tags.",
+    },
+    "zh": {
+        "Q": "查询（Q）：我想找什么内容？可以想象在搜索文档：每个词把自己的嵌入向量变成查询向量，"
+        "就像在搜索框里输入的搜索词。",
+        "K": "键（K）：你提供了哪些“关键词”？每个词的键向量就像一篇文章的关键词标签，"
+        "后面每个查询都要拿来和这些标签比对。",
+        "V": "值（V）：你具体包含了哪些信息？键只决定匹配得好不好，真正被取走的是值，"
+        "相当于文章的正文，而不是它的标签。",
+    },
+}
+
+
+def _masked_formula(trace: Trace, lang: Lang) -> tuple[str, ...]:
+    inp = trace.inputs
+    bias = " + bias" if inp.bias is not None else ""
+    blocked = inp.causal is not None or inp.mask is not None or inp.lengths is not None
+    if not blocked:
+        return (f"masked = scaled{bias}",)
+    where = "，不允许看的位置为 −∞" if lang == "zh" else ", −∞ where a key may not be attended"
+    return (f"masked = scaled{bias}{where}",)
+
+
+def _masked_meaning(trace: Trace, lang: Lang) -> list[str]:
+    inp = trace.inputs
+    zh = lang == "zh"
+    out = [
+        "查询不允许看的位置，分数被换成 −∞。因为 e^−∞ = 0，这些键在 softmax 之后的权重正好是 0，"
+        "它们的内容一点也不会混进结果。"
+        if zh
+        else "Where a query may not look, the score becomes −∞. Since e^−∞ = 0, those keys get "
+        "a weight of exactly 0 after softmax, and none of their content leaks into the result."
+    ]
+    if inp.causal == "upper-left":
+        out.append(
+            "因果遮盖：第 i 个词只能看它自己和它前面的词（j ≤ i），不能偷看后面的词。"
+            if zh
+            else "Causal: token i may look only at itself and earlier tokens (j ≤ i), never at "
+            "the future."
+        )
+    elif inp.causal == "lower-right":
+        out.append(
+            "因果遮盖（右下对齐）：第 i 个查询只能看 j ≤ i + seq_k − seq_q 的键，"
+            "就像新生成的词去读前面已经缓存好的键和值。"
+            if zh
+            else "Causal, aligned bottom-right: query i sees keys j ≤ i + seq_k − seq_q, as new "
+            "tokens do when they read a cache of earlier keys and values."
+        )
+    if inp.mask is not None:
+        out.append(
+            "遮盖矩阵 mask：为 true（或 1）的位置可以看，为 false（或 0）的位置不能看。"
+            if zh
+            else "mask: true (or 1) means the query may attend that key, false (or 0) means it "
+            "may not (torch SDPA's convention)."
+        )
+    if inp.lengths is not None:
+        shown = ", ".join(str(int(n)) for n in inp.lengths)
+        out.append(
+            f"长度 lengths = [{shown}]：超出每个序列实际长度的键都是填充位，一律挡掉。"
+            if zh
+            else f"lengths = [{shown}]: the keys past each sequence's length are padding and are "
+            "blocked."
+        )
+    if inp.bias is not None:
+        out.append(
+            "偏置 bias：在 softmax 之前加到缩放后的分数上，可以提高或降低某些键的分量；"
+            "偏置里的 −∞ 会直接挡住对应的键。"
+            if zh
+            else "bias: added to the scaled scores before softmax, to raise or lower some keys; "
+            "a −∞ in the bias blocks that key outright."
+        )
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# The worked cell, stage by stage
+
+
+def cell_text(
+    trace: Trace,
+    cell: WorkedCell,
+    stage: str,
+    lang: Lang,
+    precision: int = 4,
+    full: bool = False,
+) -> CellText | None:
+    """The part of the worked cell that belongs under ``stage``, or None if none does."""
+    q_label = safe(trace.query_labels[cell.query])
+    k_label = safe(trace.key_labels[cell.key])
+    at = f"[{q_label}, {k_label}]"
+    title = label(lang, "cell_title", query=q_label, key=k_label)
+    where = _where(cell, trace, lang)
+    if where:
+        title += label(lang, "cell_where", where=where)
+
+    def n(x: float) -> str:
+        return short_number(x, precision)
+
+    if stage == "scores":
+        terms = [
+            f"{factor(a, precision)}×{factor(b, precision)}"
+            for a, b in zip(cell.q, cell.k, strict=True)
+        ]
+        products = [factor(p, precision) for p in cell.products]
+        return CellText(
+            title,
+            (
+                label(lang, "cell_dot"),
+                f"scores{at} = Q[{q_label}]·K[{k_label}] = {_sum(terms, full)}"
+                f" = {_sum(products, full)} = {n(cell.score)}",
+            ),
+        )
+    if stage == "scaled":
+        return CellText(
+            title,
+            (
+                label(lang, "cell_scale"),
+                f"scaled{at} = scores{at} × {n(cell.scale)} = {n(cell.score)} × {n(cell.scale)}"
+                f" = {n(cell.scaled)}",
+            ),
+        )
+    if stage == "masked" and cell.masked is not None:
+        lines = []
+        if cell.bias is not None:
+            lines.append(label(lang, "cell_bias"))
+            lines.append(
+                f"scaled{at} + bias{at} = {n(cell.scaled)} + {factor(cell.bias, precision)}"
+            )
+        blocked = cell.masked == -math.inf
+        lines.append(f"masked{at} = {n(cell.masked)}")
+        lines.append(label(lang, "cell_blocked" if blocked else "cell_open"))
+        return CellText(title, tuple(lines))
+    if stage == "softmax":
+        x = "masked" if cell.masked is not None else "scaled"
+        if cell.parts is None:
+            return CellText(title, (label(lang, "cell_row_empty", query=q_label),))
+        parts = cell.parts
+        header = (label(lang, "col_key"), x, "x − m", "e^(x − m)", label(lang, "col_weight"))
+        keys = _pick(len(cell.row), full, keep=cell.key)
+        rows = tuple(
+            ("…",) * 5
+            if j is None
+            else (
+                safe(trace.key_labels[j]) + (" ◀" if j == cell.key else ""),
+                n(cell.row[j]),
+                n(parts.shifted[j]),
+                short_number(parts.exps[j], precision),
+                short_number(cell.weights[j], precision),
+            )
+            for j in keys
+        )
+        return CellText(
+            title,
+            (label(lang, "cell_row", query=q_label, m=n(parts.row_max)),),
+            header=header,
+            rows=rows,
+            footer=(
+                label(
+                    lang,
+                    "cell_exp_sum",
+                    total=n(parts.total),
+                    query=q_label,
+                    key=k_label,
+                    e=short_number(parts.exps[cell.key], precision),
+                    weight=short_number(cell.weights[cell.key], precision),
+                ),
+            ),
+        )
+    if stage == "output":
+        lines = [label(lang, "cell_output", query=q_label)]
+        columns = _pick(len(cell.output), full)
+        for c in columns:
+            if c is None:
+                lines.append("…")
+                continue
+            terms = [
+                f"{n(w)}×{factor(v[c], precision)}"
+                for w, v in zip(cell.weights, cell.values, strict=True)
+            ]
+            products = [factor(p, precision) for p in weighted_terms(cell.weights, cell.values, c)]
+            lines.append(
+                f"output[{q_label}, {c}] = {_sum(terms, full)} = {_sum(products, full)}"
+                f" = {n(cell.output[c])}"
+            )
+        return CellText(title, tuple(lines))
+    return None
+
+
+def _where(cell: WorkedCell, trace: Trace, lang: Lang) -> str:
+    parts = []
+    if cell.batch is not None:
+        parts.append(f"{label(lang, 'batch')} {cell.batch}")
+    if trace.inputs.heads > 1:
+        parts.append(f"{label(lang, 'head')} {cell.head}")
+        if trace.inputs.kv_heads != trace.inputs.heads:
+            parts.append(f"{label(lang, 'kv_head')} {cell.kv_head}")
+    return " · ".join(parts)
+
+
+def _pick(n: int, full: bool, keep: int | None = None) -> list[int | None]:
+    """Which terms to show: all, or the first and last few (and ``keep``) around "…"."""
+    if full or n <= TERMS_SHOWN:
+        return list(range(n))
+    shown = {*range(TERMS_SHOWN - 2), *range(n - 2, n)} | ({keep} if keep is not None else set())
+    picked: list[int | None] = []
+    for i in sorted(shown):
+        if picked and picked[-1] is not None and i != picked[-1] + 1:
+            picked.append(None)
+        picked.append(i)
+    return picked
+
+
+def _sum(terms: Sequence[str], full: bool) -> str:
+    picked = _pick(len(terms), full)
+    return " + ".join("…" if i is None else terms[i] for i in picked)

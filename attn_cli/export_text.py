@@ -1,0 +1,430 @@
+"""A trace as Markdown (GitHub tables, for blog posts) or LaTeX (tabular per stage, for notes).
+
+Same content as the terminal rendering: the configuration, every selected stage as labelled
+tables, and on request the heatmap marks (row maximum, masked cells, row sums), the
+explanations and the worked cell. Every piece of input text is escaped for the format, so a
+token spelled ``[bold red]x[/]``, ``a|b`` or ``50% & $x_1$`` prints literally.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import unicodedata
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
+from attn_cli import __version__
+from attn_cli.explain import CellText, Explanation, cell_text, explain_stage
+from attn_cli.i18n import label
+from attn_cli.pipeline import Stage, Trace
+from attn_cli.text import format_number, header_lines, safe
+from attn_cli.worked import row_max_positions_for_display, row_sums_for_display, worked_cells
+
+if TYPE_CHECKING:
+    from attn_cli.render import RenderOptions
+
+ELLIPSIS = "…"
+ROW_LIMIT, ROW_EDGE = 12, 5  # the terminal renderer's elision, so every format shows the same
+COL_LIMIT, COL_EDGE = 10, 4
+TABLE_LIMIT, TABLE_EDGE = 16, 3
+CELLS_SHOWN = 4
+
+
+# ---------------------------------------------------------------------------------------------
+# Escaping
+
+_MD_SPECIAL = frozenset("\\`*_[]<>|~&$#!")
+
+
+def md_escape(text: str) -> str:
+    """Input text for Markdown (inline or in a table cell): markup characters escaped."""
+    return "".join("\\" + c if c in _MD_SPECIAL else c for c in safe(text))
+
+
+_LATEX_SPECIAL = {
+    "\\": r"\textbackslash{}",
+    "{": r"\{",
+    "}": r"\}",
+    "$": r"\$",
+    "&": r"\&",
+    "#": r"\#",
+    "^": r"\textasciicircum{}",
+    "_": r"\_",
+    "%": r"\%",
+    "~": r"\textasciitilde{}",
+    "<": r"\textless{}",
+    ">": r"\textgreater{}",
+    "|": r"\textbar{}",
+    '"': r"\textquotedbl{}",
+    "[": "{[}",
+    "]": "{]}",
+    "-": "-{}",  # no -- or --- ligatures from input text
+    "'": r"\textquotesingle{}",
+    "`": r"\textasciigrave{}",
+    # the math symbols the explanations use
+    "·": r"\ensuremath{\cdot}",
+    "ᵀ": r"\ensuremath{^{\top}}",
+    "×": r"\ensuremath{\times}",
+    "−": r"\ensuremath{-}",
+    "∞": r"\ensuremath{\infty}",
+    "Σ": r"\ensuremath{\Sigma}",
+    "√": r"\ensuremath{\surd}",
+    "≤": r"\ensuremath{\leq}",
+    "→": r"\ensuremath{\rightarrow}",
+    "←": r"\ensuremath{\leftarrow}",
+    "◀": r"\ensuremath{\triangleleft}",
+    "…": r"\dots{}",
+    "“": "``",
+    "”": "''",
+    "‘": "`",
+    "’": "'",
+    "\u00a0": "~",
+}
+
+
+def latex_escape(text: str) -> str:
+    """Input text for LaTeX text mode, compiling with plain pdflatex.
+
+    Specials are escaped; Latin-1 letters (é, ü) pass (T1 fonts), Chinese passes (inside the CJK
+    environment the document opens when it needs one), anything else becomes ``U+XXXX``.
+    """
+    out = []
+    for c in safe(text):
+        if c in _LATEX_SPECIAL:
+            out.append(_LATEX_SPECIAL[c])
+        elif c.isascii() or ("\u00c0" <= c <= "\u00ff" and c not in "×÷") or _cjk(c):
+            out.append(c)
+        else:
+            out.append(rf"\texttt{{U+{ord(c):04X}}}")
+    return "".join(out)
+
+
+def _cjk(c: str) -> bool:
+    return unicodedata.east_asian_width(c) in ("W", "F") and ord(c) < 0x10000
+
+
+# ---------------------------------------------------------------------------------------------
+# Shared walk over the trace
+
+
+def _pick(n: int, limit: int, edge: int, full: bool) -> list[int | None]:
+    if full or n <= limit:
+        return list(range(n))
+    return [*range(edge), None, *range(n - edge, n)]
+
+
+def _labels(trace: Trace, axis: str, n: int) -> Sequence[str]:
+    if axis in ("query", "seq"):
+        return trace.query_labels
+    if axis == "key":
+        return trace.key_labels
+    return [str(i) for i in range(n)]
+
+
+def _slices(stage: Stage, full: bool) -> tuple[list[tuple[int, ...] | None], int]:
+    slices = list(itertools.product(*(range(n) for n in stage.shape[:-2])))
+    if not full and len(slices) > TABLE_LIMIT:
+        return [*slices[:TABLE_EDGE], None, *slices[-TABLE_EDGE:]], len(slices)
+    return list(slices), len(slices)
+
+
+def _slice_title(stage: Stage, index: tuple[int, ...]) -> str:
+    names = {"kv_head": "kv head"}
+    return " · ".join(f"{names.get(a, a)} {i}" for a, i in zip(stage.axes, index, strict=False))
+
+
+class _Grid:
+    """One table of a stage as strings: header, rows, with the heatmap marks applied."""
+
+    def __init__(
+        self,
+        trace: Trace,
+        stage: Stage,
+        index: tuple[int, ...],
+        options: RenderOptions,
+        number: Callable[[float], str],
+        mark_max: Callable[[str], str],
+        masked: Callable[[str], str],
+    ) -> None:
+        matrix = stage.data[index] if index else stage.data
+        row_axis, col_axis = stage.axes[-2], stage.axes[-1]
+        row_labels = _labels(trace, row_axis, matrix.shape[0])
+        col_labels = _labels(trace, col_axis, matrix.shape[1])
+        if options.focus is not None and row_axis in ("query", "seq"):
+            rows: list[int | None] = [options.focus]
+        else:
+            rows = _pick(matrix.shape[0], ROW_LIMIT, ROW_EDGE, options.full)
+        cols = _pick(matrix.shape[1], COL_LIMIT, COL_EDGE, options.full)
+        heat = options.heatmap and stage.name in ("masked", "softmax")
+        blocked: Any = None
+        if heat and "masked" in trace:
+            source = trace["masked"].data
+            blocked = (source[index] if index else source) == -math.inf
+        softmax = options.heatmap and stage.name == "softmax"
+        maxima = row_max_positions_for_display(matrix) if softmax else frozenset()
+        sums = row_sums_for_display(matrix) if softmax else ()
+        self.header = [row_axis] + [ELLIPSIS if j is None else col_labels[j] for j in cols]
+        if softmax:
+            self.header.append(label(options.lang, "heat_row_sum"))
+        self.rows: list[list[str]] = []
+        self.row_labels: list[str | None] = []
+        for i in rows:
+            if i is None:
+                self.row_labels.append(None)
+                self.rows.append([ELLIPSIS] * (len(self.header) - 1))
+                continue
+            self.row_labels.append(row_labels[i])
+            cells = []
+            for j in cols:
+                if j is None:
+                    cells.append(ELLIPSIS)
+                    continue
+                text = number(float(matrix[i, j]))
+                if blocked is not None and blocked[i, j]:
+                    text = masked(text)
+                elif (i, j) in maxima:
+                    text = mark_max(text)
+                cells.append(text)
+            if softmax:
+                cells.append(number(sums[i]))
+            self.rows.append(cells)
+
+
+# ---------------------------------------------------------------------------------------------
+# Markdown
+
+
+def to_markdown(trace: Trace, options: RenderOptions) -> str:
+    """The trace as GitHub-flavoured Markdown."""
+    lang = options.lang
+    inp = trace.inputs
+    out = [f"# {md_escape(inp.name or 'attention trace')}", ""]
+    out.append(f"*Traced by attn {__version__}.*")
+    out.append("")
+    for key, value in header_lines(trace):
+        out.append(f"- **{key}**: {md_escape(value)}" if key else f"  {md_escape(value)}")
+    out.append("")
+    if options.focus is not None:
+        focus = label(lang, "focus", query=trace.query_labels[options.focus])
+        out += [f"**{md_escape(focus)}**", ""]
+    cells = worked_cells(trace, options.cell) if options.cell is not None else []
+    for stage in trace:
+        if options.stages is not None and stage.name not in options.stages:
+            continue
+        shape = ", ".join(f"{a}={n}" for a, n in zip(stage.axes, stage.shape, strict=True))
+        where = md_escape(f"[{shape}]")
+        out += [f"## {stage.name}", "", f"{_code(stage.formula)} — {where}", ""]
+        shown, total = _slices(stage, options.full)
+        for index in shown:
+            if index is None:
+                out += [f"*{ELLIPSIS} {total - 2 * TABLE_EDGE} more tables*", ""]
+                continue
+            if total > 1:
+                out += [f"**{md_escape(_slice_title(stage, index))}**", ""]
+            grid = _Grid(
+                trace, stage, index, options,
+                number=lambda x: _md_number(x, options.precision),
+                mark_max=lambda s: f"**{s}**",
+                masked=lambda s: f"*{s}* ·",
+            )  # fmt: skip
+            out += _md_table(grid)
+        if options.heatmap and stage.name == "softmax":
+            legend = (
+                f"**bold** = {label(lang, 'heat_max')}; · = {label(lang, 'heat_masked')}; "
+                f"{label(lang, 'heat_row_sum')} = Σ"
+            )
+            out += [legend, ""]
+        if options.explain:
+            out += _md_explanation(explain_stage(trace, stage.name, lang, options.precision))
+        for n, cell in enumerate(cells):
+            if n == CELLS_SHOWN and not options.full:
+                out += [f"*{ELLIPSIS} +{len(cells) - CELLS_SHOWN}*", ""]
+                break
+            part = cell_text(trace, cell, stage.name, lang, options.precision, options.full)
+            if part is not None:
+                out += _md_cell(part)
+    return "\n".join(out).rstrip("\n") + "\n"
+
+
+def _md_number(x: float, precision: int) -> str:
+    if x == -math.inf:
+        return "−∞"
+    return format_number(x, precision)
+
+
+def _code(text: str) -> str:
+    """An inline code span that survives any backticks inside it."""
+    fence = "`"
+    while fence in text:
+        fence += "`"
+    pad = " " if text.startswith("`") or text.endswith("`") else ""
+    return f"{fence}{pad}{text}{pad}{fence}"
+
+
+def _md_table(grid: _Grid) -> list[str]:
+    header = [md_escape(h) for h in grid.header]
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" + "--:|" * (len(header) - 1)]
+    for row_label, cells in zip(grid.row_labels, grid.rows, strict=True):
+        first = ELLIPSIS if row_label is None else md_escape(row_label)
+        lines.append("| " + " | ".join([first, *cells]) + " |")
+    return [*lines, ""]
+
+
+def _md_explanation(expl: Explanation) -> list[str]:
+    lang = expl.lang
+    out = [f"**{md_escape(label(lang, 'explain_title'))}**", ""]
+    for n, line in enumerate(expl.formula):
+        out.append(
+            f"- **{label(lang, 'formula')}**: {_code(line)}" if n == 0 else f"  {_code(line)}"
+        )
+    shapes = (
+        f"{label(lang, 'in')} {md_escape(label(lang, 'sep').join(expl.inputs))} → "
+        f"{label(lang, 'out')} {md_escape(expl.output)}"
+    )
+    out.append(f"- **{label(lang, 'shapes')}**: {shapes}")
+    for n, para in enumerate(expl.meaning):
+        lead = f"- **{label(lang, 'meaning')}**: " if n == 0 else "  "
+        out += [lead + md_escape(para)] if n == 0 else ["", lead + md_escape(para)]
+    return [*out, ""]
+
+
+def _md_cell(part: CellText) -> list[str]:
+    out = [f"**{md_escape(part.title)}**", ""]
+    out += [f"- {md_escape(line)}" for line in part.lines]
+    out.append("")
+    if part.header:
+        out.append("| " + " | ".join(md_escape(h) for h in part.header) + " |")
+        out.append("|" + "---|" + "--:|" * (len(part.header) - 1))
+        out += ["| " + " | ".join(md_escape(c) for c in row) + " |" for row in part.rows]
+        out.append("")
+    out += [f"- {md_escape(line)}" for line in part.footer]
+    return [*out, ""] if part.footer else out
+
+
+# ---------------------------------------------------------------------------------------------
+# LaTeX
+
+
+def to_latex(trace: Trace, options: RenderOptions) -> str:
+    """The trace as a standalone LaTeX document for pdflatex (tabular per stage)."""
+    lang = options.lang
+    inp = trace.inputs
+    body: list[str] = [r"\section*{" + latex_escape(inp.name or "attention trace") + "}"]
+    body.append(r"\noindent\textit{Traced by attn " + latex_escape(__version__) + ".}")
+    body.append(r"\begin{description}")
+    for key, value in header_lines(trace):
+        body.append(rf"\item[{latex_escape(key)}] {latex_escape(value)}")
+    body.append(r"\end{description}")
+    if options.focus is not None:
+        focus = label(lang, "focus", query=trace.query_labels[options.focus])
+        body.append(r"\noindent\textbf{" + latex_escape(focus) + "}\n")
+    cells = worked_cells(trace, options.cell) if options.cell is not None else []
+    for stage in trace:
+        if options.stages is not None and stage.name not in options.stages:
+            continue
+        shape = ", ".join(f"{a}={n}" for a, n in zip(stage.axes, stage.shape, strict=True))
+        body.append(r"\subsection*{" + latex_escape(stage.name) + "}")
+        body.append(
+            r"\noindent\textit{" + latex_escape(stage.formula) + r"}\quad "
+            + latex_escape(f"[{shape}]") + "\n"
+        )  # fmt: skip
+        shown, total = _slices(stage, options.full)
+        for index in shown:
+            if index is None:
+                body.append(r"\noindent\dots{} " + f"{total - 2 * TABLE_EDGE} more tables\n")
+                continue
+            grid = _Grid(
+                trace, stage, index, options,
+                number=_latex_number(options.precision),
+                mark_max=lambda s: r"\textbf{" + s + "}",
+                masked=lambda s: s + r"\ensuremath{\cdot}",
+            )  # fmt: skip
+            title = latex_escape(_slice_title(stage, index)) if total > 1 else ""
+            body += _latex_table(grid, title)
+        if options.explain:
+            body += _latex_explanation(explain_stage(trace, stage.name, lang, options.precision))
+        for n, cell in enumerate(cells):
+            if n == CELLS_SHOWN and not options.full:
+                body.append(r"\noindent\dots{} " + f"+{len(cells) - CELLS_SHOWN}\n")
+                break
+            part = cell_text(trace, cell, stage.name, lang, options.precision, options.full)
+            if part is not None:
+                body += _latex_cell(part)
+    text = "\n".join(body)
+    cjk = any(_cjk(c) for c in text)
+    head = [
+        r"% Generated by attn " + __version__ + ". Compile with: pdflatex FILE.tex",
+        r"\documentclass[10pt]{article}",
+        r"\usepackage[T1]{fontenc}",
+        r"\usepackage[utf8]{inputenc}",
+        r"\usepackage{amsmath}",
+        r"\setlength{\parindent}{0pt}",
+        r"\setlength{\parskip}{4pt}",
+    ]
+    if cjk:
+        head.append(r"\usepackage{CJKutf8}  % Chinese: needs the CJK package (texlive-lang-cjk)")
+    doc = [*head, r"\begin{document}"]
+    doc += [r"\begin{CJK}{UTF8}{gbsn}", text, r"\end{CJK}"] if cjk else [text]
+    doc.append(r"\end{document}")
+    return "\n".join(doc) + "\n"
+
+
+def _latex_number(precision: int) -> Callable[[float], str]:
+    def number(x: float) -> str:
+        if math.isinf(x):
+            return r"$-\infty$" if x < 0 else r"$\infty$"
+        return "$" + format_number(x, precision) + "$"
+
+    return number
+
+
+def _latex_table(grid: _Grid, title: str) -> list[str]:
+    spec = "l|" + "r" * (len(grid.header) - 1)
+    out = []
+    if title:
+        out.append(r"\noindent\textbf{" + title + "}\n")
+    out.append(r"\noindent\begin{tabular}{" + spec + "}")
+    out.append(" & ".join(_latex_cell_text(h) for h in grid.header) + r" \\ \hline")
+    for row_label, cells in zip(grid.row_labels, grid.rows, strict=True):
+        first = r"\dots{}" if row_label is None else latex_escape(row_label)
+        cells = [r"\dots{}" if c == ELLIPSIS else c for c in cells]
+        out.append(" & ".join([first, *cells]) + r" \\")
+    out.append(r"\end{tabular}")
+    out.append("")
+    return out
+
+
+def _latex_cell_text(text: str) -> str:
+    return latex_escape(text)
+
+
+def _latex_explanation(expl: Explanation) -> list[str]:
+    lang = expl.lang
+    out = [r"\noindent\textbf{" + latex_escape(label(lang, "explain_title")) + "}"]
+    out.append(r"\begin{description}")
+    formula = r"\\ ".join(latex_escape(line) for line in expl.formula)
+    out.append(rf"\item[{latex_escape(label(lang, 'formula'))}] {formula}")
+    shapes = (
+        f"{label(lang, 'in')} {label(lang, 'sep').join(expl.inputs)} → "
+        f"{label(lang, 'out')} {expl.output}"
+    )
+    out.append(rf"\item[{latex_escape(label(lang, 'shapes'))}] {latex_escape(shapes)}")
+    meaning = "\n\n".join(latex_escape(p) for p in expl.meaning)
+    out.append(rf"\item[{latex_escape(label(lang, 'meaning'))}] {meaning}")
+    out.append(r"\end{description}")
+    return out
+
+
+def _latex_cell(part: CellText) -> list[str]:
+    out = [r"\noindent\textbf{" + latex_escape(part.title) + "}", r"\begin{itemize}"]
+    out += [r"\item " + latex_escape(line) for line in part.lines]
+    out.append(r"\end{itemize}")
+    if part.header:
+        out.append(r"\noindent\begin{tabular}{l|" + "r" * (len(part.header) - 1) + "}")
+        out.append(" & ".join(latex_escape(h) for h in part.header) + r" \\ \hline")
+        out += [" & ".join(latex_escape(c) for c in row) + r" \\" for row in part.rows]
+        out.append(r"\end{tabular}")
+        out.append("")
+    out += [r"\noindent " + latex_escape(line) + "\n" for line in part.footer]
+    return out
