@@ -30,21 +30,20 @@ def write_atomic_with(
 ) -> None:
     """As :func:`write_atomic`, for binary output that ``write`` streams into the open file."""
     source = printable(str(path))
-    target = Path(os.path.realpath(path))  # through a symlink: replace its target, keep the link
     try:
-        if target.is_dir():
+        mode = _existing_mode(path)  # through symlinks: /dev/stdout is a pipe or a terminal
+        if mode is not None and stat.S_ISDIR(mode):
             raise UsageError(source, option, "is a directory", "a file path to write")
-        folder = target.parent
-        if not folder.is_dir():
+        if mode is not None and not stat.S_ISREG(mode):
+            with open(path, "wb") as f:
+                write(f)
+            return
+        target = Path(os.path.realpath(path))  # through a symlink: replace its target, keep it
+        if not target.parent.is_dir():
             shown = printable(str(Path(path).parent))
             raise UsageError(
                 source, option, f"folder {shown!r} does not exist", "an existing folder"
             )
-        mode = _existing_mode(target)
-        if mode is not None and not stat.S_ISREG(mode):
-            with open(target, "wb") as f:
-                write(f)
-            return
         _replace(target, write, mode)
     except PermissionError:
         raise UsageError(source, option, "permission denied", "a writable place") from None

@@ -1,4 +1,4 @@
-"""Fixture loader: a JSON or YAML file in, validated :class:`Inputs` out.
+"""Fixture loader: a JSON, YAML or .npz file in, validated :class:`Inputs` out.
 
 Everything a user can get wrong is caught here and raised as :class:`InputError` naming the
 file, the field and what was expected. Past this module there are no loose dicts, only arrays
@@ -28,6 +28,8 @@ from typing import Any, Literal
 
 import numpy as np
 
+from attn_cli import fastyaml
+from attn_cli.arrays import has_references, load_npz_fixture, resolve_references
 from attn_cli.errors import InputError, UsageError
 
 STAGE_NAMES = (
@@ -116,9 +118,16 @@ def load_fixture(
     source = os.fspath(path)
     if source == "-":
         data, source, fmt = _read_stdin(max_bytes), "<stdin>", None
+        base = Path.cwd()  # {file: ...} references are relative to the current folder
+    elif Path(source).suffix.lower() == ".npz":  # a whole fixture as NumPy arrays
+        obj = load_npz_fixture(Path(source), source, max_elements=max_elements, max_bytes=max_bytes)
+        return validate(obj, source, max_elements=max_elements)
     else:
         data, fmt = _read_file(Path(source), source, max_bytes), _format_from_suffix(source)
-    return parse_fixture(data, source, fmt=fmt, max_elements=max_elements)
+        base = Path(source).resolve().parent  # references are relative to the fixture
+    return parse_fixture(
+        data, source, fmt=fmt, max_elements=max_elements, base=base, max_bytes=max_bytes
+    )
 
 
 def parse_fixture(
@@ -127,8 +136,13 @@ def parse_fixture(
     *,
     fmt: Literal["json", "yaml"] | None = None,
     max_elements: int = DEFAULT_MAX_ELEMENTS,
+    base: Path | None = None,
+    max_bytes: int = DEFAULT_MAX_BYTES,
 ) -> Inputs:
-    """Parse fixture text (``fmt`` None: detect JSON or YAML) and validate it."""
+    """Parse fixture text (``fmt`` None: detect JSON or YAML) and validate it.
+
+    ``{file: ...}`` references are read from ``base`` (default: the current folder).
+    """
     text = _decode(data, source) if isinstance(data, bytes) else data.removeprefix("\ufeff")
     if not text.strip():
         raise InputError(source, "", "the file is empty", "a JSON or YAML mapping of fixture keys")
@@ -144,6 +158,10 @@ def parse_fixture(
                 obj = _parse_yaml(text, source, max_elements)
             except InputError:
                 raise json_error from None
+    if has_references(obj):
+        obj = resolve_references(
+            obj, source, base or Path.cwd(), max_elements=max_elements, max_bytes=max_bytes
+        )
     return validate(obj, source, max_elements=max_elements)
 
 
@@ -380,6 +398,7 @@ def _yaml_loader(source: str, max_elements: int) -> Any:
     return Loader
 
 
+_UNKNOWN_TAG = re.compile(r"could not determine a constructor for the tag '([^']*)'")
 _YAML12_EXPONENT = re.compile(r"^[-+]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)[eE][-+]?[0-9]+$")
 
 
@@ -432,17 +451,29 @@ def _yaml_size(root: Any, source: str) -> tuple[int, int]:
 def _parse_yaml(text: str, source: str, max_elements: int) -> Any:
     import yaml
 
+    def check_size(node: Any) -> None:
+        _check_aliases(*_yaml_size(node, source), source, max_elements)
+
+    with contextlib.suppress(fastyaml.NotFast):
+        return fastyaml.parse(text, _yaml_loader(source, max_elements), check_size)
     loader = _yaml_loader(source, max_elements)(text)
     try:
         node = loader.get_single_node()
         if node is None:
             raise InputError(source, "", "the file is empty", "a YAML mapping of fixture keys")
         # Aliases are legal but may expand exponentially ("billion laughs"): size the graph first.
-        _check_aliases(*_yaml_size(node, source), source, max_elements)
+        check_size(node)
         return loader.construct_document(node)
     except yaml.MarkedYAMLError as e:
         mark = e.problem_mark or e.context_mark
         where = f"line {mark.line + 1} column {mark.column + 1}" if mark else ""
+        tag = _UNKNOWN_TAG.search(e.problem or "")
+        if tag:  # !!python/object/apply:os.system and friends: named, refused, never run
+            shown = tag.group(1).replace("tag:yaml.org,2002:", "!!")
+            raise InputError(
+                source, where, f"the YAML tag {shown} is not allowed (tags are refused, never run)",
+                "plain YAML data: mappings, lists, strings, numbers, booleans and null",
+            ) from None  # fmt: skip
         problem = ", ".join(" ".join(p.split()) for p in (e.context, e.problem) if p)
         raise InputError(source, where, f"invalid YAML ({problem})", "plain YAML data") from None
     except yaml.reader.ReaderError as e:  # a character YAML does not allow, before parsing
@@ -662,6 +693,8 @@ class _Checker:
         """A float array with one of ``ndims`` axes; finite unless ``allow`` names specials."""
         value = obj[key]
         key = name or key
+        if _numeric_array(value):
+            return self.array(value, key, ndims, shape_doc, finite=not allow)
         if not isinstance(value, list) and 0 not in ndims:
             raise self.error(key, f"got {_describe(value)}", shape_doc)
         *most, last = ["a number", *(f'"{a}"' for a in allow)]
@@ -679,6 +712,27 @@ class _Checker:
                 "a finite number (at most about 1.8e308)",
             ) from None  # fmt: skip
         if not allow:
+            self.require_finite(key, arr)
+        return arr
+
+    def array(
+        self, value: Any, key: str, ndims: Sequence[int], shape_doc: str, *, finite: bool
+    ) -> FloatArray:
+        """A NumPy array of numbers: the rules of nested lists, checked on its shape."""
+        empty = next((axis for axis, n in enumerate(value.shape) if n == 0), None)
+        if empty is not None:
+            raise self.error(key + "[0]" * empty, "empty list", "a non-empty list")
+        self.count += value.size
+        if self.count > self.max_elements:
+            raise self.error(
+                key, "the fixture holds too many numbers",
+                f"at most {self.max_elements:,} (see --max-elements)",
+            )  # fmt: skip
+        if value.ndim not in ndims:
+            raise self.error(key, f"has {value.ndim} axes (shape {list(value.shape)})", shape_doc)
+        arr: FloatArray = np.asarray(value, dtype=np.float64).view()  # no copy if float64
+        arr.flags.writeable = False  # the caller's numbers are read, never written
+        if finite:
             self.require_finite(key, arr)
         return arr
 
@@ -759,6 +813,15 @@ def _plain(value: Any) -> Any:
     return value.tolist() if isinstance(value, np.ndarray | np.generic) else value
 
 
+def _numeric_array(value: Any) -> bool:
+    """An array of real numbers with at least one axis (not booleans, strings or objects)."""
+    return isinstance(value, np.ndarray) and value.ndim > 0 and value.dtype.kind in "iuf"
+
+
+# Keys whose numbers become float arrays: a NumPy array there is checked, not walked.
+_FLOAT_KEYS = ("X", "W_Q", "W_K", "W_V", "b_Q", "b_K", "b_V", "Q", "K", "V", "W_O", "b_O", "bias")
+
+
 def _field(key: Any) -> str:
     """A key as it may appear in a one-line message."""
     shown = str(key) if len(str(key)) <= 40 else str(key)[:37] + "..."
@@ -785,7 +848,11 @@ def validate(obj: Any, source: str, *, max_elements: int = DEFAULT_MAX_ELEMENTS)
                 "one of " + ", ".join(KNOWN_KEYS),
             )  # fmt: skip
     # `key: null` means the key is omitted.
-    obj = {k: _plain(v) for k, v in obj.items() if v is not None}
+    obj = {
+        k: v if k in _FLOAT_KEYS and _numeric_array(v) else _plain(v)
+        for k, v in obj.items()
+        if v is not None
+    }
     c = _Checker(source, max_elements)
 
     name = _string(c, obj, "name")
@@ -1129,7 +1196,7 @@ def _expected(c: _Checker, obj: Mapping[str, Any]) -> dict[str, FloatArray]:
     value = obj["expected"]
     if not isinstance(value, Mapping):
         raise c.error("expected", f"got {_describe(value)}", "a mapping of stage name to array")
-    value = {stage: _plain(arr) for stage, arr in value.items()}
+    value = {stage: arr if _numeric_array(arr) else _plain(arr) for stage, arr in value.items()}
     out: dict[str, FloatArray] = {}
     for stage, arr in value.items():
         if stage not in STAGE_NAMES:

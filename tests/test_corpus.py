@@ -28,19 +28,19 @@ MEMORY_LIMIT = 1 << 30  # bytes of address space: NumPy imports and runs well wi
 # file -> a fragment of the one-line message that names its problem
 CORPUS: dict[str, str] = {
     # YAML tags construct nothing: refused, never executed
-    "yaml_python_object_apply.yaml": "constructor for the tag 'tag:yaml.org,2002:python/object/apply",
-    "yaml_python_object_new.yaml": "constructor for the tag 'tag:yaml.org,2002:python/object/new",
-    "yaml_python_name.yaml": "constructor for the tag 'tag:yaml.org,2002:python/name:os.system'",
-    "yaml_python_module.yaml": "constructor for the tag 'tag:yaml.org,2002:python/module:os'",
-    "yaml_python_tuple_key.yaml": "line 2 column 1: invalid YAML (could not determine a construct",
-    "yaml_custom_tag.yaml": "line 2 column 4: invalid YAML (could not determine a constructor for the tag '!weights')",
+    "yaml_python_object_apply.yaml": "line 2 column 4: the YAML tag !!python/object/apply:os.sys",
+    "yaml_python_object_new.yaml": "the YAML tag !!python/object/new:subprocess.Popen is not",
+    "yaml_python_name.yaml": "the YAML tag !!python/name:os.system is not allowed",
+    "yaml_python_module.yaml": "the YAML tag !!python/module:os is not allowed",
+    "yaml_python_tuple_key.yaml": "line 2 column 1: the YAML tag !!python/tuple is not allowed",
+    "yaml_custom_tag.yaml": "line 2 column 4: the YAML tag !weights is not allowed",
     # YAML aliases: sized before anything is built
-    "billion_laughs.yaml": "YAML aliases turn 20 values written into 11,111,111,120), expected at most 1,000,000",
+    "billion_laughs.yaml": "20 values written into 11,111,111,120), expected at most 1,000,000",
     "billion_laughs_inside_q.yaml": "the document expands to too many values",
     "alias_expands_to_huge_matrix.yaml": "aliases turn 1,007 values written into 49,000,007",
     "yaml_recursive_alias.yaml": "line 2: an alias refers to a list or mapping that contains it",
     "yaml_undefined_alias.yaml": "line 2 column 4: invalid YAML (found undefined alias)",
-    "trace_too_big_for_memory.yaml": "tracing it would need about 22.4 GiB of memory (3 score stages each hold 1,000,000,000 numbers",
+    "trace_too_big_for_memory.yaml": "22.4 GiB of memory (3 score stages each hold 1,000,000,000",
     # YAML syntax and structure
     "yaml_two_documents.yaml": "expected a single document in the stream, but found another",
     "yaml_tab_indentation.yaml": "line 2 column 1: invalid YAML",
@@ -50,21 +50,21 @@ CORPUS: dict[str, str] = {
     "yaml_duplicate_key.yaml": "causal: duplicate key (line 5), expected each key once",
     "yaml_duplicate_nested_key.yaml": "softmax: duplicate key (line 6)",
     "yaml_complex_key.yaml": "found unhashable key",
-    "yaml_control_character.yaml": "line 4 column 12: invalid YAML (the character 0x0007 is not allowed)",
-    "yaml_escape_sequence_raw.yaml": "line 4 column 13: invalid YAML (the character 0x001b is not allowed)",
+    "yaml_control_character.yaml": "line 4 column 12: invalid YAML (the character 0x0007 is not",
+    "yaml_escape_sequence_raw.yaml": "line 4 column 13: invalid YAML (the character 0x001b is not",
     "yaml_top_level_list.yaml": "top level is a list, expected a mapping of fixture keys",
     "yaml_top_level_scalar.yaml": "top level is the string 'just some text'",
     "yaml_comments_only.yaml": "the file is empty",
     "yaml_null_document.yaml": "top level is null",
     # YAML values that are not what they look like
     "yaml_set_as_tokens.yaml": "tokens: got a set (!!set), expected a list of strings",
-    "yaml_date_as_token.yaml": "tokens[0]: got the date 2020-01-01 (YAML reads unquoted dates as dates)",
-    "yaml_booleans_as_tokens.yaml": "tokens[0]: got the boolean true, expected a string (quote it in YAML)",
+    "yaml_date_as_token.yaml": "tokens[0]: got the date 2020-01-01 (YAML reads unquoted dates as",
+    "yaml_booleans_as_tokens.yaml": "tokens[0]: got the boolean true, expected a string (quote it",
     "yaml_binary_as_name.yaml": "name: got 5 bytes of binary data (!!binary), expected a string",
     "yaml_timestamp_as_scale.yaml": "scale: got the timestamp 2001-12-14T21:59:43.100000-05:00",
-    "yaml_integer_5000_digits.yaml": "line 4: an integer with 5000 digits, expected at most 300 digits",
+    "yaml_integer_5000_digits.yaml": "line 4: an integer with 5000 digits, expected at most 300",
     "yaml_hex_beyond_float64.yaml": "Q[0][0]: is an integer beyond the range of float64",
-    "yaml_inf_in_weights.yaml": "W_Q[0][0]: is inf (infinite, or beyond float64), expected a finite number",
+    "yaml_inf_in_weights.yaml": "W_Q[0][0]: is inf (infinite, or beyond float64), expected a",
     "yaml_nan_in_keys.yaml": "K[1][1]: is nan (not a number), expected a finite number",
     "yaml_1e400.yaml": "Q[0][0]: is inf",
     "yaml_null_in_matrix.yaml": "Q[0][1]: got null, expected a number",
@@ -84,14 +84,14 @@ CORPUS: dict[str, str] = {
     # JSON: literals, numbers, duplicates, syntax
     "json_nan_literal.json": "Q[0][0]: got the JSON literal NaN, expected a number",
     "json_infinity_literal.json": "Q[1][1]: got the JSON literal Infinity",
-    "json_negative_infinity_in_bias.json": 'bias[0][1]: got the JSON literal -Infinity, expected a number or "-inf"',
+    "json_negative_infinity_in_bias.json": "bias[0][1]: got the JSON literal -Infinity, expected a",
     "json_1e400.json": "Q[0][0]: got the number 1e400, beyond the range of float64",
     "json_scale_1e400.json": "scale: got the number 1e400, beyond the range of float64",
     "json_5000_digit_integer.json": "an integer with 5000 digits, expected at most 300 digits",
     "json_duplicate_key.json": "Q: duplicate key, expected each key once",
     "json_duplicate_nested_key.json": "softmax: duplicate key",
     "json_trailing_comma.json": "line 1 column 70: invalid JSON",
-    "json_single_quotes.json": "line 1 column 2: invalid JSON (Expecting property name enclosed in double quotes)",
+    "json_single_quotes.json": "line 1 column 2: invalid JSON (Expecting property name enclosed in",
     "json_comment.json": "line 2 column 3: invalid JSON",
     "json_truncated.json": "invalid JSON (Expecting ',' delimiter)",
     "json_deep_nesting.json": "nesting is too deep",
@@ -105,7 +105,7 @@ CORPUS: dict[str, str] = {
     "json_string_number.json": "Q[1][1]: got the string '1', expected a number",
     "json_null_in_matrix.json": "K[0][1]: got null, expected a number",
     "json_object_as_matrix.json": "Q: got a mapping, expected shape [seq, heads*d]",
-    "ragged_rows.json": "X[1]: row has 2 entries, expected 3 like X[0] (rows must all be the same length)",
+    "ragged_rows.json": "X[1]: row has 2 entries, expected 3 like X[0] (rows must all be the",
     "ragged_batch.json": "Q[1]: row has 1 entries, expected 2 like Q[0]",
     "json_empty_matrix.json": "Q: empty list, expected a non-empty list",
     "json_empty_row.json": "Q[0]: empty list",
@@ -123,20 +123,20 @@ CORPUS: dict[str, str] = {
     "json_mask_value_2.json": "mask[0][1]: got the number 2, expected true/false or 1/0",
     "json_mask_does_not_broadcast.json": "mask: has shape [3], which does not broadcast",
     "json_bias_plus_inf.json": "bias[0][1]: got the string '+inf'",
-    "json_lengths_beyond_seq.json": "lengths[0]: is 3, expected a number of valid keys between 0 and seq_k = 2",
+    "json_lengths_beyond_seq.json": "lengths[0]: is 3, expected a number of valid keys between",
     "json_lengths_boolean.json": "lengths[0]: got the boolean true",
-    "json_causal_misspelt.json": "causal: got the string 'upper_left', expected false, true, \"upper-left\"",
+    "json_causal_misspelt.json": "causal: got the string 'upper_left', expected false, true,",
     "json_expected_unknown_stage.json": "expected.sofmax: unknown stage (did you mean 'softmax'?)",
     "json_tokens_wrong_count.json": "tokens: has 3 tokens, expected 2 = seq_q",
     "json_tokens_numbers.json": "tokens[0]: got the number 1, expected a string",
     "json_name_not_string.json": "name: got a list, expected a string",
     "json_integer_key_like.json": ": '': unknown key",
     "json_key_with_markup.json": ": [bold red]X[/bold red]: unknown key",  # printed as text
-    "json_key_with_escape.json": "'\\x1b]8;;http://evil.example\\x07click\\x1b]8;;\\x07': unknown key",
+    "json_key_with_escape.json": "'\\x1b]8;;http://evil.example\\x07click\\x1b]8;;\\x07'",
     # finite inputs whose products overflow float64: refused, naming stage and position
-    "overflow_in_scores.json": "scores[head 0, query 0 'big', key 0 'big']: is inf (float64 overflow)",
+    "overflow_in_scores.json": "scores[head 0, query 0 'big', key 0 'big']: is inf (float64",
     "overflow_in_projection.json": "Q[query 0, feature 0]: is inf (float64 overflow)",
-    "overflow_in_output_projection.json": "projected[query 0 'a', d_out 0]: is inf (float64 overflow)",
+    "overflow_in_output_projection.json": "projected[query 0 'a', d_out 0]: is inf (float64",
 }
 
 
@@ -180,7 +180,10 @@ def _symlink_loop(tmp: Path) -> Path:
 
 # name -> (make the path in a temporary folder, the fragment)
 MADE: dict[str, tuple[Callable[[Path], Path], str]] = {
-    "a_directory": (lambda tmp: tmp, "is a directory, expected a .json, .yaml or .yml fixture file"),
+    "a_directory": (
+        lambda tmp: tmp,
+        "is a directory, expected a .json, .yaml or .yml fixture file",
+    ),
     "a_missing_file": (lambda tmp: tmp / "nope.yaml", "no such file, expected a path to a fixture"),
     "a_path_through_a_file": (
         lambda tmp: Path(__file__) / "x.yaml",
@@ -194,8 +197,7 @@ MADE: dict[str, tuple[Callable[[Path], Path], str]] = {
     ),
     "a_200000_token_sequence": (
         _long_sequence,
-        "tracing it would need about 894.1 GiB of memory (3 score stages each hold "
-        "40,000,000,000 numbers: batch 1 x heads 1 x seq_q 200000 x seq_k 200000)",
+        "3 score stages each hold 40,000,000,000 numbers: batch 1 x heads 1 x seq_q 200000",
     ),
     "a_symlink_loop": (_symlink_loop, "cannot read file (Too many levels of symbolic links)"),
 }
