@@ -12,18 +12,18 @@ import io
 import os
 import signal
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import replace
 from enum import Enum
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, Optional
+from typing import IO, TYPE_CHECKING, Annotated, Any, Optional
 
 import typer
 
 from attn_cli import __version__
 from attn_cli.constants import DEFAULT_MAX_ELEMENTS, STAGE_NAMES
-from attn_cli.errors import AttnError, UsageError
+from attn_cli.errors import AttnError, UsageError, printable
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -31,6 +31,7 @@ if TYPE_CHECKING:
     from attn_cli.check import Outcome, Tolerance
     from attn_cli.fixture import Inputs
     from attn_cli.pipeline import Trace
+    from attn_cli.progress import Status
     from attn_cli.render import RenderOptions
 
 NON_TERMINAL_WIDTH = 100
@@ -68,6 +69,7 @@ class TraceFormat(str, Enum):
     latex = "latex"
     html = "html"
     svg = "svg"
+    npz = "npz"
 
 
 class HeatmapFormat(str, Enum):
@@ -80,6 +82,11 @@ class HeatmapFormat(str, Enum):
 class Lang(str, Enum):
     en = "en"
     zh = "zh"
+
+
+class Dtype(str, Enum):
+    float64 = "float64"
+    float32 = "float32"
 
 
 def _version(value: bool) -> None:
@@ -140,7 +147,8 @@ def trace(
             "--format",
             "-f",
             help="table (Rich, coloured on a terminal), plain (no colour), json, markdown "
-            "(GitHub tables), latex (pdflatex), html or svg (the coloured rendering).",
+            "(GitHub tables), latex (pdflatex), html or svg (the coloured rendering), npz "
+            "(NumPy arrays named after stages; needs -o).",
         ),
     ] = TraceFormat.table,
     output: Annotated[
@@ -149,7 +157,12 @@ def trace(
     ] = None,
     stage: Annotated[
         Optional[list[str]],  # noqa: UP045
-        typer.Option("--stage", "-s", help="Show only this stage; repeat for more."),
+        typer.Option(
+            "--stage",
+            "-s",
+            help="Only this stage (repeat for more): the others are not kept, and those it does "
+            "not depend on are not computed.",
+        ),
     ] = None,
     precision: Annotated[
         int, typer.Option(min=0, max=17, help="Digits after the decimal point in tables.")
@@ -181,6 +194,12 @@ def trace(
             show_default=False,
         ),
     ] = None,
+    dtype: Annotated[
+        Dtype,
+        typer.Option(
+            help="Compute in float64, or in float32: half the memory, faster, about 7 digits.",
+        ),
+    ] = Dtype.float64,
     explain: Annotated[
         bool,
         typer.Option(
@@ -230,6 +249,8 @@ def trace(
 
       attn trace my.yaml --format json -o trace.json
 
+      attn trace big.npz --stage output --format npz -o out.npz   # big inputs
+
       cat my.json | attn trace -
 
       attn trace --explain --lang zh --cell The,cat   # classroom: explained, one cell worked
@@ -239,18 +260,37 @@ def trace(
       attn trace --explain --format svg -o slides.svg
     """
     with _user_errors():
+        from attn_cli.progress import Status
+
         stages = _check_stages(stage)
-        result = _run(fixture, max_elements, max_memory)
+        if fmt is TraceFormat.npz and output is None:
+            raise UsageError("", "--format npz", "needs a file", "-o FILE.npz")
+        shade = heatmap is True or (
+            heatmap is None
+            and (
+                fmt in (TraceFormat.html, TraceFormat.svg)
+                or (fmt is TraceFormat.table and output is None and not _plain(Format.table, color))
+            )
+        )
+        keep = _kept(stages, shade, explain or step or cell is not None or focus is not None)
+        with Status("loading the fixture") as status:
+            result = _run(fixture, max_elements, max_memory, keep, dtype.value, status)
         if stages is not None:
             missing = [s for s in stages if s not in result]
             if missing:
                 raise UsageError(
                     "", f"--stage {missing[0]}", "this fixture has no such stage",
-                    "one of " + ", ".join(result.stages),
+                    "one of " + ", ".join(result.applicable),
                 )  # fmt: skip
         _warn_empty_rows(result)
         if step and (output is not None or fmt not in (TraceFormat.table, TraceFormat.plain)):
             raise UsageError("", "--step", "works only in the terminal", "no --format/-o")
+        if fmt is TraceFormat.npz:
+            assert output is not None
+            from attn_cli.arrays import npz_writer
+
+            _emit_binary(npz_writer(result, stages), output)
+            return
         if fmt is TraceFormat.json:
             from attn_cli.export import dumps
 
@@ -621,7 +661,11 @@ def _copy_example(name: str | None, file: Path | None, force: bool) -> None:
 
     text = bundled.read_text(encoding="utf-8")
     write_atomic(target, text, option="FILE")
-    typer.echo(f"Wrote {target} (a copy of {name}; trace it with: attn trace {target})", err=True)
+    typer.echo(
+        f"Wrote {printable(str(target))} (a copy of {name}; trace it with: "
+        f"attn trace {printable(str(target))})",
+        err=True,
+    )
 
 
 def _refuse_overwrite(target: Path, force: bool) -> None:
@@ -733,7 +777,11 @@ def new(
         from attn_cli.files import write_atomic
 
         write_atomic(file, text, option="FILE")
-        typer.echo(f"Wrote {file}; trace it with: attn trace {file} --explain", err=True)
+        typer.echo(
+            f"Wrote {printable(str(file))}; trace it with: "
+            f"attn trace {printable(str(file))} --explain",
+            err=True,
+        )
 
 
 def _shape_summary(inputs: Inputs) -> str:
@@ -770,14 +818,33 @@ def _check_stages(stage: list[str] | None) -> tuple[str, ...] | None:
     return tuple(dict.fromkeys(stage))
 
 
-def _run(fixture: str | None, max_elements: int, max_memory: str | None = None) -> Trace:
+def _run(
+    fixture: str | None,
+    max_elements: int,
+    max_memory: str | None = None,
+    keep: tuple[str, ...] | None = None,
+    dtype: str = "float64",
+    status: Status | None = None,
+) -> Trace:
     from attn_cli.fixture import check_memory, parse_size
-    from attn_cli.pipeline import run
+    from attn_cli.pipeline import DTYPES, run
 
     budget = None if max_memory is None else parse_size(max_memory)
     inputs = _load(fixture, max_elements)
-    check_memory(inputs, budget)  # refused before any stage is computed
-    return run(inputs)
+    itemsize = 4 if dtype == "float32" else 8
+    check_memory(inputs, budget, keep, itemsize)  # refused before any stage is computed
+    assert dtype in DTYPES
+    progress = None if status is None else status.progress("computing attention")
+    return run(inputs, keep=keep, dtype=dtype, progress=progress)
+
+
+def _kept(stages: tuple[str, ...] | None, shade: bool, needs_all: bool) -> tuple[str, ...] | None:
+    """The stages to keep for --stage: all when explaining or stepping (they read others)."""
+    if stages is None or needs_all:
+        return None
+    if "softmax" in stages and shade:
+        return (*stages, "masked")  # a heatmap of softmax marks the masked cells
+    return stages
 
 
 def _load(fixture: str | None, max_elements: int) -> Inputs:
@@ -862,9 +929,21 @@ def _emit(text: str, output: Path | None) -> None:
         sys.stdout.flush()
         return
     from attn_cli.files import write_atomic
+    from attn_cli.progress import Status
 
-    write_atomic(output, text)
-    typer.echo(f"Wrote {output} ({len(text.encode('utf-8')):,} bytes)", err=True)
+    with Status(f"writing {output}"):
+        write_atomic(output, text)
+    typer.echo(f"Wrote {printable(str(output))} ({len(text.encode('utf-8')):,} bytes)", err=True)
+
+
+def _emit_binary(write: Callable[[IO[bytes]], object], output: Path) -> None:
+    from attn_cli.files import write_atomic_with
+    from attn_cli.progress import Status
+
+    with Status(f"writing {output}"):
+        write_atomic_with(output, write)
+    size = output.stat().st_size if output.is_file() else 0
+    typer.echo(f"Wrote {printable(str(output))} ({size:,} bytes)", err=True)
 
 
 def main() -> None:
@@ -924,6 +1003,8 @@ class _ClosedStdout(io.TextIOBase):
         return False
 
     def write(self, s: str) -> int:
+        if not s:
+            return 0  # Rich flushes an empty buffer after capturing to a string
         raise UsageError(
             "<stdout>", "", "standard output is closed",
             "an open standard output, or -o FILE to write to a file",

@@ -46,7 +46,7 @@ def trace_config(trace: Trace) -> dict[str, Any]:
         "mask": inp.mask is not None,
         "bias": inp.bias is not None,
         "lengths": None if inp.lengths is None else [int(n) for n in inp.lengths],
-        "dtype": "float64",
+        "dtype": trace.dtype,
     }
 
 

@@ -11,11 +11,12 @@ import itertools
 import math
 import re
 import unicodedata
-from collections.abc import Iterable, Sequence
+from collections.abc import Container, Iterable, Sequence
 from dataclasses import dataclass
 from html import escape as html_escape
-from typing import Any
+from typing import Any, cast
 
+import numpy as np
 from rich import box
 from rich.cells import cell_len
 from rich.columns import Columns
@@ -223,7 +224,20 @@ def render_matrix(
         if heat is not None and heat.row_sums is not None:
             cells.append(Text(format_number(heat.row_sums[i], options.precision), style="dim"))
         table.add_row(*cells)
+    _fix_widths(table)
     return table
+
+
+def _fix_widths(table: Table) -> None:
+    """Give each column the width of its widest cell, so Rich need not measure every cell."""
+    for column in table.columns:
+        widths = []
+        for cell in (column.header, *column.cells):
+            if not isinstance(cell, Text | str):
+                break  # another renderable: let Rich measure this column
+            widths.append(cell_len(cell.plain if isinstance(cell, Text) else cell))
+        else:
+            column.width = max(widths)
 
 
 def _pick(n: int, limit: int, edge: int, full: bool) -> list[int | None]:
@@ -288,16 +302,53 @@ class StageHeat:
         blocked = None
         if "masked" in trace and self.stage in ("masked", "softmax"):
             source = trace["masked"].data
-            blocked = (source[index] if index else source) == -math.inf
+            blocked = _NegInf(source[index] if index else source)
         is_softmax = self.stage == "softmax"
+        # Row facts are worked out for the rows shown only, so an elided table costs the same
+        # whatever the size of the matrix behind it.
         return SliceHeat(
             lo=self.lo,
             hi=self.hi,
             lang=self.lang,
             blocked=blocked,
-            maxima=row_max_positions_for_display(matrix) if is_softmax else None,
-            row_sums=row_sums_for_display(matrix) if is_softmax else None,
+            maxima=_RowMaxima(matrix) if is_softmax else None,
+            row_sums=_RowSums(matrix) if is_softmax else None,
         )
+
+
+class _NegInf:
+    """``blocked[i, j]``: whether the masked stage holds −∞ there, looked up cell by cell."""
+
+    def __init__(self, masked: Any) -> None:
+        self.masked = masked
+
+    def __getitem__(self, ij: tuple[int, int]) -> bool:
+        return bool(self.masked[ij] == -math.inf)
+
+
+class _RowMaxima:
+    """``(i, j) in maxima``: whether row i of a softmax slice peaks at j (row i worked once)."""
+
+    def __init__(self, matrix: Any) -> None:
+        self.matrix = matrix
+        self.rows: dict[int, frozenset[int]] = {}
+
+    def __contains__(self, ij: object) -> bool:
+        i, j = cast(tuple[int, int], ij)
+        if i not in self.rows:
+            marks = row_max_positions_for_display(self.matrix[i : i + 1])
+            self.rows[i] = frozenset(col for _, col in marks)
+        return j in self.rows[i]
+
+
+class _RowSums:
+    """``row_sums[i]``: the sum of row i of a softmax slice, worked out when asked."""
+
+    def __init__(self, matrix: Any) -> None:
+        self.matrix = matrix
+
+    def __getitem__(self, i: int) -> float:
+        return row_sums_for_display(self.matrix[i : i + 1])[0]
 
 
 @dataclass(frozen=True)
@@ -307,9 +358,9 @@ class SliceHeat:
     lo: float
     hi: float
     lang: Lang
-    blocked: Any | None  # bool (rows, cols): True where the masked stage holds −∞
-    maxima: frozenset[tuple[int, int]] | None  # softmax only: where each row peaks
-    row_sums: tuple[float, ...] | None  # softmax only
+    blocked: Any | None  # [i, j] -> bool: True where the masked stage holds −∞
+    maxima: Container[tuple[int, int]] | None  # softmax only: where each row peaks
+    row_sums: Any | None  # softmax only: [i] -> the sum of row i
 
     def cell(self, i: int, j: int, x: float, precision: int) -> Text:
         """One shaded cell; masked cells grey with −∞ or ·, a row maximum with *."""
@@ -333,10 +384,27 @@ def _heat(trace: Trace, stage: Stage, options: RenderOptions) -> StageHeat | Non
     if stage.name == "softmax":
         lo, hi = 0.0, 1.0  # weights are probabilities: one fixed scale for every trace
     else:
-        finite = [float(x) for x in stage.data.flat if math.isfinite(x)]
-        lo, hi = (min(finite), max(finite)) if finite else (0.0, 1.0)
+        shown = _shown_values(stage, options)
+        finite = shown[np.isfinite(shown)]
+        lo, hi = (float(finite.min()), float(finite.max())) if finite.size else (0.0, 1.0)
     masked = "masked" in trace and stage.name in ("masked", "softmax")
     return StageHeat(stage.name, lo, hi, options.lang, masked)
+
+
+def _shown_values(stage: Stage, options: RenderOptions) -> Any:
+    """The numbers a stage's tables show (all with --full): the colour scale spans these, and
+    an elided 4096 × 4096 stage costs no more to shade than a small one."""
+    data = stage.data
+    if options.full:
+        return data
+    slices = list(itertools.product(*(range(n) for n in data.shape[:-2])))
+    if len(slices) > TABLE_LIMIT:
+        slices = [*slices[:TABLE_EDGE], *slices[-TABLE_EDGE:]]
+    rows = [i for i in _pick(data.shape[-2], ROW_LIMIT, ROW_EDGE, False) if i is not None]
+    if options.focus is not None and stage.axes[-2] in ("query", "seq"):
+        rows = [options.focus]
+    cols = [j for j in _pick(data.shape[-1], COL_LIMIT, COL_EDGE, False) if j is not None]
+    return np.stack([data[index][np.ix_(rows, cols)] for index in slices])
 
 
 def render_legend(heat: StageHeat, lang: Lang, precision: int) -> Text:

@@ -1,0 +1,421 @@
+"""attn's benchmarks: ratios measured side by side, in one run, on this machine.
+
+    python benchmarks/bench.py            # about two minutes; --reps N for steadier medians
+
+Not part of the test run. Every measurement runs in a fresh subprocess whose environment has
+OPENBLAS_CORETYPE and OPENBLAS_L2_SIZE removed (they can pin OpenBLAS to a slow kernel) and
+PYTHONDONTWRITEBYTECODE removed (so attn's modules load from bytecode, as after an install).
+Times are medians of repetitions that alternate between the two sides of each ratio.
+
+1. start-up   `attn trace` (default example) / `python -c "import numpy, typer, rich.console,
+              rich.table, yaml"`                                          target <= 1.15
+2. compute    tracing seq 2048, d_model 512, 8 heads, W_O, every stage kept, no rendering /
+              the same math in plain NumPy                                target <= 1.2
+              (and / torch scaled_dot_product_attention on the CPU, when torch imports)
+3. memory     (peak RSS - RSS after imports) / bytes of the stages kept   target <= 1.5
+4. rendering  elided 4096-token trace / the 3-token default, same shapes  target <= 3
+5. loading    the same 2048x512 (+ 3 x 512x64) arrays: YAML / JSON        target <= 2
+              (and .npy references / JSON)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+SEQ, D_MODEL, HEADS = 2048, 512, 8
+RENDER_SEQ = 4096
+
+
+def child_env() -> dict[str, str]:
+    drop = {"OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE", "PYTHONDONTWRITEBYTECODE"}
+    env = {k: v for k, v in os.environ.items() if k not in drop}
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH")) if p)
+    env.pop("CI", None)  # the same code paths as on a developer's machine
+    env["NO_COLOR"] = "1"
+    return env
+
+
+def child(task: str, *args: str, python: str = sys.executable) -> Any:
+    """Run ``bench.py --child TASK ARGS`` in a fresh interpreter; its last line is JSON."""
+    cmd = [python, str(Path(__file__).resolve()), "--child", task, *args]
+    out = subprocess.run(cmd, env=child_env(), capture_output=True, text=True, cwd=ROOT)
+    if out.returncode != 0:
+        raise RuntimeError(f"{task} failed:\n{out.stderr[-3000:]}")
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def wall(cmd: list[str]) -> float:
+    start = time.perf_counter()
+    subprocess.run(cmd, env=child_env(), stdout=subprocess.DEVNULL, check=True, cwd=ROOT)
+    return time.perf_counter() - start
+
+
+def verdict(ratio: float, target: float) -> str:
+    return "met" if ratio <= target else "missed"
+
+
+# ---------------------------------------------------------------------------------------------
+# Children: each prints one JSON line
+
+
+def child_machine() -> dict[str, Any]:
+    import numpy as np
+
+    info: dict[str, Any] = {"numpy": np.__version__}
+    blas = np.__config__.CONFIG.get("Build Dependencies", {}).get("blas", {})
+    info["blas_build"] = f"{blas.get('name')} {blas.get('version')}"
+    try:
+        from threadpoolctl import threadpool_info
+    except ImportError:
+        info["kernel"] = "threadpoolctl not installed: the BLAS kernel in use is not known"
+    else:
+        pools = [p for p in threadpool_info() if p.get("user_api") == "blas"]
+        info["kernel"] = "; ".join(
+            f"{p.get('internal_api')} {p.get('version')}, kernel {p.get('architecture')}, "
+            f"{p.get('num_threads')} threads"
+            for p in pools
+        )
+    return info
+
+
+def fixture_arrays(seq: int, d_model: int, heads: int, out: bool = True) -> dict[str, Any]:
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    W = [rng.standard_normal((d_model, d_model)) / d_model**0.5 for _ in range(4)]
+    fx = {"X": rng.standard_normal((seq, d_model)), "W_Q": W[0], "W_K": W[1], "W_V": W[2]}
+    if out:
+        fx["W_O"] = W[3]
+    return {**fx, "heads": heads}
+
+
+def plain_numpy(X: Any, W_Q: Any, W_K: Any, W_V: Any, W_O: Any, heads: int) -> Any:
+    """The same math in the most direct NumPy, every intermediate held as attn holds it."""
+    import numpy as np
+
+    T, C = X.shape
+    d = C // heads
+    q = (X @ W_Q).reshape(T, heads, d).transpose(1, 0, 2)  # (H, T, d)
+    k = (X @ W_K).reshape(T, heads, d).transpose(1, 0, 2)
+    v = (X @ W_V).reshape(T, heads, d).transpose(1, 0, 2)
+    scores = q @ k.transpose(0, 2, 1)  # (H, T, T)
+    scaled = scores / np.sqrt(d)
+    e = np.exp(scaled - scaled.max(axis=-1, keepdims=True))
+    weights = e / e.sum(axis=-1, keepdims=True)
+    output = weights @ v  # (H, T, d)
+    concat = output.transpose(1, 0, 2).reshape(T, C)
+    return scores, scaled, weights, output, concat @ W_O
+
+
+def child_compute(reps: int) -> dict[str, Any]:
+    import numpy as np
+
+    from attn_cli.fixture import validate
+    from attn_cli.pipeline import run
+
+    fx = fixture_arrays(SEQ, D_MODEL, HEADS)
+    inputs = validate(fx, "bench")
+    arrays = {k: fx[k] for k in ("X", "W_Q", "W_K", "W_V", "W_O")}
+    np.testing.assert_allclose(
+        run(inputs)["projected"].data, plain_numpy(**arrays, heads=HEADS)[-1], rtol=1e-9, atol=1e-9
+    )
+    attn: list[float] = []
+    plain: list[float] = []
+    f32: list[float] = []
+    out_only: list[float] = []
+    for _ in range(reps):
+        for times, call in (
+            (plain, lambda: plain_numpy(**arrays, heads=HEADS)),
+            (attn, lambda: run(inputs)),
+            (f32, lambda: run(inputs, dtype="float32")),
+            (out_only, lambda: run(inputs, keep={"projected"})),
+        ):
+            start = time.perf_counter()
+            call()
+            times.append(time.perf_counter() - start)
+    med = statistics.median
+    return {"attn": med(attn), "plain": med(plain), "float32": med(f32), "output": med(out_only)}
+
+
+def child_torch(reps: int) -> dict[str, Any]:
+    import torch
+    import torch.nn.functional as F
+
+    fx = fixture_arrays(SEQ, D_MODEL, HEADS)
+    X, W_Q, W_K, W_V, W_O = (torch.from_numpy(fx[k]) for k in ("X", "W_Q", "W_K", "W_V", "W_O"))
+    T, C = X.shape
+    d = C // HEADS
+
+    def sdpa() -> Any:
+        with torch.no_grad():
+            q, k, v = ((X @ W).view(T, HEADS, d).transpose(0, 1) for W in (W_Q, W_K, W_V))
+            out = F.scaled_dot_product_attention(q, k, v)  # (H, T, d), float64
+            return out.transpose(0, 1).reshape(T, C) @ W_O
+
+    sdpa()
+    times = []
+    for _ in range(reps):
+        start = time.perf_counter()
+        sdpa()
+        times.append(time.perf_counter() - start)
+    return {"torch": statistics.median(times), "version": torch.__version__,
+            "threads": torch.get_num_threads()}  # fmt: skip
+
+
+def rss_peak() -> int:
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # kilobytes on Linux
+
+
+def child_memory(path: str, keep: str, dtype: str) -> dict[str, Any]:
+    import numpy as np
+
+    import attn_cli.fixture
+    import attn_cli.pipeline
+
+    base = rss_peak()
+    inputs = attn_cli.fixture.load_fixture(path)
+    trace = attn_cli.pipeline.run(
+        inputs,
+        keep=None if keep == "all" else keep.split(","),
+        dtype=dtype,  # type: ignore[arg-type]
+    )
+    peak = rss_peak()
+    # bytes of the stages, counting memory two stages share (concat is a view of output) once
+    roots: dict[int, int] = {}
+    for stage in trace:
+        arr = stage.data
+        while isinstance(arr.base, np.ndarray):
+            arr = arr.base
+        roots[id(arr)] = arr.nbytes
+    return {"base": base, "peak": peak, "kept": sum(roots.values()), "stages": list(trace.stages)}
+
+
+def child_render(reps: int) -> dict[str, Any]:
+    import io
+
+    import numpy as np
+    from rich.console import Console
+
+    from attn_cli.examples import find_example
+    from attn_cli.fixture import load_fixture, validate
+    from attn_cli.pipeline import run
+    from attn_cli.render import RenderOptions, render_trace
+
+    default = find_example("the_cat_sat")
+    assert default is not None
+    small = run(load_fixture(default))
+    rng = np.random.default_rng(0)
+
+    def like_default(seq: int) -> Any:  # the default's shapes: d_model 4, d_k 2, one head
+        fx = {"X": rng.standard_normal((seq, 4)), "W_Q": rng.standard_normal((4, 2)),
+              "W_K": rng.standard_normal((4, 2)), "W_V": rng.standard_normal((4, 2))}  # fmt: skip
+        return run(validate(fx, f"{seq} tokens"))
+
+    big, twelve = like_default(RENDER_SEQ), like_default(12)
+
+    def render(trace: Any, heat: bool = False) -> None:
+        console = Console(file=io.StringIO(), width=100, color_system="truecolor" if heat else None)
+        console.print(render_trace(trace, RenderOptions(heatmap=heat)))
+
+    cases = {"small": (small, False), "big": (big, False), "twelve": (twelve, False),
+             "small_heat": (small, True), "big_heat": (big, True)}  # fmt: skip
+    times: dict[str, list[float]] = {k: [] for k in cases}
+    for trace, heat in cases.values():
+        render(trace, heat)  # warm-up: first-use imports and caches
+    for _ in range(reps):
+        for name, (trace, heat) in cases.items():
+            start = time.perf_counter()
+            render(trace, heat)
+            times[name].append(time.perf_counter() - start)
+    return {k: statistics.median(v) for k, v in times.items()}
+
+
+def child_load(folder: str, reps: int) -> dict[str, Any]:
+    from attn_cli.fixture import load_fixture
+
+    paths = {kind: Path(folder) / f"fixture.{kind}" for kind in ("json", "yaml")}
+    paths["npy"] = Path(folder) / "refs.yaml"
+    times: dict[str, list[float]] = {k: [] for k in paths}
+    errors: dict[str, str] = {}
+    shapes = set()
+    for _ in range(reps):
+        for kind, path in paths.items():
+            if kind in errors:
+                continue
+            start = time.perf_counter()
+            try:
+                inputs = load_fixture(path)
+            except Exception as e:  # e.g. references not supported by this checkout
+                errors[kind] = f"{type(e).__name__}: {e}"
+                continue
+            times[kind].append(time.perf_counter() - start)
+            shapes.add((kind, inputs.X.shape if inputs.X is not None else None))
+    out: dict[str, Any] = {k: statistics.median(v) for k, v in times.items() if v}
+    out["errors"] = errors
+    return out
+
+
+def write_load_files(folder: Path) -> None:
+    import numpy as np
+
+    fx = fixture_arrays(SEQ, D_MODEL, HEADS, out=False)
+    fx = {k: v for k, v in fx.items() if k != "heads"}
+    W = {k: np.ascontiguousarray(v[:, :64]) for k, v in fx.items() if k != "X"}  # 512x64 each
+    arrays = {"X": fx["X"], **W}
+    (folder / "fixture.json").write_text(json.dumps({k: v.tolist() for k, v in arrays.items()}))
+    with open(folder / "fixture.yaml", "w") as f:  # flow rows, as yaml.safe_dump writes them
+        for key, arr in arrays.items():
+            f.write(f"{key}:\n")
+            for row in arr.tolist():
+                f.write("- [" + ", ".join(repr(x) for x in row) + "]\n")
+    lines = []
+    for key, arr in arrays.items():
+        np.save(folder / f"{key}.npy", arr)
+        lines.append(f"{key}: {{file: {key}.npy}}\n")
+    (folder / "refs.yaml").write_text("".join(lines))
+
+
+def write_memory_fixture(folder: Path) -> Path:
+    import numpy as np
+
+    fx = fixture_arrays(SEQ, D_MODEL, HEADS)
+    path = folder / "big.npz"
+    np.savez(path, **fx)
+    return path
+
+
+# ---------------------------------------------------------------------------------------------
+# The parent: runs the children, prints the ratios
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--reps", type=int, default=5, help="repetitions per timing (median)")
+    parser.add_argument("--startup-reps", type=int, default=15)
+    parser.add_argument("--child", nargs="+", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        task, *rest = args.child
+        result = globals()[f"child_{task}"](*(int(a) if a.isdigit() else a for a in rest))
+        print(json.dumps(result))
+        return
+
+    py = sys.executable
+    machine = child("machine")
+    cpu = next(
+        (line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
+         if line.startswith("model name")),
+        platform.processor() or "unknown",
+    ) if Path("/proc/cpuinfo").exists() else platform.processor()  # fmt: skip
+    print("attn benchmarks")
+    print(f"  machine: {os.cpu_count()} CPUs ({cpu}), Python {platform.python_version()}, "
+          f"NumPy {machine['numpy']}, BLAS {machine['blas_build']}")  # fmt: skip
+    print(f"  BLAS in use: {machine['kernel']}")
+    pinned = {
+        k: os.environ[k] for k in ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE") if k in os.environ
+    }
+    print(f"  OPENBLAS_CORETYPE/OPENBLAS_L2_SIZE: {pinned or 'not set'}; removed for the runs")
+    print()
+
+    # 1. start-up
+    attn_cmd = [py, "-m", "attn_cli", "trace"]
+    base_cmd = [py, "-c", "import numpy, typer, rich.console, rich.table, yaml"]
+    pyd_cmd = [py, "-c", "import numpy, typer, rich.console, rich.table, yaml, typer._adapters"]
+    for cmd in (attn_cmd, base_cmd, pyd_cmd):
+        wall(cmd)  # warm-up: bytecode written, files cached
+    t_attn, t_base, t_pyd = [], [], []
+    for _ in range(args.startup_reps):
+        t_attn.append(wall(attn_cmd))
+        t_base.append(wall(base_cmd))
+        t_pyd.append(wall(pyd_cmd))
+    a, b, p = (statistics.median(t) for t in (t_attn, t_base, t_pyd))
+    report(1, "start-up", f"attn trace {a * 1e3:.0f} ms / imports {b * 1e3:.0f} ms", a / b, 1.15)
+    note(
+        f"the imports plus typer._adapters (pydantic, which typer loads to parse options): "
+        f"{p * 1e3:.0f} ms; attn trace / that = {a / p:.2f}"
+    )
+
+    # 2. compute
+    c = child("compute", str(args.reps))
+    detail = f"attn {c['attn']:.3f} s / plain NumPy {c['plain']:.3f} s"
+    report(2, "compute", detail, c["attn"] / c["plain"], 1.2)
+    note(
+        f"float32: {c['float32']:.3f} s; --stage projected (nothing else kept): {c['output']:.3f} s"
+    )
+    try:
+        t = child("torch", str(args.reps))
+    except RuntimeError as e:
+        note(f"torch: skipped, it does not import here ({str(e).splitlines()[-1]})")
+    else:
+        note(
+            f"attn / torch {t['version']} SDPA (float64, {t['threads']} threads, keeps only the "
+            f"output) {t['torch']:.3f} s = {c['attn'] / t['torch']:.2f}"
+        )
+
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = Path(tmp)
+        # 3. memory
+        npz = write_memory_fixture(folder)
+        m = child("memory", str(npz), "all", "float64")
+        mib = 2**20
+        detail = (
+            f"(peak {m['peak'] / mib:.0f} MiB - after imports {m['base'] / mib:.0f} MiB) / "
+            f"stages kept {m['kept'] / mib:.0f} MiB"
+        )
+        report(3, "memory", detail, (m["peak"] - m["base"]) / m["kept"], 1.5)
+        o = child("memory", str(npz), "output", "float64")
+        o32 = child("memory", str(npz), "output", "float32")
+        note(
+            f"--stage output: {(o['peak'] - o['base']) / mib:.0f} MiB over the imports, "
+            f"{(o32['peak'] - o32['base']) / mib:.0f} MiB in float32 (one score stage alone: "
+            f"{HEADS * SEQ * SEQ * 8 / mib:.0f} MiB)"
+        )
+
+        # 4. rendering
+        r = child("render", str(args.reps))
+        big, small = r["big"] * 1e3, r["small"] * 1e3
+        detail = f"{RENDER_SEQ} tokens elided {big:.1f} ms / 3 tokens {small:.1f} ms"
+        report(4, "rendering", detail, r["big"] / r["small"], 3)
+        note(
+            f"{RENDER_SEQ} tokens / 12 tokens (the largest trace shown whole, as many cells): "
+            f"{r['big'] / r['twelve']:.2f}; with the heatmap, in colour: "
+            f"{r['big_heat'] / r['small_heat']:.2f}"
+        )
+
+        # 5. loading
+        write_load_files(folder)
+        size = (folder / "fixture.json").stat().st_size / mib
+        ld = child("load", str(folder), str(args.reps))
+        detail = f"YAML {ld['yaml']:.3f} s / JSON {ld['json']:.3f} s ({size:.1f} MiB)"
+        report(5, "loading", detail, ld["yaml"] / ld["json"], 2)
+        if "npy" in ld:
+            note(f".npy references {ld['npy'] * 1e3:.1f} ms / JSON = {ld['npy'] / ld['json']:.3f}")
+        for kind, error in ld["errors"].items():
+            note(f"{kind}: not measured ({error})")
+
+
+def report(n: int, name: str, detail: str, ratio: float, target: float) -> None:
+    print(
+        f"{n}. {name:<10} {detail} = {ratio:.2f}   (target <= {target}: {verdict(ratio, target)})"
+    )
+
+
+def note(text: str) -> None:
+    print(f"   {'':<10} {text}")
+
+
+if __name__ == "__main__":
+    main()
