@@ -2,9 +2,9 @@
 name the classic mistake behind it, but only after recomputing that mistake from the trace's
 own earlier stages reproduces the user's numbers within the tolerance.
 
-The recomputation is written here, whole-array and batch axis first (B, H, T, S), rather than
-borrowed from pipeline.py: it only ever starts from the trace's own stages, and ``_public``
-drops the batch axis again when the fixture had none.
+The recomputation reuses pipeline.py's step functions, whole-array and batch axis first
+(B, H, T, S); only the mistaken variants are written here. It only ever starts from the
+trace's own stages, and ``_public`` drops the batch axis again when the fixture had none.
 """
 
 from __future__ import annotations
@@ -31,7 +31,16 @@ from attn_cli.constants import STAGE_NAMES
 from attn_cli.errors import InputError
 from attn_cli.export import decode_array, parse_json, read_text, stages_from_json
 from attn_cli.fixture import BoolArray, FloatArray, Inputs
-from attn_cli.pipeline import Trace
+from attn_cli.pipeline import (
+    Trace,
+    apply_mask,
+    attention_scores,
+    repeat_kv,
+    scale_scores,
+    softmax,
+    weighted_sum,
+)
+from attn_cli.pipeline import concat_heads as merge_heads
 
 # Names that people's code commonly gives a stage (compared in lower case).
 ALIASES = {
@@ -271,17 +280,6 @@ def _public(trace: Trace, arr: FloatArray) -> FloatArray:
 Weights = Callable[[FloatArray], FloatArray]
 
 
-def softmax(x: FloatArray) -> FloatArray:
-    """Softmax over keys, row maximum subtracted; a row of -inf gives zeros (as the trace)."""
-    row_max = x.max(axis=-1, keepdims=True)  # (B, H, T, 1)
-    empty = np.isneginf(row_max)
-    e = np.exp(x - np.where(empty, 0.0, row_max))
-    out: FloatArray = np.divide(
-        e, e.sum(axis=-1, keepdims=True), out=np.zeros_like(e), where=~empty
-    )
-    return out
-
-
 def softmax_unguarded(x: FloatArray) -> FloatArray:
     """Softmax as written before torch 2.5: a row of -inf gives nan."""
     e = np.exp(x - x.max(axis=-1, keepdims=True))
@@ -306,29 +304,11 @@ def allowed(
     return ok
 
 
-def apply_mask(scaled: FloatArray, ok: BoolArray, bias: FloatArray | None) -> FloatArray:
-    """masked = scaled + bias, -inf where not ``ok``."""
-    masked: FloatArray = np.where(ok, scaled if bias is None else scaled + bias, -np.inf)
-    return masked
-
-
-def repeat_kv(x: FloatArray, groups: int) -> FloatArray:
-    """Query head h reads key/value head h // groups."""
-    return x if groups == 1 else np.repeat(x, groups, axis=1)  # (B, H, S, d)
-
-
 def interleave_heads(x: FloatArray, n: int) -> FloatArray:
     """The mistaken split: head h takes columns h, h+n, h+2n, … of the flat features."""
     B, T, width = x.shape
     heads: FloatArray = x.reshape(B, T, width // n, n).transpose(0, 3, 1, 2)  # (B, n, T, d)
     return heads
-
-
-def merge_heads(x: FloatArray) -> FloatArray:
-    """Heads back to flat features, block layout: (B, n, T, d) -> (B, T, n*d)."""
-    B, n, T, d = x.shape
-    flat: FloatArray = x.transpose(0, 2, 1, 3).reshape(B, T, n * d)  # (B, T, n*d)
-    return flat
 
 
 def merge_interleaved(x: FloatArray) -> FloatArray:
@@ -359,16 +339,15 @@ def downstream(
         if name in s or name in ("X", "Q", "K", "V"):
             continue
         if name == "scores":
-            k = repeat_kv(get("K"), groups)  # (B, H, S, D)
-            s[name] = get("Q") @ k.swapaxes(-1, -2)  # (B, H, T, D) @ (B, H, D, S)
+            s[name] = attention_scores(get("Q"), repeat_kv(get("K"), groups))  # (B, H, T, S)
         elif name == "scaled":
-            s[name] = get("scores") * trace.scale
+            s[name] = scale_scores(get("scores"), trace.scale)
         elif name == "masked":
             s[name] = apply_mask(get("scaled"), allowed(inp), inp.bias)
         elif name == "softmax":
             s[name] = weights(get("masked" if "masked" in order else "scaled"))
         elif name == "output":
-            s[name] = get("softmax") @ repeat_kv(get("V"), groups)  # (B, H, T, Dv)
+            s[name] = weighted_sum(get("softmax"), repeat_kv(get("V"), groups))  # (B, H, T, Dv)
         elif name == "concat":
             s[name] = merge(get("output"))  # (B, T, H*Dv)
         elif name == "projected":
