@@ -11,10 +11,8 @@ Arrays loaded here are handed to the loader's validation like any list from JSON
 
 from __future__ import annotations
 
-import difflib
 import os
 import stat
-import zipfile
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
@@ -26,6 +24,8 @@ from attn_cli.constants import STAGE_NAMES
 from attn_cli.errors import InputError
 
 if TYPE_CHECKING:
+    import zipfile
+
     from attn_cli.pipeline import Trace
 
 # Fixture keys whose value is an array, and so may be a file reference.
@@ -126,6 +126,8 @@ class _Reader:
     def load(self, ref: Mapping[str, Any], field: str, default_key: str) -> np.ndarray[Any, Any]:
         for k in ref:
             if k not in REFERENCE_KEYS:
+                import difflib
+
                 close = difflib.get_close_matches(str(k), REFERENCE_KEYS, n=1)
                 hint = f" (did you mean {close[0]!r}?)" if close else ""
                 raise InputError(
@@ -152,6 +154,8 @@ class _Reader:
             with self.archive(path, where, f"{field}.file") as archive:
                 member = f"{key}.npy"
                 if member not in archive.namelist():
+                    import difflib
+
                     names = [m.removesuffix(".npy") for m in archive.namelist()]
                     close = difflib.get_close_matches(key, names, n=1)
                     hint = f" (did you mean {close[0]!r}?)" if close else ""
@@ -212,6 +216,8 @@ class _Reader:
 
     @contextmanager
     def archive(self, path: Path, where: str, field: str) -> Iterator[zipfile.ZipFile]:
+        import zipfile  # here: only .npz files need it, and it costs start-up
+
         with self.open(path, field) as f:
             try:
                 archive = zipfile.ZipFile(f)
@@ -223,6 +229,8 @@ class _Reader:
     def read_member(
         self, archive: zipfile.ZipFile, member: str, field: str, where: str
     ) -> np.ndarray[Any, Any]:
+        import zipfile
+
         try:
             with archive.open(member) as f:
                 return self.read_array(f, field, where)

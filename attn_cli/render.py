@@ -13,13 +13,11 @@ import re
 import unicodedata
 from collections.abc import Container, Iterable, Sequence
 from dataclasses import dataclass
-from html import escape as html_escape
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 from rich import box
 from rich.cells import cell_len
-from rich.columns import Columns
 from rich.console import Console, ConsoleOptions, Group, RenderableType, RenderResult
 from rich.measure import Measurement
 from rich.padding import Padding
@@ -29,19 +27,17 @@ from rich.style import Style
 from rich.table import Table
 from rich.text import Text
 
-from attn_cli.explain import CellText, Explanation, cell_text, explain_stage
 from attn_cli.i18n import Lang, label
-from attn_cli.pipeline import Stage, Trace
 from attn_cli.text import format_number as format_number
 from attn_cli.text import header_lines
 from attn_cli.text import safe as safe
-from attn_cli.worked import (
-    CellRef,
-    WorkedCell,
-    row_max_positions_for_display,
-    row_sums_for_display,
-    worked_cells,
-)
+
+if TYPE_CHECKING:
+    # The classroom layers (explanations, worked cells) are imported where an option asks
+    # for them, so a plain `attn trace` does not pay for them at start-up.
+    from attn_cli.explain import CellText, Explanation
+    from attn_cli.pipeline import Stage, Trace
+    from attn_cli.worked import CellRef, WorkedCell
 
 ELLIPSIS = "…"
 # An axis longer than LIMIT shows its first and last EDGE entries, as NumPy summarises arrays.
@@ -134,25 +130,28 @@ def render_stage(
             title = ""  # a single table needs no "head 0"
         matrix = stage.data[index] if index else stage.data
         parts.append(
-            _spaced(
-                render_matrix(
-                    matrix,
-                    row_labels=_labels(trace, row_axis, matrix.shape[0]),
-                    col_labels=_labels(trace, col_axis, matrix.shape[1]),
-                    row_axis=row_axis,
-                    title=title or None,
-                    options=options,
-                    heat=None if heat is None else heat.slice(trace, stage, index),
-                    only_rows=only_rows,
-                )
+            render_matrix(
+                matrix,
+                row_labels=_labels(trace, row_axis, matrix.shape[0]),
+                col_labels=_labels(trace, col_axis, matrix.shape[1]),
+                row_axis=row_axis,
+                title=title or None,
+                options=options,
+                heat=None if heat is None else heat.slice(trace, stage, index),
+                only_rows=only_rows,
+                spaced=True,
             )
         )
     if heat is not None:
         parts.append(Padding(render_legend(heat, options.lang, options.precision), (0, 0, 1, 0)))
     if options.explain:
+        from attn_cli.explain import explain_stage
+
         parts.append(
             render_explanation(explain_stage(trace, stage.name, options.lang, options.precision))
         )
+    if cells:
+        from attn_cli.explain import cell_text
     for n, cell in enumerate(cells or ()):
         if n == CELLS_SHOWN and not options.full:
             more = len(cells or ()) - CELLS_SHOWN
@@ -165,11 +164,11 @@ def render_stage(
 
 
 def _cells(trace: Trace, options: RenderOptions) -> list[WorkedCell]:
-    return [] if options.cell is None else worked_cells(trace, options.cell)
+    if options.cell is None:
+        return []
+    from attn_cli.worked import worked_cells
 
-
-def _spaced(table: Table) -> Padding:
-    return Padding(table, (0, 0, 1, 0), expand=False)
+    return worked_cells(trace, options.cell)
 
 
 def render_matrix(
@@ -182,37 +181,35 @@ def render_matrix(
     options: RenderOptions,
     heat: SliceHeat | None = None,
     only_rows: Sequence[int] | None = None,
-) -> Table:
-    """A 2-D array as a table with labelled rows and columns, elided unless ``full``."""
+    spaced: bool = False,
+) -> Matrix:
+    """A 2-D array as a table with labelled rows and columns, elided unless ``full``.
+
+    Columns are elided to what fits the width the table is rendered at (see :class:`Matrix`);
+    ``spaced`` adds a blank line under it.
+    """
     rows: list[int | None] = (
         list(only_rows)
         if only_rows is not None
         else _pick(len(row_labels), ROW_LIMIT, ROW_EDGE, options.full)
     )
     cols = _pick(len(col_labels), COL_LIMIT, COL_EDGE, options.full)
-    table = Table(
-        title=Text(title, style="bold") if title else None,
-        title_justify="left",
-        box=box.SIMPLE_HEAD,
-        show_edge=False,
-        padding=(0, 1),
-        pad_edge=False,
+    # Each column as (header, cells), formatted once; the table is assembled when the width
+    # it has is known (Matrix), from the columns that fit.
+    labels: _Column = (
+        Text(row_axis, style="dim"),
+        [ELLIPSIS if i is None else Text(safe(row_labels[i])) for i in rows],
     )
-    table.add_column(Text(row_axis, style="dim"), justify="left", no_wrap=True, style="bold")
+    columns: dict[int | None, _Column] = {
+        None: (Text(ELLIPSIS), [ELLIPSIS if i is None else Text(ELLIPSIS) for i in rows])
+    }
     for j in cols:
-        header = Text(ELLIPSIS) if j is None else Text(safe(col_labels[j]))
-        table.add_column(header, justify="right", no_wrap=True)
-    if heat is not None and heat.row_sums is not None:
-        table.add_column(Text(label(heat.lang, "heat_row_sum"), style="dim"), justify="right")
-    for i in rows:
-        if i is None:
-            extra = (ELLIPSIS,) if heat is not None and heat.row_sums is not None else ()
-            table.add_row(ELLIPSIS, *(ELLIPSIS for _ in cols), *extra)
+        if j is None:
             continue
-        cells: list[RenderableType] = [Text(safe(row_labels[i]))]
-        for j in cols:
-            if j is None:
-                cells.append(Text(ELLIPSIS))
+        cells: list[Text | str] = []
+        for i in rows:
+            if i is None:
+                cells.append(ELLIPSIS)
                 continue
             x = float(matrix[i, j])
             if heat is not None:
@@ -221,23 +218,128 @@ def render_matrix(
             cells.append(
                 Text(format_number(x, options.precision), style="dim" if x == -math.inf else "")
             )
-        if heat is not None and heat.row_sums is not None:
-            cells.append(Text(format_number(heat.row_sums[i], options.precision), style="dim"))
-        table.add_row(*cells)
-    _fix_widths(table)
-    return table
+        columns[j] = (Text(safe(col_labels[j])), cells)
+    row_sums: _Column | None = None
+    if heat is not None and heat.row_sums is not None:
+        sums = heat.row_sums
+        row_sums = (
+            Text(label(heat.lang, "heat_row_sum"), style="dim"),
+            [
+                ELLIPSIS
+                if i is None
+                else Text(format_number(sums[i], options.precision), style="dim")
+                for i in rows
+            ],
+        )
+    return Matrix(
+        Text(title, style="bold") if title else None,
+        labels,
+        columns,
+        row_sums,
+        cols,
+        len(col_labels),
+        options.full,
+        spaced,
+    )
 
 
-def _fix_widths(table: Table) -> None:
-    """Give each column the width of its widest cell, so Rich need not measure every cell."""
-    for column in table.columns:
-        widths = []
-        for cell in (column.header, *column.cells):
-            if not isinstance(cell, Text | str):
-                break  # another renderable: let Rich measure this column
-            widths.append(cell_len(cell.plain if isinstance(cell, Text) else cell))
-        else:
-            column.width = max(widths)
+_Column = tuple[Text, list[Text | str]]  # a table column: its header and its cells
+
+
+class Matrix:
+    """A matrix table that shows as many columns as fit the width it is rendered at.
+
+    Without ``full``, the middle columns give way to the ellipsis column (as NumPy elides),
+    so the table is never wider than the terminal unless even the first column alone is too wide.
+    With ``full``, every column is shown and the table is as wide as they need (print it with
+    ``crop=False``).
+    """
+
+    def __init__(
+        self,
+        title: Text | None,
+        labels: _Column,
+        columns: dict[int | None, _Column],
+        row_sums: _Column | None,
+        cols: list[int | None],
+        n: int,
+        full: bool,
+        spaced: bool = False,
+    ) -> None:
+        self.title = title
+        self.labels = labels
+        self.columns = columns
+        self.row_sums = row_sums
+        self.cols = cols  # the columns shown when the width allows
+        self.n = n  # the number of columns of the matrix
+        self.full = full
+        self.spaced = spaced  # a blank line under the table
+        # each column's width: its widest cell
+        self.widths = {j: _widest(column) for j, column in columns.items()}
+        self.label_width = _widest(labels)
+        self.sums_width = 0 if row_sums is None else _widest(row_sums)
+
+    def table(self, cols: Sequence[int | None]) -> Table:
+        """The table of the label column, ``cols`` (None: the ellipsis) and the row sums."""
+        table = Table(
+            title=self.title,
+            title_justify="left",
+            box=box.SIMPLE_HEAD,
+            show_edge=False,
+            padding=(0, 1),
+            pad_edge=False,
+        )
+        # Each column as wide as its widest cell, so Rich need not measure every cell.
+        table.add_column(
+            self.labels[0], justify="left", no_wrap=True, style="bold", width=self.label_width
+        )
+        for j in cols:
+            table.add_column(
+                self.columns[j][0], justify="right", no_wrap=True, width=self.widths[j]
+            )
+        if self.row_sums is not None:
+            table.add_column(self.row_sums[0], justify="right", width=self.sums_width)
+        shown = [self.labels, *(self.columns[j] for j in cols)]
+        if self.row_sums is not None:
+            shown.append(self.row_sums)
+        for r in range(len(self.labels[1])):
+            table.add_row(*(cells[r] for _, cells in shown))
+        return table
+
+    def width(self, cols: Sequence[int | None]) -> int:
+        """The width of ``table(cols)``: cells, one blank each side inside, a blank between."""
+        shown = 1 + len(cols) + (self.row_sums is not None)
+        cells = self.label_width + sum(self.widths[j] for j in cols) + self.sums_width
+        return cells + 3 * (shown - 1)  # padding (none at the edges) and column rules
+
+    def fitting(self, max_width: int) -> list[int | None]:
+        """The most columns, first and last ones kept, whose table fits ``max_width``."""
+        cols = self.cols
+        while self.width(cols) > max_width:
+            shown = sum(j is not None for j in cols) - 1  # one fewer, the ellipsis between
+            if shown < 1:
+                break  # not even one number fits beside the labels: Rich crops
+            left = (shown + 1) // 2
+            cols = [*range(left), None, *range(self.n - (shown - left), self.n)]
+        return cols
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        cols = self.cols if self.full else self.fitting(options.max_width)
+        table = self.table(cols)
+        if self.full:  # every column: as wide as they need, past the console's width if so
+            options = options.update_width(max(options.max_width, self.width(cols)))
+        yield from console.render(
+            Padding(table, (0, 0, 1, 0), expand=False) if self.spaced else table, options
+        )
+
+    def __rich_measure__(self, console: Console, options: ConsoleOptions) -> Measurement:
+        narrowest = self.width(self.cols if self.full else self.fitting(0))
+        return Measurement(narrowest, self.width(self.cols))
+
+
+def _widest(column: _Column) -> int:
+    head, cells = column
+    return max(cell_len(c.plain if isinstance(c, Text) else c) for c in (head, *cells))
 
 
 def _pick(n: int, limit: int, edge: int, full: bool) -> list[int | None]:
@@ -336,6 +438,8 @@ class _RowMaxima:
     def __contains__(self, ij: object) -> bool:
         i, j = cast(tuple[int, int], ij)
         if i not in self.rows:
+            from attn_cli.worked import row_max_positions_for_display
+
             marks = row_max_positions_for_display(self.matrix[i : i + 1])
             self.rows[i] = frozenset(col for _, col in marks)
         return j in self.rows[i]
@@ -348,6 +452,8 @@ class _RowSums:
         self.matrix = matrix
 
     def __getitem__(self, i: int) -> float:
+        from attn_cli.worked import row_sums_for_display
+
         return row_sums_for_display(self.matrix[i : i + 1])[0]
 
 
@@ -569,6 +675,8 @@ def render_cell(part: CellText) -> Panel:
 
 def render_heatmap(trace: Trace, options: RenderOptions) -> Group:
     """Only the attention weights, one shaded table per head, side by side when they fit."""
+    from rich.columns import Columns
+
     stage = trace["softmax"]
     heat = _heat(trace, stage, options)
     assert heat is not None
@@ -654,6 +762,8 @@ def record(renderable: RenderableType, width: int) -> Console:
 
 def to_html(renderable: RenderableType, width: int, title: str) -> str:
     """A standalone HTML page (inline CSS, no external resources)."""
+    from html import escape as html_escape
+
     from rich._export_format import CONSOLE_HTML_FORMAT
 
     head = f"<title>{_braces(html_escape(safe(title)))}</title>\n<meta charset"

@@ -224,6 +224,52 @@ def test_elides_big_matrices_and_full_shows_all():
     assert re.search(r"^ *query +0 +1 +2( +\d+){61} *$", full.stdout, re.M)
 
 
+NUMBER_CROPPED = re.compile(r"[\d.-]…|…[\d.]")  # "0.1…" or "…57": a number Rich cut short
+
+
+def wide_numbers_fixture(tmp_path: Path) -> Path:
+    """12 keys whose scores are about 123456.789: ten wide columns per table at precision 4."""
+    seq = 12
+    Q = [[1000.0 + i, 123.456789] for i in range(seq)]
+    K = [[123.456789 + j, 0.5 * j] for j in range(seq)]
+    V = [[float(j), -float(j)] for j in range(seq)]
+    path = tmp_path / "wide.json"
+    tokens = [f"t{i}" for i in range(seq)]
+    path.write_text(json.dumps({"tokens": tokens, "Q": Q, "K": K, "V": V, "scale": 1}))
+    return path
+
+
+@pytest.mark.parametrize("width", [40, 60, 80])
+@pytest.mark.parametrize("heatmap", [False, True])
+@pytest.mark.parametrize("fixture", ["pytorch_snippet", "wide numbers"])
+def test_narrow_width_elides_columns_instead_of_cropping_numbers(tmp_path, width, heatmap, fixture):
+    path = str(wide_numbers_fixture(tmp_path)) if fixture == "wide numbers" else fixture
+    shade = ["--heatmap"] if heatmap else []
+    result = attn("trace", path, "--format", "plain", "--width", str(width), *shade)
+    assert result.exit_code == 0, result.output
+    lines = result.stdout.splitlines()
+    assert max(len(line) for line in lines) <= width
+    tables = [line for line in lines if not line.startswith(("│", "╭", "╰"))]  # not the header
+    assert not [line for line in tables if NUMBER_CROPPED.search(line)]
+    if fixture == "wide numbers":
+        # the first and the last key are kept; the middle ones give way to one "…" column
+        assert re.search(r"^query +t0 .*….* t11 *$", result.stdout, re.M)
+        assert re.search(r"^t0 +123456\.7890 ", result.stdout, re.M)
+
+
+def test_full_at_a_narrow_width_shows_every_column_uncropped(tmp_path):
+    result = attn(
+        "trace", str(wide_numbers_fixture(tmp_path)), "--stage", "scores", "--full",
+        "--format", "plain", "--width", "60",
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    table = result.stdout.split("scores = Q·Kᵀ")[1]  # below the header (its path may be cut)
+    assert "…" not in table
+    header = re.search(r"^ *query( +t\d+)+ *$", result.stdout, re.M)
+    assert header is not None and header.group(0).split()[1:] == [f"t{j}" for j in range(12)]
+    assert max(len(line) for line in result.stdout.splitlines()) > 60
+
+
 def test_hostile_token_text_prints_literally(tmp_path):
     fixture = {
         "tokens": ["[bold red]x[/]", "\x1b]8;;http://evil\x1b\\link"],
