@@ -11,23 +11,32 @@ from __future__ import annotations
 import itertools
 import math
 import unicodedata
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from attn_cli import __version__
 from attn_cli.explain import CellText, Explanation, cell_text, explain_stage
 from attn_cli.i18n import label
 from attn_cli.pipeline import Stage, Trace
-from attn_cli.text import format_number, header_lines, safe
+from attn_cli.text import (
+    COL_EDGE,
+    COL_LIMIT,
+    ELLIPSIS,
+    ROW_EDGE,
+    ROW_LIMIT,
+    TABLE_EDGE,
+    TABLE_LIMIT,
+    axis_labels,
+    format_number,
+    header_lines,
+    pick,
+    safe,
+)
 from attn_cli.worked import row_max_positions_for_display, row_sums_for_display, worked_cells
 
 if TYPE_CHECKING:
     from attn_cli.render import RenderOptions
 
-ELLIPSIS = "…"
-ROW_LIMIT, ROW_EDGE = 12, 5  # the terminal renderer's elision, so every format shows the same
-COL_LIMIT, COL_EDGE = 10, 4
-TABLE_LIMIT, TABLE_EDGE = 16, 3
 CELLS_SHOWN = 4
 
 
@@ -108,20 +117,6 @@ def _cjk(c: str) -> bool:
 # Shared walk over the trace
 
 
-def _pick(n: int, limit: int, edge: int, full: bool) -> list[int | None]:
-    if full or n <= limit:
-        return list(range(n))
-    return [*range(edge), None, *range(n - edge, n)]
-
-
-def _labels(trace: Trace, axis: str, n: int) -> Sequence[str]:
-    if axis in ("query", "seq"):
-        return trace.query_labels
-    if axis == "key":
-        return trace.key_labels
-    return [str(i) for i in range(n)]
-
-
 def _slices(stage: Stage, full: bool) -> tuple[list[tuple[int, ...] | None], int]:
     slices = list(itertools.product(*(range(n) for n in stage.shape[:-2])))
     if not full and len(slices) > TABLE_LIMIT:
@@ -149,13 +144,13 @@ class _Grid:
     ) -> None:
         matrix = stage.data[index] if index else stage.data
         row_axis, col_axis = stage.axes[-2], stage.axes[-1]
-        row_labels = _labels(trace, row_axis, matrix.shape[0])
-        col_labels = _labels(trace, col_axis, matrix.shape[1])
+        row_labels = axis_labels(trace, row_axis, matrix.shape[0])
+        col_labels = axis_labels(trace, col_axis, matrix.shape[1])
         if options.focus is not None and row_axis in ("query", "seq"):
             rows: list[int | None] = [options.focus]
         else:
-            rows = _pick(matrix.shape[0], ROW_LIMIT, ROW_EDGE, options.full)
-        cols = _pick(matrix.shape[1], COL_LIMIT, COL_EDGE, options.full)
+            rows = pick(matrix.shape[0], ROW_LIMIT, ROW_EDGE, options.full)
+        cols = pick(matrix.shape[1], COL_LIMIT, COL_EDGE, options.full)
         heat = options.heatmap and stage.name in ("masked", "softmax")
         blocked: Any = None
         if heat and "masked" in trace:

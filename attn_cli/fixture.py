@@ -14,8 +14,6 @@ from __future__ import annotations
 
 import contextlib
 import datetime
-import difflib
-import json
 import math
 import os
 import re
@@ -340,6 +338,8 @@ def _parse_json(text: str, source: str) -> Any:
                 source, "", f"an integer with {len(s)} digits", f"at most {MAX_INT_DIGITS} digits"
             )
         return int(s)
+
+    import json  # only JSON fixtures need it: start-up stays light for YAML ones
 
     try:
         return json.loads(
@@ -829,6 +829,8 @@ def _field(key: Any) -> str:
 
 
 def _suggest(key: str, choices: Sequence[str]) -> str:
+    import difflib  # only a mistyped key pays for it
+
     close = difflib.get_close_matches(key, choices, n=1, cutoff=0.6)
     if not close:
         close = [c for c in choices if c.lower() == key.lower()]

@@ -28,8 +28,19 @@ from rich.table import Table
 from rich.text import Text
 
 from attn_cli.i18n import Lang, label
+from attn_cli.text import (
+    COL_EDGE,
+    COL_LIMIT,
+    ELLIPSIS,
+    ROW_EDGE,
+    ROW_LIMIT,
+    TABLE_EDGE,
+    TABLE_LIMIT,
+    axis_labels,
+    header_lines,
+    pick,
+)
 from attn_cli.text import format_number as format_number
-from attn_cli.text import header_lines
 from attn_cli.text import safe as safe
 
 if TYPE_CHECKING:
@@ -39,11 +50,6 @@ if TYPE_CHECKING:
     from attn_cli.pipeline import Stage, Trace
     from attn_cli.worked import CellRef, WorkedCell
 
-ELLIPSIS = "…"
-# An axis longer than LIMIT shows its first and last EDGE entries, as NumPy summarises arrays.
-ROW_LIMIT, ROW_EDGE = 12, 5
-COL_LIMIT, COL_EDGE = 10, 4
-TABLE_LIMIT, TABLE_EDGE = 16, 3  # tables (batch items x heads) per stage
 HEAT_STAGES = ("scores", "scaled", "masked", "softmax")
 CELLS_SHOWN = 4  # worked cells (batch items x heads) shown unless full
 
@@ -132,8 +138,8 @@ def render_stage(
         parts.append(
             render_matrix(
                 matrix,
-                row_labels=_labels(trace, row_axis, matrix.shape[0]),
-                col_labels=_labels(trace, col_axis, matrix.shape[1]),
+                row_labels=axis_labels(trace, row_axis, matrix.shape[0]),
+                col_labels=axis_labels(trace, col_axis, matrix.shape[1]),
                 row_axis=row_axis,
                 title=title or None,
                 options=options,
@@ -191,9 +197,9 @@ def render_matrix(
     rows: list[int | None] = (
         list(only_rows)
         if only_rows is not None
-        else _pick(len(row_labels), ROW_LIMIT, ROW_EDGE, options.full)
+        else pick(len(row_labels), ROW_LIMIT, ROW_EDGE, options.full)
     )
-    cols = _pick(len(col_labels), COL_LIMIT, COL_EDGE, options.full)
+    cols = pick(len(col_labels), COL_LIMIT, COL_EDGE, options.full)
     # Each column as (header, cells), formatted once; the table is assembled when the width
     # it has is known (Matrix), from the columns that fit.
     labels: _Column = (
@@ -340,21 +346,6 @@ class Matrix:
 def _widest(column: _Column) -> int:
     head, cells = column
     return max(cell_len(c.plain if isinstance(c, Text) else c) for c in (head, *cells))
-
-
-def _pick(n: int, limit: int, edge: int, full: bool) -> list[int | None]:
-    """Indices to show along one axis; None marks the ellipsis."""
-    if full or n <= limit:
-        return list(range(n))
-    return [*range(edge), None, *range(n - edge, n)]
-
-
-def _labels(trace: Trace, axis: str, n: int) -> tuple[str, ...]:
-    if axis in ("query", "seq"):
-        return trace.query_labels
-    if axis == "key":
-        return trace.key_labels
-    return tuple(str(i) for i in range(n))
 
 
 def _axis_title(axis: str) -> str:
@@ -506,10 +497,10 @@ def _shown_values(stage: Stage, options: RenderOptions) -> Any:
     slices = list(itertools.product(*(range(n) for n in data.shape[:-2])))
     if len(slices) > TABLE_LIMIT:
         slices = [*slices[:TABLE_EDGE], *slices[-TABLE_EDGE:]]
-    rows = [i for i in _pick(data.shape[-2], ROW_LIMIT, ROW_EDGE, False) if i is not None]
+    rows = [i for i in pick(data.shape[-2], ROW_LIMIT, ROW_EDGE, False) if i is not None]
     if options.focus is not None and stage.axes[-2] in ("query", "seq"):
         rows = [options.focus]
-    cols = [j for j in _pick(data.shape[-1], COL_LIMIT, COL_EDGE, False) if j is not None]
+    cols = [j for j in pick(data.shape[-1], COL_LIMIT, COL_EDGE, False) if j is not None]
     return np.stack([data[index][np.ix_(rows, cols)] for index in slices])
 
 

@@ -11,6 +11,30 @@ if TYPE_CHECKING:
     from attn_cli.pipeline import Trace
 
 
+ELLIPSIS = "…"
+# An axis longer than LIMIT shows its first and last EDGE entries, as NumPy summarises arrays
+# (edgeitems=3). Every renderer and exporter elides the same way.
+ROW_LIMIT, ROW_EDGE = 12, 3
+COL_LIMIT, COL_EDGE = 10, 3
+TABLE_LIMIT, TABLE_EDGE = 16, 3  # tables (batch items x heads) per stage
+
+
+def pick(n: int, limit: int, edge: int, full: bool) -> list[int | None]:
+    """Indices to show along one axis; None marks the ellipsis."""
+    if full or n <= limit:
+        return list(range(n))
+    return [*range(edge), None, *range(n - edge, n)]
+
+
+def axis_labels(trace: Trace, axis: str, n: int) -> tuple[str, ...]:
+    """Tokens for the query and key axes, indices for the feature axes."""
+    if axis in ("query", "seq"):
+        return trace.query_labels
+    if axis == "key":
+        return trace.key_labels
+    return tuple(str(i) for i in range(n))
+
+
 def safe(text: str) -> str:
     """Input text as printable characters only: no escape sequences reach the terminal."""
     return printable(text)
