@@ -88,6 +88,22 @@ class Dtype(str, Enum):
     float32 = "float32"
 
 
+# Options that several commands share, declared once.
+WidthOption = Annotated[
+    Optional[int],  # noqa: UP045 (typer reads the annotation at runtime on Python 3.10)
+    typer.Option(
+        min=40, help=f"Output width (default: the terminal's, else {NON_TERMINAL_WIDTH})."
+    ),
+]
+ColorOption = Annotated[
+    Optional[bool],  # noqa: UP045
+    typer.Option("--color/--no-color", help="Force colour on or off (default: auto, NO_COLOR)."),
+]
+MaxElementsOption = Annotated[
+    int, typer.Option(min=1, help="Refuse fixtures holding more numbers than this.")
+]
+
+
 def _version(value: bool) -> None:
     if value:
         typer.echo(f"attn {__version__}")
@@ -169,21 +185,9 @@ def trace(
     full: Annotated[
         bool, typer.Option(help="Show every row, column and table; no elision.")
     ] = False,
-    width: Annotated[
-        Optional[int],  # noqa: UP045
-        typer.Option(
-            min=40, help=f"Output width (default: the terminal's, else {NON_TERMINAL_WIDTH})."
-        ),
-    ] = None,
-    color: Annotated[
-        Optional[bool],  # noqa: UP045
-        typer.Option(
-            "--color/--no-color", help="Force colour on or off (default: auto, NO_COLOR)."
-        ),
-    ] = None,
-    max_elements: Annotated[
-        int, typer.Option(min=1, help="Refuse fixtures holding more numbers than this.")
-    ] = DEFAULT_MAX_ELEMENTS,
+    width: WidthOption = None,
+    color: ColorOption = None,
+    max_elements: MaxElementsOption = DEFAULT_MAX_ELEMENTS,
     max_memory: Annotated[
         Optional[str],  # noqa: UP045
         typer.Option(
@@ -438,21 +442,9 @@ def check(
         Format,
         typer.Option("--format", "-f", help="table (coloured on a terminal), plain, json."),
     ] = Format.table,
-    width: Annotated[
-        Optional[int],  # noqa: UP045
-        typer.Option(
-            min=40, help=f"Output width (default: the terminal's, else {NON_TERMINAL_WIDTH})."
-        ),
-    ] = None,
-    color: Annotated[
-        Optional[bool],  # noqa: UP045
-        typer.Option(
-            "--color/--no-color", help="Force colour on or off (default: auto, NO_COLOR)."
-        ),
-    ] = None,
-    max_elements: Annotated[
-        int, typer.Option(min=1, help="Refuse fixtures holding more numbers than this.")
-    ] = DEFAULT_MAX_ELEMENTS,
+    width: WidthOption = None,
+    color: ColorOption = None,
+    max_elements: MaxElementsOption = DEFAULT_MAX_ELEMENTS,
 ) -> None:
     """Compare a fixture's trace with a golden file, its `expected` section, or your own code.
 
@@ -697,25 +689,13 @@ def heatmap(
         typer.Option("--output", "-o", help="Write to this file (atomically) instead of stdout."),
     ] = None,
     precision: Annotated[int, typer.Option(min=0, max=17, help="Digits after the point.")] = 2,
-    width: Annotated[
-        Optional[int],  # noqa: UP045
-        typer.Option(
-            min=40, help=f"Output width (default: the terminal's, else {NON_TERMINAL_WIDTH})."
-        ),
-    ] = None,
-    color: Annotated[
-        Optional[bool],  # noqa: UP045
-        typer.Option(
-            "--color/--no-color", help="Force colour on or off (default: auto, NO_COLOR)."
-        ),
-    ] = None,
+    width: WidthOption = None,
+    color: ColorOption = None,
     lang: Annotated[
         Optional[Lang],  # noqa: UP045
         typer.Option(help="Language of the legend: en or zh (default: from LANG/LC_ALL)."),
     ] = None,
-    max_elements: Annotated[
-        int, typer.Option(min=1, help="Refuse fixtures holding more numbers than this.")
-    ] = DEFAULT_MAX_ELEMENTS,
+    max_elements: MaxElementsOption = DEFAULT_MAX_ELEMENTS,
 ) -> None:
     """Only the attention weights, shaded: one table per head, side by side when they fit.
 
