@@ -632,8 +632,8 @@ def examples(
 
         table = Table(title="Bundled examples (attn trace NAME)", title_justify="left")
         table.add_column("name", style="bold", no_wrap=True)
-        table.add_column("description")
-        table.add_column("shapes", no_wrap=True)
+        table.add_column("description", ratio=3)
+        table.add_column("shapes", ratio=2)
         for name, path in example_paths().items():
             inputs = parse_fixture(path.read_bytes(), path.name)
             label = name + (" (default)" if name == DEFAULT_EXAMPLE else "")
