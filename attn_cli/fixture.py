@@ -28,11 +28,13 @@ import numpy as np
 
 from attn_cli import fastyaml
 from attn_cli.arrays import has_references, load_npz_fixture, resolve_references
+from attn_cli.constants import (
+    BLOCK_ELEMENTS,
+    DEFAULT_MAX_BYTES,
+    DEFAULT_MAX_ELEMENTS,
+    STAGE_NAMES,
+)
 from attn_cli.errors import InputError, UsageError
-
-STAGE_NAMES = (
-    "X", "Q", "K", "V", "scores", "scaled", "masked", "softmax", "output", "concat", "projected",
-)  # fmt: skip
 
 KNOWN_KEYS = (
     "name", "description", "tokens", "key_tokens",
@@ -45,8 +47,6 @@ KNOWN_KEYS = (
 
 CAUSAL_VALUES = ("upper-left", "lower-right")
 
-DEFAULT_MAX_ELEMENTS = 50_000_000
-DEFAULT_MAX_BYTES = 512 * 1024 * 1024
 MAX_INT_DIGITS = 300  # a longer integer literal is no weight anyone meant to write
 MAX_NESTING = 16  # lists nested deeper than this are refused before they are walked
 
@@ -533,7 +533,6 @@ def default_max_memory() -> int:
 
 
 SCORE_STAGES = ("scores", "scaled", "masked", "softmax")
-BLOCK_ELEMENTS = 1 << 19  # score rows are computed in blocks of about this many numbers
 
 
 def memory_needed(inputs: Inputs, keep: Collection[str] | None = None, itemsize: int = 8) -> int:

@@ -26,7 +26,7 @@ from typing import Any, Literal, cast
 
 import numpy as np
 
-from attn_cli.constants import STAGE_NAMES
+from attn_cli.constants import BLOCK_ELEMENTS, STAGE_NAMES
 from attn_cli.errors import ComputeError
 from attn_cli.fixture import FloatArray, Inputs
 
@@ -34,10 +34,6 @@ BoolArray = np.ndarray[Any, np.dtype[np.bool_]]
 Dtype = Literal["float64", "float32"]
 DTYPES: tuple[Dtype, ...] = ("float64", "float32")
 Progress = Callable[[int, int], None]  # (blocks done, blocks in all)
-
-# One block of the score stages holds about this many numbers (4 MiB in float64): big enough
-# for BLAS to run at full speed, small enough that a block stays in cache between the steps.
-BLOCK_ELEMENTS = 1 << 19
 
 
 @dataclass(frozen=True, eq=False)
