@@ -22,6 +22,7 @@ import numpy as np
 
 from attn_cli.constants import STAGE_NAMES
 from attn_cli.errors import InputError
+from attn_cli.files import open_input
 
 if TYPE_CHECKING:
     import zipfile
@@ -190,8 +191,7 @@ class _Reader:
     def open(self, path: Path, field: str) -> Iterator[IO[bytes]]:
         """A regular file, opened without blocking; FIFOs and devices are refused unread."""
         try:
-            flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_BINARY", 0)
-            fd = os.open(path, flags)
+            f = open_input(path, buffered=True)
         except FileNotFoundError:
             raise InputError(self.source, field, f"no such file {path.name!r}", "a file") from None
         except IsADirectoryError:
@@ -201,8 +201,8 @@ class _Reader:
         except OSError as e:
             what = f"cannot read {path.name!r} ({e.strerror or e})"
             raise InputError(self.source, field, what, "a readable file") from None
-        with os.fdopen(fd, "rb") as f:
-            info = os.fstat(fd)
+        with f:
+            info = os.fstat(f.fileno())
             if not stat.S_ISREG(info.st_mode):
                 raise InputError(
                     self.source, field, f"{path.name!r} is not a regular file", "a .npy or .npz"

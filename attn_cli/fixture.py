@@ -35,6 +35,7 @@ from attn_cli.constants import (
     STAGE_NAMES,
 )
 from attn_cli.errors import InputError, UsageError
+from attn_cli.files import open_input
 
 KNOWN_KEYS = (
     "name", "description", "tokens", "key_tokens",
@@ -176,9 +177,7 @@ def _read_file(path: Path, source: str, max_bytes: int) -> bytes:
     """The bytes of a regular file; directories, devices, FIFOs and sockets are refused unread."""
     try:
         _require_regular(os.stat(path).st_mode, source)  # stat never blocks, even on a FIFO
-        # O_NONBLOCK: should the path be swapped for a FIFO after the stat, opening cannot hang.
-        flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_BINARY", 0)
-        with os.fdopen(os.open(path, flags), "rb", buffering=0) as f:
+        with open_input(path) as f:
             info = os.fstat(f.fileno())
             _require_regular(info.st_mode, source)
             if info.st_size > max_bytes:
