@@ -18,9 +18,9 @@ __version__ = "0.1.0"
 __all__ = ["AttnError", "InputError", "__version__", "load_fixture", "run"]
 
 if TYPE_CHECKING:
+    from attn_cli.core.pipeline import run
     from attn_cli.errors import AttnError, InputError
-    from attn_cli.fixture import load_fixture
-    from attn_cli.pipeline import run
+    from attn_cli.io.fixture import load_fixture
 
 
 def __getattr__(name: str) -> Any:
@@ -29,11 +29,11 @@ def __getattr__(name: str) -> Any:
 
         return getattr(errors, name)
     if name == "load_fixture":
-        from attn_cli.fixture import load_fixture
+        from attn_cli.io.fixture import load_fixture
 
         return load_fixture
     if name == "run":
-        from attn_cli.pipeline import run
+        from attn_cli.core.pipeline import run
 
         return run
     raise AttributeError(f"module 'attn_cli' has no attribute {name!r}")

@@ -128,8 +128,8 @@ def plain_numpy(
 def child_compute(reps: int) -> dict[str, Any]:
     import numpy as np
 
-    from attn_cli.fixture import validate
-    from attn_cli.pipeline import run
+    from attn_cli.core.pipeline import run
+    from attn_cli.io.fixture import validate
 
     fx = fixture_arrays(SEQ, D_MODEL, HEADS)
     inputs = validate(fx, "bench")
@@ -192,12 +192,12 @@ def rss_peak() -> int:
 def child_memory(path: str, keep: str, dtype: str) -> dict[str, Any]:
     import numpy as np
 
-    import attn_cli.fixture
-    import attn_cli.pipeline
+    import attn_cli.core.pipeline
+    import attn_cli.io.fixture
 
     base = rss_peak()
-    inputs = attn_cli.fixture.load_fixture(path)
-    trace = attn_cli.pipeline.run(
+    inputs = attn_cli.io.fixture.load_fixture(path)
+    trace = attn_cli.core.pipeline.run(
         inputs,
         keep=None if keep == "all" else keep.split(","),
         dtype=dtype,  # type: ignore[arg-type]
@@ -219,10 +219,10 @@ def child_render(reps: int) -> dict[str, Any]:
     import numpy as np
     from rich.console import Console
 
-    from attn_cli.examples import find_example
-    from attn_cli.fixture import load_fixture, validate
-    from attn_cli.pipeline import run
-    from attn_cli.render import RenderOptions, render_trace
+    from attn_cli.core.pipeline import run
+    from attn_cli.io.examples import find_example
+    from attn_cli.io.fixture import load_fixture, validate
+    from attn_cli.present.render import RenderOptions, render_trace
 
     default = find_example("the_cat_sat")
     assert default is not None
@@ -254,7 +254,7 @@ def child_render(reps: int) -> dict[str, Any]:
 
 
 def child_load(folder: str, reps: int) -> dict[str, Any]:
-    from attn_cli.fixture import load_fixture
+    from attn_cli.io.fixture import load_fixture
 
     paths = {kind: Path(folder) / f"fixture.{kind}" for kind in ("json", "yaml")}
     paths["npy"] = Path(folder) / "refs.yaml"

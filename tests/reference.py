@@ -1,4 +1,4 @@
-"""A slow, loop-based attention reference, written independently of ``attn_cli.pipeline``.
+"""A slow, loop-based attention reference, written independently of ``attn_cli.core.pipeline``.
 
 It reads the raw fixture mapping (nested lists, as a JSON or YAML file holds them), computes
 every stage with plain Python loops, ``math.fsum`` and ``math.exp``, and returns each stage as

@@ -16,8 +16,7 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from attn_cli import cli
-from attn_cli.check import (
+from attn_cli.check.compare import (
     GOLDEN_TOLERANCE,
     Tolerance,
     cell_errors,
@@ -25,7 +24,8 @@ from attn_cli.check import (
     fmt_value,
     write_golden,
 )
-from attn_cli.cli import app
+from attn_cli.cli import app as cli
+from attn_cli.cli.app import app
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 BUNDLED = sorted(p for p in FIXTURES.iterdir() if p.suffix in (".yaml", ".yml", ".json"))

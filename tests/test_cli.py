@@ -13,7 +13,7 @@ import pytest
 from typer.testing import CliRunner
 
 from attn_cli import __version__
-from attn_cli.cli import app
+from attn_cli.cli.app import app
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 BUNDLED = sorted(p.stem for p in FIXTURES.iterdir() if p.suffix in (".yaml", ".yml", ".json"))
@@ -315,7 +315,7 @@ def test_examples_lists_every_bundled_fixture():
 def test_help_does_not_import_numpy_or_yaml():
     code = (
         "import sys\n"
-        "from attn_cli.cli import main\n"
+        "from attn_cli.cli.app import main\n"
         "sys.argv = ['attn', '--help']\n"
         "try:\n    main()\nexcept SystemExit:\n    pass\n"
         "bad = [m for m in ('numpy', 'yaml') if m in sys.modules]\n"

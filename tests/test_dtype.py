@@ -17,10 +17,10 @@ from reference import random_fixture, reference
 from test_pipeline import CASES
 from typer.testing import CliRunner
 
-from attn_cli.cli import app
+from attn_cli.cli.app import app
+from attn_cli.core.pipeline import run
 from attn_cli.errors import ComputeError
-from attn_cli.fixture import validate
-from attn_cli.pipeline import run
+from attn_cli.io.fixture import validate
 
 FLOAT32 = {"rtol": 1e-4, "atol": 1e-5}
 

@@ -1,7 +1,7 @@
 """The bundled examples in fixtures/, checked against numbers from independent sources.
 
 Hand-worked values (in comments) for the two article examples; for the others a slow,
-loop-based reference written here, which never calls attn_cli.pipeline.
+loop-based reference written here, which never calls attn_cli.core.pipeline.
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 from numpy.testing import assert_allclose
 
-from attn_cli.fixture import load_fixture
-from attn_cli.pipeline import Trace, run
+from attn_cli.core.pipeline import Trace, run
+from attn_cli.io.fixture import load_fixture
 
 FIXTURES = Path(__file__).parent.parent / "fixtures"
 ALL_FIXTURES = sorted([*FIXTURES.glob("*.yaml"), *FIXTURES.glob("*.json")])

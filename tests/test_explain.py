@@ -17,13 +17,13 @@ from numpy.testing import assert_allclose
 from rich.cells import cell_len
 from typer.testing import CliRunner
 
-from attn_cli.cli import app
+from attn_cli.cli.app import app
+from attn_cli.core.pipeline import Trace, run
 from attn_cli.errors import UsageError
-from attn_cli.explain import cell_text, explain_stage
-from attn_cli.fixture import load_fixture, validate
-from attn_cli.i18n import AXES, LABELS, default_lang
-from attn_cli.pipeline import Trace, run
-from attn_cli.worked import (
+from attn_cli.io.fixture import load_fixture, validate
+from attn_cli.present.explain import cell_text, explain_stage
+from attn_cli.present.i18n import AXES, LABELS, default_lang
+from attn_cli.present.worked import (
     CellRef,
     dot_terms,
     parse_cell,

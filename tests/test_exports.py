@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from attn_cli.cli import app
-from attn_cli.export_text import latex_escape, md_escape
+from attn_cli.cli.app import app
+from attn_cli.present.export_text import latex_escape, md_escape
 
 runner = CliRunner()
 

@@ -11,8 +11,8 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from attn_cli import fastyaml
-from attn_cli.fixture import _check_aliases, _yaml_loader, _yaml_size, load_fixture
+from attn_cli.io import fastyaml
+from attn_cli.io.fixture import _check_aliases, _yaml_loader, _yaml_size, load_fixture
 
 SOURCE = "test.yaml"
 

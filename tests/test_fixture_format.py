@@ -19,9 +19,9 @@ from typing import Any
 import numpy as np
 import pytest
 
+from attn_cli.core.pipeline import run
 from attn_cli.errors import InputError
-from attn_cli.fixture import Inputs, load_fixture, parse_fixture, validate
-from attn_cli.pipeline import run
+from attn_cli.io.fixture import Inputs, load_fixture, parse_fixture, validate
 
 SRC = "fix.yaml"
 

@@ -22,7 +22,7 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from attn_cli.cli import app
+from attn_cli.cli.app import app
 
 HERE = Path(__file__).resolve().parent
 GOLDEN = HERE / "golden"

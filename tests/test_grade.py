@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from attn_cli.cli import app
+from attn_cli.cli.app import app
 
 runner = CliRunner()
 ROOT = Path(__file__).resolve().parent.parent

@@ -13,11 +13,11 @@ import pytest
 from rich.console import Console
 from typer.testing import CliRunner
 
-from attn_cli.cli import app
-from attn_cli.fixture import load_fixture
-from attn_cli.pipeline import run
-from attn_cli.render import VIRIDIS, RenderOptions, render_heatmap, render_trace, viridis
-from attn_cli.worked import row_max_positions_for_display, row_sums_for_display
+from attn_cli.cli.app import app
+from attn_cli.core.pipeline import run
+from attn_cli.io.fixture import load_fixture
+from attn_cli.present.render import VIRIDIS, RenderOptions, render_heatmap, render_trace, viridis
+from attn_cli.present.worked import row_max_positions_for_display, row_sums_for_display
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 runner = CliRunner()

@@ -9,9 +9,9 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from attn_cli.cli import app
-from attn_cli.fixture import load_fixture
-from attn_cli.new import WORDS, tokens_for
+from attn_cli.cli.app import app
+from attn_cli.io.fixture import load_fixture
+from attn_cli.io.new import WORDS, tokens_for
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 runner = CliRunner()

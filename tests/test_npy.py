@@ -13,10 +13,10 @@ import pytest
 from reference import random_fixture, reference
 from typer.testing import CliRunner
 
-from attn_cli.cli import app
+from attn_cli.cli.app import app
+from attn_cli.core.pipeline import run
 from attn_cli.errors import InputError
-from attn_cli.fixture import load_fixture, validate
-from attn_cli.pipeline import run
+from attn_cli.io.fixture import load_fixture, validate
 
 runner = CliRunner()
 REFERENCE = {"rtol": 1e-12, "atol": 1e-12}

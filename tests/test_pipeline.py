@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 from reference import random_fixture, reference, reference_empty_rows
 
+from attn_cli.core.pipeline import Trace, run
 from attn_cli.errors import ComputeError
-from attn_cli.fixture import validate
-from attn_cli.pipeline import Trace, run
+from attn_cli.io.fixture import validate
 
 E = math.e
 NEG_INF = -np.inf

@@ -9,9 +9,9 @@ import time
 import pytest
 from typer.testing import CliRunner
 
-import attn_cli.progress as progress
-from attn_cli.cli import app
-from attn_cli.progress import Status, wanted
+import attn_cli.present.progress as progress
+from attn_cli.cli.app import app
+from attn_cli.present.progress import Status, wanted
 
 runner = CliRunner()
 

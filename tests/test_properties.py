@@ -15,8 +15,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from reference import random_fixture, reference
 
-from attn_cli.fixture import validate
-from attn_cli.pipeline import Trace, run
+from attn_cli.core.pipeline import Trace, run
+from attn_cli.io.fixture import validate
 
 SETTINGS = settings(max_examples=80, deadline=None)
 # Softmax rows are sums of at most a few float64 terms: they reach 1 within a few ulps.

@@ -14,10 +14,10 @@ from reference import random_fixture
 from test_pipeline import CASES
 from typer.testing import CliRunner
 
-import attn_cli.pipeline as pipeline
-from attn_cli.cli import app
-from attn_cli.fixture import validate
-from attn_cli.pipeline import needed_stages, run
+import attn_cli.core.pipeline as pipeline
+from attn_cli.cli.app import app
+from attn_cli.core.pipeline import needed_stages, run
+from attn_cli.io.fixture import validate
 
 runner = CliRunner()
 

@@ -19,8 +19,8 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from attn_cli.cli import app
-from attn_cli.step import KEYS, advance, split_keys
+from attn_cli.cli.app import app
+from attn_cli.present.step import KEYS, advance, split_keys
 
 ROOT = Path(__file__).resolve().parent.parent
 ANSI = re.compile(r"\x1b(\[[0-9;?]*[A-Za-z]|[()][0-9A-Za-z]|[=>78])")

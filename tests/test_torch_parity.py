@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 from reference import random_fixture
 
-from attn_cli.fixture import validate
-from attn_cli.pipeline import run
+from attn_cli.core.pipeline import run
+from attn_cli.io.fixture import validate
 
 torch = pytest.importorskip("torch")
 F = torch.nn.functional

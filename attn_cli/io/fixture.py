@@ -26,16 +26,16 @@ from typing import Any, Literal
 
 import numpy as np
 
-from attn_cli import fastyaml
-from attn_cli.arrays import has_references, load_npz_fixture, resolve_references
-from attn_cli.constants import (
+from attn_cli.core.limits import (
     BLOCK_ELEMENTS,
     DEFAULT_MAX_BYTES,
     DEFAULT_MAX_ELEMENTS,
     STAGE_NAMES,
 )
 from attn_cli.errors import InputError, UsageError
-from attn_cli.files import open_input
+from attn_cli.io import fastyaml
+from attn_cli.io.arrays import has_references, load_npz_fixture, resolve_references
+from attn_cli.io.files import open_input
 
 KNOWN_KEYS = (
     "name", "description", "tokens", "key_tokens",

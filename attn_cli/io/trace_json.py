@@ -17,10 +17,10 @@ from typing import Any
 import numpy as np
 
 from attn_cli import __version__
-from attn_cli.constants import DEFAULT_MAX_BYTES, STAGE_NAMES
+from attn_cli.core.limits import DEFAULT_MAX_BYTES, STAGE_NAMES
+from attn_cli.core.pipeline import Trace
 from attn_cli.errors import InputError
-from attn_cli.fixture import FloatArray
-from attn_cli.pipeline import Trace
+from attn_cli.io.fixture import FloatArray
 
 FORMAT_NAME = "attn-trace"
 FORMAT_VERSION = 1

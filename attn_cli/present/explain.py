@@ -12,10 +12,10 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from attn_cli.i18n import Lang, axis_name, label
-from attn_cli.pipeline import Trace
-from attn_cli.text import factor, safe, short_number
-from attn_cli.worked import WorkedCell, weighted_terms
+from attn_cli.core.pipeline import Trace
+from attn_cli.present.i18n import Lang, axis_name, label
+from attn_cli.present.text import factor, safe, short_number
+from attn_cli.present.worked import WorkedCell, weighted_terms
 
 TERMS_SHOWN = 8  # a sum with more terms than this shows its first and last few unless full
 

@@ -14,8 +14,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from attn_cli.core.pipeline import Trace
 from attn_cli.errors import UsageError
-from attn_cli.pipeline import Trace
 
 
 @dataclass(frozen=True)

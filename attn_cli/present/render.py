@@ -27,8 +27,8 @@ from rich.style import Style
 from rich.table import Table
 from rich.text import Text
 
-from attn_cli.i18n import Lang, label
-from attn_cli.text import (
+from attn_cli.present.i18n import Lang, label
+from attn_cli.present.text import (
     COL_EDGE,
     COL_LIMIT,
     ELLIPSIS,
@@ -40,15 +40,15 @@ from attn_cli.text import (
     header_lines,
     pick,
 )
-from attn_cli.text import format_number as format_number
-from attn_cli.text import safe as safe
+from attn_cli.present.text import format_number as format_number
+from attn_cli.present.text import safe as safe
 
 if TYPE_CHECKING:
     # The classroom layers (explanations, worked cells) are imported where an option asks
     # for them, so a plain `attn trace` does not pay for them at start-up.
-    from attn_cli.explain import CellText, Explanation
-    from attn_cli.pipeline import Stage, Trace
-    from attn_cli.worked import CellRef, WorkedCell
+    from attn_cli.core.pipeline import Stage, Trace
+    from attn_cli.present.explain import CellText, Explanation
+    from attn_cli.present.worked import CellRef, WorkedCell
 
 HEAT_STAGES = ("scores", "scaled", "masked", "softmax")
 CELLS_SHOWN = 4  # worked cells (batch items x heads) shown unless full
@@ -151,13 +151,13 @@ def render_stage(
     if heat is not None:
         parts.append(Padding(render_legend(heat, options.lang, options.precision), (0, 0, 1, 0)))
     if options.explain:
-        from attn_cli.explain import explain_stage
+        from attn_cli.present.explain import explain_stage
 
         parts.append(
             render_explanation(explain_stage(trace, stage.name, options.lang, options.precision))
         )
     if cells:
-        from attn_cli.explain import cell_text
+        from attn_cli.present.explain import cell_text
     for n, cell in enumerate(cells or ()):
         if n == CELLS_SHOWN and not options.full:
             more = len(cells or ()) - CELLS_SHOWN
@@ -172,7 +172,7 @@ def render_stage(
 def _cells(trace: Trace, options: RenderOptions) -> list[WorkedCell]:
     if options.cell is None:
         return []
-    from attn_cli.worked import worked_cells
+    from attn_cli.present.worked import worked_cells
 
     return worked_cells(trace, options.cell)
 
@@ -429,7 +429,7 @@ class _RowMaxima:
     def __contains__(self, ij: object) -> bool:
         i, j = cast(tuple[int, int], ij)
         if i not in self.rows:
-            from attn_cli.worked import row_max_positions_for_display
+            from attn_cli.present.worked import row_max_positions_for_display
 
             marks = row_max_positions_for_display(self.matrix[i : i + 1])
             self.rows[i] = frozenset(col for _, col in marks)
@@ -443,7 +443,7 @@ class _RowSums:
         self.matrix = matrix
 
     def __getitem__(self, i: int) -> float:
-        from attn_cli.worked import row_sums_for_display
+        from attn_cli.present.worked import row_sums_for_display
 
         return row_sums_for_display(self.matrix[i : i + 1])[0]
 

@@ -21,17 +21,17 @@ from typing import IO, TYPE_CHECKING, Annotated, Any, Optional
 import typer
 
 from attn_cli import __version__
-from attn_cli.constants import DEFAULT_MAX_ELEMENTS, STAGE_NAMES
+from attn_cli.core.limits import DEFAULT_MAX_ELEMENTS, STAGE_NAMES
 from attn_cli.errors import AttnError, UsageError, printable
 
 if TYPE_CHECKING:
     from rich.console import Console
 
-    from attn_cli.check import Outcome, Tolerance
-    from attn_cli.fixture import Inputs
-    from attn_cli.pipeline import Trace
-    from attn_cli.progress import Status
-    from attn_cli.render import RenderOptions
+    from attn_cli.check.compare import Outcome, Tolerance
+    from attn_cli.core.pipeline import Trace
+    from attn_cli.io.fixture import Inputs
+    from attn_cli.present.progress import Status
+    from attn_cli.present.render import RenderOptions
 
 NON_TERMINAL_WIDTH = 100
 
@@ -263,7 +263,7 @@ def trace(
       attn trace --explain --format svg -o slides.svg
     """
     with _user_errors():
-        from attn_cli.progress import Status
+        from attn_cli.present.progress import Status
 
         stages = _check_stages(stage)
         if fmt is TraceFormat.npz and output is None:
@@ -290,16 +290,16 @@ def trace(
             raise UsageError("", "--step", "works only in the terminal", "no --format/-o")
         if fmt is TraceFormat.npz:
             assert output is not None
-            from attn_cli.arrays import npz_writer
+            from attn_cli.io.arrays import npz_writer
 
             _emit_binary(npz_writer(result, stages), output)
             return
         if fmt is TraceFormat.json:
-            from attn_cli.export import dumps
+            from attn_cli.io.trace_json import dumps
 
             _emit(dumps(result, stages), output)
             return
-        from attn_cli.render import render_trace
+        from attn_cli.present.render import render_trace
 
         options = _classroom_options(result, precision, stages, full, explain, lang, cell, focus)
         if fmt not in (TraceFormat.table, TraceFormat.plain):
@@ -307,7 +307,7 @@ def trace(
             return
         plain = output is not None or fmt is TraceFormat.plain or _plain(Format.table, color)
         if step:
-            from attn_cli.step import run_steps
+            from attn_cli.present.step import run_steps
 
             console = _console(width, plain=plain, color=False if plain else color)
             heat = heatmap if heatmap is not None else console.color_system is not None
@@ -339,8 +339,8 @@ def _classroom_options(
     focus: str | None,
 ) -> "RenderOptions":
     """Render options with the language resolved and --cell/--focus turned into positions."""
-    from attn_cli.i18n import default_lang
-    from attn_cli.render import RenderOptions
+    from attn_cli.present.i18n import default_lang
+    from attn_cli.present.render import RenderOptions
 
     options = RenderOptions(
         precision,
@@ -351,7 +351,7 @@ def _classroom_options(
     )
     if cell is None and focus is None:
         return options
-    from attn_cli.worked import parse_cell, resolve_position  # only these options need it
+    from attn_cli.present.worked import parse_cell, resolve_position  # only these options need it
 
     return replace(
         options,
@@ -375,11 +375,11 @@ def _document(
     """The trace as a Markdown, LaTeX, HTML or SVG document."""
     title = result.inputs.name or "attention trace"
     if fmt.value in ("markdown", "latex"):
-        from attn_cli.export_text import to_latex, to_markdown
+        from attn_cli.present.export_text import to_latex, to_markdown
 
         options = replace(options, heatmap=bool(heatmap))
         return (to_markdown if fmt.value == "markdown" else to_latex)(result, options)
-    from attn_cli.render import render_heatmap, render_trace, to_html, to_svg
+    from attn_cli.present.render import render_heatmap, render_trace, to_html, to_svg
 
     options = replace(options, heatmap=heatmap is not False)  # coloured: on unless --no-heatmap
     renderable = (render_heatmap if view == "heatmap" else render_trace)(result, options)
@@ -464,7 +464,7 @@ def check(
       attn check the_cat_sat --against my_dump.npz          # grade your implementation
     """
     with _user_errors():
-        from attn_cli.check import (
+        from attn_cli.check.compare import (
             GOLDEN_TOLERANCE,
             GRADER_TOLERANCE,
             Outcome,
@@ -569,14 +569,14 @@ def _check_one(
     worst: int,
     max_elements: int,
 ) -> "Outcome":
-    from attn_cli.check import Outcome, check_expected, check_golden, write_golden
+    from attn_cli.check.compare import Outcome, check_expected, check_golden, write_golden
 
     result = _run(fixture, max_elements)
     if update:
         assert golden is not None
         return Outcome(fixture, written=write_golden(result, golden))
     if against is not None:
-        from attn_cli.grade import grade, load_dump
+        from attn_cli.check.grade import grade, load_dump
 
         return Outcome(fixture, grade(result, load_dump(against), tolerance, stages, worst))
     if golden is not None:
@@ -626,9 +626,9 @@ def examples(
         from rich.table import Table
         from rich.text import Text
 
-        from attn_cli.examples import DEFAULT_EXAMPLE, example_paths
-        from attn_cli.fixture import parse_fixture
-        from attn_cli.render import safe
+        from attn_cli.io.examples import DEFAULT_EXAMPLE, example_paths
+        from attn_cli.io.fixture import parse_fixture
+        from attn_cli.present.render import safe
 
         table = Table(title="Bundled examples (attn trace NAME)", title_justify="left")
         table.add_column("name", style="bold", no_wrap=True)
@@ -642,7 +642,7 @@ def examples(
 
 
 def _copy_example(name: str | None, file: Path | None, force: bool) -> None:
-    from attn_cli.examples import example_paths, find_example
+    from attn_cli.io.examples import example_paths, find_example
 
     if name is None:
         raise UsageError(
@@ -654,7 +654,7 @@ def _copy_example(name: str | None, file: Path | None, force: bool) -> None:
         raise UsageError("", f"--copy {name}", "no such bundled example", f"one of {names}")
     target = file if file is not None else Path(name + bundled.suffix)
     _refuse_overwrite(target, force)
-    from attn_cli.files import write_atomic
+    from attn_cli.io.files import write_atomic
 
     text = bundled.read_text(encoding="utf-8")
     write_atomic(target, text, option="FILE")
@@ -710,7 +710,7 @@ def heatmap(
     with _user_errors():
         result = _run(fixture, max_elements)
         _warn_empty_rows(result)
-        from attn_cli.render import render_heatmap
+        from attn_cli.present.render import render_heatmap
 
         options = _classroom_options(result, precision, None, False, False, lang, None, None)
         options = replace(options, heatmap=True)
@@ -750,16 +750,16 @@ def new(
       attn new mine.yaml --seq 4 --d-model 6 --d-k 3 --heads 1 --causal --seed 7
     """
     with _user_errors():
-        from attn_cli.new import FIXTURE_SUFFIXES, NewFixture, new_fixture
+        from attn_cli.io.new import FIXTURE_SUFFIXES, NewFixture, new_fixture
 
         if file.suffix.lower() not in FIXTURE_SUFFIXES:
             raise UsageError(str(file), "FILE", "is not a .yaml or .yml file", "FILE.yaml")
         _refuse_overwrite(file, force)
         text = new_fixture(NewFixture(seq, d_model, d_k, heads, batch, causal, seed))
-        from attn_cli.fixture import parse_fixture
+        from attn_cli.io.fixture import parse_fixture
 
         parse_fixture(text, str(file), fmt="yaml")  # what we write must load
-        from attn_cli.files import write_atomic
+        from attn_cli.io.files import write_atomic
 
         write_atomic(file, text, option="FILE")
         typer.echo(
@@ -813,8 +813,8 @@ def _run(
     dtype: str = "float64",
     status: "Status | None" = None,
 ) -> "Trace":
-    from attn_cli.fixture import check_memory, parse_size
-    from attn_cli.pipeline import DTYPES, run
+    from attn_cli.core.pipeline import DTYPES, run
+    from attn_cli.io.fixture import check_memory, parse_size
 
     budget = None if max_memory is None else parse_size(max_memory)
     inputs = _load(fixture, max_elements)
@@ -836,8 +836,8 @@ def _kept(stages: tuple[str, ...] | None, shade: bool, needs_all: bool) -> tuple
 
 def _load(fixture: str | None, max_elements: int) -> "Inputs":
     """A fixture from a path, standard input ('-') or a bundled example's name."""
-    from attn_cli.examples import DEFAULT_EXAMPLE, example_paths, find_example
-    from attn_cli.fixture import load_fixture, parse_fixture
+    from attn_cli.io.examples import DEFAULT_EXAMPLE, example_paths, find_example
+    from attn_cli.io.fixture import load_fixture, parse_fixture
 
     if fixture == "-":
         if sys.stdin is None:
@@ -874,7 +874,7 @@ def _exists(path: Path) -> bool:
 
 
 def _warn_empty_rows(result: "Trace", most: int = 5) -> None:
-    from attn_cli.render import safe
+    from attn_cli.present.render import safe
 
     rows = result.empty_rows
     for b, h, t in rows[:most]:
@@ -915,8 +915,8 @@ def _emit(text: str, output: Path | None) -> None:
         sys.stdout.write(text)
         sys.stdout.flush()
         return
-    from attn_cli.files import write_atomic
-    from attn_cli.progress import Status
+    from attn_cli.io.files import write_atomic
+    from attn_cli.present.progress import Status
 
     with Status(f"writing {output}"):
         write_atomic(output, text)
@@ -924,8 +924,8 @@ def _emit(text: str, output: Path | None) -> None:
 
 
 def _emit_binary(write: Callable[[IO[bytes]], object], output: Path) -> None:
-    from attn_cli.files import write_atomic_with
-    from attn_cli.progress import Status
+    from attn_cli.io.files import write_atomic_with
+    from attn_cli.present.progress import Status
 
     with Status(f"writing {output}"):
         write_atomic_with(output, write)

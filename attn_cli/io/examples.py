@@ -10,9 +10,9 @@ SUFFIXES = (".yaml", ".yml", ".json")
 
 def example_dir() -> Path:
     """Where the bundled fixtures are: in the installed package, or the repo's fixtures/."""
-    here = Path(__file__).resolve().parent
-    installed = here / "fixtures"
-    return installed if installed.is_dir() else here.parent / "fixtures"
+    package = Path(__file__).resolve().parent.parent
+    installed = package / "fixtures"
+    return installed if installed.is_dir() else package.parent / "fixtures"
 
 
 def example_paths() -> dict[str, Path]:

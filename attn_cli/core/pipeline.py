@@ -26,9 +26,9 @@ from typing import Any, Literal, cast
 
 import numpy as np
 
-from attn_cli.constants import BLOCK_ELEMENTS, STAGE_NAMES
+from attn_cli.core.limits import BLOCK_ELEMENTS, STAGE_NAMES
 from attn_cli.errors import ComputeError
-from attn_cli.fixture import FloatArray, Inputs
+from attn_cli.io.fixture import FloatArray, Inputs
 
 BoolArray = np.ndarray[Any, np.dtype[np.bool_]]
 Dtype = Literal["float64", "float32"]

@@ -18,10 +18,10 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
-from attn_cli.constants import STAGE_NAMES
+from attn_cli.core.limits import STAGE_NAMES
+from attn_cli.core.pipeline import Trace
 from attn_cli.errors import AttnError, InputError, UsageError
-from attn_cli.fixture import BoolArray, FloatArray
-from attn_cli.pipeline import Trace
+from attn_cli.io.fixture import BoolArray, FloatArray
 
 if TYPE_CHECKING:
     from rich.console import RenderableType
@@ -299,7 +299,7 @@ def check_golden(
     worst: int = 5,
 ) -> Comparison:
     """Compare the trace with the golden JSON trace at ``path``."""
-    from attn_cli.export import load_trace_json
+    from attn_cli.io.trace_json import load_trace_json
 
     if not path.exists():
         raise InputError(
@@ -334,8 +334,8 @@ def check_expected(
 
 def write_golden(trace: Trace, path: Path) -> str:
     """(Re)write the golden JSON trace at ``path`` atomically; say what changed."""
-    from attn_cli.export import dumps, load_trace_json
-    from attn_cli.files import write_atomic
+    from attn_cli.io.files import write_atomic
+    from attn_cli.io.trace_json import dumps, load_trace_json
 
     before = "new"
     if path.is_file():
@@ -604,6 +604,6 @@ def _json_number(x: float) -> float | str:
 
 
 def _safe(text: str) -> str:
-    from attn_cli.render import safe
+    from attn_cli.present.render import safe
 
     return safe(text)

@@ -15,10 +15,10 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from attn_cli import __version__
-from attn_cli.explain import CellText, Explanation, cell_text, explain_stage
-from attn_cli.i18n import label
-from attn_cli.pipeline import Stage, Trace
-from attn_cli.text import (
+from attn_cli.core.pipeline import Stage, Trace
+from attn_cli.present.explain import CellText, Explanation, cell_text, explain_stage
+from attn_cli.present.i18n import label
+from attn_cli.present.text import (
     COL_EDGE,
     COL_LIMIT,
     ELLIPSIS,
@@ -32,10 +32,14 @@ from attn_cli.text import (
     pick,
     safe,
 )
-from attn_cli.worked import row_max_positions_for_display, row_sums_for_display, worked_cells
+from attn_cli.present.worked import (
+    row_max_positions_for_display,
+    row_sums_for_display,
+    worked_cells,
+)
 
 if TYPE_CHECKING:
-    from attn_cli.render import RenderOptions
+    from attn_cli.present.render import RenderOptions
 
 CELLS_SHOWN = 4
 

@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from attn_cli.check import (
+from attn_cli.check.compare import (
     GRADER_TOLERANCE,
     Comparison,
     Diagnosis,
@@ -27,11 +27,8 @@ from attn_cli.check import (
     compare,
     conform,
 )
-from attn_cli.constants import STAGE_NAMES
-from attn_cli.errors import InputError
-from attn_cli.export import decode_array, parse_json, read_text, stages_from_json
-from attn_cli.fixture import BoolArray, FloatArray, Inputs
-from attn_cli.pipeline import (
+from attn_cli.core.limits import STAGE_NAMES
+from attn_cli.core.pipeline import (
     Trace,
     apply_mask,
     attention_scores,
@@ -40,7 +37,10 @@ from attn_cli.pipeline import (
     softmax,
     weighted_sum,
 )
-from attn_cli.pipeline import concat_heads as merge_heads
+from attn_cli.core.pipeline import concat_heads as merge_heads
+from attn_cli.errors import InputError
+from attn_cli.io.fixture import BoolArray, FloatArray, Inputs
+from attn_cli.io.trace_json import decode_array, parse_json, read_text, stages_from_json
 
 # Names that people's code commonly gives a stage (compared in lower case).
 ALIASES = {

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 from attn_cli.errors import printable
 
 if TYPE_CHECKING:
-    from attn_cli.pipeline import Trace
+    from attn_cli.core.pipeline import Trace
 
 
 ELLIPSIS = "…"

@@ -20,14 +20,14 @@ from typing import IO, TYPE_CHECKING, Any
 
 import numpy as np
 
-from attn_cli.constants import STAGE_NAMES
+from attn_cli.core.limits import STAGE_NAMES
 from attn_cli.errors import InputError
-from attn_cli.files import open_input
+from attn_cli.io.files import open_input
 
 if TYPE_CHECKING:
     import zipfile
 
-    from attn_cli.pipeline import Trace
+    from attn_cli.core.pipeline import Trace
 
 # Fixture keys whose value is an array, and so may be a file reference.
 ARRAY_KEYS = (

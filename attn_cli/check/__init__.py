@@ -1,0 +1,1 @@
+"""Comparing traces: tolerances, golden files, ``expected`` sections and the grader (no Rich)."""

@@ -1,0 +1,1 @@
+"""Showing traces to people: numbers, layout, explanations (en/zh), Rich tables, exports."""
