@@ -1,1 +1,1 @@
-"""The computation: inputs, the stage table, the step functions and the block engine (NumPy only, no I/O, no text for people)."""
+"""The computation: inputs, stage table, step functions, block engine (NumPy only, no I/O)."""

@@ -1,1 +1,1 @@
-"""Reading and writing files: the one input gate, fixtures, arrays, bundled examples, trace writers."""
+"""Files in and out: the one input gate, fixtures, arrays, examples, trace writers."""

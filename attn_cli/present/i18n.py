@@ -1,7 +1,8 @@
 """The language of the explanation layer (English or Chinese) and its short labels.
 
 Costs nothing to import. Longer explanations live in :mod:`attn_cli.present.explain`; this
-module holds the labels shared by the explanations, the worked cell, the heatmap legend and step mode.
+module holds the labels shared by the explanations, the worked cell, the heatmap legend and
+step mode.
 """
 
 from __future__ import annotations
