@@ -145,7 +145,7 @@ def test_stage_option_limits_tables():
         (["trace", "--stage", "sofmax"], "--stage sofmax: unknown stage (did you mean 'softmax'?)"),
         (["trace", "--stage", "masked"], "--stage masked: this fixture has no such stage"),
         (["trace", "no_such_example"], "no_such_example: no such file or bundled example"),
-        (["trace", "missing.yaml"], "missing.yaml: no such file, expected a path"),
+        (["trace", "missing.yaml"], "missing.yaml: no such file, expected a .json, .yaml or .yml fixture file"),
     ],
 )
 def test_usage_errors_are_one_line_exit_2(args, message):

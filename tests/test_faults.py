@@ -347,7 +347,7 @@ def test_endless_text_stdin_stops_at_the_limit(monkeypatch: pytest.MonkeyPatch) 
     with pytest.raises(InputError) as info:
         load_fixture("-", max_bytes=10_000)
     assert str(info.value) == (
-        "<stdin>: is larger than the limit of 10,000 bytes, expected a smaller fixture"
+        "<stdin>: is larger than the limit of 10,000 bytes, expected a smaller file (a fixture piped in)"
     )
 
 
@@ -368,7 +368,7 @@ def test_unreadable_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Non
     monkeypatch.setattr(os, "open", denied)  # root ignores chmod 000, so deny it here
     with pytest.raises(InputError) as info:
         load_fixture(path)
-    assert str(info.value) == f"{path}: permission denied, expected a readable fixture file"
+    assert str(info.value) == f"{path}: permission denied (no read permission), expected a .json, .yaml or .yml fixture file"
 
 
 # ---------------------------------------------------------------------------------------------

@@ -734,7 +734,7 @@ def test_missing_file(tmp_path: Path) -> None:
     path = tmp_path / "nope.yaml"
     with pytest.raises(InputError) as info:
         load_fixture(path)
-    assert str(info.value) == f"{path}: no such file, expected a path to a fixture file"
+    assert str(info.value) == f"{path}: no such file, expected a .json, .yaml or .yml fixture file"
 
 
 def test_file_size_limit(tmp_path: Path) -> None:

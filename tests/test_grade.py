@@ -371,7 +371,7 @@ def _write_npz_with_objects(path: Path) -> None:
         ("twice.json", '{"attn": [[1]], "weights": [[1]]}', "names the same stage (softmax)"),
         ("dump.txt", "scores 1 2 3", "unknown dump type '.txt'"),
         ("bad.npz", "this is not a zip archive", "not a readable .npz archive"),
-        ("objects.npz", _write_npz_with_objects, "scores: unreadable array"),
+        ("objects.npz", _write_npz_with_objects, "holds Python objects (reading them would unpickle)"),
     ],
 )
 def test_an_unreadable_dump_is_trouble(tmp_path, name, content, message):

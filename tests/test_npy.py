@@ -121,7 +121,7 @@ def test_a_pickled_object_array_is_refused_unread(tmp_path):
 @pytest.mark.parametrize(
     ("ref", "message"),
     [
-        ("{file: missing.npy}", "X.file: no such file 'missing.npy'"),
+        ("{file: missing.npy}", "X.file 'missing.npy': no such file"),
         ("{file: W.npy, key: W}", "X.key: given for a .npy file"),
         ("{file: a.npz, key: W_Q}", "X.key: a.npz has no array 'W_Q' (did you mean 'W_q'?)"),
         ("{file: a.npz}", "X.key: a.npz has no array 'X'"),

@@ -10,7 +10,6 @@ trace's own stages, and ``_public`` drops the batch axis again when the fixture 
 from __future__ import annotations
 
 import math
-import zipfile
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -27,7 +26,7 @@ from attn_cli.check.compare import (
     compare,
     conform,
 )
-from attn_cli.core.limits import STAGE_NAMES
+from attn_cli.core.limits import DEFAULT_MAX_BYTES, DEFAULT_MAX_ELEMENTS, STAGE_NAMES
 from attn_cli.core.pipeline import (
     Trace,
     apply_mask,
@@ -39,6 +38,7 @@ from attn_cli.core.pipeline import (
 )
 from attn_cli.core.pipeline import concat_heads as merge_heads
 from attn_cli.errors import InputError
+from attn_cli.io import gate
 from attn_cli.io.fixture import BoolArray, FloatArray, Inputs
 from attn_cli.io.trace_json import decode_array, parse_json, read_text, stages_from_json
 
@@ -126,29 +126,20 @@ def load_dump(path: Path) -> Dump:
 
 
 def _read_npz(path: Path) -> dict[str, Any]:
+    """The stage arrays of a dump ``.npz``, read through the input gate under its budgets."""
     source = str(path)
-    try:
-        data = np.load(path, allow_pickle=False)
-    except FileNotFoundError:
-        raise InputError(source, "", "no such file", DUMP_DOC) from None
-    except IsADirectoryError:
-        raise InputError(source, "", "is a directory", DUMP_DOC) from None
-    except PermissionError:
-        raise InputError(source, "", "permission denied", DUMP_DOC) from None
-    except (OSError, ValueError, EOFError, zipfile.BadZipFile):
-        raise InputError(source, "", "not a readable .npz archive", DUMP_DOC) from None
-    if not isinstance(data, np.lib.npyio.NpzFile):
-        raise InputError(source, "", "holds one unnamed array", "arrays named after stages (.npz)")
+    reader = gate.ArrayReader(DEFAULT_MAX_ELEMENTS, DEFAULT_MAX_BYTES)
     out: dict[str, Any] = {}
-    with data:
-        for name in data.files:
+    with (
+        gate.open_regular(path, source, DUMP_DOC, max_bytes=DEFAULT_MAX_BYTES) as f,
+        reader.archive(f, source) as archive,
+    ):
+        for member in archive.namelist():
+            name = member.removesuffix(".npy")
             if stage_for(name) is None:
                 out[name] = None
                 continue
-            try:
-                arr = data[name]
-            except (OSError, ValueError, EOFError, zipfile.BadZipFile):
-                raise InputError(source, name, "unreadable array", "numbers (no objects)") from None
+            arr = reader.read_member(archive, member, name, source)
             if arr.dtype.kind not in "biuf":
                 raise InputError(source, name, f"has dtype {arr.dtype}", "real numbers")
             out[name] = arr.astype(np.float64)

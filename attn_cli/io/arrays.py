@@ -11,8 +11,6 @@ Arrays loaded here are handed to the loader's validation like any list from JSON
 
 from __future__ import annotations
 
-import os
-import stat
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
@@ -22,7 +20,7 @@ import numpy as np
 
 from attn_cli.core.limits import STAGE_NAMES
 from attn_cli.errors import InputError
-from attn_cli.io.files import open_input
+from attn_cli.io import gate
 
 if TYPE_CHECKING:
     import zipfile
@@ -122,7 +120,7 @@ class _Reader:
         self.base = base.resolve()
         self.max_elements = max_elements
         self.max_bytes = max_bytes
-        self.count = 0
+        self.arrays = gate.ArrayReader(max_elements, max_bytes)
 
     def load(self, ref: Mapping[str, Any], field: str, default_key: str) -> np.ndarray[Any, Any]:
         for k in ref:
@@ -179,7 +177,11 @@ class _Reader:
                 self.source, field, f"{name!r} is an absolute path",
                 "a path relative to the fixture's folder",
             )  # fmt: skip
-        path = (self.base / given).resolve()
+        try:
+            path = (self.base / given).resolve()
+        except (OSError, RuntimeError):  # a loop of symbolic links (RuntimeError before 3.13)
+            what = f"{name!r} is a loop of symbolic links"
+            raise InputError(self.source, field, what, "a file name") from None
         if not path.is_relative_to(self.base):
             raise InputError(
                 self.source, field, f"{name!r} leads outside the fixture's folder",
@@ -189,87 +191,23 @@ class _Reader:
 
     @contextmanager
     def open(self, path: Path, field: str) -> Iterator[IO[bytes]]:
-        """A regular file, opened without blocking; FIFOs and devices are refused unread."""
-        try:
-            f = open_input(path, buffered=True)
-        except FileNotFoundError:
-            raise InputError(self.source, field, f"no such file {path.name!r}", "a file") from None
-        except IsADirectoryError:
-            raise InputError(self.source, field, f"{path.name!r} is a folder", "a file") from None
-        except PermissionError:
-            raise InputError(self.source, field, "permission denied", "a readable file") from None
-        except OSError as e:
-            what = f"cannot read {path.name!r} ({e.strerror or e})"
-            raise InputError(self.source, field, what, "a readable file") from None
-        with f:
-            info = os.fstat(f.fileno())
-            if not stat.S_ISREG(info.st_mode):
-                raise InputError(
-                    self.source, field, f"{path.name!r} is not a regular file", "a .npy or .npz"
-                )
-            if info.st_size > self.max_bytes:
-                raise InputError(
-                    self.source, field, f"{path.name!r} is {info.st_size:,} bytes",
-                    f"at most {self.max_bytes:,} bytes",
-                )  # fmt: skip
+        """A regular file, through the input gate; FIFOs and devices are refused unread."""
+        where = f"{self.source}: {field} {path.name!r}"
+        with gate.open_regular(path, where, "a .npy or .npz file", max_bytes=self.max_bytes) as f:
             yield f
 
     @contextmanager
     def archive(self, path: Path, where: str, field: str) -> Iterator[zipfile.ZipFile]:
-        import zipfile  # here: only .npz files need it, and it costs start-up
-
-        with self.open(path, field) as f:
-            try:
-                archive = zipfile.ZipFile(f)
-            except (zipfile.BadZipFile, OSError, ValueError, EOFError):
-                raise InputError(where, "", "not a readable .npz archive", "numpy.savez") from None
-            with archive:
-                yield archive
+        with self.open(path, field) as f, self.arrays.archive(f, where) as archive:
+            yield archive
 
     def read_member(
         self, archive: zipfile.ZipFile, member: str, field: str, where: str
     ) -> np.ndarray[Any, Any]:
-        import zipfile
-
-        try:
-            with archive.open(member) as f:
-                return self.read_array(f, field, where)
-        except (zipfile.BadZipFile, OSError, EOFError) as e:
-            raise InputError(where, field, f"unreadable array ({e})", "numpy.savez") from None
+        return self.arrays.read_member(archive, member, field, where)
 
     def read_array(self, f: IO[bytes], field: str, where: str) -> np.ndarray[Any, Any]:
-        """One .npy array: its header is checked before any of its data is read."""
-        fmt = np.lib.format
-        try:
-            version = fmt.read_magic(f)
-            header = fmt.read_array_header_1_0 if version == (1, 0) else fmt.read_array_header_2_0
-            shape, _fortran, dtype = header(f)
-        except (ValueError, OSError, EOFError):
-            raise InputError(
-                where, "", "not a .npy array", "a file written by numpy.save"
-            ) from None
-        if dtype.hasobject:
-            raise InputError(
-                where, "", "holds Python objects (reading them would unpickle)",
-                "an array of numbers (or booleans)",
-            )  # fmt: skip
-        if dtype.kind not in "biufU":
-            raise InputError(where, "", f"has dtype {dtype}", "real numbers")
-        size = int(np.prod(shape, dtype=np.int64))
-        self.count += size
-        if self.count > self.max_elements:
-            raise InputError(
-                where, "", f"holds {size:,} numbers, too many for one fixture",
-                f"at most {self.max_elements:,} (see --max-elements)",
-            )  # fmt: skip
-        f.seek(0)
-        try:
-            arr: np.ndarray[Any, Any] = fmt.read_array(f, allow_pickle=False)
-        except (ValueError, OSError, EOFError) as e:
-            raise InputError(where, "", f"unreadable array ({e})", "numpy.save") from None
-        if arr.dtype.kind == "f" and arr.dtype != np.float64:
-            return arr.astype(np.float64)  # float16/32, or the other byte order
-        return arr
+        return self.arrays.read_array(f, field, where)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -9,19 +9,9 @@ import stat
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
-from typing import IO, BinaryIO
+from typing import IO
 
 from attn_cli.errors import UsageError, printable
-
-
-def open_input(path: Path, *, buffered: bool = False) -> BinaryIO:
-    """Open an input file for reading; opening never blocks, even on a FIFO.
-
-    Callers still check ``os.fstat`` for a regular file: O_NONBLOCK only makes sure that a
-    path swapped for a FIFO after their ``stat`` cannot hang the open itself.
-    """
-    flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_BINARY", 0)
-    return os.fdopen(os.open(path, flags), "rb", buffering=-1 if buffered else 0)
 
 
 def write_atomic(path: Path, text: str, *, option: str = "--output") -> None:

@@ -17,8 +17,6 @@ import datetime
 import math
 import os
 import re
-import stat
-import sys
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,9 +31,8 @@ from attn_cli.core.limits import (
     STAGE_NAMES,
 )
 from attn_cli.errors import InputError, UsageError
-from attn_cli.io import fastyaml
+from attn_cli.io import fastyaml, gate
 from attn_cli.io.arrays import has_references, load_npz_fixture, resolve_references
-from attn_cli.io.files import open_input
 
 KNOWN_KEYS = (
     "name", "description", "tokens", "key_tokens",
@@ -116,7 +113,7 @@ def load_fixture(
     """Read, parse and validate the fixture file at ``path`` (``-`` reads standard input)."""
     source = os.fspath(path)
     if source == "-":
-        data, source, fmt = _read_stdin(max_bytes), "<stdin>", None
+        data, source, fmt = gate.read_stdin(max_bytes, "a fixture piped in"), "<stdin>", None
         base = Path.cwd()  # {file: ...} references are relative to the current folder
     elif Path(source).suffix.lower() == ".npz":  # a whole fixture as NumPy arrays
         obj = load_npz_fixture(Path(source), source, max_elements=max_elements, max_bytes=max_bytes)
@@ -173,94 +170,13 @@ def _format_from_suffix(source: str) -> Literal["json", "yaml"] | None:
     return None
 
 
-def _read_file(path: Path, source: str, max_bytes: int) -> bytes:
-    """The bytes of a regular file; directories, devices, FIFOs and sockets are refused unread."""
-    try:
-        _require_regular(os.stat(path).st_mode, source)  # stat never blocks, even on a FIFO
-        with open_input(path) as f:
-            info = os.fstat(f.fileno())
-            _require_regular(info.st_mode, source)
-            if info.st_size > max_bytes:
-                raise InputError(
-                    source, "", f"file is {info.st_size:,} bytes", f"at most {max_bytes:,} bytes"
-                )
-            return _read_limited(f, source, max_bytes)
-    except FileNotFoundError:
-        raise InputError(source, "", "no such file", "a path to a fixture file") from None
-    except NotADirectoryError:
-        raise InputError(
-            source, "", "no such file (a part of the path is not a folder)",
-            "a path to a fixture file",
-        ) from None  # fmt: skip
-    except IsADirectoryError:
-        raise InputError(source, "", "is a directory", _A_FIXTURE_FILE) from None
-    except PermissionError:
-        if path.is_dir():  # Windows refuses to open a folder with "permission denied"
-            raise InputError(source, "", "is a directory", _A_FIXTURE_FILE) from None
-        raise InputError(source, "", "permission denied", "a readable fixture file") from None
-    except ValueError:  # os.stat refuses a path holding a NUL character
-        raise InputError(source, "", "the path holds a NUL character", "a file path") from None
-    except OSError as e:
-        raise InputError(
-            source, "", f"cannot read file ({e.strerror or e})", "a readable file"
-        ) from None
-
-
 _A_FIXTURE_FILE = "a .json, .yaml or .yml fixture file"
 
 
-def _require_regular(mode: int, source: str) -> None:
-    """Refuse what is not a regular file: reading it could hang (FIFO) or never end (/dev/zero)."""
-    if stat.S_ISREG(mode):
-        return
-    if stat.S_ISDIR(mode):
-        raise InputError(source, "", "is a directory", _A_FIXTURE_FILE)
-    kinds = (
-        (stat.S_ISFIFO, "a named pipe (FIFO)"),
-        (stat.S_ISCHR, "a character device"),
-        (stat.S_ISBLK, "a block device"),
-        (stat.S_ISSOCK, "a socket"),
-    )
-    kind = next((name for test, name in kinds if test(mode)), "a special file")
-    raise InputError(
-        source, "", f"is {kind}, not a regular file",
-        f"{_A_FIXTURE_FILE} (to pipe a fixture in, use: attn trace - < FILE)",
-    )  # fmt: skip
-
-
-_CHUNK = 1 << 20
-
-
-def _read_limited(stream: Any, source: str, max_bytes: int) -> bytes:
-    """Read to the end, but never more than ``max_bytes``: a stat size can lie (/proc, growth)."""
-    chunks: list[bytes] = []
-    total = 0
-    while True:
-        chunk = stream.read(min(_CHUNK, max_bytes + 1 - total))
-        if not chunk:
-            break
-        chunks.append(chunk)
-        total += len(chunk)
-        if total > max_bytes:
-            raise InputError(
-                source, "", f"is larger than the limit of {max_bytes:,} bytes", "a smaller fixture"
-            )
-        if b"\x00" in chunk:
-            break  # text never holds NUL: enough is read to say why (binary, UTF-16 or UTF-32)
-    return b"".join(chunks)
-
-
-def _read_stdin(max_bytes: int) -> bytes:
-    source = "<stdin>"
-    stream = getattr(sys.stdin, "buffer", None)
-    if stream is None:
-        raise InputError(source, "", "standard input is closed", "a fixture piped in")
-    try:
-        return _read_limited(stream, source, max_bytes)
-    except OSError as e:
-        raise InputError(
-            source, "", f"cannot read ({e.strerror or e})", "a fixture piped in"
-        ) from None
+def _read_file(path: Path, source: str, max_bytes: int) -> bytes:
+    """The bytes of a fixture file, through the input gate."""
+    hint = " (to pipe a fixture in, use: attn trace - < FILE)"
+    return gate.read_bytes(path, source, _A_FIXTURE_FILE, max_bytes=max_bytes, special_hint=hint)
 
 
 _BOMS = (

@@ -20,6 +20,7 @@ from attn_cli import __version__
 from attn_cli.core.limits import DEFAULT_MAX_BYTES, STAGE_NAMES
 from attn_cli.core.pipeline import Trace
 from attn_cli.errors import InputError
+from attn_cli.io import gate
 from attn_cli.io.fixture import FloatArray
 
 FORMAT_NAME = "attn-trace"
@@ -111,23 +112,10 @@ def loads(text: str, source: str) -> dict[str, FloatArray]:
     return stages_from_json(parse_json(text, source, _TRACE_DOC), source)
 
 
-def read_text(path: Path, expected: str) -> str:
-    """A UTF-8 text file, with every way it can fail as an InputError naming the file."""
+def read_text(path: Path, expected: str, max_bytes: int = DEFAULT_MAX_BYTES) -> str:
+    """A UTF-8 text file read through the input gate; every failure an InputError."""
     source = str(path)
-    try:
-        if path.is_dir():
-            raise InputError(source, "", "is a directory", expected)
-        if path.stat().st_size > DEFAULT_MAX_BYTES:
-            raise InputError(
-                source, "", "file is too large", f"at most {DEFAULT_MAX_BYTES:,} bytes"
-            )
-        data = path.read_bytes()
-    except FileNotFoundError:
-        raise InputError(source, "", "no such file", expected) from None
-    except PermissionError:
-        raise InputError(source, "", "permission denied", f"a readable file ({expected})") from None
-    except OSError as e:
-        raise InputError(source, "", f"cannot read file ({e.strerror})", expected) from None
+    data = gate.read_bytes(path, source, expected, max_bytes=max_bytes)
     try:
         return data.decode("utf-8").removeprefix("\ufeff")
     except UnicodeDecodeError as e:
