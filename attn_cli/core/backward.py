@@ -1,0 +1,460 @@
+"""The backward pass of attention: every gradient, stage by stage, in pure NumPy.
+
+Each gradient is named ``d_`` + its forward stage and laid out like it (axis names as in the
+pipeline: B batch, H query heads, Hkv key/value heads, T queries, S keys, C d_model, D d_k,
+Dv d_v, E d_out). Going backward from the final stage:
+
+    projected = concat·W_O + b_O   d_concat = d_projected·W_Oᵀ, d_W_O = concatᵀ·d_projected
+    output = P·V                   d_softmax = dP = dO·Vᵀ,  d_V = Pᵀ·dO (summed over a GQA group)
+    P = softmax(masked)            d_masked = dS = P ∘ (dP − rowsum(dP ∘ P)), 0 where not allowed
+    capped = cap·tanh(scaled/cap)  d_scaled = d_capped ∘ (1 − tanh²(scaled/cap))
+    scaled = scores × scale        d_scores = d_scaled × scale
+    scores = Q·Kᵀ                  d_Q = d_scores·K,  d_K = d_scoresᵀ·Q (summed over a GQA group)
+    Q = X·W_Q + b_Q                d_X = d_Q·W_Qᵀ + d_K·W_Kᵀ + d_V·W_Vᵀ,  d_W_Q = Xᵀ·d_Q, ...
+
+FlashAttention-2 stores no weights for the backward: rowsum(dP ∘ P) = rowsum(dO ∘ O) because
+O = P·V, so Delta = rowsum(dO ∘ O) (``delta_flash``) gives dS = P ∘ (dP − Delta).
+
+``backward_mistakes`` recomputes the gradients the way the common mistakes do, for the grader.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field, fields, replace
+from typing import Any
+
+import numpy as np
+
+FloatArray = np.ndarray[Any, np.dtype[np.float64]]
+BoolArray = np.ndarray[Any, np.dtype[np.bool_]]
+Unrotate = Callable[[FloatArray], FloatArray]  # d_Q_rot -> d_Q (the inverse rotation)
+_Maybe = FloatArray | None
+
+
+@dataclass(frozen=True, eq=False)
+class ForwardArrays:
+    """What the backward needs from the forward, in the internal layouts.
+
+    ``q`` and ``k`` are what entered ``scores`` (after RoPE when ``unrotate_q``/``unrotate_k``
+    are given: those map a gradient of Q_rot/K_rot back to Q/K, e.g. ``apply_rope(...,
+    inverse=True)``). ``scaled`` is needed only with ``softcap``; ``bias`` only by the
+    masked-gradient mistake. ``X`` is None in direct mode; ``X_kv`` is set for cross-attention.
+    """
+
+    q: FloatArray  # (B, H, T, D)
+    k: FloatArray  # (B, Hkv, S, D)
+    v: FloatArray  # (B, Hkv, S, Dv)
+    weights: FloatArray  # (B, H, T, S), the softmax stage P
+    output: FloatArray  # (B, H, T, Dv)
+    scale: float
+    allowed: BoolArray | None = None  # broadcasts to (B, H, T, S); True where a query may attend
+    bias: FloatArray | None = None  # broadcasts to (B, H, T, S), added after scaling
+    softcap: float | None = None
+    scaled: FloatArray | None = None  # (B, H, T, S), the stage before the cap
+    X: FloatArray | None = None  # (B, T, C)
+    X_kv: FloatArray | None = None  # (B, S, C_kv)
+    W_Q: FloatArray | None = None  # (C, H*D)
+    W_K: FloatArray | None = None  # (C_kv, Hkv*D)
+    W_V: FloatArray | None = None  # (C_kv, Hkv*Dv)
+    W_O: FloatArray | None = None  # (H*Dv, E)
+    b_Q: FloatArray | None = None  # (H*D,)
+    b_K: FloatArray | None = None  # (Hkv*D,)
+    b_V: FloatArray | None = None  # (Hkv*Dv,)
+    b_O: FloatArray | None = None  # (E,)
+    unrotate_q: Unrotate | None = None
+    unrotate_k: Unrotate | None = None
+
+    def __post_init__(self) -> None:
+        B, H, T, _ = self.q.shape
+        Hkv, S = self.k.shape[1], self.k.shape[2]
+        assert H % Hkv == 0, f"{H} query heads cannot share {Hkv} key/value heads"
+        assert self.weights.shape == (B, H, T, S), f"weights {self.weights.shape}"
+        assert self.output.shape == (B, H, T, self.v.shape[3]), f"output {self.output.shape}"
+        assert self.softcap is None or self.scaled is not None, "softcap needs `scaled`"
+        weights = (self.W_Q, self.W_K, self.W_V)
+        assert self.X is None or all(W is not None for W in weights), "X needs W_Q, W_K, W_V"
+
+    @property
+    def groups(self) -> int:
+        """Query heads per key/value head: head h reads key/value head h // groups."""
+        return int(self.q.shape[1] // self.k.shape[1])
+
+    @property
+    def has_masked(self) -> bool:
+        """Whether the forward has a `masked` stage (a mask, causal, lengths or a bias)."""
+        return self.allowed is not None or self.bias is not None
+
+    @property
+    def has_concat(self) -> bool:
+        """Whether the forward has a `concat` stage (several heads or an output projection)."""
+        return self.q.shape[1] > 1 or self.W_O is not None
+
+
+@dataclass(frozen=True, eq=False)
+class Gradients:
+    """dL/d(stage) for every stage the forward has, laid out like the stage; None if absent."""
+
+    d_output: FloatArray  # (B, H, T, Dv)
+    d_softmax: FloatArray  # (B, H, T, S)
+    d_V: FloatArray  # (B, Hkv, S, Dv)
+    d_scaled: FloatArray  # (B, H, T, S)
+    d_scores: FloatArray  # (B, H, T, S)
+    d_Q: FloatArray  # (B, H, T, D)
+    d_K: FloatArray  # (B, Hkv, S, D)
+    d_projected: FloatArray | None = None  # (B, T, E)
+    d_W_O: FloatArray | None = None  # (H*Dv, E)
+    d_b_O: FloatArray | None = None  # (E,)
+    d_concat: FloatArray | None = None  # (B, T, H*Dv)
+    d_masked: FloatArray | None = None  # (B, H, T, S)
+    d_capped: FloatArray | None = None  # (B, H, T, S)
+    d_Q_rot: FloatArray | None = None  # (B, H, T, D)
+    d_K_rot: FloatArray | None = None  # (B, Hkv, S, D)
+    d_X: FloatArray | None = None  # (B, T, C)
+    d_X_kv: FloatArray | None = None  # (B, S, C_kv)
+    d_W_Q: FloatArray | None = None  # (C, H*D)
+    d_W_K: FloatArray | None = None  # (C_kv, Hkv*D)
+    d_W_V: FloatArray | None = None  # (C_kv, Hkv*Dv)
+    d_b_Q: FloatArray | None = None  # (H*D,)
+    d_b_K: FloatArray | None = None  # (Hkv*D,)
+    d_b_V: FloatArray | None = None  # (Hkv*Dv,)
+
+    def stages(self) -> dict[str, FloatArray]:
+        """The gradients present, in backward order (the names of GRADIENT_STAGES)."""
+        return {n: a for n in GRADIENT_STAGES if (a := getattr(self, n)) is not None}
+
+    def __iter__(self) -> Iterator[tuple[str, FloatArray]]:
+        return iter(self.stages().items())
+
+
+# Backward order: from the final stage to the inputs.
+GRADIENT_STAGES = (
+    "d_projected", "d_W_O", "d_b_O", "d_concat", "d_output", "d_softmax", "d_V", "d_masked",
+    "d_capped", "d_scaled", "d_scores", "d_Q_rot", "d_K_rot", "d_Q", "d_K", "d_X", "d_X_kv",
+    "d_W_Q", "d_W_K", "d_W_V", "d_b_Q", "d_b_K", "d_b_V",
+)  # fmt: skip
+assert set(GRADIENT_STAGES) == {f.name for f in fields(Gradients)}
+
+
+# ---------------------------------------------------------------------------------------------
+# One function per gradient step
+
+
+def merge_heads(x: FloatArray) -> FloatArray:
+    """Heads side by side: head h fills columns h*d:(h+1)*d (the forward's concat)."""
+    B, n, T, d = x.shape
+    merged: FloatArray = x.transpose(0, 2, 1, 3).reshape(B, T, n * d)  # (B, T, n*d)
+    return merged
+
+
+def split_heads(x: FloatArray, n: int) -> FloatArray:
+    """Contiguous column blocks become heads, the inverse of merge_heads."""
+    B, T, width = x.shape
+    heads: FloatArray = x.reshape(B, T, n, width // n).transpose(0, 2, 1, 3)  # (B, n, T, d)
+    return heads
+
+
+def grad_linear(
+    d_out: FloatArray, x: FloatArray, W: FloatArray, has_bias: bool
+) -> tuple[FloatArray, FloatArray, FloatArray | None]:
+    """out = x·W + b  =>  d_x = d_out·Wᵀ, d_W = xᵀ·d_out (over batch and rows), d_b = Σ d_out."""
+    d_x: FloatArray = d_out @ W.T  # (B, T, out) @ (out, in) -> (B, T, in)
+    d_W: FloatArray = np.einsum("bti,bto->io", x, d_out)  # (in, out)
+    d_b: FloatArray | None = d_out.sum(axis=(0, 1)) if has_bias else None  # (out,)
+    return d_x, d_W, d_b
+
+
+def group_sum(x: FloatArray, groups: int) -> FloatArray:
+    """Sum each GQA group of query heads into its key/value head: (B, H, ...) -> (B, Hkv, ...)."""
+    if groups == 1:
+        return x
+    B, H = x.shape[:2]
+    summed: FloatArray = x.reshape(B, H // groups, groups, *x.shape[2:]).sum(axis=2)
+    return summed  # (B, Hkv, ...)
+
+
+def grad_weights(d_output: FloatArray, v: FloatArray, groups: int) -> FloatArray:
+    """output = P·V  =>  dP = dO·Vᵀ, query head h reading key/value head h // groups."""
+    B, H, T, Dv = d_output.shape
+    Hkv, S = v.shape[1], v.shape[2]
+    dO = d_output.reshape(B, Hkv, groups, T, Dv)  # (B, Hkv, g, T, Dv)
+    vT = v[:, :, None].swapaxes(-1, -2)  # (B, Hkv, 1, Dv, S)
+    dP: FloatArray = (dO @ vT).reshape(B, H, T, S)  # (B, H, T, S)
+    return dP
+
+
+def grad_values_per_head(weights: FloatArray, d_output: FloatArray) -> FloatArray:
+    """output = P·V  =>  each query head's share of dV: Pᵀ·dO."""
+    dV: FloatArray = weights.swapaxes(-1, -2) @ d_output  # (B, H, S, T) @ (B, H, T, Dv)
+    return dV  # (B, H, S, Dv)
+
+
+def delta_softmax(d_softmax: FloatArray, weights: FloatArray) -> FloatArray:
+    """Delta = rowsum(dP ∘ P): the weighted mean of dP along each row."""
+    delta: FloatArray = (d_softmax * weights).sum(axis=-1)  # (B, H, T)
+    return delta
+
+
+def delta_flash(d_output: FloatArray, output: FloatArray) -> FloatArray:
+    """Delta = rowsum(dO ∘ O), FlashAttention-2's form: equals rowsum(dP ∘ P) since O = P·V."""
+    delta: FloatArray = (d_output * output).sum(axis=-1)  # (B, H, T)
+    return delta
+
+
+def grad_softmax_input(weights: FloatArray, d_softmax: FloatArray) -> FloatArray:
+    """P = softmax(x)  =>  dS = P ∘ (dP − rowsum(dP ∘ P)), the softmax Jacobian applied."""
+    delta = delta_softmax(d_softmax, weights)[..., None]  # (B, H, T, 1)
+    dS: FloatArray = weights * (d_softmax - delta)
+    return dS  # (B, H, T, S)
+
+
+def zero_not_allowed(d_masked: FloatArray, allowed: BoolArray | None) -> FloatArray:
+    """masked is a constant -inf where not allowed, so no gradient goes there: exactly 0."""
+    if allowed is None:
+        return d_masked
+    zeroed: FloatArray = np.where(allowed, d_masked, 0.0)  # (B, H, T, S)
+    return zeroed
+
+
+def grad_masked(
+    weights: FloatArray, d_softmax: FloatArray, allowed: BoolArray | None
+) -> FloatArray:
+    """d_masked = P ∘ (dP − rowsum(dP ∘ P)), exactly 0 where attending is not allowed."""
+    return zero_not_allowed(grad_softmax_input(weights, d_softmax), allowed)
+
+
+def grad_softcap(d_capped: FloatArray, scaled: FloatArray, cap: float) -> FloatArray:
+    """capped = cap·tanh(scaled / cap)  =>  d_scaled = d_capped ∘ (1 − tanh²(scaled / cap))."""
+    t = np.tanh(scaled / cap)
+    d_scaled: FloatArray = d_capped * (1.0 - t * t)
+    return d_scaled
+
+
+def grad_scale(d_scaled: FloatArray, scale: float) -> FloatArray:
+    """scaled = scores × scale  =>  d_scores = d_scaled × scale."""
+    d_scores: FloatArray = d_scaled * scale
+    return d_scores
+
+
+def grad_queries(d_scores: FloatArray, k: FloatArray, groups: int) -> FloatArray:
+    """scores = Q·Kᵀ  =>  dQ = dScores·K, query head h reading key head h // groups."""
+    B, H, T, S = d_scores.shape
+    Hkv, D = k.shape[1], k.shape[3]
+    dS = d_scores.reshape(B, Hkv, groups, T, S)  # (B, Hkv, g, T, S)
+    dQ: FloatArray = (dS @ k[:, :, None]).reshape(B, H, T, D)  # (B, H, T, D)
+    return dQ
+
+
+def grad_keys_per_head(d_scores: FloatArray, q: FloatArray) -> FloatArray:
+    """scores = Q·Kᵀ  =>  each query head's share of dK: dScoresᵀ·Q."""
+    dK: FloatArray = d_scores.swapaxes(-1, -2) @ q  # (B, H, S, T) @ (B, H, T, D)
+    return dK  # (B, H, S, D)
+
+
+# ---------------------------------------------------------------------------------------------
+# The whole backward pass, with the steps a mistake may replace
+
+
+@dataclass(frozen=True)
+class _Steps:
+    """The steps where the named mistakes happen; the defaults are the right ones."""
+
+    softmax_input: Callable[[ForwardArrays, FloatArray], FloatArray] = field(
+        default=lambda fwd, d_softmax: grad_masked(fwd.weights, d_softmax, fwd.allowed)
+    )
+    scale: Callable[[FloatArray, float], FloatArray] = grad_scale
+    keys_per_head: Callable[[FloatArray, FloatArray], FloatArray] = grad_keys_per_head
+    values_per_head: Callable[[FloatArray, FloatArray], FloatArray] = grad_values_per_head
+    group: Callable[[FloatArray, int], FloatArray] = group_sum
+    paths: frozenset[str] = frozenset("QKV")  # which projections' paths d_X (d_X_kv) sums
+
+
+_RIGHT = _Steps()
+
+
+def attention_backward(fwd: ForwardArrays, grad: FloatArray | None = None) -> Gradients:
+    """Every gradient of L, given grad = dL/d(final stage); None means L = sum(final stage)."""
+    return _backward(fwd, grad, _RIGHT)
+
+
+def _backward(fwd: ForwardArrays, grad: FloatArray | None, steps: _Steps) -> Gradients:
+    """The backward pass, one step per stage, from the final stage to the inputs."""
+    g = fwd.groups
+    # 1) output projection and heads (d_projected, d_W_O, d_b_O, d_concat, d_output)
+    d_projected, d_W_O, d_b_O, d_concat, d_output = _output_side(fwd, grad)
+    # 2) through the weighted sum: dP and dV
+    d_softmax = grad_weights(d_output, fwd.v, g)  # (B, H, T, S)
+    d_V = steps.group(steps.values_per_head(fwd.weights, d_output), g)  # (B, Hkv, S, Dv)
+    # 3) through the softmax (and the mask), then the cap and the scale
+    dS = steps.softmax_input(fwd, d_softmax)  # (B, H, T, S)
+    d_capped = dS if fwd.softcap is not None else None
+    d_scaled = dS
+    if fwd.softcap is not None:
+        assert fwd.scaled is not None
+        d_scaled = grad_softcap(dS, fwd.scaled, fwd.softcap)
+    d_scores = steps.scale(d_scaled, fwd.scale)
+    # 4) into the queries and keys (rotated back when RoPE was applied)
+    d_Q_rot = grad_queries(d_scores, fwd.k, g)  # (B, H, T, D)
+    d_K_rot = steps.group(steps.keys_per_head(d_scores, fwd.q), g)  # (B, Hkv, S, D)
+    d_Q = d_Q_rot if fwd.unrotate_q is None else fwd.unrotate_q(d_Q_rot)
+    d_K = d_K_rot if fwd.unrotate_k is None else fwd.unrotate_k(d_K_rot)
+    # 5) through the input projections
+    inputs = _input_side(fwd, d_Q, d_K, d_V, steps.paths)
+    return Gradients(
+        d_projected=d_projected,
+        d_W_O=d_W_O,
+        d_b_O=d_b_O,
+        d_concat=d_concat,
+        d_output=d_output,
+        d_softmax=d_softmax,
+        d_V=d_V,
+        d_masked=dS if fwd.has_masked else None,
+        d_capped=d_capped,
+        d_scaled=d_scaled,
+        d_scores=d_scores,
+        d_Q_rot=None if fwd.unrotate_q is None else d_Q_rot,
+        d_K_rot=None if fwd.unrotate_k is None else d_K_rot,
+        d_Q=d_Q,
+        d_K=d_K,
+        d_X=inputs.d_X,
+        d_X_kv=inputs.d_X_kv,
+        d_W_Q=inputs.d_W_Q,
+        d_W_K=inputs.d_W_K,
+        d_W_V=inputs.d_W_V,
+        d_b_Q=inputs.d_b_Q,
+        d_b_K=inputs.d_b_K,
+        d_b_V=inputs.d_b_V,
+    )
+
+
+def _upstream(grad: FloatArray | None, like: FloatArray, stage: str) -> FloatArray:
+    """The upstream gradient; ones (L = sum of the stage) when none is given."""
+    if grad is None:
+        return np.ones_like(like)
+    if grad.shape != like.shape:
+        raise ValueError(f"grad has shape {grad.shape}, expected {like.shape} (as {stage})")
+    return grad
+
+
+def _output_side(
+    fwd: ForwardArrays, grad: FloatArray | None
+) -> tuple[_Maybe, _Maybe, _Maybe, _Maybe, FloatArray]:
+    """d_projected, d_W_O, d_b_O, d_concat and d_output."""
+    H = fwd.q.shape[1]
+    if fwd.W_O is None:
+        d_output = _upstream(grad, fwd.output, "output")  # (B, H, T, Dv)
+        d_concat = merge_heads(d_output) if fwd.has_concat else None  # (B, T, H*Dv)
+        return None, None, None, d_concat, d_output
+    concat = merge_heads(fwd.output)  # (B, T, H*Dv)
+    projected_like = np.empty((*concat.shape[:2], fwd.W_O.shape[1]), fwd.output.dtype)
+    d_projected = _upstream(grad, projected_like, "projected")  # (B, T, E)
+    d_concat, d_W_O, d_b_O = grad_linear(d_projected, concat, fwd.W_O, fwd.b_O is not None)
+    return d_projected, d_W_O, d_b_O, d_concat, split_heads(d_concat, H)  # (B, H, T, Dv)
+
+
+@dataclass(frozen=True, eq=False)
+class _InputGradients:
+    """The gradients of the projection inputs; all None in direct mode."""
+
+    d_X: _Maybe = None
+    d_X_kv: _Maybe = None
+    d_W_Q: _Maybe = None
+    d_W_K: _Maybe = None
+    d_W_V: _Maybe = None
+    d_b_Q: _Maybe = None
+    d_b_K: _Maybe = None
+    d_b_V: _Maybe = None
+
+
+def _input_side(
+    fwd: ForwardArrays,
+    d_Q: FloatArray,
+    d_K: FloatArray,
+    d_V: FloatArray,
+    paths: frozenset[str],
+) -> _InputGradients:
+    """d_X (and d_X_kv) as the sum of the Q, K and V paths, and the weight gradients."""
+    if fwd.X is None:
+        return _InputGradients()  # direct mode: the gradients stop at Q, K and V
+    assert fwd.W_Q is not None and fwd.W_K is not None and fwd.W_V is not None
+    source = fwd.X if fwd.X_kv is None else fwd.X_kv  # where K and V come from
+    d_from: dict[str, FloatArray] = {}
+    d_from["Q"], d_W_Q, d_b_Q = grad_linear(merge_heads(d_Q), fwd.X, fwd.W_Q, fwd.b_Q is not None)
+    d_from["K"], d_W_K, d_b_K = grad_linear(merge_heads(d_K), source, fwd.W_K, fwd.b_K is not None)
+    d_from["V"], d_W_V, d_b_V = grad_linear(merge_heads(d_V), source, fwd.W_V, fwd.b_V is not None)
+    if fwd.X_kv is None:
+        d_X: FloatArray = sum((d_from[p] for p in "QKV" if p in paths), np.zeros_like(fwd.X))
+        d_X_kv = None
+    else:
+        d_X = d_from["Q"] if "Q" in paths else np.zeros_like(fwd.X)
+        d_X_kv = sum((d_from[p] for p in "KV" if p in paths), np.zeros_like(fwd.X_kv))
+    return _InputGradients(d_X, d_X_kv, d_W_Q, d_W_K, d_W_V, d_b_Q, d_b_K, d_b_V)
+
+
+# ---------------------------------------------------------------------------------------------
+# The named mistakes, for the grader
+
+MISTAKES: Mapping[str, str] = {
+    "softmax_without_rowsum": "dS = P ∘ dP: the softmax Jacobian without its −rowsum(dP ∘ P) term",
+    "scale_left_out": "d_scores = d_scaled: the scale is left out of dQ and dK",
+    "scale_applied_twice": "d_scores = d_scaled × scale²: the scale is applied twice in dQ and dK",
+    "dK_not_transposed": "dK = dS·Q instead of dSᵀ·Q (only when seq_q == seq_k)",
+    "dV_not_transposed": "dV = P·dO instead of Pᵀ·dO (only when seq_q == seq_k)",
+    "gqa_not_summed": "dK, dV of a key/value head from the first query head of its group, unsummed",
+    "gradient_into_masked": "dS from P recomputed without the mask: masked positions get gradient",
+    "dX_missing_Q_path": "d_X without the Q path (d_Q·W_Qᵀ)",
+    "dX_missing_K_path": "d_X (d_X_kv in cross-attention) without the K path (d_K·W_Kᵀ)",
+    "dX_missing_V_path": "d_X (d_X_kv in cross-attention) without the V path (d_V·W_Vᵀ)",
+}
+
+
+def backward_mistakes(fwd: ForwardArrays, grad: FloatArray | None = None) -> dict[str, Gradients]:
+    """Each named mistake that can happen on this fixture, recomputed through the whole pass."""
+    return {name: _backward(fwd, grad, steps) for name, steps in _mistaken_steps(fwd).items()}
+
+
+def _mistaken_steps(fwd: ForwardArrays) -> dict[str, _Steps]:
+    """The steps of each mistake, left out where it would equal the right pass."""
+    square = fwd.q.shape[2] == fwd.k.shape[2]  # the untransposed products need T == S
+    steps = {
+        "softmax_without_rowsum": replace(_RIGHT, softmax_input=lambda f, dP: f.weights * dP),
+        "scale_left_out": replace(_RIGHT, scale=lambda d, scale: d),
+        "scale_applied_twice": replace(_RIGHT, scale=lambda d, scale: d * scale * scale),
+        "dK_not_transposed": replace(_RIGHT, keys_per_head=lambda dS, q: dS @ q),
+        "dV_not_transposed": replace(_RIGHT, values_per_head=lambda P, dO: P @ dO),
+        "gqa_not_summed": replace(_RIGHT, group=lambda x, g: x[:, ::g]),  # (B, Hkv, ...)
+        "gradient_into_masked": replace(_RIGHT, softmax_input=_grad_unmasked_softmax_input),
+        "dX_missing_Q_path": replace(_RIGHT, paths=frozenset("KV")),
+        "dX_missing_K_path": replace(_RIGHT, paths=frozenset("QV")),
+        "dX_missing_V_path": replace(_RIGHT, paths=frozenset("QK")),
+    }
+    applies = {
+        "scale_left_out": fwd.scale != 1.0,
+        "scale_applied_twice": fwd.scale != 1.0,
+        "dK_not_transposed": square,
+        "dV_not_transposed": square,
+        "gqa_not_summed": fwd.groups > 1,
+        "gradient_into_masked": fwd.allowed is not None and not bool(np.all(fwd.allowed)),
+        "dX_missing_Q_path": fwd.X is not None and fwd.X_kv is None,
+        "dX_missing_K_path": fwd.X is not None,
+        "dX_missing_V_path": fwd.X is not None,
+    }
+    return {name: s for name, s in steps.items() if applies.get(name, True)}
+
+
+def _grad_unmasked_softmax_input(fwd: ForwardArrays, d_softmax: FloatArray) -> FloatArray:
+    """The masked-gradient mistake: P recomputed from the logits as if nothing were masked."""
+    B, H, T, S = fwd.weights.shape
+    if fwd.scaled is not None:
+        logits = fwd.scaled  # (B, H, T, S)
+    else:
+        q = fwd.q.reshape(B, -1, fwd.groups, T, fwd.q.shape[3])  # (B, Hkv, g, T, D)
+        kT = fwd.k[:, :, None].swapaxes(-1, -2)  # (B, Hkv, 1, D, S)
+        logits = (q @ kT).reshape(B, H, T, S) * fwd.scale  # (B, H, T, S)
+    if fwd.softcap is not None:
+        logits = fwd.softcap * np.tanh(logits / fwd.softcap)
+    if fwd.bias is not None:
+        logits = logits + np.where(np.isfinite(fwd.bias), fwd.bias, 0.0)
+    e = np.exp(logits - logits.max(axis=-1, keepdims=True))
+    unmasked = e / e.sum(axis=-1, keepdims=True)  # (B, H, T, S)
+    return grad_softmax_input(unmasked, d_softmax)
