@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Collection
+
 
 class AttnError(Exception):
     """Something the user can fix: the CLI prints it as one line and exits 2."""
@@ -38,3 +40,11 @@ def printable(text: str) -> str:
     return "".join(
         c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in text
     )
+
+
+def did_you_mean(name: str, choices: Collection[str]) -> str:
+    """`` (did you mean 'x'?)`` for the closest choice, or nothing: the one such hint."""
+    import difflib
+
+    close = difflib.get_close_matches(name, [str(c) for c in choices], n=1, cutoff=0.6)
+    return f" (did you mean {close[0]!r}?)" if close else ""

@@ -19,9 +19,10 @@ from typing import Any
 import numpy as np
 import pytest
 
+from attn_cli.core.inputs import Inputs
 from attn_cli.core.pipeline import run
 from attn_cli.errors import InputError
-from attn_cli.io.fixture import Inputs, load_fixture, parse_fixture, validate
+from attn_cli.io.fixture import load_fixture, parse_fixture, validate
 
 SRC = "fix.yaml"
 

@@ -24,9 +24,11 @@ from hypothesis import HealthCheck, assume, example, given, settings
 from hypothesis import strategies as st
 from reference import random_fixture
 
+from attn_cli.core.inputs import Inputs
 from attn_cli.core.pipeline import Trace, run
+from attn_cli.core.stages import STAGE_NAMES
 from attn_cli.errors import ComputeError, InputError
-from attn_cli.io.fixture import KNOWN_KEYS, STAGE_NAMES, Inputs, parse_fixture, validate
+from attn_cli.io.fixture import KNOWN_KEYS, parse_fixture, validate
 
 FUZZ = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 BUNDLED = Path(__file__).resolve().parent.parent / "fixtures"

@@ -14,9 +14,12 @@ from reference import random_fixture
 from test_pipeline import CASES
 from typer.testing import CliRunner
 
+import attn_cli.core.engine as engine
 import attn_cli.core.pipeline as pipeline
+import attn_cli.core.stages as stages
 from attn_cli.cli.app import app
-from attn_cli.core.pipeline import needed_stages, run
+from attn_cli.core.pipeline import run
+from attn_cli.core.stages import needed_stages
 from attn_cli.io.fixture import validate
 
 runner = CliRunner()
@@ -60,24 +63,29 @@ def test_unknown_stage_names_are_refused() -> None:
         ({"scores"}, {"X", "Q", "K", "scores"}),  # no V
         ({"softmax"}, {"X", "Q", "K", "scores", "scaled", "masked", "softmax"}),
         ({"V"}, {"X", "V"}),
-        ({"projected"}, set(pipeline.STAGE_NAMES)),
+        ({"projected"}, set(stages.STAGE_NAMES)),
     ],
 )
 def test_needed_stages(keep: set[str], needed: set[str]) -> None:
-    applicable = pipeline.applicable_stages(inputs_of("all-projection"))
+    applicable = stages.applicable_stages(inputs_of("all-projection"))
     assert needed_stages(keep, applicable) == needed
 
 
 def count_calls(monkeypatch: pytest.MonkeyPatch) -> Counter[str]:
     calls: Counter[str] = Counter()
-    for name in ("project", "attention_scores", "_softmax", "weighted_sum"):
-        real = getattr(pipeline, name)
+    for module, name in (
+        (pipeline, "project"),
+        (engine, "attention_scores"),
+        (engine, "softmax_rows"),
+        (engine, "weighted_sum"),
+    ):
+        real = getattr(module, name)
 
         def spy(*args: Any, _real: Any = real, _name: str = name, **kwargs: Any) -> Any:
             calls[_name] += 1
             return _real(*args, **kwargs)
 
-        monkeypatch.setattr(pipeline, name, spy)
+        monkeypatch.setattr(module, name, spy)
     return calls
 
 
@@ -90,10 +98,10 @@ def test_stages_not_needed_are_not_computed(monkeypatch: pytest.MonkeyPatch) -> 
     assert calls == Counter(project=2, attention_scores=8)  # Q and K; no V, no softmax
     calls.clear()
     run(inputs, keep={"softmax"})
-    assert calls == Counter(project=2, attention_scores=8, _softmax=8)
+    assert calls == Counter(project=2, attention_scores=8, softmax_rows=8)
     calls.clear()
     run(inputs)
-    assert calls == Counter(project=4, attention_scores=8, _softmax=8, weighted_sum=8)
+    assert calls == Counter(project=4, attention_scores=8, softmax_rows=8, weighted_sum=8)
 
 
 def test_output_alone_never_holds_a_score_matrix() -> None:

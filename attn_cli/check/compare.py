@@ -18,10 +18,10 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
-from attn_cli.core.limits import STAGE_NAMES
+from attn_cli.core.inputs import BoolArray, FloatArray
 from attn_cli.core.pipeline import Trace
+from attn_cli.core.stages import STAGE_NAMES
 from attn_cli.errors import AttnError, InputError, UsageError
-from attn_cli.io.fixture import BoolArray, FloatArray
 
 if TYPE_CHECKING:
     from rich.console import RenderableType

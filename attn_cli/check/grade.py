@@ -26,9 +26,11 @@ from attn_cli.check.compare import (
     compare,
     conform,
 )
-from attn_cli.core.limits import DEFAULT_MAX_BYTES, DEFAULT_MAX_ELEMENTS, STAGE_NAMES
-from attn_cli.core.pipeline import (
-    Trace,
+from attn_cli.core.inputs import BoolArray, FloatArray, Inputs
+from attn_cli.core.limits import DEFAULT_MAX_BYTES, DEFAULT_MAX_ELEMENTS
+from attn_cli.core.pipeline import Trace
+from attn_cli.core.stages import STAGE_NAMES
+from attn_cli.core.steps import (
     apply_mask,
     attention_scores,
     repeat_kv,
@@ -36,10 +38,9 @@ from attn_cli.core.pipeline import (
     softmax,
     weighted_sum,
 )
-from attn_cli.core.pipeline import concat_heads as merge_heads
+from attn_cli.core.steps import concat_heads as merge_heads
 from attn_cli.errors import InputError
 from attn_cli.io import gate
-from attn_cli.io.fixture import BoolArray, FloatArray, Inputs
 from attn_cli.io.trace_json import decode_array, parse_json, read_text, stages_from_json
 
 # Names that people's code commonly gives a stage (compared in lower case).

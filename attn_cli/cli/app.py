@@ -21,15 +21,16 @@ from typing import IO, TYPE_CHECKING, Annotated, Any, Optional
 import typer
 
 from attn_cli import __version__
-from attn_cli.core.limits import DEFAULT_MAX_ELEMENTS, STAGE_NAMES
+from attn_cli.core.limits import DEFAULT_MAX_ELEMENTS
+from attn_cli.core.stages import STAGE_NAMES
 from attn_cli.errors import AttnError, UsageError, printable
 
 if TYPE_CHECKING:
     from rich.console import Console
 
     from attn_cli.check.compare import Outcome, Tolerance
+    from attn_cli.core.inputs import Inputs
     from attn_cli.core.pipeline import Trace
-    from attn_cli.io.fixture import Inputs
     from attn_cli.present.progress import Status
     from attn_cli.present.render import RenderOptions
 

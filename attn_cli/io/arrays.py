@@ -18,7 +18,7 @@ from typing import IO, TYPE_CHECKING, Any
 
 import numpy as np
 
-from attn_cli.core.limits import STAGE_NAMES
+from attn_cli.core.stages import STAGE_NAMES
 from attn_cli.errors import InputError
 from attn_cli.io import gate
 

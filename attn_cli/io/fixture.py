@@ -18,18 +18,14 @@ import math
 import os
 import re
 from collections.abc import Collection, Mapping, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
 
-from attn_cli.core.limits import (
-    BLOCK_ELEMENTS,
-    DEFAULT_MAX_BYTES,
-    DEFAULT_MAX_ELEMENTS,
-    STAGE_NAMES,
-)
+from attn_cli.core.inputs import BoolArray, Causal, FloatArray, Inputs, IntArray
+from attn_cli.core.limits import BLOCK_ELEMENTS, DEFAULT_MAX_BYTES, DEFAULT_MAX_ELEMENTS
+from attn_cli.core.stages import STAGE_NAMES
 from attn_cli.errors import InputError, UsageError
 from attn_cli.io import fastyaml, gate
 from attn_cli.io.arrays import has_references, load_npz_fixture, resolve_references
@@ -47,58 +43,6 @@ CAUSAL_VALUES = ("upper-left", "lower-right")
 
 MAX_INT_DIGITS = 300  # a longer integer literal is no weight anyone meant to write
 MAX_NESTING = 16  # lists nested deeper than this are refused before they are walked
-
-Causal = Literal["upper-left", "lower-right"]
-FloatArray = np.ndarray[Any, np.dtype[np.float64]]
-BoolArray = np.ndarray[Any, np.dtype[np.bool_]]
-IntArray = np.ndarray[Any, np.dtype[np.int64]]
-
-
-@dataclass(frozen=True, eq=False)
-class Inputs:
-    """A validated fixture: every array float64 and in the layout of the module docstring."""
-
-    source: str
-    mode: Literal["projection", "direct"]
-    has_batch: bool
-    batch: int
-    seq_q: int
-    seq_k: int
-    heads: int
-    kv_heads: int
-    d_k: int
-    d_v: int
-    name: str = ""
-    description: str = ""
-    tokens: tuple[str, ...] | None = None
-    key_tokens: tuple[str, ...] | None = None
-    X: FloatArray | None = None
-    W_Q: FloatArray | None = None
-    W_K: FloatArray | None = None
-    W_V: FloatArray | None = None
-    b_Q: FloatArray | None = None
-    b_K: FloatArray | None = None
-    b_V: FloatArray | None = None
-    Q: FloatArray | None = None
-    K: FloatArray | None = None
-    V: FloatArray | None = None
-    W_O: FloatArray | None = None
-    b_O: FloatArray | None = None
-    scale: float | None = None
-    causal: Causal | None = None
-    mask: BoolArray | None = None
-    bias: FloatArray | None = None
-    lengths: IntArray | None = None
-    expected: Mapping[str, FloatArray] = field(default_factory=dict)
-
-    @property
-    def d_model(self) -> int | None:
-        return None if self.X is None else int(self.X.shape[-1])
-
-    @property
-    def d_out(self) -> int | None:
-        return None if self.W_O is None else int(self.W_O.shape[1])
-
 
 # ---------------------------------------------------------------------------------------------
 # Reading and parsing

@@ -17,11 +17,12 @@ from typing import Any
 import numpy as np
 
 from attn_cli import __version__
-from attn_cli.core.limits import DEFAULT_MAX_BYTES, STAGE_NAMES
+from attn_cli.core.inputs import FloatArray
+from attn_cli.core.limits import DEFAULT_MAX_BYTES
 from attn_cli.core.pipeline import Trace
+from attn_cli.core.stages import STAGE_NAMES
 from attn_cli.errors import InputError
 from attn_cli.io import gate
-from attn_cli.io.fixture import FloatArray
 
 FORMAT_NAME = "attn-trace"
 FORMAT_VERSION = 1

@@ -1,0 +1,163 @@
+"""One small pure function per step of attention, named after the math; NumPy only.
+
+Axis names used in every shape comment:
+    B  batch            H    query heads        Hkv  key/value heads (grouped-query)
+    T  query positions  S    key positions      C    d_model
+    D  d_k per head     Dv   d_v per head       E    d_out (columns of W_O)
+    R  the query rows of one block (a slice of T)
+
+Semantics follow torch.nn.functional.scaled_dot_product_attention: scores are scaled by
+``scale`` (default 1/sqrt(d_k)), a boolean mask is True where a query *may* attend, a float
+bias is added after scaling, and a row with nothing to attend to gets all-zero weights.
+
+:func:`attention` is the whole computation on whole arrays, written to be read; the block
+engine (engine.py) runs the same steps a block of query rows at a time to save memory.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+if TYPE_CHECKING:
+    from attn_cli.core.inputs import Inputs
+
+FloatArray = np.ndarray[Any, np.dtype[np.float64]]
+BoolArray = np.ndarray[Any, np.dtype[np.bool_]]
+
+
+def project(X: FloatArray, W: FloatArray, b: FloatArray | None) -> FloatArray:
+    """X @ W + b, the article's convention (a torch Linear weight is W transposed)."""
+    out = X @ W  # (B, T, C) @ (C, H*D) -> (B, T, H*D)
+    if b is not None:
+        out += b
+    return out
+
+
+def split_heads(x: FloatArray, heads: int) -> FloatArray:
+    """Contiguous column blocks become heads: head h owns columns h*d:(h+1)*d."""
+    B, T, width = x.shape
+    split = x.reshape(B, T, heads, width // heads)  # (B, T, H, D)
+    heads_first: FloatArray = split.transpose(0, 2, 1, 3)  # (B, H, T, D)
+    return heads_first
+
+
+def repeat_kv(x: FloatArray, groups: int) -> FloatArray:
+    """Query head h reads key/value head h // groups, as torch's repeat_interleave."""
+    return x if groups == 1 else np.repeat(x, groups, axis=1)  # (B, Hkv, S, D) -> (B, H, S, D)
+
+
+def attention_scores(q: FloatArray, k: FloatArray, out: FloatArray | None = None) -> FloatArray:
+    """scores = Q Kᵀ for every head (or for one head's block of queries)."""
+    scores: FloatArray = np.matmul(q, k.swapaxes(-1, -2), out=out)  # (.., T, D) @ (.., D, S)
+    return scores
+
+
+def scale_scores(scores: FloatArray, scale: float, out: FloatArray | None = None) -> FloatArray:
+    """scaled = scores × scale."""
+    scaled: FloatArray = np.multiply(scores, scale, out=out)
+    return scaled
+
+
+def apply_mask(
+    scaled: FloatArray,
+    allowed: BoolArray | None,
+    bias: FloatArray | None,
+    out: FloatArray | None = None,
+) -> FloatArray:
+    """masked = scaled + bias, with -inf wherever attending is not allowed."""
+    if bias is not None:
+        masked: FloatArray = np.add(scaled, bias, out=out)
+    elif out is None:
+        masked = scaled.copy()
+    else:
+        masked = out
+        if out is not scaled:
+            np.copyto(out, scaled)
+    if allowed is not None:
+        np.copyto(masked, -np.inf, where=~allowed)
+    return masked
+
+
+def softmax(x: FloatArray, out: FloatArray | None = None) -> FloatArray:
+    """Softmax over keys after subtracting the row maximum; a row of -inf gives zeros.
+
+    ``out`` may be ``x`` itself: the exponentials and the division then happen in place.
+    """
+    return softmax_rows(x, out)[0]
+
+
+def softmax_rows(x: FloatArray, out: FloatArray | None) -> tuple[FloatArray, BoolArray]:
+    """The softmax and which rows were all -inf (nothing to attend to)."""
+    row_max = x.max(axis=-1, keepdims=True)  # (..., T, 1)
+    empty = np.isneginf(row_max)
+    row_max[empty] = 0.0  # exp(-inf - 0) = 0 across the row
+    weights: FloatArray = np.subtract(x, row_max, out=out)
+    np.exp(weights, out=weights)
+    total = weights.sum(axis=-1, keepdims=True)  # (..., T, 1)
+    total[empty] = 1.0  # 0 / 1, not 0 / 0
+    np.divide(weights, total, out=weights)
+    return weights, empty[..., 0]
+
+
+def weighted_sum(weights: FloatArray, v: FloatArray, out: FloatArray | None = None) -> FloatArray:
+    """output = softmax · V."""
+    output: FloatArray = np.matmul(weights, v, out=out)  # (.., T, S) @ (.., S, Dv)
+    return output
+
+
+def concat_heads(out: FloatArray) -> FloatArray:
+    """Heads side by side: head h fills columns h*d_v:(h+1)*d_v."""
+    B, H, T, Dv = out.shape
+    concat: FloatArray = out.transpose(0, 2, 1, 3).reshape(B, T, H * Dv)  # (B, T, H*Dv)
+    return concat
+
+
+def attention(
+    q: FloatArray,  # (B, H, T, D)
+    k: FloatArray,  # (B, Hkv, S, D)
+    v: FloatArray,  # (B, Hkv, S, Dv)
+    allowed: BoolArray | None = None,  # broadcasts to (B, H, T, S); True = may attend
+    bias: FloatArray | None = None,  # broadcasts to (B, H, T, S)
+    scale: float | None = None,
+) -> tuple[FloatArray, FloatArray]:
+    """Scaled dot-product attention on whole arrays: ``(output, weights)``, the reference."""
+    groups = q.shape[1] // k.shape[1]
+    k, v = repeat_kv(k, groups), repeat_kv(v, groups)  # (B, H, S, D), (B, H, S, Dv)
+    scale = 1.0 / np.sqrt(q.shape[-1]) if scale is None else scale
+    # 1) scores, 2) scaled, 3) masked, 4) softmax, 5) the weighted sum of values
+    att = scale_scores(attention_scores(q, k), float(scale))  # (B, H, T, S)
+    if allowed is not None or bias is not None:
+        att = apply_mask(att, allowed, bias)
+    att = softmax(att)
+    return weighted_sum(att, v), att  # (B, H, T, Dv), (B, H, T, S)
+
+
+def allowed_positions(
+    inputs: Inputs, block: tuple[int, int, int, int] | None = None
+) -> BoolArray | None:
+    """Where a query may attend (True), from causal, mask and lengths; None when all may.
+
+    The whole (B, H, T, S) array, or for ``block`` = (b, h, t0, t1) the query rows t0:t1 of
+    head h in batch item b, as an array that broadcasts to (R, S).
+    """
+    B, H, T, S = inputs.batch, inputs.heads, inputs.seq_q, inputs.seq_k
+    b, h, t0, t1 = block or (0, 0, 0, T)
+    parts: list[BoolArray] = []
+    if inputs.causal is not None:
+        # upper-left: key j <= query i; lower-right: the last query sees every key (KV cache).
+        offset = 0 if inputs.causal == "upper-left" else S - T
+        parts.append(np.arange(S)[None, :] <= np.arange(t0, t1)[:, None] + offset)  # (R, S)
+    if inputs.mask is not None:
+        mask = np.broadcast_to(inputs.mask, (B, H, T, S))  # right-aligned, as torch broadcasts
+        parts.append(mask if block is None else mask[b, h, t0:t1])
+    if inputs.lengths is not None:
+        valid = np.arange(S)[None, :] < inputs.lengths[:, None]  # (B, S)
+        parts.append(valid[:, None, None, :] if block is None else valid[b][None, :])
+    if not parts:
+        return None
+    allowed = np.ones((B, H, T, S), dtype=bool) if block is None else parts.pop(0)
+    for part in parts:
+        allowed = allowed & part
+    return allowed
