@@ -46,5 +46,14 @@ def did_you_mean(name: str, choices: Collection[str]) -> str:
     """`` (did you mean 'x'?)`` for the closest choice, or nothing: the one such hint."""
     import difflib
 
-    close = difflib.get_close_matches(name, [str(c) for c in choices], n=1, cutoff=0.6)
+    options = [str(c) for c in choices]
+    close = difflib.get_close_matches(name, options, n=1, cutoff=0.6)
+    if not close:
+        close = [c for c in options if c.lower() == name.lower()]
     return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+def field_name(key: object) -> str:
+    """A fixture key as it may appear in a one-line message: short, printable, else repr."""
+    shown = str(key) if len(str(key)) <= 40 else str(key)[:37] + "..."
+    return shown if shown.isprintable() and shown.strip() == shown != "" else repr(shown)

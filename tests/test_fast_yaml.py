@@ -12,7 +12,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from attn_cli.io import fastyaml
-from attn_cli.io.fixture import _check_aliases, _yaml_loader, _yaml_size, load_fixture
+from attn_cli.io.fixture import load_fixture
+from attn_cli.io.yamlfmt import _check_aliases, _yaml_loader, _yaml_size
 
 SOURCE = "test.yaml"
 

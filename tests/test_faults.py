@@ -27,15 +27,8 @@ from attn_cli.cli.app import app
 from attn_cli.core.pipeline import run
 from attn_cli.errors import InputError, UsageError, printable
 from attn_cli.io import files
-from attn_cli.io.fixture import (
-    check_memory,
-    format_bytes,
-    load_fixture,
-    memory_needed,
-    parse_fixture,
-    parse_size,
-    validate,
-)
+from attn_cli.core.memory import check_memory, format_bytes, memory_needed, parse_size
+from attn_cli.io.fixture import load_fixture, parse_fixture, validate
 
 ROOT = Path(__file__).resolve().parent.parent
 CORPUS = Path(__file__).resolve().parent / "corpus"
@@ -577,7 +570,7 @@ def test_alias_amplification_is_bounded_but_reuse_works() -> None:
 def test_yaml_is_read_by_the_safe_c_loader_when_there_is_one() -> None:
     import yaml
 
-    from attn_cli.io.fixture import _yaml_loader
+    from attn_cli.io.yamlfmt import _yaml_loader
 
     loader = _yaml_loader("x.yaml", 10)
     assert issubclass(loader, yaml.CSafeLoader if yaml.__with_libyaml__ else yaml.SafeLoader)

@@ -814,8 +814,8 @@ def _run(
     dtype: str = "float64",
     status: "Status | None" = None,
 ) -> "Trace":
+    from attn_cli.core.memory import check_memory, parse_size
     from attn_cli.core.pipeline import DTYPES, run
-    from attn_cli.io.fixture import check_memory, parse_size
 
     budget = None if max_memory is None else parse_size(max_memory)
     inputs = _load(fixture, max_elements)

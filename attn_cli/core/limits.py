@@ -8,3 +8,6 @@ DEFAULT_MAX_BYTES = 512 * 1024 * 1024  # size of one fixture file
 # for BLAS to run at full speed, small enough that a block stays in cache between the steps.
 # The memory estimate (core/memory.py) counts on it too.
 BLOCK_ELEMENTS = 1 << 19
+MAX_INT_DIGITS = 300  # a longer integer literal is no weight anyone meant to write
+MAX_NESTING = 16  # lists nested deeper than this are refused before they are walked
+SHALLOW = "a mapping of fixture keys holding lists of at most 4 axes"

@@ -1,0 +1,67 @@
+"""Fixture JSON: standard JSON, with literals and overflows kept so validation names them."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from attn_cli.core.limits import MAX_INT_DIGITS, SHALLOW
+from attn_cli.errors import InputError
+from attn_cli.errors import field_name as _field
+
+
+class JSONSyntaxError(InputError):
+    """The text is not JSON at all (so detection may still try YAML)."""
+
+
+class _JSONLiteral:
+    """A NaN, Infinity or -Infinity literal, kept so that validation can name its field."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+
+class _JSONOverflow:
+    """A JSON number beyond float64 (``1e400``), kept so that validation can name its field."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+
+
+def _json_float(text: str) -> float | _JSONOverflow:
+    x = float(text)
+    return x if math.isfinite(x) else _JSONOverflow(text)
+
+
+def parse_json(text: str, source: str) -> Any:
+    def pairs(items: list[tuple[str, Any]]) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for key, value in items:
+            if key in out:
+                raise InputError(source, _field(key), "duplicate key", "each key once")
+            out[key] = value
+        return out
+
+    def parse_int(s: str) -> int:
+        if len(s.lstrip("-")) > MAX_INT_DIGITS:
+            raise InputError(
+                source, "", f"an integer with {len(s)} digits", f"at most {MAX_INT_DIGITS} digits"
+            )
+        return int(s)
+
+    import json  # only JSON fixtures need it: start-up stays light for YAML ones
+
+    try:
+        return json.loads(
+            text,
+            object_pairs_hook=pairs,
+            parse_constant=_JSONLiteral,
+            parse_int=parse_int,
+            parse_float=_json_float,
+        )
+    except json.JSONDecodeError as e:
+        raise JSONSyntaxError(
+            source, f"line {e.lineno} column {e.colno}", f"invalid JSON ({e.msg})", "valid JSON"
+        ) from None
+    except RecursionError:
+        raise InputError(source, "", "nesting is too deep", SHALLOW) from None

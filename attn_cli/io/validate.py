@@ -1,0 +1,601 @@
+"""Validation: a parsed fixture mapping in, :class:`Inputs` out, every mistake named."""
+
+from __future__ import annotations
+
+import datetime
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from attn_cli.core.inputs import BoolArray, Causal, FloatArray, Inputs, IntArray
+from attn_cli.core.limits import DEFAULT_MAX_ELEMENTS, MAX_NESTING
+from attn_cli.core.stages import STAGE_NAMES
+from attn_cli.errors import InputError, did_you_mean
+from attn_cli.errors import field_name as _field
+from attn_cli.io.jsonfmt import _JSONLiteral, _JSONOverflow
+
+KNOWN_KEYS = (
+    "name", "description", "tokens", "key_tokens",
+    "X", "W_Q", "W_K", "W_V", "b_Q", "b_K", "b_V",
+    "Q", "K", "V",
+    "heads", "kv_heads", "W_O", "b_O",
+    "scale", "causal", "mask", "bias", "lengths",
+    "expected",
+)  # fmt: skip
+
+CAUSAL_VALUES = ("upper-left", "lower-right")
+
+
+class _Checker:
+    """Turns the parsed mapping into arrays, counting numbers against the size limit."""
+
+    def __init__(self, source: str, max_elements: int) -> None:
+        self.source = source
+        self.max_elements = max_elements
+        self.count = 0
+
+    def error(self, field: str, what: str, expected: str) -> InputError:
+        return InputError(self.source, field, what, expected)
+
+    def shape_of(
+        self, value: Any, name: str, leaf_ok: Any, leaf_doc: str = "a number", depth: int = 0
+    ) -> tuple[int, ...]:
+        """Shape of a nested list, checking it is rectangular and its leaves pass ``leaf_ok``."""
+        if not isinstance(value, list):
+            if not leaf_ok(value):
+                raise self.error(name, f"got {_describe(value)}", leaf_doc)
+            return ()
+        if not value:
+            raise self.error(name, "empty list", "a non-empty list")
+        if depth >= MAX_NESTING:
+            raise self.error(
+                name.split("[")[0], f"lists nested more than {MAX_NESTING} deep", "at most 4 axes"
+            )
+        first = self.shape_of(value[0], f"{name}[0]", leaf_ok, leaf_doc, depth + 1)
+        if not first:
+            self.count += len(value)
+            if self.count > self.max_elements:
+                raise self.error(
+                    name, "the fixture holds too many numbers",
+                    f"at most {self.max_elements:,} (see --max-elements)",
+                )  # fmt: skip
+            for i, x in enumerate(value):
+                if isinstance(x, list):
+                    raise self.error(f"{name}[{i}]", "got a list", f"{leaf_doc} like {name}[0]")
+                if not leaf_ok(x):
+                    raise self.error(f"{name}[{i}]", f"got {_describe(x)}", leaf_doc)
+            return (len(value),)
+        for i in range(1, len(value)):
+            row = value[i]
+            if not isinstance(row, list):
+                raise self.error(f"{name}[{i}]", f"got {_describe(row)}", f"a list like {name}[0]")
+            if len(row) != first[0]:
+                raise self.error(
+                    f"{name}[{i}]", f"row has {len(row)} entries",
+                    f"{first[0]} like {name}[0] (rows must all be the same length)",
+                )  # fmt: skip
+            sub = self.shape_of(row, f"{name}[{i}]", leaf_ok, leaf_doc, depth + 1)
+            if sub != first:
+                raise self.error(
+                    f"{name}[{i}]", f"has shape {list(sub)}", f"{list(first)} like {name}[0]"
+                )
+        return (len(value), *first)
+
+    def floats(
+        self, obj: Mapping[str, Any], key: str, ndims: Sequence[int], shape_doc: str,
+        *, allow: Sequence[str] = (), name: str | None = None,
+    ) -> FloatArray:  # fmt: skip
+        """A float array with one of ``ndims`` axes; finite unless ``allow`` names specials."""
+        value = obj[key]
+        key = name or key
+        if _numeric_array(value):
+            return self.array(value, key, ndims, shape_doc, finite=not allow)
+        if not isinstance(value, list) and 0 not in ndims:
+            raise self.error(key, f"got {_describe(value)}", shape_doc)
+        *most, last = ["a number", *(f'"{a}"' for a in allow)]
+        leaf_doc = f"{', '.join(most)} or {last}" if most else last
+        shape = self.shape_of(value, key, _number_or(allow), leaf_doc)
+        if len(shape) not in ndims:
+            raise self.error(key, f"has {len(shape)} axes (shape {list(shape)})", shape_doc)
+        if allow:
+            value = _replace_specials(value)
+        try:
+            arr = np.array(value, dtype=np.float64)
+        except OverflowError:  # an integer beyond float64, such as 0x followed by 290 f's
+            raise self.error(
+                f"{key}{_first_overflow(value) or ''}", "is an integer beyond the range of float64",
+                "a finite number (at most about 1.8e308)",
+            ) from None  # fmt: skip
+        if not allow:
+            self.require_finite(key, arr)
+        return arr
+
+    def array(
+        self, value: Any, key: str, ndims: Sequence[int], shape_doc: str, *, finite: bool
+    ) -> FloatArray:
+        """A NumPy array of numbers: the rules of nested lists, checked on its shape."""
+        empty = next((axis for axis, n in enumerate(value.shape) if n == 0), None)
+        if empty is not None:
+            raise self.error(key + "[0]" * empty, "empty list", "a non-empty list")
+        self.count += value.size
+        if self.count > self.max_elements:
+            raise self.error(
+                key, "the fixture holds too many numbers",
+                f"at most {self.max_elements:,} (see --max-elements)",
+            )  # fmt: skip
+        if value.ndim not in ndims:
+            raise self.error(key, f"has {value.ndim} axes (shape {list(value.shape)})", shape_doc)
+        arr: FloatArray = np.asarray(value, dtype=np.float64).view()  # no copy if float64
+        arr.flags.writeable = False  # the caller's numbers are read, never written
+        if finite:
+            self.require_finite(key, arr)
+        return arr
+
+    def require_finite(self, key: str, arr: FloatArray) -> None:
+        bad = ~np.isfinite(arr)
+        if bad.any():
+            pos = tuple(int(i) for i in np.argwhere(bad)[0])
+            where = "".join(f"[{i}]" for i in pos)
+            why = "not a number" if np.isnan(arr[pos]) else "infinite, or beyond float64"
+            raise self.error(f"{key}{where}", f"is {arr[pos]} ({why})", "a finite number")
+
+
+def _first_overflow(value: Any) -> str | None:
+    """The index, as ``[i][j]``, of the first number in nested lists that float64 cannot hold."""
+    if isinstance(value, list):
+        for i, item in enumerate(value):
+            where = _first_overflow(item)
+            if where is not None:
+                return f"[{i}]{where}"
+        return None
+    try:
+        float(value)
+    except OverflowError:
+        return ""
+    return None
+
+
+def _number(x: Any) -> bool:
+    return type(x) is float or type(x) is int
+
+
+def _number_or(specials: Sequence[str]) -> Any:
+    if not specials:
+        return _number
+    return lambda x: _number(x) or (isinstance(x, str) and x in specials)
+
+
+def _replace_specials(value: Any) -> Any:
+    if isinstance(value, list):
+        return [_replace_specials(v) for v in value]
+    return float(value) if isinstance(value, str) else value
+
+
+def _describe(x: Any) -> str:
+    if x is None:
+        return "null"
+    if isinstance(x, bool):
+        return f"the boolean {str(x).lower()}"
+    if isinstance(x, str):
+        shown = x if len(x) <= 20 else x[:17] + "..."
+        return f"the string {shown!r}"
+    if isinstance(x, Mapping):
+        return "a mapping"
+    if isinstance(x, list):
+        return "a list"
+    if isinstance(x, _JSONLiteral):
+        return f"the JSON literal {x.name}"
+    if isinstance(x, _JSONOverflow):
+        shown = x.text if len(x.text) <= 20 else x.text[:17] + "..."
+        return f"the number {shown}, beyond the range of float64 (±1.8e308)"
+    if _number(x):
+        shown = repr(x) if len(repr(x)) <= 20 else repr(x)[:17] + "..."
+        return f"the number {shown}"
+    # what else safe YAML makes: dates, timestamps, !!binary, !!set
+    if isinstance(x, datetime.datetime):
+        return f"the timestamp {x.isoformat()} (YAML reads unquoted timestamps as times)"
+    if isinstance(x, datetime.date):
+        return f"the date {x.isoformat()} (YAML reads unquoted dates as dates)"
+    if isinstance(x, bytes):
+        return f"{len(x)} bytes of binary data (!!binary)"
+    if isinstance(x, set | frozenset):
+        return "a set (!!set)"
+    return type(x).__name__
+
+
+def _plain(value: Any) -> Any:
+    """A NumPy array or scalar from a Python caller, as the lists and numbers a parser gives."""
+    return value.tolist() if isinstance(value, np.ndarray | np.generic) else value
+
+
+def _numeric_array(value: Any) -> bool:
+    """An array of real numbers with at least one axis (not booleans, strings or objects)."""
+    return isinstance(value, np.ndarray) and value.ndim > 0 and value.dtype.kind in "iuf"
+
+
+# Keys whose numbers become float arrays: a NumPy array there is checked, not walked.
+_FLOAT_KEYS = ("X", "W_Q", "W_K", "W_V", "b_Q", "b_K", "b_V", "Q", "K", "V", "W_O", "b_O", "bias")
+
+
+def _suggest(key: str, choices: Sequence[str]) -> str:
+    return did_you_mean(key, choices)
+
+
+def validate(obj: Any, source: str, *, max_elements: int = DEFAULT_MAX_ELEMENTS) -> Inputs:
+    """Validate a parsed fixture mapping (values may be NumPy arrays) and build :class:`Inputs`."""
+    if not isinstance(obj, Mapping):
+        raise InputError(source, "", f"top level is {_describe(obj)}", "a mapping of fixture keys")
+    for key in obj:
+        if not isinstance(key, str):
+            raise InputError(source, _field(key), f"key is {_describe(key)}", "a string key")
+        if key not in KNOWN_KEYS:
+            raise InputError(
+                source, _field(key), f"unknown key{_suggest(key, KNOWN_KEYS)}",
+                "one of " + ", ".join(KNOWN_KEYS),
+            )  # fmt: skip
+    # `key: null` means the key is omitted.
+    obj = {
+        k: v if k in _FLOAT_KEYS and _numeric_array(v) else _plain(v)
+        for k, v in obj.items()
+        if v is not None
+    }
+    c = _Checker(source, max_elements)
+
+    name = _string(c, obj, "name")
+    description = _string(c, obj, "description")
+    heads = _positive_int(c, obj, "heads")
+    kv_heads = _positive_int(c, obj, "kv_heads")
+
+    projection = [k for k in ("X", "W_Q", "W_K", "W_V", "b_Q", "b_K", "b_V") if k in obj]
+    direct = [k for k in ("Q", "K", "V") if k in obj]
+    if projection and direct:
+        raise c.error(
+            direct[0], f"both modes at once ({', '.join(projection)} and {', '.join(direct)})",
+            "either X with W_Q, W_K, W_V (projection mode) or Q, K, V (direct mode)",
+        )  # fmt: skip
+    if not projection and not direct:
+        raise c.error(
+            "", "no inputs", "X with W_Q, W_K, W_V (projection mode) or Q, K, V (direct mode)"
+        )
+
+    if projection:
+        arrays = _projection(c, obj, heads, kv_heads)
+    else:
+        arrays = _direct(c, obj, heads, kv_heads)
+    batch, seq_q, seq_k = arrays["batch"], arrays["seq_q"], arrays["seq_k"]
+    heads, kv_heads = arrays["heads"], arrays["kv_heads"]
+
+    W_O = b_O = None
+    if "W_O" in obj:
+        W_O = c.floats(
+            obj, "W_O", (2,), f"shape [heads*d_v, d_out] = [{heads * arrays['d_v']}, d_out]"
+        )
+        if W_O.shape[0] != heads * arrays["d_v"]:
+            raise c.error(
+                "W_O", f"has {W_O.shape[0]} rows",
+                f"heads*d_v = {heads}*{arrays['d_v']} = {heads * arrays['d_v']} rows",
+            )  # fmt: skip
+        if "b_O" in obj:
+            b_O = _vector(c, obj, "b_O", W_O.shape[1], "d_out (columns of W_O)")
+    elif "b_O" in obj:
+        raise c.error("b_O", "given without W_O", "W_O [heads*d_v, d_out] alongside b_O")
+
+    scale = None
+    if "scale" in obj:
+        s = obj["scale"]
+        if not _number(s):
+            raise c.error("scale", f"got {_describe(s)}", "a number > 0")
+        try:
+            finite = math.isfinite(float(s))
+        except OverflowError:  # an int beyond float64
+            finite = False
+        if not finite or s <= 0:
+            raise c.error("scale", f"is {s}", "a finite number > 0 (omit it for 1/sqrt(d_k))")
+        scale = float(s)
+
+    causal = _causal(c, obj)
+    target = (batch, heads, seq_q, seq_k)
+    mask = _mask(c, obj, target, arrays["has_batch"])
+    bias = None
+    if "bias" in obj:
+        bias = c.floats(
+            obj, "bias", (0, 1, 2, 3, 4),
+            "at most 4 axes, broadcastable to [batch, heads, seq_q, seq_k]",
+            allow=("-inf",),
+        )  # fmt: skip
+        bad = np.isnan(bias) | (bias == np.inf)
+        if bad.any():
+            pos = tuple(int(i) for i in np.argwhere(bad)[0])
+            where = "".join(f"[{i}]" for i in pos)
+            raise c.error(f"bias{where}", f"is {bias[pos]}", "a finite number or -inf")
+        _check_broadcast(c, "bias", bias.shape, target, arrays["has_batch"])
+    lengths = _lengths(c, obj, batch, seq_k, arrays["has_batch"])
+
+    tokens = _tokens(c, obj, "tokens", seq_q, "seq_q (one per query position)")
+    key_tokens = _tokens(c, obj, "key_tokens", seq_k, "seq_k (one per key position)")
+    if key_tokens is None and tokens is not None and seq_q == seq_k:
+        key_tokens = tokens
+
+    expected = _expected(c, obj)
+
+    return Inputs(
+        source=source,
+        mode="projection" if projection else "direct",
+        has_batch=arrays["has_batch"],
+        batch=batch,
+        seq_q=seq_q,
+        seq_k=seq_k,
+        heads=heads,
+        kv_heads=kv_heads,
+        d_k=arrays["d_k"],
+        d_v=arrays["d_v"],
+        name=name,
+        description=description,
+        tokens=tokens,
+        key_tokens=key_tokens,
+        X=arrays.get("X"),
+        W_Q=arrays.get("W_Q"),
+        W_K=arrays.get("W_K"),
+        W_V=arrays.get("W_V"),
+        b_Q=arrays.get("b_Q"),
+        b_K=arrays.get("b_K"),
+        b_V=arrays.get("b_V"),
+        Q=arrays.get("Q"),
+        K=arrays.get("K"),
+        V=arrays.get("V"),
+        W_O=W_O,
+        b_O=b_O,
+        scale=scale,
+        causal=causal,
+        mask=mask,
+        bias=bias,
+        lengths=lengths,
+        expected=expected,
+    )
+
+
+def _string(c: _Checker, obj: Mapping[str, Any], key: str) -> str:
+    value = obj.get(key, "")
+    if not isinstance(value, str):
+        raise c.error(key, f"got {_describe(value)}", "a string")
+    _require_unicode(c, key, value)
+    return value
+
+
+def _require_unicode(c: _Checker, field: str, text: str) -> None:
+    """Refuse a lone surrogate (JSON ``"\\ud800"``): no terminal or file could print it."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as e:
+        raise c.error(
+            field, f"holds a lone surrogate {text[e.start]!a} at character {e.start}",
+            "text that is valid Unicode",
+        ) from None  # fmt: skip
+
+
+def _positive_int(c: _Checker, obj: Mapping[str, Any], key: str) -> int | None:
+    if key not in obj:
+        return None
+    value = obj[key]
+    if type(value) is not int:
+        raise c.error(key, f"got {_describe(value)}", "a whole number >= 1")
+    if value < 1:
+        raise c.error(key, f"is {value}", "a whole number >= 1")
+    return value
+
+
+def _vector(c: _Checker, obj: Mapping[str, Any], key: str, size: int, what: str) -> FloatArray:
+    arr = c.floats(obj, key, (1,), f"a vector of length {what} = {size}")
+    if arr.shape[0] != size:
+        raise c.error(key, f"has length {arr.shape[0]}", f"{what} = {size}")
+    return arr
+
+
+def _split(c: _Checker, key: str, width: int, n: int, n_name: str) -> int:
+    if width % n:
+        raise c.error(
+            key, f"has {width} columns, not divisible by {n_name} = {n}",
+            f"a multiple of {n_name} (each head owns a contiguous block of columns)",
+        )  # fmt: skip
+    return width // n
+
+
+def _projection(
+    c: _Checker, obj: Mapping[str, Any], heads: int | None, kv_heads: int | None
+) -> dict[str, Any]:
+    for key in ("X", "W_Q", "W_K", "W_V"):
+        if key not in obj:
+            raise c.error(key, "missing", "X, W_Q, W_K and W_V together (projection mode)")
+    X = c.floats(obj, "X", (2, 3), "shape [seq, d_model] or [batch, seq, d_model]")
+    has_batch = X.ndim == 3
+    X = X if has_batch else X[None]  # (batch, seq, d_model)
+    d_model = X.shape[2]
+    H = heads or 1
+    Hkv = kv_heads or H
+    _check_groups(c, H, Hkv)
+    W = {}
+    for key, n_name in (("W_Q", "heads"), ("W_K", "kv_heads"), ("W_V", "kv_heads")):
+        w = c.floats(obj, key, (2,), f"shape [d_model, {n_name}*d] = [{d_model}, {n_name}*d]")
+        if w.shape[0] != d_model:
+            raise c.error(key, f"has {w.shape[0]} rows", f"d_model = {d_model} rows (columns of X)")
+        W[key] = w
+    d_k = _split(c, "W_Q", W["W_Q"].shape[1], H, "heads")
+    d_k_kv = _split(c, "W_K", W["W_K"].shape[1], Hkv, "kv_heads")
+    if d_k_kv != d_k:
+        raise c.error(
+            "W_K", f"has {W['W_K'].shape[1]} columns (d_k = {d_k_kv} per head)",
+            f"kv_heads*d_k = {Hkv}*{d_k} = {Hkv * d_k} columns, matching W_Q",
+        )  # fmt: skip
+    d_v = _split(c, "W_V", W["W_V"].shape[1], Hkv, "kv_heads")
+    out: dict[str, Any] = {"X": X, **W}
+    for key, w_key in (("b_Q", "W_Q"), ("b_K", "W_K"), ("b_V", "W_V")):
+        if key in obj:
+            out[key] = _vector(c, obj, key, W[w_key].shape[1], f"columns of {w_key}")
+    seq = X.shape[1]
+    out.update(
+        has_batch=has_batch, batch=X.shape[0], seq_q=seq, seq_k=seq,
+        heads=H, kv_heads=Hkv, d_k=d_k, d_v=d_v,
+    )  # fmt: skip
+    return out
+
+
+def _check_groups(c: _Checker, heads: int, kv_heads: int) -> None:
+    if heads % kv_heads:
+        raise c.error(
+            "kv_heads", f"is {kv_heads}, which does not divide heads = {heads}",
+            "a divisor of heads (grouped-query attention)",
+        )  # fmt: skip
+
+
+def _direct(
+    c: _Checker, obj: Mapping[str, Any], heads: int | None, kv_heads: int | None
+) -> dict[str, Any]:
+    for key in ("Q", "K", "V"):
+        if key not in obj:
+            raise c.error(key, "missing", "Q, K and V together (direct mode)")
+    layouts = "shape [seq, heads*d], [batch, seq, heads*d] or [batch, heads, seq, d]"
+    Q = c.floats(obj, "Q", (2, 3, 4), layouts)
+    K = c.floats(obj, "K", (2, 3, 4), layouts)
+    V = c.floats(obj, "V", (2, 3, 4), layouts)
+    for key, arr in (("K", K), ("V", V)):
+        if arr.ndim != Q.ndim:
+            raise c.error(key, f"has {arr.ndim} axes but Q has {Q.ndim}", "the same layout as Q")
+    has_batch = Q.ndim >= 3
+    if Q.ndim == 4:
+        H, Hkv = Q.shape[1], K.shape[1]
+        for key, given, actual in (("heads", heads, H), ("kv_heads", kv_heads, Hkv)):
+            if given is not None and given != actual:
+                raise c.error(
+                    key, f"is {given} but the arrays have {actual} on their head axis",
+                    f"{actual}, or omit it (4-axis arrays carry their heads)",
+                )  # fmt: skip
+        if V.shape[1] != Hkv:
+            raise c.error("V", f"has {V.shape[1]} heads", f"as many as K ({Hkv})")
+        _check_groups(c, H, Hkv)
+        q, k, v = Q, K, V
+    else:
+        H = heads or 1
+        Hkv = kv_heads or H
+        _check_groups(c, H, Hkv)
+        if Q.ndim == 2:
+            Q, K, V = Q[None], K[None], V[None]  # (1, seq, heads*d)
+        d_q = _split(c, "Q", Q.shape[2], H, "heads")
+        d_kk = _split(c, "K", K.shape[2], Hkv, "kv_heads")
+        d_vv = _split(c, "V", V.shape[2], Hkv, "kv_heads")
+        # (batch, seq, heads*d) -> (batch, heads, seq, d): head h owns columns h*d:(h+1)*d
+        q = Q.reshape(Q.shape[0], Q.shape[1], H, d_q).transpose(0, 2, 1, 3)
+        k = K.reshape(K.shape[0], K.shape[1], Hkv, d_kk).transpose(0, 2, 1, 3)
+        v = V.reshape(V.shape[0], V.shape[1], Hkv, d_vv).transpose(0, 2, 1, 3)
+    if k.shape[3] != q.shape[3]:
+        raise c.error("K", f"has d_k = {k.shape[3]} per head", f"d_k = {q.shape[3]} as in Q")
+    for key, arr in (("K", k), ("V", v)):
+        if arr.shape[0] != q.shape[0]:
+            raise c.error(key, f"has batch {arr.shape[0]}", f"batch {q.shape[0]} as in Q")
+    if v.shape[2] != k.shape[2]:
+        raise c.error("V", f"has {v.shape[2]} positions", f"seq_k = {k.shape[2]} as in K")
+    return {
+        "Q": np.ascontiguousarray(q), "K": np.ascontiguousarray(k), "V": np.ascontiguousarray(v),
+        "has_batch": has_batch, "batch": q.shape[0], "seq_q": q.shape[2], "seq_k": k.shape[2],
+        "heads": q.shape[1], "kv_heads": k.shape[1], "d_k": q.shape[3], "d_v": v.shape[3],
+    }  # fmt: skip
+
+
+def _causal(c: _Checker, obj: Mapping[str, Any], key: str = "causal") -> Causal | None:
+    value = obj.get(key, False)
+    if value is False:
+        return None
+    if value is True:
+        return "upper-left"
+    if value in CAUSAL_VALUES:
+        return value  # type: ignore[no-any-return]
+    raise c.error(key, f"got {_describe(value)}", 'false, true, "upper-left" or "lower-right"')
+
+
+def _check_broadcast(
+    c: _Checker, key: str, shape: tuple[int, ...], target: tuple[int, ...], has_batch: bool
+) -> None:
+    names = ("batch", "heads", "seq_q", "seq_k")
+    if len(shape) > 4 or any(
+        s not in (1, t) for s, t in zip(reversed(shape), reversed(target), strict=False)
+    ):
+        tgt = ", ".join(f"{n}={t}" for n, t in zip(names, target, strict=True))
+        raise c.error(
+            key, f"has shape {list(shape)}, which does not broadcast",
+            f"a shape broadcastable (right-aligned, as torch) to [{tgt}]",
+        )  # fmt: skip
+
+
+def _mask(
+    c: _Checker, obj: Mapping[str, Any], target: tuple[int, ...], has_batch: bool
+) -> BoolArray | None:
+    if "mask" not in obj:
+        return None
+
+    def ok(x: Any) -> bool:
+        return isinstance(x, bool) or (type(x) is int and x in (0, 1))
+
+    shape = c.shape_of(obj["mask"], "mask", ok, "true/false or 1/0")
+    if len(shape) > 4:
+        raise c.error("mask", f"has {len(shape)} axes", "at most 4 [batch, heads, seq_q, seq_k]")
+    _check_broadcast(c, "mask", shape, target, has_batch)
+    return np.array(obj["mask"], dtype=bool)
+
+
+def _lengths(
+    c: _Checker, obj: Mapping[str, Any], batch: int, seq_k: int, has_batch: bool
+) -> IntArray | None:
+    if "lengths" not in obj:
+        return None
+    value = obj["lengths"]
+    items = value if isinstance(value, list) else [value]
+    for i, n in enumerate(items):
+        name = f"lengths[{i}]" if isinstance(value, list) else "lengths"
+        if type(n) is not int:
+            raise c.error(name, f"got {_describe(n)}", f"a whole number of valid keys, 0..{seq_k}")
+        if not 0 <= n <= seq_k:
+            raise c.error(name, f"is {n}", f"a number of valid keys between 0 and seq_k = {seq_k}")
+    if len(items) != batch:
+        raise c.error("lengths", f"has {len(items)} entries", f"one per batch item ({batch})")
+    return np.array(items, dtype=np.int64)
+
+
+def _tokens(
+    c: _Checker, obj: Mapping[str, Any], key: str, n: int, what: str
+) -> tuple[str, ...] | None:
+    if key not in obj:
+        return None
+    value = obj[key]
+    if not isinstance(value, list):
+        raise c.error(key, f"got {_describe(value)}", "a list of strings")
+    for i, t in enumerate(value):
+        if not isinstance(t, str):
+            raise c.error(f"{key}[{i}]", f"got {_describe(t)}", "a string (quote it in YAML)")
+        _require_unicode(c, f"{key}[{i}]", t)
+    if len(value) != n:
+        raise c.error(key, f"has {len(value)} tokens", f"{n} = {what}")
+    return tuple(value)
+
+
+def _expected(c: _Checker, obj: Mapping[str, Any]) -> dict[str, FloatArray]:
+    if "expected" not in obj:
+        return {}
+    value = obj["expected"]
+    if not isinstance(value, Mapping):
+        raise c.error("expected", f"got {_describe(value)}", "a mapping of stage name to array")
+    value = {stage: arr if _numeric_array(arr) else _plain(arr) for stage, arr in value.items()}
+    out: dict[str, FloatArray] = {}
+    for stage, arr in value.items():
+        if stage not in STAGE_NAMES:
+            raise c.error(
+                f"expected.{_field(stage)}", f"unknown stage{_suggest(str(stage), STAGE_NAMES)}",
+                "one of " + ", ".join(STAGE_NAMES),
+            )  # fmt: skip
+        if arr is None:
+            continue
+        out[stage] = c.floats(
+            value, stage, (1, 2, 3, 4), "an array of 1 to 4 axes in the JSON trace layout",
+            allow=("-inf", "inf", "nan"), name=f"expected.{stage}",
+        )  # fmt: skip
+    return out
