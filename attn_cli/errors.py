@@ -8,11 +8,20 @@ from collections.abc import Collection
 class AttnError(Exception):
     """Something the user can fix: the CLI prints it as one line and exits 2."""
 
-    def __init__(self, source: str, field: str, what: str, expected: str | None = None) -> None:
+    def __init__(
+        self,
+        source: str,
+        field: str,
+        what: str,
+        expected: str | None = None,
+        *,
+        option: str | None = None,
+    ) -> None:
         self.source = source
         self.field = field
         self.what = what
         self.expected = expected
+        self.option = option  # the setting it concerns, named as a CLI flag only by the CLI
         super().__init__(str(self))
 
     def __str__(self) -> str:

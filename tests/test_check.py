@@ -16,15 +16,9 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from attn_cli.check.compare import (
-    GOLDEN_TOLERANCE,
-    Tolerance,
-    cell_errors,
-    fmt_error,
-    fmt_value,
-    write_golden,
-)
-from attn_cli.cli import app as cli
+from attn_cli.check.compare import GOLDEN_TOLERANCE, Tolerance, cell_errors, write_golden
+from attn_cli.cli import options as cli
+from attn_cli.present.report import fmt_error, fmt_value
 from attn_cli.cli.app import app
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
@@ -488,5 +482,5 @@ class _Terminal:
 def test_plain_on_a_terminal_follows_no_color_unless_color(monkeypatch, no_color, color, plain):
     monkeypatch.setattr(cli.sys, "stdout", _Terminal())
     monkeypatch.setenv("NO_COLOR", no_color)
-    assert cli._plain(cli.Format.table, color) is plain
-    assert cli._plain(cli.Format.plain, color) is True
+    assert cli.plain_wanted(cli.Format.table, color) is plain
+    assert cli.plain_wanted(cli.Format.plain, color) is True

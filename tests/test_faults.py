@@ -27,7 +27,8 @@ from attn_cli.cli.app import app
 from attn_cli.core.pipeline import run
 from attn_cli.errors import InputError, UsageError, printable
 from attn_cli.io import files
-from attn_cli.core.memory import check_memory, format_bytes, memory_needed, parse_size
+from attn_cli.cli.options import parse_size
+from attn_cli.core.memory import check_memory, format_bytes, memory_needed
 from attn_cli.io.fixture import load_fixture, parse_fixture, validate
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -452,7 +453,7 @@ def test_a_200000_token_sequence_is_refused_before_any_stage() -> None:
     assert str(info.value) == (
         "long.json: tracing it would need about 894.1 GiB of memory (3 score stages each hold "
         "40,000,000,000 numbers: batch 1 x heads 1 x seq_q 200000 x seq_k 200000), expected at "
-        "most 4.0 GiB (see --max-memory)"
+        "most 4.0 GiB"
     )
 
 

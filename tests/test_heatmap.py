@@ -16,7 +16,8 @@ from typer.testing import CliRunner
 from attn_cli.cli.app import app
 from attn_cli.core.pipeline import run
 from attn_cli.io.fixture import load_fixture
-from attn_cli.present.render import VIRIDIS, RenderOptions, render_heatmap, render_trace, viridis
+from attn_cli.present.options import RenderOptions
+from attn_cli.present.render import VIRIDIS, render_heatmap, render_trace, viridis
 from attn_cli.present.worked import row_max_positions_for_display, row_sums_for_display
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"

@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import os
-import re
 from collections.abc import Collection
 
 from attn_cli.core.inputs import Inputs
 from attn_cli.core.limits import BLOCK_ELEMENTS
-from attn_cli.errors import InputError, UsageError
+from attn_cli.errors import InputError
 
 MAX_MEMORY_CAP = 4 * 1024**3
 
@@ -83,7 +82,7 @@ def check_memory(
     raise InputError(
         inputs.source, "",
         f"tracing it would need about {format_bytes(need)} of memory{why if n else ''}",
-        f"at most {format_bytes(budget)} (see --max-memory)",
+        f"at most {format_bytes(budget)}", option="max-memory",
     )  # fmt: skip
 
 
@@ -97,20 +96,3 @@ def format_bytes(n: int) -> str:
         if size < 1024 or unit == "PiB":
             break
     return f"{size:.1f} {unit}"
-
-
-_SIZE = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*([kmgtp]?)(?:i?b)?\s*$", re.I)
-
-
-def parse_size(text: str, option: str = "--max-memory") -> int:
-    """``8G``, ``500M``, ``1.5GiB`` or a number of bytes; K, M, G, T, P are powers of 1024."""
-    match = _SIZE.match(text)
-    if not match:
-        raise UsageError(
-            "", option, f"got {text!r}", "a size such as 8G, 500M or 1.5GiB (powers of 1024)"
-        )
-    unit = 1024 ** " kmgtp".index(match.group(2).lower() or " ")
-    size = int(float(match.group(1)) * unit)
-    if size < 1:
-        raise UsageError("", option, f"got {text!r}", "a size of at least 1 byte")
-    return size

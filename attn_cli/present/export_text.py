@@ -18,6 +18,7 @@ from attn_cli import __version__
 from attn_cli.core.pipeline import Stage, Trace
 from attn_cli.present.explain import CellText, Explanation, cell_text, explain_stage
 from attn_cli.present.i18n import label
+from attn_cli.present.options import CELLS_SHOWN
 from attn_cli.present.text import (
     COL_EDGE,
     COL_LIMIT,
@@ -39,9 +40,7 @@ from attn_cli.present.worked import (
 )
 
 if TYPE_CHECKING:
-    from attn_cli.present.render import RenderOptions
-
-CELLS_SHOWN = 4
+    from attn_cli.present.options import RenderOptions
 
 
 # ---------------------------------------------------------------------------------------------

@@ -27,7 +27,9 @@ from rich.style import Style
 from rich.table import Table
 from rich.text import Text
 
+from attn_cli.core.stages import SCORE_STAGES as HEAT_STAGES
 from attn_cli.present.i18n import Lang, label
+from attn_cli.present.options import CELLS_SHOWN, RenderOptions
 from attn_cli.present.text import (
     COL_EDGE,
     COL_LIMIT,
@@ -48,24 +50,7 @@ if TYPE_CHECKING:
     # for them, so a plain `attn trace` does not pay for them at start-up.
     from attn_cli.core.pipeline import Stage, Trace
     from attn_cli.present.explain import CellText, Explanation
-    from attn_cli.present.worked import CellRef, WorkedCell
-
-HEAT_STAGES = ("scores", "scaled", "masked", "softmax")
-CELLS_SHOWN = 4  # worked cells (batch items x heads) shown unless full
-
-
-@dataclass(frozen=True)
-class RenderOptions:
-    """How to show a trace: digits, which stages, elision, and the classroom extras."""
-
-    precision: int = 4
-    stages: tuple[str, ...] | None = None
-    full: bool = False
-    heatmap: bool = False  # shade the score-like stages, mark row maxima, show row sums
-    explain: bool = False  # formula, shapes and meaning under each stage
-    lang: Lang = "en"
-    cell: CellRef | None = None  # the worked cell, shown under the stages it runs through
-    focus: int | None = None  # show only this query's row in the stages that have one
+    from attn_cli.present.worked import WorkedCell
 
 
 def render_trace(trace: Trace, options: RenderOptions | None = None) -> Group:

@@ -21,7 +21,8 @@ from rich.console import Console
 
 from attn_cli.core.pipeline import Trace
 from attn_cli.errors import UsageError
-from attn_cli.present.render import RenderOptions, render_step_page, step_names
+from attn_cli.present.options import RenderOptions
+from attn_cli.present.render import render_step_page, step_names
 
 Action = Literal["next", "back", "quit"]
 

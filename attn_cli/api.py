@@ -1,0 +1,135 @@
+"""The one way through, for the CLI and for Python: a fixture name, path or ``-`` to a trace.
+
+``trace_file`` resolves bundled example names and standard input, validates the fixture,
+checks what was asked of it (stages, dtype) and the memory it would need, all *before* any
+stage is computed, then runs the pipeline. Errors are :class:`AttnError` and name no
+command-line flag; the CLI adds the flag when it reports them.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Callable, Collection, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from attn_cli.core.limits import DEFAULT_MAX_BYTES, DEFAULT_MAX_ELEMENTS
+from attn_cli.core.stages import STAGE_NAMES, applicable_stages, unknown_stage
+from attn_cli.errors import UsageError
+
+if TYPE_CHECKING:
+    from attn_cli.core.inputs import Inputs
+    from attn_cli.core.pipeline import Dtype, Trace
+
+Progress = Callable[[int, int], None]  # (blocks done, blocks in all)
+STDIN = "-"
+
+
+def trace_file(
+    fixture: str | os.PathLike[str] | None = None,
+    *,
+    stages: Sequence[str] | None = None,
+    dtype: Dtype = "float64",
+    keep_all: bool = False,
+    shaded: bool = False,
+    max_elements: int = DEFAULT_MAX_ELEMENTS,
+    max_memory: int | None = None,
+    progress: Progress | None = None,
+) -> Trace:
+    """Load a fixture (path, bundled example name, ``-`` for stdin, None for the default
+    example) and trace it.
+
+    ``stages`` keeps only those (and computes only what they need); ``keep_all`` keeps every
+    stage anyway (explanations and worked cells read them all); ``shaded`` keeps ``masked``
+    beside ``softmax``, for a heatmap that greys the masked cells. ``max_memory`` is a budget in
+    bytes (default: 4 GiB, or half the RAM if less); a trace that would need more is refused
+    before anything is computed.
+    """
+    from attn_cli.core.memory import check_memory
+    from attn_cli.core.pipeline import DTYPES, run
+
+    wanted = check_stage_names(stages)
+    if dtype not in DTYPES:
+        raise UsageError("", "dtype", f"got {dtype!r}", "one of " + ", ".join(DTYPES))
+    inputs = load(fixture, max_elements=max_elements)
+    check_stages_apply(inputs, wanted)
+    keep = None if keep_all else kept_stages(wanted, shaded)
+    check_memory(inputs, max_memory, keep, 4 if dtype == "float32" else 8)
+    return run(inputs, keep=keep, dtype=dtype, progress=progress)
+
+
+def load(
+    fixture: str | os.PathLike[str] | None,
+    *,
+    max_elements: int = DEFAULT_MAX_ELEMENTS,
+    max_bytes: int = DEFAULT_MAX_BYTES,
+) -> Inputs:
+    """A fixture from a path, standard input (``-``), or a bundled example's name."""
+    from attn_cli.io.examples import DEFAULT_EXAMPLE, example_paths, find_example
+    from attn_cli.io.fixture import load_fixture, parse_fixture
+
+    if fixture is not None and os.fspath(fixture) == STDIN:
+        _require_piped_stdin()
+        return load_fixture(STDIN, max_elements=max_elements, max_bytes=max_bytes)
+    name = DEFAULT_EXAMPLE if fixture is None else os.fspath(fixture)
+    path = Path(name)
+    if fixture is not None and (_exists(path) or path.suffix or "/" in name or "\\" in name):
+        return load_fixture(path, max_elements=max_elements, max_bytes=max_bytes)
+    bundled = find_example(name)
+    if bundled is None:
+        names = ", ".join(example_paths()) or "none installed"
+        raise UsageError(
+            name, "", "no such file or bundled example",
+            f"a fixture path or an example name ({names})",
+        )  # fmt: skip
+    return parse_fixture(bundled.read_bytes(), bundled.name, max_elements=max_elements)
+
+
+def check_stage_names(stages: Sequence[str] | None) -> tuple[str, ...] | None:
+    """The stage names asked for, without repeats; an unknown name is an error."""
+    if not stages:
+        return None
+    for name in stages:
+        if name not in STAGE_NAMES:
+            raise UsageError(
+                "", f"stage {name}", unknown_stage(name), "one of " + ", ".join(STAGE_NAMES),
+                option="stage",
+            )  # fmt: skip
+    return tuple(dict.fromkeys(stages))
+
+
+def check_stages_apply(inputs: Inputs, stages: Collection[str] | None) -> None:
+    """Refuse, before computing, a stage this fixture does not have (``masked`` unmasked)."""
+    applicable = applicable_stages(inputs)
+    for name in stages or ():
+        if name not in applicable:
+            raise UsageError(
+                "", f"stage {name}", "this fixture has no such stage",
+                "one of " + ", ".join(applicable), option="stage",
+            )  # fmt: skip
+
+
+def kept_stages(stages: tuple[str, ...] | None, shaded: bool) -> tuple[str, ...] | None:
+    """The stages to keep for a subset: those asked for, and ``masked`` for a shaded softmax."""
+    if stages is None:
+        return None
+    if "softmax" in stages and shaded:
+        return (*stages, "masked")  # a heatmap of softmax marks the masked cells
+    return stages
+
+
+def _require_piped_stdin() -> None:
+    expected = "a fixture piped in, e.g. attn trace - < fixture.yaml"
+    if sys.stdin is None:
+        raise UsageError("<stdin>", "", "standard input is closed", expected)
+    if sys.stdin.isatty():
+        raise UsageError("<stdin>", "", "standard input is a terminal", expected)
+
+
+def _exists(path: Path) -> bool:
+    """Whether something is at ``path``; a name too long for the system is a file name too."""
+    try:
+        return os.path.lexists(path)
+    except (OSError, ValueError):
+        return True  # let the loader name the problem

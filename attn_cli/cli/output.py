@@ -1,0 +1,84 @@
+"""Where command output goes: the console, standard output, or a file written atomically."""
+
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import IO, TYPE_CHECKING, Any
+
+import typer
+
+from attn_cli.cli.options import NON_TERMINAL_WIDTH
+from attn_cli.errors import printable
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from attn_cli.core.pipeline import Trace
+
+
+def console(width: int | None, *, plain: bool, color: bool | None) -> "Console":
+    """A Rich console: plain (no colour, no markup), or coloured as the terminal allows."""
+    from rich.console import Console
+
+    if width is None and not sys.stdout.isatty():
+        width = NON_TERMINAL_WIDTH
+    no_color = plain or color is False
+    return Console(
+        width=width,
+        color_system=None if no_color else "auto",
+        force_terminal=True if color and not plain else None,
+        no_color=no_color or None,
+        highlight=False,
+        emoji=False,
+        markup=False,
+    )
+
+
+def plain_text(renderable: Any, width: int | None, *, crop: bool = True) -> str:
+    """A renderable as plain text: no colour, fixed width, no trailing blanks; diffs cleanly."""
+    out = console(width or NON_TERMINAL_WIDTH, plain=True, color=False)
+    with out.capture() as capture:
+        out.print(renderable, crop=crop)
+    return "\n".join(line.rstrip() for line in capture.get().splitlines()) + "\n"
+
+
+def emit(text: str, output: Path | None) -> None:
+    """Text to standard output, or atomically to ``output`` with a note on stderr."""
+    if output is None:
+        sys.stdout.write(text)
+        sys.stdout.flush()
+        return
+    from attn_cli.io.files import write_atomic
+    from attn_cli.present.progress import Status
+
+    with Status(f"writing {output}"):
+        write_atomic(output, text)
+    typer.echo(f"Wrote {printable(str(output))} ({len(text.encode('utf-8')):,} bytes)", err=True)
+
+
+def emit_binary(write: Callable[[IO[bytes]], object], output: Path) -> None:
+    """Binary output streamed atomically into ``output``, with a note on stderr."""
+    from attn_cli.io.files import write_atomic_with
+    from attn_cli.present.progress import Status
+
+    with Status(f"writing {output}"):
+        write_atomic_with(output, write)
+    size = output.stat().st_size if output.is_file() else 0
+    typer.echo(f"Wrote {printable(str(output))} ({size:,} bytes)", err=True)
+
+
+def warn_empty_rows(result: "Trace", most: int = 5) -> None:
+    """A warning on stderr for each query row that had nothing to attend to."""
+    rows = result.empty_rows
+    for b, h, t in rows[:most]:
+        where = [f"batch {b}"] if result.inputs.has_batch else []
+        where += [f"head {h}", f"query {t} {printable(result.query_labels[t])!r}"]
+        typer.echo(
+            f"Warning: {printable(result.inputs.source)}: softmax[{', '.join(where)}]: no key "
+            "may be attended, so all its weights are 0 (as torch SDPA >= 2.5 does)",
+            err=True,
+        )
+    if len(rows) > most:
+        typer.echo(
+            f"Warning: ... and {len(rows) - most} more rows with nothing to attend to", err=True
+        )

@@ -1,0 +1,246 @@
+"""``attn trace``: one fixture through every stage, as tables, plain text, JSON or exports."""
+
+import sys
+from dataclasses import replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Optional
+
+import typer
+
+from attn_cli.cli.options import (
+    NON_TERMINAL_WIDTH,
+    CellOption,
+    ColorOption,
+    Dtype,
+    DtypeOption,
+    FixtureArgument,
+    FocusOption,
+    HeatmapFormat,
+    HeatmapOption,
+    Lang,
+    LangOption,
+    MaxElementsOption,
+    MaxMemoryOption,
+    OutputOption,
+    PrecisionOption,
+    StageOption,
+    TraceFormat,
+    WidthOption,
+    parse_size,
+    plain_wanted,
+)
+from attn_cli.cli.output import console, emit, emit_binary, plain_text, warn_empty_rows
+from attn_cli.core.limits import DEFAULT_MAX_ELEMENTS
+from attn_cli.errors import UsageError
+
+if TYPE_CHECKING:
+    from attn_cli.core.pipeline import Trace
+    from attn_cli.present.options import RenderOptions
+
+TraceFormatOption = Annotated[
+    TraceFormat,
+    typer.Option(
+        "--format",
+        "-f",
+        help="table (Rich, coloured on a terminal), plain (no colour), json, markdown "
+        "(GitHub tables), latex (pdflatex), html or svg (the coloured rendering), npz "
+        "(NumPy arrays named after stages; needs -o).",
+    ),
+]
+FullOption = Annotated[bool, typer.Option(help="Show every row, column and table; no elision.")]
+ExplainOption = Annotated[
+    bool,
+    typer.Option("--explain", help="Under each stage: its formula, shapes in and out, meaning."),
+]
+StepOption = Annotated[
+    bool,
+    typer.Option(
+        "--step", help="One stage at a time, explained: Enter/Space/→ next, ←/b back, q quit."
+    ),
+]
+
+
+def trace(
+    fixture: FixtureArgument = None,
+    fmt: TraceFormatOption = TraceFormat.table,
+    output: OutputOption = None,
+    stage: StageOption = None,
+    precision: PrecisionOption = 4,
+    full: FullOption = False,
+    width: WidthOption = None,
+    color: ColorOption = None,
+    max_elements: MaxElementsOption = DEFAULT_MAX_ELEMENTS,
+    max_memory: MaxMemoryOption = None,
+    dtype: DtypeOption = Dtype.float64,
+    explain: ExplainOption = False,
+    lang: LangOption = None,
+    cell: CellOption = None,
+    heatmap: HeatmapOption = None,
+    focus: FocusOption = None,
+    step: StepOption = False,
+) -> None:
+    """Trace one fixture through every stage of attention and print each as a table.
+
+    Examples:
+
+      attn trace                                  # the bundled "The cat sat"
+
+      attn trace article_example_2 --stage softmax
+
+      attn trace my.yaml --format json -o trace.json
+
+      attn trace big.npz --stage output --format npz -o out.npz   # big inputs
+
+      cat my.json | attn trace -
+
+      attn trace --explain --lang zh --cell The,cat   # classroom: explained, one cell worked
+
+      attn trace --step                           # one stage at a time
+
+      attn trace --explain --format svg -o slides.svg
+    """
+    from attn_cli.api import trace_file
+    from attn_cli.present.progress import Status
+
+    # 1) refuse what cannot work before anything is read or computed
+    if fmt is TraceFormat.npz and output is None:
+        raise UsageError("", "--format npz", "needs a file", "-o FILE.npz")
+    if step and (output is not None or fmt not in (TraceFormat.table, TraceFormat.plain)):
+        raise UsageError("", "--step", "works only in the terminal", "no --format/-o")
+    budget = None if max_memory is None else parse_size(max_memory)
+    shade = heatmap is True or (
+        heatmap is None
+        and (
+            fmt in (TraceFormat.html, TraceFormat.svg)
+            or (fmt is TraceFormat.table and output is None and not plain_wanted(fmt, color))
+        )
+    )
+    # 2) trace: everything is kept when explaining or stepping (they read every stage)
+    with Status("loading the fixture") as status:
+        result = trace_file(
+            fixture, stages=stage, dtype=dtype.value, shaded=shade,
+            keep_all=explain or step or cell is not None or focus is not None,
+            max_elements=max_elements, max_memory=budget,
+            progress=status.progress("computing attention"),
+        )  # fmt: skip
+    warn_empty_rows(result)
+    # 3) show it
+    stages = None if not stage else tuple(dict.fromkeys(stage))
+    if fmt in (TraceFormat.json, TraceFormat.npz):
+        _write_data(result, fmt, stages, output)
+        return
+    options = classroom_options(result, precision, stages, full, explain, lang, cell, focus)
+    if fmt not in (TraceFormat.table, TraceFormat.plain):
+        emit(document(result, options, fmt, heatmap, width), output)
+        return
+    plain = output is not None or plain_wanted(fmt, color)
+    if step:
+        _step(result, options, width, plain, color, heatmap)
+    _show(result, options, output, width, plain, color, heatmap)
+
+
+def _write_data(
+    result: "Trace", fmt: TraceFormat, stages: tuple[str, ...] | None, output: Path | None
+) -> None:
+    """The JSON or npz trace: no Rich is imported on this path."""
+    if fmt is TraceFormat.npz:
+        assert output is not None
+        from attn_cli.io.arrays import npz_writer
+
+        emit_binary(npz_writer(result, stages), output)
+        return
+    from attn_cli.io.trace_json import dumps
+
+    emit(dumps(result, stages), output)
+
+
+def _step(
+    result: "Trace",
+    options: "RenderOptions",
+    width: int | None,
+    plain: bool,
+    color: bool | None,
+    heatmap: bool | None,
+) -> None:
+    from attn_cli.present.step import run_steps
+
+    out = console(width, plain=plain, color=False if plain else color)
+    heat = heatmap if heatmap is not None else out.color_system is not None
+    raise typer.Exit(run_steps(result, replace(options, heatmap=heat), out))
+
+
+def _show(
+    result: "Trace",
+    options: "RenderOptions",
+    output: Path | None,
+    width: int | None,
+    plain: bool,
+    color: bool | None,
+    heatmap: bool | None,
+) -> None:
+    """The tables: plain text at a fixed width (stable for diffs), or coloured on a terminal."""
+    from attn_cli.present.render import render_trace
+
+    if plain:
+        if width is None and (output is not None or not sys.stdout.isatty()):
+            width = NON_TERMINAL_WIDTH
+        renderable = render_trace(result, replace(options, heatmap=bool(heatmap)))
+        emit(plain_text(renderable, width, crop=not options.full), output)
+        return
+    out = console(width, plain=False, color=color)
+    heat = heatmap if heatmap is not None else out.color_system is not None
+    out.print(render_trace(result, replace(options, heatmap=heat)), crop=not options.full)
+
+
+def classroom_options(
+    result: "Trace",
+    precision: int,
+    stages: tuple[str, ...] | None,
+    full: bool,
+    explain: bool,
+    lang: Optional[Lang],  # noqa: UP045
+    cell: Optional[str],  # noqa: UP045
+    focus: Optional[str],  # noqa: UP045
+) -> "RenderOptions":
+    """Render options with the language resolved and --cell/--focus turned into positions."""
+    import os
+
+    from attn_cli.present.i18n import default_lang
+    from attn_cli.present.options import RenderOptions
+
+    language = default_lang(os.environ) if lang is None else lang.value
+    options = RenderOptions(precision, stages, full, explain=explain, lang=language)
+    if cell is None and focus is None:
+        return options
+    from attn_cli.present.worked import parse_cell, resolve_position
+
+    return replace(
+        options,
+        cell=None if cell is None else parse_cell(cell, result.query_labels, result.key_labels),
+        focus=None
+        if focus is None
+        else resolve_position(focus, result.query_labels, "--focus", "query"),
+    )
+
+
+def document(
+    result: "Trace",
+    options: "RenderOptions",
+    fmt: TraceFormat | HeatmapFormat,
+    heatmap: Optional[bool],  # noqa: UP045
+    width: Optional[int],  # noqa: UP045
+    view: str = "trace",
+) -> str:
+    """The trace as a Markdown, LaTeX, HTML or SVG document."""
+    title = result.inputs.name or "attention trace"
+    if fmt.value in ("markdown", "latex"):
+        from attn_cli.present.export_text import to_latex, to_markdown
+
+        options = replace(options, heatmap=bool(heatmap))
+        return (to_markdown if fmt.value == "markdown" else to_latex)(result, options)
+    from attn_cli.present.render import render_heatmap, render_trace, to_html, to_svg
+
+    options = replace(options, heatmap=heatmap is not False)  # coloured: on unless --no-heatmap
+    renderable = (render_heatmap if view == "heatmap" else render_trace)(result, options)
+    export = to_html if fmt.value == "html" else to_svg
+    return export(renderable, width or NON_TERMINAL_WIDTH, title)
