@@ -165,7 +165,7 @@ def cell_errors(
     with np.errstate(over="ignore", invalid="ignore"):
         diff = np.abs(np.where(finite, actual, 0.0) - np.where(finite, expected, 0.0))
         same_special = (actual == expected) | (np.isnan(actual) & np.isnan(expected))
-        bad = np.where(finite, ~(diff <= tol.atol + tol.rtol * np.abs(expected)), ~same_special)
+        bad = ~np.isclose(actual, expected, rtol=tol.rtol, atol=tol.atol, equal_nan=True)
         abs_err = np.where(finite, diff, np.where(same_special, 0.0, np.inf))
         scale = np.abs(np.where(finite, expected, 1.0))
         rel_err = np.where(

@@ -9,10 +9,11 @@ looking for, the keys are the labels on offer, the values are the content handed
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from attn_cli.core.pipeline import Trace
+from attn_cli.core.stages import SPECS
 from attn_cli.present.i18n import Lang, axis_name, label
 from attn_cli.present.text import factor, safe, short_number
 from attn_cli.present.worked import WorkedCell, weighted_terms
@@ -49,214 +50,41 @@ def shape_text(name: str, axes: Sequence[str], shape: Sequence[int], lang: Lang)
     return f"{name} [{dims}]"
 
 
+@dataclass(frozen=True)
+class _Context:
+    """What every stage's explanation reads: the trace, the stage, the language, numbers."""
+
+    trace: Trace
+    name: str
+    lang: Lang
+    precision: int
+
+    @property
+    def scale(self) -> str:
+        return short_number(self.trace.scale, self.precision)
+
+    @property
+    def default_scale(self) -> str:
+        return short_number(1 / math.sqrt(self.trace.inputs.d_k), self.precision)
+
+    def shape_of(self, stage_name: str) -> str:
+        s = self.trace[stage_name]
+        return shape_text(stage_name, s.axes, s.shape, self.lang)
+
+    def weight(self, w_name: str, axes: tuple[str, ...]) -> str:
+        w = getattr(self.trace.inputs, w_name)
+        assert w is not None
+        return shape_text(w_name, axes, w.shape, self.lang)
+
+
+_Parts = tuple[tuple[str, ...], tuple[str, ...], list[str]]  # formula, inputs, meaning
+
+
 def explain_stage(trace: Trace, name: str, lang: Lang, precision: int = 4) -> Explanation:
     """The explanation of stage ``name`` of this trace."""
-    inp = trace.inputs
-    zh = lang == "zh"
     stage = trace[name]
-
-    def shape_of(stage_name: str) -> str:
-        s = trace[stage_name]
-        return shape_text(stage_name, s.axes, s.shape, lang)
-
-    def weight(w_name: str, axes: tuple[str, ...]) -> str:
-        w = getattr(inp, w_name)
-        assert w is not None
-        return shape_text(w_name, axes, w.shape, lang)
-
-    scale = short_number(trace.scale, precision)
-    default_scale = short_number(1 / math.sqrt(inp.d_k), precision)
-    formula: tuple[str, ...]
-    meaning: list[str] = []
-    inputs: tuple[str, ...]
-
-    if name == "X":
-        formula = (
-            ("X：输入的嵌入向量，每个词一行",)
-            if zh
-            else ("X: the input embeddings, one row per token",)
-        )
-        inputs = (label(lang, "given"),)
-        meaning.append(
-            "每一行是一个词的嵌入向量：用 d_model 个数字来代表这个词。后面的每一步都从这些行算起。"
-            if zh
-            else "Each row is one token's embedding: d_model numbers that stand for the word. "
-            "Every later stage is computed from these rows."
-        )
-    elif name in ("Q", "K", "V"):
-        w_name, b_name = f"W_{name}", f"b_{name}"
-        width = {"Q": "heads*d_k", "K": "kv_heads*d_k", "V": "kv_heads*d_v"}[name]
-        if inp.mode == "projection":
-            bias = f" + {b_name}" if getattr(inp, b_name) is not None else ""
-            formula = (f"{name} = X·{w_name}{bias}",)
-            inputs = (shape_of("X"), weight(w_name, ("d_model", width)))
-            if bias:
-                inputs += (weight(b_name, (width,)),)
-        else:
-            formula = (f"{name}：由配置文件直接给出" if zh else f"{name}: given in the fixture",)
-            inputs = (label(lang, "given"),)
-        meaning.append(_QKV[lang][name])
-        if name == "Q" and inp.heads > 1:
-            meaning.append(
-                f"有 {inp.heads} 个头：Q 的列被切成 {inp.heads} 块，每块 d_k = {inp.d_k} 列，"
-                "每个头提出自己的问题。"
-                if zh
-                else f"With {inp.heads} heads, the columns split into {inp.heads} blocks of "
-                f"d_k = {inp.d_k}: each head asks its own question."
-            )
-        if name in ("K", "V") and inp.kv_heads != inp.heads:
-            groups = inp.heads // inp.kv_heads
-            meaning.append(
-                f"分组查询注意力：{inp.heads} 个查询头共用 {inp.kv_heads} 个键值头，"
-                f"第 h 个查询头读取第 h // {groups} 个键值头。"
-                if zh
-                else f"Grouped-query attention: {inp.heads} query heads share {inp.kv_heads} "
-                f"key/value heads; query head h reads key/value head h // {groups}."
-            )
-    elif name == "scores":
-        formula = ("scores = Q·Kᵀ", "scores[i, j] = Σ_d Q[i, d] × K[j, d]")
-        inputs = (shape_of("Q"), shape_of("K"))
-        meaning.append(
-            "每个查询和每个键有多匹配？scores[i, j] 是第 i 个查询的 Q 行与第 j 个键的 K 行的点积："
-            "对应位置的数相乘，再全部加起来。第 i 行对应一个查询，第 j 列对应一个键；"
-            "数值越大，搜索词和标签越匹配。"
-            if zh
-            else "How well does each query match each key? scores[i, j] is the dot product of "
-            "query i's row of Q with key j's row of K: multiply term by term, then add. Row i is "
-            "one query, column j one key; the bigger the number, the better the search terms "
-            "match the label."
-        )
-    elif name == "scaled":
-        d_k = inp.d_k
-        if trace.scale_source == "default":
-            formula = (f"scaled = scores × 1/√d_k = scores × 1/√{d_k} = scores × {scale}",)
-            meaning.append(
-                f"每个分数都乘以 1/√d_k = 1/√{d_k} = {scale}，这是默认做法（缩放点积注意力）。"
-                if zh
-                else f"Every score is multiplied by 1/√d_k = 1/√{d_k} = {scale}, the default of "
-                "scaled dot-product attention."
-            )
-        else:
-            formula = (f"scaled = scores × {scale}",)
-            if trace.scale == 1:
-                meaning.append(
-                    "配置文件写了 scale: 1，分数原样保留，这正是原文的做法。"
-                    f"默认值本应是 1/√d_k = {default_scale}。"
-                    if zh
-                    else "The fixture sets scale: 1, so the scores pass unchanged, exactly as the "
-                    f"source article computes them. The default would be 1/√d_k = {default_scale}."
-                )
-            else:
-                meaning.append(
-                    f"配置文件把缩放系数设为 {scale}（默认值是 1/√d_k = {default_scale}）。"
-                    if zh
-                    else f"The fixture sets the scale to {scale} (the default would be "
-                    f"1/√d_k = {default_scale})."
-                )
-        inputs = (
-            shape_of("scores"),
-            f"{scale}（{label(lang, 'scalar')}）" if zh else f"{scale} ({label(lang, 'scalar')})",
-        )
-        meaning.append(
-            "为什么要缩放：点积是 d_k 个乘积之和，它的典型大小大约随 √d_k 增长；分数一大，"
-            "softmax 就会把几乎全部权重压到一个键上，梯度也变得极小。"
-            if zh
-            else "Why scale: a dot product adds up d_k products, so its typical size grows like "
-            "√d_k; large scores push softmax to put almost all weight on one key, and its "
-            "gradients become tiny."
-        )
-        if trace.scale_source == "default":
-            meaning.append(
-                "原文省略了这一步；在配置文件里写 scale: 1 就能复现原文的数字。"
-                if zh
-                else "The source article leaves this step out; scale: 1 in a fixture reproduces "
-                "its numbers."
-            )
-    elif name == "masked":
-        formula = _masked_formula(trace, lang)
-        inputs = (shape_of("scaled"),)
-        if inp.bias is not None:
-            inputs += (f"bias {list(inp.bias.shape)}",)
-        meaning.extend(_masked_meaning(trace, lang))
-    elif name == "softmax":
-        x = "masked" if "masked" in trace else "scaled"
-        formula = (
-            f"softmax[i, j] = e^({x}[i, j] − m_i) / Σ_k e^({x}[i, k] − m_i)",
-            f"m_i = max_k {x}[i, k]" + ("，即第 i 行的最大值" if zh else ", the maximum of row i"),
-        )
-        inputs = (shape_of(x),)
-        meaning.append(
-            "每一行变成一组权重：先取指数，再除以这一行指数的总和。权重都不小于 0"
-            "（被遮盖的键正好是 0），每一行加起来等于 1。"
-            if zh
-            else "Each row becomes a set of weights: exponentiate, then divide by the row's "
-            "total. The weights are never negative (exactly 0 for a masked key) and each row "
-            "sums to 1."
-        )
-        meaning.append(
-            "为什么先减去最大值 m：e^(x_j − m) / Σ_k e^(x_k − m) = e^(x_j) / Σ_k e^(x_k)，"
-            "因为分子分母里的 e^(−m) 互相抵消，结果完全不变；而减去之后最大的指数是 e^0 = 1，"
-            "不会溢出。"
-            if zh
-            else "Why subtract the maximum m first: e^(x_j − m) / Σ_k e^(x_k − m) = "
-            "e^(x_j) / Σ_k e^(x_k), because the factor e^(−m) cancels, so the result is "
-            "unchanged; but now the largest exponential is e^0 = 1 and nothing can overflow."
-        )
-        meaning.append(
-            "一行权重说明这个查询把注意力怎样分给各个键：权重越大，"
-            "这个键对应的内容在结果里占的比例就越大。"
-            if zh
-            else "A row of weights says how one query divides its attention among the keys: "
-            "the bigger the weight, the larger that key's share of the result."
-        )
-        if trace.empty_rows:
-            meaning.append(
-                "有的行所有键都被遮住，这个查询没有可看的对象：它的权重全部记为 0，"
-                "而不是无意义的非数值。"
-                if zh
-                else "Some rows have every key masked, so the query has nothing to attend to: "
-                "its weights are all 0 (as torch SDPA does since 2.5), never NaN."
-            )
-    elif name == "output":
-        formula = ("output[i] = Σ_j softmax[i, j] × V[j]",)
-        inputs = (shape_of("softmax"), shape_of("V"))
-        meaning.append(
-            "每个查询的输出是各行 V 按权重加起来的和。这就是“搜索结果”：标签（K）"
-            "和查询（Q）越匹配，对应的内容（V）在结果里占得越多。每一行就是这个词"
-            "融合了上下文之后的新表示。"
-            if zh
-            else "Each query's output is the sum of the value rows, weighted by its softmax row. "
-            "This is the search result: the contents (V) blended in proportion to how well "
-            "their labels (K) matched the query (Q). Each row is the token's new, "
-            "context-aware representation."
-        )
-    elif name == "concat":
-        head = axis_name(lang, "head")
-        formula = (f"concat = [{head} 0 | {head} 1 | …]",)
-        inputs = (shape_of("output"),)
-        meaning.append(
-            f"{inp.heads} 个头各自用自己那一份 W_Q、W_K、W_V 做了一次独立的搜索。"
-            "把它们的输出并排拼起来：头 0 占前 d_v 列，头 1 占接下来的 d_v 列，依此类推。"
-            if zh
-            else f"Each of the {inp.heads} heads ran its own search with its own slice of "
-            "W_Q, W_K and W_V. Their outputs sit side by side: head 0 fills the first d_v "
-            "columns, head 1 the next d_v, and so on."
-        )
-    elif name == "projected":
-        bias = " + b_O" if inp.b_O is not None else ""
-        formula = (f"projected = concat·W_O{bias}",)
-        inputs = (shape_of("concat"), weight("W_O", ("heads*d_v", "d_out")))
-        if bias:
-            inputs += (weight("b_O", ("d_out",)),)
-        meaning.append(
-            "W_O 把各个头的结果混合成每个词一个 d_out 维的向量。这就是注意力层交给下一层的结果。"
-            if zh
-            else "W_O mixes the heads' results into one vector of d_out numbers per token. This "
-            "is what the attention layer hands on to the next layer."
-        )
-    else:  # pragma: no cover - the stage names are fixed
-        raise AssertionError(name)
-
+    explainer = EXPLAINERS[SPECS[name].explain]
+    formula, inputs, meaning = explainer(_Context(trace, name, lang, precision))
     return Explanation(
         stage=name,
         lang=lang,
@@ -265,6 +93,301 @@ def explain_stage(trace: Trace, name: str, lang: Lang, precision: int = 4) -> Ex
         output=shape_text(name, stage.axes, stage.shape, lang),
         meaning=tuple(meaning),
     )
+
+
+def _explain_x(c: _Context) -> _Parts:
+    """The explanation of X."""
+    lang = c.lang
+    zh = c.lang == "zh"
+    formula: tuple[str, ...]
+    inputs: tuple[str, ...]
+    meaning: list[str] = []
+    formula = (
+        ("X：输入的嵌入向量，每个词一行",)
+        if zh
+        else ("X: the input embeddings, one row per token",)
+    )
+    inputs = (label(lang, "given"),)
+    meaning.append(
+        "每一行是一个词的嵌入向量：用 d_model 个数字来代表这个词。后面的每一步都从这些行算起。"
+        if zh
+        else "Each row is one token's embedding: d_model numbers that stand for the word. "
+        "Every later stage is computed from these rows."
+    )
+    return formula, inputs, meaning
+
+
+def _explain_qkv(c: _Context) -> _Parts:
+    """The explanation of Q, K and V."""
+    inp = c.trace.inputs
+    lang = c.lang
+    zh = c.lang == "zh"
+    name = c.name
+    shape_of = c.shape_of
+    weight = c.weight
+    formula: tuple[str, ...]
+    inputs: tuple[str, ...]
+    meaning: list[str] = []
+    w_name, b_name = f"W_{name}", f"b_{name}"
+    width = {"Q": "heads*d_k", "K": "kv_heads*d_k", "V": "kv_heads*d_v"}[name]
+    if inp.mode == "projection":
+        bias = f" + {b_name}" if getattr(inp, b_name) is not None else ""
+        formula = (f"{name} = X·{w_name}{bias}",)
+        inputs = (shape_of("X"), weight(w_name, ("d_model", width)))
+        if bias:
+            inputs += (weight(b_name, (width,)),)
+    else:
+        formula = (f"{name}：由配置文件直接给出" if zh else f"{name}: given in the fixture",)
+        inputs = (label(lang, "given"),)
+    meaning.append(_QKV[lang][name])
+    if name == "Q" and inp.heads > 1:
+        meaning.append(
+            f"有 {inp.heads} 个头：Q 的列被切成 {inp.heads} 块，每块 d_k = {inp.d_k} 列，"
+            "每个头提出自己的问题。"
+            if zh
+            else f"With {inp.heads} heads, the columns split into {inp.heads} blocks of "
+            f"d_k = {inp.d_k}: each head asks its own question."
+        )
+    if name in ("K", "V") and inp.kv_heads != inp.heads:
+        groups = inp.heads // inp.kv_heads
+        meaning.append(
+            f"分组查询注意力：{inp.heads} 个查询头共用 {inp.kv_heads} 个键值头，"
+            f"第 h 个查询头读取第 h // {groups} 个键值头。"
+            if zh
+            else f"Grouped-query attention: {inp.heads} query heads share {inp.kv_heads} "
+            f"key/value heads; query head h reads key/value head h // {groups}."
+        )
+    return formula, inputs, meaning
+
+
+def _explain_scores(c: _Context) -> _Parts:
+    """The explanation of scores."""
+    zh = c.lang == "zh"
+    shape_of = c.shape_of
+    formula: tuple[str, ...]
+    inputs: tuple[str, ...]
+    meaning: list[str] = []
+    formula = ("scores = Q·Kᵀ", "scores[i, j] = Σ_d Q[i, d] × K[j, d]")
+    inputs = (shape_of("Q"), shape_of("K"))
+    meaning.append(
+        "每个查询和每个键有多匹配？scores[i, j] 是第 i 个查询的 Q 行与第 j 个键的 K 行的点积："
+        "对应位置的数相乘，再全部加起来。第 i 行对应一个查询，第 j 列对应一个键；"
+        "数值越大，搜索词和标签越匹配。"
+        if zh
+        else "How well does each query match each key? scores[i, j] is the dot product of "
+        "query i's row of Q with key j's row of K: multiply term by term, then add. Row i is "
+        "one query, column j one key; the bigger the number, the better the search terms "
+        "match the label."
+    )
+    return formula, inputs, meaning
+
+
+def _explain_scaled(c: _Context) -> _Parts:
+    """The explanation of scaled."""
+    trace = c.trace
+    inp = c.trace.inputs
+    lang = c.lang
+    zh = c.lang == "zh"
+    scale = c.scale
+    default_scale = c.default_scale
+    shape_of = c.shape_of
+    formula: tuple[str, ...]
+    inputs: tuple[str, ...]
+    meaning: list[str] = []
+    d_k = inp.d_k
+    if trace.scale_source == "default":
+        formula = (f"scaled = scores × 1/√d_k = scores × 1/√{d_k} = scores × {scale}",)
+        meaning.append(
+            f"每个分数都乘以 1/√d_k = 1/√{d_k} = {scale}，这是默认做法（缩放点积注意力）。"
+            if zh
+            else f"Every score is multiplied by 1/√d_k = 1/√{d_k} = {scale}, the default of "
+            "scaled dot-product attention."
+        )
+    else:
+        formula = (f"scaled = scores × {scale}",)
+        if trace.scale == 1:
+            meaning.append(
+                "配置文件写了 scale: 1，分数原样保留，这正是原文的做法。"
+                f"默认值本应是 1/√d_k = {default_scale}。"
+                if zh
+                else "The fixture sets scale: 1, so the scores pass unchanged, exactly as the "
+                f"source article computes them. The default would be 1/√d_k = {default_scale}."
+            )
+        else:
+            meaning.append(
+                f"配置文件把缩放系数设为 {scale}（默认值是 1/√d_k = {default_scale}）。"
+                if zh
+                else f"The fixture sets the scale to {scale} (the default would be "
+                f"1/√d_k = {default_scale})."
+            )
+    inputs = (
+        shape_of("scores"),
+        f"{scale}（{label(lang, 'scalar')}）" if zh else f"{scale} ({label(lang, 'scalar')})",
+    )
+    meaning.append(
+        "为什么要缩放：点积是 d_k 个乘积之和，它的典型大小大约随 √d_k 增长；分数一大，"
+        "softmax 就会把几乎全部权重压到一个键上，梯度也变得极小。"
+        if zh
+        else "Why scale: a dot product adds up d_k products, so its typical size grows like "
+        "√d_k; large scores push softmax to put almost all weight on one key, and its "
+        "gradients become tiny."
+    )
+    if trace.scale_source == "default":
+        meaning.append(
+            "原文省略了这一步；在配置文件里写 scale: 1 就能复现原文的数字。"
+            if zh
+            else "The source article leaves this step out; scale: 1 in a fixture reproduces "
+            "its numbers."
+        )
+    return formula, inputs, meaning
+
+
+def _explain_masked(c: _Context) -> _Parts:
+    """The explanation of masked."""
+    trace = c.trace
+    inp = c.trace.inputs
+    lang = c.lang
+    shape_of = c.shape_of
+    formula: tuple[str, ...]
+    inputs: tuple[str, ...]
+    meaning: list[str] = []
+    formula = _masked_formula(trace, lang)
+    inputs = (shape_of("scaled"),)
+    if inp.bias is not None:
+        inputs += (f"bias {list(inp.bias.shape)}",)
+    meaning.extend(_masked_meaning(trace, lang))
+    return formula, inputs, meaning
+
+
+def _explain_softmax(c: _Context) -> _Parts:
+    """The explanation of softmax."""
+    trace = c.trace
+    zh = c.lang == "zh"
+    shape_of = c.shape_of
+    formula: tuple[str, ...]
+    inputs: tuple[str, ...]
+    meaning: list[str] = []
+    x = "masked" if "masked" in trace else "scaled"
+    formula = (
+        f"softmax[i, j] = e^({x}[i, j] − m_i) / Σ_k e^({x}[i, k] − m_i)",
+        f"m_i = max_k {x}[i, k]" + ("，即第 i 行的最大值" if zh else ", the maximum of row i"),
+    )
+    inputs = (shape_of(x),)
+    meaning.append(
+        "每一行变成一组权重：先取指数，再除以这一行指数的总和。权重都不小于 0"
+        "（被遮盖的键正好是 0），每一行加起来等于 1。"
+        if zh
+        else "Each row becomes a set of weights: exponentiate, then divide by the row's "
+        "total. The weights are never negative (exactly 0 for a masked key) and each row "
+        "sums to 1."
+    )
+    meaning.append(
+        "为什么先减去最大值 m：e^(x_j − m) / Σ_k e^(x_k − m) = e^(x_j) / Σ_k e^(x_k)，"
+        "因为分子分母里的 e^(−m) 互相抵消，结果完全不变；而减去之后最大的指数是 e^0 = 1，"
+        "不会溢出。"
+        if zh
+        else "Why subtract the maximum m first: e^(x_j − m) / Σ_k e^(x_k − m) = "
+        "e^(x_j) / Σ_k e^(x_k), because the factor e^(−m) cancels, so the result is "
+        "unchanged; but now the largest exponential is e^0 = 1 and nothing can overflow."
+    )
+    meaning.append(
+        "一行权重说明这个查询把注意力怎样分给各个键：权重越大，"
+        "这个键对应的内容在结果里占的比例就越大。"
+        if zh
+        else "A row of weights says how one query divides its attention among the keys: "
+        "the bigger the weight, the larger that key's share of the result."
+    )
+    if trace.empty_rows:
+        meaning.append(
+            "有的行所有键都被遮住，这个查询没有可看的对象：它的权重全部记为 0，"
+            "而不是无意义的非数值。"
+            if zh
+            else "Some rows have every key masked, so the query has nothing to attend to: "
+            "its weights are all 0 (as torch SDPA does since 2.5), never NaN."
+        )
+    return formula, inputs, meaning
+
+
+def _explain_output(c: _Context) -> _Parts:
+    """The explanation of output."""
+    zh = c.lang == "zh"
+    shape_of = c.shape_of
+    formula: tuple[str, ...]
+    inputs: tuple[str, ...]
+    meaning: list[str] = []
+    formula = ("output[i] = Σ_j softmax[i, j] × V[j]",)
+    inputs = (shape_of("softmax"), shape_of("V"))
+    meaning.append(
+        "每个查询的输出是各行 V 按权重加起来的和。这就是“搜索结果”：标签（K）"
+        "和查询（Q）越匹配，对应的内容（V）在结果里占得越多。每一行就是这个词"
+        "融合了上下文之后的新表示。"
+        if zh
+        else "Each query's output is the sum of the value rows, weighted by its softmax row. "
+        "This is the search result: the contents (V) blended in proportion to how well "
+        "their labels (K) matched the query (Q). Each row is the token's new, "
+        "context-aware representation."
+    )
+    return formula, inputs, meaning
+
+
+def _explain_concat(c: _Context) -> _Parts:
+    """The explanation of concat."""
+    inp = c.trace.inputs
+    lang = c.lang
+    zh = c.lang == "zh"
+    shape_of = c.shape_of
+    formula: tuple[str, ...]
+    inputs: tuple[str, ...]
+    meaning: list[str] = []
+    head = axis_name(lang, "head")
+    formula = (f"concat = [{head} 0 | {head} 1 | …]",)
+    inputs = (shape_of("output"),)
+    meaning.append(
+        f"{inp.heads} 个头各自用自己那一份 W_Q、W_K、W_V 做了一次独立的搜索。"
+        "把它们的输出并排拼起来：头 0 占前 d_v 列，头 1 占接下来的 d_v 列，依此类推。"
+        if zh
+        else f"Each of the {inp.heads} heads ran its own search with its own slice of "
+        "W_Q, W_K and W_V. Their outputs sit side by side: head 0 fills the first d_v "
+        "columns, head 1 the next d_v, and so on."
+    )
+    return formula, inputs, meaning
+
+
+def _explain_projected(c: _Context) -> _Parts:
+    """The explanation of projected."""
+    inp = c.trace.inputs
+    zh = c.lang == "zh"
+    shape_of = c.shape_of
+    weight = c.weight
+    formula: tuple[str, ...]
+    inputs: tuple[str, ...]
+    meaning: list[str] = []
+    bias = " + b_O" if inp.b_O is not None else ""
+    formula = (f"projected = concat·W_O{bias}",)
+    inputs = (shape_of("concat"), weight("W_O", ("heads*d_v", "d_out")))
+    if bias:
+        inputs += (weight("b_O", ("d_out",)),)
+    meaning.append(
+        "W_O 把各个头的结果混合成每个词一个 d_out 维的向量。这就是注意力层交给下一层的结果。"
+        if zh
+        else "W_O mixes the heads' results into one vector of d_out numbers per token. This "
+        "is what the attention layer hands on to the next layer."
+    )
+    return formula, inputs, meaning
+
+
+# One explainer per explanation key of the stage table (core/stages.py).
+EXPLAINERS: dict[str, Callable[[_Context], _Parts]] = {
+    "X": _explain_x,
+    "QKV": _explain_qkv,
+    "scores": _explain_scores,
+    "scaled": _explain_scaled,
+    "masked": _explain_masked,
+    "softmax": _explain_softmax,
+    "output": _explain_output,
+    "concat": _explain_concat,
+    "projected": _explain_projected,
+}
 
 
 _QKV: dict[Lang, dict[str, str]] = {
@@ -352,6 +475,38 @@ def _masked_meaning(trace: Trace, lang: Lang) -> list[str]:
 # The worked cell, stage by stage
 
 
+@dataclass(frozen=True)
+class _Cell:
+    """What every stage's part of the worked cell reads."""
+
+    trace: Trace
+    cell: WorkedCell
+    lang: Lang
+    precision: int
+    full: bool
+
+    @property
+    def q_label(self) -> str:
+        return safe(self.trace.query_labels[self.cell.query])
+
+    @property
+    def k_label(self) -> str:
+        return safe(self.trace.key_labels[self.cell.key])
+
+    @property
+    def at(self) -> str:
+        return f"[{self.q_label}, {self.k_label}]"
+
+    @property
+    def title(self) -> str:
+        title = label(self.lang, "cell_title", query=self.q_label, key=self.k_label)
+        where = _where(self.cell, self.trace, self.lang)
+        return title + (label(self.lang, "cell_where", where=where) if where else "")
+
+    def n(self, x: float) -> str:
+        return short_number(x, self.precision)
+
+
 def cell_text(
     trace: Trace,
     cell: WorkedCell,
@@ -361,105 +516,156 @@ def cell_text(
     full: bool = False,
 ) -> CellText | None:
     """The part of the worked cell that belongs under ``stage``, or None if none does."""
-    q_label = safe(trace.query_labels[cell.query])
-    k_label = safe(trace.key_labels[cell.key])
-    at = f"[{q_label}, {k_label}]"
-    title = label(lang, "cell_title", query=q_label, key=k_label)
-    where = _where(cell, trace, lang)
-    if where:
-        title += label(lang, "cell_where", where=where)
+    part = CELL_TEXTS.get(stage)
+    return None if part is None else part(_Cell(trace, cell, lang, precision, full))
 
-    def n(x: float) -> str:
-        return short_number(x, precision)
 
-    if stage == "scores":
+def _cell_scores(c: _Cell) -> CellText | None:
+    """The worked cell under ``scores``."""
+    cell = c.cell
+    lang = c.lang
+    precision = c.precision
+    full = c.full
+    q_label = c.q_label
+    k_label = c.k_label
+    at = c.at
+    title = c.title
+    n = c.n
+    terms = [
+        f"{factor(a, precision)}×{factor(b, precision)}"
+        for a, b in zip(cell.q, cell.k, strict=True)
+    ]
+    products = [factor(p, precision) for p in cell.products]
+    return CellText(
+        title,
+        (
+            label(lang, "cell_dot"),
+            f"scores{at} = Q[{q_label}]·K[{k_label}] = {_sum(terms, full)}"
+            f" = {_sum(products, full)} = {n(cell.score)}",
+        ),
+    )
+
+
+def _cell_scaled(c: _Cell) -> CellText | None:
+    """The worked cell under ``scaled``."""
+    cell = c.cell
+    lang = c.lang
+    at = c.at
+    title = c.title
+    n = c.n
+    return CellText(
+        title,
+        (
+            label(lang, "cell_scale"),
+            f"scaled{at} = scores{at} × {n(cell.scale)} = {n(cell.score)} × {n(cell.scale)}"
+            f" = {n(cell.scaled)}",
+        ),
+    )
+
+
+def _cell_masked(c: _Cell) -> CellText | None:
+    """The worked cell under ``masked``."""
+    cell = c.cell
+    if cell.masked is None:
+        return None
+    lang = c.lang
+    precision = c.precision
+    at = c.at
+    title = c.title
+    n = c.n
+    lines = []
+    if cell.bias is not None:
+        lines.append(label(lang, "cell_bias"))
+        lines.append(f"scaled{at} + bias{at} = {n(cell.scaled)} + {factor(cell.bias, precision)}")
+    blocked = cell.masked == -math.inf
+    lines.append(f"masked{at} = {n(cell.masked)}")
+    lines.append(label(lang, "cell_blocked" if blocked else "cell_open"))
+    return CellText(title, tuple(lines))
+
+
+def _cell_softmax(c: _Cell) -> CellText | None:
+    """The worked cell under ``softmax``."""
+    trace = c.trace
+    cell = c.cell
+    lang = c.lang
+    precision = c.precision
+    full = c.full
+    q_label = c.q_label
+    k_label = c.k_label
+    title = c.title
+    n = c.n
+    x = "masked" if cell.masked is not None else "scaled"
+    if cell.parts is None:
+        return CellText(title, (label(lang, "cell_row_empty", query=q_label),))
+    parts = cell.parts
+    header = (label(lang, "col_key"), x, "x − m", "e^(x − m)", label(lang, "col_weight"))
+    keys = _pick(len(cell.row), full, keep=cell.key)
+    rows = tuple(
+        ("…",) * 5
+        if j is None
+        else (
+            safe(trace.key_labels[j]) + (" ◀" if j == cell.key else ""),
+            n(cell.row[j]),
+            n(parts.shifted[j]),
+            short_number(parts.exps[j], precision),
+            short_number(cell.weights[j], precision),
+        )
+        for j in keys
+    )
+    return CellText(
+        title,
+        (label(lang, "cell_row", query=q_label, m=n(parts.row_max)),),
+        header=header,
+        rows=rows,
+        footer=(
+            label(
+                lang,
+                "cell_exp_sum",
+                total=n(parts.total),
+                query=q_label,
+                key=k_label,
+                e=short_number(parts.exps[cell.key], precision),
+                weight=short_number(cell.weights[cell.key], precision),
+            ),
+        ),
+    )
+
+
+def _cell_output(c: _Cell) -> CellText | None:
+    """The worked cell under ``output``."""
+    cell = c.cell
+    lang = c.lang
+    precision = c.precision
+    full = c.full
+    q_label = c.q_label
+    title = c.title
+    n = c.n
+    lines = [label(lang, "cell_output", query=q_label)]
+    columns = _pick(len(cell.output), full)
+    for col in columns:
+        if col is None:
+            lines.append("…")
+            continue
         terms = [
-            f"{factor(a, precision)}×{factor(b, precision)}"
-            for a, b in zip(cell.q, cell.k, strict=True)
+            f"{n(w)}×{factor(v[col], precision)}"
+            for w, v in zip(cell.weights, cell.values, strict=True)
         ]
-        products = [factor(p, precision) for p in cell.products]
-        return CellText(
-            title,
-            (
-                label(lang, "cell_dot"),
-                f"scores{at} = Q[{q_label}]·K[{k_label}] = {_sum(terms, full)}"
-                f" = {_sum(products, full)} = {n(cell.score)}",
-            ),
+        products = [factor(p, precision) for p in weighted_terms(cell.weights, cell.values, col)]
+        lines.append(
+            f"output[{q_label}, {col}] = {_sum(terms, full)} = {_sum(products, full)}"
+            f" = {n(cell.output[col])}"
         )
-    if stage == "scaled":
-        return CellText(
-            title,
-            (
-                label(lang, "cell_scale"),
-                f"scaled{at} = scores{at} × {n(cell.scale)} = {n(cell.score)} × {n(cell.scale)}"
-                f" = {n(cell.scaled)}",
-            ),
-        )
-    if stage == "masked" and cell.masked is not None:
-        lines = []
-        if cell.bias is not None:
-            lines.append(label(lang, "cell_bias"))
-            lines.append(
-                f"scaled{at} + bias{at} = {n(cell.scaled)} + {factor(cell.bias, precision)}"
-            )
-        blocked = cell.masked == -math.inf
-        lines.append(f"masked{at} = {n(cell.masked)}")
-        lines.append(label(lang, "cell_blocked" if blocked else "cell_open"))
-        return CellText(title, tuple(lines))
-    if stage == "softmax":
-        x = "masked" if cell.masked is not None else "scaled"
-        if cell.parts is None:
-            return CellText(title, (label(lang, "cell_row_empty", query=q_label),))
-        parts = cell.parts
-        header = (label(lang, "col_key"), x, "x − m", "e^(x − m)", label(lang, "col_weight"))
-        keys = _pick(len(cell.row), full, keep=cell.key)
-        rows = tuple(
-            ("…",) * 5
-            if j is None
-            else (
-                safe(trace.key_labels[j]) + (" ◀" if j == cell.key else ""),
-                n(cell.row[j]),
-                n(parts.shifted[j]),
-                short_number(parts.exps[j], precision),
-                short_number(cell.weights[j], precision),
-            )
-            for j in keys
-        )
-        return CellText(
-            title,
-            (label(lang, "cell_row", query=q_label, m=n(parts.row_max)),),
-            header=header,
-            rows=rows,
-            footer=(
-                label(
-                    lang,
-                    "cell_exp_sum",
-                    total=n(parts.total),
-                    query=q_label,
-                    key=k_label,
-                    e=short_number(parts.exps[cell.key], precision),
-                    weight=short_number(cell.weights[cell.key], precision),
-                ),
-            ),
-        )
-    if stage == "output":
-        lines = [label(lang, "cell_output", query=q_label)]
-        columns = _pick(len(cell.output), full)
-        for c in columns:
-            if c is None:
-                lines.append("…")
-                continue
-            terms = [
-                f"{n(w)}×{factor(v[c], precision)}"
-                for w, v in zip(cell.weights, cell.values, strict=True)
-            ]
-            products = [factor(p, precision) for p in weighted_terms(cell.weights, cell.values, c)]
-            lines.append(
-                f"output[{q_label}, {c}] = {_sum(terms, full)} = {_sum(products, full)}"
-                f" = {n(cell.output[c])}"
-            )
-        return CellText(title, tuple(lines))
-    return None
+    return CellText(title, tuple(lines))
+
+
+# The stages a worked cell runs through, and its part under each.
+CELL_TEXTS: dict[str, Callable[[_Cell], CellText | None]] = {
+    "scores": _cell_scores,
+    "scaled": _cell_scaled,
+    "masked": _cell_masked,
+    "softmax": _cell_softmax,
+    "output": _cell_output,
+}
 
 
 def _where(cell: WorkedCell, trace: Trace, lang: Lang) -> str:

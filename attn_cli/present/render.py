@@ -740,22 +740,12 @@ def to_html(renderable: RenderableType, width: int, title: str) -> str:
     """A standalone HTML page (inline CSS, no external resources)."""
     from html import escape as html_escape
 
-    from rich._export_format import CONSOLE_HTML_FORMAT
-
-    head = f"<title>{_braces(html_escape(safe(title)))}</title>\n<meta charset"
-    template = CONSOLE_HTML_FORMAT.replace("<meta charset", head, 1)
-    return record(renderable, width).export_html(code_format=template, inline_styles=True)
+    page = record(renderable, width).export_html(inline_styles=True)
+    head = f"<title>{html_escape(safe(title))}</title>\n<meta charset"
+    return page.replace("<meta charset", head, 1)  # the template's head comes first
 
 
 def to_svg(renderable: RenderableType, width: int, title: str) -> str:
     """A standalone SVG image; the web-font URLs are dropped so nothing is fetched."""
-    from rich._export_format import CONSOLE_SVG_FORMAT
-
-    template = _FONT_URL.sub("", CONSOLE_SVG_FORMAT)
-    return record(renderable, width).export_svg(
-        title=safe(title), code_format=template, unique_id="attn"
-    )
-
-
-def _braces(text: str) -> str:
-    return text.replace("{", "{{").replace("}", "}}")
+    svg = record(renderable, width).export_svg(title=safe(title), unique_id="attn")
+    return _FONT_URL.sub("", svg)  # text is escaped (&quot;), so only the template matches
