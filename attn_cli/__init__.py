@@ -1,10 +1,14 @@
 """attn: a step-by-step tracer for Transformer self-attention.
 
-Library use (no CLI needed)::
+Library use (no CLI needed), from any folder::
 
-    from attn_cli import load_fixture, run
-    trace = run(load_fixture("fixtures/the_cat_sat.yaml"))
-    trace["softmax"].data   # (heads, seq_q, seq_k) float64
+    import attn_cli
+    trace = attn_cli.trace_file("the_cat_sat")     # a bundled example, a path, or "-"
+    trace["softmax"].data                          # (heads, seq_q, seq_k) float64
+    [stage.name for stage in trace]                # the stages, in pipeline order
+
+    inputs = attn_cli.load_fixture("my.yaml")      # or load, then run, separately
+    trace = attn_cli.run(inputs, keep={"output"})
 
 Heavy modules (NumPy, YAML) are imported on first use, so ``attn --help`` stays light.
 """
@@ -15,25 +19,26 @@ from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
 
-__all__ = ["AttnError", "InputError", "__version__", "load_fixture", "run"]
+__all__ = ["AttnError", "InputError", "__version__", "load_fixture", "run", "trace_file"]
 
 if TYPE_CHECKING:
+    from attn_cli.api import trace_file
     from attn_cli.core.pipeline import run
     from attn_cli.errors import AttnError, InputError
     from attn_cli.io.fixture import load_fixture
 
+_LAZY = {
+    "AttnError": "attn_cli.errors",
+    "InputError": "attn_cli.errors",
+    "load_fixture": "attn_cli.io.fixture",
+    "run": "attn_cli.core.pipeline",
+    "trace_file": "attn_cli.api",
+}
+
 
 def __getattr__(name: str) -> Any:
-    if name in ("AttnError", "InputError"):
-        from attn_cli import errors
+    if name in _LAZY:
+        import importlib
 
-        return getattr(errors, name)
-    if name == "load_fixture":
-        from attn_cli.io.fixture import load_fixture
-
-        return load_fixture
-    if name == "run":
-        from attn_cli.core.pipeline import run
-
-        return run
+        return getattr(importlib.import_module(_LAZY[name]), name)
     raise AttributeError(f"module 'attn_cli' has no attribute {name!r}")
