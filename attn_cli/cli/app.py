@@ -22,6 +22,7 @@ from attn_cli import __version__
 from attn_cli.cli.check import check
 from attn_cli.cli.examples import examples
 from attn_cli.cli.heatmap import heatmap
+from attn_cli.cli.importer import import_
 from attn_cli.cli.new import new
 from attn_cli.cli.trace import trace
 from attn_cli.errors import AttnError, UsageError, printable
@@ -94,7 +95,7 @@ def one_line(error: AttnError) -> str:
     return " ".join(printable(line) for line in text.splitlines())
 
 
-def _command(func: Callable[..., None]) -> Callable[..., None]:
+def _command(func: Callable[..., None], name: str | None = None) -> Callable[..., None]:
     """Register ``func`` as a command whose user errors end as one line and exit code 2."""
 
     @functools.wraps(func)
@@ -102,12 +103,13 @@ def _command(func: Callable[..., None]) -> Callable[..., None]:
         with user_errors():
             func(*args, **kwargs)
 
-    app.command(name=func.__name__)(guarded)
+    app.command(name=name or func.__name__)(guarded)
     return func
 
 
 for _cmd in (trace, check, examples, heatmap, new):
     _command(_cmd)
+_command(import_, name="import")
 
 
 def main() -> None:

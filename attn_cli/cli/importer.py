@@ -1,0 +1,83 @@
+"""``attn import``: one attention layer of a real checkpoint, written as a fixture."""
+
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from attn_cli.errors import UsageError, printable
+
+CheckpointArgument = Annotated[
+    Path,
+    typer.Argument(
+        help="A Hugging Face model folder (config.json + model.safetensors, or shards with "
+        "model.safetensors.index.json), or a .safetensors file with --config.",
+        metavar="CHECKPOINT",
+        show_default=False,
+    ),
+]
+
+
+def import_(
+    checkpoint: CheckpointArgument,
+    output: Annotated[
+        Path,
+        typer.Option(
+            "--output",
+            "-o",
+            help="The fixture to write (.npz: arrays of any size, nothing pickled).",
+            metavar="FILE",
+        ),
+    ],
+    layer: Annotated[int, typer.Option(min=0, help="Which layer (0-based).")] = 0,
+    hidden: Annotated[
+        Optional[Path],  # noqa: UP045
+        typer.Option(
+            help="The residual stream entering the layer (.npy [seq, hidden] or [batch, seq, "
+            "hidden]), as output_hidden_states[LAYER] gives it.",
+            metavar="FILE",
+        ),
+    ] = None,
+    text: Annotated[
+        Optional[str],  # noqa: UP045
+        typer.Option(help="A text to tokenise and embed (layer 0 only).", metavar="TEXT"),
+    ] = None,
+    config: Annotated[
+        Optional[Path],  # noqa: UP045
+        typer.Option(help="config.json, when CHECKPOINT is a .safetensors file.", metavar="FILE"),
+    ] = None,
+    arch: Annotated[
+        Optional[str],  # noqa: UP045
+        typer.Option(help="Override the family read from config.json's model_type."),
+    ] = None,
+    force: Annotated[bool, typer.Option("--force", help="Overwrite FILE if it exists.")] = False,
+) -> None:
+    """Import one attention layer of a real checkpoint (safetensors, no torch) as a fixture.
+
+    Needs the optional extra: pip install 'attn-cli[models]'.
+
+    Examples:
+
+      attn import ./all-MiniLM-L6-v2 --text "The cat sat on the mat" -o minilm.npz
+
+      attn import ./gpt2 --layer 5 --hidden h5.npy -o gpt2_layer5.npz
+
+      attn trace minilm.npz --stage softmax
+    """
+    from attn_cli.cli.examples import refuse_overwrite
+    from attn_cli.io.checkpoint import import_layer, write_npz_fixture
+
+    if output.suffix.lower() != ".npz":
+        raise UsageError(str(output), "--output", "is not a .npz file", "FILE.npz")
+    refuse_overwrite(output, force)
+    imported = import_layer(
+        checkpoint, layer=layer, hidden=hidden, text=text, config=config, arch=arch
+    )
+    write_npz_fixture(imported.fixture, output)
+    for note in imported.notes:
+        typer.echo(f"Note: {printable(note)}", err=True)
+    typer.echo(
+        f"Wrote {printable(str(output))} ({imported.family}, layer {layer}); trace it with: "
+        f"attn trace {printable(str(output))}",
+        err=True,
+    )
