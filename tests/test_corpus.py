@@ -1,27 +1,29 @@
 """The bad-input corpus: every hostile or broken fixture ends in one clear line and exit code 2.
 
-Each file in tests/corpus is named for what it tries. The real CLI (``python -m attn_cli trace
-FILE``) runs on each in its own process, with a timeout and an address-space limit, from an
-empty working directory; the test asserts exit code 2, one ``Error:`` line naming the problem
-(the fragment in CORPUS), no traceback, nothing on stdout and no file created anywhere it looks.
-A few inputs cannot be committed as files (a FIFO, a device, a 600 MB file, a 200,000-token
-fixture): they are made in the test's temporary directory.
+Each file in tests/corpus is named for what it tries; ``attn trace FILE`` must end with exit
+code 2, one ``Error:`` line naming the file and the problem (the fragment in CORPUS), no
+traceback, nothing on stdout and no file created anywhere it looks. A few inputs cannot be
+committed as files (a FIFO, a device, a 600 MB file, a 200,000-token fixture): they are made in
+the test's temporary directory.
+
+Most entries run in this process, from an empty working directory. The entries in IN_A_PROCESS
+run the real ``python -m attn_cli`` with a timeout and an address-space limit: those whose
+regression would hang (a FIFO, an endless device), exhaust memory (alias bombs, traces and files
+too big), overflow the stack (deep nesting) or run the input's code: in the test process, any of
+these would take the whole test session down with it instead of failing one test.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 from collections.abc import Callable
 from pathlib import Path
+from typing import NamedTuple
 
 import pytest
+from conftest import CORPUS_DIR, clean_env, limit_memory, run_attn, run_cli
 
-HERE = Path(__file__).resolve().parent
-ROOT = HERE.parent
-CORPUS_DIR = HERE / "corpus"
 TIMEOUT = 20  # seconds; the slowest case takes about 1
 MEMORY_LIMIT = 1 << 30  # bytes of address space: NumPy imports and runs well within it
 
@@ -184,7 +186,10 @@ MADE: dict[str, tuple[Callable[[Path], Path], str]] = {
         lambda tmp: tmp,
         "is a directory, expected a .json, .yaml or .yml fixture file",
     ),
-    "a_missing_file": (lambda tmp: tmp / "nope.yaml", "no such file, expected a .json, .yaml or .yml fixture file"),
+    "a_missing_file": (
+        lambda tmp: tmp / "nope.yaml",
+        "no such file, expected a .json, .yaml or .yml fixture file",
+    ),
     "a_path_through_a_file": (
         lambda tmp: Path(__file__) / "x.yaml",
         "no such file (a part of the path is not a folder)",
@@ -203,38 +208,65 @@ MADE: dict[str, tuple[Callable[[Path], Path], str]] = {
 }
 
 
-def _limit_memory() -> None:  # runs in the child, before it starts Python
-    import resource
-
-    resource.setrlimit(resource.RLIMIT_AS, (MEMORY_LIMIT, MEMORY_LIMIT))
-
-
-def run_cli(path: Path, cwd: Path) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "NO_COLOR": "1", "COLUMNS": "100"}
-    return subprocess.run(
-        [sys.executable, "-m", "attn_cli", "trace", str(path)],
-        cwd=cwd,
-        env=env,
-        stdin=subprocess.DEVNULL,
-        capture_output=True,
-        text=True,
-        errors="replace",
-        timeout=TIMEOUT,
-        preexec_fn=_limit_memory if sys.platform.startswith("linux") else None,
-    )
+# name -> why it needs a process of its own (everything else runs in-process)
+IN_A_PROCESS: dict[str, str] = {
+    "a_fifo": "reading it would block forever",
+    "dev_zero": "reading it never ends",
+    "a_600_mb_file": "reading it whole would take 600 MB",
+    "a_200000_token_sequence": "tracing it would take 894 GiB",
+    "trace_too_big_for_memory.yaml": "tracing it would take 22.4 GiB",
+    "billion_laughs.yaml": "building it would take 11 billion values",
+    "billion_laughs_inside_q.yaml": "building it would exhaust memory",
+    "alias_expands_to_huge_matrix.yaml": "building it would take 49 million values",
+    "yaml_recursive_alias.yaml": "following it never ends",
+    "yaml_deep_flow_nesting.yaml": "parsing it recursively would overflow the stack",
+    "yaml_deep_mapping_nesting.yaml": "parsing it recursively would overflow the stack",
+    "json_deep_nesting.json": "parsing it recursively would overflow the stack",
+    "yaml_python_object_apply.yaml": "constructing it would run a shell command",
+    "yaml_python_object_new.yaml": "constructing it would start a process",
+}
 
 
-def assert_one_clean_error(
-    result: subprocess.CompletedProcess[str], path: Path, fragment: str
-) -> None:
-    assert result.returncode == 2, (result.returncode, result.stderr)
-    assert result.stdout == ""
-    assert "Traceback" not in result.stderr
-    lines = result.stderr.splitlines()
-    assert len(lines) == 1, result.stderr
+class Outcome(NamedTuple):
+    """What a run of ``attn trace PATH`` left: exit code, standard output, standard error."""
+
+    code: int
+    stdout: str
+    stderr: str
+
+
+def trace(path: Path, cwd: Path, monkeypatch: pytest.MonkeyPatch, name: str) -> Outcome:
+    """``attn trace PATH`` from ``cwd``: in a process of its own when IN_A_PROCESS says so."""
+    if name in IN_A_PROCESS:
+        done = run_attn(
+            "trace", str(path), cwd=cwd, env=clean_env(COLUMNS="100"), timeout=TIMEOUT,
+            preexec_fn=limit_memory(MEMORY_LIMIT),
+        )  # fmt: skip
+        return Outcome(done.returncode, done.stdout, done.stderr)
+    monkeypatch.chdir(cwd)
+    result = run_cli("trace", str(path))
+    if result.exception is not None and not isinstance(result.exception, SystemExit):
+        raise result.exception  # shows its traceback, as the process's stderr would
+    return Outcome(result.exit_code, result.stdout, result.stderr)
+
+
+def assert_one_clean_error(outcome: Outcome, path: Path, fragment: str) -> None:
+    assert outcome.code == 2, (outcome.code, outcome.stderr)
+    assert outcome.stdout == ""
+    assert "Traceback" not in outcome.stderr
+    lines = outcome.stderr.splitlines()
+    assert len(lines) == 1, outcome.stderr
     assert lines[0].startswith(f"Error: {path}: "), lines[0]
     assert fragment in lines[0], lines[0]
-    assert "\x1b" not in result.stderr  # control characters from the input arrive escaped
+    assert "\x1b" not in outcome.stderr  # control characters from the input arrive escaped
+
+
+def cases(names: list[str]) -> list[object]:
+    """Test parameters, with the subprocess mark on those that run in a process."""
+    return [
+        pytest.param(name, marks=pytest.mark.subprocess) if name in IN_A_PROCESS else name
+        for name in sorted(names)
+    ]
 
 
 def test_corpus_table_lists_every_file() -> None:
@@ -243,22 +275,27 @@ def test_corpus_table_lists_every_file() -> None:
     assert len(files) >= 60
     for path in CORPUS_DIR.iterdir():
         assert path.stat().st_size < 16 * 1024, path.name  # small on disk, billion laughs too
+    assert set(IN_A_PROCESS) <= set(CORPUS) | set(MADE)
 
 
-@pytest.mark.parametrize("name", sorted(CORPUS))
-def test_corpus_file_is_refused_cleanly(name: str, tmp_path: Path) -> None:
+@pytest.mark.parametrize("name", cases(list(CORPUS)))
+def test_corpus_file_is_refused_cleanly(
+    name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     cwd = tmp_path / "cwd"
     cwd.mkdir()
     before = sorted(p.name for p in CORPUS_DIR.iterdir())
     path = CORPUS_DIR / name
-    result = run_cli(path, cwd)
-    assert_one_clean_error(result, path, CORPUS[name])
+    outcome = trace(path, cwd, monkeypatch, name)
+    assert_one_clean_error(outcome, path, CORPUS[name])
     assert list(cwd.iterdir()) == []  # e.g. no "pwned" from yaml_python_object_apply
     assert sorted(p.name for p in CORPUS_DIR.iterdir()) == before  # no temporary beside it
 
 
-@pytest.mark.parametrize("name", sorted(MADE))
-def test_special_path_is_refused_cleanly(name: str, tmp_path: Path) -> None:
+@pytest.mark.parametrize("name", cases(list(MADE)))
+def test_special_path_is_refused_cleanly(
+    name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     make, fragment = MADE[name]
     cwd = tmp_path / "cwd"
     cwd.mkdir()
@@ -266,7 +303,7 @@ def test_special_path_is_refused_cleanly(name: str, tmp_path: Path) -> None:
     made.mkdir()
     path = make(made)
     before = sorted(p.name for p in made.iterdir())
-    result = run_cli(path, cwd)
-    assert_one_clean_error(result, path, fragment)
+    outcome = trace(path, cwd, monkeypatch, name)
+    assert_one_clean_error(outcome, path, fragment)
     assert list(cwd.iterdir()) == []
     assert sorted(p.name for p in made.iterdir()) == before

@@ -13,18 +13,15 @@ from typing import Any
 
 import numpy as np
 import pytest
+from conftest import Tolerance, run_cli
 from reference import random_fixture, reference
 from test_pipeline import CASES
-from typer.testing import CliRunner
 
-from attn_cli.cli.app import app
 from attn_cli.core.pipeline import run
 from attn_cli.errors import ComputeError
 from attn_cli.io.fixture import validate
 
-FLOAT32 = {"rtol": 1e-4, "atol": 1e-5}
-
-runner = CliRunner()
+FLOAT32: Tolerance = {"rtol": 1e-4, "atol": 1e-5}
 
 
 def float32_trace(fx: dict[str, Any]) -> Any:
@@ -78,18 +75,18 @@ def test_unknown_dtype_is_refused() -> None:
 
 
 def test_cli_json_says_which_dtype_made_it() -> None:
-    result = runner.invoke(app, ["trace", "--dtype", "float32", "--format", "json"])
+    result = run_cli("trace", "--dtype", "float32", "--format", "json")
     assert result.exit_code == 0, result.output
     trace = json.loads(result.stdout)
     assert trace["config"]["dtype"] == "float32"
     # softmax([0, 1, 1]) style rows of "The cat sat" still sum to 1 within float32 precision
     for row in trace["stages"]["softmax"]["data"][0]:
         assert abs(sum(row) - 1) < 1e-6
-    default = json.loads(runner.invoke(app, ["trace", "--format", "json"]).stdout)
+    default = json.loads(run_cli("trace", "--format", "json").stdout)
     assert default["config"]["dtype"] == "float64"
 
 
 def test_cli_refuses_an_unknown_dtype() -> None:
-    result = runner.invoke(app, ["trace", "--dtype", "float16"])
+    result = run_cli("trace", "--dtype", "float16")
     assert result.exit_code == 2
     assert "float16" in result.output

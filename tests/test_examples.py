@@ -12,12 +12,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import FIXTURES
 from numpy.testing import assert_allclose
 
 from attn_cli.core.pipeline import Trace, run
 from attn_cli.io.fixture import load_fixture
 
-FIXTURES = Path(__file__).parent.parent / "fixtures"
 ALL_FIXTURES = sorted([*FIXTURES.glob("*.yaml"), *FIXTURES.glob("*.json")])
 
 E = math.e
@@ -229,7 +229,8 @@ def test_pytorch_snippet_against_reference() -> None:
 def test_causal_multihead_against_reference() -> None:
     trace = trace_of("causal_multihead.yaml")
     i = trace.inputs
-    assert i.W_Q is not None and i.W_K is not None and i.W_V is not None and i.W_O is not None
+    assert i.X is not None and i.W_Q is not None and i.W_K is not None and i.W_V is not None
+    assert i.W_O is not None
     assert (i.heads, i.causal, i.seq_q) == (2, "upper-left", 4)
     ref = reference_projection(
         i.X[0], i.W_Q, i.W_K, i.W_V, 2, 2, i.W_O, i.b_O, allowed=lambda q, k: k <= q
@@ -261,7 +262,8 @@ def test_causal_multihead_first_row_by_hand() -> None:
 def test_grouped_query_against_reference() -> None:
     trace = trace_of("grouped_query.yaml")
     i = trace.inputs
-    assert i.W_Q is not None and i.W_K is not None and i.W_V is not None and i.W_O is not None
+    assert i.X is not None and i.W_Q is not None and i.W_K is not None and i.W_V is not None
+    assert i.W_O is not None
     assert (i.heads, i.kv_heads) == (4, 2)
     # K and V keep their 2 heads; everything from the scores on has 4
     assert trace["K"].shape[0] == 2
@@ -287,6 +289,11 @@ def test_grouped_query_heads_share_keys() -> None:
 # Padding: a batch of 2 with lengths [3, 2]
 
 
+def keys_below(n: int) -> Callable[[int, int], bool]:
+    """Allowed: the first ``n`` keys, for every query."""
+    return lambda i, j: j < n
+
+
 def test_padding_batch_against_reference() -> None:
     trace = trace_of("padding_batch.yaml")
     i = trace.inputs
@@ -294,7 +301,7 @@ def test_padding_batch_against_reference() -> None:
     assert list(i.lengths) == [3, 2]
     for b, n in enumerate([3, 2]):
         q, k, v = (getattr(i, name)[b, 0] for name in ("Q", "K", "V"))  # (3, 2)
-        weights, out = reference_head(q, k, v, 1 / math.sqrt(2), lambda _, j, n=n: j < n)
+        weights, out = reference_head(q, k, v, 1 / math.sqrt(2), keys_below(n))
         assert_allclose(trace["softmax"].data[b, 0], weights, rtol=RTOL, atol=ATOL)
         assert_allclose(trace["output"].data[b, 0], out, rtol=RTOL, atol=ATOL)
     # item 1's padding key gets exactly 0 from every query, so its V [100, 100] never leaks

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import math
+from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -18,23 +20,23 @@ from attn_cli.io.yamlfmt import _check_aliases, _yaml_loader, _yaml_size
 SOURCE = "test.yaml"
 
 
-def slow(text: str):
+def slow(text: str) -> Any:
     return yaml.load(text, Loader=_yaml_loader(SOURCE, 10**9))  # a SafeLoader
 
 
-def fast(text: str):
-    def check_size(node):
+def fast(text: str) -> Any:
+    def check_size(node: Any) -> None:
         _check_aliases(*_yaml_size(node, SOURCE), SOURCE, 10**9)
 
     return fastyaml.parse(text, _yaml_loader(SOURCE, 10**9), check_size)
 
 
 @pytest.fixture(autouse=True)
-def small_documents_too(monkeypatch):
+def small_documents_too(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(fastyaml, "MIN_CHARS", 0)
 
 
-def same(a, b) -> bool:
+def same(a: Any, b: Any) -> bool:
     """Equal, with the same types (1 and 1.0 differ) and NaN equal to NaN."""
     if isinstance(a, list):
         return isinstance(b, list) and len(a) == len(b) and all(map(same, a, b))
@@ -55,7 +57,7 @@ def same(a, b) -> bool:
         "mask: [[1, 0], [0, 1]]\nheads: 2\nname: no rows here\n",
     ],
 )
-def test_taken_documents_equal_the_safe_loader(text):
+def test_taken_documents_equal_the_safe_loader(text: str) -> None:
     assert same(fast(text), slow(text))
 
 
@@ -79,7 +81,7 @@ def test_taken_documents_equal_the_safe_loader(text):
         "X: [1.0]\nname: rows [1.0, 2.0] in a plain scalar\n",
     ],
 )
-def test_doubtful_documents_are_left_to_the_normal_path(text):
+def test_doubtful_documents_are_left_to_the_normal_path(text: str) -> None:
     try:
         result = fast(text)
     except fastyaml.NotFast:
@@ -99,7 +101,7 @@ TOKENS = st.one_of(
 
 @settings(max_examples=300, deadline=None)
 @given(st.lists(st.lists(TOKENS, min_size=1, max_size=6), min_size=1, max_size=4))
-def test_any_row_is_read_as_the_safe_loader_reads_it(rows):
+def test_any_row_is_read_as_the_safe_loader_reads_it(rows: list[list[str]]) -> None:
     text = "X:\n" + "".join("- [" + ", ".join(row) + "]\n" for row in rows)
     try:
         expected = slow(text)
@@ -114,7 +116,8 @@ def test_any_row_is_read_as_the_safe_loader_reads_it(rows):
     assert same(got, expected), text
 
 
-def test_a_big_yaml_fixture_loads_as_its_json_twin(tmp_path):
+@pytest.mark.slow  # about 0.3 s: a 300-row fixture through both loaders
+def test_a_big_yaml_fixture_loads_as_its_json_twin(tmp_path: Path) -> None:
     rows = [[(i * 7 + j) / 13 - 3 for j in range(64)] for i in range(400)]
     fx = {"X": rows, "W_Q": [r[:8] for r in rows[:64]], "W_K": [r[8:16] for r in rows[:64]],
           "W_V": [r[16:24] for r in rows[:64]]}  # fmt: skip

@@ -15,11 +15,11 @@ from __future__ import annotations
 import copy
 import json
 import math
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import yaml
+from conftest import FIXTURES
 from hypothesis import HealthCheck, assume, example, given, settings
 from hypothesis import strategies as st
 from reference import random_fixture
@@ -31,7 +31,6 @@ from attn_cli.errors import ComputeError, InputError
 from attn_cli.io.fixture import KNOWN_KEYS, parse_fixture, validate
 
 FUZZ = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-BUNDLED = Path(__file__).resolve().parent.parent / "fixtures"
 SMALL = 100_000  # a numbers limit that keeps every drawn fixture quick
 
 
@@ -147,7 +146,7 @@ def test_shaped_fixtures_give_inputs_or_input_error(obj: dict[str, Any]) -> None
 @st.composite
 def valid_fixtures(draw: st.DrawFn) -> dict[str, Any]:
     if draw(st.booleans()):
-        path = draw(st.sampled_from(sorted(BUNDLED.glob("*.yaml"))))
+        path = draw(st.sampled_from(sorted(FIXTURES.glob("*.yaml"))))
         return dict(yaml.safe_load(path.read_text(encoding="utf-8")))
     mode = draw(st.sampled_from(["projection", "direct"]))
     heads = draw(st.sampled_from([1, 2, 4]))
@@ -282,7 +281,7 @@ def test_random_text_gives_inputs_or_input_error(text: str, fmt: Any) -> None:
     check_text(text, fmt)
 
 
-VALID_TEXT = (BUNDLED / "the_cat_sat.yaml").read_bytes()
+VALID_TEXT = (FIXTURES / "the_cat_sat.yaml").read_bytes()
 
 
 @FUZZ

@@ -12,44 +12,33 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
-from typer.testing import CliRunner
+from conftest import BUNDLED, GOLDEN, clean_env, run_attn, run_cli
 
-from attn_cli.cli.app import app
-
-HERE = Path(__file__).resolve().parent
-GOLDEN = HERE / "golden"
-FIXTURES = HERE.parent / "fixtures"
-BUNDLED = sorted(p.stem for p in FIXTURES.iterdir() if p.suffix in (".yaml", ".yml", ".json"))
 REGENERATE = "if the change is intended: python tests/update_golden.py, then review the diff"
 RTOL, ATOL = 1e-12, 1e-15  # last-bit differences only
 
-runner = CliRunner()
 
-
-def test_there_is_a_golden_pair_for_every_bundled_example_and_nothing_else():
+def test_there_is_a_golden_pair_for_every_bundled_example_and_nothing_else() -> None:
     expected = sorted(f"{n}{suffix}" for n in BUNDLED for suffix in (".json", ".txt"))
     assert sorted(p.name for p in GOLDEN.iterdir()) == expected, REGENERATE
 
 
 @pytest.mark.parametrize("name", BUNDLED)
-def test_plain_rendering_matches_its_golden(name):
-    result = runner.invoke(app, ["trace", name, "--format", "plain", "--width", "100"])
+def test_plain_rendering_matches_its_golden(name: str) -> None:
+    result = run_cli("trace", name, "--format", "plain", "--width", "100")
     assert result.exit_code == 0, result.output
     golden = (GOLDEN / f"{name}.txt").read_text(encoding="utf-8")
     assert result.stdout == golden, REGENERATE
 
 
 @pytest.mark.parametrize("name", BUNDLED)
-def test_json_trace_matches_its_golden(name):
-    result = runner.invoke(app, ["trace", name, "--format", "json"])
+def test_json_trace_matches_its_golden(name: str) -> None:
+    result = run_cli("trace", name, "--format", "json")
     assert result.exit_code == 0, result.output
     now = json.loads(result.stdout)
     golden = json.loads((GOLDEN / f"{name}.json").read_text(encoding="utf-8"))
@@ -74,18 +63,19 @@ def _same(now: Any, golden: Any, where: str) -> None:
         assert type(now) is type(golden) and now == golden, f"{where}: {now!r} != {golden!r}"
 
 
-def test_plain_output_never_shows_negative_zero(tmp_path):
+def test_plain_output_never_shows_negative_zero(tmp_path: Path) -> None:
     # -0.00001 rounds to "-0.0000" in Python's f"{x:.4f}"; attn shows it as 0.0000
     fixture = tmp_path / "tiny.json"
     fixture.write_text(json.dumps({"Q": [[-0.00001, 1]], "K": [[1, 0]], "V": [[-0.00001, 2]]}))
-    result = runner.invoke(app, ["trace", str(fixture), "--format", "plain"])
+    result = run_cli("trace", str(fixture), "--format", "plain")
     assert result.exit_code == 0
     assert f"{-0.00001:.4f}" == "-0.0000"
     assert "-0.0000" not in result.stdout
     assert "0.0000" in result.stdout
 
 
-def test_json_trace_is_numerically_identical_across_openblas_thread_counts(tmp_path):
+@pytest.mark.subprocess
+def test_json_trace_is_numerically_identical_across_openblas_thread_counts(tmp_path: Path) -> None:
     # 16 x 256 @ 256 x 256 is above OpenBLAS's threading threshold (m·n·k > 262144), so the
     # projections really run on 1 and on 2 threads
     rng = np.random.default_rng(2024)
@@ -96,11 +86,8 @@ def test_json_trace_is_numerically_identical_across_openblas_thread_counts(tmp_p
     path.write_text(json.dumps(fixture))
     traces = []
     for threads in ("1", "2"):
-        env = {**os.environ, "OPENBLAS_NUM_THREADS": threads, "OMP_NUM_THREADS": threads}
-        done = subprocess.run(
-            [sys.executable, "-m", "attn_cli", "trace", str(path), "--format", "json"],
-            capture_output=True, text=True, env=env, check=False,
-        )  # fmt: skip
+        env = clean_env(OPENBLAS_NUM_THREADS=threads, OMP_NUM_THREADS=threads)
+        done = run_attn("trace", str(path), "--format", "json", env=env)
         assert done.returncode == 0, done.stderr
         traces.append(json.loads(done.stdout)["stages"])
     one, two = traces

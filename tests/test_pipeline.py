@@ -9,6 +9,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from conftest import Tolerance
 from reference import random_fixture, reference, reference_empty_rows
 
 from attn_cli.core.pipeline import Trace, run
@@ -19,12 +20,12 @@ E = math.e
 NEG_INF = -np.inf
 
 # Hand-derived expectations are exact formulas, so they are compared at float64 precision.
-HAND = {"rtol": 1e-12, "atol": 1e-15}
+HAND: Tolerance = {"rtol": 1e-12, "atol": 1e-15}
 # Values printed in a publication to 4 decimals are compared at half a unit of the last digit.
-PRINTED_4DP = {"rtol": 0, "atol": 5e-5}
+PRINTED_4DP: Tolerance = {"rtol": 0, "atol": 5e-5}
 # The loop reference sums with math.fsum; NumPy's matmul reorders sums, so allow a few ulps
 # plus an absolute floor for entries that cancel to near zero.
-REFERENCE = {"rtol": 1e-12, "atol": 1e-12}
+REFERENCE: Tolerance = {"rtol": 1e-12, "atol": 1e-12}
 
 
 def trace_of(fx: dict[str, Any]) -> Trace:
@@ -99,7 +100,7 @@ def test_causal_upper_left_by_hand() -> None:
     # scores as in the article example; query i may see keys j <= i.
     masked = [[1, NEG_INF, NEG_INF], [0, 1, NEG_INF], [1, 1, 2]]
     np.testing.assert_array_equal(trace["masked"].data, [masked])
-    weights = [
+    weights: list[list[float]] = [
         [1, 0, 0],  # only itself
         [1 / (1 + E), E / (1 + E), 0],  # softmax([0, 1])
         [1 / (2 + E), 1 / (2 + E), E / (2 + E)],  # softmax([1, 1, 2])
@@ -276,7 +277,7 @@ def test_cases_cover_every_mode() -> None:
 # ---------------------------------------------------------------------------------------------
 # Overflow is an error naming the stage; large but finite scores are fine
 
-OVERFLOW = {
+OVERFLOW: dict[str, dict[str, Any]] = {
     "Q": {"X": [[1e200, 1e200]], "W_Q": [[1e200], [1.0]], "W_K": [[1.0], [1.0]],
           "W_V": [[1.0], [1.0]]},
     "scores": {"Q": [[1e200, 1.0]], "K": [[1e200, 1.0]], "V": [[1.0]]},

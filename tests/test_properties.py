@@ -11,6 +11,7 @@ import itertools
 from typing import Any
 
 import numpy as np
+from conftest import Tolerance
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from reference import random_fixture, reference
@@ -20,9 +21,9 @@ from attn_cli.io.fixture import validate
 
 SETTINGS = settings(max_examples=80, deadline=None)
 # Softmax rows are sums of at most a few float64 terms: they reach 1 within a few ulps.
-ROW_SUM = {"rtol": 1e-12, "atol": 0}
+ROW_SUM: Tolerance = {"rtol": 1e-12, "atol": 0}
 # Batch sizes and head layouts may change NumPy's summation order, not the math.
-SAME = {"rtol": 1e-12, "atol": 1e-14}
+SAME: Tolerance = {"rtol": 1e-12, "atol": 1e-14}
 
 BATCHED = ("X", "Q", "K", "V")
 
@@ -32,7 +33,9 @@ def trace_of(fx: dict[str, Any]) -> Trace:
 
 
 @st.composite
-def fixtures(draw: st.DrawFn, *, batched: bool | None = None, masking: bool = True) -> dict:
+def fixtures(
+    draw: st.DrawFn, *, batched: bool | None = None, masking: bool = True
+) -> dict[str, Any]:
     """A random fixture mapping of any mode; ``batched`` forces a batch axis on or off."""
     mode = draw(st.sampled_from(["projection", "direct"]))
     has_batch = draw(st.booleans()) if batched is None else batched
@@ -77,7 +80,7 @@ def _with_batch(a: np.ndarray, has_batch: bool) -> np.ndarray:
 
 @SETTINGS
 @given(fixtures())
-def test_softmax_rows_sum_to_one_or_zero_for_empty_rows(fx: dict) -> None:
+def test_softmax_rows_sum_to_one_or_zero_for_empty_rows(fx: dict[str, Any]) -> None:
     trace = trace_of(fx)
     has_batch = trace.inputs.has_batch
     weights = _with_batch(trace["softmax"].data, has_batch)  # (B, H, T, S)
@@ -99,7 +102,7 @@ def test_softmax_rows_sum_to_one_or_zero_for_empty_rows(fx: dict) -> None:
 
 @SETTINGS
 @given(fixtures())
-def test_disallowed_positions_get_exactly_zero(fx: dict) -> None:
+def test_disallowed_positions_get_exactly_zero(fx: dict[str, Any]) -> None:
     trace = trace_of(fx)
     ref = reference(fx)  # independent: which positions the loop reference sets to -inf
     if "masked" not in ref:
@@ -114,7 +117,7 @@ def test_disallowed_positions_get_exactly_zero(fx: dict) -> None:
 # Batches
 
 
-def _slice_batch(fx: dict, start: int, stop: int) -> dict:
+def _slice_batch(fx: dict[str, Any], start: int, stop: int) -> dict[str, Any]:
     """The fixture of batch items start:stop (keeping the batch axis)."""
     out = dict(fx)
     for key in BATCHED:
@@ -144,7 +147,7 @@ def _check_same(whole: Trace, parts: list[Trace], bounds: list[tuple[int, int]])
 
 @SETTINGS
 @given(fixtures(batched=True))
-def test_batch_traced_whole_equals_items_one_by_one(fx: dict) -> None:
+def test_batch_traced_whole_equals_items_one_by_one(fx: dict[str, Any]) -> None:
     whole = trace_of(fx)
     bounds = [(b, b + 1) for b in range(whole.inputs.batch)]
     _check_same(whole, [trace_of(_slice_batch(fx, *ab)) for ab in bounds], bounds)
@@ -152,7 +155,9 @@ def test_batch_traced_whole_equals_items_one_by_one(fx: dict) -> None:
 
 @SETTINGS
 @given(fixtures(batched=True), st.data())
-def test_result_does_not_depend_on_how_the_batch_is_split(fx: dict, data: st.DataObject) -> None:
+def test_result_does_not_depend_on_how_the_batch_is_split(
+    fx: dict[str, Any], data: st.DataObject
+) -> None:
     whole = trace_of(fx)
     B = whole.inputs.batch
     cuts = sorted(set(data.draw(st.lists(st.integers(1, B - 1), max_size=2)))) if B > 1 else []
@@ -165,14 +170,14 @@ def test_result_does_not_depend_on_how_the_batch_is_split(fx: dict, data: st.Dat
 # Grouped-query attention
 
 
-def _repeat_blocks(rows: list, n: int, group: int) -> list:
+def _repeat_blocks(rows: list[list[float]], n: int, group: int) -> list[list[float]]:
     """Each row's n column blocks, block g repeated ``group`` times: [g0 g0 g1 g1 ...]."""
     d = len(rows[0]) // n
     return [[x for h in range(n * group) for x in row[(h // group) * d : (h // group + 1) * d]]
             for row in rows]  # fmt: skip
 
 
-def _ungrouped(fx: dict, heads: int, kv_heads: int) -> dict:
+def _ungrouped(fx: dict[str, Any], heads: int, kv_heads: int) -> dict[str, Any]:
     """The same fixture with K/V (or W_K/W_V, b_K/b_V) repeated so that kv_heads == heads."""
     group = heads // kv_heads
     out = dict(fx, kv_heads=heads) if "kv_heads" in fx else dict(fx)
@@ -196,7 +201,7 @@ def _ungrouped(fx: dict, heads: int, kv_heads: int) -> dict:
 
 @SETTINGS
 @given(fixtures())
-def test_gqa_equals_attention_with_repeated_keys_and_values(fx: dict) -> None:
+def test_gqa_equals_attention_with_repeated_keys_and_values(fx: dict[str, Any]) -> None:
     grouped = trace_of(fx)
     H, Hkv = grouped.inputs.heads, grouped.inputs.kv_heads
     plain = trace_of(_ungrouped(fx, H, Hkv))

@@ -10,6 +10,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from conftest import Tolerance
 from reference import random_fixture
 
 from attn_cli.core.pipeline import run
@@ -20,7 +21,7 @@ F = torch.nn.functional
 
 # Both sides are float64 with different summation orders (and torch's fused CPU kernel uses an
 # online softmax): agreement to ~1e-15 is typical; allow a little headroom.
-TORCH = {"rtol": 1e-11, "atol": 1e-12}
+TORCH: Tolerance = {"rtol": 1e-11, "atol": 1e-12}
 f64 = torch.float64
 
 

@@ -1,0 +1,171 @@
+"""What the test files share: paths, the in-process CLI, the real ``python -m attn_cli``, markers.
+
+Two ways to run the command line:
+
+- ``run_cli("trace", path)``: in this process, through Typer's ``CliRunner``; fast. Assert the
+  exit code first, then ``result.stdout`` / ``result.stderr``.
+- ``run_attn(...)`` (or ``attn_command`` + ``clean_env`` for ``Popen``): a real process, with a
+  timeout and an environment that no locale, width or colour setting of the caller leaks into.
+  Only for what needs the process boundary: pipes, signals, terminals, closed streams, special
+  files, resource limits. Such tests carry ``@pytest.mark.subprocess``; a test without it that
+  starts a process fails (see ``_processes_are_marked``), so ``-m "not subprocess"`` stays honest.
+
+Markers (registered in pyproject.toml): ``subprocess`` and ``slow`` (over 0.3 s; every
+hypothesis ``@given`` test is ``slow`` without saying so). The fast subset is
+``pytest -m "not subprocess and not slow"`` (``make fast``).
+
+Import the helpers as ``from conftest import run_cli, FIXTURES``: the tests folder is on
+``sys.path`` (pytest's default ``prepend`` import mode, as for ``reference.py``).
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import subprocess
+import sys
+from collections.abc import Callable, Iterator, Mapping
+from pathlib import Path
+from typing import IO, Any, TypedDict
+
+import pytest
+import typer.testing
+from typer.testing import CliRunner, Result
+
+TESTS = Path(__file__).resolve().parent
+ROOT = TESTS.parent
+FIXTURES = ROOT / "fixtures"  # the bundled examples
+CORPUS_DIR = TESTS / "corpus"  # hostile and broken fixtures, one problem each
+GOLDEN = TESTS / "golden"
+DOCS = ROOT / "docs"
+
+BUNDLED_PATHS = sorted(p for p in FIXTURES.iterdir() if p.suffix in (".yaml", ".yml", ".json"))
+BUNDLED = [p.stem for p in BUNDLED_PATHS]  # as `attn examples` names them
+
+
+class Tolerance(TypedDict):
+    """The keywords of ``assert_allclose(actual, expected, **TOL)``, typed for mypy."""
+
+    rtol: float
+    atol: float
+
+
+PROCESS_TIMEOUT = 30.0  # seconds; generous for a loaded machine, never reached when all is well
+
+runner = CliRunner()
+
+# Typer turns the app into a click command again on every invoke: ~6 ms, nine tenths of a quick
+# in-process run. The command keeps no state between runs, so it is built once per app.
+if hasattr(typer.testing, "_get_command"):
+    typer.testing._get_command = functools.cache(typer.testing._get_command)
+
+
+def run_cli(
+    *args: str, input: str | bytes | None = None, env: Mapping[str, str | None] | None = None
+) -> Result:
+    """``attn ARGS...`` in this process; the result holds exit_code, stdout and stderr."""
+    from attn_cli.cli.app import app  # here, so that importing conftest stays cheap
+
+    return runner.invoke(app, list(args), input=input, env=env)
+
+
+# Variables that change what attn prints: locale (language), width, colour, terminal, CI.
+_LEAKY = ("LANG", "LANGUAGE", "COLUMNS", "LINES", "FORCE_COLOR", "NO_COLOR", "TERM", "CI")
+_LEAKY_PREFIXES = ("LC_", "TTY_", "ATTN_", "TYPER_", "_TYPER", "PYTHONWARNINGS", "PYTHONSTARTUP")
+
+
+def clean_env(**extra: str) -> dict[str, str]:
+    """The caller's environment without locale, width and colour settings, then ``extra``.
+
+    English, no colour, and this checkout's ``attn_cli`` first on the path; ``extra`` overrides
+    (``clean_env(COLUMNS="100")``, ``clean_env(LANG="zh_CN.UTF-8")``).
+    """
+    env = {
+        key: value
+        for key, value in os.environ.items()
+        if key not in _LEAKY and not key.startswith(_LEAKY_PREFIXES)
+    }
+    env.update(LANG="C.UTF-8", NO_COLOR="1", PYTHONPATH=str(ROOT))
+    env.update(extra)
+    return env
+
+
+def attn_command(*args: str) -> list[str]:
+    """The argv of ``python -m attn_cli ARGS...`` with this interpreter."""
+    return [sys.executable, "-m", "attn_cli", *args]
+
+
+def run_attn(
+    *args: str,
+    stdin: int | IO[Any] | None = subprocess.DEVNULL,
+    stdout: int | IO[Any] | None = subprocess.PIPE,
+    input: str | None = None,
+    env: Mapping[str, str] | None = None,
+    cwd: Path | None = None,
+    timeout: float = PROCESS_TIMEOUT,
+    preexec_fn: Callable[[], None] | None = None,
+) -> subprocess.CompletedProcess[str]:
+    """``python -m attn_cli ARGS...`` in a real process; stderr is always captured as text.
+
+    ``env`` defaults to ``clean_env()``; ``preexec_fn`` runs in the child before Python starts
+    (``lambda: os.close(1)`` gives ``attn ... >&-``).
+    """
+    return subprocess.run(
+        attn_command(*args),
+        stdin=None if input is not None else stdin,
+        stdout=stdout,
+        stderr=subprocess.PIPE,
+        input=input,
+        env=clean_env() if env is None else dict(env),
+        cwd=cwd,
+        timeout=timeout,
+        preexec_fn=preexec_fn,
+        text=True,
+        errors="replace",
+        check=False,
+    )
+
+
+def limit_memory(limit: int = 1 << 30) -> Callable[[], None]:
+    """A ``preexec_fn`` that caps the child's address space (Linux only; elsewhere nothing)."""
+
+    def apply() -> None:  # runs in the child, before it starts Python
+        if sys.platform.startswith("linux"):
+            import resource
+
+            resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+
+    return apply
+
+
+# ---------------------------------------------------------------------------------------------
+# Markers kept honest
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Property tests (hypothesis ``@given``) are ``slow`` by rule: the whole suite runs them."""
+    if "hypothesis" not in sys.modules:
+        return
+    from hypothesis import is_hypothesis_test
+
+    for item in items:
+        if isinstance(item, pytest.Function) and is_hypothesis_test(item.obj):
+            item.add_marker(pytest.mark.slow)
+
+
+def _unmarked_process(*args: Any, **kwargs: Any) -> Any:
+    raise AssertionError(
+        "this test starts a process: mark it @pytest.mark.subprocess, or run the command "
+        "in-process with run_cli()"
+    )
+
+
+@pytest.fixture(autouse=True)
+def _processes_are_marked(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Fail a test that starts a process without ``@pytest.mark.subprocess``."""
+    if request.node.get_closest_marker("subprocess") is not None:
+        yield
+        return
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(subprocess.Popen, "__init__", _unmarked_process)
+        yield
