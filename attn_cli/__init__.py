@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-__version__ = "0.1.0"
+from attn_cli._version import __version__
 
 __all__ = ["AttnError", "InputError", "__version__", "load_fixture", "run", "trace_file"]
 

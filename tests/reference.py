@@ -8,6 +8,13 @@ a NumPy array (used only as a container) in the public trace layout:
     scores, scaled, masked, softmax [b?, heads, seq_q, seq_k]; output [b?, heads, seq_q, d_v];
     concat [b?, seq_q, heads*d_v]; projected [b?, seq_q, d_out]
 
+and, for the variants (docs/fixture-format.md), X_kv [b?, seq_k, d_model_kv]; Q_norm, Q_rot as Q;
+K_norm, K_rot as K; capped, alibi as scores; lse [b?, heads, seq_q]. The variants follow the
+published code, re-derived here loop by loop: RoPE as HF ``rotate_half`` (``half``) and Meta's
+complex rotation (``interleaved``), ALiBi slopes as Press et al.'s ``get_slopes``, softcap as
+Gemma 2 (before the mask), sinks as gpt-oss (joined to the softmax, dropped after), QK-norm as
+HF ``Qwen3RMSNorm``, window as HF/Mistral ``sliding_window`` (0 <= pos_q - pos_k < window).
+
 ``b?`` is there only when the fixture had a batch axis. The module also holds
 ``random_fixture``, the seeded generator of fixture mappings the tests share.
 """
@@ -85,18 +92,98 @@ def _causal_offset(causal: Any, seq_q: int, seq_k: int) -> int | None:
     raise ValueError(f"bad causal {causal!r}")
 
 
-def _softmax_row(row: list[float]) -> list[float]:
+def _softmax_row(row: list[float], sink: float | None = None) -> tuple[list[float], float]:
+    """The weights of one row and its log-sum-exp; a sink joins the sum and is dropped after."""
     finite = [x for x in row if x != NEG_INF]
+    if sink is not None:
+        finite.append(sink)
     if not finite:
-        return [0.0] * len(row)  # nothing to attend to: all-zero weights
+        return [0.0] * len(row), NEG_INF  # nothing to attend to: all-zero weights
     m = max(finite)
     e = [0.0 if x == NEG_INF else math.exp(x - m) for x in row]
-    total = math.fsum(e)
-    return [x / total for x in e]
+    total = math.fsum(e + ([math.exp(sink - m)] if sink is not None else []))
+    return [x / total for x in e], m + math.log(total)
 
 
-def reference(fx: dict[str, Any]) -> dict[str, np.ndarray]:
-    """Every stage of the attention described by the fixture mapping ``fx``."""
+def _positions(fx: dict[str, Any], T: int, S: int) -> tuple[list[int], list[int]]:
+    """Token positions: as given, else keys 0..S-1 and queries 0..T-1 (lower-right: S-T+i)."""
+    offset = S - T if fx.get("causal") == "lower-right" else 0
+    pos_q = fx.get("positions", [offset + i for i in range(T)])
+    pos_k = fx.get("key_positions", list(range(S)))
+    return [int(p) for p in pos_q], [int(p) for p in pos_k]
+
+
+def _rms(x: list[float], w: list[float], eps: float) -> list[float]:
+    """x / sqrt(mean(x^2) + eps) * w, HF Qwen3RMSNorm's formula."""
+    r = 1.0 / math.sqrt(math.fsum(a * a for a in x) / len(x) + eps)
+    return [a * r * _float(wi) for a, wi in zip(x, w, strict=True)]
+
+
+def _qk_norm(x: Nested, w: Nested, eps: float) -> Nested:
+    """x [b][h][t][d]: RMSNorm of each head (len(w) == d) or of all heads of a token together."""
+    n, d = len(x[0]), len(x[0][0][0])
+    if len(w) == d:
+        return [[[_rms(row, w, eps) for row in hd] for hd in item] for item in x]
+    out = []
+    for item in x:
+        rows = [
+            _rms([a for h in range(n) for a in item[h][t]], w, eps) for t in range(len(item[0]))
+        ]
+        out.append([[row[h * d : (h + 1) * d] for row in rows] for h in range(n)])
+    return out
+
+
+def _rope_vec(x: list[float], pos: int, rope: dict[str, Any]) -> list[float]:
+    """Rotate pairs of x by pos * base^(-2i/dims): half pairs i, i+dims/2; interleaved 2i, 2i+1."""
+    dims = rope.get("dims", len(x))
+    base = rope.get("base", 10000.0)
+    out = list(x)
+    for i in range(dims // 2):
+        a, b = (i, i + dims // 2) if rope.get("layout", "half") == "half" else (2 * i, 2 * i + 1)
+        angle = pos * base ** (-2.0 * i / dims)
+        c, s_ = math.cos(angle), math.sin(angle)
+        out[a], out[b] = x[a] * c - x[b] * s_, x[b] * c + x[a] * s_
+    return out
+
+
+def _rope(x: Nested, pos: list[int], rope: Any) -> Nested:
+    rope = {} if rope is True else rope
+    return [[[_rope_vec(row, pos[t], rope) for t, row in enumerate(hd)] for hd in it] for it in x]
+
+
+def alibi_slopes_reference(n: int) -> list[float]:
+    """Press et al.'s get_slopes, written out: 2^(-8/n) to the powers 1..n for n a power of 2;
+    else the slopes of the closest smaller power of 2, then every other slope of twice that."""
+    p = 1
+    while p * 2 <= n:
+        p *= 2
+    own = [2.0 ** (-8.0 * (i + 1) / p) for i in range(p)]
+    if p == n:
+        return own
+    return own + alibi_slopes_reference(2 * p)[0::2][: n - p]
+
+
+def _per_token(X: Nested, W: Nested, b: Nested | None, n: int, has_batch: bool) -> Nested:
+    Xb = X if has_batch else [X]
+    return [_split(_matvec_rows(item, W, b), n) for item in Xb]
+
+
+def reference(fx: dict[str, Any], *, lse: bool = False) -> dict[str, np.ndarray]:
+    """Every stage of the attention described by the fixture mapping ``fx``, in pipeline order;
+    ``lse`` (the opt-in stage) only when asked for."""
+    fx = {k: v for k, v in fx.items() if v is not None}
+    has_batch = _depth(fx["X"] if "X" in fx else fx["Q"]) >= 3
+    stages, _ = _compute(fx)
+    if not lse:
+        del stages["lse"]
+    return {
+        name: np.array(data if has_batch else data[0], dtype=np.float64)
+        for name, data in stages.items()
+    }
+
+
+def _compute(fx: dict[str, Any]) -> tuple[dict[str, Nested], list[Any]]:
+    """The stages (batch axis always there) and allowed[b][h][i][j]."""
     fx = {k: v for k, v in fx.items() if v is not None}
     stages: dict[str, Nested] = {}
 
@@ -108,9 +195,13 @@ def reference(fx: dict[str, Any]) -> dict[str, np.ndarray]:
         H = fx.get("heads", 1)
         Hkv = fx.get("kv_heads", H)
         stages["X"] = [[[_float(x) for x in row] for row in item] for item in Xb]
-        q = [_split(_matvec_rows(item, fx["W_Q"], fx.get("b_Q")), H) for item in Xb]
-        k = [_split(_matvec_rows(item, fx["W_K"], fx.get("b_K")), Hkv) for item in Xb]
-        v = [_split(_matvec_rows(item, fx["W_V"], fx.get("b_V")), Hkv) for item in Xb]
+        X_kv = fx.get("X_kv", X)
+        if "X_kv" in fx:
+            Xkb = X_kv if has_batch else [X_kv]
+            stages["X_kv"] = [[[_float(x) for x in row] for row in item] for item in Xkb]
+        q = _per_token(X, fx["W_Q"], fx.get("b_Q"), H, has_batch)
+        k = _per_token(X_kv, fx["W_K"], fx.get("b_K"), Hkv, has_batch)
+        v = _per_token(X_kv, fx["W_V"], fx.get("b_V"), Hkv, has_batch)
     else:
         depth = _depth(fx["Q"])
         has_batch = depth >= 3
@@ -131,6 +222,17 @@ def reference(fx: dict[str, Any]) -> dict[str, np.ndarray]:
     B, T, S = len(q), len(q[0][0]), len(k[0][0])
     d_k, d_v = len(q[0][0][0]), len(v[0][0][0])
     group = H // Hkv  # query head h reads key/value head h // group
+    pos_q, pos_k = _positions(fx, T, S)
+
+    # 1b) QK-norm, then RoPE, on queries and keys (not values)
+    if "qk_norm" in fx:
+        norm = fx["qk_norm"]
+        eps = norm.get("eps", 1e-6)
+        q = stages["Q_norm"] = _qk_norm(q, norm["q_weight"], eps)
+        k = stages["K_norm"] = _qk_norm(k, norm["k_weight"], eps)
+    if fx.get("rope", False) is not False:
+        q = stages["Q_rot"] = _rope(q, pos_q, fx["rope"])
+        k = stages["K_rot"] = _rope(k, pos_k, fx["rope"])
 
     # 2) scores and 3) scaled
     scale = fx.get("scale", 1.0 / math.sqrt(d_k))
@@ -149,14 +251,49 @@ def reference(fx: dict[str, Any]) -> dict[str, np.ndarray]:
     ]
     scaled = [[[[s * scale for s in row] for row in hd] for hd in item] for item in scores]
     stages["scores"], stages["scaled"] = scores, scaled
+    logits = scaled
 
-    # 4) masked: + bias, then -inf where not allowed
-    offset = _causal_offset(fx.get("causal"), T, S)
+    # 3b) softcap (Gemma 2), before the mask
+    if "softcap" in fx:
+        cap = float(fx["softcap"])
+        logits = [
+            [[[cap * math.tanh(x / cap) for x in r] for r in hd] for hd in it] for it in scaled
+        ]
+        stages["capped"] = logits
+
+    # 3c) ALiBi: -slope_h * |pos_q - pos_k|
+    alibi = fx.get("alibi", False)
+    if alibi is not False:
+        slopes = alibi_slopes_reference(H) if alibi is True else alibi.get("slopes")
+        slopes = alibi_slopes_reference(H) if slopes is None else [float(m) for m in slopes]
+        bias_h = [
+            [[-slopes[h] * abs(pos_q[i] - pos_k[j]) for j in range(S)] for i in range(T)]
+            for h in range(H)
+        ]
+        stages["alibi"] = [bias_h for _ in range(B)]
+
+    # 4) masked: + bias + alibi, then mask_value (-inf) where not allowed
+    causal = _causal_offset(fx.get("causal"), T, S) is not None
+    window = fx.get("window")
     mask, bias, lengths = fx.get("mask"), fx.get("bias"), fx.get("lengths")
+    fill = float(fx.get("mask_value", NEG_INF))
     if isinstance(lengths, int):
         lengths = [lengths]
-    use_mask = offset is not None or mask is not None or bias is not None or lengths is not None
-    weights_in = scaled
+
+    def allowed(b: int, h: int, i: int, j: int) -> bool:
+        ok = True
+        if causal and pos_k[j] > pos_q[i]:
+            ok = False
+        if window is not None and not pos_q[i] - pos_k[j] < window:
+            ok = False
+        if mask is not None and not bool(_broadcast_get(mask, (b, h, i, j))):
+            ok = False
+        if lengths is not None and j >= lengths[b]:
+            ok = False
+        return ok
+
+    use_mask = causal or mask is not None or bias is not None or lengths is not None
+    use_mask = use_mask or alibi is not False
     if use_mask:
         masked = []
         for b in range(B):
@@ -166,26 +303,31 @@ def reference(fx: dict[str, Any]) -> dict[str, np.ndarray]:
                 for i in range(T):
                     row = []
                     for j in range(S):
-                        x = scaled[b][h][i][j]
+                        x = logits[b][h][i][j]
                         if bias is not None:
                             x = x + _float(_broadcast_get(bias, (b, h, i, j)))
-                        ok = True
-                        if offset is not None and j > i + offset:
-                            ok = False
-                        if mask is not None and not bool(_broadcast_get(mask, (b, h, i, j))):
-                            ok = False
-                        if lengths is not None and j >= lengths[b]:
-                            ok = False
-                        row.append(x if ok else NEG_INF)
+                        if alibi is not False:
+                            x = x + stages["alibi"][b][h][i][j]
+                        row.append(x if allowed(b, h, i, j) else fill)
                     rows.append(row)
                 item.append(rows)
             masked.append(item)
         stages["masked"] = masked
-        weights_in = masked
+        logits = masked
 
-    # 5) softmax and 6) output
-    weights = [[[_softmax_row(row) for row in hd] for hd in item] for item in weights_in]
-    stages["softmax"] = weights
+    # 5) softmax (with the sinks of gpt-oss) and its log-sum-exp, and 6) output
+    sinks = fx.get("sinks")
+    weights, lse = [], []
+    for b in range(B):
+        w_item, l_item = [], []
+        for h in range(H):
+            sink = None if sinks is None else float(sinks[h])
+            pairs = [_softmax_row(row, sink) for row in logits[b][h]]
+            w_item.append([p[0] for p in pairs])
+            l_item.append([p[1] for p in pairs])
+        weights.append(w_item)
+        lse.append(l_item)
+    stages["softmax"], stages["lse"] = weights, lse
     output = [
         [
             [
@@ -211,10 +353,24 @@ def reference(fx: dict[str, Any]) -> dict[str, np.ndarray]:
         if "W_O" in fx:
             stages["projected"] = [_matvec_rows(item, fx["W_O"], fx.get("b_O")) for item in concat]
 
-    return {
-        name: np.array(data if has_batch else data[0], dtype=np.float64)
-        for name, data in stages.items()
-    }
+    grid = [[[[allowed(b, h, i, j) for j in range(S)] for i in range(T)] for h in range(H)]
+            for b in range(B)]  # fmt: skip
+    return stages, grid
+
+
+def reference_sentinel_rows(fx: dict[str, Any]) -> tuple[tuple[int, int, int, float, bool], ...]:
+    """(batch, head, query, leaked weight, no key allowed) for rows whose hidden keys got weight."""
+    stages, allowed = _compute(fx)
+    weights = stages["softmax"]
+    rows = []
+    for b, item in enumerate(weights):
+        for h, hd in enumerate(item):
+            for i, row in enumerate(hd):
+                hidden = [w for j, w in enumerate(row) if not allowed[b][h][i][j]]
+                leaked = math.fsum(hidden)
+                if leaked > 0:
+                    rows.append((b, h, i, leaked, len(hidden) == len(row)))
+    return tuple(rows)
 
 
 def reference_empty_rows(fx: dict[str, Any]) -> tuple[tuple[int, int, int], ...]:
@@ -260,11 +416,17 @@ def random_fixture(
     neg_inf_bias: bool = False,
     lengths: list[int] | int | None = None,
     magnitude: float = 1.0,
+    cross: int | None = None,
+    **variants: Any,
 ) -> dict[str, Any]:
     """A fixture mapping of nested lists; ``mask``/``bias`` give the shape of those arrays.
 
     ``layout`` is the direct-mode layout: 2 = [seq, heads*d], 3 = [batch, seq, heads*d],
     4 = [batch, heads, seq, d] (3 and 4 imply a batch axis; ``batch`` defaults to 2 then).
+    ``cross`` = d_model_kv makes projection mode cross-attention (``X_kv`` of ``seq_k`` rows).
+    ``variants`` are fixture keys (``rope``, ``window``, ...) copied in as given, except
+    ``sinks=True``, ``qk_norm="head"`` or ``"projection"`` and ``alibi_slopes=True``, which
+    draw random numbers (after every other draw, so the other arrays do not change).
     """
     rng = np.random.default_rng(seed)
     Hkv = kv_heads if kv_heads is not None else heads
@@ -279,11 +441,14 @@ def random_fixture(
 
     fx: dict[str, Any] = {}
     if mode == "projection":
-        assert seq_k == seq, "projection mode is self-attention: seq_q == seq_k"
+        assert cross or seq_k == seq, "projection mode is self-attention: seq_q == seq_k"
         fx["X"] = normal(batch, seq, d_model) if batch else normal(seq, d_model)
+        d_kv = cross or d_model
+        if cross:
+            fx["X_kv"] = normal(batch, seq_k, d_kv) if batch else normal(seq_k, d_kv)
         fx["W_Q"] = normal(d_model, heads * d_k)
-        fx["W_K"] = normal(d_model, Hkv * d_k)
-        fx["W_V"] = normal(d_model, Hkv * d_v)
+        fx["W_K"] = normal(d_kv, Hkv * d_k)
+        fx["W_V"] = normal(d_kv, Hkv * d_v)
         if qkv_bias:
             fx["b_Q"], fx["b_K"], fx["b_V"] = (
                 normal(heads * d_k),
@@ -320,6 +485,16 @@ def random_fixture(
         fx["bias"] = _inf_to_str(values.tolist())  # a float when bias == ()
     if lengths is not None:
         fx["lengths"] = lengths
+    sinks, norm, slopes = (variants.pop(k, None) for k in ("sinks", "qk_norm", "alibi_slopes"))
+    fx.update(variants)
+    if sinks:
+        fx["sinks"] = rng.standard_normal(heads).tolist()
+    if norm:
+        width = {"head": (d_k, d_k), "projection": (heads * d_k, Hkv * d_k)}[norm]
+        q_w, k_w = (rng.uniform(0.5, 1.5, n).tolist() for n in width)
+        fx["qk_norm"] = {"q_weight": q_w, "k_weight": k_w, "eps": 1e-6}
+    if slopes:
+        fx["alibi"] = {"slopes": rng.uniform(0.01, 1.0, heads).tolist()}
     return fx
 
 

@@ -10,19 +10,19 @@ from __future__ import annotations
 import math
 import re
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
+from conftest import BUNDLED_PATHS, FIXTURES, Tolerance, run_cli
 from numpy.testing import assert_allclose
 from rich.cells import cell_len
-from typer.testing import CliRunner
 
-from attn_cli.cli.app import app
 from attn_cli.core.pipeline import Trace, run
 from attn_cli.errors import UsageError
 from attn_cli.io.fixture import load_fixture, validate
 from attn_cli.present.explain import cell_text, explain_stage
-from attn_cli.present.i18n import AXES, LABELS, default_lang
+from attn_cli.present.i18n import AXES, LABELS, Lang, default_lang
 from attn_cli.present.worked import (
     CellRef,
     dot_terms,
@@ -33,15 +33,7 @@ from attn_cli.present.worked import (
     worked_cells,
 )
 
-FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
-BUNDLED = sorted(p for p in FIXTURES.iterdir() if p.suffix in (".yaml", ".yml", ".json"))
-SUM_TOL = {"rtol": 1e-12, "atol": 1e-12}  # float64 sums in another order than NumPy's
-
-runner = CliRunner()
-
-
-def attn(*args: str, env: dict[str, str] | None = None):
-    return runner.invoke(app, list(args), env=env)
+SUM_TOL: Tolerance = {"rtol": 1e-12, "atol": 1e-12}  # float64 sums in another order than NumPy's
 
 
 def trace_of(path: Path) -> Trace:
@@ -70,7 +62,7 @@ def everything() -> Trace:
 
 
 def all_traces() -> list[Trace]:
-    return [*(trace_of(p) for p in BUNDLED), everything()]
+    return [*(trace_of(p) for p in BUNDLED_PATHS), everything()]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -90,11 +82,11 @@ def all_traces() -> list[Trace]:
         ({"LANG": ""}, "en"),
     ],
 )
-def test_default_lang_follows_the_locale(environ, lang):
+def test_default_lang_follows_the_locale(environ: dict[str, Any], lang: str) -> None:
     assert default_lang(environ) == lang
 
 
-def test_both_languages_have_every_label():
+def test_both_languages_have_every_label() -> None:
     assert LABELS["en"].keys() == LABELS["zh"].keys()
     for key, text in LABELS["en"].items():
         assert re.findall(r"{\w+}", text) == re.findall(r"{\w+}", LABELS["zh"][key]), key
@@ -108,6 +100,17 @@ ALLOWED = [
     *("d_model", "d_k", "d_v", "d_out", "seq_q", "seq_k", "heads", "kv_heads"),
     *("max_k", "max", "m_i", "Σ_k", "Σ_d", "Σ_j", "x_j", "x_k"),
     *("scale", "mask", "bias", "lengths", "causal", "true", "false", "Esc"),
+    # the configuration panel names torch's and attn's own settings
+    *("torch", "SDPA", "nn.Linear", "nn.MultiheadAttention", "is_causal", "True", "attn_mask"),
+    *("attn", "KV", "--full", "sink"),
+    # the modern variants' stages, settings and the models and papers they come from
+    *("X_kv", "Q_norm", "K_norm", "Q_rot", "K_rot", "capped", "alibi", "lse", "lse_i"),
+    "d_model_kv",
+    *("RoPE", "RMSNorm", "ALiBi", "tanh", "eps", "mean", "q_weight", "k_weight", "base", "dims"),
+    *("pos", "angle", "cos", "sin", "log", "slope_h", "pos_i", "pos_j", "sinks", "window"),
+    *("Gemma", "BLOOM", "slope", "FlashAttention", "scaled_dot_product_attention", "log-sum-exp"),
+    *("QK-norm", "Qwen3", "OLMo", "HF", "rotate_half", "Meta", "llama", "Mistral", "gpt-oss"),
+    *("Press", "window_size", "pos_q", "pos_k", "softcap", "logit", "d_model_kv", "d_k"),
 ]
 
 
@@ -118,8 +121,8 @@ def english_left(text: str, tokens: tuple[str, ...] = ()) -> list[str]:
     return re.findall(r"[A-Za-z]{2,}", text)
 
 
-def explanation_strings(trace: Trace, lang) -> list[str]:
-    texts = []
+def explanation_strings(trace: Trace, lang: Lang) -> list[str]:
+    texts: list[str] = []
     for stage in trace:
         expl = explain_stage(trace, stage.name, lang)
         texts += [*expl.formula, *expl.inputs, expl.output, *expl.meaning]
@@ -132,7 +135,7 @@ def explanation_strings(trace: Trace, lang) -> list[str]:
 
 
 @pytest.mark.parametrize("trace", all_traces(), ids=lambda t: t.inputs.name)
-def test_chinese_explanations_have_no_english_left(trace):
+def test_chinese_explanations_have_no_english_left(trace: Trace) -> None:
     tokens = (*trace.query_labels, *trace.key_labels)
     for stage in trace:
         expl = explain_stage(trace, stage.name, "zh")
@@ -145,12 +148,12 @@ def test_chinese_explanations_have_no_english_left(trace):
 
 
 @pytest.mark.parametrize("trace", all_traces(), ids=lambda t: t.inputs.name)
-def test_english_explanations_have_no_chinese(trace):
+def test_english_explanations_have_no_chinese(trace: Trace) -> None:
     for text in explanation_strings(trace, "en"):
         assert not re.search(r"[\u3000-\u9fff\uff00-\uffef]", text), text
 
 
-def test_q_k_v_use_the_source_articles_search_analogy():
+def test_q_k_v_use_the_source_articles_search_analogy() -> None:
     trace = trace_of(FIXTURES / "the_cat_sat.yaml")
     zh = {n: "".join(explain_stage(trace, n, "zh").meaning) for n in "QKV"}
     en = {n: "".join(explain_stage(trace, n, "en").meaning) for n in "QKV"}
@@ -163,7 +166,7 @@ def test_q_k_v_use_the_source_articles_search_analogy():
     assert "content" in en["V"]
 
 
-def test_explanations_say_why_we_scale_and_subtract_the_max():
+def test_explanations_say_why_we_scale_and_subtract_the_max() -> None:
     cat = trace_of(FIXTURES / "the_cat_sat.yaml")
     scaled = explain_stage(cat, "scaled", "en")
     assert scaled.formula == ("scaled = scores × 1/√d_k = scores × 1/√2 = scores × 0.7071",)
@@ -177,7 +180,7 @@ def test_explanations_say_why_we_scale_and_subtract_the_max():
     assert "1/√d_k = 0.7071" in explain_stage(article, "scaled", "en").meaning[0]
 
 
-def test_masked_explanation_names_every_reason():
+def test_masked_explanation_names_every_reason() -> None:
     meaning = " ".join(explain_stage(everything(), "masked", "en").meaning)
     for phrase in ("bottom-right", "mask:", "lengths = [3]", "bias:"):
         assert phrase in meaning
@@ -186,7 +189,7 @@ def test_masked_explanation_names_every_reason():
         assert phrase in zh
 
 
-def test_shapes_in_and_out_come_from_the_trace():
+def test_shapes_in_and_out_come_from_the_trace() -> None:
     trace = trace_of(FIXTURES / "causal_multihead.yaml")
     expl = explain_stage(trace, "scores", "en")
     assert expl.inputs == ("Q [head=2, query=4, d_k=2]", "K [kv_head=2, key=4, d_k=2]")
@@ -203,29 +206,29 @@ def test_shapes_in_and_out_come_from_the_trace():
 # The CLI's explanation layer
 
 
-def test_trace_explain_in_chinese_explains_every_stage():
-    result = attn("trace", "--explain", "--lang", "zh", "--format", "plain")
+def test_trace_explain_in_chinese_explains_every_stage() -> None:
+    result = run_cli("trace", "--explain", "--lang", "zh", "--format", "plain")
     assert result.exit_code == 0, result.output
     assert result.stdout.count("这一步在做什么") == 8  # X Q K V scores scaled softmax output
     assert "what this step does" not in result.stdout
 
 
-def test_trace_explain_language_comes_from_the_locale():
-    zh = attn("trace", "--explain", "--format", "plain", env={"LANG": "zh_CN.UTF-8"})
+def test_trace_explain_language_comes_from_the_locale() -> None:
+    zh = run_cli("trace", "--explain", "--format", "plain", env={"LANG": "zh_CN.UTF-8"})
     assert zh.exit_code == 0
     assert "这一步在做什么" in zh.stdout
-    en = attn("trace", "--explain", "--lang", "en", "-f", "plain", env={"LANG": "zh_CN.UTF-8"})
+    en = run_cli("trace", "--explain", "--lang", "en", "-f", "plain", env={"LANG": "zh_CN.UTF-8"})
     assert en.exit_code == 0
     assert "what this step does" in en.stdout and "这一步" not in en.stdout
 
 
-def test_without_explain_the_default_rendering_has_no_explanation():
-    result = attn("trace", "--format", "plain", env={"LANG": "zh_CN.UTF-8"})
+def test_without_explain_the_default_rendering_has_no_explanation() -> None:
+    result = run_cli("trace", "--format", "plain", env={"LANG": "zh_CN.UTF-8"})
     assert result.exit_code == 0
     assert "这一步" not in result.stdout and "what this step does" not in result.stdout
 
 
-def test_tables_stay_aligned_with_wide_characters(tmp_path):
+def test_tables_stay_aligned_with_wide_characters(tmp_path: Path) -> None:
     fixture = tmp_path / "cn.yaml"
     fixture.write_text(
         "tokens: [猫, 坐在, 垫子上]\n"
@@ -236,7 +239,7 @@ def test_tables_stay_aligned_with_wide_characters(tmp_path):
         encoding="utf-8",
     )
     width = 72
-    result = attn(
+    result = run_cli(
         "trace", str(fixture), "--explain", "--lang", "zh", "--cell", "猫,坐在",
         "--heatmap", "--format", "plain", "--width", str(width),
     )  # fmt: skip
@@ -250,7 +253,7 @@ def test_tables_stay_aligned_with_wide_characters(tmp_path):
     # each table's header, rule and rows end in the same column (right-justified numbers)
     start = lines.index("scores ─" + "─" * (width - 8))
     table = lines[start + 2 : start + 7]  # header, rule, three rows
-    assert table[0].startswith("query") and table[2].startswith("猫")
+    assert table[0].startswith("查询") and table[2].startswith("猫")  # the axis label in Chinese
     assert len({cell_len(line) for line in table}) == 1, table
     # and the columns line up: each number ends where its header ends
     header_ends = [m.end() for m in re.finditer(r"\S+", table[0])]
@@ -268,7 +271,7 @@ def test_tables_stay_aligned_with_wide_characters(tmp_path):
 #   = [0.0034935, 1, 0.0591057]; sum = 1.0625992; softmax[The, cat] = 1/1.0625992 = 0.941089
 
 
-def test_worked_cell_of_the_cat_sat_by_hand():
+def test_worked_cell_of_the_cat_sat_by_hand() -> None:
     trace = trace_of(FIXTURES / "the_cat_sat.yaml")
     (cell,) = worked_cells(trace, CellRef(0, 1))
     assert cell.q == (2.0, 0.0) and cell.k == (4.0, 2.0)
@@ -292,8 +295,8 @@ def test_worked_cell_of_the_cat_sat_by_hand():
     )
 
 
-def test_worked_cell_text_in_the_cli():
-    result = attn("trace", "--cell", "The,cat", "--format", "plain", "--lang", "en")
+def test_worked_cell_text_in_the_cli() -> None:
+    result = run_cli("trace", "--cell", "The,cat", "--format", "plain", "--lang", "en")
     assert result.exit_code == 0, result.output
     out = result.stdout
     assert "scores[The, cat] = Q[The]·K[cat] = 2×4 + 0×2 = 8 + 0 = 8" in out
@@ -305,13 +308,13 @@ def test_worked_cell_text_in_the_cli():
     # output[The] = 0.0033×[2, 1] + 0.9411×[0, 2] + 0.0556×[2, 2] = [0.1178, 1.9967]
     assert "output[The, 0] = 0.0033×2 + 0.9411×0 + 0.0556×2 = 0.0066 + 0 + 0.1112 = 0.1178" in out
     assert "output[The, 1] = 0.0033×1 + 0.9411×2 + 0.0556×2" in out and "= 1.9967" in out
-    by_index = attn("trace", "--cell", "0,1", "--format", "plain", "--lang", "en")
+    by_index = run_cli("trace", "--cell", "0,1", "--format", "plain", "--lang", "en")
     assert by_index.exit_code == 0
     assert by_index.stdout == out
 
 
-def test_worked_cell_is_shown_per_head_and_marks_masked_keys():
-    result = attn(
+def test_worked_cell_is_shown_per_head_and_marks_masked_keys() -> None:
+    result = run_cli(
         "trace", "causal_multihead", "--cell", "like,green", "-f", "plain", "--lang", "en"
     )
     assert result.exit_code == 0, result.output
@@ -322,8 +325,8 @@ def test_worked_cell_is_shown_per_head_and_marks_masked_keys():
     assert re.search(r"green ◀\s+−∞\s+−∞\s+0\s+0", out)
 
 
-@pytest.mark.parametrize("path", BUNDLED, ids=lambda p: p.stem)
-def test_worked_cell_parts_add_up_to_the_trace(path):
+@pytest.mark.parametrize("path", BUNDLED_PATHS, ids=lambda p: p.stem)
+def test_worked_cell_parts_add_up_to_the_trace(path: Path) -> None:
     trace = trace_of(path)
     inp = trace.inputs
     for i in range(inp.seq_q):
@@ -341,7 +344,7 @@ def test_worked_cell_parts_add_up_to_the_trace(path):
                     assert_allclose(total, cell.output[c], **SUM_TOL)
 
 
-def test_softmax_parts_of_a_row_with_masked_keys():
+def test_softmax_parts_of_a_row_with_masked_keys() -> None:
     parts = softmax_parts([0.0, math.log(3.0), -math.inf])
     assert parts is not None
     assert parts.row_max == math.log(3.0)
@@ -349,7 +352,7 @@ def test_softmax_parts_of_a_row_with_masked_keys():
     assert softmax_parts([-math.inf, -math.inf]) is None
 
 
-def test_weighted_terms_and_dot_terms_by_hand():
+def test_weighted_terms_and_dot_terms_by_hand() -> None:
     assert dot_terms([1, -2, 3], [4, 5, -6]) == (4.0, -10.0, -18.0)
     assert weighted_terms([0.25, 0.75], [[4, 8], [2, 0]], 0) == (1.0, 1.5)
     assert np.isclose(sum(weighted_terms([0.25, 0.75], [[4, 8], [2, 0]], 1)), 2.0)
@@ -369,7 +372,7 @@ def test_weighted_terms_and_dot_terms_by_hand():
         ("c,a,b", ("a,b", "c"), CellRef(1, 0)),
     ],
 )
-def test_parse_cell(spec, labels, expected):
+def test_parse_cell(spec: str, labels: tuple[str, ...], expected: CellRef) -> None:
     assert parse_cell(spec, labels, labels) == expected
 
 
@@ -383,37 +386,37 @@ def test_parse_cell(spec, labels, expected):
         ("0,7", ("the", "cat"), "no key token or index '7'"),
     ],
 )  # fmt: skip
-def test_parse_cell_errors(spec, labels, message):
+def test_parse_cell_errors(spec: str, labels: tuple[str, ...], message: str) -> None:
     with pytest.raises(UsageError) as info:
         parse_cell(spec, labels, labels)
     assert message in str(info.value)
 
 
-def test_cli_cell_errors_are_one_line_exit_2(tmp_path):
+def test_cli_cell_errors_are_one_line_exit_2(tmp_path: Path) -> None:
     fixture = tmp_path / "dup.json"
     fixture.write_text(
         '{"tokens": ["the", "cat", "the"], "Q": [[1], [2], [3]], "K": [[1], [2], [3]], '
         '"V": [[1], [2], [3]]}'
     )
-    result = attn("trace", str(fixture), "--cell", "the,cat")
+    result = run_cli("trace", str(fixture), "--cell", "the,cat")
     assert result.exit_code == 2
     assert result.stderr == (
         "Error: --cell: the query token 'the' is ambiguous (at positions 0, 2), expected an "
         "index instead, one of 0, 2\n"
     )
-    assert attn("trace", str(fixture), "--cell", "2,cat").exit_code == 0
-    result = attn("trace", "--focus", "dog")
+    assert run_cli("trace", str(fixture), "--cell", "2,cat").exit_code == 0
+    result = run_cli("trace", "--focus", "dog")
     assert result.exit_code == 2
     assert result.stderr.startswith("Error: --focus: no query token or index 'dog'")
 
 
-def test_resolve_position_prefers_a_token_to_an_index():
+def test_resolve_position_prefers_a_token_to_an_index() -> None:
     assert resolve_position("1", ("0", "2", "1"), "--focus", "query") == 2
     assert resolve_position("1", ("a", "b"), "--focus", "query") == 1
 
 
-def test_focus_follows_one_query_through_every_stage():
-    result = attn("trace", "--focus", "cat", "--format", "plain", "--lang", "en")
+def test_focus_follows_one_query_through_every_stage() -> None:
+    result = run_cli("trace", "--focus", "cat", "--format", "plain", "--lang", "en")
     assert result.exit_code == 0, result.output
     out = result.stdout
     assert "focus: query cat" in out

@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from conftest import DOCS
 
 from attn_cli.core.inputs import Inputs
 from attn_cli.core.pipeline import run
@@ -243,7 +244,7 @@ MAPPING_ERRORS: list[tuple[str, dict[str, Any], str, str]] = [
         "expected typo",
         direct(expected={"sofmax": [[1]]}),
         "expected.sofmax",
-        "unknown stage (did you mean 'softmax'?), expected one of X, Q, K, V, scores",
+        "unknown stage (did you mean 'softmax'?), expected one of X, X_kv, Q, K, V, Q_norm",
     ),
     ("expected case", direct(expected={"x": [[1]]}), "expected.x", "did you mean 'X'?"),
     (
@@ -793,7 +794,7 @@ def test_validate_takes_numpy_arrays_from_python() -> None:
 # ---------------------------------------------------------------------------------------------
 # docs/fixture-format.md: its complete examples load, and the JSON one's numbers are right
 
-DOC = Path(__file__).resolve().parent.parent / "docs" / "fixture-format.md"
+DOC = DOCS / "fixture-format.md"
 
 
 def doc_blocks(language: str) -> list[str]:

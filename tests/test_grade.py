@@ -10,29 +10,45 @@ from __future__ import annotations
 import importlib.util
 import json
 import re
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 import pytest
-from typer.testing import CliRunner
+from conftest import ROOT, run_cli
+from typer.testing import Result
 
-from attn_cli.cli.app import app
-
-runner = CliRunner()
-ROOT = Path(__file__).resolve().parent.parent
 DOCS = ROOT / "docs" / "grader"
 
 
-def student(Q, K, V, *, heads=1, mask=None, causal=False, mistake=None, dtype=np.float64):
+Array = npt.NDArray[Any]
+Nested = Any  # a matrix as nested lists, as a fixture holds it
+
+
+def student(
+    Q: Nested,
+    K: Nested,
+    V: Nested,
+    *,
+    heads: int = 1,
+    mask: Nested | None = None,
+    causal: bool = False,
+    mistake: str | None = None,
+    dtype: type[np.floating[Any]] = np.float64,
+) -> dict[str, Any]:  # fmt: skip
     """Scaled dot-product attention with at most one planted ``mistake``; stages by name."""
     Q, K, V = (np.asarray(a, dtype) for a in (Q, K, V))
     T, S = len(Q), len(K)
     d = Q.shape[1] // heads
 
-    def split(x):
+    def split(x: Array) -> Array:
         if mistake == "heads_interleaved":
-            return x.reshape(len(x), -1, heads).transpose(2, 0, 1)  # head h: columns h::heads
-        return x.reshape(len(x), heads, -1).transpose(1, 0, 2)  # (heads, seq, d)
+            h: Array = x.reshape(len(x), -1, heads).transpose(2, 0, 1)  # head h: columns h::heads
+        else:
+            h = x.reshape(len(x), heads, -1).transpose(1, 0, 2)  # (heads, seq, d)
+        return h
 
     q, k, v = split(Q), split(K), split(V)
     if mistake == "scores_transposed":
@@ -41,7 +57,7 @@ def student(Q, K, V, *, heads=1, mask=None, causal=False, mistake=None, dtype=np
         scores = q @ k  # runs only because S == d
     else:
         scores = q @ k.transpose(0, 2, 1)  # (heads, T, S)
-    factor = {"no_scaling": 1.0, "scaled_by_d_k": 1.0 / d}.get(mistake, 1.0 / np.sqrt(d))
+    factor = {"no_scaling": 1.0, "scaled_by_d_k": 1.0 / d}.get(mistake or "", 1.0 / np.sqrt(d))
     scaled = scores * dtype(factor)
     keep = np.ones(scores.shape[-2:], bool)
     if causal:
@@ -69,7 +85,12 @@ CAT = {
 MASK = [[True, False, True], [True, True, False], [False, True, True]]
 
 
-def run_student(fixture, mistake=None, keep=("scores", "weights", "out"), dtype=np.float64):
+def run_student(
+    fixture: dict[str, Any],
+    mistake: str | None = None,
+    keep: tuple[str, ...] = ("scores", "weights", "out"),
+    dtype: type[np.floating[Any]] = np.float64,
+) -> dict[str, Any]:  # fmt: skip
     stages = student(
         fixture["Q"], fixture["K"], fixture["V"], heads=fixture.get("heads", 1),
         mask=fixture.get("mask"), causal=fixture.get("causal", False), mistake=mistake,
@@ -78,7 +99,10 @@ def run_student(fixture, mistake=None, keep=("scores", "weights", "out"), dtype=
     return {name: stages[name] for name in keep}
 
 
-def graded(tmp_path: Path, fixture: dict, dump: dict, suffix: str = ".json", *args: str):
+def graded(
+    tmp_path: Path, fixture: dict[str, Any], dump: dict[str, Any], suffix: str = ".json",
+    *args: str,
+) -> tuple[Result, dict[str, Any]]:  # fmt: skip
     """Grade ``dump`` (stage -> array) against ``fixture``: (plain result, JSON report)."""
     fixture_path = tmp_path / "fixture.json"
     fixture_path.write_text(json.dumps(fixture))
@@ -88,17 +112,17 @@ def graded(tmp_path: Path, fixture: dict, dump: dict, suffix: str = ".json", *ar
     else:
         dump_path.write_text(json.dumps({k: np.asarray(v).tolist() for k, v in dump.items()}))
     base = ["check", str(fixture_path), "--against", str(dump_path), *args]
-    plain = runner.invoke(app, [*base, "--format", "plain"])
-    report = runner.invoke(app, [*base, "--format", "json"])
+    plain = run_cli(*base, "--format", "plain")
+    report = run_cli(*base, "--format", "json")
     assert report.exit_code == plain.exit_code
     return plain, json.loads(report.stdout)["fixtures"][0]
 
 
-def diagnosed(report: dict) -> list[str]:
+def diagnosed(report: dict[str, Any]) -> list[str]:
     return [d["name"] for d in report["diagnoses"]]
 
 
-def said(result) -> str:
+def said(result: Result) -> str:
     """The output with line wrapping undone."""
     return " ".join(result.stdout.split())
 
@@ -108,7 +132,7 @@ def said(result) -> str:
 
 
 @pytest.mark.parametrize("suffix", [".json", ".npz"])
-def test_a_correct_implementation_passes_with_aliases_reported(tmp_path, suffix):
+def test_a_correct_implementation_passes_with_aliases_reported(tmp_path: Path, suffix: str) -> None:
     result, report = graded(tmp_path, CAT, run_student(CAT), suffix)
     assert result.exit_code == 0, result.output
     assert "aliases: weights -> softmax, out -> output" in result.stdout
@@ -117,7 +141,7 @@ def test_a_correct_implementation_passes_with_aliases_reported(tmp_path, suffix)
     assert [s["status"] for s in report["stages"]] == ["same", "same", "same"]
 
 
-def test_float32_code_passes_the_grader_default_tolerance(tmp_path):
+def test_float32_code_passes_the_grader_default_tolerance(tmp_path: Path) -> None:
     result, _ = graded(tmp_path, CAT, run_student(CAT, dtype=np.float32), ".npz")
     assert result.exit_code == 0, result.output
 
@@ -125,30 +149,32 @@ def test_float32_code_passes_the_grader_default_tolerance(tmp_path):
 @pytest.mark.parametrize(
     "shape", [(3, 3), (1, 3, 3), (1, 1, 3, 3)], ids=["no-head", "head", "batch-and-head"]
 )
-def test_batch_and_head_axes_of_size_one_may_be_left_out_or_added(tmp_path, shape):
+def test_batch_and_head_axes_of_size_one_may_be_left_out_or_added(
+    tmp_path: Path, shape: tuple[int, ...]
+) -> None:
     weights = run_student(CAT, keep=("weights",))["weights"].reshape(shape)
     result, _ = graded(tmp_path, CAT, {"attention": weights})
     assert result.exit_code == 0, result.output
 
 
-def test_a_batch_of_one_may_be_dumped_without_its_batch_axis(tmp_path):
+def test_a_batch_of_one_may_be_dumped_without_its_batch_axis(tmp_path: Path) -> None:
     batched = {**CAT, "Q": [CAT["Q"]], "K": [CAT["K"]], "V": [CAT["V"]]}  # [batch, seq, d]
     result, _ = graded(tmp_path, batched, run_student(CAT))
     assert result.exit_code == 0, result.output
 
 
-def test_a_json_trace_is_a_dump_too(tmp_path):
+def test_a_json_trace_is_a_dump_too(tmp_path: Path) -> None:
     fixture = tmp_path / "fixture.json"
     fixture.write_text(json.dumps(CAT))
     trace = tmp_path / "trace.json"
-    traced = runner.invoke(app, ["trace", str(fixture), "-f", "json", "-o", str(trace)])
+    traced = run_cli("trace", str(fixture), "-f", "json", "-o", str(trace))
     assert traced.exit_code == 0
-    result = runner.invoke(app, ["check", str(fixture), "--against", str(trace)])
+    result = run_cli("check", str(fixture), "--against", str(trace))
     assert result.exit_code == 0, result.output
     assert "(7 stages," in result.stdout  # Q, K, V, scores, scaled, softmax, output
 
 
-def test_names_that_are_not_stages_are_reported_as_ignored(tmp_path):
+def test_names_that_are_not_stages_are_reported_as_ignored(tmp_path: Path) -> None:
     dump = {**run_student(CAT), "loss": [0.5], "Softmax_debug": [[1.0]]}
     result, report = graded(tmp_path, CAT, dump)
     assert result.exit_code == 0
@@ -160,7 +186,7 @@ def test_names_that_are_not_stages_are_reported_as_ignored(tmp_path):
 # Each classic mistake, diagnosed by name
 
 
-def test_no_scaling(tmp_path):
+def test_no_scaling(tmp_path: Path) -> None:
     dump = run_student(CAT, "no_scaling", keep=("scores", "scaled", "weights", "out"))
     result, report = graded(tmp_path, CAT, dump)
     assert result.exit_code == 1
@@ -171,7 +197,7 @@ def test_no_scaling(tmp_path):
     assert report["diagnoses"][0]["explains"] == ["softmax", "output"]
 
 
-def test_scaled_by_d_k_instead_of_its_square_root(tmp_path):
+def test_scaled_by_d_k_instead_of_its_square_root(tmp_path: Path) -> None:
     result, report = graded(tmp_path, CAT, run_student(CAT, "scaled_by_d_k"))
     assert result.exit_code == 1
     assert report["first_difference"] == "softmax"
@@ -179,7 +205,7 @@ def test_scaled_by_d_k_instead_of_its_square_root(tmp_path):
     assert "diagnosis: scaled by d_k instead of √d_k" in result.stdout
 
 
-def test_softmax_over_the_wrong_axis(tmp_path):
+def test_softmax_over_the_wrong_axis(tmp_path: Path) -> None:
     dump = run_student(CAT, "softmax_wrong_axis")
     np.testing.assert_allclose(dump["weights"].sum(axis=-2), 1.0, rtol=1e-12)  # columns
     result, report = graded(tmp_path, CAT, dump)
@@ -189,7 +215,7 @@ def test_softmax_over_the_wrong_axis(tmp_path):
     assert "diagnosis: softmax over the wrong axis (columns sum to 1)" in result.stdout
 
 
-def test_q_and_k_swapped(tmp_path):
+def test_q_and_k_swapped(tmp_path: Path) -> None:
     result, report = graded(tmp_path, CAT, run_student(CAT, "scores_transposed"))
     assert result.exit_code == 1
     assert report["first_difference"] == "scores"
@@ -198,7 +224,7 @@ def test_q_and_k_swapped(tmp_path):
     assert report["diagnoses"][0]["explains"] == ["softmax", "output"]
 
 
-def test_q_and_k_swapped_with_fewer_queries_than_keys(tmp_path):
+def test_q_and_k_swapped_with_fewer_queries_than_keys(tmp_path: Path) -> None:
     # K·Qᵀ has shape [seq_k, seq_q] = [3, 2]: a shape difference, still diagnosed
     fixture = {"Q": [[1, 0], [0, 1]], "K": [[1, 2], [3, 4], [5, 6]], "V": [[1], [2], [3]]}
     result, report = graded(tmp_path, fixture, run_student(fixture, "scores_transposed",
@@ -208,7 +234,7 @@ def test_q_and_k_swapped_with_fewer_queries_than_keys(tmp_path):
     assert diagnosed(report) == ["scores_transposed"]
 
 
-def test_k_not_transposed(tmp_path):
+def test_k_not_transposed(tmp_path: Path) -> None:
     # seq_k = d_k = 2, so Q·K runs: [[1,2],[0,1]]·[[1,0],[2,1]] = [[5,2],[2,1]], not Q·Kᵀ
     fixture = {"Q": [[1, 2], [0, 1]], "K": [[1, 0], [2, 1]], "V": [[1, 0], [0, 1]]}
     dump = run_student(fixture, "k_not_transposed")
@@ -220,7 +246,7 @@ def test_k_not_transposed(tmp_path):
     assert "diagnosis: K not transposed (Q·K instead of Q·Kᵀ)" in result.stdout
 
 
-def test_mask_polarity_inverted(tmp_path):
+def test_mask_polarity_inverted(tmp_path: Path) -> None:
     fixture = {**CAT, "mask": MASK}
     keep = ("scores", "masked", "weights", "out")
     result, report = graded(tmp_path, fixture, run_student(fixture, "mask_inverted", keep))
@@ -231,7 +257,7 @@ def test_mask_polarity_inverted(tmp_path):
     assert "nn.MultiheadAttention's convention" in said(result)
 
 
-def test_causal_mask_inverted_with_an_empty_row_of_nan(tmp_path):
+def test_causal_mask_inverted_with_an_empty_row_of_nan(tmp_path: Path) -> None:
     fixture = {**CAT, "causal": True}
     dump = run_student(fixture, "causal_inverted")
     assert np.isnan(dump["weights"][0, 2]).all()  # "sat" may see no later key: nan
@@ -242,7 +268,7 @@ def test_causal_mask_inverted_with_an_empty_row_of_nan(tmp_path):
     assert "causal mask inverted" in said(result)
 
 
-def test_causal_mask_shifted_by_one(tmp_path):
+def test_causal_mask_shifted_by_one(tmp_path: Path) -> None:
     fixture = {**CAT, "causal": True}
     result, report = graded(tmp_path, fixture, run_student(fixture, "causal_shifted"))
     assert result.exit_code == 1
@@ -252,7 +278,7 @@ def test_causal_mask_shifted_by_one(tmp_path):
     assert "each query also sees the next key" in said(result)
 
 
-def test_heads_split_interleaved(tmp_path):
+def test_heads_split_interleaved(tmp_path: Path) -> None:
     fixture = {
         "heads": 2,
         "Q": [[1, 0, 2, 0], [0, 1, 0, 2], [1, 1, 0, 0]],
@@ -270,7 +296,7 @@ def test_heads_split_interleaved(tmp_path):
     assert report["aliases"]["q"] == "Q"
 
 
-def test_forgot_the_row_max_subtraction_float64(tmp_path):
+def test_forgot_the_row_max_subtraction_float64(tmp_path: Path) -> None:
     # scores[0][0] = 40·40 = 1600, scaled 1131 > 709.78: exp overflows, inf/inf = nan
     fixture = {"Q": [[40, 0], [0, 1], [1, 1]], "K": [[40, 0], [0, 1], [1, 0]], "V": CAT["V"]}
     dump = run_student(fixture, "no_max_subtraction")
@@ -283,7 +309,7 @@ def test_forgot_the_row_max_subtraction_float64(tmp_path):
     assert "in float64 without subtracting the row maximum" in said(result)
 
 
-def test_forgot_the_row_max_subtraction_float32(tmp_path):
+def test_forgot_the_row_max_subtraction_float32(tmp_path: Path) -> None:
     # scaled 144/√2 = 101.8: finite in float64, but exp overflows float32 above 88.72
     fixture = {"Q": [[12, 0], [0, 1], [1, 1]], "K": [[12, 0], [0, 1], [1, 0]], "V": CAT["V"]}
     dump = run_student(fixture, "no_max_subtraction", dtype=np.float32)
@@ -293,14 +319,14 @@ def test_forgot_the_row_max_subtraction_float32(tmp_path):
     assert "in float32 without subtracting the row maximum" in said(result)
 
 
-def test_a_row_with_nothing_to_attend_to_gives_nan(tmp_path):
+def test_a_row_with_nothing_to_attend_to_gives_nan(tmp_path: Path) -> None:
     fixture = {**CAT, "mask": [[False, False, False], [True, True, False], [True, True, True]]}
     result, report = graded(tmp_path, fixture, run_student(fixture))
     assert result.exit_code == 1
     assert diagnosed(report) == ["empty_row_nan"]
 
 
-def test_a_stage_saved_under_another_name(tmp_path):
+def test_a_stage_saved_under_another_name(tmp_path: Path) -> None:
     stages = run_student(CAT, keep=("scaled", "weights"))
     result, report = graded(tmp_path, CAT, {"scores": stages["scaled"], "attn": stages["weights"]})
     assert result.exit_code == 1
@@ -313,7 +339,7 @@ def test_a_stage_saved_under_another_name(tmp_path):
 # Nothing is claimed that the numbers do not confirm
 
 
-def test_an_unrecognised_difference_is_reported_plainly(tmp_path):
+def test_an_unrecognised_difference_is_reported_plainly(tmp_path: Path) -> None:
     dump = run_student(CAT)
     dump["out"] = dump["out"] + 0.1
     result, report = graded(tmp_path, CAT, dump)
@@ -324,7 +350,7 @@ def test_an_unrecognised_difference_is_reported_plainly(tmp_path):
     assert "none of the known mistakes reproduces it" in said(result)
 
 
-def test_columns_summing_to_1_alone_do_not_make_a_diagnosis(tmp_path):
+def test_columns_summing_to_1_alone_do_not_make_a_diagnosis(tmp_path: Path) -> None:
     # the wrong axis on top of a second mistake (Q off by 1%): the softmax's columns sum to 1,
     # but recomputing the wrong axis from attn's own scores does not give these numbers
     skewed = {**CAT, "Q": (np.array(CAT["Q"]) * 1.01).tolist()}
@@ -336,14 +362,14 @@ def test_columns_summing_to_1_alone_do_not_make_a_diagnosis(tmp_path):
     assert "diagnosis: none" in result.stdout
 
 
-def test_a_mistake_that_changes_nothing_is_not_a_difference(tmp_path):
+def test_a_mistake_that_changes_nothing_is_not_a_difference(tmp_path: Path) -> None:
     # Q = K: the scores are symmetric, so swapping Q and K gives the right numbers
     fixture = {"Q": [[1, 0], [0, 1], [1, 1]], "K": [[1, 0], [0, 1], [1, 1]], "V": CAT["V"]}
     result, _ = graded(tmp_path, fixture, run_student(fixture, "scores_transposed"))
     assert result.exit_code == 0, result.output
 
 
-def test_the_first_difference_is_in_pipeline_order_not_file_order(tmp_path):
+def test_the_first_difference_is_in_pipeline_order_not_file_order(tmp_path: Path) -> None:
     stages = run_student(CAT, "no_scaling", keep=("out", "weights", "scaled"))
     result, report = graded(tmp_path, CAT, stages)
     assert result.exit_code == 1
@@ -371,16 +397,22 @@ def _write_npz_with_objects(path: Path) -> None:
         ("twice.json", '{"attn": [[1]], "weights": [[1]]}', "names the same stage (softmax)"),
         ("dump.txt", "scores 1 2 3", "unknown dump type '.txt'"),
         ("bad.npz", "this is not a zip archive", "not a readable .npz archive"),
-        ("objects.npz", _write_npz_with_objects, "holds Python objects (reading them would unpickle)"),
+        (
+            "objects.npz",
+            _write_npz_with_objects,
+            "holds Python objects (reading them would unpickle)",
+        ),
     ],
 )
-def test_an_unreadable_dump_is_trouble(tmp_path, name, content, message):
+def test_an_unreadable_dump_is_trouble(
+    tmp_path: Path, name: str, content: str | Callable[[Path], None] | None, message: str
+) -> None:
     path = tmp_path / name
     if callable(content):
         content(path)
     elif content is not None:
         path.write_text(content)
-    result = runner.invoke(app, ["check", "the_cat_sat", "--against", str(path)])
+    result = run_cli("check", "the_cat_sat", "--against", str(path))
     assert result.exit_code == 2
     assert result.stderr.startswith(f"Error: {path}")
     assert message in result.stderr
@@ -391,7 +423,7 @@ def test_an_unreadable_dump_is_trouble(tmp_path, name, content, message):
 # The worked example in docs/grader/
 
 
-def test_the_docs_example_dump_is_what_the_student_code_writes():
+def test_the_docs_example_dump_is_what_the_student_code_writes() -> None:
     spec = importlib.util.spec_from_file_location(
         "student_attention", DOCS / "student_attention.py"
     )
@@ -405,16 +437,18 @@ def test_the_docs_example_dump_is_what_the_student_code_writes():
         np.testing.assert_allclose(dump[name], arr, rtol=1e-15, atol=0, err_msg=name)
 
 
-def test_the_docs_example_is_diagnosed_exactly_as_the_docs_show(monkeypatch):
+def test_the_docs_example_is_diagnosed_exactly_as_the_docs_show(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     monkeypatch.chdir(ROOT)
     dump = "docs/grader/student_dump.json"
-    result = runner.invoke(app, ["check", "the_cat_sat", "--against", dump, "--format", "plain"])
+    result = run_cli("check", "the_cat_sat", "--against", dump, "--format", "plain")
     assert result.exit_code == 1
     readme = (DOCS / "README.md").read_text()
     shown = re.search(r"```text\n(.*?)```", readme, re.S)
     assert shown is not None
     assert result.stdout == shown.group(1)
-    report = runner.invoke(app, ["check", "the_cat_sat", "--against", dump, "--format", "json"])
+    report = run_cli("check", "the_cat_sat", "--against", dump, "--format", "json")
     assert [d["name"] for d in json.loads(report.stdout)["fixtures"][0]["diagnoses"]] == [
         "softmax_wrong_axis"
     ]

@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from attn_cli.check import grade_backward
 from attn_cli.check.compare import (
     GRADER_TOLERANCE,
     Comparison,
@@ -26,19 +27,36 @@ from attn_cli.check.compare import (
     compare,
     conform,
 )
+from attn_cli.check.grade_variants import (
+    VARIANT_MISTAKES,
+    Change,
+    Expand,
+    Weights,
+    alibi_stage,
+    masked_with,
+    projections,
+    qk_norm,
+    softmax_and_lse,
+    with_causal,
+)
+from attn_cli.check.grade_variants import internal as _internal
 from attn_cli.core.inputs import BoolArray, FloatArray, Inputs
 from attn_cli.core.limits import DEFAULT_MAX_BYTES, DEFAULT_MAX_ELEMENTS
 from attn_cli.core.pipeline import Trace
-from attn_cli.core.stages import STAGE_NAMES
+from attn_cli.core.stages import SPECS, STAGE_NAMES, softmax_input
 from attn_cli.core.steps import (
+    allowed_positions,
     apply_mask,
     attention_scores,
+    cap_scores,
+    project,
     repeat_kv,
+    rotate,
     scale_scores,
-    softmax,
     weighted_sum,
 )
 from attn_cli.core.steps import concat_heads as merge_heads
+from attn_cli.core.variants import causal_allowed
 from attn_cli.errors import InputError
 from attn_cli.io import gate
 from attn_cli.io.trace_json import decode_array, parse_json, read_text, stages_from_json
@@ -50,6 +68,7 @@ ALIASES = {
     "out": "output", "context": "output",
     "logits": "scores",
 }  # fmt: skip
+ALIASES.update(grade_backward.gradient_aliases())  # dQ, grad_q, q.grad, dS, dP, ...
 
 DUMP_DOC = (
     "a .json mapping stage name -> nested list (or a JSON trace), or a .npz of arrays "
@@ -85,8 +104,12 @@ def load_dump(path: Path) -> Dump:
     """Read a ``.json`` or ``.npz`` dump; every way it can be unreadable is an InputError."""
     source = str(path)
     suffix = path.suffix.lower()
+    from attn_cli.check import grade_decode  # decode and flash dumps (issue 11)
+
     if suffix == ".json":
         obj = parse_json(read_text(path, DUMP_DOC), source, DUMP_DOC)
+        if grade_decode.is_special(obj):
+            return grade_decode.special_dump(obj, source)
         if isinstance(obj, dict) and "format" in obj:
             raw: dict[str, Any] = dict(stages_from_json(obj, source))  # a JSON trace
         elif isinstance(obj, dict):
@@ -94,6 +117,9 @@ def load_dump(path: Path) -> Dump:
         else:
             raise InputError(source, "", f"top level is {type(obj).__name__}", DUMP_DOC)
     elif suffix == ".npz":
+        special = grade_decode.special_npz(path)
+        if special is not None:
+            return special
         raw = _read_npz(path)
     else:
         raise InputError(source, "", f"unknown dump type {suffix or '(no suffix)'!r}", DUMP_DOC)
@@ -140,9 +166,7 @@ def _read_npz(path: Path) -> dict[str, Any]:
             if stage_for(name) is None:
                 out[name] = None
                 continue
-            arr = reader.read_member(archive, member, name, source)
-            if arr.dtype.kind not in "biuf":
-                raise InputError(source, name, f"has dtype {arr.dtype}", "real numbers")
+            arr = reader.read_member(archive, member, name, source)  # numbers only
             out[name] = arr.astype(np.float64)
     return out
 
@@ -159,6 +183,13 @@ def grade(
     worst: int = 5,
 ) -> Comparison:
     """Compare the dump with the trace and diagnose the first stage that differs."""
+    from attn_cli.check import grade_decode
+
+    if isinstance(dump, (grade_decode.DecodeDump, grade_decode.FlashDump)):
+        return grade_decode.grade_special(trace, dump, tolerance, worst)
+    if grade_backward.wants_backward(dump):  # gradients (dQ, q.grad, ...): the backward pass
+        trace = grade_backward.with_backward(trace)
+        dump = grade_backward.retarget(dump, trace)
     comparison = compare(
         trace, dump.arrays, kind="dump", against=dump.source, tolerance=tolerance,
         stages=stages, worst=worst,
@@ -173,7 +204,9 @@ def grade(
     tried: tuple[str, ...] = ()
     if first is not None and first.status in ("different", "shape"):
         later = [s.name for s in comparison.differing if s.name != first.name]
-        found, tried = diagnose(trace, dump.arrays, first.name, later, tolerance)
+        gradient = first.name in trace and SPECS[first.name].gradient
+        diagnoser = grade_backward.diagnose_backward if gradient else diagnose
+        found, tried = diagnoser(trace, dump.arrays, first.name, later, tolerance)
     return replace(
         comparison, notes=tuple(notes), aliases=dict(dump.aliases), ignored=dump.ignored,
         diagnoses=found, tried=tried,
@@ -215,6 +248,7 @@ def diagnose(
         if not any(stage in cand.stages for cand in candidates):
             continue  # does not apply to this fixture, or enters after this stage
         tried.append(mistake.title)
+        best: tuple[_Candidate, tuple[str, ...]] | None = None
         for cand in candidates:
             if stage not in cand.stages:
                 continue
@@ -228,6 +262,12 @@ def diagnose(
                 if n in cand.stages and _fits(given[n], _public(trace, cand.stages[n]),
                                               trace[n].axes, n, tolerance)
             )  # fmt: skip
+            if best is None or len(explains) > len(best[1]):
+                best = cand, explains  # of the ways it can go wrong, the one explaining most
+            if len(explains) == len(later):
+                break
+        if best is not None:
+            cand, explains = best
             found.append(
                 Diagnosis(
                     name=mistake.name,
@@ -240,13 +280,14 @@ def diagnose(
                     unexplained=tuple(n for n in later if n not in explains),
                 )
             )
-            break
     return tuple(found), tuple(tried)
 
 
 def _fits(
     raw: FloatArray, value: FloatArray, axes: tuple[str, ...], stage: str, tol: Tolerance
 ) -> bool:
+    if len(axes) != value.ndim:  # a candidate of another stage's shape: compare as it is
+        return raw.shape == value.shape and _close(raw, value, tol)
     fitted = conform(raw, value.shape, axes, stage)
     return fitted is not None and _close(fitted, value, tol)
 
@@ -260,16 +301,8 @@ def _close(actual: FloatArray, expected: FloatArray, tol: Tolerance) -> bool:
 # Recomputing with a mistake
 
 
-def _internal(trace: Trace, name: str) -> FloatArray:
-    data = trace[name].data.astype(np.float64)
-    return data if trace.inputs.has_batch else data[None]
-
-
 def _public(trace: Trace, arr: FloatArray) -> FloatArray:
     return arr if trace.inputs.has_batch else arr[0]
-
-
-Weights = Callable[[FloatArray], FloatArray]
 
 
 def softmax_unguarded(x: FloatArray) -> FloatArray:
@@ -282,18 +315,19 @@ def softmax_unguarded(x: FloatArray) -> FloatArray:
 def allowed(
     inp: Inputs, *, causal_shift: int = 0, invert_causal: bool = False, invert_mask: bool = False
 ) -> BoolArray:
-    """Where a query may attend, from causal, mask and lengths, possibly with a mistake."""
-    B, H, T, S = inp.batch, inp.heads, inp.seq_q, inp.seq_k
-    ok = np.ones((B, H, T, S), dtype=bool)
+    """Where a query may attend (B, H, T, S), from causal and window (at the token positions),
+    mask and lengths, possibly with a mistake: the causal limit moved ``causal_shift`` keys
+    (the window's far end stays), the causal part inverted, or the boolean mask inverted."""
+    pos_q, pos_k = inp.token_positions()
+    causal = np.ones((inp.seq_q, inp.seq_k), dtype=bool)  # (T, S)
     if inp.causal is not None:
-        offset = (0 if inp.causal == "upper-left" else S - T) + causal_shift
-        tri = np.tril(np.ones((T, S), dtype=bool), k=offset)  # (T, S): key j <= query i + offset
-        ok &= ~tri if invert_causal else tri
-    if inp.mask is not None:
-        ok &= ~inp.mask if invert_mask else inp.mask  # broadcast right-aligned, as torch
-    if inp.lengths is not None:
-        ok &= (np.arange(S)[None, :] < inp.lengths[:, None])[:, None, None, :]  # (B, 1, 1, S)
-    return ok
+        causal = causal_allowed(pos_q + causal_shift, pos_k)  # key <= query + shift
+        if inp.window is not None:
+            causal &= np.subtract.outer(pos_q, pos_k) < inp.window  # (T, S): the far end
+        causal = ~causal if invert_causal else causal
+    if invert_mask and inp.mask is not None:
+        inp = replace(inp, mask=~inp.mask)
+    return with_causal(inp, causal)
 
 
 def interleave_heads(x: FloatArray, n: int) -> FloatArray:
@@ -315,51 +349,89 @@ def downstream(
     start: str,
     values: Mapping[str, FloatArray],
     *,
-    weights: Weights = softmax,
+    weights: Weights | None = None,
     merge: Callable[[FloatArray], FloatArray] = merge_heads,
+    inputs: Inputs | None = None,
+    expand: Expand = repeat_kv,
 ) -> dict[str, FloatArray]:
-    """Recompute every stage from ``start`` on, with ``values`` replacing the trace's."""
-    inp = trace.inputs
+    """Recompute every stage from ``start`` on as the pipeline does, with ``values`` replacing
+    the trace's stages and ``inputs`` its inputs (positions, window, slopes, weights).
+
+    Mistakes enter as ``weights`` (the softmax; default the pipeline's, with sinks), ``merge``
+    (heads side by side) and ``expand`` (kv heads to query heads; default grouped).
+    """
+    inp = inputs or trace.inputs
     groups = inp.heads // inp.kv_heads
     order = [n for n in STAGE_NAMES if n in trace.applicable]
+    todo = order[order.index(start) :]
+    pos_q, pos_k = inp.token_positions()
     s = dict(values)
 
     def get(name: str) -> FloatArray:
         return s[name] if name in s else _internal(trace, name)
 
-    for name in order[order.index(start) :]:
-        if name in s or name in ("X", "Q", "K", "V"):
-            continue
-        if name == "scores":
-            s[name] = attention_scores(get("Q"), repeat_kv(get("K"), groups))  # (B, H, T, S)
+    for name in todo:
+        if name in s or name in ("X", "X_kv", "lse"):
+            continue  # lse comes with the softmax
+        if name in ("Q", "K", "V") and inp.mode == "projection":
+            X_kv = get("X_kv") if "X_kv" in order else None
+            s.update({n: a for n, a in projections(inp, get("X"), X_kv).items() if n not in s})
+        elif name in ("Q_norm", "K_norm"):
+            s[name] = qk_norm(inp, name[0], get(name[0]))  # (B, heads, T, D)
+        elif name in ("Q_rot", "K_rot"):
+            assert inp.rope is not None
+            source = f"{name[0]}_norm" if f"{name[0]}_norm" in order else name[0]
+            s[name] = rotate(get(source), pos_q if name == "Q_rot" else pos_k, inp.rope)
+        elif name == "scores":
+            q, k = (get(_reads(order, n)) for n in ("Q", "K"))
+            s[name] = attention_scores(q, expand(k, groups))  # (B, H, T, S)
         elif name == "scaled":
             s[name] = scale_scores(get("scores"), trace.scale)
+        elif name == "capped":
+            assert inp.softcap is not None
+            s[name] = cap_scores(get("scaled"), inp.softcap)
+        elif name == "alibi":
+            s[name] = alibi_stage(inp)  # (B, H, T, S)
         elif name == "masked":
-            s[name] = apply_mask(get("scaled"), allowed(inp), inp.bias)
+            logits = get("capped" if "capped" in order else "scaled")
+            alibi = get("alibi") if "alibi" in order else None
+            ok = allowed_positions(inp)
+            s[name] = apply_mask(logits, ok, inp.bias, alibi=alibi, fill=inp.mask_value)
         elif name == "softmax":
-            s[name] = weights(get("masked" if "masked" in order else "scaled"))
+            x = get(softmax_input(inp))
+            if weights is None:
+                s[name], lse = softmax_and_lse(x, inp.sinks)
+                if "lse" in order and "lse" not in s:
+                    s["lse"] = lse  # (B, H, T)
+            else:
+                s[name] = weights(x)
         elif name == "output":
-            s[name] = weighted_sum(get("softmax"), repeat_kv(get("V"), groups))  # (B, H, T, Dv)
+            s[name] = weighted_sum(get("softmax"), expand(get("V"), groups))  # (B, H, T, Dv)
         elif name == "concat":
             s[name] = merge(get("output"))  # (B, T, H*Dv)
         elif name == "projected":
             assert inp.W_O is not None
-            s[name] = get("concat") @ inp.W_O + (0.0 if inp.b_O is None else inp.b_O)
-    return {n: s[n] for n in order[order.index(start) :] if n in s}
+            s[name] = project(get("concat"), inp.W_O, inp.b_O)  # (B, T, E)
+    return {n: s[n] for n in todo if n in s}
+
+
+def _reads(order: Sequence[str], name: str) -> str:
+    """The stage the scores read for Q or K: rotated, else normalised, else plain."""
+    return next(n for n in (f"{name}_rot", f"{name}_norm", name) if n in order)
 
 
 def _both_softmaxes(
     trace: Trace, start: str, values: Mapping[str, FloatArray], detail: str
 ) -> list[_Candidate]:
     """A mistake followed by a correct softmax, and by one that turns empty rows into nan."""
-    return [
-        _Candidate(detail, downstream(trace, start, values)),
-        _Candidate(detail, downstream(trace, start, values, weights=softmax_unguarded)),
-    ]
+    out = [_Candidate(detail, downstream(trace, start, values))]
+    if trace.inputs.sinks is None:  # a sink keeps every row finite: no nan
+        out.append(_Candidate(detail, downstream(trace, start, values, weights=softmax_unguarded)))
+    return out
 
 
 def _weights_input(trace: Trace) -> FloatArray:
-    return _internal(trace, "masked" if "masked" in trace else "scaled")
+    return _internal(trace, softmax_input(trace.inputs))
 
 
 def _no_scaling(trace: Trace) -> list[_Candidate]:
@@ -392,9 +464,12 @@ def _softmax_wrong_axis(trace: Trace) -> list[_Candidate]:
         "instead of the keys (axis -1): each column of the weights sums to 1, not each row. "
         "Fix: softmax(x, axis=-1)."
     )
+    sinks = trace.inputs.sinks
+    kinds: list[Weights] = [lambda y: softmax_and_lse(y, sinks)[0]]
+    kinds += [softmax_unguarded] if sinks is None else []
     return [
         _Candidate(detail, downstream(trace, "softmax", {"softmax": f(x).swapaxes(-1, -2)}))
-        for f in (softmax, softmax_unguarded)
+        for f in kinds
     ]
 
 
@@ -414,8 +489,9 @@ def _k_not_transposed(trace: Trace) -> list[_Candidate]:
     inp = trace.inputs
     if inp.seq_k != inp.d_k:
         return []  # Q·K only runs at all when seq_k = d_k
-    k = repeat_kv(_internal(trace, "K"), inp.heads // inp.kv_heads)  # (B, H, S, D)
-    scores = _internal(trace, "Q") @ k  # (B, H, T, D) @ (B, H, S=D, D) -> (B, H, T, D=S)
+    order = trace.applicable
+    k = repeat_kv(_internal(trace, _reads(order, "K")), inp.heads // inp.kv_heads)  # (B, H, S, D)
+    scores = _internal(trace, _reads(order, "Q")) @ k  # (B, H, T, D) @ (B, H, S=D, D)
     detail = (
         f"Your {{stage}} is what attn gets from Q·K instead of Q·Kᵀ (K not transposed; it only "
         f"runs because seq_k = d_k = {inp.d_k}). Fix: scores = Q @ K.swapaxes(-1, -2)."
@@ -424,7 +500,7 @@ def _k_not_transposed(trace: Trace) -> list[_Candidate]:
 
 
 def _masked_with(trace: Trace, ok: BoolArray) -> FloatArray:
-    return apply_mask(_internal(trace, "scaled"), ok, trace.inputs.bias)
+    return masked_with(trace, ok)
 
 
 def _mask_inverted(trace: Trace) -> list[_Candidate]:
@@ -494,7 +570,10 @@ def _no_max_subtraction(trace: Trace) -> list[_Candidate]:
         e = np.exp(x.astype(dtype))  # no row maximum subtracted: exp overflows to inf
         if not np.isposinf(e).any():
             continue  # no overflow in this precision: the mistake changes nothing visible
-        weights = (e / e.sum(axis=-1, keepdims=True)).astype(np.float64)
+        total = e.sum(axis=-1, keepdims=True)  # (B, H, T, 1)
+        if trace.inputs.sinks is not None:
+            total = total + np.exp(trace.inputs.sinks.astype(dtype))[:, None, None]
+        weights = (e / total).astype(np.float64)
         detail = (
             f"Your {{stage}} is what attn gets from exp(x) / sum(exp(x)) in {np.dtype(dtype)} "
             f"without subtracting the row maximum first: exp(x) overflows to inf for x > {limit} "
@@ -505,8 +584,8 @@ def _no_max_subtraction(trace: Trace) -> list[_Candidate]:
 
 
 def _empty_row_nan(trace: Trace) -> list[_Candidate]:
-    if not trace.empty_rows:
-        return []
+    if not trace.empty_rows or trace.inputs.sinks is not None:
+        return []  # with a sink, an empty row gives its mass to the sink, never nan
     weights = softmax_unguarded(_weights_input(trace))
     detail = (
         "Your {stage} is what attn gets when a query row that may attend to no key gets nan "
@@ -529,6 +608,27 @@ def _stage_mixup(trace: Trace) -> list[_Candidate]:
     ]
 
 
+def _recomputed(changes: Callable[[Trace], list[Change]]) -> Callable[[Trace], list[_Candidate]]:
+    """A variant mistake's candidates: each change recomputed downstream by the pipeline's
+    steps, and, when it may empty a row, also with a softmax that gives that row nan."""
+
+    def candidates(trace: Trace) -> list[_Candidate]:
+        out = []
+        for c in changes(trace):
+            kinds = (
+                [None, softmax_unguarded] if c.nan_rows and trace.inputs.sinks is None else [None]
+            )
+            for weights in kinds:
+                stages = downstream(
+                    trace, c.start, c.values, weights=weights, inputs=c.inputs,
+                    expand=c.expand or repeat_kv,
+                )  # fmt: skip
+                out.append(_Candidate(c.detail, stages))
+        return out
+
+    return candidates
+
+
 MISTAKES = (
     _Mistake("no_scaling", "no 1/√d_k scaling", _no_scaling),
     _Mistake("scaled_by_d_k", "scaled by d_k instead of √d_k", _scaled_by_d_k),
@@ -546,5 +646,6 @@ MISTAKES = (
         "no_max_subtraction", "forgot the row-max subtraction (overflow)", _no_max_subtraction
     ),
     _Mistake("empty_row_nan", "a row with nothing to attend to gives nan", _empty_row_nan),
+    *(_Mistake(m.name, m.title, _recomputed(m.changes)) for m in VARIANT_MISTAKES),
     _Mistake("stage_mixup", "stage saved under another stage's name", _stage_mixup, True),
 )

@@ -1,9 +1,10 @@
-"""The block engine: steps 2-6 of attention a block of query rows at a time, to save memory.
+"""The block engine: the score stages of attention a block of query rows at a time.
 
-It runs the same step functions as :func:`attn_cli.core.steps.attention`, on one block of
-query rows of one head at a time. A stage that is kept is written straight into its whole
-array; a stage that is only passed through lives in one reused block buffer. So a run that
-keeps only ``output`` never holds a (T, S) matrix. Axis names as in steps.py.
+It runs the step functions of steps.py (scores, scaled, capped, alibi, masked, softmax with
+its lse, output) on one block of query rows of one head at a time. A stage that is kept is
+written straight into its whole array; a stage that is only passed through lives in one
+reused block buffer (ALiBi's bias in one block of its own). So a run that keeps only
+``output`` never holds a (T, S) matrix, whatever the variants. Axis names as in steps.py.
 """
 
 from __future__ import annotations
@@ -13,14 +14,16 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from attn_cli.core.limits import BLOCK_ELEMENTS
+from attn_cli.core.blocks import rows_per_block
 from attn_cli.core.stages import SCORE_STAGES
 from attn_cli.core.steps import (
     BoolArray,
     FloatArray,
+    alibi_rows,
     allowed_positions,
     apply_mask,
     attention_scores,
+    cap_scores,
     scale_scores,
     softmax_rows,
     weighted_sum,
@@ -36,13 +39,30 @@ SCORES_AXES = ("batch", "head", "query", "key")
 OUTPUT_AXES = ("batch", "head", "query", "d_v")
 
 
+@dataclass(frozen=True)
+class SentinelRow:
+    """A row where a finite ``mask_value`` let weight through to keys it should hide.
+
+    ``leaked`` is the weight those keys got; ``uniform`` says the row had no allowed key at all,
+    so the sentinel made it uniform (with -inf its weights would be zero).
+    """
+
+    batch: int
+    head: int
+    query: int
+    leaked: float
+    uniform: bool
+
+
 @dataclass
 class Attended:
-    """What the engine produced: kept score stages, the output, and rows with no key."""
+    """What the engine produced: kept score stages, lse, the output, and rows to warn about."""
 
     kept: dict[str, FloatArray]  # (B, H, T, S) each
     output: FloatArray | None  # (B, H, T, Dv), laid out as (B, T, H, Dv) so concat is a view
+    lse: FloatArray | None = None  # (B, H, T)
     empty: list[tuple[int, int, int]] = field(default_factory=list)  # (batch, head, query)
+    leaks: list[SentinelRow] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -56,7 +76,7 @@ class Block:
 
 
 class BlockEngine:
-    """Runs scores -> scaled -> masked -> softmax -> output for each block of query rows."""
+    """Runs scores -> scaled -> capped -> masked (+ alibi) -> softmax (+ lse) -> output."""
 
     def __init__(
         self,
@@ -78,9 +98,11 @@ class BlockEngine:
         full = (B, H, T, S)
         self.bias = None if bias is None else np.broadcast_to(bias, full)
         self.kept = {s: np.empty(full, q.dtype) for s in SCORE_STAGES if s in wanted}
-        self.rows = max(1, min(T, BLOCK_ELEMENTS // max(S, 1)))
-        chain = {"scores", *(s for s in SCORE_STAGES if s in need)}
+        self.lse = np.empty((B, H, T), q.dtype) if "lse" in wanted else None
+        self.rows = rows_per_block(T, S, q.dtype.itemsize)  # measured: see core/blocks.py
+        chain = {"scores", *(s for s in SCORE_STAGES if s in need and s != "alibi")}
         self.work = None if chain <= set(self.kept) else np.empty((self.rows, S), q.dtype)
+        self.leaky = inputs.mask_value != -np.inf  # a finite sentinel: watch for leaks
         self.output = None
         if "output" in need:
             assert v is not None
@@ -100,36 +122,56 @@ class BlockEngine:
 
     def run(self, progress: Callable[[int, int], None] | None = None) -> Attended:
         """All blocks in order; ``progress(done, total)`` after each."""
-        attended = Attended(self.kept, self.output)
+        attended = Attended(self.kept, self.output, self.lse)
         blocks = self.blocks()
         for done, block in enumerate(blocks, 1):
-            self.run_block(block, attended.empty)
+            self.run_block(block, attended)
             if progress is not None:
                 progress(done, len(blocks))
         return attended
 
-    def run_block(self, blk: Block, empty: list[tuple[int, int, int]]) -> None:
-        """Steps 2-6 for one block, each written where :meth:`into` says."""
+    def run_block(self, blk: Block, attended: Attended) -> None:
+        """The score stages for one block, each written where :meth:`into` says."""
         at = (blk.b, blk.h, blk.t0)
+        inp = self.inputs
         k = self.k[blk.b, blk.h // self.groups]  # (S, D)
         x = attention_scores(self.q[blk.b, blk.h, blk.t0 : blk.t1], k, out=self.into("scores", blk))
         self._check("scores", x, at)  # (R, S)
         if "scaled" in self.need:
             x = scale_scores(x, self.scale, out=self.into("scaled", blk))
             self._check("scaled", x, at)
+        if "capped" in self.need:
+            assert inp.softcap is not None
+            x = cap_scores(x, inp.softcap, out=self.into("capped", blk))
+        allowed = None
         if "masked" in self.need:
-            allowed = allowed_positions(self.inputs, (blk.b, blk.h, blk.t0, blk.t1))  # (R, S)
+            allowed = allowed_positions(inp, (blk.b, blk.h, blk.t0, blk.t1))  # (R, S)
             bias = None if self.bias is None else self.bias[blk.b, blk.h, blk.t0 : blk.t1]
-            x = apply_mask(x, allowed, bias, out=self.into("masked", blk))
+            alibi = self.alibi(blk) if "alibi" in self.need else None
+            out = self.into("masked", blk)
+            x = apply_mask(x, allowed, bias, out=out, alibi=alibi, fill=inp.mask_value)
             self._check("masked", x, at, allowed, bias)
-        if "softmax" in self.need:
-            x, none = softmax_rows(x, out=self.into("softmax", blk))
-            empty.extend((blk.b, blk.h, blk.t0 + int(i)) for i in np.flatnonzero(none))
+        if "softmax" in self.need or "lse" in self.need:
+            sink = None if inp.sinks is None else float(inp.sinks[blk.h])
+            lse = None if self.lse is None else self.lse[blk.b, blk.h, blk.t0 : blk.t1]
+            x, none = softmax_rows(x, out=self.into("softmax", blk), sink=sink, lse=lse)
+            attended.empty.extend((blk.b, blk.h, blk.t0 + int(i)) for i in np.flatnonzero(none))
+            if self.leaky and allowed is not None:
+                attended.leaks.extend(_leaks(x, allowed, at))
         if self.output is not None:
             assert self.v is not None
             v = self.v[blk.b, blk.h // self.groups]  # (S, Dv)
             o = weighted_sum(x, v, out=self.output[blk.b, blk.h, blk.t0 : blk.t1])  # (R, Dv)
             self._check("output", o, at)
+
+    def alibi(self, blk: Block) -> FloatArray:
+        """ALiBi's bias for the block: written into the kept stage, or a block of its own."""
+        bias = alibi_rows(self.inputs, blk.h, blk.t0, blk.t1, self.q.dtype)  # (R, S)
+        if "alibi" in self.kept:
+            kept = self.kept["alibi"][blk.b, blk.h, blk.t0 : blk.t1]
+            np.copyto(kept, bias)
+            return kept
+        return bias
 
     def into(self, stage: str, blk: Block) -> FloatArray:
         """Where a stage's block goes: its kept array, else the reused work buffer."""
@@ -150,19 +192,44 @@ class BlockEngine:
             self.check.block(stage, x, at, allowed, bias)
 
     def _overflow_possible(self, bias: FloatArray | None) -> dict[str, bool]:
-        """Which stages could overflow: none while |q|·|k|·scale (+ |bias|) stays small.
+        """Which stages could overflow: none while |q|·|k|·scale (+ |bias| + |alibi|) stays small.
 
         By Cauchy-Schwarz a score is at most the product of the largest row norms, so the
-        element-wise checks run only for inputs that big.
+        element-wise checks run only for inputs that big. A capped score is at most the cap.
         """
         big = float(np.finfo(self.q.dtype).max) / 4
         qk = _max_norm(self.q) * _max_norm(self.k)  # bias as given, not broadcast
+        logits = qk * self.scale
+        if self.inputs.softcap is not None:
+            logits = min(logits, self.inputs.softcap)
+        added = (0.0 if bias is None else _max_finite(bias)) + _alibi_bound(self.inputs)
         return {
             "scores": not qk < big,
             "scaled": not qk * self.scale < big,
-            "masked": bias is not None and not qk * self.scale + _max_finite(bias) < big,
+            "masked": added > 0 and not logits + added < big,
             "output": self.v is not None and not _max_abs(self.v) < big,
         }
+
+
+def _alibi_bound(inputs: Inputs) -> float:
+    """The largest |ALiBi bias|: the largest slope times the largest distance."""
+    if inputs.alibi is None:
+        return 0.0
+    pos_q, pos_k = inputs.token_positions()
+    span = max(int(pos_q.max()), int(pos_k.max())) - min(int(pos_q.min()), int(pos_k.min()))
+    return _max_abs(inputs.alibi) * span
+
+
+def _leaks(weights: FloatArray, allowed: BoolArray, at: tuple[int, int, int]) -> list[SentinelRow]:
+    """The rows of a block whose hidden keys got weight (a finite sentinel let it through)."""
+    hidden: BoolArray = ~np.broadcast_to(allowed, weights.shape)  # (R, S)
+    leaked = np.where(hidden, weights, 0.0).sum(axis=-1)  # (R,)
+    uniform = np.asarray(hidden.all(axis=-1))  # (R,)
+    b, h, t0 = at
+    return [
+        SentinelRow(b, h, t0 + int(i), float(leaked[i]), bool(uniform[i]))
+        for i in np.flatnonzero(leaked > 0)
+    ]
 
 
 def _max_norm(x: FloatArray) -> float:

@@ -3,23 +3,52 @@
 Array layouts (``B`` is 1 when the fixture has no batch axis):
 
 - projection mode: ``X`` (B, seq, d_model), ``W_Q`` (d_model, heads*d_k), ``W_K`` (d_model,
-  kv_heads*d_k), ``W_V`` (d_model, kv_heads*d_v), biases as vectors;
+  kv_heads*d_k), ``W_V`` (d_model, kv_heads*d_v), biases as vectors; with cross-attention
+  ``X_kv`` (B, seq_k, d_model_kv) and ``W_K``, ``W_V`` with d_model_kv rows;
 - direct mode: ``Q`` (B, heads, seq_q, d_k), ``K`` (B, kv_heads, seq_k, d_k), ``V`` (B, kv_heads,
   seq_k, d_v).
+
+``grad`` (the backward pass's upstream gradient) is laid out like the final stage: ``projected``
+(B, seq, d_out) when there is ``W_O``, else ``output`` (B, heads, seq, d_v).
+
+The variants (RoPE, ALiBi, window, softcap, sinks, QK-norm, mask sentinel) are optional fields;
+``None`` means the variant is off. Their conventions are those of core/variants.py.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import numpy as np
 
+from attn_cli.core.variants import RopeLayout, default_positions
+
 Causal = Literal["upper-left", "lower-right"]
 FloatArray = np.ndarray[Any, np.dtype[np.float64]]
 BoolArray = np.ndarray[Any, np.dtype[np.bool_]]
 IntArray = np.ndarray[Any, np.dtype[np.int64]]
+
+
+@dataclass(frozen=True)
+class Rope:
+    """Rotary position embedding: ``dims`` (even, <= d_k) dimensions of each head rotate."""
+
+    base: float
+    layout: RopeLayout
+    dims: int
+
+
+@dataclass(frozen=True, eq=False)
+class QKNorm:
+    """RMSNorm of Q and K before RoPE: a weight of length d_k normalises each head separately
+    (Qwen3, Gemma 3); of length heads*d_k (kv_heads*d_k for K) the whole projection (OLMo 2)."""
+
+    q_weight: FloatArray  # (D,) or (H*D,)
+    k_weight: FloatArray  # (D,) or (Hkv*D,)
+    eps: float
 
 
 @dataclass(frozen=True, eq=False)
@@ -58,10 +87,38 @@ class Inputs:
     bias: FloatArray | None = None
     lengths: IntArray | None = None
     expected: Mapping[str, FloatArray] = field(default_factory=dict)
+    X_kv: FloatArray | None = None  # cross-attention: K and V projected from X_kv
+    positions: IntArray | None = None  # (T,) as given; None: the default positions
+    key_positions: IntArray | None = None  # (S,) as given; None: 0..S-1
+    rope: Rope | None = None
+    alibi: FloatArray | None = None  # one slope per query head (H,)
+    window: int | None = None  # 0 <= pos_q - pos_k < window
+    softcap: float | None = None
+    sinks: FloatArray | None = None  # one logit per query head (H,)
+    qk_norm: QKNorm | None = None
+    mask_value: float = -math.inf  # what fills the places a query may not attend
+    grad: FloatArray | None = None  # dL/d(final stage) for the backward pass, batch axis first
+
+    @property
+    def uses_positions(self) -> bool:
+        """Whether token positions matter: RoPE, ALiBi, a window, or causal masking reads them."""
+        return any(x is not None for x in (self.rope, self.alibi, self.window, self.causal))
+
+    def token_positions(self) -> tuple[IntArray, IntArray]:
+        """(pos_q (T,), pos_k (S,)): as given, else keys 0..S-1 and queries per ``causal``."""
+        pos_q, pos_k = default_positions(self.seq_q, self.seq_k, self.causal)
+        given_q = pos_q if self.positions is None else self.positions
+        given_k = pos_k if self.key_positions is None else self.key_positions
+        return given_q, given_k
 
     @property
     def d_model(self) -> int | None:
         return None if self.X is None else int(self.X.shape[-1])
+
+    @property
+    def d_model_kv(self) -> int | None:
+        """The width of ``X_kv`` (cross-attention), or None."""
+        return None if self.X_kv is None else int(self.X_kv.shape[-1])
 
     @property
     def d_out(self) -> int | None:

@@ -4,10 +4,6 @@ from __future__ import annotations
 
 DEFAULT_MAX_ELEMENTS = 50_000_000  # numbers in one fixture
 DEFAULT_MAX_BYTES = 512 * 1024 * 1024  # size of one fixture file
-# One block of the score stages holds about this many numbers (4 MiB in float64): big enough
-# for BLAS to run at full speed, small enough that a block stays in cache between the steps.
-# The memory estimate (core/memory.py) counts on it too.
-BLOCK_ELEMENTS = 1 << 19
 MAX_INT_DIGITS = 300  # a longer integer literal is no weight anyone meant to write
 MAX_NESTING = 16  # lists nested deeper than this are refused before they are walked
 SHALLOW = "a mapping of fixture keys holding lists of at most 4 axes"

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Collection
 
+from attn_cli.core.blocks import rows_per_block
 from attn_cli.core.inputs import Inputs
-from attn_cli.core.limits import BLOCK_ELEMENTS
+from attn_cli.core.stages import STAGES
 from attn_cli.errors import InputError
 
 MAX_MEMORY_CAP = 4 * 1024**3
@@ -21,43 +23,64 @@ def default_max_memory() -> int:
     return min(MAX_MEMORY_CAP, physical // 2) if physical > 0 else MAX_MEMORY_CAP
 
 
-SCORE_STAGES = ("scores", "scaled", "masked", "softmax")
-
-
-def memory_needed(inputs: Inputs, keep: Collection[str] | None = None, itemsize: int = 8) -> int:
+def memory_needed(
+    inputs: Inputs,
+    keep: Collection[str] | None = None,
+    itemsize: int = 8,
+    backward: bool = False,
+) -> int:
     """Bytes a trace of ``inputs`` holds at its peak, estimated from the shapes alone.
 
     ``keep`` names the stages the trace keeps (None: all); ``itemsize`` is 8 for float64. The
     kept score stages, B·H·T·S numbers each, dominate: a 200,000-token sequence needs 320 GB
-    for each of them.
+    for each of them. ``backward`` adds the gradient stages and what the backward pass holds.
     """
     B, H, Hkv, T, S = inputs.batch, inputs.heads, inputs.kv_heads, inputs.seq_q, inputs.seq_k
     D, Dv, E = inputs.d_k, inputs.d_v, inputs.d_out or 0
     given = [inputs.X, inputs.W_Q, inputs.W_K, inputs.W_V, inputs.Q, inputs.K, inputs.V]
-    given += [inputs.W_O, inputs.bias, *inputs.expected.values()]
+    given += [inputs.W_O, inputs.bias, *inputs.expected.values(), inputs.X_kv, inputs.grad]
     held = sum(a.nbytes for a in given if a is not None)
     held += 0 if inputs.mask is None else inputs.mask.nbytes
     # 1) Q, K, V: projected, or given (copied only to change precision)
     numbers = B * (H * T * D + Hkv * S * (D + Dv))
     if inputs.mode == "direct" and itemsize == 8:
         numbers = 0
-    # 2)-5) the score stages that are kept, and a block of score rows being worked on
+    # 2)-3) Q_norm and K_norm, Q_rot and K_rot: each pair as big as Q and K
+    pairs = (inputs.qk_norm is not None) + (inputs.rope is not None)
+    numbers += pairs * B * (H * T + Hkv * S) * D
+    # 4)-8) the score stages that are kept, lse, and the blocks of score rows being worked on
     numbers += score_stages_kept(inputs, keep) * B * H * T * S
-    numbers += 3 * min(T * S, max(S, BLOCK_ELEMENTS))
-    # 6)-7) output, concat, projected
+    numbers += B * H * T if keep is not None and "lse" in keep else 0
+    blocks = 3 + 2 * (inputs.alibi is not None) + (inputs.mask_value != -math.inf)
+    numbers += blocks * rows_per_block(T, S, itemsize) * S
+    # 9) output, concat, projected
     numbers += B * H * T * Dv * 2 + B * T * E
+    if backward:
+        numbers += backward_numbers(inputs, keep)
     return held + itemsize * numbers
 
 
+def backward_numbers(inputs: Inputs, keep: Collection[str] | None = None) -> int:
+    """Numbers the backward pass adds: its (T, S) arrays whole, and gradients as big as the
+    forward's. It holds softmax (and scaled under softcap), the allowed mask, and up to four
+    score-like gradients at once, whether kept or not, and about twice the rest of a trace."""
+    B, H, Hkv, T, S = inputs.batch, inputs.heads, inputs.kv_heads, inputs.seq_q, inputs.seq_k
+    D, Dv, E = inputs.d_k, inputs.d_v, inputs.d_out or 0
+    grads = [s for s in STAGES if s.gradient and s.score_like and s.applies(inputs)]
+    kept = grads if keep is None else [s for s in grads if s.name in keep]
+    held = 2 + (inputs.softcap is not None) + (inputs.alibi is not None or inputs.bias is not None)
+    score_like = B * H * T * S * (max(len(kept), 4) + held)
+    rest = B * (H * T * (D + Dv) + Hkv * S * (D + Dv) + T * E) * 2
+    weights = sum(w.size for w in (inputs.X, inputs.X_kv, inputs.W_Q, inputs.W_K, inputs.W_V,
+                                   inputs.W_O) if w is not None)  # fmt: skip
+    return score_like + rest + 2 * weights
+
+
 def score_stages_kept(inputs: Inputs, keep: Collection[str] | None = None) -> int:
-    """How many of scores, scaled, masked, softmax a trace keeps (masked only if it applies)."""
-    stages = [s for s in SCORE_STAGES if s != "masked" or _masks(inputs)]
+    """How many score-like stages (scores, scaled, capped, alibi, masked, softmax) a trace
+    keeps, of those that apply."""
+    stages = [s.name for s in STAGES if s.score_like and not s.gradient and s.applies(inputs)]
     return len(stages if keep is None else [s for s in stages if s in keep])
-
-
-def _masks(inputs: Inputs) -> bool:
-    """Whether the trace has a ``masked`` stage."""
-    return any(x is not None for x in (inputs.causal, inputs.mask, inputs.bias, inputs.lengths))
 
 
 def check_memory(
@@ -65,14 +88,15 @@ def check_memory(
     max_memory: int | None = None,
     keep: Collection[str] | None = None,
     itemsize: int = 8,
+    backward: bool = False,
 ) -> None:
     """Refuse, before any stage is computed, a trace that would need more than ``max_memory``.
 
-    ``max_memory`` None is :func:`default_max_memory`; ``keep`` and ``itemsize`` as for
-    :func:`memory_needed`.
+    ``max_memory`` None is :func:`default_max_memory`; ``keep``, ``itemsize`` and
+    ``backward`` as for :func:`memory_needed`.
     """
     budget = default_max_memory() if max_memory is None else max_memory
-    need = memory_needed(inputs, keep, itemsize)
+    need = memory_needed(inputs, keep, itemsize, backward)
     if need <= budget:
         return
     B, H, T, S = inputs.batch, inputs.heads, inputs.seq_q, inputs.seq_k

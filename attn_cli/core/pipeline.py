@@ -4,6 +4,9 @@ The steps are the functions of steps.py; the score stages run in the block engin
 (engine.py), so ``run(inputs, keep={"output"})`` never holds a (T, S) matrix and a full run
 holds nothing beyond its stages. Which stages exist, what they need and their formulas come
 from the stage table (stages.py). Axis names as in steps.py.
+
+``run(inputs, backward=True)`` adds the gradient stages after the forward ones (gradients.py,
+whole arrays: the backward keeps the weights it reads).
 """
 
 from __future__ import annotations
@@ -16,19 +19,35 @@ from typing import Literal, cast
 
 import numpy as np
 
-from attn_cli.core.engine import OUTPUT_AXES, SCORES_AXES, BlockEngine, FiniteCheck
+from attn_cli.core.engine import (
+    OUTPUT_AXES,
+    SCORES_AXES,
+    Attended,
+    BlockEngine,
+    FiniteCheck,
+    SentinelRow,
+)
 from attn_cli.core.inputs import FloatArray, Inputs
 from attn_cli.core.stages import (
     SCORE_STAGES,
     SPECS,
     STAGE_NAMES,
     applicable_stages,
+    final_stage,
     needed_stages,
     public_axes,
 )
-from attn_cli.core.steps import concat_heads, project, split_heads
+from attn_cli.core.steps import (
+    alibi_rows,
+    concat_heads,
+    norm_heads,
+    project,
+    rotate,
+    split_heads,
+)
 
 Dtype = Literal["float64", "float32"]
+Upstream = Literal["grad", "ones"]  # the fixture's grad, or ones (L = sum of the final stage)
 DTYPES: tuple[Dtype, ...] = ("float64", "float32")
 Progress = Callable[[int, int], None]  # (blocks done, blocks in all)
 
@@ -46,6 +65,13 @@ class Stage:
     def shape(self) -> tuple[int, ...]:
         return tuple(int(n) for n in self.data.shape)
 
+    @property
+    def table(self) -> tuple[FloatArray, tuple[str, ...]]:
+        """Its data and axes with at least two axes, for tables: a vector (``d_b_O``) as one row."""
+        if self.data.ndim >= 2:
+            return self.data, self.axes
+        return self.data[None], ("", *self.axes)
+
 
 @dataclass(frozen=True, eq=False)
 class Trace:
@@ -57,6 +83,19 @@ class Trace:
     scale_source: str  # "fixture" or "default"
     empty_rows: tuple[tuple[int, int, int], ...]  # (batch, head, query) rows with no allowed key
     dtype: Dtype = "float64"
+    sentinel_rows: tuple[SentinelRow, ...] = ()  # rows a finite mask_value let weight leak into
+    upstream: Upstream | None = None  # set when the backward pass ran: where dL/d(final) came from
+
+    @property
+    def backward(self) -> bool:
+        """Whether the backward pass ran (the gradient stages apply)."""
+        return self.upstream is not None
+
+    @property
+    def loss(self) -> str:
+        """What L is: ``sum(grad ∘ projected)`` or ``sum(projected)`` (else of ``output``)."""
+        final = final_stage(self.inputs)
+        return f"L = Σ {final}" if self.upstream == "ones" else f"L = Σ grad ∘ {final}"
 
     def __getitem__(self, name: str) -> Stage:
         return self.stages[name]
@@ -69,8 +108,8 @@ class Trace:
 
     @property
     def applicable(self) -> tuple[str, ...]:
-        """Every stage this fixture has, kept or not."""
-        return applicable_stages(self.inputs)
+        """Every stage this fixture has, kept or not (an opt-in stage only when kept)."""
+        return applicable_stages(self.inputs, opt_in=self.stages, backward=self.backward)
 
     @cached_property
     def query_labels(self) -> tuple[str, ...]:
@@ -94,12 +133,15 @@ def run(
     keep: Collection[str] | None = None,
     dtype: Dtype = "float64",
     progress: Progress | None = None,
+    backward: bool = False,
 ) -> Trace:
     """Run the stages that apply and return the trace.
 
-    ``keep`` names the stages to keep (default: all); stages that none of them depends on are
-    not computed at all. ``dtype`` "float32" computes in single precision: faster and half the
-    memory, but only about 7 significant digits. ``progress`` is called after each block.
+    ``keep`` names the stages to keep (default: all but the opt-in ``lse``); stages that none
+    of them depends on are not computed at all. ``dtype`` "float32" computes in single
+    precision: faster and half the memory, but only about 7 significant digits. ``progress``
+    is called after each block. ``backward`` adds the gradient stages (``d_Q``, ...) of
+    L = Σ grad ∘ final stage (the fixture's ``grad``, else ones); without it they do not apply.
     """
     if dtype not in DTYPES:
         raise ValueError(f"dtype must be one of {DTYPES}, not {dtype!r}")
@@ -108,18 +150,27 @@ def run(
         if unknown:
             raise ValueError(f"unknown stages {sorted(unknown)}; stages are {STAGE_NAMES}")
     with np.errstate(over="ignore", invalid="ignore", divide="ignore", under="ignore"):
-        return _Run(inputs, keep, dtype).trace(progress)
+        return _Run(inputs, keep, dtype, backward).trace(progress)
 
 
 class _Run:
     """One run of the pipeline: the arrays computed so far, in the computing dtype."""
 
-    def __init__(self, inputs: Inputs, keep: Collection[str] | None, dtype: Dtype) -> None:
-        self.inputs, self.dtype = inputs, dtype
-        self.applicable = applicable_stages(inputs)
+    def __init__(
+        self, inputs: Inputs, keep: Collection[str] | None, dtype: Dtype, backward: bool
+    ) -> None:
+        from attn_cli.core.gradients import backward_needs
+
+        self.inputs, self.dtype, self.backward = inputs, dtype, backward
+        self.applicable = applicable_stages(inputs, opt_in=keep or (), backward=backward)
         self.wanted = set(self.applicable if keep is None else
                           [s for s in self.applicable if s in keep])  # fmt: skip
-        self.need = needed_stages(self.wanted, self.applicable)
+        self.gradients = {s for s in self.wanted if SPECS[s].gradient}
+        # the forward stages to hold whole: those kept, and those the backward pass reads
+        self.held = (self.wanted - self.gradients) | (
+            backward_needs(inputs) if self.gradients else set()
+        )
+        self.need = needed_stages(self.held, self.applicable)
         self.check = FiniteCheck(inputs, dtype)
         self.arrays: dict[str, FloatArray] = {}  # internal layouts, batch axis included
 
@@ -127,49 +178,106 @@ class _Run:
         scale, scale_source = resolve_scale(self.inputs)
         # 1) project X into queries, keys and values (or take them as given)
         self.project() if self.inputs.mode == "projection" else self.given()
-        # 2)-6) scores, scale, mask, softmax and the weighted sum of values, block by block
-        empty = self.attend(scale, progress) if "scores" in self.need else []
-        # 7) heads side by side, then the output projection
+        # 2) QK-norm, then 3) RoPE, on queries and keys
+        self.norm_and_rotate()
+        # 4)-8) scores, scale, softcap, ALiBi and mask, softmax, weighted sum: block by block
+        attended = self.attend(scale, progress) if "scores" in self.need else None
+        if "alibi" in self.wanted and "alibi" not in self.arrays:
+            self.arrays["alibi"] = self.alibi()
+        # 9) heads side by side, then the output projection
         if "concat" in self.need:
             self.heads_out()
+        # 10) the backward pass, from dL/d(final stage) back to the inputs
+        if self.gradients:
+            self.backward_pass(scale)
         has_batch = self.inputs.has_batch
         stages = {
-            name: Stage(name, data if has_batch else data[0],
+            name: Stage(name, data if has_batch or axes[0] != "batch" else data[0],
                         SPECS[name].formula(self.inputs), public_axes(name, has_batch))
             for name in self.applicable
             if name in self.wanted
-            for data in (self.arrays[name],)
+            for data, axes in ((self.arrays[name], SPECS[name].axes),)
         }  # fmt: skip
-        return Trace(self.inputs, stages, scale, scale_source, tuple(empty), self.dtype)
+        empty = () if attended is None else tuple(attended.empty)
+        leaks = () if attended is None else tuple(attended.leaks)
+        upstream: Upstream | None = None
+        if self.backward:
+            upstream = "ones" if self.inputs.grad is None else "grad"
+        return Trace(self.inputs, stages, scale, scale_source, empty, self.dtype, leaks, upstream)
+
+    def backward_pass(self, scale: float) -> None:
+        """Every gradient stage, from the forward stages held whole (gradients.py)."""
+        from attn_cli.core.gradients import gradient_stages
+
+        grads = gradient_stages(self.inputs, self.arrays, scale, self.as_dtype_any)
+        assert self.gradients <= set(grads), sorted(self.gradients - set(grads))
+        for name in self.gradients:
+            self.arrays[name] = self.check(name, grads[name], SPECS[name].axes)
 
     def project(self) -> None:
         inp = self.inputs
         assert inp.X is not None
         X = self.arrays["X"] = self.as_dtype("X", inp.X, _FLAT) if self.need else inp.X
+        if inp.X_kv is not None:  # cross-attention: keys and values from X_kv
+            X_kv = self.as_dtype("X_kv", inp.X_kv, _FLAT) if self.need else inp.X_kv
+            self.arrays["X_kv"] = X_kv
         for name, heads in (("Q", inp.heads), ("K", inp.kv_heads), ("V", inp.kv_heads)):
             if name in self.need:
                 W = self.as_dtype(f"W_{name}", getattr(inp, f"W_{name}"), _WEIGHT)
                 b = getattr(inp, f"b_{name}")
                 b = None if b is None else self.as_dtype(f"b_{name}", b, _VECTOR)
-                flat = self.check(name, project(X, W, b), _FLAT)  # (B, T, heads*d)
+                source = X if name == "Q" or inp.X_kv is None else self.arrays["X_kv"]
+                flat = self.check(name, project(source, W, b), _FLAT)  # (B, T, heads*d)
                 self.arrays[name] = split_heads(flat, heads)  # (B, heads, T, d)
 
     def given(self) -> None:
         for name in ("Q", "K", "V"):
             self.arrays[name] = self.as_dtype(name, getattr(self.inputs, name), _HEADS)
 
-    def attend(self, scale: float, progress: Progress | None) -> list[tuple[int, int, int]]:
+    def norm_and_rotate(self) -> None:
+        """QK-norm, then RoPE at each token's position; V is left alone."""
+        inp = self.inputs
+        pos_q, pos_k = inp.token_positions()
+        for name, positions in (("Q", pos_q), ("K", pos_k)):
+            x = self.arrays.get(name)
+            if inp.qk_norm is not None and f"{name}_norm" in self.need:
+                assert x is not None
+                w = inp.qk_norm.q_weight if name == "Q" else inp.qk_norm.k_weight
+                w = self.as_dtype(f"qk_norm.{name.lower()}_weight", w, _VECTOR)
+                x = self.arrays[f"{name}_norm"] = norm_heads(x, w, inp.qk_norm.eps)
+            if inp.rope is not None and f"{name}_rot" in self.need:
+                assert x is not None
+                self.arrays[f"{name}_rot"] = rotate(x, positions, inp.rope)  # (B, H, T, D)
+
+    def attend(self, scale: float, progress: Progress | None) -> Attended:
         bias = self.inputs.bias
         bias = None if bias is None else self.as_dtype("bias", bias, SCORES_AXES)
-        q, k, v = self.arrays["Q"], self.arrays["K"], self.arrays.get("V")
-        engine = BlockEngine(self.inputs, q, k, v, scale, bias, self.need, self.wanted, self.check)
+        q, k, v = self.query_key("Q"), self.query_key("K"), self.arrays.get("V")
+        engine = BlockEngine(self.inputs, q, k, v, scale, bias, self.need, self.held, self.check)
         attended = engine.run(progress)
         for name in SCORE_STAGES:
             if name in attended.kept:
                 self.arrays[name] = attended.kept[name]
+        if attended.lse is not None:
+            self.arrays["lse"] = attended.lse
         if attended.output is not None:
             self.arrays["output"] = attended.output
-        return attended.empty
+        return attended
+
+    def query_key(self, name: str) -> FloatArray:
+        """What the scores read: the rotated, else the normalised, else the plain Q or K."""
+        for stage in (f"{name}_rot", f"{name}_norm", name):
+            if stage in self.arrays:
+                return self.arrays[stage]
+        raise AssertionError(f"{name} was not computed")
+
+    def alibi(self) -> FloatArray:
+        """The whole ALiBi stage (B, H, T, S), when it is kept but nothing masks with it."""
+        inp = self.inputs
+        dtype = np.dtype(self.dtype)
+        heads = [alibi_rows(inp, h, 0, inp.seq_q, dtype) for h in range(inp.heads)]  # (T, S)
+        one = np.stack(heads)  # (H, T, S)
+        return np.ascontiguousarray(np.broadcast_to(one, (inp.batch, *one.shape)))  # (B, H, T, S)
 
     def heads_out(self) -> None:
         concat = concat_heads(self.arrays["output"])  # (B, T, H*Dv): a view of output
@@ -181,6 +289,10 @@ class _Run:
             b_O = None if inp.b_O is None else self.as_dtype("b_O", inp.b_O, _VECTOR)
             axes = SPECS["projected"].axes
             self.arrays["projected"] = self.check("projected", project(concat, W_O, b_O), axes)
+
+    def as_dtype_any(self, name: str, arr: FloatArray) -> FloatArray:
+        """An input of any layout in the computing dtype (its axes named by position)."""
+        return self.as_dtype(name, arr, tuple(f"axis {i}" for i in range(arr.ndim)))
 
     def as_dtype(self, name: str, arr: FloatArray, axes: tuple[str, ...]) -> FloatArray:
         """An input in the computing dtype; a value too big for float32 is an error, not inf."""
@@ -197,4 +309,7 @@ _FLAT = ("batch", "query", "feature")
 _WEIGHT = ("row", "column")
 _VECTOR = ("column",)
 _HEADS = ("batch", "head", "query", "d")
-__all__ = ["DTYPES", "OUTPUT_AXES", "Dtype", "Stage", "Trace", "resolve_scale", "run"]
+__all__ = [
+    "DTYPES", "OUTPUT_AXES", "Dtype", "SentinelRow", "Stage", "Trace", "Upstream",
+    "resolve_scale", "run",
+]  # fmt: skip

@@ -8,7 +8,10 @@ Axis names used in every shape comment:
 
 Semantics follow torch.nn.functional.scaled_dot_product_attention: scores are scaled by
 ``scale`` (default 1/sqrt(d_k)), a boolean mask is True where a query *may* attend, a float
-bias is added after scaling, and a row with nothing to attend to gets all-zero weights.
+bias is added after scaling, and a row with nothing to attend to gets all-zero weights. The
+variants (core/variants.py) slot in as HF transformers places them: QK-norm then RoPE on Q and
+K, softcap on the scaled scores before the mask, ALiBi added with the bias, sinks joined to the
+softmax.
 
 :func:`attention` is the whole computation on whole arrays, written to be read; the block
 engine (engine.py) runs the same steps a block of query rows at a time to save memory.
@@ -20,11 +23,14 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from attn_cli.core.variants import apply_rope, rms_norm
+
 if TYPE_CHECKING:
-    from attn_cli.core.inputs import Inputs
+    from attn_cli.core.inputs import Inputs, Rope
 
 FloatArray = np.ndarray[Any, np.dtype[np.float64]]
 BoolArray = np.ndarray[Any, np.dtype[np.bool_]]
+IntArray = np.ndarray[Any, np.dtype[np.int64]]
 
 
 def project(X: FloatArray, W: FloatArray, b: FloatArray | None) -> FloatArray:
@@ -48,6 +54,20 @@ def repeat_kv(x: FloatArray, groups: int) -> FloatArray:
     return x if groups == 1 else np.repeat(x, groups, axis=1)  # (B, Hkv, S, D) -> (B, H, S, D)
 
 
+def norm_heads(x: FloatArray, weight: FloatArray, eps: float) -> FloatArray:
+    """QK-norm: RMSNorm of each head (weight (D,)) or of the whole projection (weight (H*D,))."""
+    if weight.shape[0] == x.shape[-1]:
+        return rms_norm(x, weight, eps)  # (B, H, T, D), each head on its own (Qwen3)
+    B, H, T, D = x.shape
+    flat = x.transpose(0, 2, 1, 3).reshape(B, T, H * D)  # (B, T, H*D), before the split (OLMo 2)
+    return split_heads(rms_norm(flat, weight, eps), H)  # (B, H, T, D)
+
+
+def rotate(x: FloatArray, positions: IntArray, rope: Rope) -> FloatArray:
+    """RoPE of every head of x (B, H, T, D) at its token positions (T,)."""
+    return apply_rope(x, positions, base=rope.base, layout=rope.layout, dims=rope.dims)
+
+
 def attention_scores(q: FloatArray, k: FloatArray, out: FloatArray | None = None) -> FloatArray:
     """scores = Q Kᵀ for every head (or for one head's block of queries)."""
     scores: FloatArray = np.matmul(q, k.swapaxes(-1, -2), out=out)  # (.., T, D) @ (.., D, S)
@@ -65,8 +85,12 @@ def apply_mask(
     allowed: BoolArray | None,
     bias: FloatArray | None,
     out: FloatArray | None = None,
+    *,
+    alibi: FloatArray | None = None,
+    fill: float = -np.inf,
 ) -> FloatArray:
-    """masked = scaled + bias, with -inf wherever attending is not allowed."""
+    """masked = scaled + bias + alibi, with ``fill`` (-inf, or a finite sentinel) wherever
+    attending is not allowed."""
     if bias is not None:
         masked: FloatArray = np.add(scaled, bias, out=out)
     elif out is None:
@@ -75,9 +99,19 @@ def apply_mask(
         masked = out
         if out is not scaled:
             np.copyto(out, scaled)
+    if alibi is not None:
+        np.add(masked, alibi, out=masked)
     if allowed is not None:
-        np.copyto(masked, -np.inf, where=~allowed)
+        np.copyto(masked, fill, where=~allowed)
     return masked
+
+
+def cap_scores(scaled: FloatArray, cap: float, out: FloatArray | None = None) -> FloatArray:
+    """capped = cap × tanh(scaled / cap), before the mask (Gemma 2's logit softcapping)."""
+    capped: FloatArray = np.divide(scaled, cap, out=out)
+    np.tanh(capped, out=capped)
+    np.multiply(capped, cap, out=capped)
+    return capped
 
 
 def softmax(x: FloatArray, out: FloatArray | None = None) -> FloatArray:
@@ -88,15 +122,34 @@ def softmax(x: FloatArray, out: FloatArray | None = None) -> FloatArray:
     return softmax_rows(x, out)[0]
 
 
-def softmax_rows(x: FloatArray, out: FloatArray | None) -> tuple[FloatArray, BoolArray]:
-    """The softmax and which rows were all -inf (nothing to attend to)."""
+def softmax_rows(
+    x: FloatArray,
+    out: FloatArray | None,
+    sink: float | None = None,
+    lse: FloatArray | None = None,
+) -> tuple[FloatArray, BoolArray]:
+    """The softmax and which rows had no key allowed (all -inf): those get all-zero weights.
+
+    ``sink`` (gpt-oss) joins every row as one more logit and is dropped after the softmax, so
+    the kept weights sum to less than 1. ``lse`` (..., T), when given, receives each row's
+    log-sum-exp, the sink included: softmax = exp(x - lse).
+    """
     row_max = x.max(axis=-1, keepdims=True)  # (..., T, 1)
     empty = np.isneginf(row_max)
-    row_max[empty] = 0.0  # exp(-inf - 0) = 0 across the row
+    if sink is not None:
+        np.maximum(row_max, sink, out=row_max)
+    none = np.isneginf(row_max) if sink is not None else empty  # nothing to exponentiate
+    row_max[none] = 0.0  # exp(-inf - 0) = 0 across the row
     weights: FloatArray = np.subtract(x, row_max, out=out)
     np.exp(weights, out=weights)
     total = weights.sum(axis=-1, keepdims=True)  # (..., T, 1)
-    total[empty] = 1.0  # 0 / 1, not 0 / 0
+    if sink is not None:
+        total += np.exp(sink - row_max)
+    if lse is not None:
+        np.copyto(
+            lse, np.where(none, -np.inf, row_max + np.log(np.where(none, 1.0, total)))[..., 0]
+        )
+    total[none] = 1.0  # 0 / 1, not 0 / 0
     np.divide(weights, total, out=weights)
     return weights, empty[..., 0]
 
@@ -137,7 +190,7 @@ def attention(
 def allowed_positions(
     inputs: Inputs, block: tuple[int, int, int, int] | None = None
 ) -> BoolArray | None:
-    """Where a query may attend (True), from causal, mask and lengths; None when all may.
+    """Where a query may attend (True), from causal, window, mask and lengths; None when all may.
 
     The whole (B, H, T, S) array, or for ``block`` = (b, h, t0, t1) the query rows t0:t1 of
     head h in batch item b, as an array that broadcasts to (R, S).
@@ -146,9 +199,13 @@ def allowed_positions(
     b, h, t0, t1 = block or (0, 0, 0, T)
     parts: list[BoolArray] = []
     if inputs.causal is not None:
-        # upper-left: key j <= query i; lower-right: the last query sees every key (KV cache).
-        offset = 0 if inputs.causal == "upper-left" else S - T
-        parts.append(np.arange(S)[None, :] <= np.arange(t0, t1)[:, None] + offset)  # (R, S)
+        # a key no later than the query; the default positions give upper-left (key j <= query
+        # i) or lower-right (the last query sees every key, as a KV cache)
+        pos_q, pos_k = inputs.token_positions()
+        allowed_here = pos_k[None, :] <= pos_q[t0:t1, None]  # (R, S)
+        if inputs.window is not None:  # HF/Mistral sliding_window: 0 <= pos_q - pos_k < window
+            allowed_here &= pos_k[None, :] > pos_q[t0:t1, None] - inputs.window
+        parts.append(allowed_here)
     if inputs.mask is not None:
         mask = np.broadcast_to(inputs.mask, (B, H, T, S))  # right-aligned, as torch broadcasts
         parts.append(mask if block is None else mask[b, h, t0:t1])
@@ -161,3 +218,16 @@ def allowed_positions(
     for part in parts:
         allowed = allowed & part
     return allowed
+
+
+def alibi_rows(
+    inputs: Inputs, h: int, t0: int, t1: int, dtype: np.dtype[Any] | None = None
+) -> FloatArray:
+    """ALiBi's bias for query rows t0:t1 of head h: -slope_h × |pos_q - pos_k|, (R, S)."""
+    assert inputs.alibi is not None
+    pos_q, pos_k = inputs.token_positions()
+    q, k = pos_q[t0:t1].astype(np.float64), pos_k.astype(np.float64)  # exact below 2^53
+    bias: FloatArray = np.subtract.outer(q, k)  # (R, S)
+    np.abs(bias, out=bias)  # |pos_q - pos_k|
+    np.multiply(bias, -inputs.alibi[h], out=bias)
+    return bias.astype(dtype or np.float64, copy=False)

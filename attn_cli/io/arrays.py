@@ -30,8 +30,12 @@ if TYPE_CHECKING:
 # Fixture keys whose value is an array, and so may be a file reference.
 ARRAY_KEYS = (
     "X", "W_Q", "W_K", "W_V", "b_Q", "b_K", "b_V", "Q", "K", "V", "W_O", "b_O",
-    "mask", "bias", "lengths",
+    "mask", "bias", "lengths", "X_kv", "positions", "key_positions", "sinks", "grad",
 )  # fmt: skip
+# Keys of a mapping-valued fixture key that hold arrays (``qk_norm.q_weight``), and the
+# mappings a whole-fixture .npz spells as ``KEY.SUBKEY`` members (``rope.base``).
+NESTED_ARRAY_KEYS = {"qk_norm": ("q_weight", "k_weight"), "alibi": ("slopes",)}
+NESTED_KEYS = ("expected", "rope", "alibi", "qk_norm")
 REFERENCE_KEYS = ("file", "key")
 REFERENCE_DOC = "{file: NAME.npy} or {file: NAME.npz, key: ARRAY}, relative to the fixture"
 
@@ -44,6 +48,10 @@ def has_references(obj: Any) -> bool:
     expected = obj.get("expected")
     if isinstance(expected, Mapping):
         values += list(expected.values())
+    for key, subkeys in NESTED_ARRAY_KEYS.items():
+        nested = obj.get(key)
+        if isinstance(nested, Mapping):
+            values += [nested.get(k) for k in subkeys]
     return any(_is_reference(v) for v in values)
 
 
@@ -69,20 +77,31 @@ def resolve_references(
             else v
             for stage, v in expected.items()
         }
+    for key, subkeys in NESTED_ARRAY_KEYS.items():
+        nested = out.get(key)
+        if isinstance(nested, Mapping) and any(_is_reference(nested.get(k)) for k in subkeys):
+            out[key] = {
+                sub: reader.load(v, f"{key}.{sub}", default_key=f"{key}.{sub}")
+                if sub in subkeys and _is_reference(v)
+                else v
+                for sub, v in nested.items()
+            }
     return out
 
 
 def load_npz_fixture(
     path: Path, source: str, *, max_elements: int, max_bytes: int
 ) -> dict[str, Any]:
-    """A whole fixture stored as ``.npz``: one array per key (``expected.NAME`` for expected).
+    """A whole fixture stored as ``.npz``: one array per key, a mapping's entries as
+    ``KEY.SUBKEY`` members (``expected.softmax``, ``rope.base``, ``qk_norm.q_weight``).
 
-    Scalars (``heads``, ``scale``, ``causal``, ``name``) are 0-d arrays; ``tokens`` an array of
-    strings. Arrays of numbers stay arrays; the rest becomes plain Python values.
+    Scalars (``heads``, ``scale``, ``causal``, ``name``, ``rope``: true) are 0-d arrays;
+    ``tokens`` an array of strings. Arrays of numbers stay arrays; the rest becomes plain
+    Python values.
     """
     reader = _Reader(source, path.parent, max_elements, max_bytes)
     out: dict[str, Any] = {}
-    expected: dict[str, Any] = {}
+    nested: dict[str, dict[str, Any]] = {}
     with reader.archive(path, source, "") as archive:
         for member in archive.namelist():
             if not member.endswith(".npy"):
@@ -90,14 +109,20 @@ def load_npz_fixture(
                     source, member, "is not a .npy array", "an .npz made by numpy.savez"
                 )
             name = member[: -len(".npy")]
-            arr = reader.read_member(archive, member, name, source)
+            arr = reader.read_member(archive, member, name, source, gate.NUMBERS_OR_TEXT)
             value = _plain(arr)
-            if name.startswith("expected."):
-                expected[name.removeprefix("expected.")] = value
+            key, dot, sub = name.partition(".")
+            if dot and key in NESTED_KEYS:
+                nested.setdefault(key, {})[sub] = value
             else:
                 out[name] = value
-    if expected:
-        out["expected"] = expected
+    for key, entries in nested.items():
+        if key in out:
+            raise InputError(
+                source, key, f"given both as {key} and as {key}.NAME members",
+                f"either {key} or {key}.NAME members, not both",
+            )  # fmt: skip
+        out[key] = entries
     return out
 
 
@@ -145,7 +170,7 @@ class _Reader:
                     self.source, f"{field}.key", "given for a .npy file", "key only for a .npz"
                 )
             with self.open(path, f"{field}.file") as f:
-                return self.read_array(f, field, where)
+                return self.read_array(f, "", where)  # where names the field already
         if suffix == ".npz":
             key = ref.get("key", default_key)
             if not isinstance(key, str):
@@ -162,7 +187,7 @@ class _Reader:
                         self.source, f"{field}.key", f"{name} has no array {key!r}{hint}",
                         "one of " + (", ".join(names) or "(the archive is empty)"),
                     )  # fmt: skip
-                return self.read_member(archive, member, field, where)
+                return self.read_member(archive, member, "", where)
         raise InputError(
             self.source, f"{field}.file", f"{name!r} is neither .npy nor .npz", REFERENCE_DOC
         )
@@ -202,9 +227,14 @@ class _Reader:
             yield archive
 
     def read_member(
-        self, archive: zipfile.ZipFile, member: str, field: str, where: str
+        self,
+        archive: zipfile.ZipFile,
+        member: str,
+        field: str,
+        where: str,
+        kinds: str = gate.NUMBERS,
     ) -> np.ndarray[Any, Any]:
-        return self.arrays.read_member(archive, member, field, where)
+        return self.arrays.read_member(archive, member, field, where, kinds)
 
     def read_array(self, f: IO[bytes], field: str, where: str) -> np.ndarray[Any, Any]:
         return self.arrays.read_array(f, field, where)

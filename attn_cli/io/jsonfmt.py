@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from attn_cli.core.limits import MAX_INT_DIGITS, SHALLOW
 from attn_cli.errors import InputError
 from attn_cli.errors import field_name as _field
+
+if TYPE_CHECKING:
+    import json
 
 
 class JSONSyntaxError(InputError):
@@ -61,7 +64,17 @@ def parse_json(text: str, source: str) -> Any:
         )
     except json.JSONDecodeError as e:
         raise JSONSyntaxError(
-            source, f"line {e.lineno} column {e.colno}", f"invalid JSON ({e.msg})", "valid JSON"
+            source,
+            f"line {e.lineno} column {e.colno}",
+            f"invalid JSON ({json_error(e)})",
+            "valid JSON",
         ) from None
     except RecursionError:
         raise InputError(source, "", "nesting is too deep", SHALLOW) from None
+
+
+def json_error(e: json.JSONDecodeError) -> str:
+    """The parser's message as a whole phrase: Python's ends in "at" (the position follows)."""
+    import re
+
+    return re.sub(r"\s+(?:starting\s+)?at$", "", e.msg)

@@ -16,13 +16,15 @@ from typing import Any
 
 import numpy as np
 
-from attn_cli import __version__
+from attn_cli._version import __version__
 from attn_cli.core.inputs import FloatArray
-from attn_cli.core.limits import DEFAULT_MAX_BYTES
+from attn_cli.core.limits import DEFAULT_MAX_BYTES, MAX_INT_DIGITS
 from attn_cli.core.pipeline import Trace
 from attn_cli.core.stages import STAGE_NAMES
 from attn_cli.errors import InputError
 from attn_cli.io import gate
+from attn_cli.io.jsonfmt import json_error
+from attn_cli.io.text import decode_text
 
 FORMAT_NAME = "attn-trace"
 FORMAT_VERSION = 1
@@ -49,7 +51,50 @@ def trace_config(trace: Trace) -> dict[str, Any]:
         "bias": inp.bias is not None,
         "lengths": None if inp.lengths is None else [int(n) for n in inp.lengths],
         "dtype": trace.dtype,
+        **variant_config(trace),
     }
+
+
+def variant_config(trace: Trace) -> dict[str, Any]:
+    """The variants in force, each only when set, so a plain fixture's config is unchanged."""
+    inp = trace.inputs
+    out: dict[str, Any] = {}
+    if inp.X_kv is not None:
+        out["d_model_kv"] = inp.d_model_kv
+    if inp.positions is not None or inp.key_positions is not None or _reads_positions(trace):
+        pos_q, pos_k = inp.token_positions()
+        out["positions"] = [int(p) for p in pos_q]
+        out["key_positions"] = [int(p) for p in pos_k]
+    if inp.qk_norm is not None:
+        q, k = inp.qk_norm.q_weight, inp.qk_norm.k_weight
+        scope = {True: "head", False: "projection"}
+        out["qk_norm"] = {
+            "eps": inp.qk_norm.eps,
+            "q_over": scope[q.shape[0] == inp.d_k],
+            "k_over": scope[k.shape[0] == inp.d_k],
+        }
+    if inp.rope is not None:
+        rope = inp.rope
+        out["rope"] = {"base": rope.base, "layout": rope.layout, "dims": rope.dims}
+    if inp.alibi is not None:
+        out["alibi"] = {"slopes": [float(m) for m in inp.alibi]}
+    if inp.window is not None:
+        out["window"] = inp.window
+    if inp.softcap is not None:
+        out["softcap"] = inp.softcap
+    if inp.sinks is not None:
+        out["sinks"] = [float(x) for x in inp.sinks]
+    if inp.mask_value != -math.inf:
+        out["mask_value"] = inp.mask_value
+    if trace.upstream is not None:  # the backward pass ran
+        out["backward"] = {"upstream": trace.upstream, "loss": trace.loss}
+    return out
+
+
+def _reads_positions(trace: Trace) -> bool:
+    """Whether RoPE, ALiBi or a window reads token positions (causal alone needs no list)."""
+    inp = trace.inputs
+    return any(x is not None for x in (inp.rope, inp.alibi, inp.window))
 
 
 def dumps(trace: Trace, stages: tuple[str, ...] | None = None) -> str:
@@ -116,24 +161,52 @@ def loads(text: str, source: str) -> dict[str, FloatArray]:
 def read_text(path: Path, expected: str, max_bytes: int = DEFAULT_MAX_BYTES) -> str:
     """A UTF-8 text file read through the input gate; every failure an InputError."""
     source = str(path)
-    data = gate.read_bytes(path, source, expected, max_bytes=max_bytes)
-    try:
-        return data.decode("utf-8").removeprefix("\ufeff")
-    except UnicodeDecodeError as e:
-        raise InputError(
-            source, "", f"byte 0x{data[e.start]:02x} at offset {e.start} is not UTF-8", expected
-        ) from None
+    return decode_text(gate.read_bytes(path, source, expected, max_bytes=max_bytes), source)
 
 
 def parse_json(text: str, source: str, expected: str) -> Any:
-    """Standard JSON (NaN and Infinity literals allowed), or an InputError naming the spot."""
+    """Standard JSON, or an InputError naming the spot.
+
+    NaN and Infinity literals are read as floats (Python's ``json.dump`` writes them); a key
+    given twice, an integer of more than ``MAX_INT_DIGITS`` digits and a number beyond float64
+    (``1e400``) are refused: they have no one meaning.
+    """
+
+    def pairs(items: list[tuple[str, Any]]) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for key, value in items:
+            if key in out:
+                raise InputError(source, _shown(key), "given twice", "each key once")
+            out[key] = value
+        return out
+
+    def parse_int(digits: str) -> int:
+        if len(digits.lstrip("-")) > MAX_INT_DIGITS:
+            what = f"an integer of {len(digits.lstrip('-')):,} digits"
+            raise InputError(source, "", what, f"at most {MAX_INT_DIGITS} digits")
+        return int(digits)
+
+    def parse_float(digits: str) -> float:
+        x = float(digits)
+        if math.isinf(x):
+            what = f"the number {_shown(digits)} is beyond float64"
+            raise InputError(source, "", what, "numbers of at most about 1.8e308")
+        return x
+
     try:
-        return json.loads(text)
+        return json.loads(
+            text, object_pairs_hook=pairs, parse_int=parse_int, parse_float=parse_float
+        )
     except json.JSONDecodeError as e:
         where = f"line {e.lineno} column {e.colno}"
-        raise InputError(source, where, f"invalid JSON ({e.msg})", expected) from None
+        raise InputError(source, where, f"invalid JSON ({json_error(e)})", expected) from None
     except RecursionError:
         raise InputError(source, "", "nesting is too deep", expected) from None
+
+
+def _shown(text: str, limit: int = 40) -> str:
+    """A key or number from the file, cut short enough for a one-line error."""
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def stages_from_json(obj: Any, source: str) -> dict[str, FloatArray]:
@@ -165,26 +238,30 @@ def stages_from_json(obj: Any, source: str) -> dict[str, FloatArray]:
     return out
 
 
+MAX_AXES = 32  # nesting of a stage's data; numpy allows 64, a stage has at most 4 axes
+
+
 def decode_array(value: Any, source: str, field: str) -> FloatArray:
     """Nested lists of numbers (or the strings "-inf", "inf", "nan") as a float64 array."""
     if not isinstance(value, list):
         raise InputError(source, field, f"got {type(value).__name__}", "nested lists of numbers")
     try:
-        arr = np.array(_decode(value, source, field), dtype=np.float64)
+        arr = np.array(_decode(value, source, field, 1), dtype=np.float64)
     except ValueError:
         raise InputError(
             source, field, "rows of different lengths", "a rectangular array"
         ) from None
     except OverflowError:
         raise InputError(source, field, "a number is too large for float64", "numbers") from None
-    except RecursionError:
-        raise InputError(source, field, "nesting is too deep", "at most 4 axes") from None
     return arr
 
 
-def _decode(value: Any, source: str, field: str) -> Any:
+def _decode(value: Any, source: str, field: str, depth: int) -> Any:
     if isinstance(value, list):
-        return [_decode(v, source, field) for v in value]
+        if depth > MAX_AXES:
+            what = f"nesting is deeper than {MAX_AXES} lists"
+            raise InputError(source, field, what, "an array of at most 4 axes")
+        return [_decode(v, source, field, depth + 1) for v in value]
     if isinstance(value, str) and value in _SPECIALS:
         return _SPECIALS[value]
     if isinstance(value, (int, float)) and not isinstance(value, bool):

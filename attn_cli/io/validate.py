@@ -9,9 +9,10 @@ from typing import Any
 
 import numpy as np
 
-from attn_cli.core.inputs import BoolArray, Causal, FloatArray, Inputs, IntArray
+from attn_cli.core.inputs import BoolArray, Causal, FloatArray, Inputs, IntArray, QKNorm, Rope
 from attn_cli.core.limits import DEFAULT_MAX_ELEMENTS, MAX_NESTING
 from attn_cli.core.stages import STAGE_NAMES
+from attn_cli.core.variants import alibi_slopes
 from attn_cli.errors import InputError, did_you_mean
 from attn_cli.errors import field_name as _field
 from attn_cli.io.jsonfmt import _JSONLiteral, _JSONOverflow
@@ -23,6 +24,8 @@ KNOWN_KEYS = (
     "heads", "kv_heads", "W_O", "b_O",
     "scale", "causal", "mask", "bias", "lengths",
     "expected",
+    "X_kv", "positions", "key_positions", "rope", "alibi", "window", "softcap", "sinks",
+    "qk_norm", "mask_value", "grad",
 )  # fmt: skip
 
 CAUSAL_VALUES = ("upper-left", "lower-right")
@@ -216,7 +219,10 @@ def _numeric_array(value: Any) -> bool:
 
 
 # Keys whose numbers become float arrays: a NumPy array there is checked, not walked.
-_FLOAT_KEYS = ("X", "W_Q", "W_K", "W_V", "b_Q", "b_K", "b_V", "Q", "K", "V", "W_O", "b_O", "bias")
+_FLOAT_KEYS = (
+    "X", "W_Q", "W_K", "W_V", "b_Q", "b_K", "b_V", "Q", "K", "V", "W_O", "b_O", "bias",
+    "X_kv", "sinks", "grad",
+)  # fmt: skip
 
 
 def _suggest(key: str, choices: Sequence[str]) -> str:
@@ -263,6 +269,11 @@ def validate(obj: Any, source: str, *, max_elements: int = DEFAULT_MAX_ELEMENTS)
     if projection:
         arrays = _projection(c, obj, heads, kv_heads)
     else:
+        if "X_kv" in obj:
+            raise c.error(
+                "X_kv", "given in direct mode (Q, K, V)",
+                "X_kv only with X, W_Q, W_K, W_V (projection mode): K and V come from X_kv",
+            )  # fmt: skip
         arrays = _direct(c, obj, heads, kv_heads)
     batch, seq_q, seq_k = arrays["batch"], arrays["seq_q"], arrays["seq_k"]
     heads, kv_heads = arrays["heads"], arrays["kv_heads"]
@@ -319,6 +330,8 @@ def validate(obj: Any, source: str, *, max_elements: int = DEFAULT_MAX_ELEMENTS)
         key_tokens = tokens
 
     expected = _expected(c, obj)
+    variants = _variants(c, obj, arrays, causal, mask is not None or lengths is not None)
+    grad = _grad(c, obj, arrays, None if W_O is None else W_O.shape[1]) if "grad" in obj else None
 
     return Inputs(
         source=source,
@@ -353,6 +366,9 @@ def validate(obj: Any, source: str, *, max_elements: int = DEFAULT_MAX_ELEMENTS)
         bias=bias,
         lengths=lengths,
         expected=expected,
+        X_kv=arrays.get("X_kv"),
+        grad=grad,
+        **variants,
     )
 
 
@@ -411,15 +427,20 @@ def _projection(
     X = c.floats(obj, "X", (2, 3), "shape [seq, d_model] or [batch, seq, d_model]")
     has_batch = X.ndim == 3
     X = X if has_batch else X[None]  # (batch, seq, d_model)
-    d_model = X.shape[2]
+    X_kv = _x_kv(c, obj, X, has_batch) if "X_kv" in obj else None
     H = heads or 1
     Hkv = kv_heads or H
     _check_groups(c, H, Hkv)
     W = {}
     for key, n_name in (("W_Q", "heads"), ("W_K", "kv_heads"), ("W_V", "kv_heads")):
-        w = c.floats(obj, key, (2,), f"shape [d_model, {n_name}*d] = [{d_model}, {n_name}*d]")
-        if w.shape[0] != d_model:
-            raise c.error(key, f"has {w.shape[0]} rows", f"d_model = {d_model} rows (columns of X)")
+        source = X if key == "W_Q" or X_kv is None else X_kv
+        src, width = ("X", "d_model") if source is X else ("X_kv", "d_model_kv")
+        rows = source.shape[2]
+        w = c.floats(obj, key, (2,), f"shape [{width}, {n_name}*d] = [{rows}, {n_name}*d]")
+        if w.shape[0] != rows:
+            raise c.error(
+                key, f"has {w.shape[0]} rows", f"{width} = {rows} rows (columns of {src})"
+            )
         W[key] = w
     d_k = _split(c, "W_Q", W["W_Q"].shape[1], H, "heads")
     d_k_kv = _split(c, "W_K", W["W_K"].shape[1], Hkv, "kv_heads")
@@ -433,12 +454,27 @@ def _projection(
     for key, w_key in (("b_Q", "W_Q"), ("b_K", "W_K"), ("b_V", "W_V")):
         if key in obj:
             out[key] = _vector(c, obj, key, W[w_key].shape[1], f"columns of {w_key}")
-    seq = X.shape[1]
+    if X_kv is not None:
+        out["X_kv"] = X_kv
     out.update(
-        has_batch=has_batch, batch=X.shape[0], seq_q=seq, seq_k=seq,
+        has_batch=has_batch, batch=X.shape[0], seq_q=X.shape[1],
+        seq_k=X.shape[1] if X_kv is None else X_kv.shape[1],
         heads=H, kv_heads=Hkv, d_k=d_k, d_v=d_v,
     )  # fmt: skip
     return out
+
+
+def _x_kv(c: _Checker, obj: Mapping[str, Any], X: FloatArray, has_batch: bool) -> FloatArray:
+    """Cross-attention's second input, (batch, seq_k, d_model_kv) as X (batch, seq, d_model)."""
+    doc = "shape [seq_k, d_model_kv] or [batch, seq_k, d_model_kv], with or without batch as X"
+    X_kv = c.floats(obj, "X_kv", (2, 3), doc)
+    if (X_kv.ndim == 3) != has_batch:
+        what = f"has {X_kv.ndim} axes but X has {3 if has_batch else 2}"
+        raise c.error("X_kv", what, "the layout of X: a batch axis in both or in neither")
+    X_kv = X_kv if has_batch else X_kv[None]  # (batch, seq_k, d_model_kv)
+    if X_kv.shape[0] != X.shape[0]:
+        raise c.error("X_kv", f"has batch {X_kv.shape[0]}", f"batch {X.shape[0]} as in X")
+    return X_kv
 
 
 def _check_groups(c: _Checker, heads: int, kv_heads: int) -> None:
@@ -599,3 +635,247 @@ def _expected(c: _Checker, obj: Mapping[str, Any]) -> dict[str, FloatArray]:
             allow=("-inf", "inf", "nan"), name=f"expected.{stage}",
         )  # fmt: skip
     return out
+
+
+def _grad(
+    c: _Checker, obj: Mapping[str, Any], arrays: Mapping[str, Any], d_out: int | None
+) -> FloatArray:
+    """The backward pass's dL/d(final stage), in that stage's layout; returned batch first."""
+    has_batch = arrays["has_batch"]
+    T, H, Dv = arrays["seq_q"], arrays["heads"], arrays["d_v"]
+    if d_out is not None:
+        stage, axes, shape = "projected", ["seq", "d_out"], [T, d_out]
+    else:
+        stage, axes, shape = "output", ["heads", "seq", "d_v"], [H, T, Dv]
+    if has_batch:
+        axes, shape = ["batch", *axes], [arrays["batch"], *shape]
+    doc = f"dL/d{stage}, shape [{', '.join(axes)}] = {shape} (the layout of {stage})"
+    grad = c.floats(obj, "grad", (len(shape),), doc)
+    if list(grad.shape) != shape:
+        raise c.error("grad", f"has shape {list(grad.shape)}", doc)
+    return grad if has_batch else grad[None]
+
+
+# ---------------------------------------------------------------------------------------------
+# The variants: positions, RoPE, ALiBi, window, softcap, sinks, QK-norm, mask_value
+
+ROPE_KEYS = ("base", "layout", "dims")
+ROPE_LAYOUTS = ("half", "interleaved")
+ALIBI_KEYS = ("slopes",)
+QK_NORM_KEYS = ("q_weight", "k_weight", "eps")
+ROPE_DOC = "true or a mapping {base: 10000, layout: half | interleaved, dims: d_k}"
+
+
+def _variants(
+    c: _Checker, obj: Mapping[str, Any], arrays: Mapping[str, Any], causal: Causal | None,
+    masks: bool,
+) -> dict[str, Any]:  # fmt: skip
+    """The keyword arguments of :class:`Inputs` for the variants, each checked."""
+    heads, kv_heads, d_k = arrays["heads"], arrays["kv_heads"], arrays["d_k"]
+    window = _window(c, obj, causal)
+    out: dict[str, Any] = {
+        "positions": _positions(c, obj, "positions", arrays["seq_q"], "seq_q"),
+        "key_positions": _positions(c, obj, "key_positions", arrays["seq_k"], "seq_k"),
+        "rope": _rope(c, obj, d_k),
+        "alibi": _alibi(c, obj, heads),
+        "window": window,
+        "softcap": _positive_number(c, obj, "softcap", "cap × tanh(x / cap)"),
+        "sinks": _per_head(c, obj, "sinks", heads) if "sinks" in obj else None,
+        "qk_norm": _qk_norm(c, obj, heads, kv_heads, d_k),
+        "mask_value": _mask_value(c, obj, causal is not None or masks),
+    }
+    given = [k for k in ("positions", "key_positions") if out[k] is not None]
+    if given and causal is None and all(out[k] is None for k in ("rope", "alibi", "window")):
+        raise c.error(
+            given[0], "given but nothing reads positions",
+            "rope, alibi, window or causal alongside it (positions only place tokens for them)",
+        )  # fmt: skip
+    return out
+
+
+def _unknown_subkeys(
+    c: _Checker, key: str, value: Mapping[str, Any], known: tuple[str, ...]
+) -> None:
+    for sub in value:
+        if sub not in known:
+            name = _field(sub)
+            raise c.error(
+                f"{key}.{name}", f"unknown key{_suggest(str(sub), known)}",
+                "one of " + ", ".join(known),
+            )  # fmt: skip
+
+
+def _mapping_or_true(c: _Checker, obj: Mapping[str, Any], key: str, doc: str) -> Any:
+    """The value of a key that is ``true``, ``false`` (omitted) or a mapping; None if off."""
+    value = obj.get(key, False)
+    if value is False:
+        return None
+    if value is True or isinstance(value, Mapping):
+        return value
+    raise c.error(key, f"got {_describe(value)}", doc)
+
+
+def _positions(
+    c: _Checker, obj: Mapping[str, Any], key: str, n: int, n_name: str
+) -> IntArray | None:
+    """A list of ``n`` whole numbers >= 0: the token positions of queries or keys."""
+    if key not in obj:
+        return None
+    value = obj[key]
+    doc = f"a list of {n_name} = {n} whole numbers >= 0"
+    if not isinstance(value, list):
+        raise c.error(key, f"got {_describe(value)}", doc)
+    for i, p in enumerate(value):
+        if type(p) is not int:
+            raise c.error(f"{key}[{i}]", f"got {_describe(p)}", "a whole number >= 0")
+        if p < 0 or p > 2**53:
+            raise c.error(f"{key}[{i}]", f"is {p}", "a whole number between 0 and 2^53")
+    if len(value) != n:
+        raise c.error(key, f"has {len(value)} entries", doc)
+    return np.array(value, dtype=np.int64)
+
+
+def _rope(c: _Checker, obj: Mapping[str, Any], d_k: int) -> Rope | None:
+    value = _mapping_or_true(c, obj, "rope", ROPE_DOC)
+    if value is None:
+        return None
+    value = {} if value is True else {k: _plain(v) for k, v in value.items() if v is not None}
+    _unknown_subkeys(c, "rope", value, ROPE_KEYS)
+    base = _positive_number(c, value, "base", "base^(-2i/dims)", name="rope.base")
+    layout = value.get("layout", "half")
+    if layout not in ROPE_LAYOUTS:
+        raise c.error(
+            "rope.layout", f"got {_describe(layout)}",
+            '"half" (pairs i and i + dims/2, HF rotate_half) or "interleaved" (pairs 2i and '
+            "2i+1, Meta llama)",
+        )  # fmt: skip
+    dims = value.get("dims", d_k)
+    given = "dims" in value
+    if type(dims) is not int or not 2 <= dims <= d_k or dims % 2:
+        what = f"got {_describe(dims)}" if type(dims) is not int else f"is {dims}"
+        what += "" if given else " (d_k, the default)"
+        raise c.error(
+            "rope.dims", what,
+            f"an even whole number between 2 and d_k = {d_k} (RoPE rotates pairs of dimensions)",
+        )  # fmt: skip
+    return Rope(10000.0 if base is None else base, layout, dims)
+
+
+def _alibi(c: _Checker, obj: Mapping[str, Any], heads: int) -> FloatArray | None:
+    value = _mapping_or_true(
+        c, obj, "alibi", "true (the paper's slopes) or {slopes: [one per head]}"
+    )
+    if value is None:
+        return None
+    if value is True:
+        return alibi_slopes(heads)
+    _unknown_subkeys(c, "alibi", value, ALIBI_KEYS)
+    if value.get("slopes") is None:
+        return alibi_slopes(heads)
+    slopes = _per_head(c, value, "slopes", heads, name="alibi.slopes")
+    if (slopes < 0).any():
+        i = int(np.argmax(slopes < 0))
+        raise c.error(
+            f"alibi.slopes[{i}]", f"is {slopes[i]}",
+            "a number >= 0 (the bias is −slope × distance: a positive slope penalises distance)",
+        )  # fmt: skip
+    return slopes
+
+
+def _per_head(
+    c: _Checker, obj: Mapping[str, Any], key: str, heads: int, name: str | None = None
+) -> FloatArray:
+    """One finite number per query head."""
+    field = name or key
+    value = obj[key] if _numeric_array(obj[key]) else _plain(obj[key])
+    arr = c.floats({key: value}, key, (1,), f"a list of heads = {heads} numbers", name=field)
+    if arr.shape[0] != heads:
+        raise c.error(field, f"has {arr.shape[0]} entries", f"one per query head ({heads})")
+    return arr
+
+
+def _window(c: _Checker, obj: Mapping[str, Any], causal: Causal | None) -> int | None:
+    if "window" not in obj:
+        return None
+    value = obj["window"]
+    if type(value) is not int:
+        raise c.error("window", f"got {_describe(value)}", "a whole number >= 1")
+    if value < 1:
+        raise c.error(
+            "window", f"is {value}", "a whole number >= 1 (keys a query sees, itself too)"
+        )
+    if causal is None:
+        raise c.error(
+            "window", "given without causal",
+            "causal: true or lower-right alongside window (a sliding window looks back only)",
+        )  # fmt: skip
+    return value
+
+
+def _positive_number(
+    c: _Checker, obj: Mapping[str, Any], key: str, what: str, name: str | None = None
+) -> float | None:
+    """A finite number > 0, or None when the key is absent."""
+    if key not in obj:
+        return None
+    field = name or key
+    value = obj[key]
+    if not _number(value):
+        raise c.error(field, f"got {_describe(value)}", f"a number > 0 ({what})")
+    try:
+        number = float(value)
+    except OverflowError:
+        number = math.inf
+    if not math.isfinite(number) or number <= 0:
+        raise c.error(field, f"is {value}", f"a finite number > 0 ({what})")
+    return number
+
+
+def _qk_norm(
+    c: _Checker, obj: Mapping[str, Any], heads: int, kv_heads: int, d_k: int
+) -> QKNorm | None:
+    doc = "a mapping {q_weight, k_weight, eps: 1e-6}"
+    if "qk_norm" not in obj:
+        return None
+    value = obj["qk_norm"]
+    if not isinstance(value, Mapping):
+        raise c.error("qk_norm", f"got {_describe(value)}", doc)
+    value = {k: v for k, v in value.items() if v is not None}
+    _unknown_subkeys(c, "qk_norm", value, QK_NORM_KEYS)
+    weights = []
+    for key, n, n_name in (("q_weight", heads, "heads"), ("k_weight", kv_heads, "kv_heads")):
+        field = f"qk_norm.{key}"
+        if key not in value:
+            raise c.error(field, "missing", f"q_weight and k_weight together in {doc}")
+        w = c.floats(value, key, (1,), f"a vector of length d_k or {n_name}*d_k", name=field)
+        if w.shape[0] not in (d_k, n * d_k):
+            raise c.error(
+                field, f"has length {w.shape[0]}",
+                f"d_k = {d_k} (each head) or {n_name}*d_k = {n * d_k} (the whole projection)",
+            )  # fmt: skip
+        weights.append(w)
+    eps = _positive_number(c, value, "eps", "added to mean(x²)", name="qk_norm.eps")
+    return QKNorm(weights[0], weights[1], 1e-6 if eps is None else eps)
+
+
+def _mask_value(c: _Checker, obj: Mapping[str, Any], masks: bool) -> float:
+    if "mask_value" not in obj:
+        return -math.inf
+    value = obj["mask_value"]
+    doc = "-inf (the default) or a negative number such as -1e9, -1e4"
+    if value == "-inf":
+        value = -math.inf
+    if not _number(value):
+        raise c.error("mask_value", f"got {_describe(value)}", doc)
+    try:
+        number = float(value)
+    except OverflowError:
+        number = math.inf
+    if math.isnan(number) or number >= 0:
+        raise c.error("mask_value", f"is {value}", doc)
+    if not masks:
+        raise c.error(
+            "mask_value", "given but nothing is masked",
+            "causal, window, mask or lengths alongside mask_value",
+        )  # fmt: skip
+    return number

@@ -13,7 +13,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from attn_cli.core.pipeline import Trace
-from attn_cli.core.stages import SPECS
+from attn_cli.core.stages import SPECS, softmax_input
 from attn_cli.present.i18n import Lang, axis_name, label
 from attn_cli.present.text import factor, safe, short_number
 from attn_cli.present.worked import WorkedCell, weighted_terms
@@ -132,8 +132,10 @@ def _explain_qkv(c: _Context) -> _Parts:
     width = {"Q": "heads*d_k", "K": "kv_heads*d_k", "V": "kv_heads*d_v"}[name]
     if inp.mode == "projection":
         bias = f" + {b_name}" if getattr(inp, b_name) is not None else ""
-        formula = (f"{name} = X·{w_name}{bias}",)
-        inputs = (shape_of("X"), weight(w_name, ("d_model", width)))
+        src = "X_kv" if name in ("K", "V") and inp.X_kv is not None else "X"
+        formula = (f"{name} = {src}·{w_name}{bias}",)
+        d_in = "d_model_kv" if src == "X_kv" else "d_model"
+        inputs = (shape_of(src), weight(w_name, (d_in, width)))
         if bias:
             inputs += (weight(b_name, (width,)),)
     else:
@@ -167,8 +169,9 @@ def _explain_scores(c: _Context) -> _Parts:
     formula: tuple[str, ...]
     inputs: tuple[str, ...]
     meaning: list[str] = []
-    formula = ("scores = Q·Kᵀ", "scores[i, j] = Σ_d Q[i, d] × K[j, d]")
-    inputs = (shape_of("Q"), shape_of("K"))
+    q, k = _query_key(c.trace, "Q"), _query_key(c.trace, "K")
+    formula = (f"scores = {q}·{k}ᵀ", f"scores[i, j] = Σ_d {q}[i, d] × {k}[j, d]")
+    inputs = (shape_of(q), shape_of(k))
     meaning.append(
         "每个查询和每个键有多匹配？scores[i, j] 是第 i 个查询的 Q 行与第 j 个键的 K 行的点积："
         "对应位置的数相乘，再全部加起来。第 i 行对应一个查询，第 j 列对应一个键；"
@@ -267,7 +270,7 @@ def _explain_softmax(c: _Context) -> _Parts:
     formula: tuple[str, ...]
     inputs: tuple[str, ...]
     meaning: list[str] = []
-    x = "masked" if "masked" in trace else "scaled"
+    x = softmax_input(trace.inputs)
     formula = (
         f"softmax[i, j] = e^({x}[i, j] − m_i) / Σ_k e^({x}[i, k] − m_i)",
         f"m_i = max_k {x}[i, k]" + ("，即第 i 行的最大值" if zh else ", the maximum of row i"),
@@ -376,6 +379,155 @@ def _explain_projected(c: _Context) -> _Parts:
     return formula, inputs, meaning
 
 
+def _query_key(trace: Trace, name: str) -> str:
+    """The stage the scores read for Q or K: rotated, else normalised, else plain."""
+    for stage in (f"{name}_rot", f"{name}_norm"):
+        if stage in trace.applicable:
+            return stage
+    return name
+
+
+def _en_zh(c: _Context, en: str, zh: str) -> str:
+    return zh if c.lang == "zh" else en
+
+
+def _explain_x_kv(c: _Context) -> _Parts:
+    """The explanation of X_kv, the encoder's output in cross-attention."""
+    formula = (_en_zh(c, "X_kv: the sequence the keys and values come from",
+                      "X_kv：键和值所来自的序列"),)  # fmt: skip
+    meaning = [_en_zh(
+        c,
+        "Cross-attention (encoder-decoder): the queries come from X, but the keys and values "
+        "come from another sequence, X_kv, such as the encoder's output for the sentence being "
+        "translated. Each query searches that other sequence.",
+        "交叉注意力（编码器-解码器）：查询来自 X，键和值却来自另一个序列 X_kv，"
+        "例如翻译时编码器对原句的输出。每个查询都在那个序列里搜索。",
+    )]  # fmt: skip
+    return formula, (label(c.lang, "given"),), meaning
+
+
+def _explain_norm(c: _Context) -> _Parts:
+    """The explanation of Q_norm and K_norm (RMSNorm, as Qwen3, Gemma 3 and OLMo 2)."""
+    src = c.name.removesuffix("_norm")
+    qk = c.trace.inputs.qk_norm
+    assert qk is not None
+    weight = qk.q_weight if src == "Q" else qk.k_weight
+    per_head = weight.shape[0] == c.trace.inputs.d_k
+    over = _en_zh(c, "each head" if per_head else "the whole projection",
+                  "按每个头" if per_head else "对整个投影")  # fmt: skip
+    eps = short_number(qk.eps, c.precision + 4)
+    formula = (
+        f"{c.name} = {src} / √(mean({src}²) + eps) × {src.lower()}_weight",
+        _en_zh(c, f"over {over}, eps = {eps}", f"{over}，eps = {eps}"),
+    )
+    meaning = [_en_zh(
+        c,
+        f"RMSNorm of {src}: each row is divided by its root mean square, then multiplied by a "
+        "learned weight. Without it, the dot products can grow very large during training and "
+        "the softmax saturates; with it, every query and key has about the same length before "
+        "the rotation and the dot product.",
+        f"{src} 的 RMSNorm：每一行除以它的均方根，再乘以学到的权重。没有这一步，"
+        "训练中点积可能变得很大，softmax 就会饱和；有了它，每个查询和键在旋转和点积之前"
+        "长度都差不多。",
+    )]  # fmt: skip
+    return formula, (c.shape_of(src),), meaning
+
+
+def _explain_rot(c: _Context) -> _Parts:
+    """The explanation of Q_rot and K_rot (rotary position embedding)."""
+    inp = c.trace.inputs
+    src = c.name.removesuffix("_rot")
+    rope = inp.rope
+    assert rope is not None
+    source = f"{src}_norm" if f"{src}_norm" in c.trace.applicable else src
+    pairs = ("i with i + dims/2 (GPT-NeoX, HF rotate_half)" if rope.layout == "half"
+             else "2i with 2i + 1 (GPT-J, Meta's llama)")  # fmt: skip
+    pairs_zh = "第 i 维与第 i + dims/2 维" if rope.layout == "half" else "第 2i 维与第 2i + 1 维"
+    layout = _en_zh(c, f"{rope.layout} layout", "半分布局" if rope.layout == "half" else "交错布局")
+    base = short_number(rope.base, c.precision)
+    formula = (
+        f"{c.name} = RoPE({source}, pos)",
+        _en_zh(
+            c,
+            f"{layout}, base {base}, {rope.dims} of {inp.d_k} dims rotate",
+            f"{layout}，base {base}，{inp.d_k} 维中旋转 {rope.dims} 维",
+        ),
+        "angle[p, i] = p × base^(−2i/dims); (a, b) → (a·cos − b·sin, a·sin + b·cos)",
+    )
+    meaning = [
+        _en_zh(
+            c,
+            f"Rotary position embedding: dimensions are taken in pairs ({pairs}) and each pair "
+            "is rotated by an angle proportional to the token's position, faster for the first "
+            "pairs and slower for the last. V is not rotated.",
+            f"旋转位置编码：把维度两两配对（{pairs_zh}），"
+            "每一对按与位置成正比的角度旋转；前面的维度转得快，后面的转得慢。V 不旋转。",
+        ),
+        _en_zh(
+            c,
+            "Why it works: rotating q by angle(m) and k by angle(n) makes their dot product "
+            "depend only on m − n, so the scores see relative positions.",
+            "为什么有效：q 按位置 m 旋转、k 按位置 n 旋转后，它们的点积只取决于 m − n，"
+            "所以分数看到的是相对位置。",
+        ),
+    ]
+    if rope.dims < inp.d_k:
+        meaning.append(_en_zh(
+            c, f"Partial rotary: only the first {rope.dims} of {inp.d_k} dimensions rotate.",
+            f"部分旋转：{inp.d_k} 维中只有前 {rope.dims} 维旋转。",
+        ))  # fmt: skip
+    return formula, (c.shape_of(source),), meaning
+
+
+def _explain_capped(c: _Context) -> _Parts:
+    """The explanation of capped (logit soft-capping, as Gemma 2)."""
+    cap = short_number(c.trace.inputs.softcap or 0.0, c.precision)
+    formula = (f"capped = {cap} × tanh(scaled / {cap})",)
+    meaning = [_en_zh(
+        c,
+        f"Soft-capping: tanh squeezes every score smoothly into (−{cap}, {cap}), so no single "
+        "score can dominate; small scores pass almost unchanged. Gemma 2 applies it before the "
+        "mask, as here.",
+        f"软截断：tanh 把每个分数平滑地压进 (−{cap}, {cap})，任何一个分数都无法独占注意力；"
+        "小的分数几乎不变。Gemma 2 在遮盖之前做这一步，这里也一样。",
+    )]  # fmt: skip
+    return formula, (c.shape_of("scaled"),), meaning
+
+
+def _explain_alibi(c: _Context) -> _Parts:
+    """The explanation of alibi (Press et al., attention with linear biases)."""
+    formula = ("alibi[h, i, j] = −slope_h × |pos_i − pos_j|",)
+    meaning = [_en_zh(
+        c,
+        "ALiBi: no position embedding at all; instead each head subtracts a penalty that grows "
+        "linearly with the distance between query and key, steeper for some heads than others "
+        "(slopes 2^(−8/n), 2^(−16/n), ...). It is added in `masked`. BLOOM's slope × key "
+        "position differs from this by a constant per row, which softmax cancels.",
+        "ALiBi：完全不用位置编码，而是让每个头减去一个随查询与键之间距离线性增长的惩罚，"
+        "不同的头斜率不同（2^(−8/n)、2^(−16/n)……）。它在 masked 这一步加上。"
+        "BLOOM 的 slope × 键位置 与此只差每行一个常数，softmax 会把它抵消。",
+    )]  # fmt: skip
+    return formula, (label(c.lang, "given"),), meaning
+
+
+def _explain_lse(c: _Context) -> _Parts:
+    """The explanation of lse (log-sum-exp), what FlashAttention keeps instead of weights."""
+    x = softmax_input(c.trace.inputs)
+    sink = " + e^sink" if c.trace.inputs.sinks is not None else ""
+    formula = (f"lse_i = log(Σ_j e^({x}[i, j]){sink})", f"softmax[i, j] = e^({x}[i, j] − lse_i)")
+    meaning = [_en_zh(
+        c,
+        "The log-sum-exp of each row: log Σ_j e^(x_j), computed as m + log Σ_j e^(x_j − m). "
+        "It is what torch's scaled_dot_product_attention and FlashAttention keep instead of the "
+        "weights: any weight can be rebuilt as exp(x − lse), and the backward pass needs "
+        "nothing else.",
+        "每一行的 log-sum-exp：log Σ_j e^(x_j)，按 m + log Σ_j e^(x_j − m) 计算。"
+        "torch 的 scaled_dot_product_attention 和 FlashAttention 保存的就是它，而不是权重："
+        "任何权重都可以用 exp(x − lse) 重建，反向传播也只需要它。",
+    )]  # fmt: skip
+    return formula, (c.shape_of(softmax_input(c.trace.inputs)),), meaning
+
+
 # One explainer per explanation key of the stage table (core/stages.py).
 EXPLAINERS: dict[str, Callable[[_Context], _Parts]] = {
     "X": _explain_x,
@@ -387,6 +539,14 @@ EXPLAINERS: dict[str, Callable[[_Context], _Parts]] = {
     "output": _explain_output,
     "concat": _explain_concat,
     "projected": _explain_projected,
+    "X_kv": _explain_x_kv,
+    "Q_norm": _explain_norm,
+    "K_norm": _explain_norm,
+    "Q_rot": _explain_rot,
+    "K_rot": _explain_rot,
+    "capped": _explain_capped,
+    "alibi": _explain_alibi,
+    "lse": _explain_lse,
 }
 
 
@@ -695,3 +855,6 @@ def _pick(n: int, full: bool, keep: int | None = None) -> list[int | None]:
 def _sum(terms: Sequence[str], full: bool) -> str:
     picked = _pick(len(terms), full)
     return " + ".join("…" if i is None else terms[i] for i in picked)
+
+
+from attn_cli.present import explain_backward  # noqa: E402, F401  (adds the d_* stages' entries)

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from attn_cli.core.pipeline import Trace
+from attn_cli.core.stages import softmax_input
 from attn_cli.errors import UsageError
 
 
@@ -34,6 +35,7 @@ class SoftmaxParts:
     shifted: tuple[float, ...]
     exps: tuple[float, ...]
     total: float
+    sink_exp: float = 0.0  # e^(sink − m): in the sum, but no key's weight (gpt-oss sinks)
 
 
 @dataclass(frozen=True)
@@ -65,14 +67,18 @@ def dot_terms(q: Sequence[float], k: Sequence[float]) -> tuple[float, ...]:
     return tuple(float(a) * float(b) for a, b in zip(q, k, strict=True))
 
 
-def softmax_parts(row: Sequence[float]) -> SoftmaxParts | None:
-    """m = max(row), x − m, e^(x − m) and their sum; None for a row that is all −∞."""
-    row_max = max(row)
-    if row_max == -math.inf:
+def softmax_parts(row: Sequence[float], sink: float | None = None) -> SoftmaxParts | None:
+    """m = max(row), x − m, e^(x − m) and their sum; None for a row that is all −∞.
+
+    A ``sink`` logit joins the maximum and the sum, and takes no key's weight.
+    """
+    row_max = max([*row, sink]) if sink is not None else max(row)
+    if row_max == -math.inf or max(row) == -math.inf:
         return None
     shifted = tuple(x - row_max for x in row)
     exps = tuple(math.exp(x) for x in shifted)  # exp(−∞) = 0.0
-    return SoftmaxParts(row_max, shifted, exps, math.fsum(exps))
+    sink_exp = 0.0 if sink is None else math.exp(sink - row_max)
+    return SoftmaxParts(row_max, shifted, exps, math.fsum([*exps, sink_exp]), sink_exp)
 
 
 def weighted_terms(
@@ -100,10 +106,10 @@ def worked_cells(trace: Trace, ref: CellRef) -> list[WorkedCell]:
             cell = (*at, ref.key)
             kv_key = (*lead, kv, ref.key)
             kv_all = (*lead, kv)
-            q = tuple(float(x) for x in trace["Q"].data[at])
-            k = tuple(float(x) for x in trace["K"].data[kv_key])
-            source = trace["masked"] if "masked" in trace else trace["scaled"]
-            row = tuple(float(x) for x in source.data[at])
+            q = tuple(float(x) for x in trace[_read(trace, "Q")].data[at])
+            k = tuple(float(x) for x in trace[_read(trace, "K")].data[kv_key])
+            row = tuple(float(x) for x in trace[softmax_input(inp)].data[at])
+            sink = None if inp.sinks is None else float(inp.sinks[h])
             cells.append(
                 WorkedCell(
                     batch=b if inp.has_batch else None,
@@ -120,13 +126,18 @@ def worked_cells(trace: Trace, ref: CellRef) -> list[WorkedCell]:
                     bias=_bias_at(trace, b, h, ref),
                     masked=(float(trace["masked"].data[cell]) if "masked" in trace else None),
                     row=row,
-                    parts=softmax_parts(row),
+                    parts=softmax_parts(row, sink),
                     weights=tuple(float(x) for x in trace["softmax"].data[at]),
                     values=tuple(tuple(float(x) for x in r) for r in trace["V"].data[kv_all]),
                     output=tuple(float(x) for x in trace["output"].data[at]),
                 )
             )
     return cells
+
+
+def _read(trace: Trace, name: str) -> str:
+    """What the scores read for Q or K: the rotated stage, else the normalised, else plain."""
+    return next(s for s in (f"{name}_rot", f"{name}_norm", name) if s in trace)
 
 
 def _bias_at(trace: Trace, b: int, h: int, ref: CellRef) -> float | None:
@@ -142,31 +153,72 @@ def _bias_at(trace: Trace, b: int, h: int, ref: CellRef) -> float | None:
 
 
 def resolve_position(text: str, labels: Sequence[str], option: str, axis: str) -> int:
-    """The position named by ``text``: a token spelled exactly, else a 0-based index."""
+    """The position named by ``text``: a token spelled exactly, else a 0-based index.
+
+    An index is ASCII digits only (``'١'`` and ``'²'`` are digits to Python, not to us) and
+    is compared as text, so a 10,000-digit number is refused in time proportional to it.
+    """
     hits = [i for i, t in enumerate(labels) if t == text]
     if len(hits) == 1:
         return hits[0]
     if len(hits) > 1:
-        where = ", ".join(str(i) for i in hits)
+        where = ", ".join(str(i) for i in hits[:8]) + (", …" if len(hits) > 8 else "")
         raise UsageError(
-            "", option, f"the {axis} token {text!r} is ambiguous (at positions {where})",
+            "", option, f"the {axis} token {_shown(text)} is ambiguous (at positions {where})",
             f"an index instead, one of {where}",
         )  # fmt: skip
-    stripped = text.strip()
-    if stripped.isdigit() and int(stripped) < len(labels):
-        return int(stripped)
-    shown = ", ".join(repr(t) for t in labels[:8]) + (", …" if len(labels) > 8 else "")
+    index = _index(text)
+    if index is not None and index < len(labels):
+        return index
+    shown = ", ".join(_shown(t) for t in labels[:8]) + (", …" if len(labels) > 8 else "")
     raise UsageError(
-        "", option, f"no {axis} token or index {text!r}",
+        "", option, f"no {axis} token or index {_shown(text)}",
         f"a {axis} token ({shown}) or an index 0..{len(labels) - 1}",
     )  # fmt: skip
 
 
+_MAX_INDEX_DIGITS = 18  # more than any axis can have; int() stays instant
+
+
+def _index(text: str) -> int | None:
+    """``text`` as a 0-based index: ASCII digits, with blanks around allowed; else None."""
+    digits = text.strip()
+    if not digits or len(digits) > _MAX_INDEX_DIGITS or not (digits.isascii() and digits.isdigit()):
+        return None
+    return int(digits)
+
+
+def _shown(text: str, limit: int = 40) -> str:
+    """A token or option value quoted for an error line, cut short when long."""
+    return repr(text if len(text) <= limit else text[: limit - 1] + "…")
+
+
 def parse_cell(spec: str, query_labels: Sequence[str], key_labels: Sequence[str]) -> CellRef:
-    """``QUERY,KEY`` (tokens or indices) as positions; a comma inside a token is allowed."""
-    splits = [i for i, c in enumerate(spec) if c == ","]
+    """``QUERY,KEY`` (tokens or indices) as positions; a comma inside a token is allowed.
+
+    Only splits whose halves could name a position are tried (no longer than the longest
+    token or index), so thousands of commas cost time linear in the text, not quadratic.
+    """
+    longest_q = max([_MAX_INDEX_DIGITS + 2, *(len(t) for t in query_labels)])
+    longest_k = max([_MAX_INDEX_DIGITS + 2, *(len(t) for t in key_labels)])
+    if len(spec) > longest_q + longest_k + 1:
+        raise UsageError(
+            "", "--cell", f"{_shown(spec)} is {len(spec):,} characters long",
+            "QUERY,KEY: a query and a key token (or index), e.g. --cell The,cat",
+        )  # fmt: skip
+    if "," not in spec:
+        raise UsageError(
+            "", "--cell", f"{_shown(spec)} has no comma", "QUERY,KEY, e.g. --cell The,cat"
+        )
+    splits = [
+        i for i, c in enumerate(spec)
+        if c == "," and i <= longest_q and len(spec) - i - 1 <= longest_k
+    ]  # fmt: skip
     if not splits:
-        raise UsageError("", "--cell", f"{spec!r} has no comma", "QUERY,KEY, e.g. --cell The,cat")
+        raise UsageError(
+            "", "--cell", f"no query and key in {_shown(spec)}",
+            "QUERY,KEY: a query and a key token (or index), e.g. --cell The,cat",
+        )  # fmt: skip
     found: list[CellRef] = []
     errors: list[UsageError] = []
     for i in splits:
@@ -181,7 +233,7 @@ def parse_cell(spec: str, query_labels: Sequence[str], key_labels: Sequence[str]
         return found[0]
     if found:
         raise UsageError(
-            "", "--cell", f"{spec!r} can be split at more than one comma",
+            "", "--cell", f"{_shown(spec)} can be split at more than one comma",
             "indices instead of tokens, e.g. --cell 0,1",
         )  # fmt: skip
     # Report the most telling error: an ambiguity beats a miss.
