@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from attn_cli.core.limits import DEFAULT_MAX_BYTES, DEFAULT_MAX_ELEMENTS
-from attn_cli.core.stages import STAGE_NAMES, applicable_stages, unknown_stage
+from attn_cli.core.stages import SPECS, STAGE_NAMES, applicable_stages, unknown_stage
 from attn_cli.errors import UsageError
 
 if TYPE_CHECKING:
@@ -36,6 +36,7 @@ def trace_file(
     max_elements: int = DEFAULT_MAX_ELEMENTS,
     max_memory: int | None = None,
     progress: Progress | None = None,
+    backward: bool = False,
 ) -> Trace:
     """Load a fixture (path, bundled example name, ``-`` for stdin, None for the default
     example) and trace it.
@@ -44,7 +45,8 @@ def trace_file(
     stage anyway (explanations and worked cells read them all); ``shaded`` keeps ``masked``
     beside ``softmax``, for a heatmap that greys the masked cells. ``max_memory`` is a budget in
     bytes (default: 4 GiB, or half the RAM if less); a trace that would need more is refused
-    before anything is computed.
+    before anything is computed. ``backward`` adds the gradient stages (``d_Q``, ...) of
+    L = Σ grad ∘ final stage, the fixture's ``grad`` or ones.
     """
     from attn_cli.core.memory import check_memory
     from attn_cli.core.pipeline import DTYPES, run
@@ -52,11 +54,12 @@ def trace_file(
     wanted = check_stage_names(stages)
     if dtype not in DTYPES:
         raise UsageError("", "dtype", f"got {dtype!r}", "one of " + ", ".join(DTYPES))
+    check_gradients_asked(wanted, backward)
     inputs = load(fixture, max_elements=max_elements)
-    check_stages_apply(inputs, wanted)
+    check_stages_apply(inputs, wanted, backward)
     keep = None if keep_all else kept_stages(wanted, shaded)
-    check_memory(inputs, max_memory, keep, 4 if dtype == "float32" else 8)
-    return run(inputs, keep=keep, dtype=dtype, progress=progress)
+    check_memory(inputs, max_memory, keep, 4 if dtype == "float32" else 8, backward)
+    return run(inputs, keep=keep, dtype=dtype, progress=progress, backward=backward)
 
 
 def load(
@@ -99,9 +102,21 @@ def check_stage_names(stages: Sequence[str] | None) -> tuple[str, ...] | None:
     return tuple(dict.fromkeys(stages))
 
 
-def check_stages_apply(inputs: Inputs, stages: Collection[str] | None) -> None:
+def check_gradients_asked(stages: Collection[str] | None, backward: bool) -> None:
+    """Refuse a gradient stage (``d_Q``) asked for without the backward pass."""
+    for name in stages or ():
+        if SPECS[name].gradient and not backward:
+            raise UsageError(
+                "", f"stage {name}", "is a stage of the backward pass",
+                "the backward pass asked for too", option="backward",
+            )  # fmt: skip
+
+
+def check_stages_apply(
+    inputs: Inputs, stages: Collection[str] | None, backward: bool = False
+) -> None:
     """Refuse, before computing, a stage this fixture does not have (``masked`` unmasked)."""
-    applicable = applicable_stages(inputs)
+    applicable = applicable_stages(inputs, backward=backward)
     for name in stages or ():
         if name not in applicable:
             raise UsageError(

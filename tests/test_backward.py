@@ -171,7 +171,7 @@ def forward_arrays(fx: Fx) -> ForwardArrays:
         X_kv=fx.X_kv,
         unrotate_q=None if fx.rot_q is None else _unrotate(fx.rot_q),
         unrotate_k=None if fx.rot_k is None else _unrotate(fx.rot_k),
-        **{n: W.get(n) for n in INPUT_NAMES},
+        **{n: W.get(n) for n in INPUT_NAMES},  # type: ignore[arg-type]
     )
 
 

@@ -21,9 +21,10 @@ def check_fixture(
     stages: Sequence[str] | None = None,
     worst: int = 5,
     max_elements: int = DEFAULT_MAX_ELEMENTS,
+    backward: bool = False,
 ) -> Outcome:
     """Trace ``fixture`` and compare it as asked; ``update`` (re)writes ``golden`` instead."""
-    result = trace_file(fixture, max_elements=max_elements)
+    result = trace_file(fixture, max_elements=max_elements, backward=backward)
     picked = None if stages is None else tuple(stages)
     if update:
         assert golden is not None

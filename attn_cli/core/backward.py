@@ -10,6 +10,8 @@ Dv d_v, E d_out). Going backward from the final stage:
     capped = cap·tanh(scaled/cap)  d_scaled = d_capped ∘ (1 − tanh²(scaled/cap))
     scaled = scores × scale        d_scores = d_scaled × scale
     scores = Q·Kᵀ                  d_Q = d_scores·K,  d_K = d_scoresᵀ·Q (summed over a GQA group)
+    Q_norm = RMSNorm(Q)            d_Q = (w ∘ d_Q_norm − Q̂ · mean(Q̂ ∘ w ∘ d_Q_norm)) / rms(Q)
+    sink logit s_h                 d_sinks[h] = −Σ p_sink · Delta  (p_sink = 1 − rowsum(P))
     Q = X·W_Q + b_Q                d_X = d_Q·W_Qᵀ + d_K·W_Kᵀ + d_V·W_Vᵀ,  d_W_Q = Xᵀ·d_Q, ...
 
 FlashAttention-2 stores no weights for the backward: rowsum(dP ∘ P) = rowsum(dO ∘ O) because
@@ -64,6 +66,9 @@ class ForwardArrays:
     b_O: FloatArray | None = None  # (E,)
     unrotate_q: Unrotate | None = None
     unrotate_k: Unrotate | None = None
+    unnorm_q: Unrotate | None = None  # QK-norm: d_Q_norm -> d_Q (``grad_rms_norm``)
+    unnorm_k: Unrotate | None = None
+    sinks: bool = False  # gpt-oss sinks: each row's weights sum to 1 − p_sink
 
     def __post_init__(self) -> None:
         B, H, T, _ = self.q.shape
@@ -110,6 +115,9 @@ class Gradients:
     d_capped: FloatArray | None = None  # (B, H, T, S)
     d_Q_rot: FloatArray | None = None  # (B, H, T, D)
     d_K_rot: FloatArray | None = None  # (B, Hkv, S, D)
+    d_Q_norm: FloatArray | None = None  # (B, H, T, D)
+    d_K_norm: FloatArray | None = None  # (B, Hkv, S, D)
+    d_sinks: FloatArray | None = None  # (H,)
     d_X: FloatArray | None = None  # (B, T, C)
     d_X_kv: FloatArray | None = None  # (B, S, C_kv)
     d_W_Q: FloatArray | None = None  # (C, H*D)
@@ -120,8 +128,9 @@ class Gradients:
     d_b_V: FloatArray | None = None  # (Hkv*Dv,)
 
     def stages(self) -> dict[str, FloatArray]:
-        """The gradients present, in backward order (the names of GRADIENT_STAGES)."""
-        return {n: a for n in GRADIENT_STAGES if (a := getattr(self, n)) is not None}
+        """The gradients present, in backward order (GRADIENT_STAGES, then VARIANT_GRADIENTS)."""
+        names = (*GRADIENT_STAGES, *VARIANT_GRADIENTS)
+        return {n: a for n in names if (a := getattr(self, n)) is not None}
 
     def __iter__(self) -> Iterator[tuple[str, FloatArray]]:
         return iter(self.stages().items())
@@ -133,7 +142,9 @@ GRADIENT_STAGES = (
     "d_capped", "d_scaled", "d_scores", "d_Q_rot", "d_K_rot", "d_Q", "d_K", "d_X", "d_X_kv",
     "d_W_Q", "d_W_K", "d_W_V", "d_b_Q", "d_b_K", "d_b_V",
 )  # fmt: skip
-assert set(GRADIENT_STAGES) == {f.name for f in fields(Gradients)}
+# The gradients of QK-norm's input and of the sink logits (tests/test_backward_trace.py).
+VARIANT_GRADIENTS = ("d_Q_norm", "d_K_norm", "d_sinks")
+assert set(GRADIENT_STAGES) | set(VARIANT_GRADIENTS) == {f.name for f in fields(Gradients)}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -251,6 +262,24 @@ def grad_keys_per_head(d_scores: FloatArray, q: FloatArray) -> FloatArray:
     return dK  # (B, H, S, D)
 
 
+def grad_rms_norm(d_y: FloatArray, x: FloatArray, weight: FloatArray, eps: float) -> FloatArray:
+    """y = w ∘ x / r, r = √(mean(x²) + eps) over the last axis  =>
+    d_x = (w ∘ d_y − x̂ · mean(x̂ ∘ w ∘ d_y)) / r, with x̂ = x / r."""
+    r = np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps)  # (..., 1)
+    x_hat = x / r
+    g = d_y * weight  # (..., n)
+    d_x: FloatArray = (g - x_hat * np.mean(g * x_hat, axis=-1, keepdims=True)) / r
+    return d_x
+
+
+def grad_sinks(weights: FloatArray, delta: FloatArray) -> FloatArray:
+    """A sink s_h joins the softmax: d s_h = −Σ_(batch, query) p_sink · Delta, where the sink's
+    own weight p_sink = 1 − rowsum(P)."""
+    p_sink = 1.0 - weights.sum(axis=-1)  # (B, H, T)
+    d_sinks: FloatArray = -(p_sink * delta).sum(axis=(0, 2))  # (H,)
+    return d_sinks
+
+
 # ---------------------------------------------------------------------------------------------
 # The whole backward pass, with the steps a mistake may replace
 
@@ -293,11 +322,16 @@ def _backward(fwd: ForwardArrays, grad: FloatArray | None, steps: _Steps) -> Gra
         assert fwd.scaled is not None
         d_scaled = grad_softcap(dS, fwd.scaled, fwd.softcap)
     d_scores = steps.scale(d_scaled, fwd.scale)
-    # 4) into the queries and keys (rotated back when RoPE was applied)
+    # 4) into the queries and keys (rotated back under RoPE, through RMSNorm under QK-norm)
     d_Q_rot = grad_queries(d_scores, fwd.k, g)  # (B, H, T, D)
     d_K_rot = steps.group(steps.keys_per_head(d_scores, fwd.q), g)  # (B, Hkv, S, D)
-    d_Q = d_Q_rot if fwd.unrotate_q is None else fwd.unrotate_q(d_Q_rot)
-    d_K = d_K_rot if fwd.unrotate_k is None else fwd.unrotate_k(d_K_rot)
+    d_Q_norm = d_Q_rot if fwd.unrotate_q is None else fwd.unrotate_q(d_Q_rot)
+    d_K_norm = d_K_rot if fwd.unrotate_k is None else fwd.unrotate_k(d_K_rot)
+    d_Q = d_Q_norm if fwd.unnorm_q is None else fwd.unnorm_q(d_Q_norm)
+    d_K = d_K_norm if fwd.unnorm_k is None else fwd.unnorm_k(d_K_norm)
+    d_sinks = None
+    if fwd.sinks:
+        d_sinks = grad_sinks(fwd.weights, delta_softmax(d_softmax, fwd.weights))
     # 5) through the input projections
     inputs = _input_side(fwd, d_Q, d_K, d_V, steps.paths)
     return Gradients(
@@ -314,6 +348,9 @@ def _backward(fwd: ForwardArrays, grad: FloatArray | None, steps: _Steps) -> Gra
         d_scores=d_scores,
         d_Q_rot=None if fwd.unrotate_q is None else d_Q_rot,
         d_K_rot=None if fwd.unrotate_k is None else d_K_rot,
+        d_Q_norm=None if fwd.unnorm_q is None else d_Q_norm,
+        d_K_norm=None if fwd.unnorm_k is None else d_K_norm,
+        d_sinks=d_sinks,
         d_Q=d_Q,
         d_K=d_K,
         d_X=inputs.d_X,
