@@ -1,0 +1,115 @@
+"""``attn flash``: the FlashAttention-2 forward of a fixture, tile by tile."""
+
+from typing import Annotated, Optional
+
+import typer
+
+from attn_cli.cli.decode import ExplainOption, FormatOption, FullOption, render_options, show
+from attn_cli.cli.options import (
+    PRECISION,
+    ColorOption,
+    Dtype,
+    DtypeOption,
+    FixtureArgument,
+    Format,
+    LangOption,
+    MaxElementsOption,
+    MaxMemoryOption,
+    OutputOption,
+    PrecisionOption,
+    QuietOption,
+    WidthOption,
+    parse_size,
+)
+from attn_cli.cli.output import emit, note
+from attn_cli.core.limits import DEFAULT_MAX_ELEMENTS
+
+MAX_TILES = 64  # as check/grade_decode.py's default
+
+BlockQOption = Annotated[
+    Optional[int],  # noqa: UP045
+    typer.Option(
+        "--block-q", min=1, metavar="N", show_default=False,
+        help="Query rows per tile (default: a third of seq_q, from 2 to 64).",
+    ),
+]  # fmt: skip
+BlockKOption = Annotated[
+    Optional[int],  # noqa: UP045
+    typer.Option(
+        "--block-k", min=1, metavar="N", show_default=False,
+        help="Keys per tile (default: a third of seq_k, from 2 to 64).",
+    ),
+]  # fmt: skip
+Base2Option = Annotated[
+    bool,
+    typer.Option(
+        "--base2",
+        help="Compute as Triton's fused-attention tutorial: exp2, scale × log2(e), L in base 2.",
+    ),
+]
+MaxTilesOption = Annotated[
+    int,
+    typer.Option(
+        min=0, metavar="N",
+        help="Show (and keep) at most N tiles; O, L and the checks still cover every tile.",
+    ),
+]  # fmt: skip
+
+
+def flash(
+    fixture: FixtureArgument = None,
+    block_q: BlockQOption = None,
+    block_k: BlockKOption = None,
+    base2: Base2Option = False,
+    max_tiles: MaxTilesOption = MAX_TILES,
+    fmt: FormatOption = Format.table,
+    output: OutputOption = None,
+    dtype: DtypeOption = Dtype.float64,
+    precision: PrecisionOption = PRECISION,
+    full: FullOption = False,
+    width: WidthOption = None,
+    color: ColorOption = None,
+    explain: ExplainOption = False,
+    lang: LangOption = None,
+    max_elements: MaxElementsOption = DEFAULT_MAX_ELEMENTS,
+    max_memory: MaxMemoryOption = None,
+    quiet: QuietOption = False,
+) -> None:
+    """Run the FlashAttention-2 forward tile by tile: S, the running max m, alpha, P, the running
+    sum l and the accumulator, then O = acc / l and L = m + log l.
+
+    Under causal, tiles wholly above the diagonal are shown as skipped. O and exp(S − L)
+    are checked against `attn trace` (float64: 1e-12; float32: shown in ulps).
+
+    Examples:
+
+      attn flash causal_multihead                     # 2 x 2 tiles per head
+
+      attn flash llama_rope_gqa --block-q 4 --block-k 2 --explain
+
+      attn flash the_cat_sat --base2                  # as Triton computes it
+
+      attn flash my.yaml -f json --max-tiles 8 -o flash.json
+    """
+    from attn_cli.check.grade_decode import flash_failure, run_flash
+
+    budget = None if max_memory is None else parse_size(max_memory)
+    run = run_flash(
+        fixture, block_q=block_q, block_k=block_k, base2=base2, dtype=dtype.value,
+        max_tiles=max_tiles, max_elements=max_elements, max_memory=budget,
+    )  # fmt: skip
+    if fmt is Format.json:
+        from attn_cli.io.decode_json import flash_dumps
+
+        emit(flash_dumps(run), output, quiet=quiet)
+    else:
+        from attn_cli.present.flash_view import render_flash
+
+        options = render_options(precision, full, explain, lang)
+        show(render_flash(run, options), fmt, output, width, color, full, quiet)
+    if run.cut:
+        note(f"Note: showing {len(run.tiles)} of {run.tiles_total:,} tiles (--max-tiles N shows "
+             "more; O, L and the checks cover them all)", quiet=quiet)  # fmt: skip
+    failure = flash_failure(run)
+    if failure is not None:
+        raise failure

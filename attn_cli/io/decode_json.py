@@ -1,0 +1,251 @@
+"""The JSON of ``attn decode`` and ``attn flash``: fixed key order, full float64, byte-stable.
+
+As the JSON trace (io/trace_json.py): non-finite values are the strings ``"-inf"``, ``"inf"``,
+``"nan"``, arrays are nested lists with each innermost row on one line, and a fixture without
+a batch axis has none here either.
+
+- ``{"format": "attn-decode", "version": 1, ..., "prefill": P, "steps": [{"index", "position",
+  "token", "slot", "cache_positions", "stages": {NAME: {"shape", "data"}}, "max_abs_diff"}]}``
+  with stages Q (Q_rot), K_cache, V_cache, scores, scaled, masked, softmax, output laid out as
+  the trace's with seq_q = 1 and seq_k = the cache's slots (-1 in cache_positions: empty);
+- ``{"format": "attn-flash", "version": 1, ..., "block_q", "block_k", "tiles": [{"batch",
+  "head", "q_block", "k_block", "skipped", "S", "m", "alpha", "P", "l", "acc"}],
+  "stages": {"output", "lse"}}`` with only the first ``max_tiles`` tiles (``tiles_total`` says
+  how many there are), so its size grows with the tiles shown, not with the sequence squared.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any, Protocol
+
+import numpy as np
+
+from attn_cli._version import __version__
+from attn_cli.core.decode import DecodeResult, DecodeStep, KVCacheBytes
+from attn_cli.core.flash import Tile
+from attn_cli.core.pipeline import Trace
+from attn_cli.io.trace_json import _array as array_text  # one array layout for every JSON
+from attn_cli.io.trace_json import _number as number_text
+from attn_cli.io.trace_json import trace_config
+
+DECODE_FORMAT = "attn-decode"
+FLASH_FORMAT = "attn-flash"
+VERSION = 1
+
+
+class DecodeRunLike(Protocol):
+    """What the decode JSON reads (check/grade_decode.py's DecodeRun)."""
+
+    @property
+    def trace(self) -> Trace: ...
+    @property
+    def result(self) -> DecodeResult: ...
+    @property
+    def diffs(self) -> tuple[float, ...]: ...
+    @property
+    def prefill_diff(self) -> float: ...
+    @property
+    def cost(self) -> KVCacheBytes: ...
+    @property
+    def sentinel(self) -> float | None: ...
+
+
+class CheckLike(Protocol):
+    @property
+    def name(self) -> str: ...
+    @property
+    def max_abs(self) -> float: ...
+    @property
+    def ulps(self) -> float | None: ...
+    @property
+    def tolerance(self) -> float: ...
+    @property
+    def ok(self) -> bool: ...
+
+
+class FlashRunLike(Protocol):
+    """What the flash JSON reads (check/grade_decode.py's FlashRun)."""
+
+    @property
+    def trace(self) -> Trace: ...
+    @property
+    def output(self) -> Any: ...
+    @property
+    def lse(self) -> Any: ...
+    @property
+    def tiles(self) -> tuple[Tile, ...]: ...
+    @property
+    def tiles_total(self) -> int: ...
+    @property
+    def block_q(self) -> int: ...
+    @property
+    def block_k(self) -> int: ...
+    @property
+    def base2(self) -> bool: ...
+    @property
+    def causal_offset(self) -> int | None: ...
+    @property
+    def checks(self) -> Sequence[CheckLike]: ...
+    @property
+    def max_tiles(self) -> int: ...
+    @property
+    def sentinel(self) -> float | None: ...
+
+
+def _head(trace: Trace, fmt: str) -> dict[str, Any]:
+    return {
+        "format": fmt,
+        "version": VERSION,
+        "generator": f"attn {__version__}",
+        "name": trace.inputs.name,
+        "config": trace_config(trace),
+        "tokens": list(trace.query_labels),
+    }
+
+
+def _value(value: Any) -> str:
+    """A plain JSON value; a float as the trace writes numbers (non-finite as strings)."""
+    if isinstance(value, float):
+        return number_text(value)
+    return json.dumps(value, ensure_ascii=False)
+
+
+def _mapping(items: dict[str, Any], indent: int) -> list[str]:
+    """``"key": value,`` lines (the caller closes the last one)."""
+    pad = " " * indent
+    return [f"{pad}{json.dumps(k)}: {_value(v)}," for k, v in items.items()]
+
+
+def _stages(stages: list[tuple[str, Any]], indent: int) -> list[str]:
+    """``"stages": {NAME: {"shape", "data"}}`` at ``indent``."""
+    pad = " " * indent
+    lines = [f'{pad}"stages": {{']
+    for n, (name, data) in enumerate(stages):
+        arr = np.asarray(data)
+        comma = "," if n < len(stages) - 1 else ""
+        lines.append(f"{pad}  {json.dumps(name)}: {{")
+        lines.append(f'{pad}    "shape": {json.dumps(list(arr.shape))},')
+        lines.append(f'{pad}    "data": {array_text(arr.tolist(), indent + 4)}')
+        lines.append(f"{pad}  }}{comma}")
+    lines.append(f"{pad}}}")
+    return lines
+
+
+def _close_last(lines: list[str]) -> list[str]:
+    lines[-1] = lines[-1].removesuffix(",")
+    return lines
+
+
+# ---------------------------------------------------------------------------------------------
+# attn decode
+
+
+def decode_dumps(run: DecodeRunLike) -> str:
+    """The decode as JSON text: the prefill, each step's stages and its self-check."""
+    trace, result = run.trace, run.result
+    cost = run.cost
+    head = _head(trace, DECODE_FORMAT)
+    head.update(
+        prefill=result.prefill,
+        prefill_max_abs_diff=run.prefill_diff,
+        max_abs_diff=max((run.prefill_diff, *run.diffs)),
+        kv_cache_bytes={
+            "itemsize": 8, "kv_heads": cost.kv_heads, "heads": cost.heads, "seq": cost.seq,
+            "per_token": cost.per_token, "per_token_mha": cost.per_token_mha,
+            "per_token_mqa": cost.per_token_mqa, "total": cost.total,
+            "total_mha": cost.total_mha, "total_mqa": cost.total_mqa,
+        },
+        mask_value_replaced=run.sentinel,
+    )  # fmt: skip
+    lines = ["{", *_mapping(head, 2), '  "steps": [']
+    for n, (step, diff) in enumerate(zip(result.steps, run.diffs, strict=True)):
+        lines += _step(trace, step, diff, last=n == len(result.steps) - 1)
+    lines += ["  ]", "}"]
+    return "\n".join(lines) + "\n"
+
+
+def decode_stages(trace: Trace, step: DecodeStep) -> list[tuple[str, Any]]:
+    """A step's stages in the trace's public layout (no batch axis when the fixture has none)."""
+    names = ["Q", "Q_rot", "K_cache", "V_cache", "scores", "scaled", "masked", "softmax",
+             "output"]  # fmt: skip
+    out = []
+    for name in names:
+        data = getattr(step, name)
+        if data is not None:
+            out.append((name, data if trace.inputs.has_batch else data[0]))
+    return out
+
+
+def _step(trace: Trace, step: DecodeStep, diff: float, *, last: bool) -> list[str]:
+    meta = {
+        "index": step.index,
+        "position": step.position,
+        "token": trace.query_labels[step.index],
+        "slot": step.slot,
+        "cache_positions": list(step.cache_positions),
+        "max_abs_diff": diff,
+    }
+    lines = ["    {", *_mapping(meta, 6)]
+    lines += _stages(decode_stages(trace, step), 6)
+    lines.append("    }" + ("" if last else ","))
+    return lines
+
+
+# ---------------------------------------------------------------------------------------------
+# attn flash
+
+
+def flash_dumps(run: FlashRunLike) -> str:
+    """The FlashAttention loop as JSON text: the tiles shown, then O and L, then the checks."""
+    trace = run.trace
+    has_batch = trace.inputs.has_batch
+    head = _head(trace, FLASH_FORMAT)
+    head.update(
+        key_tokens=list(trace.key_labels),
+        block_q=run.block_q,
+        block_k=run.block_k,
+        base2=run.base2,
+        lse_base="2" if run.base2 else "e",
+        causal_skip=run.causal_offset is not None,
+        tiles_total=run.tiles_total,
+        tiles_shown=len(run.tiles),
+        max_tiles=run.max_tiles,
+        checks=[
+            {"name": c.name, "max_abs_diff": _plain(c.max_abs), "ulps": _plain(c.ulps),
+             "tolerance": c.tolerance, "ok": c.ok}
+            for c in run.checks
+        ],
+        mask_value_replaced=run.sentinel,
+    )  # fmt: skip
+    lines = ["{", *_mapping(head, 2), '  "tiles": [']
+    for n, tile in enumerate(run.tiles):
+        lines += _tile(tile, has_batch, last=n == len(run.tiles) - 1)
+    lines.append("  ],")
+    output, lse = (np.asarray(a) for a in (run.output, run.lse))
+    stages = [("output", output if has_batch else output[0]), ("lse", lse if has_batch else lse[0])]
+    lines += _stages(stages, 2)
+    lines.append("}")
+    return "\n".join(lines) + "\n"
+
+
+def _plain(x: float | None) -> Any:
+    """A number for json.dumps: non-finite as the trace's strings."""
+    if x is None or np.isfinite(x):
+        return x
+    return json.loads(number_text(x))
+
+
+def _tile(tile: Tile, has_batch: bool, *, last: bool) -> list[str]:
+    meta: dict[str, Any] = {"batch": tile.batch} if has_batch else {}
+    meta.update(head=tile.head, q_block=list(tile.q_block), k_block=list(tile.k_block),
+                skipped=tile.skipped)  # fmt: skip
+    lines = ["    {", *_mapping(meta, 6)]
+    for name in ("S", "m", "alpha", "P", "l", "acc"):
+        data = getattr(tile, name)
+        text = "null" if data is None else array_text(np.asarray(data).tolist(), 6)
+        lines.append(f"      {json.dumps(name)}: {text},")
+    _close_last(lines)
+    lines.append("    }" + ("" if last else ","))
+    return lines

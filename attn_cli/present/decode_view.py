@@ -1,0 +1,441 @@
+"""``attn decode`` as Rich renderables: the prefill, one section per generated token, the
+self-check and the KV-cache cost, with explanations in English or Chinese.
+
+Formatting only: every number comes from the :class:`DecodeRun` (core/decode.py's steps and
+the checks of check/grade_decode.py). ``decode_pages`` yields one renderable per page for
+step mode: the overview, each step, the summary.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
+
+from rich import box
+from rich.console import Group, RenderableType
+from rich.padding import Padding
+from rich.rule import Rule
+from rich.table import Table
+from rich.text import Text
+
+from attn_cli.present.explain import Explanation
+from attn_cli.present.i18n import Lang, label
+from attn_cli.present.options import RenderOptions
+from attn_cli.present.render import render_explanation, render_header, render_matrix
+from attn_cli.present.text import TABLE_EDGE, TABLE_LIMIT, pick, safe
+
+if TYPE_CHECKING:
+    from attn_cli.check.grade_decode import DecodeRun
+    from attn_cli.core.decode import DecodeStep
+
+LABELS: dict[Lang, dict[str, str]] = {
+    "en": {
+        "sentinel": "mask_value {v} replaced by −∞, as a KV cache and FlashAttention mask "
+        "(attn trace shows what the sentinel lets through)",
+        "title": "KV-cache decoding",
+        "overview": "prefill: the first {p} token(s) at once ({tokens}); then one step per "
+        "token, each against the cache of keys and values",
+        "steps": "{n} decoding steps",
+        "step": "step {k} of {n} · token {token} at position {pos} → cache slot {slot}",
+        "cache": "cache: {c} slots · slot → token@position: {held}",
+        "empty": "(empty)",
+        "ring": "ring buffer of {w} slots: slot = position mod {w}; the token {w} positions "
+        "back is overwritten",
+        "grow": "the cache grows by one slot per token",
+        "Q": "Q: the new token's query (one row per head)",
+        "Q_rot": "Q_rot: the query rotated at position {pos}",
+        "K_cache": "K_cache · kv head {g}",
+        "V_cache": "V_cache · kv head {g}",
+        "attn": "attention · head {h} (reads kv head {g})",
+        "output": "output: one row per head",
+        "row": "stage",
+        "slot": "slot",
+        "head_row": "head {h}",
+        "check": "self-check: max |output − attn trace's row {token}| = {diff} {mark} (≤ {tol})",
+        "check_prefill": "self-check of the prefill: max |output − attn trace's rows| = {diff} "
+        "{mark}",
+        "check_title": "self-check: each step against the full trace",
+        "col_step": "step",
+        "col_token": "token",
+        "col_pos": "position",
+        "col_slots": "cache slots",
+        "col_diff": "max abs diff",
+        "cost_title": "KV-cache cost per layer (K and V, from this fixture's shapes)",
+        "col_layout": "layout",
+        "col_kv": "kv_heads",
+        "col_per_token": "bytes per token (float64)",
+        "col_bf16": "at bf16",
+        "col_total": "for {t} tokens",
+        "this": "this model ({kind})",
+        "mha": "MHA (kv_heads = heads)",
+        "mqa": "MQA (kv_heads = 1)",
+        "cost_formula": "bytes per token per layer = kv_heads × (d_k + d_v) × itemsize = "
+        "{kv} × ({dk} + {dv}) × 8 = {n}",
+        "cost_window": "with window {w} the ring buffer keeps only {w} tokens: {n} bytes at most",
+        "batch": "batch {b} · ",
+        "more_steps": "… {n} more steps (--full shows all)",
+        "batch_note": "(per batch item; {b} items)",
+    },
+    "zh": {
+        "sentinel": "mask_value {v} 已换成 −∞，与 KV 缓存和 FlashAttention 的遮盖方式相同"
+        "（attn trace 会显示这个哨兵值漏过去的权重）",
+        "title": "KV 缓存解码",
+        "overview": "预填充：前 {p} 个词一次算完（{tokens}）；之后每个词一步，"
+        "每一步都只和缓存中的键、值计算",
+        "steps": "共 {n} 个解码步",
+        "step": "第 {k} 步，共 {n} 步 · 词 {token}，位置 {pos} → 缓存槽 {slot}",
+        "cache": "缓存：{c} 个槽 · 槽 → 词@位置：{held}",
+        "empty": "（空）",
+        "ring": "{w} 个槽的环形缓冲区：槽 = 位置 mod {w}；覆盖 {w} 个位置之前的那个词",
+        "grow": "每来一个词，缓存增加一个槽",
+        "Q": "Q：新词的查询（每个头一行）",
+        "Q_rot": "Q_rot：在位置 {pos} 旋转后的查询",
+        "K_cache": "K_cache · 键值头 {g}",
+        "V_cache": "V_cache · 键值头 {g}",
+        "attn": "注意力 · 头 {h}（读取键值头 {g}）",
+        "output": "output：每个头一行",
+        "row": "阶段",
+        "slot": "槽",
+        "head_row": "头 {h}",
+        "check": "自检：max |output − attn trace 中 {token} 那一行| = {diff} {mark}（≤ {tol}）",
+        "check_prefill": "预填充自检：max |output − attn trace 对应各行| = {diff} {mark}",
+        "check_title": "自检：每一步与完整计算对比",
+        "col_step": "步",
+        "col_token": "词",
+        "col_pos": "位置",
+        "col_slots": "缓存槽数",
+        "col_diff": "最大绝对误差",
+        "cost_title": "每层 KV 缓存开销（K 和 V，按本配置文件的形状计算）",
+        "col_layout": "结构",
+        "col_kv": "kv_heads",
+        "col_per_token": "每个词的字节数（float64）",
+        "col_bf16": "bf16 时",
+        "col_total": "{t} 个词合计",
+        "this": "本模型（{kind}）",
+        "mha": "MHA（kv_heads = heads）",
+        "mqa": "MQA（kv_heads = 1）",
+        "cost_formula": "每层每个词的字节数 = kv_heads × (d_k + d_v) × 每个数的字节数 = "
+        "{kv} × ({dk} + {dv}) × 8 = {n}",
+        "cost_window": "窗口为 {w} 时，环形缓冲区只保留 {w} 个词：最多 {n} 字节",
+        "batch": "批 {b} · ",
+        "more_steps": "… 另有 {n} 步（加 --full 显示全部）",
+        "batch_note": "（每个批元素；共 {b} 个）",
+    },
+}
+
+
+def _t(lang: Lang, key: str, **values: object) -> str:
+    text = LABELS[lang][key]
+    return text.format(**values) if values else text
+
+
+def _sentinel_note(sentinel: float | None, lang: Lang) -> list[Text]:
+    """The note that the fixture's finite mask_value was replaced by −∞ (none if it was not)."""
+    if sentinel is None:
+        return []
+    return [Text(_t(lang, "sentinel", v=f"{sentinel:g}"), style="yellow")]
+
+
+def render_decode(run: DecodeRun, options: RenderOptions | None = None) -> Group:
+    """The whole decode: overview and cost, every step (the middle ones elided), the checks."""
+    options = options or RenderOptions()
+    steps = run.result.steps
+    parts: list[RenderableType] = [render_overview(run, options)]
+    for k in pick(len(steps), TABLE_LIMIT, TABLE_EDGE, options.full):
+        if k is None:
+            more = _t(options.lang, "more_steps", n=len(steps) - 2 * TABLE_EDGE)
+            parts.append(Padding(Text(more, style="dim"), (0, 0, 1, 2)))
+        else:
+            parts.append(render_step(run, k, options))
+    parts.append(render_checks(run, options))
+    return Group(*parts)
+
+
+def decode_pages(run: DecodeRun, options: RenderOptions | None = None) -> Iterator[RenderableType]:
+    """Step mode's pages, one renderable each: the overview, every step, the checks."""
+    options = options or RenderOptions()
+    yield render_overview(run, options)
+    for k in range(len(run.result.steps)):
+        yield render_step(run, k, options)
+    yield render_checks(run, options)
+
+
+def render_overview(run: DecodeRun, options: RenderOptions) -> Group:
+    """The configuration, what the prefill covered, the notes and the cache's cost."""
+    lang = options.lang
+    P = run.result.prefill
+    tokens = ", ".join(safe(run.label(i)) for i in range(P))
+    parts: list[RenderableType] = [
+        render_header(run.trace, lang),
+        Rule(Text(_t(lang, "title"), style="bold cyan"), align="left", style="cyan"),
+        Text(_t(lang, "overview", p=P, tokens=tokens)),
+        Text(_t(lang, "steps", n=len(run.result.steps))),
+        *_sentinel_note(run.sentinel, lang),
+        Text(""),
+        render_cost(run, lang),
+    ]
+    if options.explain:
+        parts.append(render_explanation(explain(run, "cost", lang)))
+    return Group(*parts)
+
+
+def render_cost(run: DecodeRun, lang: Lang) -> Group:
+    """Bytes of K and V per token per layer: this model, MHA, MQA, and for the sequence."""
+    c = run.cost
+    inp = run.trace.inputs
+    kind = "MHA" if c.kv_heads == c.heads else "MQA" if c.kv_heads == 1 else "GQA"
+    table = Table(title=Text(_t(lang, "cost_title"), style="bold"), title_justify="left",
+                  box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, padding=(0, 1))  # fmt: skip
+    table.add_column(_t(lang, "col_layout"), no_wrap=True)
+    for head in ("col_kv", "col_per_token", "col_bf16"):
+        table.add_column(_t(lang, head), justify="right", no_wrap=True)
+    table.add_column(_t(lang, "col_total", t=c.seq), justify="right", no_wrap=True)
+    rows = ((_t(lang, "this", kind=kind), c.kv_heads, c.per_token, c.total),
+            (_t(lang, "mha"), c.heads, c.per_token_mha, c.total_mha),
+            (_t(lang, "mqa"), 1, c.per_token_mqa, c.total_mqa))  # fmt: skip
+    for name, kv, per_token, total in rows:
+        table.add_row(name, str(kv), f"{per_token:,}", f"{per_token // 4:,}", f"{total:,}")
+    parts: list[RenderableType] = [table]
+    formula = _t(lang, "cost_formula", kv=c.kv_heads, dk=inp.d_k, dv=inp.d_v, n=c.per_token)
+    parts.append(Text(formula, style="italic"))
+    if inp.window is not None and inp.window < c.seq:
+        parts.append(Text(_t(lang, "cost_window", w=inp.window, n=f"{c.per_token * inp.window:,}")))
+    if inp.has_batch:
+        parts.append(Text(_t(lang, "batch_note", b=inp.batch), style="dim"))
+    return Group(*parts, Text(""))
+
+
+def _slot_labels(run: DecodeRun, step: DecodeStep, lang: Lang) -> list[str]:
+    """``slot: token@position`` for each cache slot, ``(empty)`` for an unused one."""
+    pos_of = {int(p): i for i, p in enumerate(run.trace.inputs.token_positions()[0])}
+    out = []
+    for s, pos in enumerate(step.cache_positions):
+        held = _t(lang, "empty") if pos < 0 else f"{run.label(pos_of[pos])}@{pos}"
+        out.append(f"{s}: {held}")
+    return out
+
+
+def render_step(run: DecodeRun, k: int, options: RenderOptions) -> Group:
+    """One generated token: its query, the cache now, scores to output, the self-check."""
+    lang = options.lang
+    step = run.result.steps[k]
+    inp = run.trace.inputs
+    token = repr(safe(run.label(step.index)))
+    slots = _slot_labels(run, step, lang)
+    title = _t(lang, "step", k=k + 1, n=len(run.result.steps), token=token,
+               pos=step.position, slot=step.slot)  # fmt: skip
+    how = _t(lang, "ring", w=inp.window) if inp.window is not None else _t(lang, "grow")
+    parts: list[RenderableType] = [
+        Rule(Text(title, style="bold cyan"), align="left", style="cyan"),
+        Text(_t(lang, "cache", c=step.slots, held=", ".join(safe(s) for s in slots))),
+        Text(how, style="dim"),
+    ]
+    for b in range(inp.batch):
+        parts += _step_tables(run, step, b, slots, options)
+    parts.append(_check_line(run, k, lang))
+    if options.explain:
+        parts.append(render_explanation(explain(run, "check", lang, step)))
+    return Group(*parts, Text(""))
+
+
+def _step_tables(
+    run: DecodeRun, step: DecodeStep, b: int, slots: list[str], options: RenderOptions
+) -> list[RenderableType]:
+    """Batch item b of a step: Q (Q_rot), the caches, each head's scores to softmax, output."""
+    lang = options.lang
+    inp = run.trace.inputs
+    prefix = _t(lang, "batch", b=b) if inp.has_batch else ""
+    heads = [_t(lang, "head_row", h=h) for h in range(inp.heads)]
+    groups = inp.heads // inp.kv_heads
+    parts: list[RenderableType] = []
+
+    def table(matrix: Any, rows: list[str], cols: list[str], axis: str, title: str) -> None:
+        parts.append(Text(prefix + title, style="bold"))  # above: a title never wraps narrow
+        parts.append(
+            render_matrix(matrix, row_labels=rows, col_labels=cols, row_axis=axis,
+                          title=None, options=options, spaced=True)
+        )  # fmt: skip
+
+    def explained(*keys: str) -> None:
+        if options.explain:
+            parts.extend(render_explanation(explain(run, key, lang, step)) for key in keys)
+
+    d_k, d_v = [str(i) for i in range(inp.d_k)], [str(i) for i in range(inp.d_v)]
+    table(step.Q[b, :, 0], heads, d_k, "", _t(lang, "Q"))  # (H, D)
+    explained("Q")
+    if step.Q_rot is not None:
+        table(step.Q_rot[b, :, 0], heads, d_k, "", _t(lang, "Q_rot", pos=step.position))
+        explained("Q_rot")
+    for name, cols in (("K_cache", d_k), ("V_cache", d_v)):
+        cache = getattr(step, name)  # (B, Hkv, C, D)
+        for g in range(inp.kv_heads):
+            table(cache[b, g], slots, cols, _t(lang, "slot"), _t(lang, name, g=g))
+        explained(name)
+    names = ["scores", "scaled", "masked", "softmax"]
+    for h in range(inp.heads):
+        rows = _stack([getattr(step, n)[b, h, 0] for n in names])  # (4, C)
+        table(rows, names, slots, _t(lang, "row"), _t(lang, "attn", h=h, g=h // groups))
+    explained(*names)
+    table(step.output[b, :, 0], heads, d_v, "", _t(lang, "output"))  # (H, Dv)
+    explained("output")
+    return parts
+
+
+def _stack(rows: list[Any]) -> Any:
+    import numpy as np
+
+    return np.stack(rows)  # (rows, C)
+
+
+def _mark(ok: bool) -> str:
+    return "✓" if ok else "✗"
+
+
+def _check_line(run: DecodeRun, k: int, lang: Lang) -> Text:
+    step, diff = run.result.steps[k], run.diffs[k]
+    ok = diff <= run.tolerance
+    text = _t(lang, "check", token=repr(safe(run.label(step.index))), diff=f"{diff:.3e}",
+              mark=_mark(ok), tol=f"{run.tolerance:g}")  # fmt: skip
+    return Text(text, style="green" if ok else "bold red")
+
+
+def render_checks(run: DecodeRun, options: RenderOptions) -> Group:
+    """Every step's largest difference from the full trace, and the prefill's."""
+    lang = options.lang
+    table = Table(title=Text(_t(lang, "check_title"), style="bold"), title_justify="left",
+                  box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, padding=(0, 1))  # fmt: skip
+    for n, head in enumerate(("col_step", "col_token", "col_pos", "col_slots", "col_diff")):
+        table.add_column(_t(lang, head), justify="left" if n == 1 else "right", no_wrap=True)
+    steps = run.result.steps
+    for k in pick(len(steps), 2 * TABLE_LIMIT, TABLE_EDGE, options.full):
+        if k is None:
+            table.add_row("…", "…", "…", "…", "…")
+            continue
+        s, diff = steps[k], run.diffs[k]
+        ok = diff <= run.tolerance
+        shown = Text(f"{diff:.3e} {_mark(ok)}", style="green" if ok else "bold red")
+        table.add_row(str(k + 1), safe(run.label(s.index)), str(s.position), str(s.slots), shown)
+    ok = run.prefill_diff <= run.tolerance
+    prefill = _t(lang, "check_prefill", diff=f"{run.prefill_diff:.3e}", mark=_mark(ok))
+    return Group(Rule(style="cyan"), table, Text(prefill, style="green" if ok else "bold red"))
+
+
+# ---------------------------------------------------------------------------------------------
+# Explanations of every quantity (en and zh)
+
+_EXPLAIN: dict[str, dict[Lang, tuple[str, str]]] = {  # key -> lang -> (formula, meaning)
+    "Q": {
+        "en": ("q = Q[token] (projected as in attn trace)",
+               "Only the new token's query is computed at this step: one row per head. The "
+               "queries of earlier tokens are never needed again, so they are not kept."),
+        "zh": ("q = Q[当前词]（与 attn trace 中的投影相同）",
+               "这一步只计算新词的查询，每个头一行。之前各词的查询以后再也用不到，所以不保存。"),
+    },
+    "Q_rot": {
+        "en": ("q_rot = RoPE(q, position of the token)",
+               "The query is rotated at its own position, now. Because each key was rotated "
+               "at its own position when it entered the cache, q_rot·k_rot depends only on the "
+               "distance between the two: the cached keys must never be rotated again."),
+        "zh": ("q_rot = RoPE(q, 当前词的位置)",
+               "查询在它自己的位置上旋转。每个键在进入缓存时已按自己的位置旋转过，所以 "
+               "q_rot·k_rot 只取决于两者的距离：缓存中的键绝不能再旋转一次。"),
+    },
+    "K_cache": {
+        "en": ("K_cache[slot] = k_rot of the token held there (rotated once, on entry)",
+               "The keys of every token the query may still see, one row per slot, per key/"
+               "value head (kv_heads, not heads: grouped-query heads share them). Each row "
+               "was written once, when its token arrived; nothing is recomputed."),
+        "zh": ("K_cache[槽] = 该槽中那个词的 k_rot（进入缓存时旋转一次）",
+               "查询仍能看到的每个词的键，每个槽一行，按键值头存放（是 kv_heads 不是 heads："
+               "分组查询的多个头共用它们）。每一行只在那个词到来时写入一次，不再重新计算。"),
+    },
+    "V_cache": {
+        "en": ("V_cache[slot] = v of the token held there",
+               "The values, slot for slot beside the keys: what the weights will average."),
+        "zh": ("V_cache[槽] = 该槽中那个词的 v",
+               "值与键逐槽对应：权重最终要对它们求加权平均。"),
+    },
+    "scores": {
+        "en": ("scores = q · K_cacheᵀ (one row: the cache's slots)",
+               "One dot product per cached key: the same numbers as the row of this token in "
+               "the full scores matrix, in slot order instead of position order."),
+        "zh": ("scores = q · K_cacheᵀ（一行：对应缓存的各个槽）",
+               "对每个缓存中的键做一次点积：与完整 scores 矩阵中这个词的那一行相同，"
+               "只是按槽的顺序排列，而不是按位置。"),
+    },
+    "scaled": {
+        "en": ("scaled = scores × scale", "As in the full computation: scale = 1/√d_k unless "
+               "the fixture sets it."),
+        "zh": ("scaled = scores × scale", "与完整计算相同：除非配置文件另行给出，scale = 1/√d_k。"),
+    },
+    "masked": {
+        "en": ("masked = scaled (+ bias), −∞ at empty slots and outside the window",
+               "No future key is in the cache, so causality needs no mask here. Only an empty "
+               "slot, a key that fell out of the window, or the fixture's own mask and bias "
+               "change anything."),
+        "zh": ("masked = scaled（+ bias），空槽和窗口之外为 −∞",
+               "缓存里没有未来的键，所以这里不需要因果遮盖。只有空槽、滑出窗口的键，"
+               "或者配置文件自己的 mask 和 bias 才会起作用。"),
+    },
+    "softmax": {
+        "en": ("softmax = exp(masked − m) / Σ exp(masked − m) over the slots",
+               "The weights over the cached tokens. With sinks (gpt-oss) each head's sink joins "
+               "the sum and is dropped, so the row sums to less than 1."),
+        "zh": ("softmax = exp(masked − m) / Σ exp(masked − m)，沿各个槽",
+               "对缓存中各词的权重。有 sink（gpt-oss）时，每个头的 sink 加入求和后被去掉，"
+               "所以这一行的和小于 1。"),
+    },
+    "output": {
+        "en": ("output = softmax · V_cache",
+               "The new token's attention output for each head: the weighted average of the "
+               "cached values. It must equal row t of the full computation."),
+        "zh": ("output = softmax · V_cache",
+               "新词在每个头上的注意力输出：缓存中各值的加权平均。它必须等于完整计算的第 t 行。"),
+    },
+    "check": {
+        "en": ("max |output − output of attn trace at this token| ≤ 1e-12",
+               "The decode loop and the full computation are the same math in a different "
+               "order: in float64 they agree to the last few bits. A larger difference is a "
+               "bug (a re-rotated key, a wrong slot, a wrong head), and attn stops with an "
+               "error."),
+        "zh": ("max |output − attn trace 中该词的 output| ≤ 1e-12",
+               "解码循环和完整计算是同一套数学，只是顺序不同：在 float64 下只差最后几位。"
+               "更大的差别就是 bug（键被重复旋转、槽位写错、头对应错），attn 会报错退出。"),
+    },
+    "cost": {
+        "en": ("bytes per token per layer = kv_heads × (d_k + d_v) × itemsize",
+               "Every generated token adds its key and value to the cache of every layer. "
+               "Grouped-query attention (fewer kv_heads than heads) and multi-query attention "
+               "(one kv head) shrink this; real models store bf16 (2 bytes), here float64 (8)."),
+        "zh": ("每层每个词的字节数 = kv_heads × (d_k + d_v) × 每个数的字节数",
+               "每生成一个词，都要把它的键和值加入每一层的缓存。分组查询注意力（kv_heads "
+               "少于 heads）和多查询注意力（只有一个键值头）能减小这个开销；"
+               "真实模型存 bf16（2 字节），这里是 float64（8 字节）。"),
+    },
+}  # fmt: skip
+
+
+def explain(run: DecodeRun, key: str, lang: Lang, step: DecodeStep | None = None) -> Explanation:
+    """The explanation of one quantity of the decode, with this step's shapes."""
+    formula, meaning = _EXPLAIN[key][lang]
+    inp = run.trace.inputs
+    C = step.slots if step is not None else 0
+    shapes = {
+        "Q": f"[heads={inp.heads}, 1, d_k={inp.d_k}]",
+        "Q_rot": f"[heads={inp.heads}, 1, d_k={inp.d_k}]",
+        "K_cache": f"[kv_heads={inp.kv_heads}, slots={C}, d_k={inp.d_k}]",
+        "V_cache": f"[kv_heads={inp.kv_heads}, slots={C}, d_v={inp.d_v}]",
+        "output": f"[heads={inp.heads}, 1, d_v={inp.d_v}]",
+        "check": label(lang, "scalar"),
+        "cost": label(lang, "scalar"),
+    }
+    out = shapes.get(key, f"[heads={inp.heads}, 1, slots={C}]")
+    inputs = _INPUTS.get(key, ("masked",) if key == "softmax" else ("scores",))
+    return Explanation(key, lang, (formula,), inputs, f"{key} {out}", (meaning,))
+
+
+_INPUTS: dict[str, tuple[str, ...]] = {
+    "Q": ("Q",), "Q_rot": ("Q",), "K_cache": ("K",), "V_cache": ("V",),
+    "scores": ("Q_rot | Q", "K_cache"), "masked": ("scaled",), "output": ("softmax", "V_cache"),
+    "check": ("output", "attn trace: output"), "cost": ("kv_heads", "d_k", "d_v"),
+}  # fmt: skip
