@@ -3,50 +3,41 @@
 from __future__ import annotations
 
 import json
-import os
 import re
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
-from typer.testing import CliRunner
+from conftest import BUNDLED, FIXTURES, run_attn, run_cli
 
 from attn_cli import __version__
-from attn_cli.cli.app import app
 
-FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
-BUNDLED = sorted(p.stem for p in FIXTURES.iterdir() if p.suffix in (".yaml", ".yml", ".json"))
 ANSI = re.compile(r"\x1b\[")
 
-runner = CliRunner()
 
-
-def attn(*args: str, input: str | None = None):
-    return runner.invoke(app, list(args), input=input)
-
-
-def test_version():
-    result = attn("--version")
+def test_version() -> None:
+    result = run_cli("--version")
     assert result.exit_code == 0
     assert result.stdout.strip() == f"attn {__version__}"
 
 
 @pytest.mark.parametrize("args", [["--help"], ["trace", "--help"], ["examples", "--help"]])
-def test_help_has_examples(args):
-    result = attn(*args)
+def test_help_has_examples(args: list[str]) -> None:
+    result = run_cli(*args)
     assert result.exit_code == 0
     assert "attn trace" in result.stdout
 
 
-def test_no_arguments_shows_help():
-    result = attn()
+def test_no_arguments_shows_help() -> None:
+    result = run_cli()
     assert "Usage" in result.output
     assert "trace" in result.output
 
 
-def test_trace_default_is_the_cat_sat_with_every_stage():
-    result = attn("trace", "--format", "plain")
+def test_trace_default_is_the_cat_sat_with_every_stage() -> None:
+    result = run_cli("trace", "--format", "plain")
     assert result.exit_code == 0, result.output
     out = result.stdout
     assert "The cat sat" in out
@@ -62,15 +53,15 @@ def test_trace_default_is_the_cat_sat_with_every_stage():
     assert not ANSI.search(out)
 
 
-def test_trace_by_bundled_name_and_by_path_agree():
-    by_name = attn("trace", "article_example_2", "--format", "json")
-    by_path = attn("trace", str(FIXTURES / "article_example_2.yaml"), "--format", "json")
+def test_trace_by_bundled_name_and_by_path_agree() -> None:
+    by_name = run_cli("trace", "article_example_2", "--format", "json")
+    by_path = run_cli("trace", str(FIXTURES / "article_example_2.yaml"), "--format", "json")
     assert by_name.exit_code == 0 and by_path.exit_code == 0
     assert json.loads(by_name.stdout)["stages"] == json.loads(by_path.stdout)["stages"]
 
 
-def test_article_example_2_softmax_row_2_is_the_corrected_one():
-    result = attn("trace", "article_example_2", "--stage", "softmax", "--format", "plain")
+def test_article_example_2_softmax_row_2_is_the_corrected_one() -> None:
+    result = run_cli("trace", "article_example_2", "--stage", "softmax", "--format", "plain")
     assert result.exit_code == 0
     # softmax([0, 1, 1]) = [1, e, e] / (1 + 2e) = [0.1554, 0.4223, 0.4223]; the article says 0.21
     assert re.search(r"0\.1554\s+0\.4223\s+0\.4223", result.stdout)
@@ -78,8 +69,8 @@ def test_article_example_2_softmax_row_2_is_the_corrected_one():
 
 
 @pytest.mark.parametrize("name", BUNDLED)
-def test_json_trace_of_every_bundled_example_is_valid_and_laid_out(name):
-    result = attn("trace", name, "--format", "json")
+def test_json_trace_of_every_bundled_example_is_valid_and_laid_out(name: str) -> None:
+    result = run_cli("trace", name, "--format", "json")
     assert result.exit_code == 0, result.output
     doc = json.loads(result.stdout)
     assert doc["format"] == "attn-trace" and doc["version"] == 1
@@ -102,29 +93,30 @@ def test_json_trace_of_every_bundled_example_is_valid_and_laid_out(name):
         assert stages["concat"]["shape"] == [*batch, T, H * cfg["d_v"]]
     if "projected" in stages:
         assert stages["projected"]["shape"] == [*batch, T, cfg["d_out"]]
-    # `python -m json.tool` accepts it: standard JSON, no NaN/Infinity literals
-    tool = subprocess.run(
-        [sys.executable, "-m", "json.tool"], input=result.stdout, capture_output=True, text=True
-    )
-    assert tool.returncode == 0, tool.stderr
+    # standard JSON: no NaN/Infinity literals, which json.loads would otherwise accept
+    json.loads(result.stdout, parse_constant=_not_standard_json)
 
 
-def _shape_of(data):
-    shape = []
+def _not_standard_json(literal: str) -> Any:
+    raise AssertionError(f"{literal} is not standard JSON")
+
+
+def _shape_of(data: Any) -> list[int]:
+    shape: list[int] = []
     while isinstance(data, list):
         shape.append(len(data))
         data = data[0]
     return shape
 
 
-def test_json_trace_is_byte_identical_across_runs():
-    first = attn("trace", "causal_multihead", "--format", "json").stdout
-    second = attn("trace", "causal_multihead", "--format", "json").stdout
+def test_json_trace_is_byte_identical_across_runs() -> None:
+    first = run_cli("trace", "causal_multihead", "--format", "json").stdout
+    second = run_cli("trace", "causal_multihead", "--format", "json").stdout
     assert first == second
 
 
-def test_json_writes_minus_inf_as_a_string():
-    result = attn("trace", "causal_multihead", "--format", "json", "--stage", "masked")
+def test_json_writes_minus_inf_as_a_string() -> None:
+    result = run_cli("trace", "causal_multihead", "--format", "json", "--stage", "masked")
     assert result.exit_code == 0
     doc = json.loads(result.stdout)
     assert list(doc["stages"]) == ["masked"]
@@ -132,8 +124,8 @@ def test_json_writes_minus_inf_as_a_string():
     assert doc["stages"]["masked"]["data"][0][0][1] == "-inf"
 
 
-def test_stage_option_limits_tables():
-    result = attn("trace", "--stage", "scores", "--stage", "softmax", "--format", "plain")
+def test_stage_option_limits_tables() -> None:
+    result = run_cli("trace", "--stage", "scores", "--stage", "softmax", "--format", "plain")
     assert result.exit_code == 0
     headings = re.findall(r"^(\w+) ─", result.stdout, re.M)
     assert headings == ["scores", "softmax"]
@@ -145,11 +137,14 @@ def test_stage_option_limits_tables():
         (["trace", "--stage", "sofmax"], "--stage sofmax: unknown stage (did you mean 'softmax'?)"),
         (["trace", "--stage", "masked"], "--stage masked: this fixture has no such stage"),
         (["trace", "no_such_example"], "no_such_example: no such file or bundled example"),
-        (["trace", "missing.yaml"], "missing.yaml: no such file, expected a .json, .yaml or .yml fixture file"),
+        (
+            ["trace", "missing.yaml"],
+            "missing.yaml: no such file, expected a .json, .yaml or .yml fixture file",
+        ),
     ],
 )
-def test_usage_errors_are_one_line_exit_2(args, message):
-    result = attn(*args)
+def test_usage_errors_are_one_line_exit_2(args: list[str], message: str) -> None:
+    result = run_cli(*args)
     assert result.exit_code == 2
     assert result.stdout == ""
     assert result.stderr.startswith("Error: ")
@@ -158,66 +153,68 @@ def test_usage_errors_are_one_line_exit_2(args, message):
     assert "Traceback" not in result.stderr
 
 
-def test_fixture_error_names_file_field_and_expectation(tmp_path):
+def test_fixture_error_names_file_field_and_expectation(tmp_path: Path) -> None:
     bad = tmp_path / "bad.yaml"
     bad.write_text("Q: [[1, 0]]\nK: [[1, 0]]\nV: [[1, 0]]\ncausual: true\n")
-    result = attn("trace", str(bad))
+    result = run_cli("trace", str(bad))
     assert result.exit_code == 2
     assert result.stderr.startswith(f"Error: {bad}: causual: unknown key (did you mean 'causal'?)")
     assert "expected" in result.stderr
 
 
-def test_stdin_json_and_yaml():
+def test_stdin_json_and_yaml() -> None:
     text = (FIXTURES / "article_example_2.yaml").read_text()
-    from_yaml = attn("trace", "-", "--format", "json", input=text)
+    from_yaml = run_cli("trace", "-", "--format", "json", input=text)
     assert from_yaml.exit_code == 0, from_yaml.output
     doc = json.loads(from_yaml.stdout)
     as_json = json.dumps(
         {"Q": [[1, 0], [0, 1], [1, 1]], "K": [[1, 0], [0, 1], [1, 1]], "V": [[1], [2], [3]]}
     )
-    from_json = attn("trace", "-", "--format", "json", input=as_json)
+    from_json = run_cli("trace", "-", "--format", "json", input=as_json)
     assert from_json.exit_code == 0, from_json.output
     assert json.loads(from_json.stdout)["stages"]["scores"] == doc["stages"]["scores"]
 
 
-def test_output_file_is_written_whole(tmp_path):
+def test_output_file_is_written_whole(tmp_path: Path) -> None:
     target = tmp_path / "trace.json"
-    result = attn("trace", "--format", "json", "-o", str(target))
+    result = run_cli("trace", "--format", "json", "-o", str(target))
     assert result.exit_code == 0
     assert result.stdout == ""
     assert json.loads(target.read_text())["name"] == "The cat sat"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["trace.json"]  # no temporary left
 
 
-def test_output_to_a_directory_is_an_error(tmp_path):
-    result = attn("trace", "--format", "json", "-o", str(tmp_path))
+def test_output_to_a_directory_is_an_error(tmp_path: Path) -> None:
+    result = run_cli("trace", "--format", "json", "-o", str(tmp_path))
     assert result.exit_code == 2
     assert "is a directory" in result.stderr
     assert list(tmp_path.iterdir()) == []
 
 
-def test_table_to_file_is_plain_text(tmp_path):
+def test_table_to_file_is_plain_text(tmp_path: Path) -> None:
     target = tmp_path / "trace.txt"
-    result = attn("trace", "-o", str(target), "--color")
+    result = run_cli("trace", "-o", str(target), "--color")
     assert result.exit_code == 0
     text = target.read_text()
     assert "softmax" in text and not ANSI.search(text)
 
 
-def test_precision(tmp_path):
-    result = attn("trace", "--stage", "softmax", "--precision", "2", "--format", "plain")
+def test_precision(tmp_path: Path) -> None:
+    result = run_cli("trace", "--stage", "softmax", "--precision", "2", "--format", "plain")
     assert result.exit_code == 0
     # row "cat": scaled [2.8284, 5.6569, 5.6569] -> softmax [0.0287, 0.4856, 0.4856]
     assert re.search(r"^cat\s+0\.03\s+0\.49\s+0\.49\s*$", result.stdout, re.M)
 
 
-def test_elides_big_matrices_and_full_shows_all():
-    elided = attn("trace", "pytorch_snippet", "--stage", "Q", "--format", "plain", "--width", "200")
+def test_elides_big_matrices_and_full_shows_all() -> None:
+    elided = run_cli(
+        "trace", "pytorch_snippet", "--stage", "Q", "--format", "plain", "--width", "200"
+    )
     assert elided.exit_code == 0
     assert "…" in elided.stdout
     assert not re.search(r"^ *query( +\S+){20}", elided.stdout, re.M)
-    full = attn(
-        "trace", "pytorch_snippet", "--stage", "Q", "--full", "--format", "plain", "--width", "2000"
+    full = run_cli(
+        "trace", "pytorch_snippet", "--stage", "Q", "--full", "--format", "plain", "--width", "1000"
     )
     assert full.exit_code == 0
     assert "…" not in full.stdout
@@ -242,10 +239,12 @@ def wide_numbers_fixture(tmp_path: Path) -> Path:
 @pytest.mark.parametrize("width", [40, 60, 80])
 @pytest.mark.parametrize("heatmap", [False, True])
 @pytest.mark.parametrize("fixture", ["pytorch_snippet", "wide numbers"])
-def test_narrow_width_elides_columns_instead_of_cropping_numbers(tmp_path, width, heatmap, fixture):
+def test_narrow_width_elides_columns_instead_of_cropping_numbers(
+    tmp_path: Path, width: int, heatmap: bool, fixture: str
+) -> None:
     path = str(wide_numbers_fixture(tmp_path)) if fixture == "wide numbers" else fixture
     shade = ["--heatmap"] if heatmap else []
-    result = attn("trace", path, "--format", "plain", "--width", str(width), *shade)
+    result = run_cli("trace", path, "--format", "plain", "--width", str(width), *shade)
     assert result.exit_code == 0, result.output
     lines = result.stdout.splitlines()
     assert max(len(line) for line in lines) <= width
@@ -257,8 +256,8 @@ def test_narrow_width_elides_columns_instead_of_cropping_numbers(tmp_path, width
         assert re.search(r"^t0 +123456\.7890 ", result.stdout, re.M)
 
 
-def test_full_at_a_narrow_width_shows_every_column_uncropped(tmp_path):
-    result = attn(
+def test_full_at_a_narrow_width_shows_every_column_uncropped(tmp_path: Path) -> None:
+    result = run_cli(
         "trace", str(wide_numbers_fixture(tmp_path)), "--stage", "scores", "--full",
         "--format", "plain", "--width", "60",
     )  # fmt: skip
@@ -270,7 +269,7 @@ def test_full_at_a_narrow_width_shows_every_column_uncropped(tmp_path):
     assert max(len(line) for line in result.stdout.splitlines()) > 60
 
 
-def test_hostile_token_text_prints_literally(tmp_path):
+def test_hostile_token_text_prints_literally(tmp_path: Path) -> None:
     fixture = {
         "tokens": ["[bold red]x[/]", "\x1b]8;;http://evil\x1b\\link"],
         "Q": [[1.0], [0.0]],
@@ -279,14 +278,14 @@ def test_hostile_token_text_prints_literally(tmp_path):
     }
     path = tmp_path / "hostile.json"
     path.write_text(json.dumps(fixture))
-    result = attn("trace", str(path), "--color", "--stage", "scores")
+    result = run_cli("trace", str(path), "--color", "--stage", "scores")
     assert result.exit_code == 0, result.output
     assert "[bold red]x[/]" in result.stdout
     assert "\x1b]8" not in result.stdout
     assert "\\x1b]8" in result.stdout
 
 
-def test_fully_masked_row_warns_on_stderr(tmp_path):
+def test_fully_masked_row_warns_on_stderr(tmp_path: Path) -> None:
     fixture = {
         "tokens": ["a", "b"],
         "Q": [[1.0], [1.0]],
@@ -296,7 +295,7 @@ def test_fully_masked_row_warns_on_stderr(tmp_path):
     }
     path = tmp_path / "empty_row.json"
     path.write_text(json.dumps(fixture))
-    result = attn("trace", str(path), "--format", "json")
+    result = run_cli("trace", str(path), "--format", "json")
     assert result.exit_code == 0
     assert "Warning:" in result.stderr and "query 0 'a'" in result.stderr
     weights = json.loads(result.stdout)["stages"]["softmax"]["data"]
@@ -304,15 +303,16 @@ def test_fully_masked_row_warns_on_stderr(tmp_path):
     assert weights[0][1] == [0.5, 0.5]
 
 
-def test_examples_lists_every_bundled_fixture():
-    result = runner.invoke(app, ["examples"], env={"COLUMNS": "200"})
+def test_examples_lists_every_bundled_fixture() -> None:
+    result = run_cli("examples", env={"COLUMNS": "200"})
     assert result.exit_code == 0
     for name in BUNDLED:
         assert name in result.stdout
     assert "(default)" in result.stdout
 
 
-def test_help_does_not_import_numpy_or_yaml():
+@pytest.mark.subprocess
+def test_help_does_not_import_numpy_or_yaml() -> None:
     code = (
         "import sys\n"
         "from attn_cli.cli.app import main\n"
@@ -325,14 +325,9 @@ def test_help_does_not_import_numpy_or_yaml():
     assert "LOADED []" in out.stdout
 
 
-def test_python_dash_m_runs():
-    env = {**os.environ, "NO_COLOR": "1"}
-    out = subprocess.run(
-        [sys.executable, "-m", "attn_cli", "trace", "--stage", "softmax"],
-        capture_output=True,
-        text=True,
-        env=env,
-    )
+@pytest.mark.subprocess
+def test_python_dash_m_runs() -> None:
+    out = run_attn("trace", "--stage", "softmax")
     assert out.returncode == 0, out.stderr
     assert "softmax" in out.stdout
     assert not ANSI.search(out.stdout)

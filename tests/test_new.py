@@ -7,23 +7,15 @@ from pathlib import Path
 
 import pytest
 import yaml
-from typer.testing import CliRunner
+from conftest import FIXTURES, run_cli
 
-from attn_cli.cli.app import app
 from attn_cli.io.fixture import load_fixture
 from attn_cli.io.new import WORDS, tokens_for
 
-FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
-runner = CliRunner()
 
-
-def attn(*args: str):
-    return runner.invoke(app, list(args))
-
-
-def test_new_writes_a_fixture_of_the_asked_shape_that_traces(tmp_path):
+def test_new_writes_a_fixture_of_the_asked_shape_that_traces(tmp_path: Path) -> None:
     target = tmp_path / "mine.yaml"
-    result = attn(
+    result = run_cli(
         "new", str(target), "--seq", "5", "--d-model", "8", "--d-k", "4", "--heads", "2",
         "--batch", "2", "--causal", "--seed", "0",
     )  # fmt: skip
@@ -39,16 +31,19 @@ def test_new_writes_a_fixture_of_the_asked_shape_that_traces(tmp_path):
     assert text.startswith("# A random fixture made by `attn new` (seed 0).")
     assert "   # cat" in text  # each row of X names its token
     assert "head 0 owns columns 0-3, head 1 owns columns 4-7" in text
-    traced = attn("trace", str(target), "--format", "plain", "--explain")
+    traced = run_cli("trace", str(target), "--format", "plain", "--explain")
     assert traced.exit_code == 0, traced.output
     assert "concat" in traced.stdout
 
 
-def test_new_defaults_and_seeds(tmp_path):
-    a, b, c = tmp_path / "a.yaml", tmp_path / "b.yaml", tmp_path / "c.yml"
-    assert attn("new", str(a)).exit_code == 0
-    assert attn("new", str(b), "--seed", "0").exit_code == 0
-    assert attn("new", str(c), "--seed", "1").exit_code == 0
+def test_new_defaults_and_seeds(tmp_path: Path) -> None:
+    # the same name in two folders: the file's own name is in its first comment
+    (tmp_path / "one").mkdir()
+    (tmp_path / "two").mkdir()
+    a, b, c = tmp_path / "one" / "a.yaml", tmp_path / "two" / "a.yaml", tmp_path / "c.yml"
+    assert run_cli("new", str(a)).exit_code == 0
+    assert run_cli("new", str(b), "--seed", "0").exit_code == 0
+    assert run_cli("new", str(c), "--seed", "1").exit_code == 0
     assert a.read_bytes() == b.read_bytes()  # same seed, same fixture
     assert a.read_bytes() != c.read_bytes()
     inputs = load_fixture(a)
@@ -58,50 +53,52 @@ def test_new_defaults_and_seeds(tmp_path):
     assert len(data["W_Q"]) == 8 and len(data["W_Q"][0]) == 8  # [d_model, heads*d_k]
 
 
-def test_tokens_are_distinct_so_cells_can_be_named():
+def test_tokens_are_distinct_so_cells_can_be_named() -> None:
     tokens = tokens_for(len(WORDS) + 3)
     assert len(set(tokens)) == len(tokens)
     assert tokens[-1] == f"tok{len(WORDS) + 2}"
 
 
-def test_new_refuses_to_overwrite_unless_forced(tmp_path):
+def test_new_refuses_to_overwrite_unless_forced(tmp_path: Path) -> None:
     target = tmp_path / "mine.yaml"
     target.write_text("keep me\n")
-    result = attn("new", str(target))
+    result = run_cli("new", str(target))
     assert result.exit_code == 2
     assert (
         result.stderr == f"Error: {target}: already exists, expected a new file name, or --force\n"
     )
     assert target.read_text() == "keep me\n"
-    assert attn("new", str(target), "--force").exit_code == 0
+    assert run_cli("new", str(target), "--force").exit_code == 0
     assert load_fixture(target).seq_q == 5
 
 
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["x.json"], "Error: x.json: FILE: is not a .yaml or .yml file, expected FILE.yaml"),
+        (["x.json"], "Error: x.json: FILE: is not a .yaml, .yml or .npz file, expected FILE.yaml"),
         (["no/such/dir/x.yaml"], "folder 'no/such/dir' does not exist"),
-        (["x.yaml", "--heads", "0"], "Invalid value for '--heads'"),
+        (["x.yaml", "--heads", "0"], "Error: --heads: got 0, expected an integer from 1 to 16\n"),
     ],
 )
-def test_new_errors(tmp_path, monkeypatch, args, message):
+def test_new_errors(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, args: list[str], message: str
+) -> None:
     monkeypatch.chdir(tmp_path)
-    result = attn("new", *args)
+    result = run_cli("new", *args)
     assert result.exit_code == 2
     assert message in result.stderr
 
 
-def test_examples_copy(tmp_path, monkeypatch):
+def test_examples_copy(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     target = tmp_path / "copy.yaml"
-    result = attn("examples", "--copy", "causal_multihead", str(target))
+    result = run_cli("examples", "--copy", "causal_multihead", str(target))
     assert result.exit_code == 0, result.output
     assert target.read_bytes() == (FIXTURES / "causal_multihead.yaml").read_bytes()
-    assert attn("trace", str(target), "--format", "plain").exit_code == 0
-    again = attn("examples", "--copy", "causal_multihead", str(target))
+    assert run_cli("trace", str(target), "--format", "plain").exit_code == 0
+    again = run_cli("examples", "--copy", "causal_multihead", str(target))
     assert again.exit_code == 2 and "already exists" in again.stderr
     monkeypatch.chdir(tmp_path)
-    default = attn("examples", "--copy", "the_cat_sat")
+    default = run_cli("examples", "--copy", "the_cat_sat")
     assert default.exit_code == 0
     assert (tmp_path / "the_cat_sat.yaml").read_bytes() == (
         FIXTURES / "the_cat_sat.yaml"
@@ -118,14 +115,16 @@ def test_examples_copy(tmp_path, monkeypatch):
         (["x.yaml"], "Error: x.yaml: FILE: given without --copy"),
     ],
 )
-def test_examples_copy_errors(tmp_path, monkeypatch, args, message):
+def test_examples_copy_errors(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, args: list[str], message: str
+) -> None:
     monkeypatch.chdir(tmp_path)
-    result = attn("examples", *args)
+    result = run_cli("examples", *args)
     assert result.exit_code == 2
     assert result.stderr.startswith(message)
 
 
-def test_examples_still_lists_without_arguments():
-    result = attn("examples")
+def test_examples_still_lists_without_arguments() -> None:
+    result = run_cli("examples")
     assert result.exit_code == 0
     assert "the_cat_sat" in result.stdout

@@ -18,27 +18,32 @@ from typing import Annotated, Any
 
 import typer
 
-from attn_cli import __version__
+from attn_cli._version import __version__
 from attn_cli.cli.check import check
+from attn_cli.cli.decode import decode
 from attn_cli.cli.examples import examples
+from attn_cli.cli.flash import flash
 from attn_cli.cli.heatmap import heatmap
 from attn_cli.cli.importer import import_
 from attn_cli.cli.new import new
 from attn_cli.cli.trace import trace
+from attn_cli.cli.usage import AttnCommand, AttnGroup
 from attn_cli.errors import AttnError, UsageError, printable
 
 app = typer.Typer(
     name="attn",
+    cls=AttnGroup,  # usage errors as one `Error:` line (cli/usage.py)
     help=(
         "Trace Transformer self-attention step by step: every stage (X, Q, K, V, scores, scaled, "
         "masked, softmax, output, concat, projected) as a table of real numbers.\n\n"
+        "Each command has its own help: attn COMMAND -h.\n\n"
         "Examples:\n\n"
-        "  attn trace                      # the bundled 'The cat sat' example\n\n"
-        "  attn trace my_fixture.yaml      # your own embeddings and weights\n\n"
-        "  attn examples                   # list the bundled examples"
+        '  attn trace                    # the bundled "The cat sat"\n\n'
+        "  attn trace my.yaml --explain  # your own inputs, explained\n\n"
+        "  attn examples                 # the bundled examples"
     ),
     no_args_is_help=True,
-    add_completion=False,
+    add_completion=True,  # --install-completion / --show-completion (bash, zsh, fish, pwsh)
     pretty_exceptions_enable=False,
     context_settings={"help_option_names": ["-h", "--help"]},
 )
@@ -54,7 +59,9 @@ def _version(value: bool) -> None:
 def _root(
     version: Annotated[
         bool,
-        typer.Option("--version", callback=_version, is_eager=True, help="Show the version."),
+        typer.Option(
+            "--version", "-V", callback=_version, is_eager=True, help="Show the version and exit."
+        ),
     ] = False,
 ) -> None:
     """Trace Transformer self-attention step by step."""
@@ -103,11 +110,11 @@ def _command(func: Callable[..., None], name: str | None = None) -> Callable[...
         with user_errors():
             func(*args, **kwargs)
 
-    app.command(name=name or func.__name__)(guarded)
+    app.command(name=name or func.__name__, cls=AttnCommand)(guarded)
     return func
 
 
-for _cmd in (trace, check, examples, heatmap, new):
+for _cmd in (trace, check, examples, heatmap, new, decode, flash):
     _command(_cmd)
 _command(import_, name="import")
 

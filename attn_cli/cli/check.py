@@ -1,28 +1,34 @@
 """``attn check``: a fixture's trace against a golden file, its ``expected`` section, or a dump."""
 
+import os
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
 
 from attn_cli.cli.options import (
+    CheckFormat,
     ColorOption,
-    Format,
     MaxElementsOption,
+    QuietOption,
     WidthOption,
     plain_wanted,
 )
 from attn_cli.cli.output import console, emit, plain_text
 from attn_cli.core.limits import DEFAULT_MAX_ELEMENTS
-from attn_cli.errors import AttnError, UsageError
+from attn_cli.errors import AttnError, UsageError, printable
 
 if TYPE_CHECKING:
-    from attn_cli.check.compare import Outcome
+    from attn_cli.check.compare import Outcome, Tolerance
+
+STDIN = "-"
 
 FixturesArgument = Annotated[
     list[str],
     typer.Argument(
-        help="Fixture files or bundled example names (several need --golden-dir).",
+        help="Fixture files, bundled example names, or '-' for standard input (several need "
+        "--golden-dir).",
         show_default=False,
         metavar="FIXTURE...",
     ),
@@ -33,7 +39,20 @@ GoldenOption = Annotated[
 ]
 GoldenDirOption = Annotated[
     Optional[Path],  # noqa: UP045
-    typer.Option(help="Golden files named after each fixture: DIR/<name>.json.", metavar="DIR"),
+    typer.Option(
+        help="A golden per fixture, at its path under --root with .json: week1/cat.yaml -> "
+        "DIR/week1/cat.json; a bundled example NAME -> DIR/NAME.json.",
+        metavar="DIR",
+    ),
+]
+RootOption = Annotated[
+    Optional[Path],  # noqa: UP045
+    typer.Option(
+        help="With --golden-dir: the folder the fixtures' paths are taken relative to "
+        "(default: the current folder).",
+        metavar="DIR",
+        show_default=False,
+    ),
 ]
 AgainstOption = Annotated[
     Optional[Path],  # noqa: UP045
@@ -44,29 +63,53 @@ AgainstOption = Annotated[
     ),
 ]
 UpdateOption = Annotated[
-    bool, typer.Option(help="(Re)write the golden file(s) from the current trace, atomically.")
+    bool,
+    typer.Option(
+        "--update", help="(Re)write the golden file(s) from the current trace, atomically."
+    ),
 ]
 RtolOption = Annotated[
     Optional[float],  # noqa: UP045
     typer.Option(
-        min=0, help="Relative tolerance (default 1e-9; 1e-4 with --against).", show_default=False
+        min=0, metavar="TOL", show_default=False,
+        help="Relative tolerance (default 1e-9; 1e-4 with --against).",
     ),
-]
+]  # fmt: skip
 AtolOption = Annotated[
     Optional[float],  # noqa: UP045
     typer.Option(
-        min=0, help="Absolute tolerance (default 1e-12; 1e-5 with --against).", show_default=False
+        min=0, metavar="TOL", show_default=False,
+        help="Absolute tolerance (default 1e-12; 1e-5 with --against).",
     ),
-]
+]  # fmt: skip
 CheckStageOption = Annotated[
     Optional[list[str]],  # noqa: UP045
-    typer.Option("--stage", "-s", help="Compare only this stage; repeat for more."),
+    typer.Option(
+        "--stage", "-s", metavar="STAGE", help="Compare only this stage; repeat for more."
+    ),
 ]
 WorstOption = Annotated[
-    int, typer.Option(min=1, help="Worst cells listed for the first stage that differs.")
+    int,
+    typer.Option(min=1, metavar="N", help="Worst cells listed for the first stage that differs."),
 ]
 CheckFormatOption = Annotated[
-    Format, typer.Option("--format", "-f", help="table (coloured on a terminal), plain, json.")
+    CheckFormat,
+    typer.Option(
+        "--format",
+        "-f",
+        help="table (coloured on a terminal), plain, json, junit (JUnit XML for CI test "
+        "reports), github (GitHub Actions annotations).",
+    ),
+]
+
+
+CheckBackwardOption = Annotated[
+    bool,
+    typer.Option(
+        "--backward",
+        help="Trace the backward pass too, so goldens, expected sections and --against dumps "
+        "can hold gradients (d_Q, dQ, q.grad, ...).",
+    ),
 ]
 
 
@@ -74,101 +117,153 @@ def check(
     fixtures: FixturesArgument,
     golden: GoldenOption = None,
     golden_dir: GoldenDirOption = None,
+    root: RootOption = None,
     against: AgainstOption = None,
     update: UpdateOption = False,
     rtol: RtolOption = None,
     atol: AtolOption = None,
     stage: CheckStageOption = None,
     worst: WorstOption = 5,
-    fmt: CheckFormatOption = Format.table,
+    fmt: CheckFormatOption = CheckFormat.table,
     width: WidthOption = None,
     color: ColorOption = None,
     max_elements: MaxElementsOption = DEFAULT_MAX_ELEMENTS,
+    backward: CheckBackwardOption = False,
+    quiet: QuietOption = False,
 ) -> None:
     """Compare a fixture's trace with a golden file, its `expected` section, or your own code.
 
-    A cell passes when |actual - expected| <= atol + rtol*|expected|; nan, inf and -inf
-    equal only themselves. Exit code as diff: 0 same, 1 different, 2 trouble.
+    A cell passes when |actual - expected| <= atol + rtol*|expected| (nan equals only nan).
+
+    Exit code as diff: 0 same, 1 different, 2 trouble.
 
     Examples:
 
-      attn check my.yaml --golden golden/my.json --update   # write the golden
+      attn check my.yaml -g golden/my.json --update  # write the golden
 
-      attn check my.yaml --golden golden/my.json            # compare with it
+      attn check my.yaml -g golden/my.json           # compare with it
 
-      attn check fixtures/*.yaml --golden-dir golden/       # several at once
+      attn check week*/*.yaml --golden-dir golden/   # golden/week1/x.json, ...
 
-      attn check my.yaml                                    # its own `expected` section
+      attn check my.yaml                             # its own `expected` section
 
-      attn check the_cat_sat --against my_dump.npz          # grade your implementation
+      attn check the_cat_sat --against dump.npz      # grade your implementation
+
+      attn check *.yaml --golden-dir g/ -f junit     # JUnit XML for CI
     """
     from attn_cli.api import check_stage_names
     from attn_cli.check.compare import GOLDEN_TOLERANCE, GRADER_TOLERANCE, Outcome, Tolerance
     from attn_cli.check.compare import exit_code as code_of
-    from attn_cli.check.run import check_fixture
 
     stages = check_stage_names(stage)
-    _check_plan(fixtures, golden, golden_dir, against, update, stages)
+    goldens = _check_plan(fixtures, golden, golden_dir, root, against, update, stages)
     default = GRADER_TOLERANCE if against is not None else GOLDEN_TOLERANCE
     tolerance = Tolerance(
         default.rtol if rtol is None else rtol, default.atol if atol is None else atol
     )
+    for_ci = fmt in (CheckFormat.junit, CheckFormat.github)  # a report even when one fails
     outcomes: list[Outcome] = []
-    for fixture in fixtures:
+    for fixture, golden_file in zip(fixtures, goldens, strict=True):
         try:
-            outcomes.append(check_fixture(
-                fixture, golden=_golden_path(fixture, golden, golden_dir), against=against,
-                update=update, tolerance=tolerance, stages=stages, worst=worst,
-                max_elements=max_elements,
-            ))  # fmt: skip
+            outcome = _check_one(
+                fixture, golden_file, golden_dir, against, update, tolerance, stages, worst,
+                max_elements, backward,
+            )  # fmt: skip
         except AttnError as e:
-            if len(fixtures) == 1:
+            if len(fixtures) == 1 and not for_ci:
                 raise
             from attn_cli.cli.app import one_line
 
             typer.echo(f"Error: {one_line(e)}", err=True)
-            outcomes.append(Outcome(fixture, error=one_line(e)))
+            outcome = Outcome(fixture, error=one_line(e))
+        outcomes.append(replace(outcome, fixture=_shown_name(fixture)))
     _report(outcomes, fmt, width, color, worst)
     raise typer.Exit(code_of(outcomes))
 
 
+def _check_one(
+    fixture: str,
+    golden: Optional[Path],  # noqa: UP045
+    golden_dir: Optional[Path],  # noqa: UP045
+    against: Optional[Path],  # noqa: UP045
+    update: bool,
+    tolerance: "Tolerance",
+    stages: Optional[tuple[str, ...]],  # noqa: UP045
+    worst: int,
+    max_elements: int,
+    backward: bool = False,
+) -> "Outcome":
+    """One fixture checked; with --update under --golden-dir, the golden's folder is made."""
+    from attn_cli.check.run import check_fixture
+
+    if update and golden is not None and golden_dir is not None and not golden.parent.is_dir():
+        try:
+            golden.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise UsageError(
+                printable(str(golden.parent)), "--golden-dir", f"cannot make the folder "
+                f"({e.strerror or e})", "a writable folder",
+            ) from None  # fmt: skip
+    if not update and golden is not None and golden_dir is not None:
+        _refuse_old_layout(fixture, golden, golden_dir)
+    return check_fixture(
+        fixture, golden=golden, against=against, update=update, tolerance=tolerance,
+        stages=stages, worst=worst, max_elements=max_elements, backward=backward,
+    )  # fmt: skip
+
+
+def _shown_name(fixture: str) -> str:
+    """How a report names a fixture: as given, standard input as ``<stdin>`` (as trace does)."""
+    return "<stdin>" if fixture == STDIN else fixture
+
+
 def _report(
     outcomes: list["Outcome"],
-    fmt: Format,
+    fmt: CheckFormat,
     width: Optional[int],  # noqa: UP045
     color: Optional[bool],  # noqa: UP045
     worst: int,
 ) -> None:
-    from attn_cli.present.report import render_outcomes, report_json, summary_lines
+    from attn_cli.present import report
 
-    if fmt is Format.json:
-        emit(report_json(outcomes), None)
+    if fmt is CheckFormat.json:
+        emit(report.report_json(outcomes), None)
         return
-    details = render_outcomes(outcomes, worst=worst)
+    if fmt is CheckFormat.junit:
+        emit(report.report_junit(outcomes, worst=worst), None)
+        return
+    if fmt is CheckFormat.github:
+        emit(report.report_github(outcomes, worst=worst), None)
+        return
+    details = report.render_outcomes(outcomes, worst=worst)
     if details is not None and plain_wanted(fmt, color):
         emit(plain_text(details, width), None)
     elif details is not None:
         console(width, plain=False, color=color).print(details)
-    emit("".join(line + "\n" for line in summary_lines(outcomes)), None)
+    emit("".join(line + "\n" for line in report.summary_lines(outcomes)), None)
 
 
 def _check_plan(
     fixtures: list[str],
     golden: Optional[Path],  # noqa: UP045
     golden_dir: Optional[Path],  # noqa: UP045
+    root: Optional[Path],  # noqa: UP045
     against: Optional[Path],  # noqa: UP045
     update: bool,
     stages: Optional[tuple[str, ...]],  # noqa: UP045
-) -> None:
-    """Refuse option combinations that have no meaning, naming what would."""
+) -> list[Optional[Path]]:  # noqa: UP045
+    """Refuse option combinations that have no meaning, naming what would; the golden of each
+    fixture (None: none)."""
     given = [n for n, v in (("--golden", golden), ("--golden-dir", golden_dir),
                             ("--against", against)) if v is not None]  # fmt: skip
     if len(given) > 1:
         raise UsageError("", " and ".join(given), "given together", "one of them")
+    if root is not None and golden_dir is None:
+        raise UsageError("", "--root", "given without --golden-dir", "--golden-dir DIR --root DIR")
     if golden is not None and len(fixtures) > 1:
         raise UsageError(
             "", "--golden", f"one golden file for {len(fixtures)} fixtures",
-            "--golden-dir DIR (a golden per fixture, DIR/<name>.json)",
+            "--golden-dir DIR (a golden per fixture, under DIR at its path)",
         )  # fmt: skip
     if against is not None and len(fixtures) > 1:
         raise UsageError("", "--against", f"one dump for {len(fixtures)} fixtures", "one fixture")
@@ -178,35 +273,70 @@ def _check_plan(
         raise UsageError("", "--update", "given with --stage", "--update alone (goldens hold "
                          "every stage)")  # fmt: skip
     if golden_dir is not None:
-        _check_golden_dir(fixtures, golden_dir)
+        return golden_paths(fixtures, golden_dir, Path.cwd() if root is None else root)
+    return [golden] * len(fixtures)
 
 
-def _check_golden_dir(fixtures: list[str], golden_dir: Path) -> None:
+def golden_paths(fixtures: list[str], golden_dir: Path, root: Path) -> list[Optional[Path]]:  # noqa: UP045
+    """Each fixture's golden: DIR/<its path under root, suffix .json>, or DIR/<NAME>.json for a
+    bundled example; two fixtures with one golden are refused."""
     if not golden_dir.is_dir():
-        raise UsageError(str(golden_dir), "--golden-dir", "is not a directory", "a directory")
-    stems = [_fixture_stem(f) for f in fixtures]
-    twice = sorted({s for s in stems if stems.count(s) > 1})
-    if twice:
         raise UsageError(
-            "", "--golden-dir", f"two fixtures are both named {twice[0]!r}",
-            "fixtures with distinct names (each golden is named after its fixture)",
-        )  # fmt: skip
+            printable(str(golden_dir)), "--golden-dir", "is not a directory", "a directory"
+        )
+    if not root.is_dir():
+        raise UsageError(printable(str(root)), "--root", "is not a directory", "a directory")
+    paths: list[Optional[Path]] = []  # noqa: UP045
+    seen: dict[Path, str] = {}
+    for fixture in fixtures:
+        path = golden_dir / golden_key(fixture, root)
+        if path in seen:
+            raise UsageError(
+                "", "--golden-dir",
+                f"{printable(seen[path])!r} and {printable(fixture)!r} would share the golden "
+                f"{printable(str(path))!r}", "fixtures at distinct paths (or bundled names)",
+            )  # fmt: skip
+        seen[path] = fixture
+        paths.append(path)
+    return paths
 
 
-def _fixture_stem(fixture: str) -> str:
-    if fixture == "-":
+def golden_key(fixture: str, root: Path) -> Path:
+    """Where under --golden-dir a fixture's golden lives: week1/cat.yaml -> week1/cat.json."""
+    if fixture == STDIN:
         raise UsageError(
             "<stdin>", "--golden-dir", "standard input has no name to give a golden file",
             "a fixture path or example name",
         )  # fmt: skip
-    return Path(fixture).stem
+    if not _is_path(fixture):
+        return Path(fixture + ".json")  # a bundled example, by name
+    relative = Path(os.path.relpath(os.path.abspath(fixture), os.path.abspath(root)))
+    if relative.parts[:1] == ("..",) or relative.is_absolute():
+        raise UsageError(
+            printable(fixture), "--golden-dir",
+            f"is outside the root folder {printable(str(root))!r}",
+            "fixtures under the root (the current folder, or --root DIR)",
+        )  # fmt: skip
+    return relative.with_suffix(".json")
 
 
-def _golden_path(
-    fixture: str,
-    golden: Optional[Path],  # noqa: UP045
-    golden_dir: Optional[Path],  # noqa: UP045
-) -> Optional[Path]:  # noqa: UP045
-    if golden_dir is not None:
-        return golden_dir / f"{_fixture_stem(fixture)}.json"
-    return golden
+def _is_path(fixture: str) -> bool:
+    """Whether attn reads ``fixture`` as a path (not as a bundled example's name), as api does."""
+    try:
+        exists = os.path.lexists(fixture)
+    except (OSError, ValueError):
+        exists = True
+    return exists or bool(Path(fixture).suffix) or "/" in fixture or "\\" in fixture
+
+
+def _refuse_old_layout(fixture: str, golden: Path, golden_dir: Path) -> None:
+    """A golden missing where it belongs but present where attn 0.1 put it (DIR/<stem>.json)."""
+    old = golden_dir / f"{Path(fixture).stem}.json"
+    if golden.exists() or old == golden or not old.is_file() or not _is_path(fixture):
+        return
+    raise UsageError(
+        printable(str(golden)), "--golden-dir",
+        f"no such golden file, but {printable(str(old))!r} is where attn 0.1 kept it (goldens "
+        "are now keyed on the fixture's path under --root)",
+        "the golden at this path: move it here, or write it with --update",
+    )  # fmt: skip

@@ -5,7 +5,8 @@ from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
 
-from attn_cli.cli.output import console
+from attn_cli.cli.options import QuietOption
+from attn_cli.cli.output import console, note
 from attn_cli.errors import UsageError, printable
 
 if TYPE_CHECKING:
@@ -21,24 +22,31 @@ FileArgument = Annotated[
         help="Where --copy writes (default: NAME.yaml here).", show_default=False, metavar="[FILE]"
     ),
 ]
-ForceOption = Annotated[bool, typer.Option("--force", help="Overwrite FILE if it exists.")]
+ForceOption = Annotated[
+    bool, typer.Option("--force", help="Overwrite FILE if it exists, even write-protected.")
+]
 
 
 def examples(
-    copy: CopyOption = None, file: FileArgument = None, force: ForceOption = False
+    copy: CopyOption = None,
+    file: FileArgument = None,
+    force: ForceOption = False,
+    quiet: QuietOption = False,
 ) -> None:
     """List the bundled examples: name, description and shapes.
 
+    Each one traces by name (attn trace NAME), and --copy makes a copy to edit.
+
     Examples:
 
-      attn examples                                  # the list
+      attn examples                             # the list
 
-      attn trace NAME                                # trace one
+      attn trace causal_multihead               # trace one
 
-      attn examples --copy the_cat_sat my.yaml       # copy one to edit
+      attn examples --copy the_cat_sat my.yaml  # copy one to edit
     """
     if copy is not None or file is not None:
-        _copy_example(copy, file, force)
+        _copy_example(copy, file, force, quiet)
         return
     from rich.table import Table
     from rich.text import Text
@@ -57,7 +65,12 @@ def examples(
     console(None, plain=False, color=None).print(table)
 
 
-def _copy_example(name: Optional[str], file: Optional[Path], force: bool) -> None:  # noqa: UP045
+def _copy_example(
+    name: Optional[str],  # noqa: UP045
+    file: Optional[Path],  # noqa: UP045
+    force: bool,
+    quiet: bool,
+) -> None:
     from attn_cli.io.examples import example_paths, find_example
     from attn_cli.io.files import write_atomic
 
@@ -71,11 +84,11 @@ def _copy_example(name: Optional[str], file: Optional[Path], force: bool) -> Non
         raise UsageError("", f"--copy {name}", "no such bundled example", f"one of {names}")
     target = file if file is not None else Path(name + bundled.suffix)
     refuse_overwrite(target, force)
-    write_atomic(target, bundled.read_text(encoding="utf-8"), option="FILE")
-    typer.echo(
+    write_atomic(target, bundled.read_text(encoding="utf-8"), option="FILE", force=force)
+    note(
         f"Wrote {printable(str(target))} (a copy of {name}; trace it with: "
         f"attn trace {printable(str(target))})",
-        err=True,
+        quiet=quiet,
     )
 
 

@@ -8,6 +8,7 @@ import typer
 
 from attn_cli.cli.options import (
     NON_TERMINAL_WIDTH,
+    PRECISION,
     ColorOption,
     Dtype,
     DtypeOption,
@@ -18,6 +19,9 @@ from attn_cli.cli.options import (
     MaxMemoryOption,
     OutputOption,
     PrecisionOption,
+    QuietOption,
+    Theme,
+    ThemeOption,
     WidthOption,
     parse_size,
     plain_wanted,
@@ -35,23 +39,27 @@ def heatmap(
     fixture: FixtureArgument = None,
     fmt: HeatmapFormatOption = HeatmapFormat.table,
     output: OutputOption = None,
-    precision: PrecisionOption = 2,
+    precision: PrecisionOption = PRECISION,
     width: WidthOption = None,
     color: ColorOption = None,
     lang: LangOption = None,
     max_elements: MaxElementsOption = DEFAULT_MAX_ELEMENTS,
     max_memory: MaxMemoryOption = None,
     dtype: DtypeOption = Dtype.float64,
+    theme: ThemeOption = Theme.dark,
+    quiet: QuietOption = False,
 ) -> None:
     """Only the attention weights, shaded: one table per head, side by side when they fit.
 
+    The softmax stage alone (so no --stage), with row maxima and masked cells marked.
+
     Examples:
 
-      attn heatmap                        # "The cat sat"
+      attn heatmap                                 # the bundled "The cat sat"
 
-      attn heatmap causal_multihead       # two heads side by side
+      attn heatmap causal_multihead --precision 2  # two heads side by side
 
-      attn heatmap my.yaml -f svg -o weights.svg
+      attn heatmap my.yaml -f svg -o weights.svg   # for slides
     """
     from attn_cli.api import trace_file
 
@@ -60,18 +68,19 @@ def heatmap(
         fixture, stages=("softmax",), shaded=True, dtype=dtype.value,
         max_elements=max_elements, max_memory=budget,
     )  # fmt: skip
-    warn_empty_rows(result)
+    warn_empty_rows(result, quiet=quiet)
     from attn_cli.present.render import render_heatmap
 
     options = classroom_options(result, precision, None, False, False, lang, None, None)
     options = replace(options, heatmap=True)
     if fmt in (HeatmapFormat.html, HeatmapFormat.svg):
-        emit(document(result, options, fmt, True, width, view="heatmap"), output)
+        page = document(result, options, fmt, True, width, view="heatmap", theme=theme)
+        emit(page, output, quiet=quiet)
         return
     renderable = render_heatmap(result, options)
     if output is not None or plain_wanted(fmt, color):
         if width is None and (output is not None or not sys.stdout.isatty()):
             width = NON_TERMINAL_WIDTH
-        emit(plain_text(renderable, width), output)
+        emit(plain_text(renderable, width), output, quiet=quiet)
     else:
         console(width, plain=False, color=color).print(renderable)

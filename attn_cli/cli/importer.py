@@ -5,6 +5,8 @@ from typing import Annotated, Optional
 
 import typer
 
+from attn_cli.cli.options import QuietOption
+from attn_cli.cli.output import note
 from attn_cli.errors import UsageError, printable
 
 CheckpointArgument = Annotated[
@@ -51,6 +53,7 @@ def import_(
         typer.Option(help="Override the family read from config.json's model_type."),
     ] = None,
     force: Annotated[bool, typer.Option("--force", help="Overwrite FILE if it exists.")] = False,
+    quiet: QuietOption = False,
 ) -> None:
     """Import one attention layer of a real checkpoint (safetensors, no torch) as a fixture.
 
@@ -58,11 +61,11 @@ def import_(
 
     Examples:
 
-      attn import ./all-MiniLM-L6-v2 --text "The cat sat on the mat" -o minilm.npz
+      attn import ./MiniLM --text "The cat sat" -o m.npz     # layer 0, a text
 
-      attn import ./gpt2 --layer 5 --hidden h5.npy -o gpt2_layer5.npz
+      attn import ./gpt2 --layer 5 --hidden h5.npy -o g.npz  # a later layer
 
-      attn trace minilm.npz --stage softmax
+      attn trace m.npz --stage softmax                       # then trace it
     """
     from attn_cli.cli.examples import refuse_overwrite
     from attn_cli.io.checkpoint import import_layer, write_npz_fixture
@@ -74,10 +77,10 @@ def import_(
         checkpoint, layer=layer, hidden=hidden, text=text, config=config, arch=arch
     )
     write_npz_fixture(imported.fixture, output)
-    for note in imported.notes:
-        typer.echo(f"Note: {printable(note)}", err=True)
-    typer.echo(
+    for text_of_note in imported.notes:
+        note(f"Note: {printable(text_of_note)}", quiet=quiet)
+    note(
         f"Wrote {printable(str(output))} ({imported.family}, layer {layer}); trace it with: "
         f"attn trace {printable(str(output))}",
-        err=True,
+        quiet=quiet,
     )

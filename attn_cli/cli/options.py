@@ -7,6 +7,7 @@ parameters on every run, and string annotations cost it an ``eval`` apiece.
 import os
 import re
 import sys
+from collections.abc import MutableMapping
 from enum import Enum
 from pathlib import Path
 from typing import Annotated, Optional
@@ -16,6 +17,8 @@ import typer
 from attn_cli.errors import UsageError
 
 NON_TERMINAL_WIDTH = 100
+MIN_WIDTH = 40
+MAX_WIDTH = 1000  # --width and COLUMNS: wider than any screen, small enough to render fast
 
 
 class Format(str, Enum):
@@ -35,6 +38,7 @@ class TraceFormat(str, Enum):
     html = "html"
     svg = "svg"
     npz = "npz"
+    marp = "marp"  # with --split: one SVG per stage and slides.md, a Marp deck
 
 
 class HeatmapFormat(str, Enum):
@@ -42,6 +46,16 @@ class HeatmapFormat(str, Enum):
     plain = "plain"
     html = "html"
     svg = "svg"
+
+
+class CheckFormat(str, Enum):
+    """What ``attn check`` reports: for people (table, plain) and for CI systems."""
+
+    table = "table"
+    plain = "plain"
+    json = "json"
+    junit = "junit"
+    github = "github"
 
 
 class Lang(str, Enum):
@@ -55,43 +69,66 @@ class Dtype(str, Enum):
 
 
 # `Optional[...]`, not `X | None`: typer reads the annotation at runtime on Python 3.10.
+# Metavars, the same on every command: FIXTURE, FIXTURE..., FILE, DIR, STAGE, N, DIGITS, SIZE.
 FixtureArgument = Annotated[
     Optional[str],  # noqa: UP045
     typer.Argument(
         help="Fixture file (.json, .yaml, .yml, .npz), '-' for standard input, or the name of a "
         "bundled example. Default: the_cat_sat.",
         show_default=False,
-        metavar="[FIXTURE]",
+        metavar="FIXTURE",
     ),
 ]
 OutputOption = Annotated[
     Optional[Path],  # noqa: UP045
-    typer.Option("--output", "-o", help="Write to this file (atomically) instead of stdout."),
-]
+    typer.Option(
+        "--output", "-o", metavar="FILE",
+        help="Write to FILE (atomically) instead of standard output; a write-protected FILE "
+        "is refused.",
+    ),
+]  # fmt: skip
 StageOption = Annotated[
     Optional[list[str]],  # noqa: UP045
     typer.Option(
         "--stage",
         "-s",
+        metavar="STAGE",
         help="Only this stage (repeat for more): the others are not kept, and those it does "
         "not depend on are not computed.",
     ),
 ]
+PRECISION = 4  # the one default of --precision, wherever tables print numbers
 PrecisionOption = Annotated[
-    int, typer.Option(min=0, max=17, help="Digits after the decimal point in tables.")
-]
+    int,
+    typer.Option(
+        min=0, max=17, metavar="DIGITS", help="Digits after the decimal point in tables.",
+    ),
+]  # fmt: skip
 WidthOption = Annotated[
     Optional[int],  # noqa: UP045
     typer.Option(
-        min=40, help=f"Output width (default: the terminal's, else {NON_TERMINAL_WIDTH})."
+        min=MIN_WIDTH, max=MAX_WIDTH, metavar="N",
+        help=f"Output width, {MIN_WIDTH} to {MAX_WIDTH} (default: the terminal's, else "
+        f"{NON_TERMINAL_WIDTH}).",
     ),
-]
+]  # fmt: skip
 ColorOption = Annotated[
     Optional[bool],  # noqa: UP045
-    typer.Option("--color/--no-color", help="Force colour on or off (default: auto, NO_COLOR)."),
+    typer.Option(
+        "--color/--no-color",
+        help="Force colour on or off (default: auto; NO_COLOR turns it off, FORCE_COLOR on, "
+        "NO_COLOR wins).",
+    ),
 ]
+QuietOption = Annotated[
+    bool,
+    typer.Option(
+        "--quiet", "-q",
+        help="No notes (Wrote FILE ...) and no warnings on standard error; errors still print.",
+    ),
+]  # fmt: skip
 MaxElementsOption = Annotated[
-    int, typer.Option(min=1, help="Refuse fixtures holding more numbers than this.")
+    int, typer.Option(min=1, metavar="N", help="Refuse fixtures holding more numbers than this.")
 ]
 MaxMemoryOption = Annotated[
     Optional[str],  # noqa: UP045
@@ -143,19 +180,93 @@ def parse_size(text: str, option: str = "--max-memory") -> int:
     match = _SIZE.match(text)
     if not match:
         raise UsageError(
-            "", option, f"got {text[:40]!r}", "a size such as 8G, 500M or 1.5GiB (powers of 1024)"
+            "", option, f"got {shown(text)}", "a size such as 8G, 500M or 1.5GiB (powers of 1024)"
         )
     unit = 1024 ** " kmgtp".index(match.group(2).lower() or " ")
     size = int(float(match.group(1)) * unit)
     if size < 1:
-        raise UsageError("", option, f"got {text!r}", "a size of at least 1 byte")
+        raise UsageError("", option, f"got {shown(text)}", "a size of at least 1 byte")
     return size
 
 
+def shown(text: str, limit: int = 40) -> str:
+    """An option's value quoted for an error line: printable, and cut short when long."""
+    return repr(text if len(text) <= limit else text[: limit - 1] + "…")
+
+
+def color_wanted(color: bool | None) -> bool | None:
+    """--color/--no-color, else NO_COLOR (off), else FORCE_COLOR (on), else None: auto.
+
+    NO_COLOR wins over FORCE_COLOR (no-color.org, force-color.org: set and not empty), as in
+    Rich; a flag on the command line wins over both.
+    """
+    if color is not None:
+        return color
+    if os.environ.get("NO_COLOR"):
+        return False
+    if os.environ.get("FORCE_COLOR"):
+        return True
+    return None
+
+
 def plain_wanted(fmt: Enum, color: bool | None) -> bool:
-    """Plain text: asked for, or a table for a pipe or under NO_COLOR, unless --color."""
+    """Plain text: asked for, or a table for a pipe or under NO_COLOR, unless --color/--no-color
+    chose (a table, coloured or not) or FORCE_COLOR asks for colour."""
     if fmt.value == "plain":
         return True
-    if fmt.value != "table" or color:
+    if fmt.value != "table" or color is not None:
         return False
-    return bool(os.environ.get("NO_COLOR")) or not sys.stdout.isatty()
+    wanted = color_wanted(None)
+    return wanted is False or (wanted is None and not sys.stdout.isatty())
+
+
+_SIZE_VARIABLES = {"COLUMNS": MAX_WIDTH, "LINES": MAX_WIDTH}
+
+
+def tame_terminal_size(environ: MutableMapping[str, str]) -> None:
+    """COLUMNS and LINES as Rich may read them: ASCII digits up to 1000, else ignored.
+
+    Rich takes any ``str.isdigit()`` value (``'²'`` is one, and ``int('²')`` fails) and any size
+    (a width of 10**9 renders for ever): garbage is dropped, a huge size is capped.
+    """
+    for name, most in _SIZE_VARIABLES.items():
+        value = environ.get(name)
+        if value is None:
+            continue
+        digits = value.strip()
+        if not (0 < len(digits) <= 9 and digits.isascii() and digits.isdigit()) or not int(digits):
+            del environ[name]
+        else:
+            environ[name] = str(min(int(digits), most))
+
+
+class Theme(str, Enum):
+    dark = "dark"
+    light = "light"
+
+
+ThemeOption = Annotated[
+    Theme,
+    typer.Option(
+        help="Colours of html, svg and --split: dark (a terminal) or light (white, for "
+        "projectors and print)."
+    ),
+]
+SplitOption = Annotated[
+    Optional[Path],  # noqa: UP045
+    typer.Option(
+        "--split",
+        metavar="DIR",
+        file_okay=False,
+        help="One file per stage into DIR (00-setup, 01-X, 02-Q, ...): --format svg (the "
+        "default here), html, or marp (the SVGs and slides.md, a Marp deck).",
+    ),
+]
+BackwardOption = Annotated[
+    bool,
+    typer.Option(
+        "--backward",
+        help="Trace the backward pass too: every gradient d_<stage> of L = sum(grad * final "
+        "stage), with the fixture's grad or a gradient of ones.",
+    ),
+]

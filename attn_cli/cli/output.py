@@ -7,7 +7,7 @@ from typing import IO, TYPE_CHECKING, Any
 
 import typer
 
-from attn_cli.cli.options import NON_TERMINAL_WIDTH
+from attn_cli.cli.options import NON_TERMINAL_WIDTH, color_wanted
 from attn_cli.errors import printable
 
 if TYPE_CHECKING:
@@ -17,17 +17,21 @@ if TYPE_CHECKING:
 
 
 def console(width: int | None, *, plain: bool, color: bool | None) -> "Console":
-    """A Rich console: plain (no colour, no markup), or coloured as the terminal allows."""
+    """A Rich console: plain (no colour, no markup), or coloured as the terminal allows.
+
+    ``color`` is --color/--no-color; unset, NO_COLOR and FORCE_COLOR decide (color_wanted).
+    """
     from rich.console import Console
 
     if width is None and not sys.stdout.isatty():
         width = NON_TERMINAL_WIDTH
-    no_color = plain or color is False
+    wanted = None if plain else color_wanted(color)
+    no_color = plain or wanted is False
     return Console(
         width=width,
         color_system=None if no_color else "auto",
-        force_terminal=True if color and not plain else None,
-        no_color=no_color or None,
+        force_terminal=True if wanted else None,
+        no_color=no_color,
         highlight=False,
         emoji=False,
         markup=False,
@@ -42,7 +46,13 @@ def plain_text(renderable: Any, width: int | None, *, crop: bool = True) -> str:
     return "\n".join(line.rstrip() for line in capture.get().splitlines()) + "\n"
 
 
-def emit(text: str, output: Path | None) -> None:
+def note(text: str, *, quiet: bool) -> None:
+    """A note or warning on standard error, unless --quiet (errors are never notes)."""
+    if not quiet:
+        typer.echo(text, err=True)
+
+
+def emit(text: str, output: Path | None, *, quiet: bool = False) -> None:
     """Text to standard output, or atomically to ``output`` with a note on stderr."""
     if output is None:
         sys.stdout.write(text)
@@ -53,10 +63,11 @@ def emit(text: str, output: Path | None) -> None:
 
     with Status(f"writing {output}"):
         write_atomic(output, text)
-    typer.echo(f"Wrote {printable(str(output))} ({len(text.encode('utf-8')):,} bytes)", err=True)
+    size = len(text.encode("utf-8", errors="backslashreplace"))
+    note(f"Wrote {printable(str(output))} ({size:,} bytes)", quiet=quiet)
 
 
-def emit_binary(write: Callable[[IO[bytes]], object], output: Path) -> None:
+def emit_binary(write: Callable[[IO[bytes]], object], output: Path, *, quiet: bool = False) -> None:
     """Binary output streamed atomically into ``output``, with a note on stderr."""
     from attn_cli.io.files import write_atomic_with
     from attn_cli.present.progress import Status
@@ -64,12 +75,14 @@ def emit_binary(write: Callable[[IO[bytes]], object], output: Path) -> None:
     with Status(f"writing {output}"):
         write_atomic_with(output, write)
     size = output.stat().st_size if output.is_file() else 0
-    typer.echo(f"Wrote {printable(str(output))} ({size:,} bytes)", err=True)
+    note(f"Wrote {printable(str(output))} ({size:,} bytes)", quiet=quiet)
 
 
-def warn_empty_rows(result: "Trace", most: int = 5) -> None:
-    """A warning on stderr for each query row that had nothing to attend to."""
+def warn_empty_rows(result: "Trace", most: int = 5, *, quiet: bool = False) -> None:
+    """A warning on stderr for each query row that had nothing to attend to (none if quiet)."""
     rows = result.empty_rows
+    if quiet:
+        return
     for b, h, t in rows[:most]:
         where = [f"batch {b}"] if result.inputs.has_batch else []
         where += [f"head {h}", f"query {t} {printable(result.query_labels[t])!r}"]

@@ -9,6 +9,8 @@ import typer
 
 from attn_cli.cli.options import (
     NON_TERMINAL_WIDTH,
+    PRECISION,
+    BackwardOption,
     CellOption,
     ColorOption,
     Dtype,
@@ -23,15 +25,19 @@ from attn_cli.cli.options import (
     MaxMemoryOption,
     OutputOption,
     PrecisionOption,
+    QuietOption,
+    SplitOption,
     StageOption,
+    Theme,
+    ThemeOption,
     TraceFormat,
     WidthOption,
     parse_size,
     plain_wanted,
 )
-from attn_cli.cli.output import console, emit, emit_binary, plain_text, warn_empty_rows
+from attn_cli.cli.output import console, emit, emit_binary, note, plain_text, warn_empty_rows
 from attn_cli.core.limits import DEFAULT_MAX_ELEMENTS
-from attn_cli.errors import UsageError
+from attn_cli.errors import UsageError, printable
 
 if TYPE_CHECKING:
     from attn_cli.core.pipeline import Trace
@@ -65,7 +71,7 @@ def trace(
     fmt: TraceFormatOption = TraceFormat.table,
     output: OutputOption = None,
     stage: StageOption = None,
-    precision: PrecisionOption = 4,
+    precision: PrecisionOption = PRECISION,
     full: FullOption = False,
     width: WidthOption = None,
     color: ColorOption = None,
@@ -78,26 +84,36 @@ def trace(
     heatmap: HeatmapOption = None,
     focus: FocusOption = None,
     step: StepOption = False,
+    backward: BackwardOption = False,
+    split: SplitOption = None,
+    theme: ThemeOption = Theme.dark,
+    quiet: QuietOption = False,
 ) -> None:
     """Trace one fixture through every stage of attention and print each as a table.
 
+    Stages: X, Q, K, V, scores, scaled, masked, softmax, output, concat, projected.
+
     Examples:
 
-      attn trace                                  # the bundled "The cat sat"
+      attn trace                                      # the bundled "The cat sat"
 
-      attn trace article_example_2 --stage softmax
+      attn trace article_example_2 --stage softmax    # one stage
 
-      attn trace my.yaml --format json -o trace.json
+      attn trace my.yaml --format json -o trace.json  # every number, for scripts
 
-      attn trace big.npz --stage output --format npz -o out.npz   # big inputs
+      attn trace big.npz -s output -f npz -o out.npz  # big inputs, NumPy out
 
-      cat my.json | attn trace -
+      cat my.json | attn trace -                      # from standard input
 
-      attn trace --explain --lang zh --cell The,cat   # classroom: explained, one cell worked
+      attn trace --explain --lang zh --cell The,cat   # explained, one cell worked
 
-      attn trace --step                           # one stage at a time
+      attn trace --step                               # one stage at a time
 
-      attn trace --explain --format svg -o slides.svg
+      attn trace --explain -f svg -o slides.svg       # one image
+
+      attn trace --explain --split slides/            # a slide per stage
+
+      attn trace --backward -s d_scaled -s d_Q        # the backward pass
     """
     from attn_cli.api import trace_file
     from attn_cli.present.progress import Status
@@ -107,6 +123,7 @@ def trace(
         raise UsageError("", "--format npz", "needs a file", "-o FILE.npz")
     if step and (output is not None or fmt not in (TraceFormat.table, TraceFormat.plain)):
         raise UsageError("", "--step", "works only in the terminal", "no --format/-o")
+    _check_split(split, fmt, output)
     budget = None if max_memory is None else parse_size(max_memory)
     shade = heatmap is True or (
         heatmap is None
@@ -120,38 +137,45 @@ def trace(
         result = trace_file(
             fixture, stages=stage, dtype=dtype.value, shaded=shade,
             keep_all=explain or step or cell is not None or focus is not None,
-            max_elements=max_elements, max_memory=budget,
+            max_elements=max_elements, max_memory=budget, backward=backward,
             progress=status.progress("computing attention"),
         )  # fmt: skip
-    warn_empty_rows(result)
+    warn_empty_rows(result, quiet=quiet)
     # 3) show it
     stages = None if not stage else tuple(dict.fromkeys(stage))
     if fmt in (TraceFormat.json, TraceFormat.npz):
-        _write_data(result, fmt, stages, output)
+        _write_data(result, fmt, stages, output, quiet)
         return
     options = classroom_options(result, precision, stages, full, explain, lang, cell, focus)
+    if split is not None:
+        _write_slides(result, options, split, fmt, heatmap, width, theme, quiet)
+        return
     if fmt not in (TraceFormat.table, TraceFormat.plain):
-        emit(document(result, options, fmt, heatmap, width), output)
+        emit(document(result, options, fmt, heatmap, width, theme=theme), output, quiet=quiet)
         return
     plain = output is not None or plain_wanted(fmt, color)
     if step:
         _step(result, options, width, plain, color, heatmap)
-    _show(result, options, output, width, plain, color, heatmap)
+    _show(result, options, output, width, plain, color, heatmap, quiet)
 
 
 def _write_data(
-    result: "Trace", fmt: TraceFormat, stages: tuple[str, ...] | None, output: Path | None
+    result: "Trace",
+    fmt: TraceFormat,
+    stages: tuple[str, ...] | None,
+    output: Path | None,
+    quiet: bool,
 ) -> None:
     """The JSON or npz trace: no Rich is imported on this path."""
     if fmt is TraceFormat.npz:
         assert output is not None
         from attn_cli.io.arrays import npz_writer
 
-        emit_binary(npz_writer(result, stages), output)
+        emit_binary(npz_writer(result, stages), output, quiet=quiet)
         return
     from attn_cli.io.trace_json import dumps
 
-    emit(dumps(result, stages), output)
+    emit(dumps(result, stages), output, quiet=quiet)
 
 
 def _step(
@@ -177,6 +201,7 @@ def _show(
     plain: bool,
     color: bool | None,
     heatmap: bool | None,
+    quiet: bool,
 ) -> None:
     """The tables: plain text at a fixed width (stable for diffs), or coloured on a terminal."""
     from attn_cli.present.render import render_trace
@@ -185,7 +210,7 @@ def _show(
         if width is None and (output is not None or not sys.stdout.isatty()):
             width = NON_TERMINAL_WIDTH
         renderable = render_trace(result, replace(options, heatmap=bool(heatmap)))
-        emit(plain_text(renderable, width, crop=not options.full), output)
+        emit(plain_text(renderable, width, crop=not options.full), output, quiet=quiet)
         return
     out = console(width, plain=False, color=color)
     heat = heatmap if heatmap is not None else out.color_system is not None
@@ -223,6 +248,37 @@ def classroom_options(
     )
 
 
+def _check_split(split: Optional[Path], fmt: TraceFormat, output: Optional[Path]) -> None:  # noqa: UP045
+    """--split writes a folder of svg, html or marp slides; marp needs it."""
+    if split is None:
+        if fmt is TraceFormat.marp:
+            raise UsageError("", "--format marp", "needs a folder", "--split DIR")
+        return
+    if output is not None:
+        raise UsageError("", "--split", "given with -o", "one of them")
+    if fmt not in (TraceFormat.table, TraceFormat.svg, TraceFormat.html, TraceFormat.marp):
+        raise UsageError("", "--split", f"given with --format {fmt.value}", "svg, html or marp")
+
+
+def _write_slides(
+    result: "Trace",
+    options: "RenderOptions",
+    folder: Path,
+    fmt: TraceFormat,
+    heatmap: Optional[bool],  # noqa: UP045
+    width: Optional[int],  # noqa: UP045
+    theme: Theme,
+    quiet: bool,
+) -> None:
+    from attn_cli.present.slides import SLIDE_WIDTH, write_slides
+
+    kind = "svg" if fmt is TraceFormat.table else fmt.value
+    shaded = replace(options, heatmap=heatmap is not False)
+    written = write_slides(result, shaded, folder, kind, width=width or SLIDE_WIDTH,  # type: ignore[arg-type]
+                           theme=theme.value)  # fmt: skip
+    note(f"Wrote {len(written)} slides into {printable(str(folder))}", quiet=quiet)
+
+
 def document(
     result: "Trace",
     options: "RenderOptions",
@@ -230,9 +286,12 @@ def document(
     heatmap: Optional[bool],  # noqa: UP045
     width: Optional[int],  # noqa: UP045
     view: str = "trace",
+    theme: Theme = Theme.dark,
 ) -> str:
     """The trace as a Markdown, LaTeX, HTML or SVG document."""
-    title = result.inputs.name or "attention trace"
+    from attn_cli.present.i18n import label
+
+    title = result.inputs.name or label(options.lang, "trace_title")
     if fmt.value in ("markdown", "latex"):
         from attn_cli.present.export_text import to_latex, to_markdown
 
@@ -243,4 +302,4 @@ def document(
     options = replace(options, heatmap=heatmap is not False)  # coloured: on unless --no-heatmap
     renderable = (render_heatmap if view == "heatmap" else render_trace)(result, options)
     export = to_html if fmt.value == "html" else to_svg
-    return export(renderable, width or NON_TERMINAL_WIDTH, title)
+    return export(renderable, width or NON_TERMINAL_WIDTH, title, theme.value)

@@ -1,32 +1,60 @@
-"""Writing output files atomically: a temporary file beside the target, then a rename."""
+"""Writing output files atomically: a temporary file beside the target, then a rename.
+
+Every file attn writes goes through here, under one policy: the old file or the new, never
+half; no temporary left behind, whatever ends the write (an error, Ctrl-C, SIGTERM, SIGHUP);
+a write-protected file is not replaced (as ``cp`` and the shell's ``>`` refuse), unless forced.
+"""
 
 from __future__ import annotations
 
 import contextlib
 import errno
 import os
+import signal
 import stat
 import tempfile
-from collections.abc import Callable
+import threading
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import IO
+from types import FrameType
+from typing import IO, Any
 
 from attn_cli.errors import UsageError, printable
 
+# Signals that end a run: while a file is written, they raise instead, so that the cleanup of
+# the write runs; then the process dies of the same signal, as it would have.
+FATAL_SIGNALS = tuple(
+    getattr(signal, name) for name in ("SIGTERM", "SIGHUP") if hasattr(signal, name)
+)
+TEMP_NAME_BYTES = 100  # of the target's name kept in the temporary's: well under NAME_MAX (255)
 
-def write_atomic(path: Path, text: str, *, option: str = "--output") -> None:
+
+class Killed(BaseException):
+    """A fatal signal arrived while a file was being written (a BaseException, as Ctrl-C is)."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
+
+
+def write_atomic(path: Path, text: str, *, option: str = "--output", force: bool = False) -> None:
     """Write ``text`` to ``path`` so that readers see the old file or the new, never half.
 
-    On any failure (full disk, no permission, Ctrl-C) the target is untouched and no temporary
-    file is left behind. A device or FIFO (``-o /dev/stdout``) is written to directly: renaming
-    a file over it would replace the device.
+    On any failure (full disk, no permission, Ctrl-C, SIGTERM, SIGHUP) the target is untouched
+    and no temporary file is left behind. A device or FIFO (``-o /dev/stdout``) is written to
+    directly: renaming a file over it would replace the device. A write-protected file is
+    refused unless ``force`` (``cp -f`` replaces it too).
     """
     data = text.encode("utf-8", errors="backslashreplace")
-    write_atomic_with(path, lambda f: f.write(data), option=option)
+    write_atomic_with(path, lambda f: f.write(data), option=option, force=force)
 
 
 def write_atomic_with(
-    path: Path, write: Callable[[IO[bytes]], object], *, option: str = "--output"
+    path: Path,
+    write: Callable[[IO[bytes]], object],
+    *,
+    option: str = "--output",
+    force: bool = False,
 ) -> None:
     """As :func:`write_atomic`, for binary output that ``write`` streams into the open file."""
     source = printable(str(path))
@@ -35,7 +63,7 @@ def write_atomic_with(
         if mode is not None and stat.S_ISDIR(mode):
             raise UsageError(source, option, "is a directory", "a file path to write")
         if mode is not None and not stat.S_ISREG(mode):
-            with open(path, "wb") as f:
+            with fatal_signals_raise(), open(path, "wb") as f:
                 write(f)
             return
         target = Path(os.path.realpath(path))  # through a symlink: replace its target, keep it
@@ -44,12 +72,62 @@ def write_atomic_with(
             raise UsageError(
                 source, option, f"folder {shown!r} does not exist", "an existing folder"
             )
-        _replace(target, write, mode)
+        if mode is not None and not force and _write_protected(target, mode):
+            raise UsageError(
+                source, option, "is write-protected (attn does not replace it, as cp does not)",
+                "a writable file: make it writable (chmod u+w) or choose another name",
+            )  # fmt: skip
+        with fatal_signals_raise():
+            _replace(target, write, mode)
     except PermissionError:
         raise UsageError(source, option, "permission denied", "a writable place") from None
     except OSError as e:
         what = "the disk is full" if e.errno == errno.ENOSPC else f"cannot write ({e.strerror})"
         raise UsageError(source, option, what, "a writable place with free space") from None
+
+
+def _write_protected(target: Path, mode: int) -> bool:
+    """No write permission for us, or (for root, who may write anything) none for anyone."""
+    if not mode & (stat.S_IWUSR | stat.S_IWGRP | stat.S_IWOTH):
+        return True
+    return not os.access(target, os.W_OK)
+
+
+@contextlib.contextmanager
+def fatal_signals_raise() -> Iterator[None]:
+    """While writing: SIGTERM and SIGHUP raise :class:`Killed`, so the cleanup runs; then the
+    process dies of that signal. Signals that were ignored stay ignored (``nohup``)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield  # only the main thread may set handlers; its writes are the ones signals end
+        return
+
+    def handler(signum: int, frame: FrameType | None) -> None:
+        raise Killed(signum)
+
+    previous: dict[int, Any] = {}
+    for signum in FATAL_SIGNALS:
+        if signal.getsignal(signum) is not signal.SIG_IGN:
+            previous[signum] = signal.signal(signum, handler)
+    try:
+        yield
+    except Killed as e:
+        _restore(previous)
+        die_of(e.signum)
+    finally:
+        _restore(previous)
+
+
+def _restore(previous: dict[int, Any]) -> None:
+    for signum, old in previous.items():
+        signal.signal(signum, old)
+    previous.clear()
+
+
+def die_of(signum: int) -> None:
+    """End the process by ``signum`` with its default action, as if it had not been caught."""
+    signal.signal(signum, signal.SIG_DFL)
+    os.kill(os.getpid(), signum)
+    raise SystemExit(128 + signum)  # not reached where the signal's default is to end
 
 
 def _existing_mode(path: Path) -> int | None:
@@ -61,7 +139,7 @@ def _existing_mode(path: Path) -> int | None:
 
 def _replace(target: Path, write: Callable[[IO[bytes]], object], mode: int | None) -> None:
     """Write a temporary file in the target's folder, flush it to disk, rename it over."""
-    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name[:64]}.", suffix=".tmp")
+    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{_short(target.name)}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as f:
             write(f)
@@ -74,6 +152,18 @@ def _replace(target: Path, write: Callable[[IO[bytes]], object], mode: int | Non
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise
+
+
+def _short(name: str, most: int = TEMP_NAME_BYTES) -> str:
+    """The start of ``name`` that fits in ``most`` bytes on disk, cut between characters."""
+    if len(os.fsencode(name)) <= most:
+        return name
+    size = 0
+    for i, char in enumerate(name):
+        size += len(os.fsencode(char))
+        if size > most:
+            return name[:i]
+    return name
 
 
 def _new_file_mode() -> int:

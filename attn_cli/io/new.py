@@ -8,11 +8,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from attn_cli.errors import printable
+
 WORDS = (
     "The", "cat", "sat", "on", "my", "warm", "mat", "and", "then", "slowly",
     "fell", "fast", "asleep", "near", "an", "open", "window",
 )  # fmt: skip
-FIXTURE_SUFFIXES = (".yaml", ".yml")
+FIXTURE_SUFFIXES = (".yaml", ".yml", ".npz")
 
 
 @dataclass(frozen=True)
@@ -26,6 +28,21 @@ class NewFixture:
     batch: int | None = None
     causal: bool = False
     seed: int = 0
+    tokens: tuple[str, ...] | None = None  # None: a short sentence, then tok<i>
+    kv_heads: int | None = None  # None: as many as heads
+    w_o: bool = False  # add an output projection W_O [heads*d_k, d_model]
+
+
+@dataclass(frozen=True, eq=False)
+class NewArrays:
+    """The numbers of a new fixture: drawn once, written as YAML or as ``.npz``."""
+
+    tokens: tuple[str, ...]
+    X: np.ndarray  # (seq, d_model) or (batch, seq, d_model)
+    W_Q: np.ndarray  # (d_model, heads*d_k)
+    W_K: np.ndarray  # (d_model, kv_heads*d_k)
+    W_V: np.ndarray  # (d_model, kv_heads*d_k)
+    W_O: np.ndarray | None  # (heads*d_k, d_model)
 
 
 def tokens_for(seq: int) -> list[str]:
@@ -33,75 +50,148 @@ def tokens_for(seq: int) -> list[str]:
     return [WORDS[i] if i < len(WORDS) else f"tok{i}" for i in range(seq)]
 
 
-def new_fixture(spec: NewFixture) -> str:
-    """The YAML text of a random fixture with comments on every key and row."""
+def new_arrays(spec: NewFixture) -> NewArrays:
+    """Random inputs of unit size, rounded to read easily; the same seed gives the same ones."""
     rng = np.random.default_rng(spec.seed)
-    tokens = tokens_for(spec.seq)
-    width = spec.heads * spec.d_k
+    kv_heads = spec.kv_heads or spec.heads
     x_shape = (
         (spec.seq, spec.d_model) if spec.batch is None else (spec.batch, spec.seq, spec.d_model)
     )
     X = rng.normal(size=x_shape).round(1)  # embeddings of about unit size, one decimal
     # weights of size 1/sqrt(d_model), so Q and K entries stay about unit size
-    W = [
-        (rng.normal(size=(spec.d_model, width)) / math.sqrt(spec.d_model)).round(2)
-        for _ in range(3)
-    ]
-    blocks = ", ".join(
-        f"head {h} owns columns {h * spec.d_k}-{(h + 1) * spec.d_k - 1}" for h in range(spec.heads)
+    W_Q, W_K, W_V = (
+        (rng.normal(size=(spec.d_model, n * spec.d_k)) / math.sqrt(spec.d_model)).round(2)
+        for n in (spec.heads, kv_heads, kv_heads)
     )
+    width = spec.heads * spec.d_k
+    W_O = (rng.normal(size=(width, spec.d_model)) / math.sqrt(width)).round(2) if spec.w_o else None
+    tokens = spec.tokens if spec.tokens is not None else tuple(tokens_for(spec.seq))
+    return NewArrays(tokens, X, W_Q, W_K, W_V, W_O)
+
+
+def new_fixture(spec: NewFixture, file_name: str = "FILE.yaml") -> str:
+    """The YAML text of a random fixture with comments on every key and row.
+
+    ``file_name`` is the file it is written to, named in the comment that says how to trace it.
+    """
+    a = new_arrays(spec)
+    kv_heads = spec.kv_heads or spec.heads
     lines = [
         f"# A random fixture made by `attn new` (seed {spec.seed}). Edit any number and run:",
-        "#   attn trace THIS_FILE.yaml --explain",
+        f"#   attn trace {_shell_word(file_name)} --explain",
         "# Every key is described in docs/fixture-format.md.",
-        f"name: random fixture (seed {spec.seed})",
-        "description: "
-        + _quote(
-            f"Random: seq {spec.seq}, d_model {spec.d_model}, {spec.heads} heads of d_k "
-            f"{spec.d_k}"
-            + (f", batch {spec.batch}" if spec.batch else "")
-            + (", causal" if spec.causal else "")
-        ),
+        f"name: {_name(spec)}",
+        f"description: {_quote(_description(spec))}",
         "# One token per position (the row and column labels of every table).",
-        "tokens: [" + ", ".join(_quote(t) for t in tokens) + "]",
+        "tokens: [" + ", ".join(_quote(t) for t in a.tokens) + "]",
+        *_x_lines(spec, a),
     ]
-    if spec.batch is None:
-        lines.append(f"X:   # [seq, d_model] = [{spec.seq}, {spec.d_model}]: one embedding per row")
-        lines += _rows(X, tokens, "  ")
-    else:
+    roles = ("queries: what each token looks for", "keys: the labels each token offers",
+             "values: the content each token hands back")  # fmt: skip
+    for name, w, role in zip(("W_Q", "W_K", "W_V"), (a.W_Q, a.W_K, a.W_V), roles, strict=True):
+        n = spec.heads if name == "W_Q" else kv_heads
+        axis = ("heads" if n == spec.heads else "kv_heads") + ("*d_v" if name == "W_V" else "*d_k")
         lines.append(
-            f"X:   # [batch, seq, d_model] = [{spec.batch}, {spec.seq}, {spec.d_model}]; "
-            "the tokens label every item"
-        )
-        for b in range(spec.batch):
-            lines.append(f"  # batch item {b}")
-            for n, row in enumerate(_rows(X[b], tokens, "    ")):
-                lines.append(("  - " + row[4:]) if n == 0 else row)
-    for name, w, role in zip(
-        ("W_Q", "W_K", "W_V"),
-        W,
-        ("queries: what each token looks for", "keys: the labels each token offers",
-         "values: the content each token hands back"),
-        strict=True,
-    ):  # fmt: skip
-        axis = "heads*d_v" if name == "W_V" else "heads*d_k"
-        lines.append(
-            f"{name}: # [d_model, {axis}] = [{spec.d_model}, {width}]; "
+            f"{name}: # [d_model, {axis}] = [{spec.d_model}, {n * spec.d_k}]; "
             f"{name[-1]} = X @ {name}, the {role}"
         )
-        if spec.heads > 1:
-            lines.append(f"  # {blocks}")
+        if n > 1:
+            lines.append(f"  # {_blocks(n, spec.d_k, 'head' if n == spec.heads else 'kv head')}")
         lines += _rows(w, None, "  ")
-    lines.append(f"heads: {spec.heads}")
+    lines += _tail_lines(spec, a)
+    return "\n".join(lines) + "\n"
+
+
+def new_fixture_npz(spec: NewFixture) -> dict[str, np.ndarray]:
+    """The same fixture as whole-fixture ``.npz`` members (one array per key, scalars 0-d),
+    the layout attn_cli.io.arrays.load_npz_fixture reads; written with ``numpy.savez``."""
+    a = new_arrays(spec)
+    out: dict[str, np.ndarray] = {
+        "name": np.array(_name(spec)),
+        "description": np.array(_description(spec)),
+        "tokens": np.array(a.tokens, dtype=str),
+        "X": a.X, "W_Q": a.W_Q, "W_K": a.W_K, "W_V": a.W_V,
+        "heads": np.array(spec.heads),
+    }  # fmt: skip
+    if spec.kv_heads is not None and spec.kv_heads != spec.heads:
+        out["kv_heads"] = np.array(spec.kv_heads)
+    if a.W_O is not None:
+        out["W_O"] = a.W_O
+    if spec.causal:
+        out["causal"] = np.array(True)
+    return out
+
+
+def _name(spec: NewFixture) -> str:
+    return f"random fixture (seed {spec.seed})"
+
+
+def _description(spec: NewFixture) -> str:
+    kv = f" ({spec.kv_heads} key/value)" if spec.kv_heads not in (None, spec.heads) else ""
+    return (
+        f"Random: seq {spec.seq}, d_model {spec.d_model}, {spec.heads} heads{kv} of d_k "
+        f"{spec.d_k}"
+        + (f", batch {spec.batch}" if spec.batch else "")
+        + (", causal" if spec.causal else "")
+        + (", W_O" if spec.w_o else "")
+    )
+
+
+def _blocks(n: int, d_k: int, what: str) -> str:
+    return ", ".join(f"{what} {h} owns columns {h * d_k}-{(h + 1) * d_k - 1}" for h in range(n))
+
+
+def _x_lines(spec: NewFixture, a: NewArrays) -> list[str]:
+    labels = [printable(t) for t in a.tokens]  # a comment ends at a newline: escape it
+    if spec.batch is None:
+        head = f"X:   # [seq, d_model] = [{spec.seq}, {spec.d_model}]: one embedding per row"
+        return [head, *_rows(a.X, labels, "  ")]
+    lines = [
+        f"X:   # [batch, seq, d_model] = [{spec.batch}, {spec.seq}, {spec.d_model}]; "
+        "the tokens label every item"
+    ]
+    for b in range(spec.batch):
+        lines.append(f"  # batch item {b}")
+        for n, row in enumerate(_rows(a.X[b], labels, "    ")):
+            lines.append(("  - " + row[4:]) if n == 0 else row)
+    return lines
+
+
+def _tail_lines(spec: NewFixture, a: NewArrays) -> list[str]:
+    lines = [f"heads: {spec.heads}"]
+    kv_heads = spec.kv_heads or spec.heads
+    if kv_heads != spec.heads:
+        groups = spec.heads // kv_heads
+        lines.append(
+            f"kv_heads: {kv_heads}   # grouped-query: query head h reads key/value head "
+            f"h // {groups}"
+        )
+    if a.W_O is not None:
+        width = spec.heads * spec.d_k
+        lines.append(
+            f"W_O: # [heads*d_v, d_out] = [{width}, {spec.d_model}]; "
+            "projected = concat @ W_O, the heads mixed back into one vector"
+        )
+        lines += _rows(a.W_O, None, "  ")
     if spec.causal:
         lines.append("causal: true   # each token sees only itself and earlier tokens")
     lines.append(
         f"# scale omitted: 1/sqrt(d_k) = {1 / math.sqrt(spec.d_k):.6g}; `scale: 1` turns it off."
     )
+    rest = ", ".join(k for k, on in (("kv_heads", kv_heads == spec.heads),
+                                     ("W_O and b_O", a.W_O is None)) if on)  # fmt: skip
     lines.append(
-        "# Optional: kv_heads, W_O and b_O, mask, bias, lengths (see docs/fixture-format.md)."
+        f"# Optional: {rest + ', ' if rest else ''}mask, bias, lengths "
+        "(see docs/fixture-format.md)."
     )
-    return "\n".join(lines) + "\n"
+    return lines
+
+
+def _shell_word(name: str) -> str:
+    """A file name as one word a shell reads back (quoted when needed), printable."""
+    import shlex
+
+    return shlex.quote(printable(name))
 
 
 def _rows(matrix: np.ndarray, labels: Sequence[str] | None, indent: str) -> list[str]:
@@ -119,4 +209,17 @@ def _number(x: float) -> str:
 
 
 def _quote(text: str) -> str:
-    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    """A YAML double-quoted scalar: what is not printable as YAML escapes (``\\x07``)."""
+    out = []
+    for c in text:
+        if c in '"\\':
+            out.append("\\" + c)
+        elif c.isprintable():
+            out.append(c)
+        else:
+            code = ord(c)
+            out.append(
+                f"\\x{code:02x}" if code < 0x100
+                else f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}"
+            )  # fmt: skip
+    return '"' + "".join(out) + '"'

@@ -37,6 +37,27 @@ def fmt_value(x: float) -> str:
     return repr(x + 0.0)  # + 0.0 turns -0.0 into 0.0
 
 
+def fmt_pair(expected: float, actual: float, digits: int = 6) -> tuple[str, str]:
+    """Two values in ``digits`` significant digits, or as many more as tell them apart."""
+    for d in range(digits, 18):  # 17 significant digits tell any two float64 apart
+        shown = _significant(expected, d), _significant(actual, d)
+        if shown[0] != shown[1]:
+            return shown
+    return _significant(expected, digits), _significant(actual, digits)
+
+
+def _significant(x: float, digits: int) -> str:
+    """``x`` in ``digits`` significant digits (``-0.96``, ``1.5e-07``); never ``-0``."""
+    if not math.isfinite(x):
+        return fmt_value(x)
+    return f"{x + 0.0:.{digits}g}"
+
+
+def plural(n: int, noun: str) -> str:
+    """``1 stage``, ``2 stages``: a count with its noun in agreement."""
+    return f"{n:,} {noun}" if n == 1 else f"{n:,} {noun}s"
+
+
 def fmt_error(x: float) -> str:
     """An error in 3 significant digits."""
     if x == 0:
@@ -81,17 +102,18 @@ def summary_line(outcome: Outcome) -> str:
     n = len(comparison.stages)
     first = comparison.first_difference
     if first is None:
-        return f"same: {outcome.fixture} matches {comparison.against} ({n} stages, " \
+        return f"same: {outcome.fixture} matches {comparison.against} ({plural(n, 'stage')}, " \
                f"{comparison.tolerance})"  # fmt: skip
     k = len(comparison.differing)
+    differ = "differs" if k == 1 else "differ"
     if comparison.kind == "dump":
         return (
-            f"DIFFERENT: {outcome.fixture}: {k} of {n} stages in {comparison.against} differ "
-            f"from attn's; first: {first.name}"
+            f"DIFFERENT: {outcome.fixture}: {k} of {plural(n, 'stage')} in {comparison.against} "
+            f"{differ} from attn's; first: {first.name}"
         )
     return (
-        f"DIFFERENT: {outcome.fixture}: {k} of {n} stages differ from {comparison.against}; "
-        f"first: {first.name}"
+        f"DIFFERENT: {outcome.fixture}: {k} of {plural(n, 'stage')} {differ} from "
+        f"{comparison.against}; first: {first.name}"
     )
 
 
@@ -117,7 +139,7 @@ def summary_lines(outcomes: Sequence[Outcome]) -> list[str]:
         counts = {s: sum(o.status == s for o in outcomes) for s in
                   ("same", "different", "written", "error")}  # fmt: skip
         shown = ", ".join(f"{n} {s}" for s, n in counts.items() if n or s in ("same", "different"))
-        lines.append(f"{len(outcomes)} fixtures: {shown}")
+        lines.append(f"{plural(len(outcomes), 'fixture')}: {shown}")
     return lines
 
 
@@ -159,7 +181,7 @@ def render_comparison(fixture: str, c: Comparison, *, worst: int = 5) -> Rendera
         for cell in first.worst[:worst]:
             cells.add_row(
                 *(_safe(p) for p in position(c.trace, first.axes, cell.index)),
-                fmt_value(cell.expected), fmt_value(cell.actual),
+                *fmt_pair(cell.expected, cell.actual),
                 fmt_error(cell.abs_error), fmt_error(cell.rel_error),
             )  # fmt: skip
         parts += [cells, Text("")]
@@ -275,3 +297,172 @@ def _json_number(x: float) -> float | str:
 
 def _safe(text: str) -> str:
     return printable(text)
+
+
+# ---------------------------------------------------------------------------------------------
+# Reports for CI systems: JUnit XML and GitHub Actions annotations
+
+
+def report_junit(outcomes: Sequence[Outcome], *, worst: int = 5) -> str:
+    """JUnit XML: one testsuite for the run, one testcase per fixture and stage.
+
+    A stage that differs is a ``<failure>`` naming the first stage that differs, with its worst
+    cells (and, when grading, the diagnosis) in the body; a fixture that could not be checked
+    is one testcase with an ``<error>``; ``--update`` gives one passing testcase per fixture.
+    """
+    import xml.etree.ElementTree as ET
+
+    suite = ET.Element("testsuite", name="attn check")
+    for o in outcomes:
+        for case in _junit_cases(o, worst):
+            suite.append(case)
+    cases = suite.findall("testcase")
+    counts = {
+        "tests": str(len(cases)),
+        "failures": str(sum(c.find("failure") is not None for c in cases)),
+        "errors": str(sum(c.find("error") is not None for c in cases)),
+        "skipped": "0",
+    }
+    suite.attrib.update(counts)
+    root = ET.Element("testsuites", {"name": "attn check", **counts})
+    root.append(suite)
+    ET.indent(root)
+    return '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(root, "unicode") + "\n"
+
+
+def _junit_cases(o: Outcome, worst: int) -> list[Any]:
+    import xml.etree.ElementTree as ET
+
+    fixture = xml_safe(o.fixture)
+    attrs = {"classname": fixture, "file": fixture} if _is_file(o.fixture) else {
+        "classname": fixture}  # fmt: skip
+
+    def testcase(name: str) -> ET.Element:
+        return ET.Element("testcase", {**attrs, "name": xml_safe(name)})
+
+    if o.error is not None:
+        case = testcase("check")
+        error = ET.SubElement(case, "error", message=xml_safe(o.error), type="error")
+        error.text = xml_safe(o.error)
+        return [case]
+    if o.written is not None:
+        case = testcase("update")
+        ET.SubElement(case, "system-out").text = xml_safe(o.written)
+        return [case]
+    c = o.comparison
+    assert c is not None
+    first = c.first_difference
+    cases = []
+    for s in c.stages:
+        case = testcase(s.name)
+        if s.status != "same":
+            assert first is not None
+            failure = ET.SubElement(
+                case, "failure", message=xml_safe(failure_message(c, s, first)), type=s.status
+            )
+            failure.text = xml_safe("\n".join(failure_details(c, s, worst)))
+        cases.append(case)
+    return cases
+
+
+def failure_message(c: Comparison, s: StageResult, first: StageResult) -> str:
+    """``Q differs first: 2 of 16 cells, max abs error 1.000e-03 (against golden/cat.json)``."""
+    word, count = stage_status_text(c, s)
+    what = f"{s.name} {'differs' if word == 'different' else word}"
+    what += " first" if s is first else f" (the first stage that differs is {first.name})"
+    if s.status == "different":
+        what += f": {count} cells, max abs error {fmt_error(s.max_abs)}"
+    elif count:
+        what += f": {count}"
+    return f"{what} (against {c.against}; {c.tolerance})"
+
+
+def failure_details(c: Comparison, s: StageResult, worst: int) -> list[str]:
+    """The worst cells of a stage, one per line, then what the grader diagnosed."""
+    ref, mine = SIDES[c.kind]
+    lines = [f"first stage that differs: {c.first_difference.name if c.first_difference else ''}"]
+    if s.worst:
+        lines.append(f"worst cells ({', '.join(s.axes)}):")
+    for cell in s.worst[:worst]:
+        labels = position(c.trace, s.axes, cell.index)
+        where = ", ".join(f"{a} {p}" for a, p in zip(s.axes, labels, strict=True))
+        exp, act = fmt_pair(cell.expected, cell.actual)
+        lines.append(
+            f"  [{where}]: {ref} {exp}, {mine} {act}, abs error {fmt_error(cell.abs_error)}"
+        )
+    lines += diagnosis_lines(c)
+    return lines
+
+
+def diagnosis_lines(c: Comparison) -> list[str]:
+    """What the grader found (or that it found nothing), as plain lines."""
+    lines = []
+    for d in c.diagnoses:
+        lines.append(f"diagnosis: {d.title}: {d.detail}")
+        if d.explains:
+            lines.append(f"It also accounts for your {', '.join(d.explains)}.")
+        if d.unexplained:
+            lines.append(f"It does not account for your {', '.join(d.unexplained)}: look there "
+                         "for a second difference.")  # fmt: skip
+    first = c.first_difference
+    if c.kind == "dump" and first is not None and first.status == "different" and not c.diagnoses:
+        lines.append(
+            f"diagnosis: none. Your {first.name} differs from attn's, and none of the known "
+            f"mistakes reproduces it (tried: {', '.join(c.tried) or 'none apply here'})."
+        )
+    return lines
+
+
+def xml_safe(text: str) -> str:
+    """Text that XML 1.0 can hold: each line printable (``\\x1b``, ``\\ufffe`` escaped);
+    ElementTree then escapes ``& < > "``."""
+    return "\n".join(printable(line) for line in text.split("\n"))
+
+
+def report_github(outcomes: Sequence[Outcome], *, worst: int = 5) -> str:
+    """GitHub Actions workflow commands: an ``::error`` per fixture that differs or failed,
+    then the summary lines, for the log."""
+    lines = []
+    for o in outcomes:
+        props = {"file": o.fixture} if _is_file(o.fixture) else {}
+        if o.error is not None:
+            props["title"] = f"attn check: {o.fixture}: error"
+            lines.append(_workflow_command("error", props, o.error))
+            continue
+        c = o.comparison
+        if c is None or c.same:
+            continue
+        first = c.first_difference
+        assert first is not None
+        props["title"] = f"attn check: {o.fixture}: {first.name} differs first"
+        message = [summary_line(o), failure_message(c, first, first)]
+        message += failure_details(c, first, worst)[1:]
+        lines.append(_workflow_command("error", props, "\n".join(message)))
+    return "".join(line + "\n" for line in [*lines, *summary_lines(outcomes)])
+
+
+def _workflow_command(kind: str, props: dict[str, str], message: str) -> str:
+    """``::error file=F,title=T::message``, escaped as GitHub's toolkit escapes them."""
+    shown = ",".join(f"{k}={_escape_property(printable(v))}" for k, v in props.items())
+    body = "\n".join(printable(line) for line in message.split("\n"))
+    return f"::{kind} {shown}::{_escape_data(body)}" if shown else f"::{kind}::{_escape_data(body)}"
+
+
+def _escape_data(text: str) -> str:
+    """As @actions/core escapeData: % first, then CR and LF."""
+    return text.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
+
+
+def _escape_property(text: str) -> str:
+    """As @actions/core escapeProperty: escapeData, then ``:`` and ``,``."""
+    return _escape_data(text).replace(":", "%3A").replace(",", "%2C")
+
+
+def _is_file(fixture: str) -> bool:
+    """Whether a report may name the fixture as a file (not ``<stdin>``, not a bundled name)."""
+    import os
+
+    try:
+        return os.path.isfile(fixture)
+    except (OSError, ValueError):
+        return False
