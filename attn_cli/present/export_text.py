@@ -10,14 +10,15 @@ from __future__ import annotations
 
 import itertools
 import math
-import unicodedata
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from attn_cli import __version__
+from attn_cli._version import __version__
 from attn_cli.core.pipeline import Stage, Trace
 from attn_cli.present.explain import CellText, Explanation, cell_text, explain_stage
-from attn_cli.present.i18n import label
+from attn_cli.present.i18n import Lang, axis_name, axis_title, dims_text, formula_text, label
+from attn_cli.present.latex_math import cjk, latex_mixed
+from attn_cli.present.latex_math import latex_escape as latex_escape
 from attn_cli.present.options import CELLS_SHOWN
 from attn_cli.present.text import (
     COL_EDGE,
@@ -34,6 +35,7 @@ from attn_cli.present.text import (
     safe,
 )
 from attn_cli.present.worked import (
+    WorkedCell,
     row_max_positions_for_display,
     row_sums_for_display,
     worked_cells,
@@ -54,68 +56,6 @@ def md_escape(text: str) -> str:
     return "".join("\\" + c if c in _MD_SPECIAL else c for c in safe(text))
 
 
-_LATEX_SPECIAL = {
-    "\\": r"\textbackslash{}",
-    "{": r"\{",
-    "}": r"\}",
-    "$": r"\$",
-    "&": r"\&",
-    "#": r"\#",
-    "^": r"\textasciicircum{}",
-    "_": r"\_",
-    "%": r"\%",
-    "~": r"\textasciitilde{}",
-    "<": r"\textless{}",
-    ">": r"\textgreater{}",
-    "|": r"\textbar{}",
-    '"': r"\textquotedbl{}",
-    "[": "{[}",
-    "]": "{]}",
-    "-": "-{}",  # no -- or --- ligatures from input text
-    "'": r"\textquotesingle{}",
-    "`": r"\textasciigrave{}",
-    # the math symbols the explanations use
-    "·": r"\ensuremath{\cdot}",
-    "ᵀ": r"\ensuremath{^{\top}}",
-    "×": r"\ensuremath{\times}",
-    "−": r"\ensuremath{-}",
-    "∞": r"\ensuremath{\infty}",
-    "Σ": r"\ensuremath{\Sigma}",
-    "√": r"\ensuremath{\surd}",
-    "≤": r"\ensuremath{\leq}",
-    "→": r"\ensuremath{\rightarrow}",
-    "←": r"\ensuremath{\leftarrow}",
-    "◀": r"\ensuremath{\triangleleft}",
-    "…": r"\dots{}",
-    "“": "``",
-    "”": "''",
-    "‘": "`",
-    "’": "'",
-    "\u00a0": "~",
-}
-
-
-def latex_escape(text: str) -> str:
-    """Input text for LaTeX text mode, compiling with plain pdflatex.
-
-    Specials are escaped; Latin-1 letters (é, ü) pass (T1 fonts), Chinese passes (inside the CJK
-    environment the document opens when it needs one), anything else becomes ``U+XXXX``.
-    """
-    out = []
-    for c in safe(text):
-        if c in _LATEX_SPECIAL:
-            out.append(_LATEX_SPECIAL[c])
-        elif c.isascii() or ("\u00c0" <= c <= "\u00ff" and c not in "×÷") or _cjk(c):
-            out.append(c)
-        else:
-            out.append(rf"\texttt{{U+{ord(c):04X}}}")
-    return "".join(out)
-
-
-def _cjk(c: str) -> bool:
-    return unicodedata.east_asian_width(c) in ("W", "F") and ord(c) < 0x10000
-
-
 # ---------------------------------------------------------------------------------------------
 # Shared walk over the trace
 
@@ -127,9 +67,8 @@ def _slices(stage: Stage, full: bool) -> tuple[list[tuple[int, ...] | None], int
     return list(slices), len(slices)
 
 
-def _slice_title(stage: Stage, index: tuple[int, ...]) -> str:
-    names = {"kv_head": "kv head"}
-    return " · ".join(f"{names.get(a, a)} {i}" for a, i in zip(stage.axes, index, strict=False))
+def _slice_title(stage: Stage, index: tuple[int, ...], lang: Lang) -> str:
+    return " · ".join(f"{axis_title(lang, a)} {i}" for a, i in zip(stage.axes, index, strict=False))
 
 
 class _Grid:
@@ -145,8 +84,9 @@ class _Grid:
         mark_max: Callable[[str], str],
         masked: Callable[[str], str],
     ) -> None:
-        matrix = stage.data[index] if index else stage.data
-        row_axis, col_axis = stage.axes[-2], stage.axes[-1]
+        data, axes = stage.table  # a vector (d_b_O) as one row
+        matrix = data[index] if index else data
+        row_axis, col_axis = axes[-2], axes[-1]
         row_labels = axis_labels(trace, row_axis, matrix.shape[0])
         col_labels = axis_labels(trace, col_axis, matrix.shape[1])
         if options.focus is not None and row_axis in ("query", "seq"):
@@ -162,7 +102,8 @@ class _Grid:
         softmax = options.heatmap and stage.name == "softmax"
         maxima = row_max_positions_for_display(matrix) if softmax else frozenset()
         sums = row_sums_for_display(matrix) if softmax else ()
-        self.header = [row_axis] + [ELLIPSIS if j is None else col_labels[j] for j in cols]
+        self.header = [axis_name(options.lang, row_axis)]
+        self.header += [ELLIPSIS if j is None else col_labels[j] for j in cols]
         if softmax:
             self.header.append(label(options.lang, "heat_row_sum"))
         self.rows: list[list[str]] = []
@@ -197,10 +138,9 @@ def to_markdown(trace: Trace, options: RenderOptions) -> str:
     """The trace as GitHub-flavoured Markdown."""
     lang = options.lang
     inp = trace.inputs
-    out = [f"# {md_escape(inp.name or 'attention trace')}", ""]
-    out.append(f"*Traced by attn {__version__}.*")
-    out.append("")
-    for key, value in header_lines(trace):
+    out = [f"# {md_escape(inp.name or label(lang, 'trace_title'))}", ""]
+    out += [f"*{md_escape(label(lang, 'traced_by', version=__version__))}*", ""]
+    for key, value in header_lines(trace, lang):
         out.append(f"- **{key}**: {md_escape(value)}" if key else f"  {md_escape(value)}")
     out.append("")
     if options.focus is not None:
@@ -210,16 +150,17 @@ def to_markdown(trace: Trace, options: RenderOptions) -> str:
     for stage in trace:
         if options.stages is not None and stage.name not in options.stages:
             continue
-        shape = ", ".join(f"{a}={n}" for a, n in zip(stage.axes, stage.shape, strict=True))
-        where = md_escape(f"[{shape}]")
-        out += [f"## {stage.name}", "", f"{_code(stage.formula)} — {where}", ""]
+        where = md_escape(f"[{dims_text(lang, stage.axes, stage.shape)}]")
+        formula = formula_text(lang, stage.formula)
+        out += [f"## {stage.name}", "", f"{_code(formula)} — {where}", ""]
         shown, total = _slices(stage, options.full)
         for index in shown:
             if index is None:
-                out += [f"*{ELLIPSIS} {total - 2 * TABLE_EDGE} more tables*", ""]
+                more = label(lang, "more_tables", n=total - 2 * TABLE_EDGE)
+                out += [f"*{ELLIPSIS} {md_escape(more)}*", ""]
                 continue
             if total > 1:
-                out += [f"**{md_escape(_slice_title(stage, index))}**", ""]
+                out += [f"**{md_escape(_slice_title(stage, index, lang))}**", ""]
             grid = _Grid(
                 trace, stage, index, options,
                 number=lambda x: _md_number(x, options.precision),
@@ -229,7 +170,8 @@ def to_markdown(trace: Trace, options: RenderOptions) -> str:
             out += _md_table(grid)
         if options.heatmap and stage.name == "softmax":
             legend = (
-                f"**bold** = {label(lang, 'heat_max')}; · = {label(lang, 'heat_masked')}; "
+                f"**{label(lang, 'md_bold')}** = {label(lang, 'heat_max')}; "
+                f"· = {label(lang, 'heat_masked')}; "
                 f"{label(lang, 'heat_row_sum')} = Σ"
             )
             out += [legend, ""]
@@ -306,51 +248,78 @@ def _md_cell(part: CellText) -> list[str]:
 
 def to_latex(trace: Trace, options: RenderOptions) -> str:
     """The trace as a standalone LaTeX document for pdflatex (tabular per stage)."""
+    body = _latex_header(trace, options)
+    cells = worked_cells(trace, options.cell) if options.cell is not None else []
+    for stage in trace:
+        if options.stages is None or stage.name in options.stages:
+            body += _latex_stage(trace, stage, options, cells)
+    return _latex_document("\n".join(body))
+
+
+def _latex_header(trace: Trace, options: RenderOptions) -> list[str]:
+    """The title, the configuration as a description list, and the focused query."""
     lang = options.lang
     inp = trace.inputs
-    body: list[str] = [r"\section*{" + latex_escape(inp.name or "attention trace") + "}"]
-    body.append(r"\noindent\textit{Traced by attn " + latex_escape(__version__) + ".}")
+    body = [r"\section*{" + latex_escape(inp.name or label(lang, "trace_title")) + "}"]
+    body.append(r"\noindent\textit{" + latex_escape(label(lang, "traced_by", version=__version__)))
+    body[-1] += "}"
     body.append(r"\begin{description}")
-    for key, value in header_lines(trace):
-        body.append(rf"\item[{latex_escape(key)}] {latex_escape(value)}")
+    given = (inp.description or "", inp.source)  # input text: printed as typed
+    for key, value in header_lines(trace, lang):
+        body.append(rf"\item[{latex_escape(key)}] {latex_mixed(value, given)}")
     body.append(r"\end{description}")
     if options.focus is not None:
         focus = label(lang, "focus", query=trace.query_labels[options.focus])
         body.append(r"\noindent\textbf{" + latex_escape(focus) + "}\n")
-    cells = worked_cells(trace, options.cell) if options.cell is not None else []
-    for stage in trace:
-        if options.stages is not None and stage.name not in options.stages:
+    return body
+
+
+def _latex_stage(
+    trace: Trace, stage: Stage, options: RenderOptions, cells: list[WorkedCell]
+) -> list[str]:
+    """One stage: its name, formula and shape, its tables, explanation and worked cells."""
+    lang = options.lang
+    tokens = _tokens(trace)
+    shape = dims_text(lang, stage.axes, stage.shape)
+    body = [r"\subsection*{" + latex_escape(stage.name) + "}"]
+    formula = latex_mixed(formula_text(lang, stage.formula), tokens)
+    shape = latex_mixed(f"[{shape}]", formulas=False)
+    body.append(r"\noindent " + formula + r"\quad " + shape + "\n")
+    shown, total = _slices(stage, options.full)
+    for index in shown:
+        if index is None:
+            more = label(lang, "more_tables", n=total - 2 * TABLE_EDGE)
+            body.append(r"\noindent\dots{} " + latex_escape(more) + "\n")
             continue
-        shape = ", ".join(f"{a}={n}" for a, n in zip(stage.axes, stage.shape, strict=True))
-        body.append(r"\subsection*{" + latex_escape(stage.name) + "}")
-        body.append(
-            r"\noindent\textit{" + latex_escape(stage.formula) + r"}\quad "
-            + latex_escape(f"[{shape}]") + "\n"
+        grid = _Grid(
+            trace, stage, index, options,
+            number=_latex_number(options.precision),
+            mark_max=lambda s: "$" + r"\mathbf{" + s.strip("$") + "}$",
+            masked=lambda s: s + r"\ensuremath{\cdot}",
         )  # fmt: skip
-        shown, total = _slices(stage, options.full)
-        for index in shown:
-            if index is None:
-                body.append(r"\noindent\dots{} " + f"{total - 2 * TABLE_EDGE} more tables\n")
-                continue
-            grid = _Grid(
-                trace, stage, index, options,
-                number=_latex_number(options.precision),
-                mark_max=lambda s: r"\textbf{" + s + "}",
-                masked=lambda s: s + r"\ensuremath{\cdot}",
-            )  # fmt: skip
-            title = latex_escape(_slice_title(stage, index)) if total > 1 else ""
-            body += _latex_table(grid, title)
-        if options.explain:
-            body += _latex_explanation(explain_stage(trace, stage.name, lang, options.precision))
-        for n, cell in enumerate(cells):
-            if n == CELLS_SHOWN and not options.full:
-                body.append(r"\noindent\dots{} " + f"+{len(cells) - CELLS_SHOWN}\n")
-                break
-            part = cell_text(trace, cell, stage.name, lang, options.precision, options.full)
-            if part is not None:
-                body += _latex_cell(part)
-    text = "\n".join(body)
-    cjk = any(_cjk(c) for c in text)
+        title = latex_escape(_slice_title(stage, index, lang)) if total > 1 else ""
+        body += _latex_table(grid, title)
+    if options.explain:
+        expl = explain_stage(trace, stage.name, lang, options.precision)
+        body += _latex_explanation(expl, tokens)
+    for n, cell in enumerate(cells):
+        if n == CELLS_SHOWN and not options.full:
+            body.append(r"\noindent\dots{} " + f"+{len(cells) - CELLS_SHOWN}\n")
+            break
+        part = cell_text(trace, cell, stage.name, lang, options.precision, options.full)
+        if part is not None:
+            body += _latex_cell(part, tokens)
+    return body
+
+
+def _tokens(trace: Trace) -> tuple[str, ...]:
+    """The tokens as the explanations show them: literal text inside any formula."""
+    return tuple(safe(t) for t in (*trace.query_labels, *trace.key_labels))
+
+
+def _latex_document(text: str) -> str:
+    """The preamble around ``text``; the CJK package only when the text has Chinese."""
+    chinese = any(cjk(c) for c in text)
     head = [
         r"% Generated by attn " + __version__ + ". Compile with: pdflatex FILE.tex",
         r"\documentclass[10pt]{article}",
@@ -360,10 +329,10 @@ def to_latex(trace: Trace, options: RenderOptions) -> str:
         r"\setlength{\parindent}{0pt}",
         r"\setlength{\parskip}{4pt}",
     ]
-    if cjk:
+    if chinese:
         head.append(r"\usepackage{CJKutf8}  % Chinese: needs the CJK package (texlive-lang-cjk)")
     doc = [*head, r"\begin{document}"]
-    doc += [r"\begin{CJK}{UTF8}{gbsn}", text, r"\end{CJK}"] if cjk else [text]
+    doc += [r"\begin{CJK}{UTF8}{gbsn}", text, r"\end{CJK}"] if chinese else [text]
     doc.append(r"\end{document}")
     return "\n".join(doc) + "\n"
 
@@ -383,7 +352,7 @@ def _latex_table(grid: _Grid, title: str) -> list[str]:
     if title:
         out.append(r"\noindent\textbf{" + title + "}\n")
     out.append(r"\noindent\begin{tabular}{" + spec + "}")
-    out.append(" & ".join(_latex_cell_text(h) for h in grid.header) + r" \\ \hline")
+    out.append(" & ".join(latex_escape(h) for h in grid.header) + r" \\ \hline")
     for row_label, cells in zip(grid.row_labels, grid.rows, strict=True):
         first = r"\dots{}" if row_label is None else latex_escape(row_label)
         cells = [r"\dots{}" if c == ELLIPSIS else c for c in cells]
@@ -393,36 +362,37 @@ def _latex_table(grid: _Grid, title: str) -> list[str]:
     return out
 
 
-def _latex_cell_text(text: str) -> str:
-    return latex_escape(text)
-
-
-def _latex_explanation(expl: Explanation) -> list[str]:
+def _latex_explanation(expl: Explanation, tokens: Sequence[str]) -> list[str]:
     lang = expl.lang
     out = [r"\noindent\textbf{" + latex_escape(label(lang, "explain_title")) + "}"]
     out.append(r"\begin{description}")
-    formula = r"\\ ".join(latex_escape(line) for line in expl.formula)
+    formula = r"\\ ".join(latex_mixed(line, tokens) for line in expl.formula)
     out.append(rf"\item[{latex_escape(label(lang, 'formula'))}] {formula}")
     shapes = (
         f"{label(lang, 'in')} {label(lang, 'sep').join(expl.inputs)} → "
         f"{label(lang, 'out')} {expl.output}"
     )
-    out.append(rf"\item[{latex_escape(label(lang, 'shapes'))}] {latex_escape(shapes)}")
-    meaning = "\n\n".join(latex_escape(p) for p in expl.meaning)
+    shapes = latex_mixed(shapes, tokens, formulas=False)
+    out.append(rf"\item[{latex_escape(label(lang, 'shapes'))}] {shapes}")
+    meaning = "\n\n".join(latex_mixed(p, tokens) for p in expl.meaning)
     out.append(rf"\item[{latex_escape(label(lang, 'meaning'))}] {meaning}")
     out.append(r"\end{description}")
     return out
 
 
-def _latex_cell(part: CellText) -> list[str]:
-    out = [r"\noindent\textbf{" + latex_escape(part.title) + "}", r"\begin{itemize}"]
-    out += [r"\item " + latex_escape(line) for line in part.lines]
+def _latex_cell(part: CellText, tokens: Sequence[str]) -> list[str]:
+    """A worked cell's part: its numbers set as math, as the tables set theirs."""
+    out = [r"\noindent\textbf{" + latex_mixed(part.title, tokens) + "}", r"\begin{itemize}"]
+    out += [r"\item " + latex_mixed(line, tokens) for line in part.lines]
     out.append(r"\end{itemize}")
     if part.header:
         out.append(r"\noindent\begin{tabular}{l|" + "r" * (len(part.header) - 1) + "}")
-        out.append(" & ".join(latex_escape(h) for h in part.header) + r" \\ \hline")
-        out += [" & ".join(latex_escape(c) for c in row) + r" \\" for row in part.rows]
+        out.append(" & ".join(latex_mixed(h) for h in part.header) + r" \\ \hline")
+        out += [
+            " & ".join([latex_escape(row[0]), *(latex_mixed(c) for c in row[1:])]) + r" \\"
+            for row in part.rows
+        ]
         out.append(r"\end{tabular}")
         out.append("")
-    out += [r"\noindent " + latex_escape(line) + "\n" for line in part.footer]
+    out += [r"\noindent " + latex_mixed(line, tokens) + "\n" for line in part.footer]
     return out

@@ -7,7 +7,7 @@ step mode.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Literal
 
 Lang = Literal["en", "zh"]
@@ -61,6 +61,72 @@ LABELS: dict[Lang, dict[str, str]] = {
         "step_position": "stage {k} of {n}",
         "step_keys": "Enter/Space/→ next · ←/b back · q/Esc quit",
         "step_last": "last stage · ←/b back · q/Esc quit",
+        # the renderers' own words: titles, the configuration panel, table chrome
+        "trace_title": "attention trace",
+        "traced_by": "Traced by attn {version}.",
+        "more_tables": "{n} more tables",
+        "full_hint": "{e} --full shows all",
+        "scale_note": "  (scale = {scale})",
+        "md_bold": "bold",
+        "h_about": "about",
+        "h_source": "source",
+        "h_mode": "mode",
+        "h_shapes": "shapes",
+        "h_heads": "heads",
+        "h_scale": "scale",
+        "h_masking": "masking",
+        "h_note": "note",
+        "mode_projection": "projection: Q = X·W_Q (X @ W; a torch nn.Linear weight is Wᵀ)",
+        "mode_direct": "direct: Q, K, V given",
+        "dim_batch": "batch {n}",
+        "dim_no_batch": "no batch axis",
+        "dim_seq": "seq {n}",
+        "list_sep": ", ",
+        "heads_grouped": "{heads} query heads, {kv} key/value heads (grouped-query: head h reads "
+        "kv head h // {group})",
+        "scale_default": "{scale} = 1/√d_k (default, as torch SDPA)",
+        "scale_given": "{scale} (from the fixture; 1/√d_k would be {default})",
+        "scale_unscaled": ", unscaled as in the source article",
+        "mask_upper_left": "causal upper-left: query i sees keys j ≤ i (torch is_causal=True)",
+        "mask_lower_right": "causal lower-right: query i sees keys j ≤ i + seq_k − seq_q "
+        "(KV cache)",
+        "mask_mask": "mask: true = may attend (torch SDPA's convention; nn.MultiheadAttention's "
+        "is the opposite)",
+        "mask_bias": "bias: added to the scaled scores (−∞ blocks a key)",
+        "mask_lengths": "lengths {lengths}: keys past each length are padding",
+        "mask_combine": "these combine (torch SDPA refuses attn_mask with is_causal; attn "
+        "allows it)",
+        "note_empty_rows": "rows with nothing to attend to get all-zero weights (torch ≥ 2.5)",
+        "h_conventions": "variants",
+        "conv_cross": "cross-attention: Q from X, K and V from X_kv (d_model_kv {d})",
+        "conv_qk_norm": (
+            "QK-norm: RMSNorm of Q and K {over}, eps {eps}, before RoPE (Qwen3, OLMo 2)"
+        ),
+        "conv_qk_head": "per head",
+        "conv_qk_whole": "over the whole projection",
+        "conv_rope": (
+            "RoPE: {layout} layout ({who}), base {base}, {dims} of {d_k} dims rotate; Q "
+            "and K, not V"
+        ),
+        "conv_rope_half": "half: i pairs with i + dims/2, HF rotate_half",
+        "conv_rope_interleaved": "interleaved: 2i pairs with 2i + 1, Meta's llama",
+        "conv_positions": "positions: queries {q}, keys {k}",
+        "conv_window": (
+            "window {w}: a query sees keys with 0 ≤ pos_q − pos_k < {w} (HF/Mistral; "
+            "FlashAttention window_size=({left}, 0))"
+        ),
+        "conv_softcap": (
+            "softcap {cap}: capped = {cap}·tanh(scaled/{cap}), before the mask (Gemma 2)"
+        ),
+        "conv_alibi": "ALiBi: bias −slope_h·|pos_q − pos_k|, slopes {slopes} (Press et al.)",
+        "conv_sinks": (
+            "sinks: one learned logit per head joins each softmax row and is dropped "
+            "(gpt-oss): rows sum to less than 1"
+        ),
+        "conv_mask_value": (
+            "mask value {v} instead of −∞ where a key may not be attended (a sentinel: it "
+            "can leak weight)"
+        ),
     },
     "zh": {
         "explain_title": "这一步在做什么",
@@ -98,6 +164,63 @@ LABELS: dict[Lang, dict[str, str]] = {
         "step_position": "第 {k} 步，共 {n} 步",
         "step_keys": "回车/空格/→ 下一步 · ←/b 上一步 · q/Esc 退出",
         "step_last": "已是最后一步 · ←/b 上一步 · q/Esc 退出",
+        "trace_title": "注意力计算过程",
+        "traced_by": "由 attn {version} 生成。",
+        "more_tables": "另有 {n} 个表",
+        "full_hint": "{e} 加 --full 显示全部",
+        "scale_note": "（scale = {scale}）",
+        "md_bold": "粗体",
+        "h_about": "简介",
+        "h_source": "来源",
+        "h_mode": "模式",
+        "h_shapes": "形状",
+        "h_heads": "头数",
+        "h_scale": "缩放",
+        "h_masking": "遮盖",
+        "h_note": "注意",
+        "mode_projection": "投影：Q = X·W_Q（X @ W；torch nn.Linear 的权重是 Wᵀ）",
+        "mode_direct": "直接给出：Q、K、V",
+        "dim_batch": "批 {n}",
+        "dim_no_batch": "没有批维度",
+        "dim_seq": "词 {n}",
+        "list_sep": "，",
+        "heads_grouped": "{heads} 个查询头，{kv} 个键值头（分组查询：第 h 个头读取第 h // {group} "
+        "个键值头）",
+        "scale_default": "{scale} = 1/√d_k（默认值，与 torch SDPA 相同）",
+        "scale_given": "{scale}（由配置文件给出；1/√d_k 应为 {default}）",
+        "scale_unscaled": "，与原文一样不缩放",
+        "mask_upper_left": "因果遮盖（左上对齐）：查询 i 只看键 j ≤ i（torch is_causal=True）",
+        "mask_lower_right": "因果遮盖（右下对齐）：查询 i 只看键 j ≤ i + seq_k − seq_q（KV 缓存）",
+        "mask_mask": "mask：true 表示可以看（torch SDPA 的约定；nn.MultiheadAttention 正好相反）",
+        "mask_bias": "bias：加到缩放后的分数上（−∞ 挡住这个键）",
+        "mask_lengths": "lengths {lengths}：超出各自长度的键是填充位",
+        "mask_combine": "以上几种可以叠加（torch SDPA 不允许 attn_mask 与 is_causal 同时使用，"
+        "attn 允许）",
+        "note_empty_rows": "无键可看的行，权重全部为 0（torch ≥ 2.5）",
+        "h_conventions": "变体",
+        "conv_cross": "交叉注意力：Q 来自 X，K 和 V 来自 X_kv（d_model_kv {d}）",
+        "conv_qk_norm": (
+            "QK-norm：在 RoPE 之前对 Q 和 K 做 RMSNorm，{over}，eps {eps}（Qwen3、OLMo 2）"
+        ),
+        "conv_qk_head": "按每个头",
+        "conv_qk_whole": "对整个投影",
+        "conv_rope": (
+            "RoPE：{layout}（{who}），base {base}，"
+            "旋转 {dims} 维（共 {d_k} 维）；只作用于 Q 和 K，不作用于 V"
+        ),
+        "conv_rope_half": "半分布局：第 i 维与第 i + dims/2 维配对，HF rotate_half",
+        "conv_rope_interleaved": "交错布局：第 2i 维与第 2i + 1 维配对，Meta llama",
+        "conv_positions": "位置：查询 {q}，键 {k}",
+        "conv_window": (
+            "窗口 {w}：查询只看 0 ≤ pos_q − pos_k < {w} 的键（HF/Mistral；FlashAttention "
+            "window_size=({left}, 0)）"
+        ),
+        "conv_softcap": "softcap {cap}：capped = {cap}·tanh(scaled/{cap})，在遮盖之前（Gemma 2）",
+        "conv_alibi": "ALiBi：偏置 −slope_h·|pos_q − pos_k|，斜率 {slopes}（Press 等）",
+        "conv_sinks": (
+            "sinks：每个头一个学到的 logit，加入每行 softmax 后丢弃（gpt-oss）：每行之和小于 1"
+        ),
+        "conv_mask_value": "不允许看的位置填 {v} 而不是 −∞（哨兵值：可能漏出权重）",
     },
 }
 
@@ -124,3 +247,55 @@ def label(lang: Lang, key: str, /, **values: object) -> str:
 def axis_name(lang: Lang, axis: str) -> str:
     """An axis name (``query``, ``kv_head``...) in ``lang``."""
     return AXES[lang].get(axis, axis)
+
+
+def axis_title(lang: Lang, axis: str) -> str:
+    """An axis as a table title names it: ``kv head 1``, ``头 1``."""
+    if lang == "en":
+        return {"kv_head": "kv head"}.get(axis, axis)
+    return axis_name(lang, axis)
+
+
+def dims_text(lang: Lang, axes: Sequence[str], shape: Sequence[int]) -> str:
+    """``seq=3, d_model=4`` with the axis names in ``lang``."""
+    return ", ".join(f"{axis_name(lang, a)}={n}" for a, n in zip(axes, shape, strict=True))
+
+
+# The stage table's formulas (core/stages.py) are English; these rewrite their words in
+# Chinese, in order, leaving the math alone. A new formula with new words needs a row here
+# (tests/test_i18n_render.py finds any English left).
+FORMULA_ZH: tuple[tuple[str, str], ...] = (
+    (r"^X \(the input embeddings\)$", "X（输入的嵌入向量）"),
+    (r"^X_kv \(the states keys and values are projected from\)$", "X_kv（键和值由它投影而来）"),
+    (r"^(\w+) \(given\)$", r"\1（由配置文件给出）"),
+    (
+        r" over keys with the head's sink joined, then dropped$",
+        "（沿键方向，先并入该头的 sink 再去掉）",
+    ),
+    (r" over keys$", "（沿键方向）"),
+    (r", (\S+) where not allowed \((.*)\)$", r"，不允许的位置为 \1（\2）"),
+    (r"causal upper-left", "因果·左上对齐"),
+    (r"causal lower-right", "因果·右下对齐"),
+    (r"window (\d+)", r"窗口 \1"),
+    (
+        r": (\w+) layout, base (\S+), (\d+) of (\d+) dims$",
+        r"：\1 布局，基数 \2，旋转 \4 维中的 \3 维",
+    ),
+    (r"\bkey positions?\b", "键位置"),
+    (r"\bquery position\b", "查询位置"),
+    (r"\bpositions\b", "位置"),
+    (r", over each head, ", "，按每个头，"),
+    (r", over the whole projection, ", "，按整个投影，"),
+    (r"\bhead (\d+)", r"头 \1"),
+)
+
+
+def formula_text(lang: Lang, formula: str) -> str:
+    """A stage's formula in ``lang``: as the stage table says it, or its words in Chinese."""
+    if lang == "en":
+        return formula
+    import re
+
+    for pattern, replacement in FORMULA_ZH:
+        formula = re.sub(pattern, replacement, formula)
+    return formula

@@ -23,13 +23,18 @@ from rich.measure import Measurement
 from rich.padding import Padding
 from rich.panel import Panel
 from rich.rule import Rule
+from rich.segment import Segment
 from rich.style import Style
 from rich.table import Table
 from rich.text import Text
 
 from attn_cli.core.stages import SCORE_STAGES as HEAT_STAGES
-from attn_cli.present.i18n import Lang, label
+from attn_cli.present.i18n import Lang, axis_name, axis_title, dims_text, formula_text, label
 from attn_cli.present.options import CELLS_SHOWN, RenderOptions
+from attn_cli.present.palette import PALETTE_16, PALETTE_256, STEPPED_SYSTEMS, stepped_style
+from attn_cli.present.palette import VIRIDIS as VIRIDIS
+from attn_cli.present.palette import heat_style as heat_style
+from attn_cli.present.palette import viridis as viridis
 from attn_cli.present.text import (
     COL_EDGE,
     COL_LIMIT,
@@ -50,13 +55,14 @@ if TYPE_CHECKING:
     # for them, so a plain `attn trace` does not pay for them at start-up.
     from attn_cli.core.pipeline import Stage, Trace
     from attn_cli.present.explain import CellText, Explanation
+    from attn_cli.present.svg import Theme
     from attn_cli.present.worked import WorkedCell
 
 
 def render_trace(trace: Trace, options: RenderOptions | None = None) -> Group:
     """The whole trace: configuration header, then every selected stage."""
     options = options or RenderOptions()
-    parts: list[RenderableType] = [render_header(trace)]
+    parts: list[RenderableType] = [render_header(trace, options.lang)]
     if options.focus is not None:
         focus = safe(trace.query_labels[options.focus])
         parts.append(Text(label(options.lang, "focus", query=focus), style="bold magenta"))
@@ -67,16 +73,16 @@ def render_trace(trace: Trace, options: RenderOptions | None = None) -> Group:
     return Group(*parts)
 
 
-def render_header(trace: Trace) -> Panel:
+def render_header(trace: Trace, lang: Lang = "en") -> Panel:
     """The configuration: shapes, heads, scale and its source, masking semantics."""
     inp = trace.inputs
-    lines = header_lines(trace)
+    lines = header_lines(trace, lang)
     grid = Table.grid(padding=(0, 2))
     grid.add_column(style="bold")
     grid.add_column()
     for key, value in lines:
         grid.add_row(key, Text(safe(value)))
-    title = Text(safe(inp.name) if inp.name else "attention trace", style="bold")
+    title = Text(safe(inp.name) if inp.name else label(lang, "trace_title"), style="bold")
     return Panel(grid, title=title, title_align="left", box=box.ROUNDED)
 
 
@@ -91,48 +97,11 @@ def render_stage(
     With the classroom options: shading and a legend, the focused row only, the explanation,
     and the worked cell's part for this stage (``cells``, from :func:`worked_cells`).
     """
-    shape = ", ".join(f"{a}={n}" for a, n in zip(stage.axes, stage.shape, strict=True))
-    formula = stage.formula
-    if stage.name == "scaled":
-        formula += f"  (scale = {trace.scale:.6g})"
-    parts: list[RenderableType] = [
-        Rule(Text(stage.name, style="bold cyan"), align="left", style="cyan"),
-        Text.assemble((formula, "italic"), "   ", (f"[{shape}]", "dim")),
-    ]
     heat = _heat(trace, stage, options) if options.heatmap else None
-    lead = stage.axes[:-2]
-    slices = list(itertools.product(*(range(n) for n in stage.shape[:-2])))
-    shown: Iterable[tuple[int, ...] | None] = slices
-    parts_note = ""
-    if not options.full and len(slices) > TABLE_LIMIT:
-        hidden = len(slices) - 2 * TABLE_EDGE
-        shown = [*slices[:TABLE_EDGE], None, *slices[-TABLE_EDGE:]]
-        parts_note = f"{ELLIPSIS} {hidden} more tables ({ELLIPSIS} --full shows all)"
-    row_axis, col_axis = stage.axes[-2], stage.axes[-1]
-    only_rows = None
-    if options.focus is not None and row_axis in ("query", "seq"):
-        only_rows = (options.focus,)
-    for index in shown:
-        if index is None:
-            parts.append(Padding(Text(parts_note, style="dim"), (0, 0, 1, 2)))
-            continue
-        title = " · ".join(f"{_axis_title(a)} {i}" for a, i in zip(lead, index, strict=True))
-        if len(slices) == 1:
-            title = ""  # a single table needs no "head 0"
-        matrix = stage.data[index] if index else stage.data
-        parts.append(
-            render_matrix(
-                matrix,
-                row_labels=axis_labels(trace, row_axis, matrix.shape[0]),
-                col_labels=axis_labels(trace, col_axis, matrix.shape[1]),
-                row_axis=row_axis,
-                title=title or None,
-                options=options,
-                heat=None if heat is None else heat.slice(trace, stage, index),
-                only_rows=only_rows,
-                spaced=True,
-            )
-        )
+    parts = [
+        *_stage_heading(trace, stage, options.lang),
+        *_stage_tables(trace, stage, options, heat),
+    ]
     if heat is not None:
         parts.append(Padding(render_legend(heat, options.lang, options.precision), (0, 0, 1, 0)))
     if options.explain:
@@ -141,17 +110,88 @@ def render_stage(
         parts.append(
             render_explanation(explain_stage(trace, stage.name, options.lang, options.precision))
         )
-    if cells:
-        from attn_cli.present.explain import cell_text
-    for n, cell in enumerate(cells or ()):
+    parts += _stage_cells(trace, stage, options, cells or ())
+    return Group(*parts)
+
+
+def _stage_heading(trace: Trace, stage: Stage, lang: Lang) -> list[RenderableType]:
+    """The rule with the stage's name, and its formula and shape."""
+    formula = formula_text(lang, stage.formula)
+    if stage.name == "scaled":
+        formula += label(lang, "scale_note", scale=f"{trace.scale:.6g}")
+    shape = dims_text(lang, stage.axes, stage.shape)
+    return [
+        Rule(Text(stage.name, style="bold cyan"), align="left", style="cyan"),
+        Text.assemble((formula, "italic"), "   ", (f"[{shape}]", "dim")),
+    ]
+
+
+def _stage_tables(
+    trace: Trace, stage: Stage, options: RenderOptions, heat: StageHeat | None
+) -> list[RenderableType]:
+    """A table per slice of the stage (batch item, head), the middle ones elided."""
+    data, axes = stage.table  # a vector (d_b_O) as one row
+    lead = axes[:-2]
+    slices = list(itertools.product(*(range(n) for n in data.shape[:-2])))
+    shown: Iterable[tuple[int, ...] | None] = slices
+    if not options.full and len(slices) > TABLE_LIMIT:
+        shown = [*slices[:TABLE_EDGE], None, *slices[-TABLE_EDGE:]]
+    row_axis, col_axis = axes[-2], axes[-1]
+    only_rows = None
+    if options.focus is not None and row_axis in ("query", "seq"):
+        only_rows = (options.focus,)
+    parts: list[RenderableType] = []
+    for index in shown:
+        if index is None:
+            parts.append(
+                Padding(Text(_more_tables(options.lang, len(slices)), style="dim"), (0, 0, 1, 2))
+            )
+            continue
+        title = " · ".join(
+            f"{axis_title(options.lang, a)} {i}" for a, i in zip(lead, index, strict=True)
+        )
+        matrix = data[index] if index else data
+        parts.append(
+            render_matrix(
+                matrix,
+                row_labels=axis_labels(trace, row_axis, matrix.shape[0]),
+                col_labels=axis_labels(trace, col_axis, matrix.shape[1]),
+                row_axis=row_axis,
+                title=title if len(slices) > 1 else None,  # a single table needs no "head 0"
+                options=options,
+                heat=None if heat is None else heat.slice(trace, stage, index),
+                only_rows=only_rows,
+                spaced=True,
+            )
+        )
+    return parts
+
+
+def _more_tables(lang: Lang, total: int) -> str:
+    """``… 10 more tables (… --full shows all)``."""
+    more = label(lang, "more_tables", n=total - 2 * TABLE_EDGE)
+    hint = label(lang, "full_hint", e=ELLIPSIS)
+    return f"{ELLIPSIS} {more} ({hint})" if lang == "en" else f"{ELLIPSIS} {more}（{hint}）"
+
+
+def _stage_cells(
+    trace: Trace, stage: Stage, options: RenderOptions, cells: Sequence[WorkedCell]
+) -> list[RenderableType]:
+    """The worked cells' parts for this stage, the first few unless ``full``."""
+    if not cells:
+        return []
+    from attn_cli.present.explain import cell_text
+
+    parts: list[RenderableType] = []
+    for n, cell in enumerate(cells):
         if n == CELLS_SHOWN and not options.full:
-            more = len(cells or ()) - CELLS_SHOWN
+            more = len(cells) - CELLS_SHOWN
             parts.append(Text(f"{ELLIPSIS} +{more} ({ELLIPSIS} --full)", style="dim"))
             break
         part = cell_text(trace, cell, stage.name, options.lang, options.precision, options.full)
         if part is not None:
             parts.append(render_cell(part))
-    return Group(*parts)
+    return parts
 
 
 def _cells(trace: Trace, options: RenderOptions) -> list[WorkedCell]:
@@ -188,49 +228,51 @@ def render_matrix(
     # Each column as (header, cells), formatted once; the table is assembled when the width
     # it has is known (Matrix), from the columns that fit.
     labels: _Column = (
-        Text(row_axis, style="dim"),
+        Text(axis_name(options.lang, row_axis), style="dim"),
         [ELLIPSIS if i is None else Text(safe(row_labels[i])) for i in rows],
     )
     columns: dict[int | None, _Column] = {
         None: (Text(ELLIPSIS), [ELLIPSIS if i is None else Text(ELLIPSIS) for i in rows])
     }
     for j in cols:
-        if j is None:
-            continue
-        cells: list[Text | str] = []
-        for i in rows:
-            if i is None:
-                cells.append(ELLIPSIS)
-                continue
-            x = float(matrix[i, j])
-            if heat is not None:
-                cells.append(heat.cell(i, j, x, options.precision))
-                continue
-            cells.append(
-                Text(format_number(x, options.precision), style="dim" if x == -math.inf else "")
-            )
-        columns[j] = (Text(safe(col_labels[j])), cells)
-    row_sums: _Column | None = None
-    if heat is not None and heat.row_sums is not None:
-        sums = heat.row_sums
-        row_sums = (
-            Text(label(heat.lang, "heat_row_sum"), style="dim"),
-            [
-                ELLIPSIS
-                if i is None
-                else Text(format_number(sums[i], options.precision), style="dim")
-                for i in rows
-            ],
-        )
+        if j is not None:
+            cells = [_number_cell(matrix, i, j, options.precision, heat) for i in rows]
+            columns[j] = (Text(safe(col_labels[j])), cells)
     return Matrix(
         Text(title, style="bold") if title else None,
         labels,
         columns,
-        row_sums,
+        _row_sums(heat, rows, options.precision),
         cols,
         len(col_labels),
         options.full,
         spaced,
+    )
+
+
+def _number_cell(
+    matrix: Any, i: int | None, j: int, precision: int, heat: SliceHeat | None
+) -> Text | str:
+    """Cell (i, j): the number, shaded with a heatmap; the ellipsis for an elided row."""
+    if i is None:
+        return ELLIPSIS
+    x = float(matrix[i, j])
+    if heat is not None:
+        return heat.cell(i, j, x, precision)
+    return Text(format_number(x, precision), style="dim" if x == -math.inf else "")
+
+
+def _row_sums(heat: SliceHeat | None, rows: list[int | None], precision: int) -> _Column | None:
+    """The softmax heatmap's "row sum" column, or None."""
+    if heat is None or heat.row_sums is None:
+        return None
+    sums = heat.row_sums
+    return (
+        Text(label(heat.lang, "heat_row_sum"), style="dim"),
+        [
+            ELLIPSIS if i is None else Text(format_number(sums[i], precision), style="dim")
+            for i in rows
+        ],
     )
 
 
@@ -333,35 +375,11 @@ def _widest(column: _Column) -> int:
     return max(cell_len(c.plain if isinstance(c, Text) else c) for c in (head, *cells))
 
 
-def _axis_title(axis: str) -> str:
-    return {"kv_head": "kv head"}.get(axis, axis)
-
-
 # ---------------------------------------------------------------------------------------------
-# Heatmap shading: viridis (perceptually ordered, readable with colour-blindness and in grey)
+# Heatmap shading: viridis (present/palette.py), stepped where the terminal has no true colour
 
-# viridis at 0, 0.1, ..., 1 (matplotlib's colormap, as sampled by R's viridisLite)
-VIRIDIS = (
-    "#440154", "#482576", "#414487", "#35608d", "#2a788e", "#21908c",
-    "#22a884", "#43bf71", "#7ad151", "#bbdf27", "#fde725",
-)  # fmt: skip
 MASKED_STYLE = Style(color="#e4e4e4", bgcolor="#585858", italic=True)
 MAX_MARK, MASKED_MARK, NO_MARK = "*", "·", " "
-
-
-def viridis(t: float) -> str:
-    """The viridis colour at ``t`` in [0, 1], interpolated between samples, as ``#rrggbb``."""
-    t = min(max(t, 0.0), 1.0) * (len(VIRIDIS) - 1)
-    i = min(int(t), len(VIRIDIS) - 2)
-    f = t - i
-    a, b = VIRIDIS[i], VIRIDIS[i + 1]
-    rgb = (round(int(a[k : k + 2], 16) * (1 - f) + int(b[k : k + 2], 16) * f) for k in (1, 3, 5))
-    return "#" + "".join(f"{c:02x}" for c in rgb)
-
-
-def heat_style(t: float) -> Style:
-    """A cell shaded by ``t``: viridis background, black or white text for contrast."""
-    return Style(color="#000000" if t >= 0.55 else "#ffffff", bgcolor=viridis(t))
 
 
 @dataclass(frozen=True)
@@ -454,10 +472,28 @@ class SliceHeat:
                 return Text("−∞" + mark, style=MASKED_STYLE)
             return Text(format_number(x, precision) + MASKED_MARK, style=MASKED_STYLE)
         t = 0.5 if self.hi <= self.lo else (x - self.lo) / (self.hi - self.lo)
-        style = heat_style(t)
-        if mark == MAX_MARK:
-            style += Style(bold=True, underline=True)
-        return Text(format_number(x, precision) + mark, style=style)
+        extra = Style(bold=True, underline=True) if mark == MAX_MARK else None
+        return HeatText(format_number(x, precision) + mark, t, extra)
+
+
+class HeatText(Text):
+    """A shaded cell that takes its colours when rendered: viridis in true colour (and in
+    HTML/SVG), the stepped palette in a 256- or 16-colour terminal (present/palette.py)."""
+
+    def __init__(self, text: str, t: float, extra: Style | None = None) -> None:
+        super().__init__(text, style=heat_style(t) + extra if extra else heat_style(t))
+        self.t = t
+        self.extra = extra
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> Iterable[Segment]:
+        system = console.color_system
+        if system not in STEPPED_SYSTEMS:
+            yield from super().__rich_console__(console, options)
+            return
+        style = stepped_style(self.t, "256" if system == "256" else "standard")
+        stepped = self.copy()
+        stepped.style = style + self.extra if self.extra else style
+        yield from stepped.__rich_console__(console, options)
 
 
 def _heat(trace: Trace, stage: Stage, options: RenderOptions) -> StageHeat | None:
@@ -489,23 +525,53 @@ def _shown_values(stage: Stage, options: RenderOptions) -> Any:
     return np.stack([data[index][np.ix_(rows, cols)] for index in slices])
 
 
-def render_legend(heat: StageHeat, lang: Lang, precision: int) -> Text:
+def render_legend(heat: StageHeat, lang: Lang, precision: int) -> Legend:
     """The colour scale from low to high with its range, and what the marks mean."""
-    # Gaps go at the end of a piece, never at the start of the next: SVG viewers drop
-    # leading blanks of a positioned text run.
-    text = Text.assemble((label(lang, "heat_low") + " ", "dim"))
-    for n in range(12):
-        text.append("█" if n < 11 else "█ ", style=Style(color=viridis(n / 11)))
-    text.append(label(lang, "heat_high") + "  ", style="dim")
-    text.append(f"{format_number(heat.lo, precision)} … {format_number(heat.hi, precision)}")
-    if heat.stage == "softmax":
-        text.append(f"   {MAX_MARK} {label(lang, 'heat_max')}")
-    if heat.masked:
-        sample = "−∞" if heat.stage == "masked" else MASKED_MARK
-        text.append("   ")
-        text.append(sample, style=MASKED_STYLE)
-        text.append(f" {label(lang, 'heat_masked')}")
-    return text
+    return Legend(heat, lang, precision)
+
+
+class Legend:
+    """The legend of a stage's shading, drawn in the colours the terminal has."""
+
+    def __init__(self, heat: StageHeat, lang: Lang, precision: int) -> None:
+        self.heat = heat
+        self.lang = lang
+        self.precision = precision
+
+    def text(self, system: str | None = None) -> Text:
+        """The legend for a console of colour ``system`` (Rich's name; None: no colour)."""
+        heat, lang = self.heat, self.lang
+        # Gaps go at the end of a piece, never at the start of the next: SVG viewers drop
+        # leading blanks of a positioned text run.
+        text = Text.assemble((label(lang, "heat_low") + " ", "dim"))
+        for n, colour in enumerate(blocks := _scale_colours(system)):
+            text.append("█" if n < len(blocks) - 1 else "█ ", style=Style(color=colour))
+        text.append(label(lang, "heat_high") + "  ", style="dim")
+        lo, hi = format_number(heat.lo, self.precision), format_number(heat.hi, self.precision)
+        text.append(f"{lo} … {hi}")
+        if heat.stage == "softmax":
+            text.append(f"   {MAX_MARK} {label(lang, 'heat_max')}")
+        if heat.masked:
+            sample = "−∞" if heat.stage == "masked" else MASKED_MARK
+            text.append("   ")
+            text.append(sample, style=MASKED_STYLE)
+            text.append(f" {label(lang, 'heat_masked')}")
+        return text
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        yield self.text(console.color_system)
+
+    def __rich_measure__(self, console: Console, options: ConsoleOptions) -> Measurement:
+        return Measurement.get(console, options, self.text(console.color_system))
+
+
+def _scale_colours(system: str | None) -> list[str]:
+    """The colours of the legend's scale: 12 viridis samples, or the terminal's 10 steps."""
+    if system == "256":
+        return [f"color({n})" for n in PALETTE_256]
+    if system in STEPPED_SYSTEMS:
+        return list(PALETTE_16)
+    return [viridis(n / 11) for n in range(12)]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -704,7 +770,7 @@ def render_step_page(trace: Trace, k: int, options: RenderOptions) -> Group:
         Text.assemble((position, "bold reverse"), "  ", (names[k], "bold cyan")),
     ]
     if k == 0:
-        parts.append(render_header(trace))
+        parts.append(render_header(trace, options.lang))
     parts.append(render_stage(trace, trace[names[k]], options, _cells(trace, options)))
     keys = label(options.lang, "step_last" if k == n - 1 else "step_keys")
     parts.append(Text.assemble((position, "bold"), "   ", (keys, "dim")))
@@ -736,16 +802,28 @@ def record(renderable: RenderableType, width: int) -> Console:
     return console
 
 
-def to_html(renderable: RenderableType, width: int, title: str) -> str:
+def to_html(renderable: RenderableType, width: int, title: str, theme: Theme = "dark") -> str:
     """A standalone HTML page (inline CSS, no external resources)."""
     from html import escape as html_escape
 
-    page = record(renderable, width).export_html(inline_styles=True)
+    from attn_cli.present.svg import terminal_theme
+
+    console = record(renderable, width)
+    if theme == "dark":
+        page = console.export_html(inline_styles=True)
+    else:
+        page = console.export_html(theme=terminal_theme(theme), inline_styles=True)
     head = f"<title>{html_escape(safe(title))}</title>\n<meta charset"
     return page.replace("<meta charset", head, 1)  # the template's head comes first
 
 
-def to_svg(renderable: RenderableType, width: int, title: str) -> str:
-    """A standalone SVG image; the web-font URLs are dropped so nothing is fetched."""
-    svg = record(renderable, width).export_svg(title=safe(title), unique_id="attn")
-    return _FONT_URL.sub("", svg)  # text is escaped (&quot;), so only the template matches
+def to_svg(renderable: RenderableType, width: int, title: str, theme: Theme = "dark") -> str:
+    """A standalone SVG image that renders alike in browsers, librsvg and Inkscape; the web-font
+    URLs are dropped so nothing is fetched."""
+    from attn_cli.present.svg import place_text_runs, terminal_theme
+
+    svg = record(renderable, width).export_svg(
+        title=safe(title), theme=terminal_theme(theme), unique_id="attn"
+    )
+    svg = _FONT_URL.sub("", svg)  # text is escaped (&quot;), so only the template matches
+    return place_text_runs(svg)

@@ -1,8 +1,10 @@
-"""Step mode: one stage per screen, explained; keys move back and forth.
+"""Step mode: one stage per screen, explained; keys move between stages and scroll within one.
 
-Keys are read one at a time with the terminal in cbreak mode (no echo, no line buffering,
-Ctrl-C still interrupts); the terminal's settings are restored on every way out, including
-Ctrl-C, SIGTERM and SIGHUP. Without a terminal on standard input there is nothing to read keys
+Each page fits the terminal (see ``pager.py``): the title and the table's column headers stay on
+screen while the body scrolls. Keys are read one at a time with the terminal in cbreak mode (no
+echo, no line buffering, Ctrl-C still interrupts); the terminal's settings are restored on every
+way out: q/Esc, Ctrl-C, Ctrl-\\, SIGTERM, SIGHUP, and while suspended by Ctrl-Z. A resize redraws
+the page at the new size. Without a terminal on standard input there is nothing to read keys
 from, so step mode refuses to start instead of hanging.
 """
 
@@ -13,18 +15,21 @@ import select
 import signal
 import sys
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
+from dataclasses import replace
 from types import FrameType
-from typing import Literal
+from typing import TYPE_CHECKING
 
-from rich.console import Console
+from rich.console import Console, ScreenContext
+from rich.control import Control
+from rich.segment import SegmentLines
 
-from attn_cli.core.pipeline import Trace
 from attn_cli.errors import UsageError
 from attn_cli.present.options import RenderOptions
-from attn_cli.present.render import render_step_page, step_names
+from attn_cli.present.pager import Action, Deck, State, frame, press, type_key
 
-Action = Literal["next", "back", "quit"]
+if TYPE_CHECKING:
+    from attn_cli.core.pipeline import Trace
 
 KEYS: dict[bytes, Action] = {
     b"\r": "next",
@@ -32,18 +37,33 @@ KEYS: dict[bytes, Action] = {
     b" ": "next",
     b"\x1b[C": "next",  # →
     b"\x1bOC": "next",  # → in application cursor mode
-    b"\x1b[B": "next",  # ↓
-    b"\x1b[6~": "next",  # Page Down (a presenter's clicker sends it)
     b"n": "next",
     b"l": "next",
     b"\x1b[D": "back",  # ←
     b"\x1bOD": "back",
-    b"\x1b[A": "back",  # ↑
-    b"\x1b[5~": "back",  # Page Up
     b"b": "back",
     b"p": "back",
     b"h": "back",
     b"\x7f": "back",  # Backspace
+    b"\x08": "back",
+    b"\x1b[B": "down",  # ↓
+    b"\x1bOB": "down",
+    b"j": "down",
+    b"\x1b[A": "up",  # ↑
+    b"\x1bOA": "up",
+    b"k": "up",
+    b"\x1b[6~": "pgdn",  # Page Down (a presenter's clicker sends it)
+    b"\x1b[5~": "pgup",
+    b"\x1b[H": "home",
+    b"\x1bOH": "home",
+    b"\x1b[1~": "home",
+    b"\x1b[7~": "home",  # rxvt
+    b"\x1b[F": "end",
+    b"\x1bOF": "end",
+    b"\x1b[4~": "end",
+    b"\x1b[8~": "end",
+    b"g": "goto",
+    b"?": "help",
     b"q": "quit",
     b"Q": "quit",
     b"\x1b": "quit",  # Esc on its own
@@ -51,10 +71,13 @@ KEYS: dict[bytes, Action] = {
     b"\x04": "quit",  # Ctrl-D
 }
 ESC_WAIT = 0.05  # seconds to wait for the rest of an escape sequence after ESC
+Read = Callable[[], "bytes | None"]  # the next keypress's bytes; b"" at end; None: resized
 
 
 def split_keys(data: bytes) -> list[bytes]:
-    """Bytes read from the terminal as separate keys: ``b"\\x1b[Cq"`` -> ``[b"\\x1b[C", b"q"]``."""
+    """Bytes read from the terminal as separate keys: ``b"\\x1b[Cq"`` -> ``[b"\\x1b[C", b"q"]``.
+
+    A UTF-8 character is one key (typed at the go-to prompt)."""
     keys: list[bytes] = []
     i = 0
     while i < len(data):
@@ -62,21 +85,27 @@ def split_keys(data: bytes) -> list[bytes]:
             j = i + 2
             while j < len(data) and not (0x40 <= data[j] <= 0x7E):  # parameters, then final
                 j += 1
-            keys.append(data[i : j + 1])
-            i = j + 1
-        else:
-            keys.append(data[i : i + 1])
-            i += 1
+        else:  # one character: a UTF-8 lead byte says how many bytes follow
+            lead = data[i]
+            j = i + (3 if lead >= 0xF0 else 2 if lead >= 0xE0 else 1 if lead >= 0xC0 else 0)
+        keys.append(data[i : j + 1])
+        i = j + 1
     return keys
 
 
-def advance(k: int, n: int, action: Action) -> int:
-    """The page after ``action`` on page ``k`` of ``n``; the first and last pages hold."""
-    if action == "next":
-        return min(k + 1, n - 1)
-    if action == "back":
-        return max(k - 1, 0)
-    return k
+def on_key(deck: Deck, state: State, key: bytes, width: int, height: int) -> State | None:
+    """The state after one key on a ``width`` x ``height`` screen; None to quit."""
+    if state.help:
+        return replace(state, help=False)  # any key closes the help
+    state = replace(state, note="")
+    if state.typed is not None:
+        return type_key(deck, state, key.decode("utf-8", "replace"))
+    if key.isdigit():
+        return type_key(deck, replace(state, typed=""), key.decode())
+    action = KEYS.get(key)
+    if action == "quit":
+        return None
+    return state if action is None else press(deck, state, action, width, height)
 
 
 def stdin_terminal() -> int | None:
@@ -89,33 +118,77 @@ def stdin_terminal() -> int | None:
 
 
 @contextmanager
-def cbreak(fd: int) -> Iterator[Callable[[], bytes]]:
-    """The terminal in cbreak mode, with a function that reads what the next keypress sent."""
+def keyboard(fd: int, console: Console) -> Iterator[tuple[Read, ScreenContext]]:
+    """The terminal in cbreak mode on the alternate screen; a function that reads keys."""
     import termios
     import tty
 
     saved = termios.tcgetattr(fd)
+    wake_r, wake_w = os.pipe()  # a resize or a resume writes here; read() returns None
+    os.set_blocking(wake_w, False)
 
     def _exit_on_signal(signum: int, frame: FrameType | None) -> None:
         raise SystemExit(128 + signum)  # unwinds through the finally below
 
-    handlers = {s: signal.signal(s, _exit_on_signal) for s in (signal.SIGTERM, signal.SIGHUP)}
+    def _wake(signum: int, frame: FrameType | None) -> None:
+        with suppress(BlockingIOError):  # a wake-up is already pending
+            os.write(wake_w, b"!")
 
-    def read() -> bytes:
-        data = os.read(fd, 32)
+    def _suspend(signum: int, frame: FrameType | None) -> None:
+        """Ctrl-Z: give the shell its terminal back, stop, and take it again on fg."""
+        console.set_alt_screen(False)
+        console.show_cursor(True)
+        termios.tcsetattr(fd, termios.TCSADRAIN, saved)
+        signal.signal(signal.SIGTSTP, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGTSTP)  # stops here until continued
+        signal.signal(signal.SIGTSTP, _suspend)
+        tty.setcbreak(fd, termios.TCSANOW)
+        console.set_alt_screen(True)
+        console.show_cursor(False)
+        _wake(signum, frame)
+
+    handlers = {
+        s: signal.signal(s, h)
+        for s, h in (
+            (signal.SIGTERM, _exit_on_signal),
+            (signal.SIGHUP, _exit_on_signal),
+            (signal.SIGQUIT, _exit_on_signal),  # Ctrl-\
+            (signal.SIGWINCH, _wake),
+            (signal.SIGTSTP, _suspend),
+        )
+    }
+
+    def read() -> bytes | None:
+        ready, _, _ = select.select([fd, wake_r], [], [])
+        if wake_r in ready:
+            os.read(wake_r, 64)
+            return None
+        data = os.read(fd, 64)
         if data == b"\x1b":  # Esc alone, or the start of an arrow key's sequence?
             ready, _, _ = select.select([fd], [], [], ESC_WAIT)
             if ready:
-                data += os.read(fd, 32)
+                data += os.read(fd, 64)
         return data
 
     try:
         tty.setcbreak(fd, termios.TCSANOW)
-        yield read
+        with console.screen(hide_cursor=True) as screen:
+            yield read, screen
     finally:
         termios.tcsetattr(fd, termios.TCSADRAIN, saved)
         for sig, handler in handlers.items():
             signal.signal(sig, handler)
+        os.close(wake_r)
+        os.close(wake_w)
+
+
+def draw(console: Console, screen: ScreenContext, deck: Deck, state: State) -> None:
+    """The screen for ``state`` at the terminal's current size."""
+    width, height = console.size
+    lines = frame(deck, state, width, height)
+    with console:  # one write: no flicker
+        console.control(Control.home())
+        screen.update(SegmentLines(lines, new_lines=True))
 
 
 def run_steps(trace: Trace, options: RenderOptions, console: Console) -> int:
@@ -126,24 +199,20 @@ def run_steps(trace: Trace, options: RenderOptions, console: Console) -> int:
             "<stdin>", "--step", "standard input is not a terminal, so no keys can be read",
             "an interactive terminal (leave out --step to print every stage at once)",
         )  # fmt: skip
-    from dataclasses import replace
-
-    options = replace(options, explain=True)
-    n = len(step_names(trace, options))
-    k = 0
+    deck = Deck(trace, replace(options, explain=True), console)
+    state: State | None = State()
     try:
-        with cbreak(fd) as read, console.screen(hide_cursor=True):
-            while True:
-                console.clear()
-                console.print(render_step_page(trace, k, options))
+        with keyboard(fd, console) as (read, screen):
+            while state is not None:
+                draw(console, screen, deck, state)
                 data = read()
-                if not data:  # end of input: the terminal went away
+                if data == b"":  # end of input: the terminal went away
                     return 0
-                for key in split_keys(data):
-                    action = KEYS.get(key)
-                    if action == "quit":
-                        return 0
-                    if action is not None:
-                        k = advance(k, n, action)
+                for key in split_keys(data or b""):
+                    width, height = console.size
+                    state = on_key(deck, state, key, width, height)
+                    if state is None:
+                        break
+        return 0
     except KeyboardInterrupt:
         return 130

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from attn_cli.errors import printable
+from attn_cli.present.i18n import Lang, label
 
 if TYPE_CHECKING:
     from attn_cli.core.pipeline import Trace
@@ -67,66 +68,124 @@ def factor(x: float, precision: int) -> str:
     return f"({s})" if s.startswith(("-", "−")) else s
 
 
-def header_lines(trace: Trace) -> list[tuple[str, str]]:
+def header_lines(trace: Trace, lang: Lang = "en") -> list[tuple[str, str]]:
     """The configuration as (key, text) lines: shapes, heads, scale and masking semantics."""
     inp = trace.inputs
     lines: list[tuple[str, str]] = []
     if inp.description:
-        lines.append(("about", inp.description))
-    lines.append(("source", inp.source))
-    if inp.mode == "projection":
-        lines.append(("mode", "projection: Q = X·W_Q (X @ W; a torch nn.Linear weight is Wᵀ)"))
-    else:
-        lines.append(("mode", "direct: Q, K, V given"))
-    dims = [f"batch {inp.batch}" if inp.has_batch else "no batch axis"]
-    dims.append(f"seq_q {inp.seq_q}" if inp.seq_q != inp.seq_k else f"seq {inp.seq_q}")
+        lines.append((label(lang, "h_about"), inp.description))
+    lines.append((label(lang, "h_source"), inp.source))
+    mode = "mode_projection" if inp.mode == "projection" else "mode_direct"
+    lines.append((label(lang, "h_mode"), label(lang, mode)))
+    lines.append((label(lang, "h_shapes"), _dims(trace, lang)))
+    lines.append((label(lang, "h_heads"), _heads(trace, lang)))
+    lines.append((label(lang, "h_scale"), _scale(trace, lang)))
+    for i, text in enumerate(_masking(trace, lang)):
+        lines.append((label(lang, "h_masking") if i == 0 else "", text))
+    for i, text in enumerate(_conventions(trace, lang)):
+        lines.append((label(lang, "h_conventions") if i == 0 else "", text))
+    from attn_cli.present.explain_backward import upstream_line  # (it imports this module)
+
+    upstream = upstream_line(trace, lang)
+    if upstream is not None:
+        lines.append(upstream)
+    if trace.empty_rows:
+        lines.append((label(lang, "h_note"), label(lang, "note_empty_rows")))
+    return lines
+
+
+def _dims(trace: Trace, lang: Lang) -> str:
+    """``no batch axis, seq 3, d_model 4, d_k 2, d_v 2``."""
+    inp = trace.inputs
+    dims = [label(lang, "dim_batch", n=inp.batch) if inp.has_batch else label(lang, "dim_no_batch")]
     if inp.seq_q != inp.seq_k:
-        dims.append(f"seq_k {inp.seq_k}")
-    if inp.d_model is not None:
-        dims.append(f"d_model {inp.d_model}")
-    dims.append(f"d_k {inp.d_k}")
-    dims.append(f"d_v {inp.d_v}")
-    if inp.d_out is not None:
-        dims.append(f"d_out {inp.d_out}")
-    lines.append(("shapes", ", ".join(dims)))
-    heads = f"{inp.heads}"
-    if inp.kv_heads != inp.heads:
-        heads += (
-            f" query heads, {inp.kv_heads} key/value heads (grouped-query: head h reads "
-            f"kv head h // {inp.heads // inp.kv_heads})"
-        )
-    lines.append(("heads", heads))
-    default = 1 / math.sqrt(inp.d_k)
-    if trace.scale_source == "default":
-        scale = f"{trace.scale:.6g} = 1/√d_k (default, as torch SDPA)"
+        dims += [f"seq_q {inp.seq_q}", f"seq_k {inp.seq_k}"]
     else:
-        scale = f"{trace.scale:.6g} (from the fixture; 1/√d_k would be {default:.6g})"
-        if trace.scale == 1:
-            scale += ", unscaled as in the source article"
-    lines.append(("scale", scale))
+        dims.append(label(lang, "dim_seq", n=inp.seq_q))
+    sizes = (("d_model", inp.d_model), ("d_k", inp.d_k), ("d_v", inp.d_v), ("d_out", inp.d_out))
+    dims += [f"{name} {n}" for name, n in sizes if n is not None]
+    return label(lang, "list_sep").join(dims)
+
+
+def _heads(trace: Trace, lang: Lang) -> str:
+    inp = trace.inputs
+    if inp.kv_heads == inp.heads:
+        return f"{inp.heads}"
+    group = inp.heads // inp.kv_heads
+    return label(lang, "heads_grouped", heads=inp.heads, kv=inp.kv_heads, group=group)
+
+
+def _scale(trace: Trace, lang: Lang) -> str:
+    scale = f"{trace.scale:.6g}"
+    if trace.scale_source == "default":
+        return label(lang, "scale_default", scale=scale)
+    default = f"{1 / math.sqrt(trace.inputs.d_k):.6g}"
+    text = label(lang, "scale_given", scale=scale, default=default)
+    return text + (label(lang, "scale_unscaled") if trace.scale == 1 else "")
+
+
+def _masking(trace: Trace, lang: Lang) -> list[str]:
+    """What masks and biases the scores, one line each, and a note when they combine."""
+    inp = trace.inputs
     masking: list[str] = []
     if inp.causal == "upper-left":
-        masking.append("causal upper-left: query i sees keys j ≤ i (torch is_causal=True)")
+        masking.append(label(lang, "mask_upper_left"))
     elif inp.causal == "lower-right":
-        masking.append("causal lower-right: query i sees keys j ≤ i + seq_k − seq_q (KV cache)")
+        masking.append(label(lang, "mask_lower_right"))
     if inp.mask is not None:
-        masking.append(
-            "mask: true = may attend (torch SDPA's convention; nn.MultiheadAttention's is the "
-            "opposite)"
-        )
+        masking.append(label(lang, "mask_mask"))
     if inp.bias is not None:
-        masking.append("bias: added to the scaled scores (−∞ blocks a key)")
+        masking.append(label(lang, "mask_bias"))
     if inp.lengths is not None:
-        masking.append(
-            f"lengths {[int(n) for n in inp.lengths]}: keys past each length are padding"
-        )
+        masking.append(label(lang, "mask_lengths", lengths=[int(n) for n in inp.lengths]))
     if len(masking) > 1:
-        masking.append(
-            "these combine (torch SDPA refuses attn_mask with is_causal; attn allows it)"
-        )
-    for i, text in enumerate(masking):
-        lines.append(("masking" if i == 0 else "", text))
-    if trace.empty_rows:
-        lines.append(("note", "rows with nothing to attend to get all-zero weights (torch ≥ 2.5)"))
+        masking.append(label(lang, "mask_combine"))
+    return masking
 
-    return lines
+
+def _conventions(trace: Trace, lang: Lang) -> list[str]:
+    """Every modern convention in force, one line each: nothing for classic attention."""
+    inp = trace.inputs
+    out: list[str] = []
+    if inp.X_kv is not None:
+        out.append(label(lang, "conv_cross", d=inp.d_model_kv))
+    if inp.qk_norm is not None:
+        per_head = inp.qk_norm.q_weight.shape[0] == inp.d_k
+        over = label(lang, "conv_qk_head" if per_head else "conv_qk_whole")
+        out.append(label(lang, "conv_qk_norm", over=over, eps=f"{inp.qk_norm.eps:g}"))
+    if inp.rope is not None:
+        who = label(lang, f"conv_rope_{inp.rope.layout}")
+        layout = who.split(":")[0].split("：")[0]
+        out.append(
+            label(
+                lang,
+                "conv_rope",
+                layout=layout,
+                who=who.split(":")[-1].split("：")[-1].strip(),
+                base=f"{inp.rope.base:g}",
+                dims=inp.rope.dims,
+                d_k=inp.d_k,
+            )
+        )
+    if inp.rope is not None or inp.alibi is not None or inp.window is not None:
+        pos_q, pos_k = inp.token_positions()
+        out.append(label(lang, "conv_positions", q=_span(pos_q), k=_span(pos_k)))
+    if inp.window is not None:
+        out.append(label(lang, "conv_window", w=inp.window, left=inp.window - 1))
+    if inp.softcap is not None:
+        out.append(label(lang, "conv_softcap", cap=f"{inp.softcap:g}"))
+    if inp.alibi is not None:
+        out.append(label(lang, "conv_alibi", slopes=", ".join(f"{s:.4g}" for s in inp.alibi)))
+    if inp.sinks is not None:
+        out.append(label(lang, "conv_sinks"))
+    if inp.mask_value != -math.inf:
+        out.append(label(lang, "conv_mask_value", v=f"{inp.mask_value:g}"))
+    return out
+
+
+def _span(positions: Any) -> str:
+    """``0..4`` for consecutive positions, else the list."""
+    items = [int(p) for p in positions]
+    if len(items) > 2 and items == list(range(items[0], items[0] + len(items))):
+        return f"{items[0]}..{items[-1]}"
+    return ", ".join(str(p) for p in items)
