@@ -1,6 +1,7 @@
 """attn's benchmarks: ratios measured side by side, in one run, on this machine.
 
     python benchmarks/bench.py            # about two minutes; --reps N for steadier medians
+    python benchmarks/bench.py --sweep    # long sequences (issue 16); see --help
 
 Not part of the test run. Every measurement runs in a fresh subprocess whose environment has
 OPENBLAS_CORETYPE and OPENBLAS_L2_SIZE removed (they can pin OpenBLAS to a slow kernel) and
@@ -16,6 +17,16 @@ Times are medians of repetitions that alternate between the two sides of each ra
 4. rendering  elided 4096-token trace / the 3-token default, same shapes  target <= 3
 5. loading    the same 2048x512 (+ 3 x 512x64) arrays: YAML / JSON        target <= 2
               (and .npy references / JSON)
+
+--sweep: seq 1024..16384 (--max-seq stops earlier), float32 and float64, d_model 512, 8 heads,
+only ``output`` kept. Three subprocesses read the same whole-fixture .npz and write their output
+as .npz: ``attn trace FIXTURE.npz --stage output --format npz -o OUT``, a plain NumPy script
+computing one head at a time, and torch's CPU scaled_dot_product_attention (when torch imports in
+``--torch-python``). Wall time and peak RSS come from wait4 on each child. Every figure has a
+one-BLAS-thread line (OPENBLAS_NUM_THREADS=1, OMP_NUM_THREADS=1) beside it and the 1-minute load
+average at its runs; ``--busy`` runs ``python -c "while True: pass"`` during the measurement.
+Targets (issue 16): attn / NumPy <= 1.2 in wall time and <= 1 in peak memory at every seq;
+attn / torch <= 1 at 16384.
 """
 
 from __future__ import annotations
@@ -29,6 +40,8 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Collection
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -308,6 +321,263 @@ def write_memory_fixture(folder: Path) -> Path:
 
 
 # ---------------------------------------------------------------------------------------------
+# --sweep: long sequences, attn vs plain NumPy per head vs torch SDPA, each a subprocess
+
+SWEEP_SEQS = (1024, 2048, 4096, 8192, 16384)
+SWEEP_DTYPES = ("float32", "float64")
+BUSY_LOOP = "while True: pass"
+ONE_THREAD = {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+
+
+@dataclass(frozen=True)
+class Run:
+    """One subprocess: wall seconds, peak RSS bytes, 1-minute load average when it started."""
+
+    wall: float
+    rss: int
+    load: float
+
+
+def measure(cmd: list[str], env: dict[str, str]) -> Run:
+    """Run ``cmd`` to the end; wall time from here, peak RSS of that child alone from wait4."""
+    load = os.getloadavg()[0]
+    start = time.perf_counter()
+    proc = subprocess.Popen(cmd, env=env, cwd=ROOT, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE)  # fmt: skip
+    assert proc.stderr is not None
+    err = proc.stderr.read()  # small: a traceback at most; read before wait4 so it cannot block
+    _, status, usage = os.wait4(proc.pid, 0)
+    elapsed = time.perf_counter() - start
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    if proc.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd)} failed ({proc.returncode}):\n{err[-3000:]!r}")
+    return Run(elapsed, usage.ru_maxrss * 1024, load)  # ru_maxrss is in KiB on Linux
+
+
+def write_sweep_fixture(folder: Path, seq: int) -> Path:
+    """A whole-fixture .npz (docs/fixture-format.md): X, W_Q, W_K, W_V and heads, 0-d."""
+    import numpy as np
+
+    fx = fixture_arrays(seq, D_MODEL, HEADS, out=False)
+    path = folder / f"seq{seq}.npz"
+    arrays: dict[str, Any] = {k: np.asarray(v) for k, v in fx.items()}  # heads: a 0-d array
+    np.savez(path, **arrays)
+    return path
+
+
+def child_plain_heads(path: str, out: str, dtype: str) -> dict[str, Any]:
+    """The plain NumPy script: project, then one head at a time, each (T, T) matrix whole."""
+    import numpy as np
+
+    with np.load(path) as z:
+        X, W_Q, W_K, W_V = (z[k].astype(dtype) for k in ("X", "W_Q", "W_K", "W_V"))
+        H = int(z["heads"])
+    T, C = X.shape
+    d = C // H
+    q, k, v = X @ W_Q, X @ W_K, X @ W_V  # (T, C) each; head h owns columns h*d:(h+1)*d
+    output = np.empty((H, T, d), dtype)  # (H, T, d)
+    for h in range(H):
+        cols = slice(h * d, (h + 1) * d)
+        att = q[:, cols] @ k[:, cols].T  # (T, T)
+        att *= 1.0 / np.sqrt(d)
+        att -= att.max(axis=-1, keepdims=True)
+        np.exp(att, out=att)
+        att /= att.sum(axis=-1, keepdims=True)
+        output[h] = att @ v[:, cols]  # (T, d)
+    np.savez(out, output=output)
+    return {"shape": list(output.shape)}
+
+
+def child_torch_sdpa(path: str, out: str, dtype: str) -> dict[str, Any]:
+    """torch's CPU scaled_dot_product_attention on the same inputs, every head at once."""
+    import numpy as np
+    import torch
+    import torch.nn.functional as F
+
+    with np.load(path) as z:
+        X, W_Q, W_K, W_V = (
+            torch.from_numpy(z[k].astype(dtype)) for k in ("X", "W_Q", "W_K", "W_V")
+        )
+        H = int(z["heads"])
+    T, C = X.shape
+    with torch.no_grad():
+        q, k, v = ((X @ W).view(T, H, C // H).transpose(0, 1) for W in (W_Q, W_K, W_V))  # (H, T, d)
+        output = F.scaled_dot_product_attention(q, k, v)  # (H, T, d)
+    np.savez(out, output=output.numpy())
+    return {"threads": torch.get_num_threads(), "version": torch.__version__}
+
+
+def torch_python(given: str | None) -> str | None:
+    """An interpreter that imports torch: ``--torch-python``, else this one if it can."""
+    for py in (given, sys.executable):
+        if py and subprocess.run([py, "-c", "import torch"], capture_output=True).returncode == 0:
+            return py
+    return None
+
+
+@dataclass(frozen=True)
+class SweepRow:
+    """One (dtype, seq, BLAS threads) line: the medians of each side's runs."""
+
+    dtype: str
+    seq: int
+    threads: str  # "default" or "1"
+    runs: dict[str, list[Run]]  # side ("attn", "numpy", "torch") -> its runs
+
+    def wall(self, side: str) -> float:
+        return statistics.median(r.wall for r in self.runs[side])
+
+    def rss(self, side: str) -> float:
+        return statistics.median(r.rss for r in self.runs[side])
+
+    def load(self) -> tuple[float, float]:
+        loads = [r.load for runs in self.runs.values() for r in runs]
+        return min(loads), max(loads)
+
+
+def memory_available() -> int:
+    """MemAvailable from /proc/meminfo in bytes (a large number where there is none)."""
+    try:
+        lines = Path("/proc/meminfo").read_text().splitlines()
+    except OSError:
+        return 2**62
+    kib = next((int(line.split()[1]) for line in lines if line.startswith("MemAvailable:")), None)
+    return 2**62 if kib is None else kib * 1024
+
+
+def sdpa_fits(seq: int, dtype: str) -> bool:
+    """Whether torch's SDPA (it holds every head's (T, T) weights, twice) fits in half the RAM
+    that is free: measured 9.1 GB at seq 8192 in float64; a machine that is shared must not
+    be pushed into the OOM killer for a comparison column."""
+    itemsize = 4 if dtype == "float32" else 8
+    return 2 * HEADS * seq * seq * itemsize < memory_available() // 2
+
+
+def sweep_commands(
+    fixture: Path, out: Path, dtype: str, torch_py: str | None
+) -> dict[str, list[str]]:
+    py, me = sys.executable, str(Path(__file__).resolve())
+    cmds = {
+        "attn": [py, "-m", "attn_cli", "trace", str(fixture), "--stage", "output",
+                 "--format", "npz", "-o", str(out / "attn.npz"), "--dtype", dtype],
+        "numpy": [py, me, "--child", "plain_heads", str(fixture), str(out / "numpy.npz"), dtype],
+    }  # fmt: skip
+    if torch_py:
+        cmds["torch"] = [torch_py, me, "--child", "torch_sdpa", str(fixture),
+                         str(out / "torch.npz"), dtype]  # fmt: skip
+    return cmds
+
+
+def check_same_output(out: Path, sides: Collection[str], dtype: str) -> None:
+    """The three sides computed the same numbers (a benchmark of wrong math is no benchmark)."""
+    import numpy as np
+
+    with np.load(out / "attn.npz") as z:
+        ref = z["output"]
+    tol = 1e-4 if dtype == "float32" else 1e-9
+    for side in sides:
+        if side != "attn":
+            with np.load(out / f"{side}.npz") as z:
+                np.testing.assert_allclose(z["output"], ref, rtol=tol, atol=tol, err_msg=side)
+
+
+def sweep_seq(
+    fixture: Path, seq: int, out: Path, dtype: str, torch_py: str | None, reps: int
+) -> list[SweepRow]:
+    """Every side at the default BLAS threads and at one, interleaved, ``reps`` times."""
+    if torch_py and not sdpa_fits(seq, dtype):
+        print(f"  torch at seq {seq}, {dtype}: skipped, it would need "
+              f"{2 * HEADS * seq * seq * (4 if dtype == 'float32' else 8) / 2**30:.0f} GiB "
+              f"(half the free memory is {memory_available() / 2**31:.0f} GiB)")  # fmt: skip
+        torch_py = None
+    cmds = sweep_commands(fixture, out, dtype, torch_py)
+    envs = {"default": child_env(), "1": {**child_env(), **ONE_THREAD}}
+    runs: dict[str, dict[str, list[Run]]] = {t: {side: [] for side in cmds} for t in envs}
+    for _ in range(reps):
+        for threads, env in envs.items():
+            for side, cmd in cmds.items():
+                runs[threads][side].append(measure(cmd, env))
+    check_same_output(out, cmds, dtype)
+    return [SweepRow(dtype, seq, t, runs[t]) for t in envs]
+
+
+def print_sweep_row(row: SweepRow) -> None:
+    """One line: walls and their ratios, peak memory and its ratio, the load average."""
+    mib = 2**20
+    a, n = row.wall("attn"), row.wall("numpy")
+    text = f"{row.dtype:<8}{row.seq:>6}  {row.threads:>7}  attn {a:7.2f} s  numpy {n:7.2f} s  "
+    text += f"= {a / n:5.2f}"
+    if "torch" in row.runs:
+        t = row.wall("torch")
+        text += f"  torch {t:7.2f} s = {a / t:5.2f}"
+    ra, rn = row.rss("attn"), row.rss("numpy")
+    text += f"  | peak {ra / mib:6.0f} / {rn / mib:6.0f} MiB = {ra / rn:4.2f}"
+    if "torch" in row.runs:
+        text += f" (torch {row.rss('torch') / mib:.0f})"
+    lo, hi = row.load()
+    print(f"{text}  | load {lo:.2f}-{hi:.2f}", flush=True)
+
+
+def print_sweep_summary(rows: list[SweepRow], busy: bool) -> None:
+    """The issue's table: ratios by seq, default threads and (in brackets) one BLAS thread."""
+    seqs = sorted({r.seq for r in rows})
+    by = {(r.dtype, r.seq, r.threads): r for r in rows}
+    print(f"\nsummary ({'other core busy' if busy else 'no added load'}): default threads "
+          "[one BLAS thread]; targets: wall <= 1.2, peak <= 1, torch <= 1 at 16384")  # fmt: skip
+    print(f"{'':<40}" + "".join(f"{s:>16}" for s in seqs))
+    lines = [
+        ("attn / plain NumPy, wall, float64", "float64", "numpy", "wall"),
+        ("attn / plain NumPy, wall, float32", "float32", "numpy", "wall"),
+        ("attn / torch CPU SDPA, wall, float32", "float32", "torch", "wall"),
+        ("attn / torch CPU SDPA, wall, float64", "float64", "torch", "wall"),
+        ("attn / plain NumPy, peak memory, float64", "float64", "numpy", "rss"),
+        ("attn / plain NumPy, peak memory, float32", "float32", "numpy", "rss"),
+    ]
+    for label, dtype, side, what in lines:
+        cells = []
+        for seq in seqs:
+            pair = [by.get((dtype, seq, t)) for t in ("default", "1")]
+            if any(r is None or side not in r.runs for r in pair):
+                cells.append(f"{'-':>16}")
+                continue
+            ratio = [getattr(r, what)("attn") / getattr(r, what)(side) for r in pair if r]
+            cells.append(f"{ratio[0]:>8.2f} [{ratio[1]:.2f}]")
+        if any(c.strip() != "-" for c in cells):
+            print(f"{label:<40}" + "".join(cells))
+    loads = [x for r in rows for x in r.load()]
+    print(f"{'1-minute load average at the runs':<40}{min(loads):.2f} to {max(loads):.2f}")
+
+
+def sweep(args: argparse.Namespace) -> None:
+    """The long-sequence sweep of issue 16, quiet or with the other core busy."""
+    torch_py = torch_python(args.torch_python)
+    seqs = [s for s in SWEEP_SEQS if s <= args.max_seq]
+    print(f"attn sweep: d_model {D_MODEL}, {HEADS} heads, only output kept, "
+          f"median of {args.sweep_reps} interleaved runs; {os.cpu_count()} CPUs")  # fmt: skip
+    print(f"  torch: {torch_py or 'not importable (give --torch-python)'}")
+    busy = None
+    if args.busy:
+        busy = subprocess.Popen([sys.executable, "-c", BUSY_LOOP])
+        print(f"  busy: pid {busy.pid} runs {BUSY_LOOP!r} for the whole sweep")
+    rows: list[SweepRow] = []
+    try:
+        with tempfile.TemporaryDirectory() as tmp:
+            folder = Path(tmp)
+            for seq in seqs:
+                fixture = write_sweep_fixture(folder, seq)
+                for dtype in args.dtypes:
+                    for row in sweep_seq(fixture, seq, folder, dtype, torch_py, args.sweep_reps):
+                        rows.append(row)
+                        print_sweep_row(row)
+                fixture.unlink()
+    finally:
+        if busy is not None:
+            busy.kill()
+            busy.wait()
+    print_sweep_summary(rows, args.busy)
+
+
+# ---------------------------------------------------------------------------------------------
 # The parent: runs the children, prints the ratios
 
 
@@ -316,11 +586,20 @@ def main() -> None:
     parser.add_argument("--reps", type=int, default=5, help="repetitions per timing (median)")
     parser.add_argument("--startup-reps", type=int, default=15)
     parser.add_argument("--child", nargs="+", help=argparse.SUPPRESS)
+    parser.add_argument("--sweep", action="store_true", help="the long-sequence sweep instead")
+    parser.add_argument("--max-seq", type=int, default=SWEEP_SEQS[-1], help="sweep up to this seq")
+    parser.add_argument("--dtypes", nargs="+", choices=SWEEP_DTYPES, default=list(SWEEP_DTYPES))
+    parser.add_argument("--sweep-reps", type=int, default=3, help="runs per sweep figure")
+    parser.add_argument("--busy", action="store_true", help="keep one core busy while sweeping")
+    parser.add_argument("--torch-python", help="an interpreter with torch, for the SDPA column")
     args = parser.parse_args()
     if args.child:
         task, *rest = args.child
         result = globals()[f"child_{task}"](*(int(a) if a.isdigit() else a for a in rest))
         print(json.dumps(result))
+        return
+    if args.sweep:
+        sweep(args)
         return
 
     py = sys.executable
