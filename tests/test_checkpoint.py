@@ -421,7 +421,7 @@ def test_layer_out_of_range(tmp_path: Path) -> None:
     folder, cfg, t = _small_llama(tmp_path)
     path, _ = _hidden(tmp_path, 2, 8)
     msg = _error(_write(folder, cfg, t), layer=3, text=None, hidden=path)
-    assert "config.json: num_hidden_layers:" in msg and "--layer 3 is out of range" in msg
+    assert "config.json: num_hidden_layers:" in msg and "layer 3 is out of range" in msg
 
 
 @pytest.mark.parametrize(

@@ -181,7 +181,7 @@ def _check_layer(config: Config, key: str, layer: int) -> int:
     layers = config.whole(key)
     if not 0 <= layer < layers:
         raise config.error(
-            key, f"the model has {layers} layers, --layer {layer} is out of range",
+            key, f"the model has {layers} layers, layer {layer} is out of range",
             f"a layer between 0 and {layers - 1}",
         )  # fmt: skip
     return layers

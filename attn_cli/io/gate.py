@@ -258,7 +258,7 @@ class ArrayReader:
         if self.count > self.max_elements:
             raise InputError(
                 where, field, f"holds {size:,} numbers, too many for one fixture",
-                f"at most {self.max_elements:,} (see --max-elements)",
+                f"at most {self.max_elements:,}", option="max-elements",
             )  # fmt: skip
         if dtype.kind == "U":  # 8 million two-letter strings: 64 MiB here, 500 MiB as Python
             self.text_bytes += size * (dtype.itemsize + _STR_OVERHEAD)

@@ -39,8 +39,8 @@ class _Checker:
         self.max_elements = max_elements
         self.count = 0
 
-    def error(self, field: str, what: str, expected: str) -> InputError:
-        return InputError(self.source, field, what, expected)
+    def error(self, field: str, what: str, expected: str, option: str | None = None) -> InputError:
+        return InputError(self.source, field, what, expected, option=option)
 
     def shape_of(
         self, value: Any, name: str, leaf_ok: Any, leaf_doc: str = "a number", depth: int = 0
@@ -62,7 +62,7 @@ class _Checker:
             if self.count > self.max_elements:
                 raise self.error(
                     name, "the fixture holds too many numbers",
-                    f"at most {self.max_elements:,} (see --max-elements)",
+                    f"at most {self.max_elements:,}", "max-elements",
                 )  # fmt: skip
             for i, x in enumerate(value):
                 if isinstance(x, list):
@@ -126,7 +126,7 @@ class _Checker:
         if self.count > self.max_elements:
             raise self.error(
                 key, "the fixture holds too many numbers",
-                f"at most {self.max_elements:,} (see --max-elements)",
+                f"at most {self.max_elements:,}", "max-elements",
             )  # fmt: skip
         if value.ndim not in ndims:
             raise self.error(key, f"has {value.ndim} axes (shape {list(value.shape)})", shape_doc)
@@ -231,6 +231,55 @@ def _suggest(key: str, choices: Sequence[str]) -> str:
 
 def validate(obj: Any, source: str, *, max_elements: int = DEFAULT_MAX_ELEMENTS) -> Inputs:
     """Validate a parsed fixture mapping (values may be NumPy arrays) and build :class:`Inputs`."""
+    # 1) known string keys only; `key: null` means the key is omitted
+    obj = _known_keys(obj, source)
+    c = _Checker(source, max_elements)
+    heads = _positive_int(c, obj, "heads")
+    kv_heads = _positive_int(c, obj, "kv_heads")
+    # 2) the inputs: projection mode (X and weights) or direct mode (Q, K, V)
+    projection = _mode(c, obj) == "projection"
+    if projection:
+        arrays = _projection(c, obj, heads, kv_heads)
+    else:
+        arrays = _direct(c, obj, heads, kv_heads)
+    # 3) the output projection, the scale, what masks the scores, labels, variants
+    W_O, b_O = _output_projection(c, obj, arrays)
+    causal = _causal(c, obj)
+    target = (arrays["batch"], arrays["heads"], arrays["seq_q"], arrays["seq_k"])
+    mask = _mask(c, obj, target, arrays["has_batch"])
+    lengths = _lengths(c, obj, arrays["batch"], arrays["seq_k"], arrays["has_batch"])
+    tokens, key_tokens = _labels(c, obj, arrays["seq_q"], arrays["seq_k"])
+    variants = _variants(c, obj, arrays, causal, mask is not None or lengths is not None)
+    d_out = None if W_O is None else W_O.shape[1]
+    given: dict[str, Any] = {k: arrays.get(k) for k in _ARRAYS}  # what the mode produced
+    given.update({k: arrays[k] for k in _SIZES})
+    return Inputs(
+        source=source,
+        mode="projection" if projection else "direct",
+        name=_string(c, obj, "name"),
+        description=_string(c, obj, "description"),
+        tokens=tokens,
+        key_tokens=key_tokens,
+        W_O=W_O,
+        b_O=b_O,
+        scale=_scale(c, obj),
+        causal=causal,
+        mask=mask,
+        bias=_bias(c, obj, target, arrays["has_batch"]),
+        lengths=lengths,
+        expected=_expected(c, obj),
+        grad=_grad(c, obj, arrays, d_out) if "grad" in obj else None,
+        **given,
+        **variants,
+    )
+
+
+_SIZES = ("has_batch", "batch", "seq_q", "seq_k", "heads", "kv_heads", "d_k", "d_v")
+_ARRAYS = ("X", "W_Q", "W_K", "W_V", "b_Q", "b_K", "b_V", "Q", "K", "V", "X_kv")
+
+
+def _known_keys(obj: Any, source: str) -> dict[str, Any]:
+    """The mapping with every key known and a string, and null values left out."""
     if not isinstance(obj, Mapping):
         raise InputError(source, "", f"top level is {_describe(obj)}", "a mapping of fixture keys")
     for key in obj:
@@ -241,19 +290,15 @@ def validate(obj: Any, source: str, *, max_elements: int = DEFAULT_MAX_ELEMENTS)
                 source, _field(key), f"unknown key{_suggest(key, KNOWN_KEYS)}",
                 "one of " + ", ".join(KNOWN_KEYS),
             )  # fmt: skip
-    # `key: null` means the key is omitted.
-    obj = {
+    return {
         k: v if k in _FLOAT_KEYS and _numeric_array(v) else _plain(v)
         for k, v in obj.items()
         if v is not None
     }
-    c = _Checker(source, max_elements)
 
-    name = _string(c, obj, "name")
-    description = _string(c, obj, "description")
-    heads = _positive_int(c, obj, "heads")
-    kv_heads = _positive_int(c, obj, "kv_heads")
 
+def _mode(c: _Checker, obj: Mapping[str, Any]) -> str:
+    """``projection`` (X and weights) or ``direct`` (Q, K, V given); never both, never neither."""
     projection = [k for k in ("X", "W_Q", "W_K", "W_V", "b_Q", "b_K", "b_V") if k in obj]
     direct = [k for k in ("Q", "K", "V") if k in obj]
     if projection and direct:
@@ -265,111 +310,76 @@ def validate(obj: Any, source: str, *, max_elements: int = DEFAULT_MAX_ELEMENTS)
         raise c.error(
             "", "no inputs", "X with W_Q, W_K, W_V (projection mode) or Q, K, V (direct mode)"
         )
-
-    if projection:
-        arrays = _projection(c, obj, heads, kv_heads)
-    else:
-        if "X_kv" in obj:
-            raise c.error(
-                "X_kv", "given in direct mode (Q, K, V)",
-                "X_kv only with X, W_Q, W_K, W_V (projection mode): K and V come from X_kv",
-            )  # fmt: skip
-        arrays = _direct(c, obj, heads, kv_heads)
-    batch, seq_q, seq_k = arrays["batch"], arrays["seq_q"], arrays["seq_k"]
-    heads, kv_heads = arrays["heads"], arrays["kv_heads"]
-
-    W_O = b_O = None
-    if "W_O" in obj:
-        W_O = c.floats(
-            obj, "W_O", (2,), f"shape [heads*d_v, d_out] = [{heads * arrays['d_v']}, d_out]"
-        )
-        if W_O.shape[0] != heads * arrays["d_v"]:
-            raise c.error(
-                "W_O", f"has {W_O.shape[0]} rows",
-                f"heads*d_v = {heads}*{arrays['d_v']} = {heads * arrays['d_v']} rows",
-            )  # fmt: skip
-        if "b_O" in obj:
-            b_O = _vector(c, obj, "b_O", W_O.shape[1], "d_out (columns of W_O)")
-    elif "b_O" in obj:
-        raise c.error("b_O", "given without W_O", "W_O [heads*d_v, d_out] alongside b_O")
-
-    scale = None
-    if "scale" in obj:
-        s = obj["scale"]
-        if not _number(s):
-            raise c.error("scale", f"got {_describe(s)}", "a number > 0")
-        try:
-            finite = math.isfinite(float(s))
-        except OverflowError:  # an int beyond float64
-            finite = False
-        if not finite or s <= 0:
-            raise c.error("scale", f"is {s}", "a finite number > 0 (omit it for 1/sqrt(d_k))")
-        scale = float(s)
-
-    causal = _causal(c, obj)
-    target = (batch, heads, seq_q, seq_k)
-    mask = _mask(c, obj, target, arrays["has_batch"])
-    bias = None
-    if "bias" in obj:
-        bias = c.floats(
-            obj, "bias", (0, 1, 2, 3, 4),
-            "at most 4 axes, broadcastable to [batch, heads, seq_q, seq_k]",
-            allow=("-inf",),
+    if direct and "X_kv" in obj:
+        raise c.error(
+            "X_kv", "given in direct mode (Q, K, V)",
+            "X_kv only with X, W_Q, W_K, W_V (projection mode): K and V come from X_kv",
         )  # fmt: skip
-        bad = np.isnan(bias) | (bias == np.inf)
-        if bad.any():
-            pos = tuple(int(i) for i in np.argwhere(bad)[0])
-            where = "".join(f"[{i}]" for i in pos)
-            raise c.error(f"bias{where}", f"is {bias[pos]}", "a finite number or -inf")
-        _check_broadcast(c, "bias", bias.shape, target, arrays["has_batch"])
-    lengths = _lengths(c, obj, batch, seq_k, arrays["has_batch"])
+    return "projection" if projection else "direct"
 
+
+def _output_projection(
+    c: _Checker, obj: Mapping[str, Any], arrays: Mapping[str, Any]
+) -> tuple[FloatArray | None, FloatArray | None]:
+    """W_O [heads*d_v, d_out] and b_O [d_out], when given."""
+    heads, d_v = arrays["heads"], arrays["d_v"]
+    if "W_O" not in obj:
+        if "b_O" in obj:
+            raise c.error("b_O", "given without W_O", "W_O [heads*d_v, d_out] alongside b_O")
+        return None, None
+    W_O = c.floats(obj, "W_O", (2,), f"shape [heads*d_v, d_out] = [{heads * d_v}, d_out]")
+    if W_O.shape[0] != heads * d_v:
+        raise c.error(
+            "W_O", f"has {W_O.shape[0]} rows", f"heads*d_v = {heads}*{d_v} = {heads * d_v} rows"
+        )
+    b_O = _vector(c, obj, "b_O", W_O.shape[1], "d_out (columns of W_O)") if "b_O" in obj else None
+    return W_O, b_O
+
+
+def _scale(c: _Checker, obj: Mapping[str, Any]) -> float | None:
+    """The fixture's scale (a finite number > 0), or None for 1/sqrt(d_k)."""
+    if "scale" not in obj:
+        return None
+    s = obj["scale"]
+    if not _number(s):
+        raise c.error("scale", f"got {_describe(s)}", "a number > 0")
+    try:
+        finite = math.isfinite(float(s))
+    except OverflowError:  # an int beyond float64
+        finite = False
+    if not finite or s <= 0:
+        raise c.error("scale", f"is {s}", "a finite number > 0 (omit it for 1/sqrt(d_k))")
+    return float(s)
+
+
+def _bias(
+    c: _Checker, obj: Mapping[str, Any], target: tuple[int, ...], has_batch: bool
+) -> FloatArray | None:
+    """An additive bias broadcastable to [batch, heads, seq_q, seq_k]; -inf allowed."""
+    if "bias" not in obj:
+        return None
+    bias = c.floats(
+        obj, "bias", (0, 1, 2, 3, 4),
+        "at most 4 axes, broadcastable to [batch, heads, seq_q, seq_k]", allow=("-inf",),
+    )  # fmt: skip
+    bad = np.isnan(bias) | (bias == np.inf)
+    if bad.any():
+        pos = tuple(int(i) for i in np.argwhere(bad)[0])
+        where = "".join(f"[{i}]" for i in pos)
+        raise c.error(f"bias{where}", f"is {bias[pos]}", "a finite number or -inf")
+    _check_broadcast(c, "bias", bias.shape, target, has_batch)
+    return bias
+
+
+def _labels(
+    c: _Checker, obj: Mapping[str, Any], seq_q: int, seq_k: int
+) -> tuple[tuple[str, ...] | None, tuple[str, ...] | None]:
+    """Query and key tokens; keys share the queries' when self-attention gives none."""
     tokens = _tokens(c, obj, "tokens", seq_q, "seq_q (one per query position)")
     key_tokens = _tokens(c, obj, "key_tokens", seq_k, "seq_k (one per key position)")
     if key_tokens is None and tokens is not None and seq_q == seq_k:
         key_tokens = tokens
-
-    expected = _expected(c, obj)
-    variants = _variants(c, obj, arrays, causal, mask is not None or lengths is not None)
-    grad = _grad(c, obj, arrays, None if W_O is None else W_O.shape[1]) if "grad" in obj else None
-
-    return Inputs(
-        source=source,
-        mode="projection" if projection else "direct",
-        has_batch=arrays["has_batch"],
-        batch=batch,
-        seq_q=seq_q,
-        seq_k=seq_k,
-        heads=heads,
-        kv_heads=kv_heads,
-        d_k=arrays["d_k"],
-        d_v=arrays["d_v"],
-        name=name,
-        description=description,
-        tokens=tokens,
-        key_tokens=key_tokens,
-        X=arrays.get("X"),
-        W_Q=arrays.get("W_Q"),
-        W_K=arrays.get("W_K"),
-        W_V=arrays.get("W_V"),
-        b_Q=arrays.get("b_Q"),
-        b_K=arrays.get("b_K"),
-        b_V=arrays.get("b_V"),
-        Q=arrays.get("Q"),
-        K=arrays.get("K"),
-        V=arrays.get("V"),
-        W_O=W_O,
-        b_O=b_O,
-        scale=scale,
-        causal=causal,
-        mask=mask,
-        bias=bias,
-        lengths=lengths,
-        expected=expected,
-        X_kv=arrays.get("X_kv"),
-        grad=grad,
-        **variants,
-    )
+    return tokens, key_tokens
 
 
 def _string(c: _Checker, obj: Mapping[str, Any], key: str) -> str:

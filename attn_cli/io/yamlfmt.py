@@ -155,9 +155,14 @@ def _check_aliases(written: int, expanded: int, source: str, max_elements: int) 
     limit = min(cap, max(ALIAS_FREE, ALIAS_FACTOR * written))
     if expanded <= limit:
         return
-    if limit == cap:
-        why = "see --max-elements"
-    elif limit == ALIAS_FREE:
+    if limit == cap:  # the element limit itself: the CLI names its flag
+        raise InputError(
+            source, "",
+            f"the document expands to too many values (YAML aliases turn {written:,} values "
+            f"written into {expanded:,})",
+            f"at most {limit:,} values once aliases are expanded", option="max-elements",
+        )  # fmt: skip
+    if limit == ALIAS_FREE:
         why = "aliases may repeat parts of a fixture, not multiply it"
     else:
         why = f"{ALIAS_FACTOR} times the values written"
