@@ -142,15 +142,49 @@ def limit_memory(limit: int = 1 << 30) -> Callable[[], None]:
 # Markers kept honest
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Property tests (hypothesis ``@given``) are ``slow`` by rule: the whole suite runs them."""
-    if "hypothesis" not in sys.modules:
-        return
+# The fast subset (`pytest -m fast`, under 5 s): the math, the fixture format, the CLI and the
+# checks; the exhaustive suites (attacks, every fixture x every format, graders' mistake
+# catalogues, finite differences, pagers, exports) run in the whole suite.
+FAST_MODULES = frozenset({
+    "test_pipeline", "test_variants_math", "test_fixture_format", "test_stage_limit",
+    "test_check", "test_cli", "test_npy", "test_dtype", "test_flash_decode",
+    "test_variants_pipeline", "test_examples", "test_new", "test_heatmap", "test_reports",
+})  # fmt: skip
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--fast", action="store_true", help="only the fast subset (FAST_MODULES, under 5 s)"
+    )
+
+
+def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
+    """With --fast, the other test modules are not even imported."""
+    if config.getoption("--fast") and collection_path.suffix == ".py":
+        return collection_path.stem.startswith("test_") and collection_path.stem not in FAST_MODULES
+    return None
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Property tests (hypothesis ``@given``) are ``slow`` by rule: the whole suite runs them.
+
+    Tests of FAST_MODULES that are neither slow nor start a process are marked ``fast``; with
+    --fast, the others are deselected.
+    """
     from hypothesis import is_hypothesis_test
 
+    deselected = []
     for item in items:
         if isinstance(item, pytest.Function) and is_hypothesis_test(item.obj):
             item.add_marker(pytest.mark.slow)
+        quick = not any(item.get_closest_marker(m) for m in ("slow", "subprocess"))
+        if item.path.stem in FAST_MODULES and quick:
+            item.add_marker(pytest.mark.fast)
+        elif config.getoption("--fast"):
+            deselected.append(item)
+    if deselected:
+        config.hook.pytest_deselected(items=deselected)
+        items[:] = [item for item in items if item not in deselected]
 
 
 def _unmarked_process(*args: Any, **kwargs: Any) -> Any:
