@@ -113,11 +113,9 @@ def _scores_formula(inputs: Inputs) -> str:
     return f"scores = {_query_key('Q', inputs)}·{_query_key('K', inputs)}ᵀ"
 
 
-def _masked_formula(inputs: Inputs) -> str:
-    source = "capped" if inputs.softcap is not None else "scaled"
-    text = f"masked = {source}" + (" + bias" if inputs.bias is not None else "")
-    text += " + alibi" if inputs.alibi is not None else ""
-    why = [
+def _not_allowed_by(inputs: Inputs) -> list[str]:
+    """What hides keys from a query: ``causal upper-left``, ``window 3``, ``mask``, ``lengths``."""
+    return [
         name
         for name, given in (
             (f"causal {inputs.causal}", inputs.causal is not None),
@@ -127,6 +125,13 @@ def _masked_formula(inputs: Inputs) -> str:
         )
         if given
     ]
+
+
+def _masked_formula(inputs: Inputs) -> str:
+    source = "capped" if inputs.softcap is not None else "scaled"
+    text = f"masked = {source}" + (" + bias" if inputs.bias is not None else "")
+    text += " + alibi" if inputs.alibi is not None else ""
+    why = _not_allowed_by(inputs)
     fill = _number(inputs.mask_value)
     return text + (f", {fill} where not allowed ({', '.join(why)})" if why else "")
 
@@ -244,16 +249,7 @@ def _d_logits(inputs: Inputs) -> str:
 
 def _d_masked(inputs: Inputs) -> str:
     text = f"d_masked = {_d_logits(inputs)}"
-    why = [
-        name
-        for name, given in (
-            (f"causal {inputs.causal}", inputs.causal is not None),
-            (f"window {inputs.window}", inputs.window is not None),
-            ("mask", inputs.mask is not None),
-            ("lengths", inputs.lengths is not None),
-        )
-        if given
-    ]
+    why = _not_allowed_by(inputs)
     return text + (f", 0 where not allowed ({', '.join(why)})" if why else "")
 
 
