@@ -111,6 +111,7 @@ ALLOWED = [
     *("Gemma", "BLOOM", "slope", "FlashAttention", "scaled_dot_product_attention", "log-sum-exp"),
     *("QK-norm", "Qwen3", "OLMo", "HF", "rotate_half", "Meta", "llama", "Mistral", "gpt-oss"),
     *("Press", "window_size", "pos_q", "pos_k", "softcap", "logit", "d_model_kv", "d_k"),
+    *("mask_value", "sliding_window"),  # a fixture key and HF's config field
 ]
 
 

@@ -2,6 +2,7 @@
 
 import shlex
 from dataclasses import replace
+from enum import Enum
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Optional
 
@@ -71,6 +72,82 @@ ForceOption = Annotated[
 ]
 
 
+class RopeLayout(str, Enum):
+    """The two ways of pairing dimensions for RoPE."""
+
+    half = "half"
+    interleaved = "interleaved"
+
+
+_VARIANTS = "Modern variants"
+RopeOption = Annotated[
+    Optional[RopeLayout],  # noqa: UP045
+    typer.Option(
+        "--rope", metavar="half|interleaved", show_default=False, rich_help_panel=_VARIANTS,
+        help="Rotary position embedding of Q and K: half pairs i with i + d_k/2 (HF), "
+        "interleaved pairs 2i with 2i+1 (Meta's llama).",
+    ),
+]  # fmt: skip
+RopeBaseOption = Annotated[
+    Optional[float],  # noqa: UP045
+    typer.Option(
+        "--rope-base", metavar="B", show_default=False, rich_help_panel=_VARIANTS,
+        help="RoPE base (default 10000): angle = position × B^(−2i/dims). Needs --rope.",
+    ),
+]  # fmt: skip
+RopeDimsOption = Annotated[
+    Optional[int],  # noqa: UP045
+    typer.Option(
+        "--rope-dims", metavar="N", show_default=False, rich_help_panel=_VARIANTS,
+        help="Rotate only the first N (even) dimensions of each head (partial rotary). "
+        "Needs --rope.",
+    ),
+]  # fmt: skip
+WindowOption = Annotated[
+    Optional[int],  # noqa: UP045
+    typer.Option(
+        "--window", min=1, metavar="N", show_default=False, rich_help_panel=_VARIANTS,
+        help="Sliding window: each query sees at most N keys, itself included (Mistral). "
+        "Needs --causal.",
+    ),
+]  # fmt: skip
+SoftcapOption = Annotated[
+    Optional[float],  # noqa: UP045
+    typer.Option(
+        "--softcap", metavar="C", show_default=False, rich_help_panel=_VARIANTS,
+        help="Logit soft-capping: C·tanh(scaled/C) before the mask (Gemma 2 uses 50).",
+    ),
+]  # fmt: skip
+SinksOption = Annotated[
+    bool, typer.Option("--sinks", rich_help_panel=_VARIANTS,
+                       help="A random sink logit per head, joined to each softmax row (gpt-oss).")
+]  # fmt: skip
+QkNormOption = Annotated[
+    bool, typer.Option("--qk-norm", rich_help_panel=_VARIANTS,
+                       help="RMSNorm of each head of Q and K, with random weights (Qwen3).")
+]  # fmt: skip
+AlibiOption = Annotated[
+    bool, typer.Option("--alibi", rich_help_panel=_VARIANTS,
+                       help="ALiBi: a distance penalty per head instead of positions (BLOOM).")
+]  # fmt: skip
+CrossOption = Annotated[
+    Optional[int],  # noqa: UP045
+    typer.Option(
+        "--cross", min=1, max=MAX_SEQ, metavar="N", show_default=False,
+        rich_help_panel=_VARIANTS,
+        help="Cross-attention: keys and values from X_kv, N encoder tokens.",
+    ),
+]  # fmt: skip
+MaskValueOption = Annotated[
+    Optional[float],  # noqa: UP045
+    typer.Option(
+        "--mask-value", metavar="V", show_default=False, rich_help_panel=_VARIANTS,
+        help="Fill hidden places with V (e.g. -1e4) instead of −∞, to see it leak. "
+        "Needs --causal.",
+    ),
+]  # fmt: skip
+
+
 def new(
     file: FileArgument,
     seq: SeqOption = None,
@@ -83,6 +160,16 @@ def new(
     batch: BatchOption = None,
     causal: CausalOption = False,
     seed: SeedOption = 0,
+    rope: RopeOption = None,
+    rope_base: RopeBaseOption = None,
+    rope_dims: RopeDimsOption = None,
+    window: WindowOption = None,
+    softcap: SoftcapOption = None,
+    sinks: SinksOption = False,
+    qk_norm: QkNormOption = False,
+    alibi: AlibiOption = False,
+    cross: CrossOption = None,
+    mask_value: MaskValueOption = None,
     force: ForceOption = False,
     quiet: QuietOption = False,
 ) -> None:
@@ -99,6 +186,16 @@ def new(
       attn new gqa.yaml --heads 4 --kv-heads 2 --w-o  # grouped-query, projected
 
       attn new big.npz --seq 256 --d-model 1024       # big: NumPy, not YAML
+
+      attn new llama.yaml --rope half --causal        # Llama: RoPE, causal
+
+      attn new mistral.yaml --causal --window 3       # a sliding window of 3
+
+      attn new gemma.yaml --softcap 50                # Gemma 2 logit capping
+
+      attn new leak.yaml --causal --mask-value -1e4   # a sentinel that leaks
+
+      attn new seq2seq.yaml --cross 6 --w-o           # encoder-decoder
     """
     from attn_cli.io.fixture import parse_fixture
     from attn_cli.io.new import FIXTURE_SUFFIXES, NewFixture, new_fixture
@@ -114,23 +211,72 @@ def new(
             "", "--kv-heads", f"{kv_heads} does not divide --heads {heads}",
             "a number of key/value heads that divides the number of heads",
         )  # fmt: skip
+    _check_variants(causal, rope, rope_base, rope_dims, window, softcap, mask_value)
     refuse_overwrite(file, force)
     spec = NewFixture(
         seq=len(names) if names else seq or 5, d_model=d_model, d_k=d_k, heads=heads,
         batch=batch, causal=causal, seed=seed, tokens=names, kv_heads=kv_heads, w_o=w_o,
+        rope=None if rope is None else rope.value, rope_base=rope_base, rope_dims=rope_dims,
+        window=window, softcap=softcap, sinks=sinks, qk_norm=qk_norm, alibi=alibi,
+        cross=cross, mask_value=mask_value,
     )  # fmt: skip
-    # What we write must load: the tokens and settings, checked on a copy with 1-wide arrays
+    # What we write must load: the tokens and settings, checked on a copy with 1-wide rows
     # (the numbers are repr()s of floats; parsing 256 x 1024 of them back would take 20 s).
-    small = new_fixture(replace(spec, d_model=1, d_k=1), file.name)
+    # d_k stays: RoPE's dims and QK-norm's weights are checked against it.
+    small = new_fixture(replace(spec, d_model=1), file.name)
     try:
         parse_fixture(small, str(file), fmt="yaml")
     except InputError as e:
-        if names is None or not e.field.startswith("tokens"):
+        option = next((o for f, o in _FIELD_OPTIONS if e.field.startswith(f)), None)
+        if option is None or (option == "--tokens" and names is None):
             raise
-        raise UsageError("", "--tokens", e.what, e.expected) from None
+        raise UsageError("", option, e.what, e.expected) from None
     _write(file, spec, force)
     shown = shlex.quote(printable(str(file)))
     note(f"Wrote {shown}; trace it with: attn trace {shown} --explain", quiet=quiet)
+
+
+# A fixture field the loader refuses, and the option that set it.
+_FIELD_OPTIONS = (
+    ("tokens", "--tokens"), ("rope.dims", "--rope-dims"), ("rope.base", "--rope-base"),
+    ("window", "--window"), ("softcap", "--softcap"), ("mask_value", "--mask-value"),
+)  # fmt: skip
+
+
+def _check_variants(
+    causal: bool,
+    rope: Optional[RopeLayout],  # noqa: UP045
+    rope_base: Optional[float],  # noqa: UP045
+    rope_dims: Optional[int],  # noqa: UP045
+    window: Optional[int],  # noqa: UP045
+    softcap: Optional[float],  # noqa: UP045
+    mask_value: Optional[float],  # noqa: UP045
+) -> None:
+    """The combinations that make no sense, as one-line usage errors naming the option."""
+    import math
+
+    for option, value in (("--rope-base", rope_base), ("--softcap", softcap)):
+        if value is not None and not math.isfinite(value):
+            raise UsageError("", option, f"is {value}", "a finite number > 0")
+    if mask_value is not None and math.isnan(mask_value):
+        raise UsageError("", "--mask-value", "is nan", "-inf or a negative number such as -1e4")
+    if rope is None:
+        for option, given in (("--rope-base", rope_base), ("--rope-dims", rope_dims)):
+            if given is not None:
+                raise UsageError(
+                    "", option, "given without --rope", f"--rope half|interleaved with {option}"
+                )
+    if not causal:
+        if window is not None:
+            raise UsageError(
+                "", "--window", "given without --causal",
+                "--causal alongside --window (a sliding window looks back only)",
+            )  # fmt: skip
+        if mask_value is not None:
+            raise UsageError(
+                "", "--mask-value", "given but nothing is masked",
+                "--causal alongside --mask-value (it fills the places a query may not see)",
+            )  # fmt: skip
 
 
 def _tokens(text: Optional[str], seq: Optional[int]) -> Optional[tuple[str, ...]]:  # noqa: UP045

@@ -95,3 +95,33 @@ def warn_empty_rows(result: "Trace", most: int = 5, *, quiet: bool = False) -> N
         typer.echo(
             f"Warning: ... and {len(rows) - most} more rows with nothing to attend to", err=True
         )
+
+
+def warn_sentinel_rows(result: "Trace", most: int = 5, *, quiet: bool = False) -> None:
+    """A warning on stderr for each row a finite mask_value let weight leak into (none if quiet).
+
+    At most ``most`` rows, then a count: a leaking sentinel is usually a whole-fixture matter.
+    """
+    rows = result.sentinel_rows
+    if quiet or not rows:
+        return
+    source = printable(result.inputs.source)
+    value = f"{result.inputs.mask_value:g}"
+    for row in rows[:most]:
+        where = [f"batch {row.batch}"] if result.inputs.has_batch else []
+        label = printable(result.query_labels[row.query])
+        where += [f"head {row.head}", f"query {row.query} {label!r}"]
+        what = (
+            f"no key may be attended, but mask_value {value} made the row uniform "
+            "(with -inf its weights would be 0)"
+            if row.uniform
+            else f"mask_value {value} let {row.leaked:.4g} of the weight through to keys it "
+            "should hide (with -inf they would get 0)"
+        )
+        typer.echo(f"Warning: {source}: softmax[{', '.join(where)}]: {what}", err=True)
+    if len(rows) > most:
+        typer.echo(
+            f"Warning: ... and {len(rows) - most} more rows where mask_value {value} let weight "
+            "through",
+            err=True,
+        )

@@ -12,6 +12,8 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+import numpy as np
+
 from attn_cli.core.pipeline import Trace
 from attn_cli.core.stages import SPECS, softmax_input
 from attn_cli.present.i18n import Lang, axis_name, label
@@ -249,17 +251,13 @@ def _explain_masked(c: _Context) -> _Parts:
     """The explanation of masked."""
     trace = c.trace
     inp = c.trace.inputs
-    lang = c.lang
-    shape_of = c.shape_of
-    formula: tuple[str, ...]
-    inputs: tuple[str, ...]
-    meaning: list[str] = []
-    formula = _masked_formula(trace, lang)
-    inputs = (shape_of("scaled"),)
+    formula = _masked_formula(trace, c.lang)
+    inputs: tuple[str, ...] = (c.shape_of(_logits(trace)),)
     if inp.bias is not None:
         inputs += (f"bias {list(inp.bias.shape)}",)
-    meaning.extend(_masked_meaning(trace, lang))
-    return formula, inputs, meaning
+    if "alibi" in trace:
+        inputs += (c.shape_of("alibi"),)
+    return formula, inputs, _masked_meaning(trace, c.lang)
 
 
 def _explain_softmax(c: _Context) -> _Parts:
@@ -271,10 +269,17 @@ def _explain_softmax(c: _Context) -> _Parts:
     inputs: tuple[str, ...]
     meaning: list[str] = []
     x = softmax_input(trace.inputs)
-    formula = (
-        f"softmax[i, j] = e^({x}[i, j] − m_i) / Σ_k e^({x}[i, k] − m_i)",
-        f"m_i = max_k {x}[i, k]" + ("，即第 i 行的最大值" if zh else ", the maximum of row i"),
-    )
+    if trace.inputs.sinks is None:
+        formula = (
+            f"softmax[i, j] = e^({x}[i, j] − m_i) / Σ_k e^({x}[i, k] − m_i)",
+            f"m_i = max_k {x}[i, k]" + ("，即第 i 行的最大值" if zh else ", the maximum of row i"),
+        )
+    else:
+        formula = (
+            f"softmax[i, j] = e^({x}[i, j] − m_i) / (Σ_k e^({x}[i, k] − m_i) + e^(sink − m_i))",
+            f"m_i = max(max_k {x}[i, k], sink)"
+            + ("，sink 是这个头学到的 logit" if zh else ", sink the head's learned logit"),
+        )
     inputs = (shape_of(x),)
     meaning.append(
         "每一行变成一组权重：先取指数，再除以这一行指数的总和。权重都不小于 0"
@@ -300,6 +305,7 @@ def _explain_softmax(c: _Context) -> _Parts:
         else "A row of weights says how one query divides its attention among the keys: "
         "the bigger the weight, the larger that key's share of the result."
     )
+    meaning += _sink_meaning(c) + _sentinel_meaning(c)
     if trace.empty_rows:
         meaning.append(
             "有的行所有键都被遮住，这个查询没有可看的对象：它的权重全部记为 0，"
@@ -309,6 +315,52 @@ def _explain_softmax(c: _Context) -> _Parts:
             "its weights are all 0 (as torch SDPA does since 2.5), never NaN."
         )
     return formula, inputs, meaning
+
+
+def _sink_meaning(c: _Context) -> list[str]:
+    """With sinks: where the rest of each row's mass went, with the trace's numbers."""
+    sinks = c.trace.inputs.sinks
+    if sinks is None:
+        return []
+    kept = c.trace["softmax"].data.sum(axis=-1)  # (..., H, T): each row's kept mass
+    dropped = 1.0 - kept
+    low, high = (short_number(float(f(dropped)), c.precision) for f in (np.min, np.max))
+    return [_en_zh(
+        c,
+        "Sinks (gpt-oss): each head's learned logit sink joins every row for the softmax and "
+        "is dropped after it, so a row's weights sum to 1 − d_i, where d_i = "
+        f"e^(sink − m_i) / (Σ_k e^(x_k − m_i) + e^(sink − m_i)) is the mass the sink took. "
+        f"Here d_i runs from {low} to {high}. That mass reaches no value: a query can "
+        "attend to nothing much without being forced onto some key.",
+        "sinks（gpt-oss）：每个头学到的 logit sink 加入每一行参与 softmax，之后被丢掉，"
+        "所以每一行的权重之和是 1 − d_i，其中 d_i = "
+        "e^(sink − m_i) / (Σ_k e^(x_k − m_i) + e^(sink − m_i)) 是 sink 拿走的份额。"
+        f"这里 d_i 介于 {low} 和 {high} 之间。这部分份额不落到任何值上："
+        "查询可以几乎什么都不看，而不必被迫集中到某个键上。",
+    )]  # fmt: skip
+
+
+def _sentinel_meaning(c: _Context) -> list[str]:
+    """With a finite mask_value: how many rows it let weight leak into, from the trace."""
+    rows = c.trace.sentinel_rows
+    if not rows:
+        return []
+    v = short_number(c.trace.inputs.mask_value, c.precision)
+    uniform = sum(r.uniform for r in rows)
+    leaked = (
+        short_number(max(r.leaked for r in rows if not r.uniform), c.precision)
+        if len(rows) > uniform
+        else "0"
+    )
+    return [_en_zh(
+        c,
+        f"The mask value {v} is a finite sentinel, not −∞: {len(rows) - uniform} rows gave hidden "
+        f"keys weight (up to {leaked}), and {uniform} rows with no allowed key became uniform "
+        "instead of zero. With −∞ every hidden weight is exactly 0.",
+        f"遮盖值 {v} 是有限的哨兵值，不是 −∞：有 {len(rows) - uniform} 行把权重分给了不该看的键"
+        f"（最多 {leaked}），还有 {uniform} 行没有可看的键，却变成了均匀分布而不是全 0。"
+        "用 −∞ 时，被遮住的权重正好是 0。",
+    )]  # fmt: skip
 
 
 def _explain_output(c: _Context) -> _Parts:
@@ -570,26 +622,58 @@ _QKV: dict[Lang, dict[str, str]] = {
 }
 
 
+def _logits(trace: Trace) -> str:
+    """What ``masked`` starts from: capped with softcap, else scaled."""
+    return "capped" if trace.inputs.softcap is not None else "scaled"
+
+
+def _blocks(trace: Trace) -> bool:
+    """Whether anything stops a query attending some key (causal, window, mask, lengths)."""
+    inp = trace.inputs
+    return inp.causal is not None or inp.mask is not None or inp.lengths is not None
+
+
 def _masked_formula(trace: Trace, lang: Lang) -> tuple[str, ...]:
     inp = trace.inputs
-    bias = " + bias" if inp.bias is not None else ""
-    blocked = inp.causal is not None or inp.mask is not None or inp.lengths is not None
-    if not blocked:
-        return (f"masked = scaled{bias}",)
-    where = "，不允许看的位置为 −∞" if lang == "zh" else ", −∞ where a key may not be attended"
-    return (f"masked = scaled{bias}{where}",)
+    terms = _logits(trace) + (" + bias" if inp.bias is not None else "")
+    terms += " + alibi" if inp.alibi is not None else ""
+    if not _blocks(trace):
+        return (f"masked = {terms}",)
+    fill = short_number(inp.mask_value, 6)
+    where = (
+        f"，不允许看的位置为 {fill}"
+        if lang == "zh"
+        else f", {fill} where a key may not be attended"
+    )
+    return (f"masked = {terms}{where}",)
 
 
 def _masked_meaning(trace: Trace, lang: Lang) -> list[str]:
     inp = trace.inputs
     zh = lang == "zh"
-    out = [
-        "查询不允许看的位置，分数被换成 −∞。因为 e^−∞ = 0，这些键在 softmax 之后的权重正好是 0，"
-        "它们的内容一点也不会混进结果。"
-        if zh
-        else "Where a query may not look, the score becomes −∞. Since e^−∞ = 0, those keys get "
-        "a weight of exactly 0 after softmax, and none of their content leaks into the result."
-    ]
+    out = []
+    if inp.mask_value != -math.inf and _blocks(trace):
+        v = short_number(inp.mask_value, 6)
+        out.append(
+            f"查询不允许看的位置，分数被换成配置文件的 mask_value {v}，而不是 −∞。"
+            f"e^({v} − m) 很小，但不是 0：允许看的分数接近 {v} 时，被遮住的键也会分到权重；"
+            "一行里没有可看的键时，这一行会变成均匀分布，而不是全 0。"
+            "这正是 −∞ 和“空行记为 0”规则存在的原因。"
+            if zh
+            else f"Where a query may not look, the score becomes the fixture's mask_value {v}, "
+            f"not −∞. e^({v} − m) is tiny but not 0: where the allowed scores come near {v}, "
+            "hidden keys get weight, and a row with no allowed key becomes uniform instead of "
+            "zero. This is why −∞ and the zero-row rule exist."
+        )
+    elif _blocks(trace) or inp.bias is not None:
+        out.append(
+            "查询不允许看的位置，分数被换成 −∞。因为 e^−∞ = 0，"
+            "这些键在 softmax 之后的权重正好是 0，它们的内容一点也不会混进结果。"
+            if zh
+            else "Where a query may not look, the score becomes −∞. Since e^−∞ = 0, those keys "
+            "get a weight of exactly 0 after softmax, and none of their content leaks into the "
+            "result."
+        )
     if inp.causal == "upper-left":
         out.append(
             "因果遮盖：第 i 个词只能看它自己和它前面的词（j ≤ i），不能偷看后面的词。"
@@ -604,6 +688,24 @@ def _masked_meaning(trace: Trace, lang: Lang) -> list[str]:
             if zh
             else "Causal, aligned bottom-right: query i sees keys j ≤ i + seq_k − seq_q, as new "
             "tokens do when they read a cache of earlier keys and values."
+        )
+    if inp.window is not None:
+        w = inp.window
+        out.append(
+            f"滑动窗口 window = {w}：查询只看满足 0 ≤ pos_q − pos_k < {w} 的键，最多 {w} 个，"
+            f"包括它自己（HF/Mistral 的 sliding_window；FlashAttention 写作 "
+            f"window_size=({w - 1}, 0)）。"
+            if zh
+            else f"Sliding window {w}: a query sees only keys with 0 ≤ pos_q − pos_k < {w}, at "
+            f"most {w} keys, itself included (HF/Mistral sliding_window; FlashAttention's "
+            f"window_size=({w - 1}, 0))."
+        )
+    if inp.alibi is not None:
+        out.append(
+            "alibi：每个头按查询与键的距离扣分，在这里加到分数上（见 alibi 这一步）。"
+            if zh
+            else "alibi: each head's distance penalty (the alibi stage) is added to the scores "
+            "here."
         )
     if inp.mask is not None:
         out.append(
@@ -644,6 +746,7 @@ class _Cell:
     lang: Lang
     precision: int
     full: bool
+    stage: str = ""
 
     @property
     def q_label(self) -> str:
@@ -666,6 +769,12 @@ class _Cell:
     def n(self, x: float) -> str:
         return short_number(x, self.precision)
 
+    def g(self, x: float) -> str:
+        """A factor such as base^(−2i/dims) or a slope: ``precision`` significant digits."""
+        if x == int(x) and abs(x) < 1e15:
+            return str(int(x))
+        return f"{x:.{self.precision}g}"
+
 
 def cell_text(
     trace: Trace,
@@ -677,7 +786,7 @@ def cell_text(
 ) -> CellText | None:
     """The part of the worked cell that belongs under ``stage``, or None if none does."""
     part = CELL_TEXTS.get(stage)
-    return None if part is None else part(_Cell(trace, cell, lang, precision, full))
+    return None if part is None else part(_Cell(trace, cell, lang, precision, full, stage))
 
 
 def _cell_scores(c: _Cell) -> CellText | None:
@@ -700,7 +809,7 @@ def _cell_scores(c: _Cell) -> CellText | None:
         title,
         (
             label(lang, "cell_dot"),
-            f"scores{at} = Q[{q_label}]·K[{k_label}] = {_sum(terms, full)}"
+            f"scores{at} = {cell.q_name}[{q_label}]·{cell.k_name}[{k_label}] = {_sum(terms, full)}"
             f" = {_sum(products, full)} = {n(cell.score)}",
         ),
     )
@@ -724,23 +833,112 @@ def _cell_scaled(c: _Cell) -> CellText | None:
 
 
 def _cell_masked(c: _Cell) -> CellText | None:
-    """The worked cell under ``masked``."""
+    """The worked cell under ``masked``: the logit, plus bias and ALiBi, or the fill."""
     cell = c.cell
     if cell.masked is None:
         return None
-    lang = c.lang
-    precision = c.precision
-    at = c.at
-    title = c.title
-    n = c.n
+    at, n = c.at, c.n
+    source = "capped" if cell.capped is not None else "scaled"
+    value = cell.capped if cell.capped is not None else cell.scaled
+    names, numbers = [f"{source}{at}"], [n(value)]
+    for name, term in (("bias", cell.bias), ("alibi", cell.alibi)):
+        if term is not None:
+            names.append(f"{name}{at}")
+            numbers.append(factor(term, c.precision))
     lines = []
-    if cell.bias is not None:
-        lines.append(label(lang, "cell_bias"))
-        lines.append(f"scaled{at} + bias{at} = {n(cell.scaled)} + {factor(cell.bias, precision)}")
-    blocked = cell.masked == -math.inf
-    lines.append(f"masked{at} = {n(cell.masked)}")
-    lines.append(label(lang, "cell_blocked" if blocked else "cell_open"))
-    return CellText(title, tuple(lines))
+    if len(names) > 1:
+        lines.append(label(c.lang, "cell_bias" if cell.alibi is None else "cell_add_alibi"))
+        total = math.fsum([value, cell.bias or 0.0, cell.alibi or 0.0])
+        lines.append(f"{' + '.join(names)} = {' + '.join(numbers)} = {n(total)}")
+    if not cell.allowed:
+        lines.append(f"masked{at} = {n(cell.masked)}")
+        if cell.mask_value == -math.inf:
+            lines.append(label(c.lang, "cell_blocked"))
+        else:
+            lines.append(label(c.lang, "cell_blocked_value", v=n(cell.mask_value)))
+        return CellText(c.title, tuple(lines))
+    shown = f"masked{at} = {names[0]} = {n(cell.masked)}" if len(names) == 1 else None
+    lines.append(shown or f"masked{at} = {n(cell.masked)}")
+    lines.append(label(c.lang, "cell_blocked" if cell.masked == -math.inf else "cell_open"))
+    return CellText(c.title, tuple(lines))
+
+
+def _cell_rot(c: _Cell) -> CellText | None:
+    """The worked cell under ``Q_rot`` or ``K_rot``: the query's (key's) row, pair by pair."""
+    cell = c.cell
+    rot = cell.q_rot if c.stage == "Q_rot" else cell.k_rot
+    if rot is None:
+        return None
+    token = c.q_label if c.stage == "Q_rot" else c.k_label
+    g = c.g
+    lines = [label(c.lang, "cell_rot", stage=rot.stage, source=rot.source, token=token,
+                   pos=rot.position, base=g(rot.base), dims=rot.dims)]  # fmt: skip
+    count = len(rot.pairs)
+    picked: list[int | None] = list(range(count))
+    if not c.full and count > 2:
+        picked = [0, None, count - 1] if count > 3 else [0, 1, count - 1]
+    for i in picked:
+        if i is None:
+            lines.append(f"… ({label(c.lang, 'full_hint', e='…')})")
+            continue
+        pair = rot.pairs[i]
+        a, b = factor(pair.a, c.precision), factor(pair.b, c.precision)
+        cos, sin = factor(pair.cos, c.precision), factor(pair.sin, c.precision)
+        lines.append(label(
+            c.lang, "cell_rot_pair", i=i, d1=pair.first, d2=pair.second,
+            angle=f"{rot.position} × {g(rot.base)}^(−{2 * i}/{rot.dims}) = {rot.position} × "
+            f"{g(pair.inv_freq)} = {g(pair.angle)}",
+            cos=c.n(pair.cos), sin=c.n(pair.sin),
+        ))  # fmt: skip
+        name = f"{rot.stage}[{token}, "
+        lines.append(
+            f"{name}{pair.first}] = a·cos − b·sin = {a}×{cos} − {b}×{sin} = {c.n(pair.rotated_a)}"
+        )
+        lines.append(
+            f"{name}{pair.second}] = a·sin + b·cos = {a}×{sin} + {b}×{cos} = {c.n(pair.rotated_b)}"
+        )
+    if rot.passed:
+        lines.append(
+            label(c.lang, "cell_rot_pass", start=rot.dims, end=rot.dims + len(rot.passed) - 1)
+        )
+    return CellText(c.title, tuple(lines))
+
+
+def _cell_capped(c: _Cell) -> CellText | None:
+    """The worked cell under ``capped``: cap·tanh(scaled / cap) with the numbers."""
+    cell = c.cell
+    if cell.softcap is None or cell.capped is None:
+        return None
+    n, at = c.n, c.at
+    cap = n(cell.softcap)
+    ratio = cell.scaled / cell.softcap
+    return CellText(
+        c.title,
+        (
+            label(c.lang, "cell_cap", cap=cap),
+            f"capped{at} = {cap} × tanh(scaled{at} / {cap}) = {cap} × tanh({n(cell.scaled)} / "
+            f"{cap}) = {cap} × tanh({n(ratio)}) = {cap} × {n(math.tanh(ratio))} = "
+            f"{n(cell.capped)}",
+        ),
+    )
+
+
+def _cell_alibi(c: _Cell) -> CellText | None:
+    """The worked cell under ``alibi``: −slope × |pos_q − pos_k| with the numbers."""
+    cell = c.cell
+    if cell.slope is None or cell.alibi is None:
+        return None
+    n = c.n
+    pos_q, pos_k = cell.positions
+    slope = c.g(cell.slope)
+    return CellText(
+        c.title,
+        (
+            label(c.lang, "cell_alibi", head=cell.head),
+            f"alibi{c.at} = −{slope} × |{pos_q} − {pos_k}| = −{slope} × {abs(pos_q - pos_k)} = "
+            f"{n(cell.alibi)}",
+        ),
+    )
 
 
 def _cell_softmax(c: _Cell) -> CellText | None:
@@ -749,17 +947,20 @@ def _cell_softmax(c: _Cell) -> CellText | None:
     cell = c.cell
     lang = c.lang
     precision = c.precision
-    full = c.full
     q_label = c.q_label
-    k_label = c.k_label
     title = c.title
     n = c.n
-    x = "masked" if cell.masked is not None else "scaled"
     if cell.parts is None:
         return CellText(title, (label(lang, "cell_row_empty", query=q_label),))
     parts = cell.parts
-    header = (label(lang, "col_key"), x, "x − m", "e^(x − m)", label(lang, "col_weight"))
-    keys = _pick(len(cell.row), full, keep=cell.key)
+    header = (
+        label(lang, "col_key"),
+        cell.row_name,
+        "x − m",
+        "e^(x − m)",
+        label(lang, "col_weight"),
+    )
+    keys = _pick(len(cell.row), c.full, keep=cell.key)
     rows = tuple(
         ("…",) * 5
         if j is None
@@ -772,23 +973,27 @@ def _cell_softmax(c: _Cell) -> CellText | None:
         )
         for j in keys
     )
-    return CellText(
-        title,
-        (label(lang, "cell_row", query=q_label, m=n(parts.row_max)),),
-        header=header,
-        rows=rows,
-        footer=(
-            label(
-                lang,
-                "cell_exp_sum",
-                total=n(parts.total),
-                query=q_label,
-                key=k_label,
-                e=short_number(parts.exps[cell.key], precision),
-                weight=short_number(cell.weights[cell.key], precision),
+    head = label(lang, "cell_row", query=q_label, m=n(parts.row_max))
+    footer = [
+        label(lang, "cell_exp_sum", total=n(parts.total), query=q_label, key=c.k_label,
+              e=short_number(parts.exps[cell.key], precision),
+              weight=short_number(cell.weights[cell.key], precision)),
+    ]  # fmt: skip
+    if cell.sink is not None:
+        head = label(lang, "cell_row_sink", query=q_label, m=n(parts.row_max), sink=n(cell.sink))
+        dropped = parts.sink_exp / parts.total
+        rows += (
+            (
+                label(lang, "col_sink"),
+                n(cell.sink),
+                n(cell.sink - parts.row_max),
+                short_number(parts.sink_exp, precision),
+                f"({short_number(dropped, precision)})",
             ),
-        ),
-    )
+        )
+        footer.append(label(lang, "cell_sink_dropped", d=short_number(dropped, precision),
+                            kept=short_number(1 - dropped, precision)))  # fmt: skip
+    return CellText(title, (head,), header=header, rows=rows, footer=tuple(footer))
 
 
 def _cell_output(c: _Cell) -> CellText | None:
@@ -824,6 +1029,10 @@ CELL_TEXTS: dict[str, Callable[[_Cell], CellText | None]] = {
     "scaled": _cell_scaled,
     "masked": _cell_masked,
     "softmax": _cell_softmax,
+    "Q_rot": _cell_rot,
+    "K_rot": _cell_rot,
+    "capped": _cell_capped,
+    "alibi": _cell_alibi,
     "output": _cell_output,
 }
 

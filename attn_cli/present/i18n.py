@@ -45,6 +45,29 @@ LABELS: dict[Lang, dict[str, str]] = {
         "cell_bias": "plus the bias:",
         "cell_blocked": "this key may not be attended: −∞, so its weight will be exactly 0",
         "cell_open": "this key may be attended: the value passes unchanged",
+        "cell_blocked_value": (
+            "this key may not be attended, but the fixture fills it with {v}, not −∞: its "
+            "weight will be small, yet not 0"
+        ),
+        "cell_add_alibi": "plus the ALiBi bias:",
+        "cell_rot": (
+            "{stage}[{token}] rotates {source}[{token}] at position {pos}: pair i turns by "
+            "angle = {pos} × {base}^(−2i/{dims}), (a, b) → (a·cos − b·sin, a·sin + b·cos)"
+        ),
+        "cell_rot_pair": (
+            "pair {i}, dimensions ({d1}, {d2}): angle = {angle}; cos = {cos}, sin = {sin}"
+        ),
+        "cell_rot_pass": "dimensions {start} to {end} pass through unchanged (partial rotary)",
+        "cell_cap": "soft-capping squeezes the score into (−{cap}, {cap}):",
+        "cell_alibi": "head {head}'s ALiBi bias: −slope × |query position − key position|",
+        "cell_row_sink": (
+            "softmax over the row of {query} with the head's sink {sink} joined: m = the "
+            "maximum of the row and the sink = {m}"
+        ),
+        "cell_sink_dropped": (
+            "the sink took {d} of the row and is dropped: the kept weights sum to {kept}"
+        ),
+        "col_sink": "(sink)",
         "cell_row": "softmax over the row of {query}: m = the row maximum = {m}",
         "cell_row_empty": "every key of the row of {query} is masked: all its weights are 0",
         "cell_exp_sum": "Σ e^(x − m) = {total}; softmax[{query}, {key}] = {e} / {total} = {weight}",
@@ -148,6 +171,24 @@ LABELS: dict[Lang, dict[str, str]] = {
         "cell_bias": "加上偏置：",
         "cell_blocked": "这个键不允许看：记为 −∞，它的权重将正好是 0",
         "cell_open": "这个键允许看：数值原样保留",
+        "cell_blocked_value": (
+            "这个键不允许看，但配置文件填的是 {v} 而不是 −∞：它的权重很小，却不是 0"
+        ),
+        "cell_add_alibi": "加上 ALiBi 偏置：",
+        "cell_rot": (
+            "{stage}[{token}] 把 {source}[{token}] 按位置 {pos} 旋转：第 i 对转过 "
+            "angle = {pos} × {base}^(−2i/{dims})，(a, b) → (a·cos − b·sin, a·sin + b·cos)"
+        ),
+        "cell_rot_pair": "第 {i} 对，第 ({d1}, {d2}) 维：angle = {angle}；cos = {cos}，sin = {sin}",
+        "cell_rot_pass": "第 {start} 到第 {end} 维不旋转，原样保留（部分旋转）",
+        "cell_cap": "软截断把分数压进 (−{cap}, {cap})：",
+        "cell_alibi": "头 {head} 的 ALiBi 偏置：−slope × |查询位置 − 键位置|",
+        "cell_row_sink": (
+            "对 {query} 这一行做 softmax，并入这个头的 sink {sink}："
+            "m = 这一行与 sink 中的最大值 = {m}"
+        ),
+        "cell_sink_dropped": "sink 拿走了这一行的 {d}，随后被丢掉：保留的权重之和为 {kept}",
+        "col_sink": "（sink）",
         "cell_row": "对 {query} 这一行做 softmax：m = 这一行的最大值 = {m}",
         "cell_row_empty": "{query} 这一行的键全被遮住：权重全部为 0",
         "cell_exp_sum": "Σ e^(x − m) = {total}；softmax[{query}, {key}] = {e} / {total} = {weight}",

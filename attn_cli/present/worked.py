@@ -16,6 +16,8 @@ import numpy as np
 
 from attn_cli.core.pipeline import Trace
 from attn_cli.core.stages import softmax_input
+from attn_cli.core.steps import allowed_positions
+from attn_cli.core.variants import rope_inv_freq, rope_pairs
 from attn_cli.errors import UsageError
 
 
@@ -36,6 +38,36 @@ class SoftmaxParts:
     exps: tuple[float, ...]
     total: float
     sink_exp: float = 0.0  # e^(sink − m): in the sum, but no key's weight (gpt-oss sinks)
+
+
+@dataclass(frozen=True)
+class RotatedPair:
+    """One pair (a, b) of a row rotated by RoPE, with the trace's rotated values."""
+
+    index: int  # i: angle = position × base^(−2i/dims)
+    first: int  # the dimension of a
+    second: int  # the dimension of b (i + dims/2 in half layout, 2i + 1 interleaved)
+    inv_freq: float  # base^(−2i/dims)
+    angle: float  # position × inv_freq
+    cos: float
+    sin: float
+    a: float  # the source row at ``first``
+    b: float  # the source row at ``second``
+    rotated_a: float  # Q_rot (or K_rot) at ``first``, from the trace: a·cos − b·sin
+    rotated_b: float  # at ``second``, from the trace: a·sin + b·cos
+
+
+@dataclass(frozen=True)
+class Rotation:
+    """One row of Q_rot or K_rot taken apart, pair by pair."""
+
+    stage: str  # Q_rot or K_rot
+    source: str  # what was rotated: Q (K), or Q_norm (K_norm) with QK-norm
+    position: int  # the token position the angles are taken at
+    base: float
+    dims: int  # the rotated dimensions (partial rotary: fewer than d_k)
+    pairs: tuple[RotatedPair, ...]
+    passed: tuple[float, ...]  # dimensions dims..d_k−1, passed through unchanged
 
 
 @dataclass(frozen=True)
@@ -60,6 +92,19 @@ class WorkedCell:
     weights: tuple[float, ...]  # softmax[query, :] from the trace
     values: tuple[tuple[float, ...], ...]  # V rows of this head, one per key
     output: tuple[float, ...]  # output[query] from the trace
+    q_name: str = "Q"  # the stage the scores read for Q: Q_rot, Q_norm or Q
+    k_name: str = "K"
+    q_rot: Rotation | None = None  # with RoPE: the query's row of Q_rot taken apart
+    k_rot: Rotation | None = None  # with RoPE: the key's row of K_rot taken apart
+    softcap: float | None = None  # the fixture's softcap
+    capped: float | None = None  # capped[query, key] from the trace
+    positions: tuple[int, int] = (0, 0)  # (query position, key position)
+    slope: float | None = None  # ALiBi: this head's slope
+    alibi: float | None = None  # alibi[query, key] from the trace
+    allowed: bool = True  # whether the query may attend the key (causal, window, mask, lengths)
+    mask_value: float = -math.inf  # what fills a place that is not allowed
+    row_name: str = "scaled"  # the stage the softmax reads: masked, capped or scaled
+    sink: float | None = None  # gpt-oss: this head's sink logit
 
 
 def dot_terms(q: Sequence[float], k: Sequence[float]) -> tuple[float, ...]:
@@ -96,48 +141,100 @@ def row_sums_for_display(matrix: np.ndarray) -> tuple[float, ...]:
 def worked_cells(trace: Trace, ref: CellRef) -> list[WorkedCell]:
     """The worked cell for ``ref`` in every batch item and head, read from the trace."""
     inp = trace.inputs
-    groups = inp.heads // inp.kv_heads
-    cells = []
-    for b in range(inp.batch):
-        lead = (b,) if inp.has_batch else ()
-        for h in range(inp.heads):
-            kv = h // groups  # grouped-query: query head h reads key/value head h // groups
-            at = (*lead, h, ref.query)  # a query row of a (batch?, head, query, ...) stage
-            cell = (*at, ref.key)
-            kv_key = (*lead, kv, ref.key)
-            kv_all = (*lead, kv)
-            q = tuple(float(x) for x in trace[_read(trace, "Q")].data[at])
-            k = tuple(float(x) for x in trace[_read(trace, "K")].data[kv_key])
-            row = tuple(float(x) for x in trace[softmax_input(inp)].data[at])
-            sink = None if inp.sinks is None else float(inp.sinks[h])
-            cells.append(
-                WorkedCell(
-                    batch=b if inp.has_batch else None,
-                    head=h,
-                    kv_head=kv,
-                    query=ref.query,
-                    key=ref.key,
-                    q=q,
-                    k=k,
-                    products=dot_terms(q, k),
-                    score=float(trace["scores"].data[cell]),
-                    scale=trace.scale,
-                    scaled=float(trace["scaled"].data[cell]),
-                    bias=_bias_at(trace, b, h, ref),
-                    masked=(float(trace["masked"].data[cell]) if "masked" in trace else None),
-                    row=row,
-                    parts=softmax_parts(row, sink),
-                    weights=tuple(float(x) for x in trace["softmax"].data[at]),
-                    values=tuple(tuple(float(x) for x in r) for r in trace["V"].data[kv_all]),
-                    output=tuple(float(x) for x in trace["output"].data[at]),
-                )
-            )
-    return cells
+    return [_worked_cell(trace, ref, b, h) for b in range(inp.batch) for h in range(inp.heads)]
+
+
+def _worked_cell(trace: Trace, ref: CellRef, b: int, h: int) -> WorkedCell:
+    """The worked cell of batch item ``b``, head ``h``."""
+    inp = trace.inputs
+    lead = (b,) if inp.has_batch else ()
+    kv = h // (inp.heads // inp.kv_heads)  # grouped-query: head h reads kv head h // groups
+    at = (*lead, h, ref.query)  # a query row of a (batch?, head, query, ...) stage
+    cell = (*at, ref.key)
+    kv_key = (*lead, kv, ref.key)
+    kv_all = (*lead, kv)
+    q_name, k_name = _read(trace, "Q"), _read(trace, "K")
+    q = tuple(float(x) for x in trace[q_name].data[at])
+    k = tuple(float(x) for x in trace[k_name].data[kv_key])
+    row = tuple(float(x) for x in trace[softmax_input(inp)].data[at])
+    sink = None if inp.sinks is None else float(inp.sinks[h])
+    pos_q, pos_k = inp.token_positions()
+    return WorkedCell(
+        batch=b if inp.has_batch else None,
+        head=h,
+        kv_head=kv,
+        query=ref.query,
+        key=ref.key,
+        q=q,
+        k=k,
+        products=dot_terms(q, k),
+        score=float(trace["scores"].data[cell]),
+        scale=trace.scale,
+        scaled=float(trace["scaled"].data[cell]),
+        bias=_bias_at(trace, b, h, ref),
+        masked=(float(trace["masked"].data[cell]) if "masked" in trace else None),
+        row=row,
+        parts=softmax_parts(row, sink),
+        weights=tuple(float(x) for x in trace["softmax"].data[at]),
+        values=tuple(tuple(float(x) for x in r) for r in trace["V"].data[kv_all]),
+        output=tuple(float(x) for x in trace["output"].data[at]),
+        q_name=q_name,
+        k_name=k_name,
+        q_rot=_rotation(trace, "Q", at, int(pos_q[ref.query])),
+        k_rot=_rotation(trace, "K", kv_key, int(pos_k[ref.key])),
+        softcap=inp.softcap,
+        capped=float(trace["capped"].data[cell]) if "capped" in trace else None,
+        positions=(int(pos_q[ref.query]), int(pos_k[ref.key])),
+        slope=None if inp.alibi is None else float(inp.alibi[h]),
+        alibi=float(trace["alibi"].data[cell]) if "alibi" in trace else None,
+        allowed=_allowed(trace, b, h, ref),
+        mask_value=inp.mask_value,
+        row_name=softmax_input(inp),
+        sink=sink,
+    )
 
 
 def _read(trace: Trace, name: str) -> str:
     """What the scores read for Q or K: the rotated stage, else the normalised, else plain."""
     return next(s for s in (f"{name}_rot", f"{name}_norm", name) if s in trace)
+
+
+def _rotation(trace: Trace, name: str, at: tuple[int, ...], position: int) -> Rotation | None:
+    """The row ``at`` of Q_rot (K_rot) beside the row it rotated, pair by pair; None without RoPE.
+
+    The angles are the convention's (position × base^(−2i/dims)), so the rotated values, read
+    from the trace, are a·cos − b·sin and a·sin + b·cos of the source row's pairs.
+    """
+    rope = trace.inputs.rope
+    stage = f"{name}_rot"
+    if rope is None or stage not in trace:
+        return None
+    source = f"{name}_norm" if f"{name}_norm" in trace else name
+    x = trace[source].data[at]  # (D,)
+    rotated = trace[stage].data[at]  # (D,)
+    first, second = rope_pairs(rope.dims, rope.layout)  # (P,), (P,)
+    inv_freq = rope_inv_freq(rope.dims, rope.base)  # (P,)
+    pairs = []
+    for i, (d1, d2, f) in enumerate(zip(first, second, inv_freq, strict=True)):
+        angle = position * float(f)
+        pairs.append(
+            RotatedPair(
+                i, int(d1), int(d2), float(f), angle, math.cos(angle), math.sin(angle),
+                float(x[d1]), float(x[d2]), float(rotated[d1]), float(rotated[d2]),
+            )
+        )  # fmt: skip
+    passed = tuple(float(v) for v in rotated[rope.dims :])
+    return Rotation(stage, source, position, rope.base, rope.dims, tuple(pairs), passed)
+
+
+def _allowed(trace: Trace, b: int, h: int, ref: CellRef) -> bool:
+    """Whether the query may attend the key: the fixture's causal, window, mask and lengths."""
+    allowed = allowed_positions(trace.inputs, (b, h, ref.query, ref.query + 1))  # (1, S)
+    return (
+        True
+        if allowed is None
+        else bool(np.broadcast_to(allowed, (1, trace.inputs.seq_k))[0, ref.key])
+    )
 
 
 def _bias_at(trace: Trace, b: int, h: int, ref: CellRef) -> float | None:
