@@ -2,22 +2,32 @@
 
 The reference is a naive decode loop in plain Python (math.exp, sums over lists): at every step
 it recomputes the new token's attention from scratch over the keys it may see, with its own
-RoPE (both layouts), RMSNorm, window and sinks. Q, K, V come from the fixture's own X and W
-through NumPy's matmul. Ring-buffer contents and cache costs are worked by hand.
+RoPE (both layouts), RMSNorm, window, sinks and softcap (math.tanh). Q, K, V come from the
+fixture's own X and W through NumPy's matmul. Ring-buffer contents and cache costs are worked
+by hand.
 """
 
 from __future__ import annotations
 
 import functools
+import io
 import json
 import math
+import os
+import re
+import select
+import subprocess
+import termios
+import time
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
 import typer
+from rich.console import Console
 from typer.testing import CliRunner
 
 from attn_cli.api import load
@@ -28,15 +38,19 @@ from attn_cli.cli.app import user_errors
 from attn_cli.cli.decode import decode
 from attn_cli.cli.usage import AttnCommand, AttnGroup
 from attn_cli.core.inputs import Inputs
-from attn_cli.present.decode_view import decode_pages
+from attn_cli.io.examples import example_paths
+from attn_cli.present.decode_view import decode_pages, decode_titles
 from attn_cli.present.options import RenderOptions
+from attn_cli.present.pager import Pages, State, frame, last_top, press
+from attn_cli.present.step import on_key, page_deck
 
 Array = np.ndarray[Any, Any]
 F64 = 1e-12
-VARIANTS = [  # causal bundled examples the decode loop runs (softcap is refused)
+VARIANTS = [  # causal bundled examples in projection mode: the naive loop reads X and W
     "causal_multihead", "llama_rope_gqa", "llama_rope_interleaved", "mistral_sliding_window",
-    "gptoss_sinks", "qwen3_qk_norm",
+    "gptoss_sinks", "qwen3_qk_norm", "gemma2_softcap",
 ]  # fmt: skip
+CAUSAL_EXAMPLES = [*VARIANTS, "mask_sentinel"]  # every bundled causal example
 
 
 def make_app() -> typer.Typer:
@@ -128,7 +142,10 @@ def naive_decode(inp: Inputs, bug: str = "") -> list[list[list[float]]]:
                     turns = 1 + (max(0, t - max(j, 0)) if bug == "rerotate" and t > 0 else 0)
                     for _ in range(turns):
                         kv = rope_vec(kv, j, inp.rope.base, inp.rope.dims, inp.rope.layout)
-                logits.append(sum(a * b for a, b in zip(qv, kv, strict=True)) * scale)
+                x = sum(a * b for a, b in zip(qv, kv, strict=True)) * scale
+                if inp.softcap is not None:  # Gemma 2: capped before anything is masked
+                    x = inp.softcap * math.tanh(x / inp.softcap)
+                logits.append(x)
             sink = [] if inp.sinks is None else [float(inp.sinks[h])]
             top = max(logits + sink)
             total = sum(math.exp(x - top) for x in logits + sink)
@@ -226,7 +243,6 @@ def test_json_is_deterministic() -> None:
     [
         (["the_cat_sat"], "decoding needs a causal fixture"),
         (["cross_attention"], "decoding needs a causal fixture"),
-        (["gemma2_softcap"], "does not apply softcapping"),
         (["causal_multihead", "--prefill", "5"], "--prefill: is 5, expected 1 to 4"),
     ],
 )
@@ -261,6 +277,194 @@ def test_step_pages() -> None:
     run = run_decode("gptoss_sinks", 2)
     pages = list(decode_pages(run, RenderOptions()))
     assert len(pages) == len(run.result.steps) + 2  # overview, each step, the checks
+    assert len(decode_titles(run, "en")) == len(pages)
+
+
+# ---------------------------------------------------------------------------------------------
+# Every bundled causal example, and softcap (Gemma 2)
+
+
+def test_the_list_holds_every_bundled_causal_example() -> None:
+    causal = sorted(name for name in example_paths() if load(name).causal is not None)
+    assert causal == sorted(CAUSAL_EXAMPLES)
+
+
+@pytest.mark.parametrize("prefill", [1, 3])
+@pytest.mark.parametrize("fixture", CAUSAL_EXAMPLES)
+def test_every_bundled_causal_example_decodes(fixture: str, prefill: int) -> None:
+    result = invoke(fixture, "--prefill", str(prefill), "-f", "json")
+    assert result.exit_code == 0, result.output
+    doc = json.loads(result.stdout)
+    assert len(doc["steps"]) == len(doc["tokens"]) - prefill
+    assert doc["max_abs_diff"] <= F64 and all(s["max_abs_diff"] <= F64 for s in doc["steps"])
+
+
+def test_softcap_caps_each_step_before_the_mask() -> None:
+    """gemma2_softcap: capped = 5·tanh(scaled/5) (math.tanh here), then the window's mask."""
+    doc = json.loads(invoke("gemma2_softcap", "-f", "json").stdout)
+    for step in doc["steps"]:
+        stages = step["stages"]
+        assert list(stages) == ["Q", "K_cache", "V_cache", "scores", "scaled", "capped",
+                                "masked", "softmax", "output"]  # fmt: skip
+        scaled = np.array(stages["scaled"]["data"], dtype=float)  # (H, 1, C)
+        capped = np.array(stages["capped"]["data"], dtype=float)
+        want = [[[5 * math.tanh(x / 5) for x in row] for row in head] for head in scaled]
+        np.testing.assert_allclose(capped, want, rtol=0, atol=F64)
+        masked = np.array(stages["masked"]["data"], dtype=float)
+        held = np.isfinite(masked)  # the slots the window lets through: exactly capped there
+        np.testing.assert_array_equal(masked[held], capped[held])
+        assert np.all(np.abs(capped) < 5)
+    big = np.array(doc["steps"][0]["stages"]["scaled"]["data"], dtype=float)
+    assert np.abs(big).max() > 5  # the example's scores do reach the cap
+    text = invoke("gemma2_softcap", "-f", "plain", "--explain").stdout
+    assert "capped = softcap × tanh(scaled / softcap)" in text
+
+
+# ---------------------------------------------------------------------------------------------
+# Step mode (--step): the pager of attn trace, one decoding step a page
+
+
+def screen_text(lines: list[Any]) -> list[str]:
+    return ["".join(s.text for s in line).rstrip() for line in lines]
+
+
+def every_screen(deck: Pages, k: int, width: int, height: int) -> list[list[str]]:
+    """Every screen of page ``k`` from the top, one line down at a time, to the end."""
+    state = State(k)
+    shown = [screen_text(frame(deck, state, width, height))]
+    while (after := press(deck, state, "down", width, height)) != state:
+        state = after
+        shown.append(screen_text(frame(deck, state, width, height)))
+    return shown
+
+
+def check_titles_stay(deck: Pages, width: int = 80, height: int = 24) -> int:
+    """On every screen of every page: the pinned "stage k of n  title" line on top, the status
+    line at the bottom; returns how many pages had to scroll."""
+    n = len(deck.names)
+    scrolled = 0
+    for k, title in enumerate(deck.names):
+        screens = every_screen(deck, k, width, height)
+        scrolled += len(screens) > 1
+        for screen in screens:
+            assert len(screen) == height
+            top = " ".join(screen[:3])  # a long title may wrap: it is all pinned
+            assert f"stage {k + 1} of {n}" in screen[0] or f"第 {k + 1} 步，共 {n} 步" in screen[0]
+            assert " ".join(title.split()) in " ".join(top.split()), (title, screen[:3])
+            assert str(n) in screen[-1]
+    return scrolled
+
+
+def decode_deck(fixture: str, lang: str = "en", prefill: int = 1) -> Pages:
+    run = run_decode(fixture, prefill)
+    options = RenderOptions(explain=True, lang=lang)  # type: ignore[arg-type]
+    console = Console(width=80, color_system=None, file=io.StringIO())
+    return page_deck(decode_pages(run, options), decode_titles(run, options.lang), options.lang,
+                     console)  # fmt: skip
+
+
+@pytest.mark.parametrize(("fixture", "lang"), [("gemma2_softcap", "en"), ("gptoss_sinks", "zh")])
+def test_every_step_page_keeps_its_title_at_80x24(fixture: str, lang: str) -> None:
+    deck = decode_deck(fixture, lang)
+    run = run_decode(fixture, 1)
+    assert len(deck.names) == len(run.result.steps) + 2
+    assert check_titles_stay(deck) >= len(run.result.steps)  # each step's page scrolls
+
+
+def test_step_titles_name_the_token_position_and_slot() -> None:
+    deck = decode_deck("mistral_sliding_window")  # window 3: slot = position mod 3
+    assert deck.names[1:-1] == ["cat@1 → slot 1", "sat@2 → slot 2", "on@3 → slot 0",
+                                "the@4 → slot 1", "mat@5 → slot 2"]  # fmt: skip
+    body = screen_text(frame(deck, State(3), 80, 24))
+    assert "step 3 of 5 · token 'on' at position 3 → cache slot 0" in body[1]
+
+
+def test_keys_walk_the_steps() -> None:
+    deck = decode_deck("causal_multihead")  # overview, like@1, green@2, tea@3, the checks
+    state: State | None = State()
+    for key, page in [(b"\r", 1), (b" ", 2), (b"b", 1), (b"5", 4), (b"\x1b[D", 3)]:
+        assert state is not None
+        state = on_key(deck, state, key, 80, 24)
+        assert state is not None and state.k == page, key
+    for key in (b"g", b"g", b"r", b"e", b"e", b"n", b"\r"):  # go to a token by name
+        assert state is not None
+        state = on_key(deck, state, key, 80, 24)
+    assert state is not None and deck.names[state.k] == "green@2 → slot 2"
+    end = press(deck, State(2), "end", 80, 24)
+    assert end.top == last_top(deck.page(2, 80), 24) > 0
+    assert on_key(deck, State(2), b"q", 80, 24) is None
+
+
+@pytest.mark.parametrize(
+    "args", [["--step", "-f", "json"], ["--step", "-o", "out.txt"], ["-f", "json", "--step"]]
+)
+def test_step_is_refused_with_json_or_a_file(args: list[str], tmp_path: Path) -> None:
+    result = invoke("causal_multihead", *args)
+    assert result.exit_code == 2
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("Error: ")
+    assert "--step" in lines[0] and "works only in the terminal" in lines[0]
+    assert not Path("out.txt").exists()
+
+
+def test_step_without_a_terminal_says_so() -> None:
+    result = invoke("causal_multihead", "--step")
+    assert result.exit_code == 2
+    assert "standard input is not a terminal" in result.stderr
+
+
+ANSI = re.compile(r"\x1b(\[[0-9;?]*[A-Za-z]|[()][0-9A-Za-z]|[=>78])")
+
+
+def step_in_pty(args: list[str], script: list[tuple[bytes, str]], first: str) -> tuple[int, str]:
+    """``python -m attn_cli ARGS`` on an 80x24 pty: wait for ``first``, then for each (key,
+    pattern) type the key and wait for the pattern; the exit code and the last screen text."""
+    import fcntl
+    import struct
+
+    from conftest import ROOT, attn_command, clean_env
+
+    master, slave = os.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 80, 0, 0))
+    proc = subprocess.Popen(
+        attn_command(*args), stdin=slave, stdout=slave, stderr=slave, cwd=ROOT,
+        env=clean_env(TERM="xterm"), start_new_session=True,
+        preexec_fn=lambda: fcntl.ioctl(0, termios.TIOCSCTTY, 0),
+    )  # fmt: skip
+    seen = ""
+
+    def expect(pattern: str) -> None:
+        nonlocal seen
+        deadline = time.monotonic() + 20
+        while (found := re.search(pattern, ANSI.sub("", seen))) is None:
+            assert time.monotonic() < deadline, f"{pattern!r} never appeared: {seen[-400:]!r}"
+            if select.select([master], [], [], 0.1)[0]:
+                seen += os.read(master, 65536).decode("utf-8", "replace")
+        seen = ANSI.sub("", seen)[found.end() :]
+
+    try:
+        expect(first)
+        for key, pattern in script:
+            os.write(master, key)
+            expect(pattern)
+        return proc.wait(timeout=20), seen
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        os.close(master)
+        os.close(slave)
+
+
+@pytest.mark.subprocess
+def test_step_in_a_pty() -> None:
+    code, _ = step_in_pty(
+        ["decode", "causal_multihead", "--step"],
+        [(b"\r", r"stage 2 of 5\s+like@1 → slot 1"), (b"\x1b[C", r"stage 3 of 5\s+green@2"),
+         (b"b", r"stage 2 of 5"), (b"q", r"")],
+        first=r"stage 1 of 5\s+overview and KV-cache cost",
+    )  # fmt: skip
+    assert code == 0
 
 
 # ---------------------------------------------------------------------------------------------
@@ -285,6 +489,10 @@ def test_a_right_decode_loop_passes(tmp_path: Path) -> None:
     )
     assert c.same, c.stages
     assert c.stages[0].name == "decode output" and c.stages[0].cells == 4 * 2 * 4
+    capped = grade("gemma2_softcap", dump(tmp_path, naive_decode(load("gemma2_softcap")), 1))
+    assert capped.same, capped.stages
+    uncapped = naive_decode(replace(load("gemma2_softcap"), softcap=None))
+    assert not grade("gemma2_softcap", dump(tmp_path, uncapped, 1)).same
 
 
 @pytest.mark.parametrize(
@@ -293,6 +501,7 @@ def test_a_right_decode_loop_passes(tmp_path: Path) -> None:
         ("llama_rope_gqa", "rerotate", "rerotate_cache"),
         ("llama_rope_gqa", "head_tiled", "cache_by_query_head"),
         ("mistral_sliding_window", "ring_plus_one", "ring_buffer_off_by_one"),
+        ("gemma2_softcap", "ring_plus_one", "ring_buffer_off_by_one"),  # capped, window 4
     ],
 )
 def test_decode_mistakes_are_named(tmp_path: Path, fixture: str, bug: str, name: str) -> None:

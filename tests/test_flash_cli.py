@@ -1,7 +1,8 @@
 """``attn flash`` and the grading of flash dumps, against references written here.
 
 The references are a plain two-pass softmax per row (math.exp, math.log: the row max, then the
-sum) and an independent tile loop in plain Python with switchable mistakes, run on fixtures
+sum; a softcap c turns each scaled score x into c·math.tanh(x/c) first) and an independent tile
+loop in plain Python with switchable mistakes, run on fixtures
 given directly as Q, K, V (4-axis layout) so that nothing of attn computes the inputs; tile
 counts and skipped tiles are worked by hand.
 """
@@ -9,6 +10,7 @@ counts and skipped tiles are worked by hand.
 from __future__ import annotations
 
 import functools
+import io
 import json
 import math
 import subprocess
@@ -19,6 +21,8 @@ from typing import Any
 import numpy as np
 import pytest
 import typer
+from rich.console import Console
+from test_decode_cli import CAUSAL_EXAMPLES, check_titles_stay, every_screen, step_in_pty
 from typer.testing import CliRunner
 
 from attn_cli.check.compare import GRADER_TOLERANCE
@@ -27,8 +31,11 @@ from attn_cli.check.run import check_fixture
 from attn_cli.cli.app import user_errors
 from attn_cli.cli.flash import flash
 from attn_cli.cli.usage import AttnCommand, AttnGroup
-from attn_cli.present.flash_view import flash_pages
+from attn_cli.io.examples import example_paths
+from attn_cli.present.flash_view import flash_pages, flash_titles
 from attn_cli.present.options import RenderOptions
+from attn_cli.present.pager import Pages, State, frame
+from attn_cli.present.step import on_key, page_deck
 
 Array = np.ndarray[Any, Any]
 F64 = 1e-12
@@ -71,7 +78,14 @@ def fixture(
     return path, arrays
 
 
-def two_pass(a: dict[str, Array], causal_offset: int | None) -> tuple[Array, Array]:
+def capped(x: float, softcap: float | None) -> float:
+    """Gemma 2's softcap of one scaled score: c·tanh(x/c) (x itself without a cap)."""
+    return x if softcap is None else softcap * math.tanh(x / softcap)
+
+
+def two_pass(
+    a: dict[str, Array], causal_offset: int | None, softcap: float | None = None
+) -> tuple[Array, Array]:
     """O (B, H, T, Dv) and L (B, H, T): per row, the max, then the sum, with math.exp."""
     q, k, v = a["Q"], a["K"], a["V"]
     B, H, T, D = q.shape
@@ -83,7 +97,8 @@ def two_pass(a: dict[str, Array], causal_offset: int | None) -> tuple[Array, Arr
             g = h // (H // Hkv)
             for i in range(T):
                 js = [j for j in range(S) if causal_offset is None or j <= i + causal_offset]
-                x = [sum(q[b, h, i, d] * k[b, g, j, d] for d in range(D)) * scale for j in js]
+                x = [capped(sum(q[b, h, i, d] * k[b, g, j, d] for d in range(D)) * scale, softcap)
+                     for j in js]  # fmt: skip
                 top = max(x)
                 total = sum(math.exp(s - top) for s in x)
                 L[b, h, i] = top + math.log(total)
@@ -94,8 +109,9 @@ def two_pass(a: dict[str, Array], causal_offset: int | None) -> tuple[Array, Arr
 
 
 def tile_loop(
-    a: dict[str, Array], bq: int, bk: int, offset: int | None, bug: str = ""
-) -> tuple[Array, Array]:
+    a: dict[str, Array], bq: int, bk: int, offset: int | None, bug: str = "",
+    softcap: float | None = None,
+) -> tuple[Array, Array]:  # fmt: skip
     """An independent FlashAttention-2 forward per row in plain Python, with one mistake:
     "acc" (acc not rescaled), "sum" (l not rescaled), "nomax" (L = log l)."""
     q, k, v = a["Q"], a["K"], a["V"]
@@ -110,7 +126,7 @@ def tile_loop(
         for s0 in range(0, S, bk):
             if offset is not None and s0 > min(T, t1) - 1 + offset:
                 continue  # wholly above the diagonal
-            x = [sum(q[b, h, i, d] * k[b, g, j, d] for d in range(D)) * scale
+            x = [capped(sum(q[b, h, i, d] * k[b, g, j, d] for d in range(D)) * scale, softcap)
                  if offset is None or j <= i + offset else NEG
                  for j in range(s0, min(S, s0 + bk))]  # fmt: skip
             m_new = max(m, *x)
@@ -223,10 +239,17 @@ def test_float32_is_shown_in_ulps(tmp_path: Path) -> None:
     assert "in ulps" in text
 
 
-@pytest.mark.parametrize(
-    "name", ["causal_multihead", "llama_rope_gqa", "mistral_sliding_window", "gptoss_sinks",
-             "qwen3_qk_norm", "mask_sentinel", "the_cat_sat", "cross_attention", "padding_batch"],
-)  # fmt: skip
+EXAMPLES = [  # every bundled example: the causal ones (as attn decode's tests), then the rest
+    *CAUSAL_EXAMPLES, "the_cat_sat", "cross_attention", "padding_batch", "grouped_query",
+    "article_example_2", "pytorch_snippet",
+]  # fmt: skip
+
+
+def test_the_list_holds_every_bundled_example() -> None:
+    assert sorted(EXAMPLES) == sorted(example_paths())
+
+
+@pytest.mark.parametrize("name", EXAMPLES)
 def test_bundled_examples_check_themselves(name: str) -> None:
     result = invoke(name, "-f", "json")
     assert result.exit_code == 0, result.output
@@ -249,8 +272,8 @@ def test_a_wrong_kernel_is_an_error(monkeypatch: pytest.MonkeyPatch) -> None:
     def unrescaled(q: Array, k: Array, v: Array, **kw: Any) -> Any:
         return core_flash._forward(q, k, v, kw["scale"], kw["allowed"], kw["bias"], kw["block_q"],
                                    kw["block_k"], kw["causal_offset"], kw["base2"], kw["sinks"],
-                                   kw["record_tiles"],
-                                   core_flash._Bugs(acc_not_rescaled=True))  # fmt: skip
+                                   kw["record_tiles"], core_flash._Bugs(acc_not_rescaled=True),
+                                   kw["softcap"])  # fmt: skip
 
     monkeypatch.setattr(grade_decode, "flash_forward", unrescaled)
     result = invoke("llama_rope_gqa", "--block-k", "1")
@@ -258,14 +281,93 @@ def test_a_wrong_kernel_is_an_error(monkeypatch: pytest.MonkeyPatch) -> None:
     assert "FlashAttention's output differs from the trace's" in result.stderr
 
 
-def test_refusals() -> None:
-    result = invoke("gemma2_softcap")
-    assert result.exit_code == 2 and "does not apply softcapping" in result.stderr
+@pytest.mark.parametrize("cap", [0.3, 2.0])
+@pytest.mark.parametrize("blocks", [(2, 2), (3, 4)])
+def test_softcap_equals_the_two_pass_softmax(
+    tmp_path: Path, cap: float, blocks: tuple[int, int]
+) -> None:
+    path, arrays = fixture(tmp_path, H=2, Hkv=1, T=6, S=6, softcap=cap)
+    args = ["-f", "json", "--block-q", str(blocks[0]), "--block-k", str(blocks[1])]
+    doc = json.loads(invoke(str(path), *args).stdout)
+    out, L = two_pass(arrays, 0, cap)
+    np.testing.assert_allclose(np.array(doc["stages"]["output"]["data"]), out, rtol=0, atol=F64)
+    np.testing.assert_allclose(np.array(doc["stages"]["lse"]["data"]), L, rtol=0, atol=F64)
+    plain, _ = two_pass(arrays, 0)
+    assert np.abs(plain - out).max() > 1e-3  # the cap changes the answer
+    tile = doc["tiles"][0]  # (0..1) × (0..1): S is the capped score, −∞ above the diagonal
+    q, k = arrays["Q"][0, 0], arrays["K"][0, 0]
+    want = [[capped(float(q[i] @ k[j]) / math.sqrt(3), cap) if j <= i else "-inf"
+             for j in range(blocks[1])] for i in range(blocks[0])]  # fmt: skip
+    assert [[x if x == "-inf" else pytest.approx(x, abs=F64) for x in row]
+            for row in tile["S"]] == want  # fmt: skip
+    text = invoke(str(path), "-f", "plain").stdout
+    assert f"S: capped scores of the tile, {cap:g}·tanh(scaled/{cap:g})" in text
+
+
+def test_gemma2_softcap_in_base2_and_float32() -> None:
+    doc = json.loads(invoke("gemma2_softcap", "-f", "json", "--base2").stdout)
+    assert all(c["ok"] and c["max_abs_diff"] <= F64 for c in doc["checks"])
+    doc = json.loads(invoke("gemma2_softcap", "-f", "json", "--dtype", "float32").stdout)
+    assert all(c["ok"] and c["ulps"] is not None for c in doc["checks"])
 
 
 def test_step_pages() -> None:
     run = run_flash("causal_multihead", max_tiles=5)
     assert len(list(flash_pages(run, RenderOptions()))) == 5 + 2
+    assert len(flash_titles(run, "en")) == 5 + 2
+
+
+# ---------------------------------------------------------------------------------------------
+# Step mode (--step): the pager of attn trace, one tile a page
+
+
+def flash_deck(name: str, lang: str = "en", **kw: Any) -> Pages:
+    run = run_flash(name, **kw)
+    options = RenderOptions(explain=True, lang=lang)  # type: ignore[arg-type]
+    console = Console(width=80, color_system=None, file=io.StringIO())
+    return page_deck(flash_pages(run, options), flash_titles(run, options.lang), options.lang,
+                     console)  # fmt: skip
+
+
+@pytest.mark.parametrize(("name", "lang"), [("gemma2_softcap", "en"), ("llama_rope_gqa", "zh")])
+def test_every_tile_page_keeps_its_title_at_80x24(name: str, lang: str) -> None:
+    deck = flash_deck(name, lang, max_tiles=12)
+    assert len(deck.names) == 12 + 2
+    assert check_titles_stay(deck) >= 10  # tiles that compute scroll; a skipped one may not
+
+
+def test_tile_titles_say_where_and_what_was_skipped() -> None:
+    deck = flash_deck("causal_multihead")  # 4 tokens, blocks of 2: 2 × 2 tiles per head
+    assert deck.names[1:5] == ["head 0 · q 0..1 × k 0..1", "head 0 · q 0..1 × k 2..3 (skipped)",
+                               "head 0 · q 2..3 × k 0..1", "head 0 · q 2..3 × k 2..3"]  # fmt: skip
+    assert len(deck.names) == 2 * 4 + 2
+    screen = every_screen(deck, 2, 80, 24)[0]
+    assert "skipped: every key of this block is after every query" in "\n".join(screen)
+    state = on_key(deck, State(), b"9", 80, 24)
+    assert state is not None and state.k == 8
+    top = "".join(segment.text for segment in frame(deck, state, 80, 24)[0])
+    assert top.startswith("stage 9 of 10  head 1 · q 2..3 × k 2..3")
+
+
+@pytest.mark.parametrize("args", [["--step", "-f", "json"], ["--step", "-o", "flash.txt"]])
+def test_step_is_refused_with_json_or_a_file(args: list[str]) -> None:
+    result = invoke("causal_multihead", *args)
+    assert result.exit_code == 2
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("Error: ") and "--step" in lines[0]
+    assert not Path("flash.txt").exists()
+
+
+@pytest.mark.subprocess
+def test_step_in_a_pty() -> None:
+    code, _ = step_in_pty(
+        ["flash", "causal_multihead", "--step"],
+        [(b"\r", r"stage 2 of 10\s+head 0 · q 0\.\.1 × k 0\.\.1"),
+         (b"\r", r"stage 3 of 10\s+head 0 · q 0\.\.1 × k 2\.\.3 \(skipped\)"),
+         (b"\x1b[F", r"stage 3 of 10"), (b"q", r"")],
+        first=r"stage 1 of 10\s+overview",
+    )  # fmt: skip
+    assert code == 0
 
 
 @pytest.mark.subprocess
@@ -321,6 +423,20 @@ def test_a_right_kernel_passes_also_as_npz_in_cs336_layout(tmp_path: Path) -> No
 def test_kernel_mistakes_are_named(tmp_path: Path, bug: str, name: str) -> None:
     path, arrays = fixture(tmp_path, H=2, Hkv=1, T=6, S=6, seed=3)
     out, L = tile_loop(arrays, 2, 2, 0, bug)
+    c = grade(path, {"output": out.tolist(), "lse": L.tolist(), "block_q": 2, "block_k": 2})
+    assert [d.name for d in c.diagnoses] == [name]
+
+
+@pytest.mark.parametrize(
+    ("bug", "name"), [("acc", "acc_not_rescaled"), ("nomax", "lse_without_max")]
+)
+def test_kernel_mistakes_are_named_under_softcap(tmp_path: Path, bug: str, name: str) -> None:
+    path, arrays = fixture(tmp_path, H=2, Hkv=1, T=6, S=6, seed=7, softcap=1.5)
+    right = tile_loop(arrays, 2, 2, 0, softcap=1.5)
+    c = grade(path, {"output": right[0].tolist(), "lse": right[1].tolist(), "block_q": 2,
+                     "block_k": 2})  # fmt: skip
+    assert c.same, c.stages
+    out, L = tile_loop(arrays, 2, 2, 0, bug, softcap=1.5)
     c = grade(path, {"output": out.tolist(), "lse": L.tolist(), "block_q": 2, "block_k": 2})
     assert [d.name for d in c.diagnoses] == [name]
 

@@ -1,7 +1,8 @@
 """FlashAttention-2 tiles and KV-cache decoding against references written here.
 
 The references are plain Python loops with math.exp/math.log (a two-pass softmax: the row max,
-then the sum), a naive full recompute for every decode step, a tiny RoPE, counts and ring-buffer
+then the sum; Gemma 2's softcap with math.tanh on the scaled score before the bias and the
+mask), a naive full recompute for every decode step, a tiny RoPE, counts and ring-buffer
 contents worked by hand, and torch.logsumexp numbers committed in tests/reference/torch_lse.json.
 """
 
@@ -49,8 +50,11 @@ def loop_attention(
     allowed: Array | None = None,
     bias: Array | None = None,
     sinks: Array | None = None,
+    softcap: float | None = None,
 ) -> tuple[Array, Array, Array, Array]:
-    """masked (B, H, T, S), weights, output (B, H, T, Dv) and lse (B, H, T), one row at a time."""
+    """masked (B, H, T, S), weights, output (B, H, T, Dv) and lse (B, H, T), one row at a time.
+
+    With ``softcap`` c a scaled score x becomes c·tanh(x/c) before the bias and the mask."""
     B, H, T, D = q.shape
     Hkv, S, Dv = k.shape[1], k.shape[2], v.shape[3]
     masked = np.full((B, H, T, S), NEG)
@@ -67,8 +71,11 @@ def loop_attention(
                         row.append(NEG)
                         continue
                     dot = sum(float(q[b, h, i, d]) * float(k[b, g, j, d]) for d in range(D))
+                    x = dot * scale
+                    if softcap is not None:
+                        x = softcap * math.tanh(x / softcap)
                     extra = 0.0 if bias is None else float(bias[b, h, i, j])
-                    row.append(dot * scale + extra)
+                    row.append(x + extra)
                 masked[b, h, i] = row
                 logits = row + ([float(sinks[h])] if sinks is not None else [])
                 top = max(logits)  # pass 1: the row max
@@ -211,6 +218,35 @@ def test_flash_with_sinks_as_gpt_oss() -> None:
     close(r.lse[0, :, 2], sinks)
 
 
+@pytest.mark.parametrize("cap", [0.5, 2.0, 50.0])
+def test_flash_with_softcap_equals_two_pass_softmax(cap: float) -> None:
+    """Gemma 2: capped before the bias, the mask and the running max, for every block size."""
+    rng = np.random.default_rng(int(cap * 10))
+    q, k, v = (x * 3 for x in random_qkv(rng, 1, 4, 2, 6, 7, 3, 2))  # scores well past the cap
+    allowed = np.broadcast_to(causal(6, 7, 1), (1, 4, 6, 7))
+    bias = rng.normal(size=(6, 7))
+    want = loop_attention(q, k, v, 0.6, allowed, np.broadcast_to(bias, (1, 4, 6, 7)),
+                          softcap=cap)  # fmt: skip
+    masked, _, out, L = want
+    allowed_cells = np.isfinite(masked)
+    assert np.all(np.abs((masked - bias)[allowed_cells]) <= cap + F64)  # squashed into [-c, c]
+    for bq, bk in [(1, 1), (2, 3), (4, 2), (6, 7)]:
+        r = flash_forward(q, k, v, scale=0.6, bias=bias, block_q=bq, block_k=bk, causal_offset=1,
+                          softcap=cap)  # fmt: skip
+        close(r.output, out)
+        close(r.lse, L)
+        for t in r.tiles:  # S is the capped (+ bias, masked) block of the reference
+            if not t.skipped:
+                (t0, t1), (s0, s1) = t.q_block, t.k_block
+                close(t.S, masked[0, t.head, t0:t1, s0:s1])
+        two = flash_forward(q, k, v, scale=0.6, bias=bias, block_q=bq, block_k=bk,
+                            causal_offset=1, softcap=cap, base2=True)  # fmt: skip
+        close(two.output, out)
+        close(two.lse * math.log(2), L)
+    plain = flash_forward(q, k, v, scale=0.6, bias=bias, block_q=2, block_k=2, causal_offset=1)
+    assert np.abs(plain.output - out).max() > 1e-3  # the cap changes the answer
+
+
 # ---------------------------------------------------------------------------------------------
 # the tiles themselves
 
@@ -304,16 +340,18 @@ def test_float32_error_in_ulps() -> None:
     bq=st.integers(1, 8),
     bk=st.integers(1, 8),
     mode=st.sampled_from([None, "upper-left", "lower-right"]),
+    cap=st.sampled_from([None, 0.3, 5.0]),
     seed=st.integers(0, 2**16),
 )
 def test_results_do_not_depend_on_block_sizes(
-    T: int, S: int, bq: int, bk: int, mode: str | None, seed: int
+    T: int, S: int, bq: int, bk: int, mode: str | None, cap: float | None, seed: int
 ) -> None:
     rng = np.random.default_rng(seed)
     q, k, v = random_qkv(rng, 1, 2, 1, T, S, 3, 2)
     offset = {None: None, "upper-left": 0, "lower-right": S - T}[mode]
-    one = flash_forward(q, k, v, scale=0.8, block_q=T, block_k=S, causal_offset=offset)
-    tiled = flash_forward(q, k, v, scale=0.8, block_q=bq, block_k=bk, causal_offset=offset)
+    kw: dict[str, Any] = {"scale": 0.8, "causal_offset": offset, "softcap": cap}
+    one = flash_forward(q, k, v, block_q=T, block_k=S, **kw)
+    tiled = flash_forward(q, k, v, block_q=bq, block_k=bk, **kw)
     close(tiled.output, one.output)
     np.testing.assert_array_equal(np.isneginf(tiled.lse), np.isneginf(one.lse))
     close(tiled.lse, one.lse)
@@ -405,6 +443,7 @@ def naive_full(
     window: int | None = None,
     sinks: Array | None = None,
     bias: Array | None = None,
+    softcap: float | None = None,
 ) -> Array:
     """Every token's output recomputed from scratch (B, H, T, Dv): keys 0..i, rotated anew."""
     B, H, T, _ = q.shape
@@ -416,7 +455,7 @@ def naive_full(
         for j in range(i + 1):
             allowed[:, :, i, j] = window is None or 0 <= pos[i] - pos[j] < window
     full_bias = None if bias is None else np.broadcast_to(bias, (B, H, T, T))
-    return loop_attention(q, k, v, scale, allowed, full_bias, sinks)[2]
+    return loop_attention(q, k, v, scale, allowed, full_bias, sinks, softcap)[2]
 
 
 def check_decode(result: DecodeResult, full: Array) -> None:
@@ -429,32 +468,45 @@ def check_decode(result: DecodeResult, full: Array) -> None:
     assert max(self_check(result, full), default=0.0) <= 1e-12
 
 
-CASES = {  # name: (B, H, Hkv, T, rope?, window, sinks?, bias?)
-    "mha": (1, 2, 2, 6, False, None, False, False),
-    "gqa": (2, 4, 2, 7, False, None, False, False),
-    "rope": (1, 2, 2, 7, True, None, False, False),
-    "window": (1, 2, 1, 7, False, 3, False, False),
-    "sinks": (1, 2, 2, 6, False, None, True, False),
-    "alibi_bias": (1, 2, 2, 6, False, None, False, True),
-    "gpt_oss_like": (1, 4, 2, 8, True, 3, True, False),
+CASES = {  # name: (B, H, Hkv, T, rope?, window, sinks?, bias?, softcap)
+    "mha": (1, 2, 2, 6, False, None, False, False, None),
+    "gqa": (2, 4, 2, 7, False, None, False, False, None),
+    "rope": (1, 2, 2, 7, True, None, False, False, None),
+    "window": (1, 2, 1, 7, False, 3, False, False, None),
+    "sinks": (1, 2, 2, 6, False, None, True, False, None),
+    "alibi_bias": (1, 2, 2, 6, False, None, False, True, None),
+    "gpt_oss_like": (1, 4, 2, 8, True, 3, True, False, None),
+    "softcap": (1, 2, 2, 6, False, None, False, False, 0.4),
+    "gemma2_like": (2, 4, 2, 7, True, 4, False, True, 1.5),  # softcap, window, GQA, bias
 }
 
 
 @pytest.mark.parametrize("case", CASES)
 @pytest.mark.parametrize("prefill", [1, 3])
 def test_every_decode_step_equals_the_full_recompute(case: str, prefill: int) -> None:
-    B, H, Hkv, T, use_rope, window, use_sinks, use_bias = CASES[case]
+    B, H, Hkv, T, use_rope, window, use_sinks, use_bias, softcap = CASES[case]
     rng = np.random.default_rng(T * 10 + H)
     q, k, v = random_qkv(rng, B, H, Hkv, T, T, 4, 3)
+    if softcap is not None:
+        q = q * 3  # scores well past the cap
     sinks = rng.normal(size=H) if use_sinks else None
     pos = np.arange(T)
-    slopes = np.array([0.5, 0.25])[:, None, None]
+    slopes = 0.5 ** np.arange(1, H + 1)[:, None, None]  # 0.5, 0.25, ...
     bias = -slopes * np.abs(pos[:, None] - pos[None, :]) if use_bias else None  # (H, T, T)
     rotate = rope if use_rope else None
     kw: dict[str, Any] = {"scale": 0.5, "positions": pos, "rotate": rotate, "window": window,
-                          "sinks": sinks, "bias": bias}  # fmt: skip
+                          "sinks": sinks, "bias": bias, "softcap": softcap}  # fmt: skip
     full = naive_full(q, k, v, **kw)
-    check_decode(decode(q, k, v, prefill=prefill, **kw), full)
+    result = decode(q, k, v, prefill=prefill, **kw)
+    check_decode(result, full)
+    for step in result.steps:  # capped: the scaled row through c·tanh(x/c), with a softcap only
+        if softcap is None:
+            assert step.capped is None
+        else:
+            assert step.capped is not None
+            want = [[[softcap * math.tanh(float(x) / softcap) for x in row] for row in head]
+                    for head in step.scaled[0]]  # fmt: skip
+            close(step.capped[0], want)
 
 
 def test_prefill_of_everything_leaves_no_steps() -> None:

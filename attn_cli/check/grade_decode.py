@@ -114,14 +114,6 @@ def query_key(inputs: Inputs, name: str) -> str:
     return f"{name}_norm" if inputs.qk_norm is not None else name
 
 
-def _refuse_softcap(inputs: Inputs, what: str) -> None:
-    if inputs.softcap is not None:
-        raise UsageError(
-            inputs.source, "softcap", f"{what} does not apply softcapping yet",
-            "a fixture without softcap (attn trace shows it)",
-        )  # fmt: skip
-
-
 # ---------------------------------------------------------------------------------------------
 # KV-cache decoding
 
@@ -139,10 +131,12 @@ class DecodeArgs:
     window: int | None
     sinks: FloatArray | None
     bias: FloatArray | None  # broadcasts to (B, H, T, T); -inf where mask or lengths forbid
+    softcap: float | None
 
     def kwargs(self) -> dict[str, Any]:
         return {"scale": self.scale, "positions": self.positions, "rotate": self.rotate,
-                "window": self.window, "sinks": self.sinks, "bias": self.bias}  # fmt: skip
+                "window": self.window, "sinks": self.sinks, "bias": self.bias,
+                "softcap": self.softcap}  # fmt: skip
 
 
 @dataclass(frozen=True, eq=False)
@@ -171,7 +165,7 @@ class DecodeRun:
 
 
 def refuse_decode(inputs: Inputs) -> None:
-    """Decoding needs causal self-attention over increasing positions, and no softcap."""
+    """Decoding needs causal self-attention over increasing positions."""
     src = inputs.source
     if inputs.causal is None:
         raise UsageError(
@@ -189,7 +183,6 @@ def refuse_decode(inputs: Inputs) -> None:
             src, "positions", "tokens must arrive in order to be decoded one by one",
             "the same increasing positions for queries and keys",
         )  # fmt: skip
-    _refuse_softcap(inputs, "the decode loop")
 
 
 def decode_keep(inputs: Inputs) -> set[str]:
@@ -227,6 +220,7 @@ def decode_args(trace: Trace) -> DecodeArgs:
         window=inp.window,
         sinks=inp.sinks,
         bias=decode_bias(inp, pos),
+        softcap=inp.softcap,
     )
 
 
@@ -410,7 +404,6 @@ def run_flash(
     """The FlashAttention-2 forward of the fixture, tile by tile, checked against its trace."""
 
     def refuse(inputs: Inputs) -> None:
-        _refuse_softcap(inputs, "the FlashAttention loop")
         for name, value in (("block-q", block_q), ("block-k", block_k), ("max-tiles", max_tiles)):
             if value is not None and value < (0 if name == "max-tiles" else 1):
                 raise UsageError("", name, f"is {value}", "a whole number >= 1", option=name)
@@ -475,6 +468,7 @@ def _query_blocks(
                     scale=trace.scale, allowed=allowed, bias=rows, block_q=t1 - t0, block_k=bk,
                     causal_offset=None if offset is None else offset + t0, base2=base2,
                     sinks=None if inp.sinks is None else inp.sinks[h : h + 1],
+                    softcap=inp.softcap,
                 )  # fmt: skip
                 yield (b, h, t0, t1), call
 
@@ -898,6 +892,7 @@ def flash_args(trace: Trace) -> dict[str, Any]:
         "bias": bias,
         "causal_offset": causal_offset(inp),
         "sinks": inp.sinks,
+        "softcap": inp.softcap,
     }
 
 
@@ -905,7 +900,6 @@ def grade_flash(trace: Trace, dump: FlashDump, tolerance: Tolerance, worst: int)
     """O and L (and the tiles' m and l) against core.flash's; then the mistakes."""
     from attn_cli.core.flash import flash_mistakes
 
-    _refuse_softcap(trace.inputs, "the FlashAttention loop")
     args = flash_args(trace)
     q, k, v = args.pop("q"), args.pop("k"), args.pop("v")
     inp = trace.inputs

@@ -1,6 +1,7 @@
 """``attn decode``: a causal fixture generated one token at a time against a KV cache."""
 
 import sys
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Optional
 
@@ -25,6 +26,7 @@ from attn_cli.cli.options import (
 )
 from attn_cli.cli.output import console, emit, plain_text
 from attn_cli.core.limits import DEFAULT_MAX_ELEMENTS
+from attn_cli.errors import UsageError
 
 if TYPE_CHECKING:
     from attn_cli.present.options import RenderOptions
@@ -44,6 +46,12 @@ FullOption = Annotated[bool, typer.Option(help="Show every step, row and column;
 ExplainOption = Annotated[
     bool, typer.Option("--explain", help="Explain every quantity: the query, the cache, ...")
 ]
+StepOption = Annotated[
+    bool,
+    typer.Option(
+        "--step", help="One step at a time, explained: Enter/Space/→ next, ←/b back, q quit."
+    ),
+]
 
 
 def decode(
@@ -60,6 +68,7 @@ def decode(
     max_elements: MaxElementsOption = DEFAULT_MAX_ELEMENTS,
     max_memory: MaxMemoryOption = None,
     quiet: QuietOption = False,
+    step: StepOption = False,
 ) -> None:
     """Decode a causal fixture token by token against a KV cache, checking every step.
 
@@ -74,12 +83,25 @@ def decode(
 
       attn decode gptoss_sinks --prefill 2 --explain # RoPE, GQA, a ring buffer, sinks
 
+      attn decode gemma2_softcap --step              # one step at a time (q quits)
+
       attn decode llama_rope_gqa -f json -o dec.json # every number, for scripts
     """
     from attn_cli.check.grade_decode import decode_failure, run_decode
 
+    refuse_step(step, fmt, output)
     budget = None if max_memory is None else parse_size(max_memory)
     run = run_decode(fixture, prefill, max_elements=max_elements, max_memory=budget)
+    if step:
+        from attn_cli.present.decode_view import decode_pages, decode_titles
+
+        options = render_options(precision, full, True, lang)
+        code = step_through(decode_pages(run, options), decode_titles(run, options.lang),
+                            options, fmt, width, color)  # fmt: skip
+        failure = decode_failure(run)
+        if failure is not None:
+            raise failure
+        raise typer.Exit(code)
     if fmt is Format.json:
         from attn_cli.io.decode_json import decode_dumps
 
@@ -92,6 +114,28 @@ def decode(
     failure = decode_failure(run)
     if failure is not None:
         raise failure
+
+
+def refuse_step(step: bool, fmt: Format, output: Optional[Path]) -> None:  # noqa: UP045
+    """--step pages through the terminal: refused, as attn trace does, with -o or --format json."""
+    if step and (output is not None or fmt is Format.json):
+        raise UsageError("", "--step", "works only in the terminal", "no --format json/-o")
+
+
+def step_through(
+    pages: Iterable[Any],
+    titles: Sequence[str],
+    options: "RenderOptions",
+    fmt: Format,
+    width: Optional[int],  # noqa: UP045
+    color: Optional[bool],  # noqa: UP045
+) -> int:
+    """Page through ``pages`` in attn trace's step-mode pager; the exit code."""
+    from attn_cli.present.step import run_pages
+
+    plain = plain_wanted(fmt, color)
+    out = console(width, plain=plain, color=False if plain else color)
+    return run_pages(pages, titles, options.lang, out)
 
 
 def render_options(

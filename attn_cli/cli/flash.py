@@ -4,7 +4,16 @@ from typing import Annotated, Optional
 
 import typer
 
-from attn_cli.cli.decode import ExplainOption, FormatOption, FullOption, render_options, show
+from attn_cli.cli.decode import (
+    ExplainOption,
+    FormatOption,
+    FullOption,
+    StepOption,
+    refuse_step,
+    render_options,
+    show,
+    step_through,
+)
 from attn_cli.cli.options import (
     PRECISION,
     ColorOption,
@@ -74,6 +83,7 @@ def flash(
     max_elements: MaxElementsOption = DEFAULT_MAX_ELEMENTS,
     max_memory: MaxMemoryOption = None,
     quiet: QuietOption = False,
+    step: StepOption = False,
 ) -> None:
     """Run the FlashAttention-2 forward tile by tile: S, the running max m, alpha, P, the running
     sum l and the accumulator, then O = acc / l and L = m + log l.
@@ -89,15 +99,28 @@ def flash(
 
       attn flash the_cat_sat --base2                  # as Triton computes it
 
+      attn flash gemma2_softcap --step                # one tile at a time (q quits)
+
       attn flash my.yaml -f json --max-tiles 8 -o flash.json
     """
     from attn_cli.check.grade_decode import flash_failure, run_flash
 
+    refuse_step(step, fmt, output)
     budget = None if max_memory is None else parse_size(max_memory)
     run = run_flash(
         fixture, block_q=block_q, block_k=block_k, base2=base2, dtype=dtype.value,
         max_tiles=max_tiles, max_elements=max_elements, max_memory=budget,
     )  # fmt: skip
+    if step:
+        from attn_cli.present.flash_view import flash_pages, flash_titles
+
+        options = render_options(precision, full, True, lang)
+        code = step_through(flash_pages(run, options), flash_titles(run, options.lang),
+                            options, fmt, width, color)  # fmt: skip
+        failure = flash_failure(run)
+        if failure is not None:
+            raise failure
+        raise typer.Exit(code)
     if fmt is Format.json:
         from attn_cli.io.decode_json import flash_dumps
 

@@ -7,6 +7,8 @@ A key is rotated once (``rotate``, e.g. RoPE), when it enters the cache, at its 
 the query of a step is rotated at its position. With ``window`` the cache is a ring buffer of
 ``window`` slots: the token at position p goes to slot p mod window, evicting the one
 ``window`` positions back, so the cache always holds exactly the keys the window allows.
+With ``softcap`` (Gemma 2) the scaled scores are capped, softcap·tanh(scaled/softcap), before the
+bias and the mask, as in the full computation.
 """
 
 from __future__ import annotations
@@ -16,6 +18,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+
+from attn_cli.core.steps import cap_scores
 
 FloatArray = np.ndarray[Any, np.dtype[np.floating[Any]]]
 IntArray = np.ndarray[Any, np.dtype[np.int64]]
@@ -38,7 +42,8 @@ class DecodeStep:
     V_cache: FloatArray  # (B, Hkv, C, Dv)
     scores: FloatArray  # (B, H, 1, C)
     scaled: FloatArray  # (B, H, 1, C)
-    masked: FloatArray  # (B, H, 1, C) + bias, -inf at empty slots and outside the window
+    capped: FloatArray | None  # (B, H, 1, C) softcap·tanh(scaled/softcap), with a softcap
+    masked: FloatArray  # (B, H, 1, C) capped|scaled + bias, -inf at empty slots, out of window
     softmax: FloatArray  # (B, H, 1, C) the kept weights (with sinks they sum to less than 1)
     output: FloatArray  # (B, H, 1, Dv)
 
@@ -70,6 +75,7 @@ class _Setup:
     window: int | None
     sinks: FloatArray | None  # (H,)
     bias: FloatArray | None  # (B, H, T, T) view
+    softcap: float | None
 
 
 def decode(
@@ -84,9 +90,10 @@ def decode(
     window: int | None = None,
     sinks: FloatArray | None = None,
     bias: FloatArray | None = None,
+    softcap: float | None = None,
 ) -> DecodeResult:
     """Prefill the first ``prefill`` tokens, then decode the rest one step at a time."""
-    setup = _setup(q, k, v, scale, prefill, positions, rotate, window, sinks, bias)
+    setup = _setup(q, k, v, scale, prefill, positions, rotate, window, sinks, bias, softcap)
     return _decode(q, k, v, prefill, setup, _Bugs())
 
 
@@ -101,6 +108,7 @@ def _setup(
     window: int | None,
     sinks: FloatArray | None,
     bias: FloatArray | None,
+    softcap: float | None,
 ) -> _Setup:
     """Check the shapes and gather the options every step reads."""
     B, H, T, _ = q.shape
@@ -111,6 +119,8 @@ def _setup(
         raise ValueError(f"prefill must be 1..{T}, not {prefill}")
     if window is not None and window < 1:
         raise ValueError(f"window must be >= 1, not {window}")
+    if softcap is not None and not softcap > 0:
+        raise ValueError(f"softcap must be > 0, not {softcap}")
     pos = np.asarray(positions, dtype=np.int64).reshape(T)
     return _Setup(
         scale=scale,
@@ -119,6 +129,7 @@ def _setup(
         window=window,
         sinks=None if sinks is None else np.asarray(sinks, dtype=q.dtype).reshape(H),
         bias=None if bias is None else np.broadcast_to(bias, (B, H, T, T)),
+        softcap=softcap,
     )
 
 
@@ -205,9 +216,10 @@ def _step(
     k = cache.K[:, heads]  # (B, H, C, D)
     scores = (q if q_rot is None else q_rot) @ k.swapaxes(-1, -2)  # (B, H, 1, C)
     scaled = scores * q.dtype.type(setup.scale)
+    capped = None if setup.softcap is None else cap_scores(scaled, setup.softcap)
     full = cache.held >= 0
     held = np.where(full, cache.held, 0)  # (C,) token indices, 0 for empty slots
-    masked = scaled
+    masked = scaled if capped is None else capped
     if setup.bias is not None:
         masked = masked + setup.bias[:, :, i : i + 1, held]  # (B, H, 1, C)
     allowed = full.copy()
@@ -230,6 +242,7 @@ def _step(
         V_cache=cache.V,
         scores=scores,
         scaled=scaled,
+        capped=capped,
         masked=masked,
         softmax=weights,
         output=output,
@@ -242,6 +255,8 @@ def _prefill(q: FloatArray, k: FloatArray, v: FloatArray, setup: _Setup) -> Floa
     heads = np.arange(H) // (H // Hkv)  # query head h reads key/value head h // groups
     scores = q @ k[:, heads].swapaxes(-1, -2)  # (B, H, P, D) @ (B, H, D, P)
     masked = scores * q.dtype.type(setup.scale)
+    if setup.softcap is not None:
+        masked = cap_scores(masked, setup.softcap)  # before the bias and the mask (Gemma 2)
     if setup.bias is not None:
         masked = masked + setup.bias[:, :, :P, :P]
     pos = setup.positions[:P]
@@ -332,9 +347,10 @@ def decode_mistakes(
     window: int | None = None,
     sinks: FloatArray | None = None,
     bias: FloatArray | None = None,
+    softcap: float | None = None,
 ) -> tuple[DecodeMistake, ...]:
     """Each named mistake that can apply here (RoPE, GQA, window), recomputed."""
-    setup = _setup(q, k, v, scale, prefill, positions, rotate, window, sinks, bias)
+    setup = _setup(q, k, v, scale, prefill, positions, rotate, window, sinks, bias, softcap)
     candidates = (
         ("rerotate_cache", "cached keys rotated again at every step", _Bugs(rerotate_cache=True),
          rotate is not None),

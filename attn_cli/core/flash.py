@@ -6,11 +6,12 @@ D d_k, Dv d_v; a tile is ``bq`` query rows (t0:t1) by ``bk`` keys (s0:s1) of one
 Per (batch, head, query block) the key blocks are visited in order, keeping a running row max
 m, a running sum l and an unnormalised output acc (Dao, "FlashAttention-2", Algorithm 1)::
 
-    S = scaled + bias (-inf where not allowed)        m_new = max(m, rowmax(S))
+    S = capped + bias (-inf where not allowed)        m_new = max(m, rowmax(S))
     alpha = exp(m - m_new)    P = exp(S - m_new)      l = alpha * l + rowsum(P)
     acc = alpha * acc + P @ V                        finally O = acc / l, L = m + log(l)
 
-so weights = exp(masked - L) is never stored. ``base2`` computes as Triton's fused-attention
+where capped = softcap·tanh(scaled/softcap) with a softcap (Gemma 2), else scaled; so
+weights = exp(masked - L) is never stored. ``base2`` computes as Triton's fused-attention
 tutorial: scores times scale * log2(e), exp2, and L in base 2 (L_2 = L / ln 2).
 """
 
@@ -21,6 +22,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+
+from attn_cli.core.steps import cap_scores
 
 FloatArray = np.ndarray[Any, np.dtype[np.floating[Any]]]
 BoolArray = np.ndarray[Any, np.dtype[np.bool_]]
@@ -98,6 +101,7 @@ class _Setup:
     causal_offset: int | None
     base2: bool
     sinks: FloatArray | None  # (H,)
+    softcap: float | None
     record: bool
 
 
@@ -114,12 +118,13 @@ def flash_forward(
     causal_offset: int | None = None,
     base2: bool = False,
     sinks: FloatArray | None = None,
+    softcap: float | None = None,
     record_tiles: bool = True,
 ) -> FlashResult:
     """The FlashAttention-2 forward; ``causal_offset`` o allows key j <= query i + o and skips
     tiles wholly above that diagonal (0 upper-left, S - T lower-right)."""
     return _forward(q, k, v, scale, allowed, bias, block_q, block_k, causal_offset, base2, sinks,
-                    record_tiles, _Bugs())  # fmt: skip
+                    record_tiles, _Bugs(), softcap)  # fmt: skip
 
 
 def _forward(
@@ -136,12 +141,15 @@ def _forward(
     sinks: FloatArray | None,
     record: bool,
     bugs: _Bugs,
+    softcap: float | None = None,
 ) -> FlashResult:
     """The loop over (batch, head, query block); each block runs over its key blocks."""
     B, H, T, _ = q.shape
     _, Hkv, S, Dv = v.shape
     if block_q < 1 or block_k < 1:
         raise ValueError(f"block sizes must be >= 1, not {block_q}, {block_k}")
+    if softcap is not None and not softcap > 0:
+        raise ValueError(f"softcap must be > 0, not {softcap}")
     if H % Hkv or k.shape[:3] != (B, Hkv, S):
         raise ValueError(f"q {q.shape}, k {k.shape}, v {v.shape} do not fit together")
     full = (B, H, T, S)
@@ -152,6 +160,7 @@ def _forward(
         causal_offset=causal_offset,
         base2=base2,
         sinks=None if sinks is None else np.asarray(sinks, dtype=q.dtype).reshape(H),
+        softcap=softcap,
         record=record,
     )
     groups = H // Hkv  # query head h reads key/value head h // groups
@@ -237,9 +246,11 @@ def _tile_scores(
     at: tuple[int, int, int, int, int, int],  # (b, h, t0, t1, s0, s1)
     setup: _Setup,
 ) -> FloatArray:
-    """S = q kᵀ × scale + bias, -inf where the mask or the causal diagonal forbids."""
+    """S = q kᵀ × scale (capped) + bias, -inf where the mask or the causal diagonal forbids."""
     b, h, t0, t1, s0, s1 = at
-    S_tile: FloatArray = (q @ k.T) * q.dtype.type(setup.scale)  # (bq, D) @ (D, bk) -> (bq, bk)
+    scaled = (q @ k.T) * q.dtype.type(setup.scale)  # (bq, D) @ (D, bk) -> (bq, bk)
+    # Gemma 2's softcap: on the scaled scores, before the bias, the mask and the running max
+    S_tile: FloatArray = scaled if setup.softcap is None else cap_scores(scaled, setup.softcap)
     if setup.bias is not None:
         S_tile = S_tile + setup.bias[b, h, t0:t1, s0:s1]
     forbid = np.zeros(S_tile.shape, dtype=bool)
@@ -280,6 +291,7 @@ def flash_mistakes(
     block_k: int,
     causal_offset: int | None = None,
     sinks: FloatArray | None = None,
+    softcap: float | None = None,
     record_tiles: bool = False,
 ) -> tuple[FlashMistake, ...]:
     """Each named mistake recomputed (base e expected); the causal one only under causal.
@@ -292,6 +304,6 @@ def flash_mistakes(
             continue
         base2 = name == "lse_base2"
         result = _forward(q, k, v, scale, allowed, bias, block_q, block_k, causal_offset, base2,
-                          sinks, record_tiles, bugs)  # fmt: skip
+                          sinks, record_tiles, bugs, softcap)  # fmt: skip
         found.append(FlashMistake(name, description, result))
     return tuple(found)

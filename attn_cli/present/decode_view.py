@@ -3,7 +3,7 @@ self-check and the KV-cache cost, with explanations in English or Chinese.
 
 Formatting only: every number comes from the :class:`DecodeRun` (core/decode.py's steps and
 the checks of check/grade_decode.py). ``decode_pages`` yields one renderable per page for
-step mode: the overview, each step, the summary.
+step mode: the overview, each step, the summary; ``decode_titles`` names them.
 """
 
 from __future__ import annotations
@@ -75,6 +75,9 @@ LABELS: dict[Lang, dict[str, str]] = {
         "batch": "batch {b} · ",
         "more_steps": "… {n} more steps (--full shows all)",
         "batch_note": "(per batch item; {b} items)",
+        "page_overview": "overview and KV-cache cost",
+        "page_step": "{token}@{pos} → slot {slot}",
+        "page_checks": "self-check of every step",
     },
     "zh": {
         "sentinel": "mask_value {v} 已换成 −∞，与 KV 缓存和 FlashAttention 的遮盖方式相同"
@@ -120,6 +123,9 @@ LABELS: dict[Lang, dict[str, str]] = {
         "batch": "批 {b} · ",
         "more_steps": "… 另有 {n} 步（加 --full 显示全部）",
         "batch_note": "（每个批元素；共 {b} 个）",
+        "page_overview": "概览与 KV 缓存开销",
+        "page_step": "{token}@{pos} → 槽 {slot}",
+        "page_checks": "每一步的自检",
     },
 }
 
@@ -158,6 +164,14 @@ def decode_pages(run: DecodeRun, options: RenderOptions | None = None) -> Iterat
     for k in range(len(run.result.steps)):
         yield render_step(run, k, options)
     yield render_checks(run, options)
+
+
+def decode_titles(run: DecodeRun, lang: Lang) -> list[str]:
+    """Step mode's page titles, as ``decode_pages``: the overview, ``token@position → slot``
+    for each step (go-to matches the token), the checks."""
+    steps = [_t(lang, "page_step", token=safe(run.label(s.index)), pos=s.position, slot=s.slot)
+             for s in run.result.steps]  # fmt: skip
+    return [_t(lang, "page_overview"), *steps, _t(lang, "page_checks")]
 
 
 def render_overview(run: DecodeRun, options: RenderOptions) -> Group:
@@ -271,9 +285,10 @@ def _step_tables(
         for g in range(inp.kv_heads):
             table(cache[b, g], slots, cols, _t(lang, "slot"), _t(lang, name, g=g))
         explained(name)
-    names = ["scores", "scaled", "masked", "softmax"]
+    names = ["scores", "scaled", *(["capped"] if step.capped is not None else []), "masked",
+             "softmax"]  # fmt: skip
     for h in range(inp.heads):
-        rows = _stack([getattr(step, n)[b, h, 0] for n in names])  # (4, C)
+        rows = _stack([getattr(step, n)[b, h, 0] for n in names])  # (4 or 5, C)
         table(rows, names, slots, _t(lang, "row"), _t(lang, "attn", h=h, g=h // groups))
     explained(*names)
     table(step.output[b, :, 0], heads, d_v, "", _t(lang, "output"))  # (H, Dv)
@@ -368,6 +383,15 @@ _EXPLAIN: dict[str, dict[Lang, tuple[str, str]]] = {  # key -> lang -> (formula,
                "the fixture sets it."),
         "zh": ("scaled = scores × scale", "与完整计算相同：除非配置文件另行给出，scale = 1/√d_k。"),
     },
+    "capped": {
+        "en": ("capped = softcap × tanh(scaled / softcap)",
+               "Gemma 2's logit softcapping, on the scaled row before the bias and the mask, "
+               "exactly as in the full computation: large scores flatten towards ±softcap, "
+               "small ones pass almost unchanged. masked then starts from capped."),
+        "zh": ("capped = softcap × tanh(scaled / softcap)",
+               "Gemma 2 的 logit 软截断，作用在缩放后的这一行上，在 bias 和遮盖之前，与完整计算"
+               "完全相同：大的分数被压向 ±softcap，小的几乎不变。masked 随后从 capped 开始。"),
+    },
     "masked": {
         "en": ("masked = scaled (+ bias), −∞ at empty slots and outside the window",
                "No future key is in the cache, so causality needs no mask here. Only an empty "
@@ -436,6 +460,7 @@ def explain(run: DecodeRun, key: str, lang: Lang, step: DecodeStep | None = None
 
 _INPUTS: dict[str, tuple[str, ...]] = {
     "Q": ("Q",), "Q_rot": ("Q",), "K_cache": ("K",), "V_cache": ("V",),
-    "scores": ("Q_rot | Q", "K_cache"), "masked": ("scaled",), "output": ("softmax", "V_cache"),
+    "scores": ("Q_rot | Q", "K_cache"), "capped": ("scaled", "softcap"),
+    "masked": ("capped | scaled",), "output": ("softmax", "V_cache"),
     "check": ("output", "attn trace: output"), "cost": ("kv_heads", "d_k", "d_v"),
 }  # fmt: skip

@@ -4,7 +4,7 @@ explanations in English or Chinese.
 
 Formatting only: every number comes from the :class:`FlashRun` (core/flash.py's tiles and the
 checks of check/grade_decode.py). ``flash_pages`` yields one renderable per page for step mode:
-the overview, each tile shown, the result.
+the overview, each tile shown, the result; ``flash_titles`` names them.
 """
 
 from __future__ import annotations
@@ -47,6 +47,7 @@ LABELS: dict[Lang, dict[str, str]] = {
         "skipped": "skipped: every key of this block is after every query (above the causal "
         "diagonal); m, l and acc carry over unchanged",
         "S": "S: scaled scores of the tile (−∞ where not allowed)",
+        "S_cap": "S: capped scores of the tile, {c}·tanh(scaled/{c}) (−∞ where not allowed)",
         "state": "running state per query row",
         "P": "P = exp(S − m)",
         "P2": "P = exp2(S − m)",
@@ -67,6 +68,10 @@ LABELS: dict[Lang, dict[str, str]] = {
         "ulps_note": "float32: the order of summation changes the last bits (ulps), not the math",
         "where": "batch {b} · head {h} · ",
         "where_h": "head {h} · ",
+        "page_overview": "overview",
+        "page_tile": "{where}q {t0}..{t1} × k {s0}..{s1}",
+        "page_skipped": "{where}q {t0}..{t1} × k {s0}..{s1} (skipped)",
+        "page_result": "O, L and the self-check",
     },
     "zh": {
         "sentinel": "mask_value {v} 已换成 −∞，与 KV 缓存和 FlashAttention 的遮盖方式相同"
@@ -82,6 +87,7 @@ LABELS: dict[Lang, dict[str, str]] = {
         "tile": "第 {k} 块，共 {n} 块 · {where}查询 {t0}..{t1} × 键 {s0}..{s1}",
         "skipped": "跳过：这一块的每个键都在每个查询之后（位于因果对角线之上）；m、l、acc 保持不变",
         "S": "S：这一块缩放后的分数（不允许看的位置为 −∞）",
+        "S_cap": "S：这一块截断后的分数，{c}·tanh(scaled/{c})（不允许看的位置为 −∞）",
         "state": "每个查询行的运行状态",
         "P": "P = exp(S − m)",
         "P2": "P = exp2(S − m)",
@@ -102,6 +108,10 @@ LABELS: dict[Lang, dict[str, str]] = {
         "ulps_note": "float32：求和顺序只改变最后几位（ulp），不改变数学",
         "where": "批 {b} · 头 {h} · ",
         "where_h": "头 {h} · ",
+        "page_overview": "概览",
+        "page_tile": "{where}查询 {t0}..{t1} × 键 {s0}..{s1}",
+        "page_skipped": "{where}查询 {t0}..{t1} × 键 {s0}..{s1}（跳过）",
+        "page_result": "O、L 与自检",
     },
 }
 
@@ -139,6 +149,17 @@ def flash_pages(run: FlashRun, options: RenderOptions | None = None) -> Iterator
     for k in range(len(run.tiles)):
         yield render_tile(run, k, options)
     yield render_result(run, options)
+
+
+def flash_titles(run: FlashRun, lang: Lang) -> list[str]:
+    """Step mode's page titles, as ``flash_pages``: the overview, where each tile is, the result."""
+    tiles = []
+    for tile in run.tiles:
+        (t0, t1), (s0, s1) = tile.q_block, tile.k_block
+        key = "page_skipped" if tile.skipped else "page_tile"
+        tiles.append(_t(lang, key, where=_where(run, tile, lang), t0=t0, t1=t1 - 1, s0=s0,
+                        s1=s1 - 1))  # fmt: skip
+    return [_t(lang, "page_overview"), *tiles, _t(lang, "page_result")]
 
 
 def render_overview(run: FlashRun, options: RenderOptions) -> Group:
@@ -227,8 +248,12 @@ def render_tile(run: FlashRun, k: int, options: RenderOptions) -> Group:
         parts.append(Text(_t(lang, "skipped"), style="yellow"))
         explained("skipped")
     else:
-        table(tile.S, keys, _t(lang, "S"))
-        explained("S")
+        cap = run.trace.inputs.softcap
+        if cap is None:
+            table(tile.S, keys, _t(lang, "S"))
+        else:
+            table(tile.S, keys, _t(lang, "S_cap", c=f"{cap:g}"))
+        explained("S" if cap is None else "S_cap")
     state = [_previous_m(run, k), tile.m, tile.alpha, tile.l]
     names = ["m_old", "m", "α", "l"]
     shown = [(n, x) for n, x in zip(names, state, strict=True) if x is not None]
@@ -318,6 +343,16 @@ _EXPLAIN: dict[str, dict[Lang, tuple[str, str]]] = {  # key -> lang -> (formula,
         "zh": ("S = Q_块 · K_块ᵀ × scale（+ bias），不允许看的位置为 −∞",
                "与 trace 中 masked 阶段对应的那一块数值相同：任何时候都只有这一块存在。"),
     },
+    "S_cap": {
+        "en": ("S = softcap·tanh(Q_block · K_blockᵀ × scale / softcap) (+ bias), −∞ where not "
+               "allowed",
+               "Gemma 2's softcap is applied to the tile's scaled scores before the bias, the mask "
+               "and the running max, as in the full computation: the same numbers as the "
+               "matching block of the trace's masked stage."),
+        "zh": ("S = softcap·tanh(Q_块 · K_块ᵀ × scale / softcap)（+ bias），不允许看的位置为 −∞",
+               "Gemma 2 的软截断作用在这一块缩放后的分数上，在 bias、遮盖和运行最大值之前，"
+               "与完整计算相同：与 trace 中 masked 阶段对应的那一块数值相同。"),
+    },
     "m": {
         "en": ("m = max(m_old, rowmax(S))",
                "The largest score seen so far in each row. Subtracting it before exp keeps "
@@ -386,12 +421,14 @@ def explain(run: FlashRun, key: str, lang: Lang) -> Explanation:
     formula, meaning = _EXPLAIN[key][lang]
     bq, bk, Dv = run.block_q, run.block_k, run.trace.inputs.d_v
     shapes = {
-        "S": f"S [{bq}, {bk}]", "P": f"P [{bq}, {bk}]", "m": f"m [{bq}]", "alpha": f"α [{bq}]",
+        "S": f"S [{bq}, {bk}]", "S_cap": f"S [{bq}, {bk}]", "P": f"P [{bq}, {bk}]",
+        "m": f"m [{bq}]", "alpha": f"α [{bq}]",
         "l": f"l [{bq}]", "acc": f"acc [{bq}, d_v={Dv}]",
         "O": f"O [seq_q, d_v={Dv}]", "L": "L [seq_q]",
     }  # fmt: skip
     inputs = {
-        "S": ("Q_block", "K_block"), "m": ("m_old", "S"), "alpha": ("m_old", "m"),
+        "S": ("Q_block", "K_block"), "S_cap": ("Q_block", "K_block", "softcap"),
+        "m": ("m_old", "S"), "alpha": ("m_old", "m"),
         "P": ("S", "m"), "l": ("α", "l", "P"), "acc": ("α", "acc", "P", "V_block"),
         "O": ("acc", "l"), "L": ("m", "l"),
     }.get(key, (label(lang, "given"),))  # fmt: skip

@@ -11,7 +11,7 @@ page title, as a spreadsheet freezes its header row.
 from __future__ import annotations
 
 import bisect
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Literal
 
@@ -206,25 +206,40 @@ def scroll(page: Page, height: int, top: int, by: int) -> int:
 # Keys
 
 
-class Deck:
-    """The pages of a trace in step mode, laid out for the console's width when first shown."""
+class Pages:
+    """Step-mode pages by number, each rendered by ``render(k)`` (a Group: title first, key hint
+    last) and laid out for a width when first shown; ``names`` are what go-to matches."""
 
-    def __init__(self, trace: Trace, options: RenderOptions, console: Console) -> None:
-        self.trace = trace
-        self.options = options
+    def __init__(
+        self, names: list[str], render: Callable[[int], Group], lang: Lang, console: Console
+    ) -> None:
+        self.names = names
+        self.render = render
+        self.lang = lang
         self.console = console
-        self.names = step_names(trace, options)
         self._pages: dict[tuple[int, int], Page] = {}
 
     def page(self, k: int, width: int) -> Page:
         """Page ``k`` (0-based) at ``width``."""
         if (k, width) not in self._pages:
-            group = render_step_page(self.trace, k, self.options)
-            self._pages[k, width] = lay_out(group, self.console, width)
+            self._pages[k, width] = lay_out(self.render(k), self.console, width)
         return self._pages[k, width]
 
 
-def press(deck: Deck, state: State, action: Action, width: int, height: int) -> State:
+class Deck(Pages):
+    """The pages of a trace in step mode: one explained stage each."""
+
+    def __init__(self, trace: Trace, options: RenderOptions, console: Console) -> None:
+        names = step_names(trace, options)
+        super().__init__(names, self._render, options.lang, console)
+        self.trace = trace
+        self.options = options
+
+    def _render(self, k: int) -> Group:
+        return render_step_page(self.trace, k, self.options)
+
+
+def press(deck: Pages, state: State, action: Action, width: int, height: int) -> State:
     """The state after ``action``, on a screen ``width`` x ``height``."""
     k, top, n = state.k, state.top, len(deck.names)
     page = deck.page(k, width)
@@ -252,7 +267,7 @@ def press(deck: Deck, state: State, action: Action, width: int, height: int) -> 
     return state
 
 
-def type_key(deck: Deck, state: State, key: str) -> State:
+def type_key(deck: Pages, state: State, key: str) -> State:
     """A key typed at the go-to prompt: a character, Backspace, Enter or Esc."""
     typed = state.typed or ""
     if key == "\x1b":
@@ -269,12 +284,12 @@ def type_key(deck: Deck, state: State, key: str) -> State:
     return replace(state, typed=typed)
 
 
-def go_to(deck: Deck, state: State, typed: str) -> State:
+def go_to(deck: Pages, state: State, typed: str) -> State:
     """Stage ``typed`` (a number from 1, or a name or the start of one), or a note why not."""
     k = stage_index(typed, deck.names)
     if k is not None:
         return State(k)
-    words, n = WORDS[deck.options.lang], len(deck.names)
+    words, n = WORDS[deck.lang], len(deck.names)
     note = words["no_stage"].format(typed=typed, n=n, names=", ".join(deck.names))
     return replace(state, typed=None, note=note)
 
@@ -300,9 +315,9 @@ def stage_index(typed: str, names: list[str]) -> int | None:
 # The screen
 
 
-def frame(deck: Deck, state: State, width: int, height: int) -> list[Line]:
+def frame(deck: Pages, state: State, width: int, height: int) -> list[Line]:
     """The ``height`` lines of the screen for ``state``: title, pinned header, body, status."""
-    console, lang = deck.console, deck.options.lang
+    console, lang = deck.console, deck.lang
     options = console.options.update(width=width, height=None)
     if state.help:
         return _help(console, lang, width)
@@ -319,9 +334,9 @@ def frame(deck: Deck, state: State, width: int, height: int) -> list[Line]:
     return lines
 
 
-def _status(deck: Deck, state: State, page: Page, v: View, height: int) -> Text:
+def _status(deck: Pages, state: State, page: Page, v: View, height: int) -> Text:
     """The bottom line: where we are, how far scrolled, the keys; or the prompt or a note."""
-    lang, n = deck.options.lang, len(deck.names)
+    lang, n = deck.lang, len(deck.names)
     words = WORDS[lang]
     position = label(lang, "step_position", k=state.k + 1, n=n)
     text = Text(no_wrap=True, overflow="ellipsis")

@@ -14,19 +14,21 @@ import os
 import select
 import signal
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager, suppress
 from dataclasses import replace
 from types import FrameType
 from typing import TYPE_CHECKING
 
-from rich.console import Console, ScreenContext
+from rich.console import Console, Group, RenderableType, ScreenContext
 from rich.control import Control
 from rich.segment import SegmentLines
+from rich.text import Text
 
 from attn_cli.errors import UsageError
+from attn_cli.present.i18n import Lang, label
 from attn_cli.present.options import RenderOptions
-from attn_cli.present.pager import Action, Deck, State, frame, press, type_key
+from attn_cli.present.pager import Action, Deck, Pages, State, frame, press, type_key
 
 if TYPE_CHECKING:
     from attn_cli.core.pipeline import Trace
@@ -93,7 +95,7 @@ def split_keys(data: bytes) -> list[bytes]:
     return keys
 
 
-def on_key(deck: Deck, state: State, key: bytes, width: int, height: int) -> State | None:
+def on_key(deck: Pages, state: State, key: bytes, width: int, height: int) -> State | None:
     """The state after one key on a ``width`` x ``height`` screen; None to quit."""
     if state.help:
         return replace(state, help=False)  # any key closes the help
@@ -182,7 +184,7 @@ def keyboard(fd: int, console: Console) -> Iterator[tuple[Read, ScreenContext]]:
         os.close(wake_w)
 
 
-def draw(console: Console, screen: ScreenContext, deck: Deck, state: State) -> None:
+def draw(console: Console, screen: ScreenContext, deck: Pages, state: State) -> None:
     """The screen for ``state`` at the terminal's current size."""
     width, height = console.size
     lines = frame(deck, state, width, height)
@@ -193,13 +195,48 @@ def draw(console: Console, screen: ScreenContext, deck: Deck, state: State) -> N
 
 def run_steps(trace: Trace, options: RenderOptions, console: Console) -> int:
     """Show the trace one explained stage at a time until q/Esc; the exit code."""
+    return walk(Deck(trace, replace(options, explain=True), console), console)
+
+
+def run_pages(
+    pages: Iterable[RenderableType], titles: Sequence[str], lang: Lang, console: Console
+) -> int:
+    """Show ``pages`` one at a time (``titles[k]`` pinned above page k) until q/Esc; the exit
+    code. The pages are taken from the iterable as they are first shown."""
+    return walk(page_deck(pages, titles, lang, console), console)
+
+
+def page_deck(
+    pages: Iterable[RenderableType], titles: Sequence[str], lang: Lang, console: Console
+) -> Pages:
+    """The pager's deck of ``pages``: each under a pinned "stage k of n  title" line, with the
+    key hint below it (the pager's status line takes its place)."""
+    source = iter(pages)
+    seen: list[RenderableType] = []
+    n = len(titles)
+
+    def render(k: int) -> Group:
+        while len(seen) <= k:
+            seen.append(next(source))
+        position = label(lang, "step_position", k=k + 1, n=n)
+        keys = label(lang, "step_last" if k == n - 1 else "step_keys")
+        return Group(
+            Text.assemble((position, "bold reverse"), "  ", (titles[k], "bold cyan")),
+            seen[k],
+            Text.assemble((position, "bold"), "   ", (keys, "dim")),
+        )
+
+    return Pages(list(titles), render, lang, console)
+
+
+def walk(deck: Pages, console: Console) -> int:
+    """Draw the deck's pages and follow the keys until q/Esc; the exit code."""
     fd = stdin_terminal()
     if fd is None:
         raise UsageError(
             "<stdin>", "--step", "standard input is not a terminal, so no keys can be read",
             "an interactive terminal (leave out --step to print every stage at once)",
         )  # fmt: skip
-    deck = Deck(trace, replace(options, explain=True), console)
     state: State | None = State()
     try:
         with keyboard(fd, console) as (read, screen):
