@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import FIXTURES, run_cli
+from conftest import FIXTURES, ROOT, run_cli
 
 from attn_cli.present.report import fmt_pair, plural
 
@@ -299,3 +299,10 @@ def test_no_annotation_when_all_is_the_same(tmp_path: Path) -> None:
     assert result.exit_code == 0
     assert result.stdout.startswith("same: ") and "::" not in result.stdout
     assert os.path.exists(tmp_path / "same.json")
+
+
+def test_the_fixture_format_says_check_compares_expected() -> None:
+    text = (ROOT / "docs" / "fixture-format.md").read_text(encoding="utf-8")
+    section = text.split("\n## expected\n", 1)[1].split("\n## ", 1)[0]
+    assert "later feature" not in text
+    assert "`attn check FIXTURE`" in section and "compares the trace with it" in section

@@ -98,6 +98,40 @@ class Diagnosis:
     unexplained: tuple[str, ...] = ()  # later differing stages it does not
 
 
+@dataclass(frozen=True)
+class SameRatio:
+    """No mistake fits, but every cell of the first differing stage is attn's times one number
+    (within the tolerance): a scale applied once too often, or too few times, is likely."""
+
+    stage: str
+    ratio: float  # yours / attn's, the same in every cell
+    cells: int  # the cells that differ (all of them follow the ratio)
+    reading: str  # the ratio as a named number, e.g. "1/√2"; "" when it is none
+    suggestion: str  # e.g. "a scale of 1/√d_k applied twice, or where it was not meant?"
+
+
+@dataclass(frozen=True)
+class TransposeFit:
+    """The dump's shape is a permutation of attn's: ``yours.transpose(permutation)`` has attn's
+    layout, and then ``differing`` of ``cells`` cells still differ (0: the numbers match)."""
+
+    stage: str
+    permutation: tuple[int, ...]
+    your_axes: tuple[str, ...]  # attn's axis names, in the order of your array's axes
+    axes: tuple[str, ...]  # attn's axis names, in attn's order
+    cells: int
+    differing: int
+
+    @property
+    def matches(self) -> bool:
+        return self.differing == 0
+
+    @property
+    def call(self) -> str:
+        """The transpose as code: ``transpose(1, 0, 2)``."""
+        return f"transpose({', '.join(str(i) for i in self.permutation)})"
+
+
 @dataclass(frozen=True, eq=False)
 class Comparison:
     """Every compared stage of one fixture, in pipeline order, and what it was compared with."""
@@ -112,6 +146,8 @@ class Comparison:
     ignored: tuple[str, ...] = ()
     diagnoses: tuple[Diagnosis, ...] = ()
     tried: tuple[str, ...] = ()  # titles of the diagnoses tried, when none applied
+    ratio: SameRatio | None = None  # grading: no diagnosis, but one factor everywhere
+    transpose: TransposeFit | None = None  # grading: the first stage's axes in another order
 
     @property
     def same(self) -> bool:

@@ -5,12 +5,16 @@ own earlier stages reproduces the user's numbers within the tolerance.
 The recomputation reuses pipeline.py's step functions, whole-array and batch axis first
 (B, H, T, S); only the mistaken variants are written here. It only ever starts from the
 trace's own stages, and ``_public`` drops the batch axis again when the fixture had none.
+A row a mistake leaves with no key is recomputed as the user's own softmax gives it (nan or
+0, row by row), so that a diagnosis accounts for the later stages. When no mistake fits, the
+comparison still says what the numbers show: one factor everywhere, or the axes reordered.
 """
 
 from __future__ import annotations
 
+import itertools
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -20,9 +24,12 @@ import numpy as np
 from attn_cli.check import grade_backward
 from attn_cli.check.compare import (
     GRADER_TOLERANCE,
+    SIZE_ONE_AXES,
     Comparison,
     Diagnosis,
+    SameRatio,
     Tolerance,
+    TransposeFit,
     cell_errors,
     compare,
     conform,
@@ -207,18 +214,30 @@ def grade(
         gradient = first.name in trace and SPECS[first.name].gradient
         diagnoser = grade_backward.diagnose_backward if gradient else diagnose
         found, tried = diagnoser(trace, dump.arrays, first.name, later, tolerance)
+    ratio = transpose = None
+    if first is not None and first.name in trace and first.name in dump.arrays:
+        given = dump.arrays[first.name]
+        if first.status == "shape":
+            transpose = transpose_fit(trace, first.name, given, tolerance)
+        elif first.status == "different" and not found:
+            ratio = same_ratio(trace, first.name, given, tolerance)
     return replace(
         comparison, notes=tuple(notes), aliases=dict(dump.aliases), ignored=dump.ignored,
-        diagnoses=found, tried=tried,
+        diagnoses=found, tried=tried, ratio=ratio, transpose=transpose,
     )  # fmt: skip
 
 
 @dataclass(frozen=True)
 class _Candidate:
-    """The stages a mistaken computation produces (internal layout), and how it went wrong."""
+    """The stages a mistaken computation produces (internal layout), and how it went wrong.
+
+    ``rerun`` recomputes the same stages with another softmax (see ``_following``); ``note``
+    is said after the confirmation."""
 
     detail: str
     stages: Mapping[str, FloatArray]
+    rerun: Callable[[Weights], Mapping[str, FloatArray]] | None = None
+    note: str = ""
 
 
 @dataclass(frozen=True)
@@ -239,7 +258,7 @@ def diagnose(
     """Every known mistake that reproduces ``given[stage]``, and the titles of those tried."""
     found: list[Diagnosis] = []
     tried: list[str] = []
-    correct = trace[stage]
+    nan_rows = evident_nan_rows(trace, given)
     for mistake in MISTAKES:
         if mistake.fallback and found:
             break
@@ -249,13 +268,9 @@ def diagnose(
             continue  # does not apply to this fixture, or enters after this stage
         tried.append(mistake.title)
         best: tuple[_Candidate, tuple[str, ...]] | None = None
-        for cand in candidates:
-            if stage not in cand.stages:
-                continue
-            value = _public(trace, cand.stages[stage])
-            if value.shape == correct.shape and _close(value, correct.data, tolerance):
-                continue  # this mistake changes nothing here: it cannot be told apart
-            if not _fits(given[stage], value, correct.axes, stage, tolerance):
+        for cand in _ways(trace, candidates, stage, nan_rows, tolerance):
+            if not _fits(given[stage], _public(trace, cand.stages[stage]), trace[stage].axes,
+                         stage, tolerance):  # fmt: skip
                 continue
             explains = tuple(
                 n for n in later
@@ -274,13 +289,79 @@ def diagnose(
                     title=mistake.title,
                     detail=cand.detail.format(stage=stage)
                     + f" Confirmed: recomputed from attn's own earlier stages, it reproduces "
-                    f"every cell of your {stage} ({tolerance}).",
+                    f"every cell of your {stage} ({tolerance})." + cand.note,
                     stage=stage,
                     explains=explains,
                     unexplained=tuple(n for n in later if n not in explains),
                 )
             )
     return tuple(found), tuple(tried)
+
+
+def _ways(
+    trace: Trace,
+    candidates: Sequence[_Candidate],
+    stage: str,
+    nan_rows: BoolArray | None,
+    tolerance: Tolerance,
+) -> Iterator[_Candidate]:
+    """The candidates that change ``stage``, each followed by its recomputation with the
+    user's own softmax where that gives nan rows (``_following``)."""
+    correct = trace[stage]
+    for cand in candidates:
+        if stage not in cand.stages:
+            continue
+        value = _public(trace, cand.stages[stage])
+        if value.shape == correct.shape and _close(value, correct.data, tolerance):
+            continue  # this mistake changes nothing here: it cannot be told apart
+        yield cand
+        if cand.rerun is None or nan_rows is None:
+            continue
+        with np.errstate(all="ignore"):
+            stages = cand.rerun(_following(nan_rows))
+        if "softmax" in stages and np.isnan(stages["softmax"]).any():
+            yield replace(cand, stages=stages, rerun=None, note=FOLLOWED_NOTE)
+
+
+FOLLOWED_NOTE = (
+    " Your softmax gives nan for a row with nothing to attend to (as a plain softmax and "
+    "torch.softmax do), and attn follows it there, row by row: the nan rows of your later "
+    "stages come from this mistake."
+)
+
+
+def evident_nan_rows(trace: Trace, given: Mapping[str, FloatArray]) -> BoolArray | None:
+    """The (batch, head, query) rows where the user's softmax gives nan, read from the first
+    of softmax, output, concat, projected in the dump (concat and projected: any head of the
+    query); None when it gives none, or shows none of them."""
+    inp = trace.inputs
+    shape = (inp.batch, inp.heads, inp.seq_q)
+    for name in ("softmax", "output", "concat", "projected"):
+        if name not in given or name not in trace:
+            continue
+        fitted = conform(given[name], trace[name].shape, trace[name].axes, name)
+        if fitted is None:
+            continue
+        nan: BoolArray = np.asarray(np.isnan(fitted if inp.has_batch else fitted[None]))
+        if name in ("softmax", "output"):
+            rows: BoolArray = np.asarray(nan.all(axis=-1))  # (B, H, T)
+        else:
+            per_query: BoolArray = np.asarray(nan.any(axis=-1))  # (B, T): any head
+            rows = np.broadcast_to(per_query[:, None, :], shape)  # (B, H, T)
+        return rows if bool(rows.any()) else None
+    return None
+
+
+def _following(nan_rows: BoolArray) -> Weights:
+    """The pipeline's softmax, except that a row with nothing allowed is nan where the user's
+    is (``nan_rows``, (B, H, T)) and all-zero where it is not."""
+
+    def weights(x: FloatArray) -> FloatArray:
+        w = softmax_and_lse(x, None)[0]  # (B, H, T, S)
+        w[np.isneginf(x).all(axis=-1) & nan_rows] = np.nan
+        return w
+
+    return weights
 
 
 def _fits(
@@ -295,6 +376,98 @@ def _fits(
 def _close(actual: FloatArray, expected: FloatArray, tol: Tolerance) -> bool:
     bad, _, _ = cell_errors(actual, expected, tol)
     return not bool(bad.any())
+
+
+# ---------------------------------------------------------------------------------------------
+# Hints when no mistake fits: one factor everywhere, or the axes in another order
+
+
+def same_ratio(
+    trace: Trace, stage: str, given: FloatArray, tolerance: Tolerance
+) -> SameRatio | None:
+    """Whether every cell of ``given`` is attn's ``stage`` times one number (within the
+    tolerance, at least two cells differing), and what that number may be."""
+    ref = trace[stage]
+    yours = conform(given, ref.shape, ref.axes, stage)
+    if yours is None:
+        return None
+    attn = ref.data.astype(np.float64)
+    bad = cell_errors(yours, attn, tolerance)[0]
+    with np.errstate(all="ignore"):
+        known = bad & np.isfinite(yours) & np.isfinite(attn) & (attn != 0)
+        if int(bad.sum()) < 2 or not known.any():
+            return None
+        ratio = float(np.median(yours[known] / attn[known]))
+        if ratio == 0 or not math.isfinite(ratio):
+            return None
+        if cell_errors(yours, attn * ratio, tolerance)[0].any():
+            return None  # not one factor everywhere
+    reading, suggestion = _read_ratio(trace, ratio)
+    return SameRatio(stage, ratio, int(bad.sum()), reading, suggestion)
+
+
+def _read_ratio(trace: Trace, ratio: float) -> tuple[str, str]:
+    """The ratio as a named number of this fixture, and what it suggests."""
+    s, d_k = trace.scale, trace.inputs.d_k
+    default = trace.scale_source == "default"
+    scale = "a scale of 1/√d_k" if default else f"the fixture's scale {s:g}"
+    named = (
+        (s, f"1/√{d_k}" if default else "scale", f"{scale} applied twice, or where it was "
+         "not meant?"),
+        (1 / s, f"√{d_k}" if default else "1/scale", f"{scale} left out, or undone?"),
+        (-1.0, "-1", "the sign flipped: a difference taken the wrong way round?"),
+    )  # fmt: skip
+    for value, reading, suggestion in named:
+        if value != 1 and math.isclose(ratio, value, rel_tol=1e-3):
+            return reading, suggestion
+    return "", "a scale or a normalisation applied where it was not meant, or left out?"
+
+
+def transpose_fit(
+    trace: Trace, stage: str, given: FloatArray, tolerance: Tolerance
+) -> TransposeFit | None:
+    """When ``given``'s shape is a permutation of attn's ``stage`` (size-one batch and head
+    axes may be left out): the transpose that fits, the one that matches the numbers if any."""
+    ref = trace[stage]
+    attn = ref.data.astype(np.float64)
+    g = given
+    while g.ndim > attn.ndim and g.shape[0] == 1:
+        g = g[0]  # extra leading axes of size 1
+    for kept in _kept_axes(ref.shape, ref.axes, g.ndim):
+        target = tuple(ref.shape[i] for i in kept)
+        fits = [
+            p for p in itertools.permutations(range(g.ndim))
+            if p != tuple(range(g.ndim)) and tuple(g.shape[i] for i in p) == target
+        ]  # fmt: skip
+        best: tuple[tuple[int, ...], int] | None = None
+        for p in fits:
+            moved = g.transpose(p).reshape(attn.shape)  # (attn's axes)
+            differing = int(cell_errors(moved, attn, tolerance)[0].sum())
+            if best is None or differing < best[1]:
+                best = p, differing
+            if differing == 0:
+                break
+        if best is not None:
+            p, differing = best
+            names = tuple(ref.axes[i] for i in kept)
+            yours = tuple(names[p.index(i)] for i in range(g.ndim))
+            return TransposeFit(stage, p, yours, names, int(attn.size), differing)
+    return None
+
+
+def _kept_axes(shape: tuple[int, ...], axes: tuple[str, ...], ndim: int) -> list[tuple[int, ...]]:
+    """attn's axes a dump of ``ndim`` axes may hold: all, or all but some of size one."""
+    n = len(shape)
+    if ndim == n:
+        return [tuple(range(n))]
+    optional = [i for i, (a, k) in enumerate(zip(axes, shape, strict=True))
+                if a in SIZE_ONE_AXES and k == 1]  # fmt: skip
+    if ndim > n or n - ndim > len(optional):
+        return []
+    return [
+        tuple(i for i in range(n) if i not in drop)
+        for drop in itertools.combinations(optional, n - ndim)
+    ]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -423,11 +596,25 @@ def _reads(order: Sequence[str], name: str) -> str:
 def _both_softmaxes(
     trace: Trace, start: str, values: Mapping[str, FloatArray], detail: str
 ) -> list[_Candidate]:
-    """A mistake followed by a correct softmax, and by one that turns empty rows into nan."""
-    out = [_Candidate(detail, downstream(trace, start, values))]
-    if trace.inputs.sinks is None:  # a sink keeps every row finite: no nan
-        out.append(_Candidate(detail, downstream(trace, start, values, weights=softmax_unguarded)))
-    return out
+    """A mistake followed by a correct softmax, or by the user's where it gives nan rows."""
+    return [_candidate(trace, detail, start, values)]
+
+
+def _candidate(
+    trace: Trace,
+    detail: str,
+    start: str,
+    values: Mapping[str, FloatArray],
+    **how: Any,
+) -> _Candidate:
+    """The stages from ``start`` recomputed with ``values`` (``how``: see ``downstream``), and
+    the way to recompute them with another softmax; a sink keeps every row finite: no nan."""
+
+    def rerun(weights: Weights) -> dict[str, FloatArray]:
+        return downstream(trace, start, values, weights=weights, **how)
+
+    stages = downstream(trace, start, values, **how)
+    return _Candidate(detail, stages, rerun if trace.inputs.sinks is None else None)
 
 
 def _weights_input(trace: Trace) -> FloatArray:
@@ -558,7 +745,7 @@ def _heads_interleaved(trace: Trace) -> list[_Candidate]:
     )
     values = {"Q": q, "K": k, "V": v}
     return [
-        _Candidate(detail, downstream(trace, "Q", values, merge=merge))
+        _candidate(trace, detail, "Q", values, merge=merge)
         for merge in (merge_heads, merge_interleaved)
     ]
 
@@ -610,21 +797,15 @@ def _stage_mixup(trace: Trace) -> list[_Candidate]:
 
 def _recomputed(changes: Callable[[Trace], list[Change]]) -> Callable[[Trace], list[_Candidate]]:
     """A variant mistake's candidates: each change recomputed downstream by the pipeline's
-    steps, and, when it may empty a row, also with a softmax that gives that row nan."""
+    steps (and, where the user's softmax gives nan rows, with it: see ``_ways``)."""
 
     def candidates(trace: Trace) -> list[_Candidate]:
-        out = []
-        for c in changes(trace):
-            kinds = (
-                [None, softmax_unguarded] if c.nan_rows and trace.inputs.sinks is None else [None]
+        return [
+            _candidate(
+                trace, c.detail, c.start, c.values, inputs=c.inputs, expand=c.expand or repeat_kv
             )
-            for weights in kinds:
-                stages = downstream(
-                    trace, c.start, c.values, weights=weights, inputs=c.inputs,
-                    expand=c.expand or repeat_kv,
-                )  # fmt: skip
-                out.append(_Candidate(c.detail, stages))
-        return out
+            for c in changes(trace)
+        ]
 
     return candidates
 

@@ -98,8 +98,8 @@ def masked_with(trace: Trace, ok: BoolArray | None, inputs: Inputs | None = None
 class Change:
     """What a mistaken computation changes: from ``start`` on, ``values`` replace stages and
     ``inputs`` the fixture's inputs (positions, window, slopes, weights); ``expand`` maps kv heads
-    to query heads and ``weights`` is the softmax, when the mistake is there. ``nan_rows``: also
-    try a softmax that gives nan for a row with nothing allowed (the mistake may empty a row)."""
+    to query heads and ``weights`` is the softmax, when the mistake is there. Whether a row
+    the mistake empties is nan or 0 is not said here: grade.py follows the user's own softmax."""
 
     detail: str
     start: str
@@ -107,7 +107,6 @@ class Change:
     inputs: Inputs | None = None
     expand: Expand | None = None
     weights: Weights | None = None
-    nan_rows: bool = False
 
 
 @dataclass(frozen=True)
@@ -225,7 +224,7 @@ def _positions_off_by_one(trace: Trace) -> list[Change]:
         if len(readers) > 1:
             start = "Q_rot" if inp.rope is not None else "alibi"
             detail = _positions_detail(" and ".join(readers), what)
-            out.append(Change(detail, start, inputs=shifted, nan_rows=True))
+            out.append(Change(detail, start, inputs=shifted))
     return out
 
 
@@ -253,7 +252,7 @@ def _window_off_by_one(trace: Trace) -> list[Change]:
             f"0) is the same window). Fix: allowed = (0 <= pos_q - pos_k) & (pos_q - pos_k < {w})."
         )
         changed = replace(trace.inputs, window=wrong)
-        out.append(Change(detail, "masked", inputs=changed, nan_rows=True))
+        out.append(Change(detail, "masked", inputs=changed))
     return out
 
 
@@ -272,7 +271,7 @@ def _causal_triu(trace: Trace) -> list[Change]:
         "block where triu(ones, k=1)."
     )
     masked = masked_with(trace, with_causal(inp, ahead))
-    return [Change(detail, "masked", {"masked": masked}, nan_rows=True)]
+    return [Change(detail, "masked", {"masked": masked})]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -365,7 +364,7 @@ def _scaled_by_d_model(trace: Trace) -> list[Change]:
         f"the model. Fix: scale = 1 / math.sqrt(d_k) = {1 / math.sqrt(inp.d_k):.6g}."
     )
     scaled = internal(trace, "scores") / math.sqrt(width)
-    return [Change(detail, "scaled", {"scaled": scaled}, nan_rows=True)]
+    return [Change(detail, "scaled", {"scaled": scaled})]
 
 
 def _x_w_transposed(trace: Trace) -> list[Change]:

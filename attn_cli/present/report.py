@@ -6,7 +6,6 @@ is imported inside the functions that build tables, so the JSON report never loa
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
@@ -21,6 +20,7 @@ from attn_cli.check.compare import (
     exit_code,
 )
 from attn_cli.errors import printable
+from attn_cli.io.trace_json import json_text
 
 if TYPE_CHECKING:
     from rich.console import RenderableType
@@ -188,6 +188,7 @@ def render_comparison(fixture: str, c: Comparison, *, worst: int = 5) -> Rendera
     elif first is not None:
         parts.append(Text(f"{first.name} differs first ({stage_status_text(c, first)[0]})",
                           style="bold"))  # fmt: skip
+        parts.append(Text(""))
     for d in c.diagnoses:
         parts.append(Text.assemble(("diagnosis: ", "bold"), (d.title, "bold yellow")))
         parts.append(Text(_safe(d.detail)))
@@ -205,7 +206,34 @@ def render_comparison(fixture: str, c: Comparison, *, worst: int = 5) -> Rendera
             )
         )
         parts.append(Text(""))
+    for line in hint_lines(c):
+        parts.append(Text.assemble(("hint: ", "bold"), _safe(line)))
+        parts.append(Text(""))
     return Group(*parts)
+
+
+def hint_lines(c: Comparison) -> list[str]:
+    """What the grader noticed besides the named mistakes: one factor everywhere, or the axes
+    of the first differing stage in another order."""
+    lines = []
+    r = c.ratio
+    if r is not None:
+        reading = f" = {r.reading}" if r.reading else ""
+        lines.append(
+            f"every cell of your {r.stage} is attn's × {r.ratio:.4g}{reading}: {r.suggestion}"
+        )
+    t = c.transpose
+    if t is not None:
+        then = (
+            "and then every cell matches: only the order of the axes differs"
+            if t.matches
+            else f"but then {t.differing:,} of {plural(t.cells, 'cell')} still differ"
+        )
+        lines.append(
+            f"your {t.stage} is [{', '.join(t.your_axes)}] where attn's is "
+            f"[{', '.join(t.axes)}]: {t.call} makes it fit, {then}."
+        )
+    return lines
 
 
 def report_json(outcomes: Sequence[Outcome]) -> str:
@@ -225,12 +253,12 @@ def _pretty(value: Any, indent: int = 0) -> str:
     """Indented JSON with lists of plain values (shapes, indices, names) kept on one line."""
     pad = " " * (indent + 2)
     if isinstance(value, dict) and value:
-        items = [f"{pad}{json.dumps(k)}: {_pretty(v, indent + 2)}" for k, v in value.items()]
+        items = [f"{pad}{json_text(k)}: {_pretty(v, indent + 2)}" for k, v in value.items()]
         return "{\n" + ",\n".join(items) + "\n" + " " * indent + "}"
     if isinstance(value, list) and any(isinstance(v, (dict, list)) for v in value):
         items = [pad + _pretty(v, indent + 2) for v in value]
         return "[\n" + ",\n".join(items) + "\n" + " " * indent + "]"
-    return json.dumps(value, ensure_ascii=False)
+    return json_text(value)
 
 
 def _outcome_json(o: Outcome) -> dict[str, Any]:
@@ -261,7 +289,26 @@ def _outcome_json(o: Outcome) -> dict[str, Any]:
              "explains": list(d.explains), "unexplained": list(d.unexplained)}
             for d in c.diagnoses
         ]  # fmt: skip
+        out["ratio"] = _ratio_json(c)
+        out["transpose"] = _transpose_json(c)
     return out
+
+
+def _ratio_json(c: Comparison) -> dict[str, Any] | None:
+    r = c.ratio
+    if r is None:
+        return None
+    return {"stage": r.stage, "ratio": _json_number(r.ratio), "cells": r.cells,
+            "reading": r.reading, "suggestion": r.suggestion}  # fmt: skip
+
+
+def _transpose_json(c: Comparison) -> dict[str, Any] | None:
+    t = c.transpose
+    if t is None:
+        return None
+    return {"stage": t.stage, "permutation": list(t.permutation), "call": t.call,
+            "your_axes": list(t.your_axes), "axes": list(t.axes), "cells": t.cells,
+            "differing": t.differing, "matches": t.matches}  # fmt: skip
 
 
 def _stage_json(c: Comparison, s: StageResult) -> dict[str, Any]:
@@ -410,6 +457,7 @@ def diagnosis_lines(c: Comparison) -> list[str]:
             f"diagnosis: none. Your {first.name} differs from attn's, and none of the known "
             f"mistakes reproduces it (tried: {', '.join(c.tried) or 'none apply here'})."
         )
+    lines += [f"hint: {line}" for line in hint_lines(c)]
     return lines
 
 
