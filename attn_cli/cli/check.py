@@ -1,6 +1,7 @@
 """``attn check``: a fixture's trace against a golden file, its ``expected`` section, or a dump."""
 
 import os
+import stat
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Optional
@@ -204,12 +205,47 @@ def _check_one(
                 printable(str(golden.parent)), "--golden-dir", f"cannot make the folder "
                 f"({e.strerror or e})", "a writable folder",
             ) from None  # fmt: skip
+    if golden is not None:
+        option = "--golden-dir" if golden_dir is not None else "--golden"
+        _check_golden_path(golden, option, update)
     if not update and golden is not None and golden_dir is not None:
         _refuse_old_layout(fixture, golden, golden_dir)
     return check_fixture(
         fixture, golden=golden, against=against, update=update, tolerance=tolerance,
         stages=stages, worst=worst, max_elements=max_elements, backward=backward,
     )  # fmt: skip
+
+
+def _check_golden_path(golden: Path, option: str, update: bool) -> None:
+    """A path the system cannot look at (a name too long) is refused; to update, so is a FIFO,
+    a device or a folder: a golden is a regular file to read back (reading one, the gate
+    refuses the rest)."""
+    from attn_cli.io.gate import require_regular
+
+    mode = _stat_mode(golden, option)
+    if mode is None or not update:
+        return
+    expected = "a regular file to hold the golden JSON trace"
+    try:
+        require_regular(mode, printable(str(golden)), expected, option)
+    except AttnError as e:
+        raise UsageError(e.source, e.field, e.what, e.expected) from None
+
+
+def _stat_mode(path: Path, option: str) -> Optional[int]:  # noqa: UP045
+    """The mode of ``path`` (stat never blocks, even on a FIFO), None when it does not exist."""
+    try:
+        return os.stat(path).st_mode
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    except (OSError, ValueError) as e:
+        what = f"cannot use the path ({getattr(e, 'strerror', None) or e})"
+        raise UsageError(printable(str(path)), option, what, "a usable path") from None
+
+
+def _is_dir(path: Path, option: str) -> bool:
+    mode = _stat_mode(path, option)
+    return mode is not None and stat.S_ISDIR(mode)
 
 
 def _shown_name(fixture: str) -> str:
@@ -280,11 +316,11 @@ def _check_plan(
 def golden_paths(fixtures: list[str], golden_dir: Path, root: Path) -> list[Optional[Path]]:  # noqa: UP045
     """Each fixture's golden: DIR/<its path under root, suffix .json>, or DIR/<NAME>.json for a
     bundled example; two fixtures with one golden are refused."""
-    if not golden_dir.is_dir():
+    if not _is_dir(golden_dir, "--golden-dir"):
         raise UsageError(
             printable(str(golden_dir)), "--golden-dir", "is not a directory", "a directory"
         )
-    if not root.is_dir():
+    if not _is_dir(root, "--root"):
         raise UsageError(printable(str(root)), "--root", "is not a directory", "a directory")
     paths: list[Optional[Path]] = []  # noqa: UP045
     seen: dict[Path, str] = {}

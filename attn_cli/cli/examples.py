@@ -8,6 +8,7 @@ import typer
 from attn_cli.cli.options import QuietOption
 from attn_cli.cli.output import console, note
 from attn_cli.errors import UsageError, printable
+from attn_cli.io.gate import kind_of
 
 if TYPE_CHECKING:
     from attn_cli.core.inputs import Inputs
@@ -94,7 +95,7 @@ def _copy_example(
 
 def refuse_overwrite(target: Path, force: bool) -> None:
     """An existing file is kept unless --force."""
-    if target.exists() and not target.is_dir() and not force:
+    if kind_of(target) in ("file", "other") and not force:
         raise UsageError(str(target), "", "already exists", "a new file name, or --force")
 
 

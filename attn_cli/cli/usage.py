@@ -184,6 +184,10 @@ class AttnCommand(typer.core.TyperCommand):
             if e.ctx is None:  # Click's parser raises some without one (``--format`` alone)
                 e.ctx = ctx
             raise
+        except ValueError as e:  # Click's Path conversion: "embedded null byte"
+            if "null" not in str(e):
+                raise
+            raise _click().exceptions.UsageError("a value holds a NUL character", ctx) from None
 
     def collect_usage_pieces(self, ctx: Any) -> list[str]:
         return [

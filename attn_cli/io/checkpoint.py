@@ -149,19 +149,19 @@ def write_npz_fixture(fixture: Mapping[str, Any], path: Path) -> None:
 def _locate(checkpoint: Path, config: Path | None) -> tuple[Path, dict[str, Path] | Path, Path]:
     """The folder, the weight files (an index's name -> shard map, or one file) and config.json."""
     source = str(checkpoint)
-    if checkpoint.is_dir():
+    if gate.kind_of(checkpoint) == "dir":
         folder = checkpoint
         index, single = folder / "model.safetensors.index.json", folder / "model.safetensors"
-        if index.is_file():
+        if gate.kind_of(index) == "file":
             files: dict[str, Path] | Path = _shards(index, folder)
-        elif single.is_file():
+        elif gate.kind_of(single) == "file":
             files = single
         else:
             raise InputError(
                 source, "", "holds neither model.safetensors nor model.safetensors.index.json",
                 "a Hugging Face model folder",
             )  # fmt: skip
-    elif checkpoint.is_file():
+    elif gate.kind_of(checkpoint) == "file":
         folder = checkpoint.parent
         is_index = checkpoint.name.endswith(".index.json")
         files = _shards(checkpoint, folder) if is_index else checkpoint
@@ -170,7 +170,7 @@ def _locate(checkpoint: Path, config: Path | None) -> tuple[Path, dict[str, Path
             source, "", "no such file or folder", "a model folder or .safetensors file"
         )
     config_path = config if config is not None else folder / "config.json"
-    if not config_path.is_file():
+    if gate.kind_of(config_path) != "file":
         raise InputError(
             str(config_path), "", "no such file", "the model's config.json (give it with --config)"
         )
@@ -320,7 +320,7 @@ class _Reader:
                 f"the {plan.family} layout's {t.role} tensor of layer {plan.layer}",
             )  # fmt: skip
         if path not in self.headers:
-            if not path.is_file():
+            if gate.kind_of(path) != "file":
                 raise InputError(str(path), name, "the shard holding it does not exist", "a file")
             self.headers[path] = read_header(path)
         entry = self.headers[path].get(name)

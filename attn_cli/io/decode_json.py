@@ -6,7 +6,7 @@ a batch axis has none here either.
 
 - ``{"format": "attn-decode", "version": 1, ..., "prefill": P, "steps": [{"index", "position",
   "token", "slot", "cache_positions", "stages": {NAME: {"shape", "data"}}, "max_abs_diff"}]}``
-  with stages Q (Q_rot), K_cache, V_cache, scores, scaled, masked, softmax, output laid out as
+  with stages Q (Q_rot), K_cache, V_cache, scores, scaled (capped), masked, softmax, output as
   the trace's with seq_q = 1 and seq_k = the cache's slots (-1 in cache_positions: empty);
 - ``{"format": "attn-flash", "version": 1, ..., "block_q", "block_k", "tiles": [{"batch",
   "head", "q_block", "k_block", "skipped", "S", "m", "alpha", "P", "l", "acc"}],
@@ -28,7 +28,7 @@ from attn_cli.core.flash import Tile
 from attn_cli.core.pipeline import Trace
 from attn_cli.io.trace_json import _array as array_text  # one array layout for every JSON
 from attn_cli.io.trace_json import _number as number_text
-from attn_cli.io.trace_json import trace_config
+from attn_cli.io.trace_json import json_text, trace_config
 
 DECODE_FORMAT = "attn-decode"
 FLASH_FORMAT = "attn-flash"
@@ -109,13 +109,13 @@ def _value(value: Any) -> str:
     """A plain JSON value; a float as the trace writes numbers (non-finite as strings)."""
     if isinstance(value, float):
         return number_text(value)
-    return json.dumps(value, ensure_ascii=False)
+    return json_text(value)
 
 
 def _mapping(items: dict[str, Any], indent: int) -> list[str]:
     """``"key": value,`` lines (the caller closes the last one)."""
     pad = " " * indent
-    return [f"{pad}{json.dumps(k)}: {_value(v)}," for k, v in items.items()]
+    return [f"{pad}{json_text(k)}: {_value(v)}," for k, v in items.items()]
 
 
 def _stages(stages: list[tuple[str, Any]], indent: int) -> list[str]:
@@ -125,7 +125,7 @@ def _stages(stages: list[tuple[str, Any]], indent: int) -> list[str]:
     for n, (name, data) in enumerate(stages):
         arr = np.asarray(data)
         comma = "," if n < len(stages) - 1 else ""
-        lines.append(f"{pad}  {json.dumps(name)}: {{")
+        lines.append(f"{pad}  {json_text(name)}: {{")
         lines.append(f'{pad}    "shape": {json.dumps(list(arr.shape))},')
         lines.append(f'{pad}    "data": {array_text(arr.tolist(), indent + 4)}')
         lines.append(f"{pad}  }}{comma}")
@@ -168,8 +168,8 @@ def decode_dumps(run: DecodeRunLike) -> str:
 
 def decode_stages(trace: Trace, step: DecodeStep) -> list[tuple[str, Any]]:
     """A step's stages in the trace's public layout (no batch axis when the fixture has none)."""
-    names = ["Q", "Q_rot", "K_cache", "V_cache", "scores", "scaled", "masked", "softmax",
-             "output"]  # fmt: skip
+    names = ["Q", "Q_rot", "K_cache", "V_cache", "scores", "scaled", "capped", "masked",
+             "softmax", "output"]  # fmt: skip
     out = []
     for name in names:
         data = getattr(step, name)
@@ -245,7 +245,7 @@ def _tile(tile: Tile, has_batch: bool, *, last: bool) -> list[str]:
     for name in ("S", "m", "alpha", "P", "l", "acc"):
         data = getattr(tile, name)
         text = "null" if data is None else array_text(np.asarray(data).tolist(), 6)
-        lines.append(f"      {json.dumps(name)}: {text},")
+        lines.append(f"      {json_text(name)}: {text},")
     _close_last(lines)
     lines.append("    }" + ("" if last else ","))
     return lines

@@ -63,7 +63,7 @@ def write_atomic_with(
         if mode is not None and stat.S_ISDIR(mode):
             raise UsageError(source, option, "is a directory", "a file path to write")
         if mode is not None and not stat.S_ISREG(mode):
-            with fatal_signals_raise(), open(path, "wb") as f:
+            with fatal_signals_raise(), _open_special(path, source, option) as f:
                 write(f)
             return
         target = Path(os.path.realpath(path))  # through a symlink: replace its target, keep it
@@ -84,6 +84,27 @@ def write_atomic_with(
     except OSError as e:
         what = "the disk is full" if e.errno == errno.ENOSPC else f"cannot write ({e.strerror})"
         raise UsageError(source, option, what, "a writable place with free space") from None
+
+
+def _open_special(path: Path, source: str, option: str) -> IO[bytes]:
+    """A FIFO or device opened for writing without waiting: a FIFO nobody reads is an error.
+
+    A blocking open of a FIFO waits for a reader, forever if none comes; opened non-blocking
+    it fails at once (ENXIO), and once open the writes block again, as ``>`` would.
+    """
+    flags = os.O_WRONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0)
+    try:
+        fd = os.open(path, flags)
+    except OSError as e:
+        if e.errno != errno.ENXIO:
+            raise
+        raise UsageError(
+            source, option, "no reader on the named pipe (FIFO)",
+            "a named pipe that a program is reading (start the reader first), or a file",
+        ) from None  # fmt: skip
+    if hasattr(os, "set_blocking"):
+        os.set_blocking(fd, True)
+    return os.fdopen(fd, "wb")
 
 
 def _write_protected(target: Path, mode: int) -> bool:

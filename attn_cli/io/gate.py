@@ -49,6 +49,15 @@ def open_input(path: Path, *, buffered: bool = False) -> BinaryIO:
     return os.fdopen(os.open(path, flags), "rb", buffering=-1 if buffered else 0)
 
 
+def kind_of(path: Path) -> str | None:
+    """``file``, ``dir``, ``other`` or None (nothing there, or a name the system rejects)."""
+    try:
+        mode = os.stat(path).st_mode
+    except (OSError, ValueError):  # missing, too long (ENAMETOOLONG), a NUL, a loop
+        return None
+    return "file" if stat.S_ISREG(mode) else "dir" if stat.S_ISDIR(mode) else "other"
+
+
 def require_regular(
     mode: int, source: str, expected: str, field: str = "", special_hint: str = ""
 ) -> None:

@@ -10,6 +10,8 @@ in 16 colours.
 
 from __future__ import annotations
 
+import math
+
 from rich.style import Style
 
 # viridis at 0, 0.1, ..., 1 (matplotlib's colormap, as sampled by R's viridisLite)
@@ -33,9 +35,32 @@ _DARK_16 = frozenset({"magenta", "blue", "bright_blue"})  # these take white tex
 STEPPED_SYSTEMS = frozenset({"256", "standard", "windows"})  # Rich's names of colour systems
 
 
+def scale_position(x: float, lo: float, hi: float) -> float:
+    """Where ``x`` falls on the colour scale from ``lo`` to ``hi``: 0 at ``lo``, 1 at ``hi``.
+
+    A range wider than float64 (-1e308 to 1e308, where ``hi - lo`` is inf and the plain
+    formula gives inf / inf = NaN) is worked on values divided by its largest magnitude first,
+    which cannot overflow. A flat or unknown range puts every value in the middle.
+    """
+    if not (math.isfinite(lo) and math.isfinite(hi) and lo < hi) or math.isnan(x):
+        return 0.5
+    span = hi - lo
+    if math.isfinite(span):
+        t = (x - lo) / span  # x - lo may overflow only for x beyond hi: then it clips to 1
+    else:
+        m = max(abs(lo), abs(hi))
+        t = (x / m - lo / m) / (hi / m - lo / m)  # each quotient in [-1, 1] for x in range
+    return min(max(t, 0.0), 1.0)
+
+
+def _unit(t: float) -> float:
+    """``t`` clipped to [0, 1]; NaN (no position) to the middle."""
+    return 0.5 if math.isnan(t) else min(max(t, 0.0), 1.0)
+
+
 def viridis(t: float) -> str:
     """The viridis colour at ``t`` in [0, 1], interpolated between samples, as ``#rrggbb``."""
-    t = min(max(t, 0.0), 1.0) * (len(VIRIDIS) - 1)
+    t = _unit(t) * (len(VIRIDIS) - 1)
     i = min(int(t), len(VIRIDIS) - 2)
     f = t - i
     a, b = VIRIDIS[i], VIRIDIS[i + 1]
@@ -50,7 +75,7 @@ def heat_style(t: float) -> Style:
 
 def step(t: float) -> int:
     """The tenth of the scale ``t`` falls in: 0 for [0, 0.1), ..., 9 for [0.9, 1]."""
-    return min(max(int(t * STEPS), 0), STEPS - 1)
+    return min(int(_unit(t) * STEPS), STEPS - 1)
 
 
 def stepped_style(t: float, system: str) -> Style:

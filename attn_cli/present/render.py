@@ -31,7 +31,13 @@ from rich.text import Text
 from attn_cli.core.stages import SCORE_STAGES as HEAT_STAGES
 from attn_cli.present.i18n import Lang, axis_name, axis_title, dims_text, formula_text, label
 from attn_cli.present.options import CELLS_SHOWN, RenderOptions
-from attn_cli.present.palette import PALETTE_16, PALETTE_256, STEPPED_SYSTEMS, stepped_style
+from attn_cli.present.palette import (
+    PALETTE_16,
+    PALETTE_256,
+    STEPPED_SYSTEMS,
+    scale_position,
+    stepped_style,
+)
 from attn_cli.present.palette import VIRIDIS as VIRIDIS
 from attn_cli.present.palette import heat_style as heat_style
 from attn_cli.present.palette import viridis as viridis
@@ -471,7 +477,7 @@ class SliceHeat:
             if x == -math.inf:
                 return Text("−∞" + mark, style=MASKED_STYLE)
             return Text(format_number(x, precision) + MASKED_MARK, style=MASKED_STYLE)
-        t = 0.5 if self.hi <= self.lo else (x - self.lo) / (self.hi - self.lo)
+        t = scale_position(x, self.lo, self.hi)
         extra = Style(bold=True, underline=True) if mark == MAX_MARK else None
         return HeatText(format_number(x, precision) + mark, t, extra)
 

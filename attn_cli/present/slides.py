@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
 from attn_cli.errors import UsageError
+from attn_cli.io.gate import kind_of
 
 if TYPE_CHECKING:
     from rich.console import RenderableType
@@ -75,9 +76,13 @@ def write_slides(
     """Write :func:`slides` into ``folder`` (made if missing), each file atomically."""
     from attn_cli.io.files import write_atomic
 
-    if folder.exists() and not folder.is_dir():
+    if kind_of(folder) not in (None, "dir"):
         raise UsageError(str(folder), "", "is not a folder", "a folder (made if missing)")
-    folder.mkdir(parents=True, exist_ok=True)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except (OSError, ValueError) as e:  # too long a name, no permission, a file on the way
+        what = f"cannot make the folder ({getattr(e, 'strerror', None) or e})"
+        raise UsageError(str(folder)[:200], "", what, "a folder that can be made") from None
     written = []
     for slide in slides(trace, options, fmt, width=width, theme=theme):
         write_atomic(folder / slide.name, slide.text)
@@ -113,7 +118,7 @@ def _note(text: str) -> str:
 
 
 def _yaml_string(text: str) -> str:
-    """A YAML double-quoted scalar."""
-    import json
+    """A YAML double-quoted scalar: JSON's, non-printable characters as ``\\u`` escapes."""
+    from attn_cli.io.trace_json import json_text
 
-    return json.dumps(text, ensure_ascii=False)
+    return json_text(text)
