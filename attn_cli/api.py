@@ -20,7 +20,8 @@ from attn_cli.errors import UsageError
 
 if TYPE_CHECKING:
     from attn_cli.core.inputs import Inputs
-    from attn_cli.core.pipeline import Dtype, Trace
+    from attn_cli.core.memory import Written
+    from attn_cli.core.pipeline import Dtype, Streamed, Trace
 
 Progress = Callable[[int, int], None]  # (blocks done, blocks in all)
 STDIN = "-"
@@ -48,8 +49,45 @@ def trace_file(
     before anything is computed. ``backward`` adds the gradient stages (``d_Q``, ...) of
     L = Σ grad ∘ final stage, the fixture's ``grad`` or ones.
     """
-    from attn_cli.core.memory import check_memory
-    from attn_cli.core.pipeline import DTYPES, run
+    from attn_cli.core.pipeline import run
+
+    inputs, keep = _checked(fixture, stages, dtype, keep_all, shaded, max_elements, backward)
+    _check_memory(inputs, max_memory, keep, dtype, backward, "held")
+    return run(inputs, keep=keep, dtype=dtype, progress=progress, backward=backward)
+
+
+def stream_file(
+    fixture: str | os.PathLike[str] | None = None,
+    *,
+    written: Written,
+    stages: Sequence[str] | None = None,
+    dtype: Dtype = "float64",
+    max_elements: int = DEFAULT_MAX_ELEMENTS,
+    max_memory: int | None = None,
+    progress: Progress | None = None,
+    backward: bool = False,
+) -> Streamed:
+    """As :func:`trace_file`, for a trace about to be written as ``written`` ("npz", "json"):
+    the score stages kept are computed as they are written (``run_streamed``), and the memory
+    check prices what that holds, a block of them, not the file."""
+    from attn_cli.core.pipeline import run_streamed
+
+    inputs, keep = _checked(fixture, stages, dtype, False, False, max_elements, backward)
+    _check_memory(inputs, max_memory, keep, dtype, backward, written)
+    return run_streamed(inputs, keep=keep, dtype=dtype, progress=progress, backward=backward)
+
+
+def _checked(
+    fixture: str | os.PathLike[str] | None,
+    stages: Sequence[str] | None,
+    dtype: str,
+    keep_all: bool,
+    shaded: bool,
+    max_elements: int,
+    backward: bool,
+) -> tuple[Inputs, tuple[str, ...] | None]:
+    """The fixture loaded and what was asked of it checked: its inputs and the stages to keep."""
+    from attn_cli.core.pipeline import DTYPES
 
     wanted = check_stage_names(stages)
     if dtype not in DTYPES:
@@ -57,9 +95,20 @@ def trace_file(
     check_gradients_asked(wanted, backward)
     inputs = load(fixture, max_elements=max_elements)
     check_stages_apply(inputs, wanted, backward)
-    keep = None if keep_all else kept_stages(wanted, shaded)
-    check_memory(inputs, max_memory, keep, 4 if dtype == "float32" else 8, backward)
-    return run(inputs, keep=keep, dtype=dtype, progress=progress, backward=backward)
+    return inputs, None if keep_all else kept_stages(wanted, shaded)
+
+
+def _check_memory(
+    inputs: Inputs,
+    max_memory: int | None,
+    keep: tuple[str, ...] | None,
+    dtype: str,
+    backward: bool,
+    written: Written,
+) -> None:
+    from attn_cli.core.memory import check_memory
+
+    check_memory(inputs, max_memory, keep, 4 if dtype == "float32" else 8, backward, written)
 
 
 def load(

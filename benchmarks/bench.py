@@ -22,9 +22,11 @@ Times are medians of repetitions that alternate between the two sides of each ra
 only ``output`` kept. Three subprocesses read the same whole-fixture .npz and write their output
 as .npz: ``attn trace FIXTURE.npz --stage output --format npz -o OUT``, a plain NumPy script
 computing one head at a time, and torch's CPU scaled_dot_product_attention (when torch imports in
-``--torch-python``). Wall time and peak RSS come from wait4 on each child. Every figure has a
-one-BLAS-thread line (OPENBLAS_NUM_THREADS=1, OMP_NUM_THREADS=1) beside it and the 1-minute load
-average at its runs; ``--busy`` runs ``python -c "while True: pass"`` during the measurement.
+``--torch-python``). Wall time is measured here; peak memory is each child's own VmHWM,
+read from /proc/self/status at its exit (wait4's ru_maxrss would include this parent's at
+fork). Every figure has a one-BLAS-thread line (OPENBLAS_NUM_THREADS=1, OMP_NUM_THREADS=1)
+beside it and the 1-minute load average at its runs; ``--busy`` runs
+``python -c "while True: pass"`` during the measurement.
 Targets (issue 16): attn / NumPy <= 1.2 in wall time and <= 1 in peak memory at every seq;
 attn / torch <= 1 at 16384.
 """
@@ -338,20 +340,45 @@ class Run:
     load: float
 
 
+# A Python child's own peak memory: VmHWM of /proc/self/status, read at its exit. (wait4's
+# ru_maxrss is no good here: on Linux it keeps the high-water mark of the process before
+# execve, i.e. of this parent at fork, so a child can never look smaller than the parent.)
+HWM_WRAPPER = """\
+import atexit, os, runpy, sys
+def report():
+    with open("/proc/self/status") as f:
+        kib = next(int(line.split()[1]) for line in f if line.startswith("VmHWM:"))
+    with open(os.environ["BENCH_HWM_FILE"], "w") as out:
+        out.write(str(kib * 1024))
+atexit.register(report)
+sys.argv = sys.argv[1:]
+if sys.argv[0] == "-m":
+    del sys.argv[0]
+    runpy.run_module(sys.argv[0], run_name="__main__", alter_sys=True)
+else:
+    sys.path.insert(0, os.path.dirname(os.path.abspath(sys.argv[0])))
+    runpy.run_path(sys.argv[0], run_name="__main__")
+"""
+
+
 def measure(cmd: list[str], env: dict[str, str]) -> Run:
-    """Run ``cmd`` to the end; wall time from here, peak RSS of that child alone from wait4."""
+    """Run the Python command ``cmd`` to the end: wall time from here, peak memory (VmHWM)
+    reported by the child itself at its exit."""
+    with tempfile.NamedTemporaryFile(suffix=".hwm", delete=False) as f:
+        hwm = Path(f.name)
     load = os.getloadavg()[0]
     start = time.perf_counter()
-    proc = subprocess.Popen(cmd, env=env, cwd=ROOT, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE)  # fmt: skip
-    assert proc.stderr is not None
-    err = proc.stderr.read()  # small: a traceback at most; read before wait4 so it cannot block
-    _, status, usage = os.wait4(proc.pid, 0)
+    wrapped = [cmd[0], "-c", HWM_WRAPPER, *cmd[1:]]
+    proc = subprocess.Popen(wrapped, env={**env, "BENCH_HWM_FILE": str(hwm)}, cwd=ROOT,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)  # fmt: skip
+    _, err = proc.communicate()  # small: a traceback at most
     elapsed = time.perf_counter() - start
-    proc.returncode = os.waitstatus_to_exitcode(status)
-    if proc.returncode != 0:
-        raise RuntimeError(f"{' '.join(cmd)} failed ({proc.returncode}):\n{err[-3000:]!r}")
-    return Run(elapsed, usage.ru_maxrss * 1024, load)  # ru_maxrss is in KiB on Linux
+    try:
+        if proc.returncode != 0:
+            raise RuntimeError(f"{' '.join(cmd)} failed ({proc.returncode}):\n{err[-3000:]!r}")
+        return Run(elapsed, int(hwm.read_text()), load)
+    finally:
+        hwm.unlink(missing_ok=True)
 
 
 def write_sweep_fixture(folder: Path, seq: int) -> Path:
@@ -578,6 +605,72 @@ def sweep(args: argparse.Namespace) -> None:
 
 
 # ---------------------------------------------------------------------------------------------
+# --traces: big traces written as streams (issue 16)
+
+TRACE_SEQ = 4096
+FORMATS = ("npz", "json")
+
+
+def traces(args: argparse.Namespace) -> None:
+    """All-stage npz and JSON traces of TRACE_SEQ tokens, one head: peak memory against one
+    score stage's size (target < 2x), and the largest seq each way of writing fits in 4 GiB."""
+    import numpy as np
+
+    seq, heads = args.trace_seq, 1
+    stage = seq * seq * 8
+    print(f"attn traces: seq {seq}, d_model {D_MODEL}, {heads} head, W_O, every stage, float64; "
+          f"one score stage {stage / 2**20:.0f} MiB")  # fmt: skip
+    with tempfile.TemporaryDirectory(dir=args.trace_dir) as tmp:
+        folder = Path(tmp)
+        fixture = folder / "fixture.npz"
+        fx = fixture_arrays(seq, D_MODEL, heads)
+        arrays: dict[str, Any] = {k: np.asarray(v) for k, v in fx.items()}  # heads: 0-d
+        np.savez(fixture, **arrays)
+        for fmt in FORMATS:
+            out = folder / f"trace.{fmt}"
+            cmd = [sys.executable, "-m", "attn_cli", "trace", str(fixture), "--format", fmt,
+                   "-o", str(out), "--quiet"]  # fmt: skip
+            run = measure(cmd, child_env())
+            size = out.stat().st_size
+            out.unlink()
+            print(f"  {fmt:<5} wall {run.wall:7.1f} s  peak {run.rss / 2**20:6.0f} MiB = "
+                  f"{run.rss / stage:.2f} x one stage (target < 2: "
+                  f"{verdict(run.rss / stage, 2 - 1e-9)})  file {size / 2**30:.2f} GiB  "
+                  f"load {run.load:.2f}")  # fmt: skip
+    print_capacity()
+
+
+def print_capacity(budget: int = 4 << 30) -> None:
+    """The largest seq whose all-stage trace each way of writing fits in ``budget``, by the
+    memory check's own estimate (d_model 512, 8 heads, W_O, float64)."""
+    from attn_cli.core.memory import WRITTEN, memory_needed
+
+    def fits(seq: int, written: Any) -> bool:
+        return memory_needed(sweep_inputs(seq), None, 8, False, written) <= budget
+
+    print(
+        f"largest seq in {budget / 2**30:.0f} GiB, every stage, d_model {D_MODEL}, {HEADS} heads:"
+    )
+    for written in WRITTEN:
+        lo, hi = 1, 1 << 20
+        while lo < hi:  # the largest seq that fits
+            mid = (lo + hi + 1) // 2
+            lo, hi = (mid, hi) if fits(mid, written) else (lo, mid - 1)
+        print(f"  {written:<5} {lo:>9,}")
+
+
+def sweep_inputs(seq: int) -> Any:
+    """Inputs of the sweep's shapes; the zeros are never touched, so they cost no memory."""
+    import numpy as np
+
+    from attn_cli.io.fixture import validate
+
+    W = np.zeros((D_MODEL, D_MODEL))
+    fx = {"X": np.zeros((seq, D_MODEL)), "W_Q": W, "W_K": W, "W_V": W, "W_O": W}
+    return validate({**fx, "heads": HEADS}, f"{seq} tokens", max_elements=2**40)
+
+
+# ---------------------------------------------------------------------------------------------
 # The parent: runs the children, prints the ratios
 
 
@@ -592,6 +685,9 @@ def main() -> None:
     parser.add_argument("--sweep-reps", type=int, default=3, help="runs per sweep figure")
     parser.add_argument("--busy", action="store_true", help="keep one core busy while sweeping")
     parser.add_argument("--torch-python", help="an interpreter with torch, for the SDPA column")
+    parser.add_argument("--traces", action="store_true", help="big npz and JSON traces instead")
+    parser.add_argument("--trace-seq", type=int, default=TRACE_SEQ, help="seq of --traces")
+    parser.add_argument("--trace-dir", help="where --traces writes its files (default: /tmp)")
     args = parser.parse_args()
     if args.child:
         task, *rest = args.child
@@ -600,6 +696,9 @@ def main() -> None:
         return
     if args.sweep:
         sweep(args)
+        return
+    if args.traces:
+        traces(args)
         return
 
     py = sys.executable

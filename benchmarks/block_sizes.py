@@ -7,7 +7,8 @@
 Runs ``attn_cli.core.pipeline.run(inputs, keep={"output"})`` (d_model 512, 8 heads, no W_O) with
 ``BLOCK_ELEMENTS`` monkeypatched (in the pipeline, or in the engine after the split) to
 ``rows * seq`` so that each block holds ``rows`` query rows, for every row count asked, at the
-BLAS thread counts asked (threadpoolctl). Configurations are interleaved: each repetition runs
+BLAS thread counts asked (threadpoolctl and ATTN_BLAS_THREADS; 0 is the engine's own rule).
+Configurations are interleaved: each repetition runs
 every one once, in an order rotated by one each time, so slow spells of a shared machine fall on
 all of them alike. Prints medians, each next to the 1-minute load average at its runs, and the
 block's bytes. ``rows 0`` stands for the engine as it
@@ -62,7 +63,8 @@ class Config:
 
     def label(self, seq: int, itemsize: int = 8) -> str:
         tag = {0: " (now)", -1: " (0.1)"}.get(self.rows, "      ")
-        return f"{self.block_rows(seq, itemsize):>5} rows{tag} {self.threads} thr"
+        threads = f"{self.threads} thr" if self.threads else "rule "
+        return f"{self.block_rows(seq, itemsize):>5} rows{tag} {threads}"
 
 
 def inputs_for(seq: int) -> Any:
@@ -87,7 +89,11 @@ def time_one(inputs: Any, seq: int, dtype: str, config: Config) -> tuple[float, 
 
     engine.rows_per_block = policy  # type: ignore[assignment]
     load = os.getloadavg()[0]
-    with threadpool_limits(limits=config.threads, user_api="blas"):
+    # threads 0: the engine's own rule (ATTN_BLAS_THREADS=auto); else that many, forced both
+    # here and through the variable (the engine's rule would otherwise override the limit)
+    os.environ["ATTN_BLAS_THREADS"] = str(config.threads or "auto")
+    limits = None if config.threads == 0 else config.threads
+    with threadpool_limits(limits=limits, user_api="blas"):
         start, cpu = time.perf_counter(), time.process_time()
         pipeline.run(inputs, keep={"output"}, dtype=dtype)  # type: ignore[arg-type]
         return time.perf_counter() - start, time.process_time() - cpu, load
@@ -128,7 +134,13 @@ def main() -> None:
     parser.add_argument("--seqs", type=int, nargs="+", default=[2048, 4096, 8192, 16384])
     parser.add_argument("--dtypes", nargs="+", default=["float64", "float32"])
     parser.add_argument("--rows", type=int, nargs="+", default=[0, -1, 128, 256, 512, 1024, 2048])
-    parser.add_argument("--threads", type=int, nargs="+", default=[2, 1])
+    parser.add_argument(
+        "--threads",
+        type=int,
+        nargs="+",
+        default=[2, 1, 0],
+        help="BLAS threads; 0 is the engine's rule (1 when the cores are busy)",
+    )
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--busy", action="store_true", help="keep one core busy meanwhile")
     args = parser.parse_args()

@@ -12,6 +12,7 @@ import io
 import os
 import signal
 import sys
+import types
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Annotated, Any
@@ -30,9 +31,50 @@ from attn_cli.cli.trace import trace
 from attn_cli.cli.usage import AttnCommand, AttnGroup
 from attn_cli.errors import AttnError, UsageError, printable
 
+
+class _Markdown:
+    """Stands in for rich.markdown.Markdown while Typer's help renderer loads (see below)."""
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> Any:
+        from rich.markdown import Markdown  # the real one, if Markdown help is ever drawn
+
+        return Markdown(*args, **kwargs)
+
+
+def light_help() -> None:
+    """Load Typer's help renderer (typer.rich_utils) without rich.markdown and markdown_it.
+
+    typer.rich_utils imports Markdown at the top but draws it only in the "markdown" markup
+    mode, which attn does not use; those imports are ~20 ms of ``attn --help`` (~100 ms in
+    all). While it loads, a stand-in that imports the real Markdown when called takes the
+    module's place; then the place is freed, so a later ``import rich.markdown`` is the real one.
+    """
+    if "typer.rich_utils" in sys.modules or "rich.markdown" in sys.modules:
+        return
+    stand_in = types.ModuleType("rich.markdown")
+    stand_in.Markdown = _Markdown  # type: ignore[attr-defined]
+    sys.modules["rich.markdown"] = stand_in
+    try:
+        import typer.rich_utils  # noqa: F401
+    finally:
+        del sys.modules["rich.markdown"]
+
+
+class _HelpGroup(AttnGroup):
+    def format_help(self, ctx: Any, formatter: Any) -> None:
+        light_help()
+        super().format_help(ctx, formatter)
+
+
+class _HelpCommand(AttnCommand):
+    def format_help(self, ctx: Any, formatter: Any) -> None:
+        light_help()
+        super().format_help(ctx, formatter)
+
+
 app = typer.Typer(
     name="attn",
-    cls=AttnGroup,  # usage errors as one `Error:` line (cli/usage.py)
+    cls=_HelpGroup,  # usage errors as one `Error:` line (cli/usage.py), a lighter --help
     help=(
         "Trace Transformer self-attention step by step: every stage (X, Q, K, V, scores, scaled, "
         "masked, softmax, output, concat, projected) as a table of real numbers.\n\n"
@@ -110,7 +152,7 @@ def _command(func: Callable[..., None], name: str | None = None) -> Callable[...
         with user_errors():
             func(*args, **kwargs)
 
-    app.command(name=name or func.__name__, cls=AttnCommand)(guarded)
+    app.command(name=name or func.__name__, cls=_HelpCommand)(guarded)
     return func
 
 

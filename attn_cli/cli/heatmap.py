@@ -26,7 +26,7 @@ from attn_cli.cli.options import (
     parse_size,
     plain_wanted,
 )
-from attn_cli.cli.output import console, emit, plain_text, warn_empty_rows
+from attn_cli.cli.output import console, emit, plain_text, warn_empty_rows, warn_sentinel_rows
 from attn_cli.cli.trace import classroom_options, document
 from attn_cli.core.limits import DEFAULT_MAX_ELEMENTS
 
@@ -69,6 +69,7 @@ def heatmap(
         max_elements=max_elements, max_memory=budget,
     )  # fmt: skip
     warn_empty_rows(result, quiet=quiet)
+    warn_sentinel_rows(result, quiet=quiet)
     from attn_cli.present.render import render_heatmap
 
     options = classroom_options(result, precision, None, False, False, lang, None, None)

@@ -1,7 +1,7 @@
 """``attn trace``: one fixture through every stage, as tables, plain text, JSON or exports."""
 
 import sys
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Optional
 
@@ -35,7 +35,15 @@ from attn_cli.cli.options import (
     parse_size,
     plain_wanted,
 )
-from attn_cli.cli.output import console, emit, emit_binary, note, plain_text, warn_empty_rows
+from attn_cli.cli.output import (
+    console,
+    emit,
+    emit_binary,
+    note,
+    plain_text,
+    warn_empty_rows,
+    warn_sentinel_rows,
+)
 from attn_cli.core.limits import DEFAULT_MAX_ELEMENTS
 from attn_cli.errors import UsageError, printable
 
@@ -115,67 +123,136 @@ def trace(
 
       attn trace --backward -s d_scaled -s d_Q        # the backward pass
     """
+    asked = _Asked(fixture, fmt, output, stage, precision, full, width, color, max_elements,
+                   max_memory, dtype, explain, lang, cell, heatmap, focus, step, backward, split,
+                   theme, quiet)  # fmt: skip
+    _refuse(asked)  # 1) what cannot work, before anything is read or computed
+    if fmt in (TraceFormat.json, TraceFormat.npz):
+        _write_data(asked)  # 2) computed as it is written
+        return
+    _present(asked, _traced(asked))  # 2) trace, 3) show
+
+
+@dataclass(frozen=True)
+class _Asked:
+    """The options of one ``attn trace``, as given."""
+
+    fixture: Optional[str]  # noqa: UP045
+    fmt: TraceFormat
+    output: Optional[Path]  # noqa: UP045
+    stage: Optional[list[str]]  # noqa: UP045
+    precision: int
+    full: bool
+    width: Optional[int]  # noqa: UP045
+    color: Optional[bool]  # noqa: UP045
+    max_elements: int
+    max_memory: Optional[str]  # noqa: UP045
+    dtype: Dtype
+    explain: bool
+    lang: Optional[Lang]  # noqa: UP045
+    cell: Optional[str]  # noqa: UP045
+    heatmap: Optional[bool]  # noqa: UP045
+    focus: Optional[str]  # noqa: UP045
+    step: bool
+    backward: bool
+    split: Optional[Path]  # noqa: UP045
+    theme: Theme
+    quiet: bool
+
+    @property
+    def budget(self) -> Optional[int]:  # noqa: UP045
+        return None if self.max_memory is None else parse_size(self.max_memory)
+
+    @property
+    def stages(self) -> Optional[tuple[str, ...]]:  # noqa: UP045
+        """The stages asked for, once each, in the order given; None for all."""
+        return None if not self.stage else tuple(dict.fromkeys(self.stage))
+
+    @property
+    def shaded(self) -> bool:
+        """Whether a heatmap will be drawn (it greys masked cells, so ``masked`` is kept)."""
+        if self.heatmap is not None:
+            return self.heatmap
+        fmt = self.fmt
+        colored = fmt is TraceFormat.table and self.output is None
+        return fmt in (TraceFormat.html, TraceFormat.svg) or (
+            colored and not plain_wanted(fmt, self.color)
+        )
+
+
+def _refuse(asked: _Asked) -> None:
+    """Refuse what cannot work before anything is read or computed."""
+    fmt, output = asked.fmt, asked.output
+    if fmt is TraceFormat.npz and output is None:
+        raise UsageError("", "--format npz", "needs a file", "-o FILE.npz")
+    if asked.step and (output is not None or fmt not in (TraceFormat.table, TraceFormat.plain)):
+        raise UsageError("", "--step", "works only in the terminal", "no --format/-o")
+    _check_split(asked.split, fmt, output)
+    asked.budget  # noqa: B018  (a size that does not parse is refused here)
+
+
+def _traced(asked: _Asked) -> "Trace":
+    """The trace, every stage kept when explaining or stepping (they read every stage)."""
     from attn_cli.api import trace_file
     from attn_cli.present.progress import Status
 
-    # 1) refuse what cannot work before anything is read or computed
-    if fmt is TraceFormat.npz and output is None:
-        raise UsageError("", "--format npz", "needs a file", "-o FILE.npz")
-    if step and (output is not None or fmt not in (TraceFormat.table, TraceFormat.plain)):
-        raise UsageError("", "--step", "works only in the terminal", "no --format/-o")
-    _check_split(split, fmt, output)
-    budget = None if max_memory is None else parse_size(max_memory)
-    shade = heatmap is True or (
-        heatmap is None
-        and (
-            fmt in (TraceFormat.html, TraceFormat.svg)
-            or (fmt is TraceFormat.table and output is None and not plain_wanted(fmt, color))
-        )
-    )
-    # 2) trace: everything is kept when explaining or stepping (they read every stage)
+    keep_all = asked.explain or asked.step or asked.cell is not None or asked.focus is not None
     with Status("loading the fixture") as status:
         result = trace_file(
-            fixture, stages=stage, dtype=dtype.value, shaded=shade,
-            keep_all=explain or step or cell is not None or focus is not None,
-            max_elements=max_elements, max_memory=budget, backward=backward,
+            asked.fixture, stages=asked.stage, dtype=asked.dtype.value, shaded=asked.shaded,
+            keep_all=keep_all, max_elements=asked.max_elements, max_memory=asked.budget,
+            backward=asked.backward, progress=status.progress("computing attention"),
+        )  # fmt: skip
+    warn_empty_rows(result, quiet=asked.quiet)
+    warn_sentinel_rows(result, quiet=asked.quiet)
+    return result
+
+
+def _present(asked: _Asked, result: "Trace") -> None:
+    """The trace shown: slides, a document, step mode or the tables."""
+    a = asked
+    options = classroom_options(result, a.precision, a.stages, a.full, a.explain, a.lang, a.cell,
+                                a.focus)  # fmt: skip
+    if a.split is not None:
+        _write_slides(result, options, a.split, a.fmt, a.heatmap, a.width, a.theme, a.quiet)
+        return
+    if a.fmt not in (TraceFormat.table, TraceFormat.plain):
+        text = document(result, options, a.fmt, a.heatmap, a.width, theme=a.theme)
+        emit(text, a.output, quiet=a.quiet)
+        return
+    plain = a.output is not None or plain_wanted(a.fmt, a.color)
+    if a.step:
+        _step(result, options, a.width, plain, a.color, a.heatmap)
+    _show(result, options, a.output, a.width, plain, a.color, a.heatmap, a.quiet)
+
+
+def _write_data(asked: _Asked) -> None:
+    """The JSON or npz trace, written as it is computed: the score stages a block at a time
+    (api.stream_file), so memory holds a block, not the file. No Rich is imported here."""
+    from attn_cli.api import stream_file
+    from attn_cli.io.arrays import npz_writer
+    from attn_cli.io.trace_json import write_trace_json
+    from attn_cli.present.progress import Status
+
+    with Status("loading the fixture") as status:
+        result = stream_file(
+            asked.fixture, written="npz" if asked.fmt is TraceFormat.npz else "json",
+            stages=asked.stage, dtype=asked.dtype.value, max_elements=asked.max_elements,
+            max_memory=asked.budget, backward=asked.backward,
             progress=status.progress("computing attention"),
         )  # fmt: skip
-    warn_empty_rows(result, quiet=quiet)
-    # 3) show it
-    stages = None if not stage else tuple(dict.fromkeys(stage))
-    if fmt in (TraceFormat.json, TraceFormat.npz):
-        _write_data(result, fmt, stages, output, quiet)
-        return
-    options = classroom_options(result, precision, stages, full, explain, lang, cell, focus)
-    if split is not None:
-        _write_slides(result, options, split, fmt, heatmap, width, theme, quiet)
-        return
-    if fmt not in (TraceFormat.table, TraceFormat.plain):
-        emit(document(result, options, fmt, heatmap, width, theme=theme), output, quiet=quiet)
-        return
-    plain = output is not None or plain_wanted(fmt, color)
-    if step:
-        _step(result, options, width, plain, color, heatmap)
-    _show(result, options, output, width, plain, color, heatmap, quiet)
-
-
-def _write_data(
-    result: "Trace",
-    fmt: TraceFormat,
-    stages: tuple[str, ...] | None,
-    output: Path | None,
-    quiet: bool,
-) -> None:
-    """The JSON or npz trace: no Rich is imported on this path."""
-    if fmt is TraceFormat.npz:
+    stages, output = asked.stages, asked.output
+    if asked.fmt is TraceFormat.npz:
         assert output is not None
-        from attn_cli.io.arrays import npz_writer
-
-        emit_binary(npz_writer(result, stages), output, quiet=quiet)
-        return
-    from attn_cli.io.trace_json import dumps
-
-    emit(dumps(result, stages), output, quiet=quiet)
+        emit_binary(npz_writer(result, stages), output, quiet=asked.quiet)
+    elif output is None:
+        write_trace_json(result, sys.stdout, stages)
+        sys.stdout.flush()
+    else:
+        emit_binary(lambda f: write_trace_json(result, f, stages), output, quiet=asked.quiet)
+    # rows found empty by a softmax computed only as it was written are known only now
+    warn_empty_rows(result.finished(), quiet=asked.quiet)
+    warn_sentinel_rows(result.finished(), quiet=asked.quiet)
 
 
 def _step(

@@ -9,6 +9,9 @@ reused block buffer (ALiBi's bias in one block of its own). So a run that keeps 
 
 from __future__ import annotations
 
+import os
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -28,7 +31,7 @@ from attn_cli.core.steps import (
     softmax_rows,
     weighted_sum,
 )
-from attn_cli.errors import ComputeError
+from attn_cli.errors import ComputeError, UsageError
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -37,6 +40,11 @@ if TYPE_CHECKING:
 
 SCORES_AXES = ("batch", "head", "query", "key")
 OUTPUT_AXES = ("batch", "head", "query", "d_v")
+# BLAS threads (docs/performance.md): measured on 2 shared cores, 256-row blocks, one thread
+# beat two by 1.5-2.7x while another process kept a core busy, and lost 1.3-1.4x when quiet.
+BLAS_MIN_SEQ = 1024  # shorter runs take milliseconds: BLAS is left as it is
+BUSY_PRESSURE = 20.0  # /proc/pressure/cpu "some avg10" (percent) above which cores are busy
+BLAS_THREADS_ENV = "ATTN_BLAS_THREADS"  # a number of threads, or "auto" (the rule above)
 
 
 @dataclass(frozen=True)
@@ -124,11 +132,24 @@ class BlockEngine:
         """All blocks in order; ``progress(done, total)`` after each."""
         attended = Attended(self.kept, self.output, self.lse)
         blocks = self.blocks()
-        for done, block in enumerate(blocks, 1):
-            self.run_block(block, attended)
-            if progress is not None:
-                progress(done, len(blocks))
+        with blas_limit(self.k.shape[2]):
+            for done, block in enumerate(blocks, 1):
+                self.run_block(block, attended)
+                if progress is not None:
+                    progress(done, len(blocks))
         return attended
+
+    def stream(self, stage: str, attended: Attended | None = None) -> Iterator[FloatArray]:
+        """The (R, S) blocks of ``stage``, the last step this engine runs, in (b, h, t) order.
+
+        Each block lives in the reused work buffer: it is valid until the next is asked for.
+        """
+        assert stage not in self.kept and self.output is None, "a streamed stage is not kept"
+        attended = Attended(self.kept, self.output, self.lse) if attended is None else attended
+        with blas_limit(self.k.shape[2]):
+            for block in self.blocks():
+                self.run_block(block, attended)
+                yield self.into(stage, block)
 
     def run_block(self, blk: Block, attended: Attended) -> None:
         """The score stages for one block, each written where :meth:`into` says."""
@@ -211,6 +232,49 @@ class BlockEngine:
         }
 
 
+@contextmanager
+def blas_limit(seq: int) -> Iterator[None]:
+    """BLAS limited to :func:`blas_threads` threads, for runs long enough that it matters."""
+    threads = blas_threads() if seq >= BLAS_MIN_SEQ else None
+    if threads is None:
+        yield
+        return
+    try:  # a dependency, imported only here: short runs never pay for it
+        from threadpoolctl import threadpool_limits  # type: ignore[import-untyped]
+    except ImportError:  # pragma: no cover - installed with attn
+        yield
+        return
+    with threadpool_limits(limits=threads, user_api="blas"):
+        yield
+
+
+def blas_threads(environ: Mapping[str, str] = os.environ) -> int | None:
+    """Threads for BLAS: ``ATTN_BLAS_THREADS``, else 1 when the cores are busy, else None
+    (BLAS keeps its own number, one per core)."""
+    given = environ.get(BLAS_THREADS_ENV, "auto").strip().lower()
+    if given == "auto":
+        return 1 if cores_busy() else None
+    if not given.isdigit() or int(given) < 1:
+        raise UsageError(
+            BLAS_THREADS_ENV, "", f"is {given!r}", "a number of threads (1, 2, ...) or auto"
+        )
+    return int(given)
+
+
+def cores_busy(pressure: str = "/proc/pressure/cpu") -> bool:
+    """Whether other work holds the cores: CPU pressure (Linux 4.20+), else the load average."""
+    try:
+        with open(pressure, encoding="ascii") as f:  # "some avg10=51.00 avg60=..."
+            fields = dict(item.split("=", 1) for item in f.readline().split()[1:])
+        return float(fields["avg10"]) > BUSY_PRESSURE
+    except (OSError, KeyError, ValueError):
+        pass
+    try:
+        return os.getloadavg()[0] >= (os.cpu_count() or 1)
+    except OSError:  # no load average on this system
+        return False
+
+
 def _alibi_bound(inputs: Inputs) -> float:
     """The largest |ALiBi bias|: the largest slope times the largest distance."""
     if inputs.alibi is None:
@@ -288,18 +352,24 @@ class FiniteCheck:
         axes: tuple[str, ...],
         pos: tuple[int, ...],
         value: Any = None,
+        shape: tuple[int, ...] | None = None,
     ) -> None:
+        """Raise the ComputeError for ``pos`` along ``axes``; ``shape`` is given for an input
+        that broadcasts (a bias (1, S) holds one row for every query)."""
         value = arr[pos] if value is None else value
-        if not self.inputs.has_batch and axes[0] == "batch":
-            axes, pos = axes[1:], pos[1:]
-        where = ", ".join(self._label(a, i) for a, i in zip(axes, pos, strict=True))
+        sizes: tuple[int | None, ...] = (None,) * len(pos) if shape is None else shape
+        if not self.inputs.has_batch and axes[0] == "batch" and len(axes) == len(pos) > 1:
+            axes, pos, sizes = axes[1:], pos[1:], sizes[1:]
+        where = ", ".join(self._label(*a) for a in zip(axes, pos, sizes, strict=True))
         raise ComputeError(
             self.inputs.source, f"{stage}[{where}]", f"is {value} ({self.dtype} overflow)",
             "finite values; scale the inputs down",
         )  # fmt: skip
 
-    def _label(self, axis: str, i: int) -> str:
+    def _label(self, axis: str, i: int, size: int | None = None) -> str:
         labels = {"query": self.inputs.tokens, "key": self.inputs.key_tokens}.get(axis)
-        if labels:
+        if size == 1 and labels is not None and len(labels) > 1:
+            return f"every {axis}"  # broadcast: the one value serves them all
+        if labels and i < len(labels):
             return f"{axis} {i} {labels[i]!r}"
         return f"{axis} {i}"

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Collection
+from typing import Literal
 
 from attn_cli.core.blocks import rows_per_block
 from attn_cli.core.inputs import Inputs
@@ -12,6 +13,12 @@ from attn_cli.core.stages import STAGES
 from attn_cli.errors import InputError
 
 MAX_MEMORY_CAP = 4 * 1024**3
+# How a trace leaves the process: held whole (tables, the Python API), or streamed to a file.
+Written = Literal["held", "npz", "json"]
+WRITTEN: tuple[Written, ...] = ("held", "npz", "json")
+NPZ_BUFFER = 16 << 20  # numpy's write_array copies a non-contiguous stage through this
+JSON_CHUNK = 4 << 20  # text formatted before it is written (1 Mi characters), and its bytes
+JSON_ROW_BYTES = 128  # per number of one row being formatted: a float object, its text, twice
 
 
 def default_max_memory() -> int:
@@ -28,12 +35,15 @@ def memory_needed(
     keep: Collection[str] | None = None,
     itemsize: int = 8,
     backward: bool = False,
+    written: Written = "held",
 ) -> int:
     """Bytes a trace of ``inputs`` holds at its peak, estimated from the shapes alone.
 
     ``keep`` names the stages the trace keeps (None: all); ``itemsize`` is 8 for float64. The
     kept score stages, B·H·T·S numbers each, dominate: a 200,000-token sequence needs 320 GB
     for each of them. ``backward`` adds the gradient stages and what the backward pass holds.
+    ``written`` "npz" or "json" prices a trace streamed to a file (pipeline.run_streamed): its
+    score stages cost a block each, plus what the writer formats at a time.
     """
     B, H, Hkv, T, S = inputs.batch, inputs.heads, inputs.kv_heads, inputs.seq_q, inputs.seq_k
     D, Dv, E = inputs.d_k, inputs.d_v, inputs.d_out or 0
@@ -49,7 +59,8 @@ def memory_needed(
     pairs = (inputs.qk_norm is not None) + (inputs.rope is not None)
     numbers += pairs * B * (H * T + Hkv * S) * D
     # 4)-8) the score stages that are kept, lse, and the blocks of score rows being worked on
-    numbers += score_stages_kept(inputs, keep) * B * H * T * S
+    whole = not streams(inputs, keep, backward, written)
+    numbers += whole * score_stages_kept(inputs, keep) * B * H * T * S
     numbers += B * H * T if keep is not None and "lse" in keep else 0
     blocks = 3 + 2 * (inputs.alibi is not None) + (inputs.mask_value != -math.inf)
     numbers += blocks * rows_per_block(T, S, itemsize) * S
@@ -57,7 +68,25 @@ def memory_needed(
     numbers += B * H * T * Dv * 2 + B * T * E
     if backward:
         numbers += backward_numbers(inputs, keep)
-    return held + itemsize * numbers
+    return held + itemsize * numbers + writer_bytes(S, written)
+
+
+def streams(inputs: Inputs, keep: Collection[str] | None, backward: bool, written: Written) -> bool:
+    """Whether the score stages are streamed, not held: written to a file, and no gradient
+    stage kept (the backward pass reads them whole)."""
+    if written == "held":
+        return False
+    grads = [s.name for s in STAGES if s.gradient and s.applies(inputs)]
+    return not backward or not any(keep is None or g in keep for g in grads)
+
+
+def writer_bytes(seq_k: int, written: Written) -> int:
+    """What the writer holds besides the trace: numpy's copy buffer, or a row of text."""
+    if written == "npz":
+        return NPZ_BUFFER
+    if written == "json":
+        return JSON_CHUNK + JSON_ROW_BYTES * seq_k
+    return 0
 
 
 def backward_numbers(inputs: Inputs, keep: Collection[str] | None = None) -> int:
@@ -89,18 +118,19 @@ def check_memory(
     keep: Collection[str] | None = None,
     itemsize: int = 8,
     backward: bool = False,
+    written: Written = "held",
 ) -> None:
     """Refuse, before any stage is computed, a trace that would need more than ``max_memory``.
 
-    ``max_memory`` None is :func:`default_max_memory`; ``keep``, ``itemsize`` and
-    ``backward`` as for :func:`memory_needed`.
+    ``max_memory`` None is :func:`default_max_memory`; ``keep``, ``itemsize``, ``backward``
+    and ``written`` as for :func:`memory_needed`.
     """
     budget = default_max_memory() if max_memory is None else max_memory
-    need = memory_needed(inputs, keep, itemsize, backward)
+    need = memory_needed(inputs, keep, itemsize, backward, written)
     if need <= budget:
         return
     B, H, T, S = inputs.batch, inputs.heads, inputs.seq_q, inputs.seq_k
-    n = score_stages_kept(inputs, keep)
+    n = 0 if streams(inputs, keep, backward, written) else score_stages_kept(inputs, keep)
     held = f"{n} score stages each hold" if n > 1 else "the score stage holds" if n else ""
     why = f" ({held} {B * H * T * S:,} numbers: batch {B} x heads {H} x seq_q {T} x seq_k {S})"
     raise InputError(

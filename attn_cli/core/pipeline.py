@@ -7,18 +7,24 @@ from the stage table (stages.py). Axis names as in steps.py.
 
 ``run(inputs, backward=True)`` adds the gradient stages after the forward ones (gradients.py,
 whole arrays: the backward keeps the weights it reads).
+
+``run_streamed`` is the hook for writers of big traces: it holds every stage but the score
+stages kept, and hands each of those out as a :class:`Deferred` stage, computed again by the
+block engine one block at a time while a writer walks it (the numbers are those of ``run``,
+to the last bit, as a ``keep`` subset's are).
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable, Collection, Iterator, Mapping
-from dataclasses import dataclass
-from functools import cached_property
+from dataclasses import dataclass, replace
+from functools import cached_property, partial
 from typing import Literal, cast
 
 import numpy as np
 
+from attn_cli.core.blocks import rows_per_block
 from attn_cli.core.engine import (
     OUTPUT_AXES,
     SCORES_AXES,
@@ -50,6 +56,7 @@ Dtype = Literal["float64", "float32"]
 Upstream = Literal["grad", "ones"]  # the fixture's grad, or ones (L = sum of the final stage)
 DTYPES: tuple[Dtype, ...] = ("float64", "float32")
 Progress = Callable[[int, int], None]  # (blocks done, blocks in all)
+ROW_BLOCK_BYTES = 4 << 20  # rows handed to a writer at a time, from a stage held whole
 
 
 @dataclass(frozen=True, eq=False)
@@ -64,6 +71,10 @@ class Stage:
     @property
     def shape(self) -> tuple[int, ...]:
         return tuple(int(n) for n in self.data.shape)
+
+    def row_blocks(self) -> Iterator[FloatArray]:
+        """Its numbers as (R, last axis) blocks of rows in C order, each a view, for writers."""
+        yield from _row_blocks(self.data)
 
     @property
     def table(self) -> tuple[FloatArray, tuple[str, ...]]:
@@ -120,6 +131,54 @@ class Trace:
         return self.inputs.key_tokens or tuple(str(i) for i in range(self.inputs.seq_k))
 
 
+def _row_blocks(data: FloatArray) -> Iterator[FloatArray]:
+    if data.ndim < 2:
+        yield data.reshape(1, -1)  # (1, n): a vector is one row
+        return
+    rows = max(1, ROW_BLOCK_BYTES // max(1, data.shape[-1] * data.itemsize))
+    for lead in np.ndindex(*data.shape[:-2]):
+        matrix = data[lead]  # (rows, last axis)
+        for r0 in range(0, matrix.shape[0], rows):
+            yield matrix[r0 : r0 + rows]
+
+
+@dataclass(frozen=True, eq=False)
+class Deferred:
+    """A score stage that is not held: its blocks are computed when :meth:`row_blocks` is walked."""
+
+    name: str
+    shape: tuple[int, ...]  # public layout, as Stage.shape
+    formula: str
+    axes: tuple[str, ...]
+    blocks: Callable[[], Iterator[FloatArray]]  # (R, S) blocks in C order, each reused
+
+    def row_blocks(self) -> Iterator[FloatArray]:
+        """Its numbers as (R, key) blocks of rows in C order, each valid until the next."""
+        return self.blocks()
+
+
+@dataclass(frozen=True, eq=False)
+class Streamed:
+    """A trace for writers: every stage kept, in pipeline order, the score stages deferred."""
+
+    trace: Trace  # the stages held, and what the JSON trace's header reads
+    stages: Mapping[str, Stage | Deferred]
+    late: Attended  # empty and leaking rows, when softmax is computed only as it is written
+
+    def __iter__(self) -> Iterator[Stage | Deferred]:
+        return iter(self.stages.values())
+
+    def finished(self) -> Trace:
+        """The held trace, with the rows found while the deferred stages were written."""
+        if not self.late.empty and not self.late.leaks:
+            return self.trace
+        return replace(
+            self.trace,
+            empty_rows=tuple(dict.fromkeys([*self.trace.empty_rows, *self.late.empty])),
+            sentinel_rows=tuple(dict.fromkeys([*self.trace.sentinel_rows, *self.late.leaks])),
+        )
+
+
 def resolve_scale(inputs: Inputs) -> tuple[float, str]:
     """The scale and where it came from: the fixture's, or the default 1/sqrt(d_k)."""
     if inputs.scale is None:
@@ -143,36 +202,74 @@ def run(
     is called after each block. ``backward`` adds the gradient stages (``d_Q``, ...) of
     L = Σ grad ∘ final stage (the fixture's ``grad``, else ones); without it they do not apply.
     """
+    _check_arguments(keep, dtype)
+    with _quiet():
+        return _Run(inputs, keep, dtype, backward).trace(progress)
+
+
+def run_streamed(
+    inputs: Inputs,
+    *,
+    keep: Collection[str] | None = None,
+    dtype: Dtype = "float64",
+    progress: Progress | None = None,
+    backward: bool = False,
+) -> Streamed:
+    """As :func:`run`, for writers: the score stages kept are :class:`Deferred`, not held.
+
+    Each is computed again, a block at a time, when a writer walks it, so a run holds one
+    block of them. With ``backward`` and gradient stages kept, every stage is held (the
+    backward pass reads them whole).
+    """
+    _check_arguments(keep, dtype)
+    walk = _Run(inputs, keep, dtype, backward, stream=True)
+    with _quiet():
+        return walk.streamed(walk.trace(progress))
+
+
+def _quiet() -> np.errstate:
+    """Overflow and the like are found by FiniteCheck, naming the stage, not warned about."""
+    return np.errstate(over="ignore", invalid="ignore", divide="ignore", under="ignore")
+
+
+def _check_arguments(keep: Collection[str] | None, dtype: str) -> None:
     if dtype not in DTYPES:
         raise ValueError(f"dtype must be one of {DTYPES}, not {dtype!r}")
     if keep is not None:
         unknown = set(keep) - set(STAGE_NAMES)
         if unknown:
             raise ValueError(f"unknown stages {sorted(unknown)}; stages are {STAGE_NAMES}")
-    with np.errstate(over="ignore", invalid="ignore", divide="ignore", under="ignore"):
-        return _Run(inputs, keep, dtype, backward).trace(progress)
 
 
 class _Run:
     """One run of the pipeline: the arrays computed so far, in the computing dtype."""
 
     def __init__(
-        self, inputs: Inputs, keep: Collection[str] | None, dtype: Dtype, backward: bool
+        self,
+        inputs: Inputs,
+        keep: Collection[str] | None,
+        dtype: Dtype,
+        backward: bool,
+        stream: bool = False,
     ) -> None:
-        from attn_cli.core.gradients import backward_needs
-
         self.inputs, self.dtype, self.backward = inputs, dtype, backward
         self.applicable = applicable_stages(inputs, opt_in=keep or (), backward=backward)
         self.wanted = set(self.applicable if keep is None else
                           [s for s in self.applicable if s in keep])  # fmt: skip
         self.gradients = {s for s in self.wanted if SPECS[s].gradient}
+        # the score stages computed again as they are written (run_streamed), never held
+        self.deferred = set() if not stream or self.gradients else self.wanted & set(SCORE_STAGES)
         # the forward stages to hold whole: those kept, and those the backward pass reads
-        self.held = (self.wanted - self.gradients) | (
-            backward_needs(inputs) if self.gradients else set()
-        )
+        self.held = self.wanted - self.gradients - self.deferred
+        if self.gradients:
+            from attn_cli.core.gradients import backward_needs  # only with the backward pass
+
+            self.held |= backward_needs(inputs)
         self.need = needed_stages(self.held, self.applicable)
+        self.need |= needed_stages(self.deferred, self.applicable) - set(SCORE_STAGES)  # Q, K
         self.check = FiniteCheck(inputs, dtype)
         self.arrays: dict[str, FloatArray] = {}  # internal layouts, batch axis included
+        self.bias: FloatArray | None = None  # in the computing dtype, once asked for
 
     def trace(self, progress: Progress | None) -> Trace:
         scale, scale_source = resolve_scale(self.inputs)
@@ -182,7 +279,7 @@ class _Run:
         self.norm_and_rotate()
         # 4)-8) scores, scale, softcap, ALiBi and mask, softmax, weighted sum: block by block
         attended = self.attend(scale, progress) if "scores" in self.need else None
-        if "alibi" in self.wanted and "alibi" not in self.arrays:
+        if "alibi" in self.held and "alibi" not in self.arrays:
             self.arrays["alibi"] = self.alibi()
         # 9) heads side by side, then the output projection
         if "concat" in self.need:
@@ -195,7 +292,7 @@ class _Run:
             name: Stage(name, data if has_batch or axes[0] != "batch" else data[0],
                         SPECS[name].formula(self.inputs), public_axes(name, has_batch))
             for name in self.applicable
-            if name in self.wanted
+            if name in self.wanted and name not in self.deferred
             for data, axes in ((self.arrays[name], SPECS[name].axes),)
         }  # fmt: skip
         empty = () if attended is None else tuple(attended.empty)
@@ -250,9 +347,8 @@ class _Run:
                 self.arrays[f"{name}_rot"] = rotate(x, positions, inp.rope)  # (B, H, T, D)
 
     def attend(self, scale: float, progress: Progress | None) -> Attended:
-        bias = self.inputs.bias
-        bias = None if bias is None else self.as_dtype("bias", bias, SCORES_AXES)
         q, k, v = self.query_key("Q"), self.query_key("K"), self.arrays.get("V")
+        bias = self.score_bias()
         engine = BlockEngine(self.inputs, q, k, v, scale, bias, self.need, self.held, self.check)
         attended = engine.run(progress)
         for name in SCORE_STAGES:
@@ -263,6 +359,55 @@ class _Run:
         if attended.output is not None:
             self.arrays["output"] = attended.output
         return attended
+
+    def score_bias(self) -> FloatArray | None:
+        """The fixture's additive bias in the computing dtype (converted once)."""
+        if self.bias is None and self.inputs.bias is not None:
+            self.bias = self.as_dtype("bias", self.inputs.bias, SCORES_AXES)
+        return self.bias
+
+    def streamed(self, trace: Trace) -> Streamed:
+        """The trace for writers: held stages as they are, deferred ones in their place."""
+        late = Attended({}, None)
+        stages: dict[str, Stage | Deferred] = {}
+        inp = self.inputs
+        shape = (inp.batch,) * inp.has_batch + (inp.heads, inp.seq_q, inp.seq_k)  # (B, H, T, S)
+        for name in self.applicable:
+            if name in trace.stages:
+                stages[name] = trace.stages[name]
+            elif name in self.deferred:
+                blocks = partial(self.stream, name, trace.scale, late)
+                axes = public_axes(name, inp.has_batch)
+                stages[name] = Deferred(name, shape, SPECS[name].formula(inp), axes, blocks)
+        return Streamed(trace, stages, late)
+
+    def stream(self, name: str, scale: float, late: Attended) -> Iterator[FloatArray]:
+        """The (R, S) blocks of a deferred stage, from a block engine that runs up to it."""
+        if name == "alibi":
+            yield from self.alibi_blocks()
+            return
+        need = needed_stages({name}, self.applicable)
+        q, k = self.query_key("Q"), self.query_key("K")
+        engine = BlockEngine(self.inputs, q, k, None, scale, self.score_bias(), need, set(),
+                             self.check)  # fmt: skip
+        # empty and leaking rows: found by the first pass through softmax (run's, else this)
+        found = late if "softmax" not in self.need else Attended({}, None)
+        blocks = engine.stream(name, found)
+        while True:
+            with _quiet():
+                block = next(blocks, None)
+            if block is None:
+                return
+            yield block
+
+    def alibi_blocks(self) -> Iterator[FloatArray]:
+        """ALiBi's bias a block of rows at a time, (R, S) each, in (b, h, t) order."""
+        inp, dtype = self.inputs, np.dtype(self.dtype)
+        rows = rows_per_block(inp.seq_q, inp.seq_k, dtype.itemsize)
+        for _ in range(inp.batch):
+            for h in range(inp.heads):
+                for t0 in range(0, inp.seq_q, rows):
+                    yield alibi_rows(inp, h, t0, min(inp.seq_q, t0 + rows), dtype)  # (R, S)
 
     def query_key(self, name: str) -> FloatArray:
         """What the scores read: the rotated, else the normalised, else the plain Q or K."""
@@ -301,7 +446,12 @@ class _Run:
         small = cast(FloatArray, arr.astype(np.float32))
         grew = np.isinf(small) & np.isfinite(arr)
         if grew.any():
-            self.check.fail(name, small, axes, tuple(int(i) for i in np.argwhere(grew)[0]))
+            pos = tuple(int(i) for i in np.argwhere(grew)[0])
+            # an input of fewer axes (a bias (T, S) for scores (B, H, T, S)) names its own
+            axes = axes[len(axes) - arr.ndim :] if arr.ndim < len(axes) else axes
+            if name in ("K", "V", "X_kv"):  # these run along the keys, not the queries
+                axes = tuple("key" if a == "query" else a for a in axes)
+            self.check.fail(name, small, axes, pos, value=arr[pos], shape=arr.shape)
         return small
 
 
@@ -310,6 +460,6 @@ _WEIGHT = ("row", "column")
 _VECTOR = ("column",)
 _HEADS = ("batch", "head", "query", "d")
 __all__ = [
-    "DTYPES", "OUTPUT_AXES", "Dtype", "SentinelRow", "Stage", "Trace", "Upstream",
-    "resolve_scale", "run",
+    "DTYPES", "OUTPUT_AXES", "Deferred", "Dtype", "SentinelRow", "Stage", "Streamed", "Trace",
+    "Upstream", "resolve_scale", "run", "run_streamed",
 ]  # fmt: skip

@@ -25,7 +25,7 @@ from attn_cli.io import gate
 if TYPE_CHECKING:
     import zipfile
 
-    from attn_cli.core.pipeline import Trace
+    from attn_cli.core.pipeline import Deferred, Stage, Streamed, Trace
 
 # Fixture keys whose value is an array, and so may be a file reference.
 ARRAY_KEYS = (
@@ -244,17 +244,44 @@ class _Reader:
 # Writing a trace as .npz
 
 
-def npz_writer(trace: Trace, stages: tuple[str, ...] | None = None) -> Callable[[IO[bytes]], None]:
+def npz_writer(
+    trace: Trace | Streamed, stages: tuple[str, ...] | None = None
+) -> Callable[[IO[bytes]], None]:
     """A function that writes the trace's stages (all, or ``stages``) to a binary stream.
 
     One array per stage, named after it, in the layout of the JSON trace and in the trace's
     dtype; uncompressed (the numbers of a trace hardly compress), so writing runs at disk speed.
+    Each stage is one ``.npy`` member written into the zip stream as it comes: a deferred stage
+    of a :class:`Streamed` trace a block of rows at a time, so the file is never held whole.
     ``numpy.load(FILE)`` reads it back and ``attn check --against FILE`` compares it.
     """
-    arrays = {s.name: s.data for s in trace if stages is None or s.name in stages}
-    assert set(arrays) <= set(STAGE_NAMES)
+    from attn_cli.core.pipeline import Streamed
+
+    held = trace.trace if isinstance(trace, Streamed) else trace
+    selected = [s for s in trace if stages is None or s.name in stages]
+    assert {s.name for s in selected} <= set(STAGE_NAMES)
+    dtype = np.dtype(held.dtype)
 
     def write(f: IO[bytes]) -> None:
-        np.savez(f, **arrays)  # type: ignore[arg-type]  # (the stub fears a key "allow_pickle")
+        import zipfile
+
+        with zipfile.ZipFile(f, "w", zipfile.ZIP_STORED, allowZip64=True) as archive:
+            for stage in selected:  # as numpy.savez writes each member
+                with archive.open(f"{stage.name}.npy", "w", force_zip64=True) as member:
+                    _write_npy(member, stage, dtype)
 
     return write
+
+
+def _write_npy(f: IO[bytes], stage: Stage | Deferred, dtype: np.dtype[Any]) -> None:
+    """One ``.npy`` file: a held stage's array whole, a deferred one's blocks as they come."""
+    from attn_cli.core.pipeline import Stage
+
+    if isinstance(stage, Stage):
+        np.lib.format.write_array(f, stage.data, allow_pickle=False)
+        return
+    header = {"descr": np.lib.format.dtype_to_descr(dtype), "fortran_order": False,
+              "shape": stage.shape}  # fmt: skip
+    np.lib.format.write_array_header_1_0(f, header)
+    for block in stage.row_blocks():  # (R, S), C order
+        f.write(np.ascontiguousarray(block, dtype=dtype).data)

@@ -8,18 +8,20 @@ Layout: ``{"format": "attn-trace", "version": 1, "name", "config", "tokens", "ke
 
 from __future__ import annotations
 
+import io
 import json
 import math
 import os
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import IO, Any, TextIO, cast
 
 import numpy as np
 
 from attn_cli._version import __version__
 from attn_cli.core.inputs import FloatArray
 from attn_cli.core.limits import DEFAULT_MAX_BYTES, MAX_INT_DIGITS
-from attn_cli.core.pipeline import Trace
+from attn_cli.core.pipeline import Streamed, Trace
 from attn_cli.core.stages import STAGE_NAMES
 from attn_cli.errors import InputError
 from attn_cli.io import gate
@@ -28,6 +30,29 @@ from attn_cli.io.text import decode_text
 
 FORMAT_NAME = "attn-trace"
 FORMAT_VERSION = 1
+
+
+def json_text(value: Any) -> str:
+    r"""``value`` as JSON text that is safe to print: the one JSON escaper of every writer.
+
+    Readable text stays as it is (``"猫"``), but every character that is not printable, C0 and
+    C1 controls (U+009B), bidi overrides (U+202E, U+2066), zero-width characters (U+200B,
+    U+FEFF), line separators and lone surrogates, is written as a ``\uXXXX`` escape, which
+    any JSON reader turns back into the same character.
+    """
+    text = json.dumps(value, ensure_ascii=False)
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else _u_escape(c) for c in text)
+
+
+def _u_escape(c: str) -> str:
+    r"""``\uXXXX`` for one character; a pair of them beyond the Basic Multilingual Plane."""
+    n = ord(c)
+    if n < 0x10000:
+        return f"\\u{n:04x}"
+    n -= 0x10000
+    return f"\\u{0xD800 + (n >> 10):04x}\\u{0xDC00 + (n & 0x3FF):04x}"
 
 
 def trace_config(trace: Trace) -> dict[str, Any]:
@@ -97,32 +122,97 @@ def _reads_positions(trace: Trace) -> bool:
     return any(x is not None for x in (inp.rope, inp.alibi, inp.window))
 
 
-def dumps(trace: Trace, stages: tuple[str, ...] | None = None) -> str:
-    """The JSON trace as text (``stages`` limits which stages are written)."""
+def dumps(trace: Trace | Streamed, stages: tuple[str, ...] | None = None) -> str:
+    """The JSON trace as text (``stages`` limits which stages are written), for small traces;
+    :func:`write_trace_json` writes the same bytes to a file without holding them."""
+    return "".join(_pieces(trace, stages))
+
+
+def write_trace_json(
+    trace: Trace | Streamed, stream: IO[bytes] | TextIO, stages: tuple[str, ...] | None = None
+) -> None:
+    """The JSON trace written to ``stream`` as it is formatted, a row at a time.
+
+    A text stream gets the text of :func:`dumps`, a binary one its UTF-8 bytes. Memory stays
+    at one block of rows (of a :class:`Streamed` trace's deferred stages, one block of the
+    engine's) and :data:`CHUNK_CHARS` of text, whatever the size of the file.
+    """
+    text = isinstance(stream, io.TextIOBase)
+    pending: list[str] = []
+    size = 0
+    for piece in _pieces(trace, stages):
+        pending.append(piece)
+        size += len(piece)
+        if size >= CHUNK_CHARS:
+            _write(stream, "".join(pending), text)
+            pending.clear()
+            size = 0
+    _write(stream, "".join(pending), text)
+
+
+CHUNK_CHARS = 1 << 20  # text formatted before it is written
+
+
+def _write(stream: IO[bytes] | TextIO, chunk: str, text: bool) -> None:
+    if text:
+        cast("TextIO", stream).write(chunk)
+    else:  # as files.write_atomic encodes
+        cast("IO[bytes]", stream).write(chunk.encode("utf-8", errors="backslashreplace"))
+
+
+def _pieces(trace: Trace | Streamed, stages: tuple[str, ...] | None) -> Iterator[str]:
+    """The JSON trace's text in order: the header, then each stage a row at a time."""
+    held = trace.trace if isinstance(trace, Streamed) else trace
     head = {
         "format": FORMAT_NAME,
         "version": FORMAT_VERSION,
         "generator": f"attn {__version__}",
-        "name": trace.inputs.name,
-        "config": trace_config(trace),
-        "tokens": list(trace.query_labels),
-        "key_tokens": list(trace.key_labels),
+        "name": held.inputs.name,
+        "config": trace_config(held),
+        "tokens": list(held.query_labels),
+        "key_tokens": list(held.key_labels),
     }
-    lines = ["{"]
+    yield "{\n"
     for key, value in head.items():
-        lines.append(f"  {json.dumps(key)}: {json.dumps(value, ensure_ascii=False)},")
-    lines.append('  "stages": {')
+        yield f"  {json_text(key)}: {json_text(value)},\n"
+    yield '  "stages": {\n'
     selected = [s for s in trace if stages is None or s.name in stages]
     for n, stage in enumerate(selected):
         meta = {"shape": list(stage.shape), "axes": list(stage.axes), "formula": stage.formula}
-        lines.append(f"    {json.dumps(stage.name)}: {{")
+        yield f"    {json_text(stage.name)}: {{\n"
         for key, value in meta.items():
-            lines.append(f"      {json.dumps(key)}: {json.dumps(value, ensure_ascii=False)},")
-        lines.append(f'      "data": {_array(stage.data.tolist(), 6)}')
-        lines.append("    }" + ("," if n < len(selected) - 1 else ""))
-    lines.append("  }")
-    lines.append("}")
-    return "\n".join(lines) + "\n"
+            yield f"      {json_text(key)}: {json_text(value)},\n"
+        yield '      "data": '
+        rows = (text for block in stage.row_blocks() for text in _rows(block))
+        yield from _nested(stage.shape, rows, 6)
+        yield "\n    }" + (",\n" if n < len(selected) - 1 else "\n")
+    yield "  }\n}\n"
+
+
+def _rows(block: FloatArray) -> Iterator[str]:
+    """Each row of an (R, n) block as ``[x, y, ...]``: the C encoder's text where all are
+    finite (the same ``repr`` as :func:`_number`), else number by number."""
+    finite = cast("list[bool]", np.isfinite(block).all(axis=-1).tolist())  # (R,)
+    for row, ok in zip(block, finite, strict=True):
+        numbers = row.tolist()
+        yield json.dumps(numbers) if ok else "[" + ", ".join(_number(x) for x in numbers) + "]"
+
+
+def _nested(shape: tuple[int, ...], rows: Iterator[str], indent: int) -> Iterator[str]:
+    """The layout of :func:`_array` for an array of ``shape`` whose rows come from ``rows``."""
+    if len(shape) <= 1:
+        yield next(rows)
+        return
+    if shape[0] == 0:
+        yield "[]"
+        return
+    pad = " " * (indent + 2)
+    yield f"[\n{pad}"
+    for i in range(shape[0]):
+        if i:
+            yield f",\n{pad}"
+        yield from _nested(shape[1:], rows, indent + 2)
+    yield f"\n{' ' * indent}]"
 
 
 def _array(value: Any, indent: int) -> str:

@@ -84,11 +84,12 @@ def header_lines(trace: Trace, lang: Lang = "en") -> list[tuple[str, str]]:
         lines.append((label(lang, "h_masking") if i == 0 else "", text))
     for i, text in enumerate(_conventions(trace, lang)):
         lines.append((label(lang, "h_conventions") if i == 0 else "", text))
-    from attn_cli.present.explain_backward import upstream_line  # (it imports this module)
+    if trace.upstream is not None:  # the backward pass ran: say where its gradient started
+        from attn_cli.present.explain_backward import upstream_line  # (it imports this module)
 
-    upstream = upstream_line(trace, lang)
-    if upstream is not None:
-        lines.append(upstream)
+        upstream = upstream_line(trace, lang)
+        if upstream is not None:
+            lines.append(upstream)
     if trace.empty_rows:
         lines.append((label(lang, "h_note"), label(lang, "note_empty_rows")))
     return lines
