@@ -534,18 +534,43 @@ def downstream(
     (heads side by side) and ``expand`` (kv heads to query heads; default grouped).
     """
     inp = inputs or trace.inputs
-    groups = inp.heads // inp.kv_heads
     order = [n for n in STAGE_NAMES if n in trace.applicable]
     todo = order[order.index(start) :]
-    pos_q, pos_k = inp.token_positions()
-    s = dict(values)
-
-    def get(name: str) -> FloatArray:
-        return s[name] if name in s else _internal(trace, name)
-
+    redo = _Recompute(trace, inp, order, dict(values), weights, merge, expand)
     for name in todo:
-        if name in s or name in ("X", "X_kv", "lse"):
+        if name in redo.s or name in ("X", "X_kv", "lse"):
             continue  # lse comes with the softmax
+        if name in _QKV_STAGES:
+            redo.qkv(name)
+        elif name in _LOGIT_STAGES:
+            redo.logits(name)
+        else:
+            redo.mix(name)
+    return {n: redo.s[n] for n in todo if n in redo.s}
+
+
+_QKV_STAGES = ("Q", "K", "V", "Q_norm", "K_norm", "Q_rot", "K_rot")
+_LOGIT_STAGES = ("scores", "scaled", "capped", "alibi", "masked")
+
+
+@dataclass(frozen=True)
+class _Recompute:
+    """downstream's walk: each stage recomputed into ``s`` from the stages before it."""
+
+    trace: Trace
+    inp: Inputs
+    order: list[str]
+    s: dict[str, FloatArray]
+    weights: Weights | None
+    merge: Callable[[FloatArray], FloatArray]
+    expand: Expand
+
+    def get(self, name: str) -> FloatArray:
+        return self.s[name] if name in self.s else _internal(self.trace, name)
+
+    def qkv(self, name: str) -> None:
+        """Q, K, V (projected), QK-norm and RoPE."""
+        inp, order, s, get = self.inp, self.order, self.s, self.get
         if name in ("Q", "K", "V") and inp.mode == "projection":
             X_kv = get("X_kv") if "X_kv" in order else None
             s.update({n: a for n, a in projections(inp, get("X"), X_kv).items() if n not in s})
@@ -553,13 +578,18 @@ def downstream(
             s[name] = qk_norm(inp, name[0], get(name[0]))  # (B, heads, T, D)
         elif name in ("Q_rot", "K_rot"):
             assert inp.rope is not None
+            pos_q, pos_k = inp.token_positions()
             source = f"{name[0]}_norm" if f"{name[0]}_norm" in order else name[0]
             s[name] = rotate(get(source), pos_q if name == "Q_rot" else pos_k, inp.rope)
-        elif name == "scores":
+
+    def logits(self, name: str) -> None:
+        """The scores, scaled, capped, ALiBi and masked."""
+        inp, order, s, get = self.inp, self.order, self.s, self.get
+        if name == "scores":
             q, k = (get(_reads(order, n)) for n in ("Q", "K"))
-            s[name] = attention_scores(q, expand(k, groups))  # (B, H, T, S)
+            s[name] = attention_scores(q, self.expand(k, inp.heads // inp.kv_heads))  # (B, H, T, S)
         elif name == "scaled":
-            s[name] = scale_scores(get("scores"), trace.scale)
+            s[name] = scale_scores(get("scores"), self.trace.scale)
         elif name == "capped":
             assert inp.softcap is not None
             s[name] = cap_scores(get("scaled"), inp.softcap)
@@ -570,22 +600,26 @@ def downstream(
             alibi = get("alibi") if "alibi" in order else None
             ok = allowed_positions(inp)
             s[name] = apply_mask(logits, ok, inp.bias, alibi=alibi, fill=inp.mask_value)
-        elif name == "softmax":
+
+    def mix(self, name: str) -> None:
+        """The softmax (and lse), the output, the heads merged and projected."""
+        inp, order, s, get = self.inp, self.order, self.s, self.get
+        if name == "softmax":
             x = get(softmax_input(inp))
-            if weights is None:
+            if self.weights is None:
                 s[name], lse = softmax_and_lse(x, inp.sinks)
                 if "lse" in order and "lse" not in s:
                     s["lse"] = lse  # (B, H, T)
             else:
-                s[name] = weights(x)
+                s[name] = self.weights(x)
         elif name == "output":
-            s[name] = weighted_sum(get("softmax"), expand(get("V"), groups))  # (B, H, T, Dv)
+            v = self.expand(get("V"), inp.heads // inp.kv_heads)
+            s[name] = weighted_sum(get("softmax"), v)  # (B, H, T, Dv)
         elif name == "concat":
-            s[name] = merge(get("output"))  # (B, T, H*Dv)
+            s[name] = self.merge(get("output"))  # (B, T, H*Dv)
         elif name == "projected":
             assert inp.W_O is not None
             s[name] = project(get("concat"), inp.W_O, inp.b_O)  # (B, T, E)
-    return {n: s[n] for n in todo if n in s}
 
 
 def _reads(order: Sequence[str], name: str) -> str:

@@ -153,33 +153,65 @@ def check(
       attn check *.yaml --golden-dir g/ -f junit     # JUnit XML for CI
     """
     from attn_cli.api import check_stage_names
-    from attn_cli.check.compare import GOLDEN_TOLERANCE, GRADER_TOLERANCE, Outcome, Tolerance
+    from attn_cli.check.compare import Outcome
     from attn_cli.check.compare import exit_code as code_of
 
     stages = check_stage_names(stage)
     goldens = _check_plan(fixtures, golden, golden_dir, root, against, update, stages)
-    default = GRADER_TOLERANCE if against is not None else GOLDEN_TOLERANCE
-    tolerance = Tolerance(
-        default.rtol if rtol is None else rtol, default.atol if atol is None else atol
-    )
+    tolerance = _tolerance(against, rtol, atol)
     for_ci = fmt in (CheckFormat.junit, CheckFormat.github)  # a report even when one fails
     outcomes: list[Outcome] = []
     for fixture, golden_file in zip(fixtures, goldens, strict=True):
-        try:
-            outcome = _check_one(
-                fixture, golden_file, golden_dir, against, update, tolerance, stages, worst,
-                max_elements, backward,
-            )  # fmt: skip
-        except AttnError as e:
-            if len(fixtures) == 1 and not for_ci:
-                raise
-            from attn_cli.cli.app import one_line
-
-            typer.echo(f"Error: {one_line(e)}", err=True)
-            outcome = Outcome(fixture, error=one_line(e))
+        outcome = _check_or_report(
+            fixture, golden_file, golden_dir, against, update, tolerance, stages, worst,
+            max_elements, backward, reraise=len(fixtures) == 1 and not for_ci,
+        )  # fmt: skip
         outcomes.append(replace(outcome, fixture=_shown_name(fixture)))
     _report(outcomes, fmt, width, color, worst)
     raise typer.Exit(code_of(outcomes))
+
+
+def _tolerance(
+    against: Optional[Path],  # noqa: UP045
+    rtol: Optional[float],  # noqa: UP045
+    atol: Optional[float],  # noqa: UP045
+) -> "Tolerance":
+    """--rtol and --atol over the default: the grader's with --against, else the goldens'."""
+    from attn_cli.check.compare import GOLDEN_TOLERANCE, GRADER_TOLERANCE, Tolerance
+
+    default = GRADER_TOLERANCE if against is not None else GOLDEN_TOLERANCE
+    return Tolerance(default.rtol if rtol is None else rtol, default.atol if atol is None else atol)
+
+
+def _check_or_report(
+    fixture: str,
+    golden: Optional[Path],  # noqa: UP045
+    golden_dir: Optional[Path],  # noqa: UP045
+    against: Optional[Path],  # noqa: UP045
+    update: bool,
+    tolerance: "Tolerance",
+    stages: Optional[tuple[str, ...]],  # noqa: UP045
+    worst: int,
+    max_elements: int,
+    backward: bool,
+    *,
+    reraise: bool,
+) -> "Outcome":
+    """One fixture checked; unless ``reraise``, its error is an `Error:` line and an outcome."""
+    from attn_cli.check.compare import Outcome
+
+    try:
+        return _check_one(
+            fixture, golden, golden_dir, against, update, tolerance, stages, worst, max_elements,
+            backward,
+        )  # fmt: skip
+    except AttnError as e:
+        if reraise:
+            raise
+        from attn_cli.cli.app import one_line
+
+        typer.echo(f"Error: {one_line(e)}", err=True)
+        return Outcome(fixture, error=one_line(e))
 
 
 def _check_one(

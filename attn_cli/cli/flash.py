@@ -4,16 +4,6 @@ from typing import Annotated, Optional
 
 import typer
 
-from attn_cli.cli.decode import (
-    ExplainOption,
-    FormatOption,
-    FullOption,
-    StepOption,
-    refuse_step,
-    render_options,
-    show,
-    step_through,
-)
 from attn_cli.cli.options import (
     PRECISION,
     ColorOption,
@@ -30,10 +20,23 @@ from attn_cli.cli.options import (
     WidthOption,
     parse_size,
 )
-from attn_cli.cli.output import emit, note
+from attn_cli.cli.output import note
+from attn_cli.cli.runs import (
+    ExplainOption,
+    FormatOption,
+    FullOption,
+    RunOutput,
+    RunView,
+    StepOption,
+    refuse_step,
+    show_run,
+)
 from attn_cli.core.limits import DEFAULT_MAX_ELEMENTS
 
 MAX_TILES = 64  # as check/grade_decode.py's default
+FLASH_VIEW = RunView(
+    "attn_cli.present.flash_view", "flash_pages", "flash_titles", "render_flash", "flash_dumps"
+)
 
 BlockQOption = Annotated[
     Optional[int],  # noqa: UP045
@@ -111,28 +114,11 @@ def flash(
         fixture, block_q=block_q, block_k=block_k, base2=base2, dtype=dtype.value,
         max_tiles=max_tiles, max_elements=max_elements, max_memory=budget,
     )  # fmt: skip
-    if step:
-        from attn_cli.present.flash_view import flash_pages, flash_titles
-
-        options = render_options(precision, full, True, lang)
-        code = step_through(flash_pages(run, options), flash_titles(run, options.lang),
-                            options, fmt, width, color)  # fmt: skip
-        failure = flash_failure(run)
-        if failure is not None:
-            raise failure
-        raise typer.Exit(code)
-    if fmt is Format.json:
-        from attn_cli.io.decode_json import flash_dumps
-
-        emit(flash_dumps(run), output, quiet=quiet)
-    else:
-        from attn_cli.present.flash_view import render_flash
-
-        options = render_options(precision, full, explain, lang)
-        show(render_flash(run, options), fmt, output, width, color, full, quiet)
+    out = RunOutput(fmt, output, precision, full, width, color, explain, lang, quiet, step)
+    failure = flash_failure(run)
+    show_run(run, FLASH_VIEW, out, failure)
     if run.cut:
         note(f"Note: showing {len(run.tiles)} of {run.tiles_total:,} tiles (--max-tiles N shows "
              "more; O, L and the checks cover them all)", quiet=quiet)  # fmt: skip
-    failure = flash_failure(run)
     if failure is not None:
         raise failure

@@ -20,39 +20,48 @@ CheckpointArgument = Annotated[
 ]
 
 
+OutputOption = Annotated[
+    Path,
+    typer.Option(
+        "--output",
+        "-o",
+        help="The fixture to write (.npz: arrays of any size, nothing pickled).",
+        metavar="FILE",
+    ),
+]
+LayerOption = Annotated[int, typer.Option(min=0, help="Which layer (0-based).")]
+HiddenOption = Annotated[
+    Optional[Path],  # noqa: UP045
+    typer.Option(
+        help="The residual stream entering the layer (.npy [seq, hidden] or [batch, seq, "
+        "hidden]), as output_hidden_states[LAYER] gives it.",
+        metavar="FILE",
+    ),
+]
+TextOption = Annotated[
+    Optional[str],  # noqa: UP045
+    typer.Option(help="A text to tokenise and embed (layer 0 only).", metavar="TEXT"),
+]
+ConfigOption = Annotated[
+    Optional[Path],  # noqa: UP045
+    typer.Option(help="config.json, when CHECKPOINT is a .safetensors file.", metavar="FILE"),
+]
+ArchOption = Annotated[
+    Optional[str],  # noqa: UP045
+    typer.Option(help="Override the family read from config.json's model_type."),
+]
+ForceOption = Annotated[bool, typer.Option("--force", help="Overwrite FILE if it exists.")]
+
+
 def import_(
     checkpoint: CheckpointArgument,
-    output: Annotated[
-        Path,
-        typer.Option(
-            "--output",
-            "-o",
-            help="The fixture to write (.npz: arrays of any size, nothing pickled).",
-            metavar="FILE",
-        ),
-    ],
-    layer: Annotated[int, typer.Option(min=0, help="Which layer (0-based).")] = 0,
-    hidden: Annotated[
-        Optional[Path],  # noqa: UP045
-        typer.Option(
-            help="The residual stream entering the layer (.npy [seq, hidden] or [batch, seq, "
-            "hidden]), as output_hidden_states[LAYER] gives it.",
-            metavar="FILE",
-        ),
-    ] = None,
-    text: Annotated[
-        Optional[str],  # noqa: UP045
-        typer.Option(help="A text to tokenise and embed (layer 0 only).", metavar="TEXT"),
-    ] = None,
-    config: Annotated[
-        Optional[Path],  # noqa: UP045
-        typer.Option(help="config.json, when CHECKPOINT is a .safetensors file.", metavar="FILE"),
-    ] = None,
-    arch: Annotated[
-        Optional[str],  # noqa: UP045
-        typer.Option(help="Override the family read from config.json's model_type."),
-    ] = None,
-    force: Annotated[bool, typer.Option("--force", help="Overwrite FILE if it exists.")] = False,
+    output: OutputOption,
+    layer: LayerOption = 0,
+    hidden: HiddenOption = None,
+    text: TextOption = None,
+    config: ConfigOption = None,
+    arch: ArchOption = None,
+    force: ForceOption = False,
     quiet: QuietOption = False,
 ) -> None:
     """Import one attention layer of a real checkpoint (safetensors, no torch) as a fixture.

@@ -149,30 +149,16 @@ MaskValueOption = Annotated[
 
 
 def new(
-    file: FileArgument,
-    seq: SeqOption = None,
-    d_model: SizeOption = 8,
-    d_k: DkOption = 4,
-    heads: HeadsOption = 2,
-    kv_heads: KvHeadsOption = None,
-    w_o: WoOption = False,
-    tokens: TokensOption = None,
-    batch: BatchOption = None,
-    causal: CausalOption = False,
-    seed: SeedOption = 0,
-    rope: RopeOption = None,
-    rope_base: RopeBaseOption = None,
-    rope_dims: RopeDimsOption = None,
-    window: WindowOption = None,
-    softcap: SoftcapOption = None,
-    sinks: SinksOption = False,
-    qk_norm: QkNormOption = False,
-    alibi: AlibiOption = False,
-    cross: CrossOption = None,
-    mask_value: MaskValueOption = None,
-    force: ForceOption = False,
+    file: FileArgument, seq: SeqOption = None, d_model: SizeOption = 8, d_k: DkOption = 4,
+    heads: HeadsOption = 2, kv_heads: KvHeadsOption = None, w_o: WoOption = False,
+    tokens: TokensOption = None, batch: BatchOption = None, causal: CausalOption = False,
+    seed: SeedOption = 0, rope: RopeOption = None, rope_base: RopeBaseOption = None,
+    rope_dims: RopeDimsOption = None, window: WindowOption = None,
+    softcap: SoftcapOption = None, sinks: SinksOption = False, qk_norm: QkNormOption = False,
+    alibi: AlibiOption = False, cross: CrossOption = None,
+    mask_value: MaskValueOption = None, force: ForceOption = False,
     quiet: QuietOption = False,
-) -> None:
+) -> None:  # fmt: skip
     """Write a random, commented fixture to edit (tokens included), then trace it.
 
     The numbers are rounded to read easily; the same options and seed give the same fixture.
@@ -197,20 +183,11 @@ def new(
 
       attn new seq2seq.yaml --cross 6 --w-o           # encoder-decoder
     """
-    from attn_cli.io.fixture import parse_fixture
-    from attn_cli.io.new import FIXTURE_SUFFIXES, NewFixture, new_fixture
+    from attn_cli.io.new import NewFixture
 
-    suffix = file.suffix.lower()
-    if suffix not in FIXTURE_SUFFIXES:
-        raise UsageError(
-            printable(str(file)), "FILE", "is not a .yaml, .yml or .npz file", "FILE.yaml"
-        )
+    _check_file(file)
     names = _tokens(tokens, seq)
-    if kv_heads is not None and heads % kv_heads:
-        raise UsageError(
-            "", "--kv-heads", f"{kv_heads} does not divide --heads {heads}",
-            "a number of key/value heads that divides the number of heads",
-        )  # fmt: skip
+    _check_kv_heads(heads, kv_heads)
     _check_variants(causal, rope, rope_base, rope_dims, window, softcap, mask_value)
     refuse_overwrite(file, force)
     spec = NewFixture(
@@ -220,8 +197,43 @@ def new(
         window=window, softcap=softcap, sinks=sinks, qk_norm=qk_norm, alibi=alibi,
         cross=cross, mask_value=mask_value,
     )  # fmt: skip
-    # What we write must load: the tokens and settings, checked on a copy with 1-wide rows
-    # (the numbers are repr()s of floats; parsing 256 x 1024 of them back would take 20 s).
+    _check_loads(file, spec, names)
+    _write(file, spec, force)
+    shown = shlex.quote(printable(str(file)))
+    note(f"Wrote {shown}; trace it with: attn trace {shown} --explain", quiet=quiet)
+
+
+def _check_file(file: Path) -> None:
+    """FILE must name a fixture format attn new writes."""
+    from attn_cli.io.new import FIXTURE_SUFFIXES
+
+    suffix = file.suffix.lower()
+    if suffix not in FIXTURE_SUFFIXES:
+        raise UsageError(
+            printable(str(file)), "FILE", "is not a .yaml, .yml or .npz file", "FILE.yaml"
+        )
+
+
+def _check_kv_heads(heads: int, kv_heads: Optional[int]) -> None:  # noqa: UP045
+    """--kv-heads must divide --heads (grouped-query attention)."""
+    if kv_heads is not None and heads % kv_heads:
+        raise UsageError(
+            "", "--kv-heads", f"{kv_heads} does not divide --heads {heads}",
+            "a number of key/value heads that divides the number of heads",
+        )  # fmt: skip
+
+
+def _check_loads(
+    file: Path,
+    spec: "NewFixture",
+    names: Optional[tuple[str, ...]],  # noqa: UP045
+) -> None:
+    """What we write must load; a refused field becomes a usage error naming its option."""
+    from attn_cli.io.fixture import parse_fixture
+    from attn_cli.io.new import new_fixture
+
+    # The tokens and settings, checked on a copy with 1-wide rows (the numbers are repr()s of
+    # floats; parsing 256 x 1024 of them back would take 20 s).
     # d_k stays: RoPE's dims and QK-norm's weights are checked against it.
     small = new_fixture(replace(spec, d_model=1), file.name)
     try:
@@ -231,9 +243,6 @@ def new(
         if option is None or (option == "--tokens" and names is None):
             raise
         raise UsageError("", option, e.what, e.expected) from None
-    _write(file, spec, force)
-    shown = shlex.quote(printable(str(file)))
-    note(f"Wrote {shown}; trace it with: attn trace {shown} --explain", quiet=quiet)
 
 
 # A fixture field the loader refuses, and the option that set it.

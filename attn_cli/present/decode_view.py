@@ -21,7 +21,8 @@ from rich.text import Text
 from attn_cli.present.explain import Explanation
 from attn_cli.present.i18n import Lang, label
 from attn_cli.present.options import RenderOptions
-from attn_cli.present.render import render_explanation, render_header, render_matrix
+from attn_cli.present.render import render_explanation, render_header
+from attn_cli.present.run_view import lookup, sentinel_note, titled_matrix
 from attn_cli.present.text import TABLE_EDGE, TABLE_LIMIT, pick, safe
 
 if TYPE_CHECKING:
@@ -30,8 +31,6 @@ if TYPE_CHECKING:
 
 LABELS: dict[Lang, dict[str, str]] = {
     "en": {
-        "sentinel": "mask_value {v} replaced by −∞, as a KV cache and FlashAttention mask "
-        "(attn trace shows what the sentinel lets through)",
         "title": "KV-cache decoding",
         "overview": "prefill: the first {p} token(s) at once ({tokens}); then one step per "
         "token, each against the cache of keys and values",
@@ -80,8 +79,6 @@ LABELS: dict[Lang, dict[str, str]] = {
         "page_checks": "self-check of every step",
     },
     "zh": {
-        "sentinel": "mask_value {v} 已换成 −∞，与 KV 缓存和 FlashAttention 的遮盖方式相同"
-        "（attn trace 会显示这个哨兵值漏过去的权重）",
         "title": "KV 缓存解码",
         "overview": "预填充：前 {p} 个词一次算完（{tokens}）；之后每个词一步，"
         "每一步都只和缓存中的键、值计算",
@@ -131,15 +128,7 @@ LABELS: dict[Lang, dict[str, str]] = {
 
 
 def _t(lang: Lang, key: str, **values: object) -> str:
-    text = LABELS[lang][key]
-    return text.format(**values) if values else text
-
-
-def _sentinel_note(sentinel: float | None, lang: Lang) -> list[Text]:
-    """The note that the fixture's finite mask_value was replaced by −∞ (none if it was not)."""
-    if sentinel is None:
-        return []
-    return [Text(_t(lang, "sentinel", v=f"{sentinel:g}"), style="yellow")]
+    return lookup(LABELS, lang, key, **values)
 
 
 def render_decode(run: DecodeRun, options: RenderOptions | None = None) -> Group:
@@ -184,7 +173,7 @@ def render_overview(run: DecodeRun, options: RenderOptions) -> Group:
         Rule(Text(_t(lang, "title"), style="bold cyan"), align="left", style="cyan"),
         Text(_t(lang, "overview", p=P, tokens=tokens)),
         Text(_t(lang, "steps", n=len(run.result.steps))),
-        *_sentinel_note(run.sentinel, lang),
+        *sentinel_note(run.sentinel, lang),
         Text(""),
         render_cost(run, lang),
     ]
@@ -264,11 +253,7 @@ def _step_tables(
     parts: list[RenderableType] = []
 
     def table(matrix: Any, rows: list[str], cols: list[str], axis: str, title: str) -> None:
-        parts.append(Text(prefix + title, style="bold"))  # above: a title never wraps narrow
-        parts.append(
-            render_matrix(matrix, row_labels=rows, col_labels=cols, row_axis=axis,
-                          title=None, options=options, spaced=True)
-        )  # fmt: skip
+        parts.extend(titled_matrix(prefix + title, matrix, rows, cols, axis, options))
 
     def explained(*keys: str) -> None:
         if options.explain:

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from attn_cli.core.inputs import Inputs
 from attn_cli.core.pipeline import Trace
 from attn_cli.core.stages import SPECS, softmax_input
 from attn_cli.present.i18n import Lang, axis_name, label
@@ -649,8 +650,17 @@ def _masked_formula(trace: Trace, lang: Lang) -> tuple[str, ...]:
 
 
 def _masked_meaning(trace: Trace, lang: Lang) -> list[str]:
-    inp = trace.inputs
     zh = lang == "zh"
+    return (
+        _fill_meaning(trace, zh)
+        + _rule_meaning(trace.inputs, zh)
+        + _given_meaning(trace.inputs, zh)
+    )
+
+
+def _fill_meaning(trace: Trace, zh: bool) -> list[str]:
+    """What a hidden place's score becomes: mask_value, or −∞ (none if nothing is hidden)."""
+    inp = trace.inputs
     out = []
     if inp.mask_value != -math.inf and _blocks(trace):
         v = short_number(inp.mask_value, 6)
@@ -674,6 +684,12 @@ def _masked_meaning(trace: Trace, lang: Lang) -> list[str]:
             "get a weight of exactly 0 after softmax, and none of their content leaks into the "
             "result."
         )
+    return out
+
+
+def _rule_meaning(inp: Inputs, zh: bool) -> list[str]:
+    """The rules that hide keys by position: causal, the sliding window, ALiBi's penalty."""
+    out = []
     if inp.causal == "upper-left":
         out.append(
             "因果遮盖：第 i 个词只能看它自己和它前面的词（j ≤ i），不能偷看后面的词。"
@@ -707,6 +723,12 @@ def _masked_meaning(trace: Trace, lang: Lang) -> list[str]:
             else "alibi: each head's distance penalty (the alibi stage) is added to the scores "
             "here."
         )
+    return out
+
+
+def _given_meaning(inp: Inputs, zh: bool) -> list[str]:
+    """The fixture's own mask, lengths and bias."""
+    out = []
     if inp.mask is not None:
         out.append(
             "遮盖矩阵 mask：为 true（或 1）的位置可以看，为 false（或 0）的位置不能看。"
@@ -769,6 +791,10 @@ class _Cell:
     def n(self, x: float) -> str:
         return short_number(x, self.precision)
 
+    def worked(self, key: str, line: str, **values: object) -> CellText:
+        """The cell's part as the label ``key`` (what is computed) over one worked line."""
+        return CellText(self.title, (label(self.lang, key, **values), line))
+
     def g(self, x: float) -> str:
         """A factor such as base^(−2i/dims) or a slope: ``precision`` significant digits."""
         if x == int(x) and abs(x) < 1e15:
@@ -791,44 +817,26 @@ def cell_text(
 
 def _cell_scores(c: _Cell) -> CellText | None:
     """The worked cell under ``scores``."""
-    cell = c.cell
-    lang = c.lang
-    precision = c.precision
-    full = c.full
-    q_label = c.q_label
-    k_label = c.k_label
-    at = c.at
-    title = c.title
-    n = c.n
+    cell, precision, full, at = c.cell, c.precision, c.full, c.at
     terms = [
         f"{factor(a, precision)}×{factor(b, precision)}"
         for a, b in zip(cell.q, cell.k, strict=True)
     ]
     products = [factor(p, precision) for p in cell.products]
-    return CellText(
-        title,
-        (
-            label(lang, "cell_dot"),
-            f"scores{at} = {cell.q_name}[{q_label}]·{cell.k_name}[{k_label}] = {_sum(terms, full)}"
-            f" = {_sum(products, full)} = {n(cell.score)}",
-        ),
+    return c.worked(
+        "cell_dot",
+        f"scores{at} = {cell.q_name}[{c.q_label}]·{cell.k_name}[{c.k_label}] = "
+        f"{_sum(terms, full)} = {_sum(products, full)} = {c.n(cell.score)}",
     )
 
 
 def _cell_scaled(c: _Cell) -> CellText | None:
     """The worked cell under ``scaled``."""
-    cell = c.cell
-    lang = c.lang
-    at = c.at
-    title = c.title
-    n = c.n
-    return CellText(
-        title,
-        (
-            label(lang, "cell_scale"),
-            f"scaled{at} = scores{at} × {n(cell.scale)} = {n(cell.score)} × {n(cell.scale)}"
-            f" = {n(cell.scaled)}",
-        ),
+    cell, at, n = c.cell, c.at, c.n
+    return c.worked(
+        "cell_scale",
+        f"scaled{at} = scores{at} × {n(cell.scale)} = {n(cell.score)} × {n(cell.scale)}"
+        f" = {n(cell.scaled)}",
     )
 
 
@@ -912,14 +920,12 @@ def _cell_capped(c: _Cell) -> CellText | None:
     n, at = c.n, c.at
     cap = n(cell.softcap)
     ratio = cell.scaled / cell.softcap
-    return CellText(
-        c.title,
-        (
-            label(c.lang, "cell_cap", cap=cap),
-            f"capped{at} = {cap} × tanh(scaled{at} / {cap}) = {cap} × tanh({n(cell.scaled)} / "
-            f"{cap}) = {cap} × tanh({n(ratio)}) = {cap} × {n(math.tanh(ratio))} = "
-            f"{n(cell.capped)}",
-        ),
+    return c.worked(
+        "cell_cap",
+        f"capped{at} = {cap} × tanh(scaled{at} / {cap}) = {cap} × tanh({n(cell.scaled)} / "
+        f"{cap}) = {cap} × tanh({n(ratio)}) = {cap} × {n(math.tanh(ratio))} = "
+        f"{n(cell.capped)}",
+        cap=cap,
     )
 
 
@@ -931,13 +937,11 @@ def _cell_alibi(c: _Cell) -> CellText | None:
     n = c.n
     pos_q, pos_k = cell.positions
     slope = c.g(cell.slope)
-    return CellText(
-        c.title,
-        (
-            label(c.lang, "cell_alibi", head=cell.head),
-            f"alibi{c.at} = −{slope} × |{pos_q} − {pos_k}| = −{slope} × {abs(pos_q - pos_k)} = "
-            f"{n(cell.alibi)}",
-        ),
+    return c.worked(
+        "cell_alibi",
+        f"alibi{c.at} = −{slope} × |{pos_q} − {pos_k}| = −{slope} × {abs(pos_q - pos_k)} = "
+        f"{n(cell.alibi)}",
+        head=cell.head,
     )
 
 

@@ -24,7 +24,8 @@ from attn_cli.core.flash import LOG2E
 from attn_cli.present.explain import Explanation
 from attn_cli.present.i18n import Lang, label
 from attn_cli.present.options import RenderOptions
-from attn_cli.present.render import render_explanation, render_header, render_matrix
+from attn_cli.present.render import render_explanation, render_header
+from attn_cli.present.run_view import lookup, sentinel_note, titled_matrix
 from attn_cli.present.text import TABLE_EDGE, TABLE_LIMIT, format_number, pick
 
 if TYPE_CHECKING:
@@ -33,8 +34,6 @@ if TYPE_CHECKING:
 
 LABELS: dict[Lang, dict[str, str]] = {
     "en": {
-        "sentinel": "mask_value {v} replaced by −∞, as a KV cache and FlashAttention mask "
-        "(attn trace shows what the sentinel lets through)",
         "title": "FlashAttention-2 forward, tile by tile",
         "blocks": "blocks: {bq} queries × {bk} keys; {n} tiles ({skipped} skipped), visited per "
         "(batch, head, query block) over the key blocks in order",
@@ -74,8 +73,6 @@ LABELS: dict[Lang, dict[str, str]] = {
         "page_result": "O, L and the self-check",
     },
     "zh": {
-        "sentinel": "mask_value {v} 已换成 −∞，与 KV 缓存和 FlashAttention 的遮盖方式相同"
-        "（attn trace 会显示这个哨兵值漏过去的权重）",
         "title": "FlashAttention-2 前向计算，逐块展示",
         "blocks": "分块：每块 {bq} 个查询 × {bk} 个键；共 {n} 块（跳过 {skipped} 块），"
         "按（批，头，查询块）依次遍历各个键块",
@@ -117,15 +114,7 @@ LABELS: dict[Lang, dict[str, str]] = {
 
 
 def _t(lang: Lang, key: str, **values: object) -> str:
-    text = LABELS[lang][key]
-    return text.format(**values) if values else text
-
-
-def _sentinel_note(sentinel: float | None, lang: Lang) -> list[Text]:
-    """The note that the fixture's finite mask_value was replaced by −∞ (none if it was not)."""
-    if sentinel is None:
-        return []
-    return [Text(_t(lang, "sentinel", v=f"{sentinel:g}"), style="yellow")]
+    return lookup(LABELS, lang, key, **values)
 
 
 def render_flash(run: FlashRun, options: RenderOptions | None = None) -> Group:
@@ -180,7 +169,7 @@ def render_overview(run: FlashRun, options: RenderOptions) -> Group:
     parts.append(Text(base, style="bold" if run.base2 else "dim"))
     if run.causal_offset is None:
         parts.append(Text(_t(lang, "no_skip"), style="dim"))
-    parts += _sentinel_note(run.sentinel, lang)
+    parts += sentinel_note(run.sentinel, lang)
     if options.explain:
         parts.append(render_explanation(explain(run, "loop", lang)))
     return Group(*parts, Text(""))
@@ -234,11 +223,7 @@ def render_tile(run: FlashRun, k: int, options: RenderOptions) -> Group:
     q_axis = _t(lang, "query")
 
     def table(matrix: Any, cols: list[str], title: str) -> None:
-        parts.append(Text(title, style="bold"))  # above the table: a title never wraps narrow
-        parts.append(
-            render_matrix(matrix, row_labels=queries, col_labels=cols, row_axis=q_axis,
-                          title=None, options=options, spaced=True)
-        )  # fmt: skip
+        parts.extend(titled_matrix(title, matrix, queries, cols, q_axis, options))
 
     def explained(*keys: str) -> None:
         if options.explain:
@@ -280,11 +265,8 @@ def render_result(run: FlashRun, options: RenderOptions) -> Group:
             where = _t(lang, "where", b=b, h=h) if inp.has_batch else _t(lang, "where_h", h=h)
             out = np.concatenate([run.output[b, h], run.lse[b, h][:, None]], axis=1)  # (T, Dv+1)
             cols = [*(f"O {i}" for i in range(inp.d_v)), "L"]
-            parts.append(Text(where.removesuffix(" · "), style="bold"))
-            parts.append(
-                render_matrix(out, row_labels=labels, col_labels=cols, row_axis=_t(lang, "query"),
-                              title=None, options=options, spaced=True)
-            )  # fmt: skip
+            title = where.removesuffix(" · ")
+            parts += titled_matrix(title, out, labels, cols, _t(lang, "query"), options)
     if options.explain:
         parts += [render_explanation(explain(run, key, lang)) for key in ("O", "L")]
     parts.append(render_checks(run, lang))

@@ -145,9 +145,7 @@ def summary_lines(outcomes: Sequence[Outcome]) -> list[str]:
 
 def render_comparison(fixture: str, c: Comparison, *, worst: int = 5) -> RenderableType:
     """One fixture: the rule, every stage's counts and errors, the worst cells of the first."""
-    from rich import box
     from rich.console import Group
-    from rich.table import Table
     from rich.text import Text
 
     ref, mine = SIDES[c.kind]
@@ -156,7 +154,18 @@ def render_comparison(fixture: str, c: Comparison, *, worst: int = 5) -> Rendera
         Text(f"a cell passes when |{mine} − {ref}| ≤ atol + rtol·|{ref}|  ({c.tolerance})"),
     ]
     parts.extend(Text(_safe(note)) for note in c.notes)
-    parts.append(Text(""))
+    parts += [Text(""), _stage_table(c), Text("")]
+    parts += _first_difference(c, worst)
+    parts += _diagnosis_lines(c)
+    return Group(*parts)
+
+
+def _stage_table(c: Comparison) -> RenderableType:
+    """Every stage: its result, the cells differing, the largest errors."""
+    from rich import box
+    from rich.table import Table
+    from rich.text import Text
+
     table = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, padding=(0, 1))
     for header, justify in (("stage", "left"), ("result", "left"), ("cells differing", "left"),
                             ("max abs error", "right"), ("max rel error", "right")):  # fmt: skip
@@ -169,26 +178,44 @@ def render_comparison(fixture: str, c: Comparison, *, worst: int = 5) -> Rendera
             s.name, Text(word, style=style), count,
             fmt_error(s.max_abs) if numeric else "", fmt_error(s.max_rel) if numeric else "",
         )  # fmt: skip
-    parts += [table, Text("")]
+    return table
+
+
+def _first_difference(c: Comparison, worst: int) -> list[RenderableType]:
+    """The first stage that differs, with its ``worst`` cells when there are any."""
+    from rich import box
+    from rich.table import Table
+    from rich.text import Text
+
     first = c.first_difference
-    if first is not None and first.worst:
-        parts.append(Text(f"{first.name} differs first; its worst cells:", style="bold"))
-        cells = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, padding=(0, 1))
-        for axis in first.axes:
-            cells.add_column(axis.replace("_", " ") if axis == "kv_head" else axis, no_wrap=True)
-        for header in (ref, mine, "abs error", "rel error"):
-            cells.add_column(header, justify="right", no_wrap=True)
-        for cell in first.worst[:worst]:
-            cells.add_row(
-                *(_safe(p) for p in position(c.trace, first.axes, cell.index)),
-                *fmt_pair(cell.expected, cell.actual),
-                fmt_error(cell.abs_error), fmt_error(cell.rel_error),
-            )  # fmt: skip
-        parts += [cells, Text("")]
-    elif first is not None:
-        parts.append(Text(f"{first.name} differs first ({stage_status_text(c, first)[0]})",
-                          style="bold"))  # fmt: skip
-        parts.append(Text(""))
+    if first is None:
+        return []
+    if not first.worst:
+        return [
+            Text(f"{first.name} differs first ({stage_status_text(c, first)[0]})", style="bold"),
+            Text(""),
+        ]
+    ref, mine = SIDES[c.kind]
+    cells = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, padding=(0, 1))
+    for axis in first.axes:
+        cells.add_column(axis.replace("_", " ") if axis == "kv_head" else axis, no_wrap=True)
+    for header in (ref, mine, "abs error", "rel error"):
+        cells.add_column(header, justify="right", no_wrap=True)
+    for cell in first.worst[:worst]:
+        cells.add_row(
+            *(_safe(p) for p in position(c.trace, first.axes, cell.index)),
+            *fmt_pair(cell.expected, cell.actual),
+            fmt_error(cell.abs_error), fmt_error(cell.rel_error),
+        )  # fmt: skip
+    title = Text(f"{first.name} differs first; its worst cells:", style="bold")
+    return [title, cells, Text("")]
+
+
+def _diagnosis_lines(c: Comparison) -> list[RenderableType]:
+    """The diagnoses (or that none reproduces a dump's difference), then the hints."""
+    from rich.text import Text
+
+    parts: list[RenderableType] = []
     for d in c.diagnoses:
         parts.append(Text.assemble(("diagnosis: ", "bold"), (d.title, "bold yellow")))
         parts.append(Text(_safe(d.detail)))
@@ -198,6 +225,7 @@ def render_comparison(fixture: str, c: Comparison, *, worst: int = 5) -> Rendera
             parts.append(Text(f"It does not account for your {', '.join(d.unexplained)}: "
                               "look there for a second difference."))  # fmt: skip
         parts.append(Text(""))
+    first = c.first_difference
     if c.kind == "dump" and first is not None and first.status == "different" and not c.diagnoses:
         parts.append(
             Text(
@@ -209,7 +237,7 @@ def render_comparison(fixture: str, c: Comparison, *, worst: int = 5) -> Rendera
     for line in hint_lines(c):
         parts.append(Text.assemble(("hint: ", "bold"), _safe(line)))
         parts.append(Text(""))
-    return Group(*parts)
+    return parts
 
 
 def hint_lines(c: Comparison) -> list[str]:

@@ -160,6 +160,21 @@ def keyboard(fd: int, console: Console) -> Iterator[tuple[Read, ScreenContext]]:
         )
     }
 
+    try:
+        tty.setcbreak(fd, termios.TCSANOW)
+        with console.screen(hide_cursor=True) as screen:
+            yield _key_reader(fd, wake_r), screen
+    finally:
+        termios.tcsetattr(fd, termios.TCSADRAIN, saved)
+        for sig, handler in handlers.items():
+            signal.signal(sig, handler)
+        os.close(wake_r)
+        os.close(wake_w)
+
+
+def _key_reader(fd: int, wake_r: int) -> Read:
+    """A function that reads a key from ``fd``, or None when ``wake_r`` is written first."""
+
     def read() -> bytes | None:
         ready, _, _ = select.select([fd, wake_r], [], [])
         if wake_r in ready:
@@ -172,16 +187,7 @@ def keyboard(fd: int, console: Console) -> Iterator[tuple[Read, ScreenContext]]:
                 data += os.read(fd, 64)
         return data
 
-    try:
-        tty.setcbreak(fd, termios.TCSANOW)
-        with console.screen(hide_cursor=True) as screen:
-            yield read, screen
-    finally:
-        termios.tcsetattr(fd, termios.TCSADRAIN, saved)
-        for sig, handler in handlers.items():
-            signal.signal(sig, handler)
-        os.close(wake_r)
-        os.close(wake_w)
+    return read
 
 
 def draw(console: Console, screen: ScreenContext, deck: Pages, state: State) -> None:
