@@ -22,10 +22,14 @@ from __future__ import annotations
 
 import functools
 import os
+import signal
 import subprocess
 import sys
+import time
 from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
 from pathlib import Path
+from types import FrameType
 from typing import IO, Any, TypedDict
 
 import pytest
@@ -67,6 +71,36 @@ def run_cli(
     from attn_cli.cli.app import app  # here, so that importing conftest stays cheap
 
     return runner.invoke(app, list(args), input=input, env=env)
+
+
+@dataclass(frozen=True)
+class Run:
+    """What one ``attn`` run left: exit code, both streams, an escaped exception, its time."""
+
+    exit_code: int
+    stdout: str
+    stderr: str
+    exception: BaseException | None
+    seconds: float
+
+
+def _alarm(signum: int, frame: FrameType | None) -> None:
+    raise TimeoutError("attn did not finish in time")
+
+
+def run_timed(*args: str, limit: float = 10.0) -> Run:
+    """``attn ARGS`` in-process, cut off by a timer signal after ``limit`` seconds (a hang)."""
+    old = signal.signal(signal.SIGALRM, _alarm)
+    signal.setitimer(signal.ITIMER_REAL, limit)
+    start = time.perf_counter()
+    try:
+        result = run_cli(*args)
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, old)
+    seconds = time.perf_counter() - start
+    escaped = result.exception if not isinstance(result.exception, SystemExit) else None
+    return Run(result.exit_code, result.stdout, result.stderr, escaped, seconds)
 
 
 # Variables that change what attn prints: locale (language), width, colour, terminal, CI.

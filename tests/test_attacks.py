@@ -14,23 +14,19 @@ from __future__ import annotations
 import functools
 import json
 import os
-import signal
 import socket
 import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from pathlib import Path
-from types import FrameType
 from typing import Any
 
 import attack_files as A
 import numpy as np
 import pytest
+from conftest import Run, run_timed
 from typer.testing import CliRunner
-
-from attn_cli.cli.app import app
 
 runner = CliRunner()
 SLOW = 3.0  # seconds any single run may take
@@ -40,34 +36,9 @@ CAT_SAT = ("check", "the_cat_sat")
 TRACE_FX = ["trace", "fx.yaml", "-f", "json"]
 
 
-@dataclass(frozen=True)
-class Run:
-    """What one ``attn`` run left: exit code, both streams, an escaped exception, its time."""
-
-    exit_code: int
-    stdout: str
-    stderr: str
-    exception: BaseException | None
-    seconds: float
-
-
-def _alarm(signum: int, frame: FrameType | None) -> None:
-    raise TimeoutError("attn did not finish in time")
-
-
 def attn(*args: str, limit: float = 10.0) -> Run:
     """Run ``attn ARGS`` in-process; a run that hangs is cut off by a timer signal."""
-    old = signal.signal(signal.SIGALRM, _alarm)
-    signal.setitimer(signal.ITIMER_REAL, limit)
-    start = time.perf_counter()
-    try:
-        result = runner.invoke(app, list(args))
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, old)
-    seconds = time.perf_counter() - start
-    escaped = result.exception if not isinstance(result.exception, SystemExit) else None
-    return Run(result.exit_code, result.stdout, result.stderr, escaped, seconds)
+    return run_timed(*args, limit=limit)
 
 
 def files_under(folder: Path) -> set[str]:

@@ -24,7 +24,6 @@ import json
 import math
 import os
 import re
-import signal
 import threading
 import time
 import unicodedata
@@ -33,13 +32,12 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
-from types import FrameType
 from typing import Any
 
 import numpy as np
 import pytest
 import typer.main
-from conftest import GOLDEN
+from conftest import GOLDEN, Run, run_timed
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
@@ -51,34 +49,9 @@ LIMIT = 10.0  # seconds after which a run counts as hung (cut off by a timer sig
 SLOW = 3.0  # seconds any single run may take
 
 
-@dataclass(frozen=True)
-class Run:
-    """What one ``attn`` run left: exit code, both streams, an escaped exception, its time."""
-
-    exit_code: int
-    stdout: str
-    stderr: str
-    exception: BaseException | None
-    seconds: float
-
-
-def _alarm(signum: int, frame: FrameType | None) -> None:
-    raise TimeoutError("attn did not finish in time")
-
-
 def attn(*args: str, limit: float = LIMIT) -> Run:
     """Run ``attn ARGS`` in-process; a run that hangs is cut off by a timer signal."""
-    old = signal.signal(signal.SIGALRM, _alarm)
-    signal.setitimer(signal.ITIMER_REAL, limit)
-    start = time.perf_counter()
-    try:
-        result = runner.invoke(app, list(args))
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, old)
-    seconds = time.perf_counter() - start
-    escaped = result.exception if not isinstance(result.exception, SystemExit) else None
-    return Run(result.exit_code, result.stdout, result.stderr, escaped, seconds)
+    return run_timed(*args, limit=limit)
 
 
 def raw_controls(text: str, allowed: str = "\n") -> list[str]:

@@ -19,7 +19,7 @@ from typing import IO, Any, cast
 import numpy as np
 import pytest
 
-from attn_cli.core.engine import blas_limit, blas_threads, cores_busy
+from attn_cli.blas import blas_limit, blas_threads, cores_busy
 from attn_cli.core.memory import NPZ_BUFFER, check_memory, memory_needed
 from attn_cli.core.pipeline import Deferred, Stage, run, run_streamed
 from attn_cli.errors import InputError, UsageError
@@ -243,11 +243,11 @@ def test_without_pressure_the_load_average_decides(
 
 
 def test_the_environment_overrides_the_rule(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("attn_cli.core.engine.cores_busy", lambda: True)
+    monkeypatch.setattr("attn_cli.blas.cores_busy", lambda: True)
     assert blas_threads({}) == 1
     assert blas_threads({"ATTN_BLAS_THREADS": "auto"}) == 1
     assert blas_threads({"ATTN_BLAS_THREADS": "3"}) == 3
-    monkeypatch.setattr("attn_cli.core.engine.cores_busy", lambda: False)
+    monkeypatch.setattr("attn_cli.blas.cores_busy", lambda: False)
     assert blas_threads({}) is None
     for bad in ("0", "two", "-1"):
         with pytest.raises(UsageError, match="ATTN_BLAS_THREADS"):
@@ -260,6 +260,6 @@ def test_short_runs_leave_blas_alone(monkeypatch: pytest.MonkeyPatch) -> None:
     def fail() -> None:
         raise AssertionError("asked")
 
-    monkeypatch.setattr("attn_cli.core.engine.blas_threads", fail)
+    monkeypatch.setattr("attn_cli.blas.blas_threads", fail)
     with blas_limit(1023):
         pass

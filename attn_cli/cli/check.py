@@ -2,7 +2,7 @@
 
 import os
 import stat
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Optional
 
@@ -161,11 +161,10 @@ def check(
     tolerance = _tolerance(against, rtol, atol)
     for_ci = fmt in (CheckFormat.junit, CheckFormat.github)  # a report even when one fails
     outcomes: list[Outcome] = []
+    run = _Run(golden_dir, against, update, tolerance, stages, worst, max_elements, backward)
     for fixture, golden_file in zip(fixtures, goldens, strict=True):
-        outcome = _check_or_report(
-            fixture, golden_file, golden_dir, against, update, tolerance, stages, worst,
-            max_elements, backward, reraise=len(fixtures) == 1 and not for_ci,
-        )  # fmt: skip
+        reraise = len(fixtures) == 1 and not for_ci
+        outcome = _check_or_report(fixture, golden_file, run, reraise=reraise)
         outcomes.append(replace(outcome, fixture=_shown_name(fixture)))
     _report(outcomes, fmt, width, color, worst)
     raise typer.Exit(code_of(outcomes))
@@ -183,17 +182,24 @@ def _tolerance(
     return Tolerance(default.rtol if rtol is None else rtol, default.atol if atol is None else atol)
 
 
+@dataclass(frozen=True)
+class _Run:
+    """What every fixture of one ``attn check`` is checked with."""
+
+    golden_dir: Optional[Path]  # noqa: UP045
+    against: Optional[Path]  # noqa: UP045
+    update: bool
+    tolerance: "Tolerance"
+    stages: Optional[tuple[str, ...]]  # noqa: UP045
+    worst: int
+    max_elements: int
+    backward: bool
+
+
 def _check_or_report(
     fixture: str,
     golden: Optional[Path],  # noqa: UP045
-    golden_dir: Optional[Path],  # noqa: UP045
-    against: Optional[Path],  # noqa: UP045
-    update: bool,
-    tolerance: "Tolerance",
-    stages: Optional[tuple[str, ...]],  # noqa: UP045
-    worst: int,
-    max_elements: int,
-    backward: bool,
+    run: _Run,
     *,
     reraise: bool,
 ) -> "Outcome":
@@ -201,10 +207,7 @@ def _check_or_report(
     from attn_cli.check.compare import Outcome
 
     try:
-        return _check_one(
-            fixture, golden, golden_dir, against, update, tolerance, stages, worst, max_elements,
-            backward,
-        )  # fmt: skip
+        return _check_one(fixture, golden, run)
     except AttnError as e:
         if reraise:
             raise
@@ -214,21 +217,11 @@ def _check_or_report(
         return Outcome(fixture, error=one_line(e))
 
 
-def _check_one(
-    fixture: str,
-    golden: Optional[Path],  # noqa: UP045
-    golden_dir: Optional[Path],  # noqa: UP045
-    against: Optional[Path],  # noqa: UP045
-    update: bool,
-    tolerance: "Tolerance",
-    stages: Optional[tuple[str, ...]],  # noqa: UP045
-    worst: int,
-    max_elements: int,
-    backward: bool = False,
-) -> "Outcome":
+def _check_one(fixture: str, golden: Optional[Path], run: _Run) -> "Outcome":  # noqa: UP045
     """One fixture checked; with --update under --golden-dir, the golden's folder is made."""
     from attn_cli.check.run import check_fixture
 
+    golden_dir, update = run.golden_dir, run.update
     if update and golden is not None and golden_dir is not None and not golden.parent.is_dir():
         try:
             golden.parent.mkdir(parents=True, exist_ok=True)
@@ -243,8 +236,8 @@ def _check_one(
     if not update and golden is not None and golden_dir is not None:
         _refuse_old_layout(fixture, golden, golden_dir)
     return check_fixture(
-        fixture, golden=golden, against=against, update=update, tolerance=tolerance,
-        stages=stages, worst=worst, max_elements=max_elements, backward=backward,
+        fixture, golden=golden, against=run.against, update=update, tolerance=run.tolerance,
+        stages=run.stages, worst=run.worst, max_elements=run.max_elements, backward=run.backward,
     )  # fmt: skip
 
 
