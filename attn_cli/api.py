@@ -70,11 +70,14 @@ def stream_file(
     """As :func:`trace_file`, for a trace about to be written as ``written`` ("npz", "json"):
     the score stages kept are computed as they are written (``run_streamed``), and the memory
     check prices what that holds, a block of them, not the file."""
-    from attn_cli.core.pipeline import run_streamed
+    from attn_cli.core.pipeline import in_dtype, run_streamed
 
     inputs, keep = _checked(fixture, stages, dtype, False, False, max_elements, backward)
     _check_memory(inputs, max_memory, keep, dtype, backward, written)
-    return run_streamed(inputs, keep=keep, dtype=dtype, progress=progress, backward=backward)
+    # A float32 run never reads the float64 arrays again: let them go before it starts.
+    small = in_dtype(inputs, dtype)
+    del inputs
+    return run_streamed(small, keep=keep, dtype=dtype, progress=progress, backward=backward)
 
 
 def _checked(

@@ -128,9 +128,10 @@ def _value_params() -> list[Param]:
     """Every parameter that takes a value, of every command, read from the app itself: a new
     option is attacked without a word here."""
     group = typer.main.get_command(app)
+    ctx = typer.Context(group)
     out = []
-    for name, command in group.commands.items():  # type: ignore[attr-defined]
-        for p in command.params:
+    for name in group.list_commands(ctx):  # type: ignore[attr-defined]
+        for p in group.get_command(ctx, name).params:  # type: ignore[attr-defined]
             argument = p.param_type_name == "argument"
             if not argument and (p.is_flag or p.count):
                 continue

@@ -71,11 +71,56 @@ def test_every_command_has_quiet() -> None:
 
     from attn_cli.cli.app import app
 
-    commands = typer.main.get_command(app).commands  # type: ignore[attr-defined]
+    group = typer.main.get_command(app)
+    ctx = typer.Context(group)
+    names = group.list_commands(ctx)  # type: ignore[attr-defined]
+    commands = {name: group.get_command(ctx, name) for name in names}  # type: ignore[attr-defined]
     assert set(COMMANDS) <= set(commands)
     for name, command in commands.items():
         flags = {opt for param in command.params for opt in getattr(param, "opts", ())}
         assert {"--quiet", "-q"} <= flags, name
+
+
+def test_the_help_list_is_each_commands_first_paragraph() -> None:
+    """``attn --help`` lists the commands from the table in app.py without importing them;
+    each line there is its command's own docstring's first paragraph."""
+    import importlib
+    import inspect
+
+    from attn_cli.cli.app import COMMANDS as TABLE
+
+    assert set(COMMANDS) <= set(TABLE)
+    for name, entry in TABLE.items():
+        func = getattr(importlib.import_module(f"attn_cli.cli.{entry.module}"), entry.function)
+        first = " ".join((inspect.getdoc(func) or "").split("\n\n")[0].split())
+        assert entry.summary == first, name
+    listed = run_cli("--help", env={"COLUMNS": "300"}).stdout
+    for name, entry in TABLE.items():
+        assert re.search(rf"│ {name} +{re.escape(entry.summary)}", listed), name
+
+
+@pytest.mark.subprocess
+@pytest.mark.parametrize(
+    ("argv", "built"),
+    [(["--help"], []), (["trace", "-f", "json"], ["trace"]), (["import", "-h"], ["importer"]),
+     (["examples"], ["examples"])],
+)  # fmt: skip
+def test_a_command_imports_only_itself(argv: list[str], built: list[str]) -> None:
+    """A command's module is imported when it runs: ``attn trace`` does not pay for the other
+    seven at start-up, and ``attn --help`` lists them all without importing one."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys\n"
+        "from attn_cli.cli.app import COMMANDS, main\n"
+        f"sys.argv = ['attn', *{argv!r}]\n"
+        "try:\n    main()\nexcept SystemExit:\n    pass\n"
+        "print('BUILT', sorted(e.module for e in COMMANDS.values()"
+        " if 'attn_cli.cli.' + e.module in sys.modules))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert f"BUILT {built}" in out.stdout
 
 
 def _quiet_runs(tmp_path: Path) -> list[tuple[str, ...]]:

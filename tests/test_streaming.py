@@ -19,10 +19,12 @@ from typing import IO, Any, cast
 import numpy as np
 import pytest
 
+from attn_cli.api import stream_file
 from attn_cli.blas import blas_limit, blas_threads, cores_busy
+from attn_cli.core.engine import _max_abs, _max_norm
 from attn_cli.core.memory import NPZ_BUFFER, check_memory, memory_needed
-from attn_cli.core.pipeline import Deferred, Stage, run, run_streamed
-from attn_cli.errors import InputError, UsageError
+from attn_cli.core.pipeline import Deferred, Stage, in_dtype, run, run_streamed
+from attn_cli.errors import ComputeError, InputError, UsageError
 from attn_cli.io.arrays import npz_writer
 from attn_cli.io.examples import find_example
 from attn_cli.io.fixture import load_fixture, validate
@@ -263,3 +265,84 @@ def test_short_runs_leave_blas_alone(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr("attn_cli.blas.blas_threads", fail)
     with blas_limit(1023):
         pass
+
+
+# ---------------------------------------------------------------------------------------------
+# A float32 stream holds its inputs in float32 (in_dtype): the float64 arrays are never read
+# again, and holding them was the difference from a plain NumPy script's peak at 1,024 tokens.
+
+
+@pytest.mark.parametrize(
+    "fx",
+    [
+        {"bias": np.linspace(-1.0, 1.0, 81).reshape(9, 9), "causal": True},
+        {"X_kv": np.arange(40.0).reshape(5, 8) / 40, "W_K": np.eye(8), "W_V": np.eye(8)},
+        {"b_Q": np.ones(8), "b_K": np.ones(8) / 2, "b_V": np.ones(8) / 4, "b_O": np.ones(8)},
+    ],
+    ids=["bias", "cross", "biases"],
+)
+def test_float32_inputs_give_the_same_bits_as_a_float32_run(fx: dict[str, Any]) -> None:
+    inputs = fixture(9, heads=2, d_model=8, **fx)
+    small = in_dtype(inputs, "float32")
+    arrays = {n: getattr(small, n) for n in ("X", "X_kv", "bias", *(f"{w}_{n}" for w in "Wb"
+                                              for n in "QKVO"))}  # fmt: skip
+    assert {n: a.dtype for n, a in arrays.items() if a is not None} == {
+        n: np.dtype(np.float32) for n, a in arrays.items() if a is not None
+    }
+    for name, a in arrays.items():  # the same values, rounded once
+        if a is not None:
+            assert a.tobytes() == getattr(inputs, name).astype(np.float32).tobytes(), name
+    want, got = run(inputs, dtype="float32"), run(small, dtype="float32")
+    for stage in want:
+        assert got[stage.name].data.tobytes() == stage.data.tobytes(), stage.name
+    assert in_dtype(inputs, "float64") is inputs
+
+
+def test_direct_mode_inputs_in_float32_and_their_overflow_named_as_a_run_names_it() -> None:
+    direct = validate({"Q": [[1.0, 2.0]], "K": [[3.0, 4.0]], "V": [[5.0, 6.0]]}, "d.json")
+    small = in_dtype(direct, "float32")
+    assert {getattr(small, n).dtype for n in "QKV"} == {np.dtype(np.float32)}
+    assert run(small, dtype="float32")["output"].data.tobytes() == (
+        run(direct, dtype="float32")["output"].data.tobytes()
+    )
+    fx = {"X": [[1e39, 0.0]], "W_Q": [[1.0], [1.0]], "W_K": [[1.0], [1.0]],
+          "W_V": [[1.0], [1.0]], "tokens": ["big"]}  # fmt: skip
+    errors = []
+    for attempt in (lambda i: in_dtype(i, "float32"), lambda i: run(i, dtype="float32")):
+        with pytest.raises(ComputeError) as info:
+            attempt(validate(fx, "test.json"))
+        errors.append(str(info.value))
+    assert errors[0] == errors[1]
+    assert "X[query 0 'big', feature 0]" in errors[0]
+
+
+def test_a_float32_stream_lets_the_float64_inputs_go(tmp_path: Path) -> None:
+    path = tmp_path / "f.npz"
+    inputs = fixture(64, heads=2, d_model=16)
+    arrays = {n: getattr(inputs, n) for n in ("X", "W_Q", "W_K", "W_V")}
+    np.savez(path, **{**arrays, "X": arrays["X"][0]}, heads=2)
+    for dtype in ("float32", "float64"):
+        streamed = stream_file(path, written="npz", stages=["output"], dtype=dtype)
+        X = streamed.trace.inputs.X
+        assert X is not None and X.dtype == np.dtype(dtype)
+
+
+def test_the_overflow_bounds_need_no_float64_copy() -> None:
+    """The engine's bounds: the largest row norm in float64 (einsum casts as it goes) and the
+    largest |value|, against loops; a float32 Q of 4 MiB costs them under 1 MiB."""
+    rng = np.random.default_rng(3)
+    flat = (rng.standard_normal((1, 512, 4 * 512)) * 1e18).astype(np.float32)  # squares > f32
+    q = flat.reshape(1, 512, 4, 512).transpose(0, 2, 1, 3)  # (B, H, T, D): a strided view
+    rows = [math.fsum(float(v) ** 2 for v in row) for row in q.reshape(-1, 512)]
+    assert _max_norm(q) == pytest.approx(math.sqrt(max(rows)), rel=1e-12)
+    tracemalloc.start()
+    try:
+        _max_norm(q)
+        _max_abs(q)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < q.nbytes / 4
+    assert _max_abs(q) == max(abs(float(q.max())), abs(float(q.min())))
+    assert math.isnan(_max_abs(np.array([1.0, np.nan, -3.0])))
+    assert _max_abs(np.zeros((0, 3))) == 0.0

@@ -1,35 +1,60 @@
 """The ``attn`` command: the Typer app, its commands, and the error boundary.
 
-Every command lives in a module of its own (trace.py, check.py, heatmap.py, examples.py,
-new.py) and only parses options, calls the library and prints. Here, and only here, a
-user's mistake (:class:`AttnError`) becomes one ``Error:`` line on stderr and exit code 2.
-NumPy, YAML and Rich are imported inside the commands, so ``attn --help`` stays light.
+Every command lives in a module of its own (trace.py, check.py, heatmap.py, ...) and only
+parses options, calls the library and prints. :data:`COMMANDS` names them; a command's module
+is imported only when that command runs or shows its help, so ``attn trace`` does not build
+the other seven. Here, and only here, a user's mistake (:class:`AttnError`) becomes one
+``Error:`` line on stderr and exit code 2. NumPy, YAML and Rich are imported inside the
+commands, so ``attn --help`` stays light.
 """
 
 import contextlib
 import functools
+import importlib
 import io
 import os
 import signal
 import sys
 import types
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Annotated, Any
+from typing import Annotated, Any, NamedTuple
 
 import typer
 
 from attn_cli._version import __version__
-from attn_cli.cli.check import check
-from attn_cli.cli.decode import decode
-from attn_cli.cli.examples import examples
-from attn_cli.cli.flash import flash
-from attn_cli.cli.heatmap import heatmap
-from attn_cli.cli.importer import import_
-from attn_cli.cli.new import new
-from attn_cli.cli.trace import trace
 from attn_cli.cli.usage import AttnCommand, AttnGroup
 from attn_cli.errors import AttnError, UsageError, printable
+
+
+class Entry(NamedTuple):
+    """A command: the module and function that implement it, and its line in ``attn --help``
+    (the first paragraph of the function's docstring; a test keeps the two the same)."""
+
+    module: str
+    function: str
+    summary: str
+
+
+COMMANDS: dict[str, Entry] = {
+    "trace": Entry("trace", "trace", "Trace one fixture through every stage of attention and "
+                   "print each as a table."),
+    "check": Entry("check", "check", "Compare a fixture's trace with a golden file, its "
+                   "`expected` section, or your own code."),
+    "examples": Entry("examples", "examples", "List the bundled examples: name, description "
+                      "and shapes."),
+    "heatmap": Entry("heatmap", "heatmap", "Only the attention weights, shaded: one table per "
+                     "head, side by side when they fit."),
+    "new": Entry("new", "new", "Write a random, commented fixture to edit (tokens included), "
+                 "then trace it."),
+    "decode": Entry("decode", "decode", "Decode a causal fixture token by token against a KV "
+                    "cache, checking every step."),
+    "flash": Entry("flash", "flash", "Run the FlashAttention-2 forward tile by tile: S, the "
+                   "running max m, alpha, P, the running sum l and the accumulator, then "
+                   "O = acc / l and L = m + log l."),
+    "import": Entry("importer", "import_", "Import one attention layer of a real checkpoint "
+                    "(safetensors, no torch) as a fixture."),
+}  # fmt: skip
 
 
 class _Markdown:
@@ -61,9 +86,28 @@ def light_help() -> None:
 
 
 class _HelpGroup(AttnGroup):
+    """The ``attn`` group: its commands built from :data:`COMMANDS` when asked for."""
+
+    listing = False  # drawing ``attn --help``: the list needs names and summaries only
+
     def format_help(self, ctx: Any, formatter: Any) -> None:
         light_help()
-        super().format_help(ctx, formatter)
+        self.listing = True
+        try:
+            super().format_help(ctx, formatter)
+        finally:
+            self.listing = False
+
+    def list_commands(self, ctx: Any) -> list[str]:
+        return list(COMMANDS)
+
+    def get_command(self, ctx: Any, cmd_name: str) -> Any:
+        entry = COMMANDS.get(cmd_name)
+        if entry is None:
+            return None
+        if self.listing:
+            return typer.core.TyperCommand(cmd_name, short_help=entry.summary)
+        return _built(cmd_name)
 
 
 class _HelpCommand(AttnCommand):
@@ -144,21 +188,21 @@ def one_line(error: AttnError) -> str:
     return " ".join(printable(line) for line in text.splitlines())
 
 
-def _command(func: Callable[..., None], name: str | None = None) -> Callable[..., None]:
-    """Register ``func`` as a command whose user errors end as one line and exit code 2."""
+@functools.cache
+def _built(name: str) -> Any:
+    """The Click command ``name``: its module imported, its user errors ending as one line
+    and exit code 2. Typer builds it as it would a command of ``app``."""
+    entry = COMMANDS[name]
+    func = getattr(importlib.import_module(f"attn_cli.cli.{entry.module}"), entry.function)
 
     @functools.wraps(func)
     def guarded(*args: Any, **kwargs: Any) -> None:
         with user_errors():
             func(*args, **kwargs)
 
-    app.command(name=name or func.__name__, cls=_HelpCommand)(guarded)
-    return func
-
-
-for _cmd in (trace, check, examples, heatmap, new, decode, flash):
-    _command(_cmd)
-_command(import_, name="import")
+    one = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
+    one.command(name=name, cls=_HelpCommand, short_help=entry.summary)(guarded)
+    return typer.main.get_command(one)
 
 
 def main() -> None:

@@ -80,7 +80,8 @@ def usage_line(e: Any) -> str:
     elif message.startswith("No such command"):
         quoted = _FIRST_QUOTED.search(message)
         given = quoted.group(1) if quoted else message
-        commands = sorted(getattr(ctx.command, "commands", {}) if ctx else ())
+        listed = getattr(ctx.command, "list_commands", None) if ctx else None
+        commands = sorted(listed(ctx) if listed else ())
         text = (
             f"{_cut(given)}: no such command{did_you_mean(given, commands)}, "
             f"expected one of {', '.join(commands)}"

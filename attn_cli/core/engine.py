@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
@@ -41,8 +41,7 @@ SCORES_AXES = ("batch", "head", "query", "key")
 OUTPUT_AXES = ("batch", "head", "query", "d_v")
 
 
-@dataclass(frozen=True)
-class SentinelRow:
+class SentinelRow(NamedTuple):
     """A row where a finite ``mask_value`` let weight through to keys it should hide.
 
     ``leaked`` is the weight those keys got; ``uniform`` says the row had no allowed key at all,
@@ -67,8 +66,7 @@ class Attended:
     leaks: list[SentinelRow] = field(default_factory=list)
 
 
-@dataclass(frozen=True)
-class Block:
+class Block(NamedTuple):
     """Query rows t0:t1 of head h in batch item b."""
 
     b: int
@@ -248,13 +246,17 @@ def _leaks(weights: FloatArray, allowed: BoolArray, at: tuple[int, int, int]) ->
 
 
 def _max_norm(x: FloatArray) -> float:
-    """The largest Euclidean norm of a row (last axis), computed in float64."""
-    x64 = x.astype(np.float64, copy=False)
-    return float(np.sqrt(np.einsum("...d,...d->...", x64, x64).max(initial=0.0)))
+    """The largest Euclidean norm of a row (last axis), computed in float64 (einsum casts as
+    it goes: no float64 copy of a float32 Q, which would be the run's largest array)."""
+    squares = np.einsum("...d,...d->...", x, x, dtype=np.float64)
+    return float(np.sqrt(squares.max(initial=0.0)))
 
 
 def _max_abs(x: FloatArray) -> float:
-    return float(np.abs(x).max(initial=0.0))
+    """The largest |value| without an |x| copy of the array; NaN if there is one."""
+    if x.size == 0:
+        return 0.0
+    return float(np.maximum(np.abs(x.max()), np.abs(x.min())))
 
 
 def _max_finite(x: FloatArray) -> float:

@@ -20,7 +20,7 @@ import math
 from collections.abc import Callable, Collection, Iterator, Mapping
 from dataclasses import dataclass, replace
 from functools import cached_property, partial
-from typing import Literal, cast
+from typing import Any, Literal, cast
 
 import numpy as np
 
@@ -314,16 +314,19 @@ class _Run:
     def project(self) -> None:
         inp = self.inputs
         assert inp.X is not None
-        X = self.arrays["X"] = self.as_dtype("X", inp.X, _FLAT) if self.need else inp.X
+        X = self.as_dtype("X", inp.X, _FLAT) if self.need else inp.X
+        X_kv = None
         if inp.X_kv is not None:  # cross-attention: keys and values from X_kv
             X_kv = self.as_dtype("X_kv", inp.X_kv, _FLAT) if self.need else inp.X_kv
-            self.arrays["X_kv"] = X_kv
+        for name, x in (("X", X), ("X_kv", X_kv)):
+            if x is not None and name in self.held:  # else gone once Q, K, V are made
+                self.arrays[name] = x
         for name, heads in (("Q", inp.heads), ("K", inp.kv_heads), ("V", inp.kv_heads)):
             if name in self.need:
                 W = self.as_dtype(f"W_{name}", getattr(inp, f"W_{name}"), _WEIGHT)
                 b = getattr(inp, f"b_{name}")
                 b = None if b is None else self.as_dtype(f"b_{name}", b, _VECTOR)
-                source = X if name == "Q" or inp.X_kv is None else self.arrays["X_kv"]
+                source = X if name == "Q" or X_kv is None else X_kv
                 flat = self.check(name, project(source, W, b), _FLAT)  # (B, T, heads*d)
                 self.arrays[name] = split_heads(flat, heads)  # (B, heads, T, d)
 
@@ -441,18 +444,47 @@ class _Run:
 
     def as_dtype(self, name: str, arr: FloatArray, axes: tuple[str, ...]) -> FloatArray:
         """An input in the computing dtype; a value too big for float32 is an error, not inf."""
-        if self.dtype == "float64":
-            return arr
-        small = cast(FloatArray, arr.astype(np.float32))
-        grew = np.isinf(small) & np.isfinite(arr)
-        if grew.any():
-            pos = tuple(int(i) for i in np.argwhere(grew)[0])
-            # an input of fewer axes (a bias (T, S) for scores (B, H, T, S)) names its own
-            axes = axes[len(axes) - arr.ndim :] if arr.ndim < len(axes) else axes
-            if name in ("K", "V", "X_kv"):  # these run along the keys, not the queries
-                axes = tuple("key" if a == "query" else a for a in axes)
-            self.check.fail(name, small, axes, pos, value=arr[pos], shape=arr.shape)
-        return small
+        return _as_dtype(self.check, self.dtype, name, arr, axes)
+
+
+def in_dtype(inputs: Inputs, dtype: Dtype) -> Inputs:
+    """The inputs with their big arrays (X, the weights, biases, given Q/K/V, the score bias)
+    in the computing dtype, checked as a run checks them. A float32 run never reads the
+    float64 arrays again: a caller that lets them go holds the inputs at half the size."""
+    _check_arguments(None, dtype)
+    if dtype == "float64":
+        return inputs
+    check = FiniteCheck(inputs, dtype)
+    layouts = {"X": _FLAT, "X_kv": _FLAT, "Q": _HEADS, "K": _HEADS, "V": _HEADS,
+               "bias": SCORES_AXES}  # fmt: skip
+    layouts.update({f"W_{n}": _WEIGHT for n in "QKVO"})
+    layouts.update({f"b_{n}": _VECTOR for n in "QKVO"})
+    with _quiet():
+        cast_arrays: dict[str, Any] = {
+            name: _as_dtype(check, dtype, name, arr, axes)
+            for name, axes in layouts.items()
+            if (arr := getattr(inputs, name)) is not None
+        }
+    return replace(inputs, **cast_arrays)
+
+
+def _as_dtype(
+    check: FiniteCheck, dtype: str, name: str, arr: FloatArray, axes: tuple[str, ...]
+) -> FloatArray:
+    """``arr`` in ``dtype`` (as it is if it already is); a value too big for float32 is an
+    error naming ``name`` and the position along ``axes``, not inf."""
+    if dtype == "float64" or arr.dtype == np.float32:
+        return arr
+    small = cast(FloatArray, arr.astype(np.float32))
+    grew = np.isinf(small) & np.isfinite(arr)
+    if grew.any():
+        pos = tuple(int(i) for i in np.argwhere(grew)[0])
+        # an input of fewer axes (a bias (T, S) for scores (B, H, T, S)) names its own
+        axes = axes[len(axes) - arr.ndim :] if arr.ndim < len(axes) else axes
+        if name in ("K", "V", "X_kv"):  # these run along the keys, not the queries
+            axes = tuple("key" if a == "query" else a for a in axes)
+        check.fail(name, small, axes, pos, value=arr[pos], shape=arr.shape)
+    return small
 
 
 _FLAT = ("batch", "query", "feature")
@@ -461,5 +493,5 @@ _VECTOR = ("column",)
 _HEADS = ("batch", "head", "query", "d")
 __all__ = [
     "DTYPES", "OUTPUT_AXES", "Deferred", "Dtype", "SentinelRow", "Stage", "Streamed", "Trace",
-    "Upstream", "resolve_scale", "run", "run_streamed",
+    "Upstream", "in_dtype", "resolve_scale", "run", "run_streamed",
 ]  # fmt: skip
