@@ -123,6 +123,27 @@ def test_a_command_imports_only_itself(argv: list[str], built: list[str]) -> Non
     assert f"BUILT {built}" in out.stdout
 
 
+@pytest.mark.subprocess
+def test_the_default_trace_skips_what_it_does_not_draw() -> None:
+    """Start-up budget (issue 16): the default tables are drawn without Rich's table module
+    (and the fractions and decimal modules it loads), the other commands' modules, JSON's
+    writer or the classroom layers."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys\n"
+        "from attn_cli.cli.app import main\n"
+        "sys.argv = ['attn', 'trace']\n"
+        "try:\n    main()\nexcept SystemExit:\n    pass\n"
+        "skipped = ['rich.table', 'fractions', 'unicodedata', 'attn_cli.io.trace_json',"
+        " 'attn_cli.present.explain', 'attn_cli.present.worked', 'attn_cli.cli.check']\n"
+        "print('LOADED', [m for m in skipped if m in sys.modules])\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert "LOADED []" in out.stdout, out.stdout[-300:]
+
+
 def _quiet_runs(tmp_path: Path) -> list[tuple[str, ...]]:
     empty = tmp_path / "empty_row.json"
     empty.write_text(json.dumps(EMPTY_ROW))

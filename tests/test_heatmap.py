@@ -14,6 +14,7 @@ import pytest
 from conftest import FIXTURES, run_cli
 from rich.console import Console, ConsoleOptions, RenderableType
 from rich.padding import Padding
+from rich.panel import Panel
 from rich.rule import Rule
 from rich.text import Text
 
@@ -22,10 +23,12 @@ from attn_cli.io.fixture import load_fixture
 from attn_cli.present.options import RenderOptions
 from attn_cli.present.render import (
     VIRIDIS,
+    Fields,
     Heading,
     Matrix,
     _heat,
     _stage_tables,
+    render_header,
     render_heatmap,
     render_trace,
     viridis,
@@ -337,3 +340,14 @@ def test_headings_draw_themselves_as_richs_rule_draws_them(title: str, width: in
 
 class _AsciiFile(StringIO):
     encoding = "ascii"
+
+
+@pytest.mark.parametrize("lang", ["en", "zh"])
+@pytest.mark.parametrize("name", ["the_cat_sat", "llama_rope_gqa", "cross_attention"])
+def test_the_header_draws_itself_as_richs_grid_draws_it(name: str, lang: str) -> None:
+    trace = run(load_fixture(FIXTURES / f"{name}.yaml"))
+    header = render_header(trace, lang)  # type: ignore[arg-type]
+    fields = cast(Fields, header.renderable)
+    as_grid = Panel(fields.grid(), title=header.title, title_align="left", box=header.box)
+    for system, width in itertools.product((None, "truecolor"), range(10, 130, 7)):
+        assert _ansi(header, system, width) == _ansi(as_grid, system, width), (system, width)

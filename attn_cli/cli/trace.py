@@ -230,8 +230,6 @@ def _write_data(asked: _Asked) -> None:
     """The JSON or npz trace, written as it is computed: the score stages a block at a time
     (api.stream_file), so memory holds a block, not the file. No Rich is imported here."""
     from attn_cli.api import stream_file
-    from attn_cli.io.arrays import npz_writer
-    from attn_cli.io.trace_json import write_trace_json
     from attn_cli.present.progress import Status
 
     with Status("loading the fixture") as status:
@@ -243,13 +241,18 @@ def _write_data(asked: _Asked) -> None:
         )  # fmt: skip
     stages, output = asked.stages, asked.output
     if asked.fmt is TraceFormat.npz:
+        from attn_cli.io.arrays import npz_writer
+
         assert output is not None
         emit_binary(npz_writer(result, stages), output, quiet=asked.quiet)
-    elif output is None:
-        write_trace_json(result, sys.stdout, stages)
-        sys.stdout.flush()
     else:
-        emit_binary(lambda f: write_trace_json(result, f, stages), output, quiet=asked.quiet)
+        from attn_cli.io.trace_json import write_trace_json  # each writer where it is needed
+
+        if output is None:
+            write_trace_json(result, sys.stdout, stages)
+            sys.stdout.flush()
+        else:
+            emit_binary(lambda f: write_trace_json(result, f, stages), output, quiet=asked.quiet)
     # rows found empty by a softmax computed only as it was written are known only now
     warn_empty_rows(result.finished(), quiet=asked.quiet)
     warn_sentinel_rows(result.finished(), quiet=asked.quiet)

@@ -21,10 +21,8 @@ from attn_cli.core.limits import DEFAULT_MAX_BYTES, DEFAULT_MAX_ELEMENTS
 from attn_cli.errors import InputError
 from attn_cli.io import gate
 from attn_cli.io.arrays import has_references, load_npz_fixture, resolve_references
-from attn_cli.io.jsonfmt import JSONSyntaxError, parse_json
 from attn_cli.io.text import decode_text
 from attn_cli.io.validate import KNOWN_KEYS, validate
-from attn_cli.io.yamlfmt import parse_yaml
 
 __all__ = ["KNOWN_KEYS", "load_fixture", "parse_fixture", "validate"]
 
@@ -68,6 +66,9 @@ def parse_fixture(
 
     ``{file: ...}`` references are read from ``base`` (default: the current folder).
     """
+    from attn_cli.io.jsonfmt import JSONSyntaxError, parse_json  # each parser where it is needed
+    from attn_cli.io.yamlfmt import parse_yaml
+
     text = decode_text(data, source) if isinstance(data, bytes) else data.removeprefix("\ufeff")
     if not text.strip():
         raise InputError(source, "", "the file is empty", "a JSON or YAML mapping of fixture keys")
