@@ -329,6 +329,7 @@ def write_memory_fixture(folder: Path) -> Path:
 SWEEP_SEQS = (1024, 2048, 4096, 8192, 16384)
 SWEEP_DTYPES = ("float32", "float64")
 BUSY_LOOP = "while True: pass"
+SHORT_SEQ, SHORT_REPS = 2048, 9  # up to this seq, at least this many runs per median
 ONE_THREAD = {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
 
 
@@ -473,12 +474,18 @@ def memory_available() -> int:
     return 2**62 if kib is None else kib * 1024
 
 
-def sdpa_fits(seq: int, dtype: str) -> bool:
-    """Whether torch's SDPA (it holds every head's (T, T) weights, twice) fits in half the RAM
-    that is free: measured 9.1 GB at seq 8192 in float64; a machine that is shared must not
-    be pushed into the OOM killer for a comparison column."""
+def sdpa_need(seq: int, dtype: str) -> int:
+    """Bytes torch's CPU SDPA peaks at: every head's (T, T) weights, twice, and a fifth more
+    (measured: 4.9 GiB at seq 8192 float32, 9.1 GiB in float64)."""
     itemsize = 4 if dtype == "float32" else 8
-    return 2 * HEADS * seq * seq * itemsize < memory_available() // 2
+    return 2 * HEADS * seq * seq * itemsize * 6 // 5
+
+
+def sdpa_fits(seq: int, dtype: str, share: float = 0.5) -> bool:
+    """Whether torch's SDPA fits in ``share`` of the RAM that is free (--torch-memory): half
+    by default, as a machine that is shared must not be pushed into the OOM killer for a
+    comparison column."""
+    return sdpa_need(seq, dtype) < memory_available() * share
 
 
 def sweep_commands(
@@ -510,17 +517,25 @@ def check_same_output(out: Path, sides: Collection[str], dtype: str) -> None:
 
 
 def sweep_seq(
-    fixture: Path, seq: int, out: Path, dtype: str, torch_py: str | None, reps: int
+    fixture: Path,
+    seq: int,
+    out: Path,
+    dtype: str,
+    torch_py: str | None,
+    reps: int,
+    share: float = 0.5,
 ) -> list[SweepRow]:
     """Every side at the default BLAS threads and at one, interleaved, ``reps`` times."""
-    if torch_py and not sdpa_fits(seq, dtype):
+    if torch_py and not sdpa_fits(seq, dtype, share):
         print(f"  torch at seq {seq}, {dtype}: skipped, it would need "
-              f"{2 * HEADS * seq * seq * (4 if dtype == 'float32' else 8) / 2**30:.0f} GiB "
-              f"(half the free memory is {memory_available() / 2**31:.0f} GiB)")  # fmt: skip
+              f"{sdpa_need(seq, dtype) / 2**30:.0f} GiB ({share:.0%} of the free memory is "
+              f"{memory_available() * share / 2**30:.0f} GiB; see --torch-memory)")  # fmt: skip
         torch_py = None
     cmds = sweep_commands(fixture, out, dtype, torch_py)
     envs = {"default": child_env(), "1": {**child_env(), **ONE_THREAD}}
     runs: dict[str, dict[str, list[Run]]] = {t: {side: [] for side in cmds} for t in envs}
+    if seq <= SHORT_SEQ:  # a run of a few tenths of a second is mostly start-up, and noisy
+        reps = max(reps, SHORT_REPS)
     for _ in range(reps):
         for threads, env in envs.items():
             for side, cmd in cmds.items():
@@ -579,9 +594,10 @@ def print_sweep_summary(rows: list[SweepRow], busy: bool) -> None:
 def sweep(args: argparse.Namespace) -> None:
     """The long-sequence sweep of issue 16, quiet or with the other core busy."""
     torch_py = torch_python(args.torch_python)
-    seqs = [s for s in SWEEP_SEQS if s <= args.max_seq]
+    seqs = [s for s in SWEEP_SEQS if args.min_seq <= s <= args.max_seq]
     print(f"attn sweep: d_model {D_MODEL}, {HEADS} heads, only output kept, "
-          f"median of {args.sweep_reps} interleaved runs; {os.cpu_count()} CPUs")  # fmt: skip
+          f"median of {args.sweep_reps} interleaved runs ({SHORT_REPS} up to seq {SHORT_SEQ}); "
+          f"{os.cpu_count()} CPUs")  # fmt: skip
     print(f"  torch: {torch_py or 'not importable (give --torch-python)'}")
     busy = None
     if args.busy:
@@ -594,7 +610,8 @@ def sweep(args: argparse.Namespace) -> None:
             for seq in seqs:
                 fixture = write_sweep_fixture(folder, seq)
                 for dtype in args.dtypes:
-                    for row in sweep_seq(fixture, seq, folder, dtype, torch_py, args.sweep_reps):
+                    for row in sweep_seq(fixture, seq, folder, dtype, torch_py, args.sweep_reps,
+                                         args.torch_memory):  # fmt: skip
                         rows.append(row)
                         print_sweep_row(row)
                 fixture.unlink()
@@ -681,11 +698,18 @@ def main() -> None:
     parser.add_argument("--startup-reps", type=int, default=15)
     parser.add_argument("--child", nargs="+", help=argparse.SUPPRESS)
     parser.add_argument("--sweep", action="store_true", help="the long-sequence sweep instead")
+    parser.add_argument("--min-seq", type=int, default=SWEEP_SEQS[0], help="sweep from this seq")
     parser.add_argument("--max-seq", type=int, default=SWEEP_SEQS[-1], help="sweep up to this seq")
     parser.add_argument("--dtypes", nargs="+", choices=SWEEP_DTYPES, default=list(SWEEP_DTYPES))
     parser.add_argument("--sweep-reps", type=int, default=3, help="runs per sweep figure")
     parser.add_argument("--busy", action="store_true", help="keep one core busy while sweeping")
     parser.add_argument("--torch-python", help="an interpreter with torch, for the SDPA column")
+    parser.add_argument(
+        "--torch-memory",
+        type=float,
+        default=0.5,
+        help="share of the free memory torch's SDPA may need (default 0.5)",
+    )
     parser.add_argument("--traces", action="store_true", help="big npz and JSON traces instead")
     parser.add_argument("--trace-seq", type=int, default=TRACE_SEQ, help="seq of --traces")
     parser.add_argument("--trace-dir", help="where --traces writes its files (default: /tmp)")

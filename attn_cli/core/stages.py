@@ -22,15 +22,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Collection
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 if TYPE_CHECKING:
     from attn_cli.core.inputs import Inputs
 
 
-@dataclass(frozen=True)
-class StageSpec:
+class StageSpec(NamedTuple):
     """One row of the stage table."""
 
     name: str
