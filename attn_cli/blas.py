@@ -8,6 +8,7 @@ one BLAS thread beats two by 1.5-3.8x; on a quiet machine two win by 1.3-1.4x.
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 
@@ -35,11 +36,11 @@ def blas_limit(seq: int) -> Iterator[None]:
 
 
 def blas_threads(environ: Mapping[str, str] = os.environ) -> int | None:
-    """Threads for BLAS: ``ATTN_BLAS_THREADS``, else 1 when the cores are busy, else None
-    (BLAS keeps its own number, one per core)."""
+    """Threads for BLAS: ``ATTN_BLAS_THREADS``, else the cores no other work holds now (see
+    :func:`free_cores`), else None (BLAS keeps its own number, one per core)."""
     given = environ.get(BLAS_THREADS_ENV, "auto").strip().lower()
     if given == "auto":
-        return 1 if cores_busy() else None
+        return free_cores()
     if not given.isdigit() or int(given) < 1:
         raise UsageError(
             BLAS_THREADS_ENV, "", f"is {given!r}", "a number of threads (1, 2, ...) or auto"
@@ -47,15 +48,68 @@ def blas_threads(environ: Mapping[str, str] = os.environ) -> int | None:
     return int(given)
 
 
-def cores_busy(pressure: str = "/proc/pressure/cpu") -> bool:
-    """Whether other work holds the cores: CPU pressure (Linux 4.20+), else the load average."""
+def free_cores(
+    pressure: str = "/proc/pressure/cpu",
+    loadavg: str = "/proc/loadavg",
+    tasks: str = "/proc/self/task",
+) -> int | None:
+    """The cores this run can have to itself: None when that is all of them, else at least 1.
+
+    Other work holds a core when it is running now: /proc/loadavg's count of runnable tasks less
+    this process's own running threads (a BLAS thread may still spin after a product), the
+    least of three looks half a millisecond apart (a blip is not load). A busy loop on one
+    of two cores leaves one. CPU pressure ("some avg10" above 20%: tasks have been waiting)
+    leaves one as well. Without /proc, a 1-minute load average of at least the cores does.
+    """
+    cores = _cores()
+    if _pressure(pressure) > BUSY_PRESSURE:
+        return 1
+    others = _others(loadavg, tasks)
+    if others is None:
+        try:
+            return 1 if os.getloadavg()[0] >= cores else None
+        except OSError:  # no load average on this system
+            return None
+    return None if others <= 0 else max(1, cores - others)
+
+
+def _cores() -> int:
+    """The cores this process may run on (its affinity, e.g. a container's CPU set)."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0)) or 1
+    return os.cpu_count() or 1  # pragma: no cover - macOS, Windows
+
+
+def _pressure(path: str) -> float:
+    """CPU pressure "some avg10" in percent (Linux 4.20+), 0 where it cannot be read."""
     try:
-        with open(pressure, encoding="ascii") as f:  # "some avg10=51.00 avg60=..."
+        with open(path, encoding="ascii") as f:  # "some avg10=51.00 avg60=..."
             fields = dict(item.split("=", 1) for item in f.readline().split()[1:])
-        return float(fields["avg10"]) > BUSY_PRESSURE
+        return float(fields["avg10"])
     except (OSError, KeyError, ValueError):
-        pass
+        return 0.0
+
+
+def _others(loadavg: str, tasks: str, looks: int = 3) -> int | None:
+    """Runnable tasks of other processes now, the least of ``looks``; None without /proc."""
+    seen = []
+    for look in range(looks):
+        if look:
+            time.sleep(0.0005)
+        try:
+            with open(loadavg, encoding="ascii") as f:  # "0.50 0.40 0.30 3/84 1234"
+                running = int(f.read().split()[3].split("/")[0])
+            mine = sum(_running(entry.path) for entry in os.scandir(tasks))
+        except (OSError, IndexError, ValueError):
+            return None
+        seen.append(running - mine)
+    return min(seen)
+
+
+def _running(task: str) -> bool:
+    """Whether thread ``task`` (a /proc/PID/task/TID folder) is running or runnable."""
     try:
-        return os.getloadavg()[0] >= (os.cpu_count() or 1)
-    except OSError:  # no load average on this system
-        return False
+        with open(os.path.join(task, "stat"), encoding="ascii", errors="replace") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] == "R"  # "tid (name) R ..."
+    except (OSError, IndexError):
+        return False  # the thread has ended

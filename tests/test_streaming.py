@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 
 from attn_cli.api import stream_file
-from attn_cli.blas import blas_limit, blas_threads, cores_busy
+from attn_cli.blas import blas_limit, blas_threads, free_cores
 from attn_cli.core.engine import _max_abs, _max_norm
 from attn_cli.core.memory import NPZ_BUFFER, check_memory, memory_needed
 from attn_cli.core.pipeline import Deferred, Stage, in_dtype, run, run_streamed
@@ -229,27 +229,83 @@ def pressure(tmp_path: Path, avg10: float) -> Path:
     return path
 
 
-def test_cores_are_busy_above_twenty_percent_pressure(tmp_path: Path) -> None:
-    assert cores_busy(str(pressure(tmp_path, 35.0)))
-    assert not cores_busy(str(pressure(tmp_path, 5.0)))
+def proc(tmp_path: Path, running: int, mine: int = 1, threads: int = 3) -> tuple[str, str]:
+    """A /proc/loadavg with ``running`` runnable tasks, and a task folder of this process's
+    ``threads`` threads, ``mine`` of them running (state R), the others sleeping."""
+    loadavg = tmp_path / "loadavg"
+    loadavg.write_text(f"0.50 0.40 0.30 {running}/84 4242\n")
+    tasks = tmp_path / "task"
+    for tid in range(threads):
+        (tasks / str(tid)).mkdir(parents=True, exist_ok=True)
+        state = "R" if tid < mine else "S"
+        (tasks / str(tid) / "stat").write_text(f"{tid} (python (a) b) {state} 1 2 3\n")
+    return str(loadavg), str(tasks)
 
 
-def test_without_pressure_the_load_average_decides(
+def test_a_core_held_by_other_work_is_left_to_it(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr("os.cpu_count", lambda: 2)
+    """A busy loop on one of two cores: /proc/loadavg counts it and this process running."""
+    quiet = str(pressure(tmp_path, 1.0))
+    monkeypatch.setattr("attn_cli.blas._cores", lambda: 2)
+    assert free_cores(quiet, *proc(tmp_path, running=2)) == 1  # the loop and this thread
+    assert free_cores(quiet, *proc(tmp_path, running=1)) is None  # only this thread
+    assert free_cores(quiet, *proc(tmp_path, running=3, mine=2)) == 1  # a BLAS thread spins
+    assert free_cores(quiet, *proc(tmp_path, running=2, mine=2)) is None  # ... only ours
+    assert free_cores(quiet, *proc(tmp_path, running=9)) == 1  # never fewer than one
+    monkeypatch.setattr("attn_cli.blas._cores", lambda: 8)
+    assert free_cores(quiet, *proc(tmp_path, running=4)) == 5  # three others: five left
+
+
+def test_a_passing_task_is_not_load(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The least of three looks: a task seen once is gone at the next."""
+    monkeypatch.setattr("attn_cli.blas._cores", lambda: 2)
+    loadavg, tasks = proc(tmp_path, running=3)
+    looks = iter([1, 3])  # what the next looks see
+
+    def sleep(_: float) -> None:
+        Path(loadavg).write_text(f"0.5 0.4 0.3 {next(looks)}/84 1\n")
+
+    monkeypatch.setattr("attn_cli.blas.time.sleep", sleep)
+    assert free_cores(str(pressure(tmp_path, 1.0)), loadavg, tasks) is None
+
+
+def test_pressure_above_twenty_percent_leaves_one_core(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("attn_cli.blas._cores", lambda: 2)
+    idle = proc(tmp_path, running=1)
+    assert free_cores(str(pressure(tmp_path, 35.0)), *idle) == 1
+    assert free_cores(str(pressure(tmp_path, 5.0)), *idle) is None
+
+
+def test_without_proc_the_load_average_decides(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("attn_cli.blas._cores", lambda: 2)
+    missing = [str(tmp_path / name) for name in ("cpu", "loadavg", "task")]
     monkeypatch.setattr("os.getloadavg", lambda: (2.5, 0.0, 0.0))
-    assert cores_busy(str(tmp_path / "missing"))
+    assert free_cores(*missing) == 1
     monkeypatch.setattr("os.getloadavg", lambda: (0.5, 0.0, 0.0))
-    assert not cores_busy(str(tmp_path / "missing"))
+    assert free_cores(*missing) is None
+
+
+def test_this_process_reads_as_running_on_this_machine() -> None:
+    """The real /proc (Linux): this thread is running as it looks, so it is not counted."""
+    if not Path("/proc/self/task").is_dir():
+        pytest.skip("no /proc here")
+    from attn_cli.blas import _others
+
+    others = _others("/proc/loadavg", "/proc/self/task")
+    assert others is not None and others >= 0
 
 
 def test_the_environment_overrides_the_rule(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("attn_cli.blas.cores_busy", lambda: True)
+    monkeypatch.setattr("attn_cli.blas.free_cores", lambda: 1)
     assert blas_threads({}) == 1
     assert blas_threads({"ATTN_BLAS_THREADS": "auto"}) == 1
     assert blas_threads({"ATTN_BLAS_THREADS": "3"}) == 3
-    monkeypatch.setattr("attn_cli.blas.cores_busy", lambda: False)
+    monkeypatch.setattr("attn_cli.blas.free_cores", lambda: None)
     assert blas_threads({}) is None
     for bad in ("0", "two", "-1"):
         with pytest.raises(UsageError, match="ATTN_BLAS_THREADS"):
@@ -265,6 +321,41 @@ def test_short_runs_leave_blas_alone(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr("attn_cli.blas.blas_threads", fail)
     with blas_limit(1023):
         pass
+
+
+@pytest.mark.parametrize("streamed", [False, True])
+def test_the_rule_covers_every_product_of_a_long_run(
+    streamed: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Under load the projections suffer as much as the blocks: the thread count holds for the
+    whole run (threadpoolctl's own report, read inside the projection and a block)."""
+    threadpoolctl = pytest.importorskip("threadpoolctl")
+    import attn_cli.core.engine as engine
+    import attn_cli.core.pipeline as pipeline
+    import attn_cli.core.steps as steps
+
+    seen: list[int] = []
+
+    def threads() -> int:
+        return max(int(i["num_threads"]) for i in threadpoolctl.threadpool_info()
+                   if i["user_api"] == "blas")  # fmt: skip
+
+    def spy(original: Any) -> Any:
+        def wrapped(*args: Any, **kwargs: Any) -> Any:
+            seen.append(threads())
+            return original(*args, **kwargs)
+
+        return wrapped
+
+    monkeypatch.setenv("ATTN_BLAS_THREADS", "1")
+    monkeypatch.setattr(pipeline, "project", spy(steps.project))
+    monkeypatch.setattr(engine, "weighted_sum", spy(steps.weighted_sum))
+    inputs = fixture(1024, heads=1, d_model=4)
+    (run_streamed if streamed else run)(inputs, keep={"output"})
+    assert len(seen) >= 4 and set(seen) == {1}  # Q, K, V and the blocks' outputs
+    seen.clear()
+    run(fixture(8, heads=1, d_model=4), keep={"output"})  # short: BLAS left as it is
+    assert seen and min(seen) == threads()
 
 
 # ---------------------------------------------------------------------------------------------

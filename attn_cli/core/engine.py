@@ -121,14 +121,14 @@ class BlockEngine:
         ]
 
     def run(self, progress: Callable[[int, int], None] | None = None) -> Attended:
-        """All blocks in order; ``progress(done, total)`` after each."""
+        """All blocks in order; ``progress(done, total)`` after each. (The run that calls this
+        sets BLAS's threads for all its products: pipeline.run.)"""
         attended = Attended(self.kept, self.output, self.lse)
         blocks = self.blocks()
-        with blas_limit(self.k.shape[2]):
-            for done, block in enumerate(blocks, 1):
-                self.run_block(block, attended)
-                if progress is not None:
-                    progress(done, len(blocks))
+        for done, block in enumerate(blocks, 1):
+            self.run_block(block, attended)
+            if progress is not None:
+                progress(done, len(blocks))
         return attended
 
     def stream(self, stage: str, attended: Attended | None = None) -> Iterator[FloatArray]:

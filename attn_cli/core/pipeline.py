@@ -24,6 +24,7 @@ from typing import Any, Literal, cast
 
 import numpy as np
 
+from attn_cli.blas import blas_limit
 from attn_cli.core.blocks import rows_per_block
 from attn_cli.core.engine import (
     OUTPUT_AXES,
@@ -203,7 +204,7 @@ def run(
     L = Σ grad ∘ final stage (the fixture's ``grad``, else ones); without it they do not apply.
     """
     _check_arguments(keep, dtype)
-    with _quiet():
+    with _quiet(), blas_limit(inputs.seq_k):  # the projections too: under load they suffer most
         return _Run(inputs, keep, dtype, backward).trace(progress)
 
 
@@ -223,7 +224,7 @@ def run_streamed(
     """
     _check_arguments(keep, dtype)
     walk = _Run(inputs, keep, dtype, backward, stream=True)
-    with _quiet():
+    with _quiet(), blas_limit(inputs.seq_k):
         return walk.streamed(walk.trace(progress))
 
 
