@@ -88,10 +88,12 @@ def test_the_help_list_is_each_commands_first_paragraph() -> None:
     import inspect
 
     from attn_cli.cli.app import COMMANDS as TABLE
+    from attn_cli.cli.app import implementation
 
     assert set(COMMANDS) <= set(TABLE)
     for name, entry in TABLE.items():
-        func = getattr(importlib.import_module(f"attn_cli.cli.{entry.module}"), entry.function)
+        module, function = implementation(name)
+        func = getattr(importlib.import_module(f"attn_cli.cli.{module}"), function)
         first = " ".join((inspect.getdoc(func) or "").split("\n\n")[0].split())
         assert entry.summary == first, name
     listed = run_cli("--help", env={"COLUMNS": "300"}).stdout
@@ -113,11 +115,11 @@ def test_a_command_imports_only_itself(argv: list[str], built: list[str]) -> Non
 
     code = (
         "import sys\n"
-        "from attn_cli.cli.app import COMMANDS, main\n"
+        "from attn_cli.cli.app import COMMANDS, implementation, main\n"
         f"sys.argv = ['attn', *{argv!r}]\n"
         "try:\n    main()\nexcept SystemExit:\n    pass\n"
-        "print('BUILT', sorted(e.module for e in COMMANDS.values()"
-        " if 'attn_cli.cli.' + e.module in sys.modules))\n"
+        "modules = [implementation(name)[0] for name in COMMANDS]\n"
+        "print('BUILT', sorted(m for m in modules if 'attn_cli.cli.' + m in sys.modules))\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert f"BUILT {built}" in out.stdout

@@ -28,33 +28,38 @@ from attn_cli.errors import AttnError, UsageError, printable
 
 
 class Entry(NamedTuple):
-    """A command: the module and function that implement it, and its line in ``attn --help``
-    (the first paragraph of the function's docstring; a test keeps the two the same)."""
+    """A command: its line in ``attn --help`` (the first paragraph of its function's docstring;
+    a test keeps the two the same), and the module and function that implement it, when they
+    are not named as the command is."""
 
-    module: str
-    function: str
     summary: str
+    module: str = ""
+    function: str = ""
 
 
 COMMANDS: dict[str, Entry] = {
-    "trace": Entry("trace", "trace", "Trace one fixture through every stage of attention and "
-                   "print each as a table."),
-    "check": Entry("check", "check", "Compare a fixture's trace with a golden file, its "
-                   "`expected` section, or your own code."),
-    "examples": Entry("examples", "examples", "List the bundled examples: name, description "
-                      "and shapes."),
-    "heatmap": Entry("heatmap", "heatmap", "Only the attention weights, shaded: one table per "
-                     "head, side by side when they fit."),
-    "new": Entry("new", "new", "Write a random, commented fixture to edit (tokens included), "
-                 "then trace it."),
-    "decode": Entry("decode", "decode", "Decode a causal fixture token by token against a KV "
-                    "cache, checking every step."),
-    "flash": Entry("flash", "flash", "Run the FlashAttention-2 forward tile by tile: S, the "
-                   "running max m, alpha, P, the running sum l and the accumulator, then "
-                   "O = acc / l and L = m + log l."),
-    "import": Entry("importer", "import_", "Import one attention layer of a real checkpoint "
-                    "(safetensors, no torch) as a fixture."),
+    "trace": Entry("Trace one fixture through every stage of attention and print each as a "
+                   "table."),
+    "check": Entry("Compare a fixture's trace with a golden file, its `expected` section, or "
+                   "your own code."),
+    "examples": Entry("List the bundled examples: name, description and shapes."),
+    "heatmap": Entry("Only the attention weights, shaded: one table per head, side by side "
+                     "when they fit."),
+    "new": Entry("Write a random, commented fixture to edit (tokens included), then trace it."),
+    "decode": Entry("Decode a causal fixture token by token against a KV cache, checking "
+                    "every step."),
+    "flash": Entry("Run the FlashAttention-2 forward tile by tile: S, the running max m, alpha, "
+                   "P, the running sum l and the accumulator, then O = acc / l and "
+                   "L = m + log l."),
+    "import": Entry("Import one attention layer of a real checkpoint (safetensors, no torch) "
+                    "as a fixture.", module="importer", function="import_"),
 }  # fmt: skip
+
+
+def implementation(name: str) -> tuple[str, str]:
+    """The module (under attn_cli.cli) and function of command ``name``."""
+    entry = COMMANDS[name]
+    return entry.module or name, entry.function or name
 
 
 class _Markdown:
@@ -192,8 +197,8 @@ def one_line(error: AttnError) -> str:
 def _built(name: str) -> Any:
     """The Click command ``name``: its module imported, its user errors ending as one line
     and exit code 2. Typer builds it as it would a command of ``app``."""
-    entry = COMMANDS[name]
-    func = getattr(importlib.import_module(f"attn_cli.cli.{entry.module}"), entry.function)
+    module, function = implementation(name)
+    func = getattr(importlib.import_module(f"attn_cli.cli.{module}"), function)
 
     @functools.wraps(func)
     def guarded(*args: Any, **kwargs: Any) -> None:
@@ -201,7 +206,7 @@ def _built(name: str) -> Any:
             func(*args, **kwargs)
 
     one = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
-    one.command(name=name, cls=_HelpCommand, short_help=entry.summary)(guarded)
+    one.command(name=name, cls=_HelpCommand, short_help=COMMANDS[name].summary)(guarded)
     return typer.main.get_command(one)
 
 
