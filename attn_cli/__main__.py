@@ -1,5 +1,5 @@
 """``python -m attn_cli`` runs the ``attn`` command."""
 
-from attn_cli.cli.app import main
+from attn_cli.cli import main
 
 main()

@@ -102,7 +102,10 @@ def step_through(
     color: Optional[bool],  # noqa: UP045
 ) -> int:
     """Page through ``pages`` in attn trace's step-mode pager; the exit code."""
+    from attn_cli.cli import collect_as_usual
     from attn_cli.present.step import run_pages
+
+    collect_as_usual()  # a person pages through it, for as long as they like
 
     plain = plain_wanted(fmt, color)
     out = console(width, plain=plain, color=False if plain else color)

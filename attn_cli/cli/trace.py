@@ -266,7 +266,10 @@ def _step(
     color: bool | None,
     heatmap: bool | None,
 ) -> None:
+    from attn_cli.cli import collect_as_usual
     from attn_cli.present.step import run_steps
+
+    collect_as_usual()  # a person pages through it, for as long as they like
 
     out = console(width, plain=plain, color=False if plain else color)
     heat = heatmap if heatmap is not None else out.color_system is not None
