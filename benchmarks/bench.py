@@ -23,9 +23,9 @@ Times are medians of repetitions that alternate between the two sides of each ra
 only ``output`` kept. Three subprocesses read the same whole-fixture .npz and write their output
 as .npz: ``attn trace FIXTURE.npz --stage output --format npz -o OUT``, a plain NumPy script
 computing one head at a time, and torch's CPU scaled_dot_product_attention (when torch imports in
-``--torch-python``). Wall time is measured here; peak memory is each child's own VmHWM,
-read from /proc/self/status at its exit (wait4's ru_maxrss would include this parent's at
-fork). Every figure has a one-BLAS-thread line (OPENBLAS_NUM_THREADS=1, OMP_NUM_THREADS=1)
+``--torch-python``). Each child is started, timed and measured (wait4's ru_maxrss) by a small
+launcher process, never wrapped, so that its peak is its own (see LAUNCHER). Every figure has a
+one-BLAS-thread line (OPENBLAS_NUM_THREADS=1, OMP_NUM_THREADS=1)
 beside it and the 1-minute load average at its runs; ``--busy`` runs
 ``python -c "while True: pass"`` during the measurement.
 Targets (issue 16): attn / NumPy <= 1.2 in wall time and <= 1 in peak memory at every seq;
@@ -342,45 +342,44 @@ class Run:
     load: float
 
 
-# A Python child's own peak memory: VmHWM of /proc/self/status, read at its exit. (wait4's
-# ru_maxrss is no good here: on Linux it keeps the high-water mark of the process before
-# execve, i.e. of this parent at fork, so a child can never look smaller than the parent.)
-HWM_WRAPPER = """\
-import atexit, os, runpy, sys
-def report():
-    with open("/proc/self/status") as f:
-        kib = next(int(line.split()[1]) for line in f if line.startswith("VmHWM:"))
-    with open(os.environ["BENCH_HWM_FILE"], "w") as out:
-        out.write(str(kib * 1024))
-atexit.register(report)
-sys.argv = sys.argv[1:]
-if sys.argv[0] == "-m":
-    del sys.argv[0]
-    runpy.run_module(sys.argv[0], run_name="__main__", alter_sys=True)
-else:
-    sys.path.insert(0, os.path.dirname(os.path.abspath(sys.argv[0])))
-    runpy.run_path(sys.argv[0], run_name="__main__")
+# Each child is started by a small launcher (`python -S`, ~9 MiB) that times it and reads its
+# peak memory from wait4's ru_maxrss. On Linux ru_maxrss keeps the high-water mark of the
+# process before execve, i.e. of whoever forked it: started from this parent (~60 MiB) a child
+# could never look smaller than the parent, so the launcher is the one that forks. The children
+# run unwrapped: an earlier in-process wrapper (runpy, reading VmHWM at exit) added 14-18 ms to
+# attn's runs and ~0-4 ms to the NumPy script's (21 paired runs), which at 1,024 tokens moved
+# the ratio from 1.17 to 1.23-1.30.
+LAUNCHER = """\
+import json, os, resource, sys, time
+cmd = sys.argv[1:]
+with open(os.devnull, "wb") as null, open(os.environ["BENCH_ERR_FILE"], "wb") as err:
+    start = time.perf_counter()
+    pid = os.posix_spawn(cmd[0], cmd, os.environ, file_actions=[
+        (os.POSIX_SPAWN_DUP2, null.fileno(), 1), (os.POSIX_SPAWN_DUP2, err.fileno(), 2)])
+    _, status, usage = os.wait4(pid, 0)
+    wall = time.perf_counter() - start
+print(json.dumps({"wall": wall, "rss": usage.ru_maxrss * 1024,
+                  "code": os.waitstatus_to_exitcode(status)}))
 """
 
 
 def measure(cmd: list[str], env: dict[str, str]) -> Run:
-    """Run the Python command ``cmd`` to the end: wall time from here, peak memory (VmHWM)
-    reported by the child itself at its exit."""
-    with tempfile.NamedTemporaryFile(suffix=".hwm", delete=False) as f:
-        hwm = Path(f.name)
+    """Run the Python command ``cmd`` to the end, from the launcher: its wall time and peak
+    memory, and the 1-minute load average when it started."""
+    with tempfile.NamedTemporaryFile(suffix=".err", delete=False) as f:
+        err_file = Path(f.name)
     load = os.getloadavg()[0]
-    start = time.perf_counter()
-    wrapped = [cmd[0], "-c", HWM_WRAPPER, *cmd[1:]]
-    proc = subprocess.Popen(wrapped, env={**env, "BENCH_HWM_FILE": str(hwm)}, cwd=ROOT,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)  # fmt: skip
-    _, err = proc.communicate()  # small: a traceback at most
-    elapsed = time.perf_counter() - start
     try:
-        if proc.returncode != 0:
-            raise RuntimeError(f"{' '.join(cmd)} failed ({proc.returncode}):\n{err[-3000:]!r}")
-        return Run(elapsed, int(hwm.read_text()), load)
+        out = subprocess.run([sys.executable, "-S", "-c", LAUNCHER, *cmd], capture_output=True,
+                             text=True, env={**env, "BENCH_ERR_FILE": str(err_file)}, cwd=ROOT,
+                             check=True)  # fmt: skip
+        got = json.loads(out.stdout)
+        if got["code"] != 0:
+            err = err_file.read_bytes()[-3000:]
+            raise RuntimeError(f"{' '.join(cmd)} failed ({got['code']}):\n{err!r}")
+        return Run(got["wall"], got["rss"], load)
     finally:
-        hwm.unlink(missing_ok=True)
+        err_file.unlink(missing_ok=True)
 
 
 def write_sweep_fixture(folder: Path, seq: int) -> Path:
