@@ -99,7 +99,8 @@ class _HelpGroup(AttnGroup):
         light_help()
         self.listing = True
         try:
-            super().format_help(ctx, formatter)
+            with plain_help(self):
+                super().format_help(ctx, formatter)
         finally:
             self.listing = False
 
@@ -111,14 +112,37 @@ class _HelpGroup(AttnGroup):
         if entry is None:
             return None
         if self.listing:
-            return typer.core.TyperCommand(cmd_name, short_help=entry.summary)
+            from rich.markup import escape  # loaded with the help renderer (format_help)
+
+            return typer.core.TyperCommand(cmd_name, short_help=escape(entry.summary))
         return _built(cmd_name)
 
 
 class _HelpCommand(AttnCommand):
     def format_help(self, ctx: Any, formatter: Any) -> None:
         light_help()
-        super().format_help(ctx, formatter)
+        with plain_help(self):
+            super().format_help(ctx, formatter)
+
+
+@contextmanager
+def plain_help(command: Any) -> Iterator[None]:
+    """The help texts of ``command`` and its parameters as plain text while Typer draws them.
+
+    Typer reads help as Rich markup, which would eat ``[models]`` or ``[seq, hidden]``; the
+    texts are escaped for the drawing only, so completion and ``short_help`` keep them as
+    written.
+    """
+    from rich.markup import escape  # loaded with the help renderer (light_help)
+
+    held = [(o, o.help) for o in (command, *command.params) if getattr(o, "help", None)]
+    for owner, text in held:
+        owner.help = escape(text)
+    try:
+        yield
+    finally:
+        for owner, text in held:
+            owner.help = text
 
 
 app = typer.Typer(
