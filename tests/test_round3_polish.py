@@ -4,10 +4,13 @@ themes, blank lines in plain output, the step-mode keys and the minus sign."""
 from __future__ import annotations
 
 import re
+import shlex
+import shutil
+from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import run_cli
+from conftest import DOCS, FIXTURES, ROOT, run_cli
 
 from attn_cli.cli.app import COMMANDS, _built, app
 
@@ -64,3 +67,81 @@ def test_help_texts_stay_as_written_after_drawing() -> None:
     before = _help_sources(_built("import"))
     assert run_cli("import", "--help").exit_code == 0
     assert _help_sources(_built("import")) == before
+
+
+# -- 2. --update makes the golden's folders -----------------------------------------------------
+
+
+def _documented_updates() -> list[str]:
+    """The ``attn check ... --update`` lines of the README and docs/ci.md, comments cut."""
+    lines = (ROOT / "README.md").read_text("utf-8").splitlines()
+    lines += (DOCS / "ci.md").read_text("utf-8").splitlines()
+    found = [line.split("#", 1)[0].strip() for line in lines if line.startswith("attn check")]
+    return [line for line in found if "--update" in line]
+
+
+def test_the_documented_golden_commands_run_in_a_fresh_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    commands = _documented_updates()
+    assert len(commands) >= 2
+    for i, line in enumerate(commands):
+        here = tmp_path / str(i)
+        here.mkdir()
+        monkeypatch.chdir(here)
+        args = shlex.split(line)[1:]
+        for arg in args[1:]:
+            if arg.endswith((".yaml", ".yml")):  # the fixture, perhaps a glob: one file for it
+                fixture = here / arg.replace("*", "cat")
+                fixture.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copy(FIXTURES / "the_cat_sat.yaml", fixture)
+        args = [word for arg in args for word in _expanded(here, arg)]
+        result = run_cli(*args)
+        assert result.exit_code == 0, f"{line}: {result.stderr}"
+        assert list(here.rglob("*.json")), line
+
+
+def _expanded(here: Path, arg: str) -> list[str]:
+    """A glob expanded as the shell would, in ``here``; other words as they are."""
+    if "*" not in arg:
+        return [arg]
+    return [str(p.relative_to(here)) for p in sorted(here.glob(arg))]
+
+
+def test_update_makes_nested_folders_and_compares_after(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    result = run_cli("check", "the_cat_sat", "--golden", "a/b/c/cat.json", "--update")
+    assert result.exit_code == 0, result.stderr
+    assert (tmp_path / "a/b/c/cat.json").is_file()
+    assert run_cli("check", "the_cat_sat", "--golden", "a/b/c/cat.json").exit_code == 0
+    result = run_cli("check", "the_cat_sat", "--golden-dir", "g/h", "--update")
+    assert result.exit_code == 0, result.stderr
+    assert (tmp_path / "g/h/the_cat_sat.json").is_file()
+
+
+@pytest.mark.parametrize("option", ["--golden", "--golden-dir"])
+def test_a_file_where_a_folder_should_be_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, option: str
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "f").write_text("a file", encoding="utf-8")
+    target = "f/x/cat.json" if option == "--golden" else "f/x"
+    result = run_cli("check", "the_cat_sat", option, target, "--update")
+    assert result.exit_code == 2
+    assert result.stderr.startswith("Error: f/x/")
+    assert f": {option}: 'f' is not a folder, expected " in result.stderr
+    assert len(result.stderr.splitlines()) == 1
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["f"]
+
+
+def test_a_failed_update_leaves_no_folder_behind(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "bad.yaml").write_text("x: [\n", encoding="utf-8")
+    (tmp_path / "kept").mkdir()
+    result = run_cli("check", "bad.yaml", "--golden", "kept/new/deeper/bad.json", "--update")
+    assert result.exit_code == 2
+    assert sorted(p.name for p in tmp_path.rglob("*")) == ["bad.yaml", "kept"]

@@ -2,6 +2,7 @@
 
 import os
 import stat
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Optional
@@ -218,27 +219,25 @@ def _check_or_report(
 
 
 def _check_one(fixture: str, golden: Optional[Path], run: _Run) -> "Outcome":  # noqa: UP045
-    """One fixture checked; with --update under --golden-dir, the golden's folder is made."""
+    """One fixture checked; with --update, the golden's folders are made (``mkdir -p``)."""
     from attn_cli.check.run import check_fixture
+    from attn_cli.io.files import folders_for
 
     golden_dir, update = run.golden_dir, run.update
-    if update and golden is not None and golden_dir is not None and not golden.parent.is_dir():
-        try:
-            golden.parent.mkdir(parents=True, exist_ok=True)
-        except OSError as e:
-            raise UsageError(
-                printable(str(golden.parent)), "--golden-dir", f"cannot make the folder "
-                f"({e.strerror or e})", "a writable folder",
-            ) from None  # fmt: skip
+    option = "--golden-dir" if golden_dir is not None else "--golden"
     if golden is not None:
-        option = "--golden-dir" if golden_dir is not None else "--golden"
         _check_golden_path(golden, option, update)
     if not update and golden is not None and golden_dir is not None:
         _refuse_old_layout(fixture, golden, golden_dir)
-    return check_fixture(
-        fixture, golden=golden, against=run.against, update=update, tolerance=run.tolerance,
-        stages=run.stages, worst=run.worst, max_elements=run.max_elements, backward=run.backward,
-    )  # fmt: skip
+    folders: AbstractContextManager[None] = nullcontext()
+    if update and golden is not None:
+        folders = folders_for(golden, option=option)  # mkdir -p, undone if the check fails
+    with folders:
+        return check_fixture(
+            fixture, golden=golden, against=run.against, update=update,
+            tolerance=run.tolerance, stages=run.stages, worst=run.worst,
+            max_elements=run.max_elements, backward=run.backward,
+        )  # fmt: skip
 
 
 def _check_golden_path(golden: Path, option: str, update: bool) -> None:
@@ -334,14 +333,19 @@ def _check_plan(
         raise UsageError("", "--update", "given with --stage", "--update alone (goldens hold "
                          "every stage)")  # fmt: skip
     if golden_dir is not None:
-        return golden_paths(fixtures, golden_dir, Path.cwd() if root is None else root)
+        here = Path.cwd() if root is None else root
+        return golden_paths(fixtures, golden_dir, here, update=update)
     return [golden] * len(fixtures)
 
 
-def golden_paths(fixtures: list[str], golden_dir: Path, root: Path) -> list[Optional[Path]]:  # noqa: UP045
+def golden_paths(
+    fixtures: list[str], golden_dir: Path, root: Path, *, update: bool = False
+) -> list[Optional[Path]]:  # noqa: UP045
     """Each fixture's golden: DIR/<its path under root, suffix .json>, or DIR/<NAME>.json for a
-    bundled example; two fixtures with one golden are refused."""
-    if not _is_dir(golden_dir, "--golden-dir"):
+    bundled example; two fixtures with one golden are refused. To update, DIR may be missing
+    (it is made as the goldens are written)."""
+    missing = update and _stat_mode(golden_dir, "--golden-dir") is None
+    if not missing and not _is_dir(golden_dir, "--golden-dir"):
         raise UsageError(
             printable(str(golden_dir)), "--golden-dir", "is not a directory", "a directory"
         )

@@ -86,6 +86,54 @@ def write_atomic_with(
         raise UsageError(source, option, what, "a writable place with free space") from None
 
 
+@contextlib.contextmanager
+def folders_for(path: Path, *, option: str = "--output") -> Iterator[None]:
+    """The folders ``path`` is to be written in, made as ``mkdir -p`` would for the body of the
+    ``with`` (which writes it with :func:`write_atomic`); if the body fails, the folders it made
+    are removed again, when still empty. A file (or a FIFO, a device) where a folder should be
+    is refused by name, and nothing is made."""
+    made = _make_folders(path, option)
+    try:
+        yield
+    except BaseException:
+        for folder in made:  # the deepest first
+            with contextlib.suppress(OSError):
+                os.rmdir(folder)
+        raise
+
+
+def _make_folders(path: Path, option: str) -> list[Path]:
+    """Make the missing folders above ``path``; the ones made, the deepest first."""
+    source = printable(str(path))
+    folder = Path(path).parent
+    missing: list[Path] = []
+    for above in (folder, *folder.parents):
+        try:
+            mode = os.stat(above).st_mode
+        except (FileNotFoundError, NotADirectoryError):
+            missing.append(above)  # not there (yet), or under a file found further up
+            continue
+        except (OSError, ValueError) as e:
+            what = f"cannot use the folder {printable(str(above))!r} ({_reason(e)})"
+            raise UsageError(source, option, what, "a usable path") from None
+        if not stat.S_ISDIR(mode):
+            raise UsageError(
+                source, option, f"{printable(str(above))!r} is not a folder",
+                "a path whose folders are folders, or do not exist yet (attn makes them)",
+            )  # fmt: skip
+        break
+    try:
+        os.makedirs(folder, exist_ok=True)
+    except (OSError, ValueError) as e:
+        what = f"cannot make the folder {printable(str(folder))!r} ({_reason(e)})"
+        raise UsageError(source, option, what, "a writable place") from None
+    return missing
+
+
+def _reason(e: BaseException) -> str:
+    return str(getattr(e, "strerror", None) or e)
+
+
 def _open_special(path: Path, source: str, option: str) -> IO[bytes]:
     """A FIFO or device opened for writing without waiting: a FIFO nobody reads is an error.
 
