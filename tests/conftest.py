@@ -21,6 +21,7 @@ Import the helpers as ``from conftest import run_cli, FIXTURES``: the tests fold
 from __future__ import annotations
 
 import functools
+import math
 import os
 import signal
 import subprocess
@@ -55,6 +56,32 @@ class Tolerance(TypedDict):
 
 
 PROCESS_TIMEOUT = 30.0  # seconds; generous for a loaded machine, never reached when all is well
+
+# A golden number may differ from today's in its last bits on another CPU: AVX2, AVX-512 and ARM
+# kernels of the same BLAS round a matrix product differently (1.4849 vs 1.4848999999999999).
+GOLDEN_RTOL, GOLDEN_ATOL = 1e-12, 1e-15
+REGENERATE = "if the change is intended: python tests/update_golden.py, then review the diff"
+
+
+def assert_same_json(now: Any, golden: Any, where: str) -> None:
+    """Equal structure, keys in order and strings; numbers within GOLDEN_RTOL/ATOL.
+
+    "-inf", "inf" and "nan" are strings in attn's JSON, so they compare exactly.
+    """
+    if isinstance(golden, dict):
+        assert isinstance(now, dict) and list(now) == list(golden), f"{where}: keys; {REGENERATE}"
+        for key in golden:
+            assert_same_json(now[key], golden[key], f"{where}.{key}")
+    elif isinstance(golden, list):
+        assert isinstance(now, list) and len(now) == len(golden), f"{where}: length; {REGENERATE}"
+        for i, (a, b) in enumerate(zip(now, golden, strict=True)):
+            assert_same_json(a, b, f"{where}[{i}]")
+    elif isinstance(golden, float) and not isinstance(now, (str, bool)) and now is not None:
+        close = math.isclose(now, golden, rel_tol=GOLDEN_RTOL, abs_tol=GOLDEN_ATOL)
+        assert close, f"{where}: {now} != {golden}"
+    else:
+        assert type(now) is type(golden) and now == golden, f"{where}: {now!r} != {golden!r}"
+
 
 runner = CliRunner()
 

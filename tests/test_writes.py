@@ -49,6 +49,9 @@ def test_a_signal_while_writing_leaves_the_old_file_and_no_temporary(
         raise Died
 
     monkeypatch.setattr(files, "die_of", die_of)
+    # as a process started from a shell: under `nohup pytest` SIGHUP arrives ignored, and an
+    # ignored signal stays ignored (test_an_ignored_signal_stays_ignored)
+    previous = signal.signal(signum, signal.SIG_DFL)
     before = signal.getsignal(signum)
 
     def write(f: IO[bytes]) -> None:
@@ -56,12 +59,15 @@ def test_a_signal_while_writing_leaves_the_old_file_and_no_temporary(
         os.kill(os.getpid(), signum)  # delivered here, between two bytecodes of this write
         f.write(b" file")
 
-    with pytest.raises(Died):
-        files.write_atomic_with(target, write)
+    try:
+        with pytest.raises(Died):
+            files.write_atomic_with(target, write)
+        assert signal.getsignal(signum) == before  # the handler is ours only while writing
+    finally:
+        signal.signal(signum, previous)
     assert died == [signum]
     assert target.read_text(encoding="utf-8") == "old"
     assert listing(tmp_path) == ["trace.json"]
-    assert signal.getsignal(signum) == before  # the handler is ours only while writing
 
 
 @POSIX
@@ -110,6 +116,7 @@ def test_a_real_process_killed_while_writing(tmp_path: Path, signum: int) -> Non
     process = subprocess.Popen(
         [sys.executable, "-c", _SLOW_WRITER, str(target), str(ready)],
         env=clean_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+        preexec_fn=lambda: signal.signal(signum, signal.SIG_DFL),  # not ignored, even under nohup
     )  # fmt: skip
     deadline = time.monotonic() + PROCESS_TIMEOUT
     while not ready.exists() and time.monotonic() < deadline and process.poll() is None:
