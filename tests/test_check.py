@@ -316,6 +316,7 @@ def test_expected_stage_the_trace_lacks_is_a_mismatch(tmp_path: Path) -> None:
 # Several fixtures
 
 
+@pytest.mark.slow  # every bundled example traced twice (update, then check)
 def test_golden_dir_checks_every_fixture_with_a_summary(tmp_path: Path) -> None:
     goldens = tmp_path / "golden"
     goldens.mkdir()

@@ -302,6 +302,7 @@ class _AsRichDraws:
                                   options)  # fmt: skip
 
 
+@pytest.mark.slow  # 1-3 s each: every colour system x width x table of four examples
 @pytest.mark.parametrize("name", ["causal_multihead", "padding_batch", "cross_attention",
                                   "mask_sentinel"])  # fmt: skip
 def test_tables_draw_themselves_as_richs_table_draws_them(name: str) -> None:
