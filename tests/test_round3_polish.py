@@ -145,3 +145,55 @@ def test_a_failed_update_leaves_no_folder_behind(
     result = run_cli("check", "bad.yaml", "--golden", "kept/new/deeper/bad.json", "--update")
     assert result.exit_code == 2
     assert sorted(p.name for p in tmp_path.rglob("*")) == ["bad.yaml", "kept"]
+
+
+# -- 3. decode shows the slots a ring buffer fills, not all `window` of them --------------------
+
+
+def _windowed(tmp_path: Path, window: int, positions: list[int] | None = None) -> Path:
+    """The bundled Mistral fixture (6 tokens) with another window, perhaps other positions."""
+    text = (FIXTURES / "mistral_sliding_window.yaml").read_text("utf-8")
+    assert "\nwindow: 3\n" in text
+    extra = f"positions: {positions}\nkey_positions: {positions}\n" if positions else ""
+    path = tmp_path / "windowed.yaml"
+    path.write_text(text.replace("\nwindow: 3\n", f"\nwindow: {window}\n{extra}"), "utf-8")
+    return path
+
+
+@pytest.mark.parametrize("full", [False, True])
+def test_decode_with_the_window_of_an_imported_mistral_is_short(tmp_path: Path, full: bool) -> None:
+    """Window 4096 over 6 tokens: every slot of the ring was listed (3,433 lines)."""
+    fixture = _windowed(tmp_path, 4096)
+    result = run_cli("decode", str(fixture), "--no-color", *(["--full"] * full))
+    assert result.exit_code == 0, result.stderr
+    out = result.stdout
+    assert "6: (empty)" not in out and "4095:" not in out
+    assert len(out.splitlines()) < 400
+
+
+GAPS = [0, 10, 20, 30, 40, 50]  # window 40: a ring of 40 slots, of which 0, 10, 20, 30 fill
+
+
+@pytest.mark.parametrize("full", [False, True])
+def test_decode_shows_only_the_ring_slots_a_run_fills(tmp_path: Path, full: bool) -> None:
+    fixture = _windowed(tmp_path, 40, GAPS)
+    result = run_cli("decode", str(fixture), "--no-color", *(["--full"] * full))
+    assert result.exit_code == 0, result.stderr
+    out = result.stdout
+    assert "cache: 40 slots · slot → token@position: 0: The@0, 10: cat@10, 20: (empty), " in out
+    assert "1: (empty)" not in out and "39: (empty)" not in out
+    assert "36 of the 40 slots stay empty in this run (6 tokens) and are not shown" in out
+
+
+def test_decode_in_chinese_says_the_empty_slots_are_not_shown(tmp_path: Path) -> None:
+    fixture = _windowed(tmp_path, 40, GAPS)
+    result = run_cli("decode", str(fixture), "--no-color", "--lang", "zh")
+    assert result.exit_code == 0, result.stderr
+    assert "40 个槽中有 36 个在本次运行（6 个词）中始终为空，不显示" in result.stdout
+
+
+def test_a_window_shorter_than_the_sequence_shows_every_slot() -> None:
+    result = run_cli("decode", "mistral_sliding_window", "--no-color", "--full")
+    assert result.exit_code == 0, result.stderr
+    assert "stay empty" not in result.stdout
+    assert "2: (empty)" in result.stdout and "3: (empty)" not in result.stdout  # window 3

@@ -41,6 +41,7 @@ LABELS: dict[Lang, dict[str, str]] = {
         "ring": "ring buffer of {w} slots: slot = position mod {w}; the token {w} positions "
         "back is overwritten",
         "grow": "the cache grows by one slot per token",
+        "unused": "{n} of the {w} slots stay empty in this run ({t} tokens) and are not shown",
         "Q": "Q: the new token's query (one row per head)",
         "Q_rot": "Q_rot: the query rotated at position {pos}",
         "K_cache": "K_cache · kv head {g}",
@@ -88,6 +89,7 @@ LABELS: dict[Lang, dict[str, str]] = {
         "empty": "（空）",
         "ring": "{w} 个槽的环形缓冲区：槽 = 位置 mod {w}；覆盖 {w} 个位置之前的那个词",
         "grow": "每来一个词，缓存增加一个槽",
+        "unused": "{w} 个槽中有 {n} 个在本次运行（{t} 个词）中始终为空，不显示",
         "Q": "Q：新词的查询（每个头一行）",
         "Q_rot": "Q_rot：在位置 {pos} 旋转后的查询",
         "K_cache": "K_cache · 键值头 {g}",
@@ -208,11 +210,24 @@ def render_cost(run: DecodeRun, lang: Lang) -> Group:
     return Group(*parts, Text(""))
 
 
-def _slot_labels(run: DecodeRun, step: DecodeStep, lang: Lang) -> list[str]:
-    """``slot: token@position`` for each cache slot, ``(empty)`` for an unused one."""
+def shown_slots(run: DecodeRun, step: DecodeStep) -> list[int]:
+    """The cache slots of ``step`` that a view shows: those some token fills in this run.
+
+    A ring buffer of ``window`` slots where the window is longer than the sequence (4096 for
+    a 6-token fixture) fills only as many slots as there are tokens; the rest stay empty to the
+    end. The last step's cache holds every slot ever filled (a ring never empties one; a cache
+    without a window only grows).
+    """
+    last = run.result.steps[-1].cache_positions
+    return [s for s in range(step.slots) if last[s] >= 0]
+
+
+def _slot_labels(run: DecodeRun, step: DecodeStep, lang: Lang, shown: list[int]) -> list[str]:
+    """``slot: token@position`` for each shown cache slot, ``(empty)`` for one unused yet."""
     pos_of = {int(p): i for i, p in enumerate(run.trace.inputs.token_positions()[0])}
     out = []
-    for s, pos in enumerate(step.cache_positions):
+    for s in shown:
+        pos = step.cache_positions[s]
         held = _t(lang, "empty") if pos < 0 else f"{run.label(pos_of[pos])}@{pos}"
         out.append(f"{s}: {held}")
     return out
@@ -224,7 +239,8 @@ def render_step(run: DecodeRun, k: int, options: RenderOptions) -> Group:
     step = run.result.steps[k]
     inp = run.trace.inputs
     token = repr(safe(run.label(step.index)))
-    slots = _slot_labels(run, step, lang)
+    shown = shown_slots(run, step)
+    slots = _slot_labels(run, step, lang, shown)
     title = _t(lang, "step", k=k + 1, n=len(run.result.steps), token=token,
                pos=step.position, slot=step.slot)  # fmt: skip
     how = _t(lang, "ring", w=inp.window) if inp.window is not None else _t(lang, "grow")
@@ -233,8 +249,11 @@ def render_step(run: DecodeRun, k: int, options: RenderOptions) -> Group:
         Text(_t(lang, "cache", c=step.slots, held=", ".join(safe(s) for s in slots))),
         Text(how, style="dim"),
     ]
+    if len(shown) < step.slots:
+        unused = _t(lang, "unused", n=step.slots - len(shown), w=step.slots, t=inp.seq_k)
+        parts.append(Text(unused, style="dim"))
     for b in range(inp.batch):
-        parts += _step_tables(run, step, b, slots, options)
+        parts += _step_tables(run, step, b, (shown, slots), options)
     parts.append(_check_line(run, k, lang))
     if options.explain:
         parts.append(render_explanation(explain(run, "check", lang, step)))
@@ -242,10 +261,16 @@ def render_step(run: DecodeRun, k: int, options: RenderOptions) -> Group:
 
 
 def _step_tables(
-    run: DecodeRun, step: DecodeStep, b: int, slots: list[str], options: RenderOptions
+    run: DecodeRun,
+    step: DecodeStep,
+    b: int,
+    slots: tuple[list[int], list[str]],
+    options: RenderOptions,
 ) -> list[RenderableType]:
-    """Batch item b of a step: Q (Q_rot), the caches, each head's scores to softmax, output."""
+    """Batch item b of a step: Q (Q_rot), the caches, each head's scores to softmax, output;
+    ``slots`` are the cache slots shown and their labels."""
     lang = options.lang
+    shown, slot_labels = slots
     inp = run.trace.inputs
     prefix = _t(lang, "batch", b=b) if inp.has_batch else ""
     heads = [_t(lang, "head_row", h=h) for h in range(inp.heads)]
@@ -266,15 +291,15 @@ def _step_tables(
         table(step.Q_rot[b, :, 0], heads, d_k, "", _t(lang, "Q_rot", pos=step.position))
         explained("Q_rot")
     for name, cols in (("K_cache", d_k), ("V_cache", d_v)):
-        cache = getattr(step, name)  # (B, Hkv, C, D)
+        cache = getattr(step, name)[:, :, shown]  # (B, Hkv, shown C, D)
         for g in range(inp.kv_heads):
-            table(cache[b, g], slots, cols, _t(lang, "slot"), _t(lang, name, g=g))
+            table(cache[b, g], slot_labels, cols, _t(lang, "slot"), _t(lang, name, g=g))
         explained(name)
     names = ["scores", "scaled", *(["capped"] if step.capped is not None else []), "masked",
              "softmax"]  # fmt: skip
     for h in range(inp.heads):
-        rows = _stack([getattr(step, n)[b, h, 0] for n in names])  # (4 or 5, C)
-        table(rows, names, slots, _t(lang, "row"), _t(lang, "attn", h=h, g=h // groups))
+        rows = _stack([getattr(step, n)[b, h, 0, shown] for n in names])  # (4 or 5, shown C)
+        table(rows, names, slot_labels, _t(lang, "row"), _t(lang, "attn", h=h, g=h // groups))
     explained(*names)
     table(step.output[b, :, 0], heads, d_v, "", _t(lang, "output"))  # (H, Dv)
     explained("output")
