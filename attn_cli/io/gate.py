@@ -58,16 +58,33 @@ def kind_of(path: Path) -> str | None:
     return "file" if stat.S_ISREG(mode) else "dir" if stat.S_ISDIR(mode) else "other"
 
 
+def not_a_file(path: Path) -> str | None:
+    """What is at ``path`` when it is no regular file ("no such file", "is a directory", "is a
+    named pipe (FIFO), ...", a symlink loop), as an error line says it; None for a file."""
+    try:
+        mode = os.stat(path).st_mode  # stat never blocks, even on a FIFO
+    except (OSError, ValueError) as e:
+        return _os_error(e, path, "", "", "").what
+    return _not_regular(mode)
+
+
+def _not_regular(mode: int) -> str | None:
+    if stat.S_ISREG(mode):
+        return None
+    if stat.S_ISDIR(mode):
+        return "is a directory"
+    kind = next((name for test, name in _KINDS if test(mode)), "a special file")
+    return f"is {kind}, not a regular file"
+
+
 def require_regular(
     mode: int, source: str, expected: str, field: str = "", special_hint: str = ""
 ) -> None:
     """Refuse what is not a regular file: reading it could hang (FIFO) or never end."""
-    if stat.S_ISREG(mode):
-        return
-    if stat.S_ISDIR(mode):
-        raise InputError(source, field, "is a directory", expected)
-    kind = next((name for test, name in _KINDS if test(mode)), "a special file")
-    raise InputError(source, field, f"is {kind}, not a regular file", expected + special_hint)
+    problem = _not_regular(mode)
+    if problem is not None:
+        hint = "" if stat.S_ISDIR(mode) else special_hint
+        raise InputError(source, field, problem, expected + hint)
 
 
 @contextmanager

@@ -13,6 +13,10 @@ if TYPE_CHECKING:
     import json
 
 
+MAX_DEPTH = 64  # lists and mappings nested deeper than this are refused, in JSON as in YAML
+TOO_DEEP = f"nesting is too deep (more than {MAX_DEPTH} levels)"
+
+
 class JSONSyntaxError(InputError):
     """The text is not JSON at all (so detection may still try YAML)."""
 
@@ -78,3 +82,34 @@ def json_error(e: json.JSONDecodeError) -> str:
     import re
 
     return re.sub(r"\s+(?:starting\s+)?at$", "", e.msg)
+
+
+def load_plain_json(raw: bytes, source: str, expected: str, field: str = "") -> Any:
+    """Plain JSON from a file's bytes (a config, an index, a header), nested at most MAX_DEPTH.
+
+    Not JSON (or not UTF-8) is a :class:`JSONSyntaxError`; deeper nesting an InputError, found
+    by the parser's recursion limit or, below it, by a walk that uses no recursion.
+    """
+    import json
+
+    try:
+        value = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError) as e:
+        raise JSONSyntaxError(source, field, f"is not valid JSON ({e})", expected) from None
+    except RecursionError:
+        raise InputError(source, field, TOO_DEEP, expected) from None
+    if _deeper_than(value, MAX_DEPTH):
+        raise InputError(source, field, TOO_DEEP, expected)
+    return value
+
+
+def _deeper_than(value: Any, limit: int) -> bool:
+    """Whether lists and mappings nest more than ``limit`` levels (the value itself is level 1)."""
+    stack = [(value, 1)] if isinstance(value, (dict, list)) else []
+    while stack:
+        node, depth = stack.pop()
+        if depth > limit:
+            return True
+        items = node.values() if isinstance(node, dict) else node
+        stack.extend((v, depth + 1) for v in items if isinstance(v, (dict, list)))
+    return False

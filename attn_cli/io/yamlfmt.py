@@ -10,6 +10,7 @@ from attn_cli.core.limits import MAX_INT_DIGITS, SHALLOW
 from attn_cli.errors import InputError
 from attn_cli.errors import field_name as _field
 from attn_cli.io import fastyaml
+from attn_cli.io.jsonfmt import MAX_DEPTH
 
 
 def _yaml_loader(source: str, max_elements: int) -> Any:
@@ -56,7 +57,7 @@ _YAML12_EXPONENT = re.compile(r"^[-+]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)[eE][-+]?[
 
 ALIAS_FREE = 1_000_000  # values any YAML document may reach through aliases
 ALIAS_FACTOR = 10  # past that, aliases may repeat what is written at most this many times
-MAX_YAML_DEPTH = 64  # mappings and lists nested deeper than this are refused while sizing
+MAX_YAML_DEPTH = MAX_DEPTH  # mappings and lists nested deeper are refused while sizing
 
 
 def _yaml_size(root: Any, source: str) -> tuple[int, int]:
