@@ -409,6 +409,9 @@ def _rope(config: Config, family: str, head_dim: int) -> tuple[Rope, str]:
     return Rope(base=base, dims=dims), f"partial rotary: {dims} of {head_dim} dims rotate"
 
 
+_MAX_WINDOW = (1 << 63) - 1  # a fixture's window is an int64, as its positions are
+
+
 def _window(config: Config, family: str, layer: int, layers: int) -> tuple[int | None, str]:
     """The sliding window of this layer (HF ``sliding_window``) and a note saying why."""
     if family == "llama":
@@ -420,25 +423,40 @@ def _window(config: Config, family: str, layer: int, layers: int) -> tuple[int |
     if window is None:
         return None, ""
     if family == "mistral":  # MistralModel masks every layer with sliding_window
-        return window, f"sliding window {window} on every layer (Mistral)"
+        where = "on every layer (Mistral)"
+    elif _layer_type(config, family, layer, layers) == "full_attention":
+        return None, f"layer {layer} is a full-attention layer (layer_types)"
+    else:
+        where = f"on layer {layer} (layer_types: a sliding-window layer)"
+    if window > _MAX_WINDOW:  # longer than any sequence: the window hides no key
+        digits = len(str(window))
+        shown = str(window) if digits <= 30 else f"of {digits:,} digits"
+        return None, f"sliding window {shown} {where}: longer than any sequence, plain causal"
+    return window, f"sliding window {window} {where}"
+
+
+def _layer_type(config: Config, family: str, layer: int, layers: int) -> str:
+    """``layer_types[layer]``, or the default of the family's config class (no list is built)."""
     types = config.data.get("layer_types")
     if types is None:
         if family in ("qwen2", "qwen3"):
             first = config.whole("max_window_layers", 28, minimum=0)
-            types = ["sliding_attention" if i >= first else "full_attention" for i in range(layers)]
-        else:  # Gemma2Config, GptOssConfig: even layers slide
-            types = [
-                "sliding_attention" if (i + 1) % 2 else "full_attention" for i in range(layers)
-            ]
+            return "sliding_attention" if layer >= first else "full_attention"
+        return "sliding_attention" if (layer + 1) % 2 else "full_attention"  # even layers slide
     kinds = ("sliding_attention", "full_attention")
     if not isinstance(types, list) or len(types) != layers or any(t not in kinds for t in types):
         raise config.error(
-            "layer_types", f"got {types!r}",
+            "layer_types", f"got {_shown(types)}",
             f"a list of {layers} entries, each 'sliding_attention' or 'full_attention'",
         )  # fmt: skip
-    if types[layer] == "full_attention":
-        return None, f"layer {layer} is a full-attention layer (layer_types)"
-    return window, f"layer {layer} is a sliding-window layer, window {window} (layer_types)"
+    kind: str = types[layer]
+    return kind
+
+
+def _shown(value: Any, limit: int = 60) -> str:
+    """``repr(value)`` cut short for a one-line error (a list may hold thousands of entries)."""
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def prefix_of(names: list[str], plan: LayerPlan, source: str) -> str:
