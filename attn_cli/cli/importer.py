@@ -5,7 +5,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from attn_cli.cli.options import QuietOption
+from attn_cli.cli.options import MaxMemoryOption, QuietOption, parse_size
 from attn_cli.cli.output import note
 from attn_cli.errors import UsageError, printable
 
@@ -62,6 +62,7 @@ def import_(
     config: ConfigOption = None,
     arch: ArchOption = None,
     force: ForceOption = False,
+    max_memory: MaxMemoryOption = None,
     quiet: QuietOption = False,
 ) -> None:
     """Import one attention layer of a real checkpoint (safetensors, no torch) as a fixture.
@@ -82,9 +83,11 @@ def import_(
     if output.suffix.lower() != ".npz":
         raise UsageError(str(output), "--output", "is not a .npz file", "FILE.npz")
     refuse_overwrite(output, force)
+    budget = None if max_memory is None else parse_size(max_memory)
     imported = import_layer(
-        checkpoint, layer=layer, hidden=hidden, text=text, config=config, arch=arch
-    )
+        checkpoint, layer=layer, hidden=hidden, text=text, config=config, arch=arch,
+        max_memory=budget,
+    )  # fmt: skip
     write_npz_fixture(imported.fixture, output)
     for text_of_note in imported.notes:
         note(f"Note: {printable(text_of_note)}", quiet=quiet)

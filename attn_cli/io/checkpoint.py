@@ -16,16 +16,21 @@ The fixture's ``X`` is what the projections consume: the layer's input (``hidden
 stream as ``output_hidden_states[L]`` gives it) after the pre-attention norm of pre-norm
 families, or for layer 0 the embedded ``text``. X is computed in float64 from the stored weights;
 weights keep their float32 values (the fixture loader reads them as float64).
+
+Bounds, whatever the files claim: the memory the layer takes is counted from the headers before
+a tensor is read (``max_memory``); config.json, the shard index and each header are JSON nested
+at most 64 levels; the text is tokenised within TOKENIZE_SECONDS (tokenizer.json's regexes may
+backtrack), and a Rust panic in the tokenizers or safetensors package is one InputError.
 """
 
 from __future__ import annotations
 
 import importlib
-import json
 import math
 import os
-from collections.abc import Mapping, Sequence
-from contextlib import ExitStack
+import sys
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
@@ -34,7 +39,8 @@ from typing import IO, Any
 import numpy as np
 
 from attn_cli.core.limits import DEFAULT_MAX_BYTES, DEFAULT_MAX_ELEMENTS
-from attn_cli.errors import InputError, UsageError
+from attn_cli.core.memory import default_max_memory, format_bytes
+from attn_cli.errors import AttnError, InputError, UsageError
 from attn_cli.io import gate
 from attn_cli.io.families import (
     Config,
@@ -46,6 +52,7 @@ from attn_cli.io.families import (
     prefix_of,
 )
 from attn_cli.io.files import write_atomic_with
+from attn_cli.io.jsonfmt import JSONSyntaxError, load_plain_json
 
 FloatArray = np.ndarray[Any, np.dtype[np.floating[Any]]]
 IntArray = np.ndarray[Any, np.dtype[np.int64]]
@@ -55,6 +62,11 @@ MAX_JSON_BYTES = 64 * 1024 * 1024  # config.json, model.safetensors.index.json, 
 MAX_CHECKPOINT_BYTES = 1 << 40  # one safetensors file (only the layer's tensors are read)
 _SAFETENSORS = "a .safetensors file"
 INSTALL_HINT = "pip install 'attn-cli[models]'"
+MAX_TEXT_CHARS = 65_536  # --text: a teaching trace, not a book; its tokenizer's time grows with it
+TOKENIZE_SECONDS = 5.0  # tokenizer.json's regexes backtrack (Oniguruma): its work is timed
+# A Rust panic inside a PyO3 extension (tokenizers, safetensors): a BaseException, so that
+# ``except Exception`` misses it; each extension has its own class of this module and name.
+_PANIC = ("pyo3_runtime", "PanicException")
 
 # Bytes per element of every safetensors dtype (for the header's size check); the float ones
 # this module can read are the keys of _READABLE.
@@ -82,19 +94,14 @@ def import_layer(
     text: str | None = None,
     config: Path | None = None,
     arch: str | None = None,
+    max_memory: int | None = None,
 ) -> ImportedLayer:
-    """Layer ``layer``'s attention of ``checkpoint`` as a fixture, X from ``hidden`` or ``text``."""
-    if (hidden is None) == (text is None):
-        raise UsageError(
-            "", "hidden", "give exactly one of hidden and text",
-            "hidden states (.npy) entering the layer, or a text to embed for layer 0",
-            option="hidden",
-        )  # fmt: skip
-    if text is not None and layer != 0:
-        raise UsageError(
-            "", "text", f"embeds the input of layer 0, not of layer {layer}",
-            f"hidden states (the residual stream entering layer {layer})", option="text",
-        )  # fmt: skip
+    """Layer ``layer``'s attention of ``checkpoint`` as a fixture, X from ``hidden`` or ``text``.
+
+    ``max_memory`` bounds what the import holds (None: the default budget of a trace); it is
+    counted from the file's claims before a tensor is read.
+    """
+    _check_inputs(layer, hidden, text)
     folder, files, config_path = _locate(Path(checkpoint), config)
     cfg = Config(_read_json(config_path, "config.json"), str(config_path))
     family = family_of(cfg, arch)
@@ -102,22 +109,66 @@ def import_layer(
     tokens: list[str] | None = None
     if text is not None:  # the inputs are checked before any weight is read
         ids, tokens, types = _encode(folder / "tokenizer.json", text)
+        rows = len(ids)
     else:
         assert hidden is not None
         X = _load_hidden(Path(hidden), plan.hidden)
+        rows = math.prod(X.shape[:-1])
     with _Reader(files) as reader:
         prefix = prefix_of(reader.names, plan, reader.source)
+        _check_budget(reader, prefix, plan, rows, hidden, max_memory)
         found = {t.role: reader.read(prefix, t, plan) for t in plan.tensors}
         if text is not None:
             X = _embed(reader, prefix, plan, ids, types)
         widened = sorted(reader.widened)
     if plan.pre_norm is not None:
         X = _normalize(X, plan.pre_norm, found)
+        _require_finite(X, str(checkpoint))
     fixture = _fixture(plan, found, X, tokens, Path(checkpoint), text, hidden)
     notes = [*plan.notes, _x_note(plan, text is not None)]
     if widened:
         notes.append(f"{', '.join(widened)} tensors widened to float32 (exact)")
     return ImportedLayer(fixture=fixture, family=family, notes=tuple(notes))
+
+
+def _check_inputs(layer: int, hidden: Path | None, text: str | None) -> None:
+    """Exactly one of hidden and text; text only for layer 0, in UTF-8, of a bounded length."""
+    if (hidden is None) == (text is None):
+        raise UsageError(
+            "", "hidden", "give exactly one of hidden and text",
+            "hidden states (.npy) entering the layer, or a text to embed for layer 0",
+            option="hidden",
+        )  # fmt: skip
+    if text is None:
+        return
+    if layer != 0:
+        raise UsageError(
+            "", "text", f"embeds the input of layer 0, not of layer {layer}",
+            f"hidden states (the residual stream entering layer {layer})", option="text",
+        )  # fmt: skip
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as e:  # a lone surrogate: an argv byte that is not UTF-8
+        code = ord(text[e.start])
+        bad = f"the byte {code - 0xDC00:#04x}" if 0xDC80 <= code <= 0xDCFF else f"U+{code:04X}"
+        raise UsageError(
+            "", "text", f"holds {bad} at character {e.start}, which is not UTF-8",
+            "text in UTF-8", option="text",
+        ) from None  # fmt: skip
+    if len(text) > MAX_TEXT_CHARS:
+        raise UsageError(
+            "", "text", f"is {len(text):,} characters long",
+            f"at most {MAX_TEXT_CHARS:,} characters", option="text",
+        )  # fmt: skip
+
+
+def _require_finite(X: FloatArray, source: str) -> None:
+    """The normalised X is finite: a float64 norm weight near float64's limit could overflow it."""
+    if not np.isfinite(X).all():
+        raise InputError(
+            source, "X", "the layer's norm weight times the normalised input overflows float64",
+            "norm weights of an ordinary size",
+        )  # fmt: skip
 
 
 def write_npz_fixture(fixture: Mapping[str, Any], path: Path) -> None:
@@ -148,43 +199,51 @@ def write_npz_fixture(fixture: Mapping[str, Any], path: Path) -> None:
 
 def _locate(checkpoint: Path, config: Path | None) -> tuple[Path, dict[str, Path] | Path, Path]:
     """The folder, the weight files (an index's name -> shard map, or one file) and config.json."""
-    source = str(checkpoint)
-    if gate.kind_of(checkpoint) == "dir":
+    kind = gate.kind_of(checkpoint)
+    if kind == "dir":
         folder = checkpoint
-        index, single = folder / "model.safetensors.index.json", folder / "model.safetensors"
-        if gate.kind_of(index) == "file":
-            files: dict[str, Path] | Path = _shards(index, folder)
-        elif gate.kind_of(single) == "file":
-            files = single
-        else:
-            raise InputError(
-                source, "", "holds neither model.safetensors nor model.safetensors.index.json",
-                "a Hugging Face model folder",
-            )  # fmt: skip
-    elif gate.kind_of(checkpoint) == "file":
+        files = _weights_in(folder)
+    elif kind == "file":
         folder = checkpoint.parent
         is_index = checkpoint.name.endswith(".index.json")
         files = _shards(checkpoint, folder) if is_index else checkpoint
     else:
+        there = gate.not_a_file(checkpoint) or "no such file"
         raise InputError(
-            source, "", "no such file or folder", "a model folder or .safetensors file"
-        )
+            str(checkpoint), "", "no such file or folder" if there == "no such file" else there,
+            "a model folder or .safetensors file",
+        )  # fmt: skip
     config_path = config if config is not None else folder / "config.json"
-    if gate.kind_of(config_path) != "file":
-        raise InputError(
-            str(config_path), "", "no such file", "the model's config.json (give it with --config)"
-        )
+    problem = gate.not_a_file(config_path)
+    if problem is not None:
+        expected = "the model's config.json (give it with --config)"
+        raise InputError(str(config_path), "", problem, expected)
     return folder, files, config_path
+
+
+def _weights_in(folder: Path) -> dict[str, Path] | Path:
+    """The shard index of a model folder, else its one model.safetensors; the first of them
+    that is there but is no regular file (a folder, a FIFO, a symlink loop) is named."""
+    index, single = folder / "model.safetensors.index.json", folder / "model.safetensors"
+    if gate.kind_of(index) == "file":
+        return _shards(index, folder)
+    if gate.kind_of(single) == "file":
+        return single
+    for path, expected in ((index, "the shard index, a JSON file"), (single, _SAFETENSORS)):
+        what = gate.not_a_file(path)
+        if what is not None and what != "no such file":
+            raise InputError(str(path), "", what, expected)
+    raise InputError(
+        str(folder), "", "holds neither model.safetensors nor model.safetensors.index.json",
+        "a Hugging Face model folder",
+    )  # fmt: skip
 
 
 def _read_json(path: Path, what: str) -> dict[str, Any]:
     """A small JSON object from a regular file, or an InputError naming the file."""
     source = str(path)
     raw = gate.read_bytes(path, source, what, max_bytes=MAX_JSON_BYTES)
-    try:
-        data = json.loads(raw)
-    except (UnicodeDecodeError, ValueError) as e:
-        raise InputError(source, "", f"is not valid JSON ({e})", what) from None
+    data = load_plain_json(raw, source, what)
     if not isinstance(data, dict):
         raise InputError(source, "", f"holds {type(data).__name__}", f"a JSON object ({what})")
     return data
@@ -241,8 +300,8 @@ def read_header(path: Path) -> dict[str, _Entry]:
             source, "", f"cannot read ({e.strerror or e})", "a safetensors file"
         ) from None
     try:
-        header = json.loads(raw)
-    except (UnicodeDecodeError, ValueError):
+        header = load_plain_json(raw, source, "a safetensors header", "header")
+    except JSONSyntaxError:
         header = None
     if not isinstance(header, dict):
         raise InputError(source, "header", "is not a JSON object", "a safetensors header")
@@ -320,8 +379,9 @@ class _Reader:
                 f"the {plan.family} layout's {t.role} tensor of layer {plan.layer}",
             )  # fmt: skip
         if path not in self.headers:
-            if gate.kind_of(path) != "file":
-                raise InputError(str(path), name, "the shard holding it does not exist", "a file")
+            what = gate.not_a_file(path)
+            if what is not None:
+                raise InputError(str(path), name, what, "the safetensors shard holding it")
             self.headers[path] = read_header(path)
         entry = self.headers[path].get(name)
         if entry is None:
@@ -339,20 +399,29 @@ class _Reader:
         return name, path, entry
 
     def read(self, prefix: str, t: Tensor, plan: LayerPlan) -> FloatArray:
-        """Tensor ``t`` whole, as float32 (float64 if stored so)."""
+        """Tensor ``t`` whole, as float32 (float64 if stored so), every value finite."""
         name, path, entry = self.entry(prefix, t, plan)
         if entry.dtype == "BF16":
-            return self.bf16(path, entry, 0, entry.shape[0] if entry.shape else 1, name)
-        return self.widen(entry.dtype, self.handle(path).get_tensor(name))
+            arr = self.bf16(path, entry, 0, entry.shape[0] if entry.shape else 1, name)
+        else:
+            stored = self.guarded(path, lambda: self.handle(path).get_tensor(name))
+            arr = self.widen(entry.dtype, stored)
+        if not np.isfinite(arr).all():
+            raise InputError(str(path), name, "holds inf or NaN", "finite weights")
+        return arr
 
     def rows(self, prefix: str, t: Tensor, plan: LayerPlan, ids: Sequence[int]) -> FloatArray:
         """Rows ``ids`` of the 2-axis tensor ``t`` (an embedding table), reading no other rows."""
         name, path, entry = self.entry(prefix, t, plan)
         out = np.empty((len(ids), entry.shape[1]), np.float64)
-        sl = None if entry.dtype == "BF16" else self.handle(path).get_slice(name)
+        sl = None
+        if entry.dtype != "BF16":
+            sl = self.guarded(path, lambda: self.handle(path).get_slice(name))
         for i, r in enumerate(ids):
             row = self.bf16(path, entry, r, 1, name) if sl is None else sl[r : r + 1]
             out[i] = self.widen(entry.dtype, row)[0]
+            if not np.isfinite(out[i]).all():
+                raise InputError(str(path), name, f"row {r} holds inf or NaN", "finite embeddings")
         return out
 
     def bf16(self, path: Path, entry: _Entry, row: int, n: int, name: str) -> FloatArray:
@@ -375,12 +444,69 @@ class _Reader:
     def handle(self, path: Path) -> Any:
         """The ``safe_open`` handle of one file, opened once."""
         if path not in self.handles:
-            try:
-                handle = self.safetensors.safe_open(str(path), framework="numpy")
-                self.handles[path] = self.stack.enter_context(handle)
-            except Exception as e:  # SafetensorError and the like: the file's own fault
-                raise InputError(str(path), "", f"unreadable ({e})", "a safetensors file") from None
+            st = self.safetensors
+            handle = self.guarded(path, lambda: st.safe_open(str(path), framework="numpy"))
+            self.handles[path] = self.stack.enter_context(handle)
         return self.handles[path]
+
+    def guarded(self, path: Path, work: Callable[[], Any]) -> Any:
+        """``work()``: what the safetensors package raises or panics with is the file's own
+        fault, said in one line."""
+        try:
+            return work()
+        except AttnError:
+            raise
+        except BaseException as e:  # SafetensorError, or a Rust panic (a BaseException)
+            if not (isinstance(e, Exception) or _is_panic(e)):
+                raise  # KeyboardInterrupt, SystemExit
+            raise InputError(
+                str(path), "", f"unreadable ({_first_line(e)})", "a safetensors file"
+            ) from None
+
+
+# Bytes a number of the tensor being read takes besides the float32 (float64) array it becomes:
+# the bytes the safetensors package hands over, and for BF16 the uint32 copy being shifted.
+_READING = {"F64": 8, "F32": 4, "F16": 2, "BF16": 6}
+_X_COPIES = 4  # float64 copies of X at once: embedding rows, their sum, the norm's scaled rows
+
+
+def _check_budget(
+    reader: _Reader, prefix: str, plan: LayerPlan, x_rows: int, hidden: Path | None,
+    budget: int | None,
+) -> None:  # fmt: skip
+    """Refuse, before a tensor is read, an import that would hold more than ``budget`` bytes.
+
+    Counted from the headers' claims: each tensor read whole, held as float32 (float64 if
+    stored so), what reading the largest one takes on top, and X: ``x_rows`` x hidden float64
+    numbers (tokens of the text, or rows of ``hidden``), a few copies at once.
+    """
+    limit = default_max_memory() if budget is None else budget
+    whole = list(plan.tensors)
+    if hidden is None and plan.embedding.norm is not None:  # BERT's embedding LayerNorm
+        whole += [t for t in plan.embed_tensors if t.role.startswith("embed.norm.")]
+    entries = [reader.entry(prefix, t, plan)[1:] for t in whole]
+    sizes = [math.prod(e.shape) for _, e in entries]
+    held = sum(n * (8 if e.dtype == "F64" else 4) for n, (_, e) in zip(sizes, entries, strict=True))
+    reading = [n * _READING[e.dtype] for n, (_, e) in zip(sizes, entries, strict=True)]
+    x_bytes = _X_COPIES * 8 * x_rows * plan.hidden
+    need = held + max(reading, default=0) + x_bytes
+    if need <= limit:
+        return
+    if x_bytes > held:  # a long input, not a big layer
+        source, field = ("", "text") if hidden is None else (str(hidden), "")
+        rows = "tokens" if hidden is None else "rows"
+        why = f"X holds {x_rows:,} x {plan.hidden:,} numbers: {rows} x hidden"
+    else:
+        at = max(range(len(sizes)), key=sizes.__getitem__)
+        path, entry = entries[at]
+        source = str(path)
+        field = prefix + whole[at].name
+        why = f"the largest tensor, {list(entry.shape)} of {entry.dtype}"
+    raise InputError(
+        source, field,
+        f"importing layer {plan.layer} would need about {format_bytes(need)} of memory ({why})",
+        f"at most {format_bytes(limit)}", option="max-memory",
+    )  # fmt: skip
 
 
 def _sizes(plan: LayerPlan) -> str:
@@ -408,15 +534,103 @@ def _encode(path: Path, text: str) -> tuple[list[int], list[str], list[int]]:
     what = "the checkpoint's tokenizer.json (for the text)"
     raw = gate.read_bytes(path, str(path), what, max_bytes=MAX_JSON_BYTES)
     try:
-        tokenizer = tokenizers.Tokenizer.from_str(raw.decode("utf-8"))
+        spec = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise InputError(str(path), "", f"is not UTF-8 ({e})", "a tokenizer.json") from None
+
+    def load() -> Any:
+        tokenizer = tokenizers.Tokenizer.from_str(spec)
         tokenizer.no_padding()  # tokenizer.json may pad to a fixed length (MiniLM pads to 128)
         tokenizer.no_truncation()  # too many tokens is an error below, not a silent cut
-        encoding = tokenizer.encode(text)  # special tokens as the model's post-processor adds them
-    except Exception as e:  # the tokenizers package raises plain Exception
-        raise InputError(str(path), "", f"unreadable tokenizer ({e})", "a tokenizer.json") from None
+        return tokenizer
+
+    tokenizer = _tokenizer_call(path, load, "unreadable tokenizer", "a tokenizer.json")
+    encoding = _tokenize(path, tokenizer, text)
     if not encoding.ids:
         raise InputError(str(path), "text", "the text gives no tokens", "some text", option="text")
     return list(encoding.ids), list(encoding.tokens), list(encoding.type_ids)
+
+
+def _tokenize(path: Path, tokenizer: Any, text: str) -> Any:
+    """``text``'s encoding, special tokens as the model's post-processor adds them, computed
+    within TOKENIZE_SECONDS: a regex of tokenizer.json may backtrack for minutes.
+
+    ``encode_batch`` releases the GIL (``encode`` does not), so this thread waits on a worker
+    and gives up in time; the worker, which nothing can stop, ends with the process.
+    """
+    import threading
+
+    box: list[Any] = []
+
+    def work() -> None:
+        box.append(_tokenizer_call(path, lambda: tokenizer.encode_batch([text])[0], *failed))
+
+    failed = ("its tokenizer fails on the text", "a tokenizer.json that tokenizes the text")
+    worker = threading.Thread(target=lambda: _hand_over(work, box), name="attn-tokenize")
+    worker.daemon = True
+    with _rust_panics_unprinted():
+        worker.start()
+        worker.join(TOKENIZE_SECONDS)
+    if not box:
+        raise InputError(
+            str(path), "", f"tokenizing the text takes more than {TOKENIZE_SECONDS:g} s (a "
+            "regex of its normalizer or pre-tokenizer backtracks)",
+            "a tokenizer.json whose regexes run in linear time, or a shorter text", option="text",
+        )  # fmt: skip
+    if isinstance(box[0], BaseException):
+        raise box[0]
+    return box[0]
+
+
+def _hand_over(work: Callable[[], None], box: list[Any]) -> None:
+    """Run ``work`` in a worker thread; what it raises goes to ``box`` for the waiting thread."""
+    try:
+        work()
+    except BaseException as e:  # the waiting thread raises it again
+        box.append(e)
+
+
+def _tokenizer_call(path: Path, work: Callable[[], Any], what: str, expected: str) -> Any:
+    """``work()``, whose exceptions and Rust panics (the tokenizers package raises plain
+    Exception, and panics on a regex that runs out of its backtracking limit) are one line."""
+    try:
+        return work()
+    except BaseException as e:
+        if not (isinstance(e, Exception) or _is_panic(e)):
+            raise  # KeyboardInterrupt, SystemExit
+        raise InputError(str(path), "", f"{what} ({_first_line(e)})", expected) from None
+
+
+def _is_panic(e: BaseException) -> bool:
+    """Whether ``e`` is PyO3's PanicException, which derives from BaseException only."""
+    kind = type(e)
+    return (kind.__module__, kind.__name__) == _PANIC
+
+
+def _first_line(e: BaseException) -> str:
+    lines = str(e).strip().splitlines()
+    return lines[0] if lines else type(e).__name__
+
+
+@contextmanager
+def _rust_panics_unprinted() -> Iterator[None]:
+    """Standard error's file descriptor sent to /dev/null meanwhile: Rust's panic hook writes
+    its message there, and attn says what went wrong in one ``Error:`` line instead."""
+    try:
+        saved = os.dup(2)
+    except OSError:  # no standard error: nothing to keep clean
+        yield
+        return
+    try:
+        if sys.stderr is not None:
+            sys.stderr.flush()
+        null = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(null, 2)
+        os.close(null)
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
 
 
 def _embed(
@@ -464,17 +678,44 @@ def _round_to(x: float, dtype: str) -> float:
 
 
 def _normalize(x: FloatArray, norm: Norm, tensors: Mapping[str, FloatArray]) -> FloatArray:
-    """LayerNorm, RMSNorm or Gemma's RMSNorm (1 + weight) over the last axis, in float64."""
+    """LayerNorm, RMSNorm or Gemma's RMSNorm (1 + weight) over the last axis, in float64.
+
+    Overflow-safe, as careful norms are: each row is divided by a power of two s at least its
+    largest magnitude (exact), so no square overflows, and eps enters as eps / s^2 (see
+    :func:`_inverse_root`); rows of 1e200 or 1e-200 normalise as rows of 1 would.
+    """
     x = x.astype(np.float64)
     w = tensors[norm.weight].astype(np.float64)
+    s = _row_scale(x)  # (..., 1)
+    xs = x / s  # (..., C), every |value| < 1
     if norm.kind == "layer":
-        mu = x.mean(axis=-1, keepdims=True)  # (..., 1)
-        var = ((x - mu) ** 2).mean(axis=-1, keepdims=True)  # biased, as torch's LayerNorm
+        centred = xs - xs.mean(axis=-1, keepdims=True)  # (..., C)
+        var = (centred * centred).mean(axis=-1, keepdims=True)  # biased, as torch's LayerNorm
         b = tensors[norm.bias].astype(np.float64) if norm.bias else 0.0
-        layer: FloatArray = (x - mu) / np.sqrt(var + norm.eps) * w + b
+        layer: FloatArray = centred * _inverse_root(var, s, norm.eps) * w + b
         return layer
-    rms = np.sqrt((x * x).mean(axis=-1, keepdims=True) + norm.eps)  # (..., 1)
-    out: FloatArray = x / rms * (1.0 + w if norm.kind == "rms1p" else w)
+    mean_square = (xs * xs).mean(axis=-1, keepdims=True)  # (..., 1)
+    out: FloatArray = xs * _inverse_root(mean_square, s, norm.eps)
+    return out * (1.0 + w if norm.kind == "rms1p" else w)
+
+
+def _row_scale(x: FloatArray) -> FloatArray:
+    """Per row, the power of two just above its largest magnitude (1 for a row of zeros)."""
+    top = np.abs(x).max(axis=-1, keepdims=True)  # (..., 1)
+    _, exponent = np.frexp(top)  # top = m * 2**exponent, 0.5 <= m < 1
+    scale: FloatArray = np.ldexp(1.0, exponent)
+    return np.where(top > 0, scale, 1.0)
+
+
+def _inverse_root(mean: FloatArray, s: FloatArray, eps: float) -> FloatArray:
+    """s / sqrt(mean * s^2 + eps), the factor of the scaled row, with no overflow.
+
+    With k = max(s, 1) it is (s/k) / sqrt(mean (s/k)^2 + eps / k^2): for s <= 1 every term is
+    at most 1 (an underflow only drops what eps outweighs), for s > 1 the eps term is at most eps.
+    """
+    k = np.maximum(s, 1.0)
+    r = s / k  # (..., 1), at most 1
+    out: FloatArray = r / np.sqrt(mean * r * r + eps / k / k)
     return out
 
 
