@@ -295,6 +295,12 @@ class _AsRichDraws:
     def __rich_console__(self, console: Console, options: ConsoleOptions) -> Any:
         m = self.matrix
         cols = m.cols if m.full else m.fitting(options.max_width)
+        if m.full and m.width(cols) > options.max_width and len(cols) > 1:  # in blocks
+            blocks = m.blocks(options.max_width)
+            for n, block in enumerate(blocks):
+                part = m.block(block, n == 0, n == len(blocks) - 1)
+                yield from console.render(_AsRichDraws(part), options)
+            return
         if m.full:
             options = options.update_width(max(options.max_width, m.width(cols)))
         table = m.table(cols)

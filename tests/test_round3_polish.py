@@ -10,7 +10,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import DOCS, FIXTURES, ROOT, run_cli
+from conftest import BUNDLED, DOCS, FIXTURES, ROOT, run_cli
+from rich.cells import cell_len
 
 from attn_cli.cli.app import COMMANDS, _built, app
 
@@ -197,3 +198,99 @@ def test_a_window_shorter_than_the_sequence_shows_every_slot() -> None:
     assert result.exit_code == 0, result.stderr
     assert "stay empty" not in result.stdout
     assert "2: (empty)" in result.stdout and "3: (empty)" not in result.stdout  # window 3
+
+
+# -- 4. 80 x 24: every line fits, the cost table whole, the step-mode footer keeps quit ---------
+
+
+def _too_long(text: str, width: int = 80) -> list[str]:
+    """The lines wider than ``width`` terminal cells (a CJK character takes two)."""
+    return [line for line in text.splitlines() if cell_len(line) > width]
+
+
+@pytest.fixture(scope="module")
+def wide_fixture(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A causal fixture of 20 tokens and 48 embedding columns: --full drew 486-cell lines."""
+    path = tmp_path_factory.mktemp("wide") / "wide.yaml"
+    made = run_cli("new", str(path), "--seq", "20", "--d-model", "48", "--d-k", "16",
+                   "--causal", "-q")  # fmt: skip
+    assert made.exit_code == 0, made.stderr
+    return path
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("full", [False, True], ids=["elided", "full"])
+@pytest.mark.parametrize("lang", ["en", "zh"])
+@pytest.mark.parametrize("command", ["trace", "decode", "flash"])
+def test_a_wide_fixture_fits_80_columns(
+    wide_fixture: Path, command: str, lang: str, full: bool
+) -> None:
+    args = ["--no-color", "--width", "80", "--lang", lang, "--explain", *(["--full"] * full)]
+    result = run_cli(command, str(wide_fixture), *args)
+    assert result.exit_code == 0, result.stderr
+    assert not _too_long(result.stdout)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("lang", ["en", "zh"])
+@pytest.mark.parametrize("command", ["trace", "decode", "flash"])
+def test_every_bundled_example_fits_80_columns(command: str, lang: str) -> None:
+    ran = 0
+    for name in BUNDLED:
+        for full in ([], ["--full"]):
+            result = run_cli(command, name, "--no-color", "--width", "80", "--lang", lang, *full)
+            if result.exit_code == 2 and "causal" in result.stderr:
+                continue  # decode and flash take causal fixtures only
+            assert result.exit_code == 0, f"{name}: {result.stderr}"
+            assert not _too_long(result.stdout), f"{command} {name} {lang} {full}"
+            ran += 1
+    assert ran >= 8
+
+
+@pytest.mark.parametrize("lang", ["en", "zh"])
+def test_the_cache_cost_table_is_whole_at_80_columns(lang: str) -> None:
+    result = run_cli("decode", "gptoss_sinks", "--no-color", "--width", "80", "--lang", lang)
+    assert result.exit_code == 0, result.stderr
+    lines = result.stdout.splitlines()
+    start = next(n for n, line in enumerate(lines) if "(K and V" in line or "（K 和 V" in line)
+    table = "\n".join(lines[start : start + 8])
+    assert "…" not in table
+    assert "kv_heads" in table
+    assert "(float64)" in table or "（float64）" in table
+
+
+def test_full_wraps_a_wide_matrix_in_blocks_of_columns(wide_fixture: Path) -> None:
+    result = run_cli("trace", str(wide_fixture), "--no-color", "--width", "80", "--full",
+                     "--stage", "X")  # fmt: skip
+    assert result.exit_code == 0, result.stderr
+    headers = [line.split() for line in result.stdout.splitlines() if line.startswith("seq ")]
+    assert len(headers) > 1  # 48 columns do not fit in 80 cells: several blocks
+    shown = [int(j) for header in headers for j in header[1:]]
+    assert shown == list(range(48))  # every column once, in order, none elided
+
+
+def _deck_last_lines(lang: str, width: int, height: int) -> list[str]:
+    """The status line of every stage's first screen of step mode."""
+    import io
+
+    from rich.console import Console
+
+    from attn_cli.api import trace_file
+    from attn_cli.present.options import RenderOptions
+    from attn_cli.present.pager import Deck, State, frame
+
+    trace = trace_file("causal_multihead", keep_all=True)
+    options = RenderOptions(explain=True, lang=lang)  # type: ignore[arg-type]
+    deck = Deck(trace, options, Console(width=width, color_system=None, file=io.StringIO()))
+    screens = [frame(deck, State(k), width, height) for k in range(len(deck.names))]
+    return ["".join(s.text for s in screen[-1]) for screen in screens]
+
+
+@pytest.mark.parametrize("width", [80, 60, 40])
+@pytest.mark.parametrize(("lang", "quit_word"), [("en", "quit"), ("zh", "退出")])
+def test_the_step_mode_footer_always_says_how_to_quit(
+    lang: str, quit_word: str, width: int
+) -> None:
+    for line in _deck_last_lines(lang, width, 24):
+        assert quit_word in line, line
+        assert cell_len(line.rstrip()) <= width

@@ -110,7 +110,7 @@ LABELS: dict[Lang, dict[str, str]] = {
         "cost_title": "每层 KV 缓存开销（K 和 V，按本配置文件的形状计算）",
         "col_layout": "结构",
         "col_kv": "kv_heads",
-        "col_per_token": "每个词的字节数（float64）",
+        "col_per_token": "每词字节数（float64）",
         "col_bf16": "bf16 时",
         "col_total": "{t} 个词合计",
         "this": "本模型（{kind}）",
@@ -191,10 +191,11 @@ def render_cost(run: DecodeRun, lang: Lang) -> Group:
     kind = "MHA" if c.kv_heads == c.heads else "MQA" if c.kv_heads == 1 else "GQA"
     table = Table(title=Text(_t(lang, "cost_title"), style="bold"), title_justify="left",
                   box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, padding=(0, 1))  # fmt: skip
-    table.add_column(_t(lang, "col_layout"), no_wrap=True)
+    # headers wrap at 80 columns (a long one was cut to "kv_hea…"); numbers are one word each
+    table.add_column(_t(lang, "col_layout"))
     for head in ("col_kv", "col_per_token", "col_bf16"):
-        table.add_column(_t(lang, head), justify="right", no_wrap=True)
-    table.add_column(_t(lang, "col_total", t=c.seq), justify="right", no_wrap=True)
+        table.add_column(_t(lang, head), justify="right")
+    table.add_column(_t(lang, "col_total", t=c.seq), justify="right")
     rows = ((_t(lang, "this", kind=kind), c.kv_heads, c.per_token, c.total),
             (_t(lang, "mha"), c.heads, c.per_token_mha, c.total_mha),
             (_t(lang, "mqa"), 1, c.per_token_mqa, c.total_mqa))  # fmt: skip

@@ -84,6 +84,8 @@ LABELS: dict[Lang, dict[str, str]] = {
         "step_position": "stage {k} of {n}",
         "step_keys": "Enter/Space/→ next · ←/b back · q/Esc quit",
         "step_last": "last stage · ←/b back · q/Esc quit",
+        "step_keys_short": "→ next · ← back · q quit",  # when the full hint does not fit
+        "step_last_short": "last stage · ← back · q quit",
         # the renderers' own words: titles, the configuration panel, table chrome
         "trace_title": "attention trace",
         "traced_by": "Traced by attn {version}.",
@@ -205,6 +207,8 @@ LABELS: dict[Lang, dict[str, str]] = {
         "step_position": "第 {k} 步，共 {n} 步",
         "step_keys": "回车/空格/→ 下一步 · ←/b 上一步 · q/Esc 退出",
         "step_last": "已是最后一步 · ←/b 上一步 · q/Esc 退出",
+        "step_keys_short": "→ 下一步 · ← 上一步 · q 退出",
+        "step_last_short": "已是最后一步 · ← 上一步 · q 退出",
         "trace_title": "注意力计算过程",
         "traced_by": "由 attn {version} 生成。",
         "more_tables": "另有 {n} 个表",

@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Literal
 
+from rich.cells import cell_len
 from rich.console import Console, Group, RenderableType
 from rich.segment import Segment
 from rich.style import Style
@@ -329,14 +330,15 @@ def frame(deck: Pages, state: State, width: int, height: int) -> list[Line]:
         lines += page.body[v.pinned.start : v.pinned.end]
     lines += page.body[v.first : v.last]
     lines += [[] for _ in range(height - 1 - len(lines))]
-    status = _status(deck, state, page, v, height)
+    status = _status(deck, state, page, v, (width, height))
     lines += console.render_lines(status, options, pad=True)[:1]
     return lines
 
 
-def _status(deck: Pages, state: State, page: Page, v: View, height: int) -> Text:
-    """The bottom line: where we are, how far scrolled, the keys; or the prompt or a note."""
-    lang, n = deck.lang, len(deck.names)
+def _status(deck: Pages, state: State, page: Page, v: View, size: tuple[int, int]) -> Text:
+    """The bottom line: where we are, how far scrolled, the keys; or the prompt or a note.
+    The keys are shortened to fit the width, so that the one that quits always shows."""
+    (width, height), lang, n = size, deck.lang, len(deck.names)
     words = WORDS[lang]
     position = label(lang, "step_position", k=state.k + 1, n=n)
     text = Text(no_wrap=True, overflow="ellipsis")
@@ -350,8 +352,13 @@ def _status(deck: Pages, state: State, page: Page, v: View, height: int) -> Text
         arrows = ("↑" if state.top > 0 else " ") + ("↓" if v.last < len(page.body) else " ")
         text.append(f"{arrows} {v.first + 1}–{v.last}/{len(page.body)}", style="bold")
         text.append(" · ")
-    keys = label(lang, "step_last" if state.k == n - 1 else "step_keys")
-    text.append(words["help"] + " · " + keys, style="dim")
+    keys = "step_last" if state.k == n - 1 else "step_keys"
+    short = label(lang, keys + "_short")
+    quit_key = short.rsplit(" · ", 1)[-1]  # "q quit": the one that must show
+    hints = [words["help"] + " · " + label(lang, keys), words["help"] + " · " + short, short,
+             quit_key]  # fmt: skip
+    room = width - text.cell_len
+    text.append(next((h for h in hints if cell_len(h) <= room), hints[-1]), style="dim")
     return text
 
 

@@ -345,8 +345,9 @@ class Matrix:
 
     Without ``full``, the middle columns give way to the ellipsis column (as NumPy elides),
     so the table is never wider than the terminal unless even the first column alone is too wide.
-    With ``full``, every column is shown and the table is as wide as they need (print it with
-    ``crop=False``).
+    With ``full``, every column is shown: in blocks of columns one under another, each with the
+    row labels and as many columns as fit the width (as NumPy wraps a wide array), the title
+    over the first, the row sums beside the last.
     """
 
     def __init__(
@@ -419,10 +420,33 @@ class Matrix:
             cols = [*range(left), None, *range(self.n - (shown - left), self.n)]
         return cols
 
+    def blocks(self, max_width: int) -> list[list[int | None]]:
+        """Every column, in blocks that each fit ``max_width`` beside the labels (and the row
+        sums: a block of one column is as narrow as the table gets)."""
+        out: list[list[int | None]] = [[]]
+        for j in self.cols:
+            if out[-1] and self.width([*out[-1], j]) > max_width:
+                out.append([])
+            out[-1].append(j)
+        return out
+
+    def block(self, cols: list[int | None], first: bool, last: bool) -> Matrix:
+        """The table of one block of columns of the full matrix."""
+        return Matrix(
+            self.title if first else None, self.labels, {j: self.columns[j] for j in cols},
+            self.row_sums if last else None, cols, self.n, True, self.spaced or not last,
+        )  # fmt: skip
+
     def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
         cols = self.cols if self.full else self.fitting(options.max_width)
         width = self.width(cols)
-        if self.full:  # every column: as wide as they need, past the console's width if so
+        if self.full and width > options.max_width and len(cols) > 1:
+            blocks = self.blocks(options.max_width)
+            for n, block in enumerate(blocks):
+                part = self.block(block, n == 0, n == len(blocks) - 1)
+                yield from console.render(part, options)
+            return
+        if self.full:  # one column, wider than the console: as wide as it needs
             options = options.update_width(max(options.max_width, width))
         if self._drawable(width, options.max_width):
             yield from self._drawn(console, cols, width)
