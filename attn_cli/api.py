@@ -15,7 +15,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from attn_cli.core.limits import DEFAULT_MAX_BYTES, DEFAULT_MAX_ELEMENTS
-from attn_cli.core.stages import SPECS, STAGE_NAMES, applicable_stages, unknown_stage
+from attn_cli.core.stages import (
+    OPT_IN_STAGES,
+    SPECS,
+    STAGE_NAMES,
+    applicable_stages,
+    unknown_stage,
+)
 from attn_cli.errors import UsageError
 
 if TYPE_CHECKING:
@@ -98,6 +104,9 @@ def _checked(
     check_gradients_asked(wanted, backward)
     inputs = load(fixture, max_elements=max_elements)
     check_stages_apply(inputs, wanted, backward)
+    opt_in = [s for s in wanted or () if s in OPT_IN_STAGES]
+    if keep_all and opt_in:  # every stage, and the opt-in ones (lse) asked for by name
+        return inputs, applicable_stages(inputs, opt_in=opt_in, backward=backward)
     return inputs, None if keep_all else kept_stages(wanted, shaded)
 
 
@@ -168,7 +177,7 @@ def check_stages_apply(
     inputs: Inputs, stages: Collection[str] | None, backward: bool = False
 ) -> None:
     """Refuse, before computing, a stage this fixture does not have (``masked`` unmasked)."""
-    applicable = applicable_stages(inputs, backward=backward)
+    applicable = applicable_stages(inputs, opt_in=OPT_IN_STAGES, backward=backward)  # by name
     for name in stages or ():
         if name not in applicable:
             raise UsageError(

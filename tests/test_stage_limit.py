@@ -131,4 +131,4 @@ def test_cli_stage_keeps_only_that_stage_and_lists_what_applies() -> None:
     result = run_cli("trace", "--stage", "masked")
     assert result.exit_code == 2
     assert "no such stage" in result.stderr
-    assert "one of X, Q, K, V, scores, scaled, softmax, output" in result.stderr
+    assert "one of X, Q, K, V, scores, scaled, softmax, lse, output" in result.stderr
