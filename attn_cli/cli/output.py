@@ -1,5 +1,13 @@
-"""Where command output goes: the console, standard output, or a file written atomically."""
+"""Where command output goes: the console, standard output, or a file written atomically.
 
+A standard stream whose encoding cannot hold attn's text (``LC_ALL=C``, ``PYTHONIOENCODING=ascii``)
+gets an ASCII rendering of what it cannot encode instead of a UnicodeEncodeError: ``−∞`` becomes
+``-inf``, ``·`` ``*``, box drawing ``-|+``, and any other character a JSON-style ``\\u00e9``
+escape, so that JSON written to such a stream stays valid (see :func:`tolerant`).
+"""
+
+import codecs
+import contextlib
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -16,6 +24,72 @@ if TYPE_CHECKING:
     from attn_cli.core.pipeline import Trace
 
 
+ASCII_FALLBACK = "attn-ascii"  # codec error handlers: readable ASCII, or exact JSON escapes
+JSON_FALLBACK = "attn-json"
+_REPLACEABLE = frozenset({"strict", "surrogateescape", "backslashreplace"})
+_ASCII = {
+    "−": "-", "–": "-", "—": "-", "∞": "inf", "·": "*", "×": "x", "÷": "/", "±": "+-",
+    "√": "sqrt", "Σ": "sum", "∘": "o", "∂": "d", "∈": "in", "≤": "<=", "≥": ">=", "…": "...",
+    "→": "->", "←": "<-", "↑": "^", "↓": "v", "◀": "<", "▶": ">", "ᵀ": "^T", "²": "^2",
+    "⁻": "^-", "¹": "1", "₂": "2", "“": '"', "”": '"', "‘": "'", "’": "'", "✓": "ok",
+    "✗": "x", "α": "alpha", "δ": "delta", "θ": "theta", "\u0302": "^", "\u00a0": " ",
+}  # fmt: skip
+
+
+def ascii_char(ch: str, exact: bool = False) -> str:
+    """One character as ASCII: a readable stand-in (``−`` -> ``-``), else ``\\uXXXX`` (as JSON
+    writes it, a surrogate pair above U+FFFF); ``exact`` gives the escape always."""
+    if not exact:
+        if ch in _ASCII:
+            return _ASCII[ch]
+        if "\u2500" <= ch <= "\u257f":  # box drawing: ─ │ ┼ as Rich's ASCII boxes draw them
+            import unicodedata
+
+            name = unicodedata.name(ch, "")
+            if " AND " in name or ("HORIZONTAL" not in name and "VERTICAL" not in name):
+                return "+"  # a corner, a junction or an arc
+            return "-" if "HORIZONTAL" in name else "|"
+        if "\u2580" <= ch <= "\u259f":  # block elements (heatmap cells)
+            return "#"
+    code = ord(ch)
+    if code > 0xFFFF:
+        code -= 0x10000
+        return f"\\u{0xD800 + (code >> 10):04x}\\u{0xDC00 + (code & 0x3FF):04x}"
+    return f"\\u{code:04x}"
+
+
+def _fallback(exact: bool) -> "Callable[[UnicodeError], tuple[str, int]]":
+    def handler(error: UnicodeError) -> tuple[str, int]:
+        if not isinstance(error, UnicodeEncodeError):
+            raise error
+        bad = error.object[error.start : error.end]
+        return "".join(ascii_char(ch, exact) for ch in bad), error.end
+
+    return handler
+
+
+codecs.register_error(ASCII_FALLBACK, _fallback(exact=False))
+codecs.register_error(JSON_FALLBACK, _fallback(exact=True))
+
+
+def tolerant(stream: object, *, exact: bool = False) -> None:
+    """Make a text stream write what its encoding cannot hold as ASCII (:func:`ascii_char`)
+    instead of raising UnicodeEncodeError; ``exact`` (JSON): ``\\uXXXX`` escapes only.
+
+    A stream with ``strict`` or ``surrogateescape`` errors (stdout in an ASCII locale) fails on
+    ``√``; ``backslashreplace`` (stderr) writes ``\\xb7``, which JSON cannot read. A stream
+    without ``reconfigure``, or with an error handler of its caller's choosing, is left alone.
+    """
+    reconfigure = getattr(stream, "reconfigure", None)
+    errors = getattr(stream, "errors", None)
+    if reconfigure is None or errors not in _REPLACEABLE | {ASCII_FALLBACK, JSON_FALLBACK}:
+        return
+    wanted = JSON_FALLBACK if exact else ASCII_FALLBACK
+    if errors != wanted:
+        with contextlib.suppress(ValueError, OSError):  # closed or detached: nothing to do
+            reconfigure(errors=wanted)
+
+
 def console(width: int | None, *, plain: bool, color: bool | None) -> "Console":
     """A Rich console: plain (no colour, no markup), or coloured as the terminal allows.
 
@@ -23,6 +97,7 @@ def console(width: int | None, *, plain: bool, color: bool | None) -> "Console":
     """
     from rich.console import Console
 
+    tolerant(sys.stdout)  # Rich writes to it as it prints
     if width is None and not sys.stdout.isatty():
         width = NON_TERMINAL_WIDTH
     wanted = None if plain else color_wanted(color)
@@ -55,6 +130,7 @@ def note(text: str, *, quiet: bool) -> None:
 def emit(text: str, output: Path | None, *, quiet: bool = False) -> None:
     """Text to standard output, or atomically to ``output`` with a note on stderr."""
     if output is None:
+        tolerant(sys.stdout)
         sys.stdout.write(text)
         sys.stdout.flush()
         return

@@ -41,6 +41,7 @@ from attn_cli.cli.output import (
     emit_binary,
     note,
     plain_text,
+    tolerant,
     warn_empty_rows,
     warn_sentinel_rows,
 )
@@ -249,6 +250,7 @@ def _write_data(asked: _Asked) -> None:
         from attn_cli.io.trace_json import write_trace_json  # each writer where it is needed
 
         if output is None:
+            tolerant(sys.stdout, exact=True)  # an ASCII stdout gets \uXXXX, still JSON
             write_trace_json(result, sys.stdout, stages)
             sys.stdout.flush()
         else:

@@ -6,7 +6,6 @@ the house form, ``Error: <option>: <what>, expected <what>``, on stderr with exi
 ``--help`` is left as Typer draws it.
 """
 
-import contextlib
 import os
 import re
 import sys
@@ -217,13 +216,12 @@ class AttnGroup(typer.core.TyperGroup):
 
 
 def tolerant_streams() -> None:
-    """Standard output and error that escape what their encoding cannot hold (``\\u221a``).
+    """Standard output and error that write what their encoding cannot hold as ASCII.
 
-    With ``PYTHONIOENCODING=ascii`` or an ASCII locale, ``√`` would be a UnicodeEncodeError;
-    backslashreplace keeps the run going and the text readable.
+    With ``PYTHONIOENCODING=ascii`` or ``LC_ALL=C`` (errors ``surrogateescape``), ``√`` would
+    be a UnicodeEncodeError; :func:`attn_cli.cli.output.tolerant` keeps the run going.
     """
+    from attn_cli.cli.output import tolerant
+
     for stream in (sys.stdout, sys.stderr):
-        reconfigure = getattr(stream, "reconfigure", None)
-        if reconfigure is not None and getattr(stream, "errors", None) == "strict":
-            with contextlib.suppress(ValueError, OSError):  # closed or detached: nothing to do
-                reconfigure(errors="backslashreplace")
+        tolerant(stream)
