@@ -61,6 +61,7 @@ from attn_cli.core.steps import (
     rotate,
     scale_scores,
     weighted_sum,
+    window_reach,
 )
 from attn_cli.core.steps import concat_heads as merge_heads
 from attn_cli.core.variants import causal_allowed
@@ -496,7 +497,8 @@ def allowed(
     if inp.causal is not None:
         causal = causal_allowed(pos_q + causal_shift, pos_k)  # key <= query + shift
         if inp.window is not None:
-            causal &= np.subtract.outer(pos_q, pos_k) < inp.window  # (T, S): the far end
+            reach = window_reach(inp.window, pos_q, pos_k)
+            causal &= np.subtract.outer(pos_q, pos_k) < reach  # (T, S): the far end
         causal = ~causal if invert_causal else causal
     if invert_mask and inp.mask is not None:
         inp = replace(inp, mask=~inp.mask)

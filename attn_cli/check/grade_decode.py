@@ -194,7 +194,10 @@ def decode_keep(inputs: Inputs) -> set[str]:
 def decode_bytes(inputs: Inputs, prefill: int = 1) -> int:
     """What the steps hold: each keeps the cache as it saw it, and its score rows."""
     B, H, Hkv, T = inputs.batch, inputs.heads, inputs.kv_heads, inputs.seq_q
-    W = inputs.window
+    from attn_cli.core.steps import window_reach
+
+    pos = inputs.token_positions()[0]
+    W = None if inputs.window is None else window_reach(inputs.window, pos, pos)  # the ring
     slots = sum(i + 1 if W is None else W for i in range(prefill, T))
     return 8 * B * slots * (Hkv * (inputs.d_k + inputs.d_v) + 5 * H)
 

@@ -32,6 +32,7 @@ from attn_cli.core.steps import (
     softmax,
     softmax_rows,
     split_heads,
+    window_reach,
 )
 from attn_cli.core.variants import RopeLayout, causal_allowed, window_allowed
 
@@ -263,7 +264,8 @@ def _causal_triu(trace: Trace) -> list[Change]:
     pos_q, pos_k = inp.token_positions()
     ahead = causal_allowed(-pos_q, -pos_k)  # (T, S): pos_k >= pos_q
     if inp.window is not None:
-        ahead &= window_allowed(-pos_q, -pos_k, inp.window)  # the window transposed too
+        reach = window_reach(inp.window, -pos_q, -pos_k)
+        ahead &= window_allowed(-pos_q, -pos_k, reach)  # the window transposed too
     detail = (
         "Your {stage} is what attn gets with the causal mask built from triu where tril is "
         "meant: query i sees the keys j >= i (itself and the future) instead of j <= i (itself "

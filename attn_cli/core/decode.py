@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from attn_cli.core.steps import cap_scores
+from attn_cli.core.steps import cap_scores, window_reach
 
 FloatArray = np.ndarray[Any, np.dtype[np.floating[Any]]]
 IntArray = np.ndarray[Any, np.dtype[np.int64]]
@@ -126,7 +126,8 @@ def _setup(
         scale=scale,
         positions=pos,
         rotate=rotate,
-        window=window,
+        # a window wider than the positions reach is plain causal: a ring that never wraps
+        window=None if window is None else window_reach(window, pos, pos),
         sinks=None if sinks is None else np.asarray(sinks, dtype=q.dtype).reshape(H),
         bias=None if bias is None else np.broadcast_to(bias, (B, H, T, T)),
         softcap=softcap,

@@ -204,7 +204,8 @@ def allowed_positions(
         pos_q, pos_k = inputs.token_positions()
         allowed_here = pos_k[None, :] <= pos_q[t0:t1, None]  # (R, S)
         if inputs.window is not None:  # HF/Mistral sliding_window: 0 <= pos_q - pos_k < window
-            allowed_here &= pos_k[None, :] > pos_q[t0:t1, None] - inputs.window
+            reach = window_reach(inputs.window, pos_q, pos_k)
+            allowed_here &= pos_k[None, :] > pos_q[t0:t1, None] - reach
         parts.append(allowed_here)
     if inputs.mask is not None:
         mask = np.broadcast_to(inputs.mask, (B, H, T, S))  # right-aligned, as torch broadcasts
@@ -218,6 +219,17 @@ def allowed_positions(
     for part in parts:
         allowed = allowed & part
     return allowed
+
+
+def window_reach(window: int, pos_q: Any, pos_k: Any) -> int:
+    """The window as the arithmetic uses it: ``window``, at most one more than the widest gap
+    pos_q - pos_k. A wider window allows the same keys (plain causal attention), and a window of
+    2^63 or 10^30 fits no int64."""
+    pos_q, pos_k = np.asarray(pos_q), np.asarray(pos_k)
+    if pos_q.size == 0 or pos_k.size == 0:
+        return 1
+    widest = int(pos_q.max()) - int(pos_k.min())  # Python ints: no overflow
+    return max(1, min(window, widest + 1))
 
 
 def alibi_rows(
