@@ -671,14 +671,39 @@ def _stack(arrays: list[FloatArray], source: str) -> FloatArray:
     return np.stack(arrays)
 
 
-def _whole(value: Any, source: str, field: str) -> int | None:
-    """An optional whole number >= 1 (a JSON number or a 0-d array)."""
+_MOST = 2**63 - 1  # the largest whole number a kernel's int64 holds
+
+
+def _whole(value: Any, source: str, field: str, least: int = 1) -> int | None:
+    """An optional whole number from ``least`` to 2^63 − 1 (a JSON number or a 0-d array)."""
     if value is None:
         return None
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value != int(value) \
-            or value < 1:  # fmt: skip
-        raise InputError(source, field, f"is {value!r}", "a whole number >= 1")
+    number = isinstance(value, (int, float)) and not isinstance(value, bool)
+    if not number or not math.isfinite(value) or value != int(value) or not least <= value <= _MOST:
+        raise InputError(source, field, f"is {_shown(value)}", f"a whole number from {least} "
+                         "to 2^63 − 1")  # fmt: skip
     return int(value)
+
+
+def _flag(value: Any, source: str, field: str) -> bool:
+    """An optional true or false (1 or 0 as a 0-d array); absent is false."""
+    if value is None or isinstance(value, bool):
+        return bool(value)
+    if isinstance(value, (int, float)) and value in (0, 1):
+        return bool(value)
+    raise InputError(source, field, f"is {_shown(value)}", "true or false (1 or 0)")
+
+
+def _shown(value: Any) -> str:
+    """A dump's value for a one-line message: short, and a huge int without all its digits."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float):
+        return f"{value:g}"
+    if isinstance(value, int) and value.bit_length() > 64:
+        return f"about {'-' if value < 0 else ''}2^{value.bit_length() - 1}"
+    text = repr(value)
+    return text if len(text) <= 20 else text[:17] + "..."
 
 
 def _decode_dump(
@@ -701,17 +726,7 @@ def _flash_dump(
         if not isinstance(tile, dict) or tile.get("m") is None or tile.get("l") is None:
             continue  # a skipped tile, or one without its running values
         where = f"tiles[{n}]"
-        try:
-            q0, q1 = (int(x) for x in tile["q_block"])
-            s0, s1 = (int(x) for x in tile["k_block"])
-            batch, head = int(tile.get("batch", 0)), int(tile.get("head", 0))
-        except (KeyError, TypeError, ValueError):
-            raise InputError(
-                source,
-                where,
-                "has no usable q_block, k_block or head",
-                '"head": h, "q_block": [t0, t1], "k_block": [s0, s1]',
-            ) from None
+        batch, head, q0, q1, s0, s1 = _tile_place(tile, source, where)
         m = decode_array(tile["m"], source, f"{where}.m").reshape(-1)
         l = decode_array(tile["l"], source, f"{where}.l").reshape(-1)  # noqa: E741
         parsed.append(DumpTile(batch, head, (q0, q1), (s0, s1), m, l))
@@ -719,8 +734,22 @@ def _flash_dump(
     return FlashDump(
         source, {"output": output, "lse": lse}, {}, (), output, lse,
         _whole(obj.get("block_q"), source, "block_q"), _whole(obj.get("block_k"), source,
-        "block_k"), bool(base2), tuple(parsed),
+        "block_k"), _flag(base2, source, "base2"), tuple(parsed),
     )  # fmt: skip
+
+
+def _tile_place(tile: dict[str, Any], source: str, where: str) -> tuple[int, ...]:
+    """A dumped tile's batch, head, q_block and k_block: whole numbers >= 0."""
+    try:
+        (q0, q1), (s0, s1) = tile["q_block"], tile["k_block"]
+    except (KeyError, TypeError, ValueError):
+        raise InputError(
+            source, where, "has no usable q_block, k_block or head",
+            '"head": h, "q_block": [t0, t1], "k_block": [s0, s1]',
+        ) from None  # fmt: skip
+    values = {"batch": tile.get("batch", 0), "head": tile.get("head", 0), "q_block[0]": q0,
+              "q_block[1]": q1, "k_block[0]": s0, "k_block[1]": s1}  # fmt: skip
+    return tuple(_whole(v, source, f"{where}.{k}", least=0) or 0 for k, v in values.items())
 
 
 # ---------------------------------------------------------------------------------------------
