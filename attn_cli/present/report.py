@@ -134,7 +134,7 @@ def render_outcomes(outcomes: Sequence[Outcome], *, worst: int = 5) -> Renderabl
 
 def summary_lines(outcomes: Sequence[Outcome]) -> list[str]:
     """One line per fixture, then (for several) the total."""
-    lines = [_safe(summary_line(o)) for o in outcomes]
+    lines = [printable(summary_line(o)) for o in outcomes]
     if len(outcomes) > 1:
         counts = {s: sum(o.status == s for o in outcomes) for s in
                   ("same", "different", "written", "error")}  # fmt: skip
@@ -150,10 +150,10 @@ def render_comparison(fixture: str, c: Comparison, *, worst: int = 5) -> Rendera
 
     ref, mine = SIDES[c.kind]
     parts: list[RenderableType] = [
-        Text(_safe(f"{fixture} against {c.against}"), style="bold"),
+        Text(printable(f"{fixture} against {c.against}"), style="bold"),
         Text(f"a cell passes when |{mine} − {ref}| ≤ atol + rtol·|{ref}|  ({c.tolerance})"),
     ]
-    parts.extend(Text(_safe(note)) for note in c.notes)
+    parts.extend(Text(printable(note)) for note in c.notes)
     parts += [Text(""), _stage_table(c), Text("")]
     parts += _first_difference(c, worst)
     parts += _diagnosis_lines(c)
@@ -203,7 +203,7 @@ def _first_difference(c: Comparison, worst: int) -> list[RenderableType]:
         cells.add_column(header, justify="right", no_wrap=True)
     for cell in first.worst[:worst]:
         cells.add_row(
-            *(_safe(p) for p in position(c.trace, first.axes, cell.index)),
+            *(printable(p) for p in position(c.trace, first.axes, cell.index)),
             *fmt_pair(cell.expected, cell.actual),
             fmt_error(cell.abs_error), fmt_error(cell.rel_error),
         )  # fmt: skip
@@ -217,8 +217,8 @@ def _diagnosis_lines(c: Comparison) -> list[RenderableType]:
 
     parts: list[RenderableType] = []
     for d in c.diagnoses:
-        parts.append(Text.assemble(("diagnosis: ", "bold"), (d.title, "bold yellow")))
-        parts.append(Text(_safe(d.detail)))
+        parts.append(Text.assemble(("diagnosis: ", "bold"), (printable(d.title), "bold yellow")))
+        parts.append(Text(printable(d.detail)))
         if d.explains:
             parts.append(Text(f"It also accounts for your {', '.join(d.explains)}."))
         if d.unexplained:
@@ -235,7 +235,7 @@ def _diagnosis_lines(c: Comparison) -> list[RenderableType]:
         )
         parts.append(Text(""))
     for line in hint_lines(c):
-        parts.append(Text.assemble(("hint: ", "bold"), _safe(line)))
+        parts.append(Text.assemble(("hint: ", "bold"), printable(line)))
         parts.append(Text(""))
     return parts
 
@@ -370,10 +370,6 @@ def _json_number(x: float) -> float | str:
     return x + 0.0 if math.isfinite(x) else fmt_value(x)
 
 
-def _safe(text: str) -> str:
-    return printable(text)
-
-
 # ---------------------------------------------------------------------------------------------
 # Reports for CI systems: JUnit XML and GitHub Actions annotations
 
@@ -408,21 +404,23 @@ def report_junit(outcomes: Sequence[Outcome], *, worst: int = 5) -> str:
 def _junit_cases(o: Outcome, worst: int) -> list[Any]:
     import xml.etree.ElementTree as ET
 
-    fixture = xml_safe(o.fixture)
+    # printable is what XML 1.0 can hold (``\\x1b``, ``\\ufffe`` escaped) on one line;
+    # ElementTree then escapes ``& < > "``
+    fixture = printable(o.fixture)
     attrs = {"classname": fixture, "file": fixture} if _is_file(o.fixture) else {
         "classname": fixture}  # fmt: skip
 
     def testcase(name: str) -> ET.Element:
-        return ET.Element("testcase", {**attrs, "name": xml_safe(name)})
+        return ET.Element("testcase", {**attrs, "name": printable(name)})
 
     if o.error is not None:
         case = testcase("check")
-        error = ET.SubElement(case, "error", message=xml_safe(o.error), type="error")
-        error.text = xml_safe(o.error)
+        error = ET.SubElement(case, "error", message=printable(o.error), type="error")
+        error.text = printable(o.error)
         return [case]
     if o.written is not None:
         case = testcase("update")
-        ET.SubElement(case, "system-out").text = xml_safe(o.written)
+        ET.SubElement(case, "system-out").text = printable(o.written)
         return [case]
     c = o.comparison
     assert c is not None
@@ -433,9 +431,9 @@ def _junit_cases(o: Outcome, worst: int) -> list[Any]:
         if s.status != "same":
             assert first is not None
             failure = ET.SubElement(
-                case, "failure", message=xml_safe(failure_message(c, s, first)), type=s.status
+                case, "failure", message=failure_message(c, s, first), type=s.status
             )
-            failure.text = xml_safe("\n".join(failure_details(c, s, worst)))
+            failure.text = "\n".join(failure_details(c, s, worst))  # each line printable
         cases.append(case)
     return cases
 
@@ -449,11 +447,15 @@ def failure_message(c: Comparison, s: StageResult, first: StageResult) -> str:
         what += f": {count} cells, max abs error {fmt_error(s.max_abs)}"
     elif count:
         what += f": {count}"
-    return f"{what} (against {c.against}; {c.tolerance})"
+    return printable(f"{what} (against {c.against}; {c.tolerance})")
 
 
 def failure_details(c: Comparison, s: StageResult, worst: int) -> list[str]:
-    """The worst cells of a stage, one per line, then what the grader diagnosed."""
+    """The worst cells of a stage, one per line, then what the grader diagnosed.
+
+    Each line is printable: a token's newline is ``\\n``, so joined with newlines the lines stay
+    one per line and none a token starts (a ``::warning::`` GitHub would read as a command).
+    """
     ref, mine = SIDES[c.kind]
     lines = [f"first stage that differs: {c.first_difference.name if c.first_difference else ''}"]
     if s.worst:
@@ -466,7 +468,7 @@ def failure_details(c: Comparison, s: StageResult, worst: int) -> list[str]:
             f"  [{where}]: {ref} {exp}, {mine} {act}, abs error {fmt_error(cell.abs_error)}"
         )
     lines += diagnosis_lines(c)
-    return lines
+    return [printable(line) for line in lines]
 
 
 def diagnosis_lines(c: Comparison) -> list[str]:
@@ -486,13 +488,7 @@ def diagnosis_lines(c: Comparison) -> list[str]:
             f"mistakes reproduces it (tried: {', '.join(c.tried) or 'none apply here'})."
         )
     lines += [f"hint: {line}" for line in hint_lines(c)]
-    return lines
-
-
-def xml_safe(text: str) -> str:
-    """Text that XML 1.0 can hold: each line printable (``\\x1b``, ``\\ufffe`` escaped);
-    ElementTree then escapes ``& < > "``."""
-    return "\n".join(printable(line) for line in text.split("\n"))
+    return [printable(line) for line in lines]
 
 
 def report_github(outcomes: Sequence[Outcome], *, worst: int = 5) -> str:
@@ -503,7 +499,7 @@ def report_github(outcomes: Sequence[Outcome], *, worst: int = 5) -> str:
         props = {"file": o.fixture} if _is_file(o.fixture) else {}
         if o.error is not None:
             props["title"] = f"attn check: {o.fixture}: error"
-            lines.append(_workflow_command("error", props, o.error))
+            lines.append(_workflow_command("error", props, printable(o.error)))
             continue
         c = o.comparison
         if c is None or c.same:
@@ -511,14 +507,15 @@ def report_github(outcomes: Sequence[Outcome], *, worst: int = 5) -> str:
         first = c.first_difference
         assert first is not None
         props["title"] = f"attn check: {o.fixture}: {first.name} differs first"
-        message = [summary_line(o), failure_message(c, first, first)]
+        message = [printable(summary_line(o)), failure_message(c, first, first)]
         message += failure_details(c, first, worst)[1:]
         lines.append(_workflow_command("error", props, "\n".join(message)))
     return "".join(line + "\n" for line in [*lines, *summary_lines(outcomes)])
 
 
 def _workflow_command(kind: str, props: dict[str, str], message: str) -> str:
-    """``::error file=F,title=T::message``, escaped as GitHub's toolkit escapes them."""
+    """``::error file=F,title=T::message``, escaped as GitHub's toolkit escapes them; the
+    message's lines are printable already (a user's newline is ``\\n``)."""
     shown = ",".join(f"{k}={_escape_property(printable(v))}" for k, v in props.items())
     body = "\n".join(printable(line) for line in message.split("\n"))
     return f"::{kind} {shown}::{_escape_data(body)}" if shown else f"::{kind}::{_escape_data(body)}"
