@@ -294,3 +294,69 @@ def test_the_step_mode_footer_always_says_how_to_quit(
     for line in _deck_last_lines(lang, width, 24):
         assert quit_word in line, line
         assert cell_len(line.rstrip()) <= width
+
+
+# -- 5. HTML in the theme's colours, its language named, CJK boxed two cells wide ---------------
+
+_BODY = re.compile(r"body \{\s*color: (#[0-9a-f]{6});\s*background-color: (#[0-9a-f]{6});")
+_BOXED = re.compile(r'<span class="w">(.)</span>')
+
+
+def _luminance(hex_colour: str) -> float:
+    r, g, b = (int(hex_colour[i : i + 2], 16) / 255 for i in (1, 3, 5))
+    return 0.2126 * r + 0.7152 * g + 0.0722 * b
+
+
+@pytest.mark.parametrize("command", ["trace", "heatmap"])
+@pytest.mark.parametrize("theme", ["dark", "light"])
+def test_an_html_page_takes_the_theme_colours(command: str, theme: str) -> None:
+    result = run_cli(command, "the_cat_sat", "-f", "html", "--theme", theme)
+    assert result.exit_code == 0, result.stderr
+    body = _BODY.search(result.stdout)
+    assert body is not None
+    foreground, background = body.groups()
+    if theme == "dark":  # a dark page with light text, as the terminal it imitates
+        assert _luminance(background) < 0.3 < 0.6 < _luminance(foreground)
+    else:
+        assert background == "#ffffff" and _luminance(foreground) < 0.3
+
+
+@pytest.mark.parametrize(("lang", "tag"), [("en", "en"), ("zh", "zh-Hans")])
+def test_an_html_page_names_its_language(lang: str, tag: str) -> None:
+    for command in ("trace", "heatmap"):
+        result = run_cli(command, "the_cat_sat", "-f", "html", "--lang", lang)
+        assert result.exit_code == 0, result.stderr
+        assert f'<!DOCTYPE html>\n<html lang="{tag}">\n<head>\n' in result.stdout
+
+
+def _text_of(code: str) -> str:
+    """The page's text with each boxed wide character kept, every other tag dropped."""
+    import html
+
+    return html.unescape(re.sub(r"<[^>]*>", "", _BOXED.sub(r"\1", code)))
+
+
+def test_every_wide_character_of_a_chinese_page_is_boxed_two_cells_wide() -> None:
+    result = run_cli("trace", "causal_multihead", "-f", "html", "--lang", "zh", "--explain")
+    assert result.exit_code == 0, result.stderr
+    page = result.stdout
+    assert ".w { display: inline-block; width: 2ch;" in page
+    code = page.split("<code", 1)[1].split(">", 1)[1].split("</code>", 1)[0]
+    boxed = _BOXED.findall(code)
+    assert len(boxed) > 100 and all(cell_len(ch) == 2 for ch in boxed)
+    unboxed = re.sub(r"<[^>]*>", "", _BOXED.sub("", code))
+    assert not [ch for ch in unboxed if cell_len(ch) == 2]
+    lines = _text_of(code).splitlines()
+    framed = [line for line in lines if line.startswith("│")]  # the header panel's rows
+    assert framed and {cell_len(line) for line in framed} == {cell_len(lines[0])}
+
+
+def test_slides_name_their_language_and_theme() -> None:
+    from attn_cli.api import trace_file
+    from attn_cli.present.options import RenderOptions
+    from attn_cli.present.slides import slides
+
+    trace = trace_file("the_cat_sat")
+    made = slides(trace, RenderOptions(lang="zh"), "html", theme="dark")
+    assert made and all('<html lang="zh-Hans">' in slide.text for slide in made)
+    assert all("background-color: #ffffff" not in slide.text for slide in made)

@@ -387,4 +387,4 @@ def document(
     options = replace(options, heatmap=heatmap is not False)  # coloured: on unless --no-heatmap
     renderable = (render_heatmap if view == "heatmap" else render_trace)(result, options)
     export = to_html if fmt.value == "html" else to_svg
-    return export(renderable, width or NON_TERMINAL_WIDTH, title, theme.value)
+    return export(renderable, width or NON_TERMINAL_WIDTH, title, theme.value, options.lang)

@@ -967,28 +967,25 @@ def record(renderable: RenderableType, width: int) -> Console:
     return console
 
 
-def to_html(renderable: RenderableType, width: int, title: str, theme: Theme = "dark") -> str:
-    """A standalone HTML page (inline CSS, no external resources)."""
-    from html import escape as html_escape
+def to_html(
+    renderable: RenderableType, width: int, title: str, theme: Theme = "dark", lang: Lang = "en"
+) -> str:
+    """A standalone HTML page (inline CSS, no external resources) in the theme's colours."""
+    from attn_cli.present.svg import html_page
 
-    from attn_cli.present.svg import terminal_theme
-
-    console = record(renderable, width)
-    if theme == "dark":
-        page = console.export_html(inline_styles=True)
-    else:
-        page = console.export_html(theme=terminal_theme(theme), inline_styles=True)
-    head = f"<title>{html_escape(safe(title))}</title>\n<meta charset"
-    return page.replace("<meta charset", head, 1)  # the template's head comes first
+    return html_page(record(renderable, width), safe(title), theme, lang)
 
 
-def to_svg(renderable: RenderableType, width: int, title: str, theme: Theme = "dark") -> str:
+def to_svg(
+    renderable: RenderableType, width: int, title: str, theme: Theme = "dark", lang: Lang = "en"
+) -> str:
     """A standalone SVG image that renders alike in browsers, librsvg and Inkscape; the web-font
     URLs are dropped so nothing is fetched."""
-    from attn_cli.present.svg import place_text_runs, terminal_theme
+    from attn_cli.present.svg import HTML_LANG, place_text_runs, terminal_theme
 
     svg = record(renderable, width).export_svg(
         title=safe(title), theme=terminal_theme(theme), unique_id="attn"
     )
     svg = _FONT_URL.sub("", svg)  # text is escaped (&quot;), so only the template matches
+    svg = svg.replace("<svg ", f'<svg lang="{HTML_LANG.get(lang, "en")}" ', 1)
     return place_text_runs(svg)

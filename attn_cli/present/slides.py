@@ -50,13 +50,14 @@ def slides(
     from attn_cli.present.worked import worked_cells
 
     export, ext = (to_html, "html") if fmt == "html" else (to_svg, "svg")
+    lang = options.lang
     name = trace.inputs.name or trace.inputs.source
     pages: list[tuple[str, RenderableType]] = [("setup", render_header(trace, options.lang))]
     cells = [] if options.cell is None else worked_cells(trace, options.cell)
     stages = [s for s in trace if options.stages is None or s.name in options.stages]
     pages += [(s.name, render_stage(trace, s, options, cells)) for s in stages]
     out = [
-        Slide(f"{k:02d}-{page}.{ext}", export(renderable, width, f"{name} · {page}", theme))
+        Slide(f"{k:02d}-{page}.{ext}", export(renderable, width, f"{name} · {page}", theme, lang))
         for k, (page, renderable) in enumerate(pages)
     ]
     if fmt == "marp":

@@ -1,5 +1,10 @@
 """SVG and HTML of the terminal rendering that look the same in every renderer, in two themes.
 
+HTML: the page takes the theme's background and foreground (Rich's default export is a white
+page, whatever the theme), names its language on ``<html>``, and puts every wide (CJK)
+character in a box exactly two cells (``2ch``) wide: a CJK glyph is one em, not the two cells
+of a monospace font the tables are laid out in, so the borders of a Chinese page were ragged.
+
 Rich's ``export_svg`` places each styled run of text at its first cell and stretches it with
 ``textLength`` to as many cells as it has *characters*: a Chinese character takes two cells, so
 ``公式`` was squeezed into the width of two cells instead of four (Chromium honours textLength).
@@ -18,10 +23,12 @@ from collections.abc import Iterator
 from typing import Literal
 
 from rich.cells import cell_len
+from rich.console import Console
 from rich.terminal_theme import SVG_EXPORT_THEME, TerminalTheme
 
 Theme = Literal["dark", "light"]
 THEMES: tuple[Theme, ...] = ("dark", "light")
+HTML_LANG = {"en": "en", "zh": "zh-Hans"}  # attn's --lang -> the page's language tag
 
 # For projectors and paper: white background, near-black text, ANSI colours dark enough to read
 # on white (GitHub's light terminal palette; yellow and white darkened to amber and grey).
@@ -113,3 +120,47 @@ def _wide(piece: str) -> bool:
 def _number(value: float) -> str:
     """A coordinate as Rich writes it."""
     return format(value, "g")
+
+
+# Rich's page template, with the page's language and title, a font stack whose CJK fallbacks
+# are monospace, and the box of a wide character; Rich fills in the {placeholders}.
+_FONTS = ("Menlo,'DejaVu Sans Mono',Consolas,'Noto Sans Mono CJK SC','Sarasa Mono SC',"
+          "'Courier New',monospace")  # fmt: skip
+_HTML_PAGE = """<!DOCTYPE html>
+<html lang="@LANG@">
+<head>
+<meta charset="UTF-8">
+<title>@TITLE@</title>
+<style>
+{stylesheet}
+body {{
+    color: {foreground};
+    background-color: {background};
+}}
+.w {{ display: inline-block; width: 2ch; text-align: center; }}
+</style>
+</head>
+<body>
+    <pre style="font-family:@FONTS@"><code style="font-family:inherit">{code}</code></pre>
+</body>
+</html>
+"""
+_TAG = re.compile(r"(<[^>]*>)")
+
+
+def html_page(console: Console, title: str, theme: Theme, lang: str) -> str:
+    """The recorded ``console`` as a standalone HTML page in ``theme``'s colours."""
+    title = html.escape(title).replace("{", "{{").replace("}", "}}")  # Rich formats the page
+    page = _HTML_PAGE.replace("@LANG@", HTML_LANG.get(lang, "en")).replace("@FONTS@", _FONTS)
+    exported = console.export_html(
+        theme=terminal_theme(theme), code_format=page.replace("@TITLE@", title), inline_styles=True
+    )
+    head, code = exported.split("<code", 1)
+    return head + "<code" + "".join(_boxed(part) for part in _TAG.split(code))
+
+
+def _boxed(part: str) -> str:
+    """Text between tags with each wide character in a box two cells wide (a tag as it is)."""
+    if part.startswith("<"):
+        return part
+    return "".join(f'<span class="w">{ch}</span>' if cell_len(ch) == 2 else ch for ch in part)
