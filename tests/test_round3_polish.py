@@ -360,3 +360,50 @@ def test_slides_name_their_language_and_theme() -> None:
     made = slides(trace, RenderOptions(lang="zh"), "html", theme="dark")
     assert made and all('<html lang="zh-Hans">' in slide.text for slide in made)
     assert all("background-color: #ffffff" not in slide.text for slide in made)
+
+
+# -- 6. plain output: no trailing blanks on a line or at the end ---------------------------------
+
+
+def _blank_trouble(text: str) -> list[str]:
+    """What breaks the promise of docs/ci.md: a line ending in a blank, a blank line at the end."""
+    lines = text.split("\n")
+    assert lines[-1] == "", "the text ends with a newline"
+    trouble = [f"line {n + 1}: {line!r}" for n, line in enumerate(lines) if line != line.rstrip()]
+    if len(lines) > 1 and not lines[-2].strip():
+        trouble.append("a blank line at the end")
+    return trouble
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("how", [["--no-color"], ["-f", "plain"], ["--no-color", "--explain"]])
+def test_plain_output_of_every_bundled_example_has_no_trailing_blanks(how: list[str]) -> None:
+    for name in BUNDLED:
+        result = run_cli("trace", name, *how)
+        assert result.exit_code == 0, result.stderr
+        assert not _blank_trouble(result.stdout), name
+
+
+@pytest.mark.parametrize("command", ["decode", "flash", "heatmap"])
+@pytest.mark.parametrize("how", [["--no-color"], ["-f", "plain"], ["--no-color", "--full"]])
+def test_plain_decode_flash_and_heatmap_have_no_trailing_blanks(
+    command: str, how: list[str]
+) -> None:
+    if command == "heatmap" and "--full" in how:
+        pytest.skip("heatmap has no --full")
+    for name in ("causal_multihead", "gptoss_sinks"):
+        result = run_cli(command, name, *how)
+        assert result.exit_code == 0, result.stderr
+        assert not _blank_trouble(result.stdout), name
+
+
+def test_no_color_to_a_pipe_is_the_plain_format() -> None:
+    for command in ("trace", "decode", "flash", "heatmap"):
+        plain = run_cli(command, "causal_multihead", "-f", "plain").stdout
+        assert run_cli(command, "causal_multihead", "--no-color").stdout == plain
+
+
+def test_color_to_a_pipe_is_still_colour() -> None:
+    result = run_cli("trace", "the_cat_sat", "--color")
+    assert result.exit_code == 0
+    assert "\x1b[" in result.stdout

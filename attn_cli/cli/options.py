@@ -210,14 +210,19 @@ def color_wanted(color: bool | None) -> bool | None:
 
 
 def plain_wanted(fmt: Enum, color: bool | None) -> bool:
-    """Plain text: asked for, or a table for a pipe or under NO_COLOR, unless --color/--no-color
-    chose (a table, coloured or not) or FORCE_COLOR asks for colour."""
+    """Plain text (no colour, no trailing blanks): asked for, or a table for a pipe or a file
+    (--no-color too), or under NO_COLOR; not when --color or FORCE_COLOR asks for colour.
+    --no-color on a terminal is the table without colour, at the terminal's width."""
     if fmt.value == "plain":
         return True
-    if fmt.value != "table" or color is not None:
+    if fmt.value != "table":
         return False
-    wanted = color_wanted(None)
-    return wanted is False or (wanted is None and not sys.stdout.isatty())
+    wanted = color_wanted(color)
+    if wanted is True:
+        return False
+    if not sys.stdout.isatty():
+        return True
+    return color is None and wanted is False
 
 
 _SIZE_VARIABLES = {"COLUMNS": MAX_WIDTH, "LINES": MAX_WIDTH}

@@ -114,11 +114,12 @@ def console(width: int | None, *, plain: bool, color: bool | None) -> "Console":
 
 
 def plain_text(renderable: Any, width: int | None, *, crop: bool = True) -> str:
-    """A renderable as plain text: no colour, fixed width, no trailing blanks; diffs cleanly."""
+    """A renderable as plain text: no colour, fixed width, no trailing blanks (at the end of a
+    line or of the text); diffs cleanly."""
     out = console(width or NON_TERMINAL_WIDTH, plain=True, color=False)
     with out.capture() as capture:
         out.print(renderable, crop=crop)
-    return "\n".join(line.rstrip() for line in capture.get().splitlines()) + "\n"
+    return "\n".join(line.rstrip() for line in capture.get().splitlines()).rstrip("\n") + "\n"
 
 
 def note(text: str, *, quiet: bool) -> None:
