@@ -47,9 +47,11 @@ from attn_cli.io.families import (
     LayerPlan,
     Norm,
     Tensor,
-    family_of,
+    check_keys,
+    check_tensors,
     plan_layer,
     prefix_of,
+    resolve_family,
 )
 from attn_cli.io.files import write_atomic_with
 from attn_cli.io.jsonfmt import JSONSyntaxError, load_plain_json
@@ -104,7 +106,8 @@ def import_layer(
     _check_inputs(layer, hidden, text)
     folder, files, config_path = _locate(Path(checkpoint), config)
     cfg = Config(_read_json(config_path, "config.json"), str(config_path))
-    family = family_of(cfg, arch)
+    family, overridden = resolve_family(cfg, arch)
+    ignored = check_keys(cfg, family)  # every key read, inert or neutral: none left unread
     plan = plan_layer(cfg, family, layer)
     tokens: list[str] | None = None
     if text is not None:  # the inputs are checked before any weight is read
@@ -116,6 +119,7 @@ def import_layer(
         rows = math.prod(X.shape[:-1])
     with _Reader(files) as reader:
         prefix = prefix_of(reader.names, plan, reader.source)
+        check_tensors(reader.names, prefix, plan, reader.source)
         _check_budget(reader, prefix, plan, rows, hidden, max_memory)
         found = {t.role: reader.read(prefix, t, plan) for t in plan.tensors}
         if text is not None:
@@ -125,7 +129,7 @@ def import_layer(
         X = _normalize(X, plan.pre_norm, found)
         _require_finite(X, str(checkpoint))
     fixture = _fixture(plan, found, X, tokens, Path(checkpoint), text, hidden)
-    notes = [*plan.notes, _x_note(plan, text is not None)]
+    notes = [*overridden, *ignored, *plan.notes, _x_note(plan, text is not None)]
     if widened:
         notes.append(f"{', '.join(widened)} tensors widened to float32 (exact)")
     return ImportedLayer(fixture=fixture, family=family, notes=tuple(notes))

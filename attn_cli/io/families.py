@@ -18,13 +18,14 @@ Families and their layouts (``X @ W`` is the fixture's convention):
 
 from __future__ import annotations
 
+import json
 import math
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from attn_cli.errors import InputError
+from attn_cli.errors import InputError, field_name
 
 LLAMA_LIKE = ("llama", "mistral", "qwen2", "qwen3", "gemma2", "gpt_oss")
 FAMILIES = ("bert", "gpt2", *LLAMA_LIKE)
@@ -97,6 +98,9 @@ class LayerPlan:
     qk_norm_eps: float | None = None
     sinks: bool = False
     notes: tuple[str, ...] = ()
+    block: str = ""  # the layer's own prefix (``layers.3.``): its modules below are checked
+    scopes: tuple[str, ...] = ()  # modules of the block whose every tensor the plan reads
+    unused: str = "$^"  # a regex (after ``block``) of tensors there the model never uses
 
 
 class Config:
@@ -161,9 +165,10 @@ def family_of(config: Config, arch: str | None) -> str:
         what = "a model type: " + ", ".join(FAMILIES)
         raise InputError(source, key, f"got {name!r}", what, option=option)
     if name not in FAMILIES:
+        why = f" ({KNOWN_TYPES[name]})" if name in KNOWN_TYPES else ""
         raise InputError(
-            source, key, f"model type {name!r} is not supported", "one of " + ", ".join(FAMILIES),
-            option=option,
+            source, key, f"model type {name!r} is not supported{why}",
+            "one of " + ", ".join(FAMILIES), option=option,
         )  # fmt: skip
     return name
 
@@ -239,6 +244,8 @@ def _bert(config: Config, layer: int) -> LayerPlan:
             Norm("layer", eps, "embed.norm.weight", "embed.norm.bias"),
         ),
         causal=False, scale=(C // H) ** -0.5,
+        block=f"encoder.layer.{layer}.", scopes=("attention.",),
+        unused=r"attention\.output\.LayerNorm\.(weight|bias)",  # after the residual add
     )  # fmt: skip
 
 
@@ -276,6 +283,7 @@ def _gpt2(config: Config, layer: int) -> LayerPlan:
         pre_norm=Norm("layer", eps, "norm.weight", "norm.bias"),
         embedding=Embedding("embed.tokens", "embed.positions"),
         causal=True, scale=scale, notes=tuple(notes),
+        block=p, scopes=("attn.", "ln_1."), unused=r"attn\.(bias|masked_bias)",  # mask buffers
     )  # fmt: skip
 
 
@@ -284,6 +292,8 @@ _HEAD_DIM = {"qwen3": 128, "gemma2": 256, "gpt_oss": 64}
 _THETA = {"gpt_oss": 150000.0}
 _EPS = {"gpt_oss": 1e-5}
 _BIAS = {"gpt_oss": True}  # attention_bias default; qwen2's q/k/v always have biases
+# Families whose attention reads attention_bias; Mistral has no biases, Qwen2 only q/k/v ones.
+_READS_BIAS = ("llama", "qwen3", "gemma2", "gpt_oss")
 
 
 def _llama_like(config: Config, family: str, layer: int) -> LayerPlan:
@@ -300,11 +310,13 @@ def _llama_like(config: Config, family: str, layer: int) -> LayerPlan:
         if given is None
         else config.whole("head_dim", given)
     )
-    bias = config.flag("attention_bias", _BIAS.get(family, False))
+    bias = family in _READS_BIAS and config.flag("attention_bias", _BIAS.get(family, False))
     tensors = _llama_tensors(family, f"layers.{layer}.", (C, H, Hkv, D), bias)
     eps = config.number("rms_norm_eps", _EPS.get(family, 1e-6))
     gemma = family == "gemma2"
     embed = (Tensor("embed.tokens", "embed_tokens.weight", (config.whole("vocab_size"), C)),)
+    if "layer_types" in KEYS[family].reads and config.has("layer_types"):
+        _layer_type(config, family, layer, layers)  # the whole list checked, window or not
     window, window_note = _window(config, family, layer, layers)
     scale = config.number("query_pre_attn_scalar", 256.0) ** -0.5 if gemma else D**-0.5
     softcap = config.optional_number("attn_logit_softcapping", 50.0) if gemma else None
@@ -326,6 +338,8 @@ def _llama_like(config: Config, family: str, layer: int) -> LayerPlan:
         causal=True, scale=scale, rope=rope, window=window,
         softcap=softcap, qk_norm_eps=eps if family == "qwen3" else None,
         sinks=family == "gpt_oss", notes=tuple(notes),
+        block=f"layers.{layer}.", scopes=("self_attn.", "input_layernorm."),
+        unused=r"self_attn\.rotary_emb\.inv_freq",  # a buffer older checkpoints saved
     )  # fmt: skip
 
 
@@ -370,15 +384,25 @@ def _llama_tensors(
 _PARTIAL_ROTARY: frozenset[str] = frozenset()
 
 
+_ROPE_KEYS = ("rope_type", "type", "rope_theta", "partial_rotary_factor")  # of a default rope
+
+
+def _rope_mapping(config: Config) -> tuple[Any, str]:
+    """The RoPE mapping and its key: ``rope_scaling`` where it is set, as transformers 5 takes
+    it over ``rope_parameters`` (``convert_rope_params_to_dict``), else ``rope_parameters``."""
+    if config.data.get("rope_scaling"):
+        return config.data["rope_scaling"], "rope_scaling"
+    if config.data.get("rope_parameters") is not None:
+        return config.data["rope_parameters"], "rope_parameters"
+    return config.data.get("rope_scaling"), "rope_scaling"
+
+
 def _rope(config: Config, family: str, head_dim: int) -> tuple[Rope, str]:
     """RoPE base and rotated dims from ``rope_parameters`` (transformers 5) or the legacy keys."""
-    params = config.data.get("rope_parameters")
-    key = "rope_parameters"
-    if params is None:
-        params, key = config.data.get("rope_scaling"), "rope_scaling"
+    params, key = _rope_mapping(config)
     params = {} if params is None else params
     if not isinstance(params, Mapping) or any(isinstance(v, Mapping) for v in params.values()):
-        raise config.error(key, f"got {params!r}", "one mapping such as {rope_type: default}")
+        raise config.error(key, f"got {_shown(params)}", "one mapping such as {rope_type: default}")
     rope_type = params.get("rope_type", params.get("type", "default"))
     if family == "gpt_oss" and key == "rope_scaling" and not params:
         rope_type = "yarn"  # GptOssConfig's default when the config says nothing
@@ -387,6 +411,12 @@ def _rope(config: Config, family: str, head_dim: int) -> tuple[Rope, str]:
             key, f"rope_type {rope_type!r} is not supported (a fixture's rope is base and dims)",
             "none or 'default'",
         )  # fmt: skip
+    other = next((k for k in params if k not in _ROPE_KEYS), None)
+    if other is not None:  # mrope_section, factor, ...: a rope attn would silently not apply
+        raise config.error(
+            f"{key}.{field_name(other)}", f"got {_shown(params[other])} in a default rope",
+            "only " + ", ".join(_ROPE_KEYS[:3]) + " and partial_rotary_factor",
+        )  # fmt: skip
     given = Config(params, config.source)
     base = (given if "rope_theta" in params else config).number(
         "rope_theta", _THETA.get(family, 10000.0)
@@ -394,12 +424,8 @@ def _rope(config: Config, family: str, head_dim: int) -> tuple[Rope, str]:
     factor = (given if "partial_rotary_factor" in params else config).number(
         "partial_rotary_factor", 1.0
     )
-    if family not in _PARTIAL_ROTARY:
-        note = "" if factor == 1 else (
-            f"partial_rotary_factor {factor} ignored: transformers' {family} rotates all "
-            f"{head_dim} dims of each head"
-        )  # fmt: skip
-        return Rope(base=base, dims=head_dim), note
+    if family not in _PARTIAL_ROTARY:  # check_keys notes (or refuses) the factor it ignores
+        return Rope(base=base, dims=head_dim), ""
     dims = int(head_dim * factor)
     if dims < 2 or dims % 2 or factor > 1:
         raise config.error(
@@ -469,3 +495,420 @@ def prefix_of(names: list[str], plan: LayerPlan, source: str) -> str:
             "one model per checkpoint",
         )  # fmt: skip
     return found[0] if found else ""
+
+
+# ---------------------------------------------------------------------------------------------
+# What a config.json may hold: an allowlist per family
+#
+# A key of config.json is accepted when the family's plan reads it (and checks its value), when
+# it cannot change one attention layer's numbers (INERT), or when its value is the neutral one
+# (a Rule). Any other key is refused unless it is null: attn does not guess what a key it does
+# not know does to the attention. Built from transformers 5.24's configuration_*.py of each
+# family (and of the families people mistake for them), and from the keys older versions wrote.
+
+
+@dataclass(frozen=True)
+class Rule:
+    """A key accepted at its neutral values only; ``does`` says what any other value does."""
+
+    neutral: tuple[Any, ...]
+    does: str
+
+
+@dataclass(frozen=True)
+class Need:
+    """Keys one of which a checkpoint read as the family must give (when ``when`` is true):
+    the family's default for them turns something on that another model may not have."""
+
+    keys: tuple[str, ...]
+    when: str | None = None
+
+
+@dataclass(frozen=True)
+class Keys:
+    """One family's config.json keys: read by its plan, inert for it, or neutral-only.
+
+    ``ignored`` keys are ones transformers' class of the family leaves unused: with that
+    model_type they are noted as ignored; read as the family (a model_type attn does not know),
+    their model's own code may use them, so they must be neutral. Read so, the keys of ``needs``
+    must be given, and those of ``assumed`` (an epsilon, a RoPE base) are noted when absent.
+    """
+
+    reads: frozenset[str]
+    inert: frozenset[str] = frozenset()
+    neutral: Mapping[str, Rule] = field(default_factory=dict)
+    ignored: Mapping[str, Rule] = field(default_factory=dict)
+    needs: tuple[Need, ...] = ()
+    assumed: tuple[str, ...] = ()
+
+
+# Keys that change no attention layer's numbers: bookkeeping, tokens, the MLP, the LM head.
+INERT = frozenset({
+    # PreTrainedConfig and what earlier versions of it saved
+    "model_type", "_name_or_path", "name_or_path", "_commit_hash", "architectures", "auto_map",
+    "custom_pipelines", "transformers_version", "torch_dtype", "dtype", "use_bfloat16",
+    "id2label", "label2id", "num_labels", "problem_type", "finetuning_task", "tokenizer_class",
+    "prefix", "task_specific_params", "return_dict", "use_return_dict", "output_attentions",
+    "output_hidden_states", "torchscript", "xla_device", "chunk_size_feed_forward",
+    "attn_implementation", "_attn_implementation", "_attn_implementation_autoset",
+    "experts_implementation", "use_cache", "cache_implementation", "gradient_checkpointing",
+    "initializer_range", "initializer_factor", "init_std", "vocab_size",
+    "max_position_embeddings", "tie_word_embeddings", "tie_encoder_decoder",
+    # token ids
+    "bos_token_id", "eos_token_id", "pad_token_id", "sep_token_id", "cls_token_id",
+    "mask_token_id", "unk_token_id", "decoder_start_token_id", "eod_token_id",
+    # generation settings (GenerationConfig._get_default_generation_params)
+    "max_length", "min_length", "do_sample", "early_stopping", "num_beams", "num_beam_groups",
+    "diversity_penalty", "temperature", "top_k", "top_p", "typical_p", "repetition_penalty",
+    "encoder_repetition_penalty", "length_penalty", "no_repeat_ngram_size",
+    "encoder_no_repeat_ngram_size", "bad_words_ids", "num_return_sequences", "output_scores",
+    "return_dict_in_generate", "forced_bos_token_id", "forced_eos_token_id",
+    "remove_invalid_values", "exponential_decay_length_penalty", "suppress_tokens",
+    "begin_suppress_tokens", "epsilon_cutoff", "eta_cutoff", "assistant_confidence_threshold",
+    "assistant_lookbehind", "target_lookbehind", "num_assistant_tokens",
+    "num_assistant_tokens_schedule",
+    # the MLP (traced by no stage), mixture-of-experts routing, the LM head
+    "hidden_act", "hidden_activation", "activation_function", "intermediate_size", "n_inner",
+    "mlp_bias", "pretraining_tp", "num_local_experts", "num_experts", "num_experts_per_tok",
+    "experts_per_token", "moe_intermediate_size", "shared_expert_intermediate_size",
+    "decoder_sparse_step", "mlp_only_layers", "norm_topk_prob", "output_router_logits",
+    "router_aux_loss_coef", "router_jitter_noise", "swiglu_alpha", "swiglu_limit",
+    "final_logit_softcapping", "logit_scale", "logits_scaling",
+    # quantized attention tensors are refused by their dtype, or as tensors the layout lacks
+    "quantization_config",
+})  # fmt: skip
+_DROPOUT = ("dropout", "_pdrop", "dropout_prob")  # key endings: dropout is off when tracing
+
+_OFF = (None, False)
+# Keys of other families that change the attention: accepted at their neutral value only.
+NEUTRAL = {
+    "pruned_heads": Rule((None, {}), "heads pruned from layers"),
+    "is_decoder": Rule(_OFF, "a decoder (causal) layer"),
+    "is_encoder_decoder": Rule(_OFF, "an encoder-decoder model"),
+    "add_cross_attention": Rule(_OFF, "cross-attention layers"),
+    "per_layer_config": Rule((None,), "settings that differ per layer"),
+    "position_embedding_type": Rule((None,), "the kind of position embedding"),
+    "use_qk_norm": Rule(_OFF, "a norm of each query and key (Cohere, Llama 4)"),
+    "qk_layernorm": Rule(_OFF, "a LayerNorm of each query and key (Phi, StableLM)"),
+    "clip_qkv": Rule((None,), "Q, K and V clamped to +-clip_qkv (OLMo)"),
+    "attention_multiplier": Rule((None,), "the attention scale in place of 1/sqrt(head_dim) "
+                                          "(Granite)"),
+    "embedding_multiplier": Rule((None, 1, 1.0), "a factor on the embeddings (Granite)"),
+    "attn_logit_softcapping": Rule((None,), "scores softcapped (Gemma 2)"),
+    "query_pre_attn_scalar": Rule((None,), "the scale 1/sqrt(query_pre_attn_scalar) (Gemma)"),
+    "use_bidirectional_attention": Rule(_OFF, "attention without the causal mask"),
+    "sliding_window": Rule((None,), "a sliding window"),
+    "use_sliding_window": Rule(_OFF, "a sliding window"),
+    "max_window_layers": Rule((None,), "which layers slide (Qwen)"),
+    "layer_types": Rule((None,), "attention that differs per layer"),
+    "sliding_window_pattern": Rule((None,), "sliding and global layers alternating"),
+    "_sliding_window_pattern": Rule((None,), "sliding and global layers alternating"),
+    "rope_local_base_freq": Rule((None,), "a second RoPE base for sliding layers (Gemma 3)"),
+    "no_rope_layers": Rule((None,), "layers without RoPE (SmolLM3, Llama 4)"),
+    "no_rope_layer_interval": Rule((None,), "layers without RoPE (SmolLM3, Llama 4)"),
+    "attention_chunk_size": Rule((None,), "chunked attention (Llama 4)"),
+    "attn_temperature_tuning": Rule(_OFF, "queries scaled by position (Llama 4)"),
+    "partial_rotary_factor": Rule((None, 1, 1.0), "RoPE on part of each head"),
+    "rotary_pct": Rule((None, 1, 1.0), "RoPE on part of each head (GPT-NeoX)"),
+    "rotary_dim": Rule((None,), "RoPE on part of each head (GPT-J)"),
+    "rope_interleave": Rule(_OFF, "RoPE on interleaved pairs"),
+    "rope_theta": Rule((None,), "rotary position embeddings"),
+    "rope_scaling": Rule((None,), "rotary position embeddings"),
+    "rope_parameters": Rule((None,), "rotary position embeddings"),
+    "alibi": Rule(_OFF, "ALiBi position biases"),
+    "use_mrope": Rule(_OFF, "multimodal RoPE (Qwen2-VL)"),
+    "num_key_value_heads": Rule((None,), "grouped key/value heads"),
+    "head_dim": Rule((None,), "a head size other than hidden / heads"),
+    "attention_bias": Rule(_OFF, "biases on the projections"),
+    "layer_norm_eps": Rule((None,), "LayerNorm where this family's norm is RMSNorm"),
+    "layer_norm_epsilon": Rule((None,), "LayerNorm where this family's norm is RMSNorm"),
+    "norm_epsilon": Rule((None,), "a LayerNorm (StarCoder 2)"),
+    "rms_norm_eps": Rule((None,), "RMSNorm where this family's norm is LayerNorm"),
+}  # fmt: skip
+
+_ROTARY = frozenset({"rope_parameters", "rope_scaling", "rope_theta"})
+_LLAMA_READS = _ROTARY | {
+    "hidden_size", "num_attention_heads", "num_key_value_heads", "num_hidden_layers",
+    "head_dim", "rms_norm_eps",
+}  # fmt: skip
+_WINDOWED = frozenset({"sliding_window", "layer_types"})
+_QWEN_NEEDS = (
+    Need(("sliding_window",), when="use_sliding_window"),
+    Need(("max_window_layers", "layer_types"), when="use_sliding_window"),
+)
+_LLAMA_ASSUMED = ("rms_norm_eps", "rope_theta")
+_FULL_ROPE = Rule((None, 1, 1.0), "transformers' {family} rotates every dim of each head")
+_NO_BIAS = Rule(_OFF, "transformers' {family} reads no attention_bias")
+
+KEYS: dict[str, Keys] = {
+    "bert": Keys(
+        reads=frozenset({"hidden_size", "num_hidden_layers", "num_attention_heads",
+                         "layer_norm_eps", "type_vocab_size", "is_decoder"}),
+        inert=frozenset({"directionality", "pooler_fc_size", "pooler_num_attention_heads",
+                         "pooler_num_fc_layers", "pooler_size_per_head", "pooler_type"}),
+        neutral={"position_embedding_type": Rule((None, "absolute"), "relative positions")},
+        assumed=("layer_norm_eps",),
+    ),
+    "gpt2": Keys(
+        reads=frozenset({"n_embd", "n_head", "n_layer", "n_positions", "layer_norm_epsilon",
+                         "scale_attn_weights", "scale_attn_by_inverse_layer_idx"}),
+        # n_ctx: unused since transformers 2; reorder_and_upcast_attn: the same product in float32
+        inert=frozenset({"n_ctx", "summary_type", "summary_use_proj", "summary_activation",
+                         "summary_proj_to_labels", "summary_first_dropout",
+                         "reorder_and_upcast_attn"}),
+        assumed=("layer_norm_epsilon",),
+    ),
+    "llama": Keys(
+        reads=_LLAMA_READS | {"attention_bias"},
+        ignored={"partial_rotary_factor": _FULL_ROPE,
+                 "sliding_window": Rule((None,), "transformers' llama has no sliding window")},
+        assumed=_LLAMA_ASSUMED,
+    ),
+    "mistral": Keys(
+        reads=_LLAMA_READS | {"sliding_window"},
+        ignored={"partial_rotary_factor": _FULL_ROPE, "attention_bias": _NO_BIAS,
+                 "layer_types": Rule((None,), "transformers' mistral slides every layer")},
+        needs=(Need(("sliding_window",)),), assumed=_LLAMA_ASSUMED,
+    ),
+    "qwen2": Keys(
+        reads=_LLAMA_READS | _WINDOWED | {"use_sliding_window", "max_window_layers"},
+        ignored={"partial_rotary_factor": _FULL_ROPE, "attention_bias": _NO_BIAS},
+        needs=_QWEN_NEEDS, assumed=_LLAMA_ASSUMED,
+    ),
+    "qwen3": Keys(
+        reads=_LLAMA_READS | _WINDOWED | {"use_sliding_window", "max_window_layers",
+                                          "attention_bias"},
+        ignored={"partial_rotary_factor": _FULL_ROPE},
+        needs=(*_QWEN_NEEDS, Need(("head_dim",))), assumed=_LLAMA_ASSUMED,
+    ),
+    "gemma2": Keys(
+        reads=_LLAMA_READS | _WINDOWED | {"attention_bias", "query_pre_attn_scalar",
+                                          "attn_logit_softcapping", "use_bidirectional_attention"},
+        inert=frozenset({"sliding_window_size"}),  # early configs; the model reads sliding_window
+        ignored={"partial_rotary_factor": _FULL_ROPE},
+        needs=tuple(Need((k,)) for k in ("head_dim", "query_pre_attn_scalar",
+                                         "attn_logit_softcapping", "sliding_window",
+                                         "layer_types")),
+        assumed=_LLAMA_ASSUMED,
+    ),
+    "gpt_oss": Keys(
+        reads=_LLAMA_READS | _WINDOWED | {"attention_bias"},
+        inert=frozenset({"initial_context_length"}),  # the yarn rope's, which is refused
+        ignored={"partial_rotary_factor": _FULL_ROPE},
+        needs=tuple(Need((k,)) for k in ("head_dim", "attention_bias", "sliding_window",
+                                         "layer_types")),
+        assumed=_LLAMA_ASSUMED,
+    ),
+}  # fmt: skip
+
+# Model types attn knows and does not import, with what their attention does that a family's
+# plan would miss: --arch never reads one of them as a family.
+KNOWN_TYPES = {
+    "roberta": "position ids start at padding_idx + 1",
+    "xlm-roberta": "position ids start at padding_idx + 1",
+    "camembert": "position ids start at padding_idx + 1",
+    "distilbert": "q_lin/k_lin/v_lin/out_lin tensors and no token types",
+    "opt": "learned positions offset by 2",
+    "gemma": "a Gemma layer: RMSNorm with 1 + weight, embeddings times sqrt(hidden)",
+    "gemma3": "q/k RMSNorm and a second RoPE base for sliding layers",
+    "gemma3_text": "q/k RMSNorm and a second RoPE base for sliding layers",
+    "cohere": "LayerNorm, RoPE on interleaved pairs, an optional q/k norm",
+    "cohere2": "RoPE on interleaved pairs on sliding layers and none on global ones, LayerNorm",
+    "ernie4_5": "RoPE on interleaved pairs",
+    "granite": "attention_multiplier as the scale, multipliers on embeddings and residuals",
+    "granitemoe": "attention_multiplier as the scale, multipliers on embeddings and residuals",
+    "qwen2_moe": "its own defaults and experts (attention as Qwen2's)",
+    "qwen3_moe": "its own defaults and experts (attention as Qwen3's, with q/k norm)",
+    "mixtral": "its own defaults and experts (attention as Mistral's, sliding_window default "
+               "none)",
+    "ministral": "sliding and global layers alternating (layer_types)",
+    "smollm3": "no RoPE on every fourth layer (no_rope_layers)",
+    "starcoder2": "LayerNorm with biases, biases on every projection, a sliding window",
+    "olmo": "Q, K and V clamped (clip_qkv), LayerNorm without weights",
+    "olmo2": "q/k RMSNorm over all heads together, norms after attention and not before",
+    "olmo3": "q/k RMSNorm over all heads together, norms after attention, sliding layers",
+    "phi": "RoPE on part of each head, LayerNorm, biases, an optional q/k LayerNorm",
+    "phi3": "a fused qkv_proj and longrope scaling",
+    "gpt_neox": "a fused per-head query_key_value and RoPE on 25% of each head",
+    "gptj": "RoPE on interleaved pairs of part of each head",
+    "stablelm": "RoPE on part of each head, LayerNorm, an optional q/k LayerNorm",
+    "exaone4": "no RoPE on global layers, q/k norm, norms after attention",
+    "glm4": "RoPE on interleaved pairs of half of each head, q/k/v biases",
+    "hunyuan_v1_dense": "q/k norm after RoPE, dynamic NTK scaling",
+    "llama4_text": "chunked attention, layers without RoPE, q/k L2 norm, temperature tuning",
+    "deepseek_v3": "multi-head latent attention",
+    "falcon": "a fused query_key_value, multi-query heads, parallel attention, optional ALiBi",
+    "bloom": "ALiBi position biases and a fused query_key_value",
+    "mpt": "ALiBi position biases and a fused Wqkv",
+}  # fmt: skip
+
+
+def resolve_family(config: Config, arch: str | None) -> tuple[str, tuple[str, ...]]:
+    """The family (config.json's model_type, or ``arch``) and a note of what ``arch`` overrode.
+
+    ``arch`` reads a model_type attn does not know (a fine-tune's own name, or none) as that
+    family, every key then checked against the family's allowlist; a model_type attn knows
+    as another family, or as a model it does not import, is refused.
+    """
+    family = family_of(config, arch)
+    model_type = config.data.get("model_type")
+    if arch is None or model_type == family:
+        return family, ()
+    if isinstance(model_type, str) and (model_type in FAMILIES or model_type in KNOWN_TYPES):
+        why = KNOWN_TYPES.get(model_type, f"attn imports it as {model_type}, with its own defaults")
+        raise InputError(
+            config.source, "model_type", f"{model_type!r} is not {family}: {why}",
+            f"a {family} checkpoint, or one whose model_type attn does not know", option="arch",
+        )  # fmt: skip
+    _check_architectures(config, family)
+    shown = "no model_type" if model_type is None else f"model_type {_shown(model_type)}"
+    return family, (
+        f"{shown} read as {family}, as asked: every config.json key is one {family} reads, "
+        "one that cannot change the attention, or at its neutral value",
+    )
+
+
+def _normal(name: str) -> str:
+    """A model type or class name without case, ``_`` and ``-``: ``xlm-roberta`` -> xlmroberta."""
+    return re.sub(r"[_\-]", "", name).lower()
+
+
+_KNOWN = {_normal(t): t for t in (*FAMILIES, *KNOWN_TYPES)}
+_CLASS = re.compile(r"(.+?)(Model|LMHeadModel|PreTrainedModel|For[A-Z]\w*)")
+
+
+def _check_architectures(config: Config, family: str) -> None:
+    """``architectures`` names no class of a model type attn knows as other than ``family``."""
+    classes = config.data.get("architectures")
+    for name in classes if isinstance(classes, list) else []:
+        match = _CLASS.fullmatch(name) if isinstance(name, str) else None
+        known = _KNOWN.get(_normal(match.group(1))) if match else None
+        if known is not None and known != family:
+            why = KNOWN_TYPES.get(known, f"attn imports it as {known}")
+            raise InputError(
+                config.source, "architectures", f"names {name!r}, a {known} model: {why}",
+                f"a {family} checkpoint", option="arch",
+            )  # fmt: skip
+
+
+def check_keys(config: Config, family: str) -> tuple[str, ...]:
+    """Every config.json key is read by the family, inert, or neutral; notes of keys ignored.
+
+    A key that is none of these is refused with its value and what attn expected: a key that
+    changes the attention and is not understood is never ignored.
+    """
+    keys = KEYS[family]
+    native = config.data.get("model_type") == family
+    notes: list[str] = []
+    for key, value in config.data.items():
+        if key in keys.reads or key in keys.inert or key in INERT or key.endswith(_DROPOUT):
+            continue
+        ignored = keys.ignored.get(key)
+        rule = ignored or keys.neutral.get(key) or NEUTRAL.get(key) or _UNKNOWN
+        if _is_neutral(value, rule):
+            continue
+        if ignored is not None and native:
+            notes.append(f"{key} {_spelled(value)} ignored: {rule.does.format(family=family)}")
+            continue
+        raise _refusal(config, key, value, rule, family, ignored is not None)
+    notes += _nested_partial_rotary(config, family, native)
+    if not native:
+        notes += _defaults_given(config, family)
+    return tuple(notes)
+
+
+def _defaults_given(config: Config, family: str) -> list[str]:
+    """Read as ``family``, a checkpoint gives each key whose default turns something on (a
+    window, a softcap, a scale); an epsilon or RoPE base left out is noted as assumed."""
+    model_type = config.data.get("model_type")
+
+    def given(key: str) -> bool:
+        params = _rope_mapping(config)[0] if key == "rope_theta" else None
+        return key in config.data or (isinstance(params, Mapping) and key in params)
+
+    keys = KEYS[family]
+    for need in keys.needs:
+        if (need.when is None or config.data.get(need.when) is True) and not any(
+            given(k) for k in need.keys
+        ):
+            raise InputError(
+                config.source, need.keys[0], f"missing: model_type {_spelled(model_type)} is "
+                f"not {family}, so {family}'s default cannot be assumed",
+                "the key, as the model sets it", option="arch",
+            )  # fmt: skip
+    absent = [k for k in keys.assumed if not given(k)]
+    return [f"{', '.join(absent)} absent: {family}'s default assumed"] if absent else []
+
+
+_UNKNOWN = Rule((None,), "a key attn's {family} import does not know (it may change the attention)")
+
+
+def _nested_partial_rotary(config: Config, family: str, native: bool) -> list[str]:
+    """partial_rotary_factor inside the rope mapping, under the family's rule for the key."""
+    params, key = _rope_mapping(config)
+    if not isinstance(params, Mapping) or "partial_rotary_factor" not in params:
+        return []
+    value = params["partial_rotary_factor"]
+    rule = KEYS[family].ignored.get("partial_rotary_factor") or NEUTRAL["partial_rotary_factor"]
+    if _is_neutral(value, rule):
+        return []
+    name = f"{key}.partial_rotary_factor"
+    ignored = "partial_rotary_factor" in KEYS[family].ignored
+    if native and ignored:
+        return [f"{name} {_spelled(value)} ignored: {rule.does.format(family=family)}"]
+    raise _refusal(config, name, value, rule, family, ignored)
+
+
+def _is_neutral(value: Any, rule: Rule) -> bool:
+    """``value`` is one of the rule's neutral values (true is not 1, as JSON tells them apart)."""
+    return any(
+        type(value) is type(n) and value == n
+        if isinstance(value, bool) or isinstance(n, bool)
+        else value == n
+        for n in rule.neutral
+    )
+
+
+def _refusal(
+    config: Config, key: str, value: Any, rule: Rule, family: str, ignored: bool
+) -> InputError:
+    """One line naming the key, its value, what it does, and the values attn accepts."""
+    does = rule.does.format(family=family)
+    if ignored:  # a key the family's class leaves unused, in a checkpoint of another model type
+        model_type = config.data.get("model_type")
+        does += f", but model_type {_spelled(model_type)} is not {family} and may use it"
+    elif rule is not _UNKNOWN:
+        does += f", which attn's {family} import does not model"
+    accepted = "absent or " + " or ".join(json.dumps(n) for n in rule.neutral)
+    return config.error(field_name(key), f"got {_spelled(value)}: {does}", accepted)
+
+
+def _spelled(value: Any, limit: int = 60) -> str:
+    """``value`` as JSON spells it (true, null), cut short for a one-line message."""
+    text = json.dumps(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def check_tensors(names: list[str], prefix: str, plan: LayerPlan, source: str) -> None:
+    """Every tensor of the layer's attention and pre-norm modules is one the plan reads.
+
+    A q_norm, a bias or a scale the family's layout has no place for means another model:
+    refused, never left out of the trace. A prefix naming another model type is refused too.
+    """
+    stem = _KNOWN.get(_normal(prefix.rstrip(".").rsplit(".", 1)[-1])) if prefix else None
+    if stem is not None and stem != plan.family:
+        raise InputError(
+            source, "", f"tensors under {prefix!r}, a {stem} model",
+            f"a {plan.family} checkpoint", option="arch",
+        )  # fmt: skip
+    read = {prefix + t.name for t in plan.tensors}
+    block = prefix + plan.block
+    unused = re.compile(plan.unused)
+    for name in names:
+        inside = name.startswith(block) and name[len(block) :].startswith(plan.scopes)
+        if inside and name not in read and not unused.fullmatch(name[len(block) :]):
+            raise InputError(
+                source, name, f"a tensor of layer {plan.layer}'s attention that the "
+                f"{plan.family} layout has no place for",
+                f"only the tensors of {plan.family}'s attention ({_shown(sorted(read), 200)})",
+            )  # fmt: skip
