@@ -304,7 +304,7 @@ def test_worked_cell_text_in_the_cli() -> None:
     assert "scaled[The, cat] = scores[The, cat] × 0.7071 = 8 × 0.7071 = 5.6569" in out
     assert "softmax over the row of The: m = the row maximum = 5.6569" in out
     assert re.search(r"cat ◀\s+5\.6569\s+0\s+1\s+0\.9411", out)
-    assert re.search(r"The\s+0\s+-5\.6569\s+0\.0035\s+0\.0033", out)
+    assert re.search(r"The\s+0\s+−5\.6569\s+0\.0035\s+0\.0033", out)  # U+2212, as −∞
     assert "Σ e^(x − m) = 1.0626; softmax[The, cat] = 1 / 1.0626 = 0.9411" in out
     # output[The] = 0.0033×[2, 1] + 0.9411×[0, 2] + 0.0556×[2, 2] = [0.1178, 1.9967]
     assert "output[The, 0] = 0.0033×2 + 0.9411×0 + 0.0556×2 = 0.0066 + 0 + 0.1112 = 0.1178" in out

@@ -3,6 +3,7 @@ themes, blank lines in plain output, the step-mode keys and the minus sign."""
 
 from __future__ import annotations
 
+import math
 import re
 import shlex
 import shutil
@@ -407,3 +408,96 @@ def test_color_to_a_pipe_is_still_colour() -> None:
     result = run_cli("trace", "the_cat_sat", "--color")
     assert result.exit_code == 0
     assert "\x1b[" in result.stdout
+
+
+# -- 7. the keys of step mode as docs/classroom.md lists them; one minus sign per kind of text ---
+
+# The keys' names as the doc writes them, and the bytes a terminal sends for each.
+KEY_BYTES: dict[str, tuple[bytes, ...]] = {
+    "Enter": (b"\r", b"\n"), "Space": (b" ",), "→": (b"\x1b[C", b"\x1bOC"), "n": (b"n",),
+    "l": (b"l",), "←": (b"\x1b[D", b"\x1bOD"), "Backspace": (b"\x7f", b"\x08"), "b": (b"b",),
+    "p": (b"p",), "h": (b"h",), "↓": (b"\x1b[B", b"\x1bOB"), "j": (b"j",),
+    "↑": (b"\x1b[A", b"\x1bOA"), "k": (b"k",), "Page Down": (b"\x1b[6~",),
+    "Page Up": (b"\x1b[5~",), "Home": (b"\x1b[H", b"\x1bOH", b"\x1b[1~", b"\x1b[7~"),
+    "End": (b"\x1b[F", b"\x1bOF", b"\x1b[4~", b"\x1b[8~"), "g": (b"g",), "?": (b"?",),
+    "q": (b"q",), "Q": (b"Q",), "Esc": (b"\x1b",), "Ctrl-C": (b"\x03",), "Ctrl-D": (b"\x04",),
+}  # fmt: skip
+DOES = {  # how the doc's "does" column begins, for each action of the pager
+    "next": "next stage", "back": "previous stage", "down": "scroll down one line",
+    "up": "scroll up one line", "pgdn": "scroll down one screen", "pgup": "scroll up one screen",
+    "home": "top of the stage", "end": "bottom of the stage", "goto": "go to a stage",
+    "help": "the keys", "quit": "quit",
+}  # fmt: skip
+
+
+def _doc_keys() -> list[tuple[list[str], str]]:
+    """The rows of the keys table of docs/classroom.md: the keys, what they do."""
+    lines = (DOCS / "classroom.md").read_text("utf-8").splitlines()
+    start = lines.index("| key | does |") + 2
+    rows = []
+    for line in lines[start:]:
+        if not line.startswith("|"):
+            break
+        keys, does = (cell.strip() for cell in line.strip("|").split("|"))
+        rows.append((keys.split(", "), does))
+    return rows
+
+
+def test_the_classroom_keys_table_is_the_pagers_key_map() -> None:
+    from attn_cli.present.step import KEYS
+
+    documented: dict[bytes, str] = {}
+    for keys, does in _doc_keys():
+        if keys == ["1 … 9"]:
+            assert does.startswith("go to that stage")  # digits: on_key's go-to prompt
+            continue
+        actions = {KEYS[sent] for key in keys for sent in KEY_BYTES[key]}
+        assert len(actions) == 1, f"one row, one action: {keys}"
+        (action,) = actions
+        assert does.startswith(DOES[action]), (keys, does)
+        documented.update(dict.fromkeys((s for key in keys for s in KEY_BYTES[key]), action))
+    assert documented == KEYS  # every key of the pager, and no other, as the doc says
+
+
+def test_the_pager_help_and_the_doc_agree_on_page_down() -> None:
+    """PgDn scrolls (the doc said it went to the next stage): at the bottom it moves on."""
+    from attn_cli.present.pager import HELP
+
+    page = ("PgDn  PgUp", "scroll one screen; past the end, the next (previous) stage")
+    assert page in HELP["en"]
+    assert ("↓ ↑  j k", "scroll one line") in HELP["en"]
+
+
+@pytest.mark.parametrize(
+    ("x", "table", "formula"),
+    [(-5.65685, "-5.6569", "−5.6569"), (-math.inf, "-inf", "−∞"), (math.inf, "inf", "∞"),
+     (-0.00001, "0.0000", "0.0000"), (-2.0, "-2.0000", "−2"), (3.5, "3.5000", "3.5000")],
+)  # fmt: skip
+def test_one_formatter_two_styles(x: float, table: str, formula: str) -> None:
+    """Tables ASCII (as plain output and goldens are), formulas with U+2212 (as −∞ is)."""
+    from attn_cli.present.text import factor, format_number, short_number
+
+    assert format_number(x, 4) == table
+    assert short_number(x, 4) == formula
+    if formula.startswith("−"):
+        assert factor(x, 4) == f"({formula})"
+
+
+def test_a_worked_cell_writes_every_minus_alike() -> None:
+    result = run_cli("trace", "the_cat_sat", "--cell", "The,cat", "--stage", "softmax",
+                     "--no-color")  # fmt: skip
+    assert result.exit_code == 0, result.stderr
+    cell = result.stdout.split("worked cell", 1)[1]
+    assert "−5.6569" in cell
+    assert not re.search(r"(?<![\w.])-\d", cell)  # no ASCII hyphen before a number
+    table = result.stdout.split("worked cell", 1)[0]
+    assert re.search(r"\s-\d\.\d{4}\s", table) or "−" not in table  # tables keep ASCII
+
+
+def test_flash_tiles_write_numbers_as_the_trace_tables_do() -> None:
+    flash = run_cli("flash", "gptoss_sinks", "--no-color").stdout
+    trace = run_cli("trace", "gptoss_sinks", "--no-color", "--stage", "masked").stdout
+    for out in (flash, trace):
+        assert re.search(r"\s-inf\b", out)  # a table's −∞, as the goldens spell it
+        assert re.search(r"\s-\d+\.\d{4}\b", out)  # and its negative numbers
+        assert not re.search(r"−\d", out)

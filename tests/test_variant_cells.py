@@ -193,14 +193,14 @@ def cell_lines(name: str, stage: str, ref: CellRef, lang: str = "en", head: int 
 def test_rope_cell_shows_one_pair_by_hand() -> None:
     # partial_rope_softcap, query r (position 2), interleaved, base 100, dims 4:
     # pair 0 = dims (0, 1), angle = 2 × 100^0 = 2; Q[r] = (1, 1): cos 2 = -0.4161, sin 2 = 0.9093
-    # Q_rot[r, 0] = 1×(-0.4161) − 1×0.9093 = -1.3254; Q_rot[r, 1] = 0.9093 − 0.4161 = 0.4932
+    # Q_rot[r, 0] = 1×(−0.4161) − 1×0.9093 = −1.3254; Q_rot[r, 1] = 0.9093 − 0.4161 = 0.4932
     # pair 1 = dims (2, 3), angle = 2 × 100^(−2/4) = 0.2
     text = cell_lines("partial_rope_softcap", "Q_rot", CellRef(2, 0))
     assert "Q_rot[r] rotates Q[r] at position 2" in text
     assert "pair 0, dimensions (0, 1): angle = 2 × 100^(−0/4) = 2 × 1 = 2;" in text
-    assert "cos = -0.4161, sin = 0.9093" in text
-    assert "Q_rot[r, 0] = a·cos − b·sin = 1×(-0.4161) − 1×0.9093 = -1.3254" in text
-    assert "Q_rot[r, 1] = a·sin + b·cos = 1×0.9093 + 1×(-0.4161) = 0.4932" in text
+    assert "cos = −0.4161, sin = 0.9093" in text
+    assert "Q_rot[r, 0] = a·cos − b·sin = 1×(−0.4161) − 1×0.9093 = −1.3254" in text
+    assert "Q_rot[r, 1] = a·sin + b·cos = 1×0.9093 + 1×(−0.4161) = 0.4932" in text
     assert "pair 1, dimensions (2, 3): angle = 2 × 100^(−2/4) = 2 × 0.1 = 0.2;" in text
     assert "dimensions 4 to 5 pass through unchanged (partial rotary)" in text
     key = cell_lines("partial_rope_softcap", "K_rot", CellRef(2, 1))
@@ -238,9 +238,9 @@ def test_alibi_cell_by_hand() -> None:
     # 2 heads: slopes 2^-4 = 0.0625 and 2^-8; query d (position 6), key c (position 5)
     text = cell_lines("alibi_window_bias", "alibi", CellRef(3, 2))
     assert "head 0's ALiBi bias: −slope × |query position − key position|" in text
-    assert "alibi[d, c] = −0.0625 × |6 − 5| = −0.0625 × 1 = -0.0625" in text
+    assert "alibi[d, c] = −0.0625 × |6 − 5| = −0.0625 × 1 = −0.0625" in text
     head1 = cell_lines("alibi_window_bias", "alibi", CellRef(3, 0), head=1)
-    assert "alibi[d, a] = −0.003906 × |6 − 0| = −0.003906 × 6 = -0.0234" in head1
+    assert "alibi[d, a] = −0.003906 × |6 − 0| = −0.003906 × 6 = −0.0234" in head1
 
 
 def test_masked_cell_shows_the_alibi_term_and_the_fill() -> None:
@@ -248,7 +248,7 @@ def test_masked_cell_shows_the_alibi_term_and_the_fill() -> None:
     assert "plus the ALiBi bias:" in text
     # bias[c] = 0.25; scaled = Q[d]·K[c] / √2 = (0.5 − 1) / √2 = -0.3536
     assert (
-        "scaled[d, c] + bias[d, c] + alibi[d, c] = -0.3536 + 0.2500 + (-0.0625) = -0.1661" in text
+        "scaled[d, c] + bias[d, c] + alibi[d, c] = −0.3536 + 0.2500 + (−0.0625) = −0.1661" in text
     )
     assert "this key may be attended" in text
     blocked = cell_lines("alibi_window_bias", "masked", CellRef(3, 0))  # 6 − 0 >= window 2
@@ -261,8 +261,8 @@ def test_masked_cell_of_a_finite_sentinel_says_it_is_not_minus_infinity() -> Non
     hidden = cell_text(trace, cells[1], "masked", "en")
     assert hidden is not None
     assert hidden.lines == (
-        "masked[d, d] = -10000",
-        "this key may not be attended, but the fixture fills it with -10000, not −∞: its "
+        "masked[d, d] = −10000",
+        "this key may not be attended, but the fixture fills it with −10000, not −∞: its "
         "weight will be small, yet not 0",
     )
     zh = cell_text(trace, cells[1], "masked", "zh")

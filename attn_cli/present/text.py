@@ -41,31 +41,41 @@ def safe(text: str) -> str:
     return printable(text)
 
 
-def format_number(x: float, precision: int) -> str:
-    """Fixed-point with ``precision`` digits; never ``-0.0000``; infinities spelled out."""
+MINUS = "\u2212"  # −, the minus sign of formulas
+
+
+def format_number(x: float, precision: int, *, math_style: bool = False) -> str:
+    """Fixed-point with ``precision`` digits; never ``-0.0000``; infinities spelled out.
+
+    The one number formatter. Tables are data: an ASCII hyphen and ``-inf``, as a program
+    reading plain output expects. ``math_style`` (worked cells and explanations, which write
+    ``e^(x − m)`` and ``−∞``): the minus sign U+2212 and ``−∞``. An ASCII console gets ``-`` and
+    ``-inf`` for both (cli/output.py).
+    """
     if math.isnan(x):
         return "nan"
     if math.isinf(x):
+        if math_style:
+            return MINUS + "∞" if x < 0 else "∞"
         return "-inf" if x < 0 else "inf"
     s = f"{x:.{precision}f}"
     if s.startswith("-") and not s.strip("-0.").strip():
         s = s[1:]
-    return s
+    return MINUS + s[1:] if math_style and s.startswith("-") else s
 
 
 def short_number(x: float, precision: int) -> str:
-    """A whole number without decimals (``8``), else ``format_number``; −∞ as a symbol."""
-    if math.isinf(x):
-        return "−∞" if x < 0 else "∞"
-    if x == int(x) and abs(x) < 1e15:
-        return str(int(x))
-    return format_number(x, precision)
+    """A number in a formula: a whole one without decimals (``8``), else ``format_number``;
+    the minus sign and −∞ as formulas write them."""
+    if not math.isinf(x) and x == int(x) and abs(x) < 1e15:
+        return str(int(x)).replace("-", MINUS)
+    return format_number(x, precision, math_style=True)
 
 
 def factor(x: float, precision: int) -> str:
-    """A number as a factor in a product: negative ones in parentheses, ``2×(-1)``."""
+    """A number as a factor in a product: negative ones in parentheses, ``2×(−1)``."""
     s = short_number(x, precision)
-    return f"({s})" if s.startswith(("-", "−")) else s
+    return f"({s})" if s.startswith(("-", MINUS)) else s
 
 
 def header_lines(trace: Trace, lang: Lang = "en") -> list[tuple[str, str]]:
