@@ -647,6 +647,8 @@ KEYS: dict[str, Keys] = {
         inert=frozenset({"directionality", "pooler_fc_size", "pooler_num_attention_heads",
                          "pooler_num_fc_layers", "pooler_size_per_head", "pooler_type"}),
         neutral={"position_embedding_type": Rule((None, "absolute"), "relative positions")},
+        ignored={"pad_token_id": Rule((None, 0), "transformers' bert starts positions at 0 "
+                                              "(RoBERTa's at pad_token_id + 1)")},
         assumed=("layer_norm_eps",),
     ),
     "gpt2": Keys(
@@ -801,10 +803,13 @@ def check_keys(config: Config, family: str) -> tuple[str, ...]:
     native = config.data.get("model_type") == family
     notes: list[str] = []
     for key, value in config.data.items():
-        if key in keys.reads or key in keys.inert or key in INERT or key.endswith(_DROPOUT):
+        if key in keys.reads or key in keys.inert:
             continue
         ignored = keys.ignored.get(key)
-        rule = ignored or keys.neutral.get(key) or NEUTRAL.get(key) or _UNKNOWN
+        own = ignored or keys.neutral.get(key)  # the family's rule before the shared tables
+        if own is None and (key in INERT or key.endswith(_DROPOUT)):
+            continue
+        rule = own or NEUTRAL.get(key) or _UNKNOWN
         if _is_neutral(value, rule):
             continue
         if ignored is not None and native:
