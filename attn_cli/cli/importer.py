@@ -48,7 +48,10 @@ ConfigOption = Annotated[
 ]
 ArchOption = Annotated[
     Optional[str],  # noqa: UP045
-    typer.Option(help="Override the family read from config.json's model_type."),
+    typer.Option(
+        help="Read a checkpoint whose model_type attn does not know as this family; every "
+        "config.json key is then checked against the family's (a model attn knows is refused)."
+    ),
 ]
 ForceOption = Annotated[bool, typer.Option("--force", help="Overwrite FILE if it exists.")]
 

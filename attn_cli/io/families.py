@@ -915,5 +915,5 @@ def check_tensors(names: list[str], prefix: str, plan: LayerPlan, source: str) -
             raise InputError(
                 source, name, f"a tensor of layer {plan.layer}'s attention that the "
                 f"{plan.family} layout has no place for",
-                f"only the tensors of {plan.family}'s attention ({_shown(sorted(read), 200)})",
+                "only " + ", ".join(sorted(n[len(block) :] for n in read if n.startswith(block))),
             )  # fmt: skip
