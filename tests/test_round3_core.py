@@ -8,11 +8,13 @@ without the window (a window at least as wide as the positions reach is plain ca
 from __future__ import annotations
 
 import codecs
+import html
 import io
 import json
 import math
 import sys
 import xml.etree.ElementTree as ET
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -204,6 +206,37 @@ def test_the_json_trace_to_an_ascii_stdout_keeps_every_token(tmp_path: Path) -> 
     doc = json.loads(result.stdout)
     assert doc["tokens"] == fixture["tokens"]
     assert doc["stages"]["Q"]["formula"] == "Q (given)"
+
+
+TOKENS = ["é−∞", "中", "😀"]
+
+
+@pytest.mark.parametrize(
+    ("args", "read_back"),
+    [
+        (["decode", "FIXTURE", "-f", "json"], lambda out: json.loads(out)["tokens"]),
+        (["flash", "FIXTURE", "-f", "json"], lambda out: json.loads(out)["tokens"]),
+        (["trace", "FIXTURE", "-f", "html"], html.unescape),
+        (["trace", "FIXTURE", "-f", "svg"], html.unescape),
+        (["heatmap", "FIXTURE", "-f", "html"], html.unescape),
+    ],
+    ids=["decode-json", "flash-json", "trace-html", "trace-svg", "heatmap-html"],
+)
+def test_data_formats_to_an_ascii_stdout_keep_every_token_exactly(
+    tmp_path: Path, args: list[str], read_back: Callable[[str], Any]
+) -> None:
+    """JSON gets \\uXXXX and HTML/SVG &#NNNN;: both read back as written, where the readable
+    text fallback would turn − into - (a token changed)."""
+    fixture = {"tokens": TOKENS, "causal": True, "Q": [[1, 0], [0, 1], [1, 1]],
+               "K": [[1, 0], [0, 1], [1, 1]], "V": [[1, 2], [3, 4], [5, 6]]}  # fmt: skip
+    path = write_json(tmp_path / "t.json", fixture)
+    argv = [str(path) if a == "FIXTURE" else a for a in args]
+    result = CliRunner(charset="ascii").invoke(_app(), argv)
+    assert result.exit_code == 0, (result.output, result.exception)
+    assert result.stdout_bytes.isascii()
+    shown = read_back(result.stdout)
+    for token in TOKENS:
+        assert token in shown
 
 
 @pytest.mark.parametrize("args", [["trace"], ["trace", "--explain", "--lang", "zh"],

@@ -287,10 +287,10 @@ def _report(
     from attn_cli.present import report
 
     if fmt is CheckFormat.json:
-        emit(report.report_json(outcomes), None)
+        emit(report.report_json(outcomes), None, escape="json")
         return
     if fmt is CheckFormat.junit:
-        emit(report.report_junit(outcomes, worst=worst), None)
+        emit(report.report_junit(outcomes, worst=worst), None, escape="xml")
         return
     if fmt is CheckFormat.github:
         emit(report.report_github(outcomes, worst=worst), None)

@@ -76,7 +76,7 @@ def heatmap(
     options = replace(options, heatmap=True)
     if fmt in (HeatmapFormat.html, HeatmapFormat.svg):
         page = document(result, options, fmt, True, width, view="heatmap", theme=theme)
-        emit(page, output, quiet=quiet)
+        emit(page, output, quiet=quiet, escape="xml")
         return
     renderable = render_heatmap(result, options)
     if output is not None or plain_wanted(fmt, color):

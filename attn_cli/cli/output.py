@@ -72,19 +72,24 @@ codecs.register_error(ASCII_FALLBACK, _fallback(exact=False))
 codecs.register_error(JSON_FALLBACK, _fallback(exact=True))
 
 
-def tolerant(stream: object, *, exact: bool = False) -> None:
-    """Make a text stream write what its encoding cannot hold as ASCII (:func:`ascii_char`)
-    instead of raising UnicodeEncodeError; ``exact`` (JSON): ``\\uXXXX`` escapes only.
+# What a stream that cannot encode a character writes instead: readable ASCII for text (``-inf``
+# for ``−∞``), ``\uXXXX`` for JSON and ``&#8722;`` for HTML and SVG, both read back exactly.
+ESCAPES = {"text": ASCII_FALLBACK, "json": JSON_FALLBACK, "xml": "xmlcharrefreplace"}
+
+
+def tolerant(stream: object, *, escape: str = "text") -> None:
+    """Make a text stream write what its encoding cannot hold as :data:`ESCAPES` says for
+    ``escape`` ("text", "json" or "xml") instead of raising UnicodeEncodeError.
 
     A stream with ``strict`` or ``surrogateescape`` errors (stdout in an ASCII locale) fails on
-    ``√``; ``backslashreplace`` (stderr) writes ``\\xb7``, which JSON cannot read. A stream
+    ``√``; ``backslashreplace`` (stderr) writes ``\xb7``, which JSON cannot read. A stream
     without ``reconfigure``, or with an error handler of its caller's choosing, is left alone.
     """
     reconfigure = getattr(stream, "reconfigure", None)
     errors = getattr(stream, "errors", None)
-    if reconfigure is None or errors not in _REPLACEABLE | {ASCII_FALLBACK, JSON_FALLBACK}:
+    if reconfigure is None or errors not in _REPLACEABLE | set(ESCAPES.values()):
         return
-    wanted = JSON_FALLBACK if exact else ASCII_FALLBACK
+    wanted = ESCAPES[escape]
     if errors != wanted:
         with contextlib.suppress(ValueError, OSError):  # closed or detached: nothing to do
             reconfigure(errors=wanted)
@@ -128,10 +133,11 @@ def note(text: str, *, quiet: bool) -> None:
         typer.echo(text, err=True)
 
 
-def emit(text: str, output: Path | None, *, quiet: bool = False) -> None:
-    """Text to standard output, or atomically to ``output`` with a note on stderr."""
+def emit(text: str, output: Path | None, *, quiet: bool = False, escape: str = "text") -> None:
+    """Text to standard output, or atomically to ``output`` with a note on stderr; ``escape``
+    ("json", "xml") keeps a data format exact on a stdout that cannot encode it (tolerant)."""
     if output is None:
-        tolerant(sys.stdout)
+        tolerant(sys.stdout, escape=escape)
         sys.stdout.write(text)
         sys.stdout.flush()
         return

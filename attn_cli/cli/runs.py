@@ -80,7 +80,7 @@ def show_run(
         raise typer.Exit(code)
     if out.fmt is Format.json:
         dumps = getattr(import_module("attn_cli.io.decode_json"), view.dumps)
-        emit(dumps(run), out.output, quiet=out.quiet)
+        emit(dumps(run), out.output, quiet=out.quiet, escape="json")
     else:
         render = getattr(import_module(view.module), view.render)
         options = render_options(out.precision, out.full, out.explain, out.lang)

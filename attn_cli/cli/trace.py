@@ -219,7 +219,8 @@ def _present(asked: _Asked, result: "Trace") -> None:
         return
     if a.fmt not in (TraceFormat.table, TraceFormat.plain):
         text = document(result, options, a.fmt, a.heatmap, a.width, theme=a.theme)
-        emit(text, a.output, quiet=a.quiet)
+        xml = a.fmt in (TraceFormat.html, TraceFormat.svg)
+        emit(text, a.output, quiet=a.quiet, escape="xml" if xml else "text")
         return
     plain = a.output is not None or plain_wanted(a.fmt, a.color)
     if a.step:
@@ -250,7 +251,7 @@ def _write_data(asked: _Asked) -> None:
         from attn_cli.io.trace_json import write_trace_json  # each writer where it is needed
 
         if output is None:
-            tolerant(sys.stdout, exact=True)  # an ASCII stdout gets \uXXXX, still JSON
+            tolerant(sys.stdout, escape="json")  # an ASCII stdout gets \uXXXX, still JSON
             write_trace_json(result, sys.stdout, stages)
             sys.stdout.flush()
         else:
