@@ -297,7 +297,7 @@ def _report(
         return
     details = report.render_outcomes(outcomes, worst=worst)
     if details is not None and plain_wanted(fmt, color):
-        emit(plain_text(details, width), None)
+        emit(plain_text(details, width) + "\n", None)  # a blank line before the summary
     elif details is not None:
         console(width, plain=False, color=color).print(details)
     emit("".join(line + "\n" for line in report.summary_lines(outcomes)), None)
