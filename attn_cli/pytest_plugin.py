@@ -158,7 +158,8 @@ def compare_function(
 ) -> Comparison:
     """Grade what ``function`` returns for the trace's inputs; AssertionError if it differs."""
     __tracebackhide__ = True
-    from attn_cli.check.grade import Dump, grade
+    from attn_cli.check.dump import Dump
+    from attn_cli.check.grade import grade
 
     returned = function(**arguments_for(function, trace))
     arrays, aliases, ignored = stage_arrays(returned, trace)
@@ -220,7 +221,7 @@ def stage_arrays(
     """
     import numpy as np
 
-    from attn_cli.check.grade import stage_for
+    from attn_cli.check.dump import stage_for
 
     final = next(s for s in FINAL_STAGES if s in trace or s == "output")
     if isinstance(returned, Mapping):

@@ -254,13 +254,13 @@ def test_refusals_are_one_line(args: list[str], message: str) -> None:
 
 
 def test_a_step_that_leaves_the_trace_is_an_error(monkeypatch: pytest.MonkeyPatch) -> None:
-    from attn_cli.check import grade_decode
+    from attn_cli.check import runs
     from attn_cli.core.decode import decode_mistakes
 
     def rerotated(q: Array, k: Array, v: Array, **kw: Any) -> Any:
         return next(m.result for m in decode_mistakes(q, k, v, **kw) if m.name == "rerotate_cache")
 
-    monkeypatch.setattr(grade_decode, "decode", rerotated)
+    monkeypatch.setattr(runs, "decode", rerotated)
     result = invoke("llama_rope_gqa", "-f", "plain")
     assert result.exit_code == 2
     assert "✗" in result.stdout  # shown, then refused

@@ -266,7 +266,7 @@ def test_explain_in_both_languages() -> None:
 
 
 def test_a_wrong_kernel_is_an_error(monkeypatch: pytest.MonkeyPatch) -> None:
-    from attn_cli.check import grade_decode
+    from attn_cli.check import runs
     from attn_cli.core import flash as core_flash
 
     def unrescaled(q: Array, k: Array, v: Array, **kw: Any) -> Any:
@@ -275,7 +275,7 @@ def test_a_wrong_kernel_is_an_error(monkeypatch: pytest.MonkeyPatch) -> None:
                                    kw["record_tiles"], core_flash._Bugs(acc_not_rescaled=True),
                                    kw["softcap"])  # fmt: skip
 
-    monkeypatch.setattr(grade_decode, "flash_forward", unrescaled)
+    monkeypatch.setattr(runs, "flash_forward", unrescaled)
     result = invoke("llama_rope_gqa", "--block-k", "1")
     assert result.exit_code == 2
     assert "FlashAttention's output differs from the trace's" in result.stderr

@@ -1,6 +1,6 @@
-"""Grading a user's own attention code: read its dump, find where it first leaves the trace, and
-name the classic mistake behind it, but only after recomputing that mistake from the trace's
-own earlier stages reproduces the user's numbers within the tolerance.
+"""Grading a user's own attention code: take its dump (dump.py), find where it first leaves the
+trace, and name the classic mistake behind it, but only after recomputing that mistake from the
+trace's own earlier stages reproduces the user's numbers within the tolerance.
 
 The recomputation reuses pipeline.py's step functions, whole-array and batch axis first
 (B, H, T, S); only the mistaken variants are written here. It only ever starts from the
@@ -16,7 +16,6 @@ import itertools
 import math
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -34,6 +33,10 @@ from attn_cli.check.compare import (
     compare,
     conform,
 )
+from attn_cli.check.dump import DecodeDump, FlashDump
+from attn_cli.check.dump import Dump as Dump  # Dump, load_dump, stage_for: their old import path
+from attn_cli.check.dump import load_dump as load_dump
+from attn_cli.check.dump import stage_for as stage_for
 from attn_cli.check.grade_variants import (
     VARIANT_MISTAKES,
     Change,
@@ -48,7 +51,6 @@ from attn_cli.check.grade_variants import (
 )
 from attn_cli.check.grade_variants import internal as _internal
 from attn_cli.core.inputs import BoolArray, FloatArray, Inputs
-from attn_cli.core.limits import DEFAULT_MAX_BYTES, DEFAULT_MAX_ELEMENTS
 from attn_cli.core.pipeline import Trace
 from attn_cli.core.stages import SPECS, STAGE_NAMES, softmax_input
 from attn_cli.core.steps import (
@@ -65,119 +67,6 @@ from attn_cli.core.steps import (
 )
 from attn_cli.core.steps import concat_heads as merge_heads
 from attn_cli.core.variants import causal_allowed
-from attn_cli.errors import InputError
-from attn_cli.io import gate
-from attn_cli.io.trace_json import decode_array, parse_json, read_text, stages_from_json
-
-# Names that people's code commonly gives a stage (compared in lower case).
-ALIASES = {
-    "weights": "softmax", "attn": "softmax", "p_attn": "softmax", "attention": "softmax",
-    "attn_weights": "softmax", "attention_weights": "softmax",
-    "out": "output", "context": "output",
-    "logits": "scores",
-}  # fmt: skip
-ALIASES.update(grade_backward.gradient_aliases())  # dQ, grad_q, q.grad, dS, dP, ...
-
-DUMP_DOC = (
-    "a .json mapping stage name -> nested list (or a JSON trace), or a .npz of arrays "
-    "named after stages"
-)
-
-
-@dataclass(frozen=True, eq=False)
-class Dump:
-    """A user's stage values, keyed by stage name, with the aliases used and names ignored."""
-
-    source: str
-    arrays: Mapping[str, FloatArray]
-    aliases: Mapping[str, str]  # name in the file -> stage
-    ignored: tuple[str, ...]
-
-
-# ---------------------------------------------------------------------------------------------
-# Loading
-
-
-def stage_for(name: str) -> str | None:
-    """The stage a dump's array name stands for: itself, an alias, or a stage in other case."""
-    if name in STAGE_NAMES:
-        return name
-    low = name.lower()
-    if low in ALIASES:
-        return ALIASES[low]
-    return next((s for s in STAGE_NAMES if s.lower() == low), None)
-
-
-def load_dump(path: Path) -> Dump:
-    """Read a ``.json`` or ``.npz`` dump; every way it can be unreadable is an InputError."""
-    source = str(path)
-    suffix = path.suffix.lower()
-    from attn_cli.check import grade_decode  # decode and flash dumps (issue 11)
-
-    if suffix == ".json":
-        obj = parse_json(read_text(path, DUMP_DOC), source, DUMP_DOC)
-        if grade_decode.is_special(obj):
-            return grade_decode.special_dump(obj, source)
-        if isinstance(obj, dict) and "format" in obj:
-            raw: dict[str, Any] = dict(stages_from_json(obj, source))  # a JSON trace
-        elif isinstance(obj, dict):
-            raw = {k: decode_array(v, source, k) if stage_for(k) else v for k, v in obj.items()}
-        else:
-            raise InputError(source, "", f"top level is {type(obj).__name__}", DUMP_DOC)
-    elif suffix == ".npz":
-        special = grade_decode.special_npz(path)
-        if special is not None:
-            return special
-        raw = _read_npz(path)
-    else:
-        raise InputError(source, "", f"unknown dump type {suffix or '(no suffix)'!r}", DUMP_DOC)
-    arrays: dict[str, FloatArray] = {}
-    named: dict[str, str] = {}
-    aliases: dict[str, str] = {}
-    ignored: list[str] = []
-    for name, value in raw.items():
-        stage = stage_for(name)
-        if stage is None:
-            ignored.append(name)
-            continue
-        if stage in named:
-            raise InputError(
-                source, name, f"names the same stage ({stage}) as {named[stage]!r}",
-                "one array per stage",
-            )  # fmt: skip
-        named[stage] = name
-        if name != stage:
-            aliases[name] = stage
-        arrays[stage] = value
-    if not arrays:
-        shown = ", ".join(ignored[:5]) or "nothing"
-        raise InputError(
-            source, "", f"no stage found (it holds {shown})",
-            "arrays named after stages: " + ", ".join(STAGE_NAMES) + " (or aliases such as "
-            "weights, attn, out)",
-        )  # fmt: skip
-    ordered = {s: arrays[s] for s in STAGE_NAMES if s in arrays}
-    return Dump(source, ordered, aliases, tuple(ignored))
-
-
-def _read_npz(path: Path) -> dict[str, Any]:
-    """The stage arrays of a dump ``.npz``, read through the input gate under its budgets."""
-    source = str(path)
-    reader = gate.ArrayReader(DEFAULT_MAX_ELEMENTS, DEFAULT_MAX_BYTES)
-    out: dict[str, Any] = {}
-    with (
-        gate.open_regular(path, source, DUMP_DOC, max_bytes=DEFAULT_MAX_BYTES) as f,
-        reader.archive(f, source) as archive,
-    ):
-        for member in archive.namelist():
-            name = member.removesuffix(".npy")
-            if stage_for(name) is None:
-                out[name] = None
-                continue
-            arr = reader.read_member(archive, member, name, source)  # numbers only
-            out[name] = arr.astype(np.float64)
-    return out
-
 
 # ---------------------------------------------------------------------------------------------
 # Grading
@@ -191,10 +80,10 @@ def grade(
     worst: int = 5,
 ) -> Comparison:
     """Compare the dump with the trace and diagnose the first stage that differs."""
-    from attn_cli.check import grade_decode
+    if isinstance(dump, (DecodeDump, FlashDump)):
+        from attn_cli.check.grade_decode import grade_special  # core's decode and flash
 
-    if isinstance(dump, (grade_decode.DecodeDump, grade_decode.FlashDump)):
-        return grade_decode.grade_special(trace, dump, tolerance, worst)
+        return grade_special(trace, dump, tolerance, worst)
     if grade_backward.wants_backward(dump):  # gradients (dQ, q.grad, ...): the backward pass
         trace = grade_backward.with_backward(trace)
         dump = grade_backward.retarget(dump, trace)

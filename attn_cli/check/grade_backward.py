@@ -1,5 +1,5 @@
-"""Grading someone's own backward pass: the names their gradients go by, and the classic
-mistakes of core/backward.py, each named only when recomputing it reproduces their numbers.
+"""Grading someone's own backward pass: the classic mistakes of core/backward.py, each named
+only when recomputing it reproduces their numbers (the names gradients go by are in dump.py).
 
 The recomputation is ``backward_mistakes``: the whole backward pass again, from attn's own
 forward stages, with one step done the mistaken way. grade.py calls in here when the first
@@ -10,50 +10,16 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
-from typing import TYPE_CHECKING
 
 import numpy as np
 
 from attn_cli.check.compare import Diagnosis, Tolerance, cell_errors, conform
+from attn_cli.check.dump import DS_ALIAS, Dump
 from attn_cli.core.backward import MISTAKES, ForwardArrays, backward_mistakes
 from attn_cli.core.gradients import forward_arrays
 from attn_cli.core.inputs import FloatArray
 from attn_cli.core.pipeline import Trace
-from attn_cli.core.stages import GRADIENT_STAGE_NAMES, SPECS, softmax_input
-
-if TYPE_CHECKING:
-    from attn_cli.check.grade import Dump
-
-# What people's code calls a gradient, besides d_<stage> (compared in lower case): dQ, grad_q,
-# q.grad, q_grad, dL_dQ for every stage and input, and the paper's letters P, S, O.
-_SHORT = {"p": "softmax", "s": "d_masked", "o": "output", "attn": "softmax",
-          "weights": "softmax", "attn_weights": "softmax", "p_attn": "softmax",
-          "attention_weights": "softmax", "out": "output", "logits": "scores"}  # fmt: skip
-DS_ALIAS = "d_masked"  # "dS": the gradient the softmax's input receives (retargeted per trace)
-
-
-def _forms(name: str) -> tuple[str, ...]:
-    """The spellings of d(name): dq, d_q, grad_q, q.grad, q_grad, dl_dq, and dwq for d(w_q)."""
-    low = name.lower()
-    forms = [f"d{low}", f"d_{low}", f"grad_{low}", f"{low}.grad", f"{low}_grad", f"dl_d{low}"]
-    if "_" in low:  # w_q -> wq
-        forms += list(_forms(low.replace("_", "")))
-    return tuple(forms)
-
-
-def gradient_aliases() -> dict[str, str]:
-    """Lower-case names -> gradient stage, for grade.py's ALIASES."""
-    out: dict[str, str] = {}
-    for stage in GRADIENT_STAGE_NAMES:
-        if stage.startswith("d_"):
-            for form in _forms(stage.removeprefix("d_")):
-                out.setdefault(form, stage)
-    for short, stage in _SHORT.items():
-        target = stage if stage.startswith("d_") else f"d_{stage}"
-        for form in _forms(short):
-            out.setdefault(form, target)
-    out.pop("d_out", None)  # an axis name (d_out), and ambiguous: d(output) or d_out columns?
-    return out
+from attn_cli.core.stages import SPECS, softmax_input
 
 
 def retarget(dump: Dump, trace: Trace) -> Dump:

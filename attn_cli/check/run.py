@@ -30,7 +30,8 @@ def check_fixture(
         assert golden is not None
         return Outcome(fixture, written=write_golden(result, golden))
     if against is not None:
-        from attn_cli.check.grade import grade, load_dump
+        from attn_cli.check.dump import load_dump
+        from attn_cli.check.grade import grade
 
         return Outcome(fixture, grade(result, load_dump(against), tolerance, picked, worst))
     if golden is not None:

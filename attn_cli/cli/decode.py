@@ -76,7 +76,7 @@ def decode(
 
       attn decode llama_rope_gqa -f json -o dec.json # every number, for scripts
     """
-    from attn_cli.check.grade_decode import decode_failure, run_decode
+    from attn_cli.check.runs import decode_failure, run_decode
 
     refuse_step(step, fmt, output)
     budget = None if max_memory is None else parse_size(max_memory)

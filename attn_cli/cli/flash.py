@@ -33,7 +33,7 @@ from attn_cli.cli.runs import (
 )
 from attn_cli.core.limits import DEFAULT_MAX_ELEMENTS
 
-MAX_TILES = 64  # as check/grade_decode.py's default
+MAX_TILES = 64  # as check/runs.py's default
 FLASH_VIEW = RunView(
     "attn_cli.present.flash_view", "flash_pages", "flash_titles", "render_flash", "flash_dumps"
 )
@@ -106,7 +106,7 @@ def flash(
 
       attn flash my.yaml -f json --max-tiles 8 -o flash.json
     """
-    from attn_cli.check.grade_decode import flash_failure, run_flash
+    from attn_cli.check.runs import flash_failure, run_flash
 
     refuse_step(step, fmt, output)
     budget = None if max_memory is None else parse_size(max_memory)

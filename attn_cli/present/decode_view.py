@@ -2,7 +2,7 @@
 self-check and the KV-cache cost, with explanations in English or Chinese.
 
 Formatting only: every number comes from the :class:`DecodeRun` (core/decode.py's steps and
-the checks of check/grade_decode.py). ``decode_pages`` yields one renderable per page for
+the checks of check/runs.py). ``decode_pages`` yields one renderable per page for
 step mode: the overview, each step, the summary; ``decode_titles`` names them.
 """
 
@@ -26,7 +26,7 @@ from attn_cli.present.run_view import lookup, sentinel_note, titled_matrix
 from attn_cli.present.text import TABLE_EDGE, TABLE_LIMIT, pick, safe
 
 if TYPE_CHECKING:
-    from attn_cli.check.grade_decode import DecodeRun
+    from attn_cli.check.runs import DecodeRun
     from attn_cli.core.decode import DecodeStep
 
 LABELS: dict[Lang, dict[str, str]] = {

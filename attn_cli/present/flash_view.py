@@ -3,7 +3,7 @@ max m, alpha, P, the running sum l, the accumulator), then O and L and the self-
 explanations in English or Chinese.
 
 Formatting only: every number comes from the :class:`FlashRun` (core/flash.py's tiles and the
-checks of check/grade_decode.py). ``flash_pages`` yields one renderable per page for step mode:
+checks of check/runs.py). ``flash_pages`` yields one renderable per page for step mode:
 the overview, each tile shown, the result; ``flash_titles`` names them.
 """
 
@@ -29,7 +29,7 @@ from attn_cli.present.run_view import lookup, sentinel_note, titled_matrix
 from attn_cli.present.text import TABLE_EDGE, TABLE_LIMIT, format_number, pick
 
 if TYPE_CHECKING:
-    from attn_cli.check.grade_decode import FlashRun
+    from attn_cli.check.runs import FlashRun
     from attn_cli.core.flash import Tile
 
 LABELS: dict[Lang, dict[str, str]] = {

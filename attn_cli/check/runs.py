@@ -1,0 +1,534 @@
+"""KV-cache decoding and FlashAttention tiles run on a fixture, checked against its own trace.
+
+``run_decode`` and ``run_flash`` take a fixture through the ordinary pipeline (for Q, K, V and
+the reference output), then through core/decode.py or core/flash.py, and compare the two: a
+decode step's output with the full trace's row at its position, flash's O and L with the
+trace's ``output`` and ``lse``, and exp(x − L) with ``softmax``. ``decode_args`` and
+``flash_args`` are core's arguments taken from a trace; the grader (grade_decode.py) reuses them.
+
+Axis names as in core/decode.py: B batch, H query heads, Hkv key/value heads, T tokens, D d_k,
+Dv d_v, C cache slots.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import os
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from attn_cli.core.decode import DecodeResult, KVCacheBytes, Rotate, decode, kv_cache_bytes
+from attn_cli.core.decode import self_check as decode_self_check
+from attn_cli.core.flash import LOG2E, FlashResult, Tile, flash_forward
+from attn_cli.errors import ComputeError, InputError, UsageError
+
+if TYPE_CHECKING:
+    from attn_cli.core.inputs import Inputs
+    from attn_cli.core.pipeline import Dtype, Trace
+
+FloatArray = np.ndarray[Any, np.dtype[np.float64]]
+AnyArray = np.ndarray[Any, Any]  # float64 or float32, as core returns them
+
+F64_TOLERANCE = 1e-12  # float64: the order of summation moves the last bits only
+ULPS = 64  # flash: up to 64 ulps of the scores' size (times the values') is rounding
+MAX_TILES = 64  # tiles shown (and kept) by default
+BLOCK_CAP = 64  # the largest default block
+BIG_SCORES = 1 << 22  # above this many score cells, flash's check keeps no (T, S) stage
+
+
+# ---------------------------------------------------------------------------------------------
+# Loading the trace a decode or flash run reads
+
+
+def load_trace(
+    fixture: str | os.PathLike[str] | None,
+    keep: Callable[[Inputs], set[str]],
+    *,
+    refuse: Callable[[Inputs], None],
+    dtype: Dtype = "float64",
+    max_elements: int | None = None,
+    max_memory: int | None = None,
+    extra_bytes: Callable[[Inputs], int] = lambda inputs: 0,
+) -> tuple[Trace, float | None]:
+    """The fixture traced, keeping only ``keep(inputs)``, and the finite ``mask_value`` that was
+    replaced (None: none);
+    refused (``refuse``, the memory budget with ``extra_bytes``) before anything is computed.
+
+    A finite ``mask_value`` becomes −∞: a KV cache and FlashAttention mask with −∞, and the
+    trace they are checked against must do the same.
+    """
+    from attn_cli.api import load
+    from attn_cli.core.limits import DEFAULT_MAX_ELEMENTS
+    from attn_cli.core.memory import check_memory, default_max_memory, format_bytes, memory_needed
+    from attn_cli.core.pipeline import run
+    from attn_cli.core.stages import applicable_stages
+
+    inputs = load(fixture, max_elements=max_elements or DEFAULT_MAX_ELEMENTS)
+    refuse(inputs)
+    sentinel = None
+    if inputs.mask_value != -np.inf:
+        sentinel = inputs.mask_value
+        inputs = replace(inputs, mask_value=-np.inf)
+    kept = keep(inputs) & set(applicable_stages(inputs, opt_in=("lse",)))
+    itemsize = 4 if dtype == "float32" else 8
+    check_memory(inputs, max_memory, kept, itemsize)
+    budget = default_max_memory() if max_memory is None else max_memory
+    need = memory_needed(inputs, kept, itemsize) + extra_bytes(inputs)
+    if need > budget:
+        raise InputError(
+            inputs.source, "", f"this would need about {format_bytes(need)} of memory",
+            f"at most {format_bytes(budget)}", option="max-memory",
+        )  # fmt: skip
+    with np.errstate(over="ignore", invalid="ignore", divide="ignore", under="ignore"):
+        return run(inputs, keep=kept, dtype=dtype), sentinel
+
+
+def internal(trace: Trace, name: str) -> FloatArray:
+    """A stage with its batch axis, (B, ...), whether or not the fixture has one."""
+    data: FloatArray = trace[name].data
+    return data if trace.inputs.has_batch else data[None]
+
+
+def query_key(inputs: Inputs, name: str) -> str:
+    """The stage the scores read for Q or K: rotated, else normalised, else plain."""
+    if inputs.rope is not None:
+        return f"{name}_rot"
+    return f"{name}_norm" if inputs.qk_norm is not None else name
+
+
+# ---------------------------------------------------------------------------------------------
+# KV-cache decoding
+
+
+@dataclass(frozen=True, eq=False)
+class DecodeArgs:
+    """What core.decode reads, taken from a trace: q, k, v (B, H|Hkv, T, D) and the options."""
+
+    q: FloatArray
+    k: FloatArray
+    v: FloatArray
+    scale: float
+    positions: np.ndarray[Any, np.dtype[np.int64]]
+    rotate: Rotate | None
+    window: int | None
+    sinks: FloatArray | None
+    bias: FloatArray | None  # broadcasts to (B, H, T, T); -inf where mask or lengths forbid
+    softcap: float | None
+
+    def kwargs(self) -> dict[str, Any]:
+        return {"scale": self.scale, "positions": self.positions, "rotate": self.rotate,
+                "window": self.window, "sinks": self.sinks, "bias": self.bias,
+                "softcap": self.softcap}  # fmt: skip
+
+
+@dataclass(frozen=True, eq=False)
+class DecodeRun:
+    """A fixture decoded: the trace it is checked against, the steps, the checks, the cost."""
+
+    trace: Trace
+    result: DecodeResult
+    diffs: tuple[float, ...]  # per step: max |step output − the trace's output row|
+    prefill_diff: float  # the same over the prefill rows
+    cost: KVCacheBytes
+    sentinel: float | None = None  # the fixture's finite mask_value, replaced by −∞
+    tolerance: float = F64_TOLERANCE
+
+    @property
+    def worst(self) -> float:
+        return max((self.prefill_diff, *self.diffs))
+
+    @property
+    def ok(self) -> bool:
+        return self.worst <= self.tolerance
+
+    def label(self, index: int) -> str:
+        """A token's label: its text, or its index."""
+        return self.trace.query_labels[index]
+
+
+def refuse_decode(inputs: Inputs) -> None:
+    """Decoding needs causal self-attention over increasing positions."""
+    src = inputs.source
+    if inputs.causal is None:
+        raise UsageError(
+            src, "causal", "decoding needs a causal fixture (each token sees only the ones "
+            "before it)", "causal: true (or upper-left, lower-right)",
+        )  # fmt: skip
+    if inputs.X_kv is not None or inputs.seq_q != inputs.seq_k:
+        raise UsageError(
+            src, "", f"cross-attention (seq_q {inputs.seq_q}, seq_k {inputs.seq_k}) has no "
+            "cache of its own tokens", "self-attention, seq_q == seq_k",
+        )  # fmt: skip
+    pos_q, pos_k = inputs.token_positions()
+    if not np.array_equal(pos_q, pos_k) or np.any(np.diff(pos_q) <= 0):
+        raise UsageError(
+            src, "positions", "tokens must arrive in order to be decoded one by one",
+            "the same increasing positions for queries and keys",
+        )  # fmt: skip
+
+
+def decode_keep(inputs: Inputs) -> set[str]:
+    """The stages a decode run reads: Q and K as the scores take them before RoPE, V, output."""
+    norm = inputs.qk_norm is not None
+    return {"Q_norm" if norm else "Q", "K_norm" if norm else "K", "V", "output"}
+
+
+def decode_bytes(inputs: Inputs, prefill: int = 1) -> int:
+    """What the steps hold: each keeps the cache as it saw it, and its score rows."""
+    B, H, Hkv, T = inputs.batch, inputs.heads, inputs.kv_heads, inputs.seq_q
+    from attn_cli.core.steps import window_reach
+
+    pos = inputs.token_positions()[0]
+    W = None if inputs.window is None else window_reach(inputs.window, pos, pos)  # the ring
+    slots = sum(i + 1 if W is None else W for i in range(prefill, T))
+    return 8 * B * slots * (Hkv * (inputs.d_k + inputs.d_v) + 5 * H)
+
+
+def decode_args(trace: Trace) -> DecodeArgs:
+    """core.decode's arguments from the trace of a fixture ``refuse_decode`` let through."""
+    inp = trace.inputs
+    norm = inp.qk_norm is not None
+    pos = inp.token_positions()[0]
+    rotate: Rotate | None = None
+    if inp.rope is not None:
+        from attn_cli.core.variants import apply_rope
+
+        rope = inp.rope
+        rotate = functools.partial(apply_rope, base=rope.base, layout=rope.layout, dims=rope.dims)
+    return DecodeArgs(
+        q=internal(trace, "Q_norm" if norm else "Q"),  # (B, H, T, D)
+        k=internal(trace, "K_norm" if norm else "K"),  # (B, Hkv, T, D)
+        v=internal(trace, "V"),  # (B, Hkv, T, Dv)
+        scale=trace.scale,
+        positions=pos,
+        rotate=rotate,
+        window=inp.window,
+        sinks=inp.sinks,
+        bias=decode_bias(inp, pos),
+        softcap=inp.softcap,
+    )
+
+
+def decode_bias(inp: Inputs, pos: np.ndarray[Any, np.dtype[np.int64]]) -> FloatArray | None:
+    """bias + ALiBi, and −∞ where the mask or the lengths forbid a key: (B|1, H|1, T, T)."""
+    parts: list[FloatArray] = []
+    if inp.bias is not None:
+        parts.append(inp.bias)
+    if inp.alibi is not None:
+        from attn_cli.core.variants import alibi_bias
+
+        parts.append(alibi_bias(inp.alibi, pos, pos))  # (H, T, T)
+    if inp.mask is not None:
+        parts.append(np.where(inp.mask, 0.0, -np.inf))
+    if inp.lengths is not None:
+        valid = np.arange(inp.seq_k)[None, :] < inp.lengths[:, None]  # (B, S)
+        parts.append(np.where(valid, 0.0, -np.inf)[:, None, None, :])  # (B, 1, 1, S)
+    if not parts:
+        return None
+    total = parts[0]
+    for part in parts[1:]:
+        total = total + part
+    return total
+
+
+def run_decode(
+    fixture: str | os.PathLike[str] | None,
+    prefill: int = 1,
+    *,
+    max_elements: int | None = None,
+    max_memory: int | None = None,
+) -> DecodeRun:
+    """Decode the fixture after a prefill of ``prefill`` tokens and check every step."""
+
+    def refuse(inputs: Inputs) -> None:
+        refuse_decode(inputs)
+        if not 1 <= prefill <= inputs.seq_q:
+            raise UsageError(
+                inputs.source, "prefill", f"is {prefill}",
+                f"1 to {inputs.seq_q} (the fixture's tokens)", option="prefill",
+            )  # fmt: skip
+
+    trace, sentinel = load_trace(
+        fixture, decode_keep, refuse=refuse, max_elements=max_elements, max_memory=max_memory,
+        extra_bytes=lambda inputs: decode_bytes(inputs, prefill),
+    )  # fmt: skip
+    return check_decode(trace, prefill, sentinel)
+
+
+def check_decode(trace: Trace, prefill: int, sentinel: float | None = None) -> DecodeRun:
+    """Run core.decode on the trace's Q, K, V and compare every step with the trace's output."""
+    args = decode_args(trace)
+    with np.errstate(over="ignore", invalid="ignore", divide="ignore", under="ignore"):
+        result = decode(args.q, args.k, args.v, prefill=prefill, **args.kwargs())
+    full = internal(trace, "output")  # (B, H, T, Dv)
+    diffs = tuple(decode_self_check(result, full))
+    prefill_diff = max_abs_diff(result.prefill_output, full[:, :, :prefill])
+    inp = trace.inputs
+    cost = kv_cache_bytes(inp.kv_heads, inp.heads, inp.d_k, inp.d_v, 8, inp.seq_q)
+    return DecodeRun(trace, result, diffs, prefill_diff, cost, sentinel)
+
+
+def decode_failure(run: DecodeRun) -> ComputeError | None:
+    """The error to raise when a step's output left the full trace's (None: all within)."""
+    if run.ok:
+        return None
+    inp = run.trace.inputs
+    if run.prefill_diff > run.tolerance:
+        where, diff = f"prefill (tokens 0..{run.result.prefill - 1})", run.prefill_diff
+    else:
+        step = next(s for s, d in zip(run.result.steps, run.diffs, strict=True)
+                    if not d <= run.tolerance)  # fmt: skip
+        diff = max(run.diffs)
+        where = f"step at position {step.position} ({run.label(step.index)!r})"
+    return ComputeError(
+        inp.source, where, f"the decoded output differs from the full trace's by {diff:.3e}",
+        f"at most {run.tolerance:g}",
+    )  # fmt: skip
+
+
+def max_abs_diff(actual: AnyArray, expected: AnyArray) -> float:
+    """max |actual − expected|; equal non-finite values differ by 0, unequal ones by inf."""
+    if actual.size == 0:
+        return 0.0
+    finite = np.isfinite(actual) & np.isfinite(expected)
+    same = (actual == expected) | (np.isnan(actual) & np.isnan(expected))
+    diff = np.where(finite, np.abs(np.where(finite, actual, 0.0) - np.where(finite, expected, 0.0)),
+                    np.where(same, 0.0, np.inf))  # fmt: skip
+    return float(diff.max())
+
+
+def max_ulps(actual: AnyArray, expected: AnyArray) -> float:
+    """The largest difference in units in the last place of the expected value (its dtype)."""
+    if actual.size == 0:
+        return 0.0
+    finite = np.isfinite(actual) & np.isfinite(expected)
+    ref = np.where(finite, expected, 0.0)
+    spacing = np.spacing(np.abs(ref).astype(expected.dtype))
+    diff = np.abs(np.where(finite, actual, 0.0) - ref)
+    ulps = np.where(finite, diff / spacing, np.where(actual == expected, 0.0, np.inf))
+    return float(ulps.max())
+
+
+# ---------------------------------------------------------------------------------------------
+# FlashAttention tiles
+
+
+@dataclass(frozen=True)
+class SelfCheck:
+    """One comparison of flash with the trace: the largest difference, and in ulps (float32)."""
+
+    name: str  # "output", "lse", "softmax"
+    max_abs: float
+    ulps: float | None  # float32 only
+    tolerance: float
+    ok: bool
+
+
+@dataclass(frozen=True, eq=False)
+class FlashRun:
+    """A fixture through the FlashAttention-2 forward: O, L, the tiles shown and the checks."""
+
+    trace: Trace
+    output: FloatArray  # (B, H, T, Dv)
+    lse: FloatArray  # (B, H, T), base 2 when base2
+    tiles: tuple[Tile, ...]  # the first ``max_tiles`` tiles, in the order visited
+    tiles_total: int
+    block_q: int
+    block_k: int
+    base2: bool
+    causal_offset: int | None  # None: no tile is skipped
+    checks: tuple[SelfCheck, ...]
+    max_tiles: int
+    sentinel: float | None = None  # the fixture's finite mask_value, replaced by −∞
+
+    @property
+    def cut(self) -> bool:
+        return self.tiles_total > len(self.tiles)
+
+    @property
+    def ok(self) -> bool:
+        return all(c.ok for c in self.checks)
+
+
+def default_block(n: int) -> int:
+    """A teaching block size: about a third of the axis, at least 2, so a short example has
+    several tiles (3 × 3 per head for 5 or 6 tokens); at most 64, as real kernels use."""
+    return min(BLOCK_CAP, max(2, -(-n // 3)))
+
+
+def flash_keep(inputs: Inputs) -> set[str]:
+    """The stages a flash run reads: what the scores take, V, output and lse; and the score
+    stages for the weights check, when small."""
+    from attn_cli.core.stages import softmax_input
+
+    keep = {query_key(inputs, "Q"), query_key(inputs, "K"), "V", "output", "lse"}
+    if inputs.batch * inputs.heads * inputs.seq_q * inputs.seq_k <= BIG_SCORES:
+        keep |= {softmax_input(inputs), "softmax"}
+    return keep
+
+
+def causal_offset(inputs: Inputs) -> int | None:
+    """Key j is allowed for query i when j <= i + offset; None when tiles cannot be skipped
+    (not causal, or positions given that need not follow the indices)."""
+    if inputs.causal is None or inputs.positions is not None or inputs.key_positions is not None:
+        return None
+    return inputs.seq_k - inputs.seq_q if inputs.causal == "lower-right" else 0
+
+
+def flash_args(trace: Trace) -> dict[str, Any]:
+    """core.flash's arguments for the whole fixture: q, k, v and the masks (B, H, T, S)."""
+    from attn_cli.core.steps import allowed_positions
+    from attn_cli.core.variants import alibi_bias
+
+    inp = trace.inputs
+    bias = inp.bias
+    if inp.alibi is not None:
+        pos_q, pos_k = inp.token_positions()
+        alibi = alibi_bias(inp.alibi, pos_q, pos_k)  # (H, T, S)
+        bias = alibi if bias is None else bias + alibi
+    return {
+        "q": internal(trace, query_key(inp, "Q")),
+        "k": internal(trace, query_key(inp, "K")),
+        "v": internal(trace, "V"),
+        "scale": trace.scale,
+        "allowed": allowed_positions(inp),
+        "bias": bias,
+        "causal_offset": causal_offset(inp),
+        "sinks": inp.sinks,
+        "softcap": inp.softcap,
+    }
+
+
+def run_flash(
+    fixture: str | os.PathLike[str] | None,
+    *,
+    block_q: int | None = None,
+    block_k: int | None = None,
+    base2: bool = False,
+    dtype: Dtype = "float64",
+    max_tiles: int = MAX_TILES,
+    max_elements: int | None = None,
+    max_memory: int | None = None,
+) -> FlashRun:
+    """The FlashAttention-2 forward of the fixture, tile by tile, checked against its trace."""
+
+    def refuse(inputs: Inputs) -> None:
+        for name, value in (("block-q", block_q), ("block-k", block_k), ("max-tiles", max_tiles)):
+            if value is not None and value < (0 if name == "max-tiles" else 1):
+                raise UsageError("", name, f"is {value}", "a whole number >= 1", option=name)
+
+    trace, sentinel = load_trace(fixture, flash_keep, refuse=refuse, dtype=dtype,
+                              max_elements=max_elements, max_memory=max_memory)  # fmt: skip
+    inp = trace.inputs
+    bq = block_q or default_block(inp.seq_q)
+    bk = block_k or default_block(inp.seq_k)
+    with np.errstate(over="ignore", invalid="ignore", divide="ignore", under="ignore"):
+        return check_flash(trace, bq, bk, base2, max_tiles, sentinel)
+
+
+def check_flash(
+    trace: Trace, bq: int, bk: int, base2: bool, max_tiles: int, sentinel: float | None = None
+) -> FlashRun:
+    """Flash's loop one (batch, head, query block) at a time; then O, L and weights checked."""
+    inp = trace.inputs
+    q, k = internal(trace, query_key(inp, "Q")), internal(trace, query_key(inp, "K"))
+    v = internal(trace, "V")
+    B, H, T, _ = q.shape
+    output = np.zeros((B, H, T, v.shape[3]), q.dtype)
+    L = np.empty((B, H, T), q.dtype)
+    tiles: list[Tile] = []
+    total = 0
+    for (b, h, t0, t1), forward in _query_blocks(trace, q, k, v, bq, bk, base2):
+        r = forward(record_tiles=len(tiles) < max_tiles)
+        output[b, h, t0:t1], L[b, h, t0:t1] = r.output[0, 0], r.lse[0, 0]
+        total += -(-inp.seq_k // bk)
+        room = max_tiles - len(tiles)
+        tiles.extend(replace(t, batch=b, head=h, q_block=(t0, t1)) for t in r.tiles[:room])
+    checks = flash_checks(trace, output, L, base2)
+    return FlashRun(trace, output, L, tuple(tiles), total, bq, bk, base2, causal_offset(inp),
+                    checks, max_tiles, sentinel)  # fmt: skip
+
+
+def _query_blocks(
+    trace: Trace, q: FloatArray, k: FloatArray, v: FloatArray, bq: int, bk: int, base2: bool
+) -> Iterator[tuple[tuple[int, int, int, int], Callable[..., FlashResult]]]:
+    """Per (batch, head, query block): where it is, and flash_forward on that block alone
+    (``record_tiles`` left to the caller); its tiles are those of the whole loop, bit for bit."""
+    from attn_cli.core.steps import alibi_rows, allowed_positions
+
+    inp = trace.inputs
+    B, H, T, _ = q.shape
+    groups = H // k.shape[1]  # query head h reads key/value head h // groups
+    offset = causal_offset(inp)
+    bias = None if inp.bias is None else np.broadcast_to(inp.bias, (B, H, T, inp.seq_k))
+    for b in range(B):
+        for h in range(H):
+            g = h // groups
+            for t0 in range(0, T, bq):
+                t1 = min(T, t0 + bq)
+                allowed = allowed_positions(inp, (b, h, t0, t1))  # (R, S) or None
+                rows = None if bias is None else bias[b, h, t0:t1]  # (R, S)
+                if inp.alibi is not None:
+                    alibi = alibi_rows(inp, h, t0, t1)  # (R, S)
+                    rows = alibi if rows is None else rows + alibi
+                kv = (k[b : b + 1, g : g + 1], v[b : b + 1, g : g + 1])  # (1, 1, S, D|Dv)
+                call = functools.partial(
+                    flash_forward, q[b : b + 1, h : h + 1, t0:t1], *kv,
+                    scale=trace.scale, allowed=allowed, bias=rows, block_q=t1 - t0, block_k=bk,
+                    causal_offset=None if offset is None else offset + t0, base2=base2,
+                    sinks=None if inp.sinks is None else inp.sinks[h : h + 1],
+                    softcap=inp.softcap,
+                )  # fmt: skip
+                yield (b, h, t0, t1), call
+
+
+def flash_checks(
+    trace: Trace, output: FloatArray, L: FloatArray, base2: bool
+) -> tuple[SelfCheck, ...]:
+    """O against ``output``, L against ``lse``, exp(x − L) against ``softmax`` (when kept)."""
+    from attn_cli.core.stages import softmax_input
+
+    f32 = trace.dtype == "float32"
+    L_e = L / np.asarray(LOG2E, L.dtype) if base2 else L  # base 2 back to base e
+    pairs = [("output", output, internal(trace, "output"))]
+    if "lse" in trace:
+        pairs.append(("lse", L_e, internal(trace, "lse")))
+    x_name = softmax_input(trace.inputs)
+    if "softmax" in trace and x_name in trace:
+        x = internal(trace, x_name)  # (B, H, T, S)
+        Ls = np.where(np.isneginf(L), 0.0, L)[..., None].astype(L.dtype)
+        # Triton's form in base 2: exp2(x·log2 e − L₂); else exp(x − L)
+        rebuilt = np.exp2(x * np.asarray(LOG2E, x.dtype) - Ls) if base2 else np.exp(x - Ls)
+        pairs.append(("softmax", rebuilt.astype(x.dtype), internal(trace, "softmax")))
+    checks = []
+    for name, mine, ref in pairs:
+        diff = max_abs_diff(mine, ref)
+        # the rounding of exp(x − m) grows with the scores' size: up to about |x| ulps
+        eps = float(np.finfo(mine.dtype).eps)
+        scores = _finite_max(internal(trace, "lse")) + math.log(trace.inputs.seq_k)
+        tol = ULPS * eps * (1 + scores) * (1 + _finite_max(ref))
+        tol = tol if f32 else max(F64_TOLERANCE, tol)
+        ulps = max_ulps(mine, ref) if f32 else None
+        checks.append(SelfCheck(name, diff, ulps, tol, diff <= tol))
+    return tuple(checks)
+
+
+def _finite_max(x: AnyArray) -> float:
+    """The largest finite |x| (0 when there is none)."""
+    return float(np.abs(x[np.isfinite(x)]).max(initial=0.0))
+
+
+def flash_failure(run: FlashRun) -> ComputeError | None:
+    """The error to raise when flash's O, L or weights left the trace's (None: all within)."""
+    bad = next((c for c in run.checks if not c.ok), None)
+    if bad is None:
+        return None
+    return ComputeError(
+        run.trace.inputs.source, bad.name,
+        f"FlashAttention's {bad.name} differs from the trace's by {bad.max_abs:.3e}",
+        f"at most {bad.tolerance:.3g}",
+    )  # fmt: skip
