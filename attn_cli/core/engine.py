@@ -10,26 +10,25 @@ reused block buffer (ALiBi's bias in one block of its own). So a run that keeps 
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from functools import partial
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
 from attn_cli.blas import blas_limit
 from attn_cli.core.blocks import rows_per_block
+from attn_cli.core.chain import Chain, cells_of
 from attn_cli.core.stages import SCORE_STAGES
 from attn_cli.core.steps import (
     BoolArray,
     FloatArray,
-    alibi_rows,
-    allowed_positions,
-    apply_mask,
     attention_scores,
-    cap_scores,
     scale_scores,
     softmax_rows,
     weighted_sum,
 )
+from attn_cli.core.variant import Cells
 from attn_cli.errors import ComputeError
 
 if TYPE_CHECKING:
@@ -96,7 +95,6 @@ class BlockEngine:
         S = k.shape[2]
         self.groups = H // k.shape[1]  # query head h reads kv head h // groups
         full = (B, H, T, S)
-        self.bias = None if bias is None else np.broadcast_to(bias, full)
         self.kept = {s: np.empty(full, q.dtype) for s in SCORE_STAGES if s in wanted}
         self.lse = np.empty((B, H, T), q.dtype) if "lse" in wanted else None
         self.rows = rows_per_block(T, S, q.dtype.itemsize)  # measured: see core/blocks.py
@@ -108,7 +106,8 @@ class BlockEngine:
             assert v is not None
             layout = np.empty((B, T, H, v.shape[3]), q.dtype)  # (B, T, H, Dv)
             self.output = layout.transpose(0, 2, 1, 3)  # (B, H, T, Dv): concat is a view
-        self.must_check = self._overflow_possible(bias)
+        self.chain = Chain(inputs if bias is None else replace(inputs, bias=bias))
+        self.must_check = self._overflow_possible()
 
     def blocks(self) -> list[Block]:
         """Every block, batch item by head by query rows."""
@@ -144,47 +143,55 @@ class BlockEngine:
                 yield self.into(stage, block)
 
     def run_block(self, blk: Block, attended: Attended) -> None:
-        """The score stages for one block, each written where :meth:`into` says."""
+        """The score stages for one block, each written where :meth:`into` says; the chain's
+        arrays are (1, 1, R, S) views of the block."""
         at = (blk.b, blk.h, blk.t0)
-        inp = self.inputs
         k = self.k[blk.b, blk.h // self.groups]  # (S, D)
         x = attention_scores(self.q[blk.b, blk.h, blk.t0 : blk.t1], k, out=self.into("scores", blk))
         self._check("scores", x, at)  # (R, S)
+        x = x[None, None]  # (1, 1, R, S)
         if "scaled" in self.need:
-            x = scale_scores(x, self.scale, out=self.into("scaled", blk))
-            self._check("scaled", x, at)
-        if "capped" in self.need:
-            assert inp.softcap is not None
-            x = cap_scores(x, inp.softcap, out=self.into("capped", blk))
+            x = scale_scores(x, self.scale, out=self.into4("scaled", blk))
+            self._check("scaled", x[0, 0], at)
+        x = self.chain.modify(x, lambda st: self.into4(st, blk) if st in self.need else None)
         allowed = None
+        cells = self.cells(blk)
         if "masked" in self.need:
-            allowed = allowed_positions(inp, (blk.b, blk.h, blk.t0, blk.t1))  # (R, S)
-            bias = None if self.bias is None else self.bias[blk.b, blk.h, blk.t0 : blk.t1]
-            alibi = self.alibi(blk) if "alibi" in self.need else None
-            out = self.into("masked", blk)
-            x = apply_mask(x, allowed, bias, out=out, alibi=alibi, fill=inp.mask_value)
-            self._check("masked", x, at, allowed, bias)
+            into = partial(self.kept_block, blk)
+            x, allowed, terms = self.chain.masked(x, cells, self.into4("masked", blk), into)
+            if self.must_check["masked"]:
+                self.check.block("masked", x[0, 0], at, _where(allowed, x), _meant(terms, x))
         if "softmax" in self.need or "lse" in self.need:
-            sink = None if inp.sinks is None else float(inp.sinks[blk.h])
-            lse = None if self.lse is None else self.lse[blk.b, blk.h, blk.t0 : blk.t1]
-            x, none = softmax_rows(x, out=self.into("softmax", blk), sink=sink, lse=lse)
+            sink = self.chain.extra_logit(cells, x.dtype)
+            lse = None
+            if self.lse is not None:
+                lse = self.lse[blk.b : blk.b + 1, blk.h : blk.h + 1, blk.t0 : blk.t1]  # (1, 1, R)
+            x, none = softmax_rows(x, out=self.into4("softmax", blk), sink=sink, lse=lse)
             attended.empty.extend((blk.b, blk.h, blk.t0 + int(i)) for i in np.flatnonzero(none))
             if self.leaky and allowed is not None:
-                attended.leaks.extend(_leaks(x, allowed, at))
+                where = _where(allowed, x)
+                assert where is not None
+                attended.leaks.extend(_leaks(x[0, 0], where, at))
         if self.output is not None:
             assert self.v is not None
             v = self.v[blk.b, blk.h // self.groups]  # (S, Dv)
-            o = weighted_sum(x, v, out=self.output[blk.b, blk.h, blk.t0 : blk.t1])  # (R, Dv)
+            o = weighted_sum(x[0, 0], v, out=self.output[blk.b, blk.h, blk.t0 : blk.t1])  # (R, Dv)
             self._check("output", o, at)
 
-    def alibi(self, blk: Block) -> FloatArray:
-        """ALiBi's bias for the block: written into the kept stage, or a block of its own."""
-        bias = alibi_rows(self.inputs, blk.h, blk.t0, blk.t1, self.q.dtype)  # (R, S)
-        if "alibi" in self.kept:
-            kept = self.kept["alibi"][blk.b, blk.h, blk.t0 : blk.t1]
-            np.copyto(kept, bias)
-            return kept
-        return bias
+    def cells(self, blk: Block) -> Cells:
+        """The block's cells: batch item b, head h, query rows t0:t1, every key."""
+        b, h = slice(blk.b, blk.b + 1), slice(blk.h, blk.h + 1)
+        return cells_of(self.inputs, b, h, slice(blk.t0, blk.t1))
+
+    def kept_block(self, blk: Block, stage: str) -> FloatArray | None:
+        """A kept stage's (1, 1, R, S) block, or None when the stage is not kept."""
+        if stage not in self.kept:
+            return None
+        return self.kept[stage][blk.b : blk.b + 1, blk.h : blk.h + 1, blk.t0 : blk.t1]
+
+    def into4(self, stage: str, blk: Block) -> FloatArray:
+        """:meth:`into` as a (1, 1, R, S) view, as the chain's hooks see a block."""
+        return self.into(stage, blk)[None, None]
 
     def into(self, stage: str, blk: Block) -> FloatArray:
         """Where a stage's block goes: its kept array, else the reused work buffer."""
@@ -193,29 +200,21 @@ class BlockEngine:
         assert self.work is not None
         return self.work[: blk.t1 - blk.t0]
 
-    def _check(
-        self,
-        stage: str,
-        x: FloatArray,
-        at: tuple[int, int, int],
-        allowed: BoolArray | None = None,
-        bias: FloatArray | None = None,
-    ) -> None:
+    def _check(self, stage: str, x: FloatArray, at: tuple[int, int, int]) -> None:
         if self.must_check[stage]:
-            self.check.block(stage, x, at, allowed, bias)
+            self.check.block(stage, x, at)
 
-    def _overflow_possible(self, bias: FloatArray | None) -> dict[str, bool]:
-        """Which stages could overflow: none while |q|·|k|·scale (+ |bias| + |alibi|) stays small.
+    def _overflow_possible(self) -> dict[str, bool]:
+        """Which stages could overflow: none while |q|·|k|·scale (+ the biases) stays small.
 
         By Cauchy-Schwarz a score is at most the product of the largest row norms, so the
-        element-wise checks run only for inputs that big. A capped score is at most the cap.
+        element-wise checks run only for inputs that big. A modifier bounds what it returns
+        (a capped score is at most the cap).
         """
         big = float(np.finfo(self.q.dtype).max) / 4
-        qk = _max_norm(self.q) * _max_norm(self.k)  # bias as given, not broadcast
-        logits = qk * self.scale
-        if self.inputs.softcap is not None:
-            logits = min(logits, self.inputs.softcap)
-        added = (0.0 if bias is None else _max_finite(bias)) + _alibi_bound(self.inputs)
+        qk = _max_norm(self.q) * _max_norm(self.k)
+        logits = self.chain.bound_logits(qk * self.scale)
+        added = self.chain.bound_biases()
         return {
             "scores": not qk < big,
             "scaled": not qk * self.scale < big,
@@ -224,13 +223,18 @@ class BlockEngine:
         }
 
 
-def _alibi_bound(inputs: Inputs) -> float:
-    """The largest |ALiBi bias|: the largest slope times the largest distance."""
-    if inputs.alibi is None:
-        return 0.0
-    pos_q, pos_k = inputs.token_positions()
-    span = max(int(pos_q.max()), int(pos_k.max())) - min(int(pos_q.min()), int(pos_k.min()))
-    return _max_abs(inputs.alibi) * span
+def _where(allowed: BoolArray | None, x: FloatArray) -> BoolArray | None:
+    """A block's allowed cells as (R, S), from the chain's (1, 1, R, S)-broadcastable array."""
+    return None if allowed is None else np.broadcast_to(allowed, x.shape)[0, 0]
+
+
+def _meant(terms: list[FloatArray], x: FloatArray) -> BoolArray | None:
+    """Where a bias put -inf on purpose, (R, S); None when no bias did."""
+    meant = None
+    for term in terms:
+        neginf = np.isneginf(np.broadcast_to(term, x.shape)[0, 0])
+        meant = neginf if meant is None else meant | neginf
+    return meant
 
 
 def _leaks(weights: FloatArray, allowed: BoolArray, at: tuple[int, int, int]) -> list[SentinelRow]:
@@ -283,15 +287,16 @@ class FiniteCheck:
         x: FloatArray,
         at: tuple[int, int, int],
         allowed: BoolArray | None = None,
-        bias: FloatArray | None = None,
+        meant: BoolArray | None = None,
     ) -> None:
-        """Check one (R, S) block of a score stage whose rows start at (batch, head, query)."""
+        """Check one (R, S) block of a score stage whose rows start at (batch, head, query);
+        in `masked` -inf is meant where a key is not ``allowed`` and where a bias is -inf
+        (``meant``)."""
         bad = ~np.isfinite(x)
-        # in `masked`, -inf is meant where attending is not allowed or where the bias is -inf
         if allowed is not None:
             bad &= allowed
-        if bias is not None:
-            bad &= ~np.isneginf(bias)
+        if meant is not None:
+            bad &= ~meant
         if bad.any():
             i, j = (int(n) for n in np.argwhere(bad)[0])
             b, h, t0 = at

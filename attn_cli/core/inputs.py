@@ -98,6 +98,8 @@ class Inputs:
     qk_norm: QKNorm | None = None
     mask_value: float = -math.inf  # what fills the places a query may not attend
     grad: FloatArray | None = None  # dL/d(final stage) for the backward pass, batch axis first
+    # the settings of variants registered from outside the package (core/variant.py), by name
+    extra: Mapping[str, Any] = field(default_factory=dict)
 
     @property
     def uses_positions(self) -> bool:

@@ -23,6 +23,9 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from attn_cli.core.chain import Chain, cells_of
+from attn_cli.core.plugins.allowed import window_reach as window_reach  # where it was
+from attn_cli.core.variant import REGISTRY
 from attn_cli.core.variants import apply_rope, rms_norm
 
 if TYPE_CHECKING:
@@ -125,14 +128,15 @@ def softmax(x: FloatArray, out: FloatArray | None = None) -> FloatArray:
 def softmax_rows(
     x: FloatArray,
     out: FloatArray | None,
-    sink: float | None = None,
+    sink: float | FloatArray | None = None,
     lse: FloatArray | None = None,
 ) -> tuple[FloatArray, BoolArray]:
     """The softmax and which rows had no key allowed (all -inf): those get all-zero weights.
 
-    ``sink`` (gpt-oss) joins every row as one more logit and is dropped after the softmax, so
-    the kept weights sum to less than 1. ``lse`` (..., T), when given, receives each row's
-    log-sum-exp, the sink included: softmax = exp(x - lse).
+    ``sink`` (gpt-oss; a number, or one per row broadcasting to (..., T, 1)) joins every row
+    as one more logit and is dropped after the softmax, so the kept weights sum to less than 1.
+    ``lse`` (..., T), when given, receives each row's log-sum-exp, the sink included:
+    softmax = exp(x - lse).
     """
     row_max = x.max(axis=-1, keepdims=True)  # (..., T, 1)
     empty = np.isneginf(row_max)
@@ -190,56 +194,29 @@ def attention(
 def allowed_positions(
     inputs: Inputs, block: tuple[int, int, int, int] | None = None
 ) -> BoolArray | None:
-    """Where a query may attend (True), from causal, window, mask and lengths; None when all may.
+    """Where a query may attend (True), as the chain's rules say (causal, window, mask,
+    lengths); None when all may.
 
     The whole (B, H, T, S) array, or for ``block`` = (b, h, t0, t1) the query rows t0:t1 of
     head h in batch item b, as an array that broadcasts to (R, S).
     """
-    B, H, T, S = inputs.batch, inputs.heads, inputs.seq_q, inputs.seq_k
-    b, h, t0, t1 = block or (0, 0, 0, T)
-    parts: list[BoolArray] = []
-    if inputs.causal is not None:
-        # a key no later than the query; the default positions give upper-left (key j <= query
-        # i) or lower-right (the last query sees every key, as a KV cache)
-        pos_q, pos_k = inputs.token_positions()
-        allowed_here = pos_k[None, :] <= pos_q[t0:t1, None]  # (R, S)
-        if inputs.window is not None:  # HF/Mistral sliding_window: 0 <= pos_q - pos_k < window
-            reach = window_reach(inputs.window, pos_q, pos_k)
-            allowed_here &= pos_k[None, :] > pos_q[t0:t1, None] - reach
-        parts.append(allowed_here)
-    if inputs.mask is not None:
-        mask = np.broadcast_to(inputs.mask, (B, H, T, S))  # right-aligned, as torch broadcasts
-        parts.append(mask if block is None else mask[b, h, t0:t1])
-    if inputs.lengths is not None:
-        valid = np.arange(S)[None, :] < inputs.lengths[:, None]  # (B, S)
-        parts.append(valid[:, None, None, :] if block is None else valid[b][None, :])
-    if not parts:
-        return None
-    allowed = np.ones((B, H, T, S), dtype=bool) if block is None else parts.pop(0)
-    for part in parts:
-        allowed = allowed & part
-    return allowed
-
-
-def window_reach(window: int, pos_q: Any, pos_k: Any) -> int:
-    """The window as the arithmetic uses it: ``window``, at most one more than the widest gap
-    pos_q - pos_k. A wider window allows the same keys (plain causal attention), and a window of
-    2^63 or 10^30 fits no int64."""
-    pos_q, pos_k = np.asarray(pos_q), np.asarray(pos_k)
-    if pos_q.size == 0 or pos_k.size == 0:
-        return 1
-    widest = int(pos_q.max()) - int(pos_k.min())  # Python ints: no overflow
-    return max(1, min(window, widest + 1))
+    if block is None:
+        cells = cells_of(inputs, slice(None), slice(None), slice(None))
+        allowed = Chain(inputs).allowed(cells)
+        return None if allowed is None else np.broadcast_to(allowed, cells.shape).copy()
+    b, h, t0, t1 = block
+    cells = cells_of(inputs, slice(b, b + 1), slice(h, h + 1), slice(t0, t1))
+    allowed = Chain(inputs).allowed(cells)
+    return None if allowed is None else np.broadcast_to(allowed, cells.shape)[0, 0]
 
 
 def alibi_rows(
     inputs: Inputs, h: int, t0: int, t1: int, dtype: np.dtype[Any] | None = None
 ) -> FloatArray:
     """ALiBi's bias for query rows t0:t1 of head h: -slope_h × |pos_q - pos_k|, (R, S)."""
-    assert inputs.alibi is not None
-    pos_q, pos_k = inputs.token_positions()
-    q, k = pos_q[t0:t1].astype(np.float64), pos_k.astype(np.float64)  # exact below 2^53
-    bias: FloatArray = np.subtract.outer(q, k)  # (R, S)
-    np.abs(bias, out=bias)  # |pos_q - pos_k|
-    np.multiply(bias, -inputs.alibi[h], out=bias)
-    return bias.astype(dtype or np.float64, copy=False)
+    alibi = REGISTRY["alibi"]
+    cells = cells_of(inputs, slice(0, 1), slice(h, h + 1), slice(t0, t1))
+    bias = alibi.bias(alibi.value(inputs), inputs, cells, dtype or np.float64)
+    assert bias is not None
+    rows: FloatArray = bias[0, 0]
+    return rows

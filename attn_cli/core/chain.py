@@ -1,0 +1,169 @@
+"""The one chain of attention, as the variants that are on make it (core/variant.py):
+
+    scaled -> score modifiers (capped) -> masked = + biases (bias, alibi), the fill where no key
+    is allowed (causal, window, mask, lengths, an empty cache slot) -> softmax with extra
+    logits (sinks)
+
+The block engine, KV-cache decoding, FlashAttention-2 tiles, the backward pass and the grader
+each run it over their own cells (core/variant.py ``Cells``); none of them names a variant.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+import attn_cli.core.plugins  # noqa: F401 (registers the variants attn ships)
+from attn_cli.core.variant import REGISTRY, BoolArray, Cells, FloatArray, IntArray, Variant
+
+if TYPE_CHECKING:
+    from attn_cli.core.inputs import Inputs
+
+Into = Callable[[str], "FloatArray | None"]  # where a stage's cells go (a kept array), or None
+
+
+def _overrides(variant: Variant, hook: str) -> bool:
+    return getattr(type(variant), hook) is not getattr(Variant, hook)
+
+
+class Chain:
+    """The variants of ``inputs`` that are on, at each hook, in registry order."""
+
+    def __init__(self, inputs: Inputs) -> None:
+        self.inputs = inputs
+        on = [(v, x) for v in REGISTRY.values() if (x := v.value(inputs)) is not None]
+        self.modifiers = [(v, x) for v, x in on if v.stage is not None]
+        self.biases = [(v, x) for v, x in on if _overrides(v, "bias")]
+        self.rules = [(v, x) for v, x in on if _overrides(v, "allowed")]
+        self.extras = [(v, x) for v, x in on if _overrides(v, "extra_logit")]
+        self.fill = inputs.mask_value  # -inf, or a finite sentinel as real code uses
+
+    # -- what the chain has ---------------------------------------------------------------------
+
+    @property
+    def stages(self) -> tuple[str, ...]:
+        """The score modifiers' stages, in order (``capped``)."""
+        return tuple(str(v.stage) for v, _ in self.modifiers)
+
+    @property
+    def masks(self) -> bool:
+        """Whether anything biases or hides keys: the `masked` stage applies."""
+        return bool(self.biases or self.rules)
+
+    @property
+    def extra(self) -> bool:
+        """Whether the softmax joins extra logits (sinks)."""
+        return bool(self.extras)
+
+    def hides(self) -> list[str]:
+        """What hides keys, as `masked`'s formula says it (``causal upper-left``, ``window 3``)."""
+        return [h for v, x in self.rules if (h := v.hides(x)) is not None]
+
+    # -- the hooks, run over cells --------------------------------------------------------------
+
+    def modify(self, x: FloatArray, into: Into) -> FloatArray:
+        """scaled -> each modifier's stage in turn, each written where ``into`` says."""
+        for v, value in self.modifiers:
+            x = v.modify(value, x, out=into(str(v.stage)))
+        return x
+
+    def bias_terms(self, cells: Cells, dtype: Any, into: Into) -> list[FloatArray]:
+        """Each additive bias of the cells, (b, h, R, S)-broadcastable; a bias that is a stage
+        (ALiBi) is written where ``into`` says, and that array is the term."""
+        terms = []
+        for v, value in self.biases:
+            term = v.bias(value, self.inputs, cells, dtype)
+            if term is None:
+                continue
+            kept = None if v.bias_stage is None else into(v.bias_stage)
+            if kept is not None:
+                np.copyto(kept, term)
+                term = kept
+            terms.append(term)
+        return terms
+
+    def allowed(self, cells: Cells) -> BoolArray | None:
+        """True where a query may attend, (b, h, R, S)-broadcastable; None when every key may."""
+        parts = [a for v, x in self.rules if (a := v.allowed(x, self.inputs, cells)) is not None]
+        if cells.keys.size and int(cells.keys.min()) < 0:  # an empty cache slot holds no key
+            parts.append(cells.keys[None, None, None, :] >= 0)
+        if not parts:
+            return None
+        allowed = parts[0]
+        for part in parts[1:]:
+            allowed = allowed & part
+        return allowed
+
+    def masked(
+        self, x: FloatArray, cells: Cells, out: FloatArray | None, into: Into
+    ) -> tuple[FloatArray, BoolArray | None, list[FloatArray]]:
+        """masked = x + the biases, ``fill`` where not allowed: (masked, allowed, the biases)."""
+        terms = self.bias_terms(cells, x.dtype, into)
+        if out is None:
+            masked: FloatArray = np.broadcast_to(x, cells.shape).copy()
+        else:
+            masked = out
+            if out is not x:
+                np.copyto(out, x)
+        for term in terms:
+            np.add(masked, term, out=masked)
+        allowed = self.allowed(cells)
+        if allowed is not None:
+            np.copyto(masked, self.fill, where=~allowed)
+        return masked, allowed, terms
+
+    def extra_logit(self, cells: Cells, dtype: Any) -> FloatArray | None:
+        """The extra logit of each row, (1, h, 1, 1); None when there is none. Several join as
+        one: log Σ exp."""
+        logits = [v.extra_logit(x, cells, dtype) for v, x in self.extras]
+        found = [np.asarray(l, dtype=dtype) for l in logits if l is not None]  # noqa: E741
+        if not found:
+            return None
+        total = found[0] if len(found) == 1 else np.logaddexp.reduce(np.stack(found), axis=0)
+        out: FloatArray = total.reshape(1, -1, 1, 1)
+        return out
+
+    # -- bounds for the overflow checks, and gradients ------------------------------------------
+
+    def bound_logits(self, bound: float) -> float:
+        """The largest |logit| after the modifiers, given the largest |scaled|."""
+        for v, value in self.modifiers:
+            bound = v.bound_modify(value, bound)
+        return bound
+
+    def bound_biases(self) -> float:
+        """The largest finite |bias| the biases add, summed."""
+        return sum((v.bound_bias(x, self.inputs) for v, x in self.biases), 0.0)
+
+    def grad_modifiers(self, d: FloatArray, before: list[FloatArray]) -> list[FloatArray]:
+        """Back through the modifiers: the gradient of each modifier's input, last first;
+        ``before`` holds each modifier's input (scaled for the first)."""
+        grads = []
+        for (v, value), x_in in zip(reversed(self.modifiers), reversed(before), strict=True):
+            d = v.grad_modify(value, d, x_in)
+            grads.append(d)
+        return grads
+
+    def grad_extras(self, weights: FloatArray, delta: FloatArray) -> dict[str, FloatArray]:
+        """The gradient stage of each extra logit (``d_sinks``), by stage name."""
+        return {str(v.gradient): v.grad_extra(x, weights, delta) for v, x in self.extras}
+
+
+def cells_of(
+    inputs: Inputs,
+    batch: IntArray | slice,
+    heads: IntArray | slice,
+    queries: IntArray | slice,
+    keys: IntArray | slice | None = None,
+) -> Cells:
+    """The cells of a block or tile of the fixture's own (T, S) grid, at its token positions."""
+    pos_q, pos_k = inputs.token_positions()
+    T, S = inputs.seq_q, inputs.seq_k
+    q_idx = np.arange(T)[queries]
+    k_idx = np.arange(S)[slice(None) if keys is None else keys]
+    return Cells(
+        np.arange(inputs.batch)[batch], np.arange(inputs.heads)[heads],
+        q_idx, k_idx, pos_q[q_idx], pos_k[k_idx],
+    )  # fmt: skip

@@ -1,0 +1,76 @@
+"""Which keys a query may attend: causal (a key no later than the query), the sliding window
+(HF/Mistral ``sliding_window``: 0 <= pos_q − pos_k < window), the fixture's boolean ``mask``
+(True = may attend, right-aligned as torch broadcasts) and ``lengths`` (padding: keys at or
+past a batch item's length are hidden)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from attn_cli.core.inputs import Inputs
+from attn_cli.core.variant import BoolArray, Cells, Variant, register, take
+
+
+class Causal(Variant):
+    name = "causal"
+
+    def allowed(self, value: Any, inputs: Inputs, cells: Cells) -> BoolArray:
+        # the default positions give upper-left (key j <= query i) or lower-right (the last
+        # query sees every key, as a KV cache)
+        return cells.pos_k[None, None, None, :] <= cells.pos_q[None, None, :, None]  # (1,1,R,S)
+
+    def hides(self, value: Any) -> str:
+        return f"causal {value}"
+
+
+class Window(Variant):
+    name = "window"
+
+    def allowed(self, value: Any, inputs: Inputs, cells: Cells) -> BoolArray:
+        reach = window_reach(value, *inputs.token_positions())
+        return cells.pos_k[None, None, None, :] > cells.pos_q[None, None, :, None] - reach
+
+    def hides(self, value: Any) -> str:
+        return f"window {value}"
+
+
+def window_reach(window: int, pos_q: Any, pos_k: Any) -> int:
+    """The window as the arithmetic uses it: ``window``, at most one more than the widest gap
+    pos_q - pos_k. A wider window allows the same keys (plain causal attention), and a window of
+    2^63 or 10^30 fits no int64."""
+    pos_q, pos_k = np.asarray(pos_q), np.asarray(pos_k)
+    if pos_q.size == 0 or pos_k.size == 0:
+        return 1
+    widest = int(pos_q.max()) - int(pos_k.min())  # Python ints: no overflow
+    return max(1, min(window, widest + 1))
+
+
+class Mask(Variant):
+    name = "mask"
+
+    def allowed(self, value: Any, inputs: Inputs, cells: Cells) -> BoolArray:
+        full = np.broadcast_to(value, (inputs.batch, inputs.heads, inputs.seq_q, inputs.seq_k))
+        cells_mask: BoolArray = take(full, cells)  # (b, h, R, S)
+        return cells_mask
+
+    def hides(self, value: Any) -> str:
+        return "mask"
+
+
+class Lengths(Variant):
+    name = "lengths"
+
+    def allowed(self, value: Any, inputs: Inputs, cells: Cells) -> BoolArray:
+        valid: BoolArray = cells.keys[None, :] < value[cells.batch][:, None]  # (b, S)
+        return valid[:, None, None, :]  # (b, 1, 1, S)
+
+    def hides(self, value: Any) -> str:
+        return "lengths"
+
+
+register(Causal())
+register(Window())
+register(Mask())
+register(Lengths())

@@ -1,0 +1,28 @@
+"""Attention sinks (gpt-oss ``sinks``, HF ``GptOssAttention``): one logit per head joined to every
+softmax row and dropped after it, so a row's kept weights sum to 1 − p_sink."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from attn_cli.core.variant import Cells, FloatArray, Variant, register
+
+
+class Sinks(Variant):
+    name = "sinks"
+    gradient = "d_sinks"
+
+    def extra_logit(self, value: Any, cells: Cells, dtype: Any) -> FloatArray:
+        logits: FloatArray = np.asarray(value, dtype=dtype)[cells.heads]  # (h,)
+        return logits
+
+    def grad_extra(self, value: Any, weights: FloatArray, delta: FloatArray) -> FloatArray:
+        """d s_h = −Σ_(batch, query) p_sink · Delta; the sink's weight p_sink = 1 − rowsum(P)."""
+        p_sink = 1.0 - weights.sum(axis=-1)  # (B, H, T)
+        d_sinks: FloatArray = -(p_sink * delta).sum(axis=(0, 2))  # (H,)
+        return d_sinks
+
+
+register(Sinks())

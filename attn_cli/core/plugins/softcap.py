@@ -1,0 +1,32 @@
+"""Logit softcapping (Gemma 2 ``attn_logit_softcapping``): capped = cap·tanh(scaled / cap), on
+the scaled scores before the bias and the mask."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from attn_cli.core.variant import FloatArray, Variant, register
+
+
+class Softcap(Variant):
+    name = "softcap"
+    stage = "capped"
+
+    def modify(self, value: Any, x: FloatArray, out: FloatArray | None = None) -> FloatArray:
+        capped: FloatArray = np.divide(x, value, out=out)
+        np.tanh(capped, out=capped)
+        np.multiply(capped, value, out=capped)
+        return capped
+
+    def grad_modify(self, value: Any, d_out: FloatArray, x_in: FloatArray) -> FloatArray:
+        t = np.tanh(x_in / value)
+        d_in: FloatArray = d_out * (1.0 - t * t)  # d tanh(u) = 1 − tanh²(u)
+        return d_in
+
+    def bound_modify(self, value: Any, bound: float) -> float:
+        return min(bound, float(value))  # |cap·tanh(·)| < cap
+
+
+register(Softcap())

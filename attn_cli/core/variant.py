@@ -1,0 +1,149 @@
+"""What a variant of attention is: one object, found by its name, with hooks into the one chain.
+
+The chain (core/chain.py) is written once::
+
+    scores = q·kᵀ -> scaled = scores × scale -> score modifiers (capped, ...) ->
+    masked = + additive biases, the fill where a key is not allowed -> softmax with extra
+    logits (sinks) -> output = weights·v
+
+and every loop that computes attention runs it over its own cells: the block engine (query rows
+of one head), KV-cache decoding (one query against the cache), FlashAttention-2 (a tile), the
+backward pass and the grader (whole arrays). A variant says what it does at each hook, as
+PyTorch's FlexAttention says it with ``score_mod`` and ``mask_mod``; no loop names a variant.
+
+A variant's setting lives in the fixture under its ``name`` (``softcap: 50``); ``value(inputs)``
+reads it (a field of :class:`Inputs`, else ``inputs.extra[name]``), None when it is off.
+Axis names as in steps.py; a hook's arrays broadcast to the cells' (b, h, R, S).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+import numpy as np
+
+if TYPE_CHECKING:
+    from attn_cli.core.inputs import Inputs
+
+FloatArray = np.ndarray[Any, np.dtype[np.float64]]  # float32 too, at run time
+BoolArray = np.ndarray[Any, np.dtype[np.bool_]]
+IntArray = np.ndarray[Any, np.dtype[np.int64]]
+
+
+class Cells(NamedTuple):
+    """The (batch, head, query, key) cells one call of the chain covers, as index vectors.
+
+    ``queries`` and ``keys`` are token indices into the fixture's sequence (a cache slot that
+    holds no token yet is -1); ``pos_q`` and ``pos_k`` their positions (RoPE, ALiBi, window).
+    """
+
+    batch: IntArray  # (b,)
+    heads: IntArray  # (h,) query heads
+    queries: IntArray  # (R,)
+    keys: IntArray  # (S,)
+    pos_q: IntArray  # (R,)
+    pos_k: IntArray  # (S,)
+
+    @property
+    def shape(self) -> tuple[int, int, int, int]:
+        """(b, h, R, S): what every hook's array broadcasts to."""
+        return (len(self.batch), len(self.heads), len(self.queries), len(self.keys))
+
+
+class Variant:
+    """One kind of attention variant; every hook is optional (the base does nothing).
+
+    Subclasses set ``name`` and override the hooks they use. The hooks receive the variant's
+    ``value`` (its setting, never None) as first argument after ``inputs`` where they need it.
+    """
+
+    name: str = ""
+    # a score modifier's stage (written after `scaled`, before `masked`), e.g. "capped"
+    stage: str | None = None
+    # an additive bias that is a stage of its own (ALiBi): kept like any other score stage
+    bias_stage: str | None = None
+    # the gradient stage of an extra logit (d_sinks), laid out (H,)
+    gradient: str | None = None
+
+    def value(self, inputs: Inputs) -> Any:
+        """The variant's setting in these inputs; None when it is off."""
+        if self.name in inputs.extra:
+            return inputs.extra[self.name]
+        return getattr(inputs, self.name, None)
+
+    # -- score modifiers: scaled -> stage, before the mask (softcap) ---------------------------
+
+    def modify(self, value: Any, x: FloatArray, out: FloatArray | None = None) -> FloatArray:
+        """The modified logits; ``out`` may be ``x`` (in place)."""
+        raise NotImplementedError(f"{self.name} modifies no scores")
+
+    def grad_modify(self, value: Any, d_out: FloatArray, x_in: FloatArray) -> FloatArray:
+        """d(modified) -> d(x_in), the modifier's Jacobian applied."""
+        raise NotImplementedError(f"{self.name} modifies no scores")
+
+    def bound_modify(self, value: Any, bound: float) -> float:
+        """The largest |logit| after modifying, given the largest before (overflow checks)."""
+        return bound
+
+    # -- additive biases: added in `masked` (the fixture's bias, ALiBi) ------------------------
+
+    def bias(self, value: Any, inputs: Inputs, cells: Cells, dtype: Any) -> FloatArray | None:
+        """The bias of the cells, broadcasting to (b, h, R, S); None: this variant adds none."""
+        return None
+
+    def bound_bias(self, value: Any, inputs: Inputs) -> float:
+        """The largest finite |bias| (overflow checks)."""
+        return 0.0
+
+    # -- allowed keys: where a query may attend (causal, window, mask, lengths) ----------------
+
+    def allowed(self, value: Any, inputs: Inputs, cells: Cells) -> BoolArray | None:
+        """True where a query may attend, broadcasting to (b, h, R, S); None: all may."""
+        return None
+
+    def hides(self, value: Any) -> str | None:
+        """How the `masked` formula names what this variant hides (``window 3``); None: nothing."""
+        return None
+
+    # -- extra logits: joined to every softmax row, dropped after (sinks) ----------------------
+
+    def extra_logit(self, value: Any, cells: Cells, dtype: Any) -> FloatArray | None:
+        """One logit per query head of the cells, (h,); None: no extra logit."""
+        return None
+
+    def grad_extra(self, value: Any, weights: FloatArray, delta: FloatArray) -> FloatArray:
+        """dL/d(extra logit) (H,), from the kept weights and Delta = rowsum(dP ∘ P)."""
+        raise NotImplementedError(f"{self.name} has no extra logit")
+
+
+REGISTRY: dict[str, Variant] = {}  # by name, in the order they run at each hook
+
+
+def register(variant: Variant) -> Variant:
+    """Add a variant to the registry (a new name goes last; a known name is replaced)."""
+    if not variant.name:
+        raise ValueError("a variant needs a name")
+    REGISTRY[variant.name] = variant
+    return variant
+
+
+def unregister(name: str) -> None:
+    """Take a variant out of the registry (tests that define their own)."""
+    REGISTRY.pop(name, None)
+
+
+def take(full: Any, cells: Cells) -> Any:
+    """The cells of a whole (B, H, T, S) array: a view where the indices run in steps of one
+    (the engine's blocks), else a copy (decoding's cache slots, -1 read as 0)."""
+    index = tuple(_as_slice(i) for i in cells[:4])
+    if all(isinstance(i, slice) for i in index):
+        return full[index]
+    return full[np.ix_(*(np.maximum(np.asarray(i), 0) for i in cells[:4]))]
+
+
+def _as_slice(i: IntArray) -> slice | IntArray:
+    """A run start, start+1, ... as a slice (a view), anything else as it is."""
+    run = i.size and int(i[0]) >= 0 and int(i[-1]) - int(i[0]) == i.size - 1
+    if run and (i.size < 3 or bool(np.all(np.diff(i) == 1))):
+        return slice(int(i[0]), int(i[-1]) + 1)
+    return i
