@@ -4,90 +4,43 @@ Pure and free of Rich, so the terminal renderer and the Markdown and LaTeX expor
 same thing. Every number shown comes from the trace (stage shapes, the scale, a worked cell's
 values); Q, K and V follow the source article's search analogy: the query is what a token is
 looking for, the keys are the labels on offer, the values are the content handed back.
+
+This module holds the forward stages' texts; explain_backward.py holds the gradients'. Both
+fill the tables of explain_registry.py, which ``explain_stage`` and ``cell_text`` read.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 
 import numpy as np
 
 from attn_cli.core.inputs import Inputs
 from attn_cli.core.pipeline import Trace
 from attn_cli.core.stages import SPECS, softmax_input
+from attn_cli.present import explain_backward  # noqa: F401  (registers the d_* stages' texts)
+from attn_cli.present.explain_registry import (
+    CELL_TEXTS,
+    EXPLAINERS,
+    Cell,
+    CellText,
+    Context,
+    Explanation,
+    Parts,
+    pick_terms,
+    shape_text,
+    sum_terms,
+)
 from attn_cli.present.i18n import Lang, axis_name, label
 from attn_cli.present.text import factor, safe, short_number
 from attn_cli.present.worked import WorkedCell, weighted_terms
-
-TERMS_SHOWN = 8  # a sum with more terms than this shows its first and last few unless full
-
-
-@dataclass(frozen=True)
-class Explanation:
-    """One stage explained: formula lines, shapes in and out, and what it means."""
-
-    stage: str
-    lang: Lang
-    formula: tuple[str, ...]
-    inputs: tuple[str, ...]
-    output: str
-    meaning: tuple[str, ...]
-
-
-@dataclass(frozen=True)
-class CellText:
-    """A worked cell's part for one stage: a title, lines, and an optional table."""
-
-    title: str
-    lines: tuple[str, ...]
-    header: tuple[str, ...] = ()
-    rows: tuple[tuple[str, ...], ...] = ()
-    footer: tuple[str, ...] = ()
-
-
-def shape_text(name: str, axes: Sequence[str], shape: Sequence[int], lang: Lang) -> str:
-    """``Q [head=1, query=3, d_k=2]`` with the axis names in ``lang``."""
-    dims = ", ".join(f"{axis_name(lang, a)}={n}" for a, n in zip(axes, shape, strict=True))
-    return f"{name} [{dims}]"
-
-
-@dataclass(frozen=True)
-class _Context:
-    """What every stage's explanation reads: the trace, the stage, the language, numbers."""
-
-    trace: Trace
-    name: str
-    lang: Lang
-    precision: int
-
-    @property
-    def scale(self) -> str:
-        return short_number(self.trace.scale, self.precision)
-
-    @property
-    def default_scale(self) -> str:
-        return short_number(1 / math.sqrt(self.trace.inputs.d_k), self.precision)
-
-    def shape_of(self, stage_name: str) -> str:
-        s = self.trace[stage_name]
-        return shape_text(stage_name, s.axes, s.shape, self.lang)
-
-    def weight(self, w_name: str, axes: tuple[str, ...]) -> str:
-        w = getattr(self.trace.inputs, w_name)
-        assert w is not None
-        return shape_text(w_name, axes, w.shape, self.lang)
-
-
-_Parts = tuple[tuple[str, ...], tuple[str, ...], list[str]]  # formula, inputs, meaning
 
 
 def explain_stage(trace: Trace, name: str, lang: Lang, precision: int = 4) -> Explanation:
     """The explanation of stage ``name`` of this trace."""
     stage = trace[name]
     explainer = EXPLAINERS[SPECS[name].explain]
-    formula, inputs, meaning = explainer(_Context(trace, name, lang, precision))
+    formula, inputs, meaning = explainer(Context(trace, name, lang, precision))
     return Explanation(
         stage=name,
         lang=lang,
@@ -98,7 +51,7 @@ def explain_stage(trace: Trace, name: str, lang: Lang, precision: int = 4) -> Ex
     )
 
 
-def _explain_x(c: _Context) -> _Parts:
+def _explain_x(c: Context) -> Parts:
     """The explanation of X."""
     lang = c.lang
     zh = c.lang == "zh"
@@ -120,7 +73,7 @@ def _explain_x(c: _Context) -> _Parts:
     return formula, inputs, meaning
 
 
-def _explain_qkv(c: _Context) -> _Parts:
+def _explain_qkv(c: Context) -> Parts:
     """The explanation of Q, K and V."""
     inp = c.trace.inputs
     lang = c.lang
@@ -165,7 +118,7 @@ def _explain_qkv(c: _Context) -> _Parts:
     return formula, inputs, meaning
 
 
-def _explain_scores(c: _Context) -> _Parts:
+def _explain_scores(c: Context) -> Parts:
     """The explanation of scores."""
     zh = c.lang == "zh"
     shape_of = c.shape_of
@@ -188,7 +141,7 @@ def _explain_scores(c: _Context) -> _Parts:
     return formula, inputs, meaning
 
 
-def _explain_scaled(c: _Context) -> _Parts:
+def _explain_scaled(c: Context) -> Parts:
     """The explanation of scaled."""
     trace = c.trace
     inp = c.trace.inputs
@@ -248,7 +201,7 @@ def _explain_scaled(c: _Context) -> _Parts:
     return formula, inputs, meaning
 
 
-def _explain_masked(c: _Context) -> _Parts:
+def _explain_masked(c: Context) -> Parts:
     """The explanation of masked."""
     trace = c.trace
     inp = c.trace.inputs
@@ -261,7 +214,7 @@ def _explain_masked(c: _Context) -> _Parts:
     return formula, inputs, _masked_meaning(trace, c.lang)
 
 
-def _explain_softmax(c: _Context) -> _Parts:
+def _explain_softmax(c: Context) -> Parts:
     """The explanation of softmax."""
     trace = c.trace
     zh = c.lang == "zh"
@@ -318,7 +271,7 @@ def _explain_softmax(c: _Context) -> _Parts:
     return formula, inputs, meaning
 
 
-def _sink_meaning(c: _Context) -> list[str]:
+def _sink_meaning(c: Context) -> list[str]:
     """With sinks: where the rest of each row's mass went, with the trace's numbers."""
     sinks = c.trace.inputs.sinks
     if sinks is None:
@@ -341,7 +294,7 @@ def _sink_meaning(c: _Context) -> list[str]:
     )]  # fmt: skip
 
 
-def _sentinel_meaning(c: _Context) -> list[str]:
+def _sentinel_meaning(c: Context) -> list[str]:
     """With a finite mask_value: how many rows it let weight leak into, from the trace."""
     rows = c.trace.sentinel_rows
     if not rows:
@@ -364,7 +317,7 @@ def _sentinel_meaning(c: _Context) -> list[str]:
     )]  # fmt: skip
 
 
-def _explain_output(c: _Context) -> _Parts:
+def _explain_output(c: Context) -> Parts:
     """The explanation of output."""
     zh = c.lang == "zh"
     shape_of = c.shape_of
@@ -386,7 +339,7 @@ def _explain_output(c: _Context) -> _Parts:
     return formula, inputs, meaning
 
 
-def _explain_concat(c: _Context) -> _Parts:
+def _explain_concat(c: Context) -> Parts:
     """The explanation of concat."""
     inp = c.trace.inputs
     lang = c.lang
@@ -409,7 +362,7 @@ def _explain_concat(c: _Context) -> _Parts:
     return formula, inputs, meaning
 
 
-def _explain_projected(c: _Context) -> _Parts:
+def _explain_projected(c: Context) -> Parts:
     """The explanation of projected."""
     inp = c.trace.inputs
     zh = c.lang == "zh"
@@ -440,11 +393,11 @@ def _query_key(trace: Trace, name: str) -> str:
     return name
 
 
-def _en_zh(c: _Context, en: str, zh: str) -> str:
+def _en_zh(c: Context, en: str, zh: str) -> str:
     return zh if c.lang == "zh" else en
 
 
-def _explain_x_kv(c: _Context) -> _Parts:
+def _explain_x_kv(c: Context) -> Parts:
     """The explanation of X_kv, the encoder's output in cross-attention."""
     formula = (_en_zh(c, "X_kv: the sequence the keys and values come from",
                       "X_kv：键和值所来自的序列"),)  # fmt: skip
@@ -459,7 +412,7 @@ def _explain_x_kv(c: _Context) -> _Parts:
     return formula, (label(c.lang, "given"),), meaning
 
 
-def _explain_norm(c: _Context) -> _Parts:
+def _explain_norm(c: Context) -> Parts:
     """The explanation of Q_norm and K_norm (RMSNorm, as Qwen3, Gemma 3 and OLMo 2)."""
     src = c.name.removesuffix("_norm")
     qk = c.trace.inputs.qk_norm
@@ -486,7 +439,7 @@ def _explain_norm(c: _Context) -> _Parts:
     return formula, (c.shape_of(src),), meaning
 
 
-def _explain_rot(c: _Context) -> _Parts:
+def _explain_rot(c: Context) -> Parts:
     """The explanation of Q_rot and K_rot (rotary position embedding)."""
     inp = c.trace.inputs
     src = c.name.removesuffix("_rot")
@@ -532,7 +485,7 @@ def _explain_rot(c: _Context) -> _Parts:
     return formula, (c.shape_of(source),), meaning
 
 
-def _explain_capped(c: _Context) -> _Parts:
+def _explain_capped(c: Context) -> Parts:
     """The explanation of capped (logit soft-capping, as Gemma 2)."""
     cap = short_number(c.trace.inputs.softcap or 0.0, c.precision)
     formula = (f"capped = {cap} × tanh(scaled / {cap})",)
@@ -547,7 +500,7 @@ def _explain_capped(c: _Context) -> _Parts:
     return formula, (c.shape_of("scaled"),), meaning
 
 
-def _explain_alibi(c: _Context) -> _Parts:
+def _explain_alibi(c: Context) -> Parts:
     """The explanation of alibi (Press et al., attention with linear biases)."""
     formula = ("alibi[h, i, j] = −slope_h × |pos_i − pos_j|",)
     meaning = [_en_zh(
@@ -563,7 +516,7 @@ def _explain_alibi(c: _Context) -> _Parts:
     return formula, (label(c.lang, "given"),), meaning
 
 
-def _explain_lse(c: _Context) -> _Parts:
+def _explain_lse(c: Context) -> Parts:
     """The explanation of lse (log-sum-exp), what FlashAttention keeps instead of weights."""
     x = softmax_input(c.trace.inputs)
     sink = " + e^sink" if c.trace.inputs.sinks is not None else ""
@@ -581,8 +534,8 @@ def _explain_lse(c: _Context) -> _Parts:
     return formula, (c.shape_of(softmax_input(c.trace.inputs)),), meaning
 
 
-# One explainer per explanation key of the stage table (core/stages.py).
-EXPLAINERS: dict[str, Callable[[_Context], _Parts]] = {
+# One explainer per explanation key of the stage table (core/stages.py): the forward stages.
+EXPLAINERS.update({
     "X": _explain_x,
     "QKV": _explain_qkv,
     "scores": _explain_scores,
@@ -600,7 +553,7 @@ EXPLAINERS: dict[str, Callable[[_Context], _Parts]] = {
     "capped": _explain_capped,
     "alibi": _explain_alibi,
     "lse": _explain_lse,
-}
+})  # fmt: skip
 
 
 _QKV: dict[Lang, dict[str, str]] = {
@@ -759,49 +712,6 @@ def _given_meaning(inp: Inputs, zh: bool) -> list[str]:
 # The worked cell, stage by stage
 
 
-@dataclass(frozen=True)
-class _Cell:
-    """What every stage's part of the worked cell reads."""
-
-    trace: Trace
-    cell: WorkedCell
-    lang: Lang
-    precision: int
-    full: bool
-    stage: str = ""
-
-    @property
-    def q_label(self) -> str:
-        return safe(self.trace.query_labels[self.cell.query])
-
-    @property
-    def k_label(self) -> str:
-        return safe(self.trace.key_labels[self.cell.key])
-
-    @property
-    def at(self) -> str:
-        return f"[{self.q_label}, {self.k_label}]"
-
-    @property
-    def title(self) -> str:
-        title = label(self.lang, "cell_title", query=self.q_label, key=self.k_label)
-        where = _where(self.cell, self.trace, self.lang)
-        return title + (label(self.lang, "cell_where", where=where) if where else "")
-
-    def n(self, x: float) -> str:
-        return short_number(x, self.precision)
-
-    def worked(self, key: str, line: str, **values: object) -> CellText:
-        """The cell's part as the label ``key`` (what is computed) over one worked line."""
-        return CellText(self.title, (label(self.lang, key, **values), line))
-
-    def g(self, x: float) -> str:
-        """A factor such as base^(−2i/dims) or a slope: ``precision`` significant digits."""
-        if x == int(x) and abs(x) < 1e15:
-            return str(int(x))
-        return f"{x:.{self.precision}g}"
-
-
 def cell_text(
     trace: Trace,
     cell: WorkedCell,
@@ -812,10 +722,10 @@ def cell_text(
 ) -> CellText | None:
     """The part of the worked cell that belongs under ``stage``, or None if none does."""
     part = CELL_TEXTS.get(stage)
-    return None if part is None else part(_Cell(trace, cell, lang, precision, full, stage))
+    return None if part is None else part(Cell(trace, cell, lang, precision, full, stage))
 
 
-def _cell_scores(c: _Cell) -> CellText | None:
+def _cell_scores(c: Cell) -> CellText | None:
     """The worked cell under ``scores``."""
     cell, precision, full, at = c.cell, c.precision, c.full, c.at
     terms = [
@@ -826,11 +736,11 @@ def _cell_scores(c: _Cell) -> CellText | None:
     return c.worked(
         "cell_dot",
         f"scores{at} = {cell.q_name}[{c.q_label}]·{cell.k_name}[{c.k_label}] = "
-        f"{_sum(terms, full)} = {_sum(products, full)} = {c.n(cell.score)}",
+        f"{sum_terms(terms, full)} = {sum_terms(products, full)} = {c.n(cell.score)}",
     )
 
 
-def _cell_scaled(c: _Cell) -> CellText | None:
+def _cell_scaled(c: Cell) -> CellText | None:
     """The worked cell under ``scaled``."""
     cell, at, n = c.cell, c.at, c.n
     return c.worked(
@@ -840,7 +750,7 @@ def _cell_scaled(c: _Cell) -> CellText | None:
     )
 
 
-def _cell_masked(c: _Cell) -> CellText | None:
+def _cell_masked(c: Cell) -> CellText | None:
     """The worked cell under ``masked``: the logit, plus bias and ALiBi, or the fill."""
     cell = c.cell
     if cell.masked is None:
@@ -871,7 +781,7 @@ def _cell_masked(c: _Cell) -> CellText | None:
     return CellText(c.title, tuple(lines))
 
 
-def _cell_rot(c: _Cell) -> CellText | None:
+def _cell_rot(c: Cell) -> CellText | None:
     """The worked cell under ``Q_rot`` or ``K_rot``: the query's (key's) row, pair by pair."""
     cell = c.cell
     rot = cell.q_rot if c.stage == "Q_rot" else cell.k_rot
@@ -912,7 +822,7 @@ def _cell_rot(c: _Cell) -> CellText | None:
     return CellText(c.title, tuple(lines))
 
 
-def _cell_capped(c: _Cell) -> CellText | None:
+def _cell_capped(c: Cell) -> CellText | None:
     """The worked cell under ``capped``: cap·tanh(scaled / cap) with the numbers."""
     cell = c.cell
     if cell.softcap is None or cell.capped is None:
@@ -929,7 +839,7 @@ def _cell_capped(c: _Cell) -> CellText | None:
     )
 
 
-def _cell_alibi(c: _Cell) -> CellText | None:
+def _cell_alibi(c: Cell) -> CellText | None:
     """The worked cell under ``alibi``: −slope × |pos_q − pos_k| with the numbers."""
     cell = c.cell
     if cell.slope is None or cell.alibi is None:
@@ -945,7 +855,7 @@ def _cell_alibi(c: _Cell) -> CellText | None:
     )
 
 
-def _cell_softmax(c: _Cell) -> CellText | None:
+def _cell_softmax(c: Cell) -> CellText | None:
     """The worked cell under ``softmax``."""
     trace = c.trace
     cell = c.cell
@@ -964,7 +874,7 @@ def _cell_softmax(c: _Cell) -> CellText | None:
         "e^(x − m)",
         label(lang, "col_weight"),
     )
-    keys = _pick(len(cell.row), c.full, keep=cell.key)
+    keys = pick_terms(len(cell.row), c.full, keep=cell.key)
     rows = tuple(
         ("…",) * 5
         if j is None
@@ -1000,7 +910,7 @@ def _cell_softmax(c: _Cell) -> CellText | None:
     return CellText(title, (head,), header=header, rows=rows, footer=tuple(footer))
 
 
-def _cell_output(c: _Cell) -> CellText | None:
+def _cell_output(c: Cell) -> CellText | None:
     """The worked cell under ``output``."""
     cell = c.cell
     lang = c.lang
@@ -1010,7 +920,7 @@ def _cell_output(c: _Cell) -> CellText | None:
     title = c.title
     n = c.n
     lines = [label(lang, "cell_output", query=q_label)]
-    columns = _pick(len(cell.output), full)
+    columns = pick_terms(len(cell.output), full)
     for col in columns:
         if col is None:
             lines.append("…")
@@ -1021,14 +931,14 @@ def _cell_output(c: _Cell) -> CellText | None:
         ]
         products = [factor(p, precision) for p in weighted_terms(cell.weights, cell.values, col)]
         lines.append(
-            f"output[{q_label}, {col}] = {_sum(terms, full)} = {_sum(products, full)}"
+            f"output[{q_label}, {col}] = {sum_terms(terms, full)} = {sum_terms(products, full)}"
             f" = {n(cell.output[col])}"
         )
     return CellText(title, tuple(lines))
 
 
 # The stages a worked cell runs through, and its part under each.
-CELL_TEXTS: dict[str, Callable[[_Cell], CellText | None]] = {
+CELL_TEXTS.update({
     "scores": _cell_scores,
     "scaled": _cell_scaled,
     "masked": _cell_masked,
@@ -1038,36 +948,4 @@ CELL_TEXTS: dict[str, Callable[[_Cell], CellText | None]] = {
     "capped": _cell_capped,
     "alibi": _cell_alibi,
     "output": _cell_output,
-}
-
-
-def _where(cell: WorkedCell, trace: Trace, lang: Lang) -> str:
-    parts = []
-    if cell.batch is not None:
-        parts.append(f"{label(lang, 'batch')} {cell.batch}")
-    if trace.inputs.heads > 1:
-        parts.append(f"{label(lang, 'head')} {cell.head}")
-        if trace.inputs.kv_heads != trace.inputs.heads:
-            parts.append(f"{label(lang, 'kv_head')} {cell.kv_head}")
-    return " · ".join(parts)
-
-
-def _pick(n: int, full: bool, keep: int | None = None) -> list[int | None]:
-    """Which terms to show: all, or the first and last few (and ``keep``) around "…"."""
-    if full or n <= TERMS_SHOWN:
-        return list(range(n))
-    shown = {*range(TERMS_SHOWN - 2), *range(n - 2, n)} | ({keep} if keep is not None else set())
-    picked: list[int | None] = []
-    for i in sorted(shown):
-        if picked and picked[-1] is not None and i != picked[-1] + 1:
-            picked.append(None)
-        picked.append(i)
-    return picked
-
-
-def _sum(terms: Sequence[str], full: bool) -> str:
-    picked = _pick(len(terms), full)
-    return " + ".join("…" if i is None else terms[i] for i in picked)
-
-
-from attn_cli.present import explain_backward  # noqa: E402, F401  (adds the d_* stages' entries)
+})  # fmt: skip

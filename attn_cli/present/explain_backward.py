@@ -1,7 +1,7 @@
 """The explanations of the backward pass's stages and its worked cells, in English and Chinese.
 
-Registers itself in explain.py's ``EXPLAINERS`` (keyed by the stage table's explanation keys)
-and ``CELL_TEXTS`` (keyed by stage) when imported; explain.py imports it at its end. Every
+Registers its entries in explain_registry.py's ``EXPLAINERS`` (keyed by the stage table's
+explanation keys) and ``CELL_TEXTS`` (keyed by stage) when imported; explain.py imports it. Every
 number comes from the trace: a worked cell takes one entry of dS = P ∘ (dP − Delta) apart
 into the trace's own P, dP and Delta, and the terms of the row sums that make Delta.
 """
@@ -13,48 +13,34 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from attn_cli.core.pipeline import Trace
-from attn_cli.core.stages import final_stage, softmax_input
-from attn_cli.present.explain import (
+from attn_cli.core.stages import softmax_input
+from attn_cli.present.explain_registry import (
     CELL_TEXTS,
     EXPLAINERS,
+    Cell,
     CellText,
-    _Cell,
-    _Context,
-    _Parts,
-    _sum,
+    Context,
+    Parts,
+    sum_terms,
 )
-from attn_cli.present.i18n import Lang
 from attn_cli.present.text import factor
+from attn_cli.present.text import upstream_line as upstream_line  # its old import path (tests)
 
 
-def _t(c: _Context | _Cell, en: str, zh: str) -> str:
+def _t(c: Context | Cell, en: str, zh: str) -> str:
     return zh if c.lang == "zh" else en
 
 
-def _shape(c: _Context, name: str) -> str:
+def _shape(c: Context, name: str) -> str:
     """A stage's shape when the trace kept it, else its name alone."""
     return c.shape_of(name) if name in c.trace else name
-
-
-def upstream_line(trace: Trace, lang: Lang) -> tuple[str, str] | None:
-    """The header line that says where the backward pass started, or None without it."""
-    if trace.upstream is None:
-        return None
-    final = final_stage(trace.inputs)
-    if trace.upstream == "grad":
-        text = (f"L = Σ grad ∘ {final}，grad 由配置文件给出" if lang == "zh"
-                else f"L = Σ grad ∘ {final}, with the fixture's grad")  # fmt: skip
-    else:
-        text = (f"L = Σ {final}（没有 grad：上游梯度全为 1）" if lang == "zh"
-                else f"L = Σ {final} (no grad in the fixture: a gradient of ones)")  # fmt: skip
-    return ("反向传播" if lang == "zh" else "backward", text)
 
 
 # ---------------------------------------------------------------------------------------------
 # Explanations
 
 
-def _common(c: _Context) -> str:
+def _common(c: Context) -> str:
     """The one sentence every gradient stage shares."""
     return _t(
         c,
@@ -65,7 +51,7 @@ def _common(c: _Context) -> str:
     )
 
 
-def _explain_final(c: _Context) -> _Parts:
+def _explain_final(c: Context) -> Parts:
     """d_projected, or d_output when it is the final stage: the upstream gradient."""
     meaning = [_common(c)]
     if c.trace.upstream == "grad":
@@ -85,7 +71,7 @@ def _explain_final(c: _Context) -> _Parts:
     return (c.trace[c.name].formula,), (_shape(c, c.name.removeprefix("d_")),), meaning
 
 
-def _explain_weight(c: _Context) -> _Parts:
+def _explain_weight(c: Context) -> Parts:
     """d_W_O, d_W_Q, d_W_K, d_W_V: input transposed times the output's gradient."""
     name = c.name.removeprefix("d_W_")
     stage = "projected" if name == "O" else name
@@ -104,7 +90,7 @@ def _explain_weight(c: _Context) -> _Parts:
     return (c.trace[c.name].formula,), inputs, meaning
 
 
-def _explain_bias(c: _Context) -> _Parts:
+def _explain_bias(c: Context) -> Parts:
     """d_b_*: a bias is added to every token, so its gradient sums over tokens."""
     meaning = [_common(c), _t(
         c, "A bias is added to every token's row, so each token's gradient flows into it: the "
@@ -115,7 +101,7 @@ def _explain_bias(c: _Context) -> _Parts:
     return (c.trace[c.name].formula,), (_shape(c, stage),), meaning
 
 
-def _explain_concat(c: _Context) -> _Parts:
+def _explain_concat(c: Context) -> Parts:
     """d_concat: back through W_O, or the heads' gradients side by side."""
     inp = c.trace.inputs
     if inp.W_O is not None:
@@ -134,7 +120,7 @@ def _explain_concat(c: _Context) -> _Parts:
     return (c.trace[c.name].formula,), (_shape(c, "d_output"),), meaning
 
 
-def _explain_output(c: _Context) -> _Parts:
+def _explain_output(c: Context) -> Parts:
     """d_output: the final stage's gradient, or d_concat cut into heads."""
     if c.trace.inputs.W_O is None:
         return _explain_final(c)
@@ -146,7 +132,7 @@ def _explain_output(c: _Context) -> _Parts:
     return (c.trace[c.name].formula,), (_shape(c, "d_concat"),), meaning
 
 
-def _explain_softmax(c: _Context) -> _Parts:
+def _explain_softmax(c: Context) -> Parts:
     """d_softmax = dP = dO·Vᵀ."""
     meaning = [_common(c), _t(
         c, "output[i] = Σ_j P[i, j] × V[j], so weight P[i, j] changes output row i by V row j: "
@@ -159,7 +145,7 @@ def _explain_softmax(c: _Context) -> _Parts:
     return formula, (_shape(c, "d_output"), _shape(c, "V")), meaning
 
 
-def _explain_v(c: _Context) -> _Parts:
+def _explain_v(c: Context) -> Parts:
     """d_V = Pᵀ·dO, summed over a GQA group."""
     meaning = [_common(c), _t(
         c, "V row j reaches output row i with weight P[i, j], so d_V[j] = Σ_i P[i, j] × "
@@ -172,7 +158,7 @@ def _explain_v(c: _Context) -> _Parts:
     return (c.trace[c.name].formula,), (_shape(c, "softmax"), _shape(c, "d_output")), meaning
 
 
-def _gqa(c: _Context, reads: bool) -> list[str]:
+def _gqa(c: Context, reads: bool) -> list[str]:
     """Why a key/value gradient sums over its group of query heads (GQA), or reads its head."""
     inp = c.trace.inputs
     if inp.heads == inp.kv_heads:
@@ -192,7 +178,7 @@ def _gqa(c: _Context, reads: bool) -> list[str]:
     )]  # fmt: skip
 
 
-def _explain_delta(c: _Context) -> _Parts:
+def _explain_delta(c: Context) -> Parts:
     """Delta = rowsum(dO ∘ O) = rowsum(dP ∘ P): FlashAttention-2's form."""
     meaning = [_t(
         c, "Delta[i] = Σ_j P[i, j] × dP[i, j], the weighted mean of row i of dP: the softmax "
@@ -212,7 +198,7 @@ def _explain_delta(c: _Context) -> _Parts:
     return formula, (_shape(c, "d_output"), _shape(c, "output")), meaning
 
 
-def _explain_sinks(c: _Context) -> _Parts:
+def _explain_sinks(c: Context) -> Parts:
     """d_sinks: the sink takes weight p_sink from every row."""
     meaning = [_common(c), _t(
         c, "A sink is one more logit in every row of its head, dropped after the softmax: "
@@ -226,7 +212,7 @@ def _explain_sinks(c: _Context) -> _Parts:
     return (c.trace[c.name].formula,), (_shape(c, "softmax"), _shape(c, "delta")), meaning
 
 
-def _explain_logits(c: _Context) -> _Parts:
+def _explain_logits(c: Context) -> Parts:
     """dS at the softmax's input (d_masked, d_capped or d_scaled), or a step before it."""
     inp = c.trace.inputs
     formula = (c.trace[c.name].formula,)
@@ -260,7 +246,7 @@ def _explain_logits(c: _Context) -> _Parts:
     return formula, inputs, meaning
 
 
-def _upstream_of(c: _Context) -> str:
+def _upstream_of(c: Context) -> str:
     """The gradient stage this one is computed from (d_scaled from d_capped or d_masked)."""
     inp = c.trace.inputs
     if c.name == "d_scaled" and inp.softcap is not None:
@@ -268,7 +254,7 @@ def _upstream_of(c: _Context) -> str:
     return "d_masked"
 
 
-def _passed(c: _Context) -> str:
+def _passed(c: Context) -> str:
     """Why the gradient passes a step unchanged, or scaled by tanh's slope."""
     if c.name == "d_scaled" and c.trace.inputs.softcap is not None:
         return _t(
@@ -285,7 +271,7 @@ def _passed(c: _Context) -> str:
     )  # fmt: skip
 
 
-def _explain_scores(c: _Context) -> _Parts:
+def _explain_scores(c: Context) -> Parts:
     """d_scores = d_scaled × scale."""
     meaning = [_common(c), _t(
         c, f"scaled = scores × {c.scale}, so every gradient is multiplied by the same "
@@ -297,7 +283,7 @@ def _explain_scores(c: _Context) -> _Parts:
     return (c.trace[c.name].formula,), (_shape(c, "d_scaled"),), meaning
 
 
-def _explain_query_key(c: _Context) -> _Parts:
+def _explain_query_key(c: Context) -> Parts:
     """d_Q, d_K (and their _rot, _norm steps)."""
     formula = (c.trace[c.name].formula,)
     text = formula[0]
@@ -323,7 +309,7 @@ def _explain_query_key(c: _Context) -> _Parts:
     return formula, (_shape(c, "d_scores"),), [_common(c), *_query_key_meaning(c)]
 
 
-def _query_key_meaning(c: _Context) -> list[str]:
+def _query_key_meaning(c: Context) -> list[str]:
     """Why dQ = dS·K, why dK = dSᵀ·Q (the transpose), where the scale comes in."""
     if c.name.startswith("d_Q"):
         out = [_t(
@@ -352,7 +338,7 @@ def _query_key_meaning(c: _Context) -> list[str]:
     return out
 
 
-def _explain_x(c: _Context) -> _Parts:
+def _explain_x(c: Context) -> Parts:
     """d_X (and d_X_kv): the sum of the paths through Q, K and V."""
     paths = "d_K·W_Kᵀ + d_V·W_Vᵀ" if c.name == "d_X_kv" else c.trace[c.name].formula[6:]
     meaning = [_common(c), _t(
@@ -445,7 +431,7 @@ def gradient_cell(trace: Trace, batch: int | None, head: int, query: int, key: i
     )
 
 
-def _cell_of(c: _Cell) -> GradientCell | None:
+def _cell_of(c: Cell) -> GradientCell | None:
     need = ("softmax", "d_softmax", "d_output", "output", "V", "delta")
     if not all(n in c.trace for n in need) or f"d_{softmax_input(c.trace.inputs)}" not in c.trace:
         return None
@@ -453,7 +439,7 @@ def _cell_of(c: _Cell) -> GradientCell | None:
     return gradient_cell(c.trace, w.batch, w.head, w.query, w.key)
 
 
-def _cell_d_softmax(c: _Cell) -> CellText | None:
+def _cell_d_softmax(c: Cell) -> CellText | None:
     """dP[i, j] = d_output[i] · V[j], term by term."""
     g = _cell_of(c)
     if g is None:
@@ -462,11 +448,11 @@ def _cell_d_softmax(c: _Cell) -> CellText | None:
              for a, b in zip(g.d_output, g.values, strict=True)]  # fmt: skip
     return CellText(c.title, (
         _t(c, "dP = d_output · V row, term by term:", "dP = d_output · V 的一行，逐项相乘："),
-        f"d_softmax{c.at} = {_sum(terms, c.full)} = {c.n(g.dp)}",
+        f"d_softmax{c.at} = {sum_terms(terms, c.full)} = {c.n(g.dp)}",
     ))  # fmt: skip
 
 
-def _cell_ds(c: _Cell, name: str) -> CellText | None:
+def _cell_ds(c: Cell, name: str) -> CellText | None:
     """dS[i, j] = P[i, j] × (dP[i, j] − Delta[i]), with Delta's two sums."""
     if f"d_{softmax_input(c.trace.inputs)}" != name:
         return None  # under d_scaled, say, when d_masked received dS
@@ -478,10 +464,10 @@ def _cell_ds(c: _Cell, name: str) -> CellText | None:
     flash = [f"{n(a)}×{n(b)}" for a, b in zip(g.d_output, g.output, strict=True)]
     lines = [
         _t(c, "Delta = rowsum(P ∘ dP) over the row:", "Delta = 这一行的 rowsum(P ∘ dP)："),
-        f"Delta[{c.q_label}] = {_sum(rowsum, full)} = {n(g.delta)}",
+        f"Delta[{c.q_label}] = {sum_terms(rowsum, full)} = {n(g.delta)}",
         _t(c, "the same from the output (FlashAttention-2, no weights stored):",
            "用输出也能算出同一个数（FlashAttention-2，不保存权重）："),
-        f"Delta[{c.q_label}] = rowsum(d_output ∘ output) = {_sum(flash, full)} = "
+        f"Delta[{c.q_label}] = rowsum(d_output ∘ output) = {sum_terms(flash, full)} = "
         f"{n(math.fsum(g.flash_terms))}",
     ]  # fmt: skip
     if not g.allowed:
@@ -494,7 +480,7 @@ def _cell_ds(c: _Cell, name: str) -> CellText | None:
     return CellText(c.title, tuple(lines))
 
 
-def _cell_d_scores(c: _Cell) -> CellText | None:
+def _cell_d_scores(c: Cell) -> CellText | None:
     """d_scores[i, j] = d_scaled[i, j] × scale."""
     if "d_scaled" not in c.trace or "d_scores" not in c.trace:
         return None
@@ -509,7 +495,7 @@ def _cell_d_scores(c: _Cell) -> CellText | None:
     ))  # fmt: skip
 
 
-def _ds_under(stage: str) -> Callable[[_Cell], CellText | None]:
+def _ds_under(stage: str) -> Callable[[Cell], CellText | None]:
     """The dS cell under ``stage``: shown only when that stage is the one receiving dS."""
     return lambda c: _cell_ds(c, stage)
 

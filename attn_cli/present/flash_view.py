@@ -21,7 +21,7 @@ from rich.table import Table
 from rich.text import Text
 
 from attn_cli.core.flash import LOG2E
-from attn_cli.present.explain import Explanation
+from attn_cli.present.explain_registry import Explanation
 from attn_cli.present.i18n import Lang, label
 from attn_cli.present.options import RenderOptions
 from attn_cli.present.render import render_explanation, render_header

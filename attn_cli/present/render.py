@@ -59,7 +59,7 @@ if TYPE_CHECKING:
     # The classroom layers (explanations, worked cells) are imported where an option asks
     # for them, so a plain `attn trace` does not pay for them at start-up.
     from attn_cli.core.pipeline import Stage, Trace
-    from attn_cli.present.explain import CellText, Explanation
+    from attn_cli.present.explain_registry import CellText, Explanation
     from attn_cli.present.svg import Theme
     from attn_cli.present.worked import WorkedCell
 

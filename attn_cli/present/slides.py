@@ -94,7 +94,8 @@ def write_slides(
 def marp_deck(trace: Trace, options: RenderOptions, images: list[str], theme: Theme) -> str:
     """A Marp deck showing ``images`` one per slide, the explanations as speaker's notes."""
     from attn_cli.core.stages import SPECS
-    from attn_cli.present.explain import EXPLAINERS, explain_stage
+    from attn_cli.present.explain import explain_stage  # (fills EXPLAINERS)
+    from attn_cli.present.explain_registry import EXPLAINERS
     from attn_cli.present.i18n import label
 
     title = trace.inputs.name or label(options.lang, "trace_title")

@@ -94,15 +94,28 @@ def header_lines(trace: Trace, lang: Lang = "en") -> list[tuple[str, str]]:
         lines.append((label(lang, "h_masking") if i == 0 else "", text))
     for i, text in enumerate(_conventions(trace, lang)):
         lines.append((label(lang, "h_conventions") if i == 0 else "", text))
-    if trace.upstream is not None:  # the backward pass ran: say where its gradient started
-        from attn_cli.present.explain_backward import upstream_line  # (it imports this module)
-
-        upstream = upstream_line(trace, lang)
-        if upstream is not None:
-            lines.append(upstream)
+    upstream = upstream_line(trace, lang)  # the backward pass ran: where its gradient started
+    if upstream is not None:
+        lines.append(upstream)
     if trace.empty_rows:
         lines.append((label(lang, "h_note"), label(lang, "note_empty_rows")))
     return lines
+
+
+def upstream_line(trace: Trace, lang: Lang) -> tuple[str, str] | None:
+    """The header line that says where the backward pass started, or None without it."""
+    if trace.upstream is None:
+        return None
+    from attn_cli.core.stages import final_stage
+
+    final = final_stage(trace.inputs)
+    if trace.upstream == "grad":
+        text = (f"L = Σ grad ∘ {final}，grad 由配置文件给出" if lang == "zh"
+                else f"L = Σ grad ∘ {final}, with the fixture's grad")  # fmt: skip
+    else:
+        text = (f"L = Σ {final}（没有 grad：上游梯度全为 1）" if lang == "zh"
+                else f"L = Σ {final} (no grad in the fixture: a gradient of ones)")  # fmt: skip
+    return ("反向传播" if lang == "zh" else "backward", text)
 
 
 def _dims(trace: Trace, lang: Lang) -> str:
