@@ -84,6 +84,18 @@ class Chain:
             terms.append(term)
         return terms
 
+    @property
+    def bias_stages(self) -> tuple[str, ...]:
+        """The biases that are stages of their own (``alibi``)."""
+        return tuple(str(v.bias_stage) for v, _ in self.biases if v.bias_stage is not None)
+
+    def bias_stage(self, name: str, cells: Cells, dtype: Any) -> FloatArray:
+        """One bias stage over the cells, (b, h, R, S)-broadcastable."""
+        [(variant, value)] = [(v, x) for v, x in self.biases if v.bias_stage == name]
+        term = variant.bias(value, self.inputs, cells, dtype)
+        assert term is not None, name
+        return term
+
     def allowed(self, cells: Cells) -> BoolArray | None:
         """True where a query may attend, (b, h, R, S)-broadcastable; None when every key may."""
         parts = [a for v, x in self.rules if (a := v.allowed(x, self.inputs, cells)) is not None]

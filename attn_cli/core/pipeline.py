@@ -26,6 +26,7 @@ import numpy as np
 
 from attn_cli.blas import blas_limit
 from attn_cli.core.blocks import rows_per_block
+from attn_cli.core.chain import Chain, cells_of
 from attn_cli.core.engine import (
     OUTPUT_AXES,
     SCORES_AXES,
@@ -45,7 +46,6 @@ from attn_cli.core.stages import (
     public_axes,
 )
 from attn_cli.core.steps import (
-    alibi_rows,
     concat_heads,
     norm_heads,
     project,
@@ -271,6 +271,7 @@ class _Run:
         self.check = FiniteCheck(inputs, dtype)
         self.arrays: dict[str, FloatArray] = {}  # internal layouts, batch axis included
         self.bias: FloatArray | None = None  # in the computing dtype, once asked for
+        self.chain = Chain(inputs)
 
     def trace(self, progress: Progress | None) -> Trace:
         scale, scale_source = resolve_scale(self.inputs)
@@ -280,8 +281,9 @@ class _Run:
         self.norm_and_rotate()
         # 4)-8) scores, scale, softcap, ALiBi and mask, softmax, weighted sum: block by block
         attended = self.attend(scale, progress) if "scores" in self.need else None
-        if "alibi" in self.held and "alibi" not in self.arrays:
-            self.arrays["alibi"] = self.alibi()
+        for name in self.chain.bias_stages:  # kept, though nothing masks with them here
+            if name in self.held and name not in self.arrays:
+                self.arrays[name] = self.bias_stage(name)
         # 9) heads side by side, then the output projection
         if "concat" in self.need:
             self.heads_out()
@@ -387,8 +389,8 @@ class _Run:
 
     def stream(self, name: str, scale: float, late: Attended) -> Iterator[FloatArray]:
         """The (R, S) blocks of a deferred stage, from a block engine that runs up to it."""
-        if name == "alibi":
-            yield from self.alibi_blocks()
+        if name in self.chain.bias_stages:
+            yield from self.bias_stage_blocks(name)
             return
         need = needed_stages({name}, self.applicable)
         q, k = self.query_key("Q"), self.query_key("K")
@@ -404,14 +406,16 @@ class _Run:
                 return
             yield block
 
-    def alibi_blocks(self) -> Iterator[FloatArray]:
-        """ALiBi's bias a block of rows at a time, (R, S) each, in (b, h, t) order."""
+    def bias_stage_blocks(self, name: str) -> Iterator[FloatArray]:
+        """A bias stage (ALiBi) a block of rows at a time, (R, S) each, in (b, h, t) order."""
         inp, dtype = self.inputs, np.dtype(self.dtype)
         rows = rows_per_block(inp.seq_q, inp.seq_k, dtype.itemsize)
-        for _ in range(inp.batch):
+        for b in range(inp.batch):
             for h in range(inp.heads):
                 for t0 in range(0, inp.seq_q, rows):
-                    yield alibi_rows(inp, h, t0, min(inp.seq_q, t0 + rows), dtype)  # (R, S)
+                    t1 = min(inp.seq_q, t0 + rows)
+                    cells = cells_of(inp, slice(b, b + 1), slice(h, h + 1), slice(t0, t1))
+                    yield self.chain.bias_stage(name, cells, dtype)[0, 0]  # (R, S)
 
     def query_key(self, name: str) -> FloatArray:
         """What the scores read: the rotated, else the normalised, else the plain Q or K."""
@@ -420,13 +424,12 @@ class _Run:
                 return self.arrays[stage]
         raise AssertionError(f"{name} was not computed")
 
-    def alibi(self) -> FloatArray:
-        """The whole ALiBi stage (B, H, T, S), when it is kept but nothing masks with it."""
+    def bias_stage(self, name: str) -> FloatArray:
+        """A whole bias stage (B, H, T, S), when it is kept but nothing masks with it."""
         inp = self.inputs
-        dtype = np.dtype(self.dtype)
-        heads = [alibi_rows(inp, h, 0, inp.seq_q, dtype) for h in range(inp.heads)]  # (T, S)
-        one = np.stack(heads)  # (H, T, S)
-        return np.ascontiguousarray(np.broadcast_to(one, (inp.batch, *one.shape)))  # (B, H, T, S)
+        cells = cells_of(inp, slice(None), slice(None), slice(None))
+        whole = self.chain.bias_stage(name, cells, np.dtype(self.dtype))
+        return np.ascontiguousarray(np.broadcast_to(whole, cells.shape))  # (B, H, T, S)
 
     def heads_out(self) -> None:
         concat = concat_heads(self.arrays["output"])  # (B, T, H*Dv): a view of output
