@@ -10,13 +10,15 @@ each run it over their own cells (core/variant.py ``Cells``); none of them names
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 import attn_cli.core.plugins  # noqa: F401 (registers the variants attn ships)
-from attn_cli.core.variant import REGISTRY, BoolArray, Cells, FloatArray, IntArray, Variant
+from attn_cli.core.variant import REGISTRY as REGISTRY  # with the variants above registered
+from attn_cli.core.variant import BoolArray, Cells, FloatArray, IntArray, Variant
 
 if TYPE_CHECKING:
     from attn_cli.core.inputs import Inputs
@@ -33,7 +35,7 @@ class Chain:
 
     def __init__(self, inputs: Inputs) -> None:
         self.inputs = inputs
-        on = [(v, x) for v in REGISTRY.values() if (x := v.value(inputs)) is not None]
+        self.on = on = [(v, x) for v in REGISTRY.values() if (x := v.value(inputs)) is not None]
         self.modifiers = [(v, x) for v, x in on if v.stage is not None]
         self.biases = [(v, x) for v, x in on if _overrides(v, "bias")]
         self.rules = [(v, x) for v, x in on if _overrides(v, "allowed")]
@@ -109,9 +111,17 @@ class Chain:
         return allowed
 
     def masked(
-        self, x: FloatArray, cells: Cells, out: FloatArray | None, into: Into
+        self,
+        x: FloatArray,
+        cells: Cells,
+        out: FloatArray | None,
+        into: Into,
+        fill: float | None = None,
     ) -> tuple[FloatArray, BoolArray | None, list[FloatArray]]:
-        """masked = x + the biases, ``fill`` where not allowed: (masked, allowed, the biases)."""
+        """masked = x + the biases, ``fill`` where not allowed: (masked, allowed, the biases).
+
+        ``fill`` overrides the fixture's ``mask_value`` (FlashAttention and a KV cache hide
+        with -inf whatever the fixture says)."""
         terms = self.bias_terms(cells, x.dtype, into)
         if out is None:
             masked: FloatArray = np.broadcast_to(x, cells.shape).copy()
@@ -123,7 +133,7 @@ class Chain:
             np.add(masked, term, out=masked)
         allowed = self.allowed(cells)
         if allowed is not None:
-            np.copyto(masked, self.fill, where=~allowed)
+            np.copyto(masked, self.fill if fill is None else fill, where=~allowed)
         return masked, allowed, terms
 
     def extra_logit(self, cells: Cells, dtype: Any) -> FloatArray | None:
@@ -136,6 +146,21 @@ class Chain:
         total = found[0] if len(found) == 1 else np.logaddexp.reduce(np.stack(found), axis=0)
         out: FloatArray = total.reshape(1, -1, 1, 1)
         return out
+
+    # -- the cache rules (KV-cache decoding) ------------------------------------------------------
+
+    def cache_slots(self) -> int | None:
+        """How many slots a KV cache needs (the fewest any variant asks for); None: it grows."""
+        asked = [n for v, x in self.on if (n := v.cache_slots(x, self.inputs)) is not None]
+        return min(asked) if asked else None
+
+    def without_cache_rules(self) -> Chain:
+        """This chain as a loop that trusts its cache to apply the cache rules: the allowed-keys
+        rules of the variants with a cache rule left out (a ring one slot too big shows)."""
+        ruled = {v.name for v, x in self.on if v.cache_slots(x, self.inputs) is not None}
+        trusting = copy.copy(self)
+        trusting.rules = [(v, x) for v, x in self.rules if v.name not in ruled]
+        return trusting
 
     # -- bounds for the overflow checks, and gradients ------------------------------------------
 

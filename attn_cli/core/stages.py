@@ -43,11 +43,12 @@ class StageSpec(NamedTuple):
 
 
 def has_masked(inputs: Inputs) -> bool:
-    """Whether anything masks or biases the scores, i.e. whether ``masked`` applies."""
-    return any(
-        x is not None
-        for x in (inputs.causal, inputs.mask, inputs.bias, inputs.lengths, inputs.alibi)
-    )
+    """Whether anything masks or biases the scores (the chain's biases and allowed-keys rules:
+    causal, window, mask, lengths, bias, ALiBi, any registered variant), i.e. whether
+    ``masked`` applies."""
+    from attn_cli.core.chain import Chain  # NumPy: not on the path of `attn --help`
+
+    return Chain(inputs).masks
 
 
 def softmax_input(inputs: Inputs) -> str:
@@ -113,16 +114,9 @@ def _scores_formula(inputs: Inputs) -> str:
 
 def _not_allowed_by(inputs: Inputs) -> list[str]:
     """What hides keys from a query: ``causal upper-left``, ``window 3``, ``mask``, ``lengths``."""
-    return [
-        name
-        for name, given in (
-            (f"causal {inputs.causal}", inputs.causal is not None),
-            (f"window {inputs.window}", inputs.window is not None),
-            ("mask", inputs.mask is not None),
-            ("lengths", inputs.lengths is not None),
-        )
-        if given
-    ]
+    from attn_cli.core.chain import Chain
+
+    return Chain(inputs).hides()
 
 
 def _masked_formula(inputs: Inputs) -> str:

@@ -18,6 +18,7 @@ Axis names as in steps.py; a hook's arrays broadcast to the cells' (b, h, R, S).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
@@ -65,6 +66,12 @@ class Variant:
     # the gradient stage of an extra logit (d_sinks), laid out (H,)
     gradient: str | None = None
 
+    def parse(self, raw: Any, error: Callable[[str, str], Exception]) -> Any:
+        """The setting as a fixture gives it (a number, a list, a mapping), checked; ``error(got,
+        expected)`` makes the one-line error to raise. A variant registered from outside the
+        package parses its own key; the built-in ones are parsed by io/validate.py."""
+        return raw
+
     def value(self, inputs: Inputs) -> Any:
         """The variant's setting in these inputs; None when it is off."""
         if self.name in inputs.extra:
@@ -103,6 +110,16 @@ class Variant:
 
     def hides(self, value: Any) -> str | None:
         """How the `masked` formula names what this variant hides (``window 3``); None: nothing."""
+        return None
+
+    # -- the cache rule: what a KV cache must hold (the window's ring buffer) ------------------
+
+    def cache_slots(self, value: Any, inputs: Inputs) -> int | None:
+        """How many slots a KV cache needs (a ring of that many); None: the cache grows.
+
+        A variant with a cache rule trusts the cache to hide what falls out of it, so a decode
+        loop that gets the ring wrong (one slot too many) runs without its ``allowed`` rule.
+        """
         return None
 
     # -- extra logits: joined to every softmax row, dropped after (sinks) ----------------------

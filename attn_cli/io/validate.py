@@ -5,10 +5,12 @@ from __future__ import annotations
 import datetime
 import math
 from collections.abc import Mapping, Sequence
+from functools import partial
 from typing import Any
 
 import numpy as np
 
+from attn_cli.core.chain import REGISTRY  # with the variants attn ships registered
 from attn_cli.core.inputs import BoolArray, Causal, FloatArray, Inputs, IntArray, QKNorm, Rope
 from attn_cli.core.limits import DEFAULT_MAX_ELEMENTS, MAX_NESTING
 from attn_cli.core.stages import STAGE_NAMES
@@ -250,6 +252,11 @@ def validate(obj: Any, source: str, *, max_elements: int = DEFAULT_MAX_ELEMENTS)
     lengths = _lengths(c, obj, arrays["batch"], arrays["seq_k"], arrays["has_batch"])
     tokens, key_tokens = _labels(c, obj, arrays["seq_q"], arrays["seq_k"])
     variants = _variants(c, obj, arrays, causal, mask is not None or lengths is not None)
+    extra = {
+        key: REGISTRY[key].parse(obj[key], partial(c.error, key))
+        for key in _plugged()
+        if key in obj
+    }
     d_out = None if W_O is None else W_O.shape[1]
     given: dict[str, Any] = {k: arrays.get(k) for k in _ARRAYS}  # what the mode produced
     given.update({k: arrays[k] for k in _SIZES})
@@ -271,7 +278,14 @@ def validate(obj: Any, source: str, *, max_elements: int = DEFAULT_MAX_ELEMENTS)
         grad=_grad(c, obj, arrays, d_out) if "grad" in obj else None,
         **given,
         **variants,
+        extra=extra,
     )
+
+
+def _plugged() -> tuple[str, ...]:
+    """The keys of variants registered from outside the package: not fields of Inputs, their
+    settings go to ``Inputs.extra``, parsed by the variant itself (core/variant.py ``parse``)."""
+    return tuple(name for name in REGISTRY if name not in Inputs.__dataclass_fields__)
 
 
 _SIZES = ("has_batch", "batch", "seq_q", "seq_k", "heads", "kv_heads", "d_k", "d_v")
@@ -285,10 +299,11 @@ def _known_keys(obj: Any, source: str) -> dict[str, Any]:
     for key in obj:
         if not isinstance(key, str):
             raise InputError(source, _field(key), f"key is {_describe(key)}", "a string key")
-        if key not in KNOWN_KEYS:
+        if key not in KNOWN_KEYS and key not in _plugged():
+            known = (*KNOWN_KEYS, *_plugged())
             raise InputError(
-                source, _field(key), f"unknown key{_suggest(key, KNOWN_KEYS)}",
-                "one of " + ", ".join(KNOWN_KEYS),
+                source, _field(key), f"unknown key{_suggest(key, known)}",
+                "one of " + ", ".join(known),
             )  # fmt: skip
     return {
         k: v if k in _FLOAT_KEYS and _numeric_array(v) else _plain(v)
