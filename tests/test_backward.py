@@ -25,6 +25,8 @@ from attn_cli.core.backward import (
     backward_mistakes,
     delta_flash,
 )
+from attn_cli.core.chain import Chain
+from attn_cli.core.inputs import Inputs
 
 Array = np.ndarray[Any, np.dtype[Any]]
 FD_STEP = 1e-5
@@ -165,14 +167,26 @@ def forward_arrays(fx: Fx) -> ForwardArrays:
         scale=fx.scale,
         allowed=fx.allowed,
         bias=fx.bias,
-        softcap=fx.softcap,
-        scaled=s["scaled"] if fx.softcap is not None else None,
+        chain=_chain(fx, s),
+        before=(s["scaled"],) if fx.softcap is not None else (),
         X=fx.X,
         X_kv=fx.X_kv,
         unrotate_q=None if fx.rot_q is None else _unrotate(fx.rot_q),
         unrotate_k=None if fx.rot_k is None else _unrotate(fx.rot_k),
         **{n: W.get(n) for n in INPUT_NAMES},  # type: ignore[arg-type]
     )
+
+
+def _chain(fx: Fx, s: dict[str, Array]) -> Chain | None:
+    """The chain of the fixture's score modifier (the cap), on bare inputs of its shapes."""
+    if fx.softcap is None:
+        return None
+    B, H, T, D = s["Q"].shape
+    inputs = Inputs(
+        source="test", mode="direct", has_batch=True, batch=B, seq_q=T, seq_k=s["K"].shape[2],
+        heads=H, kv_heads=fx.Hkv, d_k=D, d_v=s["V"].shape[3], softcap=fx.softcap,
+    )  # fmt: skip
+    return Chain(inputs)
 
 
 def _unrotate(rot: Array) -> Callable[[Array], Array]:
@@ -390,7 +404,7 @@ def test_laws_of_the_score_gradients(fx: Fx) -> None:
     # the rows of d_masked sum to zero (softmax is invariant to adding a constant to a row)
     np.testing.assert_allclose(grads.d_masked.sum(axis=-1), 0.0, atol=1e-13 * scale)
     # masked positions get exactly zero, at every score stage
-    for g in (grads.d_masked, grads.d_capped, grads.d_scaled, grads.d_scores):
+    for g in (grads.d_masked, grads.stages().get("d_capped"), grads.d_scaled, grads.d_scores):
         if g is not None:
             assert np.all(g[~np.broadcast_to(fx.allowed, g.shape)] == 0.0)
     # a row with nothing allowed gets zero gradient, and so does its query

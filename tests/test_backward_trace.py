@@ -35,6 +35,7 @@ from attn_cli.core.backward import (
     merge_heads,
     split_heads,
 )
+from attn_cli.core.chain import Chain
 from attn_cli.core.inputs import Inputs
 from attn_cli.core.pipeline import Trace, run
 from attn_cli.core.stages import GRADIENT_STAGE_NAMES, SPECS, final_stage, softmax_input
@@ -306,14 +307,15 @@ def forward_of(trace: Trace) -> ForwardArrays:
                                                    inp.qk_norm.eps), x.shape[1])  # fmt: skip
 
     weights = {n: getattr(inp, n) for n in ("W_Q", "W_K", "W_V", "W_O", "b_Q", "b_K", "b_V")}
+    chain = Chain(inp)
     return ForwardArrays(
         q=next(a[s] for s in ("Q_rot", "Q_norm", "Q") if s in a),
         k=next(a[s] for s in ("K_rot", "K_norm", "K") if s in a),
         v=a["V"], weights=a["softmax"], output=a["output"], scale=trace.scale,
-        allowed=allowed_positions(inp), softcap=inp.softcap, scaled=a.get("scaled"),
+        allowed=allowed_positions(inp), chain=chain,
+        before=(a["scaled"],) if chain.stages else (),
         X=a.get("X"), X_kv=a.get("X_kv"), b_O=inp.b_O, unrotate_q=unrotate(pos_q),
-        unrotate_k=unrotate(pos_k), unnorm_q=unnorm("Q"), unnorm_k=unnorm("K"),
-        sinks=inp.sinks is not None, **weights,
+        unrotate_k=unrotate(pos_k), unnorm_q=unnorm("Q"), unnorm_k=unnorm("K"), **weights,
     )  # fmt: skip
 
 

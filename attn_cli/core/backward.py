@@ -7,12 +7,16 @@ Dv d_v, E d_out). Going backward from the final stage:
     projected = concat·W_O + b_O   d_concat = d_projected·W_Oᵀ, d_W_O = concatᵀ·d_projected
     output = P·V                   d_softmax = dP = dO·Vᵀ,  d_V = Pᵀ·dO (summed over a GQA group)
     P = softmax(masked)            d_masked = dS = P ∘ (dP − rowsum(dP ∘ P)), 0 where not allowed
-    capped = cap·tanh(scaled/cap)  d_scaled = d_capped ∘ (1 − tanh²(scaled/cap))
+    y = modifier(x)                d_x = the modifier's Jacobian applied to d_y (``grad_modify``)
     scaled = scores × scale        d_scores = d_scaled × scale
     scores = Q·Kᵀ                  d_Q = d_scores·K,  d_K = d_scoresᵀ·Q (summed over a GQA group)
     Q_norm = RMSNorm(Q)            d_Q = (w ∘ d_Q_norm − Q̂ · mean(Q̂ ∘ w ∘ d_Q_norm)) / rms(Q)
-    sink logit s_h                 d_sinks[h] = −Σ p_sink · Delta  (p_sink = 1 − rowsum(P))
+    an extra logit of the softmax  its gradient from P and Delta (``grad_extra``)
     Q = X·W_Q + b_Q                d_X = d_Q·W_Qᵀ + d_K·W_Kᵀ + d_V·W_Vᵀ,  d_W_Q = Xᵀ·d_Q, ...
+
+The variants that change the scores (the score modifiers between ``scaled`` and ``masked``, the
+extra logits of the softmax) come in as the forward's chain (core/chain.py): each modifier's
+stage gets its gradient ``d_`` + the stage, each extra logit the gradient its variant names.
 
 FlashAttention-2 stores no weights for the backward: rowsum(dP ∘ P) = rowsum(dO ∘ O) because
 O = P·V, so Delta = rowsum(dO ∘ O) (``delta_flash``) gives dS = P ∘ (dP − Delta).
@@ -28,6 +32,9 @@ from typing import Any
 
 import numpy as np
 
+from attn_cli.core.chain import Chain
+from attn_cli.core.variant import REGISTRY
+
 FloatArray = np.ndarray[Any, np.dtype[np.float64]]
 BoolArray = np.ndarray[Any, np.dtype[np.bool_]]
 Unrotate = Callable[[FloatArray], FloatArray]  # d_Q_rot -> d_Q (the inverse rotation)
@@ -40,8 +47,10 @@ class ForwardArrays:
 
     ``q`` and ``k`` are what entered ``scores`` (after RoPE when ``unrotate_q``/``unrotate_k``
     are given: those map a gradient of Q_rot/K_rot back to Q/K, e.g. ``apply_rope(...,
-    inverse=True)``). ``scaled`` is needed only with ``softcap``; ``bias`` only by the
-    masked-gradient mistake. ``X`` is None in direct mode; ``X_kv`` is set for cross-attention.
+    inverse=True)``). ``chain`` holds the variants' hooks (score modifiers, extra logits) and
+    ``before`` what each score modifier read, in chain order (``scaled`` for the first); ``bias``
+    is the sum of the chain's biases, needed only by the masked-gradient mistake. ``X`` is None
+    in direct mode; ``X_kv`` is set for cross-attention.
     """
 
     q: FloatArray  # (B, H, T, D)
@@ -51,9 +60,9 @@ class ForwardArrays:
     output: FloatArray  # (B, H, T, Dv)
     scale: float
     allowed: BoolArray | None = None  # broadcasts to (B, H, T, S); True where a query may attend
-    bias: FloatArray | None = None  # broadcasts to (B, H, T, S), added after scaling
-    softcap: float | None = None
-    scaled: FloatArray | None = None  # (B, H, T, S), the stage before the cap
+    bias: FloatArray | None = None  # broadcasts to (B, H, T, S), added after the modifiers
+    chain: Chain | None = None  # None: no score modifier and no extra logit
+    before: tuple[FloatArray, ...] = ()  # (B, H, T, S) each: every score modifier's input
     X: FloatArray | None = None  # (B, T, C)
     X_kv: FloatArray | None = None  # (B, S, C_kv)
     W_Q: FloatArray | None = None  # (C, H*D)
@@ -68,7 +77,6 @@ class ForwardArrays:
     unrotate_k: Unrotate | None = None
     unnorm_q: Unrotate | None = None  # QK-norm: d_Q_norm -> d_Q (``grad_rms_norm``)
     unnorm_k: Unrotate | None = None
-    sinks: bool = False  # gpt-oss sinks: each row's weights sum to 1 − p_sink
 
     def __post_init__(self) -> None:
         B, H, T, _ = self.q.shape
@@ -76,7 +84,8 @@ class ForwardArrays:
         assert H % Hkv == 0, f"{H} query heads cannot share {Hkv} key/value heads"
         assert self.weights.shape == (B, H, T, S), f"weights {self.weights.shape}"
         assert self.output.shape == (B, H, T, self.v.shape[3]), f"output {self.output.shape}"
-        assert self.softcap is None or self.scaled is not None, "softcap needs `scaled`"
+        modifiers = 0 if self.chain is None else len(self.chain.stages)
+        assert len(self.before) == modifiers, f"{modifiers} score modifiers need their inputs"
         weights = (self.W_Q, self.W_K, self.W_V)
         assert self.X is None or all(W is not None for W in weights), "X needs W_Q, W_K, W_V"
 
@@ -98,7 +107,11 @@ class ForwardArrays:
 
 @dataclass(frozen=True, eq=False)
 class Gradients:
-    """dL/d(stage) for every stage the forward has, laid out like the stage; None if absent."""
+    """dL/d(stage) for every stage the forward has, laid out like the stage; None if absent.
+
+    ``variant`` holds the gradients the chain's variants add, by name: each score modifier's
+    stage (``d_`` + its stage, (B, H, T, S)) and each extra logit's (its ``gradient``, (H,)).
+    """
 
     d_output: FloatArray  # (B, H, T, Dv)
     d_softmax: FloatArray  # (B, H, T, S)
@@ -112,12 +125,10 @@ class Gradients:
     d_b_O: FloatArray | None = None  # (E,)
     d_concat: FloatArray | None = None  # (B, T, H*Dv)
     d_masked: FloatArray | None = None  # (B, H, T, S)
-    d_capped: FloatArray | None = None  # (B, H, T, S)
     d_Q_rot: FloatArray | None = None  # (B, H, T, D)
     d_K_rot: FloatArray | None = None  # (B, Hkv, S, D)
     d_Q_norm: FloatArray | None = None  # (B, H, T, D)
     d_K_norm: FloatArray | None = None  # (B, Hkv, S, D)
-    d_sinks: FloatArray | None = None  # (H,)
     d_X: FloatArray | None = None  # (B, T, C)
     d_X_kv: FloatArray | None = None  # (B, S, C_kv)
     d_W_Q: FloatArray | None = None  # (C, H*D)
@@ -126,25 +137,51 @@ class Gradients:
     d_b_Q: FloatArray | None = None  # (H*D,)
     d_b_K: FloatArray | None = None  # (Hkv*D,)
     d_b_V: FloatArray | None = None  # (Hkv*Dv,)
+    variant: Mapping[str, FloatArray] = field(default_factory=dict)
 
     def stages(self) -> dict[str, FloatArray]:
-        """The gradients present, in backward order (GRADIENT_STAGES, then VARIANT_GRADIENTS)."""
-        names = (*GRADIENT_STAGES, *VARIANT_GRADIENTS)
-        return {n: a for n in names if (a := getattr(self, n)) is not None}
+        """The gradients present, in backward order (GRADIENT_STAGES, then VARIANT_GRADIENTS,
+        as the registry has them now; then any of ``variant`` no longer registered)."""
+        have = {**{n: getattr(self, n) for n in _FIELDS}, **self.variant}
+        names = dict.fromkeys((*gradient_order(), *self.variant))
+        return {n: a for n in names if (a := have.get(n)) is not None}
 
     def __iter__(self) -> Iterator[tuple[str, FloatArray]]:
         return iter(self.stages().items())
 
 
-# Backward order: from the final stage to the inputs.
-GRADIENT_STAGES = (
+# Backward order: from the final stage to the inputs; the score modifiers' gradients go between
+# d_masked and d_scaled, the last modifier's first.
+_TO_MASKED = (
     "d_projected", "d_W_O", "d_b_O", "d_concat", "d_output", "d_softmax", "d_V", "d_masked",
-    "d_capped", "d_scaled", "d_scores", "d_Q_rot", "d_K_rot", "d_Q", "d_K", "d_X", "d_X_kv",
-    "d_W_Q", "d_W_K", "d_W_V", "d_b_Q", "d_b_K", "d_b_V",
 )  # fmt: skip
-# The gradients of QK-norm's input and of the sink logits (tests/test_backward_trace.py).
-VARIANT_GRADIENTS = ("d_Q_norm", "d_K_norm", "d_sinks")
-assert set(GRADIENT_STAGES) | set(VARIANT_GRADIENTS) == {f.name for f in fields(Gradients)}
+_FROM_SCALED = (
+    "d_scaled", "d_scores", "d_Q_rot", "d_K_rot", "d_Q", "d_K", "d_X", "d_X_kv", "d_W_Q",
+    "d_W_K", "d_W_V", "d_b_Q", "d_b_K", "d_b_V",
+)  # fmt: skip
+_NORM = ("d_Q_norm", "d_K_norm")  # the gradients of QK-norm's input (tests/test_backward_trace.py)
+_FIELDS = (*_TO_MASKED, *_FROM_SCALED, *_NORM)
+assert set(_FIELDS) | {"variant"} == {f.name for f in fields(Gradients)}
+
+
+def modifier_gradients() -> tuple[str, ...]:
+    """The gradient stages of the registered score modifiers (``d_`` + stage), backward order."""
+    return tuple(f"d_{v.stage}" for v in reversed(REGISTRY.values()) if v.stage is not None)
+
+
+def extra_gradients() -> tuple[str, ...]:
+    """The gradient stages of the registered extra logits, in registry order."""
+    return tuple(v.gradient for v in REGISTRY.values() if v.gradient is not None)
+
+
+def gradient_order() -> tuple[str, ...]:
+    """Every gradient stage the registry makes possible now, in backward order."""
+    return (*_TO_MASKED, *modifier_gradients(), *_FROM_SCALED, *_NORM, *extra_gradients())
+
+
+# As the registry stands when this module is imported (the variants attn ships).
+GRADIENT_STAGES = (*_TO_MASKED, *modifier_gradients(), *_FROM_SCALED)
+VARIANT_GRADIENTS = (*_NORM, *extra_gradients())
 
 
 # ---------------------------------------------------------------------------------------------
@@ -234,11 +271,26 @@ def grad_masked(
     return zero_not_allowed(grad_softmax_input(weights, d_softmax), allowed)
 
 
-def grad_softcap(d_capped: FloatArray, scaled: FloatArray, cap: float) -> FloatArray:
-    """capped = cap·tanh(scaled / cap)  =>  d_scaled = d_capped ∘ (1 − tanh²(scaled / cap))."""
-    t = np.tanh(scaled / cap)
-    d_scaled: FloatArray = d_capped * (1.0 - t * t)
-    return d_scaled
+def grad_modifiers(
+    chain: Chain | None, d_last: FloatArray, before: tuple[FloatArray, ...]
+) -> tuple[dict[str, FloatArray], FloatArray]:
+    """Back through the score modifiers: each one's stage gradient (``d_`` + its stage), the
+    last modifier's first (it is ``d_last``, what the softmax's input passed on), and d_scaled."""
+    if chain is None or not chain.stages:
+        return {}, d_last
+    d_inputs = chain.grad_modifiers(d_last, list(before))  # the last modifier's input first
+    d_outputs = [d_last, *d_inputs[:-1]]  # a modifier's output is the next one's input
+    names = [f"d_{stage}" for stage in reversed(chain.stages)]
+    return dict(zip(names, d_outputs, strict=True)), d_inputs[-1]
+
+
+def grad_extras(
+    chain: Chain | None, weights: FloatArray, d_softmax: FloatArray
+) -> dict[str, FloatArray]:
+    """The gradient of each extra logit joined to the softmax rows, (H,) each, by stage name."""
+    if chain is None or not chain.extra:
+        return {}
+    return chain.grad_extras(weights, delta_softmax(d_softmax, weights))
 
 
 def grad_scale(d_scaled: FloatArray, scale: float) -> FloatArray:
@@ -270,14 +322,6 @@ def grad_rms_norm(d_y: FloatArray, x: FloatArray, weight: FloatArray, eps: float
     g = d_y * weight  # (..., n)
     d_x: FloatArray = (g - x_hat * np.mean(g * x_hat, axis=-1, keepdims=True)) / r
     return d_x
-
-
-def grad_sinks(weights: FloatArray, delta: FloatArray) -> FloatArray:
-    """A sink s_h joins the softmax: d s_h = −Σ_(batch, query) p_sink · Delta, where the sink's
-    own weight p_sink = 1 − rowsum(P)."""
-    p_sink = 1.0 - weights.sum(axis=-1)  # (B, H, T)
-    d_sinks: FloatArray = -(p_sink * delta).sum(axis=(0, 2))  # (H,)
-    return d_sinks
 
 
 # ---------------------------------------------------------------------------------------------
@@ -314,13 +358,9 @@ def _backward(fwd: ForwardArrays, grad: FloatArray | None, steps: _Steps) -> Gra
     # 2) through the weighted sum: dP and dV
     d_softmax = grad_weights(d_output, fwd.v, g)  # (B, H, T, S)
     d_V = steps.group(steps.values_per_head(fwd.weights, d_output), g)  # (B, Hkv, S, Dv)
-    # 3) through the softmax (and the mask), then the cap and the scale
+    # 3) through the softmax (and the mask), then the score modifiers and the scale
     dS = steps.softmax_input(fwd, d_softmax)  # (B, H, T, S)
-    d_capped = dS if fwd.softcap is not None else None
-    d_scaled = dS
-    if fwd.softcap is not None:
-        assert fwd.scaled is not None
-        d_scaled = grad_softcap(dS, fwd.scaled, fwd.softcap)
+    d_modified, d_scaled = grad_modifiers(fwd.chain, dS, fwd.before)
     d_scores = steps.scale(d_scaled, fwd.scale)
     # 4) into the queries and keys (rotated back under RoPE, through RMSNorm under QK-norm)
     d_Q_rot = grad_queries(d_scores, fwd.k, g)  # (B, H, T, D)
@@ -329,9 +369,7 @@ def _backward(fwd: ForwardArrays, grad: FloatArray | None, steps: _Steps) -> Gra
     d_K_norm = d_K_rot if fwd.unrotate_k is None else fwd.unrotate_k(d_K_rot)
     d_Q = d_Q_norm if fwd.unnorm_q is None else fwd.unnorm_q(d_Q_norm)
     d_K = d_K_norm if fwd.unnorm_k is None else fwd.unnorm_k(d_K_norm)
-    d_sinks = None
-    if fwd.sinks:
-        d_sinks = grad_sinks(fwd.weights, delta_softmax(d_softmax, fwd.weights))
+    d_extra = grad_extras(fwd.chain, fwd.weights, d_softmax)  # (H,) each
     # 5) through the input projections
     inputs = _input_side(fwd, d_Q, d_K, d_V, steps.paths)
     return Gradients(
@@ -343,14 +381,12 @@ def _backward(fwd: ForwardArrays, grad: FloatArray | None, steps: _Steps) -> Gra
         d_softmax=d_softmax,
         d_V=d_V,
         d_masked=dS if fwd.has_masked else None,
-        d_capped=d_capped,
         d_scaled=d_scaled,
         d_scores=d_scores,
         d_Q_rot=None if fwd.unrotate_q is None else d_Q_rot,
         d_K_rot=None if fwd.unrotate_k is None else d_K_rot,
         d_Q_norm=None if fwd.unnorm_q is None else d_Q_norm,
         d_K_norm=None if fwd.unnorm_k is None else d_K_norm,
-        d_sinks=d_sinks,
         d_Q=d_Q,
         d_K=d_K,
         d_X=inputs.d_X,
@@ -361,6 +397,7 @@ def _backward(fwd: ForwardArrays, grad: FloatArray | None, steps: _Steps) -> Gra
         d_b_Q=inputs.d_b_Q,
         d_b_K=inputs.d_b_K,
         d_b_V=inputs.d_b_V,
+        variant={**d_modified, **d_extra},
     )
 
 
@@ -480,16 +517,17 @@ def _mistaken_steps(fwd: ForwardArrays) -> dict[str, _Steps]:
 
 
 def _grad_unmasked_softmax_input(fwd: ForwardArrays, d_softmax: FloatArray) -> FloatArray:
-    """The masked-gradient mistake: P recomputed from the logits as if nothing were masked."""
+    """The masked-gradient mistake: P recomputed from the logits as if nothing were masked
+    (the chain's modifiers, then its biases without the fill)."""
     B, H, T, S = fwd.weights.shape
-    if fwd.scaled is not None:
-        logits = fwd.scaled  # (B, H, T, S)
+    if fwd.before:
+        logits = fwd.before[0]  # (B, H, T, S), scaled
     else:
         q = fwd.q.reshape(B, -1, fwd.groups, T, fwd.q.shape[3])  # (B, Hkv, g, T, D)
         kT = fwd.k[:, :, None].swapaxes(-1, -2)  # (B, Hkv, 1, D, S)
         logits = (q @ kT).reshape(B, H, T, S) * fwd.scale  # (B, H, T, S)
-    if fwd.softcap is not None:
-        logits = fwd.softcap * np.tanh(logits / fwd.softcap)
+    if fwd.chain is not None:
+        logits = fwd.chain.modify(logits, into=lambda stage: None)  # new arrays, stages not kept
     if fwd.bias is not None:
         logits = logits + np.where(np.isfinite(fwd.bias), fwd.bias, 0.0)
     e = np.exp(logits - logits.max(axis=-1, keepdims=True))

@@ -3,13 +3,16 @@
 The math is core/backward.py's; this module only gathers its inputs from a run's arrays (the
 internal layouts, batch axis first: axis names as in steps.py) and names its results after the
 stage table's gradient rows. QK-norm (RMSNorm backward) and RoPE (rotation by −angle) are
-passed to it as the maps that carry a gradient back through them; ALiBi and the bias are
-constants added to the logits, so the gradient passes them unchanged and they take none.
+passed to it as the maps that carry a gradient back through them; the score modifiers and the
+extra logits as the forward's chain (core/chain.py), with what each modifier read. The chain's
+biases are constants added to the logits, so the gradient passes them unchanged and they take
+none.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 
 import numpy as np
 
@@ -22,9 +25,10 @@ from attn_cli.core.backward import (
     merge_heads,
     split_heads,
 )
+from attn_cli.core.chain import Chain, cells_of
 from attn_cli.core.inputs import FloatArray, Inputs
 from attn_cli.core.stages import FORWARD_STAGE_NAMES, applicable_stages
-from attn_cli.core.steps import alibi_rows, allowed_positions
+from attn_cli.core.steps import allowed_positions
 from attn_cli.core.variants import apply_rope
 
 Cast = Callable[[str, FloatArray], FloatArray]  # an input in the computing dtype
@@ -36,11 +40,15 @@ _READS = ("X", "X_kv", "Q", "K", "V", "Q_norm", "K_norm", "Q_rot", "K_rot", "sof
 def backward_needs(inputs: Inputs) -> set[str]:
     """The forward stages the backward pass reads: they are kept whole while it runs."""
     have = set(applicable_stages(inputs))
-    need = {s for s in _READS if s in have}
-    if inputs.softcap is not None:
-        need.add("scaled")  # tanh'(scaled / cap)
+    need = {s for s in _READS if s in have} | set(modifier_inputs(Chain(inputs)))
     assert need <= set(FORWARD_STAGE_NAMES)
     return need
+
+
+def modifier_inputs(chain: Chain) -> tuple[str, ...]:
+    """The stage each score modifier reads, in chain order: ``scaled``, then each one's stage."""
+    stages = chain.stages
+    return ("scaled", *stages[:-1]) if stages else ()
 
 
 def _same(name: str, arr: FloatArray) -> FloatArray:
@@ -57,6 +65,7 @@ def forward_arrays(
         for n in ("W_Q", "W_K", "W_V", "W_O", "b_Q", "b_K", "b_V", "b_O")
     }
     dtype = arrays["softmax"].dtype
+    chain = Chain(inp)
     return ForwardArrays(
         q=_entering("Q", arrays),
         k=_entering("K", arrays),
@@ -66,15 +75,14 @@ def forward_arrays(
         scale=scale,
         allowed=allowed_positions(inp),
         bias=_logit_bias(inp, cast, dtype),
-        softcap=inp.softcap,
-        scaled=arrays["scaled"] if inp.softcap is not None else None,
+        chain=chain,
+        before=tuple(arrays[s] for s in modifier_inputs(chain)),
         X=arrays.get("X"),
         X_kv=arrays.get("X_kv"),
         unrotate_q=_unrotate(inp, "Q"),
         unrotate_k=_unrotate(inp, "K"),
         unnorm_q=_unnorm(inp, arrays, "Q", cast),
         unnorm_k=_unnorm(inp, arrays, "K", cast),
-        sinks=inp.sinks is not None,
         **weights,
     )
 
@@ -85,13 +93,17 @@ def _entering(name: str, arrays: Mapping[str, FloatArray]) -> FloatArray:
 
 
 def _logit_bias(inp: Inputs, cast: Cast, dtype: np.dtype[np.float64]) -> FloatArray | None:
-    """The fixture's bias plus ALiBi's (B, H, T, S), as added to the logits; None if neither."""
-    bias = None if inp.bias is None else cast("bias", inp.bias)
-    if inp.alibi is None:
-        return bias
-    heads = [alibi_rows(inp, h, 0, inp.seq_q, dtype) for h in range(inp.heads)]  # (T, S) each
-    alibi: FloatArray = np.stack(heads)[None]  # (1, H, T, S)
-    return alibi if bias is None else alibi + bias
+    """The chain's biases summed, (B, H, T, S)-broadcastable, as added to the logits; None if
+    it has none. The fixture's bias is cast to the computing dtype, as the forward adds it."""
+    chain = Chain(inp if inp.bias is None else replace(inp, bias=cast("bias", inp.bias)))
+    cells = cells_of(inp, slice(None), slice(None), slice(None))
+    terms = chain.bias_terms(cells, dtype, lambda stage: None)  # (b, h, R, S) each
+    if not terms:
+        return None
+    total = terms[0]
+    for term in terms[1:]:
+        total = total + term
+    return total
 
 
 def _unrotate(inp: Inputs, name: str) -> Unrotate | None:
