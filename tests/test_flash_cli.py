@@ -270,10 +270,10 @@ def test_a_wrong_kernel_is_an_error(monkeypatch: pytest.MonkeyPatch) -> None:
     from attn_cli.core import flash as core_flash
 
     def unrescaled(q: Array, k: Array, v: Array, **kw: Any) -> Any:
-        return core_flash._forward(q, k, v, kw["scale"], kw["allowed"], kw["bias"], kw["block_q"],
-                                   kw["block_k"], kw["causal_offset"], kw["base2"], kw["sinks"],
-                                   kw["record_tiles"], core_flash._Bugs(acc_not_rescaled=True),
-                                   kw["softcap"])  # fmt: skip
+        setup = core_flash._Setup(kw["chain"], kw["scale"], kw["origin"], kw["causal_offset"],
+                                  kw["base2"], kw["record_tiles"])  # fmt: skip
+        return core_flash._forward(q, k, v, kw["block_q"], kw["block_k"], setup,
+                                   core_flash._Bugs(acc_not_rescaled=True))  # fmt: skip
 
     monkeypatch.setattr(runs, "flash_forward", unrescaled)
     result = invoke("llama_rope_gqa", "--block-k", "1")

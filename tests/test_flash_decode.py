@@ -19,14 +19,17 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from attn_cli.core.chain import Chain
 from attn_cli.core.decode import (
+    DecodeMistake,
     DecodeResult,
     decode,
     decode_mistakes,
     kv_cache_bytes,
     self_check,
 )
-from attn_cli.core.flash import LOG2E, flash_forward, flash_mistakes, lse
+from attn_cli.core.flash import LOG2E, FlashMistake, FlashResult, flash_forward, flash_mistakes, lse
+from attn_cli.core.inputs import Inputs
 
 F64 = 1e-12  # float64 absolute tolerance: the order of summation moves the last bits only
 NEG = -math.inf
@@ -36,6 +39,69 @@ Array = np.ndarray[Any, Any]
 def close(actual: Any, desired: Any, atol: float = F64, rtol: float = 0.0) -> None:
     """assert_allclose with the stated tolerance (-inf equals -inf)."""
     np.testing.assert_allclose(actual, desired, rtol=rtol, atol=atol)
+
+
+# ---------------------------------------------------------------------------------------------
+# The chain core runs, built from the settings these tests give (as attn builds it from a fixture)
+
+
+def chain_of(
+    q: Array,
+    k: Array,
+    v: Array,
+    causal: str | None = None,
+    positions: Any = None,
+    **variants: Any,
+) -> Chain:
+    """The chain of a direct-mode fixture holding q, k, v and these variants' settings (None:
+    off); ``positions`` serve queries and keys alike."""
+    B, H, T, D = q.shape
+    pos = None if positions is None else np.asarray(positions, dtype=np.int64)
+    inputs = Inputs(
+        source="test", mode="direct", has_batch=True, batch=B, seq_q=T, seq_k=k.shape[2],
+        heads=H, kv_heads=k.shape[1], d_k=D, d_v=v.shape[3], Q=q, K=k, V=v,
+        causal=causal, positions=pos, key_positions=pos,  # type: ignore[arg-type]
+        **variants,
+    )  # fmt: skip
+    return Chain(inputs)
+
+
+def _flash_chain(q: Array, k: Array, v: Array, kw: dict[str, Any]) -> Chain:
+    """The chain for flash: causal as ``causal_offset`` says (0 upper-left, S - T lower-right),
+    the boolean ``allowed`` as the fixture's mask."""
+    offset = kw.get("causal_offset")
+    T, S = q.shape[2], k.shape[2]
+    assert offset in (None, 0, S - T)
+    causal = None if offset is None else "upper-left" if offset == 0 else "lower-right"
+    settings = {n: kw.pop(n, None) for n in ("bias", "sinks", "softcap")}
+    return chain_of(q, k, v, causal, mask=kw.pop("allowed", None), **settings)
+
+
+def flash_run(q: Array, k: Array, v: Array, **kw: Any) -> FlashResult:
+    """flash_forward with the chain of ``allowed``, ``bias``, ``sinks``, ``softcap``."""
+    return flash_forward(q, k, v, chain=_flash_chain(q, k, v, kw), **kw)
+
+
+def flash_mistakes_of(q: Array, k: Array, v: Array, **kw: Any) -> tuple[FlashMistake, ...]:
+    """flash_mistakes with the chain of the settings, as ``flash_run``."""
+    return flash_mistakes(q, k, v, chain=_flash_chain(q, k, v, kw), **kw)
+
+
+def _decode_chain(q: Array, k: Array, v: Array, kw: dict[str, Any]) -> Chain:
+    """The chain for decoding: causal at ``positions``, with ``window``, ``sinks``, ``bias``,
+    ``softcap``."""
+    settings = {n: kw.pop(n, None) for n in ("window", "sinks", "bias", "softcap")}
+    return chain_of(q, k, v, "upper-left", list(kw["positions"]), **settings)
+
+
+def decode_run(q: Array, k: Array, v: Array, **kw: Any) -> DecodeResult:
+    """decode with the chain of the settings."""
+    return decode(q, k, v, chain=_decode_chain(q, k, v, kw), **kw)
+
+
+def decode_mistakes_of(q: Array, k: Array, v: Array, **kw: Any) -> tuple[DecodeMistake, ...]:
+    """decode_mistakes with the chain of the settings."""
+    return decode_mistakes(q, k, v, chain=_decode_chain(q, k, v, kw), **kw)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -171,7 +237,7 @@ def test_flash_equals_two_pass_softmax_for_every_block_size(
     masked, weights, out, L = loop_attention(q, k, v, 0.6, allowed)
     for bq in range(1, T + 2):  # block sizes that divide T and S, and those that do not
         for bk in range(1, S + 2):
-            r = flash_forward(q, k, v, scale=0.6, block_q=bq, block_k=bk, causal_offset=offset)
+            r = flash_run(q, k, v, scale=0.6, block_q=bq, block_k=bk, causal_offset=offset)
             close(r.output, out)
             np.testing.assert_array_equal(np.isneginf(r.lse), np.isneginf(L))
             close(r.lse, L)  # -inf rows compare equal
@@ -186,7 +252,7 @@ def test_flash_with_mask_bias_and_empty_rows() -> None:
     allowed[1, 0, 3] = False  # nothing allowed: O = 0, L = -inf, no NaN, no warning
     bias = rng.normal(size=(5, 6))
     _, _, out, L = loop_attention(q, k, v, 0.5, allowed, np.broadcast_to(bias, (2, 2, 5, 6)))
-    r = flash_forward(q, k, v, scale=0.5, allowed=allowed, bias=bias, block_q=2, block_k=4)
+    r = flash_run(q, k, v, scale=0.5, allowed=allowed, bias=bias, block_q=2, block_k=4)
     close(r.output, out)
     close(r.lse, L)
     assert np.all(r.output[1, 0, 3] == 0.0) and r.lse[1, 0, 3] == NEG
@@ -200,12 +266,12 @@ def test_flash_with_sinks_as_gpt_oss() -> None:
     allowed = np.broadcast_to(causal(6, 6, 0), (1, 4, 6, 6))
     _, _, out, L = loop_attention(q, k, v, 0.7, allowed, sinks=sinks)
     for bq, bk in [(1, 1), (2, 4), (4, 3), (6, 6)]:
-        r = flash_forward(q, k, v, scale=0.7, block_q=bq, block_k=bk, causal_offset=0, sinks=sinks)
+        r = flash_run(q, k, v, scale=0.7, block_q=bq, block_k=bk, causal_offset=0, sinks=sinks)
         close(r.output, out)
         close(r.lse, L)
     # a sink of -inf is no sink at all (issue 10's invariant)
-    none = flash_forward(q, k, v, scale=0.7, block_q=2, block_k=2, causal_offset=0)
-    minus_inf = flash_forward(
+    none = flash_run(q, k, v, scale=0.7, block_q=2, block_k=2, causal_offset=0)
+    minus_inf = flash_run(
         q, k, v, scale=0.7, block_q=2, block_k=2, causal_offset=0, sinks=np.full(4, NEG)
     )
     close(minus_inf.output, none.output)
@@ -213,7 +279,7 @@ def test_flash_with_sinks_as_gpt_oss() -> None:
     # a row with nothing allowed keeps only the sink: O = 0, L = sink
     empty = np.ones((1, 4, 6, 6), bool)
     empty[0, :, 2] = False
-    r = flash_forward(q, k, v, scale=0.7, allowed=empty, block_q=4, block_k=4, sinks=sinks)
+    r = flash_run(q, k, v, scale=0.7, allowed=empty, block_q=4, block_k=4, sinks=sinks)
     assert np.all(r.output[0, :, 2] == 0.0)
     close(r.lse[0, :, 2], sinks)
 
@@ -231,7 +297,7 @@ def test_flash_with_softcap_equals_two_pass_softmax(cap: float) -> None:
     allowed_cells = np.isfinite(masked)
     assert np.all(np.abs((masked - bias)[allowed_cells]) <= cap + F64)  # squashed into [-c, c]
     for bq, bk in [(1, 1), (2, 3), (4, 2), (6, 7)]:
-        r = flash_forward(q, k, v, scale=0.6, bias=bias, block_q=bq, block_k=bk, causal_offset=1,
+        r = flash_run(q, k, v, scale=0.6, bias=bias, block_q=bq, block_k=bk, causal_offset=1,
                           softcap=cap)  # fmt: skip
         close(r.output, out)
         close(r.lse, L)
@@ -239,11 +305,11 @@ def test_flash_with_softcap_equals_two_pass_softmax(cap: float) -> None:
             if not t.skipped:
                 (t0, t1), (s0, s1) = t.q_block, t.k_block
                 close(t.S, masked[0, t.head, t0:t1, s0:s1])
-        two = flash_forward(q, k, v, scale=0.6, bias=bias, block_q=bq, block_k=bk,
+        two = flash_run(q, k, v, scale=0.6, bias=bias, block_q=bq, block_k=bk,
                             causal_offset=1, softcap=cap, base2=True)  # fmt: skip
         close(two.output, out)
         close(two.lse * math.log(2), L)
-    plain = flash_forward(q, k, v, scale=0.6, bias=bias, block_q=2, block_k=2, causal_offset=1)
+    plain = flash_run(q, k, v, scale=0.6, bias=bias, block_q=2, block_k=2, causal_offset=1)
     assert np.abs(plain.output - out).max() > 1e-3  # the cap changes the answer
 
 
@@ -257,21 +323,21 @@ def test_causal_skipped_tiles_worked_by_hand() -> None:
     # [0,2) sees keys 0..1: key blocks [2,4) and [4,5) wholly above the diagonal (2 skipped);
     # [2,4) sees keys 0..3: [4,5) skipped (1); [4,5) sees everything. 3 per head.
     q, k, v = random_qkv(rng, 1, 2, 2, 5, 5, 2, 2)
-    r = flash_forward(q, k, v, scale=1.0, block_q=2, block_k=2, causal_offset=0)
+    r = flash_run(q, k, v, scale=1.0, block_q=2, block_k=2, causal_offset=0)
     skipped = {(t.head, t.q_block, t.k_block) for t in r.tiles if t.skipped}
     want = {((0, 2), (2, 4)), ((0, 2), (4, 5)), ((2, 4), (4, 5))}
     assert skipped == {(h, *qk) for h in (0, 1) for qk in want}
     assert len(r.tiles) == 2 * 3 * 3
     # lower-right, T = 3, S = 5 (offset 2): [0,2) sees keys 0..3, so only [4,5) is skipped
     q, k, v = random_qkv(rng, 1, 1, 1, 3, 5, 2, 2)
-    r = flash_forward(q, k, v, scale=1.0, block_q=2, block_k=2, causal_offset=2)
+    r = flash_run(q, k, v, scale=1.0, block_q=2, block_k=2, causal_offset=2)
     assert [(t.q_block, t.k_block) for t in r.tiles if t.skipped] == [((0, 2), (4, 5))]
 
 
 def test_a_skipped_tile_computes_nothing_and_keeps_the_state() -> None:
     rng = np.random.default_rng(6)
     q, k, v = random_qkv(rng, 1, 1, 1, 4, 4, 2, 2)
-    r = flash_forward(q, k, v, scale=1.0, block_q=1, block_k=1, causal_offset=0)
+    r = flash_run(q, k, v, scale=1.0, block_q=1, block_k=1, causal_offset=0)
     for before, tile in zip(r.tiles, r.tiles[1:], strict=False):
         if tile.skipped:
             assert tile.S is None and tile.P is None and tile.alpha is None
@@ -286,7 +352,7 @@ def test_tile_recurrence_by_hand() -> None:
     q = np.array([[[[1.0, 0.0]]]])
     k = np.array([[[[1.0, 0.0], [3.0, 0.0]]]])
     v = np.array([[[[10.0], [20.0]]]])
-    r = flash_forward(q, k, v, scale=1.0, block_q=1, block_k=1)
+    r = flash_run(q, k, v, scale=1.0, block_q=1, block_k=1)
     first, second = r.tiles
     assert first.m[0] == 1.0 and first.alpha[0] == 0.0 and first.l[0] == 1.0  # type: ignore[index]
     assert first.acc[0, 0] == 10.0
@@ -304,8 +370,8 @@ def test_base2_equals_base_e() -> None:
     assert pytest.approx(1 / math.log(2), rel=1e-15) == LOG2E
     rng = np.random.default_rng(7)
     q, k, v = random_qkv(rng, 2, 2, 1, 5, 7, 3, 2)
-    e = flash_forward(q, k, v, scale=0.5, block_q=2, block_k=3, causal_offset=2)
-    two = flash_forward(q, k, v, scale=0.5, block_q=2, block_k=3, causal_offset=2, base2=True)
+    e = flash_run(q, k, v, scale=0.5, block_q=2, block_k=3, causal_offset=2)
+    two = flash_run(q, k, v, scale=0.5, block_q=2, block_k=3, causal_offset=2, base2=True)
     close(two.output, e.output)
     close(two.lse * math.log(2), e.lse)
     for te, t2 in zip(e.tiles, two.tiles, strict=True):
@@ -324,7 +390,7 @@ def test_float32_error_in_ulps() -> None:
     allowed = np.broadcast_to(causal(8, 8, 0), (1, 2, 8, 8))
     _, _, out, L = loop_attention(q, k, v, 0.5, allowed)
     f32 = [x.astype(np.float32) for x in (q, k, v)]
-    r = flash_forward(*f32, scale=0.5, block_q=3, block_k=3, causal_offset=0)
+    r = flash_run(*f32, scale=0.5, block_q=3, block_k=3, causal_offset=0)
     assert r.output.dtype == np.float32 and r.lse.dtype == np.float32
     ulps_out = np.abs(r.output - out) / np.spacing(np.abs(out).astype(np.float32))
     ulps_lse = np.abs(r.lse - L) / np.spacing(np.abs(L).astype(np.float32))
@@ -350,8 +416,8 @@ def test_results_do_not_depend_on_block_sizes(
     q, k, v = random_qkv(rng, 1, 2, 1, T, S, 3, 2)
     offset = {None: None, "upper-left": 0, "lower-right": S - T}[mode]
     kw: dict[str, Any] = {"scale": 0.8, "causal_offset": offset, "softcap": cap}
-    one = flash_forward(q, k, v, block_q=T, block_k=S, **kw)
-    tiled = flash_forward(q, k, v, block_q=bq, block_k=bk, **kw)
+    one = flash_run(q, k, v, block_q=T, block_k=S, **kw)
+    tiled = flash_run(q, k, v, block_q=bq, block_k=bk, **kw)
     close(tiled.output, one.output)
     np.testing.assert_array_equal(np.isneginf(tiled.lse), np.isneginf(one.lse))
     close(tiled.lse, one.lse)
@@ -365,8 +431,8 @@ def test_each_flash_mistake_differs_from_the_right_answer() -> None:
     rng = np.random.default_rng(9)
     q, k, v = random_qkv(rng, 1, 2, 1, 6, 6, 3, 2)
     kw: dict[str, Any] = {"scale": 0.9, "block_q": 2, "block_k": 2, "causal_offset": 0}
-    right = flash_forward(q, k, v, **kw)
-    mistakes = {m.name: m.result for m in flash_mistakes(q, k, v, **kw)}
+    right = flash_run(q, k, v, **kw)
+    mistakes = {m.name: m.result for m in flash_mistakes_of(q, k, v, **kw)}
     assert set(mistakes) == {
         "acc_not_rescaled", "sum_not_rescaled", "lse_without_max", "lse_base2", "causal_extra_skip"
     }  # fmt: skip
@@ -381,7 +447,7 @@ def test_each_flash_mistake_differs_from_the_right_answer() -> None:
     # causal_extra_skip: the first query block loses its only tile, so its rows are empty
     assert np.all(mistakes["causal_extra_skip"].lse[0, :, :2] == NEG)
     # without causal the skip mistake does not apply
-    no_causal = flash_mistakes(q, k, v, scale=0.9, block_q=2, block_k=2)
+    no_causal = flash_mistakes_of(q, k, v, scale=0.9, block_q=2, block_k=2)
     assert "causal_extra_skip" not in {m.name for m in no_causal}
 
 
@@ -389,8 +455,8 @@ def test_rescale_mistakes_vanish_with_one_key_block() -> None:
     """With one key block there is nothing to rescale: the mistakes only show across blocks."""
     rng = np.random.default_rng(10)
     q, k, v = random_qkv(rng, 1, 1, 1, 4, 5, 2, 2)
-    right = flash_forward(q, k, v, scale=1.0, block_q=2, block_k=5)
-    for m in flash_mistakes(q, k, v, scale=1.0, block_q=2, block_k=5):
+    right = flash_run(q, k, v, scale=1.0, block_q=2, block_k=5)
+    for m in flash_mistakes_of(q, k, v, scale=1.0, block_q=2, block_k=5):
         if m.name in ("acc_not_rescaled", "sum_not_rescaled"):
             close(m.result.output, right.output)
             close(m.result.lse, right.lse)
@@ -410,7 +476,7 @@ def test_lse_and_flash_against_committed_torch_numbers() -> None:
     assert np.isneginf(want).sum() == 1  # the row with nothing allowed
     close(lse(masked), want)
     close(lse(masked, sinks), np.array(data["lse_with_sinks"]))
-    r = flash_forward(q, k, v, scale=data["scale"], allowed=allowed, block_q=2, block_k=4)
+    r = flash_run(q, k, v, scale=data["scale"], allowed=allowed, block_q=2, block_k=4)
     close(r.lse, want)
     out = np.array([[[[math.nan if x is None else x for x in row] for row in head]
                      for head in batch] for batch in data["output"]])  # fmt: skip
@@ -497,7 +563,7 @@ def test_every_decode_step_equals_the_full_recompute(case: str, prefill: int) ->
     kw: dict[str, Any] = {"scale": 0.5, "positions": pos, "rotate": rotate, "window": window,
                           "sinks": sinks, "bias": bias, "softcap": softcap}  # fmt: skip
     full = naive_full(q, k, v, **kw)
-    result = decode(q, k, v, prefill=prefill, **kw)
+    result = decode_run(q, k, v, prefill=prefill, **kw)
     check_decode(result, full)
     for step in result.steps:  # capped: the scaled row through c·tanh(x/c), with a softcap only
         if softcap is None:
@@ -512,7 +578,7 @@ def test_every_decode_step_equals_the_full_recompute(case: str, prefill: int) ->
 def test_prefill_of_everything_leaves_no_steps() -> None:
     rng = np.random.default_rng(12)
     q, k, v = random_qkv(rng, 1, 1, 1, 4, 4, 2, 2)
-    r = decode(q, k, v, scale=1.0, prefill=4, positions=range(4))
+    r = decode_run(q, k, v, scale=1.0, prefill=4, positions=range(4))
     assert r.steps == ()
     close(r.prefill_output, naive_full(q, k, v, 1.0, np.arange(4)))
 
@@ -520,8 +586,8 @@ def test_prefill_of_everything_leaves_no_steps() -> None:
 def test_rope_decode_depends_only_on_relative_positions() -> None:
     rng = np.random.default_rng(13)
     q, k, v = random_qkv(rng, 1, 2, 2, 6, 6, 4, 2)
-    at0 = decode(q, k, v, scale=0.5, prefill=2, positions=np.arange(6), rotate=rope)
-    at7 = decode(q, k, v, scale=0.5, prefill=2, positions=np.arange(7, 13), rotate=rope)
+    at0 = decode_run(q, k, v, scale=0.5, prefill=2, positions=np.arange(6), rotate=rope)
+    at7 = decode_run(q, k, v, scale=0.5, prefill=2, positions=np.arange(7, 13), rotate=rope)
     check_decode(at7, naive_full(q, k, v, 0.5, np.arange(7, 13), rope))
     for a, b in zip(at0.steps, at7.steps, strict=True):
         close(a.output, b.output)
@@ -530,7 +596,7 @@ def test_rope_decode_depends_only_on_relative_positions() -> None:
 def test_keys_are_rotated_once_at_their_own_position() -> None:
     rng = np.random.default_rng(14)
     q, k, v = random_qkv(rng, 1, 2, 1, 5, 5, 4, 2)
-    r = decode(q, k, v, scale=0.5, prefill=2, positions=np.arange(5), rotate=rope)
+    r = decode_run(q, k, v, scale=0.5, prefill=2, positions=np.arange(5), rotate=rope)
     last = r.steps[-1]
     assert last.cache_positions == (0, 1, 2, 3, 4) and last.slots == 5
     close(last.K_cache, rope(k, np.arange(5)))
@@ -547,7 +613,7 @@ def test_ring_buffer_worked_by_hand() -> None:
     """window 3, seq 7: slot = position mod 3, the oldest key evicted as each new one arrives."""
     rng = np.random.default_rng(15)
     q, k, v = random_qkv(rng, 1, 2, 1, 7, 7, 2, 2)
-    r = decode(q, k, v, scale=1.0, prefill=1, positions=np.arange(7), window=3)
+    r = decode_run(q, k, v, scale=1.0, prefill=1, positions=np.arange(7), window=3)
     assert [s.slot for s in r.steps] == [1, 2, 0, 1, 2, 0]
     assert [s.cache_positions for s in r.steps] == [
         (0, 1, -1), (0, 1, 2), (3, 1, 2), (3, 4, 2), (3, 4, 5), (6, 4, 5),
@@ -556,7 +622,7 @@ def test_ring_buffer_worked_by_hand() -> None:
     first = r.steps[0]  # the empty slot is masked out and gets no weight
     assert np.all(first.masked[..., 2] == NEG) and np.all(first.softmax[..., 2] == 0.0)
     # a prefill of 4 leaves slots holding positions 3, 1, 2
-    r4 = decode(q, k, v, scale=1.0, prefill=4, positions=np.arange(7), window=3)
+    r4 = decode_run(q, k, v, scale=1.0, prefill=4, positions=np.arange(7), window=3)
     assert [s.cache_positions for s in r4.steps] == [(3, 4, 2), (3, 4, 5), (6, 4, 5)]
     np.testing.assert_array_equal(r4.steps[-1].K_cache[:, :, 0], k[:, :, 6])
     check_decode(r4, naive_full(q, k, v, 1.0, np.arange(7), window=3))
@@ -565,8 +631,8 @@ def test_ring_buffer_worked_by_hand() -> None:
 def test_window_of_the_whole_sequence_equals_plain_causal() -> None:
     rng = np.random.default_rng(16)
     q, k, v = random_qkv(rng, 1, 2, 2, 5, 5, 2, 2)
-    plain = decode(q, k, v, scale=1.0, prefill=1, positions=range(5))
-    wide = decode(q, k, v, scale=1.0, prefill=1, positions=range(5), window=5)
+    plain = decode_run(q, k, v, scale=1.0, prefill=1, positions=range(5))
+    wide = decode_run(q, k, v, scale=1.0, prefill=1, positions=range(5), window=5)
     for a, b in zip(plain.steps, wide.steps, strict=True):
         close(a.output, b.output)
 
@@ -574,7 +640,7 @@ def test_window_of_the_whole_sequence_equals_plain_causal() -> None:
 def test_sinks_weights_sum_to_less_than_one() -> None:
     rng = np.random.default_rng(17)
     q, k, v = random_qkv(rng, 1, 2, 2, 4, 4, 2, 2)
-    r = decode(q, k, v, scale=1.0, prefill=1, positions=range(4), sinks=np.array([1.0, -1.0]))
+    r = decode_run(q, k, v, scale=1.0, prefill=1, positions=range(4), sinks=np.array([1.0, -1.0]))
     for step in r.steps:
         sums = step.softmax.sum(axis=-1)
         assert np.all(sums < 1.0) and np.all(sums > 0.0)
@@ -584,7 +650,7 @@ def test_self_check_reports_a_difference() -> None:
     rng = np.random.default_rng(18)
     q, k, v = random_qkv(rng, 1, 2, 2, 5, 5, 2, 2)
     full = naive_full(q, k, v, 1.0, np.arange(5))
-    r = decode(q, k, v, scale=1.0, prefill=2, positions=range(5))
+    r = decode_run(q, k, v, scale=1.0, prefill=2, positions=range(5))
     assert len(self_check(r, full)) == 3 and max(self_check(r, full[0])) <= 1e-12  # no batch axis
     wrong = full.copy()
     wrong[0, 1, 3, 0] += 0.25
@@ -612,8 +678,8 @@ def test_each_decode_mistake_differs_from_the_right_answer() -> None:
     q, k, v = random_qkv(rng, 1, 4, 2, 7, 7, 4, 2)
     kw: dict[str, Any] = {"scale": 0.5, "prefill": 2, "positions": np.arange(7), "rotate": rope,
                           "window": 3}  # fmt: skip
-    right = decode(q, k, v, **kw)
-    mistakes = {m.name: m.result for m in decode_mistakes(q, k, v, **kw)}
+    right = decode_run(q, k, v, **kw)
+    mistakes = {m.name: m.result for m in decode_mistakes_of(q, k, v, **kw)}
     assert set(mistakes) == {
         "rerotate_cache", "restart_positions", "cache_by_query_head", "ring_buffer_off_by_one"
     }  # fmt: skip
@@ -634,4 +700,4 @@ def test_each_decode_mistake_differs_from_the_right_answer() -> None:
 def test_decode_mistakes_that_cannot_apply_are_left_out() -> None:
     rng = np.random.default_rng(20)
     q, k, v = random_qkv(rng, 1, 2, 2, 4, 4, 2, 2)
-    assert decode_mistakes(q, k, v, scale=1.0, prefill=1, positions=range(4)) == ()
+    assert decode_mistakes_of(q, k, v, scale=1.0, prefill=1, positions=range(4)) == ()

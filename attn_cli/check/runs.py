@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from attn_cli.core.chain import Chain
 from attn_cli.core.decode import DecodeResult, KVCacheBytes, Rotate, decode, kv_cache_bytes
 from attn_cli.core.decode import self_check as decode_self_check
 from attn_cli.core.flash import LOG2E, FlashResult, Tile, flash_forward
@@ -106,23 +107,20 @@ def query_key(inputs: Inputs, name: str) -> str:
 
 @dataclass(frozen=True, eq=False)
 class DecodeArgs:
-    """What core.decode reads, taken from a trace: q, k, v (B, H|Hkv, T, D) and the options."""
+    """What core.decode reads, taken from a trace: q, k, v (B, H|Hkv, T, D), the chain of the
+    fixture's variants and the options."""
 
     q: FloatArray
     k: FloatArray
     v: FloatArray
+    chain: Chain
     scale: float
     positions: np.ndarray[Any, np.dtype[np.int64]]
     rotate: Rotate | None
-    window: int | None
-    sinks: FloatArray | None
-    bias: FloatArray | None  # broadcasts to (B, H, T, T); -inf where mask or lengths forbid
-    softcap: float | None
 
     def kwargs(self) -> dict[str, Any]:
-        return {"scale": self.scale, "positions": self.positions, "rotate": self.rotate,
-                "window": self.window, "sinks": self.sinks, "bias": self.bias,
-                "softcap": self.softcap}  # fmt: skip
+        return {"chain": self.chain, "scale": self.scale, "positions": self.positions,
+                "rotate": self.rotate}  # fmt: skip
 
 
 @dataclass(frozen=True, eq=False)
@@ -180,10 +178,7 @@ def decode_keep(inputs: Inputs) -> set[str]:
 def decode_bytes(inputs: Inputs, prefill: int = 1) -> int:
     """What the steps hold: each keeps the cache as it saw it, and its score rows."""
     B, H, Hkv, T = inputs.batch, inputs.heads, inputs.kv_heads, inputs.seq_q
-    from attn_cli.core.steps import window_reach
-
-    pos = inputs.token_positions()[0]
-    W = None if inputs.window is None else window_reach(inputs.window, pos, pos)  # the ring
+    W = Chain(inputs).cache_slots()  # a ring of W slots, None: the cache grows
     slots = sum(i + 1 if W is None else W for i in range(prefill, T))
     return 8 * B * slots * (Hkv * (inputs.d_k + inputs.d_v) + 5 * H)
 
@@ -203,36 +198,20 @@ def decode_args(trace: Trace) -> DecodeArgs:
         q=internal(trace, "Q_norm" if norm else "Q"),  # (B, H, T, D)
         k=internal(trace, "K_norm" if norm else "K"),  # (B, Hkv, T, D)
         v=internal(trace, "V"),  # (B, Hkv, T, Dv)
+        chain=trace_chain(trace),
         scale=trace.scale,
         positions=pos,
         rotate=rotate,
-        window=inp.window,
-        sinks=inp.sinks,
-        bias=decode_bias(inp, pos),
-        softcap=inp.softcap,
     )
 
 
-def decode_bias(inp: Inputs, pos: np.ndarray[Any, np.dtype[np.int64]]) -> FloatArray | None:
-    """bias + ALiBi, and −∞ where the mask or the lengths forbid a key: (B|1, H|1, T, T)."""
-    parts: list[FloatArray] = []
-    if inp.bias is not None:
-        parts.append(inp.bias)
-    if inp.alibi is not None:
-        from attn_cli.core.variants import alibi_bias
-
-        parts.append(alibi_bias(inp.alibi, pos, pos))  # (H, T, T)
-    if inp.mask is not None:
-        parts.append(np.where(inp.mask, 0.0, -np.inf))
-    if inp.lengths is not None:
-        valid = np.arange(inp.seq_k)[None, :] < inp.lengths[:, None]  # (B, S)
-        parts.append(np.where(valid, 0.0, -np.inf)[:, None, None, :])  # (B, 1, 1, S)
-    if not parts:
-        return None
-    total = parts[0]
-    for part in parts[1:]:
-        total = total + part
-    return total
+def trace_chain(trace: Trace) -> Chain:
+    """The chain of the trace's variants, its bias in the trace's computing dtype (as the
+    block engine adds it)."""
+    inp = trace.inputs
+    if inp.bias is None:
+        return Chain(inp)
+    return Chain(replace(inp, bias=inp.bias.astype(np.dtype(trace.dtype), copy=False)))
 
 
 def run_decode(
@@ -380,26 +359,15 @@ def causal_offset(inputs: Inputs) -> int | None:
 
 
 def flash_args(trace: Trace) -> dict[str, Any]:
-    """core.flash's arguments for the whole fixture: q, k, v and the masks (B, H, T, S)."""
-    from attn_cli.core.steps import allowed_positions
-    from attn_cli.core.variants import alibi_bias
-
+    """core.flash's arguments for the whole fixture: q, k, v, the chain and the options."""
     inp = trace.inputs
-    bias = inp.bias
-    if inp.alibi is not None:
-        pos_q, pos_k = inp.token_positions()
-        alibi = alibi_bias(inp.alibi, pos_q, pos_k)  # (H, T, S)
-        bias = alibi if bias is None else bias + alibi
     return {
         "q": internal(trace, query_key(inp, "Q")),
         "k": internal(trace, query_key(inp, "K")),
         "v": internal(trace, "V"),
+        "chain": trace_chain(trace),
         "scale": trace.scale,
-        "allowed": allowed_positions(inp),
-        "bias": bias,
         "causal_offset": causal_offset(inp),
-        "sinks": inp.sinks,
-        "softcap": inp.softcap,
     }
 
 
@@ -458,30 +426,22 @@ def _query_blocks(
 ) -> Iterator[tuple[tuple[int, int, int, int], Callable[..., FlashResult]]]:
     """Per (batch, head, query block): where it is, and flash_forward on that block alone
     (``record_tiles`` left to the caller); its tiles are those of the whole loop, bit for bit."""
-    from attn_cli.core.steps import alibi_rows, allowed_positions
-
     inp = trace.inputs
     B, H, T, _ = q.shape
     groups = H // k.shape[1]  # query head h reads key/value head h // groups
     offset = causal_offset(inp)
-    bias = None if inp.bias is None else np.broadcast_to(inp.bias, (B, H, T, inp.seq_k))
+    chain = trace_chain(trace)
     for b in range(B):
         for h in range(H):
             g = h // groups
             for t0 in range(0, T, bq):
                 t1 = min(T, t0 + bq)
-                allowed = allowed_positions(inp, (b, h, t0, t1))  # (R, S) or None
-                rows = None if bias is None else bias[b, h, t0:t1]  # (R, S)
-                if inp.alibi is not None:
-                    alibi = alibi_rows(inp, h, t0, t1)  # (R, S)
-                    rows = alibi if rows is None else rows + alibi
                 kv = (k[b : b + 1, g : g + 1], v[b : b + 1, g : g + 1])  # (1, 1, S, D|Dv)
                 call = functools.partial(
-                    flash_forward, q[b : b + 1, h : h + 1, t0:t1], *kv,
-                    scale=trace.scale, allowed=allowed, bias=rows, block_q=t1 - t0, block_k=bk,
+                    flash_forward, q[b : b + 1, h : h + 1, t0:t1], *kv, chain=chain,
+                    scale=trace.scale, block_q=t1 - t0, block_k=bk,
                     causal_offset=None if offset is None else offset + t0, base2=base2,
-                    sinks=None if inp.sinks is None else inp.sinks[h : h + 1],
-                    softcap=inp.softcap,
+                    origin=(b, h, t0),
                 )  # fmt: skip
                 yield (b, h, t0, t1), call
 

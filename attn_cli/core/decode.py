@@ -4,22 +4,26 @@ Axis names as in the pipeline: B batch, H query heads, Hkv key/value heads, T to
 fixture is causal and self-attending, S == T), D d_k, Dv d_v, C cache slots.
 
 A key is rotated once (``rotate``, e.g. RoPE), when it enters the cache, at its own position;
-the query of a step is rotated at its position. With ``window`` the cache is a ring buffer of
-``window`` slots: the token at position p goes to slot p mod window, evicting the one
-``window`` positions back, so the cache always holds exactly the keys the window allows.
-With ``softcap`` (Gemma 2) the scaled scores are capped, softcap·tanh(scaled/softcap), before the
-bias and the mask, as in the full computation.
+the query of a step is rotated at its position. Each step and the prefill run the one chain
+(core/chain.py) over their cells: scaled -> the score modifiers -> masked -> the softmax with
+the chain's extra logit. A step's cells are every batch item and head, its one query and the
+cache slots (``keys`` the token each slot holds, -1 while empty). When a variant asks for a
+cache of so many slots (``chain.cache_slots()``) the cache is a ring buffer: the token at
+position p goes to slot p mod C, evicting the one C positions back.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
-from attn_cli.core.steps import cap_scores, window_reach
+from attn_cli.core.chain import Chain
+from attn_cli.core.steps import softmax_rows
+from attn_cli.core.variant import REGISTRY, Cells
+from attn_cli.core.variant import FloatArray as Logits  # what the chain's hooks take
 
 FloatArray = np.ndarray[Any, np.dtype[np.floating[Any]]]
 IntArray = np.ndarray[Any, np.dtype[np.int64]]
@@ -29,10 +33,14 @@ Rotate = Callable[[FloatArray, IntArray], FloatArray]  # (x (..., n, D), positio
 
 @dataclass(frozen=True, eq=False)
 class DecodeStep:
-    """One generated token: its query, the cache as it is now, and the attention against it."""
+    """One generated token: its query, the cache as it is now, and the attention against it.
+
+    Each score modifier's stage (``capped``) is in ``modified`` and reads as an attribute;
+    a registered modifier that is off reads as None.
+    """
 
     index: int  # the token's index in the sequence
-    position: int  # its position (RoPE, window)
+    position: int  # its position (RoPE, the allowed-keys rules)
     slot: int  # the cache slot its key and value went to
     slots: int  # C, the cache length at this step
     cache_positions: tuple[int, ...]  # the position each slot holds, -1 when empty
@@ -42,10 +50,20 @@ class DecodeStep:
     V_cache: FloatArray  # (B, Hkv, C, Dv)
     scores: FloatArray  # (B, H, 1, C)
     scaled: FloatArray  # (B, H, 1, C)
-    capped: FloatArray | None  # (B, H, 1, C) softcap·tanh(scaled/softcap), with a softcap
-    masked: FloatArray  # (B, H, 1, C) capped|scaled + bias, -inf at empty slots, out of window
-    softmax: FloatArray  # (B, H, 1, C) the kept weights (with sinks they sum to less than 1)
+    masked: FloatArray  # (B, H, 1, C) the last modifier's stage + biases, -inf where hidden
+    softmax: FloatArray  # (B, H, 1, C) the kept weights (with an extra logit, less than 1)
     output: FloatArray  # (B, H, 1, Dv)
+    modified: Mapping[str, FloatArray] = field(default_factory=dict)  # (B, H, 1, C) each
+
+    def __getattr__(self, name: str) -> FloatArray | None:
+        """A score modifier's stage by its name (``step.capped``); None when it is off."""
+        modified = self.__dict__.get("modified", {})
+        if name in modified:
+            stage: FloatArray = modified[name]
+            return stage
+        if any(v.stage == name for v in REGISTRY.values()):
+            return None
+        raise AttributeError(name)
 
 
 @dataclass(frozen=True, eq=False)
@@ -64,18 +82,15 @@ class _Bugs:
     rerotate_cache: bool = False  # cached keys rotated again at every step
     restart_positions: bool = False  # positions counted from 0 again after the prefill
     head_tiled: bool = False  # query head h reads cache head h mod Hkv, not h // groups
-    ring_extra_slot: bool = False  # ring buffer of window + 1 slots
+    ring_extra_slot: bool = False  # ring buffer one slot too big, trusted to hide the rest
 
 
 @dataclass(frozen=True, eq=False)
 class _Setup:
+    chain: Chain
     scale: float
     positions: IntArray  # (T,)
     rotate: Rotate | None
-    window: int | None
-    sinks: FloatArray | None  # (H,)
-    bias: FloatArray | None  # (B, H, T, T) view
-    softcap: float | None
 
 
 def decode(
@@ -83,17 +98,14 @@ def decode(
     k: FloatArray,  # (B, Hkv, T, D)
     v: FloatArray,  # (B, Hkv, T, Dv)
     *,
+    chain: Chain,
     scale: float,
     prefill: int,
     positions: Any,
     rotate: Rotate | None = None,
-    window: int | None = None,
-    sinks: FloatArray | None = None,
-    bias: FloatArray | None = None,
-    softcap: float | None = None,
 ) -> DecodeResult:
     """Prefill the first ``prefill`` tokens, then decode the rest one step at a time."""
-    setup = _setup(q, k, v, scale, prefill, positions, rotate, window, sinks, bias, softcap)
+    setup = _setup(q, k, v, chain, scale, prefill, positions, rotate)
     return _decode(q, k, v, prefill, setup, _Bugs())
 
 
@@ -101,14 +113,11 @@ def _setup(
     q: FloatArray,
     k: FloatArray,
     v: FloatArray,
+    chain: Chain,
     scale: float,
     prefill: int,
     positions: Any,
     rotate: Rotate | None,
-    window: int | None,
-    sinks: FloatArray | None,
-    bias: FloatArray | None,
-    softcap: float | None,
 ) -> _Setup:
     """Check the shapes and gather the options every step reads."""
     B, H, T, _ = q.shape
@@ -117,21 +126,8 @@ def _setup(
         raise ValueError(f"q {q.shape}, k {k.shape}, v {v.shape}: decoding needs S == T")
     if not 1 <= prefill <= T:
         raise ValueError(f"prefill must be 1..{T}, not {prefill}")
-    if window is not None and window < 1:
-        raise ValueError(f"window must be >= 1, not {window}")
-    if softcap is not None and not softcap > 0:
-        raise ValueError(f"softcap must be > 0, not {softcap}")
     pos = np.asarray(positions, dtype=np.int64).reshape(T)
-    return _Setup(
-        scale=scale,
-        positions=pos,
-        rotate=rotate,
-        # a window wider than the positions reach is plain causal: a ring that never wraps
-        window=None if window is None else window_reach(window, pos, pos),
-        sinks=None if sinks is None else np.asarray(sinks, dtype=q.dtype).reshape(H),
-        bias=None if bias is None else np.broadcast_to(bias, (B, H, T, T)),
-        softcap=softcap,
-    )
+    return _Setup(chain=chain, scale=scale, positions=pos, rotate=rotate)
 
 
 def _decode(
@@ -145,7 +141,8 @@ def _decode(
         q_pre = setup.rotate(q_pre, pos[:prefill])  # (B, H, P, D)
         k_rot = setup.rotate(k_rot, pos[:prefill])  # (B, Hkv, P, D)
     prefill_output = _prefill(q_pre, k_rot, v[:, :, :prefill], setup)
-    cache = _Cache.empty(k, v, setup.window, bugs.ring_extra_slot)
+    ring = setup.chain.cache_slots()
+    cache = _Cache.empty(k, v, None if ring is None else ring + int(bugs.ring_extra_slot))
     for i in range(prefill):
         cache.put(i, int(pos[i]), k_rot[:, :, i], v[:, :, i])
     steps = []
@@ -174,12 +171,12 @@ class _Cache:
     ring: int | None  # ring buffer size, None: the cache grows
 
     @classmethod
-    def empty(cls, k: FloatArray, v: FloatArray, window: int | None, extra: bool) -> _Cache:
+    def empty(cls, k: FloatArray, v: FloatArray, ring: int | None) -> _Cache:
         B, Hkv, _, D = k.shape
-        C = 0 if window is None else window + int(extra)
+        C = 0 if ring is None else ring
         K = np.zeros((B, Hkv, C, D), k.dtype)
         V = np.zeros((B, Hkv, C, v.shape[3]), v.dtype)
-        return cls(K, V, np.full(C, -1, np.int64), None if window is None else C)
+        return cls(K, V, np.full(C, -1, np.int64), ring)
 
     def put(self, index: int, position: int, k: FloatArray, v: FloatArray) -> int:
         """Write one token's key and value (B, Hkv, D) and return its slot."""
@@ -211,78 +208,72 @@ def _step(
     setup: _Setup,
     bugs: _Bugs,
 ) -> DecodeStep:
-    """Attention of token i against the cache: scores, scaled, masked, softmax, output."""
-    H, Hkv = q.shape[1], cache.K.shape[1]
+    """Attention of token i against the cache: scores, scaled, the chain, softmax, output."""
+    B, H, Hkv = q.shape[0], q.shape[1], cache.K.shape[1]
     heads = np.arange(H) % Hkv if bugs.head_tiled else np.arange(H) // (H // Hkv)
     k = cache.K[:, heads]  # (B, H, C, D)
     scores = (q if q_rot is None else q_rot) @ k.swapaxes(-1, -2)  # (B, H, 1, C)
     scaled = scores * q.dtype.type(setup.scale)
-    capped = None if setup.softcap is None else cap_scores(scaled, setup.softcap)
-    full = cache.held >= 0
-    held = np.where(full, cache.held, 0)  # (C,) token indices, 0 for empty slots
-    masked = scaled if capped is None else capped
-    if setup.bias is not None:
-        masked = masked + setup.bias[:, :, i : i + 1, held]  # (B, H, 1, C)
-    allowed = full.copy()
-    if setup.window is not None and not bugs.ring_extra_slot:
-        gap = setup.positions[i] - setup.positions[held]  # (C,)
-        allowed &= (gap >= 0) & (gap < setup.window)
-    masked = np.where(allowed, masked, -np.inf).astype(q.dtype, copy=False)
-    weights = _softmax_with_sinks(masked, setup.sinks)
-    output = weights @ cache.V[:, heads]  # (B, H, 1, C) @ (B, H, C, Dv)
     pos = setup.positions
+    held = cache.held  # (C,) token indices, -1 for empty slots: the chain hides those
+    cells = Cells(np.arange(B), np.arange(H), np.array([i]), held,
+                  pos[[i]], np.where(held >= 0, pos[np.maximum(held, 0)], 0))  # fmt: skip
+    chain = setup.chain.without_cache_rules() if bugs.ring_extra_slot else setup.chain
+    modified, masked, weights = _attend(chain, scaled, cells)
+    output = weights @ cache.V[:, heads]  # (B, H, 1, C) @ (B, H, C, Dv)
     return DecodeStep(
         index=i,
         position=int(pos[i]),
         slot=slot,
-        slots=int(cache.held.size),
-        cache_positions=tuple(int(pos[t]) if t >= 0 else -1 for t in cache.held),
+        slots=int(held.size),
+        cache_positions=tuple(int(pos[t]) if t >= 0 else -1 for t in held),
         Q=q,
         Q_rot=q_rot,
         K_cache=cache.K,
         V_cache=cache.V,
         scores=scores,
         scaled=scaled,
-        capped=capped,
         masked=masked,
         softmax=weights,
         output=output,
+        modified=modified,
     )
+
+
+def _attend(
+    chain: Chain, scaled: Logits, cells: Cells, hidden: BoolArray | None = None
+) -> tuple[dict[str, FloatArray], FloatArray, FloatArray]:
+    """The chain over the cells (B, H, n, C): each modifier's stage, masked (-inf where not
+    allowed, and where ``hidden``), the softmax with the chain's extra logit."""
+    modified: dict[str, FloatArray] = {}
+
+    def keep(stage: str) -> Logits:
+        out = np.empty_like(scaled)
+        modified[stage] = out
+        return out
+
+    x = chain.modify(scaled, keep)
+    masked, _, _ = chain.masked(x, cells, None, lambda stage: None, fill=-np.inf)
+    if hidden is not None:
+        np.copyto(masked, -np.inf, where=hidden)
+    masked = masked.astype(scaled.dtype, copy=False)
+    weights, _ = softmax_rows(masked, None, sink=chain.extra_logit(cells, masked.dtype))
+    return modified, masked, weights
 
 
 def _prefill(q: FloatArray, k: FloatArray, v: FloatArray, setup: _Setup) -> FloatArray:
     """Causal attention over the prefill tokens (q and k already rotated): (B, H, P, Dv)."""
-    H, Hkv, P = q.shape[1], k.shape[1], q.shape[2]
+    B, H, P = q.shape[:3]
+    Hkv = k.shape[1]
     heads = np.arange(H) // (H // Hkv)  # query head h reads key/value head h // groups
     scores = q @ k[:, heads].swapaxes(-1, -2)  # (B, H, P, D) @ (B, H, D, P)
-    masked = scores * q.dtype.type(setup.scale)
-    if setup.softcap is not None:
-        masked = cap_scores(masked, setup.softcap)  # before the bias and the mask (Gemma 2)
-    if setup.bias is not None:
-        masked = masked + setup.bias[:, :, :P, :P]
-    pos = setup.positions[:P]
-    allowed = np.tril(np.ones((P, P), dtype=bool))  # key j <= query i
-    if setup.window is not None:
-        gap = pos[:, None] - pos[None, :]  # (P, P)
-        allowed &= (gap >= 0) & (gap < setup.window)
-    masked = np.where(allowed, masked, -np.inf).astype(q.dtype, copy=False)
-    out: FloatArray = _softmax_with_sinks(masked, setup.sinks) @ v[:, heads]  # (B, H, P, Dv)
+    scaled = scores * q.dtype.type(setup.scale)
+    tokens, pos = np.arange(P), setup.positions[:P]
+    cells = Cells(np.arange(B), np.arange(H), tokens, tokens, pos, pos)
+    later = np.triu(np.ones((P, P), dtype=bool), 1)  # key j > query i: not in the cache yet
+    weights = _attend(setup.chain, scaled, cells, later)[2]
+    out: FloatArray = weights @ v[:, heads]  # (B, H, P, Dv)
     return out
-
-
-def _softmax_with_sinks(x: FloatArray, sinks: FloatArray | None) -> FloatArray:
-    """Softmax over keys of (B, H, n, C); a sink per head joins each row's sum and is dropped."""
-    m = x.max(axis=-1, keepdims=True)  # (B, H, n, 1)
-    if sinks is not None:
-        sink = sinks[None, :, None, None]  # (1, H, 1, 1)
-        m = np.maximum(m, sink)
-    m = np.where(np.isneginf(m), 0.0, m).astype(x.dtype)  # a row of -inf gives zeros
-    e = np.exp(x - m)
-    total = e.sum(axis=-1, keepdims=True)  # (B, H, n, 1)
-    if sinks is not None:
-        total = total + np.exp(sink - m)
-    weights: FloatArray = e / np.where(total == 0, 1.0, total).astype(x.dtype)
-    return weights
 
 
 def self_check(result: DecodeResult, full_output: FloatArray) -> list[float]:
@@ -341,17 +332,14 @@ def decode_mistakes(
     k: FloatArray,
     v: FloatArray,
     *,
+    chain: Chain,
     scale: float,
     prefill: int,
     positions: Any,
     rotate: Rotate | None = None,
-    window: int | None = None,
-    sinks: FloatArray | None = None,
-    bias: FloatArray | None = None,
-    softcap: float | None = None,
 ) -> tuple[DecodeMistake, ...]:
-    """Each named mistake that can apply here (RoPE, GQA, window), recomputed."""
-    setup = _setup(q, k, v, scale, prefill, positions, rotate, window, sinks, bias, softcap)
+    """Each named mistake that can apply here (RoPE, GQA, a ring buffer), recomputed."""
+    setup = _setup(q, k, v, chain, scale, prefill, positions, rotate)
     candidates = (
         ("rerotate_cache", "cached keys rotated again at every step", _Bugs(rerotate_cache=True),
          rotate is not None),
@@ -360,7 +348,7 @@ def decode_mistakes(
         ("cache_by_query_head", "cache read by query head (h mod kv_heads), not h // groups",
          _Bugs(head_tiled=True), q.shape[1] != k.shape[1]),
         ("ring_buffer_off_by_one", "ring buffer of window + 1 slots (one key too many)",
-         _Bugs(ring_extra_slot=True), window is not None),
+         _Bugs(ring_extra_slot=True), chain.cache_slots() is not None),
     )  # fmt: skip
     return tuple(
         DecodeMistake(name, description, _decode(q, k, v, prefill, setup, bugs))

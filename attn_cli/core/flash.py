@@ -6,13 +6,15 @@ D d_k, Dv d_v; a tile is ``bq`` query rows (t0:t1) by ``bk`` keys (s0:s1) of one
 Per (batch, head, query block) the key blocks are visited in order, keeping a running row max
 m, a running sum l and an unnormalised output acc (Dao, "FlashAttention-2", Algorithm 1)::
 
-    S = capped + bias (-inf where not allowed)        m_new = max(m, rowmax(S))
+    S = masked (-inf where not allowed)               m_new = max(m, rowmax(S))
     alpha = exp(m - m_new)    P = exp(S - m_new)      l = alpha * l + rowsum(P)
     acc = alpha * acc + P @ V                        finally O = acc / l, L = m + log(l)
 
-where capped = softcap·tanh(scaled/softcap) with a softcap (Gemma 2), else scaled; so
-weights = exp(masked - L) is never stored. ``base2`` computes as Triton's fused-attention
-tutorial: scores times scale * log2(e), exp2, and L in base 2 (L_2 = L / ln 2).
+where masked is the one chain (core/chain.py) over the tile's cells: scaled -> the score
+modifiers -> + the biases, -inf where a key is not allowed; an extra logit of the chain starts
+m and l (exp(extra - m) = 1); so weights = exp(masked - L) is never stored. ``base2`` computes
+as Triton's fused-attention tutorial: scores times scale * log2(e), exp2, and L in base 2
+(L_2 = L / ln 2).
 """
 
 from __future__ import annotations
@@ -23,30 +25,30 @@ from typing import Any
 
 import numpy as np
 
-from attn_cli.core.steps import cap_scores
+from attn_cli.core.chain import Chain, cells_of
+from attn_cli.core.variant import Cells
 
 FloatArray = np.ndarray[Any, np.dtype[np.floating[Any]]]
-BoolArray = np.ndarray[Any, np.dtype[np.bool_]]
 
 # log2(e): Triton writes 1.44269504, which is this number rounded to float32 (and to 9 digits);
 # the full float64 value keeps base 2 and base e equal to rounding in float64 too.
 LOG2E = 1.0 / math.log(2.0)
 
 
-def lse(masked: FloatArray, sinks: FloatArray | None = None) -> FloatArray:
+def lse(masked: FloatArray, extra: FloatArray | None = None) -> FloatArray:
     """Log-sum-exp over keys (last axis): (..., T, S) -> (..., T); a row of -inf gives -inf.
 
-    ``sinks`` (one logit per query head, the axis before T) join each row's sum, as gpt-oss.
+    ``extra`` (one logit per query head, the axis before T) joins each row's sum, as gpt-oss.
     """
     m = masked.max(axis=-1)  # (..., T)
-    if sinks is not None:
-        sink = np.asarray(sinks, dtype=masked.dtype)[:, None]  # (H, 1) broadcasts to (..., H, T)
-        m = np.maximum(m, sink)
+    if extra is not None:
+        logit = np.asarray(extra, dtype=masked.dtype)[:, None]  # (H, 1) broadcasts to (.., H, T)
+        m = np.maximum(m, logit)
     empty = np.isneginf(m)
     m_safe = np.where(empty, 0.0, m)  # exp(-inf - 0) = 0, never -inf - -inf
     total = np.exp(masked - m_safe[..., None]).sum(axis=-1)  # (..., T)
-    if sinks is not None:
-        total = total + np.exp(sink - m_safe)
+    if extra is not None:
+        total = total + np.exp(logit - m_safe)
     out: FloatArray = np.where(empty, -np.inf, m_safe + np.log(np.where(empty, 1.0, total)))
     return out.astype(masked.dtype, copy=False)
 
@@ -95,13 +97,11 @@ class _Bugs:
 
 @dataclass(frozen=True, eq=False)
 class _Setup:
+    chain: Chain
     scale: float
-    allowed: BoolArray | None  # (B, H, T, S) view, True where a query may attend
-    bias: FloatArray | None  # (B, H, T, S) view
+    origin: tuple[int, int, int]  # (batch, head, query) of q[0, 0, 0] in the chain's inputs
     causal_offset: int | None
     base2: bool
-    sinks: FloatArray | None  # (H,)
-    softcap: float | None
     record: bool
 
 
@@ -110,59 +110,41 @@ def flash_forward(
     k: FloatArray,  # (B, Hkv, S, D)
     v: FloatArray,  # (B, Hkv, S, Dv)
     *,
+    chain: Chain,
     scale: float,
-    allowed: BoolArray | None = None,
-    bias: FloatArray | None = None,
     block_q: int,
     block_k: int,
     causal_offset: int | None = None,
     base2: bool = False,
-    sinks: FloatArray | None = None,
-    softcap: float | None = None,
     record_tiles: bool = True,
+    origin: tuple[int, int, int] = (0, 0, 0),
 ) -> FlashResult:
-    """The FlashAttention-2 forward; ``causal_offset`` o allows key j <= query i + o and skips
-    tiles wholly above that diagonal (0 upper-left, S - T lower-right)."""
-    return _forward(q, k, v, scale, allowed, bias, block_q, block_k, causal_offset, base2, sinks,
-                    record_tiles, _Bugs(), softcap)  # fmt: skip
+    """The FlashAttention-2 forward; ``causal_offset`` o skips the tiles wholly above the
+    diagonal key j <= query i + o (0 upper-left, S - T lower-right), which the chain hides.
+
+    ``origin`` is where q starts in the chain's inputs, (batch, head, query): a block run on
+    its own.
+    """
+    setup = _Setup(chain, scale, origin, causal_offset, base2, record_tiles)
+    return _forward(q, k, v, block_q, block_k, setup, _Bugs())
 
 
 def _forward(
     q: FloatArray,
     k: FloatArray,
     v: FloatArray,
-    scale: float,
-    allowed: BoolArray | None,
-    bias: FloatArray | None,
     block_q: int,
     block_k: int,
-    causal_offset: int | None,
-    base2: bool,
-    sinks: FloatArray | None,
-    record: bool,
+    setup: _Setup,
     bugs: _Bugs,
-    softcap: float | None = None,
 ) -> FlashResult:
     """The loop over (batch, head, query block); each block runs over its key blocks."""
     B, H, T, _ = q.shape
     _, Hkv, S, Dv = v.shape
     if block_q < 1 or block_k < 1:
         raise ValueError(f"block sizes must be >= 1, not {block_q}, {block_k}")
-    if softcap is not None and not softcap > 0:
-        raise ValueError(f"softcap must be > 0, not {softcap}")
     if H % Hkv or k.shape[:3] != (B, Hkv, S):
         raise ValueError(f"q {q.shape}, k {k.shape}, v {v.shape} do not fit together")
-    full = (B, H, T, S)
-    setup = _Setup(
-        scale=scale,
-        allowed=None if allowed is None else np.broadcast_to(allowed, full),
-        bias=None if bias is None else np.broadcast_to(bias, full),
-        causal_offset=causal_offset,
-        base2=base2,
-        sinks=None if sinks is None else np.asarray(sinks, dtype=q.dtype).reshape(H),
-        softcap=softcap,
-        record=record,
-    )
     groups = H // Hkv  # query head h reads key/value head h // groups
     output = np.zeros((B, H, T, Dv), q.dtype)
     L = np.empty((B, H, T), q.dtype)
@@ -176,7 +158,7 @@ def _forward(
                                                    setup, bugs)  # fmt: skip
                 output[b, h, t0:t1], L[b, h, t0:t1] = o, L_row
                 tiles.extend(row_tiles)
-    return FlashResult(output, L, tuple(tiles), block_q, block_k, base2)
+    return FlashResult(output, L, tuple(tiles), block_q, block_k, setup.base2)
 
 
 def _query_block(
@@ -195,11 +177,12 @@ def _query_block(
     exp = np.exp2 if setup.base2 else np.exp
     log = np.log2 if setup.base2 else np.log
     to_base = LOG2E if setup.base2 else 1.0
-    # the running state; a sink is a logit already seen, exp(sink - m) = 1 (gpt-oss)
+    # the running state; an extra logit is one already seen, exp(extra - m) = 1 (gpt-oss)
     m = np.full(t1 - t0, -np.inf, dtype)
     l = np.zeros(t1 - t0, dtype)  # noqa: E741
-    if setup.sinks is not None:
-        m = np.full(t1 - t0, setup.sinks[h] * to_base, dtype)
+    extra = setup.chain.extra_logit(_cells(setup, b, h, t0, t1, 0, 0), dtype)  # (1, 1, 1, 1)
+    if extra is not None:
+        m = np.full(t1 - t0, extra[0, 0, 0, 0] * to_base, dtype)
         l = np.ones(t1 - t0, dtype)  # noqa: E741
     acc = np.zeros((t1 - t0, Dv), dtype)
     skip_from = _skip_from(t1, S, block_k, setup.causal_offset, bugs.extra_skip)
@@ -240,25 +223,26 @@ def _skip_from(t1: int, S: int, block_k: int, offset: int | None, extra: bool) -
     return min(S, computed * block_k)
 
 
+def _cells(setup: _Setup, b: int, h: int, t0: int, t1: int, s0: int, s1: int) -> Cells:
+    """A tile's cells in the chain's inputs: (b, h, rows t0:t1, keys s0:s1) from the origin."""
+    ob, oh, ot = setup.origin
+    return cells_of(setup.chain.inputs, slice(ob + b, ob + b + 1), slice(oh + h, oh + h + 1),
+                    slice(ot + t0, ot + t1), slice(s0, s1))  # fmt: skip
+
+
 def _tile_scores(
     q: FloatArray,  # (bq, D)
     k: FloatArray,  # (bk, D)
     at: tuple[int, int, int, int, int, int],  # (b, h, t0, t1, s0, s1)
     setup: _Setup,
 ) -> FloatArray:
-    """S = q kᵀ × scale (capped) + bias, -inf where the mask or the causal diagonal forbids."""
-    b, h, t0, t1, s0, s1 = at
+    """S = the chain over q kᵀ × scale: modified, + the biases, -inf where not allowed."""
     scaled = (q @ k.T) * q.dtype.type(setup.scale)  # (bq, D) @ (D, bk) -> (bq, bk)
-    # Gemma 2's softcap: on the scaled scores, before the bias, the mask and the running max
-    S_tile: FloatArray = scaled if setup.softcap is None else cap_scores(scaled, setup.softcap)
-    if setup.bias is not None:
-        S_tile = S_tile + setup.bias[b, h, t0:t1, s0:s1]
-    forbid = np.zeros(S_tile.shape, dtype=bool)
-    if setup.allowed is not None:
-        forbid |= ~setup.allowed[b, h, t0:t1, s0:s1]
-    if setup.causal_offset is not None:
-        forbid |= np.arange(s0, s1)[None, :] > np.arange(t0, t1)[:, None] + setup.causal_offset
-    return np.where(forbid, -np.inf, S_tile).astype(q.dtype, copy=False)
+    x = setup.chain.modify(scaled[None, None], lambda stage: None)  # (1, 1, bq, bk)
+    S_tile, _, _ = setup.chain.masked(x, _cells(setup, *at), None, lambda stage: None,
+                                      fill=-np.inf)  # fmt: skip
+    tile: FloatArray = S_tile[0, 0].astype(q.dtype, copy=False)
+    return tile
 
 
 @dataclass(frozen=True, eq=False)
@@ -284,15 +268,13 @@ def flash_mistakes(
     k: FloatArray,
     v: FloatArray,
     *,
+    chain: Chain,
     scale: float,
-    allowed: BoolArray | None = None,
-    bias: FloatArray | None = None,
     block_q: int,
     block_k: int,
     causal_offset: int | None = None,
-    sinks: FloatArray | None = None,
-    softcap: float | None = None,
     record_tiles: bool = False,
+    origin: tuple[int, int, int] = (0, 0, 0),
 ) -> tuple[FlashMistake, ...]:
     """Each named mistake recomputed (base e expected); the causal one only under causal.
 
@@ -303,7 +285,7 @@ def flash_mistakes(
         if bugs.extra_skip and causal_offset is None:
             continue
         base2 = name == "lse_base2"
-        result = _forward(q, k, v, scale, allowed, bias, block_q, block_k, causal_offset, base2,
-                          sinks, record_tiles, bugs, softcap)  # fmt: skip
-        found.append(FlashMistake(name, description, result))
+        setup = _Setup(chain, scale, origin, causal_offset, base2, record_tiles)
+        found.append(FlashMistake(name, description, _forward(q, k, v, block_q, block_k, setup,
+                                                              bugs)))  # fmt: skip
     return tuple(found)

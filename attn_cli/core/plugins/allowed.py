@@ -35,6 +35,11 @@ class Window(Variant):
     def hides(self, value: Any) -> str:
         return f"window {value}"
 
+    def cache_slots(self, value: Any, inputs: Inputs) -> int:
+        # a ring of `window` slots: position p goes to slot p mod window, evicting the key
+        # `window` positions back, so the cache holds exactly the keys the window allows
+        return window_reach(value, *inputs.token_positions())
+
 
 def window_reach(window: int, pos_q: Any, pos_k: Any) -> int:
     """The window as the arithmetic uses it: ``window``, at most one more than the widest gap
