@@ -18,7 +18,10 @@ import numpy as np
 from attn_cli.core.inputs import Inputs
 from attn_cli.core.pipeline import Trace
 from attn_cli.core.stages import SPECS, softmax_input
-from attn_cli.present import explain_backward  # noqa: F401  (registers the d_* stages' texts)
+from attn_cli.present import (
+    explain_backward,  # noqa: F401  (registers the d_* stages' texts)
+    variants,  # noqa: F401  (registers each variant's texts)
+)
 from attn_cli.present.explain_registry import (
     CELL_TEXTS,
     EXPLAINERS,

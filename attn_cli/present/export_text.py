@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from attn_cli._version import __version__
 from attn_cli.core.pipeline import Stage, Trace
+from attn_cli.present import variants  # noqa: F401  (registers each variant's texts)
 from attn_cli.present.explain import cell_text, explain_stage
 from attn_cli.present.explain_registry import CellText, Explanation
 from attn_cli.present.i18n import Lang, axis_name, axis_title, dims_text, formula_text, label

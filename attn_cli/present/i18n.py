@@ -49,7 +49,6 @@ LABELS: dict[Lang, dict[str, str]] = {
             "this key may not be attended, but the fixture fills it with {v}, not −∞: its "
             "weight will be small, yet not 0"
         ),
-        "cell_add_alibi": "plus the ALiBi bias:",
         "cell_rot": (
             "{stage}[{token}] rotates {source}[{token}] at position {pos}: pair i turns by "
             "angle = {pos} × {base}^(−2i/{dims}), (a, b) → (a·cos − b·sin, a·sin + b·cos)"
@@ -58,8 +57,6 @@ LABELS: dict[Lang, dict[str, str]] = {
             "pair {i}, dimensions ({d1}, {d2}): angle = {angle}; cos = {cos}, sin = {sin}"
         ),
         "cell_rot_pass": "dimensions {start} to {end} pass through unchanged (partial rotary)",
-        "cell_cap": "soft-capping squeezes the score into (−{cap}, {cap}):",
-        "cell_alibi": "head {head}'s ALiBi bias: −slope × |query position − key position|",
         "cell_row_sink": (
             "softmax over the row of {query} with the head's sink {sink} joined: m = the "
             "maximum of the row and the sink = {m}"
@@ -124,30 +121,7 @@ LABELS: dict[Lang, dict[str, str]] = {
         "note_empty_rows": "rows with nothing to attend to get all-zero weights (torch ≥ 2.5)",
         "h_conventions": "variants",
         "conv_cross": "cross-attention: Q from X, K and V from X_kv (d_model_kv {d})",
-        "conv_qk_norm": (
-            "QK-norm: RMSNorm of Q and K {over}, eps {eps}, before RoPE (Qwen3, OLMo 2)"
-        ),
-        "conv_qk_head": "per head",
-        "conv_qk_whole": "over the whole projection",
-        "conv_rope": (
-            "RoPE: {layout} layout ({who}), base {base}, {dims} of {d_k} dims rotate; Q "
-            "and K, not V"
-        ),
-        "conv_rope_half": "half: i pairs with i + dims/2, HF rotate_half",
-        "conv_rope_interleaved": "interleaved: 2i pairs with 2i + 1, Meta's llama",
         "conv_positions": "positions: queries {q}, keys {k}",
-        "conv_window": (
-            "window {w}: a query sees keys with 0 ≤ pos_q − pos_k < {w} (HF/Mistral; "
-            "FlashAttention window_size=({left}, 0))"
-        ),
-        "conv_softcap": (
-            "softcap {cap}: capped = {cap}·tanh(scaled/{cap}), before the mask (Gemma 2)"
-        ),
-        "conv_alibi": "ALiBi: bias −slope_h·|pos_q − pos_k|, slopes {slopes} (Press et al.)",
-        "conv_sinks": (
-            "sinks: one learned logit per head joins each softmax row and is dropped "
-            "(gpt-oss): rows sum to less than 1"
-        ),
         "conv_mask_value": (
             "mask value {v} instead of −∞ where a key may not be attended (a sentinel: it "
             "can leak weight)"
@@ -176,15 +150,12 @@ LABELS: dict[Lang, dict[str, str]] = {
         "cell_blocked_value": (
             "这个键不允许看，但配置文件填的是 {v} 而不是 −∞：它的权重很小，却不是 0"
         ),
-        "cell_add_alibi": "加上 ALiBi 偏置：",
         "cell_rot": (
             "{stage}[{token}] 把 {source}[{token}] 按位置 {pos} 旋转：第 i 对转过 "
             "angle = {pos} × {base}^(−2i/{dims})，(a, b) → (a·cos − b·sin, a·sin + b·cos)"
         ),
         "cell_rot_pair": "第 {i} 对，第 ({d1}, {d2}) 维：angle = {angle}；cos = {cos}，sin = {sin}",
         "cell_rot_pass": "第 {start} 到第 {end} 维不旋转，原样保留（部分旋转）",
-        "cell_cap": "软截断把分数压进 (−{cap}, {cap})：",
-        "cell_alibi": "头 {head} 的 ALiBi 偏置：−slope × |查询位置 − 键位置|",
         "cell_row_sink": (
             "对 {query} 这一行做 softmax，并入这个头的 sink {sink}："
             "m = 这一行与 sink 中的最大值 = {m}"
@@ -244,27 +215,7 @@ LABELS: dict[Lang, dict[str, str]] = {
         "note_empty_rows": "无键可看的行，权重全部为 0（torch ≥ 2.5）",
         "h_conventions": "变体",
         "conv_cross": "交叉注意力：Q 来自 X，K 和 V 来自 X_kv（d_model_kv {d}）",
-        "conv_qk_norm": (
-            "QK-norm：在 RoPE 之前对 Q 和 K 做 RMSNorm，{over}，eps {eps}（Qwen3、OLMo 2）"
-        ),
-        "conv_qk_head": "按每个头",
-        "conv_qk_whole": "对整个投影",
-        "conv_rope": (
-            "RoPE：{layout}（{who}），base {base}，"
-            "旋转 {dims} 维（共 {d_k} 维）；只作用于 Q 和 K，不作用于 V"
-        ),
-        "conv_rope_half": "半分布局：第 i 维与第 i + dims/2 维配对，HF rotate_half",
-        "conv_rope_interleaved": "交错布局：第 2i 维与第 2i + 1 维配对，Meta llama",
         "conv_positions": "位置：查询 {q}，键 {k}",
-        "conv_window": (
-            "窗口 {w}：查询只看 0 ≤ pos_q − pos_k < {w} 的键（HF/Mistral；FlashAttention "
-            "window_size=({left}, 0)）"
-        ),
-        "conv_softcap": "softcap {cap}：capped = {cap}·tanh(scaled/{cap})，在遮盖之前（Gemma 2）",
-        "conv_alibi": "ALiBi：偏置 −slope_h·|pos_q − pos_k|，斜率 {slopes}（Press 等）",
-        "conv_sinks": (
-            "sinks：每个头一个学到的 logit，加入每行 softmax 后丢弃（gpt-oss）：每行之和小于 1"
-        ),
         "conv_mask_value": "不允许看的位置填 {v} 而不是 −∞（哨兵值：可能漏出权重）",
     },
 }

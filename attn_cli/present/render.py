@@ -26,6 +26,7 @@ from rich.style import Style
 from rich.text import Text
 
 from attn_cli.core.stages import SCORE_STAGES as HEAT_STAGES
+from attn_cli.present import variants  # noqa: F401  (registers each variant's texts)
 from attn_cli.present.i18n import Lang, axis_name, axis_title, dims_text, formula_text, label
 from attn_cli.present.options import CELLS_SHOWN, RenderOptions
 from attn_cli.present.palette import (

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 from attn_cli.errors import printable
 from attn_cli.present.i18n import Lang, label
+from attn_cli.present.variant_texts import active
 
 if TYPE_CHECKING:
     from attn_cli.core.pipeline import Trace
@@ -173,35 +174,14 @@ def _conventions(trace: Trace, lang: Lang) -> list[str]:
     out: list[str] = []
     if inp.X_kv is not None:
         out.append(label(lang, "conv_cross", d=inp.d_model_kv))
-    if inp.qk_norm is not None:
-        per_head = inp.qk_norm.q_weight.shape[0] == inp.d_k
-        over = label(lang, "conv_qk_head" if per_head else "conv_qk_whole")
-        out.append(label(lang, "conv_qk_norm", over=over, eps=f"{inp.qk_norm.eps:g}"))
-    if inp.rope is not None:
-        who = label(lang, f"conv_rope_{inp.rope.layout}")
-        layout = who.split(":")[0].split("：")[0]
-        out.append(
-            label(
-                lang,
-                "conv_rope",
-                layout=layout,
-                who=who.split(":")[-1].split("：")[-1].strip(),
-                base=f"{inp.rope.base:g}",
-                dims=inp.rope.dims,
-                d_k=inp.d_k,
-            )
-        )
-    if inp.rope is not None or inp.alibi is not None or inp.window is not None:
+    on = active(inp)
+    for texts in on:
+        out += texts.conventions(texts.setting(inp), inp, lang) if texts.before_positions else []
+    if any(t.reads_positions for t in on):
         pos_q, pos_k = inp.token_positions()
         out.append(label(lang, "conv_positions", q=_span(pos_q), k=_span(pos_k)))
-    if inp.window is not None:
-        out.append(label(lang, "conv_window", w=inp.window, left=inp.window - 1))
-    if inp.softcap is not None:
-        out.append(label(lang, "conv_softcap", cap=f"{inp.softcap:g}"))
-    if inp.alibi is not None:
-        out.append(label(lang, "conv_alibi", slopes=", ".join(f"{s:.4g}" for s in inp.alibi)))
-    if inp.sinks is not None:
-        out.append(label(lang, "conv_sinks"))
+    for texts in on:
+        out += [] if texts.before_positions else texts.conventions(texts.setting(inp), inp, lang)
     if inp.mask_value != -math.inf:
         out.append(label(lang, "conv_mask_value", v=f"{inp.mask_value:g}"))
     return out

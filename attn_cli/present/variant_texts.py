@@ -1,0 +1,82 @@
+"""What present/ says about a variant: one object per variant, found by its name.
+
+A module of ``present/variants/`` subclasses :class:`VariantTexts` for one variant and
+``register()``s it: its labels join the label table, its explainers and worked-cell parts join
+the tables of explain_registry.py, and the presenters ask the objects here, in registration
+order, for the rest (header lines, notes on the masked stage, the extra logit of a head). No
+presenter names a variant; ``present/variants/__init__.py`` registers the built-in ones.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from attn_cli.present.i18n import LABELS, Lang
+
+if TYPE_CHECKING:
+    from attn_cli.core.inputs import Inputs
+    from attn_cli.core.pipeline import Trace
+
+
+class VariantTexts:
+    """The texts of one variant; every hook is optional (the base says nothing)."""
+
+    name: str = ""  # the variant's fixture key
+    stage: str | None = None  # a score modifier's stage (capped): masked starts from it
+    bias_stage: str | None = None  # an additive bias kept as a stage (alibi): added in masked
+    reads_positions = False  # the header shows the token positions when it is on
+    before_positions = False  # its header line comes before the positions line
+    labels: ClassVar[dict[Lang, dict[str, str]]] = {}  # short labels, merged into i18n's table
+    grad_note: ClassVar[dict[Lang, str]] = {}  # why the gradient through its stage is what it is
+
+    def setting(self, inp: Inputs) -> Any:
+        """The variant's setting in these inputs; None when it is off."""
+        return getattr(inp, self.name, None)
+
+    def conventions(self, value: Any, inp: Inputs, lang: Lang) -> list[str]:
+        """Its lines under "variants" in the header, given its setting ``value``."""
+        return []
+
+    def masked_meaning(self, inp: Inputs, zh: bool) -> list[str]:
+        """What it does to the masked stage, one sentence each."""
+        return []
+
+    def extra_logit(self, inp: Inputs, head: int) -> float | None:
+        """The logit it joins to every softmax row of ``head``; None: none."""
+        return None
+
+    def cell_values(self, trace: Trace, head: int, cell: tuple[int, ...]) -> dict[str, Any]:
+        """Its numbers in a worked cell (named as the cell's attributes, None when off)."""
+        return {}
+
+
+TEXTS: dict[str, VariantTexts] = {}  # by name, in the order the header lists them
+
+
+def register(texts: VariantTexts) -> VariantTexts:
+    """Add a variant's texts (its labels join the label table)."""
+    TEXTS[texts.name] = texts
+    for lang, labels in texts.labels.items():
+        LABELS[lang].update(labels)
+    return texts
+
+
+def active(inp: Inputs) -> list[VariantTexts]:
+    """The variants set in these inputs, in registration order."""
+    return [t for t in TEXTS.values() if t.setting(inp) is not None]
+
+
+def modifier_stage(inp: Inputs) -> str | None:
+    """The last score modifier's stage in force (what masked starts from), or None."""
+    stages = [t.stage for t in active(inp) if t.stage is not None]
+    return stages[-1] if stages else None
+
+
+def extra_logit(inp: Inputs, head: int) -> float | None:
+    """The extra logit joined to the softmax rows of ``head`` (a sink), or None."""
+    return next((x for t in active(inp) if (x := t.extra_logit(inp, head)) is not None), None)
+
+
+def has_extra_logit(inp: Inputs) -> bool:
+    """Whether some variant joins a logit to every softmax row."""
+    return inp.heads > 0 and extra_logit(inp, 0) is not None
