@@ -18,8 +18,7 @@ Axis names as in steps.py; a hook's arrays broadcast to the cells' (b, h, R, S).
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 import numpy as np
 
@@ -51,6 +50,43 @@ class Cells(NamedTuple):
         return (len(self.batch), len(self.heads), len(self.queries), len(self.keys))
 
 
+class FixtureKey(Protocol):
+    """The fixture key a variant parses: callable as ``key(got, expected)``, or with
+    ``field="rope.dims"`` for a part of the setting, it makes the one-line error to raise; it
+    holds the sizes and the settings parsed before the variants, to check against."""
+
+    @property
+    def heads(self) -> int:
+        """Query heads."""
+        ...
+
+    @property
+    def kv_heads(self) -> int: ...
+
+    @property
+    def d_k(self) -> int: ...
+
+    @property
+    def causal(self) -> str | None:
+        """``upper-left``, ``lower-right``, None: not causal."""
+        ...
+
+    @property
+    def masks(self) -> bool:
+        """Whether some keys are hidden: causal, a mask or lengths."""
+        ...
+
+    def __call__(self, got: str, expected: str, field: str | None = None) -> Exception: ...
+
+    def describe(self, value: Any) -> str:
+        """``the string 'x'``, ``a mapping``, ``null``: what a message says was found."""
+        ...
+
+    def floats(self, value: Any, field: str, ndims: tuple[int, ...], doc: str) -> FloatArray:
+        """Finite numbers with one of ``ndims`` axes, counted against the fixture's size limit."""
+        ...
+
+
 class Variant:
     """One kind of attention variant; every hook is optional (the base does nothing).
 
@@ -66,11 +102,28 @@ class Variant:
     # the gradient stage of an extra logit (d_sinks), laid out (H,)
     gradient: str | None = None
 
-    def parse(self, raw: Any, error: Callable[[str, str], Exception]) -> Any:
-        """The setting as a fixture gives it (a number, a list, a mapping), checked; ``error(got,
-        expected)`` makes the one-line error to raise. A variant registered from outside the
-        package parses its own key; the built-in ones are parsed by io/validate.py."""
+    # -- the fixture key: parsing, the JSON config, the layout of its arrays -------------------
+
+    # where a file reference or a NumPy array may stand in the setting: "" the whole setting
+    # (sinks), else the subkeys of a mapping (qk_norm.q_weight)
+    array_parts: tuple[str, ...] = ()
+    # the subkeys of a setting that is a mapping (a whole-fixture .npz spells them KEY.SUBKEY)
+    subkeys: tuple[str, ...] = ()
+    # it reads token positions (so the JSON config lists them, and `positions` has a reader)
+    reads_positions: bool = False
+    # where its key goes wherever the fixture's variants are listed, lowest first: the JSON
+    # trace's config (a fixed key order), the known keys, what reads positions
+    key_order: int = 100
+
+    def parse(self, raw: Any, key: FixtureKey) -> Any:
+        """The setting as a fixture gives it (a number, a list, a mapping; never null), checked;
+        None: off. ``key(got, expected)`` makes the one-line error to raise, and ``key`` holds
+        what the setting is checked against (heads, d_k, causal ...; see :class:`FixtureKey`)."""
         return raw
+
+    def config(self, value: Any, inputs: Inputs) -> Any:
+        """The setting as the JSON trace's config writes it (plain JSON values)."""
+        return value
 
     def value(self, inputs: Inputs) -> Any:
         """The variant's setting in these inputs; None when it is off."""

@@ -19,6 +19,7 @@ from typing import IO, Any, TextIO, cast
 import numpy as np
 
 from attn_cli._version import __version__
+from attn_cli.core.chain import REGISTRY  # with the variants attn ships registered
 from attn_cli.core.inputs import FloatArray
 from attn_cli.core.limits import DEFAULT_MAX_BYTES, MAX_INT_DIGITS
 from attn_cli.core.pipeline import Streamed, Trace
@@ -58,7 +59,7 @@ def _u_escape(c: str) -> str:
 def trace_config(trace: Trace) -> dict[str, Any]:
     """The configuration that produced the trace, as plain JSON values."""
     inp = trace.inputs
-    return {
+    config = {
         "mode": inp.mode,
         "batch": inp.batch if inp.has_batch else None,
         "seq_q": inp.seq_q,
@@ -76,50 +77,32 @@ def trace_config(trace: Trace) -> dict[str, Any]:
         "bias": inp.bias is not None,
         "lengths": None if inp.lengths is None else [int(n) for n in inp.lengths],
         "dtype": trace.dtype,
-        **variant_config(trace),
     }
+    return {**config, **variant_config(trace, written=tuple(config))}
 
 
-def variant_config(trace: Trace) -> dict[str, Any]:
-    """The variants in force, each only when set, so a plain fixture's config is unchanged."""
+def variant_config(trace: Trace, written: tuple[str, ...] = ()) -> dict[str, Any]:
+    """The variants in force, each only when set (a plain fixture's config is unchanged), in
+    their ``key_order``, as each writes itself (``config``); ``written``: keys already there."""
     inp = trace.inputs
     out: dict[str, Any] = {}
     if inp.X_kv is not None:
         out["d_model_kv"] = inp.d_model_kv
-    if inp.positions is not None or inp.key_positions is not None or _reads_positions(trace):
+    listed = sorted(REGISTRY.values(), key=lambda v: v.key_order)
+    on = [(v, x) for v in listed if v.name not in written and (x := v.value(inp)) is not None]
+    # causal alone needs no list of positions
+    if (
+        inp.positions is not None
+        or inp.key_positions is not None
+        or any(v.reads_positions for v, _ in on)
+    ):
         pos_q, pos_k = inp.token_positions()
         out["positions"] = [int(p) for p in pos_q]
         out["key_positions"] = [int(p) for p in pos_k]
-    if inp.qk_norm is not None:
-        q, k = inp.qk_norm.q_weight, inp.qk_norm.k_weight
-        scope = {True: "head", False: "projection"}
-        out["qk_norm"] = {
-            "eps": inp.qk_norm.eps,
-            "q_over": scope[q.shape[0] == inp.d_k],
-            "k_over": scope[k.shape[0] == inp.d_k],
-        }
-    if inp.rope is not None:
-        rope = inp.rope
-        out["rope"] = {"base": rope.base, "layout": rope.layout, "dims": rope.dims}
-    if inp.alibi is not None:
-        out["alibi"] = {"slopes": [float(m) for m in inp.alibi]}
-    if inp.window is not None:
-        out["window"] = inp.window
-    if inp.softcap is not None:
-        out["softcap"] = inp.softcap
-    if inp.sinks is not None:
-        out["sinks"] = [float(x) for x in inp.sinks]
-    if inp.mask_value != -math.inf:
-        out["mask_value"] = inp.mask_value
+    out.update((v.name, v.config(x, inp)) for v, x in on)
     if trace.upstream is not None:  # the backward pass ran
         out["backward"] = {"upstream": trace.upstream, "loss": trace.loss}
     return out
-
-
-def _reads_positions(trace: Trace) -> bool:
-    """Whether RoPE, ALiBi or a window reads token positions (causal alone needs no list)."""
-    inp = trace.inputs
-    return any(x is not None for x in (inp.rope, inp.alibi, inp.window))
 
 
 def dumps(trace: Trace | Streamed, stages: tuple[str, ...] | None = None) -> str:

@@ -5,29 +5,32 @@ from __future__ import annotations
 import datetime
 import math
 from collections.abc import Mapping, Sequence
-from functools import partial
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from attn_cli.core.chain import REGISTRY  # with the variants attn ships registered
-from attn_cli.core.inputs import BoolArray, Causal, FloatArray, Inputs, IntArray, QKNorm, Rope
+from attn_cli.core.inputs import BoolArray, Causal, FloatArray, Inputs, IntArray
 from attn_cli.core.limits import DEFAULT_MAX_ELEMENTS, MAX_NESTING
 from attn_cli.core.stages import STAGE_NAMES
-from attn_cli.core.variants import alibi_slopes
+from attn_cli.core.variant import Variant
 from attn_cli.errors import InputError, did_you_mean
 from attn_cli.errors import field_name as _field
 from attn_cli.io.jsonfmt import _JSONLiteral, _JSONOverflow
 
+_ATTENTION_KEYS = ("causal", "mask", "bias", "lengths")  # parsed here, not by their variant
 KNOWN_KEYS = (
     "name", "description", "tokens", "key_tokens",
     "X", "W_Q", "W_K", "W_V", "b_Q", "b_K", "b_V",
     "Q", "K", "V",
     "heads", "kv_heads", "W_O", "b_O",
-    "scale", "causal", "mask", "bias", "lengths",
+    "scale", *_ATTENTION_KEYS,
     "expected",
-    "X_kv", "positions", "key_positions", "rope", "alibi", "window", "softcap", "sinks",
-    "qk_norm", "mask_value", "grad",
+    "X_kv", "positions", "key_positions",
+    *(v.name for v in sorted(REGISTRY.values(), key=lambda v: v.key_order)
+      if v.name not in _ATTENTION_KEYS),
+    "grad",
 )  # fmt: skip
 
 CAUSAL_VALUES = ("upper-left", "lower-right")
@@ -223,7 +226,7 @@ def _numeric_array(value: Any) -> bool:
 # Keys whose numbers become float arrays: a NumPy array there is checked, not walked.
 _FLOAT_KEYS = (
     "X", "W_Q", "W_K", "W_V", "b_Q", "b_K", "b_V", "Q", "K", "V", "W_O", "b_O", "bias",
-    "X_kv", "sinks", "grad",
+    "X_kv", *(v.name for v in REGISTRY.values() if "" in v.array_parts), "grad",
 )  # fmt: skip
 
 
@@ -251,12 +254,10 @@ def validate(obj: Any, source: str, *, max_elements: int = DEFAULT_MAX_ELEMENTS)
     mask = _mask(c, obj, target, arrays["has_batch"])
     lengths = _lengths(c, obj, arrays["batch"], arrays["seq_k"], arrays["has_batch"])
     tokens, key_tokens = _labels(c, obj, arrays["seq_q"], arrays["seq_k"])
-    variants = _variants(c, obj, arrays, causal, mask is not None or lengths is not None)
-    extra = {
-        key: REGISTRY[key].parse(obj[key], partial(c.error, key))
-        for key in _plugged()
-        if key in obj
-    }
+    variants = _variants(
+        c, obj, arrays, causal, causal is not None or mask is not None or lengths is not None
+    )
+    extra = {k: variants.pop(k) for k in _plugged() if k in variants}
     d_out = None if W_O is None else W_O.shape[1]
     given: dict[str, Any] = {k: arrays.get(k) for k in _ARRAYS}  # what the mode produced
     given.update({k: arrays[k] for k in _SIZES})
@@ -682,62 +683,61 @@ def _grad(
 
 
 # ---------------------------------------------------------------------------------------------
-# The variants: positions, RoPE, ALiBi, window, softcap, sinks, QK-norm, mask_value
+# The variants: each parses its own key (core/plugins/); positions place tokens for them
 
-ROPE_KEYS = ("base", "layout", "dims")
-ROPE_LAYOUTS = ("half", "interleaved")
-ALIBI_KEYS = ("slopes",)
-QK_NORM_KEYS = ("q_weight", "k_weight", "eps")
-ROPE_DOC = "true or a mapping {base: 10000, layout: half | interleaved, dims: d_k}"
+
+@dataclass(frozen=True)
+class _Key:
+    """The fixture key a variant parses (core/variant.py FixtureKey), on the checker."""
+
+    c: _Checker
+    name: str
+    heads: int
+    kv_heads: int
+    d_k: int
+    causal: Causal | None
+    masks: bool
+
+    def __call__(self, got: str, expected: str, field: str | None = None) -> InputError:
+        return self.c.error(field or self.name, got, expected)
+
+    def describe(self, value: Any) -> str:
+        return _describe(value)
+
+    def floats(self, value: Any, field: str, ndims: tuple[int, ...], doc: str) -> FloatArray:
+        return self.c.floats({field: value}, field, ndims, doc)
 
 
 def _variants(
     c: _Checker, obj: Mapping[str, Any], arrays: Mapping[str, Any], causal: Causal | None,
     masks: bool,
 ) -> dict[str, Any]:  # fmt: skip
-    """The keyword arguments of :class:`Inputs` for the variants, each checked."""
-    heads, kv_heads, d_k = arrays["heads"], arrays["kv_heads"], arrays["d_k"]
-    window = _window(c, obj, causal)
-    out: dict[str, Any] = {
+    """The positions, and each variant's setting parsed by the variant, by name (the keys of
+    attention itself, causal, mask, bias, lengths, are parsed above)."""
+    sizes = {k: arrays[k] for k in ("heads", "kv_heads", "d_k")}
+    positions = {
         "positions": _positions(c, obj, "positions", arrays["seq_q"], "seq_q"),
         "key_positions": _positions(c, obj, "key_positions", arrays["seq_k"], "seq_k"),
-        "rope": _rope(c, obj, d_k),
-        "alibi": _alibi(c, obj, heads),
-        "window": window,
-        "softcap": _positive_number(c, obj, "softcap", "cap × tanh(x / cap)"),
-        "sinks": _per_head(c, obj, "sinks", heads) if "sinks" in obj else None,
-        "qk_norm": _qk_norm(c, obj, heads, kv_heads, d_k),
-        "mask_value": _mask_value(c, obj, causal is not None or masks),
     }
-    given = [k for k in ("positions", "key_positions") if out[k] is not None]
-    if given and causal is None and all(out[k] is None for k in ("rope", "alibi", "window")):
+    out = {
+        name: variant.parse(obj[name], _Key(c, name, **sizes, causal=causal, masks=masks))
+        for name, variant in REGISTRY.items()
+        if name in obj and name not in _ATTENTION_KEYS
+    }
+    readers = [v for v in _listed() if v.reads_positions]
+    given = [k for k, p in positions.items() if p is not None]
+    if given and causal is None and all(out.get(v.name) is None for v in readers):
         raise c.error(
             given[0], "given but nothing reads positions",
-            "rope, alibi, window or causal alongside it (positions only place tokens for them)",
+            f"{', '.join(v.name for v in readers)} or causal alongside it (positions only "
+            "place tokens for them)",
         )  # fmt: skip
-    return out
+    return {**positions, **out}
 
 
-def _unknown_subkeys(
-    c: _Checker, key: str, value: Mapping[str, Any], known: tuple[str, ...]
-) -> None:
-    for sub in value:
-        if sub not in known:
-            name = _field(sub)
-            raise c.error(
-                f"{key}.{name}", f"unknown key{_suggest(str(sub), known)}",
-                "one of " + ", ".join(known),
-            )  # fmt: skip
-
-
-def _mapping_or_true(c: _Checker, obj: Mapping[str, Any], key: str, doc: str) -> Any:
-    """The value of a key that is ``true``, ``false`` (omitted) or a mapping; None if off."""
-    value = obj.get(key, False)
-    if value is False:
-        return None
-    if value is True or isinstance(value, Mapping):
-        return value
-    raise c.error(key, f"got {_describe(value)}", doc)
+def _listed() -> list[Variant]:
+    """The registered variants in the order the fixture's keys are listed (``key_order``)."""
+    return sorted(REGISTRY.values(), key=lambda v: v.key_order)
 
 
 def _positions(
@@ -758,149 +758,3 @@ def _positions(
     if len(value) != n:
         raise c.error(key, f"has {len(value)} entries", doc)
     return np.array(value, dtype=np.int64)
-
-
-def _rope(c: _Checker, obj: Mapping[str, Any], d_k: int) -> Rope | None:
-    value = _mapping_or_true(c, obj, "rope", ROPE_DOC)
-    if value is None:
-        return None
-    value = {} if value is True else {k: _plain(v) for k, v in value.items() if v is not None}
-    _unknown_subkeys(c, "rope", value, ROPE_KEYS)
-    base = _positive_number(c, value, "base", "base^(-2i/dims)", name="rope.base")
-    layout = value.get("layout", "half")
-    if layout not in ROPE_LAYOUTS:
-        raise c.error(
-            "rope.layout", f"got {_describe(layout)}",
-            '"half" (pairs i and i + dims/2, HF rotate_half) or "interleaved" (pairs 2i and '
-            "2i+1, Meta llama)",
-        )  # fmt: skip
-    dims = value.get("dims", d_k)
-    given = "dims" in value
-    if type(dims) is not int or not 2 <= dims <= d_k or dims % 2:
-        what = f"got {_describe(dims)}" if type(dims) is not int else f"is {dims}"
-        what += "" if given else " (d_k, the default)"
-        raise c.error(
-            "rope.dims", what,
-            f"an even whole number between 2 and d_k = {d_k} (RoPE rotates pairs of dimensions)",
-        )  # fmt: skip
-    return Rope(10000.0 if base is None else base, layout, dims)
-
-
-def _alibi(c: _Checker, obj: Mapping[str, Any], heads: int) -> FloatArray | None:
-    value = _mapping_or_true(
-        c, obj, "alibi", "true (the paper's slopes) or {slopes: [one per head]}"
-    )
-    if value is None:
-        return None
-    if value is True:
-        return alibi_slopes(heads)
-    _unknown_subkeys(c, "alibi", value, ALIBI_KEYS)
-    if value.get("slopes") is None:
-        return alibi_slopes(heads)
-    slopes = _per_head(c, value, "slopes", heads, name="alibi.slopes")
-    if (slopes < 0).any():
-        i = int(np.argmax(slopes < 0))
-        raise c.error(
-            f"alibi.slopes[{i}]", f"is {slopes[i]}",
-            "a number >= 0 (the bias is −slope × distance: a positive slope penalises distance)",
-        )  # fmt: skip
-    return slopes
-
-
-def _per_head(
-    c: _Checker, obj: Mapping[str, Any], key: str, heads: int, name: str | None = None
-) -> FloatArray:
-    """One finite number per query head."""
-    field = name or key
-    value = obj[key] if _numeric_array(obj[key]) else _plain(obj[key])
-    arr = c.floats({key: value}, key, (1,), f"a list of heads = {heads} numbers", name=field)
-    if arr.shape[0] != heads:
-        raise c.error(field, f"has {arr.shape[0]} entries", f"one per query head ({heads})")
-    return arr
-
-
-def _window(c: _Checker, obj: Mapping[str, Any], causal: Causal | None) -> int | None:
-    if "window" not in obj:
-        return None
-    value = obj["window"]
-    if type(value) is not int:
-        raise c.error("window", f"got {_describe(value)}", "a whole number >= 1")
-    if value < 1:
-        raise c.error(
-            "window", f"is {value}", "a whole number >= 1 (keys a query sees, itself too)"
-        )
-    if causal is None:
-        raise c.error(
-            "window", "given without causal",
-            "causal: true or lower-right alongside window (a sliding window looks back only)",
-        )  # fmt: skip
-    return value
-
-
-def _positive_number(
-    c: _Checker, obj: Mapping[str, Any], key: str, what: str, name: str | None = None
-) -> float | None:
-    """A finite number > 0, or None when the key is absent."""
-    if key not in obj:
-        return None
-    field = name or key
-    value = obj[key]
-    if not _number(value):
-        raise c.error(field, f"got {_describe(value)}", f"a number > 0 ({what})")
-    try:
-        number = float(value)
-    except OverflowError:
-        number = math.inf
-    if not math.isfinite(number) or number <= 0:
-        raise c.error(field, f"is {value}", f"a finite number > 0 ({what})")
-    return number
-
-
-def _qk_norm(
-    c: _Checker, obj: Mapping[str, Any], heads: int, kv_heads: int, d_k: int
-) -> QKNorm | None:
-    doc = "a mapping {q_weight, k_weight, eps: 1e-6}"
-    if "qk_norm" not in obj:
-        return None
-    value = obj["qk_norm"]
-    if not isinstance(value, Mapping):
-        raise c.error("qk_norm", f"got {_describe(value)}", doc)
-    value = {k: v for k, v in value.items() if v is not None}
-    _unknown_subkeys(c, "qk_norm", value, QK_NORM_KEYS)
-    weights = []
-    for key, n, n_name in (("q_weight", heads, "heads"), ("k_weight", kv_heads, "kv_heads")):
-        field = f"qk_norm.{key}"
-        if key not in value:
-            raise c.error(field, "missing", f"q_weight and k_weight together in {doc}")
-        w = c.floats(value, key, (1,), f"a vector of length d_k or {n_name}*d_k", name=field)
-        if w.shape[0] not in (d_k, n * d_k):
-            raise c.error(
-                field, f"has length {w.shape[0]}",
-                f"d_k = {d_k} (each head) or {n_name}*d_k = {n * d_k} (the whole projection)",
-            )  # fmt: skip
-        weights.append(w)
-    eps = _positive_number(c, value, "eps", "added to mean(x²)", name="qk_norm.eps")
-    return QKNorm(weights[0], weights[1], 1e-6 if eps is None else eps)
-
-
-def _mask_value(c: _Checker, obj: Mapping[str, Any], masks: bool) -> float:
-    if "mask_value" not in obj:
-        return -math.inf
-    value = obj["mask_value"]
-    doc = "-inf (the default) or a negative number such as -1e9, -1e4"
-    if value == "-inf":
-        value = -math.inf
-    if not _number(value):
-        raise c.error("mask_value", f"got {_describe(value)}", doc)
-    try:
-        number = float(value)
-    except OverflowError:
-        number = math.inf
-    if math.isnan(number) or number >= 0:
-        raise c.error("mask_value", f"is {value}", doc)
-    if not masks:
-        raise c.error(
-            "mask_value", "given but nothing is masked",
-            "causal, window, mask or lengths alongside mask_value",
-        )  # fmt: skip
-    return number

@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 
 from attn_cli.core.inputs import Inputs
-from attn_cli.core.variant import BoolArray, Cells, Variant, register, take
+from attn_cli.core.variant import BoolArray, Cells, FixtureKey, Variant, register, take
 
 
 class Causal(Variant):
@@ -27,6 +27,20 @@ class Causal(Variant):
 
 class Window(Variant):
     name = "window"
+    reads_positions = True
+    key_order = 40
+
+    def parse(self, raw: Any, key: FixtureKey) -> int:
+        if type(raw) is not int:
+            raise key(f"got {key.describe(raw)}", "a whole number >= 1")
+        if raw < 1:
+            raise key(f"is {raw}", "a whole number >= 1 (keys a query sees, itself too)")
+        if key.causal is None:
+            raise key(
+                "given without causal",
+                "causal: true or lower-right alongside window (a sliding window looks back only)",
+            )  # fmt: skip
+        return raw
 
     def allowed(self, value: Any, inputs: Inputs, cells: Cells) -> BoolArray:
         reach = window_reach(value, *inputs.token_positions())

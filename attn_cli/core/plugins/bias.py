@@ -8,7 +8,9 @@ from typing import Any
 import numpy as np
 
 from attn_cli.core.inputs import Inputs
-from attn_cli.core.variant import Cells, FloatArray, Variant, register, take
+from attn_cli.core.plugins.parsing import known_subkeys, per_head, true_or_mapping
+from attn_cli.core.variant import Cells, FixtureKey, FloatArray, Variant, register, take
+from attn_cli.core.variants import alibi_slopes
 
 
 class Bias(Variant):
@@ -27,6 +29,32 @@ class Bias(Variant):
 class Alibi(Variant):
     name = "alibi"
     bias_stage = "alibi"
+    array_parts = subkeys = ("slopes",)
+    reads_positions = True
+    key_order = 30
+
+    def parse(self, raw: Any, key: FixtureKey) -> FloatArray | None:
+        value = true_or_mapping(raw, key, "true (the paper's slopes) or {slopes: [one per head]}")
+        if value is None:
+            return None
+        if value is True:
+            return alibi_slopes(key.heads)
+        known_subkeys(value, key, self.name, self.subkeys)
+        if value.get("slopes") is None:
+            return alibi_slopes(key.heads)
+        slopes = per_head(value["slopes"], key, "alibi.slopes")
+        if (slopes < 0).any():
+            i = int(np.argmax(slopes < 0))
+            raise key(
+                f"is {slopes[i]}",
+                "a number >= 0 (the bias is −slope × distance: a positive slope penalises "
+                "distance)",
+                f"alibi.slopes[{i}]",
+            )  # fmt: skip
+        return slopes
+
+    def config(self, value: Any, inputs: Inputs) -> dict[str, list[float]]:
+        return {"slopes": [float(m) for m in value]}
 
     def bias(self, value: Any, inputs: Inputs, cells: Cells, dtype: Any) -> FloatArray:
         q, k = cells.pos_q.astype(np.float64), cells.pos_k.astype(np.float64)  # exact below 2^53

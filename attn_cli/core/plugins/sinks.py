@@ -7,12 +7,22 @@ from typing import Any
 
 import numpy as np
 
-from attn_cli.core.variant import Cells, FloatArray, Variant, register
+from attn_cli.core.inputs import Inputs
+from attn_cli.core.plugins.parsing import per_head
+from attn_cli.core.variant import Cells, FixtureKey, FloatArray, Variant, register
 
 
 class Sinks(Variant):
     name = "sinks"
     gradient = "d_sinks"
+    array_parts = ("",)
+    key_order = 60
+
+    def parse(self, raw: Any, key: FixtureKey) -> FloatArray:
+        return per_head(raw, key, self.name)
+
+    def config(self, value: Any, inputs: Inputs) -> list[float]:
+        return [float(x) for x in value]
 
     def extra_logit(self, value: Any, cells: Cells, dtype: Any) -> FloatArray:
         logits: FloatArray = np.asarray(value, dtype=dtype)[cells.heads]  # (h,)

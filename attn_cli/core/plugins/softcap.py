@@ -7,12 +7,17 @@ from typing import Any
 
 import numpy as np
 
-from attn_cli.core.variant import FloatArray, Variant, register
+from attn_cli.core.plugins.parsing import positive_number
+from attn_cli.core.variant import FixtureKey, FloatArray, Variant, register
 
 
 class Softcap(Variant):
     name = "softcap"
     stage = "capped"
+    key_order = 50
+
+    def parse(self, raw: Any, key: FixtureKey) -> float:
+        return positive_number(raw, key, "cap × tanh(x / cap)")
 
     def modify(self, value: Any, x: FloatArray, out: FloatArray | None = None) -> FloatArray:
         capped: FloatArray = np.divide(x, value, out=out)

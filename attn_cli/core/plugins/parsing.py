@@ -1,0 +1,68 @@
+"""What the variants' ``parse`` share: the checks of a number, a list per head, a mapping's
+subkeys, each raising the one-line error of the key being parsed (core/variant.py FixtureKey)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from attn_cli.core.variant import FixtureKey, FloatArray
+from attn_cli.errors import did_you_mean, field_name
+
+
+def plain(value: Any) -> Any:
+    """A NumPy array or scalar from a Python caller, as the lists and numbers a parser gives."""
+    return value.tolist() if isinstance(value, np.ndarray | np.generic) else value
+
+
+def is_number(x: Any) -> bool:
+    """An int or a float, not a boolean."""
+    return type(x) is float or type(x) is int
+
+
+def positive_number(raw: Any, key: FixtureKey, what: str, field: str | None = None) -> float:
+    """A finite number > 0; ``what`` says what it does, in the expected part of a message."""
+    if not is_number(raw):
+        raise key(f"got {key.describe(raw)}", f"a number > 0 ({what})", field)
+    try:
+        number = float(raw)
+    except OverflowError:
+        number = math.inf
+    if not math.isfinite(number) or number <= 0:
+        raise key(f"is {raw}", f"a finite number > 0 ({what})", field)
+    return number
+
+
+def per_head(raw: Any, key: FixtureKey, field: str) -> FloatArray:
+    """One finite number per query head."""
+    numeric = isinstance(raw, np.ndarray) and raw.ndim > 0 and raw.dtype.kind in "iuf"
+    arr = key.floats(
+        raw if numeric else plain(raw), field, (1,), f"a list of heads = {key.heads} numbers"
+    )
+    if arr.shape[0] != key.heads:
+        raise key(f"has {arr.shape[0]} entries", f"one per query head ({key.heads})", field)
+    return arr
+
+
+def true_or_mapping(raw: Any, key: FixtureKey, doc: str) -> Any:
+    """A setting that is ``true``, ``false`` (None: off) or a mapping."""
+    if raw is False:
+        return None
+    if raw is True or isinstance(raw, Mapping):
+        return raw
+    raise key(f"got {key.describe(raw)}", doc)
+
+
+def known_subkeys(
+    value: Mapping[Any, Any], key: FixtureKey, name: str, known: tuple[str, ...]
+) -> None:
+    """Every subkey of a mapping setting one of ``known`` (a typo gets a suggestion)."""
+    for sub in value:
+        if sub not in known:
+            raise key(
+                f"unknown key{did_you_mean(str(sub), known)}", "one of " + ", ".join(known),
+                f"{name}.{field_name(sub)}",
+            )  # fmt: skip

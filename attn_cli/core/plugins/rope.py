@@ -1,0 +1,58 @@
+"""Rotary position embedding (Su et al.; HF ``rope_theta``, ``partial_rotary_factor``): Q and K
+rotated by their positions. Its fixture key here; it still runs in core/pipeline.py."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from attn_cli.core.inputs import Inputs, Rope
+from attn_cli.core.plugins.parsing import known_subkeys, plain, positive_number, true_or_mapping
+from attn_cli.core.variant import FixtureKey, Variant, register
+from attn_cli.core.variants import ROPE_LAYOUTS
+
+DOC = "true or a mapping {base: 10000, layout: half | interleaved, dims: d_k}"
+
+
+class RotaryEmbedding(Variant):
+    name = "rope"
+    subkeys = ("base", "layout", "dims")
+    reads_positions = True
+    key_order = 20
+
+    def parse(self, raw: Any, key: FixtureKey) -> Rope | None:
+        value = true_or_mapping(raw, key, DOC)
+        if value is None:
+            return None
+        value = {} if value is True else {k: plain(v) for k, v in value.items() if v is not None}
+        known_subkeys(value, key, self.name, self.subkeys)
+        base = 10000.0
+        if "base" in value:
+            base = positive_number(value["base"], key, "base^(-2i/dims)", "rope.base")
+        layout = value.get("layout", "half")
+        if layout not in ROPE_LAYOUTS:
+            raise key(
+                f"got {key.describe(layout)}",
+                '"half" (pairs i and i + dims/2, HF rotate_half) or "interleaved" (pairs 2i and '
+                "2i+1, Meta llama)", "rope.layout",
+            )  # fmt: skip
+        return Rope(base, layout, _dims(value, key))
+
+    def config(self, value: Rope, inputs: Inputs) -> dict[str, Any]:
+        return {"base": value.base, "layout": value.layout, "dims": value.dims}
+
+
+def _dims(value: dict[str, Any], key: FixtureKey) -> int:
+    """How many dimensions of each head rotate: an even number up to d_k (the default)."""
+    dims = value.get("dims", key.d_k)
+    if type(dims) is not int or not 2 <= dims <= key.d_k or dims % 2:
+        what = f"got {key.describe(dims)}" if type(dims) is not int else f"is {dims}"
+        what += "" if "dims" in value else " (d_k, the default)"
+        raise key(
+            what,
+            f"an even whole number between 2 and d_k = {key.d_k} (RoPE rotates pairs of "
+            "dimensions)", "rope.dims",
+        )  # fmt: skip
+    return dims
+
+
+register(RotaryEmbedding())
