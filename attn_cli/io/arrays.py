@@ -18,6 +18,7 @@ from typing import IO, TYPE_CHECKING, Any
 
 import numpy as np
 
+from attn_cli.core.chain import REGISTRY  # with the variants attn ships registered
 from attn_cli.core.stages import STAGE_NAMES
 from attn_cli.errors import InputError
 from attn_cli.io import gate
@@ -27,15 +28,34 @@ if TYPE_CHECKING:
 
     from attn_cli.core.pipeline import Deferred, Stage, Streamed, Trace
 
-# Fixture keys whose value is an array, and so may be a file reference.
-ARRAY_KEYS = (
+# Fixture keys whose value is an array, and so may be a file reference; a variant's are its own
+# (``Variant.array_parts``, read at call time: a variant registered from outside counts too).
+_ARRAY_KEYS = (
     "X", "W_Q", "W_K", "W_V", "b_Q", "b_K", "b_V", "Q", "K", "V", "W_O", "b_O",
-    "mask", "bias", "lengths", "X_kv", "positions", "key_positions", "sinks", "grad",
+    "mask", "bias", "lengths", "X_kv", "positions", "key_positions",
 )  # fmt: skip
-# Keys of a mapping-valued fixture key that hold arrays (``qk_norm.q_weight``), and the
-# mappings a whole-fixture .npz spells as ``KEY.SUBKEY`` members (``rope.base``).
-NESTED_ARRAY_KEYS = {"qk_norm": ("q_weight", "k_weight"), "alibi": ("slopes",)}
-NESTED_KEYS = ("expected", "rope", "alibi", "qk_norm")
+
+
+def array_keys() -> tuple[str, ...]:
+    """The fixture keys whose whole value is an array (a variant's too), ``grad`` last."""
+    plugged = (v.name for v in REGISTRY.values() if "" in v.array_parts)
+    return (*_ARRAY_KEYS, *(k for k in plugged if k not in _ARRAY_KEYS), "grad")
+
+
+def nested_array_keys() -> dict[str, tuple[str, ...]]:
+    """Per variant whose setting is a mapping, the subkeys that hold arrays."""
+    return {
+        v.name: v.array_parts
+        for v in REGISTRY.values()
+        if v.array_parts and "" not in v.array_parts
+    }
+
+
+def nested_keys() -> tuple[str, ...]:
+    """The mappings a whole-fixture .npz spells as ``KEY.SUBKEY`` members (``expected.softmax``)."""
+    return ("expected", *(v.name for v in REGISTRY.values() if v.subkeys))
+
+
 REFERENCE_KEYS = ("file", "key")
 REFERENCE_DOC = "{file: NAME.npy} or {file: NAME.npz, key: ARRAY}, relative to the fixture"
 
@@ -44,11 +64,11 @@ def has_references(obj: Any) -> bool:
     """Whether a parsed fixture mapping holds any ``{file: ...}`` reference."""
     if not isinstance(obj, Mapping):
         return False
-    values = [obj.get(k) for k in ARRAY_KEYS]
+    values = [obj.get(k) for k in array_keys()]
     expected = obj.get("expected")
     if isinstance(expected, Mapping):
         values += list(expected.values())
-    for key, subkeys in NESTED_ARRAY_KEYS.items():
+    for key, subkeys in nested_array_keys().items():
         nested = obj.get(key)
         if isinstance(nested, Mapping):
             values += [nested.get(k) for k in subkeys]
@@ -66,7 +86,7 @@ def resolve_references(
     """The fixture mapping with every ``{file: ...}`` reference replaced by its array."""
     reader = _Reader(source, base, max_elements, max_bytes)
     out = dict(obj)
-    for key in ARRAY_KEYS:
+    for key in array_keys():
         if _is_reference(out.get(key)):
             out[key] = reader.load(out[key], key, default_key=key)
     expected = out.get("expected")
@@ -77,7 +97,7 @@ def resolve_references(
             else v
             for stage, v in expected.items()
         }
-    for key, subkeys in NESTED_ARRAY_KEYS.items():
+    for key, subkeys in nested_array_keys().items():
         nested = out.get(key)
         if isinstance(nested, Mapping) and any(_is_reference(nested.get(k)) for k in subkeys):
             out[key] = {
@@ -93,9 +113,9 @@ def load_npz_fixture(
     path: Path, source: str, *, max_elements: int, max_bytes: int
 ) -> dict[str, Any]:
     """A whole fixture stored as ``.npz``: one array per key, a mapping's entries as
-    ``KEY.SUBKEY`` members (``expected.softmax``, ``rope.base``, ``qk_norm.q_weight``).
+    ``KEY.SUBKEY`` members (``expected.softmax``, and the entries of a variant's mapping).
 
-    Scalars (``heads``, ``scale``, ``causal``, ``name``, ``rope``: true) are 0-d arrays;
+    Scalars (``heads``, ``scale``, ``causal``, ``name``, a variant's ``true``) are 0-d arrays;
     ``tokens`` an array of strings. Arrays of numbers stay arrays; the rest becomes plain
     Python values.
     """
@@ -112,7 +132,7 @@ def load_npz_fixture(
             arr = reader.read_member(archive, member, name, source, gate.NUMBERS_OR_TEXT)
             value = _plain(arr)
             key, dot, sub = name.partition(".")
-            if dot and key in NESTED_KEYS:
+            if dot and key in nested_keys():
                 nested.setdefault(key, {})[sub] = value
             else:
                 out[name] = value
