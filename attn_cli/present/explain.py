@@ -13,8 +13,6 @@ from __future__ import annotations
 
 import math
 
-import numpy as np
-
 from attn_cli.core.inputs import Inputs
 from attn_cli.core.pipeline import Trace
 from attn_cli.core.stages import SPECS, softmax_input
@@ -36,6 +34,7 @@ from attn_cli.present.explain_registry import (
 )
 from attn_cli.present.i18n import Lang, axis_name, label
 from attn_cli.present.text import factor, safe, short_number
+from attn_cli.present.variant_texts import TEXTS, active, has_extra_logit, modifier_stage
 from attn_cli.present.worked import WorkedCell, weighted_terms
 
 
@@ -212,8 +211,8 @@ def _explain_masked(c: Context) -> Parts:
     inputs: tuple[str, ...] = (c.shape_of(_logits(trace)),)
     if inp.bias is not None:
         inputs += (f"bias {list(inp.bias.shape)}",)
-    if "alibi" in trace:
-        inputs += (c.shape_of("alibi"),)
+    for stage in _bias_stages(trace):
+        inputs += (c.shape_of(stage),)
     return formula, inputs, _masked_meaning(trace, c.lang)
 
 
@@ -226,7 +225,7 @@ def _explain_softmax(c: Context) -> Parts:
     inputs: tuple[str, ...]
     meaning: list[str] = []
     x = softmax_input(trace.inputs)
-    if trace.inputs.sinks is None:
+    if not has_extra_logit(trace.inputs):
         formula = (
             f"softmax[i, j] = e^({x}[i, j] − m_i) / Σ_k e^({x}[i, k] − m_i)",
             f"m_i = max_k {x}[i, k]" + ("，即第 i 行的最大值" if zh else ", the maximum of row i"),
@@ -262,7 +261,8 @@ def _explain_softmax(c: Context) -> Parts:
         else "A row of weights says how one query divides its attention among the keys: "
         "the bigger the weight, the larger that key's share of the result."
     )
-    meaning += _sink_meaning(c) + _sentinel_meaning(c)
+    meaning += [line for t in active(trace.inputs) for line in t.notes("softmax", c)]
+    meaning += _sentinel_meaning(c)
     if trace.empty_rows:
         meaning.append(
             "有的行所有键都被遮住，这个查询没有可看的对象：它的权重全部记为 0，"
@@ -272,29 +272,6 @@ def _explain_softmax(c: Context) -> Parts:
             "its weights are all 0 (as torch SDPA does since 2.5), never NaN."
         )
     return formula, inputs, meaning
-
-
-def _sink_meaning(c: Context) -> list[str]:
-    """With sinks: where the rest of each row's mass went, with the trace's numbers."""
-    sinks = c.trace.inputs.sinks
-    if sinks is None:
-        return []
-    kept = c.trace["softmax"].data.sum(axis=-1)  # (..., H, T): each row's kept mass
-    dropped = 1.0 - kept
-    low, high = (short_number(float(f(dropped)), c.precision) for f in (np.min, np.max))
-    return [_en_zh(
-        c,
-        "Sinks (gpt-oss): each head's learned logit sink joins every row for the softmax and "
-        "is dropped after it, so a row's weights sum to 1 − d_i, where d_i = "
-        f"e^(sink − m_i) / (Σ_k e^(x_k − m_i) + e^(sink − m_i)) is the mass the sink took. "
-        f"Here d_i runs from {low} to {high}. That mass reaches no value: a query can "
-        "attend to nothing much without being forced onto some key.",
-        "sinks（gpt-oss）：每个头学到的 logit sink 加入每一行参与 softmax，之后被丢掉，"
-        "所以每一行的权重之和是 1 − d_i，其中 d_i = "
-        "e^(sink − m_i) / (Σ_k e^(x_k − m_i) + e^(sink − m_i)) 是 sink 拿走的份额。"
-        f"这里 d_i 介于 {low} 和 {high} 之间。这部分份额不落到任何值上："
-        "查询可以几乎什么都不看，而不必被迫集中到某个键上。",
-    )]  # fmt: skip
 
 
 def _sentinel_meaning(c: Context) -> list[str]:
@@ -415,114 +392,10 @@ def _explain_x_kv(c: Context) -> Parts:
     return formula, (label(c.lang, "given"),), meaning
 
 
-def _explain_norm(c: Context) -> Parts:
-    """The explanation of Q_norm and K_norm (RMSNorm, as Qwen3, Gemma 3 and OLMo 2)."""
-    src = c.name.removesuffix("_norm")
-    qk = c.trace.inputs.qk_norm
-    assert qk is not None
-    weight = qk.q_weight if src == "Q" else qk.k_weight
-    per_head = weight.shape[0] == c.trace.inputs.d_k
-    over = _en_zh(c, "each head" if per_head else "the whole projection",
-                  "按每个头" if per_head else "对整个投影")  # fmt: skip
-    eps = short_number(qk.eps, c.precision + 4)
-    formula = (
-        f"{c.name} = {src} / √(mean({src}²) + eps) × {src.lower()}_weight",
-        _en_zh(c, f"over {over}, eps = {eps}", f"{over}，eps = {eps}"),
-    )
-    meaning = [_en_zh(
-        c,
-        f"RMSNorm of {src}: each row is divided by its root mean square, then multiplied by a "
-        "learned weight. Without it, the dot products can grow very large during training and "
-        "the softmax saturates; with it, every query and key has about the same length before "
-        "the rotation and the dot product.",
-        f"{src} 的 RMSNorm：每一行除以它的均方根，再乘以学到的权重。没有这一步，"
-        "训练中点积可能变得很大，softmax 就会饱和；有了它，每个查询和键在旋转和点积之前"
-        "长度都差不多。",
-    )]  # fmt: skip
-    return formula, (c.shape_of(src),), meaning
-
-
-def _explain_rot(c: Context) -> Parts:
-    """The explanation of Q_rot and K_rot (rotary position embedding)."""
-    inp = c.trace.inputs
-    src = c.name.removesuffix("_rot")
-    rope = inp.rope
-    assert rope is not None
-    source = f"{src}_norm" if f"{src}_norm" in c.trace.applicable else src
-    pairs = ("i with i + dims/2 (GPT-NeoX, HF rotate_half)" if rope.layout == "half"
-             else "2i with 2i + 1 (GPT-J, Meta's llama)")  # fmt: skip
-    pairs_zh = "第 i 维与第 i + dims/2 维" if rope.layout == "half" else "第 2i 维与第 2i + 1 维"
-    layout = _en_zh(c, f"{rope.layout} layout", "半分布局" if rope.layout == "half" else "交错布局")
-    base = short_number(rope.base, c.precision)
-    formula = (
-        f"{c.name} = RoPE({source}, pos)",
-        _en_zh(
-            c,
-            f"{layout}, base {base}, {rope.dims} of {inp.d_k} dims rotate",
-            f"{layout}，base {base}，{inp.d_k} 维中旋转 {rope.dims} 维",
-        ),
-        "angle[p, i] = p × base^(−2i/dims); (a, b) → (a·cos − b·sin, a·sin + b·cos)",
-    )
-    meaning = [
-        _en_zh(
-            c,
-            f"Rotary position embedding: dimensions are taken in pairs ({pairs}) and each pair "
-            "is rotated by an angle proportional to the token's position, faster for the first "
-            "pairs and slower for the last. V is not rotated.",
-            f"旋转位置编码：把维度两两配对（{pairs_zh}），"
-            "每一对按与位置成正比的角度旋转；前面的维度转得快，后面的转得慢。V 不旋转。",
-        ),
-        _en_zh(
-            c,
-            "Why it works: rotating q by angle(m) and k by angle(n) makes their dot product "
-            "depend only on m − n, so the scores see relative positions.",
-            "为什么有效：q 按位置 m 旋转、k 按位置 n 旋转后，它们的点积只取决于 m − n，"
-            "所以分数看到的是相对位置。",
-        ),
-    ]
-    if rope.dims < inp.d_k:
-        meaning.append(_en_zh(
-            c, f"Partial rotary: only the first {rope.dims} of {inp.d_k} dimensions rotate.",
-            f"部分旋转：{inp.d_k} 维中只有前 {rope.dims} 维旋转。",
-        ))  # fmt: skip
-    return formula, (c.shape_of(source),), meaning
-
-
-def _explain_capped(c: Context) -> Parts:
-    """The explanation of capped (logit soft-capping, as Gemma 2)."""
-    cap = short_number(c.trace.inputs.softcap or 0.0, c.precision)
-    formula = (f"capped = {cap} × tanh(scaled / {cap})",)
-    meaning = [_en_zh(
-        c,
-        f"Soft-capping: tanh squeezes every score smoothly into (−{cap}, {cap}), so no single "
-        "score can dominate; small scores pass almost unchanged. Gemma 2 applies it before the "
-        "mask, as here.",
-        f"软截断：tanh 把每个分数平滑地压进 (−{cap}, {cap})，任何一个分数都无法独占注意力；"
-        "小的分数几乎不变。Gemma 2 在遮盖之前做这一步，这里也一样。",
-    )]  # fmt: skip
-    return formula, (c.shape_of("scaled"),), meaning
-
-
-def _explain_alibi(c: Context) -> Parts:
-    """The explanation of alibi (Press et al., attention with linear biases)."""
-    formula = ("alibi[h, i, j] = −slope_h × |pos_i − pos_j|",)
-    meaning = [_en_zh(
-        c,
-        "ALiBi: no position embedding at all; instead each head subtracts a penalty that grows "
-        "linearly with the distance between query and key, steeper for some heads than others "
-        "(slopes 2^(−8/n), 2^(−16/n), ...). It is added in `masked`. BLOOM's slope × key "
-        "position differs from this by a constant per row, which softmax cancels.",
-        "ALiBi：完全不用位置编码，而是让每个头减去一个随查询与键之间距离线性增长的惩罚，"
-        "不同的头斜率不同（2^(−8/n)、2^(−16/n)……）。它在 masked 这一步加上。"
-        "BLOOM 的 slope × 键位置 与此只差每行一个常数，softmax 会把它抵消。",
-    )]  # fmt: skip
-    return formula, (label(c.lang, "given"),), meaning
-
-
 def _explain_lse(c: Context) -> Parts:
     """The explanation of lse (log-sum-exp), what FlashAttention keeps instead of weights."""
     x = softmax_input(c.trace.inputs)
-    sink = " + e^sink" if c.trace.inputs.sinks is not None else ""
+    sink = " + e^sink" if has_extra_logit(c.trace.inputs) else ""
     formula = (f"lse_i = log(Σ_j e^({x}[i, j]){sink})", f"softmax[i, j] = e^({x}[i, j] − lse_i)")
     meaning = [_en_zh(
         c,
@@ -549,12 +422,6 @@ EXPLAINERS.update({
     "concat": _explain_concat,
     "projected": _explain_projected,
     "X_kv": _explain_x_kv,
-    "Q_norm": _explain_norm,
-    "K_norm": _explain_norm,
-    "Q_rot": _explain_rot,
-    "K_rot": _explain_rot,
-    "capped": _explain_capped,
-    "alibi": _explain_alibi,
     "lse": _explain_lse,
 })  # fmt: skip
 
@@ -580,12 +447,17 @@ _QKV: dict[Lang, dict[str, str]] = {
 
 
 def _logits(trace: Trace) -> str:
-    """What ``masked`` starts from: capped with softcap, else scaled."""
-    return "capped" if trace.inputs.softcap is not None else "scaled"
+    """What ``masked`` starts from: the last score modifier's stage (capped), else scaled."""
+    return modifier_stage(trace.inputs) or "scaled"
+
+
+def _bias_stages(trace: Trace) -> list[str]:
+    """The additive biases kept as stages of their own (ALiBi's), added in ``masked``."""
+    return [t.bias_stage for t in TEXTS.values() if t.bias_stage and t.bias_stage in trace]
 
 
 def _blocks(trace: Trace) -> bool:
-    """Whether anything stops a query attending some key (causal, window, mask, lengths)."""
+    """Whether the causal rule, a mask or lengths stop a query attending some key."""
     inp = trace.inputs
     return inp.causal is not None or inp.mask is not None or inp.lengths is not None
 
@@ -593,7 +465,7 @@ def _blocks(trace: Trace) -> bool:
 def _masked_formula(trace: Trace, lang: Lang) -> tuple[str, ...]:
     inp = trace.inputs
     terms = _logits(trace) + (" + bias" if inp.bias is not None else "")
-    terms += " + alibi" if inp.alibi is not None else ""
+    terms += "".join(f" + {t.bias_stage}" for t in active(inp) if t.bias_stage)
     if not _blocks(trace):
         return (f"masked = {terms}",)
     fill = short_number(inp.mask_value, 6)
@@ -644,7 +516,7 @@ def _fill_meaning(trace: Trace, zh: bool) -> list[str]:
 
 
 def _rule_meaning(inp: Inputs, zh: bool) -> list[str]:
-    """The rules that hide keys by position: causal, the sliding window, ALiBi's penalty."""
+    """The rules that hide or penalise keys by position: causal, then each variant's note."""
     out = []
     if inp.causal == "upper-left":
         out.append(
@@ -661,24 +533,8 @@ def _rule_meaning(inp: Inputs, zh: bool) -> list[str]:
             else "Causal, aligned bottom-right: query i sees keys j ≤ i + seq_k − seq_q, as new "
             "tokens do when they read a cache of earlier keys and values."
         )
-    if inp.window is not None:
-        w = inp.window
-        out.append(
-            f"滑动窗口 window = {w}：查询只看满足 0 ≤ pos_q − pos_k < {w} 的键，最多 {w} 个，"
-            f"包括它自己（HF/Mistral 的 sliding_window；FlashAttention 写作 "
-            f"window_size=({w - 1}, 0)）。"
-            if zh
-            else f"Sliding window {w}: a query sees only keys with 0 ≤ pos_q − pos_k < {w}, at "
-            f"most {w} keys, itself included (HF/Mistral sliding_window; FlashAttention's "
-            f"window_size=({w - 1}, 0))."
-        )
-    if inp.alibi is not None:
-        out.append(
-            "alibi：每个头按查询与键的距离扣分，在这里加到分数上（见 alibi 这一步）。"
-            if zh
-            else "alibi: each head's distance penalty (the alibi stage) is added to the scores "
-            "here."
-        )
+    for t in active(inp):
+        out += t.masked_note(t.setting(inp), zh)
     return out
 
 
@@ -754,22 +610,30 @@ def _cell_scaled(c: Cell) -> CellText | None:
 
 
 def _cell_masked(c: Cell) -> CellText | None:
-    """The worked cell under ``masked``: the logit, plus bias and ALiBi, or the fill."""
+    """The worked cell under ``masked``: the logit, plus the biases, or the fill."""
     cell = c.cell
     if cell.masked is None:
         return None
     at, n = c.at, c.n
-    source = "capped" if cell.capped is not None else "scaled"
-    value = cell.capped if cell.capped is not None else cell.scaled
+    got = cell.extras
+    modifiers = [t.stage for t in TEXTS.values() if t.stage and got.get(t.stage) is not None]
+    source = modifiers[-1] if modifiers else "scaled"
+    value = got.get(source) if modifiers else cell.scaled
+    assert value is not None
+    added = [t for t in TEXTS.values() if t.bias_stage and got.get(t.bias_stage) is not None]
+    terms = [
+        ("bias", cell.bias),
+        *((t.bias_stage or "", got.get(t.bias_stage or "")) for t in added),
+    ]
     names, numbers = [f"{source}{at}"], [n(value)]
-    for name, term in (("bias", cell.bias), ("alibi", cell.alibi)):
+    for name, term in terms:
         if term is not None:
             names.append(f"{name}{at}")
             numbers.append(factor(term, c.precision))
     lines = []
     if len(names) > 1:
-        lines.append(label(c.lang, "cell_bias" if cell.alibi is None else "cell_add_alibi"))
-        total = math.fsum([value, cell.bias or 0.0, cell.alibi or 0.0])
+        lines.append(label(c.lang, added[-1].add_label if added else "cell_bias"))
+        total = math.fsum([value, *(term or 0.0 for _, term in terms)])
         lines.append(f"{' + '.join(names)} = {' + '.join(numbers)} = {n(total)}")
     if not cell.allowed:
         lines.append(f"masked{at} = {n(cell.masked)}")
@@ -782,80 +646,6 @@ def _cell_masked(c: Cell) -> CellText | None:
     lines.append(shown or f"masked{at} = {n(cell.masked)}")
     lines.append(label(c.lang, "cell_blocked" if cell.masked == -math.inf else "cell_open"))
     return CellText(c.title, tuple(lines))
-
-
-def _cell_rot(c: Cell) -> CellText | None:
-    """The worked cell under ``Q_rot`` or ``K_rot``: the query's (key's) row, pair by pair."""
-    cell = c.cell
-    rot = cell.q_rot if c.stage == "Q_rot" else cell.k_rot
-    if rot is None:
-        return None
-    token = c.q_label if c.stage == "Q_rot" else c.k_label
-    g = c.g
-    lines = [label(c.lang, "cell_rot", stage=rot.stage, source=rot.source, token=token,
-                   pos=rot.position, base=g(rot.base), dims=rot.dims)]  # fmt: skip
-    count = len(rot.pairs)
-    picked: list[int | None] = list(range(count))
-    if not c.full and count > 2:
-        picked = [0, None, count - 1] if count > 3 else [0, 1, count - 1]
-    for i in picked:
-        if i is None:
-            lines.append(f"… ({label(c.lang, 'full_hint', e='…')})")
-            continue
-        pair = rot.pairs[i]
-        a, b = factor(pair.a, c.precision), factor(pair.b, c.precision)
-        cos, sin = factor(pair.cos, c.precision), factor(pair.sin, c.precision)
-        lines.append(label(
-            c.lang, "cell_rot_pair", i=i, d1=pair.first, d2=pair.second,
-            angle=f"{rot.position} × {g(rot.base)}^(−{2 * i}/{rot.dims}) = {rot.position} × "
-            f"{g(pair.inv_freq)} = {g(pair.angle)}",
-            cos=c.n(pair.cos), sin=c.n(pair.sin),
-        ))  # fmt: skip
-        name = f"{rot.stage}[{token}, "
-        lines.append(
-            f"{name}{pair.first}] = a·cos − b·sin = {a}×{cos} − {b}×{sin} = {c.n(pair.rotated_a)}"
-        )
-        lines.append(
-            f"{name}{pair.second}] = a·sin + b·cos = {a}×{sin} + {b}×{cos} = {c.n(pair.rotated_b)}"
-        )
-    if rot.passed:
-        lines.append(
-            label(c.lang, "cell_rot_pass", start=rot.dims, end=rot.dims + len(rot.passed) - 1)
-        )
-    return CellText(c.title, tuple(lines))
-
-
-def _cell_capped(c: Cell) -> CellText | None:
-    """The worked cell under ``capped``: cap·tanh(scaled / cap) with the numbers."""
-    cell = c.cell
-    if cell.softcap is None or cell.capped is None:
-        return None
-    n, at = c.n, c.at
-    cap = n(cell.softcap)
-    ratio = cell.scaled / cell.softcap
-    return c.worked(
-        "cell_cap",
-        f"capped{at} = {cap} × tanh(scaled{at} / {cap}) = {cap} × tanh({n(cell.scaled)} / "
-        f"{cap}) = {cap} × tanh({n(ratio)}) = {cap} × {n(math.tanh(ratio))} = "
-        f"{n(cell.capped)}",
-        cap=cap,
-    )
-
-
-def _cell_alibi(c: Cell) -> CellText | None:
-    """The worked cell under ``alibi``: −slope × |pos_q − pos_k| with the numbers."""
-    cell = c.cell
-    if cell.slope is None or cell.alibi is None:
-        return None
-    n = c.n
-    pos_q, pos_k = cell.positions
-    slope = c.g(cell.slope)
-    return c.worked(
-        "cell_alibi",
-        f"alibi{c.at} = −{slope} × |{pos_q} − {pos_k}| = −{slope} × {abs(pos_q - pos_k)} = "
-        f"{n(cell.alibi)}",
-        head=cell.head,
-    )
 
 
 def _cell_softmax(c: Cell) -> CellText | None:
@@ -946,9 +736,5 @@ CELL_TEXTS.update({
     "scaled": _cell_scaled,
     "masked": _cell_masked,
     "softmax": _cell_softmax,
-    "Q_rot": _cell_rot,
-    "K_rot": _cell_rot,
-    "capped": _cell_capped,
-    "alibi": _cell_alibi,
     "output": _cell_output,
 })  # fmt: skip

@@ -48,6 +48,11 @@ class CellText:
     footer: tuple[str, ...] = ()
 
 
+def en_zh(c: Context | Cell, en: str, zh: str) -> str:
+    """``zh`` in Chinese, else ``en``."""
+    return zh if c.lang == "zh" else en
+
+
 def shape_text(name: str, axes: Sequence[str], shape: Sequence[int], lang: Lang) -> str:
     """``Q [head=1, query=3, d_k=2]`` with the axis names in ``lang``."""
     dims = ", ".join(f"{axis_name(lang, a)}={n}" for a, n in zip(axes, shape, strict=True))

@@ -9,6 +9,7 @@ presenter names a variant; ``present/variants/__init__.py`` registers the built-
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from attn_cli.present.i18n import LABELS, Lang
@@ -28,6 +29,10 @@ class VariantTexts:
     before_positions = False  # its header line comes before the positions line
     labels: ClassVar[dict[Lang, dict[str, str]]] = {}  # short labels, merged into i18n's table
     grad_note: ClassVar[dict[Lang, str]] = {}  # why the gradient through its stage is what it is
+    add_label = "cell_bias"  # the label of a worked cell's masked sum when it adds its bias
+    # its explainers and worked-cell parts, by explanation key and stage (explain_registry.py)
+    explainers: ClassVar[dict[str, Callable[[Any], Any]]] = {}
+    cell_texts: ClassVar[dict[str, Callable[[Any], Any]]] = {}
 
     def setting(self, inp: Inputs) -> Any:
         """The variant's setting in these inputs; None when it is off."""
@@ -37,17 +42,31 @@ class VariantTexts:
         """Its lines under "variants" in the header, given its setting ``value``."""
         return []
 
-    def masked_meaning(self, inp: Inputs, zh: bool) -> list[str]:
-        """What it does to the masked stage, one sentence each."""
-        return []
-
     def extra_logit(self, inp: Inputs, head: int) -> float | None:
         """The logit it joins to every softmax row of ``head``; None: none."""
         return None
 
     def cell_values(self, trace: Trace, head: int, cell: tuple[int, ...]) -> dict[str, Any]:
-        """Its numbers in a worked cell (named as the cell's attributes, None when off)."""
+        """Its numbers in a worked cell, named as the cell's attributes, None when off: its
+        stages' values at ``cell`` (``capped``, ``alibi``) and what ``setting_values`` adds."""
+        values: dict[str, Any] = {}
+        for stage in (self.stage, self.bias_stage):
+            if stage is not None:
+                values[stage] = float(trace[stage].data[cell]) if stage in trace else None
+        value = self.setting(trace.inputs)
+        return values | self.setting_values(None if value is None else value, head)
+
+    def setting_values(self, value: Any, head: int) -> dict[str, Any]:
+        """Numbers of its setting a worked cell shows (None each when ``value`` is None)."""
         return {}
+
+    def masked_note(self, value: Any, zh: bool) -> list[str]:
+        """What it does in the masked stage, one sentence each."""
+        return []
+
+    def notes(self, stage: str, c: Any) -> list[str]:
+        """More sentences under the explanation of ``stage`` (a Context of explain_registry)."""
+        return []
 
 
 TEXTS: dict[str, VariantTexts] = {}  # by name, in the order the header lists them

@@ -9,8 +9,8 @@ check that its parts add up to the trace's value.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -19,6 +19,7 @@ from attn_cli.core.stages import softmax_input
 from attn_cli.core.steps import allowed_positions
 from attn_cli.core.variants import rope_inv_freq, rope_pairs
 from attn_cli.errors import UsageError
+from attn_cli.present.variant_texts import TEXTS, extra_logit
 
 
 @dataclass(frozen=True)
@@ -37,7 +38,7 @@ class SoftmaxParts:
     shifted: tuple[float, ...]
     exps: tuple[float, ...]
     total: float
-    sink_exp: float = 0.0  # e^(sink − m): in the sum, but no key's weight (gpt-oss sinks)
+    sink_exp: float = 0.0  # e^(sink − m): in the sum, but no key's weight (gpt-oss)
 
 
 @dataclass(frozen=True)
@@ -96,15 +97,20 @@ class WorkedCell:
     k_name: str = "K"
     q_rot: Rotation | None = None  # with RoPE: the query's row of Q_rot taken apart
     k_rot: Rotation | None = None  # with RoPE: the key's row of K_rot taken apart
-    softcap: float | None = None  # the fixture's softcap
-    capped: float | None = None  # capped[query, key] from the trace
     positions: tuple[int, int] = (0, 0)  # (query position, key position)
-    slope: float | None = None  # ALiBi: this head's slope
-    alibi: float | None = None  # alibi[query, key] from the trace
     allowed: bool = True  # whether the query may attend the key (causal, window, mask, lengths)
     mask_value: float = -math.inf  # what fills a place that is not allowed
     row_name: str = "scaled"  # the stage the softmax reads: masked, capped or scaled
-    sink: float | None = None  # gpt-oss: this head's sink logit
+    sink: float | None = None  # an extra logit of this head joined to the row (gpt-oss's sink)
+    # each variant's numbers at this cell (present/variants/), read as attributes: cell.capped
+    extras: Mapping[str, float | None] = field(default_factory=dict)
+
+    def __getattr__(self, name: str) -> float | None:
+        """A variant's number at this cell (its stage's value, its setting), None when off."""
+        extras: Mapping[str, float | None] = self.__dict__.get("extras", {})
+        if name in extras:
+            return extras[name]
+        raise AttributeError(name)
 
 
 def dot_terms(q: Sequence[float], k: Sequence[float]) -> tuple[float, ...]:
@@ -157,7 +163,7 @@ def _worked_cell(trace: Trace, ref: CellRef, b: int, h: int) -> WorkedCell:
     q = tuple(float(x) for x in trace[q_name].data[at])
     k = tuple(float(x) for x in trace[k_name].data[kv_key])
     row = tuple(float(x) for x in trace[softmax_input(inp)].data[at])
-    sink = None if inp.sinks is None else float(inp.sinks[h])
+    sink = extra_logit(inp, h)
     pos_q, pos_k = inp.token_positions()
     return WorkedCell(
         batch=b if inp.has_batch else None,
@@ -182,15 +188,12 @@ def _worked_cell(trace: Trace, ref: CellRef, b: int, h: int) -> WorkedCell:
         k_name=k_name,
         q_rot=_rotation(trace, "Q", at, int(pos_q[ref.query])),
         k_rot=_rotation(trace, "K", kv_key, int(pos_k[ref.key])),
-        softcap=inp.softcap,
-        capped=float(trace["capped"].data[cell]) if "capped" in trace else None,
         positions=(int(pos_q[ref.query]), int(pos_k[ref.key])),
-        slope=None if inp.alibi is None else float(inp.alibi[h]),
-        alibi=float(trace["alibi"].data[cell]) if "alibi" in trace else None,
         allowed=_allowed(trace, b, h, ref),
         mask_value=inp.mask_value,
         row_name=softmax_input(inp),
         sink=sink,
+        extras={k: v for t in TEXTS.values() for k, v in t.cell_values(trace, h, cell).items()},
     )
 
 

@@ -2,13 +2,103 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from attn_cli.present.explain_registry import Cell, CellText, Context, Parts, en_zh
 from attn_cli.present.i18n import Lang, label
+from attn_cli.present.text import factor, short_number
 from attn_cli.present.variant_texts import VariantTexts
 
 if TYPE_CHECKING:
     from attn_cli.core.inputs import Inputs
+
+
+def _explain_rot(c: Context) -> Parts:
+    """The explanation of Q_rot and K_rot (rotary position embedding)."""
+    inp = c.trace.inputs
+    src = c.name.removesuffix("_rot")
+    rope = TEXTS.setting(inp)
+    assert rope is not None
+    source = f"{src}_norm" if f"{src}_norm" in c.trace.applicable else src
+    pairs = ("i with i + dims/2 (GPT-NeoX, HF rotate_half)" if rope.layout == "half"
+             else "2i with 2i + 1 (GPT-J, Meta's llama)")  # fmt: skip
+    pairs_zh = "第 i 维与第 i + dims/2 维" if rope.layout == "half" else "第 2i 维与第 2i + 1 维"
+    layout = en_zh(c, f"{rope.layout} layout", "半分布局" if rope.layout == "half" else "交错布局")
+    base = short_number(rope.base, c.precision)
+    formula = (
+        f"{c.name} = RoPE({source}, pos)",
+        en_zh(
+            c,
+            f"{layout}, base {base}, {rope.dims} of {inp.d_k} dims rotate",
+            f"{layout}，base {base}，{inp.d_k} 维中旋转 {rope.dims} 维",
+        ),
+        "angle[p, i] = p × base^(−2i/dims); (a, b) → (a·cos − b·sin, a·sin + b·cos)",
+    )
+    meaning = [
+        en_zh(
+            c,
+            f"Rotary position embedding: dimensions are taken in pairs ({pairs}) and each pair "
+            "is rotated by an angle proportional to the token's position, faster for the first "
+            "pairs and slower for the last. V is not rotated.",
+            f"旋转位置编码：把维度两两配对（{pairs_zh}），"
+            "每一对按与位置成正比的角度旋转；前面的维度转得快，后面的转得慢。V 不旋转。",
+        ),
+        en_zh(
+            c,
+            "Why it works: rotating q by angle(m) and k by angle(n) makes their dot product "
+            "depend only on m − n, so the scores see relative positions.",
+            "为什么有效：q 按位置 m 旋转、k 按位置 n 旋转后，它们的点积只取决于 m − n，"
+            "所以分数看到的是相对位置。",
+        ),
+    ]
+    if rope.dims < inp.d_k:
+        meaning.append(en_zh(
+            c, f"Partial rotary: only the first {rope.dims} of {inp.d_k} dimensions rotate.",
+            f"部分旋转：{inp.d_k} 维中只有前 {rope.dims} 维旋转。",
+        ))  # fmt: skip
+    return formula, (c.shape_of(source),), meaning
+
+
+def _cell_rot(c: Cell) -> CellText | None:
+    """The worked cell under ``Q_rot`` or ``K_rot``: the query's (key's) row, pair by pair."""
+    cell = c.cell
+    rot = cell.q_rot if c.stage == "Q_rot" else cell.k_rot
+    if rot is None:
+        return None
+    token = c.q_label if c.stage == "Q_rot" else c.k_label
+    g = c.g
+    lines = [label(c.lang, "cell_rot", stage=rot.stage, source=rot.source, token=token,
+                   pos=rot.position, base=g(rot.base), dims=rot.dims)]  # fmt: skip
+    count = len(rot.pairs)
+    picked: list[int | None] = list(range(count))
+    if not c.full and count > 2:
+        picked = [0, None, count - 1] if count > 3 else [0, 1, count - 1]
+    for i in picked:
+        if i is None:
+            lines.append(f"… ({label(c.lang, 'full_hint', e='…')})")
+            continue
+        pair = rot.pairs[i]
+        a, b = factor(pair.a, c.precision), factor(pair.b, c.precision)
+        cos, sin = factor(pair.cos, c.precision), factor(pair.sin, c.precision)
+        lines.append(label(
+            c.lang, "cell_rot_pair", i=i, d1=pair.first, d2=pair.second,
+            angle=f"{rot.position} × {g(rot.base)}^(−{2 * i}/{rot.dims}) = {rot.position} × "
+            f"{g(pair.inv_freq)} = {g(pair.angle)}",
+            cos=c.n(pair.cos), sin=c.n(pair.sin),
+        ))  # fmt: skip
+        name = f"{rot.stage}[{token}, "
+        lines.append(
+            f"{name}{pair.first}] = a·cos − b·sin = {a}×{cos} − {b}×{sin} = {c.n(pair.rotated_a)}"
+        )
+        lines.append(
+            f"{name}{pair.second}] = a·sin + b·cos = {a}×{sin} + {b}×{cos} = {c.n(pair.rotated_b)}"
+        )
+    if rot.passed:
+        lines.append(
+            label(c.lang, "cell_rot_pass", start=rot.dims, end=rot.dims + len(rot.passed) - 1)
+        )
+    return CellText(c.title, tuple(lines))
 
 
 class RopeTexts(VariantTexts):
@@ -33,6 +123,11 @@ class RopeTexts(VariantTexts):
             "conv_rope_interleaved": "交错布局：第 2i 维与第 2i + 1 维配对，Meta llama",
         },
     }
+    explainers: ClassVar[dict[str, Callable[[Any], Any]]] = {
+        "Q_rot": _explain_rot,
+        "K_rot": _explain_rot,
+    }
+    cell_texts: ClassVar[dict[str, Callable[[Any], Any]]] = {"Q_rot": _cell_rot, "K_rot": _cell_rot}
 
     def conventions(self, value: Any, inp: Inputs, lang: Lang) -> list[str]:
         rope = value

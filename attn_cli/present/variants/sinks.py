@@ -4,11 +4,38 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, ClassVar
 
+import numpy as np
+
+from attn_cli.present.explain_registry import Context, en_zh
 from attn_cli.present.i18n import Lang, label
+from attn_cli.present.text import short_number
 from attn_cli.present.variant_texts import VariantTexts
 
 if TYPE_CHECKING:
     from attn_cli.core.inputs import Inputs
+
+
+def _sink_meaning(c: Context) -> list[str]:
+    """With sinks: where the rest of each row's mass went, with the trace's numbers."""
+    sinks = TEXTS.setting(c.trace.inputs)
+    if sinks is None:
+        return []
+    kept = c.trace["softmax"].data.sum(axis=-1)  # (..., H, T): each row's kept mass
+    dropped = 1.0 - kept
+    low, high = (short_number(float(f(dropped)), c.precision) for f in (np.min, np.max))
+    return [en_zh(
+        c,
+        "Sinks (gpt-oss): each head's learned logit sink joins every row for the softmax and "
+        "is dropped after it, so a row's weights sum to 1 − d_i, where d_i = "
+        f"e^(sink − m_i) / (Σ_k e^(x_k − m_i) + e^(sink − m_i)) is the mass the sink took. "
+        f"Here d_i runs from {low} to {high}. That mass reaches no value: a query can "
+        "attend to nothing much without being forced onto some key.",
+        "sinks（gpt-oss）：每个头学到的 logit sink 加入每一行参与 softmax，之后被丢掉，"
+        "所以每一行的权重之和是 1 − d_i，其中 d_i = "
+        "e^(sink − m_i) / (Σ_k e^(x_k − m_i) + e^(sink − m_i)) 是 sink 拿走的份额。"
+        f"这里 d_i 介于 {low} 和 {high} 之间。这部分份额不落到任何值上："
+        "查询可以几乎什么都不看，而不必被迫集中到某个键上。",
+    )]  # fmt: skip
 
 
 class SinksTexts(VariantTexts):
@@ -26,6 +53,9 @@ class SinksTexts(VariantTexts):
             ),
         },
     }
+
+    def notes(self, stage: str, c: Any) -> list[str]:
+        return _sink_meaning(c) if stage == "softmax" else []
 
     def conventions(self, value: Any, inp: Inputs, lang: Lang) -> list[str]:
         return [label(lang, "conv_sinks")]

@@ -29,6 +29,18 @@ class WindowTexts(VariantTexts):
         },
     }
 
+    def masked_note(self, value: Any, zh: bool) -> list[str]:
+        w = value
+        return [
+            f"滑动窗口 window = {w}：查询只看满足 0 ≤ pos_q − pos_k < {w} 的键，最多 {w} 个，"
+            f"包括它自己（HF/Mistral 的 sliding_window；FlashAttention 写作 "
+            f"window_size=({w - 1}, 0)）。"
+            if zh
+            else f"Sliding window {w}: a query sees only keys with 0 ≤ pos_q − pos_k < {w}, at "
+            f"most {w} keys, itself included (HF/Mistral sliding_window; FlashAttention's "
+            f"window_size=({w - 1}, 0))."
+        ]
+
     def conventions(self, value: Any, inp: Inputs, lang: Lang) -> list[str]:
         return [label(lang, "conv_window", w=value, left=value - 1)]
 
