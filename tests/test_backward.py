@@ -171,9 +171,9 @@ def forward_arrays(fx: Fx) -> ForwardArrays:
         before=(s["scaled"],) if fx.softcap is not None else (),
         X=fx.X,
         X_kv=fx.X_kv,
-        unrotate_q=None if fx.rot_q is None else _unrotate(fx.rot_q),
-        unrotate_k=None if fx.rot_k is None else _unrotate(fx.rot_k),
-        **{n: W.get(n) for n in INPUT_NAMES},  # type: ignore[arg-type]
+        back_q=() if fx.rot_q is None else (("Q_rot", _unrotate(fx.rot_q)),),
+        back_k=() if fx.rot_k is None else (("K_rot", _unrotate(fx.rot_k)),),
+        **{n: W.get(n) for n in INPUT_NAMES},
     )
 
 

@@ -31,13 +31,13 @@ from attn_cli.core.backward import (
     ForwardArrays,
     attention_backward,
     backward_mistakes,
-    grad_rms_norm,
     merge_heads,
     split_heads,
 )
 from attn_cli.core.chain import Chain
 from attn_cli.core.inputs import Inputs
 from attn_cli.core.pipeline import Trace, run
+from attn_cli.core.plugins.qk_norm import grad_rms_norm
 from attn_cli.core.stages import GRADIENT_STAGE_NAMES, SPECS, final_stage, softmax_input
 from attn_cli.core.steps import alibi_rows, allowed_positions
 from attn_cli.core.variants import apply_rope
@@ -314,9 +314,17 @@ def forward_of(trace: Trace) -> ForwardArrays:
         v=a["V"], weights=a["softmax"], output=a["output"], scale=trace.scale,
         allowed=allowed_positions(inp), chain=chain,
         before=(a["scaled"],) if chain.stages else (),
-        X=a.get("X"), X_kv=a.get("X_kv"), b_O=inp.b_O, unrotate_q=unrotate(pos_q),
-        unrotate_k=unrotate(pos_k), unnorm_q=unnorm("Q"), unnorm_k=unnorm("K"), **weights,
+        X=a.get("X"), X_kv=a.get("X_kv"), b_O=inp.b_O,
+        back_q=backs("Q", unnorm("Q"), unrotate(pos_q)),
+        back_k=backs("K", unnorm("K"), unrotate(pos_k)), **weights,
     )  # fmt: skip
+
+
+def backs(name: str, unnorm: Any, unrotate: Any) -> Any:
+    """The Q/K transforms of a trace in forward order (QK-norm, then RoPE), as backward takes
+    them: (stage, the map back to the stage before it)."""
+    pairs = ((f"{name}_norm", unnorm), (f"{name}_rot", unrotate))
+    return tuple((stage, back) for stage, back in pairs if back is not None)
 
 
 @pytest.mark.parametrize("example", EXAMPLES)

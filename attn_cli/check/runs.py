@@ -25,6 +25,7 @@ from attn_cli.core.chain import Chain
 from attn_cli.core.decode import DecodeResult, KVCacheBytes, Rotate, decode, kv_cache_bytes
 from attn_cli.core.decode import self_check as decode_self_check
 from attn_cli.core.flash import LOG2E, FlashResult, Tile, flash_forward
+from attn_cli.core.variant import Variant
 from attn_cli.errors import ComputeError, InputError, UsageError
 
 if TYPE_CHECKING:
@@ -95,10 +96,8 @@ def internal(trace: Trace, name: str) -> FloatArray:
 
 
 def query_key(inputs: Inputs, name: str) -> str:
-    """The stage the scores read for Q or K: rotated, else normalised, else plain."""
-    if inputs.rope is not None:
-        return f"{name}_rot"
-    return f"{name}_norm" if inputs.qk_norm is not None else name
+    """The stage the scores read for Q or K: the last Q/K transform's (``Q_rot``), else Q or K."""
+    return Chain(inputs).query_key(name)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -170,9 +169,10 @@ def refuse_decode(inputs: Inputs) -> None:
 
 
 def decode_keep(inputs: Inputs) -> set[str]:
-    """The stages a decode run reads: Q and K as the scores take them before RoPE, V, output."""
-    norm = inputs.qk_norm is not None
-    return {"Q_norm" if norm else "Q", "K_norm" if norm else "K", "V", "output"}
+    """The stages a decode run reads: Q and K before the transforms that read positions
+    (RoPE), V, output."""
+    chain = Chain(inputs)
+    return {chain.before_positional("Q"), chain.before_positional("K"), "V", "output"}
 
 
 def decode_bytes(inputs: Inputs, prefill: int = 1) -> int:
@@ -185,24 +185,54 @@ def decode_bytes(inputs: Inputs, prefill: int = 1) -> int:
 
 def decode_args(trace: Trace) -> DecodeArgs:
     """core.decode's arguments from the trace of a fixture ``refuse_decode`` let through."""
-    inp = trace.inputs
-    norm = inp.qk_norm is not None
-    pos = inp.token_positions()[0]
-    rotate: Rotate | None = None
-    if inp.rope is not None:
-        from attn_cli.core.variants import apply_rope
-
-        rope = inp.rope
-        rotate = functools.partial(apply_rope, base=rope.base, layout=rope.layout, dims=rope.dims)
+    chain = trace_chain(trace)
+    pos = trace.inputs.token_positions()[0]
+    q, k = (_before_rotation(trace, chain, which, pos) for which in "QK")
     return DecodeArgs(
-        q=internal(trace, "Q_norm" if norm else "Q"),  # (B, H, T, D)
-        k=internal(trace, "K_norm" if norm else "K"),  # (B, Hkv, T, D)
+        q=q,  # (B, H, T, D)
+        k=k,  # (B, Hkv, T, D)
         v=internal(trace, "V"),  # (B, Hkv, T, Dv)
-        chain=trace_chain(trace),
+        chain=chain,
         scale=trace.scale,
         positions=pos,
-        rotate=rotate,
+        rotate=_rotation(chain, np.dtype(trace.dtype)),
     )
+
+
+def _rotation(chain: Chain, dtype: np.dtype[Any]) -> Rotate | None:
+    """What a decode loop applies to a token as it arrives, at its position (a key once, as it
+    enters the cache): the transforms that read positions and that Q and K both take (RoPE),
+    in chain order; None when there are none."""
+    rotations = [(v, x) for v, x in chain.transforms if v.positional and _both(v)]
+    if not rotations:
+        return None
+
+    def rotate(x: Any, positions: Any) -> Any:
+        for v, value in rotations:  # Q and K take it alike: it is asked for K's
+            x = v.transform(value, chain.inputs, "K", x, positions, _caster(dtype))
+        return x
+
+    return rotate
+
+
+def _before_rotation(trace: Trace, chain: Chain, which: str, positions: Any) -> FloatArray:
+    """Q or K as decoding takes it: the stage before the first transform that reads positions,
+    with the positional transforms only it takes (Llama 4's query temperature) applied whole,
+    at the tokens' positions (a factor per position commutes with the rotation)."""
+    x = internal(trace, chain.before_positional(which))  # (B, heads, T, D)
+    own = [(v, value) for v, value in chain.transforms_of(which) if v.positional and not _both(v)]
+    for v, value in own:
+        x = v.transform(value, chain.inputs, which, x, positions, _caster(x.dtype))
+    return x
+
+
+def _both(v: Variant) -> bool:
+    return "Q" in v.transforms and "K" in v.transforms
+
+
+def _caster(dtype: np.dtype[Any]) -> Callable[[str, FloatArray], FloatArray]:
+    """A transform's own arrays in the trace's computing dtype."""
+    return lambda name, array: array.astype(dtype, copy=False)
 
 
 def trace_chain(trace: Trace) -> Chain:

@@ -10,7 +10,8 @@ Dv d_v, E d_out). Going backward from the final stage:
     y = modifier(x)                d_x = the modifier's Jacobian applied to d_y (``grad_modify``)
     scaled = scores × scale        d_scores = d_scaled × scale
     scores = Q·Kᵀ                  d_Q = d_scores·K,  d_K = d_scoresᵀ·Q (summed over a GQA group)
-    Q_norm = RMSNorm(Q)            d_Q = (w ∘ d_Q_norm − Q̂ · mean(Q̂ ∘ w ∘ d_Q_norm)) / rms(Q)
+    Q_t = transform(Q) (QK-norm,   d_Q = the transform's Jacobian applied to d_Q_t, each transform
+      RoPE, ...)                   in turn, the last first (``grad_transform``)
     an extra logit of the softmax  its gradient from P and Delta (``grad_extra``)
     Q = X·W_Q + b_Q                d_X = d_Q·W_Qᵀ + d_K·W_Kᵀ + d_V·W_Vᵀ,  d_W_Q = Xᵀ·d_Q, ...
 
@@ -37,7 +38,8 @@ from attn_cli.core.variant import REGISTRY
 
 FloatArray = np.ndarray[Any, np.dtype[np.float64]]
 BoolArray = np.ndarray[Any, np.dtype[np.bool_]]
-Unrotate = Callable[[FloatArray], FloatArray]  # d_Q_rot -> d_Q (the inverse rotation)
+Back = Callable[[FloatArray], FloatArray]  # d_Q_rot -> d_Q_norm: back through one Q/K transform
+Unrotate = Back  # (its old name)
 _Maybe = FloatArray | None
 
 
@@ -45,12 +47,13 @@ _Maybe = FloatArray | None
 class ForwardArrays:
     """What the backward needs from the forward, in the internal layouts.
 
-    ``q`` and ``k`` are what entered ``scores`` (after RoPE when ``unrotate_q``/``unrotate_k``
-    are given: those map a gradient of Q_rot/K_rot back to Q/K, e.g. ``apply_rope(...,
-    inverse=True)``). ``chain`` holds the variants' hooks (score modifiers, extra logits) and
-    ``before`` what each score modifier read, in chain order (``scaled`` for the first); ``bias``
-    is the sum of the chain's biases, needed only by the masked-gradient mistake. ``X`` is None
-    in direct mode; ``X_kv`` is set for cross-attention.
+    ``q`` and ``k`` are what entered ``scores``: after the Q/K transforms in ``back_q`` and
+    ``back_k``, each (its stage, the map that carries that stage's gradient back to the stage
+    before it, e.g. ``apply_rope(..., inverse=True)`` for ``Q_rot``), in forward order.
+    ``chain`` holds the variants' hooks (score modifiers, extra logits) and ``before`` what each
+    score modifier read, in chain order (``scaled`` for the first); ``bias`` is the sum of the
+    chain's biases, needed only by the masked-gradient mistake. ``X`` is None in direct mode;
+    ``X_kv`` is set for cross-attention.
     """
 
     q: FloatArray  # (B, H, T, D)
@@ -73,10 +76,8 @@ class ForwardArrays:
     b_K: FloatArray | None = None  # (Hkv*D,)
     b_V: FloatArray | None = None  # (Hkv*Dv,)
     b_O: FloatArray | None = None  # (E,)
-    unrotate_q: Unrotate | None = None
-    unrotate_k: Unrotate | None = None
-    unnorm_q: Unrotate | None = None  # QK-norm: d_Q_norm -> d_Q (``grad_rms_norm``)
-    unnorm_k: Unrotate | None = None
+    back_q: tuple[tuple[str, Back], ...] = ()  # (("Q_norm", d_Q_norm -> d_Q), ("Q_rot", ...))
+    back_k: tuple[tuple[str, Back], ...] = ()
 
     def __post_init__(self) -> None:
         B, H, T, _ = self.q.shape
@@ -109,8 +110,9 @@ class ForwardArrays:
 class Gradients:
     """dL/d(stage) for every stage the forward has, laid out like the stage; None if absent.
 
-    ``variant`` holds the gradients the chain's variants add, by name: each score modifier's
-    stage (``d_`` + its stage, (B, H, T, S)) and each extra logit's (its ``gradient``, (H,)).
+    ``variant`` holds the gradients the chain's variants add, by name: each Q/K transform's
+    stage (``d_Q_rot``, laid out as Q or K), each score modifier's stage (``d_`` + its stage,
+    (B, H, T, S)) and each extra logit's (its ``gradient``, (H,)).
     """
 
     d_output: FloatArray  # (B, H, T, Dv)
@@ -125,10 +127,6 @@ class Gradients:
     d_b_O: FloatArray | None = None  # (E,)
     d_concat: FloatArray | None = None  # (B, T, H*Dv)
     d_masked: FloatArray | None = None  # (B, H, T, S)
-    d_Q_rot: FloatArray | None = None  # (B, H, T, D)
-    d_K_rot: FloatArray | None = None  # (B, Hkv, S, D)
-    d_Q_norm: FloatArray | None = None  # (B, H, T, D)
-    d_K_norm: FloatArray | None = None  # (B, Hkv, S, D)
     d_X: FloatArray | None = None  # (B, T, C)
     d_X_kv: FloatArray | None = None  # (B, S, C_kv)
     d_W_Q: FloatArray | None = None  # (C, H*D)
@@ -151,16 +149,14 @@ class Gradients:
 
 
 # Backward order: from the final stage to the inputs; the score modifiers' gradients go between
-# d_masked and d_scaled, the last modifier's first.
+# d_masked and d_scaled, the last modifier's first; the Q/K transforms' between d_scores and d_Q,
+# the last transform's first (those with ``grad_late``, QK-norm's, after d_b_V).
 _TO_MASKED = (
     "d_projected", "d_W_O", "d_b_O", "d_concat", "d_output", "d_softmax", "d_V", "d_masked",
 )  # fmt: skip
-_FROM_SCALED = (
-    "d_scaled", "d_scores", "d_Q_rot", "d_K_rot", "d_Q", "d_K", "d_X", "d_X_kv", "d_W_Q",
-    "d_W_K", "d_W_V", "d_b_Q", "d_b_K", "d_b_V",
-)  # fmt: skip
-_NORM = ("d_Q_norm", "d_K_norm")  # the gradients of QK-norm's input (tests/test_backward_trace.py)
-_FIELDS = (*_TO_MASKED, *_FROM_SCALED, *_NORM)
+_TO_SCORES = ("d_scaled", "d_scores")
+_FROM_QK = ("d_Q", "d_K", "d_X", "d_X_kv", "d_W_Q", "d_W_K", "d_W_V", "d_b_Q", "d_b_K", "d_b_V")
+_FIELDS = (*_TO_MASKED, *_TO_SCORES, *_FROM_QK)
 assert set(_FIELDS) | {"variant"} == {f.name for f in fields(Gradients)}
 
 
@@ -174,14 +170,30 @@ def extra_gradients() -> tuple[str, ...]:
     return tuple(v.gradient for v in REGISTRY.values() if v.gradient is not None)
 
 
+def transform_gradients(late: bool) -> tuple[str, ...]:
+    """The gradient stages of the registered Q/K transforms (``d_Q_rot``, ``d_K_rot``), the
+    last transform's first; ``late``: those listed after the inputs' (``grad_late``)."""
+    return tuple(
+        f"d_{which}_{v.suffix}"
+        for v in reversed(REGISTRY.values())
+        if v.suffix is not None and v.grad_late == late
+        for which in v.transforms
+    )
+
+
 def gradient_order() -> tuple[str, ...]:
     """Every gradient stage the registry makes possible now, in backward order."""
-    return (*_TO_MASKED, *modifier_gradients(), *_FROM_SCALED, *_NORM, *extra_gradients())
+    return (
+        *_TO_MASKED, *modifier_gradients(), *_TO_SCORES, *transform_gradients(late=False),
+        *_FROM_QK, *transform_gradients(late=True), *extra_gradients(),
+    )  # fmt: skip
 
 
 # As the registry stands when this module is imported (the variants attn ships).
-GRADIENT_STAGES = (*_TO_MASKED, *modifier_gradients(), *_FROM_SCALED)
-VARIANT_GRADIENTS = (*_NORM, *extra_gradients())
+GRADIENT_STAGES = (
+    *_TO_MASKED, *modifier_gradients(), *_TO_SCORES, *transform_gradients(late=False), *_FROM_QK,
+)  # fmt: skip
+VARIANT_GRADIENTS = (*transform_gradients(late=True), *extra_gradients())
 
 
 # ---------------------------------------------------------------------------------------------
@@ -293,6 +305,19 @@ def grad_extras(
     return chain.grad_extras(weights, delta_softmax(d_softmax, weights))
 
 
+def grad_transforms(
+    back: tuple[tuple[str, Back], ...], d_last: FloatArray
+) -> tuple[dict[str, FloatArray], FloatArray]:
+    """Back through the Q/K transforms: each one's stage gradient (``d_Q_rot`` ...), the last
+    transform's first (it is ``d_last``, what the scores passed on), and d_Q (or d_K)."""
+    grads = {}
+    d = d_last
+    for stage, grad in reversed(back):
+        grads[f"d_{stage}"] = d
+        d = grad(d)
+    return grads, d
+
+
 def grad_scale(d_scaled: FloatArray, scale: float) -> FloatArray:
     """scaled = scores × scale  =>  d_scores = d_scaled × scale."""
     d_scores: FloatArray = d_scaled * scale
@@ -312,16 +337,6 @@ def grad_keys_per_head(d_scores: FloatArray, q: FloatArray) -> FloatArray:
     """scores = Q·Kᵀ  =>  each query head's share of dK: dScoresᵀ·Q."""
     dK: FloatArray = d_scores.swapaxes(-1, -2) @ q  # (B, H, S, T) @ (B, H, T, D)
     return dK  # (B, H, S, D)
-
-
-def grad_rms_norm(d_y: FloatArray, x: FloatArray, weight: FloatArray, eps: float) -> FloatArray:
-    """y = w ∘ x / r, r = √(mean(x²) + eps) over the last axis  =>
-    d_x = (w ∘ d_y − x̂ · mean(x̂ ∘ w ∘ d_y)) / r, with x̂ = x / r."""
-    r = np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps)  # (..., 1)
-    x_hat = x / r
-    g = d_y * weight  # (..., n)
-    d_x: FloatArray = (g - x_hat * np.mean(g * x_hat, axis=-1, keepdims=True)) / r
-    return d_x
 
 
 # ---------------------------------------------------------------------------------------------
@@ -362,13 +377,10 @@ def _backward(fwd: ForwardArrays, grad: FloatArray | None, steps: _Steps) -> Gra
     dS = steps.softmax_input(fwd, d_softmax)  # (B, H, T, S)
     d_modified, d_scaled = grad_modifiers(fwd.chain, dS, fwd.before)
     d_scores = steps.scale(d_scaled, fwd.scale)
-    # 4) into the queries and keys (rotated back under RoPE, through RMSNorm under QK-norm)
-    d_Q_rot = grad_queries(d_scores, fwd.k, g)  # (B, H, T, D)
-    d_K_rot = steps.group(steps.keys_per_head(d_scores, fwd.q), g)  # (B, Hkv, S, D)
-    d_Q_norm = d_Q_rot if fwd.unrotate_q is None else fwd.unrotate_q(d_Q_rot)
-    d_K_norm = d_K_rot if fwd.unrotate_k is None else fwd.unrotate_k(d_K_rot)
-    d_Q = d_Q_norm if fwd.unnorm_q is None else fwd.unnorm_q(d_Q_norm)
-    d_K = d_K_norm if fwd.unnorm_k is None else fwd.unnorm_k(d_K_norm)
+    # 4) into the queries and keys, back through each Q/K transform (RoPE, then QK-norm)
+    d_q_stages, d_Q = grad_transforms(fwd.back_q, grad_queries(d_scores, fwd.k, g))  # (B, H, T, D)
+    d_K_in = steps.group(steps.keys_per_head(d_scores, fwd.q), g)  # (B, Hkv, S, D)
+    d_k_stages, d_K = grad_transforms(fwd.back_k, d_K_in)
     d_extra = grad_extras(fwd.chain, fwd.weights, d_softmax)  # (H,) each
     # 5) through the input projections
     inputs = _input_side(fwd, d_Q, d_K, d_V, steps.paths)
@@ -383,10 +395,6 @@ def _backward(fwd: ForwardArrays, grad: FloatArray | None, steps: _Steps) -> Gra
         d_masked=dS if fwd.has_masked else None,
         d_scaled=d_scaled,
         d_scores=d_scores,
-        d_Q_rot=None if fwd.unrotate_q is None else d_Q_rot,
-        d_K_rot=None if fwd.unrotate_k is None else d_K_rot,
-        d_Q_norm=None if fwd.unnorm_q is None else d_Q_norm,
-        d_K_norm=None if fwd.unnorm_k is None else d_K_norm,
         d_Q=d_Q,
         d_K=d_K,
         d_X=inputs.d_X,
@@ -397,7 +405,7 @@ def _backward(fwd: ForwardArrays, grad: FloatArray | None, steps: _Steps) -> Gra
         d_b_Q=inputs.d_b_Q,
         d_b_K=inputs.d_b_K,
         d_b_V=inputs.d_b_V,
-        variant={**d_modified, **d_extra},
+        variant={**d_q_stages, **d_k_stages, **d_modified, **d_extra},
     )
 
 

@@ -1,8 +1,8 @@
 """The one chain of attention, as the variants that are on make it (core/variant.py):
 
-    scaled -> score modifiers (capped) -> masked = + biases (bias, alibi), the fill where no key
-    is allowed (causal, window, mask, lengths, an empty cache slot) -> softmax with extra
-    logits (sinks)
+    Q, K -> the Q/K transforms (Q_norm, Q_rot) -> scores -> scaled -> score modifiers (capped)
+    -> masked = + biases (bias, alibi), the fill where no key is allowed (causal, window, mask,
+    lengths, an empty cache slot) -> softmax with extra logits (sinks)
 
 The block engine, KV-cache decoding, FlashAttention-2 tiles, the backward pass and the grader
 each run it over their own cells (core/variant.py ``Cells``); none of them names a variant.
@@ -18,7 +18,7 @@ import numpy as np
 
 import attn_cli.core.plugins  # noqa: F401 (registers the variants attn ships)
 from attn_cli.core.variant import REGISTRY as REGISTRY  # with the variants above registered
-from attn_cli.core.variant import BoolArray, Cells, FloatArray, IntArray, Variant
+from attn_cli.core.variant import BoolArray, Cast, Cells, FloatArray, IntArray, Variant, same
 
 if TYPE_CHECKING:
     from attn_cli.core.inputs import Inputs
@@ -36,6 +36,7 @@ class Chain:
     def __init__(self, inputs: Inputs) -> None:
         self.inputs = inputs
         self.on = on = [(v, x) for v in REGISTRY.values() if (x := v.value(inputs)) is not None]
+        self.transforms = [(v, x) for v, x in on if v.suffix is not None]
         self.modifiers = [(v, x) for v, x in on if v.stage is not None]
         self.biases = [(v, x) for v, x in on if _overrides(v, "bias")]
         self.rules = [(v, x) for v, x in on if _overrides(v, "allowed")]
@@ -62,6 +63,49 @@ class Chain:
     def hides(self) -> list[str]:
         """What hides keys, as `masked`'s formula says it (``causal upper-left``, ``window 3``)."""
         return [h for v, x in self.rules if (h := v.hides(x)) is not None]
+
+    # -- the Q/K transforms (QK-norm, RoPE), in chain order --------------------------------------
+
+    def transforms_of(self, which: str) -> list[tuple[Variant, Any]]:
+        """The transforms of Q or K (``which``) that are on, in the order they run."""
+        return [(v, x) for v, x in self.transforms if which in v.transforms]
+
+    def qk_stages(self, which: str) -> tuple[str, ...]:
+        """Q or K and each transform's stage, in order: ``("Q", "Q_norm", "Q_rot")``."""
+        return (which, *(f"{which}_{v.suffix}" for v, _ in self.transforms_of(which)))
+
+    def query_key(self, which: str) -> str:
+        """The stage the scores read for Q or K: the last transform's, else Q or K itself."""
+        return self.qk_stages(which)[-1]
+
+    def before_positional(self, which: str) -> str:
+        """The stage of Q or K before the first transform that reads positions: what a decode
+        loop takes whole, to transform each token as it arrives."""
+        stages = self.qk_stages(which)
+        for i, (v, _) in enumerate(self.transforms_of(which)):
+            if v.positional:
+                return stages[i]
+        return stages[-1]
+
+    def transform(
+        self,
+        which: str,
+        x: FloatArray,
+        positions: IntArray,
+        cast: Cast = same,
+        into: Callable[[str, FloatArray], None] | None = None,
+        positional: bool | None = None,
+    ) -> FloatArray:
+        """Q or K (B, heads, n, D) at ``positions`` (n,) through its transforms in turn (only
+        the positional ones, or only the others, when ``positional`` says), each result handed
+        to ``into(stage, array)``."""
+        for v, value in self.transforms_of(which):
+            if positional is not None and v.positional != positional:
+                continue
+            x = v.transform(value, self.inputs, which, x, positions, cast)
+            if into is not None:
+                into(f"{which}_{v.suffix}", x)
+        return x
 
     # -- the hooks, run over cells --------------------------------------------------------------
 

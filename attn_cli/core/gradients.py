@@ -2,45 +2,40 @@
 
 The math is core/backward.py's; this module only gathers its inputs from a run's arrays (the
 internal layouts, batch axis first: axis names as in steps.py) and names its results after the
-stage table's gradient rows. QK-norm (RMSNorm backward) and RoPE (rotation by −angle) are
-passed to it as the maps that carry a gradient back through them; the score modifiers and the
-extra logits as the forward's chain (core/chain.py), with what each modifier read. The chain's
+stage table's gradient rows. The Q/K transforms (QK-norm's RMSNorm backward, RoPE's rotation by
+−angle) are passed to it as the maps that carry a gradient back through each (``back_q``,
+``back_k``); the score modifiers and the extra logits as the forward's chain (core/chain.py),
+with what each modifier read. The chain's
 biases are constants added to the logits, so the gradient passes them unchanged and they take
 none.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import replace
+from typing import Any
 
 import numpy as np
 
-from attn_cli.core.backward import (
-    ForwardArrays,
-    Unrotate,
-    attention_backward,
-    delta_flash,
-    grad_rms_norm,
-    merge_heads,
-    split_heads,
-)
+from attn_cli.core.backward import Back, ForwardArrays, attention_backward, delta_flash
 from attn_cli.core.chain import Chain, cells_of
 from attn_cli.core.inputs import FloatArray, Inputs
 from attn_cli.core.stages import FORWARD_STAGE_NAMES, applicable_stages
 from attn_cli.core.steps import allowed_positions
-from attn_cli.core.variants import apply_rope
+from attn_cli.core.variant import Cast
 
-Cast = Callable[[str, FloatArray], FloatArray]  # an input in the computing dtype
-
-# What the backward reads from the forward run, when the fixture has it.
-_READS = ("X", "X_kv", "Q", "K", "V", "Q_norm", "K_norm", "Q_rot", "K_rot", "softmax", "output")
+# What the backward reads from the forward run, when the fixture has it (and each Q/K
+# transform's stage).
+_READS = ("X", "X_kv", "Q", "K", "V", "softmax", "output")
 
 
 def backward_needs(inputs: Inputs) -> set[str]:
     """The forward stages the backward pass reads: they are kept whole while it runs."""
     have = set(applicable_stages(inputs))
-    need = {s for s in _READS if s in have} | set(modifier_inputs(Chain(inputs)))
+    chain = Chain(inputs)
+    reads = (*_READS, *chain.qk_stages("Q"), *chain.qk_stages("K"))
+    need = {s for s in reads if s in have} | set(modifier_inputs(chain))
     assert need <= set(FORWARD_STAGE_NAMES)
     return need
 
@@ -67,8 +62,8 @@ def forward_arrays(
     dtype = arrays["softmax"].dtype
     chain = Chain(inp)
     return ForwardArrays(
-        q=_entering("Q", arrays),
-        k=_entering("K", arrays),
+        q=_entering(chain, "Q", arrays),
+        k=_entering(chain, "K", arrays),
         v=arrays["V"],
         weights=arrays["softmax"],
         output=arrays["output"],
@@ -79,17 +74,15 @@ def forward_arrays(
         before=tuple(arrays[s] for s in modifier_inputs(chain)),
         X=arrays.get("X"),
         X_kv=arrays.get("X_kv"),
-        unrotate_q=_unrotate(inp, "Q"),
-        unrotate_k=_unrotate(inp, "K"),
-        unnorm_q=_unnorm(inp, arrays, "Q", cast),
-        unnorm_k=_unnorm(inp, arrays, "K", cast),
+        back_q=_back(chain, "Q", arrays, cast),
+        back_k=_back(chain, "K", arrays, cast),
         **weights,
     )
 
 
-def _entering(name: str, arrays: Mapping[str, FloatArray]) -> FloatArray:
-    """What entered the scores for Q or K: rotated, else normalised, else plain."""
-    return next(arrays[s] for s in (f"{name}_rot", f"{name}_norm", name) if s in arrays)
+def _entering(chain: Chain, name: str, arrays: Mapping[str, FloatArray]) -> FloatArray:
+    """What entered the scores for Q or K: the last transform's stage, else Q or K."""
+    return next(arrays[s] for s in reversed(chain.qk_stages(name)) if s in arrays)
 
 
 def _logit_bias(inp: Inputs, cast: Cast, dtype: np.dtype[np.float64]) -> FloatArray | None:
@@ -106,40 +99,24 @@ def _logit_bias(inp: Inputs, cast: Cast, dtype: np.dtype[np.float64]) -> FloatAr
     return total
 
 
-def _unrotate(inp: Inputs, name: str) -> Unrotate | None:
-    """RoPE is a rotation per position: its transpose, rotation by −angle, carries d back."""
-    rope = inp.rope
-    if rope is None:
-        return None
-    pos_q, pos_k = inp.token_positions()
-    positions = pos_q if name == "Q" else pos_k
+def _back(
+    chain: Chain, which: str, arrays: Mapping[str, FloatArray], cast: Cast
+) -> tuple[tuple[str, Back], ...]:
+    """Each Q/K transform's stage and the map that carries its gradient back to the stage
+    before it (RoPE: rotation by −angle; QK-norm: RMSNorm's backward), in forward order."""
+    inp = chain.inputs
+    positions = inp.token_positions()[0 if which == "Q" else 1]
+    stages = chain.qk_stages(which)
+    back = []
+    pairs = zip(chain.transforms_of(which), stages[:-1], stages[1:], strict=True)
+    for (v, value), x_in, stage in pairs:
 
-    def unrotate(d: FloatArray) -> FloatArray:
-        return apply_rope(
-            d, positions, base=rope.base, layout=rope.layout, dims=rope.dims, inverse=True
-        )  # (B, heads, seq, D)
+        def grad(d: FloatArray, v: Any = v, value: Any = value, x_in: str = x_in) -> FloatArray:
+            d_in: FloatArray = v.grad_transform(value, inp, which, d, arrays[x_in], positions, cast)
+            return d_in
 
-    return unrotate
-
-
-def _unnorm(
-    inp: Inputs, arrays: Mapping[str, FloatArray], name: str, cast: Cast
-) -> Unrotate | None:
-    """RMSNorm's backward, per head (weight (D,)) or over the whole projection (heads*D,)."""
-    norm = inp.qk_norm
-    if norm is None:
-        return None
-    x = arrays[name]  # (B, heads, seq, D), before the norm
-    w = cast(f"qk_norm.{name.lower()}_weight", norm.q_weight if name == "Q" else norm.k_weight)
-    heads = x.shape[1]
-
-    def unnorm(d: FloatArray) -> FloatArray:
-        if w.shape[0] == x.shape[-1]:
-            return grad_rms_norm(d, x, w, norm.eps)  # (B, heads, seq, D)
-        flat = grad_rms_norm(merge_heads(d), merge_heads(x), w, norm.eps)  # (B, seq, heads*D)
-        return split_heads(flat, heads)  # (B, heads, seq, D)
-
-    return unnorm
+        back.append((stage, grad))
+    return tuple(back)
 
 
 def gradient_stages(

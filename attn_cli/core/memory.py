@@ -55,9 +55,12 @@ def memory_needed(
     numbers = B * (H * T * D + Hkv * S * (D + Dv))
     if inputs.mode == "direct" and itemsize == 8:
         numbers = 0
-    # 2)-3) Q_norm and K_norm, Q_rot and K_rot: each pair as big as Q and K
-    pairs = (inputs.qk_norm is not None) + (inputs.rope is not None)
-    numbers += pairs * B * (H * T + Hkv * S) * D
+    # 2)-3) the Q/K transforms' stages (Q_norm and K_norm, Q_rot and K_rot): each as big as Q, K
+    from attn_cli.core.chain import Chain  # NumPy: memory.py itself imports none
+
+    chain = Chain(inputs)
+    q_stages, k_stages = len(chain.transforms_of("Q")), len(chain.transforms_of("K"))
+    numbers += B * D * (H * T * q_stages + Hkv * S * k_stages)
     # 4)-8) the score stages that are kept, lse, and the blocks of score rows being worked on
     whole = not streams(inputs, keep, backward, written)
     numbers += whole * score_stages_kept(inputs, keep) * B * H * T * S

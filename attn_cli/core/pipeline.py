@@ -45,13 +45,7 @@ from attn_cli.core.stages import (
     needed_stages,
     public_axes,
 )
-from attn_cli.core.steps import (
-    concat_heads,
-    norm_heads,
-    project,
-    rotate,
-    split_heads,
-)
+from attn_cli.core.steps import concat_heads, project, split_heads
 
 Dtype = Literal["float64", "float32"]
 Upstream = Literal["grad", "ones"]  # the fixture's grad, or ones (L = sum of the final stage)
@@ -277,8 +271,8 @@ class _Run:
         scale, scale_source = resolve_scale(self.inputs)
         # 1) project X into queries, keys and values (or take them as given)
         self.project() if self.inputs.mode == "projection" else self.given()
-        # 2) QK-norm, then 3) RoPE, on queries and keys
-        self.norm_and_rotate()
+        # 2)-3) the Q/K transforms (QK-norm, then RoPE), on queries and keys
+        self.transform_qk()
         # 4)-8) scores, scale, softcap, ALiBi and mask, softmax, weighted sum: block by block
         attended = self.attend(scale, progress) if "scores" in self.need else None
         for name in self.chain.bias_stages:  # kept, though nothing masks with them here
@@ -337,20 +331,18 @@ class _Run:
         for name in ("Q", "K", "V"):
             self.arrays[name] = self.as_dtype(name, getattr(self.inputs, name), _HEADS)
 
-    def norm_and_rotate(self) -> None:
-        """QK-norm, then RoPE at each token's position; V is left alone."""
-        inp = self.inputs
-        pos_q, pos_k = inp.token_positions()
-        for name, positions in (("Q", pos_q), ("K", pos_k)):
-            x = self.arrays.get(name)
-            if inp.qk_norm is not None and f"{name}_norm" in self.need:
-                assert x is not None
-                w = inp.qk_norm.q_weight if name == "Q" else inp.qk_norm.k_weight
-                w = self.as_dtype(f"qk_norm.{name.lower()}_weight", w, _VECTOR)
-                x = self.arrays[f"{name}_norm"] = norm_heads(x, w, inp.qk_norm.eps)
-            if inp.rope is not None and f"{name}_rot" in self.need:
-                assert x is not None
-                self.arrays[f"{name}_rot"] = rotate(x, positions, inp.rope)  # (B, H, T, D)
+    def transform_qk(self) -> None:
+        """The chain's Q/K transforms in turn (QK-norm, then RoPE), at each token's position;
+        V is left alone."""
+        pos_q, pos_k = self.inputs.token_positions()
+        for which, positions in (("Q", pos_q), ("K", pos_k)):
+            x = self.arrays.get(which)
+            for v, value in self.chain.transforms_of(which):
+                stage = f"{which}_{v.suffix}"
+                if stage in self.need:
+                    assert x is not None
+                    x = v.transform(value, self.inputs, which, x, positions, self.as_dtype_any)
+                    self.arrays[stage] = x  # (B, heads, T, D)
 
     def attend(self, scale: float, progress: Progress | None) -> Attended:
         q, k, v = self.query_key("Q"), self.query_key("K"), self.arrays.get("V")
@@ -418,8 +410,8 @@ class _Run:
                     yield self.chain.bias_stage(name, cells, dtype)[0, 0]  # (R, S)
 
     def query_key(self, name: str) -> FloatArray:
-        """What the scores read: the rotated, else the normalised, else the plain Q or K."""
-        for stage in (f"{name}_rot", f"{name}_norm", name):
+        """What the scores read: the last transform's stage of Q or K, else Q or K itself."""
+        for stage in reversed(self.chain.qk_stages(name)):
             if stage in self.arrays:
                 return self.arrays[stage]
         raise AssertionError(f"{name} was not computed")
@@ -443,8 +435,10 @@ class _Run:
             self.arrays["projected"] = self.check("projected", project(concat, W_O, b_O), axes)
 
     def as_dtype_any(self, name: str, arr: FloatArray) -> FloatArray:
-        """An input of any layout in the computing dtype (its axes named by position)."""
-        return self.as_dtype(name, arr, tuple(f"axis {i}" for i in range(arr.ndim)))
+        """An input of any layout in the computing dtype (a vector's axis is its column, other
+        axes named by position)."""
+        axes = _VECTOR if arr.ndim == 1 else tuple(f"axis {i}" for i in range(arr.ndim))
+        return self.as_dtype(name, arr, axes)
 
     def as_dtype(self, name: str, arr: FloatArray, axes: tuple[str, ...]) -> FloatArray:
         """An input in the computing dtype; a value too big for float32 is an error, not inf."""

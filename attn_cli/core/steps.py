@@ -25,8 +25,9 @@ import numpy as np
 
 from attn_cli.core.chain import Chain, cells_of
 from attn_cli.core.plugins.allowed import window_reach as window_reach  # where it was
+from attn_cli.core.plugins.qk_norm import norm_heads as norm_heads  # where it was (the grader)
 from attn_cli.core.variant import REGISTRY
-from attn_cli.core.variants import apply_rope, rms_norm
+from attn_cli.core.variants import apply_rope
 
 if TYPE_CHECKING:
     from attn_cli.core.inputs import Inputs, Rope
@@ -55,15 +56,6 @@ def split_heads(x: FloatArray, heads: int) -> FloatArray:
 def repeat_kv(x: FloatArray, groups: int) -> FloatArray:
     """Query head h reads key/value head h // groups, as torch's repeat_interleave."""
     return x if groups == 1 else np.repeat(x, groups, axis=1)  # (B, Hkv, S, D) -> (B, H, S, D)
-
-
-def norm_heads(x: FloatArray, weight: FloatArray, eps: float) -> FloatArray:
-    """QK-norm: RMSNorm of each head (weight (D,)) or of the whole projection (weight (H*D,))."""
-    if weight.shape[0] == x.shape[-1]:
-        return rms_norm(x, weight, eps)  # (B, H, T, D), each head on its own (Qwen3)
-    B, H, T, D = x.shape
-    flat = x.transpose(0, 2, 1, 3).reshape(B, T, H * D)  # (B, T, H*D), before the split (OLMo 2)
-    return split_heads(rms_norm(flat, weight, eps), H)  # (B, H, T, D)
 
 
 def rotate(x: FloatArray, positions: IntArray, rope: Rope) -> FloatArray:

@@ -18,6 +18,7 @@ Axis names as in steps.py; a hook's arrays broadcast to the cells' (b, h, R, S).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 import numpy as np
@@ -28,6 +29,12 @@ if TYPE_CHECKING:
 FloatArray = np.ndarray[Any, np.dtype[np.float64]]  # float32 too, at run time
 BoolArray = np.ndarray[Any, np.dtype[np.bool_]]
 IntArray = np.ndarray[Any, np.dtype[np.int64]]
+Cast = Callable[[str, FloatArray], FloatArray]  # an input's array in the computing dtype
+
+
+def same(name: str, array: FloatArray) -> FloatArray:
+    """The array as it is (a float64 run, or a caller that casts nothing)."""
+    return array
 
 
 class Cells(NamedTuple):
@@ -130,6 +137,38 @@ class Variant:
         if self.name in inputs.extra:
             return inputs.extra[self.name]
         return getattr(inputs, self.name, None)
+
+    # -- Q/K transforms: Q -> Q_<suffix>, K -> K_<suffix>, before the scores (QK-norm, RoPE) ---
+
+    # the suffix of its stages: "norm" makes Q_norm and K_norm (and d_Q_norm, d_K_norm)
+    suffix: str | None = None
+    # which of Q and K it transforms
+    transforms: tuple[str, ...] = ("Q", "K")
+    # it reads each token's position: decoding applies it as a token arrives (a key once, when
+    # it enters the cache; a query at its position), not to the whole sequence up front
+    positional: bool = False
+    # its gradients are listed after the input projections' in ``Gradients.stages()`` (QK-norm)
+    grad_late: bool = False
+
+    def transform(
+        self, value: Any, inputs: Inputs, which: str, x: FloatArray, positions: IntArray, cast: Cast
+    ) -> FloatArray:
+        """Q or K (``which``), (B, heads, n, D) at their token ``positions`` (n,), transformed;
+        ``cast(name, array)`` gives an array of the setting in the computing dtype."""
+        raise NotImplementedError(f"{self.name} transforms neither Q nor K")
+
+    def grad_transform(
+        self,
+        value: Any,
+        inputs: Inputs,
+        which: str,
+        d_out: FloatArray,
+        x_in: FloatArray,
+        positions: IntArray,
+        cast: Cast,
+    ) -> FloatArray:
+        """d(transformed) -> d(x_in), the transform's Jacobian (transposed) applied."""
+        raise NotImplementedError(f"{self.name} transforms neither Q nor K")
 
     # -- score modifiers: scaled -> stage, before the mask (softcap) ---------------------------
 

@@ -1,14 +1,18 @@
 """QK-norm (Qwen3, Gemma 3, OLMo 2): RMSNorm of Q and K before RoPE, x / sqrt(mean(x²) + eps)
-× weight. Its fixture key here; it still runs in core/pipeline.py."""
+× weight, per head (a weight of d_k) or over the whole projection (heads*d_k). A Q/K transform
+of the chain: Q -> Q_norm, K -> K_norm."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from typing import Any
 
+import numpy as np
+
 from attn_cli.core.inputs import Inputs, QKNorm
 from attn_cli.core.plugins.parsing import known_subkeys, positive_number
-from attn_cli.core.variant import FixtureKey, Variant, register
+from attn_cli.core.variant import Cast, FixtureKey, FloatArray, IntArray, Variant, register
+from attn_cli.core.variants import rms_norm
 
 DOC = "a mapping {q_weight, k_weight, eps: 1e-6}"
 
@@ -18,6 +22,25 @@ class QKNormalization(Variant):
     array_parts = ("q_weight", "k_weight")
     subkeys = ("q_weight", "k_weight", "eps")
     key_order = 10
+    suffix = "norm"
+    grad_late = True
+
+    def transform(
+        self, value: QKNorm, inputs: Inputs, which: str, x: FloatArray, positions: IntArray,
+        cast: Cast,
+    ) -> FloatArray:  # fmt: skip
+        return norm_heads(x, _weight(value, which, cast), value.eps)  # (B, heads, n, D)
+
+    def grad_transform(
+        self, value: QKNorm, inputs: Inputs, which: str, d_out: FloatArray, x_in: FloatArray,
+        positions: IntArray, cast: Cast,
+    ) -> FloatArray:  # fmt: skip
+        """RMSNorm's backward, per head (weight (D,)) or over the whole projection (heads*D,)."""
+        w = _weight(value, which, cast)
+        if w.shape[0] == x_in.shape[-1]:
+            return grad_rms_norm(d_out, x_in, w, value.eps)  # (B, heads, n, D)
+        flat = grad_rms_norm(_merged(d_out), _merged(x_in), w, value.eps)  # (B, n, heads*D)
+        return _split(flat, x_in.shape[1])  # (B, heads, n, D)
 
     def parse(self, raw: Any, key: FixtureKey) -> QKNorm:
         if not isinstance(raw, Mapping):
@@ -53,6 +76,43 @@ class QKNormalization(Variant):
             "q_over": scope[value.q_weight.shape[0] == inputs.d_k],
             "k_over": scope[value.k_weight.shape[0] == inputs.d_k],
         }
+
+
+def norm_heads(x: FloatArray, weight: FloatArray, eps: float) -> FloatArray:
+    """RMSNorm of each head (weight (D,)) or of the whole projection (weight (H*D,))."""
+    if weight.shape[0] == x.shape[-1]:
+        return rms_norm(x, weight, eps)  # (B, H, T, D), each head on its own (Qwen3)
+    return _split(rms_norm(_merged(x), weight, eps), x.shape[1])  # (B, H, T, D) (OLMo 2)
+
+
+def grad_rms_norm(d_y: FloatArray, x: FloatArray, weight: FloatArray, eps: float) -> FloatArray:
+    """y = w ∘ x / r, r = √(mean(x²) + eps) over the last axis  =>
+    d_x = (w ∘ d_y − x̂ · mean(x̂ ∘ w ∘ d_y)) / r, with x̂ = x / r."""
+    r = np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps)  # (..., 1)
+    x_hat = x / r
+    g = d_y * weight  # (..., n)
+    d_x: FloatArray = (g - x_hat * np.mean(g * x_hat, axis=-1, keepdims=True)) / r
+    return d_x
+
+
+def _merged(x: FloatArray) -> FloatArray:
+    """Heads side by side, as before the split: (B, H, T, D) -> (B, T, H*D)."""
+    B, H, T, D = x.shape
+    merged: FloatArray = x.transpose(0, 2, 1, 3).reshape(B, T, H * D)  # (B, T, H*D)
+    return merged
+
+
+def _split(x: FloatArray, heads: int) -> FloatArray:
+    """Contiguous column blocks become heads: (B, T, H*D) -> (B, H, T, D)."""
+    B, T, width = x.shape
+    split: FloatArray = x.reshape(B, T, heads, width // heads).transpose(0, 2, 1, 3)
+    return split  # (B, H, T, D)
+
+
+def _weight(value: QKNorm, which: str, cast: Cast) -> FloatArray:
+    """The weight of Q's or K's norm in the computing dtype (float32 overflow named)."""
+    w = value.q_weight if which == "Q" else value.k_weight
+    return cast(f"qk_norm.{which.lower()}_weight", w)
 
 
 register(QKNormalization())

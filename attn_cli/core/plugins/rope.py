@@ -1,5 +1,6 @@
 """Rotary position embedding (Su et al.; HF ``rope_theta``, ``partial_rotary_factor``): Q and K
-rotated by their positions. Its fixture key here; it still runs in core/pipeline.py."""
+rotated by their positions. A Q/K transform of the chain: Q -> Q_rot, K -> K_rot; decoding
+rotates a key once, when it enters the cache, and a query at its position."""
 
 from __future__ import annotations
 
@@ -7,8 +8,8 @@ from typing import Any
 
 from attn_cli.core.inputs import Inputs, Rope
 from attn_cli.core.plugins.parsing import known_subkeys, plain, positive_number, true_or_mapping
-from attn_cli.core.variant import FixtureKey, Variant, register
-from attn_cli.core.variants import ROPE_LAYOUTS
+from attn_cli.core.variant import Cast, FixtureKey, FloatArray, IntArray, Variant, register
+from attn_cli.core.variants import ROPE_LAYOUTS, apply_rope
 
 DOC = "true or a mapping {base: 10000, layout: half | interleaved, dims: d_k}"
 
@@ -18,6 +19,23 @@ class RotaryEmbedding(Variant):
     subkeys = ("base", "layout", "dims")
     reads_positions = True
     key_order = 20
+    suffix = "rot"
+    positional = True
+
+    def transform(
+        self, value: Rope, inputs: Inputs, which: str, x: FloatArray, positions: IntArray,
+        cast: Cast,
+    ) -> FloatArray:  # fmt: skip
+        return apply_rope(x, positions, base=value.base, layout=value.layout, dims=value.dims)
+
+    def grad_transform(
+        self, value: Rope, inputs: Inputs, which: str, d_out: FloatArray, x_in: FloatArray,
+        positions: IntArray, cast: Cast,
+    ) -> FloatArray:  # fmt: skip
+        """A rotation per position: its transpose, rotation by −angle, carries d back."""
+        return apply_rope(
+            d_out, positions, base=value.base, layout=value.layout, dims=value.dims, inverse=True
+        )  # (B, heads, n, D)
 
     def parse(self, raw: Any, key: FixtureKey) -> Rope | None:
         value = true_or_mapping(raw, key, DOC)
