@@ -25,6 +25,7 @@ from attn_cli.present.explain_registry import (
 )
 from attn_cli.present.text import factor
 from attn_cli.present.text import upstream_line as upstream_line  # its old import path (tests)
+from attn_cli.present.variant_texts import has_extra_logit, modifier, modifier_stage
 
 
 def _t(c: Context | Cell, en: str, zh: str) -> str:
@@ -229,7 +230,7 @@ def _explain_logits(c: Context) -> Parts:
         "一个对数几率变大，自己的权重变大，同时从其他键那里拿走权重；−Delta 这一项就是后一个"
         "效应。漏掉它（dS = P ∘ dP）是常见错误。",
     )]  # fmt: skip
-    if inp.sinks is None:
+    if not has_extra_logit(inp):
         meaning.append(_t(
             c, "Each row of dS sums to 0: adding the same number to a whole row of logits "
             "changes no weight.",
@@ -248,21 +249,15 @@ def _explain_logits(c: Context) -> Parts:
 
 def _upstream_of(c: Context) -> str:
     """The gradient stage this one is computed from (d_scaled from d_capped or d_masked)."""
-    inp = c.trace.inputs
-    if c.name == "d_scaled" and inp.softcap is not None:
-        return "d_capped"
-    return "d_masked"
+    stage = modifier_stage(c.trace.inputs)
+    return f"d_{stage}" if c.name == "d_scaled" and stage is not None else "d_masked"
 
 
 def _passed(c: Context) -> str:
     """Why the gradient passes a step unchanged, or scaled by tanh's slope."""
-    if c.name == "d_scaled" and c.trace.inputs.softcap is not None:
-        return _t(
-            c, "capped = c × tanh(scaled / c), whose slope is 1 − tanh²(scaled / c): near 1 for "
-            "small scores, near 0 for large ones, so a saturated score barely learns.",
-            "capped = c × tanh(scaled / c)，它的斜率是 1 − tanh²(scaled / c)：分数小时接近 1，"
-            "分数大时接近 0，所以饱和的分数几乎学不动。",
-        )  # fmt: skip
+    texts = modifier(c.trace.inputs)
+    if c.name == "d_scaled" and texts is not None and c.lang in texts.grad_note:
+        return texts.grad_note[c.lang]
     return _t(
         c, "masked = this stage + bias (+ ALiBi), constants that take no gradient: it passes "
         "unchanged, and is already 0 where the mask blocks.",

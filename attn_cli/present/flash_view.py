@@ -27,6 +27,7 @@ from attn_cli.present.options import RenderOptions
 from attn_cli.present.render import render_explanation, render_header
 from attn_cli.present.run_view import lookup, sentinel_note, titled_matrix
 from attn_cli.present.text import TABLE_EDGE, TABLE_LIMIT, format_number, pick
+from attn_cli.present.variant_texts import extra_logit, modifier, view_inputs, view_notes
 
 if TYPE_CHECKING:
     from attn_cli.check.runs import FlashRun
@@ -46,7 +47,6 @@ LABELS: dict[Lang, dict[str, str]] = {
         "skipped": "skipped: every key of this block is after every query (above the causal "
         "diagonal); m, l and acc carry over unchanged",
         "S": "S: scaled scores of the tile (−∞ where not allowed)",
-        "S_cap": "S: capped scores of the tile, {c}·tanh(scaled/{c}) (−∞ where not allowed)",
         "state": "running state per query row",
         "P": "P = exp(S − m)",
         "P2": "P = exp2(S − m)",
@@ -84,7 +84,6 @@ LABELS: dict[Lang, dict[str, str]] = {
         "tile": "第 {k} 块，共 {n} 块 · {where}查询 {t0}..{t1} × 键 {s0}..{s1}",
         "skipped": "跳过：这一块的每个键都在每个查询之后（位于因果对角线之上）；m、l、acc 保持不变",
         "S": "S：这一块缩放后的分数（不允许看的位置为 −∞）",
-        "S_cap": "S：这一块截断后的分数，{c}·tanh(scaled/{c})（不允许看的位置为 −∞）",
         "state": "每个查询行的运行状态",
         "P": "P = exp(S − m)",
         "P2": "P = exp2(S − m)",
@@ -205,8 +204,8 @@ def _previous_m(run: FlashRun, k: int) -> Any:
         before = run.tiles[k - 1]
         if (before.batch, before.head, before.q_block) == (tile.batch, tile.head, tile.q_block):
             return before.m
-    sinks = run.trace.inputs.sinks
-    start = -math.inf if sinks is None else float(sinks[tile.head]) * (LOG2E if run.base2 else 1)
+    extra = extra_logit(run.trace.inputs, tile.head)
+    start = -math.inf if extra is None else extra * (LOG2E if run.base2 else 1)
     return np.full(tile.m.shape, start)
 
 
@@ -233,12 +232,12 @@ def render_tile(run: FlashRun, k: int, options: RenderOptions) -> Group:
         parts.append(Text(_t(lang, "skipped"), style="yellow"))
         explained("skipped")
     else:
-        cap = run.trace.inputs.softcap
-        if cap is None:
-            table(tile.S, keys, _t(lang, "S"))
-        else:
-            table(tile.S, keys, _t(lang, "S_cap", c=f"{cap:g}"))
-        explained("S" if cap is None else "S_cap")
+        inp = run.trace.inputs
+        texts = modifier(inp)  # a score modifier's S, explained by its own note
+        s_title = None if texts is None else texts.view_title("flash", texts.setting(inp), lang)
+        table(tile.S, keys, s_title or _t(lang, "S"))
+        note = [] if texts is None else list(texts.view_notes.get("flash", {}))
+        explained(note[0] if note else "S")
     state = [_previous_m(run, k), tile.m, tile.alpha, tile.l]
     names = ["m_old", "m", "α", "l"]
     shown = [(n, x) for n, x in zip(names, state, strict=True) if x is not None]
@@ -325,16 +324,6 @@ _EXPLAIN: dict[str, dict[Lang, tuple[str, str]]] = {  # key -> lang -> (formula,
         "zh": ("S = Q_块 · K_块ᵀ × scale（+ bias），不允许看的位置为 −∞",
                "与 trace 中 masked 阶段对应的那一块数值相同：任何时候都只有这一块存在。"),
     },
-    "S_cap": {
-        "en": ("S = softcap·tanh(Q_block · K_blockᵀ × scale / softcap) (+ bias), −∞ where not "
-               "allowed",
-               "Gemma 2's softcap is applied to the tile's scaled scores before the bias, the mask "
-               "and the running max, as in the full computation: the same numbers as the "
-               "matching block of the trace's masked stage."),
-        "zh": ("S = softcap·tanh(Q_块 · K_块ᵀ × scale / softcap)（+ bias），不允许看的位置为 −∞",
-               "Gemma 2 的软截断作用在这一块缩放后的分数上，在 bias、遮盖和运行最大值之前，"
-               "与完整计算相同：与 trace 中 masked 阶段对应的那一块数值相同。"),
-    },
     "m": {
         "en": ("m = max(m_old, rowmax(S))",
                "The largest score seen so far in each row. Subtracting it before exp keeps "
@@ -400,19 +389,20 @@ _EXPLAIN: dict[str, dict[Lang, tuple[str, str]]] = {  # key -> lang -> (formula,
 
 def explain(run: FlashRun, key: str, lang: Lang) -> Explanation:
     """The explanation of one quantity of the loop, with this run's block sizes."""
-    formula, meaning = _EXPLAIN[key][lang]
+    notes = view_notes("flash")  # a variant's note on S as it computes it
+    formula, meaning = (_EXPLAIN | notes)[key][lang]
     bq, bk, Dv = run.block_q, run.block_k, run.trace.inputs.d_v
     shapes = {
-        "S": f"S [{bq}, {bk}]", "S_cap": f"S [{bq}, {bk}]", "P": f"P [{bq}, {bk}]",
+        "S": f"S [{bq}, {bk}]", "P": f"P [{bq}, {bk}]",
         "m": f"m [{bq}]", "alpha": f"α [{bq}]",
         "l": f"l [{bq}]", "acc": f"acc [{bq}, d_v={Dv}]",
         "O": f"O [seq_q, d_v={Dv}]", "L": "L [seq_q]",
     }  # fmt: skip
-    inputs = {
-        "S": ("Q_block", "K_block"), "S_cap": ("Q_block", "K_block", "softcap"),
+    inputs = ({
+        "S": ("Q_block", "K_block"),
         "m": ("m_old", "S"), "alpha": ("m_old", "m"),
         "P": ("S", "m"), "l": ("α", "l", "P"), "acc": ("α", "acc", "P", "V_block"),
         "O": ("acc", "l"), "L": ("m", "l"),
-    }.get(key, (label(lang, "given"),))  # fmt: skip
-    return Explanation(key, lang, (formula,), inputs, shapes.get(key, label(lang, "scalar")),
-                       (meaning,))  # fmt: skip
+    } | view_inputs("flash")).get(key, (label(lang, "given"),))  # fmt: skip
+    shape = shapes.get(key, shapes["S"] if key in notes else label(lang, "scalar"))
+    return Explanation(key, lang, (formula,), inputs, shape, (meaning,))

@@ -20,6 +20,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from attn_cli.present.text import safe
+from attn_cli.present.variant_texts import math_names
 
 _LATEX_SPECIAL = {
     "\\": r"\textbackslash{}",
@@ -109,9 +110,9 @@ SEEDS = frozenset({"num", "sub", "op"})  # what makes a stretch math
 # Names that join a formula next to an operator; other words of two or more letters are prose.
 NAMES = frozenset(
     {
-        *("X", "X_kv", "Q", "K", "V", "scores", "scaled", "capped", "alibi", "masked"),
+        *("X", "X_kv", "Q", "K", "V", "scores", "scaled", "capped", "masked"),
         *("softmax", "lse", "output", "concat", "projected", "tanh", "exp", "log", "mean"),
-        *("max", "min", "RoPE", "scale", "bias", "eps", "softcap", "sink", "head"),
+        *("max", "min", "RoPE", "scale", "bias", "eps", "sink", "head"),
         *("True", "False", "true", "false"),
     }
 )
@@ -162,6 +163,7 @@ def _joins(token: _Token, following: _Token | None) -> bool:
         return (
             len(token.text) == 1
             or token.text in NAMES
+            or token.text in math_names()
             or (following is not None and following.kind == "open")
         )
     return token.kind in ("num", "sub", "op", "open", "close", "comma", "lit")

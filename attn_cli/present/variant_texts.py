@@ -24,7 +24,7 @@ class VariantTexts:
 
     name: str = ""  # the variant's fixture key
     stage: str | None = None  # a score modifier's stage (capped): masked starts from it
-    bias_stage: str | None = None  # an additive bias kept as a stage (alibi): added in masked
+    bias_stage: str | None = None  # an additive bias kept as a stage of its own, added in masked
     reads_positions = False  # the header shows the token positions when it is on
     before_positions = False  # its header line comes before the positions line
     labels: ClassVar[dict[Lang, dict[str, str]]] = {}  # short labels, merged into i18n's table
@@ -33,6 +33,12 @@ class VariantTexts:
     # its explainers and worked-cell parts, by explanation key and stage (explain_registry.py)
     explainers: ClassVar[dict[str, Callable[[Any], Any]]] = {}
     cell_texts: ClassVar[dict[str, Callable[[Any], Any]]] = {}
+    # words its formulas use beside operators: the LaTeX export sets them as math, not prose
+    math_names: ClassVar[tuple[str, ...]] = ()
+    # its notes in the decode and flash views: view -> key -> lang -> (formula, meaning), and
+    # what each note's quantity is computed from
+    view_notes: ClassVar[dict[str, dict[str, dict[Lang, tuple[str, str]]]]] = {}
+    view_inputs: ClassVar[dict[str, dict[str, tuple[str, ...]]]] = {}
 
     def setting(self, inp: Inputs) -> Any:
         """The variant's setting in these inputs; None when it is off."""
@@ -42,13 +48,17 @@ class VariantTexts:
         """Its lines under "variants" in the header, given its setting ``value``."""
         return []
 
+    def view_title(self, view: str, value: Any, lang: Lang) -> str | None:
+        """The title of the quantity it changes in ``view`` (flash: S), None: the usual one."""
+        return None
+
     def extra_logit(self, inp: Inputs, head: int) -> float | None:
         """The logit it joins to every softmax row of ``head``; None: none."""
         return None
 
     def cell_values(self, trace: Trace, head: int, cell: tuple[int, ...]) -> dict[str, Any]:
         """Its numbers in a worked cell, named as the cell's attributes, None when off: its
-        stages' values at ``cell`` (``capped``, ``alibi``) and what ``setting_values`` adds."""
+        stages' values at ``cell`` and what ``setting_values`` adds."""
         values: dict[str, Any] = {}
         for stage in (self.stage, self.bias_stage):
             if stage is not None:
@@ -85,10 +95,16 @@ def active(inp: Inputs) -> list[VariantTexts]:
     return [t for t in TEXTS.values() if t.setting(inp) is not None]
 
 
+def modifier(inp: Inputs) -> VariantTexts | None:
+    """The last score modifier in force (its stage is what masked starts from), or None."""
+    modifiers = [t for t in active(inp) if t.stage is not None]
+    return modifiers[-1] if modifiers else None
+
+
 def modifier_stage(inp: Inputs) -> str | None:
-    """The last score modifier's stage in force (what masked starts from), or None."""
-    stages = [t.stage for t in active(inp) if t.stage is not None]
-    return stages[-1] if stages else None
+    """The last score modifier's stage in force, or None."""
+    t = modifier(inp)
+    return None if t is None else t.stage
 
 
 def extra_logit(inp: Inputs, head: int) -> float | None:
@@ -99,3 +115,18 @@ def extra_logit(inp: Inputs, head: int) -> float | None:
 def has_extra_logit(inp: Inputs) -> bool:
     """Whether some variant joins a logit to every softmax row."""
     return inp.heads > 0 and extra_logit(inp, 0) is not None
+
+
+def math_names() -> set[str]:
+    """Every registered variant's words that are math in a formula."""
+    return {n for t in TEXTS.values() for n in t.math_names}
+
+
+def view_notes(view: str) -> dict[str, dict[Lang, tuple[str, str]]]:
+    """The variants' notes in ``view`` (decode, flash), by key."""
+    return {k: v for t in TEXTS.values() for k, v in t.view_notes.get(view, {}).items()}
+
+
+def view_inputs(view: str) -> dict[str, tuple[str, ...]]:
+    """What the variants' notes in ``view`` are computed from, by key."""
+    return {k: v for t in TEXTS.values() for k, v in t.view_inputs.get(view, {}).items()}

@@ -62,6 +62,7 @@ class AlibiTexts(VariantTexts):
         },
     }
     add_label = "cell_add_alibi"
+    math_names = ("alibi",)
     explainers: ClassVar[dict[str, Callable[[Any], Any]]] = {"alibi": _explain_alibi}
     cell_texts: ClassVar[dict[str, Callable[[Any], Any]]] = {"alibi": _cell_alibi}
 

@@ -47,6 +47,19 @@ def _cell_capped(c: Cell) -> CellText | None:
     )
 
 
+# The flash view's S with the cap: lang -> (formula, meaning)
+_FLASH_S: dict[Lang, tuple[str, str]] = {
+        "en": ("S = softcap·tanh(Q_block · K_blockᵀ × scale / softcap) (+ bias), −∞ where not "
+               "allowed",
+               "Gemma 2's softcap is applied to the tile's scaled scores before the bias, the mask "
+               "and the running max, as in the full computation: the same numbers as the "
+               "matching block of the trace's masked stage."),
+        "zh": ("S = softcap·tanh(Q_块 · K_块ᵀ × scale / softcap)（+ bias），不允许看的位置为 −∞",
+               "Gemma 2 的软截断作用在这一块缩放后的分数上，在 bias、遮盖和运行最大值之前，"
+               "与完整计算相同：与 trace 中 masked 阶段对应的那一块数值相同。"),
+}  # fmt: skip
+
+
 class SoftcapTexts(VariantTexts):
     name = "softcap"
     stage = "capped"
@@ -55,20 +68,40 @@ class SoftcapTexts(VariantTexts):
             "conv_softcap": (
                 "softcap {cap}: capped = {cap}·tanh(scaled/{cap}), before the mask (Gemma 2)"
             ),
+            "flash_S_cap": (
+                "S: capped scores of the tile, {c}·tanh(scaled/{c}) (−∞ where not allowed)"
+            ),
             "cell_cap": "soft-capping squeezes the score into (−{cap}, {cap}):",
         },
         "zh": {
             "conv_softcap": (
                 "softcap {cap}：capped = {cap}·tanh(scaled/{cap})，在遮盖之前（Gemma 2）"
             ),
+            "flash_S_cap": ("S：这一块截断后的分数，{c}·tanh(scaled/{c})（不允许看的位置为 −∞）"),
             "cell_cap": "软截断把分数压进 (−{cap}, {cap})：",
         },
+    }
+    grad_note: ClassVar[dict[Lang, str]] = {
+        "en": "capped = c × tanh(scaled / c), whose slope is 1 − tanh²(scaled / c): near 1 for "
+        "small scores, near 0 for large ones, so a saturated score barely learns.",
+        "zh": "capped = c × tanh(scaled / c)，它的斜率是 1 − tanh²(scaled / c)：分数小时接近 1，"
+        "分数大时接近 0，所以饱和的分数几乎学不动。",
+    }
+    math_names = ("softcap",)
+    view_notes: ClassVar[dict[str, dict[str, dict[Lang, tuple[str, str]]]]] = {
+        "flash": {"S_cap": _FLASH_S},
+    }
+    view_inputs: ClassVar[dict[str, dict[str, tuple[str, ...]]]] = {
+        "flash": {"S_cap": ("Q_block", "K_block", "softcap")},
     }
     explainers: ClassVar[dict[str, Callable[[Any], Any]]] = {"capped": _explain_capped}
     cell_texts: ClassVar[dict[str, Callable[[Any], Any]]] = {"capped": _cell_capped}
 
     def setting_values(self, value: Any, head: int) -> dict[str, Any]:
         return {"softcap": value}
+
+    def view_title(self, view: str, value: Any, lang: Lang) -> str | None:
+        return label(lang, "flash_S_cap", c=f"{value:g}") if view == "flash" else None
 
     def conventions(self, value: Any, inp: Inputs, lang: Lang) -> list[str]:
         return [label(lang, "conv_softcap", cap=f"{value:g}")]
