@@ -24,6 +24,7 @@ from attn_cli.present.options import RenderOptions
 from attn_cli.present.render import render_explanation, render_header
 from attn_cli.present.run_view import lookup, sentinel_note, titled_matrix
 from attn_cli.present.text import TABLE_EDGE, TABLE_LIMIT, pick, safe
+from attn_cli.present.variant_texts import view_asides, view_inputs, view_notes
 
 if TYPE_CHECKING:
     from attn_cli.check.runs import DecodeRun
@@ -394,15 +395,6 @@ _EXPLAIN: dict[str, dict[Lang, tuple[str, str]]] = {  # key -> lang -> (formula,
                "the fixture sets it."),
         "zh": ("scaled = scores × scale", "与完整计算相同：除非配置文件另行给出，scale = 1/√d_k。"),
     },
-    "capped": {
-        "en": ("capped = softcap × tanh(scaled / softcap)",
-               "Gemma 2's logit softcapping, on the scaled row before the bias and the mask, "
-               "exactly as in the full computation: large scores flatten towards ±softcap, "
-               "small ones pass almost unchanged. masked then starts from capped."),
-        "zh": ("capped = softcap × tanh(scaled / softcap)",
-               "Gemma 2 的 logit 软截断，作用在缩放后的这一行上，在 bias 和遮盖之前，与完整计算"
-               "完全相同：大的分数被压向 ±softcap，小的几乎不变。masked 随后从 capped 开始。"),
-    },
     "masked": {
         "en": ("masked = scaled (+ bias), −∞ at empty slots and outside the window",
                "No future key is in the cache, so causality needs no mask here. Only an empty "
@@ -414,11 +406,9 @@ _EXPLAIN: dict[str, dict[Lang, tuple[str, str]]] = {  # key -> lang -> (formula,
     },
     "softmax": {
         "en": ("softmax = exp(masked − m) / Σ exp(masked − m) over the slots",
-               "The weights over the cached tokens. With sinks (gpt-oss) each head's sink joins "
-               "the sum and is dropped, so the row sums to less than 1."),
+               "The weights over the cached tokens."),
         "zh": ("softmax = exp(masked − m) / Σ exp(masked − m)，沿各个槽",
-               "对缓存中各词的权重。有 sink（gpt-oss）时，每个头的 sink 加入求和后被去掉，"
-               "所以这一行的和小于 1。"),
+               "对缓存中各词的权重。"),
     },
     "output": {
         "en": ("output = softmax · V_cache",
@@ -452,7 +442,8 @@ _EXPLAIN: dict[str, dict[Lang, tuple[str, str]]] = {  # key -> lang -> (formula,
 
 def explain(run: DecodeRun, key: str, lang: Lang, step: DecodeStep | None = None) -> Explanation:
     """The explanation of one quantity of the decode, with this step's shapes."""
-    formula, meaning = _EXPLAIN[key][lang]
+    formula, meaning = (_EXPLAIN | view_notes("decode"))[key][lang]
+    meaning += view_asides("decode", key, lang)
     inp = run.trace.inputs
     C = step.slots if step is not None else 0
     shapes = {
@@ -465,13 +456,15 @@ def explain(run: DecodeRun, key: str, lang: Lang, step: DecodeStep | None = None
         "cost": label(lang, "scalar"),
     }
     out = shapes.get(key, f"[heads={inp.heads}, 1, slots={C}]")
-    inputs = _INPUTS.get(key, ("masked",) if key == "softmax" else ("scores",))
+    inputs = (_INPUTS | view_inputs("decode")).get(
+        key, ("masked",) if key == "softmax" else ("scores",)
+    )
     return Explanation(key, lang, (formula,), inputs, f"{key} {out}", (meaning,))
 
 
 _INPUTS: dict[str, tuple[str, ...]] = {
     "Q": ("Q",), "Q_rot": ("Q",), "K_cache": ("K",), "V_cache": ("V",),
-    "scores": ("Q_rot | Q", "K_cache"), "capped": ("scaled", "softcap"),
+    "scores": ("Q_rot | Q", "K_cache"),
     "masked": ("capped | scaled",), "output": ("softmax", "V_cache"),
     "check": ("output", "attn trace: output"), "cost": ("kv_heads", "d_k", "d_v"),
 }  # fmt: skip

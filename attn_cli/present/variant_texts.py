@@ -23,6 +23,7 @@ class VariantTexts:
     """The texts of one variant; every hook is optional (the base says nothing)."""
 
     name: str = ""  # the variant's fixture key
+    order = 100  # where it stands among the others: its header line, its notes on masked
     stage: str | None = None  # a score modifier's stage (capped): masked starts from it
     bias_stage: str | None = None  # an additive bias kept as a stage of its own, added in masked
     reads_positions = False  # the header shows the token positions when it is on
@@ -39,6 +40,8 @@ class VariantTexts:
     # what each note's quantity is computed from
     view_notes: ClassVar[dict[str, dict[str, dict[Lang, tuple[str, str]]]]] = {}
     view_inputs: ClassVar[dict[str, dict[str, tuple[str, ...]]]] = {}
+    # what it adds to another note of a view, on or off: view -> key -> lang -> sentence
+    view_asides: ClassVar[dict[str, dict[str, dict[Lang, str]]]] = {}
 
     def setting(self, inp: Inputs) -> Any:
         """The variant's setting in these inputs; None when it is off."""
@@ -130,3 +133,8 @@ def view_notes(view: str) -> dict[str, dict[Lang, tuple[str, str]]]:
 def view_inputs(view: str) -> dict[str, tuple[str, ...]]:
     """What the variants' notes in ``view`` are computed from, by key."""
     return {k: v for t in TEXTS.values() for k, v in t.view_inputs.get(view, {}).items()}
+
+
+def view_asides(view: str, key: str, lang: Lang) -> str:
+    """What the variants add to the note ``key`` of ``view``, in registration order."""
+    return "".join(t.view_asides.get(view, {}).get(key, {}).get(lang, "") for t in TEXTS.values())

@@ -1,12 +1,24 @@
 """What present/ says about each variant attn ships: one module per variant (its labels,
-header lines, explainers and worked-cell parts), registered by name when this package is
-imported, in the order the header lists them. The presenters that show a trace import it."""
+header lines, explainers, worked-cell parts and notes in the decode and flash views), each with
+a ``TEXTS`` object. Importing this package finds every module here and registers its texts by
+the variant's name, in the order of their ``order`` (the header's); the presenters that show a
+trace import it, and name no variant.
+"""
+
+import pkgutil
+from importlib import import_module
 
 from attn_cli.present.explain_registry import CELL_TEXTS, EXPLAINERS
-from attn_cli.present.variant_texts import register
-from attn_cli.present.variants import alibi, qk_norm, rope, sinks, softcap, window
+from attn_cli.present.variant_texts import VariantTexts, register
 
-for _module in (qk_norm, rope, window, softcap, alibi, sinks):
-    register(_module.TEXTS)
-    EXPLAINERS.update(_module.TEXTS.explainers)
-    CELL_TEXTS.update(_module.TEXTS.cell_texts)
+
+def _found() -> list[VariantTexts]:
+    """The ``TEXTS`` of every module of this package, in their order."""
+    modules = [import_module(f"{__name__}.{m.name}") for m in pkgutil.iter_modules(__path__)]
+    return sorted((m.TEXTS for m in modules), key=lambda t: t.order)
+
+
+for _texts in _found():
+    register(_texts)
+    EXPLAINERS.update(_texts.explainers)
+    CELL_TEXTS.update(_texts.cell_texts)

@@ -47,6 +47,7 @@ def _cell_alibi(c: Cell) -> CellText | None:
 
 class AlibiTexts(VariantTexts):
     name = "alibi"
+    order = 50
     bias_stage = "alibi"
     reads_positions = True
     labels: ClassVar[dict[Lang, dict[str, str]]] = {

@@ -43,6 +43,7 @@ def _explain_norm(c: Context) -> Parts:
 
 class QkNormTexts(VariantTexts):
     name = "qk_norm"
+    order = 10
     before_positions = True
     labels: ClassVar[dict[Lang, dict[str, str]]] = {
         "en": {

@@ -103,6 +103,7 @@ def _cell_rot(c: Cell) -> CellText | None:
 
 class RopeTexts(VariantTexts):
     name = "rope"
+    order = 20
     reads_positions = True
     before_positions = True
     labels: ClassVar[dict[Lang, dict[str, str]]] = {

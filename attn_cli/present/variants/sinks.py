@@ -38,8 +38,17 @@ def _sink_meaning(c: Context) -> list[str]:
     )]  # fmt: skip
 
 
+# What the decode view's softmax note says of sinks, on or off: lang -> sentence
+_DECODE_SOFTMAX: dict[Lang, str] = {
+    "en": " With sinks (gpt-oss) each head's sink joins the sum and is dropped, so the row sums "
+    "to less than 1.",
+    "zh": "有 sink（gpt-oss）时，每个头的 sink 加入求和后被去掉，所以这一行的和小于 1。",
+}
+
+
 class SinksTexts(VariantTexts):
     name = "sinks"
+    order = 60
     labels: ClassVar[dict[Lang, dict[str, str]]] = {
         "en": {
             "conv_sinks": (
@@ -52,6 +61,10 @@ class SinksTexts(VariantTexts):
                 "sinks：每个头一个学到的 logit，加入每行 softmax 后丢弃（gpt-oss）：每行之和小于 1"
             ),
         },
+    }
+
+    view_asides: ClassVar[dict[str, dict[str, dict[Lang, str]]]] = {
+        "decode": {"softmax": _DECODE_SOFTMAX},
     }
 
     def notes(self, stage: str, c: Any) -> list[str]:

@@ -60,8 +60,21 @@ _FLASH_S: dict[Lang, tuple[str, str]] = {
 }  # fmt: skip
 
 
+# The decode view's capped row: lang -> (formula, meaning)
+_DECODE_CAPPED: dict[Lang, tuple[str, str]] = {
+        "en": ("capped = softcap × tanh(scaled / softcap)",
+               "Gemma 2's logit softcapping, on the scaled row before the bias and the mask, "
+               "exactly as in the full computation: large scores flatten towards ±softcap, "
+               "small ones pass almost unchanged. masked then starts from capped."),
+        "zh": ("capped = softcap × tanh(scaled / softcap)",
+               "Gemma 2 的 logit 软截断，作用在缩放后的这一行上，在 bias 和遮盖之前，与完整计算"
+               "完全相同：大的分数被压向 ±softcap，小的几乎不变。masked 随后从 capped 开始。"),
+}  # fmt: skip
+
+
 class SoftcapTexts(VariantTexts):
     name = "softcap"
+    order = 40
     stage = "capped"
     labels: ClassVar[dict[Lang, dict[str, str]]] = {
         "en": {
@@ -90,9 +103,11 @@ class SoftcapTexts(VariantTexts):
     math_names = ("softcap",)
     view_notes: ClassVar[dict[str, dict[str, dict[Lang, tuple[str, str]]]]] = {
         "flash": {"S_cap": _FLASH_S},
+        "decode": {"capped": _DECODE_CAPPED},
     }
     view_inputs: ClassVar[dict[str, dict[str, tuple[str, ...]]]] = {
         "flash": {"S_cap": ("Q_block", "K_block", "softcap")},
+        "decode": {"capped": ("scaled", "softcap")},
     }
     explainers: ClassVar[dict[str, Callable[[Any], Any]]] = {"capped": _explain_capped}
     cell_texts: ClassVar[dict[str, Callable[[Any], Any]]] = {"capped": _cell_capped}

@@ -13,6 +13,7 @@ if TYPE_CHECKING:
 
 class WindowTexts(VariantTexts):
     name = "window"
+    order = 30
     reads_positions = True
     labels: ClassVar[dict[Lang, dict[str, str]]] = {
         "en": {
