@@ -1,0 +1,96 @@
+"""What a grader mistake is: one object, registered by the name of the variant it belongs to.
+
+A module of ``check/mistakes/`` holds the mistakes of one variant (a score modifier applied
+after the mask, a bias with its sign flipped) and registers each in :data:`TABLE` under the
+variant's name (its fixture key, as core/variant.py's ``REGISTRY`` has it); the mistakes of
+plain attention go under :data:`PLAIN`. The grader tries those of plain attention and of the
+variants that are on, in ``order``, and names a mistake only when its recomputation
+(check/recompute.py) reproduces the user's numbers. A mistake that does not apply to a
+fixture returns no candidates.
+
+A variant that reads token positions registers a :class:`Reader` too: the mistake of reading
+positions one off (mistakes/positions.py) asks each reader that is on what it changes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
+
+from attn_cli.check.recompute import Candidate, Change
+from attn_cli.core.chain import Chain
+from attn_cli.core.stages import STAGE_NAMES
+
+if TYPE_CHECKING:
+    from attn_cli.core.inputs import Inputs
+    from attn_cli.core.pipeline import Trace
+
+PLAIN = ""  # the key of the mistakes of plain attention: tried on every fixture
+
+
+@dataclass(frozen=True)
+class Mistake:
+    """A named mistake: ``candidates(trace)`` is empty when it does not apply to the fixture."""
+
+    name: str
+    title: str
+    candidates: Callable[[Trace], list[Candidate]]
+    order: int = 500  # where it is tried among the others, lowest first
+    fallback: bool = False  # tried only when no other mistake fits
+
+
+@dataclass(frozen=True)
+class Reader:
+    """A variant that reads token positions, as the mistake of reading them one off sees it.
+
+    ``moved(trace, dq, dk)`` is its own stages with the query positions moved by dq and the key
+    positions by dk (detail left empty), None when that changes nothing; a reader without
+    ``moved`` (an allowed-keys rule) only joins the others when all read the moved positions."""
+
+    label: str  # how a diagnosis names it: "RoPE"
+    stage: str  # the first stage it changes: readers are listed in stage order
+    moved: Callable[[Trace, int, int], Change | None] | None = None
+
+
+TABLE: dict[str, list[Mistake]] = {}  # by variant name (PLAIN: plain attention)
+READERS: dict[str, Reader] = {}  # by variant name
+
+
+def moved_positions(inputs: Inputs, dq: int, dk: int) -> Inputs:
+    """The inputs with the query positions moved by ``dq`` and the key positions by ``dk``."""
+    pos_q, pos_k = inputs.token_positions()
+    return replace(inputs, positions=pos_q + dq, key_positions=pos_k + dk)
+
+
+def register(variant: str, *mistakes: Mistake) -> None:
+    """Add mistakes under a variant's name (one mistake may belong to several variants)."""
+    TABLE.setdefault(variant, []).extend(mistakes)
+
+
+def register_reader(variant: str, reader: Reader) -> None:
+    """Say how a variant reads token positions (see :class:`Reader`)."""
+    READERS[variant] = reader
+
+
+def _sorted(mistakes: list[Mistake]) -> list[Mistake]:
+    """Each mistake once, in ``order``, the fallbacks last."""
+    once = list({id(m): m for m in mistakes}.values())
+    return sorted(once, key=lambda m: (m.fallback, m.order))
+
+
+def mistakes_for(inputs: Inputs) -> list[Mistake]:
+    """The mistakes of plain attention and of each variant that is on, in the order tried."""
+    names = [PLAIN, *(v.name for v, _ in Chain(inputs).on)]
+    return _sorted([m for name in names for m in TABLE.get(name, [])])
+
+
+def every_mistake() -> tuple[Mistake, ...]:
+    """Every registered mistake, in the order tried."""
+    return tuple(_sorted([m for mistakes in TABLE.values() for m in mistakes]))
+
+
+def readers_for(inputs: Inputs) -> list[Reader]:
+    """The readers of token positions that are on, in the order of the stages they change."""
+    on = [READERS[v.name] for v, _ in Chain(inputs).on if v.name in READERS]
+    return sorted(on, key=lambda r: STAGE_NAMES.index(r.stage))

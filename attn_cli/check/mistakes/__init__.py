@@ -1,0 +1,10 @@
+"""The grader's mistakes attn knows: one module per variant, named after it, ``common.py``
+for plain attention and ``positions.py`` for positions read one off. Each module
+registers its mistakes by the variant's name in check/mistake.py's table; importing this package
+imports every module in it, so that none is listed (or named) here."""
+
+import importlib
+import pkgutil
+
+for _module in pkgutil.iter_modules(__path__):
+    importlib.import_module(f"{__name__}.{_module.name}")

@@ -1,0 +1,118 @@
+"""The mistakes of the causal mask and the boolean mask: either inverted, the causal limit one
+key off, the causal mask built from triu (transposed). Axis names as in core/steps.py."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from attn_cli.check.mistake import Mistake, Reader, register, register_reader
+from attn_cli.check.recompute import Candidate, Change, candidate, masked_with, recomputed
+from attn_cli.check.recompute import allowed as chain_allowed
+from attn_cli.core.inputs import BoolArray, Inputs
+from attn_cli.core.plugins.allowed import window_reach
+from attn_cli.core.variants import causal_allowed, window_allowed
+
+if TYPE_CHECKING:
+    from attn_cli.core.pipeline import Trace
+
+
+def with_causal(inputs: Inputs, causal: BoolArray) -> BoolArray:
+    """A (T, S) causal part (the window's far end in it) combined with the fixture's other
+    rules, the mask and the lengths: (B, H, T, S)."""
+    return chain_allowed(inputs, {"causal": lambda cells: causal, "window": None})
+
+
+def allowed(
+    inp: Inputs, *, causal_shift: int = 0, invert_causal: bool = False, invert_mask: bool = False
+) -> BoolArray:
+    """Where a query may attend (B, H, T, S), from causal and window (at the token positions),
+    mask and lengths, possibly with a mistake: the causal limit moved ``causal_shift`` keys
+    (the window's far end stays), the causal part inverted, or the boolean mask inverted."""
+    pos_q, pos_k = inp.token_positions()
+    causal = np.ones((inp.seq_q, inp.seq_k), dtype=bool)  # (T, S)
+    if inp.causal is not None:
+        causal = causal_allowed(pos_q + causal_shift, pos_k)  # key <= query + shift
+        if inp.window is not None:
+            reach = window_reach(inp.window, pos_q, pos_k)
+            causal &= np.subtract.outer(pos_q, pos_k) < reach  # (T, S): the far end
+        causal = ~causal if invert_causal else causal
+    if invert_mask and inp.mask is not None:
+        inp = replace(inp, mask=~inp.mask)
+    return with_causal(inp, causal)
+
+
+def _both_softmaxes(trace: Trace, ok: BoolArray, detail: str) -> list[Candidate]:
+    """masked with ``ok``, followed by a correct softmax, or by the user's where it gives nan."""
+    return [candidate(trace, detail, "masked", {"masked": masked_with(trace, ok)})]
+
+
+def _mask_inverted(trace: Trace) -> list[Candidate]:
+    inp = trace.inputs
+    out: list[Candidate] = []
+    if inp.mask is not None:
+        ok = allowed(inp, invert_mask=True)
+        detail = (
+            "Your {stage} is what attn gets with the boolean mask inverted: true taken as "
+            "'blocked' (nn.MultiheadAttention's convention) instead of 'may attend' (torch "
+            "SDPA's, and the fixture's). Fix: masked = where(mask, scaled, -inf)."
+        )
+        out += _both_softmaxes(trace, ok, detail)
+    if inp.causal is not None:
+        ok = allowed(inp, invert_causal=True)
+        detail = (
+            "Your {stage} is what attn gets with the causal mask inverted: each query sees only "
+            "the keys after it and never the ones up to it. Fix: block where key > query, e.g. "
+            "where(tril(ones), scaled, -inf)."
+        )
+        out += _both_softmaxes(trace, ok, detail)
+    return out
+
+
+def _causal_shifted(trace: Trace) -> list[Candidate]:
+    if trace.inputs.causal is None:
+        return []
+    out: list[Candidate] = []
+    for shift, what in (
+        (1, "each query also sees the next key (tril(…, k=1), or triu(…, 2) blocked)"),
+        (-1, "each query misses its own key (tril(…, k=-1), or triu(…, 0) blocked)"),
+    ):
+        ok = allowed(trace.inputs, causal_shift=shift)
+        detail = (
+            f"Your {{stage}} is what attn gets with the causal mask shifted by one: {what}. "
+            "Fix: query i may attend to keys j <= i."
+        )
+        out += _both_softmaxes(trace, ok, detail)
+    return out
+
+
+def _causal_triu(trace: Trace) -> list[Change]:
+    inp = trace.inputs
+    if inp.causal is None:
+        return []
+    pos_q, pos_k = inp.token_positions()
+    ahead = causal_allowed(-pos_q, -pos_k)  # (T, S): pos_k >= pos_q
+    if inp.window is not None:
+        reach = window_reach(inp.window, -pos_q, -pos_k)
+        ahead &= window_allowed(-pos_q, -pos_k, reach)  # the window transposed too
+    detail = (
+        "Your {stage} is what attn gets with the causal mask built from triu where tril is "
+        "meant: query i sees the keys j >= i (itself and the future) instead of j <= i (itself "
+        "and the past); the mask is transposed. Fix: allowed = tril(ones(seq_q, seq_k)), or "
+        "block where triu(ones, k=1)."
+    )
+    masked = masked_with(trace, with_causal(inp, ahead))
+    return [Change(detail, "masked", {"masked": masked})]
+
+
+MASK_INVERTED = Mistake("mask_inverted", "mask polarity inverted", _mask_inverted, 60)
+register("mask", MASK_INVERTED)
+register(
+    "causal",
+    MASK_INVERTED,
+    Mistake("causal_shifted", "causal mask shifted by one", _causal_shifted, 70),
+    Mistake("causal_triu", "causal mask from triu (transposed)", recomputed(_causal_triu), 170),
+)
+register_reader("causal", Reader("the causal mask", "masked"))

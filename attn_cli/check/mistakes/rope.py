@@ -1,0 +1,103 @@
+"""The mistakes of RoPE: the other layout (half vs interleaved), V rotated too, K not rotated,
+and (with positions.py) the positions read one off. Axis names as in core/steps.py."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any
+
+from attn_cli.check.mistake import Mistake, Reader, register, register_reader
+from attn_cli.check.recompute import Change, internal, recomputed
+from attn_cli.core.chain import Chain
+from attn_cli.core.inputs import FloatArray, IntArray
+from attn_cli.core.stages import STAGE_NAMES
+from attn_cli.core.variant import REGISTRY, same
+from attn_cli.core.variants import RopeLayout
+
+if TYPE_CHECKING:
+    from attn_cli.core.pipeline import Trace
+
+
+def _rotate(trace: Trace, x: FloatArray, positions: IntArray, rope: Any = None) -> FloatArray:
+    """x (B, heads, n, D) rotated at ``positions`` by the fixture's RoPE (or by ``rope``)."""
+    variant = REGISTRY["rope"]
+    value = variant.value(trace.inputs) if rope is None else rope
+    return variant.transform(value, trace.inputs, "K", x, positions, same)
+
+
+def _before_rope(trace: Trace, which: str) -> FloatArray:
+    """What RoPE rotates: Q or K after the transforms before it (Q_norm with QK-norm)."""
+    stages = Chain(trace.inputs).qk_stages(which)
+    return internal(trace, stages[stages.index(f"{which}_rot") - 1])
+
+
+def _rope_layout(trace: Trace) -> list[Change]:
+    rope = trace.inputs.rope
+    if rope is None or rope.dims < 4:
+        return []  # with 2 rotary dims both layouts pair (0, 1)
+    other: RopeLayout = "interleaved" if rope.layout == "half" else "half"
+    wrong = replace(rope, layout=other)
+    pos_q, pos_k = trace.inputs.token_positions()
+    values = {
+        "Q_rot": _rotate(trace, _before_rope(trace, "Q"), pos_q, wrong),  # (B, H, T, D)
+        "K_rot": _rotate(trace, _before_rope(trace, "K"), pos_k, wrong),  # (B, Hkv, S, D)
+    }
+    pairs = {
+        "half": "dimension i with i + d/2 (HF's rotate_half, GPT-NeoX)",
+        "interleaved": "dimension 2i with 2i+1 (GPT-J, Meta's view_as_complex)",
+    }
+    detail = (
+        f"Your {{stage}} is what attn gets with RoPE in the {other} layout, pairing "
+        f"{pairs[other]}, where the fixture's {rope.layout} layout pairs {pairs[rope.layout]}. "
+        "The two give the same scores only if W_Q and W_K are permuted to match (HF's "
+        "convert_llama_weights_to_hf permutes each head's columns [0, 2, 4, ..., 1, 3, 5, ...]). "
+        f"Fix: rotate in the {rope.layout} layout, or permute the weights."
+    )
+    return [Change(detail, "Q_rot", values)]
+
+
+def _rope_on_v(trace: Trace) -> list[Change]:
+    inp = trace.inputs
+    if inp.rope is None or inp.d_v < inp.rope.dims:
+        return []  # a V narrower than the rotary dims would not even rotate
+    _, pos_k = inp.token_positions()
+    v = _rotate(trace, internal(trace, "V"), pos_k)  # (B, Hkv, S, Dv)
+    detail = (
+        "Your {stage} is what attn gets when V is rotated too. RoPE rotates only queries and "
+        "keys, so that each score q·k depends on how far apart the two tokens are; the values "
+        "carry content and are not rotated. Fix: apply RoPE to Q and K only."
+    )
+    return [Change(detail, "V", {"V": v})]
+
+
+def _rope_not_on_k(trace: Trace) -> list[Change]:
+    if trace.inputs.rope is None:
+        return []
+    detail = (
+        "Your {stage} is what attn gets when RoPE rotates Q but not K. A score q·k then "
+        "depends on the query's absolute position instead of the distance between query and "
+        "key, which is the point of RoPE. Fix: rotate K too, at the key positions."
+    )
+    return [Change(detail, "K_rot", {"K_rot": _before_rope(trace, "K")})]
+
+
+def _moved(trace: Trace, dq: int, dk: int) -> Change:
+    """Q_rot and K_rot at moved positions; moved alike, the distances and so every stage after
+    them stay the trace's (only Q_rot and K_rot show it)."""
+    pos_q, pos_k = trace.inputs.token_positions()
+    values: dict[str, FloatArray] = {}
+    if dq == dk:
+        after = STAGE_NAMES[STAGE_NAMES.index("K_rot") + 1 :]
+        values = {n: internal(trace, n) for n in after if n in trace}
+    values["Q_rot"] = _rotate(trace, _before_rope(trace, "Q"), pos_q + dq)
+    values["K_rot"] = _rotate(trace, _before_rope(trace, "K"), pos_k + dk)
+    return Change("", "Q_rot", values)
+
+
+register(
+    "rope",
+    Mistake("rope_layout", "RoPE half vs interleaved layout", recomputed(_rope_layout), 110),
+    Mistake("rope_on_v", "RoPE applied to V as well", recomputed(_rope_on_v), 111),
+    Mistake("rope_not_on_k", "RoPE not applied to K", recomputed(_rope_not_on_k), 112),
+)
+register_reader("rope", Reader("RoPE", "Q_rot", _moved))
