@@ -48,7 +48,7 @@ LIGHT_THEME = TerminalTheme(
 FONT_SIZE = 20  # px, as Rich's SVG sets it
 CHAR_WIDTH = FONT_SIZE * 0.61  # Rich's cell: as high as the font, aspect ratio 0.61
 
-# One text run as Rich writes it (the window title, centred, has no textLength and is left be).
+# One text run as Rich writes it (the title bar's, centred, has no textLength and is left be).
 _RUN = re.compile(
     r'<text class="(?P<cls>[^"]*)" x="(?P<x>[^"]*)" y="(?P<y>[^"]*)" '
     r'textLength="[^"]*" clip-path="(?P<clip>[^"]*)">(?P<text>.*?)</text>',

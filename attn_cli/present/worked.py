@@ -98,7 +98,7 @@ class WorkedCell:
     q_rot: Rotation | None = None  # with RoPE: the query's row of Q_rot taken apart
     k_rot: Rotation | None = None  # with RoPE: the key's row of K_rot taken apart
     positions: tuple[int, int] = (0, 0)  # (query position, key position)
-    allowed: bool = True  # whether the query may attend the key (causal, window, mask, lengths)
+    allowed: bool = True  # whether the query may attend the key (every allowed-keys rule)
     mask_value: float = -math.inf  # what fills a place that is not allowed
     row_name: str = "scaled"  # the stage the softmax reads: masked, capped or scaled
     sink: float | None = None  # an extra logit of this head joined to the row (gpt-oss's sink)
@@ -231,7 +231,7 @@ def _rotation(trace: Trace, name: str, at: tuple[int, ...], position: int) -> Ro
 
 
 def _allowed(trace: Trace, b: int, h: int, ref: CellRef) -> bool:
-    """Whether the query may attend the key: the fixture's causal, window, mask and lengths."""
+    """Whether the query may attend the key, by every allowed-keys rule of the fixture."""
     allowed = allowed_positions(trace.inputs, (b, h, ref.query, ref.query + 1))  # (1, S)
     return (
         True
