@@ -15,51 +15,55 @@ it, and ``delta``) follow the forward rows. They apply only to a run that asks f
 backward pass, so a default trace is unchanged; L is the sum of the final stage (``projected``,
 else ``output``) times the fixture's ``grad``, or times ones when it has none.
 
-Importing this module costs nothing: no NumPy, so ``attn --help`` can list the stages.
+The rows of the variants (core/variant.py ``stage_rows``: QK-norm's ``Q_norm``, RoPE's ``Q_rot``,
+softcap's ``capped``, ALiBi's ``alibi``, their gradients, the sinks' ``d_sinks``) go into the
+slots the base rows leave for each kind of hook, in registry order (gradients of transforms and
+modifiers the last first), with what each needs from its neighbours in the chain. The table is
+built when it is first read and again whenever the registry has changed since, so a variant
+registered later has its rows wherever ``STAGES``, ``SPECS``, ``STAGE_NAMES`` ... are read: they
+are views of the table as it is now, not copies.
+
+Importing this module costs nothing: no NumPy (the variants are imported when the table is
+first read).
 """
 
 from __future__ import annotations
 
-import math
-from collections.abc import Callable, Collection
-from typing import TYPE_CHECKING, NamedTuple
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Generic, NamedTuple, TypeVar
+
+from attn_cli.core.stage_spec import K_AXES as _K
+from attn_cli.core.stage_spec import Q_AXES as _Q
+from attn_cli.core.stage_spec import SCORE_AXES as _SCORES
+from attn_cli.core.stage_spec import StageSpec as StageSpec
+from attn_cli.core.stage_spec import number_text as _number
 
 if TYPE_CHECKING:
+    from attn_cli.core.chain import Chain
     from attn_cli.core.inputs import Inputs
+    from attn_cli.core.variant import Variant
 
 
-class StageSpec(NamedTuple):
-    """One row of the stage table."""
+def _chain(inputs: Inputs) -> Chain:
+    from attn_cli.core.chain import Chain  # NumPy: not on the path of `attn --help`
 
-    name: str
-    needs: tuple[str, ...]  # the stages it is computed from (those that apply)
-    axes: tuple[str, ...]  # its layout, batch axis first
-    score_like: bool  # a (query, key) matrix per head
-    explain: str  # the key of its explanation (present/explain.py)
-    applies: Callable[[Inputs], bool]
-    formula: Callable[[Inputs], str]
-    opt_in: bool = False  # computed only when asked for by name (``run(keep=...)``)
-    gradient: bool = False  # a stage of the backward pass: only with ``run(backward=True)``
+    return Chain(inputs)
 
 
 def has_masked(inputs: Inputs) -> bool:
     """Whether anything masks or biases the scores (the chain's biases and allowed-keys rules:
     causal, window, mask, lengths, bias, ALiBi, any registered variant), i.e. whether
     ``masked`` applies."""
-    from attn_cli.core.chain import Chain  # NumPy: not on the path of `attn --help`
-
-    return Chain(inputs).masks
+    return _chain(inputs).masks
 
 
 def softmax_input(inputs: Inputs) -> str:
-    """The stage the softmax reads: masked, else capped, else scaled."""
-    if has_masked(inputs):
+    """The stage the softmax reads: masked, else the last score modifier's (capped), else
+    scaled."""
+    chain = _chain(inputs)
+    if chain.masks:
         return "masked"
-    return "capped" if inputs.softcap is not None else "scaled"
-
-
-def _number(x: float) -> str:
-    return "−∞" if x == -math.inf else f"{x:g}".replace("-", "−")
+    return chain.stages[-1] if chain.stages else "scaled"
 
 
 def _projection(name: str) -> Callable[[Inputs], str]:
@@ -73,83 +77,51 @@ def _projection(name: str) -> Callable[[Inputs], str]:
     return formula
 
 
-def _norm_formula(name: str) -> Callable[[Inputs], str]:
-    def formula(inputs: Inputs) -> str:
-        assert inputs.qk_norm is not None
-        weight = inputs.qk_norm.q_weight if name == "Q" else inputs.qk_norm.k_weight
-        over = "each head" if weight.shape[0] == inputs.d_k else "the whole projection"
-        w = name.lower()
-        return (
-            f"{name}_norm = {name} / √(mean({name}²) + eps) × {w}_weight, over {over}, "
-            f"eps = {_number(inputs.qk_norm.eps)}"
-        )
-
-    return formula
-
-
-def _rope_formula(name: str) -> Callable[[Inputs], str]:
-    def formula(inputs: Inputs) -> str:
-        rope = inputs.rope
-        assert rope is not None
-        source = f"{name}_norm" if inputs.qk_norm is not None else name
-        where = "positions" if name == "Q" else "key positions"
-        return (
-            f"{name}_rot = RoPE({source}, {where}): {rope.layout} layout, "
-            f"base {_number(rope.base)}, {rope.dims} of {inputs.d_k} dims"
-        )
-
-    return formula
-
-
-def _query_key(name: str, inputs: Inputs) -> str:
-    """What the scores read for Q or K: the rotated, normalised or plain stage."""
-    if inputs.rope is not None:
-        return f"{name}_rot"
-    return f"{name}_norm" if inputs.qk_norm is not None else name
-
-
 def _scores_formula(inputs: Inputs) -> str:
-    return f"scores = {_query_key('Q', inputs)}·{_query_key('K', inputs)}ᵀ"
+    chain = _chain(inputs)
+    return f"scores = {chain.query_key('Q')}·{chain.query_key('K')}ᵀ"
 
 
 def _not_allowed_by(inputs: Inputs) -> list[str]:
     """What hides keys from a query: ``causal upper-left``, ``window 3``, ``mask``, ``lengths``."""
-    from attn_cli.core.chain import Chain
-
-    return Chain(inputs).hides()
+    return _chain(inputs).hides()
 
 
 def _masked_formula(inputs: Inputs) -> str:
-    source = "capped" if inputs.softcap is not None else "scaled"
-    text = f"masked = {source}" + (" + bias" if inputs.bias is not None else "")
-    text += " + alibi" if inputs.alibi is not None else ""
-    why = _not_allowed_by(inputs)
+    chain = _chain(inputs)
+    text = "masked = " + (chain.stages[-1] if chain.stages else "scaled")
+    text += "".join(f" + {v.bias_stage or v.name}" for v, _ in chain.biases)
+    why = chain.hides()
     fill = _number(inputs.mask_value)
     return text + (f", {fill} where not allowed ({', '.join(why)})" if why else "")
 
 
+def _parts(inputs: Inputs, stage: str) -> str:
+    """What the variants that are on add to a base stage's formula (a sink joined ...)."""
+    return "".join(v.formula_part(x, inputs, stage) for v, x in _chain(inputs).on)
+
+
 def _softmax_formula(inputs: Inputs) -> str:
-    sinks = " with the head's sink joined, then dropped" if inputs.sinks is not None else ""
-    return f"softmax = softmax({softmax_input(inputs)}) over keys{sinks}"
+    return f"softmax = softmax({softmax_input(inputs)}) over keys{_parts(inputs, 'softmax')}"
 
 
 def _lse_formula(inputs: Inputs) -> str:
-    sink = " + exp(sink)" if inputs.sinks is not None else ""
     source = softmax_input(inputs)
-    return f"lse = log(Σ_keys exp({source}){sink}); softmax = exp({source} − lse)"
+    return f"lse = log(Σ_keys exp({source}){_parts(inputs, 'lse')}); softmax = exp({source} − lse)"
 
 
 def _always(inputs: Inputs) -> bool:
     return True
 
 
-_SCORES = ("batch", "head", "query", "key")
-_Q = ("batch", "head", "query", "d_k")
-_K = ("batch", "kv_head", "key", "d_k")
-_QK = ("Q_rot", "K_rot", "Q_norm", "K_norm", "Q", "K")  # what scores may read
-_LOGITS = ("masked", "capped", "scaled")  # what softmax may read
+# The rows of the forward pass; ``_Slot`` marks where the variants' rows go.
 
-STAGES: tuple[StageSpec, ...] = (
+
+class _Slot(NamedTuple):
+    kind: str  # "transform", "modifier", "bias"; "extra", "d_modifier", "d_transform"
+
+
+_FORWARD_ROWS: tuple[StageSpec | _Slot, ...] = (
     StageSpec("X", (), ("batch", "seq", "d_model"), False, "X",
               lambda i: i.mode == "projection", lambda i: "X (the input embeddings)"),
     StageSpec("X_kv", (), ("batch", "key", "d_model_kv"), False, "X_kv",
@@ -159,27 +131,15 @@ STAGES: tuple[StageSpec, ...] = (
     StageSpec("K", ("X", "X_kv"), _K, False, "QKV", _always, _projection("K")),
     StageSpec("V", ("X", "X_kv"), ("batch", "kv_head", "key", "d_v"), False, "QKV",
               _always, _projection("V")),
-    StageSpec("Q_norm", ("Q",), _Q, False, "Q_norm",
-              lambda i: i.qk_norm is not None, _norm_formula("Q")),
-    StageSpec("K_norm", ("K",), _K, False, "K_norm",
-              lambda i: i.qk_norm is not None, _norm_formula("K")),
-    StageSpec("Q_rot", ("Q_norm", "Q"), _Q, False, "Q_rot",
-              lambda i: i.rope is not None, _rope_formula("Q")),
-    StageSpec("K_rot", ("K_norm", "K"), _K, False, "K_rot",
-              lambda i: i.rope is not None, _rope_formula("K")),
-    StageSpec("scores", _QK, _SCORES, True, "scores", _always, _scores_formula),
+    _Slot("transform"),
+    StageSpec("scores", ("Q", "K"), _SCORES, True, "scores", _always, _scores_formula),
     StageSpec("scaled", ("scores",), _SCORES, True, "scaled",
               _always, lambda i: "scaled = scores × scale"),
-    StageSpec("capped", ("scaled",), _SCORES, True, "capped",
-              lambda i: i.softcap is not None,
-              lambda i: f"capped = softcap × tanh(scaled / softcap), softcap = {i.softcap:g}"),
-    StageSpec("alibi", (), _SCORES, True, "alibi",
-              lambda i: i.alibi is not None,
-              lambda i: "alibi = −slope_head × |query position − key position|"),
-    StageSpec("masked", ("capped", "scaled", "alibi"), _SCORES, True, "masked",
-              has_masked, _masked_formula),
-    StageSpec("softmax", _LOGITS, _SCORES, True, "softmax", _always, _softmax_formula),
-    StageSpec("lse", _LOGITS, ("batch", "head", "query"), False, "lse",
+    _Slot("modifier"),
+    _Slot("bias"),
+    StageSpec("masked", ("scaled",), _SCORES, True, "masked", has_masked, _masked_formula),
+    StageSpec("softmax", ("scaled",), _SCORES, True, "softmax", _always, _softmax_formula),
+    StageSpec("lse", ("scaled",), ("batch", "head", "query"), False, "lse",
               _always, _lse_formula, opt_in=True),
     StageSpec("output", ("softmax", "V"), ("batch", "head", "query", "d_v"), False, "output",
               _always, lambda i: "output = softmax·V"),
@@ -245,38 +205,37 @@ def _d_masked(inputs: Inputs) -> str:
     return text + (f", 0 where not allowed ({', '.join(why)})" if why else "")
 
 
-def _d_capped(inputs: Inputs) -> str:
-    return "d_capped = d_masked" if has_masked(inputs) else f"d_capped = {_d_logits(inputs)}"
+def _d_modified(name: str) -> Callable[[Inputs], str]:
+    """d_scaled, or a score modifier's stage gradient (d_capped): what the softmax's input
+    passes back, then each modifier's Jacobian, the last modifier's first."""
 
+    def formula(inputs: Inputs) -> str:
+        chain = _chain(inputs)
+        stages = ("scaled", *chain.stages)
+        i = stages.index(name)
+        if i == len(stages) - 1:  # the softmax's input, or masked's
+            return f"d_{name} = " + ("d_masked" if chain.masks else _d_logits(inputs))
+        v, value = chain.modifiers[i]  # the modifier that reads `name`
+        return f"d_{name} = " + v.grad_formula(value, inputs, f"d_{stages[i + 1]}", name)
 
-def _d_scaled(inputs: Inputs) -> str:
-    if inputs.softcap is not None:
-        cap = _number(inputs.softcap)
-        return f"d_scaled = d_capped ∘ (1 − tanh²(scaled / {cap}))"
-    return "d_scaled = d_masked" if has_masked(inputs) else f"d_scaled = {_d_logits(inputs)}"
+    return formula
 
 
 def _d_query_key(name: str) -> Callable[[Inputs], str]:
-    """d_Q_rot, d_Q_norm, d_Q (and K): from the scores, back through RoPE, then RMSNorm."""
+    """d_Q_rot, d_Q_norm, d_Q (and K): from the scores, back through each Q/K transform."""
     which = name[0]  # "Q" or "K"
 
     def formula(inputs: Inputs) -> str:
-        q, k = _query_key("Q", inputs), _query_key("K", inputs)
-        if name == _query_key(which, inputs):  # what entered the scores
+        chain = _chain(inputs)
+        stages = chain.qk_stages(which)
+        if name == stages[-1]:  # what entered the scores
+            q, k = chain.query_key("Q"), chain.query_key("K")
             if which == "Q":
                 return _group_sum(inputs, f"d_scores[h]·{k}[g]", f"d_{name}", per_query=True)
             return _group_sum(inputs, f"d_scores[h]ᵀ·{q}[h]", f"d_{name}")
-        if (
-            inputs.rope is not None
-            and not name.endswith("_rot")
-            and (name.endswith("_norm") or inputs.qk_norm is None)
-        ):
-            return f"d_{name} = RoPE⁻¹(d_{which}_rot)"
-        src = f"d_{which}_norm"
-        return (
-            f"d_{name} = (w ∘ {src} − x̂ · mean(x̂ ∘ w ∘ {src})) / rms({name}), "
-            f"x̂ = {name} / rms({name}), w = {which.lower()}_weight"
-        )
+        i = stages.index(name)
+        v, value = chain.transforms_of(which)[i]  # the transform that reads `name`
+        return f"d_{name} = " + v.grad_formula(value, inputs, f"d_{stages[i + 1]}", name)
 
     return formula
 
@@ -313,9 +272,9 @@ def _concat_applies(inputs: Inputs) -> bool:
 _PROJECTED = ("batch", "query", "d_out")
 _DELTA = ("batch", "head", "query")
 
-_GRADIENT_ROWS: tuple[StageSpec, ...] = tuple(
-    StageSpec(name, needs, axes, score_like, explain, applies, formula, gradient=True)
-    for name, needs, axes, score_like, explain, applies, formula in (
+_GRADIENT_ROWS: tuple[StageSpec | _Slot, ...] = tuple(
+    row if isinstance(row, _Slot) else StageSpec._make((*row, False, True))  # gradient rows
+    for row in (
         ("d_projected", ("projected",), _PROJECTED, False, "d_final",
          lambda i: i.W_O is not None, _upstream("projected")),
         ("d_W_O", ("d_projected", "concat"), ("heads*d_v", "d_out"), False, "d_weight",
@@ -332,29 +291,17 @@ _GRADIENT_ROWS: tuple[StageSpec, ...] = tuple(
          _always, lambda i: _group_sum(i, "softmax[h]ᵀ·d_output[h]", "d_V")),
         ("delta", ("d_output", "output"), _DELTA, False, "delta", _always,
          lambda i: "delta = rowsum(d_output ∘ output) = rowsum(d_softmax ∘ softmax)"),
-        ("d_sinks", ("delta", "softmax"), ("head",), False, "d_sinks",
-         lambda i: i.sinks is not None,
-         lambda i: "d_sinks[h] = −Σ (1 − rowsum(softmax[h])) ∘ delta[h]"),
+        _Slot("extra"),
         ("d_masked", ("d_softmax", "delta", "softmax"), _SCORES, True, "d_logits",
          has_masked, _d_masked),
-        ("d_capped", ("d_masked", "d_softmax", "delta"), _SCORES, True, "d_logits",
-         lambda i: i.softcap is not None, _d_capped),
-        ("d_scaled", ("d_capped", "d_masked", "d_softmax", "delta"), _SCORES, True, "d_logits",
-         _always, _d_scaled),
+        _Slot("d_modifier"),
+        ("d_scaled", ("d_masked", "d_softmax", "delta"), _SCORES, True, "d_logits",
+         _always, _d_modified("scaled")),
         ("d_scores", ("d_scaled",), _SCORES, True, "d_scores",
          _always, lambda i: "d_scores = d_scaled × scale"),
-        ("d_Q_rot", ("d_scores", "K_rot"), _Q, False, "d_query_key",
-         lambda i: i.rope is not None, _d_query_key("Q_rot")),
-        ("d_K_rot", ("d_scores", "Q_rot"), _K, False, "d_query_key",
-         lambda i: i.rope is not None, _d_query_key("K_rot")),
-        ("d_Q_norm", ("d_Q_rot", "d_scores", "K_norm"), _Q, False, "d_query_key",
-         lambda i: i.qk_norm is not None, _d_query_key("Q_norm")),
-        ("d_K_norm", ("d_K_rot", "d_scores", "Q_norm"), _K, False, "d_query_key",
-         lambda i: i.qk_norm is not None, _d_query_key("K_norm")),
-        ("d_Q", ("d_Q_norm", "d_Q_rot", "d_scores", "K"), _Q, False, "d_query_key",
-         _always, _d_query_key("Q")),
-        ("d_K", ("d_K_norm", "d_K_rot", "d_scores", "Q"), _K, False, "d_query_key",
-         _always, _d_query_key("K")),
+        _Slot("d_transform"),
+        ("d_Q", ("d_scores", "K"), _Q, False, "d_query_key", _always, _d_query_key("Q")),
+        ("d_K", ("d_scores", "Q"), _K, False, "d_query_key", _always, _d_query_key("K")),
         ("d_X", ("d_Q", "d_K", "d_V"), ("batch", "seq", "d_model"), False, "d_X",
          _projection_mode, _d_X),
         ("d_X_kv", ("d_K", "d_V"), ("batch", "key", "d_model_kv"), False, "d_X",
@@ -373,16 +320,182 @@ _GRADIENT_ROWS: tuple[StageSpec, ...] = tuple(
          lambda i: i.b_V is not None, _bias_grad("V", "V")),
     )
 )  # fmt: skip
-STAGES = STAGES + _GRADIENT_ROWS
-
-STAGE_NAMES: tuple[str, ...] = tuple(s.name for s in STAGES)
-SPECS: dict[str, StageSpec] = {s.name: s for s in STAGES}
-SCORE_STAGES: tuple[str, ...] = tuple(s.name for s in STAGES if s.score_like)
 
 
-OPT_IN_STAGES: tuple[str, ...] = tuple(s.name for s in STAGES if s.opt_in)
-FORWARD_STAGE_NAMES: tuple[str, ...] = tuple(s.name for s in STAGES if not s.gradient)
-GRADIENT_STAGE_NAMES: tuple[str, ...] = tuple(s.name for s in STAGES if s.gradient)
+# ---------------------------------------------------------------------------------------------
+# The table: the base rows, the registered variants' rows in their slots
+
+
+class _Table(NamedTuple):
+    variants: tuple[Variant, ...]  # the registry it was built from
+    rows: tuple[StageSpec, ...]
+    names: tuple[str, ...]
+    score: tuple[str, ...]
+    opt_in: tuple[str, ...]
+    forward: tuple[str, ...]
+    gradient: tuple[str, ...]
+    specs: dict[str, StageSpec]
+
+
+_built: list[_Table] = []  # the table as last built
+
+
+def _table() -> _Table:
+    """The table as the registry stands now (built again when a variant was registered or
+    taken out since)."""
+    from attn_cli.core.chain import REGISTRY  # the variants attn ships, registered
+
+    variants = tuple(REGISTRY.values())
+    if not _built or _built[0].variants != variants:
+        rows = _build(variants)
+        names = tuple(r.name for r in rows)
+        _built[:] = [_Table(
+            variants, rows, names, tuple(r.name for r in rows if r.score_like),
+            tuple(r.name for r in rows if r.opt_in),
+            tuple(r.name for r in rows if not r.gradient),
+            tuple(r.name for r in rows if r.gradient), {r.name: r for r in rows},
+        )]  # fmt: skip
+    return _built[0]
+
+
+def _build(variants: tuple[Variant, ...]) -> tuple[StageSpec, ...]:
+    """The base rows with each slot filled by the variants' rows, and each row's needs
+    extended by its neighbours in the chain."""
+    slots = _slot_rows(variants)
+    needs = _base_needs(variants)
+    rows: list[StageSpec] = []
+    for row in (*_FORWARD_ROWS, *_GRADIENT_ROWS):
+        if isinstance(row, _Slot):
+            rows.extend(slots[row.kind])
+        else:
+            rows.append(row._replace(needs=needs.get(row.name, row.needs)))
+    assert len({r.name for r in rows}) == len(rows), "two rows of one name"
+    return tuple(rows)
+
+
+def _qk(variants: tuple[Variant, ...], which: str) -> list[str]:
+    """The stages of Q's (or K's) transforms, in chain order: ``["Q_norm", "Q_rot"]``."""
+    return [f"{which}_{v.suffix}" for v in variants if v.suffix and which in v.transforms]
+
+
+def _base_needs(variants: tuple[Variant, ...]) -> dict[str, tuple[str, ...]]:
+    """What the base rows around the slots read: the variants' stages, nearest first."""
+    transforms = [v for v in variants if v.suffix is not None]
+    mods = [str(v.stage) for v in variants if v.stage is not None]
+    biases = [str(v.bias_stage) for v in variants if v.bias_stage is not None]
+    logits = ("masked", *reversed(mods), "scaled")
+    return {
+        "scores": (*(f"{w}_{v.suffix}" for v in reversed(transforms) for w in v.transforms),
+                   "Q", "K"),
+        "masked": (*reversed(mods), "scaled", *biases),
+        "softmax": logits,
+        "lse": logits,
+        "d_scaled": (*(f"d_{m}" for m in mods), "d_masked", "d_softmax", "delta"),
+        "d_Q": (*(f"d_{s}" for s in _qk(variants, "Q")), "d_scores", "K"),
+        "d_K": (*(f"d_{s}" for s in _qk(variants, "K")), "d_scores", "Q"),
+    }  # fmt: skip
+
+
+def _slot_rows(variants: tuple[Variant, ...]) -> dict[str, list[StageSpec]]:
+    """Each variant's rows by the slot they go in, with their needs in the chain (and the
+    gradient formulas of transforms and modifiers)."""
+    slots: dict[str, list[StageSpec]] = {k: [] for k in
+             ("transform", "modifier", "bias", "extra", "d_modifier", "d_transform")}  # fmt: skip
+    mods = [str(v.stage) for v in variants if v.stage is not None]
+    for v in variants:
+        for row in v.stage_rows():
+            kind, row = _placed(v, row, variants, mods)
+            slots[kind].append(row)
+    # gradients run backward: the last transform's and the last modifier's first
+    for kind in ("d_modifier", "d_transform"):
+        order = {v.name: i for i, v in enumerate(reversed(variants))}
+        owner = {r.name: v.name for v in variants for r in v.stage_rows()}
+        slots[kind].sort(key=lambda r: order[owner[r.name]])
+    return slots
+
+
+def _placed(
+    v: Variant, row: StageSpec, variants: tuple[Variant, ...], mods: list[str]
+) -> tuple[str, StageSpec]:
+    """The slot of one of a variant's rows, the row with its neighbours' needs."""
+    base = row.name.removeprefix("d_") if row.gradient else row.name
+    if v.suffix is not None and base[0] in "QK" and base == f"{base[0]}_{v.suffix}":
+        stages = _qk(variants, base[0])
+        i = stages.index(base)
+        if not row.gradient:
+            return "transform", row._replace(needs=(*reversed(stages[:i]), base[0], *row.needs))
+        other = f"{'K' if base[0] == 'Q' else 'Q'}_{v.suffix}"
+        later = tuple(f"d_{s}" for s in stages[i + 1 :])
+        return "d_transform", row._replace(needs=(*later, "d_scores", other, *row.needs),
+                                           formula=_d_query_key(base))  # fmt: skip
+    if base == v.stage:
+        i = mods.index(base)
+        if not row.gradient:
+            return "modifier", row._replace(needs=(mods[i - 1] if i else "scaled", *row.needs))
+        later = tuple(f"d_{m}" for m in mods[i + 1 :])
+        needs = (*later, "d_masked", "d_softmax", "delta", *row.needs)
+        return "d_modifier", row._replace(needs=needs, formula=_d_modified(base))
+    return ("extra" if row.gradient else "bias"), row
+
+
+_K_ = TypeVar("_K_")
+
+
+class _View(Sequence[_K_], Generic[_K_]):
+    """A tuple of the table as it is now (``STAGE_NAMES``): read, never copied, so a variant
+    registered later is in it."""
+
+    def __init__(self, field: str) -> None:
+        self._field = field
+
+    def _now(self) -> tuple[_K_, ...]:
+        now: tuple[_K_, ...] = getattr(_table(), self._field)
+        return now
+
+    def __getitem__(self, i: Any) -> Any:
+        return self._now()[i]
+
+    def __len__(self) -> int:
+        return len(self._now())
+
+    def __iter__(self) -> Iterator[_K_]:
+        return iter(self._now())
+
+    def __contains__(self, x: object) -> bool:
+        return x in self._now()
+
+    def __eq__(self, other: object) -> bool:
+        return self._now() == (tuple(other) if isinstance(other, _View) else other)
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return repr(self._now())
+
+
+class _Specs(Mapping[str, StageSpec]):
+    """The rows by name (``SPECS["capped"]``), as the table is now."""
+
+    def __getitem__(self, name: str) -> StageSpec:
+        return _table().specs[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(_table().specs)
+
+    def __len__(self) -> int:
+        return len(_table().specs)
+
+    def __contains__(self, name: object) -> bool:
+        return name in _table().specs
+
+
+STAGES: Sequence[StageSpec] = _View("rows")
+STAGE_NAMES: Sequence[str] = _View("names")
+SPECS: Mapping[str, StageSpec] = _Specs()
+SCORE_STAGES: Sequence[str] = _View("score")
+OPT_IN_STAGES: Sequence[str] = _View("opt_in")
+FORWARD_STAGE_NAMES: Sequence[str] = _View("forward")
+GRADIENT_STAGE_NAMES: Sequence[str] = _View("gradient")
 
 
 def applicable_stages(

@@ -23,6 +23,8 @@ from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 import numpy as np
 
+from attn_cli.core.stage_spec import K_AXES, Q_AXES, SCORE_AXES, StageSpec
+
 if TYPE_CHECKING:
     from attn_cli.core.inputs import Inputs
 
@@ -138,6 +140,53 @@ class Variant:
             return inputs.extra[self.name]
         return getattr(inputs, self.name, None)
 
+    # -- its rows of the stage table (core/stages.py) and the formulas it writes --------------
+
+    def stage_rows(self) -> tuple[StageSpec, ...]:
+        """Its rows of the stage table, forward then gradient, made from the hooks it has: each
+        transform's ``Q_<suffix>``/``K_<suffix>``, the modifier's ``stage``, the bias's
+        ``bias_stage``, and their gradients. The table adds what a row needs from its
+        neighbours in the chain and writes the gradients' formulas of transforms and modifiers
+        (from :meth:`grad_formula`)."""
+        on, rows = self.applies, []
+        for which in self.transforms if self.suffix is not None else ():
+            name, axes = f"{which}_{self.suffix}", Q_AXES if which == "Q" else K_AXES
+            rows.append(StageSpec(name, (), axes, False, name, on, self.formula_of(name)))
+        if self.stage is not None:
+            rows.append(StageSpec(self.stage, (), SCORE_AXES, True, self.stage, on,
+                                  self.formula_of(self.stage)))  # fmt: skip
+        if self.bias_stage is not None:
+            rows.append(StageSpec(self.bias_stage, (), SCORE_AXES, True, self.bias_stage, on,
+                                  self.formula_of(self.bias_stage)))  # fmt: skip
+        for row in tuple(rows):
+            explain = "d_logits" if row.score_like else "d_query_key"
+            rows.append(row._replace(name=f"d_{row.name}", explain=explain, gradient=True))
+        if self.gradient is not None:  # an extra logit's
+            rows.append(StageSpec(self.gradient, ("delta", "softmax"), ("head",), False,
+                                  self.gradient, on, self.formula_of(self.gradient),
+                                  gradient=True))  # fmt: skip
+        return tuple(r for r in rows if r.name != f"d_{self.bias_stage}")  # a bias takes none
+
+    def applies(self, inputs: Inputs) -> bool:
+        """Whether it is on in these inputs (its stage rows apply)."""
+        return self.value(inputs) is not None
+
+    def formula_of(self, stage: str) -> Callable[[Inputs], str]:
+        """The formula of one of its stages, as the table calls it."""
+        return lambda inputs: self.stage_formula(self.value(inputs), inputs, stage)
+
+    def stage_formula(self, value: Any, inputs: Inputs, stage: str) -> str:
+        """The formula of one of its own stages (``capped = softcap × tanh(...)``)."""
+        return stage
+
+    def formula_part(self, value: Any, inputs: Inputs, stage: str) -> str:
+        """What it adds to another stage's formula (``softmax``: a sink joined); "": nothing."""
+        return ""
+
+    def grad_formula(self, value: Any, inputs: Inputs, d_out: str, x_in: str) -> str:
+        """Its gradient: d(``x_in``) from ``d_out``, as a formula (``RoPE⁻¹(d_Q_rot)``)."""
+        return f"d_{x_in} from {d_out}"
+
     # -- Q/K transforms: Q -> Q_<suffix>, K -> K_<suffix>, before the scores (QK-norm, RoPE) ---
 
     # the suffix of its stages: "norm" makes Q_norm and K_norm (and d_Q_norm, d_K_norm)
@@ -234,6 +283,16 @@ def register(variant: Variant) -> Variant:
         raise ValueError("a variant needs a name")
     REGISTRY[variant.name] = variant
     return variant
+
+
+def before(inputs: Inputs, stage: str) -> str:
+    """The stage a Q/K transform's stage reads: the transform before it that is on, else Q or K
+    (``Q_rot`` reads ``Q_norm`` under QK-norm)."""
+    which, stages = stage[0], [stage[0]]
+    for v in REGISTRY.values():
+        if v.suffix is not None and which in v.transforms and v.value(inputs) is not None:
+            stages.append(f"{which}_{v.suffix}")
+    return stages[stages.index(stage) - 1]
 
 
 def unregister(name: str) -> None:

@@ -56,6 +56,9 @@ class Alibi(Variant):
     def config(self, value: Any, inputs: Inputs) -> dict[str, list[float]]:
         return {"slopes": [float(m) for m in value]}
 
+    def stage_formula(self, value: Any, inputs: Inputs, stage: str) -> str:
+        return "alibi = −slope_head × |query position − key position|"
+
     def bias(self, value: Any, inputs: Inputs, cells: Cells, dtype: Any) -> FloatArray:
         q, k = cells.pos_q.astype(np.float64), cells.pos_k.astype(np.float64)  # exact below 2^53
         distance = np.abs(np.subtract.outer(q, k))  # (R, S)

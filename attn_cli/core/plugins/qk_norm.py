@@ -11,6 +11,7 @@ import numpy as np
 
 from attn_cli.core.inputs import Inputs, QKNorm
 from attn_cli.core.plugins.parsing import known_subkeys, positive_number
+from attn_cli.core.stage_spec import number_text
 from attn_cli.core.variant import Cast, FixtureKey, FloatArray, IntArray, Variant, register
 from attn_cli.core.variants import rms_norm
 
@@ -24,6 +25,21 @@ class QKNormalization(Variant):
     key_order = 10
     suffix = "norm"
     grad_late = True
+
+    def stage_formula(self, value: QKNorm, inputs: Inputs, stage: str) -> str:
+        name = stage[0]  # Q or K
+        weight = value.q_weight if name == "Q" else value.k_weight
+        over = "each head" if weight.shape[0] == inputs.d_k else "the whole projection"
+        return (
+            f"{name}_norm = {name} / √(mean({name}²) + eps) × {name.lower()}_weight, over "
+            f"{over}, eps = {number_text(value.eps)}"
+        )
+
+    def grad_formula(self, value: QKNorm, inputs: Inputs, d_out: str, x_in: str) -> str:
+        return (
+            f"(w ∘ {d_out} − x̂ · mean(x̂ ∘ w ∘ {d_out})) / rms({x_in}), "
+            f"x̂ = {x_in} / rms({x_in}), w = {x_in[0].lower()}_weight"
+        )
 
     def transform(
         self, value: QKNorm, inputs: Inputs, which: str, x: FloatArray, positions: IntArray,

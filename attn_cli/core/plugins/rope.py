@@ -8,7 +8,16 @@ from typing import Any
 
 from attn_cli.core.inputs import Inputs, Rope
 from attn_cli.core.plugins.parsing import known_subkeys, plain, positive_number, true_or_mapping
-from attn_cli.core.variant import Cast, FixtureKey, FloatArray, IntArray, Variant, register
+from attn_cli.core.stage_spec import number_text
+from attn_cli.core.variant import (
+    Cast,
+    FixtureKey,
+    FloatArray,
+    IntArray,
+    Variant,
+    before,
+    register,
+)
 from attn_cli.core.variants import ROPE_LAYOUTS, apply_rope
 
 DOC = "true or a mapping {base: 10000, layout: half | interleaved, dims: d_k}"
@@ -21,6 +30,16 @@ class RotaryEmbedding(Variant):
     key_order = 20
     suffix = "rot"
     positional = True
+
+    def stage_formula(self, value: Rope, inputs: Inputs, stage: str) -> str:
+        where = "positions" if stage[0] == "Q" else "key positions"
+        return (
+            f"{stage} = RoPE({before(inputs, stage)}, {where}): {value.layout} layout, "
+            f"base {number_text(value.base)}, {value.dims} of {inputs.d_k} dims"
+        )
+
+    def grad_formula(self, value: Rope, inputs: Inputs, d_out: str, x_in: str) -> str:
+        return f"RoPE⁻¹({d_out})"
 
     def transform(
         self, value: Rope, inputs: Inputs, which: str, x: FloatArray, positions: IntArray,

@@ -24,6 +24,13 @@ class Sinks(Variant):
     def config(self, value: Any, inputs: Inputs) -> list[float]:
         return [float(x) for x in value]
 
+    def stage_formula(self, value: Any, inputs: Inputs, stage: str) -> str:
+        return "d_sinks[h] = −Σ (1 − rowsum(softmax[h])) ∘ delta[h]"
+
+    def formula_part(self, value: Any, inputs: Inputs, stage: str) -> str:
+        parts = {"softmax": " with the head's sink joined, then dropped", "lse": " + exp(sink)"}
+        return parts.get(stage, "")
+
     def extra_logit(self, value: Any, cells: Cells, dtype: Any) -> FloatArray:
         logits: FloatArray = np.asarray(value, dtype=dtype)[cells.heads]  # (h,)
         return logits

@@ -7,7 +7,9 @@ from typing import Any
 
 import numpy as np
 
+from attn_cli.core.inputs import Inputs
 from attn_cli.core.plugins.parsing import positive_number
+from attn_cli.core.stage_spec import number_text
 from attn_cli.core.variant import FixtureKey, FloatArray, Variant, register
 
 
@@ -18,6 +20,12 @@ class Softcap(Variant):
 
     def parse(self, raw: Any, key: FixtureKey) -> float:
         return positive_number(raw, key, "cap × tanh(x / cap)")
+
+    def stage_formula(self, value: float, inputs: Inputs, stage: str) -> str:
+        return f"capped = softcap × tanh(scaled / softcap), softcap = {value:g}"
+
+    def grad_formula(self, value: float, inputs: Inputs, d_out: str, x_in: str) -> str:
+        return f"{d_out} ∘ (1 − tanh²({x_in} / {number_text(value)}))"
 
     def modify(self, value: Any, x: FloatArray, out: FloatArray | None = None) -> FloatArray:
         capped: FloatArray = np.divide(x, value, out=out)
