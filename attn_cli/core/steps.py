@@ -9,9 +9,9 @@ Axis names used in every shape comment:
 Semantics follow torch.nn.functional.scaled_dot_product_attention: scores are scaled by
 ``scale`` (default 1/sqrt(d_k)), a boolean mask is True where a query *may* attend, a float
 bias is added after scaling, and a row with nothing to attend to gets all-zero weights. The
-variants (core/variants.py) slot in as HF transformers places them: QK-norm then RoPE on Q and
-K, softcap on the scaled scores before the mask, ALiBi added with the bias, sinks joined to the
-softmax.
+variants slot in as the one chain (core/chain.py) runs them, as HF transformers places them:
+the Q/K transforms (QK-norm, then RoPE) on Q and K, score modifiers on the scaled scores before
+the mask, biases added with the fixture's, extra logits joined to the softmax.
 
 :func:`attention` is the whole computation on whole arrays, written to be read; the block
 engine (engine.py) runs the same steps a block of query rows at a time to save memory.
@@ -25,12 +25,10 @@ import numpy as np
 
 from attn_cli.core.chain import Chain, cells_of
 from attn_cli.core.plugins.allowed import window_reach as window_reach  # where it was
-from attn_cli.core.plugins.qk_norm import norm_heads as norm_heads  # where it was (the grader)
 from attn_cli.core.variant import REGISTRY
-from attn_cli.core.variants import apply_rope
 
 if TYPE_CHECKING:
-    from attn_cli.core.inputs import Inputs, Rope
+    from attn_cli.core.inputs import Inputs
 
 FloatArray = np.ndarray[Any, np.dtype[np.float64]]
 BoolArray = np.ndarray[Any, np.dtype[np.bool_]]
@@ -56,11 +54,6 @@ def split_heads(x: FloatArray, heads: int) -> FloatArray:
 def repeat_kv(x: FloatArray, groups: int) -> FloatArray:
     """Query head h reads key/value head h // groups, as torch's repeat_interleave."""
     return x if groups == 1 else np.repeat(x, groups, axis=1)  # (B, Hkv, S, D) -> (B, H, S, D)
-
-
-def rotate(x: FloatArray, positions: IntArray, rope: Rope) -> FloatArray:
-    """RoPE of every head of x (B, H, T, D) at its token positions (T,)."""
-    return apply_rope(x, positions, base=rope.base, layout=rope.layout, dims=rope.dims)
 
 
 def attention_scores(q: FloatArray, k: FloatArray, out: FloatArray | None = None) -> FloatArray:
