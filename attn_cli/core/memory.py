@@ -65,7 +65,7 @@ def memory_needed(
     whole = not streams(inputs, keep, backward, written)
     numbers += whole * score_stages_kept(inputs, keep) * B * H * T * S
     numbers += B * H * T if keep is not None and "lse" in keep else 0
-    blocks = 3 + 2 * (inputs.alibi is not None) + (inputs.mask_value != -math.inf)
+    blocks = 3 + 2 * len(chain.bias_stages) + (inputs.mask_value != -math.inf)  # ALiBi's: 2
     numbers += blocks * rows_per_block(T, S, itemsize) * S
     # 9) output, concat, projected
     numbers += B * H * T * Dv * 2 + B * T * E
@@ -94,13 +94,17 @@ def writer_bytes(seq_k: int, written: Written) -> int:
 
 def backward_numbers(inputs: Inputs, keep: Collection[str] | None = None) -> int:
     """Numbers the backward pass adds: its (T, S) arrays whole, and gradients as big as the
-    forward's. It holds softmax (and scaled under softcap), the allowed mask, and up to four
-    score-like gradients at once, whether kept or not, and about twice the rest of a trace."""
+    forward's. It holds softmax (and each score modifier's input, scaled under softcap), the
+    allowed mask (and the biases summed), and up to four score-like gradients at once, whether
+    kept or not, and about twice the rest of a trace."""
+    from attn_cli.core.chain import Chain
+
+    chain = Chain(inputs)
     B, H, Hkv, T, S = inputs.batch, inputs.heads, inputs.kv_heads, inputs.seq_q, inputs.seq_k
     D, Dv, E = inputs.d_k, inputs.d_v, inputs.d_out or 0
     grads = [s for s in STAGES if s.gradient and s.score_like and s.applies(inputs)]
     kept = grads if keep is None else [s for s in grads if s.name in keep]
-    held = 2 + (inputs.softcap is not None) + (inputs.alibi is not None or inputs.bias is not None)
+    held = 2 + len(chain.stages) + bool(chain.biases)
     score_like = B * H * T * S * (max(len(kept), 4) + held)
     rest = B * (H * T * (D + Dv) + Hkv * S * (D + Dv) + T * E) * 2
     weights = sum(w.size for w in (inputs.X, inputs.X_kv, inputs.W_Q, inputs.W_K, inputs.W_V,
@@ -109,7 +113,7 @@ def backward_numbers(inputs: Inputs, keep: Collection[str] | None = None) -> int
 
 
 def score_stages_kept(inputs: Inputs, keep: Collection[str] | None = None) -> int:
-    """How many score-like stages (scores, scaled, capped, alibi, masked, softmax) a trace
+    """How many score-like stages (scores, scaled, masked, softmax, the variants') a trace
     keeps, of those that apply."""
     stages = [s.name for s in STAGES if s.score_like and not s.gradient and s.applies(inputs)]
     return len(stages if keep is None else [s for s in stages if s in keep])
