@@ -101,11 +101,6 @@ class Inputs:
     # the settings of variants registered from outside the package (core/variant.py), by name
     extra: Mapping[str, Any] = field(default_factory=dict)
 
-    @property
-    def uses_positions(self) -> bool:
-        """Whether token positions matter: RoPE, ALiBi, a window, or causal masking reads them."""
-        return any(x is not None for x in (self.rope, self.alibi, self.window, self.causal))
-
     def token_positions(self) -> tuple[IntArray, IntArray]:
         """(pos_q (T,), pos_k (S,)): as given, else keys 0..S-1 and queries per ``causal``."""
         pos_q, pos_k = default_positions(self.seq_q, self.seq_k, self.causal)
