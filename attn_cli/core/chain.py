@@ -1,8 +1,8 @@
 """The one chain of attention, as the variants that are on make it (core/variant.py):
 
     Q, K -> the Q/K transforms (Q_norm, Q_rot) -> scores -> scaled -> score modifiers (capped)
-    -> masked = + biases (bias, alibi), the fill where no key is allowed (causal, window, mask,
-    lengths, an empty cache slot) -> softmax with extra logits (sinks)
+    -> masked = + biases (the fixture's, ALiBi), the fill where no key is allowed (causal,
+    window, mask, lengths, an empty cache slot) -> softmax with extra logits (attention sinks)
 
 The block engine, KV-cache decoding, FlashAttention-2 tiles, the backward pass and the grader
 each run it over their own cells (core/variant.py ``Cells``); none of them names a variant.
@@ -57,7 +57,7 @@ class Chain:
 
     @property
     def extra(self) -> bool:
-        """Whether the softmax joins extra logits (sinks)."""
+        """Whether the softmax joins extra logits (attention sinks)."""
         return bool(self.extras)
 
     def hides(self) -> list[str]:
@@ -132,7 +132,7 @@ class Chain:
 
     @property
     def bias_stages(self) -> tuple[str, ...]:
-        """The biases that are stages of their own (``alibi``)."""
+        """The biases that are stages of their own (ALiBi's)."""
         return tuple(str(v.bias_stage) for v, _ in self.biases if v.bias_stage is not None)
 
     def bias_stage(self, name: str, cells: Cells, dtype: Any) -> FloatArray:

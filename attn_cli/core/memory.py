@@ -94,7 +94,7 @@ def writer_bytes(seq_k: int, written: Written) -> int:
 
 def backward_numbers(inputs: Inputs, keep: Collection[str] | None = None) -> int:
     """Numbers the backward pass adds: its (T, S) arrays whole, and gradients as big as the
-    forward's. It holds softmax (and each score modifier's input, scaled under softcap), the
+    forward's. It holds softmax (and each score modifier's input: scaled under a logit cap), the
     allowed mask (and the biases summed), and up to four score-like gradients at once, whether
     kept or not, and about twice the rest of a trace."""
     from attn_cli.core.chain import Chain

@@ -273,7 +273,7 @@ class _Run:
         self.project() if self.inputs.mode == "projection" else self.given()
         # 2)-3) the Q/K transforms (QK-norm, then RoPE), on queries and keys
         self.transform_qk()
-        # 4)-8) scores, scale, softcap, ALiBi and mask, softmax, weighted sum: block by block
+        # 4)-8) scores, scale, score modifiers, biases and mask, softmax, weighted sum: by block
         attended = self.attend(scale, progress) if "scores" in self.need else None
         for name in self.chain.bias_stages:  # kept, though nothing masks with them here
             if name in self.held and name not in self.arrays:

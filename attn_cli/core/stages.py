@@ -16,7 +16,7 @@ backward pass, so a default trace is unchanged; L is the sum of the final stage 
 else ``output``) times the fixture's ``grad``, or times ones when it has none.
 
 The rows of the variants (core/variant.py ``stage_rows``: QK-norm's ``Q_norm``, RoPE's ``Q_rot``,
-softcap's ``capped``, ALiBi's ``alibi``, their gradients, the sinks' ``d_sinks``) go into the
+the logit cap's ``capped``, ALiBi's bias stage, their gradients, an extra logit's) go into the
 slots the base rows leave for each kind of hook, in registry order (gradients of transforms and
 modifiers the last first), with what each needs from its neighbours in the chain. The table is
 built when it is first read and again whenever the registry has changed since, so a variant

@@ -4,7 +4,7 @@ The chain (core/chain.py) is written once::
 
     scores = q·kᵀ -> scaled = scores × scale -> score modifiers (capped, ...) ->
     masked = + additive biases, the fill where a key is not allowed -> softmax with extra
-    logits (sinks) -> output = weights·v
+    logits (attention sinks) -> output = weights·v
 
 and every loop that computes attention runs it over its own cells: the block engine (query rows
 of one head), KV-cache decoding (one query against the cache), FlashAttention-2 (a tile), the
@@ -219,7 +219,7 @@ class Variant:
         """d(transformed) -> d(x_in), the transform's Jacobian (transposed) applied."""
         raise NotImplementedError(f"{self.name} transforms neither Q nor K")
 
-    # -- score modifiers: scaled -> stage, before the mask (softcap) ---------------------------
+    # -- score modifiers: scaled -> stage, before the mask (the logit cap) --------------------
 
     def modify(self, value: Any, x: FloatArray, out: FloatArray | None = None) -> FloatArray:
         """The modified logits; ``out`` may be ``x`` (in place)."""
@@ -263,7 +263,7 @@ class Variant:
         """
         return None
 
-    # -- extra logits: joined to every softmax row, dropped after (sinks) ----------------------
+    # -- extra logits: joined to every softmax row, dropped after (attention sinks) ------------
 
     def extra_logit(self, value: Any, cells: Cells, dtype: Any) -> FloatArray | None:
         """One logit per query head of the cells, (h,); None: no extra logit."""
