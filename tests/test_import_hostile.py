@@ -24,9 +24,8 @@ pytest.importorskip("tokenizers", reason="attn import needs tokenizers: pip inst
 
 from conftest import limit_memory, run_attn, run_cli, run_timed
 from safetensors.numpy import save_file
-from test_checkpoint import WORDS, _layer_norm, _randn, _rms_norm, _small_llama, _write
+from test_checkpoint import WORDS, _error, _layer_norm, _randn, _rms_norm, _small_llama, _write
 
-from attn_cli.errors import AttnError
 from attn_cli.io import checkpoint
 from attn_cli.io.checkpoint import import_layer
 from attn_cli.io.jsonfmt import MAX_DEPTH
@@ -38,15 +37,6 @@ rng = np.random.default_rng(22)
 def _llama(tmp_path: Path, **cfg: Any) -> Path:
     folder, config, tensors = _small_llama(tmp_path, **cfg)
     return _write(folder, config, tensors)
-
-
-def _error(folder: Path, **kwargs: Any) -> str:
-    args: dict[str, Any] = {"layer": 0, "text": "the cat"} | kwargs
-    with pytest.raises(AttnError) as info:
-        import_layer(folder, **args)
-    message = str(info.value)
-    assert "\n" not in message
-    return message
 
 
 def _one_line(stderr: str) -> str:
