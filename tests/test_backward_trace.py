@@ -34,13 +34,13 @@ from attn_cli.core.backward import (
     merge_heads,
     split_heads,
 )
-from attn_cli.core.chain import Chain
+from attn_cli.core.chain import Chain, cells_of
 from attn_cli.core.inputs import Inputs
 from attn_cli.core.pipeline import Trace, run
 from attn_cli.core.plugins.qk_norm import grad_rms_norm
+from attn_cli.core.plugins.rope import apply_rope
 from attn_cli.core.stages import GRADIENT_STAGE_NAMES, SPECS, final_stage, softmax_input
-from attn_cli.core.steps import alibi_rows, allowed_positions
-from attn_cli.core.variants import apply_rope
+from attn_cli.core.steps import allowed_positions
 from attn_cli.errors import InputError, UsageError
 from attn_cli.io.arrays import npz_writer
 from attn_cli.io.examples import example_paths
@@ -169,7 +169,7 @@ def loss_from(trace: Trace, start: str, value: Array) -> float:
         a["K_rot"] = rope(inp, a["K_norm"], pos_k)
     q = next(a[s] for s in ("Q_rot", "Q_norm", "Q") if s in a)
     k = next(a[s] for s in ("K_rot", "K_norm", "K") if s in a)
-    B, H, T = q.shape[:3]
+    B, H = q.shape[:2]
     g = H // k.shape[1]
     if "scores" in after:
         a["scores"] = np.stack([np.stack([q[b, h] @ k[b, h // g].T for h in range(H)])
@@ -185,7 +185,8 @@ def loss_from(trace: Trace, start: str, value: Array) -> float:
         if "masked" in after:
             m = x + (0.0 if inp.bias is None else inp.bias)
             if inp.alibi is not None:
-                m = m + np.stack([alibi_rows(inp, h, 0, T) for h in range(H)])
+                every = cells_of(inp, slice(0, 1), slice(None), slice(None))
+                m = m + Chain(inp).bias_stage("alibi", every, np.float64)[0]  # (H, T, S)
             allowed = allowed_positions(inp)
             a["masked"] = m if allowed is None else np.where(allowed, m, inp.mask_value)
         x = a["masked"]

@@ -8,7 +8,6 @@ explicit sliding-window mask and gpt-oss's ``sdpa`` with sinks. No torch is need
 from __future__ import annotations
 
 import json
-import math
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +15,9 @@ import numpy as np
 import pytest
 
 from attn_cli.core import variants as V
+from attn_cli.core.pipeline import run
+from attn_cli.core.plugins.rope import apply_rope
+from attn_cli.io.fixture import validate
 
 DATA: dict[str, Any] = json.loads(
     (Path(__file__).parent / "reference" / "torch_variants.json").read_text()
@@ -31,7 +33,7 @@ def a(x: Any) -> Any:
 @pytest.mark.parametrize("case", DATA["rope"], ids=lambda c: f"{c['kind']}-{c['base']}-{c['dims']}")
 def test_rope_matches_torch(case: dict[str, Any]) -> None:
     layout: V.RopeLayout = "half" if case["kind"] == "hf_rotate_half" else "interleaved"
-    got = V.apply_rope(
+    got = apply_rope(
         a(case["x"]), case["positions"], base=case["base"], layout=layout, dims=case["dims"]
     )
     np.testing.assert_allclose(got, a(case["out"]), rtol=TORCH_RTOL, atol=TORCH_ATOL)
@@ -50,7 +52,7 @@ def test_permuted_weights_match_hf_permute_and_scores() -> None:
         d = W_q.shape[1] // heads
         q = (X @ W_q).reshape(T, heads, d).transpose(1, 0, 2)  # (H, T, D)
         k = (X @ W_k).reshape(T, heads, d).transpose(1, 0, 2)  # (H, T, D)
-        q, k = V.apply_rope(q, range(T), layout=layout), V.apply_rope(k, range(T), layout=layout)
+        q, k = apply_rope(q, range(T), layout=layout), apply_rope(k, range(T), layout=layout)
         return q @ k.transpose(0, 2, 1)  # (H, T, T)
 
     meta = scores(a(p["W_q_meta"]).T, a(p["W_k_meta"]).T, "interleaved")
@@ -70,11 +72,11 @@ def test_sliding_window_matches_sdpa(case: dict[str, Any]) -> None:
     pos_q, pos_k = V.default_positions(T, S, "lower-right")
     allowed = V.window_allowed(pos_q, pos_k, window)  # (T, S)
     np.testing.assert_array_equal(allowed, np.array(case["allowed"]))
-    groups = q.shape[0] // k.shape[0]
-    k, v = np.repeat(k, groups, axis=0), np.repeat(v, groups, axis=0)  # (H, S, D) grouped
-    scaled = q @ k.transpose(0, 2, 1) / math.sqrt(q.shape[-1])  # (H, T, S)
-    weights, _ = V.softmax_with_sinks(V.fill_not_allowed(scaled, allowed))
-    np.testing.assert_allclose(weights @ v, a(case["out"])[0], rtol=TORCH_RTOL, atol=TORCH_ATOL)
+    fixture = {"Q": [q.tolist()], "K": [k.tolist()], "V": [v.tolist()], "causal": "lower-right",
+               "window": window}  # fmt: skip
+    trace = run(validate(fixture, "sdpa"))  # the scale 1/√d_k, grouped heads, as SDPA
+    out = trace.stages["output"].data[0]  # (H, T, D)
+    np.testing.assert_allclose(out, a(case["out"])[0], rtol=TORCH_RTOL, atol=TORCH_ATOL)
 
 
 @pytest.mark.parametrize("case", DATA["sinks"], ids=lambda c: f"window{c['window']}")
@@ -82,15 +84,16 @@ def test_sinks_match_gpt_oss(case: dict[str, Any]) -> None:
     Q, K, Vv = a(case["Q"]), a(case["K"]), a(case["V"])  # (T, Hkv, m, D), (T, Hkv, D)
     T, Hkv, m, D = Q.shape
     q = Q.reshape(T, Hkv * m, D).transpose(1, 0, 2)  # (H, T, D): head = kv * m + j, grouped
-    k = np.repeat(K.transpose(1, 0, 2), m, axis=0)  # (H, T, D)
-    v = np.repeat(Vv.transpose(1, 0, 2), m, axis=0)  # (H, T, D)
-    pos, _ = V.default_positions(T, T, None)
-    allowed = V.causal_allowed(pos, pos)
+    k = K.transpose(1, 0, 2)  # (Hkv, T, D): query head h reads kv head h // m
+    v = Vv.transpose(1, 0, 2)  # (Hkv, T, D)
+    fixture = {"Q": [q.tolist()], "K": [k.tolist()], "V": [v.tolist()], "causal": True,
+               "scale": case["scale"], "sinks": case["sinks"]}  # fmt: skip
     if case["window"]:
-        allowed = V.window_allowed(pos, pos, case["window"])
-    scaled = q @ k.transpose(0, 2, 1) * case["scale"]  # (H, T, T)
-    got = V.softmax_with_sinks(V.fill_not_allowed(scaled, allowed), case["sinks"])
-    np.testing.assert_allclose(got.weights, a(case["weights"]), rtol=TORCH_RTOL, atol=TORCH_ATOL)
-    np.testing.assert_allclose(got.dropped, a(case["dropped"]), rtol=1e-11, atol=TORCH_ATOL)
-    out = (got.weights @ v).transpose(1, 0, 2).reshape(T, -1)  # (T, H*D)
+        fixture["window"] = case["window"]
+    trace = run(validate(fixture, "gpt-oss"))
+    weights = trace.stages["softmax"].data[0]  # (H, T, T)
+    dropped = 1.0 - weights.sum(axis=-1)  # the sink's share of each row, (H, T)
+    np.testing.assert_allclose(weights, a(case["weights"]), rtol=TORCH_RTOL, atol=TORCH_ATOL)
+    np.testing.assert_allclose(dropped, a(case["dropped"]), rtol=1e-11, atol=TORCH_ATOL)
+    out = trace.stages["output"].data[0].transpose(1, 0, 2).reshape(T, -1)  # (T, H*D)
     np.testing.assert_allclose(out, a(case["out"]), rtol=TORCH_RTOL, atol=TORCH_ATOL)

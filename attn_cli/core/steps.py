@@ -25,7 +25,6 @@ import numpy as np
 
 from attn_cli.core.chain import Chain, cells_of
 from attn_cli.core.plugins.allowed import window_reach as window_reach  # where it was
-from attn_cli.core.variant import REGISTRY
 
 if TYPE_CHECKING:
     from attn_cli.core.inputs import Inputs
@@ -74,11 +73,10 @@ def apply_mask(
     bias: FloatArray | None,
     out: FloatArray | None = None,
     *,
-    alibi: FloatArray | None = None,
     fill: float = -np.inf,
 ) -> FloatArray:
-    """masked = scaled + bias + alibi, with ``fill`` (-inf, or a finite sentinel) wherever
-    attending is not allowed."""
+    """masked = scaled + bias, with ``fill`` (-inf, or a finite sentinel) wherever attending
+    is not allowed."""
     if bias is not None:
         masked: FloatArray = np.add(scaled, bias, out=out)
     elif out is None:
@@ -87,19 +85,9 @@ def apply_mask(
         masked = out
         if out is not scaled:
             np.copyto(out, scaled)
-    if alibi is not None:
-        np.add(masked, alibi, out=masked)
     if allowed is not None:
         np.copyto(masked, fill, where=~allowed)
     return masked
-
-
-def cap_scores(scaled: FloatArray, cap: float, out: FloatArray | None = None) -> FloatArray:
-    """capped = cap × tanh(scaled / cap), before the mask (Gemma 2's logit softcapping)."""
-    capped: FloatArray = np.divide(scaled, cap, out=out)
-    np.tanh(capped, out=capped)
-    np.multiply(capped, cap, out=capped)
-    return capped
 
 
 def softmax(x: FloatArray, out: FloatArray | None = None) -> FloatArray:
@@ -193,15 +181,3 @@ def allowed_positions(
     cells = cells_of(inputs, slice(b, b + 1), slice(h, h + 1), slice(t0, t1))
     allowed = Chain(inputs).allowed(cells)
     return None if allowed is None else np.broadcast_to(allowed, cells.shape)[0, 0]
-
-
-def alibi_rows(
-    inputs: Inputs, h: int, t0: int, t1: int, dtype: np.dtype[Any] | None = None
-) -> FloatArray:
-    """ALiBi's bias for query rows t0:t1 of head h: -slope_h × |pos_q - pos_k|, (R, S)."""
-    alibi = REGISTRY["alibi"]
-    cells = cells_of(inputs, slice(0, 1), slice(h, h + 1), slice(t0, t1))
-    bias = alibi.bias(alibi.value(inputs), inputs, cells, dtype or np.float64)
-    assert bias is not None
-    rows: FloatArray = bias[0, 0]
-    return rows

@@ -15,9 +15,10 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from attn_cli.core.pipeline import Trace
+from attn_cli.core.plugins.rope import rope_inv_freq
 from attn_cli.core.stages import softmax_input
 from attn_cli.core.steps import allowed_positions
-from attn_cli.core.variants import rope_inv_freq, rope_pairs
+from attn_cli.core.variants import rope_pairs
 from attn_cli.errors import UsageError
 from attn_cli.present.variant_texts import TEXTS, extra_logit
 

@@ -3,6 +3,7 @@ added after scaling) and ALiBi (Press et al.: −slope_h × |pos_q − pos_k|, a
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
@@ -10,7 +11,6 @@ import numpy as np
 from attn_cli.core.inputs import Inputs
 from attn_cli.core.plugins.parsing import known_subkeys, per_head, true_or_mapping
 from attn_cli.core.variant import Cells, FixtureKey, FloatArray, Variant, register, take
-from attn_cli.core.variants import alibi_slopes
 
 
 class Bias(Variant):
@@ -71,6 +71,28 @@ class Alibi(Variant):
         pos_q, pos_k = inputs.token_positions()
         span = max(int(pos_q.max()), int(pos_k.max())) - min(int(pos_q.min()), int(pos_k.min()))
         return float(np.abs(value).max()) * span
+
+
+def alibi_slopes(n_heads: int) -> FloatArray:
+    """Press et al.'s ``get_slopes``: 2^(-8/n)^(1..n), else the closest power of two plus
+    every other slope of twice that."""
+    if n_heads < 1:
+        raise ValueError(f"ALiBi needs at least one head, not {n_heads}")
+    return np.array(_get_slopes(n_heads), dtype=np.float64)  # (H,)
+
+
+def _get_slopes(n: int) -> list[float]:
+    """The reference code of "Train Short, Test Long" (ofirpress/attention_with_linear_biases)."""
+
+    def power_of_2(n: int) -> list[float]:
+        start = 2 ** (-(2 ** -(math.log2(n) - 3)))
+        ratio = start
+        return [start * ratio**i for i in range(n)]
+
+    if math.log2(n).is_integer():
+        return power_of_2(n)
+    closest = 2 ** math.floor(math.log2(n))
+    return power_of_2(closest) + _get_slopes(2 * closest)[0::2][: n - closest]
 
 
 register(Bias())

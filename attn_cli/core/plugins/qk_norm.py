@@ -13,7 +13,6 @@ from attn_cli.core.inputs import Inputs, QKNorm
 from attn_cli.core.plugins.parsing import known_subkeys, positive_number
 from attn_cli.core.stage_spec import number_text
 from attn_cli.core.variant import Cast, FixtureKey, FloatArray, IntArray, Variant, register
-from attn_cli.core.variants import rms_norm
 
 DOC = "a mapping {q_weight, k_weight, eps: 1e-6}"
 
@@ -129,6 +128,24 @@ def _weight(value: QKNorm, which: str, cast: Cast) -> FloatArray:
     """The weight of Q's or K's norm in the computing dtype (float32 overflow named)."""
     w = value.q_weight if which == "Q" else value.k_weight
     return cast(f"qk_norm.{which.lower()}_weight", w)
+
+
+def rms_norm(
+    x: FloatArray, weight: Any, eps: float = 1e-6, *, plus_one: bool = False
+) -> FloatArray:
+    """x * rsqrt(mean(x^2) + eps) * weight over the last axis, as HF Qwen3RMSNorm.
+
+    Computed in at least float32 and returned in x's dtype; ``plus_one`` scales by
+    (1 + weight) as Gemma's RMSNorm does.
+    """
+    xf = x.astype(np.promote_types(x.dtype, np.float32), copy=False)
+    variance = np.mean(xf * xf, axis=-1, keepdims=True)  # (..., 1)
+    normed = (xf * (1.0 / np.sqrt(variance + eps))).astype(x.dtype, copy=False)  # rsqrt
+    w = np.asarray(weight, dtype=x.dtype)  # (D,) or (heads*D,)
+    if w.shape != x.shape[-1:]:
+        raise ValueError(f"RMSNorm weight must have length {x.shape[-1]}, not {w.shape}")
+    scaled: FloatArray = normed * (1 + w if plus_one else w)
+    return scaled
 
 
 register(QKNormalization())

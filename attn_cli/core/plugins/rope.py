@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
+
 from attn_cli.core.inputs import Inputs, Rope
 from attn_cli.core.plugins.parsing import known_subkeys, plain, positive_number, true_or_mapping
 from attn_cli.core.stage_spec import number_text
@@ -18,7 +20,7 @@ from attn_cli.core.variant import (
     before,
     register,
 )
-from attn_cli.core.variants import ROPE_LAYOUTS, apply_rope
+from attn_cli.core.variants import ROPE_LAYOUTS, RopeLayout, check_rope_dims, rope_pairs
 
 DOC = "true or a mapping {base: 10000, layout: half | interleaved, dims: d_k}"
 
@@ -90,6 +92,57 @@ def _dims(value: dict[str, Any], key: FixtureKey) -> int:
             "dimensions)", "rope.dims",
         )  # fmt: skip
     return dims
+
+
+def rope_inv_freq(dims: int, base: float = 10000.0) -> FloatArray:
+    """inv_freq[i] = base^(-2i/dims) for i < dims/2, as HF: 1 / base^(arange(0, dims, 2)/dims)
+    (HF ``_compute_default_rope_parameters``, Meta ``precompute_freqs_cis``)."""
+    check_rope_dims(dims)
+    inv_freq: FloatArray = 1.0 / base ** (np.arange(0, dims, 2, dtype=np.float64) / dims)  # (P,)
+    return inv_freq
+
+
+def rope_angles(positions: Any, dims: int, base: float = 10000.0) -> FloatArray:
+    """angle[t, i] = position[t] * inv_freq[i], in float64 (HF: float32, differences ~1e-7)."""
+    pos = np.asarray(positions, dtype=np.float64)  # (T,)
+    angles: FloatArray = np.outer(pos, rope_inv_freq(dims, base))  # (T, P)
+    return angles
+
+
+def apply_rope(
+    x: FloatArray,
+    positions: Any,
+    *,
+    base: float = 10000.0,
+    layout: RopeLayout = "half",
+    dims: int | None = None,
+    inverse: bool = False,
+) -> FloatArray:
+    """Rotate each pair (a, b) of x (..., T, D) by its angle: (a cos - b sin, b cos + a sin).
+
+    Partial rotary (dims < D): the first ``dims`` dimensions rotate, the rest pass through
+    (GPT-NeoX ``rotary_pct``, Phi ``partial_rotary_factor``). ``inverse`` rotates by -angle
+    (undoes the rotation; the backward pass needs it).
+    """
+    D = x.shape[-1]
+    R = D if dims is None else dims
+    if not 0 < R <= D:
+        raise ValueError(f"RoPE dims must be in 1..{D} (d_k), not {R}")
+    pos = np.asarray(positions)
+    if pos.shape != (x.shape[-2],):
+        raise ValueError(f"positions must have shape ({x.shape[-2]},), not {pos.shape}")
+    first, second = rope_pairs(R, layout)
+    angles = rope_angles(pos, R, base)  # (T, P)
+    cos = np.cos(angles).astype(x.dtype, copy=False)  # (T, P)
+    sin = np.sin(angles).astype(x.dtype, copy=False)  # (T, P)
+    if inverse:
+        sin = -sin
+    a = x[..., first]  # (..., T, P)
+    b = x[..., second]  # (..., T, P)
+    out: FloatArray = x.copy()  # dimensions R..D-1 pass through (partial rotary)
+    out[..., first] = a * cos - b * sin
+    out[..., second] = b * cos + a * sin
+    return out
 
 
 register(RotaryEmbedding())
