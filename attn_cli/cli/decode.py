@@ -70,9 +70,11 @@ def decode(
 
       attn decode causal_multihead                   # every step
 
-      attn decode gptoss_sinks --prefill 2 --explain # RoPE, GQA, a ring buffer, sinks
+      attn decode mistral_sliding_window --prefill 2 --explain  # a ring buffer
 
-      attn decode gemma2_softcap --step              # one step at a time (q quits)
+      attn decode llama_rope_gqa --step              # one step at a time (q quits)
+
+      attn examples                                  # every variant to decode
 
       attn decode llama_rope_gqa -f json -o dec.json # every number, for scripts
     """

@@ -102,7 +102,7 @@ def flash(
 
       attn flash the_cat_sat --base2                  # as Triton computes it
 
-      attn flash gemma2_softcap --step                # one tile at a time (q quits)
+      attn flash mistral_sliding_window --step        # one tile at a time (q quits)
 
       attn flash my.yaml -f json --max-tiles 8 -o flash.json
     """

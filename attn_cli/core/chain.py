@@ -2,7 +2,7 @@
 
     Q, K -> the Q/K transforms (Q_norm, Q_rot) -> scores -> scaled -> score modifiers (capped)
     -> masked = + biases (the fixture's, ALiBi), the fill where no key is allowed (causal,
-    window, mask, lengths, an empty cache slot) -> softmax with extra logits (attention sinks)
+    window, mask, lengths, an empty cache slot) -> softmax with extra logits (a sink per head)
 
 The block engine, KV-cache decoding, FlashAttention-2 tiles, the backward pass and the grader
 each run it over their own cells (core/variant.py ``Cells``); none of them names a variant.
@@ -57,7 +57,7 @@ class Chain:
 
     @property
     def extra(self) -> bool:
-        """Whether the softmax joins extra logits (attention sinks)."""
+        """Whether the softmax joins extra logits (a sink per head)."""
         return bool(self.extras)
 
     def hides(self) -> list[str]:
@@ -228,7 +228,7 @@ class Chain:
         return grads
 
     def grad_extras(self, weights: FloatArray, delta: FloatArray) -> dict[str, FloatArray]:
-        """The gradient stage of each extra logit (``d_sinks``), by stage name."""
+        """The gradient stage of each extra logit (``d_<name>``), by stage name."""
         return {str(v.gradient): v.grad_extra(x, weights, delta) for v, x in self.extras}
 
 

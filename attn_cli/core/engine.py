@@ -1,9 +1,9 @@
 """The block engine: the score stages of attention a block of query rows at a time.
 
-It runs the step functions of steps.py (scores, scaled, capped, alibi, masked, softmax with
-its lse, output) on one block of query rows of one head at a time. A stage that is kept is
-written straight into its whole array; a stage that is only passed through lives in one
-reused block buffer (ALiBi's bias in one block of its own). So a run that keeps only
+It runs the step functions of steps.py (scores, scaled, the score modifiers, the bias stages,
+masked, softmax with its lse, output) on one block of query rows of one head at a time. A stage
+that is kept is written straight into its whole array; a stage that is only passed through lives
+in one reused block buffer (a bias stage in one block of its own). So a run that keeps only
 ``output`` never holds a (T, S) matrix, whatever the variants. Axis names as in steps.py.
 """
 
@@ -75,7 +75,7 @@ class Block(NamedTuple):
 
 
 class BlockEngine:
-    """Runs scores -> scaled -> capped -> masked (+ alibi) -> softmax (+ lse) -> output."""
+    """Runs scores -> scaled -> modifiers -> masked (+ bias stages) -> softmax (+ lse) -> output."""
 
     def __init__(
         self,
@@ -98,7 +98,8 @@ class BlockEngine:
         self.kept = {s: np.empty(full, q.dtype) for s in SCORE_STAGES if s in wanted}
         self.lse = np.empty((B, H, T), q.dtype) if "lse" in wanted else None
         self.rows = rows_per_block(T, S, q.dtype.itemsize)  # measured: see core/blocks.py
-        chain = {"scores", *(s for s in SCORE_STAGES if s in need and s != "alibi")}
+        own = set(Chain(inputs).bias_stages)  # a bias stage has its own block (kept_block)
+        chain = {"scores", *(s for s in SCORE_STAGES if s in need and s not in own)}
         self.work = None if chain <= set(self.kept) else np.empty((self.rows, S), q.dtype)
         self.leaky = inputs.mask_value != -np.inf  # a finite sentinel: watch for leaks
         self.output = None

@@ -4,14 +4,14 @@ The chain (core/chain.py) is written once::
 
     scores = q·kᵀ -> scaled = scores × scale -> score modifiers (capped, ...) ->
     masked = + additive biases, the fill where a key is not allowed -> softmax with extra
-    logits (attention sinks) -> output = weights·v
+    logits -> output = weights·v
 
 and every loop that computes attention runs it over its own cells: the block engine (query rows
 of one head), KV-cache decoding (one query against the cache), FlashAttention-2 (a tile), the
 backward pass and the grader (whole arrays). A variant says what it does at each hook, as
 PyTorch's FlexAttention says it with ``score_mod`` and ``mask_mod``; no loop names a variant.
 
-A variant's setting lives in the fixture under its ``name`` (``softcap: 50``); ``value(inputs)``
+A variant's setting lives in the fixture under its ``name`` (``window: 3``); ``value(inputs)``
 reads it (a field of :class:`Inputs`, else ``inputs.extra[name]``), None when it is off.
 Axis names as in steps.py; a hook's arrays broadcast to the cells' (b, h, R, S).
 """
@@ -108,13 +108,13 @@ class Variant:
     stage: str | None = None
     # an additive bias that is a stage of its own (ALiBi): kept like any other score stage
     bias_stage: str | None = None
-    # the gradient stage of an extra logit (d_sinks), laid out (H,)
+    # the gradient stage of an extra logit (d_<name>), laid out (H,)
     gradient: str | None = None
 
     # -- the fixture key: parsing, the JSON config, the layout of its arrays -------------------
 
     # where a file reference or a NumPy array may stand in the setting: "" the whole setting
-    # (sinks), else the subkeys of a mapping (qk_norm.q_weight)
+    # (a list per head), else the subkeys of a mapping (rope.base)
     array_parts: tuple[str, ...] = ()
     # the subkeys of a setting that is a mapping (a whole-fixture .npz spells them KEY.SUBKEY)
     subkeys: tuple[str, ...] = ()
@@ -176,7 +176,7 @@ class Variant:
         return lambda inputs: self.stage_formula(self.value(inputs), inputs, stage)
 
     def stage_formula(self, value: Any, inputs: Inputs, stage: str) -> str:
-        """The formula of one of its own stages (``capped = softcap × tanh(...)``)."""
+        """The formula of one of its own stages (``capped = cap × tanh(...)``)."""
         return stage
 
     def formula_part(self, value: Any, inputs: Inputs, stage: str) -> str:
@@ -263,7 +263,7 @@ class Variant:
         """
         return None
 
-    # -- extra logits: joined to every softmax row, dropped after (attention sinks) ------------
+    # -- extra logits: joined to every softmax row, dropped after (a sink logit) --------------
 
     def extra_logit(self, value: Any, cells: Cells, dtype: Any) -> FloatArray | None:
         """One logit per query head of the cells, (h,); None: no extra logit."""
