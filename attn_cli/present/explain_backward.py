@@ -32,7 +32,7 @@ def _t(c: Context | Cell, en: str, zh: str) -> str:
     return zh if c.lang == "zh" else en
 
 
-def _shape(c: Context, name: str) -> str:
+def shaped(c: Context, name: str) -> str:
     """A stage's shape when the trace kept it, else its name alone."""
     return c.shape_of(name) if name in c.trace else name
 
@@ -41,7 +41,7 @@ def _shape(c: Context, name: str) -> str:
 # Explanations
 
 
-def _common(c: Context) -> str:
+def gradient_meaning(c: Context) -> str:
     """The one sentence every gradient stage shares."""
     return _t(
         c,
@@ -54,7 +54,7 @@ def _common(c: Context) -> str:
 
 def _explain_final(c: Context) -> Parts:
     """d_projected, or d_output when it is the final stage: the upstream gradient."""
-    meaning = [_common(c)]
+    meaning = [gradient_meaning(c)]
     if c.trace.upstream == "grad":
         meaning.append(_t(
             c, "The fixture's grad is this gradient: the backward pass starts from it, as "
@@ -69,7 +69,7 @@ def _explain_final(c: Context) -> Parts:
             "配置文件没有 grad 时，L 就是最后一步所有数之和，所以梯度处处为 1"
             "（相当于 PyTorch 里的 out.sum().backward()）。",
         ))  # fmt: skip
-    return (c.trace[c.name].formula,), (_shape(c, c.name.removeprefix("d_")),), meaning
+    return (c.trace[c.name].formula,), (shaped(c, c.name.removeprefix("d_")),), meaning
 
 
 def _explain_weight(c: Context) -> Parts:
@@ -77,7 +77,7 @@ def _explain_weight(c: Context) -> Parts:
     name = c.name.removeprefix("d_W_")
     stage = "projected" if name == "O" else name
     source = c.trace[c.name].formula.split("= ")[1].split("ᵀ")[0]
-    meaning = [_common(c), _t(
+    meaning = [gradient_meaning(c), _t(
         c,
         f"out = x·W, so each weight W[i, j] multiplies input column i into output column j: its "
         f"gradient is Σ over every token (and batch item) of x[i] × d_out[j], i.e. "
@@ -87,55 +87,55 @@ def _explain_weight(c: Context) -> Parts:
         f"（和每个批次）把 x[i] × d_out[j] 加起来，即 {source}ᵀ·d_{stage}。转置把词放到求和的"
         "那一维上，结果的形状和 W 一样；所有词共用同一个权重，所以每个词的贡献都要加起来。",
     )]  # fmt: skip
-    inputs = (_shape(c, source), _shape(c, f"d_{stage}"))
+    inputs = (shaped(c, source), shaped(c, f"d_{stage}"))
     return (c.trace[c.name].formula,), inputs, meaning
 
 
 def _explain_bias(c: Context) -> Parts:
     """d_b_*: a bias is added to every token, so its gradient sums over tokens."""
-    meaning = [_common(c), _t(
+    meaning = [gradient_meaning(c), _t(
         c, "A bias is added to every token's row, so each token's gradient flows into it: the "
         "sum of the gradient over the tokens (and batch items).",
         "偏置加在每个词的那一行上，所以每个词的梯度都流向它：把梯度沿词（和批次）加起来。",
     )]  # fmt: skip
     stage = c.trace[c.name].formula.split("Σ_")[1].split(" ")[1].split("[")[0]
-    return (c.trace[c.name].formula,), (_shape(c, stage),), meaning
+    return (c.trace[c.name].formula,), (shaped(c, stage),), meaning
 
 
 def _explain_concat(c: Context) -> Parts:
     """d_concat: back through W_O, or the heads' gradients side by side."""
     inp = c.trace.inputs
     if inp.W_O is not None:
-        meaning = [_common(c), _t(
+        meaning = [gradient_meaning(c), _t(
             c, "projected = concat·W_O, so the gradient goes back through W_O transposed: "
             "each concat column collects the output columns it fed, weighted by W_O.",
             "projected = concat·W_O，所以梯度经过 W_O 的转置传回：concat 的每一列收集它"
             "参与计算的各个输出列的梯度，按 W_O 加权。",
         )]  # fmt: skip
-        return (c.trace[c.name].formula,), (_shape(c, "d_projected"),), meaning
-    meaning = [_common(c), _t(
+        return (c.trace[c.name].formula,), (shaped(c, "d_projected"),), meaning
+    meaning = [gradient_meaning(c), _t(
         c, "concat only puts the heads side by side, so its gradient is the heads' gradients "
         "side by side: the same numbers, rearranged.",
         "concat 只是把各头并排放，所以它的梯度就是各头的梯度并排放：数字相同，只是排列不同。",
     )]  # fmt: skip
-    return (c.trace[c.name].formula,), (_shape(c, "d_output"),), meaning
+    return (c.trace[c.name].formula,), (shaped(c, "d_output"),), meaning
 
 
 def _explain_output(c: Context) -> Parts:
     """d_output: the final stage's gradient, or d_concat cut into heads."""
     if c.trace.inputs.W_O is None:
         return _explain_final(c)
-    meaning = [_common(c), _t(
+    meaning = [gradient_meaning(c), _t(
         c, "Head h's output filled columns h·d_v to (h+1)·d_v of concat, so its gradient is "
         "those columns of d_concat.",
         "第 h 个头的输出占 concat 的第 h·d_v 到 (h+1)·d_v 列，所以它的梯度就是 d_concat 的这几列。",
     )]  # fmt: skip
-    return (c.trace[c.name].formula,), (_shape(c, "d_concat"),), meaning
+    return (c.trace[c.name].formula,), (shaped(c, "d_concat"),), meaning
 
 
 def _explain_softmax(c: Context) -> Parts:
     """d_softmax = dP = dO·Vᵀ."""
-    meaning = [_common(c), _t(
+    meaning = [gradient_meaning(c), _t(
         c, "output[i] = Σ_j P[i, j] × V[j], so weight P[i, j] changes output row i by V row j: "
         "dP[i, j] = d_output[i] · V[j], a dot product. Over all i, j that is d_output·Vᵀ.",
         "output[i] = Σ_j P[i, j] × V[j]，权重 P[i, j] 让输出的第 i 行按 V 的第 j 行变化，"
@@ -143,12 +143,12 @@ def _explain_softmax(c: Context) -> Parts:
     )]  # fmt: skip
     meaning += _gqa(c, reads=True)
     formula = (c.trace[c.name].formula, "dP[i, j] = Σ_d d_output[i, d] × V[j, d]")
-    return formula, (_shape(c, "d_output"), _shape(c, "V")), meaning
+    return formula, (shaped(c, "d_output"), shaped(c, "V")), meaning
 
 
 def _explain_v(c: Context) -> Parts:
     """d_V = Pᵀ·dO, summed over a GQA group."""
-    meaning = [_common(c), _t(
+    meaning = [gradient_meaning(c), _t(
         c, "V row j reaches output row i with weight P[i, j], so d_V[j] = Σ_i P[i, j] × "
         "d_output[i]: the sum runs over the queries, the first axis of P, hence Pᵀ·d_output "
         "and not P·d_output.",
@@ -156,7 +156,11 @@ def _explain_v(c: Context) -> Parts:
         "求和是沿查询（P 的第一维）进行的，所以是 Pᵀ·d_output，而不是 P·d_output。",
     )]  # fmt: skip
     meaning += _gqa(c, reads=False)
-    return (c.trace[c.name].formula,), (_shape(c, "softmax"), _shape(c, "d_output")), meaning
+    return (
+        (c.trace[c.name].formula,),
+        (shaped(c, "softmax"), shaped(c, "d_output")),
+        meaning,
+    )
 
 
 def _gqa(c: Context, reads: bool) -> list[str]:
@@ -196,21 +200,7 @@ def _explain_delta(c: Context) -> Parts:
         "逐行算出 Delta，从不保存 T × S 的权重；需要 P 的某一块时，再用保存的 log-sum-exp 重建。",
     )]  # fmt: skip
     formula = (c.trace[c.name].formula,)
-    return formula, (_shape(c, "d_output"), _shape(c, "output")), meaning
-
-
-def _explain_sinks(c: Context) -> Parts:
-    """d_sinks: the sink takes weight p_sink from every row."""
-    meaning = [_common(c), _t(
-        c, "A sink is one more logit in every row of its head, dropped after the softmax: "
-        "raising it takes weight from every key in proportion, which moves L by −p_sink × "
-        "Delta per row (p_sink = 1 − the row's kept weights). The rows of dS then sum to "
-        "p_sink × Delta, not 0.",
-        "sink 是每个头每一行多出的一个对数几率，softmax 之后被丢掉：它变大，就按比例从每个键"
-        "那里拿走权重，每一行让 L 改变 −p_sink × Delta（p_sink = 1 − 该行保留的权重之和）。"
-        "因此 dS 的每一行之和是 p_sink × Delta，而不是 0。",
-    )]  # fmt: skip
-    return (c.trace[c.name].formula,), (_shape(c, "softmax"), _shape(c, "delta")), meaning
+    return formula, (shaped(c, "d_output"), shaped(c, "output")), meaning
 
 
 def _explain_logits(c: Context) -> Parts:
@@ -218,8 +208,8 @@ def _explain_logits(c: Context) -> Parts:
     inp = c.trace.inputs
     formula = (c.trace[c.name].formula,)
     if c.name != f"d_{softmax_input(inp)}":
-        return formula, (_shape(c, _upstream_of(c)),), [_common(c), _passed(c)]
-    meaning = [_common(c), _t(
+        return formula, (shaped(c, _upstream_of(c)),), [gradient_meaning(c), _passed(c)]
+    meaning = [gradient_meaning(c), _t(
         c, "The softmax Jacobian: ∂P[i, j]/∂S[i, k] = P[i, j] × (δ_jk − P[i, k]). Applied to "
         "dP it gives dS[i, k] = P[i, k] × (dP[i, k] − Σ_j P[i, j] × dP[i, j]) = P ∘ (dP − "
         "Delta). Raising one logit raises its own weight and takes weight from the others; "
@@ -243,7 +233,7 @@ def _explain_logits(c: Context) -> Parts:
             "查询不允许看的位置，对数几率是常数（−∞ 或遮盖值）：那里没有梯度，正好是 0；"
             "一行全被遮住时整行梯度都是 0。",
         ))  # fmt: skip
-    inputs = (_shape(c, "softmax"), _shape(c, "d_softmax"), _shape(c, "delta"))
+    inputs = (shaped(c, "softmax"), shaped(c, "d_softmax"), shaped(c, "delta"))
     return formula, inputs, meaning
 
 
@@ -268,14 +258,14 @@ def _passed(c: Context) -> str:
 
 def _explain_scores(c: Context) -> Parts:
     """d_scores = d_scaled × scale."""
-    meaning = [_common(c), _t(
+    meaning = [gradient_meaning(c), _t(
         c, f"scaled = scores × {c.scale}, so every gradient is multiplied by the same "
         f"{c.scale}. This is where 1/√d_k enters d_Q and d_K: both are computed from d_scores. "
         "Leaving it out, or applying it twice, is a classic mistake.",
         f"scaled = scores × {c.scale}，所以每个梯度都乘以同一个 {c.scale}。1/√d_k 就是从这里"
         "进入 d_Q 和 d_K 的：两者都由 d_scores 算出。漏掉它或乘两次都是常见错误。",
     )]  # fmt: skip
-    return (c.trace[c.name].formula,), (_shape(c, "d_scaled"),), meaning
+    return (c.trace[c.name].formula,), (shaped(c, "d_scaled"),), meaning
 
 
 def _explain_query_key(c: Context) -> Parts:
@@ -283,16 +273,16 @@ def _explain_query_key(c: Context) -> Parts:
     formula = (c.trace[c.name].formula,)
     text = formula[0]
     if "RoPE⁻¹" in text:
-        meaning = [_common(c), _t(
+        meaning = [gradient_meaning(c), _t(
             c, "RoPE rotates each pair of dimensions by an angle that depends on the position. "
             "A rotation's transpose is its inverse, so the gradient goes back by rotating the "
             "other way, by −angle.",
             "RoPE 按位置把每对维度旋转一个角度。旋转矩阵的转置就是它的逆，所以梯度反着转回去，"
             "即旋转 −angle。",
         )]  # fmt: skip
-        return formula, (_shape(c, c.name.replace("_norm", "") + "_rot"),), meaning
+        return formula, (shaped(c, c.name.replace("_norm", "") + "_rot"),), meaning
     if "rms(" in text:
-        meaning = [_common(c), _t(
+        meaning = [gradient_meaning(c), _t(
             c, "RMSNorm divides each row by its root mean square, which itself depends on the "
             "whole row: besides w ∘ d / rms, every entry loses the part of the gradient along "
             "the row's own direction (the mean term).",
@@ -300,8 +290,8 @@ def _explain_query_key(c: Context) -> Parts:
             "每个数还要减去梯度在这一行自身方向上的分量（mean 那一项）。",
         )]  # fmt: skip
         which = c.name.removeprefix("d_")[0]  # Q or K
-        return formula, (_shape(c, which), _shape(c, f"d_{which}_norm")), meaning
-    return formula, (_shape(c, "d_scores"),), [_common(c), *_query_key_meaning(c)]
+        return formula, (shaped(c, which), shaped(c, f"d_{which}_norm")), meaning
+    return formula, (shaped(c, "d_scores"),), [gradient_meaning(c), *_query_key_meaning(c)]
 
 
 def _query_key_meaning(c: Context) -> list[str]:
@@ -336,7 +326,7 @@ def _query_key_meaning(c: Context) -> list[str]:
 def _explain_x(c: Context) -> Parts:
     """d_X (and d_X_kv): the sum of the paths through Q, K and V."""
     paths = "d_K·W_Kᵀ + d_V·W_Vᵀ" if c.name == "d_X_kv" else c.trace[c.name].formula[6:]
-    meaning = [_common(c), _t(
+    meaning = [gradient_meaning(c), _t(
         c, f"X feeds {paths.count('W_')} projection(s), so its gradient is the sum over the "
         f"paths: {paths}. Dropping one path (say V's) is a classic mistake.",
         f"X 参与了 {paths.count('W_')} 个投影，所以它的梯度是各条路径之和：{paths}。"
@@ -347,7 +337,11 @@ def _explain_x(c: Context) -> Parts:
             c, "Cross-attention: K and V come from X_kv, so their paths go to d_X_kv instead.",
             "交叉注意力：K 和 V 来自 X_kv，所以这两条路径的梯度流向 d_X_kv。",
         ))  # fmt: skip
-    return (c.trace[c.name].formula,), tuple(_shape(c, n) for n in ("d_Q", "d_K", "d_V")), meaning
+    return (
+        (c.trace[c.name].formula,),
+        tuple(shaped(c, n) for n in ("d_Q", "d_K", "d_V")),
+        meaning,
+    )
 
 
 EXPLAINERS.update(
@@ -360,7 +354,6 @@ EXPLAINERS.update(
         "d_softmax": _explain_softmax,
         "d_V": _explain_v,
         "delta": _explain_delta,
-        "d_sinks": _explain_sinks,
         "d_logits": _explain_logits,
         "d_scores": _explain_scores,
         "d_query_key": _explain_query_key,

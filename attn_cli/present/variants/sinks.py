@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
-from attn_cli.present.explain_registry import Context, en_zh
+from attn_cli.present.explain_backward import gradient_meaning, shaped
+from attn_cli.present.explain_registry import Context, Parts, en_zh
 from attn_cli.present.i18n import Lang, label
 from attn_cli.present.text import short_number
 from attn_cli.present.variant_texts import VariantTexts
@@ -38,6 +40,24 @@ def _sink_meaning(c: Context) -> list[str]:
     )]  # fmt: skip
 
 
+def _explain_sinks(c: Context) -> Parts:
+    """d_sinks: the sink takes weight p_sink from every row."""
+    meaning = [gradient_meaning(c), en_zh(
+        c, "A sink is one more logit in every row of its head, dropped after the softmax: "
+        "raising it takes weight from every key in proportion, which moves L by −p_sink × "
+        "Delta per row (p_sink = 1 − the row's kept weights). The rows of dS then sum to "
+        "p_sink × Delta, not 0.",
+        "sink 是每个头每一行多出的一个对数几率，softmax 之后被丢掉：它变大，就按比例从每个键"
+        "那里拿走权重，每一行让 L 改变 −p_sink × Delta（p_sink = 1 − 该行保留的权重之和）。"
+        "因此 dS 的每一行之和是 p_sink × Delta，而不是 0。",
+    )]  # fmt: skip
+    return (
+        (c.trace[c.name].formula,),
+        (shaped(c, "softmax"), shaped(c, "delta")),
+        meaning,
+    )
+
+
 # What the decode view's softmax note says of sinks, on or off: lang -> sentence
 _DECODE_SOFTMAX: dict[Lang, str] = {
     "en": " With sinks (gpt-oss) each head's sink joins the sum and is dropped, so the row sums "
@@ -63,6 +83,7 @@ class SinksTexts(VariantTexts):
         },
     }
 
+    explainers: ClassVar[dict[str, Callable[[Any], Any]]] = {"d_sinks": _explain_sinks}
     view_asides: ClassVar[dict[str, dict[str, dict[Lang, str]]]] = {
         "decode": {"softmax": _DECODE_SOFTMAX},
     }
