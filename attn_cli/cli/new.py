@@ -1,22 +1,34 @@
-"""``attn new``: a random, commented fixture to edit, as YAML or as a whole-fixture ``.npz``."""
+"""``attn new``: a random, commented fixture to edit, as YAML or as a whole-fixture ``.npz``.
 
+The flags of the modern variants are their plug-ins' ``new_options`` (core/variant.py), made
+into Typer options here when the command is built (this module is imported only when ``attn
+new`` runs or shows its help); the variants check them, draw and write their keys.
+"""
+
+import inspect
 import shlex
+from collections.abc import Callable
 from dataclasses import replace
 from enum import Enum
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Optional
+from typing import Annotated, Any, Optional, cast
 
 import typer
 
 from attn_cli.cli.examples import refuse_overwrite
 from attn_cli.cli.options import QuietOption
 from attn_cli.cli.output import note
+from attn_cli.core.variant import NewOption
 from attn_cli.errors import InputError, UsageError, printable
-
-if TYPE_CHECKING:
-    from attn_cli.io.new import NewFixture
-
-MAX_SEQ = 256
+from attn_cli.io.new import (
+    FIXTURE_SUFFIXES,
+    MAX_SEQ,
+    NewFixture,
+    listed,
+    new_fixture,
+    new_fixture_npz,
+    new_variants,
+)
 
 FileArgument = Annotated[
     Path,
@@ -72,92 +84,15 @@ ForceOption = Annotated[
 ]
 
 
-class RopeLayout(str, Enum):
-    """The two ways of pairing dimensions for RoPE."""
-
-    half = "half"
-    interleaved = "interleaved"
-
-
 _VARIANTS = "Modern variants"
-RopeOption = Annotated[
-    Optional[RopeLayout],  # noqa: UP045
-    typer.Option(
-        "--rope", metavar="half|interleaved", show_default=False, rich_help_panel=_VARIANTS,
-        help="Rotary position embedding of Q and K: half pairs i with i + d_k/2 (HF), "
-        "interleaved pairs 2i with 2i+1 (Meta's llama).",
-    ),
-]  # fmt: skip
-RopeBaseOption = Annotated[
-    Optional[float],  # noqa: UP045
-    typer.Option(
-        "--rope-base", metavar="B", show_default=False, rich_help_panel=_VARIANTS,
-        help="RoPE base (default 10000): angle = position × B^(−2i/dims). Needs --rope.",
-    ),
-]  # fmt: skip
-RopeDimsOption = Annotated[
-    Optional[int],  # noqa: UP045
-    typer.Option(
-        "--rope-dims", metavar="N", show_default=False, rich_help_panel=_VARIANTS,
-        help="Rotate only the first N (even) dimensions of each head (partial rotary). "
-        "Needs --rope.",
-    ),
-]  # fmt: skip
-WindowOption = Annotated[
-    Optional[int],  # noqa: UP045
-    typer.Option(
-        "--window", min=1, metavar="N", show_default=False, rich_help_panel=_VARIANTS,
-        help="Sliding window: each query sees at most N keys, itself included (Mistral). "
-        "Needs --causal.",
-    ),
-]  # fmt: skip
-SoftcapOption = Annotated[
-    Optional[float],  # noqa: UP045
-    typer.Option(
-        "--softcap", metavar="C", show_default=False, rich_help_panel=_VARIANTS,
-        help="Logit soft-capping: C·tanh(scaled/C) before the mask (Gemma 2 uses 50).",
-    ),
-]  # fmt: skip
-SinksOption = Annotated[
-    bool, typer.Option("--sinks", rich_help_panel=_VARIANTS,
-                       help="A random sink logit per head, joined to each softmax row (gpt-oss).")
-]  # fmt: skip
-QkNormOption = Annotated[
-    bool, typer.Option("--qk-norm", rich_help_panel=_VARIANTS,
-                       help="RMSNorm of each head of Q and K, with random weights (Qwen3).")
-]  # fmt: skip
-AlibiOption = Annotated[
-    bool, typer.Option("--alibi", rich_help_panel=_VARIANTS,
-                       help="ALiBi: a distance penalty per head instead of positions (BLOOM).")
-]  # fmt: skip
-CrossOption = Annotated[
-    Optional[int],  # noqa: UP045
-    typer.Option(
-        "--cross", min=1, max=MAX_SEQ, metavar="N", show_default=False,
-        rich_help_panel=_VARIANTS,
-        help="Cross-attention: keys and values from X_kv, N encoder tokens.",
-    ),
-]  # fmt: skip
-MaskValueOption = Annotated[
-    Optional[float],  # noqa: UP045
-    typer.Option(
-        "--mask-value", metavar="V", show_default=False, rich_help_panel=_VARIANTS,
-        help="Fill hidden places with V (e.g. -1e4) instead of −∞, to see it leak. "
-        "Needs --causal.",
-    ),
-]  # fmt: skip
 
 
 def new(
     file: FileArgument, seq: SeqOption = None, d_model: SizeOption = 8, d_k: DkOption = 4,
     heads: HeadsOption = 2, kv_heads: KvHeadsOption = None, w_o: WoOption = False,
     tokens: TokensOption = None, batch: BatchOption = None, causal: CausalOption = False,
-    seed: SeedOption = 0, rope: RopeOption = None, rope_base: RopeBaseOption = None,
-    rope_dims: RopeDimsOption = None, window: WindowOption = None,
-    softcap: SoftcapOption = None, sinks: SinksOption = False, qk_norm: QkNormOption = False,
-    alibi: AlibiOption = False, cross: CrossOption = None,
-    mask_value: MaskValueOption = None, force: ForceOption = False,
-    quiet: QuietOption = False,
+    seed: SeedOption = 0, force: ForceOption = False, quiet: QuietOption = False,
+    **flags: Any,
 ) -> None:  # fmt: skip
     """Write a random, commented fixture to edit (tokens included), then trace it.
 
@@ -172,41 +107,67 @@ def new(
       attn new gqa.yaml --heads 4 --kv-heads 2 --w-o  # grouped-query, projected
 
       attn new big.npz --seq 256 --d-model 1024       # big: NumPy, not YAML
-
-      attn new llama.yaml --rope half --causal        # Llama: RoPE, causal
-
-      attn new mistral.yaml --causal --window 3       # a sliding window of 3
-
-      attn new gemma.yaml --softcap 50                # Gemma 2 logit capping
-
-      attn new leak.yaml --causal --mask-value -1e4   # a sentinel that leaks
-
-      attn new seq2seq.yaml --cross 6 --w-o           # encoder-decoder
     """
-    from attn_cli.io.new import NewFixture
-
     _check_file(file)
     names = _tokens(tokens, seq)
     _check_kv_heads(heads, kv_heads)
-    _check_variants(causal, rope, rope_base, rope_dims, window, softcap, mask_value)
-    refuse_overwrite(file, force)
+    given = {k: v.value if isinstance(v, Enum) else v for k, v in flags.items()}
     spec = NewFixture(
         seq=len(names) if names else seq or 5, d_model=d_model, d_k=d_k, heads=heads,
         batch=batch, causal=causal, seed=seed, tokens=names, kv_heads=kv_heads, w_o=w_o,
-        rope=None if rope is None else rope.value, rope_base=rope_base, rope_dims=rope_dims,
-        window=window, softcap=softcap, sinks=sinks, qk_norm=qk_norm, alibi=alibi,
-        cross=cross, mask_value=mask_value,
+        options={k: v for k, v in given.items() if v is not None and v is not False},
     )  # fmt: skip
+    _check_variants(spec)
+    refuse_overwrite(file, force)
     _check_loads(file, spec, names)
     _write(file, spec, force)
     shown = shlex.quote(printable(str(file)))
     note(f"Wrote {shown}; trace it with: attn trace {shown} --explain", quiet=quiet)
 
 
+def _flag(name: str) -> str:
+    """A parameter's command-line flag: rope_base -> --rope-base."""
+    return "--" + name.replace("_", "-")
+
+
+def _parameter(option: NewOption) -> inspect.Parameter:
+    """A variant's flag as a parameter of :func:`new`: a switch (off by default) or a value
+    (None: not given), in the help's variants panel."""
+    if option.kind is bool:
+        info = typer.Option(_flag(option.name), rich_help_panel=_VARIANTS, help=option.help)
+        kind: Any = bool
+    else:
+        info = typer.Option(
+            _flag(option.name), min=option.min, max=option.max, metavar=option.metavar,
+            show_default=False, rich_help_panel=_VARIANTS, help=option.help,
+        )  # fmt: skip
+        values = [(c, c) for c in option.choices]
+        choice = cast(Any, Enum)(option.name, values, type=str) if values else option.kind
+        kind = cast(Any, Optional)[choice]
+    return inspect.Parameter(
+        option.name, inspect.Parameter.POSITIONAL_OR_KEYWORD,
+        annotation=cast(Any, Annotated)[kind, info], default=False if kind is bool else None,
+    )  # fmt: skip
+
+
+def _with_variant_flags(command: Callable[..., None]) -> None:
+    """Give :func:`new` the variants' flags as parameters (before --force; they reach it as
+    ``**flags``) and their examples in its help, as ``attn new`` lists the variants."""
+    params = [p for p in inspect.signature(command).parameters.values() if p.kind != p.VAR_KEYWORD]
+    at = next(i for i, p in enumerate(params) if p.name == "force")
+    flags = [_parameter(o) for _, options in listed() for o in options]
+    command.__signature__ = inspect.Signature([*params[:at], *flags, *params[at:]])  # type: ignore[attr-defined]
+    examples = [o.example for _, options in listed() for o in options if o.example is not None]
+    examples.append(("seq2seq.yaml --cross 6 --w-o", "encoder-decoder"))  # X_kv is no plug-in
+    rows = "".join(f"\n\n      {'attn new ' + args:<46}  # {what}" for args, what in examples)
+    command.__doc__ = (command.__doc__ or "").rstrip() + rows + "\n    "
+
+
+_with_variant_flags(new)
+
+
 def _check_file(file: Path) -> None:
     """FILE must name a fixture format attn new writes."""
-    from attn_cli.io.new import FIXTURE_SUFFIXES
-
     suffix = file.suffix.lower()
     if suffix not in FIXTURE_SUFFIXES:
         raise UsageError(
@@ -225,67 +186,36 @@ def _check_kv_heads(heads: int, kv_heads: Optional[int]) -> None:  # noqa: UP045
 
 def _check_loads(
     file: Path,
-    spec: "NewFixture",
+    spec: NewFixture,
     names: Optional[tuple[str, ...]],  # noqa: UP045
 ) -> None:
     """What we write must load; a refused field becomes a usage error naming its option."""
     from attn_cli.io.fixture import parse_fixture
-    from attn_cli.io.new import new_fixture
 
     # The tokens and settings, checked on a copy with 1-wide rows (the numbers are repr()s of
     # floats; parsing 256 x 1024 of them back would take 20 s).
-    # d_k stays: RoPE's dims and QK-norm's weights are checked against it.
+    # d_k stays: the variants' settings (RoPE's dims, QK-norm's weights) are checked against it.
     small = new_fixture(replace(spec, d_model=1), file.name)
     try:
         parse_fixture(small, str(file), fmt="yaml")
     except InputError as e:
-        option = next((o for f, o in _FIELD_OPTIONS if e.field.startswith(f)), None)
+        # a fixture field the loader refuses, and the flag that set it
+        fields = [("tokens", "--tokens")] + [
+            (o.field, _flag(o.name)) for _, options in listed() for o in options if o.field
+        ]
+        option = next((o for f, o in fields if e.field.startswith(f)), None)
         if option is None or (option == "--tokens" and names is None):
             raise
         raise UsageError("", option, e.what, e.expected) from None
 
 
-# A fixture field the loader refuses, and the option that set it.
-_FIELD_OPTIONS = (
-    ("tokens", "--tokens"), ("rope.dims", "--rope-dims"), ("rope.base", "--rope-base"),
-    ("window", "--window"), ("softcap", "--softcap"), ("mask_value", "--mask-value"),
-)  # fmt: skip
-
-
-def _check_variants(
-    causal: bool,
-    rope: Optional[RopeLayout],  # noqa: UP045
-    rope_base: Optional[float],  # noqa: UP045
-    rope_dims: Optional[int],  # noqa: UP045
-    window: Optional[int],  # noqa: UP045
-    softcap: Optional[float],  # noqa: UP045
-    mask_value: Optional[float],  # noqa: UP045
-) -> None:
-    """The combinations that make no sense, as one-line usage errors naming the option."""
-    import math
-
-    for option, value in (("--rope-base", rope_base), ("--softcap", softcap)):
-        if value is not None and not math.isfinite(value):
-            raise UsageError("", option, f"is {value}", "a finite number > 0")
-    if mask_value is not None and math.isnan(mask_value):
-        raise UsageError("", "--mask-value", "is nan", "-inf or a negative number such as -1e4")
-    if rope is None:
-        for option, given in (("--rope-base", rope_base), ("--rope-dims", rope_dims)):
-            if given is not None:
-                raise UsageError(
-                    "", option, "given without --rope", f"--rope half|interleaved with {option}"
-                )
-    if not causal:
-        if window is not None:
-            raise UsageError(
-                "", "--window", "given without --causal",
-                "--causal alongside --window (a sliding window looks back only)",
-            )  # fmt: skip
-        if mask_value is not None:
-            raise UsageError(
-                "", "--mask-value", "given but nothing is masked",
-                "--causal alongside --mask-value (it fills the places a query may not see)",
-            )  # fmt: skip
+def _check_variants(spec: NewFixture) -> None:
+    """The combinations that make no sense, as one-line usage errors naming the flag."""
+    for variant in new_variants():
+        problem = variant.new_problem(spec)
+        if problem is not None:
+            name, what, expected = problem
+            raise UsageError("", _flag(name), what, expected)
 
 
 def _tokens(text: Optional[str], seq: Optional[int]) -> Optional[tuple[str, ...]]:  # noqa: UP045
@@ -309,17 +239,14 @@ def _tokens(text: Optional[str], seq: Optional[int]) -> Optional[tuple[str, ...]
     return names
 
 
-def _write(file: Path, spec: "NewFixture", force: bool) -> None:
+def _write(file: Path, spec: NewFixture, force: bool) -> None:
     """YAML text, or the same numbers as a whole-fixture .npz; atomically either way."""
     from attn_cli.io.files import write_atomic, write_atomic_with
-    from attn_cli.io.new import new_fixture
 
     if file.suffix.lower() != ".npz":
         write_atomic(file, new_fixture(spec, file.name), option="FILE", force=force)
         return
     import numpy as np
-
-    from attn_cli.io.new import new_fixture_npz
 
     arrays = new_fixture_npz(spec)
     write_atomic_with(file, lambda f: np.savez(f, **arrays), option="FILE", force=force)  # type: ignore[arg-type]

@@ -18,7 +18,7 @@ Axis names as in steps.py; a hook's arrays broadcast to the cells' (b, h, R, S).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 import numpy as np
@@ -94,6 +94,44 @@ class FixtureKey(Protocol):
     def floats(self, value: Any, field: str, ndims: tuple[int, ...], doc: str) -> FloatArray:
         """Finite numbers with one of ``ndims`` axes, counted against the fixture's size limit."""
         ...
+
+
+class NewOption(NamedTuple):
+    """A flag of ``attn new`` that turns a variant on, as data: cli/new.py makes the Typer option
+    of it (core imports no Typer); the flag is the name with dashes (``--rope-base``)."""
+
+    name: str  # the parameter: "softcap", "rope_base"
+    kind: type[Any]  # bool: a switch (off by default); int, float or str: a value (None: not given)
+    help: str
+    metavar: str | None = None
+    choices: tuple[str, ...] = ()  # a str flag's only values
+    min: int | None = None
+    max: int | None = None
+    field: str | None = None  # the fixture field it sets, where the loader may refuse its value
+    example: tuple[str, str] | None = None  # a line of the help's examples: arguments, comment
+
+
+class NewSpec(Protocol):
+    """What a variant reads of the fixture ``attn new`` makes: its sizes and the flags given."""
+
+    @property
+    def heads(self) -> int: ...
+
+    @property
+    def d_k(self) -> int: ...
+
+    @property
+    def causal(self) -> bool: ...
+
+    @property
+    def options(self) -> Mapping[str, Any]:
+        """The variants' flags given, by name (a switch only when it is on)."""
+        ...
+
+
+def exact(x: Any) -> str:
+    """A number as the literal that reads back as the same float (YAML, Python); -0.0 as 0.0."""
+    return repr(float(x) + 0.0)
 
 
 class Variant:
@@ -272,6 +310,36 @@ class Variant:
     def grad_extra(self, value: Any, weights: FloatArray, delta: FloatArray) -> FloatArray:
         """dL/d(extra logit) (H,), from the kept weights and Delta = rowsum(dP ∘ P)."""
         raise NotImplementedError(f"{self.name} has no extra logit")
+
+    # -- `attn new`: the flags that turn it on, the numbers it draws, the lines it writes ------
+
+    # its flags (none: `attn new` does not write it)
+    new_options: tuple[NewOption, ...] = ()
+    # where `attn new` takes it, lowest first: its flags in the help, their checks, its random
+    # draws (so a seed draws the same numbers as before a variant was added), its key in the
+    # comment naming the optional keys
+    new_rank: int = 100
+    # where its lines, its word in the description and its .npz members go in a new fixture
+    new_order: int = 100
+
+    def new_problem(self, spec: NewSpec) -> tuple[str, str, str] | None:
+        """What is wrong with its flags: (the flag's name, what, expected); None: nothing."""
+        return None
+
+    def new_members(self, spec: NewSpec, rng: np.random.Generator) -> dict[str, Any]:
+        """What it adds to a new fixture, as whole-fixture .npz members (a mapping's entries as
+        ``KEY.SUBKEY``), its random numbers drawn from ``rng``; {}: it is off. By default the
+        flag named as the variant is its one member."""
+        value = spec.options.get(self.name)
+        return {} if value is None or value is False else {self.name: np.array(value)}
+
+    def new_lines(self, spec: NewSpec, members: Mapping[str, Any]) -> list[str]:
+        """Its keys in a new fixture's YAML, each with a comment saying what it does."""
+        return []
+
+    def new_words(self, spec: NewSpec, members: Mapping[str, Any]) -> str:
+        """What a new fixture's description calls it (``softcap 50``)."""
+        return self.name
 
 
 REGISTRY: dict[str, Variant] = {}  # by name, in the order they run at each hook

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
+from attn_cli.core.chain import REGISTRY  # with the variants attn ships registered
+from attn_cli.core.variant import NewOption, Variant, exact
 from attn_cli.errors import printable
 
 WORDS = (
@@ -15,6 +18,11 @@ WORDS = (
     "fell", "fast", "asleep", "near", "an", "open", "window",
 )  # fmt: skip
 FIXTURE_SUFFIXES = (".yaml", ".yml", ".npz")
+MAX_SEQ = 256
+# cross-attention (X_kv, an encoder's output) is no plug-in: its flag, and its place among theirs
+CROSS = NewOption("cross", int, "Cross-attention: keys and values from X_kv, N encoder tokens.",
+                  metavar="N", min=1, max=MAX_SEQ)  # fmt: skip
+CROSS_RANK = 70
 
 
 @dataclass(frozen=True)
@@ -31,17 +39,9 @@ class NewFixture:
     tokens: tuple[str, ...] | None = None  # None: a short sentence, then tok<i>
     kv_heads: int | None = None  # None: as many as heads
     w_o: bool = False  # add an output projection W_O [heads*d_k, d_model]
-    # the modern variants (docs/fixture-format.md, "Modern attention variants"); None/False: off
-    rope: str | None = None  # RoPE layout: "half" or "interleaved"
-    rope_base: float | None = None  # None: 10000
-    rope_dims: int | None = None  # None: d_k
-    window: int | None = None  # sliding window (needs causal)
-    softcap: float | None = None
-    sinks: bool = False  # one random sink logit per query head
-    qk_norm: bool = False  # random per-head RMSNorm weights for Q and K
-    alibi: bool = False  # ALiBi with the paper's slopes
-    cross: int | None = None  # cross-attention: X_kv of this many tokens
-    mask_value: float | None = None  # a finite sentinel instead of -inf
+    # the modern variants' flags given, by name (docs/fixture-format.md, "Modern attention
+    # variants"): each variant's new_options, and "cross" (X_kv of this many tokens)
+    options: Mapping[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, eq=False)
@@ -56,9 +56,22 @@ class NewArrays:
     W_O: np.ndarray | None  # (heads*d_k, d_model)
     X_kv: np.ndarray | None = None  # (cross, d_model) or (batch, cross, d_model)
     key_tokens: tuple[str, ...] | None = None  # with X_kv: one per key
-    sinks: np.ndarray | None = None  # (heads,)
-    q_weight: np.ndarray | None = None  # (d_k,)
-    k_weight: np.ndarray | None = None  # (d_k,)
+    # the variants that are on, with their .npz members (their random numbers), as new_order
+    # places them in the fixture
+    variants: tuple[tuple[Variant, dict[str, Any]], ...] = ()
+
+
+def new_variants() -> list[Variant]:
+    """The variants ``attn new`` writes, in its order (``new_rank``): flags, checks, draws."""
+    return sorted((v for v in REGISTRY.values() if v.new_options), key=lambda v: v.new_rank)
+
+
+def listed() -> list[tuple[str, tuple[NewOption, ...]]]:
+    """The fixture key and the flags of each variant ``attn new`` writes, X_kv's among them, as
+    it lists them: in its help, in the comment naming the optional keys."""
+    ranked = [(v.new_rank, v.name, v.new_options) for v in new_variants()]
+    ranked.append((CROSS_RANK, "X_kv", (CROSS,)))
+    return [(key, options) for _, key, options in sorted(ranked, key=lambda r: r[0])]
 
 
 def tokens_for(seq: int) -> list[str]:
@@ -84,14 +97,13 @@ def new_arrays(spec: NewFixture) -> NewArrays:
     tokens = spec.tokens if spec.tokens is not None else tuple(tokens_for(spec.seq))
     # the variants draw after the rest, so a seed gives the same X and W with or without them
     X_kv = key_tokens = None
-    if spec.cross is not None:
-        X_kv = rng.normal(size=(*x_shape[:-2], spec.cross, spec.d_model)).round(1)
-        key_tokens = tuple(tokens_for(spec.cross))
-    sinks = rng.normal(size=spec.heads).round(2) if spec.sinks else None
-    q_weight = k_weight = None
-    if spec.qk_norm:  # learned RMSNorm weights start at 1; these are near it
-        q_weight, k_weight = ((1 + 0.1 * rng.normal(size=spec.d_k)).round(2) for _ in "qk")
-    return NewArrays(tokens, X, W_Q, W_K, W_V, W_O, X_kv, key_tokens, sinks, q_weight, k_weight)
+    cross = spec.options.get(CROSS.name)
+    if cross is not None:
+        X_kv = rng.normal(size=(*x_shape[:-2], cross, spec.d_model)).round(1)
+        key_tokens = tuple(tokens_for(cross))
+    drawn = [(v, v.new_members(spec, rng)) for v in new_variants()]  # in new_rank order
+    on = sorted(((v, m) for v, m in drawn if m), key=lambda vm: vm[0].new_order)
+    return NewArrays(tokens, X, W_Q, W_K, W_V, W_O, X_kv, key_tokens, tuple(on))
 
 
 def new_fixture(spec: NewFixture, file_name: str = "FILE.yaml") -> str:
@@ -106,7 +118,7 @@ def new_fixture(spec: NewFixture, file_name: str = "FILE.yaml") -> str:
         f"#   attn trace {_shell_word(file_name)} --explain",
         "# Every key is described in docs/fixture-format.md.",
         f"name: {_name(spec)}",
-        f"description: {_quote(_description(spec))}",
+        f"description: {_quote(_description(spec, a))}",
         "# One token per position (the row and column labels of every table).",
         "tokens: [" + ", ".join(_quote(t) for t in a.tokens) + "]",
         *_x_lines(spec, a),
@@ -137,7 +149,7 @@ def new_fixture_npz(spec: NewFixture) -> dict[str, np.ndarray]:
     a = new_arrays(spec)
     out: dict[str, np.ndarray] = {
         "name": np.array(_name(spec)),
-        "description": np.array(_description(spec)),
+        "description": np.array(_description(spec, a)),
         "tokens": np.array(a.tokens, dtype=str),
         "X": a.X, "W_Q": a.W_Q, "W_K": a.W_K, "W_V": a.W_V,
         "heads": np.array(spec.heads),
@@ -148,31 +160,18 @@ def new_fixture_npz(spec: NewFixture) -> dict[str, np.ndarray]:
         out["W_O"] = a.W_O
     if spec.causal:
         out["causal"] = np.array(True)
-    out.update(_variant_members(spec, a))
+    out.update(_variant_members(a))
     return out
 
 
-def _variant_members(spec: NewFixture, a: NewArrays) -> dict[str, np.ndarray]:
+def _variant_members(a: NewArrays) -> dict[str, np.ndarray]:
     """The variants as whole-fixture .npz members: a mapping's entries as ``KEY.SUBKEY``."""
     out: dict[str, np.ndarray] = {}
     if a.X_kv is not None and a.key_tokens is not None:
         out["X_kv"] = a.X_kv
         out["key_tokens"] = np.array(a.key_tokens, dtype=str)
-    if spec.rope is not None:
-        out["rope.layout"] = np.array(spec.rope)
-        if spec.rope_base is not None:
-            out["rope.base"] = np.array(float(spec.rope_base))
-        if spec.rope_dims is not None:
-            out["rope.dims"] = np.array(spec.rope_dims)
-    scalars = (("window", spec.window), ("softcap", spec.softcap), ("mask_value", spec.mask_value))
-    out.update({key: np.array(value) for key, value in scalars if value is not None})
-    if spec.alibi:
-        out["alibi"] = np.array(True)
-    if a.sinks is not None:
-        out["sinks"] = a.sinks
-    if a.q_weight is not None and a.k_weight is not None:
-        out["qk_norm.q_weight"], out["qk_norm.k_weight"] = a.q_weight, a.k_weight
-        out["qk_norm.eps"] = np.array(1e-6)
+    for _, members in a.variants:
+        out.update(members)
     return out
 
 
@@ -180,7 +179,7 @@ def _name(spec: NewFixture) -> str:
     return f"random fixture (seed {spec.seed})"
 
 
-def _description(spec: NewFixture) -> str:
+def _description(spec: NewFixture, a: NewArrays) -> str:
     kv = f" ({spec.kv_heads} key/value)" if spec.kv_heads not in (None, spec.heads) else ""
     return (
         f"Random: seq {spec.seq}, d_model {spec.d_model}, {spec.heads} heads{kv} of d_k "
@@ -188,23 +187,15 @@ def _description(spec: NewFixture) -> str:
         + (f", batch {spec.batch}" if spec.batch else "")
         + (", causal" if spec.causal else "")
         + (", W_O" if spec.w_o else "")
-        + "".join(f", {v}" for v in _variant_names(spec))
+        + "".join(f", {v}" for v in _variant_names(spec, a))
     )
 
 
-def _variant_names(spec: NewFixture) -> list[str]:
+def _variant_names(spec: NewFixture, a: NewArrays) -> list[str]:
     """The variants a fixture has, as the description lists them."""
-    named = [
-        (f"cross-attention to {spec.cross} tokens", spec.cross is not None),
-        (f"RoPE ({spec.rope})", spec.rope is not None),
-        ("QK-norm", spec.qk_norm),
-        ("ALiBi", spec.alibi),
-        (f"window {spec.window}", spec.window is not None),
-        (f"softcap {spec.softcap:g}" if spec.softcap else "", spec.softcap is not None),
-        ("sinks", spec.sinks),
-        (f"mask_value {spec.mask_value:g}" if spec.mask_value else "", spec.mask_value is not None),
-    ]
-    return [text for text, on in named if on]
+    cross = spec.options.get(CROSS.name)
+    names = [] if cross is None else [f"cross-attention to {cross} tokens"]
+    return names + [v.new_words(spec, members) for v, members in a.variants]
 
 
 def _blocks(n: int, d_k: int, what: str) -> str:
@@ -250,9 +241,10 @@ def _tail_lines(spec: NewFixture, a: NewArrays) -> list[str]:
     )
     rest = ", ".join(k for k, on in (("kv_heads", kv_heads == spec.heads),
                                      ("W_O and b_O", a.W_O is None)) if on)  # fmt: skip
+    variants = ", ".join(key for key, _ in listed())
     lines.append(
-        f"# Optional: {rest + ', ' if rest else ''}mask, bias, lengths, and the variants rope, "
-        "alibi, window, softcap, sinks, qk_norm, X_kv, mask_value (see docs/fixture-format.md)."
+        f"# Optional: {rest + ', ' if rest else ''}mask, bias, lengths, and the variants "
+        f"{variants} (see docs/fixture-format.md)."
     )
     return lines
 
@@ -282,63 +274,7 @@ def _x_kv_lines(spec: NewFixture, a: NewArrays) -> list[str]:
 
 def _variant_lines(spec: NewFixture, a: NewArrays) -> list[str]:
     """The modern variants asked for, one key each, with a comment saying what it does."""
-    lines: list[str] = []
-    if spec.rope is not None:
-        lines += _rope_lines(spec)
-    if a.q_weight is not None and a.k_weight is not None:
-        lines += [
-            "qk_norm:   # RMSNorm of Q and K before RoPE: x / sqrt(mean(x^2) + eps) * weight",
-            "  # weights of length d_k: each head is normalised on its own (Qwen3, Gemma 3)",
-            "  q_weight: [" + ", ".join(_number(x) for x in a.q_weight) + "]",
-            "  k_weight: [" + ", ".join(_number(x) for x in a.k_weight) + "]",
-            "  eps: 1.0e-06",
-        ]
-    if spec.alibi:
-        lines.append(
-            "alibi: true   # ALiBi: bias -slope_h * |pos_q - pos_k| added to the scores, slopes "
-            "of Press et al."
-        )
-    if spec.window is not None:
-        lines.append(
-            f"window: {spec.window}   # sliding window: a query sees keys with 0 <= pos_q - pos_k "
-            f"< {spec.window}, itself included (HF/Mistral; FlashAttention window_size="
-            f"({spec.window - 1}, 0))"
-        )
-    if spec.softcap is not None:
-        cap = f"{spec.softcap:g}"
-        lines.append(
-            f"softcap: {_number(spec.softcap)}   # capped = {cap} * tanh(scaled / {cap}), "
-            "before the mask (Gemma 2)"
-        )
-    if a.sinks is not None:
-        lines.append(
-            "sinks: [" + ", ".join(_number(x) for x in a.sinks) + "]   # one logit per query "
-            "head, joined to each softmax row and dropped (gpt-oss): rows sum to less than 1"
-        )
-    if spec.mask_value is not None:
-        what = (
-            "the default: -inf where a key may not be attended"
-            if spec.mask_value == -math.inf
-            else "fills where a key may not be attended, instead of -inf: a finite sentinel "
-            "can leak weight (attn warns)"
-        )
-        lines.append(f"mask_value: {_number(spec.mask_value)}   # {what}")
-    return lines
-
-
-def _rope_lines(spec: NewFixture) -> list[str]:
-    pairs = ("dimension i pairs with i + dims/2 (HF rotate_half, GPT-NeoX)" if spec.rope == "half"
-             else "dimension 2i pairs with 2i+1 (Meta's llama, GPT-J)")  # fmt: skip
-    lines = [
-        "rope:   # rotary position embedding of Q and K (not V), after the projection",
-        f"  layout: {spec.rope}   # {pairs}",
-        f"  base: {_number(10000.0 if spec.rope_base is None else spec.rope_base)}"
-        "   # angle = position * base^(-2i/dims)",
-    ]
-    dims = spec.d_k if spec.rope_dims is None else spec.rope_dims
-    rest = "" if dims == spec.d_k else f"; the other {spec.d_k - dims} pass through"
-    lines.append(f"  dims: {dims}   # the first {dims} of d_k = {spec.d_k} dimensions rotate{rest}")
-    return lines
+    return [line for v, members in a.variants for line in v.new_lines(spec, members)]
 
 
 def _shell_word(name: str) -> str:
@@ -351,15 +287,11 @@ def _shell_word(name: str) -> str:
 def _rows(matrix: np.ndarray, labels: Sequence[str] | None, indent: str) -> list[str]:
     out = []
     for i, row in enumerate(matrix):
-        text = f"{indent}- [" + ", ".join(_number(x) for x in row) + "]"
+        text = f"{indent}- [" + ", ".join(exact(x) for x in row) + "]"
         if labels is not None:
             text += f"   # {labels[i]}"
         out.append(text)
     return out
-
-
-def _number(x: float) -> str:
-    return repr(float(x) + 0.0)  # + 0.0 turns -0.0 into 0.0
 
 
 def _quote(text: str) -> str:

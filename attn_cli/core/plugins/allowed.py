@@ -5,12 +5,22 @@ past a batch item's length are hidden)."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 
 from attn_cli.core.inputs import Inputs
-from attn_cli.core.variant import BoolArray, Cells, FixtureKey, Variant, register, take
+from attn_cli.core.variant import (
+    BoolArray,
+    Cells,
+    FixtureKey,
+    NewOption,
+    NewSpec,
+    Variant,
+    register,
+    take,
+)
 
 
 class Causal(Variant):
@@ -29,6 +39,14 @@ class Window(Variant):
     name = "window"
     reads_positions = True
     key_order = 40
+    new_options = (
+        NewOption(
+            "window", int, "Sliding window: each query sees at most N keys, itself included "
+            "(Mistral). Needs --causal.", metavar="N", min=1, field="window",
+            example=("mistral.yaml --causal --window 3", "a sliding window of 3"),
+        ),
+    )  # fmt: skip
+    new_rank, new_order = 30, 40
 
     def parse(self, raw: Any, key: FixtureKey) -> int:
         if type(raw) is not int:
@@ -53,6 +71,25 @@ class Window(Variant):
         # a ring of `window` slots: position p goes to slot p mod window, evicting the key
         # `window` positions back, so the cache holds exactly the keys the window allows
         return window_reach(value, *inputs.token_positions())
+
+    def new_problem(self, spec: NewSpec) -> tuple[str, str, str] | None:
+        if self.name in spec.options and not spec.causal:
+            return (
+                self.name, "given without --causal",
+                "--causal alongside --window (a sliding window looks back only)",
+            )  # fmt: skip
+        return None
+
+    def new_lines(self, spec: NewSpec, members: Mapping[str, Any]) -> list[str]:
+        window = spec.options[self.name]
+        return [
+            f"window: {window}   # sliding window: a query sees keys with 0 <= pos_q - pos_k "
+            f"< {window}, itself included (HF/Mistral; FlashAttention window_size="
+            f"({window - 1}, 0))"
+        ]
+
+    def new_words(self, spec: NewSpec, members: Mapping[str, Any]) -> str:
+        return f"window {spec.options[self.name]}"
 
 
 def window_reach(window: int, pos_q: Any, pos_k: Any) -> int:

@@ -4,13 +4,23 @@ added after scaling) and ALiBi (Press et al.: −slope_h × |pos_q − pos_k|, a
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 
 from attn_cli.core.inputs import Inputs
 from attn_cli.core.plugins.parsing import known_subkeys, per_head, true_or_mapping
-from attn_cli.core.variant import Cells, FixtureKey, FloatArray, Variant, register, take
+from attn_cli.core.variant import (
+    Cells,
+    FixtureKey,
+    FloatArray,
+    NewOption,
+    NewSpec,
+    Variant,
+    register,
+    take,
+)
 
 
 class Bias(Variant):
@@ -32,6 +42,11 @@ class Alibi(Variant):
     array_parts = subkeys = ("slopes",)
     reads_positions = True
     key_order = 30
+    new_options = (
+        NewOption("alibi", bool, "ALiBi: a distance penalty per head instead of positions "
+                  "(BLOOM)."),
+    )  # fmt: skip
+    new_rank, new_order = 20, 30
 
     def parse(self, raw: Any, key: FixtureKey) -> FloatArray | None:
         value = true_or_mapping(raw, key, "true (the paper's slopes) or {slopes: [one per head]}")
@@ -71,6 +86,15 @@ class Alibi(Variant):
         pos_q, pos_k = inputs.token_positions()
         span = max(int(pos_q.max()), int(pos_k.max())) - min(int(pos_q.min()), int(pos_k.min()))
         return float(np.abs(value).max()) * span
+
+    def new_lines(self, spec: NewSpec, members: Mapping[str, Any]) -> list[str]:
+        return [
+            "alibi: true   # ALiBi: bias -slope_h * |pos_q - pos_k| added to the scores, slopes "
+            "of Press et al."
+        ]
+
+    def new_words(self, spec: NewSpec, members: Mapping[str, Any]) -> str:
+        return "ALiBi"
 
 
 def alibi_slopes(n_heads: int) -> FloatArray:

@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from attn_cli.core.variant import FixtureKey, FloatArray
+from attn_cli.core.variant import FixtureKey, FloatArray, NewSpec
 from attn_cli.errors import did_you_mean, field_name
 
 
@@ -66,3 +66,11 @@ def known_subkeys(
                 f"unknown key{did_you_mean(str(sub), known)}", "one of " + ", ".join(known),
                 f"{name}.{field_name(sub)}",
             )  # fmt: skip
+
+
+def finite_flag(spec: NewSpec, name: str) -> tuple[str, str, str] | None:
+    """An ``attn new`` flag given as inf or nan (what YAML cannot write back as a number)."""
+    value = spec.options.get(name)
+    if value is not None and not math.isfinite(value):
+        return name, f"is {value}", "a finite number > 0"
+    return None

@@ -12,7 +12,17 @@ import numpy as np
 from attn_cli.core.inputs import Inputs, QKNorm
 from attn_cli.core.plugins.parsing import known_subkeys, positive_number
 from attn_cli.core.stage_spec import number_text
-from attn_cli.core.variant import Cast, FixtureKey, FloatArray, IntArray, Variant, register
+from attn_cli.core.variant import (
+    Cast,
+    FixtureKey,
+    FloatArray,
+    IntArray,
+    NewOption,
+    NewSpec,
+    Variant,
+    exact,
+    register,
+)
 
 DOC = "a mapping {q_weight, k_weight, eps: 1e-6}"
 
@@ -24,6 +34,11 @@ class QKNormalization(Variant):
     key_order = 10
     suffix = "norm"
     grad_late = True
+    new_options = (
+        NewOption("qk_norm", bool, "RMSNorm of each head of Q and K, with random weights "
+                  "(Qwen3)."),
+    )  # fmt: skip
+    new_rank, new_order = 60, 20
 
     def stage_formula(self, value: QKNorm, inputs: Inputs, stage: str) -> str:
         name = stage[0]  # Q or K
@@ -91,6 +106,26 @@ class QKNormalization(Variant):
             "q_over": scope[value.q_weight.shape[0] == inputs.d_k],
             "k_over": scope[value.k_weight.shape[0] == inputs.d_k],
         }
+
+    def new_members(self, spec: NewSpec, rng: np.random.Generator) -> dict[str, Any]:
+        if not spec.options.get(self.name):
+            return {}
+        # learned RMSNorm weights start at 1; these are near it
+        q_weight, k_weight = ((1 + 0.1 * rng.normal(size=spec.d_k)).round(2) for _ in "qk")
+        return {"qk_norm.q_weight": q_weight, "qk_norm.k_weight": k_weight,
+                "qk_norm.eps": np.array(1e-6)}  # fmt: skip
+
+    def new_lines(self, spec: NewSpec, members: Mapping[str, Any]) -> list[str]:
+        return [
+            "qk_norm:   # RMSNorm of Q and K before RoPE: x / sqrt(mean(x^2) + eps) * weight",
+            "  # weights of length d_k: each head is normalised on its own (Qwen3, Gemma 3)",
+            *(f"  {sub}: [" + ", ".join(exact(x) for x in members[f"qk_norm.{sub}"]) + "]"
+              for sub in ("q_weight", "k_weight")),
+            "  eps: 1.0e-06",
+        ]  # fmt: skip
+
+    def new_words(self, spec: NewSpec, members: Mapping[str, Any]) -> str:
+        return "QK-norm"
 
 
 def norm_heads(x: FloatArray, weight: FloatArray, eps: float) -> FloatArray:

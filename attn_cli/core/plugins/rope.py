@@ -4,20 +4,30 @@ rotates a key once, when it enters the cache, and a query at its position."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 
 from attn_cli.core.inputs import Inputs, Rope
-from attn_cli.core.plugins.parsing import known_subkeys, plain, positive_number, true_or_mapping
+from attn_cli.core.plugins.parsing import (
+    finite_flag,
+    known_subkeys,
+    plain,
+    positive_number,
+    true_or_mapping,
+)
 from attn_cli.core.stage_spec import number_text
 from attn_cli.core.variant import (
     Cast,
     FixtureKey,
     FloatArray,
     IntArray,
+    NewOption,
+    NewSpec,
     Variant,
     before,
+    exact,
     register,
 )
 from attn_cli.core.variants import ROPE_LAYOUTS, RopeLayout, check_rope_dims, rope_pairs
@@ -32,6 +42,23 @@ class RotaryEmbedding(Variant):
     key_order = 20
     suffix = "rot"
     positional = True
+    new_options = (
+        NewOption(
+            "rope", str, "Rotary position embedding of Q and K: half pairs i with i + d_k/2 (HF), "
+            "interleaved pairs 2i with 2i+1 (Meta's llama).", metavar="half|interleaved",
+            choices=ROPE_LAYOUTS,
+            example=("llama.yaml --rope half --causal", "Llama: RoPE, causal"),
+        ),
+        NewOption(
+            "rope_base", float, "RoPE base (default 10000): angle = position × B^(−2i/dims). "
+            "Needs --rope.", metavar="B", field="rope.base",
+        ),
+        NewOption(
+            "rope_dims", int, "Rotate only the first N (even) dimensions of each head (partial "
+            "rotary). Needs --rope.", metavar="N", field="rope.dims",
+        ),
+    )  # fmt: skip
+    new_rank, new_order = 10, 10
 
     def stage_formula(self, value: Rope, inputs: Inputs, stage: str) -> str:
         where = "positions" if stage[0] == "Q" else "key positions"
@@ -78,6 +105,41 @@ class RotaryEmbedding(Variant):
 
     def config(self, value: Rope, inputs: Inputs) -> dict[str, Any]:
         return {"base": value.base, "layout": value.layout, "dims": value.dims}
+
+    def new_problem(self, spec: NewSpec) -> tuple[str, str, str] | None:
+        problem = finite_flag(spec, "rope_base")
+        for name in ("rope_base", "rope_dims"):
+            if problem is None and name in spec.options and self.name not in spec.options:
+                flag = "--" + name.replace("_", "-")
+                problem = name, "given without --rope", f"--rope half|interleaved with {flag}"
+        return problem
+
+    def new_members(self, spec: NewSpec, rng: np.random.Generator) -> dict[str, Any]:
+        if self.name not in spec.options:
+            return {}
+        members = {"rope.layout": np.array(spec.options[self.name])}
+        if "rope_base" in spec.options:
+            members["rope.base"] = np.array(float(spec.options["rope_base"]))
+        if "rope_dims" in spec.options:
+            members["rope.dims"] = np.array(spec.options["rope_dims"])
+        return members
+
+    def new_lines(self, spec: NewSpec, members: Mapping[str, Any]) -> list[str]:
+        layout = spec.options[self.name]
+        pairs = ("dimension i pairs with i + dims/2 (HF rotate_half, GPT-NeoX)" if layout == "half"
+                 else "dimension 2i pairs with 2i+1 (Meta's llama, GPT-J)")  # fmt: skip
+        dims = spec.options.get("rope_dims", spec.d_k)
+        rest = "" if dims == spec.d_k else f"; the other {spec.d_k - dims} pass through"
+        return [
+            "rope:   # rotary position embedding of Q and K (not V), after the projection",
+            f"  layout: {layout}   # {pairs}",
+            f"  base: {exact(spec.options.get('rope_base', 10000.0))}"
+            "   # angle = position * base^(-2i/dims)",
+            f"  dims: {dims}   # the first {dims} of d_k = {spec.d_k} dimensions rotate{rest}",
+        ]
+
+    def new_words(self, spec: NewSpec, members: Mapping[str, Any]) -> str:
+        return f"RoPE ({spec.options[self.name]})"
 
 
 def _dims(value: dict[str, Any], key: FixtureKey) -> int:

@@ -3,13 +3,23 @@ softmax row and dropped after it, so a row's kept weights sum to 1 − p_sink.""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 
 from attn_cli.core.inputs import Inputs
 from attn_cli.core.plugins.parsing import per_head
-from attn_cli.core.variant import Cells, FixtureKey, FloatArray, Variant, register
+from attn_cli.core.variant import (
+    Cells,
+    FixtureKey,
+    FloatArray,
+    NewOption,
+    NewSpec,
+    Variant,
+    exact,
+    register,
+)
 
 
 class Sinks(Variant):
@@ -17,6 +27,11 @@ class Sinks(Variant):
     gradient = "d_sinks"
     array_parts = ("",)
     key_order = 60
+    new_options = (
+        NewOption("sinks", bool, "A random sink logit per head, joined to each softmax row "
+                  "(gpt-oss)."),
+    )  # fmt: skip
+    new_rank, new_order = 50, 60
 
     def parse(self, raw: Any, key: FixtureKey) -> FloatArray:
         return per_head(raw, key, self.name)
@@ -40,6 +55,17 @@ class Sinks(Variant):
         p_sink = 1.0 - weights.sum(axis=-1)  # (B, H, T)
         d_sinks: FloatArray = -(p_sink * delta).sum(axis=(0, 2))  # (H,)
         return d_sinks
+
+    def new_members(self, spec: NewSpec, rng: np.random.Generator) -> dict[str, Any]:
+        return (
+            {self.name: rng.normal(size=spec.heads).round(2)} if spec.options.get(self.name) else {}
+        )
+
+    def new_lines(self, spec: NewSpec, members: Mapping[str, Any]) -> list[str]:
+        return [
+            "sinks: [" + ", ".join(exact(x) for x in members[self.name]) + "]   # one logit per "
+            "query head, joined to each softmax row and dropped (gpt-oss): rows sum to less than 1"
+        ]
 
 
 register(Sinks())

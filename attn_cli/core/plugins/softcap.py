@@ -3,20 +3,37 @@ the scaled scores before the bias and the mask."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 
 from attn_cli.core.inputs import Inputs
-from attn_cli.core.plugins.parsing import positive_number
+from attn_cli.core.plugins.parsing import finite_flag, positive_number
 from attn_cli.core.stage_spec import number_text
-from attn_cli.core.variant import FixtureKey, FloatArray, Variant, register
+from attn_cli.core.variant import (
+    FixtureKey,
+    FloatArray,
+    NewOption,
+    NewSpec,
+    Variant,
+    exact,
+    register,
+)
 
 
 class Softcap(Variant):
     name = "softcap"
     stage = "capped"
     key_order = 50
+    new_options = (
+        NewOption(
+            "softcap", float, "Logit soft-capping: C·tanh(scaled/C) before the mask (Gemma 2 "
+            "uses 50).", metavar="C", field="softcap",
+            example=("gemma.yaml --softcap 50", "Gemma 2 logit capping"),
+        ),
+    )  # fmt: skip
+    new_rank, new_order = 40, 50
 
     def parse(self, raw: Any, key: FixtureKey) -> float:
         return positive_number(raw, key, "cap × tanh(x / cap)")
@@ -40,6 +57,19 @@ class Softcap(Variant):
 
     def bound_modify(self, value: Any, bound: float) -> float:
         return min(bound, float(value))  # |cap·tanh(·)| < cap
+
+    def new_problem(self, spec: NewSpec) -> tuple[str, str, str] | None:
+        return finite_flag(spec, self.name)
+
+    def new_lines(self, spec: NewSpec, members: Mapping[str, Any]) -> list[str]:
+        cap = spec.options[self.name]
+        return [
+            f"softcap: {exact(cap)}   # capped = {cap:g} * tanh(scaled / {cap:g}), before the mask "
+            "(Gemma 2)"
+        ]
+
+    def new_words(self, spec: NewSpec, members: Mapping[str, Any]) -> str:
+        return f"softcap {spec.options[self.name]:g}"
 
 
 register(Softcap())
