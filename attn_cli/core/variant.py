@@ -100,7 +100,7 @@ class NewOption(NamedTuple):
     """A flag of ``attn new`` that turns a variant on, as data: cli/new.py makes the Typer option
     of it (core imports no Typer); the flag is the name with dashes (``--rope-base``)."""
 
-    name: str  # the parameter: "softcap", "rope_base"
+    name: str  # the parameter: "window", "rope_base"
     kind: type[Any]  # bool: a switch (off by default); int, float or str: a value (None: not given)
     help: str
     metavar: str | None = None
@@ -338,7 +338,7 @@ class Variant:
         return []
 
     def new_words(self, spec: NewSpec, members: Mapping[str, Any]) -> str:
-        """What a new fixture's description calls it (``softcap 50``)."""
+        """What a new fixture's description calls it (``window 3``)."""
         return self.name
 
 
