@@ -142,6 +142,9 @@ class Variant:
     """
 
     name: str = ""
+    # where it runs among the others at each hook (the registry's order); a variant from
+    # outside the package goes after the built-in ones unless it says otherwise
+    order: int = 1000
     # a score modifier's stage (written after `scaled`, before `masked`), e.g. "capped"
     stage: str | None = None
     # an additive bias that is a stage of its own (ALiBi): kept like any other score stage
@@ -346,10 +349,14 @@ REGISTRY: dict[str, Variant] = {}  # by name, in the order they run at each hook
 
 
 def register(variant: Variant) -> Variant:
-    """Add a variant to the registry (a new name goes last; a known name is replaced)."""
+    """Add a variant to the registry, in ``order`` (a tie goes after those registered before; a
+    known name is replaced)."""
     if not variant.name:
         raise ValueError("a variant needs a name")
     REGISTRY[variant.name] = variant
+    ranked = sorted(REGISTRY.values(), key=lambda v: v.order)  # stable: ties keep their order
+    REGISTRY.clear()
+    REGISTRY.update((v.name, v) for v in ranked)
     return variant
 
 

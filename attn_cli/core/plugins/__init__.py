@@ -1,10 +1,13 @@
-"""The variants attn ships, each one plug-in object (core/variant.py), registered in the order
-they run at each hook: the score modifiers, the additive biases, the allowed-keys rules, the
-extra logits; then the ones that so far only read their fixture key (QK-norm and RoPE, which
-still run in core/pipeline.py, and the mask sentinel). Importing this package registers them;
-core/chain.py does so. parsing.py holds the checks their ``parse`` share."""
+"""The variants attn ships, one plug-in object (core/variant.py) per module of this package.
 
-# isort: off
-from attn_cli.core.plugins import allowed, bias, sinks, softcap  # noqa: F401 (registers)
-from attn_cli.core.plugins import mask_value, qk_norm, rope  # noqa: F401 (registers, after)
-# isort: on
+Importing the package imports every module, and each registers its variants; the registry keeps
+them in their ``order``, the order they run at each hook (the allowed-keys rules, the biases,
+the extra logits, the score modifiers, the Q/K transforms). core/chain.py imports it.
+parsing.py holds the checks their ``parse`` share.
+"""
+
+import importlib
+import pkgutil
+
+for _module in pkgutil.iter_modules(__path__):
+    importlib.import_module(f"{__name__}.{_module.name}")

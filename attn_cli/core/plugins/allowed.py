@@ -24,6 +24,7 @@ from attn_cli.core.variant import (
 
 
 class Causal(Variant):
+    order = 10
     name = "causal"
 
     def allowed(self, value: Any, inputs: Inputs, cells: Cells) -> BoolArray:
@@ -36,6 +37,7 @@ class Causal(Variant):
 
 
 class Window(Variant):
+    order = 11
     name = "window"
     reads_positions = True
     key_order = 40
@@ -104,6 +106,7 @@ def window_reach(window: int, pos_q: Any, pos_k: Any) -> int:
 
 
 class Mask(Variant):
+    order = 12
     name = "mask"
 
     def allowed(self, value: Any, inputs: Inputs, cells: Cells) -> BoolArray:
@@ -116,6 +119,7 @@ class Mask(Variant):
 
 
 class Lengths(Variant):
+    order = 13
     name = "lengths"
 
     def allowed(self, value: Any, inputs: Inputs, cells: Cells) -> BoolArray:

@@ -24,6 +24,7 @@ from attn_cli.core.variant import (
 
 
 class Bias(Variant):
+    order = 20
     name = "bias"
 
     def bias(self, value: Any, inputs: Inputs, cells: Cells, dtype: Any) -> FloatArray:
@@ -37,6 +38,7 @@ class Bias(Variant):
 
 
 class Alibi(Variant):
+    order = 21
     name = "alibi"
     bias_stage = "alibi"
     array_parts = subkeys = ("slopes",)

@@ -15,6 +15,7 @@ DOC = "-inf (the default) or a negative number such as -1e9, -1e4"
 
 
 class MaskValue(Variant):
+    order = 50
     name = "mask_value"
     key_order = 70
     new_options = (

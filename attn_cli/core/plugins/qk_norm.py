@@ -28,6 +28,7 @@ DOC = "a mapping {q_weight, k_weight, eps: 1e-6}"
 
 
 class QKNormalization(Variant):
+    order = 60
     name = "qk_norm"
     array_parts = ("q_weight", "k_weight")
     subkeys = ("q_weight", "k_weight", "eps")

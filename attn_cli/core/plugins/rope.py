@@ -36,6 +36,7 @@ DOC = "true or a mapping {base: 10000, layout: half | interleaved, dims: d_k}"
 
 
 class RotaryEmbedding(Variant):
+    order = 70
     name = "rope"
     subkeys = ("base", "layout", "dims")
     reads_positions = True

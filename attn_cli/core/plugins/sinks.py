@@ -23,6 +23,7 @@ from attn_cli.core.variant import (
 
 
 class Sinks(Variant):
+    order = 30
     name = "sinks"
     gradient = "d_sinks"
     array_parts = ("",)

@@ -23,6 +23,7 @@ from attn_cli.core.variant import (
 
 
 class Softcap(Variant):
+    order = 40
     name = "softcap"
     stage = "capped"
     key_order = 50
