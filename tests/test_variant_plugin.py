@@ -15,7 +15,7 @@ import io
 import json
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import pytest
@@ -29,6 +29,10 @@ from attn_cli.core.variant import BoolArray, Cells, Variant, before, register, u
 from attn_cli.io.arrays import npz_writer
 from attn_cli.io.fixture import validate
 from attn_cli.io.trace_json import write_trace_json
+from attn_cli.present import variant_texts as texts
+from attn_cli.present.explain_registry import EXPLAINERS
+from attn_cli.present.variant_texts import VariantTexts
+from attn_cli.present.variants import register_texts
 
 CHUNK = 3
 F64 = 1e-12
@@ -132,6 +136,23 @@ def test_the_backward_pass_hides_the_same_keys_as_an_explicit_mask() -> None:
         np.testing.assert_allclose(mine[name].data, theirs[name].data, rtol=F64, atol=F64)
     allowed = np.array(chunk_mask(7, CHUNK)) & np.tri(7, dtype=bool)
     assert np.all(mine["d_masked"].data[:, ~allowed] == 0)  # no gradient into a hidden key
+
+
+def test_decoding_and_flash_hide_the_same_keys(tmp_path: Path) -> None:
+    from attn_cli.check.runs import run_decode, run_flash
+
+    plugged, explicit = fixtures()
+    path = tmp_path / "chunked.json"
+    path.write_text(json.dumps(plugged))
+    want = reference(explicit)["output"]  # (H, T, Dv), the loops with the explicit mask
+    decoded = run_decode(str(path), prefill=2)
+    assert decoded.ok, decoded.worst
+    np.testing.assert_allclose(decoded.result.prefill_output[0], want[:, :2], rtol=F64, atol=F64)
+    for step in decoded.result.steps:
+        np.testing.assert_allclose(step.output[0, :, 0], want[:, step.index], rtol=F64, atol=F64)
+    flash = run_flash(str(path), block_q=2, block_k=3)
+    assert flash.ok
+    np.testing.assert_allclose(flash.output[0], want, rtol=F64, atol=F64)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -314,3 +335,44 @@ def test_the_stage_table_imported_before_registering_has_the_new_rows() -> None:
     finally:
         unregister("attn_temperature")
     assert "Q_temp" not in STAGE_NAMES and "d_Q_temp" not in SPECS
+
+
+class TemperatureTexts(VariantTexts):
+    """What present/ says about the temperature: its explanation, in English and Chinese."""
+
+    name = "attn_temperature"
+
+    @staticmethod
+    def _explain(c: Any) -> Any:
+        meaning = {
+            "en": "Llama 4 scales each query by a temperature that grows with its position, "
+            "so that far tokens keep sharp attention on long contexts.",
+            "zh": "Llama 4 用随位置增大的温度缩放每个查询，让长上下文里远处的词的注意力保持集中。",
+        }
+        return (c.trace[c.name].formula,), (c.shape_of("Q_rot"),), [meaning[c.lang]]
+
+    explainers: ClassVar[dict[str, Callable[[Any], Any]]] = {"Q_temp": _explain}
+
+
+@pytest.mark.usefixtures("tempered")
+@pytest.mark.parametrize(
+    ("lang", "said"),
+    [("en", "temperature that grows with its position"), ("zh", "随位置增大的温度")],
+)
+def test_the_transform_explains_itself_in_both_languages(
+    tmp_path: Path, lang: str, said: str
+) -> None:
+    path = tmp_path / "tempered.json"
+    path.write_text(json.dumps(temp_fixture()))
+    before = run_cli("trace", str(path), "--stage", "Q_temp", "--explain", "-f", "plain")
+    assert before.exit_code == 0, before.output  # no text registered: said so, no traceback
+    assert "No explanation is registered for this stage" in before.stdout
+    register_texts(TemperatureTexts())
+    try:
+        result = run_cli("trace", str(path), "--stage", "Q_temp", "--explain", "--lang", lang,
+                         "-f", "plain")  # fmt: skip
+    finally:
+        del texts.TEXTS["attn_temperature"]
+        del EXPLAINERS["Q_temp"]
+    assert result.exit_code == 0, result.output
+    assert said in result.stdout.replace("\n", "")

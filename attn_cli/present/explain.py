@@ -38,10 +38,24 @@ from attn_cli.present.variant_texts import TEXTS, active, has_extra_logit, modif
 from attn_cli.present.worked import WorkedCell, weighted_terms
 
 
+def _unexplained(c: Context) -> Parts:
+    """A stage whose variant registered no explanation (one defined outside attn): its formula
+    and what it reads, and a sentence saying that no more is known."""
+    spec = SPECS[c.name]
+    reads = tuple(c.shape_of(n) for n in spec.needs if n in c.trace)
+    said = {
+        "en": "No explanation is registered for this stage: its variant was defined outside attn "
+        "and gave no texts (present/variant_texts.py VariantTexts).",
+        "zh": "这一步没有登记说明：它的变体定义在 attn 之外，没有提供文字"
+        "（present/variant_texts.py 的 VariantTexts）。",
+    }
+    return (c.trace[c.name].formula,), reads, [said[c.lang]]
+
+
 def explain_stage(trace: Trace, name: str, lang: Lang, precision: int = 4) -> Explanation:
     """The explanation of stage ``name`` of this trace."""
     stage = trace[name]
-    explainer = EXPLAINERS[SPECS[name].explain]
+    explainer = EXPLAINERS.get(SPECS[name].explain, _unexplained)
     formula, inputs, meaning = explainer(Context(trace, name, lang, precision))
     return Explanation(
         stage=name,

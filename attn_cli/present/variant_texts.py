@@ -86,7 +86,8 @@ TEXTS: dict[str, VariantTexts] = {}  # by name, in the order the header lists th
 
 
 def register(texts: VariantTexts) -> VariantTexts:
-    """Add a variant's texts (its labels join the label table)."""
+    """Add a variant's texts (its labels join the label table); present/variants'
+    ``register_texts`` adds its explainers and worked-cell parts too."""
     TEXTS[texts.name] = texts
     for lang, labels in texts.labels.items():
         LABELS[lang].update(labels)

@@ -18,7 +18,14 @@ def _found() -> list[VariantTexts]:
     return sorted((m.TEXTS for m in modules), key=lambda t: t.order)
 
 
+def register_texts(texts: VariantTexts) -> VariantTexts:
+    """Register a variant's texts: its labels, and its explainers and worked-cell parts in the
+    tables of explain_registry.py (a variant defined outside attn registers its own this way)."""
+    register(texts)
+    EXPLAINERS.update(texts.explainers)
+    CELL_TEXTS.update(texts.cell_texts)
+    return texts
+
+
 for _texts in _found():
-    register(_texts)
-    EXPLAINERS.update(_texts.explainers)
-    CELL_TEXTS.update(_texts.cell_texts)
+    register_texts(_texts)
