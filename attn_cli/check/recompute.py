@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from attn_cli.core.chain import Chain, cells_of
+from attn_cli.core.heads import merge_heads, split_heads
 from attn_cli.core.inputs import BoolArray, FloatArray, Inputs
 from attn_cli.core.stages import STAGE_NAMES, softmax_input
 from attn_cli.core.steps import (
@@ -26,10 +27,8 @@ from attn_cli.core.steps import (
     repeat_kv,
     scale_scores,
     softmax_rows,
-    split_heads,
     weighted_sum,
 )
-from attn_cli.core.steps import concat_heads as merge_heads
 from attn_cli.core.variant import Cells, Variant, same
 
 if TYPE_CHECKING:

@@ -34,6 +34,8 @@ from typing import Any
 import numpy as np
 
 from attn_cli.core.chain import Chain
+from attn_cli.core.heads import merge_heads as merge_heads
+from attn_cli.core.heads import split_heads as split_heads
 from attn_cli.core.variant import REGISTRY
 
 FloatArray = np.ndarray[Any, np.dtype[np.float64]]
@@ -198,20 +200,6 @@ VARIANT_GRADIENTS = (*transform_gradients(late=True), *extra_gradients())
 
 # ---------------------------------------------------------------------------------------------
 # One function per gradient step
-
-
-def merge_heads(x: FloatArray) -> FloatArray:
-    """Heads side by side: head h fills columns h*d:(h+1)*d (the forward's concat)."""
-    B, n, T, d = x.shape
-    merged: FloatArray = x.transpose(0, 2, 1, 3).reshape(B, T, n * d)  # (B, T, n*d)
-    return merged
-
-
-def split_heads(x: FloatArray, n: int) -> FloatArray:
-    """Contiguous column blocks become heads, the inverse of merge_heads."""
-    B, T, width = x.shape
-    heads: FloatArray = x.reshape(B, T, n, width // n).transpose(0, 2, 1, 3)  # (B, n, T, d)
-    return heads
 
 
 def grad_linear(

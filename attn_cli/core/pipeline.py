@@ -35,6 +35,7 @@ from attn_cli.core.engine import (
     FiniteCheck,
     SentinelRow,
 )
+from attn_cli.core.heads import merge_heads, split_heads
 from attn_cli.core.inputs import FloatArray, Inputs
 from attn_cli.core.stages import (
     SCORE_STAGES,
@@ -45,7 +46,7 @@ from attn_cli.core.stages import (
     needed_stages,
     public_axes,
 )
-from attn_cli.core.steps import concat_heads, project, split_heads
+from attn_cli.core.steps import project
 
 Dtype = Literal["float64", "float32"]
 Upstream = Literal["grad", "ones"]  # the fixture's grad, or ones (L = sum of the final stage)
@@ -424,7 +425,7 @@ class _Run:
         return np.ascontiguousarray(np.broadcast_to(whole, cells.shape))  # (B, H, T, S)
 
     def heads_out(self) -> None:
-        concat = concat_heads(self.arrays["output"])  # (B, T, H*Dv): a view of output
+        concat = merge_heads(self.arrays["output"])  # (B, T, H*Dv): a view of output
         self.arrays["concat"] = concat
         if "projected" in self.need:
             inp = self.inputs

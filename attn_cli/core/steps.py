@@ -42,14 +42,6 @@ def project(X: FloatArray, W: FloatArray, b: FloatArray | None) -> FloatArray:
     return out
 
 
-def split_heads(x: FloatArray, heads: int) -> FloatArray:
-    """Contiguous column blocks become heads: head h owns columns h*d:(h+1)*d."""
-    B, T, width = x.shape
-    split = x.reshape(B, T, heads, width // heads)  # (B, T, H, D)
-    heads_first: FloatArray = split.transpose(0, 2, 1, 3)  # (B, H, T, D)
-    return heads_first
-
-
 def repeat_kv(x: FloatArray, groups: int) -> FloatArray:
     """Query head h reads key/value head h // groups, as torch's repeat_interleave."""
     return x if groups == 1 else np.repeat(x, groups, axis=1)  # (B, Hkv, S, D) -> (B, H, S, D)
@@ -135,13 +127,6 @@ def weighted_sum(weights: FloatArray, v: FloatArray, out: FloatArray | None = No
     """output = softmax · V."""
     output: FloatArray = np.matmul(weights, v, out=out)  # (.., T, S) @ (.., S, Dv)
     return output
-
-
-def concat_heads(out: FloatArray) -> FloatArray:
-    """Heads side by side: head h fills columns h*d_v:(h+1)*d_v."""
-    B, H, T, Dv = out.shape
-    concat: FloatArray = out.transpose(0, 2, 1, 3).reshape(B, T, H * Dv)  # (B, T, H*Dv)
-    return concat
 
 
 def attention(

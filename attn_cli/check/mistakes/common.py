@@ -23,9 +23,9 @@ from attn_cli.check.recompute import (
     softmax_and_lse,
 )
 from attn_cli.core.chain import Chain
+from attn_cli.core.heads import merge_heads
 from attn_cli.core.inputs import FloatArray
 from attn_cli.core.stages import softmax_input
-from attn_cli.core.steps import concat_heads as merge_heads
 from attn_cli.core.steps import repeat_kv
 
 if TYPE_CHECKING:

@@ -9,6 +9,7 @@ from typing import Any
 
 import numpy as np
 
+from attn_cli.core.heads import merge_heads, split_heads
 from attn_cli.core.inputs import Inputs, QKNorm
 from attn_cli.core.plugins.parsing import known_subkeys, positive_number
 from attn_cli.core.stage_spec import number_text
@@ -70,8 +71,8 @@ class QKNormalization(Variant):
         w = _weight(value, which, cast)
         if w.shape[0] == x_in.shape[-1]:
             return grad_rms_norm(d_out, x_in, w, value.eps)  # (B, heads, n, D)
-        flat = grad_rms_norm(_merged(d_out), _merged(x_in), w, value.eps)  # (B, n, heads*D)
-        return _split(flat, x_in.shape[1])  # (B, heads, n, D)
+        flat = grad_rms_norm(merge_heads(d_out), merge_heads(x_in), w, value.eps)  # (B, n, heads*D)
+        return split_heads(flat, x_in.shape[1])  # (B, heads, n, D)
 
     def parse(self, raw: Any, key: FixtureKey) -> QKNorm:
         if not isinstance(raw, Mapping):
@@ -133,7 +134,7 @@ def norm_heads(x: FloatArray, weight: FloatArray, eps: float) -> FloatArray:
     """RMSNorm of each head (weight (D,)) or of the whole projection (weight (H*D,))."""
     if weight.shape[0] == x.shape[-1]:
         return rms_norm(x, weight, eps)  # (B, H, T, D), each head on its own (Qwen3)
-    return _split(rms_norm(_merged(x), weight, eps), x.shape[1])  # (B, H, T, D) (OLMo 2)
+    return split_heads(rms_norm(merge_heads(x), weight, eps), x.shape[1])  # (B, H, T, D) (OLMo 2)
 
 
 def grad_rms_norm(d_y: FloatArray, x: FloatArray, weight: FloatArray, eps: float) -> FloatArray:
@@ -144,20 +145,6 @@ def grad_rms_norm(d_y: FloatArray, x: FloatArray, weight: FloatArray, eps: float
     g = d_y * weight  # (..., n)
     d_x: FloatArray = (g - x_hat * np.mean(g * x_hat, axis=-1, keepdims=True)) / r
     return d_x
-
-
-def _merged(x: FloatArray) -> FloatArray:
-    """Heads side by side, as before the split: (B, H, T, D) -> (B, T, H*D)."""
-    B, H, T, D = x.shape
-    merged: FloatArray = x.transpose(0, 2, 1, 3).reshape(B, T, H * D)  # (B, T, H*D)
-    return merged
-
-
-def _split(x: FloatArray, heads: int) -> FloatArray:
-    """Contiguous column blocks become heads: (B, T, H*D) -> (B, H, T, D)."""
-    B, T, width = x.shape
-    split: FloatArray = x.reshape(B, T, heads, width // heads).transpose(0, 2, 1, 3)
-    return split  # (B, H, T, D)
 
 
 def _weight(value: QKNorm, which: str, cast: Cast) -> FloatArray:
