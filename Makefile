@@ -4,7 +4,7 @@
 help:  ## list the tasks
 	@grep -E '^[a-z]+:.*##' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
 
-fast:  ## the fast subset: math, fixture format, CLI, checks (under 5 s)
+fast:  ## the fast subset: math, fixture format, CLI, checks (about 10 s)
 	python -m pytest -q --fast
 
 test:  ## every test (the README's test command)

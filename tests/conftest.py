@@ -203,7 +203,7 @@ def limit_memory(limit: int = 1 << 30) -> Callable[[], None]:
 # Markers kept honest
 
 
-# The fast subset (`pytest -m fast`, under 5 s): the math, the fixture format, the CLI and the
+# The fast subset (`pytest -m fast`, about 10 s of CPU): the math, the fixture format, the CLI and the
 # checks; the exhaustive suites (attacks, every fixture x every format, graders' mistake
 # catalogues, finite differences, pagers, exports) run in the whole suite.
 FAST_MODULES = frozenset({
@@ -215,7 +215,7 @@ FAST_MODULES = frozenset({
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption(
-        "--fast", action="store_true", help="only the fast subset (FAST_MODULES, under 5 s)"
+        "--fast", action="store_true", help="only the fast subset (FAST_MODULES, about 10 s)"
     )
 
 
