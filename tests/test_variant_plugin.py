@@ -30,9 +30,7 @@ from attn_cli.io.arrays import npz_writer
 from attn_cli.io.fixture import validate
 from attn_cli.io.trace_json import write_trace_json
 from attn_cli.present import variant_texts as texts
-from attn_cli.present.explain_registry import EXPLAINERS
 from attn_cli.present.variant_texts import VariantTexts
-from attn_cli.present.variants import register_texts
 
 CHUNK = 3
 F64 = 1e-12
@@ -367,12 +365,11 @@ def test_the_transform_explains_itself_in_both_languages(
     before = run_cli("trace", str(path), "--stage", "Q_temp", "--explain", "-f", "plain")
     assert before.exit_code == 0, before.output  # no text registered: said so, no traceback
     assert "No explanation is registered for this stage" in before.stdout
-    register_texts(TemperatureTexts())
+    texts.register(TemperatureTexts())
     try:
         result = run_cli("trace", str(path), "--stage", "Q_temp", "--explain", "--lang", lang,
                          "-f", "plain")  # fmt: skip
     finally:
         del texts.TEXTS["attn_temperature"]
-        del EXPLAINERS["Q_temp"]
     assert result.exit_code == 0, result.output
     assert said in result.stdout.replace("\n", "")

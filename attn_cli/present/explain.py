@@ -28,6 +28,8 @@ from attn_cli.present.explain_registry import (
     Context,
     Explanation,
     Parts,
+    cell_part,
+    explainer,
     pick_terms,
     shape_text,
     sum_terms,
@@ -55,8 +57,8 @@ def _unexplained(c: Context) -> Parts:
 def explain_stage(trace: Trace, name: str, lang: Lang, precision: int = 4) -> Explanation:
     """The explanation of stage ``name`` of this trace."""
     stage = trace[name]
-    explainer = EXPLAINERS.get(SPECS[name].explain, _unexplained)
-    formula, inputs, meaning = explainer(Context(trace, name, lang, precision))
+    explain = explainer(SPECS[name].explain) or _unexplained
+    formula, inputs, meaning = explain(Context(trace, name, lang, precision))
     return Explanation(
         stage=name,
         lang=lang,
@@ -594,7 +596,7 @@ def cell_text(
     full: bool = False,
 ) -> CellText | None:
     """The part of the worked cell that belongs under ``stage``, or None if none does."""
-    part = CELL_TEXTS.get(stage)
+    part = cell_part(stage)
     return None if part is None else part(Cell(trace, cell, lang, precision, full, stage))
 
 

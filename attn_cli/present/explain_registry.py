@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from attn_cli.present.i18n import Lang, axis_name, label
+from attn_cli.present.i18n import en_zh as en_zh  # where it was
 from attn_cli.present.text import safe, short_number
 
 if TYPE_CHECKING:
@@ -46,11 +47,6 @@ class CellText:
     header: tuple[str, ...] = ()
     rows: tuple[tuple[str, ...], ...] = ()
     footer: tuple[str, ...] = ()
-
-
-def en_zh(c: Context | Cell, en: str, zh: str) -> str:
-    """``zh`` in Chinese, else ``en``."""
-    return zh if c.lang == "zh" else en
 
 
 def shape_text(name: str, axes: Sequence[str], shape: Sequence[int], lang: Lang) -> str:
@@ -165,3 +161,23 @@ def sum_terms(terms: Sequence[str], full: bool) -> str:
 # worked cell under each stage a cell runs through: filled by explain.py and explain_backward.py.
 EXPLAINERS: dict[str, Callable[[Context], Parts]] = {}
 CELL_TEXTS: dict[str, Callable[[Cell], CellText | None]] = {}
+
+
+def explainer(key: str) -> Callable[[Context], Parts] | None:
+    """The explainer for an explanation key: attn's own, else a registered variant's."""
+    from attn_cli.present.variant_texts import TEXTS
+
+    found = EXPLAINERS.get(key)
+    for texts in TEXTS.values():
+        found = found or texts.explainers.get(key)
+    return found
+
+
+def cell_part(stage: str) -> Callable[[Cell], CellText | None] | None:
+    """The worked-cell part under a stage: attn's own, else a registered variant's."""
+    from attn_cli.present.variant_texts import TEXTS
+
+    found = CELL_TEXTS.get(stage)
+    for texts in TEXTS.values():
+        found = found or texts.cell_texts.get(stage)
+    return found

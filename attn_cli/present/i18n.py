@@ -8,7 +8,7 @@ step mode.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Literal
+from typing import Literal, Protocol
 
 Lang = Literal["en", "zh"]
 LANGS: tuple[Lang, ...] = ("en", "zh")
@@ -295,3 +295,13 @@ def formula_text(lang: Lang, formula: str) -> str:
     for pattern, replacement in FORMULA_ZH:
         formula = re.sub(pattern, replacement, formula)
     return formula
+
+
+class _InALanguage(Protocol):
+    @property
+    def lang(self) -> Lang: ...
+
+
+def en_zh(c: _InALanguage, en: str, zh: str) -> str:
+    """``zh`` in Chinese, else ``en``."""
+    return zh if c.lang == "zh" else en

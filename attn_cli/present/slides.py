@@ -95,7 +95,7 @@ def marp_deck(trace: Trace, options: RenderOptions, images: list[str], theme: Th
     """A Marp deck showing ``images`` one per slide, the explanations as speaker's notes."""
     from attn_cli.core.stages import SPECS
     from attn_cli.present.explain import explain_stage  # (fills EXPLAINERS)
-    from attn_cli.present.explain_registry import EXPLAINERS
+    from attn_cli.present.explain_registry import explainer
     from attn_cli.present.i18n import label
 
     title = trace.inputs.name or label(options.lang, "trace_title")
@@ -108,7 +108,7 @@ def marp_deck(trace: Trace, options: RenderOptions, images: list[str], theme: Th
             out += ["---", ""]
         out += [f"![bg contain]({image})", ""]
         stage = image.split("-", 1)[1].rsplit(".", 1)[0]
-        if stage in SPECS and SPECS[stage].explain in EXPLAINERS:
+        if stage in SPECS and explainer(SPECS[stage].explain) is not None:
             expl = explain_stage(trace, stage, options.lang, options.precision)
             out += ["<!--", *(_note(line) for line in (*expl.formula, *expl.meaning)), "-->", ""]
     return "\n".join(out).rstrip("\n") + "\n"

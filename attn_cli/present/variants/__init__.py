@@ -8,7 +8,6 @@ trace import it, and name no variant.
 import pkgutil
 from importlib import import_module
 
-from attn_cli.present.explain_registry import CELL_TEXTS, EXPLAINERS
 from attn_cli.present.variant_texts import VariantTexts, register
 
 
@@ -18,14 +17,5 @@ def _found() -> list[VariantTexts]:
     return sorted((m.TEXTS for m in modules), key=lambda t: t.order)
 
 
-def register_texts(texts: VariantTexts) -> VariantTexts:
-    """Register a variant's texts: its labels, and its explainers and worked-cell parts in the
-    tables of explain_registry.py (a variant defined outside attn registers its own this way)."""
-    register(texts)
-    EXPLAINERS.update(texts.explainers)
-    CELL_TEXTS.update(texts.cell_texts)
-    return texts
-
-
 for _texts in _found():
-    register_texts(_texts)
+    register(_texts)

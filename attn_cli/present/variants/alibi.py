@@ -5,12 +5,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from attn_cli.present.explain_registry import Cell, CellText, Context, Parts, en_zh
-from attn_cli.present.i18n import Lang, label
+from attn_cli.present.i18n import Lang, en_zh, label
 from attn_cli.present.variant_texts import VariantTexts
 
 if TYPE_CHECKING:
     from attn_cli.core.inputs import Inputs
+    from attn_cli.present.explain_registry import Cell, CellText, Context, Parts
 
 
 def _explain_alibi(c: Context) -> Parts:

@@ -5,13 +5,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from attn_cli.present.explain_registry import Cell, CellText, Context, Parts, en_zh
-from attn_cli.present.i18n import Lang, label
+from attn_cli.present.i18n import Lang, en_zh, label
 from attn_cli.present.text import factor, short_number
 from attn_cli.present.variant_texts import VariantTexts
 
 if TYPE_CHECKING:
     from attn_cli.core.inputs import Inputs
+    from attn_cli.present.explain_registry import Cell, CellText, Context, Parts
 
 
 def _explain_rot(c: Context) -> Parts:
@@ -98,6 +98,8 @@ def _cell_rot(c: Cell) -> CellText | None:
         lines.append(
             label(c.lang, "cell_rot_pass", start=rot.dims, end=rot.dims + len(rot.passed) - 1)
         )
+    from attn_cli.present.explain_registry import CellText
+
     return CellText(c.title, tuple(lines))
 
 

@@ -7,14 +7,13 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
-from attn_cli.present.explain_backward import gradient_meaning, shaped
-from attn_cli.present.explain_registry import Context, Parts, en_zh
-from attn_cli.present.i18n import Lang, label
+from attn_cli.present.i18n import Lang, en_zh, label
 from attn_cli.present.text import short_number
 from attn_cli.present.variant_texts import VariantTexts
 
 if TYPE_CHECKING:
     from attn_cli.core.inputs import Inputs
+    from attn_cli.present.explain_registry import Context, Parts
 
 
 def _sink_meaning(c: Context) -> list[str]:
@@ -42,6 +41,8 @@ def _sink_meaning(c: Context) -> list[str]:
 
 def _explain_sinks(c: Context) -> Parts:
     """d_sinks: the sink takes weight p_sink from every row."""
+    from attn_cli.present.explain_backward import gradient_meaning, shaped
+
     meaning = [gradient_meaning(c), en_zh(
         c, "A sink is one more logit in every row of its head, dropped after the softmax: "
         "raising it takes weight from every key in proportion, which moves L by −p_sink × "

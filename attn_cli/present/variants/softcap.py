@@ -6,13 +6,13 @@ import math
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from attn_cli.present.explain_registry import Cell, CellText, Context, Parts, en_zh
-from attn_cli.present.i18n import Lang, label
+from attn_cli.present.i18n import Lang, en_zh, label
 from attn_cli.present.text import short_number
 from attn_cli.present.variant_texts import VariantTexts
 
 if TYPE_CHECKING:
     from attn_cli.core.inputs import Inputs
+    from attn_cli.present.explain_registry import Cell, CellText, Context, Parts
 
 
 def _explain_capped(c: Context) -> Parts:
