@@ -24,7 +24,7 @@ from attn_cli.present.options import RenderOptions
 from attn_cli.present.render import render_explanation, render_header
 from attn_cli.present.run_view import lookup, sentinel_note, titled_matrix
 from attn_cli.present.text import TABLE_EDGE, TABLE_LIMIT, pick, safe
-from attn_cli.present.variant_texts import view_asides, view_inputs, view_notes
+from attn_cli.present.variant_texts import active, ring_slots, view_asides, view_inputs, view_notes
 
 if TYPE_CHECKING:
     from attn_cli.check.runs import DecodeRun
@@ -72,7 +72,6 @@ LABELS: dict[Lang, dict[str, str]] = {
         "mqa": "MQA (kv_heads = 1)",
         "cost_formula": "bytes per token per layer = kv_heads × (d_k + d_v) × itemsize = "
         "{kv} × ({dk} + {dv}) × 8 = {n}",
-        "cost_window": "with window {w} the ring buffer keeps only {w} tokens: {n} bytes at most",
         "batch": "batch {b} · ",
         "more_steps": "… {n} more steps (--full shows all)",
         "batch_note": "(per batch item; {b} items)",
@@ -119,7 +118,6 @@ LABELS: dict[Lang, dict[str, str]] = {
         "mqa": "MQA（kv_heads = 1）",
         "cost_formula": "每层每个词的字节数 = kv_heads × (d_k + d_v) × 每个数的字节数 = "
         "{kv} × ({dk} + {dv}) × 8 = {n}",
-        "cost_window": "窗口为 {w} 时，环形缓冲区只保留 {w} 个词：最多 {n} 字节",
         "batch": "批 {b} · ",
         "more_steps": "… 另有 {n} 步（加 --full 显示全部）",
         "batch_note": "（每个批元素；共 {b} 个）",
@@ -205,8 +203,8 @@ def render_cost(run: DecodeRun, lang: Lang) -> Group:
     parts: list[RenderableType] = [table]
     formula = _t(lang, "cost_formula", kv=c.kv_heads, dk=inp.d_k, dv=inp.d_v, n=c.per_token)
     parts.append(Text(formula, style="italic"))
-    if inp.window is not None and inp.window < c.seq:
-        parts.append(Text(_t(lang, "cost_window", w=inp.window, n=f"{c.per_token * inp.window:,}")))
+    for t in active(inp):
+        parts += [Text(n) for n in t.cost_notes(t.setting(inp), c.per_token, c.seq, lang)]
     if inp.has_batch:
         parts.append(Text(_t(lang, "batch_note", b=inp.batch), style="dim"))
     return Group(*parts, Text(""))
@@ -215,10 +213,10 @@ def render_cost(run: DecodeRun, lang: Lang) -> Group:
 def shown_slots(run: DecodeRun, step: DecodeStep) -> list[int]:
     """The cache slots of ``step`` that a view shows: those some token fills in this run.
 
-    A ring buffer of ``window`` slots where the window is longer than the sequence (4096 for
-    a 6-token fixture) fills only as many slots as there are tokens; the rest stay empty to the
-    end. The last step's cache holds every slot ever filled (a ring never empties one; a cache
-    without a window only grows).
+    A ring buffer with more slots than the sequence has tokens (4096 for a 6-token fixture)
+    fills only as many slots as there are tokens; the rest stay empty to the end. The last
+    step's cache holds every slot ever filled (a ring never empties one; a cache that is no
+    ring only grows).
     """
     last = run.result.steps[-1].cache_positions
     return [s for s in range(step.slots) if last[s] >= 0]
@@ -245,7 +243,8 @@ def render_step(run: DecodeRun, k: int, options: RenderOptions) -> Group:
     slots = _slot_labels(run, step, lang, shown)
     title = _t(lang, "step", k=k + 1, n=len(run.result.steps), token=token,
                pos=step.position, slot=step.slot)  # fmt: skip
-    how = _t(lang, "ring", w=inp.window) if inp.window is not None else _t(lang, "grow")
+    ring = ring_slots(inp)
+    how = _t(lang, "ring", w=ring) if ring is not None else _t(lang, "grow")
     parts: list[RenderableType] = [
         Rule(Text(title, style="bold cyan"), align="left", style="cyan"),
         Text(_t(lang, "cache", c=step.slots, held=", ".join(safe(s) for s in slots))),

@@ -272,7 +272,6 @@ FORMULA_ZH: tuple[tuple[str, str], ...] = (
     (r", (\S+) where not allowed \((.*)\)$", r"，不允许的位置为 \1（\2）"),
     (r"causal upper-left", "因果·左上对齐"),
     (r"causal lower-right", "因果·右下对齐"),
-    (r"window (\d+)", r"窗口 \1"),
     (
         r": (\w+) layout, base (\S+), (\d+) of (\d+) dims$",
         r"：\1 布局，基数 \2，旋转 \4 维中的 \3 维",
@@ -284,6 +283,8 @@ FORMULA_ZH: tuple[tuple[str, str], ...] = (
     (r", over the whole projection, ", "，按整个投影，"),
     (r"\bhead (\d+)", r"头 \1"),
 )
+# the variants' rows (present/variant_texts.py's ``register`` adds each one's ``formula_zh``)
+FORMULA_ZH_MORE: list[tuple[str, str]] = []
 
 
 def formula_text(lang: Lang, formula: str) -> str:
@@ -292,7 +293,7 @@ def formula_text(lang: Lang, formula: str) -> str:
         return formula
     import re
 
-    for pattern, replacement in FORMULA_ZH:
+    for pattern, replacement in (*FORMULA_ZH, *FORMULA_ZH_MORE):
         formula = re.sub(pattern, replacement, formula)
     return formula
 

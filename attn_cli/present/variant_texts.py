@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from attn_cli.present.i18n import LABELS, Lang
+from attn_cli.present.i18n import FORMULA_ZH_MORE, LABELS, Lang
 
 if TYPE_CHECKING:
     from attn_cli.core.inputs import Inputs
@@ -42,6 +42,8 @@ class VariantTexts:
     view_inputs: ClassVar[dict[str, dict[str, tuple[str, ...]]]] = {}
     # what it adds to another note of a view, on or off: view -> key -> lang -> sentence
     view_asides: ClassVar[dict[str, dict[str, dict[Lang, str]]]] = {}
+    # the words of its stage formulas in Chinese (regex, replacement), joined to i18n's table
+    formula_zh: ClassVar[tuple[tuple[str, str], ...]] = ()
 
     def setting(self, inp: Inputs) -> Any:
         """The variant's setting in these inputs; None when it is off."""
@@ -69,9 +71,30 @@ class VariantTexts:
         value = self.setting(trace.inputs)
         return values | self.setting_values(None if value is None else value, head)
 
+    def cell_rows(
+        self,
+        trace: Trace,
+        rows: tuple[tuple[int, ...], tuple[int, ...]],
+        positions: tuple[int, int],
+    ) -> dict[str, Any]:
+        """Its parts of a worked cell that read whole rows, named as the cell's attributes,
+        None each when off: ``rows`` index the query's row of a (batch?, head, query, ...) stage
+        and the key's of a (batch?, kv_head, key, ...) one, ``positions`` the two tokens'."""
+        return {}
+
     def setting_values(self, value: Any, head: int) -> dict[str, Any]:
         """Numbers of its setting a worked cell shows (None each when ``value`` is None)."""
         return {}
+
+    def ring_slots(self, value: Any) -> int | None:
+        """The slots of the ring buffer a KV cache keeps for it, as its setting says them (core's
+        ``Chain.cache_slots`` caps them to the sequence); None: it keeps no ring."""
+        return None
+
+    def cost_notes(self, value: Any, per_token: int, seq: int, lang: Lang) -> list[str]:
+        """Its sentences under the KV cache's cost in the decode view (``per_token`` bytes a
+        token, ``seq`` tokens)."""
+        return []
 
     def masked_note(self, value: Any, zh: bool) -> list[str]:
         """What it does in the masked stage, one sentence each."""
@@ -91,6 +114,7 @@ def register(texts: VariantTexts) -> VariantTexts:
     TEXTS[texts.name] = texts
     for lang, labels in texts.labels.items():
         LABELS[lang].update(labels)
+    FORMULA_ZH_MORE.extend(texts.formula_zh)
     return texts
 
 
@@ -119,6 +143,12 @@ def extra_logit(inp: Inputs, head: int) -> float | None:
 def has_extra_logit(inp: Inputs) -> bool:
     """Whether some variant joins a logit to every softmax row."""
     return inp.heads > 0 and extra_logit(inp, 0) is not None
+
+
+def ring_slots(inp: Inputs) -> int | None:
+    """The slots of the KV cache's ring buffer as the variants' settings say them; None: the
+    cache grows."""
+    return next((n for t in active(inp) if (n := t.ring_slots(t.setting(inp))) is not None), None)
 
 
 def math_names() -> set[str]:

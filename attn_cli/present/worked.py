@@ -11,14 +11,13 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
 from attn_cli.core.pipeline import Trace
-from attn_cli.core.plugins.rope import rope_inv_freq
 from attn_cli.core.stages import softmax_input
 from attn_cli.core.steps import allowed_positions
-from attn_cli.core.variants import rope_pairs
 from attn_cli.errors import UsageError
 from attn_cli.present.variant_texts import TEXTS, extra_logit
 
@@ -40,36 +39,6 @@ class SoftmaxParts:
     exps: tuple[float, ...]
     total: float
     sink_exp: float = 0.0  # e^(sink − m): in the sum, but no key's weight (gpt-oss)
-
-
-@dataclass(frozen=True)
-class RotatedPair:
-    """One pair (a, b) of a row rotated by RoPE, with the trace's rotated values."""
-
-    index: int  # i: angle = position × base^(−2i/dims)
-    first: int  # the dimension of a
-    second: int  # the dimension of b (i + dims/2 in half layout, 2i + 1 interleaved)
-    inv_freq: float  # base^(−2i/dims)
-    angle: float  # position × inv_freq
-    cos: float
-    sin: float
-    a: float  # the source row at ``first``
-    b: float  # the source row at ``second``
-    rotated_a: float  # Q_rot (or K_rot) at ``first``, from the trace: a·cos − b·sin
-    rotated_b: float  # at ``second``, from the trace: a·sin + b·cos
-
-
-@dataclass(frozen=True)
-class Rotation:
-    """One row of Q_rot or K_rot taken apart, pair by pair."""
-
-    stage: str  # Q_rot or K_rot
-    source: str  # what was rotated: Q (K), or Q_norm (K_norm) with QK-norm
-    position: int  # the token position the angles are taken at
-    base: float
-    dims: int  # the rotated dimensions (partial rotary: fewer than d_k)
-    pairs: tuple[RotatedPair, ...]
-    passed: tuple[float, ...]  # dimensions dims..d_k−1, passed through unchanged
 
 
 @dataclass(frozen=True)
@@ -96,19 +65,19 @@ class WorkedCell:
     output: tuple[float, ...]  # output[query] from the trace
     q_name: str = "Q"  # the stage the scores read for Q: Q_rot, Q_norm or Q
     k_name: str = "K"
-    q_rot: Rotation | None = None  # with RoPE: the query's row of Q_rot taken apart
-    k_rot: Rotation | None = None  # with RoPE: the key's row of K_rot taken apart
     positions: tuple[int, int] = (0, 0)  # (query position, key position)
     allowed: bool = True  # whether the query may attend the key (every allowed-keys rule)
     mask_value: float = -math.inf  # what fills a place that is not allowed
     row_name: str = "scaled"  # the stage the softmax reads: masked, capped or scaled
     sink: float | None = None  # an extra logit of this head joined to the row (gpt-oss's sink)
-    # each variant's numbers at this cell (present/variants/), read as attributes: cell.capped
-    extras: Mapping[str, float | None] = field(default_factory=dict)
+    # each variant's numbers and parts at this cell (present/variants/), read as attributes:
+    # cell.capped, or a Q/K transform's rows taken apart (RoPE's cell.q_rot)
+    extras: Mapping[str, Any] = field(default_factory=dict)
 
-    def __getattr__(self, name: str) -> float | None:
-        """A variant's number at this cell (its stage's value, its setting), None when off."""
-        extras: Mapping[str, float | None] = self.__dict__.get("extras", {})
+    def __getattr__(self, name: str) -> Any:
+        """A variant's number or part at this cell (its stage's value, its setting, a row taken
+        apart), None when it is off."""
+        extras: Mapping[str, Any] = self.__dict__.get("extras", {})
         if name in extras:
             return extras[name]
         raise AttributeError(name)
@@ -166,6 +135,10 @@ def _worked_cell(trace: Trace, ref: CellRef, b: int, h: int) -> WorkedCell:
     row = tuple(float(x) for x in trace[softmax_input(inp)].data[at])
     sink = extra_logit(inp, h)
     pos_q, pos_k = inp.token_positions()
+    positions = (int(pos_q[ref.query]), int(pos_k[ref.key]))
+    extras = {k: v for t in TEXTS.values() for k, v in t.cell_values(trace, h, cell).items()}
+    for t in TEXTS.values():
+        extras |= t.cell_rows(trace, (at, kv_key), positions)
     return WorkedCell(
         batch=b if inp.has_batch else None,
         head=h,
@@ -187,48 +160,18 @@ def _worked_cell(trace: Trace, ref: CellRef, b: int, h: int) -> WorkedCell:
         output=tuple(float(x) for x in trace["output"].data[at]),
         q_name=q_name,
         k_name=k_name,
-        q_rot=_rotation(trace, "Q", at, int(pos_q[ref.query])),
-        k_rot=_rotation(trace, "K", kv_key, int(pos_k[ref.key])),
-        positions=(int(pos_q[ref.query]), int(pos_k[ref.key])),
+        positions=positions,
         allowed=_allowed(trace, b, h, ref),
         mask_value=inp.mask_value,
         row_name=softmax_input(inp),
         sink=sink,
-        extras={k: v for t in TEXTS.values() for k, v in t.cell_values(trace, h, cell).items()},
+        extras=extras,
     )
 
 
 def _read(trace: Trace, name: str) -> str:
     """What the scores read for Q or K: the rotated stage, else the normalised, else plain."""
     return next(s for s in (f"{name}_rot", f"{name}_norm", name) if s in trace)
-
-
-def _rotation(trace: Trace, name: str, at: tuple[int, ...], position: int) -> Rotation | None:
-    """The row ``at`` of Q_rot (K_rot) beside the row it rotated, pair by pair; None without RoPE.
-
-    The angles are the convention's (position × base^(−2i/dims)), so the rotated values, read
-    from the trace, are a·cos − b·sin and a·sin + b·cos of the source row's pairs.
-    """
-    rope = trace.inputs.rope
-    stage = f"{name}_rot"
-    if rope is None or stage not in trace:
-        return None
-    source = f"{name}_norm" if f"{name}_norm" in trace else name
-    x = trace[source].data[at]  # (D,)
-    rotated = trace[stage].data[at]  # (D,)
-    first, second = rope_pairs(rope.dims, rope.layout)  # (P,), (P,)
-    inv_freq = rope_inv_freq(rope.dims, rope.base)  # (P,)
-    pairs = []
-    for i, (d1, d2, f) in enumerate(zip(first, second, inv_freq, strict=True)):
-        angle = position * float(f)
-        pairs.append(
-            RotatedPair(
-                i, int(d1), int(d2), float(f), angle, math.cos(angle), math.sin(angle),
-                float(x[d1]), float(x[d2]), float(rotated[d1]), float(rotated[d2]),
-            )
-        )  # fmt: skip
-    passed = tuple(float(v) for v in rotated[rope.dims :])
-    return Rotation(stage, source, position, rope.base, rope.dims, tuple(pairs), passed)
 
 
 def _allowed(trace: Trace, b: int, h: int, ref: CellRef) -> bool:

@@ -2,16 +2,79 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from attn_cli.core.plugins.rope import rope_inv_freq
+from attn_cli.core.variants import rope_pairs
 from attn_cli.present.i18n import Lang, en_zh, label
 from attn_cli.present.text import factor, short_number
 from attn_cli.present.variant_texts import VariantTexts
 
 if TYPE_CHECKING:
     from attn_cli.core.inputs import Inputs
+    from attn_cli.core.pipeline import Trace
     from attn_cli.present.explain_registry import Cell, CellText, Context, Parts
+
+
+@dataclass(frozen=True)
+class RotatedPair:
+    """One pair (a, b) of a row rotated by RoPE, with the trace's rotated values."""
+
+    index: int  # i: angle = position × base^(−2i/dims)
+    first: int  # the dimension of a
+    second: int  # the dimension of b (i + dims/2 in half layout, 2i + 1 interleaved)
+    inv_freq: float  # base^(−2i/dims)
+    angle: float  # position × inv_freq
+    cos: float
+    sin: float
+    a: float  # the source row at ``first``
+    b: float  # the source row at ``second``
+    rotated_a: float  # Q_rot (or K_rot) at ``first``, from the trace: a·cos − b·sin
+    rotated_b: float  # at ``second``, from the trace: a·sin + b·cos
+
+
+@dataclass(frozen=True)
+class Rotation:
+    """One row of Q_rot or K_rot taken apart, pair by pair."""
+
+    stage: str  # Q_rot or K_rot
+    source: str  # what was rotated: Q (K), or Q_norm (K_norm) with QK-norm
+    position: int  # the token position the angles are taken at
+    base: float
+    dims: int  # the rotated dimensions (partial rotary: fewer than d_k)
+    pairs: tuple[RotatedPair, ...]
+    passed: tuple[float, ...]  # dimensions dims..d_k−1, passed through unchanged
+
+
+def rotation(trace: Trace, name: str, at: tuple[int, ...], position: int) -> Rotation | None:
+    """The row ``at`` of Q_rot (K_rot) beside the row it rotated, pair by pair; None without RoPE.
+
+    The angles are the convention's (position × base^(−2i/dims)), so the rotated values, read
+    from the trace, are a·cos − b·sin and a·sin + b·cos of the source row's pairs.
+    """
+    rope = trace.inputs.rope
+    stage = f"{name}_rot"
+    if rope is None or stage not in trace:
+        return None
+    source = f"{name}_norm" if f"{name}_norm" in trace else name
+    x = trace[source].data[at]  # (D,)
+    rotated = trace[stage].data[at]  # (D,)
+    first, second = rope_pairs(rope.dims, rope.layout)  # (P,), (P,)
+    inv_freq = rope_inv_freq(rope.dims, rope.base)  # (P,)
+    pairs = []
+    for i, (d1, d2, f) in enumerate(zip(first, second, inv_freq, strict=True)):
+        angle = position * float(f)
+        pairs.append(
+            RotatedPair(
+                i, int(d1), int(d2), float(f), angle, math.cos(angle), math.sin(angle),
+                float(x[d1]), float(x[d2]), float(rotated[d1]), float(rotated[d2]),
+            )
+        )  # fmt: skip
+    passed = tuple(float(v) for v in rotated[rope.dims :])
+    return Rotation(stage, source, position, rope.base, rope.dims, tuple(pairs), passed)
 
 
 def _explain_rot(c: Context) -> Parts:
@@ -131,6 +194,18 @@ class RopeTexts(VariantTexts):
         "K_rot": _explain_rot,
     }
     cell_texts: ClassVar[dict[str, Callable[[Any], Any]]] = {"Q_rot": _cell_rot, "K_rot": _cell_rot}
+
+    def cell_rows(
+        self,
+        trace: Trace,
+        rows: tuple[tuple[int, ...], tuple[int, ...]],
+        positions: tuple[int, int],
+    ) -> dict[str, Any]:
+        q_at, k_at = rows
+        return {
+            "q_rot": rotation(trace, "Q", q_at, positions[0]),
+            "k_rot": rotation(trace, "K", k_at, positions[1]),
+        }
 
     def conventions(self, value: Any, inp: Inputs, lang: Lang) -> list[str]:
         rope = value

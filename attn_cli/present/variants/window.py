@@ -30,6 +30,19 @@ class WindowTexts(VariantTexts):
         },
     }
 
+    formula_zh: ClassVar[tuple[tuple[str, str], ...]] = ((r"window (\d+)", r"窗口 \1"),)
+    cost: ClassVar[dict[Lang, str]] = {
+        "en": "with window {w} the ring buffer keeps only {w} tokens: {n} bytes at most",
+        "zh": "窗口为 {w} 时，环形缓冲区只保留 {w} 个词：最多 {n} 字节",
+    }
+
+    def ring_slots(self, value: Any) -> int | None:
+        return int(value)
+
+    def cost_notes(self, value: Any, per_token: int, seq: int, lang: Lang) -> list[str]:
+        w = value
+        return [self.cost[lang].format(w=w, n=f"{per_token * w:,}")] if w < seq else []
+
     def masked_note(self, value: Any, zh: bool) -> list[str]:
         w = value
         return [
