@@ -62,7 +62,7 @@ class Cells(NamedTuple):
 class FixtureKey(Protocol):
     """The fixture key a variant parses: callable as ``key(got, expected)``, or with
     ``field="rope.dims"`` for a part of the setting, it makes the one-line error to raise; it
-    holds the sizes and the settings parsed before the variants, to check against."""
+    holds the sizes of the inputs and the settings parsed before, to check against."""
 
     @property
     def heads(self) -> int:
@@ -76,13 +76,34 @@ class FixtureKey(Protocol):
     def d_k(self) -> int: ...
 
     @property
-    def causal(self) -> str | None:
-        """``upper-left``, ``lower-right``, None: not causal."""
+    def batch(self) -> int:
+        """Batch items (1 when the inputs have no batch axis)."""
+        ...
+
+    @property
+    def seq_q(self) -> int:
+        """Query positions."""
+        ...
+
+    @property
+    def seq_k(self) -> int:
+        """Key positions."""
+        ...
+
+    @property
+    def has_batch(self) -> bool:
+        """Whether the inputs were given with a batch axis."""
         ...
 
     @property
     def masks(self) -> bool:
-        """Whether some keys are hidden: causal, a mask or lengths."""
+        """Whether some keys are hidden: a variant with an ``allowed`` rule parsed before
+        (causal, a mask or lengths)."""
+        ...
+
+    def setting(self, name: str) -> Any:
+        """The setting of the variant ``name`` as parsed before this key; None: off, or parsed
+        after (the keys that hide keys are parsed before the other variants)."""
         ...
 
     def __call__(self, got: str, expected: str, field: str | None = None) -> Exception: ...
@@ -91,8 +112,18 @@ class FixtureKey(Protocol):
         """``the string 'x'``, ``a mapping``, ``null``: what a message says was found."""
         ...
 
-    def floats(self, value: Any, field: str, ndims: tuple[int, ...], doc: str) -> FloatArray:
-        """Finite numbers with one of ``ndims`` axes, counted against the fixture's size limit."""
+    def floats(
+        self, value: Any, field: str, ndims: tuple[int, ...], doc: str, allow: tuple[str, ...] = ()
+    ) -> FloatArray:
+        """Numbers with one of ``ndims`` axes, counted against the fixture's size limit; finite,
+        unless ``allow`` names the specials a list may hold (``"-inf"``)."""
+        ...
+
+    def shape(
+        self, value: Any, field: str, leaf: Callable[[Any], bool], doc: str
+    ) -> tuple[int, ...]:
+        """The shape of nested lists, rectangular, each leaf passing ``leaf`` (``doc`` says what
+        a leaf is), counted against the fixture's size limit."""
         ...
 
 
@@ -168,7 +199,8 @@ class Variant:
     def parse(self, raw: Any, key: FixtureKey) -> Any:
         """The setting as a fixture gives it (a number, a list, a mapping; never null), checked;
         None: off. ``key(got, expected)`` makes the one-line error to raise, and ``key`` holds
-        what the setting is checked against (heads, d_k, causal ...; see :class:`FixtureKey`)."""
+        what the setting is checked against (heads, seq_k, the settings parsed before ...; see
+        :class:`FixtureKey`)."""
         return raw
 
     def config(self, value: Any, inputs: Inputs) -> Any:

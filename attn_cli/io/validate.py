@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import datetime
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from attn_cli.core.chain import REGISTRY  # with the variants attn ships registered
-from attn_cli.core.inputs import BoolArray, Causal, FloatArray, Inputs, IntArray
+from attn_cli.core.inputs import FloatArray, Inputs, IntArray
 from attn_cli.core.limits import DEFAULT_MAX_ELEMENTS, MAX_NESTING
 from attn_cli.core.stages import STAGE_NAMES
 from attn_cli.core.variant import Variant
@@ -19,21 +19,35 @@ from attn_cli.errors import InputError, did_you_mean
 from attn_cli.errors import field_name as _field
 from attn_cli.io.jsonfmt import _JSONLiteral, _JSONOverflow
 
-_ATTENTION_KEYS = ("causal", "mask", "bias", "lengths")  # parsed here, not by their variant
+
+def _own_keys() -> list[Variant]:
+    """Attention's own keys (as torch SDPA's ``is_causal`` and ``attn_mask``): the variants that
+    are fields of :class:`Inputs` with no ``key_order`` of their own, in the order of the fields.
+    They are listed with ``scale``; those that hide keys are parsed before the other variants
+    (which check against them: ``masks``), the rest after the scale."""
+    fields = list(Inputs.__dataclass_fields__)
+    own = [v for v in REGISTRY.values() if v.name in fields and v.key_order == Variant.key_order]
+    return sorted(own, key=lambda v: fields.index(v.name))
+
+
+def _hides(variant: Variant) -> bool:
+    """Whether the variant has a rule of which keys a query may attend."""
+    return type(variant).allowed is not Variant.allowed
+
+
+_OWN_KEYS = tuple(v.name for v in _own_keys())
 KNOWN_KEYS = (
     "name", "description", "tokens", "key_tokens",
     "X", "W_Q", "W_K", "W_V", "b_Q", "b_K", "b_V",
     "Q", "K", "V",
     "heads", "kv_heads", "W_O", "b_O",
-    "scale", *_ATTENTION_KEYS,
+    "scale", *_OWN_KEYS,
     "expected",
     "X_kv", "positions", "key_positions",
     *(v.name for v in sorted(REGISTRY.values(), key=lambda v: v.key_order)
-      if v.name not in _ATTENTION_KEYS),
+      if v.name not in _OWN_KEYS),
     "grad",
 )  # fmt: skip
-
-CAUSAL_VALUES = ("upper-left", "lower-right")
 
 
 class _Checker:
@@ -225,7 +239,7 @@ def _numeric_array(value: Any) -> bool:
 
 # Keys whose numbers become float arrays: a NumPy array there is checked, not walked.
 _FLOAT_KEYS = (
-    "X", "W_Q", "W_K", "W_V", "b_Q", "b_K", "b_V", "Q", "K", "V", "W_O", "b_O", "bias",
+    "X", "W_Q", "W_K", "W_V", "b_Q", "b_K", "b_V", "Q", "K", "V", "W_O", "b_O", *_OWN_KEYS,
     "X_kv", *(v.name for v in REGISTRY.values() if "" in v.array_parts), "grad",
 )  # fmt: skip
 
@@ -247,36 +261,32 @@ def validate(obj: Any, source: str, *, max_elements: int = DEFAULT_MAX_ELEMENTS)
         arrays = _projection(c, obj, heads, kv_heads)
     else:
         arrays = _direct(c, obj, heads, kv_heads)
-    # 3) the output projection, the scale, what masks the scores, labels, variants
+    # 3) the output projection, what hides keys, labels, the variants, then attention's other keys
     W_O, b_O = _output_projection(c, obj, arrays)
-    causal = _causal(c, obj)
-    target = (arrays["batch"], arrays["heads"], arrays["seq_q"], arrays["seq_k"])
-    mask = _mask(c, obj, target, arrays["has_batch"])
-    lengths = _lengths(c, obj, arrays["batch"], arrays["seq_k"], arrays["has_batch"])
+    hiding = _parse(c, obj, arrays, [v for v in _own_keys() if _hides(v)], {})
     tokens, key_tokens = _labels(c, obj, arrays["seq_q"], arrays["seq_k"])
-    variants = _variants(
-        c, obj, arrays, causal, causal is not None or mask is not None or lengths is not None
-    )
-    extra = {k: variants.pop(k) for k in _plugged() if k in variants}
+    variants = {**hiding, **_variants(c, obj, arrays, hiding)}
+    name, description = _string(c, obj, "name"), _string(c, obj, "description")
+    scale = _scale(c, obj)
+    variants.update(_parse(c, obj, arrays, [v for v in _own_keys() if not _hides(v)], hiding))
+    expected = _expected(c, obj)
     d_out = None if W_O is None else W_O.shape[1]
+    grad = _grad(c, obj, arrays, d_out) if "grad" in obj else None
+    extra = {k: variants.pop(k) for k in _plugged() if k in variants}
     given: dict[str, Any] = {k: arrays.get(k) for k in _ARRAYS}  # what the mode produced
     given.update({k: arrays[k] for k in _SIZES})
     return Inputs(
         source=source,
         mode="projection" if projection else "direct",
-        name=_string(c, obj, "name"),
-        description=_string(c, obj, "description"),
+        name=name,
+        description=description,
         tokens=tokens,
         key_tokens=key_tokens,
         W_O=W_O,
         b_O=b_O,
-        scale=_scale(c, obj),
-        causal=causal,
-        mask=mask,
-        bias=_bias(c, obj, target, arrays["has_batch"]),
-        lengths=lengths,
-        expected=_expected(c, obj),
-        grad=_grad(c, obj, arrays, d_out) if "grad" in obj else None,
+        scale=scale,
+        expected=expected,
+        grad=grad,
         **given,
         **variants,
         extra=extra,
@@ -366,25 +376,6 @@ def _scale(c: _Checker, obj: Mapping[str, Any]) -> float | None:
     if not finite or s <= 0:
         raise c.error("scale", f"is {s}", "a finite number > 0 (omit it for 1/sqrt(d_k))")
     return float(s)
-
-
-def _bias(
-    c: _Checker, obj: Mapping[str, Any], target: tuple[int, ...], has_batch: bool
-) -> FloatArray | None:
-    """An additive bias broadcastable to [batch, heads, seq_q, seq_k]; -inf allowed."""
-    if "bias" not in obj:
-        return None
-    bias = c.floats(
-        obj, "bias", (0, 1, 2, 3, 4),
-        "at most 4 axes, broadcastable to [batch, heads, seq_q, seq_k]", allow=("-inf",),
-    )  # fmt: skip
-    bad = np.isnan(bias) | (bias == np.inf)
-    if bad.any():
-        pos = tuple(int(i) for i in np.argwhere(bad)[0])
-        where = "".join(f"[{i}]" for i in pos)
-        raise c.error(f"bias{where}", f"is {bias[pos]}", "a finite number or -inf")
-    _check_broadcast(c, "bias", bias.shape, target, has_batch)
-    return bias
 
 
 def _labels(
@@ -564,65 +555,6 @@ def _direct(
     }  # fmt: skip
 
 
-def _causal(c: _Checker, obj: Mapping[str, Any], key: str = "causal") -> Causal | None:
-    value = obj.get(key, False)
-    if value is False:
-        return None
-    if value is True:
-        return "upper-left"
-    if value in CAUSAL_VALUES:
-        return value  # type: ignore[no-any-return]
-    raise c.error(key, f"got {_describe(value)}", 'false, true, "upper-left" or "lower-right"')
-
-
-def _check_broadcast(
-    c: _Checker, key: str, shape: tuple[int, ...], target: tuple[int, ...], has_batch: bool
-) -> None:
-    names = ("batch", "heads", "seq_q", "seq_k")
-    if len(shape) > 4 or any(
-        s not in (1, t) for s, t in zip(reversed(shape), reversed(target), strict=False)
-    ):
-        tgt = ", ".join(f"{n}={t}" for n, t in zip(names, target, strict=True))
-        raise c.error(
-            key, f"has shape {list(shape)}, which does not broadcast",
-            f"a shape broadcastable (right-aligned, as torch) to [{tgt}]",
-        )  # fmt: skip
-
-
-def _mask(
-    c: _Checker, obj: Mapping[str, Any], target: tuple[int, ...], has_batch: bool
-) -> BoolArray | None:
-    if "mask" not in obj:
-        return None
-
-    def ok(x: Any) -> bool:
-        return isinstance(x, bool) or (type(x) is int and x in (0, 1))
-
-    shape = c.shape_of(obj["mask"], "mask", ok, "true/false or 1/0")
-    if len(shape) > 4:
-        raise c.error("mask", f"has {len(shape)} axes", "at most 4 [batch, heads, seq_q, seq_k]")
-    _check_broadcast(c, "mask", shape, target, has_batch)
-    return np.array(obj["mask"], dtype=bool)
-
-
-def _lengths(
-    c: _Checker, obj: Mapping[str, Any], batch: int, seq_k: int, has_batch: bool
-) -> IntArray | None:
-    if "lengths" not in obj:
-        return None
-    value = obj["lengths"]
-    items = value if isinstance(value, list) else [value]
-    for i, n in enumerate(items):
-        name = f"lengths[{i}]" if isinstance(value, list) else "lengths"
-        if type(n) is not int:
-            raise c.error(name, f"got {_describe(n)}", f"a whole number of valid keys, 0..{seq_k}")
-        if not 0 <= n <= seq_k:
-            raise c.error(name, f"is {n}", f"a number of valid keys between 0 and seq_k = {seq_k}")
-    if len(items) != batch:
-        raise c.error("lengths", f"has {len(items)} entries", f"one per batch item ({batch})")
-    return np.array(items, dtype=np.int64)
-
-
 def _tokens(
     c: _Checker, obj: Mapping[str, Any], key: str, n: int, what: str
 ) -> tuple[str, ...] | None:
@@ -695,8 +627,18 @@ class _Key:
     heads: int
     kv_heads: int
     d_k: int
-    causal: Causal | None
-    masks: bool
+    batch: int
+    seq_q: int
+    seq_k: int
+    has_batch: bool
+    settings: Mapping[str, Any]  # what was parsed before this key's turn
+
+    @property
+    def masks(self) -> bool:
+        return any(x is not None and _hides(REGISTRY[n]) for n, x in self.settings.items())
+
+    def setting(self, name: str) -> Any:
+        return self.settings.get(name)
 
     def __call__(self, got: str, expected: str, field: str | None = None) -> InputError:
         return self.c.error(field or self.name, got, expected)
@@ -704,28 +646,47 @@ class _Key:
     def describe(self, value: Any) -> str:
         return _describe(value)
 
-    def floats(self, value: Any, field: str, ndims: tuple[int, ...], doc: str) -> FloatArray:
-        return self.c.floats({field: value}, field, ndims, doc)
+    def floats(
+        self, value: Any, field: str, ndims: tuple[int, ...], doc: str, allow: tuple[str, ...] = ()
+    ) -> FloatArray:
+        return self.c.floats({field: value}, field, ndims, doc, allow=allow)
+
+    def shape(
+        self, value: Any, field: str, leaf: Callable[[Any], bool], doc: str
+    ) -> tuple[int, ...]:
+        return self.c.shape_of(value, field, leaf, doc)
+
+
+def _parse(
+    c: _Checker, obj: Mapping[str, Any], arrays: Mapping[str, Any], variants: list[Variant],
+    before: Mapping[str, Any],
+) -> dict[str, Any]:  # fmt: skip
+    """The settings the fixture gives of ``variants``, each parsed by its variant in turn,
+    checked against the sizes and the settings parsed ``before``."""
+    sizes = {k: arrays[k] for k in ("heads", "kv_heads", "d_k", "batch", "seq_q", "seq_k")}
+    return {
+        v.name: v.parse(obj[v.name], _Key(c, v.name, **sizes, has_batch=arrays["has_batch"],
+                                          settings=before))
+        for v in variants
+        if v.name in obj
+    }  # fmt: skip
 
 
 def _variants(
-    c: _Checker, obj: Mapping[str, Any], arrays: Mapping[str, Any], causal: Causal | None,
-    masks: bool,
-) -> dict[str, Any]:  # fmt: skip
-    """The positions, and each variant's setting parsed by the variant, by name (the keys of
-    attention itself, causal, mask, bias, lengths, are parsed above)."""
-    sizes = {k: arrays[k] for k in ("heads", "kv_heads", "d_k")}
+    c: _Checker, obj: Mapping[str, Any], arrays: Mapping[str, Any], hiding: Mapping[str, Any]
+) -> dict[str, Any]:
+    """The positions, and each variant's setting parsed by the variant, by name (attention's own
+    keys, ``_own_keys``, are parsed around them); ``hiding``: the settings that hide keys."""
     positions = {
         "positions": _positions(c, obj, "positions", arrays["seq_q"], "seq_q"),
         "key_positions": _positions(c, obj, "key_positions", arrays["seq_k"], "seq_k"),
     }
-    out = {
-        name: variant.parse(obj[name], _Key(c, name, **sizes, causal=causal, masks=masks))
-        for name, variant in REGISTRY.items()
-        if name in obj and name not in _ATTENTION_KEYS
-    }
+    out = _parse(c, obj, arrays, [v for v in REGISTRY.values() if v.name not in _OWN_KEYS], hiding)
     readers = [v for v in _listed() if v.reads_positions]
     given = [k for k, p in positions.items() if p is not None]
+    # positions also place the tokens of causal attention (Inputs.token_positions: its default
+    # positions are upper-left or lower-right), though causal writes none into the JSON config
+    causal = hiding.get("causal")
     if given and causal is None and all(out.get(v.name) is None for v in readers):
         raise c.error(
             given[0], "given but nothing reads positions",

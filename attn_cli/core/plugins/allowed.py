@@ -11,10 +11,12 @@ from typing import Any
 import numpy as np
 
 from attn_cli.core.inputs import Inputs
+from attn_cli.core.plugins.parsing import broadcasts, plain
 from attn_cli.core.variant import (
     BoolArray,
     Cells,
     FixtureKey,
+    IntArray,
     NewOption,
     NewSpec,
     Variant,
@@ -22,10 +24,22 @@ from attn_cli.core.variant import (
     take,
 )
 
+CAUSAL_VALUES = ("upper-left", "lower-right")  # causal: true is upper-left
+
 
 class Causal(Variant):
     order = 10
     name = "causal"
+
+    def parse(self, raw: Any, key: FixtureKey) -> str | None:
+        raw = plain(raw)
+        if raw is False:
+            return None
+        if raw is True:
+            return "upper-left"
+        if raw in CAUSAL_VALUES:
+            return str(raw)
+        raise key(f"got {key.describe(raw)}", 'false, true, "upper-left" or "lower-right"')
 
     def allowed(self, value: Any, inputs: Inputs, cells: Cells) -> BoolArray:
         # the default positions give upper-left (key j <= query i) or lower-right (the last
@@ -55,7 +69,7 @@ class Window(Variant):
             raise key(f"got {key.describe(raw)}", "a whole number >= 1")
         if raw < 1:
             raise key(f"is {raw}", "a whole number >= 1 (keys a query sees, itself too)")
-        if key.causal is None:
+        if key.setting("causal") is None:
             raise key(
                 "given without causal",
                 "causal: true or lower-right alongside window (a sliding window looks back only)",
@@ -109,6 +123,14 @@ class Mask(Variant):
     order = 12
     name = "mask"
 
+    def parse(self, raw: Any, key: FixtureKey) -> BoolArray:
+        raw = plain(raw)
+        shape = key.shape(raw, self.name, _mask_entry, "true/false or 1/0")
+        if len(shape) > 4:
+            raise key(f"has {len(shape)} axes", "at most 4 [batch, heads, seq_q, seq_k]")
+        broadcasts(shape, key)
+        return np.array(raw, dtype=bool)
+
     def allowed(self, value: Any, inputs: Inputs, cells: Cells) -> BoolArray:
         full = np.broadcast_to(value, (inputs.batch, inputs.heads, inputs.seq_q, inputs.seq_k))
         cells_mask: BoolArray = take(full, cells)  # (b, h, R, S)
@@ -122,12 +144,33 @@ class Lengths(Variant):
     order = 13
     name = "lengths"
 
+    def parse(self, raw: Any, key: FixtureKey) -> IntArray:
+        raw = plain(raw)
+        items = raw if isinstance(raw, list) else [raw]
+        seq_k = key.seq_k
+        for i, n in enumerate(items):
+            field = f"lengths[{i}]" if isinstance(raw, list) else None
+            if type(n) is not int:
+                what = f"a whole number of valid keys, 0..{seq_k}"
+                raise key(f"got {key.describe(n)}", what, field)
+            if not 0 <= n <= seq_k:
+                what = f"a number of valid keys between 0 and seq_k = {seq_k}"
+                raise key(f"is {n}", what, field)
+        if len(items) != key.batch:
+            raise key(f"has {len(items)} entries", f"one per batch item ({key.batch})")
+        return np.array(items, dtype=np.int64)
+
     def allowed(self, value: Any, inputs: Inputs, cells: Cells) -> BoolArray:
         valid: BoolArray = cells.keys[None, :] < value[cells.batch][:, None]  # (b, S)
         return valid[:, None, None, :]  # (b, 1, 1, S)
 
     def hides(self, value: Any) -> str:
         return "lengths"
+
+
+def _mask_entry(x: Any) -> bool:
+    """An entry of a mask: a boolean, or 1/0."""
+    return isinstance(x, bool) or (type(x) is int and x in (0, 1))
 
 
 register(Causal())

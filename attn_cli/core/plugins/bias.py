@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 
 from attn_cli.core.inputs import Inputs
-from attn_cli.core.plugins.parsing import known_subkeys, per_head, true_or_mapping
+from attn_cli.core.plugins.parsing import broadcasts, known_subkeys, per_head, true_or_mapping
 from attn_cli.core.variant import (
     Cells,
     FixtureKey,
@@ -26,6 +26,18 @@ from attn_cli.core.variant import (
 class Bias(Variant):
     order = 20
     name = "bias"
+
+    def parse(self, raw: Any, key: FixtureKey) -> FloatArray:
+        """An additive bias broadcastable to [batch, heads, seq_q, seq_k]; -inf allowed."""
+        doc = "at most 4 axes, broadcastable to [batch, heads, seq_q, seq_k]"
+        bias = key.floats(raw, self.name, (0, 1, 2, 3, 4), doc, allow=("-inf",))
+        bad = np.isnan(bias) | (bias == np.inf)
+        if bad.any():
+            pos = tuple(int(i) for i in np.argwhere(bad)[0])
+            where = "".join(f"[{i}]" for i in pos)
+            raise key(f"is {bias[pos]}", "a finite number or -inf", f"bias{where}")
+        broadcasts(bias.shape, key)
+        return bias
 
     def bias(self, value: Any, inputs: Inputs, cells: Cells, dtype: Any) -> FloatArray:
         full = np.broadcast_to(value, (inputs.batch, inputs.heads, inputs.seq_q, inputs.seq_k))

@@ -68,6 +68,21 @@ def known_subkeys(
             )  # fmt: skip
 
 
+def broadcasts(shape: tuple[int, ...], key: FixtureKey) -> None:
+    """An array of ``shape`` broadcasts (right-aligned, as torch) to [batch, heads, seq_q, seq_k]
+    (a mask, a bias)."""
+    target = (key.batch, key.heads, key.seq_q, key.seq_k)
+    if len(shape) > 4 or any(
+        s not in (1, t) for s, t in zip(reversed(shape), reversed(target), strict=False)
+    ):
+        names = ("batch", "heads", "seq_q", "seq_k")
+        tgt = ", ".join(f"{n}={t}" for n, t in zip(names, target, strict=True))
+        raise key(
+            f"has shape {list(shape)}, which does not broadcast",
+            f"a shape broadcastable (right-aligned, as torch) to [{tgt}]",
+        )
+
+
 def finite_flag(spec: NewSpec, name: str) -> tuple[str, str, str] | None:
     """An ``attn new`` flag given as inf or nan (what YAML cannot write back as a number)."""
     value = spec.options.get(name)
