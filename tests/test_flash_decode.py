@@ -19,16 +19,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from attn_cli.check.grade_decode import decode_mistakes, flash_mistakes  # core's and the variants'
 from attn_cli.core.chain import Chain
-from attn_cli.core.decode import (
-    DecodeMistake,
-    DecodeResult,
-    decode,
-    decode_mistakes,
-    kv_cache_bytes,
-    self_check,
-)
-from attn_cli.core.flash import LOG2E, FlashMistake, FlashResult, flash_forward, flash_mistakes, lse
+from attn_cli.core.decode import DecodeMistake, DecodeResult, decode, kv_cache_bytes, self_check
+from attn_cli.core.flash import LOG2E, FlashMistake, FlashResult, flash_forward, lse
 from attn_cli.core.inputs import Inputs
 
 F64 = 1e-12  # float64 absolute tolerance: the order of summation moves the last bits only

@@ -1,7 +1,8 @@
 """The grader of someone's own decode loop or flash kernel: their dump against core/decode.py's
 or core/flash.py's run of the same fixture (runs.py), and a classic mistake named only when
 core's recomputation of that mistake reproduces the dump's numbers (``decode_mistakes``,
-``flash_mistakes``).
+``flash_mistakes``: the loop's own mistakes, then those the fixture's variants register in
+check/mistake.py's ``DECODE`` and ``FLASH``).
 
 Axis names as in core/decode.py: B batch, H query heads, Hkv key/value heads, T tokens, D d_k,
 Dv d_v, C cache slots.
@@ -11,10 +12,11 @@ from __future__ import annotations
 
 import math
 from dataclasses import replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+import attn_cli.check.mistakes  # noqa: F401 (registers the variants' decode and flash mistakes)
 from attn_cli.check.compare import (
     Comparison,
     Diagnosis,
@@ -25,6 +27,7 @@ from attn_cli.check.compare import (
     conform,
 )
 from attn_cli.check.dump import DecodeDump, Dump, DumpTile, FlashDump
+from attn_cli.check.mistake import DECODE, FLASH, every_loop_mistake, loop_mistakes
 from attn_cli.check.runs import (
     AnyArray,
     DecodeArgs,
@@ -35,14 +38,33 @@ from attn_cli.check.runs import (
 )
 from attn_cli.check.runs import run_decode as run_decode  # run_decode, run_flash: old path
 from attn_cli.check.runs import run_flash as run_flash
-from attn_cli.core.decode import DecodeResult, decode
-from attn_cli.core.flash import Tile, flash_forward
+from attn_cli.core import decode as core_decode
+from attn_cli.core import flash as core_flash
+from attn_cli.core.chain import Chain
+from attn_cli.core.decode import DecodeMistake, DecodeResult, decode
+from attn_cli.core.flash import FlashMistake, Tile, flash_forward
 from attn_cli.core.inputs import FloatArray
 from attn_cli.errors import InputError
 
 if TYPE_CHECKING:
     from attn_cli.core.inputs import Inputs
     from attn_cli.core.pipeline import Trace
+
+
+def decode_mistakes(
+    q: FloatArray, k: FloatArray, v: FloatArray, *, chain: Chain, **options: Any
+) -> tuple[DecodeMistake, ...]:
+    """core.decode's mistakes of the loop, then those of the chain's variants that apply."""
+    extra = [(m.name, m.description, m.bugs) for m in loop_mistakes(DECODE, chain, options)]
+    return core_decode.decode_mistakes(q, k, v, chain=chain, extra=extra, **options)
+
+
+def flash_mistakes(
+    q: FloatArray, k: FloatArray, v: FloatArray, *, chain: Chain, **options: Any
+) -> tuple[FlashMistake, ...]:
+    """core.flash's mistakes of the loop, then those of the chain's variants that apply."""
+    extra = [(m.name, m.description, m.bugs) for m in loop_mistakes(FLASH, chain, options)]
+    return core_flash.flash_mistakes(q, k, v, chain=chain, extra=extra, **options)
 
 
 def grade_special(trace: Trace, dump: Dump, tolerance: Tolerance, worst: int = 5) -> Comparison:
@@ -139,8 +161,6 @@ def _decode_diagnoses(
     tolerance: Tolerance,
 ) -> tuple[tuple[Diagnosis, ...], tuple[str, ...]]:
     """The named decode mistakes whose recomputation reproduces the dump."""
-    from attn_cli.core.decode import decode_mistakes
-
     found: list[Diagnosis] = []
     tried: list[str] = []
     right = _decode_stages(trace, decode(args.q, args.k, args.v, prefill=prefill, **args.kwargs()))
@@ -195,8 +215,6 @@ def _same(given: FloatArray | None, value: FloatArray, tol: Tolerance) -> bool:
 
 def grade_flash(trace: Trace, dump: FlashDump, tolerance: Tolerance, worst: int) -> Comparison:
     """O and L (and the tiles' m and l) against core.flash's; then the mistakes."""
-    from attn_cli.core.flash import flash_mistakes
-
     args = flash_args(trace)
     q, k, v = args.pop("q"), args.pop("k"), args.pop("v")
     inp = trace.inputs
@@ -222,7 +240,8 @@ def grade_flash(trace: Trace, dump: FlashDump, tolerance: Tolerance, worst: int)
     tried: list[str] = []
     given = {"output": dump.output, "lse": dump.lse}
     sizes = [(bq, bk)] if dump.block_q and dump.block_k else _block_guesses(inp, bq, bk)
-    for name, title in _FLASH_TITLES:
+    titles = [*_FLASH_TITLES, *((m.name, m.heading) for m in every_loop_mistake(FLASH))]
+    for name, title in titles:
         tried.append(title)
         for sq, sk in sizes:
             mistake = next((m for m in flash_mistakes(q, k, v, block_q=sq, block_k=sk, **args)
@@ -254,8 +273,7 @@ _FLASH_TITLES = (
     ("sum_not_rescaled", "running sum l not rescaled by alpha"),
     ("lse_without_max", "L = log(l): the running max m left out"),
     ("lse_base2", "L in base 2 (Triton's exp2) where base e is expected"),
-    ("causal_extra_skip", "causal tiles skipped wrongly (the diagonal tile too)"),
-)
+)  # then each variant's (check/mistake.py's FLASH)
 
 
 def _block_guesses(inputs: Inputs, bq: int, bk: int) -> list[tuple[int, int]]:

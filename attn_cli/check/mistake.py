@@ -10,13 +10,18 @@ fixture returns no candidates.
 
 A variant that reads token positions registers a :class:`Reader` too: the mistake of reading
 positions one off (mistakes/positions.py) asks each reader that is on what it changes.
+
+A variant's mistakes in a KV-cache decode loop or a FlashAttention kernel are
+:class:`LoopMistake` objects in :data:`DECODE` and :data:`FLASH`, by the variant's name: core's
+loop run again with some of its generic bugs switched on (core/decode.py's ``DecodeBugs``,
+core/flash.py's ``FlashBugs``); the mistakes of the loop itself stay in core.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from attn_cli.check.recompute import Candidate, Change
 from attn_cli.core.chain import Chain
@@ -53,8 +58,26 @@ class Reader:
     moved: Callable[[Trace, int, int], Change | None] | None = None
 
 
+@dataclass(frozen=True)
+class LoopMistake:
+    """A variant's mistake in a decode loop or a flash kernel: core's loop run with ``bugs``
+    where ``applies(chain, options)`` (``options``: the loop's keyword arguments)."""
+
+    name: str
+    description: str  # what the recomputed loop does
+    bugs: Any  # core.decode.DecodeBugs or core.flash.FlashBugs
+    applies: Callable[[Chain, Mapping[str, Any]], bool] = lambda chain, options: True
+    title: str = ""  # how the grader lists it, when not the description
+
+    @property
+    def heading(self) -> str:
+        return self.title or self.description
+
+
 TABLE: dict[str, list[Mistake]] = {}  # by variant name (PLAIN: plain attention)
 READERS: dict[str, Reader] = {}  # by variant name
+DECODE: dict[str, list[LoopMistake]] = {}  # by variant name
+FLASH: dict[str, list[LoopMistake]] = {}  # by variant name
 
 
 def moved_positions(inputs: Inputs, dq: int, dk: int) -> Inputs:
@@ -71,6 +94,24 @@ def register(variant: str, *mistakes: Mistake) -> None:
 def register_reader(variant: str, reader: Reader) -> None:
     """Say how a variant reads token positions (see :class:`Reader`)."""
     READERS[variant] = reader
+
+
+def register_loop(table: dict[str, list[LoopMistake]], variant: str, *m: LoopMistake) -> None:
+    """Add a variant's decode (``DECODE``) or flash (``FLASH``) mistakes."""
+    table.setdefault(variant, []).extend(m)
+
+
+def loop_mistakes(
+    table: dict[str, list[LoopMistake]], chain: Chain, options: Mapping[str, Any]
+) -> list[LoopMistake]:
+    """The decode or flash mistakes of the chain's variants that apply, in registry order."""
+    on = [m for v, _ in chain.on for m in table.get(v.name, [])]
+    return [m for m in on if m.applies(chain, options)]
+
+
+def every_loop_mistake(table: dict[str, list[LoopMistake]]) -> list[LoopMistake]:
+    """Every registered decode or flash mistake, whatever variant it belongs to."""
+    return [m for mistakes in table.values() for m in mistakes]
 
 
 def _sorted(mistakes: list[Mistake]) -> list[Mistake]:

@@ -1,7 +1,8 @@
 """KV-cache decoding: a prefill, then one token at a time against the cache of keys and values.
 
-Axis names as in the pipeline: B batch, H query heads, Hkv key/value heads, T tokens (the
-fixture is causal and self-attending, S == T), D d_k, Dv d_v, C cache slots.
+Axis names as in the pipeline: B batch, H query heads, Hkv key/value heads, T tokens (each
+token sees only the ones up to it, and keys are the same tokens, S == T), D d_k, Dv d_v,
+C cache slots.
 
 A key is rotated once (``rotate``, e.g. RoPE), when it enters the cache, at its own position;
 the query of a step is rotated at its position. Each step and the prefill run the one chain
@@ -14,7 +15,7 @@ position p goes to slot p mod C, evicting the one C positions back.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -71,18 +72,20 @@ class DecodeResult:
     """The prefill of the first ``prefill`` tokens and the steps that follow."""
 
     prefill: int
-    prefill_output: FloatArray  # (B, H, prefill, Dv), causal attention over the prefill
+    prefill_output: FloatArray  # (B, H, prefill, Dv), each prefill token over those up to it
     steps: tuple[DecodeStep, ...]
 
 
 @dataclass(frozen=True)
-class _Bugs:
+class DecodeBugs:
     """Mistakes of hand-written decode loops, for the grader to recompute (all off: correct)."""
 
     rerotate_cache: bool = False  # cached keys rotated again at every step
     restart_positions: bool = False  # positions counted from 0 again after the prefill
     head_tiled: bool = False  # query head h reads cache head h mod Hkv, not h // groups
-    ring_extra_slot: bool = False  # ring buffer one slot too big, trusted to hide the rest
+    # a ring buffer this many slots bigger than the cache rules ask, trusted to hide the rest
+    # (the allowed-keys rules of the variants with a cache rule left out)
+    extra_slots: int = 0
 
 
 @dataclass(frozen=True, eq=False)
@@ -106,7 +109,7 @@ def decode(
 ) -> DecodeResult:
     """Prefill the first ``prefill`` tokens, then decode the rest one step at a time."""
     setup = _setup(q, k, v, chain, scale, prefill, positions, rotate)
-    return _decode(q, k, v, prefill, setup, _Bugs())
+    return _decode(q, k, v, prefill, setup, DecodeBugs())
 
 
 def _setup(
@@ -131,7 +134,7 @@ def _setup(
 
 
 def _decode(
-    q: FloatArray, k: FloatArray, v: FloatArray, prefill: int, setup: _Setup, bugs: _Bugs
+    q: FloatArray, k: FloatArray, v: FloatArray, prefill: int, setup: _Setup, bugs: DecodeBugs
 ) -> DecodeResult:
     """The prefill, the cache it leaves, and one step per remaining token."""
     T = q.shape[2]
@@ -142,7 +145,7 @@ def _decode(
         k_rot = setup.rotate(k_rot, pos[:prefill])  # (B, Hkv, P, D)
     prefill_output = _prefill(q_pre, k_rot, v[:, :, :prefill], setup)
     ring = setup.chain.cache_slots()
-    cache = _Cache.empty(k, v, None if ring is None else ring + int(bugs.ring_extra_slot))
+    cache = _Cache.empty(k, v, None if ring is None else ring + bugs.extra_slots)
     for i in range(prefill):
         cache.put(i, int(pos[i]), k_rot[:, :, i], v[:, :, i])
     steps = []
@@ -206,7 +209,7 @@ def _step(
     q_rot: FloatArray | None,  # (B, H, 1, D)
     cache: _Cache,
     setup: _Setup,
-    bugs: _Bugs,
+    bugs: DecodeBugs,
 ) -> DecodeStep:
     """Attention of token i against the cache: scores, scaled, the chain, softmax, output."""
     B, H, Hkv = q.shape[0], q.shape[1], cache.K.shape[1]
@@ -218,7 +221,7 @@ def _step(
     held = cache.held  # (C,) token indices, -1 for empty slots: the chain hides those
     cells = Cells(np.arange(B), np.arange(H), np.array([i]), held,
                   pos[[i]], np.where(held >= 0, pos[np.maximum(held, 0)], 0))  # fmt: skip
-    chain = setup.chain.without_cache_rules() if bugs.ring_extra_slot else setup.chain
+    chain = setup.chain.without_cache_rules() if bugs.extra_slots else setup.chain
     modified, masked, weights = _attend(chain, scaled, cells)
     output = weights @ cache.V[:, heads]  # (B, H, 1, C) @ (B, H, C, Dv)
     return DecodeStep(
@@ -262,7 +265,7 @@ def _attend(
 
 
 def _prefill(q: FloatArray, k: FloatArray, v: FloatArray, setup: _Setup) -> FloatArray:
-    """Causal attention over the prefill tokens (q and k already rotated): (B, H, P, Dv)."""
+    """Each prefill token attending to those up to it (q and k already rotated): (B, H, P, Dv)."""
     B, H, P = q.shape[:3]
     Hkv = k.shape[1]
     heads = np.arange(H) // (H // Hkv)  # query head h reads key/value head h // groups
@@ -337,18 +340,19 @@ def decode_mistakes(
     prefill: int,
     positions: Any,
     rotate: Rotate | None = None,
+    extra: Sequence[tuple[str, str, DecodeBugs]] = (),
 ) -> tuple[DecodeMistake, ...]:
-    """Each named mistake that can apply here (RoPE, GQA, a ring buffer), recomputed."""
+    """Each named mistake of the loop that can apply here (RoPE, GQA), recomputed; then each
+    of ``extra`` (name, description, bugs): the variants' own (check/mistakes/)."""
     setup = _setup(q, k, v, chain, scale, prefill, positions, rotate)
     candidates = (
-        ("rerotate_cache", "cached keys rotated again at every step", _Bugs(rerotate_cache=True),
-         rotate is not None),
+        ("rerotate_cache", "cached keys rotated again at every step",
+         DecodeBugs(rerotate_cache=True), rotate is not None),
         ("restart_positions", "positions restarted at 0 after the prefill",
-         _Bugs(restart_positions=True), rotate is not None),
+         DecodeBugs(restart_positions=True), rotate is not None),
         ("cache_by_query_head", "cache read by query head (h mod kv_heads), not h // groups",
-         _Bugs(head_tiled=True), q.shape[1] != k.shape[1]),
-        ("ring_buffer_off_by_one", "ring buffer of window + 1 slots (one key too many)",
-         _Bugs(ring_extra_slot=True), chain.cache_slots() is not None),
+         DecodeBugs(head_tiled=True), q.shape[1] != k.shape[1]),
+        *((name, description, bugs, True) for name, description, bugs in extra),
     )  # fmt: skip
     return tuple(
         DecodeMistake(name, description, _decode(q, k, v, prefill, setup, bugs))

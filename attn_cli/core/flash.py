@@ -20,6 +20,7 @@ as Triton's fused-attention tutorial: scores times scale * log2(e), exp2, and L 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -86,7 +87,7 @@ class FlashResult:
 
 
 @dataclass(frozen=True)
-class _Bugs:
+class FlashBugs:
     """Mistakes a hand-written kernel makes, for the grader to recompute (all off: correct)."""
 
     acc_not_rescaled: bool = False
@@ -95,12 +96,15 @@ class _Bugs:
     extra_skip: bool = False  # one diagonal tile too many skipped per query block
 
 
+_Bugs = FlashBugs  # the name a test's wrong kernel uses
+
+
 @dataclass(frozen=True, eq=False)
 class _Setup:
     chain: Chain
     scale: float
     origin: tuple[int, int, int]  # (batch, head, query) of q[0, 0, 0] in the chain's inputs
-    causal_offset: int | None
+    skip_offset: int | None  # keys j > query i + offset are hidden: tiles above are skipped
     base2: bool
     record: bool
 
@@ -119,14 +123,14 @@ def flash_forward(
     record_tiles: bool = True,
     origin: tuple[int, int, int] = (0, 0, 0),
 ) -> FlashResult:
-    """The FlashAttention-2 forward; ``causal_offset`` o skips the tiles wholly above the
-    diagonal key j <= query i + o (0 upper-left, S - T lower-right), which the chain hides.
+    """The FlashAttention-2 forward; ``causal_offset`` o says the chain hides every key
+    j > query i + o, so the tiles wholly above that diagonal are skipped (None: none is).
 
     ``origin`` is where q starts in the chain's inputs, (batch, head, query): a block run on
     its own.
     """
     setup = _Setup(chain, scale, origin, causal_offset, base2, record_tiles)
-    return _forward(q, k, v, block_q, block_k, setup, _Bugs())
+    return _forward(q, k, v, block_q, block_k, setup, FlashBugs())
 
 
 def _forward(
@@ -136,7 +140,7 @@ def _forward(
     block_q: int,
     block_k: int,
     setup: _Setup,
-    bugs: _Bugs,
+    bugs: FlashBugs,
 ) -> FlashResult:
     """The loop over (batch, head, query block); each block runs over its key blocks."""
     B, H, T, _ = q.shape
@@ -167,7 +171,7 @@ def _query_block(
     at: tuple[int, int, int, int],  # (b, h, t0, t1)
     block_k: int,
     setup: _Setup,
-    bugs: _Bugs,
+    bugs: FlashBugs,
 ) -> tuple[FloatArray, FloatArray, list[Tile]]:
     """One query block over every key block in order: O (bq, Dv), L (bq,) and its tiles."""
     k, v = kv
@@ -185,7 +189,7 @@ def _query_block(
         m = np.full(t1 - t0, extra[0, 0, 0, 0] * to_base, dtype)
         l = np.ones(t1 - t0, dtype)  # noqa: E741
     acc = np.zeros((t1 - t0, Dv), dtype)
-    skip_from = _skip_from(t1, S, block_k, setup.causal_offset, bugs.extra_skip)
+    skip_from = _skip_from(t1, S, block_k, setup.skip_offset, bugs.extra_skip)
     tiles: list[Tile] = []
     for s0 in range(0, S, block_k):
         s1 = min(S, s0 + block_k)
@@ -255,11 +259,10 @@ class FlashMistake:
 
 
 _FLASH_MISTAKES = (
-    ("acc_not_rescaled", "accumulator not rescaled by alpha", _Bugs(acc_not_rescaled=True)),
-    ("sum_not_rescaled", "running sum l not rescaled by alpha", _Bugs(sum_not_rescaled=True)),
-    ("lse_without_max", "L = log(l), the max m left out", _Bugs(lse_without_max=True)),
-    ("lse_base2", "L in base 2 where base e is expected", _Bugs()),
-    ("causal_extra_skip", "one diagonal tile too many skipped", _Bugs(extra_skip=True)),
+    ("acc_not_rescaled", "accumulator not rescaled by alpha", FlashBugs(acc_not_rescaled=True)),
+    ("sum_not_rescaled", "running sum l not rescaled by alpha", FlashBugs(sum_not_rescaled=True)),
+    ("lse_without_max", "L = log(l), the max m left out", FlashBugs(lse_without_max=True)),
+    ("lse_base2", "L in base 2 where base e is expected", FlashBugs()),
 )
 
 
@@ -275,15 +278,15 @@ def flash_mistakes(
     causal_offset: int | None = None,
     record_tiles: bool = False,
     origin: tuple[int, int, int] = (0, 0, 0),
+    extra: Sequence[tuple[str, str, FlashBugs]] = (),
 ) -> tuple[FlashMistake, ...]:
-    """Each named mistake recomputed (base e expected); the causal one only under causal.
+    """Each named mistake of the loop recomputed (base e expected), then each of ``extra``
+    (name, description, bugs): the variants' own (check/mistakes/).
 
     A kernel without the empty-row guard writes NaN where these give O = 0 and L = -inf.
     """
     found = []
-    for name, description, bugs in _FLASH_MISTAKES:
-        if bugs.extra_skip and causal_offset is None:
-            continue
+    for name, description, bugs in (*_FLASH_MISTAKES, *extra):
         base2 = name == "lse_base2"
         setup = _Setup(chain, scale, origin, causal_offset, base2, record_tiles)
         found.append(FlashMistake(name, description, _forward(q, k, v, block_q, block_k, setup,

@@ -1,5 +1,6 @@
 """The mistakes of the causal mask and the boolean mask: either inverted, the causal limit one
-key off, the causal mask built from triu (transposed). Axis names as in core/steps.py."""
+key off, the causal mask built from triu (transposed); in a FlashAttention kernel, the tile on
+the diagonal skipped with those above it. Axis names as in core/steps.py."""
 
 from __future__ import annotations
 
@@ -8,9 +9,18 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from attn_cli.check.mistake import Mistake, Reader, register, register_reader
+from attn_cli.check.mistake import (
+    FLASH,
+    LoopMistake,
+    Mistake,
+    Reader,
+    register,
+    register_loop,
+    register_reader,
+)
 from attn_cli.check.recompute import Candidate, Change, candidate, masked_with, recomputed
 from attn_cli.check.recompute import allowed as chain_allowed
+from attn_cli.core.flash import FlashBugs
 from attn_cli.core.inputs import BoolArray, Inputs
 from attn_cli.core.plugins.allowed import window_reach
 from attn_cli.core.variants import causal_allowed, window_allowed
@@ -116,3 +126,12 @@ register(
     Mistake("causal_triu", "causal mask from triu (transposed)", recomputed(_causal_triu), 170),
 )
 register_reader("causal", Reader("the causal mask", "masked"))
+register_loop(
+    FLASH,
+    "causal",
+    LoopMistake(
+        "causal_extra_skip", "one diagonal tile too many skipped", FlashBugs(extra_skip=True),
+        lambda chain, options: options.get("causal_offset") is not None,
+        title="causal tiles skipped wrongly (the diagonal tile too)",
+    ),
+)  # fmt: skip

@@ -1,13 +1,23 @@
-"""The mistake of the sliding window (HF/Mistral ``sliding_window``): a window of one key more
-or one less, the two ways ``<=`` and ``<`` get mixed up."""
+"""The mistakes of the sliding window (HF/Mistral ``sliding_window``): a window of one key more
+or one less, the two ways ``<=`` and ``<`` get mixed up; in a decode loop, a ring buffer of one
+slot too many trusted to hold only the window."""
 
 from __future__ import annotations
 
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from attn_cli.check.mistake import Mistake, Reader, register, register_reader
+from attn_cli.check.mistake import (
+    DECODE,
+    LoopMistake,
+    Mistake,
+    Reader,
+    register,
+    register_loop,
+    register_reader,
+)
 from attn_cli.check.recompute import Change, recomputed
+from attn_cli.core.decode import DecodeBugs
 
 if TYPE_CHECKING:
     from attn_cli.core.pipeline import Trace
@@ -38,3 +48,11 @@ register(
     Mistake("window_off_by_one", "sliding window off by one", recomputed(_window_off_by_one), 130),
 )
 register_reader("window", Reader("window", "masked"))
+register_loop(
+    DECODE,
+    "window",
+    LoopMistake(
+        "ring_buffer_off_by_one", "ring buffer of window + 1 slots (one key too many)",
+        DecodeBugs(extra_slots=1), lambda chain, options: chain.cache_slots() is not None,
+    ),
+)  # fmt: skip
