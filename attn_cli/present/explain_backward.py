@@ -25,7 +25,7 @@ from attn_cli.present.explain_registry import (
 )
 from attn_cli.present.text import factor
 from attn_cli.present.text import upstream_line as upstream_line  # its old import path (tests)
-from attn_cli.present.variant_texts import has_extra_logit, modifier, modifier_stage
+from attn_cli.present.variant_texts import TEXTS, has_extra_logit, modifier, modifier_stage
 
 
 def _t(c: Context | Cell, en: str, zh: str) -> str:
@@ -272,15 +272,11 @@ def _explain_query_key(c: Context) -> Parts:
     """d_Q, d_K (and their _rot, _norm steps)."""
     formula = (c.trace[c.name].formula,)
     text = formula[0]
-    if "RoPE⁻¹" in text:
-        meaning = [gradient_meaning(c), _t(
-            c, "RoPE rotates each pair of dimensions by an angle that depends on the position. "
-            "A rotation's transpose is its inverse, so the gradient goes back by rotating the "
-            "other way, by −angle.",
-            "RoPE 按位置把每对维度旋转一个角度。旋转矩阵的转置就是它的逆，所以梯度反着转回去，"
-            "即旋转 −angle。",
-        )]  # fmt: skip
-        return formula, (shaped(c, c.name.replace("_norm", "") + "_rot"),), meaning
+    for texts in TEXTS.values():
+        undone = texts.grad_transform(c.name, text, c.lang)
+        if undone is not None:
+            note, upstream = undone
+            return formula, (shaped(c, upstream),), [gradient_meaning(c), note]
     if "rms(" in text:
         meaning = [gradient_meaning(c), _t(
             c, "RMSNorm divides each row by its root mean square, which itself depends on the "

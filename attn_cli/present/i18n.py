@@ -49,14 +49,6 @@ LABELS: dict[Lang, dict[str, str]] = {
             "this key may not be attended, but the fixture fills it with {v}, not −∞: its "
             "weight will be small, yet not 0"
         ),
-        "cell_rot": (
-            "{stage}[{token}] rotates {source}[{token}] at position {pos}: pair i turns by "
-            "angle = {pos} × {base}^(−2i/{dims}), (a, b) → (a·cos − b·sin, a·sin + b·cos)"
-        ),
-        "cell_rot_pair": (
-            "pair {i}, dimensions ({d1}, {d2}): angle = {angle}; cos = {cos}, sin = {sin}"
-        ),
-        "cell_rot_pass": "dimensions {start} to {end} pass through unchanged (partial rotary)",
         "cell_row_sink": (
             "softmax over the row of {query} with the head's sink {sink} joined: m = the "
             "maximum of the row and the sink = {m}"
@@ -150,12 +142,6 @@ LABELS: dict[Lang, dict[str, str]] = {
         "cell_blocked_value": (
             "这个键不允许看，但配置文件填的是 {v} 而不是 −∞：它的权重很小，却不是 0"
         ),
-        "cell_rot": (
-            "{stage}[{token}] 把 {source}[{token}] 按位置 {pos} 旋转：第 i 对转过 "
-            "angle = {pos} × {base}^(−2i/{dims})，(a, b) → (a·cos − b·sin, a·sin + b·cos)"
-        ),
-        "cell_rot_pair": "第 {i} 对，第 ({d1}, {d2}) 维：angle = {angle}；cos = {cos}，sin = {sin}",
-        "cell_rot_pass": "第 {start} 到第 {end} 维不旋转，原样保留（部分旋转）",
         "cell_row_sink": (
             "对 {query} 这一行做 softmax，并入这个头的 sink {sink}："
             "m = 这一行与 sink 中的最大值 = {m}"

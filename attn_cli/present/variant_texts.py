@@ -96,6 +96,11 @@ class VariantTexts:
         token, ``seq`` tokens)."""
         return []
 
+    def grad_transform(self, stage: str, formula: str, lang: Lang) -> tuple[str, str] | None:
+        """When the gradient ``stage`` (d_Q, d_K_norm) with this ``formula`` undoes its Q/K
+        transform: why it is what it is, and the gradient it is computed from; else None."""
+        return None
+
     def masked_note(self, value: Any, zh: bool) -> list[str]:
         """What it does in the masked stage, one sentence each."""
         return []

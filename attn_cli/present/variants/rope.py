@@ -179,6 +179,14 @@ class RopeTexts(VariantTexts):
             ),
             "conv_rope_half": "half: i pairs with i + dims/2, HF rotate_half",
             "conv_rope_interleaved": "interleaved: 2i pairs with 2i + 1, Meta's llama",
+            "cell_rot": (
+                "{stage}[{token}] rotates {source}[{token}] at position {pos}: pair i turns by "
+                "angle = {pos} × {base}^(−2i/{dims}), (a, b) → (a·cos − b·sin, a·sin + b·cos)"
+            ),
+            "cell_rot_pair": (
+                "pair {i}, dimensions ({d1}, {d2}): angle = {angle}; cos = {cos}, sin = {sin}"
+            ),
+            "cell_rot_pass": "dimensions {start} to {end} pass through unchanged (partial rotary)",
         },
         "zh": {
             "conv_rope": (
@@ -187,6 +195,14 @@ class RopeTexts(VariantTexts):
             ),
             "conv_rope_half": "半分布局：第 i 维与第 i + dims/2 维配对，HF rotate_half",
             "conv_rope_interleaved": "交错布局：第 2i 维与第 2i + 1 维配对，Meta llama",
+            "cell_rot": (
+                "{stage}[{token}] 把 {source}[{token}] 按位置 {pos} 旋转：第 i 对转过 "
+                "angle = {pos} × {base}^(−2i/{dims})，(a, b) → (a·cos − b·sin, a·sin + b·cos)"
+            ),
+            "cell_rot_pair": (
+                "第 {i} 对，第 ({d1}, {d2}) 维：angle = {angle}；cos = {cos}，sin = {sin}"
+            ),
+            "cell_rot_pass": "第 {start} 到第 {end} 维不旋转，原样保留（部分旋转）",
         },
     }
     explainers: ClassVar[dict[str, Callable[[Any], Any]]] = {
@@ -206,6 +222,19 @@ class RopeTexts(VariantTexts):
             "q_rot": rotation(trace, "Q", q_at, positions[0]),
             "k_rot": rotation(trace, "K", k_at, positions[1]),
         }
+
+    grad_note: ClassVar[dict[Lang, str]] = {
+        "en": "RoPE rotates each pair of dimensions by an angle that depends on the position. "
+        "A rotation's transpose is its inverse, so the gradient goes back by rotating the "
+        "other way, by −angle.",
+        "zh": "RoPE 按位置把每对维度旋转一个角度。旋转矩阵的转置就是它的逆，所以梯度反着转回去，"
+        "即旋转 −angle。",
+    }
+
+    def grad_transform(self, stage: str, formula: str, lang: Lang) -> tuple[str, str] | None:
+        if "RoPE⁻¹" not in formula:
+            return None
+        return self.grad_note[lang], stage.replace("_norm", "") + "_rot"
 
     def conventions(self, value: Any, inp: Inputs, lang: Lang) -> list[str]:
         rope = value
