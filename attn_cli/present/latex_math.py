@@ -112,7 +112,7 @@ NAMES = frozenset(
     {
         *("X", "X_kv", "Q", "K", "V", "scores", "scaled", "capped", "masked"),
         *("softmax", "lse", "output", "concat", "projected", "tanh", "exp", "log", "mean"),
-        *("max", "min", "RoPE", "scale", "bias", "eps", "sink", "head"),
+        *("max", "min", "scale", "bias", "eps", "sink", "head"),
         *("True", "False", "true", "false"),
     }
 )

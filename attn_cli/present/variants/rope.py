@@ -223,6 +223,7 @@ class RopeTexts(VariantTexts):
             "k_rot": rotation(trace, "K", k_at, positions[1]),
         }
 
+    math_names = ("RoPE",)
     grad_note: ClassVar[dict[Lang, str]] = {
         "en": "RoPE rotates each pair of dimensions by an angle that depends on the position. "
         "A rotation's transpose is its inverse, so the gradient goes back by rotating the "
