@@ -203,8 +203,8 @@ def limit_memory(limit: int = 1 << 30) -> Callable[[], None]:
 # Markers kept honest
 
 
-# The fast subset (`pytest -m fast`, about 10 s of CPU): the math, the fixture format, the CLI and the
-# checks; the exhaustive suites (attacks, every fixture x every format, graders' mistake
+# The fast subset (`pytest -m fast`, about 10 s of CPU): the math, the fixture format, the CLI
+# and the checks; the exhaustive suites (attacks, every fixture x every format, graders' mistake
 # catalogues, finite differences, pagers, exports) run in the whole suite.
 FAST_MODULES = frozenset({
     "test_pipeline", "test_variants_math", "test_fixture_format", "test_stage_limit",
