@@ -3,8 +3,6 @@ for plain attention and ``positions.py`` for positions read one off. Each module
 registers its mistakes by the variant's name in check/mistake.py's table; importing this package
 imports every module in it, so that none is listed (or named) here."""
 
-import importlib
-import pkgutil
+from attn_cli.discover import submodules
 
-for _module in pkgutil.iter_modules(__path__):
-    importlib.import_module(f"{__name__}.{_module.name}")
+submodules(__name__, __path__)

@@ -6,8 +6,6 @@ the extra logits, the score modifiers, the Q/K transforms). core/chain.py import
 parsing.py holds the checks their ``parse`` share.
 """
 
-import importlib
-import pkgutil
+from attn_cli.discover import submodules
 
-for _module in pkgutil.iter_modules(__path__):
-    importlib.import_module(f"{__name__}.{_module.name}")
+submodules(__name__, __path__)

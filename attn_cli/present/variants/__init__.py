@@ -5,16 +5,13 @@ the variant's name, in the order of their ``order`` (the header's); the presente
 trace import it, and name no variant.
 """
 
-import pkgutil
-from importlib import import_module
-
+from attn_cli.discover import submodules
 from attn_cli.present.variant_texts import VariantTexts, register
 
 
 def _found() -> list[VariantTexts]:
     """The ``TEXTS`` of every module of this package, in their order."""
-    modules = [import_module(f"{__name__}.{m.name}") for m in pkgutil.iter_modules(__path__)]
-    return sorted((m.TEXTS for m in modules), key=lambda t: t.order)
+    return sorted((m.TEXTS for m in submodules(__name__, __path__)), key=lambda t: t.order)
 
 
 for _texts in _found():
