@@ -20,7 +20,7 @@ import math
 from collections.abc import Callable, Collection, Iterator, Mapping
 from dataclasses import dataclass, replace
 from functools import cached_property, partial
-from typing import Any, Literal, cast
+from typing import Any, Literal, NamedTuple, cast
 
 import numpy as np
 
@@ -138,9 +138,9 @@ def _row_blocks(data: FloatArray) -> Iterator[FloatArray]:
             yield matrix[r0 : r0 + rows]
 
 
-@dataclass(frozen=True, eq=False)
-class Deferred:
-    """A score stage that is not held: its blocks are computed when :meth:`row_blocks` is walked."""
+class Deferred(NamedTuple):
+    """A score stage that is not held: its blocks are computed when :meth:`row_blocks` is walked
+    (a NamedTuple: a dataclass costs a millisecond of every start-up)."""
 
     name: str
     shape: tuple[int, ...]  # public layout, as Stage.shape

@@ -5,8 +5,7 @@ from __future__ import annotations
 import datetime
 import math
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -618,9 +617,9 @@ def _grad(
 # The variants: each parses its own key (core/plugins/); positions place tokens for them
 
 
-@dataclass(frozen=True)
-class _Key:
-    """The fixture key a variant parses (core/variant.py FixtureKey), on the checker."""
+class _Key(NamedTuple):
+    """The fixture key a variant parses (core/variant.py FixtureKey), on the checker (a
+    NamedTuple, not a dataclass: a dataclass costs a millisecond of every start-up)."""
 
     c: _Checker
     name: str

@@ -24,7 +24,7 @@ from attn_cli.present.options import RenderOptions
 from attn_cli.present.render import render_explanation, render_header
 from attn_cli.present.run_view import lookup, sentinel_note, titled_matrix
 from attn_cli.present.text import TABLE_EDGE, TABLE_LIMIT, pick, safe
-from attn_cli.present.variant_texts import active, ring_slots, view_asides, view_inputs, view_notes
+from attn_cli.present.variants import active, ring_slots, view_asides, view_inputs, view_notes
 
 if TYPE_CHECKING:
     from attn_cli.check.runs import DecodeRun

@@ -16,10 +16,7 @@ import math
 from attn_cli.core.inputs import Inputs
 from attn_cli.core.pipeline import Trace
 from attn_cli.core.stages import SPECS, softmax_input
-from attn_cli.present import (
-    explain_backward,  # noqa: F401  (registers the d_* stages' texts)
-    variants,  # noqa: F401  (registers each variant's texts)
-)
+from attn_cli.present import explain_backward  # noqa: F401  (registers the d_* stages' texts)
 from attn_cli.present.explain_registry import (
     CELL_TEXTS,
     EXPLAINERS,
@@ -36,7 +33,7 @@ from attn_cli.present.explain_registry import (
 )
 from attn_cli.present.i18n import Lang, axis_name, label
 from attn_cli.present.text import factor, safe, short_number
-from attn_cli.present.variant_texts import TEXTS, active, has_extra_logit, modifier_stage
+from attn_cli.present.variants import active, all_texts, has_extra_logit, modifier_stage
 from attn_cli.present.worked import WorkedCell, weighted_terms
 
 
@@ -469,7 +466,7 @@ def _logits(trace: Trace) -> str:
 
 def _bias_stages(trace: Trace) -> list[str]:
     """The additive biases kept as stages of their own (ALiBi's), added in ``masked``."""
-    return [t.bias_stage for t in TEXTS.values() if t.bias_stage and t.bias_stage in trace]
+    return [t.bias_stage for t in all_texts() if t.bias_stage and t.bias_stage in trace]
 
 
 def _blocks(trace: Trace) -> bool:
@@ -632,11 +629,11 @@ def _cell_masked(c: Cell) -> CellText | None:
         return None
     at, n = c.at, c.n
     got = cell.extras
-    modifiers = [t.stage for t in TEXTS.values() if t.stage and got.get(t.stage) is not None]
+    modifiers = [t.stage for t in all_texts() if t.stage and got.get(t.stage) is not None]
     source = modifiers[-1] if modifiers else "scaled"
     value = got.get(source) if modifiers else cell.scaled
     assert value is not None
-    added = [t for t in TEXTS.values() if t.bias_stage and got.get(t.bias_stage) is not None]
+    added = [t for t in all_texts() if t.bias_stage and got.get(t.bias_stage) is not None]
     terms = [
         ("bias", cell.bias),
         *((t.bias_stage or "", got.get(t.bias_stage or "")) for t in added),

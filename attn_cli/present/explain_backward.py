@@ -25,7 +25,7 @@ from attn_cli.present.explain_registry import (
 )
 from attn_cli.present.text import factor
 from attn_cli.present.text import upstream_line as upstream_line  # its old import path (tests)
-from attn_cli.present.variant_texts import TEXTS, has_extra_logit, modifier, modifier_stage
+from attn_cli.present.variants import all_texts, has_extra_logit, modifier, modifier_stage
 
 
 def _t(c: Context | Cell, en: str, zh: str) -> str:
@@ -272,7 +272,7 @@ def _explain_query_key(c: Context) -> Parts:
     """d_Q, d_K (and their _rot, _norm steps)."""
     formula = (c.trace[c.name].formula,)
     text = formula[0]
-    for texts in TEXTS.values():
+    for texts in all_texts():
         undone = texts.grad_transform(c.name, text, c.lang)
         if undone is not None:
             note, upstream = undone

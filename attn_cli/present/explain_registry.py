@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 from attn_cli.present.i18n import Lang, axis_name, label
 from attn_cli.present.i18n import en_zh as en_zh  # where it was
 from attn_cli.present.text import safe, short_number
+from attn_cli.present.variants import all_texts
 
 if TYPE_CHECKING:
     from attn_cli.core.pipeline import Trace
@@ -165,19 +166,15 @@ CELL_TEXTS: dict[str, Callable[[Cell], CellText | None]] = {}
 
 def explainer(key: str) -> Callable[[Context], Parts] | None:
     """The explainer for an explanation key: attn's own, else a registered variant's."""
-    from attn_cli.present.variant_texts import TEXTS
-
     found = EXPLAINERS.get(key)
-    for texts in TEXTS.values():
+    for texts in all_texts():
         found = found or texts.explainers.get(key)
     return found
 
 
 def cell_part(stage: str) -> Callable[[Cell], CellText | None] | None:
     """The worked-cell part under a stage: attn's own, else a registered variant's."""
-    from attn_cli.present.variant_texts import TEXTS
-
     found = CELL_TEXTS.get(stage)
-    for texts in TEXTS.values():
+    for texts in all_texts():
         found = found or texts.cell_texts.get(stage)
     return found

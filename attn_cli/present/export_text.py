@@ -15,7 +15,6 @@ from typing import TYPE_CHECKING, Any
 
 from attn_cli._version import __version__
 from attn_cli.core.pipeline import Stage, Trace
-from attn_cli.present import variants  # noqa: F401  (registers each variant's texts)
 from attn_cli.present.explain import cell_text, explain_stage
 from attn_cli.present.explain_registry import CellText, Explanation
 from attn_cli.present.i18n import Lang, axis_name, axis_title, dims_text, formula_text, label
@@ -36,6 +35,7 @@ from attn_cli.present.text import (
     pick,
     safe,
 )
+from attn_cli.present.variants import texts
 from attn_cli.present.worked import (
     WorkedCell,
     row_max_positions_for_display,
@@ -153,6 +153,7 @@ def to_markdown(trace: Trace, options: RenderOptions) -> str:
         if options.stages is not None and stage.name not in options.stages:
             continue
         where = md_escape(f"[{dims_text(lang, stage.axes, stage.shape)}]")
+        texts(trace.inputs)  # the words of the variants on join the formulas' table (window's)
         formula = formula_text(lang, stage.formula)
         out += [f"## {stage.name}", "", f"{_code(formula)} — {where}", ""]
         shown, total = _slices(stage, options.full)
@@ -284,6 +285,7 @@ def _latex_stage(
     tokens = _tokens(trace)
     shape = dims_text(lang, stage.axes, stage.shape)
     body = [r"\subsection*{" + latex_escape(stage.name) + "}"]
+    texts(trace.inputs)  # the words of the variants on join the formulas' table (window's)
     formula = latex_mixed(formula_text(lang, stage.formula), tokens)
     shape = latex_mixed(f"[{shape}]", formulas=False)
     body.append(r"\noindent " + formula + r"\quad " + shape + "\n")

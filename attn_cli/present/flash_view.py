@@ -27,7 +27,7 @@ from attn_cli.present.options import RenderOptions
 from attn_cli.present.render import render_explanation, render_header
 from attn_cli.present.run_view import lookup, sentinel_note, titled_matrix
 from attn_cli.present.text import TABLE_EDGE, TABLE_LIMIT, format_number, pick
-from attn_cli.present.variant_texts import extra_logit, modifier, view_inputs, view_notes
+from attn_cli.present.variants import extra_logit, modifier, view_inputs, view_notes
 
 if TYPE_CHECKING:
     from attn_cli.check.runs import FlashRun

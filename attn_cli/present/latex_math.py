@@ -20,7 +20,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from attn_cli.present.text import safe
-from attn_cli.present.variant_texts import math_names
+from attn_cli.present.variants import math_names
 
 _LATEX_SPECIAL = {
     "\\": r"\textbackslash{}",

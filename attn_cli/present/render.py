@@ -26,7 +26,6 @@ from rich.style import Style
 from rich.text import Text
 
 from attn_cli.core.stages import SCORE_STAGES as HEAT_STAGES
-from attn_cli.present import variants  # noqa: F401  (registers each variant's texts)
 from attn_cli.present.i18n import Lang, axis_name, axis_title, dims_text, formula_text, label
 from attn_cli.present.options import CELLS_SHOWN, RenderOptions
 from attn_cli.present.palette import (
@@ -53,6 +52,7 @@ from attn_cli.present.text import (
 )
 from attn_cli.present.text import format_number as format_number
 from attn_cli.present.text import safe as safe
+from attn_cli.present.variants import texts
 
 if TYPE_CHECKING:
     from rich.table import Table
@@ -160,6 +160,7 @@ def render_stage(
 
 def _stage_heading(trace: Trace, stage: Stage, lang: Lang) -> list[RenderableType]:
     """The rule with the stage's name, and its formula and shape."""
+    texts(trace.inputs)  # the words of the variants on join the formulas' table (window's)
     formula = formula_text(lang, stage.formula)
     if stage.name == "scaled":
         formula += label(lang, "scale_note", scale=f"{trace.scale:.6g}")

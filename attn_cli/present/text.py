@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 from attn_cli.errors import printable
 from attn_cli.present.i18n import Lang, label
-from attn_cli.present.variant_texts import active
+from attn_cli.present.variants import active
 
 if TYPE_CHECKING:
     from attn_cli.core.pipeline import Trace

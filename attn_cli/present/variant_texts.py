@@ -2,9 +2,10 @@
 
 A module of ``present/variants/`` subclasses :class:`VariantTexts` for one variant and
 ``register()``s it: its labels join the label table, its explainers and worked-cell parts join
-the tables of explain_registry.py, and the presenters ask the objects here, in registration
-order, for the rest (header lines, notes on the masked stage, the extra logit of a head). No
-presenter names a variant; ``present/variants/__init__.py`` registers the built-in ones.
+the tables of explain_registry.py, and the presenters ask the objects here, in their order, for
+the rest (header lines, notes on the masked stage, the extra logit of a head), through the
+questions of ``present/variants/__init__.py``, which loads and registers the built-in ones. No
+presenter names a variant.
 """
 
 from __future__ import annotations
@@ -110,67 +111,14 @@ class VariantTexts:
         return []
 
 
-TEXTS: dict[str, VariantTexts] = {}  # by name, in the order the header lists them
+TEXTS: dict[str, VariantTexts] = {}  # by name; each one's ``order`` is where the header lists it
 
 
 def register(texts: VariantTexts) -> VariantTexts:
-    """Add a variant's texts (its labels join the label table); present/variants'
-    ``register_texts`` adds its explainers and worked-cell parts too."""
+    """Add a variant's texts: its labels join the label table, its words of formulas the
+    Chinese formulas' table; explain_registry.py finds its explainers and worked-cell parts."""
     TEXTS[texts.name] = texts
     for lang, labels in texts.labels.items():
         LABELS[lang].update(labels)
     FORMULA_ZH_MORE.extend(texts.formula_zh)
     return texts
-
-
-def active(inp: Inputs) -> list[VariantTexts]:
-    """The variants set in these inputs, in registration order."""
-    return [t for t in TEXTS.values() if t.setting(inp) is not None]
-
-
-def modifier(inp: Inputs) -> VariantTexts | None:
-    """The last score modifier in force (its stage is what masked starts from), or None."""
-    modifiers = [t for t in active(inp) if t.stage is not None]
-    return modifiers[-1] if modifiers else None
-
-
-def modifier_stage(inp: Inputs) -> str | None:
-    """The last score modifier's stage in force, or None."""
-    t = modifier(inp)
-    return None if t is None else t.stage
-
-
-def extra_logit(inp: Inputs, head: int) -> float | None:
-    """The extra logit joined to the softmax rows of ``head`` (a sink), or None."""
-    return next((x for t in active(inp) if (x := t.extra_logit(inp, head)) is not None), None)
-
-
-def has_extra_logit(inp: Inputs) -> bool:
-    """Whether some variant joins a logit to every softmax row."""
-    return inp.heads > 0 and extra_logit(inp, 0) is not None
-
-
-def ring_slots(inp: Inputs) -> int | None:
-    """The slots of the KV cache's ring buffer as the variants' settings say them; None: the
-    cache grows."""
-    return next((n for t in active(inp) if (n := t.ring_slots(t.setting(inp))) is not None), None)
-
-
-def math_names() -> set[str]:
-    """Every registered variant's words that are math in a formula."""
-    return {n for t in TEXTS.values() for n in t.math_names}
-
-
-def view_notes(view: str) -> dict[str, dict[Lang, tuple[str, str]]]:
-    """The variants' notes in ``view`` (decode, flash), by key."""
-    return {k: v for t in TEXTS.values() for k, v in t.view_notes.get(view, {}).items()}
-
-
-def view_inputs(view: str) -> dict[str, tuple[str, ...]]:
-    """What the variants' notes in ``view`` are computed from, by key."""
-    return {k: v for t in TEXTS.values() for k, v in t.view_inputs.get(view, {}).items()}
-
-
-def view_asides(view: str, key: str, lang: Lang) -> str:
-    """What the variants add to the note ``key`` of ``view``, in registration order."""
-    return "".join(t.view_asides.get(view, {}).get(key, {}).get(lang, "") for t in TEXTS.values())

@@ -19,7 +19,7 @@ from attn_cli.core.pipeline import Trace
 from attn_cli.core.stages import softmax_input
 from attn_cli.core.steps import allowed_positions
 from attn_cli.errors import UsageError
-from attn_cli.present.variant_texts import TEXTS, extra_logit
+from attn_cli.present.variants import extra_logit, texts
 
 
 @dataclass(frozen=True)
@@ -136,8 +136,9 @@ def _worked_cell(trace: Trace, ref: CellRef, b: int, h: int) -> WorkedCell:
     sink = extra_logit(inp, h)
     pos_q, pos_k = inp.token_positions()
     positions = (int(pos_q[ref.query]), int(pos_k[ref.key]))
-    extras = {k: v for t in TEXTS.values() for k, v in t.cell_values(trace, h, cell).items()}
-    for t in TEXTS.values():
+    shown = texts(inp)
+    extras = {k: v for t in shown for k, v in t.cell_values(trace, h, cell).items()}
+    for t in shown:
         extras |= t.cell_rows(trace, (at, kv_key), positions)
     return WorkedCell(
         batch=b if inp.has_batch else None,
