@@ -486,8 +486,8 @@ def test_too_many_tokens_for_the_position_table(tmp_path: Path) -> None:
     [
         ({"model_type": "t5"}, "config.json: model_type: model type 't5' is not supported"),
         (
-            {"rope_scaling": {"rope_type": "llama3", "factor": 8.0}},
-            "config.json: rope_scaling: rope_type 'llama3'",
+            {"rope_scaling": {"rope_type": "su", "factor": 8.0}},
+            "config.json: rope_scaling: rope_type 'su' is not supported",
         ),
         ({"num_attention_heads": 3}, "config.json: num_attention_heads: 3 does not divide"),
         ({"hidden_size": "8"}, "config.json: hidden_size: got '8'"),
@@ -498,11 +498,20 @@ def test_unsupported_config(tmp_path: Path, change: dict[str, Any], field: str) 
     assert field in _error(_write(folder, cfg, t))
 
 
-def test_gpt_oss_default_rope_is_yarn_and_refused(tmp_path: Path) -> None:
+def test_gpt_oss_default_rope_is_yarn(tmp_path: Path) -> None:
+    """GptOssConfig's default rope_parameters (yarn, factor 32, truncate false) when config.json
+    has none; its max_position_embeddings is read (a yarn factor may come from it)."""
     folder, cfg, t = _small_llama(tmp_path, model_type="gpt_oss")
-    assert "config.json: rope_scaling: rope_type 'yarn' is not supported" in _error(
-        _write(folder, cfg, t)
+    assert "config.json: max_position_embeddings: missing" in _error(_write(folder, cfg, t))
+    cfg["max_position_embeddings"] = 131072
+    cfg["head_dim"], cfg["attention_bias"] = 4, False  # gpt-oss's defaults: 64, biases
+    t["model.layers.0.self_attn.sinks"] = np.zeros(2, dtype=np.float32)
+    path, _ = _hidden(tmp_path, 3, 8)
+    fixture = import_layer(_write(folder, cfg, t), layer=0, hidden=path).fixture
+    assert (
+        fixture["rope"]["scaling.type"] == "yarn" and fixture["rope"]["scaling.truncate"] is False
     )
+    assert fixture["rope"]["scaling.factor"] == 32.0
 
 
 def test_bad_hidden_and_inputs(tmp_path: Path) -> None:

@@ -35,7 +35,10 @@ from attn_cli.io.fixture import load_fixture
 SAVED: dict[str, Any] = json.loads(
     (Path(__file__).parent / "reference" / "arch_configs.json").read_text()
 )
-IMPORTED = ("bert", "gpt2", "llama", "mistral", "qwen2", "qwen3", "gemma2")  # gpt_oss: yarn
+IMPORTED = ("bert", "gpt2", "llama", "mistral", "qwen2", "qwen3", "gemma2", "gpt_oss")
+# gpt-oss's yarn RoPE and sinks are checked against transformers' own eager attention in
+# tests/test_rope_scaling.py (a tiny checkpoint saved by transformers); here it must import.
+SCALED = ("gpt_oss",)
 # Read under another name, these agree with a family exactly: the same attention and keys.
 AGREE = {("mixtral", "mistral"), ("mixtral", "llama"), ("qwen3_moe", "qwen3")}
 rng = np.random.default_rng(23)
@@ -88,6 +91,8 @@ def test_arch_imports_exactly_or_refuses_naming_the_key(
     if _expected_ok(model_type, arch, renamed):
         assert result.exit_code == 0, result.stderr
         family = SAVED[arch or model_type]["config"]["model_type"]
+        if family in SCALED:
+            return
         want = _eager(family, SAVED[model_type]["config"], folder, h)
         got = run(load_fixture(out))["projected"].data
         np.testing.assert_allclose(np.squeeze(got), want, rtol=1e-9, atol=1e-9)
@@ -124,7 +129,6 @@ def test_arch_imports_exactly_or_refuses_naming_the_key(
         ("llama", "mistral", True, "config.json: sliding_window: missing: model_type"),
         ("llama", "gemma2", True, "config.json: query_pre_attn_scalar: missing"),
         ("qwen2", "llama", True, "config.json: layer_types: got"),
-        ("gpt_oss", "gpt_oss", False, "config.json: rope_parameters: rope_type 'yarn'"),
         ("cohere2", None, False, "model type 'cohere2' is not supported (RoPE on interleaved"),
     ],
 )
@@ -160,8 +164,8 @@ def test_the_refusals_the_issue_names(
         ({"rope_parameters": {"rope_type": "default", "rope_theta": 1e4, "mrope_section": [1]}},
          "rope_parameters.mrope_section: got [1] in a default rope"),
         ({"rope_parameters": {"rope_type": "default", "rope_theta": 1e4},
-          "rope_scaling": {"rope_type": "linear", "factor": 2.0}},
-         "rope_scaling: rope_type 'linear' is not supported"),
+          "rope_scaling": {"rope_type": "linear", "factor": 2.0, "mrope_section": [1]}},
+         "rope_scaling.mrope_section: got [1] in a linear rope"),
     ],
 )  # fmt: skip
 def test_a_key_attn_does_not_model_is_refused_by_name(

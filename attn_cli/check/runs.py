@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from attn_cli.core.chain import Chain
+from attn_cli.core.chain import REGISTRY, Chain
 from attn_cli.core.decode import DecodeResult, KVCacheBytes, Rotate, decode, kv_cache_bytes
 from attn_cli.core.decode import self_check as decode_self_check
 from attn_cli.core.flash import LOG2E, FlashResult, Tile, flash_forward
@@ -166,6 +166,11 @@ def refuse_decode(inputs: Inputs) -> None:
             src, "positions", "tokens must arrive in order to be decoded one by one",
             "the same increasing positions for queries and keys",
         )  # fmt: skip
+    for variant in REGISTRY.values():
+        value = variant.value(inputs)
+        problem = None if value is None else variant.decode_problem(value, inputs)
+        if problem is not None:
+            raise UsageError(src, *problem)
 
 
 def decode_keep(inputs: Inputs) -> set[str]:

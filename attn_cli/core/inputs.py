@@ -20,11 +20,14 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
 from attn_cli.core.variants import RopeLayout, default_positions
+
+if TYPE_CHECKING:
+    from attn_cli.core.rope_scaling import RopeScaling
 
 Causal = Literal["upper-left", "lower-right"]
 FloatArray = np.ndarray[Any, np.dtype[np.float64]]
@@ -39,6 +42,7 @@ class Rope:
     base: float
     layout: RopeLayout
     dims: int
+    scaling: RopeScaling | None = None  # long-context frequencies (core/rope_scaling.py)
 
 
 @dataclass(frozen=True, eq=False)

@@ -336,6 +336,11 @@ class Variant:
         """
         return None
 
+    def decode_problem(self, value: Any, inputs: Inputs) -> tuple[str, str, str] | None:
+        """Why decoding one token at a time cannot give the reference's numbers for this setting:
+        (the field, what, expected); None: it can."""
+        return None
+
     # -- extra logits: joined to every softmax row, dropped after (a sink logit) --------------
 
     def extra_logit(self, value: Any, cells: Cells, dtype: Any) -> FloatArray | None:

@@ -811,6 +811,7 @@ def _fixture(
         f["positions"] = np.arange(X.shape[-2], dtype=np.int64)  # 0..seq-1, as the model's
     if plan.rope is not None:
         f["rope"] = {"base": plan.rope.base, "layout": plan.rope.layout, "dims": plan.rope.dims}
+        f["rope"].update((f"scaling.{k}", v) for k, v in plan.rope.scaling or ())
     if plan.window is not None:
         f["window"] = plan.window
     if plan.softcap is not None:

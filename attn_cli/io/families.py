@@ -71,6 +71,8 @@ class Rope:
     base: float
     dims: int
     layout: Literal["half"] = "half"
+    # RoPE scaling as a fixture's rope.scaling: {type: llama3, factor: 8, ...}; None: none
+    scaling: tuple[tuple[str, Any], ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -397,26 +399,69 @@ def _rope_mapping(config: Config) -> tuple[Any, str]:
     return config.data.get("rope_scaling"), "rope_scaling"
 
 
+# GptOssConfig's rope_parameters when config.json has none (transformers 5.24)
+_GPT_OSS_ROPE = {"rope_type": "yarn", "factor": 32.0, "beta_fast": 32.0, "beta_slow": 1.0,
+                 "truncate": False, "original_max_position_embeddings": 4096}  # fmt: skip
+# What transformers' ROPE_INIT_FUNCTIONS read of each kind besides rope_theta, and from where:
+# the rope mapping, or config.json's max_position_embeddings (core/rope_scaling.py's KINDS).
+_SCALED_READS = {
+    "linear": ("factor",),
+    "dynamic": ("factor",),
+    "llama3": ("factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings"),
+    "yarn": ("factor", "original_max_position_embeddings", "beta_fast", "beta_slow", "mscale",
+             "mscale_all_dim", "attention_factor", "truncate"),
+    "longrope": ("short_factor", "long_factor", "factor", "original_max_position_embeddings",
+                 "attention_factor"),
+}  # fmt: skip
+_WITH_ORIGINAL = ("llama3", "yarn", "longrope")  # standardize_rope_params fills it in
+
+
+def _scaling(
+    config: Config, key: str, params: Mapping[str, Any], rope_type: Any
+) -> tuple[tuple[str, Any], ...] | None:
+    """The fixture's rope.scaling from the rope mapping, as transformers' rope init functions
+    read it; any other key of the mapping is refused (a rope attn would silently not apply)."""
+    reads = _SCALED_READS.get(rope_type, ()) if isinstance(rope_type, str) else ()
+    if rope_type != "default" and not reads:
+        raise config.error(
+            key, f"rope_type {_shown(rope_type)} is not supported",
+            "default, " + ", ".join(_SCALED_READS) + " (transformers' ROPE_INIT_FUNCTIONS)",
+        )  # fmt: skip
+    other = next((k for k in params if k not in (*_ROPE_KEYS, *reads)), None)
+    if other is not None:  # mrope_section, ...: a rope attn would silently not apply
+        kind = "a default rope" if rope_type == "default" else f"a {rope_type} rope"
+        raise config.error(
+            f"{key}.{field_name(other)}", f"got {_shown(params[other])} in {kind}",
+            "only " + ", ".join((*_ROPE_KEYS[:3], "partial_rotary_factor", *reads)),
+        )  # fmt: skip
+    if rope_type == "default":
+        return None
+    found = {k: params[k] for k in reads if params.get(k) is not None}
+    if rope_type in _WITH_ORIGINAL:
+        found.setdefault("original_max_position_embeddings", config.whole(
+            "max_position_embeddings"))  # fmt: skip
+    if rope_type not in ("linear", "llama3"):  # dynamic's length; yarn's, longrope's factor
+        found["max_position_embeddings"] = config.whole("max_position_embeddings")
+    return (("type", rope_type), *found.items())
+
+
+def _scaling_note(scaling: tuple[tuple[str, Any], ...] | None) -> str:
+    if scaling is None:
+        return ""
+    kind = dict(scaling)["type"]
+    return f"RoPE scaling {kind}, as transformers' {kind} rope init computes it"
+
+
 def _rope(config: Config, family: str, head_dim: int) -> tuple[Rope, str]:
     """RoPE base and rotated dims from ``rope_parameters`` (transformers 5) or the legacy keys."""
     params, key = _rope_mapping(config)
     params = {} if params is None else params
     if not isinstance(params, Mapping) or any(isinstance(v, Mapping) for v in params.values()):
         raise config.error(key, f"got {_shown(params)}", "one mapping such as {rope_type: default}")
-    rope_type = params.get("rope_type", params.get("type", "default"))
     if family == "gpt_oss" and key == "rope_scaling" and not params:
-        rope_type = "yarn"  # GptOssConfig's default when the config says nothing
-    if rope_type != "default":
-        raise config.error(
-            key, f"rope_type {rope_type!r} is not supported (a fixture's rope is base and dims)",
-            "none or 'default'",
-        )  # fmt: skip
-    other = next((k for k in params if k not in _ROPE_KEYS), None)
-    if other is not None:  # mrope_section, factor, ...: a rope attn would silently not apply
-        raise config.error(
-            f"{key}.{field_name(other)}", f"got {_shown(params[other])} in a default rope",
-            "only " + ", ".join(_ROPE_KEYS[:3]) + " and partial_rotary_factor",
-        )  # fmt: skip
+        params = _GPT_OSS_ROPE  # GptOssConfig's default when the config says nothing
+    rope_type = params.get("rope_type", params.get("type", "default"))
+    scaling = _scaling(config, key, params, rope_type)
     given = Config(params, config.source)
     base = (given if "rope_theta" in params else config).number(
         "rope_theta", _THETA.get(family, 10000.0)
@@ -425,14 +470,15 @@ def _rope(config: Config, family: str, head_dim: int) -> tuple[Rope, str]:
         "partial_rotary_factor", 1.0
     )
     if family not in _PARTIAL_ROTARY:  # check_keys notes (or refuses) the factor it ignores
-        return Rope(base=base, dims=head_dim), ""
+        return Rope(base=base, dims=head_dim, scaling=scaling), _scaling_note(scaling)
     dims = int(head_dim * factor)
     if dims < 2 or dims % 2 or factor > 1:
         raise config.error(
             "partial_rotary_factor", f"{factor} gives {dims} rotated dims of {head_dim}",
             "a factor in (0, 1] giving an even number of dims",
         )  # fmt: skip
-    return Rope(base=base, dims=dims), f"partial rotary: {dims} of {head_dim} dims rotate"
+    note = f"partial rotary: {dims} of {head_dim} dims rotate"
+    return Rope(base=base, dims=dims, scaling=scaling), note
 
 
 _MAX_WINDOW = (1 << 63) - 1  # a fixture's window is an int64, as its positions are
@@ -730,7 +776,7 @@ KNOWN_TYPES = {
     "olmo2": "q/k RMSNorm over all heads together, norms after attention and not before",
     "olmo3": "q/k RMSNorm over all heads together, norms after attention, sliding layers",
     "phi": "RoPE on part of each head, LayerNorm, biases, an optional q/k LayerNorm",
-    "phi3": "a fused qkv_proj and longrope scaling",
+    "phi3": "a fused qkv_proj (its longrope scaling is understood)",
     "gpt_neox": "a fused per-head query_key_value and RoPE on 25% of each head",
     "gptj": "RoPE on interleaved pairs of part of each head",
     "stablelm": "RoPE on part of each head, LayerNorm, an optional q/k LayerNorm",

@@ -259,7 +259,7 @@ FORMULA_ZH: tuple[tuple[str, str], ...] = (
     (r"causal upper-left", "因果·左上对齐"),
     (r"causal lower-right", "因果·右下对齐"),
     (
-        r": (\w+) layout, base (\S+), (\d+) of (\d+) dims$",
+        r": (\w+) layout, base (\S+), (\d+) of (\d+) dims(?=,|$)",
         r"：\1 布局，基数 \2，旋转 \4 维中的 \3 维",
     ),
     (r"\bkey positions?\b", "键位置"),

@@ -32,13 +32,13 @@ from attn_cli.core.variant import (
 )
 from attn_cli.core.variants import ROPE_LAYOUTS, RopeLayout, check_rope_dims, rope_pairs
 
-DOC = "true or a mapping {base: 10000, layout: half | interleaved, dims: d_k}"
+DOC = "true or a mapping {base: 10000, layout: half | interleaved, dims: d_k, scaling: {...}}"
 
 
 class RotaryEmbedding(Variant):
     order = 70
     name = "rope"
-    subkeys = ("base", "layout", "dims")
+    subkeys = ("base", "layout", "dims", "scaling")
     reads_positions = True
     key_order = 20
     suffix = "rot"
@@ -63,10 +63,17 @@ class RotaryEmbedding(Variant):
 
     def stage_formula(self, value: Rope, inputs: Inputs, stage: str) -> str:
         where = "positions" if stage[0] == "Q" else "key positions"
-        return (
+        formula = (
             f"{stage} = RoPE({before(inputs, stage)}, {where}): {value.layout} layout, "
             f"base {number_text(value.base)}, {value.dims} of {inputs.d_k} dims"
         )
+        if value.scaling is None:
+            return formula
+        _, attention = frequencies(value, inputs)
+        formula += f", {value.scaling.kind} scaling"
+        if attention != 1.0:
+            formula += f", cos and sin × {number_text(attention)}"
+        return formula
 
     def grad_formula(self, value: Rope, inputs: Inputs, d_out: str, x_in: str) -> str:
         return f"RoPE⁻¹({d_out})"
@@ -75,22 +82,51 @@ class RotaryEmbedding(Variant):
         self, value: Rope, inputs: Inputs, which: str, x: FloatArray, positions: IntArray,
         cast: Cast,
     ) -> FloatArray:  # fmt: skip
-        return apply_rope(x, positions, base=value.base, layout=value.layout, dims=value.dims)
+        inv_freq, attention = frequencies(value, inputs)
+        return apply_rope(
+            x, positions, layout=value.layout, dims=value.dims, inv_freq=inv_freq,
+            attention=attention,
+        )  # fmt: skip
 
     def grad_transform(
         self, value: Rope, inputs: Inputs, which: str, d_out: FloatArray, x_in: FloatArray,
         positions: IntArray, cast: Cast,
     ) -> FloatArray:  # fmt: skip
-        """A rotation per position: its transpose, rotation by −angle, carries d back."""
+        """A rotation per position (times the attention factor): its transpose, rotation by
+        −angle (times the factor), carries d back."""
+        inv_freq, attention = frequencies(value, inputs)
         return apply_rope(
-            d_out, positions, base=value.base, layout=value.layout, dims=value.dims, inverse=True
+            d_out,
+            positions,
+            layout=value.layout,
+            dims=value.dims,
+            inverse=True,
+            inv_freq=inv_freq,
+            attention=attention,
         )  # (B, heads, n, D)
+
+    def decode_problem(self, value: Rope, inputs: Inputs) -> tuple[str, str, str] | None:
+        """Dynamic and longrope frequencies follow the length: transformers' generate rotates
+        each new key with its own step's and keeps the old ones, which one trace cannot be."""
+        scaling = value.scaling
+        if scaling is None or scaling.kind not in ("dynamic", "longrope"):
+            return None
+        limit = scaling.get("max_position_embeddings" if scaling.kind == "dynamic" else
+                            "original_max_position_embeddings")  # fmt: skip
+        if rope_length(inputs) <= limit:
+            return None  # the frequencies of every step are the whole sequence's
+        return (
+            "rope.scaling", f"{scaling.kind} frequencies change once the sequence passes "
+            f"{limit} positions, and a KV cache keeps keys rotated at the old ones",
+            f"at most {limit} positions to decode (attn trace shows the whole sequence)",
+        )  # fmt: skip
 
     def parse(self, raw: Any, key: FixtureKey) -> Rope | None:
         value = true_or_mapping(raw, key, DOC)
         if value is None:
             return None
         value = {} if value is True else {k: plain(v) for k, v in value.items() if v is not None}
+        value = _fold_scaling(value, key)
         known_subkeys(value, key, self.name, self.subkeys)
         base = 10000.0
         if "base" in value:
@@ -102,10 +138,18 @@ class RotaryEmbedding(Variant):
                 '"half" (pairs i and i + dims/2, HF rotate_half) or "interleaved" (pairs 2i and '
                 "2i+1, Meta llama)", "rope.layout",
             )  # fmt: skip
-        return Rope(base, layout, _dims(value, key))
+        dims = _dims(value, key)
+        if value.get("scaling") is None:
+            return Rope(base, layout, dims)
+        from attn_cli.core.rope_scaling import parse_scaling
+
+        return Rope(base, layout, dims, parse_scaling(value["scaling"], key, dims, base))
 
     def config(self, value: Rope, inputs: Inputs) -> dict[str, Any]:
-        return {"base": value.base, "layout": value.layout, "dims": value.dims}
+        out: dict[str, Any] = {"base": value.base, "layout": value.layout, "dims": value.dims}
+        if value.scaling is not None:
+            out["scaling"] = value.scaling.config()
+        return out
 
     def new_problem(self, spec: NewSpec) -> tuple[str, str, str] | None:
         problem = finite_flag(spec, "rope_base")
@@ -143,6 +187,18 @@ class RotaryEmbedding(Variant):
         return f"RoPE ({spec.options[self.name]})"
 
 
+def _fold_scaling(value: dict[str, Any], key: FixtureKey) -> dict[str, Any]:
+    """``scaling.factor: 8`` as ``scaling: {factor: 8}``: a whole-fixture .npz spells the
+    mapping one member per entry (``rope.scaling.factor``)."""
+    dotted = {k.removeprefix("scaling."): v for k, v in value.items() if k.startswith("scaling.")}
+    if not dotted:
+        return value
+    if "scaling" in value:
+        raise key("given both as scaling and as scaling.NAME", "one of them", "rope.scaling")
+    rest = {k: v for k, v in value.items() if not k.startswith("scaling.")}
+    return rest | {"scaling": dotted}
+
+
 def _dims(value: dict[str, Any], key: FixtureKey) -> int:
     """How many dimensions of each head rotate: an even number up to d_k (the default)."""
     dims = value.get("dims", key.d_k)
@@ -157,6 +213,23 @@ def _dims(value: dict[str, Any], key: FixtureKey) -> int:
     return dims
 
 
+def rope_length(inputs: Inputs) -> int:
+    """The sequence length RoPE scaling reads: the largest position + 1, of queries and keys
+    (transformers' ``seq_len = max(position_ids) + 1``)."""
+    pos_q, pos_k = inputs.token_positions()
+    return int(max(pos_q.max(initial=0), pos_k.max(initial=0))) + 1
+
+
+def frequencies(rope: Rope, inputs: Inputs) -> tuple[FloatArray, float]:
+    """The inverse frequencies these inputs rotate by, and the attention factor on cos and sin:
+    ``base^(-2i/dims)`` and 1, or as ``rope.scaling`` says (core/rope_scaling.py)."""
+    if rope.scaling is None:
+        return rope_inv_freq(rope.dims, rope.base), 1.0
+    from attn_cli.core.rope_scaling import frequencies as scaled
+
+    return scaled(rope.scaling, rope.dims, rope.base, rope_length(inputs))
+
+
 def rope_inv_freq(dims: int, base: float = 10000.0) -> FloatArray:
     """inv_freq[i] = base^(-2i/dims) for i < dims/2, as HF: 1 / base^(arange(0, dims, 2)/dims)
     (HF ``_compute_default_rope_parameters``, Meta ``precompute_freqs_cis``)."""
@@ -165,10 +238,14 @@ def rope_inv_freq(dims: int, base: float = 10000.0) -> FloatArray:
     return inv_freq
 
 
-def rope_angles(positions: Any, dims: int, base: float = 10000.0) -> FloatArray:
-    """angle[t, i] = position[t] * inv_freq[i], in float64 (HF: float32, differences ~1e-7)."""
+def rope_angles(
+    positions: Any, dims: int, base: float = 10000.0, inv_freq: FloatArray | None = None
+) -> FloatArray:
+    """angle[t, i] = position[t] * inv_freq[i], in float64 (HF: float32, differences ~1e-7);
+    inv_freq is base^(-2i/dims) unless given (RoPE scaling)."""
     pos = np.asarray(positions, dtype=np.float64)  # (T,)
-    angles: FloatArray = np.outer(pos, rope_inv_freq(dims, base))  # (T, P)
+    freq = rope_inv_freq(dims, base) if inv_freq is None else inv_freq
+    angles: FloatArray = np.outer(pos, freq)  # (T, P)
     return angles
 
 
@@ -180,12 +257,16 @@ def apply_rope(
     layout: RopeLayout = "half",
     dims: int | None = None,
     inverse: bool = False,
+    inv_freq: FloatArray | None = None,
+    attention: float = 1.0,
 ) -> FloatArray:
     """Rotate each pair (a, b) of x (..., T, D) by its angle: (a cos - b sin, b cos + a sin).
 
     Partial rotary (dims < D): the first ``dims`` dimensions rotate, the rest pass through
     (GPT-NeoX ``rotary_pct``, Phi ``partial_rotary_factor``). ``inverse`` rotates by -angle
-    (undoes the rotation; the backward pass needs it).
+    (the transpose of the rotation; the backward pass needs it). ``inv_freq`` replaces
+    base^(-2i/dims) and ``attention`` multiplies cos and sin (RoPE scaling, as transformers'
+    ``attention_scaling``): the dimensions passed through are not multiplied.
     """
     D = x.shape[-1]
     R = D if dims is None else dims
@@ -195,9 +276,9 @@ def apply_rope(
     if pos.shape != (x.shape[-2],):
         raise ValueError(f"positions must have shape ({x.shape[-2]},), not {pos.shape}")
     first, second = rope_pairs(R, layout)
-    angles = rope_angles(pos, R, base)  # (T, P)
-    cos = np.cos(angles).astype(x.dtype, copy=False)  # (T, P)
-    sin = np.sin(angles).astype(x.dtype, copy=False)  # (T, P)
+    angles = rope_angles(pos, R, base, inv_freq)  # (T, P)
+    cos = (np.cos(angles) * attention).astype(x.dtype, copy=False)  # (T, P)
+    sin = (np.sin(angles) * attention).astype(x.dtype, copy=False)  # (T, P)
     if inverse:
         sin = -sin
     a = x[..., first]  # (..., T, P)

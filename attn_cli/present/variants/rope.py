@@ -7,7 +7,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from attn_cli.core.plugins.rope import rope_inv_freq
+from attn_cli.core.plugins.rope import frequencies
 from attn_cli.core.variants import rope_pairs
 from attn_cli.present.i18n import Lang, en_zh, label
 from attn_cli.present.text import factor, short_number
@@ -26,9 +26,9 @@ class RotatedPair:
     index: int  # i: angle = position × base^(−2i/dims)
     first: int  # the dimension of a
     second: int  # the dimension of b (i + dims/2 in half layout, 2i + 1 interleaved)
-    inv_freq: float  # base^(−2i/dims)
+    inv_freq: float  # base^(−2i/dims), or as the RoPE scaling says
     angle: float  # position × inv_freq
-    cos: float
+    cos: float  # times the attention factor of the RoPE scaling (1 without)
     sin: float
     a: float  # the source row at ``first``
     b: float  # the source row at ``second``
@@ -47,6 +47,8 @@ class Rotation:
     dims: int  # the rotated dimensions (partial rotary: fewer than d_k)
     pairs: tuple[RotatedPair, ...]
     passed: tuple[float, ...]  # dimensions dims..d_k−1, passed through unchanged
+    scaling: str | None = None  # the kind of RoPE scaling (llama3, yarn...), None: none
+    attention: float = 1.0  # its factor on cos and sin
 
 
 def rotation(trace: Trace, name: str, at: tuple[int, ...], position: int) -> Rotation | None:
@@ -63,18 +65,20 @@ def rotation(trace: Trace, name: str, at: tuple[int, ...], position: int) -> Rot
     x = trace[source].data[at]  # (D,)
     rotated = trace[stage].data[at]  # (D,)
     first, second = rope_pairs(rope.dims, rope.layout)  # (P,), (P,)
-    inv_freq = rope_inv_freq(rope.dims, rope.base)  # (P,)
+    inv_freq, att = frequencies(rope, trace.inputs)  # (P,), the factor on cos and sin
     pairs = []
     for i, (d1, d2, f) in enumerate(zip(first, second, inv_freq, strict=True)):
         angle = position * float(f)
         pairs.append(
             RotatedPair(
-                i, int(d1), int(d2), float(f), angle, math.cos(angle), math.sin(angle),
-                float(x[d1]), float(x[d2]), float(rotated[d1]), float(rotated[d2]),
+                i, int(d1), int(d2), float(f), angle, att * math.cos(angle),
+                att * math.sin(angle), float(x[d1]), float(x[d2]), float(rotated[d1]),
+                float(rotated[d2]),
             )
         )  # fmt: skip
     passed = tuple(float(v) for v in rotated[rope.dims :])
-    return Rotation(stage, source, position, rope.base, rope.dims, tuple(pairs), passed)
+    kind = None if rope.scaling is None else rope.scaling.kind
+    return Rotation(stage, source, position, rope.base, rope.dims, tuple(pairs), passed, kind, att)
 
 
 def _explain_rot(c: Context) -> Parts:
@@ -120,7 +124,32 @@ def _explain_rot(c: Context) -> Parts:
             c, f"Partial rotary: only the first {rope.dims} of {inp.d_k} dimensions rotate.",
             f"部分旋转：{inp.d_k} 维中只有前 {rope.dims} 维旋转。",
         ))  # fmt: skip
+    if rope.scaling is not None:
+        meaning.append(_scaling_meaning(c, rope))
     return formula, (c.shape_of(source),), meaning
+
+
+def _scaling_meaning(c: Context, rope: Any) -> str:
+    """What the RoPE scaling changes, in a sentence, with its attention factor."""
+    kind = rope.scaling.kind
+    _, att = frequencies(rope, c.trace.inputs)
+    words = _SCALING_WORDS[kind]
+    text = en_zh(
+        c,
+        f"RoPE scaling ({kind}, as transformers' rope_type): the angles use scaled frequencies, "
+        f"{words['en']}, so that a model trained on short contexts reads long ones.",
+        f"RoPE 缩放（{kind}，即 transformers 的 rope_type）：角度使用缩放后的频率，"
+        f"{words['zh']}，让在短上下文上训练的模型能读长上下文。",
+    )
+    if att != 1.0:
+        g = short_number(att, 6)
+        text += en_zh(
+            c,
+            f" cos and sin are multiplied by the attention factor {g}, so the rotated part of "
+            f"every score grows by {g}².",
+            f" cos 和 sin 乘以注意力因子 {g}，所以每个分数的旋转部分放大 {g}² 倍。",
+        )
+    return text
 
 
 def _cell_rot(c: Cell) -> CellText | None:
@@ -131,8 +160,10 @@ def _cell_rot(c: Cell) -> CellText | None:
         return None
     token = c.q_label if c.stage == "Q_rot" else c.k_label
     g = c.g
-    lines = [label(c.lang, "cell_rot", stage=rot.stage, source=rot.source, token=token,
-                   pos=rot.position, base=g(rot.base), dims=rot.dims)]  # fmt: skip
+    intro = "cell_rot" if rot.scaling is None else "cell_rot_scaled"
+    lines = [label(c.lang, intro, stage=rot.stage, source=rot.source, token=token,
+                   pos=rot.position, base=g(rot.base), dims=rot.dims, kind=rot.scaling,
+                   att=g(rot.attention))]  # fmt: skip
     count = len(rot.pairs)
     picked: list[int | None] = list(range(count))
     if not c.full and count > 2:
@@ -144,11 +175,11 @@ def _cell_rot(c: Cell) -> CellText | None:
         pair = rot.pairs[i]
         a, b = factor(pair.a, c.precision), factor(pair.b, c.precision)
         cos, sin = factor(pair.cos, c.precision), factor(pair.sin, c.precision)
+        freq = f"{g(rot.base)}^(−{2 * i}/{rot.dims})" if rot.scaling is None else "ω′"
         lines.append(label(
             c.lang, "cell_rot_pair", i=i, d1=pair.first, d2=pair.second,
-            angle=f"{rot.position} × {g(rot.base)}^(−{2 * i}/{rot.dims}) = {rot.position} × "
-            f"{g(pair.inv_freq)} = {g(pair.angle)}",
-            cos=c.n(pair.cos), sin=c.n(pair.sin),
+            angle=f"{rot.position} × {freq} = {rot.position} × {g(pair.inv_freq)} = "
+            f"{g(pair.angle)}", cos=c.n(pair.cos), sin=c.n(pair.sin),
         ))  # fmt: skip
         name = f"{rot.stage}[{token}, "
         lines.append(
@@ -164,6 +195,43 @@ def _cell_rot(c: Cell) -> CellText | None:
     from attn_cli.present.explain_registry import CellText
 
     return CellText(c.title, tuple(lines))
+
+
+_SCALING_WORDS: dict[str, dict[Lang, str]] = {
+    "linear": {"en": "every frequency divided by factor", "zh": "每个频率都除以 factor"},
+    "dynamic": {
+        "en": "NTK: past max_position_embeddings the base grows with the length",
+        "zh": "NTK：超过 max_position_embeddings 后，base 随长度增大",
+    },
+    "llama3": {
+        "en": "short wavelengths kept, long ones divided by factor, smoothed between",
+        "zh": "短波长保持不变，长波长除以 factor，中间平滑过渡",
+    },
+    "yarn": {
+        "en": "a ramp from kept (fast pairs) to divided by factor (slow pairs)",
+        "zh": "从保持不变（快的维度对）到除以 factor（慢的维度对）的线性过渡",
+    },
+    "longrope": {
+        "en": "each pair divided by its own factor: long_factor past the original length, "
+        "else short_factor",
+        "zh": "每一对除以各自的因子：超过原始长度用 long_factor，否则用 short_factor",
+    },
+}
+
+
+def _scaling_line(rope: Any, inp: Inputs, lang: Lang) -> str:
+    """The header's line on RoPE scaling: its kind, parameters, what it does, the factor."""
+    scaling = rope.scaling
+    params = ", ".join(
+        f"{k} {short_number(v, 4) if isinstance(v, float) else v}"
+        for k, v in scaling.params
+        if not isinstance(v, tuple)
+    )
+    words = _SCALING_WORDS[scaling.kind][lang]
+    _, att = frequencies(rope, inp)
+    if att != 1.0:
+        words += "; cos, sin × " + short_number(att, 6)
+    return label(lang, "conv_rope_scaling", kind=scaling.kind, params=params, words=words)
 
 
 class RopeTexts(VariantTexts):
@@ -187,6 +255,13 @@ class RopeTexts(VariantTexts):
                 "pair {i}, dimensions ({d1}, {d2}): angle = {angle}; cos = {cos}, sin = {sin}"
             ),
             "cell_rot_pass": "dimensions {start} to {end} pass through unchanged (partial rotary)",
+            "cell_rot_scaled": (
+                "{stage}[{token}] rotates {source}[{token}] at position {pos}: pair i turns by "
+                "angle = {pos} × ω′, where ω′ is the frequency {base}^(−2i/{dims}) as {kind} "
+                "RoPE scaling sets it, (a, b) → (a·cos − b·sin, a·sin + b·cos), with cos and sin × "
+                "the attention factor {att}"
+            ),
+            "conv_rope_scaling": "RoPE scaling {kind} ({params}): {words}",
         },
         "zh": {
             "conv_rope": (
@@ -203,6 +278,12 @@ class RopeTexts(VariantTexts):
                 "第 {i} 对，第 ({d1}, {d2}) 维：angle = {angle}；cos = {cos}，sin = {sin}"
             ),
             "cell_rot_pass": "第 {start} 到第 {end} 维不旋转，原样保留（部分旋转）",
+            "cell_rot_scaled": (
+                "{stage}[{token}] 把 {source}[{token}] 按位置 {pos} 旋转：第 i 对转过 "
+                "angle = {pos} × ω′，ω′ 是频率 {base}^(−2i/{dims}) 经 {kind} RoPE 缩放后的值，"
+                "(a, b) → (a·cos − b·sin, a·sin + b·cos)，cos 和 sin 乘以注意力因子 {att}"
+            ),
+            "conv_rope_scaling": "RoPE 缩放 {kind}（{params}）：{words}",
         },
     }
     explainers: ClassVar[dict[str, Callable[[Any], Any]]] = {
@@ -224,6 +305,10 @@ class RopeTexts(VariantTexts):
         }
 
     math_names = ("RoPE",)
+    formula_zh: ClassVar[tuple[tuple[str, str], ...]] = (
+        (r", (\w+) scaling", r"，\1 缩放"),
+        (r", cos and sin × ", "，cos 与 sin × "),
+    )
     grad_note: ClassVar[dict[Lang, str]] = {
         "en": "RoPE rotates each pair of dimensions by an angle that depends on the position. "
         "A rotation's transpose is its inverse, so the gradient goes back by rotating the "
@@ -242,8 +327,11 @@ class RopeTexts(VariantTexts):
         who = label(lang, f"conv_rope_{rope.layout}")
         layout = who.split(":")[0].split("：")[0]
         who = who.split(":")[-1].split("：")[-1].strip()
-        return [label(lang, "conv_rope", layout=layout, who=who, base=f"{rope.base:g}",
-                      dims=rope.dims, d_k=inp.d_k)]  # fmt: skip
+        lines = [label(lang, "conv_rope", layout=layout, who=who, base=f"{rope.base:g}",
+                       dims=rope.dims, d_k=inp.d_k)]  # fmt: skip
+        if rope.scaling is not None:
+            lines.append(_scaling_line(rope, inp, lang))
+        return lines
 
 
 TEXTS = RopeTexts()

@@ -1,0 +1,318 @@
+"""RoPE scaling: the kinds of Hugging Face transformers' ``ROPE_INIT_FUNCTIONS``
+(``modeling_rope_utils.py``, read in 5.24.0), one entry per kind of this module's ``KINDS``.
+
+Each kind turns the inverse frequencies of plain RoPE, ``base^(-2i/dims)``, into the ones a
+long-context checkpoint rotates by, and gives the attention factor transformers multiplies cos
+and sin by (so the rotated part of q·k is multiplied by its square):
+
+- ``linear`` (kaiokendev): every frequency divided by ``factor``.
+- ``dynamic`` (NTK, bloc97 and emozilla): past ``max_position_embeddings`` tokens the base grows,
+  ``base·(factor·L/max − (factor − 1))^(dims/(dims−2))`` for a sequence of L positions.
+- ``llama3`` (Llama 3.1-3.3): wavelengths shorter than ``original/high_freq_factor`` are kept,
+  longer than ``original/low_freq_factor`` divided by ``factor``, smoothly mixed between.
+- ``yarn`` (Peng et al.; gpt-oss, Qwen, DeepSeek): a ramp between the dimensions of
+  ``beta_fast`` and ``beta_slow`` rotations mixes the scaled and the kept frequencies, and the
+  logits grow by the attention factor ``0.1·ln(factor) + 1`` (mscale) squared.
+- ``longrope`` (Phi-3): each frequency divided by its own factor, ``long_factor`` past
+  ``original_max_position_embeddings`` positions, else ``short_factor``, with the attention
+  factor ``sqrt(1 + ln(factor)/ln(original))``.
+
+The fixture spells a kind's parameters as config.json does. Computed in float64 (transformers:
+float32; the difference is about 1e-7 of each frequency).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+from typing import Any, NamedTuple
+
+import numpy as np
+
+FloatArray = np.ndarray[Any, np.dtype[np.float64]]
+# The fixture key being parsed (core/variant.py's FixtureKey): Any here, so that core/inputs.py,
+# which names RopeScaling, and core/variant.py stay below this module.
+FixtureKey = Any
+
+
+def plain(value: Any) -> Any:
+    """A NumPy array or scalar (a whole-fixture .npz's member) as a list or a number."""
+    return value.tolist() if isinstance(value, np.ndarray | np.generic) else value
+
+
+ORIGINAL = "original_max_position_embeddings"
+MAX = "max_position_embeddings"
+
+
+class RopeScaling(NamedTuple):
+    """A kind of RoPE scaling and its parameters as the fixture gives them, in the kind's order
+    (lists as tuples, so that a Rope stays hashable)."""
+
+    kind: str
+    params: tuple[tuple[str, Any], ...]
+
+    def get(self, name: str, default: Any = None) -> Any:
+        return dict(self.params).get(name, default)
+
+    def config(self) -> dict[str, Any]:
+        """Its JSON form: ``{"type": kind, parameter: value, ...}``."""
+        out: dict[str, Any] = {"type": self.kind}
+        out.update((k, list(v) if isinstance(v, tuple) else v) for k, v in self.params)
+        return out
+
+
+Compute = Callable[[FloatArray, RopeScaling, int, float, int], tuple[FloatArray, float]]
+
+
+class Kind(NamedTuple):
+    """One kind: its parameters and how it scales (``compute(inv_freq, scaling, dims, base,
+    length)`` -> the scaled inverse frequencies and the attention factor)."""
+
+    required: tuple[str, ...]
+    optional: tuple[str, ...]
+    compute: Compute
+    by_length: bool  # whether the frequencies depend on the sequence's length
+    words: str  # what it does, in a few words (errors, the formula)
+
+
+def default_inv_freq(dims: int, base: float) -> FloatArray:
+    """base^(-2i/dims) for i < dims/2, as transformers: 1 / base^(arange(0, dims, 2)/dims)."""
+    inv: FloatArray = 1.0 / base ** (np.arange(0, dims, 2, dtype=np.float64) / dims)
+    return inv
+
+
+def _linear(
+    inv: FloatArray, s: RopeScaling, dims: int, base: float, length: int
+) -> tuple[FloatArray, float]:
+    return inv / s.get("factor"), 1.0
+
+
+def _dynamic(
+    inv: FloatArray, s: RopeScaling, dims: int, base: float, length: int
+) -> tuple[FloatArray, float]:
+    factor, longest = s.get("factor"), s.get(MAX)
+    seen = max(length, longest)  # transformers: seq_len = max(position_ids) + 1, at least max
+    grown = base * ((factor * seen / longest) - (factor - 1)) ** (dims / (dims - 2))
+    return default_inv_freq(dims, grown), 1.0
+
+
+def llama3_bands(inv: FloatArray, s: RopeScaling) -> tuple[Any, Any, Any]:
+    """(wavelengths, kept, scaled) of each pair: kept below ``original/high_freq_factor``,
+    divided by factor above ``original/low_freq_factor``, smoothed between (neither)."""
+    original = s.get(ORIGINAL)
+    wavelen = 2 * math.pi / inv
+    kept = wavelen < original / s.get("high_freq_factor")
+    scaled = wavelen > original / s.get("low_freq_factor")
+    return wavelen, kept, scaled
+
+
+def _llama3(
+    inv: FloatArray, s: RopeScaling, dims: int, base: float, length: int
+) -> tuple[FloatArray, float]:
+    factor, low, high = s.get("factor"), s.get("low_freq_factor"), s.get("high_freq_factor")
+    wavelen, kept, scaled = llama3_bands(inv, s)
+    out = np.where(scaled, inv / factor, inv)
+    smooth = (s.get(ORIGINAL) / wavelen - low) / (high - low)
+    smoothed = (1 - smooth) * out / factor + smooth * out
+    return np.where(~kept & ~scaled, smoothed, out), 1.0
+
+
+def _mscale(scale: float, mscale: float = 1.0) -> float:
+    return 1.0 if scale <= 1 else 0.1 * mscale * math.log(scale) + 1.0
+
+
+def yarn_factor(s: RopeScaling) -> float:
+    """The scale yarn stretches by: ``factor``, else max_position_embeddings / original."""
+    factor = s.get("factor")
+    return float(factor) if factor is not None else s.get(MAX) / s.get(ORIGINAL)
+
+
+def yarn_attention(s: RopeScaling) -> float:
+    """The attention factor (mscale): given, or 0.1·ln(factor) + 1 (DeepSeek's ratio of two
+    mscales when mscale and mscale_all_dim are set)."""
+    given, factor = s.get("attention_factor"), yarn_factor(s)
+    if given is not None:
+        return float(given)
+    mscale, all_dim = s.get("mscale"), s.get("mscale_all_dim")
+    if mscale and all_dim:
+        return _mscale(factor, mscale) / _mscale(factor, all_dim)
+    return _mscale(factor)
+
+
+def yarn_ramp(s: RopeScaling, dims: int, base: float) -> FloatArray:
+    """Per pair, 0 where the frequency is kept (fast: more than beta_fast rotations over the
+    original length), 1 where it is divided by factor (slow: fewer than beta_slow), a linear
+    ramp between; transformers' ``find_correction_range`` and ``linear_ramp_factor``."""
+    original = s.get(ORIGINAL)
+
+    def correction(rotations: float) -> float:
+        return dims * math.log(original / (rotations * 2 * math.pi)) / (2 * math.log(base))
+
+    low, high = correction(s.get("beta_fast") or 32), correction(s.get("beta_slow") or 1)
+    if s.get("truncate", True):
+        low, high = math.floor(low), math.ceil(high)
+    low, high = max(low, 0), min(high, dims - 1)
+    if low == high:
+        high += 0.001  # as transformers: no division by zero
+    ramp: FloatArray = np.clip((np.arange(dims // 2, dtype=np.float64) - low) / (high - low), 0, 1)
+    return ramp
+
+
+def _yarn(
+    inv: FloatArray, s: RopeScaling, dims: int, base: float, length: int
+) -> tuple[FloatArray, float]:
+    ramp = yarn_ramp(s, dims, base)
+    return inv / yarn_factor(s) * ramp + inv * (1 - ramp), yarn_attention(s)
+
+
+def longrope_factor(s: RopeScaling) -> float:
+    factor = s.get("factor")
+    return float(factor) if factor is not None else s.get(MAX) / s.get(ORIGINAL)
+
+
+def longrope_attention(s: RopeScaling) -> float:
+    given, factor = s.get("attention_factor"), longrope_factor(s)
+    if given is not None:
+        return float(given)
+    return 1.0 if factor <= 1 else math.sqrt(1 + math.log(factor) / math.log(s.get(ORIGINAL)))
+
+
+def longrope_long(s: RopeScaling, length: int) -> bool:
+    """Whether the long factors apply: more positions than the original length."""
+    return bool(length > s.get(ORIGINAL))
+
+
+def _longrope(
+    inv: FloatArray, s: RopeScaling, dims: int, base: float, length: int
+) -> tuple[FloatArray, float]:
+    ext = np.asarray(s.get("long_factor" if longrope_long(s, length) else "short_factor"))
+    return inv / ext, longrope_attention(s)
+
+
+KINDS: dict[str, Kind] = {
+    "linear": Kind(("factor",), (), _linear, False, "every frequency / factor"),
+    "dynamic": Kind(("factor", MAX), (), _dynamic, True, "NTK: the base grows past max"),
+    "llama3": Kind(
+        ("factor", "low_freq_factor", "high_freq_factor", ORIGINAL),
+        (),
+        _llama3,
+        False,
+        "low frequencies / factor, high kept, smoothed between",
+    ),
+    "yarn": Kind(
+        (ORIGINAL,),
+        (
+            "factor",
+            MAX,
+            "beta_fast",
+            "beta_slow",
+            "mscale",
+            "mscale_all_dim",
+            "attention_factor",
+            "truncate",
+        ),
+        _yarn,
+        False,
+        "a ramp between kept and / factor, logits × mscale²",
+    ),
+    "longrope": Kind(
+        ("short_factor", "long_factor", ORIGINAL),
+        ("factor", MAX, "attention_factor"),
+        _longrope,
+        True,
+        "per-pair factors, long past the original length",
+    ),
+}
+
+
+def frequencies(
+    scaling: RopeScaling | None, dims: int, base: float, length: int
+) -> tuple[FloatArray, float]:
+    """The inverse frequencies RoPE rotates by and the attention factor on cos and sin, for a
+    sequence of ``length`` positions (max position + 1, as transformers' ``seq_len``)."""
+    inv = default_inv_freq(dims, base)
+    if scaling is None:
+        return inv, 1.0
+    scaled, attention = KINDS[scaling.kind].compute(inv, scaling, dims, base, length)
+    return np.asarray(scaled, dtype=np.float64), float(attention)
+
+
+# -- the fixture's ``rope.scaling`` ------------------------------------------------------------
+
+
+def parse_scaling(raw: Any, key: FixtureKey, dims: int, base: float) -> RopeScaling:
+    """``rope.scaling``: ``{type: llama3, factor: 8, ...}`` with the kind's parameters named as
+    config.json names them (``rope_type`` is read as ``type``)."""
+    field = "rope.scaling"
+    if not isinstance(raw, Mapping):
+        raise key(f"got {key.describe(raw)}", "a mapping {type: linear | dynamic | llama3 | "
+                  "yarn | longrope, factor: ..., ...}", field)  # fmt: skip
+    value = {str(k): plain(v) for k, v in raw.items() if v is not None}
+    if "type" in value and "rope_type" in value and value["type"] != value["rope_type"]:
+        raise key("gives both type and rope_type, and they differ", "one of them", field)
+    kind = value.pop("type", value.pop("rope_type", None))
+    value.pop("rope_type", None)
+    if kind not in KINDS:
+        raise key(f"type is {key.describe(kind)}", " | ".join(KINDS) + " (transformers' rope_type)",
+                  f"{field}.type")  # fmt: skip
+    spec = KINDS[kind]
+    known = (*spec.required, *spec.optional)
+    for name in value:
+        if name not in known:
+            raise key(f"has {name!r}, which {kind} does not read",
+                      "only " + ", ".join(known), f"{field}.{name}")  # fmt: skip
+    for name in spec.required:
+        if name not in value:
+            raise key(f"misses {name}", f"{kind} needs " + ", ".join(spec.required), field)
+    params = {name: _parameter(name, value[name], key, dims) for name in known if name in value}
+    scaling = RopeScaling(kind, tuple(params.items()))
+    _check_kind(scaling, key, dims)
+    return scaling
+
+
+def _parameter(name: str, value: Any, key: FixtureKey, dims: int) -> Any:
+    field = f"rope.scaling.{name}"
+    if name == "truncate":
+        if type(value) is not bool:
+            raise key(f"got {key.describe(value)}", "true or false", field)
+        return value
+    if name in ("short_factor", "long_factor"):
+        if not isinstance(value, list) or len(value) != dims // 2:
+            expected = f"a list of {dims // 2} positive numbers, one per rotated pair"
+            raise key(f"got {key.describe(value)}", expected, field)
+        return tuple(_positive(v, key, field) for v in value)
+    if name in (ORIGINAL, MAX):
+        if type(value) is not int or value < 1:
+            raise key(f"got {key.describe(value)}", "a whole number of positions >= 1", field)
+        return value
+    if name in ("mscale", "mscale_all_dim"):
+        return _number(value, key, field)
+    return _positive(value, key, field)
+
+
+def _number(value: Any, key: FixtureKey, field: str) -> float:
+    if type(value) not in (int, float) or not math.isfinite(value):
+        raise key(f"got {key.describe(value)}", "a finite number", field)
+    return float(value)
+
+
+def _positive(value: Any, key: FixtureKey, field: str) -> float:
+    number = _number(value, key, field)
+    if number <= 0:
+        raise key(f"got {key.describe(value)}", "a positive number", field)
+    return number
+
+
+def _check_kind(s: RopeScaling, key: FixtureKey, dims: int) -> None:
+    """What transformers' validation asks of a kind, and what its formulas need."""
+    field = "rope.scaling"
+    if s.kind == "dynamic" and dims <= 2:
+        raise key(f"rotates {dims} dims", "more than 2 (the base grows by a power dims/(dims-2))",
+                  f"{field}.type")  # fmt: skip
+    if s.kind == "llama3" and s.get("high_freq_factor") <= s.get("low_freq_factor"):
+        raise key(f"high_freq_factor is {s.get('high_freq_factor')}",
+                  f"more than low_freq_factor ({s.get('low_freq_factor')})",
+                  f"{field}.high_freq_factor")  # fmt: skip
+    if s.kind in ("yarn", "longrope") and s.get("factor") is None and s.get(MAX) is None:
+        raise key("gives neither factor nor max_position_embeddings",
+                  "one of them (factor = max_position_embeddings / original)", field)  # fmt: skip
