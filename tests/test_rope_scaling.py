@@ -78,6 +78,9 @@ def test_the_attention_factor_multiplies_the_rotated_dims_only() -> None:
 
 
 def _imported(tmp_path: Path, case: str, run_: dict[str, Any]) -> Any:
+    pytest.importorskip(
+        "safetensors", reason="attn import needs safetensors: pip install '.[models]'"
+    )
     np.save(tmp_path / "h.npy", np.array(run_["h"], dtype=np.float64))
     out = tmp_path / f"{case}.npz"
     result = run_cli("import", str(REFERENCE / case), "--hidden", str(tmp_path / "h.npy"),
