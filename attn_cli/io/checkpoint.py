@@ -660,14 +660,28 @@ def _embed(
     ):  # Gemma: sqrt(hidden), rounded to the table's dtype as transformers does
         dtype = reader.entry(prefix, spec[e.tokens], plan)[2].dtype
         x = x * _round_to(e.scale, dtype)
+    if e.multiplier is not None:  # Granite: embeddings * embedding_multiplier
+        x = x * e.multiplier
     if e.positions is not None:
-        x = x + table(e.positions, list(range(len(ids))), "position")
+        x = x + table(e.positions, _positions(ids, e.position_offset), "position")
     if e.types is not None:
         x = x + table(e.types, types, "token type")
     if e.norm is not None:
         norm = {r: reader.read(prefix, spec[r], plan) for r in (e.norm.weight, e.norm.bias) if r}
         x = _normalize(x, e.norm, norm)
     return x
+
+
+def _positions(ids: list[int], pad: int | None) -> list[int]:
+    """0..T-1; RoBERTa's from its padding_idx: pad + 1, pad + 2, ... over the tokens that are not
+    pad, pad itself for a pad token (transformers' create_position_ids_from_input_ids)."""
+    if pad is None:
+        return list(range(len(ids)))
+    out, seen = [], 0
+    for i in ids:
+        seen += i != pad
+        out.append(pad + seen if i != pad else pad)
+    return out
 
 
 def _round_to(x: float, dtype: str) -> float:
@@ -689,7 +703,7 @@ def _normalize(x: FloatArray, norm: Norm, tensors: Mapping[str, FloatArray]) -> 
     :func:`_inverse_root`); rows of 1e200 or 1e-200 normalise as rows of 1 would.
     """
     x = x.astype(np.float64)
-    w = tensors[norm.weight].astype(np.float64)
+    w = tensors[norm.weight].astype(np.float64) if norm.weight else np.float64(1.0)
     s = _row_scale(x)  # (..., 1)
     xs = x / s  # (..., C), every |value| < 1
     if norm.kind == "layer":
@@ -747,6 +761,9 @@ def _x_note(plan: LayerPlan, from_text: bool) -> str:
         parts = ["token"] + (["position"] if e.positions else []) + (["type"] if e.types else [])
         made = " + ".join(parts) + " embeddings"
         made += " * sqrt(hidden)" if e.scale else ""
+        made += f" * embedding_multiplier {e.multiplier:g}" if e.multiplier is not None else ""
+        if e.position_offset is not None:
+            made += f" (positions from {e.position_offset + 1})"
         made += ", then the embedding LayerNorm" if e.norm else ""
     elif plan.pre_norm is None:
         made = "the given hidden states as they are (post-norm: the layer consumes them so)"
@@ -771,10 +788,30 @@ def _weights(plan: LayerPlan, t: Mapping[str, FloatArray]) -> dict[str, FloatArr
             "W_V": W[:, 2 * C :], "b_V": b[2 * C :], "W_O": t["o.weight"], "b_O": t["o.bias"],
         }  # fmt: skip
     out: dict[str, FloatArray] = {}
+    if plan.layout in ("qkv_rows", "qkv_heads"):  # nn.Linear [out, in] of Q, K, V together
+        t = {**t, **_split_qkv(plan, t)}
     for x in ("Q", "K", "V", "O"):
         out[f"W_{x}"] = t[f"{x.lower()}.weight"].T  # nn.Linear [out, in] -> (in, out)
         if f"{x.lower()}.bias" in t:
             out[f"b_{x}"] = t[f"{x.lower()}.bias"]
+    return out
+
+
+def _split_qkv(plan: LayerPlan, t: Mapping[str, FloatArray]) -> dict[str, FloatArray]:
+    """A fused qkv nn.Linear's rows as q, k and v: Phi-3's Q | K | V blocks, or GPT-NeoX's
+    rows per head [heads, 3, head_dim] (q_h, k_h, v_h side by side)."""
+    H, Hkv, D = plan.heads, plan.kv_heads, plan.head_dim
+    out: dict[str, FloatArray] = {}
+    for part in ("weight", "bias"):
+        fused = t.get(f"qkv.{part}")
+        if fused is None:
+            continue
+        if plan.layout == "qkv_rows":
+            q, k, v = np.split(fused, [H * D, (H + Hkv) * D], axis=0)
+        else:
+            per_head = fused.reshape(H, 3, D, *fused.shape[1:])
+            q, k, v = (per_head[:, i].reshape(H * D, *fused.shape[1:]) for i in range(3))
+        out.update({f"q.{part}": q, f"k.{part}": k, f"v.{part}": v})
     return out
 
 
@@ -819,7 +856,9 @@ def _fixture(
     if plan.sinks:
         f["sinks"] = t["sinks"]
     if plan.qk_norm_eps is not None:
-        f["qk_norm"] = {"q_weight": t["q_norm.weight"], "k_weight": t["k_norm.weight"],
+        plus = 1.0 if plan.qk_norm_kind == "rms1p" else 0.0  # Gemma 3: x̂ * (1 + weight)
+        f["qk_norm"] = {"q_weight": plus + t["q_norm.weight"].astype(np.float64),
+                        "k_weight": plus + t["k_norm.weight"].astype(np.float64),
                         "eps": plan.qk_norm_eps}  # fmt: skip
     return f
 

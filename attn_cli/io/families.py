@@ -22,13 +22,18 @@ import json
 import math
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 from attn_cli.errors import InputError, field_name
 
-LLAMA_LIKE = ("llama", "mistral", "qwen2", "qwen3", "gemma2", "gpt_oss")
-FAMILIES = ("bert", "gpt2", *LLAMA_LIKE)
+ROBERTA_LIKE = ("roberta", "xlm-roberta", "camembert")  # BERT with positions from pad + 1
+FAMILIES = (
+    "bert", *ROBERTA_LIKE, "distilbert", "gpt2", "llama", "mistral", "mixtral", "ministral",
+    "qwen2", "qwen2_moe", "qwen3", "qwen3_moe", "gemma", "gemma2", "gemma3_text", "gpt_oss",
+    "granite", "smollm3", "starcoder2", "olmo", "olmo2", "olmo3", "exaone4", "phi3", "phi",
+    "stablelm", "gpt_neox", "cohere", "cohere2", "ernie4_5", "glm4",
+)  # fmt: skip
 
 NormKind = Literal["layer", "rms", "rms1p"]
 _REQUIRED: Any = object()
@@ -49,7 +54,7 @@ class Norm:
 
     kind: NormKind
     eps: float
-    weight: str  # role of the weight tensor
+    weight: str | None  # role of the weight tensor (None: OLMo's LayerNorm has none)
     bias: str | None = None  # role of the bias tensor (LayerNorm)
 
 
@@ -61,7 +66,9 @@ class Embedding:
     positions: str | None = None
     types: str | None = None
     norm: Norm | None = None
-    scale: float | None = None
+    scale: float | None = None  # Gemma: sqrt(hidden), rounded to the table's dtype
+    multiplier: float | None = None  # Granite's embedding_multiplier
+    position_offset: int | None = None  # RoBERTa: positions start at pad_token_id + 1
 
 
 @dataclass(frozen=True)
@@ -70,7 +77,7 @@ class Rope:
 
     base: float
     dims: int
-    layout: Literal["half"] = "half"
+    layout: Literal["half", "interleaved"] = "half"
     # RoPE scaling as a fixture's rope.scaling: {type: llama3, factor: 8, ...}; None: none
     scaling: tuple[tuple[str, Any], ...] | None = None
 
@@ -86,7 +93,7 @@ class LayerPlan:
     heads: int
     kv_heads: int
     head_dim: int
-    layout: Literal["linear", "conv1d"]
+    layout: Literal["linear", "conv1d", "qkv_rows", "qkv_heads"]
     anchor: str  # a regex of a tensor of every layer; its match finds the checkpoint's prefix
     tensors: tuple[Tensor, ...]  # the layer's tensors, all required
     embed_tensors: tuple[Tensor, ...]  # read only to embed --text
@@ -98,6 +105,7 @@ class LayerPlan:
     window: int | None = None
     softcap: float | None = None
     qk_norm_eps: float | None = None
+    qk_norm_kind: Literal["rms", "rms1p"] = "rms"  # Gemma 3's q/k norms scale by 1 + weight
     sinks: bool = False
     notes: tuple[str, ...] = ()
     block: str = ""  # the layer's own prefix (``layers.3.``): its modules below are checked
@@ -151,11 +159,11 @@ class Config:
             return None
         return self.number(key, default)
 
-    def optional_whole(self, key: str, default: int) -> int | None:
+    def optional_whole(self, key: str, default: int, minimum: int = 1) -> int | None:
         """The whole number, or None where config.json says null."""
         if key in self.data and self.data[key] is None:
             return None
-        return self.whole(key, default)
+        return self.whole(key, default, minimum)
 
 
 def family_of(config: Config, arch: str | None) -> str:
@@ -177,8 +185,10 @@ def family_of(config: Config, arch: str | None) -> str:
 
 def plan_layer(config: Config, family: str, layer: int) -> LayerPlan:
     """The plan of layer ``layer`` of a checkpoint of ``family`` described by ``config``."""
-    if family == "bert":
-        return _bert(config, layer)
+    if family == "bert" or family in ROBERTA_LIKE:
+        return _bert(config, layer, family)
+    if family == "distilbert":
+        return _distilbert(config, layer)
     if family == "gpt2":
         return _gpt2(config, layer)
     return _llama_like(config, family, layer)
@@ -203,8 +213,9 @@ def _heads(config: Config, hidden: int, heads_key: str) -> int:
     return heads
 
 
-def _bert(config: Config, layer: int) -> LayerPlan:
-    """BERT: nn.Linear query/key/value/attention.output.dense, post-norm, learned positions."""
+def _bert(config: Config, layer: int, family: str = "bert") -> LayerPlan:
+    """BERT: nn.Linear query/key/value/attention.output.dense, post-norm, learned positions
+    (RoBERTa, XLM-R, CamemBERT: the same layer, positions counted from pad_token_id + 1)."""
     kind = config.data.get("position_embedding_type", "absolute")
     if kind != "absolute":
         raise config.error(
@@ -237,17 +248,54 @@ def _bert(config: Config, layer: int) -> LayerPlan:
         Tensor("embed.norm.bias", "embeddings.LayerNorm.bias", (C,)),
     )  # fmt: skip
     return LayerPlan(
-        family="bert", layer=layer, layers=layers, hidden=C, heads=H, kv_heads=H,
+        layer=layer, layers=layers, hidden=C, heads=H, kv_heads=H,
         head_dim=C // H, layout="linear",
         anchor=r"encoder\.layer\.\d+\.attention\.self\.query\.weight",
         tensors=tensors, embed_tensors=embed, pre_norm=None,
         embedding=Embedding(
             "embed.tokens", "embed.positions", "embed.types",
             Norm("layer", eps, "embed.norm.weight", "embed.norm.bias"),
+            position_offset=config.whole("pad_token_id", 1, minimum=0)
+            if family in ROBERTA_LIKE else None,
         ),
-        causal=False, scale=(C // H) ** -0.5,
+        causal=False, scale=(C // H) ** -0.5, family=family,
         block=f"encoder.layer.{layer}.", scopes=("attention.",),
         unused=r"attention\.output\.LayerNorm\.(weight|bias)",  # after the residual add
+    )  # fmt: skip
+
+
+def _distilbert(config: Config, layer: int) -> LayerPlan:
+    """DistilBERT: q_lin/k_lin/v_lin/out_lin, post-norm, learned positions, no token types."""
+    if config.flag("sinusoidal_pos_embds", False):
+        raise config.error(
+            "sinusoidal_pos_embds", "is not supported", "false (a learned position table)"
+        )
+    layers = _check_layer(config, "n_layers", layer)
+    C = config.whole("dim")
+    H = _heads(config, C, "n_heads")
+    p = f"transformer.layer.{layer}.attention."
+    tensors = tuple(
+        Tensor(f"{x}.{part}", f"{p}{name}.{part}", (C, C) if part == "weight" else (C,))
+        for x, name in (("q", "q_lin"), ("k", "k_lin"), ("v", "v_lin"), ("o", "out_lin"))
+        for part in ("weight", "bias")
+    )
+    embed = (
+        Tensor("embed.tokens", "embeddings.word_embeddings.weight",
+               (config.whole("vocab_size"), C)),
+        Tensor("embed.positions", "embeddings.position_embeddings.weight",
+               (config.whole("max_position_embeddings", 512), C)),
+        Tensor("embed.norm.weight", "embeddings.LayerNorm.weight", (C,)),
+        Tensor("embed.norm.bias", "embeddings.LayerNorm.bias", (C,)),
+    )  # fmt: skip
+    return LayerPlan(
+        family="distilbert", layer=layer, layers=layers, hidden=C, heads=H, kv_heads=H,
+        head_dim=C // H, layout="linear",
+        anchor=r"transformer\.layer\.\d+\.attention\.q_lin\.weight",
+        tensors=tensors, embed_tensors=embed, pre_norm=None,
+        embedding=Embedding("embed.tokens", "embed.positions",
+                            norm=Norm("layer", 1e-12, "embed.norm.weight", "embed.norm.bias")),
+        causal=False, scale=(C // H) ** -0.5,
+        block=f"transformer.layer.{layer}.", scopes=("attention.",),
     )  # fmt: skip
 
 
@@ -289,101 +337,225 @@ def _gpt2(config: Config, layer: int) -> LayerPlan:
     )  # fmt: skip
 
 
-# Defaults of the transformers config classes where they differ between llama-like families.
-_HEAD_DIM = {"qwen3": 128, "gemma2": 256, "gpt_oss": 64}
-_THETA = {"gpt_oss": 150000.0}
-_EPS = {"gpt_oss": 1e-5}
-_BIAS = {"gpt_oss": True}  # attention_bias default; qwen2's q/k/v always have biases
-# Families whose attention reads attention_bias; Mistral has no biases, Qwen2 only q/k/v ones.
-_READS_BIAS = ("llama", "qwen3", "gemma2", "gpt_oss")
+# ---------------------------------------------------------------------------------------------
+# Decoders with q/k/v/o projections: where each family's transformers 5.24 code differs from
+# Llama's (its configuration_*.py defaults and modeling_*.py attention)
+
+WindowRule = Literal["none", "all", "types", "qwen", "qwen2_moe", "smollm3", "ministral"]
+QKNorm = Literal["", "rms", "rms1p"]
+
+
+@dataclass(frozen=True)
+class Arch:
+    """One decoder family's attention; each field's default is what Llama does."""
+
+    head_dim: int | None = None  # the config class's head_dim (None: hidden / heads)
+    theta: float = 10000.0  # the config class's default_theta
+    eps: tuple[str | None, float] = ("rms_norm_eps", 1e-6)  # the norms' eps key (None: fixed)
+    norm: NormKind | None = "rms"  # the pre-attention norm; None: none (norms after attention)
+    norm_bias: bool = False  # a LayerNorm with a bias (StarCoder 2, Phi, StableLM, GPT-NeoX)
+    norm_weight: bool = True  # OLMo's LayerNorm has no parameters
+    qkv_bias: str | bool = "attention_bias"  # the key turning q/k/v biases on, or always / never
+    o_bias: str | bool = "attention_bias"  # the same for the output projection
+    bias_default: bool = False  # the default of those keys
+    qk_norm: QKNorm = ""  # an RMSNorm of q and k before RoPE (per head, or OLMo's whole)
+    qk_whole: bool = False  # over the whole projection (OLMo 2 and 3), not each head
+    layout: Literal["half", "interleaved"] = "half"  # rotate_half, or pairs (2i, 2i+1)
+    partial: float | None = None  # partial_rotary_factor's default, where the family reads it
+    window: WindowRule = "none"  # which layers slide (see _window)
+    window_default: int | None = 4096
+    pattern: int = 2  # the default layer_types: sliding iff (layer + 1) % pattern
+    nope: Literal["", "full", "smollm3"] = ""  # layers without RoPE
+    by_type: tuple[float, float] | None = None  # RoPE per layer type: sliding, full theta
+    scale: Literal["head_dim", "query_pre_attn_scalar", "attention_multiplier"] = "head_dim"
+    embed: Literal["", "sqrt", "multiplier"] = ""  # Gemma's sqrt(hidden), Granite's multiplier
+    softcap: bool = False
+    sinks: bool = False
+    fused: Literal["", "rows", "heads"] = ""  # Phi-3's qkv_proj Q|K|V; GPT-NeoX's [H, 3, D]
+    attn: str = "self_attn"  # the attention module
+    qkv_name: str = "qkv_proj"
+    o_name: str = "o_proj"
+    embed_name: str = "embed_tokens"  # GPT-NeoX: embed_in
+
+
+_MISTRAL = Arch(qkv_bias=False, o_bias=False, window="all")
+_GEMMA = Arch(head_dim=256, norm="rms1p", embed="sqrt")
+_LN = Arch(norm="layer", norm_bias=True)  # a LayerNorm with weight and bias
+ARCHS: dict[str, Arch] = {
+    "llama": Arch(),
+    "mistral": _MISTRAL,
+    "mixtral": replace(_MISTRAL, theta=1e6, eps=("rms_norm_eps", 1e-5), window_default=None),
+    "ministral": replace(_MISTRAL, window="ministral"),
+    "qwen2": Arch(qkv_bias=True, o_bias=False, window="qwen"),
+    "qwen2_moe": Arch(qkv_bias="qkv_bias", o_bias=False, bias_default=True, window="qwen2_moe"),
+    "qwen3": Arch(head_dim=128, qk_norm="rms", window="qwen"),
+    "qwen3_moe": Arch(qk_norm="rms", window="all"),
+    "gemma": _GEMMA,
+    "gemma2": replace(_GEMMA, scale="query_pre_attn_scalar", softcap=True, window="types"),
+    "gemma3_text": replace(_GEMMA, scale="query_pre_attn_scalar", qk_norm="rms1p",
+                           window="types", pattern=6, by_type=(1e4, 1e6)),
+    "gpt_oss": Arch(head_dim=64, theta=150000.0, eps=("rms_norm_eps", 1e-5), bias_default=True,
+                    window="types", window_default=128, sinks=True),
+    "granite": Arch(scale="attention_multiplier", embed="multiplier"),
+    "smollm3": Arch(theta=2e6, window="smollm3", window_default=None, nope="smollm3"),
+    "starcoder2": replace(_LN, eps=("norm_epsilon", 1e-5), qkv_bias="use_bias",
+                       o_bias="use_bias", bias_default=True, window="all", window_default=None),
+    "olmo": Arch(eps=(None, 1e-5), norm="layer", norm_weight=False),
+    "olmo2": Arch(eps=("rms_norm_eps", 1e-5), norm=None, qk_norm="rms", qk_whole=True),
+    "olmo3": Arch(theta=5e5, eps=("rms_norm_eps", 1e-5), norm=None, qk_norm="rms", qk_whole=True,
+                  window="types", pattern=4, by_type=(5e5, 5e5)),
+    "exaone4": Arch(eps=("rms_norm_eps", 1e-5), norm=None, qkv_bias=False, o_bias=False,
+                    qk_norm="rms", window="types", pattern=4, nope="full"),
+    "phi3": Arch(eps=("rms_norm_eps", 1e-5), qkv_bias=False, o_bias=False, partial=1.0,
+                 window="all", window_default=None, fused="rows"),
+    "phi": replace(_LN, eps=("layer_norm_eps", 1e-5), qkv_bias=True, o_bias=True, partial=0.5,
+                o_name="dense"),
+    "stablelm": replace(_LN, eps=("layer_norm_eps", 1e-5), qkv_bias="use_qkv_bias",
+                     o_bias=False, partial=0.25),
+    "gpt_neox": replace(_LN, eps=("layer_norm_eps", 1e-5), bias_default=True, partial=0.25,
+                     fused="heads", attn="attention", qkv_name="query_key_value",
+                     o_name="dense", embed_name="embed_in"),
+    "cohere": Arch(theta=5e5, eps=("layer_norm_eps", 1e-5), norm="layer", layout="interleaved"),
+    "cohere2": Arch(eps=("layer_norm_eps", 1e-5), norm="layer", layout="interleaved",
+                    window="types", pattern=4, nope="full"),
+    "ernie4_5": Arch(head_dim=128, theta=5e5, eps=("rms_norm_eps", 1e-5), qkv_bias="use_bias",
+                     o_bias="use_bias", layout="interleaved"),
+    "glm4": Arch(head_dim=128, eps=("rms_norm_eps", 1.5625e-7), o_bias=False, bias_default=True,
+                 layout="interleaved", partial=0.5),
+}  # fmt: skip
 
 
 def _llama_like(config: Config, family: str, layer: int) -> LayerPlan:
-    """Llama, Mistral, Qwen2, Qwen3, Gemma 2, gpt-oss: q/k/v/o_proj, GQA, RMSNorm, RoPE."""
+    """A decoder with q/k/v/o projections (or a fused qkv), GQA, a norm, RoPE: ARCHS[family]."""
+    arch = ARCHS[family]
     layers = _check_layer(config, "num_hidden_layers", layer)
+    if arch.embed == "sqrt" and config.flag("use_bidirectional_attention", False):
+        raise config.error("use_bidirectional_attention", "is not supported", "false (causal)")
     C = config.whole("hidden_size")
     H = config.whole("num_attention_heads")
     Hkv = config.whole("num_key_value_heads", H)
     if H % Hkv:
         raise config.error("num_key_value_heads", f"{Hkv} does not divide {H} heads", "a divisor")
-    given = config.data.get("head_dim", _HEAD_DIM.get(family))
-    D = (
-        C // _heads(config, C, "num_attention_heads")
-        if given is None
-        else config.whole("head_dim", given)
-    )
-    bias = family in _READS_BIAS and config.flag("attention_bias", _BIAS.get(family, False))
-    tensors = _llama_tensors(family, f"layers.{layer}.", (C, H, Hkv, D), bias)
-    eps = config.number("rms_norm_eps", _EPS.get(family, 1e-6))
-    gemma = family == "gemma2"
-    embed = (Tensor("embed.tokens", "embed_tokens.weight", (config.whole("vocab_size"), C)),)
-    if "layer_types" in KEYS[family].reads and config.has("layer_types"):
-        _layer_type(config, family, layer, layers)  # the whole list checked, window or not
+    D = _head_dim(config, family, arch, C)
+    key, eps_default = arch.eps
+    eps = eps_default if key is None else config.number(key, eps_default)
+    p = f"layers.{layer}."
+    tensors = _llama_tensors(config, arch, p, (C, H, Hkv, D))
+    embed = (Tensor("embed.tokens", f"{arch.embed_name}.weight", (config.whole("vocab_size"), C)),)
+    kind = _layer_type(config, family, layer, layers)  # the whole list checked, used or not
     window, window_note = _window(config, family, layer, layers)
-    scale = config.number("query_pre_attn_scalar", 256.0) ** -0.5 if gemma else D**-0.5
-    softcap = config.optional_number("attn_logit_softcapping", 50.0) if gemma else None
-    if gemma and config.flag("use_bidirectional_attention", False):
-        raise config.error("use_bidirectional_attention", "is not supported", "false (causal)")
-    rope, rope_note = _rope(config, family, D)
+    rope, rope_note = _rope(config, family, D, layer, kind)
     notes = [n for n in (window_note, rope_note) if n]
-    if gemma:
-        notes.append(
-            "Gemma 2 applies post_attention_layernorm to o_proj's output before the residual "
-            "add: projected is o_proj's output, before that norm"
-        )
+    notes += _arch_notes(family, arch)
+    norm_roles = ("norm.weight" if arch.norm_weight else None,
+                  "norm.bias" if arch.norm_bias else None)  # fmt: skip
     return LayerPlan(
         family=family, layer=layer, layers=layers, hidden=C, heads=H, kv_heads=Hkv, head_dim=D,
-        layout="linear", anchor=r"layers\.\d+\.self_attn\.q_proj\.weight",
+        layout=_LAYOUTS[arch.fused],
+        anchor=rf"layers\.\d+\.{arch.attn}\.{arch.qkv_name if arch.fused else 'q_proj'}\.weight",
         tensors=tensors, embed_tensors=embed,
-        pre_norm=Norm("rms1p" if gemma else "rms", eps, "norm.weight"),
-        embedding=Embedding("embed.tokens", scale=math.sqrt(C) if gemma else None),
-        causal=True, scale=scale, rope=rope, window=window,
-        softcap=softcap, qk_norm_eps=eps if family == "qwen3" else None,
-        sinks=family == "gpt_oss", notes=tuple(notes),
-        block=f"layers.{layer}.", scopes=("self_attn.", "input_layernorm."),
-        unused=r"self_attn\.rotary_emb\.inv_freq",  # a buffer older checkpoints saved
+        pre_norm=None if arch.norm is None else Norm(arch.norm, eps, *norm_roles),
+        embedding=Embedding("embed.tokens", scale=math.sqrt(C) if arch.embed == "sqrt" else None,
+                            multiplier=_multiplier(config, arch)),
+        causal=True, scale=_scale(config, arch, D), rope=rope, window=window,
+        softcap=config.optional_number("attn_logit_softcapping", 50.0) if arch.softcap else None,
+        qk_norm_eps=eps if arch.qk_norm else None, qk_norm_kind=arch.qk_norm or "rms",
+        sinks=arch.sinks, notes=tuple(notes),
+        block=p, scopes=(f"{arch.attn}.", "input_layernorm."),
+        unused=rf"{arch.attn}\.(rotary_emb\.inv_freq|masked_bias|bias)",  # buffers once saved
     )  # fmt: skip
 
 
-def _llama_tensors(
-    family: str, p: str, sizes: tuple[int, int, int, int], bias: bool
-) -> tuple[Tensor, ...]:
-    """The attention tensors of one llama-like layer; biases where the architecture has them.
+_LAYOUTS: dict[str, Literal["linear", "qkv_rows", "qkv_heads"]] = {
+    "": "linear", "rows": "qkv_rows", "heads": "qkv_heads"}  # fmt: skip
 
-    As transformers builds the layer: q/k/v biases with ``attention_bias`` (Qwen2: always), an
-    o_proj bias with ``attention_bias``; a bias a checkpoint holds beyond that is not used.
+
+def _head_dim(config: Config, family: str, arch: Arch, hidden: int) -> int:
+    """config.json's head_dim, else the config class's default, else hidden / heads."""
+    if family == "cohere2" or arch.fused == "heads" or family == "stablelm":
+        return hidden // _heads(config, hidden, "num_attention_heads")  # hidden / heads always
+    given = config.data.get("head_dim", arch.head_dim)
+    if given is None:
+        return hidden // _heads(config, hidden, "num_attention_heads")
+    return config.whole("head_dim", given)
+
+
+def _scale(config: Config, arch: Arch, head_dim: int) -> float:
+    if arch.scale == "query_pre_attn_scalar":
+        return float(config.number("query_pre_attn_scalar", 256.0) ** -0.5)
+    if arch.scale == "attention_multiplier":
+        return config.number("attention_multiplier", 1.0)
+    return float(head_dim**-0.5)
+
+
+def _multiplier(config: Config, arch: Arch) -> float | None:
+    """Granite's embedding_multiplier (transformers multiplies the embeddings by it)."""
+    return config.number("embedding_multiplier", 1.0) if arch.embed == "multiplier" else None
+
+
+def _bias(config: Config, arch: Arch, which: str | bool) -> bool:
+    return which if isinstance(which, bool) else config.flag(which, arch.bias_default)
+
+
+def _llama_tensors(
+    config: Config, arch: Arch, p: str, sizes: tuple[int, int, int, int]
+) -> tuple[Tensor, ...]:
+    """The attention tensors of one layer, with the biases the family's code builds.
+
+    A bias a checkpoint holds beyond those is not used by transformers: check_tensors refuses it.
     """
     C, H, Hkv, D = sizes
-    a = f"{p}self_attn."
-    tensors = [
-        Tensor("q.weight", f"{a}q_proj.weight", (H * D, C)),
-        Tensor("k.weight", f"{a}k_proj.weight", (Hkv * D, C)),
-        Tensor("v.weight", f"{a}v_proj.weight", (Hkv * D, C)),
-        Tensor("o.weight", f"{a}o_proj.weight", (C, H * D)),
-        Tensor("norm.weight", f"{p}input_layernorm.weight", (C,)),
-    ]
-    if bias or family == "qwen2":
+    a = f"{p}{arch.attn}."
+    qkv_bias, o_bias = _bias(config, arch, arch.qkv_bias), _bias(config, arch, arch.o_bias)
+    tensors: list[Tensor] = []
+    if arch.fused:
+        rows = (H + 2 * Hkv) * D
+        tensors.append(Tensor("qkv.weight", f"{a}{arch.qkv_name}.weight", (rows, C)))
+        if qkv_bias:
+            tensors.append(Tensor("qkv.bias", f"{a}{arch.qkv_name}.bias", (rows,)))
+    else:
+        for x, n in (("q", H), ("k", Hkv), ("v", Hkv)):
+            tensors.append(Tensor(f"{x}.weight", f"{a}{x}_proj.weight", (n * D, C)))
+            if qkv_bias:
+                tensors.append(Tensor(f"{x}.bias", f"{a}{x}_proj.bias", (n * D,)))
+    tensors.append(Tensor("o.weight", f"{a}{arch.o_name}.weight", (C, H * D)))
+    if o_bias:
+        tensors.append(Tensor("o.bias", f"{a}{arch.o_name}.bias", (C,)))
+    if arch.norm is not None and arch.norm_weight:
+        tensors.append(Tensor("norm.weight", f"{p}input_layernorm.weight", (C,)))
+    if arch.norm_bias:
+        tensors.append(Tensor("norm.bias", f"{p}input_layernorm.bias", (C,)))
+    if arch.qk_norm:
+        q, k = ((H * D,), (Hkv * D,)) if arch.qk_whole else ((D,), (D,))
         tensors += [
-            Tensor("q.bias", f"{a}q_proj.bias", (H * D,)),
-            Tensor("k.bias", f"{a}k_proj.bias", (Hkv * D,)),
-            Tensor("v.bias", f"{a}v_proj.bias", (Hkv * D,)),
+            Tensor("q_norm.weight", f"{a}q_norm.weight", q),
+            Tensor("k_norm.weight", f"{a}k_norm.weight", k),
         ]
-    if bias:
-        tensors.append(Tensor("o.bias", f"{a}o_proj.bias", (C,)))
-    if family == "qwen3":
-        tensors += [
-            Tensor("q_norm.weight", f"{a}q_norm.weight", (D,)),
-            Tensor("k_norm.weight", f"{a}k_norm.weight", (D,)),
-        ]
-    if family == "gpt_oss":
+    if arch.sinks:
         tensors.append(Tensor("sinks", f"{a}sinks", (H,)))
     return tuple(tensors)
 
 
-# Families whose transformers code rotates only partial_rotary_factor * head_dim dims. None of
-# the llama-like ones does (their compute_default_rope_parameters uses the whole head_dim),
-# so for them the factor is ignored, as transformers ignores it, and a note says so.
-_PARTIAL_ROTARY: frozenset[str] = frozenset()
+def _arch_notes(family: str, arch: Arch) -> list[str]:
+    """What the trace shows differently from the model's own layer, said once."""
+    notes = []
+    if arch.fused == "rows":
+        notes.append(f"{arch.qkv_name} rows are split into W_Q | W_K | W_V in that order")
+    if arch.fused == "heads":
+        notes.append(f"{arch.qkv_name} rows are per head [heads, 3, head_dim]: q_h, k_h, v_h")
+    if arch.norm is None:
+        notes.append(
+            f"{family} has no norm before attention (it normalises the attention output): "
+            "projected is the output projection's, before that norm"
+        )
+    elif family.startswith("gemma2") or family.startswith("gemma3"):
+        notes.append(
+            f"{family} applies post_attention_layernorm to o_proj's output before the residual "
+            "add: projected is o_proj's output, before that norm"
+        )
+    if arch.qk_norm == "rms1p":
+        notes.append("q_norm / k_norm scale by 1 + weight (Gemma): the fixture holds 1 + weight")
+    return notes
 
 
 _ROPE_KEYS = ("rope_type", "type", "rope_theta", "partial_rotary_factor")  # of a default rope
@@ -400,8 +572,10 @@ def _rope_mapping(config: Config) -> tuple[Any, str]:
 
 
 # GptOssConfig's rope_parameters when config.json has none (transformers 5.24)
-_GPT_OSS_ROPE = {"rope_type": "yarn", "factor": 32.0, "beta_fast": 32.0, "beta_slow": 1.0,
-                 "truncate": False, "original_max_position_embeddings": 4096}  # fmt: skip
+_GPT_OSS_ROPE: dict[str, Any] = {
+    "rope_type": "yarn", "factor": 32.0, "beta_fast": 32.0, "beta_slow": 1.0,
+    "truncate": False, "original_max_position_embeddings": 4096,
+}  # fmt: skip
 # What transformers' ROPE_INIT_FUNCTIONS read of each kind besides rope_theta, and from where:
 # the rope mapping, or config.json's max_position_embeddings (core/rope_scaling.py's KINDS).
 _SCALED_READS = {
@@ -414,13 +588,18 @@ _SCALED_READS = {
                  "attention_factor"),
 }  # fmt: skip
 _WITH_ORIGINAL = ("llama3", "yarn", "longrope")  # standardize_rope_params fills it in
+_LAYER_TYPES = ("sliding_attention", "full_attention")
+_PHI3_RENAMED = {"su": "longrope", "yarn": "longrope"}  # Phi3Config renames both to longrope
 
 
 def _scaling(
-    config: Config, key: str, params: Mapping[str, Any], rope_type: Any
+    config: Config, key: str, params: Mapping[str, Any], rope_type: Any, family: str
 ) -> tuple[tuple[str, Any], ...] | None:
     """The fixture's rope.scaling from the rope mapping, as transformers' rope init functions
-    read it; any other key of the mapping is refused (a rope attn would silently not apply)."""
+    read it; any other key of the mapping is refused (a rope attn would silently not apply).
+
+    A top-level original_max_position_embeddings wins over the mapping's, as in transformers'
+    standardize_rope_params (Phi3Config has one whatever config.json says: 4096)."""
     reads = _SCALED_READS.get(rope_type, ()) if isinstance(rope_type, str) else ()
     if rope_type != "default" and not reads:
         raise config.error(
@@ -437,9 +616,11 @@ def _scaling(
     if rope_type == "default":
         return None
     found = {k: params[k] for k in reads if params.get(k) is not None}
-    if rope_type in _WITH_ORIGINAL:
-        found.setdefault("original_max_position_embeddings", config.whole(
-            "max_position_embeddings"))  # fmt: skip
+    original = "original_max_position_embeddings"
+    if rope_type in _WITH_ORIGINAL and (config.has(original) or family == "phi3"):
+        found[original] = config.whole(original, 4096)
+    elif rope_type in _WITH_ORIGINAL:
+        found.setdefault(original, config.whole("max_position_embeddings"))
     if rope_type not in ("linear", "llama3"):  # dynamic's length; yarn's, longrope's factor
         found["max_position_embeddings"] = config.whole("max_position_embeddings")
     return (("type", rope_type), *found.items())
@@ -452,50 +633,134 @@ def _scaling_note(scaling: tuple[tuple[str, Any], ...] | None) -> str:
     return f"RoPE scaling {kind}, as transformers' {kind} rope init computes it"
 
 
-def _rope(config: Config, family: str, head_dim: int) -> tuple[Rope, str]:
-    """RoPE base and rotated dims from ``rope_parameters`` (transformers 5) or the legacy keys."""
-    params, key = _rope_mapping(config)
-    params = {} if params is None else params
+def _typed_rope(config: Config, family: str, kind: str) -> tuple[dict[str, Any], str, float]:
+    """Gemma 3's and OLMo 3's RoPE of one layer type: rope_parameters keyed by layer type (as
+    transformers 5 writes it), or the legacy keys (rope_theta and rope_scaling for full layers,
+    Gemma 3's rope_local_base_freq for sliding ones); with the type's default theta."""
+    arch = ARCHS[family]
+    assert arch.by_type is not None
+    default = arch.by_type[kind == "full_attention"]
+    params = config.data.get("rope_parameters")
+    if isinstance(params, Mapping) and set(params) & set(_LAYER_TYPES):
+        if config.data.get("rope_scaling") or set(params) - set(_LAYER_TYPES):
+            raise config.error(
+                "rope_parameters", f"got {_shown(params)} beside rope_scaling or other keys",
+                "a mapping per layer type (sliding_attention, full_attention) alone",
+            )  # fmt: skip
+        one = params.get(kind) or {}
+        if not isinstance(one, Mapping):
+            raise config.error(f"rope_parameters.{kind}", f"got {_shown(one)}", "a mapping")
+        return dict(one), f"rope_parameters.{kind}", default
+    if kind == "full_attention":
+        one, key = _rope_mapping(config)
+        one = dict(one or {})
+        one.setdefault("rope_theta", config.number("rope_theta", default))
+        return one, key, default
+    theta = config.number("rope_local_base_freq", default) if family == "gemma3_text" else default
+    return {"rope_type": "default", "rope_theta": theta}, "rope_local_base_freq", default
+
+
+def _rope(
+    config: Config, family: str, head_dim: int, layer: int, kind: str
+) -> tuple[Rope | None, str]:
+    """RoPE of this layer: base, rotated dims, layout, scaling, from ``rope_parameters``
+    (transformers 5) or the legacy keys; None on a family's layers without RoPE."""
+    arch = ARCHS[family]
+    nope = _nope(config, family, layer, kind)
+    if nope:
+        return None, nope
+    if arch.by_type is not None:
+        params, key, theta = _typed_rope(config, family, kind)
+    else:
+        params, key = _rope_mapping(config)
+        params, theta = ({} if params is None else params), arch.theta
     if not isinstance(params, Mapping) or any(isinstance(v, Mapping) for v in params.values()):
         raise config.error(key, f"got {_shown(params)}", "one mapping such as {rope_type: default}")
     if family == "gpt_oss" and key == "rope_scaling" and not params:
-        params = _GPT_OSS_ROPE  # GptOssConfig's default when the config says nothing
+        params = dict(_GPT_OSS_ROPE)  # GptOssConfig's default when the config says nothing
     rope_type = params.get("rope_type", params.get("type", "default"))
-    scaling = _scaling(config, key, params, rope_type)
+    if family == "phi3":
+        rope_type = _PHI3_RENAMED.get(rope_type, rope_type)
+    scaling = _scaling(config, key, params, rope_type, family)
     given = Config(params, config.source)
+    legacy = "rotary_emb_base" if family == "gpt_neox" else "rope_theta"
     base = (given if "rope_theta" in params else config).number(
-        "rope_theta", _THETA.get(family, 10000.0)
+        "rope_theta" if "rope_theta" in params else legacy, theta
     )
-    factor = (given if "partial_rotary_factor" in params else config).number(
-        "partial_rotary_factor", 1.0
+    if arch.partial is None:  # check_keys notes (or refuses) the factor it ignores
+        note = _scaling_note(scaling)
+        return Rope(base=base, dims=head_dim, layout=arch.layout, scaling=scaling), note
+    pct = "rotary_pct" if family == "gpt_neox" else "partial_rotary_factor"
+    nested = "partial_rotary_factor" in params
+    factor = (given if nested else config).number(
+        "partial_rotary_factor" if nested else pct, arch.partial
     )
-    if family not in _PARTIAL_ROTARY:  # check_keys notes (or refuses) the factor it ignores
-        return Rope(base=base, dims=head_dim, scaling=scaling), _scaling_note(scaling)
     dims = int(head_dim * factor)
     if dims < 2 or dims % 2 or factor > 1:
         raise config.error(
-            "partial_rotary_factor", f"{factor} gives {dims} rotated dims of {head_dim}",
+            f"{key}.partial_rotary_factor" if nested else pct,
+            f"{factor} gives {dims} rotated dims of {head_dim}",
             "a factor in (0, 1] giving an even number of dims",
         )  # fmt: skip
-    note = f"partial rotary: {dims} of {head_dim} dims rotate"
-    return Rope(base=base, dims=dims, scaling=scaling), note
+    note = "; ".join(n for n in (_scaling_note(scaling), (
+        f"partial rotary: the first {dims} of {head_dim} dims rotate" if dims < head_dim else ""
+    )) if n)  # fmt: skip
+    return Rope(base=base, dims=dims, layout=arch.layout, scaling=scaling), note
+
+
+def _nope(config: Config, family: str, layer: int, kind: str) -> str:
+    """Why this layer has no RoPE (transformers skips apply_rotary_pos_emb there), or ''."""
+    arch = ARCHS[family]
+    if arch.nope == "smollm3" and not _smollm3_rope(config, layer):
+        return f"layer {layer} has no RoPE (no_rope_layers)"
+    no_window = "sliding_window" in config.data and config.data["sliding_window"] is None
+    if arch.nope != "full" or (no_window and family == "exaone4"):
+        return ""
+    if family == "cohere2" and no_window:
+        return f"layer {layer} has no RoPE (cohere2 rotates only with a sliding_window)"
+    if kind == "full_attention":
+        return f"layer {layer} is a full-attention layer: no RoPE ({family})"
+    return ""
+
+
+def _smollm3_rope(config: Config, layer: int) -> bool:
+    """SmolLM3's no_rope_layers[layer] (1: RoPE), or its default from no_rope_layer_interval."""
+    layers = config.whole("num_hidden_layers")
+    given = config.data.get("no_rope_layers")
+    if given is None:
+        every = config.whole("no_rope_layer_interval", 4)
+        return (layer + 1) % every != 0
+    if (
+        not isinstance(given, list)
+        or len(given) != layers
+        or any(type(v) is not int or v not in (0, 1) for v in given)
+    ):
+        raise config.error(
+            "no_rope_layers", f"got {_shown(given)}", f"a list of {layers} entries, each 0 or 1"
+        )
+    return bool(given[layer])
 
 
 _MAX_WINDOW = (1 << 63) - 1  # a fixture's window is an int64, as its positions are
+_GATED = ("qwen2", "qwen3", "qwen2_moe", "qwen3_moe", "smollm3")  # use_sliding_window
 
 
 def _window(config: Config, family: str, layer: int, layers: int) -> tuple[int | None, str]:
     """The sliding window of this layer (HF ``sliding_window``) and a note saying why."""
-    if family == "llama":
+    arch = ARCHS[family]
+    if arch.window == "none":
         return None, ""
-    defaults = {"mistral": 4096, "qwen2": 4096, "qwen3": 4096, "gemma2": 4096, "gpt_oss": 128}
-    window = config.optional_whole("sliding_window", defaults[family])
-    if family in ("qwen2", "qwen3") and not config.flag("use_sliding_window", False):
+    window = config.optional_whole("sliding_window", arch.window_default or 0, minimum=0)
+    if arch.window_default is None and "sliding_window" not in config.data:
+        window = None
+    if family in _GATED and not config.flag("use_sliding_window", False):
         return None, ""
-    if window is None:
+    if window is None or (family == "qwen2_moe" and window == 0):
         return None, ""
-    if family == "mistral":  # MistralModel masks every layer with sliding_window
-        where = "on every layer (Mistral)"
+    if window == 0:
+        raise config.error("sliding_window", "got 0", "a whole number >= 1, or null")
+    if arch.window == "all":  # the model masks every layer with sliding_window
+        where = f"on every layer ({family})"
     elif _layer_type(config, family, layer, layers) == "full_attention":
         return None, f"layer {layer} is a full-attention layer (layer_types)"
     else:
@@ -510,19 +775,43 @@ def _window(config: Config, family: str, layer: int, layers: int) -> tuple[int |
 def _layer_type(config: Config, family: str, layer: int, layers: int) -> str:
     """``layer_types[layer]``, or the default of the family's config class (no list is built)."""
     types = config.data.get("layer_types")
-    if types is None:
-        if family in ("qwen2", "qwen3"):
-            first = config.whole("max_window_layers", 28, minimum=0)
-            return "sliding_attention" if layer >= first else "full_attention"
-        return "sliding_attention" if (layer + 1) % 2 else "full_attention"  # even layers slide
-    kinds = ("sliding_attention", "full_attention")
-    if not isinstance(types, list) or len(types) != layers or any(t not in kinds for t in types):
-        raise config.error(
-            "layer_types", f"got {_shown(types)}",
-            f"a list of {layers} entries, each 'sliding_attention' or 'full_attention'",
-        )  # fmt: skip
-    kind: str = types[layer]
-    return kind
+    if types is not None:
+        if (
+            not isinstance(types, list)
+            or len(types) != layers
+            or any(t not in (*_LAYER_TYPES, "attention") for t in types)
+        ):
+            raise config.error(
+                "layer_types", f"got {_shown(types)}",
+                f"a list of {layers} entries, each 'sliding_attention' or 'full_attention'",
+            )  # fmt: skip
+        kind: str = types[layer]
+        return "full_attention" if kind == "attention" else kind  # transformers' legacy name
+    return "sliding_attention" if _slides(config, family, layer) else "full_attention"
+
+
+def _slides(config: Config, family: str, layer: int) -> bool:
+    """Whether the config class's default layer_types makes this layer a sliding one."""
+    arch = ARCHS[family]
+    if arch.window == "qwen":
+        return layer >= config.whole("max_window_layers", 28, minimum=0)
+    if arch.window == "qwen2_moe":
+        first = config.whole("max_window_layers", 28, minimum=0)
+        return config.flag("use_sliding_window", False) and layer < first and layer % 2 == 0
+    if arch.window == "smollm3":
+        return config.flag("use_sliding_window", False) and config.has("sliding_window") and (
+            not _smollm3_rope(config, layer))  # fmt: skip
+    if arch.window == "ministral":
+        return config.has("sliding_window") or "sliding_window" not in config.data
+    if arch.window != "types":
+        return False
+    if family == "exaone4" and "sliding_window" in config.data and not config.has("sliding_window"):
+        return False  # no window: EXAONE 4's pattern is 0 (its class then fails on layer_types)
+    pattern = arch.pattern
+    for key in ("sliding_window_pattern", "_sliding_window_pattern"):
+        if family in ("gemma3_text", "cohere2", "exaone4") and config.has(key):
+            pattern = config.whole(key)
+    return (layer + 1) % pattern != 0
 
 
 def _shown(value: Any, limit: int = 60) -> str:
@@ -683,6 +972,11 @@ _QWEN_NEEDS = (
     Need(("max_window_layers", "layer_types"), when="use_sliding_window"),
 )
 _LLAMA_ASSUMED = ("rms_norm_eps", "rope_theta")
+_SIZES = frozenset({"hidden_size", "num_attention_heads", "num_key_value_heads",
+                    "num_hidden_layers", "head_dim"})  # fmt: skip
+_PATTERN = frozenset({"sliding_window_pattern", "_sliding_window_pattern"})
+_NO_WINDOW = Rule((None,), "transformers' {family} has no sliding window")
+_EVERY_LAYER = Rule((None,), "transformers' {family} slides every layer or none")
 _FULL_ROPE = Rule((None, 1, 1.0), "transformers' {family} rotates every dim of each head")
 _NO_BIAS = Rule(_OFF, "transformers' {family} reads no attention_bias")
 
@@ -747,47 +1041,156 @@ KEYS: dict[str, Keys] = {
                                          "layer_types")),
         assumed=_LLAMA_ASSUMED,
     ),
+    "mixtral": Keys(
+        reads=_LLAMA_READS | {"sliding_window"},
+        ignored={"partial_rotary_factor": _FULL_ROPE, "attention_bias": _NO_BIAS,
+                 "layer_types": Rule((None,), "transformers' mixtral slides every layer")},
+        assumed=_LLAMA_ASSUMED,
+    ),
+    "ministral": Keys(
+        reads=_LLAMA_READS | _WINDOWED,
+        ignored={"partial_rotary_factor": _FULL_ROPE, "attention_bias": _NO_BIAS},
+        needs=(Need(("head_dim",)), Need(("sliding_window",))), assumed=_LLAMA_ASSUMED,
+    ),
+    "qwen2_moe": Keys(
+        reads=_LLAMA_READS | _WINDOWED | {"use_sliding_window", "max_window_layers", "qkv_bias"},
+        ignored={"partial_rotary_factor": _FULL_ROPE, "attention_bias": _NO_BIAS},
+        needs=(*_QWEN_NEEDS, Need(("qkv_bias",))), assumed=_LLAMA_ASSUMED,
+    ),
+    "qwen3_moe": Keys(
+        reads=_LLAMA_READS | {"use_sliding_window", "sliding_window", "attention_bias"},
+        ignored={"partial_rotary_factor": _FULL_ROPE,
+                 "max_window_layers": _EVERY_LAYER, "layer_types": _EVERY_LAYER},
+        needs=(Need(("sliding_window",), when="use_sliding_window"),), assumed=_LLAMA_ASSUMED,
+    ),
+    "gemma": Keys(
+        reads=_LLAMA_READS | {"attention_bias", "use_bidirectional_attention"},
+        ignored={"partial_rotary_factor": _FULL_ROPE},
+        needs=(Need(("head_dim",)),), assumed=_LLAMA_ASSUMED,
+    ),
+    "gemma3_text": Keys(
+        reads=_LLAMA_READS | _WINDOWED | _PATTERN | {
+            "attention_bias", "query_pre_attn_scalar", "use_bidirectional_attention",
+            "rope_local_base_freq"},
+        ignored={"partial_rotary_factor": _FULL_ROPE,
+                 "attn_logit_softcapping": Rule((None,), "transformers' gemma3_text passes no "
+                                                "softcap to its attention")},
+        needs=(*(Need((k,)) for k in ("head_dim", "query_pre_attn_scalar", "sliding_window")),
+               Need(("layer_types", *_PATTERN))),
+        assumed=_LLAMA_ASSUMED,
+    ),
+    "granite": Keys(
+        reads=_LLAMA_READS | {"attention_bias", "attention_multiplier", "embedding_multiplier"},
+        inert=frozenset({"residual_multiplier"}),  # on the residual branches, after attention
+        ignored={"partial_rotary_factor": _FULL_ROPE, "sliding_window": _NO_WINDOW},
+        needs=(Need(("attention_multiplier",)),), assumed=_LLAMA_ASSUMED,
+    ),
+    "smollm3": Keys(
+        reads=_LLAMA_READS | _WINDOWED | {"use_sliding_window", "attention_bias",
+                                          "no_rope_layers", "no_rope_layer_interval"},
+        ignored={"partial_rotary_factor": _FULL_ROPE},
+        needs=(Need(("no_rope_layers", "no_rope_layer_interval")),), assumed=_LLAMA_ASSUMED,
+    ),
+    "starcoder2": Keys(
+        reads=_SIZES | _ROTARY | {"norm_epsilon", "use_bias", "sliding_window"},
+        ignored={"partial_rotary_factor": _FULL_ROPE, "attention_bias": _NO_BIAS},
+        needs=(Need(("use_bias",)),), assumed=("norm_epsilon", "rope_theta"),
+    ),
+    "olmo": Keys(
+        reads=_SIZES | _ROTARY | {"attention_bias"},
+        ignored={"partial_rotary_factor": _FULL_ROPE},
+        assumed=("rope_theta",),
+    ),
+    "olmo2": Keys(
+        reads=_LLAMA_READS | {"attention_bias"},
+        ignored={"partial_rotary_factor": _FULL_ROPE}, assumed=_LLAMA_ASSUMED,
+    ),
+    "olmo3": Keys(
+        reads=_LLAMA_READS | _WINDOWED | {"attention_bias"},
+        ignored={"partial_rotary_factor": _FULL_ROPE},
+        needs=(Need(("sliding_window",)), Need(("layer_types",))), assumed=_LLAMA_ASSUMED,
+    ),
+    "exaone4": Keys(
+        reads=_LLAMA_READS | _WINDOWED | _PATTERN,
+        ignored={"partial_rotary_factor": _FULL_ROPE, "attention_bias": _NO_BIAS},
+        needs=(Need(("sliding_window",)), Need(("layer_types", *_PATTERN))),
+        assumed=_LLAMA_ASSUMED,
+    ),
+    "phi3": Keys(
+        reads=_LLAMA_READS | {"sliding_window", "original_max_position_embeddings",
+                              "partial_rotary_factor"},
+        ignored={"attention_bias": _NO_BIAS}, assumed=_LLAMA_ASSUMED,
+    ),
+    "phi": Keys(
+        reads=_SIZES | _ROTARY | {"layer_norm_eps", "partial_rotary_factor"},
+        needs=(Need(("partial_rotary_factor",)),), assumed=("layer_norm_eps", "rope_theta"),
+    ),
+    "stablelm": Keys(
+        reads=_SIZES - {"head_dim"} | _ROTARY | {"layer_norm_eps", "use_qkv_bias",
+                                                 "partial_rotary_factor"},
+        inert=frozenset({"use_parallel_residual"}),  # the MLP beside attention, or after it
+        needs=(Need(("partial_rotary_factor",)),), assumed=("layer_norm_eps", "rope_theta"),
+    ),
+    "gpt_neox": Keys(
+        reads=_SIZES - {"head_dim", "num_key_value_heads"} | _ROTARY | {
+            "layer_norm_eps", "attention_bias", "rotary_pct", "rotary_emb_base",
+            "partial_rotary_factor"},
+        inert=frozenset({"use_parallel_residual", "is_decoder"}),  # GPT-NeoX is always causal
+        needs=(Need(("rotary_pct", "partial_rotary_factor")),),
+        assumed=("layer_norm_eps", "rotary_emb_base"),
+    ),
+    "cohere": Keys(
+        reads=_SIZES | _ROTARY | {"layer_norm_eps", "attention_bias"},
+        ignored={"partial_rotary_factor": _FULL_ROPE},
+        assumed=("layer_norm_eps", "rope_theta"),
+    ),
+    "cohere2": Keys(
+        reads=_SIZES | _ROTARY | _WINDOWED | _PATTERN | {"layer_norm_eps", "attention_bias"},
+        ignored={"partial_rotary_factor": _FULL_ROPE},
+        needs=(Need(("sliding_window",)), Need(("layer_types", *_PATTERN))),
+        assumed=("layer_norm_eps", "rope_theta"),
+    ),
+    "ernie4_5": Keys(
+        reads=_LLAMA_READS | {"use_bias"},
+        ignored={"partial_rotary_factor": _FULL_ROPE, "attention_bias": _NO_BIAS},
+        needs=(Need(("head_dim",)),), assumed=_LLAMA_ASSUMED,
+    ),
+    "glm4": Keys(
+        reads=_LLAMA_READS | {"attention_bias", "partial_rotary_factor"},
+        needs=tuple(Need((k,)) for k in ("head_dim", "attention_bias", "partial_rotary_factor")),
+        assumed=_LLAMA_ASSUMED,
+    ),
+    "distilbert": Keys(
+        reads=frozenset({"dim", "n_heads", "n_layers", "sinusoidal_pos_embds"}),
+        inert=frozenset({"hidden_dim", "activation", "tie_weights_"}),
+    ),
 }  # fmt: skip
+for _name in ROBERTA_LIKE:  # BERT's keys, pad_token_id read: the positions start after it
+    KEYS[_name] = replace(KEYS["bert"], reads=KEYS["bert"].reads | {"pad_token_id"}, ignored={})
 
 # Model types attn knows and does not import, with what their attention does that a family's
 # plan would miss: --arch never reads one of them as a family.
 KNOWN_TYPES = {
-    "roberta": "position ids start at padding_idx + 1",
-    "xlm-roberta": "position ids start at padding_idx + 1",
-    "camembert": "position ids start at padding_idx + 1",
-    "distilbert": "q_lin/k_lin/v_lin/out_lin tensors and no token types",
     "opt": "learned positions offset by 2",
-    "gemma": "a Gemma layer: RMSNorm with 1 + weight, embeddings times sqrt(hidden)",
-    "gemma3": "q/k RMSNorm and a second RoPE base for sliding layers",
-    "gemma3_text": "q/k RMSNorm and a second RoPE base for sliding layers",
-    "cohere": "LayerNorm, RoPE on interleaved pairs, an optional q/k norm",
-    "cohere2": "RoPE on interleaved pairs on sliding layers and none on global ones, LayerNorm",
-    "ernie4_5": "RoPE on interleaved pairs",
-    "granite": "attention_multiplier as the scale, multipliers on embeddings and residuals",
+    "gemma3": "the Gemma 3 image-text wrapper (its text_config is a gemma3_text model)",
     "granitemoe": "attention_multiplier as the scale, multipliers on embeddings and residuals",
-    "qwen2_moe": "its own defaults and experts (attention as Qwen2's)",
-    "qwen3_moe": "its own defaults and experts (attention as Qwen3's, with q/k norm)",
-    "mixtral": "its own defaults and experts (attention as Mistral's, sliding_window default "
-               "none)",
-    "ministral": "sliding and global layers alternating (layer_types)",
-    "smollm3": "no RoPE on every fourth layer (no_rope_layers)",
-    "starcoder2": "LayerNorm with biases, biases on every projection, a sliding window",
-    "olmo": "Q, K and V clamped (clip_qkv), LayerNorm without weights",
-    "olmo2": "q/k RMSNorm over all heads together, norms after attention and not before",
-    "olmo3": "q/k RMSNorm over all heads together, norms after attention, sliding layers",
-    "phi": "RoPE on part of each head, LayerNorm, biases, an optional q/k LayerNorm",
-    "phi3": "a fused qkv_proj (its longrope scaling is understood)",
-    "gpt_neox": "a fused per-head query_key_value and RoPE on 25% of each head",
     "gptj": "RoPE on interleaved pairs of part of each head",
-    "stablelm": "RoPE on part of each head, LayerNorm, an optional q/k LayerNorm",
-    "exaone4": "no RoPE on global layers, q/k norm, norms after attention",
-    "glm4": "RoPE on interleaved pairs of half of each head, q/k/v biases",
-    "hunyuan_v1_dense": "q/k norm after RoPE, dynamic NTK scaling",
+    "hunyuan_v1_dense": "q/k norm after RoPE (attn's q/k norm comes before it), NTK alpha",
     "llama4_text": "chunked attention, layers without RoPE, q/k L2 norm, temperature tuning",
     "deepseek_v3": "multi-head latent attention",
     "falcon": "a fused query_key_value, multi-query heads, parallel attention, optional ALiBi",
     "bloom": "ALiBi position biases and a fused query_key_value",
     "mpt": "ALiBi position biases and a fused Wqkv",
+}  # fmt: skip
+
+
+# Families whose conventions no config.json key or tensor name shows: read as one of them, a
+# checkpoint of another model would import with numbers that are not its own.
+ARCH_REFUSED = {
+    "gemma": "gemma's RMSNorm (1 + weight) and embedding scale show in no config.json key, so "
+             "--arch gemma cannot tell a Gemma from a Llama",
+    "ernie4_5": "ernie4_5's RoPE on interleaved pairs shows in no config.json key, so "
+                "--arch ernie4_5 cannot tell an ERNIE 4.5 from a Llama",
 }  # fmt: skip
 
 
@@ -807,6 +1210,11 @@ def resolve_family(config: Config, arch: str | None) -> tuple[str, tuple[str, ..
         raise InputError(
             config.source, "model_type", f"{model_type!r} is not {family}: {why}",
             f"a {family} checkpoint, or one whose model_type attn does not know", option="arch",
+        )  # fmt: skip
+    if family in ARCH_REFUSED:
+        raise InputError(
+            config.source, "model_type", f"got {_spelled(model_type)}: {ARCH_REFUSED[family]}",
+            f"model_type {family!r} (the checkpoint's own)", option="arch",
         )  # fmt: skip
     _check_architectures(config, family)
     shown = "no model_type" if model_type is None else f"model_type {_shown(model_type)}"
@@ -899,6 +1307,8 @@ def _nested_partial_rotary(config: Config, family: str, native: bool) -> list[st
     params, key = _rope_mapping(config)
     if not isinstance(params, Mapping) or "partial_rotary_factor" not in params:
         return []
+    if family in ARCHS and ARCHS[family].partial is not None:  # read by _rope
+        return []
     value = params["partial_rotary_factor"]
     rule = KEYS[family].ignored.get("partial_rotary_factor") or NEUTRAL["partial_rotary_factor"]
     if _is_neutral(value, rule):
@@ -947,7 +1357,8 @@ def check_tensors(names: list[str], prefix: str, plan: LayerPlan, source: str) -
     refused, never left out of the trace. A prefix naming another model type is refused too.
     """
     stem = _KNOWN.get(_normal(prefix.rstrip(".").rsplit(".", 1)[-1])) if prefix else None
-    if stem is not None and stem != plan.family:
+    same = stem == plan.family or (stem == "roberta" and plan.family in ROBERTA_LIKE)
+    if stem is not None and not same:
         raise InputError(
             source, "", f"tensors under {prefix!r}, a {stem} model",
             f"a {plan.family} checkpoint", option="arch",

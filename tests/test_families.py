@@ -1,0 +1,158 @@
+"""Each model family attn imports, against transformers itself (issue 23): tiny random
+checkpoints saved by transformers 5.24 and what its eager attention computed, layer by layer
+(tests/reference/families/, made by tests/reference/families.py in a throwaway venv).
+
+``attn import`` reads each checkpoint as saved, for every layer (``--hidden``: the residual
+stream transformers' layer received) and for layer 0 from a text (``--text``: the checkpoint's
+own tokenizer.json and embeddings), and the trace must give transformers' queries and keys (after
+q/k norms and RoPE), attention weights and attention output. A family attn cannot trace exactly
+is refused in one line naming the key or tensor.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from conftest import run_cli
+
+from attn_cli.core.pipeline import run
+from attn_cli.io.fixture import load_fixture
+
+REFERENCE = Path(__file__).parent / "reference" / "families"
+CASES = sorted(p.name for p in REFERENCE.iterdir() if p.is_dir())
+# Refused, and why: the key or tensor the one line must name.
+REFUSED = {
+    "olmo_clip": "clip_qkv: got 0.5",  # Q, K and V clamped: no stage of attn clamps
+    "phi_qk_layernorm": "qk_layernorm: got true",  # a LayerNorm (with bias) of q and k
+    "hunyuan_v1_dense": "model type 'hunyuan_v1_dense' is not supported (q/k norm after RoPE",
+    "llama4_text": "model type 'llama4_text' is not supported (chunked attention",
+    "gptj": "model type 'gptj' is not supported",
+}
+
+
+def _reference(case: str) -> dict[str, Any]:
+    data: dict[str, Any] = json.loads((REFERENCE / case / "reference.json").read_text())
+    return data
+
+
+LAYERS = [
+    (case, run_["kind"], layer)
+    for case in CASES
+    if case not in REFUSED
+    for run_ in _reference(case)["runs"]
+    for layer in range(len(run_["layers"]))
+]
+
+
+def _import(tmp_path: Path, case: str, kind: str, layer: int, ref: dict[str, Any]) -> Any:
+    pytest.importorskip(
+        "safetensors", reason="attn import needs safetensors: pip install '.[models]'"
+    )
+    out = tmp_path / f"{case}.npz"
+    if kind == "text":
+        pytest.importorskip("tokenizers", reason="--text needs tokenizers: pip install '.[models]'")
+        source = ["--text", ref["text"]]
+    else:
+        np.save(tmp_path / "h.npy", np.array(ref["layers"][layer]["layer_in"], dtype=np.float64))
+        source = ["--hidden", str(tmp_path / "h.npy")]
+    result = run_cli("import", str(REFERENCE / case), "--layer", str(layer), *source,
+                     "-o", str(out))  # fmt: skip
+    assert result.exit_code == 0, result.stderr
+    return load_fixture(out)
+
+
+def _unbatched(x: Any) -> Any:
+    """A stage's array without the batch axis of one (the import's X is [seq, hidden])."""
+    return x[0] if x.shape[0] == 1 and x.ndim >= 3 else x
+
+
+@pytest.mark.parametrize(("case", "kind", "layer"), LAYERS)
+def test_an_imported_layer_is_transformers_eager_attention(
+    tmp_path: Path, case: str, kind: str, layer: int
+) -> None:
+    runs = _reference(case)["runs"]
+    ref = runs[0] if kind == "hidden" else runs[1]
+    inputs = _import(tmp_path, case, kind, layer, ref)
+    want = ref["layers"][layer]
+    trace = run(inputs)
+    q_name = next(n for n in ("Q_rot", "Q_norm", "Q") if n in trace)
+    k_name = next(n for n in ("K_rot", "K_norm", "K") if n in trace)
+    q, k = np.array(want["q"]), np.array(want["k"])
+    got_q, got_k = trace[q_name].data.reshape(q.shape), trace[k_name].data.reshape(k.shape)
+    np.testing.assert_allclose(got_q, q, rtol=1e-4, atol=1e-5 * np.abs(q).max())
+    np.testing.assert_allclose(got_k, k, rtol=1e-4, atol=1e-5 * np.abs(k).max())
+    weights = _unbatched(trace["softmax"].data)
+    np.testing.assert_allclose(weights, want["weights"], rtol=1e-4, atol=1e-6)
+    out = np.array(want["output"])
+    np.testing.assert_allclose(
+        _unbatched(trace["projected"].data), out, rtol=1e-4, atol=1e-5 * np.abs(out).max()
+    )
+
+
+@pytest.mark.parametrize("case", sorted(REFUSED))
+def test_a_family_attn_cannot_trace_exactly_is_refused_in_one_line(
+    tmp_path: Path, case: str
+) -> None:
+    pytest.importorskip("safetensors", reason="attn import needs safetensors")
+    ref = _reference(case)["runs"][0]
+    np.save(tmp_path / "h.npy", np.array(ref["layers"][0]["layer_in"]))
+    out = tmp_path / "o.npz"
+    result = run_cli("import", str(REFERENCE / case), "--hidden", str(tmp_path / "h.npy"),
+                     "-o", str(out))  # fmt: skip
+    assert result.exit_code == 2, result.stdout
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("Error: "), result.stderr
+    assert REFUSED[case] in lines[0]
+    assert not out.exists()
+
+
+def _legacy(config: dict[str, Any], case: str) -> dict[str, Any]:
+    """config.json as the checkpoints on the Hub spell it (transformers 4's keys)."""
+    params = config.pop("rope_parameters")
+    if case.startswith("gemma3_text"):  # google/gemma-3-*: rope_theta, rope_local_base_freq
+        full, sliding = params["full_attention"], params["sliding_attention"]
+        config["rope_theta"] = full.pop("rope_theta")
+        config["rope_local_base_freq"] = sliding["rope_theta"]
+        if full.get("rope_type") != "default":  # gemma-3-4b and up: linear, factor 8
+            config["rope_scaling"] = full
+        config["sliding_window_pattern"] = 2
+        del config["layer_types"], config["_sliding_window_pattern"]
+    elif case == "gpt_neox":  # EleutherAI/pythia-*: rotary_pct, rotary_emb_base
+        config["rotary_pct"] = params["partial_rotary_factor"]
+        config["rotary_emb_base"] = params["rope_theta"]
+    else:  # microsoft/phi-2, stabilityai/stablelm-*: top-level keys
+        config["partial_rotary_factor"] = params["partial_rotary_factor"]
+        config["rope_theta"] = params["rope_theta"]
+    return config
+
+
+@pytest.mark.parametrize("case", ["gemma3_text", "gemma3_text_linear", "gpt_neox", "phi",
+                                  "stablelm", "glm4"])  # fmt: skip
+def test_the_hubs_spelling_of_config_json_imports_to_the_same_layer(
+    tmp_path: Path, case: str
+) -> None:
+    """A 5.24 config (rope_parameters) and the spelling of the checkpoints people download give
+    the same fixture, and transformers' numbers, on every layer."""
+    pytest.importorskip("safetensors", reason="attn import needs safetensors")
+    folder = tmp_path / case
+    shutil.copytree(REFERENCE / case, folder)
+    config = json.loads((folder / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps(_legacy(config, case)))
+    ref = _reference(case)["runs"][0]
+    for layer, want in enumerate(ref["layers"]):
+        np.save(tmp_path / "h.npy", np.array(want["layer_in"]))
+        fixtures = []
+        for source in (REFERENCE / case, folder):
+            out = tmp_path / f"{layer}-{source == folder}.npz"
+            result = run_cli("import", str(source), "--layer", str(layer), "--hidden",
+                             str(tmp_path / "h.npy"), "-o", str(out))  # fmt: skip
+            assert result.exit_code == 0, result.stderr
+            fixtures.append(load_fixture(out))
+        assert fixtures[0].rope == fixtures[1].rope and fixtures[0].window == fixtures[1].window
+        got = run(fixtures[1])["projected"].data.reshape(np.shape(want["output"]))
+        np.testing.assert_allclose(got, want["output"], rtol=1e-4, atol=1e-5)
