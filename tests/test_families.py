@@ -156,3 +156,43 @@ def test_the_hubs_spelling_of_config_json_imports_to_the_same_layer(
         assert fixtures[0].rope == fixtures[1].rope and fixtures[0].window == fixtures[1].window
         got = run(fixtures[1])["projected"].data.reshape(np.shape(want["output"]))
         np.testing.assert_allclose(got, want["output"], rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize(
+    ("case", "change", "layer", "named"),
+    [
+        ("gemma3_text", {"rope_parameters": {"full_attention": 5}}, 1,
+         "config.json: rope_parameters.full_attention: got 5, expected a mapping"),
+        ("gemma3_text", {"rope_parameters": {"full_attention": {"rope_type": "linear",
+                                                                "factor": 1e400}}}, 1,
+         "(imported as the fixture): rope.scaling.factor: got the number inf"),
+        ("phi3", {"rope_parameters": {"rope_type": "su", "short_factor": [1, 1],
+                                      "long_factor": [1, 1]}}, 0,
+         "(imported as the fixture): rope.scaling.short_factor: got a list, expected a list of 4"),
+        ("smollm3", {"no_rope_layers": [True, False, 1, 0]}, 0, "no_rope_layers: got [True"),
+        ("gemma3_text", {"layer_types": None, "sliding_window_pattern": 0}, 0,
+         "sliding_window_pattern: got 0, expected a whole number >= 1"),
+        ("qwen2_moe", {"use_sliding_window": True, "sliding_window": -3}, 0,
+         "sliding_window: got -3"),
+        ("gpt_neox", {"rope_parameters": None, "rotary_pct": "0.25"}, 0,
+         "rotary_pct: got '0.25', expected a finite number > 0"),
+        ("roberta", {"pad_token_id": -1}, 0, "pad_token_id: got -1"),
+        ("granite", {"attention_multiplier": 1e400}, 0, "attention_multiplier: got inf"),
+    ],
+)  # fmt: skip
+def test_a_hostile_config_is_one_line_and_no_file(
+    tmp_path: Path, case: str, change: dict[str, Any], layer: int, named: str
+) -> None:
+    pytest.importorskip("safetensors", reason="attn import needs safetensors")
+    folder = tmp_path / case
+    shutil.copytree(REFERENCE / case, folder)
+    config = json.loads((folder / "config.json").read_text()) | change
+    (folder / "config.json").write_text(json.dumps(config))
+    np.save(tmp_path / "h.npy", np.ones((3, 16)))
+    out = tmp_path / "o.npz"
+    result = run_cli("import", str(folder), "--layer", str(layer), "--hidden",
+                     str(tmp_path / "h.npy"), "-o", str(out))  # fmt: skip
+    assert result.exit_code == 2, result.stdout
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("Error: ") and named in lines[0], lines
+    assert not out.exists()

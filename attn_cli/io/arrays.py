@@ -130,7 +130,7 @@ def load_npz_fixture(
                 )
             name = member[: -len(".npy")]
             arr = reader.read_member(archive, member, name, source, gate.NUMBERS_OR_TEXT)
-            value = _plain(arr)
+            value = plain_value(arr)
             key, dot, sub = name.partition(".")
             if dot and key in nested_keys():
                 nested.setdefault(key, {})[sub] = value
@@ -146,7 +146,7 @@ def load_npz_fixture(
     return out
 
 
-def _plain(arr: np.ndarray[Any, Any]) -> Any:
+def plain_value(arr: np.ndarray[Any, Any]) -> Any:
     """Numbers stay an array (validated by shape); strings, booleans, scalars become Python."""
     if arr.ndim == 0 or arr.dtype.kind not in "iuf":
         return arr.tolist()

@@ -129,6 +129,7 @@ def import_layer(
         X = _normalize(X, plan.pre_norm, found)
         _require_finite(X, str(checkpoint))
     fixture = _fixture(plan, found, X, tokens, Path(checkpoint), text, hidden)
+    _check_fixture(fixture, str(config_path))  # what config.json gave must make a fixture
     notes = [*overridden, *ignored, *plan.notes, _x_note(plan, text is not None)]
     if widened:
         notes.append(f"{', '.join(widened)} tensors widened to float32 (exact)")
@@ -173,6 +174,24 @@ def _require_finite(X: FloatArray, source: str) -> None:
             source, "X", "the layer's norm weight times the normalised input overflows float64",
             "norm weights of an ordinary size",
         )  # fmt: skip
+
+
+def _check_fixture(fixture: Mapping[str, Any], source: str) -> None:
+    """The fixture as attn will read it back from the .npz, validated now: a value config.json
+    gave that no fixture may hold (a factor of inf, a factor list of the wrong length) is one
+    line naming config.json and the fixture key, and no file is written."""
+    from attn_cli.io.arrays import plain_value
+    from attn_cli.io.validate import validate
+
+    def read_back(value: Any) -> Any:
+        return plain_value(np.asarray(value))
+
+    obj = {
+        key: {sub: read_back(v) for sub, v in value.items()}
+        if isinstance(value, Mapping) else value if key == "tokens" else read_back(value)
+        for key, value in fixture.items()
+    }  # fmt: skip
+    validate(obj, f"{source} (imported as the fixture)")
 
 
 def write_npz_fixture(fixture: Mapping[str, Any], path: Path) -> None:
