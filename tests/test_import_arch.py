@@ -2,12 +2,14 @@
 
 Every family attn imports, crossed with the checkpoints people open today, as transformers 5.24
 saves them (config.json and tensor names: tests/reference/arch_configs.json, made by
-tests/reference/arch_configs.py in a throwaway venv). Each checkpoint is tried as saved and with
-its model_type renamed and ``architectures`` dropped (a fine-tune's own name: then only the
-allowlist of config.json keys and the layer's tensors tell the models apart). Each pair either
-imports, where the conventions truly agree, and then its attention output equals an independent
-NumPy reading of transformers' eager attention written here; or exits 2 with one ``Error:`` line
-naming the key (or tensor) that contradicts the family.
+tests/reference/arch_configs.py in a throwaway venv, and every other model type of
+tests/reference/families/). Each checkpoint is tried as saved and with its model_type renamed and
+``architectures`` dropped (a fine-tune's own name: then only the allowlist of config.json keys and
+the layer's tensors tell the models apart). Each pair either imports, where the conventions truly
+agree, and then its attention output equals an independent NumPy reading of transformers' eager
+attention written here (for the hidden-8 checkpoints) and, renamed, the same checkpoint imported
+as its own model type (checked against transformers in test_families.py); or exits 2 with one
+``Error:`` line naming the key (or tensor) that contradicts the family.
 """
 
 from __future__ import annotations
@@ -35,6 +37,26 @@ from attn_cli.io.fixture import load_fixture
 SAVED: dict[str, Any] = json.loads(
     (Path(__file__).parent / "reference" / "arch_configs.json").read_text()
 )
+FAMILY_CASES = Path(__file__).parent / "reference" / "families"
+
+
+def _saved_by_transformers() -> dict[str, Any]:
+    """The model types of tests/reference/families/ that arch_configs.json lacks, as saved
+    there (config.json, and each tensor's name and shape from the safetensors header)."""
+    out: dict[str, Any] = {}
+    for folder in sorted(p for p in FAMILY_CASES.iterdir() if p.is_dir()):
+        config = json.loads((folder / "config.json").read_text())
+        if config["model_type"] in SAVED or config["model_type"] in out:
+            continue
+        raw = (folder / "model.safetensors").read_bytes()
+        header = json.loads(raw[8 : 8 + int.from_bytes(raw[:8], "little")])
+        tensors = {n: e["shape"] for n, e in header.items() if n != "__metadata__"}
+        out[config["model_type"]] = {"config": config, "tensors": tensors}
+    return out
+
+
+SIZED_8 = frozenset(SAVED)  # hidden 8, 2 heads: the sizes _eager below is written for
+SAVED |= _saved_by_transformers()
 # Checked here against an independent NumPy reading of transformers' eager attention; every
 # other family against transformers itself (tests/test_families.py, tests/test_rope_scaling.py).
 CHECKED = ("bert", "gpt2", "llama", "mistral", "qwen2", "qwen3", "gemma2")
@@ -92,15 +114,25 @@ def test_arch_imports_exactly_or_refuses_naming_the_key(
     tmp_path: Path, model_type: str, arch: str | None, renamed: bool
 ) -> None:
     folder = _checkpoint(tmp_path / "m", model_type, renamed)
-    h = rng.standard_normal((3, 8))
+    config = SAVED[model_type]["config"]
+    h = rng.standard_normal((3, config.get("hidden_size") or config.get("n_embd") or config["dim"]))
     np.save(tmp_path / "h.npy", h)
     out = tmp_path / "out.npz"
     args = ["import", str(folder), "--hidden", str(tmp_path / "h.npy"), "-o", str(out)]
     result = run_cli(*args, *(["--arch", arch] if arch else []))
     if _expected_ok(model_type, arch, renamed):
         assert result.exit_code == 0, result.stderr
+        if renamed:  # the same numbers as the checkpoint imported as its own model type
+            (folder / "config.json").write_text(json.dumps(config))
+            native = tmp_path / "native.npz"
+            assert run_cli("import", str(folder), "--hidden", str(tmp_path / "h.npy"), "-o",
+                           str(native)).exit_code == 0  # fmt: skip
+            np.testing.assert_allclose(
+                run(load_fixture(out))["projected"].data,
+                run(load_fixture(native))["projected"].data, rtol=1e-12, atol=1e-12,
+            )  # fmt: skip
         truth = "bert" if model_type in _ROBERTA else model_type  # the same layer as BERT's
-        if truth not in CHECKED:
+        if truth not in CHECKED or model_type not in SIZED_8:
             return
         want = _eager(truth, SAVED[model_type]["config"], folder, h)
         got = run(load_fixture(out))["projected"].data
@@ -124,6 +156,8 @@ def test_arch_imports_exactly_or_refuses_naming_the_key(
         ("xlm-roberta", "bert", True, "config.json: pad_token_id: got 1"),
         ("gemma3_text", "gemma2", False, "model_type: 'gemma3_text' is not gemma2"),
         ("llama", "gemma", True, 'model_type: got "my-finetune": gemma\'s RMSNorm (1 + weight)'),
+        ("gemma", "llama", True, 'hidden_act: got "gelu_pytorch_tanh": the MLP of a Gemma'),
+        ("gemma", "mixtral", True, 'hidden_act: got "gelu_pytorch_tanh": the MLP of a Gemma'),
         ("llama", "ernie4_5", True, 'model_type: got "my-finetune": ernie4_5\'s RoPE on'),
         ("gpt_neox", None, False, "rope_parameters.partial_rotary_factor: 0.25 gives 1 rotated"),
         ("gemma3_text", "gemma2", True, "config.json: _sliding_window_pattern: got 6"),

@@ -350,6 +350,7 @@ class Arch:
     """One decoder family's attention; each field's default is what Llama does."""
 
     head_dim: int | None = None  # the config class's head_dim (None: hidden / heads)
+    reads_head_dim: bool = True  # False: hidden / heads whatever config.json says
     theta: float = 10000.0  # the config class's default_theta
     eps: tuple[str | None, float] = ("rms_norm_eps", 1e-6)  # the norms' eps key (None: fixed)
     norm: NormKind | None = "rms"  # the pre-attention norm; None: none (norms after attention)
@@ -411,13 +412,13 @@ ARCHS: dict[str, Arch] = {
     "phi": replace(_LN, eps=("layer_norm_eps", 1e-5), qkv_bias=True, o_bias=True, partial=0.5,
                 o_name="dense"),
     "stablelm": replace(_LN, eps=("layer_norm_eps", 1e-5), qkv_bias="use_qkv_bias",
-                     o_bias=False, partial=0.25),
+                     o_bias=False, partial=0.25, reads_head_dim=False),
     "gpt_neox": replace(_LN, eps=("layer_norm_eps", 1e-5), bias_default=True, partial=0.25,
                      fused="heads", attn="attention", qkv_name="query_key_value",
-                     o_name="dense", embed_name="embed_in"),
+                     o_name="dense", embed_name="embed_in", reads_head_dim=False),
     "cohere": Arch(theta=5e5, eps=("layer_norm_eps", 1e-5), norm="layer", layout="interleaved"),
     "cohere2": Arch(eps=("layer_norm_eps", 1e-5), norm="layer", layout="interleaved",
-                    window="types", pattern=4, nope="full"),
+                    window="types", pattern=4, nope="full", reads_head_dim=False),
     "ernie4_5": Arch(head_dim=128, theta=5e5, eps=("rms_norm_eps", 1e-5), qkv_bias="use_bias",
                      o_bias="use_bias", layout="interleaved"),
     "glm4": Arch(head_dim=128, eps=("rms_norm_eps", 1.5625e-7), o_bias=False, bias_default=True,
@@ -472,8 +473,8 @@ _LAYOUTS: dict[str, Literal["linear", "qkv_rows", "qkv_heads"]] = {
 
 def _head_dim(config: Config, family: str, arch: Arch, hidden: int) -> int:
     """config.json's head_dim, else the config class's default, else hidden / heads."""
-    if family == "cohere2" or arch.fused == "heads" or family == "stablelm":
-        return hidden // _heads(config, hidden, "num_attention_heads")  # hidden / heads always
+    if not arch.reads_head_dim:  # the family's code computes hidden / heads whatever is given
+        return hidden // _heads(config, hidden, "num_attention_heads")
     given = config.data.get("head_dim", arch.head_dim)
     if given is None:
         return hidden // _heads(config, hidden, "num_attention_heads")
@@ -1224,6 +1225,22 @@ def resolve_family(config: Config, arch: str | None) -> tuple[str, tuple[str, ..
     )
 
 
+def _check_gemma_like(config: Config, family: str) -> None:
+    """A GELU MLP marks a Gemma, whose RMSNorm scales by 1 + weight (a key no Gemma 1 config
+    has otherwise): read as a family whose RMSNorm scales by the weight, it is refused."""
+    arch = ARCHS.get(family)
+    if arch is None or arch.norm != "rms":
+        return
+    for key in ("hidden_act", "hidden_activation"):
+        value = config.data.get(key)
+        if isinstance(value, str) and value.startswith("gelu"):
+            raise config.error(
+                key, f"got {_spelled(value)}: the MLP of a Gemma, whose RMSNorm scales by "
+                f"1 + weight where {family}'s scales by the weight",
+                f"a {family} checkpoint's activation (silu), or the checkpoint's own model_type",
+            )  # fmt: skip
+
+
 def _normal(name: str) -> str:
     """A model type or class name without case, ``_`` and ``-``: ``xlm-roberta`` -> xlmroberta."""
     return re.sub(r"[_\-]", "", name).lower()
@@ -1272,6 +1289,7 @@ def check_keys(config: Config, family: str) -> tuple[str, ...]:
         raise _refusal(config, key, value, rule, family, ignored is not None)
     notes += _nested_partial_rotary(config, family, native)
     if not native:
+        _check_gemma_like(config, family)
         notes += _defaults_given(config, family)
     return tuple(notes)
 
@@ -1282,7 +1300,7 @@ def _defaults_given(config: Config, family: str) -> list[str]:
     model_type = config.data.get("model_type")
 
     def given(key: str) -> bool:
-        params = _rope_mapping(config)[0] if key == "rope_theta" else None
+        params = _rope_mapping(config)[0] if key in _ROPE_KEYS else None
         return key in config.data or (isinstance(params, Mapping) and key in params)
 
     keys = KEYS[family]
