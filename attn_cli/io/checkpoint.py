@@ -176,19 +176,32 @@ def _require_finite(X: FloatArray, source: str) -> None:
         )  # fmt: skip
 
 
+# The hidden axis of each array a layer's size makes big: cut to one for _check_fixture.
+_HIDDEN_AXIS = {"X": -1, "W_Q": 0, "W_K": 0, "W_V": 0, "W_O": -1, "b_O": 0}
+
+
 def _check_fixture(fixture: Mapping[str, Any], source: str) -> None:
     """The fixture as attn will read it back from the .npz, validated now: a value config.json
     gave that no fixture may hold (a factor of inf, a factor list of the wrong length) is one
-    line naming config.json and the fixture key, and no file is written."""
+    line naming config.json and the fixture key, and no file is written.
+
+    Validated in miniature: one token and a hidden size of one, every other size (heads,
+    head_dim, RoPE dims) as imported, so that checking costs no copy of the layer's weights.
+    """
     from attn_cli.io.arrays import plain_value
     from attn_cli.io.validate import validate
 
-    def read_back(value: Any) -> Any:
-        return plain_value(np.asarray(value))
+    def read_back(key: str, value: Any) -> Any:
+        arr = np.asarray(value)
+        if key in ("X", "positions", "tokens"):  # the first token
+            arr = arr[..., :1, :] if key == "X" else arr[:1]
+        if key in _HIDDEN_AXIS:
+            arr = np.take(arr, [0], axis=_HIDDEN_AXIS[key])
+        return arr.tolist() if key == "tokens" else plain_value(arr)
 
     obj = {
-        key: {sub: read_back(v) for sub, v in value.items()}
-        if isinstance(value, Mapping) else value if key == "tokens" else read_back(value)
+        key: {sub: read_back(sub, v) for sub, v in value.items()}
+        if isinstance(value, Mapping) else read_back(key, value)
         for key, value in fixture.items()
     }  # fmt: skip
     validate(obj, f"{source} (imported as the fixture)")
