@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from attn_cli.core.inputs import Inputs
     from attn_cli.core.memory import Written
     from attn_cli.core.pipeline import Dtype, Streamed, Trace
+    from attn_cli.core.rope_table import RopeTable
 
 Progress = Callable[[int, int], None]  # (blocks done, blocks in all)
 STDIN = "-"
@@ -84,6 +85,41 @@ def stream_file(
     small = in_dtype(inputs, dtype)
     del inputs
     return run_streamed(small, keep=keep, dtype=dtype, progress=progress, backward=backward)
+
+
+def rope_file(
+    fixture: str | os.PathLike[str] | None = None,
+    *,
+    position: int | None = None,
+    length: int | None = None,
+    max_elements: int = DEFAULT_MAX_ELEMENTS,
+) -> tuple[Inputs, RopeTable]:
+    """A fixture's RoPE pair by pair (core/rope_table.py): frequencies, bands, wavelengths and
+    the angle at ``position`` (default: the fixture's last), for a sequence of ``length``
+    positions (default: the fixture's, or up to ``position``)."""
+    from attn_cli.core.plugins.rope import rope_length
+    from attn_cli.core.rope_table import MAX_POSITION, rope_table
+    from attn_cli.errors import InputError
+
+    for name, value, least in (("position", position, 0), ("length", length, 1)):
+        if value is not None and not least <= value <= MAX_POSITION:
+            raise UsageError("", name, f"is {value}", f"a whole number from {least} to 2**53",
+                             option=name)  # fmt: skip
+    inputs = load(fixture, max_elements=max_elements)
+    if inputs.rope is None:
+        raise InputError(
+            inputs.source, "rope", "is not set: the fixture has no rotary position embedding",
+            "a fixture with rope (e.g. the bundled llama_rope_gqa)",
+        )  # fmt: skip
+    own = rope_length(inputs)
+    if position is None:
+        position = own - 1 if length is None else min(own, length) - 1
+    if length is None:
+        length = max(own, position + 1)
+    if position >= length:
+        raise UsageError("", "position", f"is {position}, past a sequence of {length} positions",
+                         f"a position below --length ({length})", option="position")  # fmt: skip
+    return inputs, rope_table(inputs.rope, inputs.d_k, length, position)
 
 
 def _checked(

@@ -185,6 +185,29 @@ Q_norm = Q / sqrt(mean(Q^2) + eps) * q_weight. Grouped-query attention, causal, 
     )  # fmt: skip
 
 
+def llama31() -> str:
+    rng = np.random.default_rng(17)
+    X = _embeddings(rng, 5, 8)
+    W_Q, W_K, W_V = _weights(rng, 8, 32, 16, 16)  # 2 query heads, 1 kv head, d_k 16
+    comments = """
+Llama 3.1's RoPE scaling (rope_type llama3, as its config.json gives it): base 500000, trained on
+8192 positions, stretched by factor 8. Of the 8 rotated pairs of d_k 16, the fast ones (wavelength
+below 8192/4) are kept, the slow ones (above 8192/1) divided by 8, and one is smoothed between.
+The tokens sit at positions 8190..8194, where the trained context ends: attn rope shows it."""
+    return (
+        _head("Llama 3.1 RoPE scaling", (
+            "RoPE with llama3 scaling (factor 8, low/high frequency factors 1 and 4, trained "
+            "context 8192) at positions 8190..8194; GQA, causal"), comments, TOKENS[:5])
+        + _matrix("X", X) + _matrix("W_Q", W_Q, "[d_model, heads*d_k]: 2 heads of d_k 16")
+        + _matrix("W_K", W_K, "[d_model, kv_heads*d_k]: 1 kv head") + _matrix("W_V", W_V)
+        + "heads: 2\nkv_heads: 1\ncausal: true\npositions: [8190, 8191, 8192, 8193, 8194]\n"
+        + "key_positions: [8190, 8191, 8192, 8193, 8194]  # self-attention: the same tokens\n"
+        + "rope:\n  base: 500000\n  scaling:  # config.json's rope_scaling\n    type: llama3\n"
+        + "    factor: 8\n    low_freq_factor: 1\n    high_freq_factor: 4\n"
+        + "    original_max_position_embeddings: 8192\n"
+    )  # fmt: skip
+
+
 def cross() -> str:
     rng = np.random.default_rng(15)
     X = _embeddings(rng, 3, 8)
@@ -241,6 +264,7 @@ MAKERS: dict[str, Callable[[], str]] = {
     "gemma2_softcap": gemma2,
     "gptoss_sinks": gptoss,
     "qwen3_qk_norm": qwen3,
+    "llama31_rope_scaling": llama31,
     "cross_attention": cross,
     "mask_sentinel": sentinel,
 }

@@ -140,10 +140,28 @@ def _rope_vec(x: list[float], pos: int, rope: dict[str, Any]) -> list[float]:
     out = list(x)
     for i in range(dims // 2):
         a, b = (i, i + dims // 2) if rope.get("layout", "half") == "half" else (2 * i, 2 * i + 1)
-        angle = pos * base ** (-2.0 * i / dims)
+        angle = pos * llama3_frequency(base ** (-2.0 * i / dims), rope.get("scaling"))
         c, s_ = math.cos(angle), math.sin(angle)
         out[a], out[b] = x[a] * c - x[b] * s_, x[b] * c + x[a] * s_
     return out
+
+
+def llama3_frequency(freq: float, scaling: dict[str, Any] | None) -> float:
+    """One frequency as Llama 3.1's RoPE scaling leaves it (transformers'
+    ``_compute_llama3_parameters``): kept below original/high_freq_factor wavelengths, divided
+    by factor above original/low_freq_factor, smoothed between (other kinds: test_rope_view.py)."""
+    if scaling is None:
+        return freq
+    assert scaling["type"] == "llama3", "the loop reference knows llama3 scaling only"
+    factor, low, high = scaling["factor"], scaling["low_freq_factor"], scaling["high_freq_factor"]
+    old = scaling["original_max_position_embeddings"]
+    wavelen = 2 * math.pi / freq
+    if wavelen < old / high:
+        return freq
+    if wavelen > old / low:
+        return float(freq / factor)
+    smooth = (old / wavelen - low) / (high - low)
+    return float((1 - smooth) * freq / factor + smooth * freq)
 
 
 def _rope(x: Nested, pos: list[int], rope: Any) -> Nested:

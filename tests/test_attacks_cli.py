@@ -195,6 +195,7 @@ def base_call(command: str, ckpt: tuple[Path, Path]) -> tuple[list[str], dict[st
         "new": (["new.yaml"], {"--force": ""}),
         "decode": (["causal_multihead"], {}),
         "flash": (["the_cat_sat"], {}),
+        "rope": (["llama31_rope_scaling"], {}),
         "import": (
             [str(ckpt[0])],
             {"--hidden": str(ckpt[1]), "--output": "imp.npz", "--force": ""},
@@ -339,11 +340,16 @@ def test_trace_output_escapes_every_class(fmt: str, cls: str, tmp_path: Path) ->
 
 
 @pytest.mark.parametrize("cls", list(CLASSES))
-@pytest.mark.parametrize("command", ["decode", "flash", "heatmap-svg"])
+@pytest.mark.parametrize("command", ["decode", "flash", "heatmap-svg", "rope", "rope-table"])
 def test_other_outputs_escape_every_class(command: str, cls: str, tmp_path: Path) -> None:
     fixture, fx = hostile_fixture(tmp_path, CLASSES[cls])
+    if command.startswith("rope"):
+        fx["rope"] = True
+        fixture.write_text(json.dumps(fx), encoding="utf-8")
     if command == "heatmap-svg":
         run = attn("heatmap", str(fixture), "-f", "svg", "-o", "out")
+    elif command == "rope-table":
+        run = attn("rope", str(fixture), "-o", "out")
     else:
         run = attn(command, str(fixture), "-f", "json", "-o", "out")
     assert_fine(run)
@@ -352,6 +358,12 @@ def test_other_outputs_escape_every_class(command: str, cls: str, tmp_path: Path
     assert not raw_controls(text, allowed), raw_controls(text, allowed)
     if command == "heatmap-svg":
         ET.fromstring(text)
+    elif command == "rope":
+        assert json.loads(text)["name"] == fx["name"]
+    elif command == "rope-table":
+        assert any(form in text for c in CLASSES[cls] for form in shown_escapes(c)) or (
+            f"N{CLASSES[cls]}N" in text  # printable: shown as written
+        )
     else:
         assert json.loads(text)["tokens"] == fx["tokens"]
 

@@ -38,7 +38,7 @@ from attn_cli.core.chain import Chain, cells_of
 from attn_cli.core.inputs import Inputs
 from attn_cli.core.pipeline import Trace, run
 from attn_cli.core.plugins.qk_norm import grad_rms_norm
-from attn_cli.core.plugins.rope import apply_rope
+from attn_cli.core.plugins.rope import apply_rope, frequencies
 from attn_cli.core.stages import GRADIENT_STAGE_NAMES, SPECS, final_stage, softmax_input
 from attn_cli.core.steps import allowed_positions
 from attn_cli.errors import InputError, UsageError
@@ -207,7 +207,9 @@ def loss_from(trace: Trace, start: str, value: Array) -> float:
 def rope(inp: Inputs, x: Array, positions: Array, inverse: bool = False) -> Array:
     assert inp.rope is not None
     r = inp.rope
-    return apply_rope(x, positions, base=r.base, layout=r.layout, dims=r.dims, inverse=inverse)
+    inv_freq, attention = frequencies(r, inp)  # RoPE scaling's, else base^(-2i/dims) and 1
+    return apply_rope(x, positions, layout=r.layout, dims=r.dims, inverse=inverse,
+                      inv_freq=inv_freq, attention=attention)  # fmt: skip
 
 
 def softmax_rows(x: Array, sinks: Array | None) -> Array:

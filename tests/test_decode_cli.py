@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 import pytest
 import typer
+from reference import llama3_frequency
 from rich.console import Console
 from typer.testing import CliRunner
 
@@ -37,7 +38,7 @@ from attn_cli.check.run import check_fixture
 from attn_cli.cli.app import user_errors
 from attn_cli.cli.decode import decode
 from attn_cli.cli.usage import AttnCommand, AttnGroup
-from attn_cli.core.inputs import Inputs
+from attn_cli.core.inputs import Inputs, Rope
 from attn_cli.io.examples import example_paths
 from attn_cli.present.decode_view import decode_pages, decode_titles
 from attn_cli.present.options import RenderOptions
@@ -48,7 +49,7 @@ Array = np.ndarray[Any, Any]
 F64 = 1e-12
 VARIANTS = [  # causal bundled examples in projection mode: the naive loop reads X and W
     "causal_multihead", "llama_rope_gqa", "llama_rope_interleaved", "mistral_sliding_window",
-    "gptoss_sinks", "qwen3_qk_norm", "gemma2_softcap",
+    "gptoss_sinks", "qwen3_qk_norm", "gemma2_softcap", "llama31_rope_scaling",
 ]  # fmt: skip
 CAUSAL_EXAMPLES = [*VARIANTS, "mask_sentinel"]  # every bundled causal example
 
@@ -82,11 +83,13 @@ def rope_pairs(dims: int, layout: str) -> list[tuple[int, int]]:
     return [(2 * i, 2 * i + 1) for i in range(half)]
 
 
-def rope_vec(x: list[float], pos: int, base: float, dims: int, layout: str) -> list[float]:
-    """RoPE of one vector at one position: pair i turns by pos · base^(−2i/dims)."""
+def rope_vec(x: list[float], pos: int, rope: Rope) -> list[float]:
+    """RoPE of one vector at one position: pair i turns by pos · base^(−2i/dims) (or that
+    frequency as Llama 3.1's scaling leaves it)."""
     out = list(x)
-    for i, (a, b) in enumerate(rope_pairs(dims, layout)):
-        angle = pos * base ** (-2 * i / dims)
+    scaling = None if rope.scaling is None else rope.scaling.config()
+    for i, (a, b) in enumerate(rope_pairs(rope.dims, rope.layout)):
+        angle = pos * llama3_frequency(rope.base ** (-2 * i / rope.dims), scaling)
         c, s = math.cos(angle), math.sin(angle)
         out[a], out[b] = x[a] * c - x[b] * s, x[b] * c + x[a] * s
     return out
@@ -130,7 +133,7 @@ def naive_decode(inp: Inputs, bug: str = "") -> list[list[list[float]]]:
             if inp.qk_norm is not None:
                 qv = rms(qv, inp.qk_norm.q_weight, inp.qk_norm.eps)
             if inp.rope is not None:
-                qv = rope_vec(qv, t, inp.rope.base, inp.rope.dims, inp.rope.layout)
+                qv = rope_vec(qv, t, inp.rope)
             keep = t + 1 if inp.window is None else inp.window + (bug == "ring_plus_one")
             js = [j for j in range(t + 1) if t - j < keep]
             logits = []
@@ -141,7 +144,7 @@ def naive_decode(inp: Inputs, bug: str = "") -> list[list[list[float]]]:
                 if inp.rope is not None:
                     turns = 1 + (max(0, t - max(j, 0)) if bug == "rerotate" and t > 0 else 0)
                     for _ in range(turns):
-                        kv = rope_vec(kv, j, inp.rope.base, inp.rope.dims, inp.rope.layout)
+                        kv = rope_vec(kv, j, inp.rope)
                 x = sum(a * b for a, b in zip(qv, kv, strict=True)) * scale
                 if inp.softcap is not None:  # Gemma 2: capped before anything is masked
                     x = inp.softcap * math.tanh(x / inp.softcap)

@@ -103,6 +103,8 @@ ALLOWED = [
     # the configuration panel names torch's and attn's own settings
     *("torch", "SDPA", "nn.Linear", "nn.MultiheadAttention", "is_causal", "True", "attn_mask"),
     *("attn", "KV", "--full", "sink"),
+    # RoPE scaling names config.json's keys and the library whose semantics it follows
+    *("factor", "transformers", "rope_type"),
     # the modern variants' stages, settings and the models and papers they come from
     *("X_kv", "Q_norm", "K_norm", "Q_rot", "K_rot", "capped", "alibi", "lse", "lse_i"),
     "d_model_kv",

@@ -26,6 +26,7 @@ KEPT = {
     *("scale", "mask", "lengths", "true", "torch", "SDPA", "nn", "Linear", "attn"),
     *("MultiheadAttention", "is_causal", "True", "attn_mask", "KV", "half", "interleaved"),
     *("keys", "weight", "model"),  # inside Σ_keys, q_weight, d_model
+    *("factor", "transformers"),  # RoPE scaling: config.json's key, the library it follows
     # the header's variants lines name the models, libraries and papers a convention comes from
     *("HF", "Mistral", "FlashAttention", "Meta", "llama", "Gemma", "Qwen", "OLMo", "Press"),
     *("QK", "norm", "RMSNorm", "ALiBi", "sinks", "logit", "gpt", "oss", "base", "dims"),

@@ -51,6 +51,9 @@ COMMANDS: dict[str, Entry] = {
     "flash": Entry("Run the FlashAttention-2 forward tile by tile: S, the running max m, alpha, "
                    "P, the running sum l and the accumulator, then O = acc / l and "
                    "L = m + log l."),
+    "rope": Entry("Show a fixture's RoPE pair by pair: base and scaled frequency, wavelength "
+                  "against the trained context, the band of its scaling, and the angle at a "
+                  "position."),
     "import": Entry("Import one attention layer of a real checkpoint (safetensors, no torch) "
                     "as a fixture.", module="importer", function="import_"),
 }  # fmt: skip

@@ -90,10 +90,15 @@ def _linear(
 def _dynamic(
     inv: FloatArray, s: RopeScaling, dims: int, base: float, length: int
 ) -> tuple[FloatArray, float]:
+    return default_inv_freq(dims, dynamic_base(s, dims, base, length)), 1.0
+
+
+def dynamic_base(s: RopeScaling, dims: int, base: float, length: int) -> float:
+    """The base dynamic NTK scaling rotates by for ``length`` positions: the base itself up to
+    ``max_position_embeddings``, then ``base·(factor·L/max − (factor − 1))^(dims/(dims−2))``."""
     factor, longest = s.get("factor"), s.get(MAX)
     seen = max(length, longest)  # transformers: seq_len = max(position_ids) + 1, at least max
-    grown = base * ((factor * seen / longest) - (factor - 1)) ** (dims / (dims - 2))
-    return default_inv_freq(dims, grown), 1.0
+    return float(base * ((factor * seen / longest) - (factor - 1)) ** (dims / (dims - 2)))
 
 
 def llama3_bands(inv: FloatArray, s: RopeScaling) -> tuple[Any, Any, Any]:
@@ -316,3 +321,52 @@ def _check_kind(s: RopeScaling, key: FixtureKey, dims: int) -> None:
     if s.kind in ("yarn", "longrope") and s.get("factor") is None and s.get(MAX) is None:
         raise key("gives neither factor nor max_position_embeddings",
                   "one of them (factor = max_position_embeddings / original)", field)  # fmt: skip
+
+
+# -- per pair: which band of the scaling each rotated pair falls in ----------------------------
+
+NO_MIX = float("nan")  # a kind that does not mix kept and scaled frequencies
+
+
+def bands(
+    scaling: RopeScaling | None, dims: int, base: float, length: int
+) -> tuple[tuple[str, ...], FloatArray]:
+    """Per rotated pair, the band the scaling puts it in and the share of "÷ factor" it gets.
+
+    Bands: ``plain`` (no scaling), ``scaled`` (÷ factor), ``kept`` (unchanged), ``smooth``
+    (llama3: between the two, mixed), ``ramp`` (yarn: between, mixed), ``grown`` (dynamic: the
+    base grew), ``unchanged`` (dynamic: not past max yet), ``short`` / ``long`` (longrope's
+    factor lists). The share is 0 for kept, 1 for scaled, the mix between for smooth and ramp
+    (llama3: 1 − smooth; yarn: the ramp), NaN for the kinds that do not mix."""
+    pairs = dims // 2
+    none = np.full(pairs, NO_MIX)
+    if scaling is None:
+        return ("plain",) * pairs, none
+    kind = scaling.kind
+    if kind == "linear":
+        return ("scaled",) * pairs, np.ones(pairs)
+    if kind == "dynamic":
+        grown = length > scaling.get(MAX)
+        return ("grown" if grown else "unchanged",) * pairs, none
+    if kind == "longrope":
+        return ("long" if longrope_long(scaling, length) else "short",) * pairs, none
+    if kind == "llama3":
+        inv = default_inv_freq(dims, base)
+        wavelen, kept, scaled = llama3_bands(inv, scaling)
+        low, high = scaling.get("low_freq_factor"), scaling.get("high_freq_factor")
+        smooth = (scaling.get(ORIGINAL) / wavelen - low) / (high - low)
+        mix = np.where(kept, 0.0, np.where(scaled, 1.0, 1.0 - smooth))
+        names = np.where(kept, "kept", np.where(scaled, "scaled", "smooth"))
+        return tuple(str(n) for n in names), mix
+    ramp = yarn_ramp(scaling, dims, base)  # yarn
+    names = np.where(ramp == 0, "kept", np.where(ramp == 1, "scaled", "ramp"))
+    return tuple(str(n) for n in names), ramp
+
+
+def trained_length(scaling: RopeScaling | None) -> int | None:
+    """The context the frequencies were trained for: ``original_max_position_embeddings``
+    (dynamic: ``max_position_embeddings``); None when the scaling does not say (linear)."""
+    if scaling is None:
+        return None
+    trained = scaling.get(MAX if scaling.kind == "dynamic" else ORIGINAL)
+    return None if trained is None else int(trained)

@@ -1,15 +1,20 @@
 """The mistakes of RoPE: the other layout (half vs interleaved), V rotated too, K not rotated,
+its scaling ignored, pairs put in the wrong band of it, its attention factor (mscale) left out,
 and (with positions.py) the positions read one off. Axis names as in core/steps.py."""
 
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+import numpy as np
 
 from attn_cli.check.mistake import Mistake, Reader, register, register_reader
 from attn_cli.check.recompute import Change, internal, recomputed
 from attn_cli.core.chain import Chain
 from attn_cli.core.inputs import FloatArray, IntArray
+from attn_cli.core.plugins.rope import apply_rope, frequencies, rope_inv_freq, rope_length
+from attn_cli.core.rope_scaling import KINDS, bands, longrope_long, yarn_factor, yarn_ramp
 from attn_cli.core.stages import STAGE_NAMES
 from attn_cli.core.variant import REGISTRY, same
 from attn_cli.core.variants import RopeLayout
@@ -81,6 +86,131 @@ def _rope_not_on_k(trace: Trace) -> list[Change]:
     return [Change(detail, "K_rot", {"K_rot": _before_rope(trace, "K")})]
 
 
+# -- RoPE scaling (core/rope_scaling.py): the frequencies a long-context checkpoint rotates by --
+
+
+def _rotated_by(trace: Trace, inv_freq: FloatArray, attention: float) -> dict[str, FloatArray]:
+    """Q_rot and K_rot rotated by ``inv_freq``, cos and sin times ``attention``."""
+    rope = trace.inputs.rope
+    assert rope is not None
+    pos_q, pos_k = trace.inputs.token_positions()
+    values = {}
+    for which, pos in (("Q", pos_q), ("K", pos_k)):
+        values[f"{which}_rot"] = apply_rope(
+            _before_rope(trace, which),
+            pos,
+            layout=rope.layout,
+            dims=rope.dims,
+            inv_freq=inv_freq,
+            attention=attention,
+        )  # fmt: skip  (B, H|Hkv, T|S, D)
+    return values
+
+
+class _Scaled(NamedTuple):
+    """A fixture's RoPE scaling and the frequencies before and after it."""
+
+    rope: Any  # core/inputs.py's Rope
+    scaling: Any  # core/rope_scaling.py's RopeScaling
+    plain: FloatArray  # (P,) base^(-2i/dims)
+    inv: FloatArray  # (P,) what the scaling rotates by
+    attention: float  # its factor on cos and sin
+
+
+def _scaled(trace: Trace) -> _Scaled | None:
+    rope = trace.inputs.rope
+    if rope is None or rope.scaling is None:
+        return None
+    inv, attention = frequencies(rope, trace.inputs)
+    return _Scaled(rope, rope.scaling, rope_inv_freq(rope.dims, rope.base), inv, attention)
+
+
+def _scaling_ignored(trace: Trace) -> list[Change]:
+    scaled = _scaled(trace)
+    if scaled is None:
+        return []
+    _, scaling, plain, inv, attention = scaled
+    if np.array_equal(plain, inv) and attention == 1:
+        return []  # dynamic below max_position_embeddings: nothing to ignore
+    factor = "" if attention == 1 else f", and cos and sin are not multiplied by {attention:.6g}"
+    detail = (
+        f"Your {{stage}} is what attn gets when RoPE ignores the fixture's {scaling.kind} "
+        f"scaling: the plain frequencies base^(-2i/dims){factor}. {scaling.kind} "
+        f"{KINDS[scaling.kind].words}. Fix: compute inv_freq as transformers' "
+        f"ROPE_INIT_FUNCTIONS['{scaling.kind}'] does (modeling_rope_utils.py); attn rope "
+        "shows each pair's frequency before and after."
+    )
+    return [Change(detail, "Q_rot", _rotated_by(trace, plain, 1.0))]
+
+
+def _wrong_band(trace: Trace) -> list[Change]:
+    """Each pair put in the wrong band: llama3's bands reversed or its middle band not
+    smoothed, yarn's ramp reversed, longrope's other factor list."""
+    scaled = _scaled(trace)
+    if scaled is None:
+        return []
+    rope, scaling, plain, inv, attention = scaled
+    wrong: list[tuple[FloatArray, str]] = []
+    if scaling.kind == "llama3":
+        factor = scaling.get("factor")
+        share = bands(scaling, rope.dims, rope.base, 0)[1]  # 0 kept .. 1 ÷ factor
+        swapped = (1 - share) * plain / factor + share * plain  # each pair's share reversed
+        wrong += [
+            (swapped,
+             "the bands swapped: the short wavelengths (below original/high_freq_factor) divided "
+             "by factor and the long ones kept, as when the wavelength is compared the wrong way "
+             "or the frequency is compared where the wavelength should be"),
+            (np.where((share > 0) & (share < 1), plain, inv),
+             "the middle band (between original/high_freq_factor and original/low_freq_factor) "
+             "left unscaled instead of smoothed between θ and θ/factor"),
+            (np.where((share > 0) & (share < 1), plain / factor, inv),
+             "the middle band divided by factor instead of smoothed between θ and θ/factor"),
+        ]  # fmt: skip
+    elif scaling.kind == "yarn":
+        ramp = yarn_ramp(scaling, rope.dims, rope.base)
+        wrong.append((
+            plain / yarn_factor(scaling) * (1 - ramp) + plain * ramp,
+            "the ramp reversed: the fast pairs (many turns over the original length) divided by "
+            "factor and the slow ones kept; transformers' inv_freq_extrapolation_factor is "
+            "1 − ramp, the share of the kept frequency",
+        ))  # fmt: skip
+    elif scaling.kind == "longrope":
+        long = longrope_long(scaling, rope_length(trace.inputs))
+        other = np.asarray(scaling.get("short_factor" if long else "long_factor"))
+        words = ("short_factor", "long_factor") if long else ("long_factor", "short_factor")
+        wrong.append((
+            plain / other,
+            f"{words[0]} used where {words[1]} applies (long_factor only past "
+            f"original_max_position_embeddings = {scaling.get('original_max_position_embeddings')} "
+            "positions: max(position) + 1 decides)",
+        ))  # fmt: skip
+    changes = []
+    for freq, what in wrong:
+        if np.allclose(freq, inv, rtol=1e-12, atol=0):
+            continue  # the mistake changes nothing here (no pair in that band)
+        detail = (
+            f"Your {{stage}} is what attn gets with {scaling.kind} RoPE scaling's pairs in the "
+            f"wrong band: {what}. Fix: attn rope shows which band each pair falls in."
+        )
+        changes.append(Change(detail, "Q_rot", _rotated_by(trace, freq, attention)))
+    return changes
+
+
+def _mscale_missing(trace: Trace) -> list[Change]:
+    scaled = _scaled(trace)
+    if scaled is None or scaled.attention == 1:
+        return []
+    _, scaling, _, inv, attention = scaled
+    detail = (
+        f"Your {{stage}} is what attn gets when {scaling.kind}'s attention factor (mscale) "
+        f"{attention:.6g} is left out: transformers multiplies cos and sin by it "
+        "(attention_scaling), so q and k each grow by it and the rotated part of every logit by "
+        f"its square, {attention * attention:.6g}. Fix: multiply cos and sin by "
+        f"{attention:.6g}."
+    )
+    return [Change(detail, "Q_rot", _rotated_by(trace, inv, 1.0))]
+
+
 def _moved(trace: Trace, dq: int, dk: int) -> Change:
     """Q_rot and K_rot at moved positions; moved alike, the distances and so every stage after
     them stay the trace's (only Q_rot and K_rot show it)."""
@@ -99,5 +229,10 @@ register(
     Mistake("rope_layout", "RoPE half vs interleaved layout", recomputed(_rope_layout), 110),
     Mistake("rope_on_v", "RoPE applied to V as well", recomputed(_rope_on_v), 111),
     Mistake("rope_not_on_k", "RoPE not applied to K", recomputed(_rope_not_on_k), 112),
+    Mistake("rope_scaling_ignored", "RoPE scaling ignored", recomputed(_scaling_ignored), 113),
+    Mistake("rope_wrong_band", "RoPE scaling: wrong band", recomputed(_wrong_band), 114),
+    Mistake(
+        "rope_mscale_missing", "RoPE scaling: mscale missing", recomputed(_mscale_missing), 115
+    ),
 )
 register_reader("rope", Reader("RoPE", "Q_rot", _moved))
