@@ -113,6 +113,9 @@ def test_a_family_attn_cannot_trace_exactly_is_refused_in_one_line(
 
 def _legacy(config: dict[str, Any], case: str) -> dict[str, Any]:
     """config.json as the checkpoints on the Hub spell it (transformers 4's keys)."""
+    if case == "gemma3":  # google/gemma-3-4b-it and up: text_config spelled as gemma-3-1b's
+        config["text_config"] = _legacy(config["text_config"], "gemma3_text")
+        return config
     params = config.pop("rope_parameters")
     if case.startswith("gemma3_text"):  # google/gemma-3-*: rope_theta, rope_local_base_freq
         full, sliding = params["full_attention"], params["sliding_attention"]
@@ -131,8 +134,8 @@ def _legacy(config: dict[str, Any], case: str) -> dict[str, Any]:
     return config
 
 
-@pytest.mark.parametrize("case", ["gemma3_text", "gemma3_text_linear", "gpt_neox", "phi",
-                                  "stablelm", "glm4"])  # fmt: skip
+@pytest.mark.parametrize("case", ["gemma3_text", "gemma3_text_linear", "gemma3", "gpt_neox",
+                                  "phi", "stablelm", "glm4"])  # fmt: skip
 def test_the_hubs_spelling_of_config_json_imports_to_the_same_layer(
     tmp_path: Path, case: str
 ) -> None:
@@ -158,9 +161,70 @@ def test_the_hubs_spelling_of_config_json_imports_to_the_same_layer(
         np.testing.assert_allclose(got, want["output"], rtol=1e-4, atol=1e-5)
 
 
+# config.json of google/gemma-3-4b-it (transformers 4.50): text_config leaves the heads, head_dim,
+# query_pre_attn_scalar, vocab_size and RoPE bases to Gemma3TextConfig's defaults.
+GEMMA3_4B = {
+    "architectures": ["Gemma3ForConditionalGeneration"], "boi_token_index": 255999,
+    "eoi_token_index": 256000, "eos_token_id": [1, 106], "image_token_index": 262144,
+    "initializer_range": 0.02, "mm_tokens_per_image": 256, "model_type": "gemma3",
+    "text_config": {"hidden_size": 2560, "intermediate_size": 10240, "model_type": "gemma3_text",
+                    "num_hidden_layers": 34, "rope_scaling": {"factor": 8.0, "rope_type": "linear"},
+                    "sliding_window": 1024},
+    "torch_dtype": "bfloat16", "transformers_version": "4.50.0.dev0",
+    "vision_config": {"hidden_size": 1152, "image_size": 896, "intermediate_size": 4304,
+                      "model_type": "siglip_vision_model", "num_attention_heads": 16,
+                      "num_hidden_layers": 27, "patch_size": 14, "vision_use_head": False},
+}  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("layer", "window", "base", "scaling"),
+    [(0, 1024, 10000.0, None), (5, None, 1e6, (("type", "linear"), ("factor", 8.0)))],
+)
+def test_gemma_3_4b_config_takes_gemma3_texts_defaults(
+    layer: int, window: int | None, base: float, scaling: Any
+) -> None:
+    """What transformers 5.24's Gemma3Config makes of that config.json (read there once): 8
+    heads, 4 kv heads, head_dim 256, query_pre_attn_scalar 256, layer_types sliding x 5 then
+    full, sliding layers rope_theta 1e4, full ones 1e6 with linear factor 8, vocab 262208."""
+    from attn_cli.io.families import Config, Rope, check_keys, plan_layer
+
+    config = Config(GEMMA3_4B, "config.json")
+    assert check_keys(config, "gemma3") == ()
+    plan = plan_layer(config, "gemma3", layer)
+    assert (plan.heads, plan.kv_heads, plan.head_dim, plan.hidden) == (8, 4, 256, 2560)
+    assert plan.scale == 256**-0.5 and plan.window == window
+    assert plan.embed_tensors[0].shape == (262208, 2560)
+    assert plan.prefixes[0] + plan.tensors[0].name == (
+        f"language_model.model.layers.{layer}.self_attn.q_proj.weight"
+    )
+    assert plan.rope == Rope(base=base, dims=256, layout="half", scaling=scaling)
+
+
+_ABSENT = object()  # the key left out of config.json
+_GEMMA3_TEXT = json.loads((REFERENCE / "gemma3" / "config.json").read_text())["text_config"]
+
+
 @pytest.mark.parametrize(
     ("case", "change", "layer", "named"),
     [
+        ("gemma3", {"text_config": _ABSENT}, 0, "config.json: text_config: missing, expected "
+         "the text model's config: a mapping with model_type 'gemma3_text'"),
+        ("gemma3", {"text_config": [16]}, 0, "config.json: text_config: got [16], expected"),
+        ("gemma3", {"text_config": _GEMMA3_TEXT | {"model_type": "gemma2"}}, 0,
+         "config.json: text_config.model_type: got \"gemma2\": attn reads a gemma3 checkpoint's "
+         "text model as gemma3_text, expected 'gemma3_text'"),
+        ("gemma3", {"text_config": {k: v for k, v in _GEMMA3_TEXT.items() if k != "model_type"}},
+         0, "config.json: text_config.model_type: missing: attn reads"),
+        ("gemma3", {"text_config": _GEMMA3_TEXT | {"clip_qkv": 0.5}}, 0,
+         "config.json: text_config.clip_qkv: got 0.5: Q, K and V clamped"),
+        ("gemma3", {"text_config": _GEMMA3_TEXT | {"sliding_window_pattern": 0,
+                                                   "layer_types": None}}, 0,
+         "config.json: text_config.sliding_window_pattern: got 0"),
+        # the text attention's keys are text_config's: beside it they are not ignored
+        ("gemma3", {"sliding_window": 2}, 0, "config.json: sliding_window: got 2: a sliding"),
+        ("gemma3", {"query_pre_attn_scalar": 8}, 0, "config.json: query_pre_attn_scalar: got 8"),
+        ("gemma3", {"a_new_key": 1}, 0, "config.json: a_new_key: got 1: a key attn's gemma3"),
         ("gemma3_text", {"rope_parameters": {"full_attention": 5}}, 1,
          "config.json: rope_parameters.full_attention: got 5, expected a mapping"),
         ("gemma3_text", {"rope_parameters": {"full_attention": {"rope_type": "linear",
@@ -187,11 +251,68 @@ def test_a_hostile_config_is_one_line_and_no_file(
     folder = tmp_path / case
     shutil.copytree(REFERENCE / case, folder)
     config = json.loads((folder / "config.json").read_text()) | change
+    config = {k: v for k, v in config.items() if v is not _ABSENT}
     (folder / "config.json").write_text(json.dumps(config))
     np.save(tmp_path / "h.npy", np.ones((3, 16)))
     out = tmp_path / "o.npz"
     result = run_cli("import", str(folder), "--layer", str(layer), "--hidden",
                      str(tmp_path / "h.npy"), "-o", str(out))  # fmt: skip
+    assert result.exit_code == 2, result.stdout
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("Error: ") and named in lines[0], lines
+    assert not out.exists()
+
+
+def _renamed_tensors(folder: Path, rename: Any) -> None:
+    """model.safetensors with each tensor under ``rename(name)`` (None: left out)."""
+    from safetensors.numpy import load_file, save_file
+
+    tensors = load_file(str(folder / "model.safetensors"))
+    kept = {rename(n): t for n, t in tensors.items() if rename(n) is not None}
+    save_file(kept, str(folder / "model.safetensors"))
+
+
+def test_gemma3_under_its_module_names_imports_the_same_layers(tmp_path: Path) -> None:
+    """model.language_model.layers.N (the module's name, which transformers also loads) as
+    language_model.model.layers.N (what save_pretrained writes, as the Hub's checkpoints do)."""
+    pytest.importorskip("safetensors", reason="attn import needs safetensors")
+    folder = tmp_path / "gemma3"
+    shutil.copytree(REFERENCE / "gemma3", folder)
+    _renamed_tensors(folder, lambda n: n.replace("language_model.model.", "model.language_model."))
+    ref = _reference("gemma3")["runs"][0]
+    for layer, want in enumerate(ref["layers"]):
+        np.save(tmp_path / "h.npy", np.array(want["layer_in"]))
+        out = tmp_path / f"{layer}.npz"
+        result = run_cli("import", str(folder), "--layer", str(layer), "--hidden",
+                         str(tmp_path / "h.npy"), "-o", str(out))  # fmt: skip
+        assert result.exit_code == 0, result.stderr
+        got = run(load_fixture(out))["projected"].data.reshape(np.shape(want["output"]))
+        np.testing.assert_allclose(got, want["output"], rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize(
+    ("rename", "named"),
+    [
+        (lambda n: None if n.startswith("language_model.") else n,  # the vision tower alone
+         "model.safetensors: language_model.model.layers.0.self_attn.q_proj.weight: missing "
+         "tensor, expected the gemma3 layout's q.weight tensor of layer 0"),
+        (lambda n: n.replace("language_model.model.", "language_model."),  # no known prefix
+         "model.safetensors: language_model.model.layers.0.self_attn.q_proj.weight: missing"),
+        (lambda n: n.replace("language_model.model.layers.1.", "model.language_model.layers.1."),
+         "attention tensors under several prefixes (language_model.model., model.language_model.)"),
+    ],
+    ids=["vision-only", "other-prefix", "both-prefixes"],
+)  # fmt: skip
+def test_gemma3_without_its_text_layers_under_the_prefix_is_one_line_and_no_file(
+    tmp_path: Path, rename: Any, named: str
+) -> None:
+    pytest.importorskip("safetensors", reason="attn import needs safetensors")
+    folder = tmp_path / "gemma3"
+    shutil.copytree(REFERENCE / "gemma3", folder)
+    _renamed_tensors(folder, rename)
+    np.save(tmp_path / "h.npy", np.ones((3, 16)))
+    out = tmp_path / "o.npz"
+    result = run_cli("import", str(folder), "--hidden", str(tmp_path / "h.npy"), "-o", str(out))
     assert result.exit_code == 2, result.stdout
     lines = result.stderr.splitlines()
     assert len(lines) == 1 and lines[0].startswith("Error: ") and named in lines[0], lines

@@ -115,7 +115,8 @@ def test_arch_imports_exactly_or_refuses_naming_the_key(
 ) -> None:
     folder = _checkpoint(tmp_path / "m", model_type, renamed)
     config = SAVED[model_type]["config"]
-    h = rng.standard_normal((3, config.get("hidden_size") or config.get("n_embd") or config["dim"]))
+    sizes = config.get("text_config", config)  # a wrapper's (gemma3) sizes are its text model's
+    h = rng.standard_normal((3, sizes.get("hidden_size") or sizes.get("n_embd") or sizes["dim"]))
     np.save(tmp_path / "h.npy", h)
     out = tmp_path / "out.npz"
     args = ["import", str(folder), "--hidden", str(tmp_path / "h.npy"), "-o", str(out)]
@@ -155,6 +156,12 @@ def test_arch_imports_exactly_or_refuses_naming_the_key(
         ("roberta", "bert", True, "config.json: pad_token_id: got 1: transformers' bert starts"),
         ("xlm-roberta", "bert", True, "config.json: pad_token_id: got 1"),
         ("gemma3_text", "gemma2", False, "model_type: 'gemma3_text' is not gemma2"),
+        # the wrapper and its text model: each imports as itself, neither as the other
+        ("gemma3", "gemma3_text", False, "model_type: 'gemma3' is not gemma3_text: attn imports"),
+        ("gemma3_text", "gemma3", False, "model_type: 'gemma3_text' is not gemma3: attn imports"),
+        ("gemma3_text", "gemma3", True, "config.json: text_config: missing, expected the text"),
+        ("gemma3", "gemma3_text", True, "config.json: boi_token_index: got 255999: a key attn's"),
+        ("gemma3", "gemma2", True, "config.json: boi_token_index: got 255999: a key attn's"),
         ("llama", "gemma", True, 'model_type: got "my-finetune": gemma\'s RMSNorm (1 + weight)'),
         ("gemma", "llama", True, 'hidden_act: got "gelu_pytorch_tanh": the MLP of a Gemma'),
         ("gemma", "mixtral", True, 'hidden_act: got "gelu_pytorch_tanh": the MLP of a Gemma'),

@@ -14,6 +14,8 @@ Families and their layouts (``X @ W`` is the fixture's convention):
                 RMSNorm (Gemma: ``1 + weight``), RoPE ``rotate_half`` (the fixture's ``half``):
                 llama, mistral, qwen2, qwen3 (``q_norm/k_norm``), gemma2 (softcap,
                 ``query_pre_attn_scalar``), gpt_oss (``sinks``).
+    wrappers    an image-text model whose text model is a family (gemma3: gemma3_text under
+                ``text_config``, its layers under ``language_model.model.``): read as that family.
 """
 
 from __future__ import annotations
@@ -30,9 +32,9 @@ from attn_cli.errors import InputError, field_name
 ROBERTA_LIKE = ("roberta", "xlm-roberta", "camembert")  # BERT with positions from pad + 1
 FAMILIES = (
     "bert", *ROBERTA_LIKE, "distilbert", "gpt2", "llama", "mistral", "mixtral", "ministral",
-    "qwen2", "qwen2_moe", "qwen3", "qwen3_moe", "gemma", "gemma2", "gemma3_text", "gpt_oss",
-    "granite", "smollm3", "starcoder2", "olmo", "olmo2", "olmo3", "exaone4", "phi3", "phi",
-    "stablelm", "gpt_neox", "cohere", "cohere2", "ernie4_5", "glm4",
+    "qwen2", "qwen2_moe", "qwen3", "qwen3_moe", "gemma", "gemma2", "gemma3_text", "gemma3",
+    "gpt_oss", "granite", "smollm3", "starcoder2", "olmo", "olmo2", "olmo3", "exaone4", "phi3",
+    "phi", "stablelm", "gpt_neox", "cohere", "cohere2", "ernie4_5", "glm4",
 )  # fmt: skip
 
 NormKind = Literal["layer", "rms", "rms1p"]
@@ -109,19 +111,26 @@ class LayerPlan:
     sinks: bool = False
     notes: tuple[str, ...] = ()
     block: str = ""  # the layer's own prefix (``layers.3.``): its modules below are checked
+    # where the layers may be (a wrapper's text model: the first is what transformers saves);
+    # none: any prefix
+    prefixes: tuple[str, ...] = ()
     scopes: tuple[str, ...] = ()  # modules of the block whose every tensor the plan reads
     unused: str = "$^"  # a regex (after ``block``) of tensors there the model never uses
 
 
 class Config:
-    """config.json as read: typed getters whose errors name the file and the key."""
+    """config.json as read: typed getters whose errors name the file and the key.
 
-    def __init__(self, data: Mapping[str, Any], source: str) -> None:
+    ``path`` is where the mapping sits in config.json (``text_config.``), prefixed to each key
+    an error names."""
+
+    def __init__(self, data: Mapping[str, Any], source: str, path: str = "") -> None:
         self.data = data
         self.source = source
+        self.path = path
 
     def error(self, key: str, what: str, expected: str) -> InputError:
-        return InputError(self.source, key, what, expected)
+        return InputError(self.source, self.path + key, what, expected)
 
     def has(self, key: str) -> bool:
         return self.data.get(key) is not None
@@ -185,6 +194,10 @@ def family_of(config: Config, arch: str | None) -> str:
 
 def plan_layer(config: Config, family: str, layer: int) -> LayerPlan:
     """The plan of layer ``layer`` of a checkpoint of ``family`` described by ``config``."""
+    wrapper = WRAPPERS.get(family)
+    if wrapper is not None:  # the text model's layer, found only under the wrapper's prefixes
+        plan = plan_layer(text_config(config, family), wrapper.text, layer)
+        return replace(plan, family=family, prefixes=wrapper.prefixes)
     if family == "bert" or family in ROBERTA_LIKE:
         return _bert(config, layer, family)
     if family == "distilbert":
@@ -194,8 +207,8 @@ def plan_layer(config: Config, family: str, layer: int) -> LayerPlan:
     return _llama_like(config, family, layer)
 
 
-def _check_layer(config: Config, key: str, layer: int) -> int:
-    layers = config.whole(key)
+def _check_layer(config: Config, key: str, layer: int, default: Any = _REQUIRED) -> int:
+    layers = config.whole(key, default)
     if not 0 <= layer < layers:
         raise config.error(
             key, f"the model has {layers} layers, layer {layer} is out of range",
@@ -377,6 +390,10 @@ class Arch:
     qkv_name: str = "qkv_proj"
     o_name: str = "o_proj"
     embed_name: str = "embed_tokens"  # GPT-NeoX: embed_in
+    # The config class's defaults of sizes config.json may leave out (the text_config of Gemma 3
+    # 4B on the Hub gives neither heads nor vocab_size); none: config.json must give them. The
+    # tensors' names and shapes then check them.
+    sizes: tuple[tuple[str, int], ...] = ()
 
 
 _MISTRAL = Arch(qkv_bias=False, o_bias=False, window="all")
@@ -394,7 +411,10 @@ ARCHS: dict[str, Arch] = {
     "gemma": _GEMMA,
     "gemma2": replace(_GEMMA, scale="query_pre_attn_scalar", softcap=True, window="types"),
     "gemma3_text": replace(_GEMMA, scale="query_pre_attn_scalar", qk_norm="rms1p",
-                           window="types", pattern=6, by_type=(1e4, 1e6)),
+                           window="types", pattern=6, by_type=(1e4, 1e6), sizes=(
+                               ("vocab_size", 262_208), ("hidden_size", 2304),
+                               ("num_hidden_layers", 26), ("num_attention_heads", 8),
+                               ("num_key_value_heads", 4), ("max_position_embeddings", 131_072))),
     "gpt_oss": Arch(head_dim=64, theta=150000.0, eps=("rms_norm_eps", 1e-5), bias_default=True,
                     window="types", window_default=128, sinks=True),
     "granite": Arch(scale="attention_multiplier", embed="multiplier"),
@@ -429,12 +449,12 @@ ARCHS: dict[str, Arch] = {
 def _llama_like(config: Config, family: str, layer: int) -> LayerPlan:
     """A decoder with q/k/v/o projections (or a fused qkv), GQA, a norm, RoPE: ARCHS[family]."""
     arch = ARCHS[family]
-    layers = _check_layer(config, "num_hidden_layers", layer)
+    layers = _check_layer(config, "num_hidden_layers", layer, _size(arch, "num_hidden_layers"))
     if arch.embed == "sqrt" and config.flag("use_bidirectional_attention", False):
         raise config.error("use_bidirectional_attention", "is not supported", "false (causal)")
-    C = config.whole("hidden_size")
-    H = config.whole("num_attention_heads")
-    Hkv = config.whole("num_key_value_heads", H)
+    C = config.whole("hidden_size", _size(arch, "hidden_size"))
+    H = config.whole("num_attention_heads", _size(arch, "num_attention_heads"))
+    Hkv = config.whole("num_key_value_heads", _size(arch, "num_key_value_heads", H))
     if H % Hkv:
         raise config.error("num_key_value_heads", f"{Hkv} does not divide {H} heads", "a divisor")
     D = _head_dim(config, family, arch, C)
@@ -442,7 +462,8 @@ def _llama_like(config: Config, family: str, layer: int) -> LayerPlan:
     eps = eps_default if key is None else config.number(key, eps_default)
     p = f"layers.{layer}."
     tensors = _llama_tensors(config, arch, p, (C, H, Hkv, D))
-    embed = (Tensor("embed.tokens", f"{arch.embed_name}.weight", (config.whole("vocab_size"), C)),)
+    vocab = config.whole("vocab_size", _size(arch, "vocab_size"))
+    embed = (Tensor("embed.tokens", f"{arch.embed_name}.weight", (vocab, C)),)
     kind = _layer_type(config, family, layer, layers)  # the whole list checked, used or not
     window, window_note = _window(config, family, layer, layers)
     rope, rope_note = _rope(config, family, D, layer, kind)
@@ -465,6 +486,11 @@ def _llama_like(config: Config, family: str, layer: int) -> LayerPlan:
         block=p, scopes=(f"{arch.attn}.", "input_layernorm."),
         unused=rf"{arch.attn}\.(rotary_emb\.inv_freq|masked_bias|bias)",  # buffers once saved
     )  # fmt: skip
+
+
+def _size(arch: Arch, key: str, default: Any = _REQUIRED) -> Any:
+    """The family's default of a size config.json leaves out, else ``default``."""
+    return dict(arch.sizes).get(key, default)
 
 
 _LAYOUTS: dict[str, Literal["linear", "qkv_rows", "qkv_heads"]] = {
@@ -618,12 +644,17 @@ def _scaling(
         return None
     found = {k: params[k] for k in reads if params.get(k) is not None}
     original = "original_max_position_embeddings"
+
+    def longest() -> int:  # read only where the rope needs it
+        key = "max_position_embeddings"
+        return config.whole(key, _size(ARCHS[family], key))
+
     if rope_type in _WITH_ORIGINAL and (config.has(original) or family == "phi3"):
         found[original] = config.whole(original, 4096)
     elif rope_type in _WITH_ORIGINAL:
-        found.setdefault(original, config.whole("max_position_embeddings"))
+        found.setdefault(original, longest())
     if rope_type not in ("linear", "llama3"):  # dynamic's length; yarn's, longrope's factor
-        found["max_position_embeddings"] = config.whole("max_position_embeddings")
+        found["max_position_embeddings"] = longest()
     return (("type", rope_type), *found.items())
 
 
@@ -825,6 +856,8 @@ def prefix_of(names: list[str], plan: LayerPlan, source: str) -> str:
     """The prefix of the family's tensor names (``model.``, ``bert.``, ``transformer.``, none)."""
     pattern = re.compile(rf"(.*?){plan.anchor}")
     found = sorted({m.group(1) for n in names if (m := pattern.fullmatch(n))})
+    if plan.prefixes:  # a wrapper's text model: the layers of its vision tower are not its
+        found = [p for p in found if p in plan.prefixes] or [plan.prefixes[0]]
     if len(found) > 1:
         raise InputError(
             source, "", f"attention tensors under several prefixes ({', '.join(found)})",
@@ -1169,11 +1202,62 @@ KEYS: dict[str, Keys] = {
 for _name in ROBERTA_LIKE:  # BERT's keys, pad_token_id read: the positions start after it
     KEYS[_name] = replace(KEYS["bert"], reads=KEYS["bert"].reads | {"pad_token_id"}, ignored={})
 
+
+@dataclass(frozen=True)
+class Wrapper:
+    """An image-text model type whose text model is a family attn imports: config.json holds
+    that model's config under ``text_config``, the checkpoint its tensors under a prefix."""
+
+    text: str  # the text_config's model_type: the family the layers are read as
+    prefixes: tuple[str, ...]  # where the text model's tensors are; the first one is assumed
+    keys: Keys  # the outer config.json's keys (text_config's are the text family's)
+
+
+# The image side (the vision tower's config, the image tokens) changes no text layer's numbers.
+# Gemma 3's image_token_index is replaced by id 0 only where it is past the vocabulary, where
+# attn's --text refuses the id.
+_IMAGE_SIDE = frozenset({
+    "vision_config", "mm_tokens_per_image", "boi_token_index", "eoi_token_index",
+    "image_token_index", "boi_token_id", "eoi_token_id", "image_token_id",
+})  # fmt: skip
+WRAPPERS = {
+    # Gemma3ForConditionalGeneration (Gemma 3 4B, 12B, 27B): its module names the text layers
+    # model.language_model.layers.N; save_pretrained (5.24) writes them as the Hub's checkpoints
+    # do, language_model.model.layers.N, which the conversion mapping ("llava": ^language_model
+    # -> model.language_model, then Gemma3Model's ^language_model.model -> language_model)
+    # renames on loading. transformers loads either.
+    "gemma3": Wrapper(
+        "gemma3_text",
+        ("language_model.model.", "model.language_model."),
+        Keys(reads=frozenset({"text_config"}), inert=_IMAGE_SIDE),
+    ),
+}
+KEYS |= {name: wrapper.keys for name, wrapper in WRAPPERS.items()}
+
+
+def text_config(config: Config, family: str) -> Config:
+    """A wrapper's ``text_config``: a mapping whose model_type is the wrapper's text family."""
+    text = WRAPPERS[family].text
+    data = config.data.get("text_config")
+    if not isinstance(data, Mapping):
+        raise config.error(
+            "text_config", "missing" if data is None else f"got {_spelled(data)}",
+            f"the text model's config: a mapping with model_type {text!r}",
+        )  # fmt: skip
+    model_type = data.get("model_type")
+    if model_type != text:
+        got = "missing" if model_type is None else f"got {_spelled(model_type)}"
+        raise config.error(
+            "text_config.model_type", f"{got}: attn reads a {family} checkpoint's text model "
+            f"as {text}", repr(text),
+        )  # fmt: skip
+    return Config(data, config.source, f"{config.path}text_config.")
+
+
 # Model types attn knows and does not import, with what their attention does that a family's
 # plan would miss: --arch never reads one of them as a family.
 KNOWN_TYPES = {
     "opt": "learned positions offset by 2",
-    "gemma3": "the Gemma 3 image-text wrapper (its text_config is a gemma3_text model)",
     "granitemoe": "attention_multiplier as the scale, multipliers on embeddings and residuals",
     "gptj": "RoPE on interleaved pairs of part of each head",
     "hunyuan_v1_dense": "q/k norm after RoPE (attn's q/k norm comes before it), NTK alpha",
@@ -1272,6 +1356,8 @@ def check_keys(config: Config, family: str) -> tuple[str, ...]:
     """
     keys = KEYS[family]
     native = config.data.get("model_type") == family
+    # a wrapper's text model first: a checkpoint without one is no wrapper, whatever else it has
+    text = text_config(config, family) if family in WRAPPERS else None
     notes: list[str] = []
     for key, value in config.data.items():
         if key in keys.reads or key in keys.inert:
@@ -1291,6 +1377,8 @@ def check_keys(config: Config, family: str) -> tuple[str, ...]:
     if not native:
         _check_gemma_like(config, family)
         notes += _defaults_given(config, family)
+    if text is not None:  # text_config's keys, against its family's allowlist
+        notes += check_keys(text, WRAPPERS[family].text)
     return tuple(notes)
 
 

@@ -89,6 +89,18 @@ def gemma3_text_linear() -> Any:
     return tiny("Gemma3TextConfig", **SLIDING, query_pre_attn_scalar=12, rope_parameters=rope)
 
 
+def gemma3() -> Any:
+    # Gemma3ForConditionalGeneration: gemma3_text's config as its text_config, a tiny SigLIP
+    # tower (1 layer, 8 x 8 pixels in 4 x 4 patches: 4 patches, pooled to mm_tokens_per_image 4)
+    # that the text runs never call; the token indices stay the class's (past the vocabulary).
+    vision = transformers.SiglipVisionConfig(
+        hidden_size=8, intermediate_size=16, num_hidden_layers=1, num_attention_heads=2,
+        image_size=8, patch_size=4, dtype="float32")  # fmt: skip
+    return transformers.Gemma3Config(text_config=gemma3_text(), vision_config=vision,
+                                     mm_tokens_per_image=4, initializer_range=0.4,
+                                     dtype="float32")  # fmt: skip
+
+
 def olmo_clip() -> Any:
     return tiny("OlmoConfig", clip_qkv=0.5)
 
@@ -185,6 +197,11 @@ CASES: dict[str, tuple[Callable[[], Any], bool, str]] = {
     "gemma3_text_linear": (gemma3_text_linear, False,
                            "as gemma3_text, but the full_attention layer's RoPE is linear, factor "
                            "8, as Gemma 3 4B/12B/27B ship (rope_parameters per layer type)"),
+    "gemma3": (gemma3, False,
+               "Gemma 3 image-text (Gemma3ForConditionalGeneration): gemma3_text's case as "
+               "text_config, run as model.language_model, saved as language_model.model.* "
+               "(save_pretrained writes the Hub's names); a 1-layer SigLIP tower the runs never "
+               "call (no image: token ids or inputs_embeds only)"),
     "olmo2": (simple("Olmo2Config"), False,
               "OLMo 2: q/k RMSNorm over the whole projection (all heads at once) before RoPE; "
               "norms after attention and MLP (post_attention_layernorm), none before"),
@@ -271,7 +288,8 @@ CASES: dict[str, tuple[Callable[[], Any], bool, str]] = {
 # The attention output projection, relative to the decoder / encoder layer: exactly one exists.
 OUT_PROJ = ["self_attn.o_proj", "self_attn.dense", "attention.dense", "attn.out_proj",
             "attention.output.dense", "attention.out_lin"]  # fmt: skip
-LAYERS = ["model.layers", "gpt_neox.layers", "transformer.h", "encoder.layer", "transformer.layer"]
+LAYERS = ["model.layers", "model.language_model.layers", "gpt_neox.layers", "transformer.h",
+          "encoder.layer", "transformer.layer"]  # fmt: skip
 RELEVANT = re.compile(r"rope|rotary|window|layer_types|head|attn|attention|qk|clip|partial|"
                       r"scalar|multiplier|scal|norm|bias|chunk|softcap|floor|parallel|pattern|"
                       r"position|type_vocab|pad_token")  # fmt: skip
@@ -366,7 +384,7 @@ def run(folder: Path, encoder: bool, kind: str, ids: list[int]) -> dict[str, Any
         handles.append(layer.register_forward_pre_hook(layer_input(index), with_kwargs=True))
         handles.append(submodule(layer, OUT_PROJ)[1].register_forward_hook(out_proj(index)))
     modeling.eager_attention_forward = spy
-    config = model.config
+    config = model.config.get_text_config()  # a wrapper's (gemma3) text model's; else itself
     hidden = config.hidden_size if hasattr(config, "hidden_size") else config.dim
     h = torch.randn(T, hidden, generator=torch.Generator().manual_seed(1000 + T))
     inputs: dict[str, Any] = {"inputs_embeds": h[None]} if kind == "hidden" else {
@@ -453,8 +471,9 @@ def make(case: str, build: Callable[[], Any], encoder: bool, notes: str) -> None
         "model_type": reloaded.model_type,
         "notes": notes,
     }
-    if getattr(reloaded, "layer_types", None):
-        data["layer_types"] = list(reloaded.layer_types)
+    text = reloaded.get_text_config()  # a wrapper's (gemma3) text model's; else itself
+    if getattr(text, "layer_types", None):
+        data["layer_types"] = list(text.layer_types)
     data["runs"] = runs
     lines = (f"{json.dumps(key)}: {json.dumps(value)}" for key, value in data.items())
     (folder / "reference.json").write_text("{\n" + ",\n".join(lines) + "\n}\n")  # one key a line
