@@ -622,6 +622,30 @@ def test_ring_buffer_worked_by_hand() -> None:
     check_decode(r4, naive_full(q, k, v, 1.0, np.arange(7), window=3))
 
 
+@pytest.mark.parametrize("window", [None, 3])
+def test_steps_hold_views_of_one_cache_and_recompute_their_rows_to_the_bit(
+    window: int | None,
+) -> None:
+    """A decode holds O(T) numbers (issue 27): every step's cache is a view or a gather of one
+    array of the tokens' keys, not a copy kept per step, and a step's score rows, computed
+    again when read, are the ones its output came from, bit for bit."""
+    rng = np.random.default_rng(16)
+    q, k, v = random_qkv(rng, 2, 4, 2, 9, 9, 4, 3)
+    r = decode_run(q, k, v, scale=0.5, prefill=2, positions=np.arange(9), rotate=rope,
+                   window=window)  # fmt: skip
+    assert len({id(s.cache.K) for s in r.steps}) == 1  # one array of keys for every step
+    if window is None:
+        assert all(np.shares_memory(s.K_cache, r.steps[-1].K_cache) for s in r.steps)
+    for s in r.steps:
+        again = s.attend.compute(s.index, s.Q if s.Q_rot is None else s.Q_rot, s.cache)
+        np.testing.assert_array_equal(again.output, s.output)  # the same bits as the run's
+        np.testing.assert_array_equal(again.softmax, s.softmax)
+        for h in range(4):  # output = the weights times the cached values of the head's group
+            want = np.einsum("bc,bcd->bd", s.softmax[:, h, 0], s.V_cache[:, h // 2])
+            close(want, s.output[:, h, 0])
+    check_decode(r, naive_full(q, k, v, 0.5, np.arange(9), rope, window=window))
+
+
 def test_window_of_the_whole_sequence_equals_plain_causal() -> None:
     rng = np.random.default_rng(16)
     q, k, v = random_qkv(rng, 1, 2, 2, 5, 5, 2, 2)

@@ -181,11 +181,16 @@ def decode_keep(inputs: Inputs) -> set[str]:
 
 
 def decode_bytes(inputs: Inputs, prefill: int = 1) -> int:
-    """What the steps hold: each keeps the cache as it saw it, and its score rows."""
+    """What a decode holds beside its trace: every token's key and value once, each step's
+    output and rotated query (and, with a ring buffer, which token each slot held), the
+    prefill's score rows and one step's (core/decode.py keeps no other step's)."""
     B, H, Hkv, T = inputs.batch, inputs.heads, inputs.kv_heads, inputs.seq_q
+    D, Dv = inputs.d_k, inputs.d_v
     W = Chain(inputs).cache_slots()  # a ring of W slots, None: the cache grows
-    slots = sum(i + 1 if W is None else W for i in range(prefill, T))
-    return 8 * B * slots * (Hkv * (inputs.d_k + inputs.d_v) + 5 * H)
+    steps = T - prefill
+    held = 0 if W is None else steps * W  # int64 slot tables
+    rows = 5 * B * H * max(prefill * prefill, W or T)  # scores to softmax, prefill or a step
+    return 8 * (B * Hkv * T * (D + Dv) + B * H * steps * (D + Dv) + held + rows)
 
 
 def decode_args(trace: Trace) -> DecodeArgs:

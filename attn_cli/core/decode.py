@@ -15,9 +15,10 @@ position p goes to slot p mod C, evicting the one C positions back.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import Any
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, fields
+from functools import cached_property
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -33,37 +34,114 @@ Rotate = Callable[[FloatArray, IntArray], FloatArray]  # (x (..., n, D), positio
 
 
 @dataclass(frozen=True, eq=False)
+class CacheView:
+    """The cache as one step saw it, without a copy: slot s holds token ``held[s]`` (-1: empty).
+
+    ``K`` and ``V`` are the keys and values of every token by token index (B, Hkv, T, D), each
+    written once when its token arrives, so a step's cache is a slice of them (a growing cache)
+    or a gather (a ring buffer), made only when asked for. A loop that changes keys already
+    cached (``DecodeBugs.rerotate_cache``) gives each step its own arrays: ``held`` then
+    indexes nothing and ``K``, ``V`` are the cache itself (``copied``).
+    """
+
+    K: FloatArray  # (B, Hkv, T, D) by token, or (B, Hkv, C, D) when copied
+    V: FloatArray  # (B, Hkv, T, Dv) or (B, Hkv, C, Dv)
+    held: IntArray  # (C,) the token index each slot holds, -1 while empty
+    grows: bool  # slots are tokens 0..C-1 in order: a slice, no copy
+    copied: bool = False
+
+    def keys(self) -> FloatArray:
+        return self._slots(self.K)
+
+    def values(self) -> FloatArray:
+        return self._slots(self.V)
+
+    def _slots(self, by_token: FloatArray) -> FloatArray:
+        if self.copied:
+            return by_token
+        if self.grows:
+            return by_token[:, :, : self.held.size]  # (B, Hkv, C, D), a view
+        out = by_token[:, :, np.maximum(self.held, 0)]  # (B, Hkv, C, D)
+        out[:, :, self.held < 0] = 0  # an empty slot holds zeros
+        return out
+
+
+class StepTables(NamedTuple):
+    """What one step computes against its cache, (B, H, 1, C) each; output (B, H, 1, Dv)."""
+
+    scores: FloatArray
+    scaled: FloatArray
+    masked: FloatArray  # the last modifier's stage + biases, -inf where hidden
+    softmax: FloatArray  # the kept weights (with an extra logit, less than 1)
+    output: FloatArray
+    modified: dict[str, FloatArray]  # each score modifier's stage (``capped``)
+
+
+@dataclass(frozen=True, eq=False)
 class DecodeStep:
     """One generated token: its query, the cache as it is now, and the attention against it.
 
-    Each score modifier's stage (``capped``) is in ``modified`` and reads as an attribute;
-    a registered modifier that is off reads as None.
+    A step holds its output and a view of the cache, not its score rows: ``scores``,
+    ``scaled``, ``masked``, ``softmax`` and each score modifier's stage (``capped``, read as an
+    attribute; None when that modifier is off) are computed again when read, by the same code
+    and so to the same bits, the last step read kept (a whole decode holds O(T) numbers).
     """
 
     index: int  # the token's index in the sequence
     position: int  # its position (RoPE, the allowed-keys rules)
     slot: int  # the cache slot its key and value went to
-    slots: int  # C, the cache length at this step
-    cache_positions: tuple[int, ...]  # the position each slot holds, -1 when empty
+    cache: CacheView
     Q: FloatArray  # (B, H, 1, D) as projected
     Q_rot: FloatArray | None  # (B, H, 1, D) rotated at the position, when rotating
-    K_cache: FloatArray  # (B, Hkv, C, D) rotated keys, as cached
-    V_cache: FloatArray  # (B, Hkv, C, Dv)
-    scores: FloatArray  # (B, H, 1, C)
-    scaled: FloatArray  # (B, H, 1, C)
-    masked: FloatArray  # (B, H, 1, C) the last modifier's stage + biases, -inf where hidden
-    softmax: FloatArray  # (B, H, 1, C) the kept weights (with an extra logit, less than 1)
     output: FloatArray  # (B, H, 1, Dv)
-    modified: Mapping[str, FloatArray] = field(default_factory=dict)  # (B, H, 1, C) each
+    attend: _Attend  # the step's tables, computed again
+
+    @property
+    def slots(self) -> int:
+        """C, the cache length at this step."""
+        return int(self.cache.held.size)
+
+    @cached_property
+    def cache_positions(self) -> tuple[int, ...]:
+        """The position each slot holds, -1 when empty."""
+        held = self.cache.held
+        at = np.where(held >= 0, self.attend.positions[np.maximum(held, 0)], -1)  # (C,)
+        return tuple(at.tolist())
+
+    @property
+    def K_cache(self) -> FloatArray:  # (B, Hkv, C, D) rotated keys, as cached
+        return self.cache.keys()
+
+    @property
+    def V_cache(self) -> FloatArray:  # (B, Hkv, C, Dv)
+        return self.cache.values()
+
+    @property
+    def scores(self) -> FloatArray:
+        return self.attend(self).scores
+
+    @property
+    def scaled(self) -> FloatArray:
+        return self.attend(self).scaled
+
+    @property
+    def masked(self) -> FloatArray:
+        return self.attend(self).masked
+
+    @property
+    def softmax(self) -> FloatArray:
+        return self.attend(self).softmax
+
+    @property
+    def modified(self) -> dict[str, FloatArray]:
+        return self.attend(self).modified
 
     def __getattr__(self, name: str) -> FloatArray | None:
         """A score modifier's stage by its name (``step.capped``); None when it is off."""
-        modified = self.__dict__.get("modified", {})
-        if name in modified:
-            stage: FloatArray = modified[name]
-            return stage
+        if name.startswith("_") or any(f.name == name for f in fields(DecodeStep)):
+            raise AttributeError(name)
         if any(v.stage == name for v in REGISTRY.values()):
-            return None
+            return self.modified.get(name)
         raise AttributeError(name)
 
 
@@ -148,99 +226,130 @@ def _decode(
     cache = _Cache.empty(k, v, None if ring is None else ring + bugs.extra_slots)
     for i in range(prefill):
         cache.put(i, int(pos[i]), k_rot[:, :, i], v[:, :, i])
+    attend = _Attend(setup, bugs)
     steps = []
     for i in range(prefill, T):
         rot_pos = pos[i - prefill] if bugs.restart_positions else pos[i]
         if bugs.rerotate_cache and setup.rotate is not None:
             cache.rerotate(setup.rotate, pos)
         k_new = k[:, :, i : i + 1]  # (B, Hkv, 1, D)
-        q_new = q[:, :, i : i + 1]  # (B, H, 1, D)
+        q_new = q[:, :, i : i + 1]  # (B, H, 1, D), a view
         q_rot = None
         if setup.rotate is not None:
             k_new = setup.rotate(k_new, np.array([rot_pos]))
             q_rot = setup.rotate(q_new, np.array([rot_pos]))
         slot = cache.put(i, int(pos[i]), k_new[:, :, 0], v[:, :, i])
-        steps.append(_step(i, slot, q_new, q_rot, cache, setup, bugs))
+        view = cache.view()
+        tables = attend.compute(i, q_new if q_rot is None else q_rot, view)
+        steps.append(DecodeStep(i, int(pos[i]), slot, view, q_new, q_rot, tables.output, attend))
     return DecodeResult(prefill, prefill_output, tuple(steps))
 
 
 @dataclass(eq=False)
 class _Cache:
-    """The cache arrays and which token each slot holds (-1: empty)."""
+    """Every token's key and value, by token index, and which token each slot holds."""
 
-    K: FloatArray  # (B, Hkv, C, D)
-    V: FloatArray  # (B, Hkv, C, Dv)
-    held: IntArray  # (C,) token indices
+    K: FloatArray  # (B, Hkv, T, D); with rerotate_cache, the slots themselves (B, Hkv, C, D)
+    V: FloatArray  # (B, Hkv, T, Dv)
+    held: IntArray  # (C,) token indices, -1: empty
     ring: int | None  # ring buffer size, None: the cache grows
+    copied: bool = False  # each step has its own arrays (a loop that changes cached keys)
 
     @classmethod
     def empty(cls, k: FloatArray, v: FloatArray, ring: int | None) -> _Cache:
-        B, Hkv, _, D = k.shape
-        C = 0 if ring is None else ring
-        K = np.zeros((B, Hkv, C, D), k.dtype)
-        V = np.zeros((B, Hkv, C, v.shape[3]), v.dtype)
-        return cls(K, V, np.full(C, -1, np.int64), ring)
+        B, Hkv, T, D = k.shape
+        K = np.zeros((B, Hkv, T, D), k.dtype)
+        V = np.zeros((B, Hkv, T, v.shape[3]), v.dtype)
+        held = np.zeros(0, np.int64) if ring is None else np.full(ring, -1, np.int64)
+        return cls(K, V, held, ring)
 
     def put(self, index: int, position: int, k: FloatArray, v: FloatArray) -> int:
         """Write one token's key and value (B, Hkv, D) and return its slot."""
         if self.ring is None:
             slot = self.held.size
-            self.K = np.concatenate([self.K, k[:, :, None]], axis=2)  # (B, Hkv, C+1, D)
-            self.V = np.concatenate([self.V, v[:, :, None]], axis=2)  # (B, Hkv, C+1, Dv)
-            self.held = np.append(self.held, index)
-            return slot
-        slot = position % self.ring
-        # new arrays, so the steps already taken keep the cache as they saw it
-        self.K, self.V, self.held = self.K.copy(), self.V.copy(), self.held.copy()
-        self.K[:, :, slot], self.V[:, :, slot], self.held[slot] = k, v, index
+            self.held = np.arange(slot + 1, dtype=np.int64)
+        else:
+            slot = position % self.ring
+            self.held = self.held.copy()  # the steps already taken keep the slots they saw
+            self.held[slot] = index
+        if self.copied:
+            self.K, self.V = self._grown(self.K, slot), self._grown(self.V, slot)
+            self.K[:, :, slot], self.V[:, :, slot] = k, v
+        else:
+            self.K[:, :, index], self.V[:, :, index] = k, v
         return slot
 
+    def _grown(self, x: FloatArray, slot: int) -> FloatArray:
+        """A copy with room for ``slot``, so that the steps already taken keep theirs."""
+        grown: FloatArray = (
+            x.copy()
+            if slot < x.shape[2]
+            else np.concatenate([x, np.zeros_like(x[:, :, :1])], axis=2)
+        )
+        return grown
+
+    def view(self) -> CacheView:
+        return CacheView(self.K, self.V, self.held, self.ring is None, self.copied)
+
     def rerotate(self, rotate: Rotate, positions: IntArray) -> None:
-        """The classic bug: rotate the (already rotated) cached keys again at their positions."""
+        """The classic bug: rotate the (already rotated) cached keys again at their positions.
+        From then on each step holds its own copy of the slots."""
+        if not self.copied:
+            view = self.view()
+            self.K, self.V = view.keys().copy(), view.values().copy()
+            self.copied = True
         full = self.held >= 0
         self.K = self.K.copy()
         self.K[:, :, full] = rotate(self.K[:, :, full], positions[self.held[full]])
 
 
-def _step(
-    i: int,
-    slot: int,
-    q: FloatArray,  # (B, H, 1, D)
-    q_rot: FloatArray | None,  # (B, H, 1, D)
-    cache: _Cache,
-    setup: _Setup,
-    bugs: DecodeBugs,
-) -> DecodeStep:
-    """Attention of token i against the cache: scores, scaled, the chain, softmax, output."""
-    B, H, Hkv = q.shape[0], q.shape[1], cache.K.shape[1]
-    heads = np.arange(H) % Hkv if bugs.head_tiled else np.arange(H) // (H // Hkv)
-    k = cache.K[:, heads]  # (B, H, C, D)
-    scores = (q if q_rot is None else q_rot) @ k.swapaxes(-1, -2)  # (B, H, 1, C)
-    scaled = scores * q.dtype.type(setup.scale)
-    pos = setup.positions
-    held = cache.held  # (C,) token indices, -1 for empty slots: the chain hides those
-    cells = Cells(np.arange(B), np.arange(H), np.array([i]), held,
-                  pos[[i]], np.where(held >= 0, pos[np.maximum(held, 0)], 0))  # fmt: skip
-    chain = setup.chain.without_cache_rules() if bugs.extra_slots else setup.chain
-    modified, masked, weights = _attend(chain, scaled, cells)
-    output = weights @ cache.V[:, heads]  # (B, H, 1, C) @ (B, H, C, Dv)
-    return DecodeStep(
-        index=i,
-        position=int(pos[i]),
-        slot=slot,
-        slots=int(held.size),
-        cache_positions=tuple(int(pos[t]) if t >= 0 else -1 for t in held),
-        Q=q,
-        Q_rot=q_rot,
-        K_cache=cache.K,
-        V_cache=cache.V,
-        scores=scores,
-        scaled=scaled,
-        masked=masked,
-        softmax=weights,
-        output=output,
-        modified=modified,
-    )
+class _Attend:
+    """A step's attention against its cache: scores, scaled, the chain, softmax, output; the
+    tables of the last step asked for are kept (a view reads them stage by stage)."""
+
+    def __init__(self, setup: _Setup, bugs: DecodeBugs) -> None:
+        self.setup, self.bugs = setup, bugs
+        self.positions = setup.positions
+        self.last: tuple[DecodeStep | None, StepTables | None] = (None, None)
+
+    def __call__(self, step: DecodeStep) -> StepTables:
+        held_step, tables = self.last
+        if held_step is not step or tables is None:
+            tables = self.compute(step.index, step.Q if step.Q_rot is None else step.Q_rot,
+                                  step.cache)  # fmt: skip
+            self.last = (step, tables)
+        return tables
+
+    def compute(self, i: int, q: FloatArray, cache: CacheView) -> StepTables:
+        """Token i's query (B, H, 1, D) against ``cache``."""
+        setup, bugs = self.setup, self.bugs
+        K, V = cache.keys(), cache.values()  # (B, Hkv, C, D), (B, Hkv, C, Dv)
+        B, H = q.shape[:2]
+        tiled = np.arange(H) % K.shape[1] if bugs.head_tiled else None
+        scores = grouped(q, K.swapaxes(-1, -2), tiled)  # (B, H, 1, C)
+        scaled = scores * q.dtype.type(setup.scale)
+        pos = setup.positions
+        held = cache.held  # (C,) token indices, -1 for empty slots: the chain hides those
+        cells = Cells(np.arange(B), np.arange(H), np.array([i]), held,
+                      pos[[i]], np.where(held >= 0, pos[np.maximum(held, 0)], 0))  # fmt: skip
+        chain = setup.chain.without_cache_rules() if bugs.extra_slots else setup.chain
+        modified, masked, weights = _attend(chain, scaled, cells)
+        output = grouped(weights, V, tiled)  # (B, H, 1, C) @ (B, Hkv, C, Dv) per group
+        return StepTables(scores, scaled, masked, weights, output, modified)
+
+
+def grouped(x: FloatArray, y: FloatArray, tiled: IntArray | None = None) -> FloatArray:
+    """x (B, H, n, a) @ y (B, Hkv, a, b) with query head h reading kv head h // (H/Hkv), as
+    one product per kv head over its group's rows (no kv head copied H/Hkv times); ``tiled``:
+    the kv head each query head reads instead (a mistake's), gathered."""
+    B, H, n, a = x.shape
+    Hkv = y.shape[1]
+    if tiled is not None:
+        out: FloatArray = x @ y[:, tiled]
+        return out
+    g = H // Hkv
+    out = x.reshape(B, Hkv, g * n, a) @ y  # (B, Hkv, g*n, b)
+    return out.reshape(B, H, n, y.shape[3])
 
 
 def _attend(
@@ -267,16 +376,13 @@ def _attend(
 def _prefill(q: FloatArray, k: FloatArray, v: FloatArray, setup: _Setup) -> FloatArray:
     """Each prefill token attending to those up to it (q and k already rotated): (B, H, P, Dv)."""
     B, H, P = q.shape[:3]
-    Hkv = k.shape[1]
-    heads = np.arange(H) // (H // Hkv)  # query head h reads key/value head h // groups
-    scores = q @ k[:, heads].swapaxes(-1, -2)  # (B, H, P, D) @ (B, H, D, P)
+    scores = grouped(q, k.swapaxes(-1, -2))  # (B, H, P, P)
     scaled = scores * q.dtype.type(setup.scale)
     tokens, pos = np.arange(P), setup.positions[:P]
     cells = Cells(np.arange(B), np.arange(H), tokens, tokens, pos, pos)
     later = np.triu(np.ones((P, P), dtype=bool), 1)  # key j > query i: not in the cache yet
     weights = _attend(setup.chain, scaled, cells, later)[2]
-    out: FloatArray = weights @ v[:, heads]  # (B, H, P, Dv)
-    return out
+    return grouped(weights, v)  # (B, H, P, Dv)
 
 
 def self_check(result: DecodeResult, full_output: FloatArray) -> list[float]:
