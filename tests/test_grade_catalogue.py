@@ -1,0 +1,130 @@
+"""The grader's catalogue of the mistakes people make with modern attention (issue 28): each
+planted in a student's own NumPy code (tests/student_catalogue.py, apart from attn's pipeline),
+dumped as a user would, graded, and named by exactly its name; the student without a mistake
+agrees with the loop reference (tests/reference.py); a dump of random noise is named nothing.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import yaml
+from conftest import FIXTURES, Tolerance
+from reference import random_fixture, reference
+from student_catalogue import Array, student
+
+from attn_cli.api import trace_file
+from attn_cli.check.compare import Comparison
+from attn_cli.check.grade import grade, load_dump
+
+TOL: Tolerance = {"rtol": 1e-9, "atol": 1e-12}
+OUT = ("Q_norm", "K_norm", "Q_rot", "K_rot", "scores", "scaled", "capped", "alibi", "masked",
+       "softmax", "output")  # fmt: skip
+
+
+def bundled(name: str) -> dict[str, Any]:
+    loaded: dict[str, Any] = yaml.safe_load((FIXTURES / f"{name}.yaml").read_text())
+    return loaded
+
+
+def with_eps(fx: dict[str, Any], eps: float) -> dict[str, Any]:
+    out = copy.deepcopy(fx)
+    out["qk_norm"]["eps"] = eps
+    return out
+
+
+def graded(tmp_path: Path, fx: dict[str, Any], dump: dict[str, Any]) -> Comparison:
+    """Write the fixture and the dump (.npz) and grade them as ``attn check --against`` does."""
+    fixture, dump_path = tmp_path / "fixture.json", tmp_path / "dump.npz"
+    fixture.write_text(json.dumps(fx))
+    np.savez(dump_path, **dump)
+    return grade(trace_file(str(fixture)), load_dump(dump_path))
+
+
+def pick(stages: dict[str, Array], wanted: tuple[str, ...]) -> dict[str, Any]:
+    return {n: stages[n] for n in wanted if n in stages}
+
+
+def names(comparison: Comparison) -> list[str]:
+    return [d.name for d in comparison.diagnoses]
+
+
+QWEN3 = bundled("qwen3_qk_norm")  # per head, GQA 4/2, causal, RoPE
+# a large eps, so that where it goes shows; per head and over the whole projection
+EPS_HEAD = with_eps(random_fixture(21, seq=4, heads=2, d_k=4, qk_norm="head", causal=True,
+                                   rope={"dims": 4}, magnitude=0.3), 0.5)  # fmt: skip
+EPS_WHOLE = with_eps(random_fixture(22, seq=4, heads=2, d_k=2, qk_norm="projection",
+                                    magnitude=0.3), 0.25)  # fmt: skip
+WHOLE = random_fixture(23, seq=4, heads=2, kv_heads=1, d_k=4, qk_norm="projection", causal=True,
+                       rope={"dims": 4})  # fmt: skip
+
+# (variant, planted mistake, fixture, stages dumped, diagnosis, first differing stage)
+CASES: list[tuple[str, str, dict[str, Any], tuple[str, ...], str, str]] = [
+    ("qk_norm", "qk_eps_outside", EPS_HEAD, OUT, "qk_norm_eps_outside", "Q_norm"),
+    ("qk_norm", "qk_eps_outside", EPS_WHOLE, ("softmax", "output"), "qk_norm_eps_outside",
+     "softmax"),
+    ("qk_norm", "qk_eps", EPS_HEAD, ("scores", "softmax"), "qk_norm_eps", "scores"),
+    ("qk_norm", "qk_extent", QWEN3, OUT, "qk_norm_extent", "Q_norm"),
+    ("qk_norm", "qk_extent", WHOLE, ("softmax", "output"), "qk_norm_extent", "softmax"),
+    ("qk_norm", "qk_no_weight", QWEN3, ("Q_rot", "K_rot", "softmax"), "qk_norm_weight", "Q_rot"),
+    ("qk_norm", "qk_plus_one", WHOLE, OUT, "qk_norm_weight", "Q_norm"),
+    ("qk_norm", "qk_layernorm", QWEN3, ("scores", "output"), "qk_norm_layernorm", "scores"),
+    ("qk_norm", "qk_k_only", QWEN3, OUT, "qk_norm_one_side", "Q_norm"),
+    ("qk_norm", "qk_after_rope", QWEN3, ("Q_rot", "K_rot", "softmax"), "qk_norm_after_rope",
+     "Q_rot"),
+    ("qk_norm", "qk_after_rope", WHOLE, ("scores", "softmax"), "qk_norm_after_rope", "scores"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("variant", "mistake", "fx", "dumped", "diagnosis", "first"),
+    CASES,
+    ids=[f"{c[0]}-{c[1]}-{c[5]}" for c in CASES],
+)
+def test_a_planted_mistake_is_named_by_its_name_alone(
+    tmp_path: Path,
+    variant: str,
+    mistake: str,
+    fx: dict[str, Any],
+    dumped: tuple[str, ...],
+    diagnosis: str,
+    first: str,
+) -> None:
+    assert variant in fx or variant == "gqa"
+    comparison = graded(tmp_path, fx, pick(student(fx, mistake), dumped))
+    assert comparison.first_difference is not None
+    assert comparison.first_difference.name == first
+    assert names(comparison) == [diagnosis]
+    assert comparison.diagnoses[0].unexplained == ()
+
+
+FIXTURES_USED = {id(c[2]): c[2] for c in CASES}
+
+
+@pytest.mark.parametrize("fx", list(FIXTURES_USED.values()))
+def test_the_student_without_a_mistake_is_the_loop_reference_and_passes(
+    tmp_path: Path, fx: dict[str, Any]
+) -> None:
+    stages, expected = student(fx), reference(fx)
+    has_batch = np.asarray(fx.get("X", fx.get("Q"))).ndim == 3
+    for name, value in stages.items():
+        got = value if has_batch else value[0]
+        np.testing.assert_allclose(got, expected[name], **TOL, err_msg=name)
+    comparison = graded(tmp_path, fx, stages)
+    assert comparison.same
+    assert comparison.diagnoses == ()
+
+
+@pytest.mark.parametrize("fx", list(FIXTURES_USED.values()))
+def test_random_noise_is_named_nothing(tmp_path: Path, fx: dict[str, Any]) -> None:
+    right = student(fx)
+    rng = np.random.default_rng(0)
+    noise: dict[str, Any] = {n: rng.standard_normal(a.shape) for n, a in right.items()}
+    comparison = graded(tmp_path, fx, noise)
+    assert comparison.first_difference is not None
+    assert comparison.diagnoses == ()
