@@ -216,6 +216,8 @@ def student(fx: dict[str, Any], m: str | None = None) -> dict[str, Array]:
             pass
         elif m == "window_two_sided":
             ok = np.ones((B, H, T, S), bool) & (np.abs(behind) < window)
+        elif m == "window_off_by_one":
+            ok &= behind <= window  # window + 1 keys
         elif m == "window_last_keys":
             ok &= pos_k[None, :] > pos_q.max() - window  # the last window keys, for every query
         else:
@@ -244,8 +246,8 @@ def student(fx: dict[str, Any], m: str | None = None) -> dict[str, Array]:
     if masks:
         if m == "mask_zero_fill":
             x = np.where(ok, x, 0.0)  # scores * mask
-        elif m == "sentinel_added":
-            x = x + np.where(ok, 0.0, fill)  # BERT's (1 - mask) * -10000.0, added
+        elif m == "sentinel_added":  # BERT's (1 - mask) * -10000.0, added
+            x = x + np.where(ok, 0.0, fill if math.isfinite(fill) else -1e4)
         elif m != "mask_after_softmax":
             x = np.where(ok, x, fill)
         st["masked"] = x

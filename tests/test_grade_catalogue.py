@@ -62,6 +62,15 @@ EPS_WHOLE = with_eps(random_fixture(22, seq=4, heads=2, d_k=2, qk_norm="projecti
                                     magnitude=0.3), 0.25)  # fmt: skip
 WHOLE = random_fixture(23, seq=4, heads=2, kv_heads=1, d_k=4, qk_norm="projection", causal=True,
                        rope={"dims": 4})  # fmt: skip
+MISTRAL = bundled("mistral_sliding_window")  # causal, window 3, RoPE, GQA 2/1
+SENTINEL = bundled("mask_sentinel")  # mask_value -1e4, lengths [4, 0], causal
+MULTIHEAD = bundled("causal_multihead")
+LOWER = random_fixture(31, mode="direct", seq=3, seq_k=6, heads=2, kv_heads=1,
+                       causal="lower-right", window=3)  # fmt: skip
+LOWER_PLAIN = random_fixture(32, mode="direct", seq=2, seq_k=5, causal="lower-right")
+UPPER = random_fixture(33, mode="direct", seq=3, seq_k=5, heads=2, causal=True)
+SQUARE_WINDOW = random_fixture(35, seq=5, heads=2, causal=True, window=3)
+PADDED = random_fixture(34, mode="direct", layout=3, batch=2, seq=3, causal=True, lengths=[3, 0])
 
 # (variant, planted mistake, fixture, stages dumped, diagnosis, first differing stage)
 CASES: list[tuple[str, str, dict[str, Any], tuple[str, ...], str, str]] = [
@@ -78,6 +87,44 @@ CASES: list[tuple[str, str, dict[str, Any], tuple[str, ...], str, str]] = [
     ("qk_norm", "qk_after_rope", QWEN3, ("Q_rot", "K_rot", "softmax"), "qk_norm_after_rope",
      "Q_rot"),
     ("qk_norm", "qk_after_rope", WHOLE, ("scores", "softmax"), "qk_norm_after_rope", "scores"),
+    ("window", "window_off_by_one", LOWER, ("softmax", "output"), "window_off_by_one",
+     "softmax"),
+    ("window", "window_ignored", MISTRAL, OUT, "window_ignored", "masked"),
+    ("window", "window_ignored", LOWER, ("softmax", "output"), "window_ignored", "softmax"),
+    ("window", "window_two_sided", MISTRAL, ("softmax", "output"), "window_two_sided",
+     "softmax"),
+    ("window", "window_two_sided", SQUARE_WINDOW, ("masked", "output"), "window_two_sided",
+     "masked"),
+    ("window", "window_last_keys", MISTRAL, OUT, "window_last_keys", "masked"),
+    ("causal", "causal_upper_left", LOWER_PLAIN, ("masked", "softmax"), "causal_corner",
+     "masked"),
+    ("causal", "causal_lower_right", UPPER, ("softmax", "output"), "causal_corner", "softmax"),
+    ("causal", "causal_missing", UPPER, ("scores", "masked", "softmax"), "causal_missing",
+     "masked"),
+    ("causal", "causal_missing", MISTRAL, ("softmax", "output"), "causal_missing", "softmax"),
+    ("causal", "mask_after_softmax", MULTIHEAD, ("masked", "softmax", "output"),
+     "mask_after_softmax", "masked"),
+    ("causal", "mask_after_softmax", PADDED, ("softmax", "output"), "mask_after_softmax",
+     "softmax"),
+    ("causal", "mask_zero_fill", MULTIHEAD, ("softmax", "output"), "mask_zero_fill", "softmax"),
+    ("causal", "sentinel_1e9", PADDED, ("softmax", "output"), "mask_finite_sentinel",
+     "softmax"),
+    ("causal", "sentinel_1e4", MULTIHEAD, ("masked", "softmax"), "mask_finite_sentinel",
+     "masked"),
+    ("causal", "sentinel_added", PADDED, ("scaled", "masked", "softmax"), "mask_sentinel_added",
+     "masked"),
+    ("mask_value", "sentinel_ignored", SENTINEL, ("masked", "softmax", "output"),
+     "mask_value_ignored", "masked"),
+    ("mask_value", "sentinel_ignored", SENTINEL, ("softmax", "output"), "mask_value_ignored",
+     "softmax"),
+    ("mask_value", "sentinel_1e9", SENTINEL, ("masked", "softmax"), "mask_value_other",
+     "masked"),
+    ("mask_value", "sentinel_added", SENTINEL, ("softmax", "output"), "mask_sentinel_added",
+     "softmax"),
+    ("mask_value", "mask_zero_fill", SENTINEL, ("masked", "softmax"), "mask_zero_fill",
+     "masked"),
+    ("mask_value", "mask_after_softmax", SENTINEL, ("softmax",), "mask_after_softmax",
+     "softmax"),
 ]  # fmt: skip
 
 

@@ -102,7 +102,8 @@ def diagnose(
     later: Sequence[str],
     tolerance: Tolerance,
 ) -> tuple[tuple[Diagnosis, ...], tuple[str, ...]]:
-    """Every known mistake that reproduces ``given[stage]``, and the titles of those tried."""
+    """Every known mistake that reproduces ``given[stage]`` and, of those, the ones that
+    reproduce the most of the ``later`` stages; and the titles of those tried."""
     found: list[Diagnosis] = []
     tried: list[str] = []
     nan_rows = evident_nan_rows(trace, given)
@@ -142,7 +143,9 @@ def diagnose(
                     unexplained=tuple(n for n in later if n not in explains),
                 )
             )
-    return tuple(found), tuple(tried)
+    most = max((len(d.explains) for d in found), default=0)
+    kept = [d for d in found if len(d.explains) == most]  # a later stage tells them apart
+    return tuple(kept), tuple(tried)
 
 
 def _ways(
