@@ -148,6 +148,7 @@ class Comparison:
     tried: tuple[str, ...] = ()  # titles of the diagnoses tried, when none applied
     ratio: SameRatio | None = None  # grading: no diagnosis, but one factor everywhere
     transpose: TransposeFit | None = None  # grading: the first stage's axes in another order
+    looks: tuple[str, ...] = ()  # grading: what the first stage looks like, when nothing fits
 
     @property
     def same(self) -> bool:

@@ -8,7 +8,8 @@ recomputation is the one chain's (check/recompute.py), whole-array and batch axi
 (B, H, T, S), and ``_public`` drops the batch axis again when the fixture had none. A row a
 mistake leaves with no key is recomputed as the user's own softmax gives it (nan or 0, row by
 row), so that a diagnosis accounts for the later stages. When no mistake fits, the comparison
-still says what the numbers show: one factor everywhere, or the axes reordered.
+still says what the numbers show: one factor everywhere, the axes reordered, or what else the
+first differing stage looks like next to attn's (hints.py).
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from dataclasses import replace
 import numpy as np
 
 import attn_cli.check.mistakes  # noqa: F401 (registers the mistakes attn knows)
-from attn_cli.check import grade_backward
+from attn_cli.check import grade_backward, hints
 from attn_cli.check.compare import (
     GRADER_TOLERANCE,
     SIZE_ONE_AXES,
@@ -83,15 +84,19 @@ def grade(
         diagnoser = grade_backward.diagnose_backward if gradient else diagnose
         found, tried = diagnoser(trace, dump.arrays, first.name, later, tolerance)
     ratio = transpose = None
+    seen: tuple[str, ...] = ()
     if first is not None and first.name in trace and first.name in dump.arrays:
         given = dump.arrays[first.name]
         if first.status == "shape":
             transpose = transpose_fit(trace, first.name, given, tolerance)
+            if transpose is None and not found:
+                seen = (hints.shape_look(trace, first.name, given),)
         elif first.status == "different" and not found:
             ratio = same_ratio(trace, first.name, given, tolerance)
+            seen = () if ratio is not None else hints.looks(trace, first.name, given, tolerance)
     return replace(
         comparison, notes=tuple(notes), aliases=dict(dump.aliases), ignored=dump.ignored,
-        diagnoses=found, tried=tried, ratio=ratio, transpose=transpose,
+        diagnoses=found, tried=tried, ratio=ratio, transpose=transpose, looks=seen,
     )  # fmt: skip
 
 

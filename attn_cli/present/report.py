@@ -241,8 +241,8 @@ def _diagnosis_lines(c: Comparison) -> list[RenderableType]:
 
 
 def hint_lines(c: Comparison) -> list[str]:
-    """What the grader noticed besides the named mistakes: one factor everywhere, or the axes
-    of the first differing stage in another order."""
+    """What the grader noticed besides the named mistakes: one factor everywhere, the axes of
+    the first differing stage in another order, or what else that stage looks like."""
     lines = []
     r = c.ratio
     if r is not None:
@@ -261,6 +261,7 @@ def hint_lines(c: Comparison) -> list[str]:
             f"your {t.stage} is [{', '.join(t.your_axes)}] where attn's is "
             f"[{', '.join(t.axes)}]: {t.call} makes it fit, {then}."
         )
+    lines += c.looks
     return lines
 
 
@@ -319,6 +320,7 @@ def _outcome_json(o: Outcome) -> dict[str, Any]:
         ]  # fmt: skip
         out["ratio"] = _ratio_json(c)
         out["transpose"] = _transpose_json(c)
+        out["hints"] = list(c.looks)
     return out
 
 
