@@ -95,14 +95,18 @@ def rope(x: Array, pos: Array, cfg: dict[str, Any], m: str | None) -> Array:
 def softmax_rows(x: Array, sink: Array | None, m: str | None) -> Array:
     """Softmax over the last axis of [B, H, T, S]; a row of -inf gives 0; ``sink`` (H,)."""
     top = x.max(-1, keepdims=True)
-    if sink is not None and m != "sinks_unshifted":
+    if sink is not None and m not in ("sinks_unshifted", "sinks_not_exp"):
         top = np.maximum(top, sink[None, :, None, None])
     top = np.where(np.isfinite(top), top, 0.0)
     e = np.exp(x - top)
     total = e.sum(-1, keepdims=True)
     if sink is not None:
         s = sink[None, :, None, None]
-        total = total + (s if m == "sinks_not_exp" else np.exp(s - top))
+        term = {"sinks_not_exp": s, "sinks_unshifted": np.exp(s)}.get(m or "", np.exp(s - top))
+        total = total + term
+    if m == "sinks_not_exp":
+        raw: Array = e / total  # written without a guard: the sum may even be negative
+        return raw
     with np.errstate(invalid="ignore", divide="ignore"):
         w: Array = np.where(total > 0, e / np.where(total > 0, total, 1.0), 0.0)
     return w
@@ -195,6 +199,8 @@ def student(fx: dict[str, Any], m: str | None = None) -> dict[str, Array]:
             bias = np.swapaxes(np.broadcast_to(bias, (B, H, T, S)), -1, -2)
         if m == "bias_before_scale":
             x = (scores + bias) * scale
+        elif m == "bias_sign":
+            x = x - np.where(np.isfinite(bias), bias, -bias)  # a hidden place stays hidden
         elif m != "bias_ignored":
             x = x + bias
     # 7) which keys each query may see
@@ -250,6 +256,7 @@ def student(fx: dict[str, Any], m: str | None = None) -> dict[str, Array]:
             x = x + np.where(ok, 0.0, fill if math.isfinite(fill) else -1e4)
         elif m != "mask_after_softmax":
             x = np.where(ok, x, fill)
+    if masks or "bias" in fx or fx.get("alibi"):
         st["masked"] = x
     if cap and m == "softcap_after_mask":
         x = st["capped"] = cap * np.tanh(x / cap)

@@ -1,15 +1,20 @@
 """The mistakes of RoPE: the other layout (half vs interleaved), V rotated too, K not rotated,
-and (with positions.py) the positions read one off. Axis names as in core/steps.py."""
+another model's base, the frequencies' exponent without its 2, every dimension rotated where
+the rotary part is partial, the pairs turned by -angle, and (with positions.py) the positions
+read one off. Axis names as in core/steps.py."""
 
 from __future__ import annotations
 
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
 from attn_cli.check.mistake import Mistake, Reader, register, register_reader
 from attn_cli.check.recompute import Change, internal, recomputed
 from attn_cli.core.chain import Chain
 from attn_cli.core.inputs import FloatArray, IntArray
+from attn_cli.core.plugins.rope import apply_rope, rope_inv_freq
 from attn_cli.core.stages import STAGE_NAMES
 from attn_cli.core.variant import REGISTRY, same
 from attn_cli.core.variants import RopeLayout
@@ -101,3 +106,96 @@ register(
     Mistake("rope_not_on_k", "RoPE not applied to K", recomputed(_rope_not_on_k), 112),
 )
 register_reader("rope", Reader("RoPE", "Q_rot", _moved))
+
+
+# -- the frequencies of plain RoPE: base, exponent, rotary dims, direction (issue 28) ----------
+
+
+def _turned(trace: Trace, inv_freq: FloatArray, dims: int, sign: float = 1.0) -> Any:
+    """Q_rot and K_rot rotated by ``sign``·position·``inv_freq`` over the first ``dims``."""
+    rope = trace.inputs.rope
+    assert rope is not None
+    pos = dict(zip("QK", trace.inputs.token_positions(), strict=True))
+    return {
+        f"{w}_rot": apply_rope(
+            _before_rope(trace, w), pos[w], layout=rope.layout, dims=dims, inv_freq=sign * inv_freq
+        )
+        for w in "QK"
+    }  # fmt: skip  (B, H|Hkv, T|S, D)
+
+
+def _plain(trace: Trace) -> Any:
+    """The fixture's RoPE when it has no scaling (the scaled frequencies are another story)."""
+    rope = trace.inputs.rope
+    return rope if rope is not None and rope.scaling is None else None
+
+
+def _rope_base(trace: Trace) -> list[Change]:
+    rope = _plain(trace)
+    if rope is None:
+        return []
+    return [
+        Change(
+            f"Your {{stage}} is what attn gets with a RoPE base of {base:g} instead of "
+            f"{rope.base:g}: every pair turns at another speed. The base is config.json's "
+            "rope_theta (10000 for Llama 2 and GPT-NeoX, 500000 for Llama 3, 1000000 for Qwen2 "
+            f"and Qwen3), not a constant of RoPE. Fix: base = {rope.base:g}.",
+            "Q_rot", _turned(trace, rope_inv_freq(rope.dims, base), rope.dims),
+        )
+        for base in (10000.0, 500000.0, 1000000.0)
+        if base != rope.base
+    ]  # fmt: skip
+
+
+def _rope_exponent(trace: Trace) -> list[Change]:
+    rope = _plain(trace)
+    if rope is None or rope.dims < 4:
+        return []  # one pair: its exponent is 0 either way
+    inv_freq = 1.0 / rope.base ** (np.arange(rope.dims // 2) / rope.dims)  # base^(-i/dims)
+    detail = (
+        "Your {stage} is what attn gets with the frequencies base^(-i/dims) for i = 0, 1, 2, "
+        "...: the 2 of 2i/dims left out (arange(dims // 2) / dims), so the slowest pair turns "
+        "about as fast as the middle one should. HF: 1 / base ** (arange(0, dims, 2) / dims). "
+        "Fix: inv_freq = base ** (-2 * i / dims)."
+    )
+    return [Change(detail, "Q_rot", _turned(trace, inv_freq, rope.dims))]
+
+
+def _rope_all_dims(trace: Trace) -> list[Change]:
+    rope = _plain(trace)
+    d_k = trace.inputs.d_k
+    if rope is None or rope.dims == d_k or d_k % 2:
+        return []
+    detail = (
+        f"Your {{stage}} is what attn gets with all {d_k} dimensions rotated, where the fixture "
+        f"rotates the first {rope.dims} and passes the rest through (partial rotary: "
+        "GPT-NeoX's rotary_pct, Phi's partial_rotary_factor). Fix: rotate x[..., :rotary_dim] "
+        "and concatenate x[..., rotary_dim:] unchanged, with frequencies over rotary_dim."
+    )
+    return [Change(detail, "Q_rot", _turned(trace, rope_inv_freq(d_k, rope.base), d_k))]
+
+
+def _rope_reversed(trace: Trace) -> list[Change]:
+    rope = _plain(trace)
+    if rope is None:
+        return []
+    detail = (
+        "Your {stage} is what attn gets with every pair turned the other way, by -angle: "
+        "rotate_half written as cat(x2, -x1) instead of cat(-x2, x1), or sin with its sign "
+        "flipped. Each score then depends on the distance taken the other way round. Fix: "
+        "rotate_half(x) = cat(-x[..., d/2:], x[..., :d/2])."
+    )
+    return [Change(detail, "Q_rot", _turned(trace, rope_inv_freq(rope.dims, rope.base),
+                                               rope.dims, -1.0))]  # fmt: skip
+
+
+register(
+    "rope",
+    Mistake("rope_base", "RoPE base (rope_theta) of another model", recomputed(_rope_base), 113),
+    Mistake("rope_exponent", "RoPE frequencies base^(-i/d) instead of base^(-2i/d)",
+            recomputed(_rope_exponent), 114),
+    Mistake("rope_all_dims", "RoPE over every dimension where it is partial",
+            recomputed(_rope_all_dims), 115),
+    Mistake("rope_reversed", "RoPE turned the other way (-angle)", recomputed(_rope_reversed),
+            116),
+)  # fmt: skip
