@@ -14,13 +14,14 @@ from typing import Any
 import numpy as np
 import pytest
 import yaml
-from conftest import FIXTURES, Tolerance
+from conftest import FIXTURES, Tolerance, run_cli
 from reference import random_fixture, reference
 from student_catalogue import Array, student
 
 from attn_cli.api import trace_file
 from attn_cli.check.compare import Comparison
-from attn_cli.check.grade import grade, load_dump
+from attn_cli.check.grade import MISTAKES, grade, load_dump
+from attn_cli.check.mistake import ZH
 
 TOL: Tolerance = {"rtol": 1e-9, "atol": 1e-12}
 OUT = ("Q_norm", "K_norm", "Q_rot", "K_rot", "scores", "scaled", "capped", "alibi", "masked",
@@ -226,3 +227,30 @@ def test_random_noise_is_named_nothing(tmp_path: Path, fx: dict[str, Any]) -> No
     assert comparison.first_difference is not None
     assert comparison.diagnoses == ()
     assert comparison.looks or comparison.ratio or comparison.transpose  # a hint, always
+
+
+# ---------------------------------------------------------------------------------------------
+# Every mistake is explained in Chinese too, with its fix
+
+
+def test_every_mistake_has_a_chinese_title_and_explanation_with_the_fix() -> None:
+    for mistake in MISTAKES:
+        title, explanation = ZH.get(mistake.name, ("", ""))
+        assert title and "修正：" in explanation, mistake.name
+    assert set(ZH) == {m.name for m in MISTAKES}  # no text for a mistake that is not there
+
+
+def test_lang_zh_says_the_diagnosis_in_chinese_then_the_numbers(tmp_path: Path) -> None:
+    (tmp_path / "fixture.json").write_text(json.dumps(QWEN3))
+    np.savez(tmp_path / "dump.npz", **pick(student(QWEN3, "qk_after_rope"), ("Q_rot", "K_rot")))
+    args = ("check", str(tmp_path / "fixture.json"), "--against", str(tmp_path / "dump.npz"))
+    zh = run_cli(*args, "--format", "plain", "--lang", "zh")
+    assert zh.exit_code == 1
+    text = " ".join(zh.stdout.split())
+    assert "诊断：QK-norm 放在了 RoPE 之后 [QK-norm applied after RoPE]" in text
+    assert "修正：q = rope(q_norm(q))" in text
+    assert "Confirmed: recomputed from attn's own earlier stages" in text  # the numbers, as ever
+    en = run_cli(*args, "--format", "plain", "--lang", "en")
+    assert "诊断" not in en.stdout and "diagnosis: QK-norm applied after RoPE" in en.stdout
+    found = json.loads(run_cli(*args, "--format", "json").stdout)["fixtures"][0]["diagnoses"]
+    assert found[0]["title_zh"] == "QK-norm 放在了 RoPE 之后"

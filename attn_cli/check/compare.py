@@ -96,6 +96,8 @@ class Diagnosis:
     stage: str  # the stage where it was confirmed (the first that differs)
     explains: tuple[str, ...] = ()  # later differing stages it reproduces too
     unexplained: tuple[str, ...] = ()  # later differing stages it does not
+    title_zh: str = ""  # the title in Chinese
+    explanation_zh: str = ""  # what the mistake is and the fix, in Chinese
 
 
 @dataclass(frozen=True)

@@ -39,7 +39,7 @@ from attn_cli.check.dump import DecodeDump, FlashDump
 from attn_cli.check.dump import Dump as Dump  # Dump, load_dump, stage_for: their old import path
 from attn_cli.check.dump import load_dump as load_dump
 from attn_cli.check.dump import stage_for as stage_for
-from attn_cli.check.mistake import every_mistake, mistakes_for
+from attn_cli.check.mistake import ZH, every_mistake, mistakes_for
 from attn_cli.check.recompute import Candidate, Weights, softmax_and_lse
 from attn_cli.check.recompute import allowed as allowed  # the chain's mask, recomputed
 from attn_cli.check.recompute import downstream as downstream  # where tests and callers find it
@@ -146,6 +146,8 @@ def diagnose(
                     stage=stage,
                     explains=explains,
                     unexplained=tuple(n for n in later if n not in explains),
+                    title_zh=ZH.get(mistake.name, ("", ""))[0],
+                    explanation_zh=ZH.get(mistake.name, ("", ""))[1],
                 )
             )
     most = max((len(d.explains) for d in found), default=0)

@@ -11,7 +11,14 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from attn_cli.check.mistake import Mistake, Reader, moved_positions, register, register_reader
+from attn_cli.check.mistake import (
+    Mistake,
+    Reader,
+    moved_positions,
+    register,
+    register_reader,
+    register_zh,
+)
 from attn_cli.check.recompute import (
     Candidate,
     Change,
@@ -119,3 +126,28 @@ register(
     Mistake("alibi_scaled", "ALiBi bias scaled with the scores", _alibi_scaled, 153),
 )  # fmt: skip
 register_reader("alibi", Reader("ALiBi", "alibi", _moved))
+
+register_zh(
+    {
+        "alibi_sign": (
+            "ALiBi 的符号反了（+斜率·距离）",
+            "偏置加成了 +slope·|pos_q − pos_k|，远处的键反而得到更多权重。修正：bias = −slope · |p"
+            "os_q − pos_k|。",
+        ),
+        "alibi_slopes_reversed": (
+            "ALiBi 斜率按头的顺序反了",
+            "头 0 拿到了最小的斜率；Press 等人的 get_slopes 从 2^(-8/n) 开始递减，头 0 最大。修正"
+            "：头 h 的斜率为 slopes[h]。",
+        ),
+        "alibi_slopes_formula": (
+            "ALiBi 斜率用了别的公式",
+            "指数从 0 开始（头 0 斜率为 1），或头数不是 2 的幂时直接用等比数列；论文的 get_slopes "
+            "取最近的 2 的幂的斜率，再隔一个取两倍头数的斜率。修正：使用论文的 get_slopes。",
+        ),
+        "alibi_scaled": (
+            "ALiBi 偏置和分数一起被缩放了",
+            "先加偏置再乘 scale：(scores + alibi) * scale；偏置应加在缩放之后。修正：scores * scal"
+            "e + alibi。",
+        ),
+    }
+)

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from attn_cli.check.mistake import Mistake, register
+from attn_cli.check.mistake import Mistake, register, register_zh
 from attn_cli.check.recompute import Candidate, Change, allowed, candidate, masked_with, recomputed
 
 if TYPE_CHECKING:
@@ -78,3 +78,26 @@ register(
     Mistake("bias_transposed", "bias transposed (keys and queries swapped)",
             recomputed(_transposed), 253),
 )  # fmt: skip
+
+register_zh(
+    {
+        "bias_before_scale": (
+            "偏置加在了缩放之前（被一起缩放）",
+            "写成 (scores + bias) * scale；torch SDPA 的浮点 attn_mask 加在缩放之后。修正：scores "
+            "* scale + bias。",
+        ),
+        "bias_ignored": (
+            "漏掉了偏置",
+            "缩放后的分数上没有加偏置。修正：masked = scaled + bias。",
+        ),
+        "bias_sign": (
+            "偏置被减去了",
+            "写成 scaled − bias；加性遮蔽是加上去的。修正：scaled + bias。",
+        ),
+        "bias_transposed": (
+            "偏置被转置了（查询与键交换）",
+            "偏置按 [batch, heads, seq_q, seq_k] 排列，查询在行、键在列。修正：按原样加偏置（若你"
+            "的是先键后查询，用 bias.mT）。",
+        ),
+    }
+)

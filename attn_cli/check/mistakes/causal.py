@@ -19,6 +19,7 @@ from attn_cli.check.mistake import (
     register,
     register_loop,
     register_reader,
+    register_zh,
 )
 from attn_cli.check.recompute import (
     Candidate,
@@ -216,3 +217,39 @@ register_loop(
         title="causal tiles skipped wrongly (the diagonal tile too)",
     ),
 )  # fmt: skip
+
+register_zh(
+    {
+        "mask_inverted": (
+            "遮蔽的极性反了",
+            "把 True 当成“屏蔽”（nn.MultiheadAttention 的约定），而 fixture 中 True 表示“可以关注”"
+            "（torch SDPA 的约定）；或因果遮蔽整个反了。修正：masked = where(allowed, scaled, −inf"
+            ")。",
+        ),
+        "causal_shifted": (
+            "因果遮蔽错开了一位",
+            "查询多看到了下一个键（tril(k=1)），或看不到自己（tril(k=−1)）。修正：查询 i 可以关注"
+            "键 j <= i。",
+        ),
+        "causal_triu": (
+            "因果遮蔽用了 triu（被转置）",
+            "查询 i 看到 j >= i 的键（自己和未来），遮蔽被转置了。修正：allowed = tril(ones)。",
+        ),
+        "causal_corner": (
+            "因果遮蔽对齐到了另一个角（左上与右下）",
+            "seq_q ≠ seq_k 时，左上对齐是查询 i 看到 j <= i（torch SDPA 的 is_causal，FlashAttenti"
+            "on 2.1 之前），右下对齐是最后一个查询看到所有键（KV 缓存，FlashAttention 2.1 起）。修"
+            "正：按 fixture 的对齐方式，tril(ones, k=seq_k − seq_q) 为右下。",
+        ),
+        "causal_missing": (
+            "漏掉了因果遮蔽",
+            "每个查询也看到了后面的键（is_causal 没设，或遮蔽做了却没用上）。修正：where(tril(ones"
+            "), scaled, −inf)。",
+        ),
+        "mask_after_softmax": (
+            "遮蔽放在了 softmax 之后（行和小于 1）",
+            "softmax 之后才把被遮蔽的权重置 0，其余权重不变，所以每行和小于 1。修正：softmax 之前"
+            "把被遮蔽的位置填成 −inf（或之后重新归一化每一行）。",
+        ),
+    }
+)

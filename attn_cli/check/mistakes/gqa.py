@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from attn_cli.check.mistake import PLAIN, Mistake, register
+from attn_cli.check.mistake import PLAIN, Mistake, register, register_zh
 from attn_cli.check.recompute import Change, internal, recomputed
 from attn_cli.core.chain import Chain
 from attn_cli.core.heads import merge_heads, split_heads
@@ -97,3 +97,22 @@ register(
     Mistake("gqa_flat_repeat", "GQA: K and V repeated feature by feature before the split",
             recomputed(_flat_repeat), 163),
 )  # fmt: skip
+
+register_zh(
+    {
+        "gqa_one_tiled": (
+            "GQA 中 K 平铺而 V 分组，或反过来",
+            "K 和 V 的扩展方式不一致。修正：K、V 都用 repeat_interleave(groups, dim=1)。",
+        ),
+        "gqa_single_kv_head": (
+            "GQA 中每个查询头都读第 0 个 kv 头",
+            "做成了多查询注意力（k[:, :1] 广播），而 fixture 把查询头分组到多个 kv 头。修正：查询"
+            "头 h 读 kv 头 h // groups。",
+        ),
+        "gqa_flat_repeat": (
+            "GQA 在切分成头之前按特征重复了 K、V",
+            "对扁平的 [seq, kv_heads·d] 做 repeat_interleave(dim=−1)，每个查询头读到的是一个kv 头"
+            "一半的特征、各两遍。修正：先切分成头，再按整头重复。",
+        ),
+    }
+)

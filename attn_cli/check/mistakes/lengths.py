@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from attn_cli.check.mistake import Mistake, register
+from attn_cli.check.mistake import Mistake, register, register_zh
 from attn_cli.check.recompute import Candidate, allowed, candidate, masked_with
 from attn_cli.core.inputs import BoolArray, IntArray
 from attn_cli.core.variant import Cells
@@ -108,3 +108,28 @@ register(
     Mistake("lengths_off_by_one", "padding mask one key off", _off_by_one, 242),
     Mistake("lengths_ignored", "padding not hidden", _ignored, 243),
 )  # fmt: skip
+
+register_zh(
+    {
+        "lengths_padding_side": (
+            "把填充当成在开头（左填充）",
+            "保留了最后 lengths[b] 个键而不是前面的；fixture 的 lengths 从开头数真实的键。修正：al"
+            "lowed = arange(seq_k) < lengths[b]。",
+        ),
+        "lengths_on_queries": (
+            "填充遮蔽加在了查询上而不是键上",
+            "填充的查询行被清空，每个查询却仍关注填充的键。填充遮蔽的形状应广播为 [batch, 1, 1, se"
+            "q_k]。修正：mask[:, None, None, :]。",
+        ),
+        "lengths_off_by_one": (
+            "填充遮蔽差一个键",
+            "多看到一个填充键，或把最后一个真实键遮住了。键 0..lengths[b]−1 是真实的。修正：allowe"
+            "d = arange(seq_k) < lengths[b]。",
+        ),
+        "lengths_ignored": (
+            "填充没有被遮蔽",
+            "每个查询也关注了填充的键（attention_mask 建了却没传下去）。修正：遮住 lengths[b] 及之"
+            "后的键。",
+        ),
+    }
+)

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from attn_cli.check.mistake import Mistake, register
+from attn_cli.check.mistake import Mistake, register, register_zh
 from attn_cli.check.recompute import Candidate, candidate, masked_with
 from attn_cli.check.recompute import allowed as chain_allowed
 from attn_cli.core.inputs import BoolArray, FloatArray
@@ -141,3 +141,33 @@ register(
     Mistake("mask_value_other", "another finite mask sentinel than the fixture's",
             _value_other, 229),
 )  # fmt: skip
+
+register_zh(
+    {
+        "mask_finite_sentinel": (
+            "该用 −inf 的地方用了有限的哨兵值",
+            "用 −1e9、−1e4 或 finfo.min 填充被遮蔽的位置：只要一行还有远高于它的分数，结果相同；但"
+            "整行被遮蔽时权重变成均匀分布，分数接近哨兵值时还会漏权重。修正：填 float('-inf')，空"
+            "行给 0。",
+        ),
+        "mask_zero_fill": (
+            "被遮蔽的位置设成了 0（scores * mask）",
+            "用 0/1 遮蔽去乘分数，或 masked_fill 填 0：exp(0) = 1 并不小，被遮蔽的键仍有权重。修正"
+            "：masked_fill(~allowed, float('-inf'))。",
+        ),
+        "mask_sentinel_added": (
+            "哨兵值被加到分数上而不是填充",
+            "像 BERT 的扩展注意力遮蔽那样 scores + (1 − mask) * 哨兵值：被遮蔽的分数保留了自己的值"
+            "，整行被遮蔽时得到的是分数本身的权重。修正：masked_fill(~allowed, 哨兵值)。",
+        ),
+        "mask_value_ignored": (
+            "fixture 的 mask_value 是有限值，却用了 −inf",
+            "模型的代码用有限哨兵值（如 fp16 的 −1e4）填充，它会把权重漏给分数接近它的被遮蔽键，并"
+            "让整行被遮蔽的查询得到均匀权重。修正：要复现该模型，就填 mask_value。",
+        ),
+        "mask_value_other": (
+            "用了另一个有限哨兵值",
+            "被遮蔽位置填的数与 fixture 的 mask_value 不同。修正：填 fixture 的 mask_value。",
+        ),
+    }
+)

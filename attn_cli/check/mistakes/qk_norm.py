@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from attn_cli.check.compare import GRADER_TOLERANCE
-from attn_cli.check.mistake import Mistake, register
+from attn_cli.check.mistake import Mistake, register, register_zh
 from attn_cli.check.recompute import Candidate, Change, candidate, internal, recomputed
 from attn_cli.core.heads import merge_heads, split_heads
 from attn_cli.core.inputs import FloatArray, QKNorm
@@ -224,3 +224,41 @@ register(
     Mistake("qk_norm_one_side", "QK-norm on only one of Q and K", recomputed(_one_side), 215),
     Mistake("qk_norm_after_rope", "QK-norm applied after RoPE", _after_rope, 216),
 )  # fmt: skip
+
+register_zh(
+    {
+        "qk_norm_eps_outside": (
+            "QK-norm 的 eps 放在了平方根外面",
+            "写成 x / (sqrt(mean(x²)) + eps)；RMSNorm 把 eps 加在平方均值上、根号里面。修正：x * r"
+            "sqrt(mean(x²) + eps)。",
+        ),
+        "qk_norm_eps": (
+            "QK-norm 的 eps 大小不对",
+            "eps 来自 config.json 的 rms_norm_eps（Qwen3 为 1e-6，Llama 为 1e-5）。修正：使用 fixt"
+            "ure 的 eps。",
+        ),
+        "qk_norm_extent": (
+            "QK-norm 归一化的范围不对（每个头与整个投影）",
+            "Qwen3、Gemma 3 对每个头单独做 RMSNorm（权重长 d_k），OLMo 2 对整个投影做（权重长 head"
+            "s·d_k）。修正：按 fixture 权重的长度选择范围。",
+        ),
+        "qk_norm_weight": (
+            "QK-norm 的权重漏了，或当成了 1 + 权重",
+            "RMSNorm 之后要乘学到的权重；Gemma 的约定是乘 1 + w，而这里的权重本身就是缩放。修正："
+            "乘 fixture 给的权重。",
+        ),
+        "qk_norm_layernorm": (
+            "QK-norm 做成了 LayerNorm（减了均值）",
+            "fixture 是 RMSNorm：不减均值、没有偏置。修正：不要中心化 x。",
+        ),
+        "qk_norm_one_side": (
+            "只对 Q 和 K 中的一个做了 QK-norm",
+            "Q 和 K 都要归一化，各用自己的权重。修正：另一个也做 RMSNorm。",
+        ),
+        "qk_norm_after_rope": (
+            "QK-norm 放在了 RoPE 之后",
+            "Qwen3、Gemma 3、OLMo 2 先归一化再旋转（HunYuan 反过来）；权重与旋转不可交换。修正：q "
+            "= rope(q_norm(q))，k = rope(k_norm(k))。",
+        ),
+    }
+)

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from attn_cli.check.mistake import Mistake, Reader, register, register_reader
+from attn_cli.check.mistake import Mistake, Reader, register, register_reader, register_zh
 from attn_cli.check.recompute import Change, internal, recomputed
 from attn_cli.core.chain import Chain
 from attn_cli.core.inputs import FloatArray, IntArray
@@ -199,3 +199,42 @@ register(
     Mistake("rope_reversed", "RoPE turned the other way (-angle)", recomputed(_rope_reversed),
             116),
 )  # fmt: skip
+
+register_zh(
+    {
+        "rope_layout": (
+            "RoPE 的 half 与 interleaved 布局弄混",
+            "half 布局把第 i 维与第 i+d/2 维配对（HF rotate_half、GPT-NeoX），interleaved 把 2i 与"
+            " 2i+1 配对（GPT-J、Meta 的复数写法）；两者只有在 W_Q、W_K 按头重排后才一致。修正：按 "
+            "fixture 的布局旋转，或重排权重。",
+        ),
+        "rope_on_v": (
+            "RoPE 也作用在了 V 上",
+            "RoPE 只旋转查询和键，使分数只取决于两者的距离；值不旋转。修正：只对 Q、K 用 RoPE。",
+        ),
+        "rope_not_on_k": (
+            "RoPE 没有作用在 K 上",
+            "只旋转了 Q，分数就取决于查询的绝对位置而不是距离。修正：K 也在键的位置上旋转。",
+        ),
+        "rope_base": (
+            "RoPE 的 base（rope_theta）用了别的模型的",
+            "base 来自 config.json 的 rope_theta（Llama 2 为 10000，Llama 3 为 500000，Qwen 为 100"
+            "0000），不是常数。修正：使用 fixture 的 base。",
+        ),
+        "rope_exponent": (
+            "RoPE 频率写成 base^(-i/d) 而不是 base^(-2i/d)",
+            "漏了 2i/d 中的 2（arange(d // 2) / d）。修正：inv_freq = 1 / base ** (arange(0, d, 2)"
+            " / d)。",
+        ),
+        "rope_all_dims": (
+            "部分旋转时却旋转了所有维度",
+            "fixture 只旋转前 rotary_dim 维（GPT-NeoX 的 rotary_pct、Phi 的 partial_rotary_factor"
+            "），其余维度原样通过。修正：只旋转 x[..., :rotary_dim]，频率也按 rotary_dim 计算。",
+        ),
+        "rope_reversed": (
+            "RoPE 旋转方向反了（−角度）",
+            "rotate_half 写成 cat(x2, -x1)，或 sin 的符号反了，每对维度按 −角度旋转。修正：rotate_"
+            "half(x) = cat(-x[..., d/2:], x[..., :d/2])。",
+        ),
+    }
+)

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from attn_cli.check.mistake import Mistake, register
+from attn_cli.check.mistake import Mistake, register, register_zh
 from attn_cli.check.recompute import Change, internal, recomputed, softmax_and_lse
 from attn_cli.core.inputs import FloatArray
 from attn_cli.core.stages import softmax_input
@@ -126,3 +126,32 @@ register(
     Mistake("sinks_not_exp", "sink added to the sum without exp", recomputed(_sinks_not_exp),
             204),
 )  # fmt: skip
+
+register_zh(
+    {
+        "sinks_left_out": (
+            "softmax 漏掉了 sink（行和为 1）",
+            "gpt-oss 给每个头一个可学习的 logit，拼到每一行上做 softmax 再丢掉那一列，所以行和小于"
+            " 1。修正：对 [scores, sink] 做 softmax，再去掉 sink 列。",
+        ),
+        "sinks_scaled": (
+            "sink 和分数一起被缩放了",
+            "sink 在缩放之前拼了进去，也乘了 scale；gpt-oss 把它原样拼到缩放后的分数上。修正：缩放"
+            "之后再拼接 sink。",
+        ),
+        "sinks_by_kv_head": (
+            "sink 按 kv 头编号取了",
+            "查询头 h 用了 sinks[h // groups]；gpt-oss 每个查询头一个 sink。修正：查询头 h 用 sink"
+            "s[h]。",
+        ),
+        "sinks_unshifted": (
+            "sink 没有减去行最大值",
+            "分数用 exp(x − max)，sink 却用 exp(sink)，两者没有同样平移。修正：m = max(row.max(), "
+            "sink)，w = exp(row − m) / (Σ exp(row − m) + exp(sink − m))。",
+        ),
+        "sinks_not_exp": (
+            "sink 没有取指数就加进了分母",
+            "分母写成 Σ exp(x − max) + sink；sink 和分数一样是 logit。修正：加 exp(sink − max)。",
+        ),
+    }
+)

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from attn_cli.check.mistake import Mistake, register
+from attn_cli.check.mistake import Mistake, register, register_zh
 from attn_cli.check.recompute import (
     Change,
     extra_logit,
@@ -126,3 +126,32 @@ register(
     Mistake("softcap_left_out", "softcap left out", recomputed(_left_out), 143),
     Mistake("softcap_other_cap", "the other Gemma 2 cap (30 vs 50)", recomputed(_other_cap), 144),
 )  # fmt: skip
+
+register_zh(
+    {
+        "softcap_after_mask": (
+            "softcap 放在了遮蔽之后",
+            "cap·tanh(−inf/cap) = −cap，被遮蔽的键得到了一点权重。Gemma 2 先对缩放后的分数做 softc"
+            "ap，再遮蔽。修正：capped = cap * tanh(scaled / cap)，然后遮蔽。",
+        ),
+        "softcap_formula": (
+            "softcap 少了除以 cap 或乘回 cap",
+            "写成 cap·tanh(scaled)（每个分数都饱和到 ±cap）或 tanh(scaled / cap)（被压进 (−1, 1)）"
+            "。修正：capped = cap * tanh(scaled / cap)。",
+        ),
+        "softcap_before_scale": (
+            "softcap 放在了缩放之前",
+            "先对原始分数 softcap 再缩放；Gemma 2 先缩放再 softcap。修正：capped = cap * tanh((sco"
+            "res * scale) / cap)。",
+        ),
+        "softcap_left_out": (
+            "漏掉了 softcap",
+            "缩放后的分数没有经过 cap·tanh(x/cap)。修正：capped = cap * tanh(scaled / cap)。",
+        ),
+        "softcap_other_cap": (
+            "用了 Gemma 2 的另一个 cap（30 与 50）",
+            "Gemma 2 注意力 logits 的 cap 是 50（attn_logit_softcapping），最终 logits 的是 30（fi"
+            "nal_logit_softcapping），容易弄混。修正：用 fixture 的 softcap。",
+        ),
+    }
+)

@@ -17,6 +17,7 @@ from attn_cli.check.mistake import (
     register,
     register_loop,
     register_reader,
+    register_zh,
 )
 from attn_cli.check.recompute import (
     Candidate,
@@ -136,3 +137,28 @@ register_loop(
         DecodeBugs(extra_slots=1), lambda chain, options: chain.cache_slots() is not None,
     ),
 )  # fmt: skip
+
+register_zh(
+    {
+        "window_off_by_one": (
+            "滑动窗口差一",
+            "窗口多了或少了一个键（<= 与 < 混淆）。查询看到 0 <= pos_q − pos_k < window 的键，包括"
+            "自己最多 window 个（FlashAttention 的 window_size=(window−1, 0)）。修正：allowed = (0"
+            " <= d) & (d < window)。",
+        ),
+        "window_ignored": (
+            "滑动窗口被漏掉了（普通因果）",
+            "只做了因果遮蔽，每个查询看到所有更早的键。修正：再加上 pos_q − pos_k < window。",
+        ),
+        "window_two_sided": (
+            "滑动窗口做成了双向（没有因果部分）",
+            "用了 |pos_q − pos_k| < window，查询也看到了后面的键；滑动窗口只向后看。修正：(0 <= po"
+            "s_q − pos_k) & (pos_q − pos_k < window)。",
+        ),
+        "window_last_keys": (
+            "窗口从最后一个查询量起（所有查询用同样的键）",
+            "把解码时滚动缓存的规则（只保留最后 window 个键）用在整段 prompt 上。每个查询有自己的"
+            "窗口。修正：逐个查询计算 pos_q − pos_k < window。",
+        ),
+    }
+)
