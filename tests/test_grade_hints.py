@@ -450,3 +450,16 @@ def test_a_named_mistake_gets_no_hint(tmp_path: Path) -> None:
     found = report(tmp_path, CAT, unbatched(stages, "masked", "softmax"))
     assert [d["name"] for d in found["diagnoses"]] == ["mask_inverted"]
     assert found["hints"] == []
+
+
+def test_differences_only_at_hidden_keys_are_said_to_be_there(tmp_path: Path) -> None:
+    # CAT, causal: the three hidden places of masked hold made-up numbers, no known sentinel
+    stages = student(CAT["Q"], CAT["K"], CAT["V"])
+    masked = stages["masked"][0].copy()
+    masked[0, 0, 1], masked[0, 0, 2], masked[0, 1, 2] = -5.0, -7.0, -6.0
+    found = report(tmp_path, CAT, {"masked": masked})
+    assert found["diagnoses"] == []
+    assert found["hints"] == [
+        "3 of 9 cells of your masked differ (only query 0, 1; key 1, 2); all of them at keys attn "
+        "hides."
+    ]

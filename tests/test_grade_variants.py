@@ -414,6 +414,7 @@ def test_two_mistakes_at_once_are_not_diagnosed_as_one(tmp_path: Path) -> None:
     comparison = graded(tmp_path, "gptoss_sinks", mixed)
     assert comparison.first_difference is not None
     assert comparison.diagnoses == ()
+    assert comparison.looks  # but a hint: where the two differ, or what the rows sum to
 
 
 def test_an_unrecognised_difference_on_a_variant_fixture_is_reported_plainly(
@@ -426,6 +427,8 @@ def test_an_unrecognised_difference_on_a_variant_fixture_is_reported_plainly(
     assert comparison.first_difference.name == "output"
     assert comparison.diagnoses == ()
     assert "RoPE applied to V as well" in comparison.tried
+    assert comparison.looks == ("every cell of your output is attn's + 0.1: a bias or a constant "
+                                "added (or subtracted) where it was not meant?",)  # fmt: skip
 
 
 # ---------------------------------------------------------------------------------------------
