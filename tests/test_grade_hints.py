@@ -352,3 +352,114 @@ def test_a_transpose_hint_in_junit_and_github(tmp_path: Path) -> None:
     assert failure.get("type") == "shape" and hint in (failure.text or "")
     github = grade(tmp_path, TWO_HEADS, dump, "github")
     assert hint in github.stdout.replace("%0A", "\n")
+
+
+# ---------------------------------------------------------------------------------------------
+# 2c. What else the first differing stage looks like (issue 28): a hint whenever nothing fits
+
+
+def _plant(stage: str, change: Any, fixture: dict[str, Any] = TWO_HEADS) -> dict[str, Array]:
+    """The student's correct stages (no batch axis) with ``change`` applied to ``stage``."""
+    q, k, v = fixture["Q"], fixture["K"], fixture["V"]
+    causal = "ok" if fixture.get("causal") else None
+    stages = student(q, k, v, heads=fixture.get("heads", 1), causal=causal)
+    names = ("scores", "masked", "softmax", "output") if causal else ("scores", "softmax", "output")
+    dump = unbatched(stages, *names)
+    dump[stage] = change(dump[stage].copy())
+    return dump
+
+
+def _move_query(x: Array) -> Array:
+    x[:, 1:] = x[:, :-1].copy()  # your query i is attn's query i - 1
+    return x
+
+
+def _first_row_halved(x: Array) -> Array:
+    x[:, 0] *= 0.5
+    return x
+
+
+LOOKED = [
+    ("output", lambda x: x + 0.1, TWO_HEADS, "every cell of your output is attn's + 0.1: a bias "
+     "or a constant added"),
+    ("scores", lambda x: x - x.max(axis=-1, keepdims=True), TWO_HEADS, "each row of your "
+     "scores is attn's plus a number of its own (one per query): the softmax does not see it"),
+    ("output", _move_query, TWO_HEADS, "your output is attn's moved by one query: your query i "
+     "holds attn's query i - 1"),
+    ("output", lambda x: x[..., ::-1], TWO_HEADS, "your output is attn's with its d_v axis in "
+     "another order: your d_v 0, 1, 2, ... hold attn's d_v 1, 0"),
+    ("softmax", _first_row_halved, TWO_HEADS, "the rows of your softmax sum to between 0.5 and "
+     "1, attn's to 1: a softmax over another extent"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("stage", "change", "fixture", "hint"),
+    LOOKED,
+    ids=["offset", "offset-per-row", "shift", "permutation", "row-sums"],
+)
+def test_what_the_differing_stage_looks_like_is_a_hint(
+    tmp_path: Path, stage: str, change: Any, fixture: dict[str, Any], hint: str
+) -> None:
+    found = report(tmp_path, fixture, _plant(stage, change, fixture))
+    assert found["first_difference"] == stage
+    assert found["diagnoses"] == [] and found["ratio"] is None
+    assert any(hint in h for h in found["hints"]), found["hints"]
+    text = said(grade(tmp_path, fixture, _plant(stage, change, fixture)))
+    assert f"hint: {found['hints'][0]}" in text
+
+
+def test_cells_that_keep_the_earlier_stage_are_named(tmp_path: Path) -> None:
+    # CAT, causal: one hidden place of masked left as attn's scaled (the mask not applied there)
+    stages = student(CAT["Q"], CAT["K"], CAT["V"])
+    scaled = np.asarray(CAT["Q"], float) @ np.asarray(CAT["K"], float).T / math.sqrt(2)
+    masked = stages["masked"][0].copy()
+    masked[0, 0, 2] = scaled[0, 2]
+    found = report(tmp_path, CAT, {"masked": masked})
+    assert found["diagnoses"] == []
+    assert found["hints"] == [
+        "in the 1 cells that differ, your masked holds attn's scaled: the step from scaled to "
+        "masked is not done there (a mask not applied, a transform skipped?)"
+    ]
+
+
+def test_noise_is_hinted_at_by_where_it_differs(tmp_path: Path) -> None:
+    stages = student(CAT["Q"], CAT["K"], CAT["V"])
+    softmax = stages["softmax"][0].copy()
+    softmax[0, 2] = [0.2, 0.5, 0.3]  # the last query's weights made up
+    found = report(tmp_path, CAT, {"softmax": softmax})
+    assert found["diagnoses"] == [] and found["ratio"] is None
+    (hint,) = found["hints"]
+    assert hint.startswith("3 of 9 cells of your softmax differ (only query 2)"), hint
+
+
+def test_a_shape_no_transpose_fits_is_hinted_at(tmp_path: Path) -> None:
+    stages = student(CAT["Q"], CAT["K"], CAT["V"])
+    kept = np.concatenate([stages["softmax"][0], np.zeros((1, 3, 1))], axis=-1)  # a 4th column
+    found = report(tmp_path, CAT, {"softmax": kept})
+    assert found["transpose"] is None
+    assert found["hints"] == [
+        "your softmax has shape [1, 3, 4] where attn's is [1, 3, 3] [head, query, key]: an axis "
+        "kept, added or cut that attn does not have (a sink column not dropped, heads not merged "
+        "or split, a batch axis?)"
+    ]
+
+
+def test_a_named_mistake_gets_no_hint(tmp_path: Path) -> None:
+    stages = student(CAT["Q"], CAT["K"], CAT["V"], causal="not_tril")
+    found = report(tmp_path, CAT, unbatched(stages, "masked", "softmax"))
+    assert [d["name"] for d in found["diagnoses"]] == ["mask_inverted"]
+    assert found["hints"] == []
+
+
+def test_differences_only_at_hidden_keys_are_said_to_be_there(tmp_path: Path) -> None:
+    # CAT, causal: the three hidden places of masked hold made-up numbers, no known sentinel
+    stages = student(CAT["Q"], CAT["K"], CAT["V"])
+    masked = stages["masked"][0].copy()
+    masked[0, 0, 1], masked[0, 0, 2], masked[0, 1, 2] = -5.0, -7.0, -6.0
+    found = report(tmp_path, CAT, {"masked": masked})
+    assert found["diagnoses"] == []
+    assert found["hints"] == [
+        "3 of 9 cells of your masked differ (only query 0, 1; key 1, 2); all of them at keys attn "
+        "hides."
+    ]

@@ -247,8 +247,6 @@ CASES = [
     ("qwen3_qk_norm", "rope_query_ahead", OUT, "positions_off_by_one", "scores"),
     ("gptoss_sinks", "positions_all_ahead", OUT, "positions_off_by_one", "scores"),
     ("mistral_sliding_window", "window_off_by_one", OUT, "window_off_by_one", "masked"),
-    ("gemma2_softcap", "window_off_by_one", ("softmax", "output"), "window_off_by_one",
-     "softmax"),
     ("gptoss_sinks", "window_off_by_one", ("masked", "softmax"), "window_off_by_one", "masked"),
     ("gemma2_softcap", "softcap_after_mask", OUT, "softcap_after_mask", "capped"),
     ("gemma2_softcap", "softcap_after_mask", ("masked", "softmax", "output"),
@@ -416,6 +414,7 @@ def test_two_mistakes_at_once_are_not_diagnosed_as_one(tmp_path: Path) -> None:
     comparison = graded(tmp_path, "gptoss_sinks", mixed)
     assert comparison.first_difference is not None
     assert comparison.diagnoses == ()
+    assert comparison.looks  # but a hint: where the two differ, or what the rows sum to
 
 
 def test_an_unrecognised_difference_on_a_variant_fixture_is_reported_plainly(
@@ -428,6 +427,8 @@ def test_an_unrecognised_difference_on_a_variant_fixture_is_reported_plainly(
     assert comparison.first_difference.name == "output"
     assert comparison.diagnoses == ()
     assert "RoPE applied to V as well" in comparison.tried
+    assert comparison.looks == ("every cell of your output is attn's + 0.1: a bias or a constant "
+                                "added (or subtracted) where it was not meant?",)  # fmt: skip
 
 
 # ---------------------------------------------------------------------------------------------
@@ -481,6 +482,15 @@ def test_the_graders_mask_without_a_mistake_is_the_pipelines(name: str) -> None:
     shape = (inputs.batch, inputs.heads, inputs.seq_q, inputs.seq_k)
     want = np.ones(shape, bool) if expected is None else np.broadcast_to(expected, shape)
     np.testing.assert_array_equal(allowed(inputs), want)
+
+
+def test_when_one_key_more_is_every_key_both_window_mistakes_are_claimed(tmp_path: Path) -> None:
+    # gemma2_softcap: 5 tokens, window 4; a window of 5 hides nothing, as no window at all
+    dump = pick(student(bundled("gemma2_softcap"), "window_off_by_one"), "softmax", "output")
+    comparison = graded(tmp_path, "gemma2_softcap", dump)
+    assert comparison.first_difference is not None
+    assert comparison.first_difference.name == "softmax"
+    assert names(comparison) == ["window_off_by_one", "window_ignored"]
 
 
 def test_when_d_model_is_d_k_squared_both_scalings_are_claimed(tmp_path: Path) -> None:

@@ -96,6 +96,8 @@ class Diagnosis:
     stage: str  # the stage where it was confirmed (the first that differs)
     explains: tuple[str, ...] = ()  # later differing stages it reproduces too
     unexplained: tuple[str, ...] = ()  # later differing stages it does not
+    title_zh: str = ""  # the title in Chinese
+    explanation_zh: str = ""  # what the mistake is and the fix, in Chinese
 
 
 @dataclass(frozen=True)
@@ -148,6 +150,7 @@ class Comparison:
     tried: tuple[str, ...] = ()  # titles of the diagnoses tried, when none applied
     ratio: SameRatio | None = None  # grading: no diagnosis, but one factor everywhere
     transpose: TransposeFit | None = None  # grading: the first stage's axes in another order
+    looks: tuple[str, ...] = ()  # grading: what the first stage looks like, when nothing fits
 
     @property
     def same(self) -> bool:

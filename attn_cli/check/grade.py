@@ -8,7 +8,8 @@ recomputation is the one chain's (check/recompute.py), whole-array and batch axi
 (B, H, T, S), and ``_public`` drops the batch axis again when the fixture had none. A row a
 mistake leaves with no key is recomputed as the user's own softmax gives it (nan or 0, row by
 row), so that a diagnosis accounts for the later stages. When no mistake fits, the comparison
-still says what the numbers show: one factor everywhere, or the axes reordered.
+still says what the numbers show: one factor everywhere, the axes reordered, or what else the
+first differing stage looks like next to attn's (hints.py).
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from dataclasses import replace
 import numpy as np
 
 import attn_cli.check.mistakes  # noqa: F401 (registers the mistakes attn knows)
-from attn_cli.check import grade_backward
+from attn_cli.check import grade_backward, hints
 from attn_cli.check.compare import (
     GRADER_TOLERANCE,
     SIZE_ONE_AXES,
@@ -38,7 +39,7 @@ from attn_cli.check.dump import DecodeDump, FlashDump
 from attn_cli.check.dump import Dump as Dump  # Dump, load_dump, stage_for: their old import path
 from attn_cli.check.dump import load_dump as load_dump
 from attn_cli.check.dump import stage_for as stage_for
-from attn_cli.check.mistake import every_mistake, mistakes_for
+from attn_cli.check.mistake import ZH, every_mistake, mistakes_for
 from attn_cli.check.recompute import Candidate, Weights, softmax_and_lse
 from attn_cli.check.recompute import allowed as allowed  # the chain's mask, recomputed
 from attn_cli.check.recompute import downstream as downstream  # where tests and callers find it
@@ -83,15 +84,19 @@ def grade(
         diagnoser = grade_backward.diagnose_backward if gradient else diagnose
         found, tried = diagnoser(trace, dump.arrays, first.name, later, tolerance)
     ratio = transpose = None
+    seen: tuple[str, ...] = ()
     if first is not None and first.name in trace and first.name in dump.arrays:
         given = dump.arrays[first.name]
         if first.status == "shape":
             transpose = transpose_fit(trace, first.name, given, tolerance)
+            if transpose is None and not found:
+                seen = (hints.shape_look(trace, first.name, given),)
         elif first.status == "different" and not found:
             ratio = same_ratio(trace, first.name, given, tolerance)
+            seen = () if ratio is not None else hints.looks(trace, first.name, given, tolerance)
     return replace(
         comparison, notes=tuple(notes), aliases=dict(dump.aliases), ignored=dump.ignored,
-        diagnoses=found, tried=tried, ratio=ratio, transpose=transpose,
+        diagnoses=found, tried=tried, ratio=ratio, transpose=transpose, looks=seen,
     )  # fmt: skip
 
 
@@ -102,7 +107,8 @@ def diagnose(
     later: Sequence[str],
     tolerance: Tolerance,
 ) -> tuple[tuple[Diagnosis, ...], tuple[str, ...]]:
-    """Every known mistake that reproduces ``given[stage]``, and the titles of those tried."""
+    """Every known mistake that reproduces ``given[stage]`` and, of those, the ones that
+    reproduce the most of the ``later`` stages; and the titles of those tried."""
     found: list[Diagnosis] = []
     tried: list[str] = []
     nan_rows = evident_nan_rows(trace, given)
@@ -140,9 +146,13 @@ def diagnose(
                     stage=stage,
                     explains=explains,
                     unexplained=tuple(n for n in later if n not in explains),
+                    title_zh=ZH.get(mistake.name, ("", ""))[0],
+                    explanation_zh=ZH.get(mistake.name, ("", ""))[1],
                 )
             )
-    return tuple(found), tuple(tried)
+    most = max((len(d.explains) for d in found), default=0)
+    kept = [d for d in found if len(d.explains) == most]  # a later stage tells them apart
+    return tuple(kept), tuple(tried)
 
 
 def _ways(

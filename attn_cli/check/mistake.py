@@ -8,6 +8,10 @@ variants that are on, in ``order``, and names a mistake only when its recomputat
 (check/recompute.py) reproduces the user's numbers. A mistake that does not apply to a
 fixture returns no candidates.
 
+Each module also says in Chinese what its mistakes are and how to fix them (:data:`ZH`, by the
+mistake's name, :func:`register_zh`); the English is the mistake's own detail, which carries
+the fixture's numbers.
+
 A variant that reads token positions registers a :class:`Reader` too: the mistake of reading
 positions one off (mistakes/positions.py) asks each reader that is on what it changes.
 
@@ -75,6 +79,7 @@ class LoopMistake:
 
 
 TABLE: dict[str, list[Mistake]] = {}  # by variant name (PLAIN: plain attention)
+ZH: dict[str, tuple[str, str]] = {}  # by mistake name: (title, what it is and the fix) in Chinese
 READERS: dict[str, Reader] = {}  # by variant name
 DECODE: dict[str, list[LoopMistake]] = {}  # by variant name
 FLASH: dict[str, list[LoopMistake]] = {}  # by variant name
@@ -89,6 +94,11 @@ def moved_positions(inputs: Inputs, dq: int, dk: int) -> Inputs:
 def register(variant: str, *mistakes: Mistake) -> None:
     """Add mistakes under a variant's name (one mistake may belong to several variants)."""
     TABLE.setdefault(variant, []).extend(mistakes)
+
+
+def register_zh(texts: Mapping[str, tuple[str, str]]) -> None:
+    """Say in Chinese what mistakes are and how to fix them: name -> (title, explanation)."""
+    ZH.update(texts)
 
 
 def register_reader(variant: str, reader: Reader) -> None:

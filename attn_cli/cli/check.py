@@ -12,6 +12,7 @@ import typer
 from attn_cli.cli.options import (
     CheckFormat,
     ColorOption,
+    LangOption,
     MaxElementsOption,
     QuietOption,
     WidthOption,
@@ -23,6 +24,7 @@ from attn_cli.errors import AttnError, UsageError, printable
 
 if TYPE_CHECKING:
     from attn_cli.check.compare import Outcome, Tolerance
+    from attn_cli.cli.options import Lang
 
 STDIN = "-"
 
@@ -131,6 +133,7 @@ def check(
     color: ColorOption = None,
     max_elements: MaxElementsOption = DEFAULT_MAX_ELEMENTS,
     backward: CheckBackwardOption = False,
+    lang: LangOption = None,
     quiet: QuietOption = False,
 ) -> None:
     """Compare a fixture's trace with a golden file, its `expected` section, or your own code.
@@ -167,7 +170,7 @@ def check(
         reraise = len(fixtures) == 1 and not for_ci
         outcome = _check_or_report(fixture, golden_file, run, reraise=reraise)
         outcomes.append(replace(outcome, fixture=_shown_name(fixture)))
-    _report(outcomes, fmt, width, color, worst)
+    _report(outcomes, fmt, width, color, worst, lang)
     raise typer.Exit(code_of(outcomes))
 
 
@@ -283,8 +286,10 @@ def _report(
     width: Optional[int],  # noqa: UP045
     color: Optional[bool],  # noqa: UP045
     worst: int,
+    lang: Optional["Lang"],
 ) -> None:
     from attn_cli.present import report
+    from attn_cli.present.i18n import default_lang
 
     if fmt is CheckFormat.json:
         emit(report.report_json(outcomes), None, escape="json")
@@ -295,7 +300,8 @@ def _report(
     if fmt is CheckFormat.github:
         emit(report.report_github(outcomes, worst=worst), None)
         return
-    details = report.render_outcomes(outcomes, worst=worst)
+    language = default_lang(os.environ) if lang is None else lang.value
+    details = report.render_outcomes(outcomes, worst=worst, lang=language)
     if details is not None and plain_wanted(fmt, color):
         emit(plain_text(details, width) + "\n", None)  # a blank line before the summary
     elif details is not None:

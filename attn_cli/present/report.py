@@ -117,15 +117,18 @@ def summary_line(outcome: Outcome) -> str:
     )
 
 
-def render_outcomes(outcomes: Sequence[Outcome], *, worst: int = 5) -> RenderableType | None:
+def render_outcomes(
+    outcomes: Sequence[Outcome], *, worst: int = 5, lang: str = "en"
+) -> RenderableType | None:
     """The details of each fixture that differs (and of every grading); None if there are none.
+    ``lang`` "zh" says each diagnosis in Chinese too.
 
     The one-line summaries (``summary_lines``) are separate: they must never wrap.
     """
     from rich.console import Group
 
     parts = [
-        render_comparison(o.fixture, o.comparison, worst=worst)
+        render_comparison(o.fixture, o.comparison, worst=worst, lang=lang)
         for o in outcomes
         if o.comparison is not None and (not o.comparison.same or o.comparison.kind == "dump")
     ]
@@ -143,7 +146,9 @@ def summary_lines(outcomes: Sequence[Outcome]) -> list[str]:
     return lines
 
 
-def render_comparison(fixture: str, c: Comparison, *, worst: int = 5) -> RenderableType:
+def render_comparison(
+    fixture: str, c: Comparison, *, worst: int = 5, lang: str = "en"
+) -> RenderableType:
     """One fixture: the rule, every stage's counts and errors, the worst cells of the first."""
     from rich.console import Group
     from rich.text import Text
@@ -156,7 +161,7 @@ def render_comparison(fixture: str, c: Comparison, *, worst: int = 5) -> Rendera
     parts.extend(Text(printable(note)) for note in c.notes)
     parts += [Text(""), _stage_table(c), Text("")]
     parts += _first_difference(c, worst)
-    parts += _diagnosis_lines(c)
+    parts += _diagnosis_lines(c, lang)
     return Group(*parts)
 
 
@@ -211,13 +216,21 @@ def _first_difference(c: Comparison, worst: int) -> list[RenderableType]:
     return [title, cells, Text("")]
 
 
-def _diagnosis_lines(c: Comparison) -> list[RenderableType]:
-    """The diagnoses (or that none reproduces a dump's difference), then the hints."""
+def _diagnosis_lines(c: Comparison, lang: str = "en") -> list[RenderableType]:
+    """The diagnoses (or that none reproduces a dump's difference), then the hints; in Chinese
+    (``lang`` "zh") each diagnosis is said in Chinese first, then its English detail with the
+    fixture's numbers."""
     from rich.text import Text
 
     parts: list[RenderableType] = []
     for d in c.diagnoses:
-        parts.append(Text.assemble(("diagnosis: ", "bold"), (printable(d.title), "bold yellow")))
+        if lang == "zh" and d.title_zh:
+            parts.append(Text.assemble(("诊断：", "bold"), (printable(d.title_zh), "bold yellow"),
+                                       f" [{printable(d.title)}]"))  # fmt: skip
+            parts.append(Text(printable(d.explanation_zh)))
+        else:
+            parts.append(Text.assemble(("diagnosis: ", "bold"),
+                                       (printable(d.title), "bold yellow")))  # fmt: skip
         parts.append(Text(printable(d.detail)))
         if d.explains:
             parts.append(Text(f"It also accounts for your {', '.join(d.explains)}."))
@@ -241,8 +254,8 @@ def _diagnosis_lines(c: Comparison) -> list[RenderableType]:
 
 
 def hint_lines(c: Comparison) -> list[str]:
-    """What the grader noticed besides the named mistakes: one factor everywhere, or the axes
-    of the first differing stage in another order."""
+    """What the grader noticed besides the named mistakes: one factor everywhere, the axes of
+    the first differing stage in another order, or what else that stage looks like."""
     lines = []
     r = c.ratio
     if r is not None:
@@ -261,6 +274,7 @@ def hint_lines(c: Comparison) -> list[str]:
             f"your {t.stage} is [{', '.join(t.your_axes)}] where attn's is "
             f"[{', '.join(t.axes)}]: {t.call} makes it fit, {then}."
         )
+    lines += c.looks
     return lines
 
 
@@ -314,11 +328,13 @@ def _outcome_json(o: Outcome) -> dict[str, Any]:
         out["ignored"] = list(c.ignored)
         out["diagnoses"] = [
             {"name": d.name, "title": d.title, "detail": d.detail, "stage": d.stage,
-             "explains": list(d.explains), "unexplained": list(d.unexplained)}
+             "explains": list(d.explains), "unexplained": list(d.unexplained),
+             "title_zh": d.title_zh, "explanation_zh": d.explanation_zh}
             for d in c.diagnoses
         ]  # fmt: skip
         out["ratio"] = _ratio_json(c)
         out["transpose"] = _transpose_json(c)
+        out["hints"] = list(c.looks)
     return out
 
 

@@ -1,6 +1,8 @@
 """The mistakes of the causal mask and the boolean mask: either inverted, the causal limit one
-key off, the causal mask built from triu (transposed); in a FlashAttention kernel, the tile on
-the diagonal skipped with those above it. Axis names as in core/steps.py."""
+key off, the causal mask built from triu (transposed), aligned to the other corner (upper-left
+vs lower-right when seq_q != seq_k), left out; any mask applied after the softmax; in a
+FlashAttention kernel, the tile on the diagonal skipped with those above it. Axis names as in
+core/steps.py."""
 
 from __future__ import annotations
 
@@ -17,8 +19,18 @@ from attn_cli.check.mistake import (
     register,
     register_loop,
     register_reader,
+    register_zh,
 )
-from attn_cli.check.recompute import Candidate, Change, candidate, masked_with, recomputed
+from attn_cli.check.recompute import (
+    Candidate,
+    Change,
+    Rule,
+    candidate,
+    extra_logit,
+    masked_with,
+    recomputed,
+    softmax_and_lse,
+)
 from attn_cli.check.recompute import allowed as chain_allowed
 from attn_cli.core.flash import FlashBugs
 from attn_cli.core.inputs import BoolArray, Inputs
@@ -117,13 +129,83 @@ def _causal_triu(trace: Trace) -> list[Change]:
     return [Change(detail, "masked", {"masked": masked})]
 
 
+def _causal_corner(trace: Trace) -> list[Candidate]:
+    inp = trace.inputs
+    T, S = inp.seq_q, inp.seq_k
+    if inp.causal is None or T == S or inp.positions is not None:
+        return []  # one corner when square; given positions say where each query is
+    lower = inp.causal == "lower-right"
+    shift = S - T if not lower else T - S  # the other corner's limit, against this one's
+    yours, meant = ("upper-left", "lower-right") if lower else ("lower-right", "upper-left")
+    tell = {
+        "upper-left": "query i sees keys j <= i (tril(ones(seq_q, seq_k)), torch SDPA's "
+        "is_causal, FlashAttention before 2.1)",
+        "lower-right": "the last query sees every key, query i keys j <= i + seq_k - seq_q (a "
+        "KV cache; FlashAttention from 2.1, torch's causal_lower_right)",
+    }
+    detail = (
+        f"Your {{stage}} is what attn gets with the causal mask aligned {yours}: {tell[yours]}. "
+        f"The fixture's causal is {meant}: {tell[meant]}. With seq_q = {T} and seq_k = {S} the two "
+        f"differ. Fix: tril(ones(seq_q, seq_k), k={S - T if lower else 0})."
+    )
+    ok = allowed(inp, causal_shift=shift)  # (B, H, T, S)
+    return [candidate(trace, detail, "masked", {"masked": masked_with(trace, ok)})]
+
+
+def _causal_missing(trace: Trace) -> list[Candidate]:
+    inp = trace.inputs
+    if inp.causal is None:
+        return []
+    detail = (
+        "Your {stage} is what attn gets with no causal mask: every query sees the keys after "
+        "it too (is_causal left False, or the mask built and never applied). Fix: where(tril("
+        "ones(seq_q, seq_k)), scaled, -inf)."
+    )
+    swaps: list[dict[str, Rule | None]] = [{"causal": None}]
+    if inp.window is not None:
+        swaps.append({"causal": None, "window": None})  # the window built from the causal mask
+    oks = [chain_allowed(inp, swap) for swap in swaps]  # (B, H, T, S) each
+    return [candidate(trace, detail, "masked", {"masked": masked_with(trace, ok)}) for ok in oks]
+
+
+def _mask_after_softmax(trace: Trace) -> list[Candidate]:
+    inp = trace.inputs
+    ok = chain_allowed(inp)  # (B, H, T, S)
+    if ok.all():
+        return []
+    logits = masked_with(trace, None)  # every key allowed: the softmax's input, unmasked
+    weights = softmax_and_lse(logits, extra_logit(inp))[0] * ok  # (B, H, T, S)
+    detail = (
+        "Your {stage} is what attn gets with the mask applied after the softmax: the hidden "
+        "keys' weights set to 0 and the rest left as they were, so a row sums to less than 1. "
+        "The hidden keys must be out of the softmax's sum: fill them with -inf before it (or "
+        "renormalise each row after, as LLMs-from-scratch's chapter 3 shows). Fix: masked = "
+        "where(allowed, scaled, -inf), then softmax."
+    )
+    return [
+        candidate(trace, detail, "softmax", {"softmax": weights}),
+        candidate(trace, detail, "masked", {"masked": logits, "softmax": weights}),
+    ]
+
+
 MASK_INVERTED = Mistake("mask_inverted", "mask polarity inverted", _mask_inverted, 60)
+MASK_AFTER_SOFTMAX = Mistake("mask_after_softmax", "mask applied after the softmax (rows sum "
+                             "to less than 1)", _mask_after_softmax, 220)  # fmt: skip
+for _hider in ("causal", "mask", "lengths"):
+    register(_hider, MASK_AFTER_SOFTMAX)
 register("mask", MASK_INVERTED)
 register(
     "causal",
     MASK_INVERTED,
     Mistake("causal_shifted", "causal mask shifted by one", _causal_shifted, 70),
     Mistake("causal_triu", "causal mask from triu (transposed)", recomputed(_causal_triu), 170),
+    Mistake(
+        "causal_corner",
+        "causal mask aligned to the other corner (upper-left vs lower-right)",
+        _causal_corner,
+        171,
+    ),
+    Mistake("causal_missing", "causal mask left out", _causal_missing, 172),
 )
 register_reader("causal", Reader("the causal mask", "masked"))
 register_loop(
@@ -135,3 +217,39 @@ register_loop(
         title="causal tiles skipped wrongly (the diagonal tile too)",
     ),
 )  # fmt: skip
+
+register_zh(
+    {
+        "mask_inverted": (
+            "遮蔽的极性反了",
+            "把 True 当成“屏蔽”（nn.MultiheadAttention 的约定），而 fixture 中 True 表示“可以关注”"
+            "（torch SDPA 的约定）；或因果遮蔽整个反了。修正：masked = where(allowed, scaled, −inf"
+            ")。",
+        ),
+        "causal_shifted": (
+            "因果遮蔽错开了一位",
+            "查询多看到了下一个键（tril(k=1)），或看不到自己（tril(k=−1)）。修正：查询 i 可以关注"
+            "键 j <= i。",
+        ),
+        "causal_triu": (
+            "因果遮蔽用了 triu（被转置）",
+            "查询 i 看到 j >= i 的键（自己和未来），遮蔽被转置了。修正：allowed = tril(ones)。",
+        ),
+        "causal_corner": (
+            "因果遮蔽对齐到了另一个角（左上与右下）",
+            "seq_q ≠ seq_k 时，左上对齐是查询 i 看到 j <= i（torch SDPA 的 is_causal，FlashAttenti"
+            "on 2.1 之前），右下对齐是最后一个查询看到所有键（KV 缓存，FlashAttention 2.1 起）。修"
+            "正：按 fixture 的对齐方式，tril(ones, k=seq_k − seq_q) 为右下。",
+        ),
+        "causal_missing": (
+            "漏掉了因果遮蔽",
+            "每个查询也看到了后面的键（is_causal 没设，或遮蔽做了却没用上）。修正：where(tril(ones"
+            "), scaled, −inf)。",
+        ),
+        "mask_after_softmax": (
+            "遮蔽放在了 softmax 之后（行和小于 1）",
+            "softmax 之后才把被遮蔽的权重置 0，其余权重不变，所以每行和小于 1。修正：softmax 之前"
+            "把被遮蔽的位置填成 −inf（或之后重新归一化每一行）。",
+        ),
+    }
+)

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from attn_cli.check.mistake import PLAIN, Mistake, register
+from attn_cli.check.mistake import PLAIN, Mistake, register, register_zh
 from attn_cli.check.recompute import (
     Candidate,
     Change,
@@ -292,3 +292,65 @@ register(
             190),
     Mistake("stage_mixup", "stage saved under another stage's name", _stage_mixup, 1000, True),
 )  # fmt: skip
+
+register_zh(
+    {
+        "no_scaling": (
+            "没有乘 1/√d_k 缩放",
+            "分数 Q·Kᵀ 没有乘以缩放因子就进入了 softmax，d_k 越大 softmax 越尖锐。修正：scaled = s"
+            "cores * (1 / √d_k)（或 fixture 给定的 scale）。",
+        ),
+        "scaled_by_d_k": (
+            "除以 d_k 而不是 √d_k",
+            "分数除以了 d_k，而公式要求除以 √d_k。修正：除以 math.sqrt(d_k)。",
+        ),
+        "softmax_wrong_axis": (
+            "softmax 的轴取错了（每列和为 1）",
+            "softmax 沿查询轴（axis=-2）计算，应沿键轴（axis=-1），使每一行的权重和为 1。修正：sof"
+            "tmax(x, axis=-1)。",
+        ),
+        "scores_transposed": (
+            "Q 和 K 交换了（分数被转置）",
+            "算成了 K·Qᵀ，得到的分数矩阵是转置的：行是键、列是查询。修正：scores = Q @ K.T。",
+        ),
+        "k_not_transposed": (
+            "K 没有转置（Q·K 而不是 Q·Kᵀ）",
+            "直接用 Q @ K，只有在形状恰好允许时才能运行，结果不是点积。修正：Q @ K.T（或 K.transpo"
+            "se(-2, -1)）。",
+        ),
+        "heads_interleaved": (
+            "多头按交错方式切分，而不是按块",
+            "头 h 取了第 h、h+n、h+2n… 列，而不是连续的一块列。修正：x.view(B, T, heads, d_k).tran"
+            "spose(1, 2)。",
+        ),
+        "no_max_subtraction": (
+            "忘了减去每行最大值（溢出）",
+            "直接算 exp(x)，大数溢出为 inf，inf/inf 得到 nan。修正：exp(x - x.max(axis=-1, keepdim"
+            "s=True))。",
+        ),
+        "empty_row_nan": (
+            "没有可关注键的行得到 nan",
+            "一行全部被遮蔽时，softmax 对全 −∞ 得到 nan；torch SDPA 自 2.5 起给出全 0。修正：把这"
+            "样的行设为 0。",
+        ),
+        "gqa_tiled": (
+            "GQA 的头按平铺 [0,1,0,1] 而不是分组 [0,0,1,1]",
+            "查询头 h 读了第 h % kv_heads 个 kv 头（repeat/tile），而共享一个 kv 头的查询头应该相"
+            "邻。修正：k.repeat_interleave(groups, dim=1)（HF 的 repeat_kv）。",
+        ),
+        "scaled_by_d_model": (
+            "按 1/√d_model 而不是 1/√d_k 缩放",
+            "用了整个模型的宽度；d_k 是一个头的宽度。修正：scale = 1 / √d_k。",
+        ),
+        "x_w_transposed": (
+            "权重被转置使用（X @ W.T）",
+            "nn.Linear 的习惯：它把权重存成 [out, in] 再算 x @ W.T；fixture 的权重是 [in, out]。修"
+            "正：X @ W，或把 W.T 作为 Linear 的权重。",
+        ),
+        "stage_mixup": (
+            "把一个阶段存成了另一个阶段的名字",
+            "你的这个数组等于 attn 的另一个阶段：可能存错了名字，或两步的顺序颠倒。修正：按阶段名"
+            "逐一核对保存的数组。",
+        ),
+    }
+)

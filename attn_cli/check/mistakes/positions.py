@@ -8,7 +8,14 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from attn_cli.check.mistake import PLAIN, Mistake, moved_positions, readers_for, register
+from attn_cli.check.mistake import (
+    PLAIN,
+    Mistake,
+    moved_positions,
+    readers_for,
+    register,
+    register_zh,
+)
 from attn_cli.check.recompute import Change, recomputed
 
 if TYPE_CHECKING:
@@ -55,3 +62,13 @@ register(
     Mistake("positions_off_by_one", "positions off by one", recomputed(_positions_off_by_one),
             120),
 )  # fmt: skip
+
+register_zh(
+    {
+        "positions_off_by_one": (
+            "位置差一",
+            "RoPE、ALiBi 或遮蔽读取的位置从 1 开始，或查询与键的位置错开了一位。位置从 0 开始；low"
+            "er-right 因果时查询位于最后 seq_q 个键的位置。修正：各处使用同一套从 0 开始的位置。",
+        ),
+    }
+)

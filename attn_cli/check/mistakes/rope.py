@@ -1,6 +1,8 @@
 """The mistakes of RoPE: the other layout (half vs interleaved), V rotated too, K not rotated,
-its scaling ignored, pairs put in the wrong band of it, its attention factor (mscale) left out,
-and (with positions.py) the positions read one off. Axis names as in core/steps.py."""
+another model's base, the frequencies' exponent without its 2, every dimension rotated where
+the rotary part is partial, the pairs turned by -angle, its scaling ignored, pairs put in the
+wrong band of it, its attention factor (mscale) left out, and (with positions.py) the positions
+read one off. Axis names as in core/steps.py."""
 
 from __future__ import annotations
 
@@ -9,7 +11,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
-from attn_cli.check.mistake import Mistake, Reader, register, register_reader
+from attn_cli.check.mistake import Mistake, Reader, register, register_reader, register_zh
 from attn_cli.check.recompute import Change, internal, recomputed
 from attn_cli.core.chain import Chain
 from attn_cli.core.inputs import FloatArray, IntArray
@@ -229,10 +231,162 @@ register(
     Mistake("rope_layout", "RoPE half vs interleaved layout", recomputed(_rope_layout), 110),
     Mistake("rope_on_v", "RoPE applied to V as well", recomputed(_rope_on_v), 111),
     Mistake("rope_not_on_k", "RoPE not applied to K", recomputed(_rope_not_on_k), 112),
-    Mistake("rope_scaling_ignored", "RoPE scaling ignored", recomputed(_scaling_ignored), 113),
-    Mistake("rope_wrong_band", "RoPE scaling: wrong band", recomputed(_wrong_band), 114),
+    Mistake("rope_scaling_ignored", "RoPE scaling ignored", recomputed(_scaling_ignored), 117),
+    Mistake("rope_wrong_band", "RoPE scaling: wrong band", recomputed(_wrong_band), 118),
     Mistake(
-        "rope_mscale_missing", "RoPE scaling: mscale missing", recomputed(_mscale_missing), 115
+        "rope_mscale_missing", "RoPE scaling: mscale missing", recomputed(_mscale_missing), 119
     ),
 )
 register_reader("rope", Reader("RoPE", "Q_rot", _moved))
+
+
+# -- the frequencies of plain RoPE: base, exponent, rotary dims, direction (issue 28) ----------
+
+
+def _turned(trace: Trace, inv_freq: FloatArray, dims: int, sign: float = 1.0) -> Any:
+    """Q_rot and K_rot rotated by ``sign``·position·``inv_freq`` over the first ``dims``."""
+    rope = trace.inputs.rope
+    assert rope is not None
+    pos = dict(zip("QK", trace.inputs.token_positions(), strict=True))
+    return {
+        f"{w}_rot": apply_rope(
+            _before_rope(trace, w), pos[w], layout=rope.layout, dims=dims, inv_freq=sign * inv_freq
+        )
+        for w in "QK"
+    }  # fmt: skip  (B, H|Hkv, T|S, D)
+
+
+def _plain(trace: Trace) -> Any:
+    """The fixture's RoPE when it has no scaling (the scaled frequencies are another story)."""
+    rope = trace.inputs.rope
+    return rope if rope is not None and rope.scaling is None else None
+
+
+def _rope_base(trace: Trace) -> list[Change]:
+    rope = _plain(trace)
+    if rope is None:
+        return []
+    return [
+        Change(
+            f"Your {{stage}} is what attn gets with a RoPE base of {base:g} instead of "
+            f"{rope.base:g}: every pair turns at another speed. The base is config.json's "
+            "rope_theta (10000 for Llama 2 and GPT-NeoX, 500000 for Llama 3, 1000000 for Qwen2 "
+            f"and Qwen3), not a constant of RoPE. Fix: base = {rope.base:g}.",
+            "Q_rot", _turned(trace, rope_inv_freq(rope.dims, base), rope.dims),
+        )
+        for base in (10000.0, 500000.0, 1000000.0)
+        if base != rope.base
+    ]  # fmt: skip
+
+
+def _rope_exponent(trace: Trace) -> list[Change]:
+    rope = _plain(trace)
+    if rope is None or rope.dims < 4:
+        return []  # one pair: its exponent is 0 either way
+    inv_freq = 1.0 / rope.base ** (np.arange(rope.dims // 2) / rope.dims)  # base^(-i/dims)
+    detail = (
+        "Your {stage} is what attn gets with the frequencies base^(-i/dims) for i = 0, 1, 2, "
+        "...: the 2 of 2i/dims left out (arange(dims // 2) / dims), so the slowest pair turns "
+        "about as fast as the middle one should. HF: 1 / base ** (arange(0, dims, 2) / dims). "
+        "Fix: inv_freq = base ** (-2 * i / dims)."
+    )
+    return [Change(detail, "Q_rot", _turned(trace, inv_freq, rope.dims))]
+
+
+def _rope_all_dims(trace: Trace) -> list[Change]:
+    rope = _plain(trace)
+    d_k = trace.inputs.d_k
+    if rope is None or rope.dims == d_k or d_k % 2:
+        return []
+    detail = (
+        f"Your {{stage}} is what attn gets with all {d_k} dimensions rotated, where the fixture "
+        f"rotates the first {rope.dims} and passes the rest through (partial rotary: "
+        "GPT-NeoX's rotary_pct, Phi's partial_rotary_factor). Fix: rotate x[..., :rotary_dim] "
+        "and concatenate x[..., rotary_dim:] unchanged, with frequencies over rotary_dim."
+    )
+    return [Change(detail, "Q_rot", _turned(trace, rope_inv_freq(d_k, rope.base), d_k))]
+
+
+def _rope_reversed(trace: Trace) -> list[Change]:
+    rope = _plain(trace)
+    if rope is None:
+        return []
+    detail = (
+        "Your {stage} is what attn gets with every pair turned the other way, by -angle: "
+        "rotate_half written as cat(x2, -x1) instead of cat(-x2, x1), or sin with its sign "
+        "flipped. Each score then depends on the distance taken the other way round. Fix: "
+        "rotate_half(x) = cat(-x[..., d/2:], x[..., :d/2])."
+    )
+    return [Change(detail, "Q_rot", _turned(trace, rope_inv_freq(rope.dims, rope.base),
+                                               rope.dims, -1.0))]  # fmt: skip
+
+
+register(
+    "rope",
+    Mistake("rope_base", "RoPE base (rope_theta) of another model", recomputed(_rope_base), 113),
+    Mistake("rope_exponent", "RoPE frequencies base^(-i/d) instead of base^(-2i/d)",
+            recomputed(_rope_exponent), 114),
+    Mistake("rope_all_dims", "RoPE over every dimension where it is partial",
+            recomputed(_rope_all_dims), 115),
+    Mistake("rope_reversed", "RoPE turned the other way (-angle)", recomputed(_rope_reversed),
+            116),
+)  # fmt: skip
+
+register_zh(
+    {
+        "rope_layout": (
+            "RoPE 的 half 与 interleaved 布局弄混",
+            "half 布局把第 i 维与第 i+d/2 维配对（HF rotate_half、GPT-NeoX），interleaved 把 2i 与"
+            " 2i+1 配对（GPT-J、Meta 的复数写法）；两者只有在 W_Q、W_K 按头重排后才一致。修正：按 "
+            "fixture 的布局旋转，或重排权重。",
+        ),
+        "rope_on_v": (
+            "RoPE 也作用在了 V 上",
+            "RoPE 只旋转查询和键，使分数只取决于两者的距离；值不旋转。修正：只对 Q、K 用 RoPE。",
+        ),
+        "rope_not_on_k": (
+            "RoPE 没有作用在 K 上",
+            "只旋转了 Q，分数就取决于查询的绝对位置而不是距离。修正：K 也在键的位置上旋转。",
+        ),
+        "rope_base": (
+            "RoPE 的 base（rope_theta）用了别的模型的",
+            "base 来自 config.json 的 rope_theta（Llama 2 为 10000，Llama 3 为 500000，Qwen 为 100"
+            "0000），不是常数。修正：使用 fixture 的 base。",
+        ),
+        "rope_exponent": (
+            "RoPE 频率写成 base^(-i/d) 而不是 base^(-2i/d)",
+            "漏了 2i/d 中的 2（arange(d // 2) / d）。修正：inv_freq = 1 / base ** (arange(0, d, 2)"
+            " / d)。",
+        ),
+        "rope_all_dims": (
+            "部分旋转时却旋转了所有维度",
+            "fixture 只旋转前 rotary_dim 维（GPT-NeoX 的 rotary_pct、Phi 的 partial_rotary_factor"
+            "），其余维度原样通过。修正：只旋转 x[..., :rotary_dim]，频率也按 rotary_dim 计算。",
+        ),
+        "rope_reversed": (
+            "RoPE 旋转方向反了（−角度）",
+            "rotate_half 写成 cat(x2, -x1)，或 sin 的符号反了，每对维度按 −角度旋转。修正：rotate_"
+            "half(x) = cat(-x[..., d/2:], x[..., :d/2])。",
+        ),
+        "rope_scaling_ignored": (
+            "忽略了 RoPE 缩放",
+            "夹具的 rope.scaling 给出了长上下文的频率（llama3、yarn、longrope、linear、dynamic），"
+            "你的旋转却用了原始频率 base^(−2i/dims)（也没有注意力因子）。修正：按 transformers 的 "
+            "ROPE_INIT_FUNCTIONS 计算 inv_freq（modeling_rope_utils.py）；attn rope 列出每一对缩放"
+            "前后的频率。",
+        ),
+        "rope_wrong_band": (
+            "RoPE 缩放：频段弄错",
+            "llama3 的高低频段弄反（短波长被除以 factor），或中间频段没有平滑过渡；"
+            "yarn 的斜坡弄反；longrope 用错了因子列表。修正：llama3 保留 "
+            "λ < 原始长度/high_freq_factor，λ > 原始长度/low_freq_factor 的除以 factor，"
+            "中间平滑过渡；attn rope 显示每一对所在的频段。",
+        ),
+        "rope_mscale_missing": (
+            "RoPE 缩放：缺少 mscale",
+            "yarn 或 longrope 的注意力因子（mscale）没有乘到 cos 和 sin 上，"
+            "所以每个 logit 的旋转部分少乘了它的平方。"
+            "修正：cos 和 sin 乘以注意力因子（transformers 的 attention_scaling）。",
+        ),
+    }
+)
