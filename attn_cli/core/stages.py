@@ -118,7 +118,7 @@ def _always(inputs: Inputs) -> bool:
 
 
 class _Slot(NamedTuple):
-    kind: str  # "transform", "modifier", "bias"; "extra", "d_modifier", "d_transform"
+    kind: str  # "transform", "modifier", "bias", "out"; "extra", "d_modifier", "d_transform"
 
 
 _FORWARD_ROWS: tuple[StageSpec | _Slot, ...] = (
@@ -143,9 +143,10 @@ _FORWARD_ROWS: tuple[StageSpec | _Slot, ...] = (
               _always, _lse_formula, opt_in=True),
     StageSpec("output", ("softmax", "V"), ("batch", "head", "query", "d_v"), False, "output",
               _always, lambda i: "output = softmax·V"),
+    _Slot("out"),
     StageSpec("concat", ("output",), ("batch", "query", "heads*d_v"), False, "concat",
               lambda i: i.heads > 1 or i.W_O is not None,
-              lambda i: "concat = [head 0 | head 1 | …]"),
+              lambda i: "concat = [head 0 | head 1 | …]" + _parts(i, "concat")),
     StageSpec("projected", ("concat",), ("batch", "query", "d_out"), False, "projected",
               lambda i: i.W_O is not None,
               lambda i: "projected = concat·W_O" + (" + b_O" if i.b_O is not None else "")),
@@ -390,6 +391,7 @@ def _base_needs(variants: tuple[Variant, ...]) -> dict[str, tuple[str, ...]]:
         "masked": (*reversed(mods), "scaled", *biases),
         "softmax": logits,
         "lse": logits,
+        "concat": (*(v.out_stages[-1] for v in reversed(variants) if v.out_stages), "output"),
         "d_scaled": (*(f"d_{m}" for m in mods), "d_masked", "d_softmax", "delta"),
         "d_Q": (*(f"d_{s}" for s in _qk(variants, "Q")), "d_scores", "K"),
         "d_K": (*(f"d_{s}" for s in _qk(variants, "K")), "d_scores", "Q"),
@@ -399,8 +401,8 @@ def _base_needs(variants: tuple[Variant, ...]) -> dict[str, tuple[str, ...]]:
 def _slot_rows(variants: tuple[Variant, ...]) -> dict[str, list[StageSpec]]:
     """Each variant's rows by the slot they go in, with their needs in the chain (and the
     gradient formulas of transforms and modifiers)."""
-    slots: dict[str, list[StageSpec]] = {k: [] for k in
-             ("transform", "modifier", "bias", "extra", "d_modifier", "d_transform")}  # fmt: skip
+    kinds = ("transform", "modifier", "bias", "out", "extra", "d_modifier", "d_transform")
+    slots: dict[str, list[StageSpec]] = {k: [] for k in kinds}
     mods = [str(v.stage) for v in variants if v.stage is not None]
     for v in variants:
         for row in v.stage_rows():
@@ -428,6 +430,8 @@ def _placed(
         later = tuple(f"d_{s}" for s in stages[i + 1 :])
         return "d_transform", row._replace(needs=(*later, "d_scores", other, *row.needs),
                                            formula=_d_query_key(base))  # fmt: skip
+    if row.name in v.out_stages:
+        return "out", row
     if base == v.stage:
         i = mods.index(base)
         if not row.gradient:
