@@ -103,10 +103,6 @@ def _checked(
         raise UsageError("", "dtype", f"got {dtype!r}", "one of " + ", ".join(DTYPES))
     check_gradients_asked(wanted, backward)
     inputs = load(fixture, max_elements=max_elements)
-    if backward:
-        from attn_cli.core.pipeline import refuse_backward
-
-        refuse_backward(inputs)  # before the memory check prices gradients it would not make
     check_stages_apply(inputs, wanted, backward)
     opt_in = [s for s in wanted or () if s in OPT_IN_STAGES]
     if keep_all and opt_in:  # every stage, and the opt-in ones (lse) asked for by name

@@ -3,8 +3,9 @@ per head and dimension, before the heads are joined and W_O projects them.
 
 The independent source here is the formula as a slow loop over (batch, head, token, dimension),
 from the fixture's own lists and the trace's ``output`` (attention itself is checked against the
-loop reference in test_variants_pipeline.py); then the whole command: stages, formulas, JSON,
-and the commands that refuse a gate in one line.
+loop reference in test_variants_pipeline.py); the backward pass through the gate against central
+finite differences of the loss and the chain rule by loop; then the whole command: stages,
+formulas, JSON, and the commands that refuse a gate in one line (decode, flash).
 """
 
 from __future__ import annotations
@@ -148,11 +149,8 @@ def test_attn_examples_lists_the_bundled_example() -> None:
     assert result.exit_code == 0 and "qwen3_next_gate" in result.stdout
 
 
-@pytest.mark.parametrize(
-    "args",
-    [("decode",), ("flash",), ("trace", "--backward"), ("trace", "--backward", "-f", "json")],
-    ids=["decode", "flash", "backward", "backward json"],
-)
+@pytest.mark.parametrize("args", [("decode",), ("flash",), ("decode", "-f", "json")],
+                         ids=["decode", "flash", "decode json"])  # fmt: skip
 def test_commands_that_stop_at_softmax_v_refuse_the_gate_in_one_line(
     tmp_path: Path, args: tuple[str, ...]
 ) -> None:
@@ -164,11 +162,102 @@ def test_commands_that_stop_at_softmax_v_refuse_the_gate_in_one_line(
     assert len(result.stderr.splitlines()) == 1
 
 
-def test_the_library_refuses_the_backward_pass_too() -> None:
-    from attn_cli.errors import UsageError
+# ---------------------------------------------------------------------------------------------
+# The backward pass through the gate, against central finite differences of the loss
 
-    with pytest.raises(UsageError, match="gate: the backward pass does not yet go through"):
-        run(validate(gated_fixture(), "g.json"), backward=True)
+
+def loss(fx: dict[str, Any], grad: np.ndarray) -> float:
+    """L = Σ grad ∘ projected, the forward pass run by attn (float64)."""
+    return float((run(validate(fx, "fd.json"))["projected"].data * grad).sum())
+
+
+def finite_difference(fx: dict[str, Any], grad: np.ndarray, key: str, sub: str | None) -> Any:
+    """dL/d(every number of fx[key] (or fx[key][sub])), by central differences of step 1e-6."""
+    base = np.array(fx[key] if sub is None else fx[key][sub], dtype=float)
+    out = np.zeros_like(base)
+    for i in np.ndindex(*base.shape):
+        values = []
+        for step in (1e-6, -1e-6):
+            moved = base.copy()
+            moved[i] += step
+            changed = {**fx[key], sub: moved.tolist()} if sub is not None else moved.tolist()
+            values.append(loss({**fx, key: changed}, grad))
+        out[i] = (values[0] - values[1]) / 2e-6
+    return out
+
+
+@pytest.mark.parametrize("kw", [{}, {"batch": 2, "heads": 1, "kv_heads": 1}],
+                         ids=["GQA, bias", "batch, one head"])  # fmt: skip
+def test_the_gradients_through_the_gate_are_finite_differences(kw: dict[str, Any]) -> None:
+    fx = gated_fixture(seq=3, d_model=3, d_k=2, **kw)
+    grad = np.random.default_rng(5).standard_normal(run(validate(fx, "g.json"))["projected"].shape)
+    trace = run(validate(fx | {"grad": grad.tolist()}, "g.json"), backward=True)
+    for stage, key, sub in (
+        ("d_W_G", "gate", "W_G"),
+        ("d_b_G", "gate", "b_G"),
+        ("d_X", "X", None),
+        ("d_W_Q", "W_Q", None),
+        ("d_W_V", "W_V", None),
+        ("d_W_O", "W_O", None),
+    ):
+        want = finite_difference(fx, grad, key, sub)
+        np.testing.assert_allclose(trace[stage].data, want, rtol=1e-6, atol=1e-7, err_msg=stage)
+
+
+def test_d_gated_d_gate_and_d_output_are_the_chain_rule_by_loop() -> None:
+    fx = gated_fixture()
+    trace = run(validate(fx, "g.json"), backward=True)  # L = Σ projected
+    W_O, (H, T, Dv) = np.array(fx["W_O"]), trace["output"].shape
+    gate, out = trace["gate"].data, trace["output"].data
+    for h in range(H):
+        for i in range(T):
+            for c in range(Dv):
+                d_gated = math.fsum(W_O[h * Dv + c])  # d projected / d concat = the row sum
+                s = 1.0 / (1.0 + math.exp(-gate[h, i, c]))
+                for name, want in (
+                    ("d_gated", d_gated),
+                    ("d_output", d_gated * s),
+                    ("d_gate", d_gated * out[h, i, c] * s * (1 - s)),
+                ):
+                    assert math.isclose(trace[name].data[h, i, c], want, rel_tol=1e-12,
+                                        abs_tol=1e-14), (name, h, i, c)  # fmt: skip
+    assert trace.loss == "L = Σ projected"
+    assert trace["d_X"].formula.endswith(" + d_gate·W_Gᵀ")
+    assert trace["d_output"].formula == "d_output = d_gated ⊙ σ(gate)"
+
+
+def test_without_w_o_the_loss_is_taken_over_gated() -> None:
+    fx = gated_fixture(W_O=False, b_O=False)
+    trace = run(validate(fx, "g.json"), backward=True)
+    assert trace.loss == "L = Σ gated" and trace["d_gated"].formula == "d_gated = 1, L = Σ gated"
+    np.testing.assert_array_equal(trace["d_gated"].data, np.ones(trace["gated"].shape))
+    s = 1.0 / (1.0 + np.exp(-trace["gate"].data))
+    np.testing.assert_allclose(trace["d_output"].data, s, **F64)
+
+
+@pytest.mark.parametrize("lang", ["en", "zh"])
+def test_attn_trace_backward_shows_and_explains_the_gate_gradients(
+    tmp_path: Path, lang: str
+) -> None:
+    path = write(tmp_path, gated_fixture())
+    result = run_cli(
+        "trace",
+        path,
+        "--backward",
+        "--explain",
+        "--lang",
+        lang,
+        *(a for s in ("d_gated", "d_gate", "d_W_G", "d_b_G") for a in ("--stage", s)),
+    )
+    assert result.exit_code == 0, result.output
+    assert "No explanation is registered" not in result.stdout
+    assert "没有登记说明" not in result.stdout
+    for formula in ("d_gate = d_gated ⊙ output ⊙ σ(gate) ⊙ (1 − σ(gate))", "d_W_G = Xᵀ·d_gate"):
+        assert formula in result.stdout
+    doc = json.loads(run_cli("trace", path, "--backward", "-f", "json").stdout)
+    names = list(doc["stages"])
+    assert names[names.index("d_concat") + 1 : names.index("d_output")] == [
+        "d_gated", "d_gate", "d_W_G", "d_b_G"]  # fmt: skip
 
 
 def test_attn_new_writes_a_gate_that_traces(tmp_path: Path) -> None:
@@ -189,3 +278,18 @@ def test_an_overflowing_gate_is_one_line_naming_the_stage(tmp_path: Path) -> Non
     assert result.exit_code == 2, result.output
     assert len(result.stderr.splitlines()) == 1, result.stderr
     assert result.stderr.startswith("Error: ") and ": gate" in result.stderr, result.stderr
+
+
+def test_attn_check_grades_the_gate_gradients_of_a_dump(tmp_path: Path) -> None:
+    made = run_cli("trace", "qwen3_next_gate", "--backward", "-f", "npz", "-o",
+                   str(tmp_path / "right.npz"))  # fmt: skip
+    assert made.exit_code == 0, made.output
+    with np.load(tmp_path / "right.npz") as z:
+        stages = {k: z[k] for k in z.files}
+    assert {"d_gated", "d_gate", "d_W_G"} <= set(stages)
+    same = run_cli("check", "qwen3_next_gate", "--against", str(tmp_path / "right.npz"))
+    assert same.exit_code == 0, same.output
+    np.savez(tmp_path / "off.npz", **{**stages, "d_W_G": stages["d_W_G"] * 1.01})
+    off = run_cli("check", "qwen3_next_gate", "--against", str(tmp_path / "off.npz"), "-f", "json")
+    assert off.exit_code == 1, off.output
+    assert json.loads(off.stdout)["fixtures"][0]["first_difference"] == "d_W_G"

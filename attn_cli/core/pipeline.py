@@ -199,8 +199,6 @@ def run(
     L = Σ grad ∘ final stage (the fixture's ``grad``, else ones); without it they do not apply.
     """
     _check_arguments(keep, dtype)
-    if backward:
-        refuse_backward(inputs)
     with _quiet(), blas_limit(inputs.seq_k):  # the projections too: under load they suffer most
         return _Run(inputs, keep, dtype, backward).trace(progress)
 
@@ -220,8 +218,6 @@ def run_streamed(
     backward pass reads them whole).
     """
     _check_arguments(keep, dtype)
-    if backward:
-        refuse_backward(inputs)
     walk = _Run(inputs, keep, dtype, backward, stream=True)
     with _quiet(), blas_limit(inputs.seq_k):
         return walk.streamed(walk.trace(progress))
@@ -230,16 +226,6 @@ def run_streamed(
 def _quiet() -> np.errstate:
     """Overflow and the like are found by FiniteCheck, naming the stage, not warned about."""
     return np.errstate(over="ignore", invalid="ignore", divide="ignore", under="ignore")
-
-
-def refuse_backward(inputs: Inputs) -> None:
-    """A variant the backward pass does not go through refuses it (its ``backward_problem``)."""
-    from attn_cli.errors import UsageError
-
-    for v, value in Chain(inputs).on:
-        problem = v.backward_problem(value, inputs)
-        if problem is not None:
-            raise UsageError(inputs.source, *problem)
 
 
 def _check_arguments(keep: Collection[str] | None, dtype: str) -> None:

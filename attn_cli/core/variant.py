@@ -373,10 +373,23 @@ class Variant:
         (None: Q, K, V given); the last of ``out_stages`` is the transformed output."""
         raise NotImplementedError(f"{self.name} transforms no head outputs")
 
-    def backward_problem(self, value: Any, inputs: Inputs) -> tuple[str, str, str] | None:
-        """Why the backward pass cannot give exact gradients for this setting: (the field, what,
-        expected); None: it can."""
-        return None
+    # its gradient stages in backward order (d_gated, d_gate, its weights'): rows it adds in
+    # ``stage_rows``, computed by ``grad_out``
+    out_gradients: tuple[str, ...] = ()
+
+    def grad_out(
+        self,
+        value: Any,
+        inputs: Inputs,
+        d_out: FloatArray,
+        made: Mapping[str, FloatArray],
+        X: FloatArray | None,
+        cast: Cast,
+    ) -> tuple[FloatArray, dict[str, FloatArray], FloatArray | None]:
+        """Back through it: from ``d_out``, the gradient of its last stage (B, H, T, Dv), and
+        ``made``, its forward stages and the output it read (``"output"``), to (the gradient of
+        that output, its gradient stages by name, what it adds to d_X; None: nothing)."""
+        raise NotImplementedError(f"{self.name} transforms no head outputs")
 
     def flash_problem(self, value: Any, inputs: Inputs) -> tuple[str, str, str] | None:
         """Why FlashAttention's tiles cannot give the layer's numbers for this setting: (the

@@ -51,6 +51,52 @@ def _explain_gated(c: Context) -> Parts:
     return formula, (c.shape_of("output"), c.shape_of("gate")), meaning
 
 
+def _explain_d_gated(c: Context) -> Parts:
+    """d_gated: the upstream gradient, or d_concat cut into heads."""
+    from attn_cli.present.explain_backward import explain_upstream, gradient_meaning, shaped
+
+    if c.trace.inputs.W_O is None:
+        return explain_upstream(c)
+    meaning = [gradient_meaning(c), en_zh(
+        c, "concat joined the gated heads, so head h's gradient is d_concat's columns h·d_v to "
+        "(h+1)·d_v.",
+        "concat 拼接的是门控后的各头，所以第 h 个头的梯度就是 d_concat 的"
+        "第 h·d_v 到 (h+1)·d_v 列。",
+    )]  # fmt: skip
+    return (c.trace[c.name].formula,), (shaped(c, "d_concat"),), meaning
+
+
+def _explain_d_gate(c: Context) -> Parts:
+    """d_gate: the product rule, then the sigmoid's slope σ(1 − σ)."""
+    from attn_cli.present.explain_backward import gradient_meaning, shaped
+
+    meaning = [gradient_meaning(c), en_zh(
+        c, "gated = output ⊙ σ(gate), one number at a time: its gradient in the gate is "
+        "d_gated ⊙ output times the sigmoid's slope σ(1 − σ), at most 1/4 (at gate = 0) and "
+        "near 0 for a gate far from 0, so a gate that is fully open or shut barely learns.",
+        "gated = output ⊙ σ(gate)，逐个数相乘：对 gate 的梯度是 d_gated ⊙ output 乘以 sigmoid "
+        "的斜率 σ(1 − σ)，最大为 1/4（gate = 0 时），gate 远离 0 时接近 0，所以完全打开或关上的门"
+        "几乎学不动。",
+    )]  # fmt: skip
+    inputs = (shaped(c, "d_gated"), shaped(c, "output"), shaped(c, "gate"))
+    return (c.trace[c.name].formula,), inputs, meaning
+
+
+def _explain_d_gate_weights(c: Context) -> Parts:
+    """d_W_G, d_b_G: as any projection's, from d_gate with the heads joined."""
+    from attn_cli.present.explain_backward import gradient_meaning, shaped
+
+    meaning = [gradient_meaning(c), en_zh(
+        c, "gate = X·W_G + b_G is a projection like Q's: W_G's gradient is Xᵀ times d_gate (the "
+        "heads side by side, as W_G's columns are), b_G's the sum of d_gate over the tokens. "
+        "d_gate·W_Gᵀ is one more path into d_X.",
+        "gate = X·W_G + b_G 和 Q 一样是一个投影：W_G 的梯度是 Xᵀ 乘以 d_gate（各头并排，与 W_G "
+        "的列一致），b_G 的梯度是 d_gate 沿词元求和。d_gate·W_Gᵀ 是流向 d_X 的又一条路径。",
+    )]  # fmt: skip
+    inputs = (shaped(c, "X"), shaped(c, "d_gate")) if c.name == "d_W_G" else (shaped(c, "d_gate"),)
+    return (c.trace[c.name].formula,), inputs, meaning
+
+
 class GateTexts(VariantTexts):
     name = "gate"
     order = 70
@@ -65,8 +111,13 @@ class GateTexts(VariantTexts):
     explainers: ClassVar[dict[str, Callable[[Any], Any]]] = {
         "gate": _explain_gate,
         "gated": _explain_gated,
+        "d_gated": _explain_d_gated,
+        "d_gate": _explain_d_gate,
+        "d_W_G": _explain_d_gate_weights,
+        "d_b_G": _explain_d_gate_weights,
     }
-    math_names = ("gate", "gated")
+    math_names = ("gate", "gated", "d_gate", "d_gated")
+    grad_note: ClassVar[dict[Lang, str]] = {}
     formula_zh: ClassVar[tuple[tuple[str, str], ...]] = (
         (r", each head gated$", "，每个头都经过门控"),
     )
