@@ -208,6 +208,33 @@ The tokens sit at positions 8190..8194, where the trained context ends: attn rop
     )  # fmt: skip
 
 
+def qwen3_next() -> str:
+    rng = np.random.default_rng(16)
+    X = _embeddings(rng, 5, 8)
+    W_Q, W_K, W_V, W_G = _weights(rng, 8, 8, 4, 4, 8)
+    W_O = _weights(rng, 8, 8)[0]
+    q_w, k_w = (np.round(rng.uniform(0.5, 1.5, 4), 2) for _ in range(2))
+    comments = """
+Qwen3-Next's gated attention (HF Qwen3NextAttention): a gate projected from X beside the
+queries, gate = X·W_G, and each head's output multiplied by sigmoid(gate), per head and
+dimension, before the heads are joined and W_O projects them: gated = output * sigmoid(gate).
+In the checkpoint W_G's columns sit inside q_proj (per head: the query's rows, then the gate's).
+With QK-norm per head, RoPE on the first half of each head (partial_rotary_factor 0.5; the
+model uses 0.25), 2 query heads sharing 1 kv head, causal."""
+    return (
+        _head("Qwen3-Next gated attention", (
+            "Each head's output times sigmoid(X·W_G) before W_O (Qwen3-Next), with QK-norm, "
+            "partial RoPE, GQA and a causal mask"), comments, TOKENS[:5])
+        + _matrix("X", X, "[seq, d_model]") + _matrix("W_Q", W_Q, "[d_model, heads*d_k]")
+        + _matrix("W_K", W_K) + _matrix("W_V", W_V)
+        + _matrix("W_O", W_O, "[heads*d_v, d_out]")
+        + "heads: 2\nkv_heads: 1\ncausal: true\nrope: {dims: 2}\n"
+        + f"qk_norm:\n  q_weight: {_row(q_w)}\n  k_weight: {_row(k_w)}\n  eps: 1.0e-6\n"
+        + "gate:  # gated = output * sigmoid(X·W_G), before W_O\n"
+        + _matrix("  W_G", W_G, "[d_model, heads*d_v]").replace("\n  - ", "\n    - ")
+    )  # fmt: skip
+
+
 def cross() -> str:
     rng = np.random.default_rng(15)
     X = _embeddings(rng, 3, 8)
@@ -265,6 +292,7 @@ MAKERS: dict[str, Callable[[], str]] = {
     "gptoss_sinks": gptoss,
     "qwen3_qk_norm": qwen3,
     "llama31_rope_scaling": llama31,
+    "qwen3_next_gate": qwen3_next,
     "cross_attention": cross,
     "mask_sentinel": sentinel,
 }

@@ -13,7 +13,9 @@ K_norm, K_rot as K; capped, alibi as scores; lse [b?, heads, seq_q]. The variant
 published code, re-derived here loop by loop: RoPE as HF ``rotate_half`` (``half``) and Meta's
 complex rotation (``interleaved``), ALiBi slopes as Press et al.'s ``get_slopes``, softcap as
 Gemma 2 (before the mask), sinks as gpt-oss (joined to the softmax, dropped after), QK-norm as
-HF ``Qwen3RMSNorm``, window as HF/Mistral ``sliding_window`` (0 <= pos_q - pos_k < window).
+HF ``Qwen3RMSNorm``, window as HF/Mistral ``sliding_window`` (0 <= pos_q - pos_k < window), the
+output gate as HF ``Qwen3NextAttention`` (gate [b?, heads, seq_q, d_v] = X·W_G + b_G split into
+heads; gated = output · sigmoid(gate), as output; concat joins gated).
 
 ``b?`` is there only when the fixture had a batch axis. The module also holds
 ``random_fixture``, the seeded generator of fixture mappings the tests share.
@@ -103,6 +105,14 @@ def _softmax_row(row: list[float], sink: float | None = None) -> tuple[list[floa
     e = [0.0 if x == NEG_INF else math.exp(x - m) for x in row]
     total = math.fsum(e + ([math.exp(sink - m)] if sink is not None else []))
     return [x / total for x in e], m + math.log(total)
+
+
+def _sigmoid(x: float) -> float:
+    """1 / (1 + e^(−x)), written so that e^(...) never overflows."""
+    if x >= 0:
+        return 1.0 / (1.0 + math.exp(-x))
+    e = math.exp(x)
+    return e / (1.0 + e)
 
 
 def _positions(fx: dict[str, Any], T: int, S: int) -> tuple[list[int], list[int]]:
@@ -361,6 +371,18 @@ def _compute(fx: dict[str, Any]) -> tuple[dict[str, Nested], list[Any]]:
     ]
     stages["output"] = output
 
+    # 6b) the output gate of Qwen3-Next: gate = X·W_G + b_G per head, gated = output · σ(gate)
+    if "gate" in fx:
+        G = fx["gate"]
+        X_items = fx["X"] if _depth(fx["X"]) == 3 else [fx["X"]]
+        flat = [_matvec_rows(item, G["W_G"], G.get("b_G")) for item in X_items]  # [b][i][h*d_v]
+        gate = [[[[flat[b][i][h * d_v + c] for c in range(d_v)] for i in range(T)]
+                 for h in range(H)] for b in range(B)]  # fmt: skip
+        stages["gate"] = gate
+        output = [[[[output[b][h][i][c] * _sigmoid(gate[b][h][i][c]) for c in range(d_v)]
+                    for i in range(T)] for h in range(H)] for b in range(B)]  # fmt: skip
+        stages["gated"] = output
+
     # 7) concat and the output projection
     if H > 1 or "W_O" in fx:
         concat = [
@@ -443,7 +465,8 @@ def random_fixture(
     4 = [batch, heads, seq, d] (3 and 4 imply a batch axis; ``batch`` defaults to 2 then).
     ``cross`` = d_model_kv makes projection mode cross-attention (``X_kv`` of ``seq_k`` rows).
     ``variants`` are fixture keys (``rope``, ``window``, ...) copied in as given, except
-    ``sinks=True``, ``qk_norm="head"`` or ``"projection"`` and ``alibi_slopes=True``, which
+    ``sinks=True``, ``qk_norm="head"`` or ``"projection"``, ``alibi_slopes=True`` and ``gate=True``
+    (or ``"bias"``), which
     draw random numbers (after every other draw, so the other arrays do not change).
     """
     rng = np.random.default_rng(seed)
@@ -503,7 +526,8 @@ def random_fixture(
         fx["bias"] = _inf_to_str(values.tolist())  # a float when bias == ()
     if lengths is not None:
         fx["lengths"] = lengths
-    sinks, norm, slopes = (variants.pop(k, None) for k in ("sinks", "qk_norm", "alibi_slopes"))
+    sinks, norm, slopes, gate = (variants.pop(k, None)
+                                 for k in ("sinks", "qk_norm", "alibi_slopes", "gate"))  # fmt: skip
     fx.update(variants)
     if sinks:
         fx["sinks"] = rng.standard_normal(heads).tolist()
@@ -513,6 +537,10 @@ def random_fixture(
         fx["qk_norm"] = {"q_weight": q_w, "k_weight": k_w, "eps": 1e-6}
     if slopes:
         fx["alibi"] = {"slopes": rng.uniform(0.01, 1.0, heads).tolist()}
+    if gate:  # True: W_G; "bias": W_G and b_G
+        fx["gate"] = {"W_G": normal(d_model, heads * d_v)}
+        if gate == "bias":
+            fx["gate"]["b_G"] = normal(heads * d_v)
     return fx
 
 

@@ -606,3 +606,33 @@ def test_float32_bias_beyond_range_is_one_line(bias: str, where: str, tmp_path: 
     assert_error(run)
     assert f"Error: b.yaml: {where} (float32 overflow)" in run.stderr
     assert_fine(attn("trace", "b.yaml", "-f", "json"))  # float64 holds it
+
+
+GATE = """name: g
+tokens: [a, b]
+X: [[1, 1], [0, 1]]
+W_Q: [[1, 0], [0, 1]]
+W_K: [[1, 0], [0, 1]]
+W_V: [[1, 0], [0, 1]]
+gate:
+  W_G: {w_g}
+"""
+
+
+@pytest.mark.parametrize(
+    ("w_g", "dtype", "where"),
+    [("[[1.0e+300, 0], [0, 1]]", "float32",
+      "gate.W_G[row 0, column 0]: is 1e+300 (float32 overflow)"),
+     ("[[1.0e+308, 0], [1.0e+308, 1]]", "float64",
+      "gate[head 0, query 0 'a', d_v 0]: is inf (float64 overflow)"),
+     ("[[.nan, 0], [0, 1]]", "float64", "gate.W_G[0][0]: is nan (not a number)"),
+     ("[[-.inf, 0], [0, 1]]", "float64", "gate.W_G[0][0]: is -inf"),
+     ("[[1, 0, 0], [0, 1, 0]]", "float64", "gate.W_G: has shape [2, 3], expected [d_model, "
+      "heads*d_v] = [2, 1*2]")],
+    ids=["float32-weight", "float64-stage", "nan", "inf", "shape"],
+)  # fmt: skip
+def test_a_hostile_gate_is_one_line(w_g: str, dtype: str, where: str, tmp_path: Path) -> None:
+    (tmp_path / "g.yaml").write_text(GATE.format(w_g=w_g))
+    run = attn("trace", "g.yaml", "--dtype", dtype)
+    assert_error(run)
+    assert f"Error: g.yaml: {where}" in run.stderr, run.stderr

@@ -114,6 +114,7 @@ ALLOWED = [
     *("QK-norm", "Qwen3", "OLMo", "HF", "rotate_half", "Meta", "llama", "Mistral", "gpt-oss"),
     *("Press", "window_size", "pos_q", "pos_k", "softcap", "logit", "d_model_kv", "d_k"),
     *("mask_value", "sliding_window"),  # a fixture key and HF's config field
+    *("gate", "gated", "W_G", "b_G", "q_proj", "Qwen3-Next"),  # the output gate
 ]
 
 

@@ -46,6 +46,14 @@ LAYERS = [
     if case not in REFUSED
     for run_ in _reference(case)["runs"]
     for layer in range(len(run_["layers"]))
+    if not run_["layers"][layer].get("linear_attention")  # refused: below
+]
+# (case, layer): a linear-attention layer (Qwen3-Next's Gated DeltaNet), refused in one line
+LINEAR = [
+    (case, layer)
+    for case in CASES
+    for layer, record in enumerate(_reference(case)["runs"][0]["layers"])
+    if record.get("linear_attention")
 ]
 
 
@@ -109,6 +117,43 @@ def test_a_family_attn_cannot_trace_exactly_is_refused_in_one_line(
     assert len(lines) == 1 and lines[0].startswith("Error: "), result.stderr
     assert REFUSED[case] in lines[0]
     assert not out.exists()
+
+
+@pytest.mark.parametrize(("case", "layer"), LINEAR)
+def test_a_linear_attention_layer_is_refused_in_one_line(
+    tmp_path: Path, case: str, layer: int
+) -> None:
+    pytest.importorskip("safetensors", reason="attn import needs safetensors")
+    ref = _reference(case)["runs"][0]
+    np.save(tmp_path / "h.npy", np.array(ref["layers"][layer]["layer_in"]))
+    out = tmp_path / "o.npz"
+    result = run_cli("import", str(REFERENCE / case), "--layer", str(layer), "--hidden",
+                     str(tmp_path / "h.npy"), "-o", str(out))  # fmt: skip
+    assert result.exit_code == 2, result.stdout
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("Error: "), result.stderr
+    assert f"layer_types: layer {layer} is a linear_attention layer" in lines[0]
+    assert "linear attention, not yet traced" in lines[0]
+    full = [i for i, t in enumerate(_reference(case)["layer_types"]) if t == "full_attention"]
+    assert f"(layers {', '.join(map(str, full))})" in lines[0]
+    assert not out.exists()
+
+
+def test_qwen3_next_imports_its_gate_split_from_q_proj(tmp_path: Path) -> None:
+    """q_proj holds 2·heads·head_dim rows: per head the query's, then the gate's (transformers
+    chunks each head's 2·head_dim in two); the fixture gets W_Q and gate.W_G of heads·head_dim."""
+    from safetensors.numpy import load_file
+
+    ref = _reference("qwen3_next")["runs"][0]
+    inputs = _import(tmp_path, "qwen3_next", "hidden", 0, ref)
+    q_proj = load_file(REFERENCE / "qwen3_next" / "model.safetensors")[
+        "model.layers.0.self_attn.q_proj.weight"]  # fmt: skip
+    H, D = inputs.heads, inputs.d_k
+    rows = q_proj.reshape(H, 2, D, -1)
+    assert inputs.W_Q is not None
+    np.testing.assert_array_equal(inputs.W_Q, rows[:, 0].reshape(H * D, -1).T)
+    np.testing.assert_array_equal(inputs.extra["gate"].W_G, rows[:, 1].reshape(H * D, -1).T)
+    assert inputs.qk_norm is not None and inputs.rope is not None and inputs.rope.dims == D // 4
 
 
 def _legacy(config: dict[str, Any], case: str) -> dict[str, Any]:
@@ -242,6 +287,21 @@ _GEMMA3_TEXT = json.loads((REFERENCE / "gemma3" / "config.json").read_text())["t
          "rotary_pct: got '0.25', expected a finite number > 0"),
         ("roberta", {"pad_token_id": -1}, 0, "pad_token_id: got -1"),
         ("granite", {"attention_multiplier": 1e400}, 0, "attention_multiplier: got inf"),
+        ("qwen3_next", {"layer_types": ["full_attention", "sliding_attention",
+                                        "full_attention"]}, 0,
+         "layer_types: got ['full_attention', 'sliding_attention', 'full_attention'], expected "
+         "a list of 3 entries, each 'linear_attention' or 'full_attention'"),
+        ("qwen3_next", {"layer_types": None, "full_attention_interval": 0}, 0,
+         "full_attention_interval: got 0, expected a whole number >= 1"),
+        ("qwen3_next", {"layer_types": None, "full_attention_interval": 4}, 0,
+         "full_attention_interval: layer 0 is a linear_attention layer (Gated DeltaNet): "
+         "linear attention, not yet traced, expected a full_attention layer (layers none)"),
+        ("qwen3_next", {"layer_types": None, "full_attention_interval": 2}, 0,
+         "expected a full_attention layer (layers 1)"),
+        ("qwen3_next", {"rope_parameters": {"rope_type": "default", "rope_theta": 1e4,
+                                            "partial_rotary_factor": 0.1}}, 0,
+         "rope_parameters.partial_rotary_factor: 0.1 gives 0 rotated dims of 8"),
+        ("qwen3_next", {"head_dim": 16}, 0, "model.layers.0.self_attn.q_proj.weight: "),
     ],
 )  # fmt: skip
 def test_a_hostile_config_is_one_line_and_no_file(

@@ -32,7 +32,7 @@ from attn_cli.core.steps import allowed_positions
 Array = npt.NDArray[np.float64]
 VARIANT_FIXTURES = [
     "llama_rope_gqa", "llama_rope_interleaved", "mistral_sliding_window", "gemma2_softcap",
-    "gptoss_sinks", "qwen3_qk_norm", "cross_attention", "mask_sentinel",
+    "gptoss_sinks", "qwen3_qk_norm", "cross_attention", "mask_sentinel", "qwen3_next_gate",
 ]  # fmt: skip
 TOL: Tolerance = {"rtol": 1e-9, "atol": 1e-12}  # float64 on both sides: rounding noise only
 
@@ -182,12 +182,26 @@ def student(fx: dict[str, Any], mistake: str | None = None) -> dict[str, Array]:
             e = np.exp(logits[h, i] - top)
             weights[h, i] = e / (e.sum() + math.exp(sink - top))
     st["softmax"] = weights
-    st["output"] = np.stack([weights[h] @ v[kv[h]] for h in range(H)])  # (H, T, d_v)
+    out = st["output"] = np.stack([weights[h] @ v[kv[h]] for h in range(H)])  # (H, T, d_v)
+    sigma = None
+    if "gate" in fx:  # Qwen3-Next: output * sigmoid(X·W_G + b_G), per head, before W_O
+        G = fx["gate"]
+        flat_gate = A("X") @ np.asarray(G["W_G"]) + np.asarray(G.get("b_G", 0.0))  # (T, H*d_v)
+        st["gate"] = flat_gate.reshape(T, H, -1).transpose(1, 0, 2)  # (H, T, d_v)
+        sigma = 1 / (1 + np.exp(-flat_gate))
+        if mistake == "gate_without_sigmoid":
+            out = out * st["gate"]
+        elif mistake != "gate_after_w_o":
+            out = out / (1 + np.exp(-st["gate"]))
+        st["gated"] = out
     if H > 1 or "W_O" in fx:
-        st["concat"] = st["output"].transpose(1, 0, 2).reshape(T, -1)
+        st["concat"] = out.transpose(1, 0, 2).reshape(T, -1)
     if "W_O" in fx:
         W_O = A("W_O").T if mistake == "x_w_transposed" else A("W_O")
         st["projected"] = st["concat"] @ W_O + (A("b_O") if "b_O" in fx else 0.0)
+        if mistake == "gate_after_w_o":
+            assert sigma is not None
+            st["projected"] = st["projected"] * sigma
     return st
 
 
@@ -268,6 +282,15 @@ CASES = [
     ("gemma2_softcap", "no_scaling", ("softmax",), "no_scaling", "softmax"),
     ("mistral_sliding_window", "causal_shifted", OUT, "causal_shifted", "masked"),
     ("qwen3_qk_norm", "scores_transposed", ("scores", "softmax"), "scores_transposed", "scores"),
+    # Qwen3-Next's output gate
+    ("qwen3_next_gate", "gate_after_w_o", ("output", "gated", "concat", "projected"),
+     "gate_after_w_o", "gated"),
+    ("qwen3_next_gate", "gate_after_w_o", ("projected",), "gate_after_w_o", "projected"),
+    ("qwen3_next_gate", "gate_without_sigmoid", ("gate", "gated", "projected"),
+     "gate_without_sigmoid", "gated"),
+    ("qwen3_next_gate", "gate_without_sigmoid", ("concat",), "gate_without_sigmoid", "concat"),
+    ("qwen3_next_gate", "rope_not_on_k", ("softmax", "gated"), "rope_not_on_k", "softmax"),
+    ("qwen3_next_gate", "rope_not_on_k", ("gated", "projected"), "rope_not_on_k", "gated"),
 ]  # fmt: skip
 
 
@@ -372,6 +395,22 @@ def run_cli_check(tmp_path: Path, fixture: str, dump: dict[str, Any]) -> Any:
     path = tmp_path / "dump.npz"
     np.savez(path, **dump)
     return run_cli("check", fixture, "--against", str(path), "--format", "plain")
+
+
+@pytest.mark.parametrize(
+    ("mistake", "title"),
+    [("gate_after_w_o", "gate applied after W_O instead of before"),
+     ("gate_without_sigmoid", "gate multiplied in without the sigmoid")],
+)  # fmt: skip
+def test_attn_check_names_the_gate_mistakes(tmp_path: Path, mistake: str, title: str) -> None:
+    stages = student(bundled("qwen3_next_gate"), mistake)
+    result = run_cli_check(tmp_path, "qwen3_next_gate", pick(stages, "projected"))
+    assert result.exit_code == 1, result.output
+    assert f"diagnosis: {title}" in " ".join(result.stdout.split())
+    as_json = run_cli("check", "qwen3_next_gate", "--against", str(tmp_path / "dump.npz"),
+                      "--format", "json")  # fmt: skip
+    found = json.loads(as_json.stdout)["fixtures"][0]["diagnoses"]
+    assert [d["name"] for d in found] == [mistake]
 
 
 def test_gqa_tiled_names_both_head_maps(tmp_path: Path) -> None:

@@ -30,6 +30,7 @@ KEPT = {
     # the header's variants lines name the models, libraries and papers a convention comes from
     *("HF", "Mistral", "FlashAttention", "Meta", "llama", "Gemma", "Qwen", "OLMo", "Press"),
     *("QK", "norm", "RMSNorm", "ALiBi", "sinks", "logit", "gpt", "oss", "base", "dims"),
+    *("gate", "gated", "Next"),  # Qwen3-Next's output gate and its stages
 }
 
 

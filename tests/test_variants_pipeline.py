@@ -8,6 +8,7 @@ variant, never from attn_cli), from invariants the issue lists, and from publish
 
 from __future__ import annotations
 
+import json
 import math
 import tracemalloc
 from pathlib import Path
@@ -77,7 +78,13 @@ CASES: dict[str, dict[str, Any]] = {
     "mask_value leaks": {"mode": "direct", "causal": True, "mask_value": -2.0, "lengths": [1]},
     "mask_value uniform row": {"mode": "direct", "layout": 3, "batch": 2, "lengths": [3, 0],
                                "mask_value": -1e9},
+    "gate": {"heads": 2, "d_k": 3, "gate": True, "W_O": True},
+    "gate with a bias, batch, one head": {"batch": 2, "gate": "bias", "magnitude": 3.0},
     # the combinations real models use
+    "Qwen3-Next: gate + qk_norm + partial rope + GQA": {
+        "seq": 5, "heads": 4, "kv_heads": 2, "d_k": 4, "causal": True, "qk_norm": "head",
+        "rope": {"dims": 2}, "gate": True, "W_O": True,
+    },
     "gpt-oss: rope + GQA + window + sinks": {
         "seq": 5, "heads": 4, "kv_heads": 2, "d_k": 4, "d_model": 6, "causal": True,
         "rope": True, "window": 3, "sinks": True, "W_O": True, "b_O": True, "qkv_bias": True,
@@ -390,6 +397,24 @@ def test_npz_fixture_with_nested_variant_keys(tmp_path: Path) -> None:
         assert np.array_equal(from_npz[name].data, from_lists[name].data), name
 
 
+def test_file_references_and_npz_members_for_the_gate(tmp_path: Path) -> None:
+    fx = fixture("gate with a bias, batch, one head")
+    W_G, b_G = np.array(fx["gate"]["W_G"]), np.array(fx["gate"]["b_G"])
+    np.save(tmp_path / "w_g.npy", W_G)
+    np.savez(tmp_path / "g.npz", b_G=b_G)
+    refs = fx | {"gate": {"W_G": {"file": "w_g.npy"}, "b_G": {"file": "g.npz", "key": "b_G"}}}
+    (tmp_path / "fx.json").write_text(json.dumps(refs))
+    members = {k: np.array(v) for k, v in fx.items() if k != "gate"}
+    members |= {"gate.W_G": W_G, "gate.b_G": b_G}
+    np.savez(tmp_path / "whole.npz", **members)  # type: ignore[arg-type]
+    direct = trace_of(fx)
+    for path in (tmp_path / "fx.json", tmp_path / "whole.npz"):
+        by_file = run(load_fixture(path))
+        assert "gated" in by_file.stages
+        for name in direct.stages:
+            assert np.array_equal(by_file[name].data, direct[name].data), (path, name)
+
+
 def test_file_references_for_the_new_keys(tmp_path: Path) -> None:
     fx = fixture("cross-attention") | {"sinks": [0.3, -0.2], "causal": True}
     fx |= {"qk_norm": {"q_weight": [1.0, 2.0], "k_weight": [3.0, 2.0]}}
@@ -477,6 +502,8 @@ ERRORS: list[tuple[str, dict[str, Any], str, str]] = [
      "got the string 'min'"),
     ("mask_value unmasked", {"mask_value": -1e4}, "mask_value",
      "given but nothing is masked, expected causal, window, mask or lengths"),
+    ("gate in direct mode", {"gate": {"W_G": [[1.0, 0.0], [0.0, 1.0]]}}, "gate",
+     "given with Q, K and V directly, expected X and W_Q alongside it"),
 ]  # fmt: skip
 
 PROJ_ERRORS: list[tuple[str, dict[str, Any], str, str]] = [
@@ -487,6 +514,21 @@ PROJ_ERRORS: list[tuple[str, dict[str, Any], str, str]] = [
     ("X_kv batch size", {"X": [[[1.0, 0.0]], [[0.0, 1.0]]], "X_kv": [[[1.0, 2.0]]]}, "X_kv",
      "has batch 1, expected batch 2 as in X"),
     ("X_kv one axis", {"X_kv": [1.0, 2.0]}, "X_kv", "has 1 axes"),
+    ("gate W_G shape", {"gate": {"W_G": [[1.0, 0.0], [0.0, 1.0]]}}, "gate.W_G",
+     "has shape [2, 2], expected [d_model, heads*d_v] = [2, 1*1]"),
+    ("gate W_G one axis", {"gate": {"W_G": [1.0, 0.0]}}, "gate.W_G", "has 1 axes"),
+    ("gate W_G nan", {"gate": {"W_G": [[1.0, float("nan")], [0.0, 1.0]]}}, "gate.W_G[0][1]",
+     "is nan (not a number)"),
+    ("gate W_G inf", {"gate": {"W_G": [[1.0, float("inf")], [0.0, 1.0]]}}, "gate.W_G[0][1]",
+     "is inf"),
+    ("gate W_G huge", {"gate": {"W_G": [[1.0, 10**400], [0.0, 1.0]]}}, "gate.W_G[0][1]", "is "),
+    ("gate W_G string", {"gate": {"W_G": "ones"}}, "gate.W_G", "got the string 'ones'"),
+    ("gate b_G length", {"gate": {"W_G": [[1.0], [0.0]], "b_G": [1.0, 0.0]}}, "gate.b_G",
+     "has length 2, expected heads*d_v = 1"),
+    ("gate W_G missing", {"gate": {"b_G": [1.0, 0.0]}}, "gate.W_G", "missing, expected W_G"),
+    ("gate typo", {"gate": {"W_g": [[1.0, 0.0]]}}, "gate.W_g", "unknown key (did you mean"),
+    ("gate list", {"gate": [[1.0, 0.0], [0.0, 1.0]]}, "gate", "got a list, expected a mapping"),
+    ("gate true", {"gate": True}, "gate", "got the boolean true, expected a mapping"),
 ]  # fmt: skip
 
 

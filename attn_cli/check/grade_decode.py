@@ -35,6 +35,7 @@ from attn_cli.check.runs import (
     default_block,
     flash_args,
     refuse_decode,
+    refuse_flash,
 )
 from attn_cli.check.runs import run_decode as run_decode  # run_decode, run_flash: old path
 from attn_cli.check.runs import run_flash as run_flash
@@ -215,6 +216,7 @@ def _same(given: FloatArray | None, value: FloatArray, tol: Tolerance) -> bool:
 
 def grade_flash(trace: Trace, dump: FlashDump, tolerance: Tolerance, worst: int) -> Comparison:
     """O and L (and the tiles' m and l) against core.flash's; then the mistakes."""
+    refuse_flash(trace.inputs)
     args = flash_args(trace)
     q, k, v = args.pop("q"), args.pop("k"), args.pop("v")
     inp = trace.inputs

@@ -218,6 +218,8 @@ def downstream(
             continue  # lse comes with the softmax
         if name in qkv:
             redo.qkv(name)
+        elif name in redo.chain.out_stages:
+            redo.out(name)
         elif name in logits:
             redo.logits(name)
         else:
@@ -276,6 +278,17 @@ class _Recompute:
             given = _handed(chain, {n: get(n) for n in chain.bias_stages})
             s[name] = given.masked(get(modified[-1]), whole(inp), None, _nowhere)[0]
 
+    def out(self, name: str) -> None:
+        """A head-output transform's stages (gate, gated), from the output before it."""
+        outs, before = self.chain.outs, "output"
+        for variant, value in outs:
+            if name in variant.out_stages:
+                X = None if self.inp.X is None else self.get("X")
+                made = variant.out_transform(value, self.inp, self.get(before), X, same)
+                self.s.update({n: a for n, a in made.items() if n not in self.s})
+                return
+            before = variant.out_stages[-1]
+
     def mix(self, name: str) -> None:
         """The softmax (and lse), the output, the heads merged and projected."""
         inp, s, get = self.inp, self.s, self.get
@@ -291,7 +304,7 @@ class _Recompute:
             v = self.expand(get("V"), inp.heads // inp.kv_heads)
             s[name] = weighted_sum(get("softmax"), v)  # (B, H, T, Dv)
         elif name == "concat":
-            s[name] = self.merge(get("output"))  # (B, T, H*Dv)
+            s[name] = self.merge(get(self.chain.joined))  # (B, T, H*Dv)
         elif name == "projected":
             assert inp.W_O is not None
             s[name] = project(get("concat"), inp.W_O, inp.b_O)  # (B, T, E)

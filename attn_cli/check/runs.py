@@ -173,6 +173,15 @@ def refuse_decode(inputs: Inputs) -> None:
             raise UsageError(src, *problem)
 
 
+def refuse_flash(inputs: Inputs) -> None:
+    """FlashAttention's tiles give softmax·V: a variant that changes what follows refuses."""
+    for variant in REGISTRY.values():
+        value = variant.value(inputs)
+        problem = None if value is None else variant.flash_problem(value, inputs)
+        if problem is not None:
+            raise UsageError(inputs.source, *problem)
+
+
 def decode_keep(inputs: Inputs) -> set[str]:
     """The stages a decode run reads: Q and K before the transforms that read positions
     (RoPE), V, output."""
@@ -425,6 +434,7 @@ def run_flash(
     """The FlashAttention-2 forward of the fixture, tile by tile, checked against its trace."""
 
     def refuse(inputs: Inputs) -> None:
+        refuse_flash(inputs)
         for name, value in (("block-q", block_q), ("block-k", block_k), ("max-tiles", max_tiles)):
             if value is not None and value < (0 if name == "max-tiles" else 1):
                 raise UsageError("", name, f"is {value}", "a whole number >= 1", option=name)

@@ -14,6 +14,8 @@ Dv d_v, E d_out). Going backward from the final stage:
       RoPE, ...)                   in turn, the last first (``grad_transform``)
     an extra logit of the softmax  its gradient from P and Delta (``grad_extra``)
     Q = X·W_Q + b_Q                d_X = d_Q·W_Qᵀ + d_K·W_Kᵀ + d_V·W_Vᵀ,  d_W_Q = Xᵀ·d_Q, ...
+    gated = transform(output)      d_output and the transform's own gradients (a gate's d_gate,
+      (a gate)                     d_W_G, its path into d_X), the transform's ``grad_out``
 
 The variants that change the scores (the score modifiers between ``scaled`` and ``masked``, the
 extra logits of the softmax) come in as the forward's chain (core/chain.py): each modifier's
@@ -41,6 +43,8 @@ from attn_cli.core.variant import REGISTRY
 FloatArray = np.ndarray[Any, np.dtype[np.float64]]
 BoolArray = np.ndarray[Any, np.dtype[np.bool_]]
 Back = Callable[[FloatArray], FloatArray]  # d_Q_rot -> d_Q_norm: back through one Q/K transform
+# d_gated -> (d_output, its gradient stages, its path into d_X): back through a head-output one
+BackOut = Callable[[FloatArray], tuple[FloatArray, dict[str, FloatArray], FloatArray | None]]
 Unrotate = Back  # (its old name)
 _Maybe = FloatArray | None
 
@@ -80,6 +84,8 @@ class ForwardArrays:
     b_O: FloatArray | None = None  # (E,)
     back_q: tuple[tuple[str, Back], ...] = ()  # (("Q_norm", d_Q_norm -> d_Q), ("Q_rot", ...))
     back_k: tuple[tuple[str, Back], ...] = ()
+    joined: FloatArray | None = None  # (B, H, T, Dv): what concat joined, when not output (gated)
+    back_out: tuple[BackOut, ...] = ()  # the head-output transforms, in forward order
 
     def __post_init__(self) -> None:
         B, H, T, _ = self.q.shape
@@ -159,7 +165,13 @@ _TO_MASKED = (
 _TO_SCORES = ("d_scaled", "d_scores")
 _FROM_QK = ("d_Q", "d_K", "d_X", "d_X_kv", "d_W_Q", "d_W_K", "d_W_V", "d_b_Q", "d_b_K", "d_b_V")
 _FIELDS = (*_TO_MASKED, *_TO_SCORES, *_FROM_QK)
+_CONCAT = _TO_MASKED.index("d_concat") + 1  # the head-output transforms' gradients go after it
 assert set(_FIELDS) | {"variant"} == {f.name for f in fields(Gradients)}
+
+
+def out_gradients() -> tuple[str, ...]:
+    """The gradient stages of the registered head-output transforms (a gate's), backward order."""
+    return tuple(n for v in reversed(REGISTRY.values()) for n in v.out_gradients)
 
 
 def modifier_gradients() -> tuple[str, ...]:
@@ -186,14 +198,16 @@ def transform_gradients(late: bool) -> tuple[str, ...]:
 def gradient_order() -> tuple[str, ...]:
     """Every gradient stage the registry makes possible now, in backward order."""
     return (
-        *_TO_MASKED, *modifier_gradients(), *_TO_SCORES, *transform_gradients(late=False),
-        *_FROM_QK, *transform_gradients(late=True), *extra_gradients(),
+        *_TO_MASKED[:_CONCAT], *out_gradients(), *_TO_MASKED[_CONCAT:], *modifier_gradients(),
+        *_TO_SCORES, *transform_gradients(late=False), *_FROM_QK, *transform_gradients(late=True),
+        *extra_gradients(),
     )  # fmt: skip
 
 
 # As the registry stands when this module is imported (the variants attn ships).
 GRADIENT_STAGES = (
-    *_TO_MASKED, *modifier_gradients(), *_TO_SCORES, *transform_gradients(late=False), *_FROM_QK,
+    *_TO_MASKED[:_CONCAT], *out_gradients(), *_TO_MASKED[_CONCAT:], *modifier_gradients(),
+    *_TO_SCORES, *transform_gradients(late=False), *_FROM_QK,
 )  # fmt: skip
 VARIANT_GRADIENTS = (*transform_gradients(late=True), *extra_gradients())
 
@@ -356,8 +370,10 @@ def attention_backward(fwd: ForwardArrays, grad: FloatArray | None = None) -> Gr
 def _backward(fwd: ForwardArrays, grad: FloatArray | None, steps: _Steps) -> Gradients:
     """The backward pass, one step per stage, from the final stage to the inputs."""
     g = fwd.groups
-    # 1) output projection and heads (d_projected, d_W_O, d_b_O, d_concat, d_output)
-    d_projected, d_W_O, d_b_O, d_concat, d_output = _output_side(fwd, grad)
+    # 1) output projection and heads (d_projected, d_W_O, d_b_O, d_concat), then back through
+    # the head-output transforms (a gate) to d_output
+    d_projected, d_W_O, d_b_O, d_concat, d_joined = _output_side(fwd, grad)
+    d_output, d_outs, d_X_out = _grad_outs(fwd.back_out, d_joined)
     # 2) through the weighted sum: dP and dV
     d_softmax = grad_weights(d_output, fwd.v, g)  # (B, H, T, S)
     d_V = steps.group(steps.values_per_head(fwd.weights, d_output), g)  # (B, Hkv, S, Dv)
@@ -371,7 +387,7 @@ def _backward(fwd: ForwardArrays, grad: FloatArray | None, steps: _Steps) -> Gra
     d_k_stages, d_K = grad_transforms(fwd.back_k, d_K_in)
     d_extra = grad_extras(fwd.chain, fwd.weights, d_softmax)  # (H,) each
     # 5) through the input projections
-    inputs = _input_side(fwd, d_Q, d_K, d_V, steps.paths)
+    inputs = _input_side(fwd, d_Q, d_K, d_V, steps.paths, d_X_out)
     return Gradients(
         d_projected=d_projected,
         d_W_O=d_W_O,
@@ -393,7 +409,7 @@ def _backward(fwd: ForwardArrays, grad: FloatArray | None, steps: _Steps) -> Gra
         d_b_Q=inputs.d_b_Q,
         d_b_K=inputs.d_b_K,
         d_b_V=inputs.d_b_V,
-        variant={**d_q_stages, **d_k_stages, **d_modified, **d_extra},
+        variant={**d_outs, **d_q_stages, **d_k_stages, **d_modified, **d_extra},
     )
 
 
@@ -409,17 +425,34 @@ def _upstream(grad: FloatArray | None, like: FloatArray, stage: str) -> FloatArr
 def _output_side(
     fwd: ForwardArrays, grad: FloatArray | None
 ) -> tuple[_Maybe, _Maybe, _Maybe, _Maybe, FloatArray]:
-    """d_projected, d_W_O, d_b_O, d_concat and d_output."""
+    """d_projected, d_W_O, d_b_O, d_concat and the gradient of what concat joined (output, or a
+    head-output transform's stage)."""
     H = fwd.q.shape[1]
+    joined = fwd.output if fwd.joined is None else fwd.joined  # (B, H, T, Dv)
     if fwd.W_O is None:
-        d_output = _upstream(grad, fwd.output, "output")  # (B, H, T, Dv)
-        d_concat = merge_heads(d_output) if fwd.has_concat else None  # (B, T, H*Dv)
-        return None, None, None, d_concat, d_output
-    concat = merge_heads(fwd.output)  # (B, T, H*Dv)
+        d_joined = _upstream(grad, joined, "output")  # (B, H, T, Dv)
+        d_concat = merge_heads(d_joined) if fwd.has_concat else None  # (B, T, H*Dv)
+        return None, None, None, d_concat, d_joined
+    concat = merge_heads(joined)  # (B, T, H*Dv)
     projected_like = np.empty((*concat.shape[:2], fwd.W_O.shape[1]), fwd.output.dtype)
     d_projected = _upstream(grad, projected_like, "projected")  # (B, T, E)
     d_concat, d_W_O, d_b_O = grad_linear(d_projected, concat, fwd.W_O, fwd.b_O is not None)
     return d_projected, d_W_O, d_b_O, d_concat, split_heads(d_concat, H)  # (B, H, T, Dv)
+
+
+def _grad_outs(
+    backs: tuple[BackOut, ...], d: FloatArray
+) -> tuple[FloatArray, dict[str, FloatArray], FloatArray | None]:
+    """Back through the head-output transforms, the last first: d_output, their gradient
+    stages, and what they add to d_X."""
+    stages: dict[str, FloatArray] = {}
+    d_X: FloatArray | None = None
+    for back in reversed(backs):
+        d, made, extra = back(d)  # (B, H, T, Dv), ..., (B, T, C)
+        stages.update(made)
+        if extra is not None:
+            d_X = extra if d_X is None else d_X + extra
+    return d, stages, d_X
 
 
 @dataclass(frozen=True, eq=False)
@@ -442,8 +475,10 @@ def _input_side(
     d_K: FloatArray,
     d_V: FloatArray,
     paths: frozenset[str],
+    d_X_out: FloatArray | None = None,
 ) -> _InputGradients:
-    """d_X (and d_X_kv) as the sum of the Q, K and V paths, and the weight gradients."""
+    """d_X (and d_X_kv) as the sum of the Q, K and V paths (and the head-output transforms'
+    path, ``d_X_out``: a gate's), and the weight gradients."""
     if fwd.X is None:
         return _InputGradients()  # direct mode: the gradients stop at Q, K and V
     assert fwd.W_Q is not None and fwd.W_K is not None and fwd.W_V is not None
@@ -458,6 +493,8 @@ def _input_side(
     else:
         d_X = d_from["Q"] if "Q" in paths else np.zeros_like(fwd.X)
         d_X_kv = sum((d_from[p] for p in "KV" if p in paths), np.zeros_like(fwd.X_kv))
+    if d_X_out is not None:
+        d_X = d_X + d_X_out  # (B, T, C): the gate is projected from X too
     return _InputGradients(d_X, d_X_kv, d_W_Q, d_W_K, d_W_V, d_b_Q, d_b_K, d_b_V)
 
 

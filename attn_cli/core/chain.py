@@ -3,6 +3,7 @@
     Q, K -> the Q/K transforms (Q_norm, Q_rot) -> scores -> scaled -> score modifiers (capped)
     -> masked = + biases (the fixture's, ALiBi), the fill where no key is allowed (causal,
     window, mask, lengths, an empty cache slot) -> softmax with extra logits (a sink per head)
+    -> output = weights·V -> the head-output transforms (a gate) -> the heads joined
 
 The block engine, KV-cache decoding, FlashAttention-2 tiles, the backward pass and the grader
 each run it over their own cells (core/variant.py ``Cells``); none of them names a variant.
@@ -41,6 +42,7 @@ class Chain:
         self.biases = [(v, x) for v, x in on if _overrides(v, "bias")]
         self.rules = [(v, x) for v, x in on if _overrides(v, "allowed")]
         self.extras = [(v, x) for v, x in on if _overrides(v, "extra_logit")]
+        self.outs = [(v, x) for v, x in on if v.out_stages]
         self.fill = inputs.mask_value  # -inf, or a finite sentinel as real code uses
 
     # -- what the chain has ---------------------------------------------------------------------
@@ -106,6 +108,35 @@ class Chain:
             if into is not None:
                 into(f"{which}_{v.suffix}", x)
         return x
+
+    # -- the head-output transforms (a gate), after softmax·V, before the heads are joined ------
+
+    @property
+    def out_stages(self) -> tuple[str, ...]:
+        """The head-output transforms' stages, in order (``gate``, ``gated``)."""
+        return tuple(s for v, _ in self.outs for s in v.out_stages)
+
+    @property
+    def joined(self) -> str:
+        """The stage concat joins: the last head-output transform's, else ``output``."""
+        return self.outs[-1][0].out_stages[-1] if self.outs else "output"
+
+    def transform_out(
+        self,
+        output: FloatArray,
+        X: FloatArray | None,
+        cast: Cast = same,
+        into: Callable[[str, FloatArray], None] | None = None,
+    ) -> FloatArray:
+        """The attention output (B, H, T, Dv) through each head-output transform in turn, each
+        one's stages handed to ``into(stage, array)``; the last transform's output."""
+        for v, value in self.outs:
+            made = v.out_transform(value, self.inputs, output, X, cast)
+            if into is not None:
+                for stage in v.out_stages:
+                    into(stage, made[stage])
+            output = made[v.out_stages[-1]]
+        return output
 
     # -- the hooks, run over cells --------------------------------------------------------------
 

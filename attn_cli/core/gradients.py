@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from attn_cli.core.backward import Back, ForwardArrays, attention_backward, delta_flash
+from attn_cli.core.backward import Back, BackOut, ForwardArrays, attention_backward, delta_flash
 from attn_cli.core.chain import Chain, cells_of
 from attn_cli.core.inputs import FloatArray, Inputs
 from attn_cli.core.stages import FORWARD_STAGE_NAMES, applicable_stages
@@ -34,7 +34,7 @@ def backward_needs(inputs: Inputs) -> set[str]:
     """The forward stages the backward pass reads: they are kept whole while it runs."""
     have = set(applicable_stages(inputs))
     chain = Chain(inputs)
-    reads = (*_READS, *chain.qk_stages("Q"), *chain.qk_stages("K"))
+    reads = (*_READS, *chain.qk_stages("Q"), *chain.qk_stages("K"), *chain.out_stages)
     need = {s for s in reads if s in have} | set(modifier_inputs(chain))
     assert need <= set(FORWARD_STAGE_NAMES)
     return need
@@ -76,6 +76,8 @@ def forward_arrays(
         X_kv=arrays.get("X_kv"),
         back_q=_back(chain, "Q", arrays, cast),
         back_k=_back(chain, "K", arrays, cast),
+        joined=arrays[chain.joined] if chain.outs else None,
+        back_out=_back_out(chain, arrays, cast),
         **weights,
     )
 
@@ -117,6 +119,22 @@ def _back(
 
         back.append((stage, grad))
     return tuple(back)
+
+
+def _back_out(chain: Chain, arrays: Mapping[str, FloatArray], cast: Cast) -> tuple[BackOut, ...]:
+    """Each head-output transform (a gate) as the map that carries the gradient of its last
+    stage back to the stage it read, in forward order."""
+    backs: list[BackOut] = []
+    before = "output"
+    for v, value in chain.outs:
+        made = {"output": arrays[before], **{s: arrays[s] for s in v.out_stages}}
+
+        def back(d: FloatArray, v: Any = v, value: Any = value, made: Any = made) -> Any:
+            return v.grad_out(value, chain.inputs, d, made, arrays.get("X"), cast)
+
+        backs.append(back)
+        before = v.out_stages[-1]
+    return tuple(backs)
 
 
 def gradient_stages(

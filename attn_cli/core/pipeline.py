@@ -279,7 +279,9 @@ class _Run:
         for name in self.chain.bias_stages:  # kept, though nothing masks with them here
             if name in self.held and name not in self.arrays:
                 self.arrays[name] = self.bias_stage(name)
-        # 9) heads side by side, then the output projection
+        # 9) the head-output transforms (a gate), then heads side by side, the output projection
+        if any(name in self.need for name in self.chain.out_stages):
+            self.transform_out()
         if "concat" in self.need:
             self.heads_out()
         # 10) the backward pass, from dL/d(final stage) back to the inputs
@@ -424,8 +426,20 @@ class _Run:
         whole = self.chain.bias_stage(name, cells, np.dtype(self.dtype))
         return np.ascontiguousarray(np.broadcast_to(whole, cells.shape))  # (B, H, T, S)
 
+    def transform_out(self) -> None:
+        """The chain's head-output transforms, on the output of every head (B, H, T, Dv)."""
+        X = None
+        if self.inputs.X is not None:
+            X = self.arrays.get("X")
+            X = self.as_dtype("X", self.inputs.X, _FLAT) if X is None else X  # (B, T, d_model)
+        self.chain.transform_out(self.arrays["output"], X, self.as_dtype_any,
+                                 self.arrays.__setitem__)  # fmt: skip
+        for name in self.chain.out_stages:
+            self.arrays[name] = self.check(name, self.arrays[name], SPECS[name].axes)
+
     def heads_out(self) -> None:
-        concat = merge_heads(self.arrays["output"])  # (B, T, H*Dv): a view of output
+        joined = self.arrays[self.chain.joined]  # output, or a transform's (gated)
+        concat = merge_heads(joined)  # (B, T, H*Dv): a view of it
         self.arrays["concat"] = concat
         if "projected" in self.need:
             inp = self.inputs
@@ -436,9 +450,9 @@ class _Run:
             self.arrays["projected"] = self.check("projected", project(concat, W_O, b_O), axes)
 
     def as_dtype_any(self, name: str, arr: FloatArray) -> FloatArray:
-        """An input of any layout in the computing dtype (a vector's axis is its column, other
-        axes named by position)."""
-        axes = _VECTOR if arr.ndim == 1 else tuple(f"axis {i}" for i in range(arr.ndim))
+        """An input of any layout in the computing dtype (a vector's axis is its column, a
+        matrix's its rows and columns, other axes named by position)."""
+        axes = {1: _VECTOR, 2: _WEIGHT}.get(arr.ndim) or tuple(f"axis {i}" for i in range(arr.ndim))
         return self.as_dtype(name, arr, axes)
 
     def as_dtype(self, name: str, arr: FloatArray, axes: tuple[str, ...]) -> FloatArray:

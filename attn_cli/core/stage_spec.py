@@ -13,6 +13,7 @@ if TYPE_CHECKING:
 SCORE_AXES = ("batch", "head", "query", "key")
 Q_AXES = ("batch", "head", "query", "d_k")
 K_AXES = ("batch", "kv_head", "key", "d_k")
+OUT_AXES = ("batch", "head", "query", "d_v")
 
 
 class StageSpec(NamedTuple):

@@ -118,7 +118,7 @@ def _always(inputs: Inputs) -> bool:
 
 
 class _Slot(NamedTuple):
-    kind: str  # "transform", "modifier", "bias"; "extra", "d_modifier", "d_transform"
+    kind: str  # "transform", "modifier", "bias", "out"; "d_out", "extra", "d_modifier", ...
 
 
 _FORWARD_ROWS: tuple[StageSpec | _Slot, ...] = (
@@ -143,9 +143,10 @@ _FORWARD_ROWS: tuple[StageSpec | _Slot, ...] = (
               _always, _lse_formula, opt_in=True),
     StageSpec("output", ("softmax", "V"), ("batch", "head", "query", "d_v"), False, "output",
               _always, lambda i: "output = softmax·V"),
+    _Slot("out"),
     StageSpec("concat", ("output",), ("batch", "query", "heads*d_v"), False, "concat",
               lambda i: i.heads > 1 or i.W_O is not None,
-              lambda i: "concat = [head 0 | head 1 | …]"),
+              lambda i: "concat = [head 0 | head 1 | …]" + _parts(i, "concat")),
     StageSpec("projected", ("concat",), ("batch", "query", "d_out"), False, "projected",
               lambda i: i.W_O is not None,
               lambda i: "projected = concat·W_O" + (" + b_O" if i.b_O is not None else "")),
@@ -156,8 +157,9 @@ _FORWARD_ROWS: tuple[StageSpec | _Slot, ...] = (
 
 
 def final_stage(inputs: Inputs) -> str:
-    """The stage L is taken over: ``projected`` when there is W_O, else ``output``."""
-    return "projected" if inputs.W_O is not None else "output"
+    """The stage L is taken over: ``projected`` when there is W_O, else what concat joins
+    (``output``, or a head-output transform's stage: ``gated``)."""
+    return "projected" if inputs.W_O is not None else _chain(inputs).joined
 
 
 def _upstream(name: str) -> Callable[[Inputs], str]:
@@ -170,6 +172,10 @@ def _upstream(name: str) -> Callable[[Inputs], str]:
 
 
 def _d_output(inputs: Inputs) -> str:
+    outs = _chain(inputs).outs
+    if outs:  # back through the head-output transform that read output (the gate)
+        v, value = outs[0]
+        return "d_output = " + v.grad_formula(value, inputs, f"d_{v.out_stages[-1]}", "output")
     if inputs.W_O is None:
         return _upstream("output")(inputs)
     if inputs.heads == 1:
@@ -180,7 +186,7 @@ def _d_output(inputs: Inputs) -> str:
 def _d_concat(inputs: Inputs) -> str:
     if inputs.W_O is not None:
         return "d_concat = d_projected·W_Oᵀ"
-    return "d_concat = [d_output head 0 | head 1 | …]"
+    return f"d_concat = [d_{_chain(inputs).joined} head 0 | head 1 | …]"
 
 
 def _group_sum(inputs: Inputs, term: str, grad: str, per_query: bool = False) -> str:
@@ -242,7 +248,7 @@ def _d_query_key(name: str) -> Callable[[Inputs], str]:
 
 def _d_X(inputs: Inputs) -> str:
     paths = ("Q",) if inputs.X_kv is not None else ("Q", "K", "V")
-    return "d_X = " + " + ".join(f"d_{p}·W_{p}ᵀ" for p in paths)
+    return "d_X = " + " + ".join(f"d_{p}·W_{p}ᵀ" for p in paths) + _parts(inputs, "d_X")
 
 
 def _weight_grad(name: str) -> Callable[[Inputs], str]:
@@ -283,6 +289,7 @@ _GRADIENT_ROWS: tuple[StageSpec | _Slot, ...] = tuple(
          lambda i: i.b_O is not None, _bias_grad("O", "projected")),
         ("d_concat", ("d_projected", "d_output"), ("batch", "query", "heads*d_v"), False,
          "d_concat", _concat_applies, _d_concat),
+        _Slot("d_out"),
         ("d_output", ("d_concat", "output"), ("batch", "head", "query", "d_v"), False,
          "d_output", _always, _d_output),
         ("d_softmax", ("d_output", "V"), _SCORES, True, "d_softmax",
@@ -390,6 +397,7 @@ def _base_needs(variants: tuple[Variant, ...]) -> dict[str, tuple[str, ...]]:
         "masked": (*reversed(mods), "scaled", *biases),
         "softmax": logits,
         "lse": logits,
+        "concat": (*(v.out_stages[-1] for v in reversed(variants) if v.out_stages), "output"),
         "d_scaled": (*(f"d_{m}" for m in mods), "d_masked", "d_softmax", "delta"),
         "d_Q": (*(f"d_{s}" for s in _qk(variants, "Q")), "d_scores", "K"),
         "d_K": (*(f"d_{s}" for s in _qk(variants, "K")), "d_scores", "Q"),
@@ -399,8 +407,8 @@ def _base_needs(variants: tuple[Variant, ...]) -> dict[str, tuple[str, ...]]:
 def _slot_rows(variants: tuple[Variant, ...]) -> dict[str, list[StageSpec]]:
     """Each variant's rows by the slot they go in, with their needs in the chain (and the
     gradient formulas of transforms and modifiers)."""
-    slots: dict[str, list[StageSpec]] = {k: [] for k in
-             ("transform", "modifier", "bias", "extra", "d_modifier", "d_transform")}  # fmt: skip
+    kinds = ("transform", "modifier", "bias", "out", "d_out", "extra", "d_modifier", "d_transform")
+    slots: dict[str, list[StageSpec]] = {k: [] for k in kinds}
     mods = [str(v.stage) for v in variants if v.stage is not None]
     for v in variants:
         for row in v.stage_rows():
@@ -428,6 +436,10 @@ def _placed(
         later = tuple(f"d_{s}" for s in stages[i + 1 :])
         return "d_transform", row._replace(needs=(*later, "d_scores", other, *row.needs),
                                            formula=_d_query_key(base))  # fmt: skip
+    if row.name in v.out_stages:
+        return "out", row
+    if row.name in v.out_gradients:
+        return "d_out", row
     if base == v.stage:
         i = mods.index(base)
         if not row.gradient:

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 import numpy as np
 
-from attn_cli.core.stage_spec import K_AXES, Q_AXES, SCORE_AXES, StageSpec
+from attn_cli.core.stage_spec import K_AXES, OUT_AXES, Q_AXES, SCORE_AXES, StageSpec
 
 if TYPE_CHECKING:
     from attn_cli.core.inputs import Inputs
@@ -74,6 +74,14 @@ class FixtureKey(Protocol):
 
     @property
     def d_k(self) -> int: ...
+
+    @property
+    def d_v(self) -> int: ...
+
+    @property
+    def d_model(self) -> int | None:
+        """The width of X; None when Q, K and V are given directly."""
+        ...
 
     @property
     def batch(self) -> int:
@@ -152,6 +160,9 @@ class NewSpec(Protocol):
     def d_k(self) -> int: ...
 
     @property
+    def d_model(self) -> int: ...
+
+    @property
     def causal(self) -> bool: ...
 
     @property
@@ -218,9 +229,9 @@ class Variant:
     def stage_rows(self) -> tuple[StageSpec, ...]:
         """Its rows of the stage table, forward then gradient, made from the hooks it has: each
         transform's ``Q_<suffix>``/``K_<suffix>``, the modifier's ``stage``, the bias's
-        ``bias_stage``, and their gradients. The table adds what a row needs from its
-        neighbours in the chain and writes the gradients' formulas of transforms and modifiers
-        (from :meth:`grad_formula`)."""
+        ``bias_stage``, and their gradients; a head-output transform's ``out_stages``. The table
+        adds what a row needs from its neighbours in the chain and writes the gradients'
+        formulas of transforms and modifiers (from :meth:`grad_formula`)."""
         on, rows = self.applies, []
         for which in self.transforms if self.suffix is not None else ():
             name, axes = f"{which}_{self.suffix}", Q_AXES if which == "Q" else K_AXES
@@ -234,6 +245,9 @@ class Variant:
         for row in tuple(rows):
             explain = "d_logits" if row.score_like else "d_query_key"
             rows.append(row._replace(name=f"d_{row.name}", explain=explain, gradient=True))
+        for name in self.out_stages:  # a head-output transform's: no gradient rows
+            rows.append(StageSpec(name, self.out_needs(name), OUT_AXES, False, name, on,
+                                  self.formula_of(name)))  # fmt: skip
         if self.gradient is not None:  # an extra logit's
             rows.append(StageSpec(self.gradient, ("delta", "softmax"), ("head",), False,
                                   self.gradient, on, self.formula_of(self.gradient),
@@ -339,6 +353,47 @@ class Variant:
     def decode_problem(self, value: Any, inputs: Inputs) -> tuple[str, str, str] | None:
         """Why decoding one token at a time cannot give the reference's numbers for this setting:
         (the field, what, expected); None: it can."""
+        return None
+
+    # -- head-output transforms: output -> its stages, per head, before concat (a gate) ------
+
+    # its stages in the order they are computed, each laid out (batch, head, query, d_v) as
+    # output is; the last is the output transformed, what concat joins ("gate", "gated")
+    out_stages: tuple[str, ...] = ()
+
+    def out_needs(self, stage: str) -> tuple[str, ...]:
+        """What one of its ``out_stages`` is computed from (stages of the table)."""
+        return ("output",)
+
+    def out_transform(
+        self, value: Any, inputs: Inputs, output: FloatArray, X: FloatArray | None, cast: Cast
+    ) -> dict[str, FloatArray]:
+        """Its stages by name, each (B, H, T, Dv), from the attention output (B, H, T, Dv) of the
+        fixture's queries and the states the queries were projected from, X (B, T, d_model)
+        (None: Q, K, V given); the last of ``out_stages`` is the transformed output."""
+        raise NotImplementedError(f"{self.name} transforms no head outputs")
+
+    # its gradient stages in backward order (d_gated, d_gate, its weights'): rows it adds in
+    # ``stage_rows``, computed by ``grad_out``
+    out_gradients: tuple[str, ...] = ()
+
+    def grad_out(
+        self,
+        value: Any,
+        inputs: Inputs,
+        d_out: FloatArray,
+        made: Mapping[str, FloatArray],
+        X: FloatArray | None,
+        cast: Cast,
+    ) -> tuple[FloatArray, dict[str, FloatArray], FloatArray | None]:
+        """Back through it: from ``d_out``, the gradient of its last stage (B, H, T, Dv), and
+        ``made``, its forward stages and the output it read (``"output"``), to (the gradient of
+        that output, its gradient stages by name, what it adds to d_X; None: nothing)."""
+        raise NotImplementedError(f"{self.name} transforms no head outputs")
+
+    def flash_problem(self, value: Any, inputs: Inputs) -> tuple[str, str, str] | None:
+        """Why FlashAttention's tiles cannot give the layer's numbers for this setting: (the
+        field, what, expected); None: they can."""
         return None
 
     # -- extra logits: joined to every softmax row, dropped after (a sink logit) --------------

@@ -177,7 +177,7 @@ def _require_finite(X: FloatArray, source: str) -> None:
 
 
 # The hidden axis of each array a layer's size makes big: cut to one for _check_fixture.
-_HIDDEN_AXIS = {"X": -1, "W_Q": 0, "W_K": 0, "W_V": 0, "W_O": -1, "b_O": 0}
+_HIDDEN_AXIS = {"X": -1, "W_Q": 0, "W_K": 0, "W_V": 0, "W_O": -1, "b_O": 0, "W_G": 0}
 
 
 def _check_fixture(fixture: Mapping[str, Any], source: str) -> None:
@@ -811,7 +811,8 @@ def _x_note(plan: LayerPlan, from_text: bool) -> str:
 
 
 def _weights(plan: LayerPlan, t: Mapping[str, FloatArray]) -> dict[str, FloatArray]:
-    """W_Q, b_Q, ..., W_O, b_O in the fixture's ``X @ W`` layout ([in, out])."""
+    """W_Q, b_Q, ..., W_O, b_O (and an output gate's W_G, b_G) in the fixture's ``X @ W`` layout
+    ([in, out])."""
     if plan.layout == "conv1d":  # GPT-2's Conv1D is already [in, out]; c_attn is Q | K | V
         C = plan.hidden
         W, b = t["qkv.weight"], t["qkv.bias"]  # (C, 3C), (3C,)
@@ -822,10 +823,29 @@ def _weights(plan: LayerPlan, t: Mapping[str, FloatArray]) -> dict[str, FloatArr
     out: dict[str, FloatArray] = {}
     if plan.layout in ("qkv_rows", "qkv_heads"):  # nn.Linear [out, in] of Q, K, V together
         t = {**t, **_split_qkv(plan, t)}
-    for x in ("Q", "K", "V", "O"):
+    if plan.gate:  # Qwen3-Next's q_proj: per head, head_dim query rows then head_dim gate rows
+        t = {**t, **_split_gate(plan, t)}
+    for x in ("Q", "K", "V", "O", "G"):
+        if f"{x.lower()}.weight" not in t:
+            continue
         out[f"W_{x}"] = t[f"{x.lower()}.weight"].T  # nn.Linear [out, in] -> (in, out)
         if f"{x.lower()}.bias" in t:
             out[f"b_{x}"] = t[f"{x.lower()}.bias"]
+    return out
+
+
+def _split_gate(plan: LayerPlan, t: Mapping[str, FloatArray]) -> dict[str, FloatArray]:
+    """q_proj's rows as the query's and the output gate's: transformers views them as
+    [heads, 2·head_dim] and chunks each head's in two (``torch.chunk(..., 2, dim=-1)``)."""
+    H, D = plan.heads, plan.head_dim
+    out: dict[str, FloatArray] = {}
+    for part in ("weight", "bias"):
+        both = t.get(f"q.{part}")
+        if both is None:
+            continue
+        per_head = both.reshape(H, 2, D, *both.shape[1:])  # (heads, query | gate, D, in?)
+        out[f"q.{part}"] = per_head[:, 0].reshape(H * D, *both.shape[1:])
+        out[f"g.{part}"] = per_head[:, 1].reshape(H * D, *both.shape[1:])
     return out
 
 
@@ -887,6 +907,10 @@ def _fixture(
         f["softcap"] = plan.softcap
     if plan.sinks:
         f["sinks"] = t["sinks"]
+    if plan.gate:
+        f["gate"] = {"W_G": weights["W_G"]}
+        if "b_G" in weights:
+            f["gate"]["b_G"] = weights["b_G"]
     if plan.qk_norm_eps is not None:
         plus = 1.0 if plan.qk_norm_kind == "rms1p" else 0.0  # Gemma 3: x̂ * (1 + weight)
         f["qk_norm"] = {"q_weight": plus + t["q_norm.weight"].astype(np.float64),

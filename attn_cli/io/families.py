@@ -13,7 +13,8 @@ Families and their layouts (``X @ W`` is the fixture's convention):
     llama-like  ``q_proj/k_proj/v_proj/o_proj`` (nn.Linear, transposed), ``input_layernorm``
                 RMSNorm (Gemma: ``1 + weight``), RoPE ``rotate_half`` (the fixture's ``half``):
                 llama, mistral, qwen2, qwen3 (``q_norm/k_norm``), gemma2 (softcap,
-                ``query_pre_attn_scalar``), gpt_oss (``sinks``).
+                ``query_pre_attn_scalar``), gpt_oss (``sinks``), qwen3_next (q_proj rows per
+                head: the query's, then its output gate's; only its full_attention layers).
     wrappers    an image-text model whose text model is a family (gemma3: gemma3_text under
                 ``text_config``, its layers under ``language_model.model.``): read as that family.
 """
@@ -34,7 +35,7 @@ FAMILIES = (
     "bert", *ROBERTA_LIKE, "distilbert", "gpt2", "llama", "mistral", "mixtral", "ministral",
     "qwen2", "qwen2_moe", "qwen3", "qwen3_moe", "gemma", "gemma2", "gemma3_text", "gemma3",
     "gpt_oss", "granite", "smollm3", "starcoder2", "olmo", "olmo2", "olmo3", "exaone4", "phi3",
-    "phi", "stablelm", "gpt_neox", "cohere", "cohere2", "ernie4_5", "glm4",
+    "phi", "stablelm", "gpt_neox", "cohere", "cohere2", "ernie4_5", "glm4", "qwen3_next",
 )  # fmt: skip
 
 NormKind = Literal["layer", "rms", "rms1p"]
@@ -109,6 +110,7 @@ class LayerPlan:
     qk_norm_eps: float | None = None
     qk_norm_kind: Literal["rms", "rms1p"] = "rms"  # Gemma 3's q/k norms scale by 1 + weight
     sinks: bool = False
+    gate: bool = False  # q_proj's rows per head: head_dim query rows, then head_dim gate rows
     notes: tuple[str, ...] = ()
     block: str = ""  # the layer's own prefix (``layers.3.``): its modules below are checked
     # where the layers may be (a wrapper's text model: the first is what transformers saves);
@@ -385,6 +387,8 @@ class Arch:
     embed: Literal["", "sqrt", "multiplier"] = ""  # Gemma's sqrt(hidden), Granite's multiplier
     softcap: bool = False
     sinks: bool = False
+    gate: bool = False  # Qwen3-Next: an output gate inside q_proj (per head: query, then gate)
+    linear: int | None = None  # full_attention_interval's default: the other layers are linear
     fused: Literal["", "rows", "heads"] = ""  # Phi-3's qkv_proj Q|K|V; GPT-NeoX's [H, 3, D]
     attn: str = "self_attn"  # the attention module
     qkv_name: str = "qkv_proj"
@@ -443,6 +447,8 @@ ARCHS: dict[str, Arch] = {
                      o_bias="use_bias", layout="interleaved"),
     "glm4": Arch(head_dim=128, eps=("rms_norm_eps", 1.5625e-7), o_bias=False, bias_default=True,
                  layout="interleaved", partial=0.5),
+    "qwen3_next": Arch(head_dim=256, norm="rms1p", qk_norm="rms1p", partial=0.25, gate=True,
+                       linear=4),
 }  # fmt: skip
 
 
@@ -465,6 +471,8 @@ def _llama_like(config: Config, family: str, layer: int) -> LayerPlan:
     vocab = config.whole("vocab_size", _size(arch, "vocab_size"))
     embed = (Tensor("embed.tokens", f"{arch.embed_name}.weight", (vocab, C)),)
     kind = _layer_type(config, family, layer, layers)  # the whole list checked, used or not
+    if kind == "linear_attention":
+        raise _linear_layer(config, family, layer, layers)
     window, window_note = _window(config, family, layer, layers)
     rope, rope_note = _rope(config, family, D, layer, kind)
     notes = [n for n in (window_note, rope_note) if n]
@@ -482,7 +490,7 @@ def _llama_like(config: Config, family: str, layer: int) -> LayerPlan:
         causal=True, scale=_scale(config, arch, D), rope=rope, window=window,
         softcap=config.optional_number("attn_logit_softcapping", 50.0) if arch.softcap else None,
         qk_norm_eps=eps if arch.qk_norm else None, qk_norm_kind=arch.qk_norm or "rms",
-        sinks=arch.sinks, notes=tuple(notes),
+        sinks=arch.sinks, gate=arch.gate, notes=tuple(notes),
         block=p, scopes=(f"{arch.attn}.", "input_layernorm."),
         unused=rf"{arch.attn}\.(rotary_emb\.inv_freq|masked_bias|bias)",  # buffers once saved
     )  # fmt: skip
@@ -542,9 +550,10 @@ def _llama_tensors(
             tensors.append(Tensor("qkv.bias", f"{a}{arch.qkv_name}.bias", (rows,)))
     else:
         for x, n in (("q", H), ("k", Hkv), ("v", Hkv)):
-            tensors.append(Tensor(f"{x}.weight", f"{a}{x}_proj.weight", (n * D, C)))
+            rows = n * D * (2 if x == "q" and arch.gate else 1)  # Qwen3-Next: query | gate
+            tensors.append(Tensor(f"{x}.weight", f"{a}{x}_proj.weight", (rows, C)))
             if qkv_bias:
-                tensors.append(Tensor(f"{x}.bias", f"{a}{x}_proj.bias", (n * D,)))
+                tensors.append(Tensor(f"{x}.bias", f"{a}{x}_proj.bias", (rows,)))
     tensors.append(Tensor("o.weight", f"{a}{arch.o_name}.weight", (C, H * D)))
     if o_bias:
         tensors.append(Tensor("o.bias", f"{a}{arch.o_name}.bias", (C,)))
@@ -581,7 +590,13 @@ def _arch_notes(family: str, arch: Arch) -> list[str]:
             "add: projected is o_proj's output, before that norm"
         )
     if arch.qk_norm == "rms1p":
-        notes.append("q_norm / k_norm scale by 1 + weight (Gemma): the fixture holds 1 + weight")
+        who = "Gemma" if family.startswith("gemma") else family
+        notes.append(f"q_norm / k_norm scale by 1 + weight ({who}): the fixture holds 1 + weight")
+    if arch.gate:
+        notes.append(
+            "q_proj rows are per head [query | gate] (head_dim each): split into W_Q and gate.W_G; "
+            "gated = output * sigmoid(gate) before o_proj, as transformers' Qwen3NextAttention"
+        )
     return notes
 
 
@@ -807,19 +822,35 @@ def _window(config: Config, family: str, layer: int, layers: int) -> tuple[int |
 def _layer_type(config: Config, family: str, layer: int, layers: int) -> str:
     """``layer_types[layer]``, or the default of the family's config class (no list is built)."""
     types = config.data.get("layer_types")
+    linear = ARCHS[family].linear
+    kinds = ("linear_attention", "full_attention") if linear else _LAYER_TYPES
     if types is not None:
         if (
             not isinstance(types, list)
             or len(types) != layers
-            or any(t not in (*_LAYER_TYPES, "attention") for t in types)
+            or any(t not in (*kinds, "attention") for t in types)
         ):
             raise config.error(
                 "layer_types", f"got {_shown(types)}",
-                f"a list of {layers} entries, each 'sliding_attention' or 'full_attention'",
+                f"a list of {layers} entries, each {kinds[0]!r} or {kinds[1]!r}",
             )  # fmt: skip
         kind: str = types[layer]
         return "full_attention" if kind == "attention" else kind  # transformers' legacy name
+    if linear:  # Qwen3NextConfig: full attention every full_attention_interval-th layer
+        every = config.whole("full_attention_interval", linear)
+        return "full_attention" if (layer + 1) % every == 0 else "linear_attention"
     return "sliding_attention" if _slides(config, family, layer) else "full_attention"
+
+
+def _linear_layer(config: Config, family: str, layer: int, layers: int) -> InputError:
+    """A linear-attention layer (Qwen3-Next's Gated DeltaNet): one line naming the layers that
+    attn can trace."""
+    full = [i for i in range(layers) if _layer_type(config, family, i, layers) == "full_attention"]
+    key = "layer_types" if config.has("layer_types") else "full_attention_interval"
+    return config.error(
+        key, f"layer {layer} is a linear_attention layer (Gated DeltaNet): linear attention, not "
+        "yet traced", f"a full_attention layer (layers {', '.join(map(str, full)) or 'none'})",
+    )  # fmt: skip
 
 
 def _slides(config: Config, family: str, layer: int) -> bool:
@@ -1192,6 +1223,16 @@ KEYS: dict[str, Keys] = {
     "glm4": Keys(
         reads=_LLAMA_READS | {"attention_bias", "partial_rotary_factor"},
         needs=tuple(Need((k,)) for k in ("head_dim", "attention_bias", "partial_rotary_factor")),
+        assumed=_LLAMA_ASSUMED,
+    ),
+    "qwen3_next": Keys(
+        reads=_LLAMA_READS | {"attention_bias", "partial_rotary_factor", "layer_types",
+                              "full_attention_interval"},
+        # the Gated DeltaNet layers' sizes: attn imports only the full_attention layers
+        inert=frozenset({"linear_conv_kernel_dim", "linear_key_head_dim", "linear_value_head_dim",
+                         "linear_num_key_heads", "linear_num_value_heads"}),
+        needs=(Need(("head_dim",)), Need(("layer_types", "full_attention_interval")),
+               Need(("partial_rotary_factor",))),
         assumed=_LLAMA_ASSUMED,
     ),
     "distilbert": Keys(

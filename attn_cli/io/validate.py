@@ -626,6 +626,8 @@ class _Key(NamedTuple):
     heads: int
     kv_heads: int
     d_k: int
+    d_v: int
+    d_model: int | None
     batch: int
     seq_q: int
     seq_k: int
@@ -662,7 +664,9 @@ def _parse(
 ) -> dict[str, Any]:  # fmt: skip
     """The settings the fixture gives of ``variants``, each parsed by its variant in turn,
     checked against the sizes and the settings parsed ``before``."""
-    sizes = {k: arrays[k] for k in ("heads", "kv_heads", "d_k", "batch", "seq_q", "seq_k")}
+    sizes = {k: arrays[k] for k in ("heads", "kv_heads", "d_k", "d_v", "batch", "seq_q", "seq_k")}
+    X = arrays.get("X")
+    sizes["d_model"] = None if X is None else int(X.shape[-1])
     return {
         v.name: v.parse(obj[v.name], _Key(c, v.name, **sizes, has_batch=arrays["has_batch"],
                                           settings=before))

@@ -332,6 +332,13 @@ def _explain_output(c: Context) -> Parts:
     return formula, inputs, meaning
 
 
+def _joined(inp: Inputs) -> str:
+    """The stage concat joins: output, else the last head-output transform's."""
+    from attn_cli.core.chain import Chain
+
+    return Chain(inp).joined
+
+
 def _explain_concat(c: Context) -> Parts:
     """The explanation of concat."""
     inp = c.trace.inputs
@@ -342,8 +349,10 @@ def _explain_concat(c: Context) -> Parts:
     inputs: tuple[str, ...]
     meaning: list[str] = []
     head = axis_name(lang, "head")
-    formula = (f"concat = [{head} 0 | {head} 1 | …]",)
-    inputs = (shape_of("output"),)
+    joined = _joined(inp)  # output, or a head-output transform's stage (gated)
+    formula = (f"concat = [{head} 0 | {head} 1 | …]" if joined == "output" else
+               f"concat = [{joined}[{head} 0] | {joined}[{head} 1] | …]",)  # fmt: skip
+    inputs = (shape_of(joined) if joined in c.trace else shape_of("output"),)
     meaning.append(
         f"{inp.heads} 个头各自用自己那一份 W_Q、W_K、W_V 做了一次独立的搜索。"
         "把它们的输出并排拼起来：头 0 占前 d_v 列，头 1 占接下来的 d_v 列，依此类推。"

@@ -54,6 +54,11 @@ def gradient_meaning(c: Context) -> str:
 
 def _explain_final(c: Context) -> Parts:
     """d_projected, or d_output when it is the final stage: the upstream gradient."""
+    return explain_upstream(c)
+
+
+def explain_upstream(c: Context) -> Parts:
+    """The final stage's gradient (d_projected, d_output, a variant's d_gated): the upstream."""
     meaning = [gradient_meaning(c)]
     if c.trace.upstream == "grad":
         meaning.append(_t(
@@ -118,11 +123,27 @@ def _explain_concat(c: Context) -> Parts:
         "side by side: the same numbers, rearranged.",
         "concat 只是把各头并排放，所以它的梯度就是各头的梯度并排放：数字相同，只是排列不同。",
     )]  # fmt: skip
-    return (c.trace[c.name].formula,), (shaped(c, "d_output"),), meaning
+    return (c.trace[c.name].formula,), (shaped(c, f"d_{_joined(c.trace)}"),), meaning
+
+
+def _joined(trace: Trace) -> str:
+    """The stage concat joined: output, or a head-output transform's (gated)."""
+    from attn_cli.core.chain import Chain
+
+    return Chain(trace.inputs).joined
 
 
 def _explain_output(c: Context) -> Parts:
-    """d_output: the final stage's gradient, or d_concat cut into heads."""
+    """d_output: the final stage's gradient, d_concat cut into heads, or back through a
+    head-output transform (the gate)."""
+    joined = _joined(c.trace)
+    if joined != "output":
+        meaning = [gradient_meaning(c), _t(
+            c, f"output became {joined} before the heads were joined, so its gradient comes back "
+            f"from d_{joined} through that step.",
+            f"output 在各头拼接之前先变成了 {joined}，所以它的梯度从 d_{joined} 经过这一步传回。",
+        )]  # fmt: skip
+        return (c.trace[c.name].formula,), (shaped(c, f"d_{joined}"),), meaning
     if c.trace.inputs.W_O is None:
         return _explain_final(c)
     meaning = [gradient_meaning(c), _t(

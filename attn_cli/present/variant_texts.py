@@ -47,7 +47,10 @@ class VariantTexts:
     formula_zh: ClassVar[tuple[tuple[str, str], ...]] = ()
 
     def setting(self, inp: Inputs) -> Any:
-        """The variant's setting in these inputs; None when it is off."""
+        """The variant's setting in these inputs (a field of Inputs, else ``inp.extra``); None
+        when it is off."""
+        if self.name in inp.extra:
+            return inp.extra[self.name]
         return getattr(inp, self.name, None)
 
     def conventions(self, value: Any, inp: Inputs, lang: Lang) -> list[str]:

@@ -184,6 +184,18 @@ def llama4_text() -> Any:
                 intermediate_size_mlp=16, num_local_experts=2, num_experts_per_tok=1)  # fmt: skip
 
 
+def qwen3_next() -> Any:
+    # layers 0 and 2 full_attention (gated attention: q_proj holds each head's query and gate,
+    # q/k RMSNorm 1 + w, partial rotary 0.25 = 2 of 8 dims), layer 1 linear_attention (Gated
+    # DeltaNet, attn refuses it); 2 experts top-1, a shared expert (attention unaffected)
+    return tiny("Qwen3NextConfig", num_hidden_layers=3,
+                layer_types=["full_attention", "linear_attention", "full_attention"],
+                num_experts=2, num_experts_per_tok=1, moe_intermediate_size=8,
+                shared_expert_intermediate_size=8, linear_num_key_heads=2,
+                linear_num_value_heads=2, linear_key_head_dim=4,
+                linear_value_head_dim=4)  # fmt: skip
+
+
 def simple(cls_name: str, **extra: Any) -> Callable[[], Any]:
     return lambda: tiny(cls_name, **extra)
 
@@ -283,6 +295,11 @@ CASES: dict[str, tuple[Callable[[], Any], bool, str]] = {
                     "RoPE then a weightless RMS qk norm (Llama4TextL2Norm: x * rsqrt(mean(x^2) + "
                     "eps)); layer 1 NoPE full_attention, no qk norm, q times the temperature "
                     "log1p(floor((pos+1)/2))*0.1+1"),
+    "qwen3_next": (qwen3_next, False,
+                   "Qwen3-Next: layers 0 and 2 full_attention, gated (q_proj rows per head: "
+                   "query then gate; attn_output * sigmoid(gate) before o_proj), q/k RMSNorm "
+                   "(1 + w) per head, partial rotary 0.25; layer 1 linear_attention (Gated "
+                   "DeltaNet: only its input is recorded)"),
 }  # fmt: skip
 
 # The attention output projection, relative to the decoder / encoder layer: exactly one exists.
@@ -298,6 +315,14 @@ RELEVANT = re.compile(r"rope|rotary|window|layer_types|head|attn|attention|qk|cl
 def floats(x: torch.Tensor) -> Any:
     """float32 tensor -> nested lists of python floats (exact float64 values of the float32s)."""
     return x.detach().to(torch.float64).cpu().tolist()
+
+
+def attention_output(layer: Any) -> Any:
+    """The layer's attention output projection; None for a linear-attention layer (Qwen3-Next's
+    Gated DeltaNet ``linear_attn``), which has no eager attention to record."""
+    if hasattr(layer, "linear_attn"):
+        return None
+    return submodule(layer, OUT_PROJ)[1]
 
 
 def submodule(root: Any, paths: list[str]) -> tuple[str, Any]:
@@ -382,7 +407,11 @@ def run(folder: Path, encoder: bool, kind: str, ids: list[int]) -> dict[str, Any
     handles = []
     for index, layer in enumerate(layers):
         handles.append(layer.register_forward_pre_hook(layer_input(index), with_kwargs=True))
-        handles.append(submodule(layer, OUT_PROJ)[1].register_forward_hook(out_proj(index)))
+        projection = attention_output(layer)
+        if projection is not None:
+            handles.append(projection.register_forward_hook(out_proj(index)))
+        else:
+            seen[index]["linear_attention"] = True
     modeling.eager_attention_forward = spy
     config = model.config.get_text_config()  # a wrapper's (gemma3) text model's; else itself
     hidden = config.hidden_size if hasattr(config, "hidden_size") else config.dim
@@ -413,6 +442,10 @@ def run(folder: Path, encoder: bool, kind: str, ids: list[int]) -> dict[str, Any
     result["layers_path"] = path
     result["layers"] = []
     for record in seen if kind == "hidden" else seen[:1]:
+        if record.get("linear_attention"):  # no eager attention: only what entered the layer
+            result["layers"].append({"layer_in": floats(record["layer_in"][0]),
+                                     "linear_attention": True})  # fmt: skip
+            continue
         assert {"layer_in", "output", "q", "k", "weights"} <= record.keys(), record.keys()
         result["layers"].append({
             "layer_in": floats(record["layer_in"][0]),  # (T, hidden)
@@ -478,7 +511,8 @@ def make(case: str, build: Callable[[], Any], encoder: bool, notes: str) -> None
     lines = (f"{json.dumps(key)}: {json.dumps(value)}" for key, value in data.items())
     (folder / "reference.json").write_text("{\n" + ",\n".join(lines) + "\n}\n")  # one key a line
 
-    masks = [mask_kind(layer["mask"]) for layer in runs[0]["layers"]]
+    masks = [mask_kind(layer["mask"]) if "mask" in layer else "linear"
+             for layer in runs[0]["layers"]]  # fmt: skip
     keys = {k: v for k, v in sorted(saved.items()) if RELEVANT.search(k)
             and k not in ("architectures", "transformers_version")}  # fmt: skip
     print(f"== {case} ({reloaded.model_type}, {runs[0]['layers_path']}): masks {masks}")
