@@ -92,6 +92,14 @@ def student(fx: dict[str, Any], mistake: str | None = None) -> dict[str, Array]:
             W = A(f"W_{n}").T if mistake == "x_w_transposed" else A(f"W_{n}")
             return x @ W + (A(f"b_{n}") if f"b_{n}" in fx else 0.0)
 
+        if mistake == "gate_whole_chunk":  # q_proj's checkpoint layout, then .chunk(2, -1)
+            W_Q, W_G = A("W_Q"), np.asarray(fx["gate"]["W_G"], dtype=np.float64)
+            rows = len(W_Q)
+            q_proj = np.concatenate([W_Q.reshape(rows, H, -1), W_G.reshape(rows, H, -1)], 2)
+            q_proj = q_proj.reshape(rows, -1)  # per head: the query's columns, the gate's
+            fx = {**fx, "W_Q": q_proj[:, : W_Q.shape[1]],
+                  "gate": {**fx["gate"], "W_G": q_proj[:, W_Q.shape[1] :]}}  # fmt: skip
+
         flat = proj(X, "Q"), proj(X_kv, "K"), proj(X_kv, "V")
         d_model = X.shape[1]
     else:
@@ -191,6 +199,8 @@ def student(fx: dict[str, Any], mistake: str | None = None) -> dict[str, Array]:
         sigma = 1 / (1 + np.exp(-flat_gate))
         if mistake == "gate_without_sigmoid":
             out = out * st["gate"]
+        elif mistake == "gate_complement":
+            out = out * (1 - 1 / (1 + np.exp(-st["gate"])))
         elif mistake != "gate_after_w_o":
             out = out / (1 + np.exp(-st["gate"]))
         st["gated"] = out
@@ -289,6 +299,13 @@ CASES = [
     ("qwen3_next_gate", "gate_without_sigmoid", ("gate", "gated", "projected"),
      "gate_without_sigmoid", "gated"),
     ("qwen3_next_gate", "gate_without_sigmoid", ("concat",), "gate_without_sigmoid", "concat"),
+    ("qwen3_next_gate", "gate_complement", ("gate", "gated", "projected"), "gate_complement",
+     "gated"),
+    ("qwen3_next_gate", "gate_complement", ("projected",), "gate_complement", "projected"),
+    ("qwen3_next_gate", "gate_whole_chunk", ("Q", "gate", "gated", "projected"),
+     "gate_whole_chunk", "Q"),
+    ("qwen3_next_gate", "gate_whole_chunk", ("softmax", "projected"), "gate_whole_chunk",
+     "softmax"),
     ("qwen3_next_gate", "rope_not_on_k", ("softmax", "gated"), "rope_not_on_k", "softmax"),
     ("qwen3_next_gate", "rope_not_on_k", ("gated", "projected"), "rope_not_on_k", "gated"),
 ]  # fmt: skip
