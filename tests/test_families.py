@@ -142,7 +142,9 @@ def test_a_linear_attention_layer_is_refused_in_one_line(
 def test_qwen3_next_imports_its_gate_split_from_q_proj(tmp_path: Path) -> None:
     """q_proj holds 2·heads·head_dim rows: per head the query's, then the gate's (transformers
     chunks each head's 2·head_dim in two); the fixture gets W_Q and gate.W_G of heads·head_dim."""
-    from safetensors.numpy import load_file
+    load_file = pytest.importorskip(
+        "safetensors.numpy", reason="attn import needs safetensors"
+    ).load_file
 
     ref = _reference("qwen3_next")["runs"][0]
     inputs = _import(tmp_path, "qwen3_next", "hidden", 0, ref)
