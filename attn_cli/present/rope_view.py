@@ -36,9 +36,8 @@ LABELS: dict[Lang, dict[str, str]] = {
         "half": "half: dimension i pairs with i + dims/2 (HF rotate_half, GPT-NeoX)",
         "interleaved": "interleaved: dimension 2i pairs with 2i + 1 (Meta's llama, GPT-J)",
         "k_dims": "rotated",
-        "dims": "{dims} of d_k = {d_k} dimensions, {pairs} pairs",
-        "dims_partial": "{dims} of d_k = {d_k} dimensions, {pairs} pairs; the other {rest} pass "
-        "through",
+        "dims": "{dims} of d_k = {d_k} dimensions, {pairs}",
+        "dims_partial": "{dims} of d_k = {d_k} dimensions, {pairs}; the other {rest} pass through",
         "k_base": "base",
         "base": "{base}: θ_i = base^(−2i/{dims}) radians per position",
         "base_grown": "{base}, grown to {grown} for {length} positions (dynamic NTK)",
@@ -159,12 +158,13 @@ KIND_WORDS: dict[str, tuple[str, str]] = {
         "llama3: a pair whose wavelength is below trained / high_freq_factor is kept (it turns "
         "many times within the trained context and tells neighbours apart); above trained / "
         "low_freq_factor it is divided by factor; between, θ' = (1 − s)·θ/factor + s·θ with "
-        "s = (trained/λ − low_freq_factor)/(high_freq_factor − low_freq_factor), and the share "
-        "÷ factor column is 1 − s.",
+        "s = (trained/λ − low_freq_factor)/(high_freq_factor − low_freq_factor); the band column "
+        'shows such a pair as "smooth" with 1 − s, its share of ÷ factor.',
         "llama3：波长小于 训练长度 / high_freq_factor 的对保持不变（它们在训练上下文中转了很多圈，"
         "用来区分相邻的 token）；大于 训练长度 / low_freq_factor 的除以 factor；介于两者之间的，"
         "θ' = (1 − s)·θ/factor + s·θ，其中 s = (训练长度/λ − low_freq_factor)/"
-        "(high_freq_factor − low_freq_factor)，「÷ 因子的比例」一列就是 1 − s。",
+        "(high_freq_factor − low_freq_factor)；频段一列把这样的对标为「平滑」，后面的数是 1 − s，"
+        "即它除以 factor 的比例。",
     ),
     "yarn": (
         "yarn: a ramp r over the pairs, between the pair that turns beta_fast times over the "
@@ -250,7 +250,8 @@ def _overview(inputs: Inputs, table: RopeTable, lang: Lang, precision: int) -> P
     if table.base != rope.base:
         base = _t(lang, "base_grown", base=short_number(rope.base, precision),
                   grown=_g(table.base, precision + 2), length=f"{table.length:,}")  # fmt: skip
-    dims = _t(lang, dims_key, dims=rope.dims, d_k=table.d_k, pairs=pairs,
+    counted = f"{pairs} pair" + ("" if pairs == 1 else "s") if lang == "en" else pairs
+    dims = _t(lang, dims_key, dims=rope.dims, d_k=table.d_k, pairs=counted,
               rest=table.d_k - rope.dims)  # fmt: skip
     lines = [(_t(lang, "k_layout"), _t(lang, rope.layout)), (_t(lang, "k_dims"), dims),
              (_t(lang, "k_base"), base)]  # fmt: skip
