@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from attn_cli.blas import blas_limit
 from attn_cli.core.chain import REGISTRY, Chain
 from attn_cli.core.decode import DecodeResult, KVCacheBytes, Rotate, decode, kv_cache_bytes
 from attn_cli.core.decode import self_check as decode_self_check
@@ -290,7 +291,8 @@ def run_decode(
 def check_decode(trace: Trace, prefill: int, sentinel: float | None = None) -> DecodeRun:
     """Run core.decode on the trace's Q, K, V and compare every step with the trace's output."""
     args = decode_args(trace)
-    with np.errstate(over="ignore", invalid="ignore", divide="ignore", under="ignore"):
+    quiet = np.errstate(over="ignore", invalid="ignore", divide="ignore", under="ignore")
+    with quiet, blas_limit(trace.inputs.seq_k):  # one product a step: busy cores make it crawl
         result = decode(args.q, args.k, args.v, prefill=prefill, **args.kwargs())
     full = internal(trace, "output")  # (B, H, T, Dv)
     diffs = tuple(decode_self_check(result, full))
@@ -444,7 +446,8 @@ def run_flash(
     inp = trace.inputs
     bq = block_q or default_block(inp.seq_q)
     bk = block_k or default_block(inp.seq_k)
-    with np.errstate(over="ignore", invalid="ignore", divide="ignore", under="ignore"):
+    quiet = np.errstate(over="ignore", invalid="ignore", divide="ignore", under="ignore")
+    with quiet, blas_limit(inp.seq_k):  # the tiles' small products, as the engine's rule says
         return check_flash(trace, bq, bk, base2, max_tiles, sentinel)
 
 
