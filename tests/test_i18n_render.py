@@ -30,6 +30,7 @@ KEPT = {
     # the header's variants lines name the models, libraries and papers a convention comes from
     *("HF", "Mistral", "FlashAttention", "Meta", "llama", "Gemma", "Qwen", "OLMo", "Press"),
     *("QK", "norm", "RMSNorm", "ALiBi", "sinks", "logit", "gpt", "oss", "base", "dims"),
+    *("mla", "DeepSeek", "kv_lora_rank", "lora", "rank", "rope", "nope", "mscale", "LoRA", "KV"),
 }
 
 

@@ -35,6 +35,8 @@ class VariantTexts:
     # its explainers and worked-cell parts, by explanation key and stage (explain_registry.py)
     explainers: ClassVar[dict[str, Callable[[Any], Any]]] = {}
     cell_texts: ClassVar[dict[str, Callable[[Any], Any]]] = {}
+    # a front end's explainers of Q, K and V, which it makes itself (MLA), by stage
+    front_explainers: ClassVar[dict[str, Callable[[Any], Any]]] = {}
     # words its formulas use beside operators: the LaTeX export sets them as math, not prose
     math_names: ClassVar[tuple[str, ...]] = ()
     # its notes in the decode and flash views: view -> key -> lang -> (formula, meaning), and
@@ -47,7 +49,10 @@ class VariantTexts:
     formula_zh: ClassVar[tuple[tuple[str, str], ...]] = ()
 
     def setting(self, inp: Inputs) -> Any:
-        """The variant's setting in these inputs; None when it is off."""
+        """The variant's setting in these inputs (a field of Inputs, else ``inp.extra``); None
+        when it is off."""
+        if self.name in inp.extra:
+            return inp.extra[self.name]
         return getattr(inp, self.name, None)
 
     def conventions(self, value: Any, inp: Inputs, lang: Lang) -> list[str]:
