@@ -135,8 +135,9 @@ def test_the_example_is_written_by_its_script_and_explained() -> None:
         ["decode", "deepseek_mla"],
         ["flash", "deepseek_mla"],
         ["trace", "deepseek_mla", "--backward"],
+        ["rope", "deepseek_mla"],
     ],
-    ids=["decode", "flash", "backward"],
+    ids=["decode", "flash", "backward", "rope"],
 )
 def test_decode_flash_and_backward_refuse_mla(args: list[str]) -> None:
     result = run_cli(*args)
@@ -144,6 +145,20 @@ def test_decode_flash_and_backward_refuse_mla(args: list[str]) -> None:
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("Error: deepseek_mla.yaml: mla: "), lines
     assert result.stdout == ""
+
+
+@pytest.mark.parametrize("model_type", ["deepseek_v3", "deepseek_v2"])
+def test_import_of_a_deepseek_checkpoint_is_one_line(model_type: str, tmp_path: Path) -> None:
+    (tmp_path / "config.json").write_text(f'{{"model_type": "{model_type}"}}')
+    (tmp_path / "model.safetensors").write_bytes(b"")
+    np.save(tmp_path / "h.npy", np.zeros((2, 4)))
+    result = run_cli("import", str(tmp_path), "--hidden", str(tmp_path / "h.npy"),
+                     "-o", str(tmp_path / "o.npz"))  # fmt: skip
+    assert result.exit_code == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and f"model type '{model_type}' is not supported" in lines[0]
+    assert "multi-head latent attention" in lines[0] and "mla key" in lines[0]
+    assert not (tmp_path / "o.npz").exists()
 
 
 def test_the_library_refuses_the_backward_pass() -> None:
