@@ -505,6 +505,30 @@ def _mla_absorbed(m: dict[str, Any], stages: dict[str, Nested]) -> None:
                   output_absorbed=o_abs)  # fmt: skip
 
 
+def mla_from_torch(
+    w: dict[str, Any], heads: int, rank: int, nope: int, v: int
+) -> tuple[dict[str, Any], Any]:
+    """The mla key and W_O from DeepseekV3Attention's weights (torch Linear layout (out, in),
+    names without the module's prefix), as docs/fixture-format.md maps them:
+    kv_a_proj_with_mqa's rows split into the latent's and k_rope's, kv_b_proj's per head into
+    the key's and the value's."""
+    kv_a = np.asarray(w["kv_a_proj_with_mqa.weight"]).T  # (d_model, r + d_rope)
+    kv_b = np.asarray(w["kv_b_proj.weight"]).T.reshape(rank, heads, nope + v)  # key, value rows
+    mla: dict[str, Any] = {
+        "W_DKV": kv_a[:, :rank], "W_KR": kv_a[:, rank:],
+        "kv_norm": np.asarray(w["kv_a_layernorm.weight"]),
+        "W_UK": kv_b[:, :, :nope].reshape(rank, heads * nope),
+        "W_UV": kv_b[:, :, nope:].reshape(rank, heads * v),
+    }  # fmt: skip
+    if "q_proj.weight" in w:
+        mla["W_Q"] = np.asarray(w["q_proj.weight"]).T
+    else:
+        mla |= {"W_DQ": np.asarray(w["q_a_proj.weight"]).T,
+                "q_norm": np.asarray(w["q_a_layernorm.weight"]),
+                "W_UQ": np.asarray(w["q_b_proj.weight"]).T}  # fmt: skip
+    return mla, np.asarray(w["o_proj.weight"]).T
+
+
 def random_mla_fixture(
     seed: int, *, heads: int = 2, seq: int = 3, d_model: int = 4, q_rank: int | None = 3,
     rank: int = 3, d_nope: int = 2, d_rope: int = 2, d_v: int = 2, batch: int | None = None,

@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from reference import mla_from_torch
 
 from attn_cli.core.pipeline import run
 from attn_cli.io.validate import validate
@@ -31,23 +32,11 @@ def yarn_mscale(yarn: dict[str, Any] | None) -> float:
 
 def fixture_of(case: dict[str, Any]) -> dict[str, Any]:
     cfg, w = case["config"], {k: np.array(v) for k, v in case["weights"].items()}
-    H, r = cfg["num_attention_heads"], cfg["kv_lora_rank"]
-    nope, v = cfg["qk_nope_head_dim"], cfg["v_head_dim"]
-    kv_a = w["kv_a_proj_with_mqa.weight"].T  # (d_model, r + d_rope)
-    kv_b = w["kv_b_proj.weight"].T.reshape(r, H, nope + v)  # per head: key rows, value rows
-    mla: dict[str, Any] = {
-        "W_DKV": kv_a[:, :r], "W_KR": kv_a[:, r:], "kv_norm": w["kv_a_layernorm.weight"],
-        "W_UK": kv_b[:, :, :nope].reshape(r, H * nope),
-        "W_UV": kv_b[:, :, nope:].reshape(r, H * v),
-        "base": cfg["rope_theta"], "eps": cfg["eps"], "mscale": yarn_mscale(cfg["yarn"]),
-    }  # fmt: skip
-    if "q_proj.weight" in w:
-        mla["W_Q"] = w["q_proj.weight"].T
-    else:
-        mla |= {"W_DQ": w["q_a_proj.weight"].T, "q_norm": w["q_a_layernorm.weight"],
-                "W_UQ": w["q_b_proj.weight"].T}  # fmt: skip
-    return {"X": np.array(case["X"]), "heads": H, "causal": True, "mla": mla,
-            "W_O": w["o_proj.weight"].T}  # fmt: skip
+    H = cfg["num_attention_heads"]
+    mla, W_O = mla_from_torch(w, H, cfg["kv_lora_rank"], cfg["qk_nope_head_dim"],
+                              cfg["v_head_dim"])  # fmt: skip
+    mla |= {"base": cfg["rope_theta"], "eps": cfg["eps"], "mscale": yarn_mscale(cfg["yarn"])}
+    return {"X": np.array(case["X"]), "heads": H, "causal": True, "mla": mla, "W_O": W_O}
 
 
 @pytest.mark.parametrize("name", list(CASES))
