@@ -106,6 +106,9 @@ def rope_file(
             raise UsageError("", name, f"is {value}", f"a whole number from {least} to 2**53",
                              option=name)  # fmt: skip
     inputs = load(fixture, max_elements=max_elements)
+    from attn_cli.core.pipeline import refuse
+
+    refuse(inputs, "attn rope")  # a variant with a RoPE of its own (MLA's) that it cannot show
     if inputs.rope is None:
         raise InputError(
             inputs.source, "rope", "is not set: the fixture has no rotary position embedding",

@@ -235,6 +235,42 @@ model uses 0.25), 2 query heads sharing 1 kv head, causal."""
     )  # fmt: skip
 
 
+def deepseek_mla() -> str:
+    rng = np.random.default_rng(18)
+    X = _embeddings(rng, 5, 8)
+    W_DQ, W_DKV, W_KR = _weights(rng, 8, 6, 4, 2)
+    W_UQ, W_UK, W_UV = _weights(rng, 6, 12)[0], *_weights(rng, 4, 8, 6)
+    W_O = _weights(rng, 6, 8)[0]
+    q_norm, kv_norm = (np.round(rng.uniform(0.5, 1.5, n), 2) for n in (6, 4))
+
+    def sub(name: str, arr: np.ndarray, comment: str) -> str:
+        return _matrix(f"  {name}", arr, comment).replace("\n  - ", "\n    - ")
+
+    comments = """
+DeepSeek V3's multi-head latent attention (HF DeepseekV3Attention), small: every token's keys
+and values squeezed into a latent c_KV of kv_lora_rank 4 (what the cache holds), with a RoPE key
+k_rope of 2 numbers shared by the 2 heads; each head's K_nope (4) and V (3) decompressed from the
+latent by W_UK and W_UV; the query through q LoRA (rank 6). attn traces the naive form and the
+absorbed one (W_UK folded into the query, W_UV after attention) and checks they agree."""
+    return (
+        _head("DeepSeek multi-head latent attention", (
+            "MLA: queries through q LoRA, keys and values from a latent of rank 4 plus a shared "
+            "RoPE key, naive and absorbed forms side by side; 2 heads, causal, W_O"),
+            comments, TOKENS[:5])
+        + _matrix("X", X, "[seq, d_model]")
+        + _matrix("W_O", W_O, "[heads*d_v, d_out]")
+        + "heads: 2\ncausal: true\nmla:\n"
+        + sub("W_DQ", W_DQ, "[d_model, q_lora_rank]: q_a_proj")
+        + f"  q_norm: {_row(q_norm)}  # q_a_layernorm\n"
+        + sub("W_UQ", W_UQ, "[q_lora_rank, heads*(d_nope + d_rope)]: q_b_proj")
+        + sub("W_DKV", W_DKV, "[d_model, kv_lora_rank]: kv_a_proj_with_mqa, first columns")
+        + f"  kv_norm: {_row(kv_norm)}  # kv_a_layernorm\n"
+        + sub("W_UK", W_UK, "[kv_lora_rank, heads*d_nope]: kv_b_proj's key rows")
+        + sub("W_UV", W_UV, "[kv_lora_rank, heads*d_v]: kv_b_proj's value rows")
+        + sub("W_KR", W_KR, "[d_model, d_rope]: kv_a_proj_with_mqa, last columns")
+    )  # fmt: skip
+
+
 def cross() -> str:
     rng = np.random.default_rng(15)
     X = _embeddings(rng, 3, 8)
@@ -295,6 +331,7 @@ MAKERS: dict[str, Callable[[], str]] = {
     "qwen3_next_gate": qwen3_next,
     "cross_attention": cross,
     "mask_sentinel": sentinel,
+    "deepseek_mla": deepseek_mla,
 }
 
 

@@ -16,6 +16,12 @@ Gemma 2 (before the mask), sinks as gpt-oss (joined to the softmax, dropped afte
 HF ``Qwen3RMSNorm``, window as HF/Mistral ``sliding_window`` (0 <= pos_q - pos_k < window), the
 output gate as HF ``Qwen3NextAttention`` (gate [b?, heads, seq_q, d_v] = X·W_G + b_G split into
 heads; gated = output · sigmoid(gate), as output; concat joins gated).
+Multi-head latent attention (``mla``) as transformers 5.24's ``DeepseekV3Attention.forward``:
+c_Q, c_Q_norm [b?, seq, q_lora_rank]; q_nope, q_rope, q_rope_rot [b?, heads, seq, d]; c_KV,
+c_KV_norm [b?, seq, kv_lora_rank]; k_rope, k_rope_rot [b?, seq, d_rope]; K_nope [b?, heads, seq,
+d_nope]; RoPE of interleaved pairs written as ``apply_rotary_pos_emb_interleave`` returns them;
+the scale mscale²/√d_k; and the absorbed form (q_absorbed, scores_absorbed, output_latent,
+output_absorbed) from its own formulas, loop by loop.
 
 ``b?`` is there only when the fixture had a batch axis. The module also holds
 ``random_fixture``, the seeded generator of fixture mappings the tests share.
@@ -216,7 +222,10 @@ def _compute(fx: dict[str, Any]) -> tuple[dict[str, Nested], list[Any]]:
     stages: dict[str, Nested] = {}
 
     # 1) queries, keys and values per batch item: q[b][h][t][i]
-    if "X" in fx:
+    if "mla" in fx:
+        q, k, v = _mla(fx, stages)
+        H = Hkv = len(q[0])
+    elif "X" in fx:
         X = fx["X"]
         has_batch = _depth(X) == 3
         Xb = X if has_batch else [X]
@@ -263,7 +272,8 @@ def _compute(fx: dict[str, Any]) -> tuple[dict[str, Nested], list[Any]]:
         k = stages["K_rot"] = _rope(k, pos_k, fx["rope"])
 
     # 2) scores and 3) scaled
-    scale = fx.get("scale", 1.0 / math.sqrt(d_k))
+    mscale = float(fx["mla"].get("mscale", 1.0)) if "mla" in fx else 1.0
+    scale = fx.get("scale", mscale * mscale / math.sqrt(d_k))
     scores = [
         [
             [
@@ -392,10 +402,187 @@ def _compute(fx: dict[str, Any]) -> tuple[dict[str, Nested], list[Any]]:
         stages["concat"] = concat
         if "W_O" in fx:
             stages["projected"] = [_matvec_rows(item, fx["W_O"], fx.get("b_O")) for item in concat]
+    if "mla" in fx:
+        _mla_absorbed(fx["mla"], stages)
 
     grid = [[[[allowed(b, h, i, j) for j in range(S)] for i in range(T)] for h in range(H)]
             for b in range(B)]  # fmt: skip
     return stages, grid
+
+
+def _dot(x: list[float], y: list[float]) -> float:
+    return math.fsum(a * b for a, b in zip(x, y, strict=True))
+
+
+def _column(W: Nested, c: int) -> list[float]:
+    return [_float(row[c]) for row in W]
+
+
+def _rope_pairs_deepseek(x: list[float], pos: int, base: float) -> list[float]:
+    """Pairs (x0, x1), (x2, x3), ... turned by pos·base^(−2i/D), written as transformers'
+    apply_rotary_pos_emb_interleave does: first numbers of the pairs, then second numbers."""
+    D = len(x)
+    first, second = [], []
+    for i in range(D // 2):
+        angle = pos * base ** (-2 * i / D)
+        c, s = math.cos(angle), math.sin(angle)
+        first.append(x[2 * i] * c - x[2 * i + 1] * s)
+        second.append(x[2 * i + 1] * c + x[2 * i] * s)
+    return first + second
+
+
+def _mla(fx: dict[str, Any], stages: dict[str, Nested]) -> tuple[Nested, Nested, Nested]:
+    """The naive form of multi-head latent attention, token by token: its stages into
+    ``stages`` (batch axis first), and q, k, v [b][h][t][d]."""
+    m, H = fx["mla"], fx.get("heads", 1)
+    X = fx["X"] if _depth(fx["X"]) == 3 else [fx["X"]]
+    X = [[[_float(x) for x in row] for row in item] for item in X]
+    stages["X"] = X
+    eps, base = float(m.get("eps", 1e-6)), float(m.get("base", 10000.0))
+    d_rope = len(m["W_KR"][0])
+    T = len(X[0])
+    pos = _positions(fx, T, T)[0]
+
+    def proj(x: list[float], W: Nested) -> list[float]:
+        return [_dot(x, _column(W, c)) for c in range(len(W[0]))]
+
+    def per_head(flat: list[float], h: int) -> list[float]:
+        d = len(flat) // H
+        return flat[h * d : (h + 1) * d]
+
+    names = ("c_Q", "c_Q_norm", "q_nope", "q_rope", "c_KV", "c_KV_norm", "k_rope", "K_nope",
+             "q_rope_rot", "k_rope_rot", "Q", "K", "V")  # fmt: skip
+    out: dict[str, list[Any]] = {n: [] for n in names}
+    for item in X:
+        rows: dict[str, list[Any]] = {n: [] for n in names}
+        for t, x in enumerate(item):
+            if "W_DQ" in m:
+                c_q = proj(x, m["W_DQ"])
+                c_q_norm = _rms(c_q, m["q_norm"], eps)
+                rows["c_Q"].append(c_q)
+                rows["c_Q_norm"].append(c_q_norm)
+                q_flat = proj(c_q_norm, m["W_UQ"])
+            else:
+                q_flat = proj(x, m["W_Q"])
+            c_kv = proj(x, m["W_DKV"])
+            c_kv_norm = _rms(c_kv, m["kv_norm"], eps)
+            k_rope = proj(x, m["W_KR"])
+            k_rot = _rope_pairs_deepseek(k_rope, pos[t], base)
+            k_nope_flat, v_flat = proj(c_kv_norm, m["W_UK"]), proj(c_kv_norm, m["W_UV"])
+            rows["c_KV"].append(c_kv)
+            rows["c_KV_norm"].append(c_kv_norm)
+            rows["k_rope"].append(k_rope)
+            rows["k_rope_rot"].append(k_rot)
+            for n in ("q_nope", "q_rope", "q_rope_rot", "K_nope", "Q", "K", "V"):
+                rows[n].append([])
+            for h in range(H):
+                q_h = per_head(q_flat, h)
+                q_nope, q_rope = q_h[: len(q_h) - d_rope], q_h[len(q_h) - d_rope :]
+                q_rot = _rope_pairs_deepseek(q_rope, pos[t], base)
+                k_nope = per_head(k_nope_flat, h)
+                for n, val in (("q_nope", q_nope), ("q_rope", q_rope), ("q_rope_rot", q_rot),
+                               ("K_nope", k_nope), ("Q", q_nope + q_rot), ("K", k_nope + k_rot),
+                               ("V", per_head(v_flat, h))):  # fmt: skip
+                    rows[n][-1].append(val)
+        for n in names:  # [t][h][d] -> [h][t][d] for the per-head stages
+            per = n in ("q_nope", "q_rope", "q_rope_rot", "K_nope", "Q", "K", "V")
+            out[n].append([[r[h] for r in rows[n]] for h in range(H)] if per else rows[n])
+    for n in names[:10]:
+        if out[n] and out[n][0]:
+            stages[n] = out[n]
+    return out["Q"], out["K"], out["V"]
+
+
+def _mla_absorbed(m: dict[str, Any], stages: dict[str, Nested]) -> None:
+    """The absorbed form from its own formulas: q_absorbed = q_nope·W_UKᵀ per head, the scores
+    against the latent plus the RoPE part, the weights on the latent, then W_UV."""
+    H = len(stages["q_nope"][0])
+    r = len(m["W_UK"])
+    d_nope, d_v = len(m["W_UK"][0]) // H, len(m["W_UV"][0]) // H
+    q_abs, s_abs, o_lat, o_abs = [], [], [], []
+    for b, heads in enumerate(stages["q_nope"]):
+        c = stages["c_KV_norm"][b]
+        k_rot = stages["k_rope_rot"][b]
+        qa_b, sa_b, ol_b, oa_b = [], [], [], []
+        for h, rows in enumerate(heads):
+            qa = [[math.fsum(q[i] * _float(m["W_UK"][a][h * d_nope + i]) for i in range(d_nope))
+                   for a in range(r)] for q in rows]  # fmt: skip
+            q_rot = stages["q_rope_rot"][b][h]
+            sa = [[_dot(qa[t], c[s]) + _dot(q_rot[t], k_rot[s]) for s in range(len(c))]
+                  for t in range(len(rows))]  # fmt: skip
+            w = stages["softmax"][b][h]
+            ol = [[math.fsum(w[t][s] * c[s][a] for s in range(len(c))) for a in range(r)]
+                  for t in range(len(rows))]  # fmt: skip
+            oa = [[math.fsum(o[a] * _float(m["W_UV"][a][h * d_v + e]) for a in range(r))
+                   for e in range(d_v)] for o in ol]  # fmt: skip
+            qa_b.append(qa)
+            sa_b.append(sa)
+            ol_b.append(ol)
+            oa_b.append(oa)
+        q_abs.append(qa_b)
+        s_abs.append(sa_b)
+        o_lat.append(ol_b)
+        o_abs.append(oa_b)
+    stages.update(q_absorbed=q_abs, scores_absorbed=s_abs, output_latent=o_lat,
+                  output_absorbed=o_abs)  # fmt: skip
+
+
+def mla_from_torch(
+    w: dict[str, Any], heads: int, rank: int, nope: int, v: int
+) -> tuple[dict[str, Any], Any]:
+    """The mla key and W_O from DeepseekV3Attention's weights (torch Linear layout (out, in),
+    names without the module's prefix), as docs/fixture-format.md maps them:
+    kv_a_proj_with_mqa's rows split into the latent's and k_rope's, kv_b_proj's per head into
+    the key's and the value's."""
+    kv_a = np.asarray(w["kv_a_proj_with_mqa.weight"]).T  # (d_model, r + d_rope)
+    kv_b = np.asarray(w["kv_b_proj.weight"]).T.reshape(rank, heads, nope + v)  # key, value rows
+    mla: dict[str, Any] = {
+        "W_DKV": kv_a[:, :rank], "W_KR": kv_a[:, rank:],
+        "kv_norm": np.asarray(w["kv_a_layernorm.weight"]),
+        "W_UK": kv_b[:, :, :nope].reshape(rank, heads * nope),
+        "W_UV": kv_b[:, :, nope:].reshape(rank, heads * v),
+    }  # fmt: skip
+    if "q_proj.weight" in w:
+        mla["W_Q"] = np.asarray(w["q_proj.weight"]).T
+    else:
+        mla |= {"W_DQ": np.asarray(w["q_a_proj.weight"]).T,
+                "q_norm": np.asarray(w["q_a_layernorm.weight"]),
+                "W_UQ": np.asarray(w["q_b_proj.weight"]).T}  # fmt: skip
+    return mla, np.asarray(w["o_proj.weight"]).T
+
+
+def random_mla_fixture(
+    seed: int, *, heads: int = 2, seq: int = 3, d_model: int = 4, q_rank: int | None = 3,
+    rank: int = 3, d_nope: int = 2, d_rope: int = 2, d_v: int = 2, batch: int | None = None,
+    causal: bool = True, W_O: bool = False, mscale: float | None = None,
+    magnitude: float = 1.0,
+) -> dict[str, Any]:  # fmt: skip
+    """A fixture mapping of multi-head latent attention, weights drawn from ``seed``; without
+    ``q_rank`` the query is X·W_Q (no q LoRA)."""
+    rng = np.random.default_rng(seed)
+
+    def normal(*shape: int) -> Any:
+        return (rng.standard_normal(shape) * magnitude).tolist()
+
+    width = heads * (d_nope + d_rope)
+    m: dict[str, Any] = {}
+    if q_rank is not None:
+        m["W_DQ"], m["W_UQ"] = normal(d_model, q_rank), normal(q_rank, width)
+        m["q_norm"] = rng.uniform(0.5, 1.5, q_rank).tolist()
+    else:
+        m["W_Q"] = normal(d_model, width)
+    m["W_DKV"], m["W_KR"] = normal(d_model, rank), normal(d_model, d_rope)
+    m["kv_norm"] = rng.uniform(0.5, 1.5, rank).tolist()
+    m["W_UK"], m["W_UV"] = normal(rank, heads * d_nope), normal(rank, heads * d_v)
+    if mscale is not None:
+        m["mscale"] = mscale
+    fx: dict[str, Any] = {"X": normal(batch, seq, d_model) if batch else normal(seq, d_model),
+                          "heads": heads, "mla": m}  # fmt: skip
+    if causal:
+        fx["causal"] = True
+    if W_O:
+        fx["W_O"] = normal(heads * d_v, 3)
+    return fx
 
 
 def reference_sentinel_rows(fx: dict[str, Any]) -> tuple[tuple[int, int, int, float, bool], ...]:

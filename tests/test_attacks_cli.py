@@ -636,3 +636,37 @@ def test_a_hostile_gate_is_one_line(w_g: str, dtype: str, where: str, tmp_path: 
     run = attn("trace", "g.yaml", "--dtype", dtype)
     assert_error(run)
     assert f"Error: g.yaml: {where}" in run.stderr, run.stderr
+
+
+MLA = """name: m
+tokens: [a, b]
+X: [[1, 1], [0, 1]]
+heads: 1
+mla:
+  W_Q: [[1, 0, 0, 1], [0, 1, 1, 0]]
+  W_DKV: {w_dkv}
+  kv_norm: [1, 1]
+  W_UK: [[1, 0], [0, 1]]
+  W_UV: [[1, 0], [0, 1]]
+  W_KR: [[1, 0], [0, 1]]
+"""
+
+
+@pytest.mark.parametrize(
+    ("w_dkv", "dtype", "where"),
+    [("[[1.0e+300, 0], [0, 1]]", "float32",
+      "mla.W_DKV[row 0, column 0]: is 1e+300 (float32 overflow)"),
+     ("[[1.0e+300, 0], [1.0e+300, 1]]", "float64",
+      "c_KV_norm[key 0 'a', kv_lora_rank 0]: is inf (float64 overflow)"),
+     ("[[.nan, 0], [0, 1]]", "float64", "mla.W_DKV[0][0]: is nan (not a number)"),
+     ("[[-.inf, 0], [0, 1]]", "float64", "mla.W_DKV[0][0]: is -inf"),
+     ("[[1, 0, 0], [0, 1, 0]]", "float64", "mla.kv_norm: has length 2, expected a vector of 3"),
+     ("[[1, 0]]", "float64", "mla.W_DKV: has 1 rows"),
+     ("[]", "float64", "mla.W_DKV: ")],
+    ids=["float32-weight", "float64-stage", "nan", "inf", "shape", "rows", "empty"],
+)  # fmt: skip
+def test_a_hostile_mla_is_one_line(w_dkv: str, dtype: str, where: str, tmp_path: Path) -> None:
+    (tmp_path / "m.yaml").write_text(MLA.format(w_dkv=w_dkv))
+    run = attn("trace", "m.yaml", "--dtype", dtype)
+    assert_error(run)
+    assert f"Error: m.yaml: {where}" in run.stderr, run.stderr

@@ -115,6 +115,13 @@ ALLOWED = [
     *("Press", "window_size", "pos_q", "pos_k", "softcap", "logit", "d_model_kv", "d_k"),
     *("mask_value", "sliding_window"),  # a fixture key and HF's config field
     *("gate", "gated", "W_G", "b_G", "q_proj", "Qwen3-Next"),  # the output gate
+    # multi-head latent attention: its key, stages, weights and transformers' names for them
+    *("mla", "DeepSeek", "LoRA", "c_Q", "c_Q_norm", "c_KV", "c_KV_norm", "q_nope", "q_rope"),
+    *("k_rope", "K_nope", "q_rope_rot", "k_rope_rot", "q_absorbed", "scores_absorbed"),
+    *("output_latent", "output_absorbed", "W_UK", "W_UV", "W_UQ", "W_DQ", "W_DKV", "W_KR"),
+    *("kv_lora_rank", "q_lora_rank", "d_rope", "d_nope", "mscale", "q_a_proj", "q_a_layernorm"),
+    *("kv_a_proj_with_mqa", "kv_a_layernorm", "kv_b_proj", "query_states", "expand_kv"),
+    *("q_norm", "kv_norm", "rope", "x0", "x1", "x2", "x3"),
 ]
 
 

@@ -32,6 +32,8 @@ REFUSED = {
     "hunyuan_v1_dense": "model type 'hunyuan_v1_dense' is not supported (q/k norm after RoPE",
     "llama4_text": "model type 'llama4_text' is not supported (chunked attention",
     "gptj": "model type 'gptj' is not supported",
+    # traced from the mla key and checked against this checkpoint in tests/test_mla_families.py
+    "deepseek_v3": "model type 'deepseek_v3' is not supported (multi-head latent attention",
 }
 
 

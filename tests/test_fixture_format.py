@@ -244,7 +244,7 @@ MAPPING_ERRORS: list[tuple[str, dict[str, Any], str, str]] = [
         "expected typo",
         direct(expected={"sofmax": [[1]]}),
         "expected.sofmax",
-        "unknown stage (did you mean 'softmax'?), expected one of X, X_kv, Q, K, V, Q_norm",
+        "unknown stage (did you mean 'softmax'?), expected one of X, X_kv, c_Q, c_Q_norm, q_nope",
     ),
     ("expected case", direct(expected={"x": [[1]]}), "expected.x", "did you mean 'X'?"),
     (

@@ -31,6 +31,7 @@ KEPT = {
     *("HF", "Mistral", "FlashAttention", "Meta", "llama", "Gemma", "Qwen", "OLMo", "Press"),
     *("QK", "norm", "RMSNorm", "ALiBi", "sinks", "logit", "gpt", "oss", "base", "dims"),
     *("gate", "gated", "Next"),  # Qwen3-Next's output gate and its stages
+    *("mla", "DeepSeek", "kv_lora_rank", "lora", "rank", "rope", "nope", "mscale", "LoRA", "KV"),
 }
 
 

@@ -21,6 +21,7 @@ import yaml
 from conftest import FIXTURES, Tolerance
 from reference import (
     random_fixture,
+    random_mla_fixture,
     reference,
     reference_empty_rows,
     reference_sentinel_rows,
@@ -110,10 +111,17 @@ CASES: dict[str, dict[str, Any]] = {
         "window": 3, "softcap": 2.0, "sinks": True, "qk_norm": "projection", "bias": (4, 5),
         "mask_value": -1e4, "W_O": True, "scale": 0.3,
     },
+    # multi-head latent attention (random_mla_fixture's arguments under "mla")
+    "DeepSeek V3: MLA with q LoRA, causal, W_O": {"mla": {"W_O": True}},
+    "DeepSeek V2-Lite: MLA without q LoRA, batch, mscale": {
+        "mla": {"q_rank": None, "batch": 2, "heads": 3, "d_rope": 4, "d_v": 3, "mscale": 1.3},
+    },
 }  # fmt: skip
 
 
 def fixture(case: str, seed: int = 0) -> dict[str, Any]:
+    if "mla" in CASES[case]:
+        return random_mla_fixture(seed + 31 * len(case), **CASES[case]["mla"])
     return random_fixture(seed + 31 * len(case), **CASES[case])
 
 

@@ -246,6 +246,8 @@ class _Recompute:
         """Q, K, V (projected), and each Q/K transform from the stage before it."""
         inp, s, get = self.inp, self.s, self.get
         if name in ("Q", "K", "V"):
+            if any(v.front_stages for v, _ in self.chain.on):
+                return  # made by a front end (MLA): the change's values or the trace's
             if inp.mode == "projection":
                 X_kv = get("X_kv") if "X_kv" in self.trace.applicable else None
                 made = projections(inp, get("X"), X_kv)

@@ -26,6 +26,7 @@ from attn_cli.core.chain import REGISTRY, Chain
 from attn_cli.core.decode import DecodeResult, KVCacheBytes, Rotate, decode, kv_cache_bytes
 from attn_cli.core.decode import self_check as decode_self_check
 from attn_cli.core.flash import LOG2E, FlashResult, Tile, flash_forward
+from attn_cli.core.pipeline import refuse as refuse_variants
 from attn_cli.core.variant import Variant
 from attn_cli.errors import ComputeError, InputError, UsageError
 
@@ -437,6 +438,7 @@ def run_flash(
 
     def refuse(inputs: Inputs) -> None:
         refuse_flash(inputs)
+        refuse_variants(inputs, "FlashAttention")
         for name, value in (("block-q", block_q), ("block-k", block_k), ("max-tiles", max_tiles)):
             if value is not None and value < (0 if name == "max-tiles" else 1):
                 raise UsageError("", name, f"is {value}", "a whole number >= 1", option=name)

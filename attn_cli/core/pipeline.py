@@ -176,10 +176,26 @@ class Streamed:
 
 
 def resolve_scale(inputs: Inputs) -> tuple[float, str]:
-    """The scale and where it came from: the fixture's, or the default 1/sqrt(d_k)."""
-    if inputs.scale is None:
-        return 1.0 / math.sqrt(inputs.d_k), "default"
-    return inputs.scale, "fixture"
+    """The scale and where it came from: the fixture's, a variant's (MLA's mscale²), or the
+    default 1/sqrt(d_k)."""
+    if inputs.scale is not None:
+        return inputs.scale, "fixture"
+    for v, value in Chain(inputs).on:
+        own = v.default_scale(value, inputs)
+        if own is not None:
+            return own, v.name
+    return 1.0 / math.sqrt(inputs.d_k), "default"
+
+
+def refuse(inputs: Inputs, what: str) -> None:
+    """A variant that ``what`` (the backward pass, FlashAttention, decoding) cannot run refuses
+    it in one line (its ``refuses``)."""
+    from attn_cli.errors import UsageError
+
+    for v, value in Chain(inputs).on:
+        problem = v.refuses(value, inputs, what)
+        if problem is not None:
+            raise UsageError(inputs.source, *problem)
 
 
 def run(
@@ -199,6 +215,8 @@ def run(
     L = Σ grad ∘ final stage (the fixture's ``grad``, else ones); without it they do not apply.
     """
     _check_arguments(keep, dtype)
+    if backward:
+        refuse(inputs, "the backward pass")
     with _quiet(), blas_limit(inputs.seq_k):  # the projections too: under load they suffer most
         return _Run(inputs, keep, dtype, backward).trace(progress)
 
@@ -218,6 +236,8 @@ def run_streamed(
     backward pass reads them whole).
     """
     _check_arguments(keep, dtype)
+    if backward:
+        refuse(inputs, "the backward pass")
     walk = _Run(inputs, keep, dtype, backward, stream=True)
     with _quiet(), blas_limit(inputs.seq_k):
         return walk.streamed(walk.trace(progress))
@@ -257,6 +277,13 @@ class _Run:
         self.deferred = set() if not stream or self.gradients else self.wanted & set(SCORE_STAGES)
         # the forward stages to hold whole: those kept, and those the backward pass reads
         self.held = self.wanted - self.gradients - self.deferred
+        self.chain = Chain(inputs)
+        self.sides = [(v, x) for v, x in self.chain.on if v.side_stages]
+        if self.sides:  # a second form is checked against the chain on every run: all held
+            self.deferred = set()
+            pairs = {theirs for v, _ in self.sides for _, theirs in v.side_equal}
+            self.held = (self.wanted - self.gradients - set(self.sides_of())) | pairs
+            self.held |= {"softmax"}
         if self.gradients:
             from attn_cli.core.gradients import backward_needs  # only with the backward pass
 
@@ -266,7 +293,6 @@ class _Run:
         self.check = FiniteCheck(inputs, dtype)
         self.arrays: dict[str, FloatArray] = {}  # internal layouts, batch axis included
         self.bias: FloatArray | None = None  # in the computing dtype, once asked for
-        self.chain = Chain(inputs)
 
     def trace(self, progress: Progress | None) -> Trace:
         scale, scale_source = resolve_scale(self.inputs)
@@ -284,7 +310,10 @@ class _Run:
             self.transform_out()
         if "concat" in self.need:
             self.heads_out()
-        # 10) the backward pass, from dL/d(final stage) back to the inputs
+        # 10) a second form of the same attention (MLA's absorbed one), checked against it
+        for v, value in self.sides:
+            self.side(v, value, scale)
+        # 11) the backward pass, from dL/d(final stage) back to the inputs
         if self.gradients:
             self.backward_pass(scale)
         has_batch = self.inputs.has_batch
@@ -311,10 +340,42 @@ class _Run:
         for name in self.gradients:
             self.arrays[name] = self.check(name, grads[name], SPECS[name].axes)
 
+    def sides_of(self) -> tuple[str, ...]:
+        """The side stages of the variants that are on."""
+        return tuple(s for v, _ in self.sides for s in v.side_stages)
+
+    def side(self, v: Any, value: Any, scale: float) -> None:
+        """A variant's second form, each stage checked finite, then equal to the chain's."""
+        made = v.side(value, self.inputs, self.arrays, scale, self.as_dtype_any)
+        for name in v.side_stages:
+            self.arrays[name] = self.check(name, made[name], SPECS[name].axes)
+        rtol = 1e-9 if self.dtype == "float64" else 1e-4
+        for mine, theirs in v.side_equal:
+            a, b = self.arrays[mine], self.arrays[theirs]
+            tol = rtol * (1.0 + float(np.max(np.abs(b), initial=0.0)))
+            finite = np.isfinite(b)  # masked scores hold -inf in both or in neither
+            worst = float(np.max(np.abs(np.where(finite, a - b, 0.0)), initial=0.0))
+            if worst > tol or not np.array_equal(finite, np.isfinite(a)):
+                from attn_cli.errors import ComputeError
+
+                raise ComputeError(
+                    self.inputs.source, mine, f"differs from {theirs} by {worst:.3g} "
+                    f"({v.name}'s two forms disagree)", f"equal to rounding ({tol:.1e})",
+                )  # fmt: skip
+
     def project(self) -> None:
         inp = self.inputs
         assert inp.X is not None
         X = self.as_dtype("X", inp.X, _FLAT) if self.need else inp.X
+        front = next(((v, x) for v, x in self.chain.on if v.front_stages), None)
+        if front is not None:  # Q, K and V made by the variant (MLA)
+            if "X" in self.held:
+                self.arrays["X"] = X
+            made = front[0].front(front[1], inp, X, inp.token_positions()[0], self.as_dtype_any)
+            for name in (*front[0].front_stages, "Q", "K", "V"):
+                if name in made:
+                    self.arrays[name] = self.check(name, made[name], SPECS[name].axes)
+            return
         X_kv = None
         if inp.X_kv is not None:  # cross-attention: keys and values from X_kv
             X_kv = self.as_dtype("X_kv", inp.X_kv, _FLAT) if self.need else inp.X_kv

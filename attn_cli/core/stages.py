@@ -68,6 +68,9 @@ def softmax_input(inputs: Inputs) -> str:
 
 def _projection(name: str) -> Callable[[Inputs], str]:
     def formula(inputs: Inputs) -> str:
+        for v, value in _chain(inputs).on:  # a front end makes Q, K, V itself (MLA)
+            if v.front_stages:
+                return v.stage_formula(value, inputs, name)
         if inputs.mode != "projection":
             return f"{name} (given)"
         bias = f" + b_{name}" if getattr(inputs, f"b_{name}") is not None else ""
@@ -118,7 +121,7 @@ def _always(inputs: Inputs) -> bool:
 
 
 class _Slot(NamedTuple):
-    kind: str  # "transform", "modifier", "bias", "out"; "d_out", "extra", "d_modifier", ...
+    kind: str  # "front", "transform", "modifier", "bias", "out", "side"; "d_out", "extra", ...
 
 
 _FORWARD_ROWS: tuple[StageSpec | _Slot, ...] = (
@@ -127,6 +130,7 @@ _FORWARD_ROWS: tuple[StageSpec | _Slot, ...] = (
     StageSpec("X_kv", (), ("batch", "key", "d_model_kv"), False, "X_kv",
               lambda i: i.X_kv is not None,
               lambda i: "X_kv (the states keys and values are projected from)"),
+    _Slot("front"),
     StageSpec("Q", ("X",), _Q, False, "QKV", _always, _projection("Q")),
     StageSpec("K", ("X", "X_kv"), _K, False, "QKV", _always, _projection("K")),
     StageSpec("V", ("X", "X_kv"), ("batch", "kv_head", "key", "d_v"), False, "QKV",
@@ -150,6 +154,7 @@ _FORWARD_ROWS: tuple[StageSpec | _Slot, ...] = (
     StageSpec("projected", ("concat",), ("batch", "query", "d_out"), False, "projected",
               lambda i: i.W_O is not None,
               lambda i: "projected = concat·W_O" + (" + b_O" if i.b_O is not None else "")),
+    _Slot("side"),
 )  # fmt: skip
 
 # ---------------------------------------------------------------------------------------------
@@ -407,7 +412,8 @@ def _base_needs(variants: tuple[Variant, ...]) -> dict[str, tuple[str, ...]]:
 def _slot_rows(variants: tuple[Variant, ...]) -> dict[str, list[StageSpec]]:
     """Each variant's rows by the slot they go in, with their needs in the chain (and the
     gradient formulas of transforms and modifiers)."""
-    kinds = ("transform", "modifier", "bias", "out", "d_out", "extra", "d_modifier", "d_transform")
+    kinds = ("front", "transform", "modifier", "bias", "out", "side",
+             "d_out", "extra", "d_modifier", "d_transform")  # fmt: skip
     slots: dict[str, list[StageSpec]] = {k: [] for k in kinds}
     mods = [str(v.stage) for v in variants if v.stage is not None]
     for v in variants:
@@ -427,6 +433,8 @@ def _placed(
 ) -> tuple[str, StageSpec]:
     """The slot of one of a variant's rows, the row with its neighbours' needs."""
     base = row.name.removeprefix("d_") if row.gradient else row.name
+    if row.name in v.front_stages or row.name in v.side_stages:
+        return ("front" if row.name in v.front_stages else "side"), row
     if v.suffix is not None and base[0] in "QK" and base == f"{base[0]}_{v.suffix}":
         stages = _qk(variants, base[0])
         i = stages.index(base)

@@ -406,6 +406,44 @@ class Variant:
         """dL/d(extra logit) (H,), from the kept weights and Delta = rowsum(dP ∘ P)."""
         raise NotImplementedError(f"{self.name} has no extra logit")
 
+    # -- a front end: Q, K and V made by the variant itself from X (MLA's latent) ------------
+
+    # its stages before Q, K and V (its ``stage_rows`` list them; the table puts them there)
+    front_stages: tuple[str, ...] = ()
+    # a second form of the same attention, computed beside the chain from its stages (its rows
+    # go after ``projected``), and the pairs (its stage, the chain's) that must agree to rounding
+    side_stages: tuple[str, ...] = ()
+    side_equal: tuple[tuple[str, str], ...] = ()
+    # the fixture keys it cannot be given with (a front end: the other ways of making Q and K)
+    excludes: tuple[str, ...] = ()
+
+    def latent_sizes(self, value: Any, heads: int) -> tuple[int, int]:
+        """A front end's (d_k, d_v) per head, from its setting."""
+        raise NotImplementedError(f"{self.name} makes no Q, K, V")
+
+    def front(
+        self, value: Any, inputs: Inputs, X: FloatArray, positions: IntArray, cast: Cast
+    ) -> dict[str, FloatArray]:
+        """Its front stages and ``Q`` (B, H, T, D), ``K`` (B, H, S, D), ``V`` (B, H, S, Dv)
+        from X (B, T, d_model) at the tokens' ``positions`` (T,)."""
+        raise NotImplementedError(f"{self.name} makes no Q, K, V")
+
+    def side(
+        self, value: Any, inputs: Inputs, arrays: Mapping[str, FloatArray], scale: float,
+        cast: Cast,
+    ) -> dict[str, FloatArray]:  # fmt: skip
+        """Its side stages, from the chain's stages (``arrays``, internal layouts)."""
+        raise NotImplementedError(f"{self.name} has no second form")
+
+    def default_scale(self, value: Any, inputs: Inputs) -> float | None:
+        """The softmax scale when the fixture gives none; None: 1/√d_k."""
+        return None
+
+    def refuses(self, value: Any, inputs: Inputs, what: str) -> tuple[str, str, str] | None:
+        """Why ``what`` (``the backward pass``, ``FlashAttention``) cannot run this setting:
+        (the field, what, expected); None: it can."""
+        return None
+
     # -- `attn new`: the flags that turn it on, the numbers it draws, the lines it writes ------
 
     # its flags (none: `attn new` does not write it)

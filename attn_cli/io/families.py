@@ -1303,7 +1303,10 @@ KNOWN_TYPES = {
     "gptj": "RoPE on interleaved pairs of part of each head",
     "hunyuan_v1_dense": "q/k norm after RoPE (attn's q/k norm comes before it), NTK alpha",
     "llama4_text": "chunked attention, layers without RoPE, q/k L2 norm, temperature tuning",
-    "deepseek_v3": "multi-head latent attention",
+    "deepseek_v3": "multi-head latent attention: attn traces it from a fixture's mla key "
+                   "(docs/fixture-format.md) but does not import its checkpoints yet",
+    "deepseek_v2": "multi-head latent attention: attn traces it from a fixture's mla key "
+                   "(docs/fixture-format.md) but does not import its checkpoints yet",
     "falcon": "a fused query_key_value, multi-query heads, parallel attention, optional ALiBi",
     "bloom": "ALiBi position biases and a fused query_key_value",
     "mpt": "ALiBi position biases and a fused Wqkv",

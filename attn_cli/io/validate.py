@@ -255,8 +255,11 @@ def validate(obj: Any, source: str, *, max_elements: int = DEFAULT_MAX_ELEMENTS)
     heads = _positive_int(c, obj, "heads")
     kv_heads = _positive_int(c, obj, "kv_heads")
     # 2) the inputs: projection mode (X and weights) or direct mode (Q, K, V)
-    projection = _mode(c, obj) == "projection"
-    if projection:
+    latent = _latent_variant(obj)
+    projection = latent is not None or _mode(c, obj) == "projection"
+    if latent is not None:
+        arrays = _latent(c, obj, latent, heads, kv_heads)
+    elif projection:
         arrays = _projection(c, obj, heads, kv_heads)
     else:
         arrays = _direct(c, obj, heads, kv_heads)
@@ -310,7 +313,7 @@ def _known_keys(obj: Any, source: str) -> dict[str, Any]:
         if not isinstance(key, str):
             raise InputError(source, _field(key), f"key is {_describe(key)}", "a string key")
         if key not in KNOWN_KEYS and key not in _plugged():
-            known = (*KNOWN_KEYS, *_plugged())
+            known = tuple(dict.fromkeys((*KNOWN_KEYS, *_plugged())))
             raise InputError(
                 source, _field(key), f"unknown key{_suggest(key, known)}",
                 "one of " + ", ".join(known),
@@ -478,6 +481,33 @@ def _projection(
         heads=H, kv_heads=Hkv, d_k=d_k, d_v=d_v,
     )  # fmt: skip
     return out
+
+
+def _latent_variant(obj: Mapping[str, Any]) -> Variant | None:
+    """The variant that makes Q, K and V itself from X (MLA), when the fixture gives its key."""
+    return next((v for v in REGISTRY.values() if v.front_stages and v.name in obj), None)
+
+
+def _latent(
+    c: _Checker, obj: Mapping[str, Any], v: Variant, heads: int | None, kv_heads: int | None
+) -> dict[str, Any]:
+    """X and a variant that projects Q, K and V from it (MLA): the sizes are its setting's."""
+    others = [k for k in (*_ARRAYS, *v.excludes) if k in obj and k != "X"]
+    if others or (kv_heads is not None and kv_heads != heads):
+        got = others[0] if others else "kv_heads"
+        raise c.error(got, f"given with {v.name}", f"X and {v.name} alone ({v.name} makes Q, K "
+                      "and V from X; every head reads the one latent)")  # fmt: skip
+    if "X" not in obj:
+        raise c.error("X", "missing", f"X with {v.name} ({v.name} projects from X)")
+    X = c.floats(obj, "X", (2, 3), "shape [seq, d_model] or [batch, seq, d_model]")
+    has_batch = X.ndim == 3
+    X = X if has_batch else X[None]  # (batch, seq, d_model)
+    H, (B, T, d_model) = heads or 1, X.shape
+    sizes = dict(heads=H, kv_heads=H, d_k=0, d_v=0, batch=B, seq_q=T, seq_k=T)
+    value = v.parse(obj[v.name], _Key(c, v.name, **sizes, has_batch=has_batch, settings={},
+                                      d_model=d_model))  # fmt: skip
+    d_k, d_v = v.latent_sizes(value, H)
+    return {"X": X, v.name: value, "has_batch": has_batch, **sizes, "d_k": d_k, "d_v": d_v}
 
 
 def _x_kv(c: _Checker, obj: Mapping[str, Any], X: FloatArray, has_batch: bool) -> FloatArray:
@@ -684,7 +714,14 @@ def _variants(
         "positions": _positions(c, obj, "positions", arrays["seq_q"], "seq_q"),
         "key_positions": _positions(c, obj, "key_positions", arrays["seq_k"], "seq_k"),
     }
-    out = _parse(c, obj, arrays, [v for v in REGISTRY.values() if v.name not in _OWN_KEYS], hiding)
+    out = _parse(
+        c,
+        obj,
+        arrays,
+        [v for v in REGISTRY.values() if v.name not in _OWN_KEYS and v.name not in arrays],
+        hiding,
+    )
+    out.update({v.name: arrays[v.name] for v in REGISTRY.values() if v.name in arrays})
     readers = [v for v in _listed() if v.reads_positions]
     given = [k for k, p in positions.items() if p is not None]
     # positions also place the tokens of causal attention (Inputs.token_positions: its default

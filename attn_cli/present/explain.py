@@ -91,6 +91,10 @@ def _explain_x(c: Context) -> Parts:
 def _explain_qkv(c: Context) -> Parts:
     """The explanation of Q, K and V."""
     inp = c.trace.inputs
+    for texts in active(inp):  # a front end that makes them itself (MLA) explains them
+        if c.name in texts.front_explainers:
+            own: Parts = texts.front_explainers[c.name](c)
+            return own
     lang = c.lang
     zh = c.lang == "zh"
     name = c.name

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 from attn_cli.errors import printable
 from attn_cli.present.i18n import Lang, label
 from attn_cli.present.variants import active
+from attn_cli.present.variants import texts as variant_texts
 
 if TYPE_CHECKING:
     from attn_cli.core.pipeline import Trace
@@ -87,6 +88,12 @@ def header_lines(trace: Trace, lang: Lang = "en") -> list[tuple[str, str]]:
         lines.append((label(lang, "h_about"), inp.description))
     lines.append((label(lang, "h_source"), inp.source))
     mode = "mode_projection" if inp.mode == "projection" else "mode_direct"
+    from attn_cli.core.chain import Chain  # a front end that makes Q, K, V itself (MLA)
+
+    for v, _ in Chain(inp).on:
+        if v.front_stages:
+            variant_texts(inp)  # its labels join the table
+            mode = f"mode_{v.name}"
     lines.append((label(lang, "h_mode"), label(lang, mode)))
     lines.append((label(lang, "h_shapes"), _dims(trace, lang)))
     lines.append((label(lang, "h_heads"), _heads(trace, lang)))
@@ -144,6 +151,8 @@ def _scale(trace: Trace, lang: Lang) -> str:
     scale = f"{trace.scale:.6g}"
     if trace.scale_source == "default":
         return label(lang, "scale_default", scale=scale)
+    if trace.scale_source != "fixture":  # a variant's own scale (MLA's mscale²)
+        return label(lang, f"scale_{trace.scale_source}", scale=scale)
     default = f"{1 / math.sqrt(trace.inputs.d_k):.6g}"
     text = label(lang, "scale_given", scale=scale, default=default)
     return text + (label(lang, "scale_unscaled") if trace.scale == 1 else "")

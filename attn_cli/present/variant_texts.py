@@ -35,6 +35,8 @@ class VariantTexts:
     # its explainers and worked-cell parts, by explanation key and stage (explain_registry.py)
     explainers: ClassVar[dict[str, Callable[[Any], Any]]] = {}
     cell_texts: ClassVar[dict[str, Callable[[Any], Any]]] = {}
+    # a front end's explainers of Q, K and V, which it makes itself (MLA), by stage
+    front_explainers: ClassVar[dict[str, Callable[[Any], Any]]] = {}
     # words its formulas use beside operators: the LaTeX export sets them as math, not prose
     math_names: ClassVar[tuple[str, ...]] = ()
     # its notes in the decode and flash views: view -> key -> lang -> (formula, meaning), and

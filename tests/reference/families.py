@@ -196,6 +196,16 @@ def qwen3_next() -> Any:
                 linear_value_head_dim=4)  # fmt: skip
 
 
+def deepseek_v3() -> Any:
+    # multi-head latent attention: q LoRA (rank 12), a latent of rank 8 and a RoPE key of 4 shared
+    # by both heads, nope 4, v 4; layer 0 dense, layer 1 MoE (its MLP is not attn's concern)
+    return tiny("DeepseekV3Config", num_hidden_layers=2, num_key_value_heads=2, q_lora_rank=12,
+                kv_lora_rank=8, qk_nope_head_dim=4, qk_rope_head_dim=4, v_head_dim=4,
+                first_k_dense_replace=1, n_routed_experts=4, n_shared_experts=1,
+                num_experts_per_tok=2, n_group=1, topk_group=1,
+                moe_intermediate_size=8)  # fmt: skip
+
+
 def simple(cls_name: str, **extra: Any) -> Callable[[], Any]:
     return lambda: tiny(cls_name, **extra)
 
@@ -300,6 +310,12 @@ CASES: dict[str, tuple[Callable[[], Any], bool, str]] = {
                    "query then gate; attn_output * sigmoid(gate) before o_proj), q/k RMSNorm "
                    "(1 + w) per head, partial rotary 0.25; layer 1 linear_attention (Gated "
                    "DeltaNet: only its input is recorded)"),
+    "deepseek_v3": (deepseek_v3, False,
+                    "DeepSeek V3's multi-head latent attention (DeepseekV3Attention): q through "
+                    "q_a_proj, q_a_layernorm, q_b_proj; kv_a_proj_with_mqa gives the latent "
+                    "(rank 8, kv_a_layernorm) and a RoPE key of 4 shared by the heads, kv_b_proj "
+                    "decompresses K_nope and V per head; interleaved RoPE (rope_interleave); "
+                    "scale (4 + 4)**-0.5; layer 1's MLP is MoE"),
 }  # fmt: skip
 
 # The attention output projection, relative to the decoder / encoder layer: exactly one exists.

@@ -234,7 +234,7 @@ def _gqa_tiled(trace: Trace) -> list[Change]:
 
 def _x_w_transposed(trace: Trace) -> list[Change]:
     inp = trace.inputs
-    if inp.mode != "projection":
+    if inp.mode != "projection" or inp.W_Q is None:  # direct, or Q, K, V made by MLA
         return []
     weights = {n: W for n in ("W_Q", "W_K", "W_V", "W_O") if (W := getattr(inp, n)) is not None}
     if any(weights[n].shape[0] != weights[n].shape[1] for n in ("W_Q", "W_K", "W_V")):

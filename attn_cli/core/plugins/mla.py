@@ -1,0 +1,333 @@
+"""Multi-head latent attention (DeepSeek V2/V3, HF ``DeepseekV3Attention``): Q, K and V made from
+a small latent, a front end of the chain, and the absorbed form computed beside it.
+
+The naive form, as transformers 5.24's ``DeepseekV3Attention.forward`` runs it::
+
+    c_Q = X·W_DQ, c_Q_norm = RMSNorm(c_Q), Q = c_Q_norm·W_UQ   (q LoRA; else Q = X·W_Q)
+    q_nope, q_rope = Q split per head (d_nope, d_rope)
+    c_KV = X·W_DKV, c_KV_norm = RMSNorm(c_KV), k_rope = X·W_KR (one for all heads)
+    K_nope = c_KV_norm·W_UK, V = c_KV_norm·W_UV                   (kv_b_proj, per head)
+    q_rope_rot, k_rope_rot = RoPE of q_rope, k_rope (interleaved pairs, transformers' output
+                             layout: the pairs' first numbers, then their second numbers)
+    Q = [q_nope | q_rope_rot], K = [K_nope | k_rope_rot on every head]
+
+then the chain (scores, scaled, masked, softmax, output) with DeepSeek's scale
+1/√(d_nope + d_rope) × mscale². The absorbed form, what inference kernels run: W_UK folded into
+the query and W_UV applied after attention, so attention reads the latent directly::
+
+    q_absorbed = q_nope·W_UKᵀ (per head), scores_absorbed = q_absorbed·c_KV_normᵀ +
+    q_rope_rot·k_rope_rotᵀ, output_latent = softmax·c_KV_norm, output_absorbed =
+    output_latent·W_UV (per head)
+
+The pipeline checks scores_absorbed against scores and output_absorbed against output on every
+run (``side_equal``). Axes: B batch, H heads, T queries, S keys, r the latent (kv_lora_rank).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from attn_cli.core.heads import split_heads
+from attn_cli.core.inputs import Inputs
+from attn_cli.core.plugins.parsing import known_subkeys, plain, positive_number
+from attn_cli.core.stage_spec import StageSpec
+from attn_cli.core.variant import Cast, FixtureKey, FloatArray, IntArray, Variant, register
+
+DOC = ("a mapping {W_DQ, q_norm, W_UQ (q LoRA) or W_Q; W_DKV, kv_norm, W_UK, W_UV, W_KR; "
+       "optional base, eps, mscale}")  # fmt: skip
+SUBKEYS = ("W_DQ", "q_norm", "W_UQ", "W_Q", "W_DKV", "kv_norm", "W_UK", "W_UV", "W_KR",
+           "base", "eps", "mscale")  # fmt: skip
+WEIGHTS = ("W_DQ", "q_norm", "W_UQ", "W_Q", "W_DKV", "kv_norm", "W_UK", "W_UV", "W_KR")
+
+
+@dataclass(frozen=True, eq=False)
+class MLA:
+    """The layer's weights in attn's layout (``Q = X @ W``) and its settings."""
+
+    W_DQ: FloatArray | None  # (d_model, q_rank): q LoRA's down-projection (q_a_proj)
+    q_norm: FloatArray | None  # (q_rank,): its RMSNorm weight (q_a_layernorm)
+    W_UQ: FloatArray | None  # (q_rank, H*(d_nope+d_rope)) (q_b_proj); None: W_Q (q_proj)
+    W_Q: FloatArray | None  # (d_model, H*(d_nope+d_rope))
+    W_DKV: FloatArray  # (d_model, r): kv_a_proj_with_mqa's first r columns
+    kv_norm: FloatArray  # (r,): kv_a_layernorm
+    W_UK: FloatArray  # (r, H*d_nope): kv_b_proj's key rows
+    W_UV: FloatArray  # (r, H*d_v): kv_b_proj's value rows
+    W_KR: FloatArray  # (d_model, d_rope): kv_a_proj_with_mqa's last d_rope columns
+    base: float = 10000.0
+    eps: float = 1e-6  # DeepseekV3RMSNorm's default: q_a_layernorm and kv_a_layernorm keep it
+    mscale: float = 1.0  # yarn's mscale (mscale_all_dim): the softmax scale times mscale²
+
+    @property
+    def d_rope(self) -> int:
+        return int(self.W_KR.shape[1])
+
+    @property
+    def rank(self) -> int:
+        return int(self.W_DKV.shape[1])
+
+    @property
+    def lora(self) -> bool:
+        return self.W_DQ is not None
+
+
+def rms_norm(x: FloatArray, weight: FloatArray, eps: float) -> FloatArray:
+    """weight · x / √(mean(x²) + eps) over the last axis (DeepseekV3RMSNorm); where mean(x²)
+    overflows, inf (the stage's check names it) rather than the 0 that x / inf would give."""
+    r = np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps)  # (..., 1)
+    out: FloatArray = np.where(np.isfinite(r), weight * (x / r), np.inf).astype(x.dtype)
+    return out
+
+
+def rope_interleaved(x: FloatArray, positions: IntArray, base: float) -> FloatArray:
+    """RoPE of pairs (x0, x1), (x2, x3), ... laid out as transformers 5.24's
+    ``apply_rotary_pos_emb_interleave`` returns them: [x_even·cos − x_odd·sin | x_odd·cos +
+    x_even·sin]. ``x`` (..., n, D) at ``positions`` (n,)."""
+    D = x.shape[-1]
+    inv_freq = base ** (-np.arange(0, D, 2, dtype=np.float64) / D)  # (D/2,)
+    angle = positions.astype(np.float64)[:, None] * inv_freq  # (n, D/2)
+    cos, sin = np.cos(angle).astype(x.dtype), np.sin(angle).astype(x.dtype)
+    even, odd = x[..., 0::2], x[..., 1::2]  # (..., n, D/2)
+    return np.concatenate([even * cos - odd * sin, odd * cos + even * sin], axis=-1)
+
+
+def naive(value: MLA, heads: int, X: FloatArray, pos: IntArray, cast: Cast) -> dict[str, Any]:
+    """The naive form's stages, and Q, K, V, from X (B, T, d_model)."""
+    w = {n: cast(f"mla.{n}", a) for n in WEIGHTS if (a := getattr(value, n)) is not None}
+    out: dict[str, Any] = {}
+    # 1) the query path: through q LoRA's latent and its norm, or straight from X
+    if value.lora:
+        out["c_Q"] = X @ w["W_DQ"]  # (B, T, q_rank)
+        out["c_Q_norm"] = rms_norm(out["c_Q"], w["q_norm"], value.eps)
+        q = split_heads(out["c_Q_norm"] @ w["W_UQ"], heads)  # (B, H, T, d_nope + d_rope)
+    else:
+        q = split_heads(X @ w["W_Q"], heads)  # (B, H, T, d_nope + d_rope)
+    d_nope = q.shape[-1] - value.d_rope
+    out["q_nope"], out["q_rope"] = q[..., :d_nope], q[..., d_nope:]  # (B, H, T, ·)
+    # 2) the latent and the decoupled RoPE key, one for all heads
+    out["c_KV"] = X @ w["W_DKV"]  # (B, S, r)
+    out["c_KV_norm"] = rms_norm(out["c_KV"], w["kv_norm"], value.eps)
+    out["k_rope"] = X @ w["W_KR"]  # (B, S, d_rope)
+    # 3) decompressed per head: K_nope and V
+    out["K_nope"] = split_heads(out["c_KV_norm"] @ w["W_UK"], heads)  # (B, H, S, d_nope)
+    out["V"] = split_heads(out["c_KV_norm"] @ w["W_UV"], heads)  # (B, H, S, d_v)
+    # 4) RoPE on the rope parts only, then q and k joined
+    out["q_rope_rot"] = rope_interleaved(out["q_rope"], pos, value.base)  # (B, H, T, d_rope)
+    out["k_rope_rot"] = rope_interleaved(out["k_rope"], pos, value.base)  # (B, S, d_rope)
+    out["Q"] = np.concatenate([out["q_nope"], out["q_rope_rot"]], axis=-1)  # (B, H, T, D)
+    k_rope = np.broadcast_to(out["k_rope_rot"][:, None], (*out["K_nope"].shape[:3], value.d_rope))
+    out["K"] = np.concatenate([out["K_nope"], k_rope], axis=-1)  # (B, H, S, D)
+    return out
+
+
+def absorbed(
+    value: MLA, heads: int, arrays: Mapping[str, FloatArray], scale: float, cast: Cast
+) -> dict[str, FloatArray]:
+    """The absorbed form: attention over the latent, W_UK folded into q, W_UV after."""
+    r = value.rank
+    W_UK = cast("mla.W_UK", value.W_UK).reshape(r, heads, -1).transpose(1, 0, 2)  # (H, r, nope)
+    W_UV = cast("mla.W_UV", value.W_UV).reshape(r, heads, -1).transpose(1, 0, 2)  # (H, r, d_v)
+    c_kv = arrays["c_KV_norm"][:, None]  # (B, 1, S, r): one latent for every head
+    q_absorbed = arrays["q_nope"] @ W_UK.transpose(0, 2, 1)  # (B, H, T, r)
+    k_rope = arrays["k_rope_rot"][:, None]  # (B, 1, S, d_rope)
+    scores = q_absorbed @ c_kv.swapaxes(-1, -2) + arrays["q_rope_rot"] @ k_rope.swapaxes(-1, -2)
+    output_latent = arrays["softmax"] @ c_kv  # (B, H, T, r)
+    return {"q_absorbed": q_absorbed, "scores_absorbed": scores,  # (B, H, T, S)
+            "output_latent": output_latent, "output_absorbed": output_latent @ W_UV}  # fmt: skip
+
+
+_LATENT_Q = ("batch", "head", "query", "kv_lora_rank")
+_FRONT: tuple[tuple[str, tuple[str, ...], tuple[str, ...]], ...] = (
+    ("c_Q", ("X",), ("batch", "query", "q_lora_rank")),
+    ("c_Q_norm", ("c_Q",), ("batch", "query", "q_lora_rank")),
+    ("q_nope", ("c_Q_norm", "X"), ("batch", "head", "query", "d_nope")),
+    ("q_rope", ("c_Q_norm", "X"), ("batch", "head", "query", "d_rope")),
+    ("c_KV", ("X",), ("batch", "key", "kv_lora_rank")),
+    ("c_KV_norm", ("c_KV",), ("batch", "key", "kv_lora_rank")),
+    ("k_rope", ("X",), ("batch", "key", "d_rope")),
+    ("K_nope", ("c_KV_norm",), ("batch", "head", "key", "d_nope")),
+    ("q_rope_rot", ("q_rope",), ("batch", "head", "query", "d_rope")),
+    ("k_rope_rot", ("k_rope",), ("batch", "key", "d_rope")),
+)
+_SIDE: tuple[tuple[str, tuple[str, ...], tuple[str, ...], bool], ...] = (
+    ("q_absorbed", ("q_nope",), _LATENT_Q, False),
+    ("scores_absorbed", ("q_absorbed", "c_KV_norm", "q_rope_rot", "k_rope_rot"),
+     ("batch", "head", "query", "key"), False),
+    ("output_latent", ("softmax", "c_KV_norm"), _LATENT_Q, False),
+    ("output_absorbed", ("output_latent",), ("batch", "head", "query", "d_v"), False),
+)  # fmt: skip
+_FORMULAS = {
+    "c_Q": "c_Q = X·W_DQ",
+    "c_Q_norm": "c_Q_norm = q_norm ⊙ c_Q / √(mean(c_Q²) + eps)",
+    "c_KV": "c_KV = X·W_DKV",
+    "c_KV_norm": "c_KV_norm = kv_norm ⊙ c_KV / √(mean(c_KV²) + eps)",
+    "k_rope": "k_rope = X·W_KR (one for all heads)",
+    "K_nope": "K_nope = c_KV_norm·W_UK",
+    "q_rope_rot": "q_rope_rot = RoPE(q_rope), interleaved pairs",
+    "k_rope_rot": "k_rope_rot = RoPE(k_rope), interleaved pairs",
+    "Q": "Q = [q_nope | q_rope_rot]",
+    "K": "K = [K_nope | k_rope_rot on every head]",
+    "V": "V = c_KV_norm·W_UV",
+    "q_absorbed": "q_absorbed = q_nope·W_UKᵀ (W_UK absorbed into the query)",
+    "scores_absorbed": "scores_absorbed = q_absorbed·c_KV_normᵀ + q_rope_rot·k_rope_rotᵀ",
+    "output_latent": "output_latent = softmax·c_KV_norm",
+    "output_absorbed": "output_absorbed = output_latent·W_UV",
+}
+
+
+class LatentAttention(Variant):
+    order = 5
+    name = "mla"
+    array_parts = WEIGHTS
+    subkeys = SUBKEYS
+    key_order = 75
+    front_stages = tuple(n for n, _, _ in _FRONT)
+    side_stages = tuple(n for n, _, _, _ in _SIDE)
+    side_equal = (("scores_absorbed", "scores"), ("output_absorbed", "output"))
+    excludes = ("rope", "qk_norm")
+
+    def latent_sizes(self, value: MLA, heads: int) -> tuple[int, int]:
+        d_nope = int(value.W_UK.shape[1]) // heads
+        return d_nope + value.d_rope, int(value.W_UV.shape[1]) // heads
+
+    def parse(self, raw: Any, key: FixtureKey) -> MLA:
+        if not isinstance(raw, Mapping):
+            raise key(f"got {key.describe(raw)}", DOC)
+        value = {k: v for k, v in raw.items() if v is not None}
+        known_subkeys(value, key, self.name, self.subkeys)
+        return _Parser(key, value).mla()
+
+    def config(self, value: MLA, inputs: Inputs) -> dict[str, Any]:
+        return {"q_lora_rank": None if value.W_DQ is None else int(value.W_DQ.shape[1]),
+                "kv_lora_rank": value.rank, "qk_rope_head_dim": value.d_rope,
+                "qk_nope_head_dim": inputs.d_k - value.d_rope, "v_head_dim": inputs.d_v,
+                "base": value.base, "eps": value.eps, "mscale": value.mscale}  # fmt: skip
+
+    def stage_rows(self) -> tuple[StageSpec, ...]:
+        on = self.applies
+        rows = [StageSpec(n, needs, axes, False, n, self._lora(n), self.formula_of(n))
+                for n, needs, axes in _FRONT]  # fmt: skip
+        rows += [StageSpec(n, needs, axes, score, n, on, self.formula_of(n))
+                 for n, needs, axes, score in _SIDE]  # fmt: skip
+        return tuple(rows)
+
+    def _lora(self, stage: str) -> Any:
+        if stage not in ("c_Q", "c_Q_norm"):
+            return self.applies
+        return lambda inputs: (v := self.value(inputs)) is not None and v.lora
+
+    def stage_formula(self, value: MLA, inputs: Inputs, stage: str) -> str:
+        if stage in ("q_nope", "q_rope"):
+            part = "[:, :d_nope]" if stage == "q_nope" else "[:, d_nope:]"
+            source = "c_Q_norm·W_UQ" if value.lora else "X·W_Q"
+            return f"{stage} = ({source}){part} per head"
+        return _FORMULAS[stage]
+
+    def default_scale(self, value: MLA, inputs: Inputs) -> float:
+        """DeepSeek's: 1/√(d_nope + d_rope), times yarn's mscale² (``yarn_apply_mscale``)."""
+        return value.mscale * value.mscale / math.sqrt(inputs.d_k)
+
+    def front(
+        self, value: MLA, inputs: Inputs, X: FloatArray, positions: IntArray, cast: Cast
+    ) -> dict[str, FloatArray]:
+        return naive(value, inputs.heads, X, positions, cast)
+
+    def side(
+        self, value: MLA, inputs: Inputs, arrays: Mapping[str, FloatArray], scale: float,
+        cast: Cast,
+    ) -> dict[str, FloatArray]:  # fmt: skip
+        return absorbed(value, inputs.heads, arrays, scale, cast)
+
+    def refuses(self, value: MLA, inputs: Inputs, what: str) -> tuple[str, str, str]:
+        return (self.name, f"{what} does not yet run multi-head latent attention",
+                "a fixture without mla (attn trace shows every stage of it)")  # fmt: skip
+
+    def decode_problem(self, value: MLA, inputs: Inputs) -> tuple[str, str, str]:
+        return self.refuses(value, inputs, "decoding")
+
+
+class _Parser:
+    """The mla key's checks, each a one-line error naming ``mla.<subkey>``."""
+
+    def __init__(self, key: FixtureKey, value: Mapping[str, Any]) -> None:
+        self.key, self.value = key, value
+        self.d_model = getattr(key, "d_model", None)
+
+    def matrix(self, name: str, rows: int | None, doc: str) -> FloatArray:
+        if name not in self.value:
+            raise self.key("missing", f"{name} in {DOC}", f"mla.{name}")
+        raw = self.value[name]
+        numeric = isinstance(raw, np.ndarray) and raw.dtype.kind in "iuf"
+        arr = self.key.floats(raw if numeric else plain(raw), f"mla.{name}", (2,), doc)
+        if rows is not None and arr.shape[0] != rows:
+            raise self.key(f"has {arr.shape[0]} rows", doc, f"mla.{name}")
+        if arr.shape[1] == 0:
+            raise self.key("has no columns", doc, f"mla.{name}")
+        return arr
+
+    def vector(self, name: str, n: int) -> FloatArray:
+        doc = f"a vector of {n} (the RMSNorm weight)"
+        if name not in self.value:
+            raise self.key("missing", f"{name} in {DOC}", f"mla.{name}")
+        raw = self.value[name]
+        numeric = isinstance(raw, np.ndarray) and raw.dtype.kind in "iuf"
+        arr = self.key.floats(raw if numeric else plain(raw), f"mla.{name}", (1,), doc)
+        if arr.shape[0] != n:
+            raise self.key(f"has length {arr.shape[0]}", doc, f"mla.{name}")
+        return arr
+
+    def columns(self, name: str, arr: FloatArray, per: str) -> int:
+        H = self.key.heads
+        if arr.shape[1] % H:
+            raise self.key(f"has {arr.shape[1]} columns, not divisible by heads = {H}",
+                           f"heads*{per} columns", f"mla.{name}")  # fmt: skip
+        return int(arr.shape[1]) // H
+
+    def mla(self) -> MLA:
+        if self.d_model is None:
+            raise self.key("given with Q, K and V directly", "X alongside it (MLA projects "
+                           "queries, the latent and k_rope from X)")  # fmt: skip
+        d, v = self.d_model, self.value
+        W_KR = self.matrix("W_KR", d, f"a matrix [d_model, d_rope] = [{d}, d_rope]")
+        d_rope = int(W_KR.shape[1])
+        if d_rope % 2:
+            raise self.key(f"has {d_rope} columns", "an even d_rope (RoPE turns pairs)",
+                           "mla.W_KR")  # fmt: skip
+        W_DKV = self.matrix("W_DKV", d, f"a matrix [d_model, kv_lora_rank] = [{d}, r]")
+        r = int(W_DKV.shape[1])
+        kv_norm = self.vector("kv_norm", r)
+        W_UK = self.matrix("W_UK", r, f"a matrix [kv_lora_rank, heads*d_nope] = [{r}, ...]")
+        d_nope = self.columns("W_UK", W_UK, "d_nope")
+        W_UV = self.matrix("W_UV", r, f"a matrix [kv_lora_rank, heads*d_v] = [{r}, ...]")
+        self.columns("W_UV", W_UV, "d_v")
+        width = self.key.heads * (d_nope + d_rope)
+        q_doc = f"heads*(d_nope + d_rope) = {self.key.heads}*({d_nope} + {d_rope}) = {width}"
+        W_DQ = q_norm = W_UQ = W_Q = None
+        if "W_DQ" in v:
+            if "W_Q" in v:
+                raise self.key("given with W_DQ", "either W_DQ, q_norm, W_UQ (q LoRA) or W_Q",
+                               "mla.W_Q")  # fmt: skip
+            W_DQ = self.matrix("W_DQ", d, f"a matrix [d_model, q_lora_rank] = [{d}, ...]")
+            q_norm = self.vector("q_norm", int(W_DQ.shape[1]))
+            W_UQ = self.matrix("W_UQ", int(W_DQ.shape[1]), f"a matrix [q_lora_rank, {q_doc}]")
+            q_name, q_cols = "W_UQ", W_UQ.shape[1]
+        else:
+            for name in ("q_norm", "W_UQ"):
+                if name in v:
+                    raise self.key("given without W_DQ", "W_DQ, q_norm and W_UQ together "
+                                   "(q LoRA)", f"mla.{name}")  # fmt: skip
+            W_Q = self.matrix("W_Q", d, f"a matrix [d_model, {q_doc}]")
+            q_name, q_cols = "W_Q", W_Q.shape[1]
+        if q_cols != width:
+            raise self.key(f"has {q_cols} columns", q_doc, f"mla.{q_name}")
+        settings = {n: positive_number(v[n], self.key, what, f"mla.{n}")
+                    for n, what in (("base", "RoPE's base"), ("eps", "RMSNorm's epsilon"),
+                                    ("mscale", "yarn's mscale")) if n in v}  # fmt: skip
+        return MLA(W_DQ, q_norm, W_UQ, W_Q, W_DKV, kv_norm, W_UK, W_UV, W_KR, **settings)
+
+
+register(LatentAttention())

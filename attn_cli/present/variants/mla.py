@@ -1,0 +1,175 @@
+"""Multi-head latent attention (DeepSeek V2/V3), what present/ says about it: the naive form's
+stages, the absorbed form's, and why they are equal."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from attn_cli.present.i18n import Lang, en_zh, formula_text, label
+from attn_cli.present.variant_texts import VariantTexts
+
+if TYPE_CHECKING:
+    from attn_cli.core.inputs import Inputs
+    from attn_cli.present.explain_registry import Context, Parts
+
+# stage -> (the stages it reads, English, Chinese)
+_MEANINGS: dict[str, tuple[tuple[str, ...], str, str]] = {
+    "c_Q": (
+        ("X",),
+        "q LoRA: every token squeezed into a small query latent first (q_a_proj).",
+        "q LoRA：先把每个词元压缩成一个小的查询潜向量（q_a_proj）。",
+    ),
+    "c_Q_norm": (
+        ("c_Q",),
+        "RMSNorm of the query latent (q_a_layernorm), before it is expanded.",
+        "查询潜向量的 RMSNorm（q_a_layernorm），在展开之前。",
+    ),
+    "q_nope": (
+        ("c_Q_norm",),
+        "Each head's query without position: the part that meets K_nope, d_nope numbers per head.",
+        "每个头不带位置的查询：与 K_nope 相乘的部分，每个头 d_nope 个数。",
+    ),
+    "q_rope": (
+        ("c_Q_norm",),
+        "Each head's query part that RoPE turns: d_rope numbers per head.",
+        "每个头中由 RoPE 旋转的查询部分：每个头 d_rope 个数。",
+    ),
+    "c_KV": (
+        ("X",),
+        "The latent: all a token's keys and values compressed into kv_lora_rank "
+        "numbers, one vector for every head. This, with k_rope, is what the KV cache holds.",
+        "潜向量：一个词元的全部键和值被压缩成 kv_lora_rank 个数，所有头共用一个。"
+        "KV 缓存里存的就是它和 k_rope。",
+    ),
+    "c_KV_norm": (
+        ("c_KV",),
+        "RMSNorm of the latent (kv_a_layernorm).",
+        "潜向量的 RMSNorm（kv_a_layernorm）。",
+    ),
+    "k_rope": (
+        ("X",),
+        "The decoupled RoPE key: d_rope numbers per token, shared by all heads "
+        "(the last columns of kv_a_proj_with_mqa). RoPE cannot pass through W_UK, so "
+        "position lives here, outside the latent.",
+        "解耦的 RoPE 键：每个词元 d_rope 个数，所有头共享（kv_a_proj_with_mqa 的最后几列）。"
+        "RoPE 无法穿过 W_UK，所以位置信息放在这里，潜向量之外。",
+    ),
+    "K_nope": (
+        ("c_KV_norm",),
+        "Each head's key without position, decompressed from the latent "
+        "by W_UK (kv_b_proj's key rows).",
+        "每个头不带位置的键，由 W_UK（kv_b_proj 中键的行）从潜向量解压得到。",
+    ),
+    "q_rope_rot": (
+        ("q_rope",),
+        "RoPE on the query's rope part only, in DeepSeek's interleaved "
+        "pairs (x0, x1), (x2, x3), ...; transformers writes the pairs' first numbers, "
+        "then their second numbers.",
+        "只对查询的 rope 部分做 RoPE，按 DeepSeek 的交错成对 (x0, x1), (x2, x3), ...；"
+        "transformers 先写各对的第一个数，再写第二个数。",
+    ),
+    "k_rope_rot": (
+        ("k_rope",),
+        "RoPE on the shared key part, the same rotation as the query's.",
+        "对共享的键部分做同样的 RoPE。",
+    ),
+    "q_absorbed": (
+        ("q_nope",),
+        "The absorbed form: W_UK folded into the query, so the query "
+        "meets the latent itself: q_nope·K_nopeᵀ = q_nope·(c_KV_norm·W_UK)ᵀ = "
+        "(q_nope·W_UKᵀ)·c_KV_normᵀ. Inference never decompresses K.",
+        "吸收形式：把 W_UK 并入查询，查询直接与潜向量相乘：q_nope·K_nopeᵀ = "
+        "q_nope·(c_KV_norm·W_UK)ᵀ = (q_nope·W_UKᵀ)·c_KV_normᵀ。推理时从不解压 K。",
+    ),
+    "scores_absorbed": (
+        ("q_absorbed", "c_KV_norm"),
+        "The scores of the absorbed form: the "
+        "latent part plus the RoPE part. attn checks they equal scores to "
+        "rounding on every run.",
+        "吸收形式的分数：潜向量部分加 RoPE 部分。attn 每次运行都检查它们与 "
+        "scores 在舍入误差内相等。",
+    ),
+    "output_latent": (
+        ("softmax", "c_KV_norm"),
+        "The weights applied to the latent directly: "
+        "one weighted sum of kv_lora_rank numbers per head.",
+        "权重直接作用于潜向量：每个头得到 kv_lora_rank 个数的加权和。",
+    ),
+    "output_absorbed": (
+        ("output_latent",),
+        "W_UV applied after attention: softmax·(c·W_UV) = "
+        "(softmax·c)·W_UV. attn checks it equals output to rounding.",
+        "注意力之后再乘 W_UV：softmax·(c·W_UV) = (softmax·c)·W_UV。attn 检查"
+        "它与 output 在舍入误差内相等。",
+    ),
+    "Q": (
+        ("q_nope", "q_rope_rot"),
+        "Each head's query: the part without position joined to "
+        "the rotated part, d_nope + d_rope numbers, what DeepSeek's query_states holds.",
+        "每个头的查询：不带位置的部分接上旋转后的部分，共 d_nope + d_rope 个数，"
+        "即 DeepSeek 的 query_states。",
+    ),
+    "K": (
+        ("K_nope", "k_rope_rot"),
+        "Each head's key: its own K_nope joined to the one "
+        "k_rope_rot every head shares (expand_kv in transformers).",
+        "每个头的键：自己的 K_nope 接上所有头共享的同一个 k_rope_rot（transformers 的 "
+        "expand_kv）。",
+    ),
+    "V": (
+        ("c_KV_norm",),
+        "Each head's values, decompressed from the same latent by W_UV (kv_b_proj's value rows).",
+        "每个头的值，由 W_UV（kv_b_proj 中值的行）从同一个潜向量解压得到。",
+    ),
+}
+_QKV = ("Q", "K", "V")
+
+
+def _explainer(stage: str) -> Callable[[Context], Parts]:
+    reads, en, zh = _MEANINGS[stage]
+
+    def explain(c: Context) -> Parts:
+        formula = (formula_text(c.lang, c.trace[stage].formula),)
+        shapes = tuple(c.shape_of(s) for s in reads if s in c.trace) or (c.shape_of("X"),)
+        return formula, shapes, [en_zh(c, en, zh)]
+
+    return explain
+
+
+class MLATexts(VariantTexts):
+    name = "mla"
+    order = 5
+    labels: ClassVar[dict[Lang, dict[str, str]]] = {
+        "en": {
+            "mode_mla": "latent (mla): Q, K, V made from X through the latent c_KV (DeepSeek)",
+            "scale_mla": "{scale} = mscale²/√(d_nope + d_rope) (DeepSeek's)",
+            "conv_mla": "mla: kv_lora_rank {rank}, d_rope {rope} shared by all heads, "
+            "q LoRA {lora}; naive and absorbed forms checked equal",
+        },
+        "zh": {
+            "mode_mla": "潜向量（mla）：Q、K、V 经潜向量 c_KV 由 X 得到（DeepSeek）",
+            "scale_mla": "{scale} = mscale²/√(d_nope + d_rope)（DeepSeek 的缩放）",
+            "conv_mla": "mla：kv_lora_rank {rank}，所有头共享 d_rope {rope}，q LoRA {lora}；"
+            "朴素形式与吸收形式已核对相等",
+        },
+    }
+    explainers: ClassVar[dict[str, Callable[[Any], Any]]] = {
+        s: _explainer(s) for s in _MEANINGS if s not in _QKV
+    }
+    front_explainers: ClassVar[dict[str, Callable[[Any], Any]]] = {s: _explainer(s) for s in _QKV}
+    math_names = tuple(s for s in _MEANINGS if s not in _QKV)
+    formula_zh: ClassVar[tuple[tuple[str, str], ...]] = (
+        (r" per head$", " 每个头"),
+        (r" \(one for all heads\)$", "（所有头共用）"),
+        (r", interleaved pairs$", "，交错成对"),
+        (r" on every head\]$", " 在每个头上]"),
+        (r" \(W_UK absorbed into the query\)$", "（W_UK 并入查询）"),
+    )
+
+    def conventions(self, value: Any, inp: Inputs, lang: Lang) -> list[str]:
+        lora = "—" if value.W_DQ is None else str(value.W_DQ.shape[1])
+        return [label(lang, "conv_mla", rank=value.rank, rope=value.d_rope, lora=lora)]
+
+
+TEXTS = MLATexts()

@@ -1,0 +1,225 @@
+"""Multi-head latent attention (DeepSeek V2/V3): the naive form against a loop reference written
+from transformers 5.24's ``DeepseekV3Attention.forward`` (tests/reference.py), the absorbed form
+equal to it (checked by attn on every run, and here over random shapes), DeepSeek's scale, the
+refusals of decode, flash and the backward pass, and hostile fixtures as one-line errors."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import yaml
+from conftest import FIXTURES, run_cli
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from reference import random_mla_fixture, reference
+
+from attn_cli.core.pipeline import run
+from attn_cli.errors import ComputeError, UsageError
+from attn_cli.io.fixture import load_fixture
+from attn_cli.io.validate import validate
+
+EXAMPLE = FIXTURES / "deepseek_mla.yaml"
+
+
+def trace_of(fx: dict[str, Any], **kw: Any) -> Any:
+    return run(validate(fx, "m.json"), **kw)
+
+
+# ---------------------------------------------------------------------------------------------
+# The naive form against the loop reference; the absorbed form equal to it
+
+
+@pytest.mark.parametrize("q_rank", [3, None], ids=["q LoRA", "W_Q"])
+@pytest.mark.parametrize("batch", [None, 2])
+def test_every_stage_matches_the_loop_reference(q_rank: int | None, batch: int | None) -> None:
+    fx = random_mla_fixture(7, q_rank=q_rank, batch=batch, heads=3, seq=4, d_rope=4, W_O=True)
+    expected = reference(fx)
+    trace = trace_of(fx)
+    assert list(trace.stages) == list(expected)
+    for name, want in expected.items():
+        np.testing.assert_allclose(trace[name].data, want, err_msg=name, rtol=1e-10, atol=1e-12)
+
+
+def test_the_example_shows_both_forms_equal() -> None:
+    trace = run(load_fixture(EXAMPLE))
+    for absorbed, naive in (("scores_absorbed", "scores"), ("output_absorbed", "output")):
+        np.testing.assert_allclose(trace[absorbed].data, trace[naive].data, rtol=1e-10, atol=1e-12)
+    # what the cache holds per token: the latent and k_rope, not heads·(d_k + d_v)
+    assert trace["c_KV"].shape[-1] + trace["k_rope_rot"].shape[-1] == 4 + 2
+    assert trace["K"].shape[0] * (trace["K"].shape[-1] + trace["V"].shape[-1]) == 2 * (6 + 3)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    heads=st.integers(1, 3), seq=st.integers(1, 4), d_model=st.integers(1, 5),
+    q_rank=st.one_of(st.none(), st.integers(1, 4)), rank=st.integers(1, 5),
+    d_nope=st.integers(1, 3), d_rope=st.sampled_from([2, 4]), d_v=st.integers(1, 3),
+    batch=st.sampled_from([None, 2]), causal=st.booleans(), seed=st.integers(0, 2**16),
+    mscale=st.sampled_from([None, 0.7, 1.4]),
+)  # fmt: skip
+def test_naive_equals_absorbed_over_random_shapes(**kw: Any) -> None:
+    fx = random_mla_fixture(kw.pop("seed"), **kw)
+    trace = trace_of(fx)  # attn's own check would raise if they disagreed
+    for absorbed, naive in (("scores_absorbed", "scores"), ("output_absorbed", "output")):
+        np.testing.assert_allclose(trace[absorbed].data, trace[naive].data, rtol=1e-9, atol=1e-9)
+    # and by the formula, with no stage of attn's: softmax·(c·W_UV) == (softmax·c)·W_UV
+    c = np.array(trace["c_KV_norm"].data)
+    W_UV = np.array(fx["mla"]["W_UV"]).reshape(kw["rank"], kw["heads"], kw["d_v"])
+    values = np.einsum("...sr,rhv->...hsv", c, W_UV)  # (b?, H, S, Dv)
+    np.testing.assert_allclose(trace["V"].data, values, rtol=1e-9, atol=1e-9)
+
+
+def test_a_broken_absorbed_form_is_caught_on_every_run(monkeypatch: pytest.MonkeyPatch) -> None:
+    """attn's own check: the absorbed scores without their RoPE part do not pass."""
+    import attn_cli.core.plugins.mla as mla
+
+    real = mla.absorbed
+
+    def without_rope(value: Any, heads: int, arrays: Any, scale: float, cast: Any) -> Any:
+        made = real(value, heads, arrays, scale, cast)
+        made["scores_absorbed"] = made["q_absorbed"] @ arrays["c_KV_norm"][:, None].swapaxes(-1, -2)
+        return made
+
+    monkeypatch.setattr(mla, "absorbed", without_rope)
+    with pytest.raises(ComputeError, match="scores_absorbed: differs from scores by"):
+        run(load_fixture(EXAMPLE), keep={"softmax"})
+    result = run_cli("trace", "deepseek_mla", "--stage", "output")
+    assert result.exit_code == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("Error: deepseek_mla.yaml: scores_absorbed:")
+    assert "two forms disagree" in lines[0]
+
+
+# ---------------------------------------------------------------------------------------------
+# DeepSeek's scale and RoPE
+
+
+def test_scale_is_mscale_squared_over_the_whole_head() -> None:
+    fx = random_mla_fixture(3, d_nope=3, d_rope=2, mscale=1.25)
+    trace = trace_of(fx)
+    assert trace.scale == pytest.approx(1.25**2 / math.sqrt(3 + 2), rel=1e-15)
+    assert trace.scale_source == "mla"
+    assert trace_of(fx | {"scale": 0.5}).scale == 0.5  # the fixture's scale wins
+
+
+def test_rope_by_hand_at_position_one() -> None:
+    """One pair at position 1, θ = 1: [x0 cos 1 − x1 sin 1, x1 cos 1 + x0 sin 1]."""
+    fx = random_mla_fixture(5, seq=2, heads=1, d_rope=2)
+    trace = trace_of(fx)
+    x0, x1 = trace["k_rope"].data[1]
+    want = [x0 * math.cos(1) - x1 * math.sin(1), x1 * math.cos(1) + x0 * math.sin(1)]
+    np.testing.assert_allclose(trace["k_rope_rot"].data[1], want, rtol=1e-14)
+    np.testing.assert_allclose(trace["k_rope_rot"].data[0], trace["k_rope"].data[0])  # angle 0
+
+
+def test_the_example_is_written_by_its_script_and_explained() -> None:
+    raw = yaml.safe_load(EXAMPLE.read_text(encoding="utf-8"))
+    assert raw["mla"]["W_DQ"] and raw["heads"] == 2
+    for lang in ("en", "zh"):
+        result = run_cli("trace", "deepseek_mla", "--explain", "--lang", lang, "--no-color")
+        assert result.exit_code == 0, result.stderr
+        assert "scores_absorbed" in result.stdout
+
+
+# ---------------------------------------------------------------------------------------------
+# What does not run MLA yet refuses it in one line
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["decode", "deepseek_mla"],
+        ["flash", "deepseek_mla"],
+        ["trace", "deepseek_mla", "--backward"],
+        ["rope", "deepseek_mla"],
+    ],
+    ids=["decode", "flash", "backward", "rope"],
+)
+def test_decode_flash_and_backward_refuse_mla(args: list[str]) -> None:
+    result = run_cli(*args)
+    assert result.exit_code == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("Error: deepseek_mla.yaml: mla: "), lines
+    assert result.stdout == ""
+
+
+@pytest.mark.parametrize("model_type", ["deepseek_v3", "deepseek_v2"])
+def test_import_of_a_deepseek_checkpoint_is_one_line(model_type: str, tmp_path: Path) -> None:
+    (tmp_path / "config.json").write_text(f'{{"model_type": "{model_type}"}}')
+    (tmp_path / "model.safetensors").write_bytes(b"")
+    np.save(tmp_path / "h.npy", np.zeros((2, 4)))
+    result = run_cli("import", str(tmp_path), "--hidden", str(tmp_path / "h.npy"),
+                     "-o", str(tmp_path / "o.npz"))  # fmt: skip
+    assert result.exit_code == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and f"model type '{model_type}' is not supported" in lines[0]
+    assert "multi-head latent attention" in lines[0] and "mla key" in lines[0]
+    assert not (tmp_path / "o.npz").exists()
+
+
+def test_the_library_refuses_the_backward_pass() -> None:
+    with pytest.raises(UsageError, match="mla: the backward pass does not yet run"):
+        run(load_fixture(EXAMPLE), backward=True)
+
+
+# ---------------------------------------------------------------------------------------------
+# Hostile fixtures: one line naming the field
+
+
+def _with(**mla: Any) -> dict[str, Any]:
+    fx = random_mla_fixture(1)
+    fx["mla"] = {**fx["mla"], **mla}
+    return {k: v for k, v in fx.items()} | {"mla": {k: v for k, v in fx["mla"].items()
+                                                   if v is not None}}  # fmt: skip
+
+
+ERRORS: list[tuple[str, dict[str, Any], str]] = [
+    ("not a mapping", {"mla": [1, 2]}, "mla: got a list"),
+    ("unknown subkey", {"mla": _with(W_UKK=1)["mla"]}, "mla.W_UKK: unknown key"),
+    ("W_KR missing", {"mla": _with(W_KR=None)["mla"]}, "mla.W_KR: missing"),
+    ("odd d_rope", {"mla": _with(W_KR=[[1.0]] * 4)["mla"]}, "mla.W_KR: has 1 columns"),
+    ("W_UK split", {"mla": _with(W_UK=[[1.0] * 3] * 3)["mla"]},
+     "mla.W_UK: has 3 columns, not divisible by heads = 2"),
+    ("W_UQ width", {"mla": _with(W_UQ=[[1.0] * 6] * 3)["mla"]}, "mla.W_UQ: has 6 columns"),
+    ("W_Q beside W_DQ", {"mla": _with(W_Q=[[1.0] * 8] * 4)["mla"]}, "mla.W_Q: given with W_DQ"),
+    ("kv_norm length", {"mla": _with(kv_norm=[1.0])["mla"]}, "mla.kv_norm: has length 1"),
+    ("nan", {"mla": _with(W_DKV=[[math.nan] * 3] * 4)["mla"]}, "mla.W_DKV[0][0]: is nan"),
+    ("rows", {"mla": _with(W_DKV=[[1.0] * 3] * 5)["mla"]}, "mla.W_DKV: has 5 rows"),
+    ("eps", {"mla": _with(eps=-1)["mla"]}, "mla.eps: is -1"),
+    ("mscale inf", {"mla": _with(mscale=math.inf)["mla"]}, "mla.mscale: is inf"),
+    ("W_Q beside mla", {"W_Q": [[1.0]]}, "W_Q: given with mla"),
+    ("rope beside mla", {"rope": True}, "rope: given with mla"),
+    ("kv_heads", {"kv_heads": 1}, "kv_heads: given with mla"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("change", "message"), [(c, m) for _, c, m in ERRORS],
+                         ids=[e[0] for e in ERRORS])  # fmt: skip
+def test_a_hostile_mla_fixture_is_one_line(change: dict[str, Any], message: str,
+                                           tmp_path: Path) -> None:  # fmt: skip
+    fx = random_mla_fixture(1) | change
+    (tmp_path / "m.yaml").write_text(yaml.safe_dump(fx))
+    result = run_cli("trace", str(tmp_path / "m.yaml"))
+    assert result.exit_code == 2, result.stdout
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("Error: "), lines
+    assert message in lines[0], lines[0]
+
+
+@pytest.mark.parametrize(("scale", "dtype", "where"), [
+    (1e300, "float32", "mla.W_DKV[row 0, column 0]: is 1.09"),
+    (1e200, "float64", "c_KV_norm[key 0, kv_lora_rank 0]: is inf (float64 overflow)"),
+], ids=["float32-weight", "float64-stage"])  # fmt: skip
+def test_huge_numbers_are_one_line(scale: float, dtype: str, where: str, tmp_path: Path) -> None:
+    fx = random_mla_fixture(1)
+    fx["mla"]["W_DKV"] = (np.array(fx["mla"]["W_DKV"]) * scale).tolist()
+    (tmp_path / "m.yaml").write_text(yaml.safe_dump(fx))
+    result = run_cli("trace", str(tmp_path / "m.yaml"), "--dtype", dtype)
+    assert result.exit_code == 2, result.stdout
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("Error: "), lines
+    assert where in lines[0], lines[0]
