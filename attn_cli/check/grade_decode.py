@@ -35,7 +35,6 @@ from attn_cli.check.runs import (
     default_block,
     flash_args,
     refuse_decode,
-    refuse_flash,
 )
 from attn_cli.check.runs import run_decode as run_decode  # run_decode, run_flash: old path
 from attn_cli.check.runs import run_flash as run_flash
@@ -45,6 +44,7 @@ from attn_cli.core.chain import Chain
 from attn_cli.core.decode import DecodeMistake, DecodeResult, decode
 from attn_cli.core.flash import FlashMistake, Tile, flash_forward
 from attn_cli.core.inputs import FloatArray
+from attn_cli.core.pipeline import refuse as refuse_variants
 from attn_cli.errors import InputError
 
 if TYPE_CHECKING:
@@ -216,7 +216,7 @@ def _same(given: FloatArray | None, value: FloatArray, tol: Tolerance) -> bool:
 
 def grade_flash(trace: Trace, dump: FlashDump, tolerance: Tolerance, worst: int) -> Comparison:
     """O and L (and the tiles' m and l) against core.flash's; then the mistakes."""
-    refuse_flash(trace.inputs)
+    refuse_variants(trace.inputs, "FlashAttention")
     args = flash_args(trace)
     q, k, v = args.pop("q"), args.pop("k"), args.pop("v")
     inp = trace.inputs

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from attn_cli.blas import blas_limit
-from attn_cli.core.chain import REGISTRY, Chain
+from attn_cli.core.chain import Chain
 from attn_cli.core.decode import DecodeResult, KVCacheBytes, Rotate, decode, kv_cache_bytes
 from attn_cli.core.decode import self_check as decode_self_check
 from attn_cli.core.flash import LOG2E, FlashResult, Tile, flash_forward
@@ -168,20 +168,7 @@ def refuse_decode(inputs: Inputs) -> None:
             src, "positions", "tokens must arrive in order to be decoded one by one",
             "the same increasing positions for queries and keys",
         )  # fmt: skip
-    for variant in REGISTRY.values():
-        value = variant.value(inputs)
-        problem = None if value is None else variant.decode_problem(value, inputs)
-        if problem is not None:
-            raise UsageError(src, *problem)
-
-
-def refuse_flash(inputs: Inputs) -> None:
-    """FlashAttention's tiles give softmax·V: a variant that changes what follows refuses."""
-    for variant in REGISTRY.values():
-        value = variant.value(inputs)
-        problem = None if value is None else variant.flash_problem(value, inputs)
-        if problem is not None:
-            raise UsageError(inputs.source, *problem)
+    refuse_variants(inputs, "decoding")
 
 
 def decode_keep(inputs: Inputs) -> set[str]:
@@ -437,7 +424,6 @@ def run_flash(
     """The FlashAttention-2 forward of the fixture, tile by tile, checked against its trace."""
 
     def refuse(inputs: Inputs) -> None:
-        refuse_flash(inputs)
         refuse_variants(inputs, "FlashAttention")
         for name, value in (("block-q", block_q), ("block-k", block_k), ("max-tiles", max_tiles)):
             if value is not None and value < (0 if name == "max-tiles" else 1):

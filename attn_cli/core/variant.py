@@ -350,11 +350,6 @@ class Variant:
         """
         return None
 
-    def decode_problem(self, value: Any, inputs: Inputs) -> tuple[str, str, str] | None:
-        """Why decoding one token at a time cannot give the reference's numbers for this setting:
-        (the field, what, expected); None: it can."""
-        return None
-
     # -- head-output transforms: output -> its stages, per head, before concat (a gate) ------
 
     # its stages in the order they are computed, each laid out (batch, head, query, d_v) as
@@ -390,11 +385,6 @@ class Variant:
         ``made``, its forward stages and the output it read (``"output"``), to (the gradient of
         that output, its gradient stages by name, what it adds to d_X; None: nothing)."""
         raise NotImplementedError(f"{self.name} transforms no head outputs")
-
-    def flash_problem(self, value: Any, inputs: Inputs) -> tuple[str, str, str] | None:
-        """Why FlashAttention's tiles cannot give the layer's numbers for this setting: (the
-        field, what, expected); None: they can."""
-        return None
 
     # -- extra logits: joined to every softmax row, dropped after (a sink logit) --------------
 
@@ -440,8 +430,9 @@ class Variant:
         return None
 
     def refuses(self, value: Any, inputs: Inputs, what: str) -> tuple[str, str, str] | None:
-        """Why ``what`` (``the backward pass``, ``FlashAttention``) cannot run this setting:
-        (the field, what, expected); None: it can."""
+        """Why ``what`` (``decoding``, ``FlashAttention``, ``the backward pass``, ``attn rope``)
+        cannot give the reference's numbers for this setting: (the field, what, expected);
+        None: it can. The one refusal hook: each run asks it before computing anything."""
         return None
 
     # -- `attn new`: the flags that turn it on, the numbers it draws, the lines it writes ------

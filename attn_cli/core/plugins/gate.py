@@ -156,13 +156,15 @@ class GatedAttention(Variant):
         gate = split_heads(flat, inputs.heads)  # (B, H, T, Dv)
         return {"gate": gate, "gated": output * sigmoid(gate)}  # (B, H, T, Dv)
 
-    def decode_problem(self, value: Gate, inputs: Inputs) -> tuple[str, str, str]:
-        return (self.name, "decoding shows softmax·V of each step, not the gated output",
-                "a fixture without gate (attn trace shows gate and gated)")  # fmt: skip
-
-    def flash_problem(self, value: Gate, inputs: Inputs) -> tuple[str, str, str]:
-        return (self.name, "FlashAttention's tiles give softmax·V, not the gated output",
-                "a fixture without gate (attn trace shows gate and gated)")  # fmt: skip
+    def refuses(self, value: Gate, inputs: Inputs, what: str) -> tuple[str, str, str] | None:
+        """Decoding and FlashAttention stop at softmax·V; the backward pass goes through it."""
+        gives = {
+            "decoding": "decoding shows softmax·V of each step, not the gated output",
+            "FlashAttention": "FlashAttention's tiles give softmax·V, not the gated output",
+        }
+        if what not in gives:
+            return None
+        return self.name, gives[what], "a fixture without gate (attn trace shows gate and gated)"
 
     def new_members(self, spec: NewSpec, rng: np.random.Generator) -> dict[str, Any]:
         if not spec.options.get(self.name):

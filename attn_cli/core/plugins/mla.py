@@ -246,9 +246,6 @@ class LatentAttention(Variant):
         return (self.name, f"{what} does not yet run multi-head latent attention",
                 "a fixture without mla (attn trace shows every stage of it)")  # fmt: skip
 
-    def decode_problem(self, value: MLA, inputs: Inputs) -> tuple[str, str, str]:
-        return self.refuses(value, inputs, "decoding")
-
 
 class _Parser:
     """The mla key's checks, each a one-line error naming ``mla.<subkey>``."""

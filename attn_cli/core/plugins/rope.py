@@ -105,11 +105,12 @@ class RotaryEmbedding(Variant):
             attention=attention,
         )  # (B, heads, n, D)
 
-    def decode_problem(self, value: Rope, inputs: Inputs) -> tuple[str, str, str] | None:
-        """Dynamic and longrope frequencies follow the length: transformers' generate rotates
-        each new key with its own step's and keeps the old ones, which one trace cannot be."""
+    def refuses(self, value: Rope, inputs: Inputs, what: str) -> tuple[str, str, str] | None:
+        """Decoding: dynamic and longrope frequencies follow the length: transformers' generate
+        rotates each new key with its own step's and keeps the old ones, which one trace
+        cannot be."""
         scaling = value.scaling
-        if scaling is None or scaling.kind not in ("dynamic", "longrope"):
+        if what != "decoding" or scaling is None or scaling.kind not in ("dynamic", "longrope"):
             return None
         limit = scaling.get("max_position_embeddings" if scaling.kind == "dynamic" else
                             "original_max_position_embeddings")  # fmt: skip
