@@ -32,8 +32,6 @@ REFUSED = {
     "hunyuan_v1_dense": "model type 'hunyuan_v1_dense' is not supported (q/k norm after RoPE",
     "llama4_text": "model type 'llama4_text' is not supported (chunked attention",
     "gptj": "model type 'gptj' is not supported",
-    # traced from the mla key and checked against this checkpoint in tests/test_mla_families.py
-    "deepseek_v3": "model type 'deepseek_v3' is not supported (multi-head latent attention",
 }
 
 
@@ -306,6 +304,29 @@ _GEMMA3_TEXT = json.loads((REFERENCE / "gemma3" / "config.json").read_text())["t
                                             "partial_rotary_factor": 0.1}}, 0,
          "rope_parameters.partial_rotary_factor: 0.1 gives 0 rotated dims of 8"),
         ("qwen3_next", {"head_dim": 16}, 0, "model.layers.0.self_attn.q_proj.weight: "),
+        ("deepseek_v3", {"kv_lora_rank": _ABSENT}, 0,
+         "config.json: kv_lora_rank: missing, expected a whole number >= 1"),
+        ("deepseek_v3", {"kv_lora_rank": 0}, 0, "kv_lora_rank: got 0, expected a whole number"),
+        ("deepseek_v3", {"qk_rope_head_dim": 3}, 0,
+         "qk_rope_head_dim: got 3: RoPE rotates pairs, expected an even number >= 2"),
+        ("deepseek_v3", {"kv_lora_rank": 6}, 1,
+         "model.layers.1.self_attn.kv_a_proj_with_mqa.weight: "),
+        ("deepseek_v3", {"v_head_dim": 2}, 0, "model.layers.0.self_attn.kv_b_proj.weight: "),
+        ("deepseek_v3", {"q_lora_rank": None}, 0, "a tensor of layer 0's attention that the "
+         "deepseek_v3 layout has no place for"),
+        ("deepseek_v3", {"rms_norm_eps": float("nan")}, 0, "rms_norm_eps: got nan"),
+        ("deepseek_v3", {"rope_parameters": {"rope_type": "default", "rope_theta": float("nan")}},
+         0, "rope_parameters.rope_theta: got nan"),
+        ("deepseek_v3", {"rope_parameters": {"rope_type": "yarn", "rope_theta": 1e4,
+                                             "factor": 40.0, "mscale_all_dim": 1.0}}, 0,
+         "rope_parameters: rope_type 'yarn': it scales the RoPE frequencies, which the mla key's "
+         "RoPE does not"),
+        ("deepseek_v3", {"rope_interleave": False}, 0, "rope_interleave: got false"),
+        ("deepseek_v3", {"attention_bias": True}, 0, "attention_bias: got true"),
+        ("deepseek_v3", {"num_key_value_heads": 1}, 0, "num_key_value_heads: got 1"),
+        ("deepseek_v3", {"head_dim": 8}, 0, "head_dim: got 8: DeepseekV3Config sets it"),
+        ("deepseek_v3", {"qk_nope_head_dim": 0}, 0, "qk_nope_head_dim: got 0"),
+        ("deepseek_v3", {"use_sliding_window": True}, 0, "use_sliding_window: got true"),
     ],
 )  # fmt: skip
 def test_a_hostile_config_is_one_line_and_no_file(

@@ -44,6 +44,7 @@ from attn_cli.errors import AttnError, InputError, UsageError
 from attn_cli.io import gate
 from attn_cli.io.families import (
     Config,
+    Latent,
     LayerPlan,
     Norm,
     Tensor,
@@ -177,7 +178,8 @@ def _require_finite(X: FloatArray, source: str) -> None:
 
 
 # The hidden axis of each array a layer's size makes big: cut to one for _check_fixture.
-_HIDDEN_AXIS = {"X": -1, "W_Q": 0, "W_K": 0, "W_V": 0, "W_O": -1, "b_O": 0, "W_G": 0}
+_HIDDEN_AXIS = {"X": -1, "W_Q": 0, "W_K": 0, "W_V": 0, "W_O": -1, "b_O": 0, "W_G": 0,
+                "W_DQ": 0, "W_DKV": 0, "W_KR": 0}  # fmt: skip  # the last three: mla's
 
 
 def _check_fixture(fixture: Mapping[str, Any], source: str) -> None:
@@ -867,6 +869,29 @@ def _split_qkv(plan: LayerPlan, t: Mapping[str, FloatArray]) -> dict[str, FloatA
     return out
 
 
+def _latent(
+    m: Latent, heads: int, t: Mapping[str, FloatArray]
+) -> tuple[dict[str, Any], FloatArray]:
+    """The mla key and W_O from DeepseekV3Attention's Linear weights ([out, in], transposed):
+    kv_a_proj_with_mqa's rows are the latent's (kv_lora_rank), then the shared RoPE key's;
+    kv_b_proj's are per head [qk_nope_head_dim key rows | v_head_dim value rows]."""
+    kv_a = t["kv_a.weight"].T  # (hidden, rank + rope)
+    kv_b = t["kv_b.weight"].T.reshape(m.rank, heads, m.nope + m.v)  # per head: key | value
+    mla: dict[str, Any] = {
+        "W_DKV": kv_a[:, : m.rank], "W_KR": kv_a[:, m.rank :],
+        "kv_norm": t["kv_a_norm.weight"],
+        "W_UK": kv_b[:, :, : m.nope].reshape(m.rank, heads * m.nope),
+        "W_UV": kv_b[:, :, m.nope :].reshape(m.rank, heads * m.v),
+    }  # fmt: skip
+    if m.q_rank is None:
+        mla["W_Q"] = t["q.weight"].T
+    else:
+        mla |= {"W_DQ": t["q_a.weight"].T, "q_norm": t["q_a_norm.weight"],
+                "W_UQ": t["q_b.weight"].T}  # fmt: skip
+    mla |= {"base": m.base, "eps": m.eps}
+    return mla, t["o.weight"].T
+
+
 def _fixture(
     plan: LayerPlan,
     t: Mapping[str, FloatArray],
@@ -889,6 +914,13 @@ def _fixture(
     }
     if tokens is not None:
         f["tokens"] = tokens
+    if plan.latent is not None:  # DeepSeek V3: the mla key in place of W_Q, W_K, W_V
+        f["X"] = X
+        f["heads"] = plan.heads
+        f["mla"], f["W_O"] = _latent(plan.latent, plan.heads, t)
+        f["scale"] = float(plan.scale)
+        f["causal"] = plan.causal
+        return f
     weights = _weights(plan, t)
     f["X"] = X
     f.update((k, weights[k]) for k in ("W_Q", "b_Q", "W_K", "b_K", "W_V", "b_V") if k in weights)

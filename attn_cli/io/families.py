@@ -15,6 +15,9 @@ Families and their layouts (``X @ W`` is the fixture's convention):
                 llama, mistral, qwen2, qwen3 (``q_norm/k_norm``), gemma2 (softcap,
                 ``query_pre_attn_scalar``), gpt_oss (``sinks``), qwen3_next (q_proj rows per
                 head: the query's, then its output gate's; only its full_attention layers).
+    deepseek_v3 multi-head latent attention into the fixture's ``mla`` key: q LoRA (or q_proj),
+                ``kv_a_proj_with_mqa`` split into the latent's and the RoPE key's rows,
+                ``kv_b_proj`` per head into the key's and the value's; default RoPE only.
     wrappers    an image-text model whose text model is a family (gemma3: gemma3_text under
                 ``text_config``, its layers under ``language_model.model.``): read as that family.
 """
@@ -36,6 +39,7 @@ FAMILIES = (
     "qwen2", "qwen2_moe", "qwen3", "qwen3_moe", "gemma", "gemma2", "gemma3_text", "gemma3",
     "gpt_oss", "granite", "smollm3", "starcoder2", "olmo", "olmo2", "olmo3", "exaone4", "phi3",
     "phi", "stablelm", "gpt_neox", "cohere", "cohere2", "ernie4_5", "glm4", "qwen3_next",
+    "deepseek_v3",
 )  # fmt: skip
 
 NormKind = Literal["layer", "rms", "rms1p"]
@@ -86,6 +90,19 @@ class Rope:
 
 
 @dataclass(frozen=True)
+class Latent:
+    """Multi-head latent attention's sizes (DeepSeek V3): the fixture's mla key."""
+
+    rank: int  # kv_lora_rank: the latent's width
+    q_rank: int | None  # q_lora_rank (None: one q_proj)
+    nope: int  # qk_nope_head_dim
+    rope: int  # qk_rope_head_dim
+    v: int  # v_head_dim
+    base: float  # the RoPE base of the rope dims
+    eps: float = 1e-6  # q_a_layernorm's and kv_a_layernorm's (DeepseekV3RMSNorm's default)
+
+
+@dataclass(frozen=True)
 class LayerPlan:
     """What layer ``layer`` of a checkpoint is: its tensors, sizes and attention conventions."""
 
@@ -111,6 +128,7 @@ class LayerPlan:
     qk_norm_kind: Literal["rms", "rms1p"] = "rms"  # Gemma 3's q/k norms scale by 1 + weight
     sinks: bool = False
     gate: bool = False  # q_proj's rows per head: head_dim query rows, then head_dim gate rows
+    latent: Latent | None = None  # multi-head latent attention (the fixture's mla key)
     notes: tuple[str, ...] = ()
     block: str = ""  # the layer's own prefix (``layers.3.``): its modules below are checked
     # where the layers may be (a wrapper's text model: the first is what transformers saves);
@@ -206,6 +224,8 @@ def plan_layer(config: Config, family: str, layer: int) -> LayerPlan:
         return _distilbert(config, layer)
     if family == "gpt2":
         return _gpt2(config, layer)
+    if family == "deepseek_v3":
+        return _deepseek(config, layer)
     return _llama_like(config, family, layer)
 
 
@@ -350,6 +370,125 @@ def _gpt2(config: Config, layer: int) -> LayerPlan:
         causal=True, scale=scale, notes=tuple(notes),
         block=p, scopes=("attn.", "ln_1."), unused=r"attn\.(bias|masked_bias)",  # mask buffers
     )  # fmt: skip
+
+
+def _deepseek(config: Config, layer: int) -> LayerPlan:
+    """DeepSeek V3's multi-head latent attention (DeepseekV3Attention), read into the fixture's
+    mla key: q_a_proj, q_a_layernorm, q_b_proj (or q_proj), kv_a_proj_with_mqa (the latent's
+    rows, then the shared RoPE key's), kv_a_layernorm, kv_b_proj (per head: the key's rows,
+    then the value's), o_proj; input_layernorm RMSNorm before; interleaved RoPE on the rope
+    dims only; scale 1/sqrt(qk_nope_head_dim + qk_rope_head_dim)."""
+    layers = _check_layer(config, "num_hidden_layers", layer)
+    C = config.whole("hidden_size")
+    H = config.whole("num_attention_heads")
+    if config.whole("num_key_value_heads", H) != H:  # the latent gives every head its K and V
+        raise config.error(
+            "num_key_value_heads", f"got {config.data['num_key_value_heads']}: transformers' "
+            "deepseek_v3 expands the latent to every head, and repeats those by "
+            "heads / num_key_value_heads", f"{H} (num_attention_heads)",
+        )  # fmt: skip
+    rank = config.whole("kv_lora_rank")
+    q_rank = config.optional_whole("q_lora_rank", 1536)
+    nope = config.whole("qk_nope_head_dim")
+    rope_dims = config.whole("qk_rope_head_dim", minimum=2)
+    if rope_dims % 2:
+        raise config.error(
+            "qk_rope_head_dim", f"got {rope_dims}: RoPE rotates pairs", "an even number >= 2"
+        )
+    v = config.whole("v_head_dim")
+    D = nope + rope_dims
+    _deepseek_checks(config, rope_dims, D)
+    base = _deepseek_rope(config)
+    eps = config.number("rms_norm_eps", 1e-6)
+    p = f"layers.{layer}."
+    tensors = _deepseek_tensors(p, C, H, (rank, q_rank, nope, rope_dims, v))
+    embed = (Tensor("embed.tokens", "embed_tokens.weight", (config.whole("vocab_size"), C)),)
+    notes = (
+        "kv_a_proj_with_mqa rows split into mla.W_DKV (the first kv_lora_rank) and mla.W_KR "
+        "(the last qk_rope_head_dim); kv_b_proj rows per head [key | value] split into mla.W_UK "
+        "and mla.W_UV; every Linear transposed",
+        "Q and K are [nope | rope] per head, the rope dims in transformers' de-interleaved "
+        "layout (its query_states and key_states)",
+    )
+    return LayerPlan(
+        family="deepseek_v3", layer=layer, layers=layers, hidden=C, heads=H, kv_heads=H,
+        head_dim=D, layout="linear",
+        anchor=r"layers\.\d+\.self_attn\.kv_a_proj_with_mqa\.weight",
+        tensors=tensors, embed_tensors=embed, pre_norm=Norm("rms", eps, "norm.weight"),
+        embedding=Embedding("embed.tokens"), causal=True, scale=float(D**-0.5),
+        latent=Latent(rank, q_rank, nope, rope_dims, v, base), notes=notes,
+        block=p, scopes=("self_attn.", "input_layernorm."),
+        unused=r"self_attn\.rotary_emb\.inv_freq",
+    )  # fmt: skip
+
+
+def _deepseek_checks(config: Config, rope_dims: int, D: int) -> None:
+    """Keys DeepseekV3Config sets itself, and what the mla key has no place for: refused."""
+    for key, want in (("head_dim", rope_dims), ("qk_head_dim", D)):
+        if config.has(key) and config.whole(key) != want:  # DeepseekV3Config sets both itself
+            raise config.error(
+                key, f"got {config.data[key]}: DeepseekV3Config sets it from the other sizes",
+                f"{want} (or absent)",
+            )  # fmt: skip
+    if config.flag("attention_bias", False):
+        raise config.error(
+            "attention_bias", "got true: biases on q_a_proj, kv_a_proj_with_mqa and o_proj, "
+            "which the mla key has no place for", "absent or false",
+        )  # fmt: skip
+    if not config.flag("rope_interleave", True):
+        raise config.error(
+            "rope_interleave", "got false: RoPE by rotate_half on the rope dims, where the mla "
+            "key rotates interleaved pairs (transformers' deepseek_v3 default)", "absent or true",
+        )  # fmt: skip
+
+
+def _deepseek_tensors(
+    p: str, C: int, H: int, sizes: tuple[int, int | None, int, int, int]
+) -> tuple[Tensor, ...]:
+    """DeepseekV3Attention's Linear weights and norms of one layer, and its input_layernorm."""
+    rank, q_rank, nope, rope_dims, v = sizes
+    a, D = f"{p}self_attn.", nope + rope_dims
+    if q_rank is None:
+        query = [Tensor("q.weight", f"{a}q_proj.weight", (H * D, C))]
+    else:
+        query = [Tensor("q_a.weight", f"{a}q_a_proj.weight", (q_rank, C)),
+                 Tensor("q_a_norm.weight", f"{a}q_a_layernorm.weight", (q_rank,)),
+                 Tensor("q_b.weight", f"{a}q_b_proj.weight", (H * D, q_rank))]  # fmt: skip
+    return (
+        *query,
+        Tensor("kv_a.weight", f"{a}kv_a_proj_with_mqa.weight", (rank + rope_dims, C)),
+        Tensor("kv_a_norm.weight", f"{a}kv_a_layernorm.weight", (rank,)),
+        Tensor("kv_b.weight", f"{a}kv_b_proj.weight", (H * (nope + v), rank)),
+        Tensor("o.weight", f"{a}o_proj.weight", (C, H * v)),
+        Tensor("norm.weight", f"{p}input_layernorm.weight", (C,)),
+    )
+
+
+def _deepseek_rope(config: Config) -> float:
+    """The RoPE base of DeepSeek V3's rope dims. Only default RoPE: yarn (DeepSeek V3's own,
+    with mscale_all_dim) and the other scalings change the frequencies, which the mla key's
+    RoPE does not; mscale_all_dim, read by transformers only beside such a rope_type, changes
+    nothing else."""
+    params, key = _rope_mapping(config)
+    params = {} if params is None else params
+    if not isinstance(params, Mapping):
+        raise config.error(key, f"got {_shown(params)}", "one mapping such as {rope_type: default}")
+    rope_type = params.get("rope_type", params.get("type", "default"))
+    if rope_type != "default":
+        raise config.error(
+            key, f"rope_type {_shown(rope_type)}: it scales the RoPE frequencies, which the mla "
+            "key's RoPE does not (default RoPE only)", "default RoPE",
+        )  # fmt: skip
+    other = next((k for k in params if k not in ("rope_type", "type", "rope_theta")), None)
+    if other is not None:
+        raise config.error(
+            f"{key}.{field_name(other)}", f"got {_shown(params[other])} in a default rope",
+            "only rope_type, rope_theta",
+        )  # fmt: skip
+    given = Config(params, config.source, f"{key}.")
+    if "rope_theta" in params:
+        return given.number("rope_theta", 10000.0)
+    return config.number("rope_theta", 10000.0)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1235,6 +1374,18 @@ KEYS: dict[str, Keys] = {
                Need(("partial_rotary_factor",))),
         assumed=_LLAMA_ASSUMED,
     ),
+    "deepseek_v3": Keys(
+        reads=_LLAMA_READS | {"kv_lora_rank", "q_lora_rank", "qk_nope_head_dim",
+                              "qk_rope_head_dim", "v_head_dim", "qk_head_dim",
+                              "attention_bias", "rope_interleave", "vocab_size"},
+        # the MoE MLP's routing (layers from first_k_dense_replace on), the multi-token
+        # prediction layers (DeepSeek V3's own code and transformers'): no attention numbers
+        inert=frozenset({"first_k_dense_replace", "n_group", "n_routed_experts",
+                         "n_shared_experts", "num_nextn_predict_layers", "num_mtp_layers",
+                         "routed_scaling_factor", "topk_group", "topk_method", "scoring_func",
+                         "moe_layer_freq", "ep_size", "aux_loss_alpha", "seq_aux"}),
+        assumed=_LLAMA_ASSUMED,
+    ),
     "distilbert": Keys(
         reads=frozenset({"dim", "n_heads", "n_layers", "sinusoidal_pos_embds"}),
         inert=frozenset({"hidden_dim", "activation", "tie_weights_"}),
@@ -1303,10 +1454,9 @@ KNOWN_TYPES = {
     "gptj": "RoPE on interleaved pairs of part of each head",
     "hunyuan_v1_dense": "q/k norm after RoPE (attn's q/k norm comes before it), NTK alpha",
     "llama4_text": "chunked attention, layers without RoPE, q/k L2 norm, temperature tuning",
-    "deepseek_v3": "multi-head latent attention: attn traces it from a fixture's mla key "
-                   "(docs/fixture-format.md) but does not import its checkpoints yet",
-    "deepseek_v2": "multi-head latent attention: attn traces it from a fixture's mla key "
-                   "(docs/fixture-format.md) but does not import its checkpoints yet",
+    "deepseek_v2": "multi-head latent attention whose RoPE keeps each rotated pair in place "
+                   "(view_as_complex), not in deepseek_v3's layout the mla key writes: attn "
+                   "imports deepseek_v3 only",
     "falcon": "a fused query_key_value, multi-query heads, parallel attention, optional ALiBi",
     "bloom": "ALiBi position biases and a fused query_key_value",
     "mpt": "ALiBi position biases and a fused Wqkv",
