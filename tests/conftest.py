@@ -52,6 +52,9 @@ GATED = ["qwen3_next_gate"]
 # the bundled examples of multi-head latent attention: attn decode, attn flash and the backward
 # pass do not run it yet and refuse them in one line (tests/test_mla.py)
 LATENT = ["deepseek_mla"]
+# the bundled examples of differential attention: attn decode, attn flash, the backward pass and
+# attn rope do not run it yet and refuse them in one line (tests/test_diff.py)
+DIFFERENTIAL = ["diff_transformer"]
 
 
 class Tolerance(TypedDict):

@@ -271,6 +271,36 @@ absorbed one (W_UK folded into the query, W_UV after attention) and checks they 
     )  # fmt: skip
 
 
+def diff_transformer() -> str:
+    rng = np.random.default_rng(19)
+    X = _embeddings(rng, 5, 8)
+    W_Q, W_K, W_V = _weights(rng, 8, 8, 8, 8)
+    W_O = _weights(rng, 8, 8)[0]
+    lam = [np.round(rng.standard_normal(2) * 0.3, 2) for _ in range(4)]
+    norm = np.round(rng.uniform(0.5, 1.5, 4), 2)
+    comments = """
+Microsoft's Differential Transformer (Ye et al. 2024; microsoft/unilm Diff-Transformer/
+multihead_diffattn.py, MultiheadDiffAttn.forward): each head's query and key split in halves
+(d_k 4 = 2 halves of 2), two softmax maps A1 = softmax(Q1·K1ᵀ/√2), A2 = softmax(Q2·K2ᵀ/√2)
+with the same causal mask, their difference A1 − λ·A2 times V (d_v 4), RMSNorm per head
+(subln, eps 1e-5) and the (1 − λ_init) scale, heads joined, W_O. λ = exp(λ_q1·λ_k1) −
+exp(λ_q2·λ_k2) + λ_init, λ_init = 0.8 − 0.6·exp(−0.3·depth) for layer depth 2."""
+    names = ("lambda_q1", "lambda_k1", "lambda_q2", "lambda_k2")
+    return (
+        _head("Differential attention", (
+            "Two softmax maps from the halves of Q and K, subtracted with a re-parameterised "
+            "lambda, RMSNorm per head, times (1 - lambda_init); 2 heads, causal, W_O"),
+            comments, TOKENS[:5])
+        + _matrix("X", X, "[seq, d_model]") + _matrix("W_Q", W_Q, "[d_model, heads*d_k]")
+        + _matrix("W_K", W_K) + _matrix("W_V", W_V, "[d_model, heads*d_v]")
+        + _matrix("W_O", W_O, "[heads*d_v, d_out]")
+        + "heads: 2\ncausal: true\ndiff:  # (A1 - λ·A2)·V, RMSNorm, × (1 - λ_init)\n"
+        + "".join(f"  {n}: {_row(v)}  # [d_k/2]\n" for n, v in zip(names, lam, strict=True))
+        + "  depth: 2  # λ_init = 0.8 - 0.6·exp(-0.3·depth)\n"
+        + f"  norm: {_row(norm)}  # [d_v]: subln's RMSNorm weight\n"
+    )  # fmt: skip
+
+
 def cross() -> str:
     rng = np.random.default_rng(15)
     X = _embeddings(rng, 3, 8)
@@ -332,6 +362,7 @@ MAKERS: dict[str, Callable[[], str]] = {
     "cross_attention": cross,
     "mask_sentinel": sentinel,
     "deepseek_mla": deepseek_mla,
+    "diff_transformer": diff_transformer,
 }
 
 

@@ -211,7 +211,7 @@ def reference(fx: dict[str, Any], *, lse: bool = False) -> dict[str, np.ndarray]
     if not lse:
         del stages["lse"]
     return {
-        name: np.array(data if has_batch else data[0], dtype=np.float64)
+        name: np.array(data if has_batch and name != "lambda" else data[0], dtype=np.float64)
         for name, data in stages.items()
     }
 
@@ -270,6 +270,16 @@ def _compute(fx: dict[str, Any]) -> tuple[dict[str, Nested], list[Any]]:
     if fx.get("rope", False) is not False:
         q = stages["Q_rot"] = _rope(q, pos_q, fx["rope"])
         k = stages["K_rot"] = _rope(k, pos_k, fx["rope"])
+
+    # 1c) differential attention: each head's Q and K cut in halves; the chain's map is Q1·K1ᵀ
+    q2 = k2 = None
+    if "diff" in fx:
+        half = d_k // 2
+        q2 = [[[row[half:] for row in hd] for hd in item] for item in q]
+        k2 = [[[row[half:] for row in hd] for hd in item] for item in k]
+        q = stages["Q_1"] = [[[row[:half] for row in hd] for hd in item] for item in q]
+        k = stages["K_1"] = [[[row[:half] for row in hd] for hd in item] for item in k]
+        d_k = half
 
     # 2) scores and 3) scaled
     mscale = float(fx["mla"].get("mscale", 1.0)) if "mla" in fx else 1.0
@@ -381,6 +391,13 @@ def _compute(fx: dict[str, Any]) -> tuple[dict[str, Nested], list[Any]]:
     ]
     stages["output"] = output
 
+    # 6a) differential attention's second map, λ, the difference map, the norm and the scale
+    if "diff" in fx:
+        assert q2 is not None and k2 is not None
+        mods = {"softcap": fx.get("softcap"), "bias": bias, "alibi": stages.get("alibi"),
+                "fill": fill, "masks": use_mask}  # fmt: skip
+        output = _diff(fx["diff"], stages, q2, k2, v, scale, allowed, mods, group)
+
     # 6b) the output gate of Qwen3-Next: gate = X·W_G + b_G per head, gated = output · σ(gate)
     if "gate" in fx:
         G = fx["gate"]
@@ -408,6 +425,69 @@ def _compute(fx: dict[str, Any]) -> tuple[dict[str, Nested], list[Any]]:
     grid = [[[[allowed(b, h, i, j) for j in range(S)] for i in range(T)] for h in range(H)]
             for b in range(B)]  # fmt: skip
     return stages, grid
+
+
+def _diff(
+    d: dict[str, Any], stages: dict[str, Nested], q2: Nested, k2: Nested, v: Nested,
+    scale: float, allowed: Any, mods: dict[str, Any], group: int,
+) -> Nested:  # fmt: skip
+    """The paper's formula (Ye et al. 2024; unilm's MultiheadDiffAttn.forward), loop by loop:
+    A2 = softmax(Q2·K2ᵀ·s, the first map's mask), λ = exp(λ_q1·λ_k1) − exp(λ_q2·λ_k2) + λ_init,
+    λ_init = 0.8 − 0.6·exp(−0.3·depth), diff = A1 − λ·A2, diff_output = diff·V,
+    diff_norm = w·x/√(mean(x²) + eps), diff_scaled = diff_norm·(1 − λ_init)."""
+    B, H, T = len(q2), len(q2[0]), len(q2[0][0])
+    S, d_v = len(k2[0][0]), len(v[0][0][0])
+    init = d["lambda_init"] if "depth" not in d else 0.8 - 0.6 * math.exp(-0.3 * d["depth"])
+
+    def vec(name: str, h: int) -> list[float]:
+        x = d[name]
+        return [_float(y) for y in (x[h] if _depth(x) == 2 else x)]
+
+    lam = [math.exp(_dot(vec("lambda_q1", h), vec("lambda_k1", h)))
+           - math.exp(_dot(vec("lambda_q2", h), vec("lambda_k2", h))) + init
+           for h in range(H)]  # fmt: skip
+    scores, weights = [], []
+    for b in range(B):
+        s_item, w_item = [], []
+        for h in range(H):
+            s_rows, w_rows = [], []
+            for i in range(T):
+                row, logits = [], []
+                for j in range(S):
+                    x = _dot(q2[b][h][i], k2[b][h // group][j])
+                    row.append(x)
+                    x = x * scale
+                    if mods["softcap"] is not None:
+                        cap = float(mods["softcap"])
+                        x = cap * math.tanh(x / cap)
+                    if mods["bias"] is not None:
+                        x = x + _float(_broadcast_get(mods["bias"], (b, h, i, j)))
+                    if mods["alibi"] is not None:
+                        x = x + mods["alibi"][b][h][i][j]
+                    logits.append(x if not mods["masks"] or allowed(b, h, i, j) else mods["fill"])
+                s_rows.append(row)
+                w_rows.append(_softmax_row(logits)[0])
+            s_item.append(s_rows)
+            w_item.append(w_rows)
+        scores.append(s_item)
+        weights.append(w_item)
+    stages["scores_2"], stages["softmax_2"] = scores, weights
+    stages["lambda"] = [lam for _ in range(B)]  # no batch axis: reference() takes item 0
+    A1 = stages["softmax"]
+    diff = [[[[A1[b][h][i][j] - lam[h] * weights[b][h][i][j] for j in range(S)]
+              for i in range(T)] for h in range(H)] for b in range(B)]  # fmt: skip
+    stages["diff"] = diff
+    out = [[[[math.fsum(diff[b][h][i][j] * v[b][h // group][j][c] for j in range(S))
+              for c in range(d_v)] for i in range(T)] for h in range(H)]
+           for b in range(B)]  # fmt: skip
+    stages["diff_output"] = out
+    w = [_float(x) for x in d["norm"]] if "norm" in d else [1.0] * d_v
+    eps = float(d.get("eps", 1e-5))
+    normed = [[[_rms(row, w, eps) for row in hd] for hd in item] for item in out]
+    stages["diff_norm"] = normed
+    scaled = [[[[x * (1.0 - init) for x in row] for row in hd] for hd in item] for item in normed]
+    stages["diff_scaled"] = scaled
+    return scaled
 
 
 def _dot(x: list[float], y: list[float]) -> float:
@@ -652,8 +732,8 @@ def random_fixture(
     4 = [batch, heads, seq, d] (3 and 4 imply a batch axis; ``batch`` defaults to 2 then).
     ``cross`` = d_model_kv makes projection mode cross-attention (``X_kv`` of ``seq_k`` rows).
     ``variants`` are fixture keys (``rope``, ``window``, ...) copied in as given, except
-    ``sinks=True``, ``qk_norm="head"`` or ``"projection"``, ``alibi_slopes=True`` and ``gate=True``
-    (or ``"bias"``), which
+    ``sinks=True``, ``qk_norm="head"`` or ``"projection"``, ``alibi_slopes=True``, ``gate=True``
+    (or ``"bias"``) and ``diff=True`` (or ``"init"``), which
     draw random numbers (after every other draw, so the other arrays do not change).
     """
     rng = np.random.default_rng(seed)
@@ -713,8 +793,8 @@ def random_fixture(
         fx["bias"] = _inf_to_str(values.tolist())  # a float when bias == ()
     if lengths is not None:
         fx["lengths"] = lengths
-    sinks, norm, slopes, gate = (variants.pop(k, None)
-                                 for k in ("sinks", "qk_norm", "alibi_slopes", "gate"))  # fmt: skip
+    popped = ("sinks", "qk_norm", "alibi_slopes", "gate", "diff")
+    sinks, norm, slopes, gate, diff = (variants.pop(k, None) for k in popped)
     fx.update(variants)
     if sinks:
         fx["sinks"] = rng.standard_normal(heads).tolist()
@@ -728,6 +808,15 @@ def random_fixture(
         fx["gate"] = {"W_G": normal(d_model, heads * d_v)}
         if gate == "bias":
             fx["gate"]["b_G"] = normal(heads * d_v)
+    if diff:  # True: λ_init from depth 1; "init": λ_init given, a norm weight, per-head vectors
+        names = ("lambda_q1", "lambda_k1", "lambda_q2", "lambda_k2")
+        shape = (heads, d_k // 2) if diff == "init" else (d_k // 2,)
+        fx["diff"] = {n: (rng.standard_normal(shape) * 0.5).tolist() for n in names}
+        if diff == "init":
+            fx["diff"]["lambda_init"] = float(rng.uniform(0.1, 0.8))
+            fx["diff"]["norm"] = rng.uniform(0.5, 1.5, d_v).tolist()
+        else:
+            fx["diff"]["depth"] = 1
     return fx
 
 

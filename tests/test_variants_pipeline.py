@@ -81,6 +81,16 @@ CASES: dict[str, dict[str, Any]] = {
                                "mask_value": -1e9},
     "gate": {"heads": 2, "d_k": 3, "gate": True, "W_O": True},
     "gate with a bias, batch, one head": {"batch": 2, "gate": "bias", "magnitude": 3.0},
+    "diff": {"heads": 2, "d_k": 4, "causal": True, "diff": True, "W_O": True},
+    "diff, batch, per-head λ, lengths, softcap, alibi, bias, cross": {
+        "batch": 2, "seq": 3, "seq_k": 4, "cross": 3, "heads": 2, "d_k": 4, "d_v": 3,
+        "diff": "init", "lengths": [4, 2], "softcap": 1.5, "alibi": True, "bias": (4,),
+        "mask_value": -1e4,
+    },
+    "diff, direct mode, window, scale": {
+        "mode": "direct", "seq": 5, "heads": 2, "d_k": 6, "causal": True, "window": 2,
+        "diff": True, "scale": 0.4,
+    },
     # the combinations real models use
     "Qwen3-Next: gate + qk_norm + partial rope + GQA": {
         "seq": 5, "heads": 4, "kv_heads": 2, "d_k": 4, "causal": True, "qk_norm": "head",

@@ -122,12 +122,12 @@ def diagnose(
         tried.append(mistake.title)
         best: tuple[Candidate, tuple[str, ...]] | None = None
         for cand in _ways(trace, candidates, stage, nan_rows, tolerance):
-            if not _fits(given[stage], _public(trace, cand.stages[stage]), trace[stage].axes,
+            if not _fits(given[stage], _public(trace, cand.stages[stage], stage), trace[stage].axes,
                          stage, tolerance):  # fmt: skip
                 continue
             explains = tuple(
                 n for n in later
-                if n in cand.stages and _fits(given[n], _public(trace, cand.stages[n]),
+                if n in cand.stages and _fits(given[n], _public(trace, cand.stages[n], n),
                                               trace[n].axes, n, tolerance)
             )  # fmt: skip
             if best is None or len(explains) > len(best[1]):
@@ -168,7 +168,7 @@ def _ways(
     for cand in candidates:
         if stage not in cand.stages:
             continue
-        value = _public(trace, cand.stages[stage])
+        value = _public(trace, cand.stages[stage], stage)
         if value.shape == correct.shape and _close(value, correct.data, tolerance):
             continue  # this mistake changes nothing here: it cannot be told apart
         yield cand
@@ -331,8 +331,10 @@ def _kept_axes(shape: tuple[int, ...], axes: tuple[str, ...], ndim: int) -> list
 # The mistakes: those of plain attention and of every variant attn ships (check/mistakes/)
 
 
-def _public(trace: Trace, arr: FloatArray) -> FloatArray:
-    return arr if trace.inputs.has_batch else arr[0]
+def _public(trace: Trace, arr: FloatArray, name: str) -> FloatArray:
+    """A recomputed stage as the trace lays it out: without the batch axis when the fixture has
+    none (a stage without one, differential attention's lambda, as it is)."""
+    return arr if trace.inputs.has_batch or SPECS[name].axes[0] != "batch" else arr[0]
 
 
 MISTAKES = every_mistake()  # as registered when the grader is imported; diagnose asks anew

@@ -20,7 +20,7 @@ import numpy as np
 from attn_cli.core.chain import Chain, cells_of
 from attn_cli.core.heads import merge_heads, split_heads
 from attn_cli.core.inputs import BoolArray, FloatArray, Inputs
-from attn_cli.core.stages import STAGE_NAMES, softmax_input
+from attn_cli.core.stages import SPECS, STAGE_NAMES, softmax_input
 from attn_cli.core.steps import (
     attention_scores,
     project,
@@ -73,7 +73,7 @@ class Candidate:
 def internal(trace: Trace, name: str) -> FloatArray:
     """A stage of the trace in the internal layout: float64, batch axis first."""
     data = trace[name].data.astype(np.float64)
-    return data if trace.inputs.has_batch else data[None]
+    return data if trace.inputs.has_batch or SPECS[name].axes[0] != "batch" else data[None]
 
 
 def whole(inputs: Inputs) -> Cells:
@@ -286,7 +286,8 @@ class _Recompute:
         for variant, value in outs:
             if name in variant.out_stages:
                 X = None if self.inp.X is None else self.get("X")
-                made = variant.out_transform(value, self.inp, self.get(before), X, same)
+                seen = {n: self.get(n) for n in variant.out_reads}
+                made = variant.out_transform(value, self.inp, self.get(before), X, same, seen)
                 self.s.update({n: a for n, a in made.items() if n not in self.s})
                 return
             before = variant.out_stages[-1]

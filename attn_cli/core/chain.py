@@ -12,7 +12,7 @@ each run it over their own cells (core/variant.py ``Cells``); none of them names
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -127,11 +127,13 @@ class Chain:
         X: FloatArray | None,
         cast: Cast = same,
         into: Callable[[str, FloatArray], None] | None = None,
+        seen: Mapping[str, FloatArray] | None = None,
     ) -> FloatArray:
         """The attention output (B, H, T, Dv) through each head-output transform in turn, each
-        one's stages handed to ``into(stage, array)``; the last transform's output."""
+        one's stages handed to ``into(stage, array)``; the last transform's output. ``seen``:
+        the chain's stages the transforms read (their ``out_reads``)."""
         for v, value in self.outs:
-            made = v.out_transform(value, self.inputs, output, X, cast)
+            made = v.out_transform(value, self.inputs, output, X, cast, seen)
             if into is not None:
                 for stage in v.out_stages:
                     into(stage, made[stage])

@@ -290,6 +290,11 @@ class _Run:
             self.held |= backward_needs(inputs)
         self.need = needed_stages(self.held, self.applicable)
         self.need |= needed_stages(self.deferred, self.applicable) - set(SCORE_STAGES)  # Q, K
+        reads = {s for v, _ in self.chain.outs for s in v.out_reads} & set(self.applicable)
+        if reads and self.need & set(self.chain.out_stages):  # read whole (a second map)
+            self.deferred -= reads
+            self.held |= reads
+            self.need |= needed_stages(reads, self.applicable)
         self.check = FiniteCheck(inputs, dtype)
         self.arrays: dict[str, FloatArray] = {}  # internal layouts, batch axis included
         self.bias: FloatArray | None = None  # in the computing dtype, once asked for
@@ -494,7 +499,7 @@ class _Run:
             X = self.arrays.get("X")
             X = self.as_dtype("X", self.inputs.X, _FLAT) if X is None else X  # (B, T, d_model)
         self.chain.transform_out(self.arrays["output"], X, self.as_dtype_any,
-                                 self.arrays.__setitem__)  # fmt: skip
+                                 self.arrays.__setitem__, self.arrays)  # fmt: skip
         for name in self.chain.out_stages:
             self.arrays[name] = self.check(name, self.arrays[name], SPECS[name].axes)
 

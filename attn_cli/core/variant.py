@@ -360,12 +360,18 @@ class Variant:
         """What one of its ``out_stages`` is computed from (stages of the table)."""
         return ("output",)
 
+    # the chain's stages it reads besides output and X (differential attention's second map:
+    # Q, K, V and the first softmax), held whole by a run and handed to it in ``seen``
+    out_reads: tuple[str, ...] = ()
+
     def out_transform(
-        self, value: Any, inputs: Inputs, output: FloatArray, X: FloatArray | None, cast: Cast
-    ) -> dict[str, FloatArray]:
+        self, value: Any, inputs: Inputs, output: FloatArray, X: FloatArray | None, cast: Cast,
+        seen: Mapping[str, FloatArray] | None = None,
+    ) -> dict[str, FloatArray]:  # fmt: skip
         """Its stages by name, each (B, H, T, Dv), from the attention output (B, H, T, Dv) of the
         fixture's queries and the states the queries were projected from, X (B, T, d_model)
-        (None: Q, K, V given); the last of ``out_stages`` is the transformed output."""
+        (None: Q, K, V given), and ``seen``, the stages of ``out_reads`` (internal layouts);
+        the last of ``out_stages`` is the transformed output."""
         raise NotImplementedError(f"{self.name} transforms no head outputs")
 
     # its gradient stages in backward order (d_gated, d_gate, its weights'): rows it adds in
@@ -404,8 +410,10 @@ class Variant:
     # go after ``projected``), and the pairs (its stage, the chain's) that must agree to rounding
     side_stages: tuple[str, ...] = ()
     side_equal: tuple[tuple[str, str], ...] = ()
-    # the fixture keys it cannot be given with (a front end: the other ways of making Q and K)
+    # the fixture keys it cannot be given with (a front end: the other ways of making Q and K;
+    # differential attention: the variants it does not combine with), and why, for the message
     excludes: tuple[str, ...] = ()
+    excludes_why: str = ""
 
     def latent_sizes(self, value: Any, heads: int) -> tuple[int, int]:
         """A front end's (d_k, d_v) per head, from its setting."""

@@ -251,6 +251,7 @@ def validate(obj: Any, source: str, *, max_elements: int = DEFAULT_MAX_ELEMENTS)
     """Validate a parsed fixture mapping (values may be NumPy arrays) and build :class:`Inputs`."""
     # 1) known string keys only; `key: null` means the key is omitted
     obj = _known_keys(obj, source)
+    _exclusive(obj, source)
     c = _Checker(source, max_elements)
     heads = _positive_int(c, obj, "heads")
     kv_heads = _positive_int(c, obj, "kv_heads")
@@ -293,6 +294,17 @@ def validate(obj: Any, source: str, *, max_elements: int = DEFAULT_MAX_ELEMENTS)
         **variants,
         extra=extra,
     )
+
+
+def _exclusive(obj: Mapping[str, Any], source: str) -> None:
+    """A variant given with a key it cannot be combined with (its ``excludes``, when it says
+    why: differential attention and RoPE) is a one-line error naming that key."""
+    for v in REGISTRY.values():
+        if v.excludes_why and obj.get(v.name) not in (None, False):
+            for other in v.excludes:
+                if obj.get(other) not in (None, False):
+                    raise InputError(source, other, f"given with {v.name}",
+                                     f"{v.name} without {other} ({v.excludes_why})")  # fmt: skip
 
 
 def _plugged() -> tuple[str, ...]:

@@ -177,9 +177,9 @@ def _scores_transposed(trace: Trace) -> list[Candidate]:
 
 def _k_not_transposed(trace: Trace) -> list[Candidate]:
     inp = trace.inputs
-    if inp.seq_k != inp.d_k:
-        return []  # Q·K only runs at all when seq_k = d_k
     chain = Chain(inp)
+    if inp.seq_k != trace[chain.query_key("K")].shape[-1]:
+        return []  # Q·K only runs at all when seq_k = d_k (d_k/2 for differential attention)
     k = repeat_kv(internal(trace, chain.query_key("K")), inp.heads // inp.kv_heads)  # (B, H, S, D)
     scores = internal(trace, chain.query_key("Q")) @ k  # (B, H, T, D) @ (B, H, S=D, D)
     detail = (

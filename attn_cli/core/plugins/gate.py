@@ -147,8 +147,9 @@ class GatedAttention(Variant):
         return d_out * s, grads, flat @ cast("gate.W_G", value.W_G).T  # (B, T, d_model)
 
     def out_transform(
-        self, value: Gate, inputs: Inputs, output: FloatArray, X: FloatArray | None, cast: Cast
-    ) -> dict[str, FloatArray]:
+        self, value: Gate, inputs: Inputs, output: FloatArray, X: FloatArray | None, cast: Cast,
+        seen: Mapping[str, FloatArray] | None = None,
+    ) -> dict[str, FloatArray]:  # fmt: skip
         assert X is not None, "the gate is parsed only with X"
         W_G = cast("gate.W_G", value.W_G)
         b_G = None if value.b_G is None else cast("gate.b_G", value.b_G)

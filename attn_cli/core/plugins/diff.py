@@ -1,0 +1,314 @@
+"""Differential attention (Ye et al. 2024, "Differential Transformer", arXiv 2410.05258), as the
+paper's reference code computes it: microsoft/unilm ``Diff-Transformer/multihead_diffattn.py``,
+``MultiheadDiffAttn.forward``::
+
+    q, k = q_proj(x), k_proj(x) viewed as 2·heads halves of head_dim = d_k/2 each
+    A1 = softmax(Q1·K1ᵀ·s + mask), A2 = softmax(Q2·K2ᵀ·s + mask), s = head_dim^(−1/2)
+    λ = exp(Σ λ_q1·λ_k1) − exp(Σ λ_q2·λ_k2) + λ_init,  λ_init = 0.8 − 0.6·exp(−0.3·depth)
+    attn = (A1 − λ·A2)·V                          (V: 2·head_dim = d_v per head)
+    attn = subln(attn) · (1 − λ_init)              (RMSNorm over d_v, eps 1e-5, a weight)
+    heads joined, out_proj
+
+Query head h's Q1 is its first d_k/2 columns, Q2 the next d_k/2 (``view(bsz, tgt_len,
+2*num_heads, head_dim)`` then ``view(bsz, num_heads, 2, ...)``), K alike. In the chain: a Q/K
+transform keeps the first halves (``Q_1``, ``K_1``), so ``scores`` … ``softmax`` are the first
+map's; the head-output transform computes the second map with the same scale, score modifiers,
+biases and mask (the chain's, over every cell), λ, the difference map, its product with V, the
+norm and the (1 − λ_init) scale, which concat joins. Axes: B batch, H heads, T queries, S keys.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from attn_cli.core.inputs import Inputs
+from attn_cli.core.plugins.parsing import is_number, known_subkeys, plain, positive_number
+from attn_cli.core.stage_spec import K_AXES, OUT_AXES, Q_AXES, SCORE_AXES, StageSpec
+from attn_cli.core.variant import (
+    Cast,
+    FixtureKey,
+    FloatArray,
+    IntArray,
+    NewOption,
+    NewSpec,
+    Variant,
+    exact,
+    register,
+)
+
+DOC = ("a mapping {lambda_q1, lambda_k1, lambda_q2, lambda_k2: [d_k/2] vectors (or [heads, "
+       "d_k/2]); lambda_init or depth; optional norm [d_v], eps}")  # fmt: skip
+SUBKEYS = ("lambda_q1", "lambda_k1", "lambda_q2", "lambda_k2", "lambda_init", "depth", "norm",
+           "eps")  # fmt: skip
+VECTORS = ("lambda_q1", "lambda_k1", "lambda_q2", "lambda_k2")
+REFERENCE = "microsoft/unilm Diff-Transformer/multihead_diffattn.py, MultiheadDiffAttn.forward"
+
+
+@dataclass(frozen=True, eq=False)
+class Diff:
+    """The layer's λ parameters, λ_init and its per-head RMSNorm (``subln``)."""
+
+    lambda_q1: FloatArray  # (d,) shared by the heads as the reference has it, or (H, d)
+    lambda_k1: FloatArray
+    lambda_q2: FloatArray
+    lambda_k2: FloatArray
+    lambda_init: float
+    depth: int | None  # the layer index λ_init came from; None: given as a number
+    norm: FloatArray | None  # (d_v,): subln's weight; None: ones (elementwise_affine at init)
+    eps: float = 1e-5  # the reference's RMSNorm(2 * head_dim, eps=1e-5)
+
+
+def lambda_init_fn(depth: int) -> float:
+    """λ_init = 0.8 − 0.6·exp(−0.3·depth), the reference's ``lambda_init_fn``."""
+    return 0.8 - 0.6 * math.exp(-0.3 * depth)
+
+
+def lambda_full(value: Diff, heads: int, cast: Cast) -> FloatArray:
+    """λ of each head, (H,): exp(λ_q1·λ_k1) − exp(λ_q2·λ_k2) + λ_init."""
+    q1, k1, q2, k2 = (cast(f"diff.{n}", getattr(value, n)) for n in VECTORS)
+    lam = np.exp(np.sum(q1 * k1, axis=-1)) - np.exp(np.sum(q2 * k2, axis=-1)) + value.lambda_init
+    out: FloatArray = np.broadcast_to(lam, (heads,)).astype(q1.dtype)  # (H,)
+    return out
+
+
+def rms_norm(x: FloatArray, weight: FloatArray | None, eps: float) -> FloatArray:
+    """x / √(mean(x²) + eps) over the last axis, times the weight (the reference's RMSNorm)."""
+    r = np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps)  # (..., 1)
+    normed = np.where(np.isfinite(r), x / r, np.inf)
+    out: FloatArray = (normed if weight is None else normed * weight).astype(x.dtype)
+    return out
+
+
+def second_map(inputs: Inputs, q2: FloatArray, k2: FloatArray, scale: float) -> dict[str, Any]:
+    """scores_2 = Q2·K2ᵀ and softmax_2, scaled, modified, biased and masked as the chain does
+    the first map (every cell at once)."""
+    from attn_cli.core.chain import Chain, cells_of  # the chain imports the plugins
+    from attn_cli.core.steps import attention_scores, scale_scores, softmax_rows
+
+    chain = Chain(inputs)
+    scores = attention_scores(q2, k2)  # (B, H, T, S)
+    x = chain.modify(scale_scores(scores, scale), _nowhere)
+    cells = cells_of(inputs, slice(None), slice(None), slice(None))
+    masked, _, _ = chain.masked(x, cells, None, _nowhere) if chain.masks else (x, None, [])
+    weights, _ = softmax_rows(np.array(masked), None)  # (B, H, T, S)
+    return {"scores_2": scores, "softmax_2": weights}
+
+
+def _nowhere(stage: str) -> None:
+    return None
+
+
+def differential(
+    value: Diff, inputs: Inputs, seen: Mapping[str, FloatArray], cast: Cast
+) -> dict[str, FloatArray]:
+    """The second map, λ, the difference map and the head output, from the chain's Q, K, V and
+    first softmax map."""
+    half = inputs.d_k // 2
+    q2, k2 = seen["Q"][..., half:], seen["K"][..., half:]  # (B, H, T, d), (B, H, S, d)
+    scale = inputs.scale if inputs.scale is not None else 1.0 / math.sqrt(half)
+    out = second_map(inputs, q2, k2, scale)
+    lam = lambda_full(value, inputs.heads, cast)  # (H,)
+    out["lambda"] = lam
+    out["diff"] = seen["softmax"] - lam[None, :, None, None] * out["softmax_2"]  # (B, H, T, S)
+    out["diff_output"] = out["diff"] @ seen["V"]  # (B, H, T, Dv)
+    norm = None if value.norm is None else cast("diff.norm", value.norm)
+    out["diff_norm"] = rms_norm(out["diff_output"], norm, value.eps)
+    out["diff_scaled"] = out["diff_norm"] * (1.0 - value.lambda_init)
+    return out
+
+
+# name, needs, axes, score-like
+_OUT: tuple[tuple[str, tuple[str, ...], tuple[str, ...], bool], ...] = (
+    ("scores_2", ("Q", "K"), SCORE_AXES, True),
+    ("softmax_2", ("scores_2",), SCORE_AXES, True),
+    ("lambda", (), ("head",), False),
+    ("diff", ("softmax", "softmax_2", "lambda"), SCORE_AXES, True),
+    ("diff_output", ("diff", "V"), OUT_AXES, False),
+    ("diff_norm", ("diff_output",), OUT_AXES, False),
+    ("diff_scaled", ("diff_norm",), OUT_AXES, False),
+)
+_FORMULAS = {
+    "Q_1": "Q_1 = Q[:, :d_k/2] per head (Q1; Q2 = Q[:, d_k/2:])",
+    "K_1": "K_1 = K[:, :d_k/2] per head (K1; K2 = K[:, d_k/2:])",
+    "scores_2": "scores_2 = Q_2·K_2ᵀ, Q_2 = Q[:, d_k/2:], K_2 = K[:, d_k/2:] per head",
+    "diff": "diff = softmax − λ·softmax_2",
+    "diff_output": "diff_output = diff·V",
+    "diff_norm": "diff_norm = norm ⊙ diff_output / √(mean(diff_output²) + eps), per head",
+}
+
+
+class DifferentialAttention(Variant):
+    order = 90
+    name = "diff"
+    array_parts = (*VECTORS, "norm")
+    subkeys = SUBKEYS
+    key_order = 72
+    suffix = "1"
+    out_stages = tuple(n for n, _, _, _ in _OUT)
+    out_reads = ("Q", "K", "V", "softmax", "output")
+    excludes = ("rope", "qk_norm", "sinks", "gate", "mla")
+    excludes_why = ("the reference rotates each half of a head on its own, and computes "
+                    "neither QK-norm, sinks, an output gate nor MLA with two maps")  # fmt: skip
+    new_options = (
+        NewOption("diff", bool, "Differential attention: two softmax maps from the halves of "
+                  "Q and K, subtracted with a re-parameterised lambda, then a per-head RMSNorm "
+                  "and the (1 - lambda_init) scale (Differential Transformer)."),
+    )  # fmt: skip
+    new_rank, new_order = 66, 72
+
+    def parse(self, raw: Any, key: FixtureKey) -> Diff:
+        if not isinstance(raw, Mapping):
+            raise key(f"got {key.describe(raw)}", DOC)
+        value = {k: v for k, v in raw.items() if v is not None}
+        known_subkeys(value, key, self.name, self.subkeys)
+        return _parse(key, value)
+
+    def config(self, value: Diff, inputs: Inputs) -> dict[str, Any]:
+        return {"lambda_init": value.lambda_init, "depth": value.depth,
+                "norm": value.norm is not None, "eps": value.eps,
+                "reference": REFERENCE}  # fmt: skip
+
+    def stage_rows(self) -> tuple[StageSpec, ...]:
+        on, formula = self.applies, self.formula_of
+        rows = [StageSpec("Q_1", (), Q_AXES, False, "Q_1", on, formula("Q_1")),
+                StageSpec("K_1", (), K_AXES, False, "K_1", on, formula("K_1"))]  # fmt: skip
+        rows += [StageSpec(n, needs, axes, score, n, on, formula(n))
+                 for n, needs, axes, score in _OUT]  # fmt: skip
+        return tuple(rows)
+
+    def out_needs(self, stage: str) -> tuple[str, ...]:
+        return next(needs for n, needs, _, _ in _OUT if n == stage)
+
+    def stage_formula(self, value: Diff, inputs: Inputs, stage: str) -> str:
+        if stage == "softmax_2":
+            from attn_cli.core.chain import Chain
+
+            hides = Chain(inputs).hides()
+            masked = f", {', '.join(hides)}" if hides else ""
+            return f"softmax_2 = softmax(scores_2 × scale{masked}) over keys (as softmax)"
+        if stage == "lambda":
+            init = (
+                f"λ_init = 0.8 − 0.6·exp(−0.3·{value.depth}) = {value.lambda_init:.6g}"
+                if value.depth is not None
+                else f"λ_init = {value.lambda_init:.6g}"
+            )
+            return f"λ = exp(λ_q1·λ_k1) − exp(λ_q2·λ_k2) + λ_init, {init}"
+        if stage == "diff_scaled":
+            return (
+                f"diff_scaled = diff_norm × (1 − λ_init) = diff_norm × {1 - value.lambda_init:.6g}"
+            )
+        return _FORMULAS[stage]
+
+    def formula_part(self, value: Diff, inputs: Inputs, stage: str) -> str:
+        return {"concat": ", each head's diff_scaled"}.get(stage, "")
+
+    def default_scale(self, value: Diff, inputs: Inputs) -> float:
+        """1/√(d_k/2): the reference's ``head_dim ** -0.5``, head_dim being one half's width."""
+        return 1.0 / math.sqrt(inputs.d_k // 2)
+
+    def transform(
+        self, value: Diff, inputs: Inputs, which: str, x: FloatArray, positions: IntArray,
+        cast: Cast,
+    ) -> FloatArray:  # fmt: skip
+        """Q_1 and K_1: each head's first d_k/2 columns."""
+        half: FloatArray = x[..., : x.shape[-1] // 2]  # (B, heads, n, d_k/2)
+        return half
+
+    def out_transform(
+        self, value: Diff, inputs: Inputs, output: FloatArray, X: FloatArray | None, cast: Cast,
+        seen: Mapping[str, FloatArray] | None = None,
+    ) -> dict[str, FloatArray]:  # fmt: skip
+        assert seen is not None, "the run hands the differential map Q, K, V and softmax"
+        return differential(value, inputs, seen, cast)
+
+    def refuses(self, value: Diff, inputs: Inputs, what: str) -> tuple[str, str, str]:
+        return (self.name, f"{what} does not yet run differential attention (two softmax maps)",
+                "a fixture without diff (attn trace shows every stage of it)")  # fmt: skip
+
+    def new_members(self, spec: NewSpec, rng: np.random.Generator) -> dict[str, Any]:
+        if not spec.options.get(self.name):
+            return {}
+        d = spec.d_k // 2
+        members = {f"diff.{n}": rng.normal(0.0, 0.1, size=d).round(3) for n in VECTORS}
+        return members | {"diff.depth": np.array(1)}
+
+    def new_problem(self, spec: NewSpec) -> tuple[str, str, str] | None:
+        if spec.options.get(self.name) and spec.d_k % 2:
+            return "d-k", f"is {spec.d_k} with --diff", "an even d_k (Q and K split in halves)"
+        return None
+
+    def new_lines(self, spec: NewSpec, members: Mapping[str, Any]) -> list[str]:
+        lines = ["diff:   # differential attention: (softmax(Q1·K1ᵀ) − λ·softmax(Q2·K2ᵀ))·V, "
+                 "RMSNorm, × (1 − λ_init); without scale it scales by 1/sqrt(d_k/2) = "
+                 f"{1 / math.sqrt(spec.d_k // 2):.6g}, each half's width"]  # fmt: skip
+        for n in VECTORS:
+            lines.append(f"  {n}: [" + ", ".join(exact(x) for x in members[f"diff.{n}"]) + "]")
+        lines.append(
+            f"  depth: {int(members['diff.depth'])}   # λ_init = 0.8 − 0.6·exp(−0.3·depth)"
+        )
+        return lines
+
+    def new_words(self, spec: NewSpec, members: Mapping[str, Any]) -> str:
+        return "differential attention"
+
+
+def _vector(key: FixtureKey, value: Mapping[str, Any], name: str, d: int) -> FloatArray:
+    doc = f"a vector of d_k/2 = {d} numbers, or [heads, d_k/2] = [{key.heads}, {d}]"
+    if name not in value:
+        raise key("missing", f"{name} in {DOC}", f"diff.{name}")
+    raw = value[name]
+    numeric = isinstance(raw, np.ndarray) and raw.dtype.kind in "iuf"
+    arr = key.floats(raw if numeric else plain(raw), f"diff.{name}", (1, 2), doc)
+    if arr.shape[-1] != d or (arr.ndim == 2 and arr.shape[0] != key.heads):
+        raise key(f"has shape {list(arr.shape)}", doc, f"diff.{name}")
+    return arr
+
+
+def _parse(key: FixtureKey, value: Mapping[str, Any]) -> Diff:
+    """The diff key's checks, each a one-line error naming ``diff.<subkey>``."""
+    if key.d_k % 2:
+        raise key(f"given with d_k = {key.d_k}", "an even d_k per head (Q and K are split "
+                  "into two halves, Q1 and Q2)")  # fmt: skip
+    if key.kv_heads != key.heads:
+        raise key(f"given with kv_heads = {key.kv_heads} < heads = {key.heads}", "kv_heads = "
+                  "heads (the reference's repeat_kv pairs the halves of grouped keys its own "
+                  "way; attn does not trace it)")  # fmt: skip
+    d = key.d_k // 2
+    vectors = {n: _vector(key, value, n, d) for n in VECTORS}
+    if ("lambda_init" in value) == ("depth" in value):
+        got = "given both" if "lambda_init" in value else "missing"
+        raise key(f"lambda_init and depth {got}", "one of them: lambda_init, a number, or "
+                  "depth, the layer index (λ_init = 0.8 − 0.6·exp(−0.3·depth))",
+                  "diff.lambda_init")  # fmt: skip
+    depth = None
+    if "depth" in value:
+        raw = value["depth"]
+        if type(raw) is not int or not 0 <= raw <= 10**6:
+            raise key(f"got {key.describe(raw)}", "a whole number from 0 to 1000000 (the "
+                      "layer index)", "diff.depth")  # fmt: skip
+        depth, init = raw, lambda_init_fn(raw)
+    else:
+        raw = value["lambda_init"]
+        if not is_number(raw) or not math.isfinite(float(raw)):
+            raise key(f"got {key.describe(raw)}", "a finite number (λ_init)", "diff.lambda_init")
+        init = float(raw)
+    norm = None
+    if "norm" in value:
+        raw = value["norm"]
+        doc = f"a vector of d_v = {key.d_v} (subln's RMSNorm weight)"
+        numeric = isinstance(raw, np.ndarray) and raw.dtype.kind in "iuf"
+        norm = key.floats(raw if numeric else plain(raw), "diff.norm", (1,), doc)
+        if norm.shape[0] != key.d_v:
+            raise key(f"has length {norm.shape[0]}", doc, "diff.norm")
+    eps = 1e-5
+    if "eps" in value:
+        eps = positive_number(value["eps"], key, "RMSNorm's epsilon", "diff.eps")
+    return Diff(**vectors, lambda_init=init, depth=depth, norm=norm, eps=eps)
+
+
+register(DifferentialAttention())
