@@ -32,6 +32,7 @@ KEPT = {
     *("QK", "norm", "RMSNorm", "ALiBi", "sinks", "logit", "gpt", "oss", "base", "dims"),
     *("gate", "gated", "Next"),  # Qwen3-Next's output gate and its stages
     *("mla", "DeepSeek", "kv_lora_rank", "lora", "rank", "rope", "nope", "mscale", "LoRA", "KV"),
+    *("diff", "init", "Differential", "Transformer", "lambda"),  # differential attention
 }
 
 

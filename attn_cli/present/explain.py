@@ -392,11 +392,12 @@ def _explain_projected(c: Context) -> Parts:
 
 
 def _query_key(trace: Trace, name: str) -> str:
-    """The stage the scores read for Q or K: rotated, else normalised, else plain."""
-    for stage in (f"{name}_rot", f"{name}_norm"):
-        if stage in trace.applicable:
-            return stage
-    return name
+    """The stage the scores read for Q or K: the last Q/K transform's (rotated, else
+    normalised, or differential attention's first half), else plain."""
+    from attn_cli.core.chain import Chain
+
+    stages = Chain(trace.inputs).qk_stages(name)
+    return next((s for s in reversed(stages) if s in trace.applicable), name)
 
 
 def _en_zh(c: Context, en: str, zh: str) -> str:

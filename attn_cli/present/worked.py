@@ -171,8 +171,11 @@ def _worked_cell(trace: Trace, ref: CellRef, b: int, h: int) -> WorkedCell:
 
 
 def _read(trace: Trace, name: str) -> str:
-    """What the scores read for Q or K: the rotated stage, else the normalised, else plain."""
-    return next(s for s in (f"{name}_rot", f"{name}_norm", name) if s in trace)
+    """What the scores read for Q or K: the last Q/K transform's stage kept (rotated, else
+    normalised, or differential attention's first half), else plain."""
+    from attn_cli.core.chain import Chain
+
+    return next(s for s in reversed(Chain(trace.inputs).qk_stages(name)) if s in trace)
 
 
 def _allowed(trace: Trace, b: int, h: int, ref: CellRef) -> bool:
