@@ -248,6 +248,10 @@ def test_json_has_every_stage_and_the_config() -> None:
     want = ["Q_1", "K_1", "scores", "softmax", "output", "scores_2", "softmax_2", "lambda",
             "diff", "diff_output", "diff_norm", "diff_scaled", "concat", "projected"]  # fmt: skip
     assert [n for n in names if n in want] == want
+    trace = run(load_fixture(EXAMPLE))  # the JSON writer streams: the same numbers
+    for name in ("scores", "scores_2", "softmax_2", "diff", "lambda", "projected"):
+        np.testing.assert_allclose(doc["stages"][name]["data"], trace[name].data, rtol=1e-6,
+                                   err_msg=name)  # fmt: skip
 
 
 @pytest.mark.parametrize(

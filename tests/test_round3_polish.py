@@ -244,6 +244,7 @@ def test_every_bundled_example_fits_80_columns(command: str, lang: str) -> None:
                 "causal" in result.stderr,
                 ": gate: " in result.stderr,
                 ": mla: " in result.stderr,
+                ": diff: " in result.stderr,
             )
             if result.exit_code == 2 and any(refused):
                 continue  # decode and flash take causal fixtures only, without a gate or MLA

@@ -273,11 +273,13 @@ class _Run:
         self.wanted = set(self.applicable if keep is None else
                           [s for s in self.applicable if s in keep])  # fmt: skip
         self.gradients = {s for s in self.wanted if SPECS[s].gradient}
-        # the score stages computed again as they are written (run_streamed), never held
-        self.deferred = set() if not stream or self.gradients else self.wanted & set(SCORE_STAGES)
+        self.chain = Chain(inputs)
+        # the score stages computed again as they are written (run_streamed), never held; a
+        # head-output transform's (differential attention's second map) are not the engine's
+        engine_scores = set(SCORE_STAGES) - set(self.chain.out_stages)
+        self.deferred = set() if not stream or self.gradients else self.wanted & engine_scores
         # the forward stages to hold whole: those kept, and those the backward pass reads
         self.held = self.wanted - self.gradients - self.deferred
-        self.chain = Chain(inputs)
         self.sides = [(v, x) for v, x in self.chain.on if v.side_stages]
         if self.sides:  # a second form is checked against the chain on every run: all held
             self.deferred = set()
