@@ -337,3 +337,20 @@ def test_attn_new_writes_a_differential_fixture(tmp_path: Path) -> None:
     assert traced.exit_code == 0, traced.stderr
     odd = run_cli("new", str(tmp_path / "o.yaml"), "--diff", "--d-k", "3")
     assert odd.exit_code == 2 and "d_k" in odd.stderr
+
+
+@pytest.mark.parametrize(("change", "dtype", "where"), [
+    ({"lambda_q1": [100.0, 100.0], "lambda_k1": [100.0, 100.0]}, "float64",
+     "lambda[head 0]: is inf (float64 overflow)"),
+    ({"lambda_q1": [1e300, 1.0]}, "float32", "diff.lambda_q1[column 0]: is 1e+300 (float32"),
+    ({"norm": [1e300, 1.0, 1.0, 1.0]}, "float32", "diff.norm[column 0]: is 1e+300 (float32"),
+], ids=["exp overflows", "float32 vector", "float32 norm"])  # fmt: skip
+def test_huge_numbers_are_one_line(change: dict[str, Any], dtype: str, where: str,
+                                   tmp_path: Path) -> None:  # fmt: skip
+    raw = yaml.safe_load(EXAMPLE.read_text(encoding="utf-8"))
+    raw["diff"] |= change
+    (tmp_path / "d.yaml").write_text(yaml.safe_dump(raw))
+    result = run_cli("trace", str(tmp_path / "d.yaml"), "--dtype", dtype)
+    assert result.exit_code == 2, result.stdout
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and where in lines[0], lines
