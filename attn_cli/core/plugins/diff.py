@@ -143,7 +143,7 @@ _FORMULAS = {
 
 
 class DifferentialAttention(Variant):
-    order = 90
+    order = 55  # its Q/K transform first: a transform registered later reads the halves
     name = "diff"
     array_parts = (*VECTORS, "norm")
     subkeys = SUBKEYS
