@@ -23,7 +23,7 @@ from attn_cli.present.i18n import Lang, label
 from attn_cli.present.options import RenderOptions
 from attn_cli.present.render import render_explanation, render_header
 from attn_cli.present.run_view import lookup, sentinel_note, titled_matrix
-from attn_cli.present.text import TABLE_EDGE, TABLE_LIMIT, pick, safe
+from attn_cli.present.text import ROW_EDGE, ROW_LIMIT, TABLE_EDGE, TABLE_LIMIT, pick, safe
 from attn_cli.present.variants import active, ring_slots, view_asides, view_inputs, view_notes
 
 if TYPE_CHECKING:
@@ -233,6 +233,13 @@ def _slot_labels(run: DecodeRun, step: DecodeStep, lang: Lang, shown: list[int])
     return out
 
 
+def _held_line(slots: list[str], full: bool) -> str:
+    """The slot labels joined, elided as the cache tables' rows are (first and last rows, an
+    ellipsis between) unless ``full``: a 4,096-token cache is not a 4,096-entry line."""
+    picked = pick(len(slots), ROW_LIMIT, ROW_EDGE, full)
+    return ", ".join("…" if i is None else safe(slots[i]) for i in picked)
+
+
 def render_step(run: DecodeRun, k: int, options: RenderOptions) -> Group:
     """One generated token: its query, the cache now, scores to output, the self-check."""
     lang = options.lang
@@ -247,7 +254,7 @@ def render_step(run: DecodeRun, k: int, options: RenderOptions) -> Group:
     how = _t(lang, "ring", w=ring) if ring is not None else _t(lang, "grow")
     parts: list[RenderableType] = [
         Rule(Text(title, style="bold cyan"), align="left", style="cyan"),
-        Text(_t(lang, "cache", c=step.slots, held=", ".join(safe(s) for s in slots))),
+        Text(_t(lang, "cache", c=step.slots, held=_held_line(slots, options.full))),
         Text(how, style="dim"),
     ]
     if len(shown) < step.slots:
