@@ -27,7 +27,7 @@ from attn_cli.core.decode import DecodeResult, KVCacheBytes, Rotate, decode, kv_
 from attn_cli.core.decode import self_check as decode_self_check
 from attn_cli.core.flash import LOG2E, FlashResult, Tile, flash_forward
 from attn_cli.core.pipeline import refuse as refuse_variants
-from attn_cli.core.variant import Variant
+from attn_cli.core.variant import DecodeForm, Variant
 from attn_cli.errors import ComputeError, InputError, UsageError
 
 if TYPE_CHECKING:
@@ -118,10 +118,12 @@ class DecodeArgs:
     scale: float
     positions: np.ndarray[Any, np.dtype[np.int64]]
     rotate: Rotate | None
+    form: DecodeForm | None = None  # a cache of other numbers than K and V (MLA's latent)
 
     def kwargs(self) -> dict[str, Any]:
+        finish = None if self.form is None else self.form.finish
         return {"chain": self.chain, "scale": self.scale, "positions": self.positions,
-                "rotate": self.rotate}  # fmt: skip
+                "rotate": self.rotate, "finish": finish}  # fmt: skip
 
 
 @dataclass(frozen=True, eq=False)
@@ -135,6 +137,7 @@ class DecodeRun:
     cost: KVCacheBytes
     sentinel: float | None = None  # the fixture's finite mask_value, replaced by −∞
     tolerance: float = F64_TOLERANCE
+    cache_parts: str | None = None  # what a cache of other numbers than K and V holds (MLA's)
 
     @property
     def worst(self) -> float:
@@ -175,7 +178,8 @@ def decode_keep(inputs: Inputs) -> set[str]:
     """The stages a decode run reads: Q and K before the transforms that read positions
     (RoPE), V, output."""
     chain = Chain(inputs)
-    return {chain.before_positional("Q"), chain.before_positional("K"), "V", "output"}
+    own = {stage for v, _ in chain.on for stage in v.decode_stages}
+    return {chain.before_positional("Q"), chain.before_positional("K"), "V", "output", *own}
 
 
 def decode_bytes(inputs: Inputs, prefill: int = 1) -> int:
@@ -195,6 +199,12 @@ def decode_args(trace: Trace) -> DecodeArgs:
     """core.decode's arguments from the trace of a fixture ``refuse_decode`` let through."""
     chain = trace_chain(trace)
     pos = trace.inputs.token_positions()[0]
+    dtype = np.dtype(trace.dtype)
+    for v, value in chain.on:
+        arrays = {name: internal(trace, name) for name in v.decode_stages}
+        form = v.decode_form(value, chain.inputs, arrays, _caster(dtype))
+        if form is not None:  # nothing to rotate: its q and k are at their positions
+            return DecodeArgs(form.q, form.k, form.v, chain, trace.scale, pos, None, form)
     q, k = (_before_rotation(trace, chain, which, pos) for which in "QK")
     return DecodeArgs(
         q=q,  # (B, H, T, D)
@@ -286,8 +296,11 @@ def check_decode(trace: Trace, prefill: int, sentinel: float | None = None) -> D
     diffs = tuple(decode_self_check(result, full))
     prefill_diff = max_abs_diff(result.prefill_output, full[:, :, :prefill])
     inp = trace.inputs
-    cost = kv_cache_bytes(inp.kv_heads, inp.heads, inp.d_k, inp.d_v, 8, inp.seq_q)
-    return DecodeRun(trace, result, diffs, prefill_diff, cost, sentinel)
+    form = args.form
+    cost = kv_cache_bytes(inp.kv_heads, inp.heads, inp.d_k, inp.d_v, 8, inp.seq_q,
+                          latent=None if form is None else form.cached)  # fmt: skip
+    parts = None if form is None else form.parts
+    return DecodeRun(trace, result, diffs, prefill_diff, cost, sentinel, cache_parts=parts)
 
 
 def decode_failure(run: DecodeRun) -> ComputeError | None:

@@ -36,7 +36,15 @@ from attn_cli.core.heads import split_heads
 from attn_cli.core.inputs import Inputs
 from attn_cli.core.plugins.parsing import known_subkeys, plain, positive_number
 from attn_cli.core.stage_spec import StageSpec
-from attn_cli.core.variant import Cast, FixtureKey, FloatArray, IntArray, Variant, register
+from attn_cli.core.variant import (
+    Cast,
+    DecodeForm,
+    FixtureKey,
+    FloatArray,
+    IntArray,
+    Variant,
+    register,
+)
 
 DOC = ("a mapping {W_DQ, q_norm, W_UQ (q LoRA) or W_Q; W_DKV, kv_norm, W_UK, W_UV, W_KR; "
        "optional base, eps, mscale}")  # fmt: skip
@@ -242,7 +250,33 @@ class LatentAttention(Variant):
     ) -> dict[str, FloatArray]:  # fmt: skip
         return absorbed(value, inputs.heads, arrays, scale, cast)
 
-    def refuses(self, value: MLA, inputs: Inputs, what: str) -> tuple[str, str, str]:
+    decode_stages = ("q_nope", "q_rope_rot", "c_KV_norm", "k_rope_rot")
+
+    def decode_form(
+        self, value: MLA, inputs: Inputs, arrays: Mapping[str, FloatArray], cast: Cast
+    ) -> DecodeForm:
+        """Decoding as DeepSeek's inference runs it: the cache holds each token's latent c_KV
+        (normed) and its rotated RoPE key, r + d_rope numbers for all heads; each step's query
+        is q_nope·W_UKᵀ beside q_rope_rot, attends over [c_KV_norm | k_rope_rot] (one cache
+        head, every query head reads it) with the values the latent itself, and W_UV turns
+        each head's softmax·c_KV_norm into its output."""
+        r, H = value.rank, inputs.heads
+        W_UK = cast("mla.W_UK", value.W_UK).reshape(r, H, -1).transpose(1, 0, 2)  # (H, r, nope)
+        W_UV = cast("mla.W_UV", value.W_UV).reshape(r, H, -1).transpose(1, 0, 2)  # (H, r, d_v)
+        q_absorbed = arrays["q_nope"] @ W_UK.transpose(0, 2, 1)  # (B, H, T, r)
+        q = np.concatenate([q_absorbed, arrays["q_rope_rot"]], axis=-1)  # (B, H, T, r + d_rope)
+        c_kv = arrays["c_KV_norm"][:, None]  # (B, 1, T, r)
+        k = np.concatenate([c_kv, arrays["k_rope_rot"][:, None]], axis=-1)  # (B, 1, T, r + d_rope)
+
+        def finish(latent: FloatArray) -> FloatArray:
+            out: FloatArray = latent @ W_UV  # (B, H, n, r) @ (H, r, d_v)
+            return out
+
+        return DecodeForm(q, k, c_kv, finish, r + value.d_rope, "[c_KV_norm | k_rope_rot]")
+
+    def refuses(self, value: MLA, inputs: Inputs, what: str) -> tuple[str, str, str] | None:
+        if what == "decoding":
+            return None
         return (self.name, f"{what} does not yet run multi-head latent attention",
                 "a fixture without mla (attn trace shows every stage of it)")  # fmt: skip
 
