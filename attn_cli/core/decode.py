@@ -15,8 +15,8 @@ position p goes to slot p mod C, evicting the one C positions back.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, fields
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, fields
 from functools import cached_property
 from typing import Any, NamedTuple
 
@@ -32,6 +32,8 @@ IntArray = np.ndarray[Any, np.dtype[np.int64]]
 BoolArray = np.ndarray[Any, np.dtype[np.bool_]]
 Rotate = Callable[[FloatArray, IntArray], FloatArray]  # (x (..., n, D), positions (n,)) -> x
 Finish = Callable[[FloatArray], FloatArray]  # softmax·V_cache (B, H, n, Dc) -> output (B, H, n, Dv)
+# the head-output transforms (a gate) of tokens ``sl``: their output (B, H, n, Dv) -> each stage
+After = Callable[[slice, FloatArray], dict[str, FloatArray]]
 
 
 @dataclass(frozen=True, eq=False)
@@ -97,6 +99,7 @@ class DecodeStep:
     output: FloatArray  # (B, H, 1, Dv)
     attend: _Attend  # the step's tables, computed again
     latent: FloatArray | None = None  # softmax·V_cache before ``finish`` made it the output
+    outs: Mapping[str, FloatArray] = field(default_factory=dict)  # the head-output transforms'
 
     @property
     def slots(self) -> int:
@@ -154,6 +157,7 @@ class DecodeResult:
     prefill: int
     prefill_output: FloatArray  # (B, H, prefill, Dv), each prefill token over those up to it
     steps: tuple[DecodeStep, ...]
+    prefill_outs: Mapping[str, FloatArray] = field(default_factory=dict)  # (B, H, prefill, Dv)
 
 
 @dataclass(frozen=True)
@@ -175,6 +179,7 @@ class _Setup:
     positions: IntArray  # (T,)
     rotate: Rotate | None
     finish: Finish | None = None
+    after: After | None = None
 
 
 def decode(
@@ -188,11 +193,13 @@ def decode(
     positions: Any,
     rotate: Rotate | None = None,
     finish: Finish | None = None,
+    after: After | None = None,
 ) -> DecodeResult:
     """Prefill the first ``prefill`` tokens, then decode the rest one step at a time;
     ``finish`` turns softmax·V_cache (B, H, n, Dc) into the output when the cache holds
-    something other than the values (MLA's latent: W_UV after attention)."""
-    setup = _setup(q, k, v, chain, scale, prefill, positions, rotate, finish)
+    something other than the values (MLA's latent: W_UV after attention); ``after`` gives the
+    head-output transforms' stages (a gate) of each step's output."""
+    setup = _setup(q, k, v, chain, scale, prefill, positions, rotate, finish, after)
     return _decode(q, k, v, prefill, setup, DecodeBugs())
 
 
@@ -206,6 +213,7 @@ def _setup(
     positions: Any,
     rotate: Rotate | None,
     finish: Finish | None = None,
+    after: After | None = None,
 ) -> _Setup:
     """Check the shapes and gather the options every step reads."""
     B, H, T, _ = q.shape
@@ -215,7 +223,8 @@ def _setup(
     if not 1 <= prefill <= T:
         raise ValueError(f"prefill must be 1..{T}, not {prefill}")
     pos = np.asarray(positions, dtype=np.int64).reshape(T)
-    return _Setup(chain=chain, scale=scale, positions=pos, rotate=rotate, finish=finish)
+    return _Setup(chain=chain, scale=scale, positions=pos, rotate=rotate, finish=finish,
+                  after=after)  # fmt: skip
 
 
 def _decode(
@@ -231,6 +240,7 @@ def _decode(
     prefill_output = _prefill(q_pre, k_rot, v[:, :, :prefill], setup)
     if setup.finish is not None:
         prefill_output = setup.finish(prefill_output)
+    prefill_outs = {} if setup.after is None else setup.after(slice(0, prefill), prefill_output)
     ring = setup.chain.cache_slots()
     cache = _Cache.empty(k, v, None if ring is None else ring + bugs.extra_slots)
     for i in range(prefill):
@@ -253,8 +263,11 @@ def _decode(
         output, latent = tables.output, None
         if setup.finish is not None:
             output, latent = setup.finish(tables.output), tables.output
-        steps.append(DecodeStep(i, int(pos[i]), slot, view, q_new, q_rot, output, attend, latent))
-    return DecodeResult(prefill, prefill_output, tuple(steps))
+        outs = {} if setup.after is None else setup.after(slice(i, i + 1), output)
+        steps.append(
+            DecodeStep(i, int(pos[i]), slot, view, q_new, q_rot, output, attend, latent, outs)
+        )
+    return DecodeResult(prefill, prefill_output, tuple(steps), prefill_outs)
 
 
 @dataclass(eq=False)
@@ -397,10 +410,17 @@ def _prefill(q: FloatArray, k: FloatArray, v: FloatArray, setup: _Setup) -> Floa
     return grouped(weights, v)  # (B, H, P, Dv)
 
 
-def self_check(result: DecodeResult, full_output: FloatArray) -> list[float]:
-    """The largest |step output - full output row| of each step; full is (B?, H, T, Dv)."""
+def self_check(result: DecodeResult, full_output: FloatArray, stage: str = "output") -> list[float]:
+    """The largest |step's ``stage`` - full row| of each step; full is (B?, H, T, Dv); ``stage``
+    the output or a head-output transform's (``gated``)."""
     full = full_output if full_output.ndim == 4 else full_output[None]  # (B, H, T, Dv)
-    return [float(np.abs(s.output[:, :, 0] - full[:, :, s.index]).max()) for s in result.steps]
+    return [float(np.abs(step_out(s, stage)[:, :, 0] - full[:, :, s.index]).max())
+            for s in result.steps]  # fmt: skip
+
+
+def step_out(step: DecodeStep, stage: str) -> FloatArray:
+    """A step's output, or the stage of a head-output transform (``gated``) made from it."""
+    return step.outs.get(stage, step.output)
 
 
 @dataclass(frozen=True)
@@ -465,11 +485,12 @@ def decode_mistakes(
     positions: Any,
     rotate: Rotate | None = None,
     finish: Finish | None = None,
+    after: After | None = None,
     extra: Sequence[tuple[str, str, DecodeBugs]] = (),
 ) -> tuple[DecodeMistake, ...]:
     """Each named mistake of the loop that can apply here (RoPE, GQA), recomputed; then each
     of ``extra`` (name, description, bugs): the variants' own (check/mistakes/)."""
-    setup = _setup(q, k, v, chain, scale, prefill, positions, rotate, finish)
+    setup = _setup(q, k, v, chain, scale, prefill, positions, rotate, finish, after)
     candidates = (
         ("rerotate_cache", "cached keys rotated again at every step",
          DecodeBugs(rerotate_cache=True), rotate is not None),

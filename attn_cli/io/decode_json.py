@@ -179,6 +179,8 @@ def decode_stages(trace: Trace, step: DecodeStep) -> list[tuple[str, Any]]:
             data = step.output
         if data is not None:
             out.append((name, data if trace.inputs.has_batch else data[0]))
+    for name, made in step.outs.items():  # the head-output transforms (a gate)
+        out.append((name, made if trace.inputs.has_batch else made[0]))
     return out
 
 

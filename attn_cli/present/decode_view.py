@@ -18,6 +18,7 @@ from rich.rule import Rule
 from rich.table import Table
 from rich.text import Text
 
+from attn_cli.core.stages import SPECS
 from attn_cli.present.explain_registry import Explanation
 from attn_cli.present.i18n import Lang, label
 from attn_cli.present.options import RenderOptions
@@ -49,6 +50,7 @@ LABELS: dict[Lang, dict[str, str]] = {
         "V_cache": "V_cache · kv head {g}",
         "attn": "attention · head {h} (reads kv head {g})",
         "output": "output: one row per head",
+        "out_stage": "{formula}: one row per head",
         "Q_latent": "Q: the new token's query as the latent cache reads it, [q_nope·W_UKᵀ | "
         "q_rope_rot] (one row per head)",
         "K_latent": "cache {parts} · one for every head",
@@ -62,8 +64,8 @@ LABELS: dict[Lang, dict[str, str]] = {
         "row": "stage",
         "slot": "slot",
         "head_row": "head {h}",
-        "check": "self-check: max |output − attn trace's row {token}| = {diff} {mark} (≤ {tol})",
-        "check_prefill": "self-check of the prefill: max |output − attn trace's rows| = {diff} "
+        "check": "self-check: max |{stage} − attn trace's row {token}| = {diff} {mark} (≤ {tol})",
+        "check_prefill": "self-check of the prefill: max |{stage} − attn trace's rows| = {diff} "
         "{mark}",
         "check_title": "self-check: each step against the full trace",
         "col_step": "step",
@@ -108,6 +110,7 @@ LABELS: dict[Lang, dict[str, str]] = {
         "output": "output：每个头一行",
         "row": "阶段",
         "slot": "槽",
+        "out_stage": "{formula}：每个头一行",
         "Q_latent": "Q：新词的查询，按潜向量缓存读取的形式 [q_nope·W_UKᵀ | q_rope_rot]"
         "（每个头一行）",
         "K_latent": "缓存 {parts} · 所有头共用一份",
@@ -118,8 +121,8 @@ LABELS: dict[Lang, dict[str, str]] = {
         "this_latent": "本模型（MLA 潜向量）",
         "latent_formula": "每层每个词的字节数 = {parts}：{n} 个数 × 8 = {b}，所有头合计",
         "head_row": "头 {h}",
-        "check": "自检：max |output − attn trace 中 {token} 那一行| = {diff} {mark}（≤ {tol}）",
-        "check_prefill": "预填充自检：max |output − attn trace 对应各行| = {diff} {mark}",
+        "check": "自检：max |{stage} − attn trace 中 {token} 那一行| = {diff} {mark}（≤ {tol}）",
+        "check_prefill": "预填充自检：max |{stage} − attn trace 对应各行| = {diff} {mark}",
         "check_title": "自检：每一步与完整计算对比",
         "col_step": "步",
         "col_token": "词",
@@ -336,6 +339,10 @@ def _step_tables(
     explained(*names)
     table(step.output[b, :, 0], heads, d_v, "", _t(lang, "output"))  # (H, Dv)
     explained("output")
+    for name, made in step.outs.items():  # the head-output transforms (a gate), as traced
+        formula = SPECS[name].formula(inp)  # the stage table's, as attn trace writes it
+        table(made[b, :, 0], heads, d_v, "", _t(lang, "out_stage", formula=formula))
+        explained(name)
     return parts
 
 
@@ -392,7 +399,7 @@ def _check_line(run: DecodeRun, k: int, lang: Lang) -> Text:
     step, diff = run.result.steps[k], run.diffs[k]
     ok = diff <= run.tolerance
     text = _t(lang, "check", token=repr(safe(run.label(step.index))), diff=f"{diff:.3e}",
-              mark=_mark(ok), tol=f"{run.tolerance:g}")  # fmt: skip
+              mark=_mark(ok), tol=f"{run.tolerance:g}", stage=run.checked)  # fmt: skip
     return Text(text, style="green" if ok else "bold red")
 
 
@@ -413,7 +420,8 @@ def render_checks(run: DecodeRun, options: RenderOptions) -> Group:
         shown = Text(f"{diff:.3e} {_mark(ok)}", style="green" if ok else "bold red")
         table.add_row(str(k + 1), safe(run.label(s.index)), str(s.position), str(s.slots), shown)
     ok = run.prefill_diff <= run.tolerance
-    prefill = _t(lang, "check_prefill", diff=f"{run.prefill_diff:.3e}", mark=_mark(ok))
+    prefill = _t(lang, "check_prefill", diff=f"{run.prefill_diff:.3e}", mark=_mark(ok),
+                 stage=run.checked)  # fmt: skip
     return Group(Rule(style="cyan"), table, Text(prefill, style="green" if ok else "bold red"))
 
 
@@ -525,6 +533,8 @@ def explain(run: DecodeRun, key: str, lang: Lang, step: DecodeStep | None = None
         "check": label(lang, "scalar"),
         "cost": label(lang, "scalar"),
     }
+    if step is not None and key in step.outs:  # a head-output transform's (a gate)
+        shapes[key] = f"[heads={inp.heads}, 1, d_v={inp.d_v}]"
     if step is not None and step.latent is not None:  # a latent cache (MLA's)
         width, r = step.K_cache.shape[-1], step.latent.shape[-1]
         shapes |= {
