@@ -125,6 +125,70 @@ def test_the_example_is_written_by_its_script_and_explained() -> None:
         assert "scores_absorbed" in result.stdout
 
 
+@pytest.mark.parametrize("mscales", [(1.0, 1.0), (0.9, 0.6), (None, None)],
+                         ids=["DeepSeek V3's", "both", "neither"])  # fmt: skip
+def test_yarn_on_the_rope_dims_is_transformers_formula(mscales: tuple[Any, Any]) -> None:
+    """mla.scaling: yarn's frequencies over d_rope (hf_yarn: _compute_yarn_parameters as a
+    loop), cos and sin times its attention factor (DeepSeek's ratio of two mscales), the pairs
+    laid out as apply_rotary_pos_emb_interleave returns them; at positions past the original."""
+    from test_rope_view import hf_yarn
+
+    mscale, all_dim = mscales
+    yarn = {"type": "yarn", "factor": 8.0, "original_max_position_embeddings": 3,
+            "beta_fast": 32.0, "beta_slow": 1.0}  # fmt: skip
+    yarn |= {k: v for k, v in (("mscale", mscale), ("mscale_all_dim", all_dim)) if v is not None}
+    fx = random_mla_fixture(5, heads=2, seq=6, d_rope=4, mscale=1.7)
+    fx["mla"]["scaling"] = yarn
+    trace = trace_of(fx)
+
+    def get_mscale(scale: float, m: float = 1.0) -> float:
+        return 1.0 if scale <= 1 else 0.1 * m * math.log(scale) + 1.0
+
+    attention = (get_mscale(8.0, mscale) / get_mscale(8.0, all_dim) if mscale and all_dim
+                 else get_mscale(8.0))  # fmt: skip
+    inv = hf_yarn(4, 10000.0, yarn)
+    for name, raw in (("q_rope_rot", trace["q_rope"].data), ("k_rope_rot", trace["k_rope"].data)):
+        got = trace[name].data
+        for index in np.ndindex(raw.shape[:-1]):
+            p = index[-1]  # the token's position: 0..5
+            x = raw[index]
+            c = [math.cos(p * f) * attention for f in inv]
+            s_ = [math.sin(p * f) * attention for f in inv]
+            want = [x[2 * i] * c[i] - x[2 * i + 1] * s_[i] for i in range(2)]
+            want += [x[2 * i + 1] * c[i] + x[2 * i] * s_[i] for i in range(2)]
+            np.testing.assert_allclose(got[index], want, rtol=1e-12, atol=1e-12)
+    assert trace.scale == pytest.approx(1.7**2 / math.sqrt(2 + 4), rel=1e-15)
+    assert "yarn scaling" in trace["k_rope_rot"].formula
+
+
+@pytest.mark.parametrize(
+    ("scaling", "named"),
+    [({"type": "yarn"}, "mla.scaling: misses original_max_position_embeddings"),
+     ({"type": "ntk"}, "mla.scaling.type: type is the string 'ntk'"),
+     ({"type": "yarn", "factor": 4, "beta": 3}, "mla.scaling.beta: has 'beta'"),
+     ([1, 2], "mla.scaling: got a list")],
+)  # fmt: skip
+def test_a_hostile_mla_scaling_is_one_line(scaling: Any, named: str, tmp_path: Path) -> None:
+    fx = random_mla_fixture(5)
+    fx["mla"]["scaling"] = scaling
+    path = tmp_path / "m.yaml"
+    path.write_text(yaml.safe_dump(fx), "utf-8")
+    result = run_cli("trace", str(path))
+    assert result.exit_code == 2 and result.stdout == ""
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and named in lines[0], lines
+
+
+def test_decoding_refuses_a_length_dependent_mla_scaling(tmp_path: Path) -> None:
+    fx = random_mla_fixture(5, seq=4, d_rope=4)
+    fx["mla"]["scaling"] = {"type": "dynamic", "factor": 2.0, "max_position_embeddings": 2}
+    path = tmp_path / "m.yaml"
+    path.write_text(yaml.safe_dump(fx), "utf-8")
+    assert run_cli("trace", str(path)).exit_code == 0
+    result = run_cli("decode", str(path))
+    assert result.exit_code == 2 and "mla.scaling: dynamic frequencies" in result.stderr
+
+
 # ---------------------------------------------------------------------------------------------
 # Decoding over the latent cache, as DeepSeek's inference runs it
 
