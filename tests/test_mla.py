@@ -73,8 +73,12 @@ def test_naive_equals_absorbed_over_random_shapes(**kw: Any) -> None:
     np.testing.assert_allclose(trace["V"].data, values, rtol=1e-9, atol=1e-9)
 
 
-def test_a_broken_absorbed_form_is_caught_on_every_run(monkeypatch: pytest.MonkeyPatch) -> None:
-    """attn's own check: the absorbed scores without their RoPE part do not pass."""
+def test_a_broken_absorbed_form_is_caught_on_every_run_that_shows_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """attn's own check: the absorbed scores without their RoPE part do not pass, whenever a
+    stage of the absorbed form is shown; a run that shows none (--stage output) computes none,
+    at the naive form's cost."""
     import attn_cli.core.plugins.mla as mla
 
     real = mla.absorbed
@@ -86,8 +90,11 @@ def test_a_broken_absorbed_form_is_caught_on_every_run(monkeypatch: pytest.Monke
 
     monkeypatch.setattr(mla, "absorbed", without_rope)
     with pytest.raises(ComputeError, match="scores_absorbed: differs from scores by"):
-        run(load_fixture(EXAMPLE), keep={"softmax"})
-    result = run_cli("trace", "deepseek_mla", "--stage", "output")
+        run(load_fixture(EXAMPLE), keep={"softmax", "output_absorbed"})
+    alone = run(load_fixture(EXAMPLE), keep={"output"})
+    assert list(alone.stages) == ["output"]
+    assert run_cli("trace", "deepseek_mla", "--stage", "output").exit_code == 0
+    result = run_cli("trace", "deepseek_mla")
     assert result.exit_code == 2
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("Error: deepseek_mla.yaml: scores_absorbed:")

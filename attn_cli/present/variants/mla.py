@@ -86,8 +86,8 @@ _MEANINGS: dict[str, tuple[tuple[str, ...], str, str]] = {
         ("q_absorbed", "c_KV_norm"),
         "The scores of the absorbed form: the "
         "latent part plus the RoPE part. attn checks they equal scores to "
-        "rounding on every run.",
-        "吸收形式的分数：潜向量部分加 RoPE 部分。attn 每次运行都检查它们与 "
+        "rounding on every run that shows them.",
+        "吸收形式的分数：潜向量部分加 RoPE 部分。只要显示它们，attn 每次运行都检查它们与 "
         "scores 在舍入误差内相等。",
     ),
     "output_latent": (
