@@ -122,8 +122,9 @@ def render_text(view: ModelView, width: int, lang: Lang = "en") -> str:
     T, heads = len(view.tokens), view.weights[0].shape[0] if view.weights else 0
     column = max(side, 5) + 1
     pooled_note = text["pooled"].format(side=side) if side < T else ""
-    lines = [text["title"].format(family=view.family, layers=len(view.weights), heads=heads,
-                                  T=T, pooled=pooled_note)]  # fmt: skip
+    title = text["title"].format(family=view.family, layers=len(view.weights), heads=heads,
+                                 T=T, pooled=pooled_note)  # fmt: skip
+    lines = _wrap(title, width)
     lines.append(_pad(f"{text['tokens']}: " + " ".join(view.tokens), width).rstrip())
     for start in range(0, heads, per_band):
         band = range(start, min(heads, start + per_band))
