@@ -13,6 +13,7 @@ past 0 (its layer 0 needs no forward).
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -243,6 +244,42 @@ def head_plan(cfg: Config, family: str, plan: LayerPlan, names: set[str], prefix
 # ---------------------------------------------------------------------------------------------
 # The walk
 
+_LITTLE = {"F32": "<f4", "F64": "<f8", "F16": "<f2"}
+
+
+class _LeanReader(ck._Reader):
+    """A reader whose tensors are read from the file into memory of their own, not mapped:
+    pages of a memory-mapped file stay resident (and counted) after their tensor is dropped,
+    so a walk through every layer would hold the whole checkpoint."""
+
+    def __enter__(self) -> _LeanReader:
+        return self
+
+    def read(self, prefix: str, t: Tensor, plan: LayerPlan) -> FloatArray:
+        _, _, entry = self.entry(prefix, t, plan)
+        return self.block(prefix, t, plan, 0, entry.shape[0] if entry.shape else 1)
+
+    def block(self, prefix: str, t: Tensor, plan: LayerPlan, row: int, n: int) -> FloatArray:
+        """Rows ``row`` .. ``row + n`` of tensor ``t`` (all of a 1-axis one), finite."""
+        name, path, entry = self.entry(prefix, t, plan)
+        n = max(0, min(n, (entry.shape[0] if entry.shape else 1) - row))
+        if entry.dtype == "BF16":
+            arr = self.bf16(path, entry, row, n, name)
+        else:
+            per_row = math.prod(entry.shape[1:]) * ck._ITEMSIZE[entry.dtype]
+            with gate.open_regular(path, str(path), "a .safetensors file",
+                                   max_bytes=ck.MAX_CHECKPOINT_BYTES) as f:  # fmt: skip
+                f.seek(entry.begin + row * per_row)
+                buf = bytearray(f.read(n * per_row))
+            if len(buf) != n * per_row:
+                raise InputError(str(path), name, "data is cut short", "a complete file")
+            shape = (n, *entry.shape[1:]) if entry.shape else ()
+            arr = self.widen(entry.dtype, np.frombuffer(buf, dtype=_LITTLE[entry.dtype]))
+            arr = arr.reshape(shape)
+        if not np.isfinite(arr).all():
+            raise InputError(str(path), name, "holds inf or NaN", "finite weights")
+        return arr
+
 
 def walk(
     checkpoint: Path,
@@ -275,7 +312,7 @@ def walk(
         _refuse_family(str(config_path), family, "a layer past 0")
     ids, tokens, types = ck._encode(folder / "tokenizer.json", text)
     out = Walk(family, n, tokens, ids, notes=[*overridden, *ignored])
-    with ck._Reader(files) as reader:
+    with _LeanReader(files) as reader:
         prefix = prefix_of(reader.names, plan0, reader.source)
         head = head_plan(cfg, family, plan0, set(reader.names), prefix) if logits else None
         x: FloatArray | None = ck._embed(reader, prefix, plan0, ids, types)  # (T, C) float64
@@ -350,16 +387,24 @@ def _mlp(bp: BlockPlan, t: Mapping[str, FloatArray], h: FloatArray) -> FloatArra
 
 
 def _logits(
-    reader: ck._Reader, prefix: str, head: HeadPlan, plan: LayerPlan, x: FloatArray
+    reader: _LeanReader, prefix: str, head: HeadPlan, plan: LayerPlan, x: FloatArray
 ) -> FloatArray:
     """The final norm, then the LM head (tied: the token embeddings): [T, vocab]."""
     outer = prefix[: -len("model.")] if prefix.endswith("model.") else ""
     t: dict[str, FloatArray] = {}
-    for tensor in head.tensors:
-        at = prefix if tensor.name == plan.embed_tensors[0].name or tensor.role != "head" else outer
-        t[tensor.role] = reader.read(at, tensor, plan).astype(np.float64)
+    for tensor in head.tensors[:-1]:  # the final norm's
+        t[tensor.role] = reader.read(prefix, tensor, plan)
     h = x if head.norm is None else ck._normalize(x, head.norm, t)
-    return fw.softcap(h @ t["head"].T, head.softcap)  # (T, vocab)
+    W = head.tensors[-1]  # (vocab, C): read and widened a block of rows at a time
+    at = prefix if W.name == plan.embed_tensors[0].name else outer
+    logits = np.empty((h.shape[0], W.shape[0]))  # (T, vocab)
+    for start in range(0, W.shape[0], _HEAD_ROWS):
+        rows = reader.block(at, W, plan, start, _HEAD_ROWS).astype(np.float64)  # (rows, C)
+        logits[:, start : start + rows.shape[0]] = h @ rows.T
+    return fw.softcap(logits, head.softcap)
+
+
+_HEAD_ROWS = 4096  # LM head rows widened at once
 
 
 def _check_block_tensors(
@@ -401,7 +446,7 @@ def import_deep(
     plan = plan_layer(cfg, family, layer)  # the layer exists, before any is computed
     w = walk(checkpoint, text, through=layer, config=config, arch=arch, max_memory=max_memory)
     assert w.residual is not None
-    with ck._Reader(files) as reader:
+    with _LeanReader(files) as reader:
         prefix = prefix_of(reader.names, plan, reader.source)
         check_tensors(reader.names, prefix, plan, reader.source)
         ck._check_budget(reader, prefix, plan, len(w.ids), None, max_memory)
