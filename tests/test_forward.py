@@ -44,7 +44,8 @@ def _close(actual: Any, expected: Any, rtol: float = 1e-4) -> None:
 
 def test_the_reference_covers_the_families() -> None:
     assert set(CASES) >= {"bert", "gpt2", "llama", "qwen2", "qwen3", "mistral", "gemma2",
-                          "gemma3_text", "olmo2", "phi3", "gpt_neox", "gpt_neox_seq"}  # fmt: skip
+                          "gemma3_text", "olmo2", "phi3", "gpt_neox", "gpt_neox_seq", "mixtral",
+                          "qwen2_moe", "qwen3_moe"}  # fmt: skip
 
 
 @pytest.mark.slow
@@ -131,8 +132,8 @@ def test_bad_choices_are_one_line(args: list[str], message: str) -> None:
     ("case", "args", "message"),
     [
         ("smollm3", ["--layer", "1", "-o", "x.npz"], "smollm3: a layer past 0 needs the forward"),
-        ("mixtral", ["--check-logits", "-o", "x.npz"], "mixture-of-experts MLP"),
-        ("qwen3_moe", ["--check-logits", "-o", "x.npz"], "mixture-of-experts MLP"),
+        ("deepseek_v3", ["--check-logits", "-o", "x.npz"], "mixture-of-experts MLP"),
+        ("deepseek_v3", ["--layer", "1", "-o", "x.npz"], "mixture-of-experts MLP"),
         ("roberta", ["--check-logits", "-o", "x.npz"], "roberta is an encoder"),
     ],
 )
@@ -212,6 +213,34 @@ def test_gated_mlp_against_a_loop() -> None:
             h[f] = g / (1 + math.exp(-g)) * u
         for c in range(4):
             assert out[t, c] == pytest.approx(sum(h[f] * Wd[f, c] for f in range(5)), rel=1e-12)
+
+
+@pytest.mark.parametrize("normalize", [False, True])
+def test_routing_against_a_loop(normalize: bool) -> None:
+    """Top-2 of 4 experts per token, each expert a scaling by e + 1: the mixture by hand."""
+    rng = np.random.default_rng(7)
+    x, W = rng.normal(size=(5, 3)), rng.normal(size=(3, 4))
+    chosen, weights = fw.route(x, W, 2, normalize)
+    asked: list[int] = []
+
+    def expert(e: int, rows: np.ndarray) -> np.ndarray:
+        asked.append(e)
+        out: np.ndarray = (e + 1.0) * rows
+        return out
+
+    out = fw.mixture(x, chosen, weights, expert)
+    for t in range(5):
+        logits = [sum(x[t, c] * W[c, e] for c in range(3)) for e in range(4)]
+        z = sum(math.exp(v) for v in logits)
+        p = [math.exp(v) / z for v in logits]
+        top = sorted(range(4), key=lambda e: -p[e])[:2]
+        assert list(chosen[t]) == top
+        w = [p[e] for e in top]
+        if normalize:
+            w = [v / sum(w) for v in w]
+        want = sum(wi * (e + 1.0) * x[t] for wi, e in zip(w, top, strict=True))
+        np.testing.assert_allclose(out[t], want, rtol=1e-12)
+    assert sorted(asked) == sorted(set(chosen.ravel().tolist()))  # each chosen expert once
 
 
 @pytest.mark.parametrize("placement", fw.PLACEMENTS)

@@ -139,3 +139,33 @@ def softcap(logits: FloatArray, cap: float | None) -> FloatArray:
         return logits
     out: FloatArray = cap * np.tanh(logits / cap)
     return out
+
+
+def route(
+    x: FloatArray, W_router: FloatArray, k: int, normalize: bool
+) -> tuple[np.ndarray[Any, np.dtype[np.intp]], FloatArray]:
+    """A mixture of experts' router: softmax(x W_router) over the experts, the top ``k`` per
+    token (most likely first) and their weights, renormalised to sum to 1 if ``normalize``."""
+    logits = x @ W_router  # (T, E)
+    p = np.exp(logits - logits.max(axis=-1, keepdims=True))
+    p /= p.sum(axis=-1, keepdims=True)  # (T, E)
+    chosen = np.argsort(-p, axis=-1, kind="stable")[:, :k]  # (T, k)
+    weights: FloatArray = np.take_along_axis(p, chosen, axis=-1)  # (T, k)
+    if normalize:
+        weights = weights / weights.sum(axis=-1, keepdims=True)
+    return chosen, weights
+
+
+def mixture(
+    x: FloatArray,
+    chosen: np.ndarray[Any, np.dtype[np.intp]],
+    weights: FloatArray,
+    expert: Callable[[int, FloatArray], FloatArray],
+) -> FloatArray:
+    """Σ over each token's chosen experts of weight · expert(x): each expert computed once, on
+    the tokens that chose it (an expert no token chose is never asked for)."""
+    out = np.zeros_like(x)  # (T, C)
+    for e in np.unique(chosen):
+        rows, slot = np.nonzero(chosen == e)  # the tokens that chose e, and in which place
+        out[rows] += weights[rows, slot][:, None] * expert(int(e), x[rows])
+    return out

@@ -47,9 +47,9 @@ FloatArray = np.ndarray[Any, np.dtype[np.floating[Any]]]
 # The families whose blocks (norm placement, MLP) are written and checked against transformers.
 BLOCK_FAMILIES = (
     "bert", *ROBERTA_LIKE, "gpt2", "llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2",
-    "gemma3_text", "gemma3", "olmo2", "phi3", "gpt_neox",
+    "gemma3_text", "gemma3", "olmo2", "phi3", "gpt_neox", "mixtral", "qwen2_moe", "qwen3_moe",
 )  # fmt: skip
-_MOE = ("mixtral", "qwen2_moe", "qwen3_moe", "gpt_oss", "deepseek_v3", "qwen3_next")
+_MOE = ("gpt_oss", "deepseek_v3", "qwen3_next")
 _ENCODERS = ("bert", *ROBERTA_LIKE)
 
 
@@ -59,10 +59,24 @@ class BlockPlan:
 
     placement: fw.Placement
     norms: Mapping[str, Norm]  # by role: attn_out, mlp_in, mlp_out
-    mlp: str  # "dense", "gated", "gated_fused"
+    mlp: str  # "dense", "gated", "gated_fused", "moe"
     conv1d: bool  # GPT-2's Conv1D is [in, out] already
     act: str
     tensors: tuple[Tensor, ...]
+    experts: Experts | None = None  # a mixture of experts in place of the MLP (mlp "moe")
+
+
+@dataclass(frozen=True)
+class Experts:
+    """A mixture of experts: the router's tensor, each expert's gate/up/down (read only when a
+    token chooses it), top-k, renormalised or not, and Qwen2-MoE's gated shared expert."""
+
+    router: Tensor
+    each: Callable[[int], tuple[Tensor, Tensor, Tensor]]  # expert e's gate, up, down
+    count: int
+    k: int
+    normalize: bool
+    shared: tuple[Tensor, Tensor, Tensor, Tensor] | None = None  # gate, up, down, its sigmoid gate
 
 
 @dataclass(frozen=True)
@@ -177,13 +191,16 @@ def _decoder_block(
     F = cfg.whole("intermediate_size")
     kind: NormKind = "rms1p" if family.startswith("gemma") else "rms"
     eps = cfg.number("rms_norm_eps", 1e-5 if family in ("olmo2", "phi3") else 1e-6)
-    mlp = [t("down.weight", "mlp.down_proj.weight", C, F)]
-    if family == "phi3":
+    experts = _experts(cfg, family, plan, t)
+    mlp = [] if experts else [t("down.weight", "mlp.down_proj.weight", C, F)]
+    if experts:
+        pass
+    elif family == "phi3":
         mlp.append(t("gate_up.weight", "mlp.gate_up_proj.weight", 2 * F, C))
     else:
         mlp += [t("gate.weight", "mlp.gate_proj.weight", F, C),
                 t("up.weight", "mlp.up_proj.weight", F, C)]  # fmt: skip
-    if cfg.flag("mlp_bias", False):
+    if cfg.flag("mlp_bias", False) and not experts:
         if family == "phi3":
             raise cfg.error("mlp_bias", "got true", "false (Phi-3's MLP has no biases)")
         mlp += [t(f"{x}.bias", f"mlp.{x}_proj.bias", F if x != "down" else C)
@@ -205,8 +222,50 @@ def _decoder_block(
         act = _act(cfg, "hidden_activation", "gelu_pytorch_tanh")
     else:
         act = _act(cfg, "hidden_act", "silu")
-    fused = "gated_fused" if family == "phi3" else "gated"
-    return BlockPlan(placement, norms, fused, False, act, tensors)
+    fused = "moe" if experts else "gated_fused" if family == "phi3" else "gated"
+    return BlockPlan(placement, norms, fused, False, act, tensors, experts)
+
+
+def _experts(cfg: Config, family: str, plan: LayerPlan, t: Callable[..., Tensor]) -> Experts | None:
+    """The layer's mixture of experts (Mixtral's block_sparse_moe, Qwen's sparse mlp), or None
+    for a dense MLP (every other family; Qwen's mlp_only_layers and decoder_sparse_step)."""
+    C, layer = plan.hidden, plan.layer
+    if family == "mixtral":
+        E, F = cfg.whole("num_local_experts", 8), cfg.whole("intermediate_size")
+        k = cfg.whole("num_experts_per_tok", 2)
+        a = "block_sparse_moe."
+        return Experts(
+            t("router", f"{a}gate.weight", E, C),
+            lambda e: (t(f"e{e}.gate", f"{a}experts.{e}.w1.weight", F, C),
+                       t(f"e{e}.up", f"{a}experts.{e}.w3.weight", F, C),
+                       t(f"e{e}.down", f"{a}experts.{e}.w2.weight", C, F)),
+            E, min(k, E), True,
+        )  # fmt: skip
+    if family not in ("qwen2_moe", "qwen3_moe"):
+        return None
+    key = "num_local_experts" if cfg.has("num_local_experts") else "num_experts"  # 5's and 4's
+    E = cfg.whole(key, 60 if family == "qwen2_moe" else 128, minimum=0)
+    only = cfg.data.get("mlp_only_layers") or []
+    if not isinstance(only, list) or any(type(i) is not int for i in only):
+        raise cfg.error("mlp_only_layers", f"got {only!r}", "a list of layer numbers")
+    if layer in only or E == 0 or (layer + 1) % cfg.whole("decoder_sparse_step", 1) != 0:
+        return None
+    F = cfg.whole("moe_intermediate_size")
+    k = cfg.whole("num_experts_per_tok", 4 if family == "qwen2_moe" else 8)
+    shared = None
+    if family == "qwen2_moe":
+        S = cfg.whole("shared_expert_intermediate_size")
+        shared = (t("s.gate", "mlp.shared_expert.gate_proj.weight", S, C),
+                  t("s.up", "mlp.shared_expert.up_proj.weight", S, C),
+                  t("s.down", "mlp.shared_expert.down_proj.weight", C, S),
+                  t("s.sigmoid", "mlp.shared_expert_gate.weight", 1, C))  # fmt: skip
+    return Experts(
+        t("router", "mlp.gate.weight", E, C),
+        lambda e: (t(f"e{e}.gate", f"mlp.experts.{e}.gate_proj.weight", F, C),
+                   t(f"e{e}.up", f"mlp.experts.{e}.up_proj.weight", F, C),
+                   t(f"e{e}.down", f"mlp.experts.{e}.down_proj.weight", C, F)),
+        E, min(k, E), cfg.flag("norm_topk_prob", False), shared,
+    )  # fmt: skip
 
 
 def head_plan(cfg: Config, family: str, plan: LayerPlan, names: set[str], prefix: str) -> HeadPlan:
@@ -347,7 +406,39 @@ def _layer(
     out.weights.append(weights)
     t = {tensor.role: reader.read(prefix, tensor, plan).astype(np.float64) for tensor in bp.tensors}
     norms = {role: _norm_of(norm, t) for role, norm in bp.norms.items()}
-    return fw.block(x, bp.placement, attention, lambda h: _mlp(bp, t, h), norms)
+
+    def mlp(h: FloatArray) -> FloatArray:
+        if bp.experts is not None:
+            return _moe(reader, prefix, plan, bp, h)
+        return _mlp(bp, t, h)
+
+    return fw.block(x, bp.placement, attention, mlp, norms)
+
+
+def _moe(
+    reader: ck._Reader, prefix: str, plan: LayerPlan, bp: BlockPlan, h: FloatArray
+) -> FloatArray:
+    """The mixture of experts on h [T, C]: the router, then each chosen expert, read when
+    chosen; Qwen2-MoE adds its shared expert, scaled by sigmoid(h W)."""
+    x = bp.experts
+    assert x is not None
+    act = fw.ACTIVATIONS[bp.act]
+
+    def read(tensor: Tensor) -> FloatArray:
+        return reader.read(prefix, tensor, plan).astype(np.float64)
+
+    chosen, weights = fw.route(h, read(x.router).T, x.k, x.normalize)  # (T, k) each
+
+    def expert(e: int, rows: FloatArray) -> FloatArray:
+        gate, up, down = (read(tensor) for tensor in x.each(e))
+        return fw.gated_mlp(rows, gate.T, up.T, down.T, act)
+
+    out = fw.mixture(h, chosen, weights, expert)
+    if x.shared is not None:
+        gate, up, down, sigmoid = (read(tensor) for tensor in x.shared)
+        shared = fw.gated_mlp(h, gate.T, up.T, down.T, act)  # (T, C)
+        out = out + 1.0 / (1.0 + np.exp(-(h @ sigmoid.T))) * shared  # (T, 1) gate per token
+    return out
 
 
 def _attention(
@@ -407,13 +498,21 @@ def _logits(
 _HEAD_ROWS = 4096  # LM head rows widened at once
 
 
+def _expert_tensors(bp: BlockPlan) -> list[Tensor]:
+    """Every tensor of a mixture of experts (the check's list: only chosen ones are read)."""
+    x = bp.experts
+    if x is None:
+        return []
+    return [x.router, *(t for e in range(x.count) for t in x.each(e)), *(x.shared or ())]
+
+
 def _check_block_tensors(
     names: list[str], prefix: str, plan: LayerPlan, bp: BlockPlan, source: str
 ) -> None:
     """Every tensor of the layer is read by its attention plan or its block plan: an MoE
     router, an extra norm or a bias no block here has means another model, refused."""
     block = prefix + plan.block
-    read = {prefix + t.name for t in (*plan.tensors, *bp.tensors)}
+    read = {prefix + t.name for t in (*plan.tensors, *bp.tensors, *_expert_tensors(bp))}
     unused = re.compile(plan.unused)
     for name in names:
         if name.startswith(block) and name not in read:

@@ -87,6 +87,34 @@ CASES: dict[str, tuple[Any, bool, str]] = {
     "phi3": (lambda: tiny("Phi3Config"), False, "fused qkv_proj and gate_up_proj"),
     "gpt_neox": (gpt_neox(True), False, "parallel residual, partial RoPE, GELU MLP"),
     "gpt_neox_seq": (gpt_neox(False), False, "use_parallel_residual false"),
+    "mixtral": (
+        lambda: tiny("MixtralConfig", num_local_experts=4, num_experts_per_tok=2),
+        False,
+        "4 experts, top 2, renormalised",
+    ),
+    "qwen3_moe": (
+        lambda: tiny(
+            "Qwen3MoeConfig",
+            num_experts=4,
+            num_experts_per_tok=2,
+            moe_intermediate_size=16,
+            norm_topk_prob=True,
+        ),
+        False,
+        "4 experts, top 2, norm_topk_prob true",
+    ),
+    "qwen2_moe": (
+        lambda: tiny(
+            "Qwen2MoeConfig",
+            num_experts=4,
+            num_experts_per_tok=2,
+            moe_intermediate_size=16,
+            shared_expert_intermediate_size=16,
+            mlp_only_layers=[1],
+        ),
+        False,
+        "4 experts, top 2, not renormalised; gated shared expert; layer 1 dense",
+    ),
 }
 
 
