@@ -154,6 +154,16 @@ def test_a_layer_past_the_last_is_refused_before_computing() -> None:
     assert "the model has 3 layers, layer 3 is out of range" in result.stderr
 
 
+def test_the_mlp_counts_in_the_memory_budget() -> None:
+    """10K holds the tiny llama's attention layer (about 8K) but not its MLP in float64."""
+    args = ("import", str(FORWARD / "llama"), "--text", "a b c d e f g", "--layer", "all")
+    assert run_cli(*args, "--max-memory", "1M").exit_code == 0
+    result = run_cli(*args, "--max-memory", "10K")
+    assert result.exit_code == 2
+    assert "computing layer 0's MLP would need about" in result.stderr
+    assert "model.layers.0.mlp." in result.stderr and "(see --max-memory)" in result.stderr
+
+
 def test_one_layer_model_view_needs_no_forward() -> None:
     """mixtral's 1-layer checkpoint: --layer all asks only layer 0's attention, no MoE MLP."""
     result = run_cli("import", str(FAMILIES / "mixtral"), "--text", "a b c", "--layer", "all",

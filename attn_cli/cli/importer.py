@@ -99,15 +99,15 @@ def import_(
 
     Examples:
 
-      attn import ./MiniLM --text "The cat sat" -o m.npz     # layer 0, a text
+      attn import ./MiniLM --text "The cat" -o m.npz          # layer 0
 
-      attn import ./gpt2 --layer 5 --text "The cat" -o g.npz  # layers 0-4 in NumPy
+      attn import ./gpt2 --text "The cat" --layer 5 -o g.npz  # 0-4 in NumPy
 
-      attn import ./gpt2 --layer all --text "The cat sat"    # every layer x head
+      attn import ./gpt2 --text "The cat" --layer all         # every head
 
-      attn import ./gpt2 --layer 5 --hidden h5.npy -o g.npz  # X from transformers
+      attn import ./gpt2 --layer 5 --hidden h5.npy -o g.npz   # X given
 
-      attn trace m.npz --stage softmax                       # then trace it
+      attn trace m.npz --stage softmax                        # then trace it
     """
     from attn_cli.io.forward import check_layer_choice
 

@@ -402,6 +402,7 @@ def _layer(
         return None
     bp = block_plan(cfg, family, plan)
     _check_block_tensors(reader.names, prefix, plan, bp, reader.source)
+    _check_block_budget(reader, prefix, plan, bp, x.shape[0], max_memory)
     weights, attention = _attention(reader, prefix, plan, x)
     out.weights.append(weights)
     t = {tensor.role: reader.read(prefix, tensor, plan).astype(np.float64) for tensor in bp.tensors}
@@ -496,6 +497,33 @@ def _logits(
 
 
 _HEAD_ROWS = 4096  # LM head rows widened at once
+
+
+def _check_block_budget(
+    reader: ck._Reader, prefix: str, plan: LayerPlan, bp: BlockPlan, tokens: int,
+    budget: int | None,
+) -> None:  # fmt: skip
+    """Refuse, before the layer is read, a block whose norms and MLP would hold more than
+    ``budget`` bytes: its tensors widened to float64 (a mixture: the router, k experts, the
+    shared one), the float32 read beside the largest, and the MLP's activations (float64)."""
+    from attn_cli.core.memory import default_max_memory, format_bytes
+
+    limit = default_max_memory() if budget is None else budget
+    tensors = list(bp.tensors)
+    if bp.experts is not None:
+        x = bp.experts
+        tensors += [x.router, *(t for e in range(x.k) for t in x.each(e)), *(x.shared or ())]
+    sizes = [math.prod(t.shape) for t in tensors]
+    widest = max((t.shape[0] for t in tensors if len(t.shape) == 2), default=0)
+    need = 8 * sum(sizes) + 4 * max(sizes, default=0) + 3 * 8 * tokens * max(widest, plan.hidden)
+    if need > limit:
+        at = max(range(len(sizes)), key=sizes.__getitem__)
+        raise InputError(
+            reader.source, prefix + tensors[at].name,
+            f"computing layer {plan.layer}'s MLP would need about {format_bytes(need)} of "
+            f"memory (its tensors in float64; the largest, {list(tensors[at].shape)})",
+            f"at most {format_bytes(limit)}", option="max-memory",
+        )  # fmt: skip
 
 
 def _expert_tensors(bp: BlockPlan) -> list[Tensor]:
