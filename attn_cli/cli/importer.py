@@ -133,14 +133,20 @@ def _import_one(
     """One layer as a fixture .npz (X from hidden states, or from the text and the forward)."""
     from attn_cli.cli.examples import refuse_overwrite
     from attn_cli.io.checkpoint import import_layer, write_npz_fixture
+    from attn_cli.io.forward import import_deep
 
     if output.suffix.lower() != ".npz":
         raise UsageError(str(output), "--output", "is not a .npz file", "FILE.npz")
     refuse_overwrite(output, force)
-    imported = import_layer(
-        checkpoint, layer=layer, hidden=hidden, text=text, config=config, arch=arch,
-        max_memory=budget,
-    )  # fmt: skip
+    if text is not None and hidden is None and layer > 0:  # the layers below, in NumPy
+        imported = import_deep(
+            checkpoint, layer=layer, text=text, config=config, arch=arch, max_memory=budget
+        )
+    else:
+        imported = import_layer(
+            checkpoint, layer=layer, hidden=hidden, text=text, config=config, arch=arch,
+            max_memory=budget,
+        )  # fmt: skip
     write_npz_fixture(imported.fixture, output)
     for text_of_note in imported.notes:
         note(f"Note: {printable(text_of_note)}", quiet=quiet)

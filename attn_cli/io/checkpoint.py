@@ -102,15 +102,8 @@ def import_layer(
     """Layer ``layer``'s attention of ``checkpoint`` as a fixture, X from ``hidden`` or ``text``.
 
     ``max_memory`` bounds what the import holds (None: the default budget of a trace); it is
-    counted from the file's claims before a tensor is read. ``text`` for a layer past 0 runs
-    the layers below in NumPy (``io/forward.py``).
+    counted from the file's claims before a tensor is read.
     """
-    if text is not None and hidden is None and layer > 0:
-        from attn_cli.io.forward import import_deep
-
-        return import_deep(
-            checkpoint, layer=layer, text=text, config=config, arch=arch, max_memory=max_memory
-        )
     _check_inputs(layer, hidden, text)
     folder, files, config_path = _locate(Path(checkpoint), config)
     cfg = Config(_read_json(config_path, "config.json"), str(config_path))
@@ -145,7 +138,7 @@ def import_layer(
 
 
 def _check_inputs(layer: int, hidden: Path | None, text: str | None) -> None:
-    """Exactly one of hidden and text; text in UTF-8, of a bounded length."""
+    """Exactly one of hidden and text; text only for layer 0, in UTF-8, of a bounded length."""
     if (hidden is None) == (text is None):
         raise UsageError(
             "", "hidden", "give exactly one of hidden and text",
@@ -154,6 +147,11 @@ def _check_inputs(layer: int, hidden: Path | None, text: str | None) -> None:
         )  # fmt: skip
     if text is None:
         return
+    if layer != 0:
+        raise UsageError(
+            "", "text", f"embeds the input of layer 0, not of layer {layer}",
+            f"hidden states (the residual stream entering layer {layer})", option="text",
+        )  # fmt: skip
     try:
         text.encode("utf-8")
     except UnicodeEncodeError as e:  # a lone surrogate: an argv byte that is not UTF-8

@@ -566,7 +566,7 @@ def import_deep(
     max_memory: int | None = None,
 ) -> ck.ImportedLayer:
     """Layer ``layer``'s attention as a fixture, X from ``text`` through layers 0 .. layer-1."""
-    ck._check_inputs(layer, None, text)
+    ck._check_inputs(0, None, text)  # the text's checks (layer 0: the text embeds it)
     _, files, config_path = ck._locate(Path(checkpoint), config)
     cfg = Config(ck._read_json(config_path, "config.json"), str(config_path))
     family, _ = resolve_family(cfg, arch)
