@@ -193,6 +193,19 @@ def test_check_logits_prints_the_top_five() -> None:
         assert float(line.split()[0]) == pytest.approx(p[i], abs=1e-4)
 
 
+def test_json_view_holds_the_next_tokens() -> None:
+    ref = _ref("llama")
+    result = run_cli("import", str(FORWARD / "llama"), "--text", ref["text"], "--layer", "all",
+                     "--json", "--check-logits")  # fmt: skip
+    assert result.exit_code == 0, result.stderr
+    doc = json.loads(result.stdout)  # one document
+    last = np.asarray(ref["logits"][-1])
+    p = np.exp(last - last.max())
+    p /= p.sum()
+    assert [t["id"] for t in doc["next_tokens"]] == np.argsort(-p)[:5].tolist()
+    assert doc["next_tokens"][0]["p"] == pytest.approx(p.max(), abs=1e-5)
+
+
 # ---------------------------------------------------------------------------------------------
 # The block's math, against loops written here
 

@@ -185,17 +185,17 @@ def _whole_model(
     language: Lang = (
         default_lang(os.environ) if lang is None else ("zh" if str(lang.value) == "zh" else "en")
     )
+    top = None if w.logits is None else top_tokens(checkpoint, config, w.logits)
     if layer is None:
         from attn_cli.present.modelview import ModelView, render_json, render_text
 
         view = ModelView.of(w.family, [printable(t) for t in w.tokens], w.weights)
-        if as_json:
-            emit(render_json(view), None, escape="json")
-        else:
-            columns = width if width is not None else _terminal_width()
-            emit(render_text(view, columns, language), None)
-    if w.logits is not None:
-        top = top_tokens(checkpoint, config, w.logits)
+        if as_json:  # the top next tokens inside the JSON: standard output stays one document
+            emit(render_json(view, next_tokens=top), None, escape="json")
+            return
+        columns = width if width is not None else _terminal_width()
+        emit(render_text(view, columns, language), None)
+    if top is not None:
         lines = [f"Next token after {printable(w.tokens[-1])!r} (final norm, LM head in NumPy):"]
         lines += [f"  {p:8.4f}  {printable(tok)!r} (id {i})" for tok, i, p in top]
         emit("\n".join(lines) + "\n", None)

@@ -159,9 +159,12 @@ def _wrap(text: str, width: int) -> list[str]:
     return [*lines, line] if line else lines
 
 
-def render_json(view: ModelView, digits: int = 6) -> str:
-    """The model view as JSON: tokens, and per layer and head its kind, scores and weights."""
-    doc = {
+def render_json(
+    view: ModelView, digits: int = 6, next_tokens: list[tuple[str, int, float]] | None = None
+) -> str:
+    """The model view as JSON: tokens, and per layer and head its kind, scores and weights;
+    with ``next_tokens`` (token, id, probability) also the top next tokens."""
+    doc: dict[str, Any] = {
         "family": view.family,
         "tokens": list(view.tokens),
         "threshold": THRESHOLD,
@@ -175,4 +178,7 @@ def render_json(view: ModelView, digits: int = 6) -> str:
             for i, (w, types) in enumerate(zip(view.weights, view.types, strict=True))
         ],
     }  # fmt: skip
+    if next_tokens is not None:
+        doc["next_tokens"] = [{"token": t, "id": i, "p": round(p, digits)}
+                              for t, i, p in next_tokens]  # fmt: skip
     return json.dumps(doc, ensure_ascii=False) + "\n"
