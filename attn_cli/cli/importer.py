@@ -1,12 +1,12 @@
 """``attn import``: one attention layer of a real checkpoint, written as a fixture."""
 
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated, Any, Optional
 
 import typer
 
-from attn_cli.cli.options import MaxMemoryOption, QuietOption, parse_size
-from attn_cli.cli.output import note
+from attn_cli.cli.options import LangOption, MaxMemoryOption, QuietOption, WidthOption, parse_size
+from attn_cli.cli.output import emit, note
 from attn_cli.errors import UsageError, printable
 
 CheckpointArgument = Annotated[
@@ -21,15 +21,23 @@ CheckpointArgument = Annotated[
 
 
 OutputOption = Annotated[
-    Path,
+    Optional[Path],  # noqa: UP045
     typer.Option(
         "--output",
         "-o",
-        help="The fixture to write (.npz: arrays of any size, nothing pickled).",
+        help="The fixture to write (.npz: arrays of any size, nothing pickled); not with "
+        "--layer all, which prints the model view.",
         metavar="FILE",
     ),
 ]
-LayerOption = Annotated[int, typer.Option(min=0, help="Which layer (0-based).")]
+LayerOption = Annotated[
+    str,
+    typer.Option(
+        metavar="L|all",
+        help="Which layer (0-based); with --text any layer (the layers below computed in "
+        "NumPy), or all: the model view, every layer x head as a small map of its weights.",
+    ),
+]
 HiddenOption = Annotated[
     Optional[Path],  # noqa: UP045
     typer.Option(
@@ -40,7 +48,11 @@ HiddenOption = Annotated[
 ]
 TextOption = Annotated[
     Optional[str],  # noqa: UP045
-    typer.Option(help="A text to tokenise and embed (layer 0 only).", metavar="TEXT"),
+    typer.Option(
+        help="A text to tokenise and embed; for a layer past 0 the layers below are computed in "
+        "NumPy (no torch).",
+        metavar="TEXT",
+    ),
 ]
 ConfigOption = Annotated[
     Optional[Path],  # noqa: UP045
@@ -54,18 +66,31 @@ ArchOption = Annotated[
     ),
 ]
 ForceOption = Annotated[bool, typer.Option("--force", help="Overwrite FILE if it exists.")]
+CheckLogitsOption = Annotated[
+    bool,
+    typer.Option(
+        "--check-logits",
+        help="With --text: run every layer, the final norm and the LM head, and print the five "
+        "most likely next tokens.",
+    ),
+]
+JsonOption = Annotated[bool, typer.Option("--json", help="The model view (--layer all) as JSON.")]
 
 
 def import_(
     checkpoint: CheckpointArgument,
-    output: OutputOption,
-    layer: LayerOption = 0,
+    output: OutputOption = None,
+    layer: LayerOption = "0",
     hidden: HiddenOption = None,
     text: TextOption = None,
     config: ConfigOption = None,
     arch: ArchOption = None,
     force: ForceOption = False,
     max_memory: MaxMemoryOption = None,
+    check_logits: CheckLogitsOption = False,
+    as_json: JsonOption = False,
+    width: WidthOption = None,
+    lang: LangOption = None,
     quiet: QuietOption = False,
 ) -> None:
     """Import one attention layer of a real checkpoint (safetensors, no torch) as a fixture.
@@ -74,23 +99,54 @@ def import_(
 
     Examples:
 
-      attn import ./MiniLM --text "The cat sat" -o m.npz     # layer 0, a text
+      attn import ./MiniLM --text "The cat" -o m.npz          # layer 0
 
-      attn import ./gpt2 --layer 5 --hidden h5.npy -o g.npz  # a later layer
+      attn import ./gpt2 --text "The cat" --layer 5 -o g.npz  # 0-4 in NumPy
 
-      attn trace m.npz --stage softmax                       # then trace it
+      attn import ./gpt2 --text "The cat" --layer all         # every head
+
+      attn import ./gpt2 --layer 5 --hidden h5.npy -o g.npz   # X given
+
+      attn trace m.npz --stage softmax                        # then trace it
     """
+    from attn_cli.io.forward import check_layer_choice
+
+    budget = None if max_memory is None else parse_size(max_memory)
+    chosen = check_layer_choice(layer)
+    if chosen is None or check_logits:
+        _whole_model(checkpoint, output, chosen, text, hidden, config, arch, budget,
+                     (check_logits, as_json, width, lang, quiet))  # fmt: skip
+        if chosen is None:
+            return
+    if as_json:
+        raise UsageError("", "--json", "is for the model view", "--layer all")
+    if output is None:
+        raise UsageError("", "--output", "missing", "the fixture to write, FILE.npz")
+    _import_one(checkpoint, output, chosen, hidden, text, config, arch, force, budget, quiet)
+
+
+def _import_one(
+    checkpoint: Path, output: Path, layer: int, hidden: Optional[Path], text: Optional[str],  # noqa: UP045
+    config: Optional[Path], arch: Optional[str], force: bool, budget: Optional[int],  # noqa: UP045
+    quiet: bool,
+) -> None:  # fmt: skip
+    """One layer as a fixture .npz (X from hidden states, or from the text and the forward)."""
     from attn_cli.cli.examples import refuse_overwrite
     from attn_cli.io.checkpoint import import_layer, write_npz_fixture
+    from attn_cli.io.forward import import_deep
 
     if output.suffix.lower() != ".npz":
         raise UsageError(str(output), "--output", "is not a .npz file", "FILE.npz")
     refuse_overwrite(output, force)
-    budget = None if max_memory is None else parse_size(max_memory)
-    imported = import_layer(
-        checkpoint, layer=layer, hidden=hidden, text=text, config=config, arch=arch,
-        max_memory=budget,
-    )  # fmt: skip
+    if text is not None and hidden is None and layer > 0:  # the layers below, in NumPy
+        imported = import_deep(
+            checkpoint, layer=layer, text=text, config=config, arch=arch, max_memory=budget
+        )
+    else:
+        imported = import_layer(
+            checkpoint, layer=layer, hidden=hidden, text=text, config=config, arch=arch,
+            max_memory=budget,
+        )  # fmt: skip
     write_npz_fixture(imported.fixture, output)
     for text_of_note in imported.notes:
         note(f"Note: {printable(text_of_note)}", quiet=quiet)
@@ -99,3 +155,58 @@ def import_(
         f"attn trace {printable(str(output))}",
         quiet=quiet,
     )
+
+
+def _whole_model(
+    checkpoint: Path, output: Optional[Path], layer: Optional[int], text: Optional[str],  # noqa: UP045
+    hidden: Optional[Path], config: Optional[Path], arch: Optional[str],  # noqa: UP045
+    budget: Optional[int], how: tuple[bool, bool, Optional[int], Any, bool],  # noqa: UP045
+) -> None:  # fmt: skip
+    """Every layer from the text: the model view (--layer all) and/or the top-5 next tokens."""
+    import os
+
+    from attn_cli.io.forward import top_tokens, walk
+    from attn_cli.present.i18n import Lang, default_lang
+
+    check_logits, as_json, width, lang, quiet = how
+    what = "--layer all" if layer is None else "--check-logits"
+    if text is None or hidden is not None:
+        got = "missing" if text is None else "given with --hidden"
+        raise UsageError("", "--text", got, f"a text ({what} computes every layer from it)")
+    if layer is None and output is not None:
+        raise UsageError(
+            str(output), "--output", "is given with --layer all",
+            "no --output: the model view is printed (a fixture holds one layer)",
+        )  # fmt: skip
+    w = walk(checkpoint, text, through=None, config=config, arch=arch, max_memory=budget,
+             logits=check_logits)  # fmt: skip
+    for text_of_note in w.notes:
+        note(f"Note: {printable(text_of_note)}", quiet=quiet)
+    language: Lang = (
+        default_lang(os.environ) if lang is None else ("zh" if str(lang.value) == "zh" else "en")
+    )
+    top = None if w.logits is None else top_tokens(checkpoint, config, w.logits)
+    if layer is None:
+        from attn_cli.present.modelview import ModelView, render_json, render_text
+
+        view = ModelView.of(w.family, [printable(t) for t in w.tokens], w.weights)
+        if as_json:  # the top next tokens inside the JSON: standard output stays one document
+            emit(render_json(view, next_tokens=top), None, escape="json")
+            return
+        columns = width if width is not None else _terminal_width()
+        emit(render_text(view, columns, language), None)
+    if top is not None:
+        lines = [f"Next token after {printable(w.tokens[-1])!r} (final norm, LM head in NumPy):"]
+        lines += [f"  {p:8.4f}  {printable(tok)!r} (id {i})" for tok, i, p in top]
+        emit("\n".join(lines) + "\n", None)
+
+
+def _terminal_width() -> int:
+    import shutil
+    import sys
+
+    from attn_cli.cli.options import NON_TERMINAL_WIDTH
+
+    if not sys.stdout.isatty():
+        return NON_TERMINAL_WIDTH
+    return shutil.get_terminal_size((NON_TERMINAL_WIDTH, 24)).columns

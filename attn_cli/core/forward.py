@@ -1,0 +1,171 @@
+"""The rest of a Transformer block around attention, in NumPy: activations, MLPs, the residual.
+
+Axes: ``T`` tokens, ``C`` hidden (the residual stream), ``F`` the MLP's width. Weights are in
+the ``x @ W`` layout ([in, out]). Everything is float64; the checkpoint's float32 weights are
+widened, so a block computes what the model computes, to float32's rounding.
+
+Where the norms sit (transformers' modeling code of each family):
+
+    pre        h = x + attn(n1(x));            x' = h + mlp(n2(h))           Llama, GPT-2, Phi-3
+    sandwich   h = x + n1b(attn(n1(x)));       x' = h + n2b(mlp(n2(h)))      Gemma 2, Gemma 3
+    post_only  h = x + n1b(attn(x));           x' = h + n2b(mlp(h))          OLMo 2
+    post       h = n1b(x + attn(x));           x' = n2b(h + mlp(h))          BERT
+    parallel   x' = x + attn(n1(x)) + mlp(n2(x))                             GPT-NeoX, Pythia
+
+``n1`` (the norm before attention) belongs to attn's traced layer; the block receives the
+attention's output projection (``projected``) already made from it.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any, Literal
+
+import numpy as np
+
+FloatArray = np.ndarray[Any, np.dtype[np.floating[Any]]]
+Placement = Literal["pre", "sandwich", "post_only", "post", "parallel"]
+PLACEMENTS: tuple[Placement, ...] = ("pre", "sandwich", "post_only", "post", "parallel")
+
+_erf = np.frompyfunc(math.erf, 1, 1)
+
+
+def gelu(x: FloatArray) -> FloatArray:
+    """GELU with the exact normal CDF: x · Φ(x) = x · (1 + erf(x / √2)) / 2."""
+    erf = np.asarray(_erf(x / math.sqrt(2.0)), dtype=np.float64)  # (…) as x
+    out: FloatArray = 0.5 * x * (1.0 + erf)
+    return out
+
+
+def gelu_tanh(x: FloatArray) -> FloatArray:
+    """GELU's tanh approximation (gelu_new, gelu_pytorch_tanh, gelu_fast)."""
+    out: FloatArray = 0.5 * x * (1.0 + np.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x**3)))
+    return out
+
+
+def silu(x: FloatArray) -> FloatArray:
+    """x · sigmoid(x), computed without overflow for large negative x."""
+    out: FloatArray = x * _sigmoid(x)
+    return out
+
+
+def quick_gelu(x: FloatArray) -> FloatArray:
+    out: FloatArray = x * _sigmoid(1.702 * x)
+    return out
+
+
+def relu(x: FloatArray) -> FloatArray:
+    out: FloatArray = np.maximum(x, 0.0)
+    return out
+
+
+def _sigmoid(x: FloatArray) -> FloatArray:
+    e = np.exp(-np.abs(x))  # (…) in (0, 1]: no overflow either way
+    out: FloatArray = np.where(x >= 0, 1.0 / (1.0 + e), e / (1.0 + e))
+    return out
+
+
+# transformers' ACT2FN names of the activations above
+ACTIVATIONS: dict[str, Callable[[FloatArray], FloatArray]] = {
+    "gelu": gelu, "gelu_new": gelu_tanh, "gelu_pytorch_tanh": gelu_tanh, "gelu_fast": gelu_tanh,
+    "silu": silu, "swish": silu, "quick_gelu": quick_gelu, "relu": relu,
+}  # fmt: skip
+
+
+def dense_mlp(
+    x: FloatArray,
+    W_in: FloatArray,
+    b_in: FloatArray | None,
+    W_out: FloatArray,
+    b_out: FloatArray | None,
+    act: Callable[[FloatArray], FloatArray],
+) -> FloatArray:
+    """act(x W_in + b_in) W_out + b_out: BERT's, GPT-2's, GPT-NeoX's MLP."""
+    h = x @ W_in  # (T, F)
+    if b_in is not None:
+        h = h + b_in
+    out: FloatArray = act(h) @ W_out  # (T, C)
+    return out if b_out is None else out + b_out
+
+
+def gated_mlp(
+    x: FloatArray,
+    W_gate: FloatArray,
+    W_up: FloatArray,
+    W_down: FloatArray,
+    act: Callable[[FloatArray], FloatArray],
+    biases: tuple[FloatArray | None, FloatArray | None, FloatArray | None] = (None, None, None),
+) -> FloatArray:
+    """(act(x W_gate) ∘ (x W_up)) W_down: SwiGLU (silu), GeGLU (gelu)."""
+    b_gate, b_up, b_down = biases
+    gate = x @ W_gate  # (T, F)
+    up = x @ W_up  # (T, F)
+    if b_gate is not None and b_up is not None:
+        gate, up = gate + b_gate, up + b_up
+    out: FloatArray = (act(gate) * up) @ W_down  # (T, C)
+    return out if b_down is None else out + b_down
+
+
+Norm = Callable[[FloatArray], FloatArray]
+
+
+def block(
+    x: FloatArray,
+    placement: Placement,
+    attention: FloatArray,
+    mlp: Callable[[FloatArray], FloatArray],
+    norms: dict[str, Norm],
+) -> FloatArray:
+    """The residual stream leaving a block, from the one entering it (``x``, [T, C]) and the
+    attention output projection (``attention``, [T, C]); ``norms`` by role: ``attn_out``
+    (after attention), ``mlp_in`` (before the MLP), ``mlp_out`` (after it)."""
+    if placement == "parallel":
+        return x + attention + mlp(norms["mlp_in"](x))
+    if placement == "post":
+        h = norms["attn_out"](x + attention)
+        return norms["mlp_out"](h + mlp(h))
+    if placement in ("sandwich", "post_only"):
+        h = x + norms["attn_out"](attention)
+        m = mlp(norms["mlp_in"](h) if placement == "sandwich" else h)
+        return h + norms["mlp_out"](m)
+    h = x + attention
+    return h + mlp(norms["mlp_in"](h))
+
+
+def softcap(logits: FloatArray, cap: float | None) -> FloatArray:
+    """cap · tanh(logits / cap) (Gemma 2's final_logit_softcapping); None: as they are."""
+    if cap is None:
+        return logits
+    out: FloatArray = cap * np.tanh(logits / cap)
+    return out
+
+
+def route(
+    x: FloatArray, W_router: FloatArray, k: int, normalize: bool
+) -> tuple[np.ndarray[Any, np.dtype[np.intp]], FloatArray]:
+    """A mixture of experts' router: softmax(x W_router) over the experts, the top ``k`` per
+    token (most likely first) and their weights, renormalised to sum to 1 if ``normalize``."""
+    logits = x @ W_router  # (T, E)
+    p = np.exp(logits - logits.max(axis=-1, keepdims=True))
+    p /= p.sum(axis=-1, keepdims=True)  # (T, E)
+    chosen = np.argsort(-p, axis=-1, kind="stable")[:, :k]  # (T, k)
+    weights: FloatArray = np.take_along_axis(p, chosen, axis=-1)  # (T, k)
+    if normalize:
+        weights = weights / weights.sum(axis=-1, keepdims=True)
+    return chosen, weights
+
+
+def mixture(
+    x: FloatArray,
+    chosen: np.ndarray[Any, np.dtype[np.intp]],
+    weights: FloatArray,
+    expert: Callable[[int, FloatArray], FloatArray],
+) -> FloatArray:
+    """Σ over each token's chosen experts of weight · expert(x): each expert computed once, on
+    the tokens that chose it (an expert no token chose is never asked for)."""
+    out = np.zeros_like(x)  # (T, C)
+    for e in np.unique(chosen):
+        rows, slot = np.nonzero(chosen == e)  # the tokens that chose e, and in which place
+        out[rows] += weights[rows, slot][:, None] * expert(int(e), x[rows])
+    return out

