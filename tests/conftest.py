@@ -52,6 +52,9 @@ GATED = ["qwen3_next_gate"]
 # the bundled examples of multi-head latent attention: attn decode, attn flash and the backward
 # pass do not run it yet and refuse them in one line (tests/test_mla.py)
 LATENT = ["deepseek_mla"]
+# the bundled examples of linear attention: no softmax (a mixer makes output from Q, K, V);
+# decoding, FlashAttention and the backward pass refuse them in one line (tests/test_linear.py)
+LINEAR = ["gated_deltanet", "linear_attention"]
 
 
 class Tolerance(TypedDict):

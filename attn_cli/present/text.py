@@ -152,6 +152,7 @@ def _scale(trace: Trace, lang: Lang) -> str:
     if trace.scale_source == "default":
         return label(lang, "scale_default", scale=scale)
     if trace.scale_source != "fixture":  # a variant's own scale (MLA's mscale²)
+        variant_texts(trace.inputs)  # its labels join the table
         return label(lang, f"scale_{trace.scale_source}", scale=scale)
     default = f"{1 / math.sqrt(trace.inputs.d_k):.6g}"
     text = label(lang, "scale_given", scale=scale, default=default)
