@@ -122,6 +122,13 @@ ALLOWED = [
     *("kv_lora_rank", "q_lora_rank", "d_rope", "d_nope", "mscale", "q_a_proj", "q_a_layernorm"),
     *("kv_a_proj_with_mqa", "kv_a_layernorm", "kv_b_proj", "query_states", "expand_kv"),
     *("q_norm", "kv_norm", "rope", "x0", "x1", "x2", "x3"),
+    # linear attention: its keys, stages, the paper's and transformers' names
+    *("linear_attention", "gated_deltanet", "Gated DeltaNet", "elu", "phi_Q", "phi_K", "delta"),
+    *("implicit_weights", "state", "normaliser", "output_recurrent", "output_chunked", "chunk"),
+    *("qkv", "qkv_conv", "beta", "q_l2", "k_l2", "normed", "SiLU", "A_log", "dt_bias", "softplus"),
+    *("in_proj_qkvz", "out_proj", "causal_conv1d_fn", "Qwen3NextRMSNormGated", "repeat_interleave"),
+    *("use_qk_l2norm_in_kernel", "l2norm", "FLA", "UT", "norm", "diag", "strictly_lower"),
+    *("k_heads", "eps", "conv", "conv_dim", "exp", "z_t", "S_t", "q_t", "k_t", "v_t"),
 ]
 
 

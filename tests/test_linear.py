@@ -210,7 +210,7 @@ def delta_from_torch(w: dict[str, Any], cfg: dict[str, Any]) -> dict[str, Any]:
 
 def test_attn_computes_what_the_transformers_layer_computes() -> None:
     case = TORCH["layer"]
-    cfg, w = case["config"], case["implicit_weights"]
+    cfg, w = case["config"], case["weights"]
     fixture = {"X": np.array(case["X"]), "heads": cfg["num_v_heads"], "causal": True,
                "gated_deltanet": delta_from_torch(w, cfg),
                "W_O": np.array(w["out_proj.weight"]).T}  # fmt: skip

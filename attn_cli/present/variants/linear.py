@@ -89,7 +89,7 @@ _DELTA: dict[str, tuple[tuple[str, ...], str, str]] = {
         ("output", "z"),
         "Qwen3NextRMSNormGated: each head's output RMS-normalised, "
         "times the norm weight, times SiLU(z); this is what out_proj (W_O) reads.",
-        "Qwen3NextRMSNormGated：每个头的输出做 RMS 归一化，乘以归一化权重，再乘以 "
+        "Qwen3NextRMSNormGated：每个头的输出做 RMSNorm 归一化，乘以归一化权重，再乘以 "
         "SiLU(z)；out_proj（W_O）读取的就是它。",
     ),
     "Q": (
@@ -113,10 +113,11 @@ _SHARED = {
     "implicit_weights": (
         ("Q", "K"),
         (
-            "The T×T weights the recurrence amounts to (the parallel form): output = weights·V, "
-            "exactly. Compare them with softmax attention's heatmap: they are causal, but "
-            "nothing makes a row peak, and under the delta rule they may be negative.",
-            "递推等价的 T×T 权重（并行形式）：output = weights·V 完全成立。可以与 softmax "
+            "The T×T weights the recurrence amounts to (the parallel form): "
+            "output = implicit_weights·V, exactly. Compare them with softmax attention's "
+            "heatmap: they are causal, but nothing makes a row peak, and under the delta rule "
+            "they may be negative.",
+            "递推等价的 T×T 权重（并行形式）：output = implicit_weights·V 完全成立。可以与 softmax "
             "注意力的热力图对比：它们同样是因果的，但没有什么让一行变得尖锐；在 delta 规则下"
             "它们还可以是负的。",
         ),
@@ -240,8 +241,11 @@ class DeltaTexts(_Texts):
     math_names = ("qkv", "qkv_conv", "beta", "q_l2", "k_l2", "normed")
     formula_zh: ClassVar[tuple[tuple[str, str], ...]] = (
         (r", depthwise over tokens$", "，沿词元逐通道"),
-        (r" per key head, repeated to the value heads$", " 每个键头，重复给各值头"),
-        (r" per head$", " 每个头"),
+        (
+            r"'s (\w) columns per key head, repeated to the value heads$",
+            r" 的 \1 列，每个键头，重复给各值头",
+        ),
+        (r"'s v columns, split into heads$", " 的 v 列，按头拆分"),
         (
             r"chunks of (\d+): the UT transform within, the state carried$",
             r"每块 \1 个：块内 UT 变换，状态传递",
