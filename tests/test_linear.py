@@ -309,3 +309,19 @@ def test_the_examples_explain_every_stage_in_both_languages() -> None:
             result = run_cli("trace", name, "--explain", "--lang", lang)
             assert result.exit_code == 0, result.output
         assert "implicit_weights" in result.stdout and "state" in result.stdout
+
+
+@pytest.mark.parametrize(("old", "new", "options", "message"), [
+    ("  A_log: [", "  A_log: [.nan, ", (), "gated_deltanet.A_log[0]: is nan (not a number)"),
+    ("  A_log: [1.21, 0.28]", "  A_log: [800, 0.28]", (), "g[head 0, query 0 'The']: is -inf"),
+    ("  - [-0.36, 1.2", "  - [1e200, 1.2", (), "q_l2[head 0, query 0 'The', d_k 0]: is inf"),
+    ("  - [-0.36, 1.2", "  - [1e200, 1.2", ("--dtype", "float32"), "is 1e+200 (float32 overflow)"),
+    ("  norm: [", "  norm: [1, ", (), "gated_deltanet.norm: has shape [4], expected a vector of"),
+])  # fmt: skip
+def test_hostile_gated_deltanet_numbers_are_one_line_errors(
+    old: str, new: str, options: tuple[str, ...], message: str, tmp_path: Path
+) -> None:
+    """An overflow inside a norm is named where it happens, never a silent 0 (x / inf)."""
+    result = run_cli("trace", str(_yaml("gated_deltanet", old, new, tmp_path)), *options)
+    assert result.exit_code == 2, result.output
+    assert message in result.stderr and result.stderr.count("\n") == 1

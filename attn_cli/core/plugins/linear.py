@@ -107,8 +107,10 @@ def linear_chunked(phi_q: FloatArray, phi_k: FloatArray, v: FloatArray, chunk: i
 
 
 def l2norm(x: FloatArray, eps: float = L2_EPS) -> FloatArray:
-    """x / √(Σx² + eps) over the last axis (transformers' ``l2norm``, as FLA's)."""
-    out: FloatArray = (x / np.sqrt(np.sum(x * x, axis=-1, keepdims=True) + eps)).astype(x.dtype)
+    """x / √(Σx² + eps) over the last axis (transformers' ``l2norm``, as FLA's); where Σx²
+    overflows, inf (the stage's check names it) rather than the 0 that x / inf would give."""
+    r = np.sqrt(np.sum(x * x, axis=-1, keepdims=True) + eps)
+    out: FloatArray = np.where(np.isfinite(r), x / r, np.inf).astype(x.dtype)
     return out
 
 
@@ -438,7 +440,7 @@ def gate_sigmoid(x: FloatArray) -> FloatArray:
 def gated_rms_norm(o: FloatArray, z: FloatArray, weight: FloatArray, eps: float) -> FloatArray:
     """Qwen3NextRMSNormGated: weight · o / √(mean(o²) + eps), times SiLU(z)."""
     r = np.sqrt(np.mean(o * o, axis=-1, keepdims=True) + eps)
-    out: FloatArray = (weight * (o / r) * silu(z)).astype(o.dtype)
+    out: FloatArray = np.where(np.isfinite(r), weight * (o / r) * silu(z), np.inf).astype(o.dtype)
     return out
 
 
