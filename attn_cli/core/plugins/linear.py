@@ -50,7 +50,8 @@ _V_AXES = ("batch", "head", "query", "d_v")
 
 def elu1(x: FloatArray) -> FloatArray:
     """φ(x) = elu(x) + 1: x + 1 where x > 0, else exp(x); always positive."""
-    out: FloatArray = np.where(x > 0, x + 1.0, np.exp(np.minimum(x, 0.0))).astype(x.dtype)
+    out = np.where(x > 0, x + 1.0, np.exp(np.minimum(x, 0.0)))
+    out = out.astype(x.dtype, copy=False)
     return out
 
 
@@ -63,7 +64,7 @@ def linear_parallel(phi_q: FloatArray, phi_k: FloatArray, v: FloatArray) -> tupl
     """The implicit weights A[t, s] = φ(q_t)·φ(k_s) / Σ_{s' ≤ t} φ(q_t)·φ(k_s') (s ≤ t), and A·V."""
     T = phi_q.shape[-2]
     raw = np.where(causal_ones(T), phi_q @ phi_k.swapaxes(-1, -2), 0.0)  # (B, H, T, T)
-    weights = (raw / raw.sum(axis=-1, keepdims=True)).astype(phi_q.dtype)
+    weights = (raw / raw.sum(axis=-1, keepdims=True)).astype(phi_q.dtype, copy=False)
     return weights, weights @ v  # (B, H, T, T), (B, H, T, d_v)
 
 
@@ -110,7 +111,7 @@ def l2norm(x: FloatArray, eps: float = L2_EPS) -> FloatArray:
     """x / √(Σx² + eps) over the last axis (transformers' ``l2norm``, as FLA's); where Σx²
     overflows, inf (the stage's check names it) rather than the 0 that x / inf would give."""
     r = np.sqrt(np.sum(x * x, axis=-1, keepdims=True) + eps)
-    out: FloatArray = np.where(np.isfinite(r), x / r, np.inf).astype(x.dtype)
+    out: FloatArray = np.where(np.isfinite(r), x / r, np.inf).astype(x.dtype, copy=False)
     return out
 
 
@@ -181,7 +182,7 @@ def delta_parallel(q: Any, k: Any, v: Any, g: Any, beta: Any) -> tuple[Any, Any]
     eye = np.broadcast_to(np.eye(T, dtype=q.dtype), ut.shape)
     inverse = unit_lower_solve(ut, eye * beta[..., None, :])  # (I + L)⁻¹·diag(β)
     weights = ((q @ k.swapaxes(-1, -2)) * D) @ inverse  # (B, H, T, T)
-    weights = np.where(causal_ones(T), weights, 0.0).astype(q.dtype)
+    weights = np.where(causal_ones(T), weights, 0.0).astype(q.dtype, copy=False)
     return weights, weights @ v
 
 
@@ -301,7 +302,8 @@ class LinearAttention(_Linear):
     ) -> dict[str, FloatArray]:
         _refuse_others(self, inputs)
         group = inputs.heads // inputs.kv_heads
-        phi_q, phi_k = elu1(arrays["Q"]), elu1(arrays["K"])
+        # contiguous: (B, H, T, d_k) views of the projection make the products below slow
+        phi_q, phi_k = (np.ascontiguousarray(elu1(arrays[n])) for n in ("Q", "K"))
         k, v = (np.repeat(x, group, axis=1) for x in (phi_k, arrays["V"]))  # (B, H, T, ·)
         weights, output = linear_parallel(phi_q, k, v)
         return {"phi_Q": phi_q, "phi_K": phi_k, "implicit_weights": weights, "output": output}
@@ -387,13 +389,15 @@ _DELTA_ARRAYS = _DELTA_KEYS[:10]
 def silu(x: FloatArray) -> FloatArray:
     """x·σ(x), without overflow."""
     e = np.exp(-np.abs(x))
-    out: FloatArray = (x * np.where(x >= 0, 1.0 / (1.0 + e), e / (1.0 + e))).astype(x.dtype)
+    out = x * np.where(x >= 0, 1.0 / (1.0 + e), e / (1.0 + e))
+    out = out.astype(x.dtype, copy=False)
     return out
 
 
 def softplus(x: FloatArray) -> FloatArray:
     """log(1 + eˣ) (torch's: x itself above 20)."""
-    out: FloatArray = np.where(x > 20, x, np.log1p(np.exp(np.minimum(x, 20.0)))).astype(x.dtype)
+    out = np.where(x > 20, x, np.log1p(np.exp(np.minimum(x, 20.0))))
+    out = out.astype(x.dtype, copy=False)
     return out
 
 
@@ -433,14 +437,15 @@ def delta_front(value: Delta, heads: int, X: FloatArray, cast: Cast) -> dict[str
 def gate_sigmoid(x: FloatArray) -> FloatArray:
     """σ(x), without overflow."""
     e = np.exp(-np.abs(x))
-    out: FloatArray = np.where(x >= 0, 1.0 / (1.0 + e), e / (1.0 + e)).astype(x.dtype)
+    out: FloatArray = np.where(x >= 0, 1.0 / (1.0 + e), e / (1.0 + e)).astype(x.dtype, copy=False)
     return out
 
 
 def gated_rms_norm(o: FloatArray, z: FloatArray, weight: FloatArray, eps: float) -> FloatArray:
     """Qwen3NextRMSNormGated: weight · o / √(mean(o²) + eps), times SiLU(z)."""
     r = np.sqrt(np.mean(o * o, axis=-1, keepdims=True) + eps)
-    out: FloatArray = np.where(np.isfinite(r), weight * (o / r) * silu(z), np.inf).astype(o.dtype)
+    out = np.where(np.isfinite(r), weight * (o / r) * silu(z), np.inf)
+    out = out.astype(o.dtype, copy=False)
     return out
 
 
