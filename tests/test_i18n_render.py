@@ -32,6 +32,9 @@ KEPT = {
     *("QK", "norm", "RMSNorm", "ALiBi", "sinks", "logit", "gpt", "oss", "base", "dims"),
     *("gate", "gated", "Next"),  # Qwen3-Next's output gate and its stages
     *("mla", "DeepSeek", "kv_lora_rank", "lora", "rank", "rope", "nope", "mscale", "LoRA", "KV"),
+    # linear attention: the paper's φ, Gated DeltaNet's name and stages
+    *("elu", "Gated", "DeltaNet", "beta", "qkv", "conv", "SiLU", "softplus", "diag", "state"),
+    *("normaliser", "normed", "UT"),
 }
 
 

@@ -241,6 +241,7 @@ class DeltaTexts(_Texts):
     math_names = ("qkv", "qkv_conv", "beta", "q_l2", "k_l2", "normed")
     formula_zh: ClassVar[tuple[tuple[str, str], ...]] = (
         (r", depthwise over tokens$", "，沿词元逐通道"),
+        (r"\(causal conv1d\(", "(因果 conv1d("),
         (
             r"'s (\w) columns per key head, repeated to the value heads$",
             r" 的 \1 列，每个键头，重复给各值头",
