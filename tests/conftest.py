@@ -55,6 +55,9 @@ LATENT = ["deepseek_mla"]
 # the bundled examples of differential attention: attn decode, attn flash, the backward pass and
 # attn rope do not run it yet and refuse them in one line (tests/test_diff.py)
 DIFFERENTIAL = ["diff_transformer"]
+# the bundled examples of linear attention: no softmax (a mixer makes output from Q, K, V);
+# decoding, FlashAttention and the backward pass refuse them in one line (tests/test_linear.py)
+LINEAR = ["gated_deltanet", "linear_attention"]
 
 
 class Tolerance(TypedDict):

@@ -301,6 +301,71 @@ exp(λ_q2·λ_k2) + λ_init, λ_init = 0.8 − 0.6·exp(−0.3·depth) for layer
     )  # fmt: skip
 
 
+def linear_attention() -> str:
+    rng = np.random.default_rng(20)
+    X = _embeddings(rng, 6, 8)
+    W_Q, W_K, W_V = _weights(rng, 8, 8, 8, 8)
+    W_O = _weights(rng, 8, 8)[0]
+    comments = """
+Linear attention (Katharopoulos et al. 2020, "Transformers are RNNs"), causal: the feature map
+phi(x) = elu(x) + 1 on Q and K instead of softmax, so attention is a running sum: the state
+S_t = S_(t-1) + phi(k_t) v_t^T and normaliser z_t = z_(t-1) + phi(k_t), o_t = phi(q_t)^T S_t /
+phi(q_t)^T z_t. attn shows the state after every token, the chunked form (chunks of 4) and the
+T x T weights the recurrence amounts to, and checks the three agree."""
+    return (
+        _head("Linear attention (elu + 1)", (
+            "Katharopoulos linear attention: phi = elu + 1, causal; the recurrent state, chunks "
+            "of 4 and the implicit weights side by side; 2 heads, W_O"), comments, TOKENS)
+        + _matrix("X", X, "[seq, d_model]")
+        + _matrix("W_Q", W_Q, "[d_model, heads*d_k]")
+        + _matrix("W_K", W_K, "[d_model, heads*d_k]")
+        + _matrix("W_V", W_V, "[d_model, heads*d_v]")
+        + _matrix("W_O", W_O, "[heads*d_v, d_out]")
+        + "heads: 2\ncausal: true\nlinear_attention:\n  feature_map: elu+1\n  chunk: 4\n"
+    )  # fmt: skip
+
+
+def gated_deltanet() -> str:
+    rng = np.random.default_rng(20)
+    X = _embeddings(rng, 6, 8)
+    W_q, W_k = _weights(rng, 8, 4, 4)  # 1 key head, d_k 4
+    W_v, W_z = _weights(rng, 8, 6, 6)  # 2 value heads, d_v 3
+    W_b, W_a = _weights(rng, 8, 2, 2)
+    conv = np.round(rng.standard_normal((14, 4)) * 0.5, 2)  # channels q|k|v, kernel 4
+    A_log = np.round(np.log(rng.uniform(0.5, 4, 2)), 2)
+    dt_bias = np.round(rng.uniform(0.5, 1.5, 2), 2)
+    norm = np.round(rng.uniform(0.5, 1.5, 3), 2)
+    W_O = _weights(rng, 6, 8)[0]
+
+    def sub(name: str, arr: np.ndarray, comment: str) -> str:
+        return _matrix(f"  {name}", arr, comment).replace("\n  - ", "\n    - ")
+
+    comments = """
+Gated DeltaNet as Qwen3-Next runs it (transformers' Qwen3NextGatedDeltaNet with
+torch_chunk_gated_delta_rule), small: q, k, v through a causal depthwise conv (kernel 4) and
+SiLU, q and k L2-normalised (q also by 1/sqrt(d_k)), the one key head repeated to 2 value heads,
+beta = sigmoid(b), the decay g = -exp(A_log) softplus(a + dt_bias), the delta rule writing
+beta (v - S^T k) into the state, then the gated RMSNorm with z. attn shows the state after every
+token, the chunked form (chunks of 4) and the implicit T x T weights, and checks they agree."""
+    return (
+        _head("Gated DeltaNet (Qwen3-Next)", (
+            "Gated DeltaNet: conv, L2-normalised q and k, beta, decay g, the delta rule; the "
+            "recurrent state, chunks of 4 and the implicit weights side by side; 1 key head, "
+            "2 value heads, W_O"), comments, TOKENS)
+        + _matrix("X", X, "[seq, d_model]")
+        + _matrix("W_O", W_O, "[heads*d_v, d_out]: out_proj")
+        + "heads: 2\ncausal: true\ngated_deltanet:\n  k_heads: 1\n  chunk: 4\n"
+        + sub("W_q", W_q, "[d_model, k_heads*d_k]")
+        + sub("W_k", W_k, "[d_model, k_heads*d_k]")
+        + sub("W_v", W_v, "[d_model, heads*d_v]")
+        + sub("W_z", W_z, "[d_model, heads*d_v]: the output gate")
+        + sub("W_b", W_b, "[d_model, heads]: beta's logits")
+        + sub("W_a", W_a, "[d_model, heads]: the decay's input")
+        + sub("conv", conv, "[2*k_heads*d_k + heads*d_v, kernel]: conv1d.weight")
+        + f"  A_log: {_row(A_log)}\n  dt_bias: {_row(dt_bias)}\n  norm: {_row(norm)}\n"
+    )  # fmt: skip
+
+
 def cross() -> str:
     rng = np.random.default_rng(15)
     X = _embeddings(rng, 3, 8)
@@ -363,6 +428,8 @@ MAKERS: dict[str, Callable[[], str]] = {
     "mask_sentinel": sentinel,
     "deepseek_mla": deepseek_mla,
     "diff_transformer": diff_transformer,
+    "linear_attention": linear_attention,
+    "gated_deltanet": gated_deltanet,
 }
 
 

@@ -209,7 +209,7 @@ def reference(fx: dict[str, Any], *, lse: bool = False) -> dict[str, np.ndarray]
     has_batch = _depth(fx["X"] if "X" in fx else fx["Q"]) >= 3
     stages, _ = _compute(fx)
     if not lse:
-        del stages["lse"]
+        stages.pop("lse", None)  # linear attention has none
     return {
         name: np.array(data if has_batch and name != "lambda" else data[0], dtype=np.float64)
         for name, data in stages.items()
@@ -219,6 +219,10 @@ def reference(fx: dict[str, Any], *, lse: bool = False) -> dict[str, np.ndarray]
 def _compute(fx: dict[str, Any]) -> tuple[dict[str, Nested], list[Any]]:
     """The stages (batch axis always there) and allowed[b][h][i][j]."""
     fx = {k: v for k, v in fx.items() if v is not None}
+    if "linear_attention" in fx or "gated_deltanet" in fx:  # no softmax: loops of their own
+        from reference_linear import linear_stages
+
+        return linear_stages(fx), []
     stages: dict[str, Nested] = {}
 
     # 1) queries, keys and values per batch item: q[b][h][t][i]
@@ -668,6 +672,8 @@ def random_mla_fixture(
 def reference_sentinel_rows(fx: dict[str, Any]) -> tuple[tuple[int, int, int, float, bool], ...]:
     """(batch, head, query, leaked weight, no key allowed) for rows whose hidden keys got weight."""
     stages, allowed = _compute(fx)
+    if "softmax" not in stages:  # linear attention: nothing is hidden by a fill
+        return ()
     weights = stages["softmax"]
     rows = []
     for b, item in enumerate(weights):

@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from conftest import DIFFERENTIAL, GATED, LATENT
+from conftest import DIFFERENTIAL, GATED, LATENT, LINEAR
 from test_explain import ALLOWED, english_left
 
 from attn_cli.api import trace_file
@@ -53,7 +53,8 @@ from attn_cli.present.explain_backward import gradient_cell, upstream_line
 from attn_cli.present.worked import CellRef, worked_cells
 
 Array = np.ndarray[Any, np.dtype[Any]]
-EXAMPLES = sorted(set(example_paths()) - set(LATENT) - set(DIFFERENTIAL))  # these refuse it
+# these refuse it
+EXAMPLES = sorted(set(example_paths()) - set(LATENT) - set(DIFFERENTIAL) - set(LINEAR))
 # forward_of below knows no output gate: the gated examples' gradients are tests/test_gate.py's
 CORE = sorted(set(EXAMPLES) - set(GATED))
 FD_STEP = 1e-5

@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 import pytest
 import typer
-from conftest import DIFFERENTIAL, GATED, LATENT
+from conftest import DIFFERENTIAL, GATED, LATENT, LINEAR
 from reference import llama3_frequency
 from rich.console import Console
 from typer.testing import CliRunner
@@ -290,7 +290,8 @@ def test_step_pages() -> None:
 
 def test_the_list_holds_every_bundled_causal_example() -> None:
     causal = sorted(name for name in example_paths() if load(name).causal is not None)
-    assert causal == sorted([*CAUSAL_EXAMPLES, *GATED, *LATENT, *DIFFERENTIAL])  # they refuse
+    # (decoded elsewhere, or refused)
+    assert causal == sorted([*CAUSAL_EXAMPLES, *GATED, *LATENT, *DIFFERENTIAL, *LINEAR])
 
 
 @pytest.mark.parametrize("prefill", [1, 3])

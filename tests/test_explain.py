@@ -127,6 +127,13 @@ ALLOWED = [
     *("softmax_2", "lambda", "diff_output", "diff_norm", "diff_scaled", "λ_init", "λ_q1"),
     *("λ_k1", "λ_q2", "λ_k2", "exp", "depth", "subln", "head_dim", "Differential Transformer"),
     *("norm", "Transformer"),
+    # linear attention: its keys, stages, the paper's and transformers' names
+    *("linear_attention", "gated_deltanet", "Gated DeltaNet", "elu", "phi_Q", "phi_K", "delta"),
+    *("implicit_weights", "state", "normaliser", "output_recurrent", "output_chunked", "chunk"),
+    *("qkv", "qkv_conv", "beta", "q_l2", "k_l2", "normed", "SiLU", "A_log", "dt_bias", "softplus"),
+    *("in_proj_qkvz", "out_proj", "causal_conv1d_fn", "Qwen3NextRMSNormGated", "repeat_interleave"),
+    *("use_qk_l2norm_in_kernel", "l2norm", "FLA", "UT", "norm", "diag", "strictly_lower"),
+    *("k_heads", "eps", "conv", "conv_dim", "exp", "z_t", "S_t", "q_t", "k_t", "v_t"),
 ]
 
 

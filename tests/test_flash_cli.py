@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 import pytest
 import typer
-from conftest import DIFFERENTIAL, GATED, LATENT
+from conftest import DIFFERENTIAL, GATED, LATENT, LINEAR
 from rich.console import Console
 from test_decode_cli import CAUSAL_EXAMPLES, check_titles_stay, every_screen, step_in_pty
 from typer.testing import CliRunner
@@ -247,7 +247,7 @@ EXAMPLES = [  # every bundled example: the causal ones (as attn decode's tests),
 
 
 def test_the_list_holds_every_bundled_example() -> None:
-    assert sorted([*EXAMPLES, *GATED, *LATENT, *DIFFERENTIAL]) == sorted(example_paths())
+    assert sorted([*EXAMPLES, *GATED, *LATENT, *DIFFERENTIAL, *LINEAR]) == sorted(example_paths())
 
 
 @pytest.mark.parametrize("name", EXAMPLES)

@@ -33,6 +33,9 @@ KEPT = {
     *("gate", "gated", "Next"),  # Qwen3-Next's output gate and its stages
     *("mla", "DeepSeek", "kv_lora_rank", "lora", "rank", "rope", "nope", "mscale", "LoRA", "KV"),
     *("diff", "init", "Differential", "Transformer", "lambda"),  # differential attention
+    # linear attention: the paper's φ, Gated DeltaNet's name and stages
+    *("elu", "Gated", "DeltaNet", "beta", "qkv", "conv", "SiLU", "softplus", "diag", "state"),
+    *("normaliser", "normed", "UT"),
 }
 
 

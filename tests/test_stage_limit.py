@@ -50,7 +50,7 @@ def test_a_stage_that_does_not_apply_is_absent_not_an_error() -> None:
 
 def test_unknown_stage_names_are_refused() -> None:
     with pytest.raises(ValueError, match="unknown stages"):
-        run(inputs_of("proj-single"), keep={"weights"})
+        run(inputs_of("proj-single"), keep={"weights"})  # not a stage: softmax is
 
 
 CLASSIC = ("X", "Q", "K", "V", "scores", "scaled", "masked", "softmax", "output", "concat",

@@ -26,6 +26,7 @@ from reference import (
     reference_empty_rows,
     reference_sentinel_rows,
 )
+from reference_linear import random_linear_fixture
 
 from attn_cli.core.memory import memory_needed
 from attn_cli.core.pipeline import Trace, run
@@ -126,10 +127,21 @@ CASES: dict[str, dict[str, Any]] = {
     "DeepSeek V2-Lite: MLA without q LoRA, batch, mscale": {
         "mla": {"q_rank": None, "batch": 2, "heads": 3, "d_rope": 4, "d_v": 3, "mscale": 1.3},
     },
+    # linear attention (random_linear_fixture's arguments under "linear")
+    "linear attention, GQA, chunks of 2, W_O": {"linear": {"kv_heads": 1, "W_O": True}},
+    "linear attention, batch, one chunk": {"linear": {"batch": 2, "heads": 1, "chunk": 8}},
+    "Gated DeltaNet, 2 value heads per key head, W_O": {
+        "linear": {"kind": "gated_deltanet", "heads": 4, "kv_heads": 2, "W_O": True},
+    },
+    "Gated DeltaNet, batch, chunks of 3": {
+        "linear": {"kind": "gated_deltanet", "batch": 2, "seq": 7, "chunk": 3, "kernel": 4},
+    },
 }  # fmt: skip
 
 
 def fixture(case: str, seed: int = 0) -> dict[str, Any]:
+    if "linear" in CASES[case]:
+        return random_linear_fixture(seed + 31 * len(case), **CASES[case]["linear"])
     if "mla" in CASES[case]:
         return random_mla_fixture(seed + 31 * len(case), **CASES[case]["mla"])
     return random_fixture(seed + 31 * len(case), **CASES[case])
@@ -164,7 +176,7 @@ def test_matches_the_loop_reference(case: str, seed: int) -> None:
     )
 
 
-@pytest.mark.parametrize("case", list(CASES))
+@pytest.mark.parametrize("case", [c for c in CASES if "linear" not in CASES[c]])  # softmax's
 def test_lse_matches_the_reference_and_rebuilds_the_weights(case: str) -> None:
     fx = fixture(case)
     want = reference(fx, lse=True)

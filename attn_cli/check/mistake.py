@@ -132,7 +132,11 @@ def _sorted(mistakes: list[Mistake]) -> list[Mistake]:
 
 def mistakes_for(inputs: Inputs) -> list[Mistake]:
     """The mistakes of plain attention and of each variant that is on, in the order tried."""
-    names = [PLAIN, *(v.name for v, _ in Chain(inputs).on)]
+    on = Chain(inputs).on
+    names = [PLAIN, *(v.name for v, _ in on)]
+    mixers = [v.name for v, _ in on if v.mixer_stages]
+    if mixers:  # the others' mistakes are softmax's: a mixer (linear attention) replaces it
+        names = mixers
     return _sorted([m for name in names for m in TABLE.get(name, [])])
 
 

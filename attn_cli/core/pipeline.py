@@ -312,6 +312,9 @@ class _Run:
         self.transform_qk()
         # 4)-8) scores, scale, score modifiers, biases and mask, softmax, weighted sum: by block
         attended = self.attend(scale, progress) if "scores" in self.need else None
+        mixer = next(((v, x) for v, x in self.chain.on if v.mixer_stages), None)
+        if mixer is not None and "output" in self.need:  # linear attention: no softmax
+            self.mix(*mixer)
         for name in self.chain.bias_stages:  # kept, though nothing masks with them here
             if name in self.held and name not in self.arrays:
                 self.arrays[name] = self.bias_stage(name)
@@ -372,6 +375,12 @@ class _Run:
                     self.inputs.source, mine, f"differs from {theirs} by {worst:.3g} "
                     f"({v.name}'s two forms disagree)", f"equal to rounding ({tol:.1e})",
                 )  # fmt: skip
+
+    def mix(self, v: Any, value: Any) -> None:
+        """A mixer's stages and output from Q, K, V (linear attention), each checked finite."""
+        made = v.mix(value, self.inputs, self.arrays, self.as_dtype_any)
+        for name in (*v.mixer_stages, "output"):
+            self.arrays[name] = self.check(name, made[name], SPECS[name].axes)
 
     def project(self) -> None:
         inp = self.inputs

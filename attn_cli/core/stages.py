@@ -117,6 +117,25 @@ def _always(inputs: Inputs) -> bool:
     return True
 
 
+def _mixer(inputs: Inputs) -> tuple[Variant, Any] | None:
+    """The variant that makes output from Q, K, V itself (linear attention), when one is on."""
+    return next(((v, x) for v, x in _chain(inputs).on if v.mixer_stages), None)
+
+
+def _softmax_chain(inputs: Inputs) -> bool:
+    """Whether scores, scaled and softmax apply: no mixer (linear attention) replaces them."""
+    return _mixer(inputs) is None
+
+
+def _output_formula(inputs: Inputs) -> str:
+    mixer = _mixer(inputs)
+    return (
+        "output = softmax·V"
+        if mixer is None
+        else mixer[0].stage_formula(mixer[1], inputs, "output")
+    )
+
+
 # The rows of the forward pass; ``_Slot`` marks where the variants' rows go.
 
 
@@ -136,17 +155,19 @@ _FORWARD_ROWS: tuple[StageSpec | _Slot, ...] = (
     StageSpec("V", ("X", "X_kv"), ("batch", "kv_head", "key", "d_v"), False, "QKV",
               _always, _projection("V")),
     _Slot("transform"),
-    StageSpec("scores", ("Q", "K"), _SCORES, True, "scores", _always, _scores_formula),
+    _Slot("mixer"),
+    StageSpec("scores", ("Q", "K"), _SCORES, True, "scores", _softmax_chain, _scores_formula),
     StageSpec("scaled", ("scores",), _SCORES, True, "scaled",
-              _always, lambda i: "scaled = scores × scale"),
+              _softmax_chain, lambda i: "scaled = scores × scale"),
     _Slot("modifier"),
     _Slot("bias"),
-    StageSpec("masked", ("scaled",), _SCORES, True, "masked", has_masked, _masked_formula),
-    StageSpec("softmax", ("scaled",), _SCORES, True, "softmax", _always, _softmax_formula),
+    StageSpec("masked", ("scaled",), _SCORES, True, "masked",
+              lambda i: has_masked(i) and _softmax_chain(i), _masked_formula),
+    StageSpec("softmax", ("scaled",), _SCORES, True, "softmax", _softmax_chain, _softmax_formula),
     StageSpec("lse", ("scaled",), ("batch", "head", "query"), False, "lse",
-              _always, _lse_formula, opt_in=True),
+              _softmax_chain, _lse_formula, opt_in=True),
     StageSpec("output", ("softmax", "V"), ("batch", "head", "query", "d_v"), False, "output",
-              _always, lambda i: "output = softmax·V"),
+              _always, _output_formula),
     _Slot("out"),
     StageSpec("concat", ("output",), ("batch", "query", "heads*d_v"), False, "concat",
               lambda i: i.heads > 1 or i.W_O is not None,
@@ -402,6 +423,7 @@ def _base_needs(variants: tuple[Variant, ...]) -> dict[str, tuple[str, ...]]:
         "masked": (*reversed(mods), "scaled", *biases),
         "softmax": logits,
         "lse": logits,
+        "output": (*(s for v in variants for s in v.mixer_stages), "softmax", "V"),
         "concat": (*(v.out_stages[-1] for v in reversed(variants) if v.out_stages), "output"),
         "d_scaled": (*(f"d_{m}" for m in mods), "d_masked", "d_softmax", "delta"),
         "d_Q": (*(f"d_{s}" for s in _qk(variants, "Q")), "d_scores", "K"),
@@ -412,7 +434,7 @@ def _base_needs(variants: tuple[Variant, ...]) -> dict[str, tuple[str, ...]]:
 def _slot_rows(variants: tuple[Variant, ...]) -> dict[str, list[StageSpec]]:
     """Each variant's rows by the slot they go in, with their needs in the chain (and the
     gradient formulas of transforms and modifiers)."""
-    kinds = ("front", "transform", "modifier", "bias", "out", "side",
+    kinds = ("front", "transform", "mixer", "modifier", "bias", "out", "side",
              "d_out", "extra", "d_modifier", "d_transform")  # fmt: skip
     slots: dict[str, list[StageSpec]] = {k: [] for k in kinds}
     mods = [str(v.stage) for v in variants if v.stage is not None]
@@ -444,6 +466,8 @@ def _placed(
         later = tuple(f"d_{s}" for s in stages[i + 1 :])
         return "d_transform", row._replace(needs=(*later, "d_scores", other, *row.needs),
                                            formula=_d_query_key(base))  # fmt: skip
+    if row.name in v.mixer_stages:
+        return "mixer", row
     if row.name in v.out_stages:
         return "out", row
     if row.name in v.out_gradients:

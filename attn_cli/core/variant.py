@@ -450,6 +450,19 @@ class Variant:
         """Its side stages, from the chain's stages (``arrays``, internal layouts)."""
         raise NotImplementedError(f"{self.name} has no second form")
 
+    # -- a mixer: output made from Q, K, V by the variant, in place of scores..softmax ----------
+
+    # its stages between V and output (linear attention's feature maps, its implicit weights);
+    # with a mixer on, scores, scaled, masked and softmax do not apply
+    mixer_stages: tuple[str, ...] = ()
+
+    def mix(
+        self, value: Any, inputs: Inputs, arrays: Mapping[str, FloatArray], cast: Cast
+    ) -> dict[str, FloatArray]:
+        """Its mixer stages and ``output`` (B, H, T, Dv), from the chain's Q, K, V (``arrays``,
+        internal layouts)."""
+        raise NotImplementedError(f"{self.name} mixes nothing")
+
     def default_scale(self, value: Any, inputs: Inputs) -> float | None:
         """The softmax scale when the fixture gives none; None: 1/√d_k."""
         return None

@@ -321,8 +321,9 @@ def _explain_output(c: Context) -> Parts:
     formula: tuple[str, ...]
     inputs: tuple[str, ...]
     meaning: list[str] = []
-    formula = ("output[i] = Σ_j softmax[i, j] × V[j]",)
-    inputs = (shape_of("softmax"), shape_of("V"))
+    weights = "softmax" if "softmax" in c.trace else "implicit_weights"  # linear attention
+    formula = (f"output[i] = Σ_j {weights}[i, j] × V[j]",)
+    inputs = (shape_of(weights), shape_of("V"))
     meaning.append(
         "每个查询的输出是各行 V 按权重加起来的和。这就是“搜索结果”：标签（K）"
         "和查询（Q）越匹配，对应的内容（V）在结果里占得越多。每一行就是这个词"
@@ -333,6 +334,7 @@ def _explain_output(c: Context) -> Parts:
         "their labels (K) matched the query (Q). Each row is the token's new, "
         "context-aware representation."
     )
+    meaning += [line for t in active(c.trace.inputs) for line in t.notes("output", c)]
     return formula, inputs, meaning
 
 

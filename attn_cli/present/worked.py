@@ -115,8 +115,11 @@ def row_sums_for_display(matrix: np.ndarray) -> tuple[float, ...]:
 
 
 def worked_cells(trace: Trace, ref: CellRef) -> list[WorkedCell]:
-    """The worked cell for ``ref`` in every batch item and head, read from the trace."""
+    """The worked cell for ``ref`` in every batch item and head, read from the trace; none
+    without a softmax (linear attention: its cell is a row of implicit_weights, not worked)."""
     inp = trace.inputs
+    if "softmax" not in trace.applicable:
+        return []
     return [_worked_cell(trace, ref, b, h) for b in range(inp.batch) for h in range(inp.heads)]
 
 

@@ -1,0 +1,611 @@
+"""Linear attention: output made from Q, K, V by a recurrence over the tokens, no softmax.
+
+Two variants, each a mixer of the chain (it replaces scores..softmax) with three forms of the
+same numbers, checked equal on every run (``side_equal``):
+
+* ``linear_attention``: Katharopoulos et al. 2020, "Transformers are RNNs", causal, with the
+  feature map φ(x) = elu(x) + 1 on the fixture's own Q and K::
+
+      S_t = S_{t−1} + φ(k_t)·v_tᵀ,  z_t = z_{t−1} + φ(k_t),  o_t = φ(q_t)ᵀS_t / φ(q_t)ᵀz_t
+
+* ``gated_deltanet``: Gated DeltaNet as Qwen3-Next runs it (transformers 5.24,
+  ``models/qwen3_next/modeling_qwen3_next.py``: ``Qwen3NextGatedDeltaNet``,
+  ``torch_recurrent_gated_delta_rule``, ``torch_chunk_gated_delta_rule``), a front end from X::
+
+      qkv = X·[W_q | W_k | W_v], qkv_conv = SiLU(causal depthwise conv1d(qkv))
+      beta = σ(X·W_b), g = −exp(A_log)·softplus(X·W_a + dt_bias)
+      q = l2norm(q)/√d_k, k = l2norm(k)                       (q, k repeated to the value heads)
+      S_t = S_{t−1}·exp(g_t) + k_t·(β_t (v_t − (S_{t−1}·exp(g_t))ᵀk_t))ᵀ,  o_t = S_tᵀq_t
+      normed = RMSNorm(o)·norm ⊙ SiLU(z), z = X·W_z       (Qwen3NextRMSNormGated)
+
+The forms: the recurrent one (the state after every token: what decoding runs), the chunked one
+(chunk by chunk, as training kernels run it) and the parallel one (the T×T ``weights`` the
+recurrence amounts to, output = weights·V), the one the chain's ``output`` holds.
+Axes: B batch, H heads, T tokens, d_k and d_v per head.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from attn_cli.core.heads import split_heads
+from attn_cli.core.inputs import Inputs
+from attn_cli.core.plugins.parsing import known_subkeys, plain, positive_number
+from attn_cli.core.stage_spec import OUT_AXES, Q_AXES, SCORE_AXES, StageSpec
+from attn_cli.core.variant import Cast, FixtureKey, FloatArray, IntArray, Variant, register
+
+CHUNK = 64  # transformers' chunk_size
+L2_EPS = 1e-6  # l2norm's eps in torch_*_gated_delta_rule (use_qk_l2norm_in_kernel)
+_STATE = ("batch", "head", "query", "d_k", "d_v")
+_PER_TOKEN = ("batch", "head", "query")
+_V_AXES = ("batch", "head", "query", "d_v")
+
+
+# -- the math, each form a small function over (B, H, T, ·) arrays -----------------------------
+
+
+def elu1(x: FloatArray) -> FloatArray:
+    """φ(x) = elu(x) + 1: x + 1 where x > 0, else exp(x); always positive."""
+    out = np.where(x > 0, x + 1.0, np.exp(np.minimum(x, 0.0)))
+    out = out.astype(x.dtype, copy=False)
+    return out
+
+
+def causal_ones(T: int) -> Any:
+    """(T, T) True where key s ≤ query t."""
+    return np.tril(np.ones((T, T), dtype=bool))
+
+
+def linear_parallel(phi_q: FloatArray, phi_k: FloatArray, v: FloatArray) -> tuple[Any, Any]:
+    """The implicit weights A[t, s] = φ(q_t)·φ(k_s) / Σ_{s' ≤ t} φ(q_t)·φ(k_s') (s ≤ t), and A·V."""
+    T = phi_q.shape[-2]
+    raw = np.where(causal_ones(T), phi_q @ phi_k.swapaxes(-1, -2), 0.0)  # (B, H, T, T)
+    weights = (raw / raw.sum(axis=-1, keepdims=True)).astype(phi_q.dtype, copy=False)
+    return weights, weights @ v  # (B, H, T, T), (B, H, T, d_v)
+
+
+def linear_recurrent(phi_q: FloatArray, phi_k: FloatArray, v: FloatArray) -> tuple[Any, Any, Any]:
+    """Token by token: S_t = S_{t−1} + φ(k_t)v_tᵀ, z_t = z_{t−1} + φ(k_t), o_t = φ(q_t)ᵀS_t /
+    φ(q_t)ᵀz_t. The states (B, H, T, d_k, d_v), normalisers (B, H, T, d_k) and outputs."""
+    B, H, T, dk = phi_q.shape
+    dv = v.shape[-1]
+    states = np.empty((B, H, T, dk, dv), dtype=phi_q.dtype)
+    zs = np.empty((B, H, T, dk), dtype=phi_q.dtype)
+    out = np.empty((B, H, T, dv), dtype=phi_q.dtype)
+    S = np.zeros((B, H, dk, dv), dtype=phi_q.dtype)
+    z = np.zeros((B, H, dk), dtype=phi_q.dtype)
+    for t in range(T):
+        S = S + phi_k[:, :, t, :, None] * v[:, :, t, None, :]  # (B, H, d_k, d_v)
+        z = z + phi_k[:, :, t]  # (B, H, d_k)
+        q = phi_q[:, :, t]  # (B, H, d_k)
+        num = np.einsum("bhk,bhkv->bhv", q, S)
+        out[:, :, t] = num / np.einsum("bhk,bhk->bh", q, z)[..., None]
+        states[:, :, t], zs[:, :, t] = S, z
+    return states, zs, out
+
+
+def linear_chunked(phi_q: FloatArray, phi_k: FloatArray, v: FloatArray, chunk: int) -> Any:
+    """Chunk by chunk: the state S and normaliser z carried from the chunks before, plus causal
+    attention inside the chunk."""
+    B, H, T, dk = phi_q.shape
+    out = np.empty((*phi_q.shape[:3], v.shape[-1]), dtype=phi_q.dtype)
+    S = np.zeros((B, H, dk, v.shape[-1]), dtype=phi_q.dtype)
+    z = np.zeros((B, H, dk), dtype=phi_q.dtype)
+    for c0 in range(0, T, chunk):
+        q, k, vc = (x[:, :, c0 : c0 + chunk] for x in (phi_q, phi_k, v))  # (B, H, C, ·)
+        n = q.shape[2]
+        intra = np.where(causal_ones(n), q @ k.swapaxes(-1, -2), 0.0)  # (B, H, C, C)
+        num = q @ S + intra @ vc  # (B, H, C, d_v)
+        den = np.einsum("bhck,bhk->bhc", q, z) + intra.sum(axis=-1)  # (B, H, C)
+        out[:, :, c0 : c0 + n] = num / den[..., None]
+        S = S + k.swapaxes(-1, -2) @ vc
+        z = z + k.sum(axis=2)
+    return out
+
+
+def l2norm(x: FloatArray, eps: float = L2_EPS) -> FloatArray:
+    """x / √(Σx² + eps) over the last axis (transformers' ``l2norm``, as FLA's); where Σx²
+    overflows, inf (the stage's check names it) rather than the 0 that x / inf would give."""
+    r = np.sqrt(np.sum(x * x, axis=-1, keepdims=True) + eps)
+    out: FloatArray = np.where(np.isfinite(r), x / r, np.inf).astype(x.dtype, copy=False)
+    return out
+
+
+def delta_recurrent(q: Any, k: Any, v: Any, g: Any, beta: Any) -> tuple[Any, Any]:
+    """``torch_recurrent_gated_delta_rule`` after its l2norm and scale: token by token, the state
+    decays by exp(g_t), the delta rule writes β_t(v_t − Sᵀk_t) along k_t, o_t = S_tᵀq_t.
+    q, k (B, H, T, d_k), v (B, H, T, d_v), g and beta (B, H, T); the states and outputs."""
+    B, H, T, dk = q.shape
+    dv = v.shape[-1]
+    states = np.empty((B, H, T, dk, dv), dtype=q.dtype)
+    out = np.empty((B, H, T, dv), dtype=q.dtype)
+    S = np.zeros((B, H, dk, dv), dtype=q.dtype)
+    for t in range(T):
+        S = S * np.exp(g[:, :, t])[..., None, None]  # decay (B, H, d_k, d_v)
+        kv_mem = np.einsum("bhkv,bhk->bhv", S, k[:, :, t])  # what S predicts for k_t
+        delta = (v[:, :, t] - kv_mem) * beta[:, :, t, None]  # (B, H, d_v)
+        S = S + k[:, :, t, :, None] * delta[:, :, None, :]
+        out[:, :, t] = np.einsum("bhkv,bhk->bhv", S, q[:, :, t])
+        states[:, :, t] = S
+    return states, out
+
+
+def unit_lower_solve(M: Any, rhs: Any) -> Any:
+    """X with (I + strictly_lower(M))·X = rhs (``solve_triangular(unitriangular=True)``)."""
+    n = M.shape[-1]
+    lower = np.tril(M, -1) + np.eye(n, dtype=M.dtype)
+    return np.linalg.solve(lower, rhs)
+
+
+def delta_chunked(q: Any, k: Any, v: Any, g: Any, beta: Any, chunk: int) -> Any:
+    """``torch_chunk_gated_delta_rule`` after its l2norm and scale, step for step: padded to
+    whole chunks, the UT transform inside each chunk, then the scan over chunks."""
+    B, H, T, dk = q.shape
+    pad = (chunk - T % chunk) % chunk
+    q, k, v = (np.pad(x, ((0, 0), (0, 0), (0, pad), (0, 0))) for x in (q, k, v))
+    beta, g = (np.pad(x, ((0, 0), (0, 0), (0, pad))) for x in (beta, g))
+    n = (T + pad) // chunk
+    v_beta, k_beta = v * beta[..., None], k * beta[..., None]
+    q, k, k_beta, v_beta = (x.reshape(B, H, n, chunk, -1) for x in (q, k, k_beta, v_beta))
+    cum = g.reshape(B, H, n, chunk).cumsum(axis=-1)  # (B, H, n, C)
+    upper = np.triu(np.ones((chunk, chunk), dtype=bool), 1)
+    diff = np.where(upper, -np.inf, cum[..., :, None] - cum[..., None, :])
+    pairwise = np.exp(diff)  # (B, H, n, C, C): exp(cum_i − cum_j), j ≤ i
+    ut = (k_beta @ k.swapaxes(-1, -2)) * pairwise
+    intra = (q @ k.swapaxes(-1, -2)) * pairwise
+    new_values = unit_lower_solve(ut, v_beta)  # (B, H, n, C, d_v)
+    k_cumdecay = unit_lower_solve(ut, k_beta * np.exp(cum)[..., None])  # (B, H, n, C, d_k)
+    q = q * np.exp(cum)[..., None]
+    k = k * np.exp(cum[..., -1:] - cum)[..., None]
+    chunk_decay = np.exp(cum[..., -1])[..., None, None]  # (B, H, n, 1, 1)
+    S = np.zeros((B, H, dk, v.shape[-1]), dtype=q.dtype)
+    out = np.empty_like(new_values)
+    for i in range(n):
+        v_new = new_values[:, :, i] - k_cumdecay[:, :, i] @ S
+        out[:, :, i] = q[:, :, i] @ S + intra[:, :, i] @ v_new
+        S = S * chunk_decay[:, :, i] + k[:, :, i].swapaxes(-1, -2) @ v_new
+    return out.reshape(B, H, n * chunk, -1)[:, :, :T].astype(q.dtype)
+
+
+def delta_parallel(q: Any, k: Any, v: Any, g: Any, beta: Any) -> tuple[Any, Any]:
+    """The T×T weights the gated delta rule amounts to, and weights·V: with G_t = Σ_{i≤t} g_i,
+    D[t, s] = exp(G_t − G_s) (s ≤ t) and L = strictly_lower(β_t (k_t·k_s) D[t, s]),
+    weights = (q·kᵀ ⊙ D)·(I + L)⁻¹·diag(β)."""
+    T = q.shape[-2]
+    G = np.cumsum(g, axis=-1)  # (B, H, T)
+    D = np.exp(np.where(causal_ones(T), G[..., :, None] - G[..., None, :], -np.inf))
+    ut = beta[..., :, None] * (k @ k.swapaxes(-1, -2)) * D  # (B, H, T, T)
+    eye = np.broadcast_to(np.eye(T, dtype=q.dtype), ut.shape)
+    inverse = unit_lower_solve(ut, eye * beta[..., None, :])  # (I + L)⁻¹·diag(β)
+    weights = ((q @ k.swapaxes(-1, -2)) * D) @ inverse  # (B, H, T, T)
+    weights = np.where(causal_ones(T), weights, 0.0).astype(q.dtype, copy=False)
+    return weights, weights @ v
+
+
+# -- the shared rows: the weights, the state table, the recurrent and chunked outputs ----------
+
+
+def _on(inputs: Inputs) -> tuple[Variant, Any] | None:
+    return next(((v, x) for v in _LINEAR if (x := v.value(inputs)) is not None), None)
+
+
+def _shared_formula(stage: str) -> Any:
+    def formula(inputs: Inputs) -> str:
+        on = _on(inputs)
+        assert on is not None
+        return on[0].stage_formula(on[1], inputs, stage)
+
+    return formula
+
+
+def _shared_rows() -> tuple[StageSpec, ...]:
+    def applies(inputs: Inputs) -> bool:
+        return _on(inputs) is not None
+
+    rows = (("implicit_weights", ("Q", "K", "V"), SCORE_AXES, True),
+            ("state", ("K", "V"), _STATE, False),
+            ("output_recurrent", ("state", "Q"), _V_AXES, False),
+            ("output_chunked", ("Q", "K", "V"), _V_AXES, False))  # fmt: skip
+    return tuple(StageSpec(n, needs, axes, score, n, applies, _shared_formula(n))
+                 for n, needs, axes, score in rows)  # fmt: skip
+
+
+class _Linear(Variant):
+    """What both linear variants share: the side forms and their checks."""
+
+    side_equal = (("output_recurrent", "output"), ("output_chunked", "output"))
+
+    def refuses(self, value: Any, inputs: Inputs, what: str) -> tuple[str, str, str]:
+        return (self.name, f"{what} does not yet run linear attention (its recurrent state "
+                "is shown by attn trace's state stage)",
+                f"a fixture without {self.name} (attn trace shows every stage of it)")  # fmt: skip
+
+    def default_scale(self, value: Any, inputs: Inputs) -> float:
+        """Plain linear attention scales nothing; Gated DeltaNet divides q by √d_k (q_l2)."""
+        return 1.0 if isinstance(value, Plain) else 1.0 / float(np.sqrt(value.d_k))
+
+
+# -- plain linear attention ---------------------------------------------------------------------
+
+
+@dataclass(frozen=True, eq=False)
+class Plain:
+    """The linear_attention key: the feature map (elu+1 only) and the chunked form's size."""
+
+    feature_map: str = "elu+1"
+    chunk: int = CHUNK
+
+
+_PLAIN_DOC = "true, or a mapping {feature_map: elu+1, chunk: chunk size of the chunked form}"
+_SOFTMAX_ONLY = ("rope", "qk_norm", "softcap", "alibi", "bias", "sinks", "window", "mask",
+                 "lengths", "gate", "mask_value")  # fmt: skip
+
+
+def _chunk(raw: Any, key: FixtureKey, field: str) -> int:
+    if isinstance(raw, bool) or not isinstance(raw, int) or raw < 1:
+        raise key(f"got {key.describe(raw)}", "a positive whole number of tokens", field)
+    return int(raw)
+
+
+class LinearAttention(_Linear):
+    order = 7
+    name = "linear_attention"
+    subkeys = ("feature_map", "chunk")
+    key_order = 77
+    mixer_stages = ("phi_Q", "phi_K", "implicit_weights")
+    side_stages = ("state", "normaliser", "output_recurrent", "output_chunked")
+
+    def parse(self, raw: Any, key: FixtureKey) -> Plain | None:
+        if raw is False:
+            return None
+        if raw is True:
+            raw = {}
+        if not isinstance(raw, Mapping):
+            raise key(f"got {key.describe(raw)}", _PLAIN_DOC)
+        known_subkeys(raw, key, self.name, self.subkeys)
+        fm = raw.get("feature_map", "elu+1")
+        if fm != "elu+1":
+            raise key(f"got {key.describe(fm)}", "elu+1 (Katharopoulos et al.'s φ)",
+                      f"{self.name}.feature_map")  # fmt: skip
+        if key.d_model is None:
+            raise key("given with Q, K and V directly", "X, W_Q, W_K, W_V alongside it")
+        if key.seq_q != key.seq_k:
+            raise key(
+                f"given with {key.seq_q} queries and {key.seq_k} keys",
+                "self-attention (causal linear attention runs over one sequence)",
+            )
+        chunk = _chunk(raw.get("chunk", CHUNK), key, f"{self.name}.chunk")
+        return Plain(fm, chunk)
+
+    def config(self, value: Plain, inputs: Inputs) -> dict[str, Any]:
+        return {"feature_map": value.feature_map, "chunk": value.chunk}
+
+    def stage_rows(self) -> tuple[StageSpec, ...]:
+        on, f = self.applies, self.formula_of
+        weights, state, *outputs = _shared_rows()
+        return (StageSpec("phi_Q", ("Q",), Q_AXES, False, "phi_Q", on, f("phi_Q")),
+                StageSpec("phi_K", ("K",), ("batch", "kv_head", "key", "d_k"), False, "phi_K",
+                          on, f("phi_K")),
+                weights, state,
+                StageSpec("normaliser", ("K",), ("batch", "head", "query", "d_k"), False,
+                          "normaliser", on, f("normaliser")), *outputs)  # fmt: skip
+
+    def stage_formula(self, value: Plain, inputs: Inputs, stage: str) -> str:
+        return _PLAIN_FORMULAS[stage].replace("{C}", str(value.chunk))
+
+    def mix(
+        self, value: Plain, inputs: Inputs, arrays: Mapping[str, FloatArray], cast: Cast
+    ) -> dict[str, FloatArray]:
+        _refuse_others(self, inputs)
+        group = inputs.heads // inputs.kv_heads
+        # contiguous: (B, H, T, d_k) views of the projection make the products below slow
+        phi_q, phi_k = (np.ascontiguousarray(elu1(arrays[n])) for n in ("Q", "K"))
+        k, v = (np.repeat(x, group, axis=1) for x in (phi_k, arrays["V"]))  # (B, H, T, ·)
+        weights, output = linear_parallel(phi_q, k, v)
+        return {"phi_Q": phi_q, "phi_K": phi_k, "implicit_weights": weights, "output": output}
+
+    def side(
+        self, value: Plain, inputs: Inputs, arrays: Mapping[str, FloatArray], scale: float,
+        cast: Cast,
+    ) -> dict[str, FloatArray]:  # fmt: skip
+        group = inputs.heads // inputs.kv_heads
+        k, v = (np.repeat(arrays[n], group, axis=1) for n in ("phi_K", "V"))  # (B, H, T, ·)
+        states, zs, out = linear_recurrent(arrays["phi_Q"], k, v)
+        chunked = linear_chunked(arrays["phi_Q"], k, v, value.chunk)
+        return {"state": states, "normaliser": zs, "output_recurrent": out,
+                "output_chunked": chunked}  # fmt: skip
+
+
+_PLAIN_FORMULAS = {
+    "phi_Q": "phi_Q = elu(Q) + 1",
+    "phi_K": "phi_K = elu(K) + 1",
+    "implicit_weights": "implicit_weights[t, s] = phi_Q[t]·phi_K[s] / "
+    "Σ_(s' ≤ t) phi_Q[t]·phi_K[s'], s ≤ t",
+    "output": "output = implicit_weights·V (the parallel form)",
+    "state": "state[t] = state[t−1] + phi_K[t]·V[t]ᵀ",
+    "normaliser": "normaliser[t] = normaliser[t−1] + phi_K[t]",
+    "output_recurrent": "output_recurrent[t] = phi_Q[t]·state[t] / phi_Q[t]·normaliser[t]",
+    "output_chunked": "output_chunked = chunks of {C}: carried state + causal within the chunk",
+}
+
+
+def _refuse_others(v: Variant, inputs: Inputs) -> None:
+    """Softmax-only variants have no meaning without softmax: one line, naming the first."""
+    from attn_cli.core.chain import Chain
+    from attn_cli.errors import InputError
+
+    for other, _ in Chain(inputs).on:
+        if other.name in _SOFTMAX_ONLY or (other is not v and other in _LINEAR):
+            raise InputError(inputs.source, other.name, f"given with {v.name}",
+                             f"{v.name} without {other.name} (it has no softmax scores to "
+                             "change)")  # fmt: skip
+    if inputs.X_kv is not None:
+        raise InputError(
+            inputs.source,
+            "X_kv",
+            f"given with {v.name}",
+            "self-attention (causal linear attention runs over one sequence)",
+        )
+
+
+# -- Gated DeltaNet (Qwen3-Next) -----------------------------------------------------------------
+
+
+@dataclass(frozen=True, eq=False)
+class Delta:
+    """The gated_deltanet key in attn's layout (``y = X @ W``): in_proj_qkvz's and in_proj_ba's
+    columns un-interleaved into one matrix each, the conv weight per channel [q | k | v]."""
+
+    W_q: FloatArray  # (d_model, Hk*d_k)
+    W_k: FloatArray  # (d_model, Hk*d_k)
+    W_v: FloatArray  # (d_model, H*d_v)
+    W_z: FloatArray  # (d_model, H*d_v): the output gate
+    W_b: FloatArray  # (d_model, H): beta's logits
+    W_a: FloatArray  # (d_model, H): the decay's input
+    conv: FloatArray  # (2*Hk*d_k + H*d_v, kernel): conv1d.weight[:, 0, :]
+    A_log: FloatArray  # (H,)
+    dt_bias: FloatArray  # (H,)
+    norm: FloatArray  # (d_v,): Qwen3NextRMSNormGated's weight
+    k_heads: int
+    eps: float = 1e-6  # rms_norm_eps, the gated RMSNorm's
+    chunk: int = CHUNK
+
+    @property
+    def d_k(self) -> int:
+        return int(self.W_q.shape[1]) // self.k_heads
+
+
+_DELTA_DOC = ("a mapping {W_q, W_k, W_v, W_z, W_b, W_a, conv, A_log, dt_bias, norm; optional "
+              "k_heads, eps, chunk}")  # fmt: skip
+_DELTA_KEYS = ("W_q", "W_k", "W_v", "W_z", "W_b", "W_a", "conv", "A_log", "dt_bias", "norm",
+               "k_heads", "eps", "chunk")  # fmt: skip
+_DELTA_ARRAYS = _DELTA_KEYS[:10]
+
+
+def silu(x: FloatArray) -> FloatArray:
+    """x·σ(x), without overflow."""
+    e = np.exp(-np.abs(x))
+    out = x * np.where(x >= 0, 1.0 / (1.0 + e), e / (1.0 + e))
+    out = out.astype(x.dtype, copy=False)
+    return out
+
+
+def softplus(x: FloatArray) -> FloatArray:
+    """log(1 + eˣ) (torch's: x itself above 20)."""
+    out = np.where(x > 20, x, np.log1p(np.exp(np.minimum(x, 20.0))))
+    out = out.astype(x.dtype, copy=False)
+    return out
+
+
+def causal_conv(x: FloatArray, w: FloatArray) -> FloatArray:
+    """Depthwise causal conv1d over tokens: out[t, c] = Σ_j w[c, j]·x[t − (K−1) + j, c], zeros
+    before the first token (conv1d with padding K−1, the first T outputs). x (B, T, C)."""
+    K = w.shape[1]
+    T = x.shape[1]
+    padded = np.pad(x, ((0, 0), (K - 1, 0), (0, 0)))  # (B, T+K-1, C)
+    out = np.zeros_like(x)
+    for j in range(K):
+        out += padded[:, j : j + T] * w[:, j]
+    return out
+
+
+def delta_front(value: Delta, heads: int, X: FloatArray, cast: Cast) -> dict[str, Any]:
+    """Qwen3NextGatedDeltaNet.forward up to the kernel: the conv, beta, g, and Q, K, V."""
+    w = {n: cast(f"gated_deltanet.{n}", getattr(value, n)) for n in _DELTA_ARRAYS}
+    out: dict[str, Any] = {}
+    # 1) q, k, v side by side, then the causal depthwise conv and SiLU over them
+    out["qkv"] = np.concatenate([X @ w["W_q"], X @ w["W_k"], X @ w["W_v"]], axis=-1)  # (B,T,C)
+    out["qkv_conv"] = silu(causal_conv(out["qkv"], w["conv"]))
+    kd = value.k_heads * value.d_k
+    q_flat, k_flat, v_flat = np.split(out["qkv_conv"], [kd, 2 * kd], axis=-1)
+    # 2) query/key heads repeated to serve heads // k_heads value heads each (repeat_interleave)
+    group = heads // value.k_heads
+    out["Q"] = np.repeat(split_heads(q_flat, value.k_heads), group, axis=1)  # (B, H, T, d_k)
+    out["K"] = np.repeat(split_heads(k_flat, value.k_heads), group, axis=1)  # (B, H, T, d_k)
+    out["V"] = split_heads(v_flat, heads)  # (B, H, T, d_v)
+    # 3) the write strength beta and the log decay g, one per head and token
+    out["beta"] = gate_sigmoid(X @ w["W_b"]).swapaxes(1, 2)  # (B, H, T)
+    a = X @ w["W_a"] + w["dt_bias"]  # (B, T, H)
+    out["g"] = (-np.exp(w["A_log"]) * softplus(a)).swapaxes(1, 2)  # (B, H, T)
+    return out
+
+
+def gate_sigmoid(x: FloatArray) -> FloatArray:
+    """σ(x), without overflow."""
+    e = np.exp(-np.abs(x))
+    out: FloatArray = np.where(x >= 0, 1.0 / (1.0 + e), e / (1.0 + e)).astype(x.dtype, copy=False)
+    return out
+
+
+def gated_rms_norm(o: FloatArray, z: FloatArray, weight: FloatArray, eps: float) -> FloatArray:
+    """Qwen3NextRMSNormGated: weight · o / √(mean(o²) + eps), times SiLU(z)."""
+    r = np.sqrt(np.mean(o * o, axis=-1, keepdims=True) + eps)
+    out = np.where(np.isfinite(r), weight * (o / r) * silu(z), np.inf)
+    out = out.astype(o.dtype, copy=False)
+    return out
+
+
+class GatedDeltaNet(_Linear):
+    order = 6
+    name = "gated_deltanet"
+    array_parts = _DELTA_ARRAYS
+    subkeys = _DELTA_KEYS
+    key_order = 76
+    front_stages = ("qkv", "qkv_conv", "beta", "g")
+    mixer_stages = ("q_l2", "k_l2", "implicit_weights")
+    side_stages = ("state", "output_recurrent", "output_chunked")
+    out_stages = ("z", "normed")
+    excludes = (*_SOFTMAX_ONLY, "mla", "linear_attention")
+
+    def latent_sizes(self, value: Delta, heads: int) -> tuple[int, int]:
+        return value.d_k, int(value.W_v.shape[1]) // heads
+
+    def parse(self, raw: Any, key: FixtureKey) -> Delta:
+        if not isinstance(raw, Mapping):
+            raise key(f"got {key.describe(raw)}", _DELTA_DOC)
+        value = {k: v for k, v in raw.items() if v is not None}
+        known_subkeys(value, key, self.name, self.subkeys)
+        return _DeltaParser(key, value).delta()
+
+    def config(self, value: Delta, inputs: Inputs) -> dict[str, Any]:
+        return {"num_k_heads": value.k_heads, "num_v_heads": inputs.heads,
+                "head_k_dim": value.d_k, "head_v_dim": inputs.d_v,
+                "conv_kernel": int(value.conv.shape[1]), "eps": value.eps,
+                "chunk": value.chunk}  # fmt: skip
+
+    def stage_rows(self) -> tuple[StageSpec, ...]:
+        on, f = self.applies, self.formula_of
+        rows = (("qkv", ("X",), ("batch", "query", "conv_dim")),
+                ("qkv_conv", ("qkv",), ("batch", "query", "conv_dim")),
+                ("beta", ("X",), _PER_TOKEN), ("g", ("X",), _PER_TOKEN),
+                ("q_l2", ("Q",), Q_AXES), ("k_l2", ("K",), Q_AXES),
+                ("z", ("X",), OUT_AXES), ("normed", ("output", "z"), OUT_AXES))  # fmt: skip
+        return tuple(StageSpec(n, needs, axes, False, n, on, f(n)) for n, needs, axes in rows)
+
+    def out_needs(self, stage: str) -> tuple[str, ...]:
+        return ("output", "z") if stage == "normed" else ("output",)
+
+    def stage_formula(self, value: Delta, inputs: Inputs, stage: str) -> str:
+        return _DELTA_FORMULAS[stage].replace("{C}", str(value.chunk))
+
+    def front(
+        self, value: Delta, inputs: Inputs, X: FloatArray, positions: IntArray, cast: Cast
+    ) -> dict[str, FloatArray]:
+        return delta_front(value, inputs.heads, X, cast)
+
+    def mix(
+        self, value: Delta, inputs: Inputs, arrays: Mapping[str, FloatArray], cast: Cast
+    ) -> dict[str, FloatArray]:
+        q = l2norm(arrays["Q"]) / np.sqrt(value.d_k).astype(arrays["Q"].dtype)
+        k = l2norm(arrays["K"])
+        weights, output = delta_parallel(q, k, arrays["V"], arrays["g"], arrays["beta"])
+        return {"q_l2": q, "k_l2": k, "implicit_weights": weights, "output": output}
+
+    def side(
+        self, value: Delta, inputs: Inputs, arrays: Mapping[str, FloatArray], scale: float,
+        cast: Cast,
+    ) -> dict[str, FloatArray]:  # fmt: skip
+        q, k, v, g, beta = (arrays[n] for n in ("q_l2", "k_l2", "V", "g", "beta"))
+        states, out = delta_recurrent(q, k, v, g, beta)
+        chunked = delta_chunked(q, k, v, g, beta, value.chunk)
+        return {"state": states, "output_recurrent": out, "output_chunked": chunked}
+
+    def out_transform(
+        self, value: Delta, inputs: Inputs, output: FloatArray, X: FloatArray | None, cast: Cast,
+        seen: Mapping[str, FloatArray] | None = None,
+    ) -> dict[str, FloatArray]:  # fmt: skip
+        assert X is not None, "gated_deltanet is parsed only with X"
+        z = split_heads(X @ cast("gated_deltanet.W_z", value.W_z), inputs.heads)  # (B,H,T,Dv)
+        norm = cast("gated_deltanet.norm", value.norm)
+        return {"z": z, "normed": gated_rms_norm(output, z, norm, value.eps)}
+
+
+_DELTA_FORMULAS = {
+    "qkv": "qkv = X·[W_q | W_k | W_v]",
+    "qkv_conv": "qkv_conv = SiLU(causal conv1d(qkv)), depthwise over tokens",
+    "Q": "Q = qkv_conv's q columns per key head, repeated to the value heads",
+    "K": "K = qkv_conv's k columns per key head, repeated to the value heads",
+    "V": "V = qkv_conv's v columns, split into heads",
+    "beta": "beta = σ(X·W_b)",
+    "g": "g = −exp(A_log)·softplus(X·W_a + dt_bias)",
+    "q_l2": "q_l2 = Q / √(Σ Q² + 1e-6) / √d_k",
+    "k_l2": "k_l2 = K / √(Σ K² + 1e-6)",
+    "implicit_weights": "implicit_weights = (q_l2·k_l2ᵀ ⊙ D)·(I + L)⁻¹·diag(beta), "
+    "D[t, s] = exp(Σ_(s<i≤t) g_i), L = strictly_lower(beta[t]·k_l2[t]·k_l2[s]·D[t, s])",
+    "output": "output = implicit_weights·V (the parallel form)",
+    "state": "state[t] = state[t−1]·e^g[t] + k_l2[t]·(beta[t]·(V[t] − (state[t−1]·e^g[t])ᵀ"
+    "k_l2[t]))ᵀ",
+    "output_recurrent": "output_recurrent[t] = state[t]ᵀ·q_l2[t]",
+    "output_chunked": "output_chunked = chunks of {C}: the UT transform within, the state carried",
+    "z": "z = X·W_z",
+    "normed": "normed = norm ⊙ output / √(mean(output²) + eps) ⊙ SiLU(z)",
+}
+
+
+class _DeltaParser:
+    """The gated_deltanet key's checks, each a one-line error naming ``gated_deltanet.<sub>``."""
+
+    def __init__(self, key: FixtureKey, value: Mapping[str, Any]) -> None:
+        self.key, self.value = key, value
+
+    def array(self, name: str, shape: tuple[int | None, ...], doc: str) -> FloatArray:
+        field = f"gated_deltanet.{name}"
+        if name not in self.value:
+            raise self.key("missing", f"{name} in {_DELTA_DOC}", field)
+        raw = self.value[name]
+        numeric = isinstance(raw, np.ndarray) and raw.dtype.kind in "iuf"
+        arr = self.key.floats(raw if numeric else plain(raw), field, (len(shape),), doc)
+        for got, want in zip(arr.shape, shape, strict=True):
+            if (want is not None and got != want) or got == 0:
+                raise self.key(f"has shape {list(arr.shape)}", doc, field)
+        return arr
+
+    def delta(self) -> Delta:
+        key, v = self.key, self.value
+        if key.d_model is None:
+            raise key("given with Q, K and V directly", "X alongside it (Gated DeltaNet "
+                      "projects q, k, v, z, b and a from X)")  # fmt: skip
+        d, H = key.d_model, key.heads
+        k_heads = v.get("k_heads", H)
+        if isinstance(k_heads, bool) or not isinstance(k_heads, int) or k_heads < 1 or H % k_heads:
+            raise key(f"got {key.describe(k_heads)}", f"a whole number dividing heads = {H}",
+                      "gated_deltanet.k_heads")  # fmt: skip
+        W_q = self.array("W_q", (d, None), f"a matrix [d_model, k_heads*d_k] = [{d}, ...]")
+        if W_q.shape[1] % k_heads:
+            raise key(f"has {W_q.shape[1]} columns", f"k_heads*d_k, k_heads = {k_heads}",
+                      "gated_deltanet.W_q")  # fmt: skip
+        kd = int(W_q.shape[1])
+        W_k = self.array("W_k", (d, kd), f"a matrix [d_model, k_heads*d_k] = [{d}, {kd}]")
+        W_v = self.array("W_v", (d, None), f"a matrix [d_model, heads*d_v] = [{d}, ...]")
+        if W_v.shape[1] % H:
+            raise key(f"has {W_v.shape[1]} columns", f"heads*d_v, heads = {H}",
+                      "gated_deltanet.W_v")  # fmt: skip
+        vd = int(W_v.shape[1])
+        W_z = self.array("W_z", (d, vd), f"a matrix [d_model, heads*d_v] = [{d}, {vd}]")
+        W_b = self.array("W_b", (d, H), f"a matrix [d_model, heads] = [{d}, {H}]")
+        W_a = self.array("W_a", (d, H), f"a matrix [d_model, heads] = [{d}, {H}]")
+        conv = self.array(
+            "conv",
+            (2 * kd + vd, None),
+            f"a matrix [2*k_heads*d_k + heads*d_v, kernel] = [{2 * kd + vd}, K]",
+        )
+        A_log = self.array("A_log", (H,), f"a vector of heads = {H} numbers")
+        dt_bias = self.array("dt_bias", (H,), f"a vector of heads = {H} numbers")
+        norm = self.array("norm", (vd // H,), f"a vector of d_v = {vd // H} numbers")
+        settings: dict[str, Any] = {}
+        if "eps" in v:
+            settings["eps"] = positive_number(v["eps"], key, "RMSNorm's epsilon",
+                                              "gated_deltanet.eps")  # fmt: skip
+        if "chunk" in v:
+            settings["chunk"] = _chunk(v["chunk"], key, "gated_deltanet.chunk")
+        return Delta(W_q, W_k, W_v, W_z, W_b, W_a, conv, A_log, dt_bias, norm, k_heads,
+                     **settings)  # fmt: skip
+
+
+_LINEAR: tuple[_Linear, ...] = (GatedDeltaNet(), LinearAttention())
+for _v in _LINEAR:
+    register(_v)
