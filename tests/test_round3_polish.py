@@ -313,7 +313,15 @@ def _luminance(hex_colour: str) -> float:
     return 0.2126 * r + 0.7152 * g + 0.0722 * b
 
 
-@pytest.mark.parametrize("command", ["trace", "heatmap"])
+@pytest.mark.parametrize("theme", ["dark", "light"])
+def test_the_trace_page_opens_in_the_theme(theme: str) -> None:
+    """attn trace's interactive page starts in the theme asked (its button switches it)."""
+    result = run_cli("trace", "the_cat_sat", "-f", "html", "--theme", theme)
+    assert result.exit_code == 0, result.stderr
+    assert f'<body data-lang="en" data-theme="{theme}"' in result.stdout
+
+
+@pytest.mark.parametrize("command", ["heatmap"])
 @pytest.mark.parametrize("theme", ["dark", "light"])
 def test_an_html_page_takes_the_theme_colours(command: str, theme: str) -> None:
     result = run_cli(command, "the_cat_sat", "-f", "html", "--theme", theme)
