@@ -116,6 +116,7 @@ def trace_page(trace: Trace, options: RenderOptions | None = None, theme: str = 
     """The whole page: the template filled with the tables, the texts and the data."""
     options = options or RenderOptions()
     page = _Page(trace, options)
+    page.plan()
     body = page.body()
     data = page.data_text()
     script = _asset("page.js")
@@ -193,6 +194,7 @@ class _Page:
     cells: dict[tuple[int, int, int, int], WorkedCell] = field(default_factory=dict)
     worked_capped: bool = False
     notes: list[str] = field(default_factory=list)
+    kept: dict[str, list[list[int] | None]] = field(default_factory=dict)  # stages cut
 
     @property
     def shown(self) -> list[Stage]:
@@ -513,30 +515,34 @@ class _Page:
 
     # -- the data -------------------------------------------------------------------------
 
+    def plan(self) -> None:
+        """Which stages the page's JSON cuts to their shown rows (past PAGE_NUMBERS), said
+        on the page."""
+        total = sum(s.data.size for s in self.shown)
+        if total <= PAGE_NUMBERS:
+            return
+        for s in self.shown:
+            if s.data.size > STAGE_WHOLE:
+                self.kept[s.name] = _keep(s.shape)
+        dropped = sum(
+            self.trace[n].data.size - _kept_size(self.trace[n].shape, k)
+            for n, k in self.kept.items()
+        )
+        names = ", ".join(self.kept)
+        self.notes.append(
+            self._note("kept", kept=total - dropped, total=total, cap=PAGE_NUMBERS, names=names)
+        )
+
     def data_text(self) -> str:
-        """The page's JSON: the JSON trace (``attn trace -f json``'s text, cut to the shown
-        rows of its biggest stages past the cap), the derivations and the page's words."""
+        """The page's JSON: the JSON trace (``attn trace -f json``'s text, its biggest stages
+        cut to the shown rows past the cap), the derivations and the page's words."""
         from attn_cli.io.trace_json import dumps, json_text
 
         names = tuple(s.name for s in self.shown)
-        total = sum(s.data.size for s in self.shown)
-        kept: dict[str, list[list[int] | None]] = {}
-        if total <= PAGE_NUMBERS:
-            trace_text = dumps(self.trace, names)
-        else:
-            trace_text, kept = self._cut_trace(names)
-            n_kept = total - sum(
-                self.trace[n].data.size - _kept_size(self.trace[n].shape, k)
-                for n, k in kept.items()
-            )
-            self.notes.append(
-                self._note(
-                    "kept", kept=n_kept, total=total, cap=PAGE_NUMBERS, names=", ".join(kept)
-                )
-            )
+        trace_text = dumps(self.trace, names) if not self.kept else self._cut_trace(names)
         inp = self.trace.inputs
         extra = {
-            "kept": kept,
+            "kept": self.kept,
             "derivations": self.derivations,
             "words": WORDS,
             "lang_tags": LANG_TAGS,
@@ -545,31 +551,24 @@ class _Page:
         }
         return script_json('{"trace": ' + trace_text + ", " + json_text(extra)[1:])
 
-    def _cut_trace(self, names: tuple[str, ...]) -> tuple[str, dict[str, list[list[int] | None]]]:
-        """The JSON trace with each stage past STAGE_WHOLE cut to the rows shown (each kept
-        axis's indices under ``kept``): a 4,096-token trace gives a page of a few MB."""
+    def _cut_trace(self, names: tuple[str, ...]) -> str:
+        """The JSON trace with each stage of ``kept`` cut to the indices it keeps along each
+        axis: a 4,096-token trace gives a page of a few MB, not hundreds."""
         from attn_cli.io.trace_json import dumps, json_text
 
-        small = tuple(n for n in names if self.trace[n].data.size <= STAGE_WHOLE)
-        head = dumps(self.trace, small)
-        kept: dict[str, list[list[int] | None]] = {}
+        head = dumps(self.trace, ())
+        opening = '"stages": {'
         pieces = []
         for name in names:
             stage = self.trace[name]
-            if name in small:
-                continue
-            keep = _keep(stage.shape)
-            kept[name] = keep
-            sub = stage.data[np.ix_(*(range(n) if k is None else k for n, k in
-                                       zip(stage.shape, keep, strict=True)))]  # fmt: skip
+            keep = self.kept.get(name) or [None] * stage.data.ndim
+            axes = (range(n) if k is None else k for n, k in zip(stage.shape, keep, strict=True))
+            sub = stage.data[np.ix_(*axes)] if stage.data.ndim else stage.data
             meta = {"shape": list(stage.shape), "axes": list(stage.axes),
                     "formula": stage.formula, "data": _listed(sub)}  # fmt: skip
-            pieces.append(f"{json_text(name)}: {json_text(meta)}")
-        body, _, _ = head.rpartition("}")  # the trace without its closing brace
-        body, _, _ = body.rstrip().rpartition("}")  # ... and without the stages' one
-        joined = body.rstrip()
-        sep = ",\n" if small else "\n"
-        return joined + (sep if pieces else "") + ",\n".join(pieces) + "\n  }\n}", kept
+            pieces.append(f"    {json_text(name)}: {json_text(meta)}")
+        start = head[: head.rindex(opening) + len(opening)]
+        return start + "\n" + ",\n".join(pieces) + "\n  }\n}"
 
 
 def _word(key: str) -> Any:

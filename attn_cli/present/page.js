@@ -162,4 +162,5 @@
   setLang(body.dataset.lang);
   body.dataset.ready = "1";
   body.dataset.initMs = String(Math.round(performance.now() - t0));
+  body.dataset.readyMs = String(Math.round(performance.now()));  // from the navigation's start
 })();
