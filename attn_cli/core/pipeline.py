@@ -122,6 +122,14 @@ class Trace:
     def query_labels(self) -> tuple[str, ...]:
         return self.inputs.tokens or tuple(str(i) for i in range(self.inputs.seq_q))
 
+    def _repr_html_(self) -> str:
+        """The interactive page in a notebook cell (Jupyter, Colab and marimo call this): made
+        by present/html_page.py, imported by name here, as core imports nothing above it."""
+        import importlib
+
+        page = importlib.import_module("attn_cli.present.html_page")
+        return str(page.notebook_html(self))
+
     @cached_property
     def key_labels(self) -> tuple[str, ...]:
         return self.inputs.key_tokens or tuple(str(i) for i in range(self.inputs.seq_k))

@@ -24,6 +24,7 @@ import itertools
 import math
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 from importlib import resources
 from typing import TYPE_CHECKING, Any
 
@@ -201,6 +202,12 @@ class _Page:
         stages = self.options.stages
         return [s for s in self.trace if stages is None or s.name in stages]
 
+    @cached_property
+    def whole(self) -> bool:
+        """Whether every stage was kept, as worked cells need (trace_file(stages=...) keeps
+        fewer: then the page has no derivations)."""
+        return all(name in self.trace for name in self.trace.applicable)
+
     @property
     def full(self) -> bool:
         """--full, unless it would draw more than MAX_CELLS cells (then elided, and said)."""
@@ -271,7 +278,8 @@ class _Page:
         out.append(f'<h2 class="print-title">{name}</h2>')
         out.append(self._heading(stage))
         out += self._tables(stage)
-        out.append(self._explanation(stage))
+        if self.whole:  # explanations read the stages around it
+            out.append(self._explanation(stage))
         out.append("</section>")
         return "\n".join(out)
 
@@ -500,6 +508,8 @@ class _Page:
         from attn_cli.present.worked import CellRef, _worked_cell
 
         b, h, q, k = key
+        if not self.whole:
+            return None
         if key not in self.cells:
             self.cells[key] = _worked_cell(self.trace, CellRef(q, k), b, h)
         cell = self.cells[key]
