@@ -17,6 +17,7 @@ import base64
 import json
 import math
 import os
+import re
 import shutil
 import time
 from collections.abc import Iterator
@@ -372,4 +373,56 @@ def test_a_4096_token_trace_gives_a_bounded_page(browser: Any, tmp_path: Path) -
     assert "Σ e^(x − m)" in opened.derivation()
     assert "full precision" in opened.derivation()  # the number is in the page's cut data
     assert opened.errors() == []
+    opened.page.close()
+
+
+def visible_tables(opened: Opened) -> list[str]:
+    got: list[str] = opened.page.eval_on_selector_all(
+        "section.stage.current table.m",
+        "ts => ts.filter(t => t.offsetParent !== null).map(t => t.caption.innerText)",
+    )
+    return got
+
+
+def test_heads_and_batch_items_are_selectable(browser: Any, tmp_path: Path) -> None:
+    path, _ = page_and_json(tmp_path, "llama_rope_gqa")  # 4 query heads reading 2 kv heads
+    opened = Opened(browser, path)
+    opened.page.click("nav.stages button:text-is('softmax')")
+    assert visible_tables(opened) == ["head 0", "head 1", "head 2", "head 3"]
+    opened.page.select_option("[data-role='head']", "3")
+    assert visible_tables(opened) == ["head 3"]
+    opened.page.click("nav.stages button:text-is('K')")  # kv head 3 // 2 = 1
+    assert visible_tables(opened) == ["kv head 1"]
+    opened.page.select_option("[data-role='head']", "all")
+    assert visible_tables(opened) == ["kv head 0", "kv head 1"]
+    opened.page.close()
+    path, _ = page_and_json(tmp_path, "padding_batch")
+    opened = Opened(browser, path)
+    opened.page.click("nav.stages button:text-is('softmax')")
+    opened.page.select_option("[data-role='batch']", "1")
+    assert visible_tables(opened) == ["batch 1 · head 0"]
+    assert opened.errors() == []
+    opened.page.close()
+
+
+def test_themes_and_the_print_layout(browser: Any, tmp_path: Path) -> None:
+    path, trace = page_and_json(tmp_path, "causal_multihead", "--theme", "light")
+    opened = Opened(browser, path)
+    background = "getComputedStyle(document.body).backgroundColor"
+    assert opened.page.evaluate(background) == "rgb(255, 255, 255)"
+    opened.page.click("[data-role='theme']")
+    assert opened.page.get_attribute("body", "data-theme") == "dark"
+    assert opened.page.evaluate(background) == "rgb(22, 22, 29)"
+    # printed, every stage shows, one a page, without the controls
+    opened.page.emulate_media(media="print")
+    shown_sections = opened.page.eval_on_selector_all(
+        "section.stage",
+        "ss => ss.map(s => [getComputedStyle(s).display, getComputedStyle(s).breakAfter])",
+    )
+    assert [d for d, _ in shown_sections] == ["block"] * len(trace["stages"])
+    assert [b for _, b in shown_sections[:-1]] == ["page"] * (len(trace["stages"]) - 1)
+    assert not opened.page.is_visible("nav.stages")
+    assert not opened.page.is_visible("[data-role='derivation']")
+    pdf = opened.page.pdf()  # one stage a page: as many pages as stages
+    assert len(re.findall(rb"/Type\s*/Page(?!s)", pdf)) == len(trace["stages"])
     opened.page.close()
