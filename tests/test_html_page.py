@@ -88,6 +88,7 @@ def test_hostile_text_is_escaped_in_the_markup(tmp_path: Path) -> None:
     assert html.escape(HOSTILE[0]) in page  # shown as text
 
 
+@pytest.mark.slow
 def test_a_big_trace_is_cut_and_says_so(tmp_path: Path) -> None:
     """Past the page's cap the biggest stages keep the rows shown, their indices under kept."""
     import numpy as np
