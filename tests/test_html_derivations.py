@@ -83,3 +83,23 @@ def test_a_gradient_cell_shows_its_chain_rule_terms(browser: Any, tmp_path: Path
     opened.page.click("[data-role='lang']")
     assert "逐项相乘" in opened.derivation()
     assert opened.errors() == []
+
+
+def test_cell_and_focus_open_the_page_on_that_cell(browser: Any, tmp_path: Path) -> None:  # noqa: F811
+    """--cell Q,K opens with that softmax weight derived; --focus keeps one query's rows."""
+    path, trace = page_and_json(tmp_path, "causal_multihead", "--cell", "2,1", "--focus", "2")
+    opened = Opened(browser, path)
+    text = opened.derivation()
+    assert text.startswith("softmax[0, 2, 1]") and "Σ e^(x − m)" in text
+    weight = at(trace["stages"]["softmax"]["data"], (0, 2, 1))
+    assert in_formula(weight) in text
+    opened.page.click("nav.stages button:text-is('scores')")
+    rows = opened.page.eval_on_selector_all(
+        "section.stage.current td[data-stage]",
+        "tds => [...new Set(tds.map(t => t.dataset.index.split(',')[1]))]",
+    )
+    assert rows == ["2"]  # only the focused query's row, in every head
+    opened.page.keyboard.press("Escape")
+    opened.page.hover("section.stage.current td[data-index='1,2,0']")
+    assert opened.derivation().startswith("scores[1, 2, 0]")  # unpinned: hovering derives again
+    assert opened.errors() == []

@@ -327,8 +327,10 @@ class _Page:
         shown: list[tuple[int, ...] | None] = list(slices)
         if not full and len(slices) > TABLE_LIMIT:
             shown = [*slices[:TABLE_EDGE], None, *slices[-TABLE_EDGE:]]
-        heat = _heat(self.trace, stage, RenderOptions(self.options.precision, full=full))
-        rows = pick(data.shape[-2], ROW_LIMIT, ROW_EDGE, full)
+        focus = self.options.focus if axes[-2] in ("query", "seq") else None
+        shading = RenderOptions(self.options.precision, full=full, focus=focus)
+        heat = _heat(self.trace, stage, shading)  # the terminal's range: over the rows shown
+        rows = pick(data.shape[-2], ROW_LIMIT, ROW_EDGE, full) if focus is None else [focus]
         cols = pick(data.shape[-1], COL_LIMIT, COL_EDGE, full)
         out = []
         for index in shown:
@@ -433,6 +435,8 @@ class _Page:
         w = self._derivation(stage, at)
         if w is not None:
             attrs += f' data-w="{w}"'
+        if self._opens_with(stage, at):
+            attrs += ' data-start="1"'
         if heat is None:
             return f"<td{attrs}>{shown}</td>"
         from attn_cli.present.palette import scale_position, viridis
@@ -448,6 +452,14 @@ class _Page:
         cls = ' class="mx"' if mark == "*" else ""
         style = f' style="background:{viridis(t)};color:{ink}"'
         return f'<td{cls}{attrs}{style}>{shown}<span class="mk">{mark}</span></td>'
+
+    def _opens_with(self, stage: Stage, at: tuple[int, ...]) -> bool:
+        """Whether this is --cell's softmax weight (the first batch item and head), which the
+        page opens with, derived."""
+        cell = self.options.cell
+        if cell is None or stage.name != "softmax":
+            return False
+        return at[-2:] == (cell.query, cell.key) and not any(at[:-2])
 
     def _legend(self, heat: Any) -> str:
         p = self.options.precision

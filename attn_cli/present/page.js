@@ -105,6 +105,8 @@
     if (td) { select(td, true); return; }
     var go = ev.target.closest && ev.target.closest("[data-go]");
     if (go) { show(Number(go.dataset.go)); }
+    var button = ev.target.closest && ev.target.closest("button");
+    if (button) { button.blur(); }  // Space and the arrows step the stages, not the button
   });
   document.addEventListener("mouseover", function (ev) {
     var td = ev.target.closest && ev.target.closest("td[data-stage]");
@@ -119,6 +121,7 @@
     else if (k === "ArrowLeft" || k === "Backspace" || k === "PageUp") { show(current - 1); }
     else if (k === "Home") { show(0); }
     else if (k === "End") { show(sections.length - 1); }
+    else if (k === "Escape" && pinned) { pinned.classList.remove("sel"); pinned = null; }
     else { return; }
     ev.preventDefault();
   });
@@ -160,6 +163,8 @@
   sections.forEach(function (s, i) { if (s.id === hash) { start = i; } });
   show(start);
   setLang(body.dataset.lang);
+  var opening = document.querySelector("td[data-start]");  // attn trace --cell Q,K
+  if (opening) { select(opening, true); }
   body.dataset.ready = "1";
   body.dataset.initMs = String(Math.round(performance.now() - t0));
   body.dataset.readyMs = String(Math.round(performance.now()));  // from the navigation's start
