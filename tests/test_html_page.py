@@ -140,3 +140,17 @@ def test_the_template_is_package_data() -> None:
     assert set(listed) == {"page.html", "page.js"}
     assert "attn_cli.present" in config["tool"]["setuptools"]["packages"]
     assert all((root / "attn_cli" / "present" / name).is_file() for name in listed)
+
+
+@pytest.mark.subprocess
+def test_the_packages_door_registers_the_notebook_view() -> None:
+    """Trace._repr_html_ is the page once present/html_page.py is imported, which
+    attn_cli.trace_file does; before that (attn_cli.api alone) it is None: plain text."""
+    code = (
+        "import attn_cli.api as api\n"
+        "print(api.trace_file('the_cat_sat')._repr_html_() is None)\n"
+        "import attn_cli\n"
+        "print(attn_cli.trace_file('the_cat_sat')._repr_html_()[:15])\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.splitlines() == ["True", "<iframe srcdoc="]

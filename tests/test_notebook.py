@@ -20,8 +20,9 @@ pytestmark = [pytest.mark.slow, pytest.mark.subprocess]
 
 
 def test_repr_html_is_the_page_in_a_frame_of_its_own() -> None:
-    trace = attn_cli.trace_file("the_cat_sat")
+    trace = attn_cli.trace_file("the_cat_sat")  # the package's door registers the page
     view = trace._repr_html_()
+    assert view is not None
     assert view.startswith("<iframe srcdoc=") and 'sandbox="allow-scripts"' in view
     page = html.unescape(re.search(r'srcdoc="([^"]*)"', view).group(1))  # type: ignore[union-attr]
     assert page.startswith("<!DOCTYPE html>") and 'data-role="derivation"' in page

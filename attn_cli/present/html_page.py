@@ -151,6 +151,14 @@ def notebook_html(trace: Trace, height: int = 640) -> str:
     )
 
 
+def _register() -> None:
+    """A Trace in a notebook shows this page (core/pipeline.py HTML_VIEWS)."""
+    from attn_cli.core.pipeline import HTML_VIEWS
+
+    if notebook_html not in HTML_VIEWS:
+        HTML_VIEWS.append(notebook_html)
+
+
 def _asset(name: str) -> str:
     return resources.files("attn_cli.present").joinpath(name).read_text(encoding="utf-8")
 
@@ -633,3 +641,6 @@ def _listed(a: Any) -> Any:
 def _cell_json(part: CellText) -> dict[str, Any]:
     return {"title": part.title, "lines": list(part.lines), "header": list(part.header),
             "rows": [list(r) for r in part.rows], "footer": list(part.footer)}  # fmt: skip
+
+
+_register()
