@@ -395,6 +395,10 @@ def test_heads_and_batch_items_are_selectable(browser: Any, tmp_path: Path) -> N
     assert visible_tables(opened) == ["kv head 1"]
     opened.page.select_option("[data-role='head']", "all")
     assert visible_tables(opened) == ["kv head 0", "kv head 1"]
+    every = "[data-role='head'] option[value='all']"
+    assert opened.page.text_content(every) == "all"
+    opened.page.click("[data-role='lang']")
+    assert opened.page.text_content(every) == "全部"
     opened.page.close()
     path, _ = page_and_json(tmp_path, "padding_batch")
     opened = Opened(browser, path)

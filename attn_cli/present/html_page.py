@@ -256,7 +256,9 @@ class _Page:
         return "\n".join(out)
 
     def _select(self, role: str, n: int) -> str:
-        opts = [f'<option value="all">{_both(_word("all"))}</option>'] + [
+        en, zh, first = WORDS["en"]["all"], WORDS["zh"]["all"], WORDS[self.options.lang]["all"]
+        every = f'<option value="all" data-text-en="{en}" data-text-zh="{zh}">{first}</option>'
+        opts = [every] + [
             f'<option value="{i}">{i}</option>' for i in range(n)
         ]
         name = _both(lambda lang: label(lang, role))

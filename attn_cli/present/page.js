@@ -131,6 +131,10 @@
     body.dataset.lang = lang;
     document.documentElement.lang = data.lang_tags[lang];
     langButton.textContent = data.words[lang === "en" ? "zh" : "en"].lang_name;
+    // where CSS cannot hide a language (an <option> shows text only), the text is swapped
+    document.querySelectorAll("[data-text-" + lang + "]").forEach(function (e) {
+      e.textContent = e.getAttribute("data-text-" + lang);
+    });
     if (pinned) { derive(pinned); }
     else { panel.textContent = ""; panel.appendChild(el("p", "hint", words("hint"))); }
   }
