@@ -36,9 +36,17 @@ _LAZY = {
 }
 
 
+# The library's doors: the traces they return show themselves in a notebook as the page of
+# present/html_page.py (Trace._repr_html_), which registers itself when imported.
+_SHOWN = frozenset({"trace_file", "run"})
+
+
 def __getattr__(name: str) -> Any:
     if name in _LAZY:
         import importlib
 
-        return getattr(importlib.import_module(_LAZY[name]), name)
+        found = getattr(importlib.import_module(_LAZY[name]), name)
+        if name in _SHOWN:
+            importlib.import_module("attn_cli.present.html_page")
+        return found
     raise AttributeError(f"module 'attn_cli' has no attribute {name!r}")

@@ -336,7 +336,15 @@ def _luminance(hex_colour: str) -> float:
     return 0.2126 * r + 0.7152 * g + 0.0722 * b
 
 
-@pytest.mark.parametrize("command", ["trace", "heatmap"])
+@pytest.mark.parametrize("theme", ["dark", "light"])
+def test_the_trace_page_opens_in_the_theme(theme: str) -> None:
+    """attn trace's interactive page starts in the theme asked (its button switches it)."""
+    result = run_cli("trace", "the_cat_sat", "-f", "html", "--theme", theme)
+    assert result.exit_code == 0, result.stderr
+    assert f'<body data-lang="en" data-theme="{theme}"' in result.stdout
+
+
+@pytest.mark.parametrize("command", ["heatmap"])
 @pytest.mark.parametrize("theme", ["dark", "light"])
 def test_an_html_page_takes_the_theme_colours(command: str, theme: str) -> None:
     result = run_cli(command, "the_cat_sat", "-f", "html", "--theme", theme)
@@ -366,9 +374,15 @@ def _text_of(code: str) -> str:
 
 
 def test_every_wide_character_of_a_chinese_page_is_boxed_two_cells_wide() -> None:
-    result = run_cli("trace", "causal_multihead", "-f", "html", "--lang", "zh", "--explain")
-    assert result.exit_code == 0, result.stderr
-    page = result.stdout
+    """Rich's HTML rendering (attn heatmap -f html, --split slides; attn trace -f html is the
+    interactive page of docs/html.md), of the whole explained trace."""
+    from attn_cli.api import trace_file
+    from attn_cli.cli.options import Lang, TraceFormat
+    from attn_cli.cli.trace import classroom_options, document
+
+    trace = trace_file("causal_multihead", keep_all=True, shaded=True)
+    options = classroom_options(trace, 4, None, False, True, Lang.zh, None, None)
+    page = document(trace, options, TraceFormat.html, None, None)
     assert ".w { display: inline-block; width: 2ch;" in page
     code = page.split("<code", 1)[1].split(">", 1)[1].split("</code>", 1)[0]
     boxed = _BOXED.findall(code)

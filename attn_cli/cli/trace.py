@@ -198,6 +198,7 @@ def _traced(asked: _Asked) -> "Trace":
     from attn_cli.present.progress import Status
 
     keep_all = asked.explain or asked.step or asked.cell is not None or asked.focus is not None
+    keep_all = keep_all or _page(asked)  # the page's derivations read every stage
     with Status("loading the fixture") as status:
         result = trace_file(
             asked.fixture, stages=asked.stage, dtype=asked.dtype.value, shaded=asked.shaded,
@@ -217,6 +218,12 @@ def _present(asked: _Asked, result: "Trace") -> None:
     if a.split is not None:
         _write_slides(result, options, a.split, a.fmt, a.heatmap, a.width, a.theme, a.quiet)
         return
+    if _page(a):
+        from attn_cli.present.html_page import trace_page
+
+        page = trace_page(result, options, theme=a.theme.value)
+        emit(page, a.output, quiet=a.quiet, escape="xml")
+        return
     if a.fmt not in (TraceFormat.table, TraceFormat.plain):
         text = document(result, options, a.fmt, a.heatmap, a.width, theme=a.theme)
         xml = a.fmt in (TraceFormat.html, TraceFormat.svg)
@@ -226,6 +233,11 @@ def _present(asked: _Asked, result: "Trace") -> None:
     if a.step:
         _step(result, options, a.width, plain, a.color, a.heatmap)
     _show(result, options, a.output, a.width, plain, a.color, a.heatmap, a.quiet)
+
+
+def _page(asked: _Asked) -> bool:
+    """Whether the interactive page is asked for (``-f html``; with --split, a slide each)."""
+    return asked.fmt is TraceFormat.html and asked.split is None
 
 
 def _write_data(asked: _Asked) -> None:

@@ -122,9 +122,19 @@ class Trace:
     def query_labels(self) -> tuple[str, ...]:
         return self.inputs.tokens or tuple(str(i) for i in range(self.inputs.seq_q))
 
+    def _repr_html_(self) -> str | None:
+        """The interactive page in a notebook cell (Jupyter, Colab and marimo call this), once
+        present/html_page.py has put it in HTML_VIEWS; None (plain text) before."""
+        return HTML_VIEWS[-1](self) if HTML_VIEWS else None
+
     @cached_property
     def key_labels(self) -> tuple[str, ...]:
         return self.inputs.key_tokens or tuple(str(i) for i in range(self.inputs.seq_k))
+
+
+# How a Trace shows itself in a notebook: present/html_page.py adds its page when it is
+# imported (attn_cli.trace_file and attn_cli.run import it), so core names nothing above it.
+HTML_VIEWS: list[Callable[[Trace], str]] = []
 
 
 def _row_blocks(data: FloatArray) -> Iterator[FloatArray]:

@@ -1,0 +1,175 @@
+"use strict";
+// attn's trace page: navigation, language, theme, batch/head filters and the derivation panel.
+// Every text comes from the page's data (made in Python); this script computes nothing and
+// writes text only through textContent, so token text is never parsed as HTML.
+(function () {
+  var t0 = performance.now();
+  var data = JSON.parse(document.getElementById("attn-data").textContent);
+  var body = document.body;
+  var sections = Array.prototype.slice.call(document.querySelectorAll("section.stage"));
+  var navButtons = Array.prototype.slice.call(document.querySelectorAll("nav.stages button"));
+  var title = document.querySelector('[data-role="stage-title"]');
+  var panel = document.querySelector('[data-role="derivation"]');
+  var current = 0;
+  var pinned = null;
+
+  function words(key) { return data.words[body.dataset.lang][key]; }
+
+  function show(k) {
+    if (!sections.length) { return; }
+    current = Math.max(0, Math.min(sections.length - 1, k));
+    sections.forEach(function (s, i) { s.classList.toggle("current", i === current); });
+    navButtons.forEach(function (b, i) { b.setAttribute("aria-current", i === current ? "true" : "false"); });
+    title.textContent = sections[current].dataset.stageName;
+    title.dataset.stage = sections[current].dataset.stageName;
+    if (location.hash !== "#" + sections[current].id && history.replaceState) {
+      try { history.replaceState(null, "", "#" + sections[current].id); } catch (e) { /* srcdoc */ }
+    }
+  }
+
+  function value(stage, index) {
+    var st = data.trace.stages[stage];
+    if (!st) { return null; }
+    var kept = (data.kept && data.kept[stage]) || null;
+    var v = st.data;
+    for (var a = 0; a < index.length; a++) {
+      var i = index[a];
+      if (kept && kept[a]) { i = kept[a].indexOf(i); if (i < 0) { return null; } }
+      if (!Array.isArray(v) && st.shape.length === 0) { break; }
+      v = v[i];
+      if (v === undefined) { return null; }
+    }
+    return v;
+  }
+
+  function el(tag, cls, text) {
+    var e = document.createElement(tag);
+    if (cls) { e.className = cls; }
+    if (text !== undefined) { e.textContent = text; }
+    return e;
+  }
+
+  function cellText(part) {
+    var box = el("div", "worked");
+    box.appendChild(el("h3", "", part.title));
+    part.lines.forEach(function (line) { box.appendChild(el("div", "line", line)); });
+    if (part.header && part.header.length) {
+      var table = el("table");
+      var tr = el("tr");
+      part.header.forEach(function (h) { tr.appendChild(el("th", "", h)); });
+      table.appendChild(tr);
+      part.rows.forEach(function (row) {
+        var r = el("tr");
+        row.forEach(function (c) { r.appendChild(el("td", "", c)); });
+        table.appendChild(r);
+      });
+      box.appendChild(table);
+    }
+    (part.footer || []).forEach(function (line) { box.appendChild(el("div", "line", line)); });
+    return box;
+  }
+
+  function derive(td) {
+    var lang = body.dataset.lang;
+    var stage = td.dataset.stage;
+    var index = td.dataset.index.split(",").filter(function (s) { return s !== ""; }).map(Number);
+    panel.textContent = "";
+    panel.appendChild(el("h2", "at", stage + "[" + index.join(", ") + "]"));
+    var v = value(stage, index);
+    panel.appendChild(el("div", "line", words("shown") + " " + td.dataset.shown));
+    if (v !== null) { panel.appendChild(el("div", "line", words("full") + " " + String(v))); }
+    var w = td.dataset.w;
+    if (w !== undefined && data.derivations[Number(w)]) {
+      panel.appendChild(cellText(data.derivations[Number(w)][lang]));
+    } else {
+      var section = td.closest("section.stage");
+      var f = section && section.querySelector(".formula." + lang);
+      panel.appendChild(el("div", "line", words("no_cell")));
+      if (f) { panel.appendChild(el("div", "line", f.textContent)); }
+    }
+  }
+
+  function select(td, pin) {
+    if (pin) {
+      if (pinned) { pinned.classList.remove("sel"); }
+      pinned = td;
+      td.classList.add("sel");
+    } else if (pinned) {
+      return;  // a pinned cell stays until another is clicked
+    }
+    derive(td);
+  }
+
+  document.addEventListener("click", function (ev) {
+    var td = ev.target.closest && ev.target.closest("td[data-stage]");
+    if (td) { select(td, true); return; }
+    var go = ev.target.closest && ev.target.closest("[data-go]");
+    if (go) { show(Number(go.dataset.go)); }
+    var button = ev.target.closest && ev.target.closest("button");
+    if (button) { button.blur(); }  // Space and the arrows step the stages, not the button
+  });
+  document.addEventListener("mouseover", function (ev) {
+    var td = ev.target.closest && ev.target.closest("td[data-stage]");
+    if (td) { select(td, false); }
+  });
+  document.addEventListener("keydown", function (ev) {
+    if (ev.altKey || ev.ctrlKey || ev.metaKey) { return; }
+    var tag = (ev.target && ev.target.tagName) || "";
+    if (tag === "SELECT" || tag === "INPUT" || tag === "TEXTAREA") { return; }
+    var k = ev.key;
+    if (k === "ArrowRight" || k === " " || k === "PageDown") { show(current + 1); }
+    else if (k === "ArrowLeft" || k === "Backspace" || k === "PageUp") { show(current - 1); }
+    else if (k === "Home") { show(0); }
+    else if (k === "End") { show(sections.length - 1); }
+    else if (k === "Escape" && pinned) { pinned.classList.remove("sel"); pinned = null; }
+    else { return; }
+    ev.preventDefault();
+  });
+
+  var langButton = document.querySelector('[data-role="lang"]');
+  function setLang(lang) {
+    body.dataset.lang = lang;
+    document.documentElement.lang = data.lang_tags[lang];
+    langButton.textContent = data.words[lang === "en" ? "zh" : "en"].lang_name;
+    // where CSS cannot hide a language (an <option> shows text only), the text is swapped
+    document.querySelectorAll("[data-text-" + lang + "]").forEach(function (e) {
+      e.textContent = e.getAttribute("data-text-" + lang);
+    });
+    if (pinned) { derive(pinned); }
+    else { panel.textContent = ""; panel.appendChild(el("p", "hint", words("hint"))); }
+  }
+  langButton.addEventListener("click", function () { setLang(body.dataset.lang === "en" ? "zh" : "en"); });
+  var themeButton = document.querySelector('[data-role="theme"]');
+  themeButton.addEventListener("click", function () {
+    body.dataset.theme = body.dataset.theme === "dark" ? "light" : "dark";
+  });
+
+  var batchSel = document.querySelector('[data-role="batch"]');
+  var headSel = document.querySelector('[data-role="head"]');
+  function filter() {
+    var b = batchSel ? batchSel.value : "all";
+    var h = headSel ? headSel.value : "all";
+    document.querySelectorAll("table.m").forEach(function (t) {
+      var ok = true;
+      if (b !== "all" && t.dataset.batch !== undefined) { ok = ok && t.dataset.batch === b; }
+      if (h !== "all" && t.dataset.head !== undefined) { ok = ok && t.dataset.head === h; }
+      if (h !== "all" && t.dataset.kvHead !== undefined) {
+        ok = ok && Number(t.dataset.kvHead) === Math.floor(Number(h) / data.groups);
+      }
+      t.hidden = !ok;
+    });
+  }
+  if (batchSel) { batchSel.addEventListener("change", filter); }
+  if (headSel) { headSel.addEventListener("change", filter); }
+
+  var start = 0;
+  var hash = location.hash.slice(1);
+  sections.forEach(function (s, i) { if (s.id === hash) { start = i; } });
+  show(start);
+  setLang(body.dataset.lang);
+  var opening = document.querySelector("td[data-start]");  // attn trace --cell Q,K
+  if (opening) { select(opening, true); }
+  body.dataset.ready = "1";
+  body.dataset.initMs = String(Math.round(performance.now() - t0));
+  body.dataset.readyMs = String(Math.round(performance.now()));  // from the navigation's start
+})();

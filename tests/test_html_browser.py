@@ -1,0 +1,432 @@
+"""The interactive page (``attn trace -f html``, present/html_page.py) driven in a real browser.
+
+Headless Chromium (Debian's ``chromium``, which .ci/run installs) through playwright's Python
+API. Each bundled example's page is opened from its file and checked against the JSON trace of
+the same fixture (``attn trace -f json``, read here, not through the page): no console error, no
+request beyond the file, every number cell present where the contract (docs/html.md) puts it
+and equal to the JSON trace at the shown precision, the derivations of a softmax, a score and
+an output cell showing the numbers they are computed from, → and ← changing the stage, the
+language switch bringing the Chinese texts, a screenshot that is not blank. Hostile token text
+is shown as text and runs nothing; a 64-token page becomes interactive in under a second; a
+4,096-token trace gives a bounded page.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import math
+import os
+import re
+import shutil
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from conftest import run_cli
+
+from attn_cli.io.examples import example_paths
+
+CHROMIUM = os.environ.get("ATTN_CHROMIUM") or shutil.which("chromium") or "/usr/bin/chromium"
+
+
+def _browser_missing() -> str | None:
+    try:
+        import playwright.sync_api  # noqa: F401
+    except ImportError:
+        return "playwright is not installed (pip install '.[test]')"
+    if not Path(CHROMIUM).is_file():
+        return "no Chromium at /usr/bin/chromium (apt-get install chromium; .ci/run does it)"
+    return None
+
+
+MISSING = _browser_missing()
+if MISSING is not None and os.environ.get("ATTN_REQUIRE_BROWSER"):  # .ci/run installed one
+    raise RuntimeError(f"ATTN_REQUIRE_BROWSER is set but {MISSING}")
+pytestmark = [
+    pytest.mark.skipif(MISSING is not None, reason=MISSING or ""),
+    pytest.mark.slow,
+    pytest.mark.subprocess,
+]
+EXAMPLES = sorted(example_paths())
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        b = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+        yield b
+        b.close()
+
+
+class Opened:
+    """A page opened from its file, with what it printed, asked for and popped up."""
+
+    def __init__(self, browser: Any, path: Path, viewport: tuple[int, int] = (1280, 800)) -> None:
+        self.page = browser.new_page(viewport={"width": viewport[0], "height": viewport[1]})
+        self.console: list[str] = []
+        self.requests: list[str] = []
+        self.dialogs: list[str] = []
+        self.page.on("console", lambda m: self.console.append(f"{m.type}: {m.text}"))
+        self.page.on("pageerror", lambda e: self.console.append(f"pageerror: {e}"))
+        self.page.on("request", lambda r: self.requests.append(r.url))
+
+        def dialog(d: Any) -> None:
+            self.dialogs.append(d.message)
+            d.dismiss()
+
+        self.page.on("dialog", dialog)
+        self.url = path.resolve().as_uri()
+        start = time.perf_counter()
+        self.page.goto(self.url)
+        self.page.wait_for_selector("body[data-ready='1']", timeout=10_000)
+        self.seconds = time.perf_counter() - start  # as the test waited for it
+        # as the page measured it: from the navigation's start to the script's last line
+        self.ready_ms = float(self.page.get_attribute("body", "data-ready-ms") or "nan")
+
+    def title(self) -> str:
+        return str(self.page.text_content("[data-role='stage-title']"))
+
+    def derivation(self) -> str:
+        return str(self.page.inner_text("[data-role='derivation']"))
+
+    def click(self, stage: str, index: tuple[int, ...]) -> str:
+        """Go to the stage, click the cell, and read the derivation."""
+        self.page.click(f"nav.stages button:text-is('{stage}')")
+        self.page.click(f"td[data-stage='{stage}'][data-index='{','.join(map(str, index))}']")
+        return self.derivation()
+
+    def errors(self) -> list[str]:
+        return [m for m in self.console if m.startswith(("error", "pageerror", "warning"))]
+
+
+def page_and_json(tmp_path: Path, name: str, *extra: str) -> tuple[Path, dict[str, Any]]:
+    """The fixture's page (``-f html``) and its JSON trace (``-f json``), made separately."""
+    page = tmp_path / f"{name}.html"
+    result = run_cli("trace", name, "-f", "html", "-o", str(page), "-q", *extra)
+    assert result.exit_code == 0, result.output
+    result = run_cli("trace", name, "-f", "json")
+    assert result.exit_code == 0, result.output
+    return page, json.loads(result.stdout)
+
+
+def shown(x: Any, precision: int = 4) -> str:
+    """A table's number as the contract says (docs/html.md): fixed point, no -0, -inf spelled."""
+    if isinstance(x, str):
+        return x  # "-inf", "inf", "nan" as the JSON trace writes them
+    text = f"{x:.{precision}f}"
+    return text[1:] if text.startswith("-") and float(text) == 0 else text
+
+
+def in_formula(x: float, precision: int = 4) -> str:
+    """A number as a worked line writes it, without its sign: 2, 0.5000, ∞."""
+    if math.isinf(x):
+        return "∞"
+    if x == int(x):
+        return str(abs(int(x)))
+    return f"{abs(x):.{precision}f}"
+
+
+def as_factor(x: float, precision: int = 4) -> str:
+    """A number as a factor of a worked product: a negative one in parentheses, (−1.5745)."""
+    text = in_formula(x, precision)
+    negative = x < 0 and text.strip("0.") != ""
+    return f"(−{text})" if negative else text
+
+
+def cells_of(opened: Opened) -> list[tuple[str, str, str]]:
+    """Every number cell: (data-stage, data-index, the number's text without its marks)."""
+    got: list[tuple[str, str, str]] = opened.page.eval_on_selector_all(
+        "td[data-stage]",
+        "tds => tds.map(td => [td.dataset.stage, td.dataset.index, td.firstChild.textContent])",
+    )
+    return got
+
+
+def at(data: Any, index: tuple[int, ...]) -> Any:
+    for i in index:
+        data = data[i]
+    return data
+
+
+def elided(shape: list[int]) -> bool:
+    """Whether the terminal's bounds cut this stage's tables (present/text.py's limits)."""
+    if len(shape) == 1:
+        return shape[0] > 10
+    lead = math.prod(shape[:-2])
+    return lead > 16 or shape[-2] > 12 or shape[-1] > 10
+
+
+@pytest.mark.parametrize("name", EXAMPLES)
+def test_every_example_page(browser: Any, tmp_path: Path, name: str) -> None:
+    path, trace = page_and_json(tmp_path, name)
+    opened = Opened(browser, path)
+    # 1) every number cell where the contract puts it, equal to the JSON trace as shown
+    cells = cells_of(opened)
+    seen: dict[str, set[tuple[int, ...]]] = {}
+    for stage, index_text, text in cells:
+        index = tuple(int(i) for i in index_text.split(","))
+        assert text == shown(at(trace["stages"][stage]["data"], index)), (stage, index)
+        seen.setdefault(stage, set()).add(index)
+    assert list(seen) == list(trace["stages"])  # every stage, in the trace's order
+    for stage, body in trace["stages"].items():
+        if not elided(body["shape"]):
+            assert seen[stage] == set(np.ndindex(*body["shape"])), stage
+    # 2) → and ← (and Space, Backspace) move through the stages, named in the title
+    names = list(trace["stages"])
+    assert opened.title() == names[0]
+    opened.page.keyboard.press("ArrowRight")
+    assert opened.title() == names[1]
+    opened.page.keyboard.press("Space")
+    assert opened.title() == names[2]
+    opened.page.keyboard.press("Backspace")
+    opened.page.keyboard.press("ArrowLeft")
+    assert opened.title() == names[0]
+    # 3) derivations show the numbers they are computed from
+    check_derivations(opened, trace)
+    # 4) the language switch brings the Chinese texts
+    opened.page.click("[data-role='lang']")
+    assert opened.page.get_attribute("html", "lang") == "zh-Hans"
+    zh = opened.derivation()
+    assert "单元格演算" in zh and "worked cell" not in zh
+    assert opened.page.is_visible("section.stage.current .explain.zh")
+    assert not opened.page.is_visible("section.stage.current .explain.en")
+    opened.page.click("[data-role='lang']")
+    assert "worked cell" in opened.derivation()
+    # 5) nothing printed, nothing fetched but the file, nothing popped up
+    assert opened.errors() == []
+    assert set(opened.requests) == {opened.url}
+    assert opened.dialogs == []
+    opened.page.close()
+
+
+def scores_reads(trace: dict[str, Any], what: str) -> str:
+    return next(n for n in (f"{what}_rot", f"{what}_norm", what) if n in trace["stages"])
+
+
+def check_derivations(opened: Opened, trace: dict[str, Any]) -> None:
+    """A score, a softmax and an output cell: each derivation holds its inputs' numbers."""
+    stages = trace["stages"]
+    cfg = trace["config"]
+    lead = (0,) if cfg["batch"] is not None else ()
+    h = cfg["heads"] - 1  # the last head, to see the head index and the kv head used
+    kv = h // (cfg["heads"] // cfg["kv_heads"])
+    q, k = trace_cell(stages)
+    # a score: q row · k row, term by term
+    text = opened.click("scores", (*lead, h, q, k))
+    q_row = at(stages[scores_reads(trace, "Q")]["data"], (*lead, h, q))
+    k_row = at(stages[scores_reads(trace, "K")]["data"], (*lead, kv, k))
+    for a, b in list(zip(q_row, k_row, strict=True))[:6]:
+        assert f"{as_factor(a)}×{as_factor(b)}" in text, (a, b, text)
+    assert shown(at(stages["scores"]["data"], (*lead, h, q, k))).lstrip("-") in text
+    # a softmax weight: its row, the maximum, the sum
+    text = opened.click("softmax", (*lead, h, q, k))
+    row_name = next(n for n in ("masked", "capped", "scaled") if n in stages)
+    row = at(stages[row_name]["data"], (*lead, h, q))
+    weight = at(stages["softmax"]["data"], (*lead, h, q, k))
+    finite = [x for x in row if not isinstance(x, str)]
+    if finite:
+        assert "m = " in text and "Σ e^(x − m)" in text, text
+        for x in row[:6]:
+            assert in_formula(float(x)) in text, (x, text)
+        assert shown(weight) in text
+    # an output entry: the weights times the V column
+    text = opened.click("output", (*lead, h, q, 0))
+    weights = at(stages["softmax"]["data"], (*lead, h, q))
+    v = at(stages["V"]["data"], (*lead, kv))
+    for j, w in list(enumerate(weights))[:6]:
+        assert f"{in_formula(w)}×{as_factor(v[j][0])}" in text, (w, v[j][0], text)
+    assert shown(at(stages["output"]["data"], (*lead, h, q, 0))).lstrip("-") in text
+
+
+def trace_cell(stages: dict[str, Any]) -> tuple[int, int]:
+    """A query and key both shown (the last query, key 1, or the first ones when elided)."""
+    seq_q, seq_k = stages["softmax"]["shape"][-2:]
+    return (seq_q - 1 if seq_q <= 12 else 0), (1 if seq_k > 1 else 0)
+
+
+def test_a_screenshot_is_not_blank(browser: Any, tmp_path: Path) -> None:
+    """The tables are drawn: the screenshot holds the heatmap's colours, not one background."""
+    path, _ = page_and_json(tmp_path, "causal_multihead")
+    opened = Opened(browser, path)
+    opened.page.click("nav.stages button:text-is('softmax')")
+    png = opened.page.screenshot()
+    blank = browser.new_page()
+    colours = blank.evaluate(
+        """async (b64) => {
+            const img = new Image(); img.src = "data:image/png;base64," + b64; await img.decode();
+            const c = document.createElement("canvas"); c.width = img.width; c.height = img.height;
+            const g = c.getContext("2d"); g.drawImage(img, 0, 0);
+            const px = g.getImageData(0, 0, c.width, c.height).data; const seen = new Set();
+            for (let i = 0; i < px.length; i += 28) seen.add(px[i] << 16 | px[i+1] << 8 | px[i+2]);
+            return seen.size;
+        }""",
+        base64.b64encode(png).decode("ascii"),
+    )
+    assert colours > 50, colours  # a blank or text-only page has a handful
+    assert opened.page.is_visible("section.stage.current table.m")
+    blank.close()
+    opened.page.close()
+
+
+HOSTILE_TOKENS = [
+    "</script><script>alert(1)</script>",
+    "<img src=x onerror=alert(1)>",
+    "a\u202etxt.exe\u2066",
+    "[bold red]x[/]",
+    "<!--",
+    "\u2028line",
+]
+
+
+def test_hostile_tokens_are_text_and_run_nothing(browser: Any, tmp_path: Path) -> None:
+    n = len(HOSTILE_TOKENS)
+    fixture = tmp_path / "hostile.json"
+    fixture.write_text(json.dumps({
+        "name": "</script><script>alert(2)</script><img src=x onerror=alert(3)>",
+        "tokens": HOSTILE_TOKENS,
+        "Q": [[float(i == j) for j in range(2)] for i in range(n)],
+        "K": [[float(i % 2), 1.0] for i in range(n)],
+        "V": [[float(i), 1.0] for i in range(n)],
+        "causal": True,
+    }), encoding="utf-8")  # fmt: skip
+    page = tmp_path / "hostile.html"
+    result = run_cli("trace", str(fixture), "-f", "html", "-o", str(page), "-q")
+    assert result.exit_code == 0, result.output
+    opened = Opened(browser, page)
+    for k in range(n):
+        opened.click("softmax", (0, n - 1, k))  # every derivation, each naming a token
+    opened.page.click("nav.stages button:text-is('scores')")
+    for k in range(n):
+        opened.page.hover(f"td[data-stage='scores'][data-index='0,{k},0']")
+    opened.page.click("[data-role='lang']")
+    labels = opened.page.eval_on_selector_all(
+        "section.stage.current table.m tr th:first-child", "ths => ths.map(t => t.textContent)"
+    )
+    from attn_cli.errors import printable
+
+    assert [printable(t) for t in HOSTILE_TOKENS] == labels[1:]  # shown as text, escaped
+    assert opened.page.evaluate("document.images.length") == 0
+    assert opened.page.evaluate("document.scripts.length") == 2
+    assert opened.dialogs == []
+    assert opened.errors() == []
+    assert set(opened.requests) == {opened.url}
+    opened.page.close()
+
+
+def big_fixture(path: Path, seq: int, d_model: int, heads: int, seed: int = 0) -> Path:
+    rng = np.random.default_rng(seed)
+    d_k = 4
+    fixture = {
+        "name": f"{seq} tokens",
+        "tokens": [f"t{i}" for i in range(seq)],
+        "X": rng.standard_normal((seq, d_model)).round(3).tolist(),
+        "W_Q": rng.standard_normal((d_model, heads * d_k)).round(3).tolist(),
+        "W_K": rng.standard_normal((d_model, heads * d_k)).round(3).tolist(),
+        "W_V": rng.standard_normal((d_model, heads * d_k)).round(3).tolist(),
+        "heads": heads,
+        "causal": True,
+    }
+    path.write_text(json.dumps(fixture), encoding="utf-8")
+    return path
+
+
+def test_a_64_token_page_is_interactive_within_a_second(
+    browser: Any, tmp_path: Path, record_property: Any
+) -> None:
+    fixture = big_fixture(tmp_path / "t64.json", 64, 16, 4)
+    page = tmp_path / "t64.html"
+    result = run_cli("trace", str(fixture), "-f", "html", "-o", str(page), "-q")
+    assert result.exit_code == 0, result.output
+    Opened(browser, page).page.close()  # the browser warmed up once
+    times, waited = [], []
+    for _ in range(3):
+        opened = Opened(browser, page)
+        times.append(opened.ready_ms / 1000)
+        waited.append(round(opened.seconds, 3))
+        opened.page.keyboard.press("ArrowRight")
+        assert opened.title() == "Q"
+        opened.page.close()
+    record_property("seconds_to_interactive", min(times))
+    print(f"64-token page interactive {min(times) * 1000:.0f} ms after navigation starts "
+          f"(best of 3: {times}; as playwright's goto and wait saw it: {waited} s)")  # fmt: skip
+    assert min(times) < 1.0, times
+
+
+def test_a_4096_token_trace_gives_a_bounded_page(browser: Any, tmp_path: Path) -> None:
+    fixture = big_fixture(tmp_path / "t4096.json", 4096, 4, 1)
+    page = tmp_path / "t4096.html"
+    result = run_cli("trace", str(fixture), "-f", "html", "-o", str(page), "-q")
+    assert result.exit_code == 0, result.output
+    size = page.stat().st_size
+    assert size < 3_000_000, size  # the JSON trace alone would be hundreds of MB
+    opened = Opened(browser, page)
+    assert "The page embeds" in opened.page.inner_text("main")
+    assert opened.page.eval_on_selector_all("td[data-stage='softmax']", "t => t.length") == 36
+    opened.click("softmax", (0, 4095, 4094))
+    assert "6 of 4096 rows" in opened.page.inner_text("section.stage.current")
+    assert "Σ e^(x − m)" in opened.derivation()
+    assert "full precision" in opened.derivation()  # the number is in the page's cut data
+    assert opened.errors() == []
+    opened.page.close()
+
+
+def visible_tables(opened: Opened) -> list[str]:
+    got: list[str] = opened.page.eval_on_selector_all(
+        "section.stage.current table.m",
+        "ts => ts.filter(t => t.offsetParent !== null).map(t => t.caption.innerText)",
+    )
+    return got
+
+
+def test_heads_and_batch_items_are_selectable(browser: Any, tmp_path: Path) -> None:
+    path, _ = page_and_json(tmp_path, "llama_rope_gqa")  # 4 query heads reading 2 kv heads
+    opened = Opened(browser, path)
+    opened.page.click("nav.stages button:text-is('softmax')")
+    assert visible_tables(opened) == ["head 0", "head 1", "head 2", "head 3"]
+    opened.page.select_option("[data-role='head']", "3")
+    assert visible_tables(opened) == ["head 3"]
+    opened.page.click("nav.stages button:text-is('K')")  # kv head 3 // 2 = 1
+    assert visible_tables(opened) == ["kv head 1"]
+    opened.page.select_option("[data-role='head']", "all")
+    assert visible_tables(opened) == ["kv head 0", "kv head 1"]
+    every = "[data-role='head'] option[value='all']"
+    assert opened.page.text_content(every) == "all"
+    opened.page.click("[data-role='lang']")
+    assert opened.page.text_content(every) == "全部"
+    opened.page.close()
+    path, _ = page_and_json(tmp_path, "padding_batch")
+    opened = Opened(browser, path)
+    opened.page.click("nav.stages button:text-is('softmax')")
+    opened.page.select_option("[data-role='batch']", "1")
+    assert visible_tables(opened) == ["batch 1 · head 0"]
+    assert opened.errors() == []
+    opened.page.close()
+
+
+def test_themes_and_the_print_layout(browser: Any, tmp_path: Path) -> None:
+    path, trace = page_and_json(tmp_path, "causal_multihead", "--theme", "light")
+    opened = Opened(browser, path)
+    background = "getComputedStyle(document.body).backgroundColor"
+    assert opened.page.evaluate(background) == "rgb(255, 255, 255)"
+    opened.page.click("[data-role='theme']")
+    assert opened.page.get_attribute("body", "data-theme") == "dark"
+    assert opened.page.evaluate(background) == "rgb(22, 22, 29)"
+    # printed, every stage shows, one a page, without the controls
+    opened.page.emulate_media(media="print")
+    shown_sections = opened.page.eval_on_selector_all(
+        "section.stage",
+        "ss => ss.map(s => [getComputedStyle(s).display, getComputedStyle(s).breakAfter])",
+    )
+    assert [d for d, _ in shown_sections] == ["block"] * len(trace["stages"])
+    assert [b for _, b in shown_sections[:-1]] == ["page"] * (len(trace["stages"]) - 1)
+    assert not opened.page.is_visible("nav.stages")
+    assert not opened.page.is_visible("[data-role='derivation']")
+    pdf = opened.page.pdf()  # one stage a page: as many pages as stages
+    assert len(re.findall(rb"/Type\s*/Page(?!s)", pdf)) == len(trace["stages"])
+    opened.page.close()
