@@ -258,9 +258,7 @@ class _Page:
     def _select(self, role: str, n: int) -> str:
         en, zh, first = WORDS["en"]["all"], WORDS["zh"]["all"], WORDS[self.options.lang]["all"]
         every = f'<option value="all" data-text-en="{en}" data-text-zh="{zh}">{first}</option>'
-        opts = [every] + [
-            f'<option value="{i}">{i}</option>' for i in range(n)
-        ]
+        opts = [every] + [f'<option value="{i}">{i}</option>' for i in range(n)]
         name = _both(lambda lang: label(lang, role))
         return f'<label>{name} <select data-role="{role}">{"".join(opts)}</select></label>'
 
@@ -488,8 +486,8 @@ class _Page:
         stage, en and zh), made once per worked cell and stage; None where there is none."""
         from attn_cli.present.explain_registry import cell_part
 
-        if cell_part(stage.name) is None:
-            return None
+        if cell_part(stage.name) is None or "softmax" not in self.trace.applicable:
+            return None  # a worked cell is a softmax row's (linear attention has none)
         key = self._worked_key(stage, at)
         if key is None:
             return None
