@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from attn_cli.blas import blas_limit
-from attn_cli.core.chain import Chain, cells_of
+from attn_cli.core.chain import Chain, allowed_span, cells_of
 from attn_cli.core.decode import DecodeResult, KVCacheBytes, Rotate, decode, kv_cache_bytes
 from attn_cli.core.decode import self_check as decode_self_check
 from attn_cli.core.flash import LOG2E, FlashResult, Tile, flash_forward
@@ -33,7 +33,6 @@ from attn_cli.errors import ComputeError, InputError, UsageError
 if TYPE_CHECKING:
     from attn_cli.core.inputs import Inputs
     from attn_cli.core.pipeline import Dtype, Trace
-    from attn_cli.core.variant import Cells
 
 FloatArray = np.ndarray[Any, np.dtype[np.float64]]
 AnyArray = np.ndarray[Any, Any]  # float64 or float32, as core returns them
@@ -413,7 +412,7 @@ def reference_rows(
             for t0 in range(0, T, rows):
                 t1 = min(T, t0 + rows)
                 cells = cells_of(inp, slice(b, b + 1), slice(h, h + 1), slice(t0, t1))
-                s0, s1 = _allowed_span(chain, cells)
+                s0, s1 = allowed_span(chain, cells)
                 cells = cells._replace(keys=cells.keys[s0:s1], pos_k=cells.pos_k[s0:s1])
                 x = q[b, h, t0:t1] @ kv[0][:, s0:s1]  # (R, s1 - s0)
                 x *= dtype.type(trace.scale)
@@ -424,19 +423,6 @@ def reference_rows(
                                                 kv[1][s0:s1])  # fmt: skip
                 output[b, h, t0:t1], L[b, h, t0:t1] = o, lse_rows
     return output, L
-
-
-def _allowed_span(chain: Chain, cells: Cells) -> tuple[int, int]:
-    """The keys s0:s1 from the first any row of the cells may attend to the last (the chain's
-    allowed-keys rules, not flash's skipping): outside them every weight is 0."""
-    allowed = chain.allowed(cells)  # (1, 1, R, S)-broadcastable, None: every key
-    if allowed is None:
-        return 0, len(cells.keys)
-    seen = np.broadcast_to(allowed, cells.shape).any(axis=(0, 1, 2))  # (S,)
-    found = np.flatnonzero(seen)
-    if not found.size:
-        return 0, 0
-    return int(found[0]), int(found[-1]) + 1
 
 
 def _softmax_rows_out(
