@@ -283,3 +283,16 @@ def test_blocked_gradients_match_finite_differences(
         np.testing.assert_allclose(trace[f"d_{name}"].data, numeric, rtol=1e-6, atol=1e-7,
                                    err_msg=name)  # fmt: skip
     assert math.isfinite(float(trace["d_Q"].data.sum()))
+
+
+def test_the_memory_estimate_of_the_blocked_backward() -> None:
+    """Blocked, the estimate holds no (T, S) array: far below one head's weights at 8,192."""
+    from attn_cli.core.memory import memory_needed
+
+    T = 8192
+    inputs = load_dict({"Q": [[0.0] * 16] * T, "K": [[0.0] * 4] * T, "V": [[0.0] * 4] * T,
+                        "heads": 8, "kv_heads": 2, "causal": True})  # fmt: skip
+    blocked_bytes = memory_needed(inputs, {"d_Q", "d_K", "d_V"}, 8, backward=True)
+    whole_bytes = memory_needed(inputs, {"d_Q", "d_K", "d_V", "softmax"}, 8, backward=True)
+    assert blocked_bytes < 8 * T * T  # one head's (T, T) weights in float64: 512 MiB
+    assert whole_bytes > 8 * 8 * T * T * 4  # every head's weights and three more (T, S) arrays
