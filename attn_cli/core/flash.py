@@ -186,7 +186,6 @@ def _query_block(
     G, S, Dv = v.shape
     dtype = q.dtype
     exp = np.exp2 if setup.base2 else np.exp
-    log = np.log2 if setup.base2 else np.log
     to_base = dtype.type(LOG2E if setup.base2 else 1.0)
     scale = dtype.type(setup.scale)
     record = setup.record and Hq == 1
@@ -228,12 +227,27 @@ def _query_block(
         if record:
             tiles.append(Tile(b, h0, (t0, t1), (s0, s1), False, S_tile[0], m[0], alpha[0], P[0],
                               l[0], acc[0]))  # fmt: skip
-    empty = l == 0  # nothing allowed in the row (and no sink): O = 0, L = -inf, never 0/0
+    o, L_row = _finish(acc, l, m, setup.base2, bugs)
+    return o, L_row, tiles
+
+
+def _finish(
+    acc: FloatArray,
+    l: FloatArray,  # noqa: E741 (the paper's name)
+    m: FloatArray,
+    base2: bool,
+    bugs: FlashBugs,
+) -> tuple[FloatArray, FloatArray]:
+    """O = acc / l (Hq, bq, Dv) and L = m + log l (Hq, bq); a row with nothing allowed (and no
+    sink) gives O = 0 and L = -inf, never 0/0."""
+    dtype = acc.dtype
+    log = np.log2 if base2 else np.log
+    empty = l == 0
     o = acc / np.where(empty, 1.0, l)[:, :, None].astype(dtype)
     L_row = log(np.where(empty, 1.0, l).astype(dtype))
     if not bugs.lse_without_max:
         L_row = L_row + np.where(empty, 0.0, m)
-    return o, np.where(empty, -np.inf, L_row).astype(dtype), tiles
+    return o, np.where(empty, -np.inf, L_row).astype(dtype)
 
 
 def _skip_from(t1: int, S: int, block_k: int, offset: int | None, extra: bool) -> int:
