@@ -5,7 +5,7 @@ The independent source here is the formula as a slow loop over (batch, head, tok
 from the fixture's own lists and the trace's ``output`` (attention itself is checked against the
 loop reference in test_variants_pipeline.py); the backward pass through the gate against central
 finite differences of the loss and the chain rule by loop; then the whole command: stages,
-formulas, JSON, and the commands that refuse a gate in one line (decode, flash).
+formulas, JSON, decoding (each step gated), and flash, which refuses a gate in one line.
 """
 
 from __future__ import annotations
@@ -149,8 +149,45 @@ def test_attn_examples_lists_the_bundled_example() -> None:
     assert result.exit_code == 0 and "qwen3_next_gate" in result.stdout
 
 
-@pytest.mark.parametrize("args", [("decode",), ("flash",), ("decode", "-f", "json")],
-                         ids=["decode", "flash", "decode json"])  # fmt: skip
+@pytest.mark.parametrize("batch", [None, 2])
+@pytest.mark.parametrize("prefill", [1, 3])
+def test_decode_gates_each_step_as_the_loop_does(
+    tmp_path: Path, batch: int | None, prefill: int
+) -> None:
+    """Each step's gate and gated against the formula by loop over the loop reference's
+    output (tests/reference.py), and the self-check made on gated."""
+    from reference import reference
+
+    from attn_cli.check.runs import run_decode
+
+    fx = gated_fixture(seed=8, seq=5, batch=batch)
+    gate, gated = loop_gate(fx, reference(fx)["output"])
+    gate, gated = (a if batch else a[None] for a in (gate, gated))  # (B, H, T, Dv)
+    run = run_decode(write(tmp_path, fx), prefill)
+    assert run.ok and run.checked == "gated"
+    assert len(run.result.steps) == 5 - prefill
+    for step in run.result.steps:
+        t = step.index
+        np.testing.assert_allclose(step.outs["gate"][:, :, 0], gate[:, :, t], **F64)
+        np.testing.assert_allclose(step.outs["gated"][:, :, 0], gated[:, :, t], **F64)
+    np.testing.assert_allclose(run.result.prefill_outs["gated"], gated[:, :, :prefill], **F64)
+
+
+def test_decode_shows_and_dumps_the_gated_steps(tmp_path: Path) -> None:
+    path = write(tmp_path, gated_fixture())
+    shown = run_cli("decode", path, "--no-color", "--explain")
+    assert shown.exit_code == 0, shown.stderr
+    assert "gate = X·W_G + b_G: one row per head" in shown.stdout
+    assert shown.stdout.count("self-check: max |gated − attn trace's row") == 3
+    assert "squeezed dimension by dimension" in shown.stdout
+    out = tmp_path / "d.json"
+    dumped = run_cli("decode", path, "-f", "json", "-o", str(out))
+    assert dumped.exit_code == 0, dumped.stderr
+    step = json.loads(out.read_text("utf-8"))["steps"][0]
+    assert list(step["stages"])[-3:] == ["output", "gate", "gated"]
+
+
+@pytest.mark.parametrize("args", [("flash",)], ids=["flash"])
 def test_commands_that_stop_at_softmax_v_refuse_the_gate_in_one_line(
     tmp_path: Path, args: tuple[str, ...]
 ) -> None:

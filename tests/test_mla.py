@@ -73,8 +73,12 @@ def test_naive_equals_absorbed_over_random_shapes(**kw: Any) -> None:
     np.testing.assert_allclose(trace["V"].data, values, rtol=1e-9, atol=1e-9)
 
 
-def test_a_broken_absorbed_form_is_caught_on_every_run(monkeypatch: pytest.MonkeyPatch) -> None:
-    """attn's own check: the absorbed scores without their RoPE part do not pass."""
+def test_a_broken_absorbed_form_is_caught_on_every_run_that_shows_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """attn's own check: the absorbed scores without their RoPE part do not pass, whenever a
+    stage of the absorbed form is shown; a run that shows none (--stage output) computes none,
+    at the naive form's cost."""
     import attn_cli.core.plugins.mla as mla
 
     real = mla.absorbed
@@ -86,8 +90,11 @@ def test_a_broken_absorbed_form_is_caught_on_every_run(monkeypatch: pytest.Monke
 
     monkeypatch.setattr(mla, "absorbed", without_rope)
     with pytest.raises(ComputeError, match="scores_absorbed: differs from scores by"):
-        run(load_fixture(EXAMPLE), keep={"softmax"})
-    result = run_cli("trace", "deepseek_mla", "--stage", "output")
+        run(load_fixture(EXAMPLE), keep={"softmax", "output_absorbed"})
+    alone = run(load_fixture(EXAMPLE), keep={"output"})
+    assert list(alone.stages) == ["output"]
+    assert run_cli("trace", "deepseek_mla", "--stage", "output").exit_code == 0
+    result = run_cli("trace", "deepseek_mla")
     assert result.exit_code == 2
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("Error: deepseek_mla.yaml: scores_absorbed:")
@@ -125,21 +132,209 @@ def test_the_example_is_written_by_its_script_and_explained() -> None:
         assert "scores_absorbed" in result.stdout
 
 
+@pytest.mark.parametrize("mscales", [(1.0, 1.0), (0.9, 0.6), (None, None)],
+                         ids=["DeepSeek V3's", "both", "neither"])  # fmt: skip
+def test_yarn_on_the_rope_dims_is_transformers_formula(mscales: tuple[Any, Any]) -> None:
+    """mla.scaling: yarn's frequencies over d_rope (hf_yarn: _compute_yarn_parameters as a
+    loop), cos and sin times its attention factor (DeepSeek's ratio of two mscales), the pairs
+    laid out as apply_rotary_pos_emb_interleave returns them; at positions past the original."""
+    from test_rope_view import hf_yarn
+
+    mscale, all_dim = mscales
+    yarn = {"type": "yarn", "factor": 8.0, "original_max_position_embeddings": 3,
+            "beta_fast": 32.0, "beta_slow": 1.0}  # fmt: skip
+    yarn |= {k: v for k, v in (("mscale", mscale), ("mscale_all_dim", all_dim)) if v is not None}
+    fx = random_mla_fixture(5, heads=2, seq=6, d_rope=4, mscale=1.7)
+    fx["mla"]["scaling"] = yarn
+    trace = trace_of(fx)
+
+    def get_mscale(scale: float, m: float = 1.0) -> float:
+        return 1.0 if scale <= 1 else 0.1 * m * math.log(scale) + 1.0
+
+    attention = (get_mscale(8.0, mscale) / get_mscale(8.0, all_dim) if mscale and all_dim
+                 else get_mscale(8.0))  # fmt: skip
+    inv = hf_yarn(4, 10000.0, yarn)
+    for name, raw in (("q_rope_rot", trace["q_rope"].data), ("k_rope_rot", trace["k_rope"].data)):
+        got = trace[name].data
+        for index in np.ndindex(raw.shape[:-1]):
+            p = index[-1]  # the token's position: 0..5
+            x = raw[index]
+            c = [math.cos(p * f) * attention for f in inv]
+            s_ = [math.sin(p * f) * attention for f in inv]
+            want = [x[2 * i] * c[i] - x[2 * i + 1] * s_[i] for i in range(2)]
+            want += [x[2 * i + 1] * c[i] + x[2 * i] * s_[i] for i in range(2)]
+            np.testing.assert_allclose(got[index], want, rtol=1e-12, atol=1e-12)
+    assert trace.scale == pytest.approx(1.7**2 / math.sqrt(2 + 4), rel=1e-15)
+    assert "yarn scaling" in trace["k_rope_rot"].formula
+
+
+@pytest.mark.parametrize(
+    ("scaling", "named"),
+    [({"type": "yarn"}, "mla.scaling: misses original_max_position_embeddings"),
+     ({"type": "ntk"}, "mla.scaling.type: type is the string 'ntk'"),
+     ({"type": "yarn", "factor": 4, "beta": 3}, "mla.scaling.beta: has 'beta'"),
+     ([1, 2], "mla.scaling: got a list")],
+)  # fmt: skip
+def test_a_hostile_mla_scaling_is_one_line(scaling: Any, named: str, tmp_path: Path) -> None:
+    fx = random_mla_fixture(5)
+    fx["mla"]["scaling"] = scaling
+    path = tmp_path / "m.yaml"
+    path.write_text(yaml.safe_dump(fx), "utf-8")
+    result = run_cli("trace", str(path))
+    assert result.exit_code == 2 and result.stdout == ""
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and named in lines[0], lines
+
+
+def test_decoding_refuses_a_length_dependent_mla_scaling(tmp_path: Path) -> None:
+    fx = random_mla_fixture(5, seq=4, d_rope=4)
+    fx["mla"]["scaling"] = {"type": "dynamic", "factor": 2.0, "max_position_embeddings": 2}
+    path = tmp_path / "m.yaml"
+    path.write_text(yaml.safe_dump(fx), "utf-8")
+    assert run_cli("trace", str(path)).exit_code == 0
+    result = run_cli("decode", str(path))
+    assert result.exit_code == 2 and "mla.scaling: dynamic frequencies" in result.stderr
+
+
 # ---------------------------------------------------------------------------------------------
+# Decoding over the latent cache, as DeepSeek's inference runs it
+
+
+def latent_decode_loop(fx: dict[str, Any], prefill: int) -> list[dict[str, np.ndarray]]:
+    """Each decoding step written from the paper's absorbed form, token by token, with its own
+    cache of [c_KV_norm | k_rope_rot] rows: q_abs = q_nope·W_UKᵀ, scores = q_abs·c_j +
+    q_rope_rot·k_rope_j, softmax over the cached j, o = Σ w_j c_j, output = o·W_UV. The
+    per-token latents come from the loop reference (tests/reference.py), not from attn."""
+    ref = reference(fx)
+    mla = fx["mla"]
+    H = fx["heads"]
+    W_UK, W_UV = np.array(mla["W_UK"]), np.array(mla["W_UV"])
+    r = W_UK.shape[0]
+    d_nope, d_v = W_UK.shape[1] // H, W_UV.shape[1] // H
+    batched = ref["c_KV_norm"].ndim == 3
+    c_kv = ref["c_KV_norm"] if batched else ref["c_KV_norm"][None]  # (B, T, r)
+    k_rope = ref["k_rope_rot"] if batched else ref["k_rope_rot"][None]  # (B, T, d_rope)
+    q_nope = ref["q_nope"] if batched else ref["q_nope"][None]  # (B, H, T, d_nope)
+    q_rope = ref["q_rope_rot"] if batched else ref["q_rope_rot"][None]
+    scale = float(mla.get("mscale", 1.0)) ** 2 / math.sqrt(d_nope + k_rope.shape[-1])
+    B, T = c_kv.shape[:2]
+    steps = []
+    for t in range(prefill, T):
+        cache = [np.concatenate([c_kv[:, j], k_rope[:, j]], axis=-1) for j in range(t + 1)]
+        latent = np.zeros((B, H, r))
+        output = np.zeros((B, H, d_v))
+        for b in range(B):
+            for h in range(H):
+                uk = W_UK[:, h * d_nope : (h + 1) * d_nope]  # (r, d_nope)
+                q = np.concatenate([uk @ q_nope[b, h, t], q_rope[b, h, t]])
+                scores = [scale * float(q @ cache[j][b]) for j in range(t + 1)]
+                m = max(scores)
+                e = [math.exp(x - m) for x in scores]
+                w = [x / math.fsum(e) for x in e]
+                latent[b, h] = sum(w[j] * c_kv[b, j] for j in range(t + 1))
+                output[b, h] = latent[b, h] @ W_UV[:, h * d_v : (h + 1) * d_v]
+        steps.append({"cache": np.stack(cache, axis=1), "latent": latent, "output": output})
+    return steps
+
+
+@pytest.mark.parametrize("q_rank", [3, None], ids=["q LoRA", "W_Q"])
+@pytest.mark.parametrize("batch", [None, 2])
+@pytest.mark.parametrize("prefill", [1, 3])
+def test_decode_caches_the_latent_and_matches_the_absorbed_loop(
+    q_rank: int | None, batch: int | None, prefill: int, tmp_path: Path
+) -> None:
+    from attn_cli.check.runs import run_decode
+
+    fx = random_mla_fixture(11, q_rank=q_rank, batch=batch, heads=3, seq=5, rank=4, d_rope=2,
+                            d_v=3, mscale=1.3)  # fmt: skip
+    path = tmp_path / "m.yaml"
+    path.write_text(yaml.safe_dump(fx), "utf-8")
+    run = run_decode(path, prefill)
+    assert run.ok and run.worst <= 1e-12
+    expected = latent_decode_loop(fx, prefill)
+    assert len(run.result.steps) == len(expected)
+    for step, want in zip(run.result.steps, expected, strict=True):
+        assert step.K_cache.shape[1] == 1  # one cache for every head
+        np.testing.assert_allclose(step.K_cache[:, 0], want["cache"], rtol=1e-12, atol=1e-13)
+        np.testing.assert_allclose(step.V_cache[:, 0], want["cache"][..., :4], rtol=1e-12,
+                                   atol=1e-13)  # fmt: skip
+        assert step.latent is not None
+        np.testing.assert_allclose(step.latent[:, :, 0], want["latent"], rtol=1e-10, atol=1e-12)
+        np.testing.assert_allclose(step.output[:, :, 0], want["output"], rtol=1e-10, atol=1e-12)
+    # the ledger: kv_lora_rank + d_rope numbers a token, against heads · (d_k + d_v) for MHA
+    assert run.cost.latent == 4 + 2 and run.cost.per_token == 6 * 8
+    assert run.cost.per_token_mha == 3 * ((2 + 2) + 3) * 8
+
+
+@settings(max_examples=25, deadline=None)
+@given(seed=st.integers(0, 2**16), heads=st.integers(1, 3), seq=st.integers(2, 6),
+       rank=st.integers(1, 5), d_rope=st.sampled_from([2, 4]), lora=st.booleans(),
+       batch=st.sampled_from([None, 2]), data=st.data())  # fmt: skip
+def test_latent_decoding_equals_the_full_trace_over_random_shapes(
+    seed: int, heads: int, seq: int, rank: int, d_rope: int, lora: bool, batch: int | None,
+    data: st.DataObject,
+) -> None:  # fmt: skip
+    from attn_cli.check.runs import check_decode, decode_keep
+
+    fx = random_mla_fixture(seed, heads=heads, seq=seq, rank=rank, d_rope=d_rope,
+                            q_rank=2 if lora else None, batch=batch)  # fmt: skip
+    inputs = validate(fx, "m.json")
+    prefill = data.draw(st.integers(1, seq))
+    result = check_decode(run(inputs, keep=decode_keep(inputs)), prefill)
+    assert result.worst <= 1e-12, result.diffs
+    assert all(s.K_cache.shape[-1] == rank + d_rope for s in result.result.steps)
+
+
+def test_decode_of_the_bundled_example_shows_the_latent_ledger() -> None:
+    fx = yaml.safe_load(EXAMPLE.read_text("utf-8"))
+    mla, H = fx["mla"], fx["heads"]
+    r, d_rope = len(mla["W_DKV"][0]), len(mla["W_KR"][0])
+    d_k = len(mla["W_UK"][0]) // H + d_rope
+    d_v = len(mla["W_UV"][0]) // H
+    result = run_cli("decode", "deepseek_mla", "--no-color", "--width", "120")
+    assert result.exit_code == 0, result.stderr
+    out = result.stdout
+    row = next(line for line in out.splitlines() if line.startswith("this model (MLA latent)"))
+    assert row.split()[-4:] == ["1", f"{(r + d_rope) * 8:,}", f"{(r + d_rope) * 2:,}",
+                                f"{(r + d_rope) * 8 * 5:,}"]  # fmt: skip
+    mha = next(line for line in out.splitlines() if line.startswith("MHA"))
+    assert f"{H * (d_k + d_v) * 8:,}" in mha.split()
+    assert "cache [c_KV_norm | k_rope_rot] · one for every head" in out
+    assert f"V_cache: the cache's first {r} columns" in out
+    assert out.count("self-check: max |output − attn trace's row") == 4
+    zh = run_cli("decode", "deepseek_mla", "--no-color", "--lang", "zh", "--explain")
+    assert zh.exit_code == 0, zh.stderr
+    assert "本模型（MLA 潜向量）" in zh.stdout and "W_UK 并入查询" in zh.stdout
+
+
+def test_decode_json_of_mla_has_the_latent_stages(tmp_path: Path) -> None:
+    import json
+
+    out = tmp_path / "d.json"
+    result = run_cli("decode", "deepseek_mla", "-f", "json", "-o", str(out))
+    assert result.exit_code == 0, result.stderr
+    doc = json.loads(out.read_text("utf-8"))
+    assert doc["kv_cache_bytes"]["latent"] == 6
+    step = doc["steps"][-1]
+    names = list(step["stages"])
+    assert names.index("output_latent") == names.index("output") - 1
+    latent, output = (np.array(step["stages"][n]["data"]) for n in ("output_latent", "output"))
+    assert latent.shape == (2, 1, 4) and output.shape == (2, 1, 3)
+
+
 # What does not run MLA yet refuses it in one line
 
 
 @pytest.mark.parametrize(
     "args",
     [
-        ["decode", "deepseek_mla"],
         ["flash", "deepseek_mla"],
         ["trace", "deepseek_mla", "--backward"],
         ["rope", "deepseek_mla"],
     ],
-    ids=["decode", "flash", "backward", "rope"],
+    ids=["flash", "backward", "rope"],
 )
-def test_decode_flash_and_backward_refuse_mla(args: list[str]) -> None:
+def test_flash_backward_and_rope_refuse_mla(args: list[str]) -> None:
     result = run_cli(*args)
     assert result.exit_code == 2
     lines = result.stderr.strip().splitlines()

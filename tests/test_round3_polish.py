@@ -3,6 +3,7 @@ themes, blank lines in plain output, the step-mode keys and the minus sign."""
 
 from __future__ import annotations
 
+import json
 import math
 import re
 import shlex
@@ -185,6 +186,25 @@ def test_decode_shows_only_the_ring_slots_a_run_fills(tmp_path: Path, full: bool
     assert "cache: 40 slots · slot → token@position: 0: The@0, 10: cat@10, 20: (empty), " in out
     assert "1: (empty)" not in out and "39: (empty)" not in out
     assert "36 of the 40 slots stay empty in this run (6 tokens) and are not shown" in out
+
+
+@pytest.mark.parametrize("full", [False, True])
+def test_decode_elides_a_long_cache_line_as_its_tables(tmp_path: Path, full: bool) -> None:
+    """20 tokens: the last step's cache line listed all 20 slots (1,024 at 1,024 tokens, most of
+    the rendering time); now the first and last three, as the K and V tables' rows."""
+    rows = [[math.sin(i + j) for j in range(2)] for i in range(20)]
+    fixture = tmp_path / "long.json"
+    fixture.write_text(json.dumps({"Q": rows, "K": rows, "V": rows, "causal": True}), "utf-8")
+    result = run_cli("decode", str(fixture), "--no-color", "--width", "400",
+                     *(["--full"] * full))  # fmt: skip
+    assert result.exit_code == 0, result.stderr
+    lines = [l for l in result.stdout.splitlines() if l.startswith("cache: 20 slots")]  # noqa: E741
+    assert len(lines) == 1
+    listed = lines[0].split("token@position: ")[1].split(", ")
+    if full:
+        assert listed == [f"{s}: {s}@{s}" for s in range(20)]
+    else:
+        assert listed == ["0: 0@0", "1: 1@1", "2: 2@2", "…", "17: 17@17", "18: 18@18", "19: 19@19"]
 
 
 def test_decode_in_chinese_says_the_empty_slots_are_not_shown(tmp_path: Path) -> None:

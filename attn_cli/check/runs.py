@@ -23,11 +23,18 @@ import numpy as np
 
 from attn_cli.blas import blas_limit
 from attn_cli.core.chain import Chain, allowed_span, cells_of
-from attn_cli.core.decode import DecodeResult, KVCacheBytes, Rotate, decode, kv_cache_bytes
+from attn_cli.core.decode import (
+    After,
+    DecodeResult,
+    KVCacheBytes,
+    Rotate,
+    decode,
+    kv_cache_bytes,
+)
 from attn_cli.core.decode import self_check as decode_self_check
 from attn_cli.core.flash import LOG2E, FlashResult, Tile, flash_forward
 from attn_cli.core.pipeline import refuse as refuse_variants
-from attn_cli.core.variant import Variant
+from attn_cli.core.variant import DecodeForm, Variant
 from attn_cli.errors import ComputeError, InputError, UsageError
 
 if TYPE_CHECKING:
@@ -119,10 +126,13 @@ class DecodeArgs:
     scale: float
     positions: np.ndarray[Any, np.dtype[np.int64]]
     rotate: Rotate | None
+    form: DecodeForm | None = None  # a cache of other numbers than K and V (MLA's latent)
+    after: After | None = None  # the head-output transforms (a gate) of a step's output
 
     def kwargs(self) -> dict[str, Any]:
+        finish = None if self.form is None else self.form.finish
         return {"chain": self.chain, "scale": self.scale, "positions": self.positions,
-                "rotate": self.rotate}  # fmt: skip
+                "rotate": self.rotate, "finish": finish, "after": self.after}  # fmt: skip
 
 
 @dataclass(frozen=True, eq=False)
@@ -136,6 +146,8 @@ class DecodeRun:
     cost: KVCacheBytes
     sentinel: float | None = None  # the fixture's finite mask_value, replaced by −∞
     tolerance: float = F64_TOLERANCE
+    cache_parts: str | None = None  # what a cache of other numbers than K and V holds (MLA's)
+    checked: str = "output"  # the stage each step is checked by: output, or gated with a gate
 
     @property
     def worst(self) -> float:
@@ -176,7 +188,10 @@ def decode_keep(inputs: Inputs) -> set[str]:
     """The stages a decode run reads: Q and K before the transforms that read positions
     (RoPE), V, output."""
     chain = Chain(inputs)
-    return {chain.before_positional("Q"), chain.before_positional("K"), "V", "output"}
+    own = {stage for v, _ in chain.on for stage in v.decode_stages}
+    outs = {"X", chain.joined} if chain.out_stages else set()  # a gate: from X, checked gated
+    return {chain.before_positional("Q"), chain.before_positional("K"), "V", "output", *own,
+            *outs}  # fmt: skip
 
 
 def decode_bytes(inputs: Inputs, prefill: int = 1) -> int:
@@ -196,6 +211,12 @@ def decode_args(trace: Trace) -> DecodeArgs:
     """core.decode's arguments from the trace of a fixture ``refuse_decode`` let through."""
     chain = trace_chain(trace)
     pos = trace.inputs.token_positions()[0]
+    dtype = np.dtype(trace.dtype)
+    for v, value in chain.on:
+        arrays = {name: internal(trace, name) for name in v.decode_stages}
+        form = v.decode_form(value, chain.inputs, arrays, _caster(dtype))
+        if form is not None:  # nothing to rotate: its q and k are at their positions
+            return DecodeArgs(form.q, form.k, form.v, chain, trace.scale, pos, None, form)
     q, k = (_before_rotation(trace, chain, which, pos) for which in "QK")
     return DecodeArgs(
         q=q,  # (B, H, T, D)
@@ -205,7 +226,24 @@ def decode_args(trace: Trace) -> DecodeArgs:
         scale=trace.scale,
         positions=pos,
         rotate=_rotation(chain, np.dtype(trace.dtype)),
+        after=_after(trace, chain),
     )
+
+
+def _after(trace: Trace, chain: Chain) -> After | None:
+    """The chain's head-output transforms (a gate) of some tokens' output, from their rows of X,
+    by the code the trace runs; None when there are none."""
+    if not chain.out_stages:
+        return None
+    X = internal(trace, "X")  # (B, T, d_model)
+    cast = _caster(np.dtype(trace.dtype))
+
+    def after(tokens: slice, output: AnyArray) -> dict[str, AnyArray]:
+        made: dict[str, AnyArray] = {}
+        chain.transform_out(output, X[:, tokens], cast, made.__setitem__)
+        return made
+
+    return after
 
 
 def _rotation(chain: Chain, dtype: np.dtype[Any]) -> Rotate | None:
@@ -283,12 +321,18 @@ def check_decode(trace: Trace, prefill: int, sentinel: float | None = None) -> D
     quiet = np.errstate(over="ignore", invalid="ignore", divide="ignore", under="ignore")
     with quiet, blas_limit(trace.inputs.seq_k):  # one product a step: busy cores make it crawl
         result = decode(args.q, args.k, args.v, prefill=prefill, **args.kwargs())
-    full = internal(trace, "output")  # (B, H, T, Dv)
-    diffs = tuple(decode_self_check(result, full))
-    prefill_diff = max_abs_diff(result.prefill_output, full[:, :, :prefill])
+    final = args.chain.joined  # the output, or the last head-output transform's (gated)
+    full = internal(trace, final)  # (B, H, T, Dv)
+    diffs = tuple(decode_self_check(result, full, final))
+    prefill_out = result.prefill_outs.get(final, result.prefill_output)
+    prefill_diff = max_abs_diff(prefill_out, full[:, :, :prefill])
     inp = trace.inputs
-    cost = kv_cache_bytes(inp.kv_heads, inp.heads, inp.d_k, inp.d_v, 8, inp.seq_q)
-    return DecodeRun(trace, result, diffs, prefill_diff, cost, sentinel)
+    form = args.form
+    cost = kv_cache_bytes(inp.kv_heads, inp.heads, inp.d_k, inp.d_v, 8, inp.seq_q,
+                          latent=None if form is None else form.cached)  # fmt: skip
+    parts = None if form is None else form.parts
+    return DecodeRun(trace, result, diffs, prefill_diff, cost, sentinel, cache_parts=parts,
+                     checked=final)  # fmt: skip
 
 
 def decode_failure(run: DecodeRun) -> ComputeError | None:

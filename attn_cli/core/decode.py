@@ -15,8 +15,8 @@ position p goes to slot p mod C, evicting the one C positions back.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, fields
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, fields
 from functools import cached_property
 from typing import Any, NamedTuple
 
@@ -31,6 +31,9 @@ FloatArray = np.ndarray[Any, np.dtype[np.floating[Any]]]
 IntArray = np.ndarray[Any, np.dtype[np.int64]]
 BoolArray = np.ndarray[Any, np.dtype[np.bool_]]
 Rotate = Callable[[FloatArray, IntArray], FloatArray]  # (x (..., n, D), positions (n,)) -> x
+Finish = Callable[[FloatArray], FloatArray]  # softmax·V_cache (B, H, n, Dc) -> output (B, H, n, Dv)
+# the head-output transforms (a gate) of tokens ``sl``: their output (B, H, n, Dv) -> each stage
+After = Callable[[slice, FloatArray], dict[str, FloatArray]]
 
 
 @dataclass(frozen=True, eq=False)
@@ -95,6 +98,8 @@ class DecodeStep:
     Q_rot: FloatArray | None  # (B, H, 1, D) rotated at the position, when rotating
     output: FloatArray  # (B, H, 1, Dv)
     attend: _Attend  # the step's tables, computed again
+    latent: FloatArray | None = None  # softmax·V_cache before ``finish`` made it the output
+    outs: Mapping[str, FloatArray] = field(default_factory=dict)  # the head-output transforms'
 
     @property
     def slots(self) -> int:
@@ -152,6 +157,7 @@ class DecodeResult:
     prefill: int
     prefill_output: FloatArray  # (B, H, prefill, Dv), each prefill token over those up to it
     steps: tuple[DecodeStep, ...]
+    prefill_outs: Mapping[str, FloatArray] = field(default_factory=dict)  # (B, H, prefill, Dv)
 
 
 @dataclass(frozen=True)
@@ -172,6 +178,8 @@ class _Setup:
     scale: float
     positions: IntArray  # (T,)
     rotate: Rotate | None
+    finish: Finish | None = None
+    after: After | None = None
 
 
 def decode(
@@ -184,9 +192,14 @@ def decode(
     prefill: int,
     positions: Any,
     rotate: Rotate | None = None,
+    finish: Finish | None = None,
+    after: After | None = None,
 ) -> DecodeResult:
-    """Prefill the first ``prefill`` tokens, then decode the rest one step at a time."""
-    setup = _setup(q, k, v, chain, scale, prefill, positions, rotate)
+    """Prefill the first ``prefill`` tokens, then decode the rest one step at a time;
+    ``finish`` turns softmax·V_cache (B, H, n, Dc) into the output when the cache holds
+    something other than the values (MLA's latent: W_UV after attention); ``after`` gives the
+    head-output transforms' stages (a gate) of each step's output."""
+    setup = _setup(q, k, v, chain, scale, prefill, positions, rotate, finish, after)
     return _decode(q, k, v, prefill, setup, DecodeBugs())
 
 
@@ -199,6 +212,8 @@ def _setup(
     prefill: int,
     positions: Any,
     rotate: Rotate | None,
+    finish: Finish | None = None,
+    after: After | None = None,
 ) -> _Setup:
     """Check the shapes and gather the options every step reads."""
     B, H, T, _ = q.shape
@@ -208,7 +223,8 @@ def _setup(
     if not 1 <= prefill <= T:
         raise ValueError(f"prefill must be 1..{T}, not {prefill}")
     pos = np.asarray(positions, dtype=np.int64).reshape(T)
-    return _Setup(chain=chain, scale=scale, positions=pos, rotate=rotate)
+    return _Setup(chain=chain, scale=scale, positions=pos, rotate=rotate, finish=finish,
+                  after=after)  # fmt: skip
 
 
 def _decode(
@@ -222,6 +238,9 @@ def _decode(
         q_pre = setup.rotate(q_pre, pos[:prefill])  # (B, H, P, D)
         k_rot = setup.rotate(k_rot, pos[:prefill])  # (B, Hkv, P, D)
     prefill_output = _prefill(q_pre, k_rot, v[:, :, :prefill], setup)
+    if setup.finish is not None:
+        prefill_output = setup.finish(prefill_output)
+    prefill_outs = {} if setup.after is None else setup.after(slice(0, prefill), prefill_output)
     ring = setup.chain.cache_slots()
     cache = _Cache.empty(k, v, None if ring is None else ring + bugs.extra_slots)
     for i in range(prefill):
@@ -241,8 +260,14 @@ def _decode(
         slot = cache.put(i, int(pos[i]), k_new[:, :, 0], v[:, :, i])
         view = cache.view()
         tables = attend.compute(i, q_new if q_rot is None else q_rot, view)
-        steps.append(DecodeStep(i, int(pos[i]), slot, view, q_new, q_rot, tables.output, attend))
-    return DecodeResult(prefill, prefill_output, tuple(steps))
+        output, latent = tables.output, None
+        if setup.finish is not None:
+            output, latent = setup.finish(tables.output), tables.output
+        outs = {} if setup.after is None else setup.after(slice(i, i + 1), output)
+        steps.append(
+            DecodeStep(i, int(pos[i]), slot, view, q_new, q_rot, output, attend, latent, outs)
+        )
+    return DecodeResult(prefill, prefill_output, tuple(steps), prefill_outs)
 
 
 @dataclass(eq=False)
@@ -385,10 +410,17 @@ def _prefill(q: FloatArray, k: FloatArray, v: FloatArray, setup: _Setup) -> Floa
     return grouped(weights, v)  # (B, H, P, Dv)
 
 
-def self_check(result: DecodeResult, full_output: FloatArray) -> list[float]:
-    """The largest |step output - full output row| of each step; full is (B?, H, T, Dv)."""
+def self_check(result: DecodeResult, full_output: FloatArray, stage: str = "output") -> list[float]:
+    """The largest |step's ``stage`` - full row| of each step; full is (B?, H, T, Dv); ``stage``
+    the output or a head-output transform's (``gated``)."""
     full = full_output if full_output.ndim == 4 else full_output[None]  # (B, H, T, Dv)
-    return [float(np.abs(s.output[:, :, 0] - full[:, :, s.index]).max()) for s in result.steps]
+    return [float(np.abs(step_out(s, stage)[:, :, 0] - full[:, :, s.index]).max())
+            for s in result.steps]  # fmt: skip
+
+
+def step_out(step: DecodeStep, stage: str) -> FloatArray:
+    """A step's output, or the stage of a head-output transform (``gated``) made from it."""
+    return step.outs.get(stage, step.output)
 
 
 @dataclass(frozen=True)
@@ -404,26 +436,32 @@ class KVCacheBytes:
     total: int  # per_token * seq
     total_mha: int
     total_mqa: int
+    latent: int | None = None  # numbers per token of a latent cache (MLA's), None: K and V
 
 
 def kv_cache_bytes(
-    kv_heads: int, heads: int, d_k: int, d_v: int, itemsize: int, seq: int
-) -> KVCacheBytes:
-    """What the cache costs: K and V (kv_heads * d_k and kv_heads * d_v numbers) per token."""
+    kv_heads: int, heads: int, d_k: int, d_v: int, itemsize: int, seq: int,
+    latent: int | None = None,
+) -> KVCacheBytes:  # fmt: skip
+    """What the cache costs: K and V (kv_heads * d_k and kv_heads * d_v numbers) per token, or
+    ``latent`` numbers per token (MLA's c_KV and RoPE key, for every head), against the same
+    heads' K and V in MHA and MQA."""
 
     def per_token(n: int) -> int:
         return n * (d_k + d_v) * itemsize
 
+    own = per_token(kv_heads) if latent is None else latent * itemsize
     return KVCacheBytes(
         kv_heads=kv_heads,
         heads=heads,
         seq=seq,
-        per_token=per_token(kv_heads),
+        per_token=own,
         per_token_mha=per_token(heads),
         per_token_mqa=per_token(1),
-        total=per_token(kv_heads) * seq,
+        total=own * seq,
         total_mha=per_token(heads) * seq,
         total_mqa=per_token(1) * seq,
+        latent=latent,
     )
 
 
@@ -446,11 +484,13 @@ def decode_mistakes(
     prefill: int,
     positions: Any,
     rotate: Rotate | None = None,
+    finish: Finish | None = None,
+    after: After | None = None,
     extra: Sequence[tuple[str, str, DecodeBugs]] = (),
 ) -> tuple[DecodeMistake, ...]:
     """Each named mistake of the loop that can apply here (RoPE, GQA), recomputed; then each
     of ``extra`` (name, description, bugs): the variants' own (check/mistakes/)."""
-    setup = _setup(q, k, v, chain, scale, prefill, positions, rotate)
+    setup = _setup(q, k, v, chain, scale, prefill, positions, rotate, finish, after)
     candidates = (
         ("rerotate_cache", "cached keys rotated again at every step",
          DecodeBugs(rerotate_cache=True), rotate is not None),

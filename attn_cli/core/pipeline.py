@@ -278,8 +278,11 @@ class _Run:
         # the forward stages to hold whole: those kept, and those the backward pass reads
         self.held = self.wanted - self.gradients - self.deferred
         self.chain = Chain(inputs)
-        self.sides = [(v, x) for v, x in self.chain.on if v.side_stages]
-        if self.sides:  # a second form is checked against the chain on every run: all held
+        # a second form (MLA's absorbed one) runs, and is checked against the chain, on every
+        # run that shows one of its stages; a run that shows none pays nothing for it
+        self.sides = [(v, x) for v, x in self.chain.on
+                      if v.side_stages and self.wanted & set(v.side_stages)]  # fmt: skip
+        if self.sides:  # what the check compares: all held
             self.deferred = set()
             pairs = {theirs for v, _ in self.sides for _, theirs in v.side_equal}
             self.held = (self.wanted - self.gradients - set(self.sides_of())) | pairs

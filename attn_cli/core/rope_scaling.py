@@ -245,10 +245,11 @@ def frequencies(
 # -- the fixture's ``rope.scaling`` ------------------------------------------------------------
 
 
-def parse_scaling(raw: Any, key: FixtureKey, dims: int, base: float) -> RopeScaling:
-    """``rope.scaling``: ``{type: llama3, factor: 8, ...}`` with the kind's parameters named as
-    config.json names them (``rope_type`` is read as ``type``)."""
-    field = "rope.scaling"
+def parse_scaling(
+    raw: Any, key: FixtureKey, dims: int, base: float, field: str = "rope.scaling"
+) -> RopeScaling:
+    """``rope.scaling`` (or ``field``): ``{type: llama3, factor: 8, ...}`` with the kind's
+    parameters named as config.json names them (``rope_type`` is read as ``type``)."""
     if not isinstance(raw, Mapping):
         raise key(f"got {key.describe(raw)}", "a mapping {type: linear | dynamic | llama3 | "
                   "yarn | longrope, factor: ..., ...}", field)  # fmt: skip
@@ -269,14 +270,15 @@ def parse_scaling(raw: Any, key: FixtureKey, dims: int, base: float) -> RopeScal
     for name in spec.required:
         if name not in value:
             raise key(f"misses {name}", f"{kind} needs " + ", ".join(spec.required), field)
-    params = {name: _parameter(name, value[name], key, dims) for name in known if name in value}
+    params = {name: _parameter(name, value[name], key, dims, field)
+              for name in known if name in value}  # fmt: skip
     scaling = RopeScaling(kind, tuple(params.items()))
-    _check_kind(scaling, key, dims)
+    _check_kind(scaling, key, dims, field)
     return scaling
 
 
-def _parameter(name: str, value: Any, key: FixtureKey, dims: int) -> Any:
-    field = f"rope.scaling.{name}"
+def _parameter(name: str, value: Any, key: FixtureKey, dims: int, within: str) -> Any:
+    field = f"{within}.{name}"
     if name == "truncate":
         if type(value) is not bool:
             raise key(f"got {key.describe(value)}", "true or false", field)
@@ -308,9 +310,8 @@ def _positive(value: Any, key: FixtureKey, field: str) -> float:
     return number
 
 
-def _check_kind(s: RopeScaling, key: FixtureKey, dims: int) -> None:
+def _check_kind(s: RopeScaling, key: FixtureKey, dims: int, field: str) -> None:
     """What transformers' validation asks of a kind, and what its formulas need."""
-    field = "rope.scaling"
     if s.kind == "dynamic" and dims <= 2:
         raise key(f"rotates {dims} dims", "more than 2 (the base grows by a power dims/(dims-2))",
                   f"{field}.type")  # fmt: skip

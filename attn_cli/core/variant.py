@@ -19,6 +19,7 @@ Axis names as in steps.py; a hook's arrays broadcast to the cells' (b, h, R, S).
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 import numpy as np
@@ -169,6 +170,22 @@ class NewSpec(Protocol):
     def options(self) -> Mapping[str, Any]:
         """The variants' flags given, by name (a switch only when it is on)."""
         ...
+
+
+@dataclass(frozen=True, eq=False)
+class DecodeForm:
+    """A cache of something other than K and V: the query, key and value decoding attends with
+    (q (B, H, T, Dq), k (B, Hc, T, Dq), v (B, Hc, T, Dc), already at their positions: nothing is
+    rotated on the way in) and ``finish``, which turns each step's softmax·v (B, H, n, Dc) into
+    the layer's output (B, H, n, Dv). MLA's: the latent c_KV and the RoPE key, one for every
+    head, with W_UK absorbed into the query and W_UV applied after."""
+
+    q: FloatArray
+    k: FloatArray
+    v: FloatArray
+    finish: Callable[[FloatArray], FloatArray]
+    cached: int  # numbers one token adds to the cache (v's columns inside k's are not twice)
+    parts: str  # what the cache holds, as a formula: "[c_KV_norm | k_rope_rot]"
 
 
 def exact(x: Any) -> str:
@@ -427,6 +444,18 @@ class Variant:
 
     def default_scale(self, value: Any, inputs: Inputs) -> float | None:
         """The softmax scale when the fixture gives none; None: 1/√d_k."""
+        return None
+
+    # -- what a KV cache holds when it is not K and V (MLA's latent) ----------------------------
+
+    # the stages ``decode_form`` reads from the trace
+    decode_stages: tuple[str, ...] = ()
+
+    def decode_form(
+        self, value: Any, inputs: Inputs, arrays: Mapping[str, FloatArray], cast: Cast
+    ) -> DecodeForm | None:
+        """What decoding caches and attends with, from the trace's stages (internal layouts);
+        None: Q, K and V as the chain has them."""
         return None
 
     def refuses(self, value: Any, inputs: Inputs, what: str) -> tuple[str, str, str] | None:

@@ -156,6 +156,7 @@ def decode_dumps(run: DecodeRunLike) -> str:
             "per_token": cost.per_token, "per_token_mha": cost.per_token_mha,
             "per_token_mqa": cost.per_token_mqa, "total": cost.total,
             "total_mha": cost.total_mha, "total_mqa": cost.total_mqa,
+            **({} if cost.latent is None else {"latent": cost.latent}),
         },
         mask_value_replaced=run.sentinel,
     )  # fmt: skip
@@ -172,9 +173,14 @@ def decode_stages(trace: Trace, step: DecodeStep) -> list[tuple[str, Any]]:
              "softmax", "output"]  # fmt: skip
     out = []
     for name in names:
-        data = getattr(step, name)
+        data = step.latent if name == "output" and step.latent is not None else getattr(step, name)
+        if name == "output" and step.latent is not None:  # a latent cache's softmax·V_cache
+            out.append(("output_latent", data if trace.inputs.has_batch else data[0]))
+            data = step.output
         if data is not None:
             out.append((name, data if trace.inputs.has_batch else data[0]))
+    for name, made in step.outs.items():  # the head-output transforms (a gate)
+        out.append((name, made if trace.inputs.has_batch else made[0]))
     return out
 
 

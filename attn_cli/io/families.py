@@ -100,6 +100,9 @@ class Latent:
     v: int  # v_head_dim
     base: float  # the RoPE base of the rope dims
     eps: float = 1e-6  # q_a_layernorm's and kv_a_layernorm's (DeepseekV3RMSNorm's default)
+    # yarn of the rope dims as the fixture's mla.scaling (DeepSeek V3's own); None: plain RoPE
+    scaling: tuple[tuple[str, Any], ...] | None = None
+    mscale: float = 1.0  # yarn_apply_mscale's: the softmax scale times mscale²
 
 
 @dataclass(frozen=True)
@@ -398,7 +401,7 @@ def _deepseek(config: Config, layer: int) -> LayerPlan:
     v = config.whole("v_head_dim")
     D = nope + rope_dims
     _deepseek_checks(config, rope_dims, D)
-    base = _deepseek_rope(config)
+    base, scaling, mscale = _deepseek_rope(config)
     eps = config.number("rms_norm_eps", 1e-6)
     p = f"layers.{layer}."
     tensors = _deepseek_tensors(p, C, H, (rank, q_rank, nope, rope_dims, v))
@@ -415,8 +418,9 @@ def _deepseek(config: Config, layer: int) -> LayerPlan:
         head_dim=D, layout="linear",
         anchor=r"layers\.\d+\.self_attn\.kv_a_proj_with_mqa\.weight",
         tensors=tensors, embed_tensors=embed, pre_norm=Norm("rms", eps, "norm.weight"),
-        embedding=Embedding("embed.tokens"), causal=True, scale=float(D**-0.5),
-        latent=Latent(rank, q_rank, nope, rope_dims, v, base), notes=notes,
+        embedding=Embedding("embed.tokens"), causal=True, scale=float(D**-0.5) * mscale * mscale,
+        latent=Latent(rank, q_rank, nope, rope_dims, v, base, scaling=scaling, mscale=mscale),
+        notes=(*notes, *filter(None, [_scaling_note(scaling)])),
         block=p, scopes=("self_attn.", "input_layernorm."),
         unused=r"self_attn\.rotary_emb\.inv_freq",
     )  # fmt: skip
@@ -464,31 +468,52 @@ def _deepseek_tensors(
     )
 
 
-def _deepseek_rope(config: Config) -> float:
-    """The RoPE base of DeepSeek V3's rope dims. Only default RoPE: yarn (DeepSeek V3's own,
-    with mscale_all_dim) and the other scalings change the frequencies, which the mla key's
-    RoPE does not; mscale_all_dim, read by transformers only beside such a rope_type, changes
-    nothing else."""
+def _deepseek_rope(config: Config) -> tuple[float, tuple[tuple[str, Any], ...] | None, float]:
+    """The RoPE base of DeepSeek V3's rope dims, its yarn (DeepSeek V3's own: the fixture's
+    mla.scaling, over qk_rope_head_dim dims as DeepseekV3Config's head_dim says) and the
+    softmax scale's mscale (transformers' yarn_apply_mscale: yarn_get_mscale(factor,
+    mscale_all_dim) where mscale_all_dim is set, else 1). The other scalings are refused:
+    DeepSeek ships yarn, and no checkpoint checks the others here."""
     params, key = _rope_mapping(config)
     params = {} if params is None else params
     if not isinstance(params, Mapping):
         raise config.error(key, f"got {_shown(params)}", "one mapping such as {rope_type: default}")
     rope_type = params.get("rope_type", params.get("type", "default"))
-    if rope_type != "default":
+    if rope_type not in ("default", "yarn"):
         raise config.error(
-            key, f"rope_type {_shown(rope_type)}: it scales the RoPE frequencies, which the mla "
-            "key's RoPE does not (default RoPE only)", "default RoPE",
+            key, f"rope_type {_shown(rope_type)}: the mla key's RoPE scales by yarn only "
+            "(DeepSeek V3's)", "default or yarn",
         )  # fmt: skip
-    other = next((k for k in params if k not in ("rope_type", "type", "rope_theta")), None)
+    reads = _SCALED_READS["yarn"] if rope_type == "yarn" else ()
+    other = next((k for k in params if k not in ("rope_type", "type", "rope_theta", *reads)), None)
     if other is not None:
         raise config.error(
-            f"{key}.{field_name(other)}", f"got {_shown(params[other])} in a default rope",
-            "only rope_type, rope_theta",
+            f"{key}.{field_name(other)}", f"got {_shown(params[other])} in a {rope_type} rope",
+            "only " + ", ".join(("rope_type", "rope_theta", *reads)),
         )  # fmt: skip
     given = Config(params, config.source, f"{key}.")
-    if "rope_theta" in params:
-        return given.number("rope_theta", 10000.0)
-    return config.number("rope_theta", 10000.0)
+    base = (given if "rope_theta" in params else config).number("rope_theta", 10000.0)
+    if rope_type == "default":
+        return base, None, 1.0
+    found: dict[str, Any] = {k: params[k] for k in reads if params.get(k) is not None}
+    original = "original_max_position_embeddings"
+    longest = config.whole("max_position_embeddings", 4096)  # DeepseekV3Config's default
+    if config.has(original):  # standardize_rope_params: the top-level value wins
+        found[original] = config.whole(original)
+    found.setdefault(original, longest)
+    found["max_position_embeddings"] = longest
+    factor: Any = found.get("factor")
+    all_dim: Any = found.get("mscale_all_dim")
+    if factor is None and type(found[original]) is int and found[original] > 0:
+        factor = longest / found[original]
+    mscale = 1.0  # a value of the wrong kind: the fixture's mla.scaling says so in one line
+    if _finite(factor) and _finite(all_dim) and all_dim and factor > 1:
+        mscale = 0.1 * all_dim * math.log(factor) + 1.0  # yarn_get_mscale(factor, all_dim)
+    return base, (("type", "yarn"), *found.items()), mscale
+
+
+def _finite(x: Any) -> bool:
+    return type(x) in (int, float) and math.isfinite(x)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -8,7 +8,7 @@ step mode: the overview, each step, the summary; ``decode_titles`` names them.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from rich import box
@@ -18,12 +18,13 @@ from rich.rule import Rule
 from rich.table import Table
 from rich.text import Text
 
+from attn_cli.core.stages import SPECS
 from attn_cli.present.explain_registry import Explanation
 from attn_cli.present.i18n import Lang, label
 from attn_cli.present.options import RenderOptions
 from attn_cli.present.render import render_explanation, render_header
 from attn_cli.present.run_view import lookup, sentinel_note, titled_matrix
-from attn_cli.present.text import TABLE_EDGE, TABLE_LIMIT, pick, safe
+from attn_cli.present.text import ROW_EDGE, ROW_LIMIT, TABLE_EDGE, TABLE_LIMIT, pick, safe
 from attn_cli.present.variants import active, ring_slots, view_asides, view_inputs, view_notes
 
 if TYPE_CHECKING:
@@ -49,11 +50,22 @@ LABELS: dict[Lang, dict[str, str]] = {
         "V_cache": "V_cache · kv head {g}",
         "attn": "attention · head {h} (reads kv head {g})",
         "output": "output: one row per head",
+        "out_stage": "{formula}: one row per head",
+        "Q_latent": "Q: the new token's query as the latent cache reads it, [q_nope·W_UKᵀ | "
+        "q_rope_rot] (one row per head)",
+        "K_latent": "cache {parts} · one for every head",
+        "V_latent": "V_cache: the cache's first {r} columns, the latent itself (not stored again)",
+        "attn_latent": "attention · head {h} (reads the latent cache)",
+        "output_latent": "softmax · V_cache: the latent averaged, one row per head",
+        "output_finish": "output = that · W_UV of each head: one row per head",
+        "this_latent": "this model (MLA latent)",
+        "latent_formula": "bytes per token per layer = {parts}: {n} numbers × 8 = {b}, for "
+        "every head together",
         "row": "stage",
         "slot": "slot",
         "head_row": "head {h}",
-        "check": "self-check: max |output − attn trace's row {token}| = {diff} {mark} (≤ {tol})",
-        "check_prefill": "self-check of the prefill: max |output − attn trace's rows| = {diff} "
+        "check": "self-check: max |{stage} − attn trace's row {token}| = {diff} {mark} (≤ {tol})",
+        "check_prefill": "self-check of the prefill: max |{stage} − attn trace's rows| = {diff} "
         "{mark}",
         "check_title": "self-check: each step against the full trace",
         "col_step": "step",
@@ -98,9 +110,19 @@ LABELS: dict[Lang, dict[str, str]] = {
         "output": "output：每个头一行",
         "row": "阶段",
         "slot": "槽",
+        "out_stage": "{formula}：每个头一行",
+        "Q_latent": "Q：新词的查询，按潜向量缓存读取的形式 [q_nope·W_UKᵀ | q_rope_rot]"
+        "（每个头一行）",
+        "K_latent": "缓存 {parts} · 所有头共用一份",
+        "V_latent": "V_cache：缓存的前 {r} 列，即潜向量本身（不另存）",
+        "attn_latent": "注意力 · 头 {h}（读取潜向量缓存）",
+        "output_latent": "softmax · V_cache：潜向量的加权平均，每个头一行",
+        "output_finish": "output = 上一行 · 各头的 W_UV：每个头一行",
+        "this_latent": "本模型（MLA 潜向量）",
+        "latent_formula": "每层每个词的字节数 = {parts}：{n} 个数 × 8 = {b}，所有头合计",
         "head_row": "头 {h}",
-        "check": "自检：max |output − attn trace 中 {token} 那一行| = {diff} {mark}（≤ {tol}）",
-        "check_prefill": "预填充自检：max |output − attn trace 对应各行| = {diff} {mark}",
+        "check": "自检：max |{stage} − attn trace 中 {token} 那一行| = {diff} {mark}（≤ {tol}）",
+        "check_prefill": "预填充自检：max |{stage} − attn trace 对应各行| = {diff} {mark}",
         "check_title": "自检：每一步与完整计算对比",
         "col_step": "步",
         "col_token": "词",
@@ -195,13 +217,16 @@ def render_cost(run: DecodeRun, lang: Lang) -> Group:
     for head in ("col_kv", "col_per_token", "col_bf16"):
         table.add_column(_t(lang, head), justify="right")
     table.add_column(_t(lang, "col_total", t=c.seq), justify="right")
-    rows = ((_t(lang, "this", kind=kind), c.kv_heads, c.per_token, c.total),
+    this = _t(lang, "this", kind=kind) if c.latent is None else _t(lang, "this_latent")
+    rows = ((this, 1 if c.latent is not None else c.kv_heads, c.per_token, c.total),
             (_t(lang, "mha"), c.heads, c.per_token_mha, c.total_mha),
             (_t(lang, "mqa"), 1, c.per_token_mqa, c.total_mqa))  # fmt: skip
     for name, kv, per_token, total in rows:
         table.add_row(name, str(kv), f"{per_token:,}", f"{per_token // 4:,}", f"{total:,}")
     parts: list[RenderableType] = [table]
     formula = _t(lang, "cost_formula", kv=c.kv_heads, dk=inp.d_k, dv=inp.d_v, n=c.per_token)
+    if c.latent is not None:
+        formula = _t(lang, "latent_formula", parts=run.cache_parts, n=c.latent, b=c.per_token)
     parts.append(Text(formula, style="italic"))
     for t in active(inp):
         parts += [Text(n) for n in t.cost_notes(t.setting(inp), c.per_token, c.seq, lang)]
@@ -233,6 +258,13 @@ def _slot_labels(run: DecodeRun, step: DecodeStep, lang: Lang, shown: list[int])
     return out
 
 
+def _held_line(slots: list[str], full: bool) -> str:
+    """The slot labels joined, elided as the cache tables' rows are (first and last rows, an
+    ellipsis between) unless ``full``: a 4,096-token cache is not a 4,096-entry line."""
+    picked = pick(len(slots), ROW_LIMIT, ROW_EDGE, full)
+    return ", ".join("…" if i is None else safe(slots[i]) for i in picked)
+
+
 def render_step(run: DecodeRun, k: int, options: RenderOptions) -> Group:
     """One generated token: its query, the cache now, scores to output, the self-check."""
     lang = options.lang
@@ -247,7 +279,7 @@ def render_step(run: DecodeRun, k: int, options: RenderOptions) -> Group:
     how = _t(lang, "ring", w=ring) if ring is not None else _t(lang, "grow")
     parts: list[RenderableType] = [
         Rule(Text(title, style="bold cyan"), align="left", style="cyan"),
-        Text(_t(lang, "cache", c=step.slots, held=", ".join(safe(s) for s in slots))),
+        Text(_t(lang, "cache", c=step.slots, held=_held_line(slots, options.full))),
         Text(how, style="dim"),
     ]
     if len(shown) < step.slots:
@@ -285,6 +317,9 @@ def _step_tables(
         if options.explain:
             parts.extend(render_explanation(explain(run, key, lang, step)) for key in keys)
 
+    if run.cache_parts is not None:
+        _latent_tables(run, step, b, slots, options, (parts, table, explained))
+        return parts
     d_k, d_v = [str(i) for i in range(inp.d_k)], [str(i) for i in range(inp.d_v)]
     table(step.Q[b, :, 0], heads, d_k, "", _t(lang, "Q"))  # (H, D)
     explained("Q")
@@ -304,7 +339,50 @@ def _step_tables(
     explained(*names)
     table(step.output[b, :, 0], heads, d_v, "", _t(lang, "output"))  # (H, Dv)
     explained("output")
+    for name, made in step.outs.items():  # the head-output transforms (a gate), as traced
+        formula = SPECS[name].formula(inp)  # the stage table's, as attn trace writes it
+        table(made[b, :, 0], heads, d_v, "", _t(lang, "out_stage", formula=formula))
+        explained(name)
     return parts
+
+
+def _latent_tables(
+    run: DecodeRun,
+    step: DecodeStep,
+    b: int,
+    slots: tuple[list[int], list[str]],
+    options: RenderOptions,
+    out: tuple[list[RenderableType], Callable[..., None], Callable[..., None]],
+) -> None:
+    """A step against a latent cache (MLA): the absorbed query, the one cache every head reads
+    (its values the latent, its first columns), each head's scores to softmax, the averaged
+    latent and the output W_UV makes of it."""
+    lang = options.lang
+    shown, slot_labels = slots
+    inp = run.trace.inputs
+    heads = [_t(lang, "head_row", h=h) for h in range(inp.heads)]
+    parts, table, explained = out  # the step's renderables, a titled table, an explanation
+
+    def cols(n: int) -> list[str]:
+        return [str(i) for i in range(n)]
+
+    assert step.latent is not None, "a latent cache's steps keep softmax·V_cache"
+    table(step.Q[b, :, 0], heads, cols(step.Q.shape[-1]), "", _t(lang, "Q_latent"))
+    explained("Q_latent")
+    cache = step.K_cache[b, 0, shown]  # (shown C, r + d_rope)
+    table(cache, slot_labels, cols(cache.shape[-1]), _t(lang, "slot"),
+          _t(lang, "K_latent", parts=run.cache_parts))  # fmt: skip
+    explained("K_latent")
+    parts.append(Text(_t(lang, "V_latent", r=step.V_cache.shape[-1]), style="dim"))
+    names = ["scores", "scaled", *(["capped"] if step.capped is not None else []), "masked",
+             "softmax"]  # fmt: skip
+    for h in range(inp.heads):
+        rows = _stack([getattr(step, n)[b, h, 0, shown] for n in names])
+        table(rows, names, slot_labels, _t(lang, "row"), _t(lang, "attn_latent", h=h))
+    explained(*names)
+    table(step.latent[b, :, 0], heads, cols(step.latent.shape[-1]), "", _t(lang, "output_latent"))
+    table(step.output[b, :, 0], heads, cols(inp.d_v), "", _t(lang, "output_finish"))
+    explained("output_latent")
 
 
 def _stack(rows: list[Any]) -> Any:
@@ -321,7 +399,7 @@ def _check_line(run: DecodeRun, k: int, lang: Lang) -> Text:
     step, diff = run.result.steps[k], run.diffs[k]
     ok = diff <= run.tolerance
     text = _t(lang, "check", token=repr(safe(run.label(step.index))), diff=f"{diff:.3e}",
-              mark=_mark(ok), tol=f"{run.tolerance:g}")  # fmt: skip
+              mark=_mark(ok), tol=f"{run.tolerance:g}", stage=run.checked)  # fmt: skip
     return Text(text, style="green" if ok else "bold red")
 
 
@@ -342,7 +420,8 @@ def render_checks(run: DecodeRun, options: RenderOptions) -> Group:
         shown = Text(f"{diff:.3e} {_mark(ok)}", style="green" if ok else "bold red")
         table.add_row(str(k + 1), safe(run.label(s.index)), str(s.position), str(s.slots), shown)
     ok = run.prefill_diff <= run.tolerance
-    prefill = _t(lang, "check_prefill", diff=f"{run.prefill_diff:.3e}", mark=_mark(ok))
+    prefill = _t(lang, "check_prefill", diff=f"{run.prefill_diff:.3e}", mark=_mark(ok),
+                 stage=run.checked)  # fmt: skip
     return Group(Rule(style="cyan"), table, Text(prefill, style="green" if ok else "bold red"))
 
 
@@ -454,6 +533,15 @@ def explain(run: DecodeRun, key: str, lang: Lang, step: DecodeStep | None = None
         "check": label(lang, "scalar"),
         "cost": label(lang, "scalar"),
     }
+    if step is not None and key in step.outs:  # a head-output transform's (a gate)
+        shapes[key] = f"[heads={inp.heads}, 1, d_v={inp.d_v}]"
+    if step is not None and step.latent is not None:  # a latent cache (MLA's)
+        width, r = step.K_cache.shape[-1], step.latent.shape[-1]
+        shapes |= {
+            "Q_latent": f"[heads={inp.heads}, 1, {width}]",
+            "K_latent": f"[1, slots={C}, {width}]",
+            "output_latent": f"[heads={inp.heads}, 1, {r}] → [heads={inp.heads}, 1, d_v={inp.d_v}]",
+        }
     out = shapes.get(key, f"[heads={inp.heads}, 1, slots={C}]")
     inputs = (_INPUTS | view_inputs("decode")).get(
         key, ("masked",) if key == "softmax" else ("scores",)

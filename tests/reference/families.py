@@ -206,6 +206,19 @@ def deepseek_v3() -> Any:
                 moe_intermediate_size=8)  # fmt: skip
 
 
+def deepseek_v3_yarn() -> Any:
+    # deepseek_v3's sizes with the yarn DeepSeek V3 ships (factor 40, mscale 1, mscale_all_dim 1,
+    # original 4096) brought down to a few positions: factor 8 over an original 4, and mscale
+    # 0.9 / mscale_all_dim 0.6 so both the attention factor on cos, sin and the mscale² on the
+    # softmax scale differ from 1
+    yarn = {"rope_type": "yarn", "rope_theta": 10000.0, "factor": 8.0,
+            "original_max_position_embeddings": 4, "beta_fast": 32.0, "beta_slow": 1.0,
+            "mscale": 0.9, "mscale_all_dim": 0.6}  # fmt: skip
+    config = deepseek_v3()
+    config.rope_parameters = yarn
+    return config
+
+
 def simple(cls_name: str, **extra: Any) -> Callable[[], Any]:
     return lambda: tiny(cls_name, **extra)
 
@@ -316,6 +329,11 @@ CASES: dict[str, tuple[Callable[[], Any], bool, str]] = {
                     "(rank 8, kv_a_layernorm) and a RoPE key of 4 shared by the heads, kv_b_proj "
                     "decompresses K_nope and V per head; interleaved RoPE (rope_interleave); "
                     "scale (4 + 4)**-0.5; layer 1's MLP is MoE"),
+    "deepseek_v3_yarn": (deepseek_v3_yarn, False,
+                         "deepseek_v3 with yarn on the rope dims (factor 8, original 4, beta 32/1, "
+                         "mscale 0.9, mscale_all_dim 0.6): yarn's frequencies over "
+                         "qk_rope_head_dim 4, cos and sin times the attention factor, the scale "
+                         "times yarn_get_mscale(8, 0.6)**2 (yarn_apply_mscale)"),
 }  # fmt: skip
 
 # The attention output projection, relative to the decoder / encoder layer: exactly one exists.

@@ -157,9 +157,9 @@ class GatedAttention(Variant):
         return {"gate": gate, "gated": output * sigmoid(gate)}  # (B, H, T, Dv)
 
     def refuses(self, value: Gate, inputs: Inputs, what: str) -> tuple[str, str, str] | None:
-        """Decoding and FlashAttention stop at softmax·V; the backward pass goes through it."""
+        """FlashAttention stops at softmax·V; decoding gates each step's output and the backward
+        pass goes through the gate."""
         gives = {
-            "decoding": "decoding shows softmax·V of each step, not the gated output",
             "FlashAttention": "FlashAttention's tiles give softmax·V, not the gated output",
         }
         if what not in gives:

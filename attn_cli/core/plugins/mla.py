@@ -34,14 +34,23 @@ import numpy as np
 
 from attn_cli.core.heads import split_heads
 from attn_cli.core.inputs import Inputs
-from attn_cli.core.plugins.parsing import known_subkeys, plain, positive_number
-from attn_cli.core.stage_spec import StageSpec
-from attn_cli.core.variant import Cast, FixtureKey, FloatArray, IntArray, Variant, register
+from attn_cli.core.plugins.parsing import fold_scaling, known_subkeys, plain, positive_number
+from attn_cli.core.rope_scaling import RopeScaling, frequencies, parse_scaling
+from attn_cli.core.stage_spec import StageSpec, number_text
+from attn_cli.core.variant import (
+    Cast,
+    DecodeForm,
+    FixtureKey,
+    FloatArray,
+    IntArray,
+    Variant,
+    register,
+)
 
 DOC = ("a mapping {W_DQ, q_norm, W_UQ (q LoRA) or W_Q; W_DKV, kv_norm, W_UK, W_UV, W_KR; "
-       "optional base, eps, mscale}")  # fmt: skip
+       "optional base, eps, mscale, scaling}")  # fmt: skip
 SUBKEYS = ("W_DQ", "q_norm", "W_UQ", "W_Q", "W_DKV", "kv_norm", "W_UK", "W_UV", "W_KR",
-           "base", "eps", "mscale")  # fmt: skip
+           "base", "eps", "mscale", "scaling")  # fmt: skip
 WEIGHTS = ("W_DQ", "q_norm", "W_UQ", "W_Q", "W_DKV", "kv_norm", "W_UK", "W_UV", "W_KR")
 
 
@@ -61,6 +70,8 @@ class MLA:
     base: float = 10000.0
     eps: float = 1e-6  # DeepseekV3RMSNorm's default: q_a_layernorm and kv_a_layernorm keep it
     mscale: float = 1.0  # yarn's mscale (mscale_all_dim): the softmax scale times mscale²
+    # RoPE scaling of the rope dims (DeepSeek V3's yarn), as rope.scaling; None: plain RoPE
+    scaling: RopeScaling | None = None
 
     @property
     def d_rope(self) -> int:
@@ -83,14 +94,19 @@ def rms_norm(x: FloatArray, weight: FloatArray, eps: float) -> FloatArray:
     return out
 
 
-def rope_interleaved(x: FloatArray, positions: IntArray, base: float) -> FloatArray:
+def rope_interleaved(
+    x: FloatArray, positions: IntArray, base: float, scaling: RopeScaling | None = None
+) -> FloatArray:
     """RoPE of pairs (x0, x1), (x2, x3), ... laid out as transformers 5.24's
     ``apply_rotary_pos_emb_interleave`` returns them: [x_even·cos − x_odd·sin | x_odd·cos +
-    x_even·sin]. ``x`` (..., n, D) at ``positions`` (n,)."""
+    x_even·sin]. ``x`` (..., n, D) at ``positions`` (n,); with ``scaling`` the frequencies
+    its kind gives and cos, sin times its attention factor (DeepseekV3RotaryEmbedding's
+    attention_scaling), for a sequence of max(positions) + 1 positions."""
     D = x.shape[-1]
-    inv_freq = base ** (-np.arange(0, D, 2, dtype=np.float64) / D)  # (D/2,)
+    length = int(positions.max()) + 1 if positions.size else 1
+    inv_freq, factor = frequencies(scaling, D, base, length)  # (D/2,)
     angle = positions.astype(np.float64)[:, None] * inv_freq  # (n, D/2)
-    cos, sin = np.cos(angle).astype(x.dtype), np.sin(angle).astype(x.dtype)
+    cos, sin = (np.cos(angle) * factor).astype(x.dtype), (np.sin(angle) * factor).astype(x.dtype)
     even, odd = x[..., 0::2], x[..., 1::2]  # (..., n, D/2)
     return np.concatenate([even * cos - odd * sin, odd * cos + even * sin], axis=-1)
 
@@ -116,8 +132,8 @@ def naive(value: MLA, heads: int, X: FloatArray, pos: IntArray, cast: Cast) -> d
     out["K_nope"] = split_heads(out["c_KV_norm"] @ w["W_UK"], heads)  # (B, H, S, d_nope)
     out["V"] = split_heads(out["c_KV_norm"] @ w["W_UV"], heads)  # (B, H, S, d_v)
     # 4) RoPE on the rope parts only, then q and k joined
-    out["q_rope_rot"] = rope_interleaved(out["q_rope"], pos, value.base)  # (B, H, T, d_rope)
-    out["k_rope_rot"] = rope_interleaved(out["k_rope"], pos, value.base)  # (B, S, d_rope)
+    out["q_rope_rot"] = rope_interleaved(out["q_rope"], pos, value.base, value.scaling)
+    out["k_rope_rot"] = rope_interleaved(out["k_rope"], pos, value.base, value.scaling)
     out["Q"] = np.concatenate([out["q_nope"], out["q_rope_rot"]], axis=-1)  # (B, H, T, D)
     k_rope = np.broadcast_to(out["k_rope_rot"][:, None], (*out["K_nope"].shape[:3], value.d_rope))
     out["K"] = np.concatenate([out["K_nope"], k_rope], axis=-1)  # (B, H, S, D)
@@ -198,14 +214,20 @@ class LatentAttention(Variant):
         if not isinstance(raw, Mapping):
             raise key(f"got {key.describe(raw)}", DOC)
         value = {k: v for k, v in raw.items() if v is not None}
+        value = fold_scaling(value, key, "mla.scaling")
         known_subkeys(value, key, self.name, self.subkeys)
         return _Parser(key, value).mla()
 
     def config(self, value: MLA, inputs: Inputs) -> dict[str, Any]:
-        return {"q_lora_rank": None if value.W_DQ is None else int(value.W_DQ.shape[1]),
-                "kv_lora_rank": value.rank, "qk_rope_head_dim": value.d_rope,
-                "qk_nope_head_dim": inputs.d_k - value.d_rope, "v_head_dim": inputs.d_v,
-                "base": value.base, "eps": value.eps, "mscale": value.mscale}  # fmt: skip
+        out: dict[str, Any] = {
+            "q_lora_rank": None if value.W_DQ is None else int(value.W_DQ.shape[1]),
+            "kv_lora_rank": value.rank, "qk_rope_head_dim": value.d_rope,
+            "qk_nope_head_dim": inputs.d_k - value.d_rope, "v_head_dim": inputs.d_v,
+            "base": value.base, "eps": value.eps, "mscale": value.mscale,
+        }  # fmt: skip
+        if value.scaling is not None:
+            out["scaling"] = value.scaling.config()
+        return out
 
     def stage_rows(self) -> tuple[StageSpec, ...]:
         on = self.applies
@@ -225,6 +247,11 @@ class LatentAttention(Variant):
             part = "[:, :d_nope]" if stage == "q_nope" else "[:, d_nope:]"
             source = "c_Q_norm·W_UQ" if value.lora else "X·W_Q"
             return f"{stage} = ({source}){part} per head"
+        if stage in ("q_rope_rot", "k_rope_rot") and value.scaling is not None:
+            length = int(inputs.token_positions()[0].max()) + 1
+            _, attention = frequencies(value.scaling, value.d_rope, value.base, length)
+            times = f", cos and sin × {number_text(attention)}" if attention != 1.0 else ""
+            return f"{_FORMULAS[stage]}, {value.scaling.kind} scaling{times}"
         return _FORMULAS[stage]
 
     def default_scale(self, value: MLA, inputs: Inputs) -> float:
@@ -242,7 +269,38 @@ class LatentAttention(Variant):
     ) -> dict[str, FloatArray]:  # fmt: skip
         return absorbed(value, inputs.heads, arrays, scale, cast)
 
-    def refuses(self, value: MLA, inputs: Inputs, what: str) -> tuple[str, str, str]:
+    decode_stages = ("q_nope", "q_rope_rot", "c_KV_norm", "k_rope_rot")
+
+    def decode_form(
+        self, value: MLA, inputs: Inputs, arrays: Mapping[str, FloatArray], cast: Cast
+    ) -> DecodeForm:
+        """Decoding as DeepSeek's inference runs it: the cache holds each token's latent c_KV
+        (normed) and its rotated RoPE key, r + d_rope numbers for all heads; each step's query
+        is q_nope·W_UKᵀ beside q_rope_rot, attends over [c_KV_norm | k_rope_rot] (one cache
+        head, every query head reads it) with the values the latent itself, and W_UV turns
+        each head's softmax·c_KV_norm into its output."""
+        r, H = value.rank, inputs.heads
+        W_UK = cast("mla.W_UK", value.W_UK).reshape(r, H, -1).transpose(1, 0, 2)  # (H, r, nope)
+        W_UV = cast("mla.W_UV", value.W_UV).reshape(r, H, -1).transpose(1, 0, 2)  # (H, r, d_v)
+        q_absorbed = arrays["q_nope"] @ W_UK.transpose(0, 2, 1)  # (B, H, T, r)
+        q = np.concatenate([q_absorbed, arrays["q_rope_rot"]], axis=-1)  # (B, H, T, r + d_rope)
+        c_kv = arrays["c_KV_norm"][:, None]  # (B, 1, T, r)
+        k = np.concatenate([c_kv, arrays["k_rope_rot"][:, None]], axis=-1)  # (B, 1, T, r + d_rope)
+
+        def finish(latent: FloatArray) -> FloatArray:
+            out: FloatArray = latent @ W_UV  # (B, H, n, r) @ (H, r, d_v)
+            return out
+
+        return DecodeForm(q, k, c_kv, finish, r + value.d_rope, "[c_KV_norm | k_rope_rot]")
+
+    def refuses(self, value: MLA, inputs: Inputs, what: str) -> tuple[str, str, str] | None:
+        kind = None if value.scaling is None else value.scaling.kind
+        if what == "decoding" and kind in ("dynamic", "longrope"):
+            return ("mla.scaling", f"{kind} frequencies follow the sequence's length, and a KV "
+                    "cache keeps keys rotated at the old ones", "no scaling, or linear, llama3 "
+                    "or yarn (attn trace shows the whole sequence)")  # fmt: skip
+        if what == "decoding":
+            return None
         return (self.name, f"{what} does not yet run multi-head latent attention",
                 "a fixture without mla (attn trace shows every stage of it)")  # fmt: skip
 
@@ -321,9 +379,14 @@ class _Parser:
             q_name, q_cols = "W_Q", W_Q.shape[1]
         if q_cols != width:
             raise self.key(f"has {q_cols} columns", q_doc, f"mla.{q_name}")
-        settings = {n: positive_number(v[n], self.key, what, f"mla.{n}")
-                    for n, what in (("base", "RoPE's base"), ("eps", "RMSNorm's epsilon"),
-                                    ("mscale", "yarn's mscale")) if n in v}  # fmt: skip
+        settings: dict[str, Any] = {
+            n: positive_number(v[n], self.key, what, f"mla.{n}")
+            for n, what in (("base", "RoPE's base"), ("eps", "RMSNorm's epsilon"),
+                            ("mscale", "yarn's mscale")) if n in v
+        }  # fmt: skip
+        if "scaling" in v:
+            base = settings.get("base", 10000.0)
+            settings["scaling"] = parse_scaling(v["scaling"], self.key, d_rope, base, "mla.scaling")
         return MLA(W_DQ, q_norm, W_UQ, W_Q, W_DKV, kv_norm, W_UK, W_UV, W_KR, **settings)
 
 

@@ -89,3 +89,15 @@ def finite_flag(spec: NewSpec, name: str) -> tuple[str, str, str] | None:
     if value is not None and not math.isfinite(value):
         return name, f"is {value}", "a finite number > 0"
     return None
+
+
+def fold_scaling(value: dict[str, Any], key: FixtureKey, field: str) -> dict[str, Any]:
+    """``scaling.factor: 8`` as ``scaling: {factor: 8}``: a whole-fixture .npz spells the
+    mapping one member per entry (``rope.scaling.factor``, ``mla.scaling.factor``)."""
+    dotted = {k.removeprefix("scaling."): v for k, v in value.items() if k.startswith("scaling.")}
+    if not dotted:
+        return value
+    if "scaling" in value:
+        raise key("given both as scaling and as scaling.NAME", "one of them", field)
+    rest = {k: v for k, v in value.items() if not k.startswith("scaling.")}
+    return rest | {"scaling": dotted}

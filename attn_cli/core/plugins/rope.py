@@ -12,6 +12,7 @@ import numpy as np
 from attn_cli.core.inputs import Inputs, Rope
 from attn_cli.core.plugins.parsing import (
     finite_flag,
+    fold_scaling,
     known_subkeys,
     plain,
     positive_number,
@@ -127,7 +128,7 @@ class RotaryEmbedding(Variant):
         if value is None:
             return None
         value = {} if value is True else {k: plain(v) for k, v in value.items() if v is not None}
-        value = _fold_scaling(value, key)
+        value = fold_scaling(value, key, "rope.scaling")
         known_subkeys(value, key, self.name, self.subkeys)
         base = 10000.0
         if "base" in value:
@@ -186,18 +187,6 @@ class RotaryEmbedding(Variant):
 
     def new_words(self, spec: NewSpec, members: Mapping[str, Any]) -> str:
         return f"RoPE ({spec.options[self.name]})"
-
-
-def _fold_scaling(value: dict[str, Any], key: FixtureKey) -> dict[str, Any]:
-    """``scaling.factor: 8`` as ``scaling: {factor: 8}``: a whole-fixture .npz spells the
-    mapping one member per entry (``rope.scaling.factor``)."""
-    dotted = {k.removeprefix("scaling."): v for k, v in value.items() if k.startswith("scaling.")}
-    if not dotted:
-        return value
-    if "scaling" in value:
-        raise key("given both as scaling and as scaling.NAME", "one of them", "rope.scaling")
-    rest = {k: v for k, v in value.items() if not k.startswith("scaling.")}
-    return rest | {"scaling": dotted}
 
 
 def _dims(value: dict[str, Any], key: FixtureKey) -> int:

@@ -118,6 +118,42 @@ class GateTexts(VariantTexts):
     }
     math_names = ("gate", "gated", "d_gate", "d_gated")
     grad_note: ClassVar[dict[Lang, str]] = {}
+    # attn decode: the new token's gate, and its output gated, after softmax·V_cache
+    view_notes: ClassVar[dict[str, dict[str, dict[Lang, tuple[str, str]]]]] = {
+        "decode": {
+            "gate": {
+                "en": (
+                    "gate = x·W_G (+ b_G) of the new token, one row per head",
+                    "The gate is projected from the new token's own input row, as its query "
+                    "is: nothing of it is cached, and earlier tokens' gates are never needed "
+                    "again.",
+                ),
+                "zh": (
+                    "gate = 新词的 x·W_G（+ b_G），每个头一行",
+                    "门控和查询一样由新词自己的输入行投影得到：不需要缓存，"
+                    "之前各词的门控以后也用不到。",
+                ),
+            },
+            "gated": {
+                "en": (
+                    "gated = output ⊙ σ(gate)",
+                    "Each head's output of this step, squeezed dimension by dimension by the "
+                    "sigmoid of its gate, before the heads are joined and W_O projects them "
+                    "(transformers' Qwen3NextAttention). It must equal the row of gated in "
+                    "the full computation.",
+                ),
+                "zh": (
+                    "gated = output ⊙ σ(gate)",
+                    "这一步每个头的输出逐维乘以其门控的 sigmoid，然后各头拼接、由 W_O 投影"
+                    "（transformers 的 Qwen3NextAttention）。它必须等于完整计算中 gated "
+                    "的那一行。",
+                ),
+            },
+        },
+    }
+    view_inputs: ClassVar[dict[str, dict[str, tuple[str, ...]]]] = {
+        "decode": {"gate": ("X", "W_G"), "gated": ("output", "gate")},
+    }
     formula_zh: ClassVar[tuple[tuple[str, str], ...]] = (
         (r", each head gated$", "，每个头都经过门控"),
     )

@@ -86,8 +86,8 @@ _MEANINGS: dict[str, tuple[tuple[str, ...], str, str]] = {
         ("q_absorbed", "c_KV_norm"),
         "The scores of the absorbed form: the "
         "latent part plus the RoPE part. attn checks they equal scores to "
-        "rounding on every run.",
-        "吸收形式的分数：潜向量部分加 RoPE 部分。attn 每次运行都检查它们与 "
+        "rounding on every run that shows them.",
+        "吸收形式的分数：潜向量部分加 RoPE 部分。只要显示它们，attn 每次运行都检查它们与 "
         "scores 在舍入误差内相等。",
     ),
     "output_latent": (
@@ -167,9 +167,81 @@ class MLATexts(VariantTexts):
         (r" \(W_UK absorbed into the query\)$", "（W_UK 并入查询）"),
     )
 
+    # attn decode: the cache holds the latent, W_UK absorbed into the query, W_UV after
+    view_notes: ClassVar[dict[str, dict[str, dict[Lang, tuple[str, str]]]]] = {
+        "decode": {
+            "Q_latent": {
+                "en": (
+                    "q = [q_nope·W_UKᵀ | q_rope_rot] (W_UK absorbed into the query)",
+                    "The absorbed form DeepSeek runs at inference: each head's q_nope is "
+                    "multiplied by its W_UK once, so the query meets the latent directly "
+                    "and no key is ever decompressed. q_rope_rot keeps the position.",
+                ),
+                "zh": (
+                    "q = [q_nope·W_UKᵀ | q_rope_rot]（W_UK 并入查询）",
+                    "DeepSeek 推理时用的吸收形式：每个头的 q_nope 先乘上它的 W_UK，"
+                    "查询直接与潜向量相乘，键从不解压。q_rope_rot 保留位置信息。",
+                ),
+            },
+            "K_latent": {
+                "en": (
+                    "cache[slot] = [c_KV_norm | k_rope_rot] of the token held there",
+                    "What MLA caches: the token's normed latent and its rotated RoPE key, "
+                    "kv_lora_rank + d_rope numbers for all heads together, instead of "
+                    "every head's K and V. Every query head reads the same cache.",
+                ),
+                "zh": (
+                    "cache[槽] = 该槽中那个词的 [c_KV_norm | k_rope_rot]",
+                    "MLA 缓存的内容：词元归一化后的潜向量和旋转过的 RoPE 键，所有头合计 "
+                    "kv_lora_rank + d_rope 个数，而不是每个头的 K 和 V。"
+                    "所有查询头读同一份缓存。",
+                ),
+            },
+            "output_latent": {
+                "en": (
+                    "output_latent = softmax · c_KV_norm; output = output_latent · W_UV",
+                    "The values are the latent itself (the cache's first kv_lora_rank "
+                    "columns, not stored again): each head averages the latents, then its "
+                    "W_UV turns the average into its output, as the naive form's softmax·V.",
+                ),
+                "zh": (
+                    "output_latent = softmax · c_KV_norm；output = output_latent · W_UV",
+                    "值就是潜向量本身（缓存的前 kv_lora_rank 列，不另存）：每个头先对潜向量"
+                    "加权平均，再由它的 W_UV 变成输出，与朴素形式的 softmax·V 相同。",
+                ),
+            },
+        },
+    }
+    view_inputs: ClassVar[dict[str, dict[str, tuple[str, ...]]]] = {
+        "decode": {"Q_latent": ("q_nope", "q_rope_rot"), "K_latent": ("c_KV_norm", "k_rope_rot"),
+                   "output_latent": ("softmax", "c_KV_norm")},
+    }  # fmt: skip
+    cost: ClassVar[dict[Lang, str]] = {
+        "en": "MLA caches the latent and the RoPE key: kv_lora_rank + d_rope = {n} numbers a "
+        "token for all heads, {x}x fewer than the same heads' K and V (MHA's row)",
+        "zh": "MLA 缓存潜向量和 RoPE 键：所有头合计每个词 kv_lora_rank + d_rope = {n} 个数，"
+        "是同样多头的 K 和 V（MHA 一行）的 1/{x}",
+    }
+
+    def cost_notes(self, value: Any, per_token: int, seq: int, lang: Lang) -> list[str]:
+        n = value.rank + value.d_rope
+        return [self.cost[lang].format(n=n, x=f"{_mha_numbers(value) / n:.1f}")]
+
     def conventions(self, value: Any, inp: Inputs, lang: Lang) -> list[str]:
         lora = "—" if value.W_DQ is None else str(value.W_DQ.shape[1])
         return [label(lang, "conv_mla", rank=value.rank, rope=value.d_rope, lora=lora)]
+
+
+def _mha_numbers(value: Any) -> int:
+    """The numbers a token's K and V take over every head: heads · (d_nope + d_rope + d_v)."""
+    return int(value.W_UK.shape[1] + value.W_UV.shape[1]) + _heads(value) * int(value.d_rope)
+
+
+def _heads(value: Any) -> int:
+    """The heads, from W_UQ's or W_Q's columns: heads · (d_nope + d_rope)."""
+    q = value.W_UQ if value.W_UQ is not None else value.W_Q
+    d_nope_all = int(value.W_UK.shape[1])
+    return (int(q.shape[1]) - d_nope_all) // int(value.d_rope)
 
 
 TEXTS = MLATexts()

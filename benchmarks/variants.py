@@ -1,0 +1,147 @@
+"""The 2025-26 variants against the same math written plainly in NumPy (issue 24), in one process.
+
+    python benchmarks/variants.py               # seq 2048, about a minute
+    python benchmarks/variants.py --seq 1024 --reps 7
+
+For each variant, attn's pipeline computes the layer's ``output`` stage only
+(``run(inputs, keep={"output"})``: what ``attn trace --stage output`` computes, without reading
+or writing files) and a plain NumPy function computes the same numbers from the same arrays,
+written here as a careful reader would write it from the reference code (one head's T×T at a
+time). The two alternate, ``--reps``
+times each, and the ratio of the medians is printed (target <= 1.5, issue 24). Both sides'
+results are compared first: a benchmark of wrong math is no benchmark.
+
+Shapes: seq tokens, d_model 512, 8 heads, causal, float64.
+- mla: DeepSeek V3's layer shrunk by 4 (q LoRA 384, kv_lora_rank 128, d_nope 32, d_rope 16,
+  d_v 32): the naive form (the absorbed one is computed only on runs that show it).
+- gate: Qwen3-Next's output gate over 8 heads of d_k 64 (σ(X·W_G) times each head's output).
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+D_MODEL, HEADS = 512, 8
+
+
+def softmax_causal(scores: Any) -> Any:
+    """Row softmax of one head's (T, T) scores with key j > query i hidden, in place."""
+    T = scores.shape[-1]
+    scores[np.triu(np.ones((T, T), dtype=bool), 1)] = -np.inf
+    scores -= scores.max(-1, keepdims=True)
+    np.exp(scores, out=scores)
+    scores /= scores.sum(-1, keepdims=True)
+    return scores
+
+
+def mla_case(seq: int, rng: np.random.Generator) -> tuple[dict[str, Any], Callable[[], Any]]:
+    q_rank, rank, nope, rope, dv = 384, 128, 32, 16, 32
+
+    def w(*shape: int) -> Any:
+        return rng.standard_normal(shape) / np.sqrt(shape[0])
+
+    X = rng.standard_normal((seq, D_MODEL))
+    m = {"W_DQ": w(D_MODEL, q_rank), "q_norm": 1 + 0.1 * rng.standard_normal(q_rank),
+         "W_UQ": w(q_rank, HEADS * (nope + rope)), "W_DKV": w(D_MODEL, rank),
+         "kv_norm": 1 + 0.1 * rng.standard_normal(rank), "W_UK": w(rank, HEADS * nope),
+         "W_UV": w(rank, HEADS * dv), "W_KR": w(D_MODEL, rope)}  # fmt: skip
+    fixture = {"X": X, "heads": HEADS, "causal": True, "mla": m}
+
+    def rms(x: Any, weight: Any) -> Any:
+        return weight * x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + 1e-6)
+
+    def rotate(x: Any) -> Any:  # interleaved pairs, written [evens | odds] as transformers does
+        inv = 10000.0 ** (-np.arange(0, rope, 2) / rope)
+        angle = np.arange(seq)[:, None] * inv
+        cos, sin = np.cos(angle), np.sin(angle)
+        even, odd = x[..., 0::2], x[..., 1::2]
+        return np.concatenate([even * cos - odd * sin, odd * cos + even * sin], axis=-1)
+
+    def plain() -> Any:
+        q = (rms(X @ m["W_DQ"], m["q_norm"]) @ m["W_UQ"]).reshape(seq, HEADS, nope + rope)
+        q = q.transpose(1, 0, 2)  # (H, T, nope + rope)
+        c = rms(X @ m["W_DKV"], m["kv_norm"])  # (T, rank)
+        k_nope = (c @ m["W_UK"]).reshape(seq, HEADS, nope).transpose(1, 0, 2)
+        v = (c @ m["W_UV"]).reshape(seq, HEADS, dv).transpose(1, 0, 2)
+        k_rope = rotate(X @ m["W_KR"])  # (T, rope), one for all heads
+        q_rope = rotate(q[..., nope:])
+        out = np.empty((HEADS, seq, dv))
+        for h in range(HEADS):  # one head's (T, T) at a time, as a careful reader would
+            scores = q[h, :, :nope] @ k_nope[h].T + q_rope[h] @ k_rope.T
+            scores /= np.sqrt(nope + rope)
+            out[h] = softmax_causal(scores) @ v[h]
+        return out  # (H, T, dv)
+
+    return fixture, plain
+
+
+def gate_case(seq: int, rng: np.random.Generator) -> tuple[dict[str, Any], Callable[[], Any]]:
+    d = D_MODEL // HEADS
+    X = rng.standard_normal((seq, D_MODEL))
+    W = {n: rng.standard_normal((D_MODEL, D_MODEL)) / np.sqrt(D_MODEL) for n in "QKVG"}
+    fixture = {"X": X, "W_Q": W["Q"], "W_K": W["K"], "W_V": W["V"], "heads": HEADS,
+               "causal": True, "gate": {"W_G": W["G"]}}  # fmt: skip
+
+    def heads(x: Any) -> Any:
+        return x.reshape(seq, HEADS, d).transpose(1, 0, 2)
+
+    def plain() -> Any:
+        q, k, v, g = (heads(X @ W[n]) for n in "QKVG")
+        out = np.empty((HEADS, seq, d))
+        for h in range(HEADS):  # one head's (T, T) at a time
+            scores = q[h] @ k[h].T
+            scores /= np.sqrt(d)
+            out[h] = softmax_causal(scores) @ v[h]
+        return out / (1 + np.exp(-g))  # gated (H, T, d)
+
+    return fixture, plain
+
+
+CASES = {"mla": (mla_case, "output"), "gate": (gate_case, "gated")}
+
+
+def measure(seq: int, reps: int, name: str) -> tuple[float, float]:
+    from attn_cli.core.pipeline import run
+    from attn_cli.io.validate import validate
+
+    make, stage = CASES[name]
+    fixture, plain = make(seq, np.random.default_rng(0))
+    inputs = validate(fixture, f"{name}.bench")
+    ours = np.asarray(run(inputs, keep={stage})[stage].data)
+    np.testing.assert_allclose(ours, plain(), rtol=1e-9, atol=1e-9)
+    times: dict[str, list[float]] = {"attn": [], "numpy": []}
+    for _ in range(reps):
+        for side, call in (("attn", lambda: run(inputs, keep={stage})), ("numpy", plain)):
+            start = time.perf_counter()
+            call()
+            times[side].append(time.perf_counter() - start)
+    return statistics.median(times["attn"]), statistics.median(times["numpy"])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--seq", type=int, default=2048)
+    parser.add_argument("--reps", type=int, default=5)
+    parser.add_argument("--only", nargs="*", choices=sorted(CASES), default=sorted(CASES))
+    args = parser.parse_args()
+    print(f"variants at seq {args.seq}, d_model {D_MODEL}, {HEADS} heads, causal, float64 "
+          f"(median of {args.reps})")  # fmt: skip
+    print(f"{'variant':<8} {'attn s':>8} {'numpy s':>8} {'ratio':>6}  target <= 1.5")
+    for name in args.only:
+        ours, plain = measure(args.seq, args.reps, name)
+        mark = "met" if ours / plain <= 1.5 else "MISSED"
+        print(f"{name:<8} {ours:>8.3f} {plain:>8.3f} {ours / plain:>6.2f}  {mark}")
+
+
+if __name__ == "__main__":
+    main()
