@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from attn_cli.blas import blas_limit
-from attn_cli.core.chain import Chain
+from attn_cli.core.chain import Chain, allowed_span, cells_of
 from attn_cli.core.decode import (
     After,
     DecodeResult,
@@ -49,6 +49,7 @@ ULPS = 64  # flash: up to 64 ulps of the scores' size (times the values') is rou
 MAX_TILES = 64  # tiles shown (and kept) by default
 BLOCK_CAP = 64  # the largest default block
 BIG_SCORES = 1 << 22  # above this many score cells, flash's check keeps no (T, S) stage
+REF_CELLS = 1 << 19  # scores per block of flash's reference rows (2 MiB in float32)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -423,14 +424,70 @@ def default_block(n: int) -> int:
 
 
 def flash_keep(inputs: Inputs) -> set[str]:
-    """The stages a flash run reads: what the scores take, V, output and lse; and the score
-    stages for the weights check, when small."""
+    """The stages a flash run reads: what the scores take and V; and the score stages for the
+    weights check, when small (O and L are checked against :func:`reference_rows`)."""
     from attn_cli.core.stages import softmax_input
 
-    keep = {query_key(inputs, "Q"), query_key(inputs, "K"), "V", "output", "lse"}
+    keep = {query_key(inputs, "Q"), query_key(inputs, "K"), "V"}
     if inputs.batch * inputs.heads * inputs.seq_q * inputs.seq_k <= BIG_SCORES:
         keep |= {softmax_input(inputs), "softmax"}
     return keep
+
+
+def reference_rows(
+    trace: Trace, q: AnyArray, k: AnyArray, v: AnyArray
+) -> tuple[AnyArray, AnyArray]:
+    """O (B, H, T, Dv) and L (B, H, T) as plain softmax attention computes them, a few whole
+    rows at a time: the chain over every key of the rows, L = log Σ exp (with the extra logit),
+    O = exp(x − L) · V. O(T) memory beyond a block of ``REF_CELLS`` scores; no tile, no
+    running max, no skipped key: what flash's loop is checked against."""
+    inp = trace.inputs
+    chain = trace_chain(trace)
+    B, H, T, _ = q.shape
+    _, Hkv, S, Dv = v.shape
+    groups = H // Hkv  # query head h reads key/value head h // groups
+    dtype = q.dtype
+    rows = max(1, REF_CELLS // max(1, S))
+    output = np.zeros((B, H, T, Dv), dtype)
+    L = np.empty((B, H, T), dtype)
+    for b in range(B):
+        for h in range(H):
+            kv = (k[b, h // groups].T, v[b, h // groups])  # (D, S), (S, Dv)
+            for t0 in range(0, T, rows):
+                t1 = min(T, t0 + rows)
+                cells = cells_of(inp, slice(b, b + 1), slice(h, h + 1), slice(t0, t1))
+                s0, s1 = allowed_span(chain, cells)
+                cells = cells._replace(keys=cells.keys[s0:s1], pos_k=cells.pos_k[s0:s1])
+                x = q[b, h, t0:t1] @ kv[0][:, s0:s1]  # (R, s1 - s0)
+                x *= dtype.type(trace.scale)
+                x = chain.modify(x[None, None], lambda stage: None)  # (1, 1, R, s1 - s0)
+                x, _, _ = chain.masked(x, cells, x, lambda stage: None, fill=-np.inf)
+                extra = chain.extra_logit(cells, dtype)  # (1, 1, 1, 1) or None
+                o, lse_rows = _softmax_rows_out(x[0, 0].astype(dtype, copy=False), extra,
+                                                kv[1][s0:s1])  # fmt: skip
+                output[b, h, t0:t1], L[b, h, t0:t1] = o, lse_rows
+    return output, L
+
+
+def _softmax_rows_out(
+    x: AnyArray, extra: AnyArray | None, v: AnyArray
+) -> tuple[AnyArray, AnyArray]:
+    """Rows x (R, S) through the two-pass softmax: (weights · v (R, Dv), L (R,)); a row with
+    nothing allowed (and no extra logit) gives O = 0 and L = −∞."""
+    m = x.max(axis=1, initial=-np.inf)  # (R,); no key at all: −∞
+    if extra is not None:
+        m = np.maximum(m, extra.reshape(()))
+    empty = np.isneginf(m)
+    m = np.where(empty, 0.0, m).astype(x.dtype)
+    x = np.subtract(x, m[:, None], out=x if x.flags.writeable else None)  # (R, S)
+    np.exp(x, out=x)
+    total = x.sum(axis=1)
+    if extra is not None:
+        total = total + np.exp(extra.reshape(()) - m)
+    total = np.where(empty, 1.0, total).astype(x.dtype)
+    o = (x @ v) / total[:, None]  # (R, Dv)
+    L = np.where(empty, -np.inf, m + np.log(total)).astype(x.dtype)
+    return o.astype(x.dtype, copy=False), L
 
 
 def causal_offset(inputs: Inputs) -> int | None:
@@ -486,21 +543,27 @@ def run_flash(
 def check_flash(
     trace: Trace, bq: int, bk: int, base2: bool, max_tiles: int, sentinel: float | None = None
 ) -> FlashRun:
-    """Flash's loop one (batch, head, query block) at a time; then O, L and weights checked."""
+    """Flash's loop over every block (the heads of a batch item at once), then again one
+    (batch, head, query block) at a time for the tiles shown, which overwrite their blocks;
+    then O, L and weights checked."""
     inp = trace.inputs
     q, k = internal(trace, query_key(inp, "Q")), internal(trace, query_key(inp, "K"))
     v = internal(trace, "V")
     B, H, T, _ = q.shape
-    output = np.zeros((B, H, T, v.shape[3]), q.dtype)
-    L = np.empty((B, H, T), q.dtype)
+    whole = flash_forward(q, k, v, chain=trace_chain(trace), scale=trace.scale, block_q=bq,
+                          block_k=bk, causal_offset=causal_offset(inp), base2=base2,
+                          record_tiles=False, origin=(0, 0, 0))  # fmt: skip
+    output: AnyArray = whole.output
+    L: AnyArray = whole.lse
     tiles: list[Tile] = []
-    total = 0
     for (b, h, t0, t1), forward in _query_blocks(trace, q, k, v, bq, bk, base2):
-        r = forward(record_tiles=len(tiles) < max_tiles)
+        if len(tiles) >= max_tiles:
+            break
+        r = forward(record_tiles=True)
         output[b, h, t0:t1], L[b, h, t0:t1] = r.output[0, 0], r.lse[0, 0]
-        total += -(-inp.seq_k // bk)
         room = max_tiles - len(tiles)
         tiles.extend(replace(t, batch=b, head=h, q_block=(t0, t1)) for t in r.tiles[:room])
+    total = B * H * -(-T // bq) * -(-inp.seq_k // bk)
     checks = flash_checks(trace, output, L, base2)
     return FlashRun(trace, output, L, tuple(tiles), total, bq, bk, base2, causal_offset(inp),
                     checks, max_tiles, sentinel)  # fmt: skip
@@ -534,27 +597,28 @@ def _query_blocks(
 def flash_checks(
     trace: Trace, output: FloatArray, L: FloatArray, base2: bool
 ) -> tuple[SelfCheck, ...]:
-    """O against ``output``, L against ``lse``, exp(x − L) against ``softmax`` (when kept)."""
+    """O and L against :func:`reference_rows`'s, exp(x − L) against ``softmax`` (when kept)."""
     from attn_cli.core.stages import softmax_input
 
+    inp = trace.inputs
     f32 = trace.dtype == "float32"
+    q, k = internal(trace, query_key(inp, "Q")), internal(trace, query_key(inp, "K"))
+    ref_o, ref_L = reference_rows(trace, q, k, internal(trace, "V"))
     L_e = L / np.asarray(LOG2E, L.dtype) if base2 else L  # base 2 back to base e
-    pairs = [("output", output, internal(trace, "output"))]
-    if "lse" in trace:
-        pairs.append(("lse", L_e, internal(trace, "lse")))
-    x_name = softmax_input(trace.inputs)
+    pairs = [("output", output, ref_o), ("lse", L_e, ref_L)]
+    x_name = softmax_input(inp)
     if "softmax" in trace and x_name in trace:
         x = internal(trace, x_name)  # (B, H, T, S)
         Ls = np.where(np.isneginf(L), 0.0, L)[..., None].astype(L.dtype)
         # Triton's form in base 2: exp2(x·log2 e − L₂); else exp(x − L)
         rebuilt = np.exp2(x * np.asarray(LOG2E, x.dtype) - Ls) if base2 else np.exp(x - Ls)
         pairs.append(("softmax", rebuilt.astype(x.dtype), internal(trace, "softmax")))
+    # the rounding of exp(x − m) grows with the scores' size: up to about |x| ulps
+    scores = _finite_max(ref_L) + math.log(inp.seq_k)
     checks = []
     for name, mine, ref in pairs:
         diff = max_abs_diff(mine, ref)
-        # the rounding of exp(x − m) grows with the scores' size: up to about |x| ulps
         eps = float(np.finfo(mine.dtype).eps)
-        scores = _finite_max(internal(trace, "lse")) + math.log(trace.inputs.seq_k)
         tol = ULPS * eps * (1 + scores) * (1 + _finite_max(ref))
         tol = tol if f32 else max(F64_TOLERANCE, tol)
         ulps = max_ulps(mine, ref) if f32 else None

@@ -91,8 +91,9 @@ def flash(
     """Run the FlashAttention-2 forward tile by tile: S, the running max m, alpha, P, the running
     sum l and the accumulator, then O = acc / l and L = m + log l.
 
-    Under causal, tiles wholly above the diagonal are shown as skipped. O and exp(S − L)
-    are checked against `attn trace` (float64: 1e-12; float32: shown in ulps).
+    Under causal, tiles wholly above the diagonal are shown as skipped. O and L are checked
+    against plain softmax rows, exp(S − L) against `attn trace` (float64: 1e-12; float32: shown
+    in ulps).
 
     Examples:
 

@@ -499,6 +499,124 @@ def _input_side(
 
 
 # ---------------------------------------------------------------------------------------------
+# The blocked backward (FlashAttention-2's): no (T, S) array, the weights recomputed from L
+
+BLOCK_CELLS = 1 << 20  # scores per block of the blocked backward (8 MiB in float64)
+
+
+def blocked_backward(
+    fwd: ForwardArrays, lse: FloatArray, chain: Chain, grad: FloatArray | None = None
+) -> dict[str, FloatArray]:
+    """The gradients that are not (T, S)-shaped, as :func:`attention_backward` gives them, a
+    block of query rows at a time (Dao, "FlashAttention-2", Algorithm 2): the weights of the
+    block recomputed as P = exp(masked − L) from the forward's log-sum-exp ``lse`` (B, H, T),
+    Delta = rowsum(dO ∘ O), dS = P ∘ (dP − Delta); dQ written per block, dK and dV summed.
+
+    ``fwd.weights`` is not read (a zero-stride stand-in will do); ``chain`` makes the logits
+    (its modifiers, biases and fill), as the forward did. Not for a chain with extra logits.
+    """
+    assert not chain.extra, "an extra logit's gradient reads the whole weights"
+    # 1) output projection and heads, then back through the head-output transforms
+    d_projected, d_W_O, d_b_O, d_concat, d_joined = _output_side(fwd, grad)
+    d_output, d_outs, d_X_out = _grad_outs(fwd.back_out, d_joined)
+    # 2)-3) through the weighted sum, the softmax, the modifiers and the scale, by blocks
+    d_q, d_k, d_V = _blocked_core(fwd, lse, chain, d_output)
+    # 4) back through each Q/K transform, then 5) the input projections
+    d_q_stages, d_Q = grad_transforms(fwd.back_q, d_q)
+    d_k_stages, d_K = grad_transforms(fwd.back_k, d_k)
+    inputs = _input_side(fwd, d_Q, d_K, d_V, _RIGHT.paths, d_X_out)
+    have: dict[str, _Maybe] = {
+        "d_projected": d_projected, "d_W_O": d_W_O, "d_b_O": d_b_O, "d_concat": d_concat,
+        "d_output": d_output, "d_V": d_V, "d_Q": d_Q, "d_K": d_K,
+        **{f.name: getattr(inputs, f.name) for f in fields(inputs)},
+        **d_outs, **d_q_stages, **d_k_stages,
+    }  # fmt: skip
+    names = dict.fromkeys((*gradient_order(), *have))
+    return {n: a for n in names if (a := have.get(n)) is not None}
+
+
+def _blocked_core(
+    fwd: ForwardArrays, lse: FloatArray, chain: Chain, d_output: FloatArray
+) -> tuple[FloatArray, FloatArray, FloatArray]:
+    """dQ (B, H, T, D), dK (B, Hkv, S, D), dV (B, Hkv, S, Dv) of the scores' Q and K and of
+    V, one (batch, kv head, block of query rows) at a time: the group's query heads stacked."""
+    from attn_cli.core.chain import allowed_span, cells_of
+
+    q, k, v = fwd.q, fwd.k, fwd.v
+    B, _, T, _ = q.shape
+    Hkv, S = v.shape[1], v.shape[2]
+    g = fwd.groups
+    dtype = q.dtype
+    delta = delta_flash(d_output, fwd.output)  # (B, H, T)
+    L = np.where(np.isneginf(lse), 0.0, lse).astype(dtype)  # an empty row: exp(−∞ − 0) = 0
+    d_q, d_k, d_v = np.zeros_like(q), np.zeros_like(k), np.zeros_like(v)
+    rows = max(1, BLOCK_CELLS // max(1, g * S))
+    exact_zeros = chain.fill == -np.inf  # a finite fill gives hidden keys weight in empty rows
+    for b in range(B):
+        for G in range(Hkv):
+            heads = slice(G * g, (G + 1) * g)  # the query heads reading kv head G
+            for t0 in range(0, T, rows):
+                t1 = min(T, t0 + rows)
+                cells = cells_of(chain.inputs, slice(b, b + 1), heads, slice(t0, t1))
+                s0, s1 = allowed_span(chain, cells) if exact_zeros else (0, S)
+                cells = cells._replace(keys=cells.keys[s0:s1], pos_k=cells.pos_k[s0:s1])
+                at = (b, heads, slice(t0, t1))
+                dq, dk, dv = _block_grads(fwd, chain, cells, at, (s0, s1), L, delta, d_output)
+                d_q[at] = dq
+                d_k[b, G, s0:s1] += dk
+                d_v[b, G, s0:s1] += dv
+    return d_q, d_k, d_v
+
+
+def _block_grads(
+    fwd: ForwardArrays,
+    chain: Chain,
+    cells: Any,
+    at: tuple[int, slice, slice],  # (b, the group's query heads, rows t0:t1)
+    span: tuple[int, int],  # keys s0:s1
+    L: FloatArray,  # (B, H, T)
+    delta: FloatArray,  # (B, H, T)
+    d_output: FloatArray,  # (B, H, T, Dv)
+) -> tuple[FloatArray, FloatArray, FloatArray]:
+    """One block: dQ (g, R, D) of its rows, its share of dK (n, D) and dV (n, Dv)."""
+    b, heads, rows = at
+    s0, s1 = span
+    G = heads.start // fwd.groups
+    q = fwd.q[b, heads, rows]  # (g, R, D)
+    k, v = fwd.k[b, G, s0:s1], fwd.v[b, G, s0:s1]  # (n, D), (n, Dv)
+    g, R, D = q.shape
+    n = s1 - s0
+    dtype = q.dtype
+    # the forward's logits again: scaled, each modifier (its input kept), + biases, the fill
+    scaled = q @ k.T  # (g, R, n)
+    scaled *= dtype.type(fwd.scale)
+    made: list[FloatArray] = []
+
+    def into(stage: str) -> FloatArray:
+        made.append(np.empty((1, g, R, n), dtype))
+        return made[-1]
+
+    logits = chain.modify(scaled[None], into)  # (1, g, R, n)
+    before = [scaled[None], *made[:-1]]  # what each modifier read
+    masked, allowed, _ = chain.masked(logits, cells, logits, lambda stage: None)
+    P = masked[0] - L[b, heads, rows, None]  # (g, R, n)
+    np.exp(P, out=P)
+    dO = d_output[b, heads, rows]  # (g, R, Dv)
+    dS = dO @ v.T  # dP (g, R, n)
+    dS -= delta[b, heads, rows, None]
+    dS *= P  # dS = P ∘ (dP − Delta)
+    if allowed is not None:
+        np.copyto(dS, 0.0, where=~np.broadcast_to(allowed, cells.shape)[0])
+    if chain.stages:
+        dS = chain.grad_modifiers(dS[None], before)[-1][0]  # d_scaled
+    dS *= dtype.type(fwd.scale)  # d_scores
+    dq: FloatArray = dS @ k  # (g, R, n) @ (n, D)
+    dk: FloatArray = dS.reshape(g * R, n).T @ q.reshape(g * R, D)  # (n, D), the group summed
+    dv: FloatArray = P.reshape(g * R, n).T @ dO.reshape(g * R, -1)  # (n, Dv)
+    return dq, dk, dv
+
+
+# ---------------------------------------------------------------------------------------------
 # The named mistakes, for the grader
 
 MISTAKES: Mapping[str, str] = {

@@ -281,3 +281,16 @@ def cells_of(
         np.arange(inputs.batch)[batch], np.arange(inputs.heads)[heads],
         q_idx, k_idx, pos_q[q_idx], pos_k[k_idx],
     )  # fmt: skip
+
+
+def allowed_span(chain: Chain, cells: Cells) -> tuple[int, int]:
+    """The keys s0:s1 (indices into ``cells.keys``) from the first that any of the cells may
+    attend to the last, by the chain's allowed-keys rules: with −∞ as the fill, every weight
+    outside them is exactly 0."""
+    allowed = chain.allowed(cells)  # (b, h, R, S)-broadcastable, None: every key
+    if allowed is None:
+        return 0, len(cells.keys)
+    found = np.flatnonzero(np.broadcast_to(allowed, cells.shape).any(axis=(0, 1, 2)))  # (S,)
+    if not found.size:
+        return 0, 0
+    return int(found[0]), int(found[-1]) + 1

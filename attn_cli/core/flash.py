@@ -142,7 +142,9 @@ def _forward(
     setup: _Setup,
     bugs: FlashBugs,
 ) -> FlashResult:
-    """The loop over (batch, head, query block); each block runs over its key blocks."""
+    """The loop over (batch, head, query block); each block runs over its key blocks. Without
+    tiles to record, a block runs every head of its batch item at once (one product per kv
+    head and tile, its query heads stacked): the same arithmetic, an eighth of the Python."""
     B, H, T, _ = q.shape
     _, Hkv, S, Dv = v.shape
     if block_q < 1 or block_k < 1:
@@ -153,67 +155,99 @@ def _forward(
     output = np.zeros((B, H, T, Dv), q.dtype)
     L = np.empty((B, H, T), q.dtype)
     tiles: list[Tile] = []
+    # (first query head, query heads, first kv head, kv heads) of each call
+    heads = [(h, 1, h // groups, 1) for h in range(H)] if setup.record else [(0, H, 0, Hkv)]
     for b in range(B):
-        for h in range(H):
+        for h0, n_h, g0, n_g in heads:
+            kv = (k[b, g0 : g0 + n_g], v[b, g0 : g0 + n_g])  # (G, S, D), (G, S, Dv)
             for t0 in range(0, T, block_q):
                 t1 = min(T, t0 + block_q)
-                kv = (k[b, h // groups], v[b, h // groups])  # (S, D), (S, Dv)
-                o, L_row, row_tiles = _query_block(q[b, h, t0:t1], kv, (b, h, t0, t1), block_k,
+                at = (b, h0, t0, t1)
+                o, L_row, row_tiles = _query_block(q[b, h0 : h0 + n_h, t0:t1], kv, at, block_k,
                                                    setup, bugs)  # fmt: skip
-                output[b, h, t0:t1], L[b, h, t0:t1] = o, L_row
+                output[b, h0 : h0 + n_h, t0:t1], L[b, h0 : h0 + n_h, t0:t1] = o, L_row
                 tiles.extend(row_tiles)
     return FlashResult(output, L, tuple(tiles), block_q, block_k, setup.base2)
 
 
 def _query_block(
-    q: FloatArray,  # (bq, D)
-    kv: tuple[FloatArray, FloatArray],  # (S, D), (S, Dv)
-    at: tuple[int, int, int, int],  # (b, h, t0, t1)
+    q: FloatArray,  # (Hq, bq, D): query heads h0 .. h0 + Hq - 1
+    kv: tuple[FloatArray, FloatArray],  # (G, S, D), (G, S, Dv): their kv heads, Hq = G·g
+    at: tuple[int, int, int, int],  # (b, h0, t0, t1)
     block_k: int,
     setup: _Setup,
     bugs: FlashBugs,
 ) -> tuple[FloatArray, FloatArray, list[Tile]]:
-    """One query block over every key block in order: O (bq, Dv), L (bq,) and its tiles."""
+    """One query block over every key block in order: O (Hq, bq, Dv), L (Hq, bq) and its tiles
+    (recorded for one head only)."""
     k, v = kv
-    b, h, t0, t1 = at
-    S, Dv = v.shape
+    b, h0, t0, t1 = at
+    Hq, n, D = q.shape
+    G, S, Dv = v.shape
     dtype = q.dtype
     exp = np.exp2 if setup.base2 else np.exp
-    log = np.log2 if setup.base2 else np.log
-    to_base = LOG2E if setup.base2 else 1.0
+    to_base = dtype.type(LOG2E if setup.base2 else 1.0)
+    scale = dtype.type(setup.scale)
+    record = setup.record and Hq == 1
+    qg = q.reshape(G, Hq // G * n, D)  # (G, g·bq, D): each kv head's query heads stacked
     # the running state; an extra logit is one already seen, exp(extra - m) = 1 (gpt-oss)
-    m = np.full(t1 - t0, -np.inf, dtype)
-    l = np.zeros(t1 - t0, dtype)  # noqa: E741
-    extra = setup.chain.extra_logit(_cells(setup, b, h, t0, t1, 0, 0), dtype)  # (1, 1, 1, 1)
+    m = np.full((Hq, n), -np.inf, dtype)
+    l = np.zeros((Hq, n), dtype)  # noqa: E741
+    row = _cells(setup, b, (h0, h0 + Hq), t0, t1, 0, S)  # the block's cells, sliced per tile
+    extra = setup.chain.extra_logit(row, dtype)  # (1, Hq, 1, 1)
     if extra is not None:
-        m = np.full(t1 - t0, extra[0, 0, 0, 0] * to_base, dtype)
-        l = np.ones(t1 - t0, dtype)  # noqa: E741
-    acc = np.zeros((t1 - t0, Dv), dtype)
+        m = np.broadcast_to(extra[0, :, :, 0] * to_base, (Hq, n)).astype(dtype)
+        l = np.ones((Hq, n), dtype)  # noqa: E741
+    acc = np.zeros((Hq, n, Dv), dtype)
     skip_from = _skip_from(t1, S, block_k, setup.skip_offset, bugs.extra_skip)
     tiles: list[Tile] = []
     for s0 in range(0, S, block_k):
         s1 = min(S, s0 + block_k)
         if s0 >= skip_from:
-            if setup.record:
-                tiles.append(Tile(b, h, (t0, t1), (s0, s1), True, None, m, None, None, l, acc))
+            if record:
+                tiles.append(Tile(b, h0, (t0, t1), (s0, s1), True, None, m[0], None, None, l[0],
+                                  acc[0]))  # fmt: skip
             continue
-        S_tile = _tile_scores(q, k[s0:s1], (b, h, t0, t1, s0, s1), setup) * dtype.type(to_base)
-        m_new = np.maximum(m, S_tile.max(axis=1))  # (bq,)
+        cells = row._replace(keys=row.keys[s0:s1], pos_k=row.pos_k[s0:s1])
+        scaled = np.matmul(qg, k[:, s0:s1].transpose(0, 2, 1))  # (G, g·bq, bk)
+        scaled *= scale
+        S_tile = _tile_scores(scaled.reshape(Hq, n, s1 - s0), cells, setup)  # (Hq, bq, bk)
+        if setup.base2:
+            S_tile *= to_base
+        m_new = np.maximum(m, S_tile.max(axis=2))  # (Hq, bq)
         # FlashAttention-2's Check_inf: subtract 0 from a row that is still all -inf
-        m_safe = np.where(np.isneginf(m_new), 0.0, m_new).astype(dtype)
-        alpha = exp(m - m_safe)  # (bq,), 0 on the first tile
-        P = exp(S_tile - m_safe[:, None])  # (bq, bk)
-        l = (l if bugs.sum_not_rescaled else alpha * l) + P.sum(axis=1)  # noqa: E741
-        acc = (acc if bugs.acc_not_rescaled else alpha[:, None] * acc) + P @ v[s0:s1]  # (bq, Dv)
+        m_safe = np.where(np.isneginf(m_new), dtype.type(0), m_new)
+        alpha = exp(m - m_safe)  # (Hq, bq), 0 on the first tile
+        P = S_tile - m_safe[:, :, None]  # (Hq, bq, bk)
+        exp(P, out=P)
+        l = (l if bugs.sum_not_rescaled else alpha * l) + P.sum(axis=2)  # noqa: E741
+        pv = np.matmul(P.reshape(G, -1, s1 - s0), v[:, s0:s1]).reshape(Hq, n, Dv)
+        acc = (acc if bugs.acc_not_rescaled else alpha[:, :, None] * acc) + pv  # (Hq, bq, Dv)
         m = m_new
-        if setup.record:
-            tiles.append(Tile(b, h, (t0, t1), (s0, s1), False, S_tile, m, alpha, P, l, acc))
-    empty = l == 0  # nothing allowed in the row (and no sink): O = 0, L = -inf, never 0/0
-    o = acc / np.where(empty, 1.0, l)[:, None].astype(dtype)
+        if record:
+            tiles.append(Tile(b, h0, (t0, t1), (s0, s1), False, S_tile[0], m[0], alpha[0], P[0],
+                              l[0], acc[0]))  # fmt: skip
+    o, L_row = _finish(acc, l, m, setup.base2, bugs)
+    return o, L_row, tiles
+
+
+def _finish(
+    acc: FloatArray,
+    l: FloatArray,  # noqa: E741 (the paper's name)
+    m: FloatArray,
+    base2: bool,
+    bugs: FlashBugs,
+) -> tuple[FloatArray, FloatArray]:
+    """O = acc / l (Hq, bq, Dv) and L = m + log l (Hq, bq); a row with nothing allowed (and no
+    sink) gives O = 0 and L = -inf, never 0/0."""
+    dtype = acc.dtype
+    log = np.log2 if base2 else np.log
+    empty = l == 0
+    o = acc / np.where(empty, 1.0, l)[:, :, None].astype(dtype)
     L_row = log(np.where(empty, 1.0, l).astype(dtype))
     if not bugs.lse_without_max:
         L_row = L_row + np.where(empty, 0.0, m)
-    return o, np.where(empty, -np.inf, L_row).astype(dtype), tiles
+    return o, np.where(empty, -np.inf, L_row).astype(dtype)
 
 
 def _skip_from(t1: int, S: int, block_k: int, offset: int | None, extra: bool) -> int:
@@ -227,25 +261,23 @@ def _skip_from(t1: int, S: int, block_k: int, offset: int | None, extra: bool) -
     return min(S, computed * block_k)
 
 
-def _cells(setup: _Setup, b: int, h: int, t0: int, t1: int, s0: int, s1: int) -> Cells:
-    """A tile's cells in the chain's inputs: (b, h, rows t0:t1, keys s0:s1) from the origin."""
+def _cells(
+    setup: _Setup, b: int, heads: tuple[int, int], t0: int, t1: int, s0: int, s1: int
+) -> Cells:
+    """A block's cells in the chain's inputs: (b, heads h0:h1, rows t0:t1, keys s0:s1) from
+    the origin."""
     ob, oh, ot = setup.origin
-    return cells_of(setup.chain.inputs, slice(ob + b, ob + b + 1), slice(oh + h, oh + h + 1),
+    h0, h1 = heads
+    return cells_of(setup.chain.inputs, slice(ob + b, ob + b + 1), slice(oh + h0, oh + h1),
                     slice(ot + t0, ot + t1), slice(s0, s1))  # fmt: skip
 
 
-def _tile_scores(
-    q: FloatArray,  # (bq, D)
-    k: FloatArray,  # (bk, D)
-    at: tuple[int, int, int, int, int, int],  # (b, h, t0, t1, s0, s1)
-    setup: _Setup,
-) -> FloatArray:
-    """S = the chain over q kᵀ × scale: modified, + the biases, -inf where not allowed."""
-    scaled = (q @ k.T) * q.dtype.type(setup.scale)  # (bq, D) @ (D, bk) -> (bq, bk)
-    x = setup.chain.modify(scaled[None, None], lambda stage: None)  # (1, 1, bq, bk)
-    S_tile, _, _ = setup.chain.masked(x, _cells(setup, *at), None, lambda stage: None,
-                                      fill=-np.inf)  # fmt: skip
-    tile: FloatArray = S_tile[0, 0].astype(q.dtype, copy=False)
+def _tile_scores(scaled: np.ndarray[Any, Any], cells: Cells, setup: _Setup) -> FloatArray:
+    """S = the chain over scaled = q kᵀ × scale (Hq, bq, bk): modified, + the biases, -inf
+    where not allowed."""
+    x = setup.chain.modify(scaled[None], lambda stage: None)  # (1, Hq, bq, bk)
+    S_tile, _, _ = setup.chain.masked(x, cells, x, lambda stage: None, fill=-np.inf)  # in place
+    tile: FloatArray = S_tile[0].astype(scaled.dtype, copy=False)
     return tile
 
 

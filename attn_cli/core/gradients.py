@@ -12,16 +12,23 @@ none.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import replace
 from typing import Any
 
 import numpy as np
 
-from attn_cli.core.backward import Back, BackOut, ForwardArrays, attention_backward, delta_flash
+from attn_cli.core.backward import (
+    Back,
+    BackOut,
+    ForwardArrays,
+    attention_backward,
+    blocked_backward,
+    delta_flash,
+)
 from attn_cli.core.chain import Chain, cells_of
 from attn_cli.core.inputs import FloatArray, Inputs
-from attn_cli.core.stages import FORWARD_STAGE_NAMES, applicable_stages
+from attn_cli.core.stages import FORWARD_STAGE_NAMES, SPECS, applicable_stages
 from attn_cli.core.steps import allowed_positions
 from attn_cli.core.variant import Cast
 
@@ -30,14 +37,27 @@ from attn_cli.core.variant import Cast
 _READS = ("X", "X_kv", "Q", "K", "V", "softmax", "output")
 
 
-def backward_needs(inputs: Inputs) -> set[str]:
-    """The forward stages the backward pass reads: they are kept whole while it runs."""
-    have = set(applicable_stages(inputs))
+def backward_needs(inputs: Inputs, kept: Collection[str] | None = None) -> set[str]:
+    """The forward stages the backward pass reads: they are kept whole while it runs. When
+    the stages ``kept`` let the backward run blocked (:func:`blocked`), no (T, S) stage:
+    ``lse`` instead of the weights."""
+    have = set(applicable_stages(inputs, opt_in=("lse",)))
     chain = Chain(inputs)
     reads = (*_READS, *chain.qk_stages("Q"), *chain.qk_stages("K"), *chain.out_stages)
+    if kept is not None and blocked(inputs, kept):
+        return {s for s in (*reads, "lse") if s in have and s != "softmax"}
     need = {s for s in reads if s in have} | set(modifier_inputs(chain))
     assert need <= set(FORWARD_STAGE_NAMES)
     return need
+
+
+def blocked(inputs: Inputs, kept: Collection[str]) -> bool:
+    """Whether the backward runs blocked (core/backward.py ``blocked_backward``): gradients
+    are kept, no stage kept is (T, S)-shaped (else the weights are held anyway: the whole pass
+    reads them) and no extra logit (a sink) needs the whole weights."""
+    if not any(SPECS[s].gradient for s in kept) or any(SPECS[s].score_like for s in kept):
+        return False
+    return not Chain(inputs).extra and not any(v.side_stages for v, _ in Chain(inputs).on)
 
 
 def modifier_inputs(chain: Chain) -> tuple[str, ...]:
@@ -51,27 +71,34 @@ def _same(name: str, arr: FloatArray) -> FloatArray:
 
 
 def forward_arrays(
-    inputs: Inputs, arrays: Mapping[str, FloatArray], scale: float, cast: Cast = _same
+    inputs: Inputs,
+    arrays: Mapping[str, FloatArray],
+    scale: float,
+    cast: Cast = _same,
+    whole: bool = True,
 ) -> ForwardArrays:
-    """The backward's view of a forward run: ``arrays`` holds its stages (internal layouts)."""
+    """The backward's view of a forward run: ``arrays`` holds its stages (internal layouts).
+    Not ``whole``: for the blocked backward, without the weights (a zero-stride stand-in), the
+    modifiers' inputs, the allowed keys or the biases, each (T, S): it makes them per block."""
     inp = inputs
     weights = {
         n: None if (w := getattr(inp, n)) is None else cast(n, w)
         for n in ("W_Q", "W_K", "W_V", "W_O", "b_Q", "b_K", "b_V", "b_O")
     }
-    dtype = arrays["softmax"].dtype
+    dtype = arrays["output"].dtype
     chain = Chain(inp)
+    q, k = _entering(chain, "Q", arrays), _entering(chain, "K", arrays)
     return ForwardArrays(
-        q=_entering(chain, "Q", arrays),
-        k=_entering(chain, "K", arrays),
+        q=q,
+        k=k,
         v=arrays["V"],
-        weights=arrays["softmax"],
+        weights=arrays["softmax"] if whole else _no_weights(q, k),
         output=arrays["output"],
         scale=scale,
-        allowed=allowed_positions(inp),
-        bias=_logit_bias(inp, cast, dtype),
-        chain=chain,
-        before=tuple(arrays[s] for s in modifier_inputs(chain)),
+        allowed=allowed_positions(inp) if whole else None,
+        bias=_logit_bias(inp, cast, dtype) if whole else None,
+        chain=chain if whole else None,
+        before=tuple(arrays[s] for s in modifier_inputs(chain)) if whole else (),
         X=arrays.get("X"),
         X_kv=arrays.get("X_kv"),
         back_q=_back(chain, "Q", arrays, cast),
@@ -138,12 +165,31 @@ def _back_out(chain: Chain, arrays: Mapping[str, FloatArray], cast: Cast) -> tup
 
 
 def gradient_stages(
-    inputs: Inputs, arrays: Mapping[str, FloatArray], scale: float, cast: Cast = _same
+    inputs: Inputs,
+    arrays: Mapping[str, FloatArray],
+    scale: float,
+    cast: Cast = _same,
+    kept: Collection[str] | None = None,
 ) -> dict[str, FloatArray]:
-    """Every gradient stage of the fixture, internal layouts, named as in the stage table."""
-    fwd = forward_arrays(inputs, arrays, scale, cast)
+    """Every gradient stage of the fixture, internal layouts, named as in the stage table; the
+    ones that are not (T, S)-shaped only, blocked, when the stages ``kept`` let it
+    (:func:`blocked`; ``arrays`` then holds ``lse``, not the weights)."""
     grad = None if inputs.grad is None else cast("grad", inputs.grad)
+    if kept is not None and blocked(inputs, kept):
+        fwd = forward_arrays(inputs, arrays, scale, cast, whole=False)
+        chain = Chain(inputs if inputs.bias is None else
+                      replace(inputs, bias=cast("bias", inputs.bias)))  # fmt: skip
+        out = blocked_backward(fwd, arrays["lse"], chain, grad)
+        out["delta"] = delta_flash(out["d_output"], fwd.output)  # (B, H, T)
+        return out
+    fwd = forward_arrays(inputs, arrays, scale, cast)
     grads = attention_backward(fwd, grad)
     out = grads.stages()
     out["delta"] = delta_flash(grads.d_output, fwd.output)  # (B, H, T)
     return out
+
+
+def _no_weights(q: FloatArray, k: FloatArray) -> FloatArray:
+    """A (B, H, T, S) array of zeros that holds one number (zero strides): never read."""
+    shape = (*q.shape[:3], k.shape[2])  # (B, H, T, S)
+    return np.broadcast_to(np.zeros((), q.dtype), shape)

@@ -96,16 +96,23 @@ def backward_numbers(inputs: Inputs, keep: Collection[str] | None = None) -> int
     """Numbers the backward pass adds: its (T, S) arrays whole, and gradients as big as the
     forward's. It holds softmax (and each score modifier's input: scaled under a logit cap), the
     allowed mask (and the biases summed), and up to four score-like gradients at once, whether
-    kept or not, and about twice the rest of a trace."""
+    kept or not, and about twice the rest of a trace; blocked (only gradients that are not
+    (T, S)-shaped kept), L and as many arrays of one block instead."""
     from attn_cli.core.chain import Chain
 
     chain = Chain(inputs)
     B, H, Hkv, T, S = inputs.batch, inputs.heads, inputs.kv_heads, inputs.seq_q, inputs.seq_k
     D, Dv, E = inputs.d_k, inputs.d_v, inputs.d_out or 0
+    from attn_cli.core.gradients import blocked
+
     grads = [s for s in STAGES if s.gradient and s.score_like and s.applies(inputs)]
     kept = grads if keep is None else [s for s in grads if s.name in keep]
     held = 2 + len(chain.stages) + bool(chain.biases)
     score_like = B * H * T * S * (max(len(kept), 4) + held)
+    if keep is not None and blocked(inputs, keep):  # no (T, S) array: L and a block's arrays
+        from attn_cli.core.backward import BLOCK_CELLS
+
+        score_like = B * H * T + (4 + held) * min(BLOCK_CELLS, B * H * T * S)
     rest = B * (H * T * (D + Dv) + Hkv * S * (D + Dv) + T * E) * 2
     weights = sum(w.size for w in (inputs.X, inputs.X_kv, inputs.W_Q, inputs.W_K, inputs.W_V,
                                    inputs.W_O) if w is not None)  # fmt: skip

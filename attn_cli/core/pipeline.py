@@ -302,7 +302,10 @@ class _Run:
         if self.gradients:
             from attn_cli.core.gradients import backward_needs  # only with the backward pass
 
-            self.held |= backward_needs(inputs)
+            self.held |= backward_needs(inputs, self.wanted)
+            if "lse" in self.held:  # the blocked backward reads L, not the weights
+                self.applicable = applicable_stages(inputs, opt_in=(*(keep or ()), "lse"),
+                                                    backward=backward)  # fmt: skip
         self.need = needed_stages(self.held, self.applicable)
         self.need |= needed_stages(self.deferred, self.applicable) - set(SCORE_STAGES)  # Q, K
         reads = {s for v, _ in self.chain.outs for s in v.out_reads} & set(self.applicable)
@@ -358,7 +361,8 @@ class _Run:
         """Every gradient stage, from the forward stages held whole (gradients.py)."""
         from attn_cli.core.gradients import gradient_stages
 
-        grads = gradient_stages(self.inputs, self.arrays, scale, self.as_dtype_any)
+        grads = gradient_stages(self.inputs, self.arrays, scale, self.as_dtype_any,
+                                self.wanted)  # fmt: skip
         assert self.gradients <= set(grads), sorted(self.gradients - set(grads))
         for name in self.gradients:
             self.arrays[name] = self.check(name, grads[name], SPECS[name].axes)
