@@ -226,7 +226,7 @@ def test_plain_output_labels_tokens_and_checks_each_step() -> None:
     text = result.stdout
     assert "step 3 of 3 · token 'tea' at position 3 → cache slot 3" in text
     assert "0: I@0, 1: like@1, 2: green@2, 3: tea@3" in text
-    assert text.count("self-check: max |output − attn trace's row") == 3
+    assert text.count("self-check: max |output − the full attention's row") == 3
     assert "what this step does" in text and "kv_heads × (d_k + d_v) × itemsize" in text
 
 
@@ -268,7 +268,7 @@ def test_a_step_that_leaves_the_trace_is_an_error(monkeypatch: pytest.MonkeyPatc
     result = invoke("llama_rope_gqa", "-f", "plain")
     assert result.exit_code == 2
     assert "✗" in result.stdout  # shown, then refused
-    assert "the decoded output differs from the full trace's by" in result.stderr
+    assert "the decoded output differs from the full attention's rows by" in result.stderr
 
 
 def test_mask_sentinel_decodes_with_minus_inf() -> None:

@@ -178,7 +178,7 @@ def test_decode_shows_and_dumps_the_gated_steps(tmp_path: Path) -> None:
     shown = run_cli("decode", path, "--no-color", "--explain")
     assert shown.exit_code == 0, shown.stderr
     assert "gate = X·W_G + b_G: one row per head" in shown.stdout
-    assert shown.stdout.count("self-check: max |gated − attn trace's row") == 3
+    assert shown.stdout.count("self-check: max |gated − the full attention's row") == 3
     assert "squeezed dimension by dimension" in shown.stdout
     out = tmp_path / "d.json"
     dumped = run_cli("decode", path, "-f", "json", "-o", str(out))

@@ -301,7 +301,7 @@ def test_decode_of_the_bundled_example_shows_the_latent_ledger() -> None:
     assert f"{H * (d_k + d_v) * 8:,}" in mha.split()
     assert "cache [c_KV_norm | k_rope_rot] · one for every head" in out
     assert f"V_cache: the cache's first {r} columns" in out
-    assert out.count("self-check: max |output − attn trace's row") == 4
+    assert out.count("self-check: max |output − the full attention's row") == 4
     zh = run_cli("decode", "deepseek_mla", "--no-color", "--lang", "zh", "--explain")
     assert zh.exit_code == 0, zh.stderr
     assert "本模型（MLA 潜向量）" in zh.stdout and "W_UK 并入查询" in zh.stdout

@@ -186,12 +186,12 @@ def refuse_decode(inputs: Inputs) -> None:
 
 def decode_keep(inputs: Inputs) -> set[str]:
     """The stages a decode run reads: Q and K before the transforms that read positions
-    (RoPE), V, output."""
+    (RoPE), V, a cache form's (MLA's) and X for a head-output transform; no (T, S) stage and no
+    output (each step is checked against rows streamed beside it: ``decode_reference``)."""
     chain = Chain(inputs)
     own = {stage for v, _ in chain.on for stage in v.decode_stages}
-    outs = {"X", chain.joined} if chain.out_stages else set()  # a gate: from X, checked gated
-    return {chain.before_positional("Q"), chain.before_positional("K"), "V", "output", *own,
-            *outs}  # fmt: skip
+    outs = {"X"} if chain.out_stages else set()  # a gate: made from each token's X
+    return {chain.before_positional("Q"), chain.before_positional("K"), "V", *own, *outs}
 
 
 def decode_bytes(inputs: Inputs, prefill: int = 1) -> int:
@@ -316,13 +316,14 @@ def run_decode(
 
 
 def check_decode(trace: Trace, prefill: int, sentinel: float | None = None) -> DecodeRun:
-    """Run core.decode on the trace's Q, K, V and compare every step with the trace's output."""
+    """Run core.decode on the trace's Q, K, V and compare every step with the full attention's
+    row of its token (``decode_reference``)."""
     args = decode_args(trace)
     quiet = np.errstate(over="ignore", invalid="ignore", divide="ignore", under="ignore")
     with quiet, blas_limit(trace.inputs.seq_k):  # one product a step: busy cores make it crawl
         result = decode(args.q, args.k, args.v, prefill=prefill, **args.kwargs())
+        full = decode_reference(trace, args)  # (B, H, T, Dv), a block of rows at a time
     final = args.chain.joined  # the output, or the last head-output transform's (gated)
-    full = internal(trace, final)  # (B, H, T, Dv)
     diffs = tuple(decode_self_check(result, full, final))
     prefill_out = result.prefill_outs.get(final, result.prefill_output)
     prefill_diff = max_abs_diff(prefill_out, full[:, :, :prefill])
@@ -333,6 +334,24 @@ def check_decode(trace: Trace, prefill: int, sentinel: float | None = None) -> D
     parts = None if form is None else form.parts
     return DecodeRun(trace, result, diffs, prefill_diff, cost, sentinel, cache_parts=parts,
                      checked=final)  # fmt: skip
+
+
+def decode_reference(trace: Trace, args: DecodeArgs) -> AnyArray:
+    """What each step is checked against, (B, H, T, Dv): every token's row of plain softmax
+    attention over the keys up to it, streamed a few rows at a time (``reference_rows``: the
+    chain over each row's allowed keys, two-pass softmax, no cache, no ring buffer, O(T)
+    memory), from the same Q, K, V rotated whole at their positions; then what the cache's
+    form makes of it (MLA's W_UV) and the head-output transforms (a gate)."""
+    q: AnyArray = args.q
+    k: AnyArray = args.k
+    if args.rotate is not None:
+        q, k = args.rotate(q, args.positions), args.rotate(k, args.positions)
+    out, _ = reference_rows(trace, q, k, args.v)
+    if args.form is not None:
+        out = args.form.finish(out)
+    if args.after is not None:
+        out = args.after(slice(0, out.shape[2]), out).get(args.chain.joined, out)
+    return out
 
 
 def decode_failure(run: DecodeRun) -> ComputeError | None:
@@ -348,7 +367,8 @@ def decode_failure(run: DecodeRun) -> ComputeError | None:
         diff = max(run.diffs)
         where = f"step at position {step.position} ({run.label(step.index)!r})"
     return ComputeError(
-        inp.source, where, f"the decoded output differs from the full trace's by {diff:.3e}",
+        inp.source, where,
+        f"the decoded output differs from the full attention's rows by {diff:.3e}",
         f"at most {run.tolerance:g}",
     )  # fmt: skip
 

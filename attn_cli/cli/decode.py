@@ -63,7 +63,7 @@ def decode(
 
     After a prefill of the first P tokens, each step shows the new token's query, the cache as
     it is (which position each slot holds, K and V), the scores, softmax and output, and the
-    largest difference from the full `attn trace` (an error above 1e-12). Then the cache's
+    largest difference from the full attention's row (an error above 1e-12). Then the cache's
     cost in bytes, for this model, MHA and MQA.
 
     Examples:

@@ -64,10 +64,12 @@ LABELS: dict[Lang, dict[str, str]] = {
         "row": "stage",
         "slot": "slot",
         "head_row": "head {h}",
-        "check": "self-check: max |{stage} − attn trace's row {token}| = {diff} {mark} (≤ {tol})",
-        "check_prefill": "self-check of the prefill: max |{stage} − attn trace's rows| = {diff} "
+        "check": "self-check: max |{stage} − the full attention's row {token}| = {diff} {mark} "
+        "(≤ {tol})",
+        "check_prefill": "self-check of the prefill: max |{stage} − the full attention's rows| = "
+        "{diff} "
         "{mark}",
-        "check_title": "self-check: each step against the full trace",
+        "check_title": "self-check: each step against the full attention's row",
         "col_step": "step",
         "col_token": "token",
         "col_pos": "position",
@@ -121,8 +123,8 @@ LABELS: dict[Lang, dict[str, str]] = {
         "this_latent": "本模型（MLA 潜向量）",
         "latent_formula": "每层每个词的字节数 = {parts}：{n} 个数 × 8 = {b}，所有头合计",
         "head_row": "头 {h}",
-        "check": "自检：max |{stage} − attn trace 中 {token} 那一行| = {diff} {mark}（≤ {tol}）",
-        "check_prefill": "预填充自检：max |{stage} − attn trace 对应各行| = {diff} {mark}",
+        "check": "自检：max |{stage} − 完整注意力中 {token} 那一行| = {diff} {mark}（≤ {tol}）",
+        "check_prefill": "预填充自检：max |{stage} − 完整注意力的对应各行| = {diff} {mark}",
         "check_title": "自检：每一步与完整计算对比",
         "col_step": "步",
         "col_token": "词",
@@ -496,13 +498,17 @@ _EXPLAIN: dict[str, dict[Lang, tuple[str, str]]] = {  # key -> lang -> (formula,
                "新词在每个头上的注意力输出：缓存中各值的加权平均。它必须等于完整计算的第 t 行。"),
     },
     "check": {
-        "en": ("max |output − output of attn trace at this token| ≤ 1e-12",
+        "en": ("max |output − the full attention's row of this token| ≤ 1e-12",
                "The decode loop and the full computation are the same math in a different "
-               "order: in float64 they agree to the last few bits. A larger difference is a "
-               "bug (a re-rotated key, a wrong slot, a wrong head), and attn stops with an "
-               "error."),
-        "zh": ("max |output − attn trace 中该词的 output| ≤ 1e-12",
+               "order: in float64 they agree to the last few bits. The full row is plain "
+               "softmax attention over every key the token may see, computed a few rows at a "
+               "time with no cache (as attn trace computes its output). A larger difference "
+               "is a bug (a re-rotated key, a wrong slot, a wrong head), and attn stops with "
+               "an error."),
+        "zh": ("max |output − 完整注意力中该词的那一行| ≤ 1e-12",
                "解码循环和完整计算是同一套数学，只是顺序不同：在 float64 下只差最后几位。"
+               "完整的那一行是对该词能看到的所有键做普通 softmax 注意力，每次算几行，不用缓存"
+               "（与 attn trace 计算 output 相同）。"
                "更大的差别就是 bug（键被重复旋转、槽位写错、头对应错），attn 会报错退出。"),
     },
     "cost": {
@@ -553,5 +559,5 @@ _INPUTS: dict[str, tuple[str, ...]] = {
     "Q": ("Q",), "Q_rot": ("Q",), "K_cache": ("K",), "V_cache": ("V",),
     "scores": ("Q_rot | Q", "K_cache"),
     "masked": ("capped | scaled",), "output": ("softmax", "V_cache"),
-    "check": ("output", "attn trace: output"), "cost": ("kv_heads", "d_k", "d_v"),
+    "check": ("output", "the full attention's rows"), "cost": ("kv_heads", "d_k", "d_v"),
 }  # fmt: skip
