@@ -5,8 +5,9 @@ checkpoints saved by transformers 5.24 and what its eager attention computed, la
 ``attn import`` reads each checkpoint as saved, for every layer (``--hidden``: the residual
 stream transformers' layer received) and for layer 0 from a text (``--text``: the checkpoint's
 own tokenizer.json and embeddings), and the trace must give transformers' queries and keys (after
-q/k norms and RoPE), attention weights and attention output. A family attn cannot trace exactly
-is refused in one line naming the key or tensor.
+q/k norms and RoPE), attention weights and attention output; for a linear-attention layer
+(Qwen3-Next's Gated DeltaNet, the fixture's gated_deltanet key), linear_attn's output. A family
+attn cannot trace exactly is refused in one line naming the key or tensor.
 """
 
 from __future__ import annotations
@@ -377,6 +378,9 @@ _GEMMA3_TEXT = json.loads((REFERENCE / "gemma3" / "config.json").read_text())["t
          "model.layers.0.linear_attn.in_proj_qkvz.weight: "),
         ("qwen3_next_linear", {"linear_conv_kernel_dim": 3}, 0,
          "model.layers.0.linear_attn.conv1d.weight: "),
+        ("qwen3_next_linear", {"linear_key_head_dim": 2}, 0, "linear_num_key_heads 2, "
+         "linear_num_value_heads 4, linear_key_head_dim 2, linear_value_head_dim 4, "
+         "linear_conv_kernel_dim 4"),
         ("qwen3_next_linear", {"hidden_act": "gelu"}, 0,
          "hidden_act: got 'gelu': the activation after linear_attention's conv1d"),
         ("qwen3_next_linear", {"rms_norm_eps": -1}, 0, "rms_norm_eps: got -1"),

@@ -551,6 +551,13 @@ def _check_budget(
 
 
 def _sizes(plan: LayerPlan) -> str:
+    if plan.delta is not None:  # a Gated DeltaNet layer: its own sizes
+        d = plan.delta
+        return (
+            f"hidden {plan.hidden}, linear_num_key_heads {d.k_heads}, linear_num_value_heads "
+            f"{d.v_heads}, linear_key_head_dim {d.d_k}, linear_value_head_dim {d.d_v}, "
+            f"linear_conv_kernel_dim {d.kernel}"
+        )
     return (
         f"hidden {plan.hidden}, heads {plan.heads}, kv_heads {plan.kv_heads}, "
         f"head_dim {plan.head_dim}"

@@ -14,7 +14,9 @@ Families and their layouts (``X @ W`` is the fixture's convention):
                 RMSNorm (Gemma: ``1 + weight``), RoPE ``rotate_half`` (the fixture's ``half``):
                 llama, mistral, qwen2, qwen3 (``q_norm/k_norm``), gemma2 (softcap,
                 ``query_pre_attn_scalar``), gpt_oss (``sinks``), qwen3_next (q_proj rows per
-                head: the query's, then its output gate's; only its full_attention layers).
+                head: the query's, then its output gate's; its linear_attention layers, Gated
+                DeltaNet, into the fixture's ``gated_deltanet`` key: in_proj_qkvz and
+                in_proj_ba split per key head as ``fix_query_key_value_ordering`` does).
     deepseek_v3 multi-head latent attention into the fixture's ``mla`` key: q LoRA (or q_proj),
                 ``kv_a_proj_with_mqa`` split into the latent's and the RoPE key's rows,
                 ``kv_b_proj`` per head into the key's and the value's; default RoPE only.
