@@ -5,8 +5,9 @@ checkpoints saved by transformers 5.24 and what its eager attention computed, la
 ``attn import`` reads each checkpoint as saved, for every layer (``--hidden``: the residual
 stream transformers' layer received) and for layer 0 from a text (``--text``: the checkpoint's
 own tokenizer.json and embeddings), and the trace must give transformers' queries and keys (after
-q/k norms and RoPE), attention weights and attention output. A family attn cannot trace exactly
-is refused in one line naming the key or tensor.
+q/k norms and RoPE), attention weights and attention output; for a linear-attention layer
+(Qwen3-Next's Gated DeltaNet, the fixture's gated_deltanet key), linear_attn's output. A family
+attn cannot trace exactly is refused in one line naming the key or tensor.
 """
 
 from __future__ import annotations
@@ -46,13 +47,15 @@ LAYERS = [
     if case not in REFUSED
     for run_ in _reference(case)["runs"]
     for layer in range(len(run_["layers"]))
-    if not run_["layers"][layer].get("linear_attention")  # refused: below
+    if not run_["layers"][layer].get("linear_attention")  # no softmax: below
 ]
-# (case, layer): a linear-attention layer (Qwen3-Next's Gated DeltaNet), refused in one line
+# (case, kind, layer): a linear-attention layer (Qwen3-Next's Gated DeltaNet, the fixture's
+# gated_deltanet key), for which transformers recorded linear_attn's output
 LINEAR = [
-    (case, layer)
+    (case, run_["kind"], layer)
     for case in CASES
-    for layer, record in enumerate(_reference(case)["runs"][0]["layers"])
+    for run_ in _reference(case)["runs"]
+    for layer, record in enumerate(run_["layers"])
     if record.get("linear_attention")
 ]
 
@@ -119,23 +122,85 @@ def test_a_family_attn_cannot_trace_exactly_is_refused_in_one_line(
     assert not out.exists()
 
 
-@pytest.mark.parametrize(("case", "layer"), LINEAR)
-def test_a_linear_attention_layer_is_refused_in_one_line(
-    tmp_path: Path, case: str, layer: int
+def test_the_reference_has_linear_layers_from_hidden_states_and_from_text() -> None:
+    assert {(c, k) for c, k, _ in LINEAR} >= {("qwen3_next", "hidden"),
+                                              ("qwen3_next_linear", "hidden"),
+                                              ("qwen3_next_linear", "text")}  # fmt: skip
+
+
+@pytest.mark.parametrize(("case", "kind", "layer"), LINEAR)
+def test_an_imported_linear_attention_layer_is_transformers_gated_deltanet(
+    tmp_path: Path, case: str, kind: str, layer: int
 ) -> None:
+    """Qwen3-Next's linear_attention layer read into the gated_deltanet key: the trace's
+    projected is what transformers' linear_attn returned (out_proj's output, before the
+    residual), from the residual stream entering the layer or from the text."""
+    runs = _reference(case)["runs"]
+    ref = runs[0] if kind == "hidden" else runs[1]
+    inputs = _import(tmp_path, case, kind, layer, ref)
+    assert "gated_deltanet" in inputs.extra and inputs.W_Q is None
+    trace = run(inputs)
+    assert "softmax" not in trace
+    out = np.array(ref["layers"][layer]["output"])  # (T, hidden)
+    np.testing.assert_allclose(
+        _unbatched(trace["projected"].data), out, rtol=1e-4, atol=1e-5 * np.abs(out).max()
+    )
+
+
+def test_qwen3_next_linear_layer_maps_its_tensors_as_delta_from_torch() -> None:
+    """Each array of the imported gated_deltanet key is the one tests/test_linear.py's
+    delta_from_torch (checked there against the whole transformers layer) makes from the
+    checkpoint's tensors: 2 key heads, 4 value heads (v and z rows of two per key head)."""
+    load_file = pytest.importorskip(
+        "safetensors.numpy", reason="attn import needs safetensors"
+    ).load_file
+    from test_linear import delta_from_torch
+
+    from attn_cli.io.checkpoint import import_layer
+
+    folder = REFERENCE / "qwen3_next_linear"
+    imported = import_layer(folder, layer=0, text="a b c")
+    p = "model.layers.0.linear_attn."
+    w = {k[len(p) :]: v for k, v in load_file(folder / "model.safetensors").items()
+         if k.startswith(p)}  # fmt: skip
+    config = json.loads((folder / "config.json").read_text())
+    sizes = ("num_k_heads", "num_v_heads", "head_k_dim", "head_v_dim", "eps")
+    keys = ("linear_num_key_heads", "linear_num_value_heads", "linear_key_head_dim",
+            "linear_value_head_dim", "rms_norm_eps")  # fmt: skip
+    cfg = {size: config[key] for size, key in zip(sizes, keys, strict=True)}
+    assert (cfg["num_k_heads"], cfg["num_v_heads"]) == (2, 4)
+    want = delta_from_torch(w, cfg)
+    got = imported.fixture["gated_deltanet"]
+    assert set(got) == set(want)
+    for name, value in want.items():
+        np.testing.assert_array_equal(got[name], value, err_msg=name)
+    np.testing.assert_array_equal(imported.fixture["W_O"], w["out_proj.weight"].T)
+    assert imported.fixture["heads"] == 4 and imported.fixture["causal"] is True
+
+
+def test_a_linear_layer_with_a_tensor_the_key_has_no_place_for_is_one_line(
+    tmp_path: Path,
+) -> None:
+    """A conv1d bias (transformers' Qwen3NextGatedDeltaNet has none): refused, not left out."""
     pytest.importorskip("safetensors", reason="attn import needs safetensors")
-    ref = _reference(case)["runs"][0]
-    np.save(tmp_path / "h.npy", np.array(ref["layers"][layer]["layer_in"]))
+    from safetensors.numpy import load_file, save_file
+
+    folder = tmp_path / "qwen3_next"
+    shutil.copytree(REFERENCE / "qwen3_next", folder)
+    tensors = load_file(str(folder / "model.safetensors"))
+    tensors["model.layers.1.linear_attn.conv1d.bias"] = np.zeros(24, np.float32)
+    save_file(tensors, str(folder / "model.safetensors"))
+    np.save(tmp_path / "h.npy", np.ones((3, 16)))
     out = tmp_path / "o.npz"
-    result = run_cli("import", str(REFERENCE / case), "--layer", str(layer), "--hidden",
-                     str(tmp_path / "h.npy"), "-o", str(out))  # fmt: skip
+    result = run_cli("import", str(folder), "--layer", "1", "--hidden", str(tmp_path / "h.npy"),
+                     "-o", str(out))  # fmt: skip
     assert result.exit_code == 2, result.stdout
     lines = result.stderr.splitlines()
-    assert len(lines) == 1 and lines[0].startswith("Error: "), result.stderr
-    assert f"layer_types: layer {layer} is a linear_attention layer" in lines[0]
-    assert "linear attention, not yet traced" in lines[0]
-    full = [i for i, t in enumerate(_reference(case)["layer_types"]) if t == "full_attention"]
-    assert f"(layers {', '.join(map(str, full))})" in lines[0]
+    assert len(lines) == 1 and lines[0].startswith("Error: "), lines
+    assert (
+        "model.layers.1.linear_attn.conv1d.bias: a tensor of layer 1's attention that the "
+        "qwen3_next layout has no place for"
+    ) in lines[0]
     assert not out.exists()
 
 
@@ -295,11 +360,30 @@ _GEMMA3_TEXT = json.loads((REFERENCE / "gemma3" / "config.json").read_text())["t
          "a list of 3 entries, each 'linear_attention' or 'full_attention'"),
         ("qwen3_next", {"layer_types": None, "full_attention_interval": 0}, 0,
          "full_attention_interval: got 0, expected a whole number >= 1"),
+        # layer types that disagree with the tensors: the tensors the other kind reads missing
         ("qwen3_next", {"layer_types": None, "full_attention_interval": 4}, 0,
-         "full_attention_interval: layer 0 is a linear_attention layer (Gated DeltaNet): "
-         "linear attention, not yet traced, expected a full_attention layer (layers none)"),
-        ("qwen3_next", {"layer_types": None, "full_attention_interval": 2}, 0,
-         "expected a full_attention layer (layers 1)"),
+         "model.layers.0.linear_attn.in_proj_qkvz.weight: missing tensor"),
+        ("qwen3_next", {"layer_types": None, "full_attention_interval": 2}, 1,
+         "model.layers.1.self_attn.q_proj.weight: missing tensor"),
+        ("qwen3_next_linear", {"linear_num_value_heads": 3}, 0,
+         "linear_num_value_heads: 3 is not a multiple of linear_num_key_heads 2: transformers "
+         "splits in_proj_qkvz per key head"),
+        ("qwen3_next_linear", {"linear_num_key_heads": 0}, 0,
+         "linear_num_key_heads: got 0, expected a whole number >= 1"),
+        ("qwen3_next_linear", {"linear_num_value_heads": 2}, 0,
+         "model.layers.0.linear_attn.in_proj_qkvz.weight: "),
+        ("qwen3_next_linear", {"linear_key_head_dim": 8}, 0,
+         "model.layers.0.linear_attn.in_proj_qkvz.weight: "),
+        ("qwen3_next_linear", {"linear_value_head_dim": 2}, 0,
+         "model.layers.0.linear_attn.in_proj_qkvz.weight: "),
+        ("qwen3_next_linear", {"linear_conv_kernel_dim": 3}, 0,
+         "model.layers.0.linear_attn.conv1d.weight: "),
+        ("qwen3_next_linear", {"linear_key_head_dim": 2}, 0, "linear_num_key_heads 2, "
+         "linear_num_value_heads 4, linear_key_head_dim 2, linear_value_head_dim 4, "
+         "linear_conv_kernel_dim 4"),
+        ("qwen3_next_linear", {"hidden_act": "gelu"}, 0,
+         "hidden_act: got 'gelu': the activation after linear_attention's conv1d"),
+        ("qwen3_next_linear", {"rms_norm_eps": -1}, 0, "rms_norm_eps: got -1"),
         ("qwen3_next", {"rope_parameters": {"rope_type": "default", "rope_theta": 1e4,
                                             "partial_rotary_factor": 0.1}}, 0,
          "rope_parameters.partial_rotary_factor: 0.1 gives 0 rotated dims of 8"),

@@ -44,6 +44,7 @@ from attn_cli.errors import AttnError, InputError, UsageError
 from attn_cli.io import gate
 from attn_cli.io.families import (
     Config,
+    DeltaNet,
     Latent,
     LayerPlan,
     Norm,
@@ -178,8 +179,10 @@ def _require_finite(X: FloatArray, source: str) -> None:
 
 
 # The hidden axis of each array a layer's size makes big: cut to one for _check_fixture.
+# W_DQ, W_DKV, W_KR: mla's; W_q ... W_a: gated_deltanet's
 _HIDDEN_AXIS = {"X": -1, "W_Q": 0, "W_K": 0, "W_V": 0, "W_O": -1, "b_O": 0, "W_G": 0,
-                "W_DQ": 0, "W_DKV": 0, "W_KR": 0}  # fmt: skip  # the last three: mla's
+                "W_DQ": 0, "W_DKV": 0, "W_KR": 0,
+                "W_q": 0, "W_k": 0, "W_v": 0, "W_z": 0, "W_b": 0, "W_a": 0}  # fmt: skip
 
 
 def _check_fixture(fixture: Mapping[str, Any], source: str) -> None:
@@ -548,6 +551,13 @@ def _check_budget(
 
 
 def _sizes(plan: LayerPlan) -> str:
+    if plan.delta is not None:  # a Gated DeltaNet layer: its own sizes
+        d = plan.delta
+        return (
+            f"hidden {plan.hidden}, linear_num_key_heads {d.k_heads}, linear_num_value_heads "
+            f"{d.v_heads}, linear_key_head_dim {d.d_k}, linear_value_head_dim {d.d_v}, "
+            f"linear_conv_kernel_dim {d.kernel}"
+        )
     return (
         f"hidden {plan.hidden}, heads {plan.heads}, kv_heads {plan.kv_heads}, "
         f"head_dim {plan.head_dim}"
@@ -894,6 +904,30 @@ def _latent(
     return mla, t["o.weight"].T
 
 
+def _deltanet(d: DeltaNet, t: Mapping[str, FloatArray]) -> tuple[dict[str, Any], FloatArray]:
+    """The gated_deltanet key and W_O from Qwen3NextGatedDeltaNet's weights, as transformers'
+    fix_query_key_value_ordering reads them: in_proj_qkvz's rows per key head are [q (d_k) | k
+    (d_k) | v, z (d_v for each of its v_heads / k_heads value heads)], in_proj_ba's [b | a] (one
+    row per value head each); Linear weights transposed, conv1d.weight [channels, 1, kernel]."""
+    r = d.v_heads // d.k_heads  # value heads per key head
+    qkvz = t["qkvz.weight"].reshape(d.k_heads, 2 * d.d_k + 2 * r * d.d_v, -1)  # (Hk, rows, C)
+    q, k, v, z = np.split(qkvz, [d.d_k, 2 * d.d_k, 2 * d.d_k + r * d.d_v], axis=1)
+    ba = t["ba.weight"].reshape(d.k_heads, 2 * r, -1)  # (Hk, b | a, C)
+    b, a = np.split(ba, [r], axis=1)
+
+    def columns(x: FloatArray) -> FloatArray:
+        out: FloatArray = x.reshape(-1, x.shape[-1]).T  # (Hk, rows, C) -> (C, Hk·rows)
+        return out
+
+    key: dict[str, Any] = {
+        "W_q": columns(q), "W_k": columns(k), "W_v": columns(v), "W_z": columns(z),
+        "W_b": columns(b), "W_a": columns(a), "conv": t["conv.weight"][:, 0, :],
+        "A_log": t["A_log"], "dt_bias": t["dt_bias"], "norm": t["gated_norm.weight"],
+        "k_heads": d.k_heads, "eps": d.eps,
+    }  # fmt: skip
+    return key, t["o.weight"].T
+
+
 def _fixture(
     plan: LayerPlan,
     t: Mapping[str, FloatArray],
@@ -916,6 +950,19 @@ def _fixture(
     }
     if tokens is not None:
         f["tokens"] = tokens
+    if plan.delta is not None:  # Qwen3-Next's linear_attention: the gated_deltanet key
+        d = plan.delta
+        f["name"] = f"{label}: layer {plan.layer} linear attention ({plan.family})"
+        f["description"] = (
+            f"Layer {plan.layer} of {plan.layers} of {checkpoint} ({plan.family}: a Gated "
+            f"DeltaNet layer, {d.v_heads} value heads, {d.k_heads} key heads, d_k {d.d_k}, d_v "
+            f"{d.d_v}), X from the {given}"
+        )
+        f["X"] = X
+        f["heads"] = plan.heads
+        f["gated_deltanet"], f["W_O"] = _deltanet(d, t)
+        f["causal"] = plan.causal
+        return f
     if plan.latent is not None:  # DeepSeek V3: the mla key in place of W_Q, W_K, W_V
         f["X"] = X
         f["heads"] = plan.heads

@@ -14,7 +14,9 @@ Families and their layouts (``X @ W`` is the fixture's convention):
                 RMSNorm (Gemma: ``1 + weight``), RoPE ``rotate_half`` (the fixture's ``half``):
                 llama, mistral, qwen2, qwen3 (``q_norm/k_norm``), gemma2 (softcap,
                 ``query_pre_attn_scalar``), gpt_oss (``sinks``), qwen3_next (q_proj rows per
-                head: the query's, then its output gate's; only its full_attention layers).
+                head: the query's, then its output gate's; its linear_attention layers, Gated
+                DeltaNet, into the fixture's ``gated_deltanet`` key: in_proj_qkvz and
+                in_proj_ba split per key head as ``fix_query_key_value_ordering`` does).
     deepseek_v3 multi-head latent attention into the fixture's ``mla`` key: q LoRA (or q_proj),
                 ``kv_a_proj_with_mqa`` split into the latent's and the RoPE key's rows,
                 ``kv_b_proj`` per head into the key's and the value's; default RoPE only.
@@ -106,6 +108,19 @@ class Latent:
 
 
 @dataclass(frozen=True)
+class DeltaNet:
+    """Gated DeltaNet's sizes (Qwen3-Next's linear_attention layers): the fixture's
+    gated_deltanet key."""
+
+    k_heads: int  # linear_num_key_heads
+    v_heads: int  # linear_num_value_heads (a multiple of k_heads)
+    d_k: int  # linear_key_head_dim
+    d_v: int  # linear_value_head_dim
+    kernel: int  # linear_conv_kernel_dim
+    eps: float  # rms_norm_eps: the gated RMSNorm's
+
+
+@dataclass(frozen=True)
 class LayerPlan:
     """What layer ``layer`` of a checkpoint is: its tensors, sizes and attention conventions."""
 
@@ -132,6 +147,7 @@ class LayerPlan:
     sinks: bool = False
     gate: bool = False  # q_proj's rows per head: head_dim query rows, then head_dim gate rows
     latent: Latent | None = None  # multi-head latent attention (the fixture's mla key)
+    delta: DeltaNet | None = None  # Gated DeltaNet (the fixture's gated_deltanet key)
     notes: tuple[str, ...] = ()
     block: str = ""  # the layer's own prefix (``layers.3.``): its modules below are checked
     # where the layers may be (a wrapper's text model: the first is what transformers saves);
@@ -635,8 +651,10 @@ def _llama_like(config: Config, family: str, layer: int) -> LayerPlan:
     vocab = config.whole("vocab_size", _size(arch, "vocab_size"))
     embed = (Tensor("embed.tokens", f"{arch.embed_name}.weight", (vocab, C)),)
     kind = _layer_type(config, family, layer, layers)  # the whole list checked, used or not
+    embedding = Embedding("embed.tokens", scale=math.sqrt(C) if arch.embed == "sqrt" else None,
+                          multiplier=_multiplier(config, arch))  # fmt: skip
     if kind == "linear_attention":
-        raise _linear_layer(config, family, layer, layers)
+        return _gated_deltanet(config, family, (layer, layers, C), eps, (embed, embedding))
     window, window_note = _window(config, family, layer, layers)
     rope, rope_note = _rope(config, family, D, layer, kind)
     notes = [n for n in (window_note, rope_note) if n]
@@ -649,9 +667,7 @@ def _llama_like(config: Config, family: str, layer: int) -> LayerPlan:
         anchor=rf"layers\.\d+\.{arch.attn}\.{arch.qkv_name if arch.fused else 'q_proj'}\.weight",
         tensors=tensors, embed_tensors=embed,
         pre_norm=None if arch.norm is None else Norm(arch.norm, eps, *norm_roles),
-        embedding=Embedding("embed.tokens", scale=math.sqrt(C) if arch.embed == "sqrt" else None,
-                            multiplier=_multiplier(config, arch)),
-        causal=True, scale=_scale(config, arch, D), rope=rope, window=window,
+        embedding=embedding, causal=True, scale=_scale(config, arch, D), rope=rope, window=window,
         softcap=config.optional_number("attn_logit_softcapping", 50.0) if arch.softcap else None,
         qk_norm_eps=eps if arch.qk_norm else None, qk_norm_kind=arch.qk_norm or "rms",
         sinks=arch.sinks, gate=arch.gate, notes=tuple(notes),
@@ -1006,15 +1022,59 @@ def _layer_type(config: Config, family: str, layer: int, layers: int) -> str:
     return "sliding_attention" if _slides(config, family, layer) else "full_attention"
 
 
-def _linear_layer(config: Config, family: str, layer: int, layers: int) -> InputError:
-    """A linear-attention layer (Qwen3-Next's Gated DeltaNet): one line naming the layers that
-    attn can trace."""
-    full = [i for i in range(layers) if _layer_type(config, family, i, layers) == "full_attention"]
-    key = "layer_types" if config.has("layer_types") else "full_attention_interval"
-    return config.error(
-        key, f"layer {layer} is a linear_attention layer (Gated DeltaNet): linear attention, not "
-        "yet traced", f"a full_attention layer (layers {', '.join(map(str, full)) or 'none'})",
+def _gated_deltanet(
+    config: Config, family: str, where: tuple[int, int, int], eps: float,
+    embeds: tuple[tuple[Tensor, ...], Embedding],
+) -> LayerPlan:  # fmt: skip
+    """A linear_attention layer (Qwen3NextGatedDeltaNet), read into the fixture's gated_deltanet
+    key: in_proj_qkvz (per key head: q, k, then v and z of its value heads), in_proj_ba (per key
+    head: b, then a), conv1d (depthwise, no bias), A_log, dt_bias, the gated RMSNorm's weight,
+    out_proj; input_layernorm RMSNorm (1 + weight) before."""
+    layer, layers, C = where
+    Hk = config.whole("linear_num_key_heads", 16)
+    Hv = config.whole("linear_num_value_heads", 32)
+    if Hv % Hk:
+        raise config.error(
+            "linear_num_value_heads", f"{Hv} is not a multiple of linear_num_key_heads {Hk}: "
+            "transformers splits in_proj_qkvz per key head", "a multiple of linear_num_key_heads",
+        )  # fmt: skip
+    dk, dv = config.whole("linear_key_head_dim", 128), config.whole("linear_value_head_dim", 128)
+    kernel = config.whole("linear_conv_kernel_dim", 4)
+    act = config.data.get("hidden_act")
+    if act not in (None, "silu", "swish"):  # the activation after linear_attn's conv1d
+        raise config.error(
+            "hidden_act", f"got {_shown(act)}: the activation after linear_attention's conv1d, "
+            "where the gated_deltanet key applies SiLU", "absent or 'silu'",
+        )  # fmt: skip
+    p = f"layers.{layer}."
+    a, conv = f"{p}linear_attn.", 2 * Hk * dk + Hv * dv
+    tensors = (
+        Tensor("qkvz.weight", f"{a}in_proj_qkvz.weight", (conv + Hv * dv, C)),
+        Tensor("ba.weight", f"{a}in_proj_ba.weight", (2 * Hv, C)),
+        Tensor("conv.weight", f"{a}conv1d.weight", (conv, 1, kernel)),
+        Tensor("A_log", f"{a}A_log", (Hv,)),
+        Tensor("dt_bias", f"{a}dt_bias", (Hv,)),
+        Tensor("gated_norm.weight", f"{a}norm.weight", (dv,)),
+        Tensor("o.weight", f"{a}out_proj.weight", (C, Hv * dv)),
+        Tensor("norm.weight", f"{p}input_layernorm.weight", (C,)),
+    )
+    notes = (
+        f"layer {layer} is a linear_attention layer (Gated DeltaNet): read into the "
+        "gated_deltanet key; in_proj_qkvz's rows per key head [q | k | v | z] and in_proj_ba's "
+        "[b | a] split into W_q, W_k, W_v, W_z, W_b, W_a (fix_query_key_value_ordering), every "
+        "Linear transposed, conv1d.weight[:, 0, :]",
+    )
+    return LayerPlan(
+        family=family, layer=layer, layers=layers, hidden=C, heads=Hv, kv_heads=Hv, head_dim=dk,
+        layout="linear", anchor=_ANCHOR_LINEAR, tensors=tensors, embed_tensors=embeds[0],
+        pre_norm=Norm("rms1p", eps, "norm.weight"), embedding=embeds[1], causal=True,
+        scale=float(dk**-0.5), delta=DeltaNet(Hk, Hv, dk, dv, kernel, eps), notes=notes,
+        block=p, scopes=("linear_attn.", "input_layernorm."),
     )  # fmt: skip
+
+
+# a tensor every Qwen3-Next layer has, full or linear: it finds the checkpoint's prefix
+_ANCHOR_LINEAR = r"layers\.\d+\.(?:self_attn\.q_proj|linear_attn\.in_proj_qkvz)\.weight"
 
 
 def _slides(config: Config, family: str, layer: int) -> bool:
@@ -1390,11 +1450,11 @@ KEYS: dict[str, Keys] = {
         assumed=_LLAMA_ASSUMED,
     ),
     "qwen3_next": Keys(
+        # the full_attention layers' keys and the Gated DeltaNet (linear_attention) layers'
         reads=_LLAMA_READS | {"attention_bias", "partial_rotary_factor", "layer_types",
-                              "full_attention_interval"},
-        # the Gated DeltaNet layers' sizes: attn imports only the full_attention layers
-        inert=frozenset({"linear_conv_kernel_dim", "linear_key_head_dim", "linear_value_head_dim",
-                         "linear_num_key_heads", "linear_num_value_heads"}),
+                              "full_attention_interval", "linear_conv_kernel_dim",
+                              "linear_key_head_dim", "linear_value_head_dim",
+                              "linear_num_key_heads", "linear_num_value_heads"},
         needs=(Need(("head_dim",)), Need(("layer_types", "full_attention_interval")),
                Need(("partial_rotary_factor",))),
         assumed=_LLAMA_ASSUMED,

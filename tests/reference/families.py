@@ -12,7 +12,9 @@ and bias, then gets seeded noise so that a norm or bias that is skipped or misre
 with save_pretrained into families/<case>/ (config.json + model.safetensors) next to a WordLevel
 tokenizer.json ("a".."h" -> ids 3..10), loads it back with eager attention and records what
 transformers computed, layer by layer: the residual stream entering the layer, the output of the
-attention output projection (before any residual add or post-attention norm), q and k as passed to
+attention output projection (before any residual add or post-attention norm; for a linear-attention
+layer, Qwen3-Next's Gated DeltaNet, the output of its linear_attn module, i.e. of its out_proj, and
+nothing else), q and k as passed to
 the eager attention function (after q/k norms, clamping and RoPE), the scale eager was given, the
 softmax weights and the mask.
 Two runs a case: "hidden" (a seeded h fed as inputs_embeds, every layer) and "text" (the ids of
@@ -187,12 +189,23 @@ def llama4_text() -> Any:
 def qwen3_next() -> Any:
     # layers 0 and 2 full_attention (gated attention: q_proj holds each head's query and gate,
     # q/k RMSNorm 1 + w, partial rotary 0.25 = 2 of 8 dims), layer 1 linear_attention (Gated
-    # DeltaNet, attn refuses it); 2 experts top-1, a shared expert (attention unaffected)
+    # DeltaNet, the gated_deltanet key); 2 experts top-1, a shared expert (attention unaffected)
     return tiny("Qwen3NextConfig", num_hidden_layers=3,
                 layer_types=["full_attention", "linear_attention", "full_attention"],
                 num_experts=2, num_experts_per_tok=1, moe_intermediate_size=8,
                 shared_expert_intermediate_size=8, linear_num_key_heads=2,
                 linear_num_value_heads=2, linear_key_head_dim=4,
+                linear_value_head_dim=4)  # fmt: skip
+
+
+def qwen3_next_linear() -> Any:
+    # layer 0 linear_attention, so that a text reaches it; 4 value heads over 2 key heads: each
+    # key head's rows of in_proj_qkvz hold the v and z rows of two value heads
+    return tiny("Qwen3NextConfig", num_hidden_layers=2,
+                layer_types=["linear_attention", "full_attention"],
+                num_experts=2, num_experts_per_tok=1, moe_intermediate_size=8,
+                shared_expert_intermediate_size=8, linear_num_key_heads=2,
+                linear_num_value_heads=4, linear_key_head_dim=4,
                 linear_value_head_dim=4)  # fmt: skip
 
 
@@ -322,7 +335,12 @@ CASES: dict[str, tuple[Callable[[], Any], bool, str]] = {
                    "Qwen3-Next: layers 0 and 2 full_attention, gated (q_proj rows per head: "
                    "query then gate; attn_output * sigmoid(gate) before o_proj), q/k RMSNorm "
                    "(1 + w) per head, partial rotary 0.25; layer 1 linear_attention (Gated "
-                   "DeltaNet: only its input is recorded)"),
+                   "DeltaNet: its input and linear_attn's output, out_proj's, before the "
+                   "residual)"),
+    "qwen3_next_linear": (qwen3_next_linear, False,
+                          "Qwen3-Next with layer 0 linear_attention (Gated DeltaNet, 2 key heads, "
+                          "4 value heads: v and z rows of two value heads per key head in "
+                          "in_proj_qkvz), so the text run reaches it; layer 1 full_attention"),
     "deepseek_v3": (deepseek_v3, False,
                     "DeepSeek V3's multi-head latent attention (DeepseekV3Attention): q through "
                     "q_a_proj, q_a_layernorm, q_b_proj; kv_a_proj_with_mqa gives the latent "
@@ -352,10 +370,10 @@ def floats(x: torch.Tensor) -> Any:
 
 
 def attention_output(layer: Any) -> Any:
-    """The layer's attention output projection; None for a linear-attention layer (Qwen3-Next's
-    Gated DeltaNet ``linear_attn``), which has no eager attention to record."""
+    """The layer's attention output projection; for a linear-attention layer (Qwen3-Next's
+    Gated DeltaNet) the ``linear_attn`` module itself, whose output is its out_proj's."""
     if hasattr(layer, "linear_attn"):
-        return None
+        return layer.linear_attn
     return submodule(layer, OUT_PROJ)[1]
 
 
@@ -441,10 +459,8 @@ def run(folder: Path, encoder: bool, kind: str, ids: list[int]) -> dict[str, Any
     handles = []
     for index, layer in enumerate(layers):
         handles.append(layer.register_forward_pre_hook(layer_input(index), with_kwargs=True))
-        projection = attention_output(layer)
-        if projection is not None:
-            handles.append(projection.register_forward_hook(out_proj(index)))
-        else:
+        handles.append(attention_output(layer).register_forward_hook(out_proj(index)))
+        if hasattr(layer, "linear_attn"):
             seen[index]["linear_attention"] = True
     modeling.eager_attention_forward = spy
     config = model.config.get_text_config()  # a wrapper's (gemma3) text model's; else itself
@@ -476,8 +492,9 @@ def run(folder: Path, encoder: bool, kind: str, ids: list[int]) -> dict[str, Any
     result["layers_path"] = path
     result["layers"] = []
     for record in seen if kind == "hidden" else seen[:1]:
-        if record.get("linear_attention"):  # no eager attention: only what entered the layer
+        if record.get("linear_attention"):  # no eager attention: its input and output
             result["layers"].append({"layer_in": floats(record["layer_in"][0]),
+                                     "output": floats(record["output"][0]),  # linear_attn's
                                      "linear_attention": True})  # fmt: skip
             continue
         assert {"layer_in", "output", "q", "k", "weights"} <= record.keys(), record.keys()
