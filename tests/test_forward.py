@@ -131,7 +131,11 @@ def test_bad_choices_are_one_line(args: list[str], message: str) -> None:
 @pytest.mark.parametrize(
     ("case", "args", "message"),
     [
-        ("smollm3", ["--layer", "1", "-o", "x.npz"], "smollm3: a layer past 0 needs the forward"),
+        (
+            "smollm3",
+            ["--layer", "1", "-o", "x.npz"],
+            "smollm3: computing a layer past 0 takes the forward",
+        ),
         ("deepseek_v3", ["--check-logits", "-o", "x.npz"], "mixture-of-experts MLP"),
         ("deepseek_v3", ["--layer", "1", "-o", "x.npz"], "mixture-of-experts MLP"),
         ("roberta", ["--check-logits", "-o", "x.npz"], "roberta is an encoder"),

@@ -113,8 +113,9 @@ def _refuse_family(source: str, family: str, what: str) -> None:
         else "its block (norm placement, MLP) is not written and checked against transformers"
     )
     raise InputError(
-        source, "model_type", f"{family}: {what} needs the forward through the layers below, "
-        f"and {why}", "one of " + ", ".join(BLOCK_FAMILIES) + " (or layer 0)", option="layer",
+        source, "model_type", f"{family}: computing {what} takes the forward through the "
+        f"layers below, and {why}", "one of " + ", ".join(BLOCK_FAMILIES) + " (or layer 0)",
+        option="layer",
     )  # fmt: skip
 
 
