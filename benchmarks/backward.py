@@ -26,6 +26,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench import ROOT, child_env, measure
+from decode import write_fixture as decode_fixture
 
 HEADS, KV_HEADS, D = 8, 2, 64
 
@@ -71,16 +72,8 @@ np.savez(out, d_Q=q.grad.numpy(), d_K=k.grad.numpy(), d_V=v.grad.numpy())
 
 
 def write_fixture(folder: Path, seq: int) -> Path:
-    import numpy as np
-
-    rng = np.random.default_rng(0)
-    for name, width in (("Q", HEADS * D), ("K", KV_HEADS * D), ("V", KV_HEADS * D)):
-        np.save(folder / f"{name}.npy", rng.standard_normal((seq, width)))
-    text = "Q: {file: Q.npy}\nK: {file: K.npy}\nV: {file: V.npy}\n"
-    text += f"heads: {HEADS}\nkv_heads: {KV_HEADS}\ncausal: true\n"
-    path = folder / "fixture.yaml"
-    path.write_text(text)
-    return path
+    """decode.py's direct-mode fixture (Q, K, V in .npy files beside it), with no window."""
+    return decode_fixture(folder, seq, 0)
 
 
 def same_gradients(attn: Path, numpy: Path) -> float:
