@@ -27,6 +27,12 @@ FAMILIES = Path(__file__).parent / "reference" / "families"
 CASES = sorted(p.name for p in FORWARD.iterdir() if p.is_dir())
 MINILM = Path(__file__).parent / "reference" / "minilm_forward.npz"
 SENTENCE = "The cat sat on the mat because it was tired."
+# reading a checkpoint and encoding a sentence take the models extra (safetensors, tokenizers);
+# the math of core/forward.py below needs neither
+MODELS = importlib.util.find_spec("safetensors") and importlib.util.find_spec("tokenizers")
+needs_models = pytest.mark.skipif(
+    not MODELS, reason="attn import --text needs the models extra: pip install '.[models]'"
+)
 
 
 def _ref(case: str) -> dict[str, Any]:
@@ -48,6 +54,7 @@ def test_the_reference_covers_the_families() -> None:
                           "qwen2_moe", "qwen3_moe"}  # fmt: skip
 
 
+@needs_models
 @pytest.mark.slow
 @pytest.mark.parametrize("case", CASES)
 def test_every_layer_matches_transformers(case: str) -> None:
@@ -63,6 +70,7 @@ def test_every_layer_matches_transformers(case: str) -> None:
         _close(w.logits, ref["logits"])
 
 
+@needs_models
 @pytest.mark.slow
 @pytest.mark.parametrize("case", ["llama", "gpt2", "bert", "gemma2", "olmo2", "gpt_neox"])
 def test_import_a_deep_layer_from_text(case: str, tmp_path: Path) -> None:
@@ -76,6 +84,7 @@ def test_import_a_deep_layer_from_text(case: str, tmp_path: Path) -> None:
     _close(trace["softmax"].data, ref["attentions"][2])
 
 
+@needs_models
 @pytest.mark.slow
 def test_walk_through_stops_at_the_layer() -> None:
     ref = _ref("qwen3")
@@ -93,9 +102,11 @@ def _minilm() -> Path:
     return Path(spec.origin).parent / "model"
 
 
+@needs_models
 @pytest.mark.slow
 def test_minilm_every_layer_matches_transformers() -> None:
-    ref = np.load(MINILM)
+    with np.load(MINILM) as z:  # closed at once: an open .npz is a ResourceWarning later
+        ref = {k: z[k] for k in z.files}
     w = walk(_minilm(), SENTENCE, through=None, keep_residuals=True)
     assert w.ids == ref["input_ids"].tolist()
     assert len(w.weights) == 6
@@ -121,6 +132,7 @@ def test_minilm_every_layer_matches_transformers() -> None:
         (["--text", "a b"], "--output: missing"),
     ],
 )
+@needs_models
 def test_bad_choices_are_one_line(args: list[str], message: str) -> None:
     result = run_cli("import", str(FORWARD / "llama"), *args)
     assert result.exit_code == 2
@@ -141,6 +153,7 @@ def test_bad_choices_are_one_line(args: list[str], message: str) -> None:
         ("roberta", ["--check-logits", "-o", "x.npz"], "roberta is an encoder"),
     ],
 )
+@needs_models
 def test_families_without_a_forward_are_refused(
     case: str, args: list[str], message: str, tmp_path: Path
 ) -> None:
@@ -158,6 +171,7 @@ def test_a_layer_past_the_last_is_refused_before_computing() -> None:
     assert "the model has 3 layers, layer 3 is out of range" in result.stderr
 
 
+@needs_models
 def test_the_mlp_counts_in_the_memory_budget() -> None:
     """10K holds the tiny llama's attention layer (about 8K) but not its MLP in float64."""
     args = ("import", str(FORWARD / "llama"), "--text", "a b c d e f g", "--layer", "all")
@@ -168,6 +182,7 @@ def test_the_mlp_counts_in_the_memory_budget() -> None:
     assert "model.layers.0.mlp." in result.stderr and "(see --max-memory)" in result.stderr
 
 
+@needs_models
 def test_one_layer_model_view_needs_no_forward() -> None:
     """mixtral's 1-layer checkpoint: --layer all asks only layer 0's attention, no MoE MLP."""
     result = run_cli("import", str(FAMILIES / "mixtral"), "--text", "a b c", "--layer", "all",
@@ -180,6 +195,7 @@ def test_one_layer_model_view_needs_no_forward() -> None:
 # The logits
 
 
+@needs_models
 @pytest.mark.slow
 def test_check_logits_prints_the_top_five() -> None:
     ref = _ref("gpt2")
@@ -197,6 +213,7 @@ def test_check_logits_prints_the_top_five() -> None:
         assert float(line.split()[0]) == pytest.approx(p[i], abs=1e-4)
 
 
+@needs_models
 def test_json_view_holds_the_next_tokens() -> None:
     ref = _ref("llama")
     result = run_cli("import", str(FORWARD / "llama"), "--text", ref["text"], "--layer", "all",
@@ -290,6 +307,7 @@ def test_block_placements(placement: fw.Placement) -> None:
 # Without torch
 
 
+@needs_models
 @pytest.mark.subprocess
 def test_the_forward_runs_with_torch_absent(tmp_path: Path) -> None:
     """The CLI in a process where ``import torch`` (and transformers) fails."""
@@ -317,6 +335,7 @@ def test_the_forward_runs_with_torch_absent(tmp_path: Path) -> None:
     assert "ModuleNotFoundError" in probe.stderr or "ImportError" in probe.stderr
 
 
+@needs_models
 def test_the_lean_reader_reads_what_safetensors_reads(tmp_path: Path) -> None:
     """Tensors read from the file by offsets (no memory map) equal the safetensors package's,
     whole and a block of rows at a time, for F32, F16 and F64."""

@@ -928,6 +928,36 @@ def _deltanet(d: DeltaNet, t: Mapping[str, FloatArray]) -> tuple[dict[str, Any],
     return key, t["o.weight"].T
 
 
+def _front_end(
+    f: dict[str, Any],
+    plan: LayerPlan,
+    t: Mapping[str, FloatArray],
+    X: FloatArray,
+    names: tuple[str, Path, str],
+) -> dict[str, Any]:
+    """A layer whose variant makes Q, K and V itself: Qwen3-Next's linear_attention (the
+    gated_deltanet key) or DeepSeek V3's multi-head latent attention (the mla key); ``names``
+    the checkpoint's label, its path and what X came from."""
+    f["X"] = X
+    f["heads"] = plan.heads
+    if plan.delta is not None:
+        d = plan.delta
+        label, checkpoint, given = names
+        f["name"] = f"{label}: layer {plan.layer} linear attention ({plan.family})"
+        f["description"] = (
+            f"Layer {plan.layer} of {plan.layers} of {checkpoint} ({plan.family}: a Gated "
+            f"DeltaNet layer, {d.v_heads} value heads, {d.k_heads} key heads, d_k {d.d_k}, d_v "
+            f"{d.d_v}), X from the {given}"
+        )
+        f["gated_deltanet"], f["W_O"] = _deltanet(d, t)
+    else:
+        assert plan.latent is not None
+        f["mla"], f["W_O"] = _latent(plan.latent, plan.heads, t)
+        f["scale"] = float(plan.scale)
+    f["causal"] = plan.causal
+    return f
+
+
 def _fixture(
     plan: LayerPlan,
     t: Mapping[str, FloatArray],
@@ -950,26 +980,8 @@ def _fixture(
     }
     if tokens is not None:
         f["tokens"] = tokens
-    if plan.delta is not None:  # Qwen3-Next's linear_attention: the gated_deltanet key
-        d = plan.delta
-        f["name"] = f"{label}: layer {plan.layer} linear attention ({plan.family})"
-        f["description"] = (
-            f"Layer {plan.layer} of {plan.layers} of {checkpoint} ({plan.family}: a Gated "
-            f"DeltaNet layer, {d.v_heads} value heads, {d.k_heads} key heads, d_k {d.d_k}, d_v "
-            f"{d.d_v}), X from the {given}"
-        )
-        f["X"] = X
-        f["heads"] = plan.heads
-        f["gated_deltanet"], f["W_O"] = _deltanet(d, t)
-        f["causal"] = plan.causal
-        return f
-    if plan.latent is not None:  # DeepSeek V3: the mla key in place of W_Q, W_K, W_V
-        f["X"] = X
-        f["heads"] = plan.heads
-        f["mla"], f["W_O"] = _latent(plan.latent, plan.heads, t)
-        f["scale"] = float(plan.scale)
-        f["causal"] = plan.causal
-        return f
+    if plan.delta is not None or plan.latent is not None:
+        return _front_end(f, plan, t, X, (label, checkpoint, given))
     weights = _weights(plan, t)
     f["X"] = X
     f.update((k, weights[k]) for k in ("W_Q", "b_Q", "W_K", "b_K", "W_V", "b_V") if k in weights)
