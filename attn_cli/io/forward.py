@@ -102,6 +102,8 @@ class Walk:
     logits: FloatArray | None = None  # (T, vocab)
     notes: list[str] = field(default_factory=list)
     head_types: list[str] = field(default_factory=list)
+    # called with each layer's whole trace (every stage kept) when set: the model view's page
+    each_trace: Callable[[int, Any], None] | None = None
 
 
 def _refuse_family(source: str, family: str, what: str) -> None:
@@ -351,11 +353,13 @@ def walk(
     max_memory: int | None = None,
     logits: bool = False,
     keep_residuals: bool = False,
+    each_trace: Callable[[int, Any], None] | None = None,
 ) -> Walk:
     """Embed ``text`` and run layers 0 .. through-1 (None: every layer), keeping each layer's
     attention weights; ``residual`` is then the stream entering layer ``through`` (or, with
     None, leaving the last layer); ``logits`` adds the final norm and the LM head;
-    ``keep_residuals`` keeps the stream entering each layer (``entering``).
+    ``keep_residuals`` keeps the stream entering each layer (``entering``); ``each_trace``
+    is called with each layer's whole trace (its tokens as labels), made once.
 
     With ``through`` None and no ``logits``, the last layer's attention is all that is asked
     of it: its MLP is not computed (``residual`` is then None)."""
@@ -371,7 +375,7 @@ def walk(
     elif n > 1 if through is None else through > 0:
         _refuse_family(str(config_path), family, "a layer past 0")
     ids, tokens, types = ck._encode(folder / "tokenizer.json", text)
-    out = Walk(family, n, tokens, ids, notes=[*overridden, *ignored])
+    out = Walk(family, n, tokens, ids, notes=[*overridden, *ignored], each_trace=each_trace)
     with _LeanReader(files) as reader:
         prefix = prefix_of(reader.names, plan0, reader.source)
         head = head_plan(cfg, family, plan0, set(reader.names), prefix) if logits else None
@@ -399,12 +403,12 @@ def _layer(
     check_tensors(reader.names, prefix, plan, reader.source)
     ck._check_budget(reader, prefix, plan, len(ids), None, max_memory)
     if not whole:
-        out.weights.append(_attention(reader, prefix, plan, x)[0])
+        out.weights.append(_attention(reader, prefix, plan, x, out)[0])
         return None
     bp = block_plan(cfg, family, plan)
     _check_block_tensors(reader.names, prefix, plan, bp, reader.source)
     _check_block_budget(reader, prefix, plan, bp, x.shape[0], max_memory)
-    weights, attention = _attention(reader, prefix, plan, x)
+    weights, attention = _attention(reader, prefix, plan, x, out)
     out.weights.append(weights)
     t = {tensor.role: reader.read(prefix, tensor, plan).astype(np.float64) for tensor in bp.tensors}
     norms = {role: _norm_of(norm, t) for role, norm in bp.norms.items()}
@@ -444,19 +448,29 @@ def _moe(
 
 
 def _attention(
-    reader: ck._Reader, prefix: str, plan: LayerPlan, x: FloatArray
+    reader: ck._Reader, prefix: str, plan: LayerPlan, x: FloatArray, out: Walk | None = None
 ) -> tuple[FloatArray, FloatArray]:
     """The layer's attention weights (heads, T, T) and output projection (T, C): attn's trace
-    of the fixture ``attn import`` makes from this residual stream."""
+    of the fixture ``attn import`` makes from this residual stream (whole, and handed to
+    ``out.each_trace``, when that is set)."""
     from attn_cli.core.pipeline import run
     from attn_cli.io.validate import validate
 
     found = {t.role: reader.read(prefix, t, plan) for t in plan.tensors}
     X = x if plan.pre_norm is None else ck._normalize(x, plan.pre_norm, found)
     ck._require_finite(X, reader.source)
-    fixture = ck._fixture(plan, found, X, None, Path(reader.source), None, Path("-"))
-    trace = run(validate(fixture, f"{reader.source} (layer {plan.layer})"),
-                keep=("softmax", "projected"))  # fmt: skip
+    hook = None if out is None else out.each_trace
+    tokens = None if hook is None or out is None else out.tokens
+    fixture = ck._fixture(plan, found, X, tokens, Path(reader.source), None, Path("-"))
+    if hook is not None:
+        below = f" through layers 0-{plan.layer - 1} in NumPy" if plan.layer else ""
+        fixture["description"] = fixture["description"].replace(
+            "X from the hidden states -", f"X from the text's embeddings{below}"
+        )
+    keep = None if hook is not None else ("softmax", "projected")
+    trace = run(validate(fixture, f"{reader.source} (layer {plan.layer})"), keep=keep)
+    if hook is not None:
+        hook(plan.layer, trace)
     return np.asarray(trace["softmax"].data), np.asarray(trace["projected"].data)
 
 
