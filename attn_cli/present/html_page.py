@@ -62,6 +62,7 @@ STAGE_WHOLE = 50_000  # past PAGE_NUMBERS, a stage this small is still embedded 
 ROW_WHOLE = 1_024  # past it, a bigger stage keeps its shown rows, whole up to this length
 MAX_WORKED = 1_500  # worked cells (batch, head, query, key) whose derivations are embedded
 MAX_CELLS = 100_000  # table cells with --full; more, and the tables elide as the terminal does
+MAX_ENTRIES = 1_500  # Q, K, V, concat, projected entries whose derivations are embedded
 
 WORDS: dict[Lang, dict[str, str]] = {
     "en": {
@@ -84,6 +85,8 @@ WORDS: dict[Lang, dict[str, str]] = {
         "stages {names} keep only the rows shown. attn trace -f json writes them all.",
         "worked_cap": "Derivations are embedded for the first {cap:,} worked cells; "
         "the others show their stage's formula.",
+        "entries_cap": "Derivations are embedded for the first {cap:,} entries of Q, K, V, "
+        "concat and projected; the others show their stage's formula.",
         "legend": "low {lo} → high {hi}",
         "legend_masked": "grey: masked (may not be attended)",
         "legend_max": "*: the row's maximum",
@@ -106,6 +109,8 @@ WORDS: dict[Lang, dict[str, str]] = {
         "kept": "页面嵌入了这次追踪 {total:,} 个数中的 {kept:,} 个（上限 {cap:,}）：步骤 {names} "
         "只保留显示出来的行。attn trace -f json 会写出全部数字。",
         "worked_cap": "只为前 {cap:,} 个演算单元格嵌入了推导；其余的显示这一步的公式。",
+        "entries_cap": "只为 Q、K、V、concat 和 projected 的前 {cap:,} 个数嵌入了推导；"
+        "其余的显示这一步的公式。",
         "legend": "低 {lo} → 高 {hi}",
         "legend_masked": "灰色：被遮盖（不允许看）",
         "legend_max": "*：这一行的最大值",
@@ -113,10 +118,18 @@ WORDS: dict[Lang, dict[str, str]] = {
 }
 
 
-def trace_page(trace: Trace, options: RenderOptions | None = None, theme: str = "dark") -> str:
-    """The whole page: the template filled with the tables, the texts and the data."""
+def trace_page(
+    trace: Trace,
+    options: RenderOptions | None = None,
+    theme: str = "dark",
+    *,
+    max_worked: int = MAX_WORKED,
+    max_entries: int = MAX_ENTRIES,
+) -> str:
+    """The whole page: the template filled with the tables, the texts and the data
+    (derivations embedded for up to ``max_worked`` worked cells and ``max_entries`` entries)."""
     options = options or RenderOptions()
-    page = _Page(trace, options)
+    page = _Page(trace, options, max_worked=max_worked, max_entries=max_entries)
     page.plan()
     body = page.body()
     data = page.data_text()
@@ -204,6 +217,14 @@ class _Page:
     worked_capped: bool = False
     notes: list[str] = field(default_factory=list)
     kept: dict[str, list[list[int] | None]] = field(default_factory=dict)  # stages cut
+    max_worked: int = MAX_WORKED
+    max_entries: int = MAX_ENTRIES
+    entries: int = 0  # entry derivations made (present/entries.py)
+    entries_capped: bool = False
+
+    @cached_property
+    def applicable(self) -> tuple[str, ...]:
+        return self.trace.applicable
 
     @property
     def shown(self) -> list[Stage]:
@@ -214,7 +235,7 @@ class _Page:
     def whole(self) -> bool:
         """Whether every stage was kept, as worked cells need (trace_file(stages=...) keeps
         fewer: then the page has no derivations)."""
-        return all(name in self.trace for name in self.trace.applicable)
+        return all(name in self.trace for name in self.applicable)
 
     @property
     def full(self) -> bool:
@@ -249,7 +270,9 @@ class _Page:
         sections = [self._section(k, s) for k, s in enumerate(self.shown)]
         out += self.notes
         if self.worked_capped:
-            out.append(self._note("worked_cap", cap=MAX_WORKED))
+            out.append(self._note("worked_cap", cap=self.max_worked))
+        if self.entries_capped:
+            out.append(self._note("entries_cap", cap=self.max_entries))
         out += sections
         out.append('</main><aside class="derivation" data-role="derivation" aria-live="polite">')
         out.append(f'<p class="hint">{_both(_word("hint"))}</p></aside></div>')
@@ -484,16 +507,19 @@ class _Page:
     def _derivation(self, stage: Stage, at: tuple[int, ...]) -> int | None:
         """The id of the derivation of the number at ``at`` (a worked cell's text under this
         stage, en and zh), made once per worked cell and stage; None where there is none."""
+        from attn_cli.present.entries import ENTRY_STAGES
         from attn_cli.present.explain_registry import cell_part
 
-        if cell_part(stage.name) is None or "softmax" not in self.trace.applicable:
+        if stage.name in ENTRY_STAGES:
+            return self._entry(stage, at)
+        if cell_part(stage.name) is None or "softmax" not in self.applicable:
             return None  # a worked cell is a softmax row's (linear attention has none)
         key = self._worked_key(stage, at)
         if key is None:
             return None
         if (key, stage.name) in self.ids:
             return self.ids[(key, stage.name)]
-        if key not in self.cells and len(self.cells) >= MAX_WORKED:
+        if key not in self.cells and len(self.cells) >= self.max_worked:
             self.worked_capped = True
             return None
         texts = self._texts(key, stage.name)
@@ -503,6 +529,26 @@ class _Page:
             self.derivations.append(texts)
         self.ids[(key, stage.name)] = w
         return w
+
+    def _entry(self, stage: Stage, at: tuple[int, ...]) -> int | None:
+        """The id of the derivation of a Q, K, V, concat or projected entry (its own, one an
+        entry), up to ``max_entries`` of them; None where there is none."""
+        from attn_cli.present.entries import entry_text
+
+        if not self.whole:
+            return None
+        if self.entries >= self.max_entries:
+            self.entries_capped = True
+            return None
+        texts: dict[str, Any] = {}
+        for lang in LANGS:
+            part = entry_text(self.trace, stage.name, at, lang, self.options.precision)
+            if part is None:
+                return None
+            texts[lang] = _cell_json(part)
+        self.entries += 1
+        self.derivations.append(texts)
+        return len(self.derivations) - 1
 
     def _worked_key(self, stage: Stage, at: tuple[int, ...]) -> tuple[int, int, int, int] | None:
         """(batch, head, query, key) of the worked cell whose text derives this number."""
