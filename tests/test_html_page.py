@@ -137,7 +137,7 @@ def test_the_template_is_package_data() -> None:
     root = Path(__file__).resolve().parent.parent
     config = tomllib.loads((root / "pyproject.toml").read_text(encoding="utf-8"))
     listed = config["tool"]["setuptools"]["package-data"]["attn_cli.present"]
-    assert set(listed) == {"page.html", "page.js"}
+    assert {"page.html", "page.js", "model.js"} <= set(listed)  # model.js: the model view's
     assert "attn_cli.present" in config["tool"]["setuptools"]["packages"]
     assert all((root / "attn_cli" / "present" / name).is_file() for name in listed)
 

@@ -1,11 +1,20 @@
 """``attn import``: one attention layer of a real checkpoint, written as a fixture."""
 
+from enum import Enum
 from pathlib import Path
 from typing import Annotated, Any, Optional
 
 import typer
 
-from attn_cli.cli.options import LangOption, MaxMemoryOption, QuietOption, WidthOption, parse_size
+from attn_cli.cli.options import (
+    LangOption,
+    MaxMemoryOption,
+    QuietOption,
+    Theme,
+    ThemeOption,
+    WidthOption,
+    parse_size,
+)
 from attn_cli.cli.output import emit, note
 from attn_cli.errors import UsageError, printable
 
@@ -77,6 +86,26 @@ CheckLogitsOption = Annotated[
 JsonOption = Annotated[bool, typer.Option("--json", help="The model view (--layer all) as JSON.")]
 
 
+class ViewFormat(str, Enum):
+    """How --layer all writes the model view."""
+
+    text = "text"
+    json = "json"
+    html = "html"
+
+
+ViewFormatOption = Annotated[
+    ViewFormat,
+    typer.Option(
+        "--format",
+        "-f",
+        help="The model view (--layer all): text, json (as --json), or html: one "
+        "self-contained page, every layer x head a thumbnail that opens its layer's trace "
+        "(with -o FILE.html).",
+    ),
+]
+
+
 def import_(
     checkpoint: CheckpointArgument,
     output: OutputOption = None,
@@ -89,6 +118,8 @@ def import_(
     max_memory: MaxMemoryOption = None,
     check_logits: CheckLogitsOption = False,
     as_json: JsonOption = False,
+    view_format: ViewFormatOption = ViewFormat.text,
+    theme: ThemeOption = Theme.dark,
     width: WidthOption = None,
     lang: LangOption = None,
     quiet: QuietOption = False,
@@ -105,6 +136,8 @@ def import_(
 
       attn import ./gpt2 --text "The cat" --layer all         # every head
 
+      attn import ./gpt2 --text "The cat" --layer all -f html -o view.html
+
       attn import ./gpt2 --layer 5 --hidden h5.npy -o g.npz   # X given
 
       attn trace m.npz --stage softmax                        # then trace it
@@ -113,13 +146,17 @@ def import_(
 
     budget = None if max_memory is None else parse_size(max_memory)
     chosen = check_layer_choice(layer)
+    fmt = ViewFormat.json if as_json else view_format
     if chosen is None or check_logits:
         _whole_model(checkpoint, output, chosen, text, hidden, config, arch, budget,
-                     (check_logits, as_json, width, lang, quiet))  # fmt: skip
+                     (check_logits, fmt, width, lang, quiet, theme))  # fmt: skip
         if chosen is None:
             return
     if as_json:
         raise UsageError("", "--json", "is for the model view", "--layer all")
+    if view_format is not ViewFormat.text:
+        raise UsageError("", "--format", f"{view_format.value} is for the model view",
+                         "--layer all")  # fmt: skip
     if output is None:
         raise UsageError("", "--output", "missing", "the fixture to write, FILE.npz")
     _import_one(checkpoint, output, chosen, hidden, text, config, arch, force, budget, quiet)
@@ -160,7 +197,7 @@ def _import_one(
 def _whole_model(
     checkpoint: Path, output: Optional[Path], layer: Optional[int], text: Optional[str],  # noqa: UP045
     hidden: Optional[Path], config: Optional[Path], arch: Optional[str],  # noqa: UP045
-    budget: Optional[int], how: tuple[bool, bool, Optional[int], Any, bool],  # noqa: UP045
+    budget: Optional[int], how: tuple[bool, ViewFormat, Optional[int], Any, bool, Theme],  # noqa: UP045
 ) -> None:  # fmt: skip
     """Every layer from the text: the model view (--layer all) and/or the top-5 next tokens."""
     import os
@@ -168,33 +205,48 @@ def _whole_model(
     from attn_cli.io.forward import top_tokens, walk
     from attn_cli.present.i18n import Lang, default_lang
 
-    check_logits, as_json, width, lang, quiet = how
+    check_logits, fmt, width, lang, quiet, theme = how
     what = "--layer all" if layer is None else "--check-logits"
     if text is None or hidden is not None:
         got = "missing" if text is None else "given with --hidden"
         raise UsageError("", "--text", got, f"a text ({what} computes every layer from it)")
-    if layer is None and output is not None:
+    if layer is None and output is not None and fmt is not ViewFormat.html:
         raise UsageError(
             str(output), "--output", "is given with --layer all",
-            "no --output: the model view is printed (a fixture holds one layer)",
+            "no --output: the model view is printed (a fixture holds one layer; "
+            "-f html writes a page)",
         )  # fmt: skip
-    w = walk(checkpoint, text, through=None, config=config, arch=arch, max_memory=budget,
-             logits=check_logits)  # fmt: skip
-    for text_of_note in w.notes:
-        note(f"Note: {printable(text_of_note)}", quiet=quiet)
     language: Lang = (
         default_lang(os.environ) if lang is None else ("zh" if str(lang.value) == "zh" else "en")
     )
+    pages = None
+    if layer is None and fmt is ViewFormat.html:  # each layer's trace page, as it is made
+        from attn_cli.present.model_page import LayerPages
+        from attn_cli.present.options import RenderOptions
+
+        pages = LayerPages(RenderOptions(lang=language), theme.value)
+    w = walk(checkpoint, text, through=None, config=config, arch=arch, max_memory=budget,
+             logits=check_logits, each_trace=pages)  # fmt: skip
+    for text_of_note in w.notes:
+        note(f"Note: {printable(text_of_note)}", quiet=quiet)
     top = None if w.logits is None else top_tokens(checkpoint, config, w.logits)
     if layer is None:
         from attn_cli.present.modelview import ModelView, render_json, render_text
 
         view = ModelView.of(w.family, [printable(t) for t in w.tokens], w.weights)
-        if as_json:  # the top next tokens inside the JSON: standard output stays one document
+        if pages is not None:
+            from attn_cli.present.model_page import model_page
+
+            page = model_page(view, pages, printable(str(checkpoint)), language, theme.value)
+            emit(page, output, quiet=quiet)
+            if output is None:  # standard output stays one document
+                return
+        elif fmt is ViewFormat.json:  # the top next tokens inside the JSON: one document
             emit(render_json(view, next_tokens=top), None, escape="json")
             return
-        columns = width if width is not None else _terminal_width()
-        emit(render_text(view, columns, language), None)
+        else:
+            columns = width if width is not None else _terminal_width()
+            emit(render_text(view, columns, language), None)
     if top is not None:
         lines = [f"Next token after {printable(w.tokens[-1])!r} (final norm, LM head in NumPy):"]
         lines += [f"  {p:8.4f}  {printable(tok)!r} (id {i})" for tok, i, p in top]

