@@ -189,6 +189,8 @@ def test_every_example_page(browser: Any, tmp_path: Path, name: str) -> None:
     assert opened.title() == names[0]
     # 3) derivations show the numbers they are computed from (linear attention has no softmax
     # row to work: its cells show their formula)
+    check_entry_derivations(opened, trace, name)
+    opened.page.keyboard.press("Escape")  # let go of it: below, the last derived is output's
     if "softmax" in trace["stages"]:
         check_derivations(opened, trace)
     # 4) the language switch brings the Chinese texts
@@ -248,6 +250,37 @@ def check_derivations(opened: Opened, trace: dict[str, Any]) -> None:
     for j, w in list(enumerate(weights))[:6]:
         assert f"{in_formula(w)}×{as_factor(v[j][0])}" in text, (w, v[j][0], text)
     assert shown(at(stages["output"]["data"], (*lead, h, q, 0))).lstrip("-") in text
+
+
+NOT_X_TIMES_W = {"deepseek_mla", "gated_deltanet"}  # Q, K, V made past X·W (a latent, a conv)
+
+
+def check_entry_derivations(opened: Opened, trace: dict[str, Any], name: str) -> None:
+    """A Q, a concat and a projected entry (issue 26): each derivation holds its inputs."""
+    stages = trace["stages"]
+    cfg = trace["config"]
+    lead = (0,) if cfg["batch"] is not None else ()
+    h, t = cfg["heads"] - 1, min(1, stages["Q"]["shape"][-2] - 1)
+    text = opened.click("Q", (*lead, h, t, 0))
+    if "X" in stages and name not in NOT_X_TIMES_W:  # Q = X·W_Q (+ b_Q): the X row's terms
+        x_row = at(stages["X"]["data"], (*lead, t))
+        assert "·W_Q[:, " in text, text
+        for x in x_row[:6]:
+            assert f"{as_factor(x)}×" in text, (x, text)
+        assert shown(at(stages["Q"]["data"], (*lead, h, t, 0))).lstrip("-") in text
+    else:
+        assert "No worked derivation" in text, text  # the formula instead
+    if "concat" in stages:  # the last column: the last head's last output column
+        col = stages["concat"]["shape"][-1] - 1
+        text = opened.click("concat", (*lead, t, col))
+        d_v = col + 1 if cfg["heads"] == 1 else (col + 1) // cfg["heads"]
+        assert f"head {cfg['heads'] - 1}, " in text and f" = {cfg['heads'] - 1} × {d_v} + " in text
+        assert shown(at(stages["concat"]["data"], (*lead, t, col))).lstrip("-") in text
+    if "projected" in stages:  # concat row · W_O column: the concat row's terms
+        text = opened.click("projected", (*lead, t, 0))
+        for c in at(stages["concat"]["data"], (*lead, t))[:6]:
+            assert f"{as_factor(c)}×" in text, (c, text)
+        assert shown(at(stages["projected"]["data"], (*lead, t, 0))).lstrip("-") in text
 
 
 def trace_cell(stages: dict[str, Any]) -> tuple[int, int]:

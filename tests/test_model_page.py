@@ -133,8 +133,8 @@ def test_every_tiny_checkpoint_page(browser: Any, tmp_path: Path, case: str) -> 
     layer, head = layers - 1, heads - 1
     frame = open_a_layer(opened, layer, head, heads)
     shown = frame_weights(frame, head)  # the trace's softmax, as its page shows it
-    for (i, j), text in thumbs(path.read_text(encoding="utf-8"))[(layer, head)][1].items():
-        assert shown[(i, j)] == text
+    assert len(shown) == attentions.shape[-1] ** 2  # 7 tokens: nothing elided
+    assert shown == thumbs(path.read_text(encoding="utf-8"))[(layer, head)][1]
     opened.page.click("[data-role='lang']")  # the language follows into the layer's page
     assert opened.page.get_attribute("html", "lang") == "zh-Hans"
     frame = opened.page.frame_locator("[data-role='frame'] iframe")
@@ -178,9 +178,10 @@ def test_the_minilm_page(browser: Any, tmp_path: Path, record_property: Any) -> 
     opened = Opened(browser, path)
     assert opened.page.eval_on_selector_all("figure.thumb", "f => f.length") == 6 * 12
     frame = open_a_layer(opened, 3, 7, 12)
-    shown = frame_weights(frame, 7)
-    for (i, j), text in thumbs(html)[(3, 7)][1].items():
-        assert shown[(i, j)] == text
+    shown = frame_weights(frame, 7)  # 13 tokens: the trace's tables show 6 rows × 6 keys
+    assert len(shown) == 36
+    thumb = thumbs(html)[(3, 7)][1]
+    assert all(thumb[ij] == text for ij, text in shown.items())
     assert opened.errors() == []
     assert set(opened.requests) == {opened.url}
     opened.page.close()
