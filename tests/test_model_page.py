@@ -132,6 +132,9 @@ def test_every_tiny_checkpoint_page(browser: Any, tmp_path: Path, case: str) -> 
     assert opened.page.eval_on_selector_all("figure.thumb", "f => f.length") == layers * heads
     layer, head = layers - 1, heads - 1
     frame = open_a_layer(opened, layer, head, heads)
+    opened.page.keyboard.press("ArrowRight")  # the keyboard is the layer page's
+    assert frame.locator("[data-role='stage-title']").text_content() == "output"
+    opened.page.keyboard.press("ArrowLeft")
     shown = frame_weights(frame, head)  # the trace's softmax, as its page shows it
     assert len(shown) == attentions.shape[-1] ** 2  # 7 tokens: nothing elided
     assert shown == thumbs(path.read_text(encoding="utf-8"))[(layer, head)][1]
@@ -258,3 +261,31 @@ def test_hostile_tokens_and_a_layer_left_out(browser: Any, tmp_path: Path) -> No
     assert opened.dialogs == []
     assert opened.errors() == []
     opened.page.close()
+
+
+@needs_models
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--format", "html", "-o", "x.npz"], "--format: html is for the model view, expected "
+         "--layer all"),
+        (["--layer", "all", "-f", "text", "-o", "x.html"], "--output: is given with --layer all"),
+    ],
+)  # fmt: skip
+def test_the_page_is_the_model_views(args: list[str], message: str) -> None:
+    result = run_cli("import", str(FORWARD / "llama"), "--text", "a b", *args)
+    assert result.exit_code == 2
+    assert message in result.stderr, result.stderr
+
+
+@needs_models
+@pytest.mark.slow
+def test_the_page_to_standard_output() -> None:
+    """Without -o the page is standard output: one document, even with --check-logits."""
+    args = ["--layer", "all", "-f", "html", "--check-logits", "--lang", "zh", "--theme", "light"]
+    result = run_cli("import", str(FORWARD / "gpt2"), "--text", "a b c", *args)
+    assert result.exit_code == 0, result.stderr
+    page = result.stdout
+    assert page.startswith("<!DOCTYPE html>") and page.rstrip().endswith("</html>")
+    assert '<body data-lang="zh" data-theme="light"' in result.stdout
+    assert len(thumbs(result.stdout)) == 3 * 2

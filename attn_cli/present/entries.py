@@ -135,7 +135,7 @@ def _dot(
     shown_at, where, x_name, token, w_name, col = names
     row, column, bias, b_name = numbers
     value = float(np.asarray(trace[stage].data)[at])
-    products = [float(a) * float(w) for a, w in zip(row, column, strict=True)]
+    products = (np.asarray(row, dtype=np.float64) * np.asarray(column, dtype=np.float64)).tolist()
     total = math.fsum([*products, bias or 0.0])
     size = math.fsum([*map(abs, products), abs(bias or 0.0)])
     if abs(total - value) > 1e-5 * size + 1e-12:  # float32 runs round at about 1e-7 of it

@@ -50,9 +50,9 @@
     var frame = document.createElement("iframe");
     frame.setAttribute("sandbox", "allow-scripts");
     frame.setAttribute("title", layerTitle.textContent);
+    frame.addEventListener("load", function () { frame.contentWindow.focus(); });  // its keys
     frame.srcdoc = page[0] + tag + page[1];
     frameBox.appendChild(frame);
-    frame.focus();
   }
 
   function close() {

@@ -30,6 +30,7 @@ from attn_cli.errors import printable
 from attn_cli.present.html_page import (
     LANG_TAGS,
     LANGS,
+    MAX_WORKED,
     _asset,
     _esc,
     _split,
@@ -45,9 +46,9 @@ if TYPE_CHECKING:
     from attn_cli.core.pipeline import Trace
 
 MODEL_CELLS = 150_000  # thumbnail cells in all: past it maps pool smaller, then layers elide
-LAYER_BYTES = 24_000_000  # the layers' embedded trace pages in all; past it, left out (said)
-LAYER_WORKED = 120  # derivations a layer's page embeds: worked cells ...
-LAYER_ENTRIES = 200  # ... and Q, K, V, concat, projected entries
+LAYER_BYTES = 32_000_000  # the layers' embedded trace pages in all; past it, left out (said)
+LAYER_WORKED = MAX_WORKED  # derivations a layer's page embeds: every head's worked cells ...
+LAYER_ENTRIES = 300  # ... and the first Q, K, V, concat, projected entries (as a trace page: 1,500)
 PRECISION = 4
 OPEN_STAGE = "softmax"
 
@@ -57,7 +58,7 @@ WORDS: dict[Lang, dict[str, Any]] = {
         "theme": "light / dark",
         "back": "← model view",
         "hint": "Hover a map to read its weights; click it to open that layer's whole trace "
-        "at its softmax, with the head chosen. ← model view (or Escape) comes back.",
+        "at its softmax, with the head chosen (→ / ← step its stages); ← model view comes back.",
         "layer_title": "layer {layer} · head {head}",
         "status": "layer {layer} · head {head} · query {q} → key {k}: {w}",
         "pooled_status": "layer {layer} · head {head} · queries {q} → keys {k}: {w} "
@@ -79,7 +80,7 @@ WORDS: dict[Lang, dict[str, Any]] = {
         "theme": "浅色 / 深色",
         "back": "← 模型总览",
         "hint": "鼠标悬停在一幅图上可读出权重；点击它，打开这一层完整的追踪，"
-        "停在 softmax 这一步，并选中这个头。点 ← 模型总览（或按 Escape）返回。",
+        "停在 softmax 这一步，并选中这个头（→ / ← 切换步骤）；点 ← 模型总览返回。",
         "layer_title": "第 {layer} 层 · 头 {head}",
         "status": "第 {layer} 层 · 头 {head} · 查询 {q} → 键 {k}：{w}",
         "pooled_status": "第 {layer} 层 · 头 {head} · 查询 {q} → 键 {k}：{w}"
