@@ -18,8 +18,10 @@ import numpy as np
 import pytest
 from conftest import run_cli
 from test_html_browser import MISSING, Opened, browser  # noqa: F401  (browser: a fixture)
+from test_html_browser import shown as as_shown
 
 from attn_cli.api import trace_file
+from attn_cli.io.forward import walk
 from attn_cli.present.model_page import (
     LAYER_BYTES,
     MODEL_CELLS,
@@ -128,6 +130,9 @@ def test_every_tiny_checkpoint_page(browser: Any, tmp_path: Path, case: str) -> 
     layers, heads = attentions.shape[:2]
     path = page_of(tmp_path, FORWARD / case, ref["text"])
     check_cells(path.read_text(encoding="utf-8"), attentions)
+    walked = walk(FORWARD / case, ref["text"], through=None).weights  # what the page was made of
+    for (layer, h), (_, cells) in thumbs(path.read_text(encoding="utf-8")).items():
+        assert all(text == as_shown(float(walked[layer][h][ij])) for ij, text in cells.items())
     opened = Opened(browser, path)
     assert opened.page.eval_on_selector_all("figure.thumb", "f => f.length") == layers * heads
     layer, head = layers - 1, heads - 1

@@ -45,7 +45,7 @@ from attn_cli.present.text import format_number
 if TYPE_CHECKING:
     from attn_cli.core.pipeline import Trace
 
-MODEL_CELLS = 150_000  # thumbnail cells in all: past it maps pool smaller, then layers elide
+MODEL_CELLS = 100_000  # thumbnail cells in all: past it maps pool smaller, then layers elide
 LAYER_BYTES = 32_000_000  # the layers' embedded trace pages in all; past it, left out (said)
 LAYER_WORKED = MAX_WORKED  # derivations a layer's page embeds: every head's worked cells ...
 LAYER_ENTRIES = 300  # ... and the first Q, K, V, concat, projected entries (as a trace page: 1,500)
@@ -192,7 +192,7 @@ figure.thumb { margin: 0; cursor: pointer; text-align: center; border: 2px solid
   border-radius: 3px; padding: 1px; }
 figure.thumb:hover, figure.thumb:focus { border-color: var(--sel); outline: none; }
 figure.thumb table { border-collapse: collapse; margin: 0 auto; }
-figure.thumb td { padding: 0; border: 0; }
+figure.thumb td { padding: 0; border: 0; width: var(--px); height: var(--px); }
 figure.thumb figcaption { font: 11px ui-monospace, monospace; color: var(--dim);
   min-height: 1.3em; }
 .model .status { font-family: ui-monospace, monospace; min-height: 1.5em; color: var(--accent); }
@@ -295,15 +295,14 @@ class _Body:
         for i, row in enumerate(m):
             cells = "".join(
                 f'<td data-index="{i},{j}" data-shown="{format_number(float(w), PRECISION)}" '
-                f'style="background:{viridis(min(1.0, max(0.0, float(w))))};width:{px}px;'
-                f'height:{px}px"></td>'
+                f'style="background:{viridis(min(1.0, max(0.0, float(w))))}"></td>'
                 for j, w in enumerate(row)
             )
             rows.append(f"<tr>{cells}</tr>")
         hint = _both(lambda lang: HINTS[lang][kind])
         return (
             f'<figure class="thumb" data-layer="{layer}" data-head="{h}" data-kind="{kind}" '
-            f'tabindex="0" role="button"><table>{"".join(rows)}</table>'
+            f'tabindex="0" role="button"><table style="--px:{px}px">{"".join(rows)}</table>'
             f"<figcaption>{hint}</figcaption></figure>"
         )
 
