@@ -47,12 +47,25 @@
     noTrace.hidden = true;
     var tag = '<body data-lang="' + body.dataset.lang + '" data-theme="' + body.dataset.theme +
       '" data-open-stage="' + data.open_stage + '" data-open-head="' + Number(head) + '" data-ready="0">';
-    var frame = document.createElement("iframe");
-    frame.setAttribute("sandbox", "allow-scripts");
-    frame.setAttribute("title", layerTitle.textContent);
-    frame.addEventListener("load", function () { frame.contentWindow.focus(); });  // its keys
-    frame.srcdoc = page[0] + tag + page[1];
-    frameBox.appendChild(frame);
+    var asked = opened;
+    unzip(page[0]).then(function (text) {
+      if (opened !== asked) { return; }  // another thumbnail was clicked meanwhile
+      var frame = document.createElement("iframe");
+      frame.setAttribute("sandbox", "allow-scripts");
+      frame.setAttribute("title", layerTitle.textContent);
+      frame.addEventListener("load", function () { frame.contentWindow.focus(); });  // its keys
+      frame.srcdoc = text.replace(page[1], tag);  // the first <body ...>: the page's own
+      frameBox.textContent = "";
+      frameBox.appendChild(frame);
+    });
+  }
+
+  function unzip(b64) {  // a layer's page: gzip in base64 (present/model_page.py LayerPages)
+    var raw = atob(b64);
+    var bytes = new Uint8Array(raw.length);
+    for (var i = 0; i < raw.length; i++) { bytes[i] = raw.charCodeAt(i); }
+    var stream = new Blob([bytes]).stream().pipeThrough(new DecompressionStream("gzip"));
+    return new Response(stream).text();
   }
 
   function close() {

@@ -6,7 +6,7 @@ columns; pooled as the terminal's model view pools when the sentence is long), s
 from 0 to 1, with its head-type hint (present/modelview.py, core/headtypes.py) in English and
 Chinese. Clicking one opens that layer's whole trace page (``trace_page``, the same page.js) in
 an ``<iframe srcdoc sandbox="allow-scripts">`` at its softmax stage with the head chosen. Each
-layer's page is made while the walk runs (io/forward.py ``each_trace``) and kept as text, up to
+layer's page is made while the walk runs (io/forward.py ``each_trace``) and kept gzipped, up to
 a byte cap; the page says which layers it left out and which thumbnails it pooled or elided.
 
 The template is the trace page's (page.html: its Content-Security-Policy, themes, language
@@ -17,6 +17,7 @@ its parent's policy beside its own.
 from __future__ import annotations
 
 import base64
+import gzip
 import hashlib
 import math
 import re
@@ -46,7 +47,7 @@ if TYPE_CHECKING:
     from attn_cli.core.pipeline import Trace
 
 MODEL_CELLS = 100_000  # thumbnail cells in all: past it maps pool smaller, then layers elide
-LAYER_BYTES = 32_000_000  # the layers' embedded trace pages in all; past it, left out (said)
+LAYER_BYTES = 16_000_000  # the layers' trace pages in all, gzipped; past it, left out (said)
 LAYER_WORKED = MAX_WORKED  # derivations a layer's page embeds: every head's worked cells ...
 LAYER_ENTRIES = 300  # ... and the first Q, K, V, concat, projected entries (as a trace page: 1,500)
 PRECISION = 4
@@ -103,14 +104,15 @@ _BODY_TAG = re.compile(r"<body [^>]*>")
 
 @dataclass
 class LayerPages:
-    """The walk's ``each_trace`` hook: each layer's trace page, made as its trace is, kept as
-    its text before and after the ``<body>`` tag (the model page's script writes that tag: the
-    language, the theme, the stage and head to open at), up to ``cap`` bytes in all."""
+    """The walk's ``each_trace`` hook: each layer's trace page, made as its trace is, kept
+    gzipped in base64 (a page of numbers shrinks about fourfold; the model page's script unzips
+    it with the browser's DecompressionStream), with its ``<body>`` tag, which the script writes
+    anew (the language, the theme, the stage and head to open at); up to ``cap`` bytes in all."""
 
     options: RenderOptions = field(default_factory=RenderOptions)
     theme: str = "dark"
     cap: int = LAYER_BYTES
-    pages: dict[int, tuple[str, str]] = field(default_factory=dict)
+    pages: dict[int, tuple[str, str]] = field(default_factory=dict)  # (gzip base64, body tag)
     left_out: list[int] = field(default_factory=list)
     size: int = 0
 
@@ -120,13 +122,14 @@ class LayerPages:
             return
         page = trace_page(trace, self.options, self.theme, max_worked=LAYER_WORKED,
                           max_entries=LAYER_ENTRIES)  # fmt: skip
-        if self.size + len(page) > self.cap:
+        tag = _BODY_TAG.search(page)
+        assert tag is not None  # page.html's own, the first <body (token text is escaped)
+        packed = base64.b64encode(gzip.compress(page.encode("utf-8"), 6, mtime=0)).decode()
+        if self.size + len(packed) > self.cap:
             self.left_out.append(layer)
             return
-        tag = _BODY_TAG.search(page)
-        assert tag is not None  # page.html's own
-        self.pages[layer] = (page[: tag.start()], page[tag.end() :])
-        self.size += len(page)
+        self.pages[layer] = (packed, tag.group(0))
+        self.size += len(packed)
 
 
 def layout(layers: int, heads: int, T: int, cap: int | None = None) -> tuple[int, list[int]]:
