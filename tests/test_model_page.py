@@ -294,3 +294,47 @@ def test_the_page_to_standard_output() -> None:
     assert page.startswith("<!DOCTYPE html>") and page.rstrip().endswith("</html>")
     assert '<body data-lang="zh" data-theme="light"' in result.stdout
     assert len(thumbs(result.stdout)) == 3 * 2
+
+
+@pytest.mark.slow
+def test_a_big_model_gives_a_bounded_page() -> None:
+    """48 layers × 32 heads × 40 tokens: the maps pool to 8 × 8 (98,304 cells, under the
+    cap), and the page's markup stays a few MB, said on the page."""
+    rng = np.random.default_rng(0)
+    weights = []
+    for _ in range(48):
+        w = rng.random((32, 40, 40))
+        weights.append(w / w.sum(axis=-1, keepdims=True))  # rows sum to 1
+    view = ModelView.of("big", [f"t{i}" for i in range(40)], weights)
+    html = model_page(view, LayerPages(), "ckpt")
+    got = thumbs(html)
+    assert len(got) == 48 * 32
+    assert sum(len(cells) for _, cells in got.values()) == 48 * 32 * 64 <= MODEL_CELLS
+    assert "pooled to 8 × 8" in html
+    assert len(html.encode("utf-8")) < 8_000_000
+    # a pooled cell: the mean over its queries of the weight summed over its keys (a loop)
+    edges = [round(k * 40 / 8) for k in range(9)]
+    A = weights[47][31]
+    for (i, j), text in got[(47, 31)][1].items():
+        rows = range(edges[i], edges[i + 1])
+        cell = sum(sum(A[q, edges[j] : edges[j + 1]]) for q in rows) / len(rows)
+        assert abs(float(text) - cell) <= 0.5e-4 + 1e-12
+
+
+def test_the_layers_pages_stop_at_their_cap() -> None:
+    """A cap that holds one layer's page: the first is kept (gzipped), the others left out."""
+    import base64
+    import gzip
+
+    trace = trace_file("causal_multihead")
+    one = LayerPages()
+    one(0, trace)
+    packed, tag = one.pages[0]
+    page = gzip.decompress(base64.b64decode(packed)).decode("utf-8")
+    assert page.startswith("<!DOCTYPE html>") and page.index(tag) == page.index("<body")
+    pages = LayerPages(cap=len(packed) + 10)
+    for layer in range(3):
+        pages(layer, trace)
+    assert list(pages.pages) == [0] and pages.left_out == [1, 2]
+    html = model_page(constructed_view(), pages, "ckpt")
+    assert "Layers 1–2 have no trace on this page" in html
