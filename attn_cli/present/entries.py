@@ -97,7 +97,8 @@ def _qkv(trace: Trace, stage: str, at: tuple[int, ...], lang: Lang, p: int) -> C
     bias = None if b is None else float(np.asarray(b)[col])
     labels = trace.query_labels if stage == "Q" else trace.key_labels
     token = safe(labels[t])
-    where = [*_batch(trace, idx, lang), f"{label(lang, head_axis)} {h}"]
+    named = "kv_head" if head_axis == "kv_head" and inp.kv_heads != inp.heads else "head"
+    where = [*_batch(trace, idx, lang), f"{label(lang, named)} {h}"]
     return _dot(
         trace, stage, at, lang, p,
         (f"{token}, {c}", where, "X_kv" if cross else "X", token, f"W_{stage}", col),

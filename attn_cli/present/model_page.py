@@ -31,6 +31,7 @@ from attn_cli.errors import printable
 from attn_cli.present.html_page import (
     LANG_TAGS,
     LANGS,
+    MAX_ENTRIES,
     MAX_WORKED,
     _asset,
     _esc,
@@ -49,7 +50,7 @@ if TYPE_CHECKING:
 MODEL_CELLS = 100_000  # thumbnail cells in all: past it maps pool smaller, then layers elide
 LAYER_BYTES = 16_000_000  # the layers' trace pages in all, gzipped; past it, left out (said)
 LAYER_WORKED = MAX_WORKED  # derivations a layer's page embeds: every head's worked cells ...
-LAYER_ENTRIES = 300  # ... and the first Q, K, V, concat, projected entries (as a trace page: 1,500)
+LAYER_ENTRIES = MAX_ENTRIES  # ... and Q, K, V, concat, projected entries, as a trace page
 PRECISION = 4
 OPEN_STAGE = "softmax"
 
