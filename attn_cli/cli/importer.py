@@ -136,7 +136,7 @@ def import_(
 
       attn import ./gpt2 --text "The cat" --layer all         # every head
 
-      attn import ./gpt2 --text "The cat" --layer all -f html -o view.html
+      attn import ./gpt2 --text "The" --layer all -f html     # as a page
 
       attn import ./gpt2 --layer 5 --hidden h5.npy -o g.npz   # X given
 
