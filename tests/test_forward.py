@@ -456,3 +456,19 @@ def test_a_layernorm_block_missing_a_tensor_is_refused(tmp_path: Path) -> None:
     assert "model.layers.0.post_attention_layernorm.weight" in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1
     assert not (tmp_path / "x.npz").exists()
+
+
+@pytest.mark.parametrize(("use_bias", "biases"), [(True, 2), (False, 0)])
+def test_starcoder2_use_bias_decides_the_mlp_biases(use_bias: bool, biases: int) -> None:
+    """StarCoder2's c_fc / c_proj have biases only with use_bias (its attention's too)."""
+    from attn_cli.io.families import Config, plan_layer
+    from attn_cli.io.forward import block_plan
+
+    data = {**json.loads((FORWARD / "starcoder2" / "config.json").read_text()),
+            "use_bias": use_bias}  # fmt: skip
+    cfg = Config(data, "config.json")
+    bp = block_plan(cfg, "starcoder2", plan_layer(cfg, "starcoder2", 1))
+    names = [t.name for t in bp.tensors]
+    assert sum(n.startswith("layers.1.mlp.") and n.endswith(".bias") for n in names) == biases
+    assert "layers.1.post_attention_layernorm.bias" in names  # nn.LayerNorm: always a bias
+    assert (bp.placement, bp.act) == ("pre", "gelu_pytorch_tanh")
