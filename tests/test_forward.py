@@ -213,6 +213,24 @@ def test_an_mlp_bias_the_config_turns_off_is_refused(tmp_path: Path) -> None:
     assert len(result.stderr.strip().splitlines()) == 1
 
 
+@needs_models
+@pytest.mark.parametrize(
+    ("key", "args"),
+    [("residual_multiplier", ["--layer", "1", "-o", "x.npz"]),
+     ("logits_scaling", ["--layer", "all", "--check-logits"])],
+)  # fmt: skip
+def test_granite_multipliers_are_checked(key: str, args: list[str], tmp_path: Path) -> None:
+    """A multiplier the block reads that is 0 is refused in one line, naming the key."""
+    folder = tmp_path / "granite"
+    shutil.copytree(FORWARD / "granite", folder)
+    config = json.loads((folder / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps({**config, key: 0}))
+    result = run_cli("import", str(folder), "--text", "a b c", *args)
+    assert result.exit_code == 2
+    assert f"{key}: got 0, expected a finite number > 0" in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
+
+
 # ---------------------------------------------------------------------------------------------
 # The refusals
 

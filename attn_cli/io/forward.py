@@ -7,8 +7,10 @@ its MLP and norms by ``core/forward.py``. One layer's tensors are read at a time
 then the MLP's) and dropped before the next layer's are read.
 
 Families whose whole block is written here and checked against transformers
-(tests/reference/forward/): BLOCK_FAMILIES. Any other family is refused in one line for a layer
-past 0 (its layer 0 needs no forward).
+(tests/reference/forward/): BLOCK_FAMILIES (the dense decoders of _DENSE_A with their own
+norms and multipliers: OLMo's LayerNorm without parameters, OLMo 3's and EXAONE 4's post-norms,
+GLM-4's four norms and fused MLP, Granite's residual_multiplier and logits_scaling). Any other
+family is refused in one line for a layer past 0 (its layer 0 needs no forward).
 """
 
 from __future__ import annotations
