@@ -35,6 +35,10 @@ needs_models = pytest.mark.skipif(
 )
 
 
+# the mixture-of-experts families of issue 25's third group
+MOE = ("qwen3_next",)
+
+
 def _ref(case: str) -> dict[str, Any]:
     data: dict[str, Any] = json.loads((FORWARD / case / "reference.json").read_text())
     return data
@@ -51,7 +55,7 @@ def _close(actual: Any, expected: Any, rtol: float = 1e-4) -> None:
 def test_the_reference_covers_the_families() -> None:
     assert set(CASES) >= {"bert", "gpt2", "llama", "qwen2", "qwen3", "mistral", "gemma2",
                           "gemma3_text", "olmo2", "phi3", "gpt_neox", "gpt_neox_seq", "mixtral",
-                          "qwen2_moe", "qwen3_moe"}  # fmt: skip
+                          "qwen2_moe", "qwen3_moe"} | set(MOE)  # fmt: skip
 
 
 @needs_models
@@ -65,6 +69,9 @@ def test_every_layer_matches_transformers(case: str) -> None:
     assert len(w.entering) == len(ref["hidden"]) == 3
     for layer in range(3):
         _close(w.entering[layer], ref["hidden"][layer])  # the residual stream entering it
+        if ref["attentions"][layer] is None:  # linear attention: no softmax map, no heads
+            assert w.weights[layer].shape == (0, len(w.ids), len(w.ids))
+            continue
         _close(w.weights[layer], ref["attentions"][layer])  # its eager attention weights
     if "logits" in ref:
         _close(w.logits, ref["logits"])
@@ -361,3 +368,56 @@ def test_the_lean_reader_reads_what_safetensors_reads(tmp_path: Path) -> None:
             assert got.dtype == (np.float64 if want.dtype == np.float64 else np.float32)
         rows = reader.block("", Tensor("a", "a", (7, 3)), plan, 5, 4)  # past the end: cut
         np.testing.assert_array_equal(rows, arrays["a"][5:])
+
+
+# ---------------------------------------------------------------------------------------------
+# The mixture-of-experts families of issue 25's third group: qwen3_next, gpt_oss, deepseek_v3
+
+
+@needs_models
+@pytest.mark.slow
+def test_qwen3_next_runs_each_layer_as_its_own_kind() -> None:
+    """Layers 0 and 2 linear (Gated DeltaNet), layer 1 softmax: the model view's note names
+    them, and importing layer 1 (the full one) from the text gives transformers' weights."""
+    ref = _ref("qwen3_next")
+    w = walk(FORWARD / "qwen3_next", ref["text"], through=None)
+    assert [x.shape[0] for x in w.weights] == [0, 2, 0]
+    assert any(n.startswith("layers 0, 2: linear attention (Gated DeltaNet)") for n in w.notes)
+    result = run_cli("import", str(FORWARD / "qwen3_next"), "--text", ref["text"], "--layer",
+                     "all", "--width", "80")  # fmt: skip
+    assert result.exit_code == 0, result.stderr
+    assert "L0 (linear attention: no softmax map)" in result.stdout.splitlines()
+
+
+@needs_models
+@pytest.mark.slow
+def test_qwen3_next_deep_linear_layer_from_text(tmp_path: Path) -> None:
+    """Layer 2 (linear) imported from the text through layers 0 and 1: its fixture's X is the
+    residual stream transformers had entering layer 2, after the 1 + w input norm."""
+    ref = _ref("qwen3_next")
+    out = tmp_path / "l2.npz"
+    result = run_cli("import", str(FORWARD / "qwen3_next"), "--text", ref["text"], "--layer",
+                     "2", "-o", str(out))  # fmt: skip
+    assert result.exit_code == 0, result.stderr
+    from safetensors.numpy import load_file
+
+    x = np.asarray(ref["hidden"][2])  # (T, C) entering layer 2
+    w = load_file(str(FORWARD / "qwen3_next" / "model.safetensors"))
+    norm = w["model.layers.2.input_layernorm.weight"].astype(np.float64)
+    X = x / np.sqrt((x**2).mean(-1, keepdims=True) + 1e-6) * (1 + norm)  # Qwen3NextRMSNorm
+    _close(np.asarray(load_fixture(out).X).reshape(X.shape), X)
+
+
+@needs_models
+@pytest.mark.slow
+def test_qwen3_next_a_plain_rmsnorm_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The deliberate mistake: post_attention_layernorm and the final norm as w, not 1 + w
+    (Qwen3-Next's norms are zero-centred): layer 1's input leaves transformers' at once."""
+    import attn_cli.io.forward as forward
+
+    ref = _ref("qwen3_next")
+    monkeypatch.setattr(forward, "_RMS1P", ("gemma", "gemma2", "gemma3_text"))
+    w = walk(FORWARD / "qwen3_next", ref["text"], through=2, keep_residuals=True)
+    _close(w.entering[0], ref["hidden"][0])
+    with pytest.raises(AssertionError):
+        _close(w.entering[1], ref["hidden"][1])

@@ -7,7 +7,9 @@ its MLP and norms by ``core/forward.py``. One layer's tensors are read at a time
 then the MLP's) and dropped before the next layer's are read.
 
 Families whose whole block is written here and checked against transformers
-(tests/reference/forward/): BLOCK_FAMILIES. Any other family is refused in one line for a layer
+(tests/reference/forward/): BLOCK_FAMILIES, with Qwen3-Next's hybrid layers (a linear_attention
+layer runs as its gated_deltanet fixture; it has no softmax map, so its weights hold no heads).
+Any other family is refused in one line for a layer
 past 0 (its layer 0 needs no forward).
 """
 
@@ -45,11 +47,15 @@ from attn_cli.io.families import (
 FloatArray = np.ndarray[Any, np.dtype[np.floating[Any]]]
 
 # The families whose blocks (norm placement, MLP) are written and checked against transformers.
-BLOCK_FAMILIES = (
+BLOCK_FAMILIES: tuple[str, ...] = (
     "bert", *ROBERTA_LIKE, "gpt2", "llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2",
     "gemma3_text", "gemma3", "olmo2", "phi3", "gpt_neox", "mixtral", "qwen2_moe", "qwen3_moe",
 )  # fmt: skip
-_MOE = ("gpt_oss", "deepseek_v3", "qwen3_next")
+# the mixture-of-experts families of issue 25's third group, each checked as the others are
+BLOCK_FAMILIES += ("qwen3_next",)
+_MOE = ("gpt_oss", "deepseek_v3")
+# 1 + w RMSNorms (Gemma's, Qwen3-Next's zero-centred ones) around the MLP and at the end
+_RMS1P = ("gemma", "gemma2", "gemma3_text", "qwen3_next")
 _ENCODERS = ("bert", *ROBERTA_LIKE)
 
 
@@ -190,7 +196,7 @@ def _decoder_block(
     """Llama-like blocks: gate/up/down MLP (Phi-3's fused gate_up_proj), RMSNorms."""
     C = plan.hidden
     F = cfg.whole("intermediate_size")
-    kind: NormKind = "rms1p" if family.startswith("gemma") else "rms"
+    kind: NormKind = "rms1p" if family in _RMS1P else "rms"
     eps = cfg.number("rms_norm_eps", 1e-5 if family in ("olmo2", "phi3") else 1e-6)
     experts = _experts(cfg, family, plan, t)
     mlp = [] if experts else [t("down.weight", "mlp.down_proj.weight", C, F)]
@@ -242,19 +248,20 @@ def _experts(cfg: Config, family: str, plan: LayerPlan, t: Callable[..., Tensor]
                        t(f"e{e}.down", f"{a}experts.{e}.w2.weight", C, F)),
             E, min(k, E), True,
         )  # fmt: skip
-    if family not in ("qwen2_moe", "qwen3_moe"):
+    if family not in _QWEN_MOE:
         return None
+    E_default, k_default, normalize = _QWEN_MOE[family]
     key = "num_local_experts" if cfg.has("num_local_experts") else "num_experts"  # 5's and 4's
-    E = cfg.whole(key, 60 if family == "qwen2_moe" else 128, minimum=0)
+    E = cfg.whole(key, E_default, minimum=0)
     only = cfg.data.get("mlp_only_layers") or []
     if not isinstance(only, list) or any(type(i) is not int for i in only):
         raise cfg.error("mlp_only_layers", f"got {only!r}", "a list of layer numbers")
     if layer in only or E == 0 or (layer + 1) % cfg.whole("decoder_sparse_step", 1) != 0:
         return None
     F = cfg.whole("moe_intermediate_size")
-    k = cfg.whole("num_experts_per_tok", 4 if family == "qwen2_moe" else 8)
+    k = cfg.whole("num_experts_per_tok", k_default)
     shared = None
-    if family == "qwen2_moe":
+    if family != "qwen3_moe":  # Qwen2-MoE's and Qwen3-Next's gated shared expert
         S = cfg.whole("shared_expert_intermediate_size")
         shared = (t("s.gate", "mlp.shared_expert.gate_proj.weight", S, C),
                   t("s.up", "mlp.shared_expert.up_proj.weight", S, C),
@@ -265,8 +272,14 @@ def _experts(cfg: Config, family: str, plan: LayerPlan, t: Callable[..., Tensor]
         lambda e: (t(f"e{e}.gate", f"mlp.experts.{e}.gate_proj.weight", F, C),
                    t(f"e{e}.up", f"mlp.experts.{e}.up_proj.weight", F, C),
                    t(f"e{e}.down", f"mlp.experts.{e}.down_proj.weight", C, F)),
-        E, min(k, E), cfg.flag("norm_topk_prob", False), shared,
+        E, min(k, E), cfg.flag("norm_topk_prob", normalize), shared,
     )  # fmt: skip
+
+
+# Qwen's sparse MLPs: the config classes' defaults of num_experts, num_experts_per_tok and
+# norm_topk_prob
+_QWEN_MOE = {"qwen2_moe": (60, 4, False), "qwen3_moe": (128, 8, False),
+             "qwen3_next": (512, 10, True)}  # fmt: skip
 
 
 def head_plan(cfg: Config, family: str, plan: LayerPlan, names: set[str], prefix: str) -> HeadPlan:
@@ -288,7 +301,7 @@ def head_plan(cfg: Config, family: str, plan: LayerPlan, names: set[str], prefix
         norm = Norm("layer", eps, "f.w", "f.b")
         norm_t = ("final_layer_norm.weight", "final_layer_norm.bias")
     else:
-        kind: NormKind = "rms1p" if family.startswith("gemma") else "rms"
+        kind: NormKind = "rms1p" if family in _RMS1P else "rms"
         eps = cfg.number("rms_norm_eps", 1e-5 if family in ("olmo2", "phi3") else 1e-6)
         norm, norm_t = Norm(kind, eps, "f.w"), ("norm.weight",)
     tensors = [Tensor(role, name, (C,)) for role, name in zip(("f.w", "f.b"), norm_t, strict=False)]
@@ -386,7 +399,19 @@ def walk(
             assert x is not None
             out.logits = _logits(reader, prefix, head, plan0, x)
     out.residual = x
+    out.notes += _no_map_note(out.weights)
     return out
+
+
+def _no_map_note(weights: list[FloatArray]) -> list[str]:
+    """Qwen3-Next's linear_attention layers: computed whole, with no softmax map to show."""
+    linear = [str(i) for i, w in enumerate(weights) if w.shape[0] == 0]
+    if not linear:
+        return []
+    return [
+        f"layer{'s' * (len(linear) > 1)} {', '.join(linear)}: linear attention (Gated "
+        "DeltaNet), no softmax map: its weights hold no heads (blank in the model view)"
+    ]
 
 
 def _layer(
@@ -455,9 +480,12 @@ def _attention(
     X = x if plan.pre_norm is None else ck._normalize(x, plan.pre_norm, found)
     ck._require_finite(X, reader.source)
     fixture = ck._fixture(plan, found, X, None, Path(reader.source), None, Path("-"))
-    trace = run(validate(fixture, f"{reader.source} (layer {plan.layer})"),
-                keep=("softmax", "projected"))  # fmt: skip
-    return np.asarray(trace["softmax"].data), np.asarray(trace["projected"].data)
+    keep = ("projected",) if plan.delta is not None else ("softmax", "projected")
+    trace = run(validate(fixture, f"{reader.source} (layer {plan.layer})"), keep=keep)
+    projected = np.asarray(trace["projected"].data)
+    if plan.delta is not None:  # linear attention: no softmax map, a layer of no heads
+        return np.zeros((0, len(x), len(x))), projected  # (0, T, T)
+    return np.asarray(trace["softmax"].data), projected
 
 
 def _norm_of(norm: Norm, t: Mapping[str, FloatArray]) -> fw.Norm:

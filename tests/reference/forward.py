@@ -118,6 +118,31 @@ CASES: dict[str, tuple[Any, bool, str]] = {
 }
 
 
+# ---- the mixture-of-experts families of issue 25's third group (fwd-moe) --------------------
+
+
+def qwen3_next() -> Any:
+    # layers 0 and 2 linear_attention (Gated DeltaNet: 4 value heads over 2 key heads), layer 1
+    # full (gated) attention with its 2 heads; layers 0 and 1 a mixture (4 experts, top 2,
+    # renormalised, a gated shared expert), layer 2 dense (mlp_only_layers)
+    return tiny("Qwen3NextConfig", num_experts=4, num_experts_per_tok=2,
+                moe_intermediate_size=16, shared_expert_intermediate_size=16,
+                mlp_only_layers=[2], norm_topk_prob=True,
+                layer_types=["linear_attention", "full_attention", "linear_attention"],
+                linear_num_key_heads=2, linear_num_value_heads=4, linear_key_head_dim=4,
+                linear_value_head_dim=4)  # fmt: skip
+
+
+CASES |= {
+    "qwen3_next": (
+        qwen3_next,
+        False,
+        "hybrid: Gated DeltaNet layers 0, 2 (no softmax map: attentions null), gated full "
+        "attention layer 1; 4 experts top 2 renormalised, gated shared expert; layer 2 dense",
+    ),
+}
+
+
 def run(folder: Path, encoder: bool, ids: list[int]) -> dict[str, Any]:
     auto = AutoModel if encoder else AutoModelForCausalLM
     model = auto.from_pretrained(
@@ -135,12 +160,19 @@ def run(folder: Path, encoder: bool, ids: list[int]) -> dict[str, Any]:
         out = model(input_ids=torch.tensor([ids]), output_attentions=True, use_cache=False)
     for h in handles:
         h.remove()
-    assert len(entering) == len(layers) and len(out.attentions) == len(layers)
+    assert len(entering) == len(layers)
+    # a hybrid model (qwen3_next) records attentions for its softmax layers only: null for the
+    # others (linear attention has no softmax map)
+    kinds = getattr(model.config, "layer_types", None) or ["full_attention"] * len(layers)
+    softmax = [k != "linear_attention" for k in kinds]
+    assert len(out.attentions) == sum(softmax)
+    maps = iter(out.attentions)
     result: dict[str, Any] = {
         "ids": ids,
         "layers_path": path,
         "hidden": [fam.floats(h[0]) for h in entering],  # per layer (T, hidden)
-        "attentions": [fam.floats(a[0]) for a in out.attentions],  # per layer (heads, T, T)
+        # per layer (heads, T, T), or null
+        "attentions": [fam.floats(next(maps)[0]) if s else None for s in softmax],
     }
     if not encoder:
         result["logits"] = fam.floats(out.logits[0])  # (T, vocab)
