@@ -36,7 +36,7 @@ needs_models = pytest.mark.skipif(
 
 
 # the mixture-of-experts families of issue 25's third group
-MOE = ("qwen3_next",)
+MOE = ("qwen3_next", "gpt_oss", "deepseek_v3")
 
 
 def _ref(case: str) -> dict[str, Any]:
@@ -155,8 +155,6 @@ def test_bad_choices_are_one_line(args: list[str], message: str) -> None:
             ["--layer", "1", "-o", "x.npz"],
             "smollm3: computing a layer past 0 takes the forward",
         ),
-        ("deepseek_v3", ["--check-logits", "-o", "x.npz"], "mixture-of-experts MLP"),
-        ("deepseek_v3", ["--layer", "1", "-o", "x.npz"], "mixture-of-experts MLP"),
         ("roberta", ["--check-logits", "-o", "x.npz"], "roberta is an encoder"),
     ],
 )
@@ -421,3 +419,91 @@ def test_qwen3_next_a_plain_rmsnorm_is_caught(monkeypatch: pytest.MonkeyPatch) -
     _close(w.entering[0], ref["hidden"][0])
     with pytest.raises(AssertionError):
         _close(w.entering[1], ref["hidden"][1])
+
+
+@needs_models
+@pytest.mark.slow
+@pytest.mark.parametrize("case", ["gpt_oss", "deepseek_v3"])
+def test_moe_deep_layer_from_text(case: str, tmp_path: Path) -> None:
+    """Layer 2 imported from the text through layer 0 and the mixture of layer 1: its trace's
+    weights are transformers' (gpt-oss: sinks and a window; DeepSeek V3: MLA)."""
+    ref = _ref(case)
+    out = tmp_path / "l2.npz"
+    result = run_cli("import", str(FORWARD / case), "--text", ref["text"], "--layer", "2",
+                     "-o", str(out))  # fmt: skip
+    assert result.exit_code == 0, result.stderr
+    assert "through layers 0-1" in result.stderr
+    _close(run(load_fixture(out))["softmax"].data, ref["attentions"][2])
+
+
+def _without(name: str, change: Any) -> Any:
+    """core/forward.py's ``name`` with one argument changed: a deliberate mistake."""
+    right = getattr(fw, name)
+    return lambda *args: right(*change(list(args)))
+
+
+# (case, core function, the mistake): each leaves layer 2's input (after a mixture) wrong
+MISTAKES = {
+    "e_score_correction_bias dropped from the choice": (
+        "deepseek_v3", "route_grouped", lambda a: [a[0], a[1], 0 * a[2], *a[3:]]),
+    "routed_scaling_factor left out": (
+        "deepseek_v3", "route_grouped", lambda a: [*a[:5], 1.0]),
+    "no group limit (every group kept)": (
+        "deepseek_v3", "route_grouped", lambda a: [*a[:3], (a[3][0], a[3][0]), *a[4:]]),
+    "gpt-oss's swiglu without its clamps": (
+        "gpt_oss", "clamped_swiglu", lambda a: [a[0], a[1], math.inf]),
+    "gpt-oss's weights a softmax over every expert, not over the top k": (
+        "gpt_oss", "route_logits", lambda a: [a[0], a[1], False]),
+}  # fmt: skip
+
+
+@needs_models
+@pytest.mark.slow
+@pytest.mark.parametrize("mistake", sorted(MISTAKES))
+def test_a_moe_mistake_changes_the_layer_inputs(
+    mistake: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The reference catches each mistake: layer 1 (before any mixture, or after a dense MLP)
+    still matches, layer 2's input no longer does."""
+    case, name, change = MISTAKES[mistake]
+    ref = _ref(case)
+    monkeypatch.setattr(fw, name, _without(name, change))
+    w = walk(FORWARD / case, ref["text"], through=2, keep_residuals=True)
+    right = 1 if case == "deepseek_v3" else 0  # DeepSeek V3's layer 0 is dense
+    _close(w.entering[right], ref["hidden"][right])
+    with pytest.raises(AssertionError):
+        _close(w.residual, ref["hidden"][2])
+
+
+def test_clamped_swiglu_against_a_loop() -> None:
+    """gpt-oss's activation, column pair by column pair (gate even, up odd)."""
+    rng = np.random.default_rng(11)
+    gate_up = 3 * rng.normal(size=(4, 6))  # (T, 2F): values past the limit both ways
+    out = fw.clamped_swiglu(gate_up, 1.702, 1.5)
+    for t in range(4):
+        for f in range(3):
+            g = min(gate_up[t, 2 * f], 1.5)
+            u = max(min(gate_up[t, 2 * f + 1], 1.5), -1.5)
+            assert out[t, f] == pytest.approx((u + 1) * g / (1 + math.exp(-1.702 * g)), rel=1e-12)
+
+
+@pytest.mark.parametrize("normalize", [False, True])
+def test_grouped_routing_against_a_loop(normalize: bool) -> None:
+    """DeepSeek V3's choice, by hand: 8 experts in 4 groups of 2, the 2 groups whose two
+    corrected scores sum highest, the top 2 experts of those; weights the plain scores."""
+    rng = np.random.default_rng(5)
+    logits, correction = rng.normal(size=(6, 8)), 0.3 * rng.normal(size=8)
+    chosen, weights = fw.route_grouped(logits, 2, correction, (4, 2), normalize, 2.5)
+    for t in range(6):
+        score = [1 / (1 + math.exp(-v)) for v in logits[t]]
+        corrected = [s + c for s, c in zip(score, correction, strict=True)]
+        worth = [corrected[2 * g] + corrected[2 * g + 1] for g in range(4)]
+        groups = sorted(range(4), key=lambda g: -worth[g])[:2]
+        allowed = [e for g in groups for e in (2 * g, 2 * g + 1)]
+        top = sorted(allowed, key=lambda e: -corrected[e])[:2]
+        assert sorted(chosen[t]) == sorted(top)
+        w = {e: score[e] for e in top}
+        total = sum(w.values()) if normalize else 1.0
+        got = dict(zip(chosen[t].tolist(), weights[t].tolist(), strict=True))
+        for e in top:
+            assert got[e] == pytest.approx(2.5 * w[e] / total, rel=1e-12)

@@ -7,10 +7,11 @@ its MLP and norms by ``core/forward.py``. One layer's tensors are read at a time
 then the MLP's) and dropped before the next layer's are read.
 
 Families whose whole block is written here and checked against transformers
-(tests/reference/forward/): BLOCK_FAMILIES, with Qwen3-Next's hybrid layers (a linear_attention
-layer runs as its gated_deltanet fixture; it has no softmax map, so its weights hold no heads).
-Any other family is refused in one line for a layer
-past 0 (its layer 0 needs no forward).
+(tests/reference/forward/): BLOCK_FAMILIES. Qwen3-Next's linear_attention layers run as their
+gated_deltanet fixture (no softmax map: such a layer's weights hold no heads); its MoE, gpt-oss's
+(stacked experts with biases, the clamped swiglu, the router's bias) and DeepSeek V3's (dense
+below first_k_dense_replace, then the grouped sigmoid router and shared experts) are ``Experts``.
+Any other family is refused in one line for a layer past 0 (its layer 0 needs no forward).
 """
 
 from __future__ import annotations
@@ -52,8 +53,7 @@ BLOCK_FAMILIES: tuple[str, ...] = (
     "gemma3_text", "gemma3", "olmo2", "phi3", "gpt_neox", "mixtral", "qwen2_moe", "qwen3_moe",
 )  # fmt: skip
 # the mixture-of-experts families of issue 25's third group, each checked as the others are
-BLOCK_FAMILIES += ("qwen3_next",)
-_MOE = ("gpt_oss", "deepseek_v3")
+BLOCK_FAMILIES += ("qwen3_next", "gpt_oss", "deepseek_v3")
 # 1 + w RMSNorms (Gemma's, Qwen3-Next's zero-centred ones) around the MLP and at the end
 _RMS1P = ("gemma", "gemma2", "gemma3_text", "qwen3_next")
 _ENCODERS = ("bert", *ROBERTA_LIKE)
@@ -78,11 +78,41 @@ class Experts:
     token chooses it), top-k, renormalised or not, and Qwen2-MoE's gated shared expert."""
 
     router: Tensor
-    each: Callable[[int], tuple[Tensor, Tensor, Tensor]]  # expert e's gate, up, down
+    each: Callable[[int], tuple[Tensor, ...]]  # expert e's gate, up, down (none: stacked)
     count: int
     k: int
     normalize: bool
     shared: tuple[Tensor, Tensor, Tensor, Tensor] | None = None  # gate, up, down, its sigmoid gate
+    router_bias: Tensor | None = None  # gpt-oss: added to the router's logits
+    stacked: Stacked | None = None  # gpt-oss: every expert in one tensor each
+    grouped: Grouped | None = None  # DeepSeek V3's sigmoid router
+    plain_shared: tuple[Tensor, Tensor, Tensor] | None = None  # DeepSeek V3: gate, up, down
+
+
+@dataclass(frozen=True)
+class Stacked:
+    """gpt-oss's experts (GptOssExperts): expert e is row e of each tensor, [in, out] already;
+    gate_up's columns interleave gate and up; biases; the clamped swiglu."""
+
+    gate_up: Tensor  # (E, C, 2F)
+    gate_up_bias: Tensor  # (E, 2F)
+    down: Tensor  # (E, F, C)
+    down_bias: Tensor  # (E, C)
+    alpha: float  # swiglu_alpha
+    limit: float  # swiglu_limit
+
+    def tensors(self) -> tuple[Tensor, ...]:
+        return (self.gate_up, self.gate_up_bias, self.down, self.down_bias)
+
+
+@dataclass(frozen=True)
+class Grouped:
+    """DeepSeek V3's router (DeepseekV3TopkRouter): sigmoid scores, the choice moved by
+    e_score_correction_bias and kept to the best topk_group of n_group groups."""
+
+    correction: Tensor  # e_score_correction_bias (E,)
+    groups: tuple[int, int]  # n_group, topk_group
+    scale: float  # routed_scaling_factor
 
 
 @dataclass(frozen=True)
@@ -113,11 +143,7 @@ class Walk:
 def _refuse_family(source: str, family: str, what: str) -> None:
     if family in BLOCK_FAMILIES:
         return
-    why = (
-        "its mixture-of-experts MLP (router, top-k experts) is not computed yet"
-        if family in _MOE
-        else "its block (norm placement, MLP) is not written and checked against transformers"
-    )
+    why = "its block (norm placement, MLP) is not written and checked against transformers"
     raise InputError(
         source, "model_type", f"{family}: computing {what} takes the forward through the "
         f"layers below, and {why}", "one of " + ", ".join(BLOCK_FAMILIES) + " (or layer 0)",
@@ -197,7 +223,7 @@ def _decoder_block(
     C = plan.hidden
     F = cfg.whole("intermediate_size")
     kind: NormKind = "rms1p" if family in _RMS1P else "rms"
-    eps = cfg.number("rms_norm_eps", 1e-5 if family in ("olmo2", "phi3") else 1e-6)
+    eps = cfg.number("rms_norm_eps", 1e-5 if family in ("olmo2", "phi3", "gpt_oss") else 1e-6)
     experts = _experts(cfg, family, plan, t)
     mlp = [] if experts else [t("down.weight", "mlp.down_proj.weight", C, F)]
     if experts:
@@ -237,6 +263,8 @@ def _experts(cfg: Config, family: str, plan: LayerPlan, t: Callable[..., Tensor]
     """The layer's mixture of experts (Mixtral's block_sparse_moe, Qwen's sparse mlp), or None
     for a dense MLP (every other family; Qwen's mlp_only_layers and decoder_sparse_step)."""
     C, layer = plan.hidden, plan.layer
+    if family in _OWN_EXPERTS:
+        return _OWN_EXPERTS[family](cfg, plan, t)
     if family == "mixtral":
         E, F = cfg.whole("num_local_experts", 8), cfg.whole("intermediate_size")
         k = cfg.whole("num_experts_per_tok", 2)
@@ -282,6 +310,60 @@ _QWEN_MOE = {"qwen2_moe": (60, 4, False), "qwen3_moe": (128, 8, False),
              "qwen3_next": (512, 10, True)}  # fmt: skip
 
 
+def _gpt_oss_experts(cfg: Config, plan: LayerPlan, t: Callable[..., Tensor]) -> Experts:
+    """gpt-oss's MLP on every layer (GptOssMLP): the router with its bias, the top k logits'
+    softmax, each chosen expert a row of the stacked tensors with biases, the clamped swiglu."""
+    C = plan.hidden
+    E, F = cfg.whole("num_local_experts", 128), cfg.whole("intermediate_size", 2880)
+    k = cfg.whole("num_experts_per_tok", 4)
+    a = "mlp.experts."
+    stacked = Stacked(
+        t("experts.gate_up", f"{a}gate_up_proj", E, C, 2 * F),
+        t("experts.gate_up_bias", f"{a}gate_up_proj_bias", E, 2 * F),
+        t("experts.down", f"{a}down_proj", E, F, C),
+        t("experts.down_bias", f"{a}down_proj_bias", E, C),
+        cfg.number("swiglu_alpha", 1.702), cfg.number("swiglu_limit", 7.0),
+    )  # fmt: skip
+    return Experts(t("router", "mlp.router.weight", E, C), lambda e: (), E, min(k, E), True,
+                   router_bias=t("router.bias", "mlp.router.bias", E), stacked=stacked)  # fmt: skip
+
+
+def _deepseek_experts(cfg: Config, plan: LayerPlan, t: Callable[..., Tensor]) -> Experts | None:
+    """DeepSeek V3's MoE (DeepseekV3MoE) from layer first_k_dense_replace on (a dense MLP
+    below): the grouped sigmoid router, the routed experts, and the shared experts (one MLP
+    n_shared_experts × moe_intermediate_size wide, ungated) added to every token."""
+    C = plan.hidden
+    if plan.layer < cfg.whole("first_k_dense_replace", 3, minimum=0):
+        return None
+    E, F = cfg.whole("n_routed_experts", 256), cfg.whole("moe_intermediate_size", 2048)
+    k = cfg.whole("num_experts_per_tok", 8)
+    groups = (cfg.whole("n_group", 8), cfg.whole("topk_group", 4))
+    if E % groups[0] or groups[1] > groups[0]:
+        raise cfg.error(
+            "n_group", f"{groups[0]} groups of {E} experts, the best {groups[1]} kept",
+            "a divisor of n_routed_experts, at least topk_group",
+        )  # fmt: skip
+    S = F * cfg.whole("n_shared_experts", 1)
+    grouped = Grouped(t("router.correction", "mlp.gate.e_score_correction_bias", E), groups,
+                      cfg.number("routed_scaling_factor", 2.5))  # fmt: skip
+    return Experts(
+        t("router", "mlp.gate.weight", E, C),
+        lambda e: (t(f"e{e}.gate", f"mlp.experts.{e}.gate_proj.weight", F, C),
+                   t(f"e{e}.up", f"mlp.experts.{e}.up_proj.weight", F, C),
+                   t(f"e{e}.down", f"mlp.experts.{e}.down_proj.weight", C, F)),
+        E, min(k, E), cfg.flag("norm_topk_prob", True), grouped=grouped,
+        plain_shared=(t("s.gate", "mlp.shared_experts.gate_proj.weight", S, C),
+                      t("s.up", "mlp.shared_experts.up_proj.weight", S, C),
+                      t("s.down", "mlp.shared_experts.down_proj.weight", C, S)),
+    )  # fmt: skip
+
+
+_OWN_EXPERTS: dict[str, Callable[[Config, LayerPlan, Callable[..., Tensor]], Experts | None]] = {
+    "gpt_oss": _gpt_oss_experts,
+    "deepseek_v3": _deepseek_experts,
+}
+
+
 def head_plan(cfg: Config, family: str, plan: LayerPlan, names: set[str], prefix: str) -> HeadPlan:
     """The final norm and the LM head (or the tied embeddings) of a decoder."""
     cfg, family = _block_config(cfg, family)
@@ -302,7 +384,7 @@ def head_plan(cfg: Config, family: str, plan: LayerPlan, names: set[str], prefix
         norm_t = ("final_layer_norm.weight", "final_layer_norm.bias")
     else:
         kind: NormKind = "rms1p" if family in _RMS1P else "rms"
-        eps = cfg.number("rms_norm_eps", 1e-5 if family in ("olmo2", "phi3") else 1e-6)
+        eps = cfg.number("rms_norm_eps", 1e-5 if family in ("olmo2", "phi3", "gpt_oss") else 1e-6)
         norm, norm_t = Norm(kind, eps, "f.w"), ("norm.weight",)
     tensors = [Tensor(role, name, (C,)) for role, name in zip(("f.w", "f.b"), norm_t, strict=False)]
     own = "embed_out.weight" if family == "gpt_neox" else "lm_head.weight"
@@ -454,9 +536,11 @@ def _moe(
     def read(tensor: Tensor) -> FloatArray:
         return reader.read(prefix, tensor, plan).astype(np.float64)
 
-    chosen, weights = fw.route(h, read(x.router).T, x.k, x.normalize)  # (T, k) each
+    chosen, weights = _route(x, h, read)  # (T, k) each
 
     def expert(e: int, rows: FloatArray) -> FloatArray:
+        if x.stacked is not None:
+            return _stacked_expert(reader, prefix, plan, x.stacked, e, rows)
         gate, up, down = (read(tensor) for tensor in x.each(e))
         return fw.gated_mlp(rows, gate.T, up.T, down.T, act)
 
@@ -465,6 +549,37 @@ def _moe(
         gate, up, down, sigmoid = (read(tensor) for tensor in x.shared)
         shared = fw.gated_mlp(h, gate.T, up.T, down.T, act)  # (T, C)
         out = out + 1.0 / (1.0 + np.exp(-(h @ sigmoid.T))) * shared  # (T, 1) gate per token
+    if x.plain_shared is not None:  # DeepSeek V3's shared experts, on every token, ungated
+        gate, up, down = (read(tensor) for tensor in x.plain_shared)
+        out = out + fw.gated_mlp(h, gate.T, up.T, down.T, act)
+    return out
+
+
+def _route(
+    x: Experts, h: FloatArray, read: Callable[[Tensor], FloatArray]
+) -> tuple[np.ndarray[Any, np.dtype[np.intp]], FloatArray]:
+    """Each token's chosen experts and their weights [T, k]: a softmax router (gpt-oss's with
+    its bias), or DeepSeek V3's grouped sigmoid one."""
+    logits = h @ read(x.router).T  # (T, E)
+    if x.router_bias is not None:
+        logits = logits + read(x.router_bias)
+    if x.grouped is None:
+        return fw.route_logits(logits, x.k, x.normalize)
+    g = x.grouped
+    return fw.route_grouped(logits, x.k, read(g.correction), g.groups, x.normalize, g.scale)
+
+
+def _stacked_expert(
+    reader: ck._Reader, prefix: str, plan: LayerPlan, s: Stacked, e: int, rows: FloatArray
+) -> FloatArray:
+    """gpt-oss's expert ``e`` on the tokens that chose it [n, C]: its row of each stacked
+    tensor read alone, (clamped swiglu(rows W_gate_up + b)) W_down + b."""
+    assert isinstance(reader, _LeanReader)
+    gate_up, gate_up_b, down, down_b = (
+        reader.block(prefix, tensor, plan, e, 1)[0].astype(np.float64) for tensor in s.tensors()
+    )  # (C, 2F), (2F,), (F, C), (C,)
+    out: FloatArray = fw.clamped_swiglu(rows @ gate_up + gate_up_b, s.alpha, s.limit) @ down
+    out = out + down_b  # (n, C)
     return out
 
 
@@ -542,7 +657,11 @@ def _check_block_budget(
     if bp.experts is not None:
         x = bp.experts
         tensors += [x.router, *(t for e in range(x.k) for t in x.each(e)), *(x.shared or ())]
+        tensors += [*(x.plain_shared or ()), *(x.stacked.tensors() if x.stacked else ())]
     sizes = [math.prod(t.shape) for t in tensors]
+    if bp.experts is not None and bp.experts.stacked is not None:  # k rows of each stacked one
+        x = bp.experts
+        sizes[-4:] = [size // x.count * x.k for size in sizes[-4:]]
     widest = max((t.shape[0] for t in tensors if len(t.shape) == 2), default=0)
     need = 8 * sum(sizes) + 4 * max(sizes, default=0) + 3 * 8 * tokens * max(widest, plan.hidden)
     if need > limit:
@@ -560,7 +679,9 @@ def _expert_tensors(bp: BlockPlan) -> list[Tensor]:
     x = bp.experts
     if x is None:
         return []
-    return [x.router, *(t for e in range(x.count) for t in x.each(e)), *(x.shared or ())]
+    more = [*(x.plain_shared or ()), *(x.stacked.tensors() if x.stacked else ())]
+    more += [t for t in (x.router_bias, x.grouped and x.grouped.correction) if t is not None]
+    return [x.router, *(t for e in range(x.count) for t in x.each(e)), *(x.shared or ()), *more]
 
 
 def _check_block_tensors(
