@@ -5,6 +5,7 @@ tests/reference/minilm_forward.py on the real all-MiniLM-L6-v2)."""
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import json
 import math
@@ -366,6 +367,116 @@ def test_the_lean_reader_reads_what_safetensors_reads(tmp_path: Path) -> None:
             assert got.dtype == (np.float64 if want.dtype == np.float64 else np.float32)
         rows = reader.block("", Tensor("a", "a", (7, 3)), plan, 5, 4)  # past the end: cut
         np.testing.assert_array_equal(rows, arrays["a"][5:])
+
+
+# ---------------------------------------------------------------------------------------------
+# StarCoder2, StableLM, Phi, Cohere, DistilBERT
+
+DENSE_B = ["starcoder2", "stablelm", "stablelm_parallel", "phi", "cohere", "distilbert"]
+
+
+def _rel(actual: Any, expected: Any) -> float:
+    """The largest difference, relative to the reference array's largest value."""
+    expected = np.asarray(expected, dtype=np.float64)
+    return float(np.abs(np.asarray(actual) - expected).max() / np.abs(expected).max())
+
+
+def test_the_reference_covers_the_layernorm_and_parallel_families() -> None:
+    assert set(CASES) >= set(DENSE_B)
+    assert _ref("stablelm_parallel")["notes"].startswith("use_parallel_residual true")
+    assert "logits" not in _ref("distilbert")  # an encoder: no LM head
+
+
+@needs_models
+@pytest.mark.slow
+@pytest.mark.parametrize("case", ["starcoder2", "stablelm", "phi", "cohere", "distilbert"])
+def test_import_a_deep_layer_from_text_layernorm_families(case: str, tmp_path: Path) -> None:
+    test_import_a_deep_layer_from_text(case, tmp_path)
+
+
+@needs_models
+@pytest.mark.slow
+@pytest.mark.parametrize("case", ["phi", "cohere", "stablelm_parallel"])
+def test_a_parallel_block_computed_in_sequence_is_measurably_wrong(
+    case: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """x + attn(n(x)) + mlp(n(x)) done as h = x + attn(n(x)); h + mlp(n(h)): the stream
+    entering layer 1 is off by about its own size (measured 0.88-1.16 of its largest value)."""
+    import attn_cli.io.forward as forward
+
+    right = forward.block_plan
+    monkeypatch.setattr(forward, "block_plan",
+                        lambda *a: dataclasses.replace(right(*a), placement="pre"))  # fmt: skip
+    ref = _ref(case)
+    w = walk(FORWARD / case, ref["text"], through=2, keep_residuals=True)
+    _close(w.entering[0], ref["hidden"][0])  # the embeddings: no block yet
+    assert _rel(w.entering[1], ref["hidden"][1]) > 0.5
+
+
+@needs_models
+@pytest.mark.slow
+def test_the_head_extras_phi_bias_and_cohere_logit_scale(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without Cohere's logit_scale 0.25 the logits are 4 times too large; without Phi's LM
+    head bias they are off by 0.1 of their largest value (measured)."""
+    import attn_cli.io.forward as forward
+
+    right = forward.head_plan
+    ref = _ref("cohere")
+    monkeypatch.setattr(forward, "head_plan",
+                        lambda *a: dataclasses.replace(right(*a), logit_scale=None))  # fmt: skip
+    w = walk(FORWARD / "cohere", ref["text"], through=None, logits=True)
+    assert w.logits is not None
+    _close(0.25 * w.logits, ref["logits"])
+    assert _rel(w.logits, ref["logits"]) == pytest.approx(3.0, rel=1e-4)
+    monkeypatch.setattr(forward, "head_plan",
+                        lambda *a: dataclasses.replace(right(*a), bias=None))  # fmt: skip
+    ref = _ref("phi")
+    w = walk(FORWARD / "phi", ref["text"], through=None, logits=True)
+    assert _rel(w.logits, ref["logits"]) > 0.05
+
+
+@needs_models
+def test_distilbert_logits_are_refused_in_one_line() -> None:
+    result = run_cli("import", str(FORWARD / "distilbert"), "--text", "a b c", "--layer", "all",
+                     "--check-logits")  # fmt: skip
+    assert result.exit_code == 2, result.stdout
+    assert "distilbert is an encoder: its checkpoint has no LM head" in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
+
+
+@needs_models
+def test_a_layernorm_block_missing_a_tensor_is_refused(tmp_path: Path) -> None:
+    """StableLM with use_parallel_residual false needs post_attention_layernorm, which the
+    parallel checkpoint does not have: one line naming it, not a wrong stream."""
+    import shutil
+
+    folder = tmp_path / "m"
+    shutil.copytree(FORWARD / "stablelm_parallel", folder)
+    config = folder / "config.json"
+    sequential = {**json.loads(config.read_text()), "use_parallel_residual": False}
+    config.write_text(json.dumps(sequential))
+    result = run_cli("import", str(folder), "--text", "a b c", "--layer", "1", "-o",
+                     str(tmp_path / "x.npz"))  # fmt: skip
+    assert result.exit_code == 2, result.stdout
+    assert "model.layers.0.post_attention_layernorm.weight" in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
+    assert not (tmp_path / "x.npz").exists()
+
+
+@pytest.mark.parametrize(("use_bias", "biases"), [(True, 2), (False, 0)])
+def test_starcoder2_use_bias_decides_the_mlp_biases(use_bias: bool, biases: int) -> None:
+    """StarCoder2's c_fc / c_proj have biases only with use_bias (its attention's too)."""
+    from attn_cli.io.families import Config, plan_layer
+    from attn_cli.io.forward import block_plan
+
+    data = {**json.loads((FORWARD / "starcoder2" / "config.json").read_text()),
+            "use_bias": use_bias}  # fmt: skip
+    cfg = Config(data, "config.json")
+    bp = block_plan(cfg, "starcoder2", plan_layer(cfg, "starcoder2", 1))
+    names = [t.name for t in bp.tensors]
+    assert sum(n.startswith("layers.1.mlp.") and n.endswith(".bias") for n in names) == biases
+    assert "layers.1.post_attention_layernorm.bias" in names  # nn.LayerNorm: always a bias
+    assert (bp.placement, bp.act) == ("pre", "gelu_pytorch_tanh")
 
 
 # ---------------------------------------------------------------------------------------------

@@ -7,11 +7,13 @@ its MLP and norms by ``core/forward.py``. One layer's tensors are read at a time
 then the MLP's) and dropped before the next layer's are read.
 
 Families whose whole block is written here and checked against transformers
-(tests/reference/forward/): BLOCK_FAMILIES. Qwen3-Next's linear_attention layers run as their
-gated_deltanet fixture (no softmax map: such a layer's weights hold no heads); its MoE, gpt-oss's
-(stacked experts with biases, the clamped swiglu, the router's bias) and DeepSeek V3's (dense
-below first_k_dense_replace, then the grouped sigmoid router and shared experts) are ``Experts``.
-Any other family is refused in one line for a layer past 0 (its layer 0 needs no forward).
+(tests/reference/forward/): BLOCK_FAMILIES (the LayerNorm decoders StarCoder2, StableLM, Phi,
+Cohere and the encoder DistilBERT in ``_dense_b_block``). Qwen3-Next's linear_attention layers
+run as their gated_deltanet fixture (no softmax map: such a layer's weights hold no heads); its
+MoE, gpt-oss's (stacked experts with biases, the clamped swiglu, the router's bias) and DeepSeek
+V3's (dense below first_k_dense_replace, then the grouped sigmoid router and shared experts) are
+``Experts``. Any other family is refused in one line for a layer past 0 (its layer 0 needs no
+forward).
 """
 
 from __future__ import annotations
@@ -47,10 +49,14 @@ from attn_cli.io.families import (
 
 FloatArray = np.ndarray[Any, np.dtype[np.floating[Any]]]
 
+# StarCoder2, StableLM, Phi, Cohere (LayerNorm decoders, Phi's and Cohere's parallel blocks)
+# and DistilBERT (a post-norm encoder): _dense_b_block, _dense_b_head
+_DENSE_B = ("starcoder2", "stablelm", "phi", "cohere", "distilbert")
 # The families whose blocks (norm placement, MLP) are written and checked against transformers.
 BLOCK_FAMILIES: tuple[str, ...] = (
     "bert", *ROBERTA_LIKE, "gpt2", "llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2",
     "gemma3_text", "gemma3", "olmo2", "phi3", "gpt_neox", "mixtral", "qwen2_moe", "qwen3_moe",
+    *_DENSE_B,
 )  # fmt: skip
 # the mixture-of-experts families of issue 25's third group, each checked as the others are
 BLOCK_FAMILIES += ("qwen3_next", "gpt_oss", "deepseek_v3")
@@ -122,6 +128,8 @@ class HeadPlan:
     norm: Norm | None
     tensors: tuple[Tensor, ...]  # the norm's, then "head" (the LM head or the tied embeddings)
     softcap: float | None
+    bias: Tensor | None = None  # the LM head's bias (Phi)
+    logit_scale: float | None = None  # logits times this (Cohere's logit_scale)
 
 
 @dataclass
@@ -213,7 +221,52 @@ def block_plan(cfg: Config, family: str, plan: LayerPlan) -> BlockPlan:
         placement: fw.Placement = "parallel" if cfg.flag("use_parallel_residual", True) else "pre"
         return BlockPlan(placement, {"mlp_in": Norm("layer", eps, "n.w", "n.b")}, "dense", False,
                          _act(cfg, "hidden_act", "gelu"), tensors)  # fmt: skip
+    if family in _DENSE_B:
+        return _dense_b_block(cfg, family, plan, t)
     return _decoder_block(cfg, family, plan, t)
+
+
+def _dense_b_block(
+    cfg: Config, family: str, plan: LayerPlan, t: Callable[..., Tensor]
+) -> BlockPlan:
+    """StarCoder2 and StableLM (pre-norm; StableLM's use_parallel_residual), Phi and Cohere
+    (attention and MLP in parallel from the one input_layernorm), DistilBERT (post-norm)."""
+    C = plan.hidden
+    if family == "distilbert":  # TransformerBlock: its LayerNorms' eps is fixed at 1e-12
+        F = cfg.whole("hidden_dim", 4 * C)
+        tensors: tuple[Tensor, ...] = (
+            t("a.w", "sa_layer_norm.weight", C), t("a.b", "sa_layer_norm.bias", C),
+            t("in.weight", "ffn.lin1.weight", F, C), t("in.bias", "ffn.lin1.bias", F),
+            t("out.weight", "ffn.lin2.weight", C, F), t("out.bias", "ffn.lin2.bias", C),
+            t("m.w", "output_layer_norm.weight", C), t("m.b", "output_layer_norm.bias", C),
+        )  # fmt: skip
+        norms = {"attn_out": Norm("layer", 1e-12, "a.w", "a.b"),
+                 "mlp_out": Norm("layer", 1e-12, "m.w", "m.b")}  # fmt: skip
+        return BlockPlan("post", norms, "dense", False, _act(cfg, "activation", "gelu"), tensors)
+    assert plan.pre_norm is not None  # input_layernorm: its eps is the block's norms' eps
+    F, eps = cfg.whole("intermediate_size"), plan.pre_norm.eps
+    parallel = family in ("phi", "cohere") or (
+        family == "stablelm" and cfg.flag("use_parallel_residual", False)
+    )
+    # the MLP's norm: a second LayerNorm, or (parallel) input_layernorm read once more
+    n = "input_layernorm" if parallel else "post_attention_layernorm"
+    bias = family != "cohere"  # Cohere's LayerNorm has no bias
+    norm_t = (t("n.w", f"{n}.weight", C), *([t("n.b", f"{n}.bias", C)] if bias else []))
+    norms = {"mlp_in": Norm("layer", eps, "n.w", "n.b" if bias else None)}
+    placement: fw.Placement = "parallel" if parallel else "pre"
+    mlp: tuple[Tensor, ...]
+    if family in ("stablelm", "cohere"):  # SwiGLU without biases
+        mlp = (t("gate.weight", "mlp.gate_proj.weight", F, C),
+               t("up.weight", "mlp.up_proj.weight", F, C),
+               t("down.weight", "mlp.down_proj.weight", C, F))  # fmt: skip
+        act = _act(cfg, "hidden_act", "silu")
+        return BlockPlan(placement, norms, "gated", False, act, (*norm_t, *mlp))
+    up, down = ("mlp.c_fc.", "mlp.c_proj.") if family == "starcoder2" else ("mlp.fc1.", "mlp.fc2.")
+    mlp = (t("in.weight", f"{up}weight", F, C), t("out.weight", f"{down}weight", C, F))
+    if family == "phi" or cfg.flag("use_bias", True):  # StarCoder2's use_bias
+        mlp += (t("in.bias", f"{up}bias", F), t("out.bias", f"{down}bias", C))
+    act = _act(cfg, "hidden_act", "gelu_new" if family == "phi" else "gelu_pytorch_tanh")
+    return BlockPlan(placement, norms, "dense", False, act, (*norm_t, *mlp))
 
 
 def _decoder_block(
@@ -368,12 +421,14 @@ def head_plan(cfg: Config, family: str, plan: LayerPlan, names: set[str], prefix
     """The final norm and the LM head (or the tied embeddings) of a decoder."""
     cfg, family = _block_config(cfg, family)
     C, V = plan.hidden, plan.embed_tensors[0].shape[0]
-    if family in _ENCODERS:
+    if family in _ENCODERS or family == "distilbert":
         raise InputError(
             cfg.source, "model_type", f"{family} is an encoder: its checkpoint has no LM head "
             "predicting a next token", "a decoder checkpoint (for the logits)",
             option="check-logits",
         )  # fmt: skip
+    if family in _DENSE_B:
+        return _dense_b_head(cfg, family, plan, names, prefix)
     norm_t: tuple[str, ...]
     if family == "gpt2":
         eps = cfg.number("layer_norm_epsilon", 1e-5)
@@ -394,6 +449,26 @@ def head_plan(cfg: Config, family: str, plan: LayerPlan, names: set[str], prefix
     tensors.append(Tensor("head", head, (V, C)))
     cap = cfg.optional_number("final_logit_softcapping", 30.0 if family == "gemma2" else 0.0)
     return HeadPlan(norm, tuple(tensors), cap or None)
+
+
+def _dense_b_head(
+    cfg: Config, family: str, plan: LayerPlan, names: set[str], prefix: str
+) -> HeadPlan:
+    """A LayerNorm (Cohere's without bias; Phi's final_layernorm), then the LM head: Phi's
+    with a bias, Cohere's logits times logit_scale; StarCoder2's and Cohere's tied by default."""
+    C, V = plan.hidden, plan.embed_tensors[0].shape[0]
+    assert plan.pre_norm is not None
+    name = "final_layernorm" if family == "phi" else "norm"
+    bias = family != "cohere"
+    tensors = [Tensor("f.w", f"{name}.weight", (C,))]
+    tensors += [Tensor("f.b", f"{name}.bias", (C,))] if bias else []
+    norm = Norm("layer", plan.pre_norm.eps, "f.w", "f.b" if bias else None)
+    outer = prefix[: -len("model.")] if prefix.endswith("model.") else ""
+    tied = cfg.flag("tie_word_embeddings", outer + "lm_head.weight" not in names)
+    tensors.append(Tensor("head", plan.embed_tensors[0].name if tied else "lm_head.weight", (V, C)))
+    scale = cfg.number("logit_scale", 0.0625) if family == "cohere" else None
+    head_bias = Tensor("head.bias", "lm_head.bias", (V,)) if family == "phi" else None
+    return HeadPlan(norm, tuple(tensors), None, head_bias, scale)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -637,6 +712,10 @@ def _logits(
     for start in range(0, W.shape[0], _HEAD_ROWS):
         rows = reader.block(at, W, plan, start, _HEAD_ROWS).astype(np.float64)  # (rows, C)
         logits[:, start : start + rows.shape[0]] = h @ rows.T
+    if head.bias is not None:  # Phi's LM head
+        logits += reader.read(outer, head.bias, plan).astype(np.float64)
+    if head.logit_scale is not None:  # Cohere
+        logits *= head.logit_scale
     return fw.softcap(logits, head.softcap)
 
 

@@ -118,6 +118,48 @@ CASES: dict[str, tuple[Any, bool, str]] = {
 }
 
 
+# --- fwd-dense-b: StarCoder2, StableLM, Phi, Cohere, DistilBERT -------------------------------
+
+
+def distilbert() -> Any:
+    sizes = {"vocab_size": 16, "dim": 16, "n_heads": 2, "n_layers": LAYERS, "hidden_dim": 32,
+             "max_position_embeddings": 32, "initializer_range": 0.4,
+             "dtype": "float32"}  # fmt: skip
+    return transformers.DistilBertConfig(**sizes, sinusoidal_pos_embds=False, pad_token_id=0)
+
+
+def stablelm(parallel: bool) -> Any:
+    return lambda: tiny("StableLmConfig", partial_rotary_factor=0.25, use_qkv_bias=True,
+                        qk_layernorm=False, use_parallel_residual=parallel)  # fmt: skip
+
+
+def phi() -> Any:
+    rope = {"rope_type": "default", "rope_theta": 10_000.0, "partial_rotary_factor": 0.5}
+    return tiny("PhiConfig", rope_parameters=rope, qk_layernorm=False)
+
+
+CASES.update({
+    "starcoder2": (
+        lambda: tiny("Starcoder2Config", sliding_window=fam.WINDOW, use_bias=True),
+        False,
+        "LayerNorm with bias, c_fc/c_proj gelu_pytorch_tanh MLP with biases, window 4, tied head",
+    ),
+    "stablelm": (stablelm(False), False, "use_parallel_residual false: post_attention_layernorm "
+                 "before a SwiGLU MLP; partial RoPE 0.25, q/k/v biases, untied head"),
+    "stablelm_parallel": (stablelm(True), False, "use_parallel_residual true: attention and MLP "
+                          "both from input_layernorm, no post_attention_layernorm"),
+    "phi": (phi, False, "one LayerNorm feeding attention and a gelu_new fc1/fc2 MLP in parallel; "
+            "final_layernorm, LM head with bias"),
+    "cohere": (
+        lambda: tiny("CohereConfig", use_qk_norm=False, logit_scale=0.25),
+        False,
+        "parallel block from one bias-free LayerNorm, SwiGLU, interleaved RoPE, logit_scale 0.25",
+    ),
+    "distilbert": (distilbert, True, "post-norm sa_layer_norm / output_layer_norm, lin1/lin2 "
+                   "GELU MLP, learned positions from 0, no token types, no LM head"),
+})  # fmt: skip
+
+
 # ---- the mixture-of-experts families of issue 25's third group (fwd-moe) --------------------
 
 
