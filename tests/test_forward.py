@@ -618,3 +618,28 @@ def test_grouped_routing_against_a_loop(normalize: bool) -> None:
         got = dict(zip(chosen[t].tolist(), weights[t].tolist(), strict=True))
         for e in top:
             assert got[e] == pytest.approx(2.5 * w[e] / total, rel=1e-12)
+
+
+@needs_models
+def test_gpt_oss_mxfp4_experts_are_refused_in_one_line(tmp_path: Path) -> None:
+    """gpt-oss as released: gate_up_proj and down_proj as MXFP4 _blocks and _scales (uint8)."""
+    import shutil
+
+    from safetensors.numpy import load_file, save_file
+
+    folder = tmp_path / "gpt_oss"
+    shutil.copytree(FORWARD / "gpt_oss", folder)
+    tensors = {}
+    for name, x in load_file(str(folder / "model.safetensors")).items():
+        if name.endswith(("experts.gate_up_proj", "experts.down_proj")):
+            tensors[name + "_blocks"] = np.zeros((*x.shape[:2], 2, 16), np.uint8)
+            tensors[name + "_scales"] = np.zeros((*x.shape[:2], 2), np.uint8)
+        else:
+            tensors[name] = x
+    save_file(tensors, str(folder / "model.safetensors"), metadata={"format": "pt"})
+    result = run_cli("import", str(folder), "--text", "a b c", "--layer", "all")
+    assert result.exit_code == 2, result.stdout
+    assert "model.layers.0.mlp.experts.down_proj_blocks: gpt-oss's experts quantized to MXFP4" in (
+        result.stderr
+    )
+    assert len(result.stderr.strip().splitlines()) == 1

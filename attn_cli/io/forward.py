@@ -774,11 +774,23 @@ def _check_block_tensors(
     for name in names:
         if name.startswith(block) and name not in read:
             rest = name[len(block) :]
+            if bp.experts is not None and bp.experts.stacked is not None:
+                _refuse_mxfp4(source, name)
             if not unused.fullmatch(rest):
                 raise InputError(
                     source, name, f"a tensor of layer {plan.layer} that the {plan.family} block "
                     "has no place for", "only the attention's, the norms' and the MLP's",
                 )  # fmt: skip
+
+
+def _refuse_mxfp4(source: str, name: str) -> None:
+    """gpt-oss as OpenAI released it: each expert tensor as MXFP4 blocks and scales."""
+    if name.endswith(("_proj_blocks", "_proj_scales")):
+        raise InputError(
+            source, name, "gpt-oss's experts quantized to MXFP4 (blocks and scales), which the "
+            "forward does not dequantize", "float experts (gate_up_proj, down_proj: a BF16 or "
+            "dequantized copy of the checkpoint)",
+        )  # fmt: skip
 
 
 # ---------------------------------------------------------------------------------------------
