@@ -17,6 +17,8 @@ from typing import Any
 import numpy as np
 import pytest
 from conftest import run_cli
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from attn_cli.core import forward as fw
 from attn_cli.core.pipeline import run
@@ -643,3 +645,18 @@ def test_gpt_oss_mxfp4_experts_are_refused_in_one_line(tmp_path: Path) -> None:
         result.stderr
     )
     assert len(result.stderr.strip().splitlines()) == 1
+
+
+@settings(max_examples=40, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1), k=st.integers(1, 4), scale=st.floats(0.5, 3.0))
+def test_grouped_routing_laws(seed: int, k: int, scale: float) -> None:
+    """With every group kept the group limit changes nothing: the top k corrected scores are
+    chosen; renormalised weights sum to routed_scaling_factor, and each is its score's share."""
+    rng = np.random.default_rng(seed)
+    logits, correction = rng.normal(size=(5, 8)), 0.3 * rng.normal(size=8)
+    chosen, weights = fw.route_grouped(logits, k, correction, (4, 4), True, scale)
+    corrected = 1 / (1 + np.exp(-logits)) + correction
+    for t in range(5):
+        assert set(chosen[t].tolist()) == set(np.argsort(-corrected[t])[:k].tolist())
+    np.testing.assert_allclose(weights.sum(axis=-1), scale, rtol=1e-12)
+    assert (weights > 0).all()
