@@ -8,8 +8,8 @@ Where the norms sit (transformers' modeling code of each family):
 
     pre        h = x + attn(n1(x));            x' = h + mlp(n2(h))           Llama, GPT-2, Phi-3,
                                                                              StarCoder2, StableLM
-    sandwich   h = x + n1b(attn(n1(x)));       x' = h + n2b(mlp(n2(h)))      Gemma 2, Gemma 3
-    post_only  h = x + n1b(attn(x));           x' = h + n2b(mlp(h))          OLMo 2
+    sandwich   h = x + n1b(attn(n1(x)));       x' = h + n2b(mlp(n2(h)))      Gemma 2/3, GLM-4
+    post_only  h = x + n1b(attn(x));           x' = h + n2b(mlp(h))          OLMo 2/3, EXAONE 4
     post       h = n1b(x + attn(x));           x' = n2b(h + mlp(h))          BERT, DistilBERT
     parallel   x' = x + attn(n1(x)) + mlp(n2(x))                             GPT-NeoX, Pythia
                (n2 = n1: Phi, Cohere, StableLM's use_parallel_residual)

@@ -8,10 +8,13 @@ then the MLP's) and dropped before the next layer's are read.
 
 Families whose whole block is written here and checked against transformers
 (tests/reference/forward/): BLOCK_FAMILIES (the LayerNorm decoders StarCoder2, StableLM, Phi,
-Cohere and the encoder DistilBERT in ``_dense_b_block``). Qwen3-Next's linear_attention layers
-run as their gated_deltanet fixture (no softmax map: such a layer's weights hold no heads); its
-MoE, gpt-oss's (stacked experts with biases, the clamped swiglu, the router's bias) and DeepSeek
-V3's (dense below first_k_dense_replace, then the grouped sigmoid router and shared experts) are
+Cohere and the encoder DistilBERT in ``_dense_b_block``; the dense decoders of _DENSE_A with
+their own norms and multipliers in ``_dense_a_block``: OLMo's LayerNorm without parameters,
+OLMo 3's and EXAONE 4's post-norms, GLM-4's four norms and fused MLP, Granite's
+residual_multiplier and logits_scaling). Qwen3-Next's linear_attention layers run as their
+gated_deltanet fixture (no softmax map: such a layer's weights hold no heads); its MoE,
+gpt-oss's (stacked experts with biases, the clamped swiglu, the router's bias) and DeepSeek V3's
+(dense below first_k_dense_replace, then the grouped sigmoid router and shared experts) are
 ``Experts``. Any other family is refused in one line for a layer past 0 (its layer 0 needs no
 forward).
 """
@@ -21,7 +24,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +35,7 @@ from attn_cli.errors import InputError, UsageError
 from attn_cli.io import checkpoint as ck
 from attn_cli.io import gate
 from attn_cli.io.families import (
+    ARCHS,
     ROBERTA_LIKE,
     WRAPPERS,
     Config,
@@ -52,11 +56,14 @@ FloatArray = np.ndarray[Any, np.dtype[np.floating[Any]]]
 # StarCoder2, StableLM, Phi, Cohere (LayerNorm decoders, Phi's and Cohere's parallel blocks)
 # and DistilBERT (a post-norm encoder): _dense_b_block, _dense_b_head
 _DENSE_B = ("starcoder2", "stablelm", "phi", "cohere", "distilbert")
+# Dense decoders whose blocks differ from Llama's in norms, multipliers or a fused MLP.
+_DENSE_A = ("ministral", "smollm3", "olmo", "olmo3", "exaone4", "granite", "glm4", "ernie4_5")
 # The families whose blocks (norm placement, MLP) are written and checked against transformers.
 BLOCK_FAMILIES: tuple[str, ...] = (
     "bert", *ROBERTA_LIKE, "gpt2", "llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2",
     "gemma3_text", "gemma3", "olmo2", "phi3", "gpt_neox", "mixtral", "qwen2_moe", "qwen3_moe",
     *_DENSE_B,
+    *_DENSE_A,
 )  # fmt: skip
 # the mixture-of-experts families of issue 25's third group, each checked as the others are
 BLOCK_FAMILIES += ("qwen3_next", "gpt_oss", "deepseek_v3")
@@ -76,6 +83,7 @@ class BlockPlan:
     act: str
     tensors: tuple[Tensor, ...]
     experts: Experts | None = None  # a mixture of experts in place of the MLP (mlp "moe")
+    residual: float | None = None  # Granite's residual_multiplier on both branches
 
 
 @dataclass(frozen=True)
@@ -130,6 +138,7 @@ class HeadPlan:
     softcap: float | None
     bias: Tensor | None = None  # the LM head's bias (Phi)
     logit_scale: float | None = None  # logits times this (Cohere's logit_scale)
+    divide: float | None = None  # Granite's logits_scaling: logits / it
 
 
 @dataclass
@@ -221,9 +230,58 @@ def block_plan(cfg: Config, family: str, plan: LayerPlan) -> BlockPlan:
         placement: fw.Placement = "parallel" if cfg.flag("use_parallel_residual", True) else "pre"
         return BlockPlan(placement, {"mlp_in": Norm("layer", eps, "n.w", "n.b")}, "dense", False,
                          _act(cfg, "hidden_act", "gelu"), tensors)  # fmt: skip
+    if family in _DENSE_A:
+        return _dense_a_block(cfg, family, plan, t)
     if family in _DENSE_B:
         return _dense_b_block(cfg, family, plan, t)
     return _decoder_block(cfg, family, plan, t)
+
+
+def _dense_a_block(
+    cfg: Config, family: str, plan: LayerPlan, t: Callable[..., Tensor]
+) -> BlockPlan:
+    """_DENSE_A's blocks (transformers' modeling_<family>.py): a gate/up/down MLP (GLM-4's
+    fused gate_up_proj, rows gate then up), biases by mlp_bias (SmolLM3, Granite) or use_bias
+    (ERNIE 4.5); norms as the attention's (OLMo: LayerNorm without parameters)."""
+    C, F = plan.hidden, cfg.whole("intermediate_size")
+    norm = _dense_a_norm(cfg, family)
+    if family == "glm4":
+        mlp = [t("gate_up.weight", "mlp.gate_up_proj.weight", 2 * F, C),
+               t("down.weight", "mlp.down_proj.weight", C, F)]  # fmt: skip
+    else:
+        mlp = [t(f"{x}.weight", f"mlp.{x}_proj.weight", *((C, F) if x == "down" else (F, C)))
+               for x in ("gate", "up", "down")]  # fmt: skip
+    bias = {"smollm3": "mlp_bias", "granite": "mlp_bias", "ernie4_5": "use_bias"}.get(family)
+    if bias is not None and cfg.flag(bias, False):
+        mlp += [t(f"{x}.bias", f"mlp.{x}_proj.bias", F if x != "down" else C)
+                for x in ("gate", "up", "down")]  # fmt: skip
+    placement: fw.Placement
+    if family in ("olmo3", "exaone4"):  # norms after attention and MLP only, as OLMo 2's
+        placement = "post_only"
+        names = {"attn_out": "post_attention_layernorm", "mlp_out": "post_feedforward_layernorm"}
+    elif family == "glm4":  # input_layernorm (the attention's), then three more
+        placement = "sandwich"
+        names = {"attn_out": "post_self_attn_layernorm", "mlp_in": "post_attention_layernorm",
+                 "mlp_out": "post_mlp_layernorm"}  # fmt: skip
+    else:
+        placement, names = "pre", {"mlp_in": "post_attention_layernorm"}
+    if norm.weight is None:  # OLMo: nothing to read
+        norms, weights = dict.fromkeys(names, norm), []
+    else:
+        norms = {r: Norm(norm.kind, norm.eps, f"{r}.weight") for r in names}
+        weights = [t(f"{r}.weight", f"{n}.weight", C) for r, n in names.items()]
+    residual = cfg.number("residual_multiplier", 1.0) if family == "granite" else None
+    kind = "gated_fused" if family == "glm4" else "gated"
+    act = _act(cfg, "hidden_act", "silu")
+    return BlockPlan(placement, norms, kind, False, act, (*mlp, *weights), residual=residual)
+
+
+def _dense_a_norm(cfg: Config, family: str) -> Norm:
+    """The family's norm, as its attention plan reads it: RMSNorm with the class's eps default,
+    OLMo's LayerNorm with eps 1e-5 and no weight or bias (weight role "w" otherwise)."""
+    key, default = ARCHS[family].eps
+    eps = default if key is None else cfg.number(key, default)
+    return Norm("layer", eps, None) if family == "olmo" else Norm("rms", eps, "w")
 
 
 def _dense_b_block(
@@ -437,6 +495,10 @@ def head_plan(cfg: Config, family: str, plan: LayerPlan, names: set[str], prefix
         eps = cfg.number("layer_norm_eps", 1e-5)
         norm = Norm("layer", eps, "f.w", "f.b")
         norm_t = ("final_layer_norm.weight", "final_layer_norm.bias")
+    elif family in _DENSE_A:
+        norm = _dense_a_norm(cfg, family)
+        norm, norm_t = (norm, ()) if norm.weight is None else (replace(norm, weight="f.w"),
+                                                               ("norm.weight",))  # fmt: skip
     else:
         kind: NormKind = "rms1p" if family in _RMS1P else "rms"
         eps = cfg.number("rms_norm_eps", 1e-5 if family in ("olmo2", "phi3", "gpt_oss") else 1e-6)
@@ -448,7 +510,8 @@ def head_plan(cfg: Config, family: str, plan: LayerPlan, names: set[str], prefix
     head = plan.embed_tensors[0].name if tied else own
     tensors.append(Tensor("head", head, (V, C)))
     cap = cfg.optional_number("final_logit_softcapping", 30.0 if family == "gemma2" else 0.0)
-    return HeadPlan(norm, tuple(tensors), cap or None)
+    divide = cfg.number("logits_scaling", 1.0) if family == "granite" else None
+    return HeadPlan(norm, tuple(tensors), cap or None, divide=divide)
 
 
 def _dense_b_head(
@@ -594,8 +657,11 @@ def _layer(
     def mlp(h: FloatArray) -> FloatArray:
         if bp.experts is not None:
             return _moe(reader, prefix, plan, bp, h)
-        return _mlp(bp, t, h)
+        out = _mlp(bp, t, h)
+        return out if bp.residual is None else bp.residual * out
 
+    if bp.residual is not None:  # Granite: each branch times residual_multiplier, then added
+        attention = bp.residual * attention
     return fw.block(x, bp.placement, attention, mlp, norms)
 
 
@@ -716,6 +782,8 @@ def _logits(
         logits += reader.read(outer, head.bias, plan).astype(np.float64)
     if head.logit_scale is not None:  # Cohere
         logits *= head.logit_scale
+    if head.divide is not None:  # Granite's logits_scaling
+        logits = logits / head.divide
     return fw.softcap(logits, head.softcap)
 
 

@@ -160,6 +160,30 @@ CASES.update({
 })  # fmt: skip
 
 
+# Dense decoders whose blocks differ from Llama's in norms, multipliers or MLP (issue 25).
+NOPE_MIDDLE = {"no_rope_layers": [1, 0, 1], "use_sliding_window": True,
+               "sliding_window": fam.WINDOW}  # fmt: skip
+CASES.update({
+    "ministral": (lambda: tiny("MinistralConfig", **WINDOWED), False,
+                  "Llama's block; layers 0 and 2 sliding_attention (window 4), layer 1 full"),
+    "smollm3": (lambda: tiny("SmolLM3Config", **NOPE_MIDDLE, mlp_bias=True), False,
+                "layer 1 NoPE and sliding (window 4), layers 0 and 2 RoPE; MLP biases; tied"),
+    "olmo": (lambda: tiny("OlmoConfig"), False,
+             "LayerNorm without weight or bias (eps 1e-5) before attention, MLP, LM head"),
+    "olmo3": (lambda: tiny("Olmo3Config", **WINDOWED), False,
+              "norms after attention and MLP only; layers 0 and 2 sliding (window 4)"),
+    "exaone4": (lambda: tiny("Exaone4Config", **WINDOWED), False,
+                "norms after attention and MLP only; layer 1 full_attention NoPE"),
+    "granite": (lambda: tiny("GraniteConfig", attention_multiplier=0.3, embedding_multiplier=2.0,
+                             residual_multiplier=0.5, logits_scaling=4.0), False,
+                "embeddings x 2, both residual branches x 0.5, logits / 4, scale 0.3"),
+    "glm4": (lambda: tiny("Glm4Config", attention_bias=True), False,
+             "four norms (input, post_self_attn, post_attention, post_mlp); fused gate_up_proj"),
+    "ernie4_5": (lambda: tiny("Ernie4_5Config", use_bias=True), False,
+                 "use_bias: q/k/v/o and gate/up/down biases; interleaved RoPE; tied LM head"),
+})  # fmt: skip
+
+
 # ---- the mixture-of-experts families of issue 25's third group (fwd-moe) --------------------
 
 
