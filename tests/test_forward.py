@@ -20,6 +20,8 @@ from typing import Any
 import numpy as np
 import pytest
 from conftest import run_cli
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from attn_cli.core import forward as fw
 from attn_cli.core.pipeline import run
@@ -40,6 +42,10 @@ needs_models = pytest.mark.skipif(
 )
 
 
+# the mixture-of-experts families of issue 25's third group
+MOE = ("qwen3_next", "gpt_oss", "deepseek_v3")
+
+
 def _ref(case: str) -> dict[str, Any]:
     data: dict[str, Any] = json.loads((FORWARD / case / "reference.json").read_text())
     return data
@@ -56,7 +62,7 @@ def _close(actual: Any, expected: Any, rtol: float = 1e-4) -> None:
 def test_the_reference_covers_the_families() -> None:
     assert set(CASES) >= {"bert", "gpt2", "llama", "qwen2", "qwen3", "mistral", "gemma2",
                           "gemma3_text", "olmo2", "phi3", "gpt_neox", "gpt_neox_seq", "mixtral",
-                          "qwen2_moe", "qwen3_moe"}  # fmt: skip
+                          "qwen2_moe", "qwen3_moe"} | set(MOE)  # fmt: skip
 
 
 @needs_models
@@ -70,6 +76,9 @@ def test_every_layer_matches_transformers(case: str) -> None:
     assert len(w.entering) == len(ref["hidden"]) == 3
     for layer in range(3):
         _close(w.entering[layer], ref["hidden"][layer])  # the residual stream entering it
+        if ref["attentions"][layer] is None:  # linear attention: no softmax map, no heads
+            assert w.weights[layer].shape == (0, len(w.ids), len(w.ids))
+            continue
         _close(w.weights[layer], ref["attentions"][layer])  # its eager attention weights
     if "logits" in ref:
         _close(w.logits, ref["logits"])
@@ -263,8 +272,6 @@ def test_bad_choices_are_one_line(args: list[str], message: str) -> None:
             ["--check-logits", "-o", "x.npz"],
             ": computing the logits takes the forward",
         ),
-        ("deepseek_v3", ["--check-logits", "-o", "x.npz"], "mixture-of-experts MLP"),
-        ("deepseek_v3", ["--layer", "1", "-o", "x.npz"], "mixture-of-experts MLP"),
         ("roberta", ["--check-logits", "-o", "x.npz"], "roberta is an encoder"),
     ],
 )
@@ -285,9 +292,9 @@ def _unwritten() -> str:
     """A dense decoder attn imports (tests/reference/families/) whose block is not written yet:
     the first of them, as families are added to BLOCK_FAMILIES one by one."""
     from attn_cli.io.families import FAMILIES as IMPORTED
-    from attn_cli.io.forward import _ENCODERS, _MOE
+    from attn_cli.io.forward import _ENCODERS
 
-    left = [f for f in IMPORTED if f not in (*BLOCK_FAMILIES, *_MOE, *_ENCODERS, "distilbert")]
+    left = [f for f in IMPORTED if f not in (*BLOCK_FAMILIES, *_ENCODERS, "distilbert")]
     left = [f for f in left if (FAMILIES / f / "tokenizer.json").is_file()]
     if not left:
         pytest.skip("every dense family attn imports has its block")
@@ -601,3 +608,184 @@ def test_starcoder2_use_bias_decides_the_mlp_biases(use_bias: bool, biases: int)
     assert sum(n.startswith("layers.1.mlp.") and n.endswith(".bias") for n in names) == biases
     assert "layers.1.post_attention_layernorm.bias" in names  # nn.LayerNorm: always a bias
     assert (bp.placement, bp.act) == ("pre", "gelu_pytorch_tanh")
+
+
+# ---------------------------------------------------------------------------------------------
+# The mixture-of-experts families of issue 25's third group: qwen3_next, gpt_oss, deepseek_v3
+
+
+@needs_models
+@pytest.mark.slow
+def test_qwen3_next_runs_each_layer_as_its_own_kind() -> None:
+    """Layers 0 and 2 linear (Gated DeltaNet), layer 1 softmax: the model view's note names
+    them, and importing layer 1 (the full one) from the text gives transformers' weights."""
+    ref = _ref("qwen3_next")
+    w = walk(FORWARD / "qwen3_next", ref["text"], through=None)
+    assert [x.shape[0] for x in w.weights] == [0, 2, 0]
+    assert any(n.startswith("layers 0, 2: linear attention (Gated DeltaNet)") for n in w.notes)
+    result = run_cli("import", str(FORWARD / "qwen3_next"), "--text", ref["text"], "--layer",
+                     "all", "--width", "80")  # fmt: skip
+    assert result.exit_code == 0, result.stderr
+    assert "L0 (linear attention: no softmax map)" in result.stdout.splitlines()
+
+
+@needs_models
+@pytest.mark.slow
+def test_qwen3_next_deep_linear_layer_from_text(tmp_path: Path) -> None:
+    """Layer 2 (linear) imported from the text through layers 0 and 1: its fixture's X is the
+    residual stream transformers had entering layer 2, after the 1 + w input norm."""
+    ref = _ref("qwen3_next")
+    out = tmp_path / "l2.npz"
+    result = run_cli("import", str(FORWARD / "qwen3_next"), "--text", ref["text"], "--layer",
+                     "2", "-o", str(out))  # fmt: skip
+    assert result.exit_code == 0, result.stderr
+    from safetensors.numpy import load_file
+
+    x = np.asarray(ref["hidden"][2])  # (T, C) entering layer 2
+    w = load_file(str(FORWARD / "qwen3_next" / "model.safetensors"))
+    norm = w["model.layers.2.input_layernorm.weight"].astype(np.float64)
+    X = x / np.sqrt((x**2).mean(-1, keepdims=True) + 1e-6) * (1 + norm)  # Qwen3NextRMSNorm
+    _close(np.asarray(load_fixture(out).X).reshape(X.shape), X)
+
+
+@needs_models
+@pytest.mark.slow
+def test_qwen3_next_a_plain_rmsnorm_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The deliberate mistake: post_attention_layernorm and the final norm as w, not 1 + w
+    (Qwen3-Next's norms are zero-centred): layer 1's input leaves transformers' at once."""
+    import attn_cli.io.forward as forward
+
+    ref = _ref("qwen3_next")
+    monkeypatch.setattr(forward, "_RMS1P", ("gemma", "gemma2", "gemma3_text"))
+    w = walk(FORWARD / "qwen3_next", ref["text"], through=2, keep_residuals=True)
+    _close(w.entering[0], ref["hidden"][0])
+    with pytest.raises(AssertionError):
+        _close(w.entering[1], ref["hidden"][1])
+
+
+@needs_models
+@pytest.mark.slow
+@pytest.mark.parametrize("case", ["gpt_oss", "deepseek_v3"])
+def test_moe_deep_layer_from_text(case: str, tmp_path: Path) -> None:
+    """Layer 2 imported from the text through layer 0 and the mixture of layer 1: its trace's
+    weights are transformers' (gpt-oss: sinks and a window; DeepSeek V3: MLA)."""
+    ref = _ref(case)
+    out = tmp_path / "l2.npz"
+    result = run_cli("import", str(FORWARD / case), "--text", ref["text"], "--layer", "2",
+                     "-o", str(out))  # fmt: skip
+    assert result.exit_code == 0, result.stderr
+    assert "through layers 0-1" in result.stderr
+    _close(run(load_fixture(out))["softmax"].data, ref["attentions"][2])
+
+
+def _without(name: str, change: Any) -> Any:
+    """core/forward.py's ``name`` with one argument changed: a deliberate mistake."""
+    right = getattr(fw, name)
+    return lambda *args: right(*change(list(args)))
+
+
+# (case, core function, the mistake): each leaves layer 2's input (after a mixture) wrong
+MOE_MISTAKES = {
+    "e_score_correction_bias dropped from the choice": (
+        "deepseek_v3", "route_grouped", lambda a: [a[0], a[1], 0 * a[2], *a[3:]]),
+    "routed_scaling_factor left out": (
+        "deepseek_v3", "route_grouped", lambda a: [*a[:5], 1.0]),
+    "no group limit (every group kept)": (
+        "deepseek_v3", "route_grouped", lambda a: [*a[:3], (a[3][0], a[3][0]), *a[4:]]),
+    "gpt-oss's swiglu without its clamps": (
+        "gpt_oss", "clamped_swiglu", lambda a: [a[0], a[1], math.inf]),
+    "gpt-oss's weights a softmax over every expert, not over the top k": (
+        "gpt_oss", "route_logits", lambda a: [a[0], a[1], False]),
+}  # fmt: skip
+
+
+@needs_models
+@pytest.mark.slow
+@pytest.mark.parametrize("mistake", sorted(MOE_MISTAKES))
+def test_a_moe_mistake_changes_the_layer_inputs(
+    mistake: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The reference catches each mistake: layer 1 (before any mixture, or after a dense MLP)
+    still matches, layer 2's input no longer does."""
+    case, name, change = MOE_MISTAKES[mistake]
+    ref = _ref(case)
+    monkeypatch.setattr(fw, name, _without(name, change))
+    w = walk(FORWARD / case, ref["text"], through=2, keep_residuals=True)
+    right = 1 if case == "deepseek_v3" else 0  # DeepSeek V3's layer 0 is dense
+    _close(w.entering[right], ref["hidden"][right])
+    with pytest.raises(AssertionError):
+        _close(w.residual, ref["hidden"][2])
+
+
+def test_clamped_swiglu_against_a_loop() -> None:
+    """gpt-oss's activation, column pair by column pair (gate even, up odd)."""
+    rng = np.random.default_rng(11)
+    gate_up = 3 * rng.normal(size=(4, 6))  # (T, 2F): values past the limit both ways
+    out = fw.clamped_swiglu(gate_up, 1.702, 1.5)
+    for t in range(4):
+        for f in range(3):
+            g = min(gate_up[t, 2 * f], 1.5)
+            u = max(min(gate_up[t, 2 * f + 1], 1.5), -1.5)
+            assert out[t, f] == pytest.approx((u + 1) * g / (1 + math.exp(-1.702 * g)), rel=1e-12)
+
+
+@pytest.mark.parametrize("normalize", [False, True])
+def test_grouped_routing_against_a_loop(normalize: bool) -> None:
+    """DeepSeek V3's choice, by hand: 8 experts in 4 groups of 2, the 2 groups whose two
+    corrected scores sum highest, the top 2 experts of those; weights the plain scores."""
+    rng = np.random.default_rng(5)
+    logits, correction = rng.normal(size=(6, 8)), 0.3 * rng.normal(size=8)
+    chosen, weights = fw.route_grouped(logits, 2, correction, (4, 2), normalize, 2.5)
+    for t in range(6):
+        score = [1 / (1 + math.exp(-v)) for v in logits[t]]
+        corrected = [s + c for s, c in zip(score, correction, strict=True)]
+        worth = [corrected[2 * g] + corrected[2 * g + 1] for g in range(4)]
+        groups = sorted(range(4), key=lambda g: -worth[g])[:2]
+        allowed = [e for g in groups for e in (2 * g, 2 * g + 1)]
+        top = sorted(allowed, key=lambda e: -corrected[e])[:2]
+        assert sorted(chosen[t]) == sorted(top)
+        w = {e: score[e] for e in top}
+        total = sum(w.values()) if normalize else 1.0
+        got = dict(zip(chosen[t].tolist(), weights[t].tolist(), strict=True))
+        for e in top:
+            assert got[e] == pytest.approx(2.5 * w[e] / total, rel=1e-12)
+
+
+@needs_models
+def test_gpt_oss_mxfp4_experts_are_refused_in_one_line(tmp_path: Path) -> None:
+    """gpt-oss as released: gate_up_proj and down_proj as MXFP4 _blocks and _scales (uint8)."""
+    import shutil
+
+    from safetensors.numpy import load_file, save_file
+
+    folder = tmp_path / "gpt_oss"
+    shutil.copytree(FORWARD / "gpt_oss", folder)
+    tensors = {}
+    for name, x in load_file(str(folder / "model.safetensors")).items():
+        if name.endswith(("experts.gate_up_proj", "experts.down_proj")):
+            tensors[name + "_blocks"] = np.zeros((*x.shape[:2], 2, 16), np.uint8)
+            tensors[name + "_scales"] = np.zeros((*x.shape[:2], 2), np.uint8)
+        else:
+            tensors[name] = x
+    save_file(tensors, str(folder / "model.safetensors"), metadata={"format": "pt"})
+    result = run_cli("import", str(folder), "--text", "a b c", "--layer", "all")
+    assert result.exit_code == 2, result.stdout
+    assert "model.layers.0.mlp.experts.down_proj_blocks: gpt-oss's experts quantized to MXFP4" in (
+        result.stderr
+    )
+    assert len(result.stderr.strip().splitlines()) == 1
+
+
+@settings(max_examples=40, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1), k=st.integers(1, 4), scale=st.floats(0.5, 3.0))
+def test_grouped_routing_laws(seed: int, k: int, scale: float) -> None:
+    """With every group kept the group limit changes nothing: the top k corrected scores are
+    chosen; renormalised weights sum to routed_scaling_factor, and each is its score's share."""
+    rng = np.random.default_rng(seed)
+    logits, correction = rng.normal(size=(5, 8)), 0.3 * rng.normal(size=8)
+    chosen, weights = fw.route_grouped(logits, k, correction, (4, 4), True, scale)
+    corrected = 1 / (1 + np.exp(-logits)) + correction
+    for t in range(5):
+        assert set(chosen[t].tolist()) == set(np.argsort(-corrected[t])[:k].tolist())
+    np.testing.assert_allclose(weights.sum(axis=-1), scale, rtol=1e-12)
+    assert (weights > 0).all()

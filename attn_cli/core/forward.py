@@ -148,7 +148,14 @@ def route(
 ) -> tuple[np.ndarray[Any, np.dtype[np.intp]], FloatArray]:
     """A mixture of experts' router: softmax(x W_router) over the experts, the top ``k`` per
     token (most likely first) and their weights, renormalised to sum to 1 if ``normalize``."""
-    logits = x @ W_router  # (T, E)
+    return route_logits(x @ W_router, k, normalize)  # (T, E) logits
+
+
+def route_logits(
+    logits: FloatArray, k: int, normalize: bool
+) -> tuple[np.ndarray[Any, np.dtype[np.intp]], FloatArray]:
+    """``route`` from the router's logits [T, E] (gpt-oss: with the router's bias; its softmax
+    over the top k logits is this one renormalised)."""
     p = np.exp(logits - logits.max(axis=-1, keepdims=True))
     p /= p.sum(axis=-1, keepdims=True)  # (T, E)
     chosen = np.argsort(-p, axis=-1, kind="stable")[:, :k]  # (T, k)
@@ -171,3 +178,49 @@ def mixture(
         rows, slot = np.nonzero(chosen == e)  # the tokens that chose e, and in which place
         out[rows] += weights[rows, slot][:, None] * expert(int(e), x[rows])
     return out
+
+
+# ---------------------------------------------------------------------------------------------
+# gpt-oss's and DeepSeek V3's experts and routers (transformers 5.24, models/gpt_oss and
+# models/deepseek_v3: GptOssExperts, DeepseekV3TopkRouter)
+
+
+def clamped_swiglu(gate_up: FloatArray, alpha: float, limit: float) -> FloatArray:
+    """gpt-oss's activation on x W_gate_up + b [T, 2F], whose columns interleave gate and up:
+    (clamp(up, ±limit) + 1) · g · sigmoid(alpha · g), g = min(gate, limit)."""
+    gate, up = gate_up[..., ::2], gate_up[..., 1::2]  # (T, F) each: even columns, odd columns
+    gate = np.minimum(gate, limit)
+    up = np.clip(up, -limit, limit)
+    out: FloatArray = (up + 1.0) * gate * _sigmoid(alpha * gate)
+    return out
+
+
+def route_grouped(
+    logits: FloatArray,
+    k: int,
+    correction: FloatArray,
+    groups: tuple[int, int],
+    normalize: bool,
+    scale: float,
+) -> tuple[np.ndarray[Any, np.dtype[np.intp]], FloatArray]:
+    """DeepSeek V3's router on its logits [T, E]: scores sigmoid(logits); the experts chosen by
+    scores + ``correction`` (e_score_correction_bias), only within the ``groups[1]`` best of
+    ``groups[0]`` equal groups (a group's worth: its two best corrected scores); the weights
+    are the chosen experts' uncorrected scores, renormalised (+1e-20) if ``normalize``, times
+    ``scale`` (routed_scaling_factor)."""
+    T, E = logits.shape
+    n_group, top_groups = groups
+    scores = _sigmoid(logits)  # (T, E)
+    choice = scores + correction  # (T, E): the bias moves the choice, not the weights
+    per_group = choice.reshape(T, n_group, E // n_group)  # (T, groups, E / groups)
+    worth = np.sort(per_group, axis=-1)[..., -2:].sum(axis=-1)  # (T, groups)
+    best = np.argsort(-worth, axis=-1, kind="stable")[:, :top_groups]  # (T, top_groups)
+    kept = np.zeros((T, n_group), dtype=bool)
+    np.put_along_axis(kept, best, True, axis=-1)
+    allowed = np.repeat(kept, E // n_group, axis=-1)  # (T, E): the experts of the kept groups
+    choice = np.where(allowed, choice, -np.inf)
+    chosen = np.argsort(-choice, axis=-1, kind="stable")[:, :k]  # (T, k)
+    weights: FloatArray = np.take_along_axis(scores, chosen, axis=-1)  # (T, k)
+    if normalize:
+        weights = weights / (weights.sum(axis=-1, keepdims=True) + 1e-20)
+    return chosen, weights * scale

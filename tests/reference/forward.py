@@ -184,6 +184,74 @@ CASES.update({
 })  # fmt: skip
 
 
+# ---- the mixture-of-experts families of issue 25's third group (fwd-moe) --------------------
+
+
+def qwen3_next() -> Any:
+    # layers 0 and 2 linear_attention (Gated DeltaNet: 4 value heads over 2 key heads), layer 1
+    # full (gated) attention with its 2 heads; layers 0 and 1 a mixture (4 experts, top 2,
+    # renormalised, a gated shared expert), layer 2 dense (mlp_only_layers)
+    return tiny("Qwen3NextConfig", num_experts=4, num_experts_per_tok=2,
+                moe_intermediate_size=16, shared_expert_intermediate_size=16,
+                mlp_only_layers=[2], norm_topk_prob=True,
+                layer_types=["linear_attention", "full_attention", "linear_attention"],
+                linear_num_key_heads=2, linear_num_value_heads=4, linear_key_head_dim=4,
+                linear_value_head_dim=4)  # fmt: skip
+
+
+def gpt_oss() -> Any:
+    # 4 experts top 2 (softmax over the top-2 router logits, with the router's bias), biases on
+    # every expert, the clamped swiglu with limit 1.5 (so that the clamps bite: gate_up values
+    # of a few units) and alpha 1.702; sinks; layers 0, 2 sliding (window 4), 1 full; the yarn
+    # rope GptOssConfig sets
+    return tiny("GptOssConfig", num_local_experts=4, num_experts_per_tok=2, swiglu_limit=1.5,
+                **WINDOWED)  # fmt: skip
+
+
+def deepseek_v3() -> Any:
+    # families.py's multi-head latent attention sizes; layer 0 dense (first_k_dense_replace 1),
+    # layers 1, 2 a mixture: 8 experts in 4 groups, the 2 best groups, top 2 of their experts by
+    # sigmoid + e_score_correction_bias (seeded noise), renormalised, times 2.5; 1 shared expert
+    return tiny("DeepseekV3Config", num_key_value_heads=2, q_lora_rank=12, kv_lora_rank=8,
+                qk_nope_head_dim=4, qk_rope_head_dim=4, v_head_dim=4, first_k_dense_replace=1,
+                n_routed_experts=8, n_shared_experts=1, num_experts_per_tok=2, n_group=4,
+                topk_group=2, moe_intermediate_size=16, routed_scaling_factor=2.5,
+                norm_topk_prob=True)  # fmt: skip
+
+
+def noise_on(model: Any, suffixes: tuple[str, ...]) -> None:
+    """Seeded noise on the tensors perturb leaves (2-D biases, buffers) whose names end so."""
+    generator = torch.Generator().manual_seed(fam.SEED + 2)
+    with torch.no_grad():
+        for name, t in sorted([*model.named_parameters(), *model.named_buffers()]):
+            if name.endswith(suffixes):
+                t.add_(fam.NOISE * torch.randn(t.shape, generator=generator))
+
+
+CASES |= {
+    "qwen3_next": (
+        qwen3_next,
+        False,
+        "hybrid: Gated DeltaNet layers 0, 2 (no softmax map: attentions null), gated full "
+        "attention layer 1; 4 experts top 2 renormalised, gated shared expert; layer 2 dense",
+    ),
+    "gpt_oss": (
+        gpt_oss,
+        False,
+        "4 experts top 2 with biases, clamped swiglu (limit 1.5), router bias, sinks, "
+        "sliding/full/sliding, yarn",
+    ),
+    "deepseek_v3": (
+        deepseek_v3,
+        False,
+        "MLA; layer 0 dense; 8 experts in 4 groups, top 2 groups, top 2, sigmoid + "
+        "e_score_correction_bias, renormalised, x 2.5; a shared expert",
+    ),
+}
+# what perturb leaves at zero: the experts' biases (2-D), e_score_correction_bias (a buffer)
+AFTER = {"gpt_oss": ("_proj_bias",), "deepseek_v3": ("e_score_correction_bias",)}
+
+
 def run(folder: Path, encoder: bool, ids: list[int]) -> dict[str, Any]:
     auto = AutoModel if encoder else AutoModelForCausalLM
     model = auto.from_pretrained(
@@ -201,12 +269,19 @@ def run(folder: Path, encoder: bool, ids: list[int]) -> dict[str, Any]:
         out = model(input_ids=torch.tensor([ids]), output_attentions=True, use_cache=False)
     for h in handles:
         h.remove()
-    assert len(entering) == len(layers) and len(out.attentions) == len(layers)
+    assert len(entering) == len(layers)
+    # a hybrid model (qwen3_next) records attentions for its softmax layers only: null for the
+    # others (linear attention has no softmax map)
+    kinds = getattr(model.config, "layer_types", None) or ["full_attention"] * len(layers)
+    softmax = [k != "linear_attention" for k in kinds]
+    assert len(out.attentions) == sum(softmax)
+    maps = iter(out.attentions)
     result: dict[str, Any] = {
         "ids": ids,
         "layers_path": path,
         "hidden": [fam.floats(h[0]) for h in entering],  # per layer (T, hidden)
-        "attentions": [fam.floats(a[0]) for a in out.attentions],  # per layer (heads, T, T)
+        # per layer (heads, T, T), or null
+        "attentions": [fam.floats(next(maps)[0]) if s else None for s in softmax],
     }
     if not encoder:
         result["logits"] = fam.floats(out.logits[0])  # (T, vocab)
@@ -221,6 +296,8 @@ def make(case: str) -> None:
     auto = AutoModel if encoder else AutoModelForCausalLM
     model = auto.from_config(build(), dtype=torch.float32).eval()
     fam.perturb(model)
+    if case in AFTER:
+        noise_on(model, AFTER[case])
     model.save_pretrained(folder, safe_serialization=True)
     (folder / "generation_config.json").unlink(missing_ok=True)
     ids = fam.write_tokenizer(folder)
