@@ -268,7 +268,7 @@ def test_bad_choices_are_one_line(args: list[str], message: str) -> None:
     ("case", "args", "message"),
     [
         (
-            "unwritten",  # a decoder attn imports whose block is not written (see _unwritten)
+            "unwritten",  # a family whose block is not written: cohere2 taken out of the list
             ["--check-logits", "-o", "x.npz"],
             ": computing the logits takes the forward",
         ),
@@ -277,10 +277,14 @@ def test_bad_choices_are_one_line(args: list[str], message: str) -> None:
 )
 @needs_models
 def test_families_without_a_forward_are_refused(
-    case: str, args: list[str], message: str, tmp_path: Path
+    case: str, args: list[str], message: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    if case == "unwritten":
-        case = _unwritten()
+    if case == "unwritten":  # every family attn imports has its block: a new one would not
+        from attn_cli.io import forward
+
+        case = "cohere2"  # a decoder in tests/reference/families/
+        monkeypatch.setattr(forward, "BLOCK_FAMILIES", tuple(f for f in BLOCK_FAMILIES
+                                                             if f != case))  # fmt: skip
     result = run_cli("import", str(FAMILIES / case), "--text", "a b c", *args)
     assert result.exit_code == 2, result.stdout
     assert message in result.stderr
@@ -288,17 +292,14 @@ def test_families_without_a_forward_are_refused(
     assert not (tmp_path / "x.npz").exists()
 
 
-def _unwritten() -> str:
-    """A dense decoder attn imports (tests/reference/families/) whose block is not written yet:
-    the first of them, as families are added to BLOCK_FAMILIES one by one."""
+def test_every_family_attn_imports_has_its_forward() -> None:
+    """Issue 25: the forward below any layer for every family attn imports (a wrapper, gemma3,
+    through its text model's)."""
     from attn_cli.io.families import FAMILIES as IMPORTED
-    from attn_cli.io.forward import _ENCODERS
+    from attn_cli.io.families import WRAPPERS
 
-    left = [f for f in IMPORTED if f not in (*BLOCK_FAMILIES, *_ENCODERS, "distilbert")]
-    left = [f for f in left if (FAMILIES / f / "tokenizer.json").is_file()]
-    if not left:
-        pytest.skip("every dense family attn imports has its block")
-    return left[0]
+    assert [f for f in IMPORTED if f not in BLOCK_FAMILIES and f not in WRAPPERS] == []
+    assert all(w.text in BLOCK_FAMILIES for w in WRAPPERS.values())
 
 
 def test_a_layer_past_the_last_is_refused_before_computing() -> None:
@@ -696,6 +697,10 @@ MOE_MISTAKES = {
         "gpt_oss", "clamped_swiglu", lambda a: [a[0], a[1], math.inf]),
     "gpt-oss's weights a softmax over every expert, not over the top k": (
         "gpt_oss", "route_logits", lambda a: [a[0], a[1], False]),
+    "DeepSeek V2's group limit left out (greedy)": (
+        "deepseek_v2", "route_greedy", lambda a: [a[0], a[1], None, a[3]]),
+    "DeepSeek V2's routed_scaling_factor left out": (
+        "deepseek_v2", "route_greedy", lambda a: [*a[:3], 1.0]),
 }  # fmt: skip
 
 
@@ -711,7 +716,7 @@ def test_a_moe_mistake_changes_the_layer_inputs(
     ref = _ref(case)
     monkeypatch.setattr(fw, name, _without(name, change))
     w = walk(FORWARD / case, ref["text"], through=2, keep_residuals=True)
-    right = 1 if case == "deepseek_v3" else 0  # DeepSeek V3's layer 0 is dense
+    right = 1 if case in ("deepseek_v3", "deepseek_v2") else 0  # DeepSeek's layer 0 is dense
     _close(w.entering[right], ref["hidden"][right])
     with pytest.raises(AssertionError):
         _close(w.residual, ref["hidden"][2])
@@ -727,6 +732,27 @@ def test_clamped_swiglu_against_a_loop() -> None:
             g = min(gate_up[t, 2 * f], 1.5)
             u = max(min(gate_up[t, 2 * f + 1], 1.5), -1.5)
             assert out[t, f] == pytest.approx((u + 1) * g / (1 + math.exp(-1.702 * g)), rel=1e-12)
+
+
+@pytest.mark.parametrize("groups", [None, (4, 2)], ids=["greedy", "group_limited_greedy"])
+def test_deepseek_v2_routing_against_a_loop(groups: tuple[int, int] | None) -> None:
+    """DeepSeek V2's choice, by hand: softmax over the 8 experts; with groups, only the 2 of 4
+    groups (of 2) whose best probability is highest; the top 2; weights p times 1.5."""
+    rng = np.random.default_rng(6)
+    logits = rng.normal(size=(6, 8))
+    chosen, weights = fw.route_greedy(logits, 2, groups, 1.5)
+    for t in range(6):
+        e = [math.exp(v) for v in logits[t]]
+        p = [v / sum(e) for v in e]
+        allowed = list(range(8))
+        if groups is not None:
+            best = sorted(range(4), key=lambda g: -max(p[2 * g], p[2 * g + 1]))[:2]
+            allowed = [x for g in best for x in (2 * g, 2 * g + 1)]
+        top = sorted(allowed, key=lambda x: -p[x])[:2]
+        assert sorted(chosen[t].tolist()) == sorted(top)
+        got = dict(zip(chosen[t].tolist(), weights[t].tolist(), strict=True))
+        for x in top:
+            assert got[x] == pytest.approx(1.5 * p[x], rel=1e-12)
 
 
 @pytest.mark.parametrize("normalize", [False, True])

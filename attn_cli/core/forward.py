@@ -195,6 +195,29 @@ def clamped_swiglu(gate_up: FloatArray, alpha: float, limit: float) -> FloatArra
     return out
 
 
+def route_greedy(
+    logits: FloatArray, k: int, groups: tuple[int, int] | None, scale: float
+) -> tuple[np.ndarray[Any, np.dtype[np.intp]], FloatArray]:
+    """DeepSeek V2's router on its logits [T, E]: p = softmax over every expert; the top ``k``
+    of p (greedy), or of p with the experts outside the ``groups[1]`` best of ``groups[0]``
+    equal groups set to 0, a group worth its largest p (group_limited_greedy); the weights
+    the chosen p, not renormalised, times ``scale`` (routed_scaling_factor)."""
+    T, E = logits.shape
+    p = np.exp(logits - logits.max(axis=-1, keepdims=True))
+    p /= p.sum(axis=-1, keepdims=True)  # (T, E)
+    pick = p
+    if groups is not None:
+        n_group, top_groups = groups
+        worth = p.reshape(T, n_group, E // n_group).max(axis=-1)  # (T, groups)
+        best = np.argsort(-worth, axis=-1, kind="stable")[:, :top_groups]
+        kept = np.zeros((T, n_group), dtype=bool)
+        np.put_along_axis(kept, best, True, axis=-1)
+        pick = np.where(np.repeat(kept, E // n_group, axis=-1), p, 0.0)  # masked_fill 0
+    chosen = np.argsort(-pick, axis=-1, kind="stable")[:, :k]  # (T, k)
+    weights: FloatArray = np.take_along_axis(pick, chosen, axis=-1) * scale
+    return chosen, weights
+
+
 def route_grouped(
     logits: FloatArray,
     k: int,

@@ -13,10 +13,11 @@ their own norms and multipliers in ``_dense_a_block``: OLMo's LayerNorm without 
 OLMo 3's and EXAONE 4's post-norms, GLM-4's four norms and fused MLP, Granite's
 residual_multiplier and logits_scaling). Qwen3-Next's linear_attention layers run as their
 gated_deltanet fixture (no softmax map: such a layer's weights hold no heads); its MoE,
-gpt-oss's (stacked experts with biases, the clamped swiglu, the router's bias) and DeepSeek V3's
-(dense below first_k_dense_replace, then the grouped sigmoid router and shared experts) are
-``Experts``. Any other family is refused in one line for a layer past 0 (its layer 0 needs no
-forward).
+gpt-oss's (stacked experts with biases, the clamped swiglu, the router's bias), DeepSeek V3's
+(dense below first_k_dense_replace, then the grouped sigmoid router and shared experts) and
+DeepSeek V2's (the same with its softmax router, greedy or group-limited) are ``Experts``;
+Cohere 2 runs Cohere's block. Any other family is refused in one line for a layer past 0
+(its layer 0 needs no forward).
 """
 
 from __future__ import annotations
@@ -55,7 +56,8 @@ FloatArray = np.ndarray[Any, np.dtype[np.floating[Any]]]
 
 # StarCoder2, StableLM, Phi, Cohere (LayerNorm decoders, Phi's and Cohere's parallel blocks)
 # and DistilBERT (a post-norm encoder): _dense_b_block, _dense_b_head
-_DENSE_B = ("starcoder2", "stablelm", "phi", "cohere", "distilbert")
+_DENSE_B = ("starcoder2", "stablelm", "phi", "cohere", "distilbert", "cohere2")
+_COHERE = ("cohere", "cohere2")  # one parallel block, Cohere 2's sliding windows in its attention
 # Dense decoders whose blocks differ from Llama's in norms, multipliers or a fused MLP.
 _DENSE_A = ("ministral", "smollm3", "olmo", "olmo3", "exaone4", "granite", "glm4", "ernie4_5")
 # The families whose blocks (norm placement, MLP) are written and checked against transformers.
@@ -66,7 +68,7 @@ BLOCK_FAMILIES: tuple[str, ...] = (
     *_DENSE_A,
 )  # fmt: skip
 # the mixture-of-experts families of issue 25's third group, each checked as the others are
-BLOCK_FAMILIES += ("qwen3_next", "gpt_oss", "deepseek_v3")
+BLOCK_FAMILIES += ("qwen3_next", "gpt_oss", "deepseek_v3", "deepseek_v2")
 # 1 + w RMSNorms (Gemma's, Qwen3-Next's zero-centred ones) around the MLP and at the end
 _RMS1P = ("gemma", "gemma2", "gemma3_text", "qwen3_next")
 _ENCODERS = ("bert", *ROBERTA_LIKE)
@@ -101,6 +103,7 @@ class Experts:
     stacked: Stacked | None = None  # gpt-oss: every expert in one tensor each
     grouped: Grouped | None = None  # DeepSeek V3's sigmoid router
     plain_shared: tuple[Tensor, Tensor, Tensor] | None = None  # DeepSeek V3: gate, up, down
+    greedy: Greedy | None = None  # DeepSeek V2's softmax router
 
 
 @dataclass(frozen=True)
@@ -126,6 +129,17 @@ class Grouped:
 
     correction: Tensor  # e_score_correction_bias (E,)
     groups: tuple[int, int]  # n_group, topk_group
+    scale: float  # routed_scaling_factor
+
+
+@dataclass(frozen=True)
+class Greedy:
+    """DeepSeek V2's router (DeepseekV2TopkRouter): softmax over every expert, the top k
+    (topk_method greedy) or the top k within the topk_group best of n_group groups, a group
+    worth its best score (group_limited_greedy); the weights not renormalised, times
+    routed_scaling_factor."""
+
+    groups: tuple[int, int] | None  # n_group, topk_group; None: greedy
     scale: float  # routed_scaling_factor
 
 
@@ -303,17 +317,17 @@ def _dense_b_block(
         return BlockPlan("post", norms, "dense", False, _act(cfg, "activation", "gelu"), tensors)
     assert plan.pre_norm is not None  # input_layernorm: its eps is the block's norms' eps
     F, eps = cfg.whole("intermediate_size"), plan.pre_norm.eps
-    parallel = family in ("phi", "cohere") or (
+    parallel = family in ("phi", *_COHERE) or (
         family == "stablelm" and cfg.flag("use_parallel_residual", False)
     )
     # the MLP's norm: a second LayerNorm, or (parallel) input_layernorm read once more
     n = "input_layernorm" if parallel else "post_attention_layernorm"
-    bias = family != "cohere"  # Cohere's LayerNorm has no bias
+    bias = family not in _COHERE  # Cohere's LayerNorm has no bias
     norm_t = (t("n.w", f"{n}.weight", C), *([t("n.b", f"{n}.bias", C)] if bias else []))
     norms = {"mlp_in": Norm("layer", eps, "n.w", "n.b" if bias else None)}
     placement: fw.Placement = "parallel" if parallel else "pre"
     mlp: tuple[Tensor, ...]
-    if family in ("stablelm", "cohere"):  # SwiGLU without biases
+    if family in ("stablelm", *_COHERE):  # SwiGLU without biases
         mlp = (t("gate.weight", "mlp.gate_proj.weight", F, C),
                t("up.weight", "mlp.up_proj.weight", F, C),
                t("down.weight", "mlp.down_proj.weight", C, F))  # fmt: skip
@@ -469,9 +483,42 @@ def _deepseek_experts(cfg: Config, plan: LayerPlan, t: Callable[..., Tensor]) ->
     )  # fmt: skip
 
 
+def _deepseek_v2_experts(cfg: Config, plan: LayerPlan, t: Callable[..., Tensor]) -> Experts | None:
+    """DeepSeek V2's MoE (DeepseekV2Moe) from layer first_k_dense_replace on: the softmax
+    router (``Greedy``), the routed experts and the shared experts, ungated, on every token."""
+    C = plan.hidden
+    if plan.layer < cfg.whole("first_k_dense_replace", 0, minimum=0):
+        return None
+    E, F = cfg.whole("n_routed_experts", 64), cfg.whole("moe_intermediate_size", 1407)
+    k = cfg.whole("num_experts_per_tok")
+    method = cfg.data.get("topk_method", "greedy")
+    if method not in ("greedy", "group_limited_greedy"):
+        raise cfg.error("topk_method", f"got {method!r}", "greedy or group_limited_greedy")
+    groups = None
+    if method == "group_limited_greedy":
+        groups = (cfg.whole("n_group"), cfg.whole("topk_group"))
+        if E % groups[0] or groups[1] > groups[0]:
+            raise cfg.error(
+                "n_group", f"{groups[0]} groups of {E} experts, the best {groups[1]} kept",
+                "a divisor of n_routed_experts, at least topk_group",
+            )  # fmt: skip
+    S = F * cfg.whole("n_shared_experts", 2)
+    return Experts(
+        t("router", "mlp.gate.weight", E, C),
+        lambda e: (t(f"e{e}.gate", f"mlp.experts.{e}.gate_proj.weight", F, C),
+                   t(f"e{e}.up", f"mlp.experts.{e}.up_proj.weight", F, C),
+                   t(f"e{e}.down", f"mlp.experts.{e}.down_proj.weight", C, F)),
+        E, min(k, E), False, greedy=Greedy(groups, cfg.number("routed_scaling_factor", 1.0)),
+        plain_shared=(t("s.gate", "mlp.shared_experts.gate_proj.weight", S, C),
+                      t("s.up", "mlp.shared_experts.up_proj.weight", S, C),
+                      t("s.down", "mlp.shared_experts.down_proj.weight", C, S)),
+    )  # fmt: skip
+
+
 _OWN_EXPERTS: dict[str, Callable[[Config, LayerPlan, Callable[..., Tensor]], Experts | None]] = {
     "gpt_oss": _gpt_oss_experts,
     "deepseek_v3": _deepseek_experts,
+    "deepseek_v2": _deepseek_v2_experts,
 }
 
 
@@ -522,14 +569,14 @@ def _dense_b_head(
     C, V = plan.hidden, plan.embed_tensors[0].shape[0]
     assert plan.pre_norm is not None
     name = "final_layernorm" if family == "phi" else "norm"
-    bias = family != "cohere"
+    bias = family not in _COHERE
     tensors = [Tensor("f.w", f"{name}.weight", (C,))]
     tensors += [Tensor("f.b", f"{name}.bias", (C,))] if bias else []
     norm = Norm("layer", plan.pre_norm.eps, "f.w", "f.b" if bias else None)
     outer = prefix[: -len("model.")] if prefix.endswith("model.") else ""
     tied = cfg.flag("tie_word_embeddings", outer + "lm_head.weight" not in names)
     tensors.append(Tensor("head", plan.embed_tensors[0].name if tied else "lm_head.weight", (V, C)))
-    scale = cfg.number("logit_scale", 0.0625) if family == "cohere" else None
+    scale = cfg.number("logit_scale", 0.0625) if family in _COHERE else None
     head_bias = Tensor("head.bias", "lm_head.bias", (V,)) if family == "phi" else None
     return HeadPlan(norm, tuple(tensors), None, head_bias, scale)
 
@@ -700,10 +747,12 @@ def _route(
     x: Experts, h: FloatArray, read: Callable[[Tensor], FloatArray]
 ) -> tuple[np.ndarray[Any, np.dtype[np.intp]], FloatArray]:
     """Each token's chosen experts and their weights [T, k]: a softmax router (gpt-oss's with
-    its bias), or DeepSeek V3's grouped sigmoid one."""
+    its bias; DeepSeek V2's greedy one), or DeepSeek V3's grouped sigmoid one."""
     logits = h @ read(x.router).T  # (T, E)
     if x.router_bias is not None:
         logits = logits + read(x.router_bias)
+    if x.greedy is not None:
+        return fw.route_greedy(logits, x.k, x.greedy.groups, x.greedy.scale)
     if x.grouped is None:
         return fw.route_logits(logits, x.k, x.normalize)
     g = x.grouped

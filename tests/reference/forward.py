@@ -248,6 +248,34 @@ CASES |= {
         "e_score_correction_bias, renormalised, x 2.5; a shared expert",
     ),
 }
+
+
+def deepseek_v2() -> Any:
+    # DeepSeek V2 (V2-Lite's shape: q_proj, no q LoRA; RoPE pairs in place): layer 0 dense, layers
+    # 1, 2 a mixture of 8 experts in 4 groups, group_limited_greedy (the best group by its best
+    # softmax score: with top 2, two groups could never change the choice), top 2, not
+    # renormalised, times 1.5; 2 shared experts
+    return tiny("DeepseekV2Config", num_key_value_heads=2, q_lora_rank=None, kv_lora_rank=8,
+                qk_nope_head_dim=4, qk_rope_head_dim=4, v_head_dim=4, first_k_dense_replace=1,
+                n_routed_experts=8, n_shared_experts=2, num_experts_per_tok=2,
+                topk_method="group_limited_greedy", n_group=4, topk_group=1,
+                moe_intermediate_size=8, routed_scaling_factor=1.5)  # fmt: skip
+
+
+CASES |= {
+    "deepseek_v2": (
+        deepseek_v2,
+        False,
+        "MLA with q_proj and RoPE pairs in place; layer 0 dense; 8 experts in 4 groups, the "
+        "best group by its best softmax score, top 2, not renormalised, x 1.5; 2 shared",
+    ),
+    "cohere2": (
+        lambda: tiny("Cohere2Config", logit_scale=0.25, **WINDOWED),
+        False,
+        "Cohere's parallel block; layers 0, 2 sliding (window 4, RoPE), layer 1 full (no RoPE); "
+        "logit_scale 0.25",
+    ),
+}
 # what perturb leaves at zero: the experts' biases (2-D), e_score_correction_bias (a buffer)
 AFTER = {"gpt_oss": ("_proj_bias",), "deepseek_v3": ("e_score_correction_bias",)}
 
