@@ -78,14 +78,17 @@ def page_of(tmp_path: Path, checkpoint: Path, text: str, *extra: str) -> Path:
     return page
 
 
-def check_cells(html: str, attentions: np.ndarray) -> None:
+def check_cells(html: str, attentions: list[Any]) -> None:
     """Every layer × head a thumbnail, each cell the reference weight at the shown precision,
-    each kind as the loop names it."""
+    each kind as the loop names it; a linear-attention layer (None: no map) a button instead."""
     got = thumbs(html)
-    layers, heads, T, _ = attentions.shape
-    assert len(got) == layers * heads
+    maps = [layer for layer, a in enumerate(attentions) if a is not None]
+    heads, T = np.asarray(attentions[maps[0]]).shape[:2]
+    assert sorted(got) == [(layer, h) for layer in maps for h in range(heads)]
+    linear = [int(x) for x in re.findall(r'data-open-layer="(\d+)"', html)]
+    assert linear == [layer for layer, a in enumerate(attentions) if a is None]
     for (layer, h), (kind, cells) in got.items():
-        A = attentions[layer, h]
+        A = np.asarray(attentions[layer][h], dtype=np.float64)
         assert len(cells) == T * T
         for (i, j), shown in cells.items():
             assert abs(float(shown) - A[i, j]) <= SHOWN, (layer, h, i, j, shown, A[i, j])
@@ -126,22 +129,23 @@ def frame_weights(frame: Any, head: int) -> dict[tuple[int, int], str]:
 @pytest.mark.parametrize("case", CASES)
 def test_every_tiny_checkpoint_page(browser: Any, tmp_path: Path, case: str) -> None:  # noqa: F811
     ref = json.loads((FORWARD / case / "reference.json").read_text())
-    attentions = np.asarray(ref["attentions"], dtype=np.float64)  # (layers, heads, T, T)
-    layers, heads = attentions.shape[:2]
+    attentions = ref["attentions"]  # per layer (heads, T, T), None for linear attention
+    maps = [layer for layer, a in enumerate(attentions) if a is not None]
+    heads = len(attentions[maps[0]])
     path = page_of(tmp_path, FORWARD / case, ref["text"])
     check_cells(path.read_text(encoding="utf-8"), attentions)
     walked = walk(FORWARD / case, ref["text"], through=None).weights  # what the page was made of
     for (layer, h), (_, cells) in thumbs(path.read_text(encoding="utf-8")).items():
         assert all(text == as_shown(float(walked[layer][h][ij])) for ij, text in cells.items())
     opened = Opened(browser, path)
-    assert opened.page.eval_on_selector_all("figure.thumb", "f => f.length") == layers * heads
-    layer, head = layers - 1, heads - 1
+    assert opened.page.eval_on_selector_all("figure.thumb", "f => f.length") == len(maps) * heads
+    layer, head = maps[-1], heads - 1
     frame = open_a_layer(opened, layer, head, heads)
     opened.page.keyboard.press("ArrowRight")  # the keyboard is the layer page's
     assert frame.locator("[data-role='stage-title']").text_content() == "output"
     opened.page.keyboard.press("ArrowLeft")
     shown = frame_weights(frame, head)  # the trace's softmax, as its page shows it
-    assert len(shown) == attentions.shape[-1] ** 2  # 7 tokens: nothing elided
+    assert len(shown) == len(attentions[layer][0]) ** 2  # 7 tokens: nothing elided
     assert shown == thumbs(path.read_text(encoding="utf-8"))[(layer, head)][1]
     opened.page.click("[data-role='lang']")  # the language follows into the layer's page
     assert opened.page.get_attribute("html", "lang") == "zh-Hans"
@@ -152,8 +156,14 @@ def test_every_tiny_checkpoint_page(browser: Any, tmp_path: Path, case: str) -> 
     opened.page.click("[data-role='back']")
     assert opened.page.is_visible("[data-role='model']")
     assert not opened.page.is_visible("[data-role='layer']")
-    opened.page.hover("figure.thumb[data-layer='0'][data-head='0'] td[data-index='1,0']")
-    assert "第 0 层 · 头 0" in str(opened.page.text_content("[data-role='status']"))
+    opened.page.hover(f"figure.thumb[data-layer='{layer}'][data-head='0'] td[data-index='1,0']")
+    assert f"第 {layer} 层 · 头 0" in str(opened.page.text_content("[data-role='status']"))
+    for linear in (k for k, a in enumerate(attentions) if a is None):  # Gated DeltaNet's layers
+        opened.page.click(f"[data-open-layer='{linear}']")
+        frame = opened.page.frame_locator("[data-role='frame'] iframe")
+        frame.locator("body[data-ready='1']").wait_for()
+        assert "softmax" not in frame.locator("nav.stages").inner_text()
+        opened.page.click("[data-role='back']")
     assert opened.errors() == []
     assert set(opened.requests) == {opened.url}
     assert opened.dialogs == []
@@ -176,7 +186,7 @@ def _minilm() -> Path:
 def test_the_minilm_page(browser: Any, tmp_path: Path, record_property: Any) -> None:  # noqa: F811
     """The real all-MiniLM-L6-v2: 6 layers × 12 heads against transformers' attentions."""
     with np.load(MINILM) as z:
-        attentions = z["attentions"].astype(np.float64)  # (6, 12, 13, 13)
+        attentions = list(z["attentions"].astype(np.float64))  # 6 × (12, 13, 13)
     path = page_of(tmp_path, _minilm(), SENTENCE)
     html = path.read_text(encoding="utf-8")
     check_cells(html, attentions)

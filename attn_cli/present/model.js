@@ -82,6 +82,8 @@
   document.addEventListener("click", function (ev) {
     var fig = ev.target.closest && ev.target.closest("figure.thumb");
     if (fig) { open(Number(fig.dataset.layer), Number(fig.dataset.head)); return; }
+    var whole = ev.target.closest && ev.target.closest("[data-open-layer]");  // no map to click
+    if (whole) { open(Number(whole.dataset.openLayer), 0); return; }
     var back = ev.target.closest && ev.target.closest('[data-role="back"]');
     if (back) { close(); }
   });

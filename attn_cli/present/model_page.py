@@ -59,6 +59,7 @@ WORDS: dict[Lang, dict[str, Any]] = {
         "lang_name": "English",
         "theme": "light / dark",
         "back": "← model view",
+        "open": "open its trace",
         "hint": "Hover a map to read its weights; click it to open that layer's whole trace "
         "at its softmax, with the head chosen (→ / ← step its stages); ← model view comes back.",
         "layer_title": "layer {layer} · head {head}",
@@ -81,6 +82,7 @@ WORDS: dict[Lang, dict[str, Any]] = {
         "lang_name": "中文",
         "theme": "浅色 / 深色",
         "back": "← 模型总览",
+        "open": "打开它的追踪",
         "hint": "鼠标悬停在一幅图上可读出权重；点击它，打开这一层完整的追踪，"
         "停在 softmax 这一步，并选中这个头（→ / ← 切换步骤）；点 ← 模型总览返回。",
         "layer_title": "第 {layer} 层 · 头 {head}",
@@ -199,6 +201,7 @@ figure.thumb table { border-collapse: collapse; margin: 0 auto; }
 figure.thumb td { padding: 0; border: 0; width: var(--px); height: var(--px); }
 figure.thumb figcaption { font: 11px ui-monospace, monospace; color: var(--dim);
   min-height: 1.3em; }
+.model button.nomap { justify-self: start; align-self: center; }
 .model .status { font-family: ui-monospace, monospace; min-height: 1.5em; color: var(--accent); }
 .model .legend .bar { display: inline-block; width: 10em; height: .8em; vertical-align: middle;
   background: linear-gradient(to right, {{VIRIDIS}}); }
@@ -225,7 +228,7 @@ class _Body:
         from attn_cli.present.palette import VIRIDIS
 
         v = self.view
-        heads = v.weights[0].shape[0] if v.weights else 0
+        heads = _heads(v)
         T = len(v.tokens)
         side, shown = layout(len(v.weights), heads, T, self.cap)
         other: Lang = "zh" if self.lang == "en" else "en"
@@ -283,6 +286,11 @@ class _Body:
                 out.append(f'<div class="lh">⋮</div><div style="grid-column: span {heads}"></div>')
             previous = layer
             out.append(f'<div class="lh">L{layer}</div>')
+            if self.view.weights[layer].shape[0] == 0:  # linear attention (Gated DeltaNet)
+                words = _both(lambda lang: TEXTS[lang]["no_map"] + " · " + WORDS[lang]["open"])
+                out.append(f'<button type="button" class="nomap" data-open-layer="{layer}" '
+                           f'style="grid-column: span {heads}">{words}</button>')  # fmt: skip
+                continue
             for h in range(heads):
                 out.append(self._thumb(layer, h, side))
         out.append("</div>")
@@ -311,6 +319,11 @@ class _Body:
         )
 
 
+def _heads(view: ModelView) -> int:
+    """Heads of a softmax layer (a linear-attention layer has none: no map to draw)."""
+    return max((w.shape[0] for w in view.weights), default=0)
+
+
 def _word(key: str) -> Any:
     return lambda lang: WORDS[lang][key]
 
@@ -320,7 +333,7 @@ def _data(view: ModelView, pages: LayerPages, checkpoint: str, cells: int) -> st
     from attn_cli.io.trace_json import json_text
 
     T = len(view.tokens)
-    heads = view.weights[0].shape[0] if view.weights else 0
+    heads = _heads(view)
     side, _ = layout(len(view.weights), heads, T, cells)
     edges = np.linspace(0, T, side + 1).round().astype(int).tolist() if side < T else None
     doc = {
