@@ -479,8 +479,8 @@ def _input_side(
 ) -> _InputGradients:
     """d_X (and d_X_kv) as the sum of the Q, K and V paths (and the head-output transforms'
     path, ``d_X_out``: a gate's), and the weight gradients."""
-    if fwd.X is None:
-        return _InputGradients()  # direct mode: the gradients stop at Q, K and V
+    if fwd.X is None:  # direct mode, or a front end's (MLA's) Q, K, V: they stop at Q, K, V
+        return _InputGradients(d_X=d_X_out)  # a gate's path, when a front end made Q, K, V
     assert fwd.W_Q is not None and fwd.W_K is not None and fwd.W_V is not None
     source = fwd.X if fwd.X_kv is None else fwd.X_kv  # where K and V come from
     d_from: dict[str, FloatArray] = {}

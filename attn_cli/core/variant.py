@@ -450,6 +450,24 @@ class Variant:
         """Its side stages, from the chain's stages (``arrays``, internal layouts)."""
         raise NotImplementedError(f"{self.name} has no second form")
 
+    # a front end's gradient rows (``stage_rows`` lists them; the table puts them after the
+    # base rows), in backward order, and the forward stages ``grad_front`` reads
+    front_gradients: tuple[str, ...] = ()
+    front_reads: tuple[str, ...] = ()
+
+    def grad_front(
+        self, value: Any, inputs: Inputs, grads: Mapping[str, FloatArray],
+        arrays: Mapping[str, FloatArray], cast: Cast,
+    ) -> dict[str, FloatArray]:  # fmt: skip
+        """Back through its front end: from ``grads`` (``d_Q``, ``d_K``, ``d_V``, internal
+        layouts) and its forward stages in ``arrays`` to its gradient stages by name, ``d_X``
+        among them (the base rows it fills, such as ``d_W_Q``, too)."""
+        raise NotImplementedError(f"{self.name} makes no Q, K, V")
+
+    def front_fills(self, value: Any, gradient: str) -> bool:
+        """Whether ``grad_front`` fills the base row ``gradient`` (``d_W_Q``) for this setting."""
+        return False
+
     # -- a mixer: output made from Q, K, V by the variant, in place of scores..softmax ----------
 
     # its stages between V and output (linear attention's feature maps, its implicit weights);
