@@ -287,9 +287,12 @@ def test_every_gradient_stage_matches_finite_differences(name: str) -> None:
 def test_the_fixtures_cover_every_gradient_stage() -> None:
     covered = {n for name in FIXTURES for n in run(inputs_of(name), backward=True).stages}
     # but the gate's (d_gated, d_gate, d_W_G, d_b_G): tests/test_gate.py, by finite differences;
-    # and MLA's latent ones: tests/test_mla_backward.py, against torch and finite differences
+    # MLA's latent ones and the halves differential attention cuts (d_Q_1, d_K_1):
+    # tests/test_mla_backward.py and tests/test_diff_backward.py, against torch and finite
+    # differences (the bundled examples here have neither)
     front = {n for v in REGISTRY.values() for n in v.front_gradients}
-    assert set(GRADIENT_STAGE_NAMES) - set(out_gradients()) - front <= covered
+    halves = {f"d_{w}_{v.suffix}" for v in REGISTRY.values() if v.out_reads for w in "QK"}
+    assert set(GRADIENT_STAGE_NAMES) - set(out_gradients()) - front - halves <= covered
 
 
 # ---------------------------------------------------------------------------------------------

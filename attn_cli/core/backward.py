@@ -374,9 +374,11 @@ def _backward(fwd: ForwardArrays, grad: FloatArray | None, steps: _Steps) -> Gra
     # the head-output transforms (a gate) to d_output
     d_projected, d_W_O, d_b_O, d_concat, d_joined = _output_side(fwd, grad)
     d_output, d_outs, d_X_out = _grad_outs(fwd.back_out, d_joined)
+    more = {n: d_outs.pop(n) for n in _QKV if n in d_outs}  # a second map's (diff)
     # 2) through the weighted sum: dP and dV
     d_softmax = grad_weights(d_output, fwd.v, g)  # (B, H, T, S)
     d_V = steps.group(steps.values_per_head(fwd.weights, d_output), g)  # (B, Hkv, S, Dv)
+    d_V = _plus(d_V, more, "d_V")
     # 3) through the softmax (and the mask), then the score modifiers and the scale
     dS = steps.softmax_input(fwd, d_softmax)  # (B, H, T, S)
     d_modified, d_scaled = grad_modifiers(fwd.chain, dS, fwd.before)
@@ -385,6 +387,7 @@ def _backward(fwd: ForwardArrays, grad: FloatArray | None, steps: _Steps) -> Gra
     d_q_stages, d_Q = grad_transforms(fwd.back_q, grad_queries(d_scores, fwd.k, g))  # (B, H, T, D)
     d_K_in = steps.group(steps.keys_per_head(d_scores, fwd.q), g)  # (B, Hkv, S, D)
     d_k_stages, d_K = grad_transforms(fwd.back_k, d_K_in)
+    d_Q, d_K = _plus(d_Q, more, "d_Q"), _plus(d_K, more, "d_K")
     d_extra = grad_extras(fwd.chain, fwd.weights, d_softmax)  # (H,) each
     # 5) through the input projections
     inputs = _input_side(fwd, d_Q, d_K, d_V, steps.paths, d_X_out)
@@ -440,19 +443,31 @@ def _output_side(
     return d_projected, d_W_O, d_b_O, d_concat, split_heads(d_concat, H)  # (B, H, T, Dv)
 
 
+_QKV = ("d_Q", "d_K", "d_V")  # what a head-output transform that reads Q, K, V adds to them
+
+
 def _grad_outs(
     backs: tuple[BackOut, ...], d: FloatArray
 ) -> tuple[FloatArray, dict[str, FloatArray], FloatArray | None]:
     """Back through the head-output transforms, the last first: d_output, their gradient
-    stages, and what they add to d_X."""
+    stages (``d_Q``, ``d_K``, ``d_V`` among them when one reads Q, K, V: what it adds to
+    theirs, differential attention's second map), and what they add to d_X."""
     stages: dict[str, FloatArray] = {}
     d_X: FloatArray | None = None
     for back in reversed(backs):
         d, made, extra = back(d)  # (B, H, T, Dv), ..., (B, T, C)
+        for name in _QKV:
+            if name in made and name in stages:
+                made[name] = made[name] + stages[name]
         stages.update(made)
         if extra is not None:
             d_X = extra if d_X is None else d_X + extra
     return d, stages, d_X
+
+
+def _plus(d: FloatArray, more: Mapping[str, FloatArray], name: str) -> FloatArray:
+    """A gradient with what a head-output transform adds to it (``more``), if anything."""
+    return d if name not in more else d + more[name]
 
 
 @dataclass(frozen=True, eq=False)

@@ -58,7 +58,8 @@ def blocked(inputs: Inputs, kept: Collection[str]) -> bool:
     reads them) and no extra logit (a sink) needs the whole weights."""
     if not any(SPECS[s].gradient for s in kept) or any(SPECS[s].score_like for s in kept):
         return False
-    return not Chain(inputs).extra and not any(v.side_stages for v, _ in Chain(inputs).on)
+    on = Chain(inputs).on  # a second form beside the chain, or a second map, read whole
+    return not Chain(inputs).extra and not any(v.side_stages or v.out_reads for v, _ in on)
 
 
 def modifier_inputs(chain: Chain) -> tuple[str, ...]:
@@ -155,7 +156,8 @@ def _back_out(chain: Chain, arrays: Mapping[str, FloatArray], cast: Cast) -> tup
     backs: list[BackOut] = []
     before = "output"
     for v, value in chain.outs:
-        made = {"output": arrays[before], **{s: arrays[s] for s in v.out_stages}}
+        made = {**{s: arrays[s] for s in v.out_reads}, "output": arrays[before],
+                **{s: arrays[s] for s in v.out_stages}}  # fmt: skip
 
         def back(d: FloatArray, v: Any = v, value: Any = value, made: Any = made) -> Any:
             return v.grad_out(value, chain.inputs, d, made, arrays.get("X"), cast)

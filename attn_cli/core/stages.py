@@ -344,7 +344,7 @@ _GRADIENT_ROWS: tuple[StageSpec | _Slot, ...] = tuple(
         ("d_softmax", ("d_output", "V"), _SCORES, True, "d_softmax",
          _always, lambda i: _group_sum(i, "d_output[h]·V[g]ᵀ", "d_softmax", per_query=True)),
         ("d_V", ("d_output", "softmax"), ("batch", "kv_head", "key", "d_v"), False, "d_V",
-         _always, lambda i: _group_sum(i, "softmax[h]ᵀ·d_output[h]", "d_V")),
+         _always, lambda i: _group_sum(i, "softmax[h]ᵀ·d_output[h]", "d_V") + _parts(i, "d_V")),
         ("delta", ("d_output", "output"), _DELTA, False, "delta", _always,
          lambda i: "delta = rowsum(d_output ∘ output) = rowsum(d_softmax ∘ softmax)"),
         _Slot("extra"),
