@@ -449,6 +449,7 @@ def flash_keep(inputs: Inputs) -> set[str]:
     from attn_cli.core.stages import softmax_input
 
     keep = {query_key(inputs, "Q"), query_key(inputs, "K"), "V"}
+    keep |= {s for v, _ in Chain(inputs).on for s in v.flash_reads}  # a second map's (diff)
     if inputs.batch * inputs.heads * inputs.seq_q * inputs.seq_k <= BIG_SCORES:
         keep |= {softmax_input(inputs), "softmax"}
     return keep
@@ -584,7 +585,7 @@ def check_flash(
         room = max_tiles - len(tiles)
         tiles.extend(replace(t, batch=b, head=h, q_block=(t0, t1)) for t in r.tiles[:room])
     total = B * H * -(-T // bq) * -(-inp.seq_k // bk)
-    checks = flash_checks(trace, output, L, base2)
+    checks = (*flash_checks(trace, output, L, base2), *_variant_maps(trace, output, bq, bk, base2))
     return FlashRun(trace, output, L, tuple(tiles), total, bq, bk, base2, causal_offset(inp),
                     checks, max_tiles, sentinel)  # fmt: skip
 
@@ -635,15 +636,51 @@ def flash_checks(
         pairs.append(("softmax", rebuilt.astype(x.dtype), internal(trace, "softmax")))
     # the rounding of exp(x − m) grows with the scores' size: up to about |x| ulps
     scores = _finite_max(ref_L) + math.log(inp.seq_k)
-    checks = []
-    for name, mine, ref in pairs:
-        diff = max_abs_diff(mine, ref)
-        eps = float(np.finfo(mine.dtype).eps)
-        tol = ULPS * eps * (1 + scores) * (1 + _finite_max(ref))
-        tol = tol if f32 else max(F64_TOLERANCE, tol)
-        ulps = max_ulps(mine, ref) if f32 else None
-        checks.append(SelfCheck(name, diff, ulps, tol, diff <= tol))
+    return tuple(_self_check(name, mine, ref, scores, f32) for name, mine, ref in pairs)
+
+
+def _self_check(name: str, mine: AnyArray, ref: AnyArray, scores: float, f32: bool) -> SelfCheck:
+    """One comparison, within ULPS ulps of the scores' and the values' size (1e-12 at least
+    in float64)."""
+    diff = max_abs_diff(mine, ref)
+    eps = float(np.finfo(mine.dtype).eps)
+    tol = ULPS * eps * (1 + scores) * (1 + _finite_max(ref))
+    tol = tol if f32 else max(F64_TOLERANCE, tol)
+    ulps = max_ulps(mine, ref) if f32 else None
+    return SelfCheck(name, diff, ulps, tol, diff <= tol)
+
+
+def _variant_maps(
+    trace: Trace, output: FloatArray, bq: int, bk: int, base2: bool
+) -> tuple[SelfCheck, ...]:
+    """The softmax maps a variant tiles beside the chain's (differential attention's second),
+    each O and L checked against plain softmax rows as the chain's are (``output_2``,
+    ``lse_2``), then the stages it makes of every map's O against the trace's."""
+    inp = trace.inputs
+    f32 = trace.dtype == "float32"
+    v = internal(trace, "V")
+    checks: list[SelfCheck] = []
+    for variant, value in Chain(inp).on:
+        arrays = {s: internal(trace, s) for s in variant.flash_reads}
+        outputs: list[AnyArray] = [output]
+        for n, (q, k) in enumerate(variant.flash_maps(value, inp, arrays), start=2):
+            r = flash_forward(q, k, v, chain=trace_chain(trace), scale=trace.scale, block_q=bq,
+                              block_k=bk, causal_offset=causal_offset(inp), base2=base2,
+                              record_tiles=False)  # fmt: skip
+            ref_o, ref_L = reference_rows(trace, q, k, v)
+            L_e = r.lse / np.asarray(LOG2E, r.lse.dtype) if base2 else r.lse
+            scores = _finite_max(ref_L) + math.log(inp.seq_k)
+            checks += [_self_check(f"output_{n}", r.output, ref_o, scores, f32),
+                       _self_check(f"lse_{n}", L_e, ref_L, scores, f32)]  # fmt: skip
+            outputs.append(r.output)
+        made = variant.flash_finish(value, inp, tuple(outputs), arrays, _as_is)
+        checks += [_self_check(name, mine, arrays[name], math.log(inp.seq_k), f32)
+                   for name, mine in made.items()]  # fmt: skip
     return tuple(checks)
+
+
+def _as_is(name: str, array: FloatArray) -> FloatArray:
+    return array
 
 
 def _finite_max(x: AnyArray) -> float:

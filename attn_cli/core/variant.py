@@ -464,6 +464,26 @@ class Variant:
         among them (the base rows it fills, such as ``d_W_Q``, too)."""
         raise NotImplementedError(f"{self.name} makes no Q, K, V")
 
+    # -- FlashAttention: softmax maps it tiles beside the chain's (differential attention's) --
+
+    # the trace's stages ``flash_maps`` and ``flash_finish`` read (and check against)
+    flash_reads: tuple[str, ...] = ()
+
+    def flash_maps(
+        self, value: Any, inputs: Inputs, arrays: Mapping[str, FloatArray]
+    ) -> tuple[tuple[FloatArray, FloatArray], ...]:
+        """More (q, k) pairs, (B, H, T, D) and (B, Hkv, S, D), whose softmax·V FlashAttention
+        tiles as it tiles the chain's, with the chain's scale, modifiers and mask."""
+        return ()
+
+    def flash_finish(
+        self, value: Any, inputs: Inputs, outputs: tuple[FloatArray, ...],
+        arrays: Mapping[str, FloatArray], cast: Cast,
+    ) -> dict[str, FloatArray]:  # fmt: skip
+        """Stages of the trace made from every map's tiled O (the chain's first), by name:
+        each is checked against the trace's."""
+        return {}
+
     def front_fills(self, value: Any, gradient: str) -> bool:
         """Whether ``grad_front`` fills the base row ``gradient`` (``d_W_Q``) for this setting."""
         return False

@@ -356,7 +356,28 @@ class DifferentialAttention(Variant):
         assert seen is not None, "the run hands the differential map Q, K, V and softmax"
         return differential(value, inputs, seen, cast)
 
+    flash_reads = ("Q", "K", "lambda", "diff_output")
+
+    def flash_maps(
+        self, value: Diff, inputs: Inputs, arrays: Mapping[str, FloatArray]
+    ) -> tuple[tuple[FloatArray, FloatArray], ...]:
+        """The second map's halves, Q2 and K2: tiled as the first map's Q1 and K1 are, over the
+        same V (the reference's multihead_flashdiff_1.py calls flash_attn_func twice)."""
+        half = inputs.d_k // 2
+        return ((arrays["Q"][..., half:], arrays["K"][..., half:]),)
+
+    def flash_finish(
+        self, value: Diff, inputs: Inputs, outputs: tuple[FloatArray, ...],
+        arrays: Mapping[str, FloatArray], cast: Cast,
+    ) -> dict[str, FloatArray]:  # fmt: skip
+        """diff_output = O1 − λ·O2, each map's tiled softmax·V."""
+        O1, O2 = outputs
+        lam = np.reshape(arrays["lambda"], (-1, inputs.heads))[0]  # (H,), whatever the layout
+        return {"diff_output": O1 - lam[None, :, None, None] * O2}
+
     def refuses(self, value: Diff, inputs: Inputs, what: str) -> tuple[str, str, str] | None:
+        if what == "FlashAttention":
+            return None
         if what == "the backward pass":
             from attn_cli.core.chain import Chain
 

@@ -200,11 +200,17 @@ class DiffTexts(VariantTexts):
             "scale_diff": "{scale} = 1/√(d_k/2) (each half's width, the reference's)",
             "conv_diff": "diff: two softmax maps from the halves of Q and K, A1 − λ·A2 with "
             "λ_init {init}, RMSNorm per head, × (1 − λ_init) (Differential Transformer)",
+            "check_output_2": "second map's O (Q2, K2) vs plain softmax rows",
+            "check_lse_2": "second map's L vs plain softmax rows' lse (base e)",
+            "check_diff_output": "O − λ·O_2 vs the trace's diff_output",
         },
         "zh": {
             "scale_diff": "{scale} = 1/√(d_k/2)（每一半的宽度，参考代码的做法）",
             "conv_diff": "差分注意力：Q、K 的两半给出两张 softmax 图，A1 − λ·A2，λ_init {init}，"
             "每个头 RMSNorm，× (1 − λ_init)（Differential Transformer）",
+            "check_output_2": "第二张图的 O（Q2、K2）对比逐行普通 softmax",
+            "check_lse_2": "第二张图的 L 对比逐行普通 softmax 的 lse（以 e 为底）",
+            "check_diff_output": "O − λ·O_2 对比完整计算的 diff_output",
         },
     }
     explainers: ClassVar[dict[str, Callable[[Any], Any]]] = {
