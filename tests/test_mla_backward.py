@@ -118,10 +118,15 @@ def numeric(fx: dict[str, Any], where: tuple[str, ...], index: tuple[int, ...]) 
     return (at(h) - at(-h)) / (2 * h)
 
 
-@pytest.mark.parametrize("q_rank", [3, None], ids=["q LoRA", "W_Q"])
-def test_every_input_gradient_matches_finite_differences(q_rank: int | None) -> None:
-    fx = random_mla_fixture(11, q_rank=q_rank, heads=2, seq=4, d_rope=4, W_O=True, mscale=1.3)
-    fx["grad"] = np.random.default_rng(5).standard_normal((4, 3)).tolist()
+@pytest.mark.parametrize(("q_rank", "batch"), [(3, None), (None, None), (3, 2)],
+                         ids=["q LoRA", "W_Q", "batch of 2"])  # fmt: skip
+def test_every_input_gradient_matches_finite_differences(
+    q_rank: int | None, batch: int | None
+) -> None:
+    fx = random_mla_fixture(11, q_rank=q_rank, heads=2, seq=4, d_rope=4, W_O=True, mscale=1.3,
+                            batch=batch)  # fmt: skip
+    lead = (batch,) if batch else ()
+    fx["grad"] = np.random.default_rng(5).standard_normal((*lead, 4, 3)).tolist()
     trace = run(validate(fx, "m.json"), backward=True)
     names = ["W_DKV", "kv_norm", "W_UK", "W_UV", "W_KR"]
     names += ["W_DQ", "q_norm", "W_UQ"] if q_rank else ["W_Q"]
