@@ -355,9 +355,8 @@ class LatentAttention(Variant):
             "kv_lora_rank": value.rank, "qk_rope_head_dim": value.d_rope,
             "qk_nope_head_dim": inputs.d_k - value.d_rope, "v_head_dim": inputs.d_v,
             "base": value.base, "eps": value.eps, "mscale": value.mscale,
+            "rope_layout": value.rope_layout,
         }  # fmt: skip
-        if value.rope_layout != "halves":  # deepseek_v2's (the default's traces unchanged)
-            out["rope_layout"] = value.rope_layout
         if value.scaling is not None:
             out["scaling"] = value.scaling.config()
         return out
