@@ -69,8 +69,6 @@ AGREE = {
     ("mixtral", "mistral"), ("mixtral", "llama"), ("qwen3_moe", "qwen3"), ("llama", "mixtral"),
     ("mistral", "mixtral"), ("mistral", "ministral"), ("mixtral", "ministral"),
     *((a, b) for a in ("bert", *_ROBERTA) for b in _ROBERTA if a != b),
-    # DeepSeek V2 read as V3: the same layer and scores, the rope pairs in V3's order in Q and K
-    ("deepseek_v2", "deepseek_v3"),
 }  # fmt: skip
 rng = np.random.default_rng(23)
 

@@ -340,6 +340,20 @@ def test_rope_refuses_mla(args: list[str]) -> None:
     assert result.stdout == ""
 
 
+@pytest.mark.parametrize("model_type", ["deepseek_v2"])  # deepseek_v3: test_families.py
+def test_import_of_a_deepseek_checkpoint_is_one_line(model_type: str, tmp_path: Path) -> None:
+    (tmp_path / "config.json").write_text(f'{{"model_type": "{model_type}"}}')
+    (tmp_path / "model.safetensors").write_bytes(b"")
+    np.save(tmp_path / "h.npy", np.zeros((2, 4)))
+    result = run_cli("import", str(tmp_path), "--hidden", str(tmp_path / "h.npy"),
+                     "-o", str(tmp_path / "o.npz"))  # fmt: skip
+    assert result.exit_code == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and f"model type '{model_type}' is not supported" in lines[0]
+    assert "multi-head latent attention" in lines[0] and "mla key" in lines[0]
+    assert not (tmp_path / "o.npz").exists()
+
+
 # ---------------------------------------------------------------------------------------------
 # Hostile fixtures: one line naming the field
 

@@ -1,12 +1,10 @@
-"""The backward pass, FlashAttention and DeepSeek V2's RoPE layout of multi-head latent
-attention: every gradient from projected back through the softmax, the concatenated
-[q_nope | q_rope_rot]·[K_nope | k_rope_rot] with DeepSeek's scale, the decoupled RoPE key every
-head shares, the latent c_KV and its norm, W_UK and W_UV, the query path (q LoRA or W_Q) to X and
-every weight. Against torch.autograd through transformers' own DeepseekV3Attention
-(tests/reference/torch_mla_backward.json, float64, rtol 1e-10), and against central finite
-differences of L computed by attn's forward. FlashAttention's tiles against the loop reference
-of tests/reference.py for any tile sizes. mla.rope_layout pairs (deepseek_v2) worked by hand as
-a complex rotation, and equal attention in both layouts."""
+"""The backward pass and FlashAttention of multi-head latent attention: every gradient from
+projected back through the softmax, the concatenated [q_nope | q_rope_rot]·[K_nope | k_rope_rot]
+with DeepSeek's scale, the decoupled RoPE key every head shares, the latent c_KV and its norm,
+W_UK and W_UV, the query path (q LoRA or W_Q) to X and every weight. Against torch.autograd
+through transformers' own DeepseekV3Attention (tests/reference/torch_mla_backward.json, float64,
+rtol 1e-10), and against central finite differences of L computed by attn's forward.
+FlashAttention's tiles against the loop reference of tests/reference.py for any tile sizes."""
 
 from __future__ import annotations
 
@@ -225,68 +223,3 @@ def test_flash_of_the_example_checks_itself_against_the_trace(tmp_path: Path) ->
     np.testing.assert_allclose(doc["stages"]["output"]["data"], trace["output"].data,
                                rtol=1e-12, atol=1e-14)  # fmt: skip
     assert doc["tiles_total"] == 2 * 3 * 2  # heads × query blocks × key blocks
-
-
-# ---------------------------------------------------------------------------------------------
-# mla.rope_layout: pairs, DeepSeek V2's RoPE (view_as_complex keeps each rotated pair in place)
-
-
-def test_pairs_layout_is_v2s_complex_rotation_by_hand() -> None:
-    fx = random_mla_fixture(8, heads=1, seq=2, d_rope=4)
-    fx["mla"] = {**fx["mla"], "rope_layout": "pairs"}
-    trace = run(validate(fx, "m.json"))
-    x, got = trace["k_rope"].data[1], trace["k_rope_rot"].data[1]  # position 1
-    for i in range(2):  # pair i turns by 1 · base^(−2i/4), as a complex number x0 + i·x1
-        z = complex(x[2 * i], x[2 * i + 1]) * np.exp(1j * 10000.0 ** (-2 * i / 4))
-        assert (got[2 * i], got[2 * i + 1]) == pytest.approx((z.real, z.imag), rel=1e-12)
-
-
-@settings(max_examples=15, deadline=None)
-@given(seed=st.integers(0, 10_000), heads=st.integers(1, 3), seq=st.integers(1, 5),
-       q_rank=st.sampled_from([None, 3]))  # fmt: skip
-def test_both_layouts_give_the_same_attention_and_gradients(
-    seed: int, heads: int, seq: int, q_rank: int | None
-) -> None:
-    fx = random_mla_fixture(seed, heads=heads, seq=seq, q_rank=q_rank, d_rope=4, W_O=True)
-    pairs = {**fx, "mla": {**fx["mla"], "rope_layout": "pairs"}}
-    a = run(validate(fx, "a.json"), backward=True)
-    b = run(validate(pairs, "b.json"), backward=True)
-    for stage in ("scores", "softmax", "projected", "d_X", "d_W_DKV", "d_W_KR", "d_kv_norm"):
-        np.testing.assert_allclose(b[stage].data, a[stage].data, rtol=1e-10, atol=1e-12)
-    halves = a["q_rope_rot"].data  # [first numbers | second numbers] -> pairs in place
-    in_place = np.stack([halves[..., :2], halves[..., 2:]], axis=-1).reshape(halves.shape)
-    np.testing.assert_allclose(b["q_rope_rot"].data, in_place, rtol=1e-12, atol=1e-14)
-
-
-def test_the_pairs_layout_backward_matches_finite_differences() -> None:
-    fx = random_mla_fixture(12, q_rank=None, heads=2, seq=3, d_rope=4, W_O=True)
-    fx["mla"] = {**fx["mla"], "rope_layout": "pairs"}
-    fx["grad"] = np.random.default_rng(6).standard_normal((3, 3)).tolist()
-    trace = run(validate(fx, "m.json"), backward=True)
-    for where, index in ((("X",), (1, 2)), (("mla", "W_KR"), (3, 1)), (("mla", "W_Q"), (0, 5))):
-        grad = trace[f"d_{where[-1]}"].data[index]
-        assert grad == pytest.approx(numeric(fx, where, index), rel=1e-6, abs=1e-8), where
-
-
-def test_a_rope_layout_that_is_neither_is_one_line(tmp_path: Path) -> None:
-    fx = random_mla_fixture(1)
-    fx["mla"] = {**fx["mla"], "rope_layout": "complex"}
-    path = tmp_path / "m.json"
-    path.write_text(json.dumps(fx))
-    result = run_cli("trace", str(path))
-    assert result.exit_code == 2
-    assert result.stderr.strip().splitlines() == [
-        f"Error: {path}: mla.rope_layout: got the string 'complex', expected 'halves' "
-        "(deepseek_v3: the pairs' first numbers, then their second) or 'pairs' (deepseek_v2: "
-        "each pair in place)"
-    ]
-
-
-def test_attn_import_of_deepseek_v2_writes_the_pairs_layout(tmp_path: Path) -> None:
-    pytest.importorskip("safetensors", reason="attn import needs safetensors")
-    case = Path(__file__).parent / "reference" / "families" / "deepseek_v2"
-    np.save(tmp_path / "h.npy", np.zeros((3, 16)))
-    out = tmp_path / "v2.npz"
-    result = run_cli("import", str(case), "--hidden", str(tmp_path / "h.npy"), "-o", str(out))
-    assert result.exit_code == 0, result.stderr
-    assert load_fixture(out).extra["mla"].rope_layout == "pairs"

@@ -899,8 +899,6 @@ def _latent(
         mla |= {"W_DQ": t["q_a.weight"].T, "q_norm": t["q_a_norm.weight"],
                 "W_UQ": t["q_b.weight"].T}  # fmt: skip
     mla |= {"base": m.base, "eps": m.eps}
-    if m.rope_layout != "halves":  # deepseek_v2's RoPE: each rotated pair in place
-        mla["rope_layout"] = m.rope_layout
     if m.scaling is not None:  # DeepSeek V3's yarn, and its softmax scale's mscale
         mla |= {f"scaling.{k}": v for k, v in m.scaling} | {"mscale": m.mscale}
     return mla, t["o.weight"].T

@@ -41,7 +41,7 @@ FAMILIES = (
     "qwen2", "qwen2_moe", "qwen3", "qwen3_moe", "gemma", "gemma2", "gemma3_text", "gemma3",
     "gpt_oss", "granite", "smollm3", "starcoder2", "olmo", "olmo2", "olmo3", "exaone4", "phi3",
     "phi", "stablelm", "gpt_neox", "cohere", "cohere2", "ernie4_5", "glm4", "qwen3_next",
-    "deepseek_v3", "deepseek_v2",
+    "deepseek_v3",
 )  # fmt: skip
 
 NormKind = Literal["layer", "rms", "rms1p"]
@@ -105,7 +105,6 @@ class Latent:
     # yarn of the rope dims as the fixture's mla.scaling (DeepSeek V3's own); None: plain RoPE
     scaling: tuple[tuple[str, Any], ...] | None = None
     mscale: float = 1.0  # yarn_apply_mscale's: the softmax scale times mscale²
-    rope_layout: str = "halves"  # "pairs": deepseek_v2's RoPE, each rotated pair kept in place
 
 
 @dataclass(frozen=True)
@@ -244,8 +243,8 @@ def plan_layer(config: Config, family: str, layer: int) -> LayerPlan:
         return _distilbert(config, layer)
     if family == "gpt2":
         return _gpt2(config, layer)
-    if family in ("deepseek_v3", "deepseek_v2"):
-        return _deepseek(config, layer, family)
+    if family == "deepseek_v3":
+        return _deepseek(config, layer)
     return _llama_like(config, family, layer)
 
 
@@ -392,21 +391,19 @@ def _gpt2(config: Config, layer: int) -> LayerPlan:
     )  # fmt: skip
 
 
-def _deepseek(config: Config, layer: int, family: str = "deepseek_v3") -> LayerPlan:
+def _deepseek(config: Config, layer: int) -> LayerPlan:
     """DeepSeek V3's multi-head latent attention (DeepseekV3Attention), read into the fixture's
     mla key: q_a_proj, q_a_layernorm, q_b_proj (or q_proj), kv_a_proj_with_mqa (the latent's
     rows, then the shared RoPE key's), kv_a_layernorm, kv_b_proj (per head: the key's rows,
     then the value's), o_proj; input_layernorm RMSNorm before; interleaved RoPE on the rope
-    dims only; scale 1/sqrt(qk_nope_head_dim + qk_rope_head_dim). DeepSeek V2's
-    (DeepseekV2Attention) is the same layer but for its RoPE, which keeps each rotated pair in
-    place (view_as_complex): the mla key's rope_layout "pairs"."""
+    dims only; scale 1/sqrt(qk_nope_head_dim + qk_rope_head_dim)."""
     layers = _check_layer(config, "num_hidden_layers", layer)
     C = config.whole("hidden_size")
     H = config.whole("num_attention_heads")
     if config.whole("num_key_value_heads", H) != H:  # the latent gives every head its K and V
         raise config.error(
             "num_key_value_heads", f"got {config.data['num_key_value_heads']}: transformers' "
-            f"{family} expands the latent to every head, and repeats those by "
+            "deepseek_v3 expands the latent to every head, and repeats those by "
             "heads / num_key_value_heads", f"{H} (num_attention_heads)",
         )  # fmt: skip
     rank = config.whole("kv_lora_rank")
@@ -419,7 +416,7 @@ def _deepseek(config: Config, layer: int, family: str = "deepseek_v3") -> LayerP
         )
     v = config.whole("v_head_dim")
     D = nope + rope_dims
-    _deepseek_checks(config, rope_dims, D, family)
+    _deepseek_checks(config, rope_dims, D)
     base, scaling, mscale = _deepseek_rope(config)
     eps = config.number("rms_norm_eps", 1e-6)
     p = f"layers.{layer}."
@@ -430,26 +427,22 @@ def _deepseek(config: Config, layer: int, family: str = "deepseek_v3") -> LayerP
         "(the last qk_rope_head_dim); kv_b_proj rows per head [key | value] split into mla.W_UK "
         "and mla.W_UV; every Linear transposed",
         "Q and K are [nope | rope] per head, the rope dims in transformers' de-interleaved "
-        "layout (its query_states and key_states)" if family == "deepseek_v3" else
-        "Q and K are [nope | rope] per head, each rotated pair of the rope dims in place "
-        "(view_as_complex, mla.rope_layout pairs), as transformers' query_states and key_states",
-    )  # fmt: skip
-    layout = "pairs" if family == "deepseek_v2" else "halves"
+        "layout (its query_states and key_states)",
+    )
     return LayerPlan(
-        family=family, layer=layer, layers=layers, hidden=C, heads=H, kv_heads=H,
+        family="deepseek_v3", layer=layer, layers=layers, hidden=C, heads=H, kv_heads=H,
         head_dim=D, layout="linear",
         anchor=r"layers\.\d+\.self_attn\.kv_a_proj_with_mqa\.weight",
         tensors=tensors, embed_tensors=embed, pre_norm=Norm("rms", eps, "norm.weight"),
         embedding=Embedding("embed.tokens"), causal=True, scale=float(D**-0.5) * mscale * mscale,
-        latent=Latent(rank, q_rank, nope, rope_dims, v, base, scaling=scaling, mscale=mscale,
-                      rope_layout=layout),
+        latent=Latent(rank, q_rank, nope, rope_dims, v, base, scaling=scaling, mscale=mscale),
         notes=(*notes, *filter(None, [_scaling_note(scaling)])),
         block=p, scopes=("self_attn.", "input_layernorm."),
         unused=r"self_attn\.rotary_emb\.inv_freq",
     )  # fmt: skip
 
 
-def _deepseek_checks(config: Config, rope_dims: int, D: int, family: str) -> None:
+def _deepseek_checks(config: Config, rope_dims: int, D: int) -> None:
     """Keys DeepseekV3Config sets itself, and what the mla key has no place for: refused."""
     for key, want in (("head_dim", rope_dims), ("qk_head_dim", D)):
         if config.has(key) and config.whole(key) != want:  # DeepseekV3Config sets both itself
@@ -462,7 +455,7 @@ def _deepseek_checks(config: Config, rope_dims: int, D: int, family: str) -> Non
             "attention_bias", "got true: biases on q_a_proj, kv_a_proj_with_mqa and o_proj, "
             "which the mla key has no place for", "absent or false",
         )  # fmt: skip
-    if family == "deepseek_v3" and not config.flag("rope_interleave", True):
+    if not config.flag("rope_interleave", True):
         raise config.error(
             "rope_interleave", "got false: RoPE by rotate_half on the rope dims, where the mla "
             "key rotates interleaved pairs (transformers' deepseek_v3 default)", "absent or true",
@@ -1478,19 +1471,6 @@ KEYS: dict[str, Keys] = {
                          "moe_layer_freq", "ep_size", "aux_loss_alpha", "seq_aux"}),
         assumed=_LLAMA_ASSUMED,
     ),
-    "deepseek_v2": Keys(
-        reads=_LLAMA_READS | {"kv_lora_rank", "q_lora_rank", "qk_nope_head_dim",
-                              "qk_rope_head_dim", "v_head_dim", "qk_head_dim",
-                              "attention_bias", "vocab_size"},
-        # the MoE MLP's routing (layers from first_k_dense_replace on), the multi-token
-        # prediction layers (DeepSeek V3's own code and transformers'): no attention numbers
-        inert=frozenset({"first_k_dense_replace", "n_group", "n_routed_experts",
-                         "n_shared_experts", "num_nextn_predict_layers", "num_mtp_layers",
-                         "routed_scaling_factor", "topk_group", "topk_method", "scoring_func",
-                         "moe_layer_freq", "ep_size", "aux_loss_alpha", "seq_aux",
-                         "mlp_bias"}),
-        assumed=_LLAMA_ASSUMED,
-    ),
     "distilbert": Keys(
         reads=frozenset({"dim", "n_heads", "n_layers", "sinusoidal_pos_embds"}),
         inert=frozenset({"hidden_dim", "activation", "tie_weights_"}),
@@ -1559,6 +1539,9 @@ KNOWN_TYPES = {
     "gptj": "RoPE on interleaved pairs of part of each head",
     "hunyuan_v1_dense": "q/k norm after RoPE (attn's q/k norm comes before it), NTK alpha",
     "llama4_text": "chunked attention, layers without RoPE, q/k L2 norm, temperature tuning",
+    "deepseek_v2": "multi-head latent attention whose RoPE keeps each rotated pair in place "
+                   "(view_as_complex), not in deepseek_v3's layout the mla key writes: attn "
+                   "imports deepseek_v3 only",
     "falcon": "a fused query_key_value, multi-query heads, parallel attention, optional ALiBi",
     "bloom": "ALiBi position biases and a fused query_key_value",
     "mpt": "ALiBi position biases and a fused Wqkv",

@@ -232,17 +232,6 @@ def deepseek_v3_yarn() -> Any:
     return config
 
 
-def deepseek_v2() -> Any:
-    # DeepSeek V2-Lite's shape of multi-head latent attention: no q LoRA (q_proj), a latent of
-    # rank 8 and a RoPE key of 4 shared by both heads; its RoPE keeps each rotated pair in place
-    # (view_as_complex); layer 0 dense, layer 1 MoE
-    return tiny("DeepseekV2Config", num_hidden_layers=2, num_key_value_heads=2, q_lora_rank=None,
-                kv_lora_rank=8, qk_nope_head_dim=4, qk_rope_head_dim=4, v_head_dim=4,
-                first_k_dense_replace=1, n_routed_experts=4, n_shared_experts=1,
-                num_experts_per_tok=2, n_group=1, topk_group=1,
-                moe_intermediate_size=8)  # fmt: skip
-
-
 def simple(cls_name: str, **extra: Any) -> Callable[[], Any]:
     return lambda: tiny(cls_name, **extra)
 
@@ -358,12 +347,6 @@ CASES: dict[str, tuple[Callable[[], Any], bool, str]] = {
                     "(rank 8, kv_a_layernorm) and a RoPE key of 4 shared by the heads, kv_b_proj "
                     "decompresses K_nope and V per head; interleaved RoPE (rope_interleave); "
                     "scale (4 + 4)**-0.5; layer 1's MLP is MoE"),
-    "deepseek_v2": (deepseek_v2, False,
-                    "DeepSeek V2's multi-head latent attention (DeepseekV2Attention), V2-Lite's "
-                    "shape: q_proj (no q LoRA), kv_a_proj_with_mqa gives the latent (rank 8, "
-                    "kv_a_layernorm) and a RoPE key of 4 shared by the heads, kv_b_proj "
-                    "decompresses K_nope and V per head; RoPE in complex form (view_as_complex: "
-                    "each rotated pair in place); scale (4 + 4)**-0.5; layer 1's MLP is MoE"),
     "deepseek_v3_yarn": (deepseek_v3_yarn, False,
                          "deepseek_v3 with yarn on the rope dims (factor 8, original 4, beta 32/1, "
                          "mscale 0.9, mscale_all_dim 0.6): yarn's frequencies over "

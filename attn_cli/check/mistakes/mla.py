@@ -49,8 +49,7 @@ def _rope_whole_head(trace: Trace) -> list[Change]:
     k_rope = np.broadcast_to(internal(trace, "k_rope")[:, None],
                              (*internal(trace, "K_nope").shape[:3], value.d_rope))  # fmt: skip
     k = np.concatenate([internal(trace, "K_nope"), k_rope], axis=-1)  # (B, H, S, D)
-    rot = (value.base, None, value.rope_layout)
-    Q, K = rope_interleaved(q, pos_q, *rot), rope_interleaved(k, pos_k, *rot)
+    Q, K = rope_interleaved(q, pos_q, value.base), rope_interleaved(k, pos_k, value.base)
     detail = (
         f"Your {{stage}} is what attn gets with RoPE turned over the whole head ({q.shape[-1]} "
         f"dimensions of each of the {H} heads) instead of its rope part ({value.d_rope}): "

@@ -49,12 +49,9 @@ from attn_cli.core.variant import (
 )
 
 DOC = ("a mapping {W_DQ, q_norm, W_UQ (q LoRA) or W_Q; W_DKV, kv_norm, W_UK, W_UV, W_KR; "
-       "optional base, eps, mscale, scaling, rope_layout}")  # fmt: skip
+       "optional base, eps, mscale, scaling}")  # fmt: skip
 SUBKEYS = ("W_DQ", "q_norm", "W_UQ", "W_Q", "W_DKV", "kv_norm", "W_UK", "W_UV", "W_KR",
-           "base", "eps", "mscale", "scaling", "rope_layout")  # fmt: skip
-# where RoPE writes each rotated pair: "halves", the pairs' first numbers then their second
-# (transformers' deepseek_v3); "pairs", each pair kept in place (deepseek_v2's view_as_complex)
-ROPE_LAYOUTS = ("halves", "pairs")
+           "base", "eps", "mscale", "scaling")  # fmt: skip
 WEIGHTS = ("W_DQ", "q_norm", "W_UQ", "W_Q", "W_DKV", "kv_norm", "W_UK", "W_UV", "W_KR")
 
 
@@ -76,7 +73,6 @@ class MLA:
     mscale: float = 1.0  # yarn's mscale (mscale_all_dim): the softmax scale times mscale²
     # RoPE scaling of the rope dims (DeepSeek V3's yarn), as rope.scaling; None: plain RoPE
     scaling: RopeScaling | None = None
-    rope_layout: str = "halves"  # "pairs": deepseek_v2's, each rotated pair kept in place
 
     @property
     def d_rope(self) -> int:
@@ -100,9 +96,8 @@ def rms_norm(x: FloatArray, weight: FloatArray, eps: float) -> FloatArray:
 
 
 def rope_interleaved(
-    x: FloatArray, positions: IntArray, base: float, scaling: RopeScaling | None = None,
-    layout: str = "halves",
-) -> FloatArray:  # fmt: skip
+    x: FloatArray, positions: IntArray, base: float, scaling: RopeScaling | None = None
+) -> FloatArray:
     """RoPE of pairs (x0, x1), (x2, x3), ... laid out as transformers 5.24's
     ``apply_rotary_pos_emb_interleave`` returns them: [x_even·cos − x_odd·sin | x_odd·cos +
     x_even·sin]. ``x`` (..., n, D) at ``positions`` (n,); with ``scaling`` the frequencies
@@ -114,11 +109,7 @@ def rope_interleaved(
     angle = positions.astype(np.float64)[:, None] * inv_freq  # (n, D/2)
     cos, sin = (np.cos(angle) * factor).astype(x.dtype), (np.sin(angle) * factor).astype(x.dtype)
     even, odd = x[..., 0::2], x[..., 1::2]  # (..., n, D/2)
-    a, b = even * cos - odd * sin, odd * cos + even * sin  # each pair's first, second number
-    if layout == "pairs":  # deepseek_v2: view_as_real(x_complex · e^(iθ)), pairs in place
-        pairs: FloatArray = np.stack([a, b], axis=-1).reshape(x.shape)  # (..., n, D)
-        return pairs
-    return np.concatenate([a, b], axis=-1)
+    return np.concatenate([even * cos - odd * sin, odd * cos + even * sin], axis=-1)
 
 
 def naive(value: MLA, heads: int, X: FloatArray, pos: IntArray, cast: Cast) -> dict[str, Any]:
@@ -142,9 +133,8 @@ def naive(value: MLA, heads: int, X: FloatArray, pos: IntArray, cast: Cast) -> d
     out["K_nope"] = split_heads(out["c_KV_norm"] @ w["W_UK"], heads)  # (B, H, S, d_nope)
     out["V"] = split_heads(out["c_KV_norm"] @ w["W_UV"], heads)  # (B, H, S, d_v)
     # 4) RoPE on the rope parts only, then q and k joined
-    rot = (value.base, value.scaling, value.rope_layout)
-    out["q_rope_rot"] = rope_interleaved(out["q_rope"], pos, *rot)
-    out["k_rope_rot"] = rope_interleaved(out["k_rope"], pos, *rot)
+    out["q_rope_rot"] = rope_interleaved(out["q_rope"], pos, value.base, value.scaling)
+    out["k_rope_rot"] = rope_interleaved(out["k_rope"], pos, value.base, value.scaling)
     out["Q"] = np.concatenate([out["q_nope"], out["q_rope_rot"]], axis=-1)  # (B, H, T, D)
     k_rope = np.broadcast_to(out["k_rope_rot"][:, None], (*out["K_nope"].shape[:3], value.d_rope))
     out["K"] = np.concatenate([out["K_nope"], k_rope], axis=-1)  # (B, H, S, D)
@@ -178,9 +168,8 @@ def rms_norm_backward(
 
 
 def rope_interleaved_backward(
-    d_out: FloatArray, positions: IntArray, base: float, scaling: RopeScaling | None = None,
-    layout: str = "halves",
-) -> FloatArray:  # fmt: skip
+    d_out: FloatArray, positions: IntArray, base: float, scaling: RopeScaling | None = None
+) -> FloatArray:
     """The transpose of :func:`rope_interleaved`: from d[a | b] (a = even·cos − odd·sin,
     b = odd·cos + even·sin) to d_even = d_a·cos + d_b·sin, d_odd = d_b·cos − d_a·sin,
     interleaved back into pairs."""
@@ -190,10 +179,7 @@ def rope_interleaved_backward(
     angle = positions.astype(np.float64)[:, None] * inv_freq  # (n, D/2)
     cos = (np.cos(angle) * factor).astype(d_out.dtype)
     sin = (np.sin(angle) * factor).astype(d_out.dtype)
-    if layout == "pairs":  # each pair's (first, second) in place
-        d_a, d_b = d_out[..., 0::2], d_out[..., 1::2]  # (..., n, D/2)
-    else:
-        d_a, d_b = d_out[..., : D // 2], d_out[..., D // 2 :]
+    d_a, d_b = d_out[..., : D // 2], d_out[..., D // 2 :]  # (..., n, D/2)
     d_x = np.empty_like(d_out)
     d_x[..., 0::2] = d_a * cos + d_b * sin
     d_x[..., 1::2] = d_b * cos - d_a * sin
@@ -223,9 +209,10 @@ def naive_backward(
     out["d_K_nope"] = d_K[..., :nope]  # (B, H, S, d_nope)
     out["d_k_rope_rot"] = d_K[..., nope:].sum(axis=1)  # (B, S, d_rope)
     # 2) back through RoPE: the rotation by −angle
-    rot = (value.base, value.scaling, value.rope_layout)
-    out["d_q_rope"] = rope_interleaved_backward(out["d_q_rope_rot"], pos, *rot)
-    out["d_k_rope"] = rope_interleaved_backward(out["d_k_rope_rot"], pos, *rot)
+    out["d_q_rope"] = rope_interleaved_backward(out["d_q_rope_rot"], pos, value.base,
+                                                value.scaling)  # fmt: skip
+    out["d_k_rope"] = rope_interleaved_backward(out["d_k_rope_rot"], pos, value.base,
+                                                value.scaling)  # fmt: skip
     # 3) the latent: K_nope = c_KV_norm·W_UK, V = c_KV_norm·W_UV, then its RMSNorm
     c = arrays["c_KV_norm"]  # (B, S, r)
     d_c_uk, out["d_W_UK"] = _linear_back(merge_heads(out["d_K_nope"]), c, w["W_UK"])
@@ -355,7 +342,6 @@ class LatentAttention(Variant):
             "kv_lora_rank": value.rank, "qk_rope_head_dim": value.d_rope,
             "qk_nope_head_dim": inputs.d_k - value.d_rope, "v_head_dim": inputs.d_v,
             "base": value.base, "eps": value.eps, "mscale": value.mscale,
-            "rope_layout": value.rope_layout,
         }  # fmt: skip
         if value.scaling is not None:
             out["scaling"] = value.scaling.config()
@@ -383,14 +369,11 @@ class LatentAttention(Variant):
             part = "[:, :d_nope]" if stage == "q_nope" else "[:, d_nope:]"
             source = "c_Q_norm·W_UQ" if value.lora else "X·W_Q"
             return f"{stage} = ({source}){part} per head"
-        if stage in ("q_rope_rot", "k_rope_rot"):
-            text = _FORMULAS[stage] + (" kept in place" if value.rope_layout == "pairs" else "")
-            if value.scaling is None:
-                return text
+        if stage in ("q_rope_rot", "k_rope_rot") and value.scaling is not None:
             length = int(inputs.token_positions()[0].max()) + 1
             _, attention = frequencies(value.scaling, value.d_rope, value.base, length)
             times = f", cos and sin × {number_text(attention)}" if attention != 1.0 else ""
-            return f"{text}, {value.scaling.kind} scaling{times}"
+            return f"{_FORMULAS[stage]}, {value.scaling.kind} scaling{times}"
         return _FORMULAS[stage]
 
     def _grad_formula(self, value: MLA, stage: str) -> str:
@@ -541,13 +524,6 @@ class _Parser:
             for n, what in (("base", "RoPE's base"), ("eps", "RMSNorm's epsilon"),
                             ("mscale", "yarn's mscale")) if n in v
         }  # fmt: skip
-        if "rope_layout" in v:
-            if v["rope_layout"] not in ROPE_LAYOUTS:
-                raise self.key(f"got {self.key.describe(v['rope_layout'])}", "'halves' "
-                               "(deepseek_v3: the pairs' first numbers, then their second) or "
-                               "'pairs' (deepseek_v2: each pair in place)",
-                               "mla.rope_layout")  # fmt: skip
-            settings["rope_layout"] = v["rope_layout"]
         if "scaling" in v:
             base = settings.get("base", 10000.0)
             settings["scaling"] = parse_scaling(v["scaling"], self.key, d_rope, base, "mla.scaling")

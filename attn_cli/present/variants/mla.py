@@ -286,7 +286,6 @@ class MLATexts(VariantTexts):
         (r" per head$", " 每个头"),
         (r" \(one for all heads\)$", "（所有头共用）"),
         (r", interleaved pairs$", "，交错成对"),
-        (r", interleaved pairs kept in place$", "，交错成对且每对留在原位"),
         (r" on every head\]$", " 在每个头上]"),
         (r" \(W_UK absorbed into the query\)$", "（W_UK 并入查询）"),
         (r" \(one key for all heads\)$", "（所有头共用一个键）"),
