@@ -223,3 +223,23 @@ def test_flash_of_the_example_checks_itself_against_the_trace(tmp_path: Path) ->
     np.testing.assert_allclose(doc["stages"]["output"]["data"], trace["output"].data,
                                rtol=1e-12, atol=1e-14)  # fmt: skip
     assert doc["tiles_total"] == 2 * 3 * 2  # heads × query blocks × key blocks
+
+
+@settings(max_examples=30, deadline=None)
+@given(seed=st.integers(0, 10_000), n=st.integers(1, 6), half=st.integers(1, 4),
+       pairs=st.booleans())  # fmt: skip
+def test_the_rope_backward_is_the_forwards_transpose_in_either_layout(
+    seed: int, n: int, half: int, pairs: bool
+) -> None:
+    """⟨RoPE(x), y⟩ = ⟨x, RoPE⁻¹(y)⟩: the backward is the rotation's transpose, in V3's split
+    layout and in V2's pairs kept in place (the split output interleaved back, written here)."""
+    from attn_cli.core.plugins.mla import rope_interleaved, rope_interleaved_backward
+
+    rng = np.random.default_rng(seed)
+    x, y = rng.standard_normal((2, n, 2 * half))
+    pos = np.arange(n) * 3
+    out = rope_interleaved(x, pos, 10000.0)  # [first numbers | second numbers]
+    if pairs:
+        out = np.stack([out[:, :half], out[:, half:]], axis=-1).reshape(out.shape)
+    back = rope_interleaved_backward(y, pos, 10000.0, None, "pairs" if pairs else "split")
+    assert float(np.sum(out * y)) == pytest.approx(float(np.sum(x * back)), rel=1e-12, abs=1e-12)

@@ -534,6 +534,7 @@ def blocked_backward(
     # 1) output projection and heads, then back through the head-output transforms
     d_projected, d_W_O, d_b_O, d_concat, d_joined = _output_side(fwd, grad)
     d_output, d_outs, d_X_out = _grad_outs(fwd.back_out, d_joined)
+    assert not set(_QKV) & set(d_outs), "a second map's gradients need the whole pass"
     # 2)-3) through the weighted sum, the softmax, the modifiers and the scale, by blocks
     d_q, d_k, d_V = _blocked_core(fwd, lse, chain, d_output)
     # 4) back through each Q/K transform, then 5) the input projections

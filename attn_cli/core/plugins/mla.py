@@ -168,8 +168,9 @@ def rms_norm_backward(
 
 
 def rope_interleaved_backward(
-    d_out: FloatArray, positions: IntArray, base: float, scaling: RopeScaling | None = None
-) -> FloatArray:
+    d_out: FloatArray, positions: IntArray, base: float, scaling: RopeScaling | None = None,
+    layout: str = "split",
+) -> FloatArray:  # fmt: skip
     """The transpose of :func:`rope_interleaved`: from d[a | b] (a = even·cos − odd·sin,
     b = odd·cos + even·sin) to d_even = d_a·cos + d_b·sin, d_odd = d_b·cos − d_a·sin,
     interleaved back into pairs."""
@@ -179,7 +180,10 @@ def rope_interleaved_backward(
     angle = positions.astype(np.float64)[:, None] * inv_freq  # (n, D/2)
     cos = (np.cos(angle) * factor).astype(d_out.dtype)
     sin = (np.sin(angle) * factor).astype(d_out.dtype)
-    d_a, d_b = d_out[..., : D // 2], d_out[..., D // 2 :]  # (..., n, D/2)
+    if layout == "pairs":  # deepseek_v2's: each pair's (first, second) numbers in place
+        d_a, d_b = d_out[..., 0::2], d_out[..., 1::2]  # (..., n, D/2)
+    else:
+        d_a, d_b = d_out[..., : D // 2], d_out[..., D // 2 :]
     d_x = np.empty_like(d_out)
     d_x[..., 0::2] = d_a * cos + d_b * sin
     d_x[..., 1::2] = d_b * cos - d_a * sin
@@ -209,10 +213,10 @@ def naive_backward(
     out["d_K_nope"] = d_K[..., :nope]  # (B, H, S, d_nope)
     out["d_k_rope_rot"] = d_K[..., nope:].sum(axis=1)  # (B, S, d_rope)
     # 2) back through RoPE: the rotation by −angle
-    out["d_q_rope"] = rope_interleaved_backward(out["d_q_rope_rot"], pos, value.base,
-                                                value.scaling)  # fmt: skip
-    out["d_k_rope"] = rope_interleaved_backward(out["d_k_rope_rot"], pos, value.base,
-                                                value.scaling)  # fmt: skip
+    # where the forward wrote each rotated pair (a setting of the mla key where it has one)
+    rot = (value.base, value.scaling, getattr(value, "rope_layout", "split"))
+    out["d_q_rope"] = rope_interleaved_backward(out["d_q_rope_rot"], pos, *rot)
+    out["d_k_rope"] = rope_interleaved_backward(out["d_k_rope_rot"], pos, *rot)
     # 3) the latent: K_nope = c_KV_norm·W_UK, V = c_KV_norm·W_UV, then its RMSNorm
     c = arrays["c_KV_norm"]  # (B, S, r)
     d_c_uk, out["d_W_UK"] = _linear_back(merge_heads(out["d_K_nope"]), c, w["W_UK"])
