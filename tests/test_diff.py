@@ -256,11 +256,11 @@ def test_json_has_every_stage_and_the_config() -> None:
 
 @pytest.mark.parametrize(
     "args",
-    [["decode", "diff_transformer"], ["flash", "diff_transformer"],
-     ["trace", "diff_transformer", "--backward"], ["rope", "diff_transformer"]],
-    ids=["decode", "flash", "backward", "rope"],
+    [["flash", "diff_transformer"], ["trace", "diff_transformer", "--backward"],
+     ["rope", "diff_transformer"]],
+    ids=["flash", "backward", "rope"],
 )  # fmt: skip
-def test_decode_flash_backward_and_rope_refuse_it_in_one_line(args: list[str]) -> None:
+def test_flash_backward_and_rope_refuse_it_in_one_line(args: list[str]) -> None:
     result = run_cli(*args)
     assert result.exit_code == 2
     lines = result.stderr.strip().splitlines()

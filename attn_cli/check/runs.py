@@ -210,6 +210,7 @@ def decode_bytes(inputs: Inputs, prefill: int = 1) -> int:
 def decode_args(trace: Trace) -> DecodeArgs:
     """core.decode's arguments from the trace of a fixture ``refuse_decode`` let through."""
     chain = trace_chain(trace)
+    refuse_own_loop(chain)
     pos = trace.inputs.token_positions()[0]
     dtype = np.dtype(trace.dtype)
     for v, value in chain.on:
@@ -228,6 +229,23 @@ def decode_args(trace: Trace) -> DecodeArgs:
         rotate=_rotation(chain, np.dtype(trace.dtype)),
         after=_after(trace, chain),
     )
+
+
+def own_loop(v: Variant) -> bool:
+    """Whether ``v`` decodes with a loop of its own (a recurrent state, two softmax maps)."""
+    return (type(v).decode_state is not Variant.decode_state
+            or type(v).decode_maps is not Variant.decode_maps)  # fmt: skip
+
+
+def refuse_own_loop(chain: Chain) -> None:
+    """The one-cache loop (and the grader's decode check) cannot run such a variant."""
+    for v, _ in chain.on:
+        if own_loop(v):
+            raise UsageError(
+                chain.inputs.source, v.name, "the KV-cache loop of one softmax map does not "
+                "run it (attn decode runs its own loop, check.state_runs)",
+                "a fixture of softmax attention",
+            )  # fmt: skip
 
 
 def _after(trace: Trace, chain: Chain) -> After | None:
