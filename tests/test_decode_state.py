@@ -303,7 +303,7 @@ def test_gated_deltanet_decode_equals_the_parallel_form(
 def test_diff_decode_equals_the_full_trace(
     seed: int, seq: int, heads: int, d_k: int, window: int | None, batch: int | None, data: Any
 ) -> None:
-    extra = {} if window is None else {"window": window}
+    extra: dict[str, Any] = {} if window is None else {"window": window}
     fx = random_fixture(seed, seq=seq, heads=heads, d_k=d_k, causal=True, batch=batch,
                         diff=True, **extra)  # fmt: skip
     inputs = validate(fx, "rand")
@@ -410,3 +410,15 @@ def test_a_prefill_past_the_end_is_one_line() -> None:
 def test_run_decode_any_returns_the_kind_of_run() -> None:
     assert isinstance(run_decode_any("linear_attention", 2), StateRun)
     assert not isinstance(run_decode_any("causal_multihead", 2), StateRun)
+
+
+def test_step_mode_pages_are_the_overview_each_step_and_the_checks() -> None:
+    from attn_cli.present.options import RenderOptions
+    from attn_cli.present.state_view import state_pages, state_titles
+
+    r = run_decode_any("gated_deltanet", 3)
+    assert isinstance(r, StateRun)
+    pages = list(state_pages(r, RenderOptions(explain=True, lang="zh")))
+    assert len(pages) == 2 + 3
+    assert state_titles(r, "en") == ["overview and state ledger", "on@3", "the@4", "mat@5",
+                                     "self-check of every step"]  # fmt: skip
