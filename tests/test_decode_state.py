@@ -422,3 +422,19 @@ def test_step_mode_pages_are_the_overview_each_step_and_the_checks() -> None:
     assert len(pages) == 2 + 3
     assert state_titles(r, "en") == ["overview and state ledger", "on@3", "the@4", "mat@5",
                                      "self-check of every step"]  # fmt: skip
+
+
+def test_the_memory_budget_counts_the_states_kept() -> None:
+    from attn_cli.check.state_runs import states_bytes
+
+    rng = np.random.default_rng(1)
+    T = 300
+    inputs = validate({"X": rng.standard_normal((T, 8)).round(2), "heads": 2, "causal": True,
+                       **{n: rng.standard_normal((8, 8)).round(2) for n in ("W_Q", "W_K", "W_V")},
+                       "linear_attention": True}, "long")  # fmt: skip
+    assert states_bytes(inputs, None) == 8 * T * 2 * (4 + 1) * 4  # every step's S and z
+    assert states_bytes(inputs, (16, 3)) == 8 * 16 * 2 * (4 + 1) * 4  # the steps a view shows
+    assert states_bytes(example("causal_multihead"), None) == 0  # a KV cache: none
+    result = run_cli("decode", "gated_deltanet", "-f", "json", "--max-memory", "1KB")
+    assert result.exit_code == 2 and "--max-memory" in result.stderr
+    assert result.stderr.count("\n") == 1

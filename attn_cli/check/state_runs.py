@@ -119,9 +119,12 @@ def run_decode_any(
                 f"1 to {inputs.seq_q} (the fixture's tokens)", option="prefill",
             )  # fmt: skip
 
+    def extra(inputs: Inputs) -> int:
+        return decode_bytes(inputs, prefill) + states_bytes(inputs, edges)
+
     trace, sentinel = load_trace(
         fixture, state_keep, refuse=refuse, max_elements=max_elements, max_memory=max_memory,
-        extra_bytes=lambda inputs: decode_bytes(inputs, prefill),
+        extra_bytes=extra,
     )  # fmt: skip
     rec = recurrence(trace)
     if rec is not None:
@@ -165,6 +168,19 @@ def check_maps_decode(
     inp = trace.inputs
     cost = kv_cache_bytes(inp.kv_heads, inp.heads, inp.d_k, inp.d_v, 8, inp.seq_q)
     return DecodeRun(trace, result, diffs, prefill_diff, cost, sentinel, checked=final)
+
+
+def states_bytes(inputs: Inputs, edges: tuple[int, int] | None) -> int:
+    """About what the steps' kept states hold (a d_k×d_v matrix and a d_k vector per head and
+    batch item each), when a variant decodes with a state; 0 otherwise."""
+    from attn_cli.core.chain import Chain
+    from attn_cli.core.variant import Variant
+
+    if all(type(v).decode_state is Variant.decode_state for v, _ in Chain(inputs).on):
+        return 0
+    T = inputs.seq_q
+    kept = T if edges is None else min(T, max(edges[0], 2 * edges[1]))
+    return 8 * kept * inputs.batch * inputs.heads * (inputs.d_k + 1) * inputs.d_v
 
 
 def check_state_decode(

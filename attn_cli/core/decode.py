@@ -282,6 +282,7 @@ class _Cache:
     held: IntArray  # (C,) token indices, -1: empty
     ring: int | None  # ring buffer size, None: the cache grows
     copied: bool = False  # each step has its own arrays (a loop that changes cached keys)
+    tokens: IntArray = field(default_factory=lambda: np.zeros(0, np.int64))  # 0..T−1
 
     @classmethod
     def empty(cls, k: FloatArray, v: FloatArray, ring: int | None) -> _Cache:
@@ -289,13 +290,14 @@ class _Cache:
         K = np.zeros((B, Hkv, T, D), k.dtype)
         V = np.zeros((B, Hkv, T, v.shape[3]), v.dtype)
         held = np.zeros(0, np.int64) if ring is None else np.full(ring, -1, np.int64)
-        return cls(K, V, held, ring)
+        return cls(K, V, held, ring, tokens=np.arange(T, dtype=np.int64))
 
     def put(self, index: int, position: int, k: FloatArray, v: FloatArray) -> int:
         """Write one token's key and value (B, Hkv, D) and return its slot."""
         if self.ring is None:
             slot = self.held.size
-            self.held = np.arange(slot + 1, dtype=np.int64)
+            # a view of one 0..T−1 the steps share (a table each was T²/2 int64s in all)
+            self.held = self.tokens[: slot + 1]
         else:
             slot = position % self.ring
             self.held = self.held.copy()  # the steps already taken keep the slots they saw
