@@ -13,6 +13,7 @@ Dv d_v, C cache slots.
 from __future__ import annotations
 
 import functools
+import itertools
 import math
 import os
 from collections.abc import Callable, Iterator
@@ -50,6 +51,7 @@ MAX_TILES = 64  # tiles shown (and kept) by default
 BLOCK_CAP = 64  # the largest default block
 BIG_SCORES = 1 << 22  # above this many score cells, flash's check keeps no (T, S) stage
 REF_CELLS = 1 << 19  # scores per block of flash's reference rows (2 MiB in float32)
+REF_ROWS = 64  # rows per block at most: a causal block computes its keys up to its last row
 
 
 # ---------------------------------------------------------------------------------------------
@@ -483,49 +485,49 @@ def reference_rows(
     chain = trace_chain(trace)
     B, H, T, _ = q.shape
     _, Hkv, S, Dv = v.shape
-    groups = H // Hkv  # query head h reads key/value head h // groups
+    g = H // Hkv  # query heads h0:h0+g read key/value head h0 // g: one product for the group
     dtype = q.dtype
-    rows = max(1, REF_CELLS // max(1, S))
+    rows = max(1, min(REF_ROWS, REF_CELLS // max(1, S * g)))
     output = np.zeros((B, H, T, Dv), dtype)
     L = np.empty((B, H, T), dtype)
-    for b in range(B):
-        for h in range(H):
-            kv = (k[b, h // groups].T, v[b, h // groups])  # (D, S), (S, Dv)
-            for t0 in range(0, T, rows):
-                t1 = min(T, t0 + rows)
-                cells = cells_of(inp, slice(b, b + 1), slice(h, h + 1), slice(t0, t1))
-                s0, s1 = allowed_span(chain, cells)
-                cells = cells._replace(keys=cells.keys[s0:s1], pos_k=cells.pos_k[s0:s1])
-                x = q[b, h, t0:t1] @ kv[0][:, s0:s1]  # (R, s1 - s0)
-                x *= dtype.type(trace.scale)
-                x = chain.modify(x[None, None], lambda stage: None)  # (1, 1, R, s1 - s0)
-                x, _, _ = chain.masked(x, cells, x, lambda stage: None, fill=-np.inf)
-                extra = chain.extra_logit(cells, dtype)  # (1, 1, 1, 1) or None
-                o, lse_rows = _softmax_rows_out(x[0, 0].astype(dtype, copy=False), extra,
-                                                kv[1][s0:s1])  # fmt: skip
-                output[b, h, t0:t1], L[b, h, t0:t1] = o, lse_rows
+    for b, j in itertools.product(range(B), range(Hkv)):
+        kT, vj, heads = k[b, j].T, v[b, j], slice(j * g, (j + 1) * g)  # (D, S), (S, Dv)
+        for t0 in range(0, T, rows):
+            t1 = min(T, t0 + rows)
+            cells = cells_of(inp, slice(b, b + 1), heads, slice(t0, t1))
+            s0, s1 = allowed_span(chain, cells)
+            cells = cells._replace(keys=cells.keys[s0:s1], pos_k=cells.pos_k[s0:s1])
+            x = q[b, heads, t0:t1] @ kT[:, s0:s1]  # (g, R, s1 - s0)
+            x *= dtype.type(trace.scale)
+            x = chain.modify(x[None], lambda stage: None)  # (1, g, R, s1 - s0)
+            x, _, _ = chain.masked(x, cells, x, lambda stage: None, fill=-np.inf)
+            extra = chain.extra_logit(cells, dtype)  # (1, g, 1, 1) or None
+            extra = None if extra is None else extra[0]
+            o, lse_rows = _softmax_rows_out(x[0].astype(dtype, copy=False), extra, vj[s0:s1])
+            output[b, heads, t0:t1], L[b, heads, t0:t1] = o, lse_rows
     return output, L
 
 
 def _softmax_rows_out(
     x: AnyArray, extra: AnyArray | None, v: AnyArray
 ) -> tuple[AnyArray, AnyArray]:
-    """Rows x (R, S) through the two-pass softmax: (weights · v (R, Dv), L (R,)); a row with
-    nothing allowed (and no extra logit) gives O = 0 and L = −∞."""
-    m = x.max(axis=1, initial=-np.inf)  # (R,); no key at all: −∞
+    """Rows x (g, R, S) through the two-pass softmax: (weights · v (g, R, Dv), L (g, R));
+    ``extra`` (g, 1, 1) joins each row; a row with nothing allowed (and no extra logit) gives
+    O = 0 and L = −∞."""
+    m = x.max(axis=-1, keepdims=True, initial=-np.inf)  # (g, R, 1); no key at all: −∞
     if extra is not None:
-        m = np.maximum(m, extra.reshape(()))
+        m = np.maximum(m, extra)
     empty = np.isneginf(m)
     m = np.where(empty, 0.0, m).astype(x.dtype)
-    x = np.subtract(x, m[:, None], out=x if x.flags.writeable else None)  # (R, S)
+    x = np.subtract(x, m, out=x if x.flags.writeable else None)  # (g, R, S)
     np.exp(x, out=x)
-    total = x.sum(axis=1)
+    total = x.sum(axis=-1, keepdims=True)
     if extra is not None:
-        total = total + np.exp(extra.reshape(()) - m)
+        total = total + np.exp(extra - m)
     total = np.where(empty, 1.0, total).astype(x.dtype)
-    o = (x @ v) / total[:, None]  # (R, Dv)
+    o = (x @ v) / total  # (g, R, Dv)
     L = np.where(empty, -np.inf, m + np.log(total)).astype(x.dtype)
-    return o.astype(x.dtype, copy=False), L
+    return o.astype(x.dtype, copy=False), L[..., 0]
 
 
 def causal_offset(inputs: Inputs) -> int | None:

@@ -68,6 +68,14 @@ class CacheView:
         out[:, :, self.held < 0] = 0  # an empty slot holds zeros
         return out
 
+    def key_positions(self, positions: IntArray) -> IntArray:
+        """The position of the token each slot holds (0 for an empty slot), (C,)."""
+        if self.grows:
+            return positions[: self.held.size]  # slots are tokens 0..C-1: a view
+        held = self.held
+        out: IntArray = np.where(held >= 0, positions[np.maximum(held, 0)], 0)
+        return out
+
 
 class StepTables(NamedTuple):
     """What one step computes against its cache, (B, H, 1, C) each; output (B, H, 1, Dv)."""
@@ -282,7 +290,7 @@ class _Cache:
     held: IntArray  # (C,) token indices, -1: empty
     ring: int | None  # ring buffer size, None: the cache grows
     copied: bool = False  # each step has its own arrays (a loop that changes cached keys)
-    tokens: IntArray = field(default_factory=lambda: np.zeros(0, np.int64))  # 0..T−1
+    tokens: IntArray = field(default_factory=lambda: np.zeros(0, np.int64))  # 0..T-1, sliced
 
     @classmethod
     def empty(cls, k: FloatArray, v: FloatArray, ring: int | None) -> _Cache:
@@ -296,8 +304,7 @@ class _Cache:
         """Write one token's key and value (B, Hkv, D) and return its slot."""
         if self.ring is None:
             slot = self.held.size
-            # a view of one 0..T−1 the steps share (a table each was T²/2 int64s in all)
-            self.held = self.tokens[: slot + 1]
+            self.held = self.tokens[: slot + 1]  # a view: tokens 0..slot, in their slots
         else:
             slot = position % self.ring
             self.held = self.held.copy()  # the steps already taken keep the slots they saw
@@ -340,6 +347,7 @@ class _Attend:
     def __init__(self, setup: _Setup, bugs: DecodeBugs) -> None:
         self.setup, self.bugs = setup, bugs
         self.positions = setup.positions
+        self.tokens = np.arange(setup.positions.size)
         self.last: tuple[DecodeStep | None, StepTables | None] = (None, None)
 
     def __call__(self, step: DecodeStep) -> StepTables:
@@ -360,8 +368,8 @@ class _Attend:
         scaled = scores * q.dtype.type(setup.scale)
         pos = setup.positions
         held = cache.held  # (C,) token indices, -1 for empty slots: the chain hides those
-        cells = Cells(np.arange(B), np.arange(H), np.array([i]), held,
-                      pos[[i]], np.where(held >= 0, pos[np.maximum(held, 0)], 0))  # fmt: skip
+        cells = Cells(np.arange(B), np.arange(H), self.tokens[i : i + 1], held, pos[i : i + 1],
+                      cache.key_positions(pos))  # fmt: skip
         chain = setup.chain.without_cache_rules() if bugs.extra_slots else setup.chain
         modified, masked, weights = _attend(chain, scaled, cells)
         output = grouped(weights, V, tiled)  # (B, H, 1, C) @ (B, Hkv, C, Dv) per group
