@@ -68,6 +68,10 @@ TILE_EDGE = 8
 MAX_DERIVED = 3_000  # derivations embedded; past it a cell shows its formula
 SCORE_ROWS = ("scores", "scaled", "capped", "masked", "softmax")  # a step's rows over the cache
 CACHES = ("K_cache", "V_cache")
+BEFORE = ("Q", "Q_rot")  # a step's stages shown before its rows over the cache
+DECODE_EXPLAINED = ("Q", "Q_rot", "K_cache", "V_cache", "scores", "masked", "softmax", "output",
+                    "check", "cost")  # fmt: skip
+FLASH_EXPLAINED = ("loop", "skipped", "S", "m", "alpha", "P", "l", "acc", "O", "L", "check")
 
 STEP_WORDS: dict[Lang, dict[str, str]] = {
     "en": {
@@ -390,11 +394,13 @@ def _page(p: _Steps, title: str, sections: list[tuple[str, str]], data: dict[str
     return _fill(p.run, p.options, theme, "\n".join(out), data)
 
 
-def _explained(lang_text: Callable[[Lang], tuple[str, str]]) -> str:
-    """An explanation box (formula, meaning) in both languages."""
+def _explained(run: Any, explain: Callable[[Any, str, Lang], Any], key: str) -> str:
+    """A quantity's explanation (decode_view's, flash_view's ``explain``): its formula and
+    meaning in both languages."""
     out = []
     for lang in LANGS:
-        formula, meaning = lang_text(lang)
+        e = explain(run, key, lang)
+        formula, meaning = " · ".join(e.formula), " ".join(e.meaning)
         out.append(f'<div class="explain {lang}"><p><b>{_esc(formula)}</b></p>'
                    f"<p>{_esc(meaning)}</p></div>")  # fmt: skip
     return "".join(out)
@@ -440,8 +446,8 @@ def _decode_overview(run: DecodeRun, labels: Any) -> str:
     c = run.cost
     lines = _both(lambda lang: labels[lang]["overview"].format(p=P, tokens=tokens))
     more = _both(lambda lang: labels[lang]["steps"].format(n=n))
-    box = _explained(lambda lang: (explain(run, "cost", lang).formula[0],
-                                   explain(run, "cost", lang).meaning[0]))  # fmt: skip
+    keys = [key for key in DECODE_EXPLAINED if key != "Q_rot" or run.trace.inputs.rope]
+    box = "".join(_explained(run, explain, key) for key in keys)
     cost = f"<p>{c.per_token:,} B / token · {c.total:,} B ({c.seq} tokens)</p>"
     return f"<p>{lines}</p><p>{more}</p>{cost}{box}"
 
@@ -477,17 +483,21 @@ def _decode_step(p: _Steps, k: int, kept: dict[str, Any], labels: Any) -> str:
     batch = range(inp.batch)
     for b in batch:
         lead = (b,) if inp.has_batch else ()
+        rows = [n for n in SCORE_ROWS if n in stages]
+        after = False  # the query and the cache, the rows over the cache, then the outputs
         for name, data in stages.items():
             if name in SCORE_ROWS:
                 continue
             a = np.asarray(data) if inp.has_batch else np.asarray(data)[None]
+            if not after and name not in CACHES and name not in BEFORE:
+                heads = range(inp.heads)
+                out += [_score_table(p, k, stages, rows, lead, h, slots, held) for h in heads]
+                after = True
             if name in CACHES:
                 out += [_cache_table(p, k, name, a, lead, g, slots, held, ring)
                         for g in range(a.shape[1])]  # fmt: skip
             else:
                 out.append(_head_table(p, k, name, a, lead))
-        rows = [n for n in SCORE_ROWS if n in stages]
-        out += [_score_table(p, k, stages, rows, lead, h, slots, held) for h in range(inp.heads)]
         out.append(_check_table(p, k, lead))
     return "\n".join(out)
 
@@ -593,6 +603,8 @@ def _decode_score(p: _Steps, k: int, name: str, lead: tuple[int, ...], h: int, s
     at = f"{name}[{', '.join(map(str, (*lead, h, 0, s)))}]"
     held = _held(p.run, p.run.result.steps[k])
     n = p.n
+    if name not in st or "K_cache" not in st or "scores" not in st:
+        return None  # a decode of other stages than these (a variant's own): its formula
     if name == "scores":
         qn = "Q_rot" if "Q_rot" in st else "Q"
         q, K = st[qn][b, h, 0], st["K_cache"][b]
@@ -659,7 +671,7 @@ def _decode_output(p: _Steps, k: int, name: str, lead: tuple[int, ...], h: int, 
     """An output entry as Σ weight · V_cache over the slots (MLA: the latent's, before W_UV)."""
     st = _step_arrays(p, k)
     averaged = "output_latent" if "output_latent" in st else "output"
-    if name != averaged:
+    if name != averaged or not {"softmax", "V_cache", "Q"} <= set(st):
         return None
     b = lead[0] if lead else 0
     V = st["V_cache"][b]  # (Hkv, C, Dv)
@@ -685,6 +697,8 @@ def _check_table(p: _Steps, k: int, lead: tuple[int, ...]) -> str:
     b = lead[0] if lead else 0
     st = _step_arrays(p, k)
     name = run.checked
+    if name not in st:
+        return ""
     mine = st[name][b, :, 0]  # (H, Dv)
     full = run.reference[b, :, k]  # (H, Dv)
     H = mine.shape[0]
@@ -783,8 +797,7 @@ def _flash_overview(run: FlashRun) -> str:
 
     c = f"{run.trace.scale * LOG2E:.6g}"
     how = _both(lambda lang: FLASH_LABELS[lang][base].format(c=c))
-    box = _explained(lambda lang: (explain(run, "loop", lang).formula[0],
-                                   explain(run, "loop", lang).meaning[0]))  # fmt: skip
+    box = "".join(_explained(run, explain, key) for key in FLASH_EXPLAINED)
     return f"<p>{line}</p><p>{how}</p>{box}"
 
 
@@ -889,10 +902,13 @@ def _flash_S(p: _Steps, tile: Tile, i: int, j: int, lang: Lang) -> dict[str, Any
     inp = run.trace.inputs
     qn, kn = query_key(inp, "Q"), query_key(inp, "K")
     g = tile.head // (inp.heads // inp.kv_heads)
+    kept = qn in run.trace and kn in run.trace
     q, kk = (
-        internal(run.trace, qn)[tile.batch, tile.head, t],
-        internal(run.trace, kn)[tile.batch, g, s],
+        internal(run.trace, qn)[tile.batch, tile.head, t] if kept else (),
+        internal(run.trace, kn)[tile.batch, g, s] if kept else (),
     )
+    if len(q) == 0 or len(q) != len(kk):  # S not from these rows (a variant's own): the value
+        return _part(at, [f"S = {p.n(value)}", _w(lang, "S_after")])
     terms = [f"{p.f(x)}×{p.f(y)}" for x, y in zip(q, kk, strict=True)]
     dot = math.fsum(float(x) * float(y) for x, y in zip(q, kk, strict=True))
     base, base_n = (" × log2 e", f" × {p.n(LOG2E)}") if run.base2 else ("", "")
