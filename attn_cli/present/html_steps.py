@@ -817,6 +817,7 @@ def _before(run: FlashRun, k: int) -> tuple[Any, Any, Any, int | None]:
 
 
 def _flash_tile(p: _Steps, k: int, kept: dict[str, Any]) -> str:
+    """One tile: S (or why it was skipped), the running state per query row, P, acc."""
     run = p.run
     tile: Tile = run.tiles[k]
     inp = run.trace.inputs
@@ -831,7 +832,6 @@ def _flash_tile(p: _Steps, k: int, kept: dict[str, Any]) -> str:
     attrs = _attrs(lead, head=tile.head)
     here = f'data-tile="{k}"'
     at = f"tile {k + 1}"
-    m_old, _, _, prev = _before(run, k)
     out = []
     if tile.skipped:
         from attn_cli.present.flash_view import LABELS as FLASH_LABELS
@@ -847,23 +847,7 @@ def _flash_tile(p: _Steps, k: int, kept: dict[str, Any]) -> str:
 
         out.append(p.table("S", attrs, queries, keys, s_cell))
 
-    state = [("m_old", None), ("m", tile.m), ("alpha", tile.alpha), ("l", tile.l)]
-    state = [(n, a) for n, a in state if n == "m_old" or a is not None]
-
-    def st_cell(i: int, j: int) -> str:
-        name = state[j][0]
-        if name == "m_old":
-            if prev is None:
-                return (
-                    f'<td class="init">{format_number(float(m_old[i]), p.options.precision)}</td>'
-                )
-            w = p.derive(lambda lang: _flash_state(p, prev, "m", i, lang))
-            return p.cell(m_old[i], "m", (i,), f'data-tile="{prev}"', w, f"tile {prev + 1}")
-        w = p.derive(lambda lang: _flash_state(p, k, name, i, lang))
-        return p.cell(getattr(tile, name)[i], name, (i,), here, w, at)
-
-    heads = [n if n != "alpha" else "α" for n, _ in state]
-    out.append(p.table("m_old, m, α, l", attrs, queries, heads, st_cell))
+    out.append(_state_table(p, k, attrs, queries))
     P = tile.P
     if P is not None:
 
@@ -880,6 +864,28 @@ def _flash_tile(p: _Steps, k: int, kept: dict[str, Any]) -> str:
     cols = [str(j) for j in range(tile.acc.shape[1])]
     out.append(p.table("acc", attrs, queries, cols, acc_cell))
     return "\n".join(out)
+
+
+def _state_table(p: _Steps, k: int, attrs: str, queries: list[str]) -> str:
+    """m_old (the previous tile's m, or the start value), m, α and l of each query row."""
+    tile: Tile = p.run.tiles[k]
+    m_old, _, _, prev = _before(p.run, k)
+    state = [("m_old", None), ("m", tile.m), ("alpha", tile.alpha), ("l", tile.l)]
+    state = [(n, a) for n, a in state if n == "m_old" or a is not None]
+
+    def cell(i: int, j: int) -> str:
+        name = state[j][0]
+        if name == "m_old" and prev is None:
+            return f'<td class="init">{format_number(float(m_old[i]), p.options.precision)}</td>'
+        if name == "m_old":
+            assert prev is not None
+            w = p.derive(lambda lang: _flash_state(p, prev, "m", i, lang))
+            return p.cell(m_old[i], "m", (i,), f'data-tile="{prev}"', w, f"tile {prev + 1}")
+        w = p.derive(lambda lang: _flash_state(p, k, name, i, lang))
+        return p.cell(getattr(tile, name)[i], name, (i,), f'data-tile="{k}"', w, f"tile {k + 1}")
+
+    heads = [n if n != "alpha" else "α" for n, _ in state]
+    return p.table("m_old, m, α, l", attrs, queries, heads, cell)
 
 
 def _exp_name(run: FlashRun) -> str:
