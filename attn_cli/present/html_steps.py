@@ -39,7 +39,7 @@ from attn_cli.present.html_page import (
     _split,
     script_json,
 )
-from attn_cli.present.i18n import Lang
+from attn_cli.present.i18n import Lang, axis_title
 from attn_cli.present.options import RenderOptions
 from attn_cli.present.text import (
     COL_EDGE,
@@ -285,8 +285,10 @@ class _Steps:
         return f"<td{cls}{attrs}>{shown}</td>"
 
     def table(self, caption: str, attrs: str, row_labels: Sequence[str], col_labels: Sequence[str],
-              cell: Callable[[int, int], str], full_rows: bool = False) -> str:  # fmt: skip
-        """A table of ``cell(i, j)``, its rows and columns elided as the terminal's."""
+              cell: Callable[[int, int], str], full_rows: bool = False,
+              marked_rows: bool = False) -> str:  # fmt: skip
+        """A table of ``cell(i, j)``, its rows and columns elided as the terminal's; the
+        caption is markup, and so are the row labels when ``marked_rows``."""
         full = self.options.full
         rows = pick(len(row_labels), ROW_LIMIT, ROW_EDGE, full or full_rows)
         cols = pick(len(col_labels), COL_LIMIT, COL_EDGE, full)
@@ -301,7 +303,8 @@ class _Steps:
                 )
                 continue
             tds = "".join('<td class="e">…</td>' if j is None else cell(i, j) for j in cols)
-            out.append(f"<tr><th>{_esc(row_labels[i])}</th>{tds}</tr>")
+            th = row_labels[i] if marked_rows else _esc(row_labels[i])
+            out.append(f"<tr><th>{th}</th>{tds}</tr>")
         out.append("</table>")
         return "".join(out)
 
@@ -448,7 +451,16 @@ def _decode_overview(run: DecodeRun, labels: Any) -> str:
     more = _both(lambda lang: labels[lang]["steps"].format(n=n))
     keys = [key for key in DECODE_EXPLAINED if key != "Q_rot" or run.trace.inputs.rope]
     box = "".join(_explained(run, explain, key) for key in keys)
-    cost = f"<p>{c.per_token:,} B / token · {c.total:,} B ({c.seq} tokens)</p>"
+    inp = run.trace.inputs
+
+    def formula(lang: Lang) -> str:
+        if c.latent is not None:
+            return str(labels[lang]["latent_formula"].format(parts=run.cache_parts, n=c.latent,
+                                                             b=c.per_token))  # fmt: skip
+        return str(labels[lang]["cost_formula"].format(kv=c.kv_heads, dk=inp.d_k, dv=inp.d_v,
+                                                       n=c.per_token))  # fmt: skip
+
+    cost = f"<p>{_both(formula)}</p>"
     return f"<p>{lines}</p><p>{more}</p>{cost}{box}"
 
 
@@ -509,6 +521,18 @@ def _held(run: DecodeRun, step: DecodeStep) -> list[str]:
             for at in step.cache_positions]  # fmt: skip
 
 
+def _where(lead: tuple[int, ...], name: str = "", **axes: int) -> str:
+    """A table's caption in both languages: ``batch 1 · head 0`` (after ``name``)."""
+
+    def text(lang: Lang) -> str:
+        parts = [name] if name else []
+        parts += [f"{axis_title(lang, 'batch')} {lead[0]}"] if lead else []
+        parts += [f"{axis_title(lang, a)} {i}" for a, i in axes.items()]
+        return " · ".join(parts)
+
+    return _both(text)
+
+
 def _attrs(lead: tuple[int, ...], **heads: int) -> str:
     out = f' data-batch="{lead[0]}"' if lead else ""
     return out + "".join(f' data-{k.replace("_", "-")}="{v}"' for k, v in heads.items())
@@ -518,15 +542,14 @@ def _head_table(p: _Steps, k: int, name: str, a: Any, lead: tuple[int, ...]) -> 
     """A stage of one row per head (Q, Q_rot, output, a gate's): (B, H, 1, n)."""
     b = lead[0] if lead else 0
     m = a[b, :, 0]  # (H, n)
-    heads = [f"head {h}" for h in range(m.shape[0])]
+    heads = [_both(lambda lang, h=h: f"{axis_title(lang, 'head')} {h}") for h in range(m.shape[0])]
     cols = [str(j) for j in range(m.shape[1])]
-    prefix = f"batch {b} · " if lead else ""
 
     def cell(h: int, j: int) -> str:
         w = p.derive(lambda lang: _decode_output(p, k, name, lead, h, j, lang))
         return p.cell(m[h, j], name, (*lead, h, 0, j), f'data-step="{k}"', w, f"step {k + 1}")
 
-    return p.table(_esc(prefix + name), _attrs(lead), heads, cols, cell)
+    return p.table(_where(lead, name), _attrs(lead), heads, cols, cell, marked_rows=True)
 
 
 def _cache_table(p: _Steps, k: int, name: str, a: Any, lead: tuple[int, ...], g: int,
@@ -537,7 +560,6 @@ def _cache_table(p: _Steps, k: int, name: str, a: Any, lead: tuple[int, ...], g:
     m = a[b, g]  # (C, n)
     labels = [f"{s}: {held[s] or '—'}" for s in slots]
     cols = [str(j) for j in range(m.shape[1])]
-    prefix = f"batch {b} · " if lead else ""
 
     def cell(i: int, j: int) -> str:
         s = slots[i]
@@ -551,8 +573,7 @@ def _cache_table(p: _Steps, k: int, name: str, a: Any, lead: tuple[int, ...], g:
         w = p.derive(make)
         return p.cell(m[s, j], name, (*lead, g, s, j), f'data-step="{k}"', w, f"step {k + 1}")
 
-    caption = _esc(f"{prefix}{name} · kv head {g}")
-    return p.table(caption, _attrs(lead, kv_head=g), labels, cols, cell)
+    return p.table(_where(lead, name, kv_head=g), _attrs(lead, kv_head=g), labels, cols, cell)
 
 
 def _score_table(
@@ -571,7 +592,6 @@ def _score_table(
     data = {n: (np.asarray(stages[n]) if inp.has_batch else np.asarray(stages[n])[None])
             for n in rows}  # fmt: skip
     cols = [f"{s}: {held[s] or '—'}" for s in slots]
-    prefix = f"batch {b} · " if lead else ""
 
     def cell(i: int, j: int) -> str:
         name, s = rows[i], slots[j]
@@ -579,7 +599,7 @@ def _score_table(
         x = data[name][b, h, 0, s]
         return p.cell(x, name, (*lead, h, 0, s), f'data-step="{k}"', w, f"step {k + 1}")
 
-    return p.table(_esc(f"{prefix}head {h}"), _attrs(lead, head=h), rows, cols, cell,
+    return p.table(_where(lead, head=h), _attrs(lead, head=h), rows, cols, cell,
                    full_rows=True)  # fmt: skip
 
 
@@ -703,7 +723,8 @@ def _check_table(p: _Steps, k: int, lead: tuple[int, ...]) -> str:
     full = run.reference[b, :, k]  # (H, Dv)
     H = mine.shape[0]
     rows = [(h, which) for h in range(H) for which in (0, 1)]
-    labels = [STEP_WORDS["en"]["this_step" if w == 0 else "full_row"].format(h=h) for h, w in rows]
+    labels = [_both(lambda lang, h=h, w=w: _w(lang, "this_step" if w == 0 else "full_row", h=h))
+              for h, w in rows]  # fmt: skip
     diff, tol = run.diffs[k], run.tolerance
     mark = "✓" if diff <= tol else "✗"
     token = safe(run.label(step.index))
@@ -725,7 +746,7 @@ def _check_table(p: _Steps, k: int, lead: tuple[int, ...]) -> str:
 
     caption = _both(lambda lang: _w(lang, "self_check"))
     cols = [str(j) for j in range(mine.shape[1])]
-    table = p.table(caption, _attrs(lead), labels, cols, cell, full_rows=True)
+    table = p.table(caption, _attrs(lead), labels, cols, cell, full_rows=True, marked_rows=True)
     line = _both(lambda lang: _w(lang, "ref_diff", diff=f"{diff:.3e}", mark=mark, tol=f"{tol:g}"))
     return f'{table}<p class="check">{line}</p>'
 
@@ -990,9 +1011,8 @@ def _flash_result(p: _Steps, kept: dict[str, Any]) -> str:
         lead = (b,) if inp.has_batch else ()
         for h in range(inp.heads):
             cols = [*(f"O {j}" for j in range(inp.d_v)), "L"]
-            where = f"batch {b} · head {h}" if lead else f"head {h}"
             cell = _result_cell(p, last, lead, b, h)
-            out.append(p.table(_esc(where), _attrs(lead, head=h), labels, cols, cell))
+            out.append(p.table(_where(lead, head=h), _attrs(lead, head=h), labels, cols, cell))
     if p.keep([run.output, run.lse]):
         has = inp.has_batch
         kept["stages"] = {n: _listed(np.asarray(a if has else a[0]))
