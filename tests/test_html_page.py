@@ -348,3 +348,38 @@ def test_decode_and_flash_runs_show_their_pages_in_a_notebook() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.splitlines() == ["True", "<iframe srcdoc=", "<iframe srcdoc="]
+
+
+def test_a_decode_with_a_batch_axis_and_the_full_rows_of_the_json_trace(tmp_path: Path) -> None:
+    """With a batch axis every index starts with it; the full attention's row of each step is
+    attn trace -f json's output at (batch, head, token, column)."""
+    fixture = tmp_path / "batch.json"
+    x = [[[1, 0, 0, 1], [0, 1, 1, 0], [1, 1, 0, 0]], [[0, 0, 1, 1], [1, 0, 1, 0], [0, 1, 0, 1]]]
+    k = [[[1, 0, 0, 1], [0, 1, 1, 0], [1, 1, 0, 0]], [[0, 2, 1, 1], [1, 0, 1, 0], [0, 1, 0, 1]]]
+    fixture.write_text(json.dumps({"causal": True, "heads": 2, "Q": x, "K": k, "V": x}), "utf-8")
+    page, run = _made("decode", str(fixture))
+    traced = json.loads(run_cli("trace", str(fixture), "-f", "json").stdout)["stages"]
+    steps = run["steps"]
+    assert isinstance(steps, list)
+    rows = 0
+    for stage, index, attrs, text in step_cells(page):
+        k_step = int(attrs["step"])
+        if attrs.get("source") == "trace":
+            assert text == as_shown(json_at(traced[stage]["data"], index))
+            rows += 1
+        else:
+            assert text == as_shown(json_at(steps[k_step]["stages"][stage]["data"], index))
+        assert len(index) == 4 and index[0] in (0, 1)
+    assert rows == 2 * 2 * 2 * 2  # 2 steps × 2 batch items × 2 heads × d_v = 2
+    assert page.count('<select data-role="batch">') == 1 and ">批 1 · 头 0<" in page
+
+
+def test_full_draws_every_step_up_to_its_cap(tmp_path: Path) -> None:
+    fixture = _long_fixture(tmp_path / "t20.json", 20, 2)
+    elided = run_cli("decode", str(fixture), "-f", "html")
+    every = run_cli("decode", str(fixture), "-f", "html", "--full")
+    assert elided.exit_code == every.exit_code == 0
+    assert elided.stdout.count('<section class="stage"') == 6 + 2
+    assert "6 of 19 steps shown" in elided.stdout
+    assert every.stdout.count('<section class="stage"') == 19 + 2
+    assert "steps shown" not in every.stdout
