@@ -88,6 +88,8 @@ STEP_WORDS: dict[Lang, dict[str, str]] = {
         "their formula.",
         "steps": "steps",
         "tiles": "tiles",
+        "no_cell": "This number is taken as it is (the query, a projection, a gate), or past the "
+        "page's cap of derivations; the overview explains its formula.",
         "q_dot": "q = {q}[{where}], k = K_cache[{kv}slot {slot}] ({held})",
         "dot": "{name} = q·k = {terms} = {products} = {value}",
         "scaled": "scaled = scores × scale = {score} × {scale} = {value}",
@@ -147,6 +149,8 @@ STEP_WORDS: dict[Lang, dict[str, str]] = {
         "derived_cap": "只为前 {cap:,} 个单元格嵌入了推导；其余的显示公式。",
         "steps": "步",
         "tiles": "块",
+        "no_cell": "这个数直接取来（查询、投影、门控），或超出了页面的推导上限；"
+        "概览中说明了它的公式。",
         "q_dot": "q = {q}[{where}]，k = K_cache[{kv}槽 {slot}]（{held}）",
         "dot": "{name} = q·k = {terms} = {products} = {value}",
         "scaled": "scaled = scores × scale = {score} × {scale} = {value}",
@@ -217,7 +221,7 @@ def _part(
 def _plain_words(lang: Lang, hint: str) -> dict[str, str]:
     """The trace page's words (page.js reads ``shown``, ``full``, ``no_cell``, ``hint``), the
     hint about steps or tiles."""
-    return {**WORDS[lang], "hint": _w(lang, hint)}
+    return {**WORDS[lang], "hint": _w(lang, hint), "no_cell": _w(lang, "no_cell")}
 
 
 @dataclass
