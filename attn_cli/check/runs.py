@@ -49,6 +49,9 @@ F64_TOLERANCE = 1e-12  # float64: the order of summation moves the last bits onl
 ULPS = 64  # flash: up to 64 ulps of the scores' size (times the values') is rounding
 MAX_TILES = 64  # tiles shown (and kept) by default
 BLOCK_CAP = 64  # the largest default block
+# How a decode or flash run shows itself in a notebook: present/html_steps.py adds its pages
+# ("decode", "flash") when imported, so check/ names nothing above it (as core's HTML_VIEWS).
+RUN_HTML_VIEWS: dict[str, Callable[[Any], str]] = {}
 BIG_SCORES = 1 << 22  # above this many score cells, flash's check keeps no (T, S) stage
 REF_CELLS = 1 << 19  # scores per block of flash's reference rows (2 MiB in float32)
 REF_ROWS = 64  # rows per block at most: a causal block computes its keys up to its last row
@@ -150,6 +153,13 @@ class DecodeRun:
     tolerance: float = F64_TOLERANCE
     cache_parts: str | None = None  # what a cache of other numbers than K and V holds (MLA's)
     checked: str = "output"  # the stage each step is checked by: output, or gated with a gate
+    reference: FloatArray | None = None  # (B, H, steps, Dv): each step's full attention row
+
+    def _repr_html_(self) -> str | None:
+        """The interactive decode page in a notebook cell, once present/html_steps.py is
+        imported (RUN_HTML_VIEWS); None (plain text) before."""
+        view = RUN_HTML_VIEWS.get("decode")
+        return None if view is None else view(self)
 
     @property
     def worst(self) -> float:
@@ -353,7 +363,7 @@ def check_decode(trace: Trace, prefill: int, sentinel: float | None = None) -> D
                           latent=None if form is None else form.cached)  # fmt: skip
     parts = None if form is None else form.parts
     return DecodeRun(trace, result, diffs, prefill_diff, cost, sentinel, cache_parts=parts,
-                     checked=final)  # fmt: skip
+                     checked=final, reference=full[:, :, prefill:])  # fmt: skip
 
 
 def decode_reference(trace: Trace, args: DecodeArgs) -> AnyArray:
@@ -451,6 +461,12 @@ class FlashRun:
     @property
     def cut(self) -> bool:
         return self.tiles_total > len(self.tiles)
+
+    def _repr_html_(self) -> str | None:
+        """The interactive flash page in a notebook cell, once present/html_steps.py is
+        imported (RUN_HTML_VIEWS); None (plain text) before."""
+        view = RUN_HTML_VIEWS.get("flash")
+        return None if view is None else view(self)
 
     @property
     def ok(self) -> bool:

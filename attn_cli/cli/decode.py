@@ -8,7 +8,6 @@ from attn_cli.cli.options import (
     PRECISION,
     ColorOption,
     FixtureArgument,
-    Format,
     LangOption,
     MaxElementsOption,
     MaxMemoryOption,
@@ -20,8 +19,9 @@ from attn_cli.cli.options import (
 )
 from attn_cli.cli.runs import (
     ExplainOption,
-    FormatOption,
     FullOption,
+    RunFormat,
+    RunFormatOption,
     RunOutput,
     RunView,
     StepOption,
@@ -39,7 +39,7 @@ PrefillOption = Annotated[
 ]  # fmt: skip
 DECODE_VIEW = RunView(
     "attn_cli.present.decode_view", "decode_pages", "decode_titles", "render_decode",
-    "decode_dumps",
+    "decode_dumps", "decode_page",
 )  # fmt: skip
 STATE_VIEW = RunView(  # linear attention: a recurrent state in place of the cache
     "attn_cli.present.state_view", "state_pages", "state_titles", "render_state_decode",
@@ -50,7 +50,7 @@ STATE_VIEW = RunView(  # linear attention: a recurrent state in place of the cac
 def decode(
     fixture: FixtureArgument = None,
     prefill: PrefillOption = 1,
-    fmt: FormatOption = Format.table,
+    fmt: RunFormatOption = RunFormat.table,
     output: OutputOption = None,
     precision: PrecisionOption = PRECISION,
     full: FullOption = False,
