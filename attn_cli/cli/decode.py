@@ -1,6 +1,6 @@
 """``attn decode``: a causal fixture generated one token at a time against a KV cache."""
 
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -92,11 +92,30 @@ def decode(
 
     refuse_step(step, fmt, output)
     budget = None if max_memory is None else parse_size(max_memory)
-    every = full or step or fmt is Format.json  # every step shown: every state kept
+    every = full or step or fmt is RunFormat.json  # every step shown: every state kept
     run = run_decode_any(fixture, prefill, edges=None if every else (TABLE_LIMIT, TABLE_EDGE),
                          max_elements=max_elements, max_memory=budget)  # fmt: skip
+    refuse_page(run, fmt)
     out = RunOutput(fmt, output, precision, full, width, color, explain, lang, quiet, step)
     failure = state_failure(run)
     show_run(run, STATE_VIEW if isinstance(run, StateRun) else DECODE_VIEW, out, failure)
     if failure is not None:
         raise failure
+
+
+def refuse_page(run: Any, fmt: RunFormat) -> None:
+    """-f html draws the KV cache's steps, one softmax map each: a recurrent state (linear
+    attention) and a second map (differential attention) have no page yet, refused in one line
+    rather than drawn with derivations that are not theirs."""
+    from attn_cli.check.state_runs import StateRun
+    from attn_cli.errors import UsageError
+
+    if fmt is not RunFormat.html:
+        return
+    steps = [] if isinstance(run, StateRun) else run.result.steps
+    if isinstance(run, StateRun) or any(s.rows for s in steps[:1]):
+        what = "a recurrent state" if isinstance(run, StateRun) else "two softmax maps"
+        raise UsageError(
+            run.trace.inputs.source, "--format", f"html: a decode of {what} has no page yet",
+            "table, plain or json (they show every step of it)",
+        )  # fmt: skip
