@@ -18,6 +18,15 @@ Times are medians of repetitions that alternate between the two sides of each ra
 4. rendering  elided 4096-token trace / the 3-token default, same shapes  target <= 3
 5. loading    the same 2048x512 (+ 3 x 512x64) arrays: YAML / JSON        target <= 2
               (and .npy references / JSON)
+6. decode     `attn decode` 1,024 tokens / a NumPy KV-cache loop (8 heads, 2 kv, d 64,
+              causal), time and peak memory; memory growth 512 to 4,096    target <= 2, <= 1.2
+7. flash      `attn flash` 8,192 float32, 64x64 tiles / NumPy full attention:
+              time, memory; busy: 128x128 tiles / one BLAS thread          target <= 1.5, <= 0.5
+8. backward   `attn trace --backward` 2,048 float64 / a NumPy manual
+              backward, time and memory (and torch autograd with
+              --torch-python)                                             target <= 1.3
+              6-8 run quiet, then with a core busy (decode.py, flash.py, backward.py: the sides,
+              and other sizes); --no-methods skips them.
 
 --sweep: seq 1024..16384 (--max-seq stops earlier), float32 and float64, d_model 512, 8 heads,
 only ``output`` kept. Three subprocesses read the same whole-fixture .npz and write their output
@@ -710,6 +719,9 @@ def main() -> None:
         help="share of the free memory torch's SDPA may need (default 0.5)",
     )
     parser.add_argument("--traces", action="store_true", help="big npz and JSON traces instead")
+    parser.add_argument("--no-methods", action="store_true", help="skip 6-8 (decode, flash, "
+                        "backward; about four minutes)")  # fmt: skip
+    parser.add_argument("--method-reps", type=int, default=3, help="paired rounds for 6-8")
     parser.add_argument("--trace-seq", type=int, default=TRACE_SEQ, help="seq of --traces")
     parser.add_argument("--trace-dir", help="where --traces writes its files (default: /tmp)")
     args = parser.parse_args()
@@ -829,6 +841,75 @@ def main() -> None:
             note(f".npy references {ld['npy'] * 1e3:.1f} ms / JSON = {ld['npy'] / ld['json']:.3f}")
         for kind, error in ld["errors"].items():
             note(f"{kind}: not measured ({error})")
+
+    if not args.no_methods:
+        methods(args)
+
+
+def spinning(busy: bool) -> Any:
+    """A process spinning on one core while the block runs, when ``busy``."""
+    import contextlib
+
+    @contextlib.contextmanager
+    def spin() -> Any:
+        proc = subprocess.Popen([sys.executable, "-c", "while True: pass"]) if busy else None
+        try:
+            yield
+        finally:
+            if proc is not None:
+                proc.kill()
+                proc.wait()
+
+    return spin()
+
+
+def growth(small: dict[str, float], big: dict[str, float], floor: float) -> float:
+    """The slope of log(peak − floor) against log(tokens) between two rows."""
+    import math
+
+    above = [r["attn_mib"] - floor for r in (small, big)]
+    return math.log(above[1] / above[0]) / math.log(big["seq"] / small["seq"])
+
+
+def methods(args: argparse.Namespace) -> None:
+    """6-8: decode, flash and backward as whole processes against plain NumPy (issue 27), the
+    machine quiet and with a core busy; decode.py, flash.py and backward.py hold the sides."""
+    import backward
+    import decode
+    import flash
+
+    reps = args.method_reps
+    for busy in (False, True):
+        when = "busy core" if busy else "quiet"
+        with spinning(busy):
+            d = decode.run_pair(1024, 0, reps)
+            report(6, "decode", f"1,024 tokens ({when}) attn {d['attn_s']:.2f} s / NumPy KV-cache "
+                   f"loop {d['numpy_s']:.2f} s", d["attn_s"] / d["numpy_s"], 2)  # fmt: skip
+            note(f"peak memory {d['attn_mib']:.0f} MiB / {d['numpy_mib']:.0f} MiB = "
+                 f"{d['attn_mib'] / d['numpy_mib']:.2f} (target <= 2)")  # fmt: skip
+            if not busy:
+                big = decode.run_pair(4096, 0, 1)
+                slope = growth(decode.run_pair(512, 0, 1), big, d["floor_mib"])
+                note(f"memory growth exponent 512 to 4,096 tokens {slope:.2f} (target <= 1.2); "
+                     f"4,096 tokens {big['attn_s']:.2f} s / {big['numpy_s']:.2f} s")  # fmt: skip
+            f = flash.run_pair(8192, 64, "float32", reps, one_thread=busy)
+            report(7, "flash", f"8,192 float32, 64x64 tiles ({when}) attn {f['attn_s']:.2f} s / "
+                   f"NumPy full {f['numpy_s']:.2f} s", f["attn_s"] / f["numpy_s"], 1.5)  # fmt: skip
+            note(f"peak memory {f['attn_mib']:.0f} MiB / {f['numpy_mib']:.0f} MiB = "
+                 f"{f['attn_mib'] / f['numpy_mib']:.2f} (target <= 0.5)")  # fmt: skip
+            if busy:
+                t = flash.run_pair(8192, 128, "float32", reps, one_thread=True)
+                note(f"128x128 tiles: {t['attn_s']:.2f} s / one BLAS thread {t['attn1_s']:.2f} s "
+                     f"= {t['attn_s'] / t['attn1_s']:.2f} (target <= 1.5)")  # fmt: skip
+            b = backward.run_pair(2048, reps, torch_python(args.torch_python))
+            report(8, "backward", f"2,048 float64 ({when}) attn {b['attn_s']:.2f} s / NumPy "
+                   f"manual {b['numpy_s']:.2f} s", b["attn_s"] / b["numpy_s"], 1.3)  # fmt: skip
+            line = (f"peak memory {b['attn_mib']:.0f} MiB / {b['numpy_mib']:.0f} MiB = "
+                    f"{b['attn_mib'] / b['numpy_mib']:.2f} (target <= 1.3); "
+                    f"largest relative difference of the gradients {b['diff']:.1e}")  # fmt: skip
+            if "torch_s" in b:
+                line += f"; torch autograd {b['torch_s']:.2f} s, {b['torch_mib']:.0f} MiB"
+            note(line)
 
 
 def report(n: int, name: str, detail: str, ratio: float, target: float) -> None:

@@ -15,6 +15,8 @@ Shapes: seq tokens, d_model 512, 8 heads, causal, float64.
 - mla: DeepSeek V3's layer shrunk by 4 (q LoRA 384, kv_lora_rank 128, d_nope 32, d_rope 16,
   d_v 32): the naive form (the absorbed one is computed only on runs that show it).
 - gate: Qwen3-Next's output gate over 8 heads of d_k 64 (σ(X·W_G) times each head's output).
+- linear: Katharopoulos' linear attention, every stage kept (the parallel T×T weights, the
+  state after every token, the chunked form), 2 heads of 16, d_model 32.
 """
 
 from __future__ import annotations
@@ -107,7 +109,53 @@ def gate_case(seq: int, rng: np.random.Generator) -> tuple[dict[str, Any], Calla
     return fixture, plain
 
 
-CASES = {"mla": (mla_case, "output"), "gate": (gate_case, "gated")}
+def linear_case(seq: int, rng: np.random.Generator) -> tuple[dict[str, Any], Callable[[], Any]]:
+    """Katharopoulos' linear attention with every stage kept: the three forms attn computes and
+    checks (parallel T×T weights, the state after every token, chunks of 64), written plainly;
+    2 heads of d_k = d_v = 16 (the states are (H, T, d_k, d_v), kept whole)."""
+    heads, d, width, chunk = 2, 16, 32, 64
+    X = rng.standard_normal((seq, width)) * 0.7
+    W = {n: rng.standard_normal((width, heads * d)) * 0.7 for n in "QKV"}
+    fixture = {"X": X, "W_Q": W["Q"], "W_K": W["K"], "W_V": W["V"], "heads": heads,
+               "causal": True, "linear_attention": {"chunk": chunk}}  # fmt: skip
+
+    def phi(x: Any) -> Any:
+        return np.where(x > 0, x + 1.0, np.exp(np.minimum(x, 0.0)))
+
+    def plain() -> Any:
+        q, k, v = ((X @ W[n]).reshape(seq, heads, d).transpose(1, 0, 2) for n in "QKV")  # (H, T, d)
+        q, k = phi(q), phi(k)
+        below = np.tril(np.ones((seq, seq), dtype=bool))
+        out = np.empty((heads, seq, d))
+        for h in range(heads):  # parallel: the implicit weights, one head's (T, T) at a time
+            w = np.where(below, q[h] @ k[h].T, 0.0)
+            out[h] = (w / w.sum(-1, keepdims=True)) @ v[h]
+        states, zs = np.empty((heads, seq, d, d)), np.empty((heads, seq, d))
+        S, z, rec = np.zeros((heads, d, d)), np.zeros((heads, d)), np.empty((heads, seq, d))
+        for t in range(seq):  # recurrent: the state after every token
+            S = S + k[:, t, :, None] * v[:, t, None, :]
+            z = z + k[:, t]
+            states[:, t], zs[:, t] = S, z
+            rec[:, t] = (
+                np.einsum("hk,hkv->hv", q[:, t], S) / np.einsum("hk,hk->h", q[:, t], z)[:, None]
+            )
+        S, z, chunked = np.zeros((heads, d, d)), np.zeros((heads, d)), np.empty((heads, seq, d))
+        for c0 in range(0, seq, chunk):  # chunked: the carried state plus the chunk's own
+            qc, kc, vc = q[:, c0 : c0 + chunk], k[:, c0 : c0 + chunk], v[:, c0 : c0 + chunk]
+            intra = np.where(below[: qc.shape[1], : qc.shape[1]], qc @ kc.swapaxes(1, 2), 0.0)
+            den = np.einsum("hck,hk->hc", qc, z) + intra.sum(-1)
+            chunked[:, c0 : c0 + chunk] = (qc @ S + intra @ vc) / den[..., None]
+            S, z = S + kc.swapaxes(1, 2) @ vc, z + kc.sum(1)
+        return out  # (H, T, d)
+
+    return fixture, plain
+
+
+CASES = {
+    "mla": (mla_case, "output"),
+    "gate": (gate_case, "gated"),
+    "linear": (linear_case, None),  # every stage kept: the three forms
+}
 
 
 def measure(seq: int, reps: int, name: str) -> tuple[float, float]:
@@ -117,11 +165,12 @@ def measure(seq: int, reps: int, name: str) -> tuple[float, float]:
     make, stage = CASES[name]
     fixture, plain = make(seq, np.random.default_rng(0))
     inputs = validate(fixture, f"{name}.bench")
-    ours = np.asarray(run(inputs, keep={stage})[stage].data)
+    keep = None if stage is None else {stage}
+    ours = np.asarray(run(inputs, keep=keep)[stage or "output"].data)
     np.testing.assert_allclose(ours, plain(), rtol=1e-9, atol=1e-9)
     times: dict[str, list[float]] = {"attn": [], "numpy": []}
     for _ in range(reps):
-        for side, call in (("attn", lambda: run(inputs, keep={stage})), ("numpy", plain)):
+        for side, call in (("attn", lambda: run(inputs, keep=keep)), ("numpy", plain)):
             start = time.perf_counter()
             call()
             times[side].append(time.perf_counter() - start)

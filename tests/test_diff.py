@@ -255,10 +255,10 @@ def test_json_has_every_stage_and_the_config() -> None:
 
 @pytest.mark.parametrize(
     "args",
-    [["decode", "diff_transformer"], ["rope", "diff_transformer"]],
-    ids=["decode", "rope"],
+    [["rope", "diff_transformer"]],
+    ids=["rope"],
 )  # fmt: skip
-def test_decode_and_rope_refuse_it_in_one_line(args: list[str]) -> None:
+def test_rope_refuses_it_in_one_line(args: list[str]) -> None:
     result = run_cli(*args)
     assert result.exit_code == 2
     lines = result.stderr.strip().splitlines()

@@ -340,18 +340,58 @@ def test_rope_refuses_mla(args: list[str]) -> None:
     assert result.stdout == ""
 
 
-@pytest.mark.parametrize("model_type", ["deepseek_v2"])  # deepseek_v3: test_families.py
-def test_import_of_a_deepseek_checkpoint_is_one_line(model_type: str, tmp_path: Path) -> None:
-    (tmp_path / "config.json").write_text(f'{{"model_type": "{model_type}"}}')
-    (tmp_path / "model.safetensors").write_bytes(b"")
-    np.save(tmp_path / "h.npy", np.zeros((2, 4)))
-    result = run_cli("import", str(tmp_path), "--hidden", str(tmp_path / "h.npy"),
-                     "-o", str(tmp_path / "o.npz"))  # fmt: skip
-    assert result.exit_code == 2
-    lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1 and f"model type '{model_type}' is not supported" in lines[0]
-    assert "multi-head latent attention" in lines[0] and "mla key" in lines[0]
-    assert not (tmp_path / "o.npz").exists()
+def test_rope_layout_pairs_is_deepseek_v2s_complex_rotation() -> None:
+    """DeepSeek V2's apply_rotary_emb: view_as_complex(x) · e^(i·pos·θ_j), each pair in place.
+    Written with Python's complex numbers; the scores, weights and output equal the split
+    layout's (the same permutation of both q's and k's rope columns)."""
+    import cmath
+
+    fx = random_mla_fixture(3, seq=4, heads=2, d_rope=4, W_O=True)
+    fx["mla"]["base"] = 50.0
+    split = trace_of(fx)
+    pairs = trace_of(fx | {"mla": {**fx["mla"], "rope_layout": "pairs"}})
+    for name in ("q_rope", "k_rope"):
+        x, got = pairs[name].data, pairs[f"{name}_rot"].data
+        for idx in np.ndindex(*x.shape[:-1]):
+            pos = idx[-1]
+            for j in range(x.shape[-1] // 2):
+                turned = complex(x[idx][2 * j], x[idx][2 * j + 1]) * cmath.exp(
+                    1j * pos * 50.0 ** (-2 * j / x.shape[-1])
+                )
+                assert got[idx][2 * j] == pytest.approx(turned.real, rel=1e-13, abs=1e-14)
+                assert got[idx][2 * j + 1] == pytest.approx(turned.imag, rel=1e-13, abs=1e-14)
+    order = [0, 2, 1, 3]  # split writes (x0', x2' | x1', x3')
+    np.testing.assert_allclose(pairs["k_rope_rot"].data[..., order], split["k_rope_rot"].data)
+    for stage in ("scores", "softmax", "output", "projected", "scores_absorbed"):
+        np.testing.assert_allclose(pairs[stage].data, split[stage].data, rtol=1e-12, atol=1e-14)
+    from attn_cli.core.plugins.mla import LatentAttention
+
+    mla = LatentAttention()
+    said = [mla.config(mla.value(t.inputs), t.inputs) for t in (pairs, split)]
+    assert said[0]["rope_layout"] == "pairs" and "rope_layout" not in said[1]
+
+
+def test_latent_decoding_of_the_pairs_layout_equals_the_full_trace() -> None:
+    from attn_cli.check.runs import check_decode, decode_keep
+
+    fx = random_mla_fixture(4, seq=5, heads=2, d_rope=4)
+    inputs = validate(fx | {"mla": {**fx["mla"], "rope_layout": "pairs"}}, "m.json")
+    result = check_decode(run(inputs, keep=decode_keep(inputs)), 2)
+    assert result.worst <= 1e-12, result.diffs
+
+
+def test_a_deepseek_v2_checkpoint_imports_with_its_pairs_layout(tmp_path: Path) -> None:
+    pytest.importorskip("safetensors")
+    pytest.importorskip("tokenizers")
+    case = Path(__file__).parent / "reference" / "families" / "deepseek_v2"
+    out = tmp_path / "v2.npz"
+    result = run_cli("import", str(case), "--text", "a b c d", "-o", str(out))
+    assert result.exit_code == 0, result.stderr
+    with np.load(out) as got:
+        assert str(got["mla.rope_layout"]) == "pairs"
+        assert "mla.W_Q" in got and "mla.W_DQ" not in got
+    traced = run_cli("trace", str(out), "--stage", "q_rope_rot")
+    assert traced.exit_code == 0 and "kept in place" in traced.stdout, traced.stderr
 
 
 # ---------------------------------------------------------------------------------------------
@@ -379,6 +419,8 @@ ERRORS: list[tuple[str, dict[str, Any], str]] = [
     ("rows", {"mla": _with(W_DKV=[[1.0] * 3] * 5)["mla"]}, "mla.W_DKV: has 5 rows"),
     ("eps", {"mla": _with(eps=-1)["mla"]}, "mla.eps: is -1"),
     ("mscale inf", {"mla": _with(mscale=math.inf)["mla"]}, "mla.mscale: is inf"),
+    ("rope_layout", {"mla": _with(rope_layout="interleaved")["mla"]},
+     "mla.rope_layout: got the string 'interleaved', expected \"split\" (deepseek_v3"),
     ("W_Q beside mla", {"W_Q": [[1.0]]}, "W_Q: given with mla"),
     ("rope beside mla", {"rope": True}, "rope: given with mla"),
     ("kv_heads", {"kv_heads": 1}, "kv_heads: given with mla"),

@@ -243,3 +243,14 @@ def test_the_rope_backward_is_the_forwards_transpose_in_either_layout(
         out = np.stack([out[:, :half], out[:, half:]], axis=-1).reshape(out.shape)
     back = rope_interleaved_backward(y, pos, 10000.0, None, "pairs" if pairs else "split")
     assert float(np.sum(out * y)) == pytest.approx(float(np.sum(x * back)), rel=1e-12, abs=1e-12)
+
+
+def test_the_pairs_layout_backward_matches_finite_differences() -> None:
+    """DeepSeek V2's RoPE layout (mla.rope_layout pairs): the rope gradient turned back in it."""
+    fx = random_mla_fixture(12, q_rank=None, heads=2, seq=3, d_rope=4, W_O=True)
+    fx["mla"] = {**fx["mla"], "rope_layout": "pairs"}
+    fx["grad"] = np.random.default_rng(6).standard_normal((3, 3)).tolist()
+    trace = run(validate(fx, "m.json"), backward=True)
+    for where, index in ((("X",), (1, 2)), (("mla", "W_KR"), (3, 1)), (("mla", "W_Q"), (0, 5))):
+        grad = trace[f"d_{where[-1]}"].data[index]
+        assert grad == pytest.approx(numeric(fx, where, index), rel=1e-6, abs=1e-8), where

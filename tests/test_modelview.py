@@ -175,3 +175,27 @@ def test_model_view_of_minilm_from_the_cli() -> None:
         assert max(width_of(line) for line in lines) <= int(width)
     zh = run_cli("import", str(model), "--text", text, "--layer", "all", "--lang", "zh")
     assert zh.exit_code == 0 and "模型总览" in zh.stdout
+
+
+# ---------------------------------------------------------------------------------------------
+# A layer with no softmax map (Qwen3-Next's Gated DeltaNet layers: a layer of no heads)
+
+
+@pytest.mark.parametrize("lang", ["en", "zh"])
+def test_a_layer_without_a_map_is_one_line(lang: str) -> None:
+    """Layer 0 linear (0 heads), layer 1 two heads: the heads come from layer 1, layer 0 is a
+    line saying it has no map, and the JSON gives it no heads."""
+    layers = [np.zeros((0, T, T)), np.stack([previous_head(), sink_head()])]  # (heads, T, T)
+    view = ModelView.of("qwen3_next", [f"w{i}" for i in range(T)], layers)
+    lines = render_text(view, 80, lang).splitlines()  # type: ignore[arg-type]
+    assert "2 heads" in lines[0] or "2 个头" in lines[0]
+    no_map = {
+        "en": "L0 (linear attention: no softmax map)",
+        "zh": "L0 (线性注意力：没有 softmax 权重图)",
+    }
+    assert no_map[lang] in lines
+    assert next(i for i, line in enumerate(lines) if line.startswith("L1 ")) == lines.index(
+        no_map[lang]) + 1  # fmt: skip
+    doc = json.loads(render_json(view))
+    assert [len(layer["heads"]) for layer in doc["layers"]] == [0, 2]
+    assert doc["layers"][1]["heads"][1]["kind"] == "first"

@@ -13,6 +13,7 @@ Dv d_v, C cache slots.
 from __future__ import annotations
 
 import functools
+import itertools
 import math
 import os
 from collections.abc import Callable, Iterator
@@ -48,8 +49,12 @@ F64_TOLERANCE = 1e-12  # float64: the order of summation moves the last bits onl
 ULPS = 64  # flash: up to 64 ulps of the scores' size (times the values') is rounding
 MAX_TILES = 64  # tiles shown (and kept) by default
 BLOCK_CAP = 64  # the largest default block
+# How a decode or flash run shows itself in a notebook: present/html_steps.py adds its pages
+# ("decode", "flash") when imported, so check/ names nothing above it (as core's HTML_VIEWS).
+RUN_HTML_VIEWS: dict[str, Callable[[Any], str]] = {}
 BIG_SCORES = 1 << 22  # above this many score cells, flash's check keeps no (T, S) stage
 REF_CELLS = 1 << 19  # scores per block of flash's reference rows (2 MiB in float32)
+REF_ROWS = 64  # rows per block at most: a causal block computes its keys up to its last row
 
 
 # ---------------------------------------------------------------------------------------------
@@ -148,6 +153,13 @@ class DecodeRun:
     tolerance: float = F64_TOLERANCE
     cache_parts: str | None = None  # what a cache of other numbers than K and V holds (MLA's)
     checked: str = "output"  # the stage each step is checked by: output, or gated with a gate
+    reference: FloatArray | None = None  # (B, H, steps, Dv): each step's full attention row
+
+    def _repr_html_(self) -> str | None:
+        """The interactive decode page in a notebook cell, once present/html_steps.py is
+        imported (RUN_HTML_VIEWS); None (plain text) before."""
+        view = RUN_HTML_VIEWS.get("decode")
+        return None if view is None else view(self)
 
     @property
     def worst(self) -> float:
@@ -210,6 +222,7 @@ def decode_bytes(inputs: Inputs, prefill: int = 1) -> int:
 def decode_args(trace: Trace) -> DecodeArgs:
     """core.decode's arguments from the trace of a fixture ``refuse_decode`` let through."""
     chain = trace_chain(trace)
+    refuse_own_loop(chain)
     pos = trace.inputs.token_positions()[0]
     dtype = np.dtype(trace.dtype)
     for v, value in chain.on:
@@ -228,6 +241,23 @@ def decode_args(trace: Trace) -> DecodeArgs:
         rotate=_rotation(chain, np.dtype(trace.dtype)),
         after=_after(trace, chain),
     )
+
+
+def own_loop(v: Variant) -> bool:
+    """Whether ``v`` decodes with a loop of its own (a recurrent state, two softmax maps)."""
+    return (type(v).decode_state is not Variant.decode_state
+            or type(v).decode_maps is not Variant.decode_maps)  # fmt: skip
+
+
+def refuse_own_loop(chain: Chain) -> None:
+    """The one-cache loop (and the grader's decode check) cannot run such a variant."""
+    for v, _ in chain.on:
+        if own_loop(v):
+            raise UsageError(
+                chain.inputs.source, v.name, "the KV-cache loop of one softmax map does not "
+                "run it (attn decode runs its own loop, check.state_runs)",
+                "a fixture of softmax attention",
+            )  # fmt: skip
 
 
 def _after(trace: Trace, chain: Chain) -> After | None:
@@ -333,7 +363,7 @@ def check_decode(trace: Trace, prefill: int, sentinel: float | None = None) -> D
                           latent=None if form is None else form.cached)  # fmt: skip
     parts = None if form is None else form.parts
     return DecodeRun(trace, result, diffs, prefill_diff, cost, sentinel, cache_parts=parts,
-                     checked=final)  # fmt: skip
+                     checked=final, reference=full[:, :, prefill:])  # fmt: skip
 
 
 def decode_reference(trace: Trace, args: DecodeArgs) -> AnyArray:
@@ -432,6 +462,12 @@ class FlashRun:
     def cut(self) -> bool:
         return self.tiles_total > len(self.tiles)
 
+    def _repr_html_(self) -> str | None:
+        """The interactive flash page in a notebook cell, once present/html_steps.py is
+        imported (RUN_HTML_VIEWS); None (plain text) before."""
+        view = RUN_HTML_VIEWS.get("flash")
+        return None if view is None else view(self)
+
     @property
     def ok(self) -> bool:
         return all(c.ok for c in self.checks)
@@ -466,49 +502,49 @@ def reference_rows(
     chain = trace_chain(trace)
     B, H, T, _ = q.shape
     _, Hkv, S, Dv = v.shape
-    groups = H // Hkv  # query head h reads key/value head h // groups
+    g = H // Hkv  # query heads h0:h0+g read key/value head h0 // g: one product for the group
     dtype = q.dtype
-    rows = max(1, REF_CELLS // max(1, S))
+    rows = max(1, min(REF_ROWS, REF_CELLS // max(1, S * g)))
     output = np.zeros((B, H, T, Dv), dtype)
     L = np.empty((B, H, T), dtype)
-    for b in range(B):
-        for h in range(H):
-            kv = (k[b, h // groups].T, v[b, h // groups])  # (D, S), (S, Dv)
-            for t0 in range(0, T, rows):
-                t1 = min(T, t0 + rows)
-                cells = cells_of(inp, slice(b, b + 1), slice(h, h + 1), slice(t0, t1))
-                s0, s1 = allowed_span(chain, cells)
-                cells = cells._replace(keys=cells.keys[s0:s1], pos_k=cells.pos_k[s0:s1])
-                x = q[b, h, t0:t1] @ kv[0][:, s0:s1]  # (R, s1 - s0)
-                x *= dtype.type(trace.scale)
-                x = chain.modify(x[None, None], lambda stage: None)  # (1, 1, R, s1 - s0)
-                x, _, _ = chain.masked(x, cells, x, lambda stage: None, fill=-np.inf)
-                extra = chain.extra_logit(cells, dtype)  # (1, 1, 1, 1) or None
-                o, lse_rows = _softmax_rows_out(x[0, 0].astype(dtype, copy=False), extra,
-                                                kv[1][s0:s1])  # fmt: skip
-                output[b, h, t0:t1], L[b, h, t0:t1] = o, lse_rows
+    for b, j in itertools.product(range(B), range(Hkv)):
+        kT, vj, heads = k[b, j].T, v[b, j], slice(j * g, (j + 1) * g)  # (D, S), (S, Dv)
+        for t0 in range(0, T, rows):
+            t1 = min(T, t0 + rows)
+            cells = cells_of(inp, slice(b, b + 1), heads, slice(t0, t1))
+            s0, s1 = allowed_span(chain, cells)
+            cells = cells._replace(keys=cells.keys[s0:s1], pos_k=cells.pos_k[s0:s1])
+            x = q[b, heads, t0:t1] @ kT[:, s0:s1]  # (g, R, s1 - s0)
+            x *= dtype.type(trace.scale)
+            x = chain.modify(x[None], lambda stage: None)  # (1, g, R, s1 - s0)
+            x, _, _ = chain.masked(x, cells, x, lambda stage: None, fill=-np.inf)
+            extra = chain.extra_logit(cells, dtype)  # (1, g, 1, 1) or None
+            extra = None if extra is None else extra[0]
+            o, lse_rows = _softmax_rows_out(x[0].astype(dtype, copy=False), extra, vj[s0:s1])
+            output[b, heads, t0:t1], L[b, heads, t0:t1] = o, lse_rows
     return output, L
 
 
 def _softmax_rows_out(
     x: AnyArray, extra: AnyArray | None, v: AnyArray
 ) -> tuple[AnyArray, AnyArray]:
-    """Rows x (R, S) through the two-pass softmax: (weights · v (R, Dv), L (R,)); a row with
-    nothing allowed (and no extra logit) gives O = 0 and L = −∞."""
-    m = x.max(axis=1, initial=-np.inf)  # (R,); no key at all: −∞
+    """Rows x (g, R, S) through the two-pass softmax: (weights · v (g, R, Dv), L (g, R));
+    ``extra`` (g, 1, 1) joins each row; a row with nothing allowed (and no extra logit) gives
+    O = 0 and L = −∞."""
+    m = x.max(axis=-1, keepdims=True, initial=-np.inf)  # (g, R, 1); no key at all: −∞
     if extra is not None:
-        m = np.maximum(m, extra.reshape(()))
+        m = np.maximum(m, extra)
     empty = np.isneginf(m)
     m = np.where(empty, 0.0, m).astype(x.dtype)
-    x = np.subtract(x, m[:, None], out=x if x.flags.writeable else None)  # (R, S)
+    x = np.subtract(x, m, out=x if x.flags.writeable else None)  # (g, R, S)
     np.exp(x, out=x)
-    total = x.sum(axis=1)
+    total = x.sum(axis=-1, keepdims=True)
     if extra is not None:
-        total = total + np.exp(extra.reshape(()) - m)
+        total = total + np.exp(extra - m)
     total = np.where(empty, 1.0, total).astype(x.dtype)
-    o = (x @ v) / total[:, None]  # (R, Dv)
+    o = (x @ v) / total  # (g, R, Dv)
     L = np.where(empty, -np.inf, m + np.log(total)).astype(x.dtype)
-    return o.astype(x.dtype, copy=False), L
+    return o.astype(x.dtype, copy=False), L[..., 0]
 
 
 def causal_offset(inputs: Inputs) -> int | None:

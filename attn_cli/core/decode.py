@@ -68,6 +68,14 @@ class CacheView:
         out[:, :, self.held < 0] = 0  # an empty slot holds zeros
         return out
 
+    def key_positions(self, positions: IntArray) -> IntArray:
+        """The position of the token each slot holds (0 for an empty slot), (C,)."""
+        if self.grows:
+            return positions[: self.held.size]  # slots are tokens 0..C-1: a view
+        held = self.held
+        out: IntArray = np.where(held >= 0, positions[np.maximum(held, 0)], 0)
+        return out
+
 
 class StepTables(NamedTuple):
     """What one step computes against its cache, (B, H, 1, C) each; output (B, H, 1, Dv)."""
@@ -100,6 +108,9 @@ class DecodeStep:
     attend: _Attend  # the step's tables, computed again
     latent: FloatArray | None = None  # softmax·V_cache before ``finish`` made it the output
     outs: Mapping[str, FloatArray] = field(default_factory=dict)  # the head-output transforms'
+    # more score-like rows (B, H, 1, C) beside the chain's: a second map and what the maps make
+    # (differential attention's scores_2, softmax_2, diff; core/decode_maps.py)
+    rows: Mapping[str, FloatArray] = field(default_factory=dict)
 
     @property
     def slots(self) -> int:
@@ -279,6 +290,7 @@ class _Cache:
     held: IntArray  # (C,) token indices, -1: empty
     ring: int | None  # ring buffer size, None: the cache grows
     copied: bool = False  # each step has its own arrays (a loop that changes cached keys)
+    tokens: IntArray = field(default_factory=lambda: np.zeros(0, np.int64))  # 0..T-1, sliced
 
     @classmethod
     def empty(cls, k: FloatArray, v: FloatArray, ring: int | None) -> _Cache:
@@ -286,13 +298,13 @@ class _Cache:
         K = np.zeros((B, Hkv, T, D), k.dtype)
         V = np.zeros((B, Hkv, T, v.shape[3]), v.dtype)
         held = np.zeros(0, np.int64) if ring is None else np.full(ring, -1, np.int64)
-        return cls(K, V, held, ring)
+        return cls(K, V, held, ring, tokens=np.arange(T, dtype=np.int64))
 
     def put(self, index: int, position: int, k: FloatArray, v: FloatArray) -> int:
         """Write one token's key and value (B, Hkv, D) and return its slot."""
         if self.ring is None:
             slot = self.held.size
-            self.held = np.arange(slot + 1, dtype=np.int64)
+            self.held = self.tokens[: slot + 1]  # a view: tokens 0..slot, in their slots
         else:
             slot = position % self.ring
             self.held = self.held.copy()  # the steps already taken keep the slots they saw
@@ -335,6 +347,7 @@ class _Attend:
     def __init__(self, setup: _Setup, bugs: DecodeBugs) -> None:
         self.setup, self.bugs = setup, bugs
         self.positions = setup.positions
+        self.tokens = np.arange(setup.positions.size)
         self.last: tuple[DecodeStep | None, StepTables | None] = (None, None)
 
     def __call__(self, step: DecodeStep) -> StepTables:
@@ -355,8 +368,8 @@ class _Attend:
         scaled = scores * q.dtype.type(setup.scale)
         pos = setup.positions
         held = cache.held  # (C,) token indices, -1 for empty slots: the chain hides those
-        cells = Cells(np.arange(B), np.arange(H), np.array([i]), held,
-                      pos[[i]], np.where(held >= 0, pos[np.maximum(held, 0)], 0))  # fmt: skip
+        cells = Cells(np.arange(B), np.arange(H), self.tokens[i : i + 1], held, pos[i : i + 1],
+                      cache.key_positions(pos))  # fmt: skip
         chain = setup.chain.without_cache_rules() if bugs.extra_slots else setup.chain
         modified, masked, weights = _attend(chain, scaled, cells)
         output = grouped(weights, V, tiled)  # (B, H, 1, C) @ (B, Hkv, C, Dv) per group

@@ -6,11 +6,13 @@ widened, so a block computes what the model computes, to float32's rounding.
 
 Where the norms sit (transformers' modeling code of each family):
 
-    pre        h = x + attn(n1(x));            x' = h + mlp(n2(h))           Llama, GPT-2, Phi-3
-    sandwich   h = x + n1b(attn(n1(x)));       x' = h + n2b(mlp(n2(h)))      Gemma 2, Gemma 3
-    post_only  h = x + n1b(attn(x));           x' = h + n2b(mlp(h))          OLMo 2
-    post       h = n1b(x + attn(x));           x' = n2b(h + mlp(h))          BERT
+    pre        h = x + attn(n1(x));            x' = h + mlp(n2(h))           Llama, GPT-2, Phi-3,
+                                                                             StarCoder2, StableLM
+    sandwich   h = x + n1b(attn(n1(x)));       x' = h + n2b(mlp(n2(h)))      Gemma 2/3, GLM-4
+    post_only  h = x + n1b(attn(x));           x' = h + n2b(mlp(h))          OLMo 2/3, EXAONE 4
+    post       h = n1b(x + attn(x));           x' = n2b(h + mlp(h))          BERT, DistilBERT
     parallel   x' = x + attn(n1(x)) + mlp(n2(x))                             GPT-NeoX, Pythia
+               (n2 = n1: Phi, Cohere, StableLM's use_parallel_residual)
 
 ``n1`` (the norm before attention) belongs to attn's traced layer; the block receives the
 attention's output projection (``projected``) already made from it.
@@ -146,7 +148,14 @@ def route(
 ) -> tuple[np.ndarray[Any, np.dtype[np.intp]], FloatArray]:
     """A mixture of experts' router: softmax(x W_router) over the experts, the top ``k`` per
     token (most likely first) and their weights, renormalised to sum to 1 if ``normalize``."""
-    logits = x @ W_router  # (T, E)
+    return route_logits(x @ W_router, k, normalize)  # (T, E) logits
+
+
+def route_logits(
+    logits: FloatArray, k: int, normalize: bool
+) -> tuple[np.ndarray[Any, np.dtype[np.intp]], FloatArray]:
+    """``route`` from the router's logits [T, E] (gpt-oss: with the router's bias; its softmax
+    over the top k logits is this one renormalised)."""
     p = np.exp(logits - logits.max(axis=-1, keepdims=True))
     p /= p.sum(axis=-1, keepdims=True)  # (T, E)
     chosen = np.argsort(-p, axis=-1, kind="stable")[:, :k]  # (T, k)
@@ -169,3 +178,72 @@ def mixture(
         rows, slot = np.nonzero(chosen == e)  # the tokens that chose e, and in which place
         out[rows] += weights[rows, slot][:, None] * expert(int(e), x[rows])
     return out
+
+
+# ---------------------------------------------------------------------------------------------
+# gpt-oss's and DeepSeek V3's experts and routers (transformers 5.24, models/gpt_oss and
+# models/deepseek_v3: GptOssExperts, DeepseekV3TopkRouter)
+
+
+def clamped_swiglu(gate_up: FloatArray, alpha: float, limit: float) -> FloatArray:
+    """gpt-oss's activation on x W_gate_up + b [T, 2F], whose columns interleave gate and up:
+    (clamp(up, ±limit) + 1) · g · sigmoid(alpha · g), g = min(gate, limit)."""
+    gate, up = gate_up[..., ::2], gate_up[..., 1::2]  # (T, F) each: even columns, odd columns
+    gate = np.minimum(gate, limit)
+    up = np.clip(up, -limit, limit)
+    out: FloatArray = (up + 1.0) * gate * _sigmoid(alpha * gate)
+    return out
+
+
+def route_greedy(
+    logits: FloatArray, k: int, groups: tuple[int, int] | None, scale: float
+) -> tuple[np.ndarray[Any, np.dtype[np.intp]], FloatArray]:
+    """DeepSeek V2's router on its logits [T, E]: p = softmax over every expert; the top ``k``
+    of p (greedy), or of p with the experts outside the ``groups[1]`` best of ``groups[0]``
+    equal groups set to 0, a group worth its largest p (group_limited_greedy); the weights
+    the chosen p, not renormalised, times ``scale`` (routed_scaling_factor)."""
+    T, E = logits.shape
+    p = np.exp(logits - logits.max(axis=-1, keepdims=True))
+    p /= p.sum(axis=-1, keepdims=True)  # (T, E)
+    pick = p
+    if groups is not None:
+        n_group, top_groups = groups
+        worth = p.reshape(T, n_group, E // n_group).max(axis=-1)  # (T, groups)
+        best = np.argsort(-worth, axis=-1, kind="stable")[:, :top_groups]
+        kept = np.zeros((T, n_group), dtype=bool)
+        np.put_along_axis(kept, best, True, axis=-1)
+        pick = np.where(np.repeat(kept, E // n_group, axis=-1), p, 0.0)  # masked_fill 0
+    chosen = np.argsort(-pick, axis=-1, kind="stable")[:, :k]  # (T, k)
+    weights: FloatArray = np.take_along_axis(pick, chosen, axis=-1) * scale
+    return chosen, weights
+
+
+def route_grouped(
+    logits: FloatArray,
+    k: int,
+    correction: FloatArray,
+    groups: tuple[int, int],
+    normalize: bool,
+    scale: float,
+) -> tuple[np.ndarray[Any, np.dtype[np.intp]], FloatArray]:
+    """DeepSeek V3's router on its logits [T, E]: scores sigmoid(logits); the experts chosen by
+    scores + ``correction`` (e_score_correction_bias), only within the ``groups[1]`` best of
+    ``groups[0]`` equal groups (a group's worth: its two best corrected scores); the weights
+    are the chosen experts' uncorrected scores, renormalised (+1e-20) if ``normalize``, times
+    ``scale`` (routed_scaling_factor)."""
+    T, E = logits.shape
+    n_group, top_groups = groups
+    scores = _sigmoid(logits)  # (T, E)
+    choice = scores + correction  # (T, E): the bias moves the choice, not the weights
+    per_group = choice.reshape(T, n_group, E // n_group)  # (T, groups, E / groups)
+    worth = np.sort(per_group, axis=-1)[..., -2:].sum(axis=-1)  # (T, groups)
+    best = np.argsort(-worth, axis=-1, kind="stable")[:, :top_groups]  # (T, top_groups)
+    kept = np.zeros((T, n_group), dtype=bool)
+    np.put_along_axis(kept, best, True, axis=-1)
+    allowed = np.repeat(kept, E // n_group, axis=-1)  # (T, E): the experts of the kept groups
+    choice = np.where(allowed, choice, -np.inf)
+    chosen = np.argsort(-choice, axis=-1, kind="stable")[:, :k]  # (T, k)
+    weights: FloatArray = np.take_along_axis(scores, chosen, axis=-1)  # (T, k)
+    if normalize:
+        weights = weights / (weights.sum(axis=-1, keepdims=True) + 1e-20)
+    return chosen, weights * scale

@@ -517,6 +517,22 @@ class Variant:
         None: Q, K and V as the chain has them."""
         return None
 
+    def decode_state(
+        self, value: Any, inputs: Inputs, arrays: Mapping[str, FloatArray], cast: Cast
+    ) -> Any:
+        """A recurrent state decoding carries in place of a KV cache (a core.decode_state
+        ``Recurrence``: linear attention), from the trace's Q, K, V, X and ``decode_stages``;
+        None: a cache."""
+        return None
+
+    def decode_maps(
+        self, value: Any, inputs: Inputs, arrays: Mapping[str, FloatArray], cast: Cast
+    ) -> Any:
+        """More than one softmax map per head over one KV cache (a core.decode_maps
+        ``MapsForm``: differential attention), from the trace's Q, K, V and ``decode_stages``;
+        None: the chain's one map."""
+        return None
+
     def refuses(self, value: Any, inputs: Inputs, what: str) -> tuple[str, str, str] | None:
         """Why ``what`` (``decoding``, ``FlashAttention``, ``the backward pass``, ``attn rope``)
         cannot give the reference's numbers for this setting: (the field, what, expected);

@@ -899,6 +899,8 @@ def _latent(
         mla |= {"W_DQ": t["q_a.weight"].T, "q_norm": t["q_a_norm.weight"],
                 "W_UQ": t["q_b.weight"].T}  # fmt: skip
     mla |= {"base": m.base, "eps": m.eps}
+    if m.pairs:  # deepseek_v2: each rotated pair in place
+        mla["rope_layout"] = "pairs"
     if m.scaling is not None:  # DeepSeek V3's yarn, and its softmax scale's mscale
         mla |= {f"scaling.{k}": v for k, v in m.scaling} | {"mscale": m.mscale}
     return mla, t["o.weight"].T

@@ -19,7 +19,8 @@ Families and their layouts (``X @ W`` is the fixture's convention):
                 in_proj_ba split per key head as ``fix_query_key_value_ordering`` does).
     deepseek_v3 multi-head latent attention into the fixture's ``mla`` key: q LoRA (or q_proj),
                 ``kv_a_proj_with_mqa`` split into the latent's and the RoPE key's rows,
-                ``kv_b_proj`` per head into the key's and the value's; default RoPE only.
+                ``kv_b_proj`` per head into the key's and the value's; default RoPE or yarn.
+    deepseek_v2 the same, each rotated RoPE pair kept in place (``mla.rope_layout: pairs``).
     wrappers    an image-text model whose text model is a family (gemma3: gemma3_text under
                 ``text_config``, its layers under ``language_model.model.``): read as that family.
 """
@@ -41,7 +42,7 @@ FAMILIES = (
     "qwen2", "qwen2_moe", "qwen3", "qwen3_moe", "gemma", "gemma2", "gemma3_text", "gemma3",
     "gpt_oss", "granite", "smollm3", "starcoder2", "olmo", "olmo2", "olmo3", "exaone4", "phi3",
     "phi", "stablelm", "gpt_neox", "cohere", "cohere2", "ernie4_5", "glm4", "qwen3_next",
-    "deepseek_v3",
+    "deepseek_v3", "deepseek_v2",
 )  # fmt: skip
 
 NormKind = Literal["layer", "rms", "rms1p"]
@@ -105,6 +106,7 @@ class Latent:
     # yarn of the rope dims as the fixture's mla.scaling (DeepSeek V3's own); None: plain RoPE
     scaling: tuple[tuple[str, Any], ...] | None = None
     mscale: float = 1.0  # yarn_apply_mscale's: the softmax scale times mscale²
+    pairs: bool = False  # each rotated RoPE pair in place (deepseek_v2), not split (deepseek_v3)
 
 
 @dataclass(frozen=True)
@@ -243,8 +245,8 @@ def plan_layer(config: Config, family: str, layer: int) -> LayerPlan:
         return _distilbert(config, layer)
     if family == "gpt2":
         return _gpt2(config, layer)
-    if family == "deepseek_v3":
-        return _deepseek(config, layer)
+    if family in ("deepseek_v3", "deepseek_v2"):
+        return _deepseek(config, layer, family)
     return _llama_like(config, family, layer)
 
 
@@ -391,19 +393,22 @@ def _gpt2(config: Config, layer: int) -> LayerPlan:
     )  # fmt: skip
 
 
-def _deepseek(config: Config, layer: int) -> LayerPlan:
+def _deepseek(config: Config, layer: int, family: str = "deepseek_v3") -> LayerPlan:
     """DeepSeek V3's multi-head latent attention (DeepseekV3Attention), read into the fixture's
     mla key: q_a_proj, q_a_layernorm, q_b_proj (or q_proj), kv_a_proj_with_mqa (the latent's
     rows, then the shared RoPE key's), kv_a_layernorm, kv_b_proj (per head: the key's rows,
     then the value's), o_proj; input_layernorm RMSNorm before; interleaved RoPE on the rope
-    dims only; scale 1/sqrt(qk_nope_head_dim + qk_rope_head_dim)."""
+    dims only; scale 1/sqrt(qk_nope_head_dim + qk_rope_head_dim). DeepSeek V2
+    (DeepseekV2Attention) is the same layer with the same tensor names, its RoPE by
+    view_as_complex (each rotated pair in place: mla.rope_layout pairs) and 2,048 as its
+    max_position_embeddings default."""
     layers = _check_layer(config, "num_hidden_layers", layer)
     C = config.whole("hidden_size")
     H = config.whole("num_attention_heads")
     if config.whole("num_key_value_heads", H) != H:  # the latent gives every head its K and V
         raise config.error(
             "num_key_value_heads", f"got {config.data['num_key_value_heads']}: transformers' "
-            "deepseek_v3 expands the latent to every head, and repeats those by "
+            f"{family} expands the latent to every head, and repeats those by "
             "heads / num_key_value_heads", f"{H} (num_attention_heads)",
         )  # fmt: skip
     rank = config.whole("kv_lora_rank")
@@ -416,8 +421,8 @@ def _deepseek(config: Config, layer: int) -> LayerPlan:
         )
     v = config.whole("v_head_dim")
     D = nope + rope_dims
-    _deepseek_checks(config, rope_dims, D)
-    base, scaling, mscale = _deepseek_rope(config)
+    _deepseek_checks(config, rope_dims, D, family)
+    base, scaling, mscale = _deepseek_rope(config, 2048 if family == "deepseek_v2" else 4096)
     eps = config.number("rms_norm_eps", 1e-6)
     p = f"layers.{layer}."
     tensors = _deepseek_tensors(p, C, H, (rank, q_rank, nope, rope_dims, v))
@@ -427,27 +432,32 @@ def _deepseek(config: Config, layer: int) -> LayerPlan:
         "(the last qk_rope_head_dim); kv_b_proj rows per head [key | value] split into mla.W_UK "
         "and mla.W_UV; every Linear transposed",
         "Q and K are [nope | rope] per head, the rope dims in transformers' de-interleaved "
-        "layout (its query_states and key_states)",
-    )
+        "layout (its query_states and key_states)" if family == "deepseek_v3" else
+        "Q and K are [nope | rope] per head, each rotated rope pair in place as deepseek_v2's "
+        "view_as_complex leaves it (its query_states and key_states; mla.rope_layout pairs)",
+    )  # fmt: skip
     return LayerPlan(
-        family="deepseek_v3", layer=layer, layers=layers, hidden=C, heads=H, kv_heads=H,
+        family=family, layer=layer, layers=layers, hidden=C, heads=H, kv_heads=H,
         head_dim=D, layout="linear",
         anchor=r"layers\.\d+\.self_attn\.kv_a_proj_with_mqa\.weight",
         tensors=tensors, embed_tensors=embed, pre_norm=Norm("rms", eps, "norm.weight"),
         embedding=Embedding("embed.tokens"), causal=True, scale=float(D**-0.5) * mscale * mscale,
-        latent=Latent(rank, q_rank, nope, rope_dims, v, base, scaling=scaling, mscale=mscale),
+        latent=Latent(rank, q_rank, nope, rope_dims, v, base, scaling=scaling, mscale=mscale,
+                      pairs=family == "deepseek_v2"),
         notes=(*notes, *filter(None, [_scaling_note(scaling)])),
         block=p, scopes=("self_attn.", "input_layernorm."),
         unused=r"self_attn\.rotary_emb\.inv_freq",
     )  # fmt: skip
 
 
-def _deepseek_checks(config: Config, rope_dims: int, D: int) -> None:
-    """Keys DeepseekV3Config sets itself, and what the mla key has no place for: refused."""
+def _deepseek_checks(config: Config, rope_dims: int, D: int, family: str) -> None:
+    """Keys DeepseekV3Config (DeepseekV2Config) sets itself, and what the mla key has no place
+    for: refused."""
+    cls = "DeepseekV2Config" if family == "deepseek_v2" else "DeepseekV3Config"
     for key, want in (("head_dim", rope_dims), ("qk_head_dim", D)):
-        if config.has(key) and config.whole(key) != want:  # DeepseekV3Config sets both itself
+        if config.has(key) and config.whole(key) != want:  # the config class sets both itself
             raise config.error(
-                key, f"got {config.data[key]}: DeepseekV3Config sets it from the other sizes",
+                key, f"got {config.data[key]}: {cls} sets it from the other sizes",
                 f"{want} (or absent)",
             )  # fmt: skip
     if config.flag("attention_bias", False):
@@ -455,7 +465,7 @@ def _deepseek_checks(config: Config, rope_dims: int, D: int) -> None:
             "attention_bias", "got true: biases on q_a_proj, kv_a_proj_with_mqa and o_proj, "
             "which the mla key has no place for", "absent or false",
         )  # fmt: skip
-    if not config.flag("rope_interleave", True):
+    if family == "deepseek_v3" and not config.flag("rope_interleave", True):
         raise config.error(
             "rope_interleave", "got false: RoPE by rotate_half on the rope dims, where the mla "
             "key rotates interleaved pairs (transformers' deepseek_v3 default)", "absent or true",
@@ -484,7 +494,9 @@ def _deepseek_tensors(
     )
 
 
-def _deepseek_rope(config: Config) -> tuple[float, tuple[tuple[str, Any], ...] | None, float]:
+def _deepseek_rope(
+    config: Config, default_longest: int = 4096
+) -> tuple[float, tuple[tuple[str, Any], ...] | None, float]:
     """The RoPE base of DeepSeek V3's rope dims, its yarn (DeepSeek V3's own: the fixture's
     mla.scaling, over qk_rope_head_dim dims as DeepseekV3Config's head_dim says) and the
     softmax scale's mscale (transformers' yarn_apply_mscale: yarn_get_mscale(factor,
@@ -513,7 +525,7 @@ def _deepseek_rope(config: Config) -> tuple[float, tuple[tuple[str, Any], ...] |
         return base, None, 1.0
     found: dict[str, Any] = {k: params[k] for k in reads if params.get(k) is not None}
     original = "original_max_position_embeddings"
-    longest = config.whole("max_position_embeddings", 4096)  # DeepseekV3Config's default
+    longest = config.whole("max_position_embeddings", default_longest)  # the config class's
     if config.has(original):  # standardize_rope_params: the top-level value wins
         found[original] = config.whole(original)
     found.setdefault(original, longest)
@@ -1469,6 +1481,9 @@ KEYS: dict[str, Keys] = {
                          "n_shared_experts", "num_nextn_predict_layers", "num_mtp_layers",
                          "routed_scaling_factor", "topk_group", "topk_method", "scoring_func",
                          "moe_layer_freq", "ep_size", "aux_loss_alpha", "seq_aux"}),
+        # read as deepseek_v3 under another model_type: only rope_interleave tells V3's RoPE
+        # layout from V2's (each pair in place), which has the same keys and tensors
+        needs=(Need(("rope_interleave",)),),
         assumed=_LLAMA_ASSUMED,
     ),
     "distilbert": Keys(
@@ -1476,6 +1491,10 @@ KEYS: dict[str, Keys] = {
         inert=frozenset({"hidden_dim", "activation", "tie_weights_"}),
     ),
 }  # fmt: skip
+# DeepSeek V2: V3's keys; its RoPE is always by view_as_complex (no rope_interleave to read)
+KEYS["deepseek_v2"] = replace(
+    KEYS["deepseek_v3"], reads=KEYS["deepseek_v3"].reads - {"rope_interleave"}, needs=()
+)
 for _name in ROBERTA_LIKE:  # BERT's keys, pad_token_id read: the positions start after it
     KEYS[_name] = replace(KEYS["bert"], reads=KEYS["bert"].reads | {"pad_token_id"}, ignored={})
 
@@ -1539,9 +1558,6 @@ KNOWN_TYPES = {
     "gptj": "RoPE on interleaved pairs of part of each head",
     "hunyuan_v1_dense": "q/k norm after RoPE (attn's q/k norm comes before it), NTK alpha",
     "llama4_text": "chunked attention, layers without RoPE, q/k L2 norm, temperature tuning",
-    "deepseek_v2": "multi-head latent attention whose RoPE keeps each rotated pair in place "
-                   "(view_as_complex), not in deepseek_v3's layout the mla key writes: attn "
-                   "imports deepseek_v3 only",
     "falcon": "a fused query_key_value, multi-query heads, parallel attention, optional ALiBi",
     "bloom": "ALiBi position biases and a fused query_key_value",
     "mpt": "ALiBi position biases and a fused Wqkv",

@@ -41,6 +41,7 @@ TEXTS: dict[Lang, dict[str, str]] = {
                   "self = diagonal head (each token attends to itself); unnamed: no kind "
                   "reaches {t:g} of the weight on average.",
         "shades": "shade: ' ' < 0.05 ≤ ░ < 0.2 ≤ ▒ < 0.45 ≤ ▓ < 0.7 ≤ █",
+        "no_map": "linear attention: no softmax map",
     },
     "zh": {
         "title": "模型总览：{family}，{layers} 层 × {heads} 个头，{T} 个词元"
@@ -53,6 +54,7 @@ TEXTS: dict[Lang, dict[str, str]] = {
                   "（注意力停在第 0 个词元）；自身 = 对角头（每个词元关注自己）；"
                   "未命名：没有哪种模式平均达到 {t:g} 的权重。",
         "shades": "深浅：' ' < 0.05 ≤ ░ < 0.2 ≤ ▒ < 0.45 ≤ ▓ < 0.7 ≤ █",
+        "no_map": "线性注意力：没有 softmax 权重图",
     },
 }  # fmt: skip
 
@@ -104,10 +106,15 @@ def pooled(A: np.ndarray[Any, Any], side: int) -> np.ndarray[Any, Any]:
     return out
 
 
+def _heads(view: ModelView) -> int:
+    """Heads of a softmax layer (a linear-attention layer has none: no map to draw)."""
+    return max((w.shape[0] for w in view.weights), default=0)
+
+
 def _layout(view: ModelView, width: int) -> tuple[int, int, int]:
     """(side of a map, heads per band, label width) for ``width`` columns."""
     T = len(view.tokens)
-    heads = view.weights[0].shape[0] if view.weights else 0
+    heads = _heads(view)
     label = len(f"L{len(view.weights) - 1}") + 1
     room = max(width - label, MIN_SIDE + 1)
     side = min(T, MAX_SIDE, max(MIN_SIDE, room // max(heads, 1) - 1))
@@ -119,7 +126,7 @@ def render_text(view: ModelView, width: int, lang: Lang = "en") -> str:
     """The model view at ``width`` columns: one band of maps per layer (more if heads wrap)."""
     text, hints = TEXTS[lang], HINTS[lang]
     side, per_band, label = _layout(view, width)
-    T, heads = len(view.tokens), view.weights[0].shape[0] if view.weights else 0
+    T, heads = len(view.tokens), _heads(view)
     column = max(side, 5) + 1
     pooled_note = text["pooled"].format(side=side) if side < T else ""
     title = text["title"].format(family=view.family, layers=len(view.weights), heads=heads,
@@ -130,6 +137,10 @@ def render_text(view: ModelView, width: int, lang: Lang = "en") -> str:
         band = range(start, min(heads, start + per_band))
         lines.append(" " * label + "".join(_pad(f"{text['head']}{h}", column) for h in band))
         for layer, (weights, types) in enumerate(zip(view.weights, view.types, strict=True)):
+            if weights.shape[0] == 0:  # Qwen3-Next's Gated DeltaNet layers
+                no_map = _pad(f"{text['layer']}{layer}", label) + f"({text['no_map']})"
+                lines.append(no_map if start == 0 else _pad(f"{text['layer']}{layer}", label))
+                continue
             maps = [pooled(weights[h], side) for h in band]
             for r in range(min(side, T)):
                 head = _pad(f"{text['layer']}{layer}", label) if r == 0 else " " * label

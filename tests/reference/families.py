@@ -232,6 +232,19 @@ def deepseek_v3_yarn() -> Any:
     return config
 
 
+def deepseek_v2() -> Any:
+    # DeepSeek V2 (Lite's shape: no q LoRA, one q_proj) with the yarn V2 ships (factor 40,
+    # mscale 0.707, mscale_all_dim 0.707, original 4096) brought down to a few positions as
+    # deepseek_v3_yarn's; its RoPE by view_as_complex keeps each rotated pair in place
+    yarn = {"rope_type": "yarn", "rope_theta": 10000.0, "factor": 8.0,
+            "original_max_position_embeddings": 4, "beta_fast": 32.0, "beta_slow": 1.0,
+            "mscale": 0.707, "mscale_all_dim": 0.707}  # fmt: skip
+    return tiny("DeepseekV2Config", num_hidden_layers=2, num_key_value_heads=2, q_lora_rank=None,
+                kv_lora_rank=8, qk_nope_head_dim=4, qk_rope_head_dim=4, v_head_dim=4,
+                first_k_dense_replace=1, n_routed_experts=4, n_shared_experts=1,
+                num_experts_per_tok=2, moe_intermediate_size=8, rope_parameters=yarn)  # fmt: skip
+
+
 def simple(cls_name: str, **extra: Any) -> Callable[[], Any]:
     return lambda: tiny(cls_name, **extra)
 
@@ -347,6 +360,11 @@ CASES: dict[str, tuple[Callable[[], Any], bool, str]] = {
                     "(rank 8, kv_a_layernorm) and a RoPE key of 4 shared by the heads, kv_b_proj "
                     "decompresses K_nope and V per head; interleaved RoPE (rope_interleave); "
                     "scale (4 + 4)**-0.5; layer 1's MLP is MoE"),
+    "deepseek_v2": (deepseek_v2, False,
+                    "DeepSeek V2's multi-head latent attention (DeepseekV2Attention), Lite's "
+                    "shape (q_proj, no q LoRA): RoPE by view_as_complex, each rotated pair in "
+                    "place in query_states and key_states; yarn on the rope dims (factor 8, "
+                    "original 4, mscale 0.707, mscale_all_dim 0.707); layer 1's MLP is MoE"),
     "deepseek_v3_yarn": (deepseek_v3_yarn, False,
                          "deepseek_v3 with yarn on the rope dims (factor 8, original 4, beta 32/1, "
                          "mscale 0.9, mscale_all_dim 0.6): yarn's frequencies over "

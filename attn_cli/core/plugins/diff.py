@@ -20,9 +20,9 @@ norm and the (1 − λ_init) scale, which concat joins. Axes: B batch, H heads, 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -46,6 +46,9 @@ DOC = ("a mapping {lambda_q1, lambda_k1, lambda_q2, lambda_k2: [d_k/2] vectors (
 SUBKEYS = ("lambda_q1", "lambda_k1", "lambda_q2", "lambda_k2", "lambda_init", "depth", "norm",
            "eps")  # fmt: skip
 VECTORS = ("lambda_q1", "lambda_k1", "lambda_q2", "lambda_k2")
+if TYPE_CHECKING:
+    from attn_cli.core.decode_maps import MapsForm
+
 REFERENCE = "microsoft/unilm Diff-Transformer/multihead_diffattn.py, MultiheadDiffAttn.forward"
 
 
@@ -356,6 +359,11 @@ class DifferentialAttention(Variant):
         assert seen is not None, "the run hands the differential map Q, K, V and softmax"
         return differential(value, inputs, seen, cast)
 
+    def decode_maps(
+        self, value: Diff, inputs: Inputs, arrays: Mapping[str, FloatArray], cast: Cast
+    ) -> MapsForm:
+        return decode_form(value, inputs, arrays, cast)
+
     flash_reads = ("Q", "K", "lambda", "diff_output")
 
     def flash_maps(
@@ -376,7 +384,7 @@ class DifferentialAttention(Variant):
         return {"diff_output": O1 - lam[None, :, None, None] * O2}
 
     def refuses(self, value: Diff, inputs: Inputs, what: str) -> tuple[str, str, str] | None:
-        if what == "FlashAttention":
+        if what in ("FlashAttention", "decoding"):  # decoding: both maps over one cache
             return None
         if what == "the backward pass":
             from attn_cli.core.chain import Chain
@@ -414,6 +422,35 @@ class DifferentialAttention(Variant):
 
     def new_words(self, spec: NewSpec, members: Mapping[str, Any]) -> str:
         return "differential attention"
+
+
+def decode_form(
+    value: Diff, inputs: Inputs, arrays: Mapping[str, FloatArray], cast: Cast
+) -> MapsForm:
+    """Decoding's two maps from the halves of Q and K over one cache of K and V; each step's
+    diff row, diff·V, the norm and the (1 − λ_init) scale, as ``differential`` computes them."""
+    from attn_cli.core.decode_maps import MapsForm  # it imports the chain, which imports us
+
+    half = inputs.d_k // 2
+    Q, K, V = arrays["Q"], arrays["K"], arrays["V"]  # (B, H, T, d_k), (B, H, T, d_k|d_v)
+    lam = lambda_full(value, inputs.heads, cast)[None, :, None, None]  # (1, H, 1, 1)
+    norm = None if value.norm is None else cast("diff.norm", value.norm)
+
+    def rows(weights: Sequence[FloatArray]) -> dict[str, FloatArray]:
+        return {"diff": weights[0] - lam * weights[1]}  # (B, H, n, C)
+
+    def outs(diff_output: FloatArray) -> dict[str, FloatArray]:
+        normed = rms_norm(diff_output, norm, value.eps)
+        return {"lambda": np.broadcast_to(lam, (*diff_output.shape[:3], 1)),
+                "diff_output": diff_output, "diff_norm": normed,
+                "diff_scaled": normed * (1.0 - value.lambda_init)}  # fmt: skip
+
+    def combine(outputs: Sequence[FloatArray]) -> FloatArray:
+        mixed: FloatArray = outputs[0] - lam * outputs[1]  # (A1 − λ·A2)·V, a map at a time
+        return mixed
+
+    pairs = ((Q[..., :half], K[..., :half]), (Q[..., half:], K[..., half:]))
+    return MapsForm(pairs, V, rows, outs, combine, "diff", ("scores_2", "softmax_2"))
 
 
 def _vector(key: FixtureKey, value: Mapping[str, Any], name: str, d: int) -> FloatArray:

@@ -49,9 +49,13 @@ from attn_cli.core.variant import (
 )
 
 DOC = ("a mapping {W_DQ, q_norm, W_UQ (q LoRA) or W_Q; W_DKV, kv_norm, W_UK, W_UV, W_KR; "
-       "optional base, eps, mscale, scaling}")  # fmt: skip
+       "optional base, eps, mscale, scaling, rope_layout}")  # fmt: skip
 SUBKEYS = ("W_DQ", "q_norm", "W_UQ", "W_Q", "W_DKV", "kv_norm", "W_UK", "W_UV", "W_KR",
-           "base", "eps", "mscale", "scaling")  # fmt: skip
+           "base", "eps", "mscale", "scaling", "rope_layout")  # fmt: skip
+# where each rotated pair's two numbers go: "split" as transformers' deepseek_v3
+# (apply_rotary_pos_emb_interleave: the pairs' first numbers, then their second numbers),
+# "pairs" as its deepseek_v2 (view_as_complex: each pair stays in place)
+ROPE_LAYOUTS = ("split", "pairs")
 WEIGHTS = ("W_DQ", "q_norm", "W_UQ", "W_Q", "W_DKV", "kv_norm", "W_UK", "W_UV", "W_KR")
 
 
@@ -73,6 +77,7 @@ class MLA:
     mscale: float = 1.0  # yarn's mscale (mscale_all_dim): the softmax scale times mscale²
     # RoPE scaling of the rope dims (DeepSeek V3's yarn), as rope.scaling; None: plain RoPE
     scaling: RopeScaling | None = None
+    rope_layout: str = "split"  # ROPE_LAYOUTS: where each rotated pair's numbers are written
 
     @property
     def d_rope(self) -> int:
@@ -96,12 +101,18 @@ def rms_norm(x: FloatArray, weight: FloatArray, eps: float) -> FloatArray:
 
 
 def rope_interleaved(
-    x: FloatArray, positions: IntArray, base: float, scaling: RopeScaling | None = None
+    x: FloatArray,
+    positions: IntArray,
+    base: float,
+    scaling: RopeScaling | None = None,
+    layout: str = "split",
 ) -> FloatArray:
     """RoPE of pairs (x0, x1), (x2, x3), ... laid out as transformers 5.24's
-    ``apply_rotary_pos_emb_interleave`` returns them: [x_even·cos − x_odd·sin | x_odd·cos +
-    x_even·sin]. ``x`` (..., n, D) at ``positions`` (n,); with ``scaling`` the frequencies
-    its kind gives and cos, sin times its attention factor (DeepseekV3RotaryEmbedding's
+    ``apply_rotary_pos_emb_interleave`` returns them (layout "split", deepseek_v3):
+    [x_even·cos − x_odd·sin | x_odd·cos + x_even·sin]; or as its deepseek_v2's
+    ``apply_rotary_emb`` (layout "pairs": view_as_complex times e^(iθ)), each rotated pair in
+    place. ``x`` (..., n, D) at ``positions`` (n,); with ``scaling`` the frequencies its kind
+    gives and cos, sin times its attention factor (DeepseekV3RotaryEmbedding's
     attention_scaling), for a sequence of max(positions) + 1 positions."""
     D = x.shape[-1]
     length = int(positions.max()) + 1 if positions.size else 1
@@ -109,7 +120,11 @@ def rope_interleaved(
     angle = positions.astype(np.float64)[:, None] * inv_freq  # (n, D/2)
     cos, sin = (np.cos(angle) * factor).astype(x.dtype), (np.sin(angle) * factor).astype(x.dtype)
     even, odd = x[..., 0::2], x[..., 1::2]  # (..., n, D/2)
-    return np.concatenate([even * cos - odd * sin, odd * cos + even * sin], axis=-1)
+    first, second = even * cos - odd * sin, odd * cos + even * sin
+    if layout == "pairs":
+        paired: FloatArray = np.stack([first, second], axis=-1).reshape(x.shape)
+        return paired  # (x0', x1', x2', ...)
+    return np.concatenate([first, second], axis=-1)
 
 
 def naive(value: MLA, heads: int, X: FloatArray, pos: IntArray, cast: Cast) -> dict[str, Any]:
@@ -133,8 +148,9 @@ def naive(value: MLA, heads: int, X: FloatArray, pos: IntArray, cast: Cast) -> d
     out["K_nope"] = split_heads(out["c_KV_norm"] @ w["W_UK"], heads)  # (B, H, S, d_nope)
     out["V"] = split_heads(out["c_KV_norm"] @ w["W_UV"], heads)  # (B, H, S, d_v)
     # 4) RoPE on the rope parts only, then q and k joined
-    out["q_rope_rot"] = rope_interleaved(out["q_rope"], pos, value.base, value.scaling)
-    out["k_rope_rot"] = rope_interleaved(out["k_rope"], pos, value.base, value.scaling)
+    rope = (value.base, value.scaling, value.rope_layout)
+    out["q_rope_rot"] = rope_interleaved(out["q_rope"], pos, *rope)
+    out["k_rope_rot"] = rope_interleaved(out["k_rope"], pos, *rope)
     out["Q"] = np.concatenate([out["q_nope"], out["q_rope_rot"]], axis=-1)  # (B, H, T, D)
     k_rope = np.broadcast_to(out["k_rope_rot"][:, None], (*out["K_nope"].shape[:3], value.d_rope))
     out["K"] = np.concatenate([out["K_nope"], k_rope], axis=-1)  # (B, H, S, D)
@@ -349,6 +365,8 @@ class LatentAttention(Variant):
         }  # fmt: skip
         if value.scaling is not None:
             out["scaling"] = value.scaling.config()
+        if value.rope_layout != "split":
+            out["rope_layout"] = value.rope_layout
         return out
 
     def stage_rows(self) -> tuple[StageSpec, ...]:
@@ -373,11 +391,14 @@ class LatentAttention(Variant):
             part = "[:, :d_nope]" if stage == "q_nope" else "[:, d_nope:]"
             source = "c_Q_norm·W_UQ" if value.lora else "X·W_Q"
             return f"{stage} = ({source}){part} per head"
-        if stage in ("q_rope_rot", "k_rope_rot") and value.scaling is not None:
+        if stage in ("q_rope_rot", "k_rope_rot"):
+            text = _FORMULAS[stage] + (" kept in place" if value.rope_layout == "pairs" else "")
+            if value.scaling is None:
+                return text
             length = int(inputs.token_positions()[0].max()) + 1
             _, attention = frequencies(value.scaling, value.d_rope, value.base, length)
             times = f", cos and sin × {number_text(attention)}" if attention != 1.0 else ""
-            return f"{_FORMULAS[stage]}, {value.scaling.kind} scaling{times}"
+            return f"{text}, {value.scaling.kind} scaling{times}"
         return _FORMULAS[stage]
 
     def _grad_formula(self, value: MLA, stage: str) -> str:
@@ -531,6 +552,13 @@ class _Parser:
         if "scaling" in v:
             base = settings.get("base", 10000.0)
             settings["scaling"] = parse_scaling(v["scaling"], self.key, d_rope, base, "mla.scaling")
+        if "rope_layout" in v:
+            layout = plain(v["rope_layout"])
+            if layout not in ROPE_LAYOUTS:
+                raise self.key(f"got {self.key.describe(layout)}", '"split" (deepseek_v3: the '
+                               'pairs\' first numbers, then their second) or "pairs" (deepseek_v2: '
+                               "each pair in place)", "mla.rope_layout")  # fmt: skip
+            settings["rope_layout"] = layout
         return MLA(W_DQ, q_norm, W_UQ, W_Q, W_DKV, kv_norm, W_UK, W_UV, W_KR, **settings)
 
 

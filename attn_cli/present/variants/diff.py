@@ -217,6 +217,62 @@ class DiffTexts(VariantTexts):
         **{s: _explainer(s) for s in _MEANINGS},
         **{s: _grad_explainer(s) for s in _GRAD_MEANINGS},
     }
+    view_notes: ClassVar[dict[str, dict[str, dict[Lang, tuple[str, str]]]]] = {
+        "decode": {
+            "lambda": {
+                "en": (
+                    "λ = exp(λ_q1·λ_k1) − exp(λ_q2·λ_k2) + λ_init, one per head",
+                    "A learned number of the layer, the same at every step: nothing of it "
+                    "is cached.",
+                ),
+                "zh": (
+                    "λ = exp(λ_q1·λ_k1) − exp(λ_q2·λ_k2) + λ_init，每个头一个",
+                    "层里学到的数，每一步都相同：不需要缓存。",
+                ),
+            },
+            "diff_output": {
+                "en": (
+                    "diff_output = (softmax − λ·softmax_2)·V_cache",
+                    "The step's two softmax rows come from the halves of its query against "
+                    "the halves of the same cached keys (one cache of K and V serves both "
+                    "maps); their difference, the diff row above, averages the cached "
+                    "values.",
+                ),
+                "zh": (
+                    "diff_output = (softmax − λ·softmax_2)·V_cache",
+                    "这一步的两行 softmax 来自查询的两半与同一份缓存键的两半（一份 K、V "
+                    "缓存同时服务两张图）；两者之差（上表的 diff 行）对缓存的值求加权和。",
+                ),
+            },
+            "diff_norm": {
+                "en": (
+                    "diff_norm = norm ⊙ diff_output / √(mean(diff_output²) + eps)",
+                    "Each head's row normalised on its own (the reference's subln), as in "
+                    "the full computation.",
+                ),
+                "zh": (
+                    "diff_norm = norm ⊙ diff_output / √(mean(diff_output²) + eps)",
+                    "每个头的这一行单独归一化（参考代码的 subln），与完整计算相同。",
+                ),
+            },
+            "diff_scaled": {
+                "en": (
+                    "diff_scaled = diff_norm × (1 − λ_init)",
+                    "What the heads join for this token. It must equal the row of "
+                    "diff_scaled in the full computation.",
+                ),
+                "zh": (
+                    "diff_scaled = diff_norm × (1 − λ_init)",
+                    "各头拼接的就是它。它必须等于完整计算中 diff_scaled 的那一行。",
+                ),
+            },
+        },
+    }
+    view_inputs: ClassVar[dict[str, dict[str, tuple[str, ...]]]] = {
+        "decode": {"lambda": ("lambda_q1", "lambda_k1", "lambda_q2", "lambda_k2"),
+                   "diff_output": ("softmax", "softmax_2", "V_cache"),
+                   "diff_norm": ("diff_output",), "diff_scaled": ("diff_norm",)},
+    }  # fmt: skip
     math_names = ("Q_1", "K_1", "scores_2", "softmax_2", "diff", "diff_output", "diff_norm",
                   "diff_scaled")  # fmt: skip
     formula_zh: ClassVar[tuple[tuple[str, str], ...]] = (

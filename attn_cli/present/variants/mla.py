@@ -64,10 +64,12 @@ _MEANINGS: dict[str, tuple[tuple[str, ...], str, str]] = {
     "q_rope_rot": (
         ("q_rope",),
         "RoPE on the query's rope part only, in DeepSeek's interleaved "
-        "pairs (x0, x1), (x2, x3), ...; transformers writes the pairs' first numbers, "
-        "then their second numbers.",
+        "pairs (x0, x1), (x2, x3), ...; transformers' deepseek_v3 writes the pairs' first "
+        "numbers, then their second numbers; its deepseek_v2 (rope_layout: pairs) keeps each "
+        "rotated pair in place. The scores are the same either way.",
         "只对查询的 rope 部分做 RoPE，按 DeepSeek 的交错成对 (x0, x1), (x2, x3), ...；"
-        "transformers 先写各对的第一个数，再写第二个数。",
+        "transformers 的 deepseek_v3 先写各对的第一个数，再写第二个数；它的 deepseek_v2"
+        "（rope_layout: pairs）让每一对旋转后留在原位。两种写法的分数相同。",
     ),
     "k_rope_rot": (
         ("k_rope",),
@@ -286,6 +288,8 @@ class MLATexts(VariantTexts):
         (r" per head$", " 每个头"),
         (r" \(one for all heads\)$", "（所有头共用）"),
         (r", interleaved pairs$", "，交错成对"),
+        (r", interleaved pairs kept in place", "，交错成对、各对留在原位"),
+        (r", interleaved pairs(?=, )", "，交错成对"),
         (r" on every head\]$", " 在每个头上]"),
         (r" \(W_UK absorbed into the query\)$", "（W_UK 并入查询）"),
         (r" \(one key for all heads\)$", "（所有头共用一个键）"),
