@@ -229,8 +229,8 @@ def naive_backward(
     out["d_K_nope"] = d_K[..., :nope]  # (B, H, S, d_nope)
     out["d_k_rope_rot"] = d_K[..., nope:].sum(axis=1)  # (B, S, d_rope)
     # 2) back through RoPE: the rotation by −angle
-    # where the forward wrote each rotated pair (a setting of the mla key where it has one)
-    rot = (value.base, value.scaling, getattr(value, "rope_layout", "split"))
+    # back in the layout the forward wrote each rotated pair in (deepseek_v2: pairs in place)
+    rot = (value.base, value.scaling, value.rope_layout)
     out["d_q_rope"] = rope_interleaved_backward(out["d_q_rope_rot"], pos, *rot)
     out["d_k_rope"] = rope_interleaved_backward(out["d_k_rope_rot"], pos, *rot)
     # 3) the latent: K_nope = c_KV_norm·W_UK, V = c_KV_norm·W_UV, then its RMSNorm
