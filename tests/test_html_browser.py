@@ -454,6 +454,8 @@ def run_page_and_json(
     assert result.exit_code == 0, result.output
     page = tmp_path / f"{command}-{name}.html"
     made = run_cli(command, name, "-f", "html", "-o", str(page), "-q", *extra)
+    if made.exit_code == 2 and "has no page yet" in made.stderr:  # test_html_page.py: PAGELESS
+        pytest.skip(f"attn {command} -f html refuses {name}: {made.stderr.strip()[:160]}")
     assert made.exit_code == 0, made.output
     return page, json.loads(result.stdout)
 
