@@ -10,6 +10,9 @@ Library use (no CLI needed), from any folder::
     inputs = attn_cli.load_fixture("my.yaml")      # or load, then run, separately
     trace = attn_cli.run(inputs, keep={"output"})
 
+    attn_cli.run_decode("llama_rope_gqa")          # KV-cache decoding, step by step, checked
+    attn_cli.run_flash("causal_multihead")         # FlashAttention-2, tile by tile, checked
+
 Heavy modules (NumPy, YAML) are imported on first use, so ``attn --help`` stays light.
 """
 
@@ -19,10 +22,20 @@ from typing import TYPE_CHECKING, Any
 
 from attn_cli._version import __version__
 
-__all__ = ["AttnError", "InputError", "__version__", "load_fixture", "run", "trace_file"]
+__all__ = [
+    "AttnError",
+    "InputError",
+    "__version__",
+    "load_fixture",
+    "run",
+    "run_decode",
+    "run_flash",
+    "trace_file",
+]
 
 if TYPE_CHECKING:
     from attn_cli.api import trace_file
+    from attn_cli.check.runs import run_decode, run_flash
     from attn_cli.core.pipeline import run
     from attn_cli.errors import AttnError, InputError
     from attn_cli.io.fixture import load_fixture
@@ -33,12 +46,16 @@ _LAZY = {
     "load_fixture": "attn_cli.io.fixture",
     "run": "attn_cli.core.pipeline",
     "trace_file": "attn_cli.api",
+    "run_decode": "attn_cli.check.runs",
+    "run_flash": "attn_cli.check.runs",
 }
 
 
 # The library's doors: the traces they return show themselves in a notebook as the page of
 # present/html_page.py (Trace._repr_html_), which registers itself when imported.
 _SHOWN = frozenset({"trace_file", "run"})
+# ... and the decode and flash runs as the pages of present/html_steps.py (their _repr_html_).
+_STEPPED = frozenset({"run_decode", "run_flash"})
 
 
 def __getattr__(name: str) -> Any:
@@ -48,5 +65,7 @@ def __getattr__(name: str) -> Any:
         found = getattr(importlib.import_module(_LAZY[name]), name)
         if name in _SHOWN:
             importlib.import_module("attn_cli.present.html_page")
+        if name in _STEPPED:
+            importlib.import_module("attn_cli.present.html_steps")
         return found
     raise AttributeError(f"module 'attn_cli' has no attribute {name!r}")

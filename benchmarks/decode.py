@@ -13,6 +13,16 @@ bench.py's launcher, alternating, median of ``--reps`` paired rounds. The memory
 is the slope of log(peak − the interpreter's floor) against log(tokens) from the smallest to the
 largest sequence. Targets (issue 27): at 1,024 tokens attn / NumPy <= 2 in time and in memory;
 growth exponent <= 1.2; 4,096 tokens and a 128-window at 16,384 within the default budget.
+
+    python benchmarks/decode.py --linear           # the linear row: a state, not a cache
+
+``--linear`` (issue 24) measures what a generation loop holds, in this process with tracemalloc
+(the peak of what the loop allocates, the inputs already there): linear attention's loop
+(core/decode_state.py, Katharopoulos' S and z of the same 2 kv heads, each step dropped once
+taken, as a generator loop drops it) against the KV-cache loop of softmax attention
+(core/decode.py); then ``attn decode`` of a linear-attention fixture as a whole process (peak
+RSS, which holds the fixture's Q, K, V and every step's output: O(T) numbers, not the state).
+Target: the state loop's growth exponent ~0 from 512 to 4,096 tokens.
 """
 
 from __future__ import annotations
@@ -87,13 +97,93 @@ def run_pair(seq: int, window: int, reps: int) -> dict[str, float]:
             "floor_mib": med["floor"][1] / 2**20}  # fmt: skip
 
 
+def loop_peaks(seq: int) -> tuple[float, float, int]:
+    """Peak KiB the state loop and the KV-cache loop allocate over ``seq`` tokens (inputs made
+    before), and the state's bytes."""
+    import tracemalloc
+
+    import numpy as np
+
+    from attn_cli.core.chain import Chain
+    from attn_cli.core.decode import decode
+    from attn_cli.core.decode_state import iter_steps
+    from attn_cli.core.plugins.linear import PlainRecurrence
+    from attn_cli.io.fixture import validate
+
+    rng = np.random.default_rng(0)
+    q = rng.standard_normal((1, HEADS, seq, D))
+    k, v = (rng.standard_normal((1, KV_HEADS, seq, D)) for _ in range(2))
+    rec = PlainRecurrence(q, k, v, chunk=64)
+    state = rec.init()
+    state_size = sum(a.nbytes for a in state.values())
+    chain = Chain(validate({"Q": [[0.0] * D], "K": [[0.0] * D], "V": [[0.0] * D],
+                            "causal": True}, "bench"))  # fmt: skip
+    positions = np.arange(seq)  # an input too: made before the loops are measured
+    peaks = []
+    for loop in ("state", "cache"):
+        tracemalloc.start()
+        if loop == "state":
+            total = 0.0
+            for step in iter_steps(rec, state, 0, positions):  # each step dropped
+                total += float(step.output.sum())
+        else:
+            decode(q, k, v, chain=chain, scale=1 / 8, prefill=1, positions=positions)
+        peaks.append(tracemalloc.get_traced_memory()[1] / 1024)
+        tracemalloc.stop()
+    return peaks[0], peaks[1], state_size
+
+
+def write_linear_fixture(folder: Path, seq: int) -> Path:
+    """A linear-attention fixture of d_model 64 projected to the same heads."""
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    np.save(folder / "X.npy", rng.standard_normal((seq, D)))
+    for name, width in (("W_Q", HEADS * D), ("W_K", KV_HEADS * D), ("W_V", KV_HEADS * D)):
+        np.save(folder / f"{name}.npy", rng.standard_normal((D, width)) / 8)
+    text = "X: {file: X.npy}\nW_Q: {file: W_Q.npy}\nW_K: {file: W_K.npy}\nW_V: {file: W_V.npy}\n"
+    text += f"heads: {HEADS}\nkv_heads: {KV_HEADS}\ncausal: true\nlinear_attention: true\n"
+    path = folder / "fixture.yaml"
+    path.write_text(text)
+    return path
+
+
+def linear_rows(seqs: list[int], reps: int) -> None:
+    """The linear row: the loops' peaks and attn decode's RSS, with growth exponents."""
+    env = child_env()
+    rows = []
+    for seq in seqs:
+        state_kib, cache_kib, state_bytes = loop_peaks(seq)
+        with tempfile.TemporaryDirectory() as tmp:
+            fixture = write_linear_fixture(Path(tmp), seq)
+            cmd = [sys.executable, "-m", "attn_cli", "decode", str(fixture), "-f", "plain"]
+            rss = statistics.median(measure(cmd, env).rss for _ in range(reps)) / 2**20
+        rows.append((seq, state_kib, cache_kib, state_bytes, rss))
+    print(f"linear attention decode vs a KV cache ({HEADS} heads, {KV_HEADS} kv, d {D}, causal, "
+          f"float64; {ROOT.name})")  # fmt: skip
+    print(f"{'tokens':>7} {'state B':>8} {'state loop KiB':>15} {'cache loop KiB':>15} "
+          f"{'attn decode MiB':>16}")  # fmt: skip
+    for seq, s_kib, c_kib, s_bytes, rss in rows:
+        print(f"{seq:>7} {s_bytes:>8} {s_kib:>15.1f} {c_kib:>15.1f} {rss:>16.1f}")
+    if len(rows) > 1:
+        first, last = rows[0], rows[-1]
+        span = math.log(last[0] / first[0])
+        for name, i in (("state loop", 1), ("KV-cache loop", 2), ("attn decode RSS", 4)):
+            print(f"{name}: growth exponent {math.log(last[i] / first[i]) / span:.2f} "
+                  f"from {first[0]} to {last[0]} tokens")  # fmt: skip
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seq", type=int, nargs="*", default=[512, 1024, 2048, 4096])
     parser.add_argument("--window", type=int, default=0, help="a sliding window (0: none)")
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--busy", action="store_true", help="spin a process on a core meanwhile")
+    parser.add_argument("--linear", action="store_true", help="the linear row (issue 24)")
     args = parser.parse_args()
+    if args.linear:
+        linear_rows(args.seq, args.reps)
+        return
     spin = subprocess.Popen([sys.executable, "-c", "while True: pass"]) if args.busy else None
     try:
         rows = [run_pair(seq, args.window, args.reps) for seq in args.seq]

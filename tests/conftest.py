@@ -49,11 +49,12 @@ BUNDLED = [p.stem for p in BUNDLED_PATHS]  # as `attn examples` names them
 # the bundled examples with an output gate: attn decode and attn flash stop at softmax·V and
 # refuse them in one line (tests/test_gate.py)
 GATED = ["qwen3_next_gate"]
-# the bundled examples of multi-head latent attention: attn decode, attn flash and the backward
-# pass do not run it yet and refuse them in one line (tests/test_mla.py)
+# the bundled examples of multi-head latent attention: attn rope refuses them in one line
+# (tests/test_mla.py); flash and the backward pass: tests/test_mla_backward.py
 LATENT = ["deepseek_mla"]
-# the bundled examples of differential attention: attn decode, attn flash, the backward pass and
-# attn rope do not run it yet and refuse them in one line (tests/test_diff.py)
+# the bundled examples of differential attention: attn decode and attn rope do not run it yet
+# and refuse them in one line (tests/test_diff.py); flash and the backward pass:
+# tests/test_diff_flash.py, tests/test_diff_backward.py
 DIFFERENTIAL = ["diff_transformer"]
 # the bundled examples of linear attention: no softmax (a mixer makes output from Q, K, V);
 # decoding, FlashAttention and the backward pass refuse them in one line (tests/test_linear.py)

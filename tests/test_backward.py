@@ -26,7 +26,7 @@ from attn_cli.core.backward import (
     delta_flash,
     out_gradients,
 )
-from attn_cli.core.chain import Chain
+from attn_cli.core.chain import REGISTRY, Chain
 from attn_cli.core.inputs import Inputs
 
 Array = np.ndarray[Any, np.dtype[Any]]
@@ -345,11 +345,12 @@ def test_the_fixtures_cover_every_gradient_stage() -> None:
     for name, kw in FIXTURES.items():
         covered |= expected_stages(make_fixture(sum(map(ord, name)), **kw))
     # the head-output transforms' (the gate's: d_gated, d_gate, d_W_G, d_b_G), which this
-    # reference forward does not compute: tests/test_gate.py, by finite differences; a transform
-    # whose variant refuses the backward pass has no gradient rows (differential attention's)
+    # reference forward does not compute: tests/test_gate.py, by finite differences; and the
+    # halves differential attention cuts (d_Q_1, d_K_1): tests/test_diff_backward.py
     from attn_cli.core.stages import STAGE_NAMES
 
-    assert covered == (set(GRADIENT_STAGES) & set(STAGE_NAMES)) - set(out_gradients())
+    halves = {f"d_{w}_{v.suffix}" for v in REGISTRY.values() if v.out_reads for w in "QK"}
+    assert covered == (set(GRADIENT_STAGES) & set(STAGE_NAMES)) - set(out_gradients()) - halves
 
 
 def test_direct_mode_stops_at_qkv() -> None:

@@ -30,7 +30,6 @@ from hypothesis import strategies as st
 from reference import random_fixture
 
 from attn_cli.core.pipeline import run
-from attn_cli.errors import UsageError
 from attn_cli.io.fixture import load_fixture
 from attn_cli.io.validate import validate
 
@@ -256,21 +255,15 @@ def test_json_has_every_stage_and_the_config() -> None:
 
 @pytest.mark.parametrize(
     "args",
-    [["decode", "diff_transformer"], ["flash", "diff_transformer"],
-     ["trace", "diff_transformer", "--backward"], ["rope", "diff_transformer"]],
-    ids=["decode", "flash", "backward", "rope"],
+    [["rope", "diff_transformer"]],
+    ids=["rope"],
 )  # fmt: skip
-def test_decode_flash_backward_and_rope_refuse_it_in_one_line(args: list[str]) -> None:
+def test_rope_refuses_it_in_one_line(args: list[str]) -> None:
     result = run_cli(*args)
     assert result.exit_code == 2
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("Error: diff_transformer.yaml: diff: "), lines
     assert result.stdout == ""
-
-
-def test_the_library_refuses_the_backward_pass() -> None:
-    with pytest.raises(UsageError, match="diff: the backward pass does not yet run"):
-        run(load_fixture(EXAMPLE), backward=True)
 
 
 def _hostile() -> dict[str, Any]:

@@ -122,6 +122,7 @@ ALLOWED = [
     *("kv_lora_rank", "q_lora_rank", "d_rope", "d_nope", "mscale", "q_a_proj", "q_a_layernorm"),
     *("kv_a_proj_with_mqa", "kv_a_layernorm", "kv_b_proj", "query_states", "expand_kv"),
     *("q_norm", "kv_norm", "rope", "x0", "x1", "x2", "x3"),
+    *("deepseek_v3", "deepseek_v2", "rope_layout", "pairs"),  # the two layouts' model types
     # differential attention: its key, stages, λ's names and the reference's
     *("diff", "Q_1", "K_1", "Q_2", "K_2", "Q1", "Q2", "K1", "K2", "A1", "A2", "scores_2"),
     *("softmax_2", "lambda", "diff_output", "diff_norm", "diff_scaled", "λ_init", "λ_q1"),

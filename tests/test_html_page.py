@@ -154,3 +154,251 @@ def test_the_packages_door_registers_the_notebook_view() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.splitlines() == ["True", "<iframe srcdoc="]
+
+
+# ---------------------------------------------------------------------------------------------
+# attn decode -f html and attn flash -f html (present/html_steps.py): the same template and
+# script, a section per step or tile; each cell names its place in the decode or flash JSON.
+
+TD = re.compile(r"<td([^>]*) data-stage=\"([^\"]+)\"([^>]*)>([^<]*)<")
+ATTR = re.compile(r'data-([a-z-]+)="([^"]*)"')
+
+
+def step_cells(page: str) -> list[tuple[str, tuple[int, ...], dict[str, str], str]]:
+    """Every number cell: its stage, its index, its other data- attributes and its text."""
+    out = []
+    for before, stage, after, text in TD.findall(page):
+        attrs = dict(ATTR.findall(before + after))
+        index = tuple(int(i) for i in attrs.pop("index").split(","))
+        out.append((html.unescape(stage), index, attrs, text))
+    return out
+
+
+def json_at(data: object, index: tuple[int, ...]) -> object:
+    for i in index:
+        data = data[i]  # type: ignore[index]
+    return data
+
+
+def as_shown(x: object) -> str:
+    """A table's number as the contract says: 4 decimals, no -0, non-finite spelled."""
+    if isinstance(x, str):
+        return x
+    text = f"{x:.4f}"
+    return text[1:] if text.startswith("-") and float(text) == 0 else text
+
+
+def _made(*argv: str) -> tuple[str, dict[str, object]]:
+    page = run_cli(*argv, "-f", "html")
+    assert page.exit_code == 0, page.output
+    data = run_cli(*argv, "-f", "json")
+    assert data.exit_code == 0, data.output
+    return page.stdout, json.loads(data.stdout)
+
+
+@pytest.mark.parametrize("name", ["causal_multihead", "mistral_sliding_window", "deepseek_mla"])
+def test_every_decode_cell_names_its_place_in_the_decode_json(name: str) -> None:
+    page, run = _made("decode", name)
+    steps = run["steps"]
+    assert isinstance(steps, list)
+    seen: dict[tuple[int, str], set[tuple[int, ...]]] = {}
+    for stage, index, attrs, text in step_cells(page):
+        k = int(attrs["step"])
+        if attrs.get("source") == "trace":  # the full attention's row: (head, token, column)
+            assert index[-2] == steps[k]["index"]
+            mine = json_at(steps[k]["stages"][stage]["data"], (*index[:-2], 0, index[-1]))
+            assert text == as_shown(mine)  # equal to 1e-12: the same at 4 decimals
+            continue
+        assert text == as_shown(json_at(steps[k]["stages"][stage]["data"], index)), (k, stage)
+        seen.setdefault((k, stage), set()).add(index)
+    for k, step in enumerate(steps):
+        for stage, body in step["stages"].items():
+            if name != "mistral_sliding_window" or stage not in ("K_cache", "V_cache"):
+                import numpy as np
+
+                assert seen[(k, stage)] == set(np.ndindex(*body["shape"])), (k, stage)
+    assert page.count('<section class="stage"') == len(steps) + 2  # overview, steps, checks
+
+
+def test_a_ring_buffers_slots_are_named_with_what_they_hold() -> None:
+    page, run = _made("decode", "mistral_sliding_window", "--prefill", "2")
+    assert "ring buffer of 3 slots: slot = position mod 3" in page
+    last = run["steps"][-1]  # type: ignore[index]
+    held = last["cache_positions"]
+    assert held == [3, 4, 5] and ">2: mat@5<" in page and ">0: on@3<" in page
+
+
+@pytest.mark.parametrize("name", ["causal_multihead", "padding_batch", "gptoss_sinks"])
+def test_every_flash_cell_names_its_place_in_the_flash_json(name: str) -> None:
+    page, run = _made("flash", name)
+    tiles, stages = run["tiles"], run["stages"]
+    assert isinstance(tiles, list) and isinstance(stages, dict)
+    counted = 0
+    for stage, index, attrs, text in step_cells(page):
+        if "tile" in attrs:
+            expected = json_at(tiles[int(attrs["tile"])][stage], index)
+        else:
+            assert attrs["source"] == "run"
+            expected = json_at(stages[stage]["data"], index)
+        assert text == as_shown(expected), (stage, index, attrs)
+        counted += 1
+    computed = [t for t in tiles if not t["skipped"]]
+    per_tile = sum(len(t["S"]) * len(t["S"][0]) * 2 for t in computed)  # S and P
+    assert counted > per_tile
+    assert page.count('<section class="stage"') == len(tiles) + 2
+
+
+def test_the_derivations_are_made_from_the_runs_numbers() -> None:
+    page, run = _made("decode", "causal_multihead")
+    data = page_data(page)
+    assert data["format"] == "attn-decode" and list(data["steps"]) == ["0", "1", "2"]  # type: ignore[call-overload]
+    step = run["steps"][0]  # type: ignore[index]
+    cell = re.search(
+        r'data-stage="scores" data-index="1,0,1" data-step="0"[^>]*data-w="(\d+)"', page
+    )
+    assert cell is not None
+    text = json.dumps(data["derivations"][int(cell.group(1))]["en"], ensure_ascii=False)  # type: ignore[index]
+    q, k = step["stages"]["Q"]["data"][1][0], step["stages"]["K_cache"]["data"][1][1]
+    assert f"{q[0]:g}×{k[0]:g}".replace(".0", "") in text.replace(".0000", "")
+    assert "scores = q·k" in text
+
+
+@pytest.mark.parametrize("command", ["decode", "flash"])
+def test_hostile_tokens_in_decode_and_flash_pages(tmp_path: Path, command: str) -> None:
+    fixture = tmp_path / "h.json"
+    n = len(HOSTILE)
+    fixture.write_text(json.dumps({
+        "name": HOSTILE[0], "tokens": HOSTILE, "causal": True,
+        "Q": [[1.0, 0.0]] * n, "K": [[0.0, 1.0]] * n, "V": [[1.0, 2.0]] * n,
+    }), encoding="utf-8")  # fmt: skip
+    result = run_cli(command, str(fixture), "-f", "html")
+    assert result.exit_code == 0, result.output
+    page = result.stdout
+    assert page.count("<script") == 2 and "<!--" not in page
+    assert "\u2028" not in page and "\u202e" not in page and "\u2066" not in page
+    assert html.escape(HOSTILE[0]) in page
+    scripts = SCRIPT.findall(page)
+    digest = base64.b64encode(hashlib.sha256(scripts[0].encode()).digest()).decode()
+    assert f"default-src 'none'; style-src 'unsafe-inline'; script-src 'sha256-{digest}'" in page
+
+
+def _long_fixture(path: Path, seq: int, d: int) -> Path:
+    import numpy as np
+
+    rng = np.random.default_rng(3)
+    path.write_text(json.dumps({
+        "causal": True, **{n: rng.standard_normal((seq, d)).round(3).tolist() for n in "QKV"},
+    }), encoding="utf-8")  # fmt: skip
+    return path
+
+
+@pytest.mark.slow
+def test_a_long_decode_gives_a_bounded_page_and_says_so(tmp_path: Path) -> None:
+    """600 tokens: 599 steps, 6 drawn; each step's cache of 128-wide rows is big, so the page's
+    data keeps the first steps' numbers only (a cap of 300,000), and says both."""
+    fixture = _long_fixture(tmp_path / "long.json", 600, 128)
+    result = run_cli("decode", str(fixture), "-f", "html")
+    assert result.exit_code == 0, result.output
+    page = result.stdout
+    assert "6 of 599 steps shown" in page
+    assert page.count('<section class="stage"') == 8
+    assert "The page embeds the numbers of" in page
+    assert len(page) < 8_000_000, len(page)
+    data = page_data(page)
+    assert 0 < len(data["steps"]) < 6  # type: ignore[arg-type]
+
+
+def test_flash_tiles_past_the_pages_cap_elide(tmp_path: Path) -> None:
+    fixture = _long_fixture(tmp_path / "tiles.json", 48, 2)
+    result = run_cli("flash", str(fixture), "-f", "html", "--block-q", "2", "--block-k", "2",
+                     "--max-tiles", "200")  # fmt: skip
+    assert result.exit_code == 0, result.output
+    assert "16 of 576 tiles shown here" in result.stdout
+    assert result.stdout.count('<section class="stage"') == 18
+
+
+def test_step_mode_refuses_html() -> None:
+    result = run_cli("decode", "causal_multihead", "-f", "html", "--step")
+    assert result.exit_code == 2
+    assert "--step" in result.stderr and "no --format html" in result.stderr
+
+
+@pytest.mark.subprocess
+@pytest.mark.parametrize("argv", [["decode", "causal_multihead", "-f", "json"],
+                                  ["flash", "causal_multihead"]])  # fmt: skip
+def test_decode_and_flash_without_html_do_not_import_the_page(argv: list[str]) -> None:
+    out = subprocess.run(
+        [sys.executable, "-X", "importtime", "-m", "attn_cli", *argv],
+        capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    assert "attn_cli.present.html_steps" not in out.stderr
+    assert "attn_cli.present.html_page" not in out.stderr
+
+
+@pytest.mark.subprocess
+def test_decode_and_flash_runs_show_their_pages_in_a_notebook() -> None:
+    """_repr_html_ is the page once present/html_steps.py is imported (attn_cli.run_decode and
+    attn_cli.run_flash import it); from check/runs.py alone it is None: plain text."""
+    code = (
+        "import attn_cli.check.runs as runs\n"
+        "print(runs.run_decode('causal_multihead')._repr_html_() is None)\n"
+        "import attn_cli\n"
+        "print(attn_cli.run_decode('causal_multihead')._repr_html_()[:15])\n"
+        "print(attn_cli.run_flash('causal_multihead')._repr_html_()[:15])\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.splitlines() == ["True", "<iframe srcdoc=", "<iframe srcdoc="]
+
+
+def test_a_decode_with_a_batch_axis_and_the_full_rows_of_the_json_trace(tmp_path: Path) -> None:
+    """With a batch axis every index starts with it; the full attention's row of each step is
+    attn trace -f json's output at (batch, head, token, column)."""
+    fixture = tmp_path / "batch.json"
+    x = [[[1, 0, 0, 1], [0, 1, 1, 0], [1, 1, 0, 0]], [[0, 0, 1, 1], [1, 0, 1, 0], [0, 1, 0, 1]]]
+    k = [[[1, 0, 0, 1], [0, 1, 1, 0], [1, 1, 0, 0]], [[0, 2, 1, 1], [1, 0, 1, 0], [0, 1, 0, 1]]]
+    fixture.write_text(json.dumps({"causal": True, "heads": 2, "Q": x, "K": k, "V": x}), "utf-8")
+    page, run = _made("decode", str(fixture))
+    traced = json.loads(run_cli("trace", str(fixture), "-f", "json").stdout)["stages"]
+    steps = run["steps"]
+    assert isinstance(steps, list)
+    rows = 0
+    for stage, index, attrs, text in step_cells(page):
+        k_step = int(attrs["step"])
+        if attrs.get("source") == "trace":
+            assert text == as_shown(json_at(traced[stage]["data"], index))
+            rows += 1
+        else:
+            assert text == as_shown(json_at(steps[k_step]["stages"][stage]["data"], index))
+        assert len(index) == 4 and index[0] in (0, 1)
+    assert rows == 2 * 2 * 2 * 2  # 2 steps × 2 batch items × 2 heads × d_v = 2
+    assert page.count('<select data-role="batch">') == 1 and ">批 1 · 头 0<" in page
+
+
+def test_full_draws_every_step_up_to_its_cap(tmp_path: Path) -> None:
+    fixture = _long_fixture(tmp_path / "t20.json", 20, 2)
+    elided = run_cli("decode", str(fixture), "-f", "html")
+    every = run_cli("decode", str(fixture), "-f", "html", "--full")
+    assert elided.exit_code == every.exit_code == 0
+    assert elided.stdout.count('<section class="stage"') == 6 + 2
+    assert "6 of 19 steps shown" in elided.stdout
+    assert every.stdout.count('<section class="stage"') == 19 + 2
+    assert "steps shown" not in every.stdout
+
+
+PAGELESS = [("linear_attention", "a recurrent state"), ("gated_deltanet", "a recurrent state"),
+            ("diff_transformer", "two softmax maps")]  # fmt: skip
+
+
+@pytest.mark.parametrize(("example", "what"), PAGELESS)
+def test_a_decode_the_page_does_not_draw_is_refused_in_one_line(
+    example: str, what: str, tmp_path: Path
+) -> None:
+    """The page draws one softmax map over a KV cache: a state's or two maps' decode is
+    refused before anything is written, not drawn with derivations that are not its own."""
+    out = tmp_path / "p.html"
+    result = run_cli("decode", example, "-f", "html", "-o", str(out))
+    assert result.exit_code == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and f"html: a decode of {what} has no page yet" in lines[0], lines
+    assert not out.exists()
+    assert run_cli("decode", example, "-f", "json").exit_code == 0  # what it does show

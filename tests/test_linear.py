@@ -295,7 +295,7 @@ def test_bad_settings_are_one_line_errors(
 
 
 @pytest.mark.parametrize("name", ["linear_attention", "gated_deltanet"])
-@pytest.mark.parametrize("command", [("decode",), ("flash",), ("trace", "--backward")])
+@pytest.mark.parametrize("command", [("flash",), ("trace", "--backward")])
 def test_what_is_not_run_yet_is_refused_in_one_line(name: str, command: tuple[str, ...]) -> None:
     result = run_cli(*command, name)
     assert result.exit_code == 2, result.output

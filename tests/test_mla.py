@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from reference import random_mla_fixture, reference
 
 from attn_cli.core.pipeline import run
-from attn_cli.errors import ComputeError, UsageError
+from attn_cli.errors import ComputeError
 from attn_cli.io.fixture import load_fixture
 from attn_cli.io.validate import validate
 
@@ -328,13 +328,11 @@ def test_decode_json_of_mla_has_the_latent_stages(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     "args",
     [
-        ["flash", "deepseek_mla"],
-        ["trace", "deepseek_mla", "--backward"],
         ["rope", "deepseek_mla"],
     ],
-    ids=["flash", "backward", "rope"],
+    ids=["rope"],
 )
-def test_flash_backward_and_rope_refuse_mla(args: list[str]) -> None:
+def test_rope_refuses_mla(args: list[str]) -> None:
     result = run_cli(*args)
     assert result.exit_code == 2
     lines = result.stderr.strip().splitlines()
@@ -394,11 +392,6 @@ def test_a_deepseek_v2_checkpoint_imports_with_its_pairs_layout(tmp_path: Path) 
         assert "mla.W_Q" in got and "mla.W_DQ" not in got
     traced = run_cli("trace", str(out), "--stage", "q_rope_rot")
     assert traced.exit_code == 0 and "kept in place" in traced.stdout, traced.stderr
-
-
-def test_the_library_refuses_the_backward_pass() -> None:
-    with pytest.raises(UsageError, match="mla: the backward pass does not yet run"):
-        run(load_fixture(EXAMPLE), backward=True)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -51,7 +51,7 @@ def test_the_example_notebook_runs_top_to_bottom(browser: Any, tmp_path: Path) -
         for out in cell.outputs
         if "text/html" in out.get("data", {})
     ]
-    assert len(views) == 3 and all(v.startswith("<iframe srcdoc=") for v in views)
+    assert len(views) == 5 and all(v.startswith("<iframe srcdoc=") for v in views)
     errors = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs
               if o.output_type == "error"]  # fmt: skip
     assert errors == []
@@ -91,6 +91,29 @@ def test_the_example_notebook_runs_top_to_bottom(browser: Any, tmp_path: Path) -
     assert frames[0].text_content("[data-role='stage-title']") == "Q"
     assert frames[1].text_content("[data-role='stage-title']") == "softmax"
     assert dialogs == [] and console == []
+    page.close()
+    steps_in_frames(browser, views[3], views[4])
+
+
+def steps_in_frames(browser: Any, decode: str, flash: str) -> None:  # noqa: F811
+    """The decode and flash cells' pages (html_steps.py), in frames: a step and a tile derive."""
+    page = browser.new_page()
+    console: list[str] = []
+    page.on("console", lambda m: console.append(m.text) if m.type == "error" else None)
+    page.set_content("<!DOCTYPE html><html><body>" + decode + flash + "</body></html>")
+    frames = [f for f in page.frames if f != page.main_frame]
+    assert len(frames) == 2
+    for frame in frames:
+        frame.wait_for_selector("body[data-ready='1']")
+    decode_frame, flash_frame = frames
+    decode_frame.click("nav.stages button[data-go='1']")
+    assert decode_frame.text_content("[data-role='stage-title']").startswith("1: ")
+    decode_frame.click("section.stage.current td[data-stage='softmax']")
+    assert "Σ e^(x − m)" in decode_frame.inner_text("[data-role='derivation']")
+    flash_frame.click("nav.stages button[data-go='1']")
+    flash_frame.click("section.stage.current td[data-stage='alpha']")
+    assert "α = exp(m_old − m)" in flash_frame.inner_text("[data-role='derivation']")
+    assert console == []
     page.close()
 
 

@@ -49,6 +49,9 @@ F64_TOLERANCE = 1e-12  # float64: the order of summation moves the last bits onl
 ULPS = 64  # flash: up to 64 ulps of the scores' size (times the values') is rounding
 MAX_TILES = 64  # tiles shown (and kept) by default
 BLOCK_CAP = 64  # the largest default block
+# How a decode or flash run shows itself in a notebook: present/html_steps.py adds its pages
+# ("decode", "flash") when imported, so check/ names nothing above it (as core's HTML_VIEWS).
+RUN_HTML_VIEWS: dict[str, Callable[[Any], str]] = {}
 BIG_SCORES = 1 << 22  # above this many score cells, flash's check keeps no (T, S) stage
 REF_CELLS = 1 << 19  # scores per block of flash's reference rows (2 MiB in float32)
 REF_ROWS = 64  # rows per block at most: a causal block computes its keys up to its last row
@@ -150,6 +153,13 @@ class DecodeRun:
     tolerance: float = F64_TOLERANCE
     cache_parts: str | None = None  # what a cache of other numbers than K and V holds (MLA's)
     checked: str = "output"  # the stage each step is checked by: output, or gated with a gate
+    reference: FloatArray | None = None  # (B, H, steps, Dv): each step's full attention row
+
+    def _repr_html_(self) -> str | None:
+        """The interactive decode page in a notebook cell, once present/html_steps.py is
+        imported (RUN_HTML_VIEWS); None (plain text) before."""
+        view = RUN_HTML_VIEWS.get("decode")
+        return None if view is None else view(self)
 
     @property
     def worst(self) -> float:
@@ -212,6 +222,7 @@ def decode_bytes(inputs: Inputs, prefill: int = 1) -> int:
 def decode_args(trace: Trace) -> DecodeArgs:
     """core.decode's arguments from the trace of a fixture ``refuse_decode`` let through."""
     chain = trace_chain(trace)
+    refuse_own_loop(chain)
     pos = trace.inputs.token_positions()[0]
     dtype = np.dtype(trace.dtype)
     for v, value in chain.on:
@@ -230,6 +241,23 @@ def decode_args(trace: Trace) -> DecodeArgs:
         rotate=_rotation(chain, np.dtype(trace.dtype)),
         after=_after(trace, chain),
     )
+
+
+def own_loop(v: Variant) -> bool:
+    """Whether ``v`` decodes with a loop of its own (a recurrent state, two softmax maps)."""
+    return (type(v).decode_state is not Variant.decode_state
+            or type(v).decode_maps is not Variant.decode_maps)  # fmt: skip
+
+
+def refuse_own_loop(chain: Chain) -> None:
+    """The one-cache loop (and the grader's decode check) cannot run such a variant."""
+    for v, _ in chain.on:
+        if own_loop(v):
+            raise UsageError(
+                chain.inputs.source, v.name, "the KV-cache loop of one softmax map does not "
+                "run it (attn decode runs its own loop, check.state_runs)",
+                "a fixture of softmax attention",
+            )  # fmt: skip
 
 
 def _after(trace: Trace, chain: Chain) -> After | None:
@@ -335,7 +363,7 @@ def check_decode(trace: Trace, prefill: int, sentinel: float | None = None) -> D
                           latent=None if form is None else form.cached)  # fmt: skip
     parts = None if form is None else form.parts
     return DecodeRun(trace, result, diffs, prefill_diff, cost, sentinel, cache_parts=parts,
-                     checked=final)  # fmt: skip
+                     checked=final, reference=full[:, :, prefill:])  # fmt: skip
 
 
 def decode_reference(trace: Trace, args: DecodeArgs) -> AnyArray:
@@ -434,6 +462,12 @@ class FlashRun:
     def cut(self) -> bool:
         return self.tiles_total > len(self.tiles)
 
+    def _repr_html_(self) -> str | None:
+        """The interactive flash page in a notebook cell, once present/html_steps.py is
+        imported (RUN_HTML_VIEWS); None (plain text) before."""
+        view = RUN_HTML_VIEWS.get("flash")
+        return None if view is None else view(self)
+
     @property
     def ok(self) -> bool:
         return all(c.ok for c in self.checks)
@@ -451,6 +485,7 @@ def flash_keep(inputs: Inputs) -> set[str]:
     from attn_cli.core.stages import softmax_input
 
     keep = {query_key(inputs, "Q"), query_key(inputs, "K"), "V"}
+    keep |= {s for v, _ in Chain(inputs).on for s in v.flash_reads}  # a second map's (diff)
     if inputs.batch * inputs.heads * inputs.seq_q * inputs.seq_k <= BIG_SCORES:
         keep |= {softmax_input(inputs), "softmax"}
     return keep
@@ -586,7 +621,7 @@ def check_flash(
         room = max_tiles - len(tiles)
         tiles.extend(replace(t, batch=b, head=h, q_block=(t0, t1)) for t in r.tiles[:room])
     total = B * H * -(-T // bq) * -(-inp.seq_k // bk)
-    checks = flash_checks(trace, output, L, base2)
+    checks = (*flash_checks(trace, output, L, base2), *_variant_maps(trace, output, bq, bk, base2))
     return FlashRun(trace, output, L, tuple(tiles), total, bq, bk, base2, causal_offset(inp),
                     checks, max_tiles, sentinel)  # fmt: skip
 
@@ -637,15 +672,51 @@ def flash_checks(
         pairs.append(("softmax", rebuilt.astype(x.dtype), internal(trace, "softmax")))
     # the rounding of exp(x − m) grows with the scores' size: up to about |x| ulps
     scores = _finite_max(ref_L) + math.log(inp.seq_k)
-    checks = []
-    for name, mine, ref in pairs:
-        diff = max_abs_diff(mine, ref)
-        eps = float(np.finfo(mine.dtype).eps)
-        tol = ULPS * eps * (1 + scores) * (1 + _finite_max(ref))
-        tol = tol if f32 else max(F64_TOLERANCE, tol)
-        ulps = max_ulps(mine, ref) if f32 else None
-        checks.append(SelfCheck(name, diff, ulps, tol, diff <= tol))
+    return tuple(_self_check(name, mine, ref, scores, f32) for name, mine, ref in pairs)
+
+
+def _self_check(name: str, mine: AnyArray, ref: AnyArray, scores: float, f32: bool) -> SelfCheck:
+    """One comparison, within ULPS ulps of the scores' and the values' size (1e-12 at least
+    in float64)."""
+    diff = max_abs_diff(mine, ref)
+    eps = float(np.finfo(mine.dtype).eps)
+    tol = ULPS * eps * (1 + scores) * (1 + _finite_max(ref))
+    tol = tol if f32 else max(F64_TOLERANCE, tol)
+    ulps = max_ulps(mine, ref) if f32 else None
+    return SelfCheck(name, diff, ulps, tol, diff <= tol)
+
+
+def _variant_maps(
+    trace: Trace, output: FloatArray, bq: int, bk: int, base2: bool
+) -> tuple[SelfCheck, ...]:
+    """The softmax maps a variant tiles beside the chain's (differential attention's second),
+    each O and L checked against plain softmax rows as the chain's are (``output_2``,
+    ``lse_2``), then the stages it makes of every map's O against the trace's."""
+    inp = trace.inputs
+    f32 = trace.dtype == "float32"
+    v = internal(trace, "V")
+    checks: list[SelfCheck] = []
+    for variant, value in Chain(inp).on:
+        arrays = {s: internal(trace, s) for s in variant.flash_reads}
+        outputs: list[AnyArray] = [output]
+        for n, (q, k) in enumerate(variant.flash_maps(value, inp, arrays), start=2):
+            r = flash_forward(q, k, v, chain=trace_chain(trace), scale=trace.scale, block_q=bq,
+                              block_k=bk, causal_offset=causal_offset(inp), base2=base2,
+                              record_tiles=False)  # fmt: skip
+            ref_o, ref_L = reference_rows(trace, q, k, v)
+            L_e = r.lse / np.asarray(LOG2E, r.lse.dtype) if base2 else r.lse
+            scores = _finite_max(ref_L) + math.log(inp.seq_k)
+            checks += [_self_check(f"output_{n}", r.output, ref_o, scores, f32),
+                       _self_check(f"lse_{n}", L_e, ref_L, scores, f32)]  # fmt: skip
+            outputs.append(r.output)
+        made = variant.flash_finish(value, inp, tuple(outputs), arrays, _as_is)
+        checks += [_self_check(name, mine, arrays[name], math.log(inp.seq_k), f32)
+                   for name, mine in made.items()]  # fmt: skip
     return tuple(checks)
+
+
+def _as_is(name: str, array: FloatArray) -> FloatArray:
+    return array
 
 
 def _finite_max(x: AnyArray) -> float:

@@ -1,6 +1,6 @@
 """``attn decode``: a causal fixture generated one token at a time against a KV cache."""
 
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -8,7 +8,6 @@ from attn_cli.cli.options import (
     PRECISION,
     ColorOption,
     FixtureArgument,
-    Format,
     LangOption,
     MaxElementsOption,
     MaxMemoryOption,
@@ -20,8 +19,9 @@ from attn_cli.cli.options import (
 )
 from attn_cli.cli.runs import (
     ExplainOption,
-    FormatOption,
     FullOption,
+    RunFormat,
+    RunFormatOption,
     RunOutput,
     RunView,
     StepOption,
@@ -39,14 +39,18 @@ PrefillOption = Annotated[
 ]  # fmt: skip
 DECODE_VIEW = RunView(
     "attn_cli.present.decode_view", "decode_pages", "decode_titles", "render_decode",
-    "decode_dumps",
+    "decode_dumps", "decode_page",
+)  # fmt: skip
+STATE_VIEW = RunView(  # linear attention: a recurrent state in place of the cache
+    "attn_cli.present.state_view", "state_pages", "state_titles", "render_state_decode",
+    "state_dumps",
 )  # fmt: skip
 
 
 def decode(
     fixture: FixtureArgument = None,
     prefill: PrefillOption = 1,
-    fmt: FormatOption = Format.table,
+    fmt: RunFormatOption = RunFormat.table,
     output: OutputOption = None,
     precision: PrecisionOption = PRECISION,
     full: FullOption = False,
@@ -64,7 +68,10 @@ def decode(
     After a prefill of the first P tokens, each step shows the new token's query, the cache as
     it is (which position each slot holds, K and V), the scores, softmax and output, and the
     largest difference from the full attention's row (an error above 1e-12). Then the cache's
-    cost in bytes, for this model, MHA and MQA.
+    cost in bytes, for this model, MHA and MQA. Linear attention decodes with its recurrent
+    state instead: the state after every token, its bytes (constant in the length) beside the
+    KV cache of softmax attention with the same heads, each step checked against the chunked
+    form.
 
     Examples:
 
@@ -72,19 +79,43 @@ def decode(
 
       attn decode mistral_sliding_window --prefill 2 --explain  # a ring buffer
 
+      attn decode gated_deltanet                     # a state, no cache
+
       attn decode llama_rope_gqa --step              # one step at a time (q quits)
 
       attn examples                                  # every variant to decode
 
       attn decode llama_rope_gqa -f json -o dec.json # every number, for scripts
     """
-    from attn_cli.check.runs import decode_failure, run_decode
+    from attn_cli.check.state_runs import StateRun, run_decode_any, state_failure
+    from attn_cli.present.text import TABLE_EDGE, TABLE_LIMIT
 
     refuse_step(step, fmt, output)
     budget = None if max_memory is None else parse_size(max_memory)
-    run = run_decode(fixture, prefill, max_elements=max_elements, max_memory=budget)
+    every = full or step or fmt is RunFormat.json  # every step shown: every state kept
+    run = run_decode_any(fixture, prefill, edges=None if every else (TABLE_LIMIT, TABLE_EDGE),
+                         max_elements=max_elements, max_memory=budget)  # fmt: skip
+    refuse_page(run, fmt)
     out = RunOutput(fmt, output, precision, full, width, color, explain, lang, quiet, step)
-    failure = decode_failure(run)
-    show_run(run, DECODE_VIEW, out, failure)
+    failure = state_failure(run)
+    show_run(run, STATE_VIEW if isinstance(run, StateRun) else DECODE_VIEW, out, failure)
     if failure is not None:
         raise failure
+
+
+def refuse_page(run: Any, fmt: RunFormat) -> None:
+    """-f html draws the KV cache's steps, one softmax map each: a recurrent state (linear
+    attention) and a second map (differential attention) have no page yet, refused in one line
+    rather than drawn with derivations that are not theirs."""
+    from attn_cli.check.state_runs import StateRun
+    from attn_cli.errors import UsageError
+
+    if fmt is not RunFormat.html:
+        return
+    steps = [] if isinstance(run, StateRun) else run.result.steps
+    if isinstance(run, StateRun) or any(s.rows for s in steps[:1]):
+        what = "a recurrent state" if isinstance(run, StateRun) else "two softmax maps"
+        raise UsageError(
+            run.trace.inputs.source, "--format", f"html: a decode of {what} has no page yet",
+            "table, plain or json (they show every step of it)",
+        )  # fmt: skip

@@ -10,7 +10,6 @@ from attn_cli.cli.options import (
     Dtype,
     DtypeOption,
     FixtureArgument,
-    Format,
     LangOption,
     MaxElementsOption,
     MaxMemoryOption,
@@ -23,8 +22,9 @@ from attn_cli.cli.options import (
 from attn_cli.cli.output import note
 from attn_cli.cli.runs import (
     ExplainOption,
-    FormatOption,
     FullOption,
+    RunFormat,
+    RunFormatOption,
     RunOutput,
     RunView,
     StepOption,
@@ -35,7 +35,12 @@ from attn_cli.core.limits import DEFAULT_MAX_ELEMENTS
 
 MAX_TILES = 64  # as check/runs.py's default
 FLASH_VIEW = RunView(
-    "attn_cli.present.flash_view", "flash_pages", "flash_titles", "render_flash", "flash_dumps"
+    "attn_cli.present.flash_view",
+    "flash_pages",
+    "flash_titles",
+    "render_flash",
+    "flash_dumps",
+    "flash_page",
 )
 
 BlockQOption = Annotated[
@@ -74,7 +79,7 @@ def flash(
     block_k: BlockKOption = None,
     base2: Base2Option = False,
     max_tiles: MaxTilesOption = MAX_TILES,
-    fmt: FormatOption = Format.table,
+    fmt: RunFormatOption = RunFormat.table,
     output: OutputOption = None,
     dtype: DtypeOption = Dtype.float64,
     precision: PrecisionOption = PRECISION,

@@ -5,6 +5,7 @@ run's tables or JSON go.
 import sys
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from enum import Enum
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Optional
 
@@ -21,6 +22,25 @@ FormatOption = Annotated[
     Format,
     typer.Option("--format", "-f", help="table (Rich), plain (no colour) or json (every step)."),
 ]
+
+
+class RunFormat(str, Enum):
+    """What ``attn decode`` and ``attn flash`` write: Format's three and the interactive page."""
+
+    table = "table"
+    plain = "plain"
+    json = "json"
+    html = "html"
+
+
+RunFormatOption = Annotated[
+    RunFormat,
+    typer.Option(
+        "--format", "-f",
+        help="table (Rich), plain (no colour), json (every step) or html (one interactive page, "
+        "step by step: docs/html.md).",
+    ),
+]  # fmt: skip
 FullOption = Annotated[bool, typer.Option(help="Show every step, row and column; no elision.")]
 ExplainOption = Annotated[
     bool, typer.Option("--explain", help="Explain every quantity: the query, the cache, ...")
@@ -42,13 +62,14 @@ class RunView:
     titles: str
     render: str
     dumps: str  # in attn_cli.io.decode_json
+    page: str = ""  # in attn_cli.present.html_steps: the interactive page (-f html)
 
 
 @dataclass(frozen=True)
 class RunOutput:
     """How a run is shown: the view options of attn decode and attn flash."""
 
-    fmt: Format
+    fmt: Format | RunFormat
     output: Optional[Path]  # noqa: UP045
     precision: int
     full: bool
@@ -78,7 +99,11 @@ def show_run(
         if failure is not None:
             raise failure
         raise typer.Exit(code)
-    if out.fmt is Format.json:
+    if out.fmt.value == "html" and view.page:
+        page = getattr(import_module("attn_cli.present.html_steps"), view.page)
+        options = render_options(out.precision, out.full, True, out.lang)
+        emit(page(run, options), out.output, quiet=out.quiet, escape="xml")
+    elif out.fmt.value == "json":
         dumps = getattr(import_module("attn_cli.io.decode_json"), view.dumps)
         emit(dumps(run), out.output, quiet=out.quiet, escape="json")
     else:
@@ -87,17 +112,19 @@ def show_run(
         show(render(run, options), out.fmt, out.output, out.width, out.color, out.full, out.quiet)
 
 
-def refuse_step(step: bool, fmt: Format, output: Optional[Path]) -> None:  # noqa: UP045
-    """--step pages through the terminal: refused, as attn trace does, with -o or --format json."""
-    if step and (output is not None or fmt is Format.json):
-        raise UsageError("", "--step", "works only in the terminal", "no --format json/-o")
+def refuse_step(step: bool, fmt: Format | RunFormat, output: Optional[Path]) -> None:  # noqa: UP045
+    """--step pages through the terminal: refused, as attn trace does, with -o or --format json
+    (or html)."""
+    if step and (output is not None or fmt.value in ("json", "html")):
+        what = "html" if fmt.value == "html" else "json"
+        raise UsageError("", "--step", "works only in the terminal", f"no --format {what}/-o")
 
 
 def step_through(
     pages: Iterable[Any],
     titles: Sequence[str],
     options: "RenderOptions",
-    fmt: Format,
+    fmt: Format | RunFormat,
     width: Optional[int],  # noqa: UP045
     color: Optional[bool],  # noqa: UP045
 ) -> int:
@@ -130,7 +157,7 @@ def render_options(
 
 def show(
     renderable: Any,
-    fmt: Format,
+    fmt: Format | RunFormat,
     output: Optional[Path],  # noqa: UP045
     width: Optional[int],  # noqa: UP045
     color: Optional[bool],  # noqa: UP045

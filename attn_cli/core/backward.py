@@ -374,9 +374,11 @@ def _backward(fwd: ForwardArrays, grad: FloatArray | None, steps: _Steps) -> Gra
     # the head-output transforms (a gate) to d_output
     d_projected, d_W_O, d_b_O, d_concat, d_joined = _output_side(fwd, grad)
     d_output, d_outs, d_X_out = _grad_outs(fwd.back_out, d_joined)
+    more = {n: d_outs.pop(n) for n in _QKV if n in d_outs}  # a second map's (diff)
     # 2) through the weighted sum: dP and dV
     d_softmax = grad_weights(d_output, fwd.v, g)  # (B, H, T, S)
     d_V = steps.group(steps.values_per_head(fwd.weights, d_output), g)  # (B, Hkv, S, Dv)
+    d_V = _plus(d_V, more, "d_V")
     # 3) through the softmax (and the mask), then the score modifiers and the scale
     dS = steps.softmax_input(fwd, d_softmax)  # (B, H, T, S)
     d_modified, d_scaled = grad_modifiers(fwd.chain, dS, fwd.before)
@@ -385,6 +387,7 @@ def _backward(fwd: ForwardArrays, grad: FloatArray | None, steps: _Steps) -> Gra
     d_q_stages, d_Q = grad_transforms(fwd.back_q, grad_queries(d_scores, fwd.k, g))  # (B, H, T, D)
     d_K_in = steps.group(steps.keys_per_head(d_scores, fwd.q), g)  # (B, Hkv, S, D)
     d_k_stages, d_K = grad_transforms(fwd.back_k, d_K_in)
+    d_Q, d_K = _plus(d_Q, more, "d_Q"), _plus(d_K, more, "d_K")
     d_extra = grad_extras(fwd.chain, fwd.weights, d_softmax)  # (H,) each
     # 5) through the input projections
     inputs = _input_side(fwd, d_Q, d_K, d_V, steps.paths, d_X_out)
@@ -440,19 +443,31 @@ def _output_side(
     return d_projected, d_W_O, d_b_O, d_concat, split_heads(d_concat, H)  # (B, H, T, Dv)
 
 
+_QKV = ("d_Q", "d_K", "d_V")  # what a head-output transform that reads Q, K, V adds to them
+
+
 def _grad_outs(
     backs: tuple[BackOut, ...], d: FloatArray
 ) -> tuple[FloatArray, dict[str, FloatArray], FloatArray | None]:
     """Back through the head-output transforms, the last first: d_output, their gradient
-    stages, and what they add to d_X."""
+    stages (``d_Q``, ``d_K``, ``d_V`` among them when one reads Q, K, V: what it adds to
+    theirs, differential attention's second map), and what they add to d_X."""
     stages: dict[str, FloatArray] = {}
     d_X: FloatArray | None = None
     for back in reversed(backs):
         d, made, extra = back(d)  # (B, H, T, Dv), ..., (B, T, C)
+        for name in _QKV:
+            if name in made and name in stages:
+                made[name] = made[name] + stages[name]
         stages.update(made)
         if extra is not None:
             d_X = extra if d_X is None else d_X + extra
     return d, stages, d_X
+
+
+def _plus(d: FloatArray, more: Mapping[str, FloatArray], name: str) -> FloatArray:
+    """A gradient with what a head-output transform adds to it (``more``), if anything."""
+    return d if name not in more else d + more[name]
 
 
 @dataclass(frozen=True, eq=False)
@@ -479,8 +494,8 @@ def _input_side(
 ) -> _InputGradients:
     """d_X (and d_X_kv) as the sum of the Q, K and V paths (and the head-output transforms'
     path, ``d_X_out``: a gate's), and the weight gradients."""
-    if fwd.X is None:
-        return _InputGradients()  # direct mode: the gradients stop at Q, K and V
+    if fwd.X is None:  # direct mode, or a front end's (MLA's) Q, K, V: they stop at Q, K, V
+        return _InputGradients(d_X=d_X_out)  # a gate's path, when a front end made Q, K, V
     assert fwd.W_Q is not None and fwd.W_K is not None and fwd.W_V is not None
     source = fwd.X if fwd.X_kv is None else fwd.X_kv  # where K and V come from
     d_from: dict[str, FloatArray] = {}
@@ -519,6 +534,7 @@ def blocked_backward(
     # 1) output projection and heads, then back through the head-output transforms
     d_projected, d_W_O, d_b_O, d_concat, d_joined = _output_side(fwd, grad)
     d_output, d_outs, d_X_out = _grad_outs(fwd.back_out, d_joined)
+    assert not set(_QKV) & set(d_outs), "a second map's gradients need the whole pass"
     # 2)-3) through the weighted sum, the softmax, the modifiers and the scale, by blocks
     d_q, d_k, d_V = _blocked_core(fwd, lse, chain, d_output)
     # 4) back through each Q/K transform, then 5) the input projections

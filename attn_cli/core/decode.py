@@ -108,6 +108,9 @@ class DecodeStep:
     attend: _Attend  # the step's tables, computed again
     latent: FloatArray | None = None  # softmax·V_cache before ``finish`` made it the output
     outs: Mapping[str, FloatArray] = field(default_factory=dict)  # the head-output transforms'
+    # more score-like rows (B, H, 1, C) beside the chain's: a second map and what the maps make
+    # (differential attention's scores_2, softmax_2, diff; core/decode_maps.py)
+    rows: Mapping[str, FloatArray] = field(default_factory=dict)
 
     @property
     def slots(self) -> int:

@@ -43,7 +43,8 @@ def backward_needs(inputs: Inputs, kept: Collection[str] | None = None) -> set[s
     ``lse`` instead of the weights."""
     have = set(applicable_stages(inputs, opt_in=("lse",)))
     chain = Chain(inputs)
-    reads = (*_READS, *chain.qk_stages("Q"), *chain.qk_stages("K"), *chain.out_stages)
+    reads = (*_READS, *chain.qk_stages("Q"), *chain.qk_stages("K"), *chain.out_stages,
+             *(s for v, _ in chain.on for s in v.front_reads))  # fmt: skip
     if kept is not None and blocked(inputs, kept):
         return {s for s in (*reads, "lse") if s in have and s != "softmax"}
     need = {s for s in reads if s in have} | set(modifier_inputs(chain))
@@ -57,7 +58,8 @@ def blocked(inputs: Inputs, kept: Collection[str]) -> bool:
     reads them) and no extra logit (a sink) needs the whole weights."""
     if not any(SPECS[s].gradient for s in kept) or any(SPECS[s].score_like for s in kept):
         return False
-    return not Chain(inputs).extra and not any(v.side_stages for v, _ in Chain(inputs).on)
+    on = Chain(inputs).on  # a second form beside the chain, or a second map, read whole
+    return not Chain(inputs).extra and not any(v.side_stages or v.out_reads for v, _ in on)
 
 
 def modifier_inputs(chain: Chain) -> tuple[str, ...]:
@@ -99,7 +101,7 @@ def forward_arrays(
         bias=_logit_bias(inp, cast, dtype) if whole else None,
         chain=chain if whole else None,
         before=tuple(arrays[s] for s in modifier_inputs(chain)) if whole else (),
-        X=arrays.get("X"),
+        X=None if _front(chain) else arrays.get("X"),  # a front end takes d_Q, d_K, d_V on
         X_kv=arrays.get("X_kv"),
         back_q=_back(chain, "Q", arrays, cast),
         back_k=_back(chain, "K", arrays, cast),
@@ -154,7 +156,8 @@ def _back_out(chain: Chain, arrays: Mapping[str, FloatArray], cast: Cast) -> tup
     backs: list[BackOut] = []
     before = "output"
     for v, value in chain.outs:
-        made = {"output": arrays[before], **{s: arrays[s] for s in v.out_stages}}
+        made = {**{s: arrays[s] for s in v.out_reads}, "output": arrays[before],
+                **{s: arrays[s] for s in v.out_stages}}  # fmt: skip
 
         def back(d: FloatArray, v: Any = v, value: Any = value, made: Any = made) -> Any:
             return v.grad_out(value, chain.inputs, d, made, arrays.get("X"), cast)
@@ -186,7 +189,19 @@ def gradient_stages(
     grads = attention_backward(fwd, grad)
     out = grads.stages()
     out["delta"] = delta_flash(grads.d_output, fwd.output)  # (B, H, T)
+    front = _front(Chain(inputs))
+    if front is not None:  # back through the front end that made Q, K, V (MLA's latent)
+        v, value = front
+        made = v.grad_front(value, inputs, out, arrays, cast)
+        if grads.d_X is not None:  # a gate's path into d_X
+            made["d_X"] = made["d_X"] + grads.d_X
+        out.update(made)
     return out
+
+
+def _front(chain: Chain) -> tuple[Any, Any] | None:
+    """The variant that makes Q, K and V from X itself (MLA), and its setting; None."""
+    return next(((v, x) for v, x in chain.on if v.front_stages), None)
 
 
 def _no_weights(q: FloatArray, k: FloatArray) -> FloatArray:

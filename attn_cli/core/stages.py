@@ -272,13 +272,36 @@ def _d_query_key(name: str) -> Callable[[Inputs], str]:
     return formula
 
 
+def _front(inputs: Inputs) -> tuple[Variant, Any] | None:
+    """The variant that makes Q, K and V from X itself (MLA), and its setting; None."""
+    return next(((v, x) for v, x in _chain(inputs).on if v.front_stages), None)
+
+
+def _weight_applies(name: str) -> Callable[[Inputs], bool]:
+    """d_W_Q, d_W_K, d_W_V: with the weight, or when a front end fills the row (MLA's W_Q)."""
+
+    def applies(inputs: Inputs) -> bool:
+        if getattr(inputs, f"W_{name}") is not None:
+            return True
+        front = _front(inputs)
+        return front is not None and front[0].front_fills(front[1], f"d_W_{name}")
+
+    return applies
+
+
 def _d_X(inputs: Inputs) -> str:
+    front = _front(inputs)
+    if front is not None:
+        return front[0].stage_formula(front[1], inputs, "d_X") + _parts(inputs, "d_X")
     paths = ("Q",) if inputs.X_kv is not None else ("Q", "K", "V")
     return "d_X = " + " + ".join(f"d_{p}·W_{p}ᵀ" for p in paths) + _parts(inputs, "d_X")
 
 
 def _weight_grad(name: str) -> Callable[[Inputs], str]:
     def formula(inputs: Inputs) -> str:
+        front = _front(inputs)
+        if front is not None:
+            return front[0].stage_formula(front[1], inputs, f"d_W_{name}")
         source = "X_kv" if name in "KV" and inputs.X_kv is not None else "X"
         return f"d_W_{name} = {source}ᵀ·d_{name}"
 
@@ -321,7 +344,7 @@ _GRADIENT_ROWS: tuple[StageSpec | _Slot, ...] = tuple(
         ("d_softmax", ("d_output", "V"), _SCORES, True, "d_softmax",
          _always, lambda i: _group_sum(i, "d_output[h]·V[g]ᵀ", "d_softmax", per_query=True)),
         ("d_V", ("d_output", "softmax"), ("batch", "kv_head", "key", "d_v"), False, "d_V",
-         _always, lambda i: _group_sum(i, "softmax[h]ᵀ·d_output[h]", "d_V")),
+         _always, lambda i: _group_sum(i, "softmax[h]ᵀ·d_output[h]", "d_V") + _parts(i, "d_V")),
         ("delta", ("d_output", "output"), _DELTA, False, "delta", _always,
          lambda i: "delta = rowsum(d_output ∘ output) = rowsum(d_softmax ∘ softmax)"),
         _Slot("extra"),
@@ -340,17 +363,18 @@ _GRADIENT_ROWS: tuple[StageSpec | _Slot, ...] = tuple(
         ("d_X_kv", ("d_K", "d_V"), ("batch", "key", "d_model_kv"), False, "d_X",
          lambda i: i.X_kv is not None, lambda i: "d_X_kv = d_K·W_Kᵀ + d_V·W_Vᵀ"),
         ("d_W_Q", ("d_Q", "X"), ("d_model", "heads*d_k"), False, "d_weight",
-         _projection_mode, _weight_grad("Q")),
+         _weight_applies("Q"), _weight_grad("Q")),
         ("d_W_K", ("d_K", "X", "X_kv"), ("d_model", "kv_heads*d_k"), False, "d_weight",
-         _projection_mode, _weight_grad("K")),
+         _weight_applies("K"), _weight_grad("K")),
         ("d_W_V", ("d_V", "X", "X_kv"), ("d_model", "kv_heads*d_v"), False, "d_weight",
-         _projection_mode, _weight_grad("V")),
+         _weight_applies("V"), _weight_grad("V")),
         ("d_b_Q", ("d_Q",), ("heads*d_k",), False, "d_bias",
          lambda i: i.b_Q is not None, _bias_grad("Q", "Q")),
         ("d_b_K", ("d_K",), ("kv_heads*d_k",), False, "d_bias",
          lambda i: i.b_K is not None, _bias_grad("K", "K")),
         ("d_b_V", ("d_V",), ("kv_heads*d_v",), False, "d_bias",
          lambda i: i.b_V is not None, _bias_grad("V", "V")),
+        _Slot("d_front"),
     )
 )  # fmt: skip
 
@@ -435,7 +459,7 @@ def _slot_rows(variants: tuple[Variant, ...]) -> dict[str, list[StageSpec]]:
     """Each variant's rows by the slot they go in, with their needs in the chain (and the
     gradient formulas of transforms and modifiers)."""
     kinds = ("front", "transform", "mixer", "modifier", "bias", "out", "side",
-             "d_out", "extra", "d_modifier", "d_transform")  # fmt: skip
+             "d_out", "extra", "d_modifier", "d_transform", "d_front")  # fmt: skip
     slots: dict[str, list[StageSpec]] = {k: [] for k in kinds}
     mods = [str(v.stage) for v in variants if v.stage is not None]
     for v in variants:
@@ -455,6 +479,8 @@ def _placed(
 ) -> tuple[str, StageSpec]:
     """The slot of one of a variant's rows, the row with its neighbours' needs."""
     base = row.name.removeprefix("d_") if row.gradient else row.name
+    if row.name in v.front_gradients:
+        return "d_front", row
     if row.name in v.front_stages or row.name in v.side_stages:
         return ("front" if row.name in v.front_stages else "side"), row
     if v.suffix is not None and base[0] in "QK" and base == f"{base[0]}_{v.suffix}":

@@ -450,6 +450,44 @@ class Variant:
         """Its side stages, from the chain's stages (``arrays``, internal layouts)."""
         raise NotImplementedError(f"{self.name} has no second form")
 
+    # a front end's gradient rows (``stage_rows`` lists them; the table puts them after the
+    # base rows), in backward order, and the forward stages ``grad_front`` reads
+    front_gradients: tuple[str, ...] = ()
+    front_reads: tuple[str, ...] = ()
+
+    def grad_front(
+        self, value: Any, inputs: Inputs, grads: Mapping[str, FloatArray],
+        arrays: Mapping[str, FloatArray], cast: Cast,
+    ) -> dict[str, FloatArray]:  # fmt: skip
+        """Back through its front end: from ``grads`` (``d_Q``, ``d_K``, ``d_V``, internal
+        layouts) and its forward stages in ``arrays`` to its gradient stages by name, ``d_X``
+        among them (the base rows it fills, such as ``d_W_Q``, too)."""
+        raise NotImplementedError(f"{self.name} makes no Q, K, V")
+
+    # -- FlashAttention: softmax maps it tiles beside the chain's (differential attention's) --
+
+    # the trace's stages ``flash_maps`` and ``flash_finish`` read (and check against)
+    flash_reads: tuple[str, ...] = ()
+
+    def flash_maps(
+        self, value: Any, inputs: Inputs, arrays: Mapping[str, FloatArray]
+    ) -> tuple[tuple[FloatArray, FloatArray], ...]:
+        """More (q, k) pairs, (B, H, T, D) and (B, Hkv, S, D), whose softmax·V FlashAttention
+        tiles as it tiles the chain's, with the chain's scale, modifiers and mask."""
+        return ()
+
+    def flash_finish(
+        self, value: Any, inputs: Inputs, outputs: tuple[FloatArray, ...],
+        arrays: Mapping[str, FloatArray], cast: Cast,
+    ) -> dict[str, FloatArray]:  # fmt: skip
+        """Stages of the trace made from every map's tiled O (the chain's first), by name:
+        each is checked against the trace's."""
+        return {}
+
+    def front_fills(self, value: Any, gradient: str) -> bool:
+        """Whether ``grad_front`` fills the base row ``gradient`` (``d_W_Q``) for this setting."""
+        return False
+
     # -- a mixer: output made from Q, K, V by the variant, in place of scores..softmax ----------
 
     # its stages between V and output (linear attention's feature maps, its implicit weights);
@@ -477,6 +515,22 @@ class Variant:
     ) -> DecodeForm | None:
         """What decoding caches and attends with, from the trace's stages (internal layouts);
         None: Q, K and V as the chain has them."""
+        return None
+
+    def decode_state(
+        self, value: Any, inputs: Inputs, arrays: Mapping[str, FloatArray], cast: Cast
+    ) -> Any:
+        """A recurrent state decoding carries in place of a KV cache (a core.decode_state
+        ``Recurrence``: linear attention), from the trace's Q, K, V, X and ``decode_stages``;
+        None: a cache."""
+        return None
+
+    def decode_maps(
+        self, value: Any, inputs: Inputs, arrays: Mapping[str, FloatArray], cast: Cast
+    ) -> Any:
+        """More than one softmax map per head over one KV cache (a core.decode_maps
+        ``MapsForm``: differential attention), from the trace's Q, K, V and ``decode_stages``;
+        None: the chain's one map."""
         return None
 
     def refuses(self, value: Any, inputs: Inputs, what: str) -> tuple[str, str, str] | None:

@@ -179,6 +179,8 @@ def decode_stages(trace: Trace, step: DecodeStep) -> list[tuple[str, Any]]:
             data = step.output
         if data is not None:
             out.append((name, data if trace.inputs.has_batch else data[0]))
+    for name, made in step.rows.items():  # a second map and the difference (diff)
+        out.append((name, made if trace.inputs.has_batch else made[0]))
     for name, made in step.outs.items():  # the head-output transforms (a gate)
         out.append((name, made if trace.inputs.has_batch else made[0]))
     return out
@@ -255,3 +257,54 @@ def _tile(tile: Tile, has_batch: bool, *, last: bool) -> list[str]:
     _close_last(lines)
     lines.append("    }" + ("" if last else ","))
     return lines
+
+
+# ---------------------------------------------------------------------------------------------
+# attn decode of linear attention: a recurrent state in place of the cache
+
+
+class StateRunLike(Protocol):
+    """What the state decode's JSON reads (check/state_runs.py's StateRun)."""
+
+    @property
+    def trace(self) -> Trace: ...
+    @property
+    def result(self) -> Any: ...
+    @property
+    def diffs(self) -> tuple[float, ...]: ...
+    @property
+    def prefill_diff(self) -> float: ...
+    @property
+    def ledger(self) -> Any: ...
+    @property
+    def checked(self) -> str: ...
+
+
+def state_dumps(run: StateRunLike) -> str:
+    """The decode as JSON text: the state ledger, each step's numbers, state, output, check."""
+    trace, result, c = run.trace, run.result, run.ledger
+    head = _head(trace, DECODE_FORMAT)
+    head.update(
+        prefill=result.prefill,
+        prefill_max_abs_diff=run.prefill_diff,
+        max_abs_diff=max((run.prefill_diff, *run.diffs)),
+        checked=run.checked,
+        state_bytes={
+            "itemsize": c.itemsize, "parts": {n: list(shape) for n, shape in c.parts},
+            "numbers": c.numbers, "state": c.state, "seq": c.seq, "heads": c.heads,
+            "kv_cache_per_token": c.kv_per_token, "kv_cache_total": c.kv_at(c.seq),
+        },
+    )  # fmt: skip
+    lines = ["{", *_mapping(head, 2), '  "steps": [']
+    batch = trace.inputs.has_batch
+    for n, (step, diff) in enumerate(zip(result.steps, run.diffs, strict=True)):
+        meta = {"index": step.index, "position": step.position,
+                "token": trace.query_labels[step.index], "state_bytes": c.state,
+                "kv_cache_bytes": c.kv_at(step.index + 1), "max_abs_diff": diff}  # fmt: skip
+        named = [*step.read.items(), *((f"state.{k}", x) for k, x in (step.state or {}).items()),
+                 ("output", step.output), *step.outs.items()]  # fmt: skip
+        stages = [(name, x if batch else x[0]) for name, x in named]
+        lines += ["    {", *_mapping(meta, 6), *_stages(stages, 6)]
+        lines.append("    }" + ("" if n == len(result.steps) - 1 else ","))
+    lines += ["  ]", "}"]
+    return "\n".join(lines) + "\n"

@@ -322,7 +322,8 @@ def _step_tables(
     if run.cache_parts is not None:
         _latent_tables(run, step, b, slots, options, (parts, table, explained))
         return parts
-    d_k, d_v = [str(i) for i in range(inp.d_k)], [str(i) for i in range(inp.d_v)]
+    # d_k as the step's query has it (differential attention's first map: d_k/2)
+    d_k, d_v = [str(i) for i in range(step.Q.shape[-1])], [str(i) for i in range(inp.d_v)]
     table(step.Q[b, :, 0], heads, d_k, "", _t(lang, "Q"))  # (H, D)
     explained("Q")
     if step.Q_rot is not None:
@@ -335,15 +336,21 @@ def _step_tables(
         explained(name)
     names = ["scores", "scaled", *(["capped"] if step.capped is not None else []), "masked",
              "softmax"]  # fmt: skip
+    extra = dict(step.rows)  # a second map and what the maps make (diff), as traced
     for h in range(inp.heads):
-        rows = _stack([getattr(step, n)[b, h, 0, shown] for n in names])  # (4 or 5, shown C)
-        table(rows, names, slot_labels, _t(lang, "row"), _t(lang, "attn", h=h, g=h // groups))
+        rows = _stack(
+            [getattr(step, n)[b, h, 0, shown] for n in names]
+            + [x[b, h, 0, shown] for x in extra.values()]
+        )  # (4 or 5 +, shown C)
+        table(rows, [*names, *extra], slot_labels, _t(lang, "row"),
+              _t(lang, "attn", h=h, g=h // groups))  # fmt: skip
     explained(*names)
     table(step.output[b, :, 0], heads, d_v, "", _t(lang, "output"))  # (H, Dv)
     explained("output")
     for name, made in step.outs.items():  # the head-output transforms (a gate), as traced
         formula = SPECS[name].formula(inp)  # the stage table's, as attn trace writes it
-        table(made[b, :, 0], heads, d_v, "", _t(lang, "out_stage", formula=formula))
+        cols = d_v if made.shape[-1] == inp.d_v else [str(i) for i in range(made.shape[-1])]
+        table(made[b, :, 0], heads, cols, "", _t(lang, "out_stage", formula=formula))
         explained(name)
     return parts
 

@@ -27,10 +27,27 @@
     }
   }
 
-  function value(stage, index) {
-    var st = data.trace.stages[stage];
-    if (!st) { return null; }
-    var kept = (data.kept && data.kept[stage]) || null;
+  // attn decode's and attn flash's pages: a number of a step (data-step), a tile (data-tile) or
+  // the run (data-source="run") is read from that page's data; the trace page's from the trace
+  function holder(stage, td) {
+    var d = (td && td.dataset) || {};
+    if (d.source === "trace" && data.format) { return null; }  // the full row: not embedded
+    if (d.step !== undefined) {
+      var s = data.steps && data.steps[d.step];
+      return (s && s.stages[stage]) || null;
+    }
+    if (d.tile !== undefined) {
+      var t = data.tiles && data.tiles[d.tile];
+      return t && t[stage] !== undefined && t[stage] !== null ? { data: t[stage], shape: [0] } : null;
+    }
+    if (d.source === "run") { return (data.stages && data.stages[stage]) ? { data: data.stages[stage], shape: [0] } : null; }
+    return null;
+  }
+
+  function value(stage, index, td) {
+    var st = data.format ? holder(stage, td) : data.trace.stages[stage];
+    if (!st || st.data === undefined) { return null; }
+    var kept = (!data.format && data.kept && data.kept[stage]) || null;
     var v = st.data;
     for (var a = 0; a < index.length; a++) {
       var i = index[a];
@@ -74,8 +91,9 @@
     var stage = td.dataset.stage;
     var index = td.dataset.index.split(",").filter(function (s) { return s !== ""; }).map(Number);
     panel.textContent = "";
-    panel.appendChild(el("h2", "at", stage + "[" + index.join(", ") + "]"));
-    var v = value(stage, index);
+    var where = td.dataset.at ? td.dataset.at + " · " : "";  // a decode step's, a flash tile's
+    panel.appendChild(el("h2", "at", where + stage + "[" + index.join(", ") + "]"));
+    var v = value(stage, index, td);
     panel.appendChild(el("div", "line", words("shown") + " " + td.dataset.shown));
     if (v !== null) { panel.appendChild(el("div", "line", words("full") + " " + String(v))); }
     var w = td.dataset.w;

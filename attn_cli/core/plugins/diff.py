@@ -20,9 +20,9 @@ norm and the (1 − λ_init) scale, which concat joins. Axes: B batch, H heads, 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -46,6 +46,9 @@ DOC = ("a mapping {lambda_q1, lambda_k1, lambda_q2, lambda_k2: [d_k/2] vectors (
 SUBKEYS = ("lambda_q1", "lambda_k1", "lambda_q2", "lambda_k2", "lambda_init", "depth", "norm",
            "eps")  # fmt: skip
 VECTORS = ("lambda_q1", "lambda_k1", "lambda_q2", "lambda_k2")
+if TYPE_CHECKING:
+    from attn_cli.core.decode_maps import MapsForm
+
 REFERENCE = "microsoft/unilm Diff-Transformer/multihead_diffattn.py, MultiheadDiffAttn.forward"
 
 
@@ -122,6 +125,66 @@ def differential(
     return out
 
 
+def differential_backward(
+    value: Diff, inputs: Inputs, d_out: FloatArray, made: Mapping[str, FloatArray], cast: Cast
+) -> tuple[FloatArray, dict[str, FloatArray]]:
+    """Back from d_diff_scaled (B, H, T, Dv) through the scale, the norm, the difference map
+    and the second map: d_output (the first map's, output = softmax·V, gets d_diff_output), the
+    gradient stages, and what the second map adds to d_Q, d_K, d_V (their second halves)."""
+    from attn_cli.core.backward import grad_masked
+    from attn_cli.core.plugins.qk_norm import grad_rms_norm
+
+    Q, K, V = made["Q"], made["K"], made["V"]  # (B, H, T, D), (B, H, S, D), (B, H, S, Dv)
+    P2, lam = made["softmax_2"], made["lambda"]  # (B, H, T, S), (H,)
+    half = inputs.d_k // 2
+    scale = inputs.scale if inputs.scale is not None else 1.0 / math.sqrt(half)
+    out: dict[str, FloatArray] = {"d_diff_scaled": d_out}
+    # 1) × (1 − λ_init), then the per-head RMSNorm (its weight shared by the heads)
+    d_norm = d_out * (1.0 - value.lambda_init)  # (B, H, T, Dv)
+    out["d_diff_norm"] = d_norm
+    Y = made["diff_output"]
+    weight = np.ones(Y.shape[-1], Y.dtype) if value.norm is None else cast("diff.norm", value.norm)
+    if value.norm is not None:
+        r = np.sqrt(np.mean(Y * Y, axis=-1, keepdims=True) + value.eps)  # (B, H, T, 1)
+        out["d_norm"] = (d_norm * (Y / r)).reshape(-1, Y.shape[-1]).sum(axis=0)  # (Dv,)
+    d_Y = grad_rms_norm(d_norm, Y, weight, value.eps)  # (B, H, T, Dv)
+    out["d_diff_output"] = d_Y
+    # 2) diff_output = diff·V, diff = softmax − λ·softmax_2
+    d_diff = d_Y @ V.swapaxes(-1, -2)  # (B, H, T, S)
+    out["d_diff"] = d_diff
+    d_lam = -(d_diff * P2).sum(axis=(0, 2, 3))  # (H,)
+    out["d_lambda"] = d_lam
+    out.update(_lambda_grads(value, inputs.heads, d_lam, cast))
+    # 3) the second map: softmax_2's Jacobian (0 where not allowed), the scale, Q2·K2ᵀ
+    d_P2 = -lam[None, :, None, None] * d_diff  # (B, H, T, S)
+    out["d_softmax_2"] = d_P2
+    d_s2 = grad_masked(P2, d_P2, _allowed(inputs)) * scale  # (B, H, T, S)
+    out["d_scores_2"] = d_s2
+    zeros_q, zeros_k = np.zeros_like(Q[..., :half]), np.zeros_like(K[..., :half])
+    out["d_Q"] = np.concatenate([zeros_q, d_s2 @ K[..., half:]], axis=-1)  # (B, H, T, D)
+    out["d_K"] = np.concatenate([zeros_k, d_s2.swapaxes(-1, -2) @ Q[..., half:]], axis=-1)
+    out["d_V"] = P2.swapaxes(-1, -2) @ (-lam[None, :, None, None] * d_Y)  # (B, H, S, Dv)
+    return d_Y, out
+
+
+def _lambda_grads(value: Diff, heads: int, d_lam: FloatArray, cast: Cast) -> dict[str, FloatArray]:
+    """λ = exp(λ_q1·λ_k1) − exp(λ_q2·λ_k2) + λ_init  =>  d_λ_q1 = d_λ·exp(λ_q1·λ_k1)·λ_k1, ...;
+    vectors shared by the heads take every head's d_λ."""
+    q1, k1, q2, k2 = (cast(f"diff.{n}", getattr(value, n)) for n in VECTORS)
+    e1 = np.exp(np.sum(q1 * k1, axis=-1, keepdims=True))  # (1,) or (H, 1)
+    e2 = np.exp(np.sum(q2 * k2, axis=-1, keepdims=True))
+    d = d_lam.sum() if q1.ndim == 1 else d_lam[:, None]  # () or (H, 1)
+    return {"d_lambda_q1": d * e1 * k1, "d_lambda_k1": d * e1 * q1,
+            "d_lambda_q2": -d * e2 * k2, "d_lambda_k2": -d * e2 * q2}  # fmt: skip
+
+
+def _allowed(inputs: Inputs) -> Any:
+    """Where a query may attend, (B, H, T, S)-broadcastable; None: everywhere."""
+    from attn_cli.core.steps import allowed_positions
+
+    return allowed_positions(inputs)
+
+
 # name, needs, axes, score-like
 _OUT: tuple[tuple[str, tuple[str, ...], tuple[str, ...], bool], ...] = (
     ("scores_2", ("Q", "K"), SCORE_AXES, True),
@@ -132,6 +195,25 @@ _OUT: tuple[tuple[str, tuple[str, ...], tuple[str, ...], bool], ...] = (
     ("diff_norm", ("diff_output",), OUT_AXES, False),
     ("diff_scaled", ("diff_norm",), OUT_AXES, False),
 )
+# the backward's rows, in the order it computes them: name, needs, axes, score-like, formula
+_GRAD: tuple[tuple[str, tuple[str, ...], tuple[str, ...], bool, str], ...] = (
+    ("d_diff_scaled", ("d_concat",), OUT_AXES, False, ""),
+    ("d_diff_norm", ("d_diff_scaled",), OUT_AXES, False, ""),
+    ("d_norm", ("d_diff_norm", "diff_output"), ("d_v",), False,
+     "d_norm = Σ_(b, h, t) d_diff_norm ⊙ diff_output/ρ, ρ = √(mean(diff_output²) + eps)"),
+    ("d_diff_output", ("d_diff_norm", "diff_output"), OUT_AXES, False,
+     "d_diff_output = (g − diff_output·mean(g ⊙ diff_output)/ρ²)/ρ, g = norm ⊙ d_diff_norm"),
+    ("d_diff", ("d_diff_output", "V"), SCORE_AXES, True, "d_diff = d_diff_output·Vᵀ"),
+    ("d_lambda", ("d_diff", "softmax_2"), ("head",), False,
+     "d_lambda[h] = −Σ d_diff[h] ⊙ softmax_2[h]"),
+    ("d_lambda_q1", ("d_lambda",), ("d_k/2",), False, "d_λ_q1 = d_λ·exp(λ_q1·λ_k1)·λ_k1"),
+    ("d_lambda_k1", ("d_lambda",), ("d_k/2",), False, "d_λ_k1 = d_λ·exp(λ_q1·λ_k1)·λ_q1"),
+    ("d_lambda_q2", ("d_lambda",), ("d_k/2",), False, "d_λ_q2 = −d_λ·exp(λ_q2·λ_k2)·λ_k2"),
+    ("d_lambda_k2", ("d_lambda",), ("d_k/2",), False, "d_λ_k2 = −d_λ·exp(λ_q2·λ_k2)·λ_q2"),
+    ("d_softmax_2", ("d_diff", "lambda"), SCORE_AXES, True, "d_softmax_2 = −λ·d_diff"),
+    ("d_scores_2", ("d_softmax_2", "softmax_2"), SCORE_AXES, True,
+     "d_scores_2 = softmax_2 ∘ (d_softmax_2 − rowsum(d_softmax_2 ∘ softmax_2)) × scale"),
+)  # fmt: skip
 _FORMULAS = {
     "Q_1": "Q_1 = Q[:, :d_k/2] per head (Q1; Q2 = Q[:, d_k/2:])",
     "K_1": "K_1 = K[:, :d_k/2] per head (K1; K2 = K[:, d_k/2:])",
@@ -151,6 +233,7 @@ class DifferentialAttention(Variant):
     suffix = "1"
     out_stages = tuple(n for n, _, _, _ in _OUT)
     out_reads = ("Q", "K", "V", "softmax", "output")
+    out_gradients = tuple(n for n, _, _, _, _ in _GRAD)
     excludes = ("rope", "qk_norm", "sinks", "gate", "mla")
     excludes_why = ("the reference rotates each half of a head on its own, and computes "
                     "neither QK-norm, sinks, an output gate nor MLA with two maps")  # fmt: skip
@@ -179,12 +262,39 @@ class DifferentialAttention(Variant):
                 StageSpec("K_1", (), K_AXES, False, "K_1", on, formula("K_1"))]  # fmt: skip
         rows += [StageSpec(n, needs, axes, score, n, on, formula(n))
                  for n, needs, axes, score in _OUT]  # fmt: skip
+        rows += [StageSpec(f"d_{w}_1", (), axes, False, "d_query_key", on,
+                           formula(f"d_{w}_1"), gradient=True)
+                 for w, axes in (("Q", Q_AXES), ("K", K_AXES))]  # fmt: skip
+        rows += [StageSpec(n, needs, axes, score, n, self._normed if n == "d_norm" else on,
+                           formula(n), gradient=True)
+                 for n, needs, axes, score, _ in _GRAD]  # fmt: skip
         return tuple(rows)
+
+    def _normed(self, inputs: Inputs) -> bool:
+        value = self.value(inputs)
+        return value is not None and value.norm is not None
 
     def out_needs(self, stage: str) -> tuple[str, ...]:
         return next(needs for n, needs, _, _ in _OUT if n == stage)
 
     def stage_formula(self, value: Diff, inputs: Inputs, stage: str) -> str:
+        if stage == "d_diff_scaled":
+            if inputs.W_O is None:
+                return (
+                    "d_diff_scaled (given)"
+                    if inputs.grad is not None
+                    else "d_diff_scaled = 1, L = Σ diff_scaled"
+                )
+            if inputs.heads == 1:
+                return "d_diff_scaled = d_concat"
+            return "d_diff_scaled[h] = d_concat[:, h·d_v:(h+1)·d_v]"
+        if stage == "d_diff_norm":
+            return (
+                f"d_diff_norm = d_diff_scaled × (1 − λ_init) = d_diff_scaled × "
+                f"{1 - value.lambda_init:.6g}"
+            )
+        if stage.startswith("d_"):
+            return next(f for n, _, _, _, f in _GRAD if n == stage)
         if stage == "softmax_2":
             from attn_cli.core.chain import Chain
 
@@ -205,7 +315,30 @@ class DifferentialAttention(Variant):
         return _FORMULAS[stage]
 
     def formula_part(self, value: Diff, inputs: Inputs, stage: str) -> str:
-        return {"concat": ", each head's diff_scaled"}.get(stage, "")
+        return {"concat": ", each head's diff_scaled",
+                "d_V": " − λ·softmax_2ᵀ·d_diff_output"}.get(stage, "")  # fmt: skip
+
+    def grad_formula(self, value: Diff, inputs: Inputs, d_out: str, x_in: str) -> str:
+        if x_in == "output":  # d_output, from d_diff_scaled
+            return "d_diff_output (output = softmax·V is diff_output's first term)"
+        if x_in == "Q":
+            return f"[{d_out} | d_scores_2·K_2] per head"
+        return f"[{d_out} | d_scores_2ᵀ·Q_2] per head"
+
+    def grad_transform(
+        self, value: Diff, inputs: Inputs, which: str, d_out: FloatArray, x_in: FloatArray,
+        positions: IntArray, cast: Cast,
+    ) -> FloatArray:  # fmt: skip
+        """Q_1 = Q's first half: its gradient fills the first half, the second map's the rest."""
+        d: FloatArray = np.concatenate([d_out, np.zeros_like(d_out)], axis=-1)
+        return d
+
+    def grad_out(
+        self, value: Diff, inputs: Inputs, d_out: FloatArray, made: Mapping[str, FloatArray],
+        X: FloatArray | None, cast: Cast,
+    ) -> tuple[FloatArray, dict[str, FloatArray], FloatArray | None]:  # fmt: skip
+        d_output, grads = differential_backward(value, inputs, d_out, made, cast)
+        return d_output, grads, None
 
     def default_scale(self, value: Diff, inputs: Inputs) -> float:
         """1/√(d_k/2): the reference's ``head_dim ** -0.5``, head_dim being one half's width."""
@@ -226,7 +359,41 @@ class DifferentialAttention(Variant):
         assert seen is not None, "the run hands the differential map Q, K, V and softmax"
         return differential(value, inputs, seen, cast)
 
-    def refuses(self, value: Diff, inputs: Inputs, what: str) -> tuple[str, str, str]:
+    def decode_maps(
+        self, value: Diff, inputs: Inputs, arrays: Mapping[str, FloatArray], cast: Cast
+    ) -> MapsForm:
+        return decode_form(value, inputs, arrays, cast)
+
+    flash_reads = ("Q", "K", "lambda", "diff_output")
+
+    def flash_maps(
+        self, value: Diff, inputs: Inputs, arrays: Mapping[str, FloatArray]
+    ) -> tuple[tuple[FloatArray, FloatArray], ...]:
+        """The second map's halves, Q2 and K2: tiled as the first map's Q1 and K1 are, over the
+        same V (the reference's multihead_flashdiff_1.py calls flash_attn_func twice)."""
+        half = inputs.d_k // 2
+        return ((arrays["Q"][..., half:], arrays["K"][..., half:]),)
+
+    def flash_finish(
+        self, value: Diff, inputs: Inputs, outputs: tuple[FloatArray, ...],
+        arrays: Mapping[str, FloatArray], cast: Cast,
+    ) -> dict[str, FloatArray]:  # fmt: skip
+        """diff_output = O1 − λ·O2, each map's tiled softmax·V."""
+        O1, O2 = outputs
+        lam = np.reshape(arrays["lambda"], (-1, inputs.heads))[0]  # (H,), whatever the layout
+        return {"diff_output": O1 - lam[None, :, None, None] * O2}
+
+    def refuses(self, value: Diff, inputs: Inputs, what: str) -> tuple[str, str, str] | None:
+        if what in ("FlashAttention", "decoding"):  # decoding: both maps over one cache
+            return None
+        if what == "the backward pass":
+            from attn_cli.core.chain import Chain
+
+            if not Chain(inputs).stages:
+                return None
+            return (self.name, "the backward pass does not yet run differential attention "
+                    "with a score modifier (softcap) on its second map",
+                    "a fixture without softcap")  # fmt: skip
         return (self.name, f"{what} does not yet run differential attention (two softmax maps)",
                 "a fixture without diff (attn trace shows every stage of it)")  # fmt: skip
 
@@ -255,6 +422,35 @@ class DifferentialAttention(Variant):
 
     def new_words(self, spec: NewSpec, members: Mapping[str, Any]) -> str:
         return "differential attention"
+
+
+def decode_form(
+    value: Diff, inputs: Inputs, arrays: Mapping[str, FloatArray], cast: Cast
+) -> MapsForm:
+    """Decoding's two maps from the halves of Q and K over one cache of K and V; each step's
+    diff row, diff·V, the norm and the (1 − λ_init) scale, as ``differential`` computes them."""
+    from attn_cli.core.decode_maps import MapsForm  # it imports the chain, which imports us
+
+    half = inputs.d_k // 2
+    Q, K, V = arrays["Q"], arrays["K"], arrays["V"]  # (B, H, T, d_k), (B, H, T, d_k|d_v)
+    lam = lambda_full(value, inputs.heads, cast)[None, :, None, None]  # (1, H, 1, 1)
+    norm = None if value.norm is None else cast("diff.norm", value.norm)
+
+    def rows(weights: Sequence[FloatArray]) -> dict[str, FloatArray]:
+        return {"diff": weights[0] - lam * weights[1]}  # (B, H, n, C)
+
+    def outs(diff_output: FloatArray) -> dict[str, FloatArray]:
+        normed = rms_norm(diff_output, norm, value.eps)
+        return {"lambda": np.broadcast_to(lam, (*diff_output.shape[:3], 1)),
+                "diff_output": diff_output, "diff_norm": normed,
+                "diff_scaled": normed * (1.0 - value.lambda_init)}  # fmt: skip
+
+    def combine(outputs: Sequence[FloatArray]) -> FloatArray:
+        mixed: FloatArray = outputs[0] - lam * outputs[1]  # (A1 − λ·A2)·V, a map at a time
+        return mixed
+
+    pairs = ((Q[..., :half], K[..., :half]), (Q[..., half:], K[..., half:]))
+    return MapsForm(pairs, V, rows, outs, combine, "diff", ("scores_2", "softmax_2"))
 
 
 def _vector(key: FixtureKey, value: Mapping[str, Any], name: str, d: int) -> FloatArray:

@@ -28,10 +28,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
+from attn_cli.core.decode_state import Recurrence, State
 from attn_cli.core.heads import split_heads
 from attn_cli.core.inputs import Inputs
 from attn_cli.core.plugins.parsing import known_subkeys, plain, positive_number
@@ -219,7 +220,9 @@ class _Linear(Variant):
 
     side_equal = (("output_recurrent", "output"), ("output_chunked", "output"))
 
-    def refuses(self, value: Any, inputs: Inputs, what: str) -> tuple[str, str, str]:
+    def refuses(self, value: Any, inputs: Inputs, what: str) -> tuple[str, str, str] | None:
+        if what == "decoding":  # a recurrent state in place of the cache (decode_state)
+            return None
         return (self.name, f"{what} does not yet run linear attention (its recurrent state "
                 "is shown by attn trace's state stage)",
                 f"a fixture without {self.name} (attn trace shows every stage of it)")  # fmt: skip
@@ -318,6 +321,11 @@ class LinearAttention(_Linear):
         chunked = linear_chunked(arrays["phi_Q"], k, v, value.chunk)
         return {"state": states, "normaliser": zs, "output_recurrent": out,
                 "output_chunked": chunked}  # fmt: skip
+
+    def decode_state(
+        self, value: Plain, inputs: Inputs, arrays: Mapping[str, FloatArray], cast: Cast
+    ) -> PlainRecurrence:
+        return PlainRecurrence(arrays["Q"], arrays["K"], arrays["V"], value.chunk)
 
 
 _PLAIN_FORMULAS = {
@@ -514,6 +522,13 @@ class GatedDeltaNet(_Linear):
         chunked = delta_chunked(q, k, v, g, beta, value.chunk)
         return {"state": states, "output_recurrent": out, "output_chunked": chunked}
 
+    decode_stages = ("g", "beta")
+
+    def decode_state(
+        self, value: Delta, inputs: Inputs, arrays: Mapping[str, FloatArray], cast: Cast
+    ) -> DeltaRecurrence:
+        return DeltaRecurrence(value, inputs.heads, arrays, cast)
+
     def out_transform(
         self, value: Delta, inputs: Inputs, output: FloatArray, X: FloatArray | None, cast: Cast,
         seen: Mapping[str, FloatArray] | None = None,
@@ -604,6 +619,120 @@ class _DeltaParser:
             settings["chunk"] = _chunk(v["chunk"], key, "gated_deltanet.chunk")
         return Delta(W_q, W_k, W_v, W_z, W_b, W_a, conv, A_log, dt_bias, norm, k_heads,
                      **settings)  # fmt: skip
+
+
+# -- decoding: the recurrent form one token at a time (core/decode_state.py) -------------------
+
+
+class PlainRecurrence(Recurrence):
+    """Katharopoulos' state per key/value head: S (d_k×d_v) and z (d_k); query head h reads
+    the state of kv head h // (H/Hkv)."""
+
+    formulas: ClassVar[Mapping[str, str]] = {
+        "S": "S = S + φ(k)·vᵀ",
+        "z": "z = z + φ(k)",
+        "phi_q": "φ(q) = elu(q) + 1",
+        "phi_k": "φ(k) = elu(k) + 1",
+        "v": "v = V[token]",
+        "num": "num = φ(q)ᵀ·S",
+        "den": "den = φ(q)·z",
+        "output": "output = num / den",
+    }
+
+    def __init__(self, Q: FloatArray, K: FloatArray, V: FloatArray, chunk: int) -> None:
+        self.Q, self.K, self.V, self.chunk = Q, K, V, chunk  # (B, H|Hkv, T, ·)
+        self.heads, self.tokens, self.d_k = K.shape[1], K.shape[2], K.shape[3]
+        self.d_v = V.shape[3]
+        self.group = Q.shape[1] // K.shape[1]
+
+    def init(self) -> State:
+        B, dtype = self.K.shape[0], self.K.dtype
+        return {"S": np.zeros((B, self.heads, self.d_k, self.d_v), dtype),
+                "z": np.zeros((B, self.heads, self.d_k), dtype)}  # fmt: skip
+
+    def step(self, state: State, t: int) -> tuple[State, dict[str, FloatArray], FloatArray]:
+        phi_q = elu1(self.Q[:, :, t])  # (B, H, d_k)
+        phi_k, v = elu1(self.K[:, :, t]), self.V[:, :, t]  # (B, Hkv, d_k), (B, Hkv, d_v)
+        S = state["S"] + phi_k[..., :, None] * v[..., None, :]  # (B, Hkv, d_k, d_v)
+        z = state["z"] + phi_k  # (B, Hkv, d_k)
+        S_h, z_h = (np.repeat(x, self.group, axis=1) for x in (S, z))  # (B, H, ·) by query head
+        num = np.einsum("bhk,bhkv->bhv", phi_q, S_h)  # (B, H, d_v)
+        den = np.einsum("bhk,bhk->bh", phi_q, z_h)[..., None]  # (B, H, 1)
+        read = {"phi_q": phi_q, "phi_k": phi_k, "v": v, "num": num, "den": den}
+        return {"S": S, "z": z}, read, num / den
+
+    def reference(self) -> FloatArray:
+        k, v = (np.repeat(x, self.group, axis=1) for x in (elu1(self.K), self.V))
+        out: FloatArray = linear_chunked(elu1(self.Q), k, v, self.chunk)
+        return out
+
+
+class DeltaRecurrence(Recurrence):
+    """Gated DeltaNet token by token as Qwen3-Next decodes (causal_conv1d_update, then
+    torch_recurrent_gated_delta_rule's step): the conv's window of the last K−1 tokens' qkv,
+    and S (d_k×d_v) per value head."""
+
+    formulas: ClassVar[Mapping[str, str]] = {
+        "conv": "conv[t−i] = X[t−i]·[W_q | W_k | W_v], i = K−1..1",
+        "S": "S = S·e^g + k·(beta·(v − (S·e^g)ᵀk))ᵀ",
+        "q": "q = l2norm(qkv_conv[q]) / √d_k, qkv_conv = SiLU(Σ_j w[:, j]·[conv | qkv_t][j])",
+        "k": "k = l2norm(qkv_conv[k])",
+        "v": "v = qkv_conv[v]",
+        "g": "g = −exp(A_log)·softplus(x·W_a + dt_bias)",
+        "beta": "beta = σ(x·W_b)",
+        "kv_mem": "kv_mem = (S·e^g)ᵀk",
+        "delta": "delta = beta·(v − kv_mem)",
+        "output": "output = Sᵀq",
+    }
+
+    def __init__(
+        self, value: Delta, heads: int, arrays: Mapping[str, FloatArray], cast: Cast
+    ) -> None:
+        self.value, self.arrays = value, arrays
+        self.w = {n: cast(f"gated_deltanet.{n}", getattr(value, n)) for n in _DELTA_ARRAYS}
+        self.W_qkv = np.concatenate([self.w["W_q"], self.w["W_k"], self.w["W_v"]], axis=1)
+        self.X = arrays["X"]  # (B, T, d_model)
+        self.heads, self.tokens, self.d_k = heads, self.X.shape[1], value.d_k
+        self.d_v = int(value.W_v.shape[1]) // heads
+        self.group = heads // value.k_heads
+
+    def init(self) -> State:
+        B, dtype = self.X.shape[0], self.X.dtype
+        kernel, channels = self.w["conv"].shape[1], self.W_qkv.shape[1]
+        return {"conv": np.zeros((B, kernel - 1, channels), dtype),
+                "S": np.zeros((B, self.heads, self.d_k, self.d_v), dtype)}  # fmt: skip
+
+    def step(self, state: State, t: int) -> tuple[State, dict[str, FloatArray], FloatArray]:
+        x = self.X[:, t]  # (B, d_model)
+        # 1) the conv: this token's qkv joins the window of the K−1 before it
+        window = np.concatenate([state["conv"], (x @ self.W_qkv)[:, None]], axis=1)  # (B, K, C)
+        mixed = silu(np.einsum("bjc,cj->bc", window, self.w["conv"]))  # (B, C)
+        kd = self.value.k_heads * self.d_k
+        q, k, v = np.split(mixed, [kd, 2 * kd], axis=-1)
+        B = x.shape[0]
+        q, k = (np.repeat(a.reshape(B, -1, self.d_k), self.group, axis=1) for a in (q, k))
+        q = l2norm(q) / np.sqrt(self.d_k).astype(q.dtype)  # (B, H, d_k)
+        k = l2norm(k)  # (B, H, d_k)
+        v = v.reshape(B, self.heads, self.d_v)  # (B, H, d_v)
+        # 2) the write strength and the decay of this token
+        beta = gate_sigmoid(x @ self.w["W_b"])  # (B, H)
+        g = -np.exp(self.w["A_log"]) * softplus(x @ self.w["W_a"] + self.w["dt_bias"])  # (B, H)
+        # 3) the delta rule
+        S = state["S"] * np.exp(g)[..., None, None]  # (B, H, d_k, d_v)
+        kv_mem = np.einsum("bhkv,bhk->bhv", S, k)  # (B, H, d_v)
+        delta = (v - kv_mem) * beta[..., None]
+        S = S + k[..., :, None] * delta[..., None, :]
+        out = np.einsum("bhkv,bhk->bhv", S, q)  # (B, H, d_v)
+        read = {"q": q, "k": k, "v": v, "g": g[..., None], "beta": beta[..., None],
+                "kv_mem": kv_mem, "delta": delta}  # fmt: skip
+        return {"conv": window[:, 1:], "S": S}, read, out
+
+    def reference(self) -> FloatArray:
+        a = self.arrays
+        q = l2norm(a["Q"]) / np.sqrt(self.d_k).astype(a["Q"].dtype)
+        out: FloatArray = delta_chunked(q, l2norm(a["K"]), a["V"], a["g"], a["beta"],
+                                        self.value.chunk)  # fmt: skip
+        return out
 
 
 _LINEAR: tuple[_Linear, ...] = (GatedDeltaNet(), LinearAttention())

@@ -32,9 +32,10 @@ from typing import Any
 
 import numpy as np
 
-from attn_cli.core.heads import split_heads
+from attn_cli.core.heads import merge_heads, split_heads
 from attn_cli.core.inputs import Inputs
 from attn_cli.core.plugins.parsing import fold_scaling, known_subkeys, plain, positive_number
+from attn_cli.core.plugins.qk_norm import grad_rms_norm
 from attn_cli.core.rope_scaling import RopeScaling, frequencies, parse_scaling
 from attn_cli.core.stage_spec import StageSpec, number_text
 from attn_cli.core.variant import (
@@ -172,6 +173,90 @@ def absorbed(
             "output_latent": output_latent, "output_absorbed": output_latent @ W_UV}  # fmt: skip
 
 
+def rms_norm_backward(
+    d_y: FloatArray, x: FloatArray, weight: FloatArray, eps: float
+) -> tuple[FloatArray, FloatArray]:
+    """y = w ⊙ x / r, r = √(mean(x²) + eps)  =>  d_x (QK-norm's RMSNorm backward) and
+    d_w = Σ over tokens of d_y ⊙ x / r."""
+    r = np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps)  # (..., 1)
+    d_w: FloatArray = (d_y * (x / r)).reshape(-1, x.shape[-1]).sum(axis=0)  # (n,)
+    return grad_rms_norm(d_y, x, weight, eps), d_w
+
+
+def rope_interleaved_backward(
+    d_out: FloatArray, positions: IntArray, base: float, scaling: RopeScaling | None = None,
+    layout: str = "split",
+) -> FloatArray:  # fmt: skip
+    """The transpose of :func:`rope_interleaved`: from d[a | b] (a = even·cos − odd·sin,
+    b = odd·cos + even·sin) to d_even = d_a·cos + d_b·sin, d_odd = d_b·cos − d_a·sin,
+    interleaved back into pairs."""
+    D = d_out.shape[-1]
+    length = int(positions.max()) + 1 if positions.size else 1
+    inv_freq, factor = frequencies(scaling, D, base, length)  # (D/2,)
+    angle = positions.astype(np.float64)[:, None] * inv_freq  # (n, D/2)
+    cos = (np.cos(angle) * factor).astype(d_out.dtype)
+    sin = (np.sin(angle) * factor).astype(d_out.dtype)
+    if layout == "pairs":  # deepseek_v2's: each pair's (first, second) numbers in place
+        d_a, d_b = d_out[..., 0::2], d_out[..., 1::2]  # (..., n, D/2)
+    else:
+        d_a, d_b = d_out[..., : D // 2], d_out[..., D // 2 :]
+    d_x = np.empty_like(d_out)
+    d_x[..., 0::2] = d_a * cos + d_b * sin
+    d_x[..., 1::2] = d_b * cos - d_a * sin
+    return d_x
+
+
+def _linear_back(d: FloatArray, x: FloatArray, W: FloatArray) -> tuple[FloatArray, FloatArray]:
+    """out = x·W  =>  d_x = d·Wᵀ, d_W = xᵀ·d over batch and tokens."""
+    d_W: FloatArray = np.einsum("bti,bto->io", x, d)  # (in, out)
+    return d @ W.T, d_W  # (B, T, in), (in, out)
+
+
+def naive_backward(
+    value: MLA, heads: int, grads: Mapping[str, FloatArray], arrays: Mapping[str, FloatArray],
+    pos: IntArray, cast: Cast,
+) -> dict[str, FloatArray]:  # fmt: skip
+    """The naive form's gradients, from d_Q (B, H, T, D), d_K (B, H, S, D), d_V (B, H, S, Dv)
+    back to X and every weight of the layer, in the order the backward computes them."""
+    w = {n: cast(f"mla.{n}", a) for n in WEIGHTS if (a := getattr(value, n)) is not None}
+    d_Q, d_K, d_V = grads["d_Q"], grads["d_K"], grads["d_V"]
+    X = arrays["X"]
+    nope = d_Q.shape[-1] - value.d_rope
+    out: dict[str, FloatArray] = {}
+    # 1) Q = [q_nope | q_rope_rot], K = [K_nope | k_rope_rot on every head]: split; the shared
+    # RoPE key gathers every head's gradient
+    out["d_q_nope"], out["d_q_rope_rot"] = d_Q[..., :nope], d_Q[..., nope:]
+    out["d_K_nope"] = d_K[..., :nope]  # (B, H, S, d_nope)
+    out["d_k_rope_rot"] = d_K[..., nope:].sum(axis=1)  # (B, S, d_rope)
+    # 2) back through RoPE: the rotation by −angle
+    # back in the layout the forward wrote each rotated pair in (deepseek_v2: pairs in place)
+    rot = (value.base, value.scaling, value.rope_layout)
+    out["d_q_rope"] = rope_interleaved_backward(out["d_q_rope_rot"], pos, *rot)
+    out["d_k_rope"] = rope_interleaved_backward(out["d_k_rope_rot"], pos, *rot)
+    # 3) the latent: K_nope = c_KV_norm·W_UK, V = c_KV_norm·W_UV, then its RMSNorm
+    c = arrays["c_KV_norm"]  # (B, S, r)
+    d_c_uk, out["d_W_UK"] = _linear_back(merge_heads(out["d_K_nope"]), c, w["W_UK"])
+    d_c_uv, out["d_W_UV"] = _linear_back(merge_heads(d_V), c, w["W_UV"])
+    out["d_c_KV_norm"] = d_c_uk + d_c_uv  # (B, S, r)
+    out["d_c_KV"], out["d_kv_norm"] = rms_norm_backward(out["d_c_KV_norm"], arrays["c_KV"],
+                                                        w["kv_norm"], value.eps)  # fmt: skip
+    # 4) the query path: [q_nope | q_rope] per head, heads side by side as W_UQ's columns
+    d_q = merge_heads(np.concatenate([out["d_q_nope"], out["d_q_rope"]], axis=-1))  # (B, T, ·)
+    if value.lora:
+        d_cq, out["d_W_UQ"] = _linear_back(d_q, arrays["c_Q_norm"], w["W_UQ"])
+        out["d_c_Q_norm"] = d_cq  # (B, T, q_rank)
+        out["d_c_Q"], out["d_q_norm"] = rms_norm_backward(d_cq, arrays["c_Q"], w["q_norm"],
+                                                          value.eps)  # fmt: skip
+        d_X_q, out["d_W_DQ"] = _linear_back(out["d_c_Q"], X, w["W_DQ"])
+    else:
+        d_X_q, out["d_W_Q"] = _linear_back(d_q, X, w["W_Q"])
+    # 5) into X: the query path, the latent's and the RoPE key's
+    d_X_kv, out["d_W_DKV"] = _linear_back(out["d_c_KV"], X, w["W_DKV"])
+    d_X_r, out["d_W_KR"] = _linear_back(out["d_k_rope"], X, w["W_KR"])
+    out["d_X"] = d_X_q + d_X_kv + d_X_r  # (B, T, d_model)
+    return out
+
+
 _LATENT_Q = ("batch", "head", "query", "kv_lora_rank")
 _FRONT: tuple[tuple[str, tuple[str, ...], tuple[str, ...]], ...] = (
     ("c_Q", ("X",), ("batch", "query", "q_lora_rank")),
@@ -192,6 +277,41 @@ _SIDE: tuple[tuple[str, tuple[str, ...], tuple[str, ...], bool], ...] = (
     ("output_latent", ("softmax", "c_KV_norm"), _LATENT_Q, False),
     ("output_absorbed", ("output_latent",), ("batch", "head", "query", "d_v"), False),
 )  # fmt: skip
+# the backward's rows, in the order it computes them: name, needs, axes, formula
+_GRAD: tuple[tuple[str, tuple[str, ...], tuple[str, ...], str], ...] = (
+    ("d_q_nope", ("d_Q",), ("batch", "head", "query", "d_nope"), "d_q_nope = d_Q[:, :d_nope]"),
+    ("d_q_rope_rot", ("d_Q",), ("batch", "head", "query", "d_rope"),
+     "d_q_rope_rot = d_Q[:, d_nope:]"),
+    ("d_K_nope", ("d_K",), ("batch", "head", "key", "d_nope"), "d_K_nope = d_K[:, :d_nope]"),
+    ("d_k_rope_rot", ("d_K",), ("batch", "key", "d_rope"),
+     "d_k_rope_rot = Σ_h d_K[h][:, d_nope:] (one key for all heads)"),
+    ("d_q_rope", ("d_q_rope_rot",), ("batch", "head", "query", "d_rope"),
+     "d_q_rope = RoPE⁻¹(d_q_rope_rot), each pair turned back by its angle"),
+    ("d_k_rope", ("d_k_rope_rot",), ("batch", "key", "d_rope"),
+     "d_k_rope = RoPE⁻¹(d_k_rope_rot), each pair turned back by its angle"),
+    ("d_W_UK", ("d_K_nope", "c_KV_norm"), ("kv_lora_rank", "heads*d_nope"),
+     "d_W_UK = c_KV_normᵀ·d_K_nope (heads side by side)"),
+    ("d_W_UV", ("d_V", "c_KV_norm"), ("kv_lora_rank", "heads*d_v"),
+     "d_W_UV = c_KV_normᵀ·d_V (heads side by side)"),
+    ("d_c_KV_norm", ("d_K_nope", "d_V"), ("batch", "key", "kv_lora_rank"),
+     "d_c_KV_norm = d_K_nope·W_UKᵀ + d_V·W_UVᵀ (every head's)"),
+    ("d_c_KV", ("d_c_KV_norm", "c_KV"), ("batch", "key", "kv_lora_rank"),
+     "d_c_KV = (g − c_KV·mean(g ⊙ c_KV)/ρ²)/ρ, g = kv_norm ⊙ d_c_KV_norm, "
+     "ρ = √(mean(c_KV²) + eps)"),
+    ("d_kv_norm", ("d_c_KV_norm", "c_KV"), ("kv_lora_rank",),
+     "d_kv_norm = Σ_t d_c_KV_norm ⊙ c_KV/ρ"),
+    ("d_W_UQ", ("d_q_nope", "d_q_rope", "c_Q_norm"), ("q_lora_rank", "heads*d_k"),
+     "d_W_UQ = c_Q_normᵀ·[d_q_nope | d_q_rope] (heads side by side)"),
+    ("d_c_Q_norm", ("d_q_nope", "d_q_rope"), ("batch", "query", "q_lora_rank"),
+     "d_c_Q_norm = [d_q_nope | d_q_rope]·W_UQᵀ"),
+    ("d_c_Q", ("d_c_Q_norm", "c_Q"), ("batch", "query", "q_lora_rank"),
+     "d_c_Q = (g − c_Q·mean(g ⊙ c_Q)/ρ²)/ρ, g = q_norm ⊙ d_c_Q_norm, ρ = √(mean(c_Q²) + eps)"),
+    ("d_q_norm", ("d_c_Q_norm", "c_Q"), ("q_lora_rank",), "d_q_norm = Σ_t d_c_Q_norm ⊙ c_Q/ρ"),
+    ("d_W_DQ", ("d_c_Q", "X"), ("d_model", "q_lora_rank"), "d_W_DQ = Xᵀ·d_c_Q"),
+    ("d_W_DKV", ("d_c_KV", "X"), ("d_model", "kv_lora_rank"), "d_W_DKV = Xᵀ·d_c_KV"),
+    ("d_W_KR", ("d_k_rope", "X"), ("d_model", "d_rope"), "d_W_KR = Xᵀ·d_k_rope"),
+)  # fmt: skip
+_GRAD_LORA = ("d_W_UQ", "d_c_Q_norm", "d_c_Q", "d_q_norm", "d_W_DQ")
 _FORMULAS = {
     "c_Q": "c_Q = X·W_DQ",
     "c_Q_norm": "c_Q_norm = q_norm ⊙ c_Q / √(mean(c_Q²) + eps)",
@@ -221,6 +341,8 @@ class LatentAttention(Variant):
     side_stages = tuple(n for n, _, _, _ in _SIDE)
     side_equal = (("scores_absorbed", "scores"), ("output_absorbed", "output"))
     excludes = ("rope", "qk_norm")
+    front_gradients = tuple(n for n, _, _, _ in _GRAD)
+    front_reads = ("X", "c_Q", "c_Q_norm", "c_KV", "c_KV_norm")
 
     def latent_sizes(self, value: MLA, heads: int) -> tuple[int, int]:
         d_nope = int(value.W_UK.shape[1]) // heads
@@ -253,14 +375,18 @@ class LatentAttention(Variant):
                 for n, needs, axes in _FRONT]  # fmt: skip
         rows += [StageSpec(n, needs, axes, score, n, on, self.formula_of(n))
                  for n, needs, axes, score in _SIDE]  # fmt: skip
+        rows += [StageSpec(n, needs, axes, False, n, self._lora(n), self.formula_of(n),
+                           gradient=True) for n, needs, axes, _ in _GRAD]  # fmt: skip
         return tuple(rows)
 
     def _lora(self, stage: str) -> Any:
-        if stage not in ("c_Q", "c_Q_norm"):
+        if stage not in ("c_Q", "c_Q_norm", *_GRAD_LORA):
             return self.applies
         return lambda inputs: (v := self.value(inputs)) is not None and v.lora
 
     def stage_formula(self, value: MLA, inputs: Inputs, stage: str) -> str:
+        if stage.startswith("d_"):
+            return self._grad_formula(value, stage)
         if stage in ("q_nope", "q_rope"):
             part = "[:, :d_nope]" if stage == "q_nope" else "[:, d_nope:]"
             source = "c_Q_norm·W_UQ" if value.lora else "X·W_Q"
@@ -274,6 +400,24 @@ class LatentAttention(Variant):
             times = f", cos and sin × {number_text(attention)}" if attention != 1.0 else ""
             return f"{text}, {value.scaling.kind} scaling{times}"
         return _FORMULAS[stage]
+
+    def _grad_formula(self, value: MLA, stage: str) -> str:
+        if stage == "d_X":
+            q = "d_c_Q·W_DQᵀ" if value.lora else "[d_q_nope | d_q_rope]·W_Qᵀ"
+            return f"d_X = {q} + d_c_KV·W_DKVᵀ + d_k_rope·W_KRᵀ"
+        if stage == "d_W_Q":
+            return "d_W_Q = Xᵀ·[d_q_nope | d_q_rope] (heads side by side)"
+        return next(f for n, _, _, f in _GRAD if n == stage)
+
+    def grad_front(
+        self, value: MLA, inputs: Inputs, grads: Mapping[str, FloatArray],
+        arrays: Mapping[str, FloatArray], cast: Cast,
+    ) -> dict[str, FloatArray]:  # fmt: skip
+        pos = inputs.token_positions()[0]
+        return naive_backward(value, inputs.heads, grads, arrays, pos, cast)
+
+    def front_fills(self, value: MLA, gradient: str) -> bool:
+        return gradient == "d_W_Q" and not value.lora
 
     def default_scale(self, value: MLA, inputs: Inputs) -> float:
         """DeepSeek's: 1/√(d_nope + d_rope), times yarn's mscale² (``yarn_apply_mscale``)."""
@@ -320,8 +464,8 @@ class LatentAttention(Variant):
             return ("mla.scaling", f"{kind} frequencies follow the sequence's length, and a KV "
                     "cache keeps keys rotated at the old ones", "no scaling, or linear, llama3 "
                     "or yarn (attn trace shows the whole sequence)")  # fmt: skip
-        if what == "decoding":
-            return None
+        if what in ("decoding", "the backward pass", "FlashAttention"):
+            return None  # flash tiles the naive form's Q, K, V, as prefill kernels run MLA
         return (self.name, f"{what} does not yet run multi-head latent attention",
                 "a fixture without mla (attn trace shows every stage of it)")  # fmt: skip
 

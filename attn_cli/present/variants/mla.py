@@ -127,6 +127,128 @@ _MEANINGS: dict[str, tuple[tuple[str, ...], str, str]] = {
 }
 _QKV = ("Q", "K", "V")
 
+# the backward's rows: stage -> (the stages it reads, English, Chinese)
+_GRAD_MEANINGS: dict[str, tuple[tuple[str, ...], str, str]] = {
+    "d_q_nope": (
+        ("d_Q",),
+        "Q joined q_nope and q_rope_rot side by side, so its gradient splits "
+        "the same way: the first d_nope columns of each head go to q_nope.",
+        "Q 是把 q_nope 和 q_rope_rot 并排接起来的，所以梯度也同样切开：每个头的前 "
+        "d_nope 列归 q_nope。",
+    ),
+    "d_q_rope_rot": (
+        ("d_Q",),
+        "The last d_rope columns of each head's d_Q: the rotated part.",
+        "每个头 d_Q 的后 d_rope 列：旋转过的部分。",
+    ),
+    "d_K_nope": (
+        ("d_K",),
+        "The first d_nope columns of each head's d_K go to that head's K_nope.",
+        "每个头 d_K 的前 d_nope 列归这个头的 K_nope。",
+    ),
+    "d_k_rope_rot": (
+        ("d_K",),
+        "Every head's key ends in the same k_rope_rot, so its gradient "
+        "is the sum of every head's last d_rope columns of d_K, as a GQA key sums "
+        "its group.",
+        "每个头的键都以同一个 k_rope_rot 结尾，所以它的梯度是所有头 d_K 后 d_rope "
+        "列之和，就像 GQA 的键要对组内求和。",
+    ),
+    "d_q_rope": (
+        ("d_q_rope_rot",),
+        "RoPE is a rotation, so its gradient is the rotation back: "
+        "each pair turned by −angle, then written in the interleaved order again.",
+        "RoPE 是旋转，所以它的梯度就是转回去：每一对按 −角度 旋转，再按交错顺序写回。",
+    ),
+    "d_k_rope": (
+        ("d_k_rope_rot",),
+        "The shared RoPE key's gradient rotated back, as the query's.",
+        "共享 RoPE 键的梯度，和查询的一样转回去。",
+    ),
+    "d_W_UK": (
+        ("c_KV_norm", "d_K_nope"),
+        "K_nope = c_KV_norm·W_UK: the latent transposed times "
+        "the gradient of every head's K_nope, summed over the tokens.",
+        "K_nope = c_KV_norm·W_UK：潜向量的转置乘以每个头 K_nope 的梯度，对所有词元求和。",
+    ),
+    "d_W_UV": (
+        ("c_KV_norm", "d_V"),
+        "V = c_KV_norm·W_UV: the latent transposed times d_V.",
+        "V = c_KV_norm·W_UV：潜向量的转置乘以 d_V。",
+    ),
+    "d_c_KV_norm": (
+        ("d_K_nope", "d_V"),
+        "The latent feeds every head's K_nope and V, so its "
+        "gradient gathers all of them: MLA's keys and values learn through one "
+        "small vector per token.",
+        "潜向量产生了每个头的 K_nope 和 V，所以它的梯度把这些全部收集起来：MLA 的键"
+        "和值都通过每个词元的一个小向量来学习。",
+    ),
+    "d_c_KV": (
+        ("d_c_KV_norm", "c_KV"),
+        "Back through the RMSNorm: the gradient scaled by 1/ρ, "
+        "minus its part along c_KV itself, since making c_KV longer changes ρ too.",
+        "反向穿过 RMSNorm：梯度乘以 1/ρ，再减去沿 c_KV 自身方向的部分，因为把 c_KV "
+        "变长也会改变 ρ。",
+    ),
+    "d_kv_norm": (
+        ("d_c_KV_norm", "c_KV"),
+        "The norm's weight multiplies every token's normed "
+        "latent, so its gradient sums d_c_KV_norm ⊙ c_KV/ρ over the tokens.",
+        "归一化的权重乘在每个词元归一化后的潜向量上，所以它的梯度是 "
+        "d_c_KV_norm ⊙ c_KV/ρ 对所有词元求和。",
+    ),
+    "d_W_UQ": (
+        ("c_Q_norm", "d_q_nope", "d_q_rope"),
+        "q = c_Q_norm·W_UQ, each head's columns "
+        "[q_nope | q_rope]: the query latent transposed times that gradient.",
+        "q = c_Q_norm·W_UQ，每个头的列是 [q_nope | q_rope]：查询潜向量的转置乘以这个梯度。",
+    ),
+    "d_c_Q_norm": (
+        ("d_q_nope", "d_q_rope"),
+        "The query latent's gradient: every head's "
+        "[d_q_nope | d_q_rope] brought back through W_UQ.",
+        "查询潜向量的梯度：每个头的 [d_q_nope | d_q_rope] 经 W_UQ 传回。",
+    ),
+    "d_c_Q": (
+        ("d_c_Q_norm", "c_Q"),
+        "Back through q LoRA's RMSNorm, as for the latent c_KV.",
+        "反向穿过 q LoRA 的 RMSNorm，和潜向量 c_KV 的一样。",
+    ),
+    "d_q_norm": (
+        ("d_c_Q_norm", "c_Q"),
+        "The query norm's weight: d_c_Q_norm ⊙ c_Q/ρ summed over the tokens.",
+        "查询归一化的权重：d_c_Q_norm ⊙ c_Q/ρ 对所有词元求和。",
+    ),
+    "d_W_DQ": (
+        ("X", "d_c_Q"),
+        "c_Q = X·W_DQ: Xᵀ times the query latent's gradient.",
+        "c_Q = X·W_DQ：Xᵀ 乘以查询潜向量的梯度。",
+    ),
+    "d_W_DKV": (
+        ("X", "d_c_KV"),
+        "c_KV = X·W_DKV: Xᵀ times the latent's gradient.",
+        "c_KV = X·W_DKV：Xᵀ 乘以潜向量的梯度。",
+    ),
+    "d_W_KR": (
+        ("X", "d_k_rope"),
+        "k_rope = X·W_KR: Xᵀ times the shared RoPE key's gradient.",
+        "k_rope = X·W_KR：Xᵀ 乘以共享 RoPE 键的梯度。",
+    ),
+}
+
+
+def _grad_explainer(stage: str) -> Callable[[Context], Parts]:
+    reads, en, zh = _GRAD_MEANINGS[stage]
+
+    def explain(c: Context) -> Parts:
+        from attn_cli.present.explain_backward import gradient_meaning, shaped
+
+        formula = (formula_text(c.lang, c.trace[stage].formula),)
+        return formula, tuple(shaped(c, s) for s in reads), [gradient_meaning(c), en_zh(c, en, zh)]
+
+    return explain
+
 
 def _explainer(stage: str) -> Callable[[Context], Parts]:
     reads, en, zh = _MEANINGS[stage]
@@ -157,7 +279,8 @@ class MLATexts(VariantTexts):
         },
     }
     explainers: ClassVar[dict[str, Callable[[Any], Any]]] = {
-        s: _explainer(s) for s in _MEANINGS if s not in _QKV
+        **{s: _explainer(s) for s in _MEANINGS if s not in _QKV},
+        **{s: _grad_explainer(s) for s in _GRAD_MEANINGS},
     }
     front_explainers: ClassVar[dict[str, Callable[[Any], Any]]] = {s: _explainer(s) for s in _QKV}
     math_names = tuple(s for s in _MEANINGS if s not in _QKV)
@@ -169,6 +292,10 @@ class MLATexts(VariantTexts):
         (r", interleaved pairs(?=, )", "，交错成对"),
         (r" on every head\]$", " 在每个头上]"),
         (r" \(W_UK absorbed into the query\)$", "（W_UK 并入查询）"),
+        (r" \(one key for all heads\)$", "（所有头共用一个键）"),
+        (r", each pair turned back by its angle$", "，每一对按它的角度转回"),
+        (r" \(heads side by side\)$", "（各头并排）"),
+        (r" \(every head's\)$", "（所有头的）"),
     )
 
     # attn decode: the cache holds the latent, W_UK absorbed into the query, W_UV after

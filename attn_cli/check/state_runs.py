@@ -1,0 +1,240 @@
+"""``attn decode`` of linear attention: a recurrent state in place of the KV cache, each step
+checked against the trace's other form of the same numbers.
+
+``run_decode_any`` takes a fixture through the ordinary pipeline (Q, K, V, X, and what the
+variant's ``decode_stages`` name; no T×T stage), then either core/decode.py (a KV cache, as
+``check.runs.run_decode``), core/decode_maps.py when a variant's head output is made of more
+than one softmax map over the cache (``Variant.decode_maps``: differential attention), or,
+when a variant decodes with a state (``Variant.decode_state``), core/decode_state.py: each
+step's output (and the head-output transforms made of it) is compared with the chunked form's
+row of its token, computed once over the whole sequence in O(T) memory (the parallel form a
+chunk of rows at a time).
+
+Axes: B batch, H heads, T tokens, d_k and d_v per head.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from attn_cli.blas import blas_limit
+from attn_cli.check.runs import (
+    F64_TOLERANCE,
+    DecodeRun,
+    _after,
+    _caster,
+    check_decode,
+    decode_bytes,
+    decode_keep,
+    internal,
+    load_trace,
+    max_abs_diff,
+    reference_rows,
+    refuse_decode,
+    trace_chain,
+)
+from attn_cli.core.decode import kv_cache_bytes
+from attn_cli.core.decode import self_check as decode_self_check
+from attn_cli.core.decode_maps import MapsForm, decode_maps
+from attn_cli.core.decode_state import (
+    Recurrence,
+    StateBytes,
+    StateDecode,
+    decode_state,
+    state_bytes,
+)
+from attn_cli.errors import UsageError
+
+if TYPE_CHECKING:
+    from attn_cli.core.inputs import Inputs
+    from attn_cli.core.pipeline import Trace
+
+
+@dataclass(frozen=True, eq=False)
+class StateRun:
+    """A fixture decoded with a recurrent state: the trace, the steps, the checks, the ledger."""
+
+    trace: Trace
+    result: StateDecode
+    diffs: tuple[float, ...]  # per step: max |step's output − the chunked form's row|
+    prefill_diff: float
+    ledger: StateBytes
+    formulas: dict[str, str]  # each part of the state and each number a step reads
+    tolerance: float = F64_TOLERANCE
+    checked: str = "output"  # the stage each step is checked by: output, or normed
+    sentinel: float | None = None
+
+    @property
+    def worst(self) -> float:
+        return max((self.prefill_diff, *self.diffs))
+
+    @property
+    def ok(self) -> bool:
+        return self.worst <= self.tolerance
+
+    def label(self, index: int) -> str:
+        return self.trace.query_labels[index]
+
+
+def recurrence(trace: Trace) -> Recurrence | None:
+    """The variant's recurrent state for this trace (linear attention), None: a KV cache."""
+    chain = trace_chain(trace)
+    cast = _caster(np.dtype(trace.dtype))
+    for v, value in chain.on:
+        names = ("Q", "K", "V", "X", *v.decode_stages)
+        arrays = {n: internal(trace, n) for n in names if n in trace}
+        rec = v.decode_state(value, chain.inputs, arrays, cast)
+        if rec is not None:
+            assert isinstance(rec, Recurrence), f"{v.name}.decode_state returns a Recurrence"
+            return rec
+    return None
+
+
+def state_keep(inputs: Inputs) -> set[str]:
+    """decode_keep's stages and Q, K, V whole (a recurrence reads them at every token)."""
+    return decode_keep(inputs) | {"Q", "K", "V"}
+
+
+def run_decode_any(
+    fixture: str | os.PathLike[str] | None,
+    prefill: int = 1,
+    *,
+    edges: tuple[int, int] | None = None,
+    max_elements: int | None = None,
+    max_memory: int | None = None,
+) -> DecodeRun | StateRun:
+    """Decode the fixture after ``prefill`` tokens with a KV cache or, for linear attention,
+    with its state; ``edges`` (limit, edge): past ``limit`` steps keep the state of only the
+    first and last ``edge`` steps, those a view shows (None: every step's)."""
+
+    def refuse(inputs: Inputs) -> None:
+        refuse_decode(inputs)
+        if not 1 <= prefill <= inputs.seq_q:
+            raise UsageError(
+                inputs.source, "prefill", f"is {prefill}",
+                f"1 to {inputs.seq_q} (the fixture's tokens)", option="prefill",
+            )  # fmt: skip
+
+    def extra(inputs: Inputs) -> int:
+        return decode_bytes(inputs, prefill) + states_bytes(inputs, edges)
+
+    trace, sentinel = load_trace(
+        fixture, state_keep, refuse=refuse, max_elements=max_elements, max_memory=max_memory,
+        extra_bytes=extra,
+    )  # fmt: skip
+    rec = recurrence(trace)
+    if rec is not None:
+        return check_state_decode(trace, rec, prefill, edges, sentinel)
+    form = maps_form(trace)
+    if form is not None:
+        return check_maps_decode(trace, form, prefill, sentinel)
+    return check_decode(trace, prefill, sentinel)
+
+
+def maps_form(trace: Trace) -> MapsForm | None:
+    """The variant's softmax maps over one cache (differential attention), None: one map."""
+    chain = trace_chain(trace)
+    cast = _caster(np.dtype(trace.dtype))
+    for v, value in chain.on:
+        names = ("Q", "K", "V", "X", *v.decode_stages)
+        arrays = {n: internal(trace, n) for n in names if n in trace}
+        form = v.decode_maps(value, chain.inputs, arrays, cast)
+        if form is not None:
+            assert isinstance(form, MapsForm), f"{v.name}.decode_maps returns a MapsForm"
+            return form
+    return None
+
+
+def check_maps_decode(
+    trace: Trace, form: MapsForm, prefill: int, sentinel: float | None = None
+) -> DecodeRun:
+    """Decode each map over the cache and combine them every step; each step checked against
+    the rows of plain softmax attention of each map (streamed, no T×T), combined the same way."""
+    chain = trace_chain(trace)
+    final = chain.joined  # diff_scaled
+    pos = trace.inputs.token_positions()[0]
+    quiet = np.errstate(over="ignore", invalid="ignore", divide="ignore", under="ignore")
+    with quiet, blas_limit(trace.inputs.seq_k):
+        result = decode_maps(form, chain=chain, scale=trace.scale, prefill=prefill,
+                             positions=pos)  # fmt: skip
+        refs = [reference_rows(trace, q, k, form.v)[0] for q, k in form.pairs]
+        full = form.outs(form.combine(refs))[final]  # (B, H, T, Dv)
+    diffs = tuple(decode_self_check(result, full, final))
+    prefill_diff = max_abs_diff(result.prefill_outs[final], full[:, :, :prefill])
+    inp = trace.inputs
+    cost = kv_cache_bytes(inp.kv_heads, inp.heads, inp.d_k, inp.d_v, 8, inp.seq_q)
+    return DecodeRun(trace, result, diffs, prefill_diff, cost, sentinel, checked=final)
+
+
+def states_bytes(inputs: Inputs, edges: tuple[int, int] | None) -> int:
+    """About what the steps' kept states hold (a d_k×d_v matrix and a d_k vector per head and
+    batch item each), when a variant decodes with a state; 0 otherwise."""
+    from attn_cli.core.chain import Chain
+    from attn_cli.core.variant import Variant
+
+    if all(type(v).decode_state is Variant.decode_state for v, _ in Chain(inputs).on):
+        return 0
+    T = inputs.seq_q
+    kept = T if edges is None else min(T, max(edges[0], 2 * edges[1]))
+    return 8 * kept * inputs.batch * inputs.heads * (inputs.d_k + 1) * inputs.d_v
+
+
+def check_state_decode(
+    trace: Trace,
+    rec: Recurrence,
+    prefill: int,
+    edges: tuple[int, int] | None = None,
+    sentinel: float | None = None,
+) -> StateRun:
+    """Decode with ``rec`` and compare every step with the chunked form's row of its token."""
+    chain = trace_chain(trace)
+    after = _after(trace, chain)
+    final = chain.joined  # output, or the last head-output transform's (normed)
+    n = rec.tokens - prefill
+    limit, edge = edges or (n, n)
+
+    def keep(k: int) -> bool:
+        return n <= limit or k < edge or k >= n - edge
+
+    pos = trace.inputs.token_positions()[0]
+    quiet = np.errstate(over="ignore", invalid="ignore", divide="ignore", under="ignore")
+    with quiet, blas_limit(rec.tokens):
+        result = decode_state(rec, prefill, pos, keep=keep, after=after)
+        full = rec.reference()  # (B, H, T, d_v)
+        if after is not None:
+            full = after(slice(0, rec.tokens), full).get(final, full)
+    diffs = tuple(
+        max_abs_diff(s.outs.get(final, s.output)[:, :, 0], full[:, :, s.index])
+        for s in result.steps
+    )
+    prefill_out = result.prefill_outs.get(final, result.prefill_output)
+    prefill_diff = max_abs_diff(prefill_out, full[:, :, :prefill])
+    ledger = state_bytes(result.prefill_state, rec.heads, rec.d_k, rec.d_v, rec.tokens)
+    return StateRun(trace, result, diffs, prefill_diff, ledger, dict(rec.formulas),
+                    checked=final, sentinel=sentinel)  # fmt: skip
+
+
+def state_failure(run: DecodeRun | StateRun) -> Any:
+    """The error to raise when a step left the reference (None: all within)."""
+    from attn_cli.check.runs import decode_failure
+    from attn_cli.errors import ComputeError
+
+    if isinstance(run, DecodeRun):
+        return decode_failure(run)
+    if run.ok:
+        return None
+    if run.prefill_diff > run.tolerance:
+        where = f"prefill (tokens 0..{run.result.prefill - 1})"
+    else:
+        step = next(s for s, d in zip(run.result.steps, run.diffs, strict=True)
+                    if not d <= run.tolerance)  # fmt: skip
+        where = f"step at position {step.position} ({run.label(step.index)!r})"
+    return ComputeError(
+        run.trace.inputs.source, where,
+        f"the state's output differs from the chunked form's rows by {run.worst:.3e}",
+        f"at most {run.tolerance:g}",
+    )  # fmt: skip
