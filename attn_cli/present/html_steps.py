@@ -39,7 +39,7 @@ from attn_cli.present.html_page import (
     _split,
     script_json,
 )
-from attn_cli.present.i18n import Lang, axis_title
+from attn_cli.present.i18n import Lang, axis_title, label
 from attn_cli.present.options import RenderOptions
 from attn_cli.present.text import (
     COL_EDGE,
@@ -1026,7 +1026,7 @@ def _flash_result(p: _Steps, kept: dict[str, Any]) -> str:
     )
     out.append(f'<table class="m"><tr>{heads}</tr>')
     for c in run.checks:
-        what = _label(FLASH_LABELS, f"check_{c.name}")
+        what = _check_label(f"check_{c.name}")
         out.append(f"<tr><td>{what}</td><td>{c.max_abs:.3e} {'✓' if c.ok else '✗'}</td>"
                    f"<td>{c.tolerance:.3g}</td></tr>")  # fmt: skip
     out.append("</table>")
@@ -1070,6 +1070,15 @@ def _result_cell(p: _Steps, last: dict[tuple[int, int, int], int], lead: tuple[i
         return p.cell(O[t, j], "output", (*lead, h, t, j), 'data-source="run"', w, "O, L")
 
     return cell
+
+
+def _check_label(key: str) -> str:
+    """A flash check's label; a variant's own checks (a second map's) are in i18n's labels."""
+    from attn_cli.present.flash_view import LABELS as FLASH_LABELS
+
+    if key in FLASH_LABELS["en"]:
+        return _label(FLASH_LABELS, key)
+    return _both(lambda lang: label(lang, key))
 
 
 def _label(labels: dict[Lang, dict[str, str]], key: str) -> str:
