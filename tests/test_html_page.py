@@ -385,16 +385,15 @@ def test_full_draws_every_step_up_to_its_cap(tmp_path: Path) -> None:
     assert "steps shown" not in every.stdout
 
 
-PAGELESS = [("linear_attention", "a recurrent state"), ("gated_deltanet", "a recurrent state"),
-            ("diff_transformer", "two softmax maps")]  # fmt: skip
+PAGELESS = [("diff_transformer", "two softmax maps")]
 
 
 @pytest.mark.parametrize(("example", "what"), PAGELESS)
 def test_a_decode_the_page_does_not_draw_is_refused_in_one_line(
     example: str, what: str, tmp_path: Path
 ) -> None:
-    """The page draws one softmax map over a KV cache: a state's or two maps' decode is
-    refused before anything is written, not drawn with derivations that are not its own."""
+    """The page draws one softmax map over a KV cache, or a recurrent state: two maps' decode
+    is refused before anything is written, not drawn with derivations that are not its own."""
     out = tmp_path / "p.html"
     result = run_cli("decode", example, "-f", "html", "-o", str(out))
     assert result.exit_code == 2

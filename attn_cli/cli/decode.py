@@ -43,7 +43,7 @@ DECODE_VIEW = RunView(
 )  # fmt: skip
 STATE_VIEW = RunView(  # linear attention: a recurrent state in place of the cache
     "attn_cli.present.state_view", "state_pages", "state_titles", "render_state_decode",
-    "state_dumps",
+    "state_dumps", "attn_cli.present.html_state:state_page",
 )  # fmt: skip
 
 
@@ -104,13 +104,13 @@ def decode(
 
 
 def refuse_page(run: Any, fmt: RunFormat) -> None:
-    """-f html draws the KV cache's steps, one softmax map each: a recurrent state (linear
-    attention) and a second map (differential attention) have no page yet, refused in one line
-    rather than drawn with derivations that are not theirs."""
+    """-f html draws the KV cache's steps, one softmax map each, and a recurrent state's (linear
+    attention); a second map (differential attention) has no page yet, refused in one line
+    rather than drawn with derivations that are not its own."""
     from attn_cli.check.state_runs import StateRun
     from attn_cli.errors import UsageError
 
-    if fmt is not RunFormat.html:
+    if fmt is not RunFormat.html or isinstance(run, StateRun):
         return
     steps = [] if isinstance(run, StateRun) else run.result.steps
     if isinstance(run, StateRun) or any(s.rows for s in steps[:1]):
