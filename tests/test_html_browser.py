@@ -523,8 +523,8 @@ def test_every_example_decode_page(browser: Any, tmp_path: Path, name: str) -> N
             index = (*index[:-2], 0, index[-1])
             full_rows += 1
         assert cell["text"] == shown(at(data, index)), cell
-    if "state_bytes" not in run:  # a state's steps are checked against the chunked form
-        assert full_rows > 0
+    if "state_bytes" not in run and "diff" not in steps[0]["stages"]:
+        assert full_rows > 0  # a state's and two maps' steps are checked without the row shown
     # 2) the keys
     first = opened.page.text_content("nav.stages button[data-go='1']")
     steps_navigate(opened, str(first))
@@ -534,6 +534,8 @@ def test_every_example_decode_page(browser: Any, tmp_path: Path, name: str) -> N
         switch_language(opened, "之后的状态")  # the output's, the last cell clicked
     else:
         check_decode_derivations(opened, run)
+    if "diff" in steps[0]["stages"]:
+        check_diff_derivations(opened, run)
     if "softmax" in steps[0]["stages"]:
         switch_language(opened, "对各槽求和")  # the output's, the last cell clicked
     quiet(opened)
@@ -611,6 +613,30 @@ def check_state_derivations(opened: Opened, run: dict[str, Any]) -> None:
         assert "S_t, z_t: this step's state, after its update" in text, text
     text = click_in(opened, 2, f"td[data-stage='state.S'][data-index='{idx(*lead, h, i, j)}']")
     assert "the state after step 1" in text, text  # S_{t−1}: the first step's, in the JSON
+
+
+def check_diff_derivations(opened: Opened, run: dict[str, Any]) -> None:
+    """Differential attention: diff = softmax − λ·softmax_2 cell by cell, the second map's
+    weight as exp(x − m)/Σ, diff_output = Σ diff × V_cache; each with its numbers."""
+    stages = run["steps"][0]["stages"]
+    lead = (0,) if run["config"]["batch"] is not None else ()
+    h = run["config"]["heads"] - 1
+    c = len(at(stages["diff"]["data"], (*lead, h, 0))) - 1
+    a = at(stages["softmax"]["data"], (*lead, h, 0, c))
+    lam = at(stages["lambda"]["data"], (*lead, h, 0, 0))
+    b = at(stages["softmax_2"]["data"], (*lead, h, 0, c))
+    d = at(stages["diff"]["data"], (*lead, h, 0, c))
+    assert a - lam * b == pytest.approx(d)
+    text = click_in(opened, 1, f"td[data-stage='diff'][data-index='{idx(*lead, h, 0, c)}']")
+    assert "diff = softmax − λ·softmax_2" in text, text
+    assert f"{in_formula(a)} − {in_formula(lam)}×{as_factor(b)}" in text, (a, lam, b, text)
+    text = click_in(opened, 1, f"td[data-stage='softmax_2'][data-index='{idx(*lead, h, 0, c)}']")
+    assert "Σ e^(x − m)" in text and shown(b) in text, text
+    text = click_in(opened, 1, f"td[data-stage='diff_output'][data-index='{idx(*lead, h, 0, 0)}']")
+    weights, V = at(stages["diff"]["data"], (*lead, h, 0)), at(stages["V_cache"]["data"], lead)
+    g = h // (run["config"]["heads"] // len(V))
+    for j, w in list(enumerate(weights))[:6]:
+        assert f"{as_factor(w)}×{as_factor(V[g][j][0])}" in text, (w, text)
 
 
 def idx(*index: int) -> str:
