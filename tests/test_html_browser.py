@@ -556,12 +556,19 @@ def test_every_example_decode_page(browser: Any, tmp_path: Path, name: str) -> N
             index = (*index[:-2], 0, index[-1])
             full_rows += 1
         assert cell["text"] == shown(at(data, index)), cell
-    assert full_rows > 0
+    if "state_bytes" not in run and "diff" not in steps[0]["stages"]:
+        assert full_rows > 0  # a state's and two maps' steps are checked without the row shown
     # 2) the keys
     first = opened.page.text_content("nav.stages button[data-go='1']")
     steps_navigate(opened, str(first))
     # 3) derivations hold their inputs: a score, a weight, an output entry of the first step
-    check_decode_derivations(opened, run)
+    if "state_bytes" in run:
+        check_state_derivations(opened, run)
+        switch_language(opened, "之后的状态")  # the output's, the last cell clicked
+    else:
+        check_decode_derivations(opened, run)
+    if "diff" in steps[0]["stages"]:
+        check_diff_derivations(opened, run)
     if "softmax" in steps[0]["stages"]:
         switch_language(opened, "对各槽求和")  # the output's, the last cell clicked
     quiet(opened)
@@ -606,6 +613,67 @@ def check_decode_derivations(opened: Opened, run: dict[str, Any]) -> None:
     V = at(stages["V_cache"]["data"], (*lead, g))
     for j, w in list(enumerate(weights))[:6]:
         assert f"{in_formula(w)}×{as_factor(V[j][0])}" in text, (w, V[j][0], text)
+
+
+def check_state_derivations(opened: Opened, run: dict[str, Any]) -> None:
+    """The state's update and the output of the second step (its S_{t−1} is the first step's
+    state in the JSON): each derivation holds the numbers it is made of."""
+    before, step = (s["stages"] for s in run["steps"][:2])
+    lead = (0,) if run["config"]["batch"] is not None else ()
+    h = run["config"]["heads"] - 1
+    i = j = 0
+    old = at(before["state.S"]["data"], (*lead, h, i, j))
+    text = click_in(opened, 2, f"td[data-stage='state.S'][data-index='{idx(*lead, h, i, j)}']")
+    if "phi_k" in step:  # linear attention: S_t = S_{t−1} + φ(k)vᵀ
+        assert "S_t = S_{t−1} + φ(k)vᵀ" in text, text
+        k, v = at(step["phi_k"]["data"], (*lead, h, i)), at(step["v"]["data"], (*lead, h, j))
+        assert f"{as_factor(old)} + {as_factor(k)}×{as_factor(v)}" in text, (old, k, v, text)
+        assert old + k * v == pytest.approx(at(step["state.S"]["data"], (*lead, h, i, j)))
+        text = click_in(opened, 2, f"td[data-stage='output'][data-index='{idx(*lead, h, 0, j)}']")
+        num, den = at(step["num"]["data"], (*lead, h, j)), at(step["den"]["data"], (*lead, h, 0))
+        assert "num / den" in text and in_formula(num) in text and in_formula(den) in text, text
+        assert num / den == pytest.approx(at(step["output"]["data"], (*lead, h, 0, j)))
+    else:  # the delta rule: S_t = S_{t−1}·e^g + k·deltaᵀ
+        assert "S_t = S_{t−1}·e^g + k·deltaᵀ" in text, text
+        k, d = at(step["k"]["data"], (*lead, h, i)), at(step["delta"]["data"], (*lead, h, j))
+        assert as_factor(old) in text and f"{as_factor(k)}×{as_factor(d)}" in text, text
+        eg = math.exp(at(step["g"]["data"], (*lead, h, 0)))
+        assert old * eg + k * d == pytest.approx(at(step["state.S"]["data"], (*lead, h, i, j)))
+        text = click_in(opened, 2, f"td[data-stage='output'][data-index='{idx(*lead, h, 0, j)}']")
+        S, q = at(step["state.S"]["data"], (*lead, h)), at(step["q"]["data"], (*lead, h))
+        for row, x in list(zip(S, q, strict=True))[:6]:
+            assert f"{as_factor(row[j])}×{as_factor(x)}" in text, (row[j], x, text)
+        assert "S_t, z_t: this step's state, after its update" in text, text
+    text = click_in(opened, 2, f"td[data-stage='state.S'][data-index='{idx(*lead, h, i, j)}']")
+    assert "the state after step 1" in text, text  # S_{t−1}: the first step's, in the JSON
+
+
+def check_diff_derivations(opened: Opened, run: dict[str, Any]) -> None:
+    """Differential attention: diff = softmax − λ·softmax_2 cell by cell, the second map's
+    weight as exp(x − m)/Σ, diff_output = Σ diff × V_cache; each with its numbers."""
+    stages = run["steps"][0]["stages"]
+    lead = (0,) if run["config"]["batch"] is not None else ()
+    h = run["config"]["heads"] - 1
+    c = len(at(stages["diff"]["data"], (*lead, h, 0))) - 1
+    a = at(stages["softmax"]["data"], (*lead, h, 0, c))
+    lam = at(stages["lambda"]["data"], (*lead, h, 0, 0))
+    b = at(stages["softmax_2"]["data"], (*lead, h, 0, c))
+    d = at(stages["diff"]["data"], (*lead, h, 0, c))
+    assert a - lam * b == pytest.approx(d)
+    text = click_in(opened, 1, f"td[data-stage='diff'][data-index='{idx(*lead, h, 0, c)}']")
+    assert "diff = softmax − λ·softmax_2" in text, text
+    assert f"{in_formula(a)} − {in_formula(lam)}×{as_factor(b)}" in text, (a, lam, b, text)
+    text = click_in(opened, 1, f"td[data-stage='softmax_2'][data-index='{idx(*lead, h, 0, c)}']")
+    assert "Σ e^(x − m)" in text and shown(b) in text, text
+    text = click_in(opened, 1, f"td[data-stage='diff_output'][data-index='{idx(*lead, h, 0, 0)}']")
+    weights, V = at(stages["diff"]["data"], (*lead, h, 0)), at(stages["V_cache"]["data"], lead)
+    g = h // (run["config"]["heads"] // len(V))
+    for j, w in list(enumerate(weights))[:6]:
+        assert f"{as_factor(w)}×{as_factor(V[g][j][0])}" in text, (w, text)
+
+
+def idx(*index: int) -> str:
+    return ",".join(map(str, index))
 
 
 @pytest.mark.parametrize("name", EXAMPLES)

@@ -385,20 +385,52 @@ def test_full_draws_every_step_up_to_its_cap(tmp_path: Path) -> None:
     assert "steps shown" not in every.stdout
 
 
-PAGELESS = [("linear_attention", "a recurrent state"), ("gated_deltanet", "a recurrent state"),
-            ("diff_transformer", "two softmax maps")]  # fmt: skip
+DRAWN = ["linear_attention", "gated_deltanet", "diff_transformer"]  # a state's, two maps'
 
 
-@pytest.mark.parametrize(("example", "what"), PAGELESS)
-def test_a_decode_the_page_does_not_draw_is_refused_in_one_line(
-    example: str, what: str, tmp_path: Path
+@pytest.mark.parametrize("example", DRAWN)
+def test_a_state_and_two_maps_decode_have_a_page_keyed_as_the_json(
+    example: str, tmp_path: Path
 ) -> None:
-    """The page draws one softmax map over a KV cache: a state's or two maps' decode is
-    refused before anything is written, not drawn with derivations that are not its own."""
+    """A recurrent state's and differential attention's decode are drawn: every number cell
+    names a stage and index of ``attn decode -f json``'s step and shows its number."""
+    import re
+
     out = tmp_path / "p.html"
-    result = run_cli("decode", example, "-f", "html", "-o", str(out))
-    assert result.exit_code == 2
-    lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1 and f"html: a decode of {what} has no page yet" in lines[0], lines
-    assert not out.exists()
-    assert run_cli("decode", example, "-f", "json").exit_code == 0  # what it does show
+    assert run_cli("decode", example, "-f", "html", "-o", str(out), "-q").exit_code == 0
+    run = json.loads(run_cli("decode", example, "-f", "json").stdout)
+    page = out.read_text(encoding="utf-8")
+    cells = re.findall(
+        r'<td[^>]* data-stage="([^"]+)" data-index="([^"]*)" data-step="(\d+)"'
+        r'(?! data-source)[^>]*>([^<]*)</td>', page
+    )  # fmt: skip
+    assert len(cells) > 100
+    for stage, index, k, text in cells:
+        data = run["steps"][int(k)]["stages"][stage]["data"]
+        for i in map(int, index.split(",")):
+            data = data[i]
+        want = f"{data:.4f}"
+        assert text == (want[1:] if want.startswith("-") and float(want) == 0 else want)
+    names = {stage for stage, *_ in cells}
+    assert names >= set(run["steps"][0]["stages"]) - {"Q_rot", "capped"}, names
+
+
+def test_a_decode_of_rows_the_page_does_not_know_is_refused_in_one_line() -> None:
+    """A decode with a row the page has no derivation for (a third map) is refused, not drawn
+    with derivations that are not its own."""
+    from types import SimpleNamespace
+
+    from attn_cli.cli.decode import refuse_page
+    from attn_cli.cli.runs import RunFormat
+    from attn_cli.errors import UsageError
+
+    step = SimpleNamespace(rows={"scores_2": 0, "softmax_2": 0, "scores_3": 0, "diff": 0})
+    inputs = SimpleNamespace(source="f.json")
+    run = SimpleNamespace(
+        result=SimpleNamespace(steps=[step]), trace=SimpleNamespace(inputs=inputs)
+    )
+    with pytest.raises(UsageError, match="html: a decode of the rows scores_3 has no page yet"):
+        refuse_page(run, RunFormat.html)
+    refuse_page(run, RunFormat.json)  # the JSON shows it
+    step.rows.pop("scores_3")
+    refuse_page(run, RunFormat.html)

@@ -43,7 +43,7 @@ DECODE_VIEW = RunView(
 )  # fmt: skip
 STATE_VIEW = RunView(  # linear attention: a recurrent state in place of the cache
     "attn_cli.present.state_view", "state_pages", "state_titles", "render_state_decode",
-    "state_dumps",
+    "state_dumps", "attn_cli.present.html_state:state_page",
 )  # fmt: skip
 
 
@@ -104,18 +104,20 @@ def decode(
 
 
 def refuse_page(run: Any, fmt: RunFormat) -> None:
-    """-f html draws the KV cache's steps, one softmax map each: a recurrent state (linear
-    attention) and a second map (differential attention) have no page yet, refused in one line
-    rather than drawn with derivations that are not theirs."""
+    """-f html draws the KV cache's steps (one softmax map, or differential attention's two and
+    their difference) and a recurrent state's; a decode with rows the page does not know (a
+    third map) is refused in one line rather than drawn with derivations that are not its own."""
     from attn_cli.check.state_runs import StateRun
     from attn_cli.errors import UsageError
+    from attn_cli.present.html_maps import MAP_ROWS
 
-    if fmt is not RunFormat.html:
+    if fmt is not RunFormat.html or isinstance(run, StateRun):
         return
-    steps = [] if isinstance(run, StateRun) else run.result.steps
-    if isinstance(run, StateRun) or any(s.rows for s in steps[:1]):
-        what = "a recurrent state" if isinstance(run, StateRun) else "two softmax maps"
+    steps = run.result.steps
+    unknown = [n for s in steps[:1] for n in s.rows if n not in MAP_ROWS]
+    if unknown:
         raise UsageError(
-            run.trace.inputs.source, "--format", f"html: a decode of {what} has no page yet",
+            run.trace.inputs.source, "--format",
+            f"html: a decode of the rows {', '.join(unknown)} has no page yet",
             "table, plain or json (they show every step of it)",
         )  # fmt: skip

@@ -62,7 +62,7 @@ class RunView:
     titles: str
     render: str
     dumps: str  # in attn_cli.io.decode_json
-    page: str = ""  # in attn_cli.present.html_steps: the interactive page (-f html)
+    page: str = ""  # the interactive page (-f html): in html_steps, or "module:function"
 
 
 @dataclass(frozen=True)
@@ -100,7 +100,8 @@ def show_run(
             raise failure
         raise typer.Exit(code)
     if out.fmt.value == "html" and view.page:
-        page = getattr(import_module("attn_cli.present.html_steps"), view.page)
+        where, _, name = view.page.rpartition(":")
+        page = getattr(import_module(where or "attn_cli.present.html_steps"), name)
         options = render_options(out.precision, out.full, True, out.lang)
         emit(page(run, options), out.output, quiet=out.quiet, escape="xml")
     elif out.fmt.value == "json":

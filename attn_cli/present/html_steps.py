@@ -26,6 +26,7 @@ import numpy as np
 
 from attn_cli._version import __version__
 from attn_cli.present.explain_registry import pick_terms, sum_terms
+from attn_cli.present.html_maps import MAP_ROWS, map_part
 from attn_cli.present.html_page import (
     LANG_TAGS,
     LANGS,
@@ -499,10 +500,10 @@ def _decode_step(p: _Steps, k: int, kept: dict[str, Any], labels: Any) -> str:
     batch = range(inp.batch)
     for b in batch:
         lead = (b,) if inp.has_batch else ()
-        rows = [n for n in SCORE_ROWS if n in stages]
+        rows = [n for n in (*SCORE_ROWS, *MAP_ROWS) if n in stages]  # a second map's too
         after = False  # the query and the cache, the rows over the cache, then the outputs
         for name, data in stages.items():
-            if name in SCORE_ROWS:
+            if name in rows:
                 continue
             a = np.asarray(data) if inp.has_batch else np.asarray(data)[None]
             if not after and name not in CACHES and name not in BEFORE:
@@ -623,6 +624,8 @@ def _decode_score(p: _Steps, k: int, name: str, lead: tuple[int, ...], h: int, s
                   lang: Lang) -> dict[str, Any] | None:  # fmt: skip
     """A score as its q·k terms, scaled as the division, masked, a weight as exp(x − m)/Σ."""
     st = _step_arrays(p, k)
+    if name in MAP_ROWS:  # a second map's row, the difference (differential attention)
+        return map_part(p, k, st, name, lead, (h, 0, s), lang)
     b = lead[0] if lead else 0
     at = f"{name}[{', '.join(map(str, (*lead, h, 0, s)))}]"
     held = _held(p.run, p.run.result.steps[k])
@@ -694,6 +697,9 @@ def _decode_output(p: _Steps, k: int, name: str, lead: tuple[int, ...], h: int, 
                    lang: Lang) -> dict[str, Any] | None:  # fmt: skip
     """An output entry as Σ weight · V_cache over the slots (MLA: the latent's, before W_UV)."""
     st = _step_arrays(p, k)
+    made = map_part(p, k, st, name, lead, (h, 0, j), lang)  # λ, diff_output, its norm, scaled
+    if made is not None:
+        return made
     averaged = "output_latent" if "output_latent" in st else "output"
     if name != averaged or not {"softmax", "V_cache", "Q"} <= set(st):
         return None
