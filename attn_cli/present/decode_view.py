@@ -13,7 +13,6 @@ from typing import TYPE_CHECKING, Any
 
 from rich import box
 from rich.console import Group, RenderableType
-from rich.padding import Padding
 from rich.rule import Rule
 from rich.table import Table
 from rich.text import Text
@@ -23,7 +22,13 @@ from attn_cli.present.explain_registry import Explanation
 from attn_cli.present.i18n import Lang, label
 from attn_cli.present.options import RenderOptions
 from attn_cli.present.render import render_explanation, render_header
-from attn_cli.present.run_view import lookup, sentinel_note, titled_matrix
+from attn_cli.present.run_view import (
+    lookup,
+    run_pages,
+    run_sections,
+    sentinel_note,
+    titled_matrix,
+)
 from attn_cli.present.text import ROW_EDGE, ROW_LIMIT, TABLE_EDGE, TABLE_LIMIT, pick, safe
 from attn_cli.present.variants import active, ring_slots, view_asides, view_inputs, view_notes
 
@@ -158,26 +163,21 @@ def _t(lang: Lang, key: str, **values: object) -> str:
 
 def render_decode(run: DecodeRun, options: RenderOptions | None = None) -> Group:
     """The whole decode: overview and cost, every step (the middle ones elided), the checks."""
-    options = options or RenderOptions()
-    steps = run.result.steps
-    parts: list[RenderableType] = [render_overview(run, options)]
-    for k in pick(len(steps), TABLE_LIMIT, TABLE_EDGE, options.full):
-        if k is None:
-            more = _t(options.lang, "more_steps", n=len(steps) - 2 * TABLE_EDGE)
-            parts.append(Padding(Text(more, style="dim"), (0, 0, 1, 2)))
-        else:
-            parts.append(render_step(run, k, options))
-    parts.append(render_checks(run, options))
-    return Group(*parts)
+    o = options or RenderOptions()
+    return run_sections(
+        len(run.result.steps), o, lambda: render_overview(run, o),
+        lambda k: render_step(run, k, o), lambda: render_checks(run, o),
+        lambda n: _t(o.lang, "more_steps", n=n),
+    )  # fmt: skip
 
 
 def decode_pages(run: DecodeRun, options: RenderOptions | None = None) -> Iterator[RenderableType]:
     """Step mode's pages, one renderable each: the overview, every step, the checks."""
-    options = options or RenderOptions()
-    yield render_overview(run, options)
-    for k in range(len(run.result.steps)):
-        yield render_step(run, k, options)
-    yield render_checks(run, options)
+    o = options or RenderOptions()
+    yield from run_pages(
+        len(run.result.steps), lambda: render_overview(run, o),
+        lambda k: render_step(run, k, o), lambda: render_checks(run, o),
+    )  # fmt: skip
 
 
 def decode_titles(run: DecodeRun, lang: Lang) -> list[str]:

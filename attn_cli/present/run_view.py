@@ -4,9 +4,11 @@ replaced mask_value, and a matrix under a title of its own.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
 from typing import Any
 
-from rich.console import RenderableType
+from rich.console import Group, RenderableType
+from rich.padding import Padding
 from rich.text import Text
 
 from attn_cli.present.i18n import Lang
@@ -43,3 +45,38 @@ def titled_matrix(
         render_matrix(matrix, row_labels=rows, col_labels=cols, row_axis=axis,
                       title=None, options=options, spaced=True),
     ]  # fmt: skip
+
+
+def run_sections(
+    steps: int,
+    options: RenderOptions,
+    overview: Callable[[], RenderableType],
+    step: Callable[[int], RenderableType],
+    checks: Callable[[], RenderableType],
+    more: Callable[[int], str],
+) -> Group:
+    """A decode's whole view: the overview, every step (the middle ones elided past the table
+    limit, ``more(n)`` saying how many), the checks."""
+    from attn_cli.present.text import TABLE_EDGE, TABLE_LIMIT, pick
+
+    parts: list[RenderableType] = [overview()]
+    for k in pick(steps, TABLE_LIMIT, TABLE_EDGE, options.full):
+        if k is None:
+            parts.append(Padding(Text(more(steps - 2 * TABLE_EDGE), style="dim"), (0, 0, 1, 2)))
+        else:
+            parts.append(step(k))
+    parts.append(checks())
+    return Group(*parts)
+
+
+def run_pages(
+    steps: int,
+    overview: Callable[[], RenderableType],
+    step: Callable[[int], RenderableType],
+    checks: Callable[[], RenderableType],
+) -> Iterator[RenderableType]:
+    """Step mode's pages of a decode: the overview, every step, the checks."""
+    yield overview()
+    for k in range(steps):
+        yield step(k)
+    yield checks()
