@@ -7,7 +7,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from attn_cli.present.i18n import Lang, en_zh, formula_text, label
-from attn_cli.present.variant_texts import VariantTexts
+from attn_cli.present.variant_texts import VariantTexts, stage_explainer
 
 if TYPE_CHECKING:
     from attn_cli.core.inputs import Inputs
@@ -182,14 +182,7 @@ def _grad_explainer(stage: str) -> Callable[[Context], Parts]:
 
 
 def _explainer(stage: str) -> Callable[[Context], Parts]:
-    reads, en, zh = _MEANINGS[stage]
-
-    def explain(c: Context) -> Parts:
-        formula = (formula_text(c.lang, c.trace[stage].formula),)
-        shapes = tuple(c.shape_of(s) for s in reads if s in c.trace) or (c.shape_of("lambda"),)
-        return formula, shapes, [en_zh(c, en, zh)]
-
-    return explain
+    return stage_explainer(*_MEANINGS[stage], "lambda", stage=stage)
 
 
 class DiffTexts(VariantTexts):

@@ -6,12 +6,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from attn_cli.present.i18n import Lang, en_zh, formula_text, label
-from attn_cli.present.variant_texts import VariantTexts
+from attn_cli.present.i18n import Lang, en_zh, label
+from attn_cli.present.variant_texts import VariantTexts, stage_explainer
 
 if TYPE_CHECKING:
     from attn_cli.core.inputs import Inputs
-    from attn_cli.present.explain_registry import Context, Parts
 
 # stage -> (the stages it reads, English, Chinese); the shared stages' texts by variant below
 _PLAIN: dict[str, tuple[tuple[str, ...], str, str]] = {
@@ -164,13 +163,7 @@ _OUTPUT_NOTE = {
 }
 
 
-def _explainer(reads: tuple[str, ...], en: str, zh: str) -> Callable[[Context], Parts]:
-    def explain(c: Context) -> Parts:
-        formula = (formula_text(c.lang, c.trace[c.name].formula),)
-        shapes = tuple(c.shape_of(s) for s in reads if s in c.trace) or (c.shape_of("X"),)
-        return formula, shapes, [en_zh(c, en, zh)]
-
-    return explain
+_explainer = stage_explainer  # the stage's own formula, the shapes it reads, or X's
 
 
 class _Texts(VariantTexts):
