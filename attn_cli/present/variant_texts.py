@@ -18,7 +18,6 @@ from attn_cli.present.i18n import FORMULA_ZH_MORE, LABELS, Lang, en_zh, formula_
 if TYPE_CHECKING:
     from attn_cli.core.inputs import Inputs
     from attn_cli.core.pipeline import Trace
-    from attn_cli.present.explain_registry import Context, Parts
 
 
 class VariantTexts:
@@ -132,12 +131,12 @@ def register(texts: VariantTexts) -> VariantTexts:
 
 def stage_explainer(
     reads: tuple[str, ...], en: str, zh: str, fallback: str = "X", stage: str | None = None
-) -> Callable[[Context], Parts]:
+) -> Callable[[Any], Any]:
     """A variant stage's explanation: its formula, the shapes of the stages it reads (``fallback``'s
     when none of them is in the trace) and its meaning in English or Chinese; ``stage`` names the
     stage whose formula is shown (default: the one explained)."""
 
-    def explain(c: Context) -> Parts:
+    def explain(c: Any) -> Any:  # explain_registry's Context -> Parts (it imports this module)
         formula = (formula_text(c.lang, c.trace[stage or c.name].formula),)
         shapes = tuple(c.shape_of(s) for s in reads if s in c.trace) or (c.shape_of(fallback),)
         return formula, shapes, [en_zh(c, en, zh)]
