@@ -267,7 +267,6 @@ def test_explain_in_both_languages() -> None:
 
 
 def test_a_wrong_kernel_is_an_error(monkeypatch: pytest.MonkeyPatch) -> None:
-    from attn_cli.check import runs
     from attn_cli.core import flash as core_flash
 
     def unrescaled(q: Array, k: Array, v: Array, **kw: Any) -> Any:
@@ -276,7 +275,7 @@ def test_a_wrong_kernel_is_an_error(monkeypatch: pytest.MonkeyPatch) -> None:
         return core_flash._forward(q, k, v, kw["block_q"], kw["block_k"], setup,
                                    core_flash._Bugs(acc_not_rescaled=True))  # fmt: skip
 
-    monkeypatch.setattr(runs, "flash_forward", unrescaled)
+    monkeypatch.setattr(core_flash, "flash_forward", unrescaled)  # read at each call
     result = invoke("llama_rope_gqa", "--block-k", "1")
     assert result.exit_code == 2
     assert "FlashAttention's output differs from the trace's" in result.stderr

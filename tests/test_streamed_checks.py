@@ -159,7 +159,7 @@ def test_every_wrong_kernel_fails_the_streamed_check(
         return core_flash._forward(q, k, v, kw["block_q"], kw["block_k"], setup,
                                    core_flash.FlashBugs(**{bug: True}))  # fmt: skip
 
-    monkeypatch.setattr(runs, "flash_forward", wrong)
+    monkeypatch.setattr(core_flash, "flash_forward", wrong)  # read at each call
     failure = flash_failure(run_flash(str(path), block_q=2, block_k=2))
     assert failure is not None
     assert "differs from the trace's" in str(failure)

@@ -33,12 +33,12 @@ from attn_cli.core.decode import (
     kv_cache_bytes,
 )
 from attn_cli.core.decode import self_check as decode_self_check
-from attn_cli.core.flash import LOG2E, FlashResult, Tile, flash_forward
 from attn_cli.core.pipeline import refuse as refuse_variants
 from attn_cli.core.variant import DecodeForm, Variant
 from attn_cli.errors import ComputeError, InputError, UsageError
 
 if TYPE_CHECKING:
+    from attn_cli.core.flash import FlashResult, Tile
     from attn_cli.core.inputs import Inputs
     from attn_cli.core.pipeline import Dtype, Trace
 
@@ -514,7 +514,8 @@ def reference_rows(
             cells = cells_of(inp, slice(b, b + 1), heads, slice(t0, t1))
             s0, s1 = allowed_span(chain, cells)
             cells = cells._replace(keys=cells.keys[s0:s1], pos_k=cells.pos_k[s0:s1])
-            x = q[b, heads, t0:t1] @ kT[:, s0:s1]  # (g, R, s1 - s0)
+            R = t1 - t0  # the group's g × R rows in one product, not g products of R rows
+            x = (q[b, heads, t0:t1].reshape(g * R, -1) @ kT[:, s0:s1]).reshape(g, R, s1 - s0)
             x *= dtype.type(trace.scale)
             x = chain.modify(x[None], lambda stage: None)  # (1, g, R, s1 - s0)
             x, _, _ = chain.masked(x, cells, x, lambda stage: None, fill=-np.inf)
@@ -542,7 +543,8 @@ def _softmax_rows_out(
     if extra is not None:
         total = total + np.exp(extra - m)
     total = np.where(empty, 1.0, total).astype(x.dtype)
-    o = (x @ v) / total  # (g, R, Dv)
+    g, R, S = x.shape
+    o = (x.reshape(g * R, S) @ v).reshape(g, R, -1) / total  # (g, R, Dv), in one product
     L = np.where(empty, -np.inf, m + np.log(total)).astype(x.dtype)
     return o.astype(x.dtype, copy=False), L[..., 0]
 
@@ -603,6 +605,8 @@ def check_flash(
     """Flash's loop over every block (the heads of a batch item at once), then again one
     (batch, head, query block) at a time for the tiles shown, which overwrite their blocks;
     then O, L and weights checked."""
+    from attn_cli.core.flash import flash_forward  # flash's own: not on decode's path
+
     inp = trace.inputs
     q, k = internal(trace, query_key(inp, "Q")), internal(trace, query_key(inp, "K"))
     v = internal(trace, "V")
@@ -631,6 +635,8 @@ def _query_blocks(
 ) -> Iterator[tuple[tuple[int, int, int, int], Callable[..., FlashResult]]]:
     """Per (batch, head, query block): where it is, and flash_forward on that block alone
     (``record_tiles`` left to the caller); its tiles are those of the whole loop, bit for bit."""
+    from attn_cli.core.flash import flash_forward  # flash's own: not on decode's path
+
     inp = trace.inputs
     B, H, T, _ = q.shape
     groups = H // k.shape[1]  # query head h reads key/value head h // groups
@@ -655,6 +661,7 @@ def flash_checks(
     trace: Trace, output: FloatArray, L: FloatArray, base2: bool
 ) -> tuple[SelfCheck, ...]:
     """O and L against :func:`reference_rows`'s, exp(x − L) against ``softmax`` (when kept)."""
+    from attn_cli.core.flash import LOG2E  # flash's own: not on decode's path
     from attn_cli.core.stages import softmax_input
 
     inp = trace.inputs
@@ -692,6 +699,8 @@ def _variant_maps(
     """The softmax maps a variant tiles beside the chain's (differential attention's second),
     each O and L checked against plain softmax rows as the chain's are (``output_2``,
     ``lse_2``), then the stages it makes of every map's O against the trace's."""
+    from attn_cli.core.flash import LOG2E, flash_forward  # flash's own: not on decode's path
+
     inp = trace.inputs
     f32 = trace.dtype == "float32"
     v = internal(trace, "V")

@@ -108,11 +108,12 @@ def refuse_page(run: Any, fmt: RunFormat) -> None:
     their difference) and a recurrent state's; a decode with rows the page does not know (a
     third map) is refused in one line rather than drawn with derivations that are not its own."""
     from attn_cli.check.state_runs import StateRun
-    from attn_cli.errors import UsageError
-    from attn_cli.present.html_maps import MAP_ROWS
 
     if fmt is not RunFormat.html or isinstance(run, StateRun):
         return
+    from attn_cli.errors import UsageError
+    from attn_cli.present.html_maps import MAP_ROWS  # the page's: imported for pages only
+
     steps = run.result.steps
     unknown = [n for s in steps[:1] for n in s.rows if n not in MAP_ROWS]
     if unknown:

@@ -200,8 +200,10 @@ class Chain:
         ``fill`` overrides the fixture's ``mask_value`` (FlashAttention and a KV cache hide
         with -inf whatever the fixture says)."""
         terms = self.bias_terms(cells, x.dtype, into)
-        if out is None:
-            masked: FloatArray = np.broadcast_to(x, cells.shape).copy()
+        if out is None:  # a copy of x as wide as the cells (x may broadcast to them)
+            masked: FloatArray = (
+                x.copy() if x.shape == cells.shape else np.broadcast_to(x, cells.shape).copy()
+            )
         else:
             masked = out
             if out is not x:

@@ -348,6 +348,7 @@ class _Attend:
         self.setup, self.bugs = setup, bugs
         self.positions = setup.positions
         self.tokens = np.arange(setup.positions.size)
+        self.rows: tuple[IntArray, IntArray] | None = None  # np.arange(B), np.arange(H)
         self.last: tuple[DecodeStep | None, StepTables | None] = (None, None)
 
     def __call__(self, step: DecodeStep) -> StepTables:
@@ -368,7 +369,9 @@ class _Attend:
         scaled = scores * q.dtype.type(setup.scale)
         pos = setup.positions
         held = cache.held  # (C,) token indices, -1 for empty slots: the chain hides those
-        cells = Cells(np.arange(B), np.arange(H), self.tokens[i : i + 1], held, pos[i : i + 1],
+        if self.rows is None or self.rows[0].size != B or self.rows[1].size != H:
+            self.rows = (np.arange(B), np.arange(H))
+        cells = Cells(*self.rows, self.tokens[i : i + 1], held, pos[i : i + 1],
                       cache.key_positions(pos))  # fmt: skip
         chain = setup.chain.without_cache_rules() if bugs.extra_slots else setup.chain
         modified, masked, weights = _attend(chain, scaled, cells)
@@ -427,8 +430,12 @@ def self_check(result: DecodeResult, full_output: FloatArray, stage: str = "outp
     """The largest |step's ``stage`` - full row| of each step; full is (B?, H, T, Dv); ``stage``
     the output or a head-output transform's (``gated``)."""
     full = full_output if full_output.ndim == 4 else full_output[None]  # (B, H, T, Dv)
-    return [float(np.abs(step_out(s, stage)[:, :, 0] - full[:, :, s.index]).max())
-            for s in result.steps]  # fmt: skip
+    if not result.steps:
+        return []
+    # every step's row at once: (B, H, steps, Dv) against the full rows of their tokens
+    outs = np.concatenate([step_out(s, stage) for s in result.steps], axis=2)
+    diff = np.abs(outs - full[:, :, [s.index for s in result.steps]])
+    return [float(d) for d in diff.max(axis=(0, 1, 3))]
 
 
 def step_out(step: DecodeStep, stage: str) -> FloatArray:

@@ -104,10 +104,10 @@ def softmax_rows(
     softmax = exp(x - lse).
     """
     row_max = x.max(axis=-1, keepdims=True)  # (..., T, 1)
-    empty = np.isneginf(row_max)
+    empty = row_max == -np.inf  # as np.isneginf, without its Python wrapper (a decode step's)
     if sink is not None:
         np.maximum(row_max, sink, out=row_max)
-    none = np.isneginf(row_max) if sink is not None else empty  # nothing to exponentiate
+    none = row_max == -np.inf if sink is not None else empty  # nothing to exponentiate
     row_max[none] = 0.0  # exp(-inf - 0) = 0 across the row
     weights: FloatArray = np.subtract(x, row_max, out=out)
     np.exp(weights, out=weights)

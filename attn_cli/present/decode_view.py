@@ -251,11 +251,11 @@ def shown_slots(run: DecodeRun, step: DecodeStep) -> list[int]:
 
 def _slot_labels(run: DecodeRun, step: DecodeStep, lang: Lang, shown: list[int]) -> list[str]:
     """``slot: token@position`` for each shown cache slot, ``(empty)`` for one unused yet."""
-    pos_of = {int(p): i for i, p in enumerate(run.trace.inputs.token_positions()[0])}
+    tokens = step.cache.held.tolist()  # the token index each slot holds
     out = []
     for s in shown:
         pos = step.cache_positions[s]
-        held = _t(lang, "empty") if pos < 0 else f"{run.label(pos_of[pos])}@{pos}"
+        held = _t(lang, "empty") if pos < 0 else f"{run.label(tokens[s])}@{pos}"
         out.append(f"{s}: {held}")
     return out
 
@@ -337,11 +337,8 @@ def _step_tables(
     names = ["scores", "scaled", *(["capped"] if step.capped is not None else []), "masked",
              "softmax"]  # fmt: skip
     extra = dict(step.rows)  # a second map and what the maps make (diff), as traced
-    for h in range(inp.heads):
-        rows = _stack(
-            [getattr(step, n)[b, h, 0, shown] for n in names]
-            + [x[b, h, 0, shown] for x in extra.values()]
-        )  # (4 or 5 +, shown C)
+    every = [getattr(step, n)[b, :, 0] for n in names] + [x[b, :, 0] for x in extra.values()]
+    for h, rows in enumerate(_stack(every)[:, :, shown].swapaxes(0, 1)):  # (H, names, shown C)
         table(rows, [*names, *extra], slot_labels, _t(lang, "row"),
               _t(lang, "attn", h=h, g=h // groups))  # fmt: skip
     explained(*names)

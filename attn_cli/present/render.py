@@ -297,10 +297,15 @@ def render_matrix(
     columns: dict[int | None, _Column] = {
         None: (Text(ELLIPSIS), [ELLIPSIS if i is None else Text(ELLIPSIS) for i in rows])
     }
-    for j in cols:
-        if j is not None:
+    shown = [j for j in cols if j is not None]
+    values = _gathered(matrix, rows, shown) if heat is None else None
+    for n, j in enumerate(shown):
+        if values is not None:
+            cells = [ELLIPSIS if x is None else _plain_cell(x[n], options.precision)
+                     for x in values]  # fmt: skip
+        else:
             cells = [_number_cell(matrix, i, j, options.precision, heat) for i in rows]
-            columns[j] = (Text(safe(col_labels[j])), cells)
+        columns[j] = (Text(safe(col_labels[j])), cells)
     return Matrix(
         Text(title, style="bold") if title else None,
         labels,
@@ -311,6 +316,22 @@ def render_matrix(
         options.full,
         spaced,
     )
+
+
+def _gathered(matrix: Any, rows: list[int | None], cols: list[int]) -> list[list[float] | None]:
+    """The shown cells of an unshaded table as Python floats, row by row (None: the elided
+    row), read in one gather rather than one element at a time."""
+    kept = [i for i in rows if i is not None]
+    block = np.asarray(matrix)[np.ix_(kept, cols)].tolist() if kept and cols else []
+    values = iter(block)
+    return [None if i is None else (next(values) if cols else []) for i in rows]
+
+
+def _plain_cell(x: float, precision: int) -> Text | str:
+    """An unshaded number: plain text, dim when −∞."""
+    if x == -math.inf:
+        return Text(format_number(x, precision), style="dim")
+    return format_number(x, precision)
 
 
 def _number_cell(
@@ -401,8 +422,9 @@ class Matrix:
         shown = [self.labels, *(self.columns[j] for j in cols)]
         if self.row_sums is not None:
             shown.append(self.row_sums)
-        for r in range(len(self.labels[1])):
-            table.add_row(*(cells[r] for _, cells in shown))
+        for r in range(len(self.labels[1])):  # a number as Text: never read as markup
+            table.add_row(*(Text(c) if isinstance(c, str) else c for _, c in
+                            ((h, cells[r]) for h, cells in shown)))  # fmt: skip
         return table
 
     def width(self, cols: Sequence[int | None]) -> int:
@@ -474,6 +496,9 @@ class Matrix:
         """:meth:`table` as Rich draws it (box SIMPLE_HEAD without edges, one blank inside
         each side), segment for segment, without Rich's layout: every column's width is known.
         A dozen small tables drawn by Rich's layout cost ~5 ms of each ``attn trace``."""
+        if console.color_system is None:  # styles draw as nothing (Style.render): plain lines
+            yield from self._drawn_plain(cols, width)
+            return
         null, bold = Style.null(), console.get_style("bold")
         shown = [(self.labels, self.label_width, "left", bold)]
         shown += [(self.columns[j], self.widths[j], "right", null) for j in cols]
@@ -493,6 +518,28 @@ class Matrix:
             yield from _row(console, cells)
         if self.spaced:
             yield Segment(" " * width + "\n", null)
+
+    def _drawn_plain(self, cols: Sequence[int | None], width: int) -> RenderResult:
+        """:meth:`_drawn` on a console that draws no style: the same characters, one segment a
+        line (a decode's dozens of tables are thousands of cells)."""
+        shown = [(self.labels, self.label_width, "left")]
+        shown += [(self.columns[j], self.widths[j], "right") for j in cols]
+        if self.row_sums is not None:
+            shown.append((self.row_sums, self.sums_width, "right"))
+        line = Segment.line()
+        if self.title is not None:
+            yield Segment(self.title.plain + " " * (width - self.title.cell_len))
+            yield line
+        yield Segment(_line([(head, w, justify) for (head, _), w, justify in shown]))
+        yield line
+        yield Segment("─" * width)
+        yield line
+        for r in range(len(self.labels[1])):
+            yield Segment(_line([(c[r], w, justify) for (_, c), w, justify in shown]))
+            yield line
+        if self.spaced:
+            yield Segment(" " * width)
+            yield line
 
     def __rich_measure__(self, console: Console, options: ConsoleOptions) -> Measurement:
         narrowest = self.width(self.cols if self.full else self.fitting(0))
@@ -518,6 +565,19 @@ def _row(console: Console, cells: list[tuple[Text | str, int, str, Style]]) -> R
         if i < last:
             yield Segment(" ", style)
     yield Segment.line()
+
+
+def _line(cells: list[tuple[Text | str, int, str]]) -> str:
+    """The characters of one :func:`_row`: each cell justified in its width, three blanks
+    between (the padding each side and the column rule)."""
+    bodies = []
+    for cell, width, justify in cells:
+        text = cell.plain if isinstance(cell, Text) else cell
+        if justify == "right":
+            text = text.rstrip()
+        pad = " " * (width - cell_len(text))
+        bodies.append(text + pad if justify == "left" else pad + text)
+    return "   ".join(bodies)
 
 
 def _style_of(console: Console, text: Text) -> Style | None:
