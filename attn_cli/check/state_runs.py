@@ -39,7 +39,6 @@ from attn_cli.check.runs import (
 )
 from attn_cli.core.decode import kv_cache_bytes
 from attn_cli.core.decode import self_check as decode_self_check
-from attn_cli.core.decode_maps import MapsForm, decode_maps
 from attn_cli.core.decode_state import (
     Recurrence,
     StateBytes,
@@ -50,6 +49,7 @@ from attn_cli.core.decode_state import (
 from attn_cli.errors import UsageError
 
 if TYPE_CHECKING:
+    from attn_cli.core.decode_maps import MapsForm
     from attn_cli.core.inputs import Inputs
     from attn_cli.core.pipeline import Trace
 
@@ -144,6 +144,8 @@ def maps_form(trace: Trace) -> MapsForm | None:
         arrays = {n: internal(trace, n) for n in names if n in trace}
         form = v.decode_maps(value, chain.inputs, arrays, cast)
         if form is not None:
+            from attn_cli.core.decode_maps import MapsForm  # two maps' loop: theirs only
+
             assert isinstance(form, MapsForm), f"{v.name}.decode_maps returns a MapsForm"
             return form
     return None
@@ -154,6 +156,8 @@ def check_maps_decode(
 ) -> DecodeRun:
     """Decode each map over the cache and combine them every step; each step checked against
     the rows of plain softmax attention of each map (streamed, no T×T), combined the same way."""
+    from attn_cli.core.decode_maps import decode_maps
+
     chain = trace_chain(trace)
     final = chain.joined  # diff_scaled
     pos = trace.inputs.token_positions()[0]

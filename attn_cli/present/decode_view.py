@@ -18,7 +18,6 @@ from rich.table import Table
 from rich.text import Text
 
 from attn_cli.core.stages import SPECS
-from attn_cli.present.explain_registry import Explanation
 from attn_cli.present.i18n import Lang, label
 from attn_cli.present.options import RenderOptions
 from attn_cli.present.render import render_explanation, render_header
@@ -35,6 +34,7 @@ from attn_cli.present.variants import active, ring_slots, view_asides, view_inpu
 if TYPE_CHECKING:
     from attn_cli.check.runs import DecodeRun
     from attn_cli.core.decode import DecodeStep
+    from attn_cli.present.explain_registry import Explanation
 
 LABELS: dict[Lang, dict[str, str]] = {
     "en": {
@@ -530,6 +530,8 @@ _EXPLAIN: dict[str, dict[Lang, tuple[str, str]]] = {  # key -> lang -> (formula,
 
 def explain(run: DecodeRun, key: str, lang: Lang, step: DecodeStep | None = None) -> Explanation:
     """The explanation of one quantity of the decode, with this step's shapes."""
+    from attn_cli.present.explain_registry import Explanation  # --explain only
+
     formula, meaning = (_EXPLAIN | view_notes("decode"))[key][lang]
     meaning += view_asides("decode", key, lang)
     inp = run.trace.inputs

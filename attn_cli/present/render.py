@@ -472,7 +472,7 @@ class Matrix:
             return
         if self.full:  # one column, wider than the console: as wide as it needs
             options = options.update_width(max(options.max_width, width))
-        if self._drawable(width, options.max_width):
+        if self._drawable(width, options.max_width, console.color_system is None):
             yield from self._drawn(console, cols, width)
             return
         table = self.table(cols)  # Rich crops the cells, wraps the title
@@ -480,11 +480,13 @@ class Matrix:
             Padding(table, (0, 0, 1, 0), expand=False) if self.spaced else table, options
         )
 
-    def _drawable(self, width: int, max_width: int) -> bool:
+    def _drawable(self, width: int, max_width: int, plain: bool = False) -> bool:
         """Whether the table fits as drawn by :meth:`_drawn`: no cell to crop, a one-line
-        title, cells of one style each."""
+        title, cells of one style each (any, on a ``plain`` console: it draws no style)."""
         if width > max_width or (self.title is not None and self.title.cell_len > width):
             return False
+        if plain:
+            return True
         columns = [self.labels, *self.columns.values()]
         if self.row_sums is not None:
             columns.append(self.row_sums)
@@ -555,7 +557,7 @@ def _row(console: Console, cells: list[tuple[Text | str, int, str, Style]]) -> R
         text = cell.plain if isinstance(cell, Text) else cell
         if justify == "right":
             text = text.rstrip()  # as Rich does: a heat cell's blank mark goes
-        pad = " " * (width - cell_len(text))
+        pad = " " * (width - _cells_of(text))
         own = _style_of(console, cell) if isinstance(cell, Text) else None
         if i:
             yield Segment(" ", null)  # the column rule of SIMPLE_HEAD: a blank
@@ -575,7 +577,7 @@ def _line(cells: list[tuple[Text | str, int, str]]) -> str:
         text = cell.plain if isinstance(cell, Text) else cell
         if justify == "right":
             text = text.rstrip()
-        pad = " " * (width - cell_len(text))
+        pad = " " * (width - _cells_of(text))
         bodies.append(text + pad if justify == "left" else pad + text)
     return "   ".join(bodies)
 
@@ -589,7 +591,13 @@ def _style_of(console: Console, text: Text) -> Style | None:
 
 def _widest(column: _Column) -> int:
     head, cells = column
-    return max(cell_len(c.plain if isinstance(c, Text) else c) for c in (head, *cells))
+    return max(_cells_of(c.plain if isinstance(c, Text) else c) for c in (head, *cells))
+
+
+def _cells_of(text: str) -> int:
+    """Terminal cells of ``text``: its length when printable ASCII (a number), else Rich's
+    count (wide characters, zero-width ones)."""
+    return len(text) if text.isascii() and text.isprintable() else cell_len(text)
 
 
 # ---------------------------------------------------------------------------------------------
