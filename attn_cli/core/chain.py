@@ -292,7 +292,11 @@ def allowed_span(chain: Chain, cells: Cells) -> tuple[int, int]:
     allowed = chain.allowed(cells)  # (b, h, R, S)-broadcastable, None: every key
     if allowed is None:
         return 0, len(cells.keys)
-    found = np.flatnonzero(np.broadcast_to(allowed, cells.shape).any(axis=(0, 1, 2)))  # (S,)
+    if 0 in cells.shape:
+        return 0, 0
+    # any over its own leading axes (where it broadcasts they are 1: no need to repeat them)
+    own = np.asarray(allowed).reshape((1,) * (4 - np.ndim(allowed)) + np.shape(allowed))
+    found = np.flatnonzero(np.broadcast_to(own.any(axis=(0, 1, 2)), (cells.shape[3],)))  # (S,)
     if not found.size:
         return 0, 0
     return int(found[0]), int(found[-1]) + 1

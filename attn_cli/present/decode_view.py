@@ -20,7 +20,7 @@ from rich.text import Text
 from attn_cli.core.stages import SPECS
 from attn_cli.present.i18n import Lang, label
 from attn_cli.present.options import RenderOptions
-from attn_cli.present.render import render_explanation, render_header
+from attn_cli.present.render import Line, render_explanation, render_header
 from attn_cli.present.run_view import (
     lookup,
     run_pages,
@@ -281,18 +281,18 @@ def render_step(run: DecodeRun, k: int, options: RenderOptions) -> Group:
     how = _t(lang, "ring", w=ring) if ring is not None else _t(lang, "grow")
     parts: list[RenderableType] = [
         Rule(Text(title, style="bold cyan"), align="left", style="cyan"),
-        Text(_t(lang, "cache", c=step.slots, held=_held_line(slots, options.full))),
-        Text(how, style="dim"),
+        Line(_t(lang, "cache", c=step.slots, held=_held_line(slots, options.full))),
+        Line(how, style="dim"),
     ]
     if len(shown) < step.slots:
         unused = _t(lang, "unused", n=step.slots - len(shown), w=step.slots, t=inp.seq_k)
-        parts.append(Text(unused, style="dim"))
+        parts.append(Line(unused, style="dim"))
     for b in range(inp.batch):
         parts += _step_tables(run, step, b, (shown, slots), options)
     parts.append(_check_line(run, k, lang))
     if options.explain:
         parts.append(render_explanation(explain(run, "check", lang, step)))
-    return Group(*parts, Text(""))
+    return Group(*parts, Line(""))
 
 
 def _step_tables(
@@ -401,12 +401,12 @@ def _mark(ok: bool) -> str:
     return "✓" if ok else "✗"
 
 
-def _check_line(run: DecodeRun, k: int, lang: Lang) -> Text:
+def _check_line(run: DecodeRun, k: int, lang: Lang) -> Line:
     step, diff = run.result.steps[k], run.diffs[k]
     ok = diff <= run.tolerance
     text = _t(lang, "check", token=repr(safe(run.label(step.index))), diff=f"{diff:.3e}",
               mark=_mark(ok), tol=f"{run.tolerance:g}", stage=run.checked)  # fmt: skip
-    return Text(text, style="green" if ok else "bold red")
+    return Line(text, style="green" if ok else "bold red")
 
 
 def render_checks(run: DecodeRun, options: RenderOptions) -> Group:

@@ -360,6 +360,27 @@ def _row_sums(heat: SliceHeat | None, rows: list[int | None], precision: int) ->
     )
 
 
+class Line:
+    """One line of text in one style, as ``Text(text, style=style)`` draws it: one segment when
+    it fits the width, else that Text (which wraps it). Rich lays a Text out word by word,
+    about 80 µs a line: the titles of the 84 tables of a 1,024-token decode cost 7 ms."""
+
+    def __init__(self, text: str, style: str = "") -> None:
+        self.text = text
+        self.style = style
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        text = self.text
+        if "\n" in text or "\t" in text or _cells_of(text) > options.max_width:
+            yield Text(text, style=self.style)
+            return
+        yield Segment(text, console.get_style(self.style) if self.style else None)
+        yield Segment.line()
+
+    def __rich_measure__(self, console: Console, options: ConsoleOptions) -> Measurement:
+        return Measurement.get(console, options, Text(self.text, style=self.style))
+
+
 _Column = tuple[Text, list[Text | str]]  # a table column: its header and its cells
 
 
