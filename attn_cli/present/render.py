@@ -292,11 +292,9 @@ def render_matrix(
     # it has is known (Matrix), from the columns that fit.
     labels: _Column = (
         Text(axis_name(options.lang, row_axis), style="dim"),
-        [ELLIPSIS if i is None else Text(safe(row_labels[i])) for i in rows],
+        [ELLIPSIS if i is None else safe(row_labels[i]) for i in rows],
     )
-    columns: dict[int | None, _Column] = {
-        None: (Text(ELLIPSIS), [ELLIPSIS if i is None else Text(ELLIPSIS) for i in rows])
-    }
+    columns: dict[int | None, _Column] = {None: (ELLIPSIS, [ELLIPSIS for _ in rows])}
     shown = [j for j in cols if j is not None]
     values = _gathered(matrix, rows, shown) if heat is None else None
     for n, j in enumerate(shown):
@@ -305,7 +303,7 @@ def render_matrix(
                      for x in values]  # fmt: skip
         else:
             cells = [_number_cell(matrix, i, j, options.precision, heat) for i in rows]
-        columns[j] = (Text(safe(col_labels[j])), cells)
+        columns[j] = (safe(col_labels[j]), cells)
     return Matrix(
         Text(title, style="bold") if title else None,
         labels,
@@ -381,7 +379,13 @@ class Line:
         return Measurement.get(console, options, Text(self.text, style=self.style))
 
 
-_Column = tuple[Text, list[Text | str]]  # a table column: its header and its cells
+# a table column: its header and its cells, each a str (plain: a label, a number) or a Text
+_Column = tuple[Text | str, list[Text | str]]
+
+
+def _text(cell: Text | str) -> Text:
+    """A cell as Text for Rich's table: a str is never read as markup (a token's "[b]")."""
+    return Text(cell) if isinstance(cell, str) else cell
 
 
 class Matrix:
@@ -432,20 +436,20 @@ class Matrix:
         )
         # Each column as wide as its widest cell, so Rich need not measure every cell.
         table.add_column(
-            self.labels[0], justify="left", no_wrap=True, style="bold", width=self.label_width
-        )
+            _text(self.labels[0]), justify="left", no_wrap=True, style="bold",
+            width=self.label_width,
+        )  # fmt: skip
         for j in cols:
             table.add_column(
-                self.columns[j][0], justify="right", no_wrap=True, width=self.widths[j]
+                _text(self.columns[j][0]), justify="right", no_wrap=True, width=self.widths[j]
             )
         if self.row_sums is not None:
-            table.add_column(self.row_sums[0], justify="right", width=self.sums_width)
+            table.add_column(_text(self.row_sums[0]), justify="right", width=self.sums_width)
         shown = [self.labels, *(self.columns[j] for j in cols)]
         if self.row_sums is not None:
             shown.append(self.row_sums)
-        for r in range(len(self.labels[1])):  # a number as Text: never read as markup
-            table.add_row(*(Text(c) if isinstance(c, str) else c for _, c in
-                            ((h, cells[r]) for h, cells in shown)))  # fmt: skip
+        for r in range(len(self.labels[1])):
+            table.add_row(*(_text(cells[r]) for _, cells in shown))
         return table
 
     def width(self, cols: Sequence[int | None]) -> int:
