@@ -4,10 +4,9 @@ run's tables or JSON go.
 
 import sys
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, Optional
+from typing import TYPE_CHECKING, Annotated, Any, NamedTuple, Optional
 
 import typer
 
@@ -53,8 +52,7 @@ StepOption = Annotated[
 ]
 
 
-@dataclass(frozen=True)
-class RunView:
+class RunView(NamedTuple):  # built at import on every decode and flash run: no dataclass
     """A run's views by name, imported only when shown: pages, titles, tables, JSON."""
 
     module: str  # the present module with the pages, titles and tables
@@ -65,8 +63,7 @@ class RunView:
     page: str = ""  # the interactive page (-f html): in html_steps, or "module:function"
 
 
-@dataclass(frozen=True)
-class RunOutput:
+class RunOutput(NamedTuple):
     """How a run is shown: the view options of attn decode and attn flash."""
 
     fmt: Format | RunFormat

@@ -171,8 +171,7 @@ class DecodeResult:
     prefill_outs: Mapping[str, FloatArray] = field(default_factory=dict)  # (B, H, prefill, Dv)
 
 
-@dataclass(frozen=True)
-class DecodeBugs:
+class DecodeBugs(NamedTuple):
     """Mistakes of hand-written decode loops, for the grader to recompute (all off: correct)."""
 
     rerotate_cache: bool = False  # cached keys rotated again at every step
@@ -183,8 +182,7 @@ class DecodeBugs:
     extra_slots: int = 0
 
 
-@dataclass(frozen=True, eq=False)
-class _Setup:
+class _Setup(NamedTuple):
     chain: Chain
     scale: float
     positions: IntArray  # (T,)
@@ -450,8 +448,7 @@ def step_out(step: DecodeStep, stage: str) -> FloatArray:
     return step.outs.get(stage, step.output)
 
 
-@dataclass(frozen=True)
-class KVCacheBytes:
+class KVCacheBytes(NamedTuple):
     """Bytes of K and V cache per token per layer, for this model, MHA and MQA, and for seq."""
 
     kv_heads: int
