@@ -11,16 +11,14 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
-from rich import box
 from rich.console import Group, RenderableType
 from rich.rule import Rule
-from rich.table import Table
 from rich.text import Text
 
 from attn_cli.core.stages import SPECS
 from attn_cli.present.i18n import Lang, label
 from attn_cli.present.options import RenderOptions
-from attn_cli.present.render import Line, render_explanation, render_header
+from attn_cli.present.render import Line, Listing, render_explanation, render_header
 from attn_cli.present.run_view import (
     lookup,
     run_pages,
@@ -212,19 +210,17 @@ def render_cost(run: DecodeRun, lang: Lang) -> Group:
     c = run.cost
     inp = run.trace.inputs
     kind = "MHA" if c.kv_heads == c.heads else "MQA" if c.kv_heads == 1 else "GQA"
-    table = Table(title=Text(_t(lang, "cost_title"), style="bold"), title_justify="left",
-                  box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, padding=(0, 1))  # fmt: skip
     # headers wrap at 80 columns (a long one was cut to "kv_hea…"); numbers are one word each
-    table.add_column(_t(lang, "col_layout"))
-    for head in ("col_kv", "col_per_token", "col_bf16"):
-        table.add_column(_t(lang, head), justify="right")
-    table.add_column(_t(lang, "col_total", t=c.seq), justify="right")
+    columns = [(_t(lang, "col_layout"), "left")]
+    columns += [(_t(lang, head), "right") for head in ("col_kv", "col_per_token", "col_bf16")]
+    columns.append((_t(lang, "col_total", t=c.seq), "right"))
     this = _t(lang, "this", kind=kind) if c.latent is None else _t(lang, "this_latent")
     rows = ((this, 1 if c.latent is not None else c.kv_heads, c.per_token, c.total),
             (_t(lang, "mha"), c.heads, c.per_token_mha, c.total_mha),
             (_t(lang, "mqa"), 1, c.per_token_mqa, c.total_mqa))  # fmt: skip
-    for name, kv, per_token, total in rows:
-        table.add_row(name, str(kv), f"{per_token:,}", f"{per_token // 4:,}", f"{total:,}")
+    cells = [[name, str(kv), f"{per_token:,}", f"{per_token // 4:,}", f"{total:,}"]
+             for name, kv, per_token, total in rows]  # fmt: skip
+    table = Listing(Text(_t(lang, "cost_title"), style="bold"), columns, cells)
     parts: list[RenderableType] = [table]
     formula = _t(lang, "cost_formula", kv=c.kv_heads, dk=inp.d_k, dv=inp.d_v, n=c.per_token)
     if c.latent is not None:
@@ -412,19 +408,19 @@ def _check_line(run: DecodeRun, k: int, lang: Lang) -> Line:
 def render_checks(run: DecodeRun, options: RenderOptions) -> Group:
     """Every step's largest difference from the full trace, and the prefill's."""
     lang = options.lang
-    table = Table(title=Text(_t(lang, "check_title"), style="bold"), title_justify="left",
-                  box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, padding=(0, 1))  # fmt: skip
-    for n, head in enumerate(("col_step", "col_token", "col_pos", "col_slots", "col_diff")):
-        table.add_column(_t(lang, head), justify="left" if n == 1 else "right", no_wrap=True)
+    heads = ("col_step", "col_token", "col_pos", "col_slots", "col_diff")
+    columns = [(_t(lang, head), "left" if n == 1 else "right") for n, head in enumerate(heads)]
     steps = run.result.steps
+    rows: list[list[Text | str]] = []
     for k in pick(len(steps), 2 * TABLE_LIMIT, TABLE_EDGE, options.full):
         if k is None:
-            table.add_row("…", "…", "…", "…", "…")
+            rows.append(["…", "…", "…", "…", "…"])
             continue
         s, diff = steps[k], run.diffs[k]
         ok = diff <= run.tolerance
         shown = Text(f"{diff:.3e} {_mark(ok)}", style="green" if ok else "bold red")
-        table.add_row(str(k + 1), safe(run.label(s.index)), str(s.position), str(s.slots), shown)
+        rows.append([str(k + 1), safe(run.label(s.index)), str(s.position), str(s.slots), shown])
+    table = Listing(Text(_t(lang, "check_title"), style="bold"), columns, rows, no_wrap=True)
     ok = run.prefill_diff <= run.tolerance
     prefill = _t(lang, "check_prefill", diff=f"{run.prefill_diff:.3e}", mark=_mark(ok),
                  stage=run.checked)  # fmt: skip
