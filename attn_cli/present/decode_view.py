@@ -18,7 +18,7 @@ from rich.text import Text
 from attn_cli.core.stages import SPECS
 from attn_cli.present.i18n import Lang, label
 from attn_cli.present.options import RenderOptions
-from attn_cli.present.render import Line, Listing, render_explanation, render_header
+from attn_cli.present.render import Heading, Line, Listing, render_explanation, render_header
 from attn_cli.present.run_view import (
     lookup,
     run_pages,
@@ -193,9 +193,9 @@ def render_overview(run: DecodeRun, options: RenderOptions) -> Group:
     tokens = ", ".join(safe(run.label(i)) for i in range(P))
     parts: list[RenderableType] = [
         render_header(run.trace, lang),
-        Rule(Text(_t(lang, "title"), style="bold cyan"), align="left", style="cyan"),
-        Text(_t(lang, "overview", p=P, tokens=tokens)),
-        Text(_t(lang, "steps", n=len(run.result.steps))),
+        Heading(Text(_t(lang, "title"), style="bold cyan"), align="left", style="cyan"),
+        Line(_t(lang, "overview", p=P, tokens=tokens)),
+        Line(_t(lang, "steps", n=len(run.result.steps))),
         *sentinel_note(run.sentinel, lang),
         Text(""),
         render_cost(run, lang),
@@ -225,7 +225,7 @@ def render_cost(run: DecodeRun, lang: Lang) -> Group:
     formula = _t(lang, "cost_formula", kv=c.kv_heads, dk=inp.d_k, dv=inp.d_v, n=c.per_token)
     if c.latent is not None:
         formula = _t(lang, "latent_formula", parts=run.cache_parts, n=c.latent, b=c.per_token)
-    parts.append(Text(formula, style="italic"))
+    parts.append(Line(formula, style="italic"))
     for t in active(inp):
         parts += [Text(n) for n in t.cost_notes(t.setting(inp), c.per_token, c.seq, lang)]
     if inp.has_batch:
@@ -276,7 +276,7 @@ def render_step(run: DecodeRun, k: int, options: RenderOptions) -> Group:
     ring = ring_slots(inp)
     how = _t(lang, "ring", w=ring) if ring is not None else _t(lang, "grow")
     parts: list[RenderableType] = [
-        Rule(Text(title, style="bold cyan"), align="left", style="cyan"),
+        Heading(Text(title, style="bold cyan"), align="left", style="cyan"),
         Line(_t(lang, "cache", c=step.slots, held=_held_line(slots, options.full))),
         Line(how, style="dim"),
     ]
@@ -424,7 +424,7 @@ def render_checks(run: DecodeRun, options: RenderOptions) -> Group:
     ok = run.prefill_diff <= run.tolerance
     prefill = _t(lang, "check_prefill", diff=f"{run.prefill_diff:.3e}", mark=_mark(ok),
                  stage=run.checked)  # fmt: skip
-    return Group(Rule(style="cyan"), table, Text(prefill, style="green" if ok else "bold red"))
+    return Group(Rule(style="cyan"), table, Line(prefill, style="green" if ok else "bold red"))
 
 
 # ---------------------------------------------------------------------------------------------
