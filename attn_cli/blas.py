@@ -48,10 +48,15 @@ def blas_threads(environ: Mapping[str, str] = os.environ) -> int | None:
     return int(given)
 
 
+PROC = ("/proc/pressure/cpu", "/proc/loadavg", "/proc/self/task")
+READING_STANDS = 2.0  # seconds one reading of this machine stands for: a run reads it once
+_reading: tuple[float, int | None] | None = None  # (when, free cores) of the last reading
+
+
 def free_cores(
-    pressure: str = "/proc/pressure/cpu",
-    loadavg: str = "/proc/loadavg",
-    tasks: str = "/proc/self/task",
+    pressure: str = PROC[0],
+    loadavg: str = PROC[1],
+    tasks: str = PROC[2],
 ) -> int | None:
     """The cores this run can have to itself: None when that is all of them, else at least 1.
 
@@ -60,7 +65,20 @@ def free_cores(
     least of three looks half a millisecond apart (a blip is not load). A busy loop on one
     of two cores leaves one. CPU pressure ("some avg10" above 20%: tasks have been waiting)
     leaves one as well. Without /proc, a 1-minute load average of at least the cores does.
+    This machine's reading stands for ``READING_STANDS`` seconds: a decode's pipeline and its
+    loop ask once (each look costs a millisecond).
     """
+    global _reading
+    own = (pressure, loadavg, tasks) == PROC
+    if own and _reading is not None and time.monotonic() - _reading[0] < READING_STANDS:
+        return _reading[1]
+    found = _free_cores(pressure, loadavg, tasks)
+    if own:
+        _reading = (time.monotonic(), found)
+    return found
+
+
+def _free_cores(pressure: str, loadavg: str, tasks: str) -> int | None:
     cores = _cores()
     if _pressure(pressure) > BUSY_PRESSURE:
         return 1

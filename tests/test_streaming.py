@@ -292,6 +292,29 @@ def test_without_proc_the_load_average_decides(
     assert free_cores(*missing) is None
 
 
+def test_one_reading_of_this_machine_stands_for_a_run(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A decode's pipeline and its loop each ask; /proc is read once, and again after
+    READING_STANDS seconds. Readings of other paths (the tests' own) are never kept."""
+    import attn_cli.blas as blas
+
+    reads: list[tuple[str, ...]] = []
+    answers = iter([1, None, 1])
+
+    def reading(*paths: str) -> int | None:
+        reads.append(paths)
+        return next(answers)
+
+    now = [100.0]
+    monkeypatch.setattr(blas, "_free_cores", reading)
+    monkeypatch.setattr(blas, "_reading", None)
+    monkeypatch.setattr("attn_cli.blas.time.monotonic", lambda: now[0])
+    assert free_cores() == 1 and free_cores() == 1 and len(reads) == 1
+    now[0] += blas.READING_STANDS + 0.1
+    assert free_cores() is None and len(reads) == 2
+    assert free_cores("cpu", "loadavg", "task") == 1 and len(reads) == 3  # not kept
+    assert free_cores() is None and len(reads) == 3
+
+
 def test_this_process_reads_as_running_on_this_machine() -> None:
     """The real /proc (Linux): this thread is running as it looks, so it is not counted."""
     if not Path("/proc/self/task").is_dir():
