@@ -19,11 +19,11 @@ import numpy as np
 
 from attn_cli.present.html_page import _both, _esc, _listed
 from attn_cli.present.html_steps import (
-    MAX_STEPS,
     _attrs,
     _explained,
     _page,
     _part,
+    _picked_steps,
     _Steps,
     _w,
     _where,
@@ -93,11 +93,7 @@ def state_page(run: StateRun, options: RenderOptions | None = None, theme: str =
     options = options or RenderOptions()
     p = _Steps(run, options, "decode")
     steps = run.result.steps
-    full = options.full and len(steps) <= MAX_STEPS
-    picked = pick(len(steps), TABLE_LIMIT, TABLE_EDGE, full)
-    if None in picked:
-        shown = sum(k is not None for k in picked)
-        p.notes.append(p.note("elided_steps", shown=shown, n=len(steps), cap=MAX_STEPS))
+    picked = _picked_steps(p, len(steps))
     sections = [(_w("en", "overview"), _overview(run))]
     kept: dict[str, Any] = {}
     for k in picked:

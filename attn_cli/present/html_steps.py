@@ -418,6 +418,16 @@ def _explained(run: Any, explain: Callable[[Any, str, Lang], Any], key: str) -> 
 # attn decode
 
 
+def _picked_steps(p: _Steps, n: int) -> list[int | None]:
+    """The steps a decode page shows (None: the elided middle), with the page's note when some
+    are elided: every step with --full up to MAX_STEPS, else the first and last few."""
+    picked = pick(n, TABLE_LIMIT, TABLE_EDGE, p.options.full and n <= MAX_STEPS)
+    if None in picked:
+        shown = sum(k is not None for k in picked)
+        p.notes.append(p.note("elided_steps", shown=shown, n=n, cap=MAX_STEPS))
+    return picked
+
+
 def decode_page(run: DecodeRun, options: RenderOptions | None = None, theme: str = "dark") -> str:
     """The decode as one page: the overview, a section per step shown, the self-check."""
     from attn_cli.present.decode_view import LABELS as DECODE_LABELS
@@ -425,11 +435,7 @@ def decode_page(run: DecodeRun, options: RenderOptions | None = None, theme: str
     options = options or RenderOptions()
     p = _Steps(run, options, "decode")
     steps = run.result.steps
-    full = options.full and len(steps) <= MAX_STEPS
-    picked = pick(len(steps), TABLE_LIMIT, TABLE_EDGE, full)
-    if None in picked:
-        shown = sum(k is not None for k in picked)
-        p.notes.append(p.note("elided_steps", shown=shown, n=len(steps), cap=MAX_STEPS))
+    picked = _picked_steps(p, len(steps))
     sections = [(_w("en", "overview"), _decode_overview(run, DECODE_LABELS))]
     kept: dict[str, Any] = {}
     for k in picked:
