@@ -84,6 +84,8 @@ class FlashResult:
     block_q: int
     block_k: int
     base2: bool
+    m: FloatArray | None = None  # (B, H, T): the running max after the last key block
+    l: FloatArray | None = None  # noqa: E741 (B, H, T): the running sum after it
 
 
 @dataclass(frozen=True)
@@ -107,6 +109,8 @@ class _Setup:
     skip_offset: int | None  # keys j > query i + offset are hidden: tiles above are skipped
     base2: bool
     record: bool
+    key_origin: int = 0  # the chain's key index of k[:, :, 0] (a split-KV chunk's first key)
+    with_extra: bool = True  # False: an extra logit (sinks) is left to the caller's merge
 
 
 def flash_forward(
@@ -122,14 +126,18 @@ def flash_forward(
     base2: bool = False,
     record_tiles: bool = True,
     origin: tuple[int, int, int] = (0, 0, 0),
+    key_origin: int = 0,
+    with_extra: bool = True,
 ) -> FlashResult:
     """The FlashAttention-2 forward; ``causal_offset`` o says the chain hides every key
     j > query i + o, so the tiles wholly above that diagonal are skipped (None: none is).
 
     ``origin`` is where q starts in the chain's inputs, (batch, head, query): a block run on
-    its own.
+    its own; ``key_origin`` is where k and v start (a split-KV chunk: core/split_kv.py), and
+    ``with_extra=False`` leaves the chain's extra logit out of m and l (the merge adds it once).
     """
-    setup = _Setup(chain, scale, origin, causal_offset, base2, record_tiles)
+    setup = _Setup(chain, scale, origin, causal_offset, base2, record_tiles, key_origin,
+                   with_extra)  # fmt: skip
     return _forward(q, k, v, block_q, block_k, setup, FlashBugs())
 
 
@@ -154,6 +162,7 @@ def _forward(
     groups = H // Hkv  # query head h reads key/value head h // groups
     output = np.zeros((B, H, T, Dv), q.dtype)
     L = np.empty((B, H, T), q.dtype)
+    m, l = np.empty((B, H, T), q.dtype), np.empty((B, H, T), q.dtype)  # noqa: E741
     tiles: list[Tile] = []
     # (first query head, query heads, first kv head, kv heads) of each call
     heads = [(h, 1, h // groups, 1) for h in range(H)] if setup.record else [(0, H, 0, Hkv)]
@@ -163,11 +172,12 @@ def _forward(
             for t0 in range(0, T, block_q):
                 t1 = min(T, t0 + block_q)
                 at = (b, h0, t0, t1)
-                o, L_row, row_tiles = _query_block(q[b, h0 : h0 + n_h, t0:t1], kv, at, block_k,
-                                                   setup, bugs)  # fmt: skip
+                o, L_row, row_tiles, (m_row, l_row) = _query_block(
+                    q[b, h0 : h0 + n_h, t0:t1], kv, at, block_k, setup, bugs)  # fmt: skip
                 output[b, h0 : h0 + n_h, t0:t1], L[b, h0 : h0 + n_h, t0:t1] = o, L_row
+                m[b, h0 : h0 + n_h, t0:t1], l[b, h0 : h0 + n_h, t0:t1] = m_row, l_row
                 tiles.extend(row_tiles)
-    return FlashResult(output, L, tuple(tiles), block_q, block_k, setup.base2)
+    return FlashResult(output, L, tuple(tiles), block_q, block_k, setup.base2, m, l)
 
 
 def _query_block(
@@ -177,9 +187,9 @@ def _query_block(
     block_k: int,
     setup: _Setup,
     bugs: FlashBugs,
-) -> tuple[FloatArray, FloatArray, list[Tile]]:
-    """One query block over every key block in order: O (Hq, bq, Dv), L (Hq, bq) and its tiles
-    (recorded for one head only)."""
+) -> tuple[FloatArray, FloatArray, list[Tile], tuple[FloatArray, FloatArray]]:
+    """One query block over every key block in order: O (Hq, bq, Dv), L (Hq, bq), its tiles
+    (recorded for one head only) and the last running m and l (Hq, bq)."""
     k, v = kv
     b, h0, t0, t1 = at
     Hq, n, D = q.shape
@@ -194,7 +204,7 @@ def _query_block(
     m = np.full((Hq, n), -np.inf, dtype)
     l = np.zeros((Hq, n), dtype)  # noqa: E741
     row = _cells(setup, b, (h0, h0 + Hq), t0, t1, 0, S)  # the block's cells, sliced per tile
-    extra = setup.chain.extra_logit(row, dtype)  # (1, Hq, 1, 1)
+    extra = setup.chain.extra_logit(row, dtype) if setup.with_extra else None  # (1, Hq, 1, 1)
     if extra is not None:
         m = np.broadcast_to(extra[0, :, :, 0] * to_base, (Hq, n)).astype(dtype)
         l = np.ones((Hq, n), dtype)  # noqa: E741
@@ -228,7 +238,7 @@ def _query_block(
             tiles.append(Tile(b, h0, (t0, t1), (s0, s1), False, S_tile[0], m[0], alpha[0], P[0],
                               l[0], acc[0]))  # fmt: skip
     o, L_row = _finish(acc, l, m, setup.base2, bugs)
-    return o, L_row, tiles
+    return o, L_row, tiles, (m, l)
 
 
 def _finish(
@@ -267,9 +277,10 @@ def _cells(
     """A block's cells in the chain's inputs: (b, heads h0:h1, rows t0:t1, keys s0:s1) from
     the origin."""
     ob, oh, ot = setup.origin
+    ok = setup.key_origin
     h0, h1 = heads
     return cells_of(setup.chain.inputs, slice(ob + b, ob + b + 1), slice(oh + h0, oh + h1),
-                    slice(ot + t0, ot + t1), slice(s0, s1))  # fmt: skip
+                    slice(ot + t0, ot + t1), slice(ok + s0, ok + s1))  # fmt: skip
 
 
 def _tile_scores(scaled: np.ndarray[Any, Any], cells: Cells, setup: _Setup) -> FloatArray:
