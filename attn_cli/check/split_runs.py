@@ -7,6 +7,7 @@ Axis names as in core/flash.py: B batch, H query heads, T queries, Dv d_v; n chu
 
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -156,7 +157,7 @@ def check_split(
     checks = list(flash_checks(trace, merged.output, merged.lse, base2))
     ref_o, ref_L = reference_rows(trace, args["q"], args["k"], args["v"])
     f32 = trace.dtype == "float32"
-    scores = float(np.abs(ref_L[np.isfinite(ref_L)]).max(initial=0.0)) + np.log(trace.inputs.seq_k)
+    scores = float(np.abs(ref_L[np.isfinite(ref_L)]).max(initial=0.0)) + math.log(trace.inputs.seq_k)
     to_e = np.asarray(1 / LOG2E if base2 else 1.0, merged.lse.dtype)
     for name, (lse, out) in (("fold", result.fold), ("tree", result.tree)):
         checks += [_self_check(f"output_{name}", out, ref_o, scores, f32),

@@ -18,6 +18,7 @@ from attn_cli.cli.options import (
     QuietOption,
     WidthOption,
     parse_size,
+    shown,
 )
 from attn_cli.cli.output import note
 from attn_cli.cli.runs import (
@@ -32,6 +33,7 @@ from attn_cli.cli.runs import (
     show_run,
 )
 from attn_cli.core.limits import DEFAULT_MAX_ELEMENTS
+from attn_cli.errors import UsageError
 
 MAX_TILES = 64  # as check/runs.py's default
 FLASH_VIEW = RunView(
@@ -65,12 +67,28 @@ Base2Option = Annotated[
     ),
 ]
 MaxTilesOption = Annotated[
-    int,
+    Optional[int],  # noqa: UP045
     typer.Option(
-        min=0, metavar="N",
-        help="Show (and keep) at most N tiles; O, L and the checks still cover every tile.",
+        min=0, metavar="N", show_default=False,
+        help=f"Show (and keep) at most N tiles (default {MAX_TILES}); O, L and the checks still "
+        "cover every tile.",
     ),
 ]  # fmt: skip
+SplitKVOption = Annotated[
+    Optional[str],  # noqa: UP045
+    typer.Option(
+        "--split-kv", metavar="S", show_default=False,
+        help="Flash-decoding: each query's keys in S chunks run on their own (m, l, O, lse "
+        "each), then merged by log-sum-exp, in two orders (docs/flash.md).",
+    ),
+]  # fmt: skip
+SPLIT_VIEW = RunView(
+    "attn_cli.present.split_kv_view",
+    "split_pages",
+    "split_titles",
+    "render_split",
+    "attn_cli.io.split_kv_json:split_dumps",
+)
 
 
 def flash(
@@ -78,7 +96,8 @@ def flash(
     block_q: BlockQOption = None,
     block_k: BlockKOption = None,
     base2: Base2Option = False,
-    max_tiles: MaxTilesOption = MAX_TILES,
+    max_tiles: MaxTilesOption = None,
+    split_kv: SplitKVOption = None,
     fmt: RunFormatOption = RunFormat.table,
     output: OutputOption = None,
     dtype: DtypeOption = Dtype.float64,
@@ -111,20 +130,64 @@ def flash(
       attn flash mistral_sliding_window --step        # one tile at a time (q quits)
 
       attn flash my.yaml -f json --max-tiles 8 -o flash.json
+
+      attn flash causal_multihead --split-kv 2        # flash-decoding's merge
     """
     from attn_cli.check.runs import flash_failure, run_flash
 
     refuse_step(step, fmt, output)
     budget = None if max_memory is None else parse_size(max_memory)
+    out = RunOutput(fmt, output, precision, full, width, color, explain, lang, quiet, step)
+    if split_kv is not None:
+        _split(fixture, split_kv, (block_q, block_k, base2, max_tiles), dtype, out,
+               (max_elements, budget))  # fmt: skip
+        return
     run = run_flash(
         fixture, block_q=block_q, block_k=block_k, base2=base2, dtype=dtype.value,
-        max_tiles=max_tiles, max_elements=max_elements, max_memory=budget,
+        max_tiles=MAX_TILES if max_tiles is None else max_tiles, max_elements=max_elements,
+        max_memory=budget,
     )  # fmt: skip
-    out = RunOutput(fmt, output, precision, full, width, color, explain, lang, quiet, step)
     failure = flash_failure(run)
     show_run(run, FLASH_VIEW, out, failure)
     if run.cut:
         note(f"Note: showing {len(run.tiles)} of {run.tiles_total:,} tiles (--max-tiles N shows "
              "more; O, L and the checks cover them all)", quiet=quiet)  # fmt: skip
+    if failure is not None:
+        raise failure
+
+
+def parse_splits(text: str) -> int:
+    """--split-kv's S: ASCII digits, at least 1 (the fixture's key count is checked later)."""
+    digits = text.strip()
+    if not (digits.isascii() and digits.isdigit()) or len(digits) > 19 or int(digits) < 1:
+        raise UsageError("", "--split-kv", f"got {shown(text)}", "a whole number of chunks, at "
+                         "least 1 (and at most the fixture's keys)")  # fmt: skip
+    return int(digits)
+
+
+def _split(
+    fixture: Optional[str],  # noqa: UP045
+    text: str,
+    flash_options: tuple[Optional[int], Optional[int], bool, Optional[int]],  # noqa: UP045
+    dtype: Dtype,
+    out: RunOutput,
+    limits: tuple[int, Optional[int]],  # noqa: UP045
+) -> None:
+    """``--split-kv S``: the chunks and their merge, checked against the trace."""
+    from attn_cli.check.split_runs import run_split, split_failure
+
+    splits = parse_splits(text)
+    block_q, block_k, base2, max_tiles = flash_options
+    if max_tiles is not None:
+        raise UsageError("", "--max-tiles", "does not apply with --split-kv (it shows chunks, "
+                         "not tiles)", "one of --split-kv, --max-tiles")  # fmt: skip
+    if out.fmt.value == "html":
+        raise UsageError("", "--split-kv", "has no html page yet", "--format table, plain or "
+                         "json (or --step) with --split-kv")  # fmt: skip
+    max_elements, budget = limits
+    run = run_split(fixture, splits=splits, block_q=block_q, block_k=block_k, base2=base2,
+                    dtype=dtype.value, max_elements=max_elements, max_memory=budget)  # fmt: skip
+    failure = split_failure(run)
+    show_run(run, SPLIT_VIEW, out, failure)
     if failure is not None:
         raise failure

@@ -59,7 +59,7 @@ class RunView(NamedTuple):  # built at import on every decode and flash run: no 
     pages: str
     titles: str
     render: str
-    dumps: str  # in attn_cli.io.decode_json
+    dumps: str  # in attn_cli.io.decode_json, or "module:function"
     page: str = ""  # the interactive page (-f html): in html_steps, or "module:function"
 
 
@@ -102,7 +102,8 @@ def show_run(
         options = render_options(out.precision, out.full, True, out.lang)
         emit(page(run, options), out.output, quiet=out.quiet, escape="xml")
     elif out.fmt.value == "json":
-        dumps = getattr(import_module("attn_cli.io.decode_json"), view.dumps)
+        where, _, name = view.dumps.rpartition(":")
+        dumps = getattr(import_module(where or "attn_cli.io.decode_json"), name)
         emit(dumps(run), out.output, quiet=out.quiet, escape="json")
     else:
         render = getattr(import_module(view.module), view.render)

@@ -31,6 +31,7 @@ from attn_cli.present.variants import extra_logit, modifier, view_inputs, view_n
 
 if TYPE_CHECKING:
     from attn_cli.check.runs import FlashRun
+    from attn_cli.check.split_runs import SplitRun
     from attn_cli.core.flash import Tile
 
 LABELS: dict[Lang, dict[str, str]] = {
@@ -274,8 +275,12 @@ def render_result(run: FlashRun, options: RenderOptions) -> Group:
     return Group(*parts)
 
 
-def render_checks(run: FlashRun, lang: Lang) -> Group:
-    """The largest differences from the trace: O, L, the rebuilt weights; ulps in float32."""
+def render_checks(
+    run: FlashRun | SplitRun, lang: Lang, labels: dict[Lang, dict[str, str]] | None = None
+) -> Group:
+    """The largest differences from the trace: O, L, the rebuilt weights; ulps in float32.
+    ``labels`` (split-KV's) name the checks before flash's own and i18n's."""
+    labels = LABELS if labels is None else {n: LABELS[n] | labels[n] for n in LABELS}
     table = Table(title=Text(_t(lang, "check_title"), style="bold"), title_justify="left",
                   box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, padding=(0, 1))  # fmt: skip
     f32 = any(c.ulps is not None for c in run.checks)
@@ -287,7 +292,7 @@ def render_checks(run: FlashRun, lang: Lang) -> Group:
                     style="green" if c.ok else "bold red")  # fmt: skip
         ulps = [format_number(c.ulps, 0) if c.ulps is not None else ""] if f32 else []
         key = f"check_{c.name}"  # a variant's own checks (a second map's) in i18n's labels
-        what = _t(lang, key) if key in LABELS[lang] else label(lang, key)
+        what = lookup(labels, lang, key) if key in labels[lang] else label(lang, key)
         table.add_row(what, mark, *ulps, f"{c.tolerance:.3g}")
     parts: list[RenderableType] = [table]
     if f32:
