@@ -72,6 +72,7 @@ class FlashDump(Dump):
     block_k: int | None
     base2: bool
     tiles: tuple[DumpTile, ...]
+    split_kv: int | None = None  # the keys in this many chunks, merged (attn flash --split-kv)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -208,7 +209,7 @@ def _read_npz(path: Path) -> dict[str, Any]:
 DECODE_KEYS = ("decode_output", "step_outputs")  # (steps, [batch,] heads, d_v) in any layout
 LSE_KEYS = ("lse", "L", "logsumexp")
 OUTPUT_KEYS = ("output", "O", "out")
-FLASH_EXTRA = ("block_q", "block_k", "base2", "tiles")
+FLASH_EXTRA = ("block_q", "block_k", "base2", "tiles", "split_kv")
 DECODE_EXTRA = ("prefill", "K_cache", "V_cache")
 
 
@@ -374,6 +375,7 @@ def _flash_dump(
         source, {"output": output, "lse": lse}, {}, (), output, lse,
         _whole(obj.get("block_q"), source, "block_q"), _whole(obj.get("block_k"), source,
         "block_k"), _flag(base2, source, "base2"), tuple(parsed),
+        _whole(obj.get("split_kv"), source, "split_kv"),
     )  # fmt: skip
 
 

@@ -215,11 +215,17 @@ def _same(given: FloatArray | None, value: FloatArray, tol: Tolerance) -> bool:
 
 
 def grade_flash(trace: Trace, dump: FlashDump, tolerance: Tolerance, worst: int) -> Comparison:
-    """O and L (and the tiles' m and l) against core.flash's; then the mistakes."""
+    """O and L (and the tiles' m and l) against core.flash's; then the mistakes (a split-KV
+    dump's: those of the merge)."""
     refuse_variants(trace.inputs, "FlashAttention")
     args = flash_args(trace)
     q, k, v = args.pop("q"), args.pop("k"), args.pop("v")
     inp = trace.inputs
+    if dump.split_kv is not None and dump.split_kv > inp.seq_k:
+        raise InputError(
+            dump.source, "split_kv", f"is {dump.split_kv}, but the fixture has {inp.seq_k} keys",
+            f"a whole number of chunks from 1 to {inp.seq_k}",
+        )  # fmt: skip
     bq = dump.block_q or default_block(inp.seq_q)
     bk = dump.block_k or default_block(inp.seq_k)
     right = flash_forward(q, k, v, block_q=bq, block_k=bk, base2=dump.base2, **args)
@@ -233,14 +239,21 @@ def grade_flash(trace: Trace, dump: FlashDump, tolerance: Tolerance, worst: int)
     notes = [f"flash: blocks {bq} × {bk}" + ("" if dump.block_q and dump.block_k else
              " (block_q, block_k not in the dump: attn's defaults)")
              + (", L in base 2 (as the dump says)" if dump.base2 else ", L in base e")]  # fmt: skip
+    if dump.split_kv is not None:
+        base = ", L in base 2 (as the dump says)" if dump.base2 else ", L in base e"
+        notes = [f"split-KV: the keys in {dump.split_kv} chunks, merged by log-sum-exp{base}"]
     comparison = Comparison(trace, "dump", dump.source, tolerance, tuple(results),
                             notes=tuple(notes))  # fmt: skip
     first = comparison.first_difference
+    given = {"output": dump.output, "lse": dump.lse}
+    if first is not None and first.name in ("output", "lse") and dump.split_kv is not None:
+        named, listed = _split_diagnoses(trace, dump, (q, k, v), args, ref, given, first.name,
+                                         tolerance)  # fmt: skip
+        return replace(comparison, diagnoses=named, tried=listed)
     if first is None or first.name not in ("output", "lse") or dump.base2:
         return comparison
     found: list[Diagnosis] = []
     tried: list[str] = []
-    given = {"output": dump.output, "lse": dump.lse}
     sizes = [(bq, bk)] if dump.block_q and dump.block_k else _block_guesses(inp, bq, bk)
     titles = [*_FLASH_TITLES, *((m.name, m.heading) for m in every_loop_mistake(FLASH))]
     for name, title in titles:
@@ -268,6 +281,45 @@ def grade_flash(trace: Trace, dump: FlashDump, tolerance: Tolerance, worst: int)
             ))  # fmt: skip
             break
     return replace(comparison, diagnoses=tuple(found), tried=() if found else tuple(tried))
+
+
+def _split_diagnoses(
+    trace: Trace,
+    dump: FlashDump,
+    qkv: tuple[FloatArray, FloatArray, FloatArray],
+    args: dict[str, Any],
+    ref: dict[str, FloatArray],
+    given: dict[str, FloatArray],
+    stage: str,
+    tolerance: Tolerance,
+) -> tuple[tuple[Diagnosis, ...], tuple[str, ...]]:
+    """The merge's named mistakes (core/split_kv.py) whose recomputation, with the dump's
+    chunks, reproduces the dump's first differing stage."""
+    from attn_cli.core.split_kv import SPLIT_MISTAKES, split_kv_forward
+
+    assert dump.split_kv is not None
+    bq = default_block(trace.inputs.seq_q)
+    found: list[Diagnosis] = []
+    tried: list[str] = []
+    for name, title, bugs in SPLIT_MISTAKES:
+        tried.append(title)
+        r = split_kv_forward(*qkv, splits=dump.split_kv, block_q=bq, base2=dump.base2,
+                             bugs=bugs, **args)  # fmt: skip
+        stages = {"output": _public(trace, r.merged.output), "lse": _public(trace, r.merged.lse)}
+        if _close(stages[stage], ref[stage], tolerance):
+            continue  # the mistake changes nothing here (no logit large enough, one chunk)
+        if not _same(given[stage], stages[stage], tolerance):
+            continue
+        other = "lse" if stage == "output" else "output"
+        explains = (other,) if _same(given[other], stages[other], tolerance) else ()
+        unexplained = () if explains or _same(given[other], ref[other], tolerance) else (other,)
+        found.append(Diagnosis(
+            name=name, title=title,
+            detail=f"Recomputing the split-KV merge ({dump.split_kv} chunks) with this mistake "
+            f"reproduces every cell of your {stage} ({tolerance}).",
+            stage=stage, explains=explains, unexplained=unexplained,
+        ))  # fmt: skip
+    return tuple(found), () if found else tuple(tried)
 
 
 _FLASH_TITLES = (

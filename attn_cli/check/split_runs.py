@@ -19,6 +19,7 @@ from attn_cli.check.runs import (
     RUN_HTML_VIEWS,
     AnyArray,
     SelfCheck,
+    _finite_max,
     _self_check,
     causal_offset,
     default_block,
@@ -154,10 +155,10 @@ def check_split(
     args = split_args(trace)
     result = split_kv_forward(**args, splits=splits, block_q=bq, block_k=bk, base2=base2)
     merged = result.merged
-    checks = list(flash_checks(trace, merged.output, merged.lse, base2))
+    checks = list(flash_checks(trace, merged.output, merged.lse, base2))  # type: ignore[arg-type]
     ref_o, ref_L = reference_rows(trace, args["q"], args["k"], args["v"])
     f32 = trace.dtype == "float32"
-    scores = float(np.abs(ref_L[np.isfinite(ref_L)]).max(initial=0.0)) + math.log(trace.inputs.seq_k)
+    scores = _finite_max(ref_L) + math.log(trace.inputs.seq_k)
     to_e = np.asarray(1 / LOG2E if base2 else 1.0, merged.lse.dtype)
     for name, (lse, out) in (("fold", result.fold), ("tree", result.tree)):
         checks += [_self_check(f"output_{name}", out, ref_o, scores, f32),

@@ -98,7 +98,7 @@ def merge(
     """The log-sum-exp merge of n states, with the max shift; exact for lse_s = −∞ (weight 0)."""
     exp, log = (np.exp2, np.log2) if base2 != bugs.wrong_base else (np.exp, np.log)
     L = np.stack(lses)  # (n, B, H, T)
-    O = np.stack(outputs)  # (n, B, H, T, Dv)
+    O = np.stack(outputs)  # noqa: E741 (n, B, H, T, Dv)
     if bugs.without_max:
         return _merge_without_max(L, O, exp, log)
     m_star = L.max(axis=0)  # (B, H, T)
@@ -118,7 +118,10 @@ def merge(
 
 
 def _merge_without_max(
-    L: FloatArray, O: FloatArray, exp: Callable[..., Any], log: Callable[..., Any]
+    L: FloatArray,
+    O: FloatArray,  # noqa: E741 (the paper's name)
+    exp: Callable[..., Any],
+    log: Callable[..., Any],
 ) -> Merged:
     """The mistake: Σ exp(lse_s) as is, which overflows to ∞ (lse ∞, O NaN) on large logits
     and underflows to 0 (lse −∞, O NaN) on very negative ones."""
@@ -127,7 +130,8 @@ def _merge_without_max(
         total = w.sum(axis=0)
         lse = log(total)
         output = (w[..., None] * O).sum(axis=0) / total[..., None]
-    return Merged(np.zeros_like(lse), w / total, lse, output)
+        weights = w / total
+    return Merged(np.zeros_like(lse), weights, lse, output)
 
 
 def fold(
@@ -135,8 +139,8 @@ def fold(
 ) -> tuple[FloatArray, FloatArray]:
     """The merge as a left fold, two states at a time: ((0 ⊕ 1) ⊕ 2) ⊕ ...: (lse, O)."""
     lse, out = lses[0], outputs[0]
-    for L, O in zip(lses[1:], outputs[1:], strict=True):
-        both = merge([lse, L], [out, O], base2)
+    for L, o in zip(lses[1:], outputs[1:], strict=True):
+        both = merge([lse, L], [out, o], base2)
         lse, out = both.lse, both.output
     return lse, out
 

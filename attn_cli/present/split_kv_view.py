@@ -39,7 +39,8 @@ LABELS: dict[Lang, dict[str, str]] = {
         "chunk": "chunk {s} of {n} · keys {s0}..{s1}",
         "merge": "the merge of {n} chunks",
         "state": "{where}m, l, lse = m + log l, O_s = acc / l",
-        "weights": "{where}m* = max lse_s, weights w_s = exp(lse_s − lse), lse and O = Σ w_s·O_s",
+        "weights": "{where}m* = max lse_s, the weights w_s = exp(lse_s − lse), lse",
+        "merged_O": "{where}O = Σ w_s·O_s",
         "sink": "sink",
         "query": "query",
         "where": "batch {b} · head {h} · ",
@@ -70,7 +71,8 @@ LABELS: dict[Lang, dict[str, str]] = {
         "chunk": "第 {s} 段，共 {n} 段 · 键 {s0}..{s1}",
         "merge": "{n} 段的合并",
         "state": "{where}m、l、lse = m + log l、O_s = acc / l",
-        "weights": "{where}m* = max lse_s，权重 w_s = exp(lse_s − lse)，lse 与 O = Σ w_s·O_s",
+        "weights": "{where}m* = max lse_s，权重 w_s = exp(lse_s − lse)，lse",
+        "merged_O": "{where}O = Σ w_s·O_s",
         "sink": "sink",
         "query": "查询",
         "where": "批 {b} · 头 {h} · ",
@@ -102,8 +104,10 @@ def render_split(run: SplitRun, options: RenderOptions | None = None) -> Group:
     """The overview, each chunk (the middle ones elided), the merge, the checks."""
     o = options or RenderOptions()
     n = len(run.result.chunks)
-    return run_sections(n + 1, o, lambda: render_overview(run, o), lambda k: _section(run, k, o),
-                        lambda: render_split_checks(run, o), lambda m: _t(o.lang, "more", n=m))  # fmt: skip
+    return run_sections(
+        n + 1, o, lambda: render_overview(run, o), lambda k: _section(run, k, o),
+        lambda: render_split_checks(run, o), lambda m: _t(o.lang, "more", n=m),
+    )  # fmt: skip
 
 
 def split_pages(run: SplitRun, options: RenderOptions | None = None) -> Iterator[RenderableType]:
@@ -202,15 +206,17 @@ def render_merge(run: SplitRun, options: RenderOptions) -> Group:
     parts: list[RenderableType] = [Rule(Text(title, style="bold cyan"), align="left", style="cyan")]
     queries = list(run.trace.query_labels)
     sink = [] if result.extra is None else [f"w {_t(lang, 'sink')}"]
-    cols = ["m*", *(f"w {s}" for s in range(n)), *sink, "lse",
-            *(f"O {i}" for i in range(m.output.shape[-1]))]  # fmt: skip
+    cols = ["m*", *(f"w {s}" for s in range(n)), *sink, "lse"]
+    o_cols = [f"O {i}" for i in range(m.output.shape[-1])]
+    q_axis = _t(lang, "query")
 
     def table(b: int, h: int, where: str) -> None:
         weights = m.weights[:, b, h].T  # (T, n [+ 1])
-        matrix = np.concatenate([m.m_star[b, h][:, None], weights, m.lse[b, h][:, None],
-                                 m.output[b, h]], axis=1)  # fmt: skip
+        matrix = np.concatenate([m.m_star[b, h][:, None], weights, m.lse[b, h][:, None]], axis=1)
         parts.extend(titled_matrix(_t(lang, "weights", where=where), matrix, queries, cols,
-                                   _t(lang, "query"), options))  # fmt: skip
+                                   q_axis, options))  # fmt: skip
+        parts.extend(titled_matrix(_t(lang, "merged_O", where=where), m.output[b, h], queries,
+                                   o_cols, q_axis, options))  # fmt: skip
 
     _heads(run, options, table, parts)
     if options.explain:
@@ -247,8 +253,9 @@ _EXPLAIN: dict[str, dict[Lang, tuple[str, str]]] = {  # key -> lang -> (formula,
                "the chunk's own sum, and lse_s records how large that sum was. A chunk whose "
                "keys a query may not see (later keys under causal) has lse_s = −∞ and O_s = 0."),
         "zh": ("lse_s = m_s + log l_s，O_s = acc_s / l_s",
-               "每一段只是在自己的键上做普通的 softmax：O_s 用这一段自己的和归一化，lse_s 记下这个和"
-               "有多大。若某个查询看不到这一段的任何键（因果遮盖下靠后的键），则 lse_s = −∞，O_s = 0。"),
+               "每一段只是在自己的键上做普通的 softmax：O_s 用这一段自己的和归一化，"
+               "lse_s 记下这个和有多大。若某个查询看不到这一段的任何键（因果遮盖下靠后的键），"
+               "则 lse_s = −∞，O_s = 0。"),
     },
     "merge": {
         "en": ("m* = max_s lse_s,  lse = m* + log Σ_s exp(lse_s − m*)",
@@ -256,8 +263,9 @@ _EXPLAIN: dict[str, dict[Lang, tuple[str, str]]] = {  # key -> lang -> (formula,
                "sum over all keys. Subtracting the largest, m*, first keeps every exp at most 1, "
                "so large scores never overflow; a chunk at −∞ adds exp(−∞) = 0."),
         "zh": ("m* = max_s lse_s，lse = m* + log Σ_s exp(lse_s − m*)",
-               "各段 log-sum-exp 的 log-sum-exp 就是整行的：exp(lse) 是对所有键的求和。先减去最大的 "
-               "m*，每个 exp 都不超过 1，大分数也不会溢出；处于 −∞ 的段贡献 exp(−∞) = 0。"),
+               "各段 log-sum-exp 的 log-sum-exp 就是整行的：exp(lse) 是对所有键的求和。"
+               "先减去最大的 m*，每个 exp 都不超过 1，大分数也不会溢出；处于 −∞ 的段贡献 "
+               "exp(−∞) = 0。"),
     },
     "weights": {
         "en": ("w_s = exp(lse_s − lse),  O = Σ_s w_s · O_s",
@@ -275,9 +283,9 @@ _EXPLAIN: dict[str, dict[Lang, tuple[str, str]]] = {  # key -> lang -> (formula,
                "attn merges left to right (a fold) and right to left in pairs (a tree); both "
                "equal plain attention to rounding (1e-12 in float64)."),
         "zh": ("(a ⊕ b) ⊕ c = a ⊕ (b ⊕ c)，a ⊕ b = b ⊕ a",
-               "两个状态合并后仍是同一种状态，而且合并满足结合律和交换律：各工作单元可以按任意顺序完成，"
-               "到一个合并一个。attn 从左到右逐个合并（折叠），又从右到左两两合并（树）；两者都与普通"
-               "注意力相等，只差舍入（float64 下 1e-12）。"),
+               "两个状态合并后仍是同一种状态，而且合并满足结合律和交换律："
+               "各工作单元可以按任意顺序完成，到一个合并一个。attn 从左到右逐个合并（折叠），"
+               "又从右到左两两合并（树）；两者都与普通注意力相等，只差舍入（float64 下 1e-12）。"),
     },
 }  # fmt: skip
 
