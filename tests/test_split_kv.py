@@ -298,6 +298,26 @@ def test_table_shows_chunks_merge_and_the_two_orders() -> None:
     assert "✗" not in out
 
 
+def test_html_page_steps_through_chunks_and_merge(tmp_path: Path) -> None:
+    out = tmp_path / "p.html"
+    result = run_cli("flash", "causal_multihead", "--split-kv", "2", "-f", "html", "-o", str(out))
+    assert result.exit_code == 0, result.stderr
+    page = out.read_text()
+    for name in ("chunk 0: keys 0..1", "chunk 1: keys 2..3", "the merge", "the self-check"):
+        assert f'data-stage-name="{name}"' in page, name
+    blob = re.search(r'<script type="application/json"[^>]*>(.*?)</script>', page, re.S)
+    assert blob is not None
+    data = json.loads(blob.group(1))
+    assert data["split_kv"] == 2 and sorted(data["tiles"]) == ["0", "1"]
+    assert data["tiles"]["1"]["lse"][0][0] == "-inf"  # "I" sees no key of chunk 1
+    # head 0, "tea": chunk lse 4.4603 and 5.7143 merge to 5.9653 (docs/flash.md, by hand)
+    lines = [line for d in data["derivations"] for line in d["en"]["lines"]]
+    lse = "lse = m* + log Σ_s exp(lse_s − m*) = 5.7143 + log(exp(4.4603 − 5.7143) + exp("
+    assert any(line.startswith(lse + "5.7143 − 5.7143)) = 5.9653") for line in lines)
+    assert any(line.startswith("w_0 = exp(lse_0 − lse) = exp(4.4603 − 5.9653) = 0.222")
+               for line in lines)  # fmt: skip
+
+
 def test_sinks_join_the_merge_once() -> None:
     result = run_cli("flash", "gptoss_sinks", "--split-kv", "5", "-f", "plain")
     assert result.exit_code == 0, result.stderr
@@ -417,7 +437,6 @@ def test_hostile_split_values(value: str, says: str) -> None:
 @pytest.mark.parametrize(
     ("args", "says"),
     [(["--max-tiles", "3"], "--max-tiles: does not apply with --split-kv"),
-     (["-f", "html"], "--split-kv: has no html page yet"),
      (["--step", "-f", "json"], "--step: works only in the terminal"),
      (["--max-memory", "1K"], "memory"),
      (["--block-q", "0"], "--block-q")],

@@ -88,6 +88,7 @@ SPLIT_VIEW = RunView(
     "split_titles",
     "render_split",
     "attn_cli.io.split_kv_json:split_dumps",
+    "attn_cli.present.html_split:split_page",
 )
 
 
@@ -181,9 +182,6 @@ def _split(
     if max_tiles is not None:
         raise UsageError("", "--max-tiles", "does not apply with --split-kv (it shows chunks, "
                          "not tiles)", "one of --split-kv, --max-tiles")  # fmt: skip
-    if out.fmt.value == "html":
-        raise UsageError("", "--split-kv", "has no html page yet", "--format table, plain or "
-                         "json (or --step) with --split-kv")  # fmt: skip
     max_elements, budget = limits
     run = run_split(fixture, splits=splits, block_q=block_q, block_k=block_k, base2=base2,
                     dtype=dtype.value, max_elements=max_elements, max_memory=budget)  # fmt: skip
