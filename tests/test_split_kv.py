@@ -318,6 +318,18 @@ def test_html_page_steps_through_chunks_and_merge(tmp_path: Path) -> None:
                for line in lines)  # fmt: skip
 
 
+def test_html_page_elides_the_middle_chunks(tmp_path: Path) -> None:
+    direct_fixture(tmp_path / "f.json", 2, 70, None, seed=5)
+    out = tmp_path / "p.html"
+    args = ("flash", str(tmp_path / "f.json"), "--split-kv", "70", "-f", "html", "-o", str(out))
+    assert run_cli(*args).exit_code == 0
+    page = out.read_text()
+    assert "16 of 70 chunks shown here" in page  # the first 8 and the last 8, as flash's tiles
+    assert page.count('<section class="stage"') == 1 + 16 + 2
+    assert 'data-stage-name="chunk 61: keys 61..61"' not in page
+    assert 'data-stage-name="chunk 62: keys 62..62"' in page
+
+
 def test_sinks_join_the_merge_once() -> None:
     result = run_cli("flash", "gptoss_sinks", "--split-kv", "5", "-f", "plain")
     assert result.exit_code == 0, result.stderr

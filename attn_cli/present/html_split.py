@@ -14,12 +14,24 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from attn_cli.present.explain_registry import sum_terms
 from attn_cli.present.html_page import _both, _esc, _listed
-from attn_cli.present.html_steps import _attrs, _explained, _frame, _page, _part, _Steps, _where
+from attn_cli.present.html_steps import (
+    MAX_TILES,
+    TILE_EDGE,
+    _attrs,
+    _explained,
+    _frame,
+    _page,
+    _part,
+    _Steps,
+    _where,
+)
 from attn_cli.present.i18n import Lang
 from attn_cli.present.options import RenderOptions
 from attn_cli.present.split_kv_view import LABELS as SPLIT_LABELS
 from attn_cli.present.split_kv_view import explain
+from attn_cli.present.text import pick
 
 if TYPE_CHECKING:
     from attn_cli.check.split_runs import SplitRun
@@ -38,6 +50,8 @@ WORDS: dict[Lang, dict[str, str]] = {
         "w_sink": "w_sink = {exp}(sink − lse) = {exp}({a} − {b}) = {value}",
         "O": "O = Σ_s w_s · O_s = {terms} = {value}",
         "empty": "no key at all: lse = −∞, O = 0",
+        "elided": "{shown} of {n} chunks shown here (attn flash --split-kv S -f json writes them "
+        "all); the merge reads every chunk.",
     },
     "zh": {
         "m_line": "m_s = 这个查询在键 {s0}..{s1} 上的最大分数 = {value}",
@@ -51,6 +65,8 @@ WORDS: dict[Lang, dict[str, str]] = {
         "w_sink": "w_sink = {exp}(sink − lse) = {exp}({a} − {b}) = {value}",
         "O": "O = Σ_s w_s · O_s = {terms} = {value}",
         "empty": "没有任何键：lse = −∞，O = 0",
+        "elided": "这里显示 {n} 段中的 {shown} 段（attn flash --split-kv S -f json 写出全部）；"
+        "合并读取了每一段。",
     },
 }
 
@@ -67,7 +83,14 @@ def split_page(run: SplitRun, options: RenderOptions | None = None, theme: str =
     r = run.result
     sections = [(SPLIT_LABELS["en"]["page_overview"], _overview(p))]
     chunks: dict[str, Any] = {}
-    for s, c in enumerate(r.chunks):
+    picked = [s for s in pick(len(r.chunks), MAX_TILES, TILE_EDGE, False) if s is not None]
+    if len(picked) < len(r.chunks):
+        n = len(r.chunks)
+        p.notes.append(
+            f'<p class="note">{_both(lambda lang: _w(lang, "elided", shown=len(picked), n=n))}</p>'
+        )
+    for s in picked:
+        c = r.chunks[s]
         name = SPLIT_LABELS["en"]["page_chunk"].format(s=s, s0=c.keys[0], s1=c.keys[1] - 1)
         sections.append((name, _chunk(p, s, chunks)))
     stages: dict[str, Any] = {}
@@ -175,6 +198,7 @@ def _merge_cell(p: _Steps, lead: tuple[int, ...], b: int, h: int) -> Any:
     m = run.result.merged
     n_w = m.weights.shape[0]
     exp, log = ("exp2", "log2") if run.base2 else ("exp", "log")
+    full = p.options.full
 
     def cell(i: int, j: int) -> str:
         lses = _states(run, b, h, i)
@@ -191,10 +215,10 @@ def _merge_cell(p: _Steps, lead: tuple[int, ...], b: int, h: int) -> Any:
             if top == -math.inf:
                 return _part(title, [_w(lang, "empty")])
             if name == "m_star":
-                return _part(title, [_w(lang, "m_star", terms=", ".join(map(p.n, lses)),
-                                        value=p.n(value))])  # fmt: skip
+                shown = sum_terms([p.n(x) for x in lses], full).replace(" + ", ", ")
+                return _part(title, [_w(lang, "m_star", terms=shown, value=p.n(value))])
             if name == "lse":
-                terms = " + ".join(f"{exp}({p.n(x)} − {p.n(top)})" for x in lses)
+                terms = sum_terms([f"{exp}({p.n(x)} − {p.n(top)})" for x in lses], full)
                 return _part(title, [_w(lang, "lse", m=p.n(top), log=log, exp=exp, terms=terms,
                                         value=p.n(value))])  # fmt: skip
             s = j - 1
@@ -218,8 +242,8 @@ def _output_cell(p: _Steps, lead: tuple[int, ...], b: int, h: int) -> Any:
 
         def make(lang: Lang) -> dict[str, Any]:
             title = f"output[{', '.join(map(str, index))}]"
-            terms = " + ".join(f"{p.f(m.weights[s, b, h, i])}×{p.f(c.output[b, h, i, j])}"
-                               for s, c in enumerate(r.chunks))  # fmt: skip
+            terms = sum_terms([f"{p.f(m.weights[s, b, h, i])}×{p.f(c.output[b, h, i, j])}"
+                               for s, c in enumerate(r.chunks)], p.options.full)  # fmt: skip
             return _part(title, [_w(lang, "O", terms=terms, value=p.n(value))])
 
         return p.cell(value, "output", index, 'data-source="run"', p.derive(make), "merge")
