@@ -12,6 +12,7 @@ Library use (no CLI needed), from any folder::
 
     attn_cli.run_decode("llama_rope_gqa")          # KV-cache decoding, step by step, checked
     attn_cli.run_flash("causal_multihead")         # FlashAttention-2, tile by tile, checked
+    attn_cli.run_split("causal_multihead", splits=2)  # split-KV: chunks merged by their lse
 
 Heavy modules (NumPy, YAML) are imported on first use, so ``attn --help`` stays light.
 """
@@ -30,12 +31,14 @@ __all__ = [
     "run",
     "run_decode",
     "run_flash",
+    "run_split",
     "trace_file",
 ]
 
 if TYPE_CHECKING:
     from attn_cli.api import trace_file
     from attn_cli.check.runs import run_decode, run_flash
+    from attn_cli.check.split_runs import run_split
     from attn_cli.core.pipeline import run
     from attn_cli.errors import AttnError, InputError
     from attn_cli.io.fixture import load_fixture
@@ -48,6 +51,7 @@ _LAZY = {
     "trace_file": "attn_cli.api",
     "run_decode": "attn_cli.check.runs",
     "run_flash": "attn_cli.check.runs",
+    "run_split": "attn_cli.check.split_runs",
 }
 
 
@@ -67,5 +71,7 @@ def __getattr__(name: str) -> Any:
             importlib.import_module("attn_cli.present.html_page")
         if name in _STEPPED:
             importlib.import_module("attn_cli.present.html_steps")
+        if name == "run_split":  # its page (present/html_split.py), as _STEPPED's
+            importlib.import_module("attn_cli.present.html_split")
         return found
     raise AttributeError(f"module 'attn_cli' has no attribute {name!r}")

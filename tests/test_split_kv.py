@@ -330,6 +330,15 @@ def test_html_page_elides_the_middle_chunks(tmp_path: Path) -> None:
     assert 'data-stage-name="chunk 62: keys 62..62"' in page
 
 
+def test_the_library_door_shows_its_page_in_a_notebook() -> None:
+    import attn_cli
+
+    run = attn_cli.run_split("causal_multihead", splits=2)
+    view = run._repr_html_()
+    assert view is not None and view.startswith("<iframe srcdoc=")
+    assert "attn flash --split-kv 2" in view
+
+
 def test_sinks_join_the_merge_once() -> None:
     result = run_cli("flash", "gptoss_sinks", "--split-kv", "5", "-f", "plain")
     assert result.exit_code == 0, result.stderr
