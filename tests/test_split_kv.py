@@ -353,6 +353,33 @@ def test_step_pages_have_titles() -> None:
         assert len(pages) == len(titles) == 2 + 3  # overview, 2 chunks, merge, checks
 
 
+@pytest.mark.subprocess
+@pytest.mark.slow
+def test_step_in_a_pty() -> None:
+    from test_decode_cli import step_in_pty
+
+    code, _ = step_in_pty(
+        ["flash", "causal_multihead", "--split-kv", "2", "--step"],
+        [(b"\r", r"stage 2 of 5\s+chunk 0: keys 0\.\.1"),
+         (b"\r", r"stage 3 of 5\s+chunk 1: keys 2\.\.3"),
+         (b"\r", r"stage 4 of 5\s+the merge"), (b"q", r"")],
+        first=r"stage 1 of 5\s+overview",
+    )  # fmt: skip
+    assert code == 0
+
+
+def test_npz_dump_with_split_kv_is_graded(tmp_path: Path) -> None:
+    a = direct_fixture(tmp_path / "f.json", 4, 4, "upper-left", seed=2)
+    want = chunk_states(a, "upper-left", chunk_bounds(4, 2))
+    rows = [[mistaken_merge(want[h][i], "weights_by_l") for i in range(4)] for h in range(2)]
+    O = np.array([[[r[1] for r in head] for head in rows]])  # noqa: E741 (1, H, T, d_v)
+    L = np.array([[[r[0] for r in head] for head in rows]])  # (1, H, T)
+    np.savez(tmp_path / "d.npz", O=O, L=L, split_kv=np.array(2))
+    result = run_cli("check", str(tmp_path / "f.json"), "--against", str(tmp_path / "d.npz"))
+    assert result.exit_code == 1, result.stderr
+    assert "O weighted by each chunk's l instead of exp(lse_s − lse)" in result.stdout
+
+
 def test_explanations_en_and_zh() -> None:
     result = run_cli("flash", "causal_multihead", "--split-kv", "2", "--explain", "--lang",
                      "zh", "-f", "plain")  # fmt: skip
