@@ -678,16 +678,16 @@ def flash_checks(
         rebuilt = np.exp2(x * np.asarray(LOG2E, x.dtype) - Ls) if base2 else np.exp(x - Ls)
         pairs.append(("softmax", rebuilt.astype(x.dtype), internal(trace, "softmax")))
     # the rounding of exp(x − m) grows with the scores' size: up to about |x| ulps
-    scores = _finite_max(ref_L) + math.log(inp.seq_k)
-    return tuple(_self_check(name, mine, ref, scores, f32) for name, mine, ref in pairs)
+    scores = finite_max(ref_L) + math.log(inp.seq_k)
+    return tuple(self_check(name, mine, ref, scores, f32) for name, mine, ref in pairs)
 
 
-def _self_check(name: str, mine: AnyArray, ref: AnyArray, scores: float, f32: bool) -> SelfCheck:
+def self_check(name: str, mine: AnyArray, ref: AnyArray, scores: float, f32: bool) -> SelfCheck:
     """One comparison, within ULPS ulps of the scores' and the values' size (1e-12 at least
     in float64)."""
     diff = max_abs_diff(mine, ref)
     eps = float(np.finfo(mine.dtype).eps)
-    tol = ULPS * eps * (1 + scores) * (1 + _finite_max(ref))
+    tol = ULPS * eps * (1 + scores) * (1 + finite_max(ref))
     tol = tol if f32 else max(F64_TOLERANCE, tol)
     ulps = max_ulps(mine, ref) if f32 else None
     return SelfCheck(name, diff, ulps, tol, diff <= tol)
@@ -714,12 +714,12 @@ def _variant_maps(
                               record_tiles=False)  # fmt: skip
             ref_o, ref_L = reference_rows(trace, q, k, v)
             L_e = r.lse / np.asarray(LOG2E, r.lse.dtype) if base2 else r.lse
-            scores = _finite_max(ref_L) + math.log(inp.seq_k)
-            checks += [_self_check(f"output_{n}", r.output, ref_o, scores, f32),
-                       _self_check(f"lse_{n}", L_e, ref_L, scores, f32)]  # fmt: skip
+            scores = finite_max(ref_L) + math.log(inp.seq_k)
+            checks += [self_check(f"output_{n}", r.output, ref_o, scores, f32),
+                       self_check(f"lse_{n}", L_e, ref_L, scores, f32)]  # fmt: skip
             outputs.append(r.output)
         made = variant.flash_finish(value, inp, tuple(outputs), arrays, _as_is)
-        checks += [_self_check(name, mine, arrays[name], math.log(inp.seq_k), f32)
+        checks += [self_check(name, mine, arrays[name], math.log(inp.seq_k), f32)
                    for name, mine in made.items()]  # fmt: skip
     return tuple(checks)
 
@@ -728,7 +728,7 @@ def _as_is(name: str, array: FloatArray) -> FloatArray:
     return array
 
 
-def _finite_max(x: AnyArray) -> float:
+def finite_max(x: AnyArray) -> float:
     """The largest finite |x| (0 when there is none)."""
     return float(np.abs(x[np.isfinite(x)]).max(initial=0.0))
 

@@ -19,16 +19,16 @@ from attn_cli.check.runs import (
     RUN_HTML_VIEWS,
     AnyArray,
     SelfCheck,
-    _finite_max,
-    _self_check,
     causal_offset,
     default_block,
+    finite_max,
     flash_checks,
     flash_keep,
     internal,
     load_trace,
     query_key,
     reference_rows,
+    self_check,
     trace_chain,
 )
 from attn_cli.core.chain import Chain
@@ -158,14 +158,14 @@ def check_split(
     checks = list(flash_checks(trace, merged.output, merged.lse, base2))  # type: ignore[arg-type]
     ref_o, ref_L = reference_rows(trace, args["q"], args["k"], args["v"])
     f32 = trace.dtype == "float32"
-    scores = _finite_max(ref_L) + math.log(trace.inputs.seq_k)
+    scores = finite_max(ref_L) + math.log(trace.inputs.seq_k)
     to_e = np.asarray(1 / LOG2E if base2 else 1.0, merged.lse.dtype)
     for name, (lse, out) in (("fold", result.fold), ("tree", result.tree)):
-        checks += [_self_check(f"output_{name}", out, ref_o, scores, f32),
-                   _self_check(f"lse_{name}", lse * to_e, ref_L, scores, f32)]  # fmt: skip
+        checks += [self_check(f"output_{name}", out, ref_o, scores, f32),
+                   self_check(f"lse_{name}", lse * to_e, ref_L, scores, f32)]  # fmt: skip
     (lse_f, out_f), (lse_t, out_t) = result.fold, result.tree
-    checks += [_self_check("orders_output", out_f, out_t, scores, f32),
-               _self_check("orders_lse", lse_f, lse_t, scores, f32)]  # fmt: skip
+    checks += [self_check("orders_output", out_f, out_t, scores, f32),
+               self_check("orders_lse", lse_f, lse_t, scores, f32)]  # fmt: skip
     return SplitRun(trace, result, splits, bq, bk, tuple(checks), sentinel)
 
 
