@@ -1,0 +1,190 @@
+"""``attn_cli.probe``: each convention decided on implementations written here.
+
+The functions under probe are this file's: a loop reference (plain Python loops over batch,
+head, query and key, PyTorch SDPA's semantics read off its documentation), and ``student``, a
+vectorised attention with one planted mistake switched on at a time. Neither shares code with
+attn. The expected conventions come from how each function was written, not from attn.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from attn_cli.check.probe import CONVENTIONS, ProbeReport, probe
+from attn_cli.errors import ProbeError, UsageError
+
+Array = np.ndarray[Any, Any]
+
+
+def loop_reference(
+    q: Array,
+    k: Array,
+    v: Array,
+    causal: bool = False,
+    mask: Array | None = None,
+    window: int | None = None,
+    scale: float | None = None,
+) -> Array:
+    """SDPA, one number at a time: upper-left causal, True attends, empty rows zero, GQA
+    interleaved; a window of W keys, the query included, causal."""
+    B, H, T, D = q.shape
+    Hk, S, Dv = k.shape[1], k.shape[2], v.shape[3]
+    c = 1 / math.sqrt(D) if scale is None else scale
+    out = np.zeros((B, H, T, Dv))
+    for b in range(B):
+        for h in range(H):
+            g = h // (H // Hk)  # the kv head of query head h
+            for i in range(T):
+                logits = []
+                for j in range(S):
+                    ok = not ((causal or window is not None) and j > i)
+                    ok = ok and not (window is not None and i - j >= window)
+                    ok = ok and (mask is None or bool(mask[b, min(h, mask.shape[1] - 1), i, j]))
+                    if ok:
+                        dot = sum(float(q[b, h, i, t]) * float(k[b, g, j, t]) for t in range(D))
+                        logits.append((j, dot * c))
+                if not logits:
+                    continue  # every key masked: zeros
+                top = max(x for _, x in logits)
+                weights = [(j, math.exp(x - top)) for j, x in logits]
+                total = sum(w for _, w in weights)
+                for j, w in weights:
+                    out[b, h, i] += w / total * v[b, g, j]
+    return out
+
+
+def student(**bug: Any) -> Callable[..., Array]:
+    """Vectorised attention; each keyword plants one mistake (see the branches)."""
+    rng = np.random.default_rng(0)
+
+    def fn(
+        q: Array,
+        k: Array,
+        v: Array,
+        causal: bool = False,
+        mask: Array | None = None,
+        window: int | None = None,
+        scale: float | None = None,
+    ) -> Array:
+        B, H, T, D = q.shape
+        Hk, S = k.shape[1], k.shape[2]
+        if H != Hk:
+            if bug.get("gqa") == "refuse":
+                raise ValueError(f"q has {H} heads, k has {Hk}")
+            idx = (
+                [h % Hk for h in range(H)]
+                if bug.get("gqa") == "tile"
+                else [h // (H // Hk) for h in range(H)]
+            )
+            k, v = k[:, idx], v[:, idx]
+        c = {"d": 1 / D, "one": 1.0, "const": 0.125}.get(bug.get("scale", ""), 1 / math.sqrt(D))
+        if scale is not None and not bug.get("scale_ignored"):
+            c = scale
+        s = q @ k.swapaxes(-1, -2) * c  # (B, H, T, S)
+        i, j = np.arange(T)[:, None], np.arange(S)[None, :]
+        allowed = np.ones((B, H, T, S), dtype=bool)
+        rule = {"lower-right": j <= i + (S - T), "diagonal": j < i, "ignored": j < S}
+        if causal or bug.get("always_causal"):
+            allowed &= rule.get(bug.get("causal", ""), j <= i)
+        if window is not None and not bug.get("window_ignored"):
+            allowed &= (j <= i) & (i - j < window + bug.get("window_extra", 0))
+        if mask is not None and not bug.get("mask_ignored"):
+            allowed &= ~mask if bug.get("mask_inverted") else mask.astype(bool)
+        if bug.get("zero_fill"):
+            s = s * allowed
+            s = np.where(s == 0, -np.inf, s)
+        else:
+            s = np.where(allowed, s, -1e9 if bug.get("sentinel") else -np.inf)
+        axis = -2 if bug.get("axis_queries") else -1
+        top = 0.0 if bug.get("no_max") else np.max(s, axis=axis, keepdims=True)
+        e = np.exp(s - top)
+        w = e / e.sum(axis=axis, keepdims=True)
+        if not bug.get("nan_rows") and not bug.get("no_max"):
+            w = np.where(np.isnan(w), 0.0, w)  # a row of -inf: zeros, as SDPA
+        if bug.get("dropout"):
+            w = w * (rng.random(w.shape) > 0.1) / 0.9
+        out: Array = w @ v
+        if bug.get("batch_norm"):
+            out = out - out.mean(axis=0, keepdims=True)
+        if bug.get("mutate"):
+            q *= 2.0
+        return out
+
+    return fn
+
+
+def conventions(fn: Callable[..., Any], **options: Any) -> dict[str, Any]:
+    return probe(fn, **options).conventions
+
+
+REFERENCE = {
+    "scale": "1/sqrt(d)", "causal": "upper-left", "mask": "true-attends", "empty_row": "zeros",
+    "gqa": "repeat-interleave", "softmax_axis": "keys", "large_logits": "stable",
+    "zero_scores": "kept", "deterministic": True, "batch_independent": True, "window": "W-keys",
+}  # fmt: skip
+
+
+@pytest.mark.slow
+def test_the_loop_reference_matches_on_every_convention() -> None:
+    report = probe(loop_reference)
+    assert report.conventions == REFERENCE
+    assert report.verdict == "matches" and report.findings == ()
+    assert list(report.as_json()) == ["target", "verdict", "conventions", "findings"]
+    assert list(report.as_json()["conventions"]) == list(CONVENTIONS)
+
+
+def test_the_correct_student_matches() -> None:
+    report = probe(student())
+    assert report.conventions == REFERENCE, report.findings
+    assert report.verdict == "matches"
+
+
+# one planted mistake -> (the convention, the value found, the finding's id)
+PLANTED = [
+    ({"scale": "d"}, "scale", "1/d", "scaled_by_d_k"),
+    ({"scale": "one"}, "scale", "1", "no_scaling"),
+    ({"scale": "const"}, "scale", 0.125, "scale_constant"),
+    ({"scale_ignored": True}, "scale", "1/sqrt(d)", "scale_option_ignored"),
+    ({"causal": "lower-right"}, "causal", "lower-right", "causal_corner"),
+    ({"causal": "diagonal"}, "causal", "diagonal-excluded", "causal_shifted"),
+    ({"causal": "ignored"}, "causal", "ignored", "causal_missing"),
+    ({"mask_inverted": True}, "mask", "true-blocks", "mask_inverted"),
+    ({"mask_ignored": True}, "mask", "ignored", "mask_ignored"),
+    ({"sentinel": True}, "empty_row", "uniform", "mask_finite_sentinel"),
+    ({"nan_rows": True}, "empty_row", "nan", "empty_row_nan"),
+    ({"gqa": "tile"}, "gqa", "tile", "gqa_tiled"),
+    ({"axis_queries": True}, "softmax_axis", "queries", "softmax_wrong_axis"),
+    ({"no_max": True}, "large_logits", "overflow", "no_max_subtraction"),
+    ({"zero_fill": True}, "zero_scores", "masked", "zero_scores_masked"),
+    ({"dropout": True}, "deterministic", False, "not_deterministic"),
+    ({"batch_norm": True}, "batch_independent", False, "batch_dependent"),
+    ({"window_extra": 1}, "window", "W+1-keys", "window_off_by_one"),
+    ({"window_ignored": True}, "window", "ignored", "window_ignored"),
+    ({"mutate": True}, "deterministic", True, "mutates_inputs"),
+]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("bug", "name", "value", "finding"), PLANTED,
+                         ids=[p[3] for p in PLANTED])  # fmt: skip
+def test_a_planted_mistake_is_found_and_named(
+    bug: dict[str, Any], name: str, value: Any, finding: str
+) -> None:
+    report = probe(student(**bug))
+    assert report.conventions[name] == value
+    assert report.verdict == "differs"
+    assert finding in [f.id for f in report.findings]
+
+
+def test_refusing_gqa_is_no_difference() -> None:
+    report = probe(student(gqa="refuse"))
+    assert report["gqa"].found == "refused"
+    assert "q has 4 heads, k has 2" in report["gqa"].evidence
+    assert report.verdict == "matches"
