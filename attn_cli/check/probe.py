@@ -296,9 +296,13 @@ class Asker:
 def _called(q: np.ndarray[Any, Any], k: np.ndarray[Any, Any] | None,
             kwargs: Mapping[str, Any]) -> str:  # fmt: skip
     """How a call is named in evidence: fn(q[2,2,4,4], k[2,2,4,4], causal=True)."""
-    parts = [f"q{list(q.shape)}"] + ([f"k{list(k.shape)}"] if k is not None else [])
-    parts += [f"{n}={o!r}" if n != "mask" else f"mask{list(o.shape)}" for n, o in kwargs.items()]
+    parts = [f"q{_shape(q)}"] + ([f"k{_shape(k)}"] if k is not None else [])
+    parts += [f"{n}={o!r}" if n != "mask" else f"mask{_shape(o)}" for n, o in kwargs.items()]
     return f"fn({', '.join(parts)})"
+
+
+def _shape(a: Any) -> str:
+    return "[" + ",".join(str(n) for n in a.shape) + "]"
 
 
 def options_taken(fn: Callable[..., Any]) -> tuple[str, ...]:
@@ -440,7 +444,8 @@ def _mask_arg(allowed: BoolArray, polarity: Value, kind: str) -> np.ndarray[Any,
     if kind == "additive":
         additive: FloatArray = np.where(full, 0.0, -np.inf)
         return additive
-    return ~full if polarity == "true-blocks" else full
+    passed: np.ndarray[Any, Any] = ~full if polarity == "true-blocks" else full
+    return passed
 
 
 def probe_mask(asker: Asker, known: Known) -> Decided:
