@@ -8,6 +8,8 @@ attn. The expected conventions come from how each function was written, not from
 
 from __future__ import annotations
 
+import inspect
+import json
 import math
 from collections.abc import Callable
 from typing import Any
@@ -17,7 +19,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from attn_cli.check.probe import CONVENTIONS, ProbeReport, probe
+from attn_cli.check.probe import CONVENTIONS, OPTIONS, probe
 from attn_cli.errors import ProbeError, UsageError
 
 Array = np.ndarray[Any, Any]
@@ -73,29 +75,29 @@ def student(**bug: Any) -> Callable[..., Array]:
         window: int | None = None,
         scale: float | None = None,
     ) -> Array:
-        B, H, T, D = q.shape
-        Hk, S = k.shape[1], k.shape[2]
-        if H != Hk:
+        heads, T, D = q.shape[1:]
+        kv_heads, S = k.shape[1], k.shape[2]
+        if kv_heads != heads:
             if bug.get("gqa") == "refuse":
-                raise ValueError(f"q has {H} heads, k has {Hk}")
-            idx = (
-                [h % Hk for h in range(H)]
-                if bug.get("gqa") == "tile"
-                else [h // (H // Hk) for h in range(H)]
-            )
+                raise ValueError(f"q has {heads} heads, k has {kv_heads}")
+            group = heads // kv_heads
+            tiled = bug.get("gqa") == "tile"
+            idx = [h % kv_heads if tiled else h // group for h in range(heads)]
             k, v = k[:, idx], v[:, idx]
         c = {"d": 1 / D, "one": 1.0, "const": 0.125}.get(bug.get("scale", ""), 1 / math.sqrt(D))
         if scale is not None and not bug.get("scale_ignored"):
             c = scale
         s = q @ k.swapaxes(-1, -2) * c  # (B, H, T, S)
         i, j = np.arange(T)[:, None], np.arange(S)[None, :]
-        allowed = np.ones((B, H, T, S), dtype=bool)
+        allowed = np.ones((q.shape[0], heads, T, S), dtype=bool)
         rule = {"lower-right": j <= i + (S - T), "diagonal": j < i, "ignored": j < S}
         if causal or bug.get("always_causal"):
             allowed &= rule.get(bug.get("causal", ""), j <= i)
         if window is not None and not bug.get("window_ignored"):
             allowed &= (j <= i) & (i - j < window + bug.get("window_extra", 0))
-        if mask is not None and not bug.get("mask_ignored"):
+        if mask is not None and bug.get("additive"):
+            s = s + mask  # 0 attends, -inf hidden
+        elif mask is not None and not bug.get("mask_ignored"):
             allowed &= ~mask if bug.get("mask_inverted") else mask.astype(bool)
         if bug.get("zero_fill"):
             s = s * allowed
@@ -188,3 +190,78 @@ def test_refusing_gqa_is_no_difference() -> None:
     assert report["gqa"].found == "refused"
     assert "q has 4 heads, k has 2" in report["gqa"].evidence
     assert report.verdict == "matches"
+
+
+def with_signature(fn: Callable[..., Array], takes: list[str]) -> Callable[..., Array]:
+    """``fn`` as a function whose signature names only the options in ``takes``."""
+
+    def wrapped(q: Array, k: Array, v: Array, **options: Any) -> Array:
+        return fn(q, k, v, **options)
+
+    params = [inspect.Parameter(n, inspect.Parameter.POSITIONAL_OR_KEYWORD) for n in "qkv"]
+    params += [inspect.Parameter(o, inspect.Parameter.KEYWORD_ONLY, default=None) for o in takes]
+    wrapped.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]
+    return wrapped
+
+
+@settings(max_examples=12, deadline=None)
+@given(
+    takes=st.lists(st.sampled_from(OPTIONS), unique=True),
+    dtype=st.sampled_from(["float64", "float32"]),
+    additive=st.booleans(),
+    own_causal=st.booleans(),
+    refuse_gqa=st.booleans(),
+)
+def test_a_correct_function_is_never_reported_as_differing(
+    takes: list[str], dtype: str, additive: bool, own_causal: bool, refuse_gqa: bool
+) -> None:
+    """Whatever options it takes, in float32 or float64, with an additive or a bool mask, causal
+    on its own or not, with or without GQA: a correct function matches."""
+    own_causal = own_causal and "causal" not in takes
+    fn = student(additive=additive, always_causal=own_causal, gqa="refuse" if refuse_gqa else "")
+    report = probe(with_signature(fn, takes), dtype=dtype, mask="additive" if additive else "bool")
+    assert report.verdict == "matches", report.findings
+    assert report.conventions["causal"] == ("upper-left" if own_causal or "causal" in takes
+                                            else "none")  # fmt: skip
+    assert report.conventions["window"] == ("W-keys" if "window" in takes else "n/a")
+    assert report.conventions["empty_row"] == ("zeros" if "mask" in takes else "n/a")
+
+
+@pytest.mark.parametrize(
+    ("setting", "value", "expected"),
+    [("timeout", 0, "more than 0"), ("timeout", math.nan, "more than 0"),
+     ("timeout", 2.0**63, "at most 3600"), ("timeout", -1.0, "more than 0"),
+     ("framework", "jax", "numpy or torch"), ("dtype", "float16", "float64 or float32"),
+     ("mask", "float", "bool or additive")],
+)  # fmt: skip
+def test_a_hostile_setting_is_a_usage_error(setting: str, value: Any, expected: str) -> None:
+    with pytest.raises(UsageError, match=expected) as caught:
+        probe(student(), **{setting: value})
+    assert caught.value.option == setting
+
+
+def test_trouble_on_plain_inputs_is_a_probe_error_naming_the_call() -> None:
+    def broken(q: Array, k: Array, v: Array) -> Array:
+        first: Array = q[0]
+        return first
+
+    with pytest.raises(ProbeError, match=r"fn\(q\[2,2,5,8\], k\[2,2,5,8\]\): returned shape"):
+        probe(broken)
+
+
+def test_attns_reference_probed_has_the_conventions_of_torchs_sdpa() -> None:
+    """tests/reference/probe_sdpa.json: torch's SDPA probed (made by probe_sdpa.py with torch
+    2.13); attn's own reference, wrapped the same way, must be read the same."""
+    from conftest import TESTS
+
+    from attn_cli.check.probe import reference
+
+    def sdpa(q: Array, k: Array, v: Array, causal: bool = False, mask: Array | None = None,
+             scale: float | None = None) -> Array:  # fmt: skip
+        out: Array = reference(q, k, v, causal=causal, allowed=mask, scale=scale)
+        return out
+
+    committed = json.loads((TESTS / "reference" / "probe_sdpa.json").read_text())
+    report = probe(sdpa)
+    assert report.conventions == committed["conventions"]
+    assert report.verdict == committed["verdict"] == "matches"

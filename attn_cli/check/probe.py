@@ -331,26 +331,26 @@ class Known:
 
 
 def _scale_at(asker: Asker, d: int, scale: float | None = None) -> tuple[float | None, str]:
-    """The scale the function applies at head size d: the last query scores 2 on key 0 and 0
-    on key 1, so that its weights are in the ratio e^(2·scale)."""
+    """The scale the function applies at head size d: the last query scores 2 on key 0 and 1
+    on key 1 (no score 0, which some take for masked), so its weights are in the ratio e^scale."""
     q = np.zeros((B, H, d, d))
     q[..., -1, 0] = 2.0  # (B, H, T, D): the last query is 2·e0
     k = np.zeros((B, H, d, d))
-    k[..., 0, 0] = 1.0  # key 0 is e0, key 1 is 0: scores 2 and 0
-    k[..., 2:, 1] = 1.0
+    k[..., 0, 0], k[..., 1, 0] = 1.0, 0.5  # scores 2 and 1
+    k[..., 2:, 0] = 0.25
     out = asker.ask(q, k, eye_values(d), causal=False, scale=scale)
     assert not isinstance(out, str)
     w = out[:, :, -1, :2]  # (B, H, 2): the last query's weights of keys 0 and 1
     if not np.isfinite(w).all() or (w <= 0).any():
         return None, f"d={d}: last query's weights of keys 0, 1 = {_row(w[0, 0])}"
-    found = np.log(w[..., 0] / w[..., 1]) / 2.0
-    return float(found.mean()), f"d={d}: weights {_row(w[0, 0])} -> {float(found.mean()):.6g}"
+    found = float(np.log(w[..., 0] / w[..., 1]).mean())
+    return found, f"d={d}: weights {_row(w[0, 0])} -> {found:.6g}"
 
 
 def probe_scale(asker: Asker) -> Decided:
-    """Scores 2 and 0 at two head sizes: e^(2c) is the weights' ratio, c = 1/√d, 1/d, 1 or c."""
+    """Scores 2 and 1 at two head sizes: e^c is the weights' ratio, c = 1/√d, 1/d, 1 or c."""
     (c4, e4), (c16, e16) = _scale_at(asker, 4), _scale_at(asker, 16)
-    evidence = f"q·k = 2 vs 0; {e4}; {e16}"
+    evidence = f"q·k = 2 vs 1; {e4}; {e16}"
 
     def near(x: float | None, y: float) -> bool:
         return x is not None and abs(x - y) <= 1e-3 * abs(y)

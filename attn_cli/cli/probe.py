@@ -104,7 +104,8 @@ def probe(
     TARGET is path/to/file.py:function or package.module:function; loading it runs the file.
     fn gets q, k, v [batch, heads, seq, d] and, when its signature names them, causal, scale,
     mask and window; it returns [batch, heads, seq_q, d_v]. What it prints goes to standard
-    error (dropped with --quiet). A call that takes longer than --timeout is abandoned and attn exits 2.
+    error (dropped with --quiet). A call that takes longer than --timeout is abandoned and
+    attn exits 2.
 
     Exit code: 0 matches, 1 differs, 2 trouble (cannot import, raises, hangs, wrong shape).
 
