@@ -133,7 +133,6 @@ REFERENCE = {
 }  # fmt: skip
 
 
-@pytest.mark.slow
 def test_the_loop_reference_matches_on_every_convention() -> None:
     report = probe(loop_reference)
     assert report.conventions == REFERENCE
@@ -173,7 +172,6 @@ PLANTED = [
 ]
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize(("bug", "name", "value", "finding"), PLANTED,
                          ids=[p[3] for p in PLANTED])  # fmt: skip
 def test_a_planted_mistake_is_found_and_named(
@@ -265,3 +263,19 @@ def test_attns_reference_probed_has_the_conventions_of_torchs_sdpa() -> None:
     report = probe(sdpa)
     assert report.conventions == committed["conventions"]
     assert report.verdict == committed["verdict"] == "matches"
+
+
+@pytest.mark.slow
+def test_the_pytest_fixture_reports_and_asserts() -> None:
+    """The plugin's ``attn_probe``: the report, and a failure listing each finding (its
+    registration as a fixture: tests/test_pytest_plugin.py)."""
+    from attn_cli.pytest_plugin import AttnProbe
+
+    attn_probe = AttnProbe()
+    assert attn_probe(student()).verdict == "matches"
+    attn_probe.assert_matches(student(), dtype="float32")
+    with pytest.raises(pytest.fail.Exception, match=r"- scaled_by_d_k: scaled by d_k") as failed:
+        attn_probe.assert_matches(student(scale="d"))
+    assert "differs from PyTorch SDPA" in str(failed.value)
+    with pytest.raises(pytest.fail.Exception, match=r"attn_probe: .*returned shape"):
+        attn_probe(lambda q, k, v: q[0])

@@ -63,7 +63,6 @@ def one_error_line(stderr: str, *fragments: str) -> None:
         assert fragment in lines[0], lines[0]
 
 
-@pytest.mark.slow
 def test_a_correct_function_exits_0_with_every_convention_in_the_json(tmp_path: Path) -> None:
     target = write(tmp_path, CORRECT) + ":attention"
     result = run_cli("probe", target, "-f", "json")
@@ -80,7 +79,6 @@ def test_a_correct_function_exits_0_with_every_convention_in_the_json(tmp_path: 
     assert report["conventions"]["gqa"] == "refused"
 
 
-@pytest.mark.slow
 def test_torchcodes_accepted_answer_differs_on_scale_and_zero_scores(tmp_path: Path) -> None:
     result = run_cli("probe", write(tmp_path, TORCHCODE) + ":causal_attention", "-f", "json")
     assert result.exit_code == 1, result.stderr
@@ -93,7 +91,6 @@ def test_torchcodes_accepted_answer_differs_on_scale_and_zero_scores(tmp_path: P
     assert report["findings"][0]["title"] == "scaled by d_k instead of √d_k"
 
 
-@pytest.mark.slow
 def test_the_table_names_findings_with_the_graders_words_in_english_and_chinese(
     tmp_path: Path,
 ) -> None:
@@ -186,6 +183,7 @@ def test_framework_torch_without_torch_is_one_line(tmp_path: Path) -> None:
     one_error_line(result.stderr, "--framework: torch is not installed")
 
 
+@pytest.mark.slow
 def test_a_busy_hang_is_abandoned_and_stopped(tmp_path: Path) -> None:
     source = "def f(q, k, v):\n    while True:\n        pass\n"
     before = threading.active_count()
@@ -201,6 +199,7 @@ def test_a_busy_hang_is_abandoned_and_stopped(tmp_path: Path) -> None:
     assert threading.active_count() <= before
 
 
+@pytest.mark.slow
 def test_a_hang_while_loading_is_abandoned(tmp_path: Path) -> None:
     source = "while True:\n    pass\n"
     result = run_cli("probe", write(tmp_path, source) + ":f", "--timeout", "0.2")
@@ -208,7 +207,6 @@ def test_a_hang_while_loading_is_abandoned(tmp_path: Path) -> None:
     one_error_line(result.stderr, "did not return within 0.2 s")
 
 
-@pytest.mark.slow
 def test_mutating_q_is_a_finding(tmp_path: Path) -> None:
     source = CORRECT.replace("    top = ", "    q[...] = 0.0  # after its last use\n    top = ")
     result = run_cli("probe", write(tmp_path, source) + ":attention", "-f", "json")
@@ -218,7 +216,6 @@ def test_mutating_q_is_a_finding(tmp_path: Path) -> None:
     assert "mutat" in findings[0]["id"] and findings[0]["evidence"].startswith("q changed")
 
 
-@pytest.mark.slow
 def test_what_the_function_prints_goes_to_stderr(tmp_path: Path) -> None:
     source = CORRECT.replace("    s = q @", "    print('debug', q.shape)\n    s = q @")
     result = run_cli("probe", write(tmp_path, source) + ":attention", "-f", "json")
@@ -229,7 +226,6 @@ def test_what_the_function_prints_goes_to_stderr(tmp_path: Path) -> None:
     assert quiet.exit_code == 0 and "debug" not in quiet.stderr
 
 
-@pytest.mark.slow
 def test_a_module_target_is_imported_from_the_current_folder(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -126,7 +126,8 @@ def probe(
     if fmt is Format.json:
         import json
 
-        emit(json.dumps(report.as_json(), indent=2, allow_nan=False) + "\n", None, escape="json")
+        text = json.dumps(report.as_json(), indent=2, allow_nan=False, ensure_ascii=False)
+        emit(text + "\n", None, escape="json")
     else:
         from attn_cli.cli.runs import render_options, show
         from attn_cli.present.probe_view import render_probe
