@@ -7,6 +7,7 @@ Each target is a file written here by the test; every trouble is one ``Error:`` 
 from __future__ import annotations
 
 import json
+import os
 import threading
 import time
 from pathlib import Path
@@ -248,3 +249,29 @@ def test_a_process_with_a_hung_function_exits_2_promptly(tmp_path: Path) -> None
     assert done.returncode == 2
     one_error_line(done.stderr, "did not return within 0.5 s")
     assert time.perf_counter() - start < 15
+
+
+def test_a_target_with_escapes_a_directory_and_a_fifo_are_one_line(tmp_path: Path) -> None:
+    escaped = run_cli("probe", "my_\x1b[31m.py:f")
+    assert escaped.exit_code == 2
+    one_error_line(escaped.stderr, "my_\\x1b[31m.py: no such file")
+    folder = run_cli("probe", f"{tmp_path}:f")
+    assert folder.exit_code == 2
+    one_error_line(folder.stderr, "is a directory, expected a Python file")
+    fifo = tmp_path / "pipe.py"
+    os.mkfifo(fifo)
+    piped = run_cli("probe", f"{fifo}:f")
+    assert piped.exit_code == 2
+    one_error_line(piped.stderr, "is a named pipe (FIFO), not a regular file")
+
+
+def test_an_additive_mask_read_as_bool_is_another_mask(tmp_path: Path) -> None:
+    """CORRECT reads its mask as bool: 0 (attend) is False and -inf True, so an additive mask
+    hides exactly the keys it lets through: neither applied nor ignored."""
+    result = run_cli("probe", write(tmp_path, CORRECT) + ":attention", "--mask", "additive",
+                     "-f", "json")  # fmt: skip
+    assert result.exit_code == 1, result.stderr
+    report = json.loads(result.stdout)
+    assert report["conventions"]["mask"] == "other"
+    assert report["conventions"]["empty_row"] == "n/a"
+    assert [f["id"] for f in report["findings"]] == ["mask_other"]

@@ -285,7 +285,7 @@ class Asker:
     ) -> None:
         for name, original in arrays.items():
             after = held[name]
-            after = after.numpy() if self.framework == "torch" else after
+            after = after.detach().numpy() if self.framework == "torch" else after
             before = original if original.dtype == bool else original.astype(self.dtype)
             if name not in self.mutated and (
                 after.shape != before.shape or not np.array_equal(after, before, equal_nan=True)
@@ -344,6 +344,8 @@ def _scale_at(asker: Asker, d: int, scale: float | None = None) -> tuple[float |
     if not np.isfinite(w).all() or (w <= 0).any():
         return None, f"d={d}: last query's weights of keys 0, 1 = {_row(w[0, 0])}"
     found = float(np.log(w[..., 0] / w[..., 1]).mean())
+    if not math.isfinite(found):  # a weight so small that the ratio overflows
+        return None, f"d={d}: last query's weights of keys 0, 1 = {_row(w[0, 0])}"
     return found, f"d={d}: weights {_row(w[0, 0])} -> {found:.6g}"
 
 
@@ -501,13 +503,20 @@ def _softmax(x: FloatArray) -> FloatArray:
     return e / e.sum(axis=-1, keepdims=True)  # type: ignore[no-any-return]
 
 
+def _mask_works(asker: Asker, known: Known) -> bool:
+    """The mask hides what it says (in one polarity, or added): later probes may pass one."""
+    if "mask" not in asker.takes:
+        return False
+    polar = known.mask in ("true-attends", "true-blocks")
+    return polar or (asker.mask_kind, known.mask) == ("additive", NA)
+
+
 def probe_empty_row(asker: Asker, known: Known) -> Decided:
     """The last query with every key masked (in the function's polarity), v = I."""
     kind = asker.mask_kind
     if "mask" not in asker.takes:
         return Decision("empty_row", NA, NA, "fn takes no mask"), []
-    usable = known.mask in ("true-attends", "true-blocks") or (kind, known.mask) == ("additive", NA)
-    if not usable:
+    if not _mask_works(asker, known):
         return Decision("empty_row", NA, "zeros", f"its mask is {known.mask}"), []
     allowed = MASK_ALLOWED.copy()
     allowed[-1] = False  # the last query may attend to no key
@@ -577,16 +586,16 @@ def probe_large_logits(asker: Asker, known: Known) -> Decided:
 
 
 def probe_zero_scores(asker: Asker, known: Known) -> Decided:
-    """The last query scores exactly 0 on key 0 (q ⟂ k), nothing masked (a mask of all-attend,
-    causal on if taken): key 0 keeps its weight unless zeros are taken for masked places."""
+    """The last query scores exactly 0 on key 0 (q ⟂ k), nothing masked (a mask of all-attend
+    when its mask works, causal on if taken): key 0 keeps its weight unless zeros are taken for
+    masked places."""
     q = np.zeros((B, H, 4, 4))
     q[..., -1, 0] = 1.0  # (B, H, T, D): the last query is e0
     k = np.zeros((B, H, 4, 4))
     k[..., 0, 1], k[..., 1, 0], k[..., 2, 0], k[..., 3, 0] = 1.0, 1.0, -1.0, 0.5  # scores 0,1,-1,.5
     options: dict[str, Any] = {"causal": True}
-    if "mask" in asker.takes:
-        polarity = known.mask if known.mask in ("true-attends", "true-blocks") else "true-attends"
-        options["mask"] = _mask_arg(np.ones((4, 4), dtype=bool), polarity, asker.mask_kind)
+    if _mask_works(asker, known):  # a mask of all-attend: the path where scores * mask goes
+        options["mask"] = _mask_arg(np.ones((4, 4), dtype=bool), known.mask, asker.mask_kind)
     out = asker.ask(q, k, eye_values(4), fatal=False, **options)
     if isinstance(out, str):
         return Decision("zero_scores", NA, "kept", out), []

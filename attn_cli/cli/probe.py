@@ -11,7 +11,6 @@ import typer
 from attn_cli.cli.options import (
     ColorOption,
     Dtype,
-    DtypeOption,
     Format,
     LangOption,
     QuietOption,
@@ -28,7 +27,7 @@ class Framework(str, Enum):
 
 
 class MaskKind(str, Enum):
-    bool = "bool"
+    bool_ = "bool"
     additive = "additive"
 
 
@@ -50,10 +49,13 @@ FrameworkOption = Annotated[
 MaskOption = Annotated[
     MaskKind,
     typer.Option(
-        "--mask",
         help="The mask passed to a function that takes one: bool (True attends, as SDPA) or "
         "additive (0 attends, -inf hidden; its polarity is then not asked).",
     ),
+]
+ProbeDtypeOption = Annotated[
+    Dtype,
+    typer.Option(help="The dtype of the arrays the function is given (and of its answers)."),
 ]
 TimeoutOption = Annotated[
     str,
@@ -88,8 +90,8 @@ def parse_timeout(text: str) -> float:
 def probe(
     target: TargetArgument,
     framework: FrameworkOption = Framework.numpy,
-    dtype: DtypeOption = Dtype.float64,
-    mask: MaskOption = MaskKind.bool,
+    dtype: ProbeDtypeOption = Dtype.float64,
+    mask: MaskOption = MaskKind.bool_,
     timeout: TimeoutOption = "10",
     fmt: ProbeFormatOption = Format.table,
     width: WidthOption = None,
