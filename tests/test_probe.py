@@ -279,3 +279,34 @@ def test_the_pytest_fixture_reports_and_asserts() -> None:
     assert "differs from PyTorch SDPA" in str(failed.value)
     with pytest.raises(pytest.fail.Exception, match=r"attn_probe: .*returned shape"):
         attn_probe(lambda q, k, v: q[0])
+
+
+@pytest.mark.slow
+def test_every_finding_has_a_title_an_explanation_and_chinese() -> None:
+    """The catalogue's ids exist there (with their Chinese); the probe's own have theirs."""
+    import attn_cli.check.mistakes  # noqa: F401 - registers the catalogue
+    from attn_cli.check.mistake import ZH, every_mistake
+    from attn_cli.check.probe import FROM_CATALOGUE, PROBE_TITLES, finding_title
+    from attn_cli.present.probe_view import EXPLAIN_EN, PROBE_ZH, zh_texts
+
+    catalogue = {m.name: m.title for m in every_mistake()}
+    for finding_id in FROM_CATALOGUE:
+        assert finding_title(finding_id) == catalogue[finding_id]
+        assert zh_texts(finding_id) == ZH[finding_id]
+    assert set(PROBE_TITLES) == set(PROBE_ZH) and not set(PROBE_TITLES) & set(catalogue)
+    assert set(EXPLAIN_EN) == set(FROM_CATALOGUE) | set(PROBE_TITLES)
+    planted = {p[3] for p in PLANTED}
+    assert planted <= set(EXPLAIN_EN)
+
+
+def test_a_difference_no_convention_explains_is_still_a_finding() -> None:
+    """K used where V is meant: no weight can be read (scale n/a), every convention else looks
+    right, yet the random output is not SDPA's."""
+
+    def k_for_v(q: Array, k: Array, v: Array) -> Array:
+        return student()(q, k, k)
+
+    report = probe(k_for_v)
+    assert report.verdict == "differs"
+    assert [f.id for f in report.findings] == ["output_differs"]
+    assert "with scale 1/sqrt(d), causal none" in report.findings[0].evidence
