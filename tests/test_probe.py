@@ -311,3 +311,12 @@ def test_a_difference_no_convention_explains_is_still_a_finding() -> None:
     found = {f.id: f.evidence for f in report.findings}
     assert report.conventions["scale"] == "n/a"
     assert "with scale 1/sqrt(d), causal none" in found["output_differs"]
+
+
+def test_refused_and_not_asked_are_no_differences() -> None:
+    from attn_cli.check.probe import Decision
+
+    assert not Decision("gqa", "refused", "repeat-interleave", "").differs
+    assert not Decision("mask", "n/a", "true-attends", "").differs
+    assert not Decision("window", "W-keys", "n/a", "").differs
+    assert Decision("gqa", "tile", "repeat-interleave", "").differs

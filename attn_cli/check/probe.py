@@ -60,7 +60,9 @@ class Decision:
 
     @property
     def differs(self) -> bool:
-        return self.found != self.reference and self.found != NA and self.reference != NA
+        """Found and not the reference's: n/a is not asked, refusing GQA is not supporting it."""
+        unasked = NA in (self.found, self.reference) or self.found == "refused"
+        return self.found != self.reference and not unasked
 
 
 @dataclass(frozen=True)
