@@ -275,3 +275,12 @@ def test_an_additive_mask_read_as_bool_is_another_mask(tmp_path: Path) -> None:
     assert report["conventions"]["mask"] == "other"
     assert report["conventions"]["empty_row"] == "n/a"
     assert [f["id"] for f in report["findings"]] == ["mask_other"]
+
+
+def test_a_file_imports_its_neighbours(tmp_path: Path) -> None:
+    """Its folder is first on sys.path while it loads, as pytest's prepend mode has it."""
+    (tmp_path / "helpers38.py").write_text(CORRECT)
+    target = write(tmp_path, "from helpers38 import attention\n", name="uses_helpers.py")
+    result = run_cli("probe", target + ":attention", "-f", "json")
+    assert result.exit_code == 0, result.stderr
+    assert json.loads(result.stdout)["verdict"] == "matches"

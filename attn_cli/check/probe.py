@@ -244,8 +244,9 @@ class Asker:
         arrays = {"q": q, "k": k, "v": v} | ({"mask": kwargs["mask"]} if "mask" in kwargs else {})
         held = {n: self._convert(a) for n, a in arrays.items()}
         kwargs |= {"mask": held["mask"]} if "mask" in kwargs else {}
+        shown = _called(q, k, kwargs)
         got = call(self.fn, (held["q"], held["k"], held["v"]), kwargs,
-                   timeout=self.timeout, source=self.source)  # fmt: skip
+                   timeout=self.timeout, source=self.source, field=shown)  # fmt: skip
         self._check_mutation(arrays, held, kwargs)
         expected = (q.shape[0], q.shape[1], q.shape[2], v.shape[3])
         problem = f"raised {one_line(got.error)}" if got.error is not None else None
@@ -256,7 +257,6 @@ class Asker:
             problem = f"returned shape {tuple(out.shape)}, expected {expected}"
         if problem is None and out is not None:
             return out
-        shown = _called(q, k, kwargs)
         if fatal:
             raise ProbeError(
                 self.source,

@@ -63,8 +63,10 @@ def call(
     *,
     timeout: float,
     source: str,
+    field: str = "",
 ) -> Outcome:
-    """``fn(*args, **kwargs)`` in a thread, its prints on stderr; a ProbeError past ``timeout``."""
+    """``fn(*args, **kwargs)`` in a thread, its prints on stderr; a ProbeError past ``timeout``
+    (``source`` and ``field`` name the code and the call in it)."""
     box: list[Outcome] = []
 
     def run() -> None:
@@ -86,8 +88,8 @@ def call(
     if worker.is_alive():
         _stop(worker)
         raise ProbeError(
-            source, "", f"did not return within {timeout:g} s (abandoned)",
-            "a function that returns (raise --timeout if it is only slow)", option="timeout",
+            source, field, f"did not return within {timeout:g} s (abandoned)",
+            "code that returns in time", option="timeout",
         )  # fmt: skip
     return box[0] if box else Outcome(error=Abandoned())
 
