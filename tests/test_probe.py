@@ -320,3 +320,35 @@ def test_refused_and_not_asked_are_no_differences() -> None:
     assert not Decision("mask", "n/a", "true-attends", "").differs
     assert not Decision("window", "W-keys", "n/a", "").differs
     assert Decision("gqa", "tile", "repeat-interleave", "").differs
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    shape=st.tuples(
+        st.integers(1, 2), st.sampled_from([(1, 1), (2, 1), (4, 2), (3, 3)]),
+        st.integers(1, 4), st.integers(1, 5), st.integers(1, 4), st.integers(1, 3),
+    ),
+    causal=st.booleans(),
+    window=st.one_of(st.none(), st.integers(1, 4)),
+    masked=st.booleans(),
+    seed=st.integers(0, 2**16),
+)  # fmt: skip
+def test_the_probes_reference_is_the_loop_reference_on_random_shapes(
+    shape: tuple[int, tuple[int, int], int, int, int, int],
+    causal: bool,
+    window: int | None,
+    masked: bool,
+    seed: int,
+) -> None:
+    """What the probe compares against (check.probe.reference) is SDPA's semantics as the loop
+    above reads them: any batch, heads (GQA), seq_q, seq_k, d and d_v, causal, window, mask."""
+    from attn_cli.check.probe import reference
+
+    B, (heads, kv_heads), T, S, D, Dv = shape
+    rng = np.random.default_rng(seed)
+    q, k = rng.normal(size=(B, heads, T, D)), rng.normal(size=(B, kv_heads, S, D))
+    v = rng.normal(size=(B, kv_heads, S, Dv))
+    mask = rng.random((B, 1, T, S)) < 0.7 if masked else None
+    ours = reference(q, k, v, causal=causal, allowed=mask, window=window)
+    loop = loop_reference(q, k, v, causal=causal, mask=mask, window=window)
+    np.testing.assert_allclose(ours, loop, rtol=1e-12, atol=1e-12)
