@@ -192,8 +192,8 @@ def test_a_busy_hang_is_abandoned_and_stopped(tmp_path: Path) -> None:
     result = run_cli("probe", write(tmp_path, source) + ":f", "--timeout", "0.2")
     assert result.exit_code == 2
     one_error_line(result.stderr, "did not return within 0.2 s (abandoned)", "--timeout")
-    assert time.perf_counter() - start < 5
-    for _ in range(100):  # the thread is stopped at its next instruction, not left spinning
+    assert time.perf_counter() - start < 10  # a loaded machine: generous, a hang is forever
+    for _ in range(500):  # the thread is stopped at its next instruction, not left spinning
         if threading.active_count() <= before:
             break
         time.sleep(0.01)
