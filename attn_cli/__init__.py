@@ -14,6 +14,9 @@ Library use (no CLI needed), from any folder::
     attn_cli.run_flash("causal_multihead")         # FlashAttention-2, tile by tile, checked
     attn_cli.run_split("causal_multihead", splits=2)  # split-KV: chunks merged by their lse
 
+    report = attn_cli.probe(my_attention)          # its conventions, learnt by calling it
+    assert report.verdict == "matches", report.findings
+
 Heavy modules (NumPy, YAML) are imported on first use, so ``attn --help`` stays light.
 """
 
@@ -28,6 +31,7 @@ __all__ = [
     "InputError",
     "__version__",
     "load_fixture",
+    "probe",
     "run",
     "run_decode",
     "run_flash",
@@ -37,6 +41,7 @@ __all__ = [
 
 if TYPE_CHECKING:
     from attn_cli.api import trace_file
+    from attn_cli.check.probe import probe
     from attn_cli.check.runs import run_decode, run_flash
     from attn_cli.check.split_runs import run_split
     from attn_cli.core.pipeline import run
@@ -47,6 +52,7 @@ _LAZY = {
     "AttnError": "attn_cli.errors",
     "InputError": "attn_cli.errors",
     "load_fixture": "attn_cli.io.fixture",
+    "probe": "attn_cli.check.probe",
     "run": "attn_cli.core.pipeline",
     "trace_file": "attn_cli.api",
     "run_decode": "attn_cli.check.runs",

@@ -42,6 +42,10 @@ class UsageError(AttnError):
     """A command-line option or argument does not make sense."""
 
 
+class ProbeError(AttnError):
+    """The function under ``attn probe`` cannot be asked: it raised, hung or returned no array."""
+
+
 def printable(text: str) -> str:
     r"""``text`` with each non-printable character escaped (ESC becomes ``\x1b``): safe to print."""
     if text.isprintable():

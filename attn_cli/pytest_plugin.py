@@ -9,6 +9,12 @@ stage arrays (``{"scores": s, "softmax": w, "output": o}``, aliases as ``attn ch
 takes them) or the output alone, with attn's trace. On a difference it fails with the first
 stage that differs, its worst cells and the grader's diagnosis.
 
+Or learn, by calling it, which conventions a function follows (``attn probe``)::
+
+    def test_my_attention_is_sdpa(attn_probe):
+        attn_probe.assert_matches(my_attention)       # fails listing each finding
+        assert attn_probe(my_attention).conventions["gqa"] == "repeat-interleave"
+
 attn's trace of the fixture is also kept as a golden file (``attn_golden/lecture.json`` beside
 the test file, or under the ``attn_golden_dir`` ini setting), so that a change in attn, or in
 the fixture, shows as a failure to review. Goldens are written only on request:
@@ -30,6 +36,7 @@ import pytest
 
 if TYPE_CHECKING:
     from attn_cli.check.compare import Comparison, Tolerance
+    from attn_cli.check.probe import ProbeReport
     from attn_cli.core.pipeline import Trace
 
 UPDATE_OPTION = "--attn-update"
@@ -61,6 +68,41 @@ def attn_golden(request: pytest.FixtureRequest) -> AttnGolden:
     setting = str(request.config.getini(GOLDEN_DIR_INI) or "")
     golden_dir = request.config.rootpath / setting if setting else base / DEFAULT_FOLDER
     return AttnGolden(base, golden_dir, update=bool(request.config.getoption(UPDATE_OPTION)))
+
+
+@pytest.fixture
+def attn_probe() -> AttnProbe:
+    """Probe an attention function's conventions: ``attn_probe(fn)`` gives the report."""
+    return AttnProbe()
+
+
+class AttnProbe:
+    """What the ``attn_probe`` fixture gives a test: the report, or an assertion that it matches.
+
+    Settings are ``attn_cli.probe``'s: ``framework`` ("numpy", "torch"), ``dtype``, ``mask``
+    ("bool", "additive"), ``timeout`` (seconds per call; a call past it is abandoned).
+    """
+
+    def __call__(self, function: Callable[..., Any], **settings: Any) -> ProbeReport:
+        """The probe's report of ``function``; a test failure when it cannot be asked."""
+        __tracebackhide__ = True
+        from attn_cli.check.probe import probe
+        from attn_cli.errors import AttnError
+
+        try:
+            return probe(function, **settings)
+        except AttnError as e:
+            pytest.fail(f"attn_probe: {e}", pytrace=False)
+
+    def assert_matches(self, function: Callable[..., Any], **settings: Any) -> ProbeReport:
+        """Fail, naming each finding and its evidence, unless the verdict is "matches"."""
+        __tracebackhide__ = True
+        report = self(function, **settings)
+        if report.verdict != "matches":
+            lines = [f"- {f.id}: {f.title} ({f.evidence})" for f in report.findings]
+            pytest.fail(f"attn_probe: {report.target} differs from PyTorch SDPA:\n"
+                        + "\n".join(lines), pytrace=False)  # fmt: skip
+        return report
 
 
 class AttnGolden:

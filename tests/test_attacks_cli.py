@@ -196,6 +196,7 @@ def base_call(command: str, ckpt: tuple[Path, Path]) -> tuple[list[str], dict[st
         "decode": (["causal_multihead"], {}),
         "flash": (["the_cat_sat"], {}),
         "rope": (["llama31_rope_scaling"], {}),
+        "probe": (["attn_cli.check.probe:reference"], {}),  # attn's reference, probed: matches
         "import": (
             [str(ckpt[0])],
             {"--hidden": str(ckpt[1]), "--output": "imp.npz", "--force": ""},
@@ -232,7 +233,7 @@ def test_every_option_fed_hostile_values(
     if run.exit_code == 2:
         assert_error(run)
         return
-    assert_fine(run, (0, 1) if param.command == "check" else (0,))
+    assert_fine(run, (0, 1) if param.command in ("check", "probe") else (0,))
     if kind in UNICODE_NUMBERS:
         assert (param.command, param.name) not in ATTN_PARSED, "Unicode digits are not digits"
         if param.number:  # Python reads '١٢' as 12: then the result is that of '12'

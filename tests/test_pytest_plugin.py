@@ -176,3 +176,41 @@ def test_the_plugin_module_imports_only_pytest() -> None:
         )
     }
     assert top <= {"__future__", "inspect", "os", "collections", "pathlib", "typing", "pytest"}
+
+
+PROBED = """
+import math
+
+import numpy as np
+
+
+def attention(q, k, v):
+    s = q @ np.swapaxes(k, -1, -2) / math.sqrt(q.shape[-1])
+    e = np.exp(s - s.max(-1, keepdims=True))
+    return e / e.sum(-1, keepdims=True) @ v
+
+
+def over_d(q, k, v):
+    s = q @ np.swapaxes(k, -1, -2) / q.shape[-1]
+    e = np.exp(s - s.max(-1, keepdims=True))
+    return e / e.sum(-1, keepdims=True) @ v
+
+
+def test_right(attn_probe):
+    attn_probe.assert_matches(attention)
+    assert attn_probe(attention).conventions["gqa"] == "refused"
+
+
+def test_over_d(attn_probe):
+    attn_probe.assert_matches(over_d)
+"""
+
+
+@pytest.mark.slow
+def test_attn_probe_asserts_that_a_function_matches_sdpa(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_probed=PROBED)
+    result = pytester.runpytest(*PLUGIN)
+    result.assert_outcomes(passed=1, failed=1)
+    result.stdout.fnmatch_lines(
+        ["*attn_probe: over_d differs from PyTorch SDPA:*", "*- scaled_by_d_k: scaled by d_k*"]
+    )

@@ -54,6 +54,8 @@ COMMANDS: dict[str, Entry] = {
     "rope": Entry("Show a fixture's RoPE pair by pair: base and scaled frequency, wavelength "
                   "against the trained context, the band of its scaling, and the angle at a "
                   "position."),
+    "probe": Entry("Call your attention function with crafted inputs: which conventions it "
+                   "follows, and where it differs from PyTorch SDPA."),
     "import": Entry("Import one attention layer of a real checkpoint (safetensors, no torch) "
                     "as a fixture.", module="importer", function="import_"),
 }  # fmt: skip
