@@ -37,6 +37,28 @@ PrefillOption = Annotated[
         help="Tokens computed at once before decoding starts (1 to the fixture's length).",
     ),
 ]  # fmt: skip
+PagedFlag = Annotated[
+    bool,
+    typer.Option(
+        "--paged",
+        help="Keep the cache in pages of a pool, read through a block table (PagedAttention), "
+        "each step checked against the contiguous cache.",
+    ),
+]
+BlockSizeOption = Annotated[
+    int | None,
+    typer.Option(
+        "--block-size", min=1, metavar="B",
+        help="Tokens a page with --paged (default: a third of the sequence, 2 to 16).",
+    ),
+]  # fmt: skip
+PagesOption = Annotated[
+    int | None,
+    typer.Option(
+        "--pages", min=1, metavar="N",
+        help="Pages in the pool with --paged (default: as many as the sequence holds at once).",
+    ),
+]  # fmt: skip
 DECODE_VIEW = RunView(
     "attn_cli.present.decode_view", "decode_pages", "decode_titles", "render_decode",
     "decode_dumps", "decode_page",
@@ -62,6 +84,9 @@ def decode(
     max_memory: MaxMemoryOption = None,
     quiet: QuietOption = False,
     step: StepOption = False,
+    paged: PagedFlag = False,
+    block_size: BlockSizeOption = None,
+    pages: PagesOption = None,
 ) -> None:
     """Decode a causal fixture token by token against a KV cache, checking every step.
 
@@ -83,6 +108,8 @@ def decode(
 
       attn decode llama_rope_gqa --step              # one step at a time (q quits)
 
+      attn decode mistral_sliding_window --paged --block-size 2  # pages, a block table
+
       attn examples                                  # every variant to decode
 
       attn decode llama_rope_gqa -f json -o dec.json # every number, for scripts
@@ -91,10 +118,12 @@ def decode(
     from attn_cli.present.text import TABLE_EDGE, TABLE_LIMIT
 
     refuse_step(step, fmt, output)
+    refuse_paging(paged, block_size, pages)
     budget = None if max_memory is None else parse_size(max_memory)
     every = full or step or fmt is RunFormat.json  # every step shown: every state kept
     run = run_decode_any(fixture, prefill, edges=None if every else (TABLE_LIMIT, TABLE_EDGE),
-                         max_elements=max_elements, max_memory=budget)  # fmt: skip
+                         max_elements=max_elements, max_memory=budget,
+                         paged=(block_size, pages) if paged else None)  # fmt: skip
     refuse_page(run, fmt)
     out = RunOutput(fmt, output, precision, full, width, color, explain, lang, quiet, step)
     failure = state_failure(run)
@@ -122,3 +151,13 @@ def refuse_page(run: Any, fmt: RunFormat) -> None:
             f"html: a decode of the rows {', '.join(unknown)} has no page yet",
             "table, plain or json (they show every step of it)",
         )  # fmt: skip
+
+
+def refuse_paging(paged: bool, block_size: int | None, pages: int | None) -> None:
+    """--block-size and --pages size the pool of --paged: alone they are refused in one line."""
+    from attn_cli.errors import UsageError
+
+    given = [name for name, x in (("block-size", block_size), ("pages", pages)) if x is not None]
+    if given and not paged:
+        raise UsageError("", given[0], "sizes the pool of a paged cache", "--paged beside it",
+                         option=given[0])  # fmt: skip

@@ -12,6 +12,14 @@ a batch axis has none here either.
   "head", "q_block", "k_block", "skipped", "S", "m", "alpha", "P", "l", "acc"}],
   "stages": {"output", "lse"}}`` with only the first ``max_tiles`` tiles (``tiles_total`` says
   how many there are), so its size grows with the tiles shown, not with the sequence squared.
+
+A paged decode (``--paged``) adds ``"paged": {"block_size", "pages", "pages_used",
+"pool_bytes", "used_bytes", "contiguous_bytes", "waste_slots", "waste_bytes",
+"prefill_max_abs_diff_contiguous", "max_abs_diff_contiguous", "prefill": PAGES}`` to the head
+and ``"pages": PAGES`` and ``"max_abs_diff_contiguous"`` to each step, where PAGES is
+``{"block_table": [page of each logical block, -1: freed], "placed": [[token, page, slot]],
+"allocated": [...], "freed": [...], "in_use", "filled"}``; ``slot`` and ``cache_positions``
+are then the gathered cache's (the live blocks' pages in logical order).
 """
 
 from __future__ import annotations
@@ -50,6 +58,8 @@ class DecodeRunLike(Protocol):
     def cost(self) -> KVCacheBytes: ...
     @property
     def sentinel(self) -> float | None: ...
+    @property
+    def paged(self) -> Any: ...  # check/paged_runs.py's PagedCheck, None: contiguous
 
 
 class CheckLike(Protocol):
@@ -160,11 +170,29 @@ def decode_dumps(run: DecodeRunLike) -> str:
         },
         mask_value_replaced=run.sentinel,
     )  # fmt: skip
+    paged = run.paged
+    if paged is not None:
+        pool = paged.pool
+        head["paged"] = {
+            "block_size": pool.block_size, "pages": pool.pages, "pages_used": pool.pages_used,
+            "pool_bytes": pool.pool, "used_bytes": pool.used,
+            "contiguous_bytes": pool.contiguous, "waste_slots": pool.waste_slots,
+            "waste_bytes": pool.waste, "prefill_max_abs_diff_contiguous": paged.prefill_diff,
+            "max_abs_diff_contiguous": paged.worst, "prefill": _pages(result.prefill_pages),
+        }  # fmt: skip
     lines = ["{", *_mapping(head, 2), '  "steps": [']
+    near = paged.contiguous_diffs if paged is not None else (None,) * len(result.steps)
     for n, (step, diff) in enumerate(zip(result.steps, run.diffs, strict=True)):
-        lines += _step(trace, step, diff, last=n == len(result.steps) - 1)
+        lines += _step(trace, step, diff, near[n], last=n == len(result.steps) - 1)
     lines += ["  ]", "}"]
     return "\n".join(lines) + "\n"
+
+
+def _pages(pages: Any) -> dict[str, Any]:
+    """The block table after a step, and what the step placed, took and released."""
+    return {"block_table": list(pages.table), "placed": [list(p) for p in pages.placed],
+            "allocated": list(pages.allocated), "freed": list(pages.freed),
+            "in_use": pages.in_use, "filled": pages.filled}  # fmt: skip
 
 
 def decode_stages(trace: Trace, step: DecodeStep) -> list[tuple[str, Any]]:
@@ -186,8 +214,10 @@ def decode_stages(trace: Trace, step: DecodeStep) -> list[tuple[str, Any]]:
     return out
 
 
-def _step(trace: Trace, step: DecodeStep, diff: float, *, last: bool) -> list[str]:
-    meta = {
+def _step(
+    trace: Trace, step: DecodeStep, diff: float, contiguous: float | None, *, last: bool
+) -> list[str]:
+    meta: dict[str, Any] = {
         "index": step.index,
         "position": step.position,
         "token": trace.query_labels[step.index],
@@ -195,6 +225,9 @@ def _step(trace: Trace, step: DecodeStep, diff: float, *, last: bool) -> list[st
         "cache_positions": list(step.cache_positions),
         "max_abs_diff": diff,
     }
+    if step.pages is not None:
+        meta["pages"] = _pages(step.pages)
+        meta["max_abs_diff_contiguous"] = contiguous
     lines = ["    {", *_mapping(meta, 6)]
     lines += _stages(decode_stages(trace, step), 6)
     lines.append("    }" + ("" if last else ","))
