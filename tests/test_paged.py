@@ -192,3 +192,129 @@ def test_a_pool_too_small_says_how_many_pages_it_needs() -> None:
     trace = example_trace("causal_multihead")  # 4 tokens
     with pytest.raises(UsageError, match=r"a pool of 1 is too small .* expected at least 2"):
         paging_for(trace.inputs, 2, 1)
+
+
+# -- the grader: a paged loop written here with each mistake, diagnosed by name ----------------
+
+
+def paged_loop(fixture: str, bs: int, bug: str = "") -> list[Any]:
+    """Every token's output (T, H, Dv) from a paged cache written as loops: pages 0, 1, ... in
+    block order (no window), token t at row page · bs + t mod bs of the pool; ``bug``: "shift"
+    reads block b through block_table[b + 1] (the last wraps to entry 0), "global" writes token
+    t at row page · bs + t (wrapped in the pool)."""
+    from attn_cli.api import load
+
+    inputs = load(fixture)
+    trace = run(inputs, keep={"Q", "K", "V"})
+    Q, K, V = (trace[n].data for n in "QKV")  # (H, T, D)
+    H, T, D = Q.shape
+    scale = 1 / D**0.5
+    rows = -(-T // bs) * bs
+    outs = []
+    for i in range(T):
+        pool: dict[int, int] = {}  # pool row -> the token written there
+        for t in range(i + 1):
+            slot = t if bug == "global" else t % bs
+            pool[((t // bs) * bs + slot) % rows] = t
+        blocks = i // bs + 1
+        read = [(b + 1) % blocks if bug == "shift" else b for b in range(blocks)]
+        per_head = []
+        for h in range(H):
+            logits, values = [], []
+            for b in range(blocks):
+                for s in range(bs):
+                    if b * bs + s > i:
+                        continue  # an empty slot of the last page: hidden
+                    src = pool.get(read[b] * bs + s)
+                    k = K[h, src] if src is not None else np.zeros(D)
+                    values.append(V[h, src] if src is not None else np.zeros(V.shape[2]))
+                    logits.append(
+                        sum(float(a) * float(c) for a, c in zip(Q[h, i], k, strict=True)) * scale
+                    )
+            top = max(logits)
+            e = [np.exp(x - top) for x in logits]
+            per_head.append((sum(w * v for w, v in zip(e, values, strict=True)) / sum(e)).tolist())
+        outs.append(per_head)
+    return outs
+
+
+def grade_dump(tmp_path: Any, fixture: str, outputs: list[Any], bs: int) -> Any:
+    from attn_cli.check.compare import GRADER_TOLERANCE
+    from attn_cli.check.run import check_fixture
+
+    path = tmp_path / "paged.json"
+    path.write_text(json.dumps({"decode_output": outputs[1:], "prefill": 1, "block_size": bs}))
+    outcome = check_fixture(fixture, against=path, tolerance=GRADER_TOLERANCE)
+    assert outcome.comparison is not None
+    return outcome.comparison
+
+
+def test_a_right_paged_loop_passes(tmp_path: Any) -> None:
+    c = grade_dump(tmp_path, "causal_multihead", paged_loop("causal_multihead", 2), 2)
+    assert c.same, c.stages
+
+
+@pytest.mark.parametrize(
+    ("bug", "name"),
+    [("shift", "block_table_off_by_one"), ("global", "page_slot_from_global_position")],
+)
+def test_paged_mistakes_are_named(tmp_path: Any, bug: str, name: str) -> None:
+    c = grade_dump(tmp_path, "causal_multihead", paged_loop("causal_multihead", 2, bug), 2)
+    assert not c.same
+    assert [d.name for d in c.diagnoses] == [name]
+
+
+def test_our_own_paged_json_grades_as_the_same(tmp_path: Any) -> None:
+    from attn_cli.check.compare import GRADER_TOLERANCE
+    from attn_cli.check.run import check_fixture
+
+    res = run_cli("decode", "gptoss_sinks", "--paged", "--block-size", "2", "-f", "json")
+    path = tmp_path / "ours.json"
+    path.write_text(res.stdout)
+    outcome = check_fixture("gptoss_sinks", against=path, tolerance=GRADER_TOLERANCE)
+    assert outcome.comparison is not None and outcome.comparison.same
+
+
+# -- the views ----------------------------------------------------------------------------------
+
+
+def test_the_table_shows_the_pool_the_block_table_and_the_gather() -> None:
+    res = run_cli("decode", "mistral_sliding_window", "--paged", "--block-size", "2",
+                  "-f", "plain", "--width", "200")  # fmt: skip
+    assert res.exit_code == 0, res.stderr
+    out = res.stdout
+    assert "pool: 2 pages × 2 tokens" in out and "contiguous ring of 3" in out
+    # token 4 (position 4): block 0 (positions 0, 1 <= 4 - 3) goes back, its page 0 is taken
+    assert "token 'the' → logical block 2 = 4 // 2 → page 0, slot 0 = 4 mod 2" in out
+    assert "page 0 back to the pool" in out and "block table (logical block → page): " \
+        "0 → freed, 1 → 1, 2 → 0" in out  # fmt: skip
+    assert "vs contiguous" in out
+
+
+@pytest.mark.slow  # importing test_explain builds its traces
+def test_chinese_paged_texts_have_no_english_left() -> None:
+    from test_explain import english_left
+
+    res = run_cli("decode", "mistral_sliding_window", "--paged", "--block-size", "2",
+                  "-f", "plain", "--explain", "--lang", "zh", "--width", "300")  # fmt: skip
+    assert res.exit_code == 0, res.stderr
+    ours = [line for line in res.stdout.splitlines()
+            if any(w in line for w in ("页", "块表", "收集"))]  # fmt: skip
+    assert len(ours) > 10
+    tokens = tuple(example_trace("mistral_sliding_window").query_labels)
+    allowed = ("PagedAttention", "vLLM", "K_cache", "scores", "softmax", "output", "mod",
+               "float64", "block_size", "block_table", "pool", "pages", "kv_heads", "d_k",
+               "d_v", "blocks", "slots", *tokens)  # fmt: skip
+    for line in ours:
+        assert english_left(line, allowed) == [], line
+
+
+def test_the_html_page_steps_through_the_block_tables(tmp_path: Any) -> None:
+    out = tmp_path / "paged.html"
+    res = run_cli("decode", "mistral_sliding_window", "--paged", "--block-size", "2",
+                  "-f", "html", "-o", str(out))  # fmt: skip
+    assert res.exit_code == 0, res.stderr
+    page = out.read_text()
+    assert "block table (logical block → page): 0 → freed, 1 → 1, 2 → 0" in page
+    assert "块表（逻辑块 → 物理页）" in page and "paged pool per layer" in page
+    assert "page 0, slot 0 of the pool: block_table[4 // 2], 4 mod 2" in page

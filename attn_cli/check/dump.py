@@ -60,6 +60,7 @@ class DecodeDump(Dump):
     prefill: int | None
     K_cache: FloatArray | None
     V_cache: FloatArray | None
+    block_size: int | None = None  # a paged cache's tokens a page (its K_cache: the gather's)
 
 
 @dataclass(frozen=True, eq=False)
@@ -209,7 +210,7 @@ DECODE_KEYS = ("decode_output", "step_outputs")  # (steps, [batch,] heads, d_v) 
 LSE_KEYS = ("lse", "L", "logsumexp")
 OUTPUT_KEYS = ("output", "O", "out")
 FLASH_EXTRA = ("block_q", "block_k", "base2", "tiles")
-DECODE_EXTRA = ("prefill", "K_cache", "V_cache")
+DECODE_EXTRA = ("prefill", "K_cache", "V_cache", "block_size")
 
 
 def _dump_kind(names: Collection[str]) -> str | None:
@@ -244,7 +245,10 @@ def _special_dump(obj: dict[str, Any], source: str) -> Dump:
         last = stages[-1]
         caches = [_stage_data(last, n, source, "steps[-1]") if n in last else None
                   for n in ("K_cache", "V_cache")]  # fmt: skip
-        return _decode_dump(source, _stack(outputs, source), obj.get("prefill"), *caches)
+        paged = obj.get("paged")
+        size = paged.get("block_size") if isinstance(paged, dict) else None
+        return _decode_dump(source, _stack(outputs, source), obj.get("prefill"), caches[0],
+                            caches[1], block_size=size)  # fmt: skip
     if fmt == FLASH_FORMAT:
         stages = _field(obj, "stages", dict, source)
         output, lse = (_stage_data(stages, n, source, "stages") for n in ("output", "lse"))
@@ -254,7 +258,7 @@ def _special_dump(obj: dict[str, Any], source: str) -> Dump:
         caches = [None if obj.get(n) is None else decode_array(obj[n], source, n)
                   for n in ("K_cache", "V_cache")]  # fmt: skip
         return _decode_dump(source, decode_array(obj[key], source, key), obj.get("prefill"),
-                            *caches)  # fmt: skip
+                            caches[0], caches[1], block_size=obj.get("block_size"))  # fmt: skip
     output = next(decode_array(obj[k], source, k) for k in OUTPUT_KEYS if k in obj)
     lse = next(decode_array(obj[k], source, k) for k in LSE_KEYS if k in obj)
     return _flash_dump(source, output, lse, obj, obj.get("tiles") or [])
@@ -282,7 +286,7 @@ def _special_npz(path: Path) -> Dump | None:
     if _dump_kind(names) == "decode":
         key = next(k for k in DECODE_KEYS if k in plain)
         return _decode_dump(source, raw[key], plain.get("prefill"), raw.get("K_cache"),
-                            raw.get("V_cache"))  # fmt: skip
+                            raw.get("V_cache"), block_size=plain.get("block_size"))  # fmt: skip
     output = next(raw[k] for k in OUTPUT_KEYS if k in raw)
     lse = next(raw[k] for k in LSE_KEYS if k in raw)
     return _flash_dump(source, output, lse, plain, [])
@@ -346,13 +350,15 @@ def _shown(value: Any) -> str:
 
 
 def _decode_dump(
-    source: str, outputs: FloatArray, prefill: Any, K: FloatArray | None, V: FloatArray | None
-) -> DecodeDump:
+    source: str, outputs: FloatArray, prefill: Any, K: FloatArray | None, V: FloatArray | None,
+    block_size: Any = None,
+) -> DecodeDump:  # fmt: skip
     if outputs.ndim < 2:
         raise InputError(source, "decode_output", f"has shape {list(outputs.shape)}",
                          "(steps, [batch,] heads, d_v): one output per decoded token")  # fmt: skip
     arrays = {"output": outputs}
-    return DecodeDump(source, arrays, {}, (), outputs, _whole(prefill, source, "prefill"), K, V)
+    return DecodeDump(source, arrays, {}, (), outputs, _whole(prefill, source, "prefill"), K, V,
+                      _whole(block_size, source, "block_size"))  # fmt: skip
 
 
 def _flash_dump(
