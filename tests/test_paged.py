@@ -160,7 +160,7 @@ def test_json_keeps_the_outputs_and_adds_the_block_tables() -> None:
     [
         (["--paged", "--block-size", "0"], "--block-size: got 0, expected an integer of at"),
         (["--paged", "--block-size", "-3"], "--block-size"),
-        (["--paged", "--block-size", str(2**63)], f"--block-size: is {2**63}, expected 1 to"),
+        (["--paged", "--block-size", str(2**63)], f"is {2**63}, expected 1 to 4,096 tokens a"),
         (["--paged", "--pages", "0"], "--pages: got 0, expected an integer of at least 1"),
         (["--paged", "--pages", str(2**63)], f"--pages: is {2**63}, expected 1 to 1,048,576"),
         (["--paged", "--block-size", "1", "--pages", "2"], "expected at least 3"),

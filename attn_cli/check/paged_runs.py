@@ -18,7 +18,7 @@ from attn_cli.errors import UsageError
 if TYPE_CHECKING:
     from attn_cli.core.inputs import Inputs
 
-MAX_BLOCK = 1 << 16  # tokens a page: real engines use 16 to 256
+MAX_BLOCK = 1 << 12  # tokens a page: real engines use 16 to 256
 MAX_PAGES = 1 << 20
 
 

@@ -51,14 +51,17 @@ class PageStep:
     filled: int  # slots of those pages holding a token the gather reads
 
 
-def freed_before(index: int, block_size: int, positions: IntArray, reach: int | None) -> int:
+def freed_before(
+    index: int, block_size: int, positions: IntArray, reach: int | None, known: int = 0
+) -> int:
     """How many leading logical blocks no query from token ``index`` on can see: every token on
-    them is at a position <= positions[index] - reach (None: no window, none)."""
+    them is at a position <= positions[index] - reach (None: no window, none); ``known``: as
+    many as an earlier token's (positions increase, so the count only grows)."""
     if reach is None:
         return 0
     limit = positions[index] - reach
     blocks = index // block_size  # the blocks before the token's own, every slot written
-    done = 0
+    done = known
     while done < blocks and positions[(done + 1) * block_size - 1] <= limit:
         done += 1
     return done
@@ -67,10 +70,10 @@ def freed_before(index: int, block_size: int, positions: IntArray, reach: int | 
 def pages_needed(tokens: int, block_size: int, positions: Any, reach: int | None) -> int:
     """The most pages held at once over ``tokens`` tokens (the pool a decode needs)."""
     pos = np.asarray(positions, dtype=np.int64)
-    most = 0
+    most = done = 0
     for i in range(tokens):
-        live = i // block_size + 1 - freed_before(i, block_size, pos, reach)
-        most = max(most, live)
+        done = freed_before(i, block_size, pos, reach, done)
+        most = max(most, i // block_size + 1 - done)
     return most
 
 
@@ -88,6 +91,7 @@ class PagedCache:
     free: list[int] = field(default_factory=list)
     written: set[int] = field(default_factory=set)  # pool rows ever written
     count: int = 0  # tokens written
+    released: int = 0  # leading logical blocks given back to the pool
     log: tuple[list[tuple[int, int, int]], list[int], list[int]] = field(
         default_factory=lambda: ([], [], [])
     )  # since the last record: tokens placed, pages taken, pages released
@@ -108,13 +112,14 @@ class PagedCache:
         """Write token ``index``'s key and value (B, Hkv, D): release the blocks the window has
         passed, take a page when the token starts a block; return (page, slot in the page)."""
         bs = self.paging.block_size
-        done = freed_before(index, bs, self.positions, self.reach)
-        for b in range(done):
+        done = freed_before(index, bs, self.positions, self.reach, self.released)
+        for b in range(self.released, done):
             if self.table[b] != FREED:
                 self.log[2].append(self.table[b])
                 self.free.append(self.table[b])
                 self.table[b] = FREED
         self.free.sort()
+        self.released = done
         block = index // bs
         if block == len(self.table):
             assert self.free, f"the pool of {self.paging.pages} pages is full"
@@ -138,13 +143,13 @@ class PagedCache:
         """The live blocks' slots in logical order: the pool row each reads (C,) and the token
         it holds (C,), -1 for the empty slots of the last page."""
         bs = self.paging.block_size
-        live = [b for b, p in enumerate(self.table) if p != FREED]
-        pages = list(self.table)
-        if self.bugs.table_shift:  # block b read through the next entry (the last wraps)
-            pages = pages[1:] + pages[:1]
-        where = np.array([pages[b] * bs + s for b in live for s in range(bs)], np.int64)
-        held = np.array([t if (t := b * bs + s) < self.count else -1
-                         for b in live for s in range(bs)], np.int64)  # fmt: skip
+        table = np.array(self.table, np.int64)  # (blocks,)
+        live = np.flatnonzero(table != FREED)  # the live logical blocks, in order
+        pages = np.roll(table, -1) if self.bugs.table_shift else table  # b read through b + 1
+        slots = np.arange(bs, dtype=np.int64)
+        where = (pages[live, None] * bs + slots).reshape(-1)  # (live · bs,) pool rows
+        tokens = (live[:, None] * bs + slots).reshape(-1)  # the token each slot is for
+        held: IntArray = np.where(tokens < self.count, tokens, -1)
         return where, held
 
     def record(self) -> PageStep:
