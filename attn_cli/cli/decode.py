@@ -1,6 +1,6 @@
 """``attn decode``: a causal fixture generated one token at a time against a KV cache."""
 
-from typing import Annotated, Any
+from typing import Annotated, Any, Optional
 
 import typer
 
@@ -59,6 +59,38 @@ PagesOption = Annotated[
         help="Pages in the pool with --paged (default: as many as the sequence holds at once).",
     ),
 ]  # fmt: skip
+MoreFixtures = Annotated[
+    Optional[list[str]],  # noqa: UP045
+    typer.Argument(
+        help="With --batch: more fixtures, each one sequence of the batch.",
+        show_default=False, metavar="[FIXTURE...]",
+    ),
+]  # fmt: skip
+BatchFlag = Annotated[
+    bool,
+    typer.Option(
+        "--batch",
+        help="Decode the fixtures as one continuous batch: packed query rows, cu_seqlens, one "
+        "block-diagonal mask; each sequence checked against its own decode.",
+    ),
+]
+ArriveOption = Annotated[
+    Optional[str],  # noqa: UP045
+    typer.Option(
+        "--arrive", metavar="S1,S2,...",
+        help="With --batch: the step at which each fixture joins (default: all at step 0).",
+    ),
+]  # fmt: skip
+ChunkOption = Annotated[
+    Optional[int],  # noqa: UP045
+    typer.Option(
+        "--chunk", min=1, metavar="C",
+        help="With --batch: prefill a joining prompt C rows a step (default: all at once).",
+    ),
+]  # fmt: skip
+BATCH_VIEW = RunView(
+    "attn_cli.present.batch_view", "batch_pages", "batch_titles", "render_batch", "batch_dumps",
+)  # fmt: skip
 DECODE_VIEW = RunView(
     "attn_cli.present.decode_view", "decode_pages", "decode_titles", "render_decode",
     "decode_dumps", "decode_page",
@@ -71,6 +103,7 @@ STATE_VIEW = RunView(  # linear attention: a recurrent state in place of the cac
 
 def decode(
     fixture: FixtureArgument = None,
+    more: MoreFixtures = None,
     prefill: PrefillOption = 1,
     fmt: RunFormatOption = RunFormat.table,
     output: OutputOption = None,
@@ -87,6 +120,9 @@ def decode(
     paged: PagedFlag = False,
     block_size: BlockSizeOption = None,
     pages: PagesOption = None,
+    batch: BatchFlag = False,
+    arrive: ArriveOption = None,
+    chunk: ChunkOption = None,
 ) -> None:
     """Decode a causal fixture token by token against a KV cache, checking every step.
 
@@ -110,6 +146,8 @@ def decode(
 
       attn decode mistral_sliding_window --paged --block-size 2  # pages, a block table
 
+      attn decode llama_rope_gqa gptoss_sinks --batch --arrive 0,2  # continuous batching
+
       attn examples                                  # every variant to decode
 
       attn decode llama_rope_gqa -f json -o dec.json # every number, for scripts
@@ -120,12 +158,16 @@ def decode(
     refuse_step(step, fmt, output)
     refuse_paging(paged, block_size, pages)
     budget = None if max_memory is None else parse_size(max_memory)
+    out = RunOutput(fmt, output, precision, full, width, color, explain, lang, quiet, step)
+    if batch or more or arrive is not None or chunk is not None:
+        fixtures = [fixture or "the_cat_sat", *(more or [])]
+        run_batch_cli(fixtures, batch, paged, arrive, prefill, chunk, out, max_elements, budget)
+        return
     every = full or step or fmt is RunFormat.json  # every step shown: every state kept
     run = run_decode_any(fixture, prefill, edges=None if every else (TABLE_LIMIT, TABLE_EDGE),
                          max_elements=max_elements, max_memory=budget,
                          paged=(block_size, pages) if paged else None)  # fmt: skip
     refuse_page(run, fmt)
-    out = RunOutput(fmt, output, precision, full, width, color, explain, lang, quiet, step)
     failure = state_failure(run)
     show_run(run, STATE_VIEW if isinstance(run, StateRun) else DECODE_VIEW, out, failure)
     if failure is not None:
@@ -161,3 +203,38 @@ def refuse_paging(paged: bool, block_size: int | None, pages: int | None) -> Non
     if given and not paged:
         raise UsageError("", given[0], "sizes the pool of a paged cache", "--paged beside it",
                          option=given[0])  # fmt: skip
+
+
+def run_batch_cli(
+    fixtures: list[str], batch: bool, paged: bool, arrive: str | None, prefill: int,
+    chunk: int | None, out: RunOutput, max_elements: int, budget: int | None,
+) -> None:  # fmt: skip
+    """``--batch``: the fixtures as one continuous batch (check/batch_runs.py)."""
+    from attn_cli.check.batch_runs import (
+        MAX_SEQUENCES,
+        batch_failure,
+        parse_arrive,
+        run_batch,
+    )
+    from attn_cli.errors import UsageError
+
+    if not batch:
+        what = "more than one fixture" if len(fixtures) > 1 else "--arrive or --chunk"
+        raise UsageError("", "batch", f"{what} given without --batch",
+                         "--batch to decode them as one batch", option="batch")  # fmt: skip
+    if len(fixtures) > MAX_SEQUENCES:
+        raise UsageError("", "batch", f"{len(fixtures):,} fixtures",
+                         f"1 to {MAX_SEQUENCES} sequences in a batch", option="batch")  # fmt: skip
+    if paged:
+        raise UsageError("", "paged", "a paged batch (and --share-prefix) is not built yet",
+                         "--batch or --paged, one at a time", option="paged")  # fmt: skip
+    if out.fmt is RunFormat.html:
+        raise UsageError("", "--format", "html: a batch has no page yet",
+                         "table, plain or json (they show every step of it)")  # fmt: skip
+    steps = parse_arrive(arrive, len(fixtures))
+    run = run_batch(list(fixtures), steps, prefill, chunk, max_elements=max_elements,
+                    max_memory=budget)  # fmt: skip
+    failure = batch_failure(run)
+    show_run(run, BATCH_VIEW, out, failure)
+    if failure is not None:
+        raise failure

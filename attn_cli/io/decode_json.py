@@ -40,6 +40,7 @@ from attn_cli.io.trace_json import json_text, trace_config
 
 DECODE_FORMAT = "attn-decode"
 FLASH_FORMAT = "attn-flash"
+BATCH_FORMAT = "attn-decode-batch"
 VERSION = 1
 
 
@@ -339,5 +340,50 @@ def state_dumps(run: StateRunLike) -> str:
         stages = [(name, x if batch else x[0]) for name, x in named]
         lines += ["    {", *_mapping(meta, 6), *_stages(stages, 6)]
         lines.append("    }" + ("" if n == len(result.steps) - 1 else ","))
+    lines += ["  ]", "}"]
+    return "\n".join(lines) + "\n"
+
+
+# ---------------------------------------------------------------------------------------------
+# attn decode F1 F2 ... --batch: continuous batching
+
+
+def batch_dumps(run: Any) -> str:
+    """The batch as JSON text (check/batch_runs.py's BatchRun): the sequences, each step's
+    packed rows, cu_seqlens, mask (true: may attend), weights and outputs, and each sequence's
+    ``output`` by name, (heads, tokens, d_v), with its checks."""
+    members = run.result.members
+    head = _head(run.traces[0], BATCH_FORMAT)
+    head.pop("tokens")
+    head.update(max_abs_diff=run.worst)
+    lines = ["{", *_mapping(head, 2), '  "sequences": {']
+    for j, name in enumerate(run.names):
+        m = members[j]
+        trace = run.traces[j]
+        meta = {"fixture": trace.inputs.source, "tokens": list(trace.query_labels),
+                "arrive": m.arrive, "prefill": m.prefill, "leaves": m.leaves - 1,
+                "max_abs_diff_solo": max(run.solo[j]),
+                "max_abs_diff": max(run.full[j])}  # fmt: skip
+        lines.append(f"    {json_text(name)}: {{")
+        lines += _mapping(meta, 6)
+        lines.append(f'      "output": {array_text(run.result.outputs(j).tolist(), 6)}')
+        lines.append("    }" + ("," if j < len(run.names) - 1 else ""))
+    lines += ["  },", '  "steps": [']
+    for n, step in enumerate(run.result.steps):
+        meta = {
+            "step": step.step,
+            "rows": [{"sequence": run.names[j], "token": t} for j, t in step.rows],
+            "row_sequence": [j for j, _ in step.rows],
+            "keys": [{"sequence": run.names[j], "token": t} for j, t in step.keys],
+            "cu_seqlens_q": list(step.cu_seqlens_q),
+            "cu_seqlens_k": list(step.cu_seqlens_k),
+            "entering": [run.names[j] for j in step.entering],
+            "leaving": [run.names[j] for j in step.leaving],
+        }
+        lines += ["    {", *_mapping(meta, 6)]
+        lines.append(f'      "mask": {json.dumps(step.mask.tolist())},')
+        lines += _stages([("scores", step.scores), ("masked", step.masked),
+                          ("softmax", step.softmax), ("output", step.output)], 6)  # fmt: skip
+        lines.append("    }" + ("," if n < len(run.result.steps) - 1 else ""))
     lines += ["  ]", "}"]
     return "\n".join(lines) + "\n"
