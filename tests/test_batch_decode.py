@@ -198,3 +198,72 @@ def test_hostile_batches_get_one_line(args: list[str], message: str) -> None:
     assert res.exit_code == 2
     lines = res.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("Error: ") and message in lines[0], res.stderr
+
+
+# -- the grader ---------------------------------------------------------------------------------
+
+
+def loop_batch(names: list[str], arrive: list[int], leak: bool = False) -> list[Any]:
+    """Every sequence's outputs (H, T, Dv) from a batch written as loops, prefill 1, one row a
+    step: at each step the rows of the sequences present, in order, each over its own keys;
+    ``leak``: a row also sees every key of the sequences packed before it in that step."""
+    from attn_cli.api import load
+    from attn_cli.core.pipeline import run
+
+    seqs = [run(load(n), keep={"Q", "K", "V"}) for n in names]
+    QKV = [[t[x].data for x in "QKV"] for t in seqs]  # (H, T, D) each
+    outs = [np.zeros((q.shape[0], q.shape[1], v.shape[2])) for q, _, v in QKV]
+    for s in range(max(a + q.shape[1] for a, (q, _, _) in zip(arrive, QKV, strict=True))):
+        packed = [(j, s - arrive[j]) for j in range(len(names))
+                  if 0 <= s - arrive[j] < QKV[j][0].shape[1]]  # fmt: skip
+        for n, (j, t) in enumerate(packed):
+            q = QKV[j][0]
+            keys = [(i, u) for i, u in packed[:n] if leak for u in range(u + 1)]
+            keys += [(j, u) for u in range(t + 1)]
+            for h in range(q.shape[0]):
+                x = [float(q[h, t] @ QKV[i][1][h, u]) / np.sqrt(q.shape[2]) for i, u in keys]
+                e = np.exp(np.array(x) - max(x))
+                w = e / e.sum()
+                outs[j][h, t] = sum(
+                    wi * QKV[i][2][h, u] for wi, (i, u) in zip(w, keys, strict=True)
+                )
+    return outs
+
+
+def batch_dump(tmp_path: Any, names: list[str], arrive: list[int], outs: list[Any]) -> Any:
+    from attn_cli.check.compare import GRADER_TOLERANCE
+    from attn_cli.check.run import check_fixture
+
+    doc = {"format": "attn-decode-batch", "prefill": 1, "sequences": {
+        f"s{j}": {"fixture": n, "arrive": a, "output": o.tolist()}
+        for j, (n, a, o) in enumerate(zip(names, arrive, outs, strict=True))}}  # fmt: skip
+    path = tmp_path / "batch.json"
+    path.write_text(json.dumps(doc))
+    outcome = check_fixture(names[0], against=path, tolerance=GRADER_TOLERANCE)
+    assert outcome.comparison is not None
+    return outcome.comparison
+
+
+def test_a_right_batch_loop_passes(tmp_path: Any) -> None:
+    names, arrive = ["causal_multihead", "causal_multihead"], [0, 1]
+    c = batch_dump(tmp_path, names, arrive, loop_batch(names, arrive))
+    assert c.same, c.stages
+
+
+def test_a_leaking_ragged_mask_is_named(tmp_path: Any) -> None:
+    names, arrive = ["causal_multihead", "causal_multihead"], [0, 1]
+    c = batch_dump(tmp_path, names, arrive, loop_batch(names, arrive, leak=True))
+    assert not c.same
+    assert [d.name for d in c.diagnoses] == ["ragged_mask_leak"]
+
+
+def test_our_own_batch_json_grades_as_the_same(tmp_path: Any) -> None:
+    from attn_cli.check.compare import GRADER_TOLERANCE
+    from attn_cli.check.run import check_fixture
+
+    res = run_cli("decode", "llama_rope_gqa", "gptoss_sinks", "--batch", "--arrive", "1,0",
+                  "--prefill", "3", "--chunk", "2", "-f", "json")  # fmt: skip
+    path = tmp_path / "ours.json"
+    path.write_text(res.stdout)
+    outcome = check_fixture("llama_rope_gqa", against=path, tolerance=GRADER_TOLERANCE)
+    assert outcome.comparison is not None and outcome.comparison.same

@@ -48,6 +48,7 @@ class BatchRun:
     result: BatchResult
     solo: tuple[tuple[float, ...], ...]  # per sequence, per token: max |batch − its own decode|
     full: tuple[tuple[float, ...], ...]  # per sequence, per token: max |batch − full row|
+    fixtures: tuple[str, ...] = ()  # each fixture as given (a path or an example's name)
     tolerance: float = F64_TOLERANCE
 
     @property
@@ -160,7 +161,8 @@ def run_batch(
             ref = decode_reference(t, a)[0]  # (H, T, Dv)
             solo.append(tuple(max_abs_diff(got[:, i], alone[:, i]) for i in range(m.tokens)))
             full.append(tuple(max_abs_diff(got[:, i], ref[:, i]) for i in range(m.tokens)))
-    return BatchRun(tuple(traces), names, result, tuple(solo), tuple(full))
+    return BatchRun(tuple(traces), names, result, tuple(solo), tuple(full),
+                    tuple(str(f) for f in fixtures))  # fmt: skip
 
 
 def _names(traces: list[Trace]) -> tuple[str, ...]:

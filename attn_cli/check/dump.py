@@ -21,7 +21,7 @@ from attn_cli.core.limits import DEFAULT_MAX_BYTES, DEFAULT_MAX_ELEMENTS
 from attn_cli.core.stages import GRADIENT_STAGE_NAMES, STAGE_NAMES
 from attn_cli.errors import InputError
 from attn_cli.io import gate
-from attn_cli.io.decode_json import DECODE_FORMAT, FLASH_FORMAT
+from attn_cli.io.decode_json import BATCH_FORMAT, DECODE_FORMAT, FLASH_FORMAT
 from attn_cli.io.trace_json import decode_array, parse_json, read_text, stages_from_json
 
 DUMP_DOC = (
@@ -61,6 +61,16 @@ class DecodeDump(Dump):
     K_cache: FloatArray | None
     V_cache: FloatArray | None
     block_size: int | None = None  # a paged cache's tokens a page (its K_cache: the gather's)
+
+
+@dataclass(frozen=True, eq=False)
+class BatchDump(Dump):
+    """A continuous batch's outputs: per sequence its fixture, its step of arrival and every
+    token's output (heads, tokens, d_v); the prefill and chunk the batch ran with."""
+
+    sequences: tuple[tuple[str, int, FloatArray], ...]  # (fixture, arrive, output)
+    prefill: int
+    chunk: int | None
 
 
 @dataclass(frozen=True, eq=False)
@@ -229,13 +239,15 @@ def _is_special(obj: Any) -> bool:
     if not isinstance(obj, dict):
         return False
     if "format" in obj:
-        return obj["format"] in (DECODE_FORMAT, FLASH_FORMAT)
+        return obj["format"] in (DECODE_FORMAT, FLASH_FORMAT, BATCH_FORMAT)
     return _dump_kind(obj) is not None
 
 
 def _special_dump(obj: dict[str, Any], source: str) -> Dump:
     """A decode or flash dump from parsed JSON: attn's own formats, or plain names."""
     fmt = obj.get("format")
+    if fmt == BATCH_FORMAT:
+        return _batch_dump(obj, source)
     if fmt == DECODE_FORMAT:
         steps = _field(obj, "steps", list, source)
         if not steps:
@@ -347,6 +359,24 @@ def _shown(value: Any) -> str:
         return f"about {'-' if value < 0 else ''}2^{value.bit_length() - 1}"
     text = repr(value)
     return text if len(text) <= 20 else text[:17] + "..."
+
+
+def _batch_dump(obj: dict[str, Any], source: str) -> BatchDump:
+    """``{"format": "attn-decode-batch", "prefill", "chunk", "sequences": {NAME: {"fixture",
+    "arrive", "output"}}}``, as attn decode --batch -f json writes it."""
+    seqs = _field(obj, "sequences", dict, source)
+    if not seqs:
+        raise InputError(source, "sequences", "is empty", "one entry per sequence of the batch")
+    out = []
+    for name, seq in seqs.items():
+        where = f"sequences.{name}"
+        fixture = _field(seq, "fixture", str, source, where)
+        arrive = _whole(seq.get("arrive"), source, f"{where}.arrive", 0)
+        output = decode_array(_field(seq, "output", list, source, where), source, where)
+        out.append((fixture, arrive or 0, output))
+    prefill = _whole(obj.get("prefill"), source, "prefill") or 1
+    chunk = _whole(obj.get("chunk"), source, "chunk")
+    return BatchDump(source, {}, {}, (), tuple(out), prefill, chunk)
 
 
 def _decode_dump(

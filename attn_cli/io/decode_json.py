@@ -355,12 +355,13 @@ def batch_dumps(run: Any) -> str:
     members = run.result.members
     head = _head(run.traces[0], BATCH_FORMAT)
     head.pop("tokens")
-    head.update(max_abs_diff=run.worst)
+    head.update(prefill=max(m.prefill for m in members), chunk=members[0].chunk,
+                max_abs_diff=run.worst)  # fmt: skip
     lines = ["{", *_mapping(head, 2), '  "sequences": {']
     for j, name in enumerate(run.names):
         m = members[j]
         trace = run.traces[j]
-        meta = {"fixture": trace.inputs.source, "tokens": list(trace.query_labels),
+        meta = {"fixture": run.fixtures[j], "tokens": list(trace.query_labels),
                 "arrive": m.arrive, "prefill": m.prefill, "leaves": m.leaves - 1,
                 "max_abs_diff_solo": max(run.solo[j]),
                 "max_abs_diff": max(run.full[j])}  # fmt: skip
