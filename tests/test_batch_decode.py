@@ -141,14 +141,16 @@ def test_chinese_batch_texts_have_no_english_left() -> None:
     from test_explain import english_left
 
     res = run_cli("decode", "causal_multihead", "causal_multihead", "--batch", "--explain",
-                  "--lang", "zh", "-f", "plain", "--width", "300")  # fmt: skip
+                  "--lang", "zh", "-f", "plain", "--width", "300", "--arrive", "0,1",
+                  "--paged", "--share-prefix", "--block-size", "1")  # fmt: skip
     assert res.exit_code == 0, res.stderr
     lines = [line for line in res.stdout.splitlines()
-             if any(w in line for w in ("打包", "序列", "批", "遮盖"))]  # fmt: skip
-    assert len(lines) > 8
+             if any(w in line for w in ("打包", "序列", "批", "遮盖", "页", "块表"))]  # fmt: skip
+    assert len(lines) > 20 and any("写时复制" in line for line in lines)
     allowed = ("Q_packed", "cu_seqlens", "cu_seqlens_q", "cu_seqlens_k", "n_i", "vLLM", "SGLang",
                "TensorRT", "LLM", "FlashAttention", "attn", "decode", "softmax", "output",
-               "mask", "causal_multihead", "max", "packed", "Q")  # fmt: skip
+               "mask", "causal_multihead", "max", "packed", "Q", "block_table", "refcount",
+               "causal_multihead#2")  # fmt: skip
     for line in lines:
         assert english_left(line, allowed) == [], line
 
@@ -164,7 +166,11 @@ def test_chinese_batch_texts_have_no_english_left() -> None:
         (["--arrive", f"{2**63},0"], "expected a whole number of steps from 0 to 1,000,000"),
         (["--arrive", "0"], "--arrive: gives 1 steps for 2 fixtures"),
         (["--chunk", "0"], "--chunk: got 0"),
-        (["--paged"], "--paged: a paged batch"),
+        (["--share-prefix"], "--share-prefix: shares the pages of a paged batch, expected"),
+        (["--paged", "--block-size", "0"], "--block-size: got 0"),
+        (["--paged", "--block-size", str(2**63)], f"--block-size: is {2**63}, expected 1 to"),
+        (["--paged", "--pages", "0"], "--pages: got 0"),
+        (["--paged", "--pages", "1", "--block-size", "2"], "expected at least 4"),
         (["-f", "html"], "html: a batch has no page yet"),
     ],
 )
@@ -267,3 +273,145 @@ def test_our_own_batch_json_grades_as_the_same(tmp_path: Any) -> None:
     path.write_text(res.stdout)
     outcome = check_fixture("llama_rope_gqa", against=path, tolerance=GRADER_TOLERANCE)
     assert outcome.comparison is not None and outcome.comparison.same
+
+
+# -- a paged batch and shared prompt pages (--paged --share-prefix) ----------------------------
+
+
+def test_a_shared_page_is_copied_exactly_when_written() -> None:
+    """By hand, pages of 2: llama_rope_gqa twice, the second joining at step 1 (prompt: token
+    0). Step 0: sequence 0 takes page 0. Step 1: it writes token 1, page 0 is full; sequence 1
+    joins, its prompt's keys and values are page 0's first row: it shares page 0 (count 2) and
+    writes nothing. Step 2: sequence 0 takes page 1 for token 2; sequence 1 writes token 1 into
+    page 0, held by two: copied to page 2 first (page 0 back to count 1)."""
+    run = run_batch(["llama_rope_gqa", "llama_rope_gqa"], (0, 1), 1, None, paged=(2, None),
+                    share=True)  # fmt: skip
+    pages = [s.pages for s in run.result.steps]
+    assert all(p is not None for p in pages)
+    assert [p.shared for p in pages if p] == [(), ((1, 0, 0),), (), (), (), ()]
+    assert [p.copied for p in pages if p] == [(), (), ((1, 0, 0, 2),), (), (), ()]
+    assert [dict(p.refcounts) for p in pages if p][:3] == [{0: 1}, {0: 2}, {0: 1, 1: 1, 2: 1}]
+    assert run.contiguous is not None and max(max(c) for c in run.contiguous) <= TOL
+    assert run.worst <= TOL
+
+
+def test_without_sharing_nothing_is_shared_or_copied() -> None:
+    run = run_batch(["llama_rope_gqa", "llama_rope_gqa"], (0, 1), 1, None, paged=(2, None))
+    assert all(s.pages is not None and not s.pages.shared and not s.pages.copied
+               for s in run.result.steps)  # fmt: skip
+    assert run.worst <= TOL
+
+
+def prefix_pair(seed: int, T: int, same: int) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Two fixtures of one model whose first ``same`` tokens are the same, the rest not."""
+    a = random_fixture(seed, seq=T, heads=2, kv_heads=1, causal=True)
+    b = json.loads(json.dumps(a))
+    rng = np.random.default_rng(seed + 1)
+    for t in range(same, T):
+        b["X"][t] = rng.standard_normal(len(a["X"][0])).tolist()
+    return a, b
+
+
+@settings(max_examples=20, deadline=None)
+@given(
+    seed=st.integers(0, 2**16),
+    T=st.integers(2, 6),
+    same=st.integers(1, 6),
+    bs=st.integers(1, 4),
+    arrive=st.integers(0, 4),
+    prefill=st.integers(1, 4),
+)
+def test_shared_prefixes_keep_every_row_and_count_every_page(
+    tmp_path_factory: Any, seed: int, T: int, same: int, bs: int, arrive: int, prefill: int
+) -> None:
+    folder = tmp_path_factory.mktemp("prefix")
+    fixtures = prefix_pair(seed, T, min(same, T))
+    paths = []
+    for j, fx in enumerate(fixtures):
+        paths.append(folder / f"p{j}.json")
+        paths[-1].write_text(json.dumps(fx))
+    run = run_batch(paths, (0, arrive), prefill, None, paged=(bs, None), share=True)
+    for j, fx in enumerate(fixtures):
+        np.testing.assert_allclose(run.result.outputs(j), reference(fx)["output"], rtol=0,
+                                   atol=TOL)  # fmt: skip
+    shared: set[tuple[int, int]] = set()  # (sequence, block) that took a page as cached
+    for s in run.result.steps:
+        p = s.pages
+        assert p is not None
+        shared |= {(j, b) for j, b, _ in p.shared}
+        # a copy only of a block that was shared, and only when that sequence writes into it
+        for j, b, _, _ in p.copied:
+            assert (j, b) in shared
+            assert any(i == j and t // bs == b for i, t in s.rows)
+        holders: dict[int, int] = {}
+        for j, table in p.tables:
+            if j not in s.leaving:
+                for page in table:
+                    holders[page] = holders.get(page, 0) + 1
+        assert dict(p.refcounts) == holders  # a count is the block tables holding the page
+
+
+def no_copy_loop(a: dict[str, Any], b: dict[str, Any]) -> list[Any]:
+    """Both sequences' outputs (H, T, Dv) by loops when the second (joining at step 1 with a
+    one-token prompt, pages of 2) writes its token 1 into the page it shares with the first
+    without copying: from step 3 on the first reads b's key and value 1 in place of its own."""
+    outs = []
+    proj = []
+    for fx in (a, b):
+        X = np.array(fx["X"])
+        Q, K, V = (X @ np.array(fx[w]) for w in ("W_Q", "W_K", "W_V"))
+        proj.append((Q.reshape(len(X), 2, -1), K, V))  # Q (T, H, d); K, V (T, d): one kv head
+    for j, (Q, K, V) in enumerate(proj):
+        T, H, d = Q.shape
+        out = np.zeros((H, T, V.shape[1]))
+        for t in range(T):
+            keys, values = K[: t + 1].copy(), V[: t + 1].copy()
+            if j == 0 and t >= 3:  # step t: the page 0 row 1 holds b's token 1 since step 2
+                keys[1], values[1] = proj[1][1][1], proj[1][2][1]
+            for h in range(H):
+                x = keys @ Q[t, h] / np.sqrt(d)
+                w = np.exp(x - x.max())
+                out[h, t] = (w / w.sum()) @ values
+        outs.append(out)
+    return outs
+
+
+def test_a_shared_page_written_without_copying_is_named(tmp_path: Any) -> None:
+    from attn_cli.check.compare import GRADER_TOLERANCE
+    from attn_cli.check.run import check_fixture
+
+    a, b = prefix_pair(7, 5, 1)
+    paths = []
+    for j, fx in enumerate((a, b)):
+        paths.append(tmp_path / f"f{j}.json")
+        paths[-1].write_text(json.dumps(fx))
+    for outs, want in ((no_copy_loop(a, b), ["shared_page_written_without_copy"]),
+                       ([reference(fx)["output"] for fx in (a, b)], [])):  # fmt: skip
+        seqs = {f"s{j}": {"fixture": str(p), "arrive": j, "output": o.tolist()}
+                for j, (p, o) in enumerate(zip(paths, outs, strict=True))}  # fmt: skip
+        doc = {"format": "attn-decode-batch", "prefill": 1, "sequences": seqs,
+               "paged": {"block_size": 2, "share_prefix": True}}  # fmt: skip
+        path = tmp_path / "dump.json"
+        path.write_text(json.dumps(doc))
+        outcome = check_fixture(str(paths[0]), against=path, tolerance=GRADER_TOLERANCE)
+        assert outcome.comparison is not None
+        assert outcome.comparison.same == (not want)
+        assert [d.name for d in outcome.comparison.diagnoses] == want
+
+
+def test_the_table_and_json_show_tables_counts_shares_and_copies() -> None:
+    args = ["decode", "llama_rope_gqa", "llama_rope_gqa", "--batch", "--arrive", "0,1",
+            "--paged", "--share-prefix", "--block-size", "2"]  # fmt: skip
+    res = run_cli(*args, "-f", "plain", "--width", "200")
+    assert res.exit_code == 0, res.stderr
+    assert "llama_rope_gqa#2 shares page 0 for its block 0" in res.stdout
+    assert "copy on write: llama_rope_gqa#2 writes into page 0 (another sequence holds it): " \
+        "copied to page 2, its block 0 now → page 2" in res.stdout  # fmt: skip
+    assert "reference counts (page ×sequences): 0 ×2" in res.stdout
+    doc = json.loads(run_cli(*args, "-f", "json").stdout)
+    assert doc["paged"]["share_prefix"] is True and doc["paged"]["pages_used"] == 5
+    assert doc["steps"][2]["pages"]["copied"] == [
+        {"sequence": "llama_rope_gqa#2", "block": 0, "from": 0, "to": 2}
+    ]
+    zh = run_cli(*args, "-f", "plain", "--lang", "zh", "--explain", "--width", "200").stdout
+    assert "写时复制：llama_rope_gqa#2 要写入页 0" in zh

@@ -49,15 +49,25 @@ class BatchRun:
     solo: tuple[tuple[float, ...], ...]  # per sequence, per token: max |batch − its own decode|
     full: tuple[tuple[float, ...], ...]  # per sequence, per token: max |batch − full row|
     fixtures: tuple[str, ...] = ()  # each fixture as given (a path or an example's name)
+    # a paged batch: per sequence, per token, max |paged batch − the batch of contiguous caches|
+    contiguous: tuple[tuple[float, ...], ...] | None = None
     tolerance: float = F64_TOLERANCE
 
     @property
     def worst(self) -> float:
-        return max(max((*a, *b)) for a, b in zip(self.solo, self.full, strict=True))
+        near = self.contiguous or ((0.0,),)
+        return max(max(max((*a, *b)) for a, b in zip(self.solo, self.full, strict=True)),
+                   max(max(c) for c in near))  # fmt: skip
 
     @property
     def ok(self) -> bool:
         return self.worst <= self.tolerance
+
+    @property
+    def per_token(self) -> int:
+        """Bytes of K and V a token slot takes in the pool (float64): its cache's row."""
+        m = self.result.members[0]
+        return int(m.k.shape[1] * (m.k.shape[3] + m.v.shape[3]) * 8)
 
     def label(self, j: int, token: int) -> str:
         """``j:token``: sequence j's token, as the packed rows and keys are labelled."""
@@ -131,9 +141,13 @@ def run_batch(
     *,
     max_elements: int | None = None,
     max_memory: int | None = None,
+    paged: tuple[int | None, int | None] | None = None,
+    share: bool = False,
 ) -> BatchRun:
     """Decode the fixtures as one continuous batch, each joining at its ``arrive`` step with a
-    prefill of ``prefill`` tokens (at most its own) in chunks of ``chunk`` rows."""
+    prefill of ``prefill`` tokens (at most its own) in chunks of ``chunk`` rows; ``paged``
+    (block size, pages; None in either: the default): every cache in one pool of pages,
+    ``share``: a joining prompt's whole pages shared with the sequences that hold them."""
     if not 1 <= len(fixtures) <= MAX_SEQUENCES:
         raise UsageError("", "batch", f"{len(fixtures):,} fixtures",
                          f"1 to {MAX_SEQUENCES} sequences in a batch", option="batch")  # fmt: skip
@@ -154,6 +168,14 @@ def run_batch(
     quiet = np.errstate(over="ignore", invalid="ignore", divide="ignore", under="ignore")
     with quiet, blas_limit(sum(t.inputs.seq_q for t in traces)):
         result = batch_decode(members)
+        contiguous = None
+        if paged is not None:
+            plain = result
+            result = _paged(traces[0], members, paged, share)
+            contiguous = tuple(
+                tuple(max_abs_diff(result.outputs(j)[:, i], plain.outputs(j)[:, i])
+                      for i in range(m.tokens)) for j, m in enumerate(members)
+            )  # fmt: skip
         solo, full = [], []
         for j, (t, a, m) in enumerate(zip(traces, args, members, strict=True)):
             got = result.outputs(j)  # (H, T, Dv)
@@ -162,7 +184,36 @@ def run_batch(
             solo.append(tuple(max_abs_diff(got[:, i], alone[:, i]) for i in range(m.tokens)))
             full.append(tuple(max_abs_diff(got[:, i], ref[:, i]) for i in range(m.tokens)))
     return BatchRun(tuple(traces), names, result, tuple(solo), tuple(full),
-                    tuple(str(f) for f in fixtures))  # fmt: skip
+                    tuple(str(f) for f in fixtures), contiguous)  # fmt: skip
+
+
+def _paged(
+    first: Trace, members: list[Member], paged: tuple[int | None, int | None], share: bool
+) -> BatchResult:
+    """The batch with every cache in one pool: the block size checked, the pool as many pages
+    as the batch holds at once (a pool given too small refused, saying how many)."""
+    from attn_cli.check.paged_runs import MAX_BLOCK, MAX_PAGES, default_block
+    from attn_cli.core.paged import Paging
+
+    src = first.inputs.source
+    block_size, pages = paged
+    bs = default_block(max(m.tokens for m in members)) if block_size is None else block_size
+    if not 1 <= bs <= MAX_BLOCK:
+        raise UsageError(src, "block-size", f"is {bs}", f"1 to {MAX_BLOCK:,} tokens a page",
+                         option="block-size")  # fmt: skip
+    if pages is not None and not 1 <= pages <= MAX_PAGES:
+        raise UsageError(src, "pages", f"is {pages}", f"1 to {MAX_PAGES:,} pages",
+                         option="pages")  # fmt: skip
+    enough = sum(-(-m.tokens // bs) for m in members)  # no sequence holds more than its own
+    result = batch_decode(members, paging=Paging(bs, enough), share=share)
+    if pages is None:
+        pages = result.peak
+    elif pages < result.peak:
+        raise UsageError(
+            src, "pages", f"a pool of {pages} is too small (the batch holds {result.peak} pages "
+            f"of {bs} at once)", f"at least {result.peak}", option="pages",
+        )  # fmt: skip
+    return batch_decode(members, paging=Paging(bs, pages), share=share)
 
 
 def _names(traces: list[Trace]) -> tuple[str, ...]:

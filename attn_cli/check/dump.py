@@ -71,6 +71,8 @@ class BatchDump(Dump):
     sequences: tuple[tuple[str, int, FloatArray], ...]  # (fixture, arrive, output)
     prefill: int
     chunk: int | None
+    block_size: int | None = None  # a paged batch: tokens a page
+    share_prefix: bool = False  # its prompt pages shared
 
 
 @dataclass(frozen=True, eq=False)
@@ -376,7 +378,12 @@ def _batch_dump(obj: dict[str, Any], source: str) -> BatchDump:
         out.append((fixture, arrive or 0, output))
     prefill = _whole(obj.get("prefill"), source, "prefill") or 1
     chunk = _whole(obj.get("chunk"), source, "chunk")
-    return BatchDump(source, {}, {}, (), tuple(out), prefill, chunk)
+    paged = obj.get("paged")
+    if paged is not None and not isinstance(paged, dict):
+        raise InputError(source, "paged", "is not an object", '{"block_size", "share_prefix"}')
+    size = None if paged is None else _whole(paged.get("block_size"), source, "paged.block_size")
+    share = paged is not None and _flag(paged.get("share_prefix"), source, "paged.share_prefix")
+    return BatchDump(source, {}, {}, (), tuple(out), prefill, chunk, size, share)
 
 
 def _decode_dump(

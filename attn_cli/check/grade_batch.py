@@ -22,13 +22,29 @@ LEAK = (
     "ragged_mask_leak",
     "one causal mask over the packed rows (a sequence sees the keys of those packed before it)",
 )
+NO_COPY = (
+    "shared_page_written_without_copy",
+    "a shared page written without copying it first (the other sequences read the new token)",
+)
+DETAILS = {
+    LEAK[0]: "Recomputing the batch with one causal mask over the packed rows (no "
+    "block-diagonal mask: each row also sees every key of the sequences packed before it) "
+    "reproduces every cell of your {stage} ({tol}). Fix: mask each sequence's block by "
+    "cu_seqlens_q and cu_seqlens_k, −∞ everywhere else.",
+    NO_COPY[0]: "Recomputing the paged batch with every write going straight into its block's "
+    "page, shared or not, reproduces every cell of your {stage} ({tol}): a sequence's own token "
+    "overwrote a row of a page another sequence reads. Fix: when the page's reference count is "
+    "above 1, copy it to a free page, point the block at the copy, then write (copy on write).",
+}
 
 
 def grade_batch(dump: BatchDump, tolerance: Tolerance, worst: int) -> Comparison:
     """Every sequence's outputs (H, T, Dv) against attn's batch of the same fixtures."""
     fixtures = [f for f, _, _ in dump.sequences]
     arrive = tuple(a for _, a, _ in dump.sequences)
-    run = run_batch(list(fixtures), arrive, dump.prefill, dump.chunk)
+    paged = None if dump.block_size is None else (dump.block_size, None)
+    run = run_batch(list(fixtures), arrive, dump.prefill, dump.chunk, paged=paged,
+                    share=dump.share_prefix)  # fmt: skip
     axes = ("head", "token", "d_v")
     results = []
     for j, (_, _, given) in enumerate(dump.sequences):
@@ -46,20 +62,19 @@ def grade_batch(dump: BatchDump, tolerance: Tolerance, worst: int) -> Comparison
     first = comparison.first_difference
     if first is None:
         return comparison
-    leaky = batch_decode(run.result.members, leak=True)
-    differing = [j for j, r in enumerate(results) if r.status != "same"]
-    if all(_same(dump.sequences[j][2], leaky.outputs(j).astype(np.float64), tolerance)
-           for j in differing):  # fmt: skip
-        found = Diagnosis(
-            name=LEAK[0], title=LEAK[1],
-            detail="Recomputing the batch with one causal mask over the packed rows (no "
-            "block-diagonal mask: each row also sees every key of the sequences packed before "
-            f"it) reproduces every cell of your {first.name} ({tolerance}). Fix: mask each "
-            "sequence's block by cu_seqlens_q and cu_seqlens_k, −∞ everywhere else.",
-            stage=first.name,
-        )  # fmt: skip
-        return replace(comparison, diagnoses=(found,))
-    return replace(comparison, tried=(LEAK[1],))
+    r = run.result
+    candidates = [(LEAK, batch_decode(r.members, leak=True, paging=r.paging, share=r.share))]
+    if r.paging is not None and r.share:
+        candidates.append((NO_COPY, batch_decode(r.members, paging=r.paging, share=True,
+                                                 no_copy=True)))  # fmt: skip
+    differing = [j for j, res in enumerate(results) if res.status != "same"]
+    for (name, title), wrong in candidates:
+        if all(_same(dump.sequences[j][2], wrong.outputs(j).astype(np.float64), tolerance)
+               for j in differing):  # fmt: skip
+            detail = DETAILS[name].format(stage=first.name, tol=tolerance)
+            found = Diagnosis(name=name, title=title, detail=detail, stage=first.name)
+            return replace(comparison, diagnoses=(found,))
+    return replace(comparison, tried=tuple(title for (_, title), _ in candidates))
 
 
 def _same(given: FloatArray, value: FloatArray, tol: Tolerance) -> bool:

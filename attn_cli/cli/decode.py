@@ -88,6 +88,14 @@ ChunkOption = Annotated[
         help="With --batch: prefill a joining prompt C rows a step (default: all at once).",
     ),
 ]  # fmt: skip
+SharePrefixFlag = Annotated[
+    bool,
+    typer.Option(
+        "--share-prefix",
+        help="With --batch --paged: a joining sequence shares the whole pages that already hold "
+        "its prompt's keys and values (reference counts), copying a shared page before writing.",
+    ),
+]
 BATCH_VIEW = RunView(
     "attn_cli.present.batch_view", "batch_pages", "batch_titles", "render_batch", "batch_dumps",
 )  # fmt: skip
@@ -123,6 +131,7 @@ def decode(
     batch: BatchFlag = False,
     arrive: ArriveOption = None,
     chunk: ChunkOption = None,
+    share_prefix: SharePrefixFlag = False,
 ) -> None:
     """Decode a causal fixture token by token against a KV cache, checking every step.
 
@@ -148,20 +157,28 @@ def decode(
 
       attn decode llama_rope_gqa gptoss_sinks --batch --arrive 0,2  # continuous batching
 
+      attn decode llama_rope_gqa llama_rope_gqa --batch --arrive 0,1 --paged --share-prefix
+
       attn examples                                  # every variant to decode
 
       attn decode llama_rope_gqa -f json -o dec.json # every number, for scripts
     """
     from attn_cli.check.state_runs import StateRun, run_decode_any, state_failure
+    from attn_cli.errors import UsageError
     from attn_cli.present.text import TABLE_EDGE, TABLE_LIMIT
 
     refuse_step(step, fmt, output)
     refuse_paging(paged, block_size, pages)
     budget = None if max_memory is None else parse_size(max_memory)
     out = RunOutput(fmt, output, precision, full, width, color, explain, lang, quiet, step)
+    if share_prefix and not (batch and paged):
+        raise UsageError("", "share-prefix", "shares the pages of a paged batch",
+                         "--batch and --paged beside it", option="share-prefix")  # fmt: skip
     if batch or more or arrive is not None or chunk is not None:
         fixtures = [fixture or "the_cat_sat", *(more or [])]
-        run_batch_cli(fixtures, batch, paged, arrive, prefill, chunk, out, max_elements, budget)
+        pool = (block_size, pages) if paged else None
+        run_batch_cli(fixtures, batch, (pool, share_prefix), arrive, prefill, chunk, out,
+                      max_elements, budget)  # fmt: skip
         return
     every = full or step or fmt is RunFormat.json  # every step shown: every state kept
     run = run_decode_any(fixture, prefill, edges=None if every else (TABLE_LIMIT, TABLE_EDGE),
@@ -206,8 +223,9 @@ def refuse_paging(paged: bool, block_size: int | None, pages: int | None) -> Non
 
 
 def run_batch_cli(
-    fixtures: list[str], batch: bool, paged: bool, arrive: str | None, prefill: int,
-    chunk: int | None, out: RunOutput, max_elements: int, budget: int | None,
+    fixtures: list[str], batch: bool,
+    paged: tuple[tuple[int | None, int | None] | None, bool], arrive: str | None,
+    prefill: int, chunk: int | None, out: RunOutput, max_elements: int, budget: int | None,
 ) -> None:  # fmt: skip
     """``--batch``: the fixtures as one continuous batch (check/batch_runs.py)."""
     from attn_cli.check.batch_runs import (
@@ -225,15 +243,13 @@ def run_batch_cli(
     if len(fixtures) > MAX_SEQUENCES:
         raise UsageError("", "batch", f"{len(fixtures):,} fixtures",
                          f"1 to {MAX_SEQUENCES} sequences in a batch", option="batch")  # fmt: skip
-    if paged:
-        raise UsageError("", "paged", "a paged batch (and --share-prefix) is not built yet",
-                         "--batch or --paged, one at a time", option="paged")  # fmt: skip
     if out.fmt is RunFormat.html:
         raise UsageError("", "--format", "html: a batch has no page yet",
                          "table, plain or json (they show every step of it)")  # fmt: skip
     steps = parse_arrive(arrive, len(fixtures))
+    pool, share = paged
     run = run_batch(list(fixtures), steps, prefill, chunk, max_elements=max_elements,
-                    max_memory=budget)  # fmt: skip
+                    max_memory=budget, paged=pool, share=share)  # fmt: skip
     failure = batch_failure(run)
     show_run(run, BATCH_VIEW, out, failure)
     if failure is not None:

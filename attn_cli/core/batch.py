@@ -18,13 +18,14 @@ row's output. Each sequence's rows then equal its own decode's.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
 
 from attn_cli.core.chain import Chain
 from attn_cli.core.decode import After, Finish, _attend, grouped
+from attn_cli.core.paged import Paging, PoolStep, SharedPool
 from attn_cli.core.steps import softmax_rows
 from attn_cli.core.variant import Cells
 
@@ -91,12 +92,16 @@ class BatchStep:
     masked: FloatArray  # (H, R, N), −∞ off the diagonal blocks and where a chain hides
     softmax: FloatArray  # (H, R, N)
     output: FloatArray  # (H, R, Dv): each row's output (after its finish and transforms)
+    pages: PoolStep | None = None  # a paged batch: the pool after the step
 
 
 @dataclass(frozen=True, eq=False)
 class BatchResult:
     members: tuple[Member, ...]
     steps: tuple[BatchStep, ...]
+    paging: Paging | None = None  # the one pool of a paged batch
+    share: bool = False  # prompt pages shared (prefix caching)
+    peak: int = 0  # the most pages the pool held at once
 
     def outputs(self, j: int) -> FloatArray:
         """Sequence j's rows, every token in order, (H, T, Dv)."""
@@ -104,32 +109,65 @@ class BatchResult:
         return np.stack([found[t] for t in range(self.members[j].tokens)], axis=1)
 
 
-def batch_decode(members: Sequence[Member], leak: bool = False) -> BatchResult:
+def batch_decode(
+    members: Sequence[Member], leak: bool = False, paging: Paging | None = None,
+    share: bool = False, no_copy: bool = False,
+) -> BatchResult:  # fmt: skip
     """Every step of the batch until the last sequence leaves; ``leak``: the mistake of one
     causal mask over the packed rows in place of the block-diagonal one (a row sees the earlier
-    sequences' keys too)."""
+    sequences' keys too); ``paging``: the caches in one pool of pages (core/paged.py's
+    SharedPool), ``share`` a joining sequence's prompt pages shared, ``no_copy`` the mistake of
+    writing into a shared page without copying it."""
     last = max(m.leaves for m in members)
+    pool = None
+    if paging is not None:
+        pool = SharedPool.empty(members[0].k, members[0].v, paging, share, no_copy)
     steps = []
     for s in range(last):
         present = tuple(j for j, m in enumerate(members) if len(m.rows_at(s)))
-        if present:
-            steps.append(_step(members, s, present, leak))
-    return BatchResult(tuple(members), tuple(steps))
+        if not present:
+            continue
+        caches = [_cache(members, s, j, pool) for j in present]
+        step = _step(members, s, present, leak, caches)
+        if pool is not None:
+            tables = {j: tuple(pool.tables[j]) for j in present}
+            for j in step.leaving:
+                pool.leave(j)
+            step = replace(step, pages=pool.record(tables))
+        steps.append(step)
+    peak = 0 if pool is None else pool.peak
+    return BatchResult(tuple(members), tuple(steps), paging, share, peak)
 
 
-def _step(members: Sequence[Member], s: int, present: tuple[int, ...], leak: bool) -> BatchStep:
+def _cache(
+    members: Sequence[Member], s: int, j: int, pool: SharedPool | None
+) -> tuple[FloatArray, FloatArray]:
+    """Sequence j's keys and values at step s, (Hkv, n, D): its tokens so far, this step's
+    written first: a slice of its own (no pool), or gathered through its block table."""
+    m = members[j]
+    rows = m.rows_at(s)
+    if pool is None:
+        return m.k[0, :, : rows[-1] + 1], m.v[0, :, : rows[-1] + 1]
+    if m.arrive == s:
+        pool.join(j, m.k[0], m.v[0], m.prefill)
+    for t in rows:
+        pool.write(j, t, m.k[0, :, t], m.v[0, :, t])
+    return pool.gather(j, rows[-1] + 1)
+
+
+def _step(
+    members: Sequence[Member], s: int, present: tuple[int, ...], leak: bool,
+    caches: list[tuple[FloatArray, FloatArray]],
+) -> BatchStep:  # fmt: skip
     """Pack the present sequences' rows and caches, one product, the mask, softmax, output."""
     rows = [(j, t) for j in present for t in members[j].rows_at(s)]
     keys = [(j, t) for j in present for t in range(members[j].rows_at(s)[-1] + 1)]
     cu_q = _cumulative([len(members[j].rows_at(s)) for j in present])
     cu_k = _cumulative([members[j].rows_at(s)[-1] + 1 for j in present])
-    here = [
-        (members[j], list(members[j].rows_at(s)), cu_k[n + 1] - cu_k[n])
-        for n, j in enumerate(present)
-    ]  # each sequence, its rows, its cache's length
-    q = np.concatenate([m.q[0][:, r] for m, r, _ in here], axis=1)[None]  # (1, H, R, D)
-    k = np.concatenate([m.k[0, :, :c] for m, _, c in here], axis=1)[None]  # (1, Hkv, N, D)
-    v = np.concatenate([m.v[0, :, :c] for m, _, c in here], axis=1)[None]  # (1, Hkv, N, Dv)
+    q = np.concatenate([members[j].q[0][:, list(members[j].rows_at(s))] for j in present],
+                       axis=1)[None]  # (1, H, R, D)  # fmt: skip
+    k = np.concatenate([kj for kj, _ in caches], axis=1)[None]  # (1, Hkv, N, D)
+    v = np.concatenate([vj for _, vj in caches], axis=1)[None]  # (1, Hkv, N, Dv)
     scores = grouped(q, k.swapaxes(-1, -2))[0]  # (H, R, N)
     scaled = scores * scores.dtype.type(members[present[0]].scale)
     masked = np.full_like(scaled, -np.inf)  # off the diagonal blocks: −∞

@@ -191,3 +191,134 @@ def pool_bytes(
         pool=paging.pages * bs * per_token, used=used * bs * per_token,
         contiguous=kept * per_token, waste=empty * per_token, waste_slots=empty,
     )  # fmt: skip
+
+
+# ---------------------------------------------------------------------------------------------
+# One pool for a batch of sequences: a block table each, shared prompt pages, copy on write
+
+
+@dataclass(frozen=True)
+class PoolStep:
+    """The shared pool after a step of a batch: each sequence's block table, each page's
+    reference count, and what the step shared, copied, took and released."""
+
+    tables: tuple[tuple[int, tuple[int, ...]], ...]  # (sequence, its block table)
+    refcounts: tuple[tuple[int, int], ...]  # (page, sequences holding it), pages in use
+    shared: tuple[tuple[int, int, int], ...]  # (sequence, block, page) taken as cached
+    copied: tuple[tuple[int, int, int, int], ...]  # (sequence, block, from page, to page)
+    allocated: tuple[int, ...]
+    freed: tuple[int, ...]
+
+
+@dataclass(eq=False)
+class SharedPool:
+    """Pages of ``block_size`` rows shared by a batch's sequences: each sequence's block table,
+    each page's reference count; ``share``: a joining sequence takes the whole (full) pages of
+    the pool that already hold its prompt's keys and values, block by block from the first;
+    a write into a page another sequence holds copies the page first (unless ``no_copy``, the
+    mistake)."""
+
+    K: FloatArray  # (Hkv, pages · block_size, D)
+    V: FloatArray  # (Hkv, pages · block_size, Dv)
+    paging: Paging
+    share: bool = False
+    no_copy: bool = False
+    tables: dict[int, list[int]] = field(default_factory=dict)
+    refs: dict[int, int] = field(default_factory=dict)  # page -> sequences holding it
+    rows: dict[int, int] = field(default_factory=dict)  # page -> rows written
+    cached: dict[int, int] = field(default_factory=dict)  # sequence -> prompt tokens cached
+    peak: int = 0  # the most pages held at once
+    log: dict[str, list[Any]] = field(default_factory=dict)
+
+    @classmethod
+    def empty(cls, k: FloatArray, v: FloatArray, paging: Paging, share: bool,
+              no_copy: bool = False) -> SharedPool:  # fmt: skip
+        rows = paging.pages * paging.block_size
+        K = np.zeros((k.shape[1], rows, k.shape[3]), k.dtype)  # (Hkv, N·bs, D)
+        V = np.zeros((v.shape[1], rows, v.shape[3]), v.dtype)  # (Hkv, N·bs, Dv)
+        pool = cls(K, V, paging, share, no_copy)
+        pool.record({})
+        return pool
+
+    def join(self, j: int, k: FloatArray, v: FloatArray, prompt: int) -> None:
+        """Sequence j arrives with a prompt of ``prompt`` tokens (k, v: (Hkv, T, D)): with
+        sharing, take each whole page whose rows equal its prompt's keys and values, from block 0
+        on, as long as one matches; those tokens are not written again."""
+        self.tables[j] = []
+        self.cached[j] = 0
+        if not self.share:
+            return
+        bs = self.paging.block_size
+        for b in range(-(-prompt // bs)):
+            toks = range(b * bs, min((b + 1) * bs, prompt))
+            page = next((p for p in sorted(self.refs) if self.rows.get(p) == bs
+                         and self._holds(p, toks, k, v)), None)  # fmt: skip
+            if page is None:
+                break
+            self.tables[j].append(page)
+            self.refs[page] += 1
+            self.cached[j] = toks[-1] + 1
+            self.log["shared"].append((j, b, page))
+
+    def _holds(self, page: int, toks: range, k: FloatArray, v: FloatArray) -> bool:
+        bs = self.paging.block_size
+        rows = [page * bs + t % bs for t in toks]
+        return bool(np.array_equal(self.K[:, rows], k[:, list(toks)])
+                    and np.array_equal(self.V[:, rows], v[:, list(toks)]))  # fmt: skip
+
+    def write(self, j: int, t: int, k: FloatArray, v: FloatArray) -> None:
+        """Token t of sequence j (k (Hkv, D), v (Hkv, Dv)) into its block's page: a new page at
+        a block's first token, a copy of a page another sequence holds before writing into it."""
+        if t < self.cached[j]:
+            return  # its prompt's keys and values are already in a shared page
+        bs, table = self.paging.block_size, self.tables[j]
+        block = t // bs
+        if block == len(table):
+            table.append(self._take())
+        page = table[block]
+        if self.refs[page] > 1 and not self.no_copy:  # copy on write
+            new = self._take()
+            self.K[:, new * bs : (new + 1) * bs] = self.K[:, page * bs : (page + 1) * bs]
+            self.V[:, new * bs : (new + 1) * bs] = self.V[:, page * bs : (page + 1) * bs]
+            self.rows[new] = self.rows[page]
+            self.refs[page] -= 1
+            table[block] = new
+            self.log["copied"].append((j, block, page, new))
+            page = new
+        self.K[:, page * bs + t % bs], self.V[:, page * bs + t % bs] = k, v
+        self.rows[page] = max(self.rows[page], t % bs + 1)
+
+    def _take(self) -> int:
+        free = [p for p in range(self.paging.pages) if p not in self.refs]
+        assert free, f"the pool of {self.paging.pages} pages is full"
+        self.refs[free[0]] = 1
+        self.rows[free[0]] = 0
+        self.peak = max(self.peak, len(self.refs))
+        self.log["allocated"].append(free[0])
+        return free[0]
+
+    def gather(self, j: int, tokens: int) -> tuple[FloatArray, FloatArray]:
+        """Sequence j's first ``tokens`` keys and values through its block table, (Hkv, n, D)."""
+        bs, table = self.paging.block_size, self.tables[j]
+        where = [table[t // bs] * bs + t % bs for t in range(tokens)]
+        return self.K[:, where], self.V[:, where]
+
+    def leave(self, j: int) -> None:
+        """Sequence j is done: its pages' counts drop; a page no one holds goes back."""
+        for page in self.tables.pop(j):
+            self.refs[page] -= 1
+            if self.refs[page] == 0:
+                del self.refs[page]
+                self.log["freed"].append(page)
+
+    def in_use(self) -> int:
+        return len(self.refs)
+
+    def record(self, tables: dict[int, tuple[int, ...]]) -> PoolStep | None:
+        """The pool now (``tables``: the block tables the step read), and what changed since
+        the last record (None the first time)."""
+        log, self.log = self.log, {k: [] for k in ("shared", "copied", "allocated", "freed")}
+        if not log:
+            return None
+        done = (tuple(log[k]) for k in ("shared", "copied", "allocated", "freed"))
+        return PoolStep(tuple(tables.items()), tuple(sorted(self.refs.items())), *done)

@@ -357,6 +357,18 @@ def batch_dumps(run: Any) -> str:
     head.pop("tokens")
     head.update(prefill=max(m.prefill for m in members), chunk=members[0].chunk,
                 max_abs_diff=run.worst)  # fmt: skip
+    paging = run.result.paging
+    if paging is not None:
+        near = run.contiguous or ()
+        worst = max((x for c in near for x in c), default=0.0)
+        head["paged"] = {
+            "block_size": paging.block_size,
+            "pages": paging.pages,
+            "pages_used": run.result.peak,
+            "share_prefix": run.result.share,
+            "bytes_per_token_slot": run.per_token,
+            "max_abs_diff_contiguous": worst,
+        }
     lines = ["{", *_mapping(head, 2), '  "sequences": {']
     for j, name in enumerate(run.names):
         m = members[j]
@@ -381,6 +393,17 @@ def batch_dumps(run: Any) -> str:
             "entering": [run.names[j] for j in step.entering],
             "leaving": [run.names[j] for j in step.leaving],
         }
+        if step.pages is not None:
+            p = step.pages
+            meta["pages"] = {
+                "block_tables": {run.names[j]: list(t) for j, t in p.tables},
+                "refcounts": {str(page): n for page, n in p.refcounts},
+                "shared": [{"sequence": run.names[j], "block": b, "page": q}
+                           for j, b, q in p.shared],
+                "copied": [{"sequence": run.names[j], "block": b, "from": a, "to": q}
+                           for j, b, a, q in p.copied],
+                "allocated": list(p.allocated), "freed": list(p.freed),
+            }  # fmt: skip
         lines += ["    {", *_mapping(meta, 6)]
         lines.append(f'      "mask": {json.dumps(step.mask.tolist())},')
         lines += _stages([("scores", step.scores), ("masked", step.masked),

@@ -61,6 +61,23 @@ LABELS: dict[Lang, dict[str, str]] = {
         "page_step": "step {s}: {r} rows",
         "page_checks": "self-check of every sequence",
         "more_steps": "… {n} more steps (--full shows all)",
+        "pool": "one pool of {n} pages of {b} tokens for every sequence, each with its block "
+        "table; a page goes back to the pool when no sequence holds it",
+        "pool_shared": "prefix sharing: a joining sequence takes the pages that already hold "
+        "its prompt's keys and values, whole pages only (a page full of {b} tokens, as vLLM's "
+        "prefix caching), block by block from the first; a sequence that writes into a page "
+        "another holds copies it first (copy on write)",
+        "pool_cost": "pages held at most: {m} ({bytes} bytes) · the same caches contiguous: "
+        "{tokens} token slots ({contig} bytes)",
+        "tables": "block tables: {tables}",
+        "refs": "reference counts (page ×sequences): {refs}",
+        "shared": "{name} shares page {page} for its block {block}: its prompt's keys and values "
+        "are already there (cached, not written again)",
+        "copied": "copy on write: {name} writes into page {page} (another sequence holds it): "
+        "copied to page {new}, its block {block} now → page {new}",
+        "taken": "pages taken: {pages}",
+        "released": "pages back to the pool (no sequence holds them): {pages}",
+        "col_contiguous": "vs contiguous caches",
     },
     "zh": {
         "title": "连续批处理",
@@ -95,6 +112,22 @@ LABELS: dict[Lang, dict[str, str]] = {
         "page_step": "第 {s} 步：{r} 行",
         "page_checks": "每个序列的自检",
         "more_steps": "… 另有 {n} 步（加 --full 显示全部）",
+        "pool": "所有序列共用一个页池：{n} 页，每页 {b} 个词，每个序列有自己的块表；"
+        "没有任何序列持有的页还回页池",
+        "pool_shared": "前缀共享：新加入的序列直接使用已经存有它提示词键和值的页，只共享整页"
+        "（存满 {b} 个词的页，与 vLLM 的前缀缓存相同），从第一块起逐块共享；"
+        "序列要写入别的序列也持有的页时，先复制这一页（写时复制）",
+        "pool_cost": "同时占用的最多页数：{m}（{bytes} 字节）· 同样的缓存连续存放："
+        "{tokens} 个词槽（{contig} 字节）",
+        "tables": "块表：{tables}",
+        "refs": "引用计数（页 ×序列数）：{refs}",
+        "shared": "{name} 的第 {block} 块共享页 {page}：它提示词的键和值已经在那里"
+        "（已缓存，不再写入）",
+        "copied": "写时复制：{name} 要写入页 {page}（另一个序列也持有它）：先复制到页 {new}，"
+        "它的第 {block} 块改为 → 页 {new}",
+        "taken": "取出的页：{pages}",
+        "released": "还回页池的页（已没有序列持有）：{pages}",
+        "col_contiguous": "与连续缓存之差",
     },
 }
 
@@ -146,7 +179,45 @@ def render_overview(run: BatchRun, options: RenderOptions) -> Group:
     ]
     if options.explain:
         parts += [render_explanation(explain(run, k, lang)) for k in ("packed", "cu_seqlens")]
+    parts += pool_lines(run, lang, options.explain)
     return Group(*parts, Text(""))
+
+
+def pool_lines(run: BatchRun, lang: Lang, explained: bool = False) -> list[RenderableType]:
+    """A paged batch's pool: how it works, what it holds at most against contiguous caches."""
+    paging = run.result.paging
+    if paging is None:
+        return []
+    b, per_token = paging.block_size, run.per_token
+    tokens = sum(m.tokens for m in run.result.members)
+    held = f"{run.result.peak * b * per_token:,}"
+    lines: list[RenderableType] = [Text(""), Line(_t(lang, "pool", n=paging.pages, b=b))]
+    if run.result.share:
+        lines.append(Line(_t(lang, "pool_shared", b=b)))
+    lines.append(Line(_t(lang, "pool_cost", m=run.result.peak, bytes=held, tokens=tokens,
+                         contig=f"{tokens * per_token:,}")))  # fmt: skip
+    if explained and run.result.share:
+        lines += [render_explanation(explain(run, k, lang)) for k in ("prefix", "cow")]
+    return lines
+
+
+def page_lines(run: BatchRun, k: int, lang: Lang) -> list[str]:
+    """A paged step in words: the block tables, reference counts, shares, copies, pages."""
+    pages = run.result.steps[k].pages
+    if pages is None:
+        return []
+    names = run.names
+    tables = "; ".join(f"{safe(names[j])} → {list(t)}" for j, t in pages.tables)
+    refs = ", ".join(f"{p} ×{n}" for p, n in pages.refcounts) or "—"
+    lines = [_t(lang, "tables", tables=tables), _t(lang, "refs", refs=refs)]
+    lines += [_t(lang, "shared", name=safe(names[j]), block=b, page=p) for j, b, p in pages.shared]
+    lines += [_t(lang, "copied", name=safe(names[j]), block=b, page=p, new=q)
+              for j, b, p, q in pages.copied]  # fmt: skip
+    if pages.allocated:
+        lines.append(_t(lang, "taken", pages=", ".join(map(str, pages.allocated))))
+    if pages.freed:
+        lines.append(_t(lang, "released", pages=", ".join(map(str, pages.freed))))
+    return lines
 
 
 def render_step(run: BatchRun, k: int, options: RenderOptions) -> Group:
@@ -159,14 +230,10 @@ def render_step(run: BatchRun, k: int, options: RenderOptions) -> Group:
         Heading(Text(title, style="bold cyan"), align="left", style="cyan"),
         Line(_t(lang, "cu", q=list(step.cu_seqlens_q), k=list(step.cu_seqlens_k))),
     ]
-    if step.entering:
-        parts.append(
-            Line(_t(lang, "joins", names=", ".join(safe(names[j]) for j in step.entering)))
-        )
-    if step.leaving:
-        parts.append(
-            Line(_t(lang, "leaves", names=", ".join(safe(names[j]) for j in step.leaving)))
-        )
+    for key, who in (("joins", step.entering), ("leaves", step.leaving)):
+        if who:
+            parts.append(Line(_t(lang, key, names=", ".join(safe(names[j]) for j in who))))
+    parts += [Line(line) for line in page_lines(run, k, lang)]
     heads = ("col_row", "col_index", "col_seq", "col_token", "col_pos")
     columns = [(_t(lang, h), "left" if n in (2, 3) else "right") for n, h in enumerate(heads)]
     members = run.result.members
@@ -209,12 +276,15 @@ def _check_line(run: BatchRun, j: int, tokens: list[int], lang: Lang) -> Line:
 def render_checks(run: BatchRun, options: RenderOptions) -> Group:
     """Every sequence's largest differences from its own decode and the full rows."""
     lang = options.lang
-    heads = ("col_seq", "col_tokens", "col_solo", "col_full")
+    heads = ["col_seq", "col_tokens", "col_solo", "col_full"]
+    if run.contiguous is not None:
+        heads.append("col_contiguous")
     columns = [(_t(lang, h), "left" if n == 0 else "right") for n, h in enumerate(heads)]
     rows: list[list[Text | str]] = []
     for j, name in enumerate(run.names):
         cells: list[Text | str] = [safe(name), str(len(run.solo[j]))]
-        for diffs in (run.solo[j], run.full[j]):
+        near = () if run.contiguous is None else (run.contiguous[j],)
+        for diffs in (run.solo[j], run.full[j], *near):
             worst = max(diffs)
             ok = worst <= run.tolerance
             cells.append(Text(f"{worst:.3e} {_mark(ok)}", style="green" if ok else "bold red"))
@@ -269,6 +339,31 @@ _EXPLAIN: dict[str, dict[Lang, tuple[str, str]]] = {  # key -> lang -> (formula,
                "批处理只改变哪些行一起做矩阵乘法，不改变数值：每个序列的每一行都必须等于它的"
                "单独解码（只对该配置文件做 attn decode）以及完整注意力的对应行。"),
     },
+    "prefix": {
+        "en": ("block_table[b] = a page that already holds the prompt's block b (refcount + 1)",
+               "Requests often start with the same prompt (a system prompt, a shared document). "
+               "Their keys and values are the same numbers, so a serving engine keeps them once: "
+               "a joining sequence's block table points at the pages that already hold its "
+               "prompt, and each page counts the sequences holding it. Only whole pages are "
+               "shared, as vLLM's prefix caching does: a page is matched when it is full and "
+               "its rows equal the prompt's, block by block from the first."),
+        "zh": ("块表[b] = 已经存有提示词第 b 块的页（引用计数 + 1）",
+               "很多请求以同样的提示词开头（系统提示词、共同的文档）。它们的键和值是同样的数，"
+               "所以推理服务引擎只存一份：新加入序列的块表直接指向已经存有它提示词的页，"
+               "每一页记录有多少个序列持有它。只共享整页，与 vLLM 的前缀缓存相同："
+               "页必须已存满，并且各行与提示词的相同，从第一块起逐块匹配。"),
+    },
+    "cow": {
+        "en": ("if refcount[page] > 1: copy the page, point the block at the copy, then write",
+               "A shared page is read by several sequences; writing a sequence's own next token "
+               "into it would change what the others read. So the writer first copies the page "
+               "to a free one (copy on write), moves its block table entry there and lowers the "
+               "old page's count; the others keep the original."),
+        "zh": ("若 引用计数[页] > 1：先复制这一页，让块指向副本，再写入",
+               "共享的页被几个序列同时读取；把某个序列自己的下一个词写进去，会改变其他序列读到"
+               "的数。所以写入者先把这一页复制到一个空闲页（写时复制），把块表中的这一项改为"
+               "指向副本，并把原页的计数减一；其他序列继续使用原页。"),
+    },
 }  # fmt: skip
 
 
@@ -278,6 +373,7 @@ def explain(run: BatchRun, key: str, lang: Lang) -> Explanation:
 
     formula, meaning = _EXPLAIN[key][lang]
     inputs = {"packed": ("Q",), "cu_seqlens": ("n_i",), "mask": ("cu_seqlens_q", "cu_seqlens_k"),
-              "check": ("output",)}[key]  # fmt: skip
+              "check": ("output",), "prefix": ("block_table", "refcount"),
+              "cow": ("refcount", "block_table")}[key]  # fmt: skip
     out = label(lang, "scalar") if key == "check" else key
     return Explanation(key, lang, (formula,), inputs, out, (meaning,))
