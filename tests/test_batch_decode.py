@@ -415,3 +415,15 @@ def test_the_table_and_json_show_tables_counts_shares_and_copies() -> None:
     ]
     zh = run_cli(*args, "-f", "plain", "--lang", "zh", "--explain", "--width", "200").stdout
     assert "写时复制：llama_rope_gqa#2 要写入页 0" in zh
+
+
+def test_a_batch_past_the_memory_budget_is_refused_before_it_runs() -> None:
+    """causal_multihead twice from step 0: 4 steps of 2 rows over 2, 4, 6, 8 keys, 40 cells;
+    three tables (scores, masked, softmax) of 2 heads in float64: 8 · 3 · 2 · 40 = 1,920 bytes."""
+    from attn_cli.check.batch_runs import _refuse_memory
+    from attn_cli.errors import InputError
+
+    run = run_batch(["causal_multihead", "causal_multihead"], (0, 0), 1, None)
+    _refuse_memory(run.traces[0], list(run.result.members), False, 1920)
+    with pytest.raises(InputError, match=r"would need about 1\.9 KiB of memory, expected at most"):
+        _refuse_memory(run.traces[0], list(run.result.members), False, 1919)

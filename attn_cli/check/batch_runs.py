@@ -29,7 +29,7 @@ from attn_cli.check.runs import (
 from attn_cli.core.batch import BatchResult, Member, batch_decode
 from attn_cli.core.chain import Chain
 from attn_cli.core.decode import decode, step_out
-from attn_cli.errors import ComputeError, UsageError
+from attn_cli.errors import ComputeError, InputError, UsageError
 
 if TYPE_CHECKING:
     from attn_cli.core.inputs import Inputs
@@ -165,6 +165,7 @@ def run_batch(
     names = _names(traces)
     members = [_member(n, a, arrive[j], min(prefill, t.inputs.seq_q), chunk)
                for j, (n, a, t) in enumerate(zip(names, args, traces, strict=True))]  # fmt: skip
+    _refuse_memory(traces[0], members, paged is not None, max_memory)
     quiet = np.errstate(over="ignore", invalid="ignore", divide="ignore", under="ignore")
     with quiet, blas_limit(sum(t.inputs.seq_q for t in traces)):
         result = batch_decode(members)
@@ -214,6 +215,25 @@ def _paged(
             f"of {bs} at once)", f"at least {result.peak}", option="pages",
         )  # fmt: skip
     return batch_decode(members, paging=Paging(bs, pages), share=share)
+
+
+def _refuse_memory(
+    first: Trace, members: list[Member], paged: bool, max_memory: int | None
+) -> None:
+    """Each step keeps its packed scores, masked scores and weights (heads × rows × keys): the
+    batch is refused in one line, before it runs, when they pass the memory budget."""
+    from attn_cli.core.batch import packed_cells
+    from attn_cli.core.memory import default_max_memory, format_bytes
+
+    heads = int(members[0].q.shape[1])
+    need = 8 * 3 * heads * packed_cells(members) * (2 if paged else 1)
+    budget = default_max_memory() if max_memory is None else max_memory
+    if need > budget:
+        raise InputError(
+            first.inputs.source, "", f"this batch's step tables would need about "
+            f"{format_bytes(need)} of memory", f"at most {format_bytes(budget)}",
+            option="max-memory",
+        )  # fmt: skip
 
 
 def _names(traces: list[Trace]) -> tuple[str, ...]:

@@ -118,15 +118,12 @@ def batch_decode(
     sequences' keys too); ``paging``: the caches in one pool of pages (core/paged.py's
     SharedPool), ``share`` a joining sequence's prompt pages shared, ``no_copy`` the mistake of
     writing into a shared page without copying it."""
-    last = max(m.leaves for m in members)
     pool = None
     if paging is not None:
         pool = SharedPool.empty(members[0].k, members[0].v, paging, share, no_copy)
     steps = []
-    for s in range(last):
+    for s in busy_steps(members):
         present = tuple(j for j, m in enumerate(members) if len(m.rows_at(s)))
-        if not present:
-            continue
         caches = [_cache(members, s, j, pool) for j in present]
         step = _step(members, s, present, leak, caches)
         if pool is not None:
@@ -137,6 +134,20 @@ def batch_decode(
         steps.append(step)
     peak = 0 if pool is None else pool.peak
     return BatchResult(tuple(members), tuple(steps), paging, share, peak)
+
+
+def busy_steps(members: Sequence[Member]) -> list[int]:
+    """The steps at which some sequence is in the batch, in order (none waits for an empty one)."""
+    return sorted(set().union(*(range(m.arrive, m.leaves) for m in members)))
+
+
+def packed_cells(members: Sequence[Member]) -> int:
+    """Σ over the steps of packed rows × packed keys: what a batch's score tables hold."""
+    total = 0
+    for s in busy_steps(members):
+        rows = [m.rows_at(s) for m in members]
+        total += sum(len(r) for r in rows) * sum(r[-1] + 1 for r in rows if len(r))
+    return total
 
 
 def _cache(

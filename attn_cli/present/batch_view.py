@@ -54,7 +54,7 @@ LABELS: dict[Lang, dict[str, str]] = {
         "output_title": "output · head {h} (one row per packed query row)",
         "check": "{name}: max |batch − its own decode| = {solo} {m1} · max |batch − the full "
         "attention's rows| = {full} {m2}",
-        "check_title": "self-check: every sequence against its own decode and the full rows",
+        "check_title": "self-check of every sequence",
         "col_solo": "vs its own decode",
         "col_full": "vs the full rows",
         "page_overview": "the sequences",
@@ -105,7 +105,7 @@ LABELS: dict[Lang, dict[str, str]] = {
         "output_title": "output · 头 {h}（每个打包查询行一行）",
         "check": "{name}：max |批处理 − 单独解码| = {solo} {m1} · max |批处理 − 完整注意力的"
         "对应各行| = {full} {m2}",
-        "check_title": "自检：每个序列与它的单独解码、完整计算对比",
+        "check_title": "每个序列的自检",
         "col_solo": "与单独解码之差",
         "col_full": "与完整计算之差",
         "page_overview": "各个序列",
