@@ -312,6 +312,7 @@ def prefix_pair(seed: int, T: int, same: int) -> tuple[dict[str, Any], dict[str,
     return a, b
 
 
+@pytest.mark.slow  # 20 batches, each decoded three times (paged, contiguous, alone): 0.5 s
 @settings(max_examples=20, deadline=None)
 @given(
     seed=st.integers(0, 2**16),
