@@ -21,7 +21,7 @@ from attn_cli.core.limits import DEFAULT_MAX_BYTES, DEFAULT_MAX_ELEMENTS
 from attn_cli.core.stages import GRADIENT_STAGE_NAMES, STAGE_NAMES
 from attn_cli.errors import InputError
 from attn_cli.io import gate
-from attn_cli.io.decode_json import DECODE_FORMAT, FLASH_FORMAT
+from attn_cli.io.decode_json import BATCH_FORMAT, DECODE_FORMAT, FLASH_FORMAT
 from attn_cli.io.trace_json import decode_array, parse_json, read_text, stages_from_json
 
 DUMP_DOC = (
@@ -60,6 +60,19 @@ class DecodeDump(Dump):
     prefill: int | None
     K_cache: FloatArray | None
     V_cache: FloatArray | None
+    block_size: int | None = None  # a paged cache's tokens a page (its K_cache: the gather's)
+
+
+@dataclass(frozen=True, eq=False)
+class BatchDump(Dump):
+    """A continuous batch's outputs: per sequence its fixture, its step of arrival and every
+    token's output (heads, tokens, d_v); the prefill and chunk the batch ran with."""
+
+    sequences: tuple[tuple[str, int, FloatArray], ...]  # (fixture, arrive, output)
+    prefill: int
+    chunk: int | None
+    block_size: int | None = None  # a paged batch: tokens a page
+    share_prefix: bool = False  # its prompt pages shared
 
 
 @dataclass(frozen=True, eq=False)
@@ -210,7 +223,7 @@ DECODE_KEYS = ("decode_output", "step_outputs")  # (steps, [batch,] heads, d_v) 
 LSE_KEYS = ("lse", "L", "logsumexp")
 OUTPUT_KEYS = ("output", "O", "out")
 FLASH_EXTRA = ("block_q", "block_k", "base2", "tiles", "split_kv")
-DECODE_EXTRA = ("prefill", "K_cache", "V_cache")
+DECODE_EXTRA = ("prefill", "K_cache", "V_cache", "block_size")
 
 
 def _dump_kind(names: Collection[str]) -> str | None:
@@ -229,13 +242,15 @@ def _is_special(obj: Any) -> bool:
     if not isinstance(obj, dict):
         return False
     if "format" in obj:
-        return obj["format"] in (DECODE_FORMAT, FLASH_FORMAT)
+        return obj["format"] in (DECODE_FORMAT, FLASH_FORMAT, BATCH_FORMAT)
     return _dump_kind(obj) is not None
 
 
 def _special_dump(obj: dict[str, Any], source: str) -> Dump:
     """A decode or flash dump from parsed JSON: attn's own formats, or plain names."""
     fmt = obj.get("format")
+    if fmt == BATCH_FORMAT:
+        return _batch_dump(obj, source)
     if fmt == DECODE_FORMAT:
         steps = _field(obj, "steps", list, source)
         if not steps:
@@ -245,7 +260,10 @@ def _special_dump(obj: dict[str, Any], source: str) -> Dump:
         last = stages[-1]
         caches = [_stage_data(last, n, source, "steps[-1]") if n in last else None
                   for n in ("K_cache", "V_cache")]  # fmt: skip
-        return _decode_dump(source, _stack(outputs, source), obj.get("prefill"), *caches)
+        paged = obj.get("paged")
+        size = paged.get("block_size") if isinstance(paged, dict) else None
+        return _decode_dump(source, _stack(outputs, source), obj.get("prefill"), caches[0],
+                            caches[1], block_size=size)  # fmt: skip
     if fmt == FLASH_FORMAT:
         stages = _field(obj, "stages", dict, source)
         output, lse = (_stage_data(stages, n, source, "stages") for n in ("output", "lse"))
@@ -255,7 +273,7 @@ def _special_dump(obj: dict[str, Any], source: str) -> Dump:
         caches = [None if obj.get(n) is None else decode_array(obj[n], source, n)
                   for n in ("K_cache", "V_cache")]  # fmt: skip
         return _decode_dump(source, decode_array(obj[key], source, key), obj.get("prefill"),
-                            *caches)  # fmt: skip
+                            caches[0], caches[1], block_size=obj.get("block_size"))  # fmt: skip
     output = next(decode_array(obj[k], source, k) for k in OUTPUT_KEYS if k in obj)
     lse = next(decode_array(obj[k], source, k) for k in LSE_KEYS if k in obj)
     return _flash_dump(source, output, lse, obj, obj.get("tiles") or [])
@@ -283,7 +301,7 @@ def _special_npz(path: Path) -> Dump | None:
     if _dump_kind(names) == "decode":
         key = next(k for k in DECODE_KEYS if k in plain)
         return _decode_dump(source, raw[key], plain.get("prefill"), raw.get("K_cache"),
-                            raw.get("V_cache"))  # fmt: skip
+                            raw.get("V_cache"), block_size=plain.get("block_size"))  # fmt: skip
     output = next(raw[k] for k in OUTPUT_KEYS if k in raw)
     lse = next(raw[k] for k in LSE_KEYS if k in raw)
     return _flash_dump(source, output, lse, plain, [])
@@ -346,14 +364,39 @@ def _shown(value: Any) -> str:
     return text if len(text) <= 20 else text[:17] + "..."
 
 
+def _batch_dump(obj: dict[str, Any], source: str) -> BatchDump:
+    """``{"format": "attn-decode-batch", "prefill", "chunk", "sequences": {NAME: {"fixture",
+    "arrive", "output"}}}``, as attn decode --batch -f json writes it."""
+    seqs = _field(obj, "sequences", dict, source)
+    if not seqs:
+        raise InputError(source, "sequences", "is empty", "one entry per sequence of the batch")
+    out = []
+    for name, seq in seqs.items():
+        where = f"sequences.{name}"
+        fixture = _field(seq, "fixture", str, source, where)
+        arrive = _whole(seq.get("arrive"), source, f"{where}.arrive", 0)
+        output = decode_array(_field(seq, "output", list, source, where), source, where)
+        out.append((fixture, arrive or 0, output))
+    prefill = _whole(obj.get("prefill"), source, "prefill") or 1
+    chunk = _whole(obj.get("chunk"), source, "chunk")
+    paged = obj.get("paged")
+    if paged is not None and not isinstance(paged, dict):
+        raise InputError(source, "paged", "is not an object", '{"block_size", "share_prefix"}')
+    size = None if paged is None else _whole(paged.get("block_size"), source, "paged.block_size")
+    share = paged is not None and _flag(paged.get("share_prefix"), source, "paged.share_prefix")
+    return BatchDump(source, {}, {}, (), tuple(out), prefill, chunk, size, share)
+
+
 def _decode_dump(
-    source: str, outputs: FloatArray, prefill: Any, K: FloatArray | None, V: FloatArray | None
-) -> DecodeDump:
+    source: str, outputs: FloatArray, prefill: Any, K: FloatArray | None, V: FloatArray | None,
+    block_size: Any = None,
+) -> DecodeDump:  # fmt: skip
     if outputs.ndim < 2:
         raise InputError(source, "decode_output", f"has shape {list(outputs.shape)}",
                          "(steps, [batch,] heads, d_v): one output per decoded token")  # fmt: skip
     arrays = {"output": outputs}
-    return DecodeDump(source, arrays, {}, (), outputs, _whole(prefill, source, "prefill"), K, V)
+    return DecodeDump(source, arrays, {}, (), outputs, _whole(prefill, source, "prefill"), K, V,
+                      _whole(block_size, source, "block_size"))  # fmt: skip
 
 
 def _flash_dump(

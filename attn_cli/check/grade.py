@@ -35,7 +35,7 @@ from attn_cli.check.compare import (
     compare,
     conform,
 )
-from attn_cli.check.dump import DecodeDump, FlashDump
+from attn_cli.check.dump import BatchDump, DecodeDump, FlashDump
 from attn_cli.check.dump import Dump as Dump  # Dump, load_dump, stage_for: their old import path
 from attn_cli.check.dump import load_dump as load_dump
 from attn_cli.check.dump import stage_for as stage_for
@@ -59,6 +59,10 @@ def grade(
     worst: int = 5,
 ) -> Comparison:
     """Compare the dump with the trace and diagnose the first stage that differs."""
+    if isinstance(dump, BatchDump):
+        from attn_cli.check.grade_batch import grade_batch  # core/batch.py's packing
+
+        return grade_batch(dump, tolerance, worst)
     if isinstance(dump, (DecodeDump, FlashDump)):
         from attn_cli.check.grade_decode import grade_special  # core's decode and flash
 

@@ -44,6 +44,7 @@ from attn_cli.core.chain import Chain
 from attn_cli.core.decode import DecodeMistake, DecodeResult, decode
 from attn_cli.core.flash import FlashMistake, Tile, flash_forward
 from attn_cli.core.inputs import FloatArray
+from attn_cli.core.paged import Paging, pages_needed
 from attn_cli.core.pipeline import refuse as refuse_variants
 from attn_cli.errors import InputError
 
@@ -123,7 +124,8 @@ def grade_decode(trace: Trace, dump: DecodeDump, tolerance: Tolerance, worst: in
             f"one output per token after the prefill: {T} tokens in all",
         )  # fmt: skip
     args = decode_args(trace)
-    right = decode(args.q, args.k, args.v, prefill=prefill, **args.kwargs())
+    paging = _paging(trace, dump)
+    right = decode(args.q, args.k, args.v, prefill=prefill, paging=paging, **args.kwargs())
     out_axes = _axes(trace, "step", "batch", "head", "d_v")
     cache_axes = _axes(trace, "batch", "kv_head", "slot", "d")
     ref = _decode_stages(trace, right)
@@ -134,12 +136,30 @@ def grade_decode(trace: Trace, dump: DecodeDump, tolerance: Tolerance, worst: in
                 for n in ("K_cache", "V_cache") if given[n] is not None]  # fmt: skip
     comparison = Comparison(trace, "dump", dump.source, tolerance, tuple(results))
     first = comparison.first_difference
-    notes = (f"decode: prefill {prefill}, then {steps} steps; step s is token {prefill} + s",)
+    notes = (f"decode: prefill {prefill}, then {steps} steps; step s is token {prefill} + s"
+             + ("" if paging is None else f"; paged, {paging.block_size} tokens a page "
+                "(K_cache, V_cache: the last step's gather, empty slots as zeros)"),)  # fmt: skip
     found: tuple[Diagnosis, ...] = ()
     tried: tuple[str, ...] = ()
     if first is not None:
-        found, tried = _decode_diagnoses(trace, args, prefill, given, first.name, tolerance)
+        found, tried = _decode_diagnoses(trace, args, prefill, given, first.name, tolerance,
+                                         paging)  # fmt: skip
     return replace(comparison, notes=notes, diagnoses=found, tried=tried)
+
+
+def _paging(trace: Trace, dump: DecodeDump) -> Paging | None:
+    """The pool of a paged dump (its ``block_size``): as many pages as the sequence holds."""
+    if dump.block_size is None:
+        return None
+    from attn_cli.check.paged_runs import MAX_BLOCK
+
+    if dump.block_size > MAX_BLOCK:
+        raise InputError(dump.source, "block_size", f"is {dump.block_size}",
+                         f"1 to {MAX_BLOCK:,} tokens a page")  # fmt: skip
+    inp = trace.inputs
+    reach = Chain(inp).cache_slots()
+    pages = pages_needed(inp.seq_q, dump.block_size, inp.token_positions()[0], reach)
+    return Paging(dump.block_size, pages)
 
 
 def _decode_stages(trace: Trace, result: DecodeResult) -> dict[str, FloatArray]:
@@ -160,14 +180,15 @@ def _decode_diagnoses(
     given: dict[str, FloatArray | None],
     stage: str,
     tolerance: Tolerance,
+    paging: Paging | None = None,
 ) -> tuple[tuple[Diagnosis, ...], tuple[str, ...]]:
     """The named decode mistakes whose recomputation reproduces the dump."""
     found: list[Diagnosis] = []
     tried: list[str] = []
-    right = _decode_stages(trace, decode(args.q, args.k, args.v, prefill=prefill, **args.kwargs()))
+    options = {"prefill": prefill, "paging": paging, **args.kwargs()}
+    right = _decode_stages(trace, decode(args.q, args.k, args.v, **options))
     candidates = [(m.name, m.description, _decode_stages(trace, m.result))
-                  for m in decode_mistakes(args.q, args.k, args.v, prefill=prefill,
-                                           **args.kwargs())]  # fmt: skip
+                  for m in decode_mistakes(args.q, args.k, args.v, **options)]  # fmt: skip
     groups = trace.inputs.heads // trace.inputs.kv_heads
     if groups > 1 and "K_cache" in right:
         head_axis = 1 if trace.inputs.has_batch else 0

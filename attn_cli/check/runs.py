@@ -31,6 +31,7 @@ from attn_cli.core.decode import (
     Rotate,
     decode,
     kv_cache_bytes,
+    step_out,
 )
 from attn_cli.core.decode import self_check as decode_self_check
 from attn_cli.core.pipeline import refuse as refuse_variants
@@ -38,8 +39,10 @@ from attn_cli.core.variant import DecodeForm, Variant
 from attn_cli.errors import ComputeError, InputError, UsageError
 
 if TYPE_CHECKING:
+    from attn_cli.check.paged_runs import PagedCheck
     from attn_cli.core.flash import FlashResult, Tile
     from attn_cli.core.inputs import Inputs
+    from attn_cli.core.paged import Paging
     from attn_cli.core.pipeline import Dtype, Trace
 
 FloatArray = np.ndarray[Any, np.dtype[np.float64]]
@@ -154,6 +157,7 @@ class DecodeRun:
     cache_parts: str | None = None  # what a cache of other numbers than K and V holds (MLA's)
     checked: str = "output"  # the stage each step is checked by: output, or gated with a gate
     reference: FloatArray | None = None  # (B, H, steps, Dv): each step's full attention row
+    paged: PagedCheck | None = None  # a paged cache: the pool and the contiguous comparison
 
     def _repr_html_(self) -> str | None:
         """The interactive decode page in a notebook cell, once present/html_steps.py is
@@ -163,7 +167,8 @@ class DecodeRun:
 
     @property
     def worst(self) -> float:
-        return max((self.prefill_diff, *self.diffs))
+        paged = () if self.paged is None else (self.paged.worst,)
+        return float(max((self.prefill_diff, *self.diffs, *paged)))
 
     @property
     def ok(self) -> bool:
@@ -345,14 +350,20 @@ def run_decode(
     return check_decode(trace, prefill, sentinel)
 
 
-def check_decode(trace: Trace, prefill: int, sentinel: float | None = None) -> DecodeRun:
+def check_decode(
+    trace: Trace, prefill: int, sentinel: float | None = None, paging: Paging | None = None
+) -> DecodeRun:
     """Run core.decode on the trace's Q, K, V and compare every step with the full attention's
-    row of its token (``decode_reference``)."""
+    row of its token (``decode_reference``); ``paging``: with the cache in pages of a pool,
+    each step compared with the contiguous cache's too."""
     args = decode_args(trace)
     quiet = np.errstate(over="ignore", invalid="ignore", divide="ignore", under="ignore")
     with quiet, blas_limit(trace.inputs.seq_k):  # one product a step: busy cores make it crawl
-        result = decode(args.q, args.k, args.v, prefill=prefill, **args.kwargs())
+        result = decode(args.q, args.k, args.v, prefill=prefill, paging=paging, **args.kwargs())
         full = decode_reference(trace, args)  # (B, H, T, Dv), a block of rows at a time
+        contiguous = None
+        if paging is not None:
+            contiguous = decode(args.q, args.k, args.v, prefill=prefill, **args.kwargs())
     final = args.chain.joined  # the output, or the last head-output transform's (gated)
     diffs = tuple(decode_self_check(result, full, final))
     prefill_out = result.prefill_outs.get(final, result.prefill_output)
@@ -362,8 +373,17 @@ def check_decode(trace: Trace, prefill: int, sentinel: float | None = None) -> D
     cost = kv_cache_bytes(inp.kv_heads, inp.heads, inp.d_k, inp.d_v, 8, inp.seq_q,
                           latent=None if form is None else form.cached)  # fmt: skip
     parts = None if form is None else form.parts
+    paged = None
+    if paging is not None and contiguous is not None:
+        from attn_cli.check.paged_runs import PagedCheck, pool_cost
+
+        same = tuple(max_abs_diff(step_out(a, final), step_out(b, final))
+                     for a, b in zip(result.steps, contiguous.steps, strict=True))  # fmt: skip
+        before = max_abs_diff(prefill_out, contiguous.prefill_outs.get(final,
+                              contiguous.prefill_output))  # fmt: skip
+        paged = PagedCheck(paging, pool_cost(inp, paging, cost.per_token), same, before)
     return DecodeRun(trace, result, diffs, prefill_diff, cost, sentinel, cache_parts=parts,
-                     checked=final, reference=full[:, :, prefill:])  # fmt: skip
+                     checked=final, reference=full[:, :, prefill:], paged=paged)  # fmt: skip
 
 
 def decode_reference(trace: Trace, args: DecodeArgs) -> AnyArray:
@@ -389,6 +409,13 @@ def decode_failure(run: DecodeRun) -> ComputeError | None:
     if run.ok:
         return None
     inp = run.trace.inputs
+    paged = run.paged
+    if paged is not None and paged.worst > run.tolerance:
+        return ComputeError(
+            inp.source, "paged cache",
+            f"the paged decode differs from the contiguous cache's by {paged.worst:.3e}",
+            f"at most {run.tolerance:g}",
+        )  # fmt: skip
     if run.prefill_diff > run.tolerance:
         where, diff = f"prefill (tokens 0..{run.result.prefill - 1})", run.prefill_diff
     else:

@@ -51,7 +51,10 @@ from attn_cli.errors import UsageError
 if TYPE_CHECKING:
     from attn_cli.core.decode_maps import MapsForm
     from attn_cli.core.inputs import Inputs
+    from attn_cli.core.paged import Paging
     from attn_cli.core.pipeline import Trace
+
+PagedOptions = tuple[int | None, int | None]  # block size, pages (None: the default)
 
 
 @dataclass(frozen=True, eq=False)
@@ -106,10 +109,15 @@ def run_decode_any(
     edges: tuple[int, int] | None = None,
     max_elements: int | None = None,
     max_memory: int | None = None,
+    paged: PagedOptions | None = None,
 ) -> DecodeRun | StateRun:
     """Decode the fixture after ``prefill`` tokens with a KV cache or, for linear attention,
     with its state; ``edges`` (limit, edge): past ``limit`` steps keep the state of only the
-    first and last ``edge`` steps, those a view shows (None: every step's)."""
+    first and last ``edge`` steps, those a view shows (None: every step's); ``paged``: the
+    cache in pages of a pool (block size, pages; None in either: the default)."""
+    from attn_cli.check.paged_runs import paged_bytes, paging_for, refuse_paged
+
+    pool: list[Paging] = []  # the pool, once the fixture's shapes are known
 
     def refuse(inputs: Inputs) -> None:
         refuse_decode(inputs)
@@ -118,9 +126,13 @@ def run_decode_any(
                 inputs.source, "prefill", f"is {prefill}",
                 f"1 to {inputs.seq_q} (the fixture's tokens)", option="prefill",
             )  # fmt: skip
+        if paged is not None:
+            refuse_paged(inputs)
+            pool.append(paging_for(inputs, *paged))
 
     def extra(inputs: Inputs) -> int:
-        return decode_bytes(inputs, prefill) + states_bytes(inputs, edges)
+        pages = paged_bytes(inputs, pool[0]) if pool else 0
+        return decode_bytes(inputs, prefill) + states_bytes(inputs, edges) + pages
 
     trace, sentinel = load_trace(
         fixture, state_keep, refuse=refuse, max_elements=max_elements, max_memory=max_memory,
@@ -132,7 +144,7 @@ def run_decode_any(
     form = maps_form(trace)
     if form is not None:
         return check_maps_decode(trace, form, prefill, sentinel)
-    return check_decode(trace, prefill, sentinel)
+    return check_decode(trace, prefill, sentinel, pool[0] if pool else None)
 
 
 def maps_form(trace: Trace) -> MapsForm | None:

@@ -1,6 +1,6 @@
 """``attn decode``: a causal fixture generated one token at a time against a KV cache."""
 
-from typing import Annotated, Any
+from typing import Annotated, Any, Optional
 
 import typer
 
@@ -37,6 +37,68 @@ PrefillOption = Annotated[
         help="Tokens computed at once before decoding starts (1 to the fixture's length).",
     ),
 ]  # fmt: skip
+PagedFlag = Annotated[
+    bool,
+    typer.Option(
+        "--paged",
+        help="Keep the cache in pages of a pool, read through a block table (PagedAttention), "
+        "each step checked against the contiguous cache.",
+    ),
+]
+BlockSizeOption = Annotated[
+    int | None,
+    typer.Option(
+        "--block-size", min=1, metavar="B",
+        help="Tokens a page with --paged (default: a third of the sequence, 2 to 16).",
+    ),
+]  # fmt: skip
+PagesOption = Annotated[
+    int | None,
+    typer.Option(
+        "--pages", min=1, metavar="N",
+        help="Pages in the pool with --paged (default: as many as the sequence holds at once).",
+    ),
+]  # fmt: skip
+MoreFixtures = Annotated[
+    Optional[list[str]],  # noqa: UP045
+    typer.Argument(
+        help="With --batch: more fixtures, each one sequence of the batch.",
+        show_default=False, metavar="[FIXTURE...]",
+    ),
+]  # fmt: skip
+BatchFlag = Annotated[
+    bool,
+    typer.Option(
+        "--batch",
+        help="Decode the fixtures as one continuous batch: packed query rows, cu_seqlens, one "
+        "block-diagonal mask; each sequence checked against its own decode.",
+    ),
+]
+ArriveOption = Annotated[
+    Optional[str],  # noqa: UP045
+    typer.Option(
+        "--arrive", metavar="S1,S2,...",
+        help="With --batch: the step at which each fixture joins (default: all at step 0).",
+    ),
+]  # fmt: skip
+ChunkOption = Annotated[
+    Optional[int],  # noqa: UP045
+    typer.Option(
+        "--chunk", min=1, metavar="C",
+        help="With --batch: prefill a joining prompt C rows a step (default: all at once).",
+    ),
+]  # fmt: skip
+SharePrefixFlag = Annotated[
+    bool,
+    typer.Option(
+        "--share-prefix",
+        help="With --batch --paged: a joining sequence shares the whole pages that already hold "
+        "its prompt's keys and values (reference counts), copying a shared page before writing.",
+    ),
+]
+BATCH_VIEW = RunView(
+    "attn_cli.present.batch_view", "batch_pages", "batch_titles", "render_batch", "batch_dumps",
+)  # fmt: skip
 DECODE_VIEW = RunView(
     "attn_cli.present.decode_view", "decode_pages", "decode_titles", "render_decode",
     "decode_dumps", "decode_page",
@@ -49,6 +111,7 @@ STATE_VIEW = RunView(  # linear attention: a recurrent state in place of the cac
 
 def decode(
     fixture: FixtureArgument = None,
+    more: MoreFixtures = None,
     prefill: PrefillOption = 1,
     fmt: RunFormatOption = RunFormat.table,
     output: OutputOption = None,
@@ -62,6 +125,13 @@ def decode(
     max_memory: MaxMemoryOption = None,
     quiet: QuietOption = False,
     step: StepOption = False,
+    paged: PagedFlag = False,
+    block_size: BlockSizeOption = None,
+    pages: PagesOption = None,
+    batch: BatchFlag = False,
+    arrive: ArriveOption = None,
+    chunk: ChunkOption = None,
+    share_prefix: SharePrefixFlag = False,
 ) -> None:
     """Decode a causal fixture token by token against a KV cache, checking every step.
 
@@ -83,20 +153,38 @@ def decode(
 
       attn decode llama_rope_gqa --step              # one step at a time (q quits)
 
+      attn decode mistral_sliding_window --paged --block-size 2  # pages, a block table
+
+      attn decode llama_rope_gqa gptoss_sinks --batch --arrive 0,2  # continuous batching
+
+      attn decode llama_rope_gqa llama_rope_gqa --batch --arrive 0,1 --paged --share-prefix
+
       attn examples                                  # every variant to decode
 
       attn decode llama_rope_gqa -f json -o dec.json # every number, for scripts
     """
     from attn_cli.check.state_runs import StateRun, run_decode_any, state_failure
+    from attn_cli.errors import UsageError
     from attn_cli.present.text import TABLE_EDGE, TABLE_LIMIT
 
     refuse_step(step, fmt, output)
+    refuse_paging(paged, block_size, pages)
     budget = None if max_memory is None else parse_size(max_memory)
+    out = RunOutput(fmt, output, precision, full, width, color, explain, lang, quiet, step)
+    if share_prefix and not (batch and paged):
+        raise UsageError("", "share-prefix", "shares the pages of a paged batch",
+                         "--batch and --paged beside it", option="share-prefix")  # fmt: skip
+    if batch or more or arrive is not None or chunk is not None:
+        fixtures = [fixture or "the_cat_sat", *(more or [])]
+        pool = (block_size, pages) if paged else None
+        run_batch_cli(fixtures, batch, (pool, share_prefix), arrive, prefill, chunk, out,
+                      max_elements, budget)  # fmt: skip
+        return
     every = full or step or fmt is RunFormat.json  # every step shown: every state kept
     run = run_decode_any(fixture, prefill, edges=None if every else (TABLE_LIMIT, TABLE_EDGE),
-                         max_elements=max_elements, max_memory=budget)  # fmt: skip
+                         max_elements=max_elements, max_memory=budget,
+                         paged=(block_size, pages) if paged else None)  # fmt: skip
     refuse_page(run, fmt)
-    out = RunOutput(fmt, output, precision, full, width, color, explain, lang, quiet, step)
     failure = state_failure(run)
     show_run(run, STATE_VIEW if isinstance(run, StateRun) else DECODE_VIEW, out, failure)
     if failure is not None:
@@ -122,3 +210,47 @@ def refuse_page(run: Any, fmt: RunFormat) -> None:
             f"html: a decode of the rows {', '.join(unknown)} has no page yet",
             "table, plain or json (they show every step of it)",
         )  # fmt: skip
+
+
+def refuse_paging(paged: bool, block_size: int | None, pages: int | None) -> None:
+    """--block-size and --pages size the pool of --paged: alone they are refused in one line."""
+    from attn_cli.errors import UsageError
+
+    given = [name for name, x in (("block-size", block_size), ("pages", pages)) if x is not None]
+    if given and not paged:
+        raise UsageError("", given[0], "sizes the pool of a paged cache", "--paged beside it",
+                         option=given[0])  # fmt: skip
+
+
+def run_batch_cli(
+    fixtures: list[str], batch: bool,
+    paged: tuple[tuple[int | None, int | None] | None, bool], arrive: str | None,
+    prefill: int, chunk: int | None, out: RunOutput, max_elements: int, budget: int | None,
+) -> None:  # fmt: skip
+    """``--batch``: the fixtures as one continuous batch (check/batch_runs.py)."""
+    from attn_cli.check.batch_runs import (
+        MAX_SEQUENCES,
+        batch_failure,
+        parse_arrive,
+        run_batch,
+    )
+    from attn_cli.errors import UsageError
+
+    if not batch:
+        what = "more than one fixture" if len(fixtures) > 1 else "--arrive or --chunk"
+        raise UsageError("", "batch", f"{what} given without --batch",
+                         "--batch to decode them as one batch", option="batch")  # fmt: skip
+    if len(fixtures) > MAX_SEQUENCES:
+        raise UsageError("", "batch", f"{len(fixtures):,} fixtures",
+                         f"1 to {MAX_SEQUENCES} sequences in a batch", option="batch")  # fmt: skip
+    if out.fmt is RunFormat.html:
+        raise UsageError("", "--format", "html: a batch has no page yet",
+                         "table, plain or json (they show every step of it)")  # fmt: skip
+    steps = parse_arrive(arrive, len(fixtures))
+    pool, share = paged
+    run = run_batch(list(fixtures), steps, prefill, chunk, max_elements=max_elements,
+                    max_memory=budget, paged=pool, share=share)  # fmt: skip
+    failure = batch_failure(run)
+    show_run(run, BATCH_VIEW, out, failure)
+    if failure is not None:
+        raise failure

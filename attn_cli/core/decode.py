@@ -23,6 +23,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from attn_cli.core.chain import Chain
+from attn_cli.core.paged import PagedBugs, PagedCache, PageStep, Paging
 from attn_cli.core.steps import softmax_rows
 from attn_cli.core.variant import REGISTRY, Cells
 from attn_cli.core.variant import FloatArray as Logits  # what the chain's hooks take
@@ -52,6 +53,7 @@ class CacheView:
     held: IntArray  # (C,) the token index each slot holds, -1 while empty
     grows: bool  # slots are tokens 0..C-1 in order: a slice, no copy
     copied: bool = False
+    where: IntArray | None = None  # a paged cache: the pool row each slot reads (K, V: the pool)
 
     def keys(self) -> FloatArray:
         return self._slots(self.K)
@@ -62,6 +64,10 @@ class CacheView:
     def _slots(self, by_token: FloatArray) -> FloatArray:
         if self.copied:
             return by_token
+        if self.where is not None:  # the gather through the block table
+            paged = by_token[:, :, self.where]  # (B, Hkv, C, D)
+            paged[:, :, self.held < 0] = 0  # the last page's empty slots read as zeros
+            return paged
         if self.grows:
             return by_token[:, :, : self.held.size]  # (B, Hkv, C, D), a view
         out = by_token[:, :, np.maximum(self.held, 0)]  # (B, Hkv, C, D)
@@ -111,6 +117,7 @@ class DecodeStep:
     # more score-like rows (B, H, 1, C) beside the chain's: a second map and what the maps make
     # (differential attention's scores_2, softmax_2, diff; core/decode_maps.py)
     rows: Mapping[str, FloatArray] = field(default_factory=dict)
+    pages: PageStep | None = None  # a paged cache: the block table after this step
 
     @property
     def slots(self) -> int:
@@ -169,6 +176,8 @@ class DecodeResult:
     prefill_output: FloatArray  # (B, H, prefill, Dv), each prefill token over those up to it
     steps: tuple[DecodeStep, ...]
     prefill_outs: Mapping[str, FloatArray] = field(default_factory=dict)  # (B, H, prefill, Dv)
+    paging: Paging | None = None  # the pool, when the cache is paged
+    prefill_pages: PageStep | None = None  # the block table after the prefill
 
 
 class DecodeBugs(NamedTuple):
@@ -180,6 +189,8 @@ class DecodeBugs(NamedTuple):
     # a ring buffer this many slots bigger than the cache rules ask, trusted to hide the rest
     # (the allowed-keys rules of the variants with a cache rule left out)
     extra_slots: int = 0
+    table_shift: bool = False  # paged: logical block b gathered through table[b + 1]
+    global_slot: bool = False  # paged: a token's slot in its page is its global index
 
 
 class _Setup(NamedTuple):
@@ -189,6 +200,7 @@ class _Setup(NamedTuple):
     rotate: Rotate | None
     finish: Finish | None = None
     after: After | None = None
+    paging: Paging | None = None
 
 
 def decode(
@@ -203,12 +215,14 @@ def decode(
     rotate: Rotate | None = None,
     finish: Finish | None = None,
     after: After | None = None,
+    paging: Paging | None = None,
 ) -> DecodeResult:
     """Prefill the first ``prefill`` tokens, then decode the rest one step at a time;
     ``finish`` turns softmax·V_cache (B, H, n, Dc) into the output when the cache holds
     something other than the values (MLA's latent: W_UV after attention); ``after`` gives the
-    head-output transforms' stages (a gate) of each step's output."""
-    setup = _setup(q, k, v, chain, scale, prefill, positions, rotate, finish, after)
+    head-output transforms' stages (a gate) of each step's output; ``paging``: the cache in
+    pages of a pool, read through a block table (core/paged.py)."""
+    setup = _setup(q, k, v, chain, scale, prefill, positions, rotate, finish, after, paging)
     return _decode(q, k, v, prefill, setup, DecodeBugs())
 
 
@@ -223,6 +237,7 @@ def _setup(
     rotate: Rotate | None,
     finish: Finish | None = None,
     after: After | None = None,
+    paging: Paging | None = None,
 ) -> _Setup:
     """Check the shapes and gather the options every step reads."""
     B, H, T, _ = q.shape
@@ -233,7 +248,7 @@ def _setup(
         raise ValueError(f"prefill must be 1..{T}, not {prefill}")
     pos = np.asarray(positions, dtype=np.int64).reshape(T)
     return _Setup(chain=chain, scale=scale, positions=pos, rotate=rotate, finish=finish,
-                  after=after)  # fmt: skip
+                  after=after, paging=paging)  # fmt: skip
 
 
 def _decode(
@@ -251,9 +266,15 @@ def _decode(
         prefill_output = setup.finish(prefill_output)
     prefill_outs = {} if setup.after is None else setup.after(slice(0, prefill), prefill_output)
     ring = setup.chain.cache_slots()
-    cache = _Cache.empty(k, v, None if ring is None else ring + bugs.extra_slots)
+    cache: _Cache | _Paged
+    if setup.paging is None:
+        cache = _Cache.empty(k, v, None if ring is None else ring + bugs.extra_slots)
+    else:
+        cache = _Paged(PagedCache.empty(k, v, setup.paging, pos, ring,
+                                        PagedBugs(bugs.table_shift, bugs.global_slot)))  # fmt: skip
     for i in range(prefill):
         cache.put(i, int(pos[i]), k_rot[:, :, i], v[:, :, i])
+    prefill_pages = cache.record()
     attend = _Attend(setup, bugs)
     steps = []
     for i in range(prefill, T):
@@ -273,10 +294,10 @@ def _decode(
         if setup.finish is not None:
             output, latent = setup.finish(tables.output), tables.output
         outs = {} if setup.after is None else setup.after(slice(i, i + 1), output)
-        steps.append(
-            DecodeStep(i, int(pos[i]), slot, view, q_new, q_rot, output, attend, latent, outs)
-        )
-    return DecodeResult(prefill, prefill_output, tuple(steps), prefill_outs)
+        steps.append(DecodeStep(i, int(pos[i]), slot, view, q_new, q_rot, output, attend,
+                                latent, outs, pages=cache.record()))  # fmt: skip
+    return DecodeResult(prefill, prefill_output, tuple(steps), prefill_outs, setup.paging,
+                        prefill_pages)  # fmt: skip
 
 
 @dataclass(eq=False)
@@ -326,6 +347,9 @@ class _Cache:
     def view(self) -> CacheView:
         return CacheView(self.K, self.V, self.held, self.ring is None, self.copied)
 
+    def record(self) -> None:
+        return None  # a contiguous cache has no block table
+
     def rerotate(self, rotate: Rotate, positions: IntArray) -> None:
         """The classic bug: rotate the (already rotated) cached keys again at their positions.
         From then on each step holds its own copy of the slots."""
@@ -336,6 +360,34 @@ class _Cache:
         full = self.held >= 0
         self.K = self.K.copy()
         self.K[:, :, full] = rotate(self.K[:, :, full], positions[self.held[full]])
+
+
+@dataclass(eq=False)
+class _Paged:
+    """A paged cache (core/paged.py) as the loop writes and reads a cache."""
+
+    pool: PagedCache
+
+    def put(self, index: int, position: int, k: FloatArray, v: FloatArray) -> int:
+        """Write one token's key and value (B, Hkv, D); return its slot in the gathered cache."""
+        self.pool.put(index, k, v)
+        _, held = self.pool.gather()
+        return int(np.flatnonzero(held == index)[0])
+
+    def view(self) -> CacheView:
+        where, held = self.pool.gather()
+        return CacheView(self.pool.K, self.pool.V, held, False, where=where)
+
+    def record(self) -> PageStep:
+        return self.pool.record()
+
+    def rerotate(self, rotate: Rotate, positions: IntArray) -> None:
+        """The classic bug in a pool: every cached key rotated again, in a copy."""
+        where, held = self.pool.gather()
+        full = held >= 0
+        self.pool.K = self.pool.K.copy()
+        rows = where[full]
+        self.pool.K[:, :, rows] = rotate(self.pool.K[:, :, rows], positions[held[full]])
 
 
 class _Attend:
@@ -510,11 +562,13 @@ def decode_mistakes(
     rotate: Rotate | None = None,
     finish: Finish | None = None,
     after: After | None = None,
+    paging: Paging | None = None,
     extra: Sequence[tuple[str, str, DecodeBugs]] = (),
 ) -> tuple[DecodeMistake, ...]:
-    """Each named mistake of the loop that can apply here (RoPE, GQA), recomputed; then each
-    of ``extra`` (name, description, bugs): the variants' own (check/mistakes/)."""
-    setup = _setup(q, k, v, chain, scale, prefill, positions, rotate, finish, after)
+    """Each named mistake of the loop that can apply here (RoPE, GQA, a paged cache),
+    recomputed; then each of ``extra`` (name, description, bugs): the variants' own
+    (check/mistakes/)."""
+    setup = _setup(q, k, v, chain, scale, prefill, positions, rotate, finish, after, paging)
     candidates = (
         ("rerotate_cache", "cached keys rotated again at every step",
          DecodeBugs(rerotate_cache=True), rotate is not None),
@@ -522,6 +576,11 @@ def decode_mistakes(
          DecodeBugs(restart_positions=True), rotate is not None),
         ("cache_by_query_head", "cache read by query head (h mod kv_heads), not h // groups",
          DecodeBugs(head_tiled=True), q.shape[1] != k.shape[1]),
+        ("block_table_off_by_one", "logical block b gathered through block_table[b + 1]",
+         DecodeBugs(table_shift=True), paging is not None),
+        ("page_slot_from_global_position",
+         "a token's slot in its page taken as its global index, not index mod block_size",
+         DecodeBugs(global_slot=True), paging is not None),
         *((name, description, bugs, True) for name, description, bugs in extra),
     )  # fmt: skip
     return tuple(

@@ -12,6 +12,14 @@ a batch axis has none here either.
   "head", "q_block", "k_block", "skipped", "S", "m", "alpha", "P", "l", "acc"}],
   "stages": {"output", "lse"}}`` with only the first ``max_tiles`` tiles (``tiles_total`` says
   how many there are), so its size grows with the tiles shown, not with the sequence squared.
+
+A paged decode (``--paged``) adds ``"paged": {"block_size", "pages", "pages_used",
+"pool_bytes", "used_bytes", "contiguous_bytes", "waste_slots", "waste_bytes",
+"prefill_max_abs_diff_contiguous", "max_abs_diff_contiguous", "prefill": PAGES}`` to the head
+and ``"pages": PAGES`` and ``"max_abs_diff_contiguous"`` to each step, where PAGES is
+``{"block_table": [page of each logical block, -1: freed], "placed": [[token, page, slot]],
+"allocated": [...], "freed": [...], "in_use", "filled"}``; ``slot`` and ``cache_positions``
+are then the gathered cache's (the live blocks' pages in logical order).
 """
 
 from __future__ import annotations
@@ -32,6 +40,7 @@ from attn_cli.io.trace_json import json_text, trace_config
 
 DECODE_FORMAT = "attn-decode"
 FLASH_FORMAT = "attn-flash"
+BATCH_FORMAT = "attn-decode-batch"
 VERSION = 1
 
 
@@ -50,6 +59,8 @@ class DecodeRunLike(Protocol):
     def cost(self) -> KVCacheBytes: ...
     @property
     def sentinel(self) -> float | None: ...
+    @property
+    def paged(self) -> Any: ...  # check/paged_runs.py's PagedCheck, None: contiguous
 
 
 class CheckLike(Protocol):
@@ -160,11 +171,29 @@ def decode_dumps(run: DecodeRunLike) -> str:
         },
         mask_value_replaced=run.sentinel,
     )  # fmt: skip
+    paged = run.paged
+    if paged is not None:
+        pool = paged.pool
+        head["paged"] = {
+            "block_size": pool.block_size, "pages": pool.pages, "pages_used": pool.pages_used,
+            "pool_bytes": pool.pool, "used_bytes": pool.used,
+            "contiguous_bytes": pool.contiguous, "waste_slots": pool.waste_slots,
+            "waste_bytes": pool.waste, "prefill_max_abs_diff_contiguous": paged.prefill_diff,
+            "max_abs_diff_contiguous": paged.worst, "prefill": _pages(result.prefill_pages),
+        }  # fmt: skip
     lines = ["{", *_mapping(head, 2), '  "steps": [']
+    near = paged.contiguous_diffs if paged is not None else (None,) * len(result.steps)
     for n, (step, diff) in enumerate(zip(result.steps, run.diffs, strict=True)):
-        lines += _step(trace, step, diff, last=n == len(result.steps) - 1)
+        lines += _step(trace, step, diff, near[n], last=n == len(result.steps) - 1)
     lines += ["  ]", "}"]
     return "\n".join(lines) + "\n"
+
+
+def _pages(pages: Any) -> dict[str, Any]:
+    """The block table after a step, and what the step placed, took and released."""
+    return {"block_table": list(pages.table), "placed": [list(p) for p in pages.placed],
+            "allocated": list(pages.allocated), "freed": list(pages.freed),
+            "in_use": pages.in_use, "filled": pages.filled}  # fmt: skip
 
 
 def decode_stages(trace: Trace, step: DecodeStep) -> list[tuple[str, Any]]:
@@ -186,8 +215,10 @@ def decode_stages(trace: Trace, step: DecodeStep) -> list[tuple[str, Any]]:
     return out
 
 
-def _step(trace: Trace, step: DecodeStep, diff: float, *, last: bool) -> list[str]:
-    meta = {
+def _step(
+    trace: Trace, step: DecodeStep, diff: float, contiguous: float | None, *, last: bool
+) -> list[str]:
+    meta: dict[str, Any] = {
         "index": step.index,
         "position": step.position,
         "token": trace.query_labels[step.index],
@@ -195,6 +226,9 @@ def _step(trace: Trace, step: DecodeStep, diff: float, *, last: bool) -> list[st
         "cache_positions": list(step.cache_positions),
         "max_abs_diff": diff,
     }
+    if step.pages is not None:
+        meta["pages"] = _pages(step.pages)
+        meta["max_abs_diff_contiguous"] = contiguous
     lines = ["    {", *_mapping(meta, 6)]
     lines += _stages(decode_stages(trace, step), 6)
     lines.append("    }" + ("" if last else ","))
@@ -306,5 +340,74 @@ def state_dumps(run: StateRunLike) -> str:
         stages = [(name, x if batch else x[0]) for name, x in named]
         lines += ["    {", *_mapping(meta, 6), *_stages(stages, 6)]
         lines.append("    }" + ("" if n == len(result.steps) - 1 else ","))
+    lines += ["  ]", "}"]
+    return "\n".join(lines) + "\n"
+
+
+# ---------------------------------------------------------------------------------------------
+# attn decode F1 F2 ... --batch: continuous batching
+
+
+def batch_dumps(run: Any) -> str:
+    """The batch as JSON text (check/batch_runs.py's BatchRun): the sequences, each step's
+    packed rows, cu_seqlens, mask (true: may attend), weights and outputs, and each sequence's
+    ``output`` by name, (heads, tokens, d_v), with its checks."""
+    members = run.result.members
+    head = _head(run.traces[0], BATCH_FORMAT)
+    head.pop("tokens")
+    head.update(prefill=max(m.prefill for m in members), chunk=members[0].chunk,
+                max_abs_diff=run.worst)  # fmt: skip
+    paging = run.result.paging
+    if paging is not None:
+        near = run.contiguous or ()
+        worst = max((x for c in near for x in c), default=0.0)
+        head["paged"] = {
+            "block_size": paging.block_size,
+            "pages": paging.pages,
+            "pages_used": run.result.peak,
+            "share_prefix": run.result.share,
+            "bytes_per_token_slot": run.per_token,
+            "max_abs_diff_contiguous": worst,
+        }
+    lines = ["{", *_mapping(head, 2), '  "sequences": {']
+    for j, name in enumerate(run.names):
+        m = members[j]
+        trace = run.traces[j]
+        meta = {"fixture": run.fixtures[j], "tokens": list(trace.query_labels),
+                "arrive": m.arrive, "prefill": m.prefill, "leaves": m.leaves - 1,
+                "max_abs_diff_solo": max(run.solo[j]),
+                "max_abs_diff": max(run.full[j])}  # fmt: skip
+        lines.append(f"    {json_text(name)}: {{")
+        lines += _mapping(meta, 6)
+        lines.append(f'      "output": {array_text(run.result.outputs(j).tolist(), 6)}')
+        lines.append("    }" + ("," if j < len(run.names) - 1 else ""))
+    lines += ["  },", '  "steps": [']
+    for n, step in enumerate(run.result.steps):
+        meta = {
+            "step": step.step,
+            "rows": [{"sequence": run.names[j], "token": t} for j, t in step.rows],
+            "row_sequence": [j for j, _ in step.rows],
+            "keys": [{"sequence": run.names[j], "token": t} for j, t in step.keys],
+            "cu_seqlens_q": list(step.cu_seqlens_q),
+            "cu_seqlens_k": list(step.cu_seqlens_k),
+            "entering": [run.names[j] for j in step.entering],
+            "leaving": [run.names[j] for j in step.leaving],
+        }
+        if step.pages is not None:
+            p = step.pages
+            meta["pages"] = {
+                "block_tables": {run.names[j]: list(t) for j, t in p.tables},
+                "refcounts": {str(page): n for page, n in p.refcounts},
+                "shared": [{"sequence": run.names[j], "block": b, "page": q}
+                           for j, b, q in p.shared],
+                "copied": [{"sequence": run.names[j], "block": b, "from": a, "to": q}
+                           for j, b, a, q in p.copied],
+                "allocated": list(p.allocated), "freed": list(p.freed),
+            }  # fmt: skip
+        lines += ["    {", *_mapping(meta, 6)]
+        lines.append(f'      "mask": {json.dumps(step.mask.tolist())},')
+        lines += _stages([("scores", step.scores), ("masked", step.masked),
+                          ("softmax", step.softmax), ("output", step.output)], 6)  # fmt: skip
+        lines.append("    }" + ("," if n < len(run.result.steps) - 1 else ""))
     lines += ["  ]", "}"]
     return "\n".join(lines) + "\n"

@@ -95,6 +95,33 @@ LABELS: dict[Lang, dict[str, str]] = {
         "page_overview": "overview and KV-cache cost",
         "page_step": "{token}@{pos} → slot {slot}",
         "page_checks": "self-check of every step",
+        "paged": "paged cache: pages of {b} tokens from a pool of {n}; token i goes to logical "
+        "block i // {b}, slot i mod {b} of that block's page; each step gathers the live "
+        "blocks' pages in logical order",
+        "paged_window": "a page goes back to the pool once the window ({w} positions) has "
+        "passed every token on it; a token still on a live page but outside the window is "
+        "hidden (−∞)",
+        "block_table": "block table (logical block → page): {table}",
+        "freed": "freed",
+        "placed": "token {token} → logical block {block} = {index} // {b} → page {page}, slot "
+        "{slot} = {index} mod {b}",
+        "taken": "page {pages} taken from the pool (lowest free)",
+        "released": "page {pages} back to the pool (the window has passed it)",
+        "gather": "gather: pages {pages} in block order → {c} cache slots ({filled} hold a "
+        "token, {empty} empty: the last page's, read as zeros and hidden)",
+        "prefill_table": "after the prefill: block table {table}",
+        "pool_title": "paged pool per layer (float64)",
+        "col_slots_pool": "token slots",
+        "col_bytes": "bytes",
+        "pool_row": "pool: {n} pages × {b} tokens",
+        "used_row": "pages held at most: {m}",
+        "contiguous_row": "contiguous cache",
+        "ring_row": "contiguous ring of {w}",
+        "waste_row": "waste: the last page's empty slots",
+        "pool_formula": "bytes per token slot = {per_token}; the pool holds pages × block size "
+        "slots, a contiguous cache one slot per token it keeps",
+        "col_contiguous": "vs contiguous",
+        "check_paged": "same step against a contiguous cache: max |Δ| = {diff} {mark}",
     },
     "zh": {
         "title": "KV 缓存解码",
@@ -151,6 +178,31 @@ LABELS: dict[Lang, dict[str, str]] = {
         "page_overview": "概览与 KV 缓存开销",
         "page_step": "{token}@{pos} → 槽 {slot}",
         "page_checks": "每一步的自检",
+        "paged": "分页缓存：页池共 {n} 页，每页 {b} 个词；第 i 个词进入逻辑块 i // {b}，"
+        "放在该块所在页的第 i mod {b} 个槽；每一步按逻辑块顺序把仍在使用的页收集起来",
+        "paged_window": "当窗口（{w} 个位置）越过某页上的所有词后，该页还回页池；"
+        "仍在使用的页上、但已在窗口之外的词被遮盖（−∞）",
+        "block_table": "块表（逻辑块 → 物理页）：{table}",
+        "freed": "已释放",
+        "placed": "词 {token} → 逻辑块 {block} = {index} // {b} → 页 {page}，槽 {slot} = "
+        "{index} mod {b}",
+        "taken": "从页池取出页 {pages}（编号最小的空闲页）",
+        "released": "页 {pages} 还回页池（窗口已越过它）",
+        "gather": "收集：按块顺序读取页 {pages} → {c} 个缓存槽（{filled} 个存有词，{empty} "
+        "个为空：最后一页的空槽，读作零并被遮盖）",
+        "prefill_table": "预填充之后：块表 {table}",
+        "pool_title": "每层分页页池（float64）",
+        "col_slots_pool": "词槽数",
+        "col_bytes": "字节数",
+        "pool_row": "页池：{n} 页 × 每页 {b} 个词",
+        "used_row": "同时占用的最多页数：{m}",
+        "contiguous_row": "连续缓存",
+        "ring_row": "{w} 个槽的连续环形缓存",
+        "waste_row": "浪费：最后一页的空槽",
+        "pool_formula": "每个词槽的字节数 = {per_token}；页池有 页数 × 每页词数 个槽，"
+        "连续缓存为保留的每个词各一个槽",
+        "col_contiguous": "与连续缓存之差",
+        "check_paged": "同一步与连续缓存对比：max |Δ| = {diff} {mark}",
     },
 }
 
@@ -202,7 +254,71 @@ def render_overview(run: DecodeRun, options: RenderOptions) -> Group:
     ]
     if options.explain:
         parts.append(render_explanation(explain(run, "cost", lang)))
+    if run.paged is not None:
+        parts.append(render_pool(run, lang))
+        if options.explain:
+            parts.append(render_explanation(explain(run, "pool", lang)))
     return Group(*parts)
+
+
+def render_pool(run: DecodeRun, lang: Lang) -> Group:
+    """The paged pool's bytes beside a contiguous cache's, and the prefill's block table."""
+    assert run.paged is not None and run.result.prefill_pages is not None
+    c = run.paged.pool
+    heads = ("col_layout", "col_slots_pool", "col_bytes")
+    columns = [(_t(lang, h), "left" if n == 0 else "right") for n, h in enumerate(heads)]
+    cells = [[name, f"{n:,}", f"{b:,}"] for name, n, b in pool_rows(run, lang)]
+    table = Listing(Text(_t(lang, "pool_title"), style="bold"), columns, cells)
+    formula = Line(_t(lang, "pool_formula", per_token=f"{c.per_token:,}"), style="italic")
+    table_line = _t(lang, "prefill_table", table=block_table(run.result.prefill_pages.table, lang))
+    return Group(table, formula, Line(table_line), Text(""))
+
+
+def pool_rows(run: DecodeRun, lang: Lang) -> list[tuple[str, int, int]]:
+    """(what, token slots, bytes): the pool, the pages held at most, a contiguous cache, the
+    last page's empty slots."""
+    assert run.paged is not None
+    c = run.paged.pool
+    ring = ring_slots(run.trace.inputs)
+    contiguous = _t(lang, "contiguous_row") if ring is None else _t(lang, "ring_row", w=ring)
+    return [
+        (_t(lang, "pool_row", n=c.pages, b=c.block_size), c.pages * c.block_size, c.pool),
+        (_t(lang, "used_row", m=c.pages_used), c.pages_used * c.block_size, c.used),
+        (contiguous, c.contiguous // c.per_token, c.contiguous),
+        (_t(lang, "waste_row"), c.waste_slots, c.waste),
+    ]
+
+
+def block_table(table: tuple[int, ...], lang: Lang) -> str:
+    """``0 → 2, 1 → freed, ...``: each logical block and its page."""
+    return ", ".join(f"{b} → {_t(lang, 'freed') if p < 0 else p}" for b, p in enumerate(table))
+
+
+def paged_lines(run: DecodeRun, step: DecodeStep, lang: Lang) -> list[str]:
+    """A paged step in words: how the pool works, where the token went, the block table, the
+    pages taken and released, the gather."""
+    pages, paging = step.pages, run.result.paging
+    assert pages is not None and paging is not None
+    b = paging.block_size
+    ring = ring_slots(run.trace.inputs)
+    how = _t(lang, "paged", b=b, n=paging.pages)
+    if ring is not None:
+        how += ("；" if lang == "zh" else "; ") + _t(lang, "paged_window", w=ring)
+    lines = [how]
+    for index, page, slot in pages.placed:
+        token = repr(safe(run.label(index)))
+        lines.append(_t(lang, "placed", token=token, block=index // b, index=index, b=b,
+                        page=page, slot=slot))  # fmt: skip
+    if pages.allocated:
+        lines.append(_t(lang, "taken", pages=", ".join(map(str, pages.allocated))))
+    if pages.freed:
+        lines.append(_t(lang, "released", pages=", ".join(map(str, pages.freed))))
+    lines.append(_t(lang, "block_table", table=block_table(pages.table, lang)))
+    live = [str(p) for p in pages.table if p >= 0]
+    empty = sum(1 for at in step.cache_positions if at < 0)
+    lines.append(_t(lang, "gather", pages=", ".join(live), c=step.slots,
+                    filled=step.slots - empty, empty=empty))  # fmt: skip
+    return lines
 
 
 def render_cost(run: DecodeRun, lang: Lang) -> Group:
@@ -241,6 +357,8 @@ def shown_slots(run: DecodeRun, step: DecodeStep) -> list[int]:
     step's cache holds every slot ever filled (a ring never empties one; a cache that is no
     ring only grows).
     """
+    if step.pages is not None:  # a paged cache: this step's pages, empty slots too
+        return list(range(step.slots))
     last = run.result.steps[-1].cache_positions
     return [s for s in range(step.slots) if last[s] >= 0]
 
@@ -248,11 +366,16 @@ def shown_slots(run: DecodeRun, step: DecodeStep) -> list[int]:
 def _slot_labels(run: DecodeRun, step: DecodeStep, lang: Lang, shown: list[int]) -> list[str]:
     """``slot: token@position`` for each shown cache slot, ``(empty)`` for one unused yet."""
     tokens = step.cache.held.tolist()  # the token index each slot holds
+    where, paging = step.cache.where, run.result.paging
     out = []
     for s in shown:
         pos = step.cache_positions[s]
         held = _t(lang, "empty") if pos < 0 else f"{run.label(tokens[s])}@{pos}"
-        out.append(f"{s}: {held}")
+        if where is not None and paging is not None:  # the page and slot the gather read
+            page, at = divmod(int(where[s]), paging.block_size)
+            out.append(f"{s} (p{page}.{at}): {held}")
+        else:
+            out.append(f"{s}: {held}")
     return out
 
 
@@ -278,8 +401,15 @@ def render_step(run: DecodeRun, k: int, options: RenderOptions) -> Group:
     parts: list[RenderableType] = [
         Heading(Text(title, style="bold cyan"), align="left", style="cyan"),
         Line(_t(lang, "cache", c=step.slots, held=_held_line(slots, options.full))),
-        Line(how, style="dim"),
     ]
+    if step.pages is None:
+        parts.append(Line(how, style="dim"))
+    else:
+        lines = paged_lines(run, step, lang)
+        parts += [Line(lines[0], style="dim"), *(Line(line) for line in lines[1:])]
+        if options.explain:
+            parts += [render_explanation(explain(run, key, lang, step))
+                      for key in ("block_table", "gather")]  # fmt: skip
     if len(shown) < step.slots:
         unused = _t(lang, "unused", n=step.slots - len(shown), w=step.slots, t=inp.seq_k)
         parts.append(Line(unused, style="dim"))
@@ -397,29 +527,43 @@ def _mark(ok: bool) -> str:
     return "✓" if ok else "✗"
 
 
-def _check_line(run: DecodeRun, k: int, lang: Lang) -> Line:
+def _check_line(run: DecodeRun, k: int, lang: Lang) -> Group:
     step, diff = run.result.steps[k], run.diffs[k]
     ok = diff <= run.tolerance
     text = _t(lang, "check", token=repr(safe(run.label(step.index))), diff=f"{diff:.3e}",
               mark=_mark(ok), tol=f"{run.tolerance:g}", stage=run.checked)  # fmt: skip
-    return Line(text, style="green" if ok else "bold red")
+    lines = [Line(text, style="green" if ok else "bold red")]
+    if run.paged is not None:
+        near = run.paged.contiguous_diffs[k]
+        same = near <= run.tolerance
+        lines.append(Line(_t(lang, "check_paged", diff=f"{near:.3e}", mark=_mark(same)),
+                          style="green" if same else "bold red"))  # fmt: skip
+    return Group(*lines)
 
 
 def render_checks(run: DecodeRun, options: RenderOptions) -> Group:
     """Every step's largest difference from the full trace, and the prefill's."""
     lang = options.lang
-    heads = ("col_step", "col_token", "col_pos", "col_slots", "col_diff")
+    heads = ["col_step", "col_token", "col_pos", "col_slots", "col_diff"]
+    if run.paged is not None:
+        heads.append("col_contiguous")
     columns = [(_t(lang, head), "left" if n == 1 else "right") for n, head in enumerate(heads)]
     steps = run.result.steps
     rows: list[list[Text | str]] = []
+
+    def shown(diff: float) -> Text:
+        ok = diff <= run.tolerance
+        return Text(f"{diff:.3e} {_mark(ok)}", style="green" if ok else "bold red")
+
     for k in pick(len(steps), 2 * TABLE_LIMIT, TABLE_EDGE, options.full):
         if k is None:
-            rows.append(["…", "…", "…", "…", "…"])
+            rows.append(["…"] * len(heads))
             continue
-        s, diff = steps[k], run.diffs[k]
-        ok = diff <= run.tolerance
-        shown = Text(f"{diff:.3e} {_mark(ok)}", style="green" if ok else "bold red")
-        rows.append([str(k + 1), safe(run.label(s.index)), str(s.position), str(s.slots), shown])
+        s = steps[k]
+        rows.append([str(k + 1), safe(run.label(s.index)), str(s.position), str(s.slots),
+                     shown(run.diffs[k])])  # fmt: skip
+        if run.paged is not None:
+            rows[-1].append(shown(run.paged.contiguous_diffs[k]))
     table = Listing(Text(_t(lang, "check_title"), style="bold"), columns, rows, no_wrap=True)
     ok = run.prefill_diff <= run.tolerance
     prefill = _t(lang, "check_prefill", diff=f"{run.prefill_diff:.3e}", mark=_mark(ok),
@@ -521,6 +665,47 @@ _EXPLAIN: dict[str, dict[Lang, tuple[str, str]]] = {  # key -> lang -> (formula,
                "少于 heads）和多查询注意力（只有一个键值头）能减小这个开销；"
                "真实模型存 bf16（2 字节），这里是 float64（8 字节）。"),
     },
+    "block_table": {
+        "en": ("page = block_table[i // block_size], slot = i mod block_size",
+               "PagedAttention (vLLM) keeps the cache in fixed-size pages taken from one pool, "
+               "as an operating system keeps memory in pages: a sequence owns a list of pages, "
+               "its block table, and grows one page at a time, so no cache is reserved for the "
+               "longest sequence in advance. Token i goes to logical block i // block_size; the "
+               "table says which physical page holds that block, and the slot in the page is "
+               "i mod block_size, never the token's global index."),
+        "zh": ("页 = 块表[i // 每页词数]，槽 = i mod 每页词数",
+               "PagedAttention（vLLM）把缓存存放在从同一个页池中取出的固定大小的页里，"
+               "就像操作系统按页管理内存：每个序列拥有一串页，即它的块表，"
+               "每次增长一页，不必预先为最长的序列保留整块缓存。第 i 个词进入逻辑块 "
+               "i // 每页词数；块表给出存放这个块的物理页，页内的槽是 i mod 每页词数，"
+               "而不是这个词在整个序列中的下标。"),
+    },
+    "gather": {
+        "en": ("K_cache = pool[block_table[b]] for each live block b, in order",
+               "Each step reads the keys and values through the block table, page after page "
+               "in logical order: the same rows as a contiguous cache, with the last page's "
+               "empty slots read as zeros and hidden (−∞) like an empty slot of any cache. "
+               "The scores, softmax and output are then exactly those of the contiguous "
+               "cache: paging moves where the numbers live, not the math."),
+        "zh": ("K_cache = 按顺序对每个仍在使用的块 b 取 页池[块表[b]]",
+               "每一步都通过块表读取键和值，按逻辑顺序一页接一页：与连续缓存的各行相同，"
+               "最后一页的空槽读作零并被遮盖（−∞），与任何缓存的空槽一样。之后的 scores、"
+               "softmax 和 output 与连续缓存完全相同：分页改变的是数存放的位置，不是数学。"),
+    },
+    "pool": {
+        "en": ("pool bytes = pages × block_size × bytes per token slot",
+               "A contiguous cache needs one slot per token it keeps; a pool of pages needs "
+               "whole pages, so at most block_size − 1 slots of the last page are wasted, "
+               "while a server that reserved a contiguous cache for the longest possible "
+               "sequence would waste far more. Smaller pages waste less but make the block "
+               "table longer. With a sliding window, pages the window has passed go back to "
+               "the pool for other blocks."),
+        "zh": ("页池字节数 = 页数 × 每页词数 × 每个词槽的字节数",
+               "连续缓存为保留的每个词各用一个槽；页池只能整页分配，所以最多浪费最后一页的 "
+               "每页词数 − 1 个槽，而为最长可能序列预留连续缓存的服务器浪费得多得多。"
+               "页越小浪费越少，但块表越长。有滑动窗口时，窗口越过的页还回页池，"
+               "供其他块使用。"),
+    },
 }  # fmt: skip
 
 
@@ -540,6 +725,9 @@ def explain(run: DecodeRun, key: str, lang: Lang, step: DecodeStep | None = None
         "output": f"[heads={inp.heads}, 1, d_v={inp.d_v}]",
         "check": label(lang, "scalar"),
         "cost": label(lang, "scalar"),
+        "pool": label(lang, "scalar"),
+        "block_table": f"[blocks={len(step.pages.table) if step and step.pages else 0}]",
+        "gather": f"[kv_heads={inp.kv_heads}, slots={C}, d_k={inp.d_k}]",
     }
     if step is not None and key in step.outs:  # a head-output transform's (a gate)
         shapes[key] = f"[heads={inp.heads}, 1, d_v={inp.d_v}]"
@@ -562,4 +750,6 @@ _INPUTS: dict[str, tuple[str, ...]] = {
     "scores": ("Q_rot | Q", "K_cache"),
     "masked": ("capped | scaled",), "output": ("softmax", "V_cache"),
     "check": ("output", "the full attention's rows"), "cost": ("kv_heads", "d_k", "d_v"),
+    "block_table": ("i", "block_size"), "gather": ("pool", "block_table"),
+    "pool": ("pages", "block_size", "kv_heads", "d_k", "d_v"),
 }  # fmt: skip

@@ -110,6 +110,9 @@ STEP_WORDS: dict[Lang, dict[str, str]] = {
         "(slot = {rule})",
         "ring_rule": "position mod {w}",
         "grow_rule": "its index",
+        "paged_rule": "page {page}, slot {slot} of the pool: block_table[{index} // {b}], "
+        "{index} mod {b}",
+        "paged_empty": "page {page}, slot {slot} of the pool, not written yet",
         "empty": "(empty)",
         "ref": "the full attention's row of {token} ({name}[{where}] of attn trace -f json): "
         "plain softmax attention over every key the token may see, with no cache",
@@ -170,6 +173,8 @@ STEP_WORDS: dict[Lang, dict[str, str]] = {
         "cache_cell": "槽 {slot} 存放 {held}：那个词到来时写入一次（槽 = {rule}）",
         "ring_rule": "位置 mod {w}",
         "grow_rule": "它的序号",
+        "paged_rule": "页池中的页 {page}、槽 {slot}：块表[{index} // {b}]，{index} mod {b}",
+        "paged_empty": "页池中的页 {page}、槽 {slot}，尚未写入",
         "empty": "（空）",
         "ref": "完整注意力中 {token} 那一行（attn trace -f json 的 {name}[{where}]）："
         "对该词能看到的所有键做普通 softmax 注意力，不用缓存",
@@ -472,7 +477,29 @@ def _decode_overview(run: DecodeRun, labels: Any) -> str:
                                                        n=c.per_token))  # fmt: skip
 
     cost = f"<p>{_both(formula)}</p>"
+    if run.paged is not None:
+        cost += _pool(run, labels)
     return f"<p>{lines}</p><p>{more}</p>{cost}{box}"
+
+
+def _pool(run: DecodeRun, labels: Any) -> str:
+    """The paged pool's bytes beside a contiguous cache's, the prefill's block table."""
+    from attn_cli.present.decode_view import block_table, explain, pool_rows
+
+    assert run.paged is not None and run.result.prefill_pages is not None
+    table = run.result.prefill_pages.table
+    rows = {lang: pool_rows(run, lang) for lang in ("en", "zh")}
+    out = [f"<p><b>{_label(labels, 'pool_title')}</b></p>", '<table class="m"><tr>']
+    out += [f"<th>{_label(labels, h)}</th>" for h in ("col_layout", "col_slots_pool", "col_bytes")]
+    out.append("</tr>")
+    for n, (_, slots, size) in enumerate(rows["en"]):
+        name = _both(lambda lang, n=n: rows[lang][n][0])
+        out.append(f"<tr><td>{name}</td><td>{slots:,}</td><td>{size:,}</td></tr>")
+    out.append("</table>")
+    pre = _both(lambda lang: labels[lang]["prefill_table"].format(
+        table=block_table(table, lang)))  # fmt: skip
+    keys = ("pool", "block_table", "gather")
+    return "".join(out) + f"<p>{pre}</p>" + "".join(_explained(run, explain, k) for k in keys)
 
 
 def _decode_step(p: _Steps, k: int, kept: dict[str, Any], labels: Any) -> str:
@@ -501,7 +528,15 @@ def _decode_step(p: _Steps, k: int, kept: dict[str, Any], labels: Any) -> str:
     def how(lang: Lang) -> str:
         return str(labels[lang]["ring"].format(w=ring) if ring else labels[lang]["grow"])
 
-    out = [f"<p>{_both(where)}</p>", f'<p class="note">{_both(how)}</p>']
+    out = [f"<p>{_both(where)}</p>"]
+    if step.pages is None:
+        out.append(f'<p class="note">{_both(how)}</p>')
+    else:  # a paged cache: the pool, where the token went, the block table, the gather
+        from attn_cli.present.decode_view import paged_lines
+
+        lines = {lang: paged_lines(run, step, lang) for lang in ("en", "zh")}
+        out += [f'<p class="note">{_both(lambda lang, n=n: lines[lang][n])}</p>'
+                for n in range(len(lines["en"]))]  # fmt: skip
     held = _held(run, step)
     batch = range(inp.batch)
     for b in batch:
@@ -517,12 +552,29 @@ def _decode_step(p: _Steps, k: int, kept: dict[str, Any], labels: Any) -> str:
                 out += [_score_table(p, k, stages, rows, lead, h, slots, held) for h in heads]
                 after = True
             if name in CACHES:
-                out += [_cache_table(p, k, name, a, lead, g, slots, held, ring)
+                out += [_cache_table(p, k, name, a, lead, g, slots, held, _rule(run, step, ring))
                         for g in range(a.shape[1])]  # fmt: skip
             else:
                 out.append(_head_table(p, k, name, a, lead))
         out.append(_check_table(p, k, lead))
     return "\n".join(out)
+
+
+def _rule(run: DecodeRun, step: DecodeStep, ring: int | None) -> Callable[[Lang, int], str]:
+    """How a slot of ``step``'s cache was chosen, in words: the ring's, the growing cache's, or
+    the page and slot of the pool the gather read it from."""
+    paging, where = run.result.paging, step.cache.where
+    if paging is None or where is None:
+        return lambda lang, s: _w(lang, "ring_rule", w=ring) if ring else _w(lang, "grow_rule")
+    b, held = paging.block_size, step.cache.held
+
+    def paged(lang: Lang, s: int) -> str:
+        page, at = divmod(int(where[s]), b)
+        if held[s] < 0:
+            return _w(lang, "paged_empty", page=page, slot=at)
+        return _w(lang, "paged_rule", page=page, slot=at, index=int(held[s]), b=b)
+
+    return paged
 
 
 def _held(run: DecodeRun, step: DecodeStep) -> list[str]:
@@ -564,7 +616,8 @@ def _head_table(p: _Steps, k: int, name: str, a: Any, lead: tuple[int, ...]) -> 
 
 
 def _cache_table(p: _Steps, k: int, name: str, a: Any, lead: tuple[int, ...], g: int,
-                 slots: list[int], held: list[str], ring: int | None) -> str:  # fmt: skip
+                 slots: list[int], held: list[str],
+                 rule: Callable[[Lang, int], str]) -> str:  # fmt: skip
     """A cache of one kv head: a row per slot (the slots filled in this run), its index and the
     token@position it holds."""
     b = lead[0] if lead else 0
@@ -576,9 +629,8 @@ def _cache_table(p: _Steps, k: int, name: str, a: Any, lead: tuple[int, ...], g:
         s = slots[i]
 
         def make(lang: Lang) -> dict[str, Any]:
-            rule = _w(lang, "ring_rule", w=ring) if ring else _w(lang, "grow_rule")
             held_s = held[s] or _w(lang, "empty")
-            line = _w(lang, "cache_cell", slot=s, held=held_s, rule=rule)
+            line = _w(lang, "cache_cell", slot=s, held=held_s, rule=rule(lang, s))
             return _part(f"{name}[{g}, {s}, {j}]", [line])
 
         w = p.derive(make)
@@ -770,18 +822,24 @@ def _check_table(p: _Steps, k: int, lead: tuple[int, ...]) -> str:
 def _decode_checks(run: DecodeRun, labels: Any) -> str:
     """Every step's largest difference from the full attention, and the prefill's."""
     out = ['<table class="m"><tr>']
-    heads = ("col_step", "col_token", "col_pos", "col_slots", "col_diff")
+    heads = ["col_step", "col_token", "col_pos", "col_slots", "col_diff"]
+    if run.paged is not None:
+        heads.append("col_contiguous")
     out += [f"<th>{_label(labels, h)}</th>" for h in heads]
     out.append("</tr>")
     steps = run.result.steps
     for k in pick(len(steps), 2 * TABLE_LIMIT, TABLE_EDGE, False):
         if k is None:
-            out.append("<tr>" + "<td>…</td>" * 5 + "</tr>")
+            out.append("<tr>" + "<td>…</td>" * len(heads) + "</tr>")
             continue
         s, diff = steps[k], run.diffs[k]
         mark = "✓" if diff <= run.tolerance else "✗"
+        near = ""
+        if run.paged is not None:
+            d = run.paged.contiguous_diffs[k]
+            near = f"<td>{d:.3e} {'✓' if d <= run.tolerance else '✗'}</td>"
         out.append(f"<tr><td>{k + 1}</td><td>{_esc(run.label(s.index))}</td><td>{s.position}</td>"
-                   f"<td>{s.slots}</td><td>{diff:.3e} {mark}</td></tr>")  # fmt: skip
+                   f"<td>{s.slots}</td><td>{diff:.3e} {mark}</td>{near}</tr>")  # fmt: skip
     out.append("</table>")
     mark = "✓" if run.prefill_diff <= run.tolerance else "✗"
     pre = _both(lambda lang: labels[lang]["check_prefill"].format(
