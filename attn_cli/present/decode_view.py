@@ -509,7 +509,7 @@ _EXPLAIN: dict[str, dict[Lang, tuple[str, str]]] = {  # key -> lang -> (formula,
                "解码循环和完整计算是同一套数学，只是顺序不同：在 float64 下只差最后几位。"
                "完整的那一行是对该词能看到的所有键做普通 softmax 注意力，每次算几行，不用缓存"
                "（与 attn trace 计算 output 相同）。"
-               "更大的差别就是 bug（键被重复旋转、槽位写错、头对应错），attn 会报错退出。"),
+               "更大的差别就是程序错误（键被重复旋转、槽位写错、头对应错），attn 会报错退出。"),
     },
     "cost": {
         "en": ("bytes per token per layer = kv_heads × (d_k + d_v) × itemsize",

@@ -384,7 +384,7 @@ _EXPLAIN: dict[str, dict[Lang, tuple[str, str]]] = {  # key -> lang -> (formula,
                "the last few bits (ulps), which is rounding, not a bug."),
         "zh": ("max |O − output|，max |L − lse|，max |exp(x − L) − softmax|",
                "分块循环和普通计算是同一套数学，只是求和顺序不同：float64 下误差不超过 1e-12；"
-               "float32 下只差最后几位（ulp），那是舍入，不是 bug。"),
+               "float32 下只差最后几位（ulp），那是舍入，不是程序错误。"),
     },
 }  # fmt: skip
 

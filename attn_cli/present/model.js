@@ -106,7 +106,10 @@
   }
   langButton.addEventListener("click", function () { setLang(body.dataset.lang === "en" ? "zh" : "en"); });
   document.querySelector('[data-role="theme"]').addEventListener("click", function () {
-    body.dataset.theme = body.dataset.theme === "dark" ? "light" : "dark";
+    // "auto" follows the system (prefers-color-scheme) until the reader picks the other one
+    var dark = body.dataset.theme === "dark" || (body.dataset.theme === "auto" &&
+      window.matchMedia && window.matchMedia("(prefers-color-scheme: dark)").matches);
+    body.dataset.theme = dark ? "light" : "dark";
     if (opened) { open(opened[0], opened[1]); }
   });
   setLang(body.dataset.lang);
