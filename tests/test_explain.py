@@ -343,8 +343,10 @@ def test_worked_cell_is_shown_per_head_and_marks_masked_keys() -> None:
     )
     assert result.exit_code == 0, result.output
     out = result.stdout
-    assert out.count("worked cell: query like, key green (head 0)") == 5
-    assert out.count("worked cell: query like, key green (head 1)") == 5
+    assert out.count("worked cell: query like, key green (head 0)") == 4
+    assert out.count("worked cell: query like, key green (head 1)") == 4
+    # output sums over every key: its part names V's rows, not the one key (issue 40)
+    assert out.count("worked cell: query like, every value row V (head 0)") == 1
     assert "masked[like, green] = −∞" in out  # causal: "like" may not see "green"
     assert re.search(r"green ◀\s+−∞\s+−∞\s+0\s+0", out)
 

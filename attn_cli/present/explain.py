@@ -132,7 +132,8 @@ def _explain_qkv(c: Context) -> Parts:
             f"第 h 个查询头读取第 h // {groups} 个键值头。"
             if zh
             else f"Grouped-query attention: {inp.heads} query heads share {inp.kv_heads} "
-            f"key/value heads; query head h reads key/value head h // {groups}."
+            f"key/value head{'s' if inp.kv_heads > 1 else ''}; query head h reads key/value "
+            f"head h // {groups}."
         )
     return formula, inputs, meaning
 
@@ -739,7 +740,7 @@ def _cell_output(c: Cell) -> CellText | None:
     precision = c.precision
     full = c.full
     q_label = c.q_label
-    title = c.title
+    title = c.values_title
     n = c.n
     lines = [label(lang, "cell_output", query=q_label)]
     columns = pick_terms(len(cell.output), full)

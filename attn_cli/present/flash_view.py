@@ -311,11 +311,13 @@ _EXPLAIN: dict[str, dict[Lang, tuple[str, str]]] = {  # key -> lang -> (formula,
                "而不是随它的平方增长。"),
     },
     "skipped": {
-        "en": ("under causal: skip a key block when s0 > t1 − 1 + offset",
+        "en": ("under causal: a key block is skipped when its first key comes after the last "
+               "query of the query block (first key position > last query position)",
                "Every key of this block comes after every query of the block, so every score "
                "would be −∞ and every P zero. The kernel does not even load it: about half of "
                "the tiles of a causal sequence are skipped."),
-        "zh": ("因果遮盖下：当 s0 > t1 − 1 + offset 时跳过这个键块",
+        "zh": ("因果遮盖下：键块的第一个键在查询块最后一个查询之后时（第一个键的位置 > "
+               "最后一个查询的位置），跳过这个键块",
                "这一块的每个键都在这一块的每个查询之后，所以每个分数都是 −∞，每个 P 都是 0。"
                "内核根本不读取它：因果序列约有一半的块被跳过。"),
     },

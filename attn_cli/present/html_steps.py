@@ -71,6 +71,7 @@ TILE_EDGE = 8
 MAX_DERIVED = 3_000  # derivations embedded; past it a cell shows its formula
 SCORE_ROWS = ("scores", "scaled", "capped", "masked", "softmax")  # a step's rows over the cache
 CACHES = ("K_cache", "V_cache")
+NONE_CELL = '<td class="none">—</td>'  # an empty cache slot's: no number (decode_view's —)
 BEFORE = ("Q", "Q_rot")  # a step's stages shown before its rows over the cache
 DECODE_EXPLAINED = ("Q", "Q_rot", "K_cache", "V_cache", "scores", "masked", "softmax", "output",
                     "check", "cost")  # fmt: skip
@@ -528,6 +529,8 @@ def _decode_step(p: _Steps, k: int, kept: dict[str, Any], labels: Any) -> str:
 
     out = [f"<p>{_both(where)}</p>", f'<p class="note">{_both(how)}</p>']
     held = _held(run, step)
+    if any(not held[s] for s in slots):
+        out.append(f'<p class="note">{_both(lambda lang: labels[lang]["none"])}</p>')
     batch = range(inp.batch)
     for b in batch:
         lead = (b,) if inp.has_batch else ()
@@ -599,6 +602,8 @@ def _cache_table(p: _Steps, k: int, name: str, a: Any, lead: tuple[int, ...], g:
 
     def cell(i: int, j: int) -> str:
         s = slots[i]
+        if not held[s]:
+            return NONE_CELL  # an empty slot: no key, no value
 
         def make(lang: Lang) -> dict[str, Any]:
             rule = _w(lang, "ring_rule", w=ring) if ring else _w(lang, "grow_rule")
@@ -631,6 +636,8 @@ def _score_table(
 
     def cell(i: int, j: int) -> str:
         name, s = rows[i], slots[j]
+        if not held[s] and not name.startswith("masked"):
+            return NONE_CELL  # an empty slot: nothing computed (masked: −∞, as the chain fills)
         w = p.derive(lambda lang: _decode_score(p, k, name, lead, h, s, lang))
         x = data[name][b, h, 0, s]
         return p.cell(x, name, (*lead, h, 0, s), f'data-step="{k}"', w, f"step {k + 1}")
