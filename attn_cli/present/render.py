@@ -308,7 +308,7 @@ def render_matrix(
             cells = [_number_cell(matrix, i, j, options.precision, heat) for i in rows]
         if none is not None:
             cells = [Text(NONE, style="dim") if i is not None and none(i, j) else c
-                     for i, c in zip(rows, cells)]  # fmt: skip
+                     for i, c in zip(rows, cells, strict=True)]  # fmt: skip
         columns[j] = (safe(col_labels[j]), cells)
     return Matrix(
         Text(title, style="bold") if title else None,
