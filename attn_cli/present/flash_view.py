@@ -43,6 +43,7 @@ LABELS: dict[Lang, dict[str, str]] = {
         "α = exp2(m_old − m), L = m + log2(l) in base 2",
         "base_e": "exp and log in base e, as the FlashAttention-2 paper writes them",
         "no_skip": "no tile is skipped (not causal, or positions given)",
+        "skipped_out": "nothing: m, l and acc carry over",
         "tile": "tile {k} of {n} · {where}queries {t0}..{t1} × keys {s0}..{s1}",
         "skipped": "skipped: every key of this block is after every query (above the causal "
         "diagonal); m, l and acc carry over unchanged",
@@ -81,6 +82,7 @@ LABELS: dict[Lang, dict[str, str]] = {
         "α = exp2(m_old − m)，L = m + log2(l) 以 2 为底",
         "base_e": "exp 和 log 以 e 为底，与 FlashAttention-2 论文的写法相同",
         "no_skip": "没有跳过的块（不是因果遮盖，或给出了位置）",
+        "skipped_out": "无：m、l、acc 保持不变",
         "tile": "第 {k} 块，共 {n} 块 · {where}查询 {t0}..{t1} × 键 {s0}..{s1}",
         "skipped": "跳过：这一块的每个键都在每个查询之后（位于因果对角线之上）；m、l、acc 保持不变",
         "S": "S：这一块缩放后的分数（不允许看的位置为 −∞）",
@@ -407,6 +409,9 @@ def explain(run: FlashRun, key: str, lang: Lang) -> Explanation:
         "m": ("m_old", "S"), "alpha": ("m_old", "m"),
         "P": ("S", "m"), "l": ("α", "l", "P"), "acc": ("α", "acc", "P", "V_block"),
         "O": ("acc", "l"), "L": ("m", "l"),
+        "loop": ("Q", "K", "V"), "skipped": ("q_block", "k_block"),
+        "check": ("O", "L", "output", "softmax"),
     } | view_inputs("flash")).get(key, (label(lang, "given"),))  # fmt: skip
+    shapes |= {"loop": "O, L", "skipped": _t(lang, "skipped_out")}  # no array made: said so
     shape = shapes.get(key, shapes["S"] if key in notes else label(lang, "scalar"))
     return Explanation(key, lang, (formula,), inputs, shape, (meaning,))
