@@ -82,8 +82,10 @@ def test_the_cache_line_lists_its_slots_on_a_line_of_their_own_within_80_columns
 @pytest.mark.parametrize(
     ("name", "line"),
     [
-        ("gemma2_softcap", "2 query heads, 1 key/value head (multi-query: every head reads kv head 0)"),
-        ("gptoss_sinks", "4 query heads, 2 key/value heads (grouped-query: head h reads kv head h // 2)"),
+        ("gemma2_softcap", "2 query heads, 1 key/value head (multi-query: every head reads kv "
+         "head 0)"),
+        ("gptoss_sinks", "4 query heads, 2 key/value heads (grouped-query: head h reads kv "
+         "head h // 2)"),
     ],
 )  # fmt: skip
 def test_one_key_value_head_is_singular(name: str, line: str) -> None:
