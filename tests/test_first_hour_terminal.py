@@ -180,3 +180,30 @@ def test_a_bad_theme_is_one_error_line(value: str) -> None:
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("Error:"), result.stderr
     assert "--theme" in lines[0] and "auto" in lines[0], lines[0]
+
+
+def test_the_step_mode_status_bar_keeps_its_columns_from_page_to_page() -> None:
+    """Its spacing jumped: "stage 9 of 11 ↓ 1–20/145" then "stage 10 of 11 ↓ 100–119/145"."""
+    import io
+
+    from rich.console import Console
+
+    from attn_cli.api import trace_file
+    from attn_cli.present.options import RenderOptions
+    from attn_cli.present.pager import Deck, State, frame, press
+
+    trace = trace_file("causal_multihead", keep_all=True)
+    console = Console(width=80, color_system=None, file=io.StringIO())
+    deck = Deck(trace, RenderOptions(explain=True), console)
+    n = len(deck.names)
+    assert n >= 10  # two-digit stage numbers: the case that jumped
+    bars = []
+    for k in range(n):
+        state = State(k)
+        for _ in range(12):  # down the page: the line numbers grow a digit
+            bars.append("".join(s.text for s in frame(deck, state, 80, 24)[-1]).rstrip())
+            state = press(deck, state, "down", 80, 24)
+    after_position = {m.end() for bar in bars if (m := re.search(r"of \d+ ", bar))}
+    assert len(after_position) == 1, sorted(after_position)  # "stage  9 of 11", "stage 10 of 11"
+    ranges = {m.end() for bar in bars if (m := re.search(r"\d+/\d+ ·", bar))}
+    assert len(ranges) == 1, sorted(ranges)  # " 1–20/145", "100–119/145"
