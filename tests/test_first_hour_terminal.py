@@ -207,3 +207,24 @@ def test_the_step_mode_status_bar_keeps_its_columns_from_page_to_page() -> None:
     assert len(after_position) == 1, sorted(after_position)  # "stage  9 of 11", "stage 10 of 11"
     ranges = {m.end() for bar in bars if (m := re.search(r"\d+/\d+ ·", bar))}
     assert len(ranges) == 1, sorted(ranges)  # " 1–20/145", "100–119/145"
+
+
+def test_slide_borders_are_unbroken_bars_the_height_of_a_line() -> None:
+    """A │ drawn as text is as high as the font, not the line (24.4 px at 20 px): the border
+    came out as a broken line. Each vertical stroke is now a bar; the bars of one column meet."""
+    from attn_cli.api import trace_file
+    from attn_cli.present.options import RenderOptions
+    from attn_cli.present.slides import slides
+
+    trace = trace_file("causal_multihead")
+    svg = slides(trace, RenderOptions(), "svg")[0].text
+    assert "│</text>" not in svg  # no vertical stroke left as a glyph
+    bars = re.findall(r'<rect class="[^"]+" x="([\d.]+)" y="([\d.]+)" width="[\d.]+" '
+                      r'height="([\d.]+)"', svg)  # fmt: skip
+    by_x: dict[str, list[tuple[float, float]]] = {}
+    for x, y, h in bars:
+        by_x.setdefault(x, []).append((float(y), float(y) + float(h)))
+    left = sorted(by_x[min(by_x, key=float)])  # the panel's left border, top to bottom
+    assert len(left) >= 8
+    for (_, end), (start, _) in zip(left, left[1:], strict=False):
+        assert abs(start - end) < 1e-6, (end, start)  # each bar starts where the last ended
