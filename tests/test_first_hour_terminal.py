@@ -8,6 +8,7 @@ export made with --theme dark."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import re
 
@@ -226,5 +227,5 @@ def test_slide_borders_are_unbroken_bars_the_height_of_a_line() -> None:
         by_x.setdefault(x, []).append((float(y), float(y) + float(h)))
     left = sorted(by_x[min(by_x, key=float)])  # the panel's left border, top to bottom
     assert len(left) >= 8
-    for (_, end), (start, _) in zip(left, left[1:], strict=False):
+    for (_, end), (start, _) in itertools.pairwise(left):
         assert abs(start - end) < 1e-6, (end, start)  # each bar starts where the last ended
