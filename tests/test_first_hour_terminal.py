@@ -229,3 +229,29 @@ def test_slide_borders_are_unbroken_bars_the_height_of_a_line() -> None:
     assert len(left) >= 8
     for (_, end), (start, _) in itertools.pairwise(left):
         assert abs(start - end) < 1e-6, (end, start)  # each bar starts where the last ended
+
+
+def test_the_output_worked_cell_breaks_before_an_equals_sign_at_80_columns() -> None:
+    """Rich broke it wherever the width ran out: "= 0.0434 + 0 +" then "0.0434 + 0 = 0.0868"."""
+    result = run_cli("trace", "causal_multihead", "--cell", "tea,tea", "--stage", "output",
+                     "--width", "80", "--no-color")  # fmt: skip
+    assert result.exit_code == 0, result.stderr
+    panel = result.stdout.split("every value row V (head 1)")[1].split("╰")[0]
+    lines = [line.strip("│ ") for line in panel.splitlines()[1:] if line.strip()]
+    assert lines[0] == "output of tea: the weights times the V rows, summed:"
+    # the row's two entries, each on two lines: weights × V from the JSON trace, written here
+    doc = json.loads(run_cli("trace", "causal_multihead", "-f", "json").stdout)
+    w = doc["stages"]["softmax"]["data"][1][3]  # head 1, query tea
+    V = doc["stages"]["V"]["data"][1]  # kv head 1
+
+    def num(x: float) -> str:
+        return str(int(x)) if x == int(x) else f"{x:.4f}"
+
+    expected = []
+    for col in (0, 1):
+        terms = " + ".join(f"{num(a)}×{num(V[j][col])}" for j, a in enumerate(w))
+        products = " + ".join(num(a * V[j][col]) for j, a in enumerate(w))
+        total = sum(a * V[j][col] for j, a in enumerate(w))
+        expected += [f"output[tea, {col}] = {terms}", f"= {products} = {num(total)}"]
+    assert lines[1:] == expected
+    assert max(len(line) for line in result.stdout.splitlines()) <= 80
