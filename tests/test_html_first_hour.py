@@ -352,3 +352,26 @@ def test_a_larger_type_for_a_projector(context: Any, tmp_path: Path, command: st
     assert again.get_attribute("body", "data-large") == "1"
     assert again.get_attribute("[data-role='large']", "aria-pressed") == "true"
     assert again.evaluate("window.scrollY") == 0
+
+
+def test_the_model_views_larger_type_follows_into_a_layers_page(
+    context: Any, tmp_path: Path
+) -> None:
+    checkpoint = Path(__file__).parent / "reference" / "forward" / "gpt2"
+    path = tmp_path / "view.html"
+    result = run_cli("import", str(checkpoint), "--text", "The cat sat", "--layer", "all",
+                     "-f", "html", "-o", str(path))  # fmt: skip
+    if result.exit_code == 2 and "models" in result.stderr:
+        pytest.skip("attn import --text needs the models extra")
+    assert result.exit_code == 0, result.stderr
+    page = open_page(context(viewport={"width": 1280, "height": 800}), path)
+    size = "parseFloat(getComputedStyle(document.querySelector('header.top h1')).fontSize)"
+    small = page.evaluate(size)
+    page.click("[data-role='large']")
+    assert page.get_attribute("body", "data-large") == "1"
+    assert page.evaluate(size) > small
+    page.click("figure.thumb >> nth=0")
+    frame = page.frame_locator("iframe")
+    frame.locator("body[data-ready='1']").wait_for()
+    assert frame.locator("body").get_attribute("data-large") == "1"
+    assert page.errors == []

@@ -31,6 +31,7 @@ from attn_cli.errors import printable
 from attn_cli.present.html_page import (
     LANG_TAGS,
     LANGS,
+    LARGE_BUTTON,
     MAX_ENTRIES,
     MAX_WORKED,
     _asset,
@@ -237,6 +238,7 @@ class _Body:
         out.append(f'<h1>{_esc(v.family)}</h1><div class="controls">')
         out.append(f'<button type="button" data-role="lang">{WORDS[other]["lang_name"]}</button>')
         out.append(f'<button type="button" data-role="theme">{_both(_word("theme"))}</button>')
+        out.append(LARGE_BUTTON)
         out.append('</div></header><div class="model" data-role="model">')
 
         def pooled_note(lang: Lang) -> str:

@@ -224,7 +224,7 @@
   var start = 0;
   var hash = location.hash.slice(1).split(",");
   sections.forEach(function (s, i) { if (hash.indexOf(s.id) >= 0) { start = i; } });
-  setLarge(hash.indexOf("large") >= 0);
+  setLarge(hash.indexOf("large") >= 0 || body.dataset.large === "1");  // a model view's frame
   // a model view's thumbnail opens a layer's page at a stage, one head shown (model.js)
   var openAt = body.dataset.openStage;
   sections.forEach(function (s, i) { if (openAt && s.dataset.stageName === openAt) { start = i; } });
