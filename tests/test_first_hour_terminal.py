@@ -38,6 +38,7 @@ def _attention_rows(out: str, step: int, head: int) -> dict[str, list[str]]:
     return rows
 
 
+@pytest.mark.slow  # about 0.4 s: a decode run twice
 def test_an_empty_ring_slot_shows_no_number_where_the_json_says_it_is_empty() -> None:
     doc = _decode_json("gemma2_softcap")  # window 4 over 5 tokens: a ring of 4 slots
     steps = doc["steps"]
