@@ -587,7 +587,8 @@ def check_decode_derivations(opened: Opened, run: dict[str, Any]) -> None:
     if lead:
         K = K[0]
     g = h // (heads // len(K))  # the kv head (a latent cache: one for every head)
-    c = len(K[g]) - 1  # the slot the step's own token went to, or the last
+    c = step.get("slot", len(K[g]) - 1)  # the slot the step's own token went to (a ring's
+    # last slot may be empty: it shows —, no number to derive), or the last
     q = at(stages["Q_rot" if "Q_rot" in stages else "Q"]["data"], (*lead, h, 0))
     text = click_in(
         opened, 1, f"td[data-stage='scores'][data-index='{','.join(map(str, (*lead, h, 0, c)))}']"

@@ -216,7 +216,11 @@ def test_every_decode_cell_names_its_place_in_the_decode_json(name: str) -> None
             if name != "mistral_sliding_window" or stage not in ("K_cache", "V_cache"):
                 import numpy as np
 
-                assert seen[(k, stage)] == set(np.ndindex(*body["shape"])), (k, stage)
+                every = set(np.ndindex(*body["shape"]))
+                if stage in ("scores", "scaled", "capped", "softmax"):  # over the cache's slots
+                    # an empty slot holds no key: its cell says — and names no number (issue 40)
+                    every = {i for i in every if step["cache_positions"][i[-1]] >= 0}
+                assert seen[(k, stage)] == every, (k, stage)
     assert page.count('<section class="stage"') == len(steps) + 2  # overview, steps, checks
 
 

@@ -170,7 +170,7 @@ def test_decode_with_the_window_of_an_imported_mistral_is_short(tmp_path: Path, 
     result = run_cli("decode", str(fixture), "--no-color", *(["--full"] * full))
     assert result.exit_code == 0, result.stderr
     out = result.stdout
-    assert "6: (empty)" not in out and "4095:" not in out
+    assert "6: —" not in out and "4095:" not in out
     assert len(out.splitlines()) < 400
 
 
@@ -183,8 +183,8 @@ def test_decode_shows_only_the_ring_slots_a_run_fills(tmp_path: Path, full: bool
     result = run_cli("decode", str(fixture), "--no-color", *(["--full"] * full))
     assert result.exit_code == 0, result.stderr
     out = result.stdout
-    assert "cache: 40 slots · slot → token@position: 0: The@0, 10: cat@10, 20: (empty), " in out
-    assert "1: (empty)" not in out and "39: (empty)" not in out
+    assert "cache: 40 slots · slot: token@position\n  0: The@0, 10: cat@10, 20: —, " in out
+    assert "1: —" not in out and "39: —" not in out
     assert "36 of the 40 slots stay empty in this run (6 tokens) and are not shown" in out
 
 
@@ -198,9 +198,10 @@ def test_decode_elides_a_long_cache_line_as_its_tables(tmp_path: Path, full: boo
     result = run_cli("decode", str(fixture), "--no-color", "--width", "400",
                      *(["--full"] * full))  # fmt: skip
     assert result.exit_code == 0, result.stderr
-    lines = [l for l in result.stdout.splitlines() if l.startswith("cache: 20 slots")]  # noqa: E741
-    assert len(lines) == 1
-    listed = lines[0].split("token@position: ")[1].split(", ")
+    out = result.stdout.splitlines()
+    lines = [out[n + 1] for n, line in enumerate(out) if line.startswith("cache: 20 slots")]
+    assert len(lines) == 1  # the slots on a line of their own, under "cache: 20 slots"
+    listed = lines[0].strip().split(", ")
     if full:
         assert listed == [f"{s}: {s}@{s}" for s in range(20)]
     else:
@@ -218,7 +219,7 @@ def test_a_window_shorter_than_the_sequence_shows_every_slot() -> None:
     result = run_cli("decode", "mistral_sliding_window", "--no-color", "--full")
     assert result.exit_code == 0, result.stderr
     assert "stay empty" not in result.stdout
-    assert "2: (empty)" in result.stdout and "3: (empty)" not in result.stdout  # window 3
+    assert "2: —" in result.stdout and "3: —" not in result.stdout  # window 3
 
 
 # -- 4. 80 x 24: every line fits, the cost table whole, the step-mode footer keeps quit ---------

@@ -130,6 +130,18 @@ class _HelpCommand(AttnCommand):
             super().format_help(ctx, formatter)
 
 
+def reflowed(text: str) -> str:
+    """A docstring's prose paragraphs each joined into one line, for Rich to wrap at the
+    terminal's width; an indented paragraph (an example) keeps its line breaks."""
+    import inspect
+
+    paragraphs = inspect.cleandoc(text).split("\n\n")
+    return "\n\n".join(
+        p if p.startswith(" ") else " ".join(line.strip() for line in p.splitlines())
+        for p in paragraphs
+    )
+
+
 @contextmanager
 def plain_help(command: Any) -> Iterator[None]:
     """The help texts of ``command`` and its parameters as plain text while Typer draws them.
@@ -142,7 +154,7 @@ def plain_help(command: Any) -> Iterator[None]:
 
     held = [(o, o.help) for o in (command, *command.params) if getattr(o, "help", None)]
     for owner, text in held:
-        owner.help = escape(text)
+        owner.help = escape(reflowed(text) if owner is command else text)
     try:
         yield
     finally:

@@ -119,7 +119,7 @@ def import_(
     check_logits: CheckLogitsOption = False,
     as_json: JsonOption = False,
     view_format: ViewFormatOption = ViewFormat.text,
-    theme: ThemeOption = Theme.dark,
+    theme: ThemeOption = Theme.auto,
     width: WidthOption = None,
     lang: LangOption = None,
     quiet: QuietOption = False,

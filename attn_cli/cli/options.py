@@ -10,7 +10,7 @@ import sys
 from collections.abc import MutableMapping
 from enum import Enum
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated, Literal, Optional
 
 import typer
 
@@ -246,15 +246,22 @@ def tame_terminal_size(environ: MutableMapping[str, str]) -> None:
 
 
 class Theme(str, Enum):
+    auto = "auto"
     dark = "dark"
     light = "light"
+
+    @property
+    def drawn(self) -> Literal["dark", "light"]:
+        """The colours of an svg, a terminal's html and slides: auto draws dark."""
+        return "light" if self is Theme.light else "dark"
 
 
 ThemeOption = Annotated[
     Theme,
     typer.Option(
         help="Colours of html, svg and --split: dark (a terminal) or light (white, for "
-        "projectors and print)."
+        "projectors and print); auto: an interactive page follows the system's setting "
+        "(prefers-color-scheme), the rest is dark."
     ),
 ]
 SplitOption = Annotated[

@@ -95,7 +95,7 @@ def trace(
     step: StepOption = False,
     backward: BackwardOption = False,
     split: SplitOption = None,
-    theme: ThemeOption = Theme.dark,
+    theme: ThemeOption = Theme.auto,
     quiet: QuietOption = False,
 ) -> None:
     """Trace one fixture through every stage of attention and print each as a table.
@@ -373,7 +373,7 @@ def _write_slides(
     kind = "svg" if fmt is TraceFormat.table else fmt.value
     shaded = replace(options, heatmap=heatmap is not False)
     written = write_slides(result, shaded, folder, kind, width=width or SLIDE_WIDTH,  # type: ignore[arg-type]
-                           theme=theme.value)  # fmt: skip
+                           theme=theme.drawn)  # fmt: skip
     note(f"Wrote {len(written)} slides into {printable(str(folder))}", quiet=quiet)
 
 
@@ -400,4 +400,4 @@ def document(
     options = replace(options, heatmap=heatmap is not False)  # coloured: on unless --no-heatmap
     renderable = (render_heatmap if view == "heatmap" else render_trace)(result, options)
     export = to_html if fmt.value == "html" else to_svg
-    return export(renderable, width or NON_TERMINAL_WIDTH, title, theme.value, options.lang)
+    return export(renderable, width or NON_TERMINAL_WIDTH, title, theme.drawn, options.lang)

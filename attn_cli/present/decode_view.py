@@ -41,8 +41,9 @@ LABELS: dict[Lang, dict[str, str]] = {
         "token, each against the cache of keys and values",
         "steps": "{n} decoding steps",
         "step": "step {k} of {n} · token {token} at position {pos} → cache slot {slot}",
-        "cache": "cache: {c} slots · slot → token@position: {held}",
-        "empty": "(empty)",
+        "cache": "cache: {c} slots · slot: token@position",
+        "empty": "—",
+        "none": "—: an empty slot, no key there yet: masked −∞, no weight, nothing computed",
         "ring": "ring buffer of {w} slots: slot = position mod {w}; the token {w} positions "
         "back is overwritten",
         "grow": "the cache grows by one slot per token",
@@ -129,8 +130,9 @@ LABELS: dict[Lang, dict[str, str]] = {
         "每一步都只和缓存中的键、值计算",
         "steps": "共 {n} 个解码步",
         "step": "第 {k} 步，共 {n} 步 · 词 {token}，位置 {pos} → 缓存槽 {slot}",
-        "cache": "缓存：{c} 个槽 · 槽 → 词@位置：{held}",
-        "empty": "（空）",
+        "cache": "缓存：{c} 个槽 · 槽：词@位置",
+        "empty": "—",
+        "none": "—：空槽，里面还没有键：masked 为 −∞，权重为 0，不做计算",
         "ring": "{w} 个槽的环形缓冲区：槽 = 位置 mod {w}；覆盖 {w} 个位置之前的那个词",
         "grow": "每来一个词，缓存增加一个槽",
         "unused": "{w} 个槽中有 {n} 个在本次运行（{t} 个词）中始终为空，不显示",
@@ -400,7 +402,8 @@ def render_step(run: DecodeRun, k: int, options: RenderOptions) -> Group:
     how = _t(lang, "ring", w=ring) if ring is not None else _t(lang, "grow")
     parts: list[RenderableType] = [
         Heading(Text(title, style="bold cyan"), align="left", style="cyan"),
-        Line(_t(lang, "cache", c=step.slots, held=_held_line(slots, options.full))),
+        Line(_t(lang, "cache", c=step.slots)),
+        Line("  " + _held_line(slots, options.full)),  # a line of its own: it wraps less
     ]
     if step.pages is None:
         parts.append(Line(how, style="dim"))
@@ -410,6 +413,8 @@ def render_step(run: DecodeRun, k: int, options: RenderOptions) -> Group:
         if options.explain:
             parts += [render_explanation(explain(run, key, lang, step))
                       for key in ("block_table", "gather")]  # fmt: skip
+    if any(step.cache_positions[s] < 0 for s in shown):
+        parts.append(Line(_t(lang, "none"), style="dim"))
     if len(shown) < step.slots:
         unused = _t(lang, "unused", n=step.slots - len(shown), w=step.slots, t=inp.seq_k)
         parts.append(Line(unused, style="dim"))
@@ -438,8 +443,11 @@ def _step_tables(
     groups = inp.heads // inp.kv_heads
     parts: list[RenderableType] = []
 
-    def table(matrix: Any, rows: list[str], cols: list[str], axis: str, title: str) -> None:
-        parts.extend(titled_matrix(prefix + title, matrix, rows, cols, axis, options))
+    empty = {n for n, s in enumerate(shown) if step.cache_positions[s] < 0}  # no key there
+
+    def table(matrix: Any, rows: list[str], cols: list[str], axis: str, title: str,
+              none: Callable[[int, int], bool] | None = None) -> None:  # fmt: skip
+        parts.extend(titled_matrix(prefix + title, matrix, rows, cols, axis, options, none))
 
     def explained(*keys: str) -> None:
         if options.explain:
@@ -458,15 +466,18 @@ def _step_tables(
     for name, cols in (("K_cache", d_k), ("V_cache", d_v)):
         cache = getattr(step, name)[:, :, shown]  # (B, Hkv, shown C, D)
         for g in range(inp.kv_heads):
-            table(cache[b, g], slot_labels, cols, _t(lang, "slot"), _t(lang, name, g=g))
+            table(cache[b, g], slot_labels, cols, _t(lang, "slot"), _t(lang, name, g=g),
+                  lambda i, j: i in empty)  # fmt: skip
         explained(name)
     names = ["scores", "scaled", *(["capped"] if step.capped is not None else []), "masked",
              "softmax"]  # fmt: skip
     extra = dict(step.rows)  # a second map and what the maps make (diff), as traced
     every = [getattr(step, n)[b, :, 0] for n in names] + [x[b, :, 0] for x in extra.values()]
+    row_names = [*names, *extra]
     for h, rows in enumerate(_stack(every)[:, :, shown].swapaxes(0, 1)):  # (H, names, shown C)
-        table(rows, [*names, *extra], slot_labels, _t(lang, "row"),
-              _t(lang, "attn", h=h, g=h // groups))  # fmt: skip
+        table(rows, row_names, slot_labels, _t(lang, "row"),
+              _t(lang, "attn", h=h, g=h // groups),
+              lambda i, j: j in empty and not row_names[i].startswith("masked"))  # fmt: skip
     explained(*names)
     table(step.output[b, :, 0], heads, d_v, "", _t(lang, "output"))  # (H, Dv)
     explained("output")
@@ -653,7 +664,7 @@ _EXPLAIN: dict[str, dict[Lang, tuple[str, str]]] = {  # key -> lang -> (formula,
                "解码循环和完整计算是同一套数学，只是顺序不同：在 float64 下只差最后几位。"
                "完整的那一行是对该词能看到的所有键做普通 softmax 注意力，每次算几行，不用缓存"
                "（与 attn trace 计算 output 相同）。"
-               "更大的差别就是 bug（键被重复旋转、槽位写错、头对应错），attn 会报错退出。"),
+               "更大的差别就是程序错误（键被重复旋转、槽位写错、头对应错），attn 会报错退出。"),
     },
     "cost": {
         "en": ("bytes per token per layer = kv_heads × (d_k + d_v) × itemsize",

@@ -36,6 +36,8 @@ from attn_cli.present.text import factor, safe, short_number
 from attn_cli.present.variants import active, all_texts, has_extra_logit, modifier_stage
 from attn_cli.present.worked import WorkedCell, weighted_terms
 
+CELL_LINE = 76  # a worked line's characters that fit a panel at 80 columns (its borders, padding)
+
 
 def _unexplained(c: Context) -> Parts:
     """A stage whose variant registered no explanation (one defined outside attn): its formula
@@ -132,7 +134,8 @@ def _explain_qkv(c: Context) -> Parts:
             f"第 h 个查询头读取第 h // {groups} 个键值头。"
             if zh
             else f"Grouped-query attention: {inp.heads} query heads share {inp.kv_heads} "
-            f"key/value heads; query head h reads key/value head h // {groups}."
+            f"key/value head{'s' if inp.kv_heads > 1 else ''}; query head h reads key/value "
+            f"head h // {groups}."
         )
     return formula, inputs, meaning
 
@@ -739,7 +742,7 @@ def _cell_output(c: Cell) -> CellText | None:
     precision = c.precision
     full = c.full
     q_label = c.q_label
-    title = c.title
+    title = c.values_title
     n = c.n
     lines = [label(lang, "cell_output", query=q_label)]
     columns = pick_terms(len(cell.output), full)
@@ -752,10 +755,12 @@ def _cell_output(c: Cell) -> CellText | None:
             for w, v in zip(cell.weights, cell.values, strict=True)
         ]
         products = [factor(p, precision) for p in weighted_terms(cell.weights, cell.values, col)]
-        lines.append(
-            f"output[{q_label}, {col}] = {sum_terms(terms, full)} = {sum_terms(products, full)}"
-            f" = {n(cell.output[col])}"
-        )
+        head = f"output[{q_label}, {col}] = {sum_terms(terms, full)}"
+        tail = f"= {sum_terms(products, full)} = {n(cell.output[col])}"
+        # one line if it fits a panel at 80 columns, else broken before its second "=" (Rich
+        # broke it wherever the width ran out, "0.0434 +" then "0.0434 + 0 = 0.0868")
+        fits = len(head) + 1 + len(tail) <= CELL_LINE
+        lines += [f"{head} {tail}"] if fits else [head, tail]
     return CellText(title, tuple(lines))
 
 

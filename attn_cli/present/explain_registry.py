@@ -112,8 +112,16 @@ class Cell:
     @property
     def title(self) -> str:
         title = label(self.lang, "cell_title", query=self.q_label, key=self.k_label)
+        return title + self._where()
+
+    @property
+    def values_title(self) -> str:
+        """The title of a part summed over every key (output): its columns are V's, no key's."""
+        return label(self.lang, "cell_title_values", query=self.q_label) + self._where()
+
+    def _where(self) -> str:
         where = _where(self.cell, self.trace, self.lang)
-        return title + (label(self.lang, "cell_where", where=where) if where else "")
+        return label(self.lang, "cell_where", where=where) if where else ""
 
     def n(self, x: float) -> str:
         return short_number(x, self.precision)

@@ -44,6 +44,7 @@ LABELS: dict[Lang, dict[str, str]] = {
         "α = exp2(m_old − m), L = m + log2(l) in base 2",
         "base_e": "exp and log in base e, as the FlashAttention-2 paper writes them",
         "no_skip": "no tile is skipped (not causal, or positions given)",
+        "skipped_out": "nothing: m, l and acc carry over",
         "tile": "tile {k} of {n} · {where}queries {t0}..{t1} × keys {s0}..{s1}",
         "skipped": "skipped: every key of this block is after every query (above the causal "
         "diagonal); m, l and acc carry over unchanged",
@@ -82,6 +83,7 @@ LABELS: dict[Lang, dict[str, str]] = {
         "α = exp2(m_old − m)，L = m + log2(l) 以 2 为底",
         "base_e": "exp 和 log 以 e 为底，与 FlashAttention-2 论文的写法相同",
         "no_skip": "没有跳过的块（不是因果遮盖，或给出了位置）",
+        "skipped_out": "无：m、l、acc 保持不变",
         "tile": "第 {k} 块，共 {n} 块 · {where}查询 {t0}..{t1} × 键 {s0}..{s1}",
         "skipped": "跳过：这一块的每个键都在每个查询之后（位于因果对角线之上）；m、l、acc 保持不变",
         "S": "S：这一块缩放后的分数（不允许看的位置为 −∞）",
@@ -316,11 +318,13 @@ _EXPLAIN: dict[str, dict[Lang, tuple[str, str]]] = {  # key -> lang -> (formula,
                "而不是随它的平方增长。"),
     },
     "skipped": {
-        "en": ("under causal: skip a key block when s0 > t1 − 1 + offset",
+        "en": ("under causal: a key block is skipped when its first key comes after the last "
+               "query of the query block (first key position > last query position)",
                "Every key of this block comes after every query of the block, so every score "
                "would be −∞ and every P zero. The kernel does not even load it: about half of "
                "the tiles of a causal sequence are skipped."),
-        "zh": ("因果遮盖下：当 s0 > t1 − 1 + offset 时跳过这个键块",
+        "zh": ("因果遮盖下：键块的第一个键在查询块最后一个查询之后时（第一个键的位置 > "
+               "最后一个查询的位置），跳过这个键块",
                "这一块的每个键都在这一块的每个查询之后，所以每个分数都是 −∞，每个 P 都是 0。"
                "内核根本不读取它：因果序列约有一半的块被跳过。"),
     },
@@ -389,7 +393,7 @@ _EXPLAIN: dict[str, dict[Lang, tuple[str, str]]] = {  # key -> lang -> (formula,
                "the last few bits (ulps), which is rounding, not a bug."),
         "zh": ("max |O − output|，max |L − lse|，max |exp(x − L) − softmax|",
                "分块循环和普通计算是同一套数学，只是求和顺序不同：float64 下误差不超过 1e-12；"
-               "float32 下只差最后几位（ulp），那是舍入，不是 bug。"),
+               "float32 下只差最后几位（ulp），那是舍入，不是程序错误。"),
     },
 }  # fmt: skip
 
@@ -410,6 +414,9 @@ def explain(run: FlashRun, key: str, lang: Lang) -> Explanation:
         "m": ("m_old", "S"), "alpha": ("m_old", "m"),
         "P": ("S", "m"), "l": ("α", "l", "P"), "acc": ("α", "acc", "P", "V_block"),
         "O": ("acc", "l"), "L": ("m", "l"),
+        "loop": ("Q", "K", "V"), "skipped": ("q_block", "k_block"),
+        "check": ("O", "L", "output", "softmax"),
     } | view_inputs("flash")).get(key, (label(lang, "given"),))  # fmt: skip
+    shapes |= {"loop": "O, L", "skipped": _t(lang, "skipped_out")}  # no array made: said so
     shape = shapes.get(key, shapes["S"] if key in notes else label(lang, "scalar"))
     return Explanation(key, lang, (formula,), inputs, shape, (meaning,))

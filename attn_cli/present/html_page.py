@@ -64,6 +64,8 @@ MAX_WORKED = 1_500  # worked cells (batch, head, query, key) whose derivations a
 MAX_CELLS = 100_000  # table cells with --full; more, and the tables elide as the terminal does
 MAX_ENTRIES = 1_500  # Q, K, V, concat, projected entries whose derivations are embedded
 
+# the projector's larger type (page.js; also the L key and the URL's #large)
+LARGE_BUTTON = '<button type="button" data-role="large" aria-pressed="false">A+</button>'
 WORDS: dict[Lang, dict[str, str]] = {
     "en": {
         "lang_name": "English",
@@ -118,10 +120,15 @@ WORDS: dict[Lang, dict[str, str]] = {
 }
 
 
+def page_theme(theme: str) -> str:
+    """The page's first theme: light, dark, or auto (the system's, prefers-color-scheme)."""
+    return theme if theme in ("light", "dark") else "auto"
+
+
 def trace_page(
     trace: Trace,
     options: RenderOptions | None = None,
-    theme: str = "dark",
+    theme: str = "auto",
     *,
     max_worked: int = MAX_WORKED,
     max_entries: int = MAX_ENTRIES,
@@ -140,7 +147,7 @@ def trace_page(
     fill = {
         "LANG_TAG": LANG_TAGS[options.lang],
         "LANG": options.lang,
-        "THEME": "light" if theme == "light" else "dark",
+        "THEME": page_theme(theme),
         "SCRIPT_HASH": f"sha256-{digest}",
         "GENERATOR": f"attn {__version__}",
         "TITLE": _esc(trace.inputs.name or label(options.lang, "trace_title")),
@@ -254,6 +261,7 @@ class _Page:
         other: Lang = "zh" if self.options.lang == "en" else "en"
         out.append(f'<button type="button" data-role="lang">{WORDS[other]["lang_name"]}</button>')
         out.append(f'<button type="button" data-role="theme">{_both(_word("theme"))}</button>')
+        out.append(LARGE_BUTTON)
         if inp.has_batch:
             out.append(self._select("batch", inp.batch))
         if inp.heads > 1:

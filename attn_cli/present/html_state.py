@@ -88,7 +88,7 @@ def step_stages(trace: Any, step: Any) -> list[tuple[str, Any]]:
             ("output", step.output), *step.outs.items()]  # fmt: skip
 
 
-def state_page(run: StateRun, options: RenderOptions | None = None, theme: str = "dark") -> str:
+def state_page(run: StateRun, options: RenderOptions | None = None, theme: str = "auto") -> str:
     """The state decode as one page: the overview and ledger, a section per step, the checks."""
     options = options or RenderOptions()
     p = _Steps(run, options, "decode")

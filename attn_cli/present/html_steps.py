@@ -30,6 +30,7 @@ from attn_cli.present.html_maps import MAP_ROWS, map_part
 from attn_cli.present.html_page import (
     LANG_TAGS,
     LANGS,
+    LARGE_BUTTON,
     PAGE_NUMBERS,
     WORDS,
     _asset,
@@ -38,6 +39,7 @@ from attn_cli.present.html_page import (
     _listed,
     _Page,
     _split,
+    page_theme,
     script_json,
 )
 from attn_cli.present.i18n import Lang, axis_title, label
@@ -69,6 +71,7 @@ TILE_EDGE = 8
 MAX_DERIVED = 3_000  # derivations embedded; past it a cell shows its formula
 SCORE_ROWS = ("scores", "scaled", "capped", "masked", "softmax")  # a step's rows over the cache
 CACHES = ("K_cache", "V_cache")
+NONE_CELL = '<td class="none">—</td>'  # an empty cache slot's: no number (decode_view's —)
 BEFORE = ("Q", "Q_rot")  # a step's stages shown before its rows over the cache
 DECODE_EXPLAINED = ("Q", "Q_rot", "K_cache", "V_cache", "scores", "masked", "softmax", "output",
                     "check", "cost")  # fmt: skip
@@ -123,6 +126,8 @@ STEP_WORDS: dict[Lang, dict[str, str]] = {
         "full_row": "head {h} · full row",
         "overview": "overview",
         "checks": "self-check",
+        "at_step": "step {n}",
+        "at_tile": "tile {n}",
         "result": "O, L",
         "S_dot": "q = {q}[{qw}], k = {k}[{kw}]",
         "S_value": "S = q·k × scale{base} = {dot} × {scale}{base_n} = {value}",
@@ -185,6 +190,8 @@ STEP_WORDS: dict[Lang, dict[str, str]] = {
         "full_row": "头 {h} · 完整的行",
         "overview": "概览",
         "checks": "自检",
+        "at_step": "第 {n} 步",
+        "at_tile": "块 {n}",
         "result": "O、L",
         "S_dot": "q = {q}[{qw}]，k = {k}[{kw}]",
         "S_value": "S = q·k × scale{base} = {dot} × {scale}{base_n} = {value}",
@@ -227,7 +234,13 @@ def _part(
 def _plain_words(lang: Lang, hint: str) -> dict[str, str]:
     """The trace page's words (page.js reads ``shown``, ``full``, ``no_cell``, ``hint``), the
     hint about steps or tiles."""
-    return {**WORDS[lang], "hint": _w(lang, hint), "no_cell": _w(lang, "no_cell")}
+    return {
+        **WORDS[lang],
+        "hint": _w(lang, hint),
+        "no_cell": _w(lang, "no_cell"),
+        "at_step": _w(lang, "at_step"),
+        "at_tile": _w(lang, "at_tile"),
+    }
 
 
 @dataclass
@@ -332,7 +345,7 @@ def _fill(run: Any, options: RenderOptions, theme: str, body: str, data: dict[st
     fill = {
         "LANG_TAG": LANG_TAGS[options.lang],
         "LANG": options.lang,
-        "THEME": "light" if theme == "light" else "dark",
+        "THEME": page_theme(theme),
         "SCRIPT_HASH": f"sha256-{digest}",
         "GENERATOR": f"attn {__version__}",
         "TITLE": _esc(run.trace.inputs.name or "attn"),
@@ -362,6 +375,7 @@ def _top(p: _Steps, title: str, sections: list[tuple[str, str]]) -> list[str]:
     out.append(
         f'<button type="button" data-role="theme">{_both(lambda g: WORDS[g]["theme"])}</button>'
     )
+    out.append(LARGE_BUTTON)
     page = _Page(p.trace, p.options)
     if inp.has_batch:
         out.append(page._select("batch", inp.batch))
@@ -369,11 +383,21 @@ def _top(p: _Steps, title: str, sections: list[tuple[str, str]]) -> list[str]:
         out.append(page._select("head", inp.heads))
     out.append("</div></header>")
     out.append('<div class="layout"><nav class="stages" data-role="stages">')
-    out += [f'<button type="button" data-go="{k}">{_esc(name)}</button>'
+    out += [f'<button type="button" data-go="{k}">{_named(name)}</button>'
             for k, (name, _) in enumerate(sections)]  # fmt: skip
     out.append('</nav><main><h2 class="stage-title" data-role="stage-title"></h2>')
     out.append(page._about())
     return out
+
+
+# the sections named in words, not by a step's token or a tile's cells: their Chinese names
+_SECTION_ZH = {STEP_WORDS["en"][k]: STEP_WORDS["zh"][k] for k in ("overview", "checks", "result")}
+
+
+def _named(name: str) -> str:
+    """A section's name as markup, in both languages where it is words."""
+    zh = _SECTION_ZH.get(name)
+    return _both(lambda lang: zh if lang == "zh" and zh else name) if zh else _esc(name)
 
 
 def _page(p: _Steps, title: str, sections: list[tuple[str, str]], data: dict[str, Any],
@@ -392,8 +416,10 @@ def _page(p: _Steps, title: str, sections: list[tuple[str, str]], data: dict[str
     if p.capped:
         out.append(p.note("derived_cap", cap=MAX_DERIVED))
     for k, (name, markup) in enumerate(sections):
-        out.append(f'<section class="stage" id="stage-{k}" data-stage-name="{_esc(name)}">')
-        out.append(f'<h2 class="print-title">{_esc(name)}</h2>{markup}</section>')
+        zh = _SECTION_ZH.get(name)
+        attrs = f' data-name-zh="{_esc(zh)}"' if zh else ""
+        out.append(f'<section class="stage" id="stage-{k}" data-stage-name="{_esc(name)}"{attrs}>')
+        out.append(f'<h2 class="print-title">{_named(name)}</h2>{markup}</section>')
     out.append('</main><aside class="derivation" data-role="derivation" aria-live="polite">')
     out.append(f'<p class="hint">{_both(lambda lang: _w(lang, hint))}</p></aside></div>')
     inp = p.trace.inputs
@@ -433,7 +459,7 @@ def _picked_steps(p: _Steps, n: int) -> list[int | None]:
     return picked
 
 
-def decode_page(run: DecodeRun, options: RenderOptions | None = None, theme: str = "dark") -> str:
+def decode_page(run: DecodeRun, options: RenderOptions | None = None, theme: str = "auto") -> str:
     """The decode as one page: the overview, a section per step shown, the self-check."""
     from attn_cli.present.decode_view import LABELS as DECODE_LABELS
 
@@ -538,6 +564,8 @@ def _decode_step(p: _Steps, k: int, kept: dict[str, Any], labels: Any) -> str:
         out += [f'<p class="note">{_both(lambda lang, n=n: lines[lang][n])}</p>'
                 for n in range(len(lines["en"]))]  # fmt: skip
     held = _held(run, step)
+    if any(not held[s] for s in slots):
+        out.append(f'<p class="note">{_both(lambda lang: labels[lang]["none"])}</p>')
     batch = range(inp.batch)
     for b in batch:
         lead = (b,) if inp.has_batch else ()
@@ -627,6 +655,8 @@ def _cache_table(p: _Steps, k: int, name: str, a: Any, lead: tuple[int, ...], g:
 
     def cell(i: int, j: int) -> str:
         s = slots[i]
+        if not held[s]:
+            return NONE_CELL  # an empty slot: no key, no value
 
         def make(lang: Lang) -> dict[str, Any]:
             held_s = held[s] or _w(lang, "empty")
@@ -658,6 +688,8 @@ def _score_table(
 
     def cell(i: int, j: int) -> str:
         name, s = rows[i], slots[j]
+        if not held[s] and not name.startswith("masked"):
+            return NONE_CELL  # an empty slot: nothing computed (masked: −∞, as the chain fills)
         w = p.derive(lambda lang: _decode_score(p, k, name, lead, h, s, lang))
         x = data[name][b, h, 0, s]
         return p.cell(x, name, (*lead, h, 0, s), f'data-step="{k}"', w, f"step {k + 1}")
@@ -856,7 +888,7 @@ def decode_notebook_html(run: DecodeRun, height: int = 640) -> str:
 # attn flash
 
 
-def flash_page(run: FlashRun, options: RenderOptions | None = None, theme: str = "dark") -> str:
+def flash_page(run: FlashRun, options: RenderOptions | None = None, theme: str = "auto") -> str:
     """The FlashAttention loop as one page: the overview, a section per tile shown, O and L."""
     options = options or RenderOptions()
     p = _Steps(run, options, "flash")

@@ -35,6 +35,7 @@ LABELS: dict[Lang, dict[str, str]] = {
         "given": "(from the fixture)",
         "scalar": "a number",
         "cell_title": "worked cell: query {query}, key {key}",
+        "cell_title_values": "worked cell: query {query}, every value row V",
         "cell_where": " ({where})",
         "sep": "; ",
         "head": "head",
@@ -98,6 +99,8 @@ LABELS: dict[Lang, dict[str, str]] = {
         "list_sep": ", ",
         "heads_grouped": "{heads} query heads, {kv} key/value heads (grouped-query: head h reads "
         "kv head h // {group})",
+        "heads_one_kv": "{heads} query heads, 1 key/value head (multi-query: every head reads "
+        "kv head 0)",
         "scale_default": "{scale} = 1/√d_k (default, as torch SDPA)",
         "scale_given": "{scale} (from the fixture; 1/√d_k would be {default})",
         "scale_unscaled": ", unscaled as in the source article",
@@ -129,6 +132,7 @@ LABELS: dict[Lang, dict[str, str]] = {
         "given": "（由配置文件给出）",
         "scalar": "一个数",
         "cell_title": "单元格演算：查询 {query}，键 {key}",
+        "cell_title_values": "单元格演算：查询 {query}，值 V 的每一行",
         "cell_where": "（{where}）",
         "sep": "；",
         "head": "头",
@@ -188,6 +192,7 @@ LABELS: dict[Lang, dict[str, str]] = {
         "list_sep": "，",
         "heads_grouped": "{heads} 个查询头，{kv} 个键值头（分组查询：第 h 个头读取第 h // {group} "
         "个键值头）",
+        "heads_one_kv": "{heads} 个查询头，1 个键值头（多查询：每个头都读取键值头 0）",
         "scale_default": "{scale} = 1/√d_k（默认值，与 torch SDPA 相同）",
         "scale_given": "{scale}（由配置文件给出；1/√d_k 应为 {default}）",
         "scale_unscaled": "，与原文一样不缩放",

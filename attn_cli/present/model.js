@@ -46,6 +46,7 @@
     }
     noTrace.hidden = true;
     var tag = '<body data-lang="' + body.dataset.lang + '" data-theme="' + body.dataset.theme +
+      '" data-large="' + (body.dataset.large === "1" ? "1" : "0") +
       '" data-open-stage="' + data.open_stage + '" data-open-head="' + Number(head) + '" data-ready="0">';
     var asked = opened;
     unzip(page[0]).then(function (text) {
@@ -86,9 +87,17 @@
     if (whole) { open(Number(whole.dataset.openLayer), 0); return; }
     var back = ev.target.closest && ev.target.closest('[data-role="back"]');
     if (back) { close(); }
+    if (ev.target.closest && ev.target.closest('[data-role="large"]')) { toggleLarge(); }
   });
+  function toggleLarge() {  // the projector's larger type, here and in a layer's page
+    body.dataset.large = body.dataset.large === "1" ? "0" : "1";
+    if (opened) { open(opened[0], opened[1]); }
+  }
   document.addEventListener("keydown", function (ev) {
     if (ev.key === "Escape" && opened) { close(); ev.preventDefault(); return; }
+    if ((ev.key === "l" || ev.key === "L") && !ev.altKey && !ev.ctrlKey && !ev.metaKey) {
+      toggleLarge(); ev.preventDefault(); return;
+    }
     var fig = ev.target.closest && ev.target.closest("figure.thumb");
     if (fig && (ev.key === "Enter" || ev.key === " ")) {
       open(Number(fig.dataset.layer), Number(fig.dataset.head));
@@ -106,7 +115,10 @@
   }
   langButton.addEventListener("click", function () { setLang(body.dataset.lang === "en" ? "zh" : "en"); });
   document.querySelector('[data-role="theme"]').addEventListener("click", function () {
-    body.dataset.theme = body.dataset.theme === "dark" ? "light" : "dark";
+    // "auto" follows the system (prefers-color-scheme) until the reader picks the other one
+    var dark = body.dataset.theme === "dark" || (body.dataset.theme === "auto" &&
+      window.matchMedia && window.matchMedia("(prefers-color-scheme: dark)").matches);
+    body.dataset.theme = dark ? "light" : "dark";
     if (opened) { open(opened[0], opened[1]); }
   });
   setLang(body.dataset.lang);

@@ -31,11 +31,13 @@ from attn_cli.errors import printable
 from attn_cli.present.html_page import (
     LANG_TAGS,
     LANGS,
+    LARGE_BUTTON,
     MAX_ENTRIES,
     MAX_WORKED,
     _asset,
     _esc,
     _split,
+    page_theme,
     script_json,
     trace_page,
 )
@@ -113,7 +115,7 @@ class LayerPages:
     anew (the language, the theme, the stage and head to open at); up to ``cap`` bytes in all."""
 
     options: RenderOptions = field(default_factory=RenderOptions)
-    theme: str = "dark"
+    theme: str = "auto"
     cap: int = LAYER_BYTES
     pages: dict[int, tuple[str, str]] = field(default_factory=dict)  # (gzip base64, body tag)
     left_out: list[int] = field(default_factory=list)
@@ -152,7 +154,7 @@ def model_page(
     pages: LayerPages,
     checkpoint: str,
     lang: Lang = "en",
-    theme: str = "dark",
+    theme: str = "auto",
     cells: int = MODEL_CELLS,
 ) -> str:
     """The whole page: the template filled with the thumbnails (at most ``cells`` cells), the
@@ -164,7 +166,7 @@ def model_page(
     fill = {
         "LANG_TAG": LANG_TAGS[lang],
         "LANG": lang,
-        "THEME": "light" if theme == "light" else "dark",
+        "THEME": page_theme(theme),
         "SCRIPT_HASH": "' '".join(hashes),  # inside the slot's quotes: 'sha256-A' 'sha256-B'
         "GENERATOR": f"attn {__version__}",
         "TITLE": _esc(f"{view.family}: model view"),
@@ -236,6 +238,7 @@ class _Body:
         out.append(f'<h1>{_esc(v.family)}</h1><div class="controls">')
         out.append(f'<button type="button" data-role="lang">{WORDS[other]["lang_name"]}</button>')
         out.append(f'<button type="button" data-role="theme">{_both(_word("theme"))}</button>')
+        out.append(LARGE_BUTTON)
         out.append('</div></header><div class="model" data-role="model">')
 
         def pooled_note(lang: Lang) -> str:

@@ -12,19 +12,38 @@
   var panel = document.querySelector('[data-role="derivation"]');
   var current = 0;
   var pinned = null;
+  var large = false;  // the projector's larger type (the L key, the A+ button, #large)
 
   function words(key) { return data.words[body.dataset.lang][key]; }
 
-  function show(k) {
+  // the URL's hash: the stage in view and the larger type, "#stage-3,large"; written only when
+  // the reader moves (written while the page loads, the browser would scroll to that section)
+  function remember() {
+    var hash = "#" + sections[current].id + (large ? ",large" : "");
+    if (location.hash !== hash && history.replaceState) {
+      try { history.replaceState(null, "", hash); } catch (e) { /* srcdoc */ }
+    }
+  }
+
+  function named(section) {  // a section's name in the language shown (a stage's is math)
+    var zh = section.dataset.nameZh;
+    return zh && body.dataset.lang === "zh" ? zh : section.dataset.stageName;
+  }
+
+  function show(k, quietly) {
     if (!sections.length) { return; }
     current = Math.max(0, Math.min(sections.length - 1, k));
     sections.forEach(function (s, i) { s.classList.toggle("current", i === current); });
     navButtons.forEach(function (b, i) { b.setAttribute("aria-current", i === current ? "true" : "false"); });
-    title.textContent = sections[current].dataset.stageName;
+    title.textContent = named(sections[current]);
     title.dataset.stage = sections[current].dataset.stageName;
-    if (location.hash !== "#" + sections[current].id && history.replaceState) {
-      try { history.replaceState(null, "", "#" + sections[current].id); } catch (e) { /* srcdoc */ }
-    }
+    if (!quietly) { remember(); }
+  }
+
+  function setLarge(on) {
+    large = on;
+    body.dataset.large = on ? "1" : "0";
+    if (largeButton) { largeButton.setAttribute("aria-pressed", on ? "true" : "false"); }
   }
 
   // attn decode's and attn flash's pages: a number of a step (data-step), a tile (data-tile) or
@@ -86,12 +105,18 @@
     return box;
   }
 
+  function at(text) {  // "step 3", "tile 2" (data-at, English) in the language shown
+    var m = /^([a-z]+) (\d+)$/.exec(text);
+    var form = m && data.words[body.dataset.lang]["at_" + m[1]];
+    return form ? form.replace("{n}", m[2]) : text;
+  }
+
   function derive(td) {
     var lang = body.dataset.lang;
     var stage = td.dataset.stage;
     var index = td.dataset.index.split(",").filter(function (s) { return s !== ""; }).map(Number);
     panel.textContent = "";
-    var where = td.dataset.at ? td.dataset.at + " · " : "";  // a decode step's, a flash tile's
+    var where = td.dataset.at ? at(td.dataset.at) + " · " : "";  // a decode step's, a flash tile's
     panel.appendChild(el("h2", "at", where + stage + "[" + index.join(", ") + "]"));
     var v = value(stage, index, td);
     panel.appendChild(el("div", "line", words("shown") + " " + td.dataset.shown));
@@ -107,15 +132,24 @@
     }
   }
 
+  function unpin() {
+    if (pinned) { pinned.classList.remove("sel"); }
+    pinned = null;
+    body.dataset.pinned = "0";
+  }
+
   function select(td, pin) {
     if (pin) {
+      if (pinned === td) { unpin(); return; }  // a second tap lets go (and closes a phone's panel)
       if (pinned) { pinned.classList.remove("sel"); }
       pinned = td;
       td.classList.add("sel");
+      body.dataset.pinned = "1";  // on a narrow screen the panel sits fixed at the bottom
     } else if (pinned) {
       return;  // a pinned cell stays until another is clicked
     }
     derive(td);
+    if (pin) { panel.scrollTop = 0; }
   }
 
   document.addEventListener("click", function (ev) {
@@ -123,6 +157,7 @@
     if (td) { select(td, true); return; }
     var go = ev.target.closest && ev.target.closest("[data-go]");
     if (go) { show(Number(go.dataset.go)); }
+    if (ev.target.closest && ev.target.closest('[data-role="large"]')) { setLarge(!large); remember(); }
     var button = ev.target.closest && ev.target.closest("button");
     if (button) { button.blur(); }  // Space and the arrows step the stages, not the button
   });
@@ -139,7 +174,8 @@
     else if (k === "ArrowLeft" || k === "Backspace" || k === "PageUp") { show(current - 1); }
     else if (k === "Home") { show(0); }
     else if (k === "End") { show(sections.length - 1); }
-    else if (k === "Escape" && pinned) { pinned.classList.remove("sel"); pinned = null; }
+    else if (k === "Escape" && pinned) { unpin(); }
+    else if (k === "l" || k === "L") { setLarge(!large); remember(); }
     else { return; }
     ev.preventDefault();
   });
@@ -153,14 +189,19 @@
     document.querySelectorAll("[data-text-" + lang + "]").forEach(function (e) {
       e.textContent = e.getAttribute("data-text-" + lang);
     });
+    if (sections.length) { title.textContent = named(sections[current]); }
     if (pinned) { derive(pinned); }
     else { panel.textContent = ""; panel.appendChild(el("p", "hint", words("hint"))); }
   }
   langButton.addEventListener("click", function () { setLang(body.dataset.lang === "en" ? "zh" : "en"); });
   var themeButton = document.querySelector('[data-role="theme"]');
   themeButton.addEventListener("click", function () {
-    body.dataset.theme = body.dataset.theme === "dark" ? "light" : "dark";
+    // "auto" follows the system (prefers-color-scheme) until the reader picks the other one
+    var dark = body.dataset.theme === "dark" || (body.dataset.theme === "auto" &&
+      window.matchMedia && window.matchMedia("(prefers-color-scheme: dark)").matches);
+    body.dataset.theme = dark ? "light" : "dark";
   });
+  var largeButton = document.querySelector('[data-role="large"]');
 
   var batchSel = document.querySelector('[data-role="batch"]');
   var headSel = document.querySelector('[data-role="head"]');
@@ -181,16 +222,24 @@
   if (headSel) { headSel.addEventListener("change", filter); }
 
   var start = 0;
-  var hash = location.hash.slice(1);
-  sections.forEach(function (s, i) { if (s.id === hash) { start = i; } });
+  var hash = location.hash.slice(1).split(",");
+  sections.forEach(function (s, i) { if (hash.indexOf(s.id) >= 0) { start = i; } });
+  setLarge(hash.indexOf("large") >= 0 || body.dataset.large === "1");  // a model view's frame
   // a model view's thumbnail opens a layer's page at a stage, one head shown (model.js)
   var openAt = body.dataset.openStage;
   sections.forEach(function (s, i) { if (openAt && s.dataset.stageName === openAt) { start = i; } });
   if (headSel && body.dataset.openHead !== undefined) { headSel.value = body.dataset.openHead; filter(); }
-  show(start);
+  show(start, true);
   setLang(body.dataset.lang);
   var opening = document.querySelector("td[data-start]");  // attn trace --cell Q,K
   if (opening) { select(opening, true); }
+  // a page opens at its top, the title and stage list in view, whatever section its hash names
+  // (the browser scrolls to the element a URL's fragment names: the hash is written back
+  // once the page has loaded)
+  if (location.hash && history.replaceState) {
+    try { history.replaceState(null, "", location.href.split("#")[0]); } catch (e) { /* srcdoc */ }
+    window.addEventListener("load", function () { setTimeout(remember, 0); });
+  }
   body.dataset.ready = "1";
   body.dataset.initMs = String(Math.round(performance.now() - t0));
   body.dataset.readyMs = String(Math.round(performance.now()));  // from the navigation's start

@@ -340,7 +340,8 @@ def _status(deck: Pages, state: State, page: Page, v: View, size: tuple[int, int
     The keys are shortened to fit the width, so that the one that quits always shows."""
     (width, height), lang, n = size, deck.lang, len(deck.names)
     words = WORDS[lang]
-    position = label(lang, "step_position", k=state.k + 1, n=n)
+    # numbers padded to their largest width: the bar keeps its place from page to page
+    position = label(lang, "step_position", k=f"{state.k + 1:>{len(str(n))}}", n=n)
     text = Text(no_wrap=True, overflow="ellipsis")
     text.append(position, style="bold reverse")
     text.append(" ")
@@ -350,7 +351,8 @@ def _status(deck: Pages, state: State, page: Page, v: View, size: tuple[int, int
         return text.append(state.note, style="bold red")
     if last_top(page, height) > 0:
         arrows = ("↑" if state.top > 0 else " ") + ("↓" if v.last < len(page.body) else " ")
-        text.append(f"{arrows} {v.first + 1}–{v.last}/{len(page.body)}", style="bold")
+        w = len(str(len(page.body)))
+        text.append(f"{arrows} {v.first + 1:>{w}}–{v.last:>{w}}/{len(page.body)}", style="bold")
         text.append(" · ")
     keys = "step_last" if state.k == n - 1 else "step_keys"
     short = label(lang, keys + "_short")

@@ -10,7 +10,7 @@ from __future__ import annotations
 import itertools
 import math
 import re
-from collections.abc import Container, Iterable, Sequence
+from collections.abc import Callable, Container, Iterable, Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple, cast
 
 import numpy as np
@@ -42,6 +42,7 @@ from attn_cli.present.text import (
     COL_EDGE,
     COL_LIMIT,
     ELLIPSIS,
+    NONE,
     ROW_EDGE,
     ROW_LIMIT,
     TABLE_EDGE,
@@ -276,11 +277,13 @@ def render_matrix(
     heat: SliceHeat | None = None,
     only_rows: Sequence[int] | None = None,
     spaced: bool = False,
+    none: Callable[[int, int], bool] | None = None,
 ) -> Matrix:
     """A 2-D array as a table with labelled rows and columns, elided unless ``full``.
 
     Columns are elided to what fits the width the table is rendered at (see :class:`Matrix`);
-    ``spaced`` adds a blank line under it.
+    ``spaced`` adds a blank line under it; a cell where ``none(i, j)`` holds no number (an empty
+    cache slot's) and shows ``NONE``.
     """
     rows: list[int | None] = (
         list(only_rows)
@@ -303,6 +306,9 @@ def render_matrix(
                      for x in values]  # fmt: skip
         else:
             cells = [_number_cell(matrix, i, j, options.precision, heat) for i in rows]
+        if none is not None:
+            cells = [Text(NONE, style="dim") if i is not None and none(i, j) else c
+                     for i, c in zip(rows, cells, strict=True)]  # fmt: skip
         columns[j] = (safe(col_labels[j]), cells)
     return Matrix(
         Text(title, style="bold") if title else None,

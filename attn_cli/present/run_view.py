@@ -37,13 +37,20 @@ def sentinel_note(sentinel: float | None, lang: Lang) -> list[Text]:
 
 
 def titled_matrix(
-    title: str, matrix: Any, rows: list[str], cols: list[str], axis: str, options: RenderOptions
+    title: str,
+    matrix: Any,
+    rows: list[str],
+    cols: list[str],
+    axis: str,
+    options: RenderOptions,
+    none: Callable[[int, int], bool] | None = None,
 ) -> list[RenderableType]:
-    """A matrix with its title above it, on a line of its own: a title never wraps narrow."""
+    """A matrix with its title above it, on a line of its own: a title never wraps narrow;
+    ``none(i, j)``: no number in that cell (render_matrix)."""
     return [
         Line(title, style="bold"),
         render_matrix(matrix, row_labels=rows, col_labels=cols, row_axis=axis,
-                      title=None, options=options, spaced=True),
+                      title=None, options=options, spaced=True, none=none),
     ]  # fmt: skip
 
 

@@ -47,6 +47,16 @@ LIGHT_THEME = TerminalTheme(
 
 FONT_SIZE = 20  # px, as Rich's SVG sets it
 CHAR_WIDTH = FONT_SIZE * 0.61  # Rich's cell: as high as the font, aspect ratio 0.61
+LINE_HEIGHT = FONT_SIZE * 1.22  # Rich's line: its box from 0.925 em above the baseline
+ABOVE = FONT_SIZE * 0.925
+MIDDLE = FONT_SIZE * 0.3  # a box-drawing glyph's horizontal stroke, above the baseline
+STROKE = FONT_SIZE * 0.075
+# A box-drawing character's vertical stroke, from the line's top (0), its middle (1) or bottom
+# (2) to where: a glyph is as high as the font, not the line, so a border of │ drawn as text
+# came out as a broken line; each stroke is drawn as a bar the height of the line instead.
+VERTICAL = {"│": (0, 2), "┃": (0, 2), "├": (0, 2), "┤": (0, 2), "┼": (0, 2), "╭": (1, 2),
+            "╮": (1, 2), "┌": (1, 2), "┐": (1, 2), "┬": (1, 2), "╰": (0, 1), "╯": (0, 1),
+            "└": (0, 1), "┘": (0, 1), "┴": (0, 1)}  # fmt: skip
 
 # One text run as Rich writes it (the title bar's, centred, has no textLength and is left be).
 _RUN = re.compile(
@@ -70,6 +80,9 @@ def place_text_runs(svg: str, char_width: float = CHAR_WIDTH) -> str:
         start = round(float(run["x"]) / char_width)
         tags = []
         for offset, piece in pieces(html.unescape(run["text"])):
+            tags += _bars(run, start + offset, piece, char_width)
+            if set(piece) <= {"│", "┃"}:
+                continue  # the bars are the whole of it
             x = _number((start + offset) * char_width)
             length = _number(cell_len(piece) * char_width)
             content = html.escape(piece).replace(" ", "&#160;")
@@ -83,6 +96,29 @@ def place_text_runs(svg: str, char_width: float = CHAR_WIDTH) -> str:
         return "".join(tags)
 
     return _RUN.sub(rewrite, svg)
+
+
+def _bars(run: re.Match[str], cell: int, piece: str, char_width: float) -> list[str]:
+    """The vertical strokes of the box-drawing characters of ``piece`` (at ``cell``), each a
+    bar in the run's colour from its line's top, middle or bottom to another."""
+    baseline = float(run["y"])
+    ys = (baseline - ABOVE, baseline - MIDDLE, baseline - ABOVE + LINE_HEIGHT)
+    out = []
+    for i, ch in enumerate(piece):
+        if ch not in VERTICAL:
+            continue
+        top, bottom = (ys[k] for k in VERTICAL[ch])
+        if ch in "╭╮":  # a rounded corner's arc turns down half a cell below its middle
+            top += char_width / 2
+        elif ch in "╰╯":
+            bottom -= char_width / 2
+        x = (cell + i + 0.5) * char_width - STROKE / 2
+        out.append(
+            f'<rect class="{run["cls"]}" x="{_number(round(x, 2))}" y="{_number(round(top, 2))}" '
+            f'width="{_number(STROKE)}" height="{_number(round(bottom - top, 2))}" '
+            f'clip-path="{run["clip"]}"/>'
+        )
+    return out
 
 
 def pieces(text: str) -> Iterator[tuple[int, str]]:

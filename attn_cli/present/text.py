@@ -15,6 +15,7 @@ if TYPE_CHECKING:
 
 
 ELLIPSIS = "…"
+NONE = "—"  # no number here: an empty cache slot holds no key (decode's tables and page)
 # An axis longer than LIMIT shows its first and last EDGE entries, as NumPy summarises arrays
 # (edgeitems=3). Every renderer and exporter elides the same way.
 ROW_LIMIT, ROW_EDGE = 12, 3
@@ -144,6 +145,8 @@ def _heads(trace: Trace, lang: Lang) -> str:
     if inp.kv_heads == inp.heads:
         return f"{inp.heads}"
     group = inp.heads // inp.kv_heads
+    if inp.kv_heads == 1:  # "1 key/value head": no plural, and no grouping to explain
+        return label(lang, "heads_one_kv", heads=inp.heads)
     return label(lang, "heads_grouped", heads=inp.heads, kv=inp.kv_heads, group=group)
 
 
