@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 PACKAGE = Path(__file__).resolve().parent.parent / "attn_cli"
-MAX_FUNCTION_LINES = 60  # ARCHITECTURE.md and STYLE.md: a function fits on a screen
+MAX_FUNCTION_LINES = 80  # STYLE.md 15: a function fits on a screen, as the formatter lays it out
 
 
 def _module_name(path: Path) -> str:
@@ -155,6 +155,6 @@ def test_long_functions_counts_from_def_to_the_last_line() -> None:
 
 
 @pytest.mark.slow  # reads the whole package (about half a second), once for all these tests
-def test_no_function_over_60_lines() -> None:
+def test_no_function_over_80_lines() -> None:
     long = [found for name, (tree, _) in _trees().items() for found in long_functions(tree, name)]
-    assert not long, "functions over 60 lines: " + ", ".join(long)
+    assert not long, "functions over 80 lines: " + ", ".join(long)

@@ -23,12 +23,12 @@ from attn_cli.check.runs import (
     decode_reference,
     load_trace,
     max_abs_diff,
-    own_loop,
     refuse_decode,
 )
 from attn_cli.core.batch import BatchResult, Member, batch_decode
 from attn_cli.core.chain import Chain
 from attn_cli.core.decode import decode, step_out
+from attn_cli.core.variant import own_loop
 from attn_cli.errors import ComputeError, InputError, UsageError
 
 if TYPE_CHECKING:

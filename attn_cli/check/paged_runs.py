@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 from attn_cli.core.chain import Chain
 from attn_cli.core.paged import Paging, PoolBytes, pages_needed, pool_bytes
+from attn_cli.core.variant import own_loop
 from attn_cli.errors import UsageError
 
 if TYPE_CHECKING:
@@ -40,8 +41,6 @@ class PagedCheck:
 def refuse_paged(inputs: Inputs) -> None:
     """A paged cache holds keys and values: a decode with a loop of its own (a recurrent state,
     two softmax maps) is refused in one line naming both."""
-    from attn_cli.check.runs import own_loop
-
     for v, _ in Chain(inputs).on:
         if own_loop(v):
             raise UsageError(

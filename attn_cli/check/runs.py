@@ -35,7 +35,7 @@ from attn_cli.core.decode import (
 )
 from attn_cli.core.decode import self_check as decode_self_check
 from attn_cli.core.pipeline import refuse as refuse_variants
-from attn_cli.core.variant import DecodeForm, Variant
+from attn_cli.core.variant import DecodeForm, Variant, own_loop
 from attn_cli.errors import ComputeError, InputError, UsageError
 
 if TYPE_CHECKING:
@@ -246,12 +246,6 @@ def decode_args(trace: Trace) -> DecodeArgs:
         rotate=_rotation(chain, np.dtype(trace.dtype)),
         after=_after(trace, chain),
     )
-
-
-def own_loop(v: Variant) -> bool:
-    """Whether ``v`` decodes with a loop of its own (a recurrent state, two softmax maps)."""
-    return (type(v).decode_state is not Variant.decode_state
-            or type(v).decode_maps is not Variant.decode_maps)  # fmt: skip
 
 
 def refuse_own_loop(chain: Chain) -> None:

@@ -615,3 +615,9 @@ def _as_slice(i: IntArray) -> slice | IntArray:
     if run and (i.size < 3 or bool(np.all(np.diff(i) == 1))):
         return slice(int(i[0]), int(i[-1]) + 1)
     return i
+
+
+def own_loop(v: Variant) -> bool:
+    """Whether ``v`` decodes with a loop of its own (a recurrent state, two softmax maps)."""
+    return (type(v).decode_state is not Variant.decode_state
+            or type(v).decode_maps is not Variant.decode_maps)  # fmt: skip
