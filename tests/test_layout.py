@@ -151,7 +151,8 @@ def test_long_functions_counts_from_def_to_the_last_line() -> None:
     fits = ast.parse("@decorator\n@another\n" + _function(MAX_FUNCTION_LINES))
     assert list(long_functions(fits, "m")) == []  # decorators are not counted
     over = ast.parse("class C:\n" + _function(MAX_FUNCTION_LINES + 1, "    "))
-    assert list(long_functions(over, "m")) == [f"m:2 f ({MAX_FUNCTION_LINES + 1} lines)"]  # methods are
+    # methods are counted too
+    assert list(long_functions(over, "m")) == [f"m:2 f ({MAX_FUNCTION_LINES + 1} lines)"]
 
 
 @pytest.mark.slow  # reads the whole package (about half a second), once for all these tests
