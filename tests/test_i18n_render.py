@@ -5,6 +5,7 @@ LaTeX. English stays byte-identical (tests/golden checks the plain rendering).""
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 from io import StringIO
 
 import pytest
@@ -14,7 +15,7 @@ from rich.console import Console, RenderableType
 from attn_cli.core.pipeline import Trace, run
 from attn_cli.io.fixture import load_fixture
 from attn_cli.present.export_text import to_latex, to_markdown
-from attn_cli.present.i18n import LABELS, formula_text
+from attn_cli.present.i18n import formula_text
 from attn_cli.present.options import RenderOptions
 from attn_cli.present.render import render_header, render_heatmap, render_trace
 from attn_cli.present.text import header_lines
@@ -85,9 +86,12 @@ def test_header_panel_in_both_languages() -> None:
 
 
 def test_untitled_trace_title() -> None:
-    trace = trace_of("pytorch_snippet")
-    assert trace.inputs.name  # named; an unnamed one falls back to the label
-    assert LABELS["zh"]["trace_title"] == "注意力计算过程"
+    """A fixture without a name is titled by the label, in the language asked for."""
+    named = trace_of("pytorch_snippet")
+    untitled = replace(named, inputs=replace(named.inputs, name=None))
+    for lang, title in (("en", "attention trace"), ("zh", "注意力计算过程")):
+        assert plain(render_header(named, lang=lang)).find(title) < 0
+        assert title in plain(render_header(untitled, lang=lang))
 
 
 # ---------------------------------------------------------------------------------------------
