@@ -15,7 +15,7 @@ from rich.console import Console, RenderableType
 from attn_cli.core.pipeline import Trace, run
 from attn_cli.io.fixture import load_fixture
 from attn_cli.present.export_text import to_latex, to_markdown
-from attn_cli.present.i18n import formula_text
+from attn_cli.present.i18n import Lang, formula_text
 from attn_cli.present.options import RenderOptions
 from attn_cli.present.render import render_header, render_heatmap, render_trace
 from attn_cli.present.text import header_lines
@@ -88,8 +88,9 @@ def test_header_panel_in_both_languages() -> None:
 def test_untitled_trace_title() -> None:
     """A fixture without a name is titled by the label, in the language asked for."""
     named = trace_of("pytorch_snippet")
-    untitled = replace(named, inputs=replace(named.inputs, name=None))
-    for lang, title in (("en", "attention trace"), ("zh", "注意力计算过程")):
+    untitled = replace(named, inputs=replace(named.inputs, name=""))
+    titles: tuple[tuple[Lang, str], ...] = (("en", "attention trace"), ("zh", "注意力计算过程"))
+    for lang, title in titles:
         assert plain(render_header(named, lang=lang)).find(title) < 0
         assert title in plain(render_header(untitled, lang=lang))
 
