@@ -131,7 +131,7 @@ def import_(
 
     Examples:
 
-      attn import tiny_llama --text "a b c" -o t.npz          # bundled, no download
+      attn import tiny_llama --text "a b" -o t.npz            # bundled
 
       attn import ./MiniLM --text "The cat" -o m.npz          # layer 0
 
