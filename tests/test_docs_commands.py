@@ -170,7 +170,7 @@ def run_command(command: Command, cwd: Path, env: dict[str, str]) -> tuple[int, 
 
 @pytest.mark.slow
 @pytest.mark.subprocess
-@pytest.mark.parametrize("document", DOCUMENTS, ids=lambda p: p.name)
+@pytest.mark.parametrize("document", DOCUMENTS, ids=lambda p: p.relative_to(ROOT).as_posix())
 def test_every_command_runs_as_shown(document: Path, tmp_path: Path) -> None:
     found, _ = commands(document)
     work = tmp_path / "work"
@@ -227,7 +227,7 @@ def test_the_readme_is_a_front_page_and_the_index_links_every_page() -> None:
     assert pages - linked == set()
 
 
-@pytest.mark.parametrize("document", DOCUMENTS, ids=lambda p: p.name)
+@pytest.mark.parametrize("document", DOCUMENTS, ids=lambda p: p.relative_to(ROOT).as_posix())
 def test_every_relative_link_points_to_a_file(document: Path) -> None:
     text = document.read_text(encoding="utf-8")
     targets = re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", text)
