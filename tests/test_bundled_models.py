@@ -27,17 +27,18 @@ def _reference(case: str) -> dict[str, Any]:
 
 
 def test_the_bundled_names_are_the_reference_checkpoints_byte_for_byte() -> None:
-    assert sorted(model_paths()) == sorted(BUNDLED)
+    assert sorted(model_paths()) == sorted(BUNDLED)  # in the installed package, or models/
     for name, case in BUNDLED.items():
-        assert model_paths()[name] == MODELS / name
         for file in FILES:
-            assert (MODELS / name / file).read_bytes() == (FORWARD / case / file).read_bytes()
+            shipped = model_paths()[name] / file
+            assert shipped.read_bytes() == (FORWARD / case / file).read_bytes()
+            assert (MODELS / name / file).read_bytes() == shipped.read_bytes()
 
 
 def test_a_name_is_a_bundled_checkpoint_only_when_no_such_path_is_here(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    assert find_checkpoint(Path("tiny_llama")) == MODELS / "tiny_llama"
+    assert find_checkpoint(Path("tiny_llama")) == model_paths()["tiny_llama"]
     assert find_checkpoint(Path("elsewhere/tiny_llama")) == Path("elsewhere/tiny_llama")
     assert find_checkpoint(Path("tiny_bert")) == Path("tiny_bert")  # not bundled: as given
     monkeypatch.chdir(tmp_path)
