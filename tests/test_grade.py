@@ -197,7 +197,6 @@ def test_no_scaling(tmp_path: Path) -> None:
     assert report["diagnoses"][0]["explains"] == ["softmax", "output"]
 
 
-@pytest.mark.slow
 def test_scaled_by_d_k_instead_of_its_square_root(tmp_path: Path) -> None:
     result, report = graded(tmp_path, CAT, run_student(CAT, "scaled_by_d_k"))
     assert result.exit_code == 1
@@ -206,7 +205,6 @@ def test_scaled_by_d_k_instead_of_its_square_root(tmp_path: Path) -> None:
     assert "diagnosis: scaled by d_k instead of √d_k" in result.stdout
 
 
-@pytest.mark.slow
 def test_softmax_over_the_wrong_axis(tmp_path: Path) -> None:
     dump = run_student(CAT, "softmax_wrong_axis")
     np.testing.assert_allclose(dump["weights"].sum(axis=-2), 1.0, rtol=1e-12)  # columns
@@ -226,7 +224,6 @@ def test_q_and_k_swapped(tmp_path: Path) -> None:
     assert report["diagnoses"][0]["explains"] == ["softmax", "output"]
 
 
-@pytest.mark.slow
 def test_q_and_k_swapped_with_fewer_queries_than_keys(tmp_path: Path) -> None:
     # K·Qᵀ has shape [seq_k, seq_q] = [3, 2]: a shape difference, still diagnosed
     fixture = {"Q": [[1, 0], [0, 1]], "K": [[1, 2], [3, 4], [5, 6]], "V": [[1], [2], [3]]}
@@ -249,7 +246,6 @@ def test_k_not_transposed(tmp_path: Path) -> None:
     assert "diagnosis: K not transposed (Q·K instead of Q·Kᵀ)" in result.stdout
 
 
-@pytest.mark.slow
 def test_mask_polarity_inverted(tmp_path: Path) -> None:
     fixture = {**CAT, "mask": MASK}
     keep = ("scores", "masked", "weights", "out")
@@ -261,7 +257,6 @@ def test_mask_polarity_inverted(tmp_path: Path) -> None:
     assert "nn.MultiheadAttention's convention" in said(result)
 
 
-@pytest.mark.slow
 def test_causal_mask_inverted_with_an_empty_row_of_nan(tmp_path: Path) -> None:
     fixture = {**CAT, "causal": True}
     dump = run_student(fixture, "causal_inverted")
@@ -273,7 +268,6 @@ def test_causal_mask_inverted_with_an_empty_row_of_nan(tmp_path: Path) -> None:
     assert "causal mask inverted" in said(result)
 
 
-@pytest.mark.slow
 def test_causal_mask_shifted_by_one(tmp_path: Path) -> None:
     fixture = {**CAT, "causal": True}
     result, report = graded(tmp_path, fixture, run_student(fixture, "causal_shifted"))
@@ -325,7 +319,6 @@ def test_forgot_the_row_max_subtraction_float32(tmp_path: Path) -> None:
     assert "in float32 without subtracting the row maximum" in said(result)
 
 
-@pytest.mark.slow
 def test_a_row_with_nothing_to_attend_to_gives_nan(tmp_path: Path) -> None:
     fixture = {**CAT, "mask": [[False, False, False], [True, True, False], [True, True, True]]}
     result, report = graded(tmp_path, fixture, run_student(fixture))

@@ -184,7 +184,6 @@ CASES: list[tuple[str, str, dict[str, Any], tuple[str, ...], str, str]] = [
     CASES,
     ids=[f"{c[0]}-{c[1]}-{c[5]}" for c in CASES],
 )
-@pytest.mark.slow
 def test_a_planted_mistake_is_named_by_its_name_alone(
     tmp_path: Path,
     variant: str,
@@ -241,7 +240,6 @@ def test_every_mistake_has_a_chinese_title_and_explanation_with_the_fix() -> Non
     assert set(ZH) == {m.name for m in MISTAKES}  # no text for a mistake that is not there
 
 
-@pytest.mark.slow
 def test_lang_zh_says_the_diagnosis_in_chinese_then_the_numbers(tmp_path: Path) -> None:
     (tmp_path / "fixture.json").write_text(json.dumps(QWEN3))
     np.savez(tmp_path / "dump.npz", **pick(student(QWEN3, "qk_after_rope"), ("Q_rot", "K_rot")))

@@ -123,7 +123,6 @@ CASES: list[tuple[str, Any, str | None, tuple[str, ...], str, str]] = [
 @pytest.mark.parametrize(("kind", "make", "mistake", "dumped", "diagnosis", "first"), CASES,
                          ids=[f"{c[2]}-{c[0]}-{c[5]}" for c in CASES])  # fmt: skip
 @pytest.mark.parametrize("suffix", [".npz", ".json"])
-@pytest.mark.slow
 def test_a_planted_mistake_is_diagnosed_by_name(
     tmp_path: Path, kind: str, make: Any, mistake: str, dumped: tuple[str, ...], diagnosis: str,
     first: str, suffix: str,
@@ -136,7 +135,6 @@ def test_a_planted_mistake_is_diagnosed_by_name(
     assert [found.name for found in comparison.diagnoses] == [diagnosis]
 
 
-@pytest.mark.slow
 def test_the_cli_names_lambda_not_reparameterised_in_both_languages(tmp_path: Path) -> None:
     np.savez(tmp_path / "dump.npz", **pick(student(bundled(), "lambda_raw"), "lambda", "diff"))
     en = run_cli("check", "diff_transformer", "--against", str(tmp_path / "dump.npz"),

@@ -155,7 +155,6 @@ def unbatched(stages: dict[str, Array], *names: str) -> dict[str, Array]:
 
 
 @pytest.mark.parametrize("kind", list(MASKS))
-@pytest.mark.slow
 def test_the_nan_row_of_a_plain_softmax_is_the_mistakes_not_a_second_one(
     tmp_path: Path, kind: str
 ) -> None:
@@ -174,7 +173,6 @@ def test_the_nan_row_of_a_plain_softmax_is_the_mistakes_not_a_second_one(
 
 
 @pytest.mark.parametrize("kind", list(MASKS))
-@pytest.mark.slow
 def test_a_softmax_that_is_nan_in_some_empty_rows_and_zero_in_others(
     tmp_path: Path, kind: str
 ) -> None:
@@ -200,7 +198,6 @@ def test_a_softmax_that_is_nan_in_some_empty_rows_and_zero_in_others(
     assert [(d["name"], d["explains"]) for d in only["diagnoses"]] == [(MASKS[kind], ["output"])]
 
 
-@pytest.mark.slow
 def test_a_nan_row_the_mistake_does_not_empty_is_still_a_difference(tmp_path: Path) -> None:
     # the same mistake, and a nan the mistake cannot explain (a row that has keys): not claimed
     stages = student(CAT["Q"], CAT["K"], CAT["V"], causal="tril_k-1")
@@ -265,7 +262,6 @@ def test_the_ratio_in_the_issues_words(tmp_path: Path) -> None:
            "meant?" in said(result)  # fmt: skip
 
 
-@pytest.mark.slow
 def test_no_ratio_when_a_mistake_fits_or_the_factor_varies(tmp_path: Path) -> None:
     # scaled by 1/d_k: the masked stage is attn's × 1/√2, and that is a named mistake
     stages = student(CAT["Q"], CAT["K"], CAT["V"], scale=1 / 2)
@@ -288,7 +284,6 @@ def test_no_ratio_when_a_mistake_fits_or_the_factor_varies(tmp_path: Path) -> No
 # 2b. The axes in another order
 
 
-@pytest.mark.slow
 def test_weights_as_query_head_key_name_the_transpose_and_match(tmp_path: Path) -> None:
     stages = two_heads()
     by_query = stages["softmax"][0].transpose(1, 0, 2)  # einsum("qhd,khd->qhk"): [query, head, key]
@@ -403,7 +398,6 @@ LOOKED = [
     LOOKED,
     ids=["offset", "offset-per-row", "shift", "permutation", "row-sums"],
 )
-@pytest.mark.slow
 def test_what_the_differing_stage_looks_like_is_a_hint(
     tmp_path: Path, stage: str, change: Any, fixture: dict[str, Any], hint: str
 ) -> None:
@@ -415,7 +409,6 @@ def test_what_the_differing_stage_looks_like_is_a_hint(
     assert f"hint: {found['hints'][0]}" in text
 
 
-@pytest.mark.slow
 def test_cells_that_keep_the_earlier_stage_are_named(tmp_path: Path) -> None:
     # CAT, causal: one hidden place of masked left as attn's scaled (the mask not applied there)
     stages = student(CAT["Q"], CAT["K"], CAT["V"])
@@ -430,7 +423,6 @@ def test_cells_that_keep_the_earlier_stage_are_named(tmp_path: Path) -> None:
     ]
 
 
-@pytest.mark.slow
 def test_noise_is_hinted_at_by_where_it_differs(tmp_path: Path) -> None:
     stages = student(CAT["Q"], CAT["K"], CAT["V"])
     softmax = stages["softmax"][0].copy()
@@ -441,7 +433,6 @@ def test_noise_is_hinted_at_by_where_it_differs(tmp_path: Path) -> None:
     assert hint.startswith("3 of 9 cells of your softmax differ (only query 2)"), hint
 
 
-@pytest.mark.slow
 def test_a_shape_no_transpose_fits_is_hinted_at(tmp_path: Path) -> None:
     stages = student(CAT["Q"], CAT["K"], CAT["V"])
     kept = np.concatenate([stages["softmax"][0], np.zeros((1, 3, 1))], axis=-1)  # a 4th column
@@ -454,7 +445,6 @@ def test_a_shape_no_transpose_fits_is_hinted_at(tmp_path: Path) -> None:
     ]
 
 
-@pytest.mark.slow
 def test_a_named_mistake_gets_no_hint(tmp_path: Path) -> None:
     stages = student(CAT["Q"], CAT["K"], CAT["V"], causal="not_tril")
     found = report(tmp_path, CAT, unbatched(stages, "masked", "softmax"))
@@ -462,7 +452,6 @@ def test_a_named_mistake_gets_no_hint(tmp_path: Path) -> None:
     assert found["hints"] == []
 
 
-@pytest.mark.slow
 def test_differences_only_at_hidden_keys_are_said_to_be_there(tmp_path: Path) -> None:
     # CAT, causal: the three hidden places of masked hold made-up numbers, no known sentinel
     stages = student(CAT["Q"], CAT["K"], CAT["V"])

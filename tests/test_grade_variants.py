@@ -316,7 +316,6 @@ CASES = [
     CASES,
     ids=[f"{c[1]}-{c[0]}-{c[4]}" for c in CASES],
 )
-@pytest.mark.slow
 def test_a_planted_mistake_is_diagnosed_by_name_and_by_nothing_else(
     tmp_path: Path, fixture: str, mistake: str, dumped: tuple[str, ...], diagnosis: str, first: str
 ) -> None:
@@ -362,7 +361,6 @@ RANDOM_CASES = [
     RANDOM_CASES,
     ids=[f"{c[0]}-{i}" for i, c in enumerate(RANDOM_CASES)],
 )
-@pytest.mark.slow
 def test_a_planted_mistake_in_a_small_random_fixture(
     tmp_path: Path,
     mistake: str,
@@ -378,7 +376,6 @@ def test_a_planted_mistake_in_a_small_random_fixture(
     assert names(comparison) == [diagnosis]
 
 
-@pytest.mark.slow
 def test_rope_positions_counted_from_one_leave_the_scores_unchanged(tmp_path: Path) -> None:
     # RoPE scores depend only on the distance: only Q_rot and K_rot show the shift
     dump = pick(student(bundled("llama_rope_gqa"), "rope_1based"), "Q_rot", "K_rot", *OUT)
@@ -388,7 +385,6 @@ def test_rope_positions_counted_from_one_leave_the_scores_unchanged(tmp_path: Pa
     assert "counted from 1" in comparison.diagnoses[0].detail
 
 
-@pytest.mark.slow
 def test_the_detail_explains_the_window_convention(tmp_path: Path) -> None:
     dump = pick(student(bundled("mistral_sliding_window"), "window_off_by_one"), *OUT)
     (found,) = graded(tmp_path, "mistral_sliding_window", dump).diagnoses
@@ -404,7 +400,6 @@ def test_softcap_after_the_mask_gives_hidden_keys_weight(tmp_path: Path) -> None
     assert "5·tanh(-inf/5) = -5" in found.detail
 
 
-@pytest.mark.slow
 def test_sinks_left_out_make_rows_sum_to_one(tmp_path: Path) -> None:
     stages = student(bundled("gptoss_sinks"), "sinks_left_out")
     np.testing.assert_allclose(stages["softmax"].sum(-1), 1.0, rtol=1e-12)
@@ -424,7 +419,6 @@ def run_cli_check(tmp_path: Path, fixture: str, dump: dict[str, Any]) -> Any:
     [("gate_after_w_o", "gate applied after W_O instead of before"),
      ("gate_without_sigmoid", "gate multiplied in without the sigmoid")],
 )  # fmt: skip
-@pytest.mark.slow
 def test_attn_check_names_the_gate_mistakes(tmp_path: Path, mistake: str, title: str) -> None:
     stages = student(bundled("qwen3_next_gate"), mistake)
     result = run_cli_check(tmp_path, "qwen3_next_gate", pick(stages, "projected"))
@@ -436,7 +430,6 @@ def test_attn_check_names_the_gate_mistakes(tmp_path: Path, mistake: str, title:
     assert [d["name"] for d in found] == [mistake]
 
 
-@pytest.mark.slow
 def test_gqa_tiled_names_both_head_maps(tmp_path: Path) -> None:
     dump = pick(student(bundled("llama_rope_gqa"), "gqa_tiled"), "softmax", "output")
     result = run_cli_check(tmp_path, "llama_rope_gqa", dump)
@@ -468,7 +461,6 @@ def test_the_students_code_without_a_mistake_is_the_loop_reference(name: str) ->
         np.testing.assert_allclose(value, expected[stage], **TOL, err_msg=f"{name} {stage}")
 
 
-@pytest.mark.slow
 def test_two_mistakes_at_once_are_not_diagnosed_as_one(tmp_path: Path) -> None:
     # sinks left out and the window off by one: neither alone reproduces the softmax
     fx = bundled("gptoss_sinks")
@@ -481,7 +473,6 @@ def test_two_mistakes_at_once_are_not_diagnosed_as_one(tmp_path: Path) -> None:
     assert comparison.looks  # but a hint: where the two differ, or what the rows sum to
 
 
-@pytest.mark.slow
 def test_an_unrecognised_difference_on_a_variant_fixture_is_reported_plainly(
     tmp_path: Path,
 ) -> None:
@@ -549,7 +540,6 @@ def test_the_graders_mask_without_a_mistake_is_the_pipelines(name: str) -> None:
     np.testing.assert_array_equal(allowed(inputs), want)
 
 
-@pytest.mark.slow
 def test_when_one_key_more_is_every_key_both_window_mistakes_are_claimed(tmp_path: Path) -> None:
     # gemma2_softcap: 5 tokens, window 4; a window of 5 hides nothing, as no window at all
     dump = pick(student(bundled("gemma2_softcap"), "window_off_by_one"), "softmax", "output")

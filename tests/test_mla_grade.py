@@ -89,7 +89,6 @@ def test_a_correct_student_matches(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("mistake", MISTAKES)
 @pytest.mark.parametrize("dumped", [("scores", "softmax", "output"), ("softmax", "projected")])
-@pytest.mark.slow
 def test_attn_check_names_the_mistake(
     tmp_path: Path, mistake: str, dumped: tuple[str, ...]
 ) -> None:

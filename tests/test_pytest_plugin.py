@@ -108,7 +108,6 @@ def test_update_writes_the_golden_then_grades(course: pytest.Pytester) -> None:
     again.assert_outcomes(passed=2)
 
 
-@pytest.mark.slow
 def test_a_mistake_fails_with_the_first_stage_and_the_diagnosis(course: pytest.Pytester) -> None:
     course.runpytest(*PLUGIN, "--attn-update", "-k", "right").assert_outcomes(passed=1)
     result = course.runpytest(*PLUGIN, "-k", "unscaled")
@@ -140,7 +139,6 @@ def test_a_parameter_the_fixture_lacks_is_named(course: pytest.Pytester) -> None
     result.stdout.fnmatch_lines(["*wants_too_much() needs 'rotary_base'*it gives: X, *"])
 
 
-@pytest.mark.slow
 def test_golden_dir_setting_and_bundled_names(pytester: pytest.Pytester) -> None:
     pytester.makeini("[pytest]\nattn_golden_dir = goldens\n")
     pytester.makepyfile(

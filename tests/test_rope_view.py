@@ -350,7 +350,6 @@ GRADED_IDS = [f"{(s or LLAMA3)['type']}-{m or 'right'}" for s, m, _ in GRADED]
 
 @pytest.mark.parametrize(("scaling", "mistake", "name"), GRADED, ids=GRADED_IDS)
 @pytest.mark.parametrize("dumped", [("Q_rot", "K_rot", "softmax", "output"), ("softmax",)])
-@pytest.mark.slow
 def test_a_planted_rope_scaling_mistake_is_named(
     tmp_path: Path, scaling: dict[str, Any] | None, mistake: str, name: str | None,
     dumped: tuple[str, ...],
@@ -367,7 +366,6 @@ def test_a_planted_rope_scaling_mistake_is_named(
     assert [d.name for d in comparison.diagnoses] == [name]
 
 
-@pytest.mark.slow
 def test_check_names_the_mistake_on_the_command_line(tmp_path: Path) -> None:
     fx, path = _fixture(YARN, tmp_path)
     stages = _student(fx, *_planted(YARN, "mscale"))
