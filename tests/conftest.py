@@ -201,6 +201,18 @@ def run_attn(
     )
 
 
+def ctrl_c_as_a_terminal_sends_it() -> None:
+    """A ``preexec_fn``: Ctrl-C (SIGINT) and Ctrl-\\ (SIGQUIT) back to their defaults in the child.
+
+    A shell without job control starts a background job (``pytest &`` in a script, some CI
+    runners) with both ignored, the child inherits that, and Python then installs no
+    KeyboardInterrupt handler: a test of what Ctrl-C does must not depend on how pytest was
+    started.
+    """
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.signal(signal.SIGQUIT, signal.SIG_DFL)
+
+
 def limit_memory(limit: int = 1 << 30) -> Callable[[], None]:
     """A ``preexec_fn`` that caps the child's address space (Linux only; elsewhere nothing)."""
 
