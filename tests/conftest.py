@@ -11,8 +11,9 @@ Two ways to run the command line:
   starts a process fails (see ``_processes_are_marked``), so ``-m "not subprocess"`` stays honest.
 
 Markers (registered in pyproject.toml): ``subprocess`` and ``slow`` (over 0.3 s; every
-hypothesis ``@given`` test is ``slow`` without saying so). The fast subset is
-``pytest -m "not subprocess and not slow"`` (``make fast``).
+hypothesis ``@given`` test is ``slow`` without saying so). The fast subset, ``pytest --fast``
+(``make fast``), is the first case of every test function marked neither (the rule is above
+``pytest_collection_modifyitems``).
 
 Import the helpers as ``from conftest import run_cli, FIXTURES``: the tests folder is on
 ``sys.path`` (pytest's default ``prepend`` import mode, as for ``reference.py``).
@@ -200,6 +201,18 @@ def run_attn(
     )
 
 
+def ctrl_c_as_a_terminal_sends_it() -> None:
+    """A ``preexec_fn``: Ctrl-C (SIGINT) and Ctrl-\\ (SIGQUIT) back to their defaults in the child.
+
+    A shell without job control starts a background job (``pytest &`` in a script, some CI
+    runners) with both ignored, the child inherits that, and Python then installs no
+    KeyboardInterrupt handler: a test of what Ctrl-C does must not depend on how pytest was
+    started.
+    """
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.signal(signal.SIGQUIT, signal.SIG_DFL)
+
+
 def limit_memory(limit: int = 1 << 30) -> Callable[[], None]:
     """A ``preexec_fn`` that caps the child's address space (Linux only; elsewhere nothing)."""
 
@@ -216,43 +229,40 @@ def limit_memory(limit: int = 1 << 30) -> Callable[[], None]:
 # Markers kept honest
 
 
-# The fast subset (`pytest -m fast`, about 10 s of CPU): the math, the fixture format, the CLI
-# and the checks; the exhaustive suites (attacks, every fixture x every format, graders' mistake
-# catalogues, finite differences, pagers, exports) run in the whole suite.
-FAST_MODULES = frozenset({
-    "test_pipeline", "test_variants_math", "test_fixture_format", "test_stage_limit",
-    "test_check", "test_cli", "test_npy", "test_dtype", "test_flash_decode",
-    "test_variants_pipeline", "test_examples", "test_new", "test_heatmap", "test_reports",
-})  # fmt: skip
+# The fast subset (`pytest --fast`, `make fast`) is chosen by a rule, not a list: of every test
+# function marked neither `slow` (over 0.3 s, or a hypothesis property) nor `subprocess` (starts
+# a process), its first case (the first of its parametrisations). Every module is in it from its
+# first test, and every code path a test function walks is walked once; the exhaustive
+# parametrisations (every fixture x every format, every attack) and the slow tests run in the
+# whole suite (the README's test command, CI).
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption(
-        "--fast", action="store_true", help="only the fast subset (FAST_MODULES, about 10 s)"
+        "--fast",
+        action="store_true",
+        help="only the fast subset: the first case of every test marked neither slow nor "
+        "subprocess",
     )
-
-
-def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
-    """With --fast, the other test modules are not even imported."""
-    if config.getoption("--fast") and collection_path.suffix == ".py":
-        return collection_path.stem.startswith("test_") and collection_path.stem not in FAST_MODULES
-    return None
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Property tests (hypothesis ``@given``) are ``slow`` by rule: the whole suite runs them.
 
-    Tests of FAST_MODULES that are neither slow nor start a process are marked ``fast``; with
-    --fast, the others are deselected.
+    The first case of each test function that is neither slow nor starts a process is marked
+    ``fast``; with --fast, the others are deselected.
     """
     from hypothesis import is_hypothesis_test
 
+    seen: set[tuple[str, str]] = set()
     deselected = []
     for item in items:
         if isinstance(item, pytest.Function) and is_hypothesis_test(item.obj):
             item.add_marker(pytest.mark.slow)
+        function = (str(item.path), getattr(item, "originalname", item.name))
         quick = not any(item.get_closest_marker(m) for m in ("slow", "subprocess"))
-        if item.path.stem in FAST_MODULES and quick:
+        if quick and function not in seen:
+            seen.add(function)
             item.add_marker(pytest.mark.fast)
         elif config.getoption("--fast"):
             deselected.append(item)

@@ -369,6 +369,7 @@ def decode_deck(fixture: str, lang: str = "en", prefill: int = 1) -> Pages:
 
 
 @pytest.mark.parametrize(("fixture", "lang"), [("gemma2_softcap", "en"), ("gptoss_sinks", "zh")])
+@pytest.mark.slow
 def test_every_step_page_keeps_its_title_at_80x24(fixture: str, lang: str) -> None:
     deck = decode_deck(fixture, lang)
     run = run_decode(fixture, 1)

@@ -23,7 +23,14 @@ from pathlib import Path
 from typing import IO, Any
 
 import pytest
-from conftest import CORPUS_DIR, attn_command, clean_env, run_attn, run_cli
+from conftest import (
+    CORPUS_DIR,
+    attn_command,
+    clean_env,
+    ctrl_c_as_a_terminal_sends_it,
+    run_attn,
+    run_cli,
+)
 
 from attn_cli.cli.options import parse_size
 from attn_cli.core.memory import check_memory, format_bytes, memory_needed
@@ -249,6 +256,7 @@ def test_ctrl_c_while_reading_stdin_exits_130_without_traceback() -> None:
         stdin=subprocess.PIPE,  # stays open: attn blocks reading it
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
+        preexec_fn=ctrl_c_as_a_terminal_sends_it,
     )
     assert proc.stdin is not None
     try:

@@ -351,6 +351,7 @@ class _AsciiFile(StringIO):
 
 @pytest.mark.parametrize("lang", ["en", "zh"])
 @pytest.mark.parametrize("name", ["the_cat_sat", "llama_rope_gqa", "cross_attention"])
+@pytest.mark.slow
 def test_the_header_draws_itself_as_richs_grid_draws_it(name: str, lang: str) -> None:
     trace = run(load_fixture(FIXTURES / f"{name}.yaml"))
     header = render_header(trace, lang)  # type: ignore[arg-type]

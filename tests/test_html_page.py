@@ -378,6 +378,7 @@ def test_a_decode_with_a_batch_axis_and_the_full_rows_of_the_json_trace(tmp_path
     assert page.count('<select data-role="batch">') == 1 and ">批 1 · 头 0<" in page
 
 
+@pytest.mark.slow
 def test_full_draws_every_step_up_to_its_cap(tmp_path: Path) -> None:
     fixture = _long_fixture(tmp_path / "t20.json", 20, 2)
     elided = run_cli("decode", str(fixture), "-f", "html")

@@ -401,7 +401,7 @@ def test_special_checkpoints_and_configs(tmp_path: Path) -> None:
     line = _refused(str(tmp_path / "pipe"), "--text", "the cat", limit=5.0)
     assert line == (
         f"Error: {tmp_path / 'pipe'}: is a named pipe (FIFO), not a regular file, expected a "
-        "model folder or .safetensors file"
+        "model folder or .safetensors file, or a bundled one: tiny_gpt2, tiny_llama"
     )
     line = _refused(str(folder), "--text", "the cat", "--config", os.devnull, limit=5.0)
     assert "/dev/null: is a character device, not a regular file, expected the model's" in line

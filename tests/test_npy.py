@@ -35,6 +35,7 @@ def write_yaml(path: Path, text: str) -> Path:
     return path
 
 
+@pytest.mark.slow
 def test_references_give_the_same_trace_as_lists(tmp_path: Path) -> None:
     fx = fixture_with_arrays(tmp_path)
     lists = run(validate(fx, "lists.json"))

@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from conftest import ROOT, attn_command, clean_env, run_attn, run_cli
+from conftest import ROOT, attn_command, clean_env, ctrl_c_as_a_terminal_sends_it, run_attn, run_cli
 
 from attn_cli.present.step import KEYS, split_keys
 
@@ -79,10 +79,12 @@ def test_step_with_a_pipe_on_stdin_exits_2_without_hanging() -> None:
 
 
 def _controlling_terminal() -> None:
-    """In the child, after setsid: make the pty its controlling terminal, as a login does."""
+    """In the child, after setsid: make the pty its controlling terminal, as a login does, with
+    Ctrl-C and Ctrl-\\ as a terminal's shell leaves them (not ignored, whoever started pytest)."""
     import fcntl
 
     fcntl.ioctl(0, termios.TIOCSCTTY, 0)
+    ctrl_c_as_a_terminal_sends_it()
 
 
 class Terminal:

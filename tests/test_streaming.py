@@ -178,6 +178,7 @@ class Discard(io.RawIOBase):
 
 
 @pytest.mark.parametrize("fmt", ["npz", "json"])
+@pytest.mark.slow
 def test_writing_holds_a_block_not_a_stage(fmt: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """tracemalloc sees NumPy's buffers: writing a 256-token, 4-head trace's score stages peaks
     well below one of them (2 MiB): a 512 KiB block, and for JSON a chunk of text (64 Ki

@@ -375,18 +375,19 @@ def test_the_transform_explains_itself_in_both_languages(
     assert said in result.stdout.replace("\n", "")
 
 
-def test_the_readme_example_runs_as_written(
+def test_the_documented_example_runs_as_written(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """README.md's "Your own kind of attention" block, executed: a variant from outside."""
-    readme = (Path(__file__).parent.parent / "README.md").read_text(encoding="utf-8")
-    section = readme.split("### Your own kind of attention", 1)[1]
+    """docs/python.md's "Your own kind of attention" block, executed: a variant from outside."""
+    page = Path(__file__).parent.parent / "docs" / "python.md"
+    readme = page.read_text(encoding="utf-8")
+    section = readme.split("## Your own kind of attention", 1)[1]
     code = section.split("```python\n", 1)[1].split("```", 1)[0]
     plugged, explicit = fixtures()
     (tmp_path / "my_chunked.yaml").write_text(json.dumps(plugged))  # JSON is YAML
     monkeypatch.chdir(tmp_path)
     scope: dict[str, Any] = {}
-    exec(compile(code, "README.md", "exec"), scope)  # the README's own code, as a user runs it
+    exec(compile(code, "docs/python.md", "exec"), scope)  # the page's own code, as a user runs it
     trace = scope["trace"]
     assert "chunks of 3" in trace["masked"].formula
     np.testing.assert_allclose(trace["softmax"].data, reference(explicit)["softmax"], rtol=F64)

@@ -208,7 +208,8 @@ def downstream(
     ``merge`` (heads side by side) and ``expand`` (kv heads to query heads; default grouped).
     """
     inp = inputs or trace.inputs
-    order = [n for n in STAGE_NAMES if n in trace.applicable]
+    applicable = trace.applicable  # a property that walks the stage table: read it once
+    order = [n for n in STAGE_NAMES if n in applicable]
     todo = order[order.index(start) :]
     redo = _Recompute(trace, inp, Chain(inp), dict(values), weights, merge, expand)
     qkv = {"V", *redo.chain.qk_stages("Q"), *redo.chain.qk_stages("K")}

@@ -22,7 +22,8 @@ CheckpointArgument = Annotated[
     Path,
     typer.Argument(
         help="A Hugging Face model folder (config.json + model.safetensors, or shards with "
-        "model.safetensors.index.json), or a .safetensors file with --config.",
+        "model.safetensors.index.json), a .safetensors file with --config, or a bundled tiny "
+        "checkpoint by name (tiny_llama, tiny_gpt2: no download).",
         metavar="CHECKPOINT",
         show_default=False,
     ),
@@ -130,6 +131,8 @@ def import_(
 
     Examples:
 
+      attn import tiny_llama --text "a b" -o t.npz            # bundled
+
       attn import ./MiniLM --text "The cat" -o m.npz          # layer 0
 
       attn import ./gpt2 --text "The cat" --layer 5 -o g.npz  # 0-4 in NumPy
@@ -142,8 +145,10 @@ def import_(
 
       attn trace m.npz --stage softmax                        # then trace it
     """
+    from attn_cli.io.examples import find_checkpoint
     from attn_cli.io.forward import check_layer_choice
 
+    checkpoint = find_checkpoint(checkpoint)
     budget = None if max_memory is None else parse_size(max_memory)
     chosen = check_layer_choice(layer)
     fmt = ViewFormat.json if as_json else view_format

@@ -42,6 +42,7 @@ from attn_cli.core.limits import DEFAULT_MAX_BYTES, DEFAULT_MAX_ELEMENTS
 from attn_cli.core.memory import default_max_memory, format_bytes
 from attn_cli.errors import AttnError, InputError, UsageError
 from attn_cli.io import gate
+from attn_cli.io.examples import model_paths
 from attn_cli.io.families import (
     Config,
     DeltaNet,
@@ -252,7 +253,7 @@ def _locate(checkpoint: Path, config: Path | None) -> tuple[Path, dict[str, Path
         there = gate.not_a_file(checkpoint) or "no such file"
         raise InputError(
             str(checkpoint), "", "no such file or folder" if there == "no such file" else there,
-            "a model folder or .safetensors file",
+            "a model folder or .safetensors file, or a bundled one: " + ", ".join(model_paths()),
         )  # fmt: skip
     config_path = config if config is not None else folder / "config.json"
     problem = gate.not_a_file(config_path)

@@ -27,3 +27,24 @@ def example_paths() -> dict[str, Path]:
 def find_example(name: str) -> Path | None:
     """The path of the bundled example called ``name``, or None."""
     return example_paths().get(name)
+
+
+def model_dir() -> Path:
+    """Where the bundled tiny checkpoints are: in the installed package, or the repo's models/."""
+    package = Path(__file__).resolve().parent.parent
+    installed = package / "models"
+    return installed if installed.is_dir() else package.parent / "models"
+
+
+def model_paths() -> dict[str, Path]:
+    """Bundled checkpoint name (folder name) -> its folder, sorted by name."""
+    folder = model_dir()
+    if not folder.is_dir():
+        return {}
+    return {p.name: p for p in sorted(folder.iterdir()) if (p / "config.json").is_file()}
+
+
+def find_checkpoint(path: Path) -> Path:
+    """``path``, or the bundled checkpoint it names when no such file or folder is here."""
+    bundled = model_paths().get(str(path))
+    return bundled if bundled is not None and not path.exists() else path
