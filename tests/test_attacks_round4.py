@@ -1,0 +1,162 @@
+"""Attacks of issue 40 (round four): the newer surfaces under hostile values.
+
+`attn rope` and every command that rotates (rope scaling: every numeric key of every kind, fed
+0, -1, 2**63, 1e308, 5e-324, NaN, inf, full-width digits, a list, a mapping, a bool), positions
+at 2**53, `attn decode`'s overflow check (linear attention, Gated DeltaNet, differential
+attention), integer settings of the linear-attention variants, and checkpoint configs whose
+values have the wrong type. Each run ends in one ``Error:`` line naming the field and exit 2,
+or in a finite result; never a traceback nor a raw RuntimeWarning (pytest turns warnings into
+errors here).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from test_attacks_cli import assert_error, assert_fine, attn, in_tmp  # noqa: F401
+
+from attn_cli.io.examples import find_example
+
+ROPE_FIXTURE = "llama31_rope_scaling"
+ORIGINAL = "original_max_position_embeddings"
+# One valid setting of each kind, every parameter it reads given (llama31_rope_scaling: d_k 16).
+KINDS: dict[str, dict[str, Any]] = {
+    "linear": {"type": "linear", "factor": 2.0},
+    "dynamic": {"type": "dynamic", "factor": 2.0, "max_position_embeddings": 4096},
+    "llama3": {"type": "llama3", "factor": 8, "low_freq_factor": 1, "high_freq_factor": 4,
+               ORIGINAL: 8192},
+    "yarn": {"type": "yarn", "factor": 4.0, ORIGINAL: 4096, "beta_fast": 32, "beta_slow": 1,
+             "mscale": 1, "mscale_all_dim": 1, "attention_factor": 1.0,
+             "max_position_embeddings": 16384},
+    "longrope": {"type": "longrope", "short_factor": [1.0] * 8, "long_factor": [2.0] * 8,
+                 ORIGINAL: 4096, "factor": 4.0, "max_position_embeddings": 16384,
+                 "attention_factor": 1.0},
+}  # fmt: skip
+BAD: dict[str, Any] = {
+    "zero": 0, "negative": -1, "2**63": 2**63, "1e308": 1e308, "5e-324": 5e-324,
+    "nan": math.nan, "inf": math.inf, "-inf": -math.inf, "fullwidth": "１２",
+    "list": [1, 2], "mapping": {"a": 1}, "bool": True, "huge-string": "9" * 10_000,
+}  # fmt: skip
+# (key, bad value) pairs that are valid settings: mscale 0 turns DeepSeek's ratio off, and a
+# tiny mscale leaves the attention factor at 1 + tiny.
+ACCEPTED = {("mscale", "zero"), ("mscale_all_dim", "zero"), ("mscale", "5e-324"),
+            ("mscale_all_dim", "5e-324")}  # fmt: skip
+
+
+def rope_fixture(scaling: dict[str, Any], **rope: Any) -> Path:
+    """The bundled llama31_rope_scaling with its rope replaced, written to ./f.yaml."""
+    with open(find_example(ROPE_FIXTURE), encoding="utf-8") as f:
+        data = yaml.safe_load(f)
+    data["rope"] = {"base": 500000, **rope, "scaling": scaling}
+    path = Path("f.yaml")
+    with path.open("w", encoding="utf-8") as f:
+        yaml.safe_dump(data, f, allow_unicode=True)
+    return path
+
+
+def scaling_attacks() -> list[Any]:
+    return [
+        pytest.param(kind, key, bad, id=f"{kind}-{key}-{bad}")
+        for kind, params in KINDS.items()
+        for key in params
+        if key != "type"
+        for bad in BAD
+    ]
+
+
+@pytest.mark.parametrize(("kind", "key", "bad"), scaling_attacks())
+def test_every_rope_scaling_key_fed_hostile_values(kind: str, key: str, bad: str) -> None:
+    """attn rope (and, for a sample, trace) refuses the value in one line naming the key, or
+    shows finite numbers when the value is a valid setting."""
+    scaling = dict(KINDS[kind])
+    lists = isinstance(scaling[key], list)
+    scaling[key] = [BAD[bad]] * 8 if lists and not isinstance(BAD[bad], list | dict) else BAD[bad]
+    path = str(rope_fixture(scaling))
+    run = attn("rope", path, "-f", "json")
+    if (key, bad) in ACCEPTED:
+        assert_fine(run)
+        table = json.loads(run.stdout)
+        assert all(math.isfinite(x) for x in _numbers(table)), "a number is not finite"
+        return
+    assert_error(run)
+    assert f"rope.scaling.{key}" in run.stderr, run.stderr
+    if bad in ("1e308", "5e-324", "nan"):  # the same one check stands before every rotation
+        trace = attn("trace", path, "-f", "json")
+        assert_error(trace)
+        assert trace.stderr == run.stderr
+
+
+def _numbers(value: Any) -> list[float]:
+    """Every number in a JSON document."""
+    if isinstance(value, dict):
+        return [x for v in value.values() for x in _numbers(v)]
+    if isinstance(value, list):
+        return [x for v in value for x in _numbers(v)]
+    return [float(value)] if isinstance(value, int | float) and not isinstance(value, bool) else []
+
+
+@pytest.mark.parametrize(
+    ("scaling", "field"),
+    [
+        ({**KINDS["longrope"], ORIGINAL: 1}, ORIGINAL),  # ln(1) = 0 divides the factor
+        ({**KINDS["yarn"], "beta_fast": 1e308}, "beta_fast"),  # was: math domain error
+        ({**KINDS["yarn"], "beta_slow": 5e-324}, "beta_slow"),  # was: inf to an integer
+        ({**KINDS["llama3"], "high_freq_factor": 1, "low_freq_factor": 4}, "high_freq_factor"),
+    ],
+    ids=["longrope-original-1", "yarn-beta-fast-1e308", "yarn-beta-slow-tiny", "llama3-bands"],
+)
+def test_rope_scaling_formulas_never_divide_by_zero(scaling: dict[str, Any], field: str) -> None:
+    for command in ("rope", "trace", "decode", "flash"):
+        run = attn(command, str(rope_fixture(scaling)))
+        assert_error(run)
+        assert f"rope.scaling.{field}" in run.stderr
+
+
+def test_yarn_needs_a_base_above_one() -> None:
+    """yarn's correction range divides by ln(base): base 1 is one line, not a ZeroDivisionError."""
+    run = attn("rope", str(rope_fixture(KINDS["yarn"], base=1)))
+    assert_error(run)
+    assert "rope.scaling" in run.stderr and "base" in run.stderr
+
+
+@pytest.mark.parametrize(
+    ("rope", "length"),
+    [({"base": 1e308}, None), ({"base": 5e-324}, None), ({}, "9007199254740992")],
+    ids=["base-1e308", "base-5e-324", "dynamic-length-2**53"],
+)
+def test_frequencies_checked_where_made(rope: dict[str, Any], length: str | None) -> None:
+    """A setting within every key's range whose frequencies still leave float64 (a dynamic base
+    grown over 2**53 positions) is the one ComputeError of ``frequencies``, or finite output."""
+    scaling = {"type": "dynamic", "factor": 1e6, "max_position_embeddings": 1}
+    path = str(rope_fixture(scaling, **rope))
+    run = attn("rope", path, "-f", "json", *(("--length", length) if length else ()))
+    if run.exit_code == 0:
+        assert all(math.isfinite(x) for x in _numbers(json.loads(run.stdout)))
+    else:
+        assert_error(run)
+        assert "rope" in run.stderr
+
+
+@pytest.mark.parametrize(
+    ("option", "value", "code"),
+    [
+        ("-p", "9007199254740992", 2),  # 2**53: its length would be 2**53 + 1
+        ("-p", "9007199254740991", 0),  # 2**53 - 1, the last whole position
+        ("--length", "9007199254740993", 2),
+        ("--length", "9007199254740992", 0),
+    ],
+)
+def test_rope_positions_at_two_to_the_53(option: str, value: str, code: int) -> None:
+    run = attn("rope", ROPE_FIXTURE, option, value, "-f", "json")
+    if code:
+        assert_error(run)
+        assert ("--position" if option == "-p" else "--length") in run.stderr
+        return
+    assert_fine(run)
+    table = json.loads(run.stdout)
+    assert all(math.isfinite(x) for x in _numbers(table))
