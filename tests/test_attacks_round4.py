@@ -50,7 +50,9 @@ ACCEPTED = {("mscale", "zero"), ("mscale_all_dim", "zero"), ("mscale", "5e-324")
 
 def rope_fixture(scaling: dict[str, Any], **rope: Any) -> Path:
     """The bundled llama31_rope_scaling with its rope replaced, written to ./f.yaml."""
-    with open(find_example(ROPE_FIXTURE), encoding="utf-8") as f:
+    example = find_example(ROPE_FIXTURE)
+    assert example is not None
+    with open(example, encoding="utf-8") as f:
         data = yaml.safe_load(f)
     data["rope"] = {"base": 500000, **rope, "scaling": scaling}
     path = Path("f.yaml")
