@@ -162,3 +162,51 @@ def test_rope_positions_at_two_to_the_53(option: str, value: str, code: int) -> 
     assert_fine(run)
     table = json.loads(run.stdout)
     assert all(math.isfinite(x) for x in _numbers(table))
+
+
+# ---------------------------------------------------------------------------------------------
+# attn decode: the pipeline's overflow check on what decoding computes beside the trace
+
+
+def bundled(name: str) -> dict[str, Any]:
+    example = find_example(name)
+    assert example is not None
+    with open(example, encoding="utf-8") as f:
+        data: dict[str, Any] = yaml.safe_load(f)
+    return data
+
+
+def times(rows: Any, factor: float) -> Any:
+    return [times(r, factor) for r in rows] if isinstance(rows, list) else rows * factor
+
+
+def overflowing(case: str) -> Path:
+    """A bundled fixture changed so that attention overflows float64 (issue 40's cases)."""
+    if case == "linear-X":
+        data = bundled("linear_attention")
+        data["X"] = times(data["X"], 1e200)
+    elif case == "deltanet-W_v":
+        data = bundled("gated_deltanet")
+        data["gated_deltanet"]["W_v"] = times(data["gated_deltanet"]["W_v"], 1e200)
+    else:  # lambda = exp(lambda_q1 · lambda_k1) − ... = exp(1800): inf
+        data = bundled("diff_transformer")
+        data["diff"]["lambda_q1"] = data["diff"]["lambda_k1"] = [30, 30]
+    path = Path(f"{case}.yaml")
+    with path.open("w", encoding="utf-8") as f:
+        yaml.safe_dump(data, f)
+    return path
+
+
+@pytest.mark.parametrize(
+    ("case", "stage"),
+    [("linear-X", "output["), ("deltanet-W_v", "normed["), ("diff-lambda", "diff_scaled[")],
+)
+@pytest.mark.parametrize("fmt", ["table", "json"])
+def test_decode_refuses_overflow_as_trace_does(case: str, stage: str, fmt: str) -> None:
+    """Was: exit 0 with NaN or inf in every step (and raw RuntimeWarnings for diff)."""
+    run = attn("decode", str(overflowing(case)), "-f", fmt)
+    assert_error(run)
+    assert stage in run.stderr and "overflow" in run.stderr, run.stderr
+    assert run.stdout == ""
+    trace = attn("trace", str(overflowing(case)), "-f", "json")
+    assert_error(trace)

@@ -104,6 +104,11 @@ def load_trace(
         return run(inputs, keep=kept, dtype=dtype), sentinel
 
 
+def quiet() -> np.errstate:
+    """NumPy's warnings off where a check names what is not finite (require_finite)."""
+    return np.errstate(over="ignore", invalid="ignore", divide="ignore", under="ignore")
+
+
 def internal(trace: Trace, name: str) -> FloatArray:
     """A stage with its batch axis, (B, ...), whether or not the fixture has one."""
     data: FloatArray = trace[name].data
@@ -349,11 +354,11 @@ def check_decode(trace: Trace, prefill: int, sentinel: float | None = None) -> D
     """Run core.decode on the trace's Q, K, V and compare every step with the full attention's
     row of its token (``decode_reference``)."""
     args = decode_args(trace)
-    quiet = np.errstate(over="ignore", invalid="ignore", divide="ignore", under="ignore")
-    with quiet, blas_limit(trace.inputs.seq_k):  # one product a step: busy cores make it crawl
-        result = decode(args.q, args.k, args.v, prefill=prefill, **args.kwargs())
-        full = decode_reference(trace, args)  # (B, H, T, Dv), a block of rows at a time
     final = args.chain.joined  # the output, or the last head-output transform's (gated)
+    with quiet(), blas_limit(trace.inputs.seq_k):  # one product a step: busy cores make it crawl
+        full = decode_reference(trace, args)  # (B, H, T, Dv), a block of rows at a time
+        require_finite(trace, final, full)  # before a step: overflow is one line
+        result = decode(args.q, args.k, args.v, prefill=prefill, **args.kwargs())
     diffs = tuple(decode_self_check(result, full, final))
     prefill_out = result.prefill_outs.get(final, result.prefill_output)
     prefill_diff = max_abs_diff(prefill_out, full[:, :, :prefill])
@@ -364,6 +369,20 @@ def check_decode(trace: Trace, prefill: int, sentinel: float | None = None) -> D
     parts = None if form is None else form.parts
     return DecodeRun(trace, result, diffs, prefill_diff, cost, sentinel, cache_parts=parts,
                      checked=final, reference=full[:, :, prefill:])  # fmt: skip
+
+
+def require_finite(trace: Trace, stage: str, arr: AnyArray) -> None:
+    """The pipeline's overflow check (core/engine.py ``FiniteCheck``: the stage and position of
+    the first value that is not finite, one ComputeError) on what a loop computed beside the
+    trace: a decode's reference rows, so that decoding refuses what attn trace refuses."""
+    from attn_cli.core.engine import FiniteCheck
+    from attn_cli.core.stages import SPECS
+
+    axes = SPECS[stage].axes if stage in SPECS else SPECS["output"].axes
+    if len(axes) != arr.ndim:
+        axes = SPECS["output"].axes
+    with quiet():
+        FiniteCheck(trace.inputs, trace.dtype)(stage, arr, axes)
 
 
 def decode_reference(trace: Trace, args: DecodeArgs) -> AnyArray:
@@ -594,8 +613,7 @@ def run_flash(
     inp = trace.inputs
     bq = block_q or default_block(inp.seq_q)
     bk = block_k or default_block(inp.seq_k)
-    quiet = np.errstate(over="ignore", invalid="ignore", divide="ignore", under="ignore")
-    with quiet, blas_limit(inp.seq_k):  # the tiles' small products, as the engine's rule says
+    with quiet(), blas_limit(inp.seq_k):  # the tiles' small products, as the engine's rule says
         return check_flash(trace, bq, bk, base2, max_tiles, sentinel)
 
 
