@@ -177,6 +177,7 @@ class DecodeBugs(NamedTuple):
     rerotate_cache: bool = False  # cached keys rotated again at every step
     restart_positions: bool = False  # positions counted from 0 again after the prefill
     head_tiled: bool = False  # query head h reads cache head h mod Hkv, not h // groups
+    attend_before_append: bool = False  # a step attends to the cache, then caches its own k, v
     # a ring buffer this many slots bigger than the cache rules ask, trusted to hide the rest
     # (the allowed-keys rules of the variants with a cache rule left out)
     extra_slots: int = 0
@@ -266,9 +267,14 @@ def _decode(
         if setup.rotate is not None:
             k_new = setup.rotate(k_new, np.array([rot_pos]))
             q_rot = setup.rotate(q_new, np.array([rot_pos]))
-        slot = cache.put(i, int(pos[i]), k_new[:, :, 0], v[:, :, i])
-        view = cache.view()
-        tables = attend.compute(i, q_new if q_rot is None else q_rot, view)
+        if bugs.attend_before_append:  # the cache as it was: the token does not see itself
+            view = cache.view()
+            tables = attend.compute(i, q_new if q_rot is None else q_rot, view)
+            slot = cache.put(i, int(pos[i]), k_new[:, :, 0], v[:, :, i])
+        else:
+            slot = cache.put(i, int(pos[i]), k_new[:, :, 0], v[:, :, i])
+            view = cache.view()
+            tables = attend.compute(i, q_new if q_rot is None else q_rot, view)
         output, latent = tables.output, None
         if setup.finish is not None:
             output, latent = setup.finish(tables.output), tables.output
@@ -522,6 +528,9 @@ def decode_mistakes(
          DecodeBugs(restart_positions=True), rotate is not None),
         ("cache_by_query_head", "cache read by query head (h mod kv_heads), not h // groups",
          DecodeBugs(head_tiled=True), q.shape[1] != k.shape[1]),
+        ("attend_before_append", "attended to the cache before appending the step's own key "
+         "and value (the new token does not see itself)", DecodeBugs(attend_before_append=True),
+         True),
         *((name, description, bugs, True) for name, description, bugs in extra),
     )  # fmt: skip
     return tuple(
