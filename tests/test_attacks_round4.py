@@ -210,3 +210,30 @@ def test_decode_refuses_overflow_as_trace_does(case: str, stage: str, fmt: str) 
     assert run.stdout == ""
     trace = attn("trace", str(overflowing(case)), "-f", "json")
     assert_error(trace)
+
+
+@pytest.mark.parametrize(
+    ("name", "key", "value", "said"),
+    [
+        ("mask_sentinel", "scale", 1e308, "scaled[step at token 1 'b']"),  # a step's own stage
+        ("causal_multihead", "scale", 1e308, "output["),  # the reference rows: NaN
+        ("gemma2_softcap", "softcap", 5e-324, ""),  # cap·tanh(x/cap) = ±cap: finite, no warning
+    ],
+)
+def test_a_decode_step_that_overflows_is_one_line(
+    name: str, key: str, value: float, said: str
+) -> None:
+    data = bundled(name)
+    data[key] = value
+    path = Path("f.yaml")
+    with path.open("w", encoding="utf-8") as f:
+        yaml.safe_dump(data, f)
+    run = attn("decode", str(path), "-f", "json")
+    if not said:
+        assert_fine(run)
+        assert all(math.isfinite(x) for x in _numbers(json.loads(run.stdout)))
+        table = attn("decode", str(path))  # the view asks for each step's tables again
+        assert_fine(table)
+        return
+    assert_error(run)
+    assert said in run.stderr and "overflow" in run.stderr

@@ -359,6 +359,7 @@ def check_decode(trace: Trace, prefill: int, sentinel: float | None = None) -> D
         full = decode_reference(trace, args)  # (B, H, T, Dv), a block of rows at a time
         require_finite(trace, final, full)  # before a step: overflow is one line
         result = decode(args.q, args.k, args.v, prefill=prefill, **args.kwargs())
+    step_overflow(trace, result)
     diffs = tuple(decode_self_check(result, full, final))
     prefill_out = result.prefill_outs.get(final, result.prefill_output)
     prefill_diff = max_abs_diff(prefill_out, full[:, :, :prefill])
@@ -383,6 +384,20 @@ def require_finite(trace: Trace, stage: str, arr: AnyArray) -> None:
         axes = SPECS["output"].axes
     with quiet():
         FiniteCheck(trace.inputs, trace.dtype)(stage, arr, axes)
+
+
+def step_overflow(trace: Trace, result: DecodeResult) -> None:
+    """A decode step's stage that is not finite (core/decode.py ``DecodeResult.overflow``) as
+    the one ComputeError FiniteCheck gives, naming the stage and the step's token."""
+    if result.overflow is None:
+        return
+    stage, i = result.overflow
+    inp = trace.inputs
+    token = f" {inp.tokens[i]!r}" if inp.tokens and i < len(inp.tokens) else ""
+    raise ComputeError(
+        inp.source, f"{stage}[step at token {i}{token}]", f"is not finite ({trace.dtype} overflow)",
+        "finite values; scale the inputs down",
+    )  # fmt: skip
 
 
 def decode_reference(trace: Trace, args: DecodeArgs) -> AnyArray:

@@ -169,6 +169,8 @@ class DecodeResult:
     prefill_output: FloatArray  # (B, H, prefill, Dv), each prefill token over those up to it
     steps: tuple[DecodeStep, ...]
     prefill_outs: Mapping[str, FloatArray] = field(default_factory=dict)  # (B, H, prefill, Dv)
+    # the first stage of a step that is not finite (a float64 overflow), and the step's token
+    overflow: tuple[str, int] | None = None
 
 
 class DecodeBugs(NamedTuple):
@@ -257,6 +259,7 @@ def _decode(
         cache.put(i, int(pos[i]), k_rot[:, :, i], v[:, :, i])
     attend = _Attend(setup, bugs)
     steps = []
+    overflow: tuple[str, int] | None = None
     for i in range(prefill, T):
         rot_pos = pos[i - prefill] if bugs.restart_positions else pos[i]
         if bugs.rerotate_cache and setup.rotate is not None:
@@ -282,7 +285,23 @@ def _decode(
         steps.append(
             DecodeStep(i, int(pos[i]), slot, view, q_new, q_rot, output, attend, latent, outs)
         )
-    return DecodeResult(prefill, prefill_output, tuple(steps), prefill_outs)
+        if overflow is None:
+            overflow = _not_finite(tables, i)
+    return DecodeResult(prefill, prefill_output, tuple(steps), prefill_outs, overflow)
+
+
+def _not_finite(tables: StepTables, i: int) -> tuple[str, int] | None:
+    """The first of a step's stages that holds a value that is not finite (masked: +inf or
+    nan; -inf is its fill), with the step's token; None when every one is finite."""
+    named = [("scores", tables.scores), ("scaled", tables.scaled), *tables.modified.items()]
+    for stage, x in named:
+        if not np.isfinite(x).all():
+            return stage, i
+    if np.isnan(tables.masked).any() or np.isposinf(tables.masked).any():
+        return "masked", i
+    if not np.isfinite(tables.output).all():
+        return "output", i
+    return None
 
 
 @dataclass(eq=False)
@@ -364,7 +383,13 @@ class _Attend:
         return tables
 
     def compute(self, i: int, q: FloatArray, cache: CacheView) -> StepTables:
-        """Token i's query (B, H, 1, D) against ``cache``."""
+        """Token i's query (B, H, 1, D) against ``cache``; a value that is not finite is found
+        by ``_not_finite`` (DecodeResult.overflow), not warned about, here and when a view asks
+        for a step's tables again."""
+        with np.errstate(over="ignore", invalid="ignore", divide="ignore", under="ignore"):
+            return self._compute(i, q, cache)
+
+    def _compute(self, i: int, q: FloatArray, cache: CacheView) -> StepTables:
         setup, bugs = self.setup, self.bugs
         K, V = cache.keys(), cache.values()  # (B, Hkv, C, D), (B, Hkv, C, Dv)
         B, H = q.shape[:2]
