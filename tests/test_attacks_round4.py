@@ -237,3 +237,78 @@ def test_a_decode_step_that_overflows_is_one_line(
         return
     assert_error(run)
     assert said in run.stderr and "overflow" in run.stderr
+
+
+# ---------------------------------------------------------------------------------------------
+# attn import: a config value of the wrong type is one line naming the key (io/families.py
+# Config's typed accessors), and a block that overflows is refused before the next norm
+
+REFERENCE = Path(__file__).parent / "reference"
+
+
+def checkpoint_with(folder: Path, changes: dict[tuple[str, ...], Any]) -> Path:
+    """A copy of a tiny reference checkpoint (its files linked) with config.json changed."""
+    pytest.importorskip("safetensors", reason="attn import needs the models extra")
+    pytest.importorskip("tokenizers", reason="attn import needs the models extra")
+    out = Path(folder.name)
+    out.mkdir()
+    for f in folder.iterdir():
+        if f.name != "config.json":
+            (out / f.name).symlink_to(f)
+    config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
+    for path, value in changes.items():
+        where = config
+        for key in path[:-1]:
+            where = where[key]
+        where[path[-1]] = value
+    (out / "config.json").write_text(json.dumps(config), encoding="utf-8")
+    return out
+
+
+CONFIG_TYPES = [
+    ("families/gemma3", ("text_config", "rope_parameters"), [1, 2], "text_config.rope_parameters"),
+    ("families/gemma3", ("text_config", "rope_parameters"), "x", "text_config.rope_parameters"),
+    ("families/gemma3", ("text_config", "hidden_activation"), ["gelu"],
+     "text_config.hidden_activation"),
+    ("forward/gemma3_text", ("rope_parameters",), 1e308, "rope_parameters"),
+    ("forward/deepseek_v3", ("hidden_act",), {"a": 1}, "hidden_act"),
+    ("forward/deepseek_v3", ("rope_scaling",), [1, 2], "rope_scaling"),
+    ("families/roberta", ("position_embedding_type",), ["absolute"], "position_embedding_type"),
+]  # fmt: skip
+
+
+BLOCK_KEYS = ("hidden_act", "hidden_activation")  # read by the MLP only
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("folder", "key", "value", "field"), CONFIG_TYPES)
+@pytest.mark.parametrize("layer", ["0", "1"])
+def test_a_config_value_of_the_wrong_type_is_one_line(
+    folder: str, key: tuple[str, ...], value: Any, field: str, layer: str
+) -> None:
+    """Was: gemma3's rope_parameters [1, 2] a TypeError at --layer 1, silently accepted at 0."""
+    ckpt = checkpoint_with(REFERENCE / folder, {key: value})
+    run = attn("import", str(ckpt), "--text", "The cat sat", "--layer", layer, "-o", "out.npz")
+    if layer == "0" and key[-1] in BLOCK_KEYS:  # layer 0's X is the embedding: no block is run
+        assert_fine(run)
+        return
+    assert_error(run)
+    assert f"{field}: got" in run.stderr, run.stderr
+
+
+@pytest.mark.slow
+def test_a_huge_routed_scaling_factor_gives_finite_numbers_or_one_line() -> None:
+    """Was: raw RuntimeWarnings (an inf power of two in the norm's row scale) before the error:
+    the residual stream of 1e308 × the experts is finite, and normalised exactly."""
+    ckpt = checkpoint_with(REFERENCE / "forward/deepseek_v3", {("routed_scaling_factor",): 1e308})
+    run = attn("import", str(ckpt), "--text", "The cat sat", "--layer", "2", "-o", "out.npz")
+    if run.exit_code == 2:
+        assert_error(run)
+        return
+    assert_fine(run)
+    import numpy as np
+
+    with np.load("out.npz") as npz:
+        assert all(
+            np.isfinite(npz[name]).all() for name in npz.files if npz[name].dtype.kind == "f"
+        )

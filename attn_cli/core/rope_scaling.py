@@ -347,7 +347,7 @@ def _in_range(value: Any, key: FixtureKey, field: str, name: str) -> float:
     except OverflowError:
         number = math.inf
     if not low <= number <= high:  # NaN fails too
-        raise key(f"is {value!r}", expected, field)
+        raise key(f"got {key.describe(value)}", expected, field)
     return number
 
 
