@@ -312,3 +312,70 @@ def test_a_huge_routed_scaling_factor_gives_finite_numbers_or_one_line() -> None
         assert all(
             np.isfinite(npz[name]).all() for name in npz.files if npz[name].dtype.kind == "f"
         )
+
+
+# ---------------------------------------------------------------------------------------------
+# Pages: a token's label is cut as the terminal cuts it; its full text stays in the data
+
+LONG = 10**6  # characters of one token: a 617 MB trace page, 128 MB decode page before
+
+
+def long_token_fixture(name: str, chars: int = LONG) -> tuple[Path, str]:
+    data = bundled(name)
+    token = "x" * (chars - 1) + "<"  # markup in it: the cut label is escaped too
+    data["tokens"][1] = token
+    path = Path(f"long_{name}.yaml")
+    with path.open("w", encoding="utf-8") as f:
+        yaml.safe_dump(data, f, width=2 * chars)
+    return path, token
+
+
+def page_data(page: str) -> Any:
+    """The page's JSON (its one ``<script type="application/json">``)."""
+    start = page.index('<script type="application/json"')
+    start = page.index(">", start) + 1
+    return json.loads(page[start : page.index("</script>", start)])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("command", "name"),
+    [("trace", "causal_multihead"), ("decode", "causal_multihead"),
+     ("flash", "causal_multihead"), ("decode", "diff_transformer"),
+     ("decode", "gated_deltanet")],
+)  # fmt: skip
+def test_a_page_of_a_huge_token_is_bounded(command: str, name: str) -> None:
+    path, token = long_token_fixture(name)
+    run = attn(command, str(path), "-f", "html", "-o", "page.html", limit=60)
+    assert run.exit_code == 0, run.stderr
+    page = Path("page.html").read_text(encoding="utf-8")
+    size = path.stat().st_size
+    assert len(page.encode()) < min(16 * size, 32 << 20), (len(page), size)
+    assert 1 <= page.count(token[:-1]) <= 2  # the data's tokens (and key_tokens), no label
+    cut = "x" * 39 + "…"  # present/text.py LABEL_CHARS = 40
+    assert cut in page
+    data = page_data(page)
+    tokens = data["trace"]["tokens"] if command == "trace" else data["tokens"]
+    assert tokens[1] == token  # the full text, once, for a script to read
+
+
+@pytest.mark.slow
+def test_a_model_page_with_a_huge_tokenizer_token_is_bounded() -> None:
+    """A 60,000-character tokenizer token: one model-view click unzipped a 47 MB layer page."""
+    import base64
+    import gzip
+
+    token = "x" * 60_000
+    ckpt = checkpoint_with(REFERENCE / "forward/llama", {})
+    (ckpt / "tokenizer.json").unlink()
+    tok = json.loads((REFERENCE / "forward/llama/tokenizer.json").read_text(encoding="utf-8"))
+    tok["model"]["vocab"][token] = 12  # below vocab_size 16
+    (ckpt / "tokenizer.json").write_text(json.dumps(tok), encoding="utf-8")
+    run = attn("import", str(ckpt), "--text", f"a {token} b", "--layer", "all", "-f", "html",
+               "-o", "model.html", limit=60)  # fmt: skip
+    assert run.exit_code == 0, run.stderr
+    page = Path("model.html").read_text(encoding="utf-8")
+    assert page.count(token) == 1 and len(page) < 2 << 20  # the data's tokens
+    for packed, _ in page_data(page)["pages"].values():
+        layer = gzip.decompress(base64.b64decode(packed)).decode("utf-8")
+        assert len(layer) < 2 << 20 and layer.count(token) <= 2, len(layer)
