@@ -360,6 +360,17 @@ def test_a_page_of_a_huge_token_is_bounded(command: str, name: str) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("fmt", ["markdown", "latex"])
+def test_a_document_of_a_huge_token_is_bounded(fmt: str) -> None:
+    """Markdown and LaTeX repeated the token in every table too (27 MB, 27x the fixture)."""
+    path, _ = long_token_fixture("causal_multihead")
+    run = attn("trace", str(path), "-f", fmt, "-o", "doc.txt", limit=60)
+    assert run.exit_code == 0, run.stderr
+    text = Path("doc.txt").read_text(encoding="utf-8")
+    assert len(text) < 64_000 and "x" * 39 in text and "x" * 41 not in text  # LaTeX: \\dots{}
+
+
+@pytest.mark.slow
 def test_a_model_page_with_a_huge_tokenizer_token_is_bounded() -> None:
     """A 60,000-character tokenizer token: one model-view click unzipped a 47 MB layer page."""
     import base64
