@@ -390,3 +390,33 @@ def test_a_model_page_with_a_huge_tokenizer_token_is_bounded() -> None:
     for packed, _ in page_data(page)["pages"].values():
         layer = gzip.decompress(base64.b64decode(packed)).decode("utf-8")
         assert len(layer) < 2 << 20 and layer.count(token) <= 2, len(layer)
+
+
+@pytest.mark.parametrize(
+    ("name", "where", "value", "code", "said"),
+    [
+        # rows of 1e196: rounding moves them by ~1e180, which an absolute 1e-12 called a failure
+        ("linear_attention", ("W_V", 0, 0), 1e200, 0, ""),
+        # the chunked form's triangular solve met inf: was a LinAlgError traceback
+        ("gated_deltanet", ("X", 0, 0), -1e308, 2, "triangular system is singular"),
+    ],
+)
+def test_decode_of_huge_inputs_is_checked_to_their_scale(
+    name: str, where: tuple[Any, ...], value: float, code: int, said: str
+) -> None:
+    data = bundled(name)
+    at = data
+    for key in where[:-1]:
+        at = at[key]
+    at[where[-1]] = value
+    path = Path("f.yaml")
+    with path.open("w", encoding="utf-8") as f:
+        yaml.safe_dump(data, f)
+    run = attn("decode", str(path), "-f", "json")
+    if code:
+        assert_error(run)
+        assert said in run.stderr
+        return
+    assert_fine(run)
+    doc = json.loads(run.stdout)
+    assert doc["max_abs_diff"] <= 1e-12 * 1e200  # within rounding of numbers that size

@@ -369,7 +369,15 @@ def check_decode(trace: Trace, prefill: int, sentinel: float | None = None) -> D
                           latent=None if form is None else form.cached)  # fmt: skip
     parts = None if form is None else form.parts
     return DecodeRun(trace, result, diffs, prefill_diff, cost, sentinel, cache_parts=parts,
-                     checked=final, reference=full[:, :, prefill:])  # fmt: skip
+                     checked=final, reference=full[:, :, prefill:],
+                     tolerance=scaled_tolerance(full))  # fmt: skip
+
+
+def scaled_tolerance(full: AnyArray) -> float:
+    """What a step may differ from its reference row by: F64_TOLERANCE of the largest |value|
+    of the rows (at least F64_TOLERANCE): rounding moves the last bits of numbers of 1e196 by
+    far more than 1e-12."""
+    return F64_TOLERANCE * max(1.0, _finite_max(full))
 
 
 def require_finite(trace: Trace, stage: str, arr: AnyArray) -> None:

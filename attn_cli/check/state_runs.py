@@ -37,6 +37,7 @@ from attn_cli.check.runs import (
     reference_rows,
     refuse_decode,
     require_finite,
+    scaled_tolerance,
     trace_chain,
 )
 from attn_cli.core.decode import kv_cache_bytes
@@ -174,7 +175,8 @@ def check_maps_decode(
     prefill_diff = max_abs_diff(result.prefill_outs[final], full[:, :, :prefill])
     inp = trace.inputs
     cost = kv_cache_bytes(inp.kv_heads, inp.heads, inp.d_k, inp.d_v, 8, inp.seq_q)
-    return DecodeRun(trace, result, diffs, prefill_diff, cost, sentinel, checked=final)
+    return DecodeRun(trace, result, diffs, prefill_diff, cost, sentinel, checked=final,
+                     tolerance=scaled_tolerance(full))  # fmt: skip
 
 
 def states_bytes(inputs: Inputs, edges: tuple[int, int] | None) -> int:
@@ -209,7 +211,18 @@ def check_state_decode(
 
     pos = trace.inputs.token_positions()[0]
     with quiet(), blas_limit(rec.tokens):
-        full = rec.reference()  # (B, H, T, d_v)
+        try:
+            full = rec.reference()  # (B, H, T, d_v)
+        except np.linalg.LinAlgError:  # the chunked form's triangular solve met inf or nan
+            from attn_cli.errors import ComputeError
+
+            raise ComputeError(
+                trace.inputs.source,
+                final,
+                "the chunked form's triangular system is singular "
+                "(a value of its keys is not finite: float64 overflow)",
+                "finite values; scale the inputs down",
+            ) from None
         if after is not None:
             full = after(slice(0, rec.tokens), full).get(final, full)
         require_finite(trace, final, full)  # before a step: overflow is one line
@@ -222,7 +235,7 @@ def check_state_decode(
     prefill_diff = max_abs_diff(prefill_out, full[:, :, :prefill])
     ledger = state_bytes(result.prefill_state, rec.heads, rec.d_k, rec.d_v, rec.tokens)
     return StateRun(trace, result, diffs, prefill_diff, ledger, dict(rec.formulas),
-                    checked=final, sentinel=sentinel)  # fmt: skip
+                    checked=final, sentinel=sentinel, tolerance=scaled_tolerance(full))  # fmt: skip
 
 
 def state_failure(run: DecodeRun | StateRun) -> Any:
