@@ -420,3 +420,23 @@ def test_decode_of_huge_inputs_is_checked_to_their_scale(
     assert_fine(run)
     doc = json.loads(run.stdout)
     assert doc["max_abs_diff"] <= 1e-12 * 1e200  # within rounding of numbers that size
+
+
+def test_flash_json_of_huge_scores_is_strict_json() -> None:
+    """MLA with W_KR[0][0] = 1e200: the lse check's tolerance was inf, written as Infinity."""
+    data = bundled("deepseek_mla")
+    data["mla"]["W_KR"][0][0] = 1e200
+    path = Path("f.yaml")
+    with path.open("w", encoding="utf-8") as f:
+        yaml.safe_dump(data, f)
+    run = attn("flash", str(path), "-f", "json")
+    if run.exit_code == 2:
+        assert_error(run)
+        return
+    assert_fine(run)
+
+    def refuse(constant: str) -> None:
+        raise AssertionError(f"{constant} in JSON")
+
+    doc = json.loads(run.stdout, parse_constant=refuse)
+    assert all(math.isfinite(c["tolerance"]) for c in doc["checks"])
