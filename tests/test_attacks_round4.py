@@ -440,3 +440,40 @@ def test_flash_json_of_huge_scores_is_strict_json() -> None:
 
     doc = json.loads(run.stdout, parse_constant=refuse)
     assert all(math.isfinite(c["tolerance"]) for c in doc["checks"])
+
+
+# ---------------------------------------------------------------------------------------------
+# The newer commands' inputs and outputs: special files in, unwritable places out
+
+NEWER = {
+    "rope": ["rope", "llama31_rope_scaling", "-f", "json"],
+    "decode-html": ["decode", "causal_multihead", "-f", "html"],
+    "decode-state": ["decode", "gated_deltanet", "-f", "json"],
+    "flash-html": ["flash", "the_cat_sat", "-f", "html"],
+    "rope-table": ["rope", "llama31_rope_scaling"],
+}
+
+
+@pytest.mark.parametrize("kind", ["fifo", "dev_zero", "directory", "symlink_loop", "missing"])
+@pytest.mark.parametrize("command", ["rope", "decode", "flash"])
+def test_a_special_file_as_the_newer_commands_fixture(kind: str, command: str) -> None:
+    from test_attacks import make_special
+
+    path = Path("fx.yaml")
+    make_special(kind, path)
+    run = attn(command, str(path), limit=5.0)
+    assert_error(run)
+    assert "fx.yaml" in run.stderr
+
+
+@pytest.mark.parametrize("where", ["folder", "/dev/full", "missing/out.txt"])
+@pytest.mark.parametrize("name", list(NEWER))
+def test_the_newer_outputs_into_an_unwritable_place(name: str, where: str) -> None:
+    if where == "folder":
+        Path("folder").mkdir()
+    if where == "/dev/full" and not Path("/dev/full").exists():
+        pytest.skip("no /dev/full here")
+    run = attn(*NEWER[name], "-o", where)
+    assert_error(run)
+    assert "--output" in run.stderr or "output" in run.stderr
+    assert sorted(p.name for p in Path().iterdir()) == (["folder"] if where == "folder" else [])
