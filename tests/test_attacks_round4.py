@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 import yaml
+from test_attacks import make_special
 from test_attacks_cli import assert_error, assert_fine, attn, in_tmp  # noqa: F401
 
 from attn_cli.io.examples import find_example
@@ -457,8 +458,6 @@ NEWER = {
 @pytest.mark.parametrize("kind", ["fifo", "dev_zero", "directory", "symlink_loop", "missing"])
 @pytest.mark.parametrize("command", ["rope", "decode", "flash"])
 def test_a_special_file_as_the_newer_commands_fixture(kind: str, command: str) -> None:
-    from test_attacks import make_special
-
     path = Path("fx.yaml")
     make_special(kind, path)
     run = attn(command, str(path), limit=5.0)
