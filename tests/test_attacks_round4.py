@@ -216,9 +216,10 @@ def test_decode_refuses_overflow_as_trace_does(case: str, stage: str, fmt: str) 
 @pytest.mark.parametrize(
     ("name", "key", "value", "said"),
     [
-        ("mask_sentinel", "scale", 1e308, "scaled[step at token 1 'b']"),  # a step's own stage
+        ("mask_sentinel", "scale", 1e308, "scaled[prefill at token 0 'a']"),  # decode's own stage
         ("causal_multihead", "scale", 1e308, "output["),  # the reference rows: NaN
         ("gemma2_softcap", "softcap", 5e-324, ""),  # cap·tanh(x/cap) = ±cap: finite, no warning
+        ("gemma2_softcap", "X", [[1e200] * 8] * 5, "scores[prefill at token 0 'The']"),  # capped
     ],
 )
 def test_a_decode_step_that_overflows_is_one_line(
@@ -476,3 +477,11 @@ def test_the_newer_outputs_into_an_unwritable_place(name: str, where: str) -> No
     assert_error(run)
     assert "--output" in run.stderr or "output" in run.stderr
     assert sorted(p.name for p in Path().iterdir()) == (["folder"] if where == "folder" else [])
+
+
+@pytest.mark.parametrize("bad", ["list", "mapping", "bool", "fullwidth", "2**63", "nan"])
+def test_the_rope_scaling_type_of_another_type_is_one_line(bad: str) -> None:
+    """Was: a TypeError (unhashable) when type was a list or a mapping."""
+    run = attn("rope", str(rope_fixture({**KINDS["linear"], "type": BAD[bad]})))
+    assert_error(run)
+    assert "rope.scaling.type" in run.stderr

@@ -403,7 +403,8 @@ def step_overflow(trace: Trace, result: DecodeResult) -> None:
     inp = trace.inputs
     token = f" {inp.tokens[i]!r}" if inp.tokens and i < len(inp.tokens) else ""
     raise ComputeError(
-        inp.source, f"{stage}[step at token {i}{token}]", f"is not finite ({trace.dtype} overflow)",
+        inp.source, f"{stage}[{'prefill' if i < result.prefill else 'step'} at token {i}{token}]",
+        f"is not finite ({trace.dtype} overflow)",
         "finite values; scale the inputs down",
     )  # fmt: skip
 

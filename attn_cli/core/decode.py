@@ -249,7 +249,7 @@ def _decode(
     if setup.rotate is not None:
         q_pre = setup.rotate(q_pre, pos[:prefill])  # (B, H, P, D)
         k_rot = setup.rotate(k_rot, pos[:prefill])  # (B, Hkv, P, D)
-    prefill_output = _prefill(q_pre, k_rot, v[:, :, :prefill], setup)
+    prefill_output, overflow = _prefill(q_pre, k_rot, v[:, :, :prefill], setup)
     if setup.finish is not None:
         prefill_output = setup.finish(prefill_output)
     prefill_outs = {} if setup.after is None else setup.after(slice(0, prefill), prefill_output)
@@ -259,7 +259,6 @@ def _decode(
         cache.put(i, int(pos[i]), k_rot[:, :, i], v[:, :, i])
     attend = _Attend(setup, bugs)
     steps = []
-    overflow: tuple[str, int] | None = None
     for i in range(prefill, T):
         rot_pos = pos[i - prefill] if bugs.restart_positions else pos[i]
         if bugs.rerotate_cache and setup.rotate is not None:
@@ -294,13 +293,18 @@ def _not_finite(tables: StepTables, i: int) -> tuple[str, int] | None:
     """The first of a step's stages that holds a value that is not finite (masked: +inf or
     nan; -inf is its fill), with the step's token; None when every one is finite."""
     named = [("scores", tables.scores), ("scaled", tables.scaled), *tables.modified.items()]
-    for stage, x in named:
-        if not np.isfinite(x).all():
-            return stage, i
-    if np.isnan(tables.masked).any() or np.isposinf(tables.masked).any():
-        return "masked", i
-    if not np.isfinite(tables.output).all():
-        return "output", i
+    return _first_not_finite(named, tables.masked, tables.output, i)
+
+
+def _first_not_finite(
+    named: list[tuple[str, FloatArray]], masked: FloatArray, output: FloatArray, first: int
+) -> tuple[str, int] | None:
+    """The first stage of ``named``, then masked and the output, (B, H, n, ·) each, that holds
+    a value that is not finite, with the token of its first such row (rows from ``first``)."""
+    for stage, x in [*named, ("masked", masked), ("output", output)]:
+        bad = np.isnan(x) | np.isposinf(x) if stage == "masked" else ~np.isfinite(x)
+        if bad.any():
+            return stage, first + int(np.argwhere(bad)[0][2])
     return None
 
 
@@ -454,16 +458,22 @@ def _attend(
     return modified, masked, weights
 
 
-def _prefill(q: FloatArray, k: FloatArray, v: FloatArray, setup: _Setup) -> FloatArray:
-    """Each prefill token attending to those up to it (q and k already rotated): (B, H, P, Dv)."""
+def _prefill(
+    q: FloatArray, k: FloatArray, v: FloatArray, setup: _Setup
+) -> tuple[FloatArray, tuple[str, int] | None]:
+    """Each prefill token attending to those up to it (q and k already rotated): (B, H, P, Dv),
+    and the first of its stages that is not finite (``_first_not_finite``), if one is."""
     B, H, P = q.shape[:3]
-    scores = grouped(q, k.swapaxes(-1, -2))  # (B, H, P, P)
-    scaled = scores * q.dtype.type(setup.scale)
     tokens, pos = np.arange(P), setup.positions[:P]
     cells = Cells(np.arange(B), np.arange(H), tokens, tokens, pos, pos)
     later = np.triu(np.ones((P, P), dtype=bool), 1)  # key j > query i: not in the cache yet
-    weights = _attend(setup.chain, scaled, cells, later)[2]
-    return grouped(weights, v)  # (B, H, P, Dv)
+    with np.errstate(over="ignore", invalid="ignore", divide="ignore", under="ignore"):
+        scores = grouped(q, k.swapaxes(-1, -2))  # (B, H, P, P)
+        scaled = scores * q.dtype.type(setup.scale)
+        modified, masked, weights = _attend(setup.chain, scaled, cells, later)
+        output = grouped(weights, v)  # (B, H, P, Dv)
+    named = [("scores", scores), ("scaled", scaled), *modified.items()]
+    return output, _first_not_finite(named, masked, output, 0)
 
 
 def self_check(result: DecodeResult, full_output: FloatArray, stage: str = "output") -> list[float]:

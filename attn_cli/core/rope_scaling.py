@@ -278,7 +278,7 @@ def parse_scaling(
         raise key("gives both type and rope_type, and they differ", "one of them", field)
     kind = value.pop("type", value.pop("rope_type", None))
     value.pop("rope_type", None)
-    if kind not in KINDS:
+    if not isinstance(kind, str) or kind not in KINDS:
         raise key(f"type is {key.describe(kind)}", " | ".join(KINDS) + " (transformers' rope_type)",
                   f"{field}.type")  # fmt: skip
     spec = KINDS[kind]
