@@ -299,6 +299,23 @@ def test_a_config_value_of_the_wrong_type_is_one_line(
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize(
+    ("folder", "key"),
+    [("families/qwen3_next", "num_experts"), ("forward/deepseek_v3", "n_routed_experts"),
+     ("forward/deepseek_v3", "num_experts_per_tok")],
+)  # fmt: skip
+def test_a_count_of_experts_of_2_to_the_63_is_one_line(folder: str, key: str) -> None:
+    """Was: a list of 2**63 experts' tensor names built until the machine ran out of memory."""
+    ckpt = checkpoint_with(REFERENCE / folder, {(key,): 2**63})
+    run = attn("import", str(ckpt), "--text", "The cat sat", "--layer", "2", "-o", "out.npz")
+    if run.exit_code == 2 and "num_hidden_layers" in run.stderr:  # a 2-layer checkpoint
+        run = attn("import", str(ckpt), "--text", "The cat sat", "--layer", "1", "-o", "out.npz")
+    assert_error(run)
+    assert f"{key}: got 9223372036854775808, expected a whole number from " in run.stderr
+    assert "to 65,536" in run.stderr
+
+
+@pytest.mark.slow
 def test_a_huge_routed_scaling_factor_gives_finite_numbers_or_one_line() -> None:
     """Was: raw RuntimeWarnings (an inf power of two in the norm's row scale) before the error:
     the residual stream of 1e308 × the experts is finite, and normalised exactly."""

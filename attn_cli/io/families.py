@@ -159,6 +159,15 @@ class LayerPlan:
     unused: str = "$^"  # a regex (after ``block``) of tensors there the model never uses
 
 
+# Counts that a list or a loop is built over before the checkpoint's tensors are checked
+# against them (the experts' tensor names, the router's groups): bounded where they are read,
+# as a config claiming 2**63 experts built a list of their names until memory ran out.
+MOST: dict[str, int] = dict.fromkeys(
+    ("num_local_experts", "num_experts", "n_routed_experts", "num_experts_per_tok", "n_group",
+     "topk_group", "n_shared_experts"), 1 << 16,
+)  # fmt: skip
+
+
 class Config:
     """config.json as read: typed getters whose errors name the file and the key.
 
@@ -182,8 +191,12 @@ class Config:
             if default is _REQUIRED:
                 raise self.error(key, "missing", f"a whole number >= {minimum}")
             return int(default)
-        if type(value) is not int or value < minimum:
-            raise self.error(key, f"got {value!r}", f"a whole number >= {minimum}")
+        most = MOST.get(key)
+        if type(value) is not int or value < minimum or (most is not None and value > most):
+            expected = f"a whole number >= {minimum}"
+            if most is not None:
+                expected = f"a whole number from {minimum} to {most:,} ({key} of a model)"
+            raise self.error(key, f"got {_shown(value)}", expected)
         return value
 
     def number(self, key: str, default: float, *, positive: bool = True) -> float:
