@@ -502,3 +502,15 @@ def test_the_rope_scaling_type_of_another_type_is_one_line(bad: str) -> None:
     run = attn("rope", str(rope_fixture({**KINDS["linear"], "type": BAD[bad]})))
     assert_error(run)
     assert "rope.scaling.type" in run.stderr
+
+
+@pytest.mark.slow
+def test_a_huge_residual_multiplier_is_one_line_without_warnings() -> None:
+    """Granite's residual_multiplier 1e308: a raw overflow RuntimeWarning before the check."""
+    ckpt = checkpoint_with(REFERENCE / "forward/granite", {("residual_multiplier",): 1e308})
+    run = attn("import", str(ckpt), "--text", "The cat sat", "--layer", "1", "-o", "out.npz")
+    if run.exit_code == 0:
+        assert_fine(run)
+        return
+    assert_error(run)
+    assert "residual stream leaving layer 0 is not finite" in run.stderr

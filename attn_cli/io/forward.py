@@ -710,9 +710,9 @@ def _layer(
         out = _mlp(bp, t, h)
         return out if bp.residual is None else bp.residual * out
 
-    if bp.residual is not None:  # Granite: each branch times residual_multiplier, then added
-        attention = bp.residual * attention
     with np.errstate(over="ignore", invalid="ignore", divide="ignore", under="ignore"):
+        if bp.residual is not None:  # Granite: each branch times residual_multiplier, then added
+            attention = bp.residual * attention
         leaving = fw.block(x, bp.placement, attention, mlp, norms)
     if not np.isfinite(leaving).all():  # checked here, before the next layer's norm reads it
         raise InputError(
