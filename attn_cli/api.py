@@ -101,9 +101,11 @@ def rope_file(
     from attn_cli.core.rope_table import MAX_POSITION, rope_table
     from attn_cli.errors import InputError
 
-    for name, value, least in (("position", position, 0), ("length", length, 1)):
-        if value is not None and not least <= value <= MAX_POSITION:
-            raise UsageError("", name, f"is {value}", f"a whole number from {least} to 2**53",
+    for name, value, least, most in (("position", position, 0, "2**53 - 1"),
+                                     ("length", length, 1, "2**53")):  # fmt: skip
+        top = MAX_POSITION - 1 if name == "position" else MAX_POSITION  # position < length
+        if value is not None and not least <= value <= top:
+            raise UsageError("", name, f"is {value}", f"a whole number from {least} to {most}",
                              option=name)  # fmt: skip
     inputs = load(fixture, max_elements=max_elements)
     from attn_cli.core.pipeline import refuse
@@ -122,7 +124,7 @@ def rope_file(
     if position >= length:
         raise UsageError("", "position", f"is {position}, past a sequence of {length} positions",
                          f"a position below --length ({length})", option="position")  # fmt: skip
-    return inputs, rope_table(inputs.rope, inputs.d_k, length, position)
+    return inputs, rope_table(inputs.rope, inputs.d_k, length, position, inputs.source)
 
 
 def _checked(

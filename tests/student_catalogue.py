@@ -177,6 +177,7 @@ def student(fx: dict[str, Any], m: str | None = None) -> dict[str, Array]:
         x = st["capped"] = {
             "softcap_no_divide": cap * np.tanh(x),
             "softcap_no_multiply": np.tanh(x / cap),
+            "softcap_no_factor": np.tanh(x),
             "softcap_left_out": x,
         }.get(m or "", cap * np.tanh(x / cap))
     # 6) ALiBi and bias

@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 import pytest
 import typer
-from conftest import DIFFERENTIAL, GATED, LATENT, LINEAR
+from conftest import DIFFERENTIAL, GATED, LATENT, LINEAR, run_cli
 from reference import llama3_frequency
 from rich.console import Console
 from typer.testing import CliRunner
@@ -119,7 +119,8 @@ def naive_decode(inp: Inputs, bug: str = "") -> list[list[list[float]]]:
     """The output of every token (T, H, Dv), each recomputed from scratch over its keys.
 
     ``bug``: "rerotate" rotates each cached key once more per step since it entered;
-    "head_tiled" reads kv head h mod Hkv; "ring_plus_one" keeps window + 1 keys.
+    "head_tiled" reads kv head h mod Hkv; "ring_plus_one" keeps window + 1 keys;
+    "before_append" attends to the tokens before t only (token 0 is the prefill's).
     """
     q, k, v = heads_of(inp)
     H, T, D = q.shape
@@ -136,7 +137,8 @@ def naive_decode(inp: Inputs, bug: str = "") -> list[list[list[float]]]:
             if inp.rope is not None:
                 qv = rope_vec(qv, t, inp.rope)
             keep = t + 1 if inp.window is None else inp.window + (bug == "ring_plus_one")
-            js = [j for j in range(t + 1) if t - j < keep]
+            seen = t if bug == "before_append" and t > 0 else t + 1  # the cache before t
+            js = [j for j in range(seen) if t - j < keep]
             logits = []
             for j in js:
                 kv = [float(x) for x in k[g, j]]
@@ -508,12 +510,32 @@ def test_a_right_decode_loop_passes(tmp_path: Path) -> None:
         ("llama_rope_gqa", "head_tiled", "cache_by_query_head"),
         ("mistral_sliding_window", "ring_plus_one", "ring_buffer_off_by_one"),
         ("gemma2_softcap", "ring_plus_one", "ring_buffer_off_by_one"),  # capped, window 4
+        ("causal_multihead", "before_append", "attend_before_append"),
+        ("llama_rope_gqa", "before_append", "attend_before_append"),
+        ("mistral_sliding_window", "before_append", "attend_before_append"),  # a ring
+        ("gemma2_softcap", "before_append", "attend_before_append"),
     ],
 )
 def test_decode_mistakes_are_named(tmp_path: Path, fixture: str, bug: str, name: str) -> None:
     c = grade(fixture, dump(tmp_path, naive_decode(load(fixture), bug), 1))
     assert not c.same
     assert [d.name for d in c.diagnoses] == [name]
+
+
+@pytest.mark.parametrize(
+    ("lang", "said"),
+    [("en", "attended to the cache before appending the step's own key and value"),
+     ("zh", "先注意力、后写入缓存")],
+)  # fmt: skip
+def test_attend_before_append_is_said_with_its_fix(tmp_path: Path, lang: str, said: str) -> None:
+    path = dump(tmp_path, naive_decode(load("causal_multihead"), "before_append"), 1)
+    run = run_cli("check", "causal_multihead", "--against", str(path), "--lang", lang,
+                  "--format", "plain")  # fmt: skip
+    assert run.exit_code == 1, run.stderr
+    text = " ".join(run.stdout.split())
+    assert said in text
+    fix = "修正：先把这一步的 k、v 写入缓存" if lang == "zh" else "Fix: append the step's key"
+    assert fix in text
 
 
 def test_an_unknown_difference_names_nothing(tmp_path: Path) -> None:

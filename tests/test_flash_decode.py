@@ -699,7 +699,8 @@ def test_each_decode_mistake_differs_from_the_right_answer() -> None:
     right = decode_run(q, k, v, **kw)
     mistakes = {m.name: m.result for m in decode_mistakes_of(q, k, v, **kw)}
     assert set(mistakes) == {
-        "rerotate_cache", "restart_positions", "cache_by_query_head", "ring_buffer_off_by_one"
+        "rerotate_cache", "restart_positions", "cache_by_query_head", "ring_buffer_off_by_one",
+        "attend_before_append",
     }  # fmt: skip
     for name, wrong in mistakes.items():
         diff = max(
@@ -713,9 +714,12 @@ def test_each_decode_mistake_differs_from_the_right_answer() -> None:
     rerot = mistakes["rerotate_cache"].steps[0]  # key 0 rotated twice at position 0 ... and key 1
     close(rerot.K_cache[:, :, 1], rope(rope(k, np.arange(7)), np.arange(7))[:, :, 1])
     assert mistakes["ring_buffer_off_by_one"].steps[-1].slots == 4
+    before = mistakes["attend_before_append"].steps[0]  # token 2 sees the cache of tokens 0, 1
+    assert before.cache.held.tolist() == [0, 1, -1]
 
 
 def test_decode_mistakes_that_cannot_apply_are_left_out() -> None:
     rng = np.random.default_rng(20)
     q, k, v = random_qkv(rng, 1, 2, 2, 4, 4, 2, 2)
-    assert decode_mistakes_of(q, k, v, scale=1.0, prefill=1, positions=range(4)) == ()
+    found = decode_mistakes_of(q, k, v, scale=1.0, prefill=1, positions=range(4))
+    assert [m.name for m in found] == ["attend_before_append"]  # the one that any loop can make

@@ -275,11 +275,20 @@ def _yaml(name: str, old: str, new: str, tmp_path: Path) -> Path:
     ("linear_attention", "  feature_map: elu+1", "  feature_map: relu",
      "linear_attention.feature_map: got the string 'relu', expected elu+1"),
     ("linear_attention", "  chunk: 4", "  chunk: 0",
-     "linear_attention.chunk: got the number 0, expected a positive whole number of tokens"),
+     "linear_attention.chunk: got the number 0, expected a whole number from 1 to 1024"),
+    ("linear_attention", "  chunk: 4", "  chunk: 9223372036854775808",  # was: a traceback
+     "linear_attention.chunk: got the number 9223372036854775808, expected a whole number from "
+     "1 to 1024"),
+    ("gated_deltanet", "  chunk: 4", "  chunk: 9223372036854775808",  # was: a traceback
+     "gated_deltanet.chunk: got the number 9223372036854775808, expected a whole number from 1 "
+     "to 1024"),
+    ("gated_deltanet", "  chunk: 4", "  chunk: 4.0", "gated_deltanet.chunk: got the number 4.0"),
+    ("gated_deltanet", "  k_heads: 1", "  k_heads: 2.0", "gated_deltanet.k_heads: got the number"),
     ("linear_attention", "causal: true", "causal: true\nsoftcap: 30",
      "softcap: given with linear_attention"),
     ("gated_deltanet", "  k_heads: 1", "  k_heads: 3",
-     "gated_deltanet.k_heads: got the number 3, expected a whole number dividing heads = 2"),
+     "gated_deltanet.k_heads: got the number 3, expected a whole number from 1 to 2 (dividing "
+     "heads = 2)"),
     ("gated_deltanet", "  chunk: 4", "  chunk: -1", "gated_deltanet.chunk: got the number -1"),
     ("gated_deltanet", "causal: true", "causal: true\nrope: {base: 10000}",
      "rope: given with gated_deltanet"),

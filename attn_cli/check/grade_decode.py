@@ -27,7 +27,13 @@ from attn_cli.check.compare import (
     conform,
 )
 from attn_cli.check.dump import DecodeDump, Dump, DumpTile, FlashDump
-from attn_cli.check.mistake import DECODE, FLASH, every_loop_mistake, loop_mistakes
+from attn_cli.check.mistake import (
+    DECODE,
+    FLASH,
+    LOOP_TEXTS,
+    every_loop_mistake,
+    loop_mistakes,
+)
 from attn_cli.check.runs import (
     AnyArray,
     DecodeArgs,
@@ -212,11 +218,12 @@ def _decode_diagnoses(
         others = [n for n in ("decode output", "K_cache", "V_cache")
                   if n != stage and given.get(n) is not None and n in stages]  # fmt: skip
         explains = tuple(n for n in others if _same(given[n], stages[n], tolerance))
+        fix, title_zh, explanation_zh = LOOP_TEXTS.get(name, ("", "", ""))
         found.append(Diagnosis(
             name=name, title=title,
             detail=f"Recomputing the decode loop with this mistake reproduces every cell of "
-            f"your {stage} ({tolerance}).",
-            stage=stage, explains=explains,
+            f"your {stage} ({tolerance}).{' ' + fix if fix else ''}",
+            stage=stage, explains=explains, title_zh=title_zh, explanation_zh=explanation_zh,
             unexplained=tuple(n for n in others if n not in explains
                               and not _same(given[n], right[n], tolerance)),
         ))  # fmt: skip

@@ -83,6 +83,8 @@ ZH: dict[str, tuple[str, str]] = {}  # by mistake name: (title, what it is and t
 READERS: dict[str, Reader] = {}  # by variant name
 DECODE: dict[str, list[LoopMistake]] = {}  # by variant name
 FLASH: dict[str, list[LoopMistake]] = {}  # by variant name
+# a decode or flash loop's mistake, by name: (the fix in English, title and explanation in Chinese)
+LOOP_TEXTS: dict[str, tuple[str, str, str]] = {}
 
 
 def moved_positions(inputs: Inputs, dq: int, dk: int) -> Inputs:
@@ -99,6 +101,12 @@ def register(variant: str, *mistakes: Mistake) -> None:
 def register_zh(texts: Mapping[str, tuple[str, str]]) -> None:
     """Say in Chinese what mistakes are and how to fix them: name -> (title, explanation)."""
     ZH.update(texts)
+
+
+def register_loop_texts(texts: Mapping[str, tuple[str, str, str]]) -> None:
+    """Say how to fix a loop's mistake (core's decode and flash mistakes, the variants'):
+    name -> (the fix in English, the title in Chinese, what it is and the fix in Chinese)."""
+    LOOP_TEXTS.update(texts)
 
 
 def register_reader(variant: str, reader: Reader) -> None:

@@ -107,6 +107,11 @@ def load_trace(
         return run(inputs, keep=kept, dtype=dtype), sentinel
 
 
+def quiet() -> np.errstate:
+    """NumPy's warnings off where a check names what is not finite (require_finite)."""
+    return np.errstate(over="ignore", invalid="ignore", divide="ignore", under="ignore")
+
+
 def internal(trace: Trace, name: str) -> FloatArray:
     """A stage with its batch axis, (B, ...), whether or not the fixture has one."""
     data: FloatArray = trace[name].data
@@ -351,14 +356,15 @@ def check_decode(
     row of its token (``decode_reference``); ``paging``: with the cache in pages of a pool,
     each step compared with the contiguous cache's too."""
     args = decode_args(trace)
-    quiet = np.errstate(over="ignore", invalid="ignore", divide="ignore", under="ignore")
-    with quiet, blas_limit(trace.inputs.seq_k):  # one product a step: busy cores make it crawl
-        result = decode(args.q, args.k, args.v, prefill=prefill, paging=paging, **args.kwargs())
+    final = args.chain.joined  # the output, or the last head-output transform's (gated)
+    with quiet(), blas_limit(trace.inputs.seq_k):  # one product a step: busy cores make it crawl
         full = decode_reference(trace, args)  # (B, H, T, Dv), a block of rows at a time
+        require_finite(trace, final, full)  # before a step: overflow is one line
+        result = decode(args.q, args.k, args.v, prefill=prefill, paging=paging, **args.kwargs())
         contiguous = None
         if paging is not None:
             contiguous = decode(args.q, args.k, args.v, prefill=prefill, **args.kwargs())
-    final = args.chain.joined  # the output, or the last head-output transform's (gated)
+    step_overflow(trace, result)
     diffs = tuple(decode_self_check(result, full, final))
     prefill_out = result.prefill_outs.get(final, result.prefill_output)
     prefill_diff = max_abs_diff(prefill_out, full[:, :, :prefill])
@@ -377,7 +383,44 @@ def check_decode(
                               contiguous.prefill_output))  # fmt: skip
         paged = PagedCheck(paging, pool_cost(inp, paging, cost.per_token), same, before)
     return DecodeRun(trace, result, diffs, prefill_diff, cost, sentinel, cache_parts=parts,
-                     checked=final, reference=full[:, :, prefill:], paged=paged)  # fmt: skip
+                     checked=final, reference=full[:, :, prefill:],
+                     paged=paged, tolerance=scaled_tolerance(full))  # fmt: skip
+
+
+def scaled_tolerance(full: AnyArray) -> float:
+    """What a step may differ from its reference row by: F64_TOLERANCE of the largest |value|
+    of the rows (at least F64_TOLERANCE): rounding moves the last bits of numbers of 1e196 by
+    far more than 1e-12."""
+    return F64_TOLERANCE * max(1.0, finite_max(full))
+
+
+def require_finite(trace: Trace, stage: str, arr: AnyArray) -> None:
+    """The pipeline's overflow check (core/engine.py ``FiniteCheck``: the stage and position of
+    the first value that is not finite, one ComputeError) on what a loop computed beside the
+    trace: a decode's reference rows, so that decoding refuses what attn trace refuses."""
+    from attn_cli.core.engine import FiniteCheck
+    from attn_cli.core.stages import SPECS
+
+    axes = SPECS[stage].axes if stage in SPECS else SPECS["output"].axes
+    if len(axes) != arr.ndim:
+        axes = SPECS["output"].axes
+    with quiet():
+        FiniteCheck(trace.inputs, trace.dtype)(stage, arr, axes)
+
+
+def step_overflow(trace: Trace, result: DecodeResult) -> None:
+    """A decode step's stage that is not finite (core/decode.py ``DecodeResult.overflow``) as
+    the one ComputeError FiniteCheck gives, naming the stage and the step's token."""
+    if result.overflow is None:
+        return
+    stage, i = result.overflow
+    inp = trace.inputs
+    token = f" {inp.tokens[i]!r}" if inp.tokens and i < len(inp.tokens) else ""
+    raise ComputeError(
+        inp.source, f"{stage}[{'prefill' if i < result.prefill else 'step'} at token {i}{token}]",
+        f"is not finite ({trace.dtype} overflow)",
+        "finite values; scale the inputs down",
+    )  # fmt: skip
 
 
 def decode_reference(trace: Trace, args: DecodeArgs) -> AnyArray:
@@ -615,8 +658,7 @@ def run_flash(
     inp = trace.inputs
     bq = block_q or default_block(inp.seq_q)
     bk = block_k or default_block(inp.seq_k)
-    quiet = np.errstate(over="ignore", invalid="ignore", divide="ignore", under="ignore")
-    with quiet, blas_limit(inp.seq_k):  # the tiles' small products, as the engine's rule says
+    with quiet(), blas_limit(inp.seq_k):  # the tiles' small products, as the engine's rule says
         return check_flash(trace, bq, bk, base2, max_tiles, sentinel)
 
 
@@ -709,6 +751,7 @@ def self_check(name: str, mine: AnyArray, ref: AnyArray, scores: float, f32: boo
     diff = max_abs_diff(mine, ref)
     eps = float(np.finfo(mine.dtype).eps)
     tol = ULPS * eps * (1 + scores) * (1 + finite_max(ref))
+    tol = min(tol, float(np.finfo(np.float64).max))  # scores and values of 1e200: not inf
     tol = tol if f32 else max(F64_TOLERANCE, tol)
     ulps = max_ulps(mine, ref) if f32 else None
     return SelfCheck(name, diff, ulps, tol, diff <= tol)

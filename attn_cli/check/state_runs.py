@@ -33,8 +33,11 @@ from attn_cli.check.runs import (
     internal,
     load_trace,
     max_abs_diff,
+    quiet,
     reference_rows,
     refuse_decode,
+    require_finite,
+    scaled_tolerance,
     trace_chain,
 )
 from attn_cli.core.decode import kv_cache_bytes
@@ -138,13 +141,14 @@ def run_decode_any(
         fixture, state_keep, refuse=refuse, max_elements=max_elements, max_memory=max_memory,
         extra_bytes=extra,
     )  # fmt: skip
-    rec = recurrence(trace)
-    if rec is not None:
-        return check_state_decode(trace, rec, prefill, edges, sentinel)
-    form = maps_form(trace)
-    if form is not None:
-        return check_maps_decode(trace, form, prefill, sentinel)
-    return check_decode(trace, prefill, sentinel, pool[0] if pool else None)
+    with quiet():  # a variant's own numbers (a diff's lambda) are checked, not warned about
+        rec = recurrence(trace)
+        if rec is not None:
+            return check_state_decode(trace, rec, prefill, edges, sentinel)
+        form = maps_form(trace)
+        if form is not None:
+            return check_maps_decode(trace, form, prefill, sentinel)
+        return check_decode(trace, prefill, sentinel, pool[0] if pool else None)
 
 
 def maps_form(trace: Trace) -> MapsForm | None:
@@ -173,17 +177,18 @@ def check_maps_decode(
     chain = trace_chain(trace)
     final = chain.joined  # diff_scaled
     pos = trace.inputs.token_positions()[0]
-    quiet = np.errstate(over="ignore", invalid="ignore", divide="ignore", under="ignore")
-    with quiet, blas_limit(trace.inputs.seq_k):
-        result = decode_maps(form, chain=chain, scale=trace.scale, prefill=prefill,
-                             positions=pos)  # fmt: skip
+    with quiet(), blas_limit(trace.inputs.seq_k):
         refs = [reference_rows(trace, q, k, form.v)[0] for q, k in form.pairs]
         full = form.outs(form.combine(refs))[final]  # (B, H, T, Dv)
+        require_finite(trace, final, full)  # before a step: overflow is one line
+        result = decode_maps(form, chain=chain, scale=trace.scale, prefill=prefill,
+                             positions=pos)  # fmt: skip
     diffs = tuple(decode_self_check(result, full, final))
     prefill_diff = max_abs_diff(result.prefill_outs[final], full[:, :, :prefill])
     inp = trace.inputs
     cost = kv_cache_bytes(inp.kv_heads, inp.heads, inp.d_k, inp.d_v, 8, inp.seq_q)
-    return DecodeRun(trace, result, diffs, prefill_diff, cost, sentinel, checked=final)
+    return DecodeRun(trace, result, diffs, prefill_diff, cost, sentinel, checked=final,
+                     tolerance=scaled_tolerance(full))  # fmt: skip
 
 
 def states_bytes(inputs: Inputs, edges: tuple[int, int] | None) -> int:
@@ -217,12 +222,23 @@ def check_state_decode(
         return n <= limit or k < edge or k >= n - edge
 
     pos = trace.inputs.token_positions()[0]
-    quiet = np.errstate(over="ignore", invalid="ignore", divide="ignore", under="ignore")
-    with quiet, blas_limit(rec.tokens):
-        result = decode_state(rec, prefill, pos, keep=keep, after=after)
-        full = rec.reference()  # (B, H, T, d_v)
+    with quiet(), blas_limit(rec.tokens):
+        try:
+            full = rec.reference()  # (B, H, T, d_v)
+        except np.linalg.LinAlgError:  # the chunked form's triangular solve met inf or nan
+            from attn_cli.errors import ComputeError
+
+            raise ComputeError(
+                trace.inputs.source,
+                final,
+                "the chunked form's triangular system is singular "
+                "(a value of its keys is not finite: float64 overflow)",
+                "finite values; scale the inputs down",
+            ) from None
         if after is not None:
             full = after(slice(0, rec.tokens), full).get(final, full)
+        require_finite(trace, final, full)  # before a step: overflow is one line
+        result = decode_state(rec, prefill, pos, keep=keep, after=after)
     diffs = tuple(
         max_abs_diff(s.outs.get(final, s.output)[:, :, 0], full[:, :, s.index])
         for s in result.steps
@@ -231,7 +247,7 @@ def check_state_decode(
     prefill_diff = max_abs_diff(prefill_out, full[:, :, :prefill])
     ledger = state_bytes(result.prefill_state, rec.heads, rec.d_k, rec.d_v, rec.tokens)
     return StateRun(trace, result, diffs, prefill_diff, ledger, dict(rec.formulas),
-                    checked=final, sentinel=sentinel)  # fmt: skip
+                    checked=final, sentinel=sentinel, tolerance=scaled_tolerance(full))  # fmt: skip
 
 
 def state_failure(run: DecodeRun | StateRun) -> Any:

@@ -178,6 +178,8 @@ class DecodeResult:
     prefill_outs: Mapping[str, FloatArray] = field(default_factory=dict)  # (B, H, prefill, Dv)
     paging: Paging | None = None  # the pool, when the cache is paged
     prefill_pages: PageStep | None = None  # the block table after the prefill
+    # the first stage of a step that is not finite (a float64 overflow), and the step's token
+    overflow: tuple[str, int] | None = None
 
 
 class DecodeBugs(NamedTuple):
@@ -186,6 +188,7 @@ class DecodeBugs(NamedTuple):
     rerotate_cache: bool = False  # cached keys rotated again at every step
     restart_positions: bool = False  # positions counted from 0 again after the prefill
     head_tiled: bool = False  # query head h reads cache head h mod Hkv, not h // groups
+    attend_before_append: bool = False  # a step attends to the cache, then caches its own k, v
     # a ring buffer this many slots bigger than the cache rules ask, trusted to hide the rest
     # (the allowed-keys rules of the variants with a cache rule left out)
     extra_slots: int = 0
@@ -261,7 +264,7 @@ def _decode(
     if setup.rotate is not None:
         q_pre = setup.rotate(q_pre, pos[:prefill])  # (B, H, P, D)
         k_rot = setup.rotate(k_rot, pos[:prefill])  # (B, Hkv, P, D)
-    prefill_output = _prefill(q_pre, k_rot, v[:, :, :prefill], setup)
+    prefill_output, overflow = _prefill(q_pre, k_rot, v[:, :, :prefill], setup)
     if setup.finish is not None:
         prefill_output = setup.finish(prefill_output)
     prefill_outs = {} if setup.after is None else setup.after(slice(0, prefill), prefill_output)
@@ -287,17 +290,43 @@ def _decode(
         if setup.rotate is not None:
             k_new = setup.rotate(k_new, np.array([rot_pos]))
             q_rot = setup.rotate(q_new, np.array([rot_pos]))
-        slot = cache.put(i, int(pos[i]), k_new[:, :, 0], v[:, :, i])
-        view = cache.view()
-        tables = attend.compute(i, q_new if q_rot is None else q_rot, view)
+        if bugs.attend_before_append:  # the cache as it was: the token does not see itself
+            view = cache.view()
+            tables = attend.compute(i, q_new if q_rot is None else q_rot, view)
+            slot = cache.put(i, int(pos[i]), k_new[:, :, 0], v[:, :, i])
+        else:
+            slot = cache.put(i, int(pos[i]), k_new[:, :, 0], v[:, :, i])
+            view = cache.view()
+            tables = attend.compute(i, q_new if q_rot is None else q_rot, view)
         output, latent = tables.output, None
         if setup.finish is not None:
             output, latent = setup.finish(tables.output), tables.output
         outs = {} if setup.after is None else setup.after(slice(i, i + 1), output)
         steps.append(DecodeStep(i, int(pos[i]), slot, view, q_new, q_rot, output, attend,
                                 latent, outs, pages=cache.record()))  # fmt: skip
+        if overflow is None:
+            overflow = _not_finite(tables, i)
     return DecodeResult(prefill, prefill_output, tuple(steps), prefill_outs, setup.paging,
-                        prefill_pages)  # fmt: skip
+                        prefill_pages, overflow)  # fmt: skip
+
+
+def _not_finite(tables: StepTables, i: int) -> tuple[str, int] | None:
+    """The first of a step's stages that holds a value that is not finite (masked: +inf or
+    nan; -inf is its fill), with the step's token; None when every one is finite."""
+    named = [("scores", tables.scores), ("scaled", tables.scaled), *tables.modified.items()]
+    return _first_not_finite(named, tables.masked, tables.output, i)
+
+
+def _first_not_finite(
+    named: list[tuple[str, FloatArray]], masked: FloatArray, output: FloatArray, first: int
+) -> tuple[str, int] | None:
+    """The first stage of ``named``, then masked and the output, (B, H, n, ·) each, that holds
+    a value that is not finite, with the token of its first such row (rows from ``first``)."""
+    for stage, x in [*named, ("masked", masked), ("output", output)]:
+        bad = np.isnan(x) | np.isposinf(x) if stage == "masked" else ~np.isfinite(x)
+        if bad.any():
+            return stage, first + int(np.argwhere(bad)[0][2])
+    return None
 
 
 @dataclass(eq=False)
@@ -410,7 +439,13 @@ class _Attend:
         return tables
 
     def compute(self, i: int, q: FloatArray, cache: CacheView) -> StepTables:
-        """Token i's query (B, H, 1, D) against ``cache``."""
+        """Token i's query (B, H, 1, D) against ``cache``; a value that is not finite is found
+        by ``_not_finite`` (DecodeResult.overflow), not warned about, here and when a view asks
+        for a step's tables again."""
+        with np.errstate(over="ignore", invalid="ignore", divide="ignore", under="ignore"):
+            return self._compute(i, q, cache)
+
+    def _compute(self, i: int, q: FloatArray, cache: CacheView) -> StepTables:
         setup, bugs = self.setup, self.bugs
         K, V = cache.keys(), cache.values()  # (B, Hkv, C, D), (B, Hkv, C, Dv)
         B, H = q.shape[:2]
@@ -475,16 +510,22 @@ def _attend(
     return modified, masked, weights
 
 
-def _prefill(q: FloatArray, k: FloatArray, v: FloatArray, setup: _Setup) -> FloatArray:
-    """Each prefill token attending to those up to it (q and k already rotated): (B, H, P, Dv)."""
+def _prefill(
+    q: FloatArray, k: FloatArray, v: FloatArray, setup: _Setup
+) -> tuple[FloatArray, tuple[str, int] | None]:
+    """Each prefill token attending to those up to it (q and k already rotated): (B, H, P, Dv),
+    and the first of its stages that is not finite (``_first_not_finite``), if one is."""
     B, H, P = q.shape[:3]
-    scores = grouped(q, k.swapaxes(-1, -2))  # (B, H, P, P)
-    scaled = scores * q.dtype.type(setup.scale)
     tokens, pos = np.arange(P), setup.positions[:P]
     cells = Cells(np.arange(B), np.arange(H), tokens, tokens, pos, pos)
     later = np.triu(np.ones((P, P), dtype=bool), 1)  # key j > query i: not in the cache yet
-    weights = _attend(setup.chain, scaled, cells, later)[2]
-    return grouped(weights, v)  # (B, H, P, Dv)
+    with np.errstate(over="ignore", invalid="ignore", divide="ignore", under="ignore"):
+        scores = grouped(q, k.swapaxes(-1, -2))  # (B, H, P, P)
+        scaled = scores * q.dtype.type(setup.scale)
+        modified, masked, weights = _attend(setup.chain, scaled, cells, later)
+        output = grouped(weights, v)  # (B, H, P, Dv)
+    named = [("scores", scores), ("scaled", scaled), *modified.items()]
+    return output, _first_not_finite(named, masked, output, 0)
 
 
 def self_check(result: DecodeResult, full_output: FloatArray, stage: str = "output") -> list[float]:
@@ -581,6 +622,9 @@ def decode_mistakes(
         ("page_slot_from_global_position",
          "a token's slot in its page taken as its global index, not index mod block_size",
          DecodeBugs(global_slot=True), paging is not None),
+        ("attend_before_append", "attended to the cache before appending the step's own key "
+         "and value (the new token does not see itself)", DecodeBugs(attend_before_append=True),
+         True),
         *((name, description, bugs, True) for name, description, bugs in extra),
     )  # fmt: skip
     return tuple(

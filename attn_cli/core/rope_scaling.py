@@ -231,15 +231,35 @@ KINDS: dict[str, Kind] = {
 
 
 def frequencies(
-    scaling: RopeScaling | None, dims: int, base: float, length: int
+    scaling: RopeScaling | None, dims: int, base: float, length: int, source: str = ""
 ) -> tuple[FloatArray, float]:
     """The inverse frequencies RoPE rotates by and the attention factor on cos and sin, for a
-    sequence of ``length`` positions (max position + 1, as transformers' ``seq_len``)."""
-    inv = default_inv_freq(dims, base)
-    if scaling is None:
-        return inv, 1.0
-    scaled, attention = KINDS[scaling.kind].compute(inv, scaling, dims, base, length)
-    return np.asarray(scaled, dtype=np.float64), float(attention)
+    sequence of ``length`` positions (max position + 1, as transformers' ``seq_len``).
+
+    Every caller (the rotation of attn trace, decode, flash and the backward pass, MLA's, and
+    attn rope's table) goes through here, and here each frequency is checked: finite, > 0 and
+    with a finite wavelength, and the attention factor finite and > 0, else a ComputeError
+    naming ``rope.scaling`` (``source``: the fixture)."""
+    with np.errstate(all="ignore"):  # overflow is named below, not warned about
+        inv = default_inv_freq(dims, base)
+        if scaling is None:
+            scaled, attention = inv, 1.0
+        else:
+            scaled, attention = KINDS[scaling.kind].compute(inv, scaling, dims, base, length)
+        scaled = np.asarray(scaled, dtype=np.float64)
+        ok = bool(np.isfinite(scaled).all() and (scaled > 0).all()
+                  and np.isfinite(2 * math.pi / scaled).all())  # fmt: skip
+    if not ok or not (math.isfinite(attention) and attention > 0):
+        from attn_cli.errors import ComputeError
+
+        what = "plain" if scaling is None else scaling.kind
+        raise ComputeError(
+            source, "rope" if scaling is None else "rope.scaling",
+            f"gives {what} frequencies or an attention factor that are not finite and positive "
+            f"for {length} positions (base {base:g}, {dims} dims)",
+            "settings whose frequencies stay finite (a smaller factor, base or length)",
+        )  # fmt: skip
+    return scaled, float(attention)
 
 
 # -- the fixture's ``rope.scaling`` ------------------------------------------------------------
@@ -258,7 +278,7 @@ def parse_scaling(
         raise key("gives both type and rope_type, and they differ", "one of them", field)
     kind = value.pop("type", value.pop("rope_type", None))
     value.pop("rope_type", None)
-    if kind not in KINDS:
+    if not isinstance(kind, str) or kind not in KINDS:
         raise key(f"type is {key.describe(kind)}", " | ".join(KINDS) + " (transformers' rope_type)",
                   f"{field}.type")  # fmt: skip
     spec = KINDS[kind]
@@ -273,8 +293,27 @@ def parse_scaling(
     params = {name: _parameter(name, value[name], key, dims, field)
               for name in known if name in value}  # fmt: skip
     scaling = RopeScaling(kind, tuple(params.items()))
-    _check_kind(scaling, key, dims, field)
+    _check_kind(scaling, key, dims, base, field)
     return scaling
+
+
+MOST_POSITIONS = 1 << 53  # a longer context is not a whole number of positions in float64
+# The range each numeric parameter is read in: wide enough for every published config (factors
+# 1-64, beta 1-32, mscale ~0.7-1), narrow enough that no formula of this module overflows,
+# divides by zero or takes the log of 0 (a factor of 1e308 or 5e-324 is refused here, at load
+# time, for attn trace, decode, flash and rope alike).
+RANGES: dict[str, tuple[float, float]] = {
+    "factor": (1e-3, 1e6),
+    "low_freq_factor": (1e-3, 1e6),
+    "high_freq_factor": (1e-3, 1e6),
+    "beta_fast": (1e-3, 1e6),
+    "beta_slow": (1e-3, 1e6),
+    "attention_factor": (1e-3, 1e3),
+    "mscale": (0.0, 1e3),
+    "mscale_all_dim": (0.0, 1e3),
+    "short_factor": (1e-3, 1e6),
+    "long_factor": (1e-3, 1e6),
+}
 
 
 def _parameter(name: str, value: Any, key: FixtureKey, dims: int, within: str) -> Any:
@@ -284,33 +323,35 @@ def _parameter(name: str, value: Any, key: FixtureKey, dims: int, within: str) -
             raise key(f"got {key.describe(value)}", "true or false", field)
         return value
     if name in ("short_factor", "long_factor"):
+        low, high = RANGES[name]
         if not isinstance(value, list) or len(value) != dims // 2:
-            expected = f"a list of {dims // 2} positive numbers, one per rotated pair"
+            expected = f"a list of {dims // 2} numbers from {low:g} to {high:g}, one per pair"
             raise key(f"got {key.describe(value)}", expected, field)
-        return tuple(_positive(v, key, field) for v in value)
+        return tuple(_in_range(v, key, f"{field}[{i}]", name) for i, v in enumerate(value))
     if name in (ORIGINAL, MAX):
-        if type(value) is not int or value < 1:
-            raise key(f"got {key.describe(value)}", "a whole number of positions >= 1", field)
+        if type(value) is not int or not 1 <= value <= MOST_POSITIONS:
+            raise key(f"got {key.describe(value)}", "a whole number of positions from 1 to 2**53",
+                      field)  # fmt: skip
         return value
-    if name in ("mscale", "mscale_all_dim"):
-        return _number(value, key, field)
-    return _positive(value, key, field)
+    return _in_range(value, key, field, name)
 
 
-def _number(value: Any, key: FixtureKey, field: str) -> float:
-    if type(value) not in (int, float) or not math.isfinite(value):
-        raise key(f"got {key.describe(value)}", "a finite number", field)
-    return float(value)
-
-
-def _positive(value: Any, key: FixtureKey, field: str) -> float:
-    number = _number(value, key, field)
-    if number <= 0:
-        raise key(f"got {key.describe(value)}", "a positive number", field)
+def _in_range(value: Any, key: FixtureKey, field: str, name: str) -> float:
+    """A finite number in the parameter's range (RANGES), else one line naming the field."""
+    low, high = RANGES[name]
+    expected = f"a number from {low:g} to {high:g}"
+    if type(value) not in (int, float):
+        raise key(f"got {key.describe(value)}", expected, field)
+    try:
+        number = float(value)
+    except OverflowError:
+        number = math.inf
+    if not low <= number <= high:  # NaN fails too
+        raise key(f"got {key.describe(value)}", expected, field)
     return number
 
 
-def _check_kind(s: RopeScaling, key: FixtureKey, dims: int, field: str) -> None:
+def _check_kind(s: RopeScaling, key: FixtureKey, dims: int, base: float, field: str) -> None:
     """What transformers' validation asks of a kind, and what its formulas need."""
     if s.kind == "dynamic" and dims <= 2:
         raise key(f"rotates {dims} dims", "more than 2 (the base grows by a power dims/(dims-2))",
@@ -322,6 +363,13 @@ def _check_kind(s: RopeScaling, key: FixtureKey, dims: int, field: str) -> None:
     if s.kind in ("yarn", "longrope") and s.get("factor") is None and s.get(MAX) is None:
         raise key("gives neither factor nor max_position_embeddings",
                   "one of them (factor = max_position_embeddings / original)", field)  # fmt: skip
+    if s.kind == "longrope" and s.get(ORIGINAL) < 2:
+        raise key(f"original_max_position_embeddings is {s.get(ORIGINAL)}",
+                  "at least 2 (longrope's attention factor divides by its log)",
+                  f"{field}.{ORIGINAL}")  # fmt: skip
+    if s.kind == "yarn" and base <= 1:
+        raise key(f"rotates with base {base:g}", "a base above 1 (yarn's ramp divides by its log)",
+                  f"{field}.type")  # fmt: skip
 
 
 # -- per pair: which band of the scaling each rotated pair falls in ----------------------------

@@ -46,13 +46,15 @@ class RopeTable(NamedTuple):
     sin: FloatArray  # (P,)
 
 
-def rope_table(rope: Rope, d_k: int, length: int, position: int) -> RopeTable:
-    """The pairs of ``rope`` at ``position`` in a sequence of ``length`` positions."""
+def rope_table(rope: Rope, d_k: int, length: int, position: int, source: str = "") -> RopeTable:
+    """The pairs of ``rope`` at ``position`` in a sequence of ``length`` positions; the
+    frequencies are checked finite by ``frequencies`` (a ComputeError naming ``source``)."""
     if not 1 <= length <= MAX_POSITION or not 0 <= position < length:
         raise ValueError(f"need 0 <= position < length <= 2**53, got {position} and {length}")
     first, second = rope_pairs(rope.dims, rope.layout)  # (P,), (P,)
-    plain, _ = scaled_frequencies(None, rope.dims, rope.base, length)  # (P,)
-    scaled, attention = scaled_frequencies(rope.scaling, rope.dims, rope.base, length)  # (P,)
+    plain, _ = scaled_frequencies(None, rope.dims, rope.base, length, source)  # (P,)
+    scaled, attention = scaled_frequencies(rope.scaling, rope.dims, rope.base, length,
+                                           source)  # (P,)  # fmt: skip
     band, mix = bands(rope.scaling, rope.dims, rope.base, length)
     base = rope.base
     if rope.scaling is not None and rope.scaling.kind == "dynamic":

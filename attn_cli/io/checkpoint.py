@@ -763,10 +763,11 @@ def _normalize(x: FloatArray, norm: Norm, tensors: Mapping[str, FloatArray]) -> 
 
 
 def _row_scale(x: FloatArray) -> FloatArray:
-    """Per row, the power of two just above its largest magnitude (1 for a row of zeros)."""
+    """Per row, the power of two just above its largest magnitude (1 for a row of zeros); at
+    most 2**1023, the largest float64 power of two (a row above it scales to below 2)."""
     top = np.abs(x).max(axis=-1, keepdims=True)  # (..., 1)
     _, exponent = np.frexp(top)  # top = m * 2**exponent, 0.5 <= m < 1
-    scale: FloatArray = np.ldexp(1.0, exponent)
+    scale: FloatArray = np.ldexp(1.0, np.minimum(exponent, 1023))
     return np.where(top > 0, scale, 1.0)
 
 

@@ -159,6 +159,15 @@ class LayerPlan:
     unused: str = "$^"  # a regex (after ``block``) of tensors there the model never uses
 
 
+# Counts that a list or a loop is built over before the checkpoint's tensors are checked
+# against them (the experts' tensor names, the router's groups): bounded where they are read,
+# as a config claiming 2**63 experts built a list of their names until memory ran out.
+MOST: dict[str, int] = dict.fromkeys(
+    ("num_local_experts", "num_experts", "n_routed_experts", "num_experts_per_tok", "n_group",
+     "topk_group", "n_shared_experts"), 1 << 16,
+)  # fmt: skip
+
+
 class Config:
     """config.json as read: typed getters whose errors name the file and the key.
 
@@ -182,8 +191,12 @@ class Config:
             if default is _REQUIRED:
                 raise self.error(key, "missing", f"a whole number >= {minimum}")
             return int(default)
-        if type(value) is not int or value < minimum:
-            raise self.error(key, f"got {value!r}", f"a whole number >= {minimum}")
+        most = MOST.get(key)
+        if type(value) is not int or value < minimum or (most is not None and value > most):
+            expected = f"a whole number >= {minimum}"
+            if most is not None:
+                expected = f"a whole number from {minimum} to {most:,} ({key} of a model)"
+            raise self.error(key, f"got {_shown(value)}", expected)
         return value
 
     def number(self, key: str, default: float, *, positive: bool = True) -> float:
@@ -208,6 +221,26 @@ class Config:
         if key in self.data and self.data[key] is None:
             return None
         return self.number(key, default)
+
+    def mapping(self, key: str) -> Mapping[str, Any] | None:
+        """The mapping at ``key`` (rope_parameters, rope_scaling, ...), None where config.json
+        says nothing or null; any other type is one line naming the key."""
+        value = self.data.get(key)
+        if value is None:
+            return None
+        if not isinstance(value, Mapping):
+            raise self.error(key, f"got {_shown(value)}", "a mapping {name: value, ...}")
+        return value
+
+    def text(self, key: str, default: str) -> str:
+        """The string at ``key`` (an activation, a method's name), ``default`` where
+        config.json says nothing or null; any other type is one line naming the key."""
+        value = self.data.get(key)
+        if value is None:
+            return default
+        if not isinstance(value, str):
+            raise self.error(key, f"got {_shown(value)}", "a string")
+        return value
 
     def optional_whole(self, key: str, default: int, minimum: int = 1) -> int | None:
         """The whole number, or None where config.json says null."""
@@ -272,7 +305,7 @@ def _heads(config: Config, hidden: int, heads_key: str) -> int:
 def _bert(config: Config, layer: int, family: str = "bert") -> LayerPlan:
     """BERT: nn.Linear query/key/value/attention.output.dense, post-norm, learned positions
     (RoBERTa, XLM-R, CamemBERT: the same layer, positions counted from pad_token_id + 1)."""
-    kind = config.data.get("position_embedding_type", "absolute")
+    kind = config.text("position_embedding_type", "absolute")
     if kind != "absolute":
         raise config.error(
             "position_embedding_type", f"{kind!r} is not supported", "'absolute' (learned table)"
@@ -798,11 +831,13 @@ _ROPE_KEYS = ("rope_type", "type", "rope_theta", "partial_rotary_factor")  # of 
 def _rope_mapping(config: Config) -> tuple[Any, str]:
     """The RoPE mapping and its key: ``rope_scaling`` where it is set, as transformers 5 takes
     it over ``rope_parameters`` (``convert_rope_params_to_dict``), else ``rope_parameters``."""
-    if config.data.get("rope_scaling"):
-        return config.data["rope_scaling"], "rope_scaling"
-    if config.data.get("rope_parameters") is not None:
-        return config.data["rope_parameters"], "rope_parameters"
-    return config.data.get("rope_scaling"), "rope_scaling"
+    scaling = config.mapping("rope_scaling")
+    if scaling:
+        return scaling, "rope_scaling"
+    params = config.mapping("rope_parameters")
+    if params is not None:
+        return params, "rope_parameters"
+    return scaling, "rope_scaling"
 
 
 # GptOssConfig's rope_parameters when config.json has none (transformers 5.24)
@@ -879,9 +914,9 @@ def _typed_rope(config: Config, family: str, kind: str) -> tuple[dict[str, Any],
     arch = ARCHS[family]
     assert arch.by_type is not None
     default = arch.by_type[kind == "full_attention"]
-    params = config.data.get("rope_parameters")
-    if isinstance(params, Mapping) and set(params) & set(_LAYER_TYPES):
-        if config.data.get("rope_scaling") or set(params) - set(_LAYER_TYPES):
+    params = config.mapping("rope_parameters")  # on every layer type: a list is one line
+    if params is not None and set(params) & set(_LAYER_TYPES):
+        if config.mapping("rope_scaling") or set(params) - set(_LAYER_TYPES):
             raise config.error(
                 "rope_parameters", f"got {_shown(params)} beside rope_scaling or other keys",
                 "a mapping per layer type (sliding_attention, full_attention) alone",
@@ -1052,8 +1087,8 @@ def _gated_deltanet(
         )  # fmt: skip
     dk, dv = config.whole("linear_key_head_dim", 128), config.whole("linear_value_head_dim", 128)
     kernel = config.whole("linear_conv_kernel_dim", 4)
-    act = config.data.get("hidden_act")
-    if act not in (None, "silu", "swish"):  # the activation after linear_attn's conv1d
+    act = config.text("hidden_act", "silu")
+    if act not in ("silu", "swish"):  # the activation after linear_attn's conv1d
         raise config.error(
             "hidden_act", f"got {_shown(act)}: the activation after linear_attention's conv1d, "
             "where the gated_deltanet key applies SiLU", "absent or 'silu'",

@@ -192,8 +192,7 @@ def _block_config(cfg: Config, family: str) -> tuple[Config, str]:
 
 
 def _act(cfg: Config, key: str, default: str) -> str:
-    value = cfg.data.get(key)
-    value = default if value is None else value
+    value = cfg.text(key, default)
     if value not in fw.ACTIVATIONS:
         raise cfg.error(key, f"got {value!r}", "one of " + ", ".join(fw.ACTIVATIONS))
     return str(value)
@@ -493,7 +492,7 @@ def _deepseek_v2_experts(cfg: Config, plan: LayerPlan, t: Callable[..., Tensor])
         return None
     E, F = cfg.whole("n_routed_experts", 64), cfg.whole("moe_intermediate_size", 1407)
     k = cfg.whole("num_experts_per_tok")
-    method = cfg.data.get("topk_method", "greedy")
+    method = cfg.text("topk_method", "greedy")
     if method not in ("greedy", "group_limited_greedy"):
         raise cfg.error("topk_method", f"got {method!r}", "greedy or group_limited_greedy")
     groups = None
@@ -711,9 +710,18 @@ def _layer(
         out = _mlp(bp, t, h)
         return out if bp.residual is None else bp.residual * out
 
-    if bp.residual is not None:  # Granite: each branch times residual_multiplier, then added
-        attention = bp.residual * attention
-    return fw.block(x, bp.placement, attention, mlp, norms)
+    with np.errstate(over="ignore", invalid="ignore", divide="ignore", under="ignore"):
+        if bp.residual is not None:  # Granite: each branch times residual_multiplier, then added
+            attention = bp.residual * attention
+        leaving = fw.block(x, bp.placement, attention, mlp, norms)
+    if not np.isfinite(leaving).all():  # checked here, before the next layer's norm reads it
+        raise InputError(
+            cfg.source, f"{cfg.path}num_hidden_layers",
+            f"the residual stream leaving layer {layer} is not finite (float64 overflow in its "
+            "block: a multiplier such as routed_scaling_factor or residual_multiplier, or a "
+            "weight, too large)", "config values and weights of an ordinary size",
+        )  # fmt: skip
+    return leaving
 
 
 def _moe(

@@ -34,6 +34,7 @@ from attn_cli.present.text import (
     header_lines,
     pick,
     safe,
+    with_short_labels,
 )
 from attn_cli.present.variants import texts
 from attn_cli.present.worked import (
@@ -137,7 +138,8 @@ class _Grid:
 
 
 def to_markdown(trace: Trace, options: RenderOptions) -> str:
-    """The trace as GitHub-flavoured Markdown."""
+    """The trace as GitHub-flavoured Markdown (token labels cut as the terminal cuts them)."""
+    trace = with_short_labels(trace)
     lang = options.lang
     inp = trace.inputs
     out = [f"# {md_escape(inp.name or label(lang, 'trace_title'))}", ""]
@@ -250,7 +252,9 @@ def _md_cell(part: CellText) -> list[str]:
 
 
 def to_latex(trace: Trace, options: RenderOptions) -> str:
-    """The trace as a standalone LaTeX document for pdflatex (tabular per stage)."""
+    """The trace as a standalone LaTeX document for pdflatex (tabular per stage; token labels
+    cut as the terminal cuts them)."""
+    trace = with_short_labels(trace)
     body = _latex_header(trace, options)
     cells = worked_cells(trace, options.cell) if options.cell is not None else []
     for stage in trace:

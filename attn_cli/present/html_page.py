@@ -47,6 +47,7 @@ from attn_cli.present.text import (
     format_number,
     header_lines,
     pick,
+    with_short_labels,
 )
 
 if TYPE_CHECKING:
@@ -136,7 +137,8 @@ def trace_page(
     """The whole page: the template filled with the tables, the texts and the data
     (derivations embedded for up to ``max_worked`` worked cells and ``max_entries`` entries)."""
     options = options or RenderOptions()
-    page = _Page(trace, options, max_worked=max_worked, max_entries=max_entries)
+    page = _Page(with_short_labels(trace), options, max_worked=max_worked,
+                 max_entries=max_entries, whole_text=trace)  # fmt: skip
     page.plan()
     body = page.body()
     data = page.data_text()
@@ -228,6 +230,7 @@ class _Page:
     max_entries: int = MAX_ENTRIES
     entries: int = 0  # entry derivations made (present/entries.py)
     entries_capped: bool = False
+    whole_text: Trace | None = None  # the trace with its tokens' full text, for the page's data
 
     @cached_property
     def applicable(self) -> tuple[str, ...]:
@@ -623,7 +626,8 @@ class _Page:
         from attn_cli.io.trace_json import dumps, json_text
 
         names = tuple(s.name for s in self.shown)
-        trace_text = dumps(self.trace, names) if not self.kept else self._cut_trace(names)
+        whole = self.whole_text or self.trace  # the tokens' full text, once (the labels are cut)
+        trace_text = dumps(whole, names) if not self.kept else self._cut_trace(names)
         inp = self.trace.inputs
         extra = {
             "kept": self.kept,
@@ -640,7 +644,7 @@ class _Page:
         axis: a 4,096-token trace gives a page of a few MB, not hundreds."""
         from attn_cli.io.trace_json import dumps, json_text
 
-        head = dumps(self.trace, ())
+        head = dumps(self.whole_text or self.trace, ())
         opening = '"stages": {'
         pieces = []
         for name in names:

@@ -27,6 +27,7 @@ from attn_cli.present.html_steps import (
     _Steps,
     _w,
     _where,
+    short_run,
 )
 from attn_cli.present.i18n import Lang, axis_title
 from attn_cli.present.options import RenderOptions
@@ -91,7 +92,8 @@ def step_stages(trace: Any, step: Any) -> list[tuple[str, Any]]:
 def state_page(run: StateRun, options: RenderOptions | None = None, theme: str = "auto") -> str:
     """The state decode as one page: the overview and ledger, a section per step, the checks."""
     options = options or RenderOptions()
-    p = _Steps(run, options, "decode")
+    run, tokens = short_run(run)
+    p = _Steps(run, options, "decode", tokens=tokens)
     steps = run.result.steps
     picked = _picked_steps(p, len(steps))
     sections = [(_w("en", "overview"), _overview(run))]

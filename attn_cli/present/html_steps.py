@@ -57,6 +57,7 @@ from attn_cli.present.text import (
     pick,
     safe,
     short_number,
+    with_short_labels,
 )
 from attn_cli.present.variants import extra_logit
 
@@ -256,6 +257,7 @@ class _Steps:
     cut: int = 0  # steps or tiles whose numbers were left out of the page's data
     notes: list[str] = field(default_factory=list)
     arrays: dict[int, dict[str, Any]] = field(default_factory=dict)  # a step's, by step
+    tokens: tuple[str, ...] | None = None  # the tokens' full text, once in the page's data
 
     @property
     def lang(self) -> Lang:
@@ -424,6 +426,7 @@ def _page(p: _Steps, title: str, sections: list[tuple[str, str]], data: dict[str
     out.append(f'<p class="hint">{_both(lambda lang: _w(lang, hint))}</p></aside></div>')
     inp = p.trace.inputs
     data |= {
+        "tokens": p.tokens,  # the labels are cut (with_short_labels): the full text, once
         "derivations": p.derivations,
         "words": {lang: _plain_words(lang, hint) for lang in LANGS},
         "lang_tags": LANG_TAGS,
@@ -431,6 +434,14 @@ def _page(p: _Steps, title: str, sections: list[tuple[str, str]], data: dict[str
         "precision": p.options.precision,
     }
     return _fill(p.run, p.options, theme, "\n".join(out), data)
+
+
+def short_run(run: Any) -> tuple[Any, tuple[str, ...] | None]:
+    """A decode, flash or state run whose trace labels its tokens cut (present/text.py
+    ``with_short_labels``), as every page draws them, and the tokens' full text."""
+    from dataclasses import replace
+
+    return replace(run, trace=with_short_labels(run.trace)), run.trace.inputs.tokens
 
 
 def _explained(run: Any, explain: Callable[[Any, str, Lang], Any], key: str) -> str:
@@ -464,7 +475,8 @@ def decode_page(run: DecodeRun, options: RenderOptions | None = None, theme: str
     from attn_cli.present.decode_view import LABELS as DECODE_LABELS
 
     options = options or RenderOptions()
-    p = _Steps(run, options, "decode")
+    run, tokens = short_run(run)
+    p = _Steps(run, options, "decode", tokens=tokens)
     steps = run.result.steps
     picked = _picked_steps(p, len(steps))
     sections = [(_w("en", "overview"), _decode_overview(run, DECODE_LABELS))]
@@ -891,7 +903,8 @@ def decode_notebook_html(run: DecodeRun, height: int = 640) -> str:
 def flash_page(run: FlashRun, options: RenderOptions | None = None, theme: str = "auto") -> str:
     """The FlashAttention loop as one page: the overview, a section per tile shown, O and L."""
     options = options or RenderOptions()
-    p = _Steps(run, options, "flash")
+    run, tokens = short_run(run)
+    p = _Steps(run, options, "flash", tokens=tokens)
     picked = pick(len(run.tiles), MAX_TILES, TILE_EDGE, False)
     shown = sum(k is not None for k in picked)
     if shown < run.tiles_total:

@@ -44,7 +44,7 @@ from attn_cli.present.html_page import (
 from attn_cli.present.i18n import Lang
 from attn_cli.present.modelview import HINTS, MAX_SIDE, MIN_SIDE, TEXTS, ModelView, pooled
 from attn_cli.present.options import RenderOptions
-from attn_cli.present.text import format_number
+from attn_cli.present.text import format_number, short_label
 
 if TYPE_CHECKING:
     from attn_cli.core.pipeline import Trace
@@ -247,7 +247,7 @@ class _Body:
         out.append("<h2>" + _both(lambda lang: TEXTS[lang]["title"].format(
             family=v.family, layers=len(v.weights), heads=heads, T=T,
             pooled=pooled_note(lang))) + "</h2>")  # fmt: skip
-        tokens = " ".join(f"<code>{_esc(t)}</code>" for t in v.tokens)
+        tokens = " ".join(f"<code>{_esc(short_label(t))}</code>" for t in v.tokens)  # data: full
         out.append(f"<p>{_both(lambda lang: TEXTS[lang]['tokens'] + ':')} {tokens}</p>")
         out.append(f'<p class="hint">{_both(_word("hint"))}</p>')
         out += self._notes(shown, heads, side)

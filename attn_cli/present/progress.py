@@ -43,7 +43,8 @@ class Status:
         self.enabled = wanted(self.stream)
         self._lock = threading.Lock()
         self._timer: threading.Timer | None = None
-        self._shown: Any = None  # rich.status.Status once drawn
+        self._shown: Any = None  # rich.live.Live once drawn
+        self._spinner: Any = None  # rich.spinner.Spinner, what it draws
         self._done = False
 
     def __enter__(self) -> Status:
@@ -62,7 +63,7 @@ class Status:
         with self._lock:
             self.message = message
             if self._shown is not None:
-                self._shown.update(message)
+                self._spinner.update(text=_line(message))
 
     def progress(self, what: str) -> Any:
         """A ``(done, total)`` callback that shows ``what: N%``."""
@@ -87,11 +88,36 @@ class Status:
                 self._shown = None
 
     def _show(self) -> None:
+        """Draw the line on ``self.stream`` alone: a Live that leaves sys.stdout and sys.stderr
+        as they are (Rich's ``console.status`` redirects both while it is shown, so a write to
+        stdout would pass through the status's console), as wide as the terminal really is
+        (COLUMNS=100000 would pad the line into a thousand wrapped rows), cropped to one row."""
         from rich.console import Console
+        from rich.live import Live
+        from rich.spinner import Spinner
 
         with self._lock:
             if self._done:
                 return
-            console = Console(file=self.stream, stderr=self.stream is sys.stderr)
-            self._shown = console.status(self.message, spinner="dots")
+            console = Console(file=self.stream, width=_columns(self.stream), highlight=False)
+            self._spinner = Spinner("dots", text=_line(self.message))
+            self._shown = Live(self._spinner, console=console, transient=True,
+                               redirect_stdout=False, redirect_stderr=False,
+                               refresh_per_second=12.5)  # fmt: skip
             self._shown.start()
+
+
+def _columns(stream: IO[str], fallback: int = 80) -> int:
+    """The width of the terminal ``stream`` is (not $COLUMNS), within 20 .. 500."""
+    try:
+        columns = os.get_terminal_size(stream.fileno()).columns
+    except (AttributeError, OSError, ValueError):
+        columns = fallback
+    return max(20, min(columns or fallback, 500))
+
+
+def _line(message: str) -> Any:
+    """The status text on one row, cut with an ellipsis where the terminal ends."""
+    from rich.text import Text
+
+    return Text(message, no_wrap=True, overflow="ellipsis")

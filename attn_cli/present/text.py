@@ -23,6 +23,30 @@ COL_LIMIT, COL_EDGE = 10, 3
 TABLE_LIMIT, TABLE_EDGE = 16, 3  # tables (batch items x heads) per stage
 
 
+# A token's label on a page (table headers, derivations, titles) is cut to this many characters,
+# as the terminal cuts it to its column with "…": a 10^6-character token repeated in every header
+# and derivation made a 617 MB page. The full text stays once, in the page's data.
+LABEL_CHARS = 40
+
+
+def short_label(text: str, limit: int = LABEL_CHARS) -> str:
+    """``text`` cut to ``limit`` characters, the last an ellipsis, when it is longer."""
+    return text if len(text) <= limit else text[: limit - 1] + ELLIPSIS
+
+
+def with_short_labels(trace: Trace) -> Trace:
+    """The trace with every token label cut (``short_label``): what a page draws from, so that
+    each of its generators labels as the others do (the numbers are the same arrays)."""
+    from dataclasses import replace
+
+    inp = trace.inputs
+    cut = [None if t is None else tuple(short_label(x) for x in t)
+           for t in (inp.tokens, inp.key_tokens)]  # fmt: skip
+    if cut == [inp.tokens, inp.key_tokens]:
+        return trace
+    return replace(trace, inputs=replace(inp, tokens=cut[0], key_tokens=cut[1]))
+
+
 def pick(n: int, limit: int, edge: int, full: bool) -> list[int | None]:
     """Indices to show along one axis; None marks the ellipsis."""
     if full or n <= limit:

@@ -1,7 +1,8 @@
 """The mistakes of logit softcapping (Gemma 2: capped = cap·tanh(scaled / cap)): the cap applied
 after the mask, where it turns -inf into -cap and gives hidden keys weight; the division or the
-multiplication by cap left out; the cap applied before the 1/√d_k scale; the cap left out; the
-final logits' cap (30) where the attention's (50) is meant, or the reverse."""
+multiplication by cap left out, or both (tanh(scaled)); the cap applied before the 1/√d_k
+scale; the cap left out; the final logits' cap (30) where the attention's (50) is meant, or the
+reverse."""
 
 from __future__ import annotations
 
@@ -72,6 +73,19 @@ def _formula(trace: Trace) -> list[Change]:
     ]  # fmt: skip
 
 
+def _no_factor(trace: Trace) -> list[Change]:
+    cap = _cap(trace)
+    if cap is None:
+        return []
+    x = internal(trace, "scaled")  # (B, H, T, S)
+    detail = (
+        f"Your {{stage}} is what attn gets with the cap left out on both sides: tanh(scaled), "
+        f"every score squeezed into (-1, 1) without the division by {cap:g} first, instead of "
+        f"{cap:g}·tanh(scaled / {cap:g}). Fix: capped = {cap:g} * tanh(scaled / {cap:g})."
+    )
+    return [Change(detail, "capped", {"capped": np.tanh(x)})]
+
+
 def _before_scale(trace: Trace) -> list[Change]:
     cap = _cap(trace)
     if cap is None or trace.scale == 1:
@@ -121,6 +135,8 @@ register(
             recomputed(_softcap_after_mask), 140),
     Mistake("softcap_formula", "softcap without dividing by the cap, or without multiplying "
             "back", recomputed(_formula), 141),
+    Mistake("softcap_no_factor", "softcap without its factor: tanh(scaled), not "
+            "cap·tanh(scaled / cap)", recomputed(_no_factor), 145),
     Mistake("softcap_before_scale", "softcap applied before the scale", recomputed(_before_scale),
             142),
     Mistake("softcap_left_out", "softcap left out", recomputed(_left_out), 143),
@@ -138,6 +154,11 @@ register_zh(
             "softcap 少了除以 cap 或乘回 cap",
             "写成 cap·tanh(scaled)（每个分数都饱和到 ±cap）或 tanh(scaled / cap)（被压进 (−1, 1)）"
             "。修正：capped = cap * tanh(scaled / cap)。",
+        ),
+        "softcap_no_factor": (
+            "softcap 漏掉了 cap 因子",
+            "写成 tanh(scaled)：既没有先除以 cap，也没有再乘回 cap，每个分数都被压进 (−1, 1)。"
+            "修正：capped = cap * tanh(scaled / cap)。",
         ),
         "softcap_before_scale": (
             "softcap 放在了缩放之前",

@@ -35,7 +35,7 @@ import numpy as np
 from attn_cli.core.decode_state import Recurrence, State
 from attn_cli.core.heads import split_heads
 from attn_cli.core.inputs import Inputs
-from attn_cli.core.plugins.parsing import known_subkeys, plain, positive_number
+from attn_cli.core.plugins.parsing import known_subkeys, plain, positive_number, whole_number
 from attn_cli.core.stage_spec import OUT_AXES, Q_AXES, SCORE_AXES, StageSpec
 from attn_cli.core.variant import Cast, FixtureKey, FloatArray, IntArray, Variant, register
 
@@ -248,10 +248,11 @@ _SOFTMAX_ONLY = ("rope", "qk_norm", "softcap", "alibi", "bias", "sinks", "window
                  "lengths", "gate", "mask_value")  # fmt: skip
 
 
+MOST_CHUNK = 1024  # a chunk's (C, C) matrices per head: 8 MiB of float64 at most
+
+
 def _chunk(raw: Any, key: FixtureKey, field: str) -> int:
-    if isinstance(raw, bool) or not isinstance(raw, int) or raw < 1:
-        raise key(f"got {key.describe(raw)}", "a positive whole number of tokens", field)
-    return int(raw)
+    return whole_number(raw, key, field, 1, MOST_CHUNK, "tokens per chunk; transformers: 64")
 
 
 class LinearAttention(_Linear):
@@ -585,8 +586,9 @@ class _DeltaParser:
             raise key("given with Q, K and V directly", "X alongside it (Gated DeltaNet "
                       "projects q, k, v, z, b and a from X)")  # fmt: skip
         d, H = key.d_model, key.heads
-        k_heads = v.get("k_heads", H)
-        if isinstance(k_heads, bool) or not isinstance(k_heads, int) or k_heads < 1 or H % k_heads:
+        k_heads = whole_number(v.get("k_heads", H), key, "gated_deltanet.k_heads", 1, H,
+                               f"dividing heads = {H}")  # fmt: skip
+        if H % k_heads:
             raise key(f"got {key.describe(k_heads)}", f"a whole number dividing heads = {H}",
                       "gated_deltanet.k_heads")  # fmt: skip
         W_q = self.array("W_q", (d, None), f"a matrix [d_model, k_heads*d_k] = [{d}, ...]")

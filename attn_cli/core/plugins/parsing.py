@@ -36,6 +36,15 @@ def positive_number(raw: Any, key: FixtureKey, what: str, field: str | None = No
     return number
 
 
+def whole_number(raw: Any, key: FixtureKey, field: str, low: int, high: int, what: str) -> int:
+    """An int (not a bool, not a float) from ``low`` to ``high``: every integer setting of a
+    variant is bounded at load time, so that 2**63 never reaches NumPy as a size."""
+    if type(raw) is not int or not low <= raw <= high:
+        raise key(f"got {key.describe(raw)}", f"a whole number from {low} to {high} ({what})",
+                  field)  # fmt: skip
+    return raw
+
+
 def per_head(raw: Any, key: FixtureKey, field: str) -> FloatArray:
     """One finite number per query head."""
     numeric = isinstance(raw, np.ndarray) and raw.ndim > 0 and raw.dtype.kind in "iuf"

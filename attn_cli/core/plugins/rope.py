@@ -217,7 +217,7 @@ def frequencies(rope: Rope, inputs: Inputs) -> tuple[FloatArray, float]:
         return rope_inv_freq(rope.dims, rope.base), 1.0
     from attn_cli.core.rope_scaling import frequencies as scaled
 
-    return scaled(rope.scaling, rope.dims, rope.base, rope_length(inputs))
+    return scaled(rope.scaling, rope.dims, rope.base, rope_length(inputs), inputs.source)
 
 
 def rope_inv_freq(dims: int, base: float = 10000.0) -> FloatArray:
