@@ -26,11 +26,11 @@ from attn_cli.present.render import (
     Fields,
     Heading,
     Matrix,
-    _heat,
     _stage_tables,
     render_header,
     render_heatmap,
     render_trace,
+    stage_heat,
     viridis,
 )
 from attn_cli.present.worked import row_max_positions_for_display, row_sums_for_display
@@ -317,7 +317,7 @@ def test_tables_draw_themselves_as_richs_table_draws_them(name: str) -> None:
     for heat, full in itertools.product((False, True), (False, True)):
         options = RenderOptions(heatmap=heat, full=full)
         for stage in trace:
-            shading = _heat(trace, stage, options) if heat else None
+            shading = stage_heat(trace, stage, options) if heat else None
             for part in _stage_tables(trace, stage, options, shading):
                 if not isinstance(part, Matrix):
                     continue

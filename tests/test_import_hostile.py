@@ -244,7 +244,7 @@ def test_the_tokenizer_guard_lets_ctrl_c_through(tmp_path: Path) -> None:
         raise KeyboardInterrupt
 
     with pytest.raises(KeyboardInterrupt):
-        checkpoint._tokenizer_call(tmp_path, interrupted, "fails", "works")
+        checkpoint.tokenizer_call(tmp_path, interrupted, "fails", "works")
 
 
 def test_tokens_are_those_of_encode(tmp_path: Path) -> None:

@@ -237,7 +237,7 @@ def decode_args(trace: Trace) -> DecodeArgs:
     dtype = np.dtype(trace.dtype)
     for v, value in chain.on:
         arrays = {name: internal(trace, name) for name in v.decode_stages}
-        form = v.decode_form(value, chain.inputs, arrays, _caster(dtype))
+        form = v.decode_form(value, chain.inputs, arrays, caster(dtype))
         if form is not None:  # nothing to rotate: its q and k are at their positions
             return DecodeArgs(form.q, form.k, form.v, chain, trace.scale, pos, None, form)
     q, k = (_before_rotation(trace, chain, which, pos) for which in "QK")
@@ -249,7 +249,7 @@ def decode_args(trace: Trace) -> DecodeArgs:
         scale=trace.scale,
         positions=pos,
         rotate=_rotation(chain, np.dtype(trace.dtype)),
-        after=_after(trace, chain),
+        after=head_output_after(trace, chain),
     )
 
 
@@ -264,13 +264,13 @@ def refuse_own_loop(chain: Chain) -> None:
             )  # fmt: skip
 
 
-def _after(trace: Trace, chain: Chain) -> After | None:
+def head_output_after(trace: Trace, chain: Chain) -> After | None:
     """The chain's head-output transforms (a gate) of some tokens' output, from their rows of X,
     by the code the trace runs; None when there are none."""
     if not chain.out_stages:
         return None
     X = internal(trace, "X")  # (B, T, d_model)
-    cast = _caster(np.dtype(trace.dtype))
+    cast = caster(np.dtype(trace.dtype))
 
     def after(tokens: slice, output: AnyArray) -> dict[str, AnyArray]:
         made: dict[str, AnyArray] = {}
@@ -290,7 +290,7 @@ def _rotation(chain: Chain, dtype: np.dtype[Any]) -> Rotate | None:
 
     def rotate(x: Any, positions: Any) -> Any:
         for v, value in rotations:  # Q and K take it alike: it is asked for K's
-            x = v.transform(value, chain.inputs, "K", x, positions, _caster(dtype))
+            x = v.transform(value, chain.inputs, "K", x, positions, caster(dtype))
         return x
 
     return rotate
@@ -303,7 +303,7 @@ def _before_rotation(trace: Trace, chain: Chain, which: str, positions: Any) -> 
     x = internal(trace, chain.before_positional(which))  # (B, heads, T, D)
     own = [(v, value) for v, value in chain.transforms_of(which) if v.positional and not _both(v)]
     for v, value in own:
-        x = v.transform(value, chain.inputs, which, x, positions, _caster(x.dtype))
+        x = v.transform(value, chain.inputs, which, x, positions, caster(x.dtype))
     return x
 
 
@@ -311,7 +311,7 @@ def _both(v: Variant) -> bool:
     return "Q" in v.transforms and "K" in v.transforms
 
 
-def _caster(dtype: np.dtype[Any]) -> Callable[[str, FloatArray], FloatArray]:
+def caster(dtype: np.dtype[Any]) -> Callable[[str, FloatArray], FloatArray]:
     """A transform's own arrays in the trace's computing dtype."""
     return lambda name, array: array.astype(dtype, copy=False)
 

@@ -25,11 +25,11 @@ from attn_cli.blas import blas_limit
 from attn_cli.check.runs import (
     F64_TOLERANCE,
     DecodeRun,
-    _after,
-    _caster,
+    caster,
     check_decode,
     decode_bytes,
     decode_keep,
+    head_output_after,
     internal,
     load_trace,
     max_abs_diff,
@@ -89,7 +89,7 @@ class StateRun:
 def recurrence(trace: Trace) -> Recurrence | None:
     """The variant's recurrent state for this trace (linear attention), None: a KV cache."""
     chain = trace_chain(trace)
-    cast = _caster(np.dtype(trace.dtype))
+    cast = caster(np.dtype(trace.dtype))
     for v, value in chain.on:
         names = ("Q", "K", "V", "X", *v.decode_stages)
         arrays = {n: internal(trace, n) for n in names if n in trace}
@@ -154,7 +154,7 @@ def run_decode_any(
 def maps_form(trace: Trace) -> MapsForm | None:
     """The variant's softmax maps over one cache (differential attention), None: one map."""
     chain = trace_chain(trace)
-    cast = _caster(np.dtype(trace.dtype))
+    cast = caster(np.dtype(trace.dtype))
     for v, value in chain.on:
         names = ("Q", "K", "V", "X", *v.decode_stages)
         arrays = {n: internal(trace, n) for n in names if n in trace}
@@ -213,7 +213,7 @@ def check_state_decode(
 ) -> StateRun:
     """Decode with ``rec`` and compare every step with the chunked form's row of its token."""
     chain = trace_chain(trace)
-    after = _after(trace, chain)
+    after = head_output_after(trace, chain)
     final = chain.joined  # output, or the last head-output transform's (normed)
     n = rec.tokens - prefill
     limit, edge = edges or (n, n)

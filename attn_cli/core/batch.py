@@ -10,7 +10,7 @@ until its last token, and leaves. Each step packs the rows of every sequence pre
 and their caches: ``cu_seqlens_q`` and ``cu_seqlens_k`` are where each sequence's rows and keys
 start. One product gives the packed scores (R × N); each sequence's diagonal block goes
 through its own chain (its variants at its positions, its causal rule inside the chunk: the
-steps of core/decode.py's ``_attend``), everything off the diagonal is −∞ (the block-diagonal
+steps of core/decode.py's ``attend_cells``), everything off the diagonal is −∞ (the block-diagonal
 mask), the softmax runs over the packed row and one product with the packed values gives every
 row's output. Each sequence's rows then equal its own decode's.
 """
@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from attn_cli.core.chain import Chain
-from attn_cli.core.decode import After, Finish, _attend, grouped
+from attn_cli.core.decode import After, Finish, attend_cells, grouped
 from attn_cli.core.paged import Paging, PoolStep, SharedPool
 from attn_cli.core.steps import softmax_rows
 from attn_cli.core.variant import Cells
@@ -191,7 +191,7 @@ def _step(
         ks = np.arange(cu_k[n + 1] - cu_k[n], dtype=np.int64)  # (n,) its cache: tokens 0..
         cells = Cells(np.arange(1), heads, toks, ks, m.positions[toks], m.positions[ks])
         later = ks[None, :] > toks[:, None]  # (r, n) keys after the row: not in the cache yet
-        _, own, _ = _attend(m.chain, scaled[None, :, rq, rk], cells, later[None, None])
+        _, own, _ = attend_cells(m.chain, scaled[None, :, rq, rk], cells, later[None, None])
         masked[:, rq, rk] = own[0]
         if leak:  # one causal mask over the pack: the earlier sequences' keys seen too
             masked[:, rq, : cu_k[n]] = scaled[:, rq, : cu_k[n]]

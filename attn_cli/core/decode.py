@@ -459,7 +459,7 @@ class _Attend:
         cells = Cells(*self.rows, self.tokens[i : i + 1], held, pos[i : i + 1],
                       cache.key_positions(pos))  # fmt: skip
         chain = setup.chain.without_cache_rules() if bugs.extra_slots else setup.chain
-        modified, masked, weights = _attend(chain, scaled, cells)
+        modified, masked, weights = attend_cells(chain, scaled, cells)
         output = grouped(weights, V, tiled)  # (B, H, 1, C) @ (B, Hkv, C, Dv) per group
         return StepTables(scores, scaled, masked, weights, output, modified)
 
@@ -489,7 +489,7 @@ def grouped(x: FloatArray, y: FloatArray, tiled: IntArray | None = None) -> Floa
     return out.reshape(B, H, n, y.shape[3])
 
 
-def _attend(
+def attend_cells(
     chain: Chain, scaled: Logits, cells: Cells, hidden: BoolArray | None = None
 ) -> tuple[dict[str, FloatArray], FloatArray, FloatArray]:
     """The chain over the cells (B, H, n, C): each modifier's stage, masked (-inf where not
@@ -522,7 +522,7 @@ def _prefill(
     with np.errstate(over="ignore", invalid="ignore", divide="ignore", under="ignore"):
         scores = grouped(q, k.swapaxes(-1, -2))  # (B, H, P, P)
         scaled = scores * q.dtype.type(setup.scale)
-        modified, masked, weights = _attend(setup.chain, scaled, cells, later)
+        modified, masked, weights = attend_cells(setup.chain, scaled, cells, later)
         output = grouped(weights, v)  # (B, H, P, Dv)
     named = [("scores", scores), ("scaled", scaled), *modified.items()]
     return output, _first_not_finite(named, masked, output, 0)

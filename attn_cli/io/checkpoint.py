@@ -75,7 +75,7 @@ _PANIC = ("pyo3_runtime", "PanicException")
 
 # Bytes per element of every safetensors dtype (for the header's size check); the float ones
 # this module can read are the keys of _READABLE.
-_ITEMSIZE = {
+ITEMSIZE = {
     "F64": 8, "F32": 4, "F16": 2, "BF16": 2, "I64": 8, "I32": 4, "I16": 2, "I8": 1,
     "U64": 8, "U32": 4, "U16": 2, "U8": 1, "BOOL": 1, "F8_E4M3": 1, "F8_E5M2": 1, "F8_E8M0": 1,
 }  # fmt: skip
@@ -106,40 +106,40 @@ def import_layer(
     ``max_memory`` bounds what the import holds (None: the default budget of a trace); it is
     counted from the file's claims before a tensor is read.
     """
-    _check_inputs(layer, hidden, text)
-    folder, files, config_path = _locate(Path(checkpoint), config)
-    cfg = Config(_read_json(config_path, "config.json"), str(config_path))
+    check_inputs(layer, hidden, text)
+    folder, files, config_path = locate(Path(checkpoint), config)
+    cfg = Config(read_json(config_path, "config.json"), str(config_path))
     family, overridden = resolve_family(cfg, arch)
     ignored = check_keys(cfg, family)  # every key read, inert or neutral: none left unread
     plan = plan_layer(cfg, family, layer)
     tokens: list[str] | None = None
     if text is not None:  # the inputs are checked before any weight is read
-        ids, tokens, types = _encode(folder / "tokenizer.json", text)
+        ids, tokens, types = encode_text(folder / "tokenizer.json", text)
         rows = len(ids)
     else:
         assert hidden is not None
         X = _load_hidden(Path(hidden), plan.hidden)
         rows = math.prod(X.shape[:-1])
-    with _Reader(files) as reader:
+    with Reader(files) as reader:
         prefix = prefix_of(reader.names, plan, reader.source)
         check_tensors(reader.names, prefix, plan, reader.source)
-        _check_budget(reader, prefix, plan, rows, hidden, max_memory)
+        check_budget(reader, prefix, plan, rows, hidden, max_memory)
         found = {t.role: reader.read(prefix, t, plan) for t in plan.tensors}
         if text is not None:
-            X = _embed(reader, prefix, plan, ids, types)
+            X = embed_tokens(reader, prefix, plan, ids, types)
         widened = sorted(reader.widened)
     if plan.pre_norm is not None:
-        X = _normalize(X, plan.pre_norm, found)
-        _require_finite(X, str(checkpoint))
-    fixture = _fixture(plan, found, X, tokens, Path(checkpoint), text, hidden)
-    _check_fixture(fixture, str(config_path))  # what config.json gave must make a fixture
+        X = normalize_rows(X, plan.pre_norm, found)
+        require_finite(X, str(checkpoint))
+    fixture = layer_fixture(plan, found, X, tokens, Path(checkpoint), text, hidden)
+    check_fixture(fixture, str(config_path))  # what config.json gave must make a fixture
     notes = [*overridden, *ignored, *plan.notes, _x_note(plan, text is not None)]
     if widened:
         notes.append(f"{', '.join(widened)} tensors widened to float32 (exact)")
     return ImportedLayer(fixture=fixture, family=family, notes=tuple(notes))
 
 
-def _check_inputs(layer: int, hidden: Path | None, text: str | None) -> None:
+def check_inputs(layer: int, hidden: Path | None, text: str | None) -> None:
     """Exactly one of hidden and text; text only for layer 0, in UTF-8, of a bounded length."""
     if (hidden is None) == (text is None):
         raise UsageError(
@@ -170,7 +170,7 @@ def _check_inputs(layer: int, hidden: Path | None, text: str | None) -> None:
         )  # fmt: skip
 
 
-def _require_finite(X: FloatArray, source: str) -> None:
+def require_finite(X: FloatArray, source: str) -> None:
     """The normalised X is finite: a float64 norm weight near float64's limit could overflow it."""
     if not np.isfinite(X).all():
         raise InputError(
@@ -179,14 +179,14 @@ def _require_finite(X: FloatArray, source: str) -> None:
         )  # fmt: skip
 
 
-# The hidden axis of each array a layer's size makes big: cut to one for _check_fixture.
+# The hidden axis of each array a layer's size makes big: cut to one for check_fixture.
 # W_DQ, W_DKV, W_KR: mla's; W_q ... W_a: gated_deltanet's
 _HIDDEN_AXIS = {"X": -1, "W_Q": 0, "W_K": 0, "W_V": 0, "W_O": -1, "b_O": 0, "W_G": 0,
                 "W_DQ": 0, "W_DKV": 0, "W_KR": 0,
                 "W_q": 0, "W_k": 0, "W_v": 0, "W_z": 0, "W_b": 0, "W_a": 0}  # fmt: skip
 
 
-def _check_fixture(fixture: Mapping[str, Any], source: str) -> None:
+def check_fixture(fixture: Mapping[str, Any], source: str) -> None:
     """The fixture as attn will read it back from the .npz, validated now: a value config.json
     gave that no fixture may hold (a factor of inf, a factor list of the wrong length) is one
     line naming config.json and the fixture key, and no file is written.
@@ -239,7 +239,7 @@ def write_npz_fixture(fixture: Mapping[str, Any], path: Path) -> None:
 # Finding the files
 
 
-def _locate(checkpoint: Path, config: Path | None) -> tuple[Path, dict[str, Path] | Path, Path]:
+def locate(checkpoint: Path, config: Path | None) -> tuple[Path, dict[str, Path] | Path, Path]:
     """The folder, the weight files (an index's name -> shard map, or one file) and config.json."""
     kind = gate.kind_of(checkpoint)
     if kind == "dir":
@@ -281,7 +281,7 @@ def _weights_in(folder: Path) -> dict[str, Path] | Path:
     )  # fmt: skip
 
 
-def _read_json(path: Path, what: str) -> dict[str, Any]:
+def read_json(path: Path, what: str) -> dict[str, Any]:
     """A small JSON object from a regular file, or an InputError naming the file."""
     source = str(path)
     raw = gate.read_bytes(path, source, what, max_bytes=MAX_JSON_BYTES)
@@ -293,7 +293,7 @@ def _read_json(path: Path, what: str) -> dict[str, Any]:
 
 def _shards(index: Path, folder: Path) -> dict[str, Path]:
     """The index's tensor name -> shard file, every shard a plain file name inside ``folder``."""
-    data = _read_json(index, "model.safetensors.index.json")
+    data = read_json(index, "model.safetensors.index.json")
     weight_map = data.get("weight_map")
     if not isinstance(weight_map, dict):
         raise InputError(str(index), "weight_map", "missing", "a mapping of tensor name to shard")
@@ -379,17 +379,17 @@ def _entry(source: str, name: str, value: Any, start: int, size: int) -> _Entry:
             source, name, f"data ends at byte {start + offsets[1]:,} of a {size:,}-byte file",
             "a complete file (it is truncated)",
         )  # fmt: skip
-    itemsize = _ITEMSIZE.get(dtype)
+    itemsize = ITEMSIZE.get(dtype)
     if itemsize is not None and offsets[1] - offsets[0] != math.prod(shape) * itemsize:
         raise bad(f"holds {offsets[1] - offsets[0]} bytes for shape {shape} of {dtype}")
     return _Entry(dtype, tuple(shape), start + offsets[0], start + offsets[1])
 
 
-class _Reader:
+class Reader:
     """The tensors of one checkpoint, read lazily: a shard's header only when a tensor needs it."""
 
     def __init__(self, files: dict[str, Path] | Path) -> None:
-        self.safetensors = _require("safetensors")
+        self.safetensors = require("safetensors")
         if isinstance(files, Path):
             self.source = str(files)
             self.headers = {files: read_header(files)}
@@ -403,7 +403,7 @@ class _Reader:
         self.stack = ExitStack()
         self.handles: dict[Path, Any] = {}
 
-    def __enter__(self) -> _Reader:
+    def __enter__(self) -> Reader:
         return self
 
     def __exit__(
@@ -512,8 +512,8 @@ _READING = {"F64": 8, "F32": 4, "F16": 2, "BF16": 6}
 _X_COPIES = 4  # float64 copies of X at once: embedding rows, their sum, the norm's scaled rows
 
 
-def _check_budget(
-    reader: _Reader, prefix: str, plan: LayerPlan, x_rows: int, hidden: Path | None,
+def check_budget(
+    reader: Reader, prefix: str, plan: LayerPlan, x_rows: int, hidden: Path | None,
     budget: int | None,
 ) -> None:  # fmt: skip
     """Refuse, before a tensor is read, an import that would hold more than ``budget`` bytes.
@@ -565,7 +565,7 @@ def _sizes(plan: LayerPlan) -> str:
     )
 
 
-def _require(module: str) -> Any:
+def require(module: str) -> Any:
     """Import an optional dependency, or say in one line how to install it."""
     try:
         return importlib.import_module(module)
@@ -577,9 +577,9 @@ def _require(module: str) -> Any:
 # The layer's input X
 
 
-def _encode(path: Path, text: str) -> tuple[list[int], list[str], list[int]]:
+def encode_text(path: Path, text: str) -> tuple[list[int], list[str], list[int]]:
     """Token ids, strings and type ids of ``text`` from the checkpoint's own tokenizer.json."""
-    tokenizers = _require("tokenizers")
+    tokenizers = require("tokenizers")
     what = "the checkpoint's tokenizer.json (for the text)"
     raw = gate.read_bytes(path, str(path), what, max_bytes=MAX_JSON_BYTES)
     try:
@@ -593,7 +593,7 @@ def _encode(path: Path, text: str) -> tuple[list[int], list[str], list[int]]:
         tokenizer.no_truncation()  # too many tokens is an error below, not a silent cut
         return tokenizer
 
-    tokenizer = _tokenizer_call(path, load, "unreadable tokenizer", "a tokenizer.json")
+    tokenizer = tokenizer_call(path, load, "unreadable tokenizer", "a tokenizer.json")
     encoding = _tokenize(path, tokenizer, text)
     if not encoding.ids:
         raise InputError(str(path), "text", "the text gives no tokens", "some text", option="text")
@@ -612,7 +612,7 @@ def _tokenize(path: Path, tokenizer: Any, text: str) -> Any:
     box: list[Any] = []
 
     def work() -> None:
-        box.append(_tokenizer_call(path, lambda: tokenizer.encode_batch([text])[0], *failed))
+        box.append(tokenizer_call(path, lambda: tokenizer.encode_batch([text])[0], *failed))
 
     failed = ("its tokenizer fails on the text", "a tokenizer.json that tokenizes the text")
     worker = threading.Thread(target=lambda: _hand_over(work, box), name="attn-tokenize")
@@ -639,7 +639,7 @@ def _hand_over(work: Callable[[], None], box: list[Any]) -> None:
         box.append(e)
 
 
-def _tokenizer_call(path: Path, work: Callable[[], Any], what: str, expected: str) -> Any:
+def tokenizer_call(path: Path, work: Callable[[], Any], what: str, expected: str) -> Any:
     """``work()``, whose exceptions and Rust panics (the tokenizers package raises plain
     Exception, and panics on a regex that runs out of its backtracking limit) are one line."""
     try:
@@ -682,8 +682,8 @@ def _rust_panics_unprinted() -> Iterator[None]:
         os.close(saved)
 
 
-def _embed(
-    reader: _Reader, prefix: str, plan: LayerPlan, ids: list[int], types: list[int]
+def embed_tokens(
+    reader: Reader, prefix: str, plan: LayerPlan, ids: list[int], types: list[int]
 ) -> FloatArray:
     """Layer 0's input: token (+ position + type) embeddings, BERT's LayerNorm, Gemma's scale."""
     e = plan.embedding
@@ -713,7 +713,7 @@ def _embed(
         x = x + table(e.types, types, "token type")
     if e.norm is not None:
         norm = {r: reader.read(prefix, spec[r], plan) for r in (e.norm.weight, e.norm.bias) if r}
-        x = _normalize(x, e.norm, norm)
+        x = normalize_rows(x, e.norm, norm)
     return x
 
 
@@ -740,7 +740,7 @@ def _round_to(x: float, dtype: str) -> float:
     return x
 
 
-def _normalize(x: FloatArray, norm: Norm, tensors: Mapping[str, FloatArray]) -> FloatArray:
+def normalize_rows(x: FloatArray, norm: Norm, tensors: Mapping[str, FloatArray]) -> FloatArray:
     """LayerNorm, RMSNorm or Gemma's RMSNorm (1 + weight) over the last axis, in float64.
 
     Overflow-safe, as careful norms are: each row is divided by a power of two s at least its
@@ -962,7 +962,7 @@ def _front_end(
     return f
 
 
-def _fixture(
+def layer_fixture(
     plan: LayerPlan,
     t: Mapping[str, FloatArray],
     X: FloatArray,

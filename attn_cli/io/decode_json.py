@@ -34,9 +34,12 @@ from attn_cli._version import __version__
 from attn_cli.core.decode import DecodeResult, DecodeStep, KVCacheBytes
 from attn_cli.core.flash import Tile
 from attn_cli.core.pipeline import Trace
-from attn_cli.io.trace_json import _array as array_text  # one array layout for every JSON
-from attn_cli.io.trace_json import _number as number_text
-from attn_cli.io.trace_json import json_text, trace_config
+from attn_cli.io.trace_json import (
+    array_text,  # one array layout for every JSON
+    json_text,
+    number_text,
+    trace_config,
+)
 
 DECODE_FORMAT = "attn-decode"
 FLASH_FORMAT = "attn-flash"
@@ -105,7 +108,7 @@ class FlashRunLike(Protocol):
     def sentinel(self) -> float | None: ...
 
 
-def _head(trace: Trace, fmt: str) -> dict[str, Any]:
+def document_head(trace: Trace, fmt: str) -> dict[str, Any]:
     return {
         "format": fmt,
         "version": VERSION,
@@ -123,13 +126,13 @@ def _value(value: Any) -> str:
     return json_text(value)
 
 
-def _mapping(items: dict[str, Any], indent: int) -> list[str]:
+def mapping(items: dict[str, Any], indent: int) -> list[str]:
     """``"key": value,`` lines (the caller closes the last one)."""
     pad = " " * indent
     return [f"{pad}{json_text(k)}: {_value(v)}," for k, v in items.items()]
 
 
-def _stages(stages: list[tuple[str, Any]], indent: int) -> list[str]:
+def stages_lines(stages: list[tuple[str, Any]], indent: int) -> list[str]:
     """``"stages": {NAME: {"shape", "data"}}`` at ``indent``."""
     pad = " " * indent
     lines = [f'{pad}"stages": {{']
@@ -144,7 +147,7 @@ def _stages(stages: list[tuple[str, Any]], indent: int) -> list[str]:
     return lines
 
 
-def _close_last(lines: list[str]) -> list[str]:
+def close_last(lines: list[str]) -> list[str]:
     lines[-1] = lines[-1].removesuffix(",")
     return lines
 
@@ -157,7 +160,7 @@ def decode_dumps(run: DecodeRunLike) -> str:
     """The decode as JSON text: the prefill, each step's stages and its self-check."""
     trace, result = run.trace, run.result
     cost = run.cost
-    head = _head(trace, DECODE_FORMAT)
+    head = document_head(trace, DECODE_FORMAT)
     head.update(
         prefill=result.prefill,
         prefill_max_abs_diff=run.prefill_diff,
@@ -181,7 +184,7 @@ def decode_dumps(run: DecodeRunLike) -> str:
             "waste_bytes": pool.waste, "prefill_max_abs_diff_contiguous": paged.prefill_diff,
             "max_abs_diff_contiguous": paged.worst, "prefill": _pages(result.prefill_pages),
         }  # fmt: skip
-    lines = ["{", *_mapping(head, 2), '  "steps": [']
+    lines = ["{", *mapping(head, 2), '  "steps": [']
     near = paged.contiguous_diffs if paged is not None else (None,) * len(result.steps)
     for n, (step, diff) in enumerate(zip(result.steps, run.diffs, strict=True)):
         lines += _step(trace, step, diff, near[n], last=n == len(result.steps) - 1)
@@ -229,8 +232,8 @@ def _step(
     if step.pages is not None:
         meta["pages"] = _pages(step.pages)
         meta["max_abs_diff_contiguous"] = contiguous
-    lines = ["    {", *_mapping(meta, 6)]
-    lines += _stages(decode_stages(trace, step), 6)
+    lines = ["    {", *mapping(meta, 6)]
+    lines += stages_lines(decode_stages(trace, step), 6)
     lines.append("    }" + ("" if last else ","))
     return lines
 
@@ -243,7 +246,7 @@ def flash_dumps(run: FlashRunLike) -> str:
     """The FlashAttention loop as JSON text: the tiles shown, then O and L, then the checks."""
     trace = run.trace
     has_batch = trace.inputs.has_batch
-    head = _head(trace, FLASH_FORMAT)
+    head = document_head(trace, FLASH_FORMAT)
     head.update(
         key_tokens=list(trace.key_labels),
         block_q=run.block_q,
@@ -255,24 +258,24 @@ def flash_dumps(run: FlashRunLike) -> str:
         tiles_shown=len(run.tiles),
         max_tiles=run.max_tiles,
         checks=[
-            {"name": c.name, "max_abs_diff": _plain(c.max_abs), "ulps": _plain(c.ulps),
+            {"name": c.name, "max_abs_diff": plain_number(c.max_abs), "ulps": plain_number(c.ulps),
              "tolerance": c.tolerance, "ok": c.ok}
             for c in run.checks
         ],
         mask_value_replaced=run.sentinel,
     )  # fmt: skip
-    lines = ["{", *_mapping(head, 2), '  "tiles": [']
+    lines = ["{", *mapping(head, 2), '  "tiles": [']
     for n, tile in enumerate(run.tiles):
         lines += _tile(tile, has_batch, last=n == len(run.tiles) - 1)
     lines.append("  ],")
     output, lse = (np.asarray(a) for a in (run.output, run.lse))
     stages = [("output", output if has_batch else output[0]), ("lse", lse if has_batch else lse[0])]
-    lines += _stages(stages, 2)
+    lines += stages_lines(stages, 2)
     lines.append("}")
     return "\n".join(lines) + "\n"
 
 
-def _plain(x: float | None) -> Any:
+def plain_number(x: float | None) -> Any:
     """A number for json.dumps: non-finite as the trace's strings."""
     if x is None or np.isfinite(x):
         return x
@@ -283,12 +286,12 @@ def _tile(tile: Tile, has_batch: bool, *, last: bool) -> list[str]:
     meta: dict[str, Any] = {"batch": tile.batch} if has_batch else {}
     meta.update(head=tile.head, q_block=list(tile.q_block), k_block=list(tile.k_block),
                 skipped=tile.skipped)  # fmt: skip
-    lines = ["    {", *_mapping(meta, 6)]
+    lines = ["    {", *mapping(meta, 6)]
     for name in ("S", "m", "alpha", "P", "l", "acc"):
         data = getattr(tile, name)
         text = "null" if data is None else array_text(np.asarray(data).tolist(), 6)
         lines.append(f"      {json_text(name)}: {text},")
-    _close_last(lines)
+    close_last(lines)
     lines.append("    }" + ("" if last else ","))
     return lines
 
@@ -317,7 +320,7 @@ class StateRunLike(Protocol):
 def state_dumps(run: StateRunLike) -> str:
     """The decode as JSON text: the state ledger, each step's numbers, state, output, check."""
     trace, result, c = run.trace, run.result, run.ledger
-    head = _head(trace, DECODE_FORMAT)
+    head = document_head(trace, DECODE_FORMAT)
     head.update(
         prefill=result.prefill,
         prefill_max_abs_diff=run.prefill_diff,
@@ -329,7 +332,7 @@ def state_dumps(run: StateRunLike) -> str:
             "kv_cache_per_token": c.kv_per_token, "kv_cache_total": c.kv_at(c.seq),
         },
     )  # fmt: skip
-    lines = ["{", *_mapping(head, 2), '  "steps": [']
+    lines = ["{", *mapping(head, 2), '  "steps": [']
     batch = trace.inputs.has_batch
     for n, (step, diff) in enumerate(zip(result.steps, run.diffs, strict=True)):
         meta = {"index": step.index, "position": step.position,
@@ -338,7 +341,7 @@ def state_dumps(run: StateRunLike) -> str:
         named = [*step.read.items(), *((f"state.{k}", x) for k, x in (step.state or {}).items()),
                  ("output", step.output), *step.outs.items()]  # fmt: skip
         stages = [(name, x if batch else x[0]) for name, x in named]
-        lines += ["    {", *_mapping(meta, 6), *_stages(stages, 6)]
+        lines += ["    {", *mapping(meta, 6), *stages_lines(stages, 6)]
         lines.append("    }" + ("" if n == len(result.steps) - 1 else ","))
     lines += ["  ]", "}"]
     return "\n".join(lines) + "\n"
@@ -353,7 +356,7 @@ def batch_dumps(run: Any) -> str:
     packed rows, cu_seqlens, mask (true: may attend), weights and outputs, and each sequence's
     ``output`` by name, (heads, tokens, d_v), with its checks."""
     members = run.result.members
-    head = _head(run.traces[0], BATCH_FORMAT)
+    head = document_head(run.traces[0], BATCH_FORMAT)
     head.pop("tokens")
     head.update(prefill=max(m.prefill for m in members), chunk=members[0].chunk,
                 max_abs_diff=run.worst)  # fmt: skip
@@ -369,7 +372,7 @@ def batch_dumps(run: Any) -> str:
             "bytes_per_token_slot": run.per_token,
             "max_abs_diff_contiguous": worst,
         }
-    lines = ["{", *_mapping(head, 2), '  "sequences": {']
+    lines = ["{", *mapping(head, 2), '  "sequences": {']
     for j, name in enumerate(run.names):
         m = members[j]
         trace = run.traces[j]
@@ -378,7 +381,7 @@ def batch_dumps(run: Any) -> str:
                 "max_abs_diff_solo": max(run.solo[j]),
                 "max_abs_diff": max(run.full[j])}  # fmt: skip
         lines.append(f"    {json_text(name)}: {{")
-        lines += _mapping(meta, 6)
+        lines += mapping(meta, 6)
         lines.append(f'      "output": {array_text(run.result.outputs(j).tolist(), 6)}')
         lines.append("    }" + ("," if j < len(run.names) - 1 else ""))
     lines += ["  },", '  "steps": [']
@@ -404,9 +407,9 @@ def batch_dumps(run: Any) -> str:
                            for j, b, a, q in p.copied],
                 "allocated": list(p.allocated), "freed": list(p.freed),
             }  # fmt: skip
-        lines += ["    {", *_mapping(meta, 6)]
+        lines += ["    {", *mapping(meta, 6)]
         lines.append(f'      "mask": {json.dumps(step.mask.tolist())},')
-        lines += _stages([("scores", step.scores), ("masked", step.masked),
+        lines += stages_lines([("scores", step.scores), ("masked", step.masked),
                           ("softmax", step.softmax), ("output", step.output)], 6)  # fmt: skip
         lines.append("    }" + ("," if n < len(run.result.steps) - 1 else ""))
     lines += ["  ]", "}"]

@@ -1,6 +1,6 @@
 """A checkpoint's forward pass from a text, in NumPy: the residual stream entering any layer.
 
-The text is embedded as for layer 0 (``checkpoint._embed``); each layer below is then computed
+The text is embedded as for layer 0 (``checkpoint.embed_tokens``); each layer below is then computed
 whole: its attention is attn's own traced layer (the fixture ``attn import`` writes, run through
 the one pipeline, so RoPE and its scaling, GQA, windows, softcaps, QK-norm are the traced ones),
 its MLP and norms by ``core/forward.py``. One layer's tensors are read at a time (the attention's,
@@ -588,7 +588,7 @@ def _dense_b_head(
 _LITTLE = {"F32": "<f4", "F64": "<f8", "F16": "<f2"}
 
 
-class _LeanReader(ck._Reader):
+class _LeanReader(ck.Reader):
     """A reader whose tensors are read from the file into memory of their own, not mapped:
     pages of a memory-mapped file stay resident (and counted) after their tensor is dropped,
     so a walk through every layer would hold the whole checkpoint."""
@@ -607,7 +607,7 @@ class _LeanReader(ck._Reader):
         if entry.dtype == "BF16":
             arr = self.bf16(path, entry, row, n, name)
         else:
-            per_row = math.prod(entry.shape[1:]) * ck._ITEMSIZE[entry.dtype]
+            per_row = math.prod(entry.shape[1:]) * ck.ITEMSIZE[entry.dtype]
             with gate.open_regular(path, str(path), "a .safetensors file",
                                    max_bytes=ck.MAX_CHECKPOINT_BYTES) as f:  # fmt: skip
                 f.seek(entry.begin + row * per_row)
@@ -642,9 +642,9 @@ def walk(
 
     With ``through`` None and no ``logits``, the last layer's attention is all that is asked
     of it: its MLP is not computed (``residual`` is then None)."""
-    ck._check_inputs(0, None, text)
-    folder, files, config_path = ck._locate(Path(checkpoint), config)
-    cfg = Config(ck._read_json(config_path, "config.json"), str(config_path))
+    ck.check_inputs(0, None, text)
+    folder, files, config_path = ck.locate(Path(checkpoint), config)
+    cfg = Config(ck.read_json(config_path, "config.json"), str(config_path))
     family, overridden = resolve_family(cfg, arch)
     ignored = check_keys(cfg, family)
     plan0 = plan_layer(cfg, family, 0)
@@ -653,12 +653,12 @@ def walk(
         _refuse_family(str(config_path), family, "the logits")
     elif n > 1 if through is None else through > 0:
         _refuse_family(str(config_path), family, "a layer past 0")
-    ids, tokens, types = ck._encode(folder / "tokenizer.json", text)
+    ids, tokens, types = ck.encode_text(folder / "tokenizer.json", text)
     out = Walk(family, n, tokens, ids, notes=[*overridden, *ignored], each_trace=each_trace)
     with _LeanReader(files) as reader:
         prefix = prefix_of(reader.names, plan0, reader.source)
         head = head_plan(cfg, family, plan0, set(reader.names), prefix) if logits else None
-        x: FloatArray | None = ck._embed(reader, prefix, plan0, ids, types)  # (T, C) float64
+        x: FloatArray | None = ck.embed_tokens(reader, prefix, plan0, ids, types)  # (T, C) float64
         for layer in range(n if through is None else through):
             assert x is not None
             if keep_residuals:
@@ -685,14 +685,14 @@ def _no_map_note(weights: list[FloatArray]) -> list[str]:
 
 
 def _layer(
-    reader: ck._Reader, prefix: str, cfg: Config, family: str, layer: int, x: FloatArray,
+    reader: ck.Reader, prefix: str, cfg: Config, family: str, layer: int, x: FloatArray,
     ids: list[int], out: Walk, max_memory: int | None, whole: bool = True,
 ) -> FloatArray | None:  # fmt: skip
     """The residual stream leaving ``layer``, from the one entering it (None: only the
     attention weights were asked for, not ``whole``)."""
     plan = plan_layer(cfg, family, layer)
     check_tensors(reader.names, prefix, plan, reader.source)
-    ck._check_budget(reader, prefix, plan, len(ids), None, max_memory)
+    ck.check_budget(reader, prefix, plan, len(ids), None, max_memory)
     if not whole:
         out.weights.append(_attention(reader, prefix, plan, x, out)[0])
         return None
@@ -725,7 +725,7 @@ def _layer(
 
 
 def _moe(
-    reader: ck._Reader, prefix: str, plan: LayerPlan, bp: BlockPlan, h: FloatArray
+    reader: ck.Reader, prefix: str, plan: LayerPlan, bp: BlockPlan, h: FloatArray
 ) -> FloatArray:
     """The mixture of experts on h [T, C]: the router, then each chosen expert, read when
     chosen; Qwen2-MoE adds its shared expert, scaled by sigmoid(h W)."""
@@ -772,7 +772,7 @@ def _route(
 
 
 def _stacked_expert(
-    reader: ck._Reader, prefix: str, plan: LayerPlan, s: Stacked, e: int, rows: FloatArray
+    reader: ck.Reader, prefix: str, plan: LayerPlan, s: Stacked, e: int, rows: FloatArray
 ) -> FloatArray:
     """gpt-oss's expert ``e`` on the tokens that chose it [n, C]: its row of each stacked
     tensor read alone, (clamped swiglu(rows W_gate_up + b)) W_down + b."""
@@ -786,7 +786,7 @@ def _stacked_expert(
 
 
 def _attention(
-    reader: ck._Reader, prefix: str, plan: LayerPlan, x: FloatArray, out: Walk | None = None
+    reader: ck.Reader, prefix: str, plan: LayerPlan, x: FloatArray, out: Walk | None = None
 ) -> tuple[FloatArray, FloatArray]:
     """The layer's attention weights (heads, T, T) and output projection (T, C): attn's trace
     of the fixture ``attn import`` makes from this residual stream (whole, and handed to
@@ -795,11 +795,11 @@ def _attention(
     from attn_cli.io.validate import validate
 
     found = {t.role: reader.read(prefix, t, plan) for t in plan.tensors}
-    X = x if plan.pre_norm is None else ck._normalize(x, plan.pre_norm, found)
-    ck._require_finite(X, reader.source)
+    X = x if plan.pre_norm is None else ck.normalize_rows(x, plan.pre_norm, found)
+    ck.require_finite(X, reader.source)
     hook = None if out is None else out.each_trace
     tokens = None if hook is None or out is None else out.tokens
-    fixture = ck._fixture(plan, found, X, tokens, Path(reader.source), None, Path("-"))
+    fixture = ck.layer_fixture(plan, found, X, tokens, Path(reader.source), None, Path("-"))
     if hook is not None:
         below = f" through layers 0-{plan.layer - 1} in NumPy" if plan.layer else ""
         fixture["description"] = fixture["description"].replace(
@@ -817,7 +817,7 @@ def _attention(
 
 
 def _norm_of(norm: Norm, t: Mapping[str, FloatArray]) -> fw.Norm:
-    return lambda h: ck._normalize(h, norm, t)
+    return lambda h: ck.normalize_rows(h, norm, t)
 
 
 def _mlp(bp: BlockPlan, t: Mapping[str, FloatArray], h: FloatArray) -> FloatArray:
@@ -843,7 +843,7 @@ def _logits(
     t: dict[str, FloatArray] = {}
     for tensor in head.tensors[:-1]:  # the final norm's
         t[tensor.role] = reader.read(prefix, tensor, plan)
-    h = x if head.norm is None else ck._normalize(x, head.norm, t)
+    h = x if head.norm is None else ck.normalize_rows(x, head.norm, t)
     W = head.tensors[-1]  # (vocab, C): read and widened a block of rows at a time
     at = prefix if W.name == plan.embed_tensors[0].name else outer
     logits = np.empty((h.shape[0], W.shape[0]))  # (T, vocab)
@@ -863,7 +863,7 @@ _HEAD_ROWS = 4096  # LM head rows widened at once
 
 
 def _check_block_budget(
-    reader: ck._Reader, prefix: str, plan: LayerPlan, bp: BlockPlan, tokens: int,
+    reader: ck.Reader, prefix: str, plan: LayerPlan, bp: BlockPlan, tokens: int,
     budget: int | None,
 ) -> None:  # fmt: skip
     """Refuse, before the layer is read, a block whose norms and MLP would hold more than
@@ -947,9 +947,9 @@ def import_deep(
     max_memory: int | None = None,
 ) -> ck.ImportedLayer:
     """Layer ``layer``'s attention as a fixture, X from ``text`` through layers 0 .. layer-1."""
-    ck._check_inputs(0, None, text)  # the text's checks (layer 0: the text embeds it)
-    _, files, config_path = ck._locate(Path(checkpoint), config)
-    cfg = Config(ck._read_json(config_path, "config.json"), str(config_path))
+    ck.check_inputs(0, None, text)  # the text's checks (layer 0: the text embeds it)
+    _, files, config_path = ck.locate(Path(checkpoint), config)
+    cfg = Config(ck.read_json(config_path, "config.json"), str(config_path))
     family, _ = resolve_family(cfg, arch)
     plan = plan_layer(cfg, family, layer)  # the layer exists, before any is computed
     w = walk(checkpoint, text, through=layer, config=config, arch=arch, max_memory=max_memory)
@@ -957,16 +957,16 @@ def import_deep(
     with _LeanReader(files) as reader:
         prefix = prefix_of(reader.names, plan, reader.source)
         check_tensors(reader.names, prefix, plan, reader.source)
-        ck._check_budget(reader, prefix, plan, len(w.ids), None, max_memory)
+        ck.check_budget(reader, prefix, plan, len(w.ids), None, max_memory)
         found = {t.role: reader.read(prefix, t, plan) for t in plan.tensors}
         widened = sorted(reader.widened)
-    X = w.residual if plan.pre_norm is None else ck._normalize(w.residual, plan.pre_norm, found)
-    ck._require_finite(X, str(checkpoint))
-    fixture = ck._fixture(plan, found, X, w.tokens, Path(checkpoint), text, None)
+    X = w.residual if plan.pre_norm is None else ck.normalize_rows(w.residual, plan.pre_norm, found)
+    ck.require_finite(X, str(checkpoint))
+    fixture = ck.layer_fixture(plan, found, X, w.tokens, Path(checkpoint), text, None)
     fixture["description"] = fixture["description"].replace(
         "X from the text", f"X from layers 0-{layer - 1} computed in NumPy on the text"
     )
-    ck._check_fixture(fixture, str(config_path))
+    ck.check_fixture(fixture, str(config_path))
     notes = [*w.notes, *plan.notes, _deep_note(plan, layer)]
     if widened:
         notes.append(f"{', '.join(widened)} tensors widened to float32 (exact)")
@@ -1001,11 +1001,11 @@ def top_tokens(
 ) -> list[tuple[str, int, float]]:
     """The ``k`` most likely next tokens after the last position: (token, id, probability),
     each token's text from the checkpoint's tokenizer.json."""
-    folder = ck._locate(Path(checkpoint), config)[0]
+    folder = ck.locate(Path(checkpoint), config)[0]
     path = folder / "tokenizer.json"
-    tokenizers = ck._require("tokenizers")
+    tokenizers = ck.require("tokenizers")
     raw = gate.read_bytes(path, str(path), "tokenizer.json", max_bytes=ck.MAX_JSON_BYTES)
-    tokenizer = ck._tokenizer_call(
+    tokenizer = ck.tokenizer_call(
         path, lambda: tokenizers.Tokenizer.from_str(raw.decode("utf-8", "replace")),
         "unreadable tokenizer", "a tokenizer.json",
     )  # fmt: skip

@@ -21,23 +21,23 @@ class JSONSyntaxError(InputError):
     """The text is not JSON at all (so detection may still try YAML)."""
 
 
-class _JSONLiteral:
+class JSONLiteral:
     """A NaN, Infinity or -Infinity literal, kept so that validation can name its field."""
 
     def __init__(self, name: str) -> None:
         self.name = name
 
 
-class _JSONOverflow:
+class JSONOverflow:
     """A JSON number beyond float64 (``1e400``), kept so that validation can name its field."""
 
     def __init__(self, text: str) -> None:
         self.text = text
 
 
-def _json_float(text: str) -> float | _JSONOverflow:
+def _json_float(text: str) -> float | JSONOverflow:
     x = float(text)
-    return x if math.isfinite(x) else _JSONOverflow(text)
+    return x if math.isfinite(x) else JSONOverflow(text)
 
 
 def parse_json(text: str, source: str) -> Any:
@@ -62,7 +62,7 @@ def parse_json(text: str, source: str) -> Any:
         return json.loads(
             text,
             object_pairs_hook=pairs,
-            parse_constant=_JSONLiteral,
+            parse_constant=JSONLiteral,
             parse_int=parse_int,
             parse_float=_json_float,
         )

@@ -17,9 +17,8 @@ from typing import Any
 from attn_cli._version import __version__
 from attn_cli.core.inputs import Inputs
 from attn_cli.core.rope_table import RopeTable
-from attn_cli.io.decode_json import _mapping
-from attn_cli.io.trace_json import _array as array_text
-from attn_cli.io.trace_json import json_text
+from attn_cli.io.decode_json import mapping
+from attn_cli.io.trace_json import array_text, json_text
 
 ROPE_FORMAT = "attn-rope"
 VERSION = 1
@@ -44,7 +43,7 @@ def rope_dumps(inputs: Inputs, table: RopeTable) -> str:
         "base_used": table.base,
         "attention_factor": table.attention,
     }  # fmt: skip
-    lines = ["{", *_mapping(head, 2), '  "pairs": {']
+    lines = ["{", *mapping(head, 2), '  "pairs": {']
     unknown = {"mix": table.mix, "over_trained": table.over_trained}  # left out when all NaN
     columns = [c for c in COLUMNS if c not in unknown or not all(map(math.isnan, unknown[c]))]
     for n, name in enumerate(columns):

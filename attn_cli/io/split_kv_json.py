@@ -17,10 +17,16 @@ import numpy as np
 
 from attn_cli.core.pipeline import Trace
 from attn_cli.core.split_kv import SplitResult
-from attn_cli.io.decode_json import FLASH_FORMAT, CheckLike, _close_last, _head, _mapping, _plain
-from attn_cli.io.decode_json import _stages as stages_text
-from attn_cli.io.trace_json import _array as array_text
-from attn_cli.io.trace_json import json_text
+from attn_cli.io.decode_json import (
+    FLASH_FORMAT,
+    CheckLike,
+    close_last,
+    document_head,
+    mapping,
+    plain_number,
+)
+from attn_cli.io.decode_json import stages_lines as stages_text
+from attn_cli.io.trace_json import array_text, json_text
 
 
 class SplitRunLike(Protocol):
@@ -46,7 +52,7 @@ def split_dumps(run: SplitRunLike) -> str:
     """The chunks, the merge, the two orders, then O and L, as JSON text."""
     trace, result = run.trace, run.result
     public = _public(trace.inputs.has_batch)
-    head = _head(trace, FLASH_FORMAT)
+    head = document_head(trace, FLASH_FORMAT)
     head.update(
         key_tokens=list(trace.key_labels),
         split_kv=run.splits,
@@ -55,28 +61,28 @@ def split_dumps(run: SplitRunLike) -> str:
         base2=result.base2,
         lse_base="2" if result.base2 else "e",
         checks=[
-            {"name": c.name, "max_abs_diff": _plain(c.max_abs), "ulps": _plain(c.ulps),
+            {"name": c.name, "max_abs_diff": plain_number(c.max_abs), "ulps": plain_number(c.ulps),
              "tolerance": c.tolerance, "ok": c.ok}
             for c in run.checks
         ],
         mask_value_replaced=run.sentinel,
     )  # fmt: skip
-    lines = ["{", *_mapping(head, 2), '  "chunks": [']
+    lines = ["{", *mapping(head, 2), '  "chunks": [']
     for n, c in enumerate(result.chunks):
         arrays = {"m": c.m, "l": c.l, "lse": c.lse, "O": c.output}
         lines += ["    {", f'      "keys": {json_text(list(c.keys))},']
-        lines += _close_last(_arrays(arrays, public, 6))
+        lines += close_last(_arrays(arrays, public, 6))
         lines.append("    }" + ("," if n < len(result.chunks) - 1 else ""))
     lines += ["  ],", '  "merge": {']
     m = result.merged
     extra = None if result.extra is None else result.extra
     weights = np.moveaxis(m.weights, 0, -1)  # (B, H, T, n): the batch axis first, to drop it
     merge = {"extra": extra, "m_star": m.m_star, "weights": weights}
-    lines += _close_last(_arrays(merge, public, 4))
+    lines += close_last(_arrays(merge, public, 4))
     lines += ["  },", '  "orders": {']
     for name, (lse, out) in (("left_fold", result.fold), ("tree", result.tree)):
         lines.append(f"    {json_text(name)}: {{")
-        lines += _close_last(_arrays({"output": out, "lse": lse}, public, 6))
+        lines += close_last(_arrays({"output": out, "lse": lse}, public, 6))
         lines.append("    }" + ("," if name == "left_fold" else ""))
     lines.append("  },")
     lines += stages_text([("output", public(m.output)), ("lse", public(m.lse))], 2)

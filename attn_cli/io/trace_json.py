@@ -174,15 +174,15 @@ def _pieces(trace: Trace | Streamed, stages: tuple[str, ...] | None) -> Iterator
 
 def _rows(block: FloatArray) -> Iterator[str]:
     """Each row of an (R, n) block as ``[x, y, ...]``: the C encoder's text where all are
-    finite (the same ``repr`` as :func:`_number`), else number by number."""
+    finite (the same ``repr`` as :func:`number_text`), else number by number."""
     finite = cast("list[bool]", np.isfinite(block).all(axis=-1).tolist())  # (R,)
     for row, ok in zip(block, finite, strict=True):
         numbers = row.tolist()
-        yield json.dumps(numbers) if ok else "[" + ", ".join(_number(x) for x in numbers) + "]"
+        yield json.dumps(numbers) if ok else "[" + ", ".join(number_text(x) for x in numbers) + "]"
 
 
 def _nested(shape: tuple[int, ...], rows: Iterator[str], indent: int) -> Iterator[str]:
-    """The layout of :func:`_array` for an array of ``shape`` whose rows come from ``rows``."""
+    """The layout of :func:`array_text` for an array of ``shape`` whose rows come from ``rows``."""
     if len(shape) <= 1:
         yield next(rows)
         return
@@ -198,16 +198,16 @@ def _nested(shape: tuple[int, ...], rows: Iterator[str], indent: int) -> Iterato
     yield f"\n{' ' * indent}]"
 
 
-def _array(value: Any, indent: int) -> str:
+def array_text(value: Any, indent: int) -> str:
     """Nested lists with the innermost rows on one line each."""
     if not value or not isinstance(value[0], list):
-        return "[" + ", ".join(_number(x) for x in value) + "]"
+        return "[" + ", ".join(number_text(x) for x in value) + "]"
     pad = " " * (indent + 2)
-    inner = f",\n{pad}".join(_array(v, indent + 2) for v in value)
+    inner = f",\n{pad}".join(array_text(v, indent + 2) for v in value)
     return f"[\n{pad}{inner}\n{' ' * indent}]"
 
 
-def _number(x: float) -> str:
+def number_text(x: float) -> str:
     if math.isfinite(x):
         return repr(x)  # shortest repr that round-trips: full float64 precision
     return '"nan"' if math.isnan(x) else ('"inf"' if x > 0 else '"-inf"')

@@ -16,7 +16,7 @@ from attn_cli.core.stages import STAGE_NAMES
 from attn_cli.core.variant import Variant
 from attn_cli.errors import InputError, did_you_mean
 from attn_cli.errors import field_name as _field
-from attn_cli.io.jsonfmt import _JSONLiteral, _JSONOverflow
+from attn_cli.io.jsonfmt import JSONLiteral, JSONOverflow
 
 
 def _own_keys() -> list[Variant]:
@@ -206,9 +206,9 @@ def _describe(x: Any) -> str:
         return "a mapping"
     if isinstance(x, list):
         return "a list"
-    if isinstance(x, _JSONLiteral):
+    if isinstance(x, JSONLiteral):
         return f"the JSON literal {x.name}"
-    if isinstance(x, _JSONOverflow):
+    if isinstance(x, JSONOverflow):
         shown = x.text if len(x.text) <= 20 else x.text[:17] + "..."
         return f"the number {shown}, beyond the range of float64 (±1.8e308)"
     if _number(x):

@@ -156,7 +156,7 @@ def flash_titles(run: FlashRun, lang: Lang) -> list[str]:
 def render_overview(run: FlashRun, options: RenderOptions) -> Group:
     """The configuration, the block sizes, how many tiles, the base, what was cut."""
     lang = options.lang
-    n, skipped = f"{run.tiles_total:,}", f"{_skipped_total(run):,}"
+    n, skipped = f"{run.tiles_total:,}", f"{skipped_total(run):,}"
     blocks = _t(lang, "blocks", bq=run.block_q, bk=run.block_k, n=n, skipped=skipped)
     parts: list[RenderableType] = [
         render_header(run.trace, lang),
@@ -177,7 +177,7 @@ def render_overview(run: FlashRun, options: RenderOptions) -> Group:
     return Group(*parts, Text(""))
 
 
-def _skipped_total(run: FlashRun) -> int:
+def skipped_total(run: FlashRun) -> int:
     """Tiles wholly above the causal diagonal, over the whole loop (not only those shown)."""
     offset = run.causal_offset
     if offset is None:
@@ -199,7 +199,7 @@ def _where(run: FlashRun, tile: Tile, lang: Lang) -> str:
     return _t(lang, "where_h", h=tile.head)
 
 
-def _previous_m(run: FlashRun, k: int) -> Any:
+def previous_m(run: FlashRun, k: int) -> Any:
     """m before tile k: the previous tile's of the same query block, else the start value
     (−∞, or the head's sink, a logit already seen)."""
     tile = run.tiles[k]
@@ -241,7 +241,7 @@ def render_tile(run: FlashRun, k: int, options: RenderOptions) -> Group:
         table(tile.S, keys, s_title or _t(lang, "S"))
         note = [] if texts is None else list(texts.view_notes.get("flash", {}))
         explained(note[0] if note else "S")
-    state = [_previous_m(run, k), tile.m, tile.alpha, tile.l]
+    state = [previous_m(run, k), tile.m, tile.alpha, tile.l]
     names = ["m_old", "m", "α", "l"]
     shown = [(n, x) for n, x in zip(names, state, strict=True) if x is not None]
     table(np.stack([x for _, x in shown], axis=1), [n for n, _ in shown], _t(lang, "state"))

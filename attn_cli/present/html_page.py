@@ -137,12 +137,12 @@ def trace_page(
     """The whole page: the template filled with the tables, the texts and the data
     (derivations embedded for up to ``max_worked`` worked cells and ``max_entries`` entries)."""
     options = options or RenderOptions()
-    page = _Page(with_short_labels(trace), options, max_worked=max_worked,
+    page = Page(with_short_labels(trace), options, max_worked=max_worked,
                  max_entries=max_entries, whole_text=trace)  # fmt: skip
     page.plan()
     body = page.body()
     data = page.data_text()
-    script = _asset("page.js")
+    script = asset("page.js")
     digest = base64.b64encode(hashlib.sha256(script.encode("utf-8")).digest()).decode("ascii")
     from attn_cli.present.palette import VIRIDIS
 
@@ -152,14 +152,14 @@ def trace_page(
         "THEME": page_theme(theme),
         "SCRIPT_HASH": f"sha256-{digest}",
         "GENERATOR": f"attn {__version__}",
-        "TITLE": _esc(trace.inputs.name or label(options.lang, "trace_title")),
+        "TITLE": esc(trace.inputs.name or label(options.lang, "trace_title")),
         "VIRIDIS": ", ".join(VIRIDIS),
         "BODY": body,
         "DATA": data,
         "SCRIPT": script,
     }
-    template = _asset("page.html")
-    return "".join(fill.get(part, part) for part in _split(template))
+    template = asset("page.html")
+    return "".join(fill.get(part, part) for part in split(template))
 
 
 def notebook_html(trace: Trace, height: int = 640) -> str:
@@ -169,7 +169,7 @@ def notebook_html(trace: Trace, height: int = 640) -> str:
     return (
         f'<iframe srcdoc="{html.escape(page, quote=True)}" sandbox="allow-scripts" '
         f'style="width: 100%; height: {height}px; border: 1px solid #ccc" '
-        f'title="{_esc(trace.inputs.name or "attn trace")}"></iframe>'
+        f'title="{esc(trace.inputs.name or "attn trace")}"></iframe>'
     )
 
 
@@ -181,11 +181,11 @@ def _register() -> None:
         HTML_VIEWS.append(notebook_html)
 
 
-def _asset(name: str) -> str:
+def asset(name: str) -> str:
     return resources.files("attn_cli.present").joinpath(name).read_text(encoding="utf-8")
 
 
-def _split(template: str) -> Iterator[str]:
+def split(template: str) -> Iterator[str]:
     """The template's text and its ``{{NAME}}`` slots, in order (filled once, never rescanned:
     a slot's text that holds ``{{...}}`` stays as it is)."""
     rest = template
@@ -197,7 +197,7 @@ def _split(template: str) -> Iterator[str]:
     yield rest
 
 
-def _esc(text: str) -> str:
+def esc(text: str) -> str:
     """Token or fixture text for the markup: printable characters, HTML-escaped."""
     return html.escape(printable(text), quote=True)
 
@@ -209,13 +209,13 @@ def script_json(text: str) -> str:
     return text.replace("&", "\\u0026").replace("<", "\\u003c").replace(">", "\\u003e")
 
 
-def _both(make: Any) -> str:
+def bilingual(make: Any) -> str:
     """One text in both languages, the one not chosen hidden by the page's CSS."""
-    return "".join(f'<span class="{lang}">{_esc(make(lang))}</span>' for lang in LANGS)
+    return "".join(f'<span class="{lang}">{esc(make(lang))}</span>' for lang in LANGS)
 
 
 @dataclass
-class _Page:
+class Page:
     """One page being made: the derivations found while the tables are drawn."""
 
     trace: Trace
@@ -259,11 +259,11 @@ class _Page:
         t = self.trace
         inp = t.inputs
         out = ['<header class="top">']
-        out.append(f"<h1>{_esc(inp.name or 'attn trace')}</h1>")
+        out.append(f"<h1>{esc(inp.name or 'attn trace')}</h1>")
         out.append('<div class="controls">')
         other: Lang = "zh" if self.options.lang == "en" else "en"
         out.append(f'<button type="button" data-role="lang">{WORDS[other]["lang_name"]}</button>')
-        out.append(f'<button type="button" data-role="theme">{_both(_word("theme"))}</button>')
+        out.append(f'<button type="button" data-role="theme">{bilingual(_word("theme"))}</button>')
         out.append(LARGE_BUTTON)
         if inp.has_batch:
             out.append(self._select("batch", inp.batch))
@@ -272,7 +272,7 @@ class _Page:
         out.append("</div></header>")
         out.append('<div class="layout"><nav class="stages" data-role="stages">')
         for k, stage in enumerate(self.shown):
-            out.append(f'<button type="button" data-go="{k}">{_esc(stage.name)}</button>')
+            out.append(f'<button type="button" data-go="{k}">{esc(stage.name)}</button>')
         out.append('</nav><main><h2 class="stage-title" data-role="stage-title"></h2>')
         out.append(self._about())
         if self.options.full and not self.full:
@@ -286,25 +286,25 @@ class _Page:
             out.append(self._note("entries_cap", cap=self.max_entries))
         out += sections
         out.append('</main><aside class="derivation" data-role="derivation" aria-live="polite">')
-        out.append(f'<p class="hint">{_both(_word("hint"))}</p></aside></div>')
+        out.append(f'<p class="hint">{bilingual(_word("hint"))}</p></aside></div>')
         return "\n".join(out)
 
     def _select(self, role: str, n: int) -> str:
         en, zh, first = WORDS["en"]["all"], WORDS["zh"]["all"], WORDS[self.options.lang]["all"]
         every = f'<option value="all" data-text-en="{en}" data-text-zh="{zh}">{first}</option>'
         opts = [every] + [f'<option value="{i}">{i}</option>' for i in range(n)]
-        name = _both(lambda lang: label(lang, role))
+        name = bilingual(lambda lang: label(lang, role))
         return f'<label>{name} <select data-role="{role}">{"".join(opts)}</select></label>'
 
     def _note(self, key: str, **values: Any) -> str:
-        return f'<p class="note">{_both(lambda lang: WORDS[lang][key].format(**values))}</p>'
+        return f'<p class="note">{bilingual(lambda lang: WORDS[lang][key].format(**values))}</p>'
 
     def _about(self) -> str:
         """The configuration header (the terminal's panel), in both languages."""
         out = []
         for lang in LANGS:
             rows = "".join(
-                f"<dt>{_esc(k)}</dt><dd>{_esc(v)}</dd>" for k, v in header_lines(self.trace, lang)
+                f"<dt>{esc(k)}</dt><dd>{esc(v)}</dd>" for k, v in header_lines(self.trace, lang)
             )
             out.append(
                 f'<details class="about {lang}"><summary>{WORDS[lang]["about"]}</summary>'
@@ -315,7 +315,7 @@ class _Page:
     # -- one stage ------------------------------------------------------------------------
 
     def _section(self, k: int, stage: Stage) -> str:
-        name = _esc(stage.name)
+        name = esc(stage.name)
         out = [f'<section class="stage" id="stage-{k}" data-stage-name="{name}">']
         out.append(f'<h2 class="print-title">{name}</h2>')
         out.append(self._heading(stage))
@@ -333,8 +333,8 @@ class _Page:
             return text
 
         parts = "".join(
-            f'<span class="formula {lang}">{_esc(formula(lang))}</span>'
-            f'<span class="shape {lang}">   [{_esc(dims_text(lang, stage.axes, stage.shape))}]'
+            f'<span class="formula {lang}">{esc(formula(lang))}</span>'
+            f'<span class="shape {lang}">   [{esc(dims_text(lang, stage.axes, stage.shape))}]'
             "</span>"
             for lang in LANGS
         )
@@ -348,19 +348,19 @@ class _Page:
             e = explain_stage(self.trace, stage.name, lang, self.options.precision)
             sep = label(lang, "sep")
             lines = [
-                f"<h3>{_esc(label(lang, 'explain_title'))}</h3>",
-                f"<p><b>{_esc(label(lang, 'formula'))}</b> "
-                f"{'<br>'.join(_esc(f) for f in e.formula)}</p>",
-                f"<p><b>{_esc(label(lang, 'shapes'))}</b> {_esc(label(lang, 'in'))} "
-                f"{_esc(sep.join(e.inputs))} → {_esc(label(lang, 'out'))} {_esc(e.output)}</p>",
-                *(f"<p>{_esc(m)}</p>" for m in e.meaning),
+                f"<h3>{esc(label(lang, 'explain_title'))}</h3>",
+                f"<p><b>{esc(label(lang, 'formula'))}</b> "
+                f"{'<br>'.join(esc(f) for f in e.formula)}</p>",
+                f"<p><b>{esc(label(lang, 'shapes'))}</b> {esc(label(lang, 'in'))} "
+                f"{esc(sep.join(e.inputs))} → {esc(label(lang, 'out'))} {esc(e.output)}</p>",
+                *(f"<p>{esc(m)}</p>" for m in e.meaning),
             ]
             out.append(f'<div class="explain {lang}">{"".join(lines)}</div>')
         return "".join(out)
 
     def _tables(self, stage: Stage) -> list[str]:
         """A table per slice (batch item, head), the middle ones elided as in the terminal."""
-        from attn_cli.present.render import _heat
+        from attn_cli.present.render import stage_heat
 
         full = self.full
         data, axes = stage.table  # (..., rows, cols); a vector as one row
@@ -371,7 +371,7 @@ class _Page:
             shown = [*slices[:TABLE_EDGE], None, *slices[-TABLE_EDGE:]]
         focus = self.options.focus if axes[-2] in ("query", "seq") else None
         shading = RenderOptions(self.options.precision, full=full, focus=focus)
-        heat = _heat(self.trace, stage, shading)  # the terminal's range: over the rows shown
+        heat = stage_heat(self.trace, stage, shading)  # the terminal's range: over the rows shown
         rows = pick(data.shape[-2], ROW_LIMIT, ROW_EDGE, full) if focus is None else [focus]
         cols = pick(data.shape[-1], COL_LIMIT, COL_EDGE, full)
         out = []
@@ -420,15 +420,15 @@ class _Page:
         if n_slices > 1:
             cap = "".join(
                 f'<span class="{lang}">'
-                + _esc(" · ".join(f"{axis_title(lang, a)} {i}" for a, i in zip(lead, index)))  # noqa: B905
+                + esc(" · ".join(f"{axis_title(lang, a)} {i}" for a, i in zip(lead, index)))  # noqa: B905
                 + "</span>"
                 for lang in LANGS
             )
             out.append(f"<caption>{cap}</caption>")
         head = "".join(
-            f"<th>{ELLIPSIS}</th>" if j is None else f"<th>{_esc(col_labels[j])}</th>" for j in cols
+            f"<th>{ELLIPSIS}</th>" if j is None else f"<th>{esc(col_labels[j])}</th>" for j in cols
         )
-        out.append(f"<tr><th>{_both(lambda lang: axis_name(lang, row_axis))}</th>{head}</tr>")
+        out.append(f"<tr><th>{bilingual(lambda lang: axis_name(lang, row_axis))}</th>{head}</tr>")
         blocked = None
         if heat is not None and heat.masked:
             source = trace["masked"].data
@@ -445,7 +445,7 @@ class _Page:
                 else self._cell(stage, matrix, index, i, j, heat, blocked, maxima)
                 for j in cols
             )  # fmt: skip
-            out.append(f"<tr><th>{_esc(row_labels[i])}</th>{cells}</tr>")
+            out.append(f"<tr><th>{esc(row_labels[i])}</th>{cells}</tr>")
         out.append("</table>")
         return "".join(out)
 
@@ -472,7 +472,7 @@ class _Page:
         x = float(matrix[i, j])
         at = (*index, i, j) if stage.data.ndim >= 2 else (j,)
         shown = format_number(x, self.options.precision)
-        attrs = f' data-stage="{_esc(stage.name)}" data-index="{",".join(map(str, at))}"'
+        attrs = f' data-stage="{esc(stage.name)}" data-index="{",".join(map(str, at))}"'
         attrs += f' data-shown="{shown}"'
         w = self._derivation(stage, at)
         if w is not None:
@@ -506,11 +506,11 @@ class _Page:
     def _legend(self, heat: Any) -> str:
         p = self.options.precision
         lo, hi = format_number(heat.lo, p), format_number(heat.hi, p)
-        parts = [_both(lambda lang: WORDS[lang]["legend"].format(lo=lo, hi=hi))]
+        parts = [bilingual(lambda lang: WORDS[lang]["legend"].format(lo=lo, hi=hi))]
         if heat.masked:
-            parts.append(_both(_word("legend_masked")))
+            parts.append(bilingual(_word("legend_masked")))
         if heat.stage == "softmax":
-            parts.append(_both(_word("legend_max")))
+            parts.append(bilingual(_word("legend_max")))
         return f'<p class="legend"><span class="bar"></span> {" · ".join(parts)}</p>'
 
     # -- derivations ----------------------------------------------------------------------
@@ -582,13 +582,13 @@ class _Page:
 
     def _texts(self, key: tuple[int, int, int, int], name: str) -> dict[str, Any] | None:
         from attn_cli.present.explain import cell_text
-        from attn_cli.present.worked import CellRef, _worked_cell
+        from attn_cli.present.worked import CellRef, worked_cell
 
         b, h, q, k = key
         if not self.whole:
             return None
         if key not in self.cells:
-            self.cells[key] = _worked_cell(self.trace, CellRef(q, k), b, h)
+            self.cells[key] = worked_cell(self.trace, CellRef(q, k), b, h)
         cell = self.cells[key]
         inp = self.trace.inputs
         full = max(inp.seq_k, inp.d_k, inp.d_v or 0) <= 16
@@ -653,7 +653,7 @@ class _Page:
             axes = (range(n) if k is None else k for n, k in zip(stage.shape, keep, strict=True))
             sub = stage.data[np.ix_(*axes)] if stage.data.ndim else stage.data
             meta = {"shape": list(stage.shape), "axes": list(stage.axes),
-                    "formula": stage.formula, "data": _listed(sub)}  # fmt: skip
+                    "formula": stage.formula, "data": listed(sub)}  # fmt: skip
             pieces.append(f"    {json_text(name)}: {json_text(meta)}")
         start = head[: head.rindex(opening) + len(opening)]
         return start + "\n" + ",\n".join(pieces) + "\n  }\n}"
@@ -684,7 +684,7 @@ def _kept_size(shape: tuple[int, ...], keep: Sequence[list[int] | None]) -> int:
     return math.prod(n if k is None else len(k) for n, k in zip(shape, keep, strict=True))
 
 
-def _listed(a: Any) -> Any:
+def listed(a: Any) -> Any:
     """Nested lists, non-finite values as the JSON trace writes them ("-inf", "inf", "nan")."""
     if a.ndim == 0:
         x = float(a)
@@ -693,7 +693,7 @@ def _listed(a: Any) -> Any:
         return "nan" if math.isnan(x) else ("inf" if x > 0 else "-inf")
     if np.isfinite(a).all():
         return a.tolist()
-    return [_listed(x) for x in a]
+    return [listed(x) for x in a]
 
 
 def _cell_json(part: CellText) -> dict[str, Any]:

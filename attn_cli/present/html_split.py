@@ -15,17 +15,17 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from attn_cli.present.explain_registry import sum_terms
-from attn_cli.present.html_page import _both, _esc, _listed
+from attn_cli.present.html_page import bilingual, esc, listed
 from attn_cli.present.html_steps import (
     MAX_TILES,
     TILE_EDGE,
-    _attrs,
-    _explained,
-    _frame,
-    _page,
-    _part,
-    _Steps,
-    _where,
+    Steps,
+    attrs_of,
+    explained,
+    in_iframe,
+    part_of,
+    steps_page,
+    where_at,
 )
 from attn_cli.present.i18n import Lang
 from attn_cli.present.options import RenderOptions
@@ -79,7 +79,7 @@ def split_page(run: SplitRun, options: RenderOptions | None = None, theme: str =
     """The chunks and the merge as one page: the overview, a section per chunk, the merge, the
     checks."""
     options = options or RenderOptions()
-    p = _Steps(run, options, "split")
+    p = Steps(run, options, "split")
     r = run.result
     sections = [(SPLIT_LABELS["en"]["page_overview"], _overview(p))]
     chunks: dict[str, Any] = {}
@@ -87,7 +87,7 @@ def split_page(run: SplitRun, options: RenderOptions | None = None, theme: str =
     if len(picked) < len(r.chunks):
         n = len(r.chunks)
         p.notes.append(
-            f'<p class="note">{_both(lambda lang: _w(lang, "elided", shown=len(picked), n=n))}</p>'
+            f'<p class="note">{bilingual(lambda g: _w(g, "elided", shown=len(picked), n=n))}</p>'
         )
     for s in picked:
         c = r.chunks[s]
@@ -99,20 +99,22 @@ def split_page(run: SplitRun, options: RenderOptions | None = None, theme: str =
     title = f"{run.trace.inputs.name or 'attn'} · attn flash --split-kv {run.splits}"
     data = {"format": "attn-flash", "split_kv": run.splits, "tiles": chunks,
             "stages": stages or None}  # fmt: skip
-    return _page(p, title, sections, data, "hint", theme)
+    return steps_page(p, title, sections, data, "hint", theme)
 
 
-def _overview(p: _Steps) -> str:
+def _overview(p: Steps) -> str:
     run: SplitRun = p.run
     r = run.result
     bounds = ", ".join(f"{c.keys[0]}..{c.keys[1] - 1}" for c in r.chunks)
-    lines = [_both(lambda lang: SPLIT_LABELS[lang]["title"].format(n=len(r.chunks))),
-             _both(lambda lang: SPLIT_LABELS[lang]["bounds"].format(bounds=bounds))]  # fmt: skip
+    lines = [
+        bilingual(lambda lang: SPLIT_LABELS[lang]["title"].format(n=len(r.chunks))),
+        bilingual(lambda lang: SPLIT_LABELS[lang]["bounds"].format(bounds=bounds)),
+    ]
     if r.base2:
-        lines.append(_both(lambda lang: SPLIT_LABELS[lang]["base2"]))
+        lines.append(bilingual(lambda lang: SPLIT_LABELS[lang]["base2"]))
     if r.extra is not None:
-        lines.append(_both(lambda lang: SPLIT_LABELS[lang]["extra"]))
-    box = "".join(_explained(run, explain, key) for key in ("split", "chunk", "merge", "weights"))
+        lines.append(bilingual(lambda lang: SPLIT_LABELS[lang]["extra"]))
+    box = "".join(explained(run, explain, key) for key in ("split", "chunk", "merge", "weights"))
     return "".join(f"<p>{line}</p>" for line in lines) + box
 
 
@@ -120,7 +122,7 @@ def _public(run: SplitRun, a: Any) -> Any:
     return np.asarray(a if run.trace.inputs.has_batch else a[0])
 
 
-def _chunk(p: _Steps, s: int, kept: dict[str, Any]) -> str:
+def _chunk(p: Steps, s: int, kept: dict[str, Any]) -> str:
     """Chunk s: per (batch, head), each query's m, l, lse and O_s."""
     run: SplitRun = p.run
     c = run.result.chunks[s]
@@ -128,7 +130,7 @@ def _chunk(p: _Steps, s: int, kept: dict[str, Any]) -> str:
     names = ("m", "l", "lse", "O")
     arrays = (c.m, c.l, c.lse, c.output)
     if p.keep(arrays):
-        kept[str(s)] = {n: _listed(_public(run, a)) for n, a in zip(names, arrays, strict=True)}
+        kept[str(s)] = {n: listed(_public(run, a)) for n, a in zip(names, arrays, strict=True)}
     s0, s1 = c.keys[0], c.keys[1] - 1
     log = "log2" if run.base2 else "log"
     queries = list(run.trace.query_labels)
@@ -148,18 +150,18 @@ def _chunk(p: _Steps, s: int, kept: dict[str, Any]) -> str:
                 def make(lang: Lang) -> dict[str, Any]:
                     title = f"{name}[{', '.join(map(str, index))}]"
                     if m == -math.inf:
-                        return _part(title, [_w(lang, "hidden")])
+                        return part_of(title, [_w(lang, "hidden")])
                     key = {"m": "m_line", "l": "l_line", "lse": "lse_line", "O": "O_line"}[name]
-                    return _part(title, [_w(lang, key, s0=s0, s1=s1, log=log, m=p.n(m), l=p.n(l),
+                    return part_of(title, [_w(lang, key, s0=s0, s1=s1, log=log, m=p.n(m), l=p.n(l),
                                             value=p.n(value))])  # fmt: skip
 
                 return p.cell(value, name, index, here, p.derive(make), at)
 
-            out.append(p.table(_where(lead, head=h), _attrs(lead, head=h), queries, cols, cell))
+            out.append(p.table(where_at(lead, head=h), attrs_of(lead, head=h), queries, cols, cell))
     return "\n".join(out)
 
 
-def _merge(p: _Steps, kept: dict[str, Any]) -> str:
+def _merge(p: Steps, kept: dict[str, Any]) -> str:
     """Per (batch, head): m*, the weights, lse, then O = Σ w_s·O_s."""
     run: SplitRun = p.run
     r = run.result
@@ -169,7 +171,7 @@ def _merge(p: _Steps, kept: dict[str, Any]) -> str:
     W = np.moveaxis(m.weights, 0, -1)  # (B, H, T, n [+ 1])
     arrays = {"m_star": m.m_star, "weights": W, "lse": m.lse, "output": m.output}
     if p.keep(list(arrays.values())):
-        kept.update({k: _listed(_public(run, a)) for k, a in arrays.items()})
+        kept.update({k: listed(_public(run, a)) for k, a in arrays.items()})
     sink = ["w sink"] if r.extra is not None else []
     cols = ["m*", *(f"w {s}" for s in range(n)), *sink, "lse"]
     queries = list(run.trace.query_labels)
@@ -177,11 +179,11 @@ def _merge(p: _Steps, kept: dict[str, Any]) -> str:
     for b in range(inp.batch):
         lead = (b,) if inp.has_batch else ()
         for h in range(inp.heads):
-            attrs = _attrs(lead, head=h)
-            where = _where(lead, "m*, w_s, lse", head=h)
+            attrs = attrs_of(lead, head=h)
+            where = where_at(lead, "m*, w_s, lse", head=h)
             out.append(p.table(where, attrs, queries, cols, _merge_cell(p, lead, b, h)))
             o_cols = [f"O {j}" for j in range(inp.d_v)]
-            where = _where(lead, "O = Σ w_s·O_s", head=h)
+            where = where_at(lead, "O = Σ w_s·O_s", head=h)
             out.append(p.table(where, attrs, queries, o_cols, _output_cell(p, lead, b, h)))
     return "\n".join(out)
 
@@ -193,7 +195,7 @@ def _states(run: SplitRun, b: int, h: int, i: int) -> list[float]:
     return lses + ([] if r.extra is None else [float(r.extra[b, h])])
 
 
-def _merge_cell(p: _Steps, lead: tuple[int, ...], b: int, h: int) -> Any:
+def _merge_cell(p: Steps, lead: tuple[int, ...], b: int, h: int) -> Any:
     run: SplitRun = p.run
     m = run.result.merged
     n_w = m.weights.shape[0]
@@ -213,17 +215,17 @@ def _merge_cell(p: _Steps, lead: tuple[int, ...], b: int, h: int) -> Any:
         def make(lang: Lang) -> dict[str, Any]:
             title = f"{name}[{', '.join(map(str, index))}]"
             if top == -math.inf:
-                return _part(title, [_w(lang, "empty")])
+                return part_of(title, [_w(lang, "empty")])
             if name == "m_star":
                 shown = sum_terms([p.n(x) for x in lses], full).replace(" + ", ", ")
-                return _part(title, [_w(lang, "m_star", terms=shown, value=p.n(value))])
+                return part_of(title, [_w(lang, "m_star", terms=shown, value=p.n(value))])
             if name == "lse":
                 terms = sum_terms([f"{exp}({p.n(x)} − {p.n(top)})" for x in lses], full)
-                return _part(title, [_w(lang, "lse", m=p.n(top), log=log, exp=exp, terms=terms,
+                return part_of(title, [_w(lang, "lse", m=p.n(top), log=log, exp=exp, terms=terms,
                                         value=p.n(value))])  # fmt: skip
             s = j - 1
             key = "w_sink" if s == len(run.result.chunks) else "w"
-            return _part(title, [_w(lang, key, s=s, exp=exp, a=p.n(lses[s]), b=p.n(lse),
+            return part_of(title, [_w(lang, key, s=s, exp=exp, a=p.n(lses[s]), b=p.n(lse),
                                     value=p.n(value))])  # fmt: skip
 
         return p.cell(value, name, index, 'data-source="run"', p.derive(make), "merge")
@@ -231,7 +233,7 @@ def _merge_cell(p: _Steps, lead: tuple[int, ...], b: int, h: int) -> Any:
     return cell
 
 
-def _output_cell(p: _Steps, lead: tuple[int, ...], b: int, h: int) -> Any:
+def _output_cell(p: Steps, lead: tuple[int, ...], b: int, h: int) -> Any:
     run: SplitRun = p.run
     r = run.result
     m = r.merged
@@ -244,14 +246,14 @@ def _output_cell(p: _Steps, lead: tuple[int, ...], b: int, h: int) -> Any:
             title = f"output[{', '.join(map(str, index))}]"
             terms = sum_terms([f"{p.f(m.weights[s, b, h, i])}×{p.f(c.output[b, h, i, j])}"
                                for s, c in enumerate(r.chunks)], p.options.full)  # fmt: skip
-            return _part(title, [_w(lang, "O", terms=terms, value=p.n(value))])
+            return part_of(title, [_w(lang, "O", terms=terms, value=p.n(value))])
 
         return p.cell(value, "output", index, 'data-source="run"', p.derive(make), "merge")
 
     return cell
 
 
-def _checks(p: _Steps) -> str:
+def _checks(p: Steps) -> str:
     """The checks: one-shot merge, fold, tree against plain rows, and the fold against the
     tree."""
     from attn_cli.present.flash_view import LABELS as FLASH_LABELS
@@ -260,21 +262,21 @@ def _checks(p: _Steps) -> str:
     labels = {lang: FLASH_LABELS[lang] | SPLIT_LABELS[lang] for lang in SPLIT_LABELS}
 
     def both(key: str) -> str:
-        return _both(lambda lang: labels[lang][key])
+        return bilingual(lambda lang: labels[lang][key])
 
     heads = "".join(f"<th>{both(k)}</th>" for k in ("col_what", "col_diff", "col_tol"))
     out = [f'<table class="m"><caption>{both("check_title")}</caption><tr>{heads}</tr>']
     for c in run.checks:
         what = both(f"check_{c.name}")
-        out.append(f"<tr><td>{what}</td><td>{_esc(f'{c.max_abs:.3e}')} "
+        out.append(f"<tr><td>{what}</td><td>{esc(f'{c.max_abs:.3e}')} "
                    f"{'✓' if c.ok else '✗'}</td><td>{c.tolerance:.3g}</td></tr>")  # fmt: skip
     out.append("</table>")
-    return "\n".join(out) + _explained(run, explain, "orders")
+    return "\n".join(out) + explained(run, explain, "orders")
 
 
 def split_notebook_html(run: SplitRun, height: int = 640) -> str:
     """A split-KV run's notebook view: its page in a frame of its own."""
-    return _frame(split_page(run, RenderOptions(), theme="light"), run.trace.inputs.name or "")
+    return in_iframe(split_page(run, RenderOptions(), theme="light"), run.trace.inputs.name or "")
 
 
 def _register() -> None:

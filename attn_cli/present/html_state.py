@@ -17,17 +17,17 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from attn_cli.present.html_page import _both, _esc, _listed
+from attn_cli.present.html_page import bilingual, esc, listed
 from attn_cli.present.html_steps import (
-    _attrs,
-    _explained,
-    _page,
-    _part,
-    _picked_steps,
-    _Steps,
-    _w,
-    _where,
+    Steps,
+    attrs_of,
+    explained,
+    part_of,
+    picked_steps,
     short_run,
+    steps_page,
+    where_at,
+    word,
 )
 from attn_cli.present.i18n import Lang, axis_title
 from attn_cli.present.options import RenderOptions
@@ -93,10 +93,10 @@ def state_page(run: StateRun, options: RenderOptions | None = None, theme: str =
     """The state decode as one page: the overview and ledger, a section per step, the checks."""
     options = options or RenderOptions()
     run, tokens = short_run(run)
-    p = _Steps(run, options, "decode", tokens=tokens)
+    p = Steps(run, options, "decode", tokens=tokens)
     steps = run.result.steps
-    picked = _picked_steps(p, len(steps))
-    sections = [(_w("en", "overview"), _overview(run))]
+    picked = picked_steps(p, len(steps))
+    sections = [(word("en", "overview"), _overview(run))]
     kept: dict[str, Any] = {}
     for k in picked:
         if k is None:
@@ -104,10 +104,10 @@ def state_page(run: StateRun, options: RenderOptions | None = None, theme: str =
         step = steps[k]
         name = f"{k + 1}: {safe(run.label(step.index))}@{step.position}"
         sections.append((name, _step(p, k, kept)))
-    sections.append((_w("en", "checks"), _checks(run)))
+    sections.append((word("en", "checks"), _checks(run)))
     title = f"{run.trace.inputs.name or 'attn'} · attn decode"
     data = {"format": "attn-decode", "steps": kept}
-    return _page(p, title, sections, data, "hint", theme)
+    return steps_page(p, title, sections, data, "hint", theme)
 
 
 def _t(lang: Lang, key: str, **values: Any) -> str:
@@ -122,37 +122,52 @@ def _overview(run: StateRun) -> str:
     P = run.result.prefill
     tokens = ", ".join(safe(run.label(i)) for i in range(P))
     c = run.ledger
-    out = [f"<p><b>{_both(lambda lang: _t(lang, 'title'))}</b></p>",
-           f"<p>{_both(lambda lang: _t(lang, 'overview', p=P, tokens=tokens))}</p>",
-           f"<p>{_both(lambda lang: _t(lang, 'steps', n=len(run.result.steps)))}</p>"]  # fmt: skip
+    out = [
+        f"<p><b>{bilingual(lambda lang: _t(lang, 'title'))}</b></p>",
+        f"<p>{bilingual(lambda lang: _t(lang, 'overview', p=P, tokens=tokens))}</p>",
+        f"<p>{bilingual(lambda lang: _t(lang, 'steps', n=len(run.result.steps)))}</p>",
+    ]
     heads = ("col_tokens", "col_state", "col_kv", "col_ratio")
-    out.append(f'<table class="m"><caption>{_both(lambda lang: _t(lang, "ledger_title"))}'
-               "</caption><tr>" + "".join(f"<th>{_both(lambda lang, h=h: _t(lang, h))}</th>"
+    out.append(f'<table class="m"><caption>{bilingual(lambda lang: _t(lang, "ledger_title"))}'
+               "</caption><tr>" + "".join(f"<th>{bilingual(lambda lang, h=h: _t(lang, h))}</th>"
                                           for h in heads) + "</tr>")  # fmt: skip
     rows = [("row_prefill", P), ("row_last", c.seq)]
     rows += [("", t) for t in LEDGER_TOKENS if t > c.seq]
     for key, t in rows:
-        name = _both(lambda lang, key=key, t=t: _t(lang, key, t=t)) if key else f"{t:,}"
+        name = bilingual(lambda lang, key=key, t=t: _t(lang, key, t=t)) if key else f"{t:,}"
         kv = c.kv_at(t)
         out.append(f"<tr><td>{name}</td><td>{c.state:,}</td><td>{kv:,}</td>"
                    f"<td>{kv / c.state:,.2f}</td></tr>")  # fmt: skip
     out.append("</table>")
     shapes = " + ".join(f"{n} {list(shape)}" for n, shape in c.parts)
-    formula = _both(lambda lang: _t(lang, "ledger_formula", parts=shapes, n=c.numbers, b=c.state,
-                                    heads=c.heads, dk=c.d_k, dv=c.d_v, kv=c.kv_per_token,
-                                    even=c.break_even()))  # fmt: skip
+    formula = bilingual(
+        lambda lang: _t(
+            lang,
+            "ledger_formula",
+            parts=shapes,
+            n=c.numbers,
+            b=c.state,
+            heads=c.heads,
+            dk=c.d_k,
+            dv=c.d_v,
+            kv=c.kv_per_token,
+            even=c.break_even(),
+        )
+    )
     out.append(f"<p>{formula}</p>")
     if run.trace.inputs.has_batch:
-        out.append(f"<p>{_both(lambda lang: _t(lang, 'batch_note', b=run.trace.inputs.batch))}</p>")
-    out += [_explained(run, explain, key) for key in ("state", "ledger", "check")]
+        out.append(
+            f"<p>{bilingual(lambda lang: _t(lang, 'batch_note', b=run.trace.inputs.batch))}</p>"
+        )
+    out += [explained(run, explain, key) for key in ("state", "ledger", "check")]
     return "".join(out)
 
 
 def _checks(run: StateRun) -> str:
     """Every step's largest difference from the chunked form, and the prefill's."""
     heads = ("col_step", "col_token", "col_pos", "col_state", "col_kv", "col_diff")
-    out = [f'<table class="m"><caption>{_both(lambda lang: _t(lang, "check_title"))}</caption>'
-           "<tr>" + "".join(f"<th>{_both(lambda lang, h=h: _t(lang, h))}</th>" for h in heads)
+    out = [f'<table class="m"><caption>{bilingual(lambda lang: _t(lang, "check_title"))}</caption>'
+           "<tr>" + "".join(f"<th>{bilingual(lambda lang, h=h: _t(lang, h))}</th>" for h in heads)
            + "</tr>"]  # fmt: skip
     steps, c = run.result.steps, run.ledger
     for k in pick(len(steps), 2 * TABLE_LIMIT, TABLE_EDGE, False):
@@ -161,13 +176,16 @@ def _checks(run: StateRun) -> str:
             continue
         s, diff = steps[k], run.diffs[k]
         mark = "✓" if diff <= run.tolerance else "✗"
-        out.append(f"<tr><td>{k + 1}</td><td>{_esc(run.label(s.index))}</td><td>{s.position}</td>"
+        out.append(f"<tr><td>{k + 1}</td><td>{esc(run.label(s.index))}</td><td>{s.position}</td>"
                    f"<td>{c.state:,}</td><td>{c.kv_at(s.index + 1):,}</td>"
                    f"<td>{diff:.3e} {mark}</td></tr>")  # fmt: skip
     out.append("</table>")
     mark = "✓" if run.prefill_diff <= run.tolerance else "✗"
-    pre = _both(lambda lang: _t(lang, "check_prefill", diff=f"{run.prefill_diff:.3e}", mark=mark,
-                                stage=run.checked))  # fmt: skip
+    pre = bilingual(
+        lambda lang: _t(
+            lang, "check_prefill", diff=f"{run.prefill_diff:.3e}", mark=mark, stage=run.checked
+        )
+    )
     return "".join(out) + f"<p>{pre}</p>"
 
 
@@ -179,7 +197,7 @@ def _previous(run: StateRun, k: int) -> dict[str, Any] | None:
     return None if before is None else dict(before)
 
 
-def _step(p: _Steps, k: int, kept: dict[str, Any]) -> str:
+def _step(p: Steps, k: int, kept: dict[str, Any]) -> str:
     """One token: the numbers it read, the state after it, its output, the ledger, the check."""
     run: StateRun = p.run
     step = run.result.steps[k]
@@ -188,14 +206,16 @@ def _step(p: _Steps, k: int, kept: dict[str, Any]) -> str:
     if p.keep([x for _, x in named]):
         kept[str(k)] = {"index": step.index, "stages": {
             name: {"shape": list(np.shape(x if inp.has_batch else x[0])),
-                   "data": _listed(np.asarray(x if inp.has_batch else x[0]))}
+                   "data": listed(np.asarray(x if inp.has_batch else x[0]))}
             for name, x in named}}  # fmt: skip
     token = repr(safe(run.label(step.index)))
     n_steps = len(run.result.steps)
-    where = _both(lambda lang: _t(lang, "step", k=k + 1, n=n_steps, token=token, pos=step.position))
+    where = bilingual(
+        lambda lang: _t(lang, "step", k=k + 1, n=n_steps, token=token, pos=step.position)
+    )
     prev = (lambda lang: _s(lang, "prev_prefill")) if k == 0 else (
         lambda lang: _s(lang, "prev_step", k=k))  # fmt: skip
-    out = [f"<p>{where}</p>", f'<p class="note">{_both(prev)}</p>']
+    out = [f"<p>{where}</p>", f'<p class="note">{bilingual(prev)}</p>']
     arrays = {name: np.asarray(x) for name, x in named}
     before = _previous(run, k)
     for b in range(inp.batch):
@@ -203,21 +223,21 @@ def _step(p: _Steps, k: int, kept: dict[str, Any]) -> str:
         for name, x in arrays.items():
             out += _tables(p, k, name, x, lead, arrays, before)
     c = run.ledger
-    ledger = _both(lambda lang: _s(lang, "ledger_step", state=f"{c.state:,}", t=step.index + 1,
+    ledger = bilingual(lambda lang: _s(lang, "ledger_step", state=f"{c.state:,}", t=step.index + 1,
                                    kv=f"{c.kv_at(step.index + 1):,}"))  # fmt: skip
     diff = run.diffs[k]
     mark = "✓" if diff <= run.tolerance else "✗"
-    check = _both(lambda lang: _t(lang, "check", token=token, diff=f"{diff:.3e}", mark=mark,
+    check = bilingual(lambda lang: _t(lang, "check", token=token, diff=f"{diff:.3e}", mark=mark,
                                   tol=f"{run.tolerance:g}", stage=run.checked))  # fmt: skip
     out += [f'<p class="note">{ledger}</p>', f'<p class="check">{check}</p>']
     return "\n".join(out)
 
 
 def _head_labels(n: int) -> list[str]:
-    return [_both(lambda lang, h=h: f"{axis_title(lang, 'head')} {h}") for h in range(n)]
+    return [bilingual(lambda lang, h=h: f"{axis_title(lang, 'head')} {h}") for h in range(n)]
 
 
-def _tables(p: _Steps, k: int, name: str, x: Any, lead: tuple[int, ...],
+def _tables(p: Steps, k: int, name: str, x: Any, lead: tuple[int, ...],
             arrays: dict[str, Any], before: dict[str, Any] | None) -> list[str]:  # fmt: skip
     """A stage's tables: a row per head (read numbers, output), a d_k × d_v matrix per head
     (S), the conv window (a row per earlier token)."""
@@ -231,21 +251,23 @@ def _tables(p: _Steps, k: int, name: str, x: Any, lead: tuple[int, ...],
 
     cols = [str(j) for j in range(a.shape[-1])]
     if a.ndim == 3 and a.shape[1] == 1:  # (H, 1, d_v): output and the transforms of it
-        return [p.table(_where(lead, name), _attrs(lead), _head_labels(a.shape[0]), cols,
+        return [p.table(where_at(lead, name), attrs_of(lead), _head_labels(a.shape[0]), cols,
                         lambda h, j: make((h, 0, j)), marked_rows=True)]  # fmt: skip
     if a.ndim == 3:  # (H, d_k, d_v): a matrix per head
         rows = [str(i) for i in range(a.shape[1])]
 
         def matrix(h: int) -> str:
-            return p.table(_where(lead, name, head=h), _attrs(lead, head=h), rows, cols,
+            return p.table(where_at(lead, name, head=h), attrs_of(lead, head=h), rows, cols,
                            lambda i, j: make((h, i, j)))  # fmt: skip
 
         return [matrix(h) for h in range(a.shape[0])]
     if name == "state.conv":  # (K−1, C): the window of the tokens before
         n = a.shape[0]
         rows = [f"t−{n - i}" for i in range(n)]
-        return [p.table(_where(lead, name), _attrs(lead), rows, cols, lambda i, j: make((i, j)))]
-    return [p.table(_where(lead, name), _attrs(lead), _head_labels(a.shape[0]), cols,
+        return [
+            p.table(where_at(lead, name), attrs_of(lead), rows, cols, lambda i, j: make((i, j)))
+        ]
+    return [p.table(where_at(lead, name), attrs_of(lead), _head_labels(a.shape[0]), cols,
                     lambda h, j: make((h, j)), marked_rows=True)]  # fmt: skip
 
 
@@ -253,7 +275,7 @@ def _close(x: float, y: float) -> bool:
     return math.isclose(x, y, rel_tol=1e-9, abs_tol=1e-12)
 
 
-def _derive(p: _Steps, k: int, name: str, index: tuple[int, ...], b: int,
+def _derive(p: Steps, k: int, name: str, index: tuple[int, ...], b: int,
             arrays: dict[str, Any], before: dict[str, Any] | None,
             lang: Lang) -> dict[str, Any]:  # fmt: skip
     """The update that made the cell, with its numbers, when recomputing it gives the cell's
@@ -266,17 +288,17 @@ def _derive(p: _Steps, k: int, name: str, index: tuple[int, ...], b: int,
             line.append(_s(lang, "prev_prefill") if k == 0 else _s(lang, "prev_step", k=k))
         elif name in ("num", "den") or (name == "output" and "kv_mem" in arrays):
             line.append(_s(lang, "now"))
-        return _part(at, line)
+        return part_of(at, line)
     key = name.removeprefix("state.")
     formula = p.run.formulas.get(key)
     if formula is None:
         from attn_cli.core.stages import SPECS
 
         formula = SPECS[key].formula(p.trace.inputs) if key in SPECS else key
-    return _part(at, [_s(lang, "what", name=name, formula=formula), f"= {p.n(value)}"])
+    return part_of(at, [_s(lang, "what", name=name, formula=formula), f"= {p.n(value)}"])
 
 
-def _worked(p: _Steps, name: str, index: tuple[int, ...], b: int, arrays: dict[str, Any],
+def _worked(p: Steps, name: str, index: tuple[int, ...], b: int, arrays: dict[str, Any],
             before: dict[str, Any] | None, value: float,
             lang: Lang) -> list[str] | None:  # fmt: skip
     """The lines of a recomputed update, None where the numbers are not at hand or do not
@@ -290,7 +312,7 @@ def _worked(p: _Steps, name: str, index: tuple[int, ...], b: int, arrays: dict[s
     return None
 
 
-def _dot(p: _Steps, u: Any, w: Any) -> tuple[float, str]:
+def _dot(p: Steps, u: Any, w: Any) -> tuple[float, str]:
     """Σ u_i·w_i exactly summed, and its terms as a worked line writes them."""
     from attn_cli.present.explain_registry import sum_terms
 
@@ -299,7 +321,7 @@ def _dot(p: _Steps, u: Any, w: Any) -> tuple[float, str]:
     return got, sum_terms(terms, p.options.full)
 
 
-def _linear(p: _Steps, name: str, index: tuple[int, ...], A: dict[str, Any],
+def _linear(p: Steps, name: str, index: tuple[int, ...], A: dict[str, Any],
             prev: dict[str, Any] | None, value: float, lang: Lang) -> list[str] | None:  # fmt: skip
     """Linear attention: S_t = S_{t−1} + φ(k)vᵀ, z_t = z_{t−1} + φ(k), output = num / den."""
     n, f = p.n, p.f
@@ -339,7 +361,7 @@ def _linear(p: _Steps, name: str, index: tuple[int, ...], A: dict[str, Any],
     return lines
 
 
-def _delta(p: _Steps, name: str, index: tuple[int, ...], A: dict[str, Any],
+def _delta(p: Steps, name: str, index: tuple[int, ...], A: dict[str, Any],
            prev: dict[str, Any] | None, value: float, lang: Lang) -> list[str] | None:  # fmt: skip
     """The gated delta rule: kv_mem, delta, S_t = S_{t−1}·e^g + k·deltaᵀ, output = S_tᵀq."""
     n, f = p.n, p.f

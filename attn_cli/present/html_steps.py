@@ -33,14 +33,14 @@ from attn_cli.present.html_page import (
     LARGE_BUTTON,
     PAGE_NUMBERS,
     WORDS,
-    _asset,
-    _both,
-    _esc,
-    _listed,
-    _Page,
-    _split,
+    Page,
+    asset,
+    bilingual,
+    esc,
+    listed,
     page_theme,
     script_json,
+    split,
 )
 from attn_cli.present.i18n import Lang, axis_title, label
 from attn_cli.present.options import RenderOptions
@@ -213,7 +213,7 @@ STEP_WORDS: dict[Lang, dict[str, str]] = {
 }
 
 
-def _w(lang: Lang, key: str, **values: Any) -> str:
+def word(lang: Lang, key: str, **values: Any) -> str:
     text = STEP_WORDS[lang][key]
     return text.format(**values) if values else text
 
@@ -221,7 +221,7 @@ def _w(lang: Lang, key: str, **values: Any) -> str:
 Derived = dict[str, Any]  # {"en": part, "zh": part}, each part as page.js's cellText reads it
 
 
-def _part(
+def part_of(
     title: str,
     lines: Sequence[str],
     header: Sequence[str] = (),
@@ -237,15 +237,15 @@ def _plain_words(lang: Lang, hint: str) -> dict[str, str]:
     hint about steps or tiles."""
     return {
         **WORDS[lang],
-        "hint": _w(lang, hint),
-        "no_cell": _w(lang, "no_cell"),
-        "at_step": _w(lang, "at_step"),
-        "at_tile": _w(lang, "at_tile"),
+        "hint": word(lang, hint),
+        "no_cell": word(lang, "no_cell"),
+        "at_step": word(lang, "at_step"),
+        "at_tile": word(lang, "at_tile"),
     }
 
 
 @dataclass
-class _Steps:
+class Steps:
     """One decode or flash page being made: sections, the derivations, the embedded numbers."""
 
     run: Any
@@ -285,7 +285,7 @@ class _Steps:
         return len(self.derivations) - 1
 
     def note(self, key: str, **values: Any) -> str:
-        return f'<p class="note">{_both(lambda lang: _w(lang, key, **values))}</p>'
+        return f'<p class="note">{bilingual(lambda lang: word(lang, key, **values))}</p>'
 
     def keep(self, arrays: Sequence[Any]) -> bool:
         """Whether a step's or tile's numbers still fit the page's cap (counted when kept)."""
@@ -302,8 +302,8 @@ class _Steps:
              w: int | None, at: str) -> str:  # fmt: skip
         """One number: ``where`` is its holder's attributes (``data-step="3"`` ...)."""
         shown = format_number(float(x), self.options.precision)
-        attrs = f' data-stage="{_esc(stage)}" data-index="{",".join(map(str, index))}"'
-        attrs += f' {where} data-at="{_esc(at)}" data-shown="{shown}"'
+        attrs = f' data-stage="{esc(stage)}" data-index="{",".join(map(str, index))}"'
+        attrs += f' {where} data-at="{esc(at)}" data-shown="{shown}"'
         if w is not None:
             attrs += f' data-w="{w}"'
         cls = ' class="masked"' if math.isinf(float(x)) and float(x) < 0 else ""
@@ -318,7 +318,7 @@ class _Steps:
         rows = pick(len(row_labels), ROW_LIMIT, ROW_EDGE, full or full_rows)
         cols = pick(len(col_labels), COL_LIMIT, COL_EDGE, full)
         out = [f'<table class="m"{attrs}><caption>{caption}</caption><tr><th></th>']
-        out += [f"<th>{ELLIPSIS}</th>" if j is None else f"<th>{_esc(col_labels[j])}</th>"
+        out += [f"<th>{ELLIPSIS}</th>" if j is None else f"<th>{esc(col_labels[j])}</th>"
                 for j in cols]  # fmt: skip
         out.append("</tr>")
         for i in rows:
@@ -328,7 +328,7 @@ class _Steps:
                 )
                 continue
             tds = "".join('<td class="e">…</td>' if j is None else cell(i, j) for j in cols)
-            th = row_labels[i] if marked_rows else _esc(row_labels[i])
+            th = row_labels[i] if marked_rows else esc(row_labels[i])
             out.append(f"<tr><th>{th}</th>{tds}</tr>")
         out.append("</table>")
         return "".join(out)
@@ -342,7 +342,7 @@ def _fill(run: Any, options: RenderOptions, theme: str, body: str, data: dict[st
     from attn_cli.io.trace_json import json_text
     from attn_cli.present.palette import VIRIDIS
 
-    script = _asset("page.js")
+    script = asset("page.js")
     digest = base64.b64encode(hashlib.sha256(script.encode("utf-8")).digest()).decode("ascii")
     fill = {
         "LANG_TAG": LANG_TAGS[options.lang],
@@ -350,35 +350,35 @@ def _fill(run: Any, options: RenderOptions, theme: str, body: str, data: dict[st
         "THEME": page_theme(theme),
         "SCRIPT_HASH": f"sha256-{digest}",
         "GENERATOR": f"attn {__version__}",
-        "TITLE": _esc(run.trace.inputs.name or "attn"),
+        "TITLE": esc(run.trace.inputs.name or "attn"),
         "VIRIDIS": ", ".join(VIRIDIS),
         "BODY": body,
         "DATA": script_json(json_text(data)),
         "SCRIPT": script,
     }
-    return "".join(fill.get(part, part) for part in _split(_asset("page.html")))
+    return "".join(fill.get(part, part) for part in split(asset("page.html")))
 
 
-def _frame(page: str, name: str, height: int = 640) -> str:
+def in_iframe(page: str, name: str, height: int = 640) -> str:
     """A page in an ``<iframe srcdoc>``, as a Trace's notebook view (html_page.notebook_html)."""
     return (
         f'<iframe srcdoc="{html.escape(page, quote=True)}" sandbox="allow-scripts" '
         f'style="width: 100%; height: {height}px; border: 1px solid #ccc" '
-        f'title="{_esc(name)}"></iframe>'
+        f'title="{esc(name)}"></iframe>'
     )
 
 
-def _top(p: _Steps, title: str, sections: list[tuple[str, str]]) -> list[str]:
+def _top(p: Steps, title: str, sections: list[tuple[str, str]]) -> list[str]:
     """The bar (title, language, theme, head and batch filters) and the section list."""
     inp = p.trace.inputs
     other: Lang = "zh" if p.lang == "en" else "en"
-    out = ['<header class="top">', f"<h1>{_esc(title)}</h1>", '<div class="controls">']
+    out = ['<header class="top">', f"<h1>{esc(title)}</h1>", '<div class="controls">']
     out.append(f'<button type="button" data-role="lang">{WORDS[other]["lang_name"]}</button>')
     out.append(
-        f'<button type="button" data-role="theme">{_both(lambda g: WORDS[g]["theme"])}</button>'
+        f'<button type="button" data-role="theme">{bilingual(lambda g: WORDS[g]["theme"])}</button>'
     )
     out.append(LARGE_BUTTON)
-    page = _Page(p.trace, p.options)
+    page = Page(p.trace, p.options)
     if inp.has_batch:
         out.append(page._select("batch", inp.batch))
     if inp.heads > 1:
@@ -399,10 +399,10 @@ _SECTION_ZH = {STEP_WORDS["en"][k]: STEP_WORDS["zh"][k] for k in ("overview", "c
 def _named(name: str) -> str:
     """A section's name as markup, in both languages where it is words."""
     zh = _SECTION_ZH.get(name)
-    return _both(lambda lang: zh if lang == "zh" and zh else name) if zh else _esc(name)
+    return bilingual(lambda lang: zh if lang == "zh" and zh else name) if zh else esc(name)
 
 
-def _page(p: _Steps, title: str, sections: list[tuple[str, str]], data: dict[str, Any],
+def steps_page(p: Steps, title: str, sections: list[tuple[str, str]], data: dict[str, Any],
           hint: str, theme: str) -> str:  # fmt: skip
     """The whole page: bar, notes, sections (name, markup), the derivation panel, the data."""
     out = _top(p, title, sections)
@@ -412,18 +412,20 @@ def _page(p: _Steps, title: str, sections: list[tuple[str, str]], data: dict[str
         what = "steps" if p.kind == "decode" else "tiles"
 
         def cut(lang: Lang) -> str:
-            return _w(lang, "cut_data", kept=n - p.cut, n=n, what=_w(lang, what), cap=PAGE_NUMBERS)
+            return word(
+                lang, "cut_data", kept=n - p.cut, n=n, what=word(lang, what), cap=PAGE_NUMBERS
+            )
 
-        out.append(f'<p class="note">{_both(cut)}</p>')
+        out.append(f'<p class="note">{bilingual(cut)}</p>')
     if p.capped:
         out.append(p.note("derived_cap", cap=MAX_DERIVED))
     for k, (name, markup) in enumerate(sections):
         zh = _SECTION_ZH.get(name)
-        attrs = f' data-name-zh="{_esc(zh)}"' if zh else ""
-        out.append(f'<section class="stage" id="stage-{k}" data-stage-name="{_esc(name)}"{attrs}>')
+        attrs = f' data-name-zh="{esc(zh)}"' if zh else ""
+        out.append(f'<section class="stage" id="stage-{k}" data-stage-name="{esc(name)}"{attrs}>')
         out.append(f'<h2 class="print-title">{_named(name)}</h2>{markup}</section>')
     out.append('</main><aside class="derivation" data-role="derivation" aria-live="polite">')
-    out.append(f'<p class="hint">{_both(lambda lang: _w(lang, hint))}</p></aside></div>')
+    out.append(f'<p class="hint">{bilingual(lambda lang: word(lang, hint))}</p></aside></div>')
     inp = p.trace.inputs
     data |= {
         "tokens": p.tokens,  # the labels are cut (with_short_labels): the full text, once
@@ -444,15 +446,15 @@ def short_run(run: Any) -> tuple[Any, tuple[str, ...] | None]:
     return replace(run, trace=with_short_labels(run.trace)), run.trace.inputs.tokens
 
 
-def _explained(run: Any, explain: Callable[[Any, str, Lang], Any], key: str) -> str:
+def explained(run: Any, explain: Callable[[Any, str, Lang], Any], key: str) -> str:
     """A quantity's explanation (decode_view's, flash_view's ``explain``): its formula and
     meaning in both languages."""
     out = []
     for lang in LANGS:
         e = explain(run, key, lang)
         formula, meaning = " · ".join(e.formula), " ".join(e.meaning)
-        out.append(f'<div class="explain {lang}"><p><b>{_esc(formula)}</b></p>'
-                   f"<p>{_esc(meaning)}</p></div>")  # fmt: skip
+        out.append(f'<div class="explain {lang}"><p><b>{esc(formula)}</b></p>'
+                   f"<p>{esc(meaning)}</p></div>")  # fmt: skip
     return "".join(out)
 
 
@@ -460,7 +462,7 @@ def _explained(run: Any, explain: Callable[[Any, str, Lang], Any], key: str) -> 
 # attn decode
 
 
-def _picked_steps(p: _Steps, n: int) -> list[int | None]:
+def picked_steps(p: Steps, n: int) -> list[int | None]:
     """The steps a decode page shows (None: the elided middle), with the page's note when some
     are elided: every step with --full up to MAX_STEPS, else the first and last few."""
     picked = pick(n, TABLE_LIMIT, TABLE_EDGE, p.options.full and n <= MAX_STEPS)
@@ -476,10 +478,10 @@ def decode_page(run: DecodeRun, options: RenderOptions | None = None, theme: str
 
     options = options or RenderOptions()
     run, tokens = short_run(run)
-    p = _Steps(run, options, "decode", tokens=tokens)
+    p = Steps(run, options, "decode", tokens=tokens)
     steps = run.result.steps
-    picked = _picked_steps(p, len(steps))
-    sections = [(_w("en", "overview"), _decode_overview(run, DECODE_LABELS))]
+    picked = picked_steps(p, len(steps))
+    sections = [(word("en", "overview"), _decode_overview(run, DECODE_LABELS))]
     kept: dict[str, Any] = {}
     for k in picked:
         if k is None:
@@ -487,10 +489,10 @@ def decode_page(run: DecodeRun, options: RenderOptions | None = None, theme: str
         step = steps[k]
         name = f"{k + 1}: {safe(run.label(step.index))}@{step.position} → {step.slot}"
         sections.append((name, _decode_step(p, k, kept, DECODE_LABELS)))
-    sections.append((_w("en", "checks"), _decode_checks(run, DECODE_LABELS)))
+    sections.append((word("en", "checks"), _decode_checks(run, DECODE_LABELS)))
     title = f"{run.trace.inputs.name or 'attn'} · attn decode"
     data = {"format": "attn-decode", "steps": kept}
-    return _page(p, title, sections, data, "hint", theme)
+    return steps_page(p, title, sections, data, "hint", theme)
 
 
 def _decode_overview(run: DecodeRun, labels: Any) -> str:
@@ -501,10 +503,10 @@ def _decode_overview(run: DecodeRun, labels: Any) -> str:
     tokens = ", ".join(safe(run.label(i)) for i in range(P))
     n = len(run.result.steps)
     c = run.cost
-    lines = _both(lambda lang: labels[lang]["overview"].format(p=P, tokens=tokens))
-    more = _both(lambda lang: labels[lang]["steps"].format(n=n))
+    lines = bilingual(lambda lang: labels[lang]["overview"].format(p=P, tokens=tokens))
+    more = bilingual(lambda lang: labels[lang]["steps"].format(n=n))
     keys = [key for key in DECODE_EXPLAINED if key != "Q_rot" or run.trace.inputs.rope]
-    box = "".join(_explained(run, explain, key) for key in keys)
+    box = "".join(explained(run, explain, key) for key in keys)
     inp = run.trace.inputs
 
     def formula(lang: Lang) -> str:
@@ -514,7 +516,7 @@ def _decode_overview(run: DecodeRun, labels: Any) -> str:
         return str(labels[lang]["cost_formula"].format(kv=c.kv_heads, dk=inp.d_k, dv=inp.d_v,
                                                        n=c.per_token))  # fmt: skip
 
-    cost = f"<p>{_both(formula)}</p>"
+    cost = f"<p>{bilingual(formula)}</p>"
     if run.paged is not None:
         cost += _pool(run, labels)
     return f"<p>{lines}</p><p>{more}</p>{cost}{box}"
@@ -531,16 +533,16 @@ def _pool(run: DecodeRun, labels: Any) -> str:
     out += [f"<th>{_label(labels, h)}</th>" for h in ("col_layout", "col_slots_pool", "col_bytes")]
     out.append("</tr>")
     for n, (_, slots, size) in enumerate(rows["en"]):
-        name = _both(lambda lang, n=n: rows[lang][n][0])
+        name = bilingual(lambda lang, n=n: rows[lang][n][0])
         out.append(f"<tr><td>{name}</td><td>{slots:,}</td><td>{size:,}</td></tr>")
     out.append("</table>")
-    pre = _both(lambda lang: labels[lang]["prefill_table"].format(
+    pre = bilingual(lambda lang: labels[lang]["prefill_table"].format(
         table=block_table(table, lang)))  # fmt: skip
     keys = ("pool", "block_table", "gather")
-    return "".join(out) + f"<p>{pre}</p>" + "".join(_explained(run, explain, k) for k in keys)
+    return "".join(out) + f"<p>{pre}</p>" + "".join(explained(run, explain, k) for k in keys)
 
 
-def _decode_step(p: _Steps, k: int, kept: dict[str, Any], labels: Any) -> str:
+def _decode_step(p: Steps, k: int, kept: dict[str, Any], labels: Any) -> str:
     """One step: where the token goes, its stages as tables, the self-check."""
     from attn_cli.io.decode_json import decode_stages
     from attn_cli.present.decode_view import shown_slots
@@ -552,7 +554,7 @@ def _decode_step(p: _Steps, k: int, kept: dict[str, Any], labels: Any) -> str:
     stages = dict(decode_stages(run.trace, step))
     if p.keep(list(stages.values())):
         kept[str(k)] = {"index": step.index, "stages": {
-            name: {"shape": list(np.shape(a)), "data": _listed(np.asarray(a))}
+            name: {"shape": list(np.shape(a)), "data": listed(np.asarray(a))}
             for name, a in stages.items()}}  # fmt: skip
     slots = shown_slots(run, step)
     ring = ring_slots(inp)
@@ -566,18 +568,18 @@ def _decode_step(p: _Steps, k: int, kept: dict[str, Any], labels: Any) -> str:
     def how(lang: Lang) -> str:
         return str(labels[lang]["ring"].format(w=ring) if ring else labels[lang]["grow"])
 
-    out = [f"<p>{_both(where)}</p>"]
+    out = [f"<p>{bilingual(where)}</p>"]
     if step.pages is None:
-        out.append(f'<p class="note">{_both(how)}</p>')
+        out.append(f'<p class="note">{bilingual(how)}</p>')
     else:  # a paged cache: the pool, where the token went, the block table, the gather
         from attn_cli.present.decode_view import paged_lines
 
         lines = {lang: paged_lines(run, step, lang) for lang in ("en", "zh")}
-        out += [f'<p class="note">{_both(lambda lang, n=n: lines[lang][n])}</p>'
+        out += [f'<p class="note">{bilingual(lambda lang, n=n: lines[lang][n])}</p>'
                 for n in range(len(lines["en"]))]  # fmt: skip
     held = _held(run, step)
     if any(not held[s] for s in slots):
-        out.append(f'<p class="note">{_both(lambda lang: labels[lang]["none"])}</p>')
+        out.append(f'<p class="note">{bilingual(lambda lang: labels[lang]["none"])}</p>')
     batch = range(inp.batch)
     for b in batch:
         lead = (b,) if inp.has_batch else ()
@@ -605,14 +607,14 @@ def _rule(run: DecodeRun, step: DecodeStep, ring: int | None) -> Callable[[Lang,
     the page and slot of the pool the gather read it from."""
     paging, where = run.result.paging, step.cache.where
     if paging is None or where is None:
-        return lambda lang, s: _w(lang, "ring_rule", w=ring) if ring else _w(lang, "grow_rule")
+        return lambda lang, s: word(lang, "ring_rule", w=ring) if ring else word(lang, "grow_rule")
     b, held = paging.block_size, step.cache.held
 
     def paged(lang: Lang, s: int) -> str:
         page, at = divmod(int(where[s]), b)
         if held[s] < 0:
-            return _w(lang, "paged_empty", page=page, slot=at)
-        return _w(lang, "paged_rule", page=page, slot=at, index=int(held[s]), b=b)
+            return word(lang, "paged_empty", page=page, slot=at)
+        return word(lang, "paged_rule", page=page, slot=at, index=int(held[s]), b=b)
 
     return paged
 
@@ -624,7 +626,7 @@ def _held(run: DecodeRun, step: DecodeStep) -> list[str]:
             for at in step.cache_positions]  # fmt: skip
 
 
-def _where(lead: tuple[int, ...], name: str = "", **axes: int) -> str:
+def where_at(lead: tuple[int, ...], name: str = "", **axes: int) -> str:
     """A table's caption in both languages: ``batch 1 · head 0`` (after ``name``)."""
 
     def text(lang: Lang) -> str:
@@ -633,29 +635,31 @@ def _where(lead: tuple[int, ...], name: str = "", **axes: int) -> str:
         parts += [f"{axis_title(lang, a)} {i}" for a, i in axes.items()]
         return " · ".join(parts)
 
-    return _both(text)
+    return bilingual(text)
 
 
-def _attrs(lead: tuple[int, ...], **heads: int) -> str:
+def attrs_of(lead: tuple[int, ...], **heads: int) -> str:
     out = f' data-batch="{lead[0]}"' if lead else ""
     return out + "".join(f' data-{k.replace("_", "-")}="{v}"' for k, v in heads.items())
 
 
-def _head_table(p: _Steps, k: int, name: str, a: Any, lead: tuple[int, ...]) -> str:
+def _head_table(p: Steps, k: int, name: str, a: Any, lead: tuple[int, ...]) -> str:
     """A stage of one row per head (Q, Q_rot, output, a gate's): (B, H, 1, n)."""
     b = lead[0] if lead else 0
     m = a[b, :, 0]  # (H, n)
-    heads = [_both(lambda lang, h=h: f"{axis_title(lang, 'head')} {h}") for h in range(m.shape[0])]
+    heads = [
+        bilingual(lambda lang, h=h: f"{axis_title(lang, 'head')} {h}") for h in range(m.shape[0])
+    ]
     cols = [str(j) for j in range(m.shape[1])]
 
     def cell(h: int, j: int) -> str:
         w = p.derive(lambda lang: _decode_output(p, k, name, lead, h, j, lang))
         return p.cell(m[h, j], name, (*lead, h, 0, j), f'data-step="{k}"', w, f"step {k + 1}")
 
-    return p.table(_where(lead, name), _attrs(lead), heads, cols, cell, marked_rows=True)
+    return p.table(where_at(lead, name), attrs_of(lead), heads, cols, cell, marked_rows=True)
 
 
-def _cache_table(p: _Steps, k: int, name: str, a: Any, lead: tuple[int, ...], g: int,
+def _cache_table(p: Steps, k: int, name: str, a: Any, lead: tuple[int, ...], g: int,
                  slots: list[int], held: list[str],
                  rule: Callable[[Lang, int], str]) -> str:  # fmt: skip
     """A cache of one kv head: a row per slot (the slots filled in this run), its index and the
@@ -671,18 +675,18 @@ def _cache_table(p: _Steps, k: int, name: str, a: Any, lead: tuple[int, ...], g:
             return NONE_CELL  # an empty slot: no key, no value
 
         def make(lang: Lang) -> dict[str, Any]:
-            held_s = held[s] or _w(lang, "empty")
-            line = _w(lang, "cache_cell", slot=s, held=held_s, rule=rule(lang, s))
-            return _part(f"{name}[{g}, {s}, {j}]", [line])
+            held_s = held[s] or word(lang, "empty")
+            line = word(lang, "cache_cell", slot=s, held=held_s, rule=rule(lang, s))
+            return part_of(f"{name}[{g}, {s}, {j}]", [line])
 
         w = p.derive(make)
         return p.cell(m[s, j], name, (*lead, g, s, j), f'data-step="{k}"', w, f"step {k + 1}")
 
-    return p.table(_where(lead, name, kv_head=g), _attrs(lead, kv_head=g), labels, cols, cell)
+    return p.table(where_at(lead, name, kv_head=g), attrs_of(lead, kv_head=g), labels, cols, cell)
 
 
 def _score_table(
-    p: _Steps,
+    p: Steps,
     k: int,
     stages: dict[str, Any],
     rows: list[str],
@@ -706,11 +710,11 @@ def _score_table(
         x = data[name][b, h, 0, s]
         return p.cell(x, name, (*lead, h, 0, s), f'data-step="{k}"', w, f"step {k + 1}")
 
-    return p.table(_where(lead, head=h), _attrs(lead, head=h), rows, cols, cell,
+    return p.table(where_at(lead, head=h), attrs_of(lead, head=h), rows, cols, cell,
                    full_rows=True)  # fmt: skip
 
 
-def _step_arrays(p: _Steps, k: int) -> dict[str, Any]:
+def _step_arrays(p: Steps, k: int) -> dict[str, Any]:
     """A step's stages with the batch axis (B, ...), as decode_stages names them."""
     from attn_cli.io.decode_json import decode_stages
 
@@ -722,7 +726,7 @@ def _step_arrays(p: _Steps, k: int) -> dict[str, Any]:
     return p.arrays[k]
 
 
-def _decode_score(p: _Steps, k: int, name: str, lead: tuple[int, ...], h: int, s: int,
+def _decode_score(p: Steps, k: int, name: str, lead: tuple[int, ...], h: int, s: int,
                   lang: Lang) -> dict[str, Any] | None:  # fmt: skip
     """A score as its q·k terms, scaled as the division, masked, a weight as exp(x − m)/Σ."""
     st = _step_arrays(p, k)
@@ -742,31 +746,31 @@ def _decode_score(p: _Steps, k: int, name: str, lead: tuple[int, ...], h: int, s
         terms = [f"{p.f(x)}×{p.f(y)}" for x, y in zip(q, kv, strict=True)]
         products = [p.f(float(x) * float(y)) for x, y in zip(q, kv, strict=True)]
         full = p.options.full
-        held_s = held[s] or _w(lang, "empty")
+        held_s = held[s] or word(lang, "empty")
         value = n(st["scores"][b, h, 0, s])
-        return _part(at, [
-            _w(lang, "q_dot", q=qn, where=f"head {h}", kv=f"{g}, ", slot=s, held=held_s),
-            _w(lang, "dot", name="scores", terms=sum_terms(terms, full),
+        return part_of(at, [
+            word(lang, "q_dot", q=qn, where=f"head {h}", kv=f"{g}, ", slot=s, held=held_s),
+            word(lang, "dot", name="scores", terms=sum_terms(terms, full),
                products=sum_terms(products, full), value=value),
         ])  # fmt: skip
     if name == "scaled":
         score, scaled = n(st["scores"][b, h, 0, s]), n(st["scaled"][b, h, 0, s])
-        line = _w(lang, "scaled", score=score, scale=n(p.trace.scale), value=scaled)
-        return _part(at, [line])
+        line = word(lang, "scaled", score=score, scale=n(p.trace.scale), value=scaled)
+        return part_of(at, [line])
     if name == "masked":
         src = "capped" if "capped" in st else "scaled"
         x, y = float(st[src][b, h, 0, s]), float(st["masked"][b, h, 0, s])
         if y == -math.inf:
-            return _part(at, [_w(lang, "masked_shut", slot=s)])
+            return part_of(at, [word(lang, "masked_shut", slot=s)])
         if x == y:
-            return _part(at, [_w(lang, "masked_open", src=src, value=n(y))])
-        return _part(at, [_w(lang, "masked_bias", src=src, a=n(x), b=p.f(y - x), value=n(y))])
+            return part_of(at, [word(lang, "masked_open", src=src, value=n(y))])
+        return part_of(at, [word(lang, "masked_bias", src=src, a=n(x), b=p.f(y - x), value=n(y))])
     if name == "softmax":
         return _softmax_part(p, at, st["masked"][b, h, 0], st["softmax"][b, h, 0], s, h, held, lang)
     return None
 
 
-def _softmax_part(p: _Steps, at: str, row: Any, weights: Any, s: int, h: int,
+def _softmax_part(p: Steps, at: str, row: Any, weights: Any, s: int, h: int,
                   held: list[str], lang: Lang) -> dict[str, Any]:  # fmt: skip
     """exp(x − m) / Σ over the cache's slots (and a sink), with the row."""
     from attn_cli.present.worked import softmax_parts
@@ -774,9 +778,9 @@ def _softmax_part(p: _Steps, at: str, row: Any, weights: Any, s: int, h: int,
     sink = extra_logit(p.trace.inputs, h)
     parts = softmax_parts([float(x) for x in row], sink)
     if parts is None:
-        return _part(at, [_w(lang, "row_empty")])
+        return part_of(at, [word(lang, "row_empty")])
     n, prec = p.n, p.options.precision
-    head = _w(lang, "row", m=n(parts.row_max)) if sink is None else _w(
+    head = word(lang, "row", m=n(parts.row_max)) if sink is None else word(
         lang, "row_sink", m=n(parts.row_max), sink=n(sink))  # fmt: skip
     rows = []
     for j in pick_terms(len(row), p.options.full, keep=s):
@@ -787,15 +791,23 @@ def _softmax_part(p: _Steps, at: str, row: Any, weights: Any, s: int, h: int,
         rows.append((label, n(row[j]), n(parts.shifted[j]), short_number(parts.exps[j], prec),
                      short_number(float(weights[j]), prec)))  # fmt: skip
     if sink is not None:
-        rows.append((_w(lang, "sink"), n(sink), n(sink - parts.row_max),
+        rows.append((word(lang, "sink"), n(sink), n(sink - parts.row_max),
                      short_number(parts.sink_exp, prec), ""))  # fmt: skip
-    footer = [_w(lang, "exp_sum", total=n(parts.total), slot=s, e=short_number(parts.exps[s], prec),
-                 w=short_number(float(weights[s]), prec))]  # fmt: skip
-    header = (_w(lang, "col_slot"), "masked", "x − m", "e^(x − m)", _w(lang, "col_weight"))
-    return _part(at, [head], header, rows, footer)
+    footer = [
+        word(
+            lang,
+            "exp_sum",
+            total=n(parts.total),
+            slot=s,
+            e=short_number(parts.exps[s], prec),
+            w=short_number(float(weights[s]), prec),
+        )
+    ]
+    header = (word(lang, "col_slot"), "masked", "x − m", "e^(x − m)", word(lang, "col_weight"))
+    return part_of(at, [head], header, rows, footer)
 
 
-def _decode_output(p: _Steps, k: int, name: str, lead: tuple[int, ...], h: int, j: int,
+def _decode_output(p: Steps, k: int, name: str, lead: tuple[int, ...], h: int, j: int,
                    lang: Lang) -> dict[str, Any] | None:  # fmt: skip
     """An output entry as Σ weight · V_cache over the slots (MLA: the latent's, before W_UV)."""
     st = _step_arrays(p, k)
@@ -813,14 +825,14 @@ def _decode_output(p: _Steps, k: int, name: str, lead: tuple[int, ...], h: int, 
     terms = [f"{p.n(w)}×{p.f(v)}" for w, v in zip(weights, values, strict=True)]
     products = [p.f(float(w) * float(v)) for w, v in zip(weights, values, strict=True)]
     at = f"{name}[{', '.join(map(str, (*lead, h, 0, j)))}]"
-    return _part(at, [
-        _w(lang, "out", name=name, h=h, j=j),
-        _w(lang, "out_line", terms=sum_terms(terms, full), products=sum_terms(products, full),
+    return part_of(at, [
+        word(lang, "out", name=name, h=h, j=j),
+        word(lang, "out_line", terms=sum_terms(terms, full), products=sum_terms(products, full),
            value=p.n(st[name][b, h, 0, j])),
     ])  # fmt: skip
 
 
-def _check_table(p: _Steps, k: int, lead: tuple[int, ...]) -> str:
+def _check_table(p: Steps, k: int, lead: tuple[int, ...]) -> str:
     """The step's row against the full attention's row of its token (run.reference)."""
     run = p.run
     if run.reference is None:
@@ -835,8 +847,10 @@ def _check_table(p: _Steps, k: int, lead: tuple[int, ...]) -> str:
     full = run.reference[b, :, k]  # (H, Dv)
     H = mine.shape[0]
     rows = [(h, which) for h in range(H) for which in (0, 1)]
-    labels = [_both(lambda lang, h=h, w=w: _w(lang, "this_step" if w == 0 else "full_row", h=h))
-              for h, w in rows]  # fmt: skip
+    labels = [
+        bilingual(lambda lang, h=h, w=w: word(lang, "this_step" if w == 0 else "full_row", h=h))
+        for h, w in rows
+    ]
     diff, tol = run.diffs[k], run.tolerance
     mark = "✓" if diff <= tol else "✗"
     token = safe(run.label(step.index))
@@ -848,18 +862,20 @@ def _check_table(p: _Steps, k: int, lead: tuple[int, ...]) -> str:
             return p.cell(mine[h, j], name, (*lead, h, 0, j), f'data-step="{k}"', w,
                           f"step {k + 1}")  # fmt: skip
         where = ", ".join(map(str, (*lead, h, step.index, j)))
-        w = p.derive(lambda lang: _part(f"{name}[{where}]", [
-            _w(lang, "ref", token=repr(token), name=name, where=where),
-            _w(lang, "ref_step", name=name, h=h, j=j, value=p.n(mine[h, j])),
-            _w(lang, "ref_diff", diff=f"{diff:.3e}", mark=mark, tol=f"{tol:g}"),
+        w = p.derive(lambda lang: part_of(f"{name}[{where}]", [
+            word(lang, "ref", token=repr(token), name=name, where=where),
+            word(lang, "ref_step", name=name, h=h, j=j, value=p.n(mine[h, j])),
+            word(lang, "ref_diff", diff=f"{diff:.3e}", mark=mark, tol=f"{tol:g}"),
         ]))  # fmt: skip
         return p.cell(full[h, j], name, (*lead, h, step.index, j),
                       f'data-step="{k}" data-source="trace"', w, f"step {k + 1}")  # fmt: skip
 
-    caption = _both(lambda lang: _w(lang, "self_check"))
+    caption = bilingual(lambda lang: word(lang, "self_check"))
     cols = [str(j) for j in range(mine.shape[1])]
-    table = p.table(caption, _attrs(lead), labels, cols, cell, full_rows=True, marked_rows=True)
-    line = _both(lambda lang: _w(lang, "ref_diff", diff=f"{diff:.3e}", mark=mark, tol=f"{tol:g}"))
+    table = p.table(caption, attrs_of(lead), labels, cols, cell, full_rows=True, marked_rows=True)
+    line = bilingual(
+        lambda lang: word(lang, "ref_diff", diff=f"{diff:.3e}", mark=mark, tol=f"{tol:g}")
+    )
     return f'{table}<p class="check">{line}</p>'
 
 
@@ -882,18 +898,18 @@ def _decode_checks(run: DecodeRun, labels: Any) -> str:
         if run.paged is not None:
             d = run.paged.contiguous_diffs[k]
             near = f"<td>{d:.3e} {'✓' if d <= run.tolerance else '✗'}</td>"
-        out.append(f"<tr><td>{k + 1}</td><td>{_esc(run.label(s.index))}</td><td>{s.position}</td>"
+        out.append(f"<tr><td>{k + 1}</td><td>{esc(run.label(s.index))}</td><td>{s.position}</td>"
                    f"<td>{s.slots}</td><td>{diff:.3e} {mark}</td>{near}</tr>")  # fmt: skip
     out.append("</table>")
     mark = "✓" if run.prefill_diff <= run.tolerance else "✗"
-    pre = _both(lambda lang: labels[lang]["check_prefill"].format(
+    pre = bilingual(lambda lang: labels[lang]["check_prefill"].format(
         diff=f"{run.prefill_diff:.3e}", mark=mark, stage=run.checked))  # fmt: skip
     return "".join(out) + f"<p>{pre}</p>"
 
 
 def decode_notebook_html(run: DecodeRun, height: int = 640) -> str:
     """A decode run's notebook view: its page in a frame of its own."""
-    return _frame(decode_page(run, RenderOptions(), theme="light"), run.trace.inputs.name or "")
+    return in_iframe(decode_page(run, RenderOptions(), theme="light"), run.trace.inputs.name or "")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -904,12 +920,12 @@ def flash_page(run: FlashRun, options: RenderOptions | None = None, theme: str =
     """The FlashAttention loop as one page: the overview, a section per tile shown, O and L."""
     options = options or RenderOptions()
     run, tokens = short_run(run)
-    p = _Steps(run, options, "flash", tokens=tokens)
+    p = Steps(run, options, "flash", tokens=tokens)
     picked = pick(len(run.tiles), MAX_TILES, TILE_EDGE, False)
     shown = sum(k is not None for k in picked)
     if shown < run.tiles_total:
         p.notes.append(p.note("elided_tiles", shown=shown, n=f"{run.tiles_total:,}"))
-    sections = [(_w("en", "overview"), _flash_overview(run))]
+    sections = [(word("en", "overview"), _flash_overview(run))]
     kept: dict[str, Any] = {}
     for k in picked:
         if k is None:
@@ -919,44 +935,44 @@ def flash_page(run: FlashRun, options: RenderOptions | None = None, theme: str =
         where = f"b{t.batch} " if run.trace.inputs.has_batch else ""
         name = f"{where}h{t.head} q{t0}..{t1 - 1} × k{s0}..{s1 - 1}" + (" ⤼" if t.skipped else "")
         sections.append((f"{k + 1}: {name}", _flash_tile(p, k, kept)))
-    sections.append((_w("en", "result"), _flash_result(p, kept)))
+    sections.append((word("en", "result"), _flash_result(p, kept)))
     title = f"{run.trace.inputs.name or 'attn'} · attn flash"
     data = {"format": "attn-flash", "tiles": kept, "stages": kept.pop("stages", None)}
-    return _page(p, title, sections, data, "hint_tile", theme)
+    return steps_page(p, title, sections, data, "hint_tile", theme)
 
 
 def _flash_overview(run: FlashRun) -> str:
     from attn_cli.present.flash_view import LABELS as FLASH_LABELS
-    from attn_cli.present.flash_view import _skipped_total, explain
+    from attn_cli.present.flash_view import explain, skipped_total
 
-    skipped = _skipped_total(run)
-    line = _both(lambda lang: FLASH_LABELS[lang]["blocks"].format(
+    skipped = skipped_total(run)
+    line = bilingual(lambda lang: FLASH_LABELS[lang]["blocks"].format(
         bq=run.block_q, bk=run.block_k, n=f"{run.tiles_total:,}", skipped=skipped))  # fmt: skip
     base = "base2" if run.base2 else "base_e"
     from attn_cli.core.flash import LOG2E
 
     c = f"{run.trace.scale * LOG2E:.6g}"
-    how = _both(lambda lang: FLASH_LABELS[lang][base].format(c=c))
-    box = "".join(_explained(run, explain, key) for key in FLASH_EXPLAINED)
+    how = bilingual(lambda lang: FLASH_LABELS[lang][base].format(c=c))
+    box = "".join(explained(run, explain, key) for key in FLASH_EXPLAINED)
     return f"<p>{line}</p><p>{how}</p>{box}"
 
 
 def _before(run: FlashRun, k: int) -> tuple[Any, Any, Any, int | None]:
     """m, l and acc before tile k: the previous tile's of its query block (and its index), else
     the start (m = −∞ or the sink's logit, l = 0 or 1, acc = 0)."""
-    from attn_cli.present.flash_view import _previous_m
+    from attn_cli.present.flash_view import previous_m
 
     tile = run.tiles[k]
     if k > 0:
         b = run.tiles[k - 1]
         if (b.batch, b.head, b.q_block) == (tile.batch, tile.head, tile.q_block):
             return b.m, b.l, b.acc, k - 1
-    m = _previous_m(run, k)
+    m = previous_m(run, k)
     sink = extra_logit(run.trace.inputs, tile.head) is not None
     return m, np.full(tile.l.shape, 1.0 if sink else 0.0), np.zeros(tile.acc.shape), None
 
 
-def _flash_tile(p: _Steps, k: int, kept: dict[str, Any]) -> str:
+def _flash_tile(p: Steps, k: int, kept: dict[str, Any]) -> str:
     """One tile: S (or why it was skipped), the running state per query row, P, acc."""
     run = p.run
     tile: Tile = run.tiles[k]
@@ -965,18 +981,18 @@ def _flash_tile(p: _Steps, k: int, kept: dict[str, Any]) -> str:
     names = ("S", "m", "alpha", "P", "l", "acc")
     if p.keep([getattr(tile, n) for n in names]):
         arrays = {n: getattr(tile, n) for n in names}
-        kept[str(k)] = {n: None if a is None else _listed(np.asarray(a)) for n, a in arrays.items()}
+        kept[str(k)] = {n: None if a is None else listed(np.asarray(a)) for n, a in arrays.items()}
     queries = list(run.trace.query_labels[t0:t1])
     keys = list(run.trace.key_labels[s0:s1])
     lead = (tile.batch,) if inp.has_batch else ()
-    attrs = _attrs(lead, head=tile.head)
+    attrs = attrs_of(lead, head=tile.head)
     here = f'data-tile="{k}"'
     at = f"tile {k + 1}"
     out = []
     if tile.skipped:
         from attn_cli.present.flash_view import LABELS as FLASH_LABELS
 
-        out.append(f'<p class="note">{_both(lambda lang: FLASH_LABELS[lang]["skipped"])}</p>')
+        out.append(f'<p class="note">{bilingual(lambda lang: FLASH_LABELS[lang]["skipped"])}</p>')
     else:
         S = tile.S
         assert S is not None
@@ -1006,7 +1022,7 @@ def _flash_tile(p: _Steps, k: int, kept: dict[str, Any]) -> str:
     return "\n".join(out)
 
 
-def _state_table(p: _Steps, k: int, attrs: str, queries: list[str]) -> str:
+def _state_table(p: Steps, k: int, attrs: str, queries: list[str]) -> str:
     """m_old (the previous tile's m, or the start value), m, α and l of each query row."""
     tile: Tile = p.run.tiles[k]
     m_old, _, _, prev = _before(p.run, k)
@@ -1032,7 +1048,7 @@ def _exp_name(run: FlashRun) -> str:
     return "exp2" if run.base2 else "exp"
 
 
-def _flash_S(p: _Steps, tile: Tile, i: int, j: int, lang: Lang) -> dict[str, Any]:
+def _flash_S(p: Steps, tile: Tile, i: int, j: int, lang: Lang) -> dict[str, Any]:
     """S as q·k × scale (× log2 e with --base2), from the trace's query and key rows."""
     from attn_cli.check.runs import internal, query_key
     from attn_cli.core.flash import LOG2E
@@ -1044,7 +1060,7 @@ def _flash_S(p: _Steps, tile: Tile, i: int, j: int, lang: Lang) -> dict[str, Any
     value = float(tile.S[i, j])
     qt, kt = run.trace.query_labels[t], run.trace.key_labels[s]
     if value == -math.inf:
-        return _part(at, [_w(lang, "S_shut", qt=safe(qt), kt=safe(kt))])
+        return part_of(at, [word(lang, "S_shut", qt=safe(qt), kt=safe(kt))])
     inp = run.trace.inputs
     qn, kn = query_key(inp, "Q"), query_key(inp, "K")
     g = tile.head // (inp.heads // inp.kv_heads)
@@ -1054,29 +1070,29 @@ def _flash_S(p: _Steps, tile: Tile, i: int, j: int, lang: Lang) -> dict[str, Any
         internal(run.trace, kn)[tile.batch, g, s] if kept else (),
     )
     if len(q) == 0 or len(q) != len(kk):  # S not from these rows (a variant's own): the value
-        return _part(at, [f"S = {p.n(value)}", _w(lang, "S_after")])
+        return part_of(at, [f"S = {p.n(value)}", word(lang, "S_after")])
     terms = [f"{p.f(x)}×{p.f(y)}" for x, y in zip(q, kk, strict=True)]
     dot = math.fsum(float(x) * float(y) for x, y in zip(q, kk, strict=True))
     base, base_n = (" × log2 e", f" × {p.n(LOG2E)}") if run.base2 else ("", "")
     lead = f"{tile.batch}, " if inp.has_batch else ""
-    return _part(at, [
-        _w(lang, "S_dot", q=qn, qw=f"{lead}{tile.head}, {t}", k=kn, kw=f"{lead}{g}, {s}"),
+    return part_of(at, [
+        word(lang, "S_dot", q=qn, qw=f"{lead}{tile.head}, {t}", k=kn, kw=f"{lead}{g}, {s}"),
         f"q·k = {sum_terms(terms, p.options.full)} = {p.n(dot)}",
-        _w(lang, "S_value", base=base, dot=p.n(dot), scale=p.n(run.trace.scale), base_n=base_n,
+        word(lang, "S_value", base=base, dot=p.n(dot), scale=p.n(run.trace.scale), base_n=base_n,
            value=p.n(value)),
-        _w(lang, "S_after"),
+        word(lang, "S_after"),
     ])  # fmt: skip
 
 
-def _flash_P(p: _Steps, tile: Tile, i: int, j: int, lang: Lang) -> dict[str, Any]:
+def _flash_P(p: Steps, tile: Tile, i: int, j: int, lang: Lang) -> dict[str, Any]:
     assert tile.S is not None and tile.P is not None
     m = float(tile.m[i])
     m_safe = 0.0 if m == -math.inf else m
-    return _part(f"P[{i}, {j}]", [_w(lang, "P_line", exp=_exp_name(p.run), s=p.n(tile.S[i, j]),
+    return part_of(f"P[{i}, {j}]", [word(lang, "P_line", exp=_exp_name(p.run), s=p.n(tile.S[i, j]),
                                      m=p.n(m_safe), value=p.n(tile.P[i, j]))])  # fmt: skip
 
 
-def _flash_state(p: _Steps, k: int, name: str, i: int, lang: Lang, j: int = 0) -> dict[str, Any]:
+def _flash_state(p: Steps, k: int, name: str, i: int, lang: Lang, j: int = 0) -> dict[str, Any]:
     """m as the max, α = exp(m_old − m), l as the rescaled sum, acc as α·acc + P·V."""
     run = p.run
     tile: Tile = run.tiles[k]
@@ -1085,19 +1101,21 @@ def _flash_state(p: _Steps, k: int, name: str, i: int, lang: Lang, j: int = 0) -
     at = f"{name}[{i}]" if name != "acc" else f"acc[{i}, {j}]"
     if tile.skipped:
         value = tile.acc[i, j] if name == "acc" else getattr(tile, name)[i]
-        return _part(at, [_w(lang, "skipped_line", name=name, value=n(value))])
+        return part_of(at, [word(lang, "skipped_line", name=name, value=n(value))])
     assert tile.S is not None and tile.P is not None and tile.alpha is not None
     a = tile.alpha[i]
     if name == "m":
         row = ", ".join(n(x) for x in tile.S[i][:8]) + (", …" if tile.S.shape[1] > 8 else "")
-        return _part(at, [_w(lang, "m_line", i=i, old=n(m_old[i]), row=row, value=n(tile.m[i]))])
+        return part_of(
+            at, [word(lang, "m_line", i=i, old=n(m_old[i]), row=row, value=n(tile.m[i]))]
+        )
     if name == "alpha":
         new = float(tile.m[i])
-        return _part(at, [_w(lang, "alpha_line", exp=_exp_name(run), old=n(m_old[i]),
+        return part_of(at, [word(lang, "alpha_line", exp=_exp_name(run), old=n(m_old[i]),
                              new=n(0.0 if new == -math.inf else new), value=n(a))])  # fmt: skip
     if name == "l":
         terms = sum_terms([n(x) for x in tile.P[i]], full)
-        return _part(at, [_w(lang, "l_line", i=i, a=n(a), old=f(l_old[i]), terms=terms,
+        return part_of(at, [word(lang, "l_line", i=i, a=n(a), old=f(l_old[i]), terms=terms,
                              value=n(tile.l[i]))])  # fmt: skip
     from attn_cli.check.runs import internal
 
@@ -1106,7 +1124,7 @@ def _flash_state(p: _Steps, k: int, name: str, i: int, lang: Lang, j: int = 0) -
     s0, s1 = tile.k_block
     V = internal(run.trace, "V")[tile.batch, g, s0:s1, j]
     terms = sum_terms([f"{n(x)}×{f(v)}" for x, v in zip(tile.P[i], V, strict=True)], full)
-    return _part(at, [_w(lang, "acc_line", i=i, j=j, a=n(a), old=f(acc_old[i, j]), terms=terms,
+    return part_of(at, [word(lang, "acc_line", i=i, j=j, a=n(a), old=f(acc_old[i, j]), terms=terms,
                          value=n(tile.acc[i, j]))])  # fmt: skip
 
 
@@ -1117,7 +1135,7 @@ def _last_tiles(run: FlashRun) -> dict[tuple[int, int, int], int]:
             if t.k_block[1] == S}  # fmt: skip
 
 
-def _flash_result(p: _Steps, kept: dict[str, Any]) -> str:
+def _flash_result(p: Steps, kept: dict[str, Any]) -> str:
     """O and L per (batch, head), each derived from its block's last tile when shown."""
     from attn_cli.present.flash_view import LABELS as FLASH_LABELS
 
@@ -1131,10 +1149,10 @@ def _flash_result(p: _Steps, kept: dict[str, Any]) -> str:
         for h in range(inp.heads):
             cols = [*(f"O {j}" for j in range(inp.d_v)), "L"]
             cell = _result_cell(p, last, lead, b, h)
-            out.append(p.table(_where(lead, head=h), _attrs(lead, head=h), labels, cols, cell))
+            out.append(p.table(where_at(lead, head=h), attrs_of(lead, head=h), labels, cols, cell))
     if p.keep([run.output, run.lse]):
         has = inp.has_batch
-        kept["stages"] = {n: _listed(np.asarray(a if has else a[0]))
+        kept["stages"] = {n: listed(np.asarray(a if has else a[0]))
                           for n, a in (("output", run.output), ("lse", run.lse))}  # fmt: skip
     heads = "".join(
         f"<th>{_label(FLASH_LABELS, h)}</th>" for h in ("col_what", "col_diff", "col_tol")
@@ -1148,7 +1166,7 @@ def _flash_result(p: _Steps, kept: dict[str, Any]) -> str:
     return "\n".join(out)
 
 
-def _result_cell(p: _Steps, last: dict[tuple[int, int, int], int], lead: tuple[int, ...],
+def _result_cell(p: Steps, last: dict[tuple[int, int, int], int], lead: tuple[int, ...],
                  b: int, h: int) -> Callable[[int, int], str]:  # fmt: skip
     """The cells of O and L of (batch b, head h): O = acc / l and L = m + log l of the tile that
     finished the query's block."""
@@ -1165,19 +1183,19 @@ def _result_cell(p: _Steps, last: dict[tuple[int, int, int], int], lead: tuple[i
         def make(lang: Lang) -> dict[str, Any]:
             title = f"lse[{at}]" if lse else f"output[{at}]"
             if k is None:
-                return _part(
-                    title, [_w(lang, "no_last"), f"L = m + {log} l" if lse else "O = acc / l"]
+                return part_of(
+                    title, [word(lang, "no_last"), f"L = m + {log} l" if lse else "O = acc / l"]
                 )
             tile, i = run.tiles[k], t - t0
             n = p.n
             if lse:
-                line = _w(
+                line = word(
                     lang, "L_line", t=t, log=log, m=n(tile.m[i]), l=n(tile.l[i]), value=n(L[t])
                 )
             else:
-                line = _w(lang, "O_line", t=t, j=j, acc=n(tile.acc[i, j]), l=n(tile.l[i]),
+                line = word(lang, "O_line", t=t, j=j, acc=n(tile.acc[i, j]), l=n(tile.l[i]),
                           value=n(O[t, j]))  # fmt: skip
-            return _part(title, [line])
+            return part_of(title, [line])
 
         w = p.derive(make)
         if lse:
@@ -1193,17 +1211,17 @@ def _check_label(key: str) -> str:
 
     if key in FLASH_LABELS["en"]:
         return _label(FLASH_LABELS, key)
-    return _both(lambda lang: label(lang, key))
+    return bilingual(lambda lang: label(lang, key))
 
 
 def _label(labels: dict[Lang, dict[str, str]], key: str) -> str:
     """A view's label (decode_view's, flash_view's LABELS) in both languages."""
-    return _both(lambda lang: labels[lang][key])
+    return bilingual(lambda lang: labels[lang][key])
 
 
 def flash_notebook_html(run: FlashRun, height: int = 640) -> str:
     """A flash run's notebook view: its page in a frame of its own."""
-    return _frame(flash_page(run, RenderOptions(), theme="light"), run.trace.inputs.name or "")
+    return in_iframe(flash_page(run, RenderOptions(), theme="light"), run.trace.inputs.name or "")
 
 
 def _register() -> None:

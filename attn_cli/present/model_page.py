@@ -34,11 +34,11 @@ from attn_cli.present.html_page import (
     LARGE_BUTTON,
     MAX_ENTRIES,
     MAX_WORKED,
-    _asset,
-    _esc,
-    _split,
+    asset,
+    esc,
     page_theme,
     script_json,
+    split,
     trace_page,
 )
 from attn_cli.present.i18n import Lang
@@ -159,8 +159,8 @@ def model_page(
 ) -> str:
     """The whole page: the template filled with the thumbnails (at most ``cells`` cells), the
     layers' pages and the texts."""
-    script = _asset("model.js")
-    hashes = [_digest(script), _digest(_asset("page.js"))]
+    script = asset("model.js")
+    hashes = [_digest(script), _digest(asset("page.js"))]
     from attn_cli.present.palette import VIRIDIS
 
     fill = {
@@ -169,13 +169,13 @@ def model_page(
         "THEME": page_theme(theme),
         "SCRIPT_HASH": "' '".join(hashes),  # inside the slot's quotes: 'sha256-A' 'sha256-B'
         "GENERATOR": f"attn {__version__}",
-        "TITLE": _esc(f"{view.family}: model view"),
+        "TITLE": esc(f"{view.family}: model view"),
         "VIRIDIS": ", ".join(VIRIDIS),
         "BODY": _Body(view, pages, checkpoint, lang, cells).markup(),
         "DATA": _data(view, pages, checkpoint, cells),
         "SCRIPT": script,
     }
-    return "".join(fill.get(part, part) for part in _split(_asset("page.html")))
+    return "".join(fill.get(part, part) for part in split(asset("page.html")))
 
 
 def _digest(text: str) -> str:
@@ -183,7 +183,7 @@ def _digest(text: str) -> str:
 
 
 def _both(make: Any) -> str:
-    return "".join(f'<span class="{lang}">{_esc(make(lang))}</span>' for lang in LANGS)
+    return "".join(f'<span class="{lang}">{esc(make(lang))}</span>' for lang in LANGS)
 
 
 def _note(text: Any) -> str:
@@ -235,7 +235,7 @@ class _Body:
         side, shown = layout(len(v.weights), heads, T, self.cap)
         other: Lang = "zh" if self.lang == "en" else "en"
         out = [STYLE.replace("{{VIRIDIS}}", ", ".join(VIRIDIS)), '<header class="top">']
-        out.append(f'<h1>{_esc(v.family)}</h1><div class="controls">')
+        out.append(f'<h1>{esc(v.family)}</h1><div class="controls">')
         out.append(f'<button type="button" data-role="lang">{WORDS[other]["lang_name"]}</button>')
         out.append(f'<button type="button" data-role="theme">{_both(_word("theme"))}</button>')
         out.append(LARGE_BUTTON)
@@ -247,7 +247,7 @@ class _Body:
         out.append("<h2>" + _both(lambda lang: TEXTS[lang]["title"].format(
             family=v.family, layers=len(v.weights), heads=heads, T=T,
             pooled=pooled_note(lang))) + "</h2>")  # fmt: skip
-        tokens = " ".join(f"<code>{_esc(short_label(t))}</code>" for t in v.tokens)  # data: full
+        tokens = " ".join(f"<code>{esc(short_label(t))}</code>" for t in v.tokens)  # data: full
         out.append(f"<p>{_both(lambda lang: TEXTS[lang]['tokens'] + ':')} {tokens}</p>")
         out.append(f'<p class="hint">{_both(_word("hint"))}</p>')
         out += self._notes(shown, heads, side)

@@ -142,7 +142,7 @@ def render_stage(
     With the classroom options: shading and a legend, the focused row only, the explanation,
     and the worked cell's part for this stage (``cells``, from :func:`worked_cells`).
     """
-    heat = _heat(trace, stage, options) if options.heatmap else None
+    heat = stage_heat(trace, stage, options) if options.heatmap else None
     parts = [
         *_stage_heading(trace, stage, options.lang),
         *_stage_tables(trace, stage, options, heat),
@@ -825,7 +825,7 @@ class HeatText(Text):
         return style + self.extra if self.extra else style
 
 
-def _heat(trace: Trace, stage: Stage, options: RenderOptions) -> StageHeat | None:
+def stage_heat(trace: Trace, stage: Stage, options: RenderOptions) -> StageHeat | None:
     if stage.name not in HEAT_STAGES:
         return None
     if stage.name == "softmax":
@@ -1055,7 +1055,7 @@ def render_heatmap(trace: Trace, options: RenderOptions) -> Group:
     from rich.columns import Columns
 
     stage = trace["softmax"]
-    heat = _heat(trace, stage, options)
+    heat = stage_heat(trace, stage, options)
     assert heat is not None
     name = safe(trace.inputs.name) if trace.inputs.name else safe(trace.inputs.source)
     parts: list[RenderableType] = [

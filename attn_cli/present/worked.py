@@ -120,10 +120,10 @@ def worked_cells(trace: Trace, ref: CellRef) -> list[WorkedCell]:
     inp = trace.inputs
     if "softmax" not in trace.applicable:
         return []
-    return [_worked_cell(trace, ref, b, h) for b in range(inp.batch) for h in range(inp.heads)]
+    return [worked_cell(trace, ref, b, h) for b in range(inp.batch) for h in range(inp.heads)]
 
 
-def _worked_cell(trace: Trace, ref: CellRef, b: int, h: int) -> WorkedCell:
+def worked_cell(trace: Trace, ref: CellRef, b: int, h: int) -> WorkedCell:
     """The worked cell of batch item ``b``, head ``h``."""
     inp = trace.inputs
     lead = (b,) if inp.has_batch else ()
