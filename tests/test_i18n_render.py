@@ -19,6 +19,7 @@ from attn_cli.present.i18n import Lang, formula_text
 from attn_cli.present.options import RenderOptions
 from attn_cli.present.render import render_header, render_heatmap, render_trace
 from attn_cli.present.text import header_lines
+from attn_cli.present.variants import texts
 
 # Latin words a Chinese classroom keeps: stage and weight names, fixture keys, library names.
 KEPT = {
@@ -127,6 +128,7 @@ def test_heatmap_column_label_is_chinese() -> None:
 @pytest.mark.parametrize("path", BUNDLED_PATHS, ids=lambda p: p.stem)
 def test_every_formula_has_a_chinese_wording(path: object) -> None:
     trace = run(load_fixture(path))  # type: ignore[arg-type]
+    texts(trace.inputs)  # as every view does first: the variants' wordings register on load
     for stage in trace:
         assert english_words(formula_text("zh", stage.formula)) == [], stage.formula
         assert formula_text("en", stage.formula) == stage.formula
