@@ -171,7 +171,7 @@ def test_chinese_batch_texts_have_no_english_left() -> None:
         (["--paged", "--block-size", str(2**63)], f"--block-size: is {2**63}, expected 1 to"),
         (["--paged", "--pages", "0"], "--pages: got 0"),
         (["--paged", "--pages", "1", "--block-size", "2"], "expected at least 4"),
-        (["-f", "html"], "html: a batch has no page yet"),
+        (["-f", "html", "--step"], "--step: works only in the terminal"),
     ],
 )
 def test_hostile_batch_options_get_one_line(args: list[str], message: str) -> None:

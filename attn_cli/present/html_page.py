@@ -702,3 +702,7 @@ def _cell_json(part: CellText) -> dict[str, Any]:
 
 
 _register()
+
+
+# the public names of this module's helpers, for the pages built on it (present/html_batch.py)
+both, esc, listed = _both, _esc, _listed

@@ -1215,3 +1215,9 @@ def _register() -> None:
 
 
 _register()
+
+
+# the public names of the pieces a page of another run builds on (present/html_batch.py)
+StepsPage = _Steps
+page_part, step_words, steps_page, picked_steps = _part, _w, _page, _picked_steps
+table_attrs, explained = _attrs, _explained
