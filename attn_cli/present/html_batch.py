@@ -18,7 +18,7 @@ import math
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from attn_cli.present.batch_view import LABELS, explain, page_lines
+from attn_cli.present.batch_view import LABELS, explain, page_lines, pool_window
 from attn_cli.present.explain_registry import pick_terms, sum_terms
 from attn_cli.present.html_page import both, esc, listed
 from attn_cli.present.html_steps import (
@@ -162,6 +162,9 @@ def _pool(run: BatchRun) -> list[str]:
     tokens = sum(m.tokens for m in run.result.members)
     held = f"{run.result.peak * b * per_token:,}"
     out = [f"<p>{both(lambda lang: _t(lang, 'pool', n=paging.pages, b=b))}</p>"]
+    window = pool_window(run)
+    if window is not None:
+        out.append(f"<p>{both(lambda lang: _t(lang, 'pool_window', w=window))}</p>")
     if run.result.share:
         out.append(f"<p>{both(lambda lang: _t(lang, 'pool_shared', b=b))}</p>")
     cost = both(lambda lang: _t(lang, "pool_cost", m=run.result.peak, bytes=held, tokens=tokens,
