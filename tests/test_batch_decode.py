@@ -530,3 +530,70 @@ def test_the_json_and_table_show_a_windows_freed_blocks(tmp_path: Any) -> None:
     table = run_cli(*args, "-f", "plain").stdout
     assert f"block tables: w1 → {want[-1][0][1]}" in table and "[-1, -1, -1, -1, " in table
     assert "once it has passed every token of a block" in " ".join(table.split())
+
+
+@pytest.mark.slow  # 20 batches, each decoded three times (paged, contiguous, alone)
+@settings(max_examples=20, deadline=None)
+@given(
+    seed=st.integers(0, 2**16),
+    T=st.integers(3, 7),
+    same=st.integers(1, 7),
+    bs=st.integers(1, 3),
+    arrive=st.integers(0, 3),
+    prefill=st.integers(1, 4),
+    window=st.integers(1, 4),
+)
+def test_a_window_over_shared_pages_frees_a_page_only_at_count_zero(
+    tmp_path_factory: Any, seed: int, T: int, same: int, bs: int, arrive: int, prefill: int,
+    window: int,
+) -> None:  # fmt: skip
+    folder = tmp_path_factory.mktemp("window")
+    fixtures = prefix_pair(seed, T, min(same, T))
+    paths = []
+    for j, fx in enumerate(fixtures):
+        fx["window"] = window
+        paths.append(folder / f"w{j}.json")
+        paths[-1].write_text(json.dumps(fx))
+    run = run_batch(paths, (0, arrive), prefill, None, paged=(bs, None), share=True)
+    for j, fx in enumerate(fixtures):
+        np.testing.assert_allclose(run.result.outputs(j), reference(fx)["output"], rtol=0,
+                                   atol=TOL)  # fmt: skip
+    for s in run.result.steps:
+        p = s.pages
+        assert p is not None
+        holders: dict[int, int] = {}
+        for j, table in p.tables:
+            first = min(t for i, t in s.rows if i == j)
+            for b, page in enumerate(table):
+                if page == -1:  # released: every token of the block a window behind
+                    assert first - ((b + 1) * bs - 1) >= window, (j, b, first)
+                elif j not in s.leaving:
+                    holders[page] = holders.get(page, 0) + 1
+        assert dict(p.refcounts) == holders  # a page is held while one table still points at it
+        for page in p.freed:
+            assert page not in holders or page in p.allocated  # given back, or taken again
+
+
+def test_a_shared_page_the_window_passed_goes_back_when_its_last_holder_releases_it(
+    tmp_path: Any,
+) -> None:
+    """By hand, pages of 2, window 3, prompts of 2: the second sequence joins at step 1 and
+    shares page 0 (block 0: tokens 0, 1, the same in both). Step 3: the first sequence's first
+    row is token 4, 4 − 1 ≥ 3: it releases block 0, page 0 drops to count 1 and stays (the
+    second still reads it). Step 4: the second's first row is token 4 too: it releases block 0,
+    page 0 reaches 0 and goes back, and its token 4 starts block 2 on the lowest free page, 0."""
+    paths = []
+    for j, fx in enumerate(prefix_pair(1, 7, 4)):
+        fx["window"] = 3
+        paths.append(tmp_path / f"w{j}.json")
+        paths[-1].write_text(json.dumps(fx))
+    run = run_batch(paths, (0, 1), 2, None, paged=(2, None), share=True)
+    pages = [s.pages for s in run.result.steps]
+    assert all(p is not None for p in pages)
+    steps = [p for p in pages if p is not None]
+    assert steps[1].shared == ((1, 0, 0),) and dict(steps[1].refcounts)[0] == 2
+    assert dict(steps[3].tables)[0][0] == -1 and dict(steps[3].refcounts)[0] == 1
+    assert 0 not in steps[3].freed
+    assert dict(steps[4].tables)[1][:1] == (-1,) and steps[4].freed[:1] == (0,)
+    assert dict(steps[4].tables)[1][2] == 0 and 0 in steps[4].allocated
+    assert run.worst <= TOL
