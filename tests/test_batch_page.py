@@ -116,9 +116,8 @@ def test_a_weights_derivation_is_its_packed_row_through_softmax(tmp_path: Path) 
     total, _, e3, total2, w = _numbers(part["footer"][0])
     np.testing.assert_allclose([total, e3, total2, w], [sum(e), e[1], sum(e), e[1] / sum(e)],
                                atol=5e-5)  # fmt: skip
-    assert [r[1] for r in part["rows"]][:2] == ["−∞", "−∞"]
-    np.testing.assert_allclose([_numbers(r[1])[0] for r in part["rows"][2:]], masked[2:],
-                               atol=5e-5)  # fmt: skip
+    assert [r[0] for r in part["rows"]] == ["2: 1:0", "3: 1:1 ◀"]  # b's own keys only
+    np.testing.assert_allclose([_numbers(r[1])[0] for r in part["rows"]], masked[2:], atol=5e-5)
 
 
 def _numbers(text: str) -> list[float]:
@@ -175,3 +174,20 @@ def test_a_long_batch_gives_a_bounded_page_and_says_so(tmp_path: Path) -> None:
     assert page.count('<section class="stage"') == 2 + 6  # the first and last 3 of 30 steps
     assert "6 of 30 steps shown" in page
     assert len(page) < 1_500_000
+
+
+def test_full_keeps_a_long_rows_derivations_bounded(tmp_path: Path) -> None:
+    """--full draws every table cell, but a derivation over a sequence's 100 keys elides the
+    middle of its terms (past 64): the page stays near a megabyte, not tens of them."""
+    a, b = _fixture(tmp_path / "a.json", 100, 9), _fixture(tmp_path / "b.json", 90, 10)
+    result = run_cli("decode", str(a), str(b), "--batch", "--full", "-f", "html")
+    assert result.exit_code == 0, result.output
+    page = result.stdout
+    assert len(page) < 1_500_000
+    data = _data(page)
+    last = max(int(k) for k in data["steps"])
+    cell = re.search(rf'data-stage="softmax" data-index="0,0,5" data-step="{last}"[^>]*'
+                     r'data-w="(\d+)"', page)  # fmt: skip
+    assert cell is not None
+    rows = data["derivations"][int(cell.group(1))]["en"]["rows"]
+    assert ["…"] * 5 in rows and len(rows) < 20

@@ -42,6 +42,7 @@ if TYPE_CHECKING:
     from attn_cli.check.batch_runs import BatchRun
 
 STAGES = ("scores", "masked", "softmax", "output")  # a step's, as the batch JSON names them
+MAX_TERMS = 64  # a derivation's terms shown whole with --full; past it the middle elides
 WORDS: dict[Lang, dict[str, str]] = {
     "en": {
         "col_phase": "what",
@@ -56,7 +57,7 @@ WORDS: dict[Lang, dict[str, str]] = {
         "exp_sum": "Σ e^(x − m) = {total}; weight of key {c} = {e} / {total} = {w}",
         "col_key": "packed key",
         "out": "output[head {h}, row {r}, {j}] = Σ weight × V[key, {j}] over the packed keys "
-        "(V of head {g} of each key's own sequence):",
+        "of the row's own sequence (V of its kv head {g}; every other key's weight is 0):",
         "out_line": "= {terms} = {value}",
         "what": "{name}[head {h}, row {r}, {c}]: {what} (the batch's step computed it; attn "
         "decode -f json writes it)",
@@ -75,8 +76,8 @@ WORDS: dict[Lang, dict[str, str]] = {
         "empty": "第 {r} 行没有可以看的键：所有权重都是 0",
         "exp_sum": "Σ e^(x − m) = {total}；键 {c} 的权重 = {e} / {total} = {w}",
         "col_key": "打包键",
-        "out": "output[头 {h}, 行 {r}, {j}] = Σ 权重 × V[键, {j}]，对打包键求和"
-        "（每个键取它自己序列的头 {g} 的 V）：",
+        "out": "output[头 {h}, 行 {r}, {j}] = Σ 权重 × V[键, {j}]，对这一行所在序列的打包键求和"
+        "（取它的键值头 {g} 的 V；其他键的权重都是 0）：",
         "out_line": "= {terms} = {value}",
         "what": "{name}[头 {h}, 行 {r}, {c}]：{what}（由批处理的这一步算出；attn decode -f json "
         "会写出它）",
@@ -261,12 +262,19 @@ def _who(run: BatchRun, r: int, k: int) -> str:
     return f"{run.names[j]}, {run.traces[j].query_labels[t]}"
 
 
+def _own(step: Any, r: int) -> range:
+    """The packed keys of row r's own sequence (every other key is −∞ to it: weight 0)."""
+    n = step.present.index(step.rows[r][0])
+    return range(step.cu_seqlens_k[n], step.cu_seqlens_k[n + 1])
+
+
 def _weight(p: StepsPage, k: int, h: int, r: int, c: int, keys: list[str],
             lang: Lang) -> dict[str, Any]:  # fmt: skip
-    """exp(x − m) / Σ over the packed row (and its sequence's sink)."""
+    """exp(x − m) / Σ over the row's own keys in the pack (and its sequence's sink)."""
     run: BatchRun = p.run
     step = run.result.steps[k]
-    row, weights = step.masked[h, r], step.softmax[h, r]
+    own = _own(step, r)
+    row, weights = step.masked[h, r, own.start : own.stop], step.softmax[h, r]
     sink = extra_logit(run.traces[step.rows[r][0]].inputs, h)
     at = f"softmax[{h}, {r}, {c}]"
     parts = softmax_parts([float(x) for x in row], sink)
@@ -278,17 +286,20 @@ def _weight(p: StepsPage, k: int, h: int, r: int, c: int, keys: list[str],
     head = (_b(lang, "weight", r=r, who=who, h=h, m=m) if sink is None else
             _b(lang, "weight_sink", r=r, who=who, h=h, m=m, sink=n(sink)))  # fmt: skip
     rows = []
-    for i in pick_terms(len(row), p.options.full, keep=c):
+    every = p.options.full and len(own) <= MAX_TERMS  # a long row's terms elide even with --full
+    for i in pick_terms(len(own), every, keep=c - own.start if c in own else None):
         if i is None:
             rows.append(("…",) * 5)
             continue
-        label = f"{i}: {keys[i]}" + (" ◀" if i == c else "")
+        key = own.start + i
+        label = f"{key}: {keys[key]}" + (" ◀" if key == c else "")
         rows.append((label, n(row[i]), n(parts.shifted[i]), short_number(parts.exps[i], prec),
-                     short_number(float(weights[i]), prec)))  # fmt: skip
+                     short_number(float(weights[key]), prec)))  # fmt: skip
     if sink is not None:
         rows.append((step_words(lang, "sink"), n(sink), n(sink - parts.row_max),
                      short_number(parts.sink_exp, prec), ""))  # fmt: skip
-    footer = [_b(lang, "exp_sum", total=n(parts.total), c=c, e=short_number(parts.exps[c], prec),
+    e = parts.exps[c - own.start] if c in own else 0.0  # another sequence's key: e^(−∞) = 0
+    footer = [_b(lang, "exp_sum", total=n(parts.total), c=c, e=short_number(e, prec),
                  w=short_number(float(weights[c]), prec))]  # fmt: skip
     header = (_b(lang, "col_key"), "masked", "x − m", "e^(x − m)", step_words(lang, "col_weight"))
     return page_part(at, [head], header, rows, footer)
@@ -305,13 +316,15 @@ def _output(p: StepsPage, k: int, h: int, r: int, c: int, keys: list[str],
     at = f"output[{h}, {r}, {c}]"
     j = step.rows[r][0]
     if members[j].finish is None and members[j].after is None:
-        weights = [float(x) for x in step.softmax[h, r]]
-        values = [float(members[i].v[0, g, t, c]) for i, t in step.keys]
+        own = _own(step, r)  # the other sequences' keys: weight 0
+        weights = [float(step.softmax[h, r, i]) for i in own]
+        values = [float(members[i].v[0, g, t, c]) for i, t in step.keys[own.start : own.stop]]
         got = math.fsum(w * v for w, v in zip(weights, values, strict=True))
         if math.isclose(got, value, rel_tol=1e-9, abs_tol=1e-12):
             terms = [f"{p.n(w)}×{p.f(v)}" for w, v in zip(weights, values, strict=True)]
+            every = p.options.full and len(terms) <= MAX_TERMS
             return page_part(at, [_b(lang, "out", h=h, r=r, j=c, g=g),
-                                  _b(lang, "out_line", terms=sum_terms(terms, p.options.full),
+                                  _b(lang, "out_line", terms=sum_terms(terms, every),
                                      value=p.n(value))])  # fmt: skip
     line = _b(lang, "what", name="output", h=h, r=r, c=c, what=_b(lang, "what_output"))
     return page_part(at, [line, f"= {p.n(value)}"])
