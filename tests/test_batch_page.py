@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pytest
 from conftest import run_cli
 from test_html_page import DATA, HOSTILE, as_shown, json_at, step_cells
 
@@ -191,3 +192,20 @@ def test_full_keeps_a_long_rows_derivations_bounded(tmp_path: Path) -> None:
     assert cell is not None
     rows = data["derivations"][int(cell.group(1))]["en"]["rows"]
     assert ["…"] * 5 in rows and len(rows) < 20
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["-o", "/nonexistent/b.html"], "--output: folder '/nonexistent' does not exist"),
+        (["-o", "/dev/full"], "--output: the disk is full"),
+        (["--step"], "--step: works only in the terminal, expected no --format html/-o"),
+        (["--precision", "99"], "--precision: got 99, expected an integer from 0 to 17"),
+        (["--arrive", "0,١"], "--arrive: item 2 is '١'"),
+    ],
+)
+def test_hostile_page_options_get_one_line(args: list[str], message: str) -> None:
+    res = run_cli("decode", "causal_multihead", "causal_multihead", "--batch", "-f", "html", *args)
+    assert res.exit_code == 2
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("Error: ") and message in lines[0], res.stderr
