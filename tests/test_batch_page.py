@@ -98,6 +98,40 @@ def test_the_page_holds_the_batch_jsons_numbers_and_every_sequences_outputs(
     assert ">joins: b<" in page and "leaves (its last row is here): a" in page
 
 
+BATCHABLE = [
+    "causal_multihead",
+    "deepseek_mla",
+    "gemma2_softcap",
+    "gptoss_sinks",
+    "llama31_rope_scaling",
+    "qwen3_next_gate",
+    "qwen3_qk_norm",
+    "mistral_sliding_window",
+]
+
+
+@pytest.mark.parametrize("name", BATCHABLE)
+def test_every_batchable_examples_page_shows_the_jsons_numbers(name: str) -> None:
+    """Every causal example of one map, twice (the second joining at step 1): each cell is the
+    JSON's number; an output entry's derivation is Σ weight × V only where that sum gives it
+    (MLA's latent cache and a gate after it: the cell says what it is instead)."""
+    page, run = _page_and_json(name, name, "--arrive", "0,1")
+    data = _data(page)
+    for stage, index, attrs, text in step_cells(page):
+        k = int(attrs["step"])
+        assert text == as_shown(json_at(run["steps"][k]["stages"][stage]["data"], index))
+    cell = re.search(r'data-stage="output" data-index="0,0,0" data-step="0"[^>]*data-w="(\d+)"',
+                     page)  # fmt: skip
+    assert cell is not None
+    lines = data["derivations"][int(cell.group(1))]["en"]["lines"]
+    summed = lines[0].startswith("output[head 0, row 0, 0] = Σ weight × V")
+    assert summed == (name not in ("deepseek_mla", "qwen3_next_gate")), lines
+    if summed:  # the first token attends to itself alone: its output is its value row
+        assert _numbers(lines[1])[-1] == pytest.approx(
+            json_at(run["steps"][0]["stages"]["output"]["data"], (0, 0, 0)), abs=5e-5
+        )
+
+
 def test_a_weights_derivation_is_its_packed_row_through_softmax(tmp_path: Path) -> None:
     a, b = _fixture(tmp_path / "a.json", 3, 3), _fixture(tmp_path / "b.json", 3, 4)
     page, run = _page_and_json(str(a), str(b), "--prefill", "2")
@@ -142,15 +176,28 @@ def test_a_shared_prefix_batch_shows_its_block_tables_and_counts() -> None:
     assert shared > 0 and "shares page" in text and "页" in text
 
 
-def test_the_chinese_texts_have_no_english_but_names() -> None:
-    page, _ = _page_and_json("llama_rope_gqa", "gptoss_sinks", "--arrive", "0,2")
+WINDOW_SHARED = ("mistral_sliding_window", "mistral_sliding_window", "--arrive", "0,1", "--paged",
+                 "--share-prefix", "--block-size", "1")  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ("llama_rope_gqa", "gptoss_sinks", "--arrive", "0,2"),
+        ("deepseek_mla", "deepseek_mla", "--arrive", "0,1"),  # an output that is not Σ w·V
+        WINDOW_SHARED,  # a window's frees and shared pages
+    ],
+)
+def test_the_chinese_texts_have_no_english_but_names(argv: tuple[str, ...]) -> None:
+    page, _ = _page_and_json(*argv)
     data = _data(page)
     texts = [html.unescape(z) for z in re.findall(r'<span class="zh">(.*?)</span>', page, re.S)]
     texts += [json.dumps(d["zh"], ensure_ascii=False) for d in data["derivations"]]
     names = {"cu_seqlens_q", "cu_seqlens_k", "cu_seqlens", "Q_packed", "softmax", "output",
              "masked", "max", "llama_rope_gqa", "gptoss_sinks", "The", "cat", "sat", "the", "on",
              "mat", "vLLM", "SGLang", "TensorRT", "LLM", "FlashAttention", "title", "lines",
-             "header", "rows", "footer", "mask", "n_i", "scalar"}  # fmt: skip
+             "header", "rows", "footer", "mask", "n_i", "scalar", "deepseek_mla", "W_UV",
+             "mistral_sliding_window", "refcount", "block_table"}  # fmt: skip
     left = {w for t in texts for w in re.findall(r"[A-Za-z_]{2,}", t)} - names
     assert left == set(), left
 

@@ -59,8 +59,7 @@ WORDS: dict[Lang, dict[str, str]] = {
         "out": "output[head {h}, row {r}, {j}] = Σ weight × V[key, {j}] over the packed keys "
         "of the row's own sequence (V of its kv head {g}; every other key's weight is 0):",
         "out_line": "= {terms} = {value}",
-        "what": "{name}[head {h}, row {r}, {c}]: {what} (the batch's step computed it; attn "
-        "decode -f json writes it)",
+        "what": "{name}[head {h}, row {r}, {c}]: {what}, as the batch's step computed it",
         "what_output": "the row's output after its sequence's own finish (a latent cache's "
         "W_UV, a gate)",
     },
@@ -79,8 +78,7 @@ WORDS: dict[Lang, dict[str, str]] = {
         "out": "output[头 {h}, 行 {r}, {j}] = Σ 权重 × V[键, {j}]，对这一行所在序列的打包键求和"
         "（取它的键值头 {g} 的 V；其他键的权重都是 0）：",
         "out_line": "= {terms} = {value}",
-        "what": "{name}[头 {h}, 行 {r}, {c}]：{what}（由批处理的这一步算出；attn decode -f json "
-        "会写出它）",
+        "what": "{name}[头 {h}, 行 {r}, {c}]：{what}，由批处理的这一步算出",
         "what_output": "这一行经过它所在序列自己的收尾（潜在缓存的 W_UV、门控）之后的输出",
     },
 }  # fmt: skip
@@ -114,7 +112,8 @@ def batch_page(run: BatchRun, options: RenderOptions | None = None, theme: str =
         step = steps[k]
         sections.append((f"{k + 1}: {len(step.rows)} × {len(step.keys)}", _step(p, k, kept)))
     sections.append((step_words("en", "checks"), _checks(run)))
-    title = f"{run.names[0]} … · attn decode --batch" if len(run.names) > 1 else run.names[0]
+    more = " …" if len(run.names) > 1 else ""
+    title = f"{run.names[0]}{more} · attn decode --batch"
     data = {"format": "attn-decode-batch", "steps": kept, "sequences": tokens}
     return steps_page(p, title, sections, data, "hint", theme)
 
