@@ -171,7 +171,7 @@ def test_chinese_batch_texts_have_no_english_left() -> None:
         (["--paged", "--block-size", str(2**63)], f"--block-size: is {2**63}, expected 1 to"),
         (["--paged", "--pages", "0"], "--pages: got 0"),
         (["--paged", "--pages", "1", "--block-size", "2"], "expected at least 4"),
-        (["-f", "html"], "html: a batch has no page yet"),
+        (["-f", "html", "--step"], "--step: works only in the terminal"),
     ],
 )
 def test_hostile_batch_options_get_one_line(args: list[str], message: str) -> None:
@@ -428,3 +428,172 @@ def test_a_batch_past_the_memory_budget_is_refused_before_it_runs() -> None:
     _refuse_memory(run.traces[0], list(run.result.members), False, 1920)
     with pytest.raises(InputError, match=r"would need about 1\.9 KiB of memory, expected at most"):
         _refuse_memory(run.traces[0], list(run.result.members), False, 1919)
+
+
+# -- a sliding window frees a paged batch's pages ------------------------------------------------
+
+
+def window_allocator(
+    steps: list[Any], lengths: list[int], window: int, bs: int
+) -> list[tuple[dict[int, list[int]], list[int], list[int]]]:
+    """A pool by hand, per step: (each present sequence's block table, -1 once released; the
+    pages taken; the pages given back). Before anyone writes, a sequence releases each leading
+    block whose every token k is a window behind its first row t (t − k ≥ window); each new
+    block takes the lowest page no one holds; a leaving sequence gives back what it still holds."""
+    tables: dict[int, list[int]] = {}
+    out = []
+    for _, rows in steps:
+        present = list(dict.fromkeys(j for j, _ in rows))
+        taken: list[int] = []
+        freed: list[int] = []
+        for j in present:
+            first = min(t for i, t in rows if i == j)
+            for b, page in enumerate(tables.get(j, [])):
+                last_on_block = (b + 1) * bs - 1
+                if page != -1 and b < first // bs and first - last_on_block >= window:
+                    freed.append(page)
+                    tables[j][b] = -1
+        for j in present:
+            tables.setdefault(j, [])
+            for i, t in rows:
+                if i == j and t % bs == 0:
+                    held = {p for table in tables.values() for p in table}
+                    page = next(p for p in range(100) if p not in held)
+                    tables[j].append(page)
+                    taken.append(page)
+        out.append(({j: list(tables[j]) for j in present}, taken, list(freed)))
+        for j in present:
+            if max(t for i, t in rows if i == j) == lengths[j] - 1:
+                freed += [p for p in tables.pop(j) if p != -1]
+        out[-1] = (out[-1][0], taken, freed)
+    return out
+
+
+def _window_fixture(path: Any, seq: int, window: int, seed: int) -> Any:
+    rng = np.random.default_rng(seed)
+    fx = {"causal": True, "window": window,
+          **{n: rng.standard_normal((seq, 3)).round(3).tolist() for n in "QKV"}}  # fmt: skip
+    path.write_text(json.dumps(fx))
+    return fx
+
+
+@pytest.mark.parametrize(
+    ("lengths", "arrive", "prefill", "chunk", "window", "bs"),
+    [
+        ([6, 5], [0, 2], 1, None, 3, 1),
+        ([7, 6], [0, 1], 3, 2, 2, 2),
+        ([8, 4, 5], [0, 0, 3], 2, None, 3, 2),
+        ([9, 9], [0, 4], 4, 3, 4, 3),
+    ],
+)
+def test_a_window_frees_a_paged_batchs_pages_as_a_loop_allocator_does(
+    tmp_path: Any, lengths: list[int], arrive: list[int], prefill: int, chunk: int | None,
+    window: int, bs: int,
+) -> None:  # fmt: skip
+    paths, fixtures = [], []
+    for j, T in enumerate(lengths):
+        paths.append(tmp_path / f"w{j}.json")
+        fixtures.append(_window_fixture(paths[-1], T, window, j))
+    run = run_batch(paths, tuple(arrive), prefill, chunk, paged=(bs, None))
+    want = window_allocator(schedule(lengths, arrive, prefill, chunk), lengths, window, bs)
+    got = []
+    for s in run.result.steps:
+        assert s.pages is not None
+        got.append(({j: list(t) for j, t in s.pages.tables}, list(s.pages.allocated),
+                    list(s.pages.freed)))  # fmt: skip
+    assert got == want
+    assert any(-1 in table for tables, _, _ in want for table in tables.values())
+    # the packed keys are the live blocks' tokens only, and every row is still the reference's
+    for s, (tables, _, _) in zip(run.result.steps, want, strict=True):
+        for j, table in tables.items():
+            first = next(b for b, p in enumerate(table) if p != -1) * bs
+            assert min(t for i, t in s.keys if i == j) == first
+    for j, fx in enumerate(fixtures):
+        np.testing.assert_allclose(run.result.outputs(j), reference(fx)["output"], rtol=0,
+                                   atol=TOL)  # fmt: skip
+    assert run.worst <= TOL
+    unwindowed = sum(-(-T // bs) for T in lengths)
+    assert run.result.peak < unwindowed
+
+
+def test_the_json_and_table_show_a_windows_freed_blocks(tmp_path: Any) -> None:
+    for j in range(2):
+        _window_fixture(tmp_path / f"w{j}.json", 6, 2, j)
+    args = ["decode", str(tmp_path / "w0.json"), str(tmp_path / "w1.json"), "--batch",
+            "--arrive", "0,1", "--paged", "--block-size", "1"]  # fmt: skip
+    doc = json.loads(run_cli(*args, "-f", "json").stdout)
+    want = window_allocator(schedule([6, 6], [0, 1], 1, None), [6, 6], 2, 1)
+    for step, (tables, taken, freed) in zip(doc["steps"], want, strict=True):
+        names = {0: "w0", 1: "w1"}
+        assert step["pages"]["block_tables"] == {names[j]: t for j, t in tables.items()}
+        assert step["pages"]["allocated"] == taken and step["pages"]["freed"] == freed
+    table = run_cli(*args, "-f", "plain").stdout
+    assert f"block tables: w1 → {want[-1][0][1]}" in table and "[-1, -1, -1, -1, " in table
+    assert "once it has passed every token of a block" in " ".join(table.split())
+
+
+@pytest.mark.slow  # 20 batches, each decoded three times (paged, contiguous, alone)
+@settings(max_examples=20, deadline=None)
+@given(
+    seed=st.integers(0, 2**16),
+    T=st.integers(3, 7),
+    same=st.integers(1, 7),
+    bs=st.integers(1, 3),
+    arrive=st.integers(0, 3),
+    prefill=st.integers(1, 4),
+    window=st.integers(1, 4),
+)
+def test_a_window_over_shared_pages_frees_a_page_only_at_count_zero(
+    tmp_path_factory: Any, seed: int, T: int, same: int, bs: int, arrive: int, prefill: int,
+    window: int,
+) -> None:  # fmt: skip
+    folder = tmp_path_factory.mktemp("window")
+    fixtures = prefix_pair(seed, T, min(same, T))
+    paths = []
+    for j, fx in enumerate(fixtures):
+        fx["window"] = window
+        paths.append(folder / f"w{j}.json")
+        paths[-1].write_text(json.dumps(fx))
+    run = run_batch(paths, (0, arrive), prefill, None, paged=(bs, None), share=True)
+    for j, fx in enumerate(fixtures):
+        np.testing.assert_allclose(run.result.outputs(j), reference(fx)["output"], rtol=0,
+                                   atol=TOL)  # fmt: skip
+    for s in run.result.steps:
+        p = s.pages
+        assert p is not None
+        holders: dict[int, int] = {}
+        for j, table in p.tables:
+            first = min(t for i, t in s.rows if i == j)
+            for b, page in enumerate(table):
+                if page == -1:  # released: every token of the block a window behind
+                    assert first - ((b + 1) * bs - 1) >= window, (j, b, first)
+                elif j not in s.leaving:
+                    holders[page] = holders.get(page, 0) + 1
+        assert dict(p.refcounts) == holders  # a page is held while one table still points at it
+        for page in p.freed:
+            assert page not in holders or page in p.allocated  # given back, or taken again
+
+
+def test_a_shared_page_the_window_passed_goes_back_when_its_last_holder_releases_it(
+    tmp_path: Any,
+) -> None:
+    """By hand, pages of 2, window 3, prompts of 2: the second sequence joins at step 1 and
+    shares page 0 (block 0: tokens 0, 1, the same in both). Step 3: the first sequence's first
+    row is token 4, 4 − 1 ≥ 3: it releases block 0, page 0 drops to count 1 and stays (the
+    second still reads it). Step 4: the second's first row is token 4 too: it releases block 0,
+    page 0 reaches 0 and goes back, and its token 4 starts block 2 on the lowest free page, 0."""
+    paths = []
+    for j, fx in enumerate(prefix_pair(1, 7, 4)):
+        fx["window"] = 3
+        paths.append(tmp_path / f"w{j}.json")
+        paths[-1].write_text(json.dumps(fx))
+    run = run_batch(paths, (0, 1), 2, None, paged=(2, None), share=True)
+    pages = [s.pages for s in run.result.steps]
+    assert all(p is not None for p in pages)
+    steps = [p for p in pages if p is not None]
+    assert steps[1].shared == ((1, 0, 0),) and dict(steps[1].refcounts)[0] == 2
+    assert dict(steps[3].tables)[0][0] == -1 and dict(steps[3].refcounts)[0] == 1
+    assert 0 not in steps[3].freed
+    assert dict(steps[4].tables)[1][:1] == (-1,) and steps[4].freed[:1] == (0,)
+    assert dict(steps[4].tables)[1][2] == 0 and 0 in steps[4].allocated
+    assert run.worst <= TOL

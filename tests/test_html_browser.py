@@ -802,3 +802,44 @@ def test_a_64_token_decode_or_flash_page_is_interactive_within_a_second(
     print(f"64-token {command} page ({page.stat().st_size:,} bytes) interactive "
           f"{min(times) * 1000:.0f} ms after navigation starts (best of 3: {times})")  # fmt: skip
     assert min(times) < 1.0, times
+
+
+# attn decode F1 F2 --batch -f html (present/html_batch.py): a section per step of the batch
+
+
+def test_a_batch_page_steps_through_the_batch_and_derives_a_weight(
+    browser: Any, tmp_path: Path
+) -> None:
+    """Every number cell equals the batch JSON as shown, the keys step, a weight's derivation
+    holds its packed row (the other sequence's keys −∞) and its value, an output entry its
+    weights × V, the language switch brings the Chinese derivation."""
+    args = ("llama_rope_gqa", "gptoss_sinks", "--batch", "--arrive", "0,2")
+    result = run_cli("decode", *args, "-f", "json")
+    assert result.exit_code == 0, result.output
+    run = json.loads(result.stdout)
+    path = tmp_path / "batch.html"
+    made = run_cli("decode", *args, "-f", "html", "-o", str(path), "-q")
+    assert made.exit_code == 0, made.output
+    opened = Opened(browser, path)
+    steps = run["steps"]
+    cells = step_cells_of(opened)
+    for cell in cells:
+        data = steps[int(cell["step"])]["stages"][cell["stage"]]["data"]
+        assert cell["text"] == shown(at(data, index_of(cell))), cell
+    assert {c["stage"] for c in cells} == {"softmax", "output"}
+    steps_navigate(opened, str(opened.page.text_content("nav.stages button[data-go='1']")))
+    # step 3 (k = 2): gptoss_sinks joins; its row 1 sees only its own key, the sink beside it
+    k = 2
+    assert [r["sequence"] for r in steps[k]["rows"]] == ["llama_rope_gqa", "gptoss_sinks"]
+    masked = steps[k]["stages"]["masked"]["data"][0][1]
+    assert masked[:3] == ["-inf"] * 3 and isinstance(masked[3], float)
+    text = click_in(opened, k + 1, "td[data-stage='softmax'][data-index='0,1,3']")
+    assert "sink" in text and "Σ e^(x − m)" in text and "keys are −∞ (weight 0)" in text, text
+    assert shown(steps[k]["stages"]["softmax"]["data"][0][1][3]) in text
+    assert in_formula(masked[3]) in text
+    text = click_in(opened, k + 1, "td[data-stage='output'][data-index='0,0,0']")
+    weights = steps[k]["stages"]["softmax"]["data"][0][0]
+    assert "Σ weight × V" in text and all(in_formula(w) in text for w in weights[:3]), text
+    switch_language(opened, "的打包键求和")
+    quiet(opened)
+    opened.page.close()

@@ -54,6 +54,11 @@ class BatchRun:
     tolerance: float = F64_TOLERANCE
 
     @property
+    def trace(self) -> Trace:
+        """The first sequence's trace: the model's shapes every sequence shares (a page's)."""
+        return self.traces[0]
+
+    @property
     def worst(self) -> float:
         near = self.contiguous or ((0.0,),)
         return max(max(max((*a, *b)) for a, b in zip(self.solo, self.full, strict=True)),

@@ -98,6 +98,7 @@ SharePrefixFlag = Annotated[
 ]
 BATCH_VIEW = RunView(
     "attn_cli.present.batch_view", "batch_pages", "batch_titles", "render_batch", "batch_dumps",
+    "attn_cli.present.html_batch:batch_page",
 )  # fmt: skip
 DECODE_VIEW = RunView(
     "attn_cli.present.decode_view", "decode_pages", "decode_titles", "render_decode",
@@ -243,9 +244,6 @@ def run_batch_cli(
     if len(fixtures) > MAX_SEQUENCES:
         raise UsageError("", "batch", f"{len(fixtures):,} fixtures",
                          f"1 to {MAX_SEQUENCES} sequences in a batch", option="batch")  # fmt: skip
-    if out.fmt is RunFormat.html:
-        raise UsageError("", "--format", "html: a batch has no page yet",
-                         "table, plain or json (they show every step of it)")  # fmt: skip
     steps = parse_arrive(arrive, len(fixtures))
     pool, share = paged
     run = run_batch(list(fixtures), steps, prefill, chunk, max_elements=max_elements,

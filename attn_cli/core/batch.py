@@ -12,7 +12,9 @@ start. One product gives the packed scores (R × N); each sequence's diagonal bl
 through its own chain (its variants at its positions, its causal rule inside the chunk: the
 steps of core/decode.py's ``attend_cells``), everything off the diagonal is −∞ (the block-diagonal
 mask), the softmax runs over the packed row and one product with the packed values gives every
-row's output. Each sequence's rows then equal its own decode's.
+row's output. Each sequence's rows then equal its own decode's. In a pool of pages, a sliding
+window's passed blocks are released before the step writes, and a sequence's packed keys start
+at its first live block.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ import numpy as np
 
 from attn_cli.core.chain import Chain
 from attn_cli.core.decode import After, Finish, attend_cells, grouped
-from attn_cli.core.paged import Paging, PoolStep, SharedPool
+from attn_cli.core.paged import Paging, PoolStep, SharedPool, freed_before
 from attn_cli.core.steps import softmax_rows
 from attn_cli.core.variant import Cells
 
@@ -124,6 +126,9 @@ def batch_decode(
     steps = []
     for s in busy_steps(members):
         present = tuple(j for j, m in enumerate(members) if len(m.rows_at(s)))
+        if pool is not None:  # the blocks a window has passed go back before anyone writes
+            for j in present:
+                _slide(members[j], s, j, pool)
         caches = [_cache(members, s, j, pool) for j in present]
         step = _step(members, s, present, leak, caches)
         if pool is not None:
@@ -150,35 +155,47 @@ def packed_cells(members: Sequence[Member]) -> int:
     return total
 
 
+def _slide(m: Member, s: int, j: int, pool: SharedPool) -> None:
+    """Release sequence j's leading blocks that no query from this step's first row on can
+    see (every token on them at least a window behind it): core/paged.py's rule."""
+    reach = m.chain.cache_slots()
+    if reach is None or j not in pool.tables:
+        return
+    bs = pool.paging.block_size
+    pool.slide(j, freed_before(m.rows_at(s)[0], bs, m.positions, reach, pool.released[j]))
+
+
 def _cache(
     members: Sequence[Member], s: int, j: int, pool: SharedPool | None
-) -> tuple[FloatArray, FloatArray]:
-    """Sequence j's keys and values at step s, (Hkv, n, D): its tokens so far, this step's
-    written first: a slice of its own (no pool), or gathered through its block table."""
+) -> tuple[FloatArray, FloatArray, int]:
+    """Sequence j's keys and values at step s, (Hkv, n, D), and its first token among them:
+    its tokens so far, this step's written first: a slice of its own (no pool, from token 0),
+    or its live blocks gathered through its block table."""
     m = members[j]
     rows = m.rows_at(s)
     if pool is None:
-        return m.k[0, :, : rows[-1] + 1], m.v[0, :, : rows[-1] + 1]
+        return m.k[0, :, : rows[-1] + 1], m.v[0, :, : rows[-1] + 1], 0
     if m.arrive == s:
         pool.join(j, m.k[0], m.v[0], m.prefill)
     for t in rows:
         pool.write(j, t, m.k[0, :, t], m.v[0, :, t])
-    return pool.gather(j, rows[-1] + 1)
+    return (*pool.gather(j, rows[-1] + 1), pool.first(j))
 
 
 def _step(
     members: Sequence[Member], s: int, present: tuple[int, ...], leak: bool,
-    caches: list[tuple[FloatArray, FloatArray]],
+    caches: list[tuple[FloatArray, FloatArray, int]],
 ) -> BatchStep:  # fmt: skip
     """Pack the present sequences' rows and caches, one product, the mask, softmax, output."""
+    first = dict(zip(present, (lo for _, _, lo in caches), strict=True))  # its first key
     rows = [(j, t) for j in present for t in members[j].rows_at(s)]
-    keys = [(j, t) for j in present for t in range(members[j].rows_at(s)[-1] + 1)]
+    keys = [(j, t) for j in present for t in range(first[j], members[j].rows_at(s)[-1] + 1)]
     cu_q = _cumulative([len(members[j].rows_at(s)) for j in present])
-    cu_k = _cumulative([members[j].rows_at(s)[-1] + 1 for j in present])
+    cu_k = _cumulative([members[j].rows_at(s)[-1] + 1 - first[j] for j in present])
     q = np.concatenate([members[j].q[0][:, list(members[j].rows_at(s))] for j in present],
                        axis=1)[None]  # (1, H, R, D)  # fmt: skip
-    k = np.concatenate([kj for kj, _ in caches], axis=1)[None]  # (1, Hkv, N, D)
-    v = np.concatenate([vj for _, vj in caches], axis=1)[None]  # (1, Hkv, N, Dv)
+    k = np.concatenate([kj for kj, _, _ in caches], axis=1)[None]  # (1, Hkv, N, D)
+    v = np.concatenate([vj for _, vj, _ in caches], axis=1)[None]  # (1, Hkv, N, Dv)
     scores = grouped(q, k.swapaxes(-1, -2))[0]  # (H, R, N)
     scaled = scores * scores.dtype.type(members[present[0]].scale)
     masked = np.full_like(scaled, -np.inf)  # off the diagonal blocks: −∞
@@ -188,7 +205,7 @@ def _step(
         m = members[j]
         rq, rk = slice(cu_q[n], cu_q[n + 1]), slice(cu_k[n], cu_k[n + 1])
         toks = np.array(m.rows_at(s), dtype=np.int64)  # (r,)
-        ks = np.arange(cu_k[n + 1] - cu_k[n], dtype=np.int64)  # (n,) its cache: tokens 0..
+        ks = np.arange(first[j], first[j] + cu_k[n + 1] - cu_k[n], dtype=np.int64)  # (n,) its keys
         cells = Cells(np.arange(1), heads, toks, ks, m.positions[toks], m.positions[ks])
         later = ks[None, :] > toks[:, None]  # (r, n) keys after the row: not in the cache yet
         _, own, _ = attend_cells(m.chain, scaled[None, :, rq, rk], cells, later[None, None])

@@ -216,7 +216,8 @@ class SharedPool:
     each page's reference count; ``share``: a joining sequence takes the whole (full) pages of
     the pool that already hold its prompt's keys and values, block by block from the first;
     a write into a page another sequence holds copies the page first (unless ``no_copy``, the
-    mistake)."""
+    mistake); a sliding window's passed blocks are released (FREED in the block table), their
+    page back to the pool once no sequence holds it."""
 
     K: FloatArray  # (Hkv, pages · block_size, D)
     V: FloatArray  # (Hkv, pages · block_size, Dv)
@@ -227,6 +228,7 @@ class SharedPool:
     refs: dict[int, int] = field(default_factory=dict)  # page -> sequences holding it
     rows: dict[int, int] = field(default_factory=dict)  # page -> rows written
     cached: dict[int, int] = field(default_factory=dict)  # sequence -> prompt tokens cached
+    released: dict[int, int] = field(default_factory=dict)  # sequence -> leading blocks freed
     peak: int = 0  # the most pages held at once
     log: dict[str, list[Any]] = field(default_factory=dict)
 
@@ -246,6 +248,7 @@ class SharedPool:
         on, as long as one matches; those tokens are not written again."""
         self.tables[j] = []
         self.cached[j] = 0
+        self.released[j] = 0
         if not self.share:
             return
         bs = self.paging.block_size
@@ -297,19 +300,37 @@ class SharedPool:
         self.log["allocated"].append(free[0])
         return free[0]
 
+    def first(self, j: int) -> int:
+        """Sequence j's first token still in the pool (its released blocks' tokens are gone)."""
+        return self.released.get(j, 0) * self.paging.block_size
+
     def gather(self, j: int, tokens: int) -> tuple[FloatArray, FloatArray]:
-        """Sequence j's first ``tokens`` keys and values through its block table, (Hkv, n, D)."""
+        """Sequence j's keys and values through its block table, (Hkv, n, D): its tokens from
+        ``first(j)`` (the live blocks) to ``tokens`` − 1."""
         bs, table = self.paging.block_size, self.tables[j]
-        where = [table[t // bs] * bs + t % bs for t in range(tokens)]
+        where = [table[t // bs] * bs + t % bs for t in range(self.first(j), tokens)]
         return self.K[:, where], self.V[:, where]
+
+    def slide(self, j: int, blocks: int) -> None:
+        """A window has passed every token of sequence j's first ``blocks`` logical blocks: each
+        is released (FREED in its table), its page's count drops, back to the pool at 0."""
+        table = self.tables[j]
+        for b in range(self.released[j], blocks):
+            self._drop(table[b])
+            table[b] = FREED
+        self.released[j] = max(self.released[j], blocks)
 
     def leave(self, j: int) -> None:
         """Sequence j is done: its pages' counts drop; a page no one holds goes back."""
         for page in self.tables.pop(j):
-            self.refs[page] -= 1
-            if self.refs[page] == 0:
-                del self.refs[page]
-                self.log["freed"].append(page)
+            if page != FREED:
+                self._drop(page)
+
+    def _drop(self, page: int) -> None:
+        self.refs[page] -= 1
+        if self.refs[page] == 0:
+            del self.refs[page]
+            self.log["freed"].append(page)
 
     def in_use(self) -> int:
         return len(self.refs)

@@ -63,6 +63,9 @@ LABELS: dict[Lang, dict[str, str]] = {
         "more_steps": "… {n} more steps (--full shows all)",
         "pool": "one pool of {n} pages of {b} tokens for every sequence, each with its block "
         "table; a page goes back to the pool when no sequence holds it",
+        "pool_window": "a sliding window of {w} positions: once it has passed every token of "
+        "a block, the block is released (−1 in its block table) and its page goes back to the "
+        "pool when no other sequence holds it; the step gathers only the live blocks' keys",
         "pool_shared": "prefix sharing: a joining sequence takes the pages that already hold "
         "its prompt's keys and values, whole pages only (a page full of {b} tokens, as vLLM's "
         "prefix caching), block by block from the first; a sequence that writes into a page "
@@ -114,6 +117,8 @@ LABELS: dict[Lang, dict[str, str]] = {
         "more_steps": "… 另有 {n} 步（加 --full 显示全部）",
         "pool": "所有序列共用一个页池：{n} 页，每页 {b} 个词，每个序列有自己的块表；"
         "没有任何序列持有的页还回页池",
+        "pool_window": "滑动窗口为 {w} 个位置：窗口越过某块上的所有词后，该块被释放"
+        "（块表中记为 −1），没有其他序列持有时它的页还回页池；每一步只收集仍存活的块的键",
         "pool_shared": "前缀共享：新加入的序列直接使用已经存有它提示词键和值的页，只共享整页"
         "（存满 {b} 个词的页，与 vLLM 的前缀缓存相同），从第一块起逐块共享；"
         "序列要写入别的序列也持有的页时，先复制这一页（写时复制）",
@@ -192,6 +197,9 @@ def pool_lines(run: BatchRun, lang: Lang, explained: bool = False) -> list[Rende
     tokens = sum(m.tokens for m in run.result.members)
     held = f"{run.result.peak * b * per_token:,}"
     lines: list[RenderableType] = [Text(""), Line(_t(lang, "pool", n=paging.pages, b=b))]
+    window = pool_window(run)
+    if window is not None:
+        lines.append(Line(_t(lang, "pool_window", w=window)))
     if run.result.share:
         lines.append(Line(_t(lang, "pool_shared", b=b)))
     lines.append(Line(_t(lang, "pool_cost", m=run.result.peak, bytes=held, tokens=tokens,
@@ -199,6 +207,11 @@ def pool_lines(run: BatchRun, lang: Lang, explained: bool = False) -> list[Rende
     if explained and run.result.share:
         lines += [render_explanation(explain(run, k, lang)) for k in ("prefix", "cow")]
     return lines
+
+
+def pool_window(run: BatchRun) -> int | None:
+    """The sliding window whose passed blocks a paged batch releases (None: no window)."""
+    return next((w for m in run.result.members if (w := m.chain.cache_slots()) is not None), None)
 
 
 def page_lines(run: BatchRun, k: int, lang: Lang) -> list[str]:
