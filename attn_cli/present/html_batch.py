@@ -167,7 +167,7 @@ def _pool(run: BatchRun) -> list[str]:
         out.append(f"<p>{bilingual(lambda lang: _t(lang, 'pool_window', w=window))}</p>")
     if run.result.share:
         out.append(f"<p>{bilingual(lambda lang: _t(lang, 'pool_shared', b=b))}</p>")
-    cost = bilingual(lambda lang: _t(lang, "pool_cost", m=run.result.peak, bytes=held, tokens=tokens,
+    cost = bilingual(lambda g: _t(g, "pool_cost", m=run.result.peak, bytes=held, tokens=tokens,
                                 contig=f"{tokens * per_token:,}"))  # fmt: skip
     return [*out, f"<p>{cost}</p>"]
 
