@@ -138,11 +138,11 @@ def decode(
 
     After a prefill of the first P tokens, each step shows the new token's query, the cache as
     it is (which position each slot holds, K and V), the scores, softmax and output, and the
-    largest difference from the full attention's row (an error above 1e-12). Then the cache's
-    cost in bytes, for this model, MHA and MQA. Linear attention decodes with its recurrent
-    state instead: the state after every token, its bytes (constant in the length) beside the
-    KV cache of softmax attention with the same heads, each step checked against the chunked
-    form.
+    largest difference from the full attention's row (an error above 1e-12 times the rows'
+    largest value, at least 1e-12). Then the cache's cost in bytes, for this model, MHA and
+    MQA. Linear attention decodes with its recurrent state instead: the state after every
+    token, its bytes (constant in the length) beside the KV cache of softmax attention with
+    the same heads, each step checked against the chunked form.
 
     Examples:
 
