@@ -25,7 +25,8 @@ from hypothesis import strategies as st
 from reference import reference
 from test_explain import english_left
 
-from attn_cli.check.split_runs import SplitRun, run_split, split_args
+from attn_cli.check.runs import flash_args
+from attn_cli.check.split_runs import SplitRun, run_split
 from attn_cli.core.split_kv import MergeBugs, chunk_bounds, merge, split_kv_forward
 from attn_cli.io.examples import example_dir
 from attn_cli.present.options import RenderOptions
@@ -170,7 +171,7 @@ def test_a_row_with_no_key_merges_to_minus_inf_and_zero() -> None:
 def test_causal_chunks_after_a_query_weigh_exactly_zero_without_a_warning() -> None:
     """Called outside run_split's errstate: a RuntimeWarning fails the test (pytest config)."""
     run = run_split("causal_multihead", splits=4)
-    r = split_kv_forward(**split_args(run.trace), splits=4, block_q=2)
+    r = split_kv_forward(**flash_args(run.trace), splits=4, block_q=2)
     for s, chunk in enumerate(r.chunks):  # chunk s holds key s alone: query i < s sees none
         hidden = np.arange(4) < s
         assert np.all(np.isneginf(chunk.lse[0][:, hidden])) and np.all(chunk.l[0][:, hidden] == 0)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 import os
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -19,17 +19,14 @@ from attn_cli.check.runs import (
     RUN_HTML_VIEWS,
     AnyArray,
     SelfCheck,
-    causal_offset,
     default_block,
     finite_max,
+    flash_args,
     flash_checks,
     flash_keep,
-    internal,
     load_trace,
-    query_key,
     reference_rows,
     self_check,
-    trace_chain,
 )
 from attn_cli.core.chain import Chain
 from attn_cli.core.pipeline import refuse as refuse_variants
@@ -126,19 +123,6 @@ def run_split(
         return check_split(trace, splits, bq, block_k, base2, sentinel)
 
 
-def split_args(trace: Trace) -> dict[str, Any]:
-    """core.split_kv's arguments from the trace: q, k, v, the chain, the scale, the offset."""
-    inp = trace.inputs
-    return {
-        "q": internal(trace, query_key(inp, "Q")),
-        "k": internal(trace, query_key(inp, "K")),
-        "v": internal(trace, "V"),
-        "chain": trace_chain(trace),
-        "scale": trace.scale,
-        "causal_offset": causal_offset(inp),
-    }
-
-
 def check_split(
     trace: Trace,
     splits: int,
@@ -152,7 +136,7 @@ def check_split(
     from attn_cli.core.flash import LOG2E
     from attn_cli.core.split_kv import split_kv_forward
 
-    args = split_args(trace)
+    args = flash_args(trace)  # the same q, k, v, chain, scale and offset as flash's
     result = split_kv_forward(**args, splits=splits, block_q=bq, block_k=bk, base2=base2)
     merged = result.merged
     checks = list(flash_checks(trace, merged.output, merged.lse, base2))  # type: ignore[arg-type]
