@@ -101,29 +101,39 @@ def rope_file(
     from attn_cli.core.rope_table import MAX_POSITION, rope_table
     from attn_cli.errors import InputError
 
-    for name, value, least, most in (("position", position, 0, "2**53 - 1"),
-                                     ("length", length, 1, "2**53")):  # fmt: skip
+    for name, value, least, most in (
+        ("position", position, 0, "2**53 - 1"),
+        ("length", length, 1, "2**53"),
+    ):
         top = MAX_POSITION - 1 if name == "position" else MAX_POSITION  # position < length
         if value is not None and not least <= value <= top:
-            raise UsageError("", name, f"is {value}", f"a whole number from {least} to {most}",
-                             option=name)  # fmt: skip
+            raise UsageError(
+                "", name, f"is {value}", f"a whole number from {least} to {most}", option=name
+            )
     inputs = load(fixture, max_elements=max_elements)
     from attn_cli.core.pipeline import refuse
 
     refuse(inputs, "attn rope")  # a variant with a RoPE of its own (MLA's) that it cannot show
     if inputs.rope is None:
         raise InputError(
-            inputs.source, "rope", "is not set: the fixture has no rotary position embedding",
+            inputs.source,
+            "rope",
+            "is not set: the fixture has no rotary position embedding",
             "a fixture with rope (e.g. the bundled llama_rope_gqa)",
-        )  # fmt: skip
+        )
     own = rope_length(inputs)
     if position is None:
         position = own - 1 if length is None else min(own, length) - 1
     if length is None:
         length = max(own, position + 1)
     if position >= length:
-        raise UsageError("", "position", f"is {position}, past a sequence of {length} positions",
-                         f"a position below --length ({length})", option="position")  # fmt: skip
+        raise UsageError(
+            "",
+            "position",
+            f"is {position}, past a sequence of {length} positions",
+            f"a position below --length ({length})",
+            option="position",
+        )
     return inputs, rope_table(inputs.rope, inputs.d_k, length, position, inputs.source)
 
 
@@ -185,9 +195,11 @@ def load(
     if bundled is None:
         names = ", ".join(example_paths()) or "none installed"
         raise UsageError(
-            name, "", "no such file or bundled example",
+            name,
+            "",
+            "no such file or bundled example",
             f"a fixture path or an example name ({names})",
-        )  # fmt: skip
+        )
     return parse_fixture(bundled.read_bytes(), bundled.name, max_elements=max_elements)
 
 
@@ -198,9 +210,12 @@ def check_stage_names(stages: Sequence[str] | None) -> tuple[str, ...] | None:
     for name in stages:
         if name not in STAGE_NAMES:
             raise UsageError(
-                "", f"stage {name}", unknown_stage(name), "one of " + ", ".join(STAGE_NAMES),
+                "",
+                f"stage {name}",
+                unknown_stage(name),
+                "one of " + ", ".join(STAGE_NAMES),
                 option="stage",
-            )  # fmt: skip
+            )
     return tuple(dict.fromkeys(stages))
 
 
@@ -209,9 +224,12 @@ def check_gradients_asked(stages: Collection[str] | None, backward: bool) -> Non
     for name in stages or ():
         if SPECS[name].gradient and not backward:
             raise UsageError(
-                "", f"stage {name}", "is a stage of the backward pass",
-                "the backward pass asked for too", option="backward",
-            )  # fmt: skip
+                "",
+                f"stage {name}",
+                "is a stage of the backward pass",
+                "the backward pass asked for too",
+                option="backward",
+            )
 
 
 def check_stages_apply(
@@ -222,9 +240,12 @@ def check_stages_apply(
     for name in stages or ():
         if name not in applicable:
             raise UsageError(
-                "", f"stage {name}", "this fixture has no such stage",
-                "one of " + ", ".join(applicable), option="stage",
-            )  # fmt: skip
+                "",
+                f"stage {name}",
+                "this fixture has no such stage",
+                "one of " + ", ".join(applicable),
+                option="stage",
+            )
 
 
 def kept_stages(stages: tuple[str, ...] | None, shaded: bool) -> tuple[str, ...] | None:

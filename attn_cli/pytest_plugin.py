@@ -100,8 +100,10 @@ class AttnProbe:
         report = self(function, **settings)
         if report.verdict != "matches":
             lines = [f"- {f.id}: {f.title} ({f.evidence})" for f in report.findings]
-            pytest.fail(f"attn_probe: {report.target} differs from PyTorch SDPA:\n"
-                        + "\n".join(lines), pytrace=False)  # fmt: skip
+            pytest.fail(
+                f"attn_probe: {report.target} differs from PyTorch SDPA:\n" + "\n".join(lines),
+                pytrace=False,
+            )
         return report
 
 
@@ -206,8 +208,7 @@ def compare_function(
     returned = function(**arguments_for(function, trace))
     arrays, aliases, ignored = stage_arrays(returned, trace)
     name = getattr(function, "__qualname__", None) or repr(function)
-    comparison = grade(trace, Dump(f"{name}()", arrays, aliases, ignored), tolerance, stages,
-                       worst)  # fmt: skip
+    comparison = grade(trace, Dump(f"{name}()", arrays, aliases, ignored), tolerance, stages, worst)
     if not comparison.same:
         raise AssertionError(failure_text(comparison, worst))
     return comparison
@@ -242,15 +243,29 @@ def fixture_arguments(trace: Trace) -> dict[str, Any]:
         return arr if arr is None or inp.has_batch else arr[0]  # the fixture had no batch axis
 
     return {
-        "X": unbatched(inp.X), "X_kv": unbatched(inp.X_kv),
-        "W_Q": inp.W_Q, "W_K": inp.W_K, "W_V": inp.W_V, "W_O": inp.W_O,
-        "b_Q": inp.b_Q, "b_K": inp.b_K, "b_V": inp.b_V, "b_O": inp.b_O,
-        "Q": unbatched(inp.Q), "K": unbatched(inp.K), "V": unbatched(inp.V),
-        "heads": inp.heads, "kv_heads": inp.kv_heads, "d_k": inp.d_k,
-        "scale": trace.scale, "causal": inp.causal is not None,
-        "mask": inp.mask, "bias": inp.bias,
-        "tokens": inp.tokens, "inputs": inp,
-    }  # fmt: skip
+        "X": unbatched(inp.X),
+        "X_kv": unbatched(inp.X_kv),
+        "W_Q": inp.W_Q,
+        "W_K": inp.W_K,
+        "W_V": inp.W_V,
+        "W_O": inp.W_O,
+        "b_Q": inp.b_Q,
+        "b_K": inp.b_K,
+        "b_V": inp.b_V,
+        "b_O": inp.b_O,
+        "Q": unbatched(inp.Q),
+        "K": unbatched(inp.K),
+        "V": unbatched(inp.V),
+        "heads": inp.heads,
+        "kv_heads": inp.kv_heads,
+        "d_k": inp.d_k,
+        "scale": trace.scale,
+        "causal": inp.causal is not None,
+        "mask": inp.mask,
+        "bias": inp.bias,
+        "tokens": inp.tokens,
+        "inputs": inp,
+    }
 
 
 def stage_arrays(

@@ -95,14 +95,42 @@ def run_pair(seq: int, reps: int, torch_python: str | None) -> dict[str, float]:
         fixture = write_fixture(folder, seq)
         out = {side: folder / f"{side}.npz" for side in ("attn", "numpy", "torch")}
         sides = {
-            "attn": [sys.executable, "-m", "attn_cli", "trace", str(fixture), "--backward",
-                     "-s", "d_Q", "-s", "d_K", "-s", "d_V", "-f", "npz", "-o", str(out["attn"])],
-            "numpy": [sys.executable, "-c", NUMPY_BACKWARD, str(folder), str(seq),
-                      str(out["numpy"])],
-        }  # fmt: skip
+            "attn": [
+                sys.executable,
+                "-m",
+                "attn_cli",
+                "trace",
+                str(fixture),
+                "--backward",
+                "-s",
+                "d_Q",
+                "-s",
+                "d_K",
+                "-s",
+                "d_V",
+                "-f",
+                "npz",
+                "-o",
+                str(out["attn"]),
+            ],
+            "numpy": [
+                sys.executable,
+                "-c",
+                NUMPY_BACKWARD,
+                str(folder),
+                str(seq),
+                str(out["numpy"]),
+            ],
+        }
         if torch_python:
-            sides["torch"] = [torch_python, "-c", TORCH_BACKWARD, str(folder), str(seq),
-                              str(out["torch"])]  # fmt: skip
+            sides["torch"] = [
+                torch_python,
+                "-c",
+                TORCH_BACKWARD,
+                str(folder),
+                str(seq),
+                str(out["torch"]),
+            ]
         runs: dict[str, list[tuple[float, int]]] = {name: [] for name in sides}
         for _ in range(reps):
             for name, cmd in sides.items():
@@ -129,16 +157,22 @@ def main() -> None:
         if spin is not None:
             spin.kill()
     busy = ", busy" if args.busy else ""
-    print(f"attn trace --backward (d_Q, d_K, d_V) vs a NumPy manual backward ({HEADS} heads, "
-          f"{KV_HEADS} kv, d {D}, causal, float64{busy}; {ROOT.name})")  # fmt: skip
-    head = (f"{'tokens':>7} {'attn s':>8} {'numpy s':>8} {'ratio':>6} {'attn MiB':>9} "
-            f"{'numpy MiB':>10} {'ratio':>6} {'max rel diff':>13}")  # fmt: skip
+    print(
+        f"attn trace --backward (d_Q, d_K, d_V) vs a NumPy manual backward ({HEADS} heads, "
+        f"{KV_HEADS} kv, d {D}, causal, float64{busy}; {ROOT.name})"
+    )
+    head = (
+        f"{'tokens':>7} {'attn s':>8} {'numpy s':>8} {'ratio':>6} {'attn MiB':>9} "
+        f"{'numpy MiB':>10} {'ratio':>6} {'max rel diff':>13}"
+    )
     print(head + (f" {'torch s':>8} {'torch MiB':>10}" if args.torch_python else ""))
     for r in rows:
-        line = (f"{r['seq']:>7} {r['attn_s']:>8.2f} {r['numpy_s']:>8.2f} "
-                f"{r['attn_s'] / r['numpy_s']:>6.2f} {r['attn_mib']:>9.1f} "
-                f"{r['numpy_mib']:>10.1f} {r['attn_mib'] / r['numpy_mib']:>6.2f} "
-                f"{r['diff']:>13.1e}")  # fmt: skip
+        line = (
+            f"{r['seq']:>7} {r['attn_s']:>8.2f} {r['numpy_s']:>8.2f} "
+            f"{r['attn_s'] / r['numpy_s']:>6.2f} {r['attn_mib']:>9.1f} "
+            f"{r['numpy_mib']:>10.1f} {r['attn_mib'] / r['numpy_mib']:>6.2f} "
+            f"{r['diff']:>13.1e}"
+        )
         if args.torch_python:
             line += f" {r['torch_s']:>8.2f} {r['torch_mib']:>10.1f}"
         print(line)

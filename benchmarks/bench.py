@@ -179,8 +179,13 @@ def child_compute(reps: int) -> dict[str, Any]:
             call()
             times.append(time.perf_counter() - start)
     med = statistics.median
-    return {"attn": med(attn), "plain": med(plain), "tuned": med(tuned), "float32": med(f32),
-            "output": med(out_only)}  # fmt: skip
+    return {
+        "attn": med(attn),
+        "plain": med(plain),
+        "tuned": med(tuned),
+        "float32": med(f32),
+        "output": med(out_only),
+    }
 
 
 def child_torch(reps: int) -> dict[str, Any]:
@@ -204,8 +209,11 @@ def child_torch(reps: int) -> dict[str, Any]:
         start = time.perf_counter()
         sdpa()
         times.append(time.perf_counter() - start)
-    return {"torch": statistics.median(times), "version": torch.__version__,
-            "threads": torch.get_num_threads()}  # fmt: skip
+    return {
+        "torch": statistics.median(times),
+        "version": torch.__version__,
+        "threads": torch.get_num_threads(),
+    }
 
 
 def rss_peak() -> int:
@@ -255,8 +263,12 @@ def child_render(reps: int) -> dict[str, Any]:
     rng = np.random.default_rng(0)
 
     def like_default(seq: int) -> Any:  # the default's shapes: d_model 4, d_k 2, one head
-        fx = {"X": rng.standard_normal((seq, 4)), "W_Q": rng.standard_normal((4, 2)),
-              "W_K": rng.standard_normal((4, 2)), "W_V": rng.standard_normal((4, 2))}  # fmt: skip
+        fx = {
+            "X": rng.standard_normal((seq, 4)),
+            "W_Q": rng.standard_normal((4, 2)),
+            "W_K": rng.standard_normal((4, 2)),
+            "W_V": rng.standard_normal((4, 2)),
+        }
         return run(validate(fx, f"{seq} tokens"))
 
     big, twelve = like_default(RENDER_SEQ), like_default(12)
@@ -265,8 +277,13 @@ def child_render(reps: int) -> dict[str, Any]:
         console = Console(file=io.StringIO(), width=100, color_system="truecolor" if heat else None)
         console.print(render_trace(trace, RenderOptions(heatmap=heat)))
 
-    cases = {"small": (small, False), "big": (big, False), "twelve": (twelve, False),
-             "small_heat": (small, True), "big_heat": (big, True)}  # fmt: skip
+    cases = {
+        "small": (small, False),
+        "big": (big, False),
+        "twelve": (twelve, False),
+        "small_heat": (small, True),
+        "big_heat": (big, True),
+    }
     times: dict[str, list[float]] = {k: [] for k in cases}
     for trace, heat in cases.values():
         render(trace, heat)  # warm-up: first-use imports and caches
@@ -379,9 +396,14 @@ def measure(cmd: list[str], env: dict[str, str]) -> Run:
         err_file = Path(f.name)
     load = os.getloadavg()[0]
     try:
-        out = subprocess.run([sys.executable, "-S", "-c", LAUNCHER, *cmd], capture_output=True,
-                             text=True, env={**env, "BENCH_ERR_FILE": str(err_file)}, cwd=ROOT,
-                             check=True)  # fmt: skip
+        out = subprocess.run(
+            [sys.executable, "-S", "-c", LAUNCHER, *cmd],
+            capture_output=True,
+            text=True,
+            env={**env, "BENCH_ERR_FILE": str(err_file)},
+            cwd=ROOT,
+            check=True,
+        )
         got = json.loads(out.stdout)
         if got["code"] != 0:
             err = err_file.read_bytes()[-3000:]
@@ -501,13 +523,33 @@ def sweep_commands(
 ) -> dict[str, list[str]]:
     py, me = sys.executable, str(Path(__file__).resolve())
     cmds = {
-        "attn": [py, "-m", "attn_cli", "trace", str(fixture), "--stage", "output",
-                 "--format", "npz", "-o", str(out / "attn.npz"), "--dtype", dtype],
+        "attn": [
+            py,
+            "-m",
+            "attn_cli",
+            "trace",
+            str(fixture),
+            "--stage",
+            "output",
+            "--format",
+            "npz",
+            "-o",
+            str(out / "attn.npz"),
+            "--dtype",
+            dtype,
+        ],
         "numpy": [py, me, "--child", "plain_heads", str(fixture), str(out / "numpy.npz"), dtype],
-    }  # fmt: skip
+    }
     if torch_py:
-        cmds["torch"] = [torch_py, me, "--child", "torch_sdpa", str(fixture),
-                         str(out / "torch.npz"), dtype]  # fmt: skip
+        cmds["torch"] = [
+            torch_py,
+            me,
+            "--child",
+            "torch_sdpa",
+            str(fixture),
+            str(out / "torch.npz"),
+            dtype,
+        ]
     return cmds
 
 
@@ -535,9 +577,11 @@ def sweep_seq(
 ) -> list[SweepRow]:
     """Every side at the default BLAS threads and at one, interleaved, ``reps`` times."""
     if torch_py and not sdpa_fits(seq, dtype, share):
-        print(f"  torch at seq {seq}, {dtype}: skipped, it would need "
-              f"{sdpa_need(seq, dtype) / 2**30:.0f} GiB ({share:.0%} of the free memory is "
-              f"{memory_available() * share / 2**30:.0f} GiB; see --torch-memory)")  # fmt: skip
+        print(
+            f"  torch at seq {seq}, {dtype}: skipped, it would need "
+            f"{sdpa_need(seq, dtype) / 2**30:.0f} GiB ({share:.0%} of the free memory is "
+            f"{memory_available() * share / 2**30:.0f} GiB; see --torch-memory)"
+        )
         torch_py = None
     cmds = sweep_commands(fixture, out, dtype, torch_py)
     envs = {"default": child_env(), "1": {**child_env(), **ONE_THREAD}}
@@ -573,8 +617,10 @@ def print_sweep_summary(rows: list[SweepRow], busy: bool) -> None:
     """The issue's table: ratios by seq, default threads and (in brackets) one BLAS thread."""
     seqs = sorted({r.seq for r in rows})
     by = {(r.dtype, r.seq, r.threads): r for r in rows}
-    print(f"\nsummary ({'other core busy' if busy else 'no added load'}): default threads "
-          "[one BLAS thread]; targets: wall <= 1.2, peak <= 1, torch <= 1 at 16384")  # fmt: skip
+    print(
+        f"\nsummary ({'other core busy' if busy else 'no added load'}): default threads "
+        "[one BLAS thread]; targets: wall <= 1.2, peak <= 1, torch <= 1 at 16384"
+    )
     print(f"{'':<40}" + "".join(f"{s:>16}" for s in seqs))
     lines = [
         ("attn / plain NumPy, wall, float64", "float64", "numpy", "wall"),
@@ -603,9 +649,11 @@ def sweep(args: argparse.Namespace) -> None:
     """The long-sequence sweep of issue 16, quiet or with the other core busy."""
     torch_py = torch_python(args.torch_python)
     seqs = [s for s in SWEEP_SEQS if args.min_seq <= s <= args.max_seq]
-    print(f"attn sweep: d_model {D_MODEL}, {HEADS} heads, only output kept, "
-          f"median of {args.sweep_reps} interleaved runs ({SHORT_REPS} up to seq {SHORT_SEQ}); "
-          f"{os.cpu_count()} CPUs")  # fmt: skip
+    print(
+        f"attn sweep: d_model {D_MODEL}, {HEADS} heads, only output kept, "
+        f"median of {args.sweep_reps} interleaved runs ({SHORT_REPS} up to seq {SHORT_SEQ}); "
+        f"{os.cpu_count()} CPUs"
+    )
     print(f"  torch: {torch_py or 'not importable (give --torch-python)'}")
     busy = None
     if args.busy:
@@ -618,8 +666,9 @@ def sweep(args: argparse.Namespace) -> None:
             for seq in seqs:
                 fixture = write_sweep_fixture(folder, seq)
                 for dtype in args.dtypes:
-                    for row in sweep_seq(fixture, seq, folder, dtype, torch_py, args.sweep_reps,
-                                         args.torch_memory):  # fmt: skip
+                    for row in sweep_seq(
+                        fixture, seq, folder, dtype, torch_py, args.sweep_reps, args.torch_memory
+                    ):
                         rows.append(row)
                         print_sweep_row(row)
                 fixture.unlink()
@@ -644,8 +693,10 @@ def traces(args: argparse.Namespace) -> None:
 
     seq, heads = args.trace_seq, 1
     stage = seq * seq * 8
-    print(f"attn traces: seq {seq}, d_model {D_MODEL}, {heads} head, W_O, every stage, float64; "
-          f"one score stage {stage / 2**20:.0f} MiB")  # fmt: skip
+    print(
+        f"attn traces: seq {seq}, d_model {D_MODEL}, {heads} head, W_O, every stage, float64; "
+        f"one score stage {stage / 2**20:.0f} MiB"
+    )
     with tempfile.TemporaryDirectory(dir=args.trace_dir) as tmp:
         folder = Path(tmp)
         fixture = folder / "fixture.npz"
@@ -654,15 +705,27 @@ def traces(args: argparse.Namespace) -> None:
         np.savez(fixture, **arrays)
         for fmt in FORMATS:
             out = folder / f"trace.{fmt}"
-            cmd = [sys.executable, "-m", "attn_cli", "trace", str(fixture), "--format", fmt,
-                   "-o", str(out), "--quiet"]  # fmt: skip
+            cmd = [
+                sys.executable,
+                "-m",
+                "attn_cli",
+                "trace",
+                str(fixture),
+                "--format",
+                fmt,
+                "-o",
+                str(out),
+                "--quiet",
+            ]
             run = measure(cmd, child_env())
             size = out.stat().st_size
             out.unlink()
-            print(f"  {fmt:<5} wall {run.wall:7.1f} s  peak {run.rss / 2**20:6.0f} MiB = "
-                  f"{run.rss / stage:.2f} x one stage (target < 2: "
-                  f"{verdict(run.rss / stage, 2 - 1e-9)})  file {size / 2**30:.2f} GiB  "
-                  f"load {run.load:.2f}")  # fmt: skip
+            print(
+                f"  {fmt:<5} wall {run.wall:7.1f} s  peak {run.rss / 2**20:6.0f} MiB = "
+                f"{run.rss / stage:.2f} x one stage (target < 2: "
+                f"{verdict(run.rss / stage, 2 - 1e-9)})  file {size / 2**30:.2f} GiB  "
+                f"load {run.load:.2f}"
+            )
     print_capacity()
 
 
@@ -719,8 +782,11 @@ def main() -> None:
         help="share of the free memory torch's SDPA may need (default 0.5)",
     )
     parser.add_argument("--traces", action="store_true", help="big npz and JSON traces instead")
-    parser.add_argument("--no-methods", action="store_true", help="skip 6-8 (decode, flash, "
-                        "backward; about four minutes)")  # fmt: skip
+    parser.add_argument(
+        "--no-methods",
+        action="store_true",
+        help="skip 6-8 (decode, flash, backward; about four minutes)",
+    )
     parser.add_argument("--method-reps", type=int, default=3, help="paired rounds for 6-8")
     parser.add_argument("--trace-seq", type=int, default=TRACE_SEQ, help="seq of --traces")
     parser.add_argument("--trace-dir", help="where --traces writes its files (default: /tmp)")
@@ -739,14 +805,23 @@ def main() -> None:
 
     py = sys.executable
     machine = child("machine")
-    cpu = next(
-        (line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
-         if line.startswith("model name")),
-        platform.processor() or "unknown",
-    ) if Path("/proc/cpuinfo").exists() else platform.processor()  # fmt: skip
+    cpu = (
+        next(
+            (
+                line.split(":", 1)[1].strip()
+                for line in Path("/proc/cpuinfo").read_text().splitlines()
+                if line.startswith("model name")
+            ),
+            platform.processor() or "unknown",
+        )
+        if Path("/proc/cpuinfo").exists()
+        else platform.processor()
+    )
     print("attn benchmarks")
-    print(f"  machine: {os.cpu_count()} CPUs ({cpu}), Python {platform.python_version()}, "
-          f"NumPy {machine['numpy']}, BLAS {machine['blas_build']}")  # fmt: skip
+    print(
+        f"  machine: {os.cpu_count()} CPUs ({cpu}), Python {platform.python_version()}, "
+        f"NumPy {machine['numpy']}, BLAS {machine['blas_build']}"
+    )
     print(f"  BLAS in use: {machine['kernel']}")
     pinned = {
         k: os.environ[k] for k in ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE") if k in os.environ
@@ -772,8 +847,10 @@ def main() -> None:
             t.append(wall(cmd))
     a, b, h, *rest = (statistics.median(t) for t in times)
     report(1, "start-up", f"attn trace {a * 1e3:.0f} ms / imports {b * 1e3:.0f} ms", a / b, 1.10)
-    note(f"attn --help {h * 1e3:.0f} ms (target < 100 ms: {verdict(h, 0.1 - 1e-9)}); "
-         f"{' '.join(attn)}")  # fmt: skip
+    note(
+        f"attn --help {h * 1e3:.0f} ms (target < 100 ms: {verdict(h, 0.1 - 1e-9)}); "
+        f"{' '.join(attn)}"
+    )
     if rest:
         note(
             f"this typer loads pydantic (typer._adapters) to parse options: imports plus that "
@@ -883,30 +960,58 @@ def methods(args: argparse.Namespace) -> None:
         when = "busy core" if busy else "quiet"
         with spinning(busy):
             d = decode.run_pair(1024, 0, reps)
-            report(6, "decode", f"1,024 tokens ({when}) attn {d['attn_s']:.2f} s / NumPy KV-cache "
-                   f"loop {d['numpy_s']:.2f} s", d["attn_s"] / d["numpy_s"], 2)  # fmt: skip
-            note(f"peak memory {d['attn_mib']:.0f} MiB / {d['numpy_mib']:.0f} MiB = "
-                 f"{d['attn_mib'] / d['numpy_mib']:.2f} (target <= 2)")  # fmt: skip
+            report(
+                6,
+                "decode",
+                f"1,024 tokens ({when}) attn {d['attn_s']:.2f} s / NumPy KV-cache "
+                f"loop {d['numpy_s']:.2f} s",
+                d["attn_s"] / d["numpy_s"],
+                2,
+            )
+            note(
+                f"peak memory {d['attn_mib']:.0f} MiB / {d['numpy_mib']:.0f} MiB = "
+                f"{d['attn_mib'] / d['numpy_mib']:.2f} (target <= 2)"
+            )
             if not busy:
                 big = decode.run_pair(4096, 0, 1)
                 slope = growth(decode.run_pair(512, 0, 1), big, d["floor_mib"])
-                note(f"memory growth exponent 512 to 4,096 tokens {slope:.2f} (target <= 1.2); "
-                     f"4,096 tokens {big['attn_s']:.2f} s / {big['numpy_s']:.2f} s")  # fmt: skip
+                note(
+                    f"memory growth exponent 512 to 4,096 tokens {slope:.2f} (target <= 1.2); "
+                    f"4,096 tokens {big['attn_s']:.2f} s / {big['numpy_s']:.2f} s"
+                )
             f = flash.run_pair(8192, 64, "float32", reps, one_thread=busy)
-            report(7, "flash", f"8,192 float32, 64x64 tiles ({when}) attn {f['attn_s']:.2f} s / "
-                   f"NumPy full {f['numpy_s']:.2f} s", f["attn_s"] / f["numpy_s"], 1.5)  # fmt: skip
-            note(f"peak memory {f['attn_mib']:.0f} MiB / {f['numpy_mib']:.0f} MiB = "
-                 f"{f['attn_mib'] / f['numpy_mib']:.2f} (target <= 0.5)")  # fmt: skip
+            report(
+                7,
+                "flash",
+                f"8,192 float32, 64x64 tiles ({when}) attn {f['attn_s']:.2f} s / "
+                f"NumPy full {f['numpy_s']:.2f} s",
+                f["attn_s"] / f["numpy_s"],
+                1.5,
+            )
+            note(
+                f"peak memory {f['attn_mib']:.0f} MiB / {f['numpy_mib']:.0f} MiB = "
+                f"{f['attn_mib'] / f['numpy_mib']:.2f} (target <= 0.5)"
+            )
             if busy:
                 t = flash.run_pair(8192, 128, "float32", reps, one_thread=True)
-                note(f"128x128 tiles: {t['attn_s']:.2f} s / one BLAS thread {t['attn1_s']:.2f} s "
-                     f"= {t['attn_s'] / t['attn1_s']:.2f} (target <= 1.5)")  # fmt: skip
+                note(
+                    f"128x128 tiles: {t['attn_s']:.2f} s / one BLAS thread {t['attn1_s']:.2f} s "
+                    f"= {t['attn_s'] / t['attn1_s']:.2f} (target <= 1.5)"
+                )
             b = backward.run_pair(2048, reps, torch_python(args.torch_python))
-            report(8, "backward", f"2,048 float64 ({when}) attn {b['attn_s']:.2f} s / NumPy "
-                   f"manual {b['numpy_s']:.2f} s", b["attn_s"] / b["numpy_s"], 1.3)  # fmt: skip
-            line = (f"peak memory {b['attn_mib']:.0f} MiB / {b['numpy_mib']:.0f} MiB = "
-                    f"{b['attn_mib'] / b['numpy_mib']:.2f} (target <= 1.3); "
-                    f"largest relative difference of the gradients {b['diff']:.1e}")  # fmt: skip
+            report(
+                8,
+                "backward",
+                f"2,048 float64 ({when}) attn {b['attn_s']:.2f} s / NumPy "
+                f"manual {b['numpy_s']:.2f} s",
+                b["attn_s"] / b["numpy_s"],
+                1.3,
+            )
+            line = (
+                f"peak memory {b['attn_mib']:.0f} MiB / {b['numpy_mib']:.0f} MiB = "
+                f"{b['attn_mib'] / b['numpy_mib']:.2f} (target <= 1.3); "
+                f"largest relative difference of the gradients {b['diff']:.1e}"
+            )
             if "torch_s" in b:
                 line += f"; torch autograd {b['torch_s']:.2f} s, {b['torch_mib']:.0f} MiB"
             note(line)

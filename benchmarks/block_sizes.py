@@ -146,8 +146,10 @@ def main() -> None:
     args = parser.parse_args()
     busy = subprocess.Popen([sys.executable, "-c", "while True: pass"]) if args.busy else None
     load = f"one core busy (pid {busy.pid})" if busy else "no added load"
-    print(f"block sizes: d_model {D_MODEL}, {HEADS} heads, output only, median of {args.reps}; "
-          f"{load}; patching attn_cli.core.engine.rows_per_block")  # fmt: skip
+    print(
+        f"block sizes: d_model {D_MODEL}, {HEADS} heads, output only, median of {args.reps}; "
+        f"{load}; patching attn_cli.core.engine.rows_per_block"
+    )
     try:
         for seq in args.seqs:
             rows = sorted({r for r in args.rows if r <= seq})

@@ -90,11 +90,19 @@ def run_pair(seq: int, window: int, reps: int) -> dict[str, float]:
             for name, cmd in (("attn", attn), ("numpy", plain), ("floor", floor)):
                 r = measure(cmd, env)
                 runs[name].append((r.wall, r.rss))
-    med = {n: (statistics.median(w for w, _ in v), statistics.median(m for _, m in v))
-           for n, v in runs.items()}  # fmt: skip
-    return {"seq": seq, "window": window, "attn_s": med["attn"][0], "numpy_s": med["numpy"][0],
-            "attn_mib": med["attn"][1] / 2**20, "numpy_mib": med["numpy"][1] / 2**20,
-            "floor_mib": med["floor"][1] / 2**20}  # fmt: skip
+    med = {
+        n: (statistics.median(w for w, _ in v), statistics.median(m for _, m in v))
+        for n, v in runs.items()
+    }
+    return {
+        "seq": seq,
+        "window": window,
+        "attn_s": med["attn"][0],
+        "numpy_s": med["numpy"][0],
+        "attn_mib": med["attn"][1] / 2**20,
+        "numpy_mib": med["numpy"][1] / 2**20,
+        "floor_mib": med["floor"][1] / 2**20,
+    }
 
 
 def loop_peaks(seq: int) -> tuple[float, float, int]:
@@ -116,8 +124,9 @@ def loop_peaks(seq: int) -> tuple[float, float, int]:
     rec = PlainRecurrence(q, k, v, chunk=64)
     state = rec.init()
     state_size = sum(a.nbytes for a in state.values())
-    chain = Chain(validate({"Q": [[0.0] * D], "K": [[0.0] * D], "V": [[0.0] * D],
-                            "causal": True}, "bench"))  # fmt: skip
+    chain = Chain(
+        validate({"Q": [[0.0] * D], "K": [[0.0] * D], "V": [[0.0] * D], "causal": True}, "bench")
+    )
     positions = np.arange(seq)  # an input too: made before the loops are measured
     peaks = []
     for loop in ("state", "cache"):
@@ -159,18 +168,24 @@ def linear_rows(seqs: list[int], reps: int) -> None:
             cmd = [sys.executable, "-m", "attn_cli", "decode", str(fixture), "-f", "plain"]
             rss = statistics.median(measure(cmd, env).rss for _ in range(reps)) / 2**20
         rows.append((seq, state_kib, cache_kib, state_bytes, rss))
-    print(f"linear attention decode vs a KV cache ({HEADS} heads, {KV_HEADS} kv, d {D}, causal, "
-          f"float64; {ROOT.name})")  # fmt: skip
-    print(f"{'tokens':>7} {'state B':>8} {'state loop KiB':>15} {'cache loop KiB':>15} "
-          f"{'attn decode MiB':>16}")  # fmt: skip
+    print(
+        f"linear attention decode vs a KV cache ({HEADS} heads, {KV_HEADS} kv, d {D}, causal, "
+        f"float64; {ROOT.name})"
+    )
+    print(
+        f"{'tokens':>7} {'state B':>8} {'state loop KiB':>15} {'cache loop KiB':>15} "
+        f"{'attn decode MiB':>16}"
+    )
     for seq, s_kib, c_kib, s_bytes, rss in rows:
         print(f"{seq:>7} {s_bytes:>8} {s_kib:>15.1f} {c_kib:>15.1f} {rss:>16.1f}")
     if len(rows) > 1:
         first, last = rows[0], rows[-1]
         span = math.log(last[0] / first[0])
         for name, i in (("state loop", 1), ("KV-cache loop", 2), ("attn decode RSS", 4)):
-            print(f"{name}: growth exponent {math.log(last[i] / first[i]) / span:.2f} "
-                  f"from {first[0]} to {last[0]} tokens")  # fmt: skip
+            print(
+                f"{name}: growth exponent {math.log(last[i] / first[i]) / span:.2f} "
+                f"from {first[0]} to {last[0]} tokens"
+            )
 
 
 def main() -> None:
@@ -191,20 +206,28 @@ def main() -> None:
         if spin is not None:
             spin.kill()
     busy = ", busy" if args.busy else ""
-    print(f"attn decode vs a NumPy KV-cache loop ({HEADS} heads, {KV_HEADS} kv, d {D}, causal, "
-          f"window {args.window or 'none'}{busy}; {ROOT.name})")  # fmt: skip
-    print(f"{'tokens':>7} {'attn s':>8} {'numpy s':>8} {'ratio':>6} {'attn MiB':>9} "
-          f"{'numpy MiB':>10} {'ratio':>6}")  # fmt: skip
+    print(
+        f"attn decode vs a NumPy KV-cache loop ({HEADS} heads, {KV_HEADS} kv, d {D}, causal, "
+        f"window {args.window or 'none'}{busy}; {ROOT.name})"
+    )
+    print(
+        f"{'tokens':>7} {'attn s':>8} {'numpy s':>8} {'ratio':>6} {'attn MiB':>9} "
+        f"{'numpy MiB':>10} {'ratio':>6}"
+    )
     for r in rows:
-        print(f"{r['seq']:>7} {r['attn_s']:>8.2f} {r['numpy_s']:>8.2f} "
-              f"{r['attn_s'] / r['numpy_s']:>6.2f} {r['attn_mib']:>9.1f} {r['numpy_mib']:>10.1f} "
-              f"{r['attn_mib'] / r['numpy_mib']:>6.2f}")  # fmt: skip
+        print(
+            f"{r['seq']:>7} {r['attn_s']:>8.2f} {r['numpy_s']:>8.2f} "
+            f"{r['attn_s'] / r['numpy_s']:>6.2f} {r['attn_mib']:>9.1f} {r['numpy_mib']:>10.1f} "
+            f"{r['attn_mib'] / r['numpy_mib']:>6.2f}"
+        )
     if len(rows) > 1:
         first, last = rows[0], rows[-1]
         above = [(r["attn_mib"] - r["floor_mib"]) for r in (first, last)]
         slope = math.log(above[1] / above[0]) / math.log(last["seq"] / first["seq"])
-        print(f"memory growth above the interpreter's floor ({first['floor_mib']:.1f} MiB): "
-              f"exponent {slope:.2f} from {first['seq']} to {last['seq']} tokens")  # fmt: skip
+        print(
+            f"memory growth above the interpreter's floor ({first['floor_mib']:.1f} MiB): "
+            f"exponent {slope:.2f} from {first['seq']} to {last['seq']} tokens"
+        )
 
 
 if __name__ == "__main__":

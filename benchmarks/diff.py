@@ -28,11 +28,19 @@ def fixture(seq: int = SEQ) -> dict[str, Any]:
     rng = np.random.default_rng(0)
     W = [rng.standard_normal((D_MODEL, D_MODEL)) / D_MODEL**0.5 for _ in range(4)]
     half = D_MODEL // HEADS // 2
-    lam = {n: rng.normal(0.0, 0.1, half) for n in ("lambda_q1", "lambda_k1", "lambda_q2",
-                                                   "lambda_k2")}  # fmt: skip
-    return {"X": rng.standard_normal((seq, D_MODEL)), "W_Q": W[0], "W_K": W[1], "W_V": W[2],
-            "W_O": W[3], "heads": HEADS, "causal": True,
-            "diff": {**lam, "depth": 5, "norm": rng.uniform(0.5, 1.5, 2 * half)}}  # fmt: skip
+    lam = {
+        n: rng.normal(0.0, 0.1, half) for n in ("lambda_q1", "lambda_k1", "lambda_q2", "lambda_k2")
+    }
+    return {
+        "X": rng.standard_normal((seq, D_MODEL)),
+        "W_Q": W[0],
+        "W_K": W[1],
+        "W_V": W[2],
+        "W_O": W[3],
+        "heads": HEADS,
+        "causal": True,
+        "diff": {**lam, "depth": 5, "norm": rng.uniform(0.5, 1.5, 2 * half)},
+    }
 
 
 def plain_numpy(fx: dict[str, Any]) -> dict[str, Any]:
@@ -52,8 +60,7 @@ def plain_numpy(fx: dict[str, Any]) -> dict[str, Any]:
         e = np.exp(scaled - scaled.max(axis=-1, keepdims=True))
         maps.append((scores, e / e.sum(axis=-1, keepdims=True)))
     init = 0.8 - 0.6 * np.exp(-0.3 * d["depth"])
-    lam = (np.exp(d["lambda_q1"] @ d["lambda_k1"]) - np.exp(d["lambda_q2"] @ d["lambda_k2"])
-           + init)  # fmt: skip
+    lam = np.exp(d["lambda_q1"] @ d["lambda_k1"]) - np.exp(d["lambda_q2"] @ d["lambda_k2"]) + init
     diff = maps[0][1] - lam * maps[1][1]  # (H, T, T)
     out = diff @ v  # (H, T, D)
     normed = out / np.sqrt((out * out).mean(-1, keepdims=True) + 1e-5) * d["norm"]
@@ -72,24 +79,32 @@ def main() -> None:
 
     fx = fixture(args.seq)
     inputs = validate(fx, "bench")
-    np.testing.assert_allclose(run(inputs)["projected"].data, plain_numpy(fx)["projected"],
-                               rtol=1e-9, atol=1e-9)  # fmt: skip
+    np.testing.assert_allclose(
+        run(inputs)["projected"].data, plain_numpy(fx)["projected"], rtol=1e-9, atol=1e-9
+    )
     attn: list[float] = []
     plain: list[float] = []
     out_only: list[float] = []
     for _ in range(args.reps):
-        for times, call in ((plain, lambda: plain_numpy(fx)), (attn, lambda: run(inputs)),
-                            (out_only, lambda: run(inputs, keep={"projected"}))):  # fmt: skip
+        for times, call in (
+            (plain, lambda: plain_numpy(fx)),
+            (attn, lambda: run(inputs)),
+            (out_only, lambda: run(inputs, keep={"projected"})),
+        ):
             start = time.perf_counter()
             call()
             times.append(time.perf_counter() - start)
     med = statistics.median
-    print(f"seq {args.seq}, d_model {D_MODEL}, {HEADS} heads, causal, W_O, float64, "
-          f"{args.reps} runs each (medians)")  # fmt: skip
+    print(
+        f"seq {args.seq}, d_model {D_MODEL}, {HEADS} heads, causal, W_O, float64, "
+        f"{args.reps} runs each (medians)"
+    )
     print(f"plain NumPy                     {med(plain):7.3f} s")
     print(f"attn, every stage kept          {med(attn):7.3f} s   {med(attn) / med(plain):.2f}x")
-    print(f"attn, projected only            {med(out_only):7.3f} s   "
-          f"{med(out_only) / med(plain):.2f}x")  # fmt: skip
+    print(
+        f"attn, projected only            {med(out_only):7.3f} s   "
+        f"{med(out_only) / med(plain):.2f}x"
+    )
 
 
 if __name__ == "__main__":

@@ -59,8 +59,21 @@ def run_pair(seq: int, tile: int, dtype: str, reps: int, one_thread: bool) -> di
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
         fixture = write_fixture(folder, seq)
-        attn = [sys.executable, "-m", "attn_cli", "flash", str(fixture), "--dtype", dtype,
-                "--block-q", str(tile), "--block-k", str(tile), "-f", "plain"]  # fmt: skip
+        attn = [
+            sys.executable,
+            "-m",
+            "attn_cli",
+            "flash",
+            str(fixture),
+            "--dtype",
+            dtype,
+            "--block-q",
+            str(tile),
+            "--block-k",
+            str(tile),
+            "-f",
+            "plain",
+        ]
         plain = [sys.executable, "-c", NUMPY_FULL, str(folder), str(seq), dtype]
         sides = {"attn": (attn, env), "numpy": (plain, env)}
         if one_thread:
@@ -88,21 +101,28 @@ def main() -> None:
     args = parser.parse_args()
     spin = subprocess.Popen([sys.executable, "-c", "while True: pass"]) if args.busy else None
     try:
-        rows = [run_pair(seq, args.tile, args.dtype, args.reps, args.one_thread)
-                for seq in args.seq]  # fmt: skip
+        rows = [
+            run_pair(seq, args.tile, args.dtype, args.reps, args.one_thread) for seq in args.seq
+        ]
     finally:
         if spin is not None:
             spin.kill()
     busy = ", busy" if args.busy else ""
-    print(f"attn flash vs NumPy full attention ({HEADS} heads, {KV_HEADS} kv, d {D}, causal, "
-          f"{args.dtype}, {args.tile}x{args.tile} tiles{busy}; {ROOT.name})")  # fmt: skip
-    print(f"{'tokens':>7} {'attn s':>8} {'numpy s':>8} {'ratio':>6} {'attn MiB':>9} "
-          f"{'numpy MiB':>10} {'ratio':>6}" + (f" {'1-thread s':>10} {'ratio':>6}"
-                                               if args.one_thread else ""))  # fmt: skip
+    print(
+        f"attn flash vs NumPy full attention ({HEADS} heads, {KV_HEADS} kv, d {D}, causal, "
+        f"{args.dtype}, {args.tile}x{args.tile} tiles{busy}; {ROOT.name})"
+    )
+    print(
+        f"{'tokens':>7} {'attn s':>8} {'numpy s':>8} {'ratio':>6} {'attn MiB':>9} "
+        f"{'numpy MiB':>10} {'ratio':>6}"
+        + (f" {'1-thread s':>10} {'ratio':>6}" if args.one_thread else "")
+    )
     for r in rows:
-        line = (f"{r['seq']:>7} {r['attn_s']:>8.2f} {r['numpy_s']:>8.2f} "
-                f"{r['attn_s'] / r['numpy_s']:>6.2f} {r['attn_mib']:>9.1f} "
-                f"{r['numpy_mib']:>10.1f} {r['attn_mib'] / r['numpy_mib']:>6.2f}")  # fmt: skip
+        line = (
+            f"{r['seq']:>7} {r['attn_s']:>8.2f} {r['numpy_s']:>8.2f} "
+            f"{r['attn_s'] / r['numpy_s']:>6.2f} {r['attn_mib']:>9.1f} "
+            f"{r['numpy_mib']:>10.1f} {r['attn_mib'] / r['numpy_mib']:>6.2f}"
+        )
         if args.one_thread:
             line += f" {r['attn1_s']:>10.2f} {r['attn_s'] / r['attn1_s']:>6.2f}"
         print(line)

@@ -29,12 +29,16 @@ def _write(folder: Path) -> int:
     for i in range(LAYERS):
         p = f"model.layers.{i}."
         shapes |= {
-            f"{p}self_attn.q_proj.weight": (H * D, C), f"{p}self_attn.k_proj.weight": (KV * D, C),
-            f"{p}self_attn.v_proj.weight": (KV * D, C), f"{p}self_attn.o_proj.weight": (C, H * D),
-            f"{p}mlp.gate_proj.weight": (MLP, C), f"{p}mlp.up_proj.weight": (MLP, C),
-            f"{p}mlp.down_proj.weight": (C, MLP), f"{p}input_layernorm.weight": (C,),
+            f"{p}self_attn.q_proj.weight": (H * D, C),
+            f"{p}self_attn.k_proj.weight": (KV * D, C),
+            f"{p}self_attn.v_proj.weight": (KV * D, C),
+            f"{p}self_attn.o_proj.weight": (C, H * D),
+            f"{p}mlp.gate_proj.weight": (MLP, C),
+            f"{p}mlp.up_proj.weight": (MLP, C),
+            f"{p}mlp.down_proj.weight": (C, MLP),
+            f"{p}input_layernorm.weight": (C,),
             f"{p}post_attention_layernorm.weight": (C,),
-        }  # fmt: skip
+        }
     header, offset = {}, 0
     for name, shape in shapes.items():
         size = 4 * int(np.prod(shape))
@@ -51,10 +55,18 @@ def _write(folder: Path) -> int:
         f.write(len(raw).to_bytes(8, "little") + raw)
         for shape in shapes.values():
             f.write((rng.standard_normal(shape, dtype=np.float32) * 0.02).tobytes())
-    config = {"model_type": "llama", "hidden_size": C, "num_attention_heads": H,
-              "num_key_value_heads": KV, "num_hidden_layers": LAYERS, "intermediate_size": MLP,
-              "vocab_size": 32000, "rms_norm_eps": 1e-5, "rope_theta": 10000.0,
-              "max_position_embeddings": 4096}  # fmt: skip
+    config = {
+        "model_type": "llama",
+        "hidden_size": C,
+        "num_attention_heads": H,
+        "num_key_value_heads": KV,
+        "num_hidden_layers": LAYERS,
+        "intermediate_size": MLP,
+        "vocab_size": 32000,
+        "rms_norm_eps": 1e-5,
+        "rope_theta": 10000.0,
+        "max_position_embeddings": 4096,
+    }
     (folder / "config.json").write_text(json.dumps(config))
     return offset
 
@@ -90,8 +102,10 @@ def main() -> None:
             sys.exit(f"attn import failed: {e}")
         print(f"checkpoint      {total / 2**30:8.2f} GiB ({LAYERS} layers)")
         print(f"layer 5 attn    {layer / 2**20:8.1f} MiB (q/k/v/o + norm, float32)")
-        print(f"peak RSS        {peak / 2**20:8.1f} MiB  (python + numpy + safetensors: "
-              f"{floor / 2**20:.1f} MiB)")  # fmt: skip
+        print(
+            f"peak RSS        {peak / 2**20:8.1f} MiB  (python + numpy + safetensors: "
+            f"{floor / 2**20:.1f} MiB)"
+        )
         print(f"peak - floor    {(peak - floor) / layer:8.2f} x the layer's size")
 
 

@@ -71,8 +71,10 @@ def main() -> None:
             runs["probe"].append(timed(probe, env))
             runs["--help"].append(timed(floor, env))
     for name, seconds in runs.items():
-        print(f"attn {name:7s} median {statistics.median(seconds):.3f} s, "
-              f"slowest {max(seconds):.3f} s ({reps} runs)")  # fmt: skip
+        print(
+            f"attn {name:7s} median {statistics.median(seconds):.3f} s, "
+            f"slowest {max(seconds):.3f} s ({reps} runs)"
+        )
     verdict = "under" if max(runs["probe"]) < 5 else "OVER"
     print(f"target: the probe under 5 s: {verdict}")
 

@@ -53,10 +53,16 @@ def mla_case(seq: int, rng: np.random.Generator) -> tuple[dict[str, Any], Callab
         return rng.standard_normal(shape) / np.sqrt(shape[0])
 
     X = rng.standard_normal((seq, D_MODEL))
-    m = {"W_DQ": w(D_MODEL, q_rank), "q_norm": 1 + 0.1 * rng.standard_normal(q_rank),
-         "W_UQ": w(q_rank, HEADS * (nope + rope)), "W_DKV": w(D_MODEL, rank),
-         "kv_norm": 1 + 0.1 * rng.standard_normal(rank), "W_UK": w(rank, HEADS * nope),
-         "W_UV": w(rank, HEADS * dv), "W_KR": w(D_MODEL, rope)}  # fmt: skip
+    m = {
+        "W_DQ": w(D_MODEL, q_rank),
+        "q_norm": 1 + 0.1 * rng.standard_normal(q_rank),
+        "W_UQ": w(q_rank, HEADS * (nope + rope)),
+        "W_DKV": w(D_MODEL, rank),
+        "kv_norm": 1 + 0.1 * rng.standard_normal(rank),
+        "W_UK": w(rank, HEADS * nope),
+        "W_UV": w(rank, HEADS * dv),
+        "W_KR": w(D_MODEL, rope),
+    }
     fixture = {"X": X, "heads": HEADS, "causal": True, "mla": m}
 
     def rms(x: Any, weight: Any) -> Any:
@@ -91,8 +97,15 @@ def gate_case(seq: int, rng: np.random.Generator) -> tuple[dict[str, Any], Calla
     d = D_MODEL // HEADS
     X = rng.standard_normal((seq, D_MODEL))
     W = {n: rng.standard_normal((D_MODEL, D_MODEL)) / np.sqrt(D_MODEL) for n in "QKVG"}
-    fixture = {"X": X, "W_Q": W["Q"], "W_K": W["K"], "W_V": W["V"], "heads": HEADS,
-               "causal": True, "gate": {"W_G": W["G"]}}  # fmt: skip
+    fixture = {
+        "X": X,
+        "W_Q": W["Q"],
+        "W_K": W["K"],
+        "W_V": W["V"],
+        "heads": HEADS,
+        "causal": True,
+        "gate": {"W_G": W["G"]},
+    }
 
     def heads(x: Any) -> Any:
         return x.reshape(seq, HEADS, d).transpose(1, 0, 2)
@@ -116,8 +129,15 @@ def linear_case(seq: int, rng: np.random.Generator) -> tuple[dict[str, Any], Cal
     heads, d, width, chunk = 2, 16, 32, 64
     X = rng.standard_normal((seq, width)) * 0.7
     W = {n: rng.standard_normal((width, heads * d)) * 0.7 for n in "QKV"}
-    fixture = {"X": X, "W_Q": W["Q"], "W_K": W["K"], "W_V": W["V"], "heads": heads,
-               "causal": True, "linear_attention": {"chunk": chunk}}  # fmt: skip
+    fixture = {
+        "X": X,
+        "W_Q": W["Q"],
+        "W_K": W["K"],
+        "W_V": W["V"],
+        "heads": heads,
+        "causal": True,
+        "linear_attention": {"chunk": chunk},
+    }
 
     def phi(x: Any) -> Any:
         return np.where(x > 0, x + 1.0, np.exp(np.minimum(x, 0.0)))
@@ -183,8 +203,10 @@ def main() -> None:
     parser.add_argument("--reps", type=int, default=5)
     parser.add_argument("--only", nargs="*", choices=sorted(CASES), default=sorted(CASES))
     args = parser.parse_args()
-    print(f"variants at seq {args.seq}, d_model {D_MODEL}, {HEADS} heads, causal, float64 "
-          f"(median of {args.reps})")  # fmt: skip
+    print(
+        f"variants at seq {args.seq}, d_model {D_MODEL}, {HEADS} heads, causal, float64 "
+        f"(median of {args.reps})"
+    )
     print(f"{'variant':<8} {'attn s':>8} {'numpy s':>8} {'ratio':>6}  target <= 1.5")
     for name in args.only:
         ours, plain = measure(args.seq, args.reps, name)

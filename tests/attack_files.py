@@ -42,9 +42,11 @@ def npy(
     magic: bytes = MAGIC,
 ) -> bytes:
     """A ``.npy`` stream with the header written as given (default data: X, C order)."""
-    text = header if header is not None else (
-        f"{{'descr': {descr}, 'fortran_order': {fortran}, 'shape': {shape}, }}"
-    )  # fmt: skip
+    text = (
+        header
+        if header is not None
+        else (f"{{'descr': {descr}, 'fortran_order': {fortran}, 'shape': {shape}, }}")
+    )
     size_format = "<H" if version == (1, 0) else "<I"
     lead = len(magic) + 2 + struct.calcsize(size_format)
     pad = (-(lead + len(text) + 1)) % 64
@@ -201,8 +203,9 @@ def zip_bytes(members: list[Member], comment: bytes = b"") -> bytes:
         central.append(
             struct.pack("<IH", 0x02014B50, 20)
             + struct.pack("<HHHHHIIIHH", *fields, len(m.name), 0)
-            + struct.pack("<HHHII", 0, 0, 0, 0, at) + m.name
-        )  # fmt: skip
+            + struct.pack("<HHHII", 0, 0, 0, 0, at)
+            + m.name
+        )
         offset += len(head) + len(payload)
     directory = b"".join(central)
     n = min(len(members), 0xFFFF)
@@ -228,9 +231,11 @@ def many_members(n: int, name: bytes = b"m", count: int | None = None) -> bytes:
     fields = (20, 0, 0, 0, 0x21, crc, 1, 1, len(name), 0)
     head = struct.pack("<IHHHHHIIIHH", 0x04034B50, *fields) + name + data
     entry = (
-        struct.pack("<IH", 0x02014B50, 20) + struct.pack("<HHHHHIIIHH", *fields)
-        + struct.pack("<HHHII", 0, 0, 0, 0, 0) + name
-    )  # fmt: skip
+        struct.pack("<IH", 0x02014B50, 20)
+        + struct.pack("<HHHHHIIIHH", *fields)
+        + struct.pack("<HHHII", 0, 0, 0, 0, 0)
+        + name
+    )
     directory = entry * n
     claimed = min(n, 0xFFFF) if count is None else count
     end = struct.pack("<IHHHHIIH", 0x06054B50, 0, 0, claimed, claimed, len(directory), len(head), 0)

@@ -121,12 +121,21 @@ Mistral-style sliding window: a query at position i sees keys at positions p wit
 0 <= i - p < window, so window 3 means itself and the two before it (HF's sliding_window;
 FlashAttention's window_size=(window-1, 0) = (2, 0)). Causal, RoPE, 2 query heads, 1 kv head."""
     return (
-        _head("Mistral-style sliding window", (
-            "Causal attention with a sliding window of 3 keys (the query itself and the two "
-            "before it), RoPE, 2 heads sharing 1 kv head"), comments, TOKENS)
-        + _matrix("X", X) + _matrix("W_Q", W_Q) + _matrix("W_K", W_K) + _matrix("W_V", W_V)
+        _head(
+            "Mistral-style sliding window",
+            (
+                "Causal attention with a sliding window of 3 keys (the query itself and the two "
+                "before it), RoPE, 2 heads sharing 1 kv head"
+            ),
+            comments,
+            TOKENS,
+        )
+        + _matrix("X", X)
+        + _matrix("W_Q", W_Q)
+        + _matrix("W_K", W_K)
+        + _matrix("W_V", W_V)
         + "heads: 2\nkv_heads: 1\ncausal: true\nwindow: 3\nrope: true\n"
-    )  # fmt: skip
+    )
 
 
 def gemma2() -> str:
@@ -140,12 +149,21 @@ scores before the mask (attn_logit_softcapping; Gemma 2 uses 50, this example 5 
 small numbers here reach it). Large scores flatten towards +-5, small ones pass almost as they
 are. Causal with a sliding window of 4, as Gemma 2's local layers."""
     return (
-        _head("Gemma 2 logit softcap", (
-            "Scores squashed by 5*tanh(scaled/5) before the mask (Gemma 2 softcapping), with "
-            "a causal sliding window of 4"), comments, TOKENS[:5])
-        + _matrix("X", X) + _matrix("W_Q", W_Q) + _matrix("W_K", W_K) + _matrix("W_V", W_V)
+        _head(
+            "Gemma 2 logit softcap",
+            (
+                "Scores squashed by 5*tanh(scaled/5) before the mask (Gemma 2 softcapping), with "
+                "a causal sliding window of 4"
+            ),
+            comments,
+            TOKENS[:5],
+        )
+        + _matrix("X", X)
+        + _matrix("W_Q", W_Q)
+        + _matrix("W_K", W_K)
+        + _matrix("W_V", W_V)
         + "heads: 2\nkv_heads: 1\ncausal: true\nwindow: 4\nsoftcap: 5\n"
-    )  # fmt: skip
+    )
 
 
 def gptoss() -> str:
@@ -158,13 +176,23 @@ gpt-oss attention: each head has a learned sink, a logit joined to every row for
 and dropped after it, so a row's weights sum to less than 1 (the rest went to the sink).
 With RoPE, grouped-query attention (4 heads, 2 kv heads) and a causal sliding window of 3."""
     return (
-        _head("gpt-oss sinks", (
-            "One learned sink logit per head joins each softmax row and is dropped: weights sum "
-            "to less than 1; RoPE, GQA, window 3"), comments, TOKENS[:5])
-        + _matrix("X", X) + _matrix("W_Q", W_Q) + _matrix("W_K", W_K) + _matrix("W_V", W_V)
+        _head(
+            "gpt-oss sinks",
+            (
+                "One learned sink logit per head joins each softmax "
+                "row and is dropped: weights sum "
+                "to less than 1; RoPE, GQA, window 3"
+            ),
+            comments,
+            TOKENS[:5],
+        )
+        + _matrix("X", X)
+        + _matrix("W_Q", W_Q)
+        + _matrix("W_K", W_K)
+        + _matrix("W_V", W_V)
         + "heads: 4\nkv_heads: 2\ncausal: true\nwindow: 3\nrope: true\n"
         + f"sinks: {_row(sinks)}  # one logit per query head\n"
-    )  # fmt: skip
+    )
 
 
 def qwen3() -> str:
@@ -176,13 +204,22 @@ def qwen3() -> str:
 Qwen3's QK-norm: RMSNorm of each head of Q and K (weights of length d_k), before RoPE:
 Q_norm = Q / sqrt(mean(Q^2) + eps) * q_weight. Grouped-query attention, causal, RoPE."""
     return (
-        _head("Qwen3 QK-norm", (
-            "RMSNorm of every head of Q and K (weights of length d_k) before RoPE, with GQA "
-            "and a causal mask"), comments, TOKENS[:5])
-        + _matrix("X", X) + _matrix("W_Q", W_Q) + _matrix("W_K", W_K) + _matrix("W_V", W_V)
+        _head(
+            "Qwen3 QK-norm",
+            (
+                "RMSNorm of every head of Q and K (weights of length d_k) before RoPE, with GQA "
+                "and a causal mask"
+            ),
+            comments,
+            TOKENS[:5],
+        )
+        + _matrix("X", X)
+        + _matrix("W_Q", W_Q)
+        + _matrix("W_K", W_K)
+        + _matrix("W_V", W_V)
         + "heads: 4\nkv_heads: 2\ncausal: true\nrope: true\n"
         + f"qk_norm:\n  q_weight: {_row(q_w)}\n  k_weight: {_row(k_w)}\n  eps: 1.0e-6\n"
-    )  # fmt: skip
+    )
 
 
 def llama31() -> str:
@@ -195,17 +232,25 @@ Llama 3.1's RoPE scaling (rope_type llama3, as its config.json gives it): base 5
 below 8192/4) are kept, the slow ones (above 8192/1) divided by 8, and one is smoothed between.
 The tokens sit at positions 8190..8194, where the trained context ends: attn rope shows it."""
     return (
-        _head("Llama 3.1 RoPE scaling", (
-            "RoPE with llama3 scaling (factor 8, low/high frequency factors 1 and 4, trained "
-            "context 8192) at positions 8190..8194; GQA, causal"), comments, TOKENS[:5])
-        + _matrix("X", X) + _matrix("W_Q", W_Q, "[d_model, heads*d_k]: 2 heads of d_k 16")
-        + _matrix("W_K", W_K, "[d_model, kv_heads*d_k]: 1 kv head") + _matrix("W_V", W_V)
+        _head(
+            "Llama 3.1 RoPE scaling",
+            (
+                "RoPE with llama3 scaling (factor 8, low/high frequency factors 1 and 4, trained "
+                "context 8192) at positions 8190..8194; GQA, causal"
+            ),
+            comments,
+            TOKENS[:5],
+        )
+        + _matrix("X", X)
+        + _matrix("W_Q", W_Q, "[d_model, heads*d_k]: 2 heads of d_k 16")
+        + _matrix("W_K", W_K, "[d_model, kv_heads*d_k]: 1 kv head")
+        + _matrix("W_V", W_V)
         + "heads: 2\nkv_heads: 1\ncausal: true\npositions: [8190, 8191, 8192, 8193, 8194]\n"
         + "key_positions: [8190, 8191, 8192, 8193, 8194]  # self-attention: the same tokens\n"
         + "rope:\n  base: 500000\n  scaling:  # config.json's rope_scaling\n    type: llama3\n"
         + "    factor: 8\n    low_freq_factor: 1\n    high_freq_factor: 4\n"
         + "    original_max_position_embeddings: 8192\n"
-    )  # fmt: skip
+    )
 
 
 def qwen3_next() -> str:
@@ -222,17 +267,25 @@ In the checkpoint W_G's columns sit inside q_proj (per head: the query's rows, t
 With QK-norm per head, RoPE on the first half of each head (partial_rotary_factor 0.5; the
 model uses 0.25), 2 query heads sharing 1 kv head, causal."""
     return (
-        _head("Qwen3-Next gated attention", (
-            "Each head's output times sigmoid(X·W_G) before W_O (Qwen3-Next), with QK-norm, "
-            "partial RoPE, GQA and a causal mask"), comments, TOKENS[:5])
-        + _matrix("X", X, "[seq, d_model]") + _matrix("W_Q", W_Q, "[d_model, heads*d_k]")
-        + _matrix("W_K", W_K) + _matrix("W_V", W_V)
+        _head(
+            "Qwen3-Next gated attention",
+            (
+                "Each head's output times sigmoid(X·W_G) before W_O (Qwen3-Next), with QK-norm, "
+                "partial RoPE, GQA and a causal mask"
+            ),
+            comments,
+            TOKENS[:5],
+        )
+        + _matrix("X", X, "[seq, d_model]")
+        + _matrix("W_Q", W_Q, "[d_model, heads*d_k]")
+        + _matrix("W_K", W_K)
+        + _matrix("W_V", W_V)
         + _matrix("W_O", W_O, "[heads*d_v, d_out]")
         + "heads: 2\nkv_heads: 1\ncausal: true\nrope: {dims: 2}\n"
         + f"qk_norm:\n  q_weight: {_row(q_w)}\n  k_weight: {_row(k_w)}\n  eps: 1.0e-6\n"
         + "gate:  # gated = output * sigmoid(X·W_G), before W_O\n"
         + _matrix("  W_G", W_G, "[d_model, heads*d_v]").replace("\n  - ", "\n    - ")
-    )  # fmt: skip
+    )
 
 
 def deepseek_mla() -> str:
@@ -253,10 +306,16 @@ k_rope of 2 numbers shared by the 2 heads; each head's K_nope (4) and V (3) deco
 latent by W_UK and W_UV; the query through q LoRA (rank 6). attn traces the naive form and the
 absorbed one (W_UK folded into the query, W_UV after attention) and checks they agree."""
     return (
-        _head("DeepSeek multi-head latent attention", (
-            "MLA: queries through q LoRA, keys and values from a latent of rank 4 plus a shared "
-            "RoPE key, naive and absorbed forms side by side; 2 heads, causal, W_O"),
-            comments, TOKENS[:5])
+        _head(
+            "DeepSeek multi-head latent attention",
+            (
+                "MLA: queries through q LoRA, keys and values from "
+                "a latent of rank 4 plus a shared "
+                "RoPE key, naive and absorbed forms side by side; 2 heads, causal, W_O"
+            ),
+            comments,
+            TOKENS[:5],
+        )
         + _matrix("X", X, "[seq, d_model]")
         + _matrix("W_O", W_O, "[heads*d_v, d_out]")
         + "heads: 2\ncausal: true\nmla:\n"
@@ -268,7 +327,7 @@ absorbed one (W_UK folded into the query, W_UV after attention) and checks they 
         + sub("W_UK", W_UK, "[kv_lora_rank, heads*d_nope]: kv_b_proj's key rows")
         + sub("W_UV", W_UV, "[kv_lora_rank, heads*d_v]: kv_b_proj's value rows")
         + sub("W_KR", W_KR, "[d_model, d_rope]: kv_a_proj_with_mqa, last columns")
-    )  # fmt: skip
+    )
 
 
 def diff_transformer() -> str:
@@ -287,18 +346,25 @@ with the same causal mask, their difference A1 − λ·A2 times V (d_v 4), RMSNo
 exp(λ_q2·λ_k2) + λ_init, λ_init = 0.8 − 0.6·exp(−0.3·depth) for layer depth 2."""
     names = ("lambda_q1", "lambda_k1", "lambda_q2", "lambda_k2")
     return (
-        _head("Differential attention", (
-            "Two softmax maps from the halves of Q and K, subtracted with a re-parameterised "
-            "lambda, RMSNorm per head, times (1 - lambda_init); 2 heads, causal, W_O"),
-            comments, TOKENS[:5])
-        + _matrix("X", X, "[seq, d_model]") + _matrix("W_Q", W_Q, "[d_model, heads*d_k]")
-        + _matrix("W_K", W_K) + _matrix("W_V", W_V, "[d_model, heads*d_v]")
+        _head(
+            "Differential attention",
+            (
+                "Two softmax maps from the halves of Q and K, subtracted with a re-parameterised "
+                "lambda, RMSNorm per head, times (1 - lambda_init); 2 heads, causal, W_O"
+            ),
+            comments,
+            TOKENS[:5],
+        )
+        + _matrix("X", X, "[seq, d_model]")
+        + _matrix("W_Q", W_Q, "[d_model, heads*d_k]")
+        + _matrix("W_K", W_K)
+        + _matrix("W_V", W_V, "[d_model, heads*d_v]")
         + _matrix("W_O", W_O, "[heads*d_v, d_out]")
         + "heads: 2\ncausal: true\ndiff:  # (A1 - λ·A2)·V, RMSNorm, × (1 - λ_init)\n"
         + "".join(f"  {n}: {_row(v)}  # [d_k/2]\n" for n, v in zip(names, lam, strict=True))
         + "  depth: 2  # λ_init = 0.8 - 0.6·exp(-0.3·depth)\n"
         + f"  norm: {_row(norm)}  # [d_v]: subln's RMSNorm weight\n"
-    )  # fmt: skip
+    )
 
 
 def linear_attention() -> str:
@@ -313,16 +379,23 @@ S_t = S_(t-1) + phi(k_t) v_t^T and normaliser z_t = z_(t-1) + phi(k_t), o_t = ph
 phi(q_t)^T z_t. attn shows the state after every token, the chunked form (chunks of 4) and the
 T x T weights the recurrence amounts to, and checks the three agree."""
     return (
-        _head("Linear attention (elu + 1)", (
-            "Katharopoulos linear attention: phi = elu + 1, causal; the recurrent state, chunks "
-            "of 4 and the implicit weights side by side; 2 heads, W_O"), comments, TOKENS)
+        _head(
+            "Linear attention (elu + 1)",
+            (
+                "Katharopoulos linear attention: phi = elu + 1, "
+                "causal; the recurrent state, chunks "
+                "of 4 and the implicit weights side by side; 2 heads, W_O"
+            ),
+            comments,
+            TOKENS,
+        )
         + _matrix("X", X, "[seq, d_model]")
         + _matrix("W_Q", W_Q, "[d_model, heads*d_k]")
         + _matrix("W_K", W_K, "[d_model, heads*d_k]")
         + _matrix("W_V", W_V, "[d_model, heads*d_v]")
         + _matrix("W_O", W_O, "[heads*d_v, d_out]")
         + "heads: 2\ncausal: true\nlinear_attention:\n  feature_map: elu+1\n  chunk: 4\n"
-    )  # fmt: skip
+    )
 
 
 def gated_deltanet() -> str:
@@ -348,10 +421,16 @@ beta = sigmoid(b), the decay g = -exp(A_log) softplus(a + dt_bias), the delta ru
 beta (v - S^T k) into the state, then the gated RMSNorm with z. attn shows the state after every
 token, the chunked form (chunks of 4) and the implicit T x T weights, and checks they agree."""
     return (
-        _head("Gated DeltaNet (Qwen3-Next)", (
-            "Gated DeltaNet: conv, L2-normalised q and k, beta, decay g, the delta rule; the "
-            "recurrent state, chunks of 4 and the implicit weights side by side; 1 key head, "
-            "2 value heads, W_O"), comments, TOKENS)
+        _head(
+            "Gated DeltaNet (Qwen3-Next)",
+            (
+                "Gated DeltaNet: conv, L2-normalised q and k, beta, decay g, the delta rule; the "
+                "recurrent state, chunks of 4 and the implicit weights side by side; 1 key head, "
+                "2 value heads, W_O"
+            ),
+            comments,
+            TOKENS,
+        )
         + _matrix("X", X, "[seq, d_model]")
         + _matrix("W_O", W_O, "[heads*d_v, d_out]: out_proj")
         + "heads: 2\ncausal: true\ngated_deltanet:\n  k_heads: 1\n  chunk: 4\n"
@@ -363,7 +442,7 @@ token, the chunked form (chunks of 4) and the implicit T x T weights, and checks
         + sub("W_a", W_a, "[d_model, heads]: the decay's input")
         + sub("conv", conv, "[2*k_heads*d_k + heads*d_v, kernel]: conv1d.weight")
         + f"  A_log: {_row(A_log)}\n  dt_bias: {_row(dt_bias)}\n  norm: {_row(norm)}\n"
-    )  # fmt: skip
+    )
 
 
 def cross() -> str:
@@ -378,9 +457,15 @@ Encoder-decoder (cross) attention: queries come from the decoder's states X, key
 from the encoder's states X_kv, which may be longer and of another width (d_model_kv = 6).
 No causal mask: every decoder token may read the whole source sentence."""
     return (
-        _head("Encoder-decoder cross-attention", (
-            "Queries from the decoder (3 tokens), keys and values from the encoder's X_kv "
-            "(5 tokens, width 6), 2 heads, W_O"), comments, ["Le", "chat", "dort"])
+        _head(
+            "Encoder-decoder cross-attention",
+            (
+                "Queries from the decoder (3 tokens), keys and values from the encoder's X_kv "
+                "(5 tokens, width 6), 2 heads, W_O"
+            ),
+            comments,
+            ["Le", "chat", "dort"],
+        )
         + 'key_tokens: ["The", "cat", "is", "sleeping", "."]\n'
         + _matrix("X", X, "[seq_q, d_model]: the decoder")
         + _matrix("X_kv", X_kv, "[seq_k, d_model_kv]: the encoder")
@@ -389,7 +474,7 @@ No causal mask: every decoder token may read the whole source sentence."""
         + _matrix("W_V", W_V, "[d_model_kv, heads*d_v]")
         + _matrix("W_O", W_O)
         + "heads: 2\n"
-    )  # fmt: skip
+    )
 
 
 def sentinel() -> str:
@@ -400,19 +485,29 @@ the -1e4 that hides future keys is no lower than the real scores and takes much 
 Batch item 1 is all padding (lengths 0): with -inf its rows are zero, with -1e4 they are
 uniform. Delete mask_value to see the -inf answer."""
     Q = np.array([[[100.0, 0.0]] * 4, [[1.0, 0.0], [0.0, 1.0], [1.0, 1.0], [0.5, 0.5]]])
-    K = np.array([
-        [[-99.99, 0.0], [-99.98, 0.0], [-100.02, 0.0], [-99.97, 0.0]],
-        [[1.0, 0.0], [0.0, 1.0], [1.0, 1.0], [0.5, 0.5]],
-    ])  # fmt: skip
+    K = np.array(
+        [
+            [[-99.99, 0.0], [-99.98, 0.0], [-100.02, 0.0], [-99.97, 0.0]],
+            [[1.0, 0.0], [0.0, 1.0], [1.0, 1.0], [0.5, 0.5]],
+        ]
+    )
     V = np.array([[[1.0, 0.0], [0.0, 1.0], [1.0, 1.0], [0.0, 0.0]]] * 2)
     return (
-        _head("Mask sentinel: -1e4 vs -inf", (
-            "mask_value -1e4 instead of -inf: it leaks weight to hidden keys when scores are "
-            "near it, and turns a fully padded row uniform"), comments, ["a", "b", "c", "d"])
-        + _matrix("Q", Q, "[batch, seq, d]") + _matrix("K", K) + _matrix("V", V)
+        _head(
+            "Mask sentinel: -1e4 vs -inf",
+            (
+                "mask_value -1e4 instead of -inf: it leaks weight to hidden keys when scores are "
+                "near it, and turns a fully padded row uniform"
+            ),
+            comments,
+            ["a", "b", "c", "d"],
+        )
+        + _matrix("Q", Q, "[batch, seq, d]")
+        + _matrix("K", K)
+        + _matrix("V", V)
         + "scale: 1\ncausal: true\nlengths: [4, 0]\n"
         + "mask_value: -10000  # -1e4, where real code writes -1e4 or -1e9\n"
-    )  # fmt: skip
+    )
 
 
 MAKERS: dict[str, Callable[[], str]] = {

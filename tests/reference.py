@@ -398,8 +398,13 @@ def _compute(fx: dict[str, Any]) -> tuple[dict[str, Nested], list[Any]]:
     # 6a) differential attention's second map, λ, the difference map, the norm and the scale
     if "diff" in fx:
         assert q2 is not None and k2 is not None
-        mods = {"softcap": fx.get("softcap"), "bias": bias, "alibi": stages.get("alibi"),
-                "fill": fill, "masks": use_mask}  # fmt: skip
+        mods = {
+            "softcap": fx.get("softcap"),
+            "bias": bias,
+            "alibi": stages.get("alibi"),
+            "fill": fill,
+            "masks": use_mask,
+        }
         output = _diff(fx["diff"], stages, q2, k2, v, scale, allowed, mods, group)
 
     # 6b) the output gate of Qwen3-Next: gate = X·W_G + b_G per head, gated = output · σ(gate)
@@ -407,11 +412,21 @@ def _compute(fx: dict[str, Any]) -> tuple[dict[str, Nested], list[Any]]:
         G = fx["gate"]
         X_items = fx["X"] if _depth(fx["X"]) == 3 else [fx["X"]]
         flat = [_matvec_rows(item, G["W_G"], G.get("b_G")) for item in X_items]  # [b][i][h*d_v]
-        gate = [[[[flat[b][i][h * d_v + c] for c in range(d_v)] for i in range(T)]
-                 for h in range(H)] for b in range(B)]  # fmt: skip
+        gate = [
+            [[[flat[b][i][h * d_v + c] for c in range(d_v)] for i in range(T)] for h in range(H)]
+            for b in range(B)
+        ]
         stages["gate"] = gate
-        output = [[[[output[b][h][i][c] * _sigmoid(gate[b][h][i][c]) for c in range(d_v)]
-                    for i in range(T)] for h in range(H)] for b in range(B)]  # fmt: skip
+        output = [
+            [
+                [
+                    [output[b][h][i][c] * _sigmoid(gate[b][h][i][c]) for c in range(d_v)]
+                    for i in range(T)
+                ]
+                for h in range(H)
+            ]
+            for b in range(B)
+        ]
         stages["gated"] = output
 
     # 7) concat and the output projection
@@ -426,15 +441,24 @@ def _compute(fx: dict[str, Any]) -> tuple[dict[str, Nested], list[Any]]:
     if "mla" in fx:
         _mla_absorbed(fx["mla"], stages)
 
-    grid = [[[[allowed(b, h, i, j) for j in range(S)] for i in range(T)] for h in range(H)]
-            for b in range(B)]  # fmt: skip
+    grid = [
+        [[[allowed(b, h, i, j) for j in range(S)] for i in range(T)] for h in range(H)]
+        for b in range(B)
+    ]
     return stages, grid
 
 
 def _diff(
-    d: dict[str, Any], stages: dict[str, Nested], q2: Nested, k2: Nested, v: Nested,
-    scale: float, allowed: Any, mods: dict[str, Any], group: int,
-) -> Nested:  # fmt: skip
+    d: dict[str, Any],
+    stages: dict[str, Nested],
+    q2: Nested,
+    k2: Nested,
+    v: Nested,
+    scale: float,
+    allowed: Any,
+    mods: dict[str, Any],
+    group: int,
+) -> Nested:
     """The paper's formula (Ye et al. 2024; unilm's MultiheadDiffAttn.forward), loop by loop:
     A2 = softmax(Q2·K2ᵀ·s, the first map's mask), λ = exp(λ_q1·λ_k1) − exp(λ_q2·λ_k2) + λ_init,
     λ_init = 0.8 − 0.6·exp(−0.3·depth), diff = A1 − λ·A2, diff_output = diff·V,
@@ -447,9 +471,12 @@ def _diff(
         x = d[name]
         return [_float(y) for y in (x[h] if _depth(x) == 2 else x)]
 
-    lam = [math.exp(_dot(vec("lambda_q1", h), vec("lambda_k1", h)))
-           - math.exp(_dot(vec("lambda_q2", h), vec("lambda_k2", h))) + init
-           for h in range(H)]  # fmt: skip
+    lam = [
+        math.exp(_dot(vec("lambda_q1", h), vec("lambda_k1", h)))
+        - math.exp(_dot(vec("lambda_q2", h), vec("lambda_k2", h)))
+        + init
+        for h in range(H)
+    ]
     scores, weights = [], []
     for b in range(B):
         s_item, w_item = [], []
@@ -478,12 +505,27 @@ def _diff(
     stages["scores_2"], stages["softmax_2"] = scores, weights
     stages["lambda"] = [lam for _ in range(B)]  # no batch axis: reference() takes item 0
     A1 = stages["softmax"]
-    diff = [[[[A1[b][h][i][j] - lam[h] * weights[b][h][i][j] for j in range(S)]
-              for i in range(T)] for h in range(H)] for b in range(B)]  # fmt: skip
+    diff = [
+        [
+            [[A1[b][h][i][j] - lam[h] * weights[b][h][i][j] for j in range(S)] for i in range(T)]
+            for h in range(H)
+        ]
+        for b in range(B)
+    ]
     stages["diff"] = diff
-    out = [[[[math.fsum(diff[b][h][i][j] * v[b][h // group][j][c] for j in range(S))
-              for c in range(d_v)] for i in range(T)] for h in range(H)]
-           for b in range(B)]  # fmt: skip
+    out = [
+        [
+            [
+                [
+                    math.fsum(diff[b][h][i][j] * v[b][h // group][j][c] for j in range(S))
+                    for c in range(d_v)
+                ]
+                for i in range(T)
+            ]
+            for h in range(H)
+        ]
+        for b in range(B)
+    ]
     stages["diff_output"] = out
     w = [_float(x) for x in d["norm"]] if "norm" in d else [1.0] * d_v
     eps = float(d.get("eps", 1e-5))
@@ -534,8 +576,21 @@ def _mla(fx: dict[str, Any], stages: dict[str, Nested]) -> tuple[Nested, Nested,
         d = len(flat) // H
         return flat[h * d : (h + 1) * d]
 
-    names = ("c_Q", "c_Q_norm", "q_nope", "q_rope", "c_KV", "c_KV_norm", "k_rope", "K_nope",
-             "q_rope_rot", "k_rope_rot", "Q", "K", "V")  # fmt: skip
+    names = (
+        "c_Q",
+        "c_Q_norm",
+        "q_nope",
+        "q_rope",
+        "c_KV",
+        "c_KV_norm",
+        "k_rope",
+        "K_nope",
+        "q_rope_rot",
+        "k_rope_rot",
+        "Q",
+        "K",
+        "V",
+    )
     out: dict[str, list[Any]] = {n: [] for n in names}
     for item in X:
         rows: dict[str, list[Any]] = {n: [] for n in names}
@@ -564,9 +619,15 @@ def _mla(fx: dict[str, Any], stages: dict[str, Nested]) -> tuple[Nested, Nested,
                 q_nope, q_rope = q_h[: len(q_h) - d_rope], q_h[len(q_h) - d_rope :]
                 q_rot = _rope_pairs_deepseek(q_rope, pos[t], base)
                 k_nope = per_head(k_nope_flat, h)
-                for n, val in (("q_nope", q_nope), ("q_rope", q_rope), ("q_rope_rot", q_rot),
-                               ("K_nope", k_nope), ("Q", q_nope + q_rot), ("K", k_nope + k_rot),
-                               ("V", per_head(v_flat, h))):  # fmt: skip
+                for n, val in (
+                    ("q_nope", q_nope),
+                    ("q_rope", q_rope),
+                    ("q_rope_rot", q_rot),
+                    ("K_nope", k_nope),
+                    ("Q", q_nope + q_rot),
+                    ("K", k_nope + k_rot),
+                    ("V", per_head(v_flat, h)),
+                ):
                     rows[n][-1].append(val)
         for n in names:  # [t][h][d] -> [h][t][d] for the per-head stages
             per = n in ("q_nope", "q_rope", "q_rope_rot", "K_nope", "Q", "K", "V")
@@ -589,16 +650,30 @@ def _mla_absorbed(m: dict[str, Any], stages: dict[str, Nested]) -> None:
         k_rot = stages["k_rope_rot"][b]
         qa_b, sa_b, ol_b, oa_b = [], [], [], []
         for h, rows in enumerate(heads):
-            qa = [[math.fsum(q[i] * _float(m["W_UK"][a][h * d_nope + i]) for i in range(d_nope))
-                   for a in range(r)] for q in rows]  # fmt: skip
+            qa = [
+                [
+                    math.fsum(q[i] * _float(m["W_UK"][a][h * d_nope + i]) for i in range(d_nope))
+                    for a in range(r)
+                ]
+                for q in rows
+            ]
             q_rot = stages["q_rope_rot"][b][h]
-            sa = [[_dot(qa[t], c[s]) + _dot(q_rot[t], k_rot[s]) for s in range(len(c))]
-                  for t in range(len(rows))]  # fmt: skip
+            sa = [
+                [_dot(qa[t], c[s]) + _dot(q_rot[t], k_rot[s]) for s in range(len(c))]
+                for t in range(len(rows))
+            ]
             w = stages["softmax"][b][h]
-            ol = [[math.fsum(w[t][s] * c[s][a] for s in range(len(c))) for a in range(r)]
-                  for t in range(len(rows))]  # fmt: skip
-            oa = [[math.fsum(o[a] * _float(m["W_UV"][a][h * d_v + e]) for a in range(r))
-                   for e in range(d_v)] for o in ol]  # fmt: skip
+            ol = [
+                [math.fsum(w[t][s] * c[s][a] for s in range(len(c))) for a in range(r)]
+                for t in range(len(rows))
+            ]
+            oa = [
+                [
+                    math.fsum(o[a] * _float(m["W_UV"][a][h * d_v + e]) for a in range(r))
+                    for e in range(d_v)
+                ]
+                for o in ol
+            ]
             qa_b.append(qa)
             sa_b.append(sa)
             ol_b.append(ol)
@@ -607,8 +682,9 @@ def _mla_absorbed(m: dict[str, Any], stages: dict[str, Nested]) -> None:
         s_abs.append(sa_b)
         o_lat.append(ol_b)
         o_abs.append(oa_b)
-    stages.update(q_absorbed=q_abs, scores_absorbed=s_abs, output_latent=o_lat,
-                  output_absorbed=o_abs)  # fmt: skip
+    stages.update(
+        q_absorbed=q_abs, scores_absorbed=s_abs, output_latent=o_lat, output_absorbed=o_abs
+    )
 
 
 def mla_from_torch(
@@ -621,26 +697,40 @@ def mla_from_torch(
     kv_a = np.asarray(w["kv_a_proj_with_mqa.weight"]).T  # (d_model, r + d_rope)
     kv_b = np.asarray(w["kv_b_proj.weight"]).T.reshape(rank, heads, nope + v)  # key, value rows
     mla: dict[str, Any] = {
-        "W_DKV": kv_a[:, :rank], "W_KR": kv_a[:, rank:],
+        "W_DKV": kv_a[:, :rank],
+        "W_KR": kv_a[:, rank:],
         "kv_norm": np.asarray(w["kv_a_layernorm.weight"]),
         "W_UK": kv_b[:, :, :nope].reshape(rank, heads * nope),
         "W_UV": kv_b[:, :, nope:].reshape(rank, heads * v),
-    }  # fmt: skip
+    }
     if "q_proj.weight" in w:
         mla["W_Q"] = np.asarray(w["q_proj.weight"]).T
     else:
-        mla |= {"W_DQ": np.asarray(w["q_a_proj.weight"]).T,
-                "q_norm": np.asarray(w["q_a_layernorm.weight"]),
-                "W_UQ": np.asarray(w["q_b_proj.weight"]).T}  # fmt: skip
+        mla |= {
+            "W_DQ": np.asarray(w["q_a_proj.weight"]).T,
+            "q_norm": np.asarray(w["q_a_layernorm.weight"]),
+            "W_UQ": np.asarray(w["q_b_proj.weight"]).T,
+        }
     return mla, np.asarray(w["o_proj.weight"]).T
 
 
 def random_mla_fixture(
-    seed: int, *, heads: int = 2, seq: int = 3, d_model: int = 4, q_rank: int | None = 3,
-    rank: int = 3, d_nope: int = 2, d_rope: int = 2, d_v: int = 2, batch: int | None = None,
-    causal: bool = True, W_O: bool = False, mscale: float | None = None,
+    seed: int,
+    *,
+    heads: int = 2,
+    seq: int = 3,
+    d_model: int = 4,
+    q_rank: int | None = 3,
+    rank: int = 3,
+    d_nope: int = 2,
+    d_rope: int = 2,
+    d_v: int = 2,
+    batch: int | None = None,
+    causal: bool = True,
+    W_O: bool = False,
+    mscale: float | None = None,
     magnitude: float = 1.0,
-) -> dict[str, Any]:  # fmt: skip
+) -> dict[str, Any]:
     """A fixture mapping of multi-head latent attention, weights drawn from ``seed``; without
     ``q_rank`` the query is X·W_Q (no q LoRA)."""
     rng = np.random.default_rng(seed)
@@ -660,8 +750,11 @@ def random_mla_fixture(
     m["W_UK"], m["W_UV"] = normal(rank, heads * d_nope), normal(rank, heads * d_v)
     if mscale is not None:
         m["mscale"] = mscale
-    fx: dict[str, Any] = {"X": normal(batch, seq, d_model) if batch else normal(seq, d_model),
-                          "heads": heads, "mla": m}  # fmt: skip
+    fx: dict[str, Any] = {
+        "X": normal(batch, seq, d_model) if batch else normal(seq, d_model),
+        "heads": heads,
+        "mla": m,
+    }
     if causal:
         fx["causal"] = True
     if W_O:

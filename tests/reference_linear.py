@@ -69,8 +69,14 @@ def _plain_head(q: Nested, k: Nested, v: Nested) -> dict[str, Nested]:
         den = _dot(pq[t], z)
         outs.append([math.fsum(pq[t][i] * S[i][j] for i in range(dk)) / den for j in range(dv)])
         weights.append([_dot(pq[t], pk[s]) / den if s <= t else 0.0 for s in range(T)])
-    return {"phi_Q": pq, "phi_K": pk, "state": states, "normaliser": zs, "output": outs,
-            "implicit_weights": weights}  # fmt: skip
+    return {
+        "phi_Q": pq,
+        "phi_K": pk,
+        "state": states,
+        "normaliser": zs,
+        "output": outs,
+        "implicit_weights": weights,
+    }
 
 
 def _delta_run(q: Nested, k: Nested, v: Nested, g: list[float], beta: list[float]) -> Any:
@@ -107,8 +113,12 @@ def _delta_item(X: Nested, m: dict[str, Any], H: int) -> dict[str, Nested]:
     K = len(conv[0])
     mixed = []
     for t in range(T):
-        row = [math.fsum(conv[c][j] * qkv[t - (K - 1) + j][c] for j in range(K)
-                         if t - (K - 1) + j >= 0) for c in range(len(conv))]  # fmt: skip
+        row = [
+            math.fsum(
+                conv[c][j] * qkv[t - (K - 1) + j][c] for j in range(K) if t - (K - 1) + j >= 0
+            )
+            for c in range(len(conv))
+        ]
         mixed.append([x * _sig(x) for x in row])
     group = H // Hk
     qh = _heads([r[:kd] for r in mixed], Hk)
@@ -117,11 +127,22 @@ def _delta_item(X: Nested, m: dict[str, Any], H: int) -> dict[str, Nested]:
     b_logit = [_proj(x, m["W_b"]) for x in X]
     a_in = [_proj(x, m["W_a"]) for x in X]
     beta = [[_sig(b_logit[t][h]) for t in range(T)] for h in range(H)]
-    g = [[-math.exp(_f(m["A_log"][h])) * math.log1p(math.exp(a_in[t][h] + _f(m["dt_bias"][h])))
-          for t in range(T)] for h in range(H)]  # fmt: skip
-    out: dict[str, Nested] = {"qkv": qkv, "qkv_conv": mixed, "beta": beta, "g": g,
-                              "Q": [qh[h // group] for h in range(H)],
-                              "K": [kh[h // group] for h in range(H)], "V": vh}  # fmt: skip
+    g = [
+        [
+            -math.exp(_f(m["A_log"][h])) * math.log1p(math.exp(a_in[t][h] + _f(m["dt_bias"][h])))
+            for t in range(T)
+        ]
+        for h in range(H)
+    ]
+    out: dict[str, Nested] = {
+        "qkv": qkv,
+        "qkv_conv": mixed,
+        "beta": beta,
+        "g": g,
+        "Q": [qh[h // group] for h in range(H)],
+        "K": [kh[h // group] for h in range(H)],
+        "V": vh,
+    }
     out["q_l2"] = [[[x / math.sqrt(dk) for x in _l2(r)] for r in out["Q"][h]] for h in range(H)]
     out["k_l2"] = [[_l2(r) for r in out["K"][h]] for h in range(H)]
     for name in ("state", "output", "implicit_weights"):
@@ -132,8 +153,10 @@ def _delta_item(X: Nested, m: dict[str, Any], H: int) -> dict[str, Nested]:
         out["state"].append(states)
         out["output"].append(outs)
         # weights[t][s]: output t of the rule run on the one-hot value at s (it is linear in v)
-        cols = [_delta_run(q, k, [[1.0 if t == s else 0.0] for t in range(T)], g[h], beta[h])[1]
-                for s in range(T)]  # fmt: skip
+        cols = [
+            _delta_run(q, k, [[1.0 if t == s else 0.0] for t in range(T)], g[h], beta[h])[1]
+            for s in range(T)
+        ]
         out["implicit_weights"].append([[cols[s][t][0] for s in range(T)] for t in range(T)])
     eps = float(m.get("eps", 1e-6))
     out["z"] = _heads([_proj(x, m["W_z"]) for x in X], H)
@@ -159,8 +182,22 @@ def linear_stages(fx: dict[str, Any]) -> dict[str, Nested]:
     sides: tuple[str, ...]
     if "gated_deltanet" in fx:
         per = [_delta_item(X, fx["gated_deltanet"], H) for X in items]
-        order = ("X", "qkv", "qkv_conv", "beta", "g", "Q", "K", "V", "q_l2", "k_l2",
-                 "implicit_weights", "output", "z", "normed")  # fmt: skip
+        order = (
+            "X",
+            "qkv",
+            "qkv_conv",
+            "beta",
+            "g",
+            "Q",
+            "K",
+            "V",
+            "q_l2",
+            "k_l2",
+            "implicit_weights",
+            "output",
+            "z",
+            "normed",
+        )
         joined, sides = "normed", ("state", "output_recurrent", "output_chunked")
     else:
         Hkv = int(fx.get("kv_heads", H))
@@ -181,8 +218,13 @@ def linear_stages(fx: dict[str, Any]) -> dict[str, Nested]:
     stages = {n: [item[n] for item in per] for n in order}
     dv = len(stages["output"][0][0][0])
     if H > 1 or "W_O" in fx:
-        stages["concat"] = [[[item[joined][h][t][j] for h in range(H) for j in range(dv)]
-                             for t in range(len(item["X"]))] for item in per]  # fmt: skip
+        stages["concat"] = [
+            [
+                [item[joined][h][t][j] for h in range(H) for j in range(dv)]
+                for t in range(len(item["X"]))
+            ]
+            for item in per
+        ]
         if "W_O" in fx:
             stages["projected"] = [[_proj(r, fx["W_O"]) for r in c] for c in stages["concat"]]
     stages.update({n: [item[n] for item in per] for n in sides})
@@ -190,10 +232,21 @@ def linear_stages(fx: dict[str, Any]) -> dict[str, Nested]:
 
 
 def random_linear_fixture(
-    seed: int, *, kind: str = "linear_attention", heads: int = 2, kv_heads: int | None = None,
-    seq: int = 5, d_model: int = 4, d_k: int = 3, d_v: int = 2, batch: int | None = None,
-    chunk: int = 2, kernel: int = 3, W_O: bool = False, causal: bool = True,
-) -> dict[str, Any]:  # fmt: skip
+    seed: int,
+    *,
+    kind: str = "linear_attention",
+    heads: int = 2,
+    kv_heads: int | None = None,
+    seq: int = 5,
+    d_model: int = 4,
+    d_k: int = 3,
+    d_v: int = 2,
+    batch: int | None = None,
+    chunk: int = 2,
+    kernel: int = 3,
+    W_O: bool = False,
+    causal: bool = True,
+) -> dict[str, Any]:
     """A fixture mapping of linear attention (``kind``), weights drawn from ``seed``; for
     gated_deltanet ``kv_heads`` is the number of key heads (k_heads)."""
     rng = np.random.default_rng(seed)
@@ -206,17 +259,26 @@ def random_linear_fixture(
     Hk = kv_heads or heads
     if kind == "gated_deltanet":
         fx["gated_deltanet"] = {
-            "W_q": normal(d_model, Hk * d_k), "W_k": normal(d_model, Hk * d_k),
-            "W_v": normal(d_model, heads * d_v), "W_z": normal(d_model, heads * d_v),
-            "W_b": normal(d_model, heads), "W_a": normal(d_model, heads),
+            "W_q": normal(d_model, Hk * d_k),
+            "W_k": normal(d_model, Hk * d_k),
+            "W_v": normal(d_model, heads * d_v),
+            "W_z": normal(d_model, heads * d_v),
+            "W_b": normal(d_model, heads),
+            "W_a": normal(d_model, heads),
             "conv": normal(2 * Hk * d_k + heads * d_v, kernel),
             "A_log": rng.uniform(-1, 1.5, heads).tolist(),
             "dt_bias": rng.uniform(0.5, 1.5, heads).tolist(),
-            "norm": rng.uniform(0.5, 1.5, d_v).tolist(), "k_heads": Hk, "chunk": chunk,
-        }  # fmt: skip
+            "norm": rng.uniform(0.5, 1.5, d_v).tolist(),
+            "k_heads": Hk,
+            "chunk": chunk,
+        }
     else:
-        fx |= {"W_Q": normal(d_model, heads * d_k), "W_K": normal(d_model, Hk * d_k),
-               "W_V": normal(d_model, Hk * d_v), "linear_attention": {"chunk": chunk}}  # fmt: skip
+        fx |= {
+            "W_Q": normal(d_model, heads * d_k),
+            "W_K": normal(d_model, Hk * d_k),
+            "W_V": normal(d_model, Hk * d_v),
+            "linear_attention": {"chunk": chunk},
+        }
         if kv_heads:
             fx["kv_heads"] = kv_heads
     if causal:

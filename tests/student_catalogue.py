@@ -121,14 +121,17 @@ def student(fx: dict[str, Any], m: str | None = None) -> dict[str, Array]:
     if "X" in fx:
         X = arr(fx["X"])
         X = X if X.ndim == 3 else X[None]
-        flat = [X @ arr(fx[f"W_{n}"]) + (arr(fx[f"b_{n}"]) if f"b_{n}" in fx else 0.0)
-                for n in "QKV"]  # fmt: skip
+        flat = [
+            X @ arr(fx[f"W_{n}"]) + (arr(fx[f"b_{n}"]) if f"b_{n}" in fx else 0.0) for n in "QKV"
+        ]
     else:
         flat = [arr(fx[n]) for n in "QKV"]
         flat = [f if f.ndim == 3 else f[None] for f in flat]
     B, T, S = flat[0].shape[0], flat[0].shape[1], flat[1].shape[1]
-    q, k, v = (f.reshape(B, f.shape[1], n, -1).transpose(0, 2, 1, 3)
-               for f, n in zip(flat, (H, Hkv, Hkv), strict=True))  # fmt: skip
+    q, k, v = (
+        f.reshape(B, f.shape[1], n, -1).transpose(0, 2, 1, 3)
+        for f, n in zip(flat, (H, Hkv, Hkv), strict=True)
+    )
     st.update(Q=q, K=k, V=v)
     d = q.shape[-1]
     # 2) positions
@@ -159,8 +162,12 @@ def student(fx: dict[str, Any], m: str | None = None) -> dict[str, Array]:
     if m == "gqa_single":
         k_of = v_of = [0] * H  # k[:, :1] broadcast: multi-query where grouped is meant
     if m == "gqa_flat_repeat":  # repeat_interleave of the flat [B, S, Hkv*d], then the split
-        k, v = (np.repeat(a.transpose(0, 2, 1, 3).reshape(B, S, -1), group, axis=-1)
-                .reshape(B, S, H, -1).transpose(0, 2, 1, 3) for a in (k, v))  # fmt: skip
+        k, v = (
+            np.repeat(a.transpose(0, 2, 1, 3).reshape(B, S, -1), group, axis=-1)
+            .reshape(B, S, H, -1)
+            .transpose(0, 2, 1, 3)
+            for a in (k, v)
+        )
         k_of = v_of = list(range(H))
     scores = np.stack([q[:, h] @ k[:, k_of[h]].transpose(0, 2, 1) for h in range(H)], 1)
     st["scores"] = scores  # [B, H, T, S]

@@ -119,8 +119,12 @@ def member(name: str, attack: A.Attack) -> A.Member:
 
 def _fields(m: A.Member) -> dict[str, Any]:
     return {
-        "data": m.data, "method": m.method, "crc": m.crc, "file_size": m.file_size, "raw": m.raw
-    }  # fmt: skip
+        "data": m.data,
+        "method": m.method,
+        "crc": m.crc,
+        "file_size": m.file_size,
+        "raw": m.raw,
+    }
 
 
 WEIGHTS = {"W_Q": A.W_Q, "W_K": A.W_K, "W_V": A.W_V}
@@ -174,8 +178,11 @@ def dump_npz(folder: Path, attack: A.Attack) -> tuple[list[str], str, tuple[int,
 
 
 NPY_SURFACES: dict[str, Surface] = {
-    "ref_npy": ref_npy, "ref_npz": ref_npz, "whole_npz": whole_npz, "dump_npz": dump_npz,
-}  # fmt: skip
+    "ref_npy": ref_npy,
+    "ref_npz": ref_npz,
+    "whole_npz": whole_npz,
+    "dump_npz": dump_npz,
+}
 NPY_ATTACKS = {a.name: a for a in A.npy_attacks()}
 
 
@@ -458,8 +465,18 @@ def make_special(kind: str, path: Path) -> None:
         assert kind == "missing"
 
 
-SPECIALS = ["fifo", "fifo_behind_symlink", "dev_zero", "directory", "socket", "symlink_loop",
-            "dangling_symlink", "too_large", "unreadable", "missing"]  # fmt: skip
+SPECIALS = [
+    "fifo",
+    "fifo_behind_symlink",
+    "dev_zero",
+    "directory",
+    "socket",
+    "symlink_loop",
+    "dangling_symlink",
+    "too_large",
+    "unreadable",
+    "missing",
+]
 
 
 def special_surface(surface: str, folder: Path) -> tuple[Path, list[str]]:
@@ -484,9 +501,8 @@ def special_surface(surface: str, folder: Path) -> tuple[Path, list[str]]:
 
 @pytest.mark.parametrize(
     "surface",
-    ["fixture", "ref_npy", "ref_npz", "whole_npz", "golden", "golden_dir", "dump_json",
-     "dump_npz"],
-)  # fmt: skip
+    ["fixture", "ref_npy", "ref_npz", "whole_npz", "golden", "golden_dir", "dump_json", "dump_npz"],
+)
 @pytest.mark.parametrize("kind", SPECIALS)
 def test_special_file(in_tmp: Path, surface: str, kind: str) -> None:
     if kind == "unreadable" and os.geteuid() == 0:
@@ -537,8 +553,11 @@ def baseline_peak() -> int:
         dump.write_bytes(A.zip_bytes([A.Member(b"softmax.npy", softmax)]))
         done = subprocess.run(
             [sys.executable, "-c", PEAK, *CAT_SAT, "--against", str(dump)],
-            capture_output=True, text=True, env=ENV, check=False,
-        )  # fmt: skip
+            capture_output=True,
+            text=True,
+            env=ENV,
+            check=False,
+        )
     return int(done.stderr.splitlines()[-1])
 
 
@@ -581,8 +600,13 @@ def test_memory_is_bounded(tmp_path: Path, case: str) -> None:
     start = time.perf_counter()
     done = subprocess.run(
         [sys.executable, "-c", RUN_LIMITED, str(limit), *args],
-        capture_output=True, text=True, env=ENV, cwd=tmp_path, timeout=30, check=False,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        env=ENV,
+        cwd=tmp_path,
+        timeout=30,
+        check=False,
+    )
     run = Run(done.returncode, done.stdout, done.stderr, None, time.perf_counter() - start)
     assert_refused(run, named)
     assert run.seconds < 2 * SLOW

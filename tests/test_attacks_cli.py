@@ -105,9 +105,14 @@ HOSTILE = {
 }
 # Python's int() and float() read these; attn's own index and size parsers must not.
 UNICODE_NUMBERS = ("arabic-digits", "arabic-three")
-ATTN_PARSED = {("trace", "--focus"), ("trace", "--cell"), ("trace", "--max-memory"),
-               ("heatmap", "--max-memory"), ("decode", "--max-memory"),
-               ("flash", "--max-memory")}  # fmt: skip
+ATTN_PARSED = {
+    ("trace", "--focus"),
+    ("trace", "--cell"),
+    ("trace", "--max-memory"),
+    ("heatmap", "--max-memory"),
+    ("decode", "--max-memory"),
+    ("flash", "--max-memory"),
+}
 
 
 @dataclass(frozen=True)
@@ -165,10 +170,16 @@ def checkpoint(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     folder = tmp_path_factory.mktemp("ckpt")
     rng = np.random.default_rng(0)
     C, p = 4, "transformer.h.0."
-    shapes = {"transformer.wte.weight": (5, C), "transformer.wpe.weight": (8, C),
-              p + "attn.c_attn.weight": (C, 3 * C), p + "attn.c_attn.bias": (3 * C,),
-              p + "attn.c_proj.weight": (C, C), p + "attn.c_proj.bias": (C,),
-              p + "ln_1.weight": (C,), p + "ln_1.bias": (C,)}  # fmt: skip
+    shapes = {
+        "transformer.wte.weight": (5, C),
+        "transformer.wpe.weight": (8, C),
+        p + "attn.c_attn.weight": (C, 3 * C),
+        p + "attn.c_attn.bias": (3 * C,),
+        p + "attn.c_proj.weight": (C, C),
+        p + "attn.c_proj.bias": (C,),
+        p + "ln_1.weight": (C,),
+        p + "ln_1.bias": (C,),
+    }
     header, chunks, at = {}, [], 0
     for key, shape in shapes.items():
         data = rng.standard_normal(shape).astype("<f4").tobytes()
@@ -177,8 +188,15 @@ def checkpoint(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
         at += len(data)
     raw = json.dumps(header).encode()
     (folder / "model.safetensors").write_bytes(struct.pack("<Q", len(raw)) + raw + b"".join(chunks))
-    config = {"model_type": "gpt2", "n_embd": C, "n_head": 2, "n_layer": 1, "n_positions": 8,
-              "vocab_size": 5, "layer_norm_epsilon": 1e-5}  # fmt: skip
+    config = {
+        "model_type": "gpt2",
+        "n_embd": C,
+        "n_head": 2,
+        "n_layer": 1,
+        "n_positions": 8,
+        "vocab_size": 5,
+        "layer_norm_epsilon": 1e-5,
+    }
     (folder / "config.json").write_text(json.dumps(config))
     np.save(folder / "h.npy", rng.standard_normal((3, C)))
     return folder, folder / "h.npy"
@@ -206,8 +224,12 @@ def base_call(command: str, ckpt: tuple[Path, Path]) -> tuple[list[str], dict[st
 
 
 # Options that make no sense beside one of the base call's: left out when attacking these.
-CONFLICTS = {("check", "--golden-dir"): "--golden", ("check", "--against"): "--golden",
-             ("check", "--root"): "--golden", ("import", "--text"): "--hidden"}  # fmt: skip
+CONFLICTS = {
+    ("check", "--golden-dir"): "--golden",
+    ("check", "--against"): "--golden",
+    ("check", "--root"): "--golden",
+    ("import", "--text"): "--hidden",
+}
 
 
 def hostile_call(param: Param, value: str, ckpt: tuple[Path, Path]) -> list[str]:
@@ -280,9 +302,12 @@ def hostile_fixture(folder: Path, chars: str) -> tuple[Path, dict[str, Any]]:
         "name": f"N{chars}N",
         "description": f"D{chars}D",
         "tokens": [f"a{chars}a", f"b{chars}"],
-        "X": [[1, 0], [0, 2]], "W_Q": [[1, 0], [0, 1]], "W_K": [[1, 0], [0, 1]],
-        "W_V": [[1, 0], [0, 1]], "causal": True,
-    }  # fmt: skip
+        "X": [[1, 0], [0, 2]],
+        "W_Q": [[1, 0], [0, 1]],
+        "W_K": [[1, 0], [0, 1]],
+        "W_V": [[1, 0], [0, 1]],
+        "causal": True,
+    }
     path = folder / "fx.json"
     path.write_text(json.dumps(fx), encoding="utf-8")
     return path, fx
@@ -419,8 +444,13 @@ def test_check_reports_escape_every_class(fmt: str, cls: str, tmp_path: Path) ->
 def test_lone_surrogates_are_refused_by_the_readers(tmp_path: Path) -> None:
     """In a fixture's text, a lone surrogate never gets through: nothing could print it."""
     (tmp_path / "s.json").write_text('{"name": "\\ud800", "Q": [[1]], "K": [[1]], "V": [[1]]}')
-    np.savez(tmp_path / "s.npz", Q=np.ones((1, 1)), K=np.ones((1, 1)), V=np.ones((1, 1)),
-             tokens=np.array(["a\ud800"]))  # fmt: skip
+    np.savez(
+        tmp_path / "s.npz",
+        Q=np.ones((1, 1)),
+        K=np.ones((1, 1)),
+        V=np.ones((1, 1)),
+        tokens=np.array(["a\ud800"]),
+    )
     for name in ("s.json", "s.npz"):
         run = attn("trace", str(tmp_path / name))
         assert_error(run)
@@ -536,11 +566,18 @@ def test_scale_position_matches_exact_rational_arithmetic(a: float, b: float, u:
 
 @pytest.mark.parametrize(
     ("x", "lo", "hi", "t"),
-    [(0.0, -1.7e308, 1.7e308, 0.5), (1.7e308, -1.7e308, 1.7e308, 1.0),
-     (-1.7e308, -1.7e308, 1.7e308, 0.0), (1e-320, 0.0, 2e-320, 0.5),
-     (math.inf, 0.0, 1.0, 1.0), (-math.inf, 0.0, 1.0, 0.0), (math.nan, 0.0, 1.0, 0.5),
-     (5.0, 5.0, 5.0, 0.5), (2e308 / 10, 0.0, 1.0, 1.0)],
-)  # fmt: skip
+    [
+        (0.0, -1.7e308, 1.7e308, 0.5),
+        (1.7e308, -1.7e308, 1.7e308, 1.0),
+        (-1.7e308, -1.7e308, 1.7e308, 0.0),
+        (1e-320, 0.0, 2e-320, 0.5),
+        (math.inf, 0.0, 1.0, 1.0),
+        (-math.inf, 0.0, 1.0, 0.0),
+        (math.nan, 0.0, 1.0, 0.5),
+        (5.0, 5.0, 5.0, 0.5),
+        (2e308 / 10, 0.0, 1.0, 1.0),
+    ],
+)
 def test_scale_position_worked_by_hand(x: float, lo: float, hi: float, t: float) -> None:
     from attn_cli.present.palette import scale_position
 
@@ -594,13 +631,15 @@ bias: {bias}
 
 @pytest.mark.parametrize(
     ("bias", "where"),
-    [("[[1.0e+300, 0], [0, 1]]", "bias[query 0 'a', key 0 'a']: is 1e+300"),
-     ("[[0, -1.0e+300]]", "bias[every query, key 1 'b']: is -1e+300"),
-     ("[0, 1.0e+300]", "bias[key 1 'b']: is 1e+300"),
-     ("[[[0, 0], [1.0e+300, 0]]]", "bias[head 0, query 1 'b', key 0 'a']: is 1e+300"),
-     ("[[[[0, 0], [0, 1.0e+300]]]]", "bias[head 0, query 1 'b', key 1 'b']: is 1e+300")],
+    [
+        ("[[1.0e+300, 0], [0, 1]]", "bias[query 0 'a', key 0 'a']: is 1e+300"),
+        ("[[0, -1.0e+300]]", "bias[every query, key 1 'b']: is -1e+300"),
+        ("[0, 1.0e+300]", "bias[key 1 'b']: is 1e+300"),
+        ("[[[0, 0], [1.0e+300, 0]]]", "bias[head 0, query 1 'b', key 0 'a']: is 1e+300"),
+        ("[[[[0, 0], [0, 1.0e+300]]]]", "bias[head 0, query 1 'b', key 1 'b']: is 1e+300"),
+    ],
     ids=["2-axes", "broadcast-row", "1-axis", "3-axes", "4-axes"],
-)  # fmt: skip
+)
 def test_float32_bias_beyond_range_is_one_line(bias: str, where: str, tmp_path: Path) -> None:
     (tmp_path / "b.yaml").write_text(BIAS.format(bias=bias))
     run = attn("trace", "b.yaml", "--dtype", "float32")
@@ -622,16 +661,27 @@ gate:
 
 @pytest.mark.parametrize(
     ("w_g", "dtype", "where"),
-    [("[[1.0e+300, 0], [0, 1]]", "float32",
-      "gate.W_G[row 0, column 0]: is 1e+300 (float32 overflow)"),
-     ("[[1.0e+308, 0], [1.0e+308, 1]]", "float64",
-      "gate[head 0, query 0 'a', d_v 0]: is inf (float64 overflow)"),
-     ("[[.nan, 0], [0, 1]]", "float64", "gate.W_G[0][0]: is nan (not a number)"),
-     ("[[-.inf, 0], [0, 1]]", "float64", "gate.W_G[0][0]: is -inf"),
-     ("[[1, 0, 0], [0, 1, 0]]", "float64", "gate.W_G: has shape [2, 3], expected [d_model, "
-      "heads*d_v] = [2, 1*2]")],
+    [
+        (
+            "[[1.0e+300, 0], [0, 1]]",
+            "float32",
+            "gate.W_G[row 0, column 0]: is 1e+300 (float32 overflow)",
+        ),
+        (
+            "[[1.0e+308, 0], [1.0e+308, 1]]",
+            "float64",
+            "gate[head 0, query 0 'a', d_v 0]: is inf (float64 overflow)",
+        ),
+        ("[[.nan, 0], [0, 1]]", "float64", "gate.W_G[0][0]: is nan (not a number)"),
+        ("[[-.inf, 0], [0, 1]]", "float64", "gate.W_G[0][0]: is -inf"),
+        (
+            "[[1, 0, 0], [0, 1, 0]]",
+            "float64",
+            "gate.W_G: has shape [2, 3], expected [d_model, heads*d_v] = [2, 1*2]",
+        ),
+    ],
     ids=["float32-weight", "float64-stage", "nan", "inf", "shape"],
-)  # fmt: skip
+)
 def test_a_hostile_gate_is_one_line(w_g: str, dtype: str, where: str, tmp_path: Path) -> None:
     (tmp_path / "g.yaml").write_text(GATE.format(w_g=w_g))
     run = attn("trace", "g.yaml", "--dtype", dtype)
@@ -655,17 +705,25 @@ mla:
 
 @pytest.mark.parametrize(
     ("w_dkv", "dtype", "where"),
-    [("[[1.0e+300, 0], [0, 1]]", "float32",
-      "mla.W_DKV[row 0, column 0]: is 1e+300 (float32 overflow)"),
-     ("[[1.0e+300, 0], [1.0e+300, 1]]", "float64",
-      "c_KV_norm[key 0 'a', kv_lora_rank 0]: is inf (float64 overflow)"),
-     ("[[.nan, 0], [0, 1]]", "float64", "mla.W_DKV[0][0]: is nan (not a number)"),
-     ("[[-.inf, 0], [0, 1]]", "float64", "mla.W_DKV[0][0]: is -inf"),
-     ("[[1, 0, 0], [0, 1, 0]]", "float64", "mla.kv_norm: has length 2, expected a vector of 3"),
-     ("[[1, 0]]", "float64", "mla.W_DKV: has 1 rows"),
-     ("[]", "float64", "mla.W_DKV: ")],
+    [
+        (
+            "[[1.0e+300, 0], [0, 1]]",
+            "float32",
+            "mla.W_DKV[row 0, column 0]: is 1e+300 (float32 overflow)",
+        ),
+        (
+            "[[1.0e+300, 0], [1.0e+300, 1]]",
+            "float64",
+            "c_KV_norm[key 0 'a', kv_lora_rank 0]: is inf (float64 overflow)",
+        ),
+        ("[[.nan, 0], [0, 1]]", "float64", "mla.W_DKV[0][0]: is nan (not a number)"),
+        ("[[-.inf, 0], [0, 1]]", "float64", "mla.W_DKV[0][0]: is -inf"),
+        ("[[1, 0, 0], [0, 1, 0]]", "float64", "mla.kv_norm: has length 2, expected a vector of 3"),
+        ("[[1, 0]]", "float64", "mla.W_DKV: has 1 rows"),
+        ("[]", "float64", "mla.W_DKV: "),
+    ],
     ids=["float32-weight", "float64-stage", "nan", "inf", "shape", "rows", "empty"],
-)  # fmt: skip
+)
 def test_a_hostile_mla_is_one_line(w_dkv: str, dtype: str, where: str, tmp_path: Path) -> None:
     (tmp_path / "m.yaml").write_text(MLA.format(w_dkv=w_dkv))
     run = attn("trace", "m.yaml", "--dtype", dtype)

@@ -29,24 +29,57 @@ ORIGINAL = "original_max_position_embeddings"
 KINDS: dict[str, dict[str, Any]] = {
     "linear": {"type": "linear", "factor": 2.0},
     "dynamic": {"type": "dynamic", "factor": 2.0, "max_position_embeddings": 4096},
-    "llama3": {"type": "llama3", "factor": 8, "low_freq_factor": 1, "high_freq_factor": 4,
-               ORIGINAL: 8192},
-    "yarn": {"type": "yarn", "factor": 4.0, ORIGINAL: 4096, "beta_fast": 32, "beta_slow": 1,
-             "mscale": 1, "mscale_all_dim": 1, "attention_factor": 1.0,
-             "max_position_embeddings": 16384},
-    "longrope": {"type": "longrope", "short_factor": [1.0] * 8, "long_factor": [2.0] * 8,
-                 ORIGINAL: 4096, "factor": 4.0, "max_position_embeddings": 16384,
-                 "attention_factor": 1.0},
-}  # fmt: skip
+    "llama3": {
+        "type": "llama3",
+        "factor": 8,
+        "low_freq_factor": 1,
+        "high_freq_factor": 4,
+        ORIGINAL: 8192,
+    },
+    "yarn": {
+        "type": "yarn",
+        "factor": 4.0,
+        ORIGINAL: 4096,
+        "beta_fast": 32,
+        "beta_slow": 1,
+        "mscale": 1,
+        "mscale_all_dim": 1,
+        "attention_factor": 1.0,
+        "max_position_embeddings": 16384,
+    },
+    "longrope": {
+        "type": "longrope",
+        "short_factor": [1.0] * 8,
+        "long_factor": [2.0] * 8,
+        ORIGINAL: 4096,
+        "factor": 4.0,
+        "max_position_embeddings": 16384,
+        "attention_factor": 1.0,
+    },
+}
 BAD: dict[str, Any] = {
-    "zero": 0, "negative": -1, "2**63": 2**63, "1e308": 1e308, "5e-324": 5e-324,
-    "nan": math.nan, "inf": math.inf, "-inf": -math.inf, "fullwidth": "１２",
-    "list": [1, 2], "mapping": {"a": 1}, "bool": True, "huge-string": "9" * 10_000,
-}  # fmt: skip
+    "zero": 0,
+    "negative": -1,
+    "2**63": 2**63,
+    "1e308": 1e308,
+    "5e-324": 5e-324,
+    "nan": math.nan,
+    "inf": math.inf,
+    "-inf": -math.inf,
+    "fullwidth": "１２",
+    "list": [1, 2],
+    "mapping": {"a": 1},
+    "bool": True,
+    "huge-string": "9" * 10_000,
+}
 # (key, bad value) pairs that are valid settings: mscale 0 turns DeepSeek's ratio off, and a
 # tiny mscale leaves the attention factor at 1 + tiny.
-ACCEPTED = {("mscale", "zero"), ("mscale_all_dim", "zero"), ("mscale", "5e-324"),
-            ("mscale_all_dim", "5e-324")}  # fmt: skip
+ACCEPTED = {
+    ("mscale", "zero"),
+    ("mscale_all_dim", "zero"),
+    ("mscale", "5e-324"),
+    ("mscale_all_dim", "5e-324"),
+}
 
 
 def rope_fixture(scaling: dict[str, Any], **rope: Any) -> Path:
@@ -270,13 +303,17 @@ def checkpoint_with(folder: Path, changes: dict[tuple[str, ...], Any]) -> Path:
 CONFIG_TYPES = [
     ("families/gemma3", ("text_config", "rope_parameters"), [1, 2], "text_config.rope_parameters"),
     ("families/gemma3", ("text_config", "rope_parameters"), "x", "text_config.rope_parameters"),
-    ("families/gemma3", ("text_config", "hidden_activation"), ["gelu"],
-     "text_config.hidden_activation"),
+    (
+        "families/gemma3",
+        ("text_config", "hidden_activation"),
+        ["gelu"],
+        "text_config.hidden_activation",
+    ),
     ("forward/gemma3_text", ("rope_parameters",), 1e308, "rope_parameters"),
     ("forward/deepseek_v3", ("hidden_act",), {"a": 1}, "hidden_act"),
     ("forward/deepseek_v3", ("rope_scaling",), [1, 2], "rope_scaling"),
     ("families/roberta", ("position_embedding_type",), ["absolute"], "position_embedding_type"),
-]  # fmt: skip
+]
 
 
 BLOCK_KEYS = ("hidden_act", "hidden_activation")  # read by the MLP only
@@ -301,9 +338,12 @@ def test_a_config_value_of_the_wrong_type_is_one_line(
 @pytest.mark.slow
 @pytest.mark.parametrize(
     ("folder", "key"),
-    [("families/qwen3_next", "num_experts"), ("forward/deepseek_v3", "n_routed_experts"),
-     ("forward/deepseek_v3", "num_experts_per_tok")],
-)  # fmt: skip
+    [
+        ("families/qwen3_next", "num_experts"),
+        ("forward/deepseek_v3", "n_routed_experts"),
+        ("forward/deepseek_v3", "num_experts_per_tok"),
+    ],
+)
 def test_a_count_of_experts_of_2_to_the_63_is_one_line(folder: str, key: str) -> None:
     """Was: a list of 2**63 experts' tensor names built until the machine ran out of memory."""
     ckpt = checkpoint_with(REFERENCE / folder, {(key,): 2**63})
@@ -359,10 +399,14 @@ def page_data(page: str) -> Any:
 @pytest.mark.slow
 @pytest.mark.parametrize(
     ("command", "name"),
-    [("trace", "causal_multihead"), ("decode", "causal_multihead"),
-     ("flash", "causal_multihead"), ("decode", "diff_transformer"),
-     ("decode", "gated_deltanet")],
-)  # fmt: skip
+    [
+        ("trace", "causal_multihead"),
+        ("decode", "causal_multihead"),
+        ("flash", "causal_multihead"),
+        ("decode", "diff_transformer"),
+        ("decode", "gated_deltanet"),
+    ],
+)
 def test_a_page_of_a_huge_token_is_bounded(command: str, name: str) -> None:
     path, token = long_token_fixture(name)
     run = attn(command, str(path), "-f", "html", "-o", "page.html", limit=60)
@@ -401,8 +445,19 @@ def test_a_model_page_with_a_huge_tokenizer_token_is_bounded() -> None:
     tok = json.loads((REFERENCE / "forward/llama/tokenizer.json").read_text(encoding="utf-8"))
     tok["model"]["vocab"][token] = 12  # below vocab_size 16
     (ckpt / "tokenizer.json").write_text(json.dumps(tok), encoding="utf-8")
-    run = attn("import", str(ckpt), "--text", f"a {token} b", "--layer", "all", "-f", "html",
-               "-o", "model.html", limit=60)  # fmt: skip
+    run = attn(
+        "import",
+        str(ckpt),
+        "--text",
+        f"a {token} b",
+        "--layer",
+        "all",
+        "-f",
+        "html",
+        "-o",
+        "model.html",
+        limit=60,
+    )
     assert run.exit_code == 0, run.stderr
     page = Path("model.html").read_text(encoding="utf-8")
     assert page.count(token) == 1 and len(page) < 2 << 20  # the data's tokens

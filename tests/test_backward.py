@@ -185,9 +185,18 @@ def _chain(fx: Fx, s: dict[str, Array]) -> Chain | None:
         return None
     B, H, T, D = s["Q"].shape
     inputs = Inputs(
-        source="test", mode="direct", has_batch=True, batch=B, seq_q=T, seq_k=s["K"].shape[2],
-        heads=H, kv_heads=fx.Hkv, d_k=D, d_v=s["V"].shape[3], softcap=fx.softcap,
-    )  # fmt: skip
+        source="test",
+        mode="direct",
+        has_batch=True,
+        batch=B,
+        seq_q=T,
+        seq_k=s["K"].shape[2],
+        heads=H,
+        kv_heads=fx.Hkv,
+        d_k=D,
+        d_v=s["V"].shape[3],
+        softcap=fx.softcap,
+    )
     return Chain(inputs)
 
 

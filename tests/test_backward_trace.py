@@ -121,22 +121,64 @@ FIXTURES: dict[str, dict[str, Any]] = {
         B=0, T=3, S=3, C=3, H=4, Hkv=2, D=2, Dv=2, mask=True, bias=True, W_O=True, scale=0.8
     ),
     "RoPE, QK-norm per head, sinks, window": dict(
-        B=0, T=4, S=4, C=3, H=2, Hkv=1, D=4, Dv=2, rope=True, norm_head=True, sinks=True,
-        causal=True, window=2, grad=True,
+        B=0,
+        T=4,
+        S=4,
+        C=3,
+        H=2,
+        Hkv=1,
+        D=4,
+        Dv=2,
+        rope=True,
+        norm_head=True,
+        sinks=True,
+        causal=True,
+        window=2,
+        grad=True,
     ),
     "QK-norm over the projection, softcap, ALiBi": dict(
-        B=0, T=3, S=3, C=4, H=2, Hkv=2, D=2, Dv=3, qk_norm="projection", softcap=1.5,
-        alibi=True, grad=True,
+        B=0,
+        T=3,
+        S=3,
+        C=4,
+        H=2,
+        Hkv=2,
+        D=2,
+        Dv=3,
+        qk_norm="projection",
+        softcap=1.5,
+        alibi=True,
+        grad=True,
     ),
     "cross-attention, lengths, GQA, W_O": dict(
-        B=2, T=2, S=3, C=3, H=2, Hkv=1, D=2, Dv=2, cross=True, lengths=[3, 2], W_O=True,
+        B=2,
+        T=2,
+        S=3,
+        C=3,
+        H=2,
+        Hkv=1,
+        D=2,
+        Dv=2,
+        cross=True,
+        lengths=[3, 2],
+        W_O=True,
         biases=True,
     ),
     "direct, lower-right causal, interleaved partial RoPE, sentinel": dict(
-        B=0, T=2, S=3, C=0, H=2, Hkv=2, D=4, Dv=2, direct=True, causal="lower-right",
-        rope={"layout": "interleaved", "dims": 2}, mask_value=-1e9,
+        B=0,
+        T=2,
+        S=3,
+        C=0,
+        H=2,
+        Hkv=2,
+        D=4,
+        Dv=2,
+        direct=True,
+        causal="lower-right",
+        rope={"layout": "interleaved", "dims": 2},
+        mask_value=-1e9,
     ),
-}  # fmt: skip
+}
 
 
 def inputs_of(name: str) -> Inputs:
@@ -158,8 +200,20 @@ def loss_of_inputs(inputs: Inputs) -> float:
     return loss(inputs, internal(trace, name))
 
 
-ORDER = ("Q_norm", "K_norm", "Q_rot", "K_rot", "scores", "scaled", "capped", "masked",
-         "softmax", "output", "concat", "projected")  # fmt: skip
+ORDER = (
+    "Q_norm",
+    "K_norm",
+    "Q_rot",
+    "K_rot",
+    "scores",
+    "scaled",
+    "capped",
+    "masked",
+    "softmax",
+    "output",
+    "concat",
+    "projected",
+)
 
 
 def loss_from(trace: Trace, start: str, value: Array) -> float:
@@ -177,8 +231,9 @@ def loss_from(trace: Trace, start: str, value: Array) -> float:
     B, H = q.shape[:2]
     g = H // k.shape[1]
     if "scores" in after:
-        a["scores"] = np.stack([np.stack([q[b, h] @ k[b, h // g].T for h in range(H)])
-                                for b in range(B)])  # fmt: skip
+        a["scores"] = np.stack(
+            [np.stack([q[b, h] @ k[b, h // g].T for h in range(H)]) for b in range(B)]
+        )
     if "scaled" in after:
         a["scaled"] = a["scores"] * trace.scale
     x = a["scaled"]
@@ -199,8 +254,9 @@ def loss_from(trace: Trace, start: str, value: Array) -> float:
         a["softmax"] = softmax_rows(x, inp.sinks)
     if "output" in after:
         v = a["V"]
-        a["output"] = np.stack([np.stack([a["softmax"][b, h] @ v[b, h // g] for h in range(H)])
-                                for b in range(B)])  # fmt: skip
+        a["output"] = np.stack(
+            [np.stack([a["softmax"][b, h] @ v[b, h // g] for h in range(H)]) for b in range(B)]
+        )
     if inp.W_O is not None:
         if "concat" in after:
             a["concat"] = np.concatenate(list(a["output"].transpose(1, 0, 2, 3)), axis=-1)
@@ -213,8 +269,15 @@ def rope(inp: Inputs, x: Array, positions: Array, inverse: bool = False) -> Arra
     assert inp.rope is not None
     r = inp.rope
     inv_freq, attention = frequencies(r, inp)  # RoPE scaling's, else base^(-2i/dims) and 1
-    return apply_rope(x, positions, layout=r.layout, dims=r.dims, inverse=inverse,
-                      inv_freq=inv_freq, attention=attention)  # fmt: skip
+    return apply_rope(
+        x,
+        positions,
+        layout=r.layout,
+        dims=r.dims,
+        inverse=inverse,
+        inv_freq=inv_freq,
+        attention=attention,
+    )
 
 
 def softmax_rows(x: Array, sinks: Array | None) -> Array:
@@ -245,9 +308,20 @@ def central(f: Any, base: Array) -> Array:
 def as_direct(inputs: Inputs, trace: Trace) -> Inputs:
     """The same computation starting from the trace's Q, K, V (direct mode)."""
     return replace(
-        inputs, mode="direct", X=None, X_kv=None, W_Q=None, W_K=None, W_V=None, b_Q=None,
-        b_K=None, b_V=None, Q=internal(trace, "Q"), K=internal(trace, "K"), V=internal(trace, "V"),
-    )  # fmt: skip
+        inputs,
+        mode="direct",
+        X=None,
+        X_kv=None,
+        W_Q=None,
+        W_K=None,
+        W_V=None,
+        b_Q=None,
+        b_K=None,
+        b_V=None,
+        Q=internal(trace, "Q"),
+        K=internal(trace, "K"),
+        V=internal(trace, "V"),
+    )
 
 
 def numeric(inputs: Inputs, trace: Trace, stage: str) -> Array | None:
@@ -317,21 +391,29 @@ def forward_of(trace: Trace) -> ForwardArrays:
         w = inp.qk_norm.q_weight if name == "Q" else inp.qk_norm.k_weight
         if w.shape[0] == x.shape[-1]:
             return lambda d: grad_rms_norm(d, x, w, inp.qk_norm.eps)
-        return lambda d: split_heads(grad_rms_norm(merge_heads(d), merge_heads(x), w,
-                                                   inp.qk_norm.eps), x.shape[1])  # fmt: skip
+        return lambda d: split_heads(
+            grad_rms_norm(merge_heads(d), merge_heads(x), w, inp.qk_norm.eps), x.shape[1]
+        )
 
     weights = {n: getattr(inp, n) for n in ("W_Q", "W_K", "W_V", "W_O", "b_Q", "b_K", "b_V")}
     chain = Chain(inp)
     return ForwardArrays(
         q=next(a[s] for s in ("Q_rot", "Q_norm", "Q") if s in a),
         k=next(a[s] for s in ("K_rot", "K_norm", "K") if s in a),
-        v=a["V"], weights=a["softmax"], output=a["output"], scale=trace.scale,
-        allowed=allowed_positions(inp), chain=chain,
+        v=a["V"],
+        weights=a["softmax"],
+        output=a["output"],
+        scale=trace.scale,
+        allowed=allowed_positions(inp),
+        chain=chain,
         before=(a["scaled"],) if chain.stages else (),
-        X=a.get("X"), X_kv=a.get("X_kv"), b_O=inp.b_O,
+        X=a.get("X"),
+        X_kv=a.get("X_kv"),
+        b_O=inp.b_O,
         back_q=backs("Q", unnorm("Q"), unrotate(pos_q)),
-        back_k=backs("K", unnorm("K"), unrotate(pos_k)), **weights,
-    )  # fmt: skip
+        back_k=backs("K", unnorm("K"), unrotate(pos_k)),
+        **weights,
+    )
 
 
 def backs(name: str, unnorm: Any, unrotate: Any) -> Any:
@@ -410,11 +492,13 @@ def test_a_row_with_nothing_to_attend_to_gets_no_gradient() -> None:
 
 
 def test_gqa_gradients_are_the_sum_over_the_repeated_heads() -> None:
-    inputs = validate(_fixture(7, B=0, T=3, S=3, C=0, H=4, Hkv=2, D=2, Dv=2, direct=True,
-                               causal=True), "gqa.json")  # fmt: skip
+    inputs = validate(
+        _fixture(7, B=0, T=3, S=3, C=0, H=4, Hkv=2, D=2, Dv=2, direct=True, causal=True), "gqa.json"
+    )
     assert inputs.Q is not None and inputs.K is not None and inputs.V is not None
-    repeated = replace(inputs, kv_heads=4, K=np.repeat(inputs.K, 2, axis=1),
-                       V=np.repeat(inputs.V, 2, axis=1))  # fmt: skip
+    repeated = replace(
+        inputs, kv_heads=4, K=np.repeat(inputs.K, 2, axis=1), V=np.repeat(inputs.V, 2, axis=1)
+    )
     gqa, mha = run(inputs, backward=True), run(repeated, backward=True)
     for name in ("d_K", "d_V"):
         summed = mha[name].data.reshape(2, 2, *mha[name].shape[1:]).sum(axis=1)  # (Hkv, S, d)
@@ -447,8 +531,10 @@ def test_the_fixture_grad_is_the_upstream_gradient() -> None:
     assert inputs.grad is not None
     assert np.array_equal(internal(trace, "d_projected"), inputs.grad)
     assert trace["d_projected"].formula == "d_projected (given)"
-    assert upstream_line(trace, "en") == ("backward", "L = Σ grad ∘ projected, with the "
-                                          "fixture's grad")  # fmt: skip
+    assert upstream_line(trace, "en") == (
+        "backward",
+        "L = Σ grad ∘ projected, with the fixture's grad",
+    )
     ones = run(replace(inputs, grad=None), backward=True)
     assert ones.upstream == "ones" and np.all(ones["d_projected"].data == 1.0)
     assert upstream_line(trace_file("the_cat_sat"), "en") is None
@@ -533,11 +619,50 @@ def test_expected_gradients_are_checked_like_any_stage() -> None:
 )
 def test_every_gradient_stage_is_explained_in_both_languages(example: str) -> None:
     trace = trace_file(example, backward=True)
-    allowed = [*ALLOWED, *GRADIENT_STAGE_NAMES, "L", "dP", "dS", "Delta", "rowsum", "tanh²",
-               "RoPE⁻¹", "rms", "w", "x̂", "δ_jk", "p_sink", "loss.backward", "out.sum",
-               "backward", "grad", "Σ_i", "Σ_b", "Σ_t", "Σ_", "T", "S", "i", "j", "h", "g",
-               "d", "in", "out", "ᵀ", "Pᵀ", "FlashAttention-2", "PyTorch", "upper-left",
-               "d_X", "x", "log-sum-exp", "seq_q", "seq_k", "sum"]  # fmt: skip
+    allowed = [
+        *ALLOWED,
+        *GRADIENT_STAGE_NAMES,
+        "L",
+        "dP",
+        "dS",
+        "Delta",
+        "rowsum",
+        "tanh²",
+        "RoPE⁻¹",
+        "rms",
+        "w",
+        "x̂",
+        "δ_jk",
+        "p_sink",
+        "loss.backward",
+        "out.sum",
+        "backward",
+        "grad",
+        "Σ_i",
+        "Σ_b",
+        "Σ_t",
+        "Σ_",
+        "T",
+        "S",
+        "i",
+        "j",
+        "h",
+        "g",
+        "d",
+        "in",
+        "out",
+        "ᵀ",
+        "Pᵀ",
+        "FlashAttention-2",
+        "PyTorch",
+        "upper-left",
+        "d_X",
+        "x",
+        "log-sum-exp",
+        "seq_q",
+        "seq_k",
+        "sum",
+    ]
     tokens = (*trace.query_labels, *trace.key_labels)
     for s in trace:
         if not SPECS[s.name].gradient:
@@ -570,10 +695,10 @@ def test_the_worked_ds_cell_adds_up(example: str) -> None:
                     g = gradient_cell(trace, b if inp.has_batch else None, h, i, j)
                     delta = math.fsum(g.rowsum_terms)
                     assert math.isclose(delta, g.delta, rel_tol=1e-12, abs_tol=1e-13)
-                    assert math.isclose(math.fsum(g.flash_terms), g.delta, rel_tol=1e-9,
-                                        abs_tol=1e-12)  # fmt: skip
-                    assert math.isclose(math.fsum(g.dp_terms), g.dp, rel_tol=1e-12,
-                                        abs_tol=1e-13)  # fmt: skip
+                    assert math.isclose(
+                        math.fsum(g.flash_terms), g.delta, rel_tol=1e-9, abs_tol=1e-12
+                    )
+                    assert math.isclose(math.fsum(g.dp_terms), g.dp, rel_tol=1e-12, abs_tol=1e-13)
                     want = g.p * (g.dp - delta) if g.allowed else 0.0
                     assert math.isclose(g.ds, want, rel_tol=1e-12, abs_tol=1e-13)
 
@@ -632,9 +757,18 @@ def test_the_right_gradients_pass_and_name_no_mistake() -> None:
 
 
 def test_the_usual_aliases_name_gradient_stages(tmp_path: Path) -> None:
-    for alias, stage in [("dQ", "d_Q"), ("grad_q", "d_Q"), ("q.grad", "d_Q"), ("dK", "d_K"),
-                         ("dV", "d_V"), ("dS", "d_masked"), ("dP", "d_softmax"),
-                         ("dO", "d_output"), ("W_Q.grad", "d_W_Q"), ("dX", "d_X")]:  # fmt: skip
+    for alias, stage in [
+        ("dQ", "d_Q"),
+        ("grad_q", "d_Q"),
+        ("q.grad", "d_Q"),
+        ("dK", "d_K"),
+        ("dV", "d_V"),
+        ("dS", "d_masked"),
+        ("dP", "d_softmax"),
+        ("dO", "d_output"),
+        ("W_Q.grad", "d_W_Q"),
+        ("dX", "d_X"),
+    ]:
         assert stage_for(alias) == stage, alias
     trace = trace_file("the_cat_sat", backward=True)  # no mask: dS is d_scaled
     path = tmp_path / "mine.npz"

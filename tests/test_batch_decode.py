@@ -36,16 +36,16 @@ def schedule(lengths: list[int], arrive: list[int], prefill: int, chunk: int | N
             at += 1
     steps = []
     for s in range(max(at for at, _ in todo) + 1):
-        rows = [r for j in range(len(lengths)) for at, rs in todo if at == s for r in rs
-                if r[0] == j]  # fmt: skip
+        rows = [
+            r for j in range(len(lengths)) for at, rs in todo if at == s for r in rs if r[0] == j
+        ]
         if rows:
             steps.append((s, rows))
     return steps
 
 
 def test_the_packing_follows_the_schedule_by_hand() -> None:
-    run = run_batch(["llama_rope_gqa", "gptoss_sinks", "llama_rope_interleaved"], (0, 1, 3),
-                    3, 2)  # fmt: skip
+    run = run_batch(["llama_rope_gqa", "gptoss_sinks", "llama_rope_interleaved"], (0, 1, 3), 3, 2)
     want = schedule([5, 5, 5], [0, 1, 3], 3, 2)
     got = [(s.step, list(s.rows)) for s in run.result.steps]
     assert got == want
@@ -68,9 +68,14 @@ def test_the_mask_is_block_diagonal_and_causal_inside() -> None:
                     assert (s.softmax[:, r, c] == 0).all()
 
 
-@pytest.mark.parametrize("names", [["llama_rope_gqa", "gptoss_sinks"],
-                                   ["mistral_sliding_window", "gemma2_softcap"],
-                                   ["deepseek_mla", "deepseek_mla"]])  # fmt: skip
+@pytest.mark.parametrize(
+    "names",
+    [
+        ["llama_rope_gqa", "gptoss_sinks"],
+        ["mistral_sliding_window", "gemma2_softcap"],
+        ["deepseek_mla", "deepseek_mla"],
+    ],
+)
 def test_every_sequence_equals_its_own_decode_json(names: list[str]) -> None:
     res = run_cli("decode", *names, "--batch", "--arrive", "1,0", "--prefill", "2", "-f", "json")
     assert res.exit_code == 0, res.stderr
@@ -94,9 +99,14 @@ def test_every_sequence_equals_its_own_decode_json(names: list[str]) -> None:
     window=st.sampled_from([None, 2]),
 )
 def test_random_batches_equal_the_loop_reference(
-    tmp_path_factory: Any, seed: int, lengths: list[int], arrive: list[int], prefill: int,
-    chunk: int | None, window: int | None,
-) -> None:  # fmt: skip
+    tmp_path_factory: Any,
+    seed: int,
+    lengths: list[int],
+    arrive: list[int],
+    prefill: int,
+    chunk: int | None,
+    window: int | None,
+) -> None:
     folder = tmp_path_factory.mktemp("batch")
     paths, refs = [], []
     for j, T in enumerate(lengths):
@@ -127,8 +137,20 @@ def test_a_leaking_mask_changes_the_later_sequences_only() -> None:
 
 
 def test_the_table_shows_rows_cu_seqlens_and_who_joins() -> None:
-    res = run_cli("decode", "llama_rope_gqa", "gptoss_sinks", "--batch", "--arrive", "0,2",
-                  "--prefill", "2", "-f", "plain", "--width", "160")  # fmt: skip
+    res = run_cli(
+        "decode",
+        "llama_rope_gqa",
+        "gptoss_sinks",
+        "--batch",
+        "--arrive",
+        "0,2",
+        "--prefill",
+        "2",
+        "-f",
+        "plain",
+        "--width",
+        "160",
+    )
     assert res.exit_code == 0, res.stderr
     out = res.stdout
     assert "cu_seqlens_q = [0, 1, 3] · cu_seqlens_k = [0, 4, 6]" in out  # step 2: token 3, 0 and 1
@@ -140,17 +162,56 @@ def test_the_table_shows_rows_cu_seqlens_and_who_joins() -> None:
 def test_chinese_batch_texts_have_no_english_left() -> None:
     from test_explain import english_left
 
-    res = run_cli("decode", "causal_multihead", "causal_multihead", "--batch", "--explain",
-                  "--lang", "zh", "-f", "plain", "--width", "300", "--arrive", "0,1",
-                  "--paged", "--share-prefix", "--block-size", "1")  # fmt: skip
+    res = run_cli(
+        "decode",
+        "causal_multihead",
+        "causal_multihead",
+        "--batch",
+        "--explain",
+        "--lang",
+        "zh",
+        "-f",
+        "plain",
+        "--width",
+        "300",
+        "--arrive",
+        "0,1",
+        "--paged",
+        "--share-prefix",
+        "--block-size",
+        "1",
+    )
     assert res.exit_code == 0, res.stderr
-    lines = [line for line in res.stdout.splitlines()
-             if any(w in line for w in ("打包", "序列", "批", "遮盖", "页", "块表"))]  # fmt: skip
+    lines = [
+        line
+        for line in res.stdout.splitlines()
+        if any(w in line for w in ("打包", "序列", "批", "遮盖", "页", "块表"))
+    ]
     assert len(lines) > 20 and any("写时复制" in line for line in lines)
-    allowed = ("Q_packed", "cu_seqlens", "cu_seqlens_q", "cu_seqlens_k", "n_i", "vLLM", "SGLang",
-               "TensorRT", "LLM", "FlashAttention", "attn", "decode", "softmax", "output",
-               "mask", "causal_multihead", "max", "packed", "Q", "block_table", "refcount",
-               "causal_multihead#2")  # fmt: skip
+    allowed = (
+        "Q_packed",
+        "cu_seqlens",
+        "cu_seqlens_q",
+        "cu_seqlens_k",
+        "n_i",
+        "vLLM",
+        "SGLang",
+        "TensorRT",
+        "LLM",
+        "FlashAttention",
+        "attn",
+        "decode",
+        "softmax",
+        "output",
+        "mask",
+        "causal_multihead",
+        "max",
+        "packed",
+        "Q",
+        "block_table",
+        "refcount",
+        "causal_multihead#2",
+    )
     for line in lines:
         assert english_left(line, allowed) == [], line
 
@@ -220,8 +281,9 @@ def loop_batch(names: list[str], arrive: list[int], leak: bool = False) -> list[
     QKV = [[t[x].data for x in "QKV"] for t in seqs]  # (H, T, D) each
     outs = [np.zeros((q.shape[0], q.shape[1], v.shape[2])) for q, _, v in QKV]
     for s in range(max(a + q.shape[1] for a, (q, _, _) in zip(arrive, QKV, strict=True))):
-        packed = [(j, s - arrive[j]) for j in range(len(names))
-                  if 0 <= s - arrive[j] < QKV[j][0].shape[1]]  # fmt: skip
+        packed = [
+            (j, s - arrive[j]) for j in range(len(names)) if 0 <= s - arrive[j] < QKV[j][0].shape[1]
+        ]
         for n, (j, t) in enumerate(packed):
             q = QKV[j][0]
             keys = [(i, u) for i, u in packed[:n] if leak for u in range(u + 1)]
@@ -240,9 +302,14 @@ def batch_dump(tmp_path: Any, names: list[str], arrive: list[int], outs: list[An
     from attn_cli.check.compare import GRADER_TOLERANCE
     from attn_cli.check.run import check_fixture
 
-    doc = {"format": "attn-decode-batch", "prefill": 1, "sequences": {
-        f"s{j}": {"fixture": n, "arrive": a, "output": o.tolist()}
-        for j, (n, a, o) in enumerate(zip(names, arrive, outs, strict=True))}}  # fmt: skip
+    doc = {
+        "format": "attn-decode-batch",
+        "prefill": 1,
+        "sequences": {
+            f"s{j}": {"fixture": n, "arrive": a, "output": o.tolist()}
+            for j, (n, a, o) in enumerate(zip(names, arrive, outs, strict=True))
+        },
+    }
     path = tmp_path / "batch.json"
     path.write_text(json.dumps(doc))
     outcome = check_fixture(names[0], against=path, tolerance=GRADER_TOLERANCE)
@@ -267,8 +334,20 @@ def test_our_own_batch_json_grades_as_the_same(tmp_path: Any) -> None:
     from attn_cli.check.compare import GRADER_TOLERANCE
     from attn_cli.check.run import check_fixture
 
-    res = run_cli("decode", "llama_rope_gqa", "gptoss_sinks", "--batch", "--arrive", "1,0",
-                  "--prefill", "3", "--chunk", "2", "-f", "json")  # fmt: skip
+    res = run_cli(
+        "decode",
+        "llama_rope_gqa",
+        "gptoss_sinks",
+        "--batch",
+        "--arrive",
+        "1,0",
+        "--prefill",
+        "3",
+        "--chunk",
+        "2",
+        "-f",
+        "json",
+    )
     path = tmp_path / "ours.json"
     path.write_text(res.stdout)
     outcome = check_fixture("llama_rope_gqa", against=path, tolerance=GRADER_TOLERANCE)
@@ -284,8 +363,9 @@ def test_a_shared_page_is_copied_exactly_when_written() -> None:
     joins, its prompt's keys and values are page 0's first row: it shares page 0 (count 2) and
     writes nothing. Step 2: sequence 0 takes page 1 for token 2; sequence 1 writes token 1 into
     page 0, held by two: copied to page 2 first (page 0 back to count 1)."""
-    run = run_batch(["llama_rope_gqa", "llama_rope_gqa"], (0, 1), 1, None, paged=(2, None),
-                    share=True)  # fmt: skip
+    run = run_batch(
+        ["llama_rope_gqa", "llama_rope_gqa"], (0, 1), 1, None, paged=(2, None), share=True
+    )
     pages = [s.pages for s in run.result.steps]
     assert all(p is not None for p in pages)
     assert [p.shared for p in pages if p] == [(), ((1, 0, 0),), (), (), (), ()]
@@ -297,8 +377,9 @@ def test_a_shared_page_is_copied_exactly_when_written() -> None:
 
 def test_without_sharing_nothing_is_shared_or_copied() -> None:
     run = run_batch(["llama_rope_gqa", "llama_rope_gqa"], (0, 1), 1, None, paged=(2, None))
-    assert all(s.pages is not None and not s.pages.shared and not s.pages.copied
-               for s in run.result.steps)  # fmt: skip
+    assert all(
+        s.pages is not None and not s.pages.shared and not s.pages.copied for s in run.result.steps
+    )
     assert run.worst <= TOL
 
 
@@ -333,8 +414,7 @@ def test_shared_prefixes_keep_every_row_and_count_every_page(
         paths[-1].write_text(json.dumps(fx))
     run = run_batch(paths, (0, arrive), prefill, None, paged=(bs, None), share=True)
     for j, fx in enumerate(fixtures):
-        np.testing.assert_allclose(run.result.outputs(j), reference(fx)["output"], rtol=0,
-                                   atol=TOL)  # fmt: skip
+        np.testing.assert_allclose(run.result.outputs(j), reference(fx)["output"], rtol=0, atol=TOL)
     shared: set[tuple[int, int]] = set()  # (sequence, block) that took a page as cached
     for s in run.result.steps:
         p = s.pages
@@ -386,12 +466,20 @@ def test_a_shared_page_written_without_copying_is_named(tmp_path: Any) -> None:
     for j, fx in enumerate((a, b)):
         paths.append(tmp_path / f"f{j}.json")
         paths[-1].write_text(json.dumps(fx))
-    for outs, want in ((no_copy_loop(a, b), ["shared_page_written_without_copy"]),
-                       ([reference(fx)["output"] for fx in (a, b)], [])):  # fmt: skip
-        seqs = {f"s{j}": {"fixture": str(p), "arrive": j, "output": o.tolist()}
-                for j, (p, o) in enumerate(zip(paths, outs, strict=True))}  # fmt: skip
-        doc = {"format": "attn-decode-batch", "prefill": 1, "sequences": seqs,
-               "paged": {"block_size": 2, "share_prefix": True}}  # fmt: skip
+    for outs, want in (
+        (no_copy_loop(a, b), ["shared_page_written_without_copy"]),
+        ([reference(fx)["output"] for fx in (a, b)], []),
+    ):
+        seqs = {
+            f"s{j}": {"fixture": str(p), "arrive": j, "output": o.tolist()}
+            for j, (p, o) in enumerate(zip(paths, outs, strict=True))
+        }
+        doc = {
+            "format": "attn-decode-batch",
+            "prefill": 1,
+            "sequences": seqs,
+            "paged": {"block_size": 2, "share_prefix": True},
+        }
         path = tmp_path / "dump.json"
         path.write_text(json.dumps(doc))
         outcome = check_fixture(str(paths[0]), against=path, tolerance=GRADER_TOLERANCE)
@@ -401,13 +489,25 @@ def test_a_shared_page_written_without_copying_is_named(tmp_path: Any) -> None:
 
 
 def test_the_table_and_json_show_tables_counts_shares_and_copies() -> None:
-    args = ["decode", "llama_rope_gqa", "llama_rope_gqa", "--batch", "--arrive", "0,1",
-            "--paged", "--share-prefix", "--block-size", "2"]  # fmt: skip
+    args = [
+        "decode",
+        "llama_rope_gqa",
+        "llama_rope_gqa",
+        "--batch",
+        "--arrive",
+        "0,1",
+        "--paged",
+        "--share-prefix",
+        "--block-size",
+        "2",
+    ]
     res = run_cli(*args, "-f", "plain", "--width", "200")
     assert res.exit_code == 0, res.stderr
     assert "llama_rope_gqa#2 shares page 0 for its block 0" in res.stdout
-    assert "copy on write: llama_rope_gqa#2 writes into page 0 (another sequence holds it): " \
-        "copied to page 2, its block 0 now → page 2" in res.stdout  # fmt: skip
+    assert (
+        "copy on write: llama_rope_gqa#2 writes into page 0 (another sequence holds it): "
+        "copied to page 2, its block 0 now → page 2" in res.stdout
+    )
     assert "reference counts (page ×sequences): 0 ×2" in res.stdout
     doc = json.loads(run_cli(*args, "-f", "json").stdout)
     assert doc["paged"]["share_prefix"] is True and doc["paged"]["pages_used"] == 5
@@ -471,8 +571,11 @@ def window_allocator(
 
 def _window_fixture(path: Any, seq: int, window: int, seed: int) -> Any:
     rng = np.random.default_rng(seed)
-    fx = {"causal": True, "window": window,
-          **{n: rng.standard_normal((seq, 3)).round(3).tolist() for n in "QKV"}}  # fmt: skip
+    fx = {
+        "causal": True,
+        "window": window,
+        **{n: rng.standard_normal((seq, 3)).round(3).tolist() for n in "QKV"},
+    }
     path.write_text(json.dumps(fx))
     return fx
 
@@ -487,9 +590,14 @@ def _window_fixture(path: Any, seq: int, window: int, seed: int) -> Any:
     ],
 )
 def test_a_window_frees_a_paged_batchs_pages_as_a_loop_allocator_does(
-    tmp_path: Any, lengths: list[int], arrive: list[int], prefill: int, chunk: int | None,
-    window: int, bs: int,
-) -> None:  # fmt: skip
+    tmp_path: Any,
+    lengths: list[int],
+    arrive: list[int],
+    prefill: int,
+    chunk: int | None,
+    window: int,
+    bs: int,
+) -> None:
     paths, fixtures = [], []
     for j, T in enumerate(lengths):
         paths.append(tmp_path / f"w{j}.json")
@@ -499,8 +607,9 @@ def test_a_window_frees_a_paged_batchs_pages_as_a_loop_allocator_does(
     got = []
     for s in run.result.steps:
         assert s.pages is not None
-        got.append(({j: list(t) for j, t in s.pages.tables}, list(s.pages.allocated),
-                    list(s.pages.freed)))  # fmt: skip
+        got.append(
+            ({j: list(t) for j, t in s.pages.tables}, list(s.pages.allocated), list(s.pages.freed))
+        )
     assert got == want
     assert any(-1 in table for tables, _, _ in want for table in tables.values())
     # the packed keys are the live blocks' tokens only, and every row is still the reference's
@@ -509,8 +618,7 @@ def test_a_window_frees_a_paged_batchs_pages_as_a_loop_allocator_does(
             first = next(b for b, p in enumerate(table) if p != -1) * bs
             assert min(t for i, t in s.keys if i == j) == first
     for j, fx in enumerate(fixtures):
-        np.testing.assert_allclose(run.result.outputs(j), reference(fx)["output"], rtol=0,
-                                   atol=TOL)  # fmt: skip
+        np.testing.assert_allclose(run.result.outputs(j), reference(fx)["output"], rtol=0, atol=TOL)
     assert run.worst <= TOL
     unwindowed = sum(-(-T // bs) for T in lengths)
     assert run.result.peak < unwindowed
@@ -519,8 +627,17 @@ def test_a_window_frees_a_paged_batchs_pages_as_a_loop_allocator_does(
 def test_the_json_and_table_show_a_windows_freed_blocks(tmp_path: Any) -> None:
     for j in range(2):
         _window_fixture(tmp_path / f"w{j}.json", 6, 2, j)
-    args = ["decode", str(tmp_path / "w0.json"), str(tmp_path / "w1.json"), "--batch",
-            "--arrive", "0,1", "--paged", "--block-size", "1"]  # fmt: skip
+    args = [
+        "decode",
+        str(tmp_path / "w0.json"),
+        str(tmp_path / "w1.json"),
+        "--batch",
+        "--arrive",
+        "0,1",
+        "--paged",
+        "--block-size",
+        "1",
+    ]
     doc = json.loads(run_cli(*args, "-f", "json").stdout)
     want = window_allocator(schedule([6, 6], [0, 1], 1, None), [6, 6], 2, 1)
     for step, (tables, taken, freed) in zip(doc["steps"], want, strict=True):
@@ -544,9 +661,15 @@ def test_the_json_and_table_show_a_windows_freed_blocks(tmp_path: Any) -> None:
     window=st.integers(1, 4),
 )
 def test_a_window_over_shared_pages_frees_a_page_only_at_count_zero(
-    tmp_path_factory: Any, seed: int, T: int, same: int, bs: int, arrive: int, prefill: int,
+    tmp_path_factory: Any,
+    seed: int,
+    T: int,
+    same: int,
+    bs: int,
+    arrive: int,
+    prefill: int,
     window: int,
-) -> None:  # fmt: skip
+) -> None:
     folder = tmp_path_factory.mktemp("window")
     fixtures = prefix_pair(seed, T, min(same, T))
     paths = []
@@ -556,8 +679,7 @@ def test_a_window_over_shared_pages_frees_a_page_only_at_count_zero(
         paths[-1].write_text(json.dumps(fx))
     run = run_batch(paths, (0, arrive), prefill, None, paged=(bs, None), share=True)
     for j, fx in enumerate(fixtures):
-        np.testing.assert_allclose(run.result.outputs(j), reference(fx)["output"], rtol=0,
-                                   atol=TOL)  # fmt: skip
+        np.testing.assert_allclose(run.result.outputs(j), reference(fx)["output"], rtol=0, atol=TOL)
     for s in run.result.steps:
         p = s.pages
         assert p is not None

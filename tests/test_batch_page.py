@@ -38,13 +38,16 @@ def _loop_attention(path: Path) -> list[list[float]]:
     Q, K, V = fx["Q"], fx["K"], fx["V"]
     out = []
     for t, q in enumerate(Q):
-        logits = [sum(a * b for a, b in zip(q, K[s], strict=True)) / math.sqrt(len(q))
-                  for s in range(t + 1)]  # fmt: skip
+        logits = [
+            sum(a * b for a, b in zip(q, K[s], strict=True)) / math.sqrt(len(q))
+            for s in range(t + 1)
+        ]
         m = max(logits)
         e = [math.exp(x - m) for x in logits]
         total = math.fsum(e)
-        out.append([math.fsum(e[s] / total * V[s][j] for s in range(t + 1))
-                    for j in range(len(V[0]))])  # fmt: skip
+        out.append(
+            [math.fsum(e[s] / total * V[s][j] for s in range(t + 1)) for j in range(len(V[0]))]
+        )
     return out
 
 
@@ -120,8 +123,9 @@ def test_every_batchable_examples_page_shows_the_jsons_numbers(name: str) -> Non
     for stage, index, attrs, text in step_cells(page):
         k = int(attrs["step"])
         assert text == as_shown(json_at(run["steps"][k]["stages"][stage]["data"], index))
-    cell = re.search(r'data-stage="output" data-index="0,0,0" data-step="0"[^>]*data-w="(\d+)"',
-                     page)  # fmt: skip
+    cell = re.search(
+        r'data-stage="output" data-index="0,0,0" data-step="0"[^>]*data-w="(\d+)"', page
+    )
     assert cell is not None
     lines = data["derivations"][int(cell.group(1))]["en"]["lines"]
     summed = lines[0].startswith("output[head 0, row 0, 0] = Σ weight × V")
@@ -137,8 +141,9 @@ def test_a_weights_derivation_is_its_packed_row_through_softmax(tmp_path: Path) 
     page, run = _page_and_json(str(a), str(b), "--prefill", "2")
     data = _data(page)
     step = run["steps"][0]  # a's rows 0, 1 then b's rows 0, 1: 4 rows, 4 keys
-    cell = re.search(r'data-stage="softmax" data-index="0,3,3" data-step="0"[^>]*data-w="(\d+)"',
-                     page)  # fmt: skip
+    cell = re.search(
+        r'data-stage="softmax" data-index="0,3,3" data-step="0"[^>]*data-w="(\d+)"', page
+    )
     assert cell is not None
     part = data["derivations"][int(cell.group(1))]["en"]
     masked = step["stages"]["masked"]["data"][0][3]
@@ -149,8 +154,9 @@ def test_a_weights_derivation_is_its_packed_row_through_softmax(tmp_path: Path) 
     np.testing.assert_allclose(_numbers(part["lines"][0])[-2:], [m, 0], atol=5e-5)  # m, weight 0
     # Σ e^(x − m), weight of key 3 = e / Σ = w: as the loop here computes them
     total, _, e3, total2, w = _numbers(part["footer"][0])
-    np.testing.assert_allclose([total, e3, total2, w], [sum(e), e[1], sum(e), e[1] / sum(e)],
-                               atol=5e-5)  # fmt: skip
+    np.testing.assert_allclose(
+        [total, e3, total2, w], [sum(e), e[1], sum(e), e[1] / sum(e)], atol=5e-5
+    )
     assert [r[0] for r in part["rows"]] == ["2: 1:0", "3: 1:1 ◀"]  # b's own keys only
     np.testing.assert_allclose([_numbers(r[1])[0] for r in part["rows"]], masked[2:], atol=5e-5)
 
@@ -161,8 +167,18 @@ def _numbers(text: str) -> list[float]:
 
 
 def test_a_shared_prefix_batch_shows_its_block_tables_and_counts() -> None:
-    args = ("llama_rope_gqa", "llama_rope_gqa", "--arrive", "0,1", "--paged", "--share-prefix",
-            "--block-size", "1", "--prefill", "2")  # fmt: skip
+    args = (
+        "llama_rope_gqa",
+        "llama_rope_gqa",
+        "--arrive",
+        "0,1",
+        "--paged",
+        "--share-prefix",
+        "--block-size",
+        "1",
+        "--prefill",
+        "2",
+    )
     page, run = _page_and_json(*args)
     text = html.unescape(page)
     shared = 0
@@ -176,8 +192,16 @@ def test_a_shared_prefix_batch_shows_its_block_tables_and_counts() -> None:
     assert shared > 0 and "shares page" in text and "页" in text
 
 
-WINDOW_SHARED = ("mistral_sliding_window", "mistral_sliding_window", "--arrive", "0,1", "--paged",
-                 "--share-prefix", "--block-size", "1")  # fmt: skip
+WINDOW_SHARED = (
+    "mistral_sliding_window",
+    "mistral_sliding_window",
+    "--arrive",
+    "0,1",
+    "--paged",
+    "--share-prefix",
+    "--block-size",
+    "1",
+)
 
 
 @pytest.mark.parametrize(
@@ -193,11 +217,42 @@ def test_the_chinese_texts_have_no_english_but_names(argv: tuple[str, ...]) -> N
     data = _data(page)
     texts = [html.unescape(z) for z in re.findall(r'<span class="zh">(.*?)</span>', page, re.S)]
     texts += [json.dumps(d["zh"], ensure_ascii=False) for d in data["derivations"]]
-    names = {"cu_seqlens_q", "cu_seqlens_k", "cu_seqlens", "Q_packed", "softmax", "output",
-             "masked", "max", "llama_rope_gqa", "gptoss_sinks", "The", "cat", "sat", "the", "on",
-             "mat", "vLLM", "SGLang", "TensorRT", "LLM", "FlashAttention", "title", "lines",
-             "header", "rows", "footer", "mask", "n_i", "scalar", "deepseek_mla", "W_UV",
-             "mistral_sliding_window", "refcount", "block_table"}  # fmt: skip
+    names = {
+        "cu_seqlens_q",
+        "cu_seqlens_k",
+        "cu_seqlens",
+        "Q_packed",
+        "softmax",
+        "output",
+        "masked",
+        "max",
+        "llama_rope_gqa",
+        "gptoss_sinks",
+        "The",
+        "cat",
+        "sat",
+        "the",
+        "on",
+        "mat",
+        "vLLM",
+        "SGLang",
+        "TensorRT",
+        "LLM",
+        "FlashAttention",
+        "title",
+        "lines",
+        "header",
+        "rows",
+        "footer",
+        "mask",
+        "n_i",
+        "scalar",
+        "deepseek_mla",
+        "W_UV",
+        "mistral_sliding_window",
+        "refcount",
+        "block_table",
+    }
     left = {w for t in texts for w in re.findall(r"[A-Za-z_]{2,}", t)} - names
     assert left == set(), left
 
@@ -234,8 +289,11 @@ def test_full_keeps_a_long_rows_derivations_bounded(tmp_path: Path) -> None:
     assert len(page) < 1_500_000
     data = _data(page)
     last = max(int(k) for k in data["steps"])
-    cell = re.search(rf'data-stage="softmax" data-index="0,0,5" data-step="{last}"[^>]*'
-                     r'data-w="(\d+)"', page)  # fmt: skip
+    cell = re.search(
+        rf'data-stage="softmax" data-index="0,0,5" data-step="{last}"[^>]*'
+        r'data-w="(\d+)"',
+        page,
+    )
     assert cell is not None
     rows = data["derivations"][int(cell.group(1))]["en"]["rows"]
     assert ["…"] * 5 in rows and len(rows) < 20

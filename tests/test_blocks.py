@@ -26,17 +26,23 @@ SETTINGS = settings(max_examples=300, deadline=None)
 
 def test_worked_examples() -> None:
     # seq_k 8192, float64: a row is 64 KiB; 8 MiB target = 128 rows < floor 256 -> 256 (16 MiB)
-    assert rows_per_block(8192, 8192, 8, min_rows=256, max_bytes=32 * MiB,
-                          target_bytes=8 * MiB) == 256  # fmt: skip
+    assert (
+        rows_per_block(8192, 8192, 8, min_rows=256, max_bytes=32 * MiB, target_bytes=8 * MiB) == 256
+    )
     # seq_k 32768, float64: a row is 256 KiB; floor 256 rows = 64 MiB > cap 32 MiB -> 128 rows
-    assert rows_per_block(32768, 32768, 8, min_rows=256, max_bytes=32 * MiB,
-                          target_bytes=8 * MiB) == 128  # fmt: skip
+    assert (
+        rows_per_block(32768, 32768, 8, min_rows=256, max_bytes=32 * MiB, target_bytes=8 * MiB)
+        == 128
+    )
     # seq_k 2048, float32: a row is 8 KiB; 8 MiB target = 1024 rows (above the floor, in the cap)
-    assert rows_per_block(2048, 2048, 4, min_rows=256, max_bytes=32 * MiB,
-                          target_bytes=8 * MiB) == 1024  # fmt: skip
+    assert (
+        rows_per_block(2048, 2048, 4, min_rows=256, max_bytes=32 * MiB, target_bytes=8 * MiB)
+        == 1024
+    )
     # 100 queries: never more rows than there are
-    assert rows_per_block(100, 2048, 4, min_rows=256, max_bytes=32 * MiB,
-                          target_bytes=8 * MiB) == 100  # fmt: skip
+    assert (
+        rows_per_block(100, 2048, 4, min_rows=256, max_bytes=32 * MiB, target_bytes=8 * MiB) == 100
+    )
     # one row of 10 MiB under a 1 MiB cap: one row is always allowed
     assert rows_per_block(5, 10 * MiB // 8, 8, min_rows=256, max_bytes=MiB) == 1
 

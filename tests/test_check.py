@@ -148,16 +148,24 @@ def test_missing_golden_is_trouble(tmp_path: Path) -> None:
         ("{not json", "invalid JSON"),
         ('{"tokens": []}', "format: not a JSON trace"),
         ('{"format": "attn-trace", "version": 7, "stages": {}}', "version: is 7"),
-        ('{"format": "attn-trace", "version": 1, "stages": {"scroes": {"data": [1]}}}',
-         "stages.scroes: unknown stage"),
-        ('{"format": "attn-trace", "version": 1, "stages": {"X": {"data": [[1], [1, 2]]}}}',
-         "rows of different lengths"),
-        ('{"format": "attn-trace", "version": 1, "stages": {"X": {"data": [["x"]]}}}',
-         "stages.X.data: holds 'x'"),
-        ('{"format": "attn-trace", "version": 1, "stages": {"X": {"shape": [2], "data": [1]}}}',
-         "is [2] but the data has shape [1]"),
+        (
+            '{"format": "attn-trace", "version": 1, "stages": {"scroes": {"data": [1]}}}',
+            "stages.scroes: unknown stage",
+        ),
+        (
+            '{"format": "attn-trace", "version": 1, "stages": {"X": {"data": [[1], [1, 2]]}}}',
+            "rows of different lengths",
+        ),
+        (
+            '{"format": "attn-trace", "version": 1, "stages": {"X": {"data": [["x"]]}}}',
+            "stages.X.data: holds 'x'",
+        ),
+        (
+            '{"format": "attn-trace", "version": 1, "stages": {"X": {"shape": [2], "data": [1]}}}',
+            "is [2] but the data has shape [1]",
+        ),
     ],
-)  # fmt: skip
+)
 def test_unreadable_golden_is_trouble(tmp_path: Path, text: str, message: str) -> None:
     golden = tmp_path / "bad.json"
     golden.write_text(text)
@@ -217,8 +225,9 @@ def test_worst_cells_are_labelled_batch_head_query_key(tmp_path: Path) -> None:
     assert result.exit_code == 1, result.output
     # golden e³/(1 + e³) + 0.01 = 0.962574 against 0.952574: rel error 0.01 / 0.962574
     assert row(result.stdout, "softmax", "different", "1 of 16", "1.000e-02", "1.039e-02")
-    assert row(result.stdout, "batch", "head", "query", "key", "golden", "trace", "abs error",
-               "rel error")  # fmt: skip
+    assert row(
+        result.stdout, "batch", "head", "query", "key", "golden", "trace", "abs error", "rel error"
+    )
     assert re.search(r"^1\s+1\s+0 a\s+1 b\s", result.stdout, re.M)
 
     report = json.loads(
@@ -250,8 +259,12 @@ def test_json_report_is_machine_readable(tmp_path: Path) -> None:
     assert (one["rtol"], one["atol"]) == (1e-9, 1e-12)
     by_name = {s["name"]: s for s in one["stages"]}
     assert [by_name[n]["status"] for n in ("X", "Q", "K", "V", "output")] == [
-        "same", "same", "same", "different", "different",
-    ]  # fmt: skip
+        "same",
+        "same",
+        "same",
+        "different",
+        "different",
+    ]
     v = by_name["V"]
     assert (v["differing"], v["cells"]) == (2, 6)
     np.testing.assert_allclose(v["max_abs_error"], 1e-3, rtol=1e-9)
@@ -271,10 +284,9 @@ EXPECTED = {
     "scale": 1,
     "expected": {
         "scores": [[1, 0, 1], [0, 1, 1], [1, 1, 2]],
-        "softmax": [[[0.4223, 0.1554, 0.4223], [0.1554, 0.4223, 0.4223],
-                     [0.2119, 0.2119, 0.5761]]],
+        "softmax": [[[0.4223, 0.1554, 0.4223], [0.1554, 0.4223, 0.4223], [0.2119, 0.2119, 0.5761]]],
     },
-}  # fmt: skip
+}
 
 
 def test_expected_section_with_and_without_the_head_axis(tmp_path: Path) -> None:
@@ -340,8 +352,11 @@ def test_golden_dir_checks_every_fixture_with_a_summary(tmp_path: Path) -> None:
     (goldens / "the_cat_sat.json").write_text(json.dumps(doc))
     one_differs = run_cli("check", *paths, "--golden-dir", str(goldens), *root, "--format", "plain")
     assert one_differs.exit_code == 1
-    assert re.search(r"^DIFFERENT: .*the_cat_sat\.yaml: 1 of 8 stages differs .*first: output$",
-                     one_differs.stdout, re.M)  # fmt: skip
+    assert re.search(
+        r"^DIFFERENT: .*the_cat_sat\.yaml: 1 of 8 stages differs .*first: output$",
+        one_differs.stdout,
+        re.M,
+    )
     n = len(BUNDLED_PATHS)
     assert one_differs.stdout.rstrip().endswith(f"fixtures: {n - 1} same, 1 different")
 
@@ -362,8 +377,9 @@ def test_golden_dir_json_report_lists_each_fixture(tmp_path: Path) -> None:
     report = json.loads(result.stdout)
     assert [f["status"] for f in report["fixtures"]] == ["same", "same"]
     assert [f["against"] for f in report["fixtures"]] == [
-        str(tmp_path / "the_cat_sat.json"), str(tmp_path / "causal_multihead.json"),
-    ]  # fmt: skip
+        str(tmp_path / "the_cat_sat.json"),
+        str(tmp_path / "causal_multihead.json"),
+    ]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -445,8 +461,9 @@ def test_golden_dir_keys_on_the_path_so_one_name_in_two_folders_does_not_collide
     made = run_cli("check", "cat.json", "a/cat.json", "--golden-dir", "golden", "--update")
     assert made.exit_code == 0, made.output
     assert sorted(str(p.relative_to(tmp_path)) for p in (tmp_path / "golden").rglob("*.json")) == [
-        "golden/a/cat.json", "golden/cat.json",
-    ]  # fmt: skip
+        "golden/a/cat.json",
+        "golden/cat.json",
+    ]
     same = run_cli("check", str(first), str(second), "--golden-dir", "golden")
     assert same.exit_code == 0, same.output
 

@@ -113,8 +113,11 @@ def _pack(path: Path, tensors: dict[str, np.ndarray[Any, Any]], bf16: bool) -> N
             data = (x.astype(np.float32).view(np.uint32) >> 16).astype("<u2").tobytes()
         else:
             data = x.astype("<f4").tobytes()
-        header[name] = {"dtype": "BF16" if bf16 else "F32", "shape": list(x.shape),
-                        "data_offsets": [at, at + len(data)]}  # fmt: skip
+        header[name] = {
+            "dtype": "BF16" if bf16 else "F32",
+            "shape": list(x.shape),
+            "data_offsets": [at, at + len(data)],
+        }
         chunks.append(data)
         at += len(data)
     raw = json.dumps(header).encode()
@@ -138,8 +141,10 @@ def _write(
     if bf16:
         _pack(folder / "model.safetensors", tensors, bf16=True)
     else:
-        save_file({k: np.ascontiguousarray(v, np.float32) for k, v in tensors.items()},
-                  str(folder / "model.safetensors"))  # fmt: skip
+        save_file(
+            {k: np.ascontiguousarray(v, np.float32) for k, v in tensors.items()},
+            str(folder / "model.safetensors"),
+        )
     _tokenizer(folder)
     return folder
 
@@ -161,8 +166,10 @@ def _layer_norm(x: Any, w: Any, b: Any, eps: float) -> Any:
         row = [float(v) for v in x[idx]]
         mu = math.fsum(row) / len(row)
         var = math.fsum((v - mu) ** 2 for v in row) / len(row)
-        out[idx] = [(v - mu) / math.sqrt(var + eps) * float(wi) + float(bi)
-                    for v, wi, bi in zip(row, w, b, strict=True)]  # fmt: skip
+        out[idx] = [
+            (v - mu) / math.sqrt(var + eps) * float(wi) + float(bi)
+            for v, wi, bi in zip(row, w, b, strict=True)
+        ]
     return out
 
 
@@ -171,8 +178,10 @@ def _rms_norm(x: Any, w: Any, eps: float, plus_one: bool = False) -> Any:
     for idx in np.ndindex(x.shape[:-1]):
         row = [float(v) for v in x[idx]]
         r = math.sqrt(math.fsum(v * v for v in row) / len(row) + eps)
-        out[idx] = [v / r * (1.0 + float(wi) if plus_one else float(wi))
-                    for v, wi in zip(row, w, strict=True)]  # fmt: skip
+        out[idx] = [
+            v / r * (1.0 + float(wi) if plus_one else float(wi))
+            for v, wi in zip(row, w, strict=True)
+        ]
     return out
 
 
@@ -196,11 +205,23 @@ def test_gpt2_fused_c_attn_from_text(tmp_path: Path) -> None:
     C, H = 8, 2
     t = {"transformer.wte.weight": _randn(len(WORDS), C), "transformer.wpe.weight": _randn(16, C)}
     p = "transformer.h.0."
-    t |= {p + "attn.c_attn.weight": _randn(C, 3 * C), p + "attn.c_attn.bias": _randn(3 * C),
-          p + "attn.c_proj.weight": _randn(C, C), p + "attn.c_proj.bias": _randn(C),
-          p + "ln_1.weight": _randn(C), p + "ln_1.bias": _randn(C)}  # fmt: skip
-    cfg = {"model_type": "gpt2", "n_embd": C, "n_head": H, "n_layer": 1, "n_positions": 16,
-           "vocab_size": len(WORDS), "layer_norm_epsilon": 1e-5}  # fmt: skip
+    t |= {
+        p + "attn.c_attn.weight": _randn(C, 3 * C),
+        p + "attn.c_attn.bias": _randn(3 * C),
+        p + "attn.c_proj.weight": _randn(C, C),
+        p + "attn.c_proj.bias": _randn(C),
+        p + "ln_1.weight": _randn(C),
+        p + "ln_1.bias": _randn(C),
+    }
+    cfg = {
+        "model_type": "gpt2",
+        "n_embd": C,
+        "n_head": H,
+        "n_layer": 1,
+        "n_positions": 16,
+        "vocab_size": len(WORDS),
+        "layer_norm_epsilon": 1e-5,
+    }
     f = import_layer(_write(tmp_path / "m", cfg, t), layer=0, text="the cat sat").fixture
     ids = [1, 2, 3]
     h = t["transformer.wte.weight"][ids].astype(np.float64) + t["transformer.wpe.weight"][:3]
@@ -245,9 +266,17 @@ def test_llama_gqa_bf16_from_hidden(tmp_path: Path) -> None:
     C, H, Hkv, D = 8, 4, 2, 2
     t = {"model.embed_tokens.weight": _bf16((len(WORDS), C))}
     t |= _llama_tensors("model.layers.1.", C, H, Hkv, D, bf16=True)
-    cfg = {"model_type": "llama", "hidden_size": C, "num_attention_heads": H,
-           "num_key_value_heads": Hkv, "num_hidden_layers": 2, "vocab_size": len(WORDS),
-           "rms_norm_eps": 1e-5, "rope_theta": 500000.0, "rope_scaling": None}  # fmt: skip
+    cfg = {
+        "model_type": "llama",
+        "hidden_size": C,
+        "num_attention_heads": H,
+        "num_key_value_heads": Hkv,
+        "num_hidden_layers": 2,
+        "vocab_size": len(WORDS),
+        "rms_norm_eps": 1e-5,
+        "rope_theta": 500000.0,
+        "rope_scaling": None,
+    }
     path, h = _hidden(tmp_path, 2, 3, C)  # [batch, seq, hidden]
     layer = import_layer(_write(tmp_path / "m", cfg, t, bf16=True), layer=1, hidden=path)
     f = layer.fixture
@@ -266,13 +295,25 @@ def test_qwen3_qk_norm_head_dim_and_rope(tmp_path: Path) -> None:
     C, H, Hkv, D = 8, 4, 1, 6  # head_dim 6 is not hidden/heads = 2
     p = "model.layers.0."
     t = _llama_tensors(p, C, H, Hkv, D, bf16=False)
-    t |= {p + "self_attn.q_norm.weight": _randn(D), p + "self_attn.k_norm.weight": _randn(D),
-          "model.embed_tokens.weight": _randn(len(WORDS), C)}  # fmt: skip
-    cfg = {"model_type": "qwen3", "hidden_size": C, "num_attention_heads": H,
-           "num_key_value_heads": Hkv, "head_dim": D, "num_hidden_layers": 1,
-           "vocab_size": len(WORDS), "rms_norm_eps": 1e-6, "partial_rotary_factor": 2 / 3,
-           "rope_parameters": {"rope_type": "default", "rope_theta": 1e6},
-           "use_sliding_window": False, "sliding_window": 4}  # fmt: skip
+    t |= {
+        p + "self_attn.q_norm.weight": _randn(D),
+        p + "self_attn.k_norm.weight": _randn(D),
+        "model.embed_tokens.weight": _randn(len(WORDS), C),
+    }
+    cfg = {
+        "model_type": "qwen3",
+        "hidden_size": C,
+        "num_attention_heads": H,
+        "num_key_value_heads": Hkv,
+        "head_dim": D,
+        "num_hidden_layers": 1,
+        "vocab_size": len(WORDS),
+        "rms_norm_eps": 1e-6,
+        "partial_rotary_factor": 2 / 3,
+        "rope_parameters": {"rope_type": "default", "rope_theta": 1e6},
+        "use_sliding_window": False,
+        "sliding_window": 4,
+    }
     imported = import_layer(_write(tmp_path / "m", cfg, t), layer=0, text="a dog ran")
     f = imported.fixture
     x = _rms_norm(t["model.embed_tokens.weight"][[6, 7, 8]], t[p + "input_layernorm.weight"], 1e-6)
@@ -292,10 +333,20 @@ def test_gemma2_softcap_window_scale_and_embedding(tmp_path: Path) -> None:
     t = {"model.embed_tokens.weight": _bf16((len(WORDS), C))}
     for i in (0, 1):
         t |= _llama_tensors(f"model.layers.{i}.", C, H, Hkv, D, bf16=True)
-    cfg = {"model_type": "gemma2", "hidden_size": C, "num_attention_heads": H,
-           "num_key_value_heads": Hkv, "head_dim": D, "num_hidden_layers": 2,
-           "vocab_size": len(WORDS), "rms_norm_eps": 1e-6, "query_pre_attn_scalar": 16,
-           "attn_logit_softcapping": 50.0, "sliding_window": 3, "rope_theta": 10000.0}  # fmt: skip
+    cfg = {
+        "model_type": "gemma2",
+        "hidden_size": C,
+        "num_attention_heads": H,
+        "num_key_value_heads": Hkv,
+        "head_dim": D,
+        "num_hidden_layers": 2,
+        "vocab_size": len(WORDS),
+        "rms_norm_eps": 1e-6,
+        "query_pre_attn_scalar": 16,
+        "attn_logit_softcapping": 50.0,
+        "sliding_window": 3,
+        "rope_theta": 10000.0,
+    }
     folder = _write(tmp_path / "m", cfg, t, bf16=True)
     f = import_layer(folder, layer=0, text="the dog sat on a mat").fixture
     # transformers multiplies by sqrt(hidden) cast to the table's dtype: bf16(sqrt(8)) = 2.828125
@@ -315,8 +366,10 @@ def test_qwen2_sharded_with_index_reads_only_its_shard(tmp_path: Path) -> None:
     C, H, Hkv, D = 8, 2, 2, 4
     folder = tmp_path / "m"
     folder.mkdir()
-    shards: dict[str, dict[str, Any]] = {"model-00001-of-00003.safetensors": {},
-                                         "model-00002-of-00003.safetensors": {}}  # fmt: skip
+    shards: dict[str, dict[str, Any]] = {
+        "model-00001-of-00003.safetensors": {},
+        "model-00002-of-00003.safetensors": {},
+    }
     t: dict[str, Any] = {}
     for i in (0, 1):
         p = f"model.layers.{i}."
@@ -335,8 +388,14 @@ def test_qwen2_sharded_with_index_reads_only_its_shard(tmp_path: Path) -> None:
     weight_map["model.layers.2.self_attn.q_proj.weight"] = "model-00003-of-00003.safetensors"
     (folder / "model-00003-of-00003.safetensors").write_bytes(b"garbage, never read")
     (folder / "model.safetensors.index.json").write_text(json.dumps({"weight_map": weight_map}))
-    cfg = {"model_type": "qwen2", "hidden_size": C, "num_attention_heads": H,
-           "num_key_value_heads": Hkv, "num_hidden_layers": 3, "vocab_size": 9}  # fmt: skip
+    cfg = {
+        "model_type": "qwen2",
+        "hidden_size": C,
+        "num_attention_heads": H,
+        "num_key_value_heads": Hkv,
+        "num_hidden_layers": 3,
+        "vocab_size": 9,
+    }
     (folder / "config.json").write_text(json.dumps(cfg))
     path, h = _hidden(tmp_path, 5, C)
     imported = import_layer(folder, layer=1, hidden=path)
@@ -356,10 +415,18 @@ def test_gpt_oss_sinks_and_mistral_window(tmp_path: Path) -> None:
         for n, k in (("q", H * D), ("k", Hkv * D), ("v", Hkv * D), ("o", C))
     }
     t[p + "self_attn.sinks"] = _randn(H)
-    cfg = {"model_type": "gpt_oss", "hidden_size": C, "num_attention_heads": H, "head_dim": D,
-           "num_key_value_heads": Hkv, "num_hidden_layers": 2, "vocab_size": 9,
-           "sliding_window": 2, "rope_scaling": {"rope_type": "default"},
-           "layer_types": ["full_attention", "sliding_attention"]}  # fmt: skip
+    cfg = {
+        "model_type": "gpt_oss",
+        "hidden_size": C,
+        "num_attention_heads": H,
+        "head_dim": D,
+        "num_key_value_heads": Hkv,
+        "num_hidden_layers": 2,
+        "vocab_size": 9,
+        "sliding_window": 2,
+        "rope_scaling": {"rope_type": "default"},
+        "layer_types": ["full_attention", "sliding_attention"],
+    }
     path, h = _hidden(tmp_path, 3, C)
     f = import_layer(_write(tmp_path / "oss", cfg, t), layer=1, hidden=path).fixture
     x = _rms_norm(h, t[p + "input_layernorm.weight"], 1e-5)  # GptOssConfig's rms_norm_eps
@@ -367,8 +434,14 @@ def test_gpt_oss_sinks_and_mistral_window(tmp_path: Path) -> None:
     _close(f["b_O"], t[p + "self_attn.o_proj.bias"])
     _close(f["sinks"], t[p + "self_attn.sinks"])
     assert f["window"] == 2 and f["rope"]["base"] == 150000.0  # layer_types; GptOssConfig theta
-    cfg = {"model_type": "mistral", "hidden_size": C, "num_attention_heads": H,
-           "num_key_value_heads": Hkv, "num_hidden_layers": 2, "vocab_size": 9}  # fmt: skip
+    cfg = {
+        "model_type": "mistral",
+        "hidden_size": C,
+        "num_attention_heads": H,
+        "num_key_value_heads": Hkv,
+        "num_hidden_layers": 2,
+        "vocab_size": 9,
+    }
     t = _llama_tensors(p, C, H, Hkv, D, bf16=False)
     f = import_layer(_write(tmp_path / "mistral", cfg, t), layer=1, hidden=path).fixture
     assert f["window"] == 4096  # MistralConfig's default sliding_window, on every layer
@@ -376,15 +449,32 @@ def test_gpt_oss_sinks_and_mistral_window(tmp_path: Path) -> None:
 
 
 def test_write_npz_fixture_flattens_mappings(tmp_path: Path) -> None:
-    fixture = {"name": "n", "tokens": ["a", "b"], "X": np.ones((2, 3)), "heads": 2,
-               "causal": True, "rope": {"base": 1e4, "layout": "half", "dims": 4},
-               "qk_norm": {"q_weight": np.ones(2), "k_weight": np.zeros(2),
-                           "eps": 1e-6}}  # fmt: skip
+    fixture = {
+        "name": "n",
+        "tokens": ["a", "b"],
+        "X": np.ones((2, 3)),
+        "heads": 2,
+        "causal": True,
+        "rope": {"base": 1e4, "layout": "half", "dims": 4},
+        "qk_norm": {"q_weight": np.ones(2), "k_weight": np.zeros(2), "eps": 1e-6},
+    }
     write_npz_fixture(fixture, tmp_path / "f.fixture")  # no .npz added to the name
     with np.load(tmp_path / "f.fixture", allow_pickle=False) as z:
-        assert sorted(z.files) == sorted(["name", "tokens", "X", "heads", "causal", "rope.base",
-                                          "rope.layout", "rope.dims", "qk_norm.q_weight",
-                                          "qk_norm.k_weight", "qk_norm.eps"])  # fmt: skip
+        assert sorted(z.files) == sorted(
+            [
+                "name",
+                "tokens",
+                "X",
+                "heads",
+                "causal",
+                "rope.base",
+                "rope.layout",
+                "rope.dims",
+                "qk_norm.q_weight",
+                "qk_norm.k_weight",
+                "qk_norm.eps",
+            ]
+        )
         assert z["tokens"].tolist() == ["a", "b"] and z["rope.layout"].item() == "half"
         assert z["causal"].item() is True and z["heads"].item() == 2
 
@@ -397,9 +487,14 @@ def _small_llama(tmp_path: Path, **cfg_changes: Any) -> tuple[Path, dict[str, An
     C, H, Hkv, D = 8, 2, 1, 4
     t = _llama_tensors("model.layers.0.", C, H, Hkv, D, bf16=False)
     t["model.embed_tokens.weight"] = _randn(len(WORDS), C)
-    cfg = {"model_type": "llama", "hidden_size": C, "num_attention_heads": H,
-           "num_key_value_heads": Hkv, "num_hidden_layers": 1,
-           "vocab_size": len(WORDS)}  # fmt: skip
+    cfg = {
+        "model_type": "llama",
+        "hidden_size": C,
+        "num_attention_heads": H,
+        "num_key_value_heads": Hkv,
+        "num_hidden_layers": 1,
+        "vocab_size": len(WORDS),
+    }
     return tmp_path / "m", cfg | cfg_changes, t
 
 
@@ -480,12 +575,24 @@ def test_unsupported_dtype(tmp_path: Path) -> None:
 
 def test_too_many_tokens_for_the_position_table(tmp_path: Path) -> None:
     C = 4
-    t = {"wte.weight": _randn(len(WORDS), C), "wpe.weight": _randn(3, C),
-         "h.0.attn.c_attn.weight": _randn(C, 3 * C), "h.0.attn.c_attn.bias": _randn(3 * C),
-         "h.0.attn.c_proj.weight": _randn(C, C), "h.0.attn.c_proj.bias": _randn(C),
-         "h.0.ln_1.weight": _randn(C), "h.0.ln_1.bias": _randn(C)}  # fmt: skip
-    cfg = {"model_type": "gpt2", "n_embd": C, "n_head": 1, "n_layer": 1, "n_positions": 3,
-           "vocab_size": len(WORDS)}  # fmt: skip
+    t = {
+        "wte.weight": _randn(len(WORDS), C),
+        "wpe.weight": _randn(3, C),
+        "h.0.attn.c_attn.weight": _randn(C, 3 * C),
+        "h.0.attn.c_attn.bias": _randn(3 * C),
+        "h.0.attn.c_proj.weight": _randn(C, C),
+        "h.0.attn.c_proj.bias": _randn(C),
+        "h.0.ln_1.weight": _randn(C),
+        "h.0.ln_1.bias": _randn(C),
+    }
+    cfg = {
+        "model_type": "gpt2",
+        "n_embd": C,
+        "n_head": 1,
+        "n_layer": 1,
+        "n_positions": 3,
+        "vocab_size": len(WORDS),
+    }
     msg = _error(_write(tmp_path / "m", cfg, t), text="the cat sat on the mat")
     assert "model.safetensors: wpe.weight: the text gives 6 tokens" in msg and "at most 3" in msg
 

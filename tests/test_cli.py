@@ -262,14 +262,22 @@ def test_narrow_width_elides_columns_instead_of_cropping_numbers(
 def test_full_at_a_narrow_width_shows_every_column_uncropped(tmp_path: Path) -> None:
     """Every column, none cut: in blocks of columns that fit the width (as NumPy wraps)."""
     result = run_cli(
-        "trace", str(wide_numbers_fixture(tmp_path)), "--stage", "scores", "--full",
-        "--format", "plain", "--width", "60",
-    )  # fmt: skip
+        "trace",
+        str(wide_numbers_fixture(tmp_path)),
+        "--stage",
+        "scores",
+        "--full",
+        "--format",
+        "plain",
+        "--width",
+        "60",
+    )
     assert result.exit_code == 0, result.output
     table = result.stdout.split("scores = Q·Kᵀ")[1]  # below the header (its path may be cut)
     assert "…" not in table
-    shown = [j for header in re.findall(r"^ *query((?: +t\d+)+) *$", table, re.M)
-             for j in header.split()]  # fmt: skip
+    shown = [
+        j for header in re.findall(r"^ *query((?: +t\d+)+) *$", table, re.M) for j in header.split()
+    ]
     assert shown == [f"t{j}" for j in range(12)]
     assert max(len(line) for line in result.stdout.splitlines()) <= 60
 

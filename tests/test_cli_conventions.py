@@ -26,9 +26,11 @@ CAT = FIXTURES / "the_cat_sat.yaml"
 # Two queries, the first with nothing to attend to: a warning (not an error) on stderr.
 EMPTY_ROW = {
     "tokens": ["a", "b"],
-    "Q": [[1, 0], [0, 1]], "K": [[1, 0], [0, 1]], "V": [[1, 2], [3, 4]],
+    "Q": [[1, 0], [0, 1]],
+    "K": [[1, 0], [0, 1]],
+    "V": [[1, 2], [3, 4]],
     "mask": [[False, False], [True, True]],
-}  # fmt: skip
+}
 
 
 def one_error_line(result: object, *, code: int = 2) -> str:
@@ -104,9 +106,13 @@ def test_the_help_list_is_each_commands_first_paragraph() -> None:
 @pytest.mark.subprocess
 @pytest.mark.parametrize(
     ("argv", "built"),
-    [(["--help"], []), (["trace", "-f", "json"], ["trace"]), (["import", "-h"], ["importer"]),
-     (["examples"], ["examples"])],
-)  # fmt: skip
+    [
+        (["--help"], []),
+        (["trace", "-f", "json"], ["trace"]),
+        (["import", "-h"], ["importer"]),
+        (["examples"], ["examples"]),
+    ],
+)
 def test_a_command_imports_only_itself(argv: list[str], built: list[str]) -> None:
     """A command's module is imported when it runs: ``attn trace`` does not pay for the other
     seven at start-up, and ``attn --help`` lists them all without importing one."""
@@ -240,39 +246,61 @@ def test_force_color_colours_a_check_report(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("args", "line"),
     [
-        (["trace", "--format", "pdf"],
-         "Error: --format: got 'pdf', expected one of table, plain, json, markdown, latex, "
-         "html, svg, npz, marp"),
+        (
+            ["trace", "--format", "pdf"],
+            "Error: --format: got 'pdf', expected one of table, plain, json, markdown, latex, "
+            "html, svg, npz, marp",
+        ),
         (["trace", "--lang", "fr"], "Error: --lang: got 'fr', expected one of en, zh"),
-        (["check", "the_cat_sat", "-f", "xml"],
-         "Error: --format: got 'xml', expected one of table, plain, json, junit, github"),
-        (["check"],
-         "Error: FIXTURE...: missing, expected one or more fixture files or bundled example "
-         "names"),
+        (
+            ["check", "the_cat_sat", "-f", "xml"],
+            "Error: --format: got 'xml', expected one of table, plain, json, junit, github",
+        ),
+        (
+            ["check"],
+            "Error: FIXTURE...: missing, expected one or more fixture files or bundled example "
+            "names",
+        ),
         (["new"], "Error: FILE: missing, expected the file to write"),
-        (["trace", "--fokus", "1"],
-         "Error: --fokus: no such option for attn trace (did you mean '--focus'?), expected "
-         "one of the options of attn trace -h"),
-        (["trace", "--precision", "99"],
-         "Error: --precision: got 99, expected an integer from 0 to 17"),
-        (["trace", "--width", "5000"], "Error: --width: got 5000, expected an integer from 40 "
-         "to 1000"),
-        (["trace", "--width", "abc"], "Error: --width: got 'abc', expected an integer from 40 "
-         "to 1000"),
-        (["trace", "--width", "²"], "Error: --width: got '²', expected an integer from 40 "
-         "to 1000"),
-        (["new", "x.yaml", "--seq", "0"], "Error: --seq: got 0, expected an integer from 1 "
-         "to 256"),
-        (["check", "x", "--rtol", "-1"], "Error: --rtol: got -1.0, expected a number of at "
-         "least 0"),
-        (["trace", "--format"], "Error: --format: needs a value, expected one of table, plain, "
-         "json, markdown, latex, html, svg, npz, marp"),
-        (["trace", "--stage"], "Error: --stage: needs a value, expected a stage name such as "
-         "softmax"),
-        (["trace", "a", "b"], "Error: attn trace: got unexpected extra argument(s) (b), "
-         "expected attn trace [OPTIONS] [FIXTURE]"),
+        (
+            ["trace", "--fokus", "1"],
+            "Error: --fokus: no such option for attn trace (did you mean '--focus'?), expected "
+            "one of the options of attn trace -h",
+        ),
+        (
+            ["trace", "--precision", "99"],
+            "Error: --precision: got 99, expected an integer from 0 to 17",
+        ),
+        (
+            ["trace", "--width", "5000"],
+            "Error: --width: got 5000, expected an integer from 40 to 1000",
+        ),
+        (
+            ["trace", "--width", "abc"],
+            "Error: --width: got 'abc', expected an integer from 40 to 1000",
+        ),
+        (["trace", "--width", "²"], "Error: --width: got '²', expected an integer from 40 to 1000"),
+        (["new", "x.yaml", "--seq", "0"], "Error: --seq: got 0, expected an integer from 1 to 256"),
+        (
+            ["check", "x", "--rtol", "-1"],
+            "Error: --rtol: got -1.0, expected a number of at least 0",
+        ),
+        (
+            ["trace", "--format"],
+            "Error: --format: needs a value, expected one of table, plain, "
+            "json, markdown, latex, html, svg, npz, marp",
+        ),
+        (
+            ["trace", "--stage"],
+            "Error: --stage: needs a value, expected a stage name such as softmax",
+        ),
+        (
+            ["trace", "a", "b"],
+            "Error: attn trace: got unexpected extra argument(s) (b), "
+            "expected attn trace [OPTIONS] [FIXTURE]",
+        ),
     ],
-)  # fmt: skip
+)
 def test_usage_errors_are_one_line(args: list[str], line: str) -> None:
     assert one_error_line(run_cli(*args)) == line
 
@@ -359,9 +387,22 @@ def test_heatmap_default_precision_is_the_tables() -> None:
 
 @pytest.mark.parametrize(
     "value",
-    ["١", "²", "٣", "1" * 30, "9" * 5000, " 1 2 ", "-1", "+1", "0x1", "1e0", "",
-     "\x1b[2J", "\u202e1"],
-)  # fmt: skip
+    [
+        "١",
+        "²",
+        "٣",
+        "1" * 30,
+        "9" * 5000,
+        " 1 2 ",
+        "-1",
+        "+1",
+        "0x1",
+        "1e0",
+        "",
+        "\x1b[2J",
+        "\u202e1",
+    ],
+)
 @pytest.mark.parametrize("option", ["--focus", "--cell"])
 def test_hostile_positions_are_one_error_line(option: str, value: str) -> None:
     spec = value if option == "--focus" else f"{value},1"
@@ -403,12 +444,15 @@ def test_cell_with_a_comma_inside_a_token_still_splits_right() -> None:
 @pytest.mark.parametrize(
     ("value", "message"),
     [
-        ("9" * 400, f"Error: --max-memory: got '{'9' * 39}…', expected a size such as 8G, "
-         "500M or 1.5GiB (powers of 1024)"),
+        (
+            "9" * 400,
+            f"Error: --max-memory: got '{'9' * 39}…', expected a size such as 8G, "
+            "500M or 1.5GiB (powers of 1024)",
+        ),
         ("١G", "Error: --max-memory: got '١G', expected a size such as 8G"),
         ("0", "Error: --max-memory: got '0', expected a size of at least 1 byte"),
     ],
-)  # fmt: skip
+)
 def test_max_memory_values(value: str, message: str) -> None:
     assert one_error_line(run_cli("trace", "--max-memory", value)).startswith(message)
 
@@ -419,10 +463,20 @@ def test_max_memory_values(value: str, message: str) -> None:
 
 @pytest.mark.parametrize(
     ("value", "kept"),
-    [("120", "120"), ("10", "10"), ("99999999", str(MAX_WIDTH)), ("1" * 5000, None),
-     ("²", None), ("١٢٠", None), ("abc", None), ("0", None), ("-5", None), ("", None),
-     (" 90 ", "90")],
-)  # fmt: skip
+    [
+        ("120", "120"),
+        ("10", "10"),
+        ("99999999", str(MAX_WIDTH)),
+        ("1" * 5000, None),
+        ("²", None),
+        ("١٢٠", None),
+        ("abc", None),
+        ("0", None),
+        ("-5", None),
+        ("", None),
+        (" 90 ", "90"),
+    ],
+)
 def test_terminal_size_variables_are_tamed(value: str, kept: str | None) -> None:
     env = {"COLUMNS": value, "LINES": value, "OTHER": "x"}
     tame_terminal_size(env)
@@ -449,10 +503,16 @@ def test_garbage_columns_never_end_in_a_traceback(value: str) -> None:
 )
 @pytest.mark.parametrize(
     "args",
-    [["trace", "--explain", "--lang", "zh"], ["trace", "-f", "json"], ["heatmap"],
-     ["trace", "--cell", "The,cat"], ["check", "the_cat_sat", "--format", "github"],
-     ["trace", "--help"], ["examples"]],
-)  # fmt: skip
+    [
+        ["trace", "--explain", "--lang", "zh"],
+        ["trace", "-f", "json"],
+        ["heatmap"],
+        ["trace", "--cell", "The,cat"],
+        ["check", "the_cat_sat", "--format", "github"],
+        ["trace", "--help"],
+        ["examples"],
+    ],
+)
 def test_a_stdout_that_cannot_encode_is_no_traceback(env: dict[str, str], args: list[str]) -> None:
     from conftest import clean_env
 

@@ -239,9 +239,13 @@ def trace(path: Path, cwd: Path, monkeypatch: pytest.MonkeyPatch, name: str) -> 
     """``attn trace PATH`` from ``cwd``: in a process of its own when IN_A_PROCESS says so."""
     if name in IN_A_PROCESS:
         done = run_attn(
-            "trace", str(path), cwd=cwd, env=clean_env(COLUMNS="100"), timeout=TIMEOUT,
+            "trace",
+            str(path),
+            cwd=cwd,
+            env=clean_env(COLUMNS="100"),
+            timeout=TIMEOUT,
             preexec_fn=limit_memory(MEMORY_LIMIT),
-        )  # fmt: skip
+        )
         return Outcome(done.returncode, done.stdout, done.stderr)
     monkeypatch.chdir(cwd)
     result = run_cli("trace", str(path))

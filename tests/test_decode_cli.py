@@ -49,9 +49,15 @@ from attn_cli.present.step import on_key, page_deck
 Array = np.ndarray[Any, Any]
 F64 = 1e-12
 VARIANTS = [  # causal bundled examples in projection mode: the naive loop reads X and W
-    "causal_multihead", "llama_rope_gqa", "llama_rope_interleaved", "mistral_sliding_window",
-    "gptoss_sinks", "qwen3_qk_norm", "gemma2_softcap", "llama31_rope_scaling",
-]  # fmt: skip
+    "causal_multihead",
+    "llama_rope_gqa",
+    "llama_rope_interleaved",
+    "mistral_sliding_window",
+    "gptoss_sinks",
+    "qwen3_qk_norm",
+    "gemma2_softcap",
+    "llama31_rope_scaling",
+]
 CAUSAL_EXAMPLES = [*VARIANTS, "mask_sentinel"]  # every bundled causal example
 
 
@@ -156,8 +162,12 @@ def naive_decode(inp: Inputs, bug: str = "") -> list[list[list[float]]]:
             top = max(logits + sink)
             total = sum(math.exp(x - top) for x in logits + sink)
             w = [math.exp(x - top) / total for x in logits]
-            per_head.append([sum(wj * float(v[g, j, e]) for wj, j in zip(w, js, strict=True))
-                             for e in range(v.shape[2])])  # fmt: skip
+            per_head.append(
+                [
+                    sum(wj * float(v[g, j, e]) for wj, j in zip(w, js, strict=True))
+                    for e in range(v.shape[2])
+                ]
+            )
         outs.append(per_head)
     return outs
 
@@ -189,8 +199,12 @@ def test_ring_buffer_worked_by_hand() -> None:
     doc = json.loads(invoke("mistral_sliding_window", "-f", "json").stdout)
     assert [s["slot"] for s in doc["steps"]] == [1, 2, 0, 1, 2]
     assert [s["cache_positions"] for s in doc["steps"]] == [
-        [0, 1, -1], [0, 1, 2], [3, 1, 2], [3, 4, 2], [3, 4, 5],
-    ]  # fmt: skip
+        [0, 1, -1],
+        [0, 1, 2],
+        [3, 1, 2],
+        [3, 4, 2],
+        [3, 4, 5],
+    ]
     first = doc["steps"][0]["stages"]
     assert first["K_cache"]["shape"] == [1, 3, 4]  # kv_heads, window slots, d_k
     assert first["masked"]["data"][0][0][2] == "-inf"  # the empty slot, as the trace writes −∞
@@ -199,8 +213,17 @@ def test_ring_buffer_worked_by_hand() -> None:
 def test_stages_and_layouts() -> None:
     doc = json.loads(invoke("gptoss_sinks", "-f", "json").stdout)
     stages = doc["steps"][0]["stages"]
-    assert list(stages) == ["Q", "Q_rot", "K_cache", "V_cache", "scores", "scaled", "masked",
-                            "softmax", "output"]  # fmt: skip
+    assert list(stages) == [
+        "Q",
+        "Q_rot",
+        "K_cache",
+        "V_cache",
+        "scores",
+        "scaled",
+        "masked",
+        "softmax",
+        "output",
+    ]
     assert stages["Q"]["shape"] == [4, 1, 4] and stages["scores"]["shape"] == [
         4,
         1,
@@ -311,8 +334,17 @@ def test_softcap_caps_each_step_before_the_mask() -> None:
     doc = json.loads(invoke("gemma2_softcap", "-f", "json").stdout)
     for step in doc["steps"]:
         stages = step["stages"]
-        assert list(stages) == ["Q", "K_cache", "V_cache", "scores", "scaled", "capped",
-                                "masked", "softmax", "output"]  # fmt: skip
+        assert list(stages) == [
+            "Q",
+            "K_cache",
+            "V_cache",
+            "scores",
+            "scaled",
+            "capped",
+            "masked",
+            "softmax",
+            "output",
+        ]
         scaled = np.array(stages["scaled"]["data"], dtype=float)  # (H, 1, C)
         capped = np.array(stages["capped"]["data"], dtype=float)
         want = [[[5 * math.tanh(x / 5) for x in row] for row in head] for head in scaled]
@@ -366,8 +398,9 @@ def decode_deck(fixture: str, lang: str = "en", prefill: int = 1) -> Pages:
     run = run_decode(fixture, prefill)
     options = RenderOptions(explain=True, lang=lang)  # type: ignore[arg-type]
     console = Console(width=80, color_system=None, file=io.StringIO())
-    return page_deck(decode_pages(run, options), decode_titles(run, options.lang), options.lang,
-                     console)  # fmt: skip
+    return page_deck(
+        decode_pages(run, options), decode_titles(run, options.lang), options.lang, console
+    )
 
 
 @pytest.mark.parametrize(("fixture", "lang"), [("gemma2_softcap", "en"), ("gptoss_sinks", "zh")])
@@ -381,8 +414,13 @@ def test_every_step_page_keeps_its_title_at_80x24(fixture: str, lang: str) -> No
 
 def test_step_titles_name_the_token_position_and_slot() -> None:
     deck = decode_deck("mistral_sliding_window")  # window 3: slot = position mod 3
-    assert deck.names[1:-1] == ["cat@1 → slot 1", "sat@2 → slot 2", "on@3 → slot 0",
-                                "the@4 → slot 1", "mat@5 → slot 2"]  # fmt: skip
+    assert deck.names[1:-1] == [
+        "cat@1 → slot 1",
+        "sat@2 → slot 2",
+        "on@3 → slot 0",
+        "the@4 → slot 1",
+        "mat@5 → slot 2",
+    ]
     body = screen_text(frame(deck, State(3), 80, 24))
     assert "step 3 of 5 · token 'on' at position 3 → cache slot 0" in body[1]
 
@@ -435,10 +473,15 @@ def step_in_pty(args: list[str], script: list[tuple[bytes, str]], first: str) ->
     master, slave = os.openpty()
     fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 80, 0, 0))
     proc = subprocess.Popen(
-        attn_command(*args), stdin=slave, stdout=slave, stderr=slave, cwd=ROOT,
-        env=clean_env(TERM="xterm"), start_new_session=True,
+        attn_command(*args),
+        stdin=slave,
+        stdout=slave,
+        stderr=slave,
+        cwd=ROOT,
+        env=clean_env(TERM="xterm"),
+        start_new_session=True,
         preexec_fn=lambda: fcntl.ioctl(0, termios.TIOCSCTTY, 0),
-    )  # fmt: skip
+    )
     seen = ""
 
     def expect(pattern: str) -> None:
@@ -468,10 +511,14 @@ def step_in_pty(args: list[str], script: list[tuple[bytes, str]], first: str) ->
 def test_step_in_a_pty() -> None:
     code, _ = step_in_pty(
         ["decode", "causal_multihead", "--step"],
-        [(b"\r", r"stage 2 of 5\s+like@1 → slot 1"), (b"\x1b[C", r"stage 3 of 5\s+green@2"),
-         (b"b", r"stage 2 of 5"), (b"q", r"")],
+        [
+            (b"\r", r"stage 2 of 5\s+like@1 → slot 1"),
+            (b"\x1b[C", r"stage 3 of 5\s+green@2"),
+            (b"b", r"stage 2 of 5"),
+            (b"q", r""),
+        ],
         first=r"stage 1 of 5\s+overview and KV-cache cost",
-    )  # fmt: skip
+    )
     assert code == 0
 
 
@@ -524,13 +571,16 @@ def test_decode_mistakes_are_named(tmp_path: Path, fixture: str, bug: str, name:
 
 @pytest.mark.parametrize(
     ("lang", "said"),
-    [("en", "attended to the cache before appending the step's own key and value"),
-     ("zh", "先注意力、后写入缓存")],
-)  # fmt: skip
+    [
+        ("en", "attended to the cache before appending the step's own key and value"),
+        ("zh", "先注意力、后写入缓存"),
+    ],
+)
 def test_attend_before_append_is_said_with_its_fix(tmp_path: Path, lang: str, said: str) -> None:
     path = dump(tmp_path, naive_decode(load("causal_multihead"), "before_append"), 1)
-    run = run_cli("check", "causal_multihead", "--against", str(path), "--lang", lang,
-                  "--format", "plain")  # fmt: skip
+    run = run_cli(
+        "check", "causal_multihead", "--against", str(path), "--lang", lang, "--format", "plain"
+    )
     assert run.exit_code == 1, run.stderr
     text = " ".join(run.stdout.split())
     assert said in text

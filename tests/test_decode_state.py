@@ -175,19 +175,22 @@ def test_gated_deltanet_steps_match_the_loop(prefill: int) -> None:
     want, states = loop_delta_layer(X, d, inp.heads, value.k_heads, value.eps)
     r = decode_inputs(inp, prefill)
     assert r.checked == "normed" and r.ok
-    np.testing.assert_allclose(r.result.prefill_outs["normed"][0].swapaxes(0, 1),
-                               want[:prefill], rtol=1e-10, atol=1e-13)  # fmt: skip
+    np.testing.assert_allclose(
+        r.result.prefill_outs["normed"][0].swapaxes(0, 1), want[:prefill], rtol=1e-10, atol=1e-13
+    )
     for s in r.result.steps:
-        np.testing.assert_allclose(s.outs["normed"][0, :, 0], want[s.index], rtol=1e-10,
-                                   atol=1e-13)  # fmt: skip
+        np.testing.assert_allclose(s.outs["normed"][0, :, 0], want[s.index], rtol=1e-10, atol=1e-13)
         for h in range(inp.heads):
-            np.testing.assert_allclose(s.state["S"][0, h], states[s.index][h], rtol=1e-10,
-                                       atol=1e-13)  # fmt: skip
+            np.testing.assert_allclose(
+                s.state["S"][0, h], states[s.index][h], rtol=1e-10, atol=1e-13
+            )
         # the conv's window: the last K−1 tokens' qkv, the earliest first
         W = np.concatenate([d["W_q"], d["W_k"], d["W_v"]], axis=1)
         K = d["conv"].shape[1]
-        rows = [X[i] @ W if i >= 0 else np.zeros(W.shape[1])
-                for i in range(s.index - K + 2, s.index + 1)]  # fmt: skip
+        rows = [
+            X[i] @ W if i >= 0 else np.zeros(W.shape[1])
+            for i in range(s.index - K + 2, s.index + 1)
+        ]
         np.testing.assert_allclose(s.state["conv"][0], np.array(rows), rtol=1e-12)
     # constant in T: the window (K−1)·channels and S heads·d_k·d_v, whatever the token
     parts = dict(r.ledger.parts)
@@ -199,15 +202,18 @@ def test_gated_deltanet_decode_matches_the_transformers_layer() -> None:
 
     case = TORCH["layer"]
     cfg, w = case["config"], case["weights"]
-    fixture = {"X": np.array(case["X"]), "heads": cfg["num_v_heads"], "causal": True,
-               "gated_deltanet": delta_from_torch(w, cfg),
-               "W_O": np.array(w["out_proj.weight"]).T}  # fmt: skip
+    fixture = {
+        "X": np.array(case["X"]),
+        "heads": cfg["num_v_heads"],
+        "causal": True,
+        "gated_deltanet": delta_from_torch(w, cfg),
+        "W_O": np.array(w["out_proj.weight"]).T,
+    }
     r = decode_inputs(validate(fixture, "torch_gated_deltanet.json"), 1)
     W_O = fixture["W_O"]
     for s in r.result.steps:
         joined = s.outs["normed"][0, :, 0].reshape(-1)  # heads side by side
-        np.testing.assert_allclose(joined @ W_O, case["output"][0][s.index], rtol=1e-4,
-                                   atol=1e-6)  # fmt: skip
+        np.testing.assert_allclose(joined @ W_O, case["output"][0][s.index], rtol=1e-4, atol=1e-6)
 
 
 @pytest.mark.parametrize("prefill", [1, 4])
@@ -225,17 +231,20 @@ def test_diff_steps_match_the_paper_formula(prefill: int) -> None:
     assert r.checked == "diff_scaled" and r.ok
     for h in range(inp.heads):
         want = loop_diff(Q[h], K[h], V[h], lam, value, 1 / math.sqrt(inp.d_k // 2))
-        np.testing.assert_allclose(r.result.prefill_outs["diff_scaled"][0, h], want[:prefill],
-                                   rtol=1e-10)  # fmt: skip
+        np.testing.assert_allclose(
+            r.result.prefill_outs["diff_scaled"][0, h], want[:prefill], rtol=1e-10
+        )
         for s in r.result.steps:
             np.testing.assert_allclose(s.outs["diff_scaled"][0, h, 0], want[s.index], rtol=1e-10)
     for s in r.result.steps:  # both maps' rows and their difference, as the full trace's rows
         t = s.index
         for name, full in (("softmax_2", "softmax_2"), ("diff", "diff"), ("scores_2", "scores_2")):
-            np.testing.assert_allclose(s.rows[name][0, :, 0], trace[full].data[:, t, : t + 1],
-                                       rtol=1e-12, atol=1e-15)  # fmt: skip
-        np.testing.assert_allclose(s.softmax[0, :, 0], trace["softmax"].data[:, t, : t + 1],
-                                   rtol=1e-12)  # fmt: skip
+            np.testing.assert_allclose(
+                s.rows[name][0, :, 0], trace[full].data[:, t, : t + 1], rtol=1e-12, atol=1e-15
+            )
+        np.testing.assert_allclose(
+            s.softmax[0, :, 0], trace["softmax"].data[:, t, : t + 1], rtol=1e-12
+        )
     assert r.cost.per_token == 2 * (4 + 4) * 8  # the cache holds K (both halves) and V
 
 
@@ -243,9 +252,15 @@ def test_diff_steps_match_the_paper_formula(prefill: int) -> None:
 
 
 @settings(max_examples=25, deadline=None)
-@given(B=st.integers(1, 2), Hkv=st.integers(1, 2), group=st.integers(1, 2),
-       T=st.integers(1, 9), dk=st.integers(1, 4), dv=st.integers(1, 4),
-       data=st.data())  # fmt: skip
+@given(
+    B=st.integers(1, 2),
+    Hkv=st.integers(1, 2),
+    group=st.integers(1, 2),
+    T=st.integers(1, 9),
+    dk=st.integers(1, 4),
+    dv=st.integers(1, 4),
+    data=st.data(),
+)
 def test_katharopoulos_decode_equals_the_parallel_form(
     B: int, Hkv: int, group: int, T: int, dk: int, dv: int, data: Any
 ) -> None:
@@ -266,13 +281,28 @@ def test_katharopoulos_decode_equals_the_parallel_form(
 
 
 @settings(max_examples=15, deadline=None)
-@given(seed=st.integers(0, 2**16), T=st.integers(1, 8), k_heads=st.integers(1, 2),
-       group=st.integers(1, 2), dk=st.integers(1, 3), dv=st.integers(1, 3),
-       kernel=st.integers(1, 4), batch=st.sampled_from([None, 2]), data=st.data())  # fmt: skip
+@given(
+    seed=st.integers(0, 2**16),
+    T=st.integers(1, 8),
+    k_heads=st.integers(1, 2),
+    group=st.integers(1, 2),
+    dk=st.integers(1, 3),
+    dv=st.integers(1, 3),
+    kernel=st.integers(1, 4),
+    batch=st.sampled_from([None, 2]),
+    data=st.data(),
+)
 def test_gated_deltanet_decode_equals_the_parallel_form(
-    seed: int, T: int, k_heads: int, group: int, dk: int, dv: int, kernel: int,
-    batch: int | None, data: Any,
-) -> None:  # fmt: skip
+    seed: int,
+    T: int,
+    k_heads: int,
+    group: int,
+    dk: int,
+    dv: int,
+    kernel: int,
+    batch: int | None,
+    data: Any,
+) -> None:
     rng = np.random.default_rng(seed)
     H, d_model = k_heads * group, 3
     C = 2 * k_heads * dk + H * dv
@@ -280,10 +310,19 @@ def test_gated_deltanet_decode_equals_the_parallel_form(
     def m(*shape: int) -> Any:
         return rng.normal(0, 0.7, shape).round(3)
 
-    delta = {"W_q": m(d_model, k_heads * dk), "W_k": m(d_model, k_heads * dk),
-             "W_v": m(d_model, H * dv), "W_z": m(d_model, H * dv), "W_b": m(d_model, H),
-             "W_a": m(d_model, H), "conv": m(C, kernel), "A_log": m(H), "dt_bias": m(H),
-             "norm": 1 + m(dv), "k_heads": k_heads}  # fmt: skip
+    delta = {
+        "W_q": m(d_model, k_heads * dk),
+        "W_k": m(d_model, k_heads * dk),
+        "W_v": m(d_model, H * dv),
+        "W_z": m(d_model, H * dv),
+        "W_b": m(d_model, H),
+        "W_a": m(d_model, H),
+        "conv": m(C, kernel),
+        "A_log": m(H),
+        "dt_bias": m(H),
+        "norm": 1 + m(dv),
+        "k_heads": k_heads,
+    }
     X = m(*((batch,) if batch else ()), T, d_model)
     inputs = validate({"X": X, "heads": H, "causal": True, "gated_deltanet": delta}, "rand")
     prefill = data.draw(st.integers(1, T))
@@ -291,31 +330,41 @@ def test_gated_deltanet_decode_equals_the_parallel_form(
     full = run(inputs)  # the parallel form's output, normed by the trace
     normed = full["normed"].data if batch else full["normed"].data[None]  # (B, H, T, dv)
     for s in r.result.steps:
-        np.testing.assert_allclose(s.outs["normed"][:, :, 0], normed[:, :, s.index],
-                                   rtol=1e-9, atol=1e-12)  # fmt: skip
+        np.testing.assert_allclose(
+            s.outs["normed"][:, :, 0], normed[:, :, s.index], rtol=1e-9, atol=1e-12
+        )
     assert r.ok and r.ledger.state == 8 * ((kernel - 1) * C + H * dk * dv)
 
 
 @settings(max_examples=15, deadline=None)
-@given(seed=st.integers(0, 2**16), seq=st.integers(1, 7), heads=st.integers(1, 3),
-       d_k=st.sampled_from([2, 4]), window=st.sampled_from([None, 2]),
-       batch=st.sampled_from([None, 2]), data=st.data())  # fmt: skip
+@given(
+    seed=st.integers(0, 2**16),
+    seq=st.integers(1, 7),
+    heads=st.integers(1, 3),
+    d_k=st.sampled_from([2, 4]),
+    window=st.sampled_from([None, 2]),
+    batch=st.sampled_from([None, 2]),
+    data=st.data(),
+)
 def test_diff_decode_equals_the_full_trace(
     seed: int, seq: int, heads: int, d_k: int, window: int | None, batch: int | None, data: Any
 ) -> None:
     extra: dict[str, Any] = {} if window is None else {"window": window}
-    fx = random_fixture(seed, seq=seq, heads=heads, d_k=d_k, causal=True, batch=batch,
-                        diff=True, **extra)  # fmt: skip
+    fx = random_fixture(
+        seed, seq=seq, heads=heads, d_k=d_k, causal=True, batch=batch, diff=True, **extra
+    )
     inputs = validate(fx, "rand")
     prefill = data.draw(st.integers(1, seq))
     r = decode_inputs(inputs, prefill)
     full = run(inputs)["diff_scaled"].data
     full = full if batch else full[None]  # (B, H, T, d_v)
-    np.testing.assert_allclose(r.result.prefill_outs["diff_scaled"], full[:, :, :prefill],
-                               rtol=1e-9, atol=1e-12)  # fmt: skip
+    np.testing.assert_allclose(
+        r.result.prefill_outs["diff_scaled"], full[:, :, :prefill], rtol=1e-9, atol=1e-12
+    )
     for s in r.result.steps:
-        np.testing.assert_allclose(s.outs["diff_scaled"][:, :, 0], full[:, :, s.index],
-                                   rtol=1e-9, atol=1e-12)  # fmt: skip
+        np.testing.assert_allclose(
+            s.outs["diff_scaled"][:, :, 0], full[:, :, s.index], rtol=1e-9, atol=1e-12
+        )
     assert r.ok
 
 
@@ -325,8 +374,9 @@ def test_the_state_is_constant_in_the_length_and_only_shown_states_are_kept() ->
     for T in (40, 160):
         X = rng.standard_normal((T, 4)).round(3)
         W = {n: rng.standard_normal((4, 4)).round(3) for n in ("W_Q", "W_K", "W_V")}
-        inputs = validate({"X": X, **W, "heads": 2, "causal": True, "linear_attention": True},
-                          "long")  # fmt: skip
+        inputs = validate(
+            {"X": X, **W, "heads": 2, "causal": True, "linear_attention": True}, "long"
+        )
         trace = run(inputs, keep=state_keep(inputs))
         rec = recurrence(trace)
         assert rec is not None
@@ -420,8 +470,13 @@ def test_step_mode_pages_are_the_overview_each_step_and_the_checks() -> None:
     assert isinstance(r, StateRun)
     pages = list(state_pages(r, RenderOptions(explain=True, lang="zh")))
     assert len(pages) == 2 + 3
-    assert state_titles(r, "en") == ["overview and state ledger", "on@3", "the@4", "mat@5",
-                                     "self-check of every step"]  # fmt: skip
+    assert state_titles(r, "en") == [
+        "overview and state ledger",
+        "on@3",
+        "the@4",
+        "mat@5",
+        "self-check of every step",
+    ]
 
 
 def test_the_memory_budget_counts_the_states_kept() -> None:
@@ -429,9 +484,16 @@ def test_the_memory_budget_counts_the_states_kept() -> None:
 
     rng = np.random.default_rng(1)
     T = 300
-    inputs = validate({"X": rng.standard_normal((T, 8)).round(2), "heads": 2, "causal": True,
-                       **{n: rng.standard_normal((8, 8)).round(2) for n in ("W_Q", "W_K", "W_V")},
-                       "linear_attention": True}, "long")  # fmt: skip
+    inputs = validate(
+        {
+            "X": rng.standard_normal((T, 8)).round(2),
+            "heads": 2,
+            "causal": True,
+            **{n: rng.standard_normal((8, 8)).round(2) for n in ("W_Q", "W_K", "W_V")},
+            "linear_attention": True,
+        },
+        "long",
+    )
     assert states_bytes(inputs, None) == 8 * T * 2 * (4 + 1) * 4  # every step's S and z
     assert states_bytes(inputs, (16, 3)) == 8 * 16 * 2 * (4 + 1) * 4  # the steps a view shows
     assert states_bytes(example("causal_multihead"), None) == 0  # a KV cache: none

@@ -50,8 +50,9 @@ def trace_of(fx: dict[str, Any], **kw: Any) -> Any:
 # The paper's formula as a loop
 
 
-def loop_diff(Q: np.ndarray, K: np.ndarray, V: np.ndarray, d: dict[str, Any],
-              causal: bool) -> dict[str, Any]:  # fmt: skip
+def loop_diff(
+    Q: np.ndarray, K: np.ndarray, V: np.ndarray, d: dict[str, Any], causal: bool
+) -> dict[str, Any]:
     """Q, K (H, T, d_k), V (H, T, d_v) of one batch item: the formula, one number at a time."""
     H, T, D = Q.shape
     half, s = D // 2, 1.0 / math.sqrt(D // 2)
@@ -60,8 +61,11 @@ def loop_diff(Q: np.ndarray, K: np.ndarray, V: np.ndarray, d: dict[str, Any],
     def dot(a: Any, b: Any) -> float:
         return math.fsum(x * y for x, y in zip(a, b, strict=True))
 
-    lam = (math.exp(dot(d["lambda_q1"], d["lambda_k1"])) - math.exp(dot(d["lambda_q2"],
-           d["lambda_k2"])) + init)  # fmt: skip
+    lam = (
+        math.exp(dot(d["lambda_q1"], d["lambda_k1"]))
+        - math.exp(dot(d["lambda_q2"], d["lambda_k2"]))
+        + init
+    )
     w = d.get("norm", [1.0] * V.shape[2])
     out = np.zeros(V.shape)  # (H, T, d_v)
     maps = np.zeros((2, H, T, T))
@@ -103,10 +107,14 @@ def fixture_of(case: dict[str, Any]) -> dict[str, Any]:
     2·heads halves of head_dim are per head [Q1 | Q2], as attn's heads*d_k columns are)."""
     spec = case["spec"]
     fx: dict[str, Any] = {
-        "X": case["X"], "W_Q": case["W_Q"], "W_K": case["W_K"], "W_V": case["W_V"],
-        "W_O": case["W_O"], "heads": spec["heads"],
+        "X": case["X"],
+        "W_Q": case["W_Q"],
+        "W_K": case["W_K"],
+        "W_V": case["W_V"],
+        "W_O": case["W_O"],
+        "heads": spec["heads"],
         "diff": {**{n: case[n] for n in VECTORS}, "depth": spec["depth"], "norm": case["norm"]},
-    }  # fmt: skip
+    }
     if spec["mask"] is None:
         fx["causal"] = True  # the reference's default mask: triu(-inf, 1)
     elif spec["mask"] == "padding":
@@ -138,16 +146,29 @@ def test_the_recorded_cases_are_not_trivial() -> None:
 # ---------------------------------------------------------------------------------------------
 # Laws (hypothesis)
 
-shapes = st.fixed_dictionaries({
-    "seed": st.integers(0, 10_000), "seq": st.integers(1, 5), "heads": st.integers(1, 3),
-    "half": st.integers(1, 3), "batch": st.sampled_from([None, 2]),
-    "causal": st.sampled_from([None, True]),
-})  # fmt: skip
+shapes = st.fixed_dictionaries(
+    {
+        "seed": st.integers(0, 10_000),
+        "seq": st.integers(1, 5),
+        "heads": st.integers(1, 3),
+        "half": st.integers(1, 3),
+        "batch": st.sampled_from([None, 2]),
+        "causal": st.sampled_from([None, True]),
+    }
+)
 
 
 def _random(p: dict[str, Any], diff: Any = True) -> dict[str, Any]:
-    return random_fixture(p["seed"], seq=p["seq"], heads=p["heads"], d_k=2 * p["half"],
-                          batch=p["batch"], causal=p["causal"], diff=diff, W_O=True)  # fmt: skip
+    return random_fixture(
+        p["seed"],
+        seq=p["seq"],
+        heads=p["heads"],
+        d_k=2 * p["half"],
+        batch=p["batch"],
+        causal=p["causal"],
+        diff=diff,
+        W_O=True,
+    )
 
 
 @settings(max_examples=25, deadline=None)
@@ -244,20 +265,35 @@ def test_json_has_every_stage_and_the_config() -> None:
     doc = json.loads(result.stdout)
     assert doc["config"]["diff"]["depth"] == 2 and doc["config"]["scale_source"] == "diff"
     names = list(doc["stages"])
-    want = ["Q_1", "K_1", "scores", "softmax", "output", "scores_2", "softmax_2", "lambda",
-            "diff", "diff_output", "diff_norm", "diff_scaled", "concat", "projected"]  # fmt: skip
+    want = [
+        "Q_1",
+        "K_1",
+        "scores",
+        "softmax",
+        "output",
+        "scores_2",
+        "softmax_2",
+        "lambda",
+        "diff",
+        "diff_output",
+        "diff_norm",
+        "diff_scaled",
+        "concat",
+        "projected",
+    ]
     assert [n for n in names if n in want] == want
     trace = run(load_fixture(EXAMPLE))  # the JSON writer streams: the same numbers
     for name in ("scores", "scores_2", "softmax_2", "diff", "lambda", "projected"):
-        np.testing.assert_allclose(doc["stages"][name]["data"], trace[name].data, rtol=1e-6,
-                                   err_msg=name)  # fmt: skip
+        np.testing.assert_allclose(
+            doc["stages"][name]["data"], trace[name].data, rtol=1e-6, err_msg=name
+        )
 
 
 @pytest.mark.parametrize(
     "args",
     [["rope", "diff_transformer"]],
     ids=["rope"],
-)  # fmt: skip
+)
 def test_rope_refuses_it_in_one_line(args: list[str]) -> None:
     result = run_cli(*args)
     assert result.exit_code == 2
@@ -275,36 +311,50 @@ ERRORS: list[tuple[str, dict[str, Any], str]] = [
     ("typo", {"diff": {"lambda_q": [0.0, 0.0]}}, "diff.lambda_q: unknown key (did you mean"),
     ("vector missing", {"diff": {"lambda_k1": None}}, "diff.lambda_k1: missing"),
     ("vector length", {"diff": {"lambda_q1": [0.0] * 3}}, "diff.lambda_q1: has shape [3]"),
-    ("per-head rows", {"diff": {"lambda_q1": [[0.0, 0.0]] * 3}},
-     "diff.lambda_q1: has shape [3, 2]"),
+    (
+        "per-head rows",
+        {"diff": {"lambda_q1": [[0.0, 0.0]] * 3}},
+        "diff.lambda_q1: has shape [3, 2]",
+    ),
     ("nan", {"diff": {"lambda_k2": [0.0, float("nan")]}}, "diff.lambda_k2[1]: is nan"),
     ("inf", {"diff": {"lambda_k2": [float("inf"), 0.0]}}, "diff.lambda_k2[0]: is inf"),
-    ("both inits", {"diff": {"lambda_init": 0.2}},
-     "diff.lambda_init: lambda_init and depth given both"),
+    (
+        "both inits",
+        {"diff": {"lambda_init": 0.2}},
+        "diff.lambda_init: lambda_init and depth given both",
+    ),
     ("no init", {"diff": {"depth": None}}, "diff.lambda_init: lambda_init and depth missing"),
     ("depth negative", {"diff": {"depth": -1}}, "diff.depth: got the number -1"),
     ("depth float", {"diff": {"depth": 1.5}}, "diff.depth: got the number 1.5"),
-    ("norm length", {"diff": {"norm": [1.0]}},
-     "diff.norm: has length 1, expected a vector of d_v = 4"),
+    (
+        "norm length",
+        {"diff": {"norm": [1.0]}},
+        "diff.norm: has length 1, expected a vector of d_v = 4",
+    ),
     ("eps", {"diff": {"eps": 0}}, "diff.eps: is 0"),
     ("odd d_k", {"W_Q": None}, "diff: given with d_k = 3"),
     ("GQA", {"kv_heads": 1}, "diff: given with kv_heads = 1 < heads = 2"),
     ("rope", {"rope": True}, "rope: given with diff, expected diff without rope"),
     ("sinks", {"sinks": [0.0, 0.0]}, "sinks: given with diff"),
     ("gate", {"gate": {"W_G": [[0.0]]}}, "gate: given with diff"),
-]  # fmt: skip
+]
 
 
-@pytest.mark.parametrize(("change", "message"), [(c, m) for _, c, m in ERRORS],
-                         ids=[e[0] for e in ERRORS])  # fmt: skip
-def test_a_hostile_diff_fixture_is_one_line(change: dict[str, Any], message: str,
-                                            tmp_path: Path) -> None:  # fmt: skip
+@pytest.mark.parametrize(
+    ("change", "message"), [(c, m) for _, c, m in ERRORS], ids=[e[0] for e in ERRORS]
+)
+def test_a_hostile_diff_fixture_is_one_line(
+    change: dict[str, Any], message: str, tmp_path: Path
+) -> None:
     fx = _hostile()
     for key, value in change.items():
         if key == "diff":
             fx["diff"] = value if not isinstance(value, dict) else {**fx["diff"], **value}
-            fx["diff"] = {k: v for k, v in fx["diff"].items() if v is not None} if isinstance(
-                fx["diff"], dict) else fx["diff"]  # fmt: skip
+            fx["diff"] = (
+                {k: v for k, v in fx["diff"].items() if v is not None}
+                if isinstance(fx["diff"], dict)
+                else fx["diff"]
+            )
         elif key == "W_Q":  # d_k 3: W_Q, W_K and W_V of 2 heads × 3
             fx = random_fixture(1, heads=2, d_k=3, causal=True)
             fx["diff"] = {**{n: [0.0] for n in VECTORS}, "depth": 1}
@@ -332,14 +382,22 @@ def test_attn_new_writes_a_differential_fixture(tmp_path: Path) -> None:
     assert odd.exit_code == 2 and "d_k" in odd.stderr
 
 
-@pytest.mark.parametrize(("change", "dtype", "where"), [
-    ({"lambda_q1": [100.0, 100.0], "lambda_k1": [100.0, 100.0]}, "float64",
-     "lambda[head 0]: is inf (float64 overflow)"),
-    ({"lambda_q1": [1e300, 1.0]}, "float32", "diff.lambda_q1[column 0]: is 1e+300 (float32"),
-    ({"norm": [1e300, 1.0, 1.0, 1.0]}, "float32", "diff.norm[column 0]: is 1e+300 (float32"),
-], ids=["exp overflows", "float32 vector", "float32 norm"])  # fmt: skip
-def test_huge_numbers_are_one_line(change: dict[str, Any], dtype: str, where: str,
-                                   tmp_path: Path) -> None:  # fmt: skip
+@pytest.mark.parametrize(
+    ("change", "dtype", "where"),
+    [
+        (
+            {"lambda_q1": [100.0, 100.0], "lambda_k1": [100.0, 100.0]},
+            "float64",
+            "lambda[head 0]: is inf (float64 overflow)",
+        ),
+        ({"lambda_q1": [1e300, 1.0]}, "float32", "diff.lambda_q1[column 0]: is 1e+300 (float32"),
+        ({"norm": [1e300, 1.0, 1.0, 1.0]}, "float32", "diff.norm[column 0]: is 1e+300 (float32"),
+    ],
+    ids=["exp overflows", "float32 vector", "float32 norm"],
+)
+def test_huge_numbers_are_one_line(
+    change: dict[str, Any], dtype: str, where: str, tmp_path: Path
+) -> None:
     raw = yaml.safe_load(EXAMPLE.read_text(encoding="utf-8"))
     raw["diff"] |= change
     (tmp_path / "d.yaml").write_text(yaml.safe_dump(raw))

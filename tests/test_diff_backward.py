@@ -30,9 +30,11 @@ def fixture_of(case: dict[str, Any]) -> dict[str, Any]:
     fx: dict[str, Any] = {n: np.array(case[n]) for n in ("X", "W_Q", "W_K", "W_V", "W_O")}
     if fx["X"].shape[0] == 1:  # one batch item: a fixture without the batch axis
         fx["X"] = fx["X"][0]
-    fx |= {"heads": case["heads"], "causal": True,
-           "diff": {**{n: case[n] for n in VECTORS}, "depth": case["depth"],
-                    "norm": case["norm"]}}  # fmt: skip
+    fx |= {
+        "heads": case["heads"],
+        "causal": True,
+        "diff": {**{n: case[n] for n in VECTORS}, "depth": case["depth"], "norm": case["norm"]},
+    }
     if case["grad"] is not None:
         fx["grad"] = np.array(case["grad"])
     return fx
@@ -48,18 +50,37 @@ def torch_gradients(case: dict[str, Any]) -> dict[str, Any]:
 
     w = {k: np.array(v) for k, v in case["d_W"].items()}
     return {
-        "d_Q": heads(g["Q"]), "d_K": heads(g["K"]), "d_V": heads(g["V"]),
-        "d_softmax": g["maps"][:, 0::2], "d_softmax_2": g["maps"][:, 1::2],
-        "d_diff": g["diff"], "d_diff_output": g["diff_output"], "d_diff_norm": g["diff_norm"],
-        "d_diff_scaled": g["diff_scaled"], "d_X": np.array(case["d_X"]),
-        "d_W_Q": w["q_proj.weight"], "d_W_K": w["k_proj.weight"], "d_W_V": w["v_proj.weight"],
-        "d_W_O": w["out_proj.weight"], "d_norm": w["subln.weight"],
+        "d_Q": heads(g["Q"]),
+        "d_K": heads(g["K"]),
+        "d_V": heads(g["V"]),
+        "d_softmax": g["maps"][:, 0::2],
+        "d_softmax_2": g["maps"][:, 1::2],
+        "d_diff": g["diff"],
+        "d_diff_output": g["diff_output"],
+        "d_diff_norm": g["diff_norm"],
+        "d_diff_scaled": g["diff_scaled"],
+        "d_X": np.array(case["d_X"]),
+        "d_W_Q": w["q_proj.weight"],
+        "d_W_K": w["k_proj.weight"],
+        "d_W_V": w["v_proj.weight"],
+        "d_W_O": w["out_proj.weight"],
+        "d_norm": w["subln.weight"],
         **{f"d_{n}": w[n] for n in VECTORS},
-    }  # fmt: skip
+    }
 
 
-BATCHED = {"d_Q", "d_K", "d_V", "d_softmax", "d_softmax_2", "d_diff", "d_diff_output",
-           "d_diff_norm", "d_diff_scaled", "d_X"}  # fmt: skip
+BATCHED = {
+    "d_Q",
+    "d_K",
+    "d_V",
+    "d_softmax",
+    "d_softmax_2",
+    "d_diff",
+    "d_diff_output",
+    "d_diff_norm",
+    "d_diff_scaled",
+    "d_X",
+}
 
 
 @pytest.mark.parametrize("name", list(CASES))
@@ -68,8 +89,9 @@ def test_every_gradient_is_what_torch_autograd_gives(name: str) -> None:
     trace = run(validate(fixture_of(case), "torch_diff_backward.json"), backward=True)
     batch = np.array(case["X"]).shape[0] > 1
     projected = np.array(case["projected"])
-    np.testing.assert_allclose(trace["projected"].data, projected if batch else projected[0],
-                               **TIGHT)  # fmt: skip
+    np.testing.assert_allclose(
+        trace["projected"].data, projected if batch else projected[0], **TIGHT
+    )
     for stage, want in torch_gradients(case).items():
         if stage in BATCHED and not batch:
             want = want[0]
@@ -120,11 +142,15 @@ def random_fixture(seed: int, per_head: bool, mask: str) -> dict[str, Any]:
     fx: dict[str, Any] = {
         "X": rng.standard_normal((T, C)).tolist(),
         **{w: (rng.standard_normal((C, H * D)) * 0.6).tolist() for w in ("W_Q", "W_K", "W_V")},
-        "W_O": rng.standard_normal((H * D, 3)).tolist(), "heads": H,
-        "diff": {**{n: (rng.standard_normal(lam_shape) * 0.5).tolist() for n in VECTORS},
-                 "lambda_init": 0.35, "norm": rng.uniform(0.5, 1.5, D).tolist()},
+        "W_O": rng.standard_normal((H * D, 3)).tolist(),
+        "heads": H,
+        "diff": {
+            **{n: (rng.standard_normal(lam_shape) * 0.5).tolist() for n in VECTORS},
+            "lambda_init": 0.35,
+            "norm": rng.uniform(0.5, 1.5, D).tolist(),
+        },
         "grad": rng.standard_normal((T, 3)).tolist(),
-    }  # fmt: skip
+    }
     if mask == "causal":
         fx["causal"] = True
     elif mask == "window":
@@ -132,14 +158,21 @@ def random_fixture(seed: int, per_head: bool, mask: str) -> dict[str, Any]:
     return fx
 
 
-@pytest.mark.parametrize(("per_head", "mask"), [(False, "causal"), (True, "none"),
-                                                 (False, "window")])  # fmt: skip
+@pytest.mark.parametrize(
+    ("per_head", "mask"), [(False, "causal"), (True, "none"), (False, "window")]
+)
 def test_every_input_gradient_matches_finite_differences(per_head: bool, mask: str) -> None:
     fx = random_fixture(3, per_head, mask)
     trace = run(validate(fx, "d.json"), backward=True)
     rng = np.random.default_rng(1)
-    wheres = [("X",), ("W_Q",), ("W_K",), ("W_V",), ("W_O",),
-              *(("diff", n) for n in (*VECTORS, "norm"))]  # fmt: skip
+    wheres = [
+        ("X",),
+        ("W_Q",),
+        ("W_K",),
+        ("W_V",),
+        ("W_O",),
+        *(("diff", n) for n in (*VECTORS, "norm")),
+    ]
     for where in wheres:
         shape = np.shape(fx[where[0]] if len(where) == 1 else fx["diff"][where[1]])
         name = "d_norm" if where[-1] == "norm" else f"d_{where[-1]}"
@@ -163,8 +196,17 @@ def test_a_softcap_on_the_second_map_is_refused_in_one_line() -> None:
 
 
 def test_trace_backward_of_the_example_shows_lambda_and_both_maps() -> None:
-    result = run_cli("trace", "diff_transformer", "--backward", "-s", "d_lambda_q1", "-s", "d_V",
-                     "-s", "d_scores_2")  # fmt: skip
+    result = run_cli(
+        "trace",
+        "diff_transformer",
+        "--backward",
+        "-s",
+        "d_lambda_q1",
+        "-s",
+        "d_V",
+        "-s",
+        "d_scores_2",
+    )
     assert result.exit_code == 0, result.stderr
     assert "d_λ_q1 = d_λ·exp(λ_q1·λ_k1)·λ_k1" in result.stdout
     assert "d_V = softmaxᵀ·d_output − λ·softmax_2ᵀ·d_diff_output" in result.stdout
@@ -173,8 +215,7 @@ def test_trace_backward_of_the_example_shows_lambda_and_both_maps() -> None:
 def test_the_differential_gradients_are_explained_in_chinese() -> None:
     stages = ("d_lambda", "d_lambda_k2", "d_softmax_2", "d_diff_norm", "d_norm", "d_Q_1")
     args = [a for s in stages for a in ("-s", s)]
-    result = run_cli("trace", "diff_transformer", "--backward", "--explain", "--lang", "zh",
-                     *args)  # fmt: skip
+    result = run_cli("trace", "diff_transformer", "--backward", "--explain", "--lang", "zh", *args)
     assert result.exit_code == 0, result.stderr
     for text in ("λ 是所有头", "第二张图", "（1 − λ_init）"):
         assert text in result.stdout, text

@@ -41,16 +41,37 @@ def second_map_rows(Q: Any, K: Any, V: Any, scale: float, causal: bool) -> tuple
 
 @settings(max_examples=25, deadline=None)
 @given(
-    seed=st.integers(0, 10_000), seq=st.integers(1, 6), heads=st.integers(1, 3),
-    half=st.integers(1, 3), batch=st.sampled_from([None, 2]), causal=st.booleans(),
-    per_head=st.booleans(), bq=st.integers(1, 7), bk=st.integers(1, 7),
-)  # fmt: skip
+    seed=st.integers(0, 10_000),
+    seq=st.integers(1, 6),
+    heads=st.integers(1, 3),
+    half=st.integers(1, 3),
+    batch=st.sampled_from([None, 2]),
+    causal=st.booleans(),
+    per_head=st.booleans(),
+    bq=st.integers(1, 7),
+    bk=st.integers(1, 7),
+)
 def test_both_tiled_maps_and_their_difference_equal_the_loops_for_any_tiles(
-    seed: int, seq: int, heads: int, half: int, batch: int | None, causal: bool,
-    per_head: bool, bq: int, bk: int,
-) -> None:  # fmt: skip
-    fx = random_fixture(seed, seq=seq, heads=heads, d_k=2 * half, batch=batch, causal=causal,
-                        diff="init" if per_head else True, W_O=True)  # fmt: skip
+    seed: int,
+    seq: int,
+    heads: int,
+    half: int,
+    batch: int | None,
+    causal: bool,
+    per_head: bool,
+    bq: int,
+    bk: int,
+) -> None:
+    fx = random_fixture(
+        seed,
+        seq=seq,
+        heads=heads,
+        d_k=2 * half,
+        batch=batch,
+        causal=causal,
+        diff="init" if per_head else True,
+        W_O=True,
+    )
     want = reference(fx)  # (B?, H, T, ·)
     trace = run(validate(fx, "d.json"))
     flash = check_flash(trace, bq, bk, False, 0)
@@ -71,8 +92,18 @@ def test_both_tiled_maps_and_their_difference_equal_the_loops_for_any_tiles(
 
 def test_flash_of_the_example_checks_both_maps(tmp_path: Path) -> None:
     out = tmp_path / "f.json"
-    result = run_cli("flash", "diff_transformer", "--block-q", "2", "--block-k", "2", "-f",
-                     "json", "-o", str(out))  # fmt: skip
+    result = run_cli(
+        "flash",
+        "diff_transformer",
+        "--block-q",
+        "2",
+        "--block-k",
+        "2",
+        "-f",
+        "json",
+        "-o",
+        str(out),
+    )
     assert result.exit_code == 0, result.stderr
     doc = json.loads(out.read_text())
     checks = {c["name"]: c for c in doc["checks"]}

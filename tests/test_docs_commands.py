@@ -134,9 +134,14 @@ def _in_a_terminal(command: str, cwd: Path, env: dict[str, str]) -> int:
     """Run ``command`` on a terminal, pressing q until it quits; its exit code."""
     master, slave = os.openpty()
     child = subprocess.Popen(
-        ["bash", "-c", command], stdin=slave, stdout=slave, stderr=slave, cwd=cwd, env=env,
+        ["bash", "-c", command],
+        stdin=slave,
+        stdout=slave,
+        stderr=slave,
+        cwd=cwd,
+        env=env,
         start_new_session=True,
-    )  # fmt: skip
+    )
     os.close(slave)
     deadline = time.monotonic() + TIMEOUT
     try:
@@ -161,10 +166,17 @@ def run_command(command: Command, cwd: Path, env: dict[str, str]) -> tuple[int, 
     if "--step" in command.text:
         return _in_a_terminal(command.text, cwd, env), ""
     done = subprocess.run(
-        ["bash", "-c", command.text], cwd=cwd, env=env, stdin=subprocess.DEVNULL,
-        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, timeout=TIMEOUT, text=True,
-        errors="replace", check=False,
-    )  # fmt: skip
+        ["bash", "-c", command.text],
+        cwd=cwd,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        timeout=TIMEOUT,
+        text=True,
+        errors="replace",
+        check=False,
+    )
     return done.returncode, done.stderr[-2000:]
 
 

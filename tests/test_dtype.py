@@ -42,8 +42,12 @@ def test_float32_matches_the_float64_loop_reference(case: str) -> None:
 
 
 def test_float32_keeps_empty_rows_exactly_zero() -> None:
-    fx = {"Q": [[1.0], [1.0]], "K": [[1.0], [1.0]], "V": [[1.0], [2.0]],
-          "mask": [[False, False], [True, True]]}  # fmt: skip
+    fx = {
+        "Q": [[1.0], [1.0]],
+        "K": [[1.0], [1.0]],
+        "V": [[1.0], [2.0]],
+        "mask": [[False, False], [True, True]],
+    }
     trace = float32_trace(fx)
     assert trace.empty_rows == ((0, 0, 0),)
     assert trace["softmax"].data[0, 0].tolist() == [0.0, 0.0]
@@ -52,8 +56,13 @@ def test_float32_keeps_empty_rows_exactly_zero() -> None:
 
 def test_a_number_beyond_float32_is_an_error_naming_it() -> None:
     # 1e39 is a fine float64 but infinite in float32: refused, not silently inf
-    fx = {"X": [[1e39, 0.0]], "W_Q": [[1.0], [1.0]], "W_K": [[1.0], [1.0]],
-          "W_V": [[1.0], [1.0]], "tokens": ["big"]}  # fmt: skip
+    fx = {
+        "X": [[1e39, 0.0]],
+        "W_Q": [[1.0], [1.0]],
+        "W_K": [[1.0], [1.0]],
+        "W_V": [[1.0], [1.0]],
+        "tokens": ["big"],
+    }
     run(validate(fx, "test.json"))  # float64 copes (the scores overflow is checked below)
     with pytest.raises(ComputeError) as info:
         float32_trace(fx)

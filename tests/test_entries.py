@@ -34,8 +34,11 @@ def test_every_entry_adds_up(name: str) -> None:
             part = entry_text(trace, stage, at, "en", precision=6)
             if part is None:
                 assert stage != "concat", (name, at)  # a column of one head, always
-                assert stage == "projected" or inp.W_Q is None or name in {
-                    "deepseek_mla", "gated_deltanet"}, (name, stage, at)  # fmt: skip
+                assert (
+                    stage == "projected"
+                    or inp.W_Q is None
+                    or name in {"deepseek_mla", "gated_deltanet"}
+                ), (name, stage, at)
                 continue
             line = part.lines[-1]
             assert re.search(rf"= {NUMBER}$", line), line

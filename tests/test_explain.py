@@ -264,9 +264,19 @@ def test_tables_stay_aligned_with_wide_characters(tmp_path: Path) -> None:
     )
     width = 72
     result = run_cli(
-        "trace", str(fixture), "--explain", "--lang", "zh", "--cell", "猫,坐在",
-        "--heatmap", "--format", "plain", "--width", str(width),
-    )  # fmt: skip
+        "trace",
+        str(fixture),
+        "--explain",
+        "--lang",
+        "zh",
+        "--cell",
+        "猫,坐在",
+        "--heatmap",
+        "--format",
+        "plain",
+        "--width",
+        str(width),
+    )
     assert result.exit_code == 0, result.output
     lines = result.stdout.splitlines()
     assert max(cell_len(line) for line in lines) <= width
@@ -331,8 +341,11 @@ def test_worked_cell_text_in_the_cli() -> None:
     assert "Σ e^(x − m) = 1.0626; softmax[The, cat] = 1 / 1.0626 = 0.9411" in out
     # output[The] = 0.0033×[2, 1] + 0.9411×[0, 2] + 0.0556×[2, 2] = [0.1178, 1.9967]
     # past 76 characters (a panel at 80 columns) a line breaks before its second "="
-    assert re.search(r"output\[The, 0\] = 0\.0033×2 \+ 0\.9411×0 \+ 0\.0556×2 *│\n"
-                     r"│ = 0\.0066 \+ 0 \+ 0\.1112 = 0\.1178 ", out)  # fmt: skip
+    assert re.search(
+        r"output\[The, 0\] = 0\.0033×2 \+ 0\.9411×0 \+ 0\.0556×2 *│\n"
+        r"│ = 0\.0066 \+ 0 \+ 0\.1112 = 0\.1178 ",
+        out,
+    )
     assert "output[The, 1] = 0.0033×1 + 0.9411×2 + 0.0556×2" in out and "= 1.9967" in out
     by_index = run_cli("trace", "--cell", "0,1", "--format", "plain", "--lang", "en")
     assert by_index.exit_code == 0
@@ -407,13 +420,17 @@ def test_parse_cell(spec: str, labels: tuple[str, ...], expected: CellRef) -> No
 @pytest.mark.parametrize(
     ("spec", "labels", "message"),
     [
-        ("the,cat", ("the", "cat", "the"), "the query token 'the' is ambiguous (at positions "
-         "0, 2), expected an index instead, one of 0, 2"),
+        (
+            "the,cat",
+            ("the", "cat", "the"),
+            "the query token 'the' is ambiguous (at positions "
+            "0, 2), expected an index instead, one of 0, 2",
+        ),
         ("dog,cat", ("the", "cat"), "no query token or index 'dog'"),
         ("cat", ("the", "cat"), "'cat' has no comma, expected QUERY,KEY"),
         ("0,7", ("the", "cat"), "no key token or index '7'"),
     ],
-)  # fmt: skip
+)
 def test_parse_cell_errors(spec: str, labels: tuple[str, ...], message: str) -> None:
     with pytest.raises(UsageError) as info:
         parse_cell(spec, labels, labels)

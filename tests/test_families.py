@@ -71,8 +71,9 @@ def _import(tmp_path: Path, case: str, kind: str, layer: int, ref: dict[str, Any
     else:
         np.save(tmp_path / "h.npy", np.array(ref["layers"][layer]["layer_in"], dtype=np.float64))
         source = ["--hidden", str(tmp_path / "h.npy")]
-    result = run_cli("import", str(REFERENCE / case), "--layer", str(layer), *source,
-                     "-o", str(out))  # fmt: skip
+    result = run_cli(
+        "import", str(REFERENCE / case), "--layer", str(layer), *source, "-o", str(out)
+    )
     assert result.exit_code == 0, result.stderr
     return load_fixture(out)
 
@@ -113,8 +114,9 @@ def test_a_family_attn_cannot_trace_exactly_is_refused_in_one_line(
     ref = _reference(case)["runs"][0]
     np.save(tmp_path / "h.npy", np.array(ref["layers"][0]["layer_in"]))
     out = tmp_path / "o.npz"
-    result = run_cli("import", str(REFERENCE / case), "--hidden", str(tmp_path / "h.npy"),
-                     "-o", str(out))  # fmt: skip
+    result = run_cli(
+        "import", str(REFERENCE / case), "--hidden", str(tmp_path / "h.npy"), "-o", str(out)
+    )
     assert result.exit_code == 2, result.stdout
     lines = result.stderr.splitlines()
     assert len(lines) == 1 and lines[0].startswith("Error: "), result.stderr
@@ -123,9 +125,11 @@ def test_a_family_attn_cannot_trace_exactly_is_refused_in_one_line(
 
 
 def test_the_reference_has_linear_layers_from_hidden_states_and_from_text() -> None:
-    assert {(c, k) for c, k, _ in LINEAR} >= {("qwen3_next", "hidden"),
-                                              ("qwen3_next_linear", "hidden"),
-                                              ("qwen3_next_linear", "text")}  # fmt: skip
+    assert {(c, k) for c, k, _ in LINEAR} >= {
+        ("qwen3_next", "hidden"),
+        ("qwen3_next_linear", "hidden"),
+        ("qwen3_next_linear", "text"),
+    }
 
 
 @pytest.mark.parametrize(("case", "kind", "layer"), LINEAR)
@@ -161,12 +165,20 @@ def test_qwen3_next_linear_layer_maps_its_tensors_as_delta_from_torch() -> None:
     folder = REFERENCE / "qwen3_next_linear"
     imported = import_layer(folder, layer=0, text="a b c")
     p = "model.layers.0.linear_attn."
-    w = {k[len(p) :]: v for k, v in load_file(folder / "model.safetensors").items()
-         if k.startswith(p)}  # fmt: skip
+    w = {
+        k[len(p) :]: v
+        for k, v in load_file(folder / "model.safetensors").items()
+        if k.startswith(p)
+    }
     config = json.loads((folder / "config.json").read_text())
     sizes = ("num_k_heads", "num_v_heads", "head_k_dim", "head_v_dim", "eps")
-    keys = ("linear_num_key_heads", "linear_num_value_heads", "linear_key_head_dim",
-            "linear_value_head_dim", "rms_norm_eps")  # fmt: skip
+    keys = (
+        "linear_num_key_heads",
+        "linear_num_value_heads",
+        "linear_key_head_dim",
+        "linear_value_head_dim",
+        "rms_norm_eps",
+    )
     cfg = {size: config[key] for size, key in zip(sizes, keys, strict=True)}
     assert (cfg["num_k_heads"], cfg["num_v_heads"]) == (2, 4)
     want = delta_from_torch(w, cfg)
@@ -192,8 +204,9 @@ def test_a_linear_layer_with_a_tensor_the_key_has_no_place_for_is_one_line(
     save_file(tensors, str(folder / "model.safetensors"))
     np.save(tmp_path / "h.npy", np.ones((3, 16)))
     out = tmp_path / "o.npz"
-    result = run_cli("import", str(folder), "--layer", "1", "--hidden", str(tmp_path / "h.npy"),
-                     "-o", str(out))  # fmt: skip
+    result = run_cli(
+        "import", str(folder), "--layer", "1", "--hidden", str(tmp_path / "h.npy"), "-o", str(out)
+    )
     assert result.exit_code == 2, result.stdout
     lines = result.stderr.splitlines()
     assert len(lines) == 1 and lines[0].startswith("Error: "), lines
@@ -214,7 +227,8 @@ def test_qwen3_next_imports_its_gate_split_from_q_proj(tmp_path: Path) -> None:
     ref = _reference("qwen3_next")["runs"][0]
     inputs = _import(tmp_path, "qwen3_next", "hidden", 0, ref)
     q_proj = load_file(REFERENCE / "qwen3_next" / "model.safetensors")[
-        "model.layers.0.self_attn.q_proj.weight"]  # fmt: skip
+        "model.layers.0.self_attn.q_proj.weight"
+    ]
     H, D = inputs.heads, inputs.d_k
     rows = q_proj.reshape(H, 2, D, -1)
     assert inputs.W_Q is not None
@@ -246,8 +260,9 @@ def _legacy(config: dict[str, Any], case: str) -> dict[str, Any]:
     return config
 
 
-@pytest.mark.parametrize("case", ["gemma3_text", "gemma3_text_linear", "gemma3", "gpt_neox",
-                                  "phi", "stablelm", "glm4"])  # fmt: skip
+@pytest.mark.parametrize(
+    "case", ["gemma3_text", "gemma3_text_linear", "gemma3", "gpt_neox", "phi", "stablelm", "glm4"]
+)
 def test_the_hubs_spelling_of_config_json_imports_to_the_same_layer(
     tmp_path: Path, case: str
 ) -> None:
@@ -264,8 +279,16 @@ def test_the_hubs_spelling_of_config_json_imports_to_the_same_layer(
         fixtures = []
         for source in (REFERENCE / case, folder):
             out = tmp_path / f"{layer}-{source == folder}.npz"
-            result = run_cli("import", str(source), "--layer", str(layer), "--hidden",
-                             str(tmp_path / "h.npy"), "-o", str(out))  # fmt: skip
+            result = run_cli(
+                "import",
+                str(source),
+                "--layer",
+                str(layer),
+                "--hidden",
+                str(tmp_path / "h.npy"),
+                "-o",
+                str(out),
+            )
             assert result.exit_code == 0, result.stderr
             fixtures.append(load_fixture(out))
         assert fixtures[0].rope == fixtures[1].rope and fixtures[0].window == fixtures[1].window
@@ -276,17 +299,35 @@ def test_the_hubs_spelling_of_config_json_imports_to_the_same_layer(
 # config.json of google/gemma-3-4b-it (transformers 4.50): text_config leaves the heads, head_dim,
 # query_pre_attn_scalar, vocab_size and RoPE bases to Gemma3TextConfig's defaults.
 GEMMA3_4B = {
-    "architectures": ["Gemma3ForConditionalGeneration"], "boi_token_index": 255999,
-    "eoi_token_index": 256000, "eos_token_id": [1, 106], "image_token_index": 262144,
-    "initializer_range": 0.02, "mm_tokens_per_image": 256, "model_type": "gemma3",
-    "text_config": {"hidden_size": 2560, "intermediate_size": 10240, "model_type": "gemma3_text",
-                    "num_hidden_layers": 34, "rope_scaling": {"factor": 8.0, "rope_type": "linear"},
-                    "sliding_window": 1024},
-    "torch_dtype": "bfloat16", "transformers_version": "4.50.0.dev0",
-    "vision_config": {"hidden_size": 1152, "image_size": 896, "intermediate_size": 4304,
-                      "model_type": "siglip_vision_model", "num_attention_heads": 16,
-                      "num_hidden_layers": 27, "patch_size": 14, "vision_use_head": False},
-}  # fmt: skip
+    "architectures": ["Gemma3ForConditionalGeneration"],
+    "boi_token_index": 255999,
+    "eoi_token_index": 256000,
+    "eos_token_id": [1, 106],
+    "image_token_index": 262144,
+    "initializer_range": 0.02,
+    "mm_tokens_per_image": 256,
+    "model_type": "gemma3",
+    "text_config": {
+        "hidden_size": 2560,
+        "intermediate_size": 10240,
+        "model_type": "gemma3_text",
+        "num_hidden_layers": 34,
+        "rope_scaling": {"factor": 8.0, "rope_type": "linear"},
+        "sliding_window": 1024,
+    },
+    "torch_dtype": "bfloat16",
+    "transformers_version": "4.50.0.dev0",
+    "vision_config": {
+        "hidden_size": 1152,
+        "image_size": 896,
+        "intermediate_size": 4304,
+        "model_type": "siglip_vision_model",
+        "num_attention_heads": 16,
+        "num_hidden_layers": 27,
+        "patch_size": 14,
+        "vision_use_head": False,
+    },
+}
 
 
 @pytest.mark.parametrize(
@@ -320,99 +361,245 @@ _GEMMA3_TEXT = json.loads((REFERENCE / "gemma3" / "config.json").read_text())["t
 @pytest.mark.parametrize(
     ("case", "change", "layer", "named"),
     [
-        ("gemma3", {"text_config": _ABSENT}, 0, "config.json: text_config: missing, expected "
-         "the text model's config: a mapping with model_type 'gemma3_text'"),
+        (
+            "gemma3",
+            {"text_config": _ABSENT},
+            0,
+            "config.json: text_config: missing, expected "
+            "the text model's config: a mapping with model_type 'gemma3_text'",
+        ),
         ("gemma3", {"text_config": [16]}, 0, "config.json: text_config: got [16], expected"),
-        ("gemma3", {"text_config": _GEMMA3_TEXT | {"model_type": "gemma2"}}, 0,
-         "config.json: text_config.model_type: got \"gemma2\": attn reads a gemma3 checkpoint's "
-         "text model as gemma3_text, expected 'gemma3_text'"),
-        ("gemma3", {"text_config": {k: v for k, v in _GEMMA3_TEXT.items() if k != "model_type"}},
-         0, "config.json: text_config.model_type: missing: attn reads"),
-        ("gemma3", {"text_config": _GEMMA3_TEXT | {"clip_qkv": 0.5}}, 0,
-         "config.json: text_config.clip_qkv: got 0.5: Q, K and V clamped"),
-        ("gemma3", {"text_config": _GEMMA3_TEXT | {"sliding_window_pattern": 0,
-                                                   "layer_types": None}}, 0,
-         "config.json: text_config.sliding_window_pattern: got 0"),
+        (
+            "gemma3",
+            {"text_config": _GEMMA3_TEXT | {"model_type": "gemma2"}},
+            0,
+            'config.json: text_config.model_type: got "gemma2": attn reads a gemma3 checkpoint\'s '
+            "text model as gemma3_text, expected 'gemma3_text'",
+        ),
+        (
+            "gemma3",
+            {"text_config": {k: v for k, v in _GEMMA3_TEXT.items() if k != "model_type"}},
+            0,
+            "config.json: text_config.model_type: missing: attn reads",
+        ),
+        (
+            "gemma3",
+            {"text_config": _GEMMA3_TEXT | {"clip_qkv": 0.5}},
+            0,
+            "config.json: text_config.clip_qkv: got 0.5: Q, K and V clamped",
+        ),
+        (
+            "gemma3",
+            {"text_config": _GEMMA3_TEXT | {"sliding_window_pattern": 0, "layer_types": None}},
+            0,
+            "config.json: text_config.sliding_window_pattern: got 0",
+        ),
         # the text attention's keys are text_config's: beside it they are not ignored
         ("gemma3", {"sliding_window": 2}, 0, "config.json: sliding_window: got 2: a sliding"),
         ("gemma3", {"query_pre_attn_scalar": 8}, 0, "config.json: query_pre_attn_scalar: got 8"),
         ("gemma3", {"a_new_key": 1}, 0, "config.json: a_new_key: got 1: a key attn's gemma3"),
-        ("gemma3_text", {"rope_parameters": {"full_attention": 5}}, 1,
-         "config.json: rope_parameters.full_attention: got 5, expected a mapping"),
-        ("gemma3_text", {"rope_parameters": {"full_attention": {"rope_type": "linear",
-                                                                "factor": 1e400}}}, 1,
-         "(imported as the fixture): rope.scaling.factor: got the number inf"),
-        ("phi3", {"rope_parameters": {"rope_type": "su", "short_factor": [1, 1],
-                                      "long_factor": [1, 1]}}, 0,
-         "(imported as the fixture): rope.scaling.short_factor: got a list, expected a list of 4"),
+        (
+            "gemma3_text",
+            {"rope_parameters": {"full_attention": 5}},
+            1,
+            "config.json: rope_parameters.full_attention: got 5, expected a mapping",
+        ),
+        (
+            "gemma3_text",
+            {"rope_parameters": {"full_attention": {"rope_type": "linear", "factor": 1e400}}},
+            1,
+            "(imported as the fixture): rope.scaling.factor: got the number inf",
+        ),
+        (
+            "phi3",
+            {"rope_parameters": {"rope_type": "su", "short_factor": [1, 1], "long_factor": [1, 1]}},
+            0,
+            "(imported as the fixture): "
+            "rope.scaling.short_factor: got a list, expected a list of 4",
+        ),
         ("smollm3", {"no_rope_layers": [True, False, 1, 0]}, 0, "no_rope_layers: got [True"),
-        ("gemma3_text", {"layer_types": None, "sliding_window_pattern": 0}, 0,
-         "sliding_window_pattern: got 0, expected a whole number >= 1"),
-        ("qwen2_moe", {"use_sliding_window": True, "sliding_window": -3}, 0,
-         "sliding_window: got -3"),
-        ("gpt_neox", {"rope_parameters": None, "rotary_pct": "0.25"}, 0,
-         "rotary_pct: got '0.25', expected a finite number > 0"),
+        (
+            "gemma3_text",
+            {"layer_types": None, "sliding_window_pattern": 0},
+            0,
+            "sliding_window_pattern: got 0, expected a whole number >= 1",
+        ),
+        (
+            "qwen2_moe",
+            {"use_sliding_window": True, "sliding_window": -3},
+            0,
+            "sliding_window: got -3",
+        ),
+        (
+            "gpt_neox",
+            {"rope_parameters": None, "rotary_pct": "0.25"},
+            0,
+            "rotary_pct: got '0.25', expected a finite number > 0",
+        ),
         ("roberta", {"pad_token_id": -1}, 0, "pad_token_id: got -1"),
         ("granite", {"attention_multiplier": 1e400}, 0, "attention_multiplier: got inf"),
-        ("qwen3_next", {"layer_types": ["full_attention", "sliding_attention",
-                                        "full_attention"]}, 0,
-         "layer_types: got ['full_attention', 'sliding_attention', 'full_attention'], expected "
-         "a list of 3 entries, each 'linear_attention' or 'full_attention'"),
-        ("qwen3_next", {"layer_types": None, "full_attention_interval": 0}, 0,
-         "full_attention_interval: got 0, expected a whole number >= 1"),
+        (
+            "qwen3_next",
+            {"layer_types": ["full_attention", "sliding_attention", "full_attention"]},
+            0,
+            "layer_types: got ['full_attention', 'sliding_attention', 'full_attention'], expected "
+            "a list of 3 entries, each 'linear_attention' or 'full_attention'",
+        ),
+        (
+            "qwen3_next",
+            {"layer_types": None, "full_attention_interval": 0},
+            0,
+            "full_attention_interval: got 0, expected a whole number >= 1",
+        ),
         # layer types that disagree with the tensors: the tensors the other kind reads missing
-        ("qwen3_next", {"layer_types": None, "full_attention_interval": 4}, 0,
-         "model.layers.0.linear_attn.in_proj_qkvz.weight: missing tensor"),
-        ("qwen3_next", {"layer_types": None, "full_attention_interval": 2}, 1,
-         "model.layers.1.self_attn.q_proj.weight: missing tensor"),
-        ("qwen3_next_linear", {"linear_num_value_heads": 3}, 0,
-         "linear_num_value_heads: 3 is not a multiple of linear_num_key_heads 2: transformers "
-         "splits in_proj_qkvz per key head"),
-        ("qwen3_next_linear", {"linear_num_key_heads": 0}, 0,
-         "linear_num_key_heads: got 0, expected a whole number >= 1"),
-        ("qwen3_next_linear", {"linear_num_value_heads": 2}, 0,
-         "model.layers.0.linear_attn.in_proj_qkvz.weight: "),
-        ("qwen3_next_linear", {"linear_key_head_dim": 8}, 0,
-         "model.layers.0.linear_attn.in_proj_qkvz.weight: "),
-        ("qwen3_next_linear", {"linear_value_head_dim": 2}, 0,
-         "model.layers.0.linear_attn.in_proj_qkvz.weight: "),
-        ("qwen3_next_linear", {"linear_conv_kernel_dim": 3}, 0,
-         "model.layers.0.linear_attn.conv1d.weight: "),
-        ("qwen3_next_linear", {"linear_key_head_dim": 2}, 0, "linear_num_key_heads 2, "
-         "linear_num_value_heads 4, linear_key_head_dim 2, linear_value_head_dim 4, "
-         "linear_conv_kernel_dim 4"),
-        ("qwen3_next_linear", {"hidden_act": "gelu"}, 0,
-         "hidden_act: got 'gelu': the activation after linear_attention's conv1d"),
+        (
+            "qwen3_next",
+            {"layer_types": None, "full_attention_interval": 4},
+            0,
+            "model.layers.0.linear_attn.in_proj_qkvz.weight: missing tensor",
+        ),
+        (
+            "qwen3_next",
+            {"layer_types": None, "full_attention_interval": 2},
+            1,
+            "model.layers.1.self_attn.q_proj.weight: missing tensor",
+        ),
+        (
+            "qwen3_next_linear",
+            {"linear_num_value_heads": 3},
+            0,
+            "linear_num_value_heads: 3 is not a multiple of linear_num_key_heads 2: transformers "
+            "splits in_proj_qkvz per key head",
+        ),
+        (
+            "qwen3_next_linear",
+            {"linear_num_key_heads": 0},
+            0,
+            "linear_num_key_heads: got 0, expected a whole number >= 1",
+        ),
+        (
+            "qwen3_next_linear",
+            {"linear_num_value_heads": 2},
+            0,
+            "model.layers.0.linear_attn.in_proj_qkvz.weight: ",
+        ),
+        (
+            "qwen3_next_linear",
+            {"linear_key_head_dim": 8},
+            0,
+            "model.layers.0.linear_attn.in_proj_qkvz.weight: ",
+        ),
+        (
+            "qwen3_next_linear",
+            {"linear_value_head_dim": 2},
+            0,
+            "model.layers.0.linear_attn.in_proj_qkvz.weight: ",
+        ),
+        (
+            "qwen3_next_linear",
+            {"linear_conv_kernel_dim": 3},
+            0,
+            "model.layers.0.linear_attn.conv1d.weight: ",
+        ),
+        (
+            "qwen3_next_linear",
+            {"linear_key_head_dim": 2},
+            0,
+            "linear_num_key_heads 2, "
+            "linear_num_value_heads 4, linear_key_head_dim 2, linear_value_head_dim 4, "
+            "linear_conv_kernel_dim 4",
+        ),
+        (
+            "qwen3_next_linear",
+            {"hidden_act": "gelu"},
+            0,
+            "hidden_act: got 'gelu': the activation after linear_attention's conv1d",
+        ),
         ("qwen3_next_linear", {"rms_norm_eps": -1}, 0, "rms_norm_eps: got -1"),
-        ("qwen3_next", {"rope_parameters": {"rope_type": "default", "rope_theta": 1e4,
-                                            "partial_rotary_factor": 0.1}}, 0,
-         "rope_parameters.partial_rotary_factor: 0.1 gives 0 rotated dims of 8"),
+        (
+            "qwen3_next",
+            {
+                "rope_parameters": {
+                    "rope_type": "default",
+                    "rope_theta": 1e4,
+                    "partial_rotary_factor": 0.1,
+                }
+            },
+            0,
+            "rope_parameters.partial_rotary_factor: 0.1 gives 0 rotated dims of 8",
+        ),
         ("qwen3_next", {"head_dim": 16}, 0, "model.layers.0.self_attn.q_proj.weight: "),
-        ("deepseek_v3", {"kv_lora_rank": _ABSENT}, 0,
-         "config.json: kv_lora_rank: missing, expected a whole number >= 1"),
+        (
+            "deepseek_v3",
+            {"kv_lora_rank": _ABSENT},
+            0,
+            "config.json: kv_lora_rank: missing, expected a whole number >= 1",
+        ),
         ("deepseek_v3", {"kv_lora_rank": 0}, 0, "kv_lora_rank: got 0, expected a whole number"),
-        ("deepseek_v3", {"qk_rope_head_dim": 3}, 0,
-         "qk_rope_head_dim: got 3: RoPE rotates pairs, expected an even number >= 2"),
-        ("deepseek_v3", {"kv_lora_rank": 6}, 1,
-         "model.layers.1.self_attn.kv_a_proj_with_mqa.weight: "),
+        (
+            "deepseek_v3",
+            {"qk_rope_head_dim": 3},
+            0,
+            "qk_rope_head_dim: got 3: RoPE rotates pairs, expected an even number >= 2",
+        ),
+        (
+            "deepseek_v3",
+            {"kv_lora_rank": 6},
+            1,
+            "model.layers.1.self_attn.kv_a_proj_with_mqa.weight: ",
+        ),
         ("deepseek_v3", {"v_head_dim": 2}, 0, "model.layers.0.self_attn.kv_b_proj.weight: "),
-        ("deepseek_v3", {"q_lora_rank": None}, 0, "a tensor of layer 0's attention that the "
-         "deepseek_v3 layout has no place for"),
+        (
+            "deepseek_v3",
+            {"q_lora_rank": None},
+            0,
+            "a tensor of layer 0's attention that the deepseek_v3 layout has no place for",
+        ),
         ("deepseek_v3", {"rms_norm_eps": float("nan")}, 0, "rms_norm_eps: got nan"),
-        ("deepseek_v3", {"rope_parameters": {"rope_type": "default", "rope_theta": float("nan")}},
-         0, "rope_parameters.rope_theta: got nan"),
-        ("deepseek_v3", {"rope_parameters": {"rope_type": "llama3", "rope_theta": 1e4,
-                                             "factor": 8.0}}, 0,
-         "rope_parameters: rope_type 'llama3': the mla key's RoPE scales by yarn only"),
-        ("deepseek_v3_yarn", {"rope_parameters": {"rope_type": "yarn", "rope_theta": 1e4,
-                                                  "factor": 8.0, "mrope_section": [1, 1]}}, 0,
-         "rope_parameters.mrope_section: got [1, 1] in a yarn rope"),
-        ("deepseek_v3_yarn", {"rope_parameters": {"rope_type": "yarn", "rope_theta": 1e4,
-                                                  "factor": -8.0}}, 0,
-         "mla.scaling.factor: got the number -8.0, expected a number from 0.001 to 1e+06"),
-        ("deepseek_v3_yarn", {"rope_parameters": {"rope_type": "yarn", "rope_theta": 1e4,
-                                                  "factor": "8", "mscale_all_dim": 1.0}}, 0,
-         "mla.scaling.factor: got the string '8', expected a number from 0.001"),
+        (
+            "deepseek_v3",
+            {"rope_parameters": {"rope_type": "default", "rope_theta": float("nan")}},
+            0,
+            "rope_parameters.rope_theta: got nan",
+        ),
+        (
+            "deepseek_v3",
+            {"rope_parameters": {"rope_type": "llama3", "rope_theta": 1e4, "factor": 8.0}},
+            0,
+            "rope_parameters: rope_type 'llama3': the mla key's RoPE scales by yarn only",
+        ),
+        (
+            "deepseek_v3_yarn",
+            {
+                "rope_parameters": {
+                    "rope_type": "yarn",
+                    "rope_theta": 1e4,
+                    "factor": 8.0,
+                    "mrope_section": [1, 1],
+                }
+            },
+            0,
+            "rope_parameters.mrope_section: got [1, 1] in a yarn rope",
+        ),
+        (
+            "deepseek_v3_yarn",
+            {"rope_parameters": {"rope_type": "yarn", "rope_theta": 1e4, "factor": -8.0}},
+            0,
+            "mla.scaling.factor: got the number -8.0, expected a number from 0.001 to 1e+06",
+        ),
+        (
+            "deepseek_v3_yarn",
+            {
+                "rope_parameters": {
+                    "rope_type": "yarn",
+                    "rope_theta": 1e4,
+                    "factor": "8",
+                    "mscale_all_dim": 1.0,
+                }
+            },
+            0,
+            "mla.scaling.factor: got the string '8', expected a number from 0.001",
+        ),
         ("deepseek_v3", {"rope_interleave": False}, 0, "rope_interleave: got false"),
         ("deepseek_v3", {"attention_bias": True}, 0, "attention_bias: got true"),
         ("deepseek_v3", {"num_key_value_heads": 1}, 0, "num_key_value_heads: got 1"),
@@ -420,7 +607,7 @@ _GEMMA3_TEXT = json.loads((REFERENCE / "gemma3" / "config.json").read_text())["t
         ("deepseek_v3", {"qk_nope_head_dim": 0}, 0, "qk_nope_head_dim: got 0"),
         ("deepseek_v3", {"use_sliding_window": True}, 0, "use_sliding_window: got true"),
     ],
-)  # fmt: skip
+)
 def test_a_hostile_config_is_one_line_and_no_file(
     tmp_path: Path, case: str, change: dict[str, Any], layer: int, named: str
 ) -> None:
@@ -432,8 +619,16 @@ def test_a_hostile_config_is_one_line_and_no_file(
     (folder / "config.json").write_text(json.dumps(config))
     np.save(tmp_path / "h.npy", np.ones((3, 16)))
     out = tmp_path / "o.npz"
-    result = run_cli("import", str(folder), "--layer", str(layer), "--hidden",
-                     str(tmp_path / "h.npy"), "-o", str(out))  # fmt: skip
+    result = run_cli(
+        "import",
+        str(folder),
+        "--layer",
+        str(layer),
+        "--hidden",
+        str(tmp_path / "h.npy"),
+        "-o",
+        str(out),
+    )
     assert result.exit_code == 2, result.stdout
     lines = result.stderr.splitlines()
     assert len(lines) == 1 and lines[0].startswith("Error: ") and named in lines[0], lines
@@ -460,8 +655,16 @@ def test_gemma3_under_its_module_names_imports_the_same_layers(tmp_path: Path) -
     for layer, want in enumerate(ref["layers"]):
         np.save(tmp_path / "h.npy", np.array(want["layer_in"]))
         out = tmp_path / f"{layer}.npz"
-        result = run_cli("import", str(folder), "--layer", str(layer), "--hidden",
-                         str(tmp_path / "h.npy"), "-o", str(out))  # fmt: skip
+        result = run_cli(
+            "import",
+            str(folder),
+            "--layer",
+            str(layer),
+            "--hidden",
+            str(tmp_path / "h.npy"),
+            "-o",
+            str(out),
+        )
         assert result.exit_code == 0, result.stderr
         got = run(load_fixture(out))["projected"].data.reshape(np.shape(want["output"]))
         np.testing.assert_allclose(got, want["output"], rtol=1e-4, atol=1e-5)
@@ -470,16 +673,23 @@ def test_gemma3_under_its_module_names_imports_the_same_layers(tmp_path: Path) -
 @pytest.mark.parametrize(
     ("rename", "named"),
     [
-        (lambda n: None if n.startswith("language_model.") else n,  # the vision tower alone
-         "model.safetensors: language_model.model.layers.0.self_attn.q_proj.weight: missing "
-         "tensor, expected the gemma3 layout's q.weight tensor of layer 0"),
-        (lambda n: n.replace("language_model.model.", "language_model."),  # no known prefix
-         "model.safetensors: language_model.model.layers.0.self_attn.q_proj.weight: missing"),
-        (lambda n: n.replace("language_model.model.layers.1.", "model.language_model.layers.1."),
-         "attention tensors under several prefixes (language_model.model., model.language_model.)"),
+        (
+            lambda n: None if n.startswith("language_model.") else n,  # the vision tower alone
+            "model.safetensors: language_model.model.layers.0.self_attn.q_proj.weight: missing "
+            "tensor, expected the gemma3 layout's q.weight tensor of layer 0",
+        ),
+        (
+            lambda n: n.replace("language_model.model.", "language_model."),  # no known prefix
+            "model.safetensors: language_model.model.layers.0.self_attn.q_proj.weight: missing",
+        ),
+        (
+            lambda n: n.replace("language_model.model.layers.1.", "model.language_model.layers.1."),
+            "attention tensors under several prefixes "
+            "(language_model.model., model.language_model.)",
+        ),
     ],
     ids=["vision-only", "other-prefix", "both-prefixes"],
-)  # fmt: skip
+)
 def test_gemma3_without_its_text_layers_under_the_prefix_is_one_line_and_no_file(
     tmp_path: Path, rename: Any, named: str
 ) -> None:

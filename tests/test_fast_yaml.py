@@ -93,10 +93,30 @@ TOKENS = st.one_of(
     st.floats(allow_nan=False, allow_infinity=False).map(repr),
     st.integers(-(10**6), 10**6).map(str),
     st.sampled_from(
-        ["010", "-0", "+5", "-.5", ".5", "5.", "1e5", "1E+5", "1.5e3", "1_0", ".inf", "0x1F",
-         "-.5e3", "00.5", "1e", "e5", "1.2.3", "", "--1", "+.5"]
+        [
+            "010",
+            "-0",
+            "+5",
+            "-.5",
+            ".5",
+            "5.",
+            "1e5",
+            "1E+5",
+            "1.5e3",
+            "1_0",
+            ".inf",
+            "0x1F",
+            "-.5e3",
+            "00.5",
+            "1e",
+            "e5",
+            "1.2.3",
+            "",
+            "--1",
+            "+.5",
+        ]
     ),
-)  # fmt: skip
+)
 
 
 @settings(max_examples=300, deadline=None)
@@ -119,8 +139,12 @@ def test_any_row_is_read_as_the_safe_loader_reads_it(rows: list[list[str]]) -> N
 @pytest.mark.slow  # about 0.3 s: a 300-row fixture through both loaders
 def test_a_big_yaml_fixture_loads_as_its_json_twin(tmp_path: Path) -> None:
     rows = [[(i * 7 + j) / 13 - 3 for j in range(64)] for i in range(400)]
-    fx = {"X": rows, "W_Q": [r[:8] for r in rows[:64]], "W_K": [r[8:16] for r in rows[:64]],
-          "W_V": [r[16:24] for r in rows[:64]]}  # fmt: skip
+    fx = {
+        "X": rows,
+        "W_Q": [r[:8] for r in rows[:64]],
+        "W_K": [r[8:16] for r in rows[:64]],
+        "W_V": [r[16:24] for r in rows[:64]],
+    }
     (tmp_path / "fx.json").write_text(json.dumps(fx))
     (tmp_path / "fx.yaml").write_text(yaml.safe_dump(fx, default_flow_style=None, width=10**6))
     a, b = load_fixture(tmp_path / "fx.json"), load_fixture(tmp_path / "fx.yaml")

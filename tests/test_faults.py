@@ -528,9 +528,17 @@ def test_max_memory_option(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(
     ("text", "size"),
-    [("1", 1), ("4096", 4096), ("2K", 2048), ("500M", 500 << 20), ("8g", 8 << 30),
-     ("1.5GiB", 3 << 29), ("2 TB", 2 << 40), (".5k", 512)],
-)  # fmt: skip
+    [
+        ("1", 1),
+        ("4096", 4096),
+        ("2K", 2048),
+        ("500M", 500 << 20),
+        ("8g", 8 << 30),
+        ("1.5GiB", 3 << 29),
+        ("2 TB", 2 << 40),
+        (".5k", 512),
+    ],
+)
 def test_parse_size(text: str, size: int) -> None:
     assert parse_size(text) == size
 
@@ -543,8 +551,13 @@ def test_parse_size_refuses(text: str) -> None:
 
 def test_format_bytes() -> None:
     assert [format_bytes(n) for n in (0, 1023, 1024, 1536, 4 << 30, 5 << 50)] == [
-        "0 bytes", "1023 bytes", "1.0 KiB", "1.5 KiB", "4.0 GiB", "5.0 PiB",
-    ]  # fmt: skip
+        "0 bytes",
+        "1023 bytes",
+        "1.0 KiB",
+        "1.5 KiB",
+        "4.0 GiB",
+        "5.0 PiB",
+    ]
 
 
 def test_billion_laughs_is_sized_without_being_built() -> None:

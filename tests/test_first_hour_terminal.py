@@ -84,12 +84,16 @@ def test_the_cache_line_lists_its_slots_on_a_line_of_their_own_within_80_columns
 @pytest.mark.parametrize(
     ("name", "line"),
     [
-        ("gemma2_softcap", "2 query heads, 1 key/value head (multi-query: every head reads kv "
-         "head 0)"),
-        ("gptoss_sinks", "4 query heads, 2 key/value heads (grouped-query: head h reads kv "
-         "head h // 2)"),
+        (
+            "gemma2_softcap",
+            "2 query heads, 1 key/value head (multi-query: every head reads kv head 0)",
+        ),
+        (
+            "gptoss_sinks",
+            "4 query heads, 2 key/value heads (grouped-query: head h reads kv head h // 2)",
+        ),
     ],
-)  # fmt: skip
+)
 def test_one_key_value_head_is_singular(name: str, line: str) -> None:
     result = run_cli("trace", name, "--no-color", "--width", "120", "--stage", "X")
     assert result.exit_code == 0, result.stderr
@@ -221,8 +225,11 @@ def test_slide_borders_are_unbroken_bars_the_height_of_a_line() -> None:
     trace = trace_file("causal_multihead")
     svg = slides(trace, RenderOptions(), "svg")[0].text
     assert "│</text>" not in svg  # no vertical stroke left as a glyph
-    bars = re.findall(r'<rect class="[^"]+" x="([\d.]+)" y="([\d.]+)" width="[\d.]+" '
-                      r'height="([\d.]+)"', svg)  # fmt: skip
+    bars = re.findall(
+        r'<rect class="[^"]+" x="([\d.]+)" y="([\d.]+)" width="[\d.]+" '
+        r'height="([\d.]+)"',
+        svg,
+    )
     by_x: dict[str, list[tuple[float, float]]] = {}
     for x, y, h in bars:
         by_x.setdefault(x, []).append((float(y), float(y) + float(h)))
@@ -234,8 +241,17 @@ def test_slide_borders_are_unbroken_bars_the_height_of_a_line() -> None:
 
 def test_the_output_worked_cell_breaks_before_an_equals_sign_at_80_columns() -> None:
     """Rich broke it wherever the width ran out: "= 0.0434 + 0 +" then "0.0434 + 0 = 0.0868"."""
-    result = run_cli("trace", "causal_multihead", "--cell", "tea,tea", "--stage", "output",
-                     "--width", "80", "--no-color")  # fmt: skip
+    result = run_cli(
+        "trace",
+        "causal_multihead",
+        "--cell",
+        "tea,tea",
+        "--stage",
+        "output",
+        "--width",
+        "80",
+        "--no-color",
+    )
     assert result.exit_code == 0, result.stderr
     panel = result.stdout.split("every value row V (head 1)")[1].split("╰")[0]
     lines = [line.strip("│ ") for line in panel.splitlines()[1:] if line.strip()]

@@ -434,13 +434,27 @@ def test_projection_batch_heads_gqa_and_biases() -> None:
     W_K = np.ones((2, 4)).tolist()  # kv_heads 2 * d_k 2
     W_V = np.ones((2, 6)).tolist()  # kv_heads 2 * d_v 3
     inp = validate(
-        {"X": X, "W_Q": W_Q, "W_K": W_K, "W_V": W_V, "heads": 4, "kv_heads": 2,
-         "b_Q": [0.5] * 8, "b_K": [1] * 4, "b_V": [2] * 6},
+        {
+            "X": X,
+            "W_Q": W_Q,
+            "W_K": W_K,
+            "W_V": W_V,
+            "heads": 4,
+            "kv_heads": 2,
+            "b_Q": [0.5] * 8,
+            "b_K": [1] * 4,
+            "b_V": [2] * 6,
+        },
         SRC,
-    )  # fmt: skip
+    )
     assert (inp.has_batch, inp.batch, inp.heads, inp.kv_heads, inp.d_k, inp.d_v) == (
-        True, 2, 4, 2, 2, 3,
-    )  # fmt: skip
+        True,
+        2,
+        4,
+        2,
+        2,
+        3,
+    )
     assert inp.X is not None and inp.X.shape == (2, 3, 2)
     assert inp.b_Q is not None and inp.b_Q.shape == (8,)
     assert inp.b_V is not None and inp.b_V.tolist() == [2.0] * 6
@@ -455,8 +469,13 @@ def test_direct_2d_splits_contiguous_column_blocks() -> None:
     Q = [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9, 10, 11]]  # seq 3, heads 2 * d 2
     inp = validate({"Q": Q, "K": Q, "V": Q, "heads": 2}, SRC)
     assert (inp.mode, inp.has_batch, inp.batch, inp.heads, inp.d_k, inp.d_v) == (
-        "direct", False, 1, 2, 2, 2,
-    )  # fmt: skip
+        "direct",
+        False,
+        1,
+        2,
+        2,
+        2,
+    )
     assert inp.Q is not None and inp.Q.shape == (1, 2, 3, 2)  # (batch, heads, seq, d)
     np.testing.assert_array_equal(inp.Q[0, 0], [[0, 1], [4, 5], [8, 9]])  # head 0: columns 0:2
     np.testing.assert_array_equal(inp.Q[0, 1], [[2, 3], [6, 7], [10, 11]])  # head 1: columns 2:4
@@ -476,8 +495,14 @@ def test_direct_4d_kept_and_heads_read_from_arrays() -> None:
     V = np.ones((1, 2, 5, 7))  # (batch, kv_heads, seq_k, d_v)
     inp = validate({"Q": Q.tolist(), "K": K.tolist(), "V": V.tolist(), "heads": 4}, SRC)
     assert (inp.has_batch, inp.heads, inp.kv_heads, inp.seq_q, inp.seq_k, inp.d_k, inp.d_v) == (
-        True, 4, 2, 2, 5, 3, 7,
-    )  # fmt: skip
+        True,
+        4,
+        2,
+        2,
+        5,
+        3,
+        7,
+    )
     assert inp.Q is not None
     np.testing.assert_array_equal(inp.Q, Q)
     assert inp.V is not None and inp.V.shape == (1, 2, 5, 7)
@@ -521,9 +546,14 @@ def test_scale(value: Any, scale: float | None) -> None:
 
 @pytest.mark.parametrize(
     ("value", "causal"),
-    [(False, None), (None, None), (True, "upper-left"), ("upper-left", "upper-left"),
-     ("lower-right", "lower-right")],
-)  # fmt: skip
+    [
+        (False, None),
+        (None, None),
+        (True, "upper-left"),
+        ("upper-left", "upper-left"),
+        ("lower-right", "lower-right"),
+    ],
+)
 def test_causal(value: Any, causal: str | None) -> None:
     assert validate(direct(causal=value), SRC).causal == causal
 
@@ -602,10 +632,15 @@ def test_causal_mask_bias_lengths_together() -> None:
 
 def test_expected() -> None:
     inp = validate(
-        direct(expected={"softmax": [[1, 0], [0.5, 0.5]], "masked": [[0, "-inf"], ["nan", "inf"]],
-                         "output": None}),
+        direct(
+            expected={
+                "softmax": [[1, 0], [0.5, 0.5]],
+                "masked": [[0, "-inf"], ["nan", "inf"]],
+                "output": None,
+            }
+        ),
         SRC,
-    )  # fmt: skip
+    )
     assert set(inp.expected) == {"softmax", "masked"}
     np.testing.assert_array_equal(inp.expected["masked"], [[0, -np.inf], [np.nan, np.inf]])
     assert inp.expected["softmax"].dtype == np.float64
@@ -613,13 +648,34 @@ def test_expected() -> None:
 
 def test_null_means_omitted() -> None:
     nulls = dict.fromkeys(
-        ["name", "description", "tokens", "key_tokens", "heads", "kv_heads", "W_O", "b_O",
-         "scale", "causal", "mask", "bias", "lengths", "expected", "b_Q", "X"]
-    )  # fmt: skip
+        [
+            "name",
+            "description",
+            "tokens",
+            "key_tokens",
+            "heads",
+            "kv_heads",
+            "W_O",
+            "b_O",
+            "scale",
+            "causal",
+            "mask",
+            "bias",
+            "lengths",
+            "expected",
+            "b_Q",
+            "X",
+        ]
+    )
     inp = validate(direct(**nulls), SRC)
     assert (inp.mode, inp.name, inp.tokens, inp.heads, inp.scale, inp.causal) == (
-        "direct", "", None, 1, None, None,
-    )  # fmt: skip
+        "direct",
+        "",
+        None,
+        1,
+        None,
+        None,
+    )
     assert inp.W_O is None and inp.mask is None and inp.bias is None and inp.lengths is None
     yaml_nulls = yaml_text("scale: null\ncausal: ~\nmask:\nW_O: null\nb_O: null\n")
     assert parse_fixture(yaml_nulls, SRC).scale is None
@@ -776,11 +832,19 @@ def test_validate_takes_numpy_arrays_from_python() -> None:
     X = rng.standard_normal((2, 3, 4))  # (batch, seq, d_model)
     W = rng.standard_normal((4, 4))
     inp = validate(
-        {"X": X, "W_Q": W, "W_K": W, "W_V": W, "heads": np.int64(2), "scale": np.float64(0.5),
-         "mask": np.tril(np.ones((3, 3), dtype=bool)), "lengths": np.array([3, 2]),
-         "expected": {"X": X}},
+        {
+            "X": X,
+            "W_Q": W,
+            "W_K": W,
+            "W_V": W,
+            "heads": np.int64(2),
+            "scale": np.float64(0.5),
+            "mask": np.tril(np.ones((3, 3), dtype=bool)),
+            "lengths": np.array([3, 2]),
+            "expected": {"X": X},
+        },
         SRC,
-    )  # fmt: skip
+    )
     assert inp.X is not None
     np.testing.assert_array_equal(inp.X, X)
     assert (inp.heads, inp.scale, inp.d_k) == (2, 0.5, 2)
@@ -811,8 +875,12 @@ def test_doc_json_example_worked_by_hand() -> None:
     (block,) = doc_blocks("json")
     inp = parse_fixture(block, "doc.json", fmt="json")
     assert (inp.mode, inp.seq_q, inp.seq_k, inp.causal, inp.scale) == (
-        "direct", 2, 3, "lower-right", 1.0,
-    )  # fmt: skip
+        "direct",
+        2,
+        3,
+        "lower-right",
+        1.0,
+    )
     assert inp.key_tokens == ("The", "cat", "sat")
     w = np.e / (np.e + 1)  # softmax of the two scores 1 and 0 left in each row
     softmax = [[[w, 1 - w, 0], [1 - w, 0, w]]]  # (heads, seq_q, seq_k)

@@ -63,13 +63,23 @@ def invoke(*args: str) -> Any:
 
 
 def fixture(
-    tmp_path: Path, B: int = 1, H: int = 2, Hkv: int = 1, T: int = 5, S: int = 5,
-    causal: str | None = "upper-left", seed: int = 0, **extra: Any,
-) -> tuple[Path, dict[str, Array]]:  # fmt: skip
+    tmp_path: Path,
+    B: int = 1,
+    H: int = 2,
+    Hkv: int = 1,
+    T: int = 5,
+    S: int = 5,
+    causal: str | None = "upper-left",
+    seed: int = 0,
+    **extra: Any,
+) -> tuple[Path, dict[str, Array]]:
     """A direct-mode fixture (4-axis Q, K, V) with random numbers, and its arrays."""
     rng = np.random.default_rng(seed)
-    arrays = {"Q": rng.normal(size=(B, H, T, 3)), "K": rng.normal(size=(B, Hkv, S, 3)),
-              "V": rng.normal(size=(B, Hkv, S, 2))}  # fmt: skip
+    arrays = {
+        "Q": rng.normal(size=(B, H, T, 3)),
+        "K": rng.normal(size=(B, Hkv, S, 3)),
+        "V": rng.normal(size=(B, Hkv, S, 2)),
+    }
     doc: dict[str, Any] = {name: a.tolist() for name, a in arrays.items()}
     if causal is not None:
         doc["causal"] = causal
@@ -98,21 +108,29 @@ def two_pass(
             g = h // (H // Hkv)
             for i in range(T):
                 js = [j for j in range(S) if causal_offset is None or j <= i + causal_offset]
-                x = [capped(sum(q[b, h, i, d] * k[b, g, j, d] for d in range(D)) * scale, softcap)
-                     for j in js]  # fmt: skip
+                x = [
+                    capped(sum(q[b, h, i, d] * k[b, g, j, d] for d in range(D)) * scale, softcap)
+                    for j in js
+                ]
                 top = max(x)
                 total = sum(math.exp(s - top) for s in x)
                 L[b, h, i] = top + math.log(total)
                 for e in range(v.shape[3]):
-                    out[b, h, i, e] = sum(math.exp(s - top) / total * v[b, g, j, e]
-                                        for s, j in zip(x, js, strict=True))  # fmt: skip
+                    out[b, h, i, e] = sum(
+                        math.exp(s - top) / total * v[b, g, j, e]
+                        for s, j in zip(x, js, strict=True)
+                    )
     return out, L
 
 
 def tile_loop(
-    a: dict[str, Array], bq: int, bk: int, offset: int | None, bug: str = "",
+    a: dict[str, Array],
+    bq: int,
+    bk: int,
+    offset: int | None,
+    bug: str = "",
     softcap: float | None = None,
-) -> tuple[Array, Array]:  # fmt: skip
+) -> tuple[Array, Array]:
     """An independent FlashAttention-2 forward per row in plain Python, with one mistake:
     "acc" (acc not rescaled), "sum" (l not rescaled), "nomax" (L = log l)."""
     q, k, v = a["Q"], a["K"], a["V"]
@@ -127,9 +145,12 @@ def tile_loop(
         for s0 in range(0, S, bk):
             if offset is not None and s0 > min(T, t1) - 1 + offset:
                 continue  # wholly above the diagonal
-            x = [capped(sum(q[b, h, i, d] * k[b, g, j, d] for d in range(D)) * scale, softcap)
-                 if offset is None or j <= i + offset else NEG
-                 for j in range(s0, min(S, s0 + bk))]  # fmt: skip
+            x = [
+                capped(sum(q[b, h, i, d] * k[b, g, j, d] for d in range(D)) * scale, softcap)
+                if offset is None or j <= i + offset
+                else NEG
+                for j in range(s0, min(S, s0 + bk))
+            ]
             m_new = max(m, *x)
             if m_new == NEG:
                 continue
@@ -151,14 +172,20 @@ def tile_loop(
 
 @pytest.mark.parametrize(
     ("shape", "causal", "offset"),
-    [((1, 2, 1, 5, 5), "upper-left", 0), ((2, 2, 2, 3, 5), "lower-right", 2),
-     ((1, 4, 2, 4, 6), None, None)],
-)  # fmt: skip
+    [
+        ((1, 2, 1, 5, 5), "upper-left", 0),
+        ((2, 2, 2, 3, 5), "lower-right", 2),
+        ((1, 4, 2, 4, 6), None, None),
+    ],
+)
 @pytest.mark.parametrize("blocks", [(2, 2), (3, 2), (1, 4)])
 def test_output_and_lse_equal_the_two_pass_softmax(
-    tmp_path: Path, shape: tuple[int, ...], causal: str | None, offset: int | None,
+    tmp_path: Path,
+    shape: tuple[int, ...],
+    causal: str | None,
+    offset: int | None,
     blocks: tuple[int, int],
-) -> None:  # fmt: skip
+) -> None:
     B, H, Hkv, T, S = shape
     path, arrays = fixture(tmp_path, B, H, Hkv, T, S, causal)
     args = [str(path), "-f", "json", "--block-q", str(blocks[0]), "--block-k", str(blocks[1])]
@@ -181,8 +208,9 @@ def test_skipped_tiles_worked_by_hand(tmp_path: Path) -> None:
     path, _ = fixture(tmp_path)
     doc = json.loads(invoke(str(path), "-f", "json").stdout)  # default blocks: 2 for 5 tokens
     assert doc["tiles_total"] == 18 and doc["tiles_shown"] == 18 and doc["causal_skip"]
-    skipped = {(t["head"], tuple(t["q_block"]), tuple(t["k_block"]))
-               for t in doc["tiles"] if t["skipped"]}  # fmt: skip
+    skipped = {
+        (t["head"], tuple(t["q_block"]), tuple(t["k_block"])) for t in doc["tiles"] if t["skipped"]
+    }
     want = {((0, 2), (2, 4)), ((0, 2), (4, 5)), ((2, 4), (4, 5))}
     assert skipped == {(h, *qk) for h in (0, 1) for qk in want}
     s = next(t for t in doc["tiles"] if t["skipped"])
@@ -194,8 +222,11 @@ def test_skipped_tiles_worked_by_hand(tmp_path: Path) -> None:
 def test_tile_recurrence_by_hand(tmp_path: Path) -> None:
     """One query [1, 0] against keys [1, 0], [3, 0] with values 10, 20, one key per tile."""
     path = tmp_path / "two.json"
-    path.write_text(json.dumps({"Q": [[1.0, 0.0]], "K": [[1.0, 0.0], [3.0, 0.0]],
-                                "V": [[10.0], [20.0]], "scale": 1}))  # fmt: skip
+    path.write_text(
+        json.dumps(
+            {"Q": [[1.0, 0.0]], "K": [[1.0, 0.0], [3.0, 0.0]], "V": [[10.0], [20.0]], "scale": 1}
+        )
+    )
     doc = json.loads(invoke(str(path), "-f", "json", "--block-q", "1", "--block-k", "1").stdout)
     first, second = doc["tiles"]
     assert "batch" not in first  # no batch axis in the fixture, none in the JSON
@@ -222,8 +253,7 @@ def test_base2_is_triton_form(tmp_path: Path) -> None:
 def test_max_tiles_bounds_the_json(tmp_path: Path) -> None:
     """256 tokens: 65,536 scores per head; the JSON holds only the 4 tiles shown."""
     path, _ = fixture(tmp_path, T=256, S=256, H=1)
-    result = invoke(str(path), "-f", "json", "--max-tiles", "4", "--block-q", "8",
-                    "--block-k", "8")  # fmt: skip
+    result = invoke(str(path), "-f", "json", "--max-tiles", "4", "--block-q", "8", "--block-k", "8")
     assert result.exit_code == 0, result.output
     doc = json.loads(result.stdout)
     assert doc["tiles_shown"] == 4 and doc["tiles_total"] == 32 * 32
@@ -242,9 +272,14 @@ def test_float32_is_shown_in_ulps(tmp_path: Path) -> None:
 
 
 EXAMPLES = [  # every bundled example: the causal ones (as attn decode's tests), then the rest
-    *CAUSAL_EXAMPLES, "the_cat_sat", "cross_attention", "padding_batch", "grouped_query",
-    "article_example_2", "pytorch_snippet",
-]  # fmt: skip
+    *CAUSAL_EXAMPLES,
+    "the_cat_sat",
+    "cross_attention",
+    "padding_batch",
+    "grouped_query",
+    "article_example_2",
+    "pytorch_snippet",
+]
 
 
 def test_the_list_holds_every_bundled_example() -> None:
@@ -271,10 +306,17 @@ def test_a_wrong_kernel_is_an_error(monkeypatch: pytest.MonkeyPatch) -> None:
     from attn_cli.core import flash as core_flash
 
     def unrescaled(q: Array, k: Array, v: Array, **kw: Any) -> Any:
-        setup = core_flash._Setup(kw["chain"], kw["scale"], kw["origin"], kw["causal_offset"],
-                                  kw["base2"], kw["record_tiles"])  # fmt: skip
-        return core_flash._forward(q, k, v, kw["block_q"], kw["block_k"], setup,
-                                   core_flash._Bugs(acc_not_rescaled=True))  # fmt: skip
+        setup = core_flash._Setup(
+            kw["chain"],
+            kw["scale"],
+            kw["origin"],
+            kw["causal_offset"],
+            kw["base2"],
+            kw["record_tiles"],
+        )
+        return core_flash._forward(
+            q, k, v, kw["block_q"], kw["block_k"], setup, core_flash._Bugs(acc_not_rescaled=True)
+        )
 
     monkeypatch.setattr(core_flash, "flash_forward", unrescaled)  # read at each call
     result = invoke("llama_rope_gqa", "--block-k", "1")
@@ -297,10 +339,16 @@ def test_softcap_equals_the_two_pass_softmax(
     assert np.abs(plain - out).max() > 1e-3  # the cap changes the answer
     tile = doc["tiles"][0]  # (0..1) × (0..1): S is the capped score, −∞ above the diagonal
     q, k = arrays["Q"][0, 0], arrays["K"][0, 0]
-    want = [[capped(float(q[i] @ k[j]) / math.sqrt(3), cap) if j <= i else "-inf"
-             for j in range(blocks[1])] for i in range(blocks[0])]  # fmt: skip
-    assert [[x if x == "-inf" else pytest.approx(x, abs=F64) for x in row]
-            for row in tile["S"]] == want  # fmt: skip
+    want = [
+        [
+            capped(float(q[i] @ k[j]) / math.sqrt(3), cap) if j <= i else "-inf"
+            for j in range(blocks[1])
+        ]
+        for i in range(blocks[0])
+    ]
+    assert [
+        [x if x == "-inf" else pytest.approx(x, abs=F64) for x in row] for row in tile["S"]
+    ] == want
     text = invoke(str(path), "-f", "plain").stdout
     assert f"S: capped scores of the tile, {cap:g}·tanh(scaled/{cap:g})" in text
 
@@ -326,8 +374,9 @@ def flash_deck(name: str, lang: str = "en", **kw: Any) -> Pages:
     run = run_flash(name, **kw)
     options = RenderOptions(explain=True, lang=lang)  # type: ignore[arg-type]
     console = Console(width=80, color_system=None, file=io.StringIO())
-    return page_deck(flash_pages(run, options), flash_titles(run, options.lang), options.lang,
-                     console)  # fmt: skip
+    return page_deck(
+        flash_pages(run, options), flash_titles(run, options.lang), options.lang, console
+    )
 
 
 @pytest.mark.parametrize(("name", "lang"), [("gemma2_softcap", "en"), ("llama_rope_gqa", "zh")])
@@ -339,8 +388,12 @@ def test_every_tile_page_keeps_its_title_at_80x24(name: str, lang: str) -> None:
 
 def test_tile_titles_say_where_and_what_was_skipped() -> None:
     deck = flash_deck("causal_multihead")  # 4 tokens, blocks of 2: 2 × 2 tiles per head
-    assert deck.names[1:5] == ["head 0 · q 0..1 × k 0..1", "head 0 · q 0..1 × k 2..3 (skipped)",
-                               "head 0 · q 2..3 × k 0..1", "head 0 · q 2..3 × k 2..3"]  # fmt: skip
+    assert deck.names[1:5] == [
+        "head 0 · q 0..1 × k 0..1",
+        "head 0 · q 0..1 × k 2..3 (skipped)",
+        "head 0 · q 2..3 × k 0..1",
+        "head 0 · q 2..3 × k 2..3",
+    ]
     assert len(deck.names) == 2 * 4 + 2
     screen = every_screen(deck, 2, 80, 24)[0]
     assert "skipped: every key of this block is after every query" in "\n".join(screen)
@@ -363,11 +416,14 @@ def test_step_is_refused_with_json_or_a_file(args: list[str]) -> None:
 def test_step_in_a_pty() -> None:
     code, _ = step_in_pty(
         ["flash", "causal_multihead", "--step"],
-        [(b"\r", r"stage 2 of 10\s+head 0 · q 0\.\.1 × k 0\.\.1"),
-         (b"\r", r"stage 3 of 10\s+head 0 · q 0\.\.1 × k 2\.\.3 \(skipped\)"),
-         (b"\x1b[F", r"stage 3 of 10"), (b"q", r"")],
+        [
+            (b"\r", r"stage 2 of 10\s+head 0 · q 0\.\.1 × k 0\.\.1"),
+            (b"\r", r"stage 3 of 10\s+head 0 · q 0\.\.1 × k 2\.\.3 \(skipped\)"),
+            (b"\x1b[F", r"stage 3 of 10"),
+            (b"q", r""),
+        ],
         first=r"stage 1 of 10\s+overview",
-    )  # fmt: skip
+    )
     assert code == 0
 
 
@@ -434,8 +490,9 @@ def test_kernel_mistakes_are_named(tmp_path: Path, bug: str, name: str) -> None:
 def test_kernel_mistakes_are_named_under_softcap(tmp_path: Path, bug: str, name: str) -> None:
     path, arrays = fixture(tmp_path, H=2, Hkv=1, T=6, S=6, seed=7, softcap=1.5)
     right = tile_loop(arrays, 2, 2, 0, softcap=1.5)
-    c = grade(path, {"output": right[0].tolist(), "lse": right[1].tolist(), "block_q": 2,
-                     "block_k": 2})  # fmt: skip
+    c = grade(
+        path, {"output": right[0].tolist(), "lse": right[1].tolist(), "block_q": 2, "block_k": 2}
+    )
     assert c.same, c.stages
     out, L = tile_loop(arrays, 2, 2, 0, bug, softcap=1.5)
     c = grade(path, {"output": out.tolist(), "lse": L.tolist(), "block_q": 2, "block_k": 2})

@@ -52,11 +52,24 @@ def chain_of(
     B, H, T, D = q.shape
     pos = None if positions is None else np.asarray(positions, dtype=np.int64)
     inputs = Inputs(
-        source="test", mode="direct", has_batch=True, batch=B, seq_q=T, seq_k=k.shape[2],
-        heads=H, kv_heads=k.shape[1], d_k=D, d_v=v.shape[3], Q=q, K=k, V=v,
-        causal=causal, positions=pos, key_positions=pos,  # type: ignore[arg-type]
+        source="test",
+        mode="direct",
+        has_batch=True,
+        batch=B,
+        seq_q=T,
+        seq_k=k.shape[2],
+        heads=H,
+        kv_heads=k.shape[1],
+        d_k=D,
+        d_v=v.shape[3],
+        Q=q,
+        K=k,
+        V=v,
+        causal=causal,  # type: ignore[arg-type]
+        positions=pos,
+        key_positions=pos,
         **variants,
-    )  # fmt: skip
+    )
     return Chain(inputs)
 
 
@@ -285,22 +298,32 @@ def test_flash_with_softcap_equals_two_pass_softmax(cap: float) -> None:
     q, k, v = (x * 3 for x in random_qkv(rng, 1, 4, 2, 6, 7, 3, 2))  # scores well past the cap
     allowed = np.broadcast_to(causal(6, 7, 1), (1, 4, 6, 7))
     bias = rng.normal(size=(6, 7))
-    want = loop_attention(q, k, v, 0.6, allowed, np.broadcast_to(bias, (1, 4, 6, 7)),
-                          softcap=cap)  # fmt: skip
+    want = loop_attention(q, k, v, 0.6, allowed, np.broadcast_to(bias, (1, 4, 6, 7)), softcap=cap)
     masked, _, out, L = want
     allowed_cells = np.isfinite(masked)
     assert np.all(np.abs((masked - bias)[allowed_cells]) <= cap + F64)  # squashed into [-c, c]
     for bq, bk in [(1, 1), (2, 3), (4, 2), (6, 7)]:
-        r = flash_run(q, k, v, scale=0.6, bias=bias, block_q=bq, block_k=bk, causal_offset=1,
-                          softcap=cap)  # fmt: skip
+        r = flash_run(
+            q, k, v, scale=0.6, bias=bias, block_q=bq, block_k=bk, causal_offset=1, softcap=cap
+        )
         close(r.output, out)
         close(r.lse, L)
         for t in r.tiles:  # S is the capped (+ bias, masked) block of the reference
             if not t.skipped:
                 (t0, t1), (s0, s1) = t.q_block, t.k_block
                 close(t.S, masked[0, t.head, t0:t1, s0:s1])
-        two = flash_run(q, k, v, scale=0.6, bias=bias, block_q=bq, block_k=bk,
-                            causal_offset=1, softcap=cap, base2=True)  # fmt: skip
+        two = flash_run(
+            q,
+            k,
+            v,
+            scale=0.6,
+            bias=bias,
+            block_q=bq,
+            block_k=bk,
+            causal_offset=1,
+            softcap=cap,
+            base2=True,
+        )
         close(two.output, out)
         close(two.lse * math.log(2), L)
     plain = flash_run(q, k, v, scale=0.6, bias=bias, block_q=2, block_k=2, causal_offset=1)
@@ -428,8 +451,12 @@ def test_each_flash_mistake_differs_from_the_right_answer() -> None:
     right = flash_run(q, k, v, **kw)
     mistakes = {m.name: m.result for m in flash_mistakes_of(q, k, v, **kw)}
     assert set(mistakes) == {
-        "acc_not_rescaled", "sum_not_rescaled", "lse_without_max", "lse_base2", "causal_extra_skip"
-    }  # fmt: skip
+        "acc_not_rescaled",
+        "sum_not_rescaled",
+        "lse_without_max",
+        "lse_base2",
+        "causal_extra_skip",
+    }
     for name, wrong in mistakes.items():
         d_out = np.abs(wrong.output - right.output).max()
         finite = np.isfinite(wrong.lse) & np.isfinite(right.lse)
@@ -472,8 +499,12 @@ def test_lse_and_flash_against_committed_torch_numbers() -> None:
     close(lse(masked, sinks), np.array(data["lse_with_sinks"]))
     r = flash_run(q, k, v, scale=data["scale"], allowed=allowed, block_q=2, block_k=4)
     close(r.lse, want)
-    out = np.array([[[[math.nan if x is None else x for x in row] for row in head]
-                     for head in batch] for batch in data["output"]])  # fmt: skip
+    out = np.array(
+        [
+            [[[math.nan if x is None else x for x in row] for row in head] for head in batch]
+            for batch in data["output"]
+        ]
+    )
     defined = ~np.isnan(out)  # torch's softmax of a row of -inf is NaN; ours is 0
     close(r.output[defined], out[defined])
     assert np.all(r.output[~defined] == 0.0)
@@ -554,8 +585,15 @@ def test_every_decode_step_equals_the_full_recompute(case: str, prefill: int) ->
     slopes = 0.5 ** np.arange(1, H + 1)[:, None, None]  # 0.5, 0.25, ...
     bias = -slopes * np.abs(pos[:, None] - pos[None, :]) if use_bias else None  # (H, T, T)
     rotate = rope if use_rope else None
-    kw: dict[str, Any] = {"scale": 0.5, "positions": pos, "rotate": rotate, "window": window,
-                          "sinks": sinks, "bias": bias, "softcap": softcap}  # fmt: skip
+    kw: dict[str, Any] = {
+        "scale": 0.5,
+        "positions": pos,
+        "rotate": rotate,
+        "window": window,
+        "sinks": sinks,
+        "bias": bias,
+        "softcap": softcap,
+    }
     full = naive_full(q, k, v, **kw)
     result = decode_run(q, k, v, prefill=prefill, **kw)
     check_decode(result, full)
@@ -564,8 +602,10 @@ def test_every_decode_step_equals_the_full_recompute(case: str, prefill: int) ->
             assert step.capped is None
         else:
             assert step.capped is not None
-            want = [[[softcap * math.tanh(float(x) / softcap) for x in row] for row in head]
-                    for head in step.scaled[0]]  # fmt: skip
+            want = [
+                [[softcap * math.tanh(float(x) / softcap) for x in row] for row in head]
+                for head in step.scaled[0]
+            ]
             close(step.capped[0], want)
 
 
@@ -610,8 +650,13 @@ def test_ring_buffer_worked_by_hand() -> None:
     r = decode_run(q, k, v, scale=1.0, prefill=1, positions=np.arange(7), window=3)
     assert [s.slot for s in r.steps] == [1, 2, 0, 1, 2, 0]
     assert [s.cache_positions for s in r.steps] == [
-        (0, 1, -1), (0, 1, 2), (3, 1, 2), (3, 4, 2), (3, 4, 5), (6, 4, 5),
-    ]  # fmt: skip
+        (0, 1, -1),
+        (0, 1, 2),
+        (3, 1, 2),
+        (3, 4, 2),
+        (3, 4, 5),
+        (6, 4, 5),
+    ]
     assert all(s.slots == 3 for s in r.steps)
     first = r.steps[0]  # the empty slot is masked out and gets no weight
     assert np.all(first.masked[..., 2] == NEG) and np.all(first.softmax[..., 2] == 0.0)
@@ -631,8 +676,9 @@ def test_steps_hold_views_of_one_cache_and_recompute_their_rows_to_the_bit(
     again when read, are the ones its output came from, bit for bit."""
     rng = np.random.default_rng(16)
     q, k, v = random_qkv(rng, 2, 4, 2, 9, 9, 4, 3)
-    r = decode_run(q, k, v, scale=0.5, prefill=2, positions=np.arange(9), rotate=rope,
-                   window=window)  # fmt: skip
+    r = decode_run(
+        q, k, v, scale=0.5, prefill=2, positions=np.arange(9), rotate=rope, window=window
+    )
     assert len({id(s.cache.K) for s in r.steps}) == 1  # one array of keys for every step
     if window is None:
         assert all(np.shares_memory(s.K_cache, r.steps[-1].K_cache) for s in r.steps)
@@ -694,14 +740,22 @@ def test_kv_cache_bytes_worked_by_hand() -> None:
 def test_each_decode_mistake_differs_from_the_right_answer() -> None:
     rng = np.random.default_rng(19)
     q, k, v = random_qkv(rng, 1, 4, 2, 7, 7, 4, 2)
-    kw: dict[str, Any] = {"scale": 0.5, "prefill": 2, "positions": np.arange(7), "rotate": rope,
-                          "window": 3}  # fmt: skip
+    kw: dict[str, Any] = {
+        "scale": 0.5,
+        "prefill": 2,
+        "positions": np.arange(7),
+        "rotate": rope,
+        "window": 3,
+    }
     right = decode_run(q, k, v, **kw)
     mistakes = {m.name: m.result for m in decode_mistakes_of(q, k, v, **kw)}
     assert set(mistakes) == {
-        "rerotate_cache", "restart_positions", "cache_by_query_head", "ring_buffer_off_by_one",
+        "rerotate_cache",
+        "restart_positions",
+        "cache_by_query_head",
+        "ring_buffer_off_by_one",
         "attend_before_append",
-    }  # fmt: skip
+    }
     for name, wrong in mistakes.items():
         diff = max(
             np.abs(a.output - b.output).max() for a, b in zip(wrong.steps, right.steps, strict=True)

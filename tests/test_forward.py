@@ -60,9 +60,23 @@ def _close(actual: Any, expected: Any, rtol: float = 1e-4) -> None:
 
 
 def test_the_reference_covers_the_families() -> None:
-    assert set(CASES) >= {"bert", "gpt2", "llama", "qwen2", "qwen3", "mistral", "gemma2",
-                          "gemma3_text", "olmo2", "phi3", "gpt_neox", "gpt_neox_seq", "mixtral",
-                          "qwen2_moe", "qwen3_moe"} | set(MOE)  # fmt: skip
+    assert set(CASES) >= {
+        "bert",
+        "gpt2",
+        "llama",
+        "qwen2",
+        "qwen3",
+        "mistral",
+        "gemma2",
+        "gemma3_text",
+        "olmo2",
+        "phi3",
+        "gpt_neox",
+        "gpt_neox_seq",
+        "mixtral",
+        "qwen2_moe",
+        "qwen3_moe",
+    } | set(MOE)
 
 
 @needs_models
@@ -70,8 +84,7 @@ def test_the_reference_covers_the_families() -> None:
 @pytest.mark.parametrize("case", CASES)
 def test_every_layer_matches_transformers(case: str) -> None:
     ref = _ref(case)
-    w = walk(FORWARD / case, ref["text"], through=None, logits="logits" in ref,
-             keep_residuals=True)  # fmt: skip
+    w = walk(FORWARD / case, ref["text"], through=None, logits="logits" in ref, keep_residuals=True)
     assert w.ids == ref["ids"]
     assert len(w.entering) == len(ref["hidden"]) == 3
     for layer in range(3):
@@ -90,8 +103,9 @@ def test_every_layer_matches_transformers(case: str) -> None:
 def test_import_a_deep_layer_from_text(case: str, tmp_path: Path) -> None:
     ref = _ref(case)
     out = tmp_path / "l2.npz"
-    result = run_cli("import", str(FORWARD / case), "--text", ref["text"], "--layer", "2",
-                     "-o", str(out))  # fmt: skip
+    result = run_cli(
+        "import", str(FORWARD / case), "--text", ref["text"], "--layer", "2", "-o", str(out)
+    )
     assert result.exit_code == 0, result.stderr
     assert "through layers 0-1" in result.stderr
     trace = run(load_fixture(out))
@@ -157,11 +171,15 @@ def _post_as_pre(bp: Any) -> Any:
 MISTAKES: dict[str, tuple[str, Callable[[Any], Any]]] = {  # the family, a change of its block
     "granite's residual_multiplier dropped": ("granite", lambda bp: replace(bp, residual=None)),
     "glm4's post_self_attn and post_mlp norms dropped": (
-        "glm4", lambda bp: replace(bp, placement="pre")),
+        "glm4",
+        lambda bp: replace(bp, placement="pre"),
+    ),
     "olmo3's norms before attention and MLP, not after": ("olmo3", _post_as_pre),
     "olmo's LayerNorm eps 0.1, not 1e-5": (
-        "olmo", lambda bp: replace(bp, norms={"mlp_in": replace(bp.norms["mlp_in"], eps=0.1)})),
-}  # fmt: skip
+        "olmo",
+        lambda bp: replace(bp, norms={"mlp_in": replace(bp.norms["mlp_in"], eps=0.1)}),
+    ),
+}
 
 
 @needs_models
@@ -196,8 +214,16 @@ def test_granite_divides_the_logits(monkeypatch: pytest.MonkeyPatch) -> None:
 @needs_models
 def test_granite_next_tokens_are_of_the_scaled_logits() -> None:
     ref = _ref("granite")
-    result = run_cli("import", str(FORWARD / "granite"), "--text", ref["text"], "--layer", "all",
-                     "--json", "--check-logits")  # fmt: skip
+    result = run_cli(
+        "import",
+        str(FORWARD / "granite"),
+        "--text",
+        ref["text"],
+        "--layer",
+        "all",
+        "--json",
+        "--check-logits",
+    )
     assert result.exit_code == 0, result.stderr
     last = np.asarray(ref["logits"][-1])  # transformers': already divided by 4
     p = np.exp(last - last.max())
@@ -215,8 +241,9 @@ def test_an_mlp_bias_the_config_turns_off_is_refused(tmp_path: Path) -> None:
     shutil.copytree(FORWARD / "smollm3", folder)
     config = json.loads((folder / "config.json").read_text())
     (folder / "config.json").write_text(json.dumps({**config, "mlp_bias": False}))
-    result = run_cli("import", str(folder), "--text", "a b c", "--layer", "2",
-                     "-o", str(tmp_path / "x.npz"))  # fmt: skip
+    result = run_cli(
+        "import", str(folder), "--text", "a b c", "--layer", "2", "-o", str(tmp_path / "x.npz")
+    )
     assert result.exit_code == 2
     assert "model.layers.0.mlp.down_proj.bias: a tensor of layer 0" in result.stderr
     assert "the smollm3 block has no place for" in result.stderr
@@ -226,9 +253,11 @@ def test_an_mlp_bias_the_config_turns_off_is_refused(tmp_path: Path) -> None:
 @needs_models
 @pytest.mark.parametrize(
     ("key", "args"),
-    [("residual_multiplier", ["--layer", "1", "-o", "x.npz"]),
-     ("logits_scaling", ["--layer", "all", "--check-logits"])],
-)  # fmt: skip
+    [
+        ("residual_multiplier", ["--layer", "1", "-o", "x.npz"]),
+        ("logits_scaling", ["--layer", "all", "--check-logits"]),
+    ],
+)
 def test_granite_multipliers_are_checked(key: str, args: list[str], tmp_path: Path) -> None:
     """A multiplier the block reads that is 0 is refused in one line, naming the key."""
     folder = tmp_path / "granite"
@@ -283,8 +312,9 @@ def test_families_without_a_forward_are_refused(
         from attn_cli.io import forward
 
         case = "cohere2"  # a decoder in tests/reference/families/
-        monkeypatch.setattr(forward, "BLOCK_FAMILIES", tuple(f for f in BLOCK_FAMILIES
-                                                             if f != case))  # fmt: skip
+        monkeypatch.setattr(
+            forward, "BLOCK_FAMILIES", tuple(f for f in BLOCK_FAMILIES if f != case)
+        )
     result = run_cli("import", str(FAMILIES / case), "--text", "a b c", *args)
     assert result.exit_code == 2, result.stdout
     assert message in result.stderr
@@ -303,8 +333,9 @@ def test_every_family_attn_imports_has_its_forward() -> None:
 
 
 def test_a_layer_past_the_last_is_refused_before_computing() -> None:
-    result = run_cli("import", str(FORWARD / "llama"), "--text", "a b", "--layer", "3",
-                     "-o", "x.npz")  # fmt: skip
+    result = run_cli(
+        "import", str(FORWARD / "llama"), "--text", "a b", "--layer", "3", "-o", "x.npz"
+    )
     assert result.exit_code == 2
     assert "the model has 3 layers, layer 3 is out of range" in result.stderr
 
@@ -323,8 +354,9 @@ def test_the_mlp_counts_in_the_memory_budget() -> None:
 @needs_models
 def test_one_layer_model_view_needs_no_forward() -> None:
     """mixtral's 1-layer checkpoint: --layer all asks only layer 0's attention, no MoE MLP."""
-    result = run_cli("import", str(FAMILIES / "mixtral"), "--text", "a b c", "--layer", "all",
-                     "--json")  # fmt: skip
+    result = run_cli(
+        "import", str(FAMILIES / "mixtral"), "--text", "a b c", "--layer", "all", "--json"
+    )
     assert result.exit_code == 0, result.stderr
     assert len(json.loads(result.stdout)["layers"]) == 1
 
@@ -337,8 +369,17 @@ def test_one_layer_model_view_needs_no_forward() -> None:
 @pytest.mark.slow
 def test_check_logits_prints_the_top_five() -> None:
     ref = _ref("gpt2")
-    result = run_cli("import", str(FORWARD / "gpt2"), "--text", ref["text"], "--layer", "all",
-                     "--check-logits", "--width", "80")  # fmt: skip
+    result = run_cli(
+        "import",
+        str(FORWARD / "gpt2"),
+        "--text",
+        ref["text"],
+        "--layer",
+        "all",
+        "--check-logits",
+        "--width",
+        "80",
+    )
     assert result.exit_code == 0, result.stderr
     last = np.asarray(ref["logits"][-1])
     p = np.exp(last - last.max())
@@ -354,8 +395,16 @@ def test_check_logits_prints_the_top_five() -> None:
 @needs_models
 def test_json_view_holds_the_next_tokens() -> None:
     ref = _ref("llama")
-    result = run_cli("import", str(FORWARD / "llama"), "--text", ref["text"], "--layer", "all",
-                     "--json", "--check-logits")  # fmt: skip
+    result = run_cli(
+        "import",
+        str(FORWARD / "llama"),
+        "--text",
+        ref["text"],
+        "--layer",
+        "all",
+        "--json",
+        "--check-logits",
+    )
     assert result.exit_code == 0, result.stderr
     doc = json.loads(result.stdout)  # one document
     last = np.asarray(ref["logits"][-1])
@@ -462,14 +511,20 @@ def test_the_forward_runs_with_torch_absent(tmp_path: Path) -> None:
     ):
         done = subprocess.run(
             [sys.executable, "-c", guard, "import", str(case), "--text", "a b c", *args],
-            capture_output=True, text=True, timeout=120, check=False,
-        )  # fmt: skip
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
         assert done.returncode == 0, done.stderr
     assert (tmp_path / "l2.npz").is_file()
     probe = subprocess.run(
         [sys.executable, "-c", "import sys; sys.modules['torch'] = None\nimport torch"],
-        capture_output=True, text=True, timeout=60, check=False,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
     assert "ModuleNotFoundError" in probe.stderr or "ImportError" in probe.stderr
 
 
@@ -489,8 +544,11 @@ def test_the_lean_reader_reads_what_safetensors_reads(tmp_path: Path) -> None:
         "c": rng.normal(size=(4,)).astype(np.float64),
     }
     save_file(arrays, str(tmp_path / "m.safetensors"))
-    plan: Any = type("P", (), {"family": "llama", "layer": 0, "hidden": 1, "heads": 1,
-                               "kv_heads": 1, "head_dim": 1})()  # fmt: skip
+    plan: Any = type(
+        "P",
+        (),
+        {"family": "llama", "layer": 0, "hidden": 1, "heads": 1, "kv_heads": 1, "head_dim": 1},
+    )()
     with _LeanReader(tmp_path / "m.safetensors") as reader:
         for name, want in arrays.items():
             t = Tensor(name, name, want.shape)
@@ -537,8 +595,9 @@ def test_a_parallel_block_computed_in_sequence_is_measurably_wrong(
     import attn_cli.io.forward as forward
 
     right = forward.block_plan
-    monkeypatch.setattr(forward, "block_plan",
-                        lambda *a: dataclasses.replace(right(*a), placement="pre"))  # fmt: skip
+    monkeypatch.setattr(
+        forward, "block_plan", lambda *a: dataclasses.replace(right(*a), placement="pre")
+    )
     ref = _ref(case)
     w = walk(FORWARD / case, ref["text"], through=2, keep_residuals=True)
     _close(w.entering[0], ref["hidden"][0])  # the embeddings: no block yet
@@ -554,14 +613,14 @@ def test_the_head_extras_phi_bias_and_cohere_logit_scale(monkeypatch: pytest.Mon
 
     right = forward.head_plan
     ref = _ref("cohere")
-    monkeypatch.setattr(forward, "head_plan",
-                        lambda *a: dataclasses.replace(right(*a), logit_scale=None))  # fmt: skip
+    monkeypatch.setattr(
+        forward, "head_plan", lambda *a: dataclasses.replace(right(*a), logit_scale=None)
+    )
     w = walk(FORWARD / "cohere", ref["text"], through=None, logits=True)
     assert w.logits is not None
     _close(0.25 * w.logits, ref["logits"])
     assert _rel(w.logits, ref["logits"]) == pytest.approx(3.0, rel=1e-4)
-    monkeypatch.setattr(forward, "head_plan",
-                        lambda *a: dataclasses.replace(right(*a), bias=None))  # fmt: skip
+    monkeypatch.setattr(forward, "head_plan", lambda *a: dataclasses.replace(right(*a), bias=None))
     ref = _ref("phi")
     w = walk(FORWARD / "phi", ref["text"], through=None, logits=True)
     assert _rel(w.logits, ref["logits"]) > 0.05
@@ -569,8 +628,9 @@ def test_the_head_extras_phi_bias_and_cohere_logit_scale(monkeypatch: pytest.Mon
 
 @needs_models
 def test_distilbert_logits_are_refused_in_one_line() -> None:
-    result = run_cli("import", str(FORWARD / "distilbert"), "--text", "a b c", "--layer", "all",
-                     "--check-logits")  # fmt: skip
+    result = run_cli(
+        "import", str(FORWARD / "distilbert"), "--text", "a b c", "--layer", "all", "--check-logits"
+    )
     assert result.exit_code == 2, result.stdout
     assert "distilbert is an encoder: its checkpoint has no LM head" in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1
@@ -587,8 +647,9 @@ def test_a_layernorm_block_missing_a_tensor_is_refused(tmp_path: Path) -> None:
     config = folder / "config.json"
     sequential = {**json.loads(config.read_text()), "use_parallel_residual": False}
     config.write_text(json.dumps(sequential))
-    result = run_cli("import", str(folder), "--text", "a b c", "--layer", "1", "-o",
-                     str(tmp_path / "x.npz"))  # fmt: skip
+    result = run_cli(
+        "import", str(folder), "--text", "a b c", "--layer", "1", "-o", str(tmp_path / "x.npz")
+    )
     assert result.exit_code == 2, result.stdout
     assert "model.layers.0.post_attention_layernorm.weight" in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1
@@ -601,8 +662,10 @@ def test_starcoder2_use_bias_decides_the_mlp_biases(use_bias: bool, biases: int)
     from attn_cli.io.families import Config, plan_layer
     from attn_cli.io.forward import block_plan
 
-    data = {**json.loads((FORWARD / "starcoder2" / "config.json").read_text()),
-            "use_bias": use_bias}  # fmt: skip
+    data = {
+        **json.loads((FORWARD / "starcoder2" / "config.json").read_text()),
+        "use_bias": use_bias,
+    }
     cfg = Config(data, "config.json")
     bp = block_plan(cfg, "starcoder2", plan_layer(cfg, "starcoder2", 1))
     names = [t.name for t in bp.tensors]
@@ -624,8 +687,16 @@ def test_qwen3_next_runs_each_layer_as_its_own_kind() -> None:
     w = walk(FORWARD / "qwen3_next", ref["text"], through=None)
     assert [x.shape[0] for x in w.weights] == [0, 2, 0]
     assert any(n.startswith("layers 0, 2: linear attention (Gated DeltaNet)") for n in w.notes)
-    result = run_cli("import", str(FORWARD / "qwen3_next"), "--text", ref["text"], "--layer",
-                     "all", "--width", "80")  # fmt: skip
+    result = run_cli(
+        "import",
+        str(FORWARD / "qwen3_next"),
+        "--text",
+        ref["text"],
+        "--layer",
+        "all",
+        "--width",
+        "80",
+    )
     assert result.exit_code == 0, result.stderr
     assert "L0 (linear attention: no softmax map)" in result.stdout.splitlines()
 
@@ -637,8 +708,9 @@ def test_qwen3_next_deep_linear_layer_from_text(tmp_path: Path) -> None:
     residual stream transformers had entering layer 2, after the 1 + w input norm."""
     ref = _ref("qwen3_next")
     out = tmp_path / "l2.npz"
-    result = run_cli("import", str(FORWARD / "qwen3_next"), "--text", ref["text"], "--layer",
-                     "2", "-o", str(out))  # fmt: skip
+    result = run_cli(
+        "import", str(FORWARD / "qwen3_next"), "--text", ref["text"], "--layer", "2", "-o", str(out)
+    )
     assert result.exit_code == 0, result.stderr
     from safetensors.numpy import load_file
 
@@ -672,8 +744,9 @@ def test_moe_deep_layer_from_text(case: str, tmp_path: Path) -> None:
     weights are transformers' (gpt-oss: sinks and a window; DeepSeek V3: MLA)."""
     ref = _ref(case)
     out = tmp_path / "l2.npz"
-    result = run_cli("import", str(FORWARD / case), "--text", ref["text"], "--layer", "2",
-                     "-o", str(out))  # fmt: skip
+    result = run_cli(
+        "import", str(FORWARD / case), "--text", ref["text"], "--layer", "2", "-o", str(out)
+    )
     assert result.exit_code == 0, result.stderr
     assert "through layers 0-1" in result.stderr
     _close(run(load_fixture(out))["softmax"].data, ref["attentions"][2])
@@ -688,20 +761,37 @@ def _without(name: str, change: Any) -> Any:
 # (case, core function, the mistake): each leaves layer 2's input (after a mixture) wrong
 MOE_MISTAKES = {
     "e_score_correction_bias dropped from the choice": (
-        "deepseek_v3", "route_grouped", lambda a: [a[0], a[1], 0 * a[2], *a[3:]]),
-    "routed_scaling_factor left out": (
-        "deepseek_v3", "route_grouped", lambda a: [*a[:5], 1.0]),
+        "deepseek_v3",
+        "route_grouped",
+        lambda a: [a[0], a[1], 0 * a[2], *a[3:]],
+    ),
+    "routed_scaling_factor left out": ("deepseek_v3", "route_grouped", lambda a: [*a[:5], 1.0]),
     "no group limit (every group kept)": (
-        "deepseek_v3", "route_grouped", lambda a: [*a[:3], (a[3][0], a[3][0]), *a[4:]]),
+        "deepseek_v3",
+        "route_grouped",
+        lambda a: [*a[:3], (a[3][0], a[3][0]), *a[4:]],
+    ),
     "gpt-oss's swiglu without its clamps": (
-        "gpt_oss", "clamped_swiglu", lambda a: [a[0], a[1], math.inf]),
+        "gpt_oss",
+        "clamped_swiglu",
+        lambda a: [a[0], a[1], math.inf],
+    ),
     "gpt-oss's weights a softmax over every expert, not over the top k": (
-        "gpt_oss", "route_logits", lambda a: [a[0], a[1], False]),
+        "gpt_oss",
+        "route_logits",
+        lambda a: [a[0], a[1], False],
+    ),
     "DeepSeek V2's group limit left out (greedy)": (
-        "deepseek_v2", "route_greedy", lambda a: [a[0], a[1], None, a[3]]),
+        "deepseek_v2",
+        "route_greedy",
+        lambda a: [a[0], a[1], None, a[3]],
+    ),
     "DeepSeek V2's routed_scaling_factor left out": (
-        "deepseek_v2", "route_greedy", lambda a: [*a[:3], 1.0]),
-}  # fmt: skip
+        "deepseek_v2",
+        "route_greedy",
+        lambda a: [*a[:3], 1.0],
+    ),
+}
 
 
 @needs_models

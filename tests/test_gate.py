@@ -223,8 +223,9 @@ def finite_difference(fx: dict[str, Any], grad: np.ndarray, key: str, sub: str |
     return out
 
 
-@pytest.mark.parametrize("kw", [{}, {"batch": 2, "heads": 1, "kv_heads": 1}],
-                         ids=["GQA, bias", "batch, one head"])  # fmt: skip
+@pytest.mark.parametrize(
+    "kw", [{}, {"batch": 2, "heads": 1, "kv_heads": 1}], ids=["GQA, bias", "batch, one head"]
+)
 def test_the_gradients_through_the_gate_are_finite_differences(kw: dict[str, Any]) -> None:
     fx = gated_fixture(seq=3, d_model=3, d_k=2, **kw)
     grad = np.random.default_rng(5).standard_normal(run(validate(fx, "g.json"))["projected"].shape)
@@ -256,8 +257,9 @@ def test_d_gated_d_gate_and_d_output_are_the_chain_rule_by_loop() -> None:
                     ("d_output", d_gated * s),
                     ("d_gate", d_gated * out[h, i, c] * s * (1 - s)),
                 ):
-                    assert math.isclose(trace[name].data[h, i, c], want, rel_tol=1e-12,
-                                        abs_tol=1e-14), (name, h, i, c)  # fmt: skip
+                    assert math.isclose(
+                        trace[name].data[h, i, c], want, rel_tol=1e-12, abs_tol=1e-14
+                    ), (name, h, i, c)
     assert trace.loss == "L = Σ projected"
     assert trace["d_X"].formula.endswith(" + d_gate·W_Gᵀ")
     assert trace["d_output"].formula == "d_output = d_gated ⊙ σ(gate)"
@@ -294,7 +296,11 @@ def test_attn_trace_backward_shows_and_explains_the_gate_gradients(
     doc = json.loads(run_cli("trace", path, "--backward", "-f", "json").stdout)
     names = list(doc["stages"])
     assert names[names.index("d_concat") + 1 : names.index("d_output")] == [
-        "d_gated", "d_gate", "d_W_G", "d_b_G"]  # fmt: skip
+        "d_gated",
+        "d_gate",
+        "d_W_G",
+        "d_b_G",
+    ]
 
 
 def test_attn_new_writes_a_gate_that_traces(tmp_path: Path) -> None:
@@ -318,8 +324,9 @@ def test_an_overflowing_gate_is_one_line_naming_the_stage(tmp_path: Path) -> Non
 
 
 def test_attn_check_grades_the_gate_gradients_of_a_dump(tmp_path: Path) -> None:
-    made = run_cli("trace", "qwen3_next_gate", "--backward", "-f", "npz", "-o",
-                   str(tmp_path / "right.npz"))  # fmt: skip
+    made = run_cli(
+        "trace", "qwen3_next_gate", "--backward", "-f", "npz", "-o", str(tmp_path / "right.npz")
+    )
     assert made.exit_code == 0, made.output
     with np.load(tmp_path / "right.npz") as z:
         stages = {k: z[k] for k in z.files}

@@ -43,16 +43,25 @@ def fixture_of(case: dict[str, Any]) -> dict[str, Any]:
         "W_K": w["k_proj.weight"].T.tolist(),
         "W_V": w["v_proj.weight"].T.tolist(),
         "W_O": w["o_proj.weight"].T.tolist(),
-        "heads": H, "kv_heads": cfg["num_key_value_heads"], "causal": True,
+        "heads": H,
+        "kv_heads": cfg["num_key_value_heads"],
+        "causal": True,
         "rope": {"base": cfg["rope_theta"], "dims": int(D * cfg["partial_rotary_factor"])},
-        "qk_norm": {"q_weight": (1 + w["q_norm.weight"]).tolist(),
-                    "k_weight": (1 + w["k_norm.weight"]).tolist(), "eps": cfg["rms_norm_eps"]},
+        "qk_norm": {
+            "q_weight": (1 + w["q_norm.weight"]).tolist(),
+            "k_weight": (1 + w["k_norm.weight"]).tolist(),
+            "eps": cfg["rms_norm_eps"],
+        },
         "gate": {"W_G": q_rows[:, 1].reshape(H * D, -1).T.tolist()},
-    }  # fmt: skip
+    }
     if "q_proj.bias" in w:
         q_bias = w["q_proj.bias"].reshape(H, 2, D)
-        fx |= {"b_Q": q_bias[:, 0].reshape(-1).tolist(), "b_K": w["k_proj.bias"].tolist(),
-               "b_V": w["v_proj.bias"].tolist(), "b_O": w["o_proj.bias"].tolist()}  # fmt: skip
+        fx |= {
+            "b_Q": q_bias[:, 0].reshape(-1).tolist(),
+            "b_K": w["k_proj.bias"].tolist(),
+            "b_V": w["v_proj.bias"].tolist(),
+            "b_O": w["o_proj.bias"].tolist(),
+        }
         fx["gate"]["b_G"] = q_bias[:, 1].reshape(-1).tolist()
     return fx
 
@@ -82,11 +91,17 @@ def test_the_gate_rows_matter_where_transformers_puts_them() -> None:
 
 
 def _sizes() -> st.SearchStrategy[dict[str, Any]]:
-    return st.fixed_dictionaries({
-        "seed": st.integers(0, 2**16), "seq": st.integers(1, 4), "heads": st.sampled_from([1, 2]),
-        "d_k": st.integers(1, 3), "d_model": st.integers(1, 4), "causal": st.booleans(),
-        "W_O": st.booleans(),
-    })  # fmt: skip
+    return st.fixed_dictionaries(
+        {
+            "seed": st.integers(0, 2**16),
+            "seq": st.integers(1, 4),
+            "heads": st.sampled_from([1, 2]),
+            "d_k": st.integers(1, 3),
+            "d_model": st.integers(1, 4),
+            "causal": st.booleans(),
+            "W_O": st.booleans(),
+        }
+    )
 
 
 def _fixture(s: dict[str, Any], **kw: Any) -> dict[str, Any]:
@@ -117,8 +132,9 @@ def test_a_batch_is_its_items_traced_one_by_one(s: dict[str, Any], batch: int) -
         item = fx | {"X": fx["X"][b]}
         alone = run(validate(item, "one.json"))
         for stage in alone:
-            np.testing.assert_allclose(whole[stage.name].data[b], stage.data, rtol=1e-13,
-                                       atol=1e-13, err_msg=stage.name)  # fmt: skip
+            np.testing.assert_allclose(
+                whole[stage.name].data[b], stage.data, rtol=1e-13, atol=1e-13, err_msg=stage.name
+            )
 
 
 @settings(max_examples=30, deadline=None)

@@ -89,6 +89,9 @@ def test_json_trace_is_numerically_identical_across_openblas_thread_counts(tmp_p
     for name in one:
         # within attn check's default tolerance (rtol 1e-9, atol 1e-12)
         np.testing.assert_allclose(
-            np.array(two[name]["data"], float), np.array(one[name]["data"], float),
-            rtol=1e-9, atol=1e-12, err_msg=name,
-        )  # fmt: skip
+            np.array(two[name]["data"], float),
+            np.array(one[name]["data"], float),
+            rtol=1e-9,
+            atol=1e-12,
+            err_msg=name,
+        )

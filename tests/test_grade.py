@@ -37,7 +37,7 @@ def student(
     causal: bool = False,
     mistake: str | None = None,
     dtype: type[np.floating[Any]] = np.float64,
-) -> dict[str, Any]:  # fmt: skip
+) -> dict[str, Any]:
     """Scaled dot-product attention with at most one planted ``mistake``; stages by name."""
     Q, K, V = (np.asarray(a, dtype) for a in (Q, K, V))
     T, S = len(Q), len(K)
@@ -90,19 +90,27 @@ def run_student(
     mistake: str | None = None,
     keep: tuple[str, ...] = ("scores", "weights", "out"),
     dtype: type[np.floating[Any]] = np.float64,
-) -> dict[str, Any]:  # fmt: skip
+) -> dict[str, Any]:
     stages = student(
-        fixture["Q"], fixture["K"], fixture["V"], heads=fixture.get("heads", 1),
-        mask=fixture.get("mask"), causal=fixture.get("causal", False), mistake=mistake,
+        fixture["Q"],
+        fixture["K"],
+        fixture["V"],
+        heads=fixture.get("heads", 1),
+        mask=fixture.get("mask"),
+        causal=fixture.get("causal", False),
+        mistake=mistake,
         dtype=dtype,
-    )  # fmt: skip
+    )
     return {name: stages[name] for name in keep}
 
 
 def graded(
-    tmp_path: Path, fixture: dict[str, Any], dump: dict[str, Any], suffix: str = ".json",
+    tmp_path: Path,
+    fixture: dict[str, Any],
+    dump: dict[str, Any],
+    suffix: str = ".json",
     *args: str,
-) -> tuple[Result, dict[str, Any]]:  # fmt: skip
+) -> tuple[Result, dict[str, Any]]:
     """Grade ``dump`` (stage -> array) against ``fixture``: (plain result, JSON report)."""
     fixture_path = tmp_path / "fixture.json"
     fixture_path.write_text(json.dumps(fixture))
@@ -227,8 +235,9 @@ def test_q_and_k_swapped(tmp_path: Path) -> None:
 def test_q_and_k_swapped_with_fewer_queries_than_keys(tmp_path: Path) -> None:
     # K·Qᵀ has shape [seq_k, seq_q] = [3, 2]: a shape difference, still diagnosed
     fixture = {"Q": [[1, 0], [0, 1]], "K": [[1, 2], [3, 4], [5, 6]], "V": [[1], [2], [3]]}
-    result, report = graded(tmp_path, fixture, run_student(fixture, "scores_transposed",
-                                                           keep=("scores",)))  # fmt: skip
+    result, report = graded(
+        tmp_path, fixture, run_student(fixture, "scores_transposed", keep=("scores",))
+    )
     assert result.exit_code == 1
     assert report["stages"][0]["status"] == "shape"
     assert diagnosed(report) == ["scores_transposed"]

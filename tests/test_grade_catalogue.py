@@ -24,8 +24,19 @@ from attn_cli.check.grade import MISTAKES, grade, load_dump
 from attn_cli.check.mistake import ZH
 
 TOL: Tolerance = {"rtol": 1e-9, "atol": 1e-12}
-OUT = ("Q_norm", "K_norm", "Q_rot", "K_rot", "scores", "scaled", "capped", "alibi", "masked",
-       "softmax", "output")  # fmt: skip
+OUT = (
+    "Q_norm",
+    "K_norm",
+    "Q_rot",
+    "K_rot",
+    "scores",
+    "scaled",
+    "capped",
+    "alibi",
+    "masked",
+    "softmax",
+    "output",
+)
 
 
 def bundled(name: str) -> dict[str, Any]:
@@ -57,17 +68,24 @@ def names(comparison: Comparison) -> list[str]:
 
 QWEN3 = bundled("qwen3_qk_norm")  # per head, GQA 4/2, causal, RoPE
 # a large eps, so that where it goes shows; per head and over the whole projection
-EPS_HEAD = with_eps(random_fixture(21, seq=4, heads=2, d_k=4, qk_norm="head", causal=True,
-                                   rope={"dims": 4}, magnitude=0.3), 0.5)  # fmt: skip
-EPS_WHOLE = with_eps(random_fixture(22, seq=4, heads=2, d_k=2, qk_norm="projection",
-                                    magnitude=0.3), 0.25)  # fmt: skip
-WHOLE = random_fixture(23, seq=4, heads=2, kv_heads=1, d_k=4, qk_norm="projection", causal=True,
-                       rope={"dims": 4})  # fmt: skip
+EPS_HEAD = with_eps(
+    random_fixture(
+        21, seq=4, heads=2, d_k=4, qk_norm="head", causal=True, rope={"dims": 4}, magnitude=0.3
+    ),
+    0.5,
+)
+EPS_WHOLE = with_eps(
+    random_fixture(22, seq=4, heads=2, d_k=2, qk_norm="projection", magnitude=0.3), 0.25
+)
+WHOLE = random_fixture(
+    23, seq=4, heads=2, kv_heads=1, d_k=4, qk_norm="projection", causal=True, rope={"dims": 4}
+)
 MISTRAL = bundled("mistral_sliding_window")  # causal, window 3, RoPE, GQA 2/1
 SENTINEL = bundled("mask_sentinel")  # mask_value -1e4, lengths [4, 0], causal
 MULTIHEAD = bundled("causal_multihead")
-LOWER = random_fixture(31, mode="direct", seq=3, seq_k=6, heads=2, kv_heads=1,
-                       causal="lower-right", window=3)  # fmt: skip
+LOWER = random_fixture(
+    31, mode="direct", seq=3, seq_k=6, heads=2, kv_heads=1, causal="lower-right", window=3
+)
 LOWER_PLAIN = random_fixture(32, mode="direct", seq=2, seq_k=5, causal="lower-right")
 UPPER = random_fixture(33, mode="direct", seq=3, seq_k=5, heads=2, causal=True)
 SQUARE_WINDOW = random_fixture(35, seq=5, heads=2, causal=True, window=3)
@@ -84,8 +102,14 @@ BIAS = random_fixture(45, seq=4, heads=2, d_k=3, bias=(2, 4, 4))
 # (variant, planted mistake, fixture, stages dumped, diagnosis, first differing stage)
 CASES: list[tuple[str, str, dict[str, Any], tuple[str, ...], str, str]] = [
     ("qk_norm", "qk_eps_outside", EPS_HEAD, OUT, "qk_norm_eps_outside", "Q_norm"),
-    ("qk_norm", "qk_eps_outside", EPS_WHOLE, ("softmax", "output"), "qk_norm_eps_outside",
-     "softmax"),
+    (
+        "qk_norm",
+        "qk_eps_outside",
+        EPS_WHOLE,
+        ("softmax", "output"),
+        "qk_norm_eps_outside",
+        "softmax",
+    ),
     ("qk_norm", "qk_eps", EPS_HEAD, ("scores", "softmax"), "qk_norm_eps", "scores"),
     ("qk_norm", "qk_extent", QWEN3, OUT, "qk_norm_extent", "Q_norm"),
     ("qk_norm", "qk_extent", WHOLE, ("softmax", "output"), "qk_norm_extent", "softmax"),
@@ -93,93 +117,142 @@ CASES: list[tuple[str, str, dict[str, Any], tuple[str, ...], str, str]] = [
     ("qk_norm", "qk_plus_one", WHOLE, OUT, "qk_norm_weight", "Q_norm"),
     ("qk_norm", "qk_layernorm", QWEN3, ("scores", "output"), "qk_norm_layernorm", "scores"),
     ("qk_norm", "qk_k_only", QWEN3, OUT, "qk_norm_one_side", "Q_norm"),
-    ("qk_norm", "qk_after_rope", QWEN3, ("Q_rot", "K_rot", "softmax"), "qk_norm_after_rope",
-     "Q_rot"),
+    (
+        "qk_norm",
+        "qk_after_rope",
+        QWEN3,
+        ("Q_rot", "K_rot", "softmax"),
+        "qk_norm_after_rope",
+        "Q_rot",
+    ),
     ("qk_norm", "qk_after_rope", WHOLE, ("scores", "softmax"), "qk_norm_after_rope", "scores"),
-    ("window", "window_off_by_one", LOWER, ("softmax", "output"), "window_off_by_one",
-     "softmax"),
+    ("window", "window_off_by_one", LOWER, ("softmax", "output"), "window_off_by_one", "softmax"),
     ("window", "window_ignored", MISTRAL, OUT, "window_ignored", "masked"),
     ("window", "window_ignored", LOWER, ("softmax", "output"), "window_ignored", "softmax"),
-    ("window", "window_two_sided", MISTRAL, ("softmax", "output"), "window_two_sided",
-     "softmax"),
-    ("window", "window_two_sided", SQUARE_WINDOW, ("masked", "output"), "window_two_sided",
-     "masked"),
+    ("window", "window_two_sided", MISTRAL, ("softmax", "output"), "window_two_sided", "softmax"),
+    (
+        "window",
+        "window_two_sided",
+        SQUARE_WINDOW,
+        ("masked", "output"),
+        "window_two_sided",
+        "masked",
+    ),
     ("window", "window_last_keys", MISTRAL, OUT, "window_last_keys", "masked"),
-    ("causal", "causal_upper_left", LOWER_PLAIN, ("masked", "softmax"), "causal_corner",
-     "masked"),
+    ("causal", "causal_upper_left", LOWER_PLAIN, ("masked", "softmax"), "causal_corner", "masked"),
     ("causal", "causal_lower_right", UPPER, ("softmax", "output"), "causal_corner", "softmax"),
-    ("causal", "causal_missing", UPPER, ("scores", "masked", "softmax"), "causal_missing",
-     "masked"),
+    (
+        "causal",
+        "causal_missing",
+        UPPER,
+        ("scores", "masked", "softmax"),
+        "causal_missing",
+        "masked",
+    ),
     ("causal", "causal_missing", MISTRAL, ("softmax", "output"), "causal_missing", "softmax"),
-    ("causal", "mask_after_softmax", MULTIHEAD, ("masked", "softmax", "output"),
-     "mask_after_softmax", "masked"),
-    ("causal", "mask_after_softmax", PADDED, ("softmax", "output"), "mask_after_softmax",
-     "softmax"),
+    (
+        "causal",
+        "mask_after_softmax",
+        MULTIHEAD,
+        ("masked", "softmax", "output"),
+        "mask_after_softmax",
+        "masked",
+    ),
+    (
+        "causal",
+        "mask_after_softmax",
+        PADDED,
+        ("softmax", "output"),
+        "mask_after_softmax",
+        "softmax",
+    ),
     ("causal", "mask_zero_fill", MULTIHEAD, ("softmax", "output"), "mask_zero_fill", "softmax"),
-    ("causal", "sentinel_1e9", PADDED, ("softmax", "output"), "mask_finite_sentinel",
-     "softmax"),
-    ("causal", "sentinel_1e4", MULTIHEAD, ("masked", "softmax"), "mask_finite_sentinel",
-     "masked"),
-    ("causal", "sentinel_added", PADDED, ("scaled", "masked", "softmax"), "mask_sentinel_added",
-     "masked"),
-    ("mask_value", "sentinel_ignored", SENTINEL, ("masked", "softmax", "output"),
-     "mask_value_ignored", "masked"),
-    ("mask_value", "sentinel_ignored", SENTINEL, ("softmax", "output"), "mask_value_ignored",
-     "softmax"),
-    ("mask_value", "sentinel_1e9", SENTINEL, ("masked", "softmax"), "mask_value_other",
-     "masked"),
-    ("mask_value", "sentinel_added", SENTINEL, ("softmax", "output"), "mask_sentinel_added",
-     "softmax"),
-    ("mask_value", "mask_zero_fill", SENTINEL, ("masked", "softmax"), "mask_zero_fill",
-     "masked"),
-    ("mask_value", "mask_after_softmax", SENTINEL, ("softmax",), "mask_after_softmax",
-     "softmax"),
+    ("causal", "sentinel_1e9", PADDED, ("softmax", "output"), "mask_finite_sentinel", "softmax"),
+    ("causal", "sentinel_1e4", MULTIHEAD, ("masked", "softmax"), "mask_finite_sentinel", "masked"),
+    (
+        "causal",
+        "sentinel_added",
+        PADDED,
+        ("scaled", "masked", "softmax"),
+        "mask_sentinel_added",
+        "masked",
+    ),
+    (
+        "mask_value",
+        "sentinel_ignored",
+        SENTINEL,
+        ("masked", "softmax", "output"),
+        "mask_value_ignored",
+        "masked",
+    ),
+    (
+        "mask_value",
+        "sentinel_ignored",
+        SENTINEL,
+        ("softmax", "output"),
+        "mask_value_ignored",
+        "softmax",
+    ),
+    ("mask_value", "sentinel_1e9", SENTINEL, ("masked", "softmax"), "mask_value_other", "masked"),
+    (
+        "mask_value",
+        "sentinel_added",
+        SENTINEL,
+        ("softmax", "output"),
+        "mask_sentinel_added",
+        "softmax",
+    ),
+    ("mask_value", "mask_zero_fill", SENTINEL, ("masked", "softmax"), "mask_zero_fill", "masked"),
+    ("mask_value", "mask_after_softmax", SENTINEL, ("softmax",), "mask_after_softmax", "softmax"),
     ("softcap", "softcap_no_divide", GEMMA, OUT, "softcap_formula", "capped"),
-    ("softcap", "softcap_no_multiply", GEMMA, ("softmax", "output"), "softcap_formula",
-     "softmax"),
+    ("softcap", "softcap_no_multiply", GEMMA, ("softmax", "output"), "softcap_formula", "softmax"),
     ("softcap", "softcap_no_factor", GEMMA, OUT, "softcap_no_factor", "capped"),
-    ("softcap", "softcap_no_factor", GEMMA, ("softmax", "output"), "softcap_no_factor",
-     "softmax"),
+    ("softcap", "softcap_no_factor", GEMMA, ("softmax", "output"), "softcap_no_factor", "softmax"),
     ("softcap", "softcap_before_scale", GEMMA, OUT, "softcap_before_scale", "capped"),
     ("softcap", "softcap_left_out", GEMMA, ("masked", "softmax"), "softcap_left_out", "masked"),
-    ("softcap", "softcap_wrong_cap", GEMMA, ("softmax", "output"), "softcap_other_cap",
-     "softmax"),
+    ("softcap", "softcap_wrong_cap", GEMMA, ("softmax", "output"), "softcap_other_cap", "softmax"),
     ("sinks", "sinks_left_out", SINKS, ("softmax", "output"), "sinks_left_out", "softmax"),
-    ("sinks", "sinks_scaled", SINKS, ("masked", "softmax", "output"), "sinks_scaled",
-     "softmax"),
+    ("sinks", "sinks_scaled", SINKS, ("masked", "softmax", "output"), "sinks_scaled", "softmax"),
     ("sinks", "sinks_per_kv_head", SINKS, ("softmax", "output"), "sinks_by_kv_head", "softmax"),
     ("sinks", "sinks_unshifted", SINKS, ("output",), "sinks_unshifted", "output"),
     ("sinks", "sinks_not_exp", SINKS, ("softmax", "output"), "sinks_not_exp", "softmax"),
-    ("alibi", "alibi_reversed", ALIBI, ("alibi", "masked", "softmax"), "alibi_slopes_reversed",
-     "alibi"),
-    ("alibi", "alibi_from_one", ALIBI, ("softmax", "output"), "alibi_slopes_formula",
-     "softmax"),
+    (
+        "alibi",
+        "alibi_reversed",
+        ALIBI,
+        ("alibi", "masked", "softmax"),
+        "alibi_slopes_reversed",
+        "alibi",
+    ),
+    ("alibi", "alibi_from_one", ALIBI, ("softmax", "output"), "alibi_slopes_formula", "softmax"),
     ("alibi", "alibi_geometric", ALIBI6, ("alibi", "softmax"), "alibi_slopes_formula", "alibi"),
     ("alibi", "alibi_scaled", ALIBI, ("alibi", "masked", "softmax"), "alibi_scaled", "masked"),
     ("alibi", "alibi_scaled", ALIBI6, ("softmax", "output"), "alibi_scaled", "softmax"),
     ("gqa", "gqa_k_tiled", QWEN3, ("scores", "softmax", "output"), "gqa_one_tiled", "scores"),
     ("gqa", "gqa_v_tiled", QWEN3, ("scores", "softmax", "output"), "gqa_one_tiled", "output"),
     ("gqa", "gqa_single", QWEN3, ("softmax", "output"), "gqa_single_kv_head", "softmax"),
-    ("gqa", "gqa_flat_repeat", LLAMA, ("K_rot", "scores", "output"), "gqa_flat_repeat",
-     "scores"),
+    ("gqa", "gqa_flat_repeat", LLAMA, ("K_rot", "scores", "output"), "gqa_flat_repeat", "scores"),
     ("gqa", "gqa_flat_repeat", ALIBI, ("softmax", "output"), "gqa_flat_repeat", "softmax"),
     ("rope", "rope_base", LLAMA, ("Q_rot", "K_rot", "softmax"), "rope_base", "Q_rot"),
     ("rope", "rope_exponent", QWEN3, ("scores", "output"), "rope_exponent", "scores"),
     ("rope", "rope_all_dims", PARTIAL, ("Q_rot", "K_rot", "softmax"), "rope_all_dims", "Q_rot"),
     ("rope", "rope_reversed", MISTRAL, ("softmax", "output"), "rope_reversed", "softmax"),
-    ("lengths", "lengths_left", LENGTHS, ("masked", "softmax"), "lengths_padding_side",
-     "masked"),
-    ("lengths", "lengths_queries", LENGTHS, ("softmax", "output"), "lengths_on_queries",
-     "softmax"),
-    ("lengths", "lengths_off_by_one", LENGTHS, ("masked", "softmax", "output"),
-     "lengths_off_by_one", "masked"),
-    ("lengths", "lengths_ignored", LENGTHS, ("softmax", "output"), "lengths_ignored",
-     "softmax"),
+    ("lengths", "lengths_left", LENGTHS, ("masked", "softmax"), "lengths_padding_side", "masked"),
+    ("lengths", "lengths_queries", LENGTHS, ("softmax", "output"), "lengths_on_queries", "softmax"),
+    (
+        "lengths",
+        "lengths_off_by_one",
+        LENGTHS,
+        ("masked", "softmax", "output"),
+        "lengths_off_by_one",
+        "masked",
+    ),
+    ("lengths", "lengths_ignored", LENGTHS, ("softmax", "output"), "lengths_ignored", "softmax"),
     ("bias", "bias_before_scale", BIAS, ("masked", "softmax"), "bias_before_scale", "masked"),
     ("bias", "bias_ignored", BIAS, ("softmax", "output"), "bias_ignored", "softmax"),
     ("bias", "bias_transposed", BIAS, ("masked", "output"), "bias_transposed", "masked"),
     ("bias", "bias_sign", BIAS, ("softmax",), "bias_sign", "softmax"),
-]  # fmt: skip
+]
 
 
 @pytest.mark.parametrize(

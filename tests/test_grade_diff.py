@@ -29,8 +29,10 @@ def student(fx: dict[str, Any], mistake: str | None = None) -> dict[str, Array]:
     """Differential attention of one batch item, causal or not, every stage by name."""
     X, H = np.asarray(fx["X"], float), fx["heads"]
     d = fx["diff"]
-    q, k, v = ((X @ np.asarray(fx[f"W_{n}"], float)).reshape(len(X), H, -1).transpose(1, 0, 2)
-               for n in "QKV")  # fmt: skip
+    q, k, v = (
+        (X @ np.asarray(fx[f"W_{n}"], float)).reshape(len(X), H, -1).transpose(1, 0, 2)
+        for n in "QKV"
+    )
     T, half = len(X), q.shape[-1] // 2
     depth = d.get("depth")
     if depth is not None:
@@ -41,8 +43,11 @@ def student(fx: dict[str, Any], mistake: str | None = None) -> dict[str, Array]:
     l1 = float(np.dot(d["lambda_q1"], d["lambda_k1"]))
     l2 = float(np.dot(d["lambda_q2"], d["lambda_k2"]))
     right = math.exp(l1) - math.exp(l2) + init  # the paper's λ
-    wrong = {"lambda_raw": l1 - l2 + init, "no_init": math.exp(l1) - math.exp(l2),
-             "lambda_is_init": init}  # fmt: skip
+    wrong = {
+        "lambda_raw": l1 - l2 + init,
+        "no_init": math.exp(l1) - math.exp(l2),
+        "lambda_is_init": init,
+    }
     lam = wrong.get(mistake or "", right)
     st: dict[str, Array] = {"Q": q, "K": k, "V": v}
     maps = []
@@ -65,8 +70,9 @@ def student(fx: dict[str, Any], mistake: str | None = None) -> dict[str, Array]:
     return st
 
 
-def graded(tmp_path: Path, fixture: str | dict[str, Any], dump: dict[str, Any],
-           suffix: str = ".npz") -> Comparison:  # fmt: skip
+def graded(
+    tmp_path: Path, fixture: str | dict[str, Any], dump: dict[str, Any], suffix: str = ".npz"
+) -> Comparison:
     if isinstance(fixture, dict):
         (tmp_path / "fixture.json").write_text(json.dumps(fixture))
         fixture = str(tmp_path / "fixture.json")
@@ -99,34 +105,97 @@ def test_the_correct_student_agrees_with_attn(tmp_path: Path) -> None:
 
 # (fixture, planted mistake, stages dumped, diagnosis, first differing stage)
 CASES: list[tuple[str, Any, str | None, tuple[str, ...], str, str]] = [
-    ("bundled", bundled, "lambda_raw", ("lambda", "diff", "projected"),
-     "diff_lambda_not_reparameterised", "lambda"),
-    ("bundled", bundled, "no_init", ("softmax", "softmax_2", "diff", "diff_scaled"),
-     "diff_lambda_not_reparameterised", "diff"),
-    ("bundled", bundled, "lambda_is_init", ("projected",), "diff_lambda_not_reparameterised",
-     "projected"),
-    ("bundled", bundled, "init_from_one", ("lambda", "diff_scaled"), "diff_lambda_init_from_one",
-     "lambda"),
-    ("bundled", bundled, "no_norm", ("diff_output", "diff_scaled", "projected"),
-     "diff_norm_missing", "diff_scaled"),
-    ("bundled", bundled, "no_scale", ("diff_norm", "diff_scaled"), "diff_scale_missing",
-     "diff_scaled"),
-    ("random", lambda: random_diff(3), "no_init", ("diff",), "diff_lambda_not_reparameterised",
-     "diff"),
-    ("random", lambda: random_diff(4), "no_scale", ("projected",), "diff_scale_missing",
-     "projected"),
-    ("random", lambda: random_diff(5), "init_from_one", ("concat",), "diff_lambda_init_from_one",
-     "concat"),
-]  # fmt: skip
+    (
+        "bundled",
+        bundled,
+        "lambda_raw",
+        ("lambda", "diff", "projected"),
+        "diff_lambda_not_reparameterised",
+        "lambda",
+    ),
+    (
+        "bundled",
+        bundled,
+        "no_init",
+        ("softmax", "softmax_2", "diff", "diff_scaled"),
+        "diff_lambda_not_reparameterised",
+        "diff",
+    ),
+    (
+        "bundled",
+        bundled,
+        "lambda_is_init",
+        ("projected",),
+        "diff_lambda_not_reparameterised",
+        "projected",
+    ),
+    (
+        "bundled",
+        bundled,
+        "init_from_one",
+        ("lambda", "diff_scaled"),
+        "diff_lambda_init_from_one",
+        "lambda",
+    ),
+    (
+        "bundled",
+        bundled,
+        "no_norm",
+        ("diff_output", "diff_scaled", "projected"),
+        "diff_norm_missing",
+        "diff_scaled",
+    ),
+    (
+        "bundled",
+        bundled,
+        "no_scale",
+        ("diff_norm", "diff_scaled"),
+        "diff_scale_missing",
+        "diff_scaled",
+    ),
+    (
+        "random",
+        lambda: random_diff(3),
+        "no_init",
+        ("diff",),
+        "diff_lambda_not_reparameterised",
+        "diff",
+    ),
+    (
+        "random",
+        lambda: random_diff(4),
+        "no_scale",
+        ("projected",),
+        "diff_scale_missing",
+        "projected",
+    ),
+    (
+        "random",
+        lambda: random_diff(5),
+        "init_from_one",
+        ("concat",),
+        "diff_lambda_init_from_one",
+        "concat",
+    ),
+]
 
 
-@pytest.mark.parametrize(("kind", "make", "mistake", "dumped", "diagnosis", "first"), CASES,
-                         ids=[f"{c[2]}-{c[0]}-{c[5]}" for c in CASES])  # fmt: skip
+@pytest.mark.parametrize(
+    ("kind", "make", "mistake", "dumped", "diagnosis", "first"),
+    CASES,
+    ids=[f"{c[2]}-{c[0]}-{c[5]}" for c in CASES],
+)
 @pytest.mark.parametrize("suffix", [".npz", ".json"])
 def test_a_planted_mistake_is_diagnosed_by_name(
-    tmp_path: Path, kind: str, make: Any, mistake: str, dumped: tuple[str, ...], diagnosis: str,
-    first: str, suffix: str,
-) -> None:  # fmt: skip
+    tmp_path: Path,
+    kind: str,
+    make: Any,
+    mistake: str,
+    dumped: tuple[str, ...],
+    diagnosis: str,
+    first: str,
+    suffix: str,
+) -> None:
     fx = make()
     dump = pick(student(fx, mistake), *dumped)
     comparison = graded(tmp_path, "diff_transformer" if kind == "bundled" else fx, dump, suffix)
@@ -137,13 +206,22 @@ def test_a_planted_mistake_is_diagnosed_by_name(
 
 def test_the_cli_names_lambda_not_reparameterised_in_both_languages(tmp_path: Path) -> None:
     np.savez(tmp_path / "dump.npz", **pick(student(bundled(), "lambda_raw"), "lambda", "diff"))
-    en = run_cli("check", "diff_transformer", "--against", str(tmp_path / "dump.npz"),
-                 "--format", "plain")  # fmt: skip
+    en = run_cli(
+        "check", "diff_transformer", "--against", str(tmp_path / "dump.npz"), "--format", "plain"
+    )
     assert en.exit_code == 1
     assert "diagnosis: differential λ not re-parameterised" in en.stdout
     assert "without the exponentials" in en.stdout
-    zh = run_cli("check", "diff_transformer", "--against", str(tmp_path / "dump.npz"),
-                 "--format", "plain", "--lang", "zh")  # fmt: skip
+    zh = run_cli(
+        "check",
+        "diff_transformer",
+        "--against",
+        str(tmp_path / "dump.npz"),
+        "--format",
+        "plain",
+        "--lang",
+        "zh",
+    )
     assert zh.exit_code == 1 and "差分注意力的 λ 没有重新参数化" in zh.stdout
 
 

@@ -69,10 +69,17 @@ def allowed(kind: str | None, t: int, s: int) -> bool:
 
 
 def student(
-    Q: Any, K: Any, V: Any, *, heads: int = 1, causal: str | None = "ok",
-    lengths: list[int] | None = None, q_scale: float = 1.0, v_scale: float = 1.0,
+    Q: Any,
+    K: Any,
+    V: Any,
+    *,
+    heads: int = 1,
+    causal: str | None = "ok",
+    lengths: list[int] | None = None,
+    q_scale: float = 1.0,
+    v_scale: float = 1.0,
     scale: float | None = None,
-) -> dict[str, Array]:  # fmt: skip
+) -> dict[str, Array]:
     """Attention per batch item, head and query in loops; [batch, heads, ...] arrays.
 
     ``causal``: None (no mask), "ok", or a planted mask mistake (see ``allowed``). With
@@ -111,9 +118,10 @@ def student(
             for t in range(T):
                 row = [
                     st["scores"][b, h, t, s] * factor
-                    if causal is None or allowed(causal, t, s) else -math.inf
+                    if causal is None or allowed(causal, t, s)
+                    else -math.inf
                     for s in range(n_keys)
-                ]  # fmt: skip
+                ]
                 st["masked"][b, h, t, :n_keys] = row
                 w = plain_softmax(row)
                 st["softmax"][b, h, t, :n_keys] = w
@@ -178,8 +186,13 @@ def test_a_softmax_that_is_nan_in_some_empty_rows_and_zero_in_others(
 ) -> None:
     # the student skips a fully padded item (its rows stay 0) but takes a plain softmax
     # elsewhere, so the row the mistake empties is nan: attn follows the softmax row by row
-    fixture = {**CAT, "Q": [CAT["Q"]] * 2, "K": [CAT["K"]] * 2, "V": [CAT["V"]] * 2,
-               "lengths": [3, 0]}  # fmt: skip
+    fixture = {
+        **CAT,
+        "Q": [CAT["Q"]] * 2,
+        "K": [CAT["K"]] * 2,
+        "V": [CAT["V"]] * 2,
+        "lengths": [3, 0],
+    }
     stages = student(fixture["Q"], fixture["K"], fixture["V"], causal=kind, lengths=[3, 0])
     assert np.isnan(stages["softmax"][0]).any() and (stages["softmax"][1] == 0).all()
     dump = {n: stages[n] for n in ("masked", "softmax", "output")}
@@ -213,21 +226,44 @@ def test_a_nan_row_the_mistake_does_not_empty_is_still_a_difference(tmp_path: Pa
 
 
 def two_heads(**planted: Any) -> dict[str, Array]:
-    return student(TWO_HEADS["Q"], TWO_HEADS["K"], TWO_HEADS["V"], heads=2, causal=None,
-                   **planted)  # fmt: skip
+    return student(TWO_HEADS["Q"], TWO_HEADS["K"], TWO_HEADS["V"], heads=2, causal=None, **planted)
 
 
 RATIOS = [
     # (planted, dumped, first stage, ratio, reading, suggestion)
-    ({"q_scale": 1 / math.sqrt(2)}, ("Q", "scores", "softmax", "output"), "Q", 1 / math.sqrt(2),
-     "1/√2", "a scale of 1/√d_k applied twice, or where it was not meant?"),
-    ({"q_scale": math.sqrt(2)}, ("Q", "softmax"), "Q", math.sqrt(2), "√2",
-     "a scale of 1/√d_k left out, or undone?"),
-    ({"v_scale": 3.0}, ("softmax", "output"), "output", 3.0, "",
-     "a scale or a normalisation applied where it was not meant, or left out?"),
-    ({"q_scale": -1.0}, ("Q",), "Q", -1.0, "-1",
-     "the sign flipped: a difference taken the wrong way round?"),
-]  # fmt: skip
+    (
+        {"q_scale": 1 / math.sqrt(2)},
+        ("Q", "scores", "softmax", "output"),
+        "Q",
+        1 / math.sqrt(2),
+        "1/√2",
+        "a scale of 1/√d_k applied twice, or where it was not meant?",
+    ),
+    (
+        {"q_scale": math.sqrt(2)},
+        ("Q", "softmax"),
+        "Q",
+        math.sqrt(2),
+        "√2",
+        "a scale of 1/√d_k left out, or undone?",
+    ),
+    (
+        {"v_scale": 3.0},
+        ("softmax", "output"),
+        "output",
+        3.0,
+        "",
+        "a scale or a normalisation applied where it was not meant, or left out?",
+    ),
+    (
+        {"q_scale": -1.0},
+        ("Q",),
+        "Q",
+        -1.0,
+        "-1",
+        "the sign flipped: a difference taken the wrong way round?",
+    ),
+]
 
 
 @pytest.mark.parametrize(
@@ -236,9 +272,14 @@ RATIOS = [
     ids=["Q-over-sqrt-d_k", "Q-times-sqrt-d_k", "V-times-3", "Q-negated"],
 )
 def test_one_factor_everywhere_is_said_and_read(
-    tmp_path: Path, planted: dict[str, float], dumped: tuple[str, ...], first: str,
-    ratio: float, reading: str, suggestion: str,
-) -> None:  # fmt: skip
+    tmp_path: Path,
+    planted: dict[str, float],
+    dumped: tuple[str, ...],
+    first: str,
+    ratio: float,
+    reading: str,
+    suggestion: str,
+) -> None:
     dump = unbatched(two_heads(**planted), *dumped)
     found = report(tmp_path, TWO_HEADS, dump)
     assert found["first_difference"] == first
@@ -246,8 +287,12 @@ def test_one_factor_everywhere_is_said_and_read(
     shown = found["ratio"]
     np.testing.assert_allclose(shown.pop("ratio"), ratio, rtol=1e-12)
     differing = next(s["differing"] for s in found["stages"] if s["name"] == first)
-    assert shown == {"stage": first, "cells": differing, "reading": reading,
-                     "suggestion": suggestion}  # fmt: skip
+    assert shown == {
+        "stage": first,
+        "cells": differing,
+        "reading": reading,
+        "suggestion": suggestion,
+    }
     assert found["transpose"] is None
     text = f"{ratio:.4g}" + (f" = {reading}" if reading else "")
     line = f"hint: every cell of your {first} is attn's × {text}: {suggestion}"
@@ -258,8 +303,10 @@ def test_the_ratio_in_the_issues_words(tmp_path: Path) -> None:
     dump = unbatched(two_heads(q_scale=1 / math.sqrt(2)), "Q", "softmax")
     result = grade(tmp_path, TWO_HEADS, dump)
     assert result.exit_code == 1
-    assert "Q is attn's × 0.7071 = 1/√2: a scale of 1/√d_k applied twice, or where it was not " \
-           "meant?" in said(result)  # fmt: skip
+    assert (
+        "Q is attn's × 0.7071 = 1/√2: a scale of 1/√d_k applied twice, or where it was not "
+        "meant?" in said(result)
+    )
 
 
 def test_no_ratio_when_a_mistake_fits_or_the_factor_varies(tmp_path: Path) -> None:
@@ -291,10 +338,15 @@ def test_weights_as_query_head_key_name_the_transpose_and_match(tmp_path: Path) 
     found = report(tmp_path, TWO_HEADS, dump)
     assert found["stages"][0]["status"] == "shape"
     assert found["transpose"] == {
-        "stage": "softmax", "permutation": [1, 0, 2], "call": "transpose(1, 0, 2)",
-        "your_axes": ["query", "head", "key"], "axes": ["head", "query", "key"], "cells": 32,
-        "differing": 0, "matches": True,
-    }  # fmt: skip
+        "stage": "softmax",
+        "permutation": [1, 0, 2],
+        "call": "transpose(1, 0, 2)",
+        "your_axes": ["query", "head", "key"],
+        "axes": ["head", "query", "key"],
+        "cells": 32,
+        "differing": 0,
+        "matches": True,
+    }
     assert found["ratio"] is None
     line = (
         "hint: your softmax is [query, head, key] where attn's is [head, query, key]: "
@@ -311,8 +363,11 @@ def test_a_transpose_that_fits_the_shape_but_not_the_numbers(tmp_path: Path) -> 
     dump = {"softmax": stages["softmax"][0, 0].T}  # (S, T) = (3, 2)
     found = report(tmp_path, fixture, dump)
     t = found["transpose"]
-    assert (t["call"], t["your_axes"], t["axes"]) == ("transpose(1, 0)", ["key", "query"],
-                                                      ["query", "key"])  # fmt: skip
+    assert (t["call"], t["your_axes"], t["axes"]) == (
+        "transpose(1, 0)",
+        ["key", "query"],
+        ["query", "key"],
+    )
     assert not t["matches"] and 0 < t["differing"] <= t["cells"] == 6
     text = said(grade(tmp_path, fixture, dump))
     assert f"transpose(1, 0) makes it fit, but then {t['differing']} of 6 cells still differ" in (
@@ -330,10 +385,7 @@ def test_junit_and_github_carry_the_hints(tmp_path: Path) -> None:
     ratio = "hint: every cell of your Q is attn's × 0.7071 = 1/√2: a scale of 1/√d_k applied"
     junit = grade(tmp_path, TWO_HEADS, dump, "junit")
     assert junit.exit_code == 1
-    failures = [
-        f.text or ""
-        for f in ET.fromstring(junit.stdout.encode()).iter("failure")
-    ]  # fmt: skip
+    failures = [f.text or "" for f in ET.fromstring(junit.stdout.encode()).iter("failure")]
     assert len(failures) == 2 and all(ratio in text for text in failures)
     github = grade(tmp_path, TWO_HEADS, dump, "github")
     assert github.exit_code == 1
@@ -380,17 +432,40 @@ def _first_row_halved(x: Array) -> Array:
 
 
 LOOKED = [
-    ("output", lambda x: x + 0.1, TWO_HEADS, "every cell of your output is attn's + 0.1: a bias "
-     "or a constant added"),
-    ("scores", lambda x: x - x.max(axis=-1, keepdims=True), TWO_HEADS, "each row of your "
-     "scores is attn's plus a number of its own (one per query): the softmax does not see it"),
-    ("output", _move_query, TWO_HEADS, "your output is attn's moved by one query: your query i "
-     "holds attn's query i - 1"),
-    ("output", lambda x: x[..., ::-1], TWO_HEADS, "your output is attn's with its d_v axis in "
-     "another order: your d_v 0, 1, 2, ... hold attn's d_v 1, 0"),
-    ("softmax", _first_row_halved, TWO_HEADS, "the rows of your softmax sum to between 0.5 and "
-     "1, attn's to 1: a softmax over another extent"),
-]  # fmt: skip
+    (
+        "output",
+        lambda x: x + 0.1,
+        TWO_HEADS,
+        "every cell of your output is attn's + 0.1: a bias or a constant added",
+    ),
+    (
+        "scores",
+        lambda x: x - x.max(axis=-1, keepdims=True),
+        TWO_HEADS,
+        "each row of your "
+        "scores is attn's plus a number of its own (one per query): the softmax does not see it",
+    ),
+    (
+        "output",
+        _move_query,
+        TWO_HEADS,
+        "your output is attn's moved by one query: your query i holds attn's query i - 1",
+    ),
+    (
+        "output",
+        lambda x: x[..., ::-1],
+        TWO_HEADS,
+        "your output is attn's with its d_v axis in "
+        "another order: your d_v 0, 1, 2, ... hold attn's d_v 1, 0",
+    ),
+    (
+        "softmax",
+        _first_row_halved,
+        TWO_HEADS,
+        "the rows of your softmax sum to between 0.5 and "
+        "1, attn's to 1: a softmax over another extent",
+    ),
+]
 
 
 @pytest.mark.parametrize(

@@ -31,9 +31,16 @@ from attn_cli.core.steps import allowed_positions
 
 Array = npt.NDArray[np.float64]
 VARIANT_FIXTURES = [
-    "llama_rope_gqa", "llama_rope_interleaved", "mistral_sliding_window", "gemma2_softcap",
-    "gptoss_sinks", "qwen3_qk_norm", "cross_attention", "mask_sentinel", "qwen3_next_gate",
-]  # fmt: skip
+    "llama_rope_gqa",
+    "llama_rope_interleaved",
+    "mistral_sliding_window",
+    "gemma2_softcap",
+    "gptoss_sinks",
+    "qwen3_qk_norm",
+    "cross_attention",
+    "mask_sentinel",
+    "qwen3_next_gate",
+]
 TOL: Tolerance = {"rtol": 1e-9, "atol": 1e-12}  # float64 on both sides: rounding noise only
 
 
@@ -97,8 +104,11 @@ def student(fx: dict[str, Any], mistake: str | None = None) -> dict[str, Array]:
             rows = len(W_Q)
             q_proj = np.concatenate([W_Q.reshape(rows, H, -1), W_G.reshape(rows, H, -1)], 2)
             q_proj = q_proj.reshape(rows, -1)  # per head: the query's columns, the gate's
-            fx = {**fx, "W_Q": q_proj[:, : W_Q.shape[1]],
-                  "gate": {**fx["gate"], "W_G": q_proj[:, W_Q.shape[1] :]}}  # fmt: skip
+            fx = {
+                **fx,
+                "W_Q": q_proj[:, : W_Q.shape[1]],
+                "gate": {**fx["gate"], "W_G": q_proj[:, W_Q.shape[1] :]},
+            }
 
         flat = proj(X, "Q"), proj(X_kv, "K"), proj(X_kv, "V")
         d_model = X.shape[1]
@@ -247,14 +257,14 @@ OUT = ("scores", "scaled", "capped", "alibi", "masked", "softmax", "output")
 
 
 def alibi_fixture(seed: int = 3, **extra: Any) -> dict[str, Any]:
-    return random_fixture(seed, seq=5, heads=4, kv_heads=2, d_k=2, d_model=4,
-                          causal=True, alibi=True, **extra)  # fmt: skip
+    return random_fixture(
+        seed, seq=5, heads=4, kv_heads=2, d_k=2, d_model=4, causal=True, alibi=True, **extra
+    )
 
 
 def square_fixture(seed: int = 5) -> dict[str, Any]:
     """Every weight square (d_model = heads·d_k = heads·d_v = d_out): X @ W.T runs."""
-    return random_fixture(seed, seq=4, heads=2, d_k=2, d_model=4, W_O=True, d_out=4,
-                          causal=True)  # fmt: skip
+    return random_fixture(seed, seq=4, heads=2, d_k=2, d_model=4, W_O=True, d_out=4, causal=True)
 
 
 # (fixture, planted mistake, stages dumped, diagnosis, first differing stage)
@@ -264,8 +274,7 @@ CASES = [
     ("mistral_sliding_window", "rope_layout", ("scores", "output"), "rope_layout", "scores"),
     ("llama_rope_gqa", "rope_on_v", ("V", "scores", "softmax", "output"), "rope_on_v", "V"),
     ("qwen3_qk_norm", "rope_on_v", ("softmax", "output"), "rope_on_v", "output"),
-    ("mistral_sliding_window", "rope_not_on_k", ("Q_rot", "K_rot", *OUT), "rope_not_on_k",
-     "K_rot"),
+    ("mistral_sliding_window", "rope_not_on_k", ("Q_rot", "K_rot", *OUT), "rope_not_on_k", "K_rot"),
     ("qwen3_qk_norm", "rope_not_on_k", ("scores", "softmax"), "rope_not_on_k", "scores"),
     ("llama_rope_gqa", "rope_1based", ("Q_rot", "K_rot", *OUT), "positions_off_by_one", "Q_rot"),
     ("qwen3_qk_norm", "rope_query_ahead", OUT, "positions_off_by_one", "scores"),
@@ -273,42 +282,87 @@ CASES = [
     ("mistral_sliding_window", "window_off_by_one", OUT, "window_off_by_one", "masked"),
     ("gptoss_sinks", "window_off_by_one", ("masked", "softmax"), "window_off_by_one", "masked"),
     ("gemma2_softcap", "softcap_after_mask", OUT, "softcap_after_mask", "capped"),
-    ("gemma2_softcap", "softcap_after_mask", ("masked", "softmax", "output"),
-     "softcap_after_mask", "masked"),
-    ("gemma2_softcap", "softcap_after_mask", ("softmax", "output"), "softcap_after_mask",
-     "softmax"),
+    (
+        "gemma2_softcap",
+        "softcap_after_mask",
+        ("masked", "softmax", "output"),
+        "softcap_after_mask",
+        "masked",
+    ),
+    (
+        "gemma2_softcap",
+        "softcap_after_mask",
+        ("softmax", "output"),
+        "softcap_after_mask",
+        "softmax",
+    ),
     ("llama_rope_gqa", "gqa_tiled", ("scores", "softmax", "output"), "gqa_tiled", "scores"),
     ("qwen3_qk_norm", "gqa_tiled", ("softmax", "output"), "gqa_tiled", "softmax"),
     ("gptoss_sinks", "gqa_tiled", ("output",), "gqa_tiled", "output"),
     ("mistral_sliding_window", "causal_triu", OUT, "causal_triu", "masked"),
     ("llama_rope_gqa", "causal_triu", ("softmax", "output"), "causal_triu", "softmax"),
     ("gptoss_sinks", "scaled_by_d_model", OUT, "scaled_by_d_model", "scaled"),
-    ("cross_attention", "scaled_by_d_model", ("softmax", "projected"), "scaled_by_d_model",
-     "softmax"),
-    ("gptoss_sinks", "sinks_left_out", ("masked", "softmax", "output"), "sinks_left_out",
-     "softmax"),
+    (
+        "cross_attention",
+        "scaled_by_d_model",
+        ("softmax", "projected"),
+        "scaled_by_d_model",
+        "softmax",
+    ),
+    (
+        "gptoss_sinks",
+        "sinks_left_out",
+        ("masked", "softmax", "output"),
+        "sinks_left_out",
+        "softmax",
+    ),
     # the classic mistakes, on the variants' fixtures
     ("gptoss_sinks", "no_scaling", OUT, "no_scaling", "scaled"),
     ("gemma2_softcap", "no_scaling", ("softmax",), "no_scaling", "softmax"),
     ("mistral_sliding_window", "causal_shifted", OUT, "causal_shifted", "masked"),
     ("qwen3_qk_norm", "scores_transposed", ("scores", "softmax"), "scores_transposed", "scores"),
     # Qwen3-Next's output gate
-    ("qwen3_next_gate", "gate_after_w_o", ("output", "gated", "concat", "projected"),
-     "gate_after_w_o", "gated"),
+    (
+        "qwen3_next_gate",
+        "gate_after_w_o",
+        ("output", "gated", "concat", "projected"),
+        "gate_after_w_o",
+        "gated",
+    ),
     ("qwen3_next_gate", "gate_after_w_o", ("projected",), "gate_after_w_o", "projected"),
-    ("qwen3_next_gate", "gate_without_sigmoid", ("gate", "gated", "projected"),
-     "gate_without_sigmoid", "gated"),
+    (
+        "qwen3_next_gate",
+        "gate_without_sigmoid",
+        ("gate", "gated", "projected"),
+        "gate_without_sigmoid",
+        "gated",
+    ),
     ("qwen3_next_gate", "gate_without_sigmoid", ("concat",), "gate_without_sigmoid", "concat"),
-    ("qwen3_next_gate", "gate_complement", ("gate", "gated", "projected"), "gate_complement",
-     "gated"),
+    (
+        "qwen3_next_gate",
+        "gate_complement",
+        ("gate", "gated", "projected"),
+        "gate_complement",
+        "gated",
+    ),
     ("qwen3_next_gate", "gate_complement", ("projected",), "gate_complement", "projected"),
-    ("qwen3_next_gate", "gate_whole_chunk", ("Q", "gate", "gated", "projected"),
-     "gate_whole_chunk", "Q"),
-    ("qwen3_next_gate", "gate_whole_chunk", ("softmax", "projected"), "gate_whole_chunk",
-     "softmax"),
+    (
+        "qwen3_next_gate",
+        "gate_whole_chunk",
+        ("Q", "gate", "gated", "projected"),
+        "gate_whole_chunk",
+        "Q",
+    ),
+    (
+        "qwen3_next_gate",
+        "gate_whole_chunk",
+        ("softmax", "projected"),
+        "gate_whole_chunk",
+        "softmax",
+    ),
     ("qwen3_next_gate", "rope_not_on_k", ("softmax", "gated"), "rope_not_on_k", "softmax"),
     ("qwen3_next_gate", "rope_not_on_k", ("gated", "projected"), "rope_not_on_k", "gated"),
-]  # fmt: skip
+]
 
 
 @pytest.mark.parametrize(
@@ -330,30 +384,85 @@ RANDOM_CASES = [
     ("alibi_sign", alibi_fixture(), ("alibi", "masked", "softmax"), "alibi_sign", "alibi"),
     ("alibi_sign", alibi_fixture(), ("softmax", "output"), "alibi_sign", "softmax"),
     ("alibi_query_ahead", alibi_fixture(), ("alibi", "softmax"), "positions_off_by_one", "alibi"),
-    ("positions_all_ahead", alibi_fixture(4, window=3), ("alibi", "masked", "softmax"),
-     "positions_off_by_one", "alibi"),
-    ("window_off_by_one", alibi_fixture(5, window=2), ("masked", "softmax"), "window_off_by_one",
-     "masked"),
+    (
+        "positions_all_ahead",
+        alibi_fixture(4, window=3),
+        ("alibi", "masked", "softmax"),
+        "positions_off_by_one",
+        "alibi",
+    ),
+    (
+        "window_off_by_one",
+        alibi_fixture(5, window=2),
+        ("masked", "softmax"),
+        "window_off_by_one",
+        "masked",
+    ),
     ("gqa_tiled", alibi_fixture(6), ("softmax", "output"), "gqa_tiled", "softmax"),
-    ("causal_triu", random_fixture(7, seq=4, causal=True), ("scores", "masked", "softmax"),
-     "causal_triu", "masked"),
-    ("causal_triu", random_fixture(8, seq=3, seq_k=5, mode="direct", causal="lower-right"),
-     ("softmax", "output"), "causal_triu", "softmax"),
-    ("scaled_by_d_model", random_fixture(9, seq=3, d_k=2, d_model=5), ("scaled", "softmax"),
-     "scaled_by_d_model", "scaled"),
-    ("scaled_by_d_model", random_fixture(10, mode="direct", heads=2, d_k=3, seq=3),
-     ("softmax", "output"), "scaled_by_d_model", "softmax"),
-    ("x_w_transposed", square_fixture(), ("Q", "K", "V", "softmax", "projected"),
-     "x_w_transposed", "Q"),
-    ("x_w_transposed", square_fixture(11), ("softmax", "output", "projected"), "x_w_transposed",
-     "softmax"),
-    ("rope_layout", random_fixture(12, seq=4, d_k=4, heads=2, rope={"dims": 4}, causal=True),
-     ("scores", "softmax"), "rope_layout", "scores"),
-    ("rope_layout", random_fixture(13, seq=4, d_k=6, rope={"dims": 4, "layout": "interleaved"}),
-     ("Q_rot", "softmax"), "rope_layout", "Q_rot"),
-    ("sinks_left_out", random_fixture(14, seq=4, heads=2, sinks=True, causal=True),
-     ("softmax", "output"), "sinks_left_out", "softmax"),
-]  # fmt: skip
+    (
+        "causal_triu",
+        random_fixture(7, seq=4, causal=True),
+        ("scores", "masked", "softmax"),
+        "causal_triu",
+        "masked",
+    ),
+    (
+        "causal_triu",
+        random_fixture(8, seq=3, seq_k=5, mode="direct", causal="lower-right"),
+        ("softmax", "output"),
+        "causal_triu",
+        "softmax",
+    ),
+    (
+        "scaled_by_d_model",
+        random_fixture(9, seq=3, d_k=2, d_model=5),
+        ("scaled", "softmax"),
+        "scaled_by_d_model",
+        "scaled",
+    ),
+    (
+        "scaled_by_d_model",
+        random_fixture(10, mode="direct", heads=2, d_k=3, seq=3),
+        ("softmax", "output"),
+        "scaled_by_d_model",
+        "softmax",
+    ),
+    (
+        "x_w_transposed",
+        square_fixture(),
+        ("Q", "K", "V", "softmax", "projected"),
+        "x_w_transposed",
+        "Q",
+    ),
+    (
+        "x_w_transposed",
+        square_fixture(11),
+        ("softmax", "output", "projected"),
+        "x_w_transposed",
+        "softmax",
+    ),
+    (
+        "rope_layout",
+        random_fixture(12, seq=4, d_k=4, heads=2, rope={"dims": 4}, causal=True),
+        ("scores", "softmax"),
+        "rope_layout",
+        "scores",
+    ),
+    (
+        "rope_layout",
+        random_fixture(13, seq=4, d_k=6, rope={"dims": 4, "layout": "interleaved"}),
+        ("Q_rot", "softmax"),
+        "rope_layout",
+        "Q_rot",
+    ),
+    (
+        "sinks_left_out",
+        random_fixture(14, seq=4, heads=2, sinks=True, causal=True),
+        ("softmax", "output"),
+        "sinks_left_out",
+        "softmax",
+    ),
+]
 
 
 @pytest.mark.parametrize(
@@ -416,16 +525,19 @@ def run_cli_check(tmp_path: Path, fixture: str, dump: dict[str, Any]) -> Any:
 
 @pytest.mark.parametrize(
     ("mistake", "title"),
-    [("gate_after_w_o", "gate applied after W_O instead of before"),
-     ("gate_without_sigmoid", "gate multiplied in without the sigmoid")],
-)  # fmt: skip
+    [
+        ("gate_after_w_o", "gate applied after W_O instead of before"),
+        ("gate_without_sigmoid", "gate multiplied in without the sigmoid"),
+    ],
+)
 def test_attn_check_names_the_gate_mistakes(tmp_path: Path, mistake: str, title: str) -> None:
     stages = student(bundled("qwen3_next_gate"), mistake)
     result = run_cli_check(tmp_path, "qwen3_next_gate", pick(stages, "projected"))
     assert result.exit_code == 1, result.output
     assert f"diagnosis: {title}" in " ".join(result.stdout.split())
-    as_json = run_cli("check", "qwen3_next_gate", "--against", str(tmp_path / "dump.npz"),
-                      "--format", "json")  # fmt: skip
+    as_json = run_cli(
+        "check", "qwen3_next_gate", "--against", str(tmp_path / "dump.npz"), "--format", "json"
+    )
     found = json.loads(as_json.stdout)["fixtures"][0]["diagnoses"]
     assert [d["name"] for d in found] == [mistake]
 
@@ -483,8 +595,10 @@ def test_an_unrecognised_difference_on_a_variant_fixture_is_reported_plainly(
     assert comparison.first_difference.name == "output"
     assert comparison.diagnoses == ()
     assert "RoPE applied to V as well" in comparison.tried
-    assert comparison.looks == ("every cell of your output is attn's + 0.1: a bias or a constant "
-                                "added (or subtracted) where it was not meant?",)  # fmt: skip
+    assert comparison.looks == (
+        "every cell of your output is attn's + 0.1: a bias or a constant "
+        "added (or subtracted) where it was not meant?",
+    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -498,7 +612,7 @@ NOT_APPLICABLE = [
     ("cross_attention", ("causal_triu", "positions_off_by_one", "gqa_tiled")),
     ("mask_sentinel", ("x_w_transposed", "scaled_by_d_model", "rope_layout")),
     ("qwen3_qk_norm", ("x_w_transposed",)),  # W_K, W_V are square, W_Q is not
-]  # fmt: skip
+]
 
 
 @pytest.mark.parametrize(("fixture", "mistakes"), NOT_APPLICABLE)

@@ -198,9 +198,14 @@ def shown_backgrounds(values: list[float], system: str) -> dict[float, str]:
 
     heat = SliceHeat(lo=0.0, hi=1.0, lang="en", blocked=None, maxima=None, row_sums=None)
     table = render_matrix(
-        np.array([values]), row_labels=["q"], col_labels=[str(i) for i in range(len(values))],
-        row_axis="query", title=None, options=RenderOptions(precision=4), heat=heat,
-    )  # fmt: skip
+        np.array([values]),
+        row_labels=["q"],
+        col_labels=[str(i) for i in range(len(values))],
+        row_axis="query",
+        title=None,
+        options=RenderOptions(precision=4),
+        heat=heat,
+    )
     out = StringIO()
     Console(file=out, width=200, color_system=system, force_terminal=True).print(table)  # type: ignore[arg-type]
     found: dict[float, str] = {}
@@ -280,8 +285,15 @@ def test_legend_shows_the_steps_the_terminal_has() -> None:
 
 
 def _ansi(renderable: RenderableType, system: str | None, width: int, crop: bool = True) -> str:
-    out = Console(width=width, color_system=system, force_terminal=system is not None,  # type: ignore[arg-type]
-                  highlight=False, emoji=False, markup=False, file=StringIO())  # fmt: skip
+    out = Console(
+        width=width,
+        color_system=system,  # type: ignore[arg-type]
+        force_terminal=system is not None,
+        highlight=False,
+        emoji=False,
+        markup=False,
+        file=StringIO(),
+    )
     out.print(renderable, crop=crop)
     return cast(StringIO, out.file).getvalue()
 
@@ -304,13 +316,15 @@ class _AsRichDraws:
         if m.full:
             options = options.update_width(max(options.max_width, m.width(cols)))
         table = m.table(cols)
-        yield from console.render(Padding(table, (0, 0, 1, 0), expand=False) if m.spaced else table,
-                                  options)  # fmt: skip
+        yield from console.render(
+            Padding(table, (0, 0, 1, 0), expand=False) if m.spaced else table, options
+        )
 
 
 @pytest.mark.slow  # 1-3 s each: every colour system x width x table of four examples
-@pytest.mark.parametrize("name", ["causal_multihead", "padding_batch", "cross_attention",
-                                  "mask_sentinel"])  # fmt: skip
+@pytest.mark.parametrize(
+    "name", ["causal_multihead", "padding_batch", "cross_attention", "mask_sentinel"]
+)
 def test_tables_draw_themselves_as_richs_table_draws_them(name: str) -> None:
     trace = run(load_fixture(FIXTURES / f"{name}.yaml"))
     compared = 0
@@ -321,8 +335,9 @@ def test_tables_draw_themselves_as_richs_table_draws_them(name: str) -> None:
             for part in _stage_tables(trace, stage, options, shading):
                 if not isinstance(part, Matrix):
                     continue
-                for system, width in itertools.product((None, "standard", "truecolor"),
-                                                       (14, 48, 120)):  # fmt: skip
+                for system, width in itertools.product(
+                    (None, "standard", "truecolor"), (14, 48, 120)
+                ):
                     assert _ansi(part, system, width, not full) == _ansi(
                         _AsRichDraws(part), system, width, not full
                     ), (stage.name, heat, full, system, width)
@@ -334,8 +349,10 @@ def test_tables_draw_themselves_as_richs_table_draws_them(name: str) -> None:
 @pytest.mark.parametrize("title", ["softmax", "d_W_Q", "汉字", "x" * 30])
 def test_headings_draw_themselves_as_richs_rule_draws_them(title: str, width: int) -> None:
     for system in (None, "256", "truecolor"):
-        made = [cls(Text(title, style="bold cyan"), align="left", style="cyan")
-                for cls in (Heading, Rule)]  # fmt: skip
+        made = [
+            cls(Text(title, style="bold cyan"), align="left", style="cyan")
+            for cls in (Heading, Rule)
+        ]
         assert _ansi(made[0], system, width) == _ansi(made[1], system, width)
     ascii_only = [Console(width=width, file=_AsciiFile()) for _ in range(2)]  # rules of '-'
     for out, cls in zip(ascii_only, (Heading, Rule), strict=True):

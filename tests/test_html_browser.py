@@ -213,8 +213,9 @@ def test_every_example_page(browser: Any, tmp_path: Path, name: str) -> None:
 def scores_reads(trace: dict[str, Any], what: str) -> str:
     """The stage the scores read: the last Q/K transform's (differential attention's first
     halves, Q_1, come before QK-norm and RoPE), else Q or K."""
-    return next(n for n in (f"{what}_rot", f"{what}_norm", f"{what}_1", what)
-                if n in trace["stages"])  # fmt: skip
+    return next(
+        n for n in (f"{what}_rot", f"{what}_norm", f"{what}_1", what) if n in trace["stages"]
+    )
 
 
 def check_derivations(opened: Opened, trace: dict[str, Any]) -> None:
@@ -326,14 +327,19 @@ HOSTILE_TOKENS = [
 def test_hostile_tokens_are_text_and_run_nothing(browser: Any, tmp_path: Path) -> None:
     n = len(HOSTILE_TOKENS)
     fixture = tmp_path / "hostile.json"
-    fixture.write_text(json.dumps({
-        "name": "</script><script>alert(2)</script><img src=x onerror=alert(3)>",
-        "tokens": HOSTILE_TOKENS,
-        "Q": [[float(i == j) for j in range(2)] for i in range(n)],
-        "K": [[float(i % 2), 1.0] for i in range(n)],
-        "V": [[float(i), 1.0] for i in range(n)],
-        "causal": True,
-    }), encoding="utf-8")  # fmt: skip
+    fixture.write_text(
+        json.dumps(
+            {
+                "name": "</script><script>alert(2)</script><img src=x onerror=alert(3)>",
+                "tokens": HOSTILE_TOKENS,
+                "Q": [[float(i == j) for j in range(2)] for i in range(n)],
+                "K": [[float(i % 2), 1.0] for i in range(n)],
+                "V": [[float(i), 1.0] for i in range(n)],
+                "causal": True,
+            }
+        ),
+        encoding="utf-8",
+    )
     page = tmp_path / "hostile.html"
     result = run_cli("trace", str(fixture), "-f", "html", "-o", str(page), "-q")
     assert result.exit_code == 0, result.output
@@ -392,8 +398,10 @@ def test_a_64_token_page_is_interactive_within_a_second(
         assert opened.title() == "Q"
         opened.page.close()
     record_property("seconds_to_interactive", min(times))
-    print(f"64-token page interactive {min(times) * 1000:.0f} ms after navigation starts "
-          f"(best of 3: {times}; as playwright's goto and wait saw it: {waited} s)")  # fmt: skip
+    print(
+        f"64-token page interactive {min(times) * 1000:.0f} ms after navigation starts "
+        f"(best of 3: {times}; as playwright's goto and wait saw it: {waited} s)"
+    )
     assert min(times) < 1.0, times
 
 
@@ -701,9 +709,13 @@ def check_flash_derivations(opened: Opened, run: dict[str, Any]) -> None:
     """m as max(m_old, the S row), α = exp(m_old − m), l = α·l_old + Σ P, of the first tile
     with a previous tile in its block (else the first computed one)."""
     tiles = run["tiles"]
-    same = [k for k in range(1, len(tiles)) if not tiles[k]["skipped"]
-            and tiles[k - 1]["q_block"] == tiles[k]["q_block"]
-            and tiles[k - 1]["head"] == tiles[k]["head"]]  # fmt: skip
+    same = [
+        k
+        for k in range(1, len(tiles))
+        if not tiles[k]["skipped"]
+        and tiles[k - 1]["q_block"] == tiles[k]["q_block"]
+        and tiles[k - 1]["head"] == tiles[k]["head"]
+    ]
     k = same[0] if same else next(k for k, t in enumerate(tiles) if not t["skipped"])
     tile = tiles[k]
     m_old = tiles[k - 1]["m"][0] if same else None
@@ -727,9 +739,15 @@ def check_flash_derivations(opened: Opened, run: dict[str, Any]) -> None:
 def test_a_long_decode_page_is_bounded_and_opens(browser: Any, tmp_path: Path) -> None:
     rng = np.random.default_rng(3)
     fixture = tmp_path / "long.json"
-    fixture.write_text(json.dumps({
-        "causal": True, **{n: rng.standard_normal((600, 128)).round(3).tolist() for n in "QKV"},
-    }), encoding="utf-8")  # fmt: skip
+    fixture.write_text(
+        json.dumps(
+            {
+                "causal": True,
+                **{n: rng.standard_normal((600, 128)).round(3).tolist() for n in "QKV"},
+            }
+        ),
+        encoding="utf-8",
+    )
     page = tmp_path / "long.html"
     result = run_cli("decode", str(fixture), "-f", "html", "-o", str(page), "-q")
     assert result.exit_code == 0, result.output
@@ -752,13 +770,19 @@ def test_hostile_tokens_in_decode_and_flash_pages_run_nothing(
 ) -> None:
     n = len(HOSTILE_TOKENS)
     fixture = tmp_path / "hostile.json"
-    fixture.write_text(json.dumps({
-        "name": "</script><script>alert(2)</script><img src=x onerror=alert(3)>",
-        "tokens": HOSTILE_TOKENS, "causal": True,
-        "Q": [[float(i == j) for j in range(2)] for i in range(n)],
-        "K": [[float(i % 2), 1.0] for i in range(n)],
-        "V": [[float(i), 1.0] for i in range(n)],
-    }), encoding="utf-8")  # fmt: skip
+    fixture.write_text(
+        json.dumps(
+            {
+                "name": "</script><script>alert(2)</script><img src=x onerror=alert(3)>",
+                "tokens": HOSTILE_TOKENS,
+                "causal": True,
+                "Q": [[float(i == j) for j in range(2)] for i in range(n)],
+                "K": [[float(i % 2), 1.0] for i in range(n)],
+                "V": [[float(i), 1.0] for i in range(n)],
+            }
+        ),
+        encoding="utf-8",
+    )
     page = tmp_path / "hostile.html"
     result = run_cli(command, str(fixture), "-f", "html", "-o", str(page), "-q")
     assert result.exit_code == 0, result.output
@@ -799,8 +823,10 @@ def test_a_64_token_decode_or_flash_page_is_interactive_within_a_second(
         quiet(opened)
         opened.page.close()
     record_property("seconds_to_interactive", min(times))
-    print(f"64-token {command} page ({page.stat().st_size:,} bytes) interactive "
-          f"{min(times) * 1000:.0f} ms after navigation starts (best of 3: {times})")  # fmt: skip
+    print(
+        f"64-token {command} page ({page.stat().st_size:,} bytes) interactive "
+        f"{min(times) * 1000:.0f} ms after navigation starts (best of 3: {times})"
+    )
     assert min(times) < 1.0, times
 
 

@@ -144,8 +144,9 @@ def test_a_theme_asked_for_holds_against_the_system(
     context: Any, tmp_path: Path, theme: str
 ) -> None:
     path = tmp_path / "page.html"
-    result = run_cli("trace", "causal_multihead", "-f", "html", "-o", str(path), "-q",
-                     "--theme", theme)  # fmt: skip
+    result = run_cli(
+        "trace", "causal_multihead", "-f", "html", "-o", str(path), "-q", "--theme", theme
+    )
     assert result.exit_code == 0, result.stderr
     for scheme in ("light", "dark"):
         page = open_page(context(color_scheme=scheme), path)
@@ -157,15 +158,73 @@ def test_a_theme_asked_for_holds_against_the_system(
 # with "_" or a digit is an identifier (W_Q, d_k, float64); one of the page's stage names, its
 # tokens and its fixture's name are data.
 NAMES = {
-    "attn", "trace", "decode", "flash", "json", "full", "English",  # commands, the switch
-    "inf", "nan",  # numbers: -inf
-    "softmax", "exp", "log", "max", "mod", "lse", "sum", "acc", "norm", "mean", "eps", "beta",
-    "SiLU", "conv", "delta", "update", "scale", "offset", "bias", "mask", "sink", "rowmax",
-    "rowsum", "ulp", "float", "bf", "torch", "SDPA", "Triton", "FlashAttention", "gpt-oss",
-    "log-sum-exp", "heads", "state", "logit", "window", "pos", "dims", "angle", "base", "cos",
-    "sin", "half", "interleaved", "RoPE", "HF", "Mistral", "Gemma", "Qwen", "Next", "Gated",
-    "DeltaNet", "yarn", "linear", "dynamic", "longrope", "llama",  # rope layouts, models
-}  # fmt: skip
+    "attn",
+    "trace",
+    "decode",
+    "flash",
+    "json",
+    "full",
+    "English",  # commands, the switch
+    "inf",
+    "nan",  # numbers: -inf
+    "softmax",
+    "exp",
+    "log",
+    "max",
+    "mod",
+    "lse",
+    "sum",
+    "acc",
+    "norm",
+    "mean",
+    "eps",
+    "beta",
+    "SiLU",
+    "conv",
+    "delta",
+    "update",
+    "scale",
+    "offset",
+    "bias",
+    "mask",
+    "sink",
+    "rowmax",
+    "rowsum",
+    "ulp",
+    "float",
+    "bf",
+    "torch",
+    "SDPA",
+    "Triton",
+    "FlashAttention",
+    "gpt-oss",
+    "log-sum-exp",
+    "heads",
+    "state",
+    "logit",
+    "window",
+    "pos",
+    "dims",
+    "angle",
+    "base",
+    "cos",
+    "sin",
+    "half",
+    "interleaved",
+    "RoPE",
+    "HF",
+    "Mistral",
+    "Gemma",
+    "Qwen",
+    "Next",
+    "Gated",
+    "DeltaNet",
+    "yarn",
+    "linear",
+    "dynamic",
+    "longrope",
+    "llama",  # rope layouts, models
+}
 
 
 def latin_words(text: str) -> set[str]:
@@ -236,8 +295,9 @@ def english_left(page: Any, name: str) -> dict[str, str]:
     return left
 
 
-@pytest.mark.parametrize(("command", "name"), [*PAGES, ("trace", "gptoss_sinks"),
-                                               ("flash", "gemma2_softcap")])  # fmt: skip
+@pytest.mark.parametrize(
+    ("command", "name"), [*PAGES, ("trace", "gptoss_sinks"), ("flash", "gemma2_softcap")]
+)
 def test_chinese_mode_leaves_no_english_words(
     context: Any, tmp_path: Path, command: str, name: str
 ) -> None:
@@ -252,8 +312,18 @@ def test_chinese_mode_leaves_no_english_words(
 def test_chinese_mode_of_the_model_view_and_its_layer_page(context: Any, tmp_path: Path) -> None:
     checkpoint = Path(__file__).parent / "reference" / "forward" / "llama"
     path = tmp_path / "view.html"
-    result = run_cli("import", str(checkpoint), "--text", "The cat sat", "--layer", "all",
-                     "-f", "html", "-o", str(path))  # fmt: skip
+    result = run_cli(
+        "import",
+        str(checkpoint),
+        "--text",
+        "The cat sat",
+        "--layer",
+        "all",
+        "-f",
+        "html",
+        "-o",
+        str(path),
+    )
     if result.exit_code == 2 and "models" in result.stderr:
         pytest.skip("attn import --text needs the models extra")
     assert result.exit_code == 0, result.stderr
@@ -269,8 +339,11 @@ def test_chinese_mode_of_the_model_view_and_its_layer_page(context: Any, tmp_pat
     assert frame.locator("body").get_attribute("data-lang") == "zh"
     inner = frame.locator("body").inner_text()
     title = frame.locator("header.top h1").inner_text()  # the layer's name: data
-    stages = latin_words(" ".join(frame.locator("section.stage").evaluate_all(
-        "ss => ss.map(s => s.dataset.stageName)")))  # fmt: skip
+    stages = latin_words(
+        " ".join(
+            frame.locator("section.stage").evaluate_all("ss => ss.map(s => s.dataset.stageName)")
+        )
+    )
     left = latin_words(inner) - latin_words(title) - stages - known
     assert {w for w in left if not allowed(w, known)} == set()
 
@@ -359,8 +432,18 @@ def test_the_model_views_larger_type_follows_into_a_layers_page(
 ) -> None:
     checkpoint = Path(__file__).parent / "reference" / "forward" / "gpt2"
     path = tmp_path / "view.html"
-    result = run_cli("import", str(checkpoint), "--text", "The cat sat", "--layer", "all",
-                     "-f", "html", "-o", str(path))  # fmt: skip
+    result = run_cli(
+        "import",
+        str(checkpoint),
+        "--text",
+        "The cat sat",
+        "--layer",
+        "all",
+        "-f",
+        "html",
+        "-o",
+        str(path),
+    )
     if result.exit_code == 2 and "models" in result.stderr:
         pytest.skip("attn import --text needs the models extra")
     assert result.exit_code == 0, result.stderr

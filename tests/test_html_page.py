@@ -76,10 +76,18 @@ def test_only_the_pages_own_script_may_run() -> None:
 def test_hostile_text_is_escaped_in_the_markup(tmp_path: Path) -> None:
     fixture = tmp_path / "h.json"
     n = len(HOSTILE)
-    fixture.write_text(json.dumps({
-        "name": HOSTILE[0], "tokens": HOSTILE,
-        "Q": [[1.0, 0.0]] * n, "K": [[0.0, 1.0]] * n, "V": [[1.0, 2.0]] * n,
-    }), encoding="utf-8")  # fmt: skip
+    fixture.write_text(
+        json.dumps(
+            {
+                "name": HOSTILE[0],
+                "tokens": HOSTILE,
+                "Q": [[1.0, 0.0]] * n,
+                "K": [[0.0, 1.0]] * n,
+                "V": [[1.0, 2.0]] * n,
+            }
+        ),
+        encoding="utf-8",
+    )
     result = run_cli("trace", str(fixture), "-f", "html")
     assert result.exit_code == 0, result.output
     page = result.stdout
@@ -96,9 +104,12 @@ def test_a_big_trace_is_cut_and_says_so(tmp_path: Path) -> None:
     rng = np.random.default_rng(1)
     seq = 700  # 700 x 700 x 3 score stages: 1.47 million numbers, past PAGE_NUMBERS
     fixture = tmp_path / "big.json"
-    fixture.write_text(json.dumps({
-        name: rng.standard_normal((seq, 2)).round(3).tolist() for name in ("Q", "K", "V")
-    }), encoding="utf-8")  # fmt: skip
+    fixture.write_text(
+        json.dumps(
+            {name: rng.standard_normal((seq, 2)).round(3).tolist() for name in ("Q", "K", "V")}
+        ),
+        encoding="utf-8",
+    )
     trace = attn_cli.trace_file(str(fixture), keep_all=True)
     page = trace_page(trace)
     data = page_data(page)
@@ -124,8 +135,10 @@ def test_other_commands_do_not_import_the_page(argv: list[str]) -> None:
     """Start-up budget: the page's generator loads only for ``-f html`` (python -X importtime)."""
     out = subprocess.run(
         [sys.executable, "-X", "importtime", "-m", "attn_cli", *argv],
-        capture_output=True, text=True, check=True,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     assert "attn_cli.present.html_page" not in out.stderr
     assert "attn_cli.present.explain" not in out.stderr
 
@@ -271,10 +284,19 @@ def test_the_derivations_are_made_from_the_runs_numbers() -> None:
 def test_hostile_tokens_in_decode_and_flash_pages(tmp_path: Path, command: str) -> None:
     fixture = tmp_path / "h.json"
     n = len(HOSTILE)
-    fixture.write_text(json.dumps({
-        "name": HOSTILE[0], "tokens": HOSTILE, "causal": True,
-        "Q": [[1.0, 0.0]] * n, "K": [[0.0, 1.0]] * n, "V": [[1.0, 2.0]] * n,
-    }), encoding="utf-8")  # fmt: skip
+    fixture.write_text(
+        json.dumps(
+            {
+                "name": HOSTILE[0],
+                "tokens": HOSTILE,
+                "causal": True,
+                "Q": [[1.0, 0.0]] * n,
+                "K": [[0.0, 1.0]] * n,
+                "V": [[1.0, 2.0]] * n,
+            }
+        ),
+        encoding="utf-8",
+    )
     result = run_cli(command, str(fixture), "-f", "html")
     assert result.exit_code == 0, result.output
     page = result.stdout
@@ -290,9 +312,15 @@ def _long_fixture(path: Path, seq: int, d: int) -> Path:
     import numpy as np
 
     rng = np.random.default_rng(3)
-    path.write_text(json.dumps({
-        "causal": True, **{n: rng.standard_normal((seq, d)).round(3).tolist() for n in "QKV"},
-    }), encoding="utf-8")  # fmt: skip
+    path.write_text(
+        json.dumps(
+            {
+                "causal": True,
+                **{n: rng.standard_normal((seq, d)).round(3).tolist() for n in "QKV"},
+            }
+        ),
+        encoding="utf-8",
+    )
     return path
 
 
@@ -314,8 +342,18 @@ def test_a_long_decode_gives_a_bounded_page_and_says_so(tmp_path: Path) -> None:
 
 def test_flash_tiles_past_the_pages_cap_elide(tmp_path: Path) -> None:
     fixture = _long_fixture(tmp_path / "tiles.json", 48, 2)
-    result = run_cli("flash", str(fixture), "-f", "html", "--block-q", "2", "--block-k", "2",
-                     "--max-tiles", "200")  # fmt: skip
+    result = run_cli(
+        "flash",
+        str(fixture),
+        "-f",
+        "html",
+        "--block-q",
+        "2",
+        "--block-k",
+        "2",
+        "--max-tiles",
+        "200",
+    )
     assert result.exit_code == 0, result.output
     assert "16 of 576 tiles shown here" in result.stdout
     assert result.stdout.count('<section class="stage"') == 18
@@ -328,13 +366,16 @@ def test_step_mode_refuses_html() -> None:
 
 
 @pytest.mark.subprocess
-@pytest.mark.parametrize("argv", [["decode", "causal_multihead", "-f", "json"],
-                                  ["flash", "causal_multihead"]])  # fmt: skip
+@pytest.mark.parametrize(
+    "argv", [["decode", "causal_multihead", "-f", "json"], ["flash", "causal_multihead"]]
+)
 def test_decode_and_flash_without_html_do_not_import_the_page(argv: list[str]) -> None:
     out = subprocess.run(
         [sys.executable, "-X", "importtime", "-m", "attn_cli", *argv],
-        capture_output=True, text=True, check=True,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     assert "attn_cli.present.html_steps" not in out.stderr
     assert "attn_cli.present.html_page" not in out.stderr
 
@@ -407,8 +448,9 @@ def test_a_state_and_two_maps_decode_have_a_page_keyed_as_the_json(
     page = out.read_text(encoding="utf-8")
     cells = re.findall(
         r'<td[^>]* data-stage="([^"]+)" data-index="([^"]*)" data-step="(\d+)"'
-        r'(?! data-source)[^>]*>([^<]*)</td>', page
-    )  # fmt: skip
+        r"(?! data-source)[^>]*>([^<]*)</td>",
+        page,
+    )
     assert len(cells) > 100
     for stage, index, k, text in cells:
         data = run["steps"][int(k)]["stages"][stage]["data"]

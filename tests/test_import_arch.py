@@ -66,10 +66,15 @@ UNTRACEABLE = ("gpt_neox",)
 # Read under another name, these agree with a family exactly: the same attention and keys (a
 # BERT read as a RoBERTa-like, with --hidden: the same layer; its positions are the asked family's).
 AGREE = {
-    ("mixtral", "mistral"), ("mixtral", "llama"), ("qwen3_moe", "qwen3"), ("llama", "mixtral"),
-    ("mistral", "mixtral"), ("mistral", "ministral"), ("mixtral", "ministral"),
+    ("mixtral", "mistral"),
+    ("mixtral", "llama"),
+    ("qwen3_moe", "qwen3"),
+    ("llama", "mixtral"),
+    ("mistral", "mixtral"),
+    ("mistral", "ministral"),
+    ("mixtral", "ministral"),
     *((a, b) for a in ("bert", *_ROBERTA) for b in _ROBERTA if a != b),
-}  # fmt: skip
+}
 rng = np.random.default_rng(23)
 
 
@@ -126,12 +131,18 @@ def test_arch_imports_exactly_or_refuses_naming_the_key(
         if renamed:  # the same numbers as the checkpoint imported as its own model type
             (folder / "config.json").write_text(json.dumps(config))
             native = tmp_path / "native.npz"
-            assert run_cli("import", str(folder), "--hidden", str(tmp_path / "h.npy"), "-o",
-                           str(native)).exit_code == 0  # fmt: skip
+            assert (
+                run_cli(
+                    "import", str(folder), "--hidden", str(tmp_path / "h.npy"), "-o", str(native)
+                ).exit_code
+                == 0
+            )
             np.testing.assert_allclose(
                 run(load_fixture(out))["projected"].data,
-                run(load_fixture(native))["projected"].data, rtol=1e-12, atol=1e-12,
-            )  # fmt: skip
+                run(load_fixture(native))["projected"].data,
+                rtol=1e-12,
+                atol=1e-12,
+            )
         truth = "bert" if model_type in _ROBERTA else model_type  # the same layer as BERT's
         if truth not in CHECKED or model_type not in SIZED_8:
             return
@@ -207,19 +218,25 @@ def test_the_refusals_the_issue_names(
         ({"attention_multiplier": 0.5}, "attention_multiplier: got 0.5"),
         ({"no_rope_layers": [1, 0]}, "no_rope_layers: got [1, 0]"),
         ({"rotary_pct": 0.25}, "rotary_pct: got 0.25: RoPE on part of each head"),
-        ({"position_embedding_type": "rotary"}, "position_embedding_type: got \"rotary\""),
+        ({"position_embedding_type": "rotary"}, 'position_embedding_type: got "rotary"'),
         ({"attn_logit_softcapping": 30.0}, "attn_logit_softcapping: got 30.0: scores softcapped"),
         ({"layer_types": ["chunked_attention"] * 2}, "layer_types: got"),
         ({"pruned_heads": {"0": [1]}}, "pruned_heads: got"),
         ({"per_layer_config": {"0": {}}}, "per_layer_config: got"),
         ({"a_new_key": 3}, "a_new_key: got 3: a key attn's llama import does not know"),
-        ({"rope_parameters": {"rope_type": "default", "rope_theta": 1e4, "mrope_section": [1]}},
-         "rope_parameters.mrope_section: got [1] in a default rope"),
-        ({"rope_parameters": {"rope_type": "default", "rope_theta": 1e4},
-          "rope_scaling": {"rope_type": "linear", "factor": 2.0, "mrope_section": [1]}},
-         "rope_scaling.mrope_section: got [1] in a linear rope"),
+        (
+            {"rope_parameters": {"rope_type": "default", "rope_theta": 1e4, "mrope_section": [1]}},
+            "rope_parameters.mrope_section: got [1] in a default rope",
+        ),
+        (
+            {
+                "rope_parameters": {"rope_type": "default", "rope_theta": 1e4},
+                "rope_scaling": {"rope_type": "linear", "factor": 2.0, "mrope_section": [1]},
+            },
+            "rope_scaling.mrope_section: got [1] in a linear rope",
+        ),
     ],
-)  # fmt: skip
+)
 def test_a_key_attn_does_not_model_is_refused_by_name(
     tmp_path: Path, change: dict[str, Any], field: str
 ) -> None:
@@ -234,10 +251,17 @@ def test_a_key_attn_does_not_model_is_refused_by_name(
 
 @pytest.mark.parametrize(
     "change",
-    [{"use_qk_norm": False}, {"clip_qkv": None}, {"rope_scaling": None}, {"pruned_heads": {}},
-     {"hidden_dropout": 0.3}, {"quantization_config": {"quant_method": "fp8"}},
-     {"task_specific_params": {"x": [1]}}, {"unknown_but_null": None}],
-)  # fmt: skip
+    [
+        {"use_qk_norm": False},
+        {"clip_qkv": None},
+        {"rope_scaling": None},
+        {"pruned_heads": {}},
+        {"hidden_dropout": 0.3},
+        {"quantization_config": {"quant_method": "fp8"}},
+        {"task_specific_params": {"x": [1]}},
+        {"unknown_but_null": None},
+    ],
+)
 def test_neutral_and_inert_keys_are_accepted(tmp_path: Path, change: dict[str, Any]) -> None:
     folder = _checkpoint(tmp_path / "m", "llama", renamed=False)
     config = json.loads((folder / "config.json").read_text()) | change
@@ -342,8 +366,10 @@ def _eager(family: str, cfg: dict[str, Any], folder: Path, h: Any) -> Any:
     }
     if family == "bert":
         p = "encoder.layer.0.attention."
-        lin = {x: (t[f"{p}self.{n}.weight"], t[f"{p}self.{n}.bias"])
-               for x, n in (("q", "query"), ("k", "key"), ("v", "value"))}  # fmt: skip
+        lin = {
+            x: (t[f"{p}self.{n}.weight"], t[f"{p}self.{n}.bias"])
+            for x, n in (("q", "query"), ("k", "key"), ("v", "value"))
+        }
         lin["o"] = (t[f"{p}output.dense.weight"], t[f"{p}output.dense.bias"])
         return _attend(h, lin, 2, 2, causal=False, scale=0.5)
     if family == "gpt2":
@@ -357,8 +383,10 @@ def _eager(family: str, cfg: dict[str, Any], folder: Path, h: Any) -> Any:
         return _attend(x, lin, 2, 2, causal=True, scale=0.5)
     p = "model.layers.0."
     x = _rms(h, t[p + "input_layernorm.weight"], cfg["rms_norm_eps"], family == "gemma2")
-    lin = {n: (t[f"{p}self_attn.{n}_proj.weight"], t.get(f"{p}self_attn.{n}_proj.bias"))
-           for n in "qkvo"}  # fmt: skip
+    lin = {
+        n: (t[f"{p}self_attn.{n}_proj.weight"], t.get(f"{p}self_attn.{n}_proj.bias"))
+        for n in "qkvo"
+    }
     norms = None
     if f"{p}self_attn.q_norm.weight" in t:
         norms = (
@@ -368,17 +396,30 @@ def _eager(family: str, cfg: dict[str, Any], folder: Path, h: Any) -> Any:
         )
     gemma = family == "gemma2"
     return _attend(
-        x, lin, cfg["num_attention_heads"], cfg["num_key_value_heads"], causal=True,
+        x,
+        lin,
+        cfg["num_attention_heads"],
+        cfg["num_key_value_heads"],
+        causal=True,
         scale=cfg["query_pre_attn_scalar"] ** -0.5 if gemma else cfg["head_dim"] ** -0.5,
-        base=cfg["rope_parameters"]["rope_theta"], norms=norms,
+        base=cfg["rope_parameters"]["rope_theta"],
+        norms=norms,
         softcap=cfg["attn_logit_softcapping"] if gemma else None,
-    )  # fmt: skip
+    )
 
 
 def _attend(
-    x: Any, lin: dict[str, Any], H: int, Hkv: int, *, causal: bool, scale: float,
-    base: float | None = None, norms: Any = None, softcap: float | None = None,
-) -> Any:  # fmt: skip
+    x: Any,
+    lin: dict[str, Any],
+    H: int,
+    Hkv: int,
+    *,
+    causal: bool,
+    scale: float,
+    base: float | None = None,
+    norms: Any = None,
+    softcap: float | None = None,
+) -> Any:
     """Project, (q/k norm, RoPE,) score, mask, softmax, mix and project out, head by head."""
 
     def proj(n: str, inp: Any) -> Any:

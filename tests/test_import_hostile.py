@@ -74,22 +74,36 @@ def test_rms_norm_of_rows_of_1e200_and_1e_200_matches_the_float64_reference(
     X = import_layer(folder, layer=0, hidden=hidden).fixture["X"]
     w, eps = t["model.layers.0.input_layernorm.weight"], 1e-6
     # RMSNorm(c r) = r / sqrt(mean(r^2) + eps / c^2): for c = 1e200 eps / c^2 is 1e-406, nothing
-    expected = np.vstack([
-        _rms_norm(r[:1], w, 0.0),
-        _rms_norm(r[1:2], w, eps),
-        _rms_norm(r[2:] * 1e-200, w, eps),  # Python floats: the squares underflow, eps remains
-    ])  # fmt: skip
+    expected = np.vstack(
+        [
+            _rms_norm(r[:1], w, 0.0),
+            _rms_norm(r[1:2], w, eps),
+            _rms_norm(r[2:] * 1e-200, w, eps),  # Python floats: the squares underflow, eps remains
+        ]
+    )
     np.testing.assert_allclose(X, expected, rtol=1e-12, atol=0)
 
 
 def _gpt2(tmp_path: Path) -> tuple[Path, dict[str, Any]]:
     C = 4
-    t = {"wte.weight": _randn(len(WORDS), C), "wpe.weight": _randn(8, C),
-         "h.0.attn.c_attn.weight": _randn(C, 3 * C), "h.0.attn.c_attn.bias": _randn(3 * C),
-         "h.0.attn.c_proj.weight": _randn(C, C), "h.0.attn.c_proj.bias": _randn(C),
-         "h.0.ln_1.weight": _randn(C), "h.0.ln_1.bias": _randn(C)}  # fmt: skip
-    cfg = {"model_type": "gpt2", "n_embd": C, "n_head": 1, "n_layer": 1, "n_positions": 8,
-           "vocab_size": len(WORDS)}  # fmt: skip
+    t = {
+        "wte.weight": _randn(len(WORDS), C),
+        "wpe.weight": _randn(8, C),
+        "h.0.attn.c_attn.weight": _randn(C, 3 * C),
+        "h.0.attn.c_attn.bias": _randn(3 * C),
+        "h.0.attn.c_proj.weight": _randn(C, C),
+        "h.0.attn.c_proj.bias": _randn(C),
+        "h.0.ln_1.weight": _randn(C),
+        "h.0.ln_1.bias": _randn(C),
+    }
+    cfg = {
+        "model_type": "gpt2",
+        "n_embd": C,
+        "n_head": 1,
+        "n_layer": 1,
+        "n_positions": 8,
+        "vocab_size": len(WORDS),
+    }
     return _write(tmp_path / "g", cfg, t), t
 
 
@@ -99,10 +113,12 @@ def test_layer_norm_of_huge_rows_matches_the_float64_reference(tmp_path: Path) -
     hidden = _hidden_rows(tmp_path, r * np.array([[1e300], [-1e-300]]))
     X = import_layer(folder, layer=0, hidden=hidden).fixture["X"]
     w, b, eps = t["h.0.ln_1.weight"], t["h.0.ln_1.bias"], 1e-5
-    expected = np.vstack([
-        _layer_norm(r[:1], w, b, 0.0),  # LayerNorm(c r) = LayerNorm(r) with eps / c^2 = 0
-        _layer_norm(r[1:] * -1e-300, w, b, eps),
-    ])  # fmt: skip
+    expected = np.vstack(
+        [
+            _layer_norm(r[:1], w, b, 0.0),  # LayerNorm(c r) = LayerNorm(r) with eps / c^2 = 0
+            _layer_norm(r[1:] * -1e-300, w, b, eps),
+        ]
+    )
     np.testing.assert_allclose(X, expected, rtol=1e-12, atol=1e-300)
 
 
@@ -203,8 +219,12 @@ def test_a_huge_window_imports_through_the_cli(tmp_path: Path) -> None:
 
 def _regex_tokenizer(folder: Path, pattern: str) -> None:
     spec = json.loads((folder / "tokenizer.json").read_text())
-    spec["pre_tokenizer"] = {"type": "Split", "pattern": {"Regex": pattern},
-                             "behavior": "Isolated", "invert": False}  # fmt: skip
+    spec["pre_tokenizer"] = {
+        "type": "Split",
+        "pattern": {"Regex": pattern},
+        "behavior": "Isolated",
+        "invert": False,
+    }
     (folder / "tokenizer.json").write_text(json.dumps(spec))
 
 
@@ -265,8 +285,9 @@ def test_tokens_are_those_of_encode(tmp_path: Path) -> None:
 def test_a_billion_layers_build_no_list(tmp_path: Path) -> None:
     folder = _llama(tmp_path, model_type="gemma2", num_hidden_layers=10**9, head_dim=4)
     out = tmp_path / "g.npz"
-    done = run_attn("import", str(folder), "--text", "the cat", "-o", str(out),
-                    preexec_fn=limit_memory(1 << 30))  # fmt: skip
+    done = run_attn(
+        "import", str(folder), "--text", "the cat", "-o", str(out), preexec_fn=limit_memory(1 << 30)
+    )
     assert done.returncode == 0, done.stderr
     assert "sliding window 4096 on layer 0 (layer_types" in done.stderr
 
@@ -276,11 +297,13 @@ def _sparse_llama(tmp_path: Path, C: int) -> Path:
     claims about 16 C^2 bytes the disk does not hold."""
     folder = tmp_path / "big"
     folder.mkdir()
-    shapes = {"model.layers.0.self_attn.q_proj.weight": [C, C],
-              "model.layers.0.self_attn.k_proj.weight": [C, C],
-              "model.layers.0.self_attn.v_proj.weight": [C, C],
-              "model.layers.0.self_attn.o_proj.weight": [C, C],
-              "model.layers.0.input_layernorm.weight": [C]}  # fmt: skip
+    shapes = {
+        "model.layers.0.self_attn.q_proj.weight": [C, C],
+        "model.layers.0.self_attn.k_proj.weight": [C, C],
+        "model.layers.0.self_attn.v_proj.weight": [C, C],
+        "model.layers.0.self_attn.o_proj.weight": [C, C],
+        "model.layers.0.input_layernorm.weight": [C],
+    }
     header, at = {}, 0
     for name, shape in shapes.items():
         size = 4 * math.prod(shape)
@@ -290,8 +313,13 @@ def _sparse_llama(tmp_path: Path, C: int) -> Path:
     with open(folder / "model.safetensors", "wb") as f:
         f.write(struct.pack("<Q", len(raw)) + raw)
         f.truncate(8 + len(raw) + at)
-    cfg = {"model_type": "llama", "hidden_size": C, "num_attention_heads": 1,
-           "num_hidden_layers": 1, "vocab_size": 4}  # fmt: skip
+    cfg = {
+        "model_type": "llama",
+        "hidden_size": C,
+        "num_attention_heads": 1,
+        "num_hidden_layers": 1,
+        "vocab_size": 4,
+    }
     (folder / "config.json").write_text(json.dumps(cfg))
     np.save(tmp_path / "h.npy", np.ones((2, C)))
     return folder
@@ -301,9 +329,17 @@ def _sparse_llama(tmp_path: Path, C: int) -> Path:
 def test_a_sparse_8_gib_layer_is_refused_before_it_is_read(tmp_path: Path) -> None:
     folder = _sparse_llama(tmp_path, 23_170)  # q_proj, k_proj, v_proj, o_proj: 2 GiB each
     start = time.perf_counter()
-    done = run_attn("import", str(folder), "--hidden", str(tmp_path / "h.npy"),
-                    "-o", str(tmp_path / "o.npz"), "--max-memory", "8G",
-                    preexec_fn=limit_memory(1 << 30))  # fmt: skip
+    done = run_attn(
+        "import",
+        str(folder),
+        "--hidden",
+        str(tmp_path / "h.npy"),
+        "-o",
+        str(tmp_path / "o.npz"),
+        "--max-memory",
+        "8G",
+        preexec_fn=limit_memory(1 << 30),
+    )
     assert done.returncode == 2
     line = _one_line(done.stderr)
     assert "model.safetensors: model.layers.0.self_attn.q_proj.weight: importing layer 0" in line

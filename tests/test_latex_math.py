@@ -122,8 +122,12 @@ def pdflatex(tmp_path: Path, tex: str) -> None:
     (tmp_path / "doc.tex").write_text(tex, encoding="utf-8")
     done = subprocess.run(
         ["pdflatex", "-interaction=nonstopmode", "-halt-on-error", "-no-shell-escape", "doc.tex"],
-        cwd=tmp_path, capture_output=True, text=True, timeout=120, check=False,
-    )  # fmt: skip
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     assert done.returncode == 0, done.stdout[-3000:]
 
 

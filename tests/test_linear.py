@@ -105,8 +105,13 @@ def loop_layer(X: Any, d: dict[str, Any], heads: int, k_heads: int, eps: float) 
     f = loop_front(X, d, heads, k_heads)
     group, outs = heads // k_heads, []
     for h in range(heads):
-        o = loop_delta(f["q"][:, h // group], f["k"][:, h // group], f["v"][:, h], f["g"][:, h],
-                       f["beta"][:, h])  # fmt: skip
+        o = loop_delta(
+            f["q"][:, h // group],
+            f["k"][:, h // group],
+            f["v"][:, h],
+            f["g"][:, h],
+            f["beta"][:, h],
+        )
         z = f["z"][:, h]
         normed = o / np.sqrt(np.mean(o**2, axis=1, keepdims=True) + eps) * np.array(d["norm"])
         outs.append(normed * z / (1 + np.exp(-z)))
@@ -146,8 +151,7 @@ def test_gated_deltanet_example_matches_the_loop() -> None:
     np.testing.assert_allclose(trace["concat"].data, want, rtol=1e-10, atol=1e-12)
     np.testing.assert_allclose(trace["projected"].data, want @ inp.W_O, rtol=1e-10, atol=1e-12)
     for stage in ("output_recurrent", "output_chunked"):
-        np.testing.assert_allclose(trace[stage].data, trace["output"].data, rtol=1e-10,
-                                   atol=1e-12)  # fmt: skip
+        np.testing.assert_allclose(trace[stage].data, trace["output"].data, rtol=1e-10, atol=1e-12)
     # the state stays d_k × d_v per head, whatever the token
     assert trace["state"].shape == (2, 6, 4, 3)
 
@@ -155,8 +159,9 @@ def test_gated_deltanet_example_matches_the_loop() -> None:
 def test_the_examples_trace_in_float32() -> None:
     for name in ("linear_attention", "gated_deltanet"):
         r64, r32 = run(load_example(name)), run(load_example(name), dtype="float32")
-        np.testing.assert_allclose(r32["projected"].data, r64["projected"].data, rtol=1e-4,
-                                   atol=1e-5)  # fmt: skip
+        np.testing.assert_allclose(
+            r32["projected"].data, r64["projected"].data, rtol=1e-4, atol=1e-5
+        )
 
 
 # -- transformers' numbers -------------------------------------------------------------------------
@@ -202,18 +207,32 @@ def delta_from_torch(w: dict[str, Any], cfg: dict[str, Any]) -> dict[str, Any]:
     def flat(x: Any) -> Any:
         return x.reshape(-1, x.shape[-1]).T  # (rows per head) -> (d_model, ·)
 
-    return {"W_q": flat(q), "W_k": flat(k), "W_v": flat(v), "W_z": flat(z), "W_b": flat(b),
-            "W_a": flat(a), "conv": np.array(w["conv1d.weight"])[:, 0, :],
-            "A_log": np.array(w["A_log"]), "dt_bias": np.array(w["dt_bias"]),
-            "norm": np.array(w["norm.weight"]), "k_heads": Hk, "eps": cfg["eps"]}  # fmt: skip
+    return {
+        "W_q": flat(q),
+        "W_k": flat(k),
+        "W_v": flat(v),
+        "W_z": flat(z),
+        "W_b": flat(b),
+        "W_a": flat(a),
+        "conv": np.array(w["conv1d.weight"])[:, 0, :],
+        "A_log": np.array(w["A_log"]),
+        "dt_bias": np.array(w["dt_bias"]),
+        "norm": np.array(w["norm.weight"]),
+        "k_heads": Hk,
+        "eps": cfg["eps"],
+    }
 
 
 def test_attn_computes_what_the_transformers_layer_computes() -> None:
     case = TORCH["layer"]
     cfg, w = case["config"], case["weights"]
-    fixture = {"X": np.array(case["X"]), "heads": cfg["num_v_heads"], "causal": True,
-               "gated_deltanet": delta_from_torch(w, cfg),
-               "W_O": np.array(w["out_proj.weight"]).T}  # fmt: skip
+    fixture = {
+        "X": np.array(case["X"]),
+        "heads": cfg["num_v_heads"],
+        "causal": True,
+        "gated_deltanet": delta_from_torch(w, cfg),
+        "W_O": np.array(w["out_proj.weight"]).T,
+    }
     trace = run(validate(fixture, "torch_gated_deltanet.json"))
     np.testing.assert_allclose(trace["projected"].data, case["output"], rtol=1e-4, atol=1e-6)
     mapped = delta_from_torch(w, cfg)
@@ -225,8 +244,15 @@ def test_attn_computes_what_the_transformers_layer_computes() -> None:
 
 
 @settings(max_examples=40, deadline=None)
-@given(B=st.integers(1, 2), H=st.integers(1, 3), T=st.integers(1, 13), dk=st.integers(1, 5),
-       dv=st.integers(1, 4), chunk=st.integers(1, 8), seed=st.integers(0, 2**31))  # fmt: skip
+@given(
+    B=st.integers(1, 2),
+    H=st.integers(1, 3),
+    T=st.integers(1, 13),
+    dk=st.integers(1, 5),
+    dv=st.integers(1, 4),
+    chunk=st.integers(1, 8),
+    seed=st.integers(0, 2**31),
+)
 def test_delta_rule_forms_agree(
     B: int, H: int, T: int, dk: int, dv: int, chunk: int, seed: int
 ) -> None:
@@ -243,8 +269,15 @@ def test_delta_rule_forms_agree(
 
 
 @settings(max_examples=40, deadline=None)
-@given(B=st.integers(1, 2), H=st.integers(1, 3), T=st.integers(1, 13), dk=st.integers(1, 5),
-       dv=st.integers(1, 4), chunk=st.integers(1, 8), seed=st.integers(0, 2**31))  # fmt: skip
+@given(
+    B=st.integers(1, 2),
+    H=st.integers(1, 3),
+    T=st.integers(1, 13),
+    dk=st.integers(1, 5),
+    dv=st.integers(1, 4),
+    chunk=st.integers(1, 8),
+    seed=st.integers(0, 2**31),
+)
 def test_linear_forms_agree(
     B: int, H: int, T: int, dk: int, dv: int, chunk: int, seed: int
 ) -> None:
@@ -271,29 +304,73 @@ def _yaml(name: str, old: str, new: str, tmp_path: Path) -> Path:
     return path
 
 
-@pytest.mark.parametrize(("name", "old", "new", "message"), [
-    ("linear_attention", "  feature_map: elu+1", "  feature_map: relu",
-     "linear_attention.feature_map: got the string 'relu', expected elu+1"),
-    ("linear_attention", "  chunk: 4", "  chunk: 0",
-     "linear_attention.chunk: got the number 0, expected a whole number from 1 to 1024"),
-    ("linear_attention", "  chunk: 4", "  chunk: 9223372036854775808",  # was: a traceback
-     "linear_attention.chunk: got the number 9223372036854775808, expected a whole number from "
-     "1 to 1024"),
-    ("gated_deltanet", "  chunk: 4", "  chunk: 9223372036854775808",  # was: a traceback
-     "gated_deltanet.chunk: got the number 9223372036854775808, expected a whole number from 1 "
-     "to 1024"),
-    ("gated_deltanet", "  chunk: 4", "  chunk: 4.0", "gated_deltanet.chunk: got the number 4.0"),
-    ("gated_deltanet", "  k_heads: 1", "  k_heads: 2.0", "gated_deltanet.k_heads: got the number"),
-    ("linear_attention", "causal: true", "causal: true\nsoftcap: 30",
-     "softcap: given with linear_attention"),
-    ("gated_deltanet", "  k_heads: 1", "  k_heads: 3",
-     "gated_deltanet.k_heads: got the number 3, expected a whole number from 1 to 2 (dividing "
-     "heads = 2)"),
-    ("gated_deltanet", "  chunk: 4", "  chunk: -1", "gated_deltanet.chunk: got the number -1"),
-    ("gated_deltanet", "causal: true", "causal: true\nrope: {base: 10000}",
-     "rope: given with gated_deltanet"),
-    ("gated_deltanet", "  A_log:", "  A_log: [1]\n  unused:", "gated_deltanet.unused"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("name", "old", "new", "message"),
+    [
+        (
+            "linear_attention",
+            "  feature_map: elu+1",
+            "  feature_map: relu",
+            "linear_attention.feature_map: got the string 'relu', expected elu+1",
+        ),
+        (
+            "linear_attention",
+            "  chunk: 4",
+            "  chunk: 0",
+            "linear_attention.chunk: got the number 0, expected a whole number from 1 to 1024",
+        ),
+        (
+            "linear_attention",
+            "  chunk: 4",
+            "  chunk: 9223372036854775808",  # was: a traceback
+            "linear_attention.chunk: got the number "
+            "9223372036854775808, expected a whole number from "
+            "1 to 1024",
+        ),
+        (
+            "gated_deltanet",
+            "  chunk: 4",
+            "  chunk: 9223372036854775808",  # was: a traceback
+            "gated_deltanet.chunk: got the number "
+            "9223372036854775808, expected a whole number from 1 "
+            "to 1024",
+        ),
+        (
+            "gated_deltanet",
+            "  chunk: 4",
+            "  chunk: 4.0",
+            "gated_deltanet.chunk: got the number 4.0",
+        ),
+        (
+            "gated_deltanet",
+            "  k_heads: 1",
+            "  k_heads: 2.0",
+            "gated_deltanet.k_heads: got the number",
+        ),
+        (
+            "linear_attention",
+            "causal: true",
+            "causal: true\nsoftcap: 30",
+            "softcap: given with linear_attention",
+        ),
+        (
+            "gated_deltanet",
+            "  k_heads: 1",
+            "  k_heads: 3",
+            "gated_deltanet.k_heads: got the number 3, expected a "
+            "whole number from 1 to 2 (dividing "
+            "heads = 2)",
+        ),
+        ("gated_deltanet", "  chunk: 4", "  chunk: -1", "gated_deltanet.chunk: got the number -1"),
+        (
+            "gated_deltanet",
+            "causal: true",
+            "causal: true\nrope: {base: 10000}",
+            "rope: given with gated_deltanet",
+        ),
+        ("gated_deltanet", "  A_log:", "  A_log: [1]\n  unused:", "gated_deltanet.unused"),
+    ],
+)
 def test_bad_settings_are_one_line_errors(
     name: str, old: str, new: str, message: str, tmp_path: Path
 ) -> None:
@@ -320,13 +397,26 @@ def test_the_examples_explain_every_stage_in_both_languages() -> None:
         assert "implicit_weights" in result.stdout and "state" in result.stdout
 
 
-@pytest.mark.parametrize(("old", "new", "options", "message"), [
-    ("  A_log: [", "  A_log: [.nan, ", (), "gated_deltanet.A_log[0]: is nan (not a number)"),
-    ("  A_log: [1.21, 0.28]", "  A_log: [800, 0.28]", (), "g[head 0, query 0 'The']: is -inf"),
-    ("  - [-0.36, 1.2", "  - [1e200, 1.2", (), "q_l2[head 0, query 0 'The', d_k 0]: is inf"),
-    ("  - [-0.36, 1.2", "  - [1e200, 1.2", ("--dtype", "float32"), "is 1e+200 (float32 overflow)"),
-    ("  norm: [", "  norm: [1, ", (), "gated_deltanet.norm: has shape [4], expected a vector of"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("old", "new", "options", "message"),
+    [
+        ("  A_log: [", "  A_log: [.nan, ", (), "gated_deltanet.A_log[0]: is nan (not a number)"),
+        ("  A_log: [1.21, 0.28]", "  A_log: [800, 0.28]", (), "g[head 0, query 0 'The']: is -inf"),
+        ("  - [-0.36, 1.2", "  - [1e200, 1.2", (), "q_l2[head 0, query 0 'The', d_k 0]: is inf"),
+        (
+            "  - [-0.36, 1.2",
+            "  - [1e200, 1.2",
+            ("--dtype", "float32"),
+            "is 1e+200 (float32 overflow)",
+        ),
+        (
+            "  norm: [",
+            "  norm: [1, ",
+            (),
+            "gated_deltanet.norm: has shape [4], expected a vector of",
+        ),
+    ],
+)
 def test_hostile_gated_deltanet_numbers_are_one_line_errors(
     old: str, new: str, options: tuple[str, ...], message: str, tmp_path: Path
 ) -> None:

@@ -60,16 +60,22 @@ def delta_student(fx: dict[str, Any], mistake: str | None = None) -> dict[str, A
     normed = normed * z * sigmoid(z)
     concat = normed.reshape(T, H * dv)
     projected = concat @ np.asarray(fx["W_O"], dtype=float)
-    return {"output": out.transpose(1, 0, 2), "normed": normed.transpose(1, 0, 2),
-            "concat": concat, "projected": projected}  # fmt: skip
+    return {
+        "output": out.transpose(1, 0, 2),
+        "normed": normed.transpose(1, 0, 2),
+        "concat": concat,
+        "projected": projected,
+    }
 
 
 def linear_student(fx: dict[str, Any], mistake: str | None = None) -> dict[str, Array]:
     """Causal linear attention, φ = elu + 1, from the running sums."""
     X, H = np.asarray(fx["X"], dtype=float), fx["heads"]
     T = X.shape[0]
-    q, k, v = ((X @ np.asarray(fx[w], dtype=float)).reshape(T, H, -1).transpose(1, 0, 2)
-               for w in ("W_Q", "W_K", "W_V"))  # fmt: skip
+    q, k, v = (
+        (X @ np.asarray(fx[w], dtype=float)).reshape(T, H, -1).transpose(1, 0, 2)
+        for w in ("W_Q", "W_K", "W_V")
+    )
 
     def phi(x: Array) -> Array:
         out: Array = np.where(x > 0, x + 1, np.exp(np.minimum(x, 0)))
@@ -82,8 +88,11 @@ def linear_student(fx: dict[str, Any], mistake: str | None = None) -> dict[str, 
     if mistake != "linear_no_normaliser":
         out = out / np.einsum("htk,htk->ht", pq, z)[..., None]
     concat = out.transpose(1, 0, 2).reshape(T, -1)
-    return {"output": out, "concat": concat,
-            "projected": concat @ np.asarray(fx["W_O"], dtype=float)}  # fmt: skip
+    return {
+        "output": out,
+        "concat": concat,
+        "projected": concat @ np.asarray(fx["W_O"], dtype=float),
+    }
 
 
 STUDENTS = {"gated_deltanet": delta_student, "linear_attention": linear_student}

@@ -55,12 +55,19 @@ def test_the_example_shows_both_forms_equal() -> None:
 
 @settings(max_examples=60, deadline=None)
 @given(
-    heads=st.integers(1, 3), seq=st.integers(1, 4), d_model=st.integers(1, 5),
-    q_rank=st.one_of(st.none(), st.integers(1, 4)), rank=st.integers(1, 5),
-    d_nope=st.integers(1, 3), d_rope=st.sampled_from([2, 4]), d_v=st.integers(1, 3),
-    batch=st.sampled_from([None, 2]), causal=st.booleans(), seed=st.integers(0, 2**16),
+    heads=st.integers(1, 3),
+    seq=st.integers(1, 4),
+    d_model=st.integers(1, 5),
+    q_rank=st.one_of(st.none(), st.integers(1, 4)),
+    rank=st.integers(1, 5),
+    d_nope=st.integers(1, 3),
+    d_rope=st.sampled_from([2, 4]),
+    d_v=st.integers(1, 3),
+    batch=st.sampled_from([None, 2]),
+    causal=st.booleans(),
+    seed=st.integers(0, 2**16),
     mscale=st.sampled_from([None, 0.7, 1.4]),
-)  # fmt: skip
+)
 def test_naive_equals_absorbed_over_random_shapes(**kw: Any) -> None:
     fx = random_mla_fixture(kw.pop("seed"), **kw)
     trace = trace_of(fx)  # attn's own check would raise if they disagreed
@@ -132,8 +139,9 @@ def test_the_example_is_written_by_its_script_and_explained() -> None:
         assert "scores_absorbed" in result.stdout
 
 
-@pytest.mark.parametrize("mscales", [(1.0, 1.0), (0.9, 0.6), (None, None)],
-                         ids=["DeepSeek V3's", "both", "neither"])  # fmt: skip
+@pytest.mark.parametrize(
+    "mscales", [(1.0, 1.0), (0.9, 0.6), (None, None)], ids=["DeepSeek V3's", "both", "neither"]
+)
 def test_yarn_on_the_rope_dims_is_transformers_formula(mscales: tuple[Any, Any]) -> None:
     """mla.scaling: yarn's frequencies over d_rope (hf_yarn: _compute_yarn_parameters as a
     loop), cos and sin times its attention factor (DeepSeek's ratio of two mscales), the pairs
@@ -141,8 +149,13 @@ def test_yarn_on_the_rope_dims_is_transformers_formula(mscales: tuple[Any, Any])
     from test_rope_view import hf_yarn
 
     mscale, all_dim = mscales
-    yarn = {"type": "yarn", "factor": 8.0, "original_max_position_embeddings": 3,
-            "beta_fast": 32.0, "beta_slow": 1.0}  # fmt: skip
+    yarn = {
+        "type": "yarn",
+        "factor": 8.0,
+        "original_max_position_embeddings": 3,
+        "beta_fast": 32.0,
+        "beta_slow": 1.0,
+    }
     yarn |= {k: v for k, v in (("mscale", mscale), ("mscale_all_dim", all_dim)) if v is not None}
     fx = random_mla_fixture(5, heads=2, seq=6, d_rope=4, mscale=1.7)
     fx["mla"]["scaling"] = yarn
@@ -151,8 +164,11 @@ def test_yarn_on_the_rope_dims_is_transformers_formula(mscales: tuple[Any, Any])
     def get_mscale(scale: float, m: float = 1.0) -> float:
         return 1.0 if scale <= 1 else 0.1 * m * math.log(scale) + 1.0
 
-    attention = (get_mscale(8.0, mscale) / get_mscale(8.0, all_dim) if mscale and all_dim
-                 else get_mscale(8.0))  # fmt: skip
+    attention = (
+        get_mscale(8.0, mscale) / get_mscale(8.0, all_dim)
+        if mscale and all_dim
+        else get_mscale(8.0)
+    )
     inv = hf_yarn(4, 10000.0, yarn)
     for name, raw in (("q_rope_rot", trace["q_rope"].data), ("k_rope_rot", trace["k_rope"].data)):
         got = trace[name].data
@@ -170,11 +186,13 @@ def test_yarn_on_the_rope_dims_is_transformers_formula(mscales: tuple[Any, Any])
 
 @pytest.mark.parametrize(
     ("scaling", "named"),
-    [({"type": "yarn"}, "mla.scaling: misses original_max_position_embeddings"),
-     ({"type": "ntk"}, "mla.scaling.type: type is the string 'ntk'"),
-     ({"type": "yarn", "factor": 4, "beta": 3}, "mla.scaling.beta: has 'beta'"),
-     ([1, 2], "mla.scaling: got a list")],
-)  # fmt: skip
+    [
+        ({"type": "yarn"}, "mla.scaling: misses original_max_position_embeddings"),
+        ({"type": "ntk"}, "mla.scaling.type: type is the string 'ntk'"),
+        ({"type": "yarn", "factor": 4, "beta": 3}, "mla.scaling.beta: has 'beta'"),
+        ([1, 2], "mla.scaling: got a list"),
+    ],
+)
 def test_a_hostile_mla_scaling_is_one_line(scaling: Any, named: str, tmp_path: Path) -> None:
     fx = random_mla_fixture(5)
     fx["mla"]["scaling"] = scaling
@@ -245,8 +263,9 @@ def test_decode_caches_the_latent_and_matches_the_absorbed_loop(
 ) -> None:
     from attn_cli.check.runs import run_decode
 
-    fx = random_mla_fixture(11, q_rank=q_rank, batch=batch, heads=3, seq=5, rank=4, d_rope=2,
-                            d_v=3, mscale=1.3)  # fmt: skip
+    fx = random_mla_fixture(
+        11, q_rank=q_rank, batch=batch, heads=3, seq=5, rank=4, d_rope=2, d_v=3, mscale=1.3
+    )
     path = tmp_path / "m.yaml"
     path.write_text(yaml.safe_dump(fx), "utf-8")
     run = run_decode(path, prefill)
@@ -256,8 +275,9 @@ def test_decode_caches_the_latent_and_matches_the_absorbed_loop(
     for step, want in zip(run.result.steps, expected, strict=True):
         assert step.K_cache.shape[1] == 1  # one cache for every head
         np.testing.assert_allclose(step.K_cache[:, 0], want["cache"], rtol=1e-12, atol=1e-13)
-        np.testing.assert_allclose(step.V_cache[:, 0], want["cache"][..., :4], rtol=1e-12,
-                                   atol=1e-13)  # fmt: skip
+        np.testing.assert_allclose(
+            step.V_cache[:, 0], want["cache"][..., :4], rtol=1e-12, atol=1e-13
+        )
         assert step.latent is not None
         np.testing.assert_allclose(step.latent[:, :, 0], want["latent"], rtol=1e-10, atol=1e-12)
         np.testing.assert_allclose(step.output[:, :, 0], want["output"], rtol=1e-10, atol=1e-12)
@@ -267,17 +287,37 @@ def test_decode_caches_the_latent_and_matches_the_absorbed_loop(
 
 
 @settings(max_examples=25, deadline=None)
-@given(seed=st.integers(0, 2**16), heads=st.integers(1, 3), seq=st.integers(2, 6),
-       rank=st.integers(1, 5), d_rope=st.sampled_from([2, 4]), lora=st.booleans(),
-       batch=st.sampled_from([None, 2]), data=st.data())  # fmt: skip
+@given(
+    seed=st.integers(0, 2**16),
+    heads=st.integers(1, 3),
+    seq=st.integers(2, 6),
+    rank=st.integers(1, 5),
+    d_rope=st.sampled_from([2, 4]),
+    lora=st.booleans(),
+    batch=st.sampled_from([None, 2]),
+    data=st.data(),
+)
 def test_latent_decoding_equals_the_full_trace_over_random_shapes(
-    seed: int, heads: int, seq: int, rank: int, d_rope: int, lora: bool, batch: int | None,
+    seed: int,
+    heads: int,
+    seq: int,
+    rank: int,
+    d_rope: int,
+    lora: bool,
+    batch: int | None,
     data: st.DataObject,
-) -> None:  # fmt: skip
+) -> None:
     from attn_cli.check.runs import check_decode, decode_keep
 
-    fx = random_mla_fixture(seed, heads=heads, seq=seq, rank=rank, d_rope=d_rope,
-                            q_rank=2 if lora else None, batch=batch)  # fmt: skip
+    fx = random_mla_fixture(
+        seed,
+        heads=heads,
+        seq=seq,
+        rank=rank,
+        d_rope=d_rope,
+        q_rank=2 if lora else None,
+        batch=batch,
+    )
     inputs = validate(fx, "m.json")
     prefill = data.draw(st.integers(1, seq))
     result = check_decode(run(inputs, keep=decode_keep(inputs)), prefill)
@@ -295,8 +335,12 @@ def test_decode_of_the_bundled_example_shows_the_latent_ledger() -> None:
     assert result.exit_code == 0, result.stderr
     out = result.stdout
     row = next(line for line in out.splitlines() if line.startswith("this model (MLA latent)"))
-    assert row.split()[-4:] == ["1", f"{(r + d_rope) * 8:,}", f"{(r + d_rope) * 2:,}",
-                                f"{(r + d_rope) * 8 * 5:,}"]  # fmt: skip
+    assert row.split()[-4:] == [
+        "1",
+        f"{(r + d_rope) * 8:,}",
+        f"{(r + d_rope) * 2:,}",
+        f"{(r + d_rope) * 8 * 5:,}",
+    ]
     mha = next(line for line in out.splitlines() if line.startswith("MHA"))
     assert f"{H * (d_k + d_v) * 8:,}" in mha.split()
     assert "cache [c_KV_norm | k_rope_rot] · one for every head" in out
@@ -401,8 +445,9 @@ def test_a_deepseek_v2_checkpoint_imports_with_its_pairs_layout(tmp_path: Path) 
 def _with(**mla: Any) -> dict[str, Any]:
     fx = random_mla_fixture(1)
     fx["mla"] = {**fx["mla"], **mla}
-    return {k: v for k, v in fx.items()} | {"mla": {k: v for k, v in fx["mla"].items()
-                                                   if v is not None}}  # fmt: skip
+    return {k: v for k, v in fx.items()} | {
+        "mla": {k: v for k, v in fx["mla"].items() if v is not None}
+    }
 
 
 ERRORS: list[tuple[str, dict[str, Any], str]] = [
@@ -410,8 +455,11 @@ ERRORS: list[tuple[str, dict[str, Any], str]] = [
     ("unknown subkey", {"mla": _with(W_UKK=1)["mla"]}, "mla.W_UKK: unknown key"),
     ("W_KR missing", {"mla": _with(W_KR=None)["mla"]}, "mla.W_KR: missing"),
     ("odd d_rope", {"mla": _with(W_KR=[[1.0]] * 4)["mla"]}, "mla.W_KR: has 1 columns"),
-    ("W_UK split", {"mla": _with(W_UK=[[1.0] * 3] * 3)["mla"]},
-     "mla.W_UK: has 3 columns, not divisible by heads = 2"),
+    (
+        "W_UK split",
+        {"mla": _with(W_UK=[[1.0] * 3] * 3)["mla"]},
+        "mla.W_UK: has 3 columns, not divisible by heads = 2",
+    ),
     ("W_UQ width", {"mla": _with(W_UQ=[[1.0] * 6] * 3)["mla"]}, "mla.W_UQ: has 6 columns"),
     ("W_Q beside W_DQ", {"mla": _with(W_Q=[[1.0] * 8] * 4)["mla"]}, "mla.W_Q: given with W_DQ"),
     ("kv_norm length", {"mla": _with(kv_norm=[1.0])["mla"]}, "mla.kv_norm: has length 1"),
@@ -419,18 +467,23 @@ ERRORS: list[tuple[str, dict[str, Any], str]] = [
     ("rows", {"mla": _with(W_DKV=[[1.0] * 3] * 5)["mla"]}, "mla.W_DKV: has 5 rows"),
     ("eps", {"mla": _with(eps=-1)["mla"]}, "mla.eps: is -1"),
     ("mscale inf", {"mla": _with(mscale=math.inf)["mla"]}, "mla.mscale: is inf"),
-    ("rope_layout", {"mla": _with(rope_layout="interleaved")["mla"]},
-     "mla.rope_layout: got the string 'interleaved', expected \"split\" (deepseek_v3"),
+    (
+        "rope_layout",
+        {"mla": _with(rope_layout="interleaved")["mla"]},
+        "mla.rope_layout: got the string 'interleaved', expected \"split\" (deepseek_v3",
+    ),
     ("W_Q beside mla", {"W_Q": [[1.0]]}, "W_Q: given with mla"),
     ("rope beside mla", {"rope": True}, "rope: given with mla"),
     ("kv_heads", {"kv_heads": 1}, "kv_heads: given with mla"),
-]  # fmt: skip
+]
 
 
-@pytest.mark.parametrize(("change", "message"), [(c, m) for _, c, m in ERRORS],
-                         ids=[e[0] for e in ERRORS])  # fmt: skip
-def test_a_hostile_mla_fixture_is_one_line(change: dict[str, Any], message: str,
-                                           tmp_path: Path) -> None:  # fmt: skip
+@pytest.mark.parametrize(
+    ("change", "message"), [(c, m) for _, c, m in ERRORS], ids=[e[0] for e in ERRORS]
+)
+def test_a_hostile_mla_fixture_is_one_line(
+    change: dict[str, Any], message: str, tmp_path: Path
+) -> None:
     fx = random_mla_fixture(1) | change
     (tmp_path / "m.yaml").write_text(yaml.safe_dump(fx))
     result = run_cli("trace", str(tmp_path / "m.yaml"))
@@ -440,10 +493,14 @@ def test_a_hostile_mla_fixture_is_one_line(change: dict[str, Any], message: str,
     assert message in lines[0], lines[0]
 
 
-@pytest.mark.parametrize(("scale", "dtype", "where"), [
-    (1e300, "float32", "mla.W_DKV[row 0, column 0]: is 1.09"),
-    (1e200, "float64", "c_KV_norm[key 0, kv_lora_rank 0]: is inf (float64 overflow)"),
-], ids=["float32-weight", "float64-stage"])  # fmt: skip
+@pytest.mark.parametrize(
+    ("scale", "dtype", "where"),
+    [
+        (1e300, "float32", "mla.W_DKV[row 0, column 0]: is 1.09"),
+        (1e200, "float64", "c_KV_norm[key 0, kv_lora_rank 0]: is inf (float64 overflow)"),
+    ],
+    ids=["float32-weight", "float64-stage"],
+)
 def test_huge_numbers_are_one_line(scale: float, dtype: str, where: str, tmp_path: Path) -> None:
     fx = random_mla_fixture(1)
     fx["mla"]["W_DKV"] = (np.array(fx["mla"]["W_DKV"]) * scale).tolist()

@@ -32,8 +32,13 @@ TIGHT: Tolerance = {"rtol": 1e-10, "atol": 1e-12}
 def fixture_of(case: dict[str, Any]) -> dict[str, Any]:
     spec, w = case["spec"], {k: np.array(v) for k, v in case["weights"].items()}
     mla, W_O = mla_from_torch(w, spec["heads"], spec["rank"], spec["d_nope"], spec["d_v"])
-    fx = {"X": np.array(case["X"]), "heads": spec["heads"], "causal": True,
-          "mla": mla | {"base": 10000.0, "eps": 1e-6}, "W_O": W_O}  # fmt: skip
+    fx = {
+        "X": np.array(case["X"]),
+        "heads": spec["heads"],
+        "causal": True,
+        "mla": mla | {"base": 10000.0, "eps": 1e-6},
+        "W_O": W_O,
+    }
     if case["grad"] is not None:
         fx["grad"] = np.array(case["grad"])
     return fx
@@ -52,11 +57,19 @@ def torch_stages(case: dict[str, Any]) -> dict[str, Any]:
     q = heads_of(g["q"], H)  # (H, T, d_nope + d_rope)
     kv_b = g["kv_b"][0].reshape(-1, H, nope + spec["d_v"]).transpose(1, 0, 2)  # (H, S, ·)
     out = {
-        "d_concat": g["concat"], "d_softmax": g["softmax"], "d_Q": g["Q"], "d_K": g["K"],
-        "d_V": g["V"], "d_q_nope": q[..., :nope], "d_q_rope": q[..., nope:],
-        "d_c_KV": g["c_KV|k_rope"][:, :r], "d_k_rope": g["c_KV|k_rope"][:, r:],
-        "d_c_KV_norm": g["c_KV_norm"], "d_K_nope": kv_b[..., :nope], "d_X": case["d_X"],
-    }  # fmt: skip
+        "d_concat": g["concat"],
+        "d_softmax": g["softmax"],
+        "d_Q": g["Q"],
+        "d_K": g["K"],
+        "d_V": g["V"],
+        "d_q_nope": q[..., :nope],
+        "d_q_rope": q[..., nope:],
+        "d_c_KV": g["c_KV|k_rope"][:, :r],
+        "d_k_rope": g["c_KV|k_rope"][:, r:],
+        "d_c_KV_norm": g["c_KV_norm"],
+        "d_K_nope": kv_b[..., :nope],
+        "d_X": case["d_X"],
+    }
     if "c_Q" in g:
         out |= {"d_c_Q": g["c_Q"], "d_c_Q_norm": g["c_Q_norm"]}
     weights = {k: np.array(v) for k, v in case["param_grads"].items()}
@@ -116,13 +129,15 @@ def numeric(fx: dict[str, Any], where: tuple[str, ...], index: tuple[int, ...]) 
     return (at(h) - at(-h)) / (2 * h)
 
 
-@pytest.mark.parametrize(("q_rank", "batch"), [(3, None), (None, None), (3, 2)],
-                         ids=["q LoRA", "W_Q", "batch of 2"])  # fmt: skip
+@pytest.mark.parametrize(
+    ("q_rank", "batch"), [(3, None), (None, None), (3, 2)], ids=["q LoRA", "W_Q", "batch of 2"]
+)
 def test_every_input_gradient_matches_finite_differences(
     q_rank: int | None, batch: int | None
 ) -> None:
-    fx = random_mla_fixture(11, q_rank=q_rank, heads=2, seq=4, d_rope=4, W_O=True, mscale=1.3,
-                            batch=batch)  # fmt: skip
+    fx = random_mla_fixture(
+        11, q_rank=q_rank, heads=2, seq=4, d_rope=4, W_O=True, mscale=1.3, batch=batch
+    )
     lead = (batch,) if batch else ()
     fx["grad"] = np.random.default_rng(5).standard_normal((*lead, 4, 3)).tolist()
     trace = run(validate(fx, "m.json"), backward=True)
@@ -171,8 +186,13 @@ def test_the_latent_gradients_are_explained_in_chinese() -> None:
     args = [a for s in stages for a in ("-s", s)]
     result = run_cli("trace", "deepseek_mla", "--backward", "--explain", "--lang", "zh", *args)
     assert result.exit_code == 0, result.stderr
-    for text in ("潜向量产生了每个头的 K_nope 和 V", "所有头 d_K 后 d_rope 列之和", "转回去",
-                 "（所有头共用一个键）", "（各头并排）"):  # fmt: skip
+    for text in (
+        "潜向量产生了每个头的 K_nope 和 V",
+        "所有头 d_K 后 d_rope 列之和",
+        "转回去",
+        "（所有头共用一个键）",
+        "（各头并排）",
+    ):
         assert text in result.stdout, text
 
 
@@ -193,16 +213,28 @@ def test_backward_json_has_every_latent_gradient(tmp_path: Path) -> None:
 
 @settings(max_examples=25, deadline=None)
 @given(
-    seed=st.integers(0, 10_000), heads=st.integers(1, 3), seq=st.integers(1, 7),
-    q_rank=st.sampled_from([None, 3]), causal=st.booleans(), batch=st.sampled_from([None, 2]),
-    bq=st.integers(1, 8), bk=st.integers(1, 8),
-)  # fmt: skip
+    seed=st.integers(0, 10_000),
+    heads=st.integers(1, 3),
+    seq=st.integers(1, 7),
+    q_rank=st.sampled_from([None, 3]),
+    causal=st.booleans(),
+    batch=st.sampled_from([None, 2]),
+    bq=st.integers(1, 8),
+    bk=st.integers(1, 8),
+)
 def test_flash_equals_the_loop_reference_for_any_tiles(
-    seed: int, heads: int, seq: int, q_rank: int | None, causal: bool, batch: int | None,
-    bq: int, bk: int,
-) -> None:  # fmt: skip
-    fx = random_mla_fixture(seed, heads=heads, seq=seq, q_rank=q_rank, causal=causal,
-                            batch=batch, d_rope=4, mscale=1.2)  # fmt: skip
+    seed: int,
+    heads: int,
+    seq: int,
+    q_rank: int | None,
+    causal: bool,
+    batch: int | None,
+    bq: int,
+    bk: int,
+) -> None:
+    fx = random_mla_fixture(
+        seed, heads=heads, seq=seq, q_rank=q_rank, causal=causal, batch=batch, d_rope=4, mscale=1.2
+    )
     want = reference(fx, lse=True)  # the loop reference: output (B?, H, T, Dv), lse (B?, H, T)
     flash = check_flash(run(validate(fx, "m.json")), bq, bk, False, 0)
     got_o, got_L = (flash.output, flash.lse) if batch else (flash.output[0], flash.lse[0])
@@ -213,21 +245,24 @@ def test_flash_equals_the_loop_reference_for_any_tiles(
 
 def test_flash_of_the_example_checks_itself_against_the_trace(tmp_path: Path) -> None:
     out = tmp_path / "f.json"
-    result = run_cli("flash", "deepseek_mla", "--block-q", "2", "--block-k", "3", "-f", "json",
-                     "-o", str(out))  # fmt: skip
+    result = run_cli(
+        "flash", "deepseek_mla", "--block-q", "2", "--block-k", "3", "-f", "json", "-o", str(out)
+    )
     assert result.exit_code == 0, result.stderr
     doc = json.loads(out.read_text())
     assert [c["name"] for c in doc["checks"]] == ["output", "lse", "softmax"]
     assert all(c["ok"] for c in doc["checks"])
     trace = run(load_fixture(FIXTURES / "deepseek_mla.yaml"))
-    np.testing.assert_allclose(doc["stages"]["output"]["data"], trace["output"].data,
-                               rtol=1e-12, atol=1e-14)  # fmt: skip
+    np.testing.assert_allclose(
+        doc["stages"]["output"]["data"], trace["output"].data, rtol=1e-12, atol=1e-14
+    )
     assert doc["tiles_total"] == 2 * 3 * 2  # heads × query blocks × key blocks
 
 
 @settings(max_examples=30, deadline=None)
-@given(seed=st.integers(0, 10_000), n=st.integers(1, 6), half=st.integers(1, 4),
-       pairs=st.booleans())  # fmt: skip
+@given(
+    seed=st.integers(0, 10_000), n=st.integers(1, 6), half=st.integers(1, 4), pairs=st.booleans()
+)
 def test_the_rope_backward_is_the_forwards_transpose_in_either_layout(
     seed: int, n: int, half: int, pairs: bool
 ) -> None:

@@ -32,13 +32,21 @@ LAYERS = [(r["kind"], i) for r in REF["runs"] for i in range(len(r["layers"]))]
 
 def fixture(layer: int, layer_in: Any) -> dict[str, Any]:
     prefix = f"model.layers.{layer}."
-    w = {k.removeprefix(prefix + "self_attn."): v.astype(np.float64)
-         for k, v in TENSORS.items() if k.startswith(prefix + "self_attn.")}  # fmt: skip
+    w = {
+        k.removeprefix(prefix + "self_attn."): v.astype(np.float64)
+        for k, v in TENSORS.items()
+        if k.startswith(prefix + "self_attn.")
+    }
     x = np.asarray(layer_in, dtype=np.float64)  # (T, hidden): the residual stream
     norm = TENSORS[prefix + "input_layernorm.weight"].astype(np.float64)
     X = norm * x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + CONFIG["rms_norm_eps"])
-    mla, W_O = mla_from_torch(w, CONFIG["num_attention_heads"], CONFIG["kv_lora_rank"],
-                              CONFIG["qk_nope_head_dim"], CONFIG["v_head_dim"])  # fmt: skip
+    mla, W_O = mla_from_torch(
+        w,
+        CONFIG["num_attention_heads"],
+        CONFIG["kv_lora_rank"],
+        CONFIG["qk_nope_head_dim"],
+        CONFIG["v_head_dim"],
+    )
     mla["base"] = CONFIG["rope_parameters"]["rope_theta"]
     return {"X": X, "heads": CONFIG["num_attention_heads"], "causal": True, "mla": mla, "W_O": W_O}
 
@@ -49,8 +57,13 @@ def test_every_layer_is_transformers_own(kind: str, layer: int) -> None:
     trace = run(validate(fixture(layer, record["layer_in"]), "deepseek_v3"))
     assert trace.scale == pytest.approx(record["scaling"], rel=1e-12)
     for stage, key in (("Q", "q"), ("K", "k"), ("softmax", "weights"), ("projected", "output")):
-        np.testing.assert_allclose(trace[stage].data, record[key], rtol=1e-4, atol=1e-5,
-                                   err_msg=f"{kind} layer {layer} {stage}")  # fmt: skip
+        np.testing.assert_allclose(
+            trace[stage].data,
+            record[key],
+            rtol=1e-4,
+            atol=1e-5,
+            err_msg=f"{kind} layer {layer} {stage}",
+        )
     for absorbed, naive in (("scores_absorbed", "scores"), ("output_absorbed", "output")):
         np.testing.assert_allclose(trace[absorbed].data, trace[naive].data, rtol=1e-9, atol=1e-9)
 
@@ -74,8 +87,16 @@ def test_attn_import_writes_the_hand_mapping(tmp_path: Path, layer: int) -> None
     record = REF["runs"][0]["layers"][layer]
     np.save(tmp_path / "h.npy", np.array(record["layer_in"], dtype=np.float64))
     out = tmp_path / "o.npz"
-    result = run_cli("import", str(CASE), "--layer", str(layer), "--hidden",
-                     str(tmp_path / "h.npy"), "-o", str(out))  # fmt: skip
+    result = run_cli(
+        "import",
+        str(CASE),
+        "--layer",
+        str(layer),
+        "--hidden",
+        str(tmp_path / "h.npy"),
+        "-o",
+        str(out),
+    )
     assert result.exit_code == 0, result.stderr
     want = fixture(layer, record["layer_in"])
     with np.load(out) as got:

@@ -67,14 +67,26 @@ def student(fx: dict[str, Any], mistake: str | None = None) -> dict[str, Array]:
     concat = output.transpose(1, 0, 2).reshape(T, -1)
     projected = concat @ np.asarray(fx["W_O"], dtype=float)
     return {
-        "Q": Q, "K": K, "V": v, "scores": scores, "scaled": scaled, "masked": masked,
-        "softmax": softmax, "output": output, "concat": concat, "projected": projected,
-    }  # fmt: skip
+        "Q": Q,
+        "K": K,
+        "V": v,
+        "scores": scores,
+        "scaled": scaled,
+        "masked": masked,
+        "softmax": softmax,
+        "output": output,
+        "concat": concat,
+        "projected": projected,
+    }
 
 
 FX = yaml.safe_load((FIXTURES / "deepseek_mla.yaml").read_text(encoding="utf-8"))
-MISTAKES = ["mla_absorbed_without_rope", "mla_rope_whole_head", "mla_scale_nope_only",
-            "mla_k_rope_per_head"]  # fmt: skip
+MISTAKES = [
+    "mla_absorbed_without_rope",
+    "mla_rope_whole_head",
+    "mla_scale_nope_only",
+    "mla_k_rope_per_head",
+]
 
 
 def check(tmp_path: Path, dump: dict[str, Array], *options: str) -> Any:

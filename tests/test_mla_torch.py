@@ -33,8 +33,7 @@ def yarn_mscale(yarn: dict[str, Any] | None) -> float:
 def fixture_of(case: dict[str, Any]) -> dict[str, Any]:
     cfg, w = case["config"], {k: np.array(v) for k, v in case["weights"].items()}
     H = cfg["num_attention_heads"]
-    mla, W_O = mla_from_torch(w, H, cfg["kv_lora_rank"], cfg["qk_nope_head_dim"],
-                              cfg["v_head_dim"])  # fmt: skip
+    mla, W_O = mla_from_torch(w, H, cfg["kv_lora_rank"], cfg["qk_nope_head_dim"], cfg["v_head_dim"])
     mla |= {"base": cfg["rope_theta"], "eps": cfg["eps"], "mscale": yarn_mscale(cfg["yarn"])}
     return {"X": np.array(case["X"]), "heads": H, "causal": True, "mla": mla, "W_O": W_O}
 

@@ -61,8 +61,10 @@ def kind_of(A: np.ndarray) -> str:
 def thumbs(html: str) -> dict[tuple[int, int], tuple[str, dict[tuple[int, int], str]]]:
     """Each thumbnail of the page's markup: (layer, head) -> (kind, {(i, j): shown})."""
     out = {}
-    pattern = (r'<figure class="thumb" data-layer="(\d+)" data-head="(\d+)" '
-               r'data-kind="(\w+)"[^>]*>(.*?)</figure>')  # fmt: skip
+    pattern = (
+        r'<figure class="thumb" data-layer="(\d+)" data-head="(\d+)" '
+        r'data-kind="(\w+)"[^>]*>(.*?)</figure>'
+    )
     cell = r'data-index="(\d+),(\d+)" data-shown="([^"]+)"'
     for m in re.finditer(pattern, html, re.S):
         cells = {(int(i), int(j)): w for i, j, w in re.findall(cell, m.group(4))}
@@ -72,8 +74,19 @@ def thumbs(html: str) -> dict[tuple[int, int], tuple[str, dict[tuple[int, int], 
 
 def page_of(tmp_path: Path, checkpoint: Path, text: str, *extra: str) -> Path:
     page = tmp_path / "view.html"
-    result = run_cli("import", str(checkpoint), "--text", text, "--layer", "all", "-f", "html",
-                     "-o", str(page), *extra)  # fmt: skip
+    result = run_cli(
+        "import",
+        str(checkpoint),
+        "--text",
+        text,
+        "--layer",
+        "all",
+        "-f",
+        "html",
+        "-o",
+        str(page),
+        *extra,
+    )
     assert result.exit_code == 0, result.stderr
     return page
 
@@ -243,8 +256,12 @@ def constructed_view(T: int = 6) -> ModelView:
     for i in range(1, T):
         prev[i, i - 1] = 1
     diag = np.eye(T)
-    tokens = ["</script><script>alert(1)</script>", "<img src=x onerror=alert(2)>",
-              "a\u202etxt", *[f"t{i}" for i in range(3, T)]]  # fmt: skip
+    tokens = [
+        "</script><script>alert(1)</script>",
+        "<img src=x onerror=alert(2)>",
+        "a\u202etxt",
+        *[f"t{i}" for i in range(3, T)],
+    ]
     return ModelView.of("test", tokens, [np.stack([prev, sink, diag])] * 3)
 
 
@@ -296,11 +313,13 @@ def test_hostile_tokens_and_a_layer_left_out(browser: Any, tmp_path: Path) -> No
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["--format", "html", "-o", "x.npz"], "--format: html is for the model view, expected "
-         "--layer all"),
+        (
+            ["--format", "html", "-o", "x.npz"],
+            "--format: html is for the model view, expected --layer all",
+        ),
         (["--layer", "all", "-f", "text", "-o", "x.html"], "--output: is given with --layer all"),
     ],
-)  # fmt: skip
+)
 def test_the_page_is_the_model_views(args: list[str], message: str) -> None:
     result = run_cli("import", str(FORWARD / "llama"), "--text", "a b", *args)
     assert result.exit_code == 2

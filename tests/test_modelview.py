@@ -54,9 +54,13 @@ def causal_uniform(n: int = T) -> np.ndarray:
 
 @pytest.mark.parametrize(
     ("head", "kind"),
-    [(previous_head, "previous"), (sink_head, "first"), (diagonal_head, "self"),
-     (causal_uniform, "mixed")],
-)  # fmt: skip
+    [
+        (previous_head, "previous"),
+        (sink_head, "first"),
+        (diagonal_head, "self"),
+        (causal_uniform, "mixed"),
+    ],
+)
 def test_constructed_heads_are_named(head, kind) -> None:  # type: ignore[no-untyped-def]
     assert head_type(head()).kind == kind
 
@@ -194,8 +198,10 @@ def test_a_layer_without_a_map_is_one_line(lang: str) -> None:
         "zh": "L0 (线性注意力：没有 softmax 权重图)",
     }
     assert no_map[lang] in lines
-    assert next(i for i, line in enumerate(lines) if line.startswith("L1 ")) == lines.index(
-        no_map[lang]) + 1  # fmt: skip
+    assert (
+        next(i for i, line in enumerate(lines) if line.startswith("L1 "))
+        == lines.index(no_map[lang]) + 1
+    )
     doc = json.loads(render_json(view))
     assert [len(layer["heads"]) for layer in doc["layers"]] == [0, 2]
     assert doc["layers"][1]["heads"][1]["kind"] == "first"

@@ -16,9 +16,22 @@ from attn_cli.io.new import WORDS, tokens_for
 def test_new_writes_a_fixture_of_the_asked_shape_that_traces(tmp_path: Path) -> None:
     target = tmp_path / "mine.yaml"
     result = run_cli(
-        "new", str(target), "--seq", "5", "--d-model", "8", "--d-k", "4", "--heads", "2",
-        "--batch", "2", "--causal", "--seed", "0",
-    )  # fmt: skip
+        "new",
+        str(target),
+        "--seq",
+        "5",
+        "--d-model",
+        "8",
+        "--d-k",
+        "4",
+        "--heads",
+        "2",
+        "--batch",
+        "2",
+        "--causal",
+        "--seed",
+        "0",
+    )
     assert result.exit_code == 0, result.output
     assert result.stdout == ""
     assert f"Wrote {target}" in result.stderr

@@ -52,11 +52,11 @@ def test_any_tokens_round_trip_exactly(tmp_path: Path, tokens: list[str]) -> Non
         (["--tokens", "a,b", "--seq", "3"], "Error: --seq: 3 given with 2 --tokens"),
         (["--tokens", "a,,b"], "Error: --tokens: token 1 is empty"),
         (["--tokens", ",".join(["t"] * 257)], "Error: --tokens: 257 tokens, expected at most 256"),
-        (["--tokens", "a" + ","* 100_000], "Error: --tokens: 100,001 tokens"),
+        (["--tokens", "a" + "," * 100_000], "Error: --tokens: 100,001 tokens"),
         (["--heads", "4", "--kv-heads", "3"], "Error: --kv-heads: 3 does not divide --heads 4"),
         (["--kv-heads", "0"], "Error: --kv-heads: got 0, expected an integer from 1 to 16"),
     ],
-)  # fmt: skip
+)
 def test_option_errors(tmp_path: Path, args: list[str], message: str) -> None:
     result = run_cli("new", str(tmp_path / "x.yaml"), *args)
     assert result.exit_code == 2
@@ -66,9 +66,17 @@ def test_option_errors(tmp_path: Path, args: list[str], message: str) -> None:
 
 def test_kv_heads_and_w_o_have_the_documented_shapes(tmp_path: Path) -> None:
     target = made(
-        tmp_path / "gqa.yaml", "--heads", "4", "--kv-heads", "2", "--d-k", "3", "--d-model", "5",
+        tmp_path / "gqa.yaml",
+        "--heads",
+        "4",
+        "--kv-heads",
+        "2",
+        "--d-k",
+        "3",
+        "--d-model",
+        "5",
         "--w-o",
-    )  # fmt: skip
+    )
     inputs = load_fixture(target)
     assert (inputs.heads, inputs.kv_heads, inputs.d_k) == (4, 2, 3)
     assert inputs.W_Q is not None and inputs.W_Q.shape == (5, 12)
@@ -85,8 +93,22 @@ def test_kv_heads_and_w_o_have_the_documented_shapes(tmp_path: Path) -> None:
 
 def test_numbers_are_the_seeded_draws(tmp_path: Path) -> None:
     """Independent of attn: the draws, in order, of numpy's default_rng(seed)."""
-    inputs = load_fixture(made(tmp_path / "s.yaml", "--seq", "3", "--d-model", "4", "--d-k", "2",
-                               "--heads", "1", "--w-o", "--seed", "7"))  # fmt: skip
+    inputs = load_fixture(
+        made(
+            tmp_path / "s.yaml",
+            "--seq",
+            "3",
+            "--d-model",
+            "4",
+            "--d-k",
+            "2",
+            "--heads",
+            "1",
+            "--w-o",
+            "--seed",
+            "7",
+        )
+    )
     rng = np.random.default_rng(7)
     X = rng.normal(size=(3, 4)).round(1)
     W = [(rng.normal(size=(4, 2)) / math.sqrt(4)).round(2) for _ in range(3)]
@@ -100,9 +122,12 @@ def test_numbers_are_the_seeded_draws(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(
     "args",
-    [[], ["--tokens", "I,like,green,tea", "--kv-heads", "1", "--w-o"], ["--batch", "2",
-     "--causal", "--seed", "3"]],
-)  # fmt: skip
+    [
+        [],
+        ["--tokens", "I,like,green,tea", "--kv-heads", "1", "--w-o"],
+        ["--batch", "2", "--causal", "--seed", "3"],
+    ],
+)
 def test_npz_holds_the_same_fixture_as_yaml(tmp_path: Path, args: list[str]) -> None:
     as_yaml = made(tmp_path / "f.yaml", *args)
     as_npz = made(tmp_path / "f.npz", *args)
@@ -119,8 +144,18 @@ def test_npz_holds_the_same_fixture_as_yaml(tmp_path: Path, args: list[str]) -> 
 @pytest.mark.slow
 def test_a_big_npz_is_written_fast(tmp_path: Path) -> None:
     start = time.perf_counter()
-    target = made(tmp_path / "big.npz", "--seq", "256", "--d-model", "1024", "--d-k", "64",
-                  "--heads", "16", "-q")  # fmt: skip
+    target = made(
+        tmp_path / "big.npz",
+        "--seq",
+        "256",
+        "--d-model",
+        "1024",
+        "--d-k",
+        "64",
+        "--heads",
+        "16",
+        "-q",
+    )
     seconds = time.perf_counter() - start
     assert seconds < 5, seconds  # the YAML route took 25 s (issue 14)
     assert load_fixture(target).X is not None

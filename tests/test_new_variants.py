@@ -32,22 +32,36 @@ def traced_stages(path: Path, *args: str) -> list[str]:
 
 # flags, the YAML line (start) that must be there with its comment, the stages the trace gains
 CASES = [
-    (["--rope", "half"], "  layout: half   # dimension i pairs with i + dims/2",
-     ["Q_rot", "K_rot"]),
-    (["--rope", "interleaved", "--rope-base", "500000", "--rope-dims", "2"],
-     "  dims: 2   # the first 2 of d_k = 4 dimensions rotate; the other 2 pass through",
-     ["Q_rot", "K_rot"]),
-    (["--causal", "--window", "3"],
-     "window: 3   # sliding window: a query sees keys with 0 <= pos_q - pos_k < 3", ["masked"]),
-    (["--softcap", "50"], "softcap: 50.0   # capped = 50 * tanh(scaled / 50), before the mask",
-     ["capped"]),
+    (
+        ["--rope", "half"],
+        "  layout: half   # dimension i pairs with i + dims/2",
+        ["Q_rot", "K_rot"],
+    ),
+    (
+        ["--rope", "interleaved", "--rope-base", "500000", "--rope-dims", "2"],
+        "  dims: 2   # the first 2 of d_k = 4 dimensions rotate; the other 2 pass through",
+        ["Q_rot", "K_rot"],
+    ),
+    (
+        ["--causal", "--window", "3"],
+        "window: 3   # sliding window: a query sees keys with 0 <= pos_q - pos_k < 3",
+        ["masked"],
+    ),
+    (
+        ["--softcap", "50"],
+        "softcap: 50.0   # capped = 50 * tanh(scaled / 50), before the mask",
+        ["capped"],
+    ),
     (["--sinks"], "sinks: [", []),
     (["--qk-norm"], "qk_norm:   # RMSNorm of Q and K before RoPE", ["Q_norm", "K_norm"]),
     (["--alibi"], "alibi: true   # ALiBi: bias -slope_h * |pos_q - pos_k|", ["alibi", "masked"]),
     (["--cross", "7"], "X_kv:   # [seq_k, d_model_kv] = [7, 8]", ["X_kv"]),
-    (["--causal", "--mask-value", "-1e4"], "mask_value: -10000.0   # fills where a key",
-     ["masked"]),
-]  # fmt: skip
+    (
+        ["--causal", "--mask-value", "-1e4"],
+        "mask_value: -10000.0   # fills where a key",
+        ["masked"],
+    ),
+]
 
 
 @pytest.mark.parametrize(("args", "line", "stages"), CASES, ids=lambda x: " ".join(x)[:30])
@@ -64,11 +78,35 @@ def test_each_flag_writes_a_commented_key_that_traces(
 
 
 def test_the_keys_hold_what_the_flags_asked(tmp_path: Path) -> None:
-    inputs = load_fixture(made(
-        tmp_path / "all.yaml", "--heads", "4", "--kv-heads", "2", "--causal", "--window", "2",
-        "--rope", "interleaved", "--rope-base", "500", "--rope-dims", "2", "--softcap", "30",
-        "--sinks", "--qk-norm", "--alibi", "--cross", "6", "--mask-value", "-1e9", "--batch", "2",
-    ))  # fmt: skip
+    inputs = load_fixture(
+        made(
+            tmp_path / "all.yaml",
+            "--heads",
+            "4",
+            "--kv-heads",
+            "2",
+            "--causal",
+            "--window",
+            "2",
+            "--rope",
+            "interleaved",
+            "--rope-base",
+            "500",
+            "--rope-dims",
+            "2",
+            "--softcap",
+            "30",
+            "--sinks",
+            "--qk-norm",
+            "--alibi",
+            "--cross",
+            "6",
+            "--mask-value",
+            "-1e9",
+            "--batch",
+            "2",
+        )
+    )
     assert inputs.rope is not None
     assert (inputs.rope.layout, inputs.rope.base, inputs.rope.dims) == ("interleaved", 500.0, 2)
     assert (inputs.window, inputs.softcap, inputs.mask_value) == (2, 30.0, -1e9)
@@ -84,8 +122,21 @@ def test_the_keys_hold_what_the_flags_asked(tmp_path: Path) -> None:
 
 def test_variant_numbers_are_the_seeded_draws_after_the_rest(tmp_path: Path) -> None:
     """Independent of attn: default_rng(seed) draws X, W_Q, W_K, W_V, then X_kv, sinks, weights."""
-    plain = load_fixture(made(tmp_path / "p.yaml", "--seed", "5", "--heads", "1", "--d-k", "2",
-                              "--d-model", "3", "--seq", "2"))  # fmt: skip
+    plain = load_fixture(
+        made(
+            tmp_path / "p.yaml",
+            "--seed",
+            "5",
+            "--heads",
+            "1",
+            "--d-k",
+            "2",
+            "--d-model",
+            "3",
+            "--seq",
+            "2",
+        )
+    )
     args = ["--seed", "5", "--heads", "1", "--d-k", "2", "--d-model", "3", "--seq", "2"]
     rich = load_fixture(made(tmp_path / "r.yaml", *args, "--cross", "3", "--sinks", "--qk-norm"))
     rng = np.random.default_rng(5)
@@ -109,13 +160,23 @@ def test_variant_numbers_are_the_seeded_draws_after_the_rest(tmp_path: Path) -> 
 @pytest.mark.parametrize(
     "args",
     [
-        ["--rope", "half", "--causal", "--window", "2", "--sinks", "--heads", "4", "--kv-heads",
-         "2"],  # gpt-oss
+        [
+            "--rope",
+            "half",
+            "--causal",
+            "--window",
+            "2",
+            "--sinks",
+            "--heads",
+            "4",
+            "--kv-heads",
+            "2",
+        ],  # gpt-oss
         ["--rope", "interleaved", "--rope-base", "1000", "--rope-dims", "2", "--qk-norm"],
         ["--cross", "3", "--batch", "2", "--alibi", "--softcap", "20", "--w-o"],
         ["--causal", "--mask-value", "-1e4", "--tokens", "a,b,c"],
     ],
-)  # fmt: skip
+)
 def test_npz_holds_the_same_variants_as_yaml(tmp_path: Path, args: list[str]) -> None:
     as_yaml = made(tmp_path / "f.yaml", *args)
     as_npz = made(tmp_path / "f.npz", *args)
@@ -141,27 +202,38 @@ def test_a_finite_mask_value_warns_when_traced(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["--window", "3"], "Error: --window: given without --causal, expected --causal "
-         "alongside --window (a sliding window looks back only)"),
+        (
+            ["--window", "3"],
+            "Error: --window: given without --causal, expected --causal "
+            "alongside --window (a sliding window looks back only)",
+        ),
         (["--mask-value", "-1e4"], "Error: --mask-value: given but nothing is masked"),
         (["--rope-dims", "2"], "Error: --rope-dims: given without --rope"),
         (["--rope-base", "500"], "Error: --rope-base: given without --rope"),
-        (["--rope", "half", "--rope-dims", "3"], "Error: --rope-dims: is 3, expected an even "
-         "whole number between 2 and d_k = 4"),
+        (
+            ["--rope", "half", "--rope-dims", "3"],
+            "Error: --rope-dims: is 3, expected an even whole number between 2 and d_k = 4",
+        ),
         (["--rope", "half", "--rope-dims", "6"], "Error: --rope-dims: is 6"),
-        (["--rope", "half", "--rope-base", "0"], "Error: --rope-base: is 0.0, expected a finite "
-         "number > 0"),
+        (
+            ["--rope", "half", "--rope-base", "0"],
+            "Error: --rope-base: is 0.0, expected a finite number > 0",
+        ),
         (["--rope", "half", "--rope-base", "inf"], "Error: --rope-base: is inf"),
-        (["--rope", "sideways"], "Error: --rope: got 'sideways', expected one of half, "
-         "interleaved"),
+        (
+            ["--rope", "sideways"],
+            "Error: --rope: got 'sideways', expected one of half, interleaved",
+        ),
         (["--softcap", "0"], "Error: --softcap: is 0.0, expected a finite number > 0"),
         (["--softcap", "nan"], "Error: --softcap: is nan"),
         (["--causal", "--mask-value", "5"], "Error: --mask-value: is 5.0, expected -inf"),
-        (["--causal", "--window", "0"], "Error: --window: got 0, expected an integer of at "
-         "least 1"),
+        (
+            ["--causal", "--window", "0"],
+            "Error: --window: got 0, expected an integer of at least 1",
+        ),
         (["--cross", "0"], "Error: --cross: got 0, expected an integer from 1 to 256"),
     ],
-)  # fmt: skip
+)
 def test_variant_option_errors(tmp_path: Path, args: list[str], message: str) -> None:
     result = run_cli("new", str(tmp_path / "x.yaml"), *args)
     assert result.exit_code == 2

@@ -52,8 +52,9 @@ def test_the_example_notebook_runs_top_to_bottom(browser: Any, tmp_path: Path) -
         if "text/html" in out.get("data", {})
     ]
     assert len(views) == 5 and all(v.startswith("<iframe srcdoc=") for v in views)
-    errors = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs
-              if o.output_type == "error"]  # fmt: skip
+    errors = [
+        o for c in nb.cells if c.cell_type == "code" for o in c.outputs if o.output_type == "error"
+    ]
     assert errors == []
     # The first two pages in one document, as a notebook shows them: each works on its own.
     page = browser.new_page()

@@ -62,8 +62,11 @@ def test_yaml_references_relative_to_the_fixture_not_the_cwd(
     sub.mkdir()
     fx = fixture_with_arrays(sub)
     monkeypatch.chdir(tmp_path)
-    write_yaml(sub / "fx.yaml", f"X: {{file: X.npy}}\nW_Q: {{file: W_Q.npy}}\n"
-               f"W_K: {json.dumps(fx['W_K'])}\nW_V: {json.dumps(fx['W_V'])}\n")  # fmt: skip
+    write_yaml(
+        sub / "fx.yaml",
+        f"X: {{file: X.npy}}\nW_Q: {{file: W_Q.npy}}\n"
+        f"W_K: {json.dumps(fx['W_K'])}\nW_V: {json.dumps(fx['W_V'])}\n",
+    )
     inputs = load_fixture(Path("data") / "fx.yaml")
     assert inputs.X is not None
     np.testing.assert_array_equal(inputs.X[0], np.array(fx["X"]))
@@ -72,13 +75,16 @@ def test_yaml_references_relative_to_the_fixture_not_the_cwd(
 def test_referenced_arrays_get_the_same_validation_as_lists(tmp_path: Path) -> None:
     np.save(tmp_path / "nan.npy", np.array([[1.0, np.nan], [0.0, 1.0]]))
     np.save(tmp_path / "W.npy", np.eye(2))
-    path = write_yaml(tmp_path / "fx.yaml", "X: {file: nan.npy}\nW_Q: {file: W.npy}\n"
-                      "W_K: {file: W.npy}\nW_V: {file: W.npy}\n")  # fmt: skip
+    path = write_yaml(
+        tmp_path / "fx.yaml",
+        "X: {file: nan.npy}\nW_Q: {file: W.npy}\nW_K: {file: W.npy}\nW_V: {file: W.npy}\n",
+    )
     with pytest.raises(InputError, match=r"X\[0\]\[1\]: is nan"):
         load_fixture(path)
     np.save(tmp_path / "cube.npy", np.ones((2, 2, 2, 2)))
-    path.write_text("X: {file: cube.npy}\nW_Q: {file: W.npy}\nW_K: {file: W.npy}\n"
-                    "W_V: {file: W.npy}\n")  # fmt: skip
+    path.write_text(
+        "X: {file: cube.npy}\nW_Q: {file: W.npy}\nW_K: {file: W.npy}\nW_V: {file: W.npy}\n"
+    )
     with pytest.raises(InputError, match="X: has 4 axes"):
         load_fixture(path)
 
@@ -87,8 +93,9 @@ def escape(tmp_path: Path, ref: str) -> str:
     inside = tmp_path / "fixture"
     inside.mkdir(exist_ok=True)
     np.save(tmp_path / "secret.npy", np.eye(2))
-    path = write_yaml(inside / "fx.yaml", f"X: {ref}\nW_Q: [[1], [1]]\nW_K: [[1], [1]]\n"
-                      "W_V: [[1], [1]]\n")  # fmt: skip
+    path = write_yaml(
+        inside / "fx.yaml", f"X: {ref}\nW_Q: [[1], [1]]\nW_K: [[1], [1]]\nW_V: [[1], [1]]\n"
+    )
     with pytest.raises(InputError) as info:
         load_fixture(path)
     return str(info.value)
@@ -115,8 +122,10 @@ def test_a_symlink_out_of_the_folder_is_refused(tmp_path: Path) -> None:
 
 def test_a_pickled_object_array_is_refused_unread(tmp_path: Path) -> None:
     np.save(tmp_path / "objects.npy", np.array([[1.0, None]], dtype=object), allow_pickle=True)
-    path = write_yaml(tmp_path / "fx.yaml", "X: {file: objects.npy}\nW_Q: [[1], [1]]\n"
-                      "W_K: [[1], [1]]\nW_V: [[1], [1]]\n")  # fmt: skip
+    path = write_yaml(
+        tmp_path / "fx.yaml",
+        "X: {file: objects.npy}\nW_Q: [[1], [1]]\nW_K: [[1], [1]]\nW_V: [[1], [1]]\n",
+    )
     with pytest.raises(InputError, match="holds Python objects"):
         load_fixture(path)
 
@@ -141,8 +150,9 @@ def test_bad_references_are_one_line_errors(tmp_path: Path, ref: str, message: s
     (tmp_path / "W.txt").write_text("1 2")
     (tmp_path / "not_npy.npy").write_bytes(b"just text")
     (tmp_path / "not_npz.npz").write_bytes(b"just text")
-    path = write_yaml(tmp_path / "fx.yaml", f"X: {ref}\nW_Q: [[1], [1]]\nW_K: [[1], [1]]\n"
-                      "W_V: [[1], [1]]\n")  # fmt: skip
+    path = write_yaml(
+        tmp_path / "fx.yaml", f"X: {ref}\nW_Q: [[1], [1]]\nW_K: [[1], [1]]\nW_V: [[1], [1]]\n"
+    )
     result = run_cli("trace", str(path))
     assert result.exit_code == 2
     assert message in result.stderr
@@ -151,8 +161,10 @@ def test_bad_references_are_one_line_errors(tmp_path: Path, ref: str, message: s
 
 def test_a_referenced_array_too_big_is_refused_before_reading(tmp_path: Path) -> None:
     np.save(tmp_path / "big.npy", np.zeros((100, 100)))
-    path = write_yaml(tmp_path / "fx.yaml", "X: {file: big.npy}\nW_Q: [[1], [1]]\n"
-                      "W_K: [[1], [1]]\nW_V: [[1], [1]]\n")  # fmt: skip
+    path = write_yaml(
+        tmp_path / "fx.yaml",
+        "X: {file: big.npy}\nW_Q: [[1], [1]]\nW_K: [[1], [1]]\nW_V: [[1], [1]]\n",
+    )
     with pytest.raises(InputError, match="holds 10,000 numbers, too many"):
         load_fixture(path, max_elements=5000)
 
@@ -164,8 +176,11 @@ def test_a_whole_fixture_as_npz(tmp_path: Path) -> None:
     arrays: dict[str, Any] = {k: np.array(v) for k, v in {**fx, **extra}.items()}
     np.savez(path, **arrays)
     inputs = load_fixture(path)
-    assert (inputs.name, inputs.tokens, inputs.causal) == ("from numpy", ("a", "b", "c"),
-                                                           "upper-left")  # fmt: skip
+    assert (inputs.name, inputs.tokens, inputs.causal) == (
+        "from numpy",
+        ("a", "b", "c"),
+        "upper-left",
+    )
     assert inputs.scale == 0.5 and inputs.heads == 2 and inputs.lengths is not None
     assert inputs.lengths.tolist() == [3, 1]
     expected = reference({**fx, "causal": True, "scale": 0.5})

@@ -23,9 +23,16 @@ from attn_cli.errors import UsageError
 from attn_cli.io.fixture import validate
 
 CAUSAL_EXAMPLES = (
-    "causal_multihead", "deepseek_mla", "gemma2_softcap", "gptoss_sinks", "llama31_rope_scaling",
-    "llama_rope_gqa", "llama_rope_interleaved", "mask_sentinel", "mistral_sliding_window",
-)  # fmt: skip
+    "causal_multihead",
+    "deepseek_mla",
+    "gemma2_softcap",
+    "gptoss_sinks",
+    "llama31_rope_scaling",
+    "llama_rope_gqa",
+    "llama_rope_interleaved",
+    "mask_sentinel",
+    "mistral_sliding_window",
+)
 TOL = 1e-12
 
 
@@ -51,8 +58,15 @@ def allocate(T: int, bs: int, positions: list[int], window: int | None) -> list[
             free.remove(page)
             table.append(page)
             taken.append(page)
-        out.append({"table": list(table), "page": table[t // bs], "slot": t % bs,
-                    "taken": taken, "freed": freed})  # fmt: skip
+        out.append(
+            {
+                "table": list(table),
+                "page": table[t // bs],
+                "slot": t % bs,
+                "taken": taken,
+                "freed": freed,
+            }
+        )
     return out
 
 
@@ -151,8 +165,9 @@ def test_json_keeps_the_outputs_and_adds_the_block_tables() -> None:
     tables = [s["pages"]["block_table"] for s in data["steps"]]
     assert tables == [[0], [0, 1], [0, 1], [-1, 1, 0], [-1, 1, 0]]
     for a, b in zip(data["steps"], plain["steps"], strict=True):
-        np.testing.assert_allclose(a["stages"]["output"]["data"], b["stages"]["output"]["data"],
-                                   rtol=0, atol=TOL)  # fmt: skip
+        np.testing.assert_allclose(
+            a["stages"]["output"]["data"], b["stages"]["output"]["data"], rtol=0, atol=TOL
+        )
 
 
 @pytest.mark.parametrize(
@@ -177,9 +192,14 @@ def test_hostile_pool_options_get_one_line(args: list[str], message: str) -> Non
     assert len(lines) == 1 and lines[0].startswith("Error: ") and message in lines[0], res.stderr
 
 
-@pytest.mark.parametrize(("name", "variant"), [("linear_attention", "linear"),
-                                                ("gated_deltanet", "gated_delta"),
-                                                ("diff_transformer", "diff")])  # fmt: skip
+@pytest.mark.parametrize(
+    ("name", "variant"),
+    [
+        ("linear_attention", "linear"),
+        ("gated_deltanet", "gated_delta"),
+        ("diff_transformer", "diff"),
+    ],
+)
 def test_a_decode_with_its_own_loop_refuses_paging(name: str, variant: str) -> None:
     res = run_cli("decode", name, "--paged")
     assert res.exit_code == 2
@@ -279,15 +299,26 @@ def test_our_own_paged_json_grades_as_the_same(tmp_path: Any) -> None:
 
 
 def test_the_table_shows_the_pool_the_block_table_and_the_gather() -> None:
-    res = run_cli("decode", "mistral_sliding_window", "--paged", "--block-size", "2",
-                  "-f", "plain", "--width", "200")  # fmt: skip
+    res = run_cli(
+        "decode",
+        "mistral_sliding_window",
+        "--paged",
+        "--block-size",
+        "2",
+        "-f",
+        "plain",
+        "--width",
+        "200",
+    )
     assert res.exit_code == 0, res.stderr
     out = res.stdout
     assert "pool: 2 pages × 2 tokens" in out and "contiguous ring of 3" in out
     # token 4 (position 4): block 0 (positions 0, 1 <= 4 - 3) goes back, its page 0 is taken
     assert "token 'the' → logical block 2 = 4 // 2 → page 0, slot 0 = 4 mod 2" in out
-    assert "page 0 back to the pool" in out and "block table (logical block → page): " \
-        "0 → freed, 1 → 1, 2 → 0" in out  # fmt: skip
+    assert (
+        "page 0 back to the pool" in out
+        and "block table (logical block → page): 0 → freed, 1 → 1, 2 → 0" in out
+    )
     assert "vs contiguous" in out
 
 
@@ -295,24 +326,63 @@ def test_the_table_shows_the_pool_the_block_table_and_the_gather() -> None:
 def test_chinese_paged_texts_have_no_english_left() -> None:
     from test_explain import english_left
 
-    res = run_cli("decode", "mistral_sliding_window", "--paged", "--block-size", "2",
-                  "-f", "plain", "--explain", "--lang", "zh", "--width", "300")  # fmt: skip
+    res = run_cli(
+        "decode",
+        "mistral_sliding_window",
+        "--paged",
+        "--block-size",
+        "2",
+        "-f",
+        "plain",
+        "--explain",
+        "--lang",
+        "zh",
+        "--width",
+        "300",
+    )
     assert res.exit_code == 0, res.stderr
-    ours = [line for line in res.stdout.splitlines()
-            if any(w in line for w in ("页", "块表", "收集"))]  # fmt: skip
+    ours = [
+        line for line in res.stdout.splitlines() if any(w in line for w in ("页", "块表", "收集"))
+    ]
     assert len(ours) > 10
     tokens = tuple(example_trace("mistral_sliding_window").query_labels)
-    allowed = ("PagedAttention", "vLLM", "K_cache", "scores", "softmax", "output", "mod",
-               "float64", "block_size", "block_table", "pool", "pages", "kv_heads", "d_k",
-               "d_v", "blocks", "slots", *tokens)  # fmt: skip
+    allowed = (
+        "PagedAttention",
+        "vLLM",
+        "K_cache",
+        "scores",
+        "softmax",
+        "output",
+        "mod",
+        "float64",
+        "block_size",
+        "block_table",
+        "pool",
+        "pages",
+        "kv_heads",
+        "d_k",
+        "d_v",
+        "blocks",
+        "slots",
+        *tokens,
+    )
     for line in ours:
         assert english_left(line, allowed) == [], line
 
 
 def test_the_html_page_steps_through_the_block_tables(tmp_path: Any) -> None:
     out = tmp_path / "paged.html"
-    res = run_cli("decode", "mistral_sliding_window", "--paged", "--block-size", "2",
-                  "-f", "html", "-o", str(out))  # fmt: skip
+    res = run_cli(
+        "decode",
+        "mistral_sliding_window",
+        "--paged",
+        "--block-size",
+        "2",
+        "-f",
+        "html",
+        "-o",
+        str(out),
+    )
     assert res.exit_code == 0, res.stderr
     page = out.read_text()
     assert "block table (logical block → page): 0 → freed, 1 → 1, 2 → 0" in page

@@ -211,10 +211,30 @@ def test_a_resize_keeps_the_place_on_the_page() -> None:
 
 @pytest.mark.parametrize(
     ("typed", "expected"),
-    [("1", 0), ("11", 10), ("12", None), ("0", None), ("softmax", 7), ("SOFT", 7), ("x", 0),
-     ("s", 4), ("", None)],
-)  # fmt: skip
+    [
+        ("1", 0),
+        ("11", 10),
+        ("12", None),
+        ("0", None),
+        ("softmax", 7),
+        ("SOFT", 7),
+        ("x", 0),
+        ("s", 4),
+        ("", None),
+    ],
+)
 def test_stage_index(typed: str, expected: int | None) -> None:
-    names = ["X", "Q", "K", "V", "scores", "scaled", "masked", "softmax", "output", "concat",
-             "projected"]  # fmt: skip
+    names = [
+        "X",
+        "Q",
+        "K",
+        "V",
+        "scores",
+        "scaled",
+        "masked",
+        "softmax",
+        "output",
+        "concat",
+        "projected",
+    ]
     assert stage_index(typed, names) == expected

@@ -278,16 +278,25 @@ def test_cases_cover_every_mode() -> None:
 # Overflow is an error naming the stage; large but finite scores are fine
 
 OVERFLOW: dict[str, dict[str, Any]] = {
-    "Q": {"X": [[1e200, 1e200]], "W_Q": [[1e200], [1.0]], "W_K": [[1.0], [1.0]],
-          "W_V": [[1.0], [1.0]]},
+    "Q": {
+        "X": [[1e200, 1e200]],
+        "W_Q": [[1e200], [1.0]],
+        "W_K": [[1.0], [1.0]],
+        "W_V": [[1.0], [1.0]],
+    },
     "scores": {"Q": [[1e200, 1.0]], "K": [[1e200, 1.0]], "V": [[1.0]]},
     "scaled": {"Q": [[1e154]], "K": [[1e154]], "V": [[1.0]], "scale": 1e10},
     "masked": {"Q": [[1e154]], "K": [[1e154]], "V": [[1.0]], "scale": 1, "bias": 1.7e308},
     # scaled + bias overflowing to -inf must not pass for "not allowed"
-    "masked-neg": {"Q": [[-1e154]], "K": [[1e154], [1.0]], "V": [[1.0], [2.0]], "scale": 1,
-                   "bias": -1.7e308},
+    "masked-neg": {
+        "Q": [[-1e154]],
+        "K": [[1e154], [1.0]],
+        "V": [[1.0], [2.0]],
+        "scale": 1,
+        "bias": -1.7e308,
+    },
     "projected": {"Q": [[1.0]], "K": [[1.0]], "V": [[1e200]], "W_O": [[1e200]]},
-}  # fmt: skip
+}
 
 
 @pytest.mark.parametrize("stage", list(OVERFLOW))
@@ -301,9 +310,13 @@ def test_overflow_is_a_compute_error_naming_the_stage(stage: str) -> None:
 
 
 def test_projection_overflow_from_huge_embeddings() -> None:
-    fx = {"X": [[1e200, 1e200], [1.0, 1.0]], "W_Q": [[1e200, 0.0], [0.0, 1.0]],
-          "W_K": [[1.0, 0.0], [0.0, 1.0]], "W_V": [[1.0, 0.0], [0.0, 1.0]],
-          "tokens": ["big", "small"]}  # fmt: skip
+    fx = {
+        "X": [[1e200, 1e200], [1.0, 1.0]],
+        "W_Q": [[1e200, 0.0], [0.0, 1.0]],
+        "W_K": [[1.0, 0.0], [0.0, 1.0]],
+        "W_V": [[1.0, 0.0], [0.0, 1.0]],
+        "tokens": ["big", "small"],
+    }
     with pytest.raises(ComputeError, match=r"Q\[query 0 'big'|Q\[batch 0, query 0 'big'"):
         trace_of(fx)
 

@@ -127,10 +127,18 @@ def conventions(fn: Callable[..., Any], **options: Any) -> dict[str, Any]:
 
 
 REFERENCE = {
-    "scale": "1/sqrt(d)", "causal": "upper-left", "mask": "true-attends", "empty_row": "zeros",
-    "gqa": "repeat-interleave", "softmax_axis": "keys", "large_logits": "stable",
-    "zero_scores": "kept", "deterministic": True, "batch_independent": True, "window": "W-keys",
-}  # fmt: skip
+    "scale": "1/sqrt(d)",
+    "causal": "upper-left",
+    "mask": "true-attends",
+    "empty_row": "zeros",
+    "gqa": "repeat-interleave",
+    "softmax_axis": "keys",
+    "large_logits": "stable",
+    "zero_scores": "kept",
+    "deterministic": True,
+    "batch_independent": True,
+    "window": "W-keys",
+}
 
 
 def test_the_loop_reference_matches_on_every_convention() -> None:
@@ -172,8 +180,7 @@ PLANTED = [
 ]
 
 
-@pytest.mark.parametrize(("bug", "name", "value", "finding"), PLANTED,
-                         ids=[p[3] for p in PLANTED])  # fmt: skip
+@pytest.mark.parametrize(("bug", "name", "value", "finding"), PLANTED, ids=[p[3] for p in PLANTED])
 def test_a_planted_mistake_is_found_and_named(
     bug: dict[str, Any], name: str, value: Any, finding: str
 ) -> None:
@@ -219,19 +226,25 @@ def test_a_correct_function_is_never_reported_as_differing(
     fn = student(additive=additive, always_causal=own_causal, gqa="refuse" if refuse_gqa else "")
     report = probe(with_signature(fn, takes), dtype=dtype, mask="additive" if additive else "bool")
     assert report.verdict == "matches", report.findings
-    assert report.conventions["causal"] == ("upper-left" if own_causal or "causal" in takes
-                                            else "none")  # fmt: skip
+    assert report.conventions["causal"] == (
+        "upper-left" if own_causal or "causal" in takes else "none"
+    )
     assert report.conventions["window"] == ("W-keys" if "window" in takes else "n/a")
     assert report.conventions["empty_row"] == ("zeros" if "mask" in takes else "n/a")
 
 
 @pytest.mark.parametrize(
     ("setting", "value", "expected"),
-    [("timeout", 0, "more than 0"), ("timeout", math.nan, "more than 0"),
-     ("timeout", 2.0**63, "at most 3600"), ("timeout", -1.0, "more than 0"),
-     ("framework", "jax", "numpy or torch"), ("dtype", "float16", "float64 or float32"),
-     ("mask", "float", "bool or additive")],
-)  # fmt: skip
+    [
+        ("timeout", 0, "more than 0"),
+        ("timeout", math.nan, "more than 0"),
+        ("timeout", 2.0**63, "at most 3600"),
+        ("timeout", -1.0, "more than 0"),
+        ("framework", "jax", "numpy or torch"),
+        ("dtype", "float16", "float64 or float32"),
+        ("mask", "float", "bool or additive"),
+    ],
+)
 def test_a_hostile_setting_is_a_usage_error(setting: str, value: Any, expected: str) -> None:
     with pytest.raises(UsageError, match=expected) as caught:
         probe(student(), **{setting: value})
@@ -254,8 +267,14 @@ def test_attns_reference_probed_has_the_conventions_of_torchs_sdpa() -> None:
 
     from attn_cli.check.probe import reference
 
-    def sdpa(q: Array, k: Array, v: Array, causal: bool = False, mask: Array | None = None,
-             scale: float | None = None) -> Array:  # fmt: skip
+    def sdpa(
+        q: Array,
+        k: Array,
+        v: Array,
+        causal: bool = False,
+        mask: Array | None = None,
+        scale: float | None = None,
+    ) -> Array:
         out: Array = reference(q, k, v, causal=causal, allowed=mask, scale=scale)
         return out
 
@@ -325,14 +344,18 @@ def test_refused_and_not_asked_are_no_differences() -> None:
 @settings(max_examples=25, deadline=None)
 @given(
     shape=st.tuples(
-        st.integers(1, 2), st.sampled_from([(1, 1), (2, 1), (4, 2), (3, 3)]),
-        st.integers(1, 4), st.integers(1, 5), st.integers(1, 4), st.integers(1, 3),
+        st.integers(1, 2),
+        st.sampled_from([(1, 1), (2, 1), (4, 2), (3, 3)]),
+        st.integers(1, 4),
+        st.integers(1, 5),
+        st.integers(1, 4),
+        st.integers(1, 3),
     ),
     causal=st.booleans(),
     window=st.one_of(st.none(), st.integers(1, 4)),
     masked=st.booleans(),
     seed=st.integers(0, 2**16),
-)  # fmt: skip
+)
 def test_the_probes_reference_is_the_loop_reference_on_random_shapes(
     shape: tuple[int, tuple[int, int], int, int, int, int],
     causal: bool,

@@ -73,10 +73,18 @@ def test_a_correct_function_exits_0_with_every_convention_in_the_json(tmp_path: 
     assert report["target"] == target and report["verdict"] == "matches"
     assert list(report["conventions"]) == list(CONVENTIONS)
     assert report["conventions"] | {"gqa": None} == {
-        "scale": "1/sqrt(d)", "causal": "upper-left", "mask": "true-attends",
-        "empty_row": "zeros", "gqa": None, "softmax_axis": "keys", "large_logits": "stable",
-        "zero_scores": "kept", "deterministic": True, "batch_independent": True, "window": "n/a",
-    }  # fmt: skip
+        "scale": "1/sqrt(d)",
+        "causal": "upper-left",
+        "mask": "true-attends",
+        "empty_row": "zeros",
+        "gqa": None,
+        "softmax_axis": "keys",
+        "large_logits": "stable",
+        "zero_scores": "kept",
+        "deterministic": True,
+        "batch_independent": True,
+        "window": "n/a",
+    }
     assert report["conventions"]["gqa"] == "refused"
 
 
@@ -108,22 +116,32 @@ def test_the_table_names_findings_with_the_graders_words_in_english_and_chinese(
 
 
 HOSTILE = {
-    "raises": ("def f(q, k, v):\n    raise RuntimeError('boom\\nsecond line')\n",
-               "raised RuntimeError: boom second line"),
+    "raises": (
+        "def f(q, k, v):\n    raise RuntimeError('boom\\nsecond line')\n",
+        "raised RuntimeError: boom second line",
+    ),
     "a list": ("def f(q, k, v):\n    return [[1.0]]\n", "returned a list, expected a NumPy array"),
-    "wrong shape": ("def f(q, k, v):\n    return q[..., 0]\n",
-                    "returned shape (2, 2, 5), expected (2, 2, 5, 8)"),
-    "nan": ("import numpy as np\ndef f(q, k, v):\n    return np.full(q.shape, np.nan)\n",
-            "returned nan in every cell"),
-    "strings": ("import numpy as np\ndef f(q, k, v):\n    return np.full(q.shape, 'x')\n",
-                "expected real numbers"),
+    "wrong shape": (
+        "def f(q, k, v):\n    return q[..., 0]\n",
+        "returned shape (2, 2, 5), expected (2, 2, 5, 8)",
+    ),
+    "nan": (
+        "import numpy as np\ndef f(q, k, v):\n    return np.full(q.shape, np.nan)\n",
+        "returned nan in every cell",
+    ),
+    "strings": (
+        "import numpy as np\ndef f(q, k, v):\n    return np.full(q.shape, 'x')\n",
+        "expected real numbers",
+    ),
     "exits": ("import sys\ndef f(q, k, v):\n    sys.exit(3)\n", "raised SystemExit: 3"),
-    "import raises": ("raise ImportError('no torch here')\ndef f(q, k, v):\n    return q\n",
-                      "running it raised ImportError: no torch here"),
+    "import raises": (
+        "raise ImportError('no torch here')\ndef f(q, k, v):\n    return q\n",
+        "running it raised ImportError: no torch here",
+    ),
     "syntax": ("def f(q, k, v)\n    return q\n", "line 1: syntax error"),
     "not callable": ("f = 3\n", "f: is a int, not callable"),
     "missing function": ("def g(q, k, v):\n    return q\n", "defines no 'f'"),
-}  # fmt: skip
+}
 
 
 @pytest.mark.parametrize("case", list(HOSTILE))
@@ -148,10 +166,14 @@ def test_a_missing_file_and_a_non_utf8_file_are_one_line(tmp_path: Path) -> None
 
 @pytest.mark.parametrize(
     ("target", "expected"),
-    [("student.py", "TARGET: got 'student.py'"), (":f", "TARGET: got ':f'"),
-     ("x.py:1f", "not a Python name"), ("no_such_module_38:f", "no such module"),
-     ("a-b:f", "not a dotted Python name")],
-)  # fmt: skip
+    [
+        ("student.py", "TARGET: got 'student.py'"),
+        (":f", "TARGET: got ':f'"),
+        ("x.py:1f", "not a Python name"),
+        ("no_such_module_38:f", "no such module"),
+        ("a-b:f", "not a dotted Python name"),
+    ],
+)
 def test_a_malformed_target_is_one_line(target: str, expected: str) -> None:
     result = run_cli("probe", target)
     assert result.exit_code == 2
@@ -268,8 +290,9 @@ def test_a_target_with_escapes_a_directory_and_a_fifo_are_one_line(tmp_path: Pat
 def test_an_additive_mask_read_as_bool_is_another_mask(tmp_path: Path) -> None:
     """CORRECT reads its mask as bool: 0 (attend) is False and -inf True, so an additive mask
     hides exactly the keys it lets through: neither applied nor ignored."""
-    result = run_cli("probe", write(tmp_path, CORRECT) + ":attention", "--mask", "additive",
-                     "-f", "json")  # fmt: skip
+    result = run_cli(
+        "probe", write(tmp_path, CORRECT) + ":attention", "--mask", "additive", "-f", "json"
+    )
     assert result.exit_code == 1, result.stderr
     report = json.loads(result.stdout)
     assert report["conventions"]["mask"] == "other"

@@ -18,10 +18,18 @@ torch = pytest.importorskip("torch", reason="torch is not installed: pip install
 F = torch.nn.functional
 
 SDPA_CONVENTIONS = {
-    "scale": "1/sqrt(d)", "causal": "upper-left", "mask": "true-attends", "empty_row": "zeros",
-    "gqa": "repeat-interleave", "softmax_axis": "keys", "large_logits": "stable",
-    "zero_scores": "kept", "deterministic": True, "batch_independent": True, "window": "n/a",
-}  # fmt: skip
+    "scale": "1/sqrt(d)",
+    "causal": "upper-left",
+    "mask": "true-attends",
+    "empty_row": "zeros",
+    "gqa": "repeat-interleave",
+    "softmax_axis": "keys",
+    "large_logits": "stable",
+    "zero_scores": "kept",
+    "deterministic": True,
+    "batch_independent": True,
+    "window": "n/a",
+}
 
 WRAPPERS = """
 import torch

@@ -47,11 +47,20 @@ def fixtures(
     heads = draw(st.sampled_from([1, 2, 3, 4]))
     kv_heads = draw(st.sampled_from([n for n in (1, 2, 3, 4) if heads % n == 0]))
     kw: dict[str, Any] = {
-        "mode": mode, "layout": layout, "batch": batch, "seq": seq, "seq_k": seq_k,
-        "heads": heads, "kv_heads": kv_heads, "d_k": draw(st.integers(1, 3)),
-        "d_v": draw(st.integers(1, 3)), "qkv_bias": draw(st.booleans()),
-        "W_O": draw(st.booleans()), "b_O": True, "magnitude": draw(st.sampled_from([0.5, 3.0])),
-    }  # fmt: skip
+        "mode": mode,
+        "layout": layout,
+        "batch": batch,
+        "seq": seq,
+        "seq_k": seq_k,
+        "heads": heads,
+        "kv_heads": kv_heads,
+        "d_k": draw(st.integers(1, 3)),
+        "d_v": draw(st.integers(1, 3)),
+        "qkv_bias": draw(st.booleans()),
+        "W_O": draw(st.booleans()),
+        "b_O": True,
+        "magnitude": draw(st.sampled_from([0.5, 3.0])),
+    }
     if masking:
         kw["causal"] = draw(st.sampled_from([None, True, "upper-left", "lower-right"]))
         shapes = [
@@ -173,8 +182,10 @@ def test_result_does_not_depend_on_how_the_batch_is_split(
 def _repeat_blocks(rows: list[list[float]], n: int, group: int) -> list[list[float]]:
     """Each row's n column blocks, block g repeated ``group`` times: [g0 g0 g1 g1 ...]."""
     d = len(rows[0]) // n
-    return [[x for h in range(n * group) for x in row[(h // group) * d : (h // group + 1) * d]]
-            for row in rows]  # fmt: skip
+    return [
+        [x for h in range(n * group) for x in row[(h // group) * d : (h // group + 1) * d]]
+        for row in rows
+    ]
 
 
 def _ungrouped(fx: dict[str, Any], heads: int, kv_heads: int) -> dict[str, Any]:

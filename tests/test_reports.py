@@ -21,8 +21,14 @@ from attn_cli.present.report import fmt_pair, plural
 
 CAT = FIXTURES / "the_cat_sat.yaml"
 # One query, one key, d = 1, scale 1: scores = 1.1 * 1.1 = 1.2100000000000002 in float64.
-TINY = {"tokens": ["t"], "Q": [[1.1]], "K": [[1.1]], "V": [[1.0]], "scale": 1,
-        "expected": {"scores": [[1.3]]}}  # fmt: skip
+TINY = {
+    "tokens": ["t"],
+    "Q": [[1.1]],
+    "K": [[1.1]],
+    "V": [[1.0]],
+    "scale": 1,
+    "expected": {"scores": [[1.3]]},
+}
 SAME = {**TINY, "expected": {"scores": [[1.1 * 1.1]]}}
 
 
@@ -48,8 +54,10 @@ def test_check_from_stdin_is_named_stdin_as_trace_names_it() -> None:
 
 def test_counts_agree_with_their_nouns(tmp_path: Path) -> None:
     assert (plural(1, "stage"), plural(2, "stage"), plural(1_000, "cell")) == (
-        "1 stage", "2 stages", "1,000 cells",
-    )  # fmt: skip
+        "1 stage",
+        "2 stages",
+        "1,000 cells",
+    )
     result = run_cli("check", str(write(tmp_path / "tiny.json", TINY)), "-f", "plain")
     assert result.exit_code == 1
     assert result.stdout.splitlines()[-1].endswith(
@@ -115,8 +123,11 @@ def test_same_file_name_in_two_folders_gets_two_goldens(course: Path) -> None:
     made = run_cli("check", *fixtures, "--golden-dir", "golden", "--update")
     assert made.exit_code == 0, made.output
     found = sorted(str(p.relative_to(course)) for p in (course / "golden").rglob("*.json"))
-    assert found == ["golden/the_cat_sat.json", "golden/week1/example.json",
-                     "golden/week2/example.json"]  # fmt: skip
+    assert found == [
+        "golden/the_cat_sat.json",
+        "golden/week1/example.json",
+        "golden/week2/example.json",
+    ]
     week2 = json.loads((course / "golden/week2/example.json").read_text())
     assert week2["stages"]["softmax"]["shape"][0] == 2  # causal_multihead's, not the cat's
     same = run_cli("check", *fixtures, "--golden-dir", "golden", "-f", "plain")
@@ -126,9 +137,14 @@ def test_same_file_name_in_two_folders_gets_two_goldens(course: Path) -> None:
 
 def test_root_chooses_what_paths_are_relative_to(course: Path) -> None:
     made = run_cli(
-        "check", str(course / "week1/example.yaml"), "--golden-dir", "golden", "--root",
-        "week1", "--update",
-    )  # fmt: skip
+        "check",
+        str(course / "week1/example.yaml"),
+        "--golden-dir",
+        "golden",
+        "--root",
+        "week1",
+        "--update",
+    )
     assert made.exit_code == 0, made.output
     assert (course / "golden" / "example.json").is_file()
 
@@ -136,15 +152,21 @@ def test_root_chooses_what_paths_are_relative_to(course: Path) -> None:
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["/etc/hostname.yaml", "--golden-dir", "golden"],
-         "/etc/hostname.yaml: --golden-dir: is outside the root folder"),
-        (["-", "--golden-dir", "golden"],
-         "<stdin>: --golden-dir: standard input has no name to give a golden file"),
+        (
+            ["/etc/hostname.yaml", "--golden-dir", "golden"],
+            "/etc/hostname.yaml: --golden-dir: is outside the root folder",
+        ),
+        (
+            ["-", "--golden-dir", "golden"],
+            "<stdin>: --golden-dir: standard input has no name to give a golden file",
+        ),
         (["week1/example.yaml", "--root", "week1"], "--root: given without --golden-dir"),
-        (["week1/example.yaml", "--golden-dir", "golden", "--root", "nope"],
-         "nope: --root: is not a directory"),
+        (
+            ["week1/example.yaml", "--golden-dir", "golden", "--root", "nope"],
+            "nope: --root: is not a directory",
+        ),
     ],
-)  # fmt: skip
+)
 def test_golden_dir_refusals(course: Path, args: list[str], message: str) -> None:
     result = run_cli("check", *args)
     assert result.exit_code == 2
@@ -179,10 +201,12 @@ def hostile_fixture(folder: Path) -> Path:
     """A fixture whose file name and tokens hold XML's and terminals' special characters."""
     fixture = {
         "tokens": HOSTILE_TOKENS,
-        "Q": [[1, 0], [0, 1], [1, 1]], "K": [[1, 0], [0, 1], [1, 1]],
-        "V": [[1, 0], [0, 1], [0, 0]], "scale": 1,
+        "Q": [[1, 0], [0, 1], [1, 1]],
+        "K": [[1, 0], [0, 1], [1, 1]],
+        "V": [[1, 0], [0, 1], [0, 0]],
+        "scale": 1,
         "expected": {"scores": [[1, 0, 1], [0, 1, 1], [1, 1, 3]]},  # [2][2] is 2
-    }  # fmt: skip
+    }
     return write(folder / 'we<ird>&"\x1b,na:me%.json', fixture)
 
 
@@ -209,8 +233,9 @@ def test_junit_one_suite_one_case_per_fixture_and_stage(tmp_path: Path) -> None:
     assert len(suites) == 1
     cases = suites[0].findall("testcase")
     names = [(c.get("classname"), c.get("name")) for c in cases]
-    assert names[:8] == [(paths[0], s) for s in
-                         ("X", "Q", "K", "V", "scores", "scaled", "softmax", "output")]  # fmt: skip
+    assert names[:8] == [
+        (paths[0], s) for s in ("X", "Q", "K", "V", "scores", "scaled", "softmax", "output")
+    ]
     assert len(cases) == 8 + 11 and all(c.get("file") in paths for c in cases)
     failures = [c for c in cases if c.find("failure") is not None]
     assert suites[0].get("tests") == "19" and suites[0].get("failures") == str(len(failures))
@@ -262,8 +287,9 @@ def workflow_commands(stdout: str) -> list[tuple[dict[str, str], str]]:
         match = re.fullmatch(r"::error(?: ([^:]*))?::(.*)", line)
         assert match, line
         props = dict(p.split("=", 1) for p in (match.group(1) or "").split(",") if p)
-        out.append(({k: unescape_property(v) for k, v in props.items()},
-                    unescape_data(match.group(2))))  # fmt: skip
+        out.append(
+            ({k: unescape_property(v) for k, v in props.items()}, unescape_data(match.group(2)))
+        )
     return out
 
 

@@ -25,8 +25,11 @@ from attn_cli.io.fixture import load_fixture
 
 REFERENCE = Path(__file__).parent / "reference" / "rope_scaling"
 CASES = sorted(p.name for p in REFERENCE.iterdir() if p.is_dir())
-RUNS = [(case, i) for case in CASES for i in range(len(json.loads(
-    (REFERENCE / case / "reference.json").read_text())["runs"]))]  # fmt: skip
+RUNS = [
+    (case, i)
+    for case in CASES
+    for i in range(len(json.loads((REFERENCE / case / "reference.json").read_text())["runs"]))
+]
 IMPORTED = set(CASES)  # Phi-3 too: its fused qkv_proj is split into Q | K | V
 
 
@@ -43,8 +46,9 @@ def _scaling(params: dict[str, Any], config: dict[str, Any]) -> RopeScaling:
     given.setdefault("max_position_embeddings", config["max_position_embeddings"])
     if "max_position_embeddings" not in reads:
         del given["max_position_embeddings"]
-    return RopeScaling(kind, tuple((k, tuple(v) if isinstance(v, list) else v)
-                                   for k, v in given.items()))  # fmt: skip
+    return RopeScaling(
+        kind, tuple((k, tuple(v) if isinstance(v, list) else v) for k, v in given.items())
+    )
 
 
 def test_there_is_a_case_of_every_kind() -> None:
@@ -82,8 +86,9 @@ def _imported(tmp_path: Path, case: str, run_: dict[str, Any]) -> Any:
     )
     np.save(tmp_path / "h.npy", np.array(run_["h"], dtype=np.float64))
     out = tmp_path / f"{case}.npz"
-    result = run_cli("import", str(REFERENCE / case), "--hidden", str(tmp_path / "h.npy"),
-                     "-o", str(out))  # fmt: skip
+    result = run_cli(
+        "import", str(REFERENCE / case), "--hidden", str(tmp_path / "h.npy"), "-o", str(out)
+    )
     assert result.exit_code == 0, result.stderr
     return load_fixture(out)
 

@@ -125,14 +125,30 @@ def test_the_bundled_llama3_example_by_hand() -> None:
 
 
 SCALINGS = [
-    {"type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
-     "original_max_position_embeddings": 8192},
-    {"type": "llama3", "factor": 32.0, "low_freq_factor": 2.0, "high_freq_factor": 3.0,
-     "original_max_position_embeddings": 1000},
+    {
+        "type": "llama3",
+        "factor": 8.0,
+        "low_freq_factor": 1.0,
+        "high_freq_factor": 4.0,
+        "original_max_position_embeddings": 8192,
+    },
+    {
+        "type": "llama3",
+        "factor": 32.0,
+        "low_freq_factor": 2.0,
+        "high_freq_factor": 3.0,
+        "original_max_position_embeddings": 1000,
+    },
     {"type": "yarn", "factor": 32.0, "original_max_position_embeddings": 4096},
-    {"type": "yarn", "factor": 4.0, "beta_fast": 16.0, "beta_slow": 2.0, "truncate": False,
-     "original_max_position_embeddings": 256},
-]  # fmt: skip
+    {
+        "type": "yarn",
+        "factor": 4.0,
+        "beta_fast": 16.0,
+        "beta_slow": 2.0,
+        "truncate": False,
+        "original_max_position_embeddings": 256,
+    },
+]
 
 
 @pytest.mark.parametrize("spec", SCALINGS, ids=lambda s: f"{s['type']}-{s['factor']:g}")
@@ -149,8 +165,13 @@ def test_bands_and_frequencies_are_transformers_loop(
         old = params["original_max_position_embeddings"]
         for i, f in enumerate(plain):
             wavelen = TWO_PI / f
-            band = ("scaled" if wavelen > old / params["low_freq_factor"] else
-                    "kept" if wavelen < old / params["high_freq_factor"] else "smooth")  # fmt: skip
+            band = (
+                "scaled"
+                if wavelen > old / params["low_freq_factor"]
+                else "kept"
+                if wavelen < old / params["high_freq_factor"]
+                else "smooth"
+            )
             assert table.band[i] == band, i
     else:
         expected = hf_yarn(dims, base, params)
@@ -199,8 +220,9 @@ def _imported(tmp_path: Path, case: str) -> tuple[Path, dict[str, Any]]:
     run_ = ref["runs"][0]
     np.save(tmp_path / "h.npy", np.array(run_["h"], dtype=np.float64))
     out = tmp_path / f"{case}.npz"
-    result = run_cli("import", str(REFERENCE / case), "--hidden", str(tmp_path / "h.npy"),
-                     "-o", str(out))  # fmt: skip
+    result = run_cli(
+        "import", str(REFERENCE / case), "--hidden", str(tmp_path / "h.npy"), "-o", str(out)
+    )
     assert result.exit_code == 0, result.stderr
     return out, run_
 
@@ -304,13 +326,21 @@ def _student(fx: dict[str, Any], inv: list[float], attention: float) -> dict[str
     return {"Q_rot": q, "K_rot": k, "softmax": w, "output": w @ (X @ W_V)[None]}
 
 
-LLAMA3 = {"type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
-          "original_max_position_embeddings": 8192}  # fmt: skip
+LLAMA3 = {
+    "type": "llama3",
+    "factor": 8.0,
+    "low_freq_factor": 1.0,
+    "high_freq_factor": 4.0,
+    "original_max_position_embeddings": 8192,
+}
 YARN = {"type": "yarn", "factor": 32.0, "original_max_position_embeddings": 4096}
-LONGROPE = {"type": "longrope", "original_max_position_embeddings": 4096,
-            "max_position_embeddings": 131072,
-            "short_factor": [1.0, 1.0, 1.1, 1.2, 1.5, 2.0, 3.0, 4.0],
-            "long_factor": [1.0, 1.5, 2.0, 3.0, 4.0, 6.0, 8.0, 10.0]}  # fmt: skip
+LONGROPE = {
+    "type": "longrope",
+    "original_max_position_embeddings": 4096,
+    "max_position_embeddings": 131072,
+    "short_factor": [1.0, 1.0, 1.1, 1.2, 1.5, 2.0, 3.0, 4.0],
+    "long_factor": [1.0, 1.5, 2.0, 3.0, 4.0, 6.0, 8.0, 10.0],
+}
 
 
 def _planted(scaling: dict[str, Any] | None, mistake: str) -> tuple[list[float], float]:
@@ -351,9 +381,12 @@ GRADED_IDS = [f"{(s or LLAMA3)['type']}-{m or 'right'}" for s, m, _ in GRADED]
 @pytest.mark.parametrize(("scaling", "mistake", "name"), GRADED, ids=GRADED_IDS)
 @pytest.mark.parametrize("dumped", [("Q_rot", "K_rot", "softmax", "output"), ("softmax",)])
 def test_a_planted_rope_scaling_mistake_is_named(
-    tmp_path: Path, scaling: dict[str, Any] | None, mistake: str, name: str | None,
+    tmp_path: Path,
+    scaling: dict[str, Any] | None,
+    mistake: str,
+    name: str | None,
     dumped: tuple[str, ...],
-) -> None:  # fmt: skip
+) -> None:
     fx, path = _fixture(scaling, tmp_path)
     stages = _student(fx, *_planted(scaling, mistake))
     np.savez(tmp_path / "dump.npz", **{n: stages[n] for n in dumped})  # type: ignore[arg-type]

@@ -36,10 +36,14 @@ def close(actual: Any, desired: Any) -> None:
 # 1) lse, asked for by name: tables, JSON and npz, against log Σ exp written as loops
 
 # batch 2, heads 2, seq 3, d_k 2; row 2 of batch 0 allows no key (mask), bias holds a -inf
-Q = [[[[0.5, 1.0], [1.5, -0.5], [0.2, 0.3]], [[-1.0, 0.4], [0.7, 0.9], [1.1, -1.2]]],
-     [[[0.3, -0.8], [2.0, 0.1], [-0.6, 0.6]], [[0.9, 0.9], [-0.2, 1.3], [0.4, -0.4]]]]  # fmt: skip
-K = [[[[1.0, 0.0], [0.0, 1.0], [1.0, 1.0]], [[0.5, -0.5], [-1.0, 2.0], [0.3, 0.3]]],
-     [[[0.1, 0.2], [1.2, -0.3], [-0.7, 0.8]], [[2.0, 0.0], [0.0, -1.0], [1.0, 0.5]]]]  # fmt: skip
+Q = [
+    [[[0.5, 1.0], [1.5, -0.5], [0.2, 0.3]], [[-1.0, 0.4], [0.7, 0.9], [1.1, -1.2]]],
+    [[[0.3, -0.8], [2.0, 0.1], [-0.6, 0.6]], [[0.9, 0.9], [-0.2, 1.3], [0.4, -0.4]]],
+]
+K = [
+    [[[1.0, 0.0], [0.0, 1.0], [1.0, 1.0]], [[0.5, -0.5], [-1.0, 2.0], [0.3, 0.3]]],
+    [[[0.1, 0.2], [1.2, -0.3], [-0.7, 0.8]], [[2.0, 0.0], [0.0, -1.0], [1.0, 0.5]]],
+]
 ROWS = [[True, True, True], [True, False, True], [False, False, False]]
 MASK = [[ROWS, ROWS], [[[True, False, False], [True, True, False], [True, True, True]]] * 2]
 BIAS: list[list[Any]] = [[0, 0.5, "-inf"], [0.25, 0, 0], [0, 0, 0]]
@@ -47,8 +51,15 @@ SCALE = 0.5
 
 
 def lse_fixture(sinks: list[float] | None = None) -> dict[str, Any]:
-    fixture: dict[str, Any] = {"tokens": ["x", "y", "z"], "Q": Q, "K": K, "V": K, "mask": MASK,
-                               "bias": BIAS, "scale": SCALE}  # fmt: skip
+    fixture: dict[str, Any] = {
+        "tokens": ["x", "y", "z"],
+        "Q": Q,
+        "K": K,
+        "V": K,
+        "mask": MASK,
+        "bias": BIAS,
+        "scale": SCALE,
+    }
     if sinks is not None:
         fixture["sinks"] = sinks
     return fixture
@@ -108,8 +119,9 @@ def test_lse_in_json_is_log_sum_exp_of_the_masked_row(tmp_path: Path, sinks: Any
 def test_lse_in_npz_is_log_sum_exp_of_the_masked_row(tmp_path: Path) -> None:
     path = write_json(tmp_path / "lse.json", lse_fixture())
     out = tmp_path / "out.npz"
-    result = run_cli("trace", str(path), "-s", "lse", "-s", "softmax", "-f", "npz", "-o",
-                     str(out), "-q")  # fmt: skip
+    result = run_cli(
+        "trace", str(path), "-s", "lse", "-s", "softmax", "-f", "npz", "-o", str(out), "-q"
+    )
     assert result.exit_code == 0, result.output
     with np.load(out) as arrays:
         assert sorted(arrays.files) == ["lse", "softmax"]
@@ -197,8 +209,12 @@ def test_the_fallback_is_readable_and_json_can_read_what_it_cannot_translate() -
 
 
 def test_the_json_trace_to_an_ascii_stdout_keeps_every_token(tmp_path: Path) -> None:
-    fixture = {"tokens": ["é−∞", "中", "😀"], "Q": [[1, 0], [0, 1], [1, 1]],
-               "K": [[1, 0], [0, 1], [1, 1]], "V": [[1, 2], [3, 4], [5, 6]]}  # fmt: skip
+    fixture = {
+        "tokens": ["é−∞", "中", "😀"],
+        "Q": [[1, 0], [0, 1], [1, 1]],
+        "K": [[1, 0], [0, 1], [1, 1]],
+        "V": [[1, 2], [3, 4], [5, 6]],
+    }
     path = write_json(tmp_path / "t.json", fixture)
     result = CliRunner(charset="ascii").invoke(_app(), ["trace", str(path), "-f", "json"])
     assert result.exit_code == 0, (result.output, result.exception)
@@ -227,8 +243,13 @@ def test_data_formats_to_an_ascii_stdout_keep_every_token_exactly(
 ) -> None:
     """JSON gets \\uXXXX and HTML/SVG &#NNNN;: both read back as written, where the readable
     text fallback would turn − into - (a token changed)."""
-    fixture = {"tokens": TOKENS, "causal": True, "Q": [[1, 0], [0, 1], [1, 1]],
-               "K": [[1, 0], [0, 1], [1, 1]], "V": [[1, 2], [3, 4], [5, 6]]}  # fmt: skip
+    fixture = {
+        "tokens": TOKENS,
+        "causal": True,
+        "Q": [[1, 0], [0, 1], [1, 1]],
+        "K": [[1, 0], [0, 1], [1, 1]],
+        "V": [[1, 2], [3, 4], [5, 6]],
+    }
     path = write_json(tmp_path / "t.json", fixture)
     argv = [str(path) if a == "FIXTURE" else a for a in args]
     result = CliRunner(charset="ascii").invoke(_app(), argv)
@@ -239,8 +260,9 @@ def test_data_formats_to_an_ascii_stdout_keep_every_token_exactly(
         assert token in shown
 
 
-@pytest.mark.parametrize("args", [["trace"], ["trace", "--explain", "--lang", "zh"],
-                                  ["check", "--help"], ["--help"]])  # fmt: skip
+@pytest.mark.parametrize(
+    "args", [["trace"], ["trace", "--explain", "--lang", "zh"], ["check", "--help"], ["--help"]]
+)
 def test_an_ascii_stdout_in_process(args: list[str]) -> None:
     result = CliRunner(charset="ascii").invoke(_app(), args)
     assert result.exit_code == 0, (result.output, result.exception)
@@ -261,12 +283,20 @@ def _golden_fixture(tmp_path: Path) -> tuple[Path, Path]:
 
 
 ASCII_RUNS = [
-    ["trace"], ["trace", "-f", "json"], ["trace", "--explain", "--lang", "zh"],
-    ["decode", "mistral_sliding_window"], ["decode", "gptoss_sinks", "-f", "json"],
-    ["flash", "--explain"], ["check", "GOLDEN"], ["check", "GOLDEN", "-f", "junit"],
-    ["--help"], ["trace", "--help"], ["decode", "--help"], ["flash", "--help"],
+    ["trace"],
+    ["trace", "-f", "json"],
+    ["trace", "--explain", "--lang", "zh"],
+    ["decode", "mistral_sliding_window"],
+    ["decode", "gptoss_sinks", "-f", "json"],
+    ["flash", "--explain"],
+    ["check", "GOLDEN"],
+    ["check", "GOLDEN", "-f", "junit"],
+    ["--help"],
+    ["trace", "--help"],
+    ["decode", "--help"],
+    ["flash", "--help"],
     ["check", "--help"],
-]  # fmt: skip
+]
 
 
 @pytest.mark.subprocess
@@ -290,13 +320,22 @@ def test_lc_all_c_without_utf8_mode_is_no_traceback(tmp_path: Path, args: list[s
 
 HUGE = [2**63, 2**64, 10**30]
 WINDOW_BASE = {
-    "tokens": ["a", "b", "c", "d", "e"], "heads": 2, "kv_heads": 1, "causal": True,
-    "Q": [[0.1, 0.9, -0.3, 0.4], [1.2, -0.7, 0.5, 0.2], [-0.4, 0.3, 0.8, -1.1],
-          [0.6, 0.6, -0.2, 0.9], [-1.0, 0.2, 0.4, 0.1]],
+    "tokens": ["a", "b", "c", "d", "e"],
+    "heads": 2,
+    "kv_heads": 1,
+    "causal": True,
+    "Q": [
+        [0.1, 0.9, -0.3, 0.4],
+        [1.2, -0.7, 0.5, 0.2],
+        [-0.4, 0.3, 0.8, -1.1],
+        [0.6, 0.6, -0.2, 0.9],
+        [-1.0, 0.2, 0.4, 0.1],
+    ],
     "K": [[0.5, -0.2], [0.3, 0.8], [-0.9, 0.1], [0.2, 0.2], [1.1, -0.6]],
     "V": [[1.0, 0.0], [0.0, 1.0], [0.5, 0.5], [-1.0, 2.0], [0.3, -0.3]],
-    "rope": True, "sinks": [0.2, -0.5],
-}  # fmt: skip
+    "rope": True,
+    "sinks": [0.2, -0.5],
+}
 
 
 def window_fixtures(tmp_path: Path, window: int, suffix: str) -> tuple[Path, Path]:
@@ -378,8 +417,10 @@ def test_window_reach_is_exact_at_int64_extremes() -> None:
 
 @pytest.fixture(scope="module")
 def dumps() -> dict[str, Any]:
-    return {c: json.loads(run_cli(c, "mistral_sliding_window", "-f", "json", "-q").stdout)
-            for c in ("decode", "flash")}  # fmt: skip
+    return {
+        c: json.loads(run_cli(c, "mistral_sliding_window", "-f", "json", "-q").stdout)
+        for c in ("decode", "flash")
+    }
 
 
 WHOLE_BAD = [math.nan, math.inf, -math.inf, -1, 0, 1e300, 2**70, -(2**70), 2.5, True, False, "3"]
@@ -433,8 +474,13 @@ def test_base2_must_be_a_flag(tmp_path: Path, dumps: dict[str, Any], value: Any)
     _check_refused(path, "base2")
 
 
-TILE_BAD = [("head", math.nan), ("batch", -1), ("head", 2**80), ("q_block", [0, math.inf]),
-            ("k_block", [0.5, 2])]  # fmt: skip
+TILE_BAD = [
+    ("head", math.nan),
+    ("batch", -1),
+    ("head", 2**80),
+    ("q_block", [0, math.inf]),
+    ("k_block", [0.5, 2]),
+]
 
 
 @pytest.mark.parametrize(("key", "value"), TILE_BAD)
@@ -463,9 +509,13 @@ HOSTILE_TOKENS = ["a\n::warning::x", "b\r::error::y", "c\x1b[31m\x07\u2028\x85z"
 
 
 def hostile(tmp_path: Path) -> Path:
-    fixture = {"tokens": HOSTILE_TOKENS, "Q": [[1, 0], [0, 1], [1, 1]],
-               "K": [[1, 0], [0, 1], [1, 1]], "V": [[1, 2], [3, 4], [5, 6]],
-               "expected": {"output": [[9, 9], [9, 9], [9, 9]]}}  # fmt: skip
+    fixture = {
+        "tokens": HOSTILE_TOKENS,
+        "Q": [[1, 0], [0, 1], [1, 1]],
+        "K": [[1, 0], [0, 1], [1, 1]],
+        "V": [[1, 2], [3, 4], [5, 6]],
+        "expected": {"output": [[9, 9], [9, 9], [9, 9]]},
+    }
     return write_json(tmp_path / "tok\n::warning::f.json", fixture)
 
 

@@ -195,8 +195,7 @@ def test_decode_elides_a_long_cache_line_as_its_tables(tmp_path: Path, full: boo
     rows = [[math.sin(i + j) for j in range(2)] for i in range(20)]
     fixture = tmp_path / "long.json"
     fixture.write_text(json.dumps({"Q": rows, "K": rows, "V": rows, "causal": True}), "utf-8")
-    result = run_cli("decode", str(fixture), "--no-color", "--width", "400",
-                     *(["--full"] * full))  # fmt: skip
+    result = run_cli("decode", str(fixture), "--no-color", "--width", "400", *(["--full"] * full))
     assert result.exit_code == 0, result.stderr
     out = result.stdout.splitlines()
     lines = [out[n + 1] for n, line in enumerate(out) if line.startswith("cache: 20 slots")]
@@ -234,8 +233,9 @@ def _too_long(text: str, width: int = 80) -> list[str]:
 def wide_fixture(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A causal fixture of 20 tokens and 48 embedding columns: --full drew 486-cell lines."""
     path = tmp_path_factory.mktemp("wide") / "wide.yaml"
-    made = run_cli("new", str(path), "--seq", "20", "--d-model", "48", "--d-k", "16",
-                   "--causal", "-q")  # fmt: skip
+    made = run_cli(
+        "new", str(path), "--seq", "20", "--d-model", "48", "--d-k", "16", "--causal", "-q"
+    )
     assert made.exit_code == 0, made.stderr
     return path
 
@@ -290,8 +290,9 @@ def test_the_cache_cost_table_is_whole_at_80_columns(lang: str) -> None:
 
 
 def test_full_wraps_a_wide_matrix_in_blocks_of_columns(wide_fixture: Path) -> None:
-    result = run_cli("trace", str(wide_fixture), "--no-color", "--width", "80", "--full",
-                     "--stage", "X")  # fmt: skip
+    result = run_cli(
+        "trace", str(wide_fixture), "--no-color", "--width", "80", "--full", "--stage", "X"
+    )
     assert result.exit_code == 0, result.stderr
     headers = [line.split() for line in result.stdout.splitlines() if line.startswith("seq ")]
     assert len(headers) > 1  # 48 columns do not fit in 80 cells: several blocks
@@ -462,20 +463,45 @@ def test_color_to_a_pipe_is_still_colour() -> None:
 
 # The keys' names as the doc writes them, and the bytes a terminal sends for each.
 KEY_BYTES: dict[str, tuple[bytes, ...]] = {
-    "Enter": (b"\r", b"\n"), "Space": (b" ",), "→": (b"\x1b[C", b"\x1bOC"), "n": (b"n",),
-    "l": (b"l",), "←": (b"\x1b[D", b"\x1bOD"), "Backspace": (b"\x7f", b"\x08"), "b": (b"b",),
-    "p": (b"p",), "h": (b"h",), "↓": (b"\x1b[B", b"\x1bOB"), "j": (b"j",),
-    "↑": (b"\x1b[A", b"\x1bOA"), "k": (b"k",), "Page Down": (b"\x1b[6~",),
-    "Page Up": (b"\x1b[5~",), "Home": (b"\x1b[H", b"\x1bOH", b"\x1b[1~", b"\x1b[7~"),
-    "End": (b"\x1b[F", b"\x1bOF", b"\x1b[4~", b"\x1b[8~"), "g": (b"g",), "?": (b"?",),
-    "q": (b"q",), "Q": (b"Q",), "Esc": (b"\x1b",), "Ctrl-C": (b"\x03",), "Ctrl-D": (b"\x04",),
-}  # fmt: skip
+    "Enter": (b"\r", b"\n"),
+    "Space": (b" ",),
+    "→": (b"\x1b[C", b"\x1bOC"),
+    "n": (b"n",),
+    "l": (b"l",),
+    "←": (b"\x1b[D", b"\x1bOD"),
+    "Backspace": (b"\x7f", b"\x08"),
+    "b": (b"b",),
+    "p": (b"p",),
+    "h": (b"h",),
+    "↓": (b"\x1b[B", b"\x1bOB"),
+    "j": (b"j",),
+    "↑": (b"\x1b[A", b"\x1bOA"),
+    "k": (b"k",),
+    "Page Down": (b"\x1b[6~",),
+    "Page Up": (b"\x1b[5~",),
+    "Home": (b"\x1b[H", b"\x1bOH", b"\x1b[1~", b"\x1b[7~"),
+    "End": (b"\x1b[F", b"\x1bOF", b"\x1b[4~", b"\x1b[8~"),
+    "g": (b"g",),
+    "?": (b"?",),
+    "q": (b"q",),
+    "Q": (b"Q",),
+    "Esc": (b"\x1b",),
+    "Ctrl-C": (b"\x03",),
+    "Ctrl-D": (b"\x04",),
+}
 DOES = {  # how the doc's "does" column begins, for each action of the pager
-    "next": "next stage", "back": "previous stage", "down": "scroll down one line",
-    "up": "scroll up one line", "pgdn": "scroll down one screen", "pgup": "scroll up one screen",
-    "home": "top of the stage", "end": "bottom of the stage", "goto": "go to a stage",
-    "help": "the keys", "quit": "quit",
-}  # fmt: skip
+    "next": "next stage",
+    "back": "previous stage",
+    "down": "scroll down one line",
+    "up": "scroll up one line",
+    "pgdn": "scroll down one screen",
+    "pgup": "scroll up one screen",
+    "home": "top of the stage",
+    "end": "bottom of the stage",
+    "goto": "go to a stage",
+    "help": "the keys",
+    "quit": "quit",
+}
 
 
 def _doc_keys() -> list[tuple[list[str], str]]:
@@ -518,9 +544,15 @@ def test_the_pager_help_and_the_doc_agree_on_page_down() -> None:
 
 @pytest.mark.parametrize(
     ("x", "table", "formula"),
-    [(-5.65685, "-5.6569", "−5.6569"), (-math.inf, "-inf", "−∞"), (math.inf, "inf", "∞"),
-     (-0.00001, "0.0000", "0.0000"), (-2.0, "-2.0000", "−2"), (3.5, "3.5000", "3.5000")],
-)  # fmt: skip
+    [
+        (-5.65685, "-5.6569", "−5.6569"),
+        (-math.inf, "-inf", "−∞"),
+        (math.inf, "inf", "∞"),
+        (-0.00001, "0.0000", "0.0000"),
+        (-2.0, "-2.0000", "−2"),
+        (3.5, "3.5000", "3.5000"),
+    ],
+)
 def test_one_formatter_two_styles(x: float, table: str, formula: str) -> None:
     """Tables ASCII (as plain output and goldens are), formulas with U+2212 (as −∞ is)."""
     from attn_cli.present.text import factor, format_number, short_number
@@ -532,8 +564,9 @@ def test_one_formatter_two_styles(x: float, table: str, formula: str) -> None:
 
 
 def test_a_worked_cell_writes_every_minus_alike() -> None:
-    result = run_cli("trace", "the_cat_sat", "--cell", "The,cat", "--stage", "softmax",
-                     "--no-color")  # fmt: skip
+    result = run_cli(
+        "trace", "the_cat_sat", "--cell", "The,cat", "--stage", "softmax", "--no-color"
+    )
     assert result.exit_code == 0, result.stderr
     cell = result.stdout.split("worked cell", 1)[1]
     assert "−5.6569" in cell

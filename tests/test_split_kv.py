@@ -37,10 +37,17 @@ F64 = 1e-12
 NEG = -math.inf
 LOG2E = 1 / math.log(2)
 CAUSAL = [  # every bundled causal example flash runs (the gate, linear attention: refused)
-    "causal_multihead", "llama_rope_gqa", "llama_rope_interleaved", "mistral_sliding_window",
-    "gptoss_sinks", "qwen3_qk_norm", "gemma2_softcap", "llama31_rope_scaling", "deepseek_mla",
+    "causal_multihead",
+    "llama_rope_gqa",
+    "llama_rope_interleaved",
+    "mistral_sliding_window",
+    "gptoss_sinks",
+    "qwen3_qk_norm",
+    "gemma2_softcap",
+    "llama31_rope_scaling",
+    "deepseek_mla",
     "mask_sentinel",
-]  # fmt: skip
+]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -54,8 +61,10 @@ def loop_merge(states: list[tuple[float, list[float]]]) -> tuple[float, list[flo
         return NEG, [0.0] * len(states[0][1])
     lse = top + math.log(math.fsum(math.exp(L - top) for L, _ in states if L != NEG))
     w = [0.0 if L == NEG else math.exp(L - lse) for L, _ in states]
-    out = [math.fsum(ws * o[e] for ws, (_, o) in zip(w, states, strict=True))
-           for e in range(len(states[0][1]))]  # fmt: skip
+    out = [
+        math.fsum(ws * o[e] for ws, (_, o) in zip(w, states, strict=True))
+        for e in range(len(states[0][1]))
+    ]
     return lse, out
 
 
@@ -66,8 +75,9 @@ def chunk_softmax(x: list[float], vs: list[list[float]]) -> tuple[float, float, 
         return NEG, 0.0, NEG, [0.0] * len(vs[0])
     p = [math.exp(s - m) for s in x]
     total = math.fsum(p)
-    out = [math.fsum(pi * v[e] for pi, v in zip(p, vs, strict=True)) / total
-           for e in range(len(vs[0]))]  # fmt: skip
+    out = [
+        math.fsum(pi * v[e] for pi, v in zip(p, vs, strict=True)) / total for e in range(len(vs[0]))
+    ]
     return m, total, m + math.log(total), out
 
 
@@ -77,8 +87,11 @@ def direct_fixture(
     """A direct-mode fixture (4-axis Q, K, V; 2 heads sharing one kv head) written to
     ``path``; its arrays."""
     rng = np.random.default_rng(seed)
-    a = {"Q": rng.normal(size=(1, 2, T, 3)) * size, "K": rng.normal(size=(1, 1, S, 3)),
-         "V": rng.normal(size=(1, 1, S, 2))}  # fmt: skip
+    a = {
+        "Q": rng.normal(size=(1, 2, T, 3)) * size,
+        "K": rng.normal(size=(1, 1, S, 3)),
+        "V": rng.normal(size=(1, 1, S, 2)),
+    }
     doc: dict[str, Any] = {n: x.tolist() for n, x in a.items()}
     if causal is not None:
         doc["causal"] = causal
@@ -91,9 +104,18 @@ def scores(a: dict[str, Array], causal: str | None) -> list[list[list[float]]]:
     q, k = a["Q"][0], a["K"][0, 0]
     T, S, D = q.shape[1], k.shape[0], q.shape[2]
     offset = {None: None, "upper-left": 0, "lower-right": S - T}[causal]
-    return [[[NEG if offset is not None and j > i + offset else
-              math.fsum(q[h, i, d] * k[j, d] for d in range(D)) / math.sqrt(D)
-              for j in range(S)] for i in range(T)] for h in range(q.shape[0])]  # fmt: skip
+    return [
+        [
+            [
+                NEG
+                if offset is not None and j > i + offset
+                else math.fsum(q[h, i, d] * k[j, d] for d in range(D)) / math.sqrt(D)
+                for j in range(S)
+            ]
+            for i in range(T)
+        ]
+        for h in range(q.shape[0])
+    ]
 
 
 def chunk_states(
@@ -101,8 +123,10 @@ def chunk_states(
 ) -> list[list[list[tuple[float, float, float, list[float]]]]]:
     """[head][query][chunk] -> (m, l, lse, O_s) by :func:`chunk_softmax`."""
     v = a["V"][0, 0].tolist()
-    return [[[chunk_softmax(row[s0:s1], v[s0:s1]) for s0, s1 in bounds] for row in head]
-            for head in scores(a, causal)]  # fmt: skip
+    return [
+        [[chunk_softmax(row[s0:s1], v[s0:s1]) for s0, s1 in bounds] for row in head]
+        for head in scores(a, causal)
+    ]
 
 
 def example_reference(name: str) -> dict[str, Array]:
@@ -141,8 +165,10 @@ def test_chunks_are_as_even_as_numpy_array_split(keys: int, data: st.DataObject)
 
 def test_merge_by_hand() -> None:
     # lse 1 and 3: lse = 3 + log(1 + e^-2); w = e^-2 / (1 + e^-2), 1 / (1 + e^-2)
-    m = merge([np.array([1.0]), np.array([3.0]), np.array([NEG])],
-              [np.array([[2.0]]), np.array([[-1.0]]), np.array([[0.0]])])  # fmt: skip
+    m = merge(
+        [np.array([1.0]), np.array([3.0]), np.array([NEG])],
+        [np.array([[2.0]]), np.array([[-1.0]]), np.array([[0.0]])],
+    )
     w0 = math.exp(-2) / (1 + math.exp(-2))
     assert m.lse[0] == pytest.approx(3 + math.log1p(math.exp(-2)), abs=1e-15)
     assert m.weights[:, 0].tolist() == pytest.approx([w0, 1 - w0, 0.0], abs=1e-15)
@@ -197,12 +223,17 @@ def test_every_split_of_a_bundled_example_equals_the_reference(name: str) -> Non
         # the chunks merged here in a shuffled order, the sink (if any) a state of its own
         states = [(c.lse, c.output) for c in r.chunks]
         if r.extra is not None:
-            states.append((np.broadcast_to(r.extra[:, :, None], r.chunks[0].lse.shape),
-                           np.zeros_like(r.chunks[0].output)))  # fmt: skip
+            states.append(
+                (
+                    np.broadcast_to(r.extra[:, :, None], r.chunks[0].lse.shape),
+                    np.zeros_like(r.chunks[0].output),
+                )
+            )
         rng.shuffle(states)
         B, H, T = r.chunks[0].lse.shape
-        ref_L, ref_O = (ref[n] if run.trace.inputs.has_batch else ref[n][None]
-                        for n in ("lse", "output"))  # fmt: skip
+        ref_L, ref_O = (
+            ref[n] if run.trace.inputs.has_batch else ref[n][None] for n in ("lse", "output")
+        )
         for b, h, i in np.ndindex(B, H, T):
             row = loop_merge([(float(L[b, h, i]), o[b, h, i].tolist()) for L, o in states])
             close(np.array(row[0]), ref_L[b, h, i])
@@ -239,8 +270,10 @@ def test_random_fixtures_chunk_by_chunk_and_merged_in_any_order(
     for h, i in np.ndindex(2, T):
         for s, chunk in enumerate(run.result.chunks):
             m, l, lse, out = want[h][i][s]  # noqa: E741
-            close(np.array([chunk.m[0, h, i], chunk.l[0, h, i], chunk.lse[0, h, i]]),
-                  np.array([m, l, lse]))  # fmt: skip
+            close(
+                np.array([chunk.m[0, h, i], chunk.l[0, h, i], chunk.lse[0, h, i]]),
+                np.array([m, l, lse]),
+            )
             close(chunk.output[0, h, i], np.array(out))
         lse, out = loop_merge([(want[h][i][s][2], want[h][i][s][3]) for s in order])
         for got_L, got_O in ((run.lse, run.output), run.result.fold, run.result.tree):
@@ -293,8 +326,14 @@ def test_table_shows_chunks_merge_and_the_two_orders() -> None:
     assert result.exit_code == 0, result.stderr
     out = result.stdout
     assert "chunks (keys): 0..1, 2..2, 3..3" in out
-    for text in ("chunk 2 of 3 · keys 3..3", "the merge of 3 chunks", "w 2", "m*",
-                 "merged left to right (a fold)", "right to left in pairs (a tree)"):  # fmt: skip
+    for text in (
+        "chunk 2 of 3 · keys 3..3",
+        "the merge of 3 chunks",
+        "w 2",
+        "m*",
+        "merged left to right (a fold)",
+        "right to left in pairs (a tree)",
+    ):
         assert text in out, text
     assert "✗" not in out
 
@@ -315,8 +354,9 @@ def test_html_page_steps_through_chunks_and_merge(tmp_path: Path) -> None:
     lines = [line for d in data["derivations"] for line in d["en"]["lines"]]
     lse = "lse = m* + log Σ_s exp(lse_s − m*) = 5.7143 + log(exp(4.4603 − 5.7143) + exp("
     assert any(line.startswith(lse + "5.7143 − 5.7143)) = 5.9653") for line in lines)
-    assert any(line.startswith("w_0 = exp(lse_0 − lse) = exp(4.4603 − 5.9653) = 0.222")
-               for line in lines)  # fmt: skip
+    assert any(
+        line.startswith("w_0 = exp(lse_0 − lse) = exp(4.4603 − 5.9653) = 0.222") for line in lines
+    )
 
 
 def test_html_page_elides_the_middle_chunks(tmp_path: Path) -> None:
@@ -361,11 +401,14 @@ def test_step_in_a_pty() -> None:
 
     code, _ = step_in_pty(
         ["flash", "causal_multihead", "--split-kv", "2", "--step"],
-        [(b"\r", r"stage 2 of 5\s+chunk 0: keys 0\.\.1"),
-         (b"\r", r"stage 3 of 5\s+chunk 1: keys 2\.\.3"),
-         (b"\r", r"stage 4 of 5\s+the merge"), (b"q", r"")],
+        [
+            (b"\r", r"stage 2 of 5\s+chunk 0: keys 0\.\.1"),
+            (b"\r", r"stage 3 of 5\s+chunk 1: keys 2\.\.3"),
+            (b"\r", r"stage 4 of 5\s+the merge"),
+            (b"q", r""),
+        ],
         first=r"stage 1 of 5\s+overview",
-    )  # fmt: skip
+    )
     assert code == 0
 
 
@@ -382,19 +425,49 @@ def test_npz_dump_with_split_kv_is_graded(tmp_path: Path) -> None:
 
 
 def test_explanations_en_and_zh() -> None:
-    result = run_cli("flash", "causal_multihead", "--split-kv", "2", "--explain", "--lang",
-                     "zh", "-f", "plain")  # fmt: skip
+    result = run_cli(
+        "flash", "causal_multihead", "--split-kv", "2", "--explain", "--lang", "zh", "-f", "plain"
+    )
     assert result.exit_code == 0, result.stderr
     assert "合并满足结合律和交换律" in result.stdout
     for key, texts in _EXPLAIN.items():
-        allowed = ("flash-decoding", "FlashInfer", "merge_state", "GPU", "softmax", "attn",
-                   "float64", "lse_s", "KV")  # fmt: skip
+        allowed = (
+            "flash-decoding",
+            "FlashInfer",
+            "merge_state",
+            "GPU",
+            "softmax",
+            "attn",
+            "float64",
+            "lse_s",
+            "KV",
+        )
         assert english_left(texts["zh"][1], allowed) == [], key
         assert not any("\u4e00" <= c <= "\u9fff" for c in "".join(texts["en"])), key
     for text in LABELS["zh"].values():
-        names = ("KV", "flash-decoding", "log-sum-exp", "FlashAttention", "lse", "exp", "log",
-                 "exp2", "log2", "acc", "sink", "logit", "softmax", "output", "trace", "base2",
-                 "max", "full", "lse_s", "O_s", "w_s")  # fmt: skip
+        names = (
+            "KV",
+            "flash-decoding",
+            "log-sum-exp",
+            "FlashAttention",
+            "lse",
+            "exp",
+            "log",
+            "exp2",
+            "log2",
+            "acc",
+            "sink",
+            "logit",
+            "softmax",
+            "output",
+            "trace",
+            "base2",
+            "max",
+            "full",
+            "lse_s",
+            "O_s",
+            "w_s",
+        )
         assert english_left(re.sub(r"{\w+}", " ", text), names) == [], text
 
 
@@ -402,8 +475,9 @@ def test_explanations_en_and_zh() -> None:
 # The grader: each mistake of the merge named
 
 
-def mistaken_merge(states: list[tuple[float, float, float, list[float]]], kind: str
-                   ) -> tuple[float, list[float]]:  # fmt: skip
+def mistaken_merge(
+    states: list[tuple[float, float, float, list[float]]], kind: str
+) -> tuple[float, list[float]]:
     """One row's (lse, O) merged with a mistake, in plain Python, from (m, l, lse, O_s)."""
     dv = len(states[0][3])
     if kind == "weights_by_l":  # the weights by l, lse right
@@ -414,8 +488,9 @@ def mistaken_merge(states: list[tuple[float, float, float, list[float]]], kind: 
         top = max(s[2] for s in states)
         lse = top + math.log2(math.fsum(2 ** (s[2] - top) for s in states if s[2] != NEG))
         w = [0.0 if s[2] == NEG else 2 ** (s[2] - lse) for s in states]
-        return lse, [math.fsum(wi * s[3][e] for wi, s in zip(w, states, strict=True))
-                     for e in range(dv)]  # fmt: skip
+        return lse, [
+            math.fsum(wi * s[3][e] for wi, s in zip(w, states, strict=True)) for e in range(dv)
+        ]
     # without the max: Σ exp(lse_s), which overflows past about 709.78 (∞/∞: NaN)
     try:
         w = [math.exp(s[2]) for s in states]
@@ -424,15 +499,19 @@ def mistaken_merge(states: list[tuple[float, float, float, list[float]]], kind: 
     total = sum(w)
     if total == 0:  # every chunk hidden, or underflowed: log 0, 0/0
         return NEG, [math.nan] * dv
-    return math.log(total), [sum(wi * s[3][e] for wi, s in zip(w, states, strict=True)) / total
-                             for e in range(dv)]  # fmt: skip
+    return math.log(total), [
+        sum(wi * s[3][e] for wi, s in zip(w, states, strict=True)) / total for e in range(dv)
+    ]
 
 
 @pytest.mark.parametrize(
     ("kind", "name", "size"),
-    [("weights_by_l", "merge_weights_by_l", 1.0), ("wrong_base", "merge_wrong_base", 1.0),
-     ("without_max", "merge_without_max", 3000.0)],
-)  # fmt: skip
+    [
+        ("weights_by_l", "merge_weights_by_l", 1.0),
+        ("wrong_base", "merge_wrong_base", 1.0),
+        ("without_max", "merge_without_max", 3000.0),
+    ],
+)
 def test_each_merge_mistake_is_diagnosed_by_name(
     tmp_path: Path, kind: str, name: str, size: float
 ) -> None:
@@ -441,10 +520,13 @@ def test_each_merge_mistake_is_diagnosed_by_name(
     bounds = chunk_bounds(5, 3)
     want = chunk_states(a, "upper-left", bounds)
     rows = [[mistaken_merge(want[h][i], kind) for i in range(5)] for h in range(2)]
-    dump = {"split_kv": 3, "output": [[[[x if math.isfinite(x) else str(x) for x in r[1]]
-                                         for r in head] for head in rows]],
-            "lse": [[[r[0] if math.isfinite(r[0]) else str(r[0]) for r in head]
-                     for head in rows]]}  # fmt: skip
+    dump = {
+        "split_kv": 3,
+        "output": [
+            [[[x if math.isfinite(x) else str(x) for x in r[1]] for r in head] for head in rows]
+        ],
+        "lse": [[[r[0] if math.isfinite(r[0]) else str(r[0]) for r in head] for head in rows]],
+    }
     (tmp_path / "dump.json").write_text(json.dumps(dump))
     result = run_cli("check", str(path), "--against", str(tmp_path / "dump.json"), "-f", "json")
     assert result.exit_code == 1, result.stderr
@@ -470,11 +552,19 @@ def test_a_right_split_dump_passes(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(
     ("value", "says"),
-    [("0", "got '0'"), ("-1", "got '-1'"), ("1.5", "got '1.5'"), ("٣", "got '٣'"),
-     ("", "got ''"), ("abc", "got 'abc'"), ("1e3", "got '1e3'"), (str(2**64), "got '1844"),
-     (str(2**63), "is 9223372036854775808, but the fixture has 4 keys"),
-     ("5", "is 5, but the fixture has 4 keys")],
-)  # fmt: skip
+    [
+        ("0", "got '0'"),
+        ("-1", "got '-1'"),
+        ("1.5", "got '1.5'"),
+        ("٣", "got '٣'"),
+        ("", "got ''"),
+        ("abc", "got 'abc'"),
+        ("1e3", "got '1e3'"),
+        (str(2**64), "got '1844"),
+        (str(2**63), "is 9223372036854775808, but the fixture has 4 keys"),
+        ("5", "is 5, but the fixture has 4 keys"),
+    ],
+)
 def test_hostile_split_values(value: str, says: str) -> None:
     result = run_cli("flash", "causal_multihead", f"--split-kv={value}")
     assert result.exit_code == 2
@@ -485,11 +575,13 @@ def test_hostile_split_values(value: str, says: str) -> None:
 
 @pytest.mark.parametrize(
     ("args", "says"),
-    [(["--max-tiles", "3"], "--max-tiles: does not apply with --split-kv"),
-     (["--step", "-f", "json"], "--step: works only in the terminal"),
-     (["--max-memory", "1K"], "memory"),
-     (["--block-q", "0"], "--block-q")],
-)  # fmt: skip
+    [
+        (["--max-tiles", "3"], "--max-tiles: does not apply with --split-kv"),
+        (["--step", "-f", "json"], "--step: works only in the terminal"),
+        (["--max-memory", "1K"], "memory"),
+        (["--block-q", "0"], "--block-q"),
+    ],
+)
 def test_combinations_compose_or_are_refused_in_one_line(args: list[str], says: str) -> None:
     result = run_cli("flash", "causal_multihead", "--split-kv", "2", *args)
     assert result.exit_code == 2

@@ -53,8 +53,19 @@ def test_unknown_stage_names_are_refused() -> None:
         run(inputs_of("proj-single"), keep={"weights"})  # not a stage: softmax is
 
 
-CLASSIC = ("X", "Q", "K", "V", "scores", "scaled", "masked", "softmax", "output", "concat",
-           "projected")  # fmt: skip
+CLASSIC = (
+    "X",
+    "Q",
+    "K",
+    "V",
+    "scores",
+    "scaled",
+    "masked",
+    "softmax",
+    "output",
+    "concat",
+    "projected",
+)
 
 
 @pytest.mark.parametrize(
@@ -109,8 +120,15 @@ def test_stages_not_needed_are_not_computed(monkeypatch: pytest.MonkeyPatch) -> 
 def test_output_alone_never_holds_a_score_matrix() -> None:
     T, D = 4096, 4  # one (T, T) float64 score matrix is 128 MiB
     rng = np.random.default_rng(0)
-    inputs = validate({"Q": rng.standard_normal((T, D)), "K": rng.standard_normal((T, D)),
-                       "V": rng.standard_normal((T, D)), "causal": True}, "big.json")  # fmt: skip
+    inputs = validate(
+        {
+            "Q": rng.standard_normal((T, D)),
+            "K": rng.standard_normal((T, D)),
+            "V": rng.standard_normal((T, D)),
+            "causal": True,
+        },
+        "big.json",
+    )
     matrix = T * T * 8
     tracemalloc.start()
     try:

@@ -102,9 +102,14 @@ class Terminal:
         env.pop("NO_COLOR")  # colour on, as in a terminal
         self.proc = subprocess.Popen(
             attn_command("trace", "--step", *args),
-            stdin=self.slave, stdout=self.slave, stderr=self.slave,
-            cwd=ROOT, env=env, start_new_session=True, preexec_fn=_controlling_terminal,
-        )  # fmt: skip
+            stdin=self.slave,
+            stdout=self.slave,
+            stderr=self.slave,
+            cwd=ROOT,
+            env=env,
+            start_new_session=True,
+            preexec_fn=_controlling_terminal,
+        )
         self.seen = ""
 
     def expect(self, pattern: str) -> str:
@@ -262,15 +267,29 @@ class Tmux:
             f"stty -a > {self.stty}; mv {self.done}.tmp {self.done}; sleep 60"
         )
         subprocess.run(
-            [*self.tmux, "new-session", "-d", "-s", "t", "-x", str(width), "-y", str(height),
-             command], check=True, env=clean_env(),  # no COLUMNS or LINES of pytest's
-        )  # fmt: skip
+            [
+                *self.tmux,
+                "new-session",
+                "-d",
+                "-s",
+                "t",
+                "-x",
+                str(width),
+                "-y",
+                str(height),
+                command,
+            ],
+            check=True,
+            env=clean_env(),  # no COLUMNS or LINES of pytest's
+        )
 
     def screen(self) -> list[str]:
         return subprocess.run(
-            [*self.tmux, "capture-pane", "-p", "-t", "t"], capture_output=True, text=True,
+            [*self.tmux, "capture-pane", "-p", "-t", "t"],
+            capture_output=True,
+            text=True,
             check=True,
-        ).stdout.splitlines()  # fmt: skip
+        ).stdout.splitlines()
 
     def wait_for(self, pattern: str, line: int | None = None) -> list[str]:
         """The screen once ``pattern`` shows (on row ``line`` if given)."""
@@ -338,8 +357,19 @@ def last_line_of_page(k: int, width: int, *args: str) -> str:
     return lines[-2]  # the last is the key hint, which the status line replaces
 
 
-STAGES = ["X", "Q", "K", "V", "scores", "scaled", "masked", "softmax", "output", "concat",
-          "projected"]  # fmt: skip
+STAGES = [
+    "X",
+    "Q",
+    "K",
+    "V",
+    "scores",
+    "scaled",
+    "masked",
+    "softmax",
+    "output",
+    "concat",
+    "projected",
+]
 TWO_HEADS = ("causal_multihead", "--cell", "1,0", "--lang", "en")
 
 

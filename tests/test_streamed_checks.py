@@ -32,10 +32,33 @@ from attn_cli.io.examples import example_paths
 
 Array = np.ndarray[Any, Any]
 F64 = 1e-12
-INPUT_GRADIENTS = ("d_Q", "d_K", "d_V", "d_X", "d_X_kv", "d_W_Q", "d_W_K", "d_W_V", "d_b_Q",
-                   "d_b_K", "d_b_V", "d_output", "d_concat", "d_projected", "d_W_O", "d_b_O",
-                   "d_Q_rot", "d_K_rot", "d_Q_norm", "d_K_norm", "d_gate", "d_gated", "d_W_G",
-                   "d_b_G", "delta")  # fmt: skip
+INPUT_GRADIENTS = (
+    "d_Q",
+    "d_K",
+    "d_V",
+    "d_X",
+    "d_X_kv",
+    "d_W_Q",
+    "d_W_K",
+    "d_W_V",
+    "d_b_Q",
+    "d_b_K",
+    "d_b_V",
+    "d_output",
+    "d_concat",
+    "d_projected",
+    "d_W_O",
+    "d_b_O",
+    "d_Q_rot",
+    "d_K_rot",
+    "d_Q_norm",
+    "d_K_norm",
+    "d_gate",
+    "d_gated",
+    "d_W_G",
+    "d_b_G",
+    "delta",
+)
 TORCH = Path(__file__).parent / "reference" / "torch_backward.json"
 
 
@@ -101,8 +124,19 @@ def test_reference_rows_are_the_loop_reference_at_any_block(
     if causal is None:
         window = None  # a window looks back only: it needs causal
     extra = {k: v for k, v in (("window", window), ("softcap", softcap)) if v is not None}
-    fx = random_fixture(seed, mode="direct", layout=4, batch=2, seq=seq, seq_k=seq + 1,
-                        heads=4, kv_heads=2, causal=causal, sinks=sinks, **extra)  # fmt: skip
+    fx = random_fixture(
+        seed,
+        mode="direct",
+        layout=4,
+        batch=2,
+        seq=seq,
+        seq_k=seq + 1,
+        heads=4,
+        kv_heads=2,
+        causal=causal,
+        sinks=sinks,
+        **extra,
+    )
     inputs = load_dict(fx)
     trace = run(inputs, keep={"Q", "K", "V"})
     want = loop_reference(fx, lse=True)
@@ -154,10 +188,17 @@ def test_every_wrong_kernel_fails_the_streamed_check(
     assert [c.name for c in right.checks] == ["output", "lse"] and right.ok
 
     def wrong(q: Array, k: Array, v: Array, **kw: Any) -> Any:
-        setup = core_flash._Setup(kw["chain"], kw["scale"], kw["origin"], kw["causal_offset"],
-                                  kw["base2"], kw["record_tiles"])  # fmt: skip
-        return core_flash._forward(q, k, v, kw["block_q"], kw["block_k"], setup,
-                                   core_flash.FlashBugs(**{bug: True}))  # fmt: skip
+        setup = core_flash._Setup(
+            kw["chain"],
+            kw["scale"],
+            kw["origin"],
+            kw["causal_offset"],
+            kw["base2"],
+            kw["record_tiles"],
+        )
+        return core_flash._forward(
+            q, k, v, kw["block_q"], kw["block_k"], setup, core_flash.FlashBugs(**{bug: True})
+        )
 
     monkeypatch.setattr(core_flash, "flash_forward", wrong)  # read at each call
     failure = flash_failure(run_flash(str(path), block_q=2, block_k=2))
@@ -249,21 +290,38 @@ def test_blocked_gradients_match_torch_at_any_block(
     random upstream), committed: the blocked pass at blocks of any size."""
     monkeypatch.setattr(core_backward, "BLOCK_CELLS", cells)
     ref = json.loads(TORCH.read_text())
-    fx = {k: ref[k] for k in ("X", "W_Q", "W_K", "W_V", "W_O", "b_Q", "b_K", "b_V", "b_O",
-                              "heads", "kv_heads", "causal", "grad", "scale")}  # fmt: skip
+    fx = {
+        k: ref[k]
+        for k in (
+            "X",
+            "W_Q",
+            "W_K",
+            "W_V",
+            "W_O",
+            "b_Q",
+            "b_K",
+            "b_V",
+            "b_O",
+            "heads",
+            "kv_heads",
+            "causal",
+            "grad",
+            "scale",
+        )
+    }
     keep = ["d_Q", "d_K", "d_V", "d_X", "d_W_Q", "d_W_K", "d_W_V", "d_b_Q", "d_b_V", "d_W_O"]
     inputs = load_dict(fx)
     assert blocked(inputs, keep)
     trace = run(inputs, keep=keep, backward=True)
     for stage in keep:
         want = np.array(ref[stage])
-        np.testing.assert_allclose(trace[stage].data, want, rtol=1e-10, atol=1e-13,
-                                   err_msg=stage)  # fmt: skip
+        np.testing.assert_allclose(trace[stage].data, want, rtol=1e-10, atol=1e-13, err_msg=stage)
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize(("softcap", "causal"), [(None, "upper-left"), (0.8, "lower-right"),
-                                                  (None, None)])  # fmt: skip
+@pytest.mark.parametrize(
+    ("softcap", "causal"), [(None, "upper-left"), (0.8, "lower-right"), (None, None)]
+)
 def test_blocked_gradients_match_finite_differences(
     tmp_path: Path, softcap: float | None, causal: str | None
 ) -> None:
@@ -284,8 +342,9 @@ def test_blocked_gradients_match_finite_differences(
                 moved[name][idx] += sign * step
                 total.append(two_pass(moved, offset, softcap)[0].sum())
             numeric[idx] = (total[0] - total[1]) / (2 * step)
-        np.testing.assert_allclose(trace[f"d_{name}"].data, numeric, rtol=1e-6, atol=1e-7,
-                                   err_msg=name)  # fmt: skip
+        np.testing.assert_allclose(
+            trace[f"d_{name}"].data, numeric, rtol=1e-6, atol=1e-7, err_msg=name
+        )
     assert math.isfinite(float(trace["d_Q"].data.sum()))
 
 
@@ -294,8 +353,16 @@ def test_the_memory_estimate_of_the_blocked_backward() -> None:
     from attn_cli.core.memory import memory_needed
 
     T = 8192
-    inputs = load_dict({"Q": [[0.0] * 16] * T, "K": [[0.0] * 4] * T, "V": [[0.0] * 4] * T,
-                        "heads": 8, "kv_heads": 2, "causal": True})  # fmt: skip
+    inputs = load_dict(
+        {
+            "Q": [[0.0] * 16] * T,
+            "K": [[0.0] * 4] * T,
+            "V": [[0.0] * 4] * T,
+            "heads": 8,
+            "kv_heads": 2,
+            "causal": True,
+        }
+    )
     blocked_bytes = memory_needed(inputs, {"d_Q", "d_K", "d_V"}, 8, backward=True)
     whole_bytes = memory_needed(inputs, {"d_Q", "d_K", "d_V", "softmax"}, 8, backward=True)
     assert blocked_bytes < 8 * T * T  # one head's (T, T) weights in float64: 512 MiB

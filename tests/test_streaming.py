@@ -363,8 +363,11 @@ def test_the_rule_covers_every_product_of_a_long_run(
     seen: list[int] = []
 
     def threads() -> int:
-        return max(int(i["num_threads"]) for i in threadpoolctl.threadpool_info()
-                   if i["user_api"] == "blas")  # fmt: skip
+        return max(
+            int(i["num_threads"])
+            for i in threadpoolctl.threadpool_info()
+            if i["user_api"] == "blas"
+        )
 
     def spy(original: Any) -> Any:
         def wrapped(*args: Any, **kwargs: Any) -> Any:
@@ -401,8 +404,10 @@ def test_the_rule_covers_every_product_of_a_long_run(
 def test_float32_inputs_give_the_same_bits_as_a_float32_run(fx: dict[str, Any]) -> None:
     inputs = fixture(9, heads=2, d_model=8, **fx)
     small = in_dtype(inputs, "float32")
-    arrays = {n: getattr(small, n) for n in ("X", "X_kv", "bias", *(f"{w}_{n}" for w in "Wb"
-                                              for n in "QKVO"))}  # fmt: skip
+    arrays = {
+        n: getattr(small, n)
+        for n in ("X", "X_kv", "bias", *(f"{w}_{n}" for w in "Wb" for n in "QKVO"))
+    }
     assert {n: a.dtype for n, a in arrays.items() if a is not None} == {
         n: np.dtype(np.float32) for n, a in arrays.items() if a is not None
     }
@@ -422,8 +427,13 @@ def test_direct_mode_inputs_in_float32_and_their_overflow_named_as_a_run_names_i
     assert run(small, dtype="float32")["output"].data.tobytes() == (
         run(direct, dtype="float32")["output"].data.tobytes()
     )
-    fx = {"X": [[1e39, 0.0]], "W_Q": [[1.0], [1.0]], "W_K": [[1.0], [1.0]],
-          "W_V": [[1.0], [1.0]], "tokens": ["big"]}  # fmt: skip
+    fx = {
+        "X": [[1e39, 0.0]],
+        "W_Q": [[1.0], [1.0]],
+        "W_K": [[1.0], [1.0]],
+        "W_V": [[1.0], [1.0]],
+        "tokens": ["big"],
+    }
     errors = []
     for attempt in (lambda i: in_dtype(i, "float32"), lambda i: run(i, dtype="float32")):
         with pytest.raises(ComputeError) as info:

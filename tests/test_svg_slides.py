@@ -195,9 +195,16 @@ def test_slides_are_one_file_per_stage_numbered_in_order() -> None:
     files = slides(trace, RenderOptions(heatmap=True))
     names = [s.name for s in files]
     assert names == [
-        "00-setup.svg", "01-X.svg", "02-Q.svg", "03-K.svg", "04-V.svg",
-        "05-scores.svg", "06-scaled.svg", "07-softmax.svg", "08-output.svg",
-    ]  # fmt: skip
+        "00-setup.svg",
+        "01-X.svg",
+        "02-Q.svg",
+        "03-K.svg",
+        "04-V.svg",
+        "05-scores.svg",
+        "06-scaled.svg",
+        "07-softmax.svg",
+        "08-output.svg",
+    ]
     scores = files[5].text
     assert "Q·Kᵀ" in "".join(t for *_, t in runs(scores))
     assert "W_Q" not in "".join(t for *_, t in runs(scores))  # only its own stage

@@ -182,9 +182,17 @@ def test_lower_right_matches_torch_causal_bias() -> None:
 def test_projection_matches_torch_multihead_attention(masking: str) -> None:
     B, T, C, H = 2, 4, 6, 3  # d_k = d_v = C / H = 2, as nn.MultiheadAttention requires
     fx = random_fixture(
-        11, batch=B, seq=T, d_model=C, heads=H, d_k=C // H, qkv_bias=True,
-        W_O=True, b_O=True, d_out=C,
-    )  # fmt: skip
+        11,
+        batch=B,
+        seq=T,
+        d_model=C,
+        heads=H,
+        d_k=C // H,
+        qkv_bias=True,
+        W_O=True,
+        b_O=True,
+        d_out=C,
+    )
     mha = torch.nn.MultiheadAttention(C, H, bias=True, batch_first=True, dtype=f64)
     mha.eval()
     with torch.no_grad():

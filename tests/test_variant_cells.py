@@ -25,9 +25,15 @@ from attn_cli.present.worked import CellRef, WorkedCell, worked_cells
 
 SUM_TOL: Tolerance = {"rtol": 1e-12, "atol": 1e-12}
 VARIANTS = [
-    "llama_rope_gqa", "llama_rope_interleaved", "mistral_sliding_window", "gemma2_softcap",
-    "gptoss_sinks", "qwen3_qk_norm", "cross_attention", "mask_sentinel",
-]  # fmt: skip
+    "llama_rope_gqa",
+    "llama_rope_interleaved",
+    "mistral_sliding_window",
+    "gemma2_softcap",
+    "gptoss_sinks",
+    "qwen3_qk_norm",
+    "cross_attention",
+    "mask_sentinel",
+]
 
 # ALiBi is in no bundled example: a small one, with RoPE's partial rotary and a softcap
 # without any mask (so the softmax reads ``capped``), and one with ALiBi, bias and a window.
@@ -208,8 +214,12 @@ def test_rope_cell_shows_one_pair_by_hand() -> None:
 
 
 def test_rope_cell_elides_middle_pairs_unless_full() -> None:
-    spec = {"Q": [[float(d % 3) for d in range(16)]] * 2, "K": [[1.0] * 16] * 2,
-            "V": [[1.0], [2.0]], "rope": True}  # fmt: skip
+    spec = {
+        "Q": [[float(d % 3) for d in range(16)]] * 2,
+        "K": [[1.0] * 16] * 2,
+        "V": [[1.0], [2.0]],
+        "rope": True,
+    }
     trace = run(validate(spec, "wide.json"))
     (cell,) = worked_cells(trace, CellRef(1, 0))
     short = cell_text(trace, cell, "Q_rot", "en")

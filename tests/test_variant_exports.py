@@ -34,15 +34,25 @@ from attn_cli.present.pager import Deck, State, frame, press
 from attn_cli.present.worked import CellRef
 
 VARIANTS = [
-    "llama_rope_gqa", "llama_rope_interleaved", "mistral_sliding_window", "gemma2_softcap",
-    "gptoss_sinks", "qwen3_qk_norm", "cross_attention", "mask_sentinel",
-]  # fmt: skip
+    "llama_rope_gqa",
+    "llama_rope_interleaved",
+    "mistral_sliding_window",
+    "gemma2_softcap",
+    "gptoss_sinks",
+    "qwen3_qk_norm",
+    "cross_attention",
+    "mask_sentinel",
+]
 NEW_STAGES = {"X_kv", "Q_norm", "K_norm", "Q_rot", "K_rot", "capped", "alibi"}
 SLOW = pytest.mark.slow  # over 0.3 s each: Rich's SVG and HTML exports, whole slide sets
 FORMATS = [
-    "markdown", "latex", "json", "npz",
-    pytest.param("html", marks=SLOW), pytest.param("svg", marks=SLOW),
-]  # fmt: skip
+    "markdown",
+    "latex",
+    "json",
+    "npz",
+    pytest.param("html", marks=SLOW),
+    pytest.param("svg", marks=SLOW),
+]
 
 
 @cache
@@ -90,13 +100,28 @@ def test_latex_of_every_variant_compiles(tmp_path: Path, name: str) -> None:
     if shutil.which("pdflatex") is None:
         pytest.skip("pdflatex is not installed (apt-get install texlive-latex-base)")
     tex = tmp_path / "doc.tex"
-    result = run_cli("trace", name, "-f", "latex", "-o", str(tex), "-q", "--explain",
-                     "--cell", "1,0", "--lang", "en")  # fmt: skip
+    result = run_cli(
+        "trace",
+        name,
+        "-f",
+        "latex",
+        "-o",
+        str(tex),
+        "-q",
+        "--explain",
+        "--cell",
+        "1,0",
+        "--lang",
+        "en",
+    )
     assert result.exit_code == 0, result.output
     done = subprocess.run(
         ["pdflatex", "-interaction=nonstopmode", "-halt-on-error", "-no-shell-escape", "doc.tex"],
-        cwd=tmp_path, capture_output=True, timeout=120, check=False,
-    )  # fmt: skip
+        cwd=tmp_path,
+        capture_output=True,
+        timeout=120,
+        check=False,
+    )
     assert done.returncode == 0, done.stdout[-2000:]
 
 

@@ -70,8 +70,7 @@ def chunk_mask(T: int, chunk: int) -> list[list[bool]]:
 
 def fixtures(seed: int = 7, T: int = 7) -> tuple[dict[str, Any], dict[str, Any]]:
     """(with the plug-in's key, with the same rule as an explicit mask); causal, 2 heads, GQA."""
-    fx = random_fixture(seed, seq=T, d_model=8, heads=2, kv_heads=1, d_k=4, W_O=True,
-                        causal=True)  # fmt: skip
+    fx = random_fixture(seed, seq=T, d_model=8, heads=2, kv_heads=1, d_k=4, W_O=True, causal=True)
     return {**fx, "attention_chunk_size": CHUNK}, {**fx, "mask": chunk_mask(T, CHUNK)}
 
 
@@ -186,12 +185,21 @@ class AttentionTemperature(Variant):
         scales = np.log1p(np.floor((pos + 1.0) / value["floor_scale"])) * value["attn_scale"] + 1
         return scales.astype(dtype)[:, None]  # (n, 1)
 
-    def transform(self, value: Any, inputs: Inputs, which: str, x: Any, positions: Any,
-                  cast: Any) -> Any:  # fmt: skip
+    def transform(
+        self, value: Any, inputs: Inputs, which: str, x: Any, positions: Any, cast: Any
+    ) -> Any:
         return x * self.factors(value, positions, x.dtype)  # (B, H, n, D)
 
-    def grad_transform(self, value: Any, inputs: Inputs, which: str, d_out: Any, x_in: Any,
-                       positions: Any, cast: Any) -> Any:  # fmt: skip
+    def grad_transform(
+        self,
+        value: Any,
+        inputs: Inputs,
+        which: str,
+        d_out: Any,
+        x_in: Any,
+        positions: Any,
+        cast: Any,
+    ) -> Any:
         return d_out * self.factors(value, positions, d_out.dtype)  # (B, H, n, D)
 
     def stage_formula(self, value: Any, inputs: Inputs, stage: str) -> str:
@@ -210,8 +218,9 @@ def tempered() -> Iterator[None]:
 
 def temp_fixture(seed: int = 5, T: int = 6) -> dict[str, Any]:
     """Causal, RoPE, 2 query heads sharing 1 key/value head, W_O; the temperature on."""
-    fx = random_fixture(seed, seq=T, d_model=8, heads=2, kv_heads=1, d_k=4, W_O=True,
-                        causal=True, rope=True)  # fmt: skip
+    fx = random_fixture(
+        seed, seq=T, d_model=8, heads=2, kv_heads=1, d_k=4, W_O=True, causal=True, rope=True
+    )
     return {**fx, "attn_temperature": TEMP}
 
 
@@ -226,8 +235,9 @@ def loop_forward(fx: dict[str, Any]) -> dict[str, Any]:
     for h in range(H):
         for t in range(T):
             q[h, t] = q_rot[h, t] * temperature(t, **TEMP)
-            logits = [sum(q[h, t, d] * k_rot[0, s, d] for d in range(D)) / D**0.5 for s in
-                      range(t + 1)]  # fmt: skip
+            logits = [
+                sum(q[h, t, d] * k_rot[0, s, d] for d in range(D)) / D**0.5 for s in range(t + 1)
+            ]
             top = max(logits)
             e = [np.exp(x - top) for x in logits]
             for s in range(t + 1):
@@ -287,8 +297,7 @@ def test_the_backward_pass_carries_the_gradient_through_the_transform() -> None:
     for h in range(H):
         for t in range(T):
             d_temp = sum(d_scores[h, t, s] * k_rot[0, s] for s in range(T))
-            np.testing.assert_allclose(trace["d_Q_temp"].data[h, t], d_temp, rtol=1e-10,
-                                       atol=1e-12)  # fmt: skip
+            np.testing.assert_allclose(trace["d_Q_temp"].data[h, t], d_temp, rtol=1e-10, atol=1e-12)
             d_rot = d_temp * temperature(t, **TEMP)
             np.testing.assert_allclose(trace["d_Q_rot"].data[h, t], d_rot, rtol=1e-10, atol=1e-12)
     # and d_X against finite differences of the loops' loss
@@ -298,8 +307,9 @@ def test_the_backward_pass_carries_the_gradient_through_the_transform() -> None:
         plus[index] += step
         minus[index] -= step
         numeric = loop_loss({**fx, "X": plus.tolist()}) - loop_loss({**fx, "X": minus.tolist()})
-        np.testing.assert_allclose(trace["d_X"].data[index], numeric / (2 * step), rtol=1e-6,
-                                   atol=1e-8)  # fmt: skip
+        np.testing.assert_allclose(
+            trace["d_X"].data[index], numeric / (2 * step), rtol=1e-6, atol=1e-8
+        )
 
 
 @pytest.mark.usefixtures("tempered")
@@ -367,8 +377,9 @@ def test_the_transform_explains_itself_in_both_languages(
     assert "No explanation is registered for this stage" in before.stdout
     texts.register(TemperatureTexts())
     try:
-        result = run_cli("trace", str(path), "--stage", "Q_temp", "--explain", "--lang", lang,
-                         "-f", "plain")  # fmt: skip
+        result = run_cli(
+            "trace", str(path), "--stage", "Q_temp", "--explain", "--lang", lang, "-f", "plain"
+        )
     finally:
         del texts.TEXTS["attn_temperature"]
     assert result.exit_code == 0, result.output

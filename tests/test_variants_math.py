@@ -101,8 +101,12 @@ def loop_dot(a: list[float], b: list[float]) -> float:
 
 def fixture(heads: int = 1, T: int = 1, S: int = 1, **extra: Any) -> dict[str, Any]:
     """Zeros of the given sizes (one batch item, d_k = 1) plus ``extra`` keys."""
-    return {"Q": np.zeros((1, heads, T, 1)).tolist(), "K": np.zeros((1, heads, S, 1)).tolist(),
-            "V": np.zeros((1, heads, S, 1)).tolist(), **extra}  # fmt: skip
+    return {
+        "Q": np.zeros((1, heads, T, 1)).tolist(),
+        "K": np.zeros((1, heads, S, 1)).tolist(),
+        "V": np.zeros((1, heads, S, 1)).tolist(),
+        **extra,
+    }
 
 
 def cells(heads: int, pos_q: Any, pos_k: Any) -> Cells:
@@ -140,8 +144,9 @@ def softmax_with_sinks(x: np.ndarray[Any, Any], sinks: Any = None) -> SinkSoftma
         weights, _ = softmax_rows(x, None, lse=lse)
         return SinkSoftmax(weights, np.zeros_like(lse))
     H = x.shape[-3]
-    logit = REGISTRY["sinks"].extra_logit(np.asarray(sinks, dtype=np.float64), cells(H, [], []),
-                                          x.dtype)  # fmt: skip
+    logit = REGISTRY["sinks"].extra_logit(
+        np.asarray(sinks, dtype=np.float64), cells(H, [], []), x.dtype
+    )
     assert logit is not None
     sink = np.asarray(logit)[:, None, None]  # (H, 1, 1)
     weights, _ = softmax_rows(x, None, sink=sink, lse=lse)
@@ -169,8 +174,13 @@ def traced(x: np.ndarray[Any, Any], allowed: Any, mask_value: float | None = Non
     H, _, S = x.shape
     eye = [[np.eye(S).tolist()] * H]  # (1, H, S, S)
     extra = {} if mask_value is None else {"mask_value": mask_value}
-    fx = {"Q": x[None].tolist(), "K": eye, "V": eye, "scale": 1.0,
-          "mask": np.asarray(allowed).tolist()}  # fmt: skip
+    fx = {
+        "Q": x[None].tolist(),
+        "K": eye,
+        "V": eye,
+        "scale": 1.0,
+        "mask": np.asarray(allowed).tolist(),
+    }
     return run(validate({**fx, **extra}, "test"))
 
 

@@ -47,80 +47,190 @@ CASES: dict[str, dict[str, Any]] = {
     # one variant at a time
     "rope half": {"mode": "direct", "heads": 2, "d_k": 4, "rope": True},
     "rope interleaved partial": {
-        "heads": 2, "d_k": 6, "d_model": 5, "rope": {"layout": "interleaved", "dims": 4},
+        "heads": 2,
+        "d_k": 6,
+        "d_model": 5,
+        "rope": {"layout": "interleaved", "dims": 4},
     },
     "rope base, positions": {
-        "mode": "direct", "seq": 3, "seq_k": 4, "d_k": 4,
-        "rope": {"base": 500, "dims": 2}, "positions": [7, 2, 9], "key_positions": [0, 5, 1, 8],
+        "mode": "direct",
+        "seq": 3,
+        "seq_k": 4,
+        "d_k": 4,
+        "rope": {"base": 500, "dims": 2},
+        "positions": [7, 2, 9],
+        "key_positions": [0, 5, 1, 8],
     },
     "rope lower-right": {
-        "mode": "direct", "layout": 3, "seq": 2, "seq_k": 5, "d_k": 4,
-        "causal": "lower-right", "rope": True,
+        "mode": "direct",
+        "layout": 3,
+        "seq": 2,
+        "seq_k": 5,
+        "d_k": 4,
+        "causal": "lower-right",
+        "rope": True,
     },
     "alibi paper slopes, 3 heads": {"heads": 3, "alibi": True},
-    "alibi given slopes, causal": {"mode": "direct", "heads": 2, "alibi_slopes": True,
-                                   "causal": True},
+    "alibi given slopes, causal": {
+        "mode": "direct",
+        "heads": 2,
+        "alibi_slopes": True,
+        "causal": True,
+    },
     "window": {"seq": 5, "causal": True, "window": 2},
     "window lower-right, positions": {
-        "mode": "direct", "seq": 2, "seq_k": 5, "causal": "lower-right", "window": 3,
+        "mode": "direct",
+        "seq": 2,
+        "seq_k": 5,
+        "causal": "lower-right",
+        "window": 3,
     },
     "softcap": {"mode": "direct", "softcap": 0.7, "magnitude": 2.0},
     "sinks": {"mode": "direct", "heads": 2, "sinks": True},
-    "sinks with an empty row": {"mode": "direct", "heads": 2, "sinks": True, "mask": (3, 3),
-                                "lengths": None},
+    "sinks with an empty row": {
+        "mode": "direct",
+        "heads": 2,
+        "sinks": True,
+        "mask": (3, 3),
+        "lengths": None,
+    },
     "qk_norm per head": {"heads": 2, "kv_heads": 1, "d_k": 3, "qk_norm": "head"},
-    "qk_norm whole projection": {"heads": 2, "d_k": 3, "qk_norm": "projection",
-                                 "qkv_bias": True},
+    "qk_norm whole projection": {"heads": 2, "d_k": 3, "qk_norm": "projection", "qkv_bias": True},
     "cross-attention": {"seq": 3, "seq_k": 5, "cross": 6, "heads": 2, "W_O": True},
     "cross-attention batch, GQA": {
-        "batch": 2, "seq": 2, "seq_k": 4, "cross": 3, "heads": 4, "kv_heads": 2, "causal": True,
+        "batch": 2,
+        "seq": 2,
+        "seq_k": 4,
+        "cross": 3,
+        "heads": 4,
+        "kv_heads": 2,
+        "causal": True,
     },
-    "mask_value -1e4": {"mode": "direct", "causal": True, "mask_value": -1e4,
-                        "bias": (3, 3), "magnitude": 3.0},
+    "mask_value -1e4": {
+        "mode": "direct",
+        "causal": True,
+        "mask_value": -1e4,
+        "bias": (3, 3),
+        "magnitude": 3.0,
+    },
     "mask_value leaks": {"mode": "direct", "causal": True, "mask_value": -2.0, "lengths": [1]},
-    "mask_value uniform row": {"mode": "direct", "layout": 3, "batch": 2, "lengths": [3, 0],
-                               "mask_value": -1e9},
+    "mask_value uniform row": {
+        "mode": "direct",
+        "layout": 3,
+        "batch": 2,
+        "lengths": [3, 0],
+        "mask_value": -1e9,
+    },
     "gate": {"heads": 2, "d_k": 3, "gate": True, "W_O": True},
     "gate with a bias, batch, one head": {"batch": 2, "gate": "bias", "magnitude": 3.0},
     "diff": {"heads": 2, "d_k": 4, "causal": True, "diff": True, "W_O": True},
     "diff, batch, per-head λ, lengths, softcap, alibi, bias, cross": {
-        "batch": 2, "seq": 3, "seq_k": 4, "cross": 3, "heads": 2, "d_k": 4, "d_v": 3,
-        "diff": "init", "lengths": [4, 2], "softcap": 1.5, "alibi": True, "bias": (4,),
+        "batch": 2,
+        "seq": 3,
+        "seq_k": 4,
+        "cross": 3,
+        "heads": 2,
+        "d_k": 4,
+        "d_v": 3,
+        "diff": "init",
+        "lengths": [4, 2],
+        "softcap": 1.5,
+        "alibi": True,
+        "bias": (4,),
         "mask_value": -1e4,
     },
     "diff, direct mode, window, scale": {
-        "mode": "direct", "seq": 5, "heads": 2, "d_k": 6, "causal": True, "window": 2,
-        "diff": True, "scale": 0.4,
+        "mode": "direct",
+        "seq": 5,
+        "heads": 2,
+        "d_k": 6,
+        "causal": True,
+        "window": 2,
+        "diff": True,
+        "scale": 0.4,
     },
     # the combinations real models use
     "Qwen3-Next: gate + qk_norm + partial rope + GQA": {
-        "seq": 5, "heads": 4, "kv_heads": 2, "d_k": 4, "causal": True, "qk_norm": "head",
-        "rope": {"dims": 2}, "gate": True, "W_O": True,
+        "seq": 5,
+        "heads": 4,
+        "kv_heads": 2,
+        "d_k": 4,
+        "causal": True,
+        "qk_norm": "head",
+        "rope": {"dims": 2},
+        "gate": True,
+        "W_O": True,
     },
     "gpt-oss: rope + GQA + window + sinks": {
-        "seq": 5, "heads": 4, "kv_heads": 2, "d_k": 4, "d_model": 6, "causal": True,
-        "rope": True, "window": 3, "sinks": True, "W_O": True, "b_O": True, "qkv_bias": True,
+        "seq": 5,
+        "heads": 4,
+        "kv_heads": 2,
+        "d_k": 4,
+        "d_model": 6,
+        "causal": True,
+        "rope": True,
+        "window": 3,
+        "sinks": True,
+        "W_O": True,
+        "b_O": True,
+        "qkv_bias": True,
     },
     "Qwen3: rope + qk_norm + GQA": {
-        "seq": 4, "heads": 4, "kv_heads": 2, "d_k": 4, "causal": True, "rope": True,
+        "seq": 4,
+        "heads": 4,
+        "kv_heads": 2,
+        "d_k": 4,
+        "causal": True,
+        "rope": True,
         "qk_norm": "head",
     },
     "OLMo 2: qk_norm whole + rope": {
-        "seq": 4, "heads": 2, "d_k": 4, "causal": True, "rope": True, "qk_norm": "projection",
+        "seq": 4,
+        "heads": 2,
+        "d_k": 4,
+        "causal": True,
+        "rope": True,
+        "qk_norm": "projection",
     },
     "Gemma 2: softcap + window + GQA": {
-        "seq": 5, "heads": 2, "kv_heads": 1, "d_k": 4, "causal": True, "window": 2,
-        "softcap": 1.5, "rope": True, "magnitude": 2.0,
+        "seq": 5,
+        "heads": 2,
+        "kv_heads": 1,
+        "d_k": 4,
+        "causal": True,
+        "window": 2,
+        "softcap": 1.5,
+        "rope": True,
+        "magnitude": 2.0,
     },
     "BLOOM-like: alibi + lengths + batch": {
-        "mode": "direct", "layout": 4, "batch": 2, "heads": 4, "alibi": True,
-        "causal": True, "lengths": [3, 2],
+        "mode": "direct",
+        "layout": 4,
+        "batch": 2,
+        "heads": 4,
+        "alibi": True,
+        "causal": True,
+        "lengths": [3, 2],
     },
     "everything": {
-        "batch": 2, "seq": 4, "seq_k": 5, "cross": 3, "heads": 4, "kv_heads": 2, "d_k": 4,
-        "causal": "lower-right", "rope": {"layout": "interleaved", "dims": 2}, "alibi": True,
-        "window": 3, "softcap": 2.0, "sinks": True, "qk_norm": "projection", "bias": (4, 5),
-        "mask_value": -1e4, "W_O": True, "scale": 0.3,
+        "batch": 2,
+        "seq": 4,
+        "seq_k": 5,
+        "cross": 3,
+        "heads": 4,
+        "kv_heads": 2,
+        "d_k": 4,
+        "causal": "lower-right",
+        "rope": {"layout": "interleaved", "dims": 2},
+        "alibi": True,
+        "window": 3,
+        "softcap": 2.0,
+        "sinks": True,
+        "qk_norm": "projection",
+        "bias": (4, 5),
+        "mask_value": -1e4,
+        "W_O": True,
+        "scale": 0.3,
     },
     # multi-head latent attention (random_mla_fixture's arguments under "mla")
     "DeepSeek V3: MLA with q LoRA, causal, W_O": {"mla": {"W_O": True}},
@@ -136,7 +246,7 @@ CASES: dict[str, dict[str, Any]] = {
     "Gated DeltaNet, batch, chunks of 3": {
         "linear": {"kind": "gated_deltanet", "batch": 2, "seq": 7, "chunk": 3, "kernel": 4},
     },
-}  # fmt: skip
+}
 
 
 def fixture(case: str, seed: int = 0) -> dict[str, Any]:
@@ -210,8 +320,12 @@ def test_lse_is_opt_in() -> None:
     assert "lse" in run(inputs, keep={"lse", "output"}).applicable
 
 
-BIT_CASES = ["everything", "gpt-oss: rope + GQA + window + sinks", "Qwen3: rope + qk_norm + GQA",
-             "mask_value uniform row"]  # fmt: skip
+BIT_CASES = [
+    "everything",
+    "gpt-oss: rope + GQA + window + sinks",
+    "Qwen3: rope + qk_norm + GQA",
+    "mask_value uniform row",
+]
 
 
 @pytest.mark.parametrize("case", BIT_CASES)
@@ -237,11 +351,20 @@ def test_output_alone_never_holds_a_score_matrix_with_every_variant() -> None:
     T, H, D = 4096, 2, 4  # one (T, T) float64 score matrix is 128 MiB
     rng = np.random.default_rng(0)
     fx = {
-        "Q": rng.standard_normal((T, H * D)), "K": rng.standard_normal((T, D)),
-        "V": rng.standard_normal((T, D)), "heads": H, "kv_heads": 1, "causal": True,
-        "rope": True, "alibi": True, "window": 100, "softcap": 30.0, "sinks": [0.5, -0.5],
-        "qk_norm": {"q_weight": np.ones(D), "k_weight": np.ones(D)}, "mask_value": -1e9,
-    }  # fmt: skip
+        "Q": rng.standard_normal((T, H * D)),
+        "K": rng.standard_normal((T, D)),
+        "V": rng.standard_normal((T, D)),
+        "heads": H,
+        "kv_heads": 1,
+        "causal": True,
+        "rope": True,
+        "alibi": True,
+        "window": 100,
+        "softcap": 30.0,
+        "sinks": [0.5, -0.5],
+        "qk_norm": {"q_weight": np.ones(D), "k_weight": np.ones(D)},
+        "mask_value": -1e9,
+    }
     inputs = validate(fx, "big.json")
     matrix = T * T * 8
     tracemalloc.start()
@@ -314,14 +437,20 @@ def test_rope_leaves_v_alone_and_rotates_partially() -> None:
     # dims 4 of d_k 6: dimensions 4 and 5 pass through
     np.testing.assert_array_equal(trace["Q_rot"].data[..., 4:], trace["Q"].data[..., 4:])
     norms = np.linalg.norm  # a rotation keeps each vector's length
-    np.testing.assert_allclose(norms(trace["Q_rot"].data, axis=-1),
-                               norms(trace["Q"].data, axis=-1), rtol=1e-13)  # fmt: skip
+    np.testing.assert_allclose(
+        norms(trace["Q_rot"].data, axis=-1), norms(trace["Q"].data, axis=-1), rtol=1e-13
+    )
 
 
 def test_softcap_50_published_values() -> None:
     # Q·K = 10, 60, 120 with scale 1; Gemma 2's cap of 50 (the values the issue quotes)
-    fx = {"Q": [[1.0]], "K": [[10.0], [60.0], [120.0]], "V": [[1.0], [2.0], [3.0]],
-          "scale": 1, "softcap": 50}  # fmt: skip
+    fx = {
+        "Q": [[1.0]],
+        "K": [[10.0], [60.0], [120.0]],
+        "V": [[1.0], [2.0], [3.0]],
+        "scale": 1,
+        "softcap": 50,
+    }
     capped = trace_of(fx)["capped"].data[0, 0]
     np.testing.assert_allclose(capped, [9.8688, 41.6827, 49.1837], rtol=0, atol=5e-5)
 
@@ -349,8 +478,10 @@ def test_bloom_style_alibi_differs_by_a_row_constant_that_softmax_cancels() -> N
     bloom_bias = [[[m * j for j in range(4)]] for m in slopes]  # slope * key position (BLOOM)
     bloom = trace_of(fx | {"bias": bloom_bias})
     np.testing.assert_allclose(paper["softmax"].data, bloom["softmax"].data, rtol=1e-12)
-    assert not np.allclose(paper["masked"].data[np.isfinite(paper["masked"].data)],
-                           bloom["masked"].data[np.isfinite(bloom["masked"].data)])  # fmt: skip
+    assert not np.allclose(
+        paper["masked"].data[np.isfinite(paper["masked"].data)],
+        bloom["masked"].data[np.isfinite(bloom["masked"].data)],
+    )
 
 
 def test_qk_norm_per_head_gives_unit_rms_times_the_weight() -> None:
@@ -362,8 +493,13 @@ def test_qk_norm_per_head_gives_unit_rms_times_the_weight() -> None:
 
 
 def test_a_sentinel_leaks_and_fills_empty_rows_uniformly() -> None:
-    fx = {"Q": [[1.0], [1.0]], "K": [[1.0], [3.0]], "V": [[1.0], [2.0]], "scale": 1,
-          "mask": [[True, False], [False, False]]}  # fmt: skip
+    fx = {
+        "Q": [[1.0], [1.0]],
+        "K": [[1.0], [3.0]],
+        "V": [[1.0], [2.0]],
+        "scale": 1,
+        "mask": [[True, False], [False, False]],
+    }
     exact = trace_of(fx)
     assert exact.empty_rows == ((0, 0, 1),) and exact.sentinel_rows == ()
     np.testing.assert_array_equal(exact["softmax"].data[0, 1], [0, 0])
@@ -380,8 +516,10 @@ def test_a_sentinel_leaks_and_fills_empty_rows_uniformly() -> None:
 
 
 def test_cross_attention_labels_and_shapes() -> None:
-    fx = fixture("cross-attention") | {"tokens": ["a", "b", "c"],
-                                       "key_tokens": ["v", "w", "x", "y", "z"]}  # fmt: skip
+    fx = fixture("cross-attention") | {
+        "tokens": ["a", "b", "c"],
+        "key_tokens": ["v", "w", "x", "y", "z"],
+    }
     trace = trace_of(fx)
     assert trace["X_kv"].axes == ("key", "d_model_kv")
     assert trace["scores"].shape == (2, 3, 5)
@@ -401,8 +539,12 @@ def test_formulas_name_the_conventions() -> None:
 
 def test_the_trace_config_records_the_variants_only_when_set() -> None:
     text = dumps(trace_of(fixture("gpt-oss: rope + GQA + window + sinks")))
-    for key in ('"positions": [0, 1, 2, 3, 4]', '"rope": {"base": 10000.0, "layout": "half"',
-                '"window": 3', '"sinks": ['):  # fmt: skip
+    for key in (
+        '"positions": [0, 1, 2, 3, 4]',
+        '"rope": {"base": 10000.0, "layout": "half"',
+        '"window": 3',
+        '"sinks": [',
+    ):
         assert key in text
     plain = dumps(trace_of(random_fixture(0)))
     for key in ("positions", "rope", "window", "sinks", "mask_value", "qk_norm", "alibi"):
@@ -415,8 +557,11 @@ def test_the_trace_config_records_the_variants_only_when_set() -> None:
 
 def test_npz_fixture_with_nested_variant_keys(tmp_path: Path) -> None:
     fx = fixture("Qwen3: rope + qk_norm + GQA")
-    fx |= {"rope": {"layout": "interleaved", "base": 100.0}, "sinks": [0.1, 0.2, 0.3, 0.4],
-           "alibi": {"slopes": [0.5, 0.4, 0.3, 0.2]}}  # fmt: skip
+    fx |= {
+        "rope": {"layout": "interleaved", "base": 100.0},
+        "sinks": [0.1, 0.2, 0.3, 0.4],
+        "alibi": {"slopes": [0.5, 0.4, 0.3, 0.2]},
+    }
     arrays: dict[str, Any] = {k: np.array(v) for k, v in fx.items() if not isinstance(v, dict)}
     for key in ("rope", "qk_norm", "alibi"):
         arrays |= {f"{key}.{sub}": np.array(v) for sub, v in fx[key].items()}
@@ -469,97 +614,202 @@ def test_file_references_for_the_new_keys(tmp_path: Path) -> None:
 # ---------------------------------------------------------------------------------------------
 # Every nonsensical combination is one line naming the file, the field and what was expected
 
-BASE: dict[str, Any] = {"Q": [[1.0, 0.0], [0.0, 1.0], [1.0, 1.0]],
-                        "K": [[1.0, 0.0], [0.0, 1.0], [1.0, 1.0]],
-                        "V": [[1.0, 0.0], [0.0, 1.0], [1.0, 1.0]]}  # fmt: skip
-PROJ: dict[str, Any] = {"X": [[1.0, 0.0], [0.0, 1.0]], "W_Q": [[1.0, 0.0], [0.0, 1.0]],
-                        "W_K": [[1.0, 0.0], [0.0, 1.0]], "W_V": [[1.0], [0.0]]}  # fmt: skip
+BASE: dict[str, Any] = {
+    "Q": [[1.0, 0.0], [0.0, 1.0], [1.0, 1.0]],
+    "K": [[1.0, 0.0], [0.0, 1.0], [1.0, 1.0]],
+    "V": [[1.0, 0.0], [0.0, 1.0], [1.0, 1.0]],
+}
+PROJ: dict[str, Any] = {
+    "X": [[1.0, 0.0], [0.0, 1.0]],
+    "W_Q": [[1.0, 0.0], [0.0, 1.0]],
+    "W_K": [[1.0, 0.0], [0.0, 1.0]],
+    "W_V": [[1.0], [0.0]],
+}
 
 ERRORS: list[tuple[str, dict[str, Any], str, str]] = [
     ("window without causal", {"window": 2}, "window", "given without causal, expected causal"),
     ("window zero", {"window": 0, "causal": True}, "window", "is 0, expected a whole number >= 1"),
     ("window decimal", {"window": 1.5, "causal": True}, "window", "got the number 1.5"),
     ("window boolean", {"window": True, "causal": True}, "window", "got the boolean true"),
-    ("rope odd d_k", {"Q": [[1.0, 0, 0]], "K": [[1.0, 0, 0]], "V": [[1.0]], "rope": True},
-     "rope.dims", "is 3 (d_k, the default), expected an even whole number between 2 and d_k"),
+    (
+        "rope odd d_k",
+        {"Q": [[1.0, 0, 0]], "K": [[1.0, 0, 0]], "V": [[1.0]], "rope": True},
+        "rope.dims",
+        "is 3 (d_k, the default), expected an even whole number between 2 and d_k",
+    ),
     ("rope odd dims", {"rope": {"dims": 1}}, "rope.dims", "is 1, expected an even whole number"),
     ("rope dims > d_k", {"rope": {"dims": 4}}, "rope.dims", "between 2 and d_k = 2"),
-    ("rope layout", {"rope": {"layout": "meta"}}, "rope.layout",
-     "got the string 'meta', expected \"half\""),
+    (
+        "rope layout",
+        {"rope": {"layout": "meta"}},
+        "rope.layout",
+        "got the string 'meta', expected \"half\"",
+    ),
     ("rope base", {"rope": {"base": 0}}, "rope.base", "is 0, expected a finite number > 0"),
     ("rope unknown key", {"rope": {"theta": 10000}}, "rope.theta", "unknown key, expected one of"),
     ("rope typo", {"rope": {"dim": 2}}, "rope.dim", "unknown key (did you mean 'dims'?)"),
     ("rope number", {"rope": 10000}, "rope", "got the number 10000, expected true or a mapping"),
-    ("sinks length", {"heads": 2, "Q": [[1.0, 0.0]], "sinks": [0.1]}, "sinks",
-     "has 1 entries, expected one per query head (2)"),
+    (
+        "sinks length",
+        {"heads": 2, "Q": [[1.0, 0.0]], "sinks": [0.1]},
+        "sinks",
+        "has 1 entries, expected one per query head (2)",
+    ),
     ("sinks scalar", {"sinks": 0.5}, "sinks", "got the number 0.5, expected a list of heads"),
     ("sinks nan", {"sinks": [float("nan")]}, "sinks[0]", "is nan (not a number)"),
-    ("alibi slopes length", {"alibi": {"slopes": [0.5, 0.25]}}, "alibi.slopes",
-     "has 2 entries, expected one per query head (1)"),
-    ("alibi negative slope", {"alibi": {"slopes": [-0.5]}}, "alibi.slopes[0]",
-     "is -0.5, expected a number >= 0"),
+    (
+        "alibi slopes length",
+        {"alibi": {"slopes": [0.5, 0.25]}},
+        "alibi.slopes",
+        "has 2 entries, expected one per query head (1)",
+    ),
+    (
+        "alibi negative slope",
+        {"alibi": {"slopes": [-0.5]}},
+        "alibi.slopes[0]",
+        "is -0.5, expected a number >= 0",
+    ),
     ("alibi string", {"alibi": "paper"}, "alibi", "got the string 'paper', expected true"),
-    ("alibi unknown key", {"alibi": {"slope": [1.0]}}, "alibi.slope",
-     "unknown key (did you mean 'slopes'?)"),
+    (
+        "alibi unknown key",
+        {"alibi": {"slope": [1.0]}},
+        "alibi.slope",
+        "unknown key (did you mean 'slopes'?)",
+    ),
     ("softcap zero", {"softcap": 0}, "softcap", "is 0, expected a finite number > 0"),
     ("softcap string", {"softcap": "50"}, "softcap", "got the string '50', expected a number"),
-    ("qk_norm weight length", {"qk_norm": {"q_weight": [1.0, 1.0, 1.0], "k_weight": [1.0, 1.0]}},
-     "qk_norm.q_weight", "has length 3, expected d_k = 2 (each head) or heads*d_k = 2"),
-    ("qk_norm k weight length", {"heads": 2, "kv_heads": 1, "Q": [[1.0, 0.0, 0.0, 1.0]],
-                                 "qk_norm": {"q_weight": [1.0] * 2, "k_weight": [1.0] * 4}},
-     "qk_norm.k_weight", "kv_heads*d_k = 2 (the whole projection)"),
+    (
+        "qk_norm weight length",
+        {"qk_norm": {"q_weight": [1.0, 1.0, 1.0], "k_weight": [1.0, 1.0]}},
+        "qk_norm.q_weight",
+        "has length 3, expected d_k = 2 (each head) or heads*d_k = 2",
+    ),
+    (
+        "qk_norm k weight length",
+        {
+            "heads": 2,
+            "kv_heads": 1,
+            "Q": [[1.0, 0.0, 0.0, 1.0]],
+            "qk_norm": {"q_weight": [1.0] * 2, "k_weight": [1.0] * 4},
+        },
+        "qk_norm.k_weight",
+        "kv_heads*d_k = 2 (the whole projection)",
+    ),
     ("qk_norm k missing", {"qk_norm": {"q_weight": [1.0, 1.0]}}, "qk_norm.k_weight", "missing"),
-    ("qk_norm eps", {"qk_norm": {"q_weight": [1.0, 1.0], "k_weight": [1.0, 1.0], "eps": -1}},
-     "qk_norm.eps", "is -1, expected a finite number > 0"),
+    (
+        "qk_norm eps",
+        {"qk_norm": {"q_weight": [1.0, 1.0], "k_weight": [1.0, 1.0], "eps": -1}},
+        "qk_norm.eps",
+        "is -1, expected a finite number > 0",
+    ),
     ("qk_norm list", {"qk_norm": [1.0, 1.0]}, "qk_norm", "got a list, expected a mapping"),
     ("qk_norm unknown", {"qk_norm": {"weight": [1.0]}}, "qk_norm.weight", "unknown key"),
     ("X_kv in direct mode", {"X_kv": [[1.0]]}, "X_kv", "given in direct mode"),
-    ("positions length", {"causal": True, "positions": [0, 1]}, "positions",
-     "has 2 entries, expected a list of seq_q = 3 whole numbers >= 0"),
-    ("positions decimal", {"causal": True, "positions": [0, 1.5, 2]}, "positions[1]",
-     "got the number 1.5, expected a whole number >= 0"),
+    (
+        "positions length",
+        {"causal": True, "positions": [0, 1]},
+        "positions",
+        "has 2 entries, expected a list of seq_q = 3 whole numbers >= 0",
+    ),
+    (
+        "positions decimal",
+        {"causal": True, "positions": [0, 1.5, 2]},
+        "positions[1]",
+        "got the number 1.5, expected a whole number >= 0",
+    ),
     ("positions negative", {"causal": True, "positions": [0, -1, 2]}, "positions[1]", "is -1"),
-    ("positions boolean", {"causal": True, "positions": [0, True, 2]}, "positions[1]",
-     "got the boolean true"),
-    ("key_positions length", {"causal": True, "key_positions": [0]}, "key_positions",
-     "seq_k = 3"),
-    ("positions unused", {"positions": [0, 1, 2]}, "positions",
-     "given but nothing reads positions, expected rope, alibi, window or causal"),
-    ("mask_value positive", {"causal": True, "mask_value": 1e9}, "mask_value",
-     "is 1000000000.0, expected -inf (the default) or a negative number"),
+    (
+        "positions boolean",
+        {"causal": True, "positions": [0, True, 2]},
+        "positions[1]",
+        "got the boolean true",
+    ),
+    ("key_positions length", {"causal": True, "key_positions": [0]}, "key_positions", "seq_k = 3"),
+    (
+        "positions unused",
+        {"positions": [0, 1, 2]},
+        "positions",
+        "given but nothing reads positions, expected rope, alibi, window or causal",
+    ),
+    (
+        "mask_value positive",
+        {"causal": True, "mask_value": 1e9},
+        "mask_value",
+        "is 1000000000.0, expected -inf (the default) or a negative number",
+    ),
     ("mask_value zero", {"causal": True, "mask_value": 0}, "mask_value", "is 0"),
-    ("mask_value string", {"causal": True, "mask_value": "min"}, "mask_value",
-     "got the string 'min'"),
-    ("mask_value unmasked", {"mask_value": -1e4}, "mask_value",
-     "given but nothing is masked, expected causal, window, mask or lengths"),
-    ("gate in direct mode", {"gate": {"W_G": [[1.0, 0.0], [0.0, 1.0]]}}, "gate",
-     "given with Q, K and V directly, expected X and W_Q alongside it"),
-]  # fmt: skip
+    (
+        "mask_value string",
+        {"causal": True, "mask_value": "min"},
+        "mask_value",
+        "got the string 'min'",
+    ),
+    (
+        "mask_value unmasked",
+        {"mask_value": -1e4},
+        "mask_value",
+        "given but nothing is masked, expected causal, window, mask or lengths",
+    ),
+    (
+        "gate in direct mode",
+        {"gate": {"W_G": [[1.0, 0.0], [0.0, 1.0]]}},
+        "gate",
+        "given with Q, K and V directly, expected X and W_Q alongside it",
+    ),
+]
 
 PROJ_ERRORS: list[tuple[str, dict[str, Any], str, str]] = [
-    ("X_kv rows", {"X_kv": [[1.0, 2.0, 3.0]]}, "W_K",
-     "has 2 rows, expected d_model_kv = 3 rows (columns of X_kv)"),
-    ("X_kv batch axis", {"X_kv": [[[1.0, 2.0]]]}, "X_kv",
-     "has 3 axes but X has 2, expected the layout of X"),
-    ("X_kv batch size", {"X": [[[1.0, 0.0]], [[0.0, 1.0]]], "X_kv": [[[1.0, 2.0]]]}, "X_kv",
-     "has batch 1, expected batch 2 as in X"),
+    (
+        "X_kv rows",
+        {"X_kv": [[1.0, 2.0, 3.0]]},
+        "W_K",
+        "has 2 rows, expected d_model_kv = 3 rows (columns of X_kv)",
+    ),
+    (
+        "X_kv batch axis",
+        {"X_kv": [[[1.0, 2.0]]]},
+        "X_kv",
+        "has 3 axes but X has 2, expected the layout of X",
+    ),
+    (
+        "X_kv batch size",
+        {"X": [[[1.0, 0.0]], [[0.0, 1.0]]], "X_kv": [[[1.0, 2.0]]]},
+        "X_kv",
+        "has batch 1, expected batch 2 as in X",
+    ),
     ("X_kv one axis", {"X_kv": [1.0, 2.0]}, "X_kv", "has 1 axes"),
-    ("gate W_G shape", {"gate": {"W_G": [[1.0, 0.0], [0.0, 1.0]]}}, "gate.W_G",
-     "has shape [2, 2], expected [d_model, heads*d_v] = [2, 1*1]"),
+    (
+        "gate W_G shape",
+        {"gate": {"W_G": [[1.0, 0.0], [0.0, 1.0]]}},
+        "gate.W_G",
+        "has shape [2, 2], expected [d_model, heads*d_v] = [2, 1*1]",
+    ),
     ("gate W_G one axis", {"gate": {"W_G": [1.0, 0.0]}}, "gate.W_G", "has 1 axes"),
-    ("gate W_G nan", {"gate": {"W_G": [[1.0, float("nan")], [0.0, 1.0]]}}, "gate.W_G[0][1]",
-     "is nan (not a number)"),
-    ("gate W_G inf", {"gate": {"W_G": [[1.0, float("inf")], [0.0, 1.0]]}}, "gate.W_G[0][1]",
-     "is inf"),
+    (
+        "gate W_G nan",
+        {"gate": {"W_G": [[1.0, float("nan")], [0.0, 1.0]]}},
+        "gate.W_G[0][1]",
+        "is nan (not a number)",
+    ),
+    (
+        "gate W_G inf",
+        {"gate": {"W_G": [[1.0, float("inf")], [0.0, 1.0]]}},
+        "gate.W_G[0][1]",
+        "is inf",
+    ),
     ("gate W_G huge", {"gate": {"W_G": [[1.0, 10**400], [0.0, 1.0]]}}, "gate.W_G[0][1]", "is "),
     ("gate W_G string", {"gate": {"W_G": "ones"}}, "gate.W_G", "got the string 'ones'"),
-    ("gate b_G length", {"gate": {"W_G": [[1.0], [0.0]], "b_G": [1.0, 0.0]}}, "gate.b_G",
-     "has length 2, expected heads*d_v = 1"),
+    (
+        "gate b_G length",
+        {"gate": {"W_G": [[1.0], [0.0]], "b_G": [1.0, 0.0]}},
+        "gate.b_G",
+        "has length 2, expected heads*d_v = 1",
+    ),
     ("gate W_G missing", {"gate": {"b_G": [1.0, 0.0]}}, "gate.W_G", "missing, expected W_G"),
     ("gate typo", {"gate": {"W_g": [[1.0, 0.0]]}}, "gate.W_g", "unknown key (did you mean"),
     ("gate list", {"gate": [[1.0, 0.0], [0.0, 1.0]]}, "gate", "got a list, expected a mapping"),
     ("gate true", {"gate": True}, "gate", "got the boolean true, expected a mapping"),
-]  # fmt: skip
+]
 
 
 @pytest.mark.parametrize(

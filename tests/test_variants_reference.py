@@ -72,8 +72,13 @@ def test_sliding_window_matches_sdpa(case: dict[str, Any]) -> None:
     pos_q, pos_k = V.default_positions(T, S, "lower-right")
     allowed = V.window_allowed(pos_q, pos_k, window)  # (T, S)
     np.testing.assert_array_equal(allowed, np.array(case["allowed"]))
-    fixture = {"Q": [q.tolist()], "K": [k.tolist()], "V": [v.tolist()], "causal": "lower-right",
-               "window": window}  # fmt: skip
+    fixture = {
+        "Q": [q.tolist()],
+        "K": [k.tolist()],
+        "V": [v.tolist()],
+        "causal": "lower-right",
+        "window": window,
+    }
     trace = run(validate(fixture, "sdpa"))  # the scale 1/√d_k, grouped heads, as SDPA
     out = trace.stages["output"].data[0]  # (H, T, D)
     np.testing.assert_allclose(out, a(case["out"])[0], rtol=TORCH_RTOL, atol=TORCH_ATOL)
@@ -86,8 +91,14 @@ def test_sinks_match_gpt_oss(case: dict[str, Any]) -> None:
     q = Q.reshape(T, Hkv * m, D).transpose(1, 0, 2)  # (H, T, D): head = kv * m + j, grouped
     k = K.transpose(1, 0, 2)  # (Hkv, T, D): query head h reads kv head h // m
     v = Vv.transpose(1, 0, 2)  # (Hkv, T, D)
-    fixture = {"Q": [q.tolist()], "K": [k.tolist()], "V": [v.tolist()], "causal": True,
-               "scale": case["scale"], "sinks": case["sinks"]}  # fmt: skip
+    fixture = {
+        "Q": [q.tolist()],
+        "K": [k.tolist()],
+        "V": [v.tolist()],
+        "causal": True,
+        "scale": case["scale"],
+        "sinks": case["sinks"],
+    }
     if case["window"]:
         fixture["window"] = case["window"]
     trace = run(validate(fixture, "gpt-oss"))

@@ -115,9 +115,12 @@ def test_a_real_process_killed_while_writing(tmp_path: Path, signum: int) -> Non
     target.write_text("old", encoding="utf-8")
     process = subprocess.Popen(
         [sys.executable, "-c", _SLOW_WRITER, str(target), str(ready)],
-        env=clean_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+        env=clean_env(),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
         preexec_fn=lambda: signal.signal(signum, signal.SIG_DFL),  # not ignored, even under nohup
-    )  # fmt: skip
+    )
     deadline = time.monotonic() + PROCESS_TIMEOUT
     while not ready.exists() and time.monotonic() < deadline and process.poll() is None:
         time.sleep(0.02)

@@ -61,8 +61,10 @@ class BatchRun:
     @property
     def worst(self) -> float:
         near = self.contiguous or ((0.0,),)
-        return max(max(max((*a, *b)) for a, b in zip(self.solo, self.full, strict=True)),
-                   max(max(c) for c in near))  # fmt: skip
+        return max(
+            max(max((*a, *b)) for a, b in zip(self.solo, self.full, strict=True)),
+            max(max(c) for c in near),
+        )
 
     @property
     def ok(self) -> bool:
@@ -84,15 +86,21 @@ def refuse_batch(inputs: Inputs) -> None:
     for v, _ in Chain(inputs).on:
         if own_loop(v):
             raise UsageError(
-                inputs.source, v.name, "a batch packs the KV caches of one softmax map, and "
+                inputs.source,
+                v.name,
+                "a batch packs the KV caches of one softmax map, and "
                 "this decode keeps none (a recurrent state or two maps: a loop of its own)",
-                "a fixture of softmax attention with one map", option="batch",
-            )  # fmt: skip
+                "a fixture of softmax attention with one map",
+                option="batch",
+            )
     if inputs.batch > 1:
         raise UsageError(
-            inputs.source, "batch", f"has {inputs.batch} items",
-            "one sequence a fixture (a batch packs one sequence from each)", option="batch",
-        )  # fmt: skip
+            inputs.source,
+            "batch",
+            f"has {inputs.batch} items",
+            "one sequence a fixture (a batch packs one sequence from each)",
+            option="batch",
+        )
 
 
 def _refuse(inputs: Inputs) -> None:
@@ -106,16 +114,24 @@ def parse_arrive(text: str | None, n: int) -> tuple[int, ...]:
         return (0,) * n
     items = text.split(",")
     if len(items) != n:
-        raise UsageError("", "arrive", f"gives {len(items)} steps for {n} fixtures",
-                         f"{n} whole numbers, one per fixture, as 0,2,3",
-                         option="arrive")  # fmt: skip
+        raise UsageError(
+            "",
+            "arrive",
+            f"gives {len(items)} steps for {n} fixtures",
+            f"{n} whole numbers, one per fixture, as 0,2,3",
+            option="arrive",
+        )
     out = []
     for i, item in enumerate(items):
         item = item.strip()
         if not (item.isascii() and item.isdigit()) or int(item) > MAX_ARRIVE:
-            raise UsageError("", "arrive", f"item {i + 1} is {item[:20]!r}",
-                             f"a whole number of steps from 0 to {MAX_ARRIVE:,}",
-                             option="arrive")  # fmt: skip
+            raise UsageError(
+                "",
+                "arrive",
+                f"item {i + 1} is {item[:20]!r}",
+                f"a whole number of steps from 0 to {MAX_ARRIVE:,}",
+                option="arrive",
+            )
         out.append(int(item))
     return tuple(out)
 
@@ -132,10 +148,12 @@ def _same_shapes(traces: list[Trace], forms: list[bool]) -> None:
         for name, got, want in pairs:
             if got != want:
                 raise UsageError(
-                    t.inputs.source, name, f"is {got:g}" if isinstance(got, float) else
-                    f"is {got}", f"{want} as in {first.inputs.source} (a batch runs one "
-                    "model's shapes)", option="batch",
-                )  # fmt: skip
+                    t.inputs.source,
+                    name,
+                    f"is {got:g}" if isinstance(got, float) else f"is {got}",
+                    f"{want} as in {first.inputs.source} (a batch runs one model's shapes)",
+                    option="batch",
+                )
 
 
 def run_batch(
@@ -154,22 +172,32 @@ def run_batch(
     (block size, pages; None in either: the default): every cache in one pool of pages,
     ``share``: a joining prompt's whole pages shared with the sequences that hold them."""
     if not 1 <= len(fixtures) <= MAX_SEQUENCES:
-        raise UsageError("", "batch", f"{len(fixtures):,} fixtures",
-                         f"1 to {MAX_SEQUENCES} sequences in a batch", option="batch")  # fmt: skip
+        raise UsageError(
+            "",
+            "batch",
+            f"{len(fixtures):,} fixtures",
+            f"1 to {MAX_SEQUENCES} sequences in a batch",
+            option="batch",
+        )
     assert len(arrive) == len(fixtures)
     traces = []
     for fixture in fixtures:
         trace, _ = load_trace(
-            fixture, decode_keep, refuse=_refuse,
-            max_elements=max_elements, max_memory=max_memory,
+            fixture,
+            decode_keep,
+            refuse=_refuse,
+            max_elements=max_elements,
+            max_memory=max_memory,
             extra_bytes=lambda inp: 2 * decode_bytes(inp, min(prefill, inp.seq_q)),
-        )  # fmt: skip
+        )
         traces.append(trace)
     args = [decode_args(t) for t in traces]
     _same_shapes(traces, [a.form is not None for a in args])
     names = _names(traces)
-    members = [_member(n, a, arrive[j], min(prefill, t.inputs.seq_q), chunk)
-               for j, (n, a, t) in enumerate(zip(names, args, traces, strict=True))]  # fmt: skip
+    members = [
+        _member(n, a, arrive[j], min(prefill, t.inputs.seq_q), chunk)
+        for j, (n, a, t) in enumerate(zip(names, args, traces, strict=True))
+    ]
     _refuse_memory(traces[0], members, paged is not None, max_memory)
     quiet = np.errstate(over="ignore", invalid="ignore", divide="ignore", under="ignore")
     with quiet, blas_limit(sum(t.inputs.seq_q for t in traces)):
@@ -179,9 +207,12 @@ def run_batch(
             plain = result
             result = _paged(traces[0], members, paged, share)
             contiguous = tuple(
-                tuple(max_abs_diff(result.outputs(j)[:, i], plain.outputs(j)[:, i])
-                      for i in range(m.tokens)) for j, m in enumerate(members)
-            )  # fmt: skip
+                tuple(
+                    max_abs_diff(result.outputs(j)[:, i], plain.outputs(j)[:, i])
+                    for i in range(m.tokens)
+                )
+                for j, m in enumerate(members)
+            )
         solo, full = [], []
         for j, (t, a, m) in enumerate(zip(traces, args, members, strict=True)):
             got = result.outputs(j)  # (H, T, Dv)
@@ -189,8 +220,15 @@ def run_batch(
             ref = decode_reference(t, a)[0]  # (H, T, Dv)
             solo.append(tuple(max_abs_diff(got[:, i], alone[:, i]) for i in range(m.tokens)))
             full.append(tuple(max_abs_diff(got[:, i], ref[:, i]) for i in range(m.tokens)))
-    return BatchRun(tuple(traces), names, result, tuple(solo), tuple(full),
-                    tuple(str(f) for f in fixtures), contiguous)  # fmt: skip
+    return BatchRun(
+        tuple(traces),
+        names,
+        result,
+        tuple(solo),
+        tuple(full),
+        tuple(str(f) for f in fixtures),
+        contiguous,
+    )
 
 
 def _paged(
@@ -205,20 +243,23 @@ def _paged(
     block_size, pages = paged
     bs = default_block(max(m.tokens for m in members)) if block_size is None else block_size
     if not 1 <= bs <= MAX_BLOCK:
-        raise UsageError(src, "block-size", f"is {bs}", f"1 to {MAX_BLOCK:,} tokens a page",
-                         option="block-size")  # fmt: skip
+        raise UsageError(
+            src, "block-size", f"is {bs}", f"1 to {MAX_BLOCK:,} tokens a page", option="block-size"
+        )
     if pages is not None and not 1 <= pages <= MAX_PAGES:
-        raise UsageError(src, "pages", f"is {pages}", f"1 to {MAX_PAGES:,} pages",
-                         option="pages")  # fmt: skip
+        raise UsageError(src, "pages", f"is {pages}", f"1 to {MAX_PAGES:,} pages", option="pages")
     enough = sum(-(-m.tokens // bs) for m in members)  # no sequence holds more than its own
     result = batch_decode(members, paging=Paging(bs, enough), share=share)
     if pages is None:
         pages = result.peak
     elif pages < result.peak:
         raise UsageError(
-            src, "pages", f"a pool of {pages} is too small (the batch holds {result.peak} pages "
-            f"of {bs} at once)", f"at least {result.peak}", option="pages",
-        )  # fmt: skip
+            src,
+            "pages",
+            f"a pool of {pages} is too small (the batch holds {result.peak} pages of {bs} at once)",
+            f"at least {result.peak}",
+            option="pages",
+        )
     return batch_decode(members, paging=Paging(bs, pages), share=share)
 
 
@@ -235,10 +276,12 @@ def _refuse_memory(
     budget = default_max_memory() if max_memory is None else max_memory
     if need > budget:
         raise InputError(
-            first.inputs.source, "", f"this batch's step tables would need about "
-            f"{format_bytes(need)} of memory", f"at most {format_bytes(budget)}",
+            first.inputs.source,
+            "",
+            f"this batch's step tables would need about {format_bytes(need)} of memory",
+            f"at most {format_bytes(budget)}",
             option="max-memory",
-        )  # fmt: skip
+        )
 
 
 def _names(traces: list[Trace]) -> tuple[str, ...]:
@@ -261,8 +304,9 @@ def _member(name: str, a: Any, arrive: int, prefill: int, chunk: int | None) -> 
     if a.rotate is not None:
         q, k = a.rotate(q, a.positions), a.rotate(k, a.positions)
     finish = None if a.form is None else a.form.finish
-    return Member(name, q, k, a.v, a.chain, a.scale, a.positions, arrive, prefill, chunk,
-                  finish, a.after)  # fmt: skip
+    return Member(
+        name, q, k, a.v, a.chain, a.scale, a.positions, arrive, prefill, chunk, finish, a.after
+    )
 
 
 def _solo(a: Any, prefill: int) -> Any:
@@ -282,8 +326,9 @@ def batch_failure(run: BatchRun) -> ComputeError | None:
         worst = max((*a, *b))
         if worst > run.tolerance:
             return ComputeError(
-                run.traces[j].inputs.source, f"sequence {run.names[j]}",
+                run.traces[j].inputs.source,
+                f"sequence {run.names[j]}",
                 f"the batch's rows differ from its own decode or the full rows by {worst:.3e}",
                 f"at most {run.tolerance:g}",
-            )  # fmt: skip
+            )
     return None

@@ -265,9 +265,10 @@ def conform(
         return g
     if g.ndim < len(shape):
         optional = [
-            i for i, (a, n) in enumerate(zip(axes, shape, strict=True))
+            i
+            for i, (a, n) in enumerate(zip(axes, shape, strict=True))
             if a in SIZE_ONE_AXES and n == 1
-        ]  # fmt: skip
+        ]
         for r in range(1, len(optional) + 1):
             for drop in itertools.combinations(optional, r):
                 if tuple(n for i, n in enumerate(shape) if i not in drop) == g.shape:
@@ -344,9 +345,14 @@ def check_golden(
         )
     golden = load_trace_json(path)
     return compare(
-        trace, golden, kind="golden", against=str(path), tolerance=tolerance,
-        stages=stages, worst=worst,
-    )  # fmt: skip
+        trace,
+        golden,
+        kind="golden",
+        against=str(path),
+        tolerance=tolerance,
+        stages=stages,
+        worst=worst,
+    )
 
 
 def check_expected(
@@ -359,14 +365,21 @@ def check_expected(
     expected = trace.inputs.expected
     if not expected:
         raise UsageError(
-            trace.inputs.source, "expected", "the fixture has no expected section",
+            trace.inputs.source,
+            "expected",
+            "the fixture has no expected section",
             "an `expected` mapping in the fixture, or --golden FILE, --golden-dir DIR or "
             "--against DUMP",
-        )  # fmt: skip
+        )
     return compare(
-        trace, expected, kind="expected", against="its expected section", tolerance=tolerance,
-        stages=stages, worst=worst,
-    )  # fmt: skip
+        trace,
+        expected,
+        kind="expected",
+        against="its expected section",
+        tolerance=tolerance,
+        stages=stages,
+        worst=worst,
+    )
 
 
 def write_golden(trace: Trace, path: Path) -> str:
@@ -378,9 +391,12 @@ def write_golden(trace: Trace, path: Path) -> str:
     if path.is_file():
         try:
             old = compare(
-                trace, load_trace_json(path), kind="golden", against=str(path),
+                trace,
+                load_trace_json(path),
+                kind="golden",
+                against=str(path),
                 tolerance=GOLDEN_TOLERANCE,
-            )  # fmt: skip
+            )
         except AttnError:
             before = "replaced an unreadable file"
         else:

@@ -93,9 +93,18 @@ class FlashDump(Dump):
 
 # What people's code calls a gradient, besides d_<stage> (compared in lower case): dQ, grad_q,
 # q.grad, q_grad, dL_dQ for every stage and input, and the paper's letters P, S, O.
-_SHORT = {"p": "softmax", "s": "d_masked", "o": "output", "attn": "softmax",
-          "weights": "softmax", "attn_weights": "softmax", "p_attn": "softmax",
-          "attention_weights": "softmax", "out": "output", "logits": "scores"}  # fmt: skip
+_SHORT = {
+    "p": "softmax",
+    "s": "d_masked",
+    "o": "output",
+    "attn": "softmax",
+    "weights": "softmax",
+    "attn_weights": "softmax",
+    "p_attn": "softmax",
+    "attention_weights": "softmax",
+    "out": "output",
+    "logits": "scores",
+}
 DS_ALIAS = "d_masked"  # "dS": the gradient the softmax's input receives (retargeted per trace)
 
 
@@ -125,11 +134,16 @@ def _gradient_aliases() -> dict[str, str]:
 
 # Names that people's code commonly gives a stage (compared in lower case).
 ALIASES = {
-    "weights": "softmax", "attn": "softmax", "p_attn": "softmax", "attention": "softmax",
-    "attn_weights": "softmax", "attention_weights": "softmax",
-    "out": "output", "context": "output",
+    "weights": "softmax",
+    "attn": "softmax",
+    "p_attn": "softmax",
+    "attention": "softmax",
+    "attn_weights": "softmax",
+    "attention_weights": "softmax",
+    "out": "output",
+    "context": "output",
     "logits": "scores",
-}  # fmt: skip
+}
 ALIASES.update(_gradient_aliases())  # dQ, grad_q, q.grad, dS, dP, ...
 
 
@@ -179,9 +193,11 @@ def load_dump(path: Path) -> Dump:
             continue
         if stage in named:
             raise InputError(
-                source, name, f"names the same stage ({stage}) as {named[stage]!r}",
+                source,
+                name,
+                f"names the same stage ({stage}) as {named[stage]!r}",
                 "one array per stage",
-            )  # fmt: skip
+            )
         named[stage] = name
         if name != stage:
             aliases[name] = stage
@@ -189,10 +205,12 @@ def load_dump(path: Path) -> Dump:
     if not arrays:
         shown = ", ".join(ignored[:5]) or "nothing"
         raise InputError(
-            source, "", f"no stage found (it holds {shown})",
+            source,
+            "",
+            f"no stage found (it holds {shown})",
             "arrays named after stages: " + ", ".join(STAGE_NAMES) + " (or aliases such as "
             "weights, attn, out)",
-        )  # fmt: skip
+        )
     ordered = {s: arrays[s] for s in STAGE_NAMES if s in arrays}
     return Dump(source, ordered, aliases, tuple(ignored))
 
@@ -258,22 +276,38 @@ def _special_dump(obj: dict[str, Any], source: str) -> Dump:
         stages = [_field(s, "stages", dict, source, f"steps[{i}]") for i, s in enumerate(steps)]
         outputs = [_stage_data(st, "output", source, f"steps[{i}]") for i, st in enumerate(stages)]
         last = stages[-1]
-        caches = [_stage_data(last, n, source, "steps[-1]") if n in last else None
-                  for n in ("K_cache", "V_cache")]  # fmt: skip
+        caches = [
+            _stage_data(last, n, source, "steps[-1]") if n in last else None
+            for n in ("K_cache", "V_cache")
+        ]
         paged = obj.get("paged")
         size = paged.get("block_size") if isinstance(paged, dict) else None
-        return _decode_dump(source, _stack(outputs, source), obj.get("prefill"), caches[0],
-                            caches[1], block_size=size)  # fmt: skip
+        return _decode_dump(
+            source,
+            _stack(outputs, source),
+            obj.get("prefill"),
+            caches[0],
+            caches[1],
+            block_size=size,
+        )
     if fmt == FLASH_FORMAT:
         stages = _field(obj, "stages", dict, source)
         output, lse = (_stage_data(stages, n, source, "stages") for n in ("output", "lse"))
         return _flash_dump(source, output, lse, obj, obj.get("tiles") or [])
     if _dump_kind(obj) == "decode":
         key = next(k for k in DECODE_KEYS if k in obj)
-        caches = [None if obj.get(n) is None else decode_array(obj[n], source, n)
-                  for n in ("K_cache", "V_cache")]  # fmt: skip
-        return _decode_dump(source, decode_array(obj[key], source, key), obj.get("prefill"),
-                            caches[0], caches[1], block_size=obj.get("block_size"))  # fmt: skip
+        caches = [
+            None if obj.get(n) is None else decode_array(obj[n], source, n)
+            for n in ("K_cache", "V_cache")
+        ]
+        return _decode_dump(
+            source,
+            decode_array(obj[key], source, key),
+            obj.get("prefill"),
+            caches[0],
+            caches[1],
+            block_size=obj.get("block_size"),
+        )
     output = next(decode_array(obj[k], source, k) for k in OUTPUT_KEYS if k in obj)
     lse = next(decode_array(obj[k], source, k) for k in LSE_KEYS if k in obj)
     return _flash_dump(source, output, lse, obj, obj.get("tiles") or [])
@@ -296,12 +330,18 @@ def _special_npz(path: Path) -> Dump | None:
             name: reader.read_member(archive, member, name, source).astype(np.float64)
             for name, member in names.items()
             if name in (*DECODE_KEYS, *LSE_KEYS, *OUTPUT_KEYS, *FLASH_EXTRA, *DECODE_EXTRA)
-        }  # fmt: skip
+        }
     plain: dict[str, Any] = {k: (float(v) if v.ndim == 0 else v) for k, v in raw.items()}
     if _dump_kind(names) == "decode":
         key = next(k for k in DECODE_KEYS if k in plain)
-        return _decode_dump(source, raw[key], plain.get("prefill"), raw.get("K_cache"),
-                            raw.get("V_cache"), block_size=plain.get("block_size"))  # fmt: skip
+        return _decode_dump(
+            source,
+            raw[key],
+            plain.get("prefill"),
+            raw.get("K_cache"),
+            raw.get("V_cache"),
+            block_size=plain.get("block_size"),
+        )
     output = next(raw[k] for k in OUTPUT_KEYS if k in raw)
     lse = next(raw[k] for k in LSE_KEYS if k in raw)
     return _flash_dump(source, output, lse, plain, [])
@@ -338,8 +378,9 @@ def _whole(value: Any, source: str, field: str, least: int = 1) -> int | None:
         return None
     number = isinstance(value, (int, float)) and not isinstance(value, bool)
     if not number or not math.isfinite(value) or value != int(value) or not least <= value <= _MOST:
-        raise InputError(source, field, f"is {_shown(value)}", f"a whole number from {least} "
-                         "to 2^63 − 1")  # fmt: skip
+        raise InputError(
+            source, field, f"is {_shown(value)}", f"a whole number from {least} to 2^63 − 1"
+        )
     return int(value)
 
 
@@ -388,15 +429,32 @@ def _batch_dump(obj: dict[str, Any], source: str) -> BatchDump:
 
 
 def _decode_dump(
-    source: str, outputs: FloatArray, prefill: Any, K: FloatArray | None, V: FloatArray | None,
+    source: str,
+    outputs: FloatArray,
+    prefill: Any,
+    K: FloatArray | None,
+    V: FloatArray | None,
     block_size: Any = None,
-) -> DecodeDump:  # fmt: skip
+) -> DecodeDump:
     if outputs.ndim < 2:
-        raise InputError(source, "decode_output", f"has shape {list(outputs.shape)}",
-                         "(steps, [batch,] heads, d_v): one output per decoded token")  # fmt: skip
+        raise InputError(
+            source,
+            "decode_output",
+            f"has shape {list(outputs.shape)}",
+            "(steps, [batch,] heads, d_v): one output per decoded token",
+        )
     arrays = {"output": outputs}
-    return DecodeDump(source, arrays, {}, (), outputs, _whole(prefill, source, "prefill"), K, V,
-                      _whole(block_size, source, "block_size"))  # fmt: skip
+    return DecodeDump(
+        source,
+        arrays,
+        {},
+        (),
+        outputs,
+        _whole(prefill, source, "prefill"),
+        K,
+        V,
+        _whole(block_size, source, "block_size"),
+    )
 
 
 def _flash_dump(
@@ -415,11 +473,18 @@ def _flash_dump(
         parsed.append(DumpTile(batch, head, (q0, q1), (s0, s1), m, l))
     base2 = obj.get("base2", False)
     return FlashDump(
-        source, {"output": output, "lse": lse}, {}, (), output, lse,
-        _whole(obj.get("block_q"), source, "block_q"), _whole(obj.get("block_k"), source,
-        "block_k"), _flag(base2, source, "base2"), tuple(parsed),
+        source,
+        {"output": output, "lse": lse},
+        {},
+        (),
+        output,
+        lse,
+        _whole(obj.get("block_q"), source, "block_q"),
+        _whole(obj.get("block_k"), source, "block_k"),
+        _flag(base2, source, "base2"),
+        tuple(parsed),
         _whole(obj.get("split_kv"), source, "split_kv"),
-    )  # fmt: skip
+    )
 
 
 def _tile_place(tile: dict[str, Any], source: str, where: str) -> tuple[int, ...]:
@@ -428,9 +493,17 @@ def _tile_place(tile: dict[str, Any], source: str, where: str) -> tuple[int, ...
         (q0, q1), (s0, s1) = tile["q_block"], tile["k_block"]
     except (KeyError, TypeError, ValueError):
         raise InputError(
-            source, where, "has no usable q_block, k_block or head",
+            source,
+            where,
+            "has no usable q_block, k_block or head",
             '"head": h, "q_block": [t0, t1], "k_block": [s0, s1]',
-        ) from None  # fmt: skip
-    values = {"batch": tile.get("batch", 0), "head": tile.get("head", 0), "q_block[0]": q0,
-              "q_block[1]": q1, "k_block[0]": s0, "k_block[1]": s1}  # fmt: skip
+        ) from None
+    values = {
+        "batch": tile.get("batch", 0),
+        "head": tile.get("head", 0),
+        "q_block[0]": q0,
+        "q_block[1]": q1,
+        "k_block[0]": s0,
+        "k_block[1]": s1,
+    }
     return tuple(_whole(v, source, f"{where}.{k}", least=0) or 0 for k, v in values.items())

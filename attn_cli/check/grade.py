@@ -71,9 +71,14 @@ def grade(
         trace = grade_backward.with_backward(trace)
         dump = grade_backward.retarget(dump, trace)
     comparison = compare(
-        trace, dump.arrays, kind="dump", against=dump.source, tolerance=tolerance,
-        stages=stages, worst=worst,
-    )  # fmt: skip
+        trace,
+        dump.arrays,
+        kind="dump",
+        against=dump.source,
+        tolerance=tolerance,
+        stages=stages,
+        worst=worst,
+    )
     notes = []
     if dump.aliases:
         notes.append("aliases: " + ", ".join(f"{k} -> {v}" for k, v in dump.aliases.items()))
@@ -99,9 +104,16 @@ def grade(
             ratio = same_ratio(trace, first.name, given, tolerance)
             seen = () if ratio is not None else hints.looks(trace, first.name, given, tolerance)
     return replace(
-        comparison, notes=tuple(notes), aliases=dict(dump.aliases), ignored=dump.ignored,
-        diagnoses=found, tried=tried, ratio=ratio, transpose=transpose, looks=seen,
-    )  # fmt: skip
+        comparison,
+        notes=tuple(notes),
+        aliases=dict(dump.aliases),
+        ignored=dump.ignored,
+        diagnoses=found,
+        tried=tried,
+        ratio=ratio,
+        transpose=transpose,
+        looks=seen,
+    )
 
 
 def diagnose(
@@ -126,14 +138,20 @@ def diagnose(
         tried.append(mistake.title)
         best: tuple[Candidate, tuple[str, ...]] | None = None
         for cand in _ways(trace, candidates, stage, nan_rows, tolerance):
-            if not _fits(given[stage], _public(trace, cand.stages[stage], stage), trace[stage].axes,
-                         stage, tolerance):  # fmt: skip
+            if not _fits(
+                given[stage],
+                _public(trace, cand.stages[stage], stage),
+                trace[stage].axes,
+                stage,
+                tolerance,
+            ):
                 continue
             explains = tuple(
-                n for n in later
-                if n in cand.stages and _fits(given[n], _public(trace, cand.stages[n], n),
-                                              trace[n].axes, n, tolerance)
-            )  # fmt: skip
+                n
+                for n in later
+                if n in cand.stages
+                and _fits(given[n], _public(trace, cand.stages[n], n), trace[n].axes, n, tolerance)
+            )
             if best is None or len(explains) > len(best[1]):
                 best = cand, explains  # of the ways it can go wrong, the one explaining most
             if len(explains) == len(later):
@@ -273,11 +291,14 @@ def _read_ratio(trace: Trace, ratio: float) -> tuple[str, str]:
     default = trace.scale_source == "default"
     scale = "a scale of 1/√d_k" if default else f"the fixture's scale {s:g}"
     named = (
-        (s, f"1/√{d_k}" if default else "scale", f"{scale} applied twice, or where it was "
-         "not meant?"),
+        (
+            s,
+            f"1/√{d_k}" if default else "scale",
+            f"{scale} applied twice, or where it was not meant?",
+        ),
         (1 / s, f"√{d_k}" if default else "1/scale", f"{scale} left out, or undone?"),
         (-1.0, "-1", "the sign flipped: a difference taken the wrong way round?"),
-    )  # fmt: skip
+    )
     for value, reading, suggestion in named:
         if value != 1 and math.isclose(ratio, value, rel_tol=1e-3):
             return reading, suggestion
@@ -297,9 +318,10 @@ def transpose_fit(
     for kept in _kept_axes(ref.shape, ref.axes, g.ndim):
         target = tuple(ref.shape[i] for i in kept)
         fits = [
-            p for p in itertools.permutations(range(g.ndim))
+            p
+            for p in itertools.permutations(range(g.ndim))
             if p != tuple(range(g.ndim)) and tuple(g.shape[i] for i in p) == target
-        ]  # fmt: skip
+        ]
         best: tuple[tuple[int, ...], int] | None = None
         for p in fits:
             moved = g.transpose(p).reshape(attn.shape)  # (attn's axes)
@@ -321,8 +343,9 @@ def _kept_axes(shape: tuple[int, ...], axes: tuple[str, ...], ndim: int) -> list
     n = len(shape)
     if ndim == n:
         return [tuple(range(n))]
-    optional = [i for i, (a, k) in enumerate(zip(axes, shape, strict=True))
-                if a in SIZE_ONE_AXES and k == 1]  # fmt: skip
+    optional = [
+        i for i, (a, k) in enumerate(zip(axes, shape, strict=True)) if a in SIZE_ONE_AXES and k == 1
+    ]
     if ndim > n or n - ndim > len(optional):
         return []
     return [

@@ -76,19 +76,26 @@ def diagnose_backward(
         if not _fits(given[stage], value, correct.axes, tolerance):
             continue
         explains = tuple(
-            n for n in later
-            if n in stages and _fits(given[n], _public(trace, n, stages[n]), trace[n].axes,
-                                     tolerance)
-        )  # fmt: skip
+            n
+            for n in later
+            if n in stages
+            and _fits(given[n], _public(trace, n, stages[n]), trace[n].axes, tolerance)
+        )
         detail = (
             f"Your {stage} is what attn gets with this mistake: {MISTAKES[name]}. Fix: "
             f"{FIXES[name]} Confirmed: recomputed from attn's own forward stages, it "
             f"reproduces every cell of your {stage} ({tolerance})."
         )
-        found.append(Diagnosis(
-            name=name, title=MISTAKES[name], detail=detail, stage=stage, explains=explains,
-            unexplained=tuple(n for n in later if n not in explains),
-        ))  # fmt: skip
+        found.append(
+            Diagnosis(
+                name=name,
+                title=MISTAKES[name],
+                detail=detail,
+                stage=stage,
+                explains=explains,
+                unexplained=tuple(n for n in later if n not in explains),
+            )
+        )
     return tuple(found), tuple(tried)
 
 

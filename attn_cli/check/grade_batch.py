@@ -43,8 +43,9 @@ def grade_batch(dump: BatchDump, tolerance: Tolerance, worst: int) -> Comparison
     fixtures = [f for f, _, _ in dump.sequences]
     arrive = tuple(a for _, a, _ in dump.sequences)
     paged = None if dump.block_size is None else (dump.block_size, None)
-    run = run_batch(list(fixtures), arrive, dump.prefill, dump.chunk, paged=paged,
-                    share=dump.share_prefix)  # fmt: skip
+    run = run_batch(
+        list(fixtures), arrive, dump.prefill, dump.chunk, paged=paged, share=dump.share_prefix
+    )
     axes = ("head", "token", "d_v")
     results = []
     for j, (_, _, given) in enumerate(dump.sequences):
@@ -55,22 +56,28 @@ def grade_batch(dump: BatchDump, tolerance: Tolerance, worst: int) -> Comparison
         else:
             results.append(compare_one(name, axes, ref, given, tolerance, worst))
     chunks = "" if dump.chunk is None else f" in chunks of {dump.chunk}"
-    notes = (f"batch: {len(fixtures)} sequences arriving at steps {list(arrive)}, prefill "
-             f"{dump.prefill}{chunks}",)  # fmt: skip
-    comparison = Comparison(run.traces[0], "dump", dump.source, tolerance, tuple(results),
-                            notes=notes)  # fmt: skip
+    notes = (
+        f"batch: {len(fixtures)} sequences arriving at steps {list(arrive)}, prefill "
+        f"{dump.prefill}{chunks}",
+    )
+    comparison = Comparison(
+        run.traces[0], "dump", dump.source, tolerance, tuple(results), notes=notes
+    )
     first = comparison.first_difference
     if first is None:
         return comparison
     r = run.result
     candidates = [(LEAK, batch_decode(r.members, leak=True, paging=r.paging, share=r.share))]
     if r.paging is not None and r.share:
-        candidates.append((NO_COPY, batch_decode(r.members, paging=r.paging, share=True,
-                                                 no_copy=True)))  # fmt: skip
+        candidates.append(
+            (NO_COPY, batch_decode(r.members, paging=r.paging, share=True, no_copy=True))
+        )
     differing = [j for j, res in enumerate(results) if res.status != "same"]
     for (name, title), wrong in candidates:
-        if all(_same(dump.sequences[j][2], wrong.outputs(j).astype(np.float64), tolerance)
-               for j in differing):  # fmt: skip
+        if all(
+            _same(dump.sequences[j][2], wrong.outputs(j).astype(np.float64), tolerance)
+            for j in differing
+        ):
             detail = DETAILS[name].format(stage=first.name, tol=tolerance)
             found = Diagnosis(name=name, title=title, detail=detail, stage=first.name)
             return replace(comparison, diagnoses=(found,))

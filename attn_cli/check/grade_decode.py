@@ -106,9 +106,13 @@ def _fit(given: FloatArray, shape: tuple[int, ...], axes: tuple[str, ...]) -> Fl
 
 
 def _stage(
-    name: str, axes: tuple[str, ...], ref: FloatArray, given: FloatArray | None,
-    tolerance: Tolerance, worst: int,
-) -> StageResult:  # fmt: skip
+    name: str,
+    axes: tuple[str, ...],
+    ref: FloatArray,
+    given: FloatArray | None,
+    tolerance: Tolerance,
+    worst: int,
+) -> StageResult:
     if given is None:
         return StageResult(name, "missing_expected", axes, None, tuple(ref.shape))
     fitted = _fit(given, tuple(ref.shape), axes)
@@ -126,9 +130,11 @@ def grade_decode(trace: Trace, dump: DecodeDump, tolerance: Tolerance, worst: in
     prefill = dump.prefill if dump.prefill is not None else T - steps
     if not 1 <= prefill <= T or prefill + steps != T:
         raise InputError(
-            dump.source, "decode_output", f"{steps} steps after a prefill of {prefill}",
+            dump.source,
+            "decode_output",
+            f"{steps} steps after a prefill of {prefill}",
             f"one output per token after the prefill: {T} tokens in all",
-        )  # fmt: skip
+        )
     args = decode_args(trace)
     paging = _paging(trace, dump)
     right = decode(args.q, args.k, args.v, prefill=prefill, paging=paging, **args.kwargs())
@@ -136,20 +142,29 @@ def grade_decode(trace: Trace, dump: DecodeDump, tolerance: Tolerance, worst: in
     cache_axes = _axes(trace, "batch", "kv_head", "slot", "d")
     ref = _decode_stages(trace, right)
     given = {"decode output": dump.outputs, "K_cache": dump.K_cache, "V_cache": dump.V_cache}
-    results = [_stage("decode output", out_axes, ref["decode output"], dump.outputs,
-                      tolerance, worst)]  # fmt: skip
-    results += [_stage(n, cache_axes, ref[n], given[n], tolerance, worst)
-                for n in ("K_cache", "V_cache") if given[n] is not None]  # fmt: skip
+    results = [
+        _stage("decode output", out_axes, ref["decode output"], dump.outputs, tolerance, worst)
+    ]
+    results += [
+        _stage(n, cache_axes, ref[n], given[n], tolerance, worst)
+        for n in ("K_cache", "V_cache")
+        if given[n] is not None
+    ]
     comparison = Comparison(trace, "dump", dump.source, tolerance, tuple(results))
     first = comparison.first_difference
-    notes = (f"decode: prefill {prefill}, then {steps} steps; step s is token {prefill} + s"
-             + ("" if paging is None else f"; paged, {paging.block_size} tokens a page "
-                "(K_cache, V_cache: the last step's gather, empty slots as zeros)"),)  # fmt: skip
+    notes = (
+        f"decode: prefill {prefill}, then {steps} steps; step s is token {prefill} + s"
+        + (
+            ""
+            if paging is None
+            else f"; paged, {paging.block_size} tokens a page "
+            "(K_cache, V_cache: the last step's gather, empty slots as zeros)"
+        ),
+    )
     found: tuple[Diagnosis, ...] = ()
     tried: tuple[str, ...] = ()
     if first is not None:
-        found, tried = _decode_diagnoses(trace, args, prefill, given, first.name, tolerance,
-                                         paging)  # fmt: skip
+        found, tried = _decode_diagnoses(trace, args, prefill, given, first.name, tolerance, paging)
     return replace(comparison, notes=notes, diagnoses=found, tried=tried)
 
 
@@ -160,8 +175,9 @@ def _paging(trace: Trace, dump: DecodeDump) -> Paging | None:
     from attn_cli.check.paged_runs import MAX_BLOCK
 
     if dump.block_size > MAX_BLOCK:
-        raise InputError(dump.source, "block_size", f"is {dump.block_size}",
-                         f"1 to {MAX_BLOCK:,} tokens a page")  # fmt: skip
+        raise InputError(
+            dump.source, "block_size", f"is {dump.block_size}", f"1 to {MAX_BLOCK:,} tokens a page"
+        )
     inp = trace.inputs
     reach = Chain(inp).cache_slots()
     pages = pages_needed(inp.seq_q, dump.block_size, inp.token_positions()[0], reach)
@@ -193,8 +209,10 @@ def _decode_diagnoses(
     tried: list[str] = []
     options = {"prefill": prefill, "paging": paging, **args.kwargs()}
     right = _decode_stages(trace, decode(args.q, args.k, args.v, **options))
-    candidates = [(m.name, m.description, _decode_stages(trace, m.result))
-                  for m in decode_mistakes(args.q, args.k, args.v, **options)]  # fmt: skip
+    candidates = [
+        (m.name, m.description, _decode_stages(trace, m.result))
+        for m in decode_mistakes(args.q, args.k, args.v, **options)
+    ]
     groups = trace.inputs.heads // trace.inputs.kv_heads
     if groups > 1 and "K_cache" in right:
         head_axis = 1 if trace.inputs.has_batch else 0
@@ -215,18 +233,30 @@ def _decode_diagnoses(
             continue  # the mistake changes nothing here
         if not _same(given[stage], value, tolerance):
             continue
-        others = [n for n in ("decode output", "K_cache", "V_cache")
-                  if n != stage and given.get(n) is not None and n in stages]  # fmt: skip
+        others = [
+            n
+            for n in ("decode output", "K_cache", "V_cache")
+            if n != stage and given.get(n) is not None and n in stages
+        ]
         explains = tuple(n for n in others if _same(given[n], stages[n], tolerance))
         fix, title_zh, explanation_zh = LOOP_TEXTS.get(name, ("", "", ""))
-        found.append(Diagnosis(
-            name=name, title=title,
-            detail=f"Recomputing the decode loop with this mistake reproduces every cell of "
-            f"your {stage} ({tolerance}).{' ' + fix if fix else ''}",
-            stage=stage, explains=explains, title_zh=title_zh, explanation_zh=explanation_zh,
-            unexplained=tuple(n for n in others if n not in explains
-                              and not _same(given[n], right[n], tolerance)),
-        ))  # fmt: skip
+        found.append(
+            Diagnosis(
+                name=name,
+                title=title,
+                detail=f"Recomputing the decode loop with this mistake reproduces every cell of "
+                f"your {stage} ({tolerance}).{' ' + fix if fix else ''}",
+                stage=stage,
+                explains=explains,
+                title_zh=title_zh,
+                explanation_zh=explanation_zh,
+                unexplained=tuple(
+                    n
+                    for n in others
+                    if n not in explains and not _same(given[n], right[n], tolerance)
+                ),
+            )
+        )
     return tuple(found), tuple(tried) if not found else ()
 
 
@@ -251,64 +281,107 @@ def grade_flash(trace: Trace, dump: FlashDump, tolerance: Tolerance, worst: int)
     inp = trace.inputs
     if dump.split_kv is not None and dump.split_kv > inp.seq_k:
         raise InputError(
-            dump.source, "split_kv", f"is {dump.split_kv}, but the fixture has {inp.seq_k} keys",
+            dump.source,
+            "split_kv",
+            f"is {dump.split_kv}, but the fixture has {inp.seq_k} keys",
             f"a whole number of chunks from 1 to {inp.seq_k}",
-        )  # fmt: skip
+        )
     bq = dump.block_q or default_block(inp.seq_q)
     bk = dump.block_k or default_block(inp.seq_k)
     right = flash_forward(q, k, v, block_q=bq, block_k=bk, base2=dump.base2, **args)
     axes_o = _axes(trace, "batch", "head", "query", "d_v")
     axes_l = _axes(trace, "batch", "head", "query")
     ref = {"output": _public(trace, right.output), "lse": _public(trace, right.lse)}
-    results = [_stage("output", axes_o, ref["output"], dump.output, tolerance, worst),
-               _stage("lse", axes_l, ref["lse"], dump.lse, tolerance, worst)]  # fmt: skip
+    results = [
+        _stage("output", axes_o, ref["output"], dump.output, tolerance, worst),
+        _stage("lse", axes_l, ref["lse"], dump.lse, tolerance, worst),
+    ]
     if dump.tiles:
         results += _tile_results(right.tiles, dump.tiles, tolerance, worst)
-    notes = [f"flash: blocks {bq} × {bk}" + ("" if dump.block_q and dump.block_k else
-             " (block_q, block_k not in the dump: attn's defaults)")
-             + (", L in base 2 (as the dump says)" if dump.base2 else ", L in base e")]  # fmt: skip
+    notes = [
+        f"flash: blocks {bq} × {bk}"
+        + (
+            ""
+            if dump.block_q and dump.block_k
+            else " (block_q, block_k not in the dump: attn's defaults)"
+        )
+        + (", L in base 2 (as the dump says)" if dump.base2 else ", L in base e")
+    ]
     if dump.split_kv is not None:
         base = ", L in base 2 (as the dump says)" if dump.base2 else ", L in base e"
         notes = [f"split-KV: the keys in {dump.split_kv} chunks, merged by log-sum-exp{base}"]
-    comparison = Comparison(trace, "dump", dump.source, tolerance, tuple(results),
-                            notes=tuple(notes))  # fmt: skip
+    comparison = Comparison(
+        trace, "dump", dump.source, tolerance, tuple(results), notes=tuple(notes)
+    )
     first = comparison.first_difference
     given = {"output": dump.output, "lse": dump.lse}
     if first is not None and first.name in ("output", "lse") and dump.split_kv is not None:
-        named, listed = _split_diagnoses(trace, dump, (q, k, v), args, ref, given, first.name,
-                                         tolerance)  # fmt: skip
+        named, listed = _split_diagnoses(
+            trace, dump, (q, k, v), args, ref, given, first.name, tolerance
+        )
         return replace(comparison, diagnoses=named, tried=listed)
     if first is None or first.name not in ("output", "lse") or dump.base2:
         return comparison
+    sizes = [(bq, bk)] if dump.block_q and dump.block_k else _block_guesses(inp, bq, bk)
+    found, tried = _flash_diagnoses(
+        trace, (q, k, v), args, sizes, (ref, given), first.name, tolerance
+    )
+    return replace(comparison, diagnoses=found, tried=tried)
+
+
+def _flash_diagnoses(
+    trace: Trace,
+    qkv: tuple[FloatArray, FloatArray, FloatArray],
+    args: dict[str, Any],
+    sizes: list[tuple[int, int]],
+    arrays: tuple[dict[str, FloatArray], dict[str, FloatArray]],
+    first: str,
+    tolerance: Tolerance,
+) -> tuple[tuple[Diagnosis, ...], tuple[str, ...]]:
+    """The FlashAttention loop's mistakes that reproduce the dump's first differing stage
+    (``first``, output or lse) at one of the block ``sizes``; else what was tried."""
+    q, k, v = qkv
+    ref, given = arrays
     found: list[Diagnosis] = []
     tried: list[str] = []
-    sizes = [(bq, bk)] if dump.block_q and dump.block_k else _block_guesses(inp, bq, bk)
     titles = [*_FLASH_TITLES, *((m.name, m.heading) for m in every_loop_mistake(FLASH))]
     for name, title in titles:
         tried.append(title)
         for sq, sk in sizes:
-            mistake = next((m for m in flash_mistakes(q, k, v, block_q=sq, block_k=sk, **args)
-                            if m.name == name), None)  # fmt: skip
+            mistake = next(
+                (
+                    m
+                    for m in flash_mistakes(q, k, v, block_q=sq, block_k=sk, **args)
+                    if m.name == name
+                ),
+                None,
+            )
             if mistake is None:
                 break
-            stages = {"output": _public(trace, mistake.result.output),
-                      "lse": _public(trace, mistake.result.lse)}  # fmt: skip
-            if _close(stages[first.name], ref[first.name], tolerance):
+            stages = {
+                "output": _public(trace, mistake.result.output),
+                "lse": _public(trace, mistake.result.lse),
+            }
+            if _close(stages[first], ref[first], tolerance):
                 continue
-            if not _same(given[first.name], stages[first.name], tolerance):
+            if not _same(given[first], stages[first], tolerance):
                 continue
-            other = "lse" if first.name == "output" else "output"
+            other = "lse" if first == "output" else "output"
             explains = (other,) if _same(given[other], stages[other], tolerance) else ()
-            unexplained = () if explains or _same(given[other], ref[other], tolerance) \
-                else (other,)  # fmt: skip
-            found.append(Diagnosis(
-                name=name, title=title,
-                detail=f"Recomputing the FlashAttention loop (blocks {sq} × {sk}) with this "
-                f"mistake reproduces every cell of your {first.name} ({tolerance}).",
-                stage=first.name, explains=explains, unexplained=unexplained,
-            ))  # fmt: skip
+            unexplained = () if explains or _same(given[other], ref[other], tolerance) else (other,)
+            found.append(
+                Diagnosis(
+                    name=name,
+                    title=title,
+                    detail=f"Recomputing the FlashAttention loop (blocks {sq} × {sk}) with this "
+                    f"mistake reproduces every cell of your {first} ({tolerance}).",
+                    stage=first,
+                    explains=explains,
+                    unexplained=unexplained,
+                )
+            )
             break
-    return replace(comparison, diagnoses=tuple(found), tried=() if found else tuple(tried))
+    return tuple(found), () if found else tuple(tried)
 
 
 def _split_diagnoses(
@@ -331,8 +404,9 @@ def _split_diagnoses(
     tried: list[str] = []
     for name, title, bugs in SPLIT_MISTAKES:
         tried.append(title)
-        r = split_kv_forward(*qkv, splits=dump.split_kv, block_q=bq, base2=dump.base2,
-                             bugs=bugs, **args)  # fmt: skip
+        r = split_kv_forward(
+            *qkv, splits=dump.split_kv, block_q=bq, base2=dump.base2, bugs=bugs, **args
+        )
         stages = {"output": _public(trace, r.merged.output), "lse": _public(trace, r.merged.lse)}
         if _close(stages[stage], ref[stage], tolerance):
             continue  # the mistake changes nothing here (no logit large enough, one chunk)
@@ -341,12 +415,17 @@ def _split_diagnoses(
         other = "lse" if stage == "output" else "output"
         explains = (other,) if _same(given[other], stages[other], tolerance) else ()
         unexplained = () if explains or _same(given[other], ref[other], tolerance) else (other,)
-        found.append(Diagnosis(
-            name=name, title=title,
-            detail=f"Recomputing the split-KV merge ({dump.split_kv} chunks) with this mistake "
-            f"reproduces every cell of your {stage} ({tolerance}).",
-            stage=stage, explains=explains, unexplained=unexplained,
-        ))  # fmt: skip
+        found.append(
+            Diagnosis(
+                name=name,
+                title=title,
+                detail=f"Recomputing the split-KV merge ({dump.split_kv} chunks) with this mistake "
+                f"reproduces every cell of your {stage} ({tolerance}).",
+                stage=stage,
+                explains=explains,
+                unexplained=unexplained,
+            )
+        )
     return tuple(found), () if found else tuple(tried)
 
 

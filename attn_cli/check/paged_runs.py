@@ -44,11 +44,14 @@ def refuse_paged(inputs: Inputs) -> None:
     for v, _ in Chain(inputs).on:
         if own_loop(v):
             raise UsageError(
-                inputs.source, v.name, "a paged cache holds the keys and values of one "
+                inputs.source,
+                v.name,
+                "a paged cache holds the keys and values of one "
                 "softmax map, and this decode keeps none (a recurrent state or two maps: a "
-                "loop of its own)", "a fixture of softmax attention with one map, or no paging",
+                "loop of its own)",
+                "a fixture of softmax attention with one map, or no paging",
                 option="paged",
-            )  # fmt: skip
+            )
 
 
 def default_block(tokens: int) -> int:
@@ -64,21 +67,24 @@ def paging_for(inputs: Inputs, block_size: int | None, pages: int | None) -> Pag
     src, T = inputs.source, inputs.seq_q
     bs = default_block(T) if block_size is None else block_size
     if not 1 <= bs <= MAX_BLOCK:
-        raise UsageError(src, "block-size", f"is {bs}", f"1 to {MAX_BLOCK:,} tokens a page",
-                         option="block-size")  # fmt: skip
+        raise UsageError(
+            src, "block-size", f"is {bs}", f"1 to {MAX_BLOCK:,} tokens a page", option="block-size"
+        )
     reach = Chain(inputs).cache_slots()
     need = pages_needed(T, bs, inputs.token_positions()[0], reach)
     if pages is None:
         return Paging(bs, need)
     if not 1 <= pages <= MAX_PAGES:
-        raise UsageError(src, "pages", f"is {pages}", f"1 to {MAX_PAGES:,} pages",
-                         option="pages")  # fmt: skip
+        raise UsageError(src, "pages", f"is {pages}", f"1 to {MAX_PAGES:,} pages", option="pages")
     if pages < need:
         held = f"{T} tokens in pages of {bs}" + ("" if reach is None else f", window {reach}")
         raise UsageError(
-            src, "pages", f"a pool of {pages} is too small ({held} hold {need} pages at once)",
-            f"at least {need}", option="pages",
-        )  # fmt: skip
+            src,
+            "pages",
+            f"a pool of {pages} is too small ({held} hold {need} pages at once)",
+            f"at least {need}",
+            option="pages",
+        )
     return Paging(bs, pages)
 
 

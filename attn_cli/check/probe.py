@@ -34,9 +34,18 @@ from attn_cli.errors import ProbeError, UsageError
 from attn_cli.io.target import call, load, one_line
 
 CONVENTIONS = (
-    "scale", "causal", "mask", "empty_row", "gqa", "softmax_axis", "large_logits",
-    "zero_scores", "deterministic", "batch_independent", "window",
-)  # fmt: skip
+    "scale",
+    "causal",
+    "mask",
+    "empty_row",
+    "gqa",
+    "softmax_axis",
+    "large_logits",
+    "zero_scores",
+    "deterministic",
+    "batch_independent",
+    "window",
+)
 OPTIONS = ("causal", "scale", "mask", "window")
 NA = "n/a"
 FRAMEWORKS = ("numpy", "torch")
@@ -102,9 +111,10 @@ class ProbeReport:
             "target": self.target,
             "verdict": self.verdict,
             "conventions": self.conventions,
-            "findings": [{"id": f.id, "title": f.title, "evidence": f.evidence}
-                         for f in self.findings],
-        }  # fmt: skip
+            "findings": [
+                {"id": f.id, "title": f.title, "evidence": f.evidence} for f in self.findings
+            ],
+        }
 
 
 # Findings the grader's catalogue does not hold: id -> title. Those it holds take its titles.
@@ -127,10 +137,21 @@ PROBE_TITLES = {
 
 # The grader's mistakes a probe can find (check/mistakes/): their ids, titles and Chinese.
 FROM_CATALOGUE = (
-    "scaled_by_d_k", "no_scaling", "causal_corner", "causal_shifted", "causal_missing",
-    "mask_inverted", "mask_zero_fill", "empty_row_nan", "mask_finite_sentinel", "gqa_tiled",
-    "softmax_wrong_axis", "no_max_subtraction", "window_off_by_one", "window_ignored",
-)  # fmt: skip
+    "scaled_by_d_k",
+    "no_scaling",
+    "causal_corner",
+    "causal_shifted",
+    "causal_missing",
+    "mask_inverted",
+    "mask_zero_fill",
+    "empty_row_nan",
+    "mask_finite_sentinel",
+    "gqa_tiled",
+    "softmax_wrong_axis",
+    "no_max_subtraction",
+    "window_off_by_one",
+    "window_ignored",
+)
 
 
 def finding_title(finding_id: str) -> str:
@@ -245,8 +266,14 @@ class Asker:
         held = {n: self._convert(a) for n, a in arrays.items()}
         kwargs |= {"mask": held["mask"]} if "mask" in kwargs else {}
         shown = _called(q, k, kwargs)
-        got = call(self.fn, (held["q"], held["k"], held["v"]), kwargs,
-                   timeout=self.timeout, source=self.source, field=shown)  # fmt: skip
+        got = call(
+            self.fn,
+            (held["q"], held["k"], held["v"]),
+            kwargs,
+            timeout=self.timeout,
+            source=self.source,
+            field=shown,
+        )
         self._check_mutation(arrays, held, kwargs)
         expected = (q.shape[0], q.shape[1], q.shape[2], v.shape[3])
         problem = f"raised {one_line(got.error)}" if got.error is not None else None
@@ -303,8 +330,9 @@ class Asker:
                 self.mutated[name] = f"{name} changed by the call {_called(before, None, kwargs)}"
 
 
-def _called(q: np.ndarray[Any, Any], k: np.ndarray[Any, Any] | None,
-            kwargs: Mapping[str, Any]) -> str:  # fmt: skip
+def _called(
+    q: np.ndarray[Any, Any], k: np.ndarray[Any, Any] | None, kwargs: Mapping[str, Any]
+) -> str:
     """How a call is named in evidence: fn(q[2,2,4,4], k[2,2,4,4], causal=True)."""
     parts = [f"q{_shape(q)}"] + ([f"k{_shape(k)}"] if k is not None else [])
     parts += [f"{n}={o!r}" if n != "mask" else f"mask{_shape(o)}" for n, o in kwargs.items()]
@@ -407,20 +435,28 @@ def probe_causal(asker: Asker) -> Decided:
     reference = "upper-left" if takes or found != "none" else "none"
     call = "fn(q[2,2,3,5], k[2,2,5,5], v=I" + (", causal=True)" if takes else ")")
     expected = ~own_hidden(reference, T, S)
-    evidence = (f"{call}: queries 0, 2 see keys {_seen(~_hidden(out)[0, 0])}, reference "
-                f"{_seen(expected)}")  # fmt: skip
+    evidence = (
+        f"{call}: queries 0, 2 see keys {_seen(~_hidden(out)[0, 0])}, reference {_seen(expected)}"
+    )
     decision = Decision("causal", found, reference, evidence)
-    ids = {"lower-right": "causal_corner", "diagonal-excluded": "causal_shifted",
-           "ignored": "causal_missing"}  # fmt: skip
+    ids = {
+        "lower-right": "causal_corner",
+        "diagonal-excluded": "causal_shifted",
+        "ignored": "causal_missing",
+    }
     return _decided(decision, ids.get(str(found), "causal_other"))
 
 
 def _causal_rules(T: int, S: int) -> list[tuple[str, BoolArray]]:
     """Each causal convention and the keys it hides, (T, S), True = hidden."""
     i, j = np.arange(T)[:, None], np.arange(S)[None, :]
-    return [("none", np.zeros((T, S), dtype=bool)), ("upper-left", j > i),
-            ("lower-right", j > i + (S - T)), ("diagonal-excluded", j >= i),
-            ("diagonal-excluded", j >= i + (S - T))]  # fmt: skip
+    return [
+        ("none", np.zeros((T, S), dtype=bool)),
+        ("upper-left", j > i),
+        ("lower-right", j > i + (S - T)),
+        ("diagonal-excluded", j >= i),
+        ("diagonal-excluded", j >= i + (S - T)),
+    ]
 
 
 def _seen(seen: BoolArray) -> str:
@@ -468,16 +504,19 @@ def probe_mask(asker: Asker, known: Known) -> Decided:
     rng = np.random.default_rng(11)
     q, k, v = rng.normal(size=(B, H, 4, 4)), rng.normal(size=(B, H, 4, 4)), eye_values(4)
     own = own_hidden(known.causal, 4, 4)
-    out = asker.ask(q, k, v, mask=_mask_arg(MASK_ALLOWED, "true-attends", kind), causal=False,
-                    fatal=False)  # fmt: skip
+    out = asker.ask(
+        q, k, v, mask=_mask_arg(MASK_ALLOWED, "true-attends", kind), causal=False, fatal=False
+    )
     reference: Value = NA if kind == "additive" else "true-attends"
     if isinstance(out, str):
         return Decision("mask", NA, reference, out), []
     hidden = _hidden(out)
     applied = np.broadcast_to(~MASK_ALLOWED | own, hidden.shape)
     inverted = np.broadcast_to(MASK_ALLOWED | own, hidden.shape)
-    evidence = (f"mask row 0 {_row(MASK_ALLOWED[0].astype(float))} ({kind}, v = I): weights "
-                f"{_row(out[0, 0, 0])}")  # fmt: skip
+    evidence = (
+        f"mask row 0 {_row(MASK_ALLOWED[0].astype(float))} ({kind}, v = I): weights "
+        f"{_row(out[0, 0, 0])}"
+    )
     findings: list[Finding] = []
     if np.array_equal(hidden, applied):
         found: Value = reference
@@ -532,8 +571,9 @@ def probe_empty_row(asker: Asker, known: Known) -> Decided:
     allowed[-1] = False  # the last query may attend to no key
     rng = np.random.default_rng(12)
     q, k = rng.normal(size=(B, H, 4, 4)), rng.normal(size=(B, H, 4, 4))
-    out = asker.ask(q, k, eye_values(4), mask=_mask_arg(allowed, known.mask, kind),
-                    causal=False, fatal=False)  # fmt: skip
+    out = asker.ask(
+        q, k, eye_values(4), mask=_mask_arg(allowed, known.mask, kind), causal=False, fatal=False
+    )
     if isinstance(out, str):
         return Decision("empty_row", NA, "zeros", out), []
     row = out[:, :, -1]  # (B, H, S)
@@ -568,8 +608,10 @@ def probe_gqa(asker: Asker) -> Decided:
         found = "repeat-interleave"
     elif np.allclose(read, [1, 2, 1, 2], rtol=1e-6):
         found = "tile"
-    evidence = (f"q[2,4,4,4], k, v[2,2,4,4], V head g = (g+1)·I: query heads read "
-                f"{_row(read)}, reference [1, 1, 2, 2]")  # fmt: skip
+    evidence = (
+        f"q[2,4,4,4], k, v[2,2,4,4], V head g = (g+1)·I: query heads read "
+        f"{_row(read)}, reference [1, 1, 2, 2]"
+    )
     decision = Decision("gqa", found, "repeat-interleave", evidence)
     finding = "gqa_tiled" if found == "tile" else "gqa_other"
     return _decided(decision, finding)
@@ -619,8 +661,11 @@ def probe_zero_scores(asker: Asker, known: Known) -> Decided:
 def _random(batch: int, seed: int = 3) -> tuple[FloatArray, FloatArray, FloatArray]:
     """Random q, k, v (batch, 2, 5, 8)."""
     rng = np.random.default_rng(seed)
-    return (rng.normal(size=(batch, H, 5, 8)), rng.normal(size=(batch, H, 5, 8)),
-            rng.normal(size=(batch, H, 5, 8)))  # fmt: skip
+    return (
+        rng.normal(size=(batch, H, 5, 8)),
+        rng.normal(size=(batch, H, 5, 8)),
+        rng.normal(size=(batch, H, 5, 8)),
+    )
 
 
 def probe_calls(asker: Asker, known: Known) -> tuple[Decided, list[Finding]]:
@@ -656,8 +701,10 @@ def _unexplained(
     gap = np.abs(out - expected)
     worst = "nan" if np.isnan(gap).any() else f"{gap.max():.3g}"
     used = known.scale if _scale_value(known.scale, d) is not None else "1/sqrt(d)"
-    evidence = (f"fn(q[2,2,5,8], k, v) random: max |difference| {worst} from the reference "
-                f"with scale {used}, causal {known.causal}")  # fmt: skip
+    evidence = (
+        f"fn(q[2,2,5,8], k, v) random: max |difference| {worst} from the reference "
+        f"with scale {used}, causal {known.causal}"
+    )
     return [_finding("output_differs", evidence)]
 
 
@@ -687,14 +734,25 @@ def probe_window(asker: Asker) -> Decided:
         return Decision("window", NA, "W-keys", out), []
     i, j = np.arange(T)[:, None], np.arange(T)[None, :]
     causal = j <= i
-    rules = [("W-keys", causal & (i - j < WINDOW)), ("W+1-keys", causal & (i - j < WINDOW + 1)),
-             ("ignored", causal), ("ignored", np.ones((T, T), dtype=bool))]  # fmt: skip
+    rules = [
+        ("W-keys", causal & (i - j < WINDOW)),
+        ("W+1-keys", causal & (i - j < WINDOW + 1)),
+        ("ignored", causal),
+        ("ignored", np.ones((T, T), dtype=bool)),
+    ]
     seen = ~_hidden(out)[:, :, WINDOW + 1 :]  # rows 4 and 5 tell W, W+1 and causal apart
-    found = next((label for label, allowed in rules
-                  if np.array_equal(seen, np.broadcast_to(allowed[WINDOW + 1 :], seen.shape))),
-                 "other")  # fmt: skip
-    evidence = (f"window={WINDOW}, seq 6 (v = I): query 5's weights {_row(out[0, 0, -1])}, "
-                f"reference sees keys 3, 4, 5")  # fmt: skip
+    found = next(
+        (
+            label
+            for label, allowed in rules
+            if np.array_equal(seen, np.broadcast_to(allowed[WINDOW + 1 :], seen.shape))
+        ),
+        "other",
+    )
+    evidence = (
+        f"window={WINDOW}, seq 6 (v = I): query 5's weights {_row(out[0, 0, -1])}, "
+        f"reference sees keys 3, 4, 5"
+    )
     decision = Decision("window", found, "W-keys", evidence)
     ids = {"W+1-keys": "window_off_by_one", "ignored": "window_ignored"}
     return _decided(decision, ids.get(found, "window_other"))
@@ -743,15 +801,25 @@ def probe(
         findings.append(_finding("mutates_inputs", "; ".join(asker.mutated.values())))
     if decided["softmax_axis"][0].found == "keys":  # the check runs softmax over the keys
         findings += unexplained  # a difference the conventions found do not explain
-    return ProbeReport(name, tuple(decided[n][0] for n in CONVENTIONS), tuple(findings),
-                       asker.takes, framework, dtype)  # fmt: skip
+    return ProbeReport(
+        name,
+        tuple(decided[n][0] for n in CONVENTIONS),
+        tuple(findings),
+        asker.takes,
+        framework,
+        dtype,
+    )
 
 
 def probe_target(target: str, **settings: Any) -> ProbeReport:
     """Load TARGET (``file.py:function`` or ``module:function``; the file runs) and probe it."""
     timeout = settings.get("timeout", 10.0)
-    _check_settings(settings.get("framework", "numpy"), settings.get("dtype", "float64"),
-                    settings.get("mask", "bool"), timeout)  # fmt: skip
+    _check_settings(
+        settings.get("framework", "numpy"),
+        settings.get("dtype", "float64"),
+        settings.get("mask", "bool"),
+        timeout,
+    )
     return probe(load(target, timeout=timeout), target=target, **settings)
 
 
@@ -766,13 +834,17 @@ def _first_call(asker: Asker) -> None:
     out = asker.ask(q, k, v, causal=False)
     assert not isinstance(out, str)
     if np.isnan(out).all():
-        raise ProbeError(asker.source, "fn(q[2,2,5,8], k, v)", "returned nan in every cell",
-                         "numbers")  # fmt: skip
+        raise ProbeError(
+            asker.source, "fn(q[2,2,5,8], k, v)", "returned nan in every cell", "numbers"
+        )
 
 
 def _check_settings(framework: str, dtype: str, mask: str, timeout: float) -> None:
-    asked = (("framework", framework, FRAMEWORKS), ("dtype", dtype, DTYPES),
-             ("mask", mask, MASK_KINDS))  # fmt: skip
+    asked = (
+        ("framework", framework, FRAMEWORKS),
+        ("dtype", dtype, DTYPES),
+        ("mask", mask, MASK_KINDS),
+    )
     for option, value, choices in asked:
         if value not in choices:
             raise UsageError("", option, f"got {value!r}", " or ".join(choices), option=option)

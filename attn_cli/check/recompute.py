@@ -126,10 +126,11 @@ def _handed(
     mistake's), and with ``rules`` in place of its allowed-keys rules when they are given."""
     out = copy.copy(chain)
     out.biases = [
-        (_HANDED, stages[v.bias_stage]) if v.bias_stage is not None and v.bias_stage in stages
+        (_HANDED, stages[v.bias_stage])
+        if v.bias_stage is not None and v.bias_stage in stages
         else (v, x)
         for v, x in chain.biases
-    ]  # fmt: skip
+    ]
     if rules is not None:
         out.rules = [(_HANDED, rule) for rule in rules]
     return out
@@ -144,7 +145,7 @@ def allowed(inputs: Inputs, swap: Mapping[str, Rule | None] | None = None) -> Bo
         (v, x) if v.name not in swap else (_HANDED, swap[v.name])
         for v, x in chain.rules
         if v.name not in swap or swap[v.name] is not None
-    ]  # fmt: skip
+    ]
     cells = whole(inputs)
     ok = chain.allowed(cells)
     return np.ones(cells.shape, bool) if ok is None else np.broadcast_to(ok, cells.shape).copy()
@@ -167,8 +168,10 @@ def masked_with(trace: Trace, ok: BoolArray | None, before: str | None = None) -
         rules.append(lambda cells: where)
     masked, _, _ = _handed(chain, given, rules).masked(
         logits_before_mask(trace) if before is None else internal(trace, before),
-        whole(trace.inputs), None, _nowhere,
-    )  # fmt: skip
+        whole(trace.inputs),
+        None,
+        _nowhere,
+    )
     return masked
 
 

@@ -100,9 +100,12 @@ def load_trace(
     need = memory_needed(inputs, kept, itemsize) + extra_bytes(inputs)
     if need > budget:
         raise InputError(
-            inputs.source, "", f"this would need about {format_bytes(need)} of memory",
-            f"at most {format_bytes(budget)}", option="max-memory",
-        )  # fmt: skip
+            inputs.source,
+            "",
+            f"this would need about {format_bytes(need)} of memory",
+            f"at most {format_bytes(budget)}",
+            option="max-memory",
+        )
     with np.errstate(over="ignore", invalid="ignore", divide="ignore", under="ignore"):
         return run(inputs, keep=kept, dtype=dtype), sentinel
 
@@ -144,8 +147,14 @@ class DecodeArgs:
 
     def kwargs(self) -> dict[str, Any]:
         finish = None if self.form is None else self.form.finish
-        return {"chain": self.chain, "scale": self.scale, "positions": self.positions,
-                "rotate": self.rotate, "finish": finish, "after": self.after}  # fmt: skip
+        return {
+            "chain": self.chain,
+            "scale": self.scale,
+            "positions": self.positions,
+            "rotate": self.rotate,
+            "finish": finish,
+            "after": self.after,
+        }
 
 
 @dataclass(frozen=True, eq=False)
@@ -189,20 +198,27 @@ def refuse_decode(inputs: Inputs) -> None:
     src = inputs.source
     if inputs.causal is None:
         raise UsageError(
-            src, "causal", "decoding needs a causal fixture (each token sees only the ones "
-            "before it)", "causal: true (or upper-left, lower-right)",
-        )  # fmt: skip
+            src,
+            "causal",
+            "decoding needs a causal fixture (each token sees only the ones before it)",
+            "causal: true (or upper-left, lower-right)",
+        )
     if inputs.X_kv is not None or inputs.seq_q != inputs.seq_k:
         raise UsageError(
-            src, "", f"cross-attention (seq_q {inputs.seq_q}, seq_k {inputs.seq_k}) has no "
-            "cache of its own tokens", "self-attention, seq_q == seq_k",
-        )  # fmt: skip
+            src,
+            "",
+            f"cross-attention (seq_q {inputs.seq_q}, seq_k {inputs.seq_k}) has no "
+            "cache of its own tokens",
+            "self-attention, seq_q == seq_k",
+        )
     pos_q, pos_k = inputs.token_positions()
     if not np.array_equal(pos_q, pos_k) or np.any(np.diff(pos_q) <= 0):
         raise UsageError(
-            src, "positions", "tokens must arrive in order to be decoded one by one",
+            src,
+            "positions",
+            "tokens must arrive in order to be decoded one by one",
             "the same increasing positions for queries and keys",
-        )  # fmt: skip
+        )
     refuse_variants(inputs, "decoding")
 
 
@@ -258,10 +274,12 @@ def refuse_own_loop(chain: Chain) -> None:
     for v, _ in chain.on:
         if own_loop(v):
             raise UsageError(
-                chain.inputs.source, v.name, "the KV-cache loop of one softmax map does not "
+                chain.inputs.source,
+                v.name,
+                "the KV-cache loop of one softmax map does not "
                 "run it (attn decode runs its own loop, check.state_runs)",
                 "a fixture of softmax attention",
-            )  # fmt: skip
+            )
 
 
 def head_output_after(trace: Trace, chain: Chain) -> After | None:
@@ -338,14 +356,21 @@ def run_decode(
         refuse_decode(inputs)
         if not 1 <= prefill <= inputs.seq_q:
             raise UsageError(
-                inputs.source, "prefill", f"is {prefill}",
-                f"1 to {inputs.seq_q} (the fixture's tokens)", option="prefill",
-            )  # fmt: skip
+                inputs.source,
+                "prefill",
+                f"is {prefill}",
+                f"1 to {inputs.seq_q} (the fixture's tokens)",
+                option="prefill",
+            )
 
     trace, sentinel = load_trace(
-        fixture, decode_keep, refuse=refuse, max_elements=max_elements, max_memory=max_memory,
+        fixture,
+        decode_keep,
+        refuse=refuse,
+        max_elements=max_elements,
+        max_memory=max_memory,
         extra_bytes=lambda inputs: decode_bytes(inputs, prefill),
-    )  # fmt: skip
+    )
     return check_decode(trace, prefill, sentinel)
 
 
@@ -370,21 +395,41 @@ def check_decode(
     prefill_diff = max_abs_diff(prefill_out, full[:, :, :prefill])
     inp = trace.inputs
     form = args.form
-    cost = kv_cache_bytes(inp.kv_heads, inp.heads, inp.d_k, inp.d_v, 8, inp.seq_q,
-                          latent=None if form is None else form.cached)  # fmt: skip
+    cost = kv_cache_bytes(
+        inp.kv_heads,
+        inp.heads,
+        inp.d_k,
+        inp.d_v,
+        8,
+        inp.seq_q,
+        latent=None if form is None else form.cached,
+    )
     parts = None if form is None else form.parts
     paged = None
     if paging is not None and contiguous is not None:
         from attn_cli.check.paged_runs import PagedCheck, pool_cost
 
-        same = tuple(max_abs_diff(step_out(a, final), step_out(b, final))
-                     for a, b in zip(result.steps, contiguous.steps, strict=True))  # fmt: skip
-        before = max_abs_diff(prefill_out, contiguous.prefill_outs.get(final,
-                              contiguous.prefill_output))  # fmt: skip
+        same = tuple(
+            max_abs_diff(step_out(a, final), step_out(b, final))
+            for a, b in zip(result.steps, contiguous.steps, strict=True)
+        )
+        before = max_abs_diff(
+            prefill_out, contiguous.prefill_outs.get(final, contiguous.prefill_output)
+        )
         paged = PagedCheck(paging, pool_cost(inp, paging, cost.per_token), same, before)
-    return DecodeRun(trace, result, diffs, prefill_diff, cost, sentinel, cache_parts=parts,
-                     checked=final, reference=full[:, :, prefill:],
-                     paged=paged, tolerance=scaled_tolerance(full))  # fmt: skip
+    return DecodeRun(
+        trace,
+        result,
+        diffs,
+        prefill_diff,
+        cost,
+        sentinel,
+        cache_parts=parts,
+        checked=final,
+        reference=full[:, :, prefill:],
+        paged=paged,
+        tolerance=scaled_tolerance(full),
+    )
 
 
 def scaled_tolerance(full: AnyArray) -> float:
@@ -417,10 +462,11 @@ def step_overflow(trace: Trace, result: DecodeResult) -> None:
     inp = trace.inputs
     token = f" {inp.tokens[i]!r}" if inp.tokens and i < len(inp.tokens) else ""
     raise ComputeError(
-        inp.source, f"{stage}[{'prefill' if i < result.prefill else 'step'} at token {i}{token}]",
+        inp.source,
+        f"{stage}[{'prefill' if i < result.prefill else 'step'} at token {i}{token}]",
         f"is not finite ({trace.dtype} overflow)",
         "finite values; scale the inputs down",
-    )  # fmt: skip
+    )
 
 
 def decode_reference(trace: Trace, args: DecodeArgs) -> AnyArray:
@@ -449,22 +495,25 @@ def decode_failure(run: DecodeRun) -> ComputeError | None:
     paged = run.paged
     if paged is not None and paged.worst > run.tolerance:
         return ComputeError(
-            inp.source, "paged cache",
+            inp.source,
+            "paged cache",
             f"the paged decode differs from the contiguous cache's by {paged.worst:.3e}",
             f"at most {run.tolerance:g}",
-        )  # fmt: skip
+        )
     if run.prefill_diff > run.tolerance:
         where, diff = f"prefill (tokens 0..{run.result.prefill - 1})", run.prefill_diff
     else:
-        step = next(s for s, d in zip(run.result.steps, run.diffs, strict=True)
-                    if not d <= run.tolerance)  # fmt: skip
+        step = next(
+            s for s, d in zip(run.result.steps, run.diffs, strict=True) if not d <= run.tolerance
+        )
         diff = max(run.diffs)
         where = f"step at position {step.position} ({run.label(step.index)!r})"
     return ComputeError(
-        inp.source, where,
+        inp.source,
+        where,
         f"the decoded output differs from the full attention's rows by {diff:.3e}",
         f"at most {run.tolerance:g}",
-    )  # fmt: skip
+    )
 
 
 def max_abs_diff(actual: AnyArray, expected: AnyArray) -> float:
@@ -473,8 +522,11 @@ def max_abs_diff(actual: AnyArray, expected: AnyArray) -> float:
         return 0.0
     finite = np.isfinite(actual) & np.isfinite(expected)
     same = (actual == expected) | (np.isnan(actual) & np.isnan(expected))
-    diff = np.where(finite, np.abs(np.where(finite, actual, 0.0) - np.where(finite, expected, 0.0)),
-                    np.where(same, 0.0, np.inf))  # fmt: skip
+    diff = np.where(
+        finite,
+        np.abs(np.where(finite, actual, 0.0) - np.where(finite, expected, 0.0)),
+        np.where(same, 0.0, np.inf),
+    )
     return float(diff.max())
 
 
@@ -653,8 +705,14 @@ def run_flash(
             if value is not None and value < (0 if name == "max-tiles" else 1):
                 raise UsageError("", name, f"is {value}", "a whole number >= 1", option=name)
 
-    trace, sentinel = load_trace(fixture, flash_keep, refuse=refuse, dtype=dtype,
-                              max_elements=max_elements, max_memory=max_memory)  # fmt: skip
+    trace, sentinel = load_trace(
+        fixture,
+        flash_keep,
+        refuse=refuse,
+        dtype=dtype,
+        max_elements=max_elements,
+        max_memory=max_memory,
+    )
     inp = trace.inputs
     bq = block_q or default_block(inp.seq_q)
     bk = block_k or default_block(inp.seq_k)
@@ -674,9 +732,19 @@ def check_flash(
     q, k = internal(trace, query_key(inp, "Q")), internal(trace, query_key(inp, "K"))
     v = internal(trace, "V")
     B, H, T, _ = q.shape
-    whole = flash_forward(q, k, v, chain=trace_chain(trace), scale=trace.scale, block_q=bq,
-                          block_k=bk, causal_offset=causal_offset(inp), base2=base2,
-                          record_tiles=False, origin=(0, 0, 0))  # fmt: skip
+    whole = flash_forward(
+        q,
+        k,
+        v,
+        chain=trace_chain(trace),
+        scale=trace.scale,
+        block_q=bq,
+        block_k=bk,
+        causal_offset=causal_offset(inp),
+        base2=base2,
+        record_tiles=False,
+        origin=(0, 0, 0),
+    )
     output: AnyArray = whole.output
     L: AnyArray = whole.lse
     tiles: list[Tile] = []
@@ -689,8 +757,20 @@ def check_flash(
         tiles.extend(replace(t, batch=b, head=h, q_block=(t0, t1)) for t in r.tiles[:room])
     total = B * H * -(-T // bq) * -(-inp.seq_k // bk)
     checks = (*flash_checks(trace, output, L, base2), *_variant_maps(trace, output, bq, bk, base2))
-    return FlashRun(trace, output, L, tuple(tiles), total, bq, bk, base2, causal_offset(inp),
-                    checks, max_tiles, sentinel)  # fmt: skip
+    return FlashRun(
+        trace,
+        output,
+        L,
+        tuple(tiles),
+        total,
+        bq,
+        bk,
+        base2,
+        causal_offset(inp),
+        checks,
+        max_tiles,
+        sentinel,
+    )
 
 
 def _query_blocks(
@@ -712,11 +792,17 @@ def _query_blocks(
                 t1 = min(T, t0 + bq)
                 kv = (k[b : b + 1, g : g + 1], v[b : b + 1, g : g + 1])  # (1, 1, S, D|Dv)
                 call = functools.partial(
-                    flash_forward, q[b : b + 1, h : h + 1, t0:t1], *kv, chain=chain,
-                    scale=trace.scale, block_q=t1 - t0, block_k=bk,
-                    causal_offset=None if offset is None else offset + t0, base2=base2,
+                    flash_forward,
+                    q[b : b + 1, h : h + 1, t0:t1],
+                    *kv,
+                    chain=chain,
+                    scale=trace.scale,
+                    block_q=t1 - t0,
+                    block_k=bk,
+                    causal_offset=None if offset is None else offset + t0,
+                    base2=base2,
                     origin=(b, h, t0),
-                )  # fmt: skip
+                )
                 yield (b, h, t0, t1), call
 
 
@@ -773,18 +859,31 @@ def _variant_maps(
         arrays = {s: internal(trace, s) for s in variant.flash_reads}
         outputs: list[AnyArray] = [output]
         for n, (q, k) in enumerate(variant.flash_maps(value, inp, arrays), start=2):
-            r = flash_forward(q, k, v, chain=trace_chain(trace), scale=trace.scale, block_q=bq,
-                              block_k=bk, causal_offset=causal_offset(inp), base2=base2,
-                              record_tiles=False)  # fmt: skip
+            r = flash_forward(
+                q,
+                k,
+                v,
+                chain=trace_chain(trace),
+                scale=trace.scale,
+                block_q=bq,
+                block_k=bk,
+                causal_offset=causal_offset(inp),
+                base2=base2,
+                record_tiles=False,
+            )
             ref_o, ref_L = reference_rows(trace, q, k, v)
             L_e = r.lse / np.asarray(LOG2E, r.lse.dtype) if base2 else r.lse
             scores = finite_max(ref_L) + math.log(inp.seq_k)
-            checks += [self_check(f"output_{n}", r.output, ref_o, scores, f32),
-                       self_check(f"lse_{n}", L_e, ref_L, scores, f32)]  # fmt: skip
+            checks += [
+                self_check(f"output_{n}", r.output, ref_o, scores, f32),
+                self_check(f"lse_{n}", L_e, ref_L, scores, f32),
+            ]
             outputs.append(r.output)
         made = variant.flash_finish(value, inp, tuple(outputs), arrays, _as_is)
-        checks += [self_check(name, mine, arrays[name], math.log(inp.seq_k), f32)
-                   for name, mine in made.items()]  # fmt: skip
+        checks += [
+            self_check(name, mine, arrays[name], math.log(inp.seq_k), f32)
+            for name, mine in made.items()
+        ]
     return tuple(checks)
 
 
@@ -803,7 +902,8 @@ def flash_failure(run: FlashRun) -> ComputeError | None:
     if bad is None:
         return None
     return ComputeError(
-        run.trace.inputs.source, bad.name,
+        run.trace.inputs.source,
+        bad.name,
         f"FlashAttention's {bad.name} differs from the trace's by {bad.max_abs:.3e}",
         f"at most {bad.tolerance:.3g}",
-    )  # fmt: skip
+    )

@@ -79,14 +79,20 @@ def refuse_split(inputs: Inputs, splits: int) -> None:
     for v, _ in Chain(inputs).on:
         if type(v).flash_maps is not Variant.flash_maps:
             raise UsageError(
-                inputs.source, v.name, "split-KV merges one softmax map, and this variant "
-                "has a second", "attn flash without --split-kv", option="split-kv",
-            )  # fmt: skip
+                inputs.source,
+                v.name,
+                "split-KV merges one softmax map, and this variant has a second",
+                "attn flash without --split-kv",
+                option="split-kv",
+            )
     if not 1 <= splits <= inputs.seq_k:
         raise UsageError(
-            inputs.source, "split-kv", f"is {splits}, but the fixture has {inputs.seq_k} keys",
-            f"a whole number of chunks from 1 to {inputs.seq_k}", option="split-kv",
-        )  # fmt: skip
+            inputs.source,
+            "split-kv",
+            f"is {splits}, but the fixture has {inputs.seq_k} keys",
+            f"a whole number of chunks from 1 to {inputs.seq_k}",
+            option="split-kv",
+        )
 
 
 def split_bytes(inputs: Inputs, splits: int) -> int:
@@ -114,9 +120,15 @@ def run_split(
             if value is not None and value < 1:
                 raise UsageError("", name, f"is {value}", "a whole number >= 1", option=name)
 
-    trace, sentinel = load_trace(fixture, flash_keep, refuse=refuse, dtype=dtype,
-                                 max_elements=max_elements, max_memory=max_memory,
-                                 extra_bytes=lambda inp: split_bytes(inp, splits))  # fmt: skip
+    trace, sentinel = load_trace(
+        fixture,
+        flash_keep,
+        refuse=refuse,
+        dtype=dtype,
+        max_elements=max_elements,
+        max_memory=max_memory,
+        extra_bytes=lambda inp: split_bytes(inp, splits),
+    )
     bq = block_q or default_block(trace.inputs.seq_q)
     quiet = np.errstate(over="ignore", invalid="ignore", divide="ignore", under="ignore")
     with quiet, blas_limit(trace.inputs.seq_k):
@@ -145,11 +157,15 @@ def check_split(
     scores = finite_max(ref_L) + math.log(trace.inputs.seq_k)
     to_e = np.asarray(1 / LOG2E if base2 else 1.0, merged.lse.dtype)
     for name, (lse, out) in (("fold", result.fold), ("tree", result.tree)):
-        checks += [self_check(f"output_{name}", out, ref_o, scores, f32),
-                   self_check(f"lse_{name}", lse * to_e, ref_L, scores, f32)]  # fmt: skip
+        checks += [
+            self_check(f"output_{name}", out, ref_o, scores, f32),
+            self_check(f"lse_{name}", lse * to_e, ref_L, scores, f32),
+        ]
     (lse_f, out_f), (lse_t, out_t) = result.fold, result.tree
-    checks += [self_check("orders_output", out_f, out_t, scores, f32),
-               self_check("orders_lse", lse_f, lse_t, scores, f32)]  # fmt: skip
+    checks += [
+        self_check("orders_output", out_f, out_t, scores, f32),
+        self_check("orders_lse", lse_f, lse_t, scores, f32),
+    ]
     return SplitRun(trace, result, splits, bq, bk, tuple(checks), sentinel)
 
 
@@ -159,7 +175,8 @@ def split_failure(run: SplitRun) -> ComputeError | None:
     if bad is None:
         return None
     return ComputeError(
-        run.trace.inputs.source, bad.name,
+        run.trace.inputs.source,
+        bad.name,
         f"split-KV's {bad.name} differs from the trace's by {bad.max_abs:.3e}",
         f"at most {bad.tolerance:.3g}",
-    )  # fmt: skip
+    )

@@ -126,9 +126,12 @@ def run_decode_any(
         refuse_decode(inputs)
         if not 1 <= prefill <= inputs.seq_q:
             raise UsageError(
-                inputs.source, "prefill", f"is {prefill}",
-                f"1 to {inputs.seq_q} (the fixture's tokens)", option="prefill",
-            )  # fmt: skip
+                inputs.source,
+                "prefill",
+                f"is {prefill}",
+                f"1 to {inputs.seq_q} (the fixture's tokens)",
+                option="prefill",
+            )
         if paged is not None:
             refuse_paged(inputs)
             pool.append(paging_for(inputs, *paged))
@@ -138,9 +141,13 @@ def run_decode_any(
         return decode_bytes(inputs, prefill) + states_bytes(inputs, edges) + pages
 
     trace, sentinel = load_trace(
-        fixture, state_keep, refuse=refuse, max_elements=max_elements, max_memory=max_memory,
+        fixture,
+        state_keep,
+        refuse=refuse,
+        max_elements=max_elements,
+        max_memory=max_memory,
         extra_bytes=extra,
-    )  # fmt: skip
+    )
     with quiet():  # a variant's own numbers (a diff's lambda) are checked, not warned about
         rec = recurrence(trace)
         if rec is not None:
@@ -181,14 +188,21 @@ def check_maps_decode(
         refs = [reference_rows(trace, q, k, form.v)[0] for q, k in form.pairs]
         full = form.outs(form.combine(refs))[final]  # (B, H, T, Dv)
         require_finite(trace, final, full)  # before a step: overflow is one line
-        result = decode_maps(form, chain=chain, scale=trace.scale, prefill=prefill,
-                             positions=pos)  # fmt: skip
+        result = decode_maps(form, chain=chain, scale=trace.scale, prefill=prefill, positions=pos)
     diffs = tuple(decode_self_check(result, full, final))
     prefill_diff = max_abs_diff(result.prefill_outs[final], full[:, :, :prefill])
     inp = trace.inputs
     cost = kv_cache_bytes(inp.kv_heads, inp.heads, inp.d_k, inp.d_v, 8, inp.seq_q)
-    return DecodeRun(trace, result, diffs, prefill_diff, cost, sentinel, checked=final,
-                     tolerance=scaled_tolerance(full))  # fmt: skip
+    return DecodeRun(
+        trace,
+        result,
+        diffs,
+        prefill_diff,
+        cost,
+        sentinel,
+        checked=final,
+        tolerance=scaled_tolerance(full),
+    )
 
 
 def states_bytes(inputs: Inputs, edges: tuple[int, int] | None) -> int:
@@ -246,8 +260,17 @@ def check_state_decode(
     prefill_out = result.prefill_outs.get(final, result.prefill_output)
     prefill_diff = max_abs_diff(prefill_out, full[:, :, :prefill])
     ledger = state_bytes(result.prefill_state, rec.heads, rec.d_k, rec.d_v, rec.tokens)
-    return StateRun(trace, result, diffs, prefill_diff, ledger, dict(rec.formulas),
-                    checked=final, sentinel=sentinel, tolerance=scaled_tolerance(full))  # fmt: skip
+    return StateRun(
+        trace,
+        result,
+        diffs,
+        prefill_diff,
+        ledger,
+        dict(rec.formulas),
+        checked=final,
+        sentinel=sentinel,
+        tolerance=scaled_tolerance(full),
+    )
 
 
 def state_failure(run: DecodeRun | StateRun) -> Any:
@@ -262,11 +285,13 @@ def state_failure(run: DecodeRun | StateRun) -> Any:
     if run.prefill_diff > run.tolerance:
         where = f"prefill (tokens 0..{run.result.prefill - 1})"
     else:
-        step = next(s for s, d in zip(run.result.steps, run.diffs, strict=True)
-                    if not d <= run.tolerance)  # fmt: skip
+        step = next(
+            s for s, d in zip(run.result.steps, run.diffs, strict=True) if not d <= run.tolerance
+        )
         where = f"step at position {step.position} ({run.label(step.index)!r})"
     return ComputeError(
-        run.trace.inputs.source, where,
+        run.trace.inputs.source,
+        where,
         f"the state's output differs from the chunked form's rows by {run.worst:.3e}",
         f"at most {run.tolerance:g}",
-    )  # fmt: skip
+    )

@@ -38,27 +38,38 @@ class Entry(NamedTuple):
 
 
 COMMANDS: dict[str, Entry] = {
-    "trace": Entry("Trace one fixture through every stage of attention and print each as a "
-                   "table."),
-    "check": Entry("Compare a fixture's trace with a golden file, its `expected` section, or "
-                   "your own code."),
+    "trace": Entry("Trace one fixture through every stage of attention and print each as a table."),
+    "check": Entry(
+        "Compare a fixture's trace with a golden file, its `expected` section, or your own code."
+    ),
     "examples": Entry("List the bundled examples: name, description and shapes."),
-    "heatmap": Entry("Only the attention weights, shaded: one table per head, side by side "
-                     "when they fit."),
+    "heatmap": Entry(
+        "Only the attention weights, shaded: one table per head, side by side when they fit."
+    ),
     "new": Entry("Write a random, commented fixture to edit (tokens included), then trace it."),
-    "decode": Entry("Decode a causal fixture token by token against a KV cache, checking "
-                    "every step."),
-    "flash": Entry("Run the FlashAttention-2 forward tile by tile: S, the running max m, alpha, "
-                   "P, the running sum l and the accumulator, then O = acc / l and "
-                   "L = m + log l."),
-    "rope": Entry("Show a fixture's RoPE pair by pair: base and scaled frequency, wavelength "
-                  "against the trained context, the band of its scaling, and the angle at a "
-                  "position."),
-    "probe": Entry("Call your attention function with crafted inputs: which conventions it "
-                   "follows, and where it differs from PyTorch SDPA."),
-    "import": Entry("Import one attention layer of a real checkpoint (safetensors, no torch) "
-                    "as a fixture.", module="importer", function="import_"),
-}  # fmt: skip
+    "decode": Entry(
+        "Decode a causal fixture token by token against a KV cache, checking every step."
+    ),
+    "flash": Entry(
+        "Run the FlashAttention-2 forward tile by tile: S, the running max m, alpha, "
+        "P, the running sum l and the accumulator, then O = acc / l and "
+        "L = m + log l."
+    ),
+    "rope": Entry(
+        "Show a fixture's RoPE pair by pair: base and scaled frequency, wavelength "
+        "against the trained context, the band of its scaling, and the angle at a "
+        "position."
+    ),
+    "probe": Entry(
+        "Call your attention function with crafted inputs: which conventions it "
+        "follows, and where it differs from PyTorch SDPA."
+    ),
+    "import": Entry(
+        "Import one attention layer of a real checkpoint (safetensors, no torch) as a fixture.",
+        module="importer",
+        function="import_",
+    ),
+}
 
 
 def implementation(name: str) -> tuple[str, str]:
@@ -305,9 +316,11 @@ class _ClosedStdout(io.TextIOBase):
         if not s:
             return 0  # Rich flushes an empty buffer after capturing to a string
         raise UsageError(
-            "<stdout>", "", "standard output is closed",
+            "<stdout>",
+            "",
+            "standard output is closed",
             "an open standard output, or -o FILE to write to a file",
-        )  # fmt: skip
+        )
 
     def flush(self) -> None:
         pass

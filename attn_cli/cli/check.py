@@ -75,17 +75,21 @@ UpdateOption = Annotated[
 RtolOption = Annotated[
     Optional[float],  # noqa: UP045
     typer.Option(
-        min=0, metavar="TOL", show_default=False,
+        min=0,
+        metavar="TOL",
+        show_default=False,
         help="Relative tolerance (default 1e-9; 1e-4 with --against).",
     ),
-]  # fmt: skip
+]
 AtolOption = Annotated[
     Optional[float],  # noqa: UP045
     typer.Option(
-        min=0, metavar="TOL", show_default=False,
+        min=0,
+        metavar="TOL",
+        show_default=False,
         help="Absolute tolerance (default 1e-12; 1e-5 with --against).",
     ),
-]  # fmt: skip
+]
 CheckStageOption = Annotated[
     Optional[list[str]],  # noqa: UP045
     typer.Option(
@@ -237,10 +241,16 @@ def _check_one(fixture: str, golden: Optional[Path], run: _Run) -> "Outcome":  #
         folders = folders_for(golden, option=option)  # mkdir -p, undone if the check fails
     with folders:
         return check_fixture(
-            fixture, golden=golden, against=run.against, update=update,
-            tolerance=run.tolerance, stages=run.stages, worst=run.worst,
-            max_elements=run.max_elements, backward=run.backward,
-        )  # fmt: skip
+            fixture,
+            golden=golden,
+            against=run.against,
+            update=update,
+            tolerance=run.tolerance,
+            stages=run.stages,
+            worst=run.worst,
+            max_elements=run.max_elements,
+            backward=run.backward,
+        )
 
 
 def _check_golden_path(golden: Path, option: str, update: bool) -> None:
@@ -320,24 +330,30 @@ def _check_plan(
 ) -> list[Optional[Path]]:  # noqa: UP045
     """Refuse option combinations that have no meaning, naming what would; the golden of each
     fixture (None: none)."""
-    given = [n for n, v in (("--golden", golden), ("--golden-dir", golden_dir),
-                            ("--against", against)) if v is not None]  # fmt: skip
+    given = [
+        n
+        for n, v in (("--golden", golden), ("--golden-dir", golden_dir), ("--against", against))
+        if v is not None
+    ]
     if len(given) > 1:
         raise UsageError("", " and ".join(given), "given together", "one of them")
     if root is not None and golden_dir is None:
         raise UsageError("", "--root", "given without --golden-dir", "--golden-dir DIR --root DIR")
     if golden is not None and len(fixtures) > 1:
         raise UsageError(
-            "", "--golden", f"one golden file for {len(fixtures)} fixtures",
+            "",
+            "--golden",
+            f"one golden file for {len(fixtures)} fixtures",
             "--golden-dir DIR (a golden per fixture, under DIR at its path)",
-        )  # fmt: skip
+        )
     if against is not None and len(fixtures) > 1:
         raise UsageError("", "--against", f"one dump for {len(fixtures)} fixtures", "one fixture")
     if update and golden is None and golden_dir is None:
         raise UsageError("", "--update", "nothing to update", "--golden FILE or --golden-dir DIR")
     if update and stages is not None:
-        raise UsageError("", "--update", "given with --stage", "--update alone (goldens hold "
-                         "every stage)")  # fmt: skip
+        raise UsageError(
+            "", "--update", "given with --stage", "--update alone (goldens hold every stage)"
+        )
     if golden_dir is not None:
         here = Path.cwd() if root is None else root
         return golden_paths(fixtures, golden_dir, here, update=update)
@@ -363,10 +379,12 @@ def golden_paths(
         path = golden_dir / golden_key(fixture, root)
         if path in seen:
             raise UsageError(
-                "", "--golden-dir",
+                "",
+                "--golden-dir",
                 f"{printable(seen[path])!r} and {printable(fixture)!r} would share the golden "
-                f"{printable(str(path))!r}", "fixtures at distinct paths (or bundled names)",
-            )  # fmt: skip
+                f"{printable(str(path))!r}",
+                "fixtures at distinct paths (or bundled names)",
+            )
         seen[path] = fixture
         paths.append(path)
     return paths
@@ -376,18 +394,21 @@ def golden_key(fixture: str, root: Path) -> Path:
     """Where under --golden-dir a fixture's golden lives: week1/cat.yaml -> week1/cat.json."""
     if fixture == STDIN:
         raise UsageError(
-            "<stdin>", "--golden-dir", "standard input has no name to give a golden file",
+            "<stdin>",
+            "--golden-dir",
+            "standard input has no name to give a golden file",
             "a fixture path or example name",
-        )  # fmt: skip
+        )
     if not _is_path(fixture):
         return Path(fixture + ".json")  # a bundled example, by name
     relative = Path(os.path.relpath(os.path.abspath(fixture), os.path.abspath(root)))
     if relative.parts[:1] == ("..",) or relative.is_absolute():
         raise UsageError(
-            printable(fixture), "--golden-dir",
+            printable(fixture),
+            "--golden-dir",
             f"is outside the root folder {printable(str(root))!r}",
             "fixtures under the root (the current folder, or --root DIR)",
-        )  # fmt: skip
+        )
     return relative.with_suffix(".json")
 
 
@@ -406,8 +427,9 @@ def _refuse_old_layout(fixture: str, golden: Path, golden_dir: Path) -> None:
     if golden.exists() or old == golden or not old.is_file() or not _is_path(fixture):
         return
     raise UsageError(
-        printable(str(golden)), "--golden-dir",
+        printable(str(golden)),
+        "--golden-dir",
         f"no such golden file, but {printable(str(old))!r} is where attn 0.1 kept it (goldens "
         "are now keyed on the fixture's path under --root)",
         "the golden at this path: move it here, or write it with --update",
-    )  # fmt: skip
+    )

@@ -33,10 +33,13 @@ from attn_cli.core.limits import DEFAULT_MAX_ELEMENTS
 PrefillOption = Annotated[
     int,
     typer.Option(
-        "--prefill", "-p", min=1, metavar="P",
+        "--prefill",
+        "-p",
+        min=1,
+        metavar="P",
         help="Tokens computed at once before decoding starts (1 to the fixture's length).",
     ),
-]  # fmt: skip
+]
 PagedFlag = Annotated[
     bool,
     typer.Option(
@@ -48,24 +51,29 @@ PagedFlag = Annotated[
 BlockSizeOption = Annotated[
     int | None,
     typer.Option(
-        "--block-size", min=1, metavar="B",
+        "--block-size",
+        min=1,
+        metavar="B",
         help="Tokens a page with --paged (default: a third of the sequence, 2 to 16).",
     ),
-]  # fmt: skip
+]
 PagesOption = Annotated[
     int | None,
     typer.Option(
-        "--pages", min=1, metavar="N",
+        "--pages",
+        min=1,
+        metavar="N",
         help="Pages in the pool with --paged (default: as many as the sequence holds at once).",
     ),
-]  # fmt: skip
+]
 MoreFixtures = Annotated[
     Optional[list[str]],  # noqa: UP045
     typer.Argument(
         help="With --batch: more fixtures, each one sequence of the batch.",
-        show_default=False, metavar="[FIXTURE...]",
+        show_default=False,
+        metavar="[FIXTURE...]",
     ),
-]  # fmt: skip
+]
 BatchFlag = Annotated[
     bool,
     typer.Option(
@@ -77,17 +85,20 @@ BatchFlag = Annotated[
 ArriveOption = Annotated[
     Optional[str],  # noqa: UP045
     typer.Option(
-        "--arrive", metavar="S1,S2,...",
+        "--arrive",
+        metavar="S1,S2,...",
         help="With --batch: the step at which each fixture joins (default: all at step 0).",
     ),
-]  # fmt: skip
+]
 ChunkOption = Annotated[
     Optional[int],  # noqa: UP045
     typer.Option(
-        "--chunk", min=1, metavar="C",
+        "--chunk",
+        min=1,
+        metavar="C",
         help="With --batch: prefill a joining prompt C rows a step (default: all at once).",
     ),
-]  # fmt: skip
+]
 SharePrefixFlag = Annotated[
     bool,
     typer.Option(
@@ -97,17 +108,29 @@ SharePrefixFlag = Annotated[
     ),
 ]
 BATCH_VIEW = RunView(
-    "attn_cli.present.batch_view", "batch_pages", "batch_titles", "render_batch", "batch_dumps",
+    "attn_cli.present.batch_view",
+    "batch_pages",
+    "batch_titles",
+    "render_batch",
+    "batch_dumps",
     "attn_cli.present.html_batch:batch_page",
-)  # fmt: skip
+)
 DECODE_VIEW = RunView(
-    "attn_cli.present.decode_view", "decode_pages", "decode_titles", "render_decode",
-    "decode_dumps", "decode_page",
-)  # fmt: skip
+    "attn_cli.present.decode_view",
+    "decode_pages",
+    "decode_titles",
+    "render_decode",
+    "decode_dumps",
+    "decode_page",
+)
 STATE_VIEW = RunView(  # linear attention: a recurrent state in place of the cache
-    "attn_cli.present.state_view", "state_pages", "state_titles", "render_state_decode",
-    "state_dumps", "attn_cli.present.html_state:state_page",
-)  # fmt: skip
+    "attn_cli.present.state_view",
+    "state_pages",
+    "state_titles",
+    "render_state_decode",
+    "state_dumps",
+    "attn_cli.present.html_state:state_page",
+)
 
 
 def decode(
@@ -164,27 +187,54 @@ def decode(
 
       attn decode llama_rope_gqa -f json -o dec.json # every number, for scripts
     """
-    from attn_cli.check.state_runs import StateRun, run_decode_any, state_failure
     from attn_cli.errors import UsageError
-    from attn_cli.present.text import TABLE_EDGE, TABLE_LIMIT
 
     refuse_step(step, fmt, output)
     refuse_paging(paged, block_size, pages)
     budget = None if max_memory is None else parse_size(max_memory)
     out = RunOutput(fmt, output, precision, full, width, color, explain, lang, quiet, step)
     if share_prefix and not (batch and paged):
-        raise UsageError("", "share-prefix", "shares the pages of a paged batch",
-                         "--batch and --paged beside it", option="share-prefix")  # fmt: skip
+        raise UsageError(
+            "",
+            "share-prefix",
+            "shares the pages of a paged batch",
+            "--batch and --paged beside it",
+            option="share-prefix",
+        )
     if batch or more or arrive is not None or chunk is not None:
         fixtures = [fixture or "the_cat_sat", *(more or [])]
         pool = (block_size, pages) if paged else None
-        run_batch_cli(fixtures, batch, (pool, share_prefix), arrive, prefill, chunk, out,
-                      max_elements, budget)  # fmt: skip
+        run_batch_cli(
+            fixtures, batch, (pool, share_prefix), arrive, prefill, chunk, out, max_elements, budget
+        )
         return
     every = full or step or fmt is RunFormat.json  # every step shown: every state kept
-    run = run_decode_any(fixture, prefill, edges=None if every else (TABLE_LIMIT, TABLE_EDGE),
-                         max_elements=max_elements, max_memory=budget,
-                         paged=(block_size, pages) if paged else None)  # fmt: skip
+    pool = (block_size, pages) if paged else None
+    _decode_one(fixture, prefill, (out, fmt), every, (max_elements, budget), pool)
+
+
+def _decode_one(
+    fixture: str | None,
+    prefill: int,
+    shown: tuple[RunOutput, RunFormat],
+    every: bool,
+    limits: tuple[int, int | None],
+    pool: tuple[int | None, int | None] | None,
+) -> None:
+    """One fixture's decode, shown; its failure raised after the tables (every step is kept
+    when ``every``, else the table's edges)."""
+    from attn_cli.check.state_runs import StateRun, run_decode_any, state_failure
+    from attn_cli.present.text import TABLE_EDGE, TABLE_LIMIT
+
+    run = run_decode_any(
+        fixture,
+        prefill,
+        edges=None if every else (TABLE_LIMIT, TABLE_EDGE),
+        max_elements=limits[0],
+        max_memory=limits[1],
+        paged=pool,
+    )
+    out, fmt = shown
     refuse_page(run, fmt)
     failure = state_failure(run)
     show_run(run, STATE_VIEW if isinstance(run, StateRun) else DECODE_VIEW, out, failure)
@@ -207,10 +257,11 @@ def refuse_page(run: Any, fmt: RunFormat) -> None:
     unknown = [n for s in steps[:1] for n in s.rows if n not in MAP_ROWS]
     if unknown:
         raise UsageError(
-            run.trace.inputs.source, "--format",
+            run.trace.inputs.source,
+            "--format",
             f"html: a decode of the rows {', '.join(unknown)} has no page yet",
             "table, plain or json (they show every step of it)",
-        )  # fmt: skip
+        )
 
 
 def refuse_paging(paged: bool, block_size: int | None, pages: int | None) -> None:
@@ -219,15 +270,22 @@ def refuse_paging(paged: bool, block_size: int | None, pages: int | None) -> Non
 
     given = [name for name, x in (("block-size", block_size), ("pages", pages)) if x is not None]
     if given and not paged:
-        raise UsageError("", given[0], "sizes the pool of a paged cache", "--paged beside it",
-                         option=given[0])  # fmt: skip
+        raise UsageError(
+            "", given[0], "sizes the pool of a paged cache", "--paged beside it", option=given[0]
+        )
 
 
 def run_batch_cli(
-    fixtures: list[str], batch: bool,
-    paged: tuple[tuple[int | None, int | None] | None, bool], arrive: str | None,
-    prefill: int, chunk: int | None, out: RunOutput, max_elements: int, budget: int | None,
-) -> None:  # fmt: skip
+    fixtures: list[str],
+    batch: bool,
+    paged: tuple[tuple[int | None, int | None] | None, bool],
+    arrive: str | None,
+    prefill: int,
+    chunk: int | None,
+    out: RunOutput,
+    max_elements: int,
+    budget: int | None,
+) -> None:
     """``--batch``: the fixtures as one continuous batch (check/batch_runs.py)."""
     from attn_cli.check.batch_runs import (
         MAX_SEQUENCES,
@@ -239,15 +297,33 @@ def run_batch_cli(
 
     if not batch:
         what = "more than one fixture" if len(fixtures) > 1 else "--arrive or --chunk"
-        raise UsageError("", "batch", f"{what} given without --batch",
-                         "--batch to decode them as one batch", option="batch")  # fmt: skip
+        raise UsageError(
+            "",
+            "batch",
+            f"{what} given without --batch",
+            "--batch to decode them as one batch",
+            option="batch",
+        )
     if len(fixtures) > MAX_SEQUENCES:
-        raise UsageError("", "batch", f"{len(fixtures):,} fixtures",
-                         f"1 to {MAX_SEQUENCES} sequences in a batch", option="batch")  # fmt: skip
+        raise UsageError(
+            "",
+            "batch",
+            f"{len(fixtures):,} fixtures",
+            f"1 to {MAX_SEQUENCES} sequences in a batch",
+            option="batch",
+        )
     steps = parse_arrive(arrive, len(fixtures))
     pool, share = paged
-    run = run_batch(list(fixtures), steps, prefill, chunk, max_elements=max_elements,
-                    max_memory=budget, paged=pool, share=share)  # fmt: skip
+    run = run_batch(
+        list(fixtures),
+        steps,
+        prefill,
+        chunk,
+        max_elements=max_elements,
+        max_memory=budget,
+        paged=pool,
+        share=share,
+    )
     failure = batch_failure(run)
     show_run(run, BATCH_VIEW, out, failure)
     if failure is not None:

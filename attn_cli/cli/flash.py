@@ -48,17 +48,23 @@ FLASH_VIEW = RunView(
 BlockQOption = Annotated[
     Optional[int],  # noqa: UP045
     typer.Option(
-        "--block-q", min=1, metavar="N", show_default=False,
+        "--block-q",
+        min=1,
+        metavar="N",
+        show_default=False,
         help="Query rows per tile (default: a third of seq_q, from 2 to 64).",
     ),
-]  # fmt: skip
+]
 BlockKOption = Annotated[
     Optional[int],  # noqa: UP045
     typer.Option(
-        "--block-k", min=1, metavar="N", show_default=False,
+        "--block-k",
+        min=1,
+        metavar="N",
+        show_default=False,
         help="Keys per tile (default: a third of seq_k, from 2 to 64).",
     ),
-]  # fmt: skip
+]
 Base2Option = Annotated[
     bool,
     typer.Option(
@@ -69,19 +75,23 @@ Base2Option = Annotated[
 MaxTilesOption = Annotated[
     Optional[int],  # noqa: UP045
     typer.Option(
-        min=0, metavar="N", show_default=False,
+        min=0,
+        metavar="N",
+        show_default=False,
         help=f"Show (and keep) at most N tiles (default {MAX_TILES}); O, L and the checks still "
         "cover every tile.",
     ),
-]  # fmt: skip
+]
 SplitKVOption = Annotated[
     Optional[str],  # noqa: UP045
     typer.Option(
-        "--split-kv", metavar="S", show_default=False,
+        "--split-kv",
+        metavar="S",
+        show_default=False,
         help="Flash-decoding: each query's keys in S chunks run on their own (m, l, O, lse "
         "each), then merged by log-sum-exp, in two orders (docs/flash.md).",
     ),
-]  # fmt: skip
+]
 SPLIT_VIEW = RunView(
     "attn_cli.present.split_kv_view",
     "split_pages",
@@ -140,19 +150,33 @@ def flash(
     budget = None if max_memory is None else parse_size(max_memory)
     out = RunOutput(fmt, output, precision, full, width, color, explain, lang, quiet, step)
     if split_kv is not None:
-        _split(fixture, split_kv, (block_q, block_k, base2, max_tiles), dtype, out,
-               (max_elements, budget))  # fmt: skip
+        _split(
+            fixture,
+            split_kv,
+            (block_q, block_k, base2, max_tiles),
+            dtype,
+            out,
+            (max_elements, budget),
+        )
         return
     run = run_flash(
-        fixture, block_q=block_q, block_k=block_k, base2=base2, dtype=dtype.value,
-        max_tiles=MAX_TILES if max_tiles is None else max_tiles, max_elements=max_elements,
+        fixture,
+        block_q=block_q,
+        block_k=block_k,
+        base2=base2,
+        dtype=dtype.value,
+        max_tiles=MAX_TILES if max_tiles is None else max_tiles,
+        max_elements=max_elements,
         max_memory=budget,
-    )  # fmt: skip
+    )
     failure = flash_failure(run)
     show_run(run, FLASH_VIEW, out, failure)
     if run.cut:
-        note(f"Note: showing {len(run.tiles)} of {run.tiles_total:,} tiles (--max-tiles N shows "
-             "more; O, L and the checks cover them all)", quiet=quiet)  # fmt: skip
+        note(
+            f"Note: showing {len(run.tiles)} of {run.tiles_total:,} tiles (--max-tiles N shows "
+            "more; O, L and the checks cover them all)",
+            quiet=quiet,
+        )
     if failure is not None:
         raise failure
 
@@ -161,8 +185,12 @@ def parse_splits(text: str) -> int:
     """--split-kv's S: ASCII digits, at least 1 (the fixture's key count is checked later)."""
     digits = text.strip()
     if not (digits.isascii() and digits.isdigit()) or len(digits) > 19 or int(digits) < 1:
-        raise UsageError("", "--split-kv", f"got {shown(text)}", "a whole number of chunks, at "
-                         "least 1 (and at most the fixture's keys)")  # fmt: skip
+        raise UsageError(
+            "",
+            "--split-kv",
+            f"got {shown(text)}",
+            "a whole number of chunks, at least 1 (and at most the fixture's keys)",
+        )
     return int(digits)
 
 
@@ -180,11 +208,23 @@ def _split(
     splits = parse_splits(text)
     block_q, block_k, base2, max_tiles = flash_options
     if max_tiles is not None:
-        raise UsageError("", "--max-tiles", "does not apply with --split-kv (it shows chunks, "
-                         "not tiles)", "one of --split-kv, --max-tiles")  # fmt: skip
+        raise UsageError(
+            "",
+            "--max-tiles",
+            "does not apply with --split-kv (it shows chunks, not tiles)",
+            "one of --split-kv, --max-tiles",
+        )
     max_elements, budget = limits
-    run = run_split(fixture, splits=splits, block_q=block_q, block_k=block_k, base2=base2,
-                    dtype=dtype.value, max_elements=max_elements, max_memory=budget)  # fmt: skip
+    run = run_split(
+        fixture,
+        splits=splits,
+        block_q=block_q,
+        block_k=block_k,
+        base2=base2,
+        dtype=dtype.value,
+        max_elements=max_elements,
+        max_memory=budget,
+    )
     failure = split_failure(run)
     show_run(run, SPLIT_VIEW, out, failure)
     if failure is not None:

@@ -65,9 +65,13 @@ def heatmap(
 
     budget = None if max_memory is None else parse_size(max_memory)
     result = trace_file(
-        fixture, stages=("softmax",), shaded=True, dtype=dtype.value,
-        max_elements=max_elements, max_memory=budget,
-    )  # fmt: skip
+        fixture,
+        stages=("softmax",),
+        shaded=True,
+        dtype=dtype.value,
+        max_elements=max_elements,
+        max_memory=budget,
+    )
     warn_empty_rows(result, quiet=quiet)
     warn_sentinel_rows(result, quiet=quiet)
     from attn_cli.present.render import render_heatmap

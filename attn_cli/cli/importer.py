@@ -153,25 +153,42 @@ def import_(
     chosen = check_layer_choice(layer)
     fmt = ViewFormat.json if as_json else view_format
     if chosen is None or check_logits:
-        _whole_model(checkpoint, output, chosen, text, hidden, config, arch, budget,
-                     (check_logits, fmt, width, lang, quiet, theme))  # fmt: skip
+        _whole_model(
+            checkpoint,
+            output,
+            chosen,
+            text,
+            hidden,
+            config,
+            arch,
+            budget,
+            (check_logits, fmt, width, lang, quiet, theme),
+        )
         if chosen is None:
             return
     if as_json:
         raise UsageError("", "--json", "is for the model view", "--layer all")
     if view_format is not ViewFormat.text:
-        raise UsageError("", "--format", f"{view_format.value} is for the model view",
-                         "--layer all")  # fmt: skip
+        raise UsageError(
+            "", "--format", f"{view_format.value} is for the model view", "--layer all"
+        )
     if output is None:
         raise UsageError("", "--output", "missing", "the fixture to write, FILE.npz")
     _import_one(checkpoint, output, chosen, hidden, text, config, arch, force, budget, quiet)
 
 
 def _import_one(
-    checkpoint: Path, output: Path, layer: int, hidden: Optional[Path], text: Optional[str],  # noqa: UP045
-    config: Optional[Path], arch: Optional[str], force: bool, budget: Optional[int],  # noqa: UP045
+    checkpoint: Path,
+    output: Path,
+    layer: int,
+    hidden: Path | None,
+    text: Optional[str],  # noqa: UP045
+    config: Path | None,
+    arch: str | None,
+    force: bool,
+    budget: Optional[int],  # noqa: UP045
     quiet: bool,
-) -> None:  # fmt: skip
+) -> None:
     """One layer as a fixture .npz (X from hidden states, or from the text and the forward)."""
     from attn_cli.cli.examples import refuse_overwrite
     from attn_cli.io.checkpoint import import_layer, write_npz_fixture
@@ -186,9 +203,14 @@ def _import_one(
         )
     else:
         imported = import_layer(
-            checkpoint, layer=layer, hidden=hidden, text=text, config=config, arch=arch,
+            checkpoint,
+            layer=layer,
+            hidden=hidden,
+            text=text,
+            config=config,
+            arch=arch,
             max_memory=budget,
-        )  # fmt: skip
+        )
     write_npz_fixture(imported.fixture, output)
     for text_of_note in imported.notes:
         note(f"Note: {printable(text_of_note)}", quiet=quiet)
@@ -200,10 +222,16 @@ def _import_one(
 
 
 def _whole_model(
-    checkpoint: Path, output: Optional[Path], layer: Optional[int], text: Optional[str],  # noqa: UP045
-    hidden: Optional[Path], config: Optional[Path], arch: Optional[str],  # noqa: UP045
-    budget: Optional[int], how: tuple[bool, ViewFormat, Optional[int], Any, bool, Theme],  # noqa: UP045
-) -> None:  # fmt: skip
+    checkpoint: Path,
+    output: Path | None,
+    layer: int | None,
+    text: Optional[str],  # noqa: UP045
+    hidden: Path | None,
+    config: Path | None,
+    arch: Optional[str],  # noqa: UP045
+    budget: int | None,
+    how: tuple[bool, ViewFormat, Optional[int], Any, bool, Theme],  # noqa: UP045
+) -> None:
     """Every layer from the text: the model view (--layer all) and/or the top-5 next tokens."""
     import os
 
@@ -217,10 +245,12 @@ def _whole_model(
         raise UsageError("", "--text", got, f"a text ({what} computes every layer from it)")
     if layer is None and output is not None and fmt is not ViewFormat.html:
         raise UsageError(
-            str(output), "--output", "is given with --layer all",
+            str(output),
+            "--output",
+            "is given with --layer all",
             "no --output: the model view is printed (a fixture holds one layer; "
             "-f html writes a page)",
-        )  # fmt: skip
+        )
     language: Lang = (
         default_lang(os.environ) if lang is None else ("zh" if str(lang.value) == "zh" else "en")
     )
@@ -230,8 +260,16 @@ def _whole_model(
         from attn_cli.present.options import RenderOptions
 
         pages = LayerPages(RenderOptions(lang=language), theme.value)
-    w = walk(checkpoint, text, through=None, config=config, arch=arch, max_memory=budget,
-             logits=check_logits, each_trace=pages)  # fmt: skip
+    w = walk(
+        checkpoint,
+        text,
+        through=None,
+        config=config,
+        arch=arch,
+        max_memory=budget,
+        logits=check_logits,
+        each_trace=pages,
+    )
     for text_of_note in w.notes:
         note(f"Note: {printable(text_of_note)}", quiet=quiet)
     top = None if w.logits is None else top_tokens(checkpoint, config, w.logits)

@@ -52,17 +52,23 @@ TokensOption = Annotated[
 SeqOption = Annotated[
     Optional[int],  # noqa: UP045
     typer.Option(
-        min=1, max=MAX_SEQ, metavar="N", show_default=False,
+        min=1,
+        max=MAX_SEQ,
+        metavar="N",
+        show_default=False,
         help="Tokens (positions; default: 5, or as many as --tokens).",
     ),
-]  # fmt: skip
+]
 KvHeadsOption = Annotated[
     Optional[int],  # noqa: UP045
     typer.Option(
-        min=1, max=16, metavar="N", show_default=False,
+        min=1,
+        max=16,
+        metavar="N",
+        show_default=False,
         help="Key/value heads, dividing --heads (grouped-query; default: as many as --heads).",
     ),
-]  # fmt: skip
+]
 SizeOption = Annotated[int, typer.Option(min=1, max=1024, metavar="N", help="Embedding size.")]
 DkOption = Annotated[
     int, typer.Option(min=1, max=256, metavar="N", help="Query/key/value size per head.")
@@ -88,12 +94,21 @@ _VARIANTS = "Modern variants"
 
 
 def new(
-    file: FileArgument, seq: SeqOption = None, d_model: SizeOption = 8, d_k: DkOption = 4,
-    heads: HeadsOption = 2, kv_heads: KvHeadsOption = None, w_o: WoOption = False,
-    tokens: TokensOption = None, batch: BatchOption = None, causal: CausalOption = False,
-    seed: SeedOption = 0, force: ForceOption = False, quiet: QuietOption = False,
+    file: FileArgument,
+    seq: SeqOption = None,
+    d_model: SizeOption = 8,
+    d_k: DkOption = 4,
+    heads: HeadsOption = 2,
+    kv_heads: KvHeadsOption = None,
+    w_o: WoOption = False,
+    tokens: TokensOption = None,
+    batch: BatchOption = None,
+    causal: CausalOption = False,
+    seed: SeedOption = 0,
+    force: ForceOption = False,
+    quiet: QuietOption = False,
     **flags: Any,
-) -> None:  # fmt: skip
+) -> None:
     """Write a random, commented fixture to edit (tokens included), then trace it.
 
     The numbers are rounded to read easily; the same options and seed give the same fixture.
@@ -113,10 +128,18 @@ def new(
     _check_kv_heads(heads, kv_heads)
     given = {k: v.value if isinstance(v, Enum) else v for k, v in flags.items()}
     spec = NewFixture(
-        seq=len(names) if names else seq or 5, d_model=d_model, d_k=d_k, heads=heads,
-        batch=batch, causal=causal, seed=seed, tokens=names, kv_heads=kv_heads, w_o=w_o,
+        seq=len(names) if names else seq or 5,
+        d_model=d_model,
+        d_k=d_k,
+        heads=heads,
+        batch=batch,
+        causal=causal,
+        seed=seed,
+        tokens=names,
+        kv_heads=kv_heads,
+        w_o=w_o,
         options={k: v for k, v in given.items() if v is not None and v is not False},
-    )  # fmt: skip
+    )
     _check_variants(spec)
     refuse_overwrite(file, force)
     _check_loads(file, spec, names)
@@ -138,16 +161,23 @@ def _parameter(option: NewOption) -> inspect.Parameter:
         kind: Any = bool
     else:
         info = typer.Option(
-            _flag(option.name), min=option.min, max=option.max, metavar=option.metavar,
-            show_default=False, rich_help_panel=_VARIANTS, help=option.help,
-        )  # fmt: skip
+            _flag(option.name),
+            min=option.min,
+            max=option.max,
+            metavar=option.metavar,
+            show_default=False,
+            rich_help_panel=_VARIANTS,
+            help=option.help,
+        )
         values = [(c, c) for c in option.choices]
         choice = cast(Any, Enum)(option.name, values, type=str) if values else option.kind
         kind = cast(Any, Optional)[choice]
     return inspect.Parameter(
-        option.name, inspect.Parameter.POSITIONAL_OR_KEYWORD,
-        annotation=cast(Any, Annotated)[kind, info], default=False if kind is bool else None,
-    )  # fmt: skip
+        option.name,
+        inspect.Parameter.POSITIONAL_OR_KEYWORD,
+        annotation=cast(Any, Annotated)[kind, info],
+        default=False if kind is bool else None,
+    )
 
 
 def _with_variant_flags(command: Callable[..., None]) -> None:
@@ -179,9 +209,11 @@ def _check_kv_heads(heads: int, kv_heads: Optional[int]) -> None:  # noqa: UP045
     """--kv-heads must divide --heads (grouped-query attention)."""
     if kv_heads is not None and heads % kv_heads:
         raise UsageError(
-            "", "--kv-heads", f"{kv_heads} does not divide --heads {heads}",
+            "",
+            "--kv-heads",
+            f"{kv_heads} does not divide --heads {heads}",
             "a number of key/value heads that divides the number of heads",
-        )  # fmt: skip
+        )
 
 
 def _check_loads(

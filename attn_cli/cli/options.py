@@ -82,11 +82,13 @@ FixtureArgument = Annotated[
 OutputOption = Annotated[
     Optional[Path],  # noqa: UP045
     typer.Option(
-        "--output", "-o", metavar="FILE",
+        "--output",
+        "-o",
+        metavar="FILE",
         help="Write to FILE (atomically) instead of standard output; a write-protected FILE "
         "is refused.",
     ),
-]  # fmt: skip
+]
 StageOption = Annotated[
     Optional[list[str]],  # noqa: UP045
     typer.Option(
@@ -101,17 +103,22 @@ PRECISION = 4  # the one default of --precision, wherever tables print numbers
 PrecisionOption = Annotated[
     int,
     typer.Option(
-        min=0, max=17, metavar="DIGITS", help="Digits after the decimal point in tables.",
+        min=0,
+        max=17,
+        metavar="DIGITS",
+        help="Digits after the decimal point in tables.",
     ),
-]  # fmt: skip
+]
 WidthOption = Annotated[
     Optional[int],  # noqa: UP045
     typer.Option(
-        min=MIN_WIDTH, max=MAX_WIDTH, metavar="N",
+        min=MIN_WIDTH,
+        max=MAX_WIDTH,
+        metavar="N",
         help=f"Output width, {MIN_WIDTH} to {MAX_WIDTH} (default: the terminal's, else "
         f"{NON_TERMINAL_WIDTH}).",
     ),
-]  # fmt: skip
+]
 ColorOption = Annotated[
     Optional[bool],  # noqa: UP045
     typer.Option(
@@ -123,10 +130,11 @@ ColorOption = Annotated[
 QuietOption = Annotated[
     bool,
     typer.Option(
-        "--quiet", "-q",
+        "--quiet",
+        "-q",
         help="No notes (Wrote FILE ...) and no warnings on standard error; errors still print.",
     ),
-]  # fmt: skip
+]
 MaxElementsOption = Annotated[
     int, typer.Option(min=1, metavar="N", help="Refuse fixtures holding more numbers than this.")
 ]

@@ -123,8 +123,9 @@ def probe(
 
     seconds = parse_timeout(timeout)
     with contextlib.redirect_stderr(io.StringIO()) if quiet else contextlib.nullcontext():
-        report = probe_target(target, framework=framework.value, dtype=dtype.value,
-                              mask=mask.value, timeout=seconds)  # fmt: skip
+        report = probe_target(
+            target, framework=framework.value, dtype=dtype.value, mask=mask.value, timeout=seconds
+        )
     if fmt is Format.json:
         import json
 

@@ -23,18 +23,25 @@ from attn_cli.core.limits import DEFAULT_MAX_ELEMENTS
 PositionOption = Annotated[
     Optional[int],  # noqa: UP045
     typer.Option(
-        "--position", "-p", min=0, metavar="P", show_default=False,
+        "--position",
+        "-p",
+        min=0,
+        metavar="P",
+        show_default=False,
         help="The position the angle, cos and sin columns are at (default: the fixture's last).",
     ),
-]  # fmt: skip
+]
 LengthOption = Annotated[
     Optional[int],  # noqa: UP045
     typer.Option(
-        "--length", min=1, metavar="L", show_default=False,
+        "--length",
+        min=1,
+        metavar="L",
+        show_default=False,
         help="The frequencies of a sequence of L positions (dynamic and longrope depend on it; "
         "default: the fixture's, or up to --position).",
     ),
-]  # fmt: skip
+]
 
 
 def rope(
@@ -68,8 +75,7 @@ def rope(
     """
     from attn_cli.api import rope_file
 
-    inputs, table = rope_file(fixture, position=position, length=length,
-                              max_elements=max_elements)  # fmt: skip
+    inputs, table = rope_file(fixture, position=position, length=length, max_elements=max_elements)
     if fmt is Format.json:
         from attn_cli.io.rope_json import rope_dumps
 

@@ -35,11 +35,12 @@ class RunFormat(str, Enum):
 RunFormatOption = Annotated[
     RunFormat,
     typer.Option(
-        "--format", "-f",
+        "--format",
+        "-f",
         help="table (Rich), plain (no colour), json (every step) or html (one interactive page, "
         "step by step: docs/html.md).",
     ),
-]  # fmt: skip
+]
 FullOption = Annotated[bool, typer.Option(help="Show every step, row and column; no elision.")]
 ExplainOption = Annotated[
     bool, typer.Option("--explain", help="Explain every quantity: the query, the cache, ...")

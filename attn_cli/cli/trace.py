@@ -124,9 +124,29 @@ def trace(
 
       attn trace --backward -s d_scaled -s d_Q        # the backward pass
     """
-    asked = _Asked(fixture, fmt, output, stage, precision, full, width, color, max_elements,
-                   max_memory, dtype, explain, lang, cell, heatmap, focus, step, backward, split,
-                   theme, quiet)  # fmt: skip
+    asked = _Asked(
+        fixture,
+        fmt,
+        output,
+        stage,
+        precision,
+        full,
+        width,
+        color,
+        max_elements,
+        max_memory,
+        dtype,
+        explain,
+        lang,
+        cell,
+        heatmap,
+        focus,
+        step,
+        backward,
+        split,
+        theme,
+        quiet,
+    )
     _refuse(asked)  # 1) what cannot work, before anything is read or computed
     if fmt in (TraceFormat.json, TraceFormat.npz):
         _write_data(asked)  # 2) computed as it is written
@@ -201,10 +221,16 @@ def _traced(asked: _Asked) -> "Trace":
     keep_all = keep_all or _page(asked)  # the page's derivations read every stage
     with Status("loading the fixture") as status:
         result = trace_file(
-            asked.fixture, stages=asked.stage, dtype=asked.dtype.value, shaded=asked.shaded,
-            keep_all=keep_all, max_elements=asked.max_elements, max_memory=asked.budget,
-            backward=asked.backward, progress=status.progress("computing attention"),
-        )  # fmt: skip
+            asked.fixture,
+            stages=asked.stage,
+            dtype=asked.dtype.value,
+            shaded=asked.shaded,
+            keep_all=keep_all,
+            max_elements=asked.max_elements,
+            max_memory=asked.budget,
+            backward=asked.backward,
+            progress=status.progress("computing attention"),
+        )
     warn_empty_rows(result, quiet=asked.quiet)
     warn_sentinel_rows(result, quiet=asked.quiet)
     return result
@@ -213,8 +239,9 @@ def _traced(asked: _Asked) -> "Trace":
 def _present(asked: _Asked, result: "Trace") -> None:
     """The trace shown: slides, a document, step mode or the tables."""
     a = asked
-    options = classroom_options(result, a.precision, a.stages, a.full, a.explain, a.lang, a.cell,
-                                a.focus)  # fmt: skip
+    options = classroom_options(
+        result, a.precision, a.stages, a.full, a.explain, a.lang, a.cell, a.focus
+    )
     if a.split is not None:
         _write_slides(result, options, a.split, a.fmt, a.heatmap, a.width, a.theme, a.quiet)
         return
@@ -248,11 +275,15 @@ def _write_data(asked: _Asked) -> None:
 
     with Status("loading the fixture") as status:
         result = stream_file(
-            asked.fixture, written="npz" if asked.fmt is TraceFormat.npz else "json",
-            stages=asked.stage, dtype=asked.dtype.value, max_elements=asked.max_elements,
-            max_memory=asked.budget, backward=asked.backward,
+            asked.fixture,
+            written="npz" if asked.fmt is TraceFormat.npz else "json",
+            stages=asked.stage,
+            dtype=asked.dtype.value,
+            max_elements=asked.max_elements,
+            max_memory=asked.budget,
+            backward=asked.backward,
             progress=status.progress("computing attention"),
-        )  # fmt: skip
+        )
     stages, output = asked.stages, asked.output
     if asked.fmt is TraceFormat.npz:
         from attn_cli.io.arrays import npz_writer
@@ -372,8 +403,14 @@ def _write_slides(
 
     kind = "svg" if fmt is TraceFormat.table else fmt.value
     shaded = replace(options, heatmap=heatmap is not False)
-    written = write_slides(result, shaded, folder, kind, width=width or SLIDE_WIDTH,  # type: ignore[arg-type]
-                           theme=theme.drawn)  # fmt: skip
+    written = write_slides(
+        result,
+        shaded,
+        folder,
+        kind,  # type: ignore[arg-type]
+        width=width or SLIDE_WIDTH,
+        theme=theme.drawn,
+    )
     note(f"Wrote {len(written)} slides into {printable(str(folder))}", quiet=quiet)
 
 

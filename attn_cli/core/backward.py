@@ -160,8 +160,15 @@ class Gradients:
 # d_masked and d_scaled, the last modifier's first; the Q/K transforms' between d_scores and d_Q,
 # the last transform's first (those with ``grad_late``, QK-norm's, after d_b_V).
 _TO_MASKED = (
-    "d_projected", "d_W_O", "d_b_O", "d_concat", "d_output", "d_softmax", "d_V", "d_masked",
-)  # fmt: skip
+    "d_projected",
+    "d_W_O",
+    "d_b_O",
+    "d_concat",
+    "d_output",
+    "d_softmax",
+    "d_V",
+    "d_masked",
+)
 _TO_SCORES = ("d_scaled", "d_scores")
 _FROM_QK = ("d_Q", "d_K", "d_X", "d_X_kv", "d_W_Q", "d_W_K", "d_W_V", "d_b_Q", "d_b_K", "d_b_V")
 _FIELDS = (*_TO_MASKED, *_TO_SCORES, *_FROM_QK)
@@ -198,17 +205,28 @@ def transform_gradients(late: bool) -> tuple[str, ...]:
 def gradient_order() -> tuple[str, ...]:
     """Every gradient stage the registry makes possible now, in backward order."""
     return (
-        *_TO_MASKED[:_CONCAT], *out_gradients(), *_TO_MASKED[_CONCAT:], *modifier_gradients(),
-        *_TO_SCORES, *transform_gradients(late=False), *_FROM_QK, *transform_gradients(late=True),
+        *_TO_MASKED[:_CONCAT],
+        *out_gradients(),
+        *_TO_MASKED[_CONCAT:],
+        *modifier_gradients(),
+        *_TO_SCORES,
+        *transform_gradients(late=False),
+        *_FROM_QK,
+        *transform_gradients(late=True),
         *extra_gradients(),
-    )  # fmt: skip
+    )
 
 
 # As the registry stands when this module is imported (the variants attn ships).
 GRADIENT_STAGES = (
-    *_TO_MASKED[:_CONCAT], *out_gradients(), *_TO_MASKED[_CONCAT:], *modifier_gradients(),
-    *_TO_SCORES, *transform_gradients(late=False), *_FROM_QK,
-)  # fmt: skip
+    *_TO_MASKED[:_CONCAT],
+    *out_gradients(),
+    *_TO_MASKED[_CONCAT:],
+    *modifier_gradients(),
+    *_TO_SCORES,
+    *transform_gradients(late=False),
+    *_FROM_QK,
+)
 VARIANT_GRADIENTS = (*transform_gradients(late=True), *extra_gradients())
 
 
@@ -542,11 +560,19 @@ def blocked_backward(
     d_k_stages, d_K = grad_transforms(fwd.back_k, d_k)
     inputs = _input_side(fwd, d_Q, d_K, d_V, _RIGHT.paths, d_X_out)
     have: dict[str, _Maybe] = {
-        "d_projected": d_projected, "d_W_O": d_W_O, "d_b_O": d_b_O, "d_concat": d_concat,
-        "d_output": d_output, "d_V": d_V, "d_Q": d_Q, "d_K": d_K,
+        "d_projected": d_projected,
+        "d_W_O": d_W_O,
+        "d_b_O": d_b_O,
+        "d_concat": d_concat,
+        "d_output": d_output,
+        "d_V": d_V,
+        "d_Q": d_Q,
+        "d_K": d_K,
         **{f.name: getattr(inputs, f.name) for f in fields(inputs)},
-        **d_outs, **d_q_stages, **d_k_stages,
-    }  # fmt: skip
+        **d_outs,
+        **d_q_stages,
+        **d_k_stages,
+    }
     names = dict.fromkeys((*gradient_order(), *have))
     return {n: a for n in names if (a := have.get(n)) is not None}
 

@@ -112,9 +112,12 @@ class BatchResult:
 
 
 def batch_decode(
-    members: Sequence[Member], leak: bool = False, paging: Paging | None = None,
-    share: bool = False, no_copy: bool = False,
-) -> BatchResult:  # fmt: skip
+    members: Sequence[Member],
+    leak: bool = False,
+    paging: Paging | None = None,
+    share: bool = False,
+    no_copy: bool = False,
+) -> BatchResult:
     """Every step of the batch until the last sequence leaves; ``leak``: the mistake of one
     causal mask over the packed rows in place of the block-diagonal one (a row sees the earlier
     sequences' keys too); ``paging``: the caches in one pool of pages (core/paged.py's
@@ -183,17 +186,21 @@ def _cache(
 
 
 def _step(
-    members: Sequence[Member], s: int, present: tuple[int, ...], leak: bool,
+    members: Sequence[Member],
+    s: int,
+    present: tuple[int, ...],
+    leak: bool,
     caches: list[tuple[FloatArray, FloatArray, int]],
-) -> BatchStep:  # fmt: skip
+) -> BatchStep:
     """Pack the present sequences' rows and caches, one product, the mask, softmax, output."""
     first = dict(zip(present, (lo for _, _, lo in caches), strict=True))  # its first key
     rows = [(j, t) for j in present for t in members[j].rows_at(s)]
     keys = [(j, t) for j in present for t in range(first[j], members[j].rows_at(s)[-1] + 1)]
     cu_q = _cumulative([len(members[j].rows_at(s)) for j in present])
     cu_k = _cumulative([members[j].rows_at(s)[-1] + 1 - first[j] for j in present])
-    q = np.concatenate([members[j].q[0][:, list(members[j].rows_at(s))] for j in present],
-                       axis=1)[None]  # (1, H, R, D)  # fmt: skip
+    q = np.concatenate([members[j].q[0][:, list(members[j].rows_at(s))] for j in present], axis=1)[
+        None
+    ]  # (1, H, R, D)
     k = np.concatenate([kj for kj, _, _ in caches], axis=1)[None]  # (1, Hkv, N, D)
     v = np.concatenate([vj for _, vj, _ in caches], axis=1)[None]  # (1, Hkv, N, Dv)
     scores = grouped(q, k.swapaxes(-1, -2))[0]  # (H, R, N)
@@ -220,14 +227,30 @@ def _step(
     out = _finished(members, present, cu_q, rows, out)
     entering = tuple(j for j in present if members[j].arrive == s)
     leaving = tuple(j for j in present if members[j].leaves == s + 1)
-    return BatchStep(s, tuple(rows), tuple(keys), tuple(cu_q), tuple(cu_k), present, entering,
-                     leaving, mask, scores, masked, weights, out)  # fmt: skip
+    return BatchStep(
+        s,
+        tuple(rows),
+        tuple(keys),
+        tuple(cu_q),
+        tuple(cu_k),
+        present,
+        entering,
+        leaving,
+        mask,
+        scores,
+        masked,
+        weights,
+        out,
+    )
 
 
 def _finished(
-    members: Sequence[Member], present: tuple[int, ...], cu_q: list[int],
-    rows: list[tuple[int, int]], out: FloatArray,
-) -> FloatArray:  # fmt: skip
+    members: Sequence[Member],
+    present: tuple[int, ...],
+    cu_q: list[int],
+    rows: list[tuple[int, int]],
+    out: FloatArray,
+) -> FloatArray:
     """Each sequence's rows through its latent cache's finish and its head-output transforms."""
     parts = []
     for n, j in enumerate(present):

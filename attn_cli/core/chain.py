@@ -280,9 +280,13 @@ def cells_of(
     q_idx = np.arange(T)[queries]
     k_idx = np.arange(S)[slice(None) if keys is None else keys]
     return Cells(
-        np.arange(inputs.batch)[batch], np.arange(inputs.heads)[heads],
-        q_idx, k_idx, pos_q[q_idx], pos_k[k_idx],
-    )  # fmt: skip
+        np.arange(inputs.batch)[batch],
+        np.arange(inputs.heads)[heads],
+        q_idx,
+        k_idx,
+        pos_q[q_idx],
+        pos_k[k_idx],
+    )
 
 
 def allowed_span(chain: Chain, cells: Cells) -> tuple[int, int]:

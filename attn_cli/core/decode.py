@@ -251,8 +251,15 @@ def _setup(
     if not 1 <= prefill <= T:
         raise ValueError(f"prefill must be 1..{T}, not {prefill}")
     pos = np.asarray(positions, dtype=np.int64).reshape(T)
-    return _Setup(chain=chain, scale=scale, positions=pos, rotate=rotate, finish=finish,
-                  after=after, paging=paging)  # fmt: skip
+    return _Setup(
+        chain=chain,
+        scale=scale,
+        positions=pos,
+        rotate=rotate,
+        finish=finish,
+        after=after,
+        paging=paging,
+    )
 
 
 def _decode(
@@ -274,8 +281,11 @@ def _decode(
     if setup.paging is None:
         cache = _Cache.empty(k, v, None if ring is None else ring + bugs.extra_slots)
     else:
-        cache = _Paged(PagedCache.empty(k, v, setup.paging, pos, ring,
-                                        PagedBugs(bugs.table_shift, bugs.global_slot)))  # fmt: skip
+        cache = _Paged(
+            PagedCache.empty(
+                k, v, setup.paging, pos, ring, PagedBugs(bugs.table_shift, bugs.global_slot)
+            )
+        )
     for i in range(prefill):
         cache.put(i, int(pos[i]), k_rot[:, :, i], v[:, :, i])
     prefill_pages = cache.record()
@@ -303,12 +313,26 @@ def _decode(
         if setup.finish is not None:
             output, latent = setup.finish(tables.output), tables.output
         outs = {} if setup.after is None else setup.after(slice(i, i + 1), output)
-        steps.append(DecodeStep(i, int(pos[i]), slot, view, q_new, q_rot, output, attend,
-                                latent, outs, pages=cache.record()))  # fmt: skip
+        steps.append(
+            DecodeStep(
+                i,
+                int(pos[i]),
+                slot,
+                view,
+                q_new,
+                q_rot,
+                output,
+                attend,
+                latent,
+                outs,
+                pages=cache.record(),
+            )
+        )
         if overflow is None:
             overflow = _not_finite(tables, i)
-    return DecodeResult(prefill, prefill_output, tuple(steps), prefill_outs, setup.paging,
-                        prefill_pages, overflow)  # fmt: skip
+    return DecodeResult(
+        prefill, prefill_output, tuple(steps), prefill_outs, setup.paging, prefill_pages, overflow
+    )
 
 
 def _not_finite(tables: StepTables, i: int) -> tuple[str, int] | None:
@@ -438,8 +462,9 @@ class _Attend:
     def __call__(self, step: DecodeStep) -> StepTables:
         held_step, tables = self.last
         if held_step is not step or tables is None:
-            tables = self.compute(step.index, step.Q if step.Q_rot is None else step.Q_rot,
-                                  step.cache)  # fmt: skip
+            tables = self.compute(
+                step.index, step.Q if step.Q_rot is None else step.Q_rot, step.cache
+            )
             self.last = (step, tables)
         return tables
 
@@ -461,8 +486,9 @@ class _Attend:
         held = cache.held  # (C,) token indices, -1 for empty slots: the chain hides those
         if self.rows is None or self.rows[0].size != B or self.rows[1].size != H:
             self.rows = (np.arange(B), np.arange(H))
-        cells = Cells(*self.rows, self.tokens[i : i + 1], held, pos[i : i + 1],
-                      cache.key_positions(pos))  # fmt: skip
+        cells = Cells(
+            *self.rows, self.tokens[i : i + 1], held, pos[i : i + 1], cache.key_positions(pos)
+        )
         chain = setup.chain.without_cache_rules() if bugs.extra_slots else setup.chain
         modified, masked, weights = attend_cells(chain, scaled, cells)
         output = grouped(weights, V, tiled)  # (B, H, 1, C) @ (B, Hkv, C, Dv) per group
@@ -537,8 +563,9 @@ def self_check(result: DecodeResult, full_output: FloatArray, stage: str = "outp
     """The largest |step's ``stage`` - full row| of each step; full is (B?, H, T, Dv); ``stage``
     the output or a head-output transform's (``gated``)."""
     full = full_output if full_output.ndim == 4 else full_output[None]  # (B, H, T, Dv)
-    return [float(np.abs(step_out(s, stage)[:, :, 0] - full[:, :, s.index]).max())
-            for s in result.steps]  # fmt: skip
+    return [
+        float(np.abs(step_out(s, stage)[:, :, 0] - full[:, :, s.index]).max()) for s in result.steps
+    ]
 
 
 def step_out(step: DecodeStep, stage: str) -> FloatArray:
@@ -562,9 +589,14 @@ class KVCacheBytes(NamedTuple):
 
 
 def kv_cache_bytes(
-    kv_heads: int, heads: int, d_k: int, d_v: int, itemsize: int, seq: int,
+    kv_heads: int,
+    heads: int,
+    d_k: int,
+    d_v: int,
+    itemsize: int,
+    seq: int,
     latent: int | None = None,
-) -> KVCacheBytes:  # fmt: skip
+) -> KVCacheBytes:
     """What the cache costs: K and V (kv_heads * d_k and kv_heads * d_v numbers) per token, or
     ``latent`` numbers per token (MLA's c_KV and RoPE key, for every head), against the same
     heads' K and V in MHA and MQA."""
@@ -616,22 +648,45 @@ def decode_mistakes(
     (check/mistakes/)."""
     setup = _setup(q, k, v, chain, scale, prefill, positions, rotate, finish, after, paging)
     candidates = (
-        ("rerotate_cache", "cached keys rotated again at every step",
-         DecodeBugs(rerotate_cache=True), rotate is not None),
-        ("restart_positions", "positions restarted at 0 after the prefill",
-         DecodeBugs(restart_positions=True), rotate is not None),
-        ("cache_by_query_head", "cache read by query head (h mod kv_heads), not h // groups",
-         DecodeBugs(head_tiled=True), q.shape[1] != k.shape[1]),
-        ("block_table_off_by_one", "logical block b gathered through block_table[b + 1]",
-         DecodeBugs(table_shift=True), paging is not None),
-        ("page_slot_from_global_position",
-         "a token's slot in its page taken as its global index, not index mod block_size",
-         DecodeBugs(global_slot=True), paging is not None),
-        ("attend_before_append", "attended to the cache before appending the step's own key "
-         "and value (the new token does not see itself)", DecodeBugs(attend_before_append=True),
-         True),
+        (
+            "rerotate_cache",
+            "cached keys rotated again at every step",
+            DecodeBugs(rerotate_cache=True),
+            rotate is not None,
+        ),
+        (
+            "restart_positions",
+            "positions restarted at 0 after the prefill",
+            DecodeBugs(restart_positions=True),
+            rotate is not None,
+        ),
+        (
+            "cache_by_query_head",
+            "cache read by query head (h mod kv_heads), not h // groups",
+            DecodeBugs(head_tiled=True),
+            q.shape[1] != k.shape[1],
+        ),
+        (
+            "block_table_off_by_one",
+            "logical block b gathered through block_table[b + 1]",
+            DecodeBugs(table_shift=True),
+            paging is not None,
+        ),
+        (
+            "page_slot_from_global_position",
+            "a token's slot in its page taken as its global index, not index mod block_size",
+            DecodeBugs(global_slot=True),
+            paging is not None,
+        ),
+        (
+            "attend_before_append",
+            "attended to the cache before appending the step's own key "
+            "and value (the new token does not see itself)",
+            DecodeBugs(attend_before_append=True),
+            True,
+        ),
         *((name, description, bugs, True) for name, description, bugs in extra),
-    )  # fmt: skip
+    )
     return tuple(
         DecodeMistake(name, description, _decode(q, k, v, prefill, setup, bugs))
         for name, description, bugs, applies in candidates

@@ -66,8 +66,10 @@ def decode_maps(
     form: MapsForm, *, chain: Chain, scale: float, prefill: int, positions: Any
 ) -> DecodeResult:
     """Each map decoded over the cache, then each step's rows and head output combined."""
-    runs = [decode(q, k, form.v, chain=chain, scale=scale, prefill=prefill, positions=positions)
-            for q, k in form.pairs]  # fmt: skip
+    runs = [
+        decode(q, k, form.v, chain=chain, scale=scale, prefill=prefill, positions=positions)
+        for q, k in form.pairs
+    ]
     first = runs[0]
     prefill_mixed = form.combine([r.prefill_output for r in runs])  # (B, H, P, d_v)
     steps = []

@@ -153,8 +153,9 @@ class StateBytes:
         return -(-self.state // self.kv_per_token)
 
 
-def state_bytes(state: Mapping[str, FloatArray], heads: int, d_k: int, d_v: int,
-                seq: int, itemsize: int = 8) -> StateBytes:  # fmt: skip
+def state_bytes(
+    state: Mapping[str, FloatArray], heads: int, d_k: int, d_v: int, seq: int, itemsize: int = 8
+) -> StateBytes:
     """The ledger of a state (its parts per batch item: the batch axis dropped)."""
     parts = tuple((name, tuple(int(n) for n in a.shape[1:])) for name, a in state.items())
     return StateBytes(parts, itemsize, heads, d_k, d_v, seq)

@@ -321,9 +321,11 @@ class FiniteCheck:
             axes, pos, sizes = axes[1:], pos[1:], sizes[1:]
         where = ", ".join(self._label(*a) for a in zip(axes, pos, sizes, strict=True))
         raise ComputeError(
-            self.inputs.source, f"{stage}[{where}]", f"is {value} ({self.dtype} overflow)",
+            self.inputs.source,
+            f"{stage}[{where}]",
+            f"is {value} ({self.dtype} overflow)",
             "finite values; scale the inputs down",
-        )  # fmt: skip
+        )
 
     def _label(self, axis: str, i: int, size: int | None = None) -> str:
         labels = {"query": self.inputs.tokens, "key": self.inputs.key_tokens}.get(axis)

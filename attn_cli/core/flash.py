@@ -136,8 +136,7 @@ def flash_forward(
     its own; ``key_origin`` is where k and v start (a split-KV chunk: core/split_kv.py), and
     ``with_extra=False`` leaves the chain's extra logit out of m and l (the merge adds it once).
     """
-    setup = _Setup(chain, scale, origin, causal_offset, base2, record_tiles, key_origin,
-                   with_extra)  # fmt: skip
+    setup = _Setup(chain, scale, origin, causal_offset, base2, record_tiles, key_origin, with_extra)
     return _forward(q, k, v, block_q, block_k, setup, FlashBugs())
 
 
@@ -173,7 +172,8 @@ def _forward(
                 t1 = min(T, t0 + block_q)
                 at = (b, h0, t0, t1)
                 o, L_row, row_tiles, (m_row, l_row) = _query_block(
-                    q[b, h0 : h0 + n_h, t0:t1], kv, at, block_k, setup, bugs)  # fmt: skip
+                    q[b, h0 : h0 + n_h, t0:t1], kv, at, block_k, setup, bugs
+                )
                 output[b, h0 : h0 + n_h, t0:t1], L[b, h0 : h0 + n_h, t0:t1] = o, L_row
                 m[b, h0 : h0 + n_h, t0:t1], l[b, h0 : h0 + n_h, t0:t1] = m_row, l_row
                 tiles.extend(row_tiles)
@@ -215,8 +215,9 @@ def _query_block(
         s1 = min(S, s0 + block_k)
         if s0 >= skip_from:
             if record:
-                tiles.append(Tile(b, h0, (t0, t1), (s0, s1), True, None, m[0], None, None, l[0],
-                                  acc[0]))  # fmt: skip
+                tiles.append(
+                    Tile(b, h0, (t0, t1), (s0, s1), True, None, m[0], None, None, l[0], acc[0])
+                )
             continue
         cells = row._replace(keys=row.keys[s0:s1], pos_k=row.pos_k[s0:s1])
         scaled = np.matmul(qg, k[:, s0:s1].transpose(0, 2, 1))  # (G, g·bq, bk)
@@ -235,8 +236,11 @@ def _query_block(
         acc = (acc if bugs.acc_not_rescaled else alpha[:, :, None] * acc) + pv  # (Hq, bq, Dv)
         m = m_new
         if record:
-            tiles.append(Tile(b, h0, (t0, t1), (s0, s1), False, S_tile[0], m[0], alpha[0], P[0],
-                              l[0], acc[0]))  # fmt: skip
+            tiles.append(
+                Tile(
+                    b, h0, (t0, t1), (s0, s1), False, S_tile[0], m[0], alpha[0], P[0], l[0], acc[0]
+                )
+            )
     o, L_row = _finish(acc, l, m, setup.base2, bugs)
     return o, L_row, tiles, (m, l)
 
@@ -279,8 +283,13 @@ def _cells(
     ob, oh, ot = setup.origin
     ok = setup.key_origin
     h0, h1 = heads
-    return cells_of(setup.chain.inputs, slice(ob + b, ob + b + 1), slice(oh + h0, oh + h1),
-                    slice(ot + t0, ot + t1), slice(ok + s0, ok + s1))  # fmt: skip
+    return cells_of(
+        setup.chain.inputs,
+        slice(ob + b, ob + b + 1),
+        slice(oh + h0, oh + h1),
+        slice(ot + t0, ot + t1),
+        slice(ok + s0, ok + s1),
+    )
 
 
 def _tile_scores(scaled: np.ndarray[Any, Any], cells: Cells, setup: _Setup) -> FloatArray:
@@ -332,6 +341,7 @@ def flash_mistakes(
     for name, description, bugs in (*_FLASH_MISTAKES, *extra):
         base2 = name == "lse_base2"
         setup = _Setup(chain, scale, origin, causal_offset, base2, record_tiles)
-        found.append(FlashMistake(name, description, _forward(q, k, v, block_q, block_k, setup,
-                                                              bugs)))  # fmt: skip
+        found.append(
+            FlashMistake(name, description, _forward(q, k, v, block_q, block_k, setup, bugs))
+        )
     return tuple(found)

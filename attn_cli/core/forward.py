@@ -70,9 +70,15 @@ def _sigmoid(x: FloatArray) -> FloatArray:
 
 # transformers' ACT2FN names of the activations above
 ACTIVATIONS: dict[str, Callable[[FloatArray], FloatArray]] = {
-    "gelu": gelu, "gelu_new": gelu_tanh, "gelu_pytorch_tanh": gelu_tanh, "gelu_fast": gelu_tanh,
-    "silu": silu, "swish": silu, "quick_gelu": quick_gelu, "relu": relu,
-}  # fmt: skip
+    "gelu": gelu,
+    "gelu_new": gelu_tanh,
+    "gelu_pytorch_tanh": gelu_tanh,
+    "gelu_fast": gelu_tanh,
+    "silu": silu,
+    "swish": silu,
+    "quick_gelu": quick_gelu,
+    "relu": relu,
+}
 
 
 def dense_mlp(

@@ -43,8 +43,13 @@ def backward_needs(inputs: Inputs, kept: Collection[str] | None = None) -> set[s
     ``lse`` instead of the weights."""
     have = set(applicable_stages(inputs, opt_in=("lse",)))
     chain = Chain(inputs)
-    reads = (*_READS, *chain.qk_stages("Q"), *chain.qk_stages("K"), *chain.out_stages,
-             *(s for v, _ in chain.on for s in v.front_reads))  # fmt: skip
+    reads = (
+        *_READS,
+        *chain.qk_stages("Q"),
+        *chain.qk_stages("K"),
+        *chain.out_stages,
+        *(s for v, _ in chain.on for s in v.front_reads),
+    )
     if kept is not None and blocked(inputs, kept):
         return {s for s in (*reads, "lse") if s in have and s != "softmax"}
     need = {s for s in reads if s in have} | set(modifier_inputs(chain))
@@ -156,8 +161,11 @@ def _back_out(chain: Chain, arrays: Mapping[str, FloatArray], cast: Cast) -> tup
     backs: list[BackOut] = []
     before = "output"
     for v, value in chain.outs:
-        made = {**{s: arrays[s] for s in v.out_reads}, "output": arrays[before],
-                **{s: arrays[s] for s in v.out_stages}}  # fmt: skip
+        made = {
+            **{s: arrays[s] for s in v.out_reads},
+            "output": arrays[before],
+            **{s: arrays[s] for s in v.out_stages},
+        }
 
         def back(d: FloatArray, v: Any = v, value: Any = value, made: Any = made) -> Any:
             return v.grad_out(value, chain.inputs, d, made, arrays.get("X"), cast)
@@ -180,8 +188,9 @@ def gradient_stages(
     grad = None if inputs.grad is None else cast("grad", inputs.grad)
     if kept is not None and blocked(inputs, kept):
         fwd = forward_arrays(inputs, arrays, scale, cast, whole=False)
-        chain = Chain(inputs if inputs.bias is None else
-                      replace(inputs, bias=cast("bias", inputs.bias)))  # fmt: skip
+        chain = Chain(
+            inputs if inputs.bias is None else replace(inputs, bias=cast("bias", inputs.bias))
+        )
         out = blocked_backward(fwd, arrays["lse"], chain, grad)
         out["delta"] = delta_flash(out["d_output"], fwd.output)  # (B, H, T)
         return out

@@ -114,8 +114,11 @@ def backward_numbers(inputs: Inputs, keep: Collection[str] | None = None) -> int
 
         score_like = B * H * T + (4 + held) * min(BLOCK_CELLS, B * H * T * S)
     rest = B * (H * T * (D + Dv) + Hkv * S * (D + Dv) + T * E) * 2
-    weights = sum(w.size for w in (inputs.X, inputs.X_kv, inputs.W_Q, inputs.W_K, inputs.W_V,
-                                   inputs.W_O) if w is not None)  # fmt: skip
+    weights = sum(
+        w.size
+        for w in (inputs.X, inputs.X_kv, inputs.W_Q, inputs.W_K, inputs.W_V, inputs.W_O)
+        if w is not None
+    )
     return score_like + rest + 2 * weights
 
 
@@ -148,10 +151,12 @@ def check_memory(
     held = f"{n} score stages each hold" if n > 1 else "the score stage holds" if n else ""
     why = f" ({held} {B * H * T * S:,} numbers: batch {B} x heads {H} x seq_q {T} x seq_k {S})"
     raise InputError(
-        inputs.source, "",
+        inputs.source,
+        "",
         f"tracing it would need about {format_bytes(need)} of memory{why if n else ''}",
-        f"at most {format_bytes(budget)}", option="max-memory",
-    )  # fmt: skip
+        f"at most {format_bytes(budget)}",
+        option="max-memory",
+    )
 
 
 def format_bytes(n: int) -> str:

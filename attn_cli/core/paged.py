@@ -98,15 +98,21 @@ class PagedCache:
 
     @classmethod
     def empty(
-        cls, k: FloatArray, v: FloatArray, paging: Paging, positions: IntArray,
-        reach: int | None, bugs: PagedBugs | None = None,
-    ) -> PagedCache:  # fmt: skip
+        cls,
+        k: FloatArray,
+        v: FloatArray,
+        paging: Paging,
+        positions: IntArray,
+        reach: int | None,
+        bugs: PagedBugs | None = None,
+    ) -> PagedCache:
         B, Hkv, _, D = k.shape
         rows = paging.pages * paging.block_size
         K = np.zeros((B, Hkv, rows, D), k.dtype)  # (B, Hkv, N·bs, D)
         V = np.zeros((B, Hkv, rows, v.shape[3]), v.dtype)  # (B, Hkv, N·bs, Dv)
-        return cls(K, V, paging, positions, reach, bugs or PagedBugs(),
-                   free=list(range(paging.pages)))  # fmt: skip
+        return cls(
+            K, V, paging, positions, reach, bugs or PagedBugs(), free=list(range(paging.pages))
+        )
 
     def put(self, index: int, k: FloatArray, v: FloatArray) -> tuple[int, int]:
         """Write token ``index``'s key and value (B, Hkv, D): release the blocks the window has
@@ -157,8 +163,14 @@ class PagedCache:
         placed, taken, released = self.log
         live = [p for p in self.table if p != FREED]
         first = next((b for b, p in enumerate(self.table) if p != FREED), len(self.table))
-        step = PageStep(tuple(self.table), tuple(placed), tuple(taken), tuple(released),
-                        len(live), self.count - first * self.paging.block_size)  # fmt: skip
+        step = PageStep(
+            tuple(self.table),
+            tuple(placed),
+            tuple(taken),
+            tuple(released),
+            len(live),
+            self.count - first * self.paging.block_size,
+        )
         self.log = ([], [], [])
         return step
 
@@ -187,10 +199,16 @@ def pool_bytes(
     empty = -tokens % bs
     kept = tokens if reach is None else min(tokens, reach)
     return PoolBytes(
-        block_size=bs, pages=paging.pages, pages_used=used, per_token=per_token,
-        pool=paging.pages * bs * per_token, used=used * bs * per_token,
-        contiguous=kept * per_token, waste=empty * per_token, waste_slots=empty,
-    )  # fmt: skip
+        block_size=bs,
+        pages=paging.pages,
+        pages_used=used,
+        per_token=per_token,
+        pool=paging.pages * bs * per_token,
+        used=used * bs * per_token,
+        contiguous=kept * per_token,
+        waste=empty * per_token,
+        waste_slots=empty,
+    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -233,8 +251,9 @@ class SharedPool:
     log: dict[str, list[Any]] = field(default_factory=dict)
 
     @classmethod
-    def empty(cls, k: FloatArray, v: FloatArray, paging: Paging, share: bool,
-              no_copy: bool = False) -> SharedPool:  # fmt: skip
+    def empty(
+        cls, k: FloatArray, v: FloatArray, paging: Paging, share: bool, no_copy: bool = False
+    ) -> SharedPool:
         rows = paging.pages * paging.block_size
         K = np.zeros((k.shape[1], rows, k.shape[3]), k.dtype)  # (Hkv, N·bs, D)
         V = np.zeros((v.shape[1], rows, v.shape[3]), v.dtype)  # (Hkv, N·bs, Dv)
@@ -254,8 +273,14 @@ class SharedPool:
         bs = self.paging.block_size
         for b in range(-(-prompt // bs)):
             toks = range(b * bs, min((b + 1) * bs, prompt))
-            page = next((p for p in sorted(self.refs) if self.rows.get(p) == bs
-                         and self._holds(p, toks, k, v)), None)  # fmt: skip
+            page = next(
+                (
+                    p
+                    for p in sorted(self.refs)
+                    if self.rows.get(p) == bs and self._holds(p, toks, k, v)
+                ),
+                None,
+            )
             if page is None:
                 break
             self.tables[j].append(page)
@@ -266,8 +291,10 @@ class SharedPool:
     def _holds(self, page: int, toks: range, k: FloatArray, v: FloatArray) -> bool:
         bs = self.paging.block_size
         rows = [page * bs + t % bs for t in toks]
-        return bool(np.array_equal(self.K[:, rows], k[:, list(toks)])
-                    and np.array_equal(self.V[:, rows], v[:, list(toks)]))  # fmt: skip
+        return bool(
+            np.array_equal(self.K[:, rows], k[:, list(toks)])
+            and np.array_equal(self.V[:, rows], v[:, list(toks)])
+        )
 
     def write(self, j: int, t: int, k: FloatArray, v: FloatArray) -> None:
         """Token t of sequence j (k (Hkv, D), v (Hkv, Dv)) into its block's page: a new page at

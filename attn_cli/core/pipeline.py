@@ -280,8 +280,9 @@ class _Run:
     ) -> None:
         self.inputs, self.dtype, self.backward = inputs, dtype, backward
         self.applicable = applicable_stages(inputs, opt_in=keep or (), backward=backward)
-        self.wanted = set(self.applicable if keep is None else
-                          [s for s in self.applicable if s in keep])  # fmt: skip
+        self.wanted = set(
+            self.applicable if keep is None else [s for s in self.applicable if s in keep]
+        )
         self.gradients = {s for s in self.wanted if SPECS[s].gradient}
         self.chain = Chain(inputs)
         # the score stages computed again as they are written (run_streamed), never held; a
@@ -292,8 +293,9 @@ class _Run:
         self.held = self.wanted - self.gradients - self.deferred
         # a second form (MLA's absorbed one) runs, and is checked against the chain, on every
         # run that shows one of its stages; a run that shows none pays nothing for it
-        self.sides = [(v, x) for v, x in self.chain.on
-                      if v.side_stages and self.wanted & set(v.side_stages)]  # fmt: skip
+        self.sides = [
+            (v, x) for v, x in self.chain.on if v.side_stages and self.wanted & set(v.side_stages)
+        ]
         if self.sides:  # what the check compares: all held
             self.deferred = set()
             pairs = {theirs for v, _ in self.sides for _, theirs in v.side_equal}
@@ -304,8 +306,9 @@ class _Run:
 
             self.held |= backward_needs(inputs, self.wanted)
             if "lse" in self.held:  # the blocked backward reads L, not the weights
-                self.applicable = applicable_stages(inputs, opt_in=(*(keep or ()), "lse"),
-                                                    backward=backward)  # fmt: skip
+                self.applicable = applicable_stages(
+                    inputs, opt_in=(*(keep or ()), "lse"), backward=backward
+                )
         self.need = needed_stages(self.held, self.applicable)
         self.need |= needed_stages(self.deferred, self.applicable) - set(SCORE_STAGES)  # Q, K
         reads = {s for v, _ in self.chain.outs for s in v.out_reads} & set(self.applicable)
@@ -344,12 +347,16 @@ class _Run:
             self.backward_pass(scale)
         has_batch = self.inputs.has_batch
         stages = {
-            name: Stage(name, data if has_batch or axes[0] != "batch" else data[0],
-                        SPECS[name].formula(self.inputs), public_axes(name, has_batch))
+            name: Stage(
+                name,
+                data if has_batch or axes[0] != "batch" else data[0],
+                SPECS[name].formula(self.inputs),
+                public_axes(name, has_batch),
+            )
             for name in self.applicable
             if name in self.wanted and name not in self.deferred
             for data, axes in ((self.arrays[name], SPECS[name].axes),)
-        }  # fmt: skip
+        }
         empty = () if attended is None else tuple(attended.empty)
         leaks = () if attended is None else tuple(attended.leaks)
         upstream: Upstream | None = None
@@ -361,8 +368,7 @@ class _Run:
         """Every gradient stage, from the forward stages held whole (gradients.py)."""
         from attn_cli.core.gradients import gradient_stages
 
-        grads = gradient_stages(self.inputs, self.arrays, scale, self.as_dtype_any,
-                                self.wanted)  # fmt: skip
+        grads = gradient_stages(self.inputs, self.arrays, scale, self.as_dtype_any, self.wanted)
         assert self.gradients <= set(grads), sorted(self.gradients - set(grads))
         for name in self.gradients:
             self.arrays[name] = self.check(name, grads[name], SPECS[name].axes)
@@ -386,9 +392,11 @@ class _Run:
                 from attn_cli.errors import ComputeError
 
                 raise ComputeError(
-                    self.inputs.source, mine, f"differs from {theirs} by {worst:.3g} "
-                    f"({v.name}'s two forms disagree)", f"equal to rounding ({tol:.1e})",
-                )  # fmt: skip
+                    self.inputs.source,
+                    mine,
+                    f"differs from {theirs} by {worst:.3g} ({v.name}'s two forms disagree)",
+                    f"equal to rounding ({tol:.1e})",
+                )
 
     def mix(self, v: Any, value: Any) -> None:
         """A mixer's stages and output from Q, K, V (linear attention), each checked finite."""
@@ -483,8 +491,9 @@ class _Run:
             return
         need = needed_stages({name}, self.applicable)
         q, k = self.query_key("Q"), self.query_key("K")
-        engine = BlockEngine(self.inputs, q, k, None, scale, self.score_bias(), need, set(),
-                             self.check)  # fmt: skip
+        engine = BlockEngine(
+            self.inputs, q, k, None, scale, self.score_bias(), need, set(), self.check
+        )
         # empty and leaking rows: found by the first pass through softmax (run's, else this)
         found = late if "softmax" not in self.need else Attended({}, None)
         blocks = engine.stream(name, found)
@@ -526,8 +535,9 @@ class _Run:
         if self.inputs.X is not None:
             X = self.arrays.get("X")
             X = self.as_dtype("X", self.inputs.X, _FLAT) if X is None else X  # (B, T, d_model)
-        self.chain.transform_out(self.arrays["output"], X, self.as_dtype_any,
-                                 self.arrays.__setitem__, self.arrays)  # fmt: skip
+        self.chain.transform_out(
+            self.arrays["output"], X, self.as_dtype_any, self.arrays.__setitem__, self.arrays
+        )
         for name in self.chain.out_stages:
             self.arrays[name] = self.check(name, self.arrays[name], SPECS[name].axes)
 
@@ -562,8 +572,14 @@ def in_dtype(inputs: Inputs, dtype: Dtype) -> Inputs:
     if dtype == "float64":
         return inputs
     check = FiniteCheck(inputs, dtype)
-    layouts = {"X": _FLAT, "X_kv": _FLAT, "Q": _HEADS, "K": _HEADS, "V": _HEADS,
-               "bias": SCORES_AXES}  # fmt: skip
+    layouts = {
+        "X": _FLAT,
+        "X_kv": _FLAT,
+        "Q": _HEADS,
+        "K": _HEADS,
+        "V": _HEADS,
+        "bias": SCORES_AXES,
+    }
     layouts.update({f"W_{n}": _WEIGHT for n in "QKVO"})
     layouts.update({f"b_{n}": _VECTOR for n in "QKVO"})
     with _quiet():
@@ -599,6 +615,17 @@ _WEIGHT = ("row", "column")
 _VECTOR = ("column",)
 _HEADS = ("batch", "head", "query", "d")
 __all__ = [
-    "DTYPES", "OUTPUT_AXES", "Deferred", "Dtype", "SentinelRow", "Stage", "Streamed", "Trace",
-    "Upstream", "in_dtype", "resolve_scale", "run", "run_streamed",
-]  # fmt: skip
+    "DTYPES",
+    "OUTPUT_AXES",
+    "Deferred",
+    "Dtype",
+    "SentinelRow",
+    "Stage",
+    "Streamed",
+    "Trace",
+    "Upstream",
+    "in_dtype",
+    "resolve_scale",
+    "run",
+    "run_streamed",
+]

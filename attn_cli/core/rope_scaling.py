@@ -247,18 +247,22 @@ def frequencies(
         else:
             scaled, attention = KINDS[scaling.kind].compute(inv, scaling, dims, base, length)
         scaled = np.asarray(scaled, dtype=np.float64)
-        ok = bool(np.isfinite(scaled).all() and (scaled > 0).all()
-                  and np.isfinite(2 * math.pi / scaled).all())  # fmt: skip
+        ok = bool(
+            np.isfinite(scaled).all()
+            and (scaled > 0).all()
+            and np.isfinite(2 * math.pi / scaled).all()
+        )
     if not ok or not (math.isfinite(attention) and attention > 0):
         from attn_cli.errors import ComputeError
 
         what = "plain" if scaling is None else scaling.kind
         raise ComputeError(
-            source, "rope" if scaling is None else "rope.scaling",
+            source,
+            "rope" if scaling is None else "rope.scaling",
             f"gives {what} frequencies or an attention factor that are not finite and positive "
             f"for {length} positions (base {base:g}, {dims} dims)",
             "settings whose frequencies stay finite (a smaller factor, base or length)",
-        )  # fmt: skip
+        )
     return scaled, float(attention)
 
 
@@ -271,27 +275,37 @@ def parse_scaling(
     """``rope.scaling`` (or ``field``): ``{type: llama3, factor: 8, ...}`` with the kind's
     parameters named as config.json names them (``rope_type`` is read as ``type``)."""
     if not isinstance(raw, Mapping):
-        raise key(f"got {key.describe(raw)}", "a mapping {type: linear | dynamic | llama3 | "
-                  "yarn | longrope, factor: ..., ...}", field)  # fmt: skip
+        raise key(
+            f"got {key.describe(raw)}",
+            "a mapping {type: linear | dynamic | llama3 | yarn | longrope, factor: ..., ...}",
+            field,
+        )
     value = {str(k): plain(v) for k, v in raw.items() if v is not None}
     if "type" in value and "rope_type" in value and value["type"] != value["rope_type"]:
         raise key("gives both type and rope_type, and they differ", "one of them", field)
     kind = value.pop("type", value.pop("rope_type", None))
     value.pop("rope_type", None)
     if not isinstance(kind, str) or kind not in KINDS:
-        raise key(f"type is {key.describe(kind)}", " | ".join(KINDS) + " (transformers' rope_type)",
-                  f"{field}.type")  # fmt: skip
+        raise key(
+            f"type is {key.describe(kind)}",
+            " | ".join(KINDS) + " (transformers' rope_type)",
+            f"{field}.type",
+        )
     spec = KINDS[kind]
     known = (*spec.required, *spec.optional)
     for name in value:
         if name not in known:
-            raise key(f"has {name!r}, which {kind} does not read",
-                      "only " + ", ".join(known), f"{field}.{name}")  # fmt: skip
+            raise key(
+                f"has {name!r}, which {kind} does not read",
+                "only " + ", ".join(known),
+                f"{field}.{name}",
+            )
     for name in spec.required:
         if name not in value:
             raise key(f"misses {name}", f"{kind} needs " + ", ".join(spec.required), field)
-    params = {name: _parameter(name, value[name], key, dims, field)
-              for name in known if name in value}  # fmt: skip
+    params = {
+        name: _parameter(name, value[name], key, dims, field) for name in known if name in value
+    }
     scaling = RopeScaling(kind, tuple(params.items()))
     _check_kind(scaling, key, dims, base, field)
     return scaling
@@ -330,8 +344,9 @@ def _parameter(name: str, value: Any, key: FixtureKey, dims: int, within: str) -
         return tuple(_in_range(v, key, f"{field}[{i}]", name) for i, v in enumerate(value))
     if name in (ORIGINAL, MAX):
         if type(value) is not int or not 1 <= value <= MOST_POSITIONS:
-            raise key(f"got {key.describe(value)}", "a whole number of positions from 1 to 2**53",
-                      field)  # fmt: skip
+            raise key(
+                f"got {key.describe(value)}", "a whole number of positions from 1 to 2**53", field
+            )
         return value
     return _in_range(value, key, field, name)
 
@@ -354,22 +369,35 @@ def _in_range(value: Any, key: FixtureKey, field: str, name: str) -> float:
 def _check_kind(s: RopeScaling, key: FixtureKey, dims: int, base: float, field: str) -> None:
     """What transformers' validation asks of a kind, and what its formulas need."""
     if s.kind == "dynamic" and dims <= 2:
-        raise key(f"rotates {dims} dims", "more than 2 (the base grows by a power dims/(dims-2))",
-                  f"{field}.type")  # fmt: skip
+        raise key(
+            f"rotates {dims} dims",
+            "more than 2 (the base grows by a power dims/(dims-2))",
+            f"{field}.type",
+        )
     if s.kind == "llama3" and s.get("high_freq_factor") <= s.get("low_freq_factor"):
-        raise key(f"high_freq_factor is {s.get('high_freq_factor')}",
-                  f"more than low_freq_factor ({s.get('low_freq_factor')})",
-                  f"{field}.high_freq_factor")  # fmt: skip
+        raise key(
+            f"high_freq_factor is {s.get('high_freq_factor')}",
+            f"more than low_freq_factor ({s.get('low_freq_factor')})",
+            f"{field}.high_freq_factor",
+        )
     if s.kind in ("yarn", "longrope") and s.get("factor") is None and s.get(MAX) is None:
-        raise key("gives neither factor nor max_position_embeddings",
-                  "one of them (factor = max_position_embeddings / original)", field)  # fmt: skip
+        raise key(
+            "gives neither factor nor max_position_embeddings",
+            "one of them (factor = max_position_embeddings / original)",
+            field,
+        )
     if s.kind == "longrope" and s.get(ORIGINAL) < 2:
-        raise key(f"original_max_position_embeddings is {s.get(ORIGINAL)}",
-                  "at least 2 (longrope's attention factor divides by its log)",
-                  f"{field}.{ORIGINAL}")  # fmt: skip
+        raise key(
+            f"original_max_position_embeddings is {s.get(ORIGINAL)}",
+            "at least 2 (longrope's attention factor divides by its log)",
+            f"{field}.{ORIGINAL}",
+        )
     if s.kind == "yarn" and base <= 1:
-        raise key(f"rotates with base {base:g}", "a base above 1 (yarn's ramp divides by its log)",
-                  f"{field}.type")  # fmt: skip
+        raise key(
+            f"rotates with base {base:g}",
+            "a base above 1 (yarn's ramp divides by its log)",
+            f"{field}.type",
+        )
 
 
 # -- per pair: which band of the scaling each rotated pair falls in ----------------------------

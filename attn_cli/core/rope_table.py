@@ -53,8 +53,9 @@ def rope_table(rope: Rope, d_k: int, length: int, position: int, source: str = "
         raise ValueError(f"need 0 <= position < length <= 2**53, got {position} and {length}")
     first, second = rope_pairs(rope.dims, rope.layout)  # (P,), (P,)
     plain, _ = scaled_frequencies(None, rope.dims, rope.base, length, source)  # (P,)
-    scaled, attention = scaled_frequencies(rope.scaling, rope.dims, rope.base, length,
-                                           source)  # (P,)  # fmt: skip
+    scaled, attention = scaled_frequencies(
+        rope.scaling, rope.dims, rope.base, length, source
+    )  # (P,)
     band, mix = bands(rope.scaling, rope.dims, rope.base, length)
     base = rope.base
     if rope.scaling is not None and rope.scaling.kind == "dynamic":
@@ -64,7 +65,24 @@ def rope_table(rope: Rope, d_k: int, length: int, position: int, source: str = "
     trained = trained_length(rope.scaling)
     over = wavelength / trained if trained is not None else np.full_like(plain, math.nan)
     return RopeTable(
-        rope, d_k, length, position, trained, base, attention, first, second, plain,
-        wavelength, over, band, mix, scaled, plain / scaled, 2 * math.pi / scaled, angle,
-        np.cos(angle), np.sin(angle),
-    )  # fmt: skip
+        rope,
+        d_k,
+        length,
+        position,
+        trained,
+        base,
+        attention,
+        first,
+        second,
+        plain,
+        wavelength,
+        over,
+        band,
+        mix,
+        scaled,
+        plain / scaled,
+        2 * math.pi / scaled,
+        angle,
+        np.cos(angle),
+        np.sin(angle),
+    )

@@ -182,10 +182,20 @@ def split_kv_forward(
     chunks = []
     for s0, s1 in chunk_bounds(k.shape[2], splits):
         offset = None if causal_offset is None else causal_offset - s0  # keys from s0
-        r = flash_forward(q, k[:, :, s0:s1], v[:, :, s0:s1], chain=chain, scale=scale,
-                          block_q=block_q, block_k=block_k or s1 - s0, causal_offset=offset,
-                          base2=base2, record_tiles=False, key_origin=s0,
-                          with_extra=False)  # fmt: skip
+        r = flash_forward(
+            q,
+            k[:, :, s0:s1],
+            v[:, :, s0:s1],
+            chain=chain,
+            scale=scale,
+            block_q=block_q,
+            block_k=block_k or s1 - s0,
+            causal_offset=offset,
+            base2=base2,
+            record_tiles=False,
+            key_origin=s0,
+            with_extra=False,
+        )
         assert r.m is not None and r.l is not None
         chunks.append(Chunk((s0, s1), r.m, r.l, r.lse, r.output))
     extra = _extra(chain, q, base2)
@@ -195,8 +205,9 @@ def split_kv_forward(
         lses.append(np.broadcast_to(extra[:, :, None], lses[0].shape))
         outputs.append(np.zeros_like(outputs[0]))
     merged = merge(lses, outputs, base2, bugs, [c.l for c in chunks])
-    return SplitResult(tuple(chunks), extra, merged, fold(lses, outputs, base2),
-                       tree(lses, outputs, base2), base2)  # fmt: skip
+    return SplitResult(
+        tuple(chunks), extra, merged, fold(lses, outputs, base2), tree(lses, outputs, base2), base2
+    )
 
 
 def _extra(chain: Chain, q: FloatArray, base2: bool) -> FloatArray | None:
@@ -211,10 +222,19 @@ def _extra(chain: Chain, q: FloatArray, base2: bool) -> FloatArray | None:
 
 
 SPLIT_MISTAKES = (
-    ("merge_without_max", "lse = log Σ exp(lse_s) without the max shift (overflows on large "
-     "logits)", MergeBugs(without_max=True)),
-    ("merge_weights_by_l", "O weighted by each chunk's l instead of exp(lse_s − lse)",
-     MergeBugs(weights_by_l=True)),
-    ("merge_wrong_base", "chunks merged with exp2/log2 where their lse is base e (or the "
-     "reverse)", MergeBugs(wrong_base=True)),
-)  # fmt: skip
+    (
+        "merge_without_max",
+        "lse = log Σ exp(lse_s) without the max shift (overflows on large logits)",
+        MergeBugs(without_max=True),
+    ),
+    (
+        "merge_weights_by_l",
+        "O weighted by each chunk's l instead of exp(lse_s − lse)",
+        MergeBugs(weights_by_l=True),
+    ),
+    (
+        "merge_wrong_base",
+        "chunks merged with exp2/log2 where their lse is base e (or the reverse)",
+        MergeBugs(wrong_base=True),
+    ),
+)

@@ -144,39 +144,100 @@ class _Slot(NamedTuple):
 
 
 _FORWARD_ROWS: tuple[StageSpec | _Slot, ...] = (
-    StageSpec("X", (), ("batch", "seq", "d_model"), False, "X",
-              lambda i: i.mode == "projection", lambda i: "X (the input embeddings)"),
-    StageSpec("X_kv", (), ("batch", "key", "d_model_kv"), False, "X_kv",
-              lambda i: i.X_kv is not None,
-              lambda i: "X_kv (the states keys and values are projected from)"),
+    StageSpec(
+        "X",
+        (),
+        ("batch", "seq", "d_model"),
+        False,
+        "X",
+        lambda i: i.mode == "projection",
+        lambda i: "X (the input embeddings)",
+    ),
+    StageSpec(
+        "X_kv",
+        (),
+        ("batch", "key", "d_model_kv"),
+        False,
+        "X_kv",
+        lambda i: i.X_kv is not None,
+        lambda i: "X_kv (the states keys and values are projected from)",
+    ),
     _Slot("front"),
     StageSpec("Q", ("X",), _Q, False, "QKV", _always, _projection("Q")),
     StageSpec("K", ("X", "X_kv"), _K, False, "QKV", _always, _projection("K")),
-    StageSpec("V", ("X", "X_kv"), ("batch", "kv_head", "key", "d_v"), False, "QKV",
-              _always, _projection("V")),
+    StageSpec(
+        "V",
+        ("X", "X_kv"),
+        ("batch", "kv_head", "key", "d_v"),
+        False,
+        "QKV",
+        _always,
+        _projection("V"),
+    ),
     _Slot("transform"),
     _Slot("mixer"),
     StageSpec("scores", ("Q", "K"), _SCORES, True, "scores", _softmax_chain, _scores_formula),
-    StageSpec("scaled", ("scores",), _SCORES, True, "scaled",
-              _softmax_chain, lambda i: "scaled = scores × scale"),
+    StageSpec(
+        "scaled",
+        ("scores",),
+        _SCORES,
+        True,
+        "scaled",
+        _softmax_chain,
+        lambda i: "scaled = scores × scale",
+    ),
     _Slot("modifier"),
     _Slot("bias"),
-    StageSpec("masked", ("scaled",), _SCORES, True, "masked",
-              lambda i: has_masked(i) and _softmax_chain(i), _masked_formula),
+    StageSpec(
+        "masked",
+        ("scaled",),
+        _SCORES,
+        True,
+        "masked",
+        lambda i: has_masked(i) and _softmax_chain(i),
+        _masked_formula,
+    ),
     StageSpec("softmax", ("scaled",), _SCORES, True, "softmax", _softmax_chain, _softmax_formula),
-    StageSpec("lse", ("scaled",), ("batch", "head", "query"), False, "lse",
-              _softmax_chain, _lse_formula, opt_in=True),
-    StageSpec("output", ("softmax", "V"), ("batch", "head", "query", "d_v"), False, "output",
-              _always, _output_formula),
+    StageSpec(
+        "lse",
+        ("scaled",),
+        ("batch", "head", "query"),
+        False,
+        "lse",
+        _softmax_chain,
+        _lse_formula,
+        opt_in=True,
+    ),
+    StageSpec(
+        "output",
+        ("softmax", "V"),
+        ("batch", "head", "query", "d_v"),
+        False,
+        "output",
+        _always,
+        _output_formula,
+    ),
     _Slot("out"),
-    StageSpec("concat", ("output",), ("batch", "query", "heads*d_v"), False, "concat",
-              lambda i: i.heads > 1 or i.W_O is not None,
-              lambda i: "concat = [head 0 | head 1 | …]" + _parts(i, "concat")),
-    StageSpec("projected", ("concat",), ("batch", "query", "d_out"), False, "projected",
-              lambda i: i.W_O is not None,
-              lambda i: "projected = concat·W_O" + (" + b_O" if i.b_O is not None else "")),
+    StageSpec(
+        "concat",
+        ("output",),
+        ("batch", "query", "heads*d_v"),
+        False,
+        "concat",
+        lambda i: i.heads > 1 or i.W_O is not None,
+        lambda i: "concat = [head 0 | head 1 | …]" + _parts(i, "concat"),
+    ),
+    StageSpec(
+        "projected",
+        ("concat",),
+        ("batch", "query", "d_out"),
+        False,
+        "projected",
+        lambda i: i.W_O is not None,
+        lambda i: "projected = concat·W_O" + (" + b_O" if i.b_O is not None else ""),
+    ),
     _Slot("side"),
-)  # fmt: skip
+)
 
 # ---------------------------------------------------------------------------------------------
 # The backward pass: one row per gradient, in the order it is computed (final stage first)
@@ -330,53 +391,186 @@ _DELTA = ("batch", "head", "query")
 _GRADIENT_ROWS: tuple[StageSpec | _Slot, ...] = tuple(
     row if isinstance(row, _Slot) else StageSpec._make((*row, False, True))  # gradient rows
     for row in (
-        ("d_projected", ("projected",), _PROJECTED, False, "d_final",
-         lambda i: i.W_O is not None, _upstream("projected")),
-        ("d_W_O", ("d_projected", "concat"), ("heads*d_v", "d_out"), False, "d_weight",
-         lambda i: i.W_O is not None, lambda i: "d_W_O = concatᵀ·d_projected"),
-        ("d_b_O", ("d_projected",), ("d_out",), False, "d_bias",
-         lambda i: i.b_O is not None, _bias_grad("O", "projected")),
-        ("d_concat", ("d_projected", "d_output"), ("batch", "query", "heads*d_v"), False,
-         "d_concat", _concat_applies, _d_concat),
+        (
+            "d_projected",
+            ("projected",),
+            _PROJECTED,
+            False,
+            "d_final",
+            lambda i: i.W_O is not None,
+            _upstream("projected"),
+        ),
+        (
+            "d_W_O",
+            ("d_projected", "concat"),
+            ("heads*d_v", "d_out"),
+            False,
+            "d_weight",
+            lambda i: i.W_O is not None,
+            lambda i: "d_W_O = concatᵀ·d_projected",
+        ),
+        (
+            "d_b_O",
+            ("d_projected",),
+            ("d_out",),
+            False,
+            "d_bias",
+            lambda i: i.b_O is not None,
+            _bias_grad("O", "projected"),
+        ),
+        (
+            "d_concat",
+            ("d_projected", "d_output"),
+            ("batch", "query", "heads*d_v"),
+            False,
+            "d_concat",
+            _concat_applies,
+            _d_concat,
+        ),
         _Slot("d_out"),
-        ("d_output", ("d_concat", "output"), ("batch", "head", "query", "d_v"), False,
-         "d_output", _always, _d_output),
-        ("d_softmax", ("d_output", "V"), _SCORES, True, "d_softmax",
-         _always, lambda i: _group_sum(i, "d_output[h]·V[g]ᵀ", "d_softmax", per_query=True)),
-        ("d_V", ("d_output", "softmax"), ("batch", "kv_head", "key", "d_v"), False, "d_V",
-         _always, lambda i: _group_sum(i, "softmax[h]ᵀ·d_output[h]", "d_V") + _parts(i, "d_V")),
-        ("delta", ("d_output", "output"), _DELTA, False, "delta", _always,
-         lambda i: "delta = rowsum(d_output ∘ output) = rowsum(d_softmax ∘ softmax)"),
+        (
+            "d_output",
+            ("d_concat", "output"),
+            ("batch", "head", "query", "d_v"),
+            False,
+            "d_output",
+            _always,
+            _d_output,
+        ),
+        (
+            "d_softmax",
+            ("d_output", "V"),
+            _SCORES,
+            True,
+            "d_softmax",
+            _always,
+            lambda i: _group_sum(i, "d_output[h]·V[g]ᵀ", "d_softmax", per_query=True),
+        ),
+        (
+            "d_V",
+            ("d_output", "softmax"),
+            ("batch", "kv_head", "key", "d_v"),
+            False,
+            "d_V",
+            _always,
+            lambda i: _group_sum(i, "softmax[h]ᵀ·d_output[h]", "d_V") + _parts(i, "d_V"),
+        ),
+        (
+            "delta",
+            ("d_output", "output"),
+            _DELTA,
+            False,
+            "delta",
+            _always,
+            lambda i: "delta = rowsum(d_output ∘ output) = rowsum(d_softmax ∘ softmax)",
+        ),
         _Slot("extra"),
-        ("d_masked", ("d_softmax", "delta", "softmax"), _SCORES, True, "d_logits",
-         has_masked, _d_masked),
+        (
+            "d_masked",
+            ("d_softmax", "delta", "softmax"),
+            _SCORES,
+            True,
+            "d_logits",
+            has_masked,
+            _d_masked,
+        ),
         _Slot("d_modifier"),
-        ("d_scaled", ("d_masked", "d_softmax", "delta"), _SCORES, True, "d_logits",
-         _always, _d_modified("scaled")),
-        ("d_scores", ("d_scaled",), _SCORES, True, "d_scores",
-         _always, lambda i: "d_scores = d_scaled × scale"),
+        (
+            "d_scaled",
+            ("d_masked", "d_softmax", "delta"),
+            _SCORES,
+            True,
+            "d_logits",
+            _always,
+            _d_modified("scaled"),
+        ),
+        (
+            "d_scores",
+            ("d_scaled",),
+            _SCORES,
+            True,
+            "d_scores",
+            _always,
+            lambda i: "d_scores = d_scaled × scale",
+        ),
         _Slot("d_transform"),
         ("d_Q", ("d_scores", "K"), _Q, False, "d_query_key", _always, _d_query_key("Q")),
         ("d_K", ("d_scores", "Q"), _K, False, "d_query_key", _always, _d_query_key("K")),
-        ("d_X", ("d_Q", "d_K", "d_V"), ("batch", "seq", "d_model"), False, "d_X",
-         _projection_mode, _d_X),
-        ("d_X_kv", ("d_K", "d_V"), ("batch", "key", "d_model_kv"), False, "d_X",
-         lambda i: i.X_kv is not None, lambda i: "d_X_kv = d_K·W_Kᵀ + d_V·W_Vᵀ"),
-        ("d_W_Q", ("d_Q", "X"), ("d_model", "heads*d_k"), False, "d_weight",
-         _weight_applies("Q"), _weight_grad("Q")),
-        ("d_W_K", ("d_K", "X", "X_kv"), ("d_model", "kv_heads*d_k"), False, "d_weight",
-         _weight_applies("K"), _weight_grad("K")),
-        ("d_W_V", ("d_V", "X", "X_kv"), ("d_model", "kv_heads*d_v"), False, "d_weight",
-         _weight_applies("V"), _weight_grad("V")),
-        ("d_b_Q", ("d_Q",), ("heads*d_k",), False, "d_bias",
-         lambda i: i.b_Q is not None, _bias_grad("Q", "Q")),
-        ("d_b_K", ("d_K",), ("kv_heads*d_k",), False, "d_bias",
-         lambda i: i.b_K is not None, _bias_grad("K", "K")),
-        ("d_b_V", ("d_V",), ("kv_heads*d_v",), False, "d_bias",
-         lambda i: i.b_V is not None, _bias_grad("V", "V")),
+        (
+            "d_X",
+            ("d_Q", "d_K", "d_V"),
+            ("batch", "seq", "d_model"),
+            False,
+            "d_X",
+            _projection_mode,
+            _d_X,
+        ),
+        (
+            "d_X_kv",
+            ("d_K", "d_V"),
+            ("batch", "key", "d_model_kv"),
+            False,
+            "d_X",
+            lambda i: i.X_kv is not None,
+            lambda i: "d_X_kv = d_K·W_Kᵀ + d_V·W_Vᵀ",
+        ),
+        (
+            "d_W_Q",
+            ("d_Q", "X"),
+            ("d_model", "heads*d_k"),
+            False,
+            "d_weight",
+            _weight_applies("Q"),
+            _weight_grad("Q"),
+        ),
+        (
+            "d_W_K",
+            ("d_K", "X", "X_kv"),
+            ("d_model", "kv_heads*d_k"),
+            False,
+            "d_weight",
+            _weight_applies("K"),
+            _weight_grad("K"),
+        ),
+        (
+            "d_W_V",
+            ("d_V", "X", "X_kv"),
+            ("d_model", "kv_heads*d_v"),
+            False,
+            "d_weight",
+            _weight_applies("V"),
+            _weight_grad("V"),
+        ),
+        (
+            "d_b_Q",
+            ("d_Q",),
+            ("heads*d_k",),
+            False,
+            "d_bias",
+            lambda i: i.b_Q is not None,
+            _bias_grad("Q", "Q"),
+        ),
+        (
+            "d_b_K",
+            ("d_K",),
+            ("kv_heads*d_k",),
+            False,
+            "d_bias",
+            lambda i: i.b_K is not None,
+            _bias_grad("K", "K"),
+        ),
+        (
+            "d_b_V",
+            ("d_V",),
+            ("kv_heads*d_v",),
+            False,
+            "d_bias",
+            lambda i: i.b_V is not None,
+            _bias_grad("V", "V"),
+        ),
         _Slot("d_front"),
     )
-)  # fmt: skip
+)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -406,12 +600,18 @@ def _table() -> _Table:
     if not _built or _built[0].variants != variants:
         rows = _build(variants)
         names = tuple(r.name for r in rows)
-        _built[:] = [_Table(
-            variants, rows, names, tuple(r.name for r in rows if r.score_like),
-            tuple(r.name for r in rows if r.opt_in),
-            tuple(r.name for r in rows if not r.gradient),
-            tuple(r.name for r in rows if r.gradient), {r.name: r for r in rows},
-        )]  # fmt: skip
+        _built[:] = [
+            _Table(
+                variants,
+                rows,
+                names,
+                tuple(r.name for r in rows if r.score_like),
+                tuple(r.name for r in rows if r.opt_in),
+                tuple(r.name for r in rows if not r.gradient),
+                tuple(r.name for r in rows if r.gradient),
+                {r.name: r for r in rows},
+            )
+        ]
     return _built[0]
 
 
@@ -442,8 +642,11 @@ def _base_needs(variants: tuple[Variant, ...]) -> dict[str, tuple[str, ...]]:
     biases = [str(v.bias_stage) for v in variants if v.bias_stage is not None]
     logits = ("masked", *reversed(mods), "scaled")
     return {
-        "scores": (*(f"{w}_{v.suffix}" for v in reversed(transforms) for w in v.transforms),
-                   "Q", "K"),
+        "scores": (
+            *(f"{w}_{v.suffix}" for v in reversed(transforms) for w in v.transforms),
+            "Q",
+            "K",
+        ),
         "masked": (*reversed(mods), "scaled", *biases),
         "softmax": logits,
         "lse": logits,
@@ -452,14 +655,26 @@ def _base_needs(variants: tuple[Variant, ...]) -> dict[str, tuple[str, ...]]:
         "d_scaled": (*(f"d_{m}" for m in mods), "d_masked", "d_softmax", "delta"),
         "d_Q": (*(f"d_{s}" for s in _qk(variants, "Q")), "d_scores", "K"),
         "d_K": (*(f"d_{s}" for s in _qk(variants, "K")), "d_scores", "Q"),
-    }  # fmt: skip
+    }
 
 
 def _slot_rows(variants: tuple[Variant, ...]) -> dict[str, list[StageSpec]]:
     """Each variant's rows by the slot they go in, with their needs in the chain (and the
     gradient formulas of transforms and modifiers)."""
-    kinds = ("front", "transform", "mixer", "modifier", "bias", "out", "side",
-             "d_out", "extra", "d_modifier", "d_transform", "d_front")  # fmt: skip
+    kinds = (
+        "front",
+        "transform",
+        "mixer",
+        "modifier",
+        "bias",
+        "out",
+        "side",
+        "d_out",
+        "extra",
+        "d_modifier",
+        "d_transform",
+        "d_front",
+    )
     slots: dict[str, list[StageSpec]] = {k: [] for k in kinds}
     mods = [str(v.stage) for v in variants if v.stage is not None]
     for v in variants:
@@ -490,8 +705,9 @@ def _placed(
             return "transform", row._replace(needs=(*reversed(stages[:i]), base[0], *row.needs))
         other = f"{'K' if base[0] == 'Q' else 'Q'}_{v.suffix}"
         later = tuple(f"d_{s}" for s in stages[i + 1 :])
-        return "d_transform", row._replace(needs=(*later, "d_scores", other, *row.needs),
-                                           formula=_d_query_key(base))  # fmt: skip
+        return "d_transform", row._replace(
+            needs=(*later, "d_scores", other, *row.needs), formula=_d_query_key(base)
+        )
     if row.name in v.mixer_stages:
         return "mixer", row
     if row.name in v.out_stages:

@@ -254,21 +254,45 @@ class Variant:
             name, axes = f"{which}_{self.suffix}", Q_AXES if which == "Q" else K_AXES
             rows.append(StageSpec(name, (), axes, False, name, on, self.formula_of(name)))
         if self.stage is not None:
-            rows.append(StageSpec(self.stage, (), SCORE_AXES, True, self.stage, on,
-                                  self.formula_of(self.stage)))  # fmt: skip
+            rows.append(
+                StageSpec(
+                    self.stage, (), SCORE_AXES, True, self.stage, on, self.formula_of(self.stage)
+                )
+            )
         if self.bias_stage is not None:
-            rows.append(StageSpec(self.bias_stage, (), SCORE_AXES, True, self.bias_stage, on,
-                                  self.formula_of(self.bias_stage)))  # fmt: skip
+            rows.append(
+                StageSpec(
+                    self.bias_stage,
+                    (),
+                    SCORE_AXES,
+                    True,
+                    self.bias_stage,
+                    on,
+                    self.formula_of(self.bias_stage),
+                )
+            )
         for row in tuple(rows):
             explain = "d_logits" if row.score_like else "d_query_key"
             rows.append(row._replace(name=f"d_{row.name}", explain=explain, gradient=True))
         for name in self.out_stages:  # a head-output transform's: no gradient rows
-            rows.append(StageSpec(name, self.out_needs(name), OUT_AXES, False, name, on,
-                                  self.formula_of(name)))  # fmt: skip
+            rows.append(
+                StageSpec(
+                    name, self.out_needs(name), OUT_AXES, False, name, on, self.formula_of(name)
+                )
+            )
         if self.gradient is not None:  # an extra logit's
-            rows.append(StageSpec(self.gradient, ("delta", "softmax"), ("head",), False,
-                                  self.gradient, on, self.formula_of(self.gradient),
-                                  gradient=True))  # fmt: skip
+            rows.append(
+                StageSpec(
+                    self.gradient,
+                    ("delta", "softmax"),
+                    ("head",),
+                    False,
+                    self.gradient,
+                    on,
+                    self.formula_of(self.gradient),
+                    gradient=True,
+                )
+            )
         return tuple(r for r in rows if r.name != f"d_{self.bias_stage}")  # a bias takes none
 
     def applies(self, inputs: Inputs) -> bool:
@@ -382,9 +406,14 @@ class Variant:
     out_reads: tuple[str, ...] = ()
 
     def out_transform(
-        self, value: Any, inputs: Inputs, output: FloatArray, X: FloatArray | None, cast: Cast,
+        self,
+        value: Any,
+        inputs: Inputs,
+        output: FloatArray,
+        X: FloatArray | None,
+        cast: Cast,
         seen: Mapping[str, FloatArray] | None = None,
-    ) -> dict[str, FloatArray]:  # fmt: skip
+    ) -> dict[str, FloatArray]:
         """Its stages by name, each (B, H, T, Dv), from the attention output (B, H, T, Dv) of the
         fixture's queries and the states the queries were projected from, X (B, T, d_model)
         (None: Q, K, V given), and ``seen``, the stages of ``out_reads`` (internal layouts);
@@ -444,9 +473,13 @@ class Variant:
         raise NotImplementedError(f"{self.name} makes no Q, K, V")
 
     def side(
-        self, value: Any, inputs: Inputs, arrays: Mapping[str, FloatArray], scale: float,
+        self,
+        value: Any,
+        inputs: Inputs,
+        arrays: Mapping[str, FloatArray],
+        scale: float,
         cast: Cast,
-    ) -> dict[str, FloatArray]:  # fmt: skip
+    ) -> dict[str, FloatArray]:
         """Its side stages, from the chain's stages (``arrays``, internal layouts)."""
         raise NotImplementedError(f"{self.name} has no second form")
 
@@ -456,9 +489,13 @@ class Variant:
     front_reads: tuple[str, ...] = ()
 
     def grad_front(
-        self, value: Any, inputs: Inputs, grads: Mapping[str, FloatArray],
-        arrays: Mapping[str, FloatArray], cast: Cast,
-    ) -> dict[str, FloatArray]:  # fmt: skip
+        self,
+        value: Any,
+        inputs: Inputs,
+        grads: Mapping[str, FloatArray],
+        arrays: Mapping[str, FloatArray],
+        cast: Cast,
+    ) -> dict[str, FloatArray]:
         """Back through its front end: from ``grads`` (``d_Q``, ``d_K``, ``d_V``, internal
         layouts) and its forward stages in ``arrays`` to its gradient stages by name, ``d_X``
         among them (the base rows it fills, such as ``d_W_Q``, too)."""
@@ -477,9 +514,13 @@ class Variant:
         return ()
 
     def flash_finish(
-        self, value: Any, inputs: Inputs, outputs: tuple[FloatArray, ...],
-        arrays: Mapping[str, FloatArray], cast: Cast,
-    ) -> dict[str, FloatArray]:  # fmt: skip
+        self,
+        value: Any,
+        inputs: Inputs,
+        outputs: tuple[FloatArray, ...],
+        arrays: Mapping[str, FloatArray],
+        cast: Cast,
+    ) -> dict[str, FloatArray]:
         """Stages of the trace made from every map's tiled O (the chain's first), by name:
         each is checked against the trace's."""
         return {}
@@ -619,5 +660,7 @@ def _as_slice(i: IntArray) -> slice | IntArray:
 
 def own_loop(v: Variant) -> bool:
     """Whether ``v`` decodes with a loop of its own (a recurrent state, two softmax maps)."""
-    return (type(v).decode_state is not Variant.decode_state
-            or type(v).decode_maps is not Variant.decode_maps)  # fmt: skip
+    return (
+        type(v).decode_state is not Variant.decode_state
+        or type(v).decode_maps is not Variant.decode_maps
+    )

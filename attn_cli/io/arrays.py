@@ -31,9 +31,25 @@ if TYPE_CHECKING:
 # Fixture keys whose value is an array, and so may be a file reference; a variant's are its own
 # (``Variant.array_parts``, read at call time: a variant registered from outside counts too).
 _ARRAY_KEYS = (
-    "X", "W_Q", "W_K", "W_V", "b_Q", "b_K", "b_V", "Q", "K", "V", "W_O", "b_O",
-    "mask", "bias", "lengths", "X_kv", "positions", "key_positions",
-)  # fmt: skip
+    "X",
+    "W_Q",
+    "W_K",
+    "W_V",
+    "b_Q",
+    "b_K",
+    "b_V",
+    "Q",
+    "K",
+    "V",
+    "W_O",
+    "b_O",
+    "mask",
+    "bias",
+    "lengths",
+    "X_kv",
+    "positions",
+    "key_positions",
+)
 
 
 def array_keys() -> tuple[str, ...]:
@@ -139,9 +155,11 @@ def load_npz_fixture(
     for key, entries in nested.items():
         if key in out:
             raise InputError(
-                source, key, f"given both as {key} and as {key}.NAME members",
+                source,
+                key,
+                f"given both as {key} and as {key}.NAME members",
                 f"either {key} or {key}.NAME members, not both",
-            )  # fmt: skip
+            )
         out[key] = entries
     return out
 
@@ -175,9 +193,11 @@ class _Reader:
                 close = difflib.get_close_matches(str(k), REFERENCE_KEYS, n=1)
                 hint = f" (did you mean {close[0]!r}?)" if close else ""
                 raise InputError(
-                    self.source, f"{field}.{k}", f"unknown key in a file reference{hint}",
+                    self.source,
+                    f"{field}.{k}",
+                    f"unknown key in a file reference{hint}",
                     REFERENCE_DOC,
-                )  # fmt: skip
+                )
         name = ref["file"]
         if not isinstance(name, str) or not name.strip():
             raise InputError(self.source, f"{field}.file", f"got {name!r}", "a file name")
@@ -204,9 +224,11 @@ class _Reader:
                     close = difflib.get_close_matches(key, names, n=1)
                     hint = f" (did you mean {close[0]!r}?)" if close else ""
                     raise InputError(
-                        self.source, f"{field}.key", f"{name} has no array {key!r}{hint}",
+                        self.source,
+                        f"{field}.key",
+                        f"{name} has no array {key!r}{hint}",
                         "one of " + (", ".join(names) or "(the archive is empty)"),
-                    )  # fmt: skip
+                    )
                 return self.read_member(archive, member, "", where)
         raise InputError(
             self.source, f"{field}.file", f"{name!r} is neither .npy nor .npz", REFERENCE_DOC
@@ -219,9 +241,11 @@ class _Reader:
         given = Path(name)
         if given.is_absolute() or given.drive:
             raise InputError(
-                self.source, field, f"{name!r} is an absolute path",
+                self.source,
+                field,
+                f"{name!r} is an absolute path",
                 "a path relative to the fixture's folder",
-            )  # fmt: skip
+            )
         try:
             path = (self.base / given).resolve()
         except (OSError, RuntimeError):  # a loop of symbolic links (RuntimeError before 3.13)
@@ -229,9 +253,11 @@ class _Reader:
             raise InputError(self.source, field, what, "a file name") from None
         if not path.is_relative_to(self.base):
             raise InputError(
-                self.source, field, f"{name!r} leads outside the fixture's folder",
+                self.source,
+                field,
+                f"{name!r} leads outside the fixture's folder",
                 f"a file inside {self.base}",
-            )  # fmt: skip
+            )
         return path
 
     @contextmanager
@@ -300,8 +326,11 @@ def _write_npy(f: IO[bytes], stage: Stage | Deferred, dtype: np.dtype[Any]) -> N
     if isinstance(stage, Stage):
         np.lib.format.write_array(f, stage.data, allow_pickle=False)
         return
-    header = {"descr": np.lib.format.dtype_to_descr(dtype), "fortran_order": False,
-              "shape": stage.shape}  # fmt: skip
+    header = {
+        "descr": np.lib.format.dtype_to_descr(dtype),
+        "fortran_order": False,
+        "shape": stage.shape,
+    }
     np.lib.format.write_array_header_1_0(f, header)
     for block in stage.row_blocks():  # (R, S), C order
         f.write(np.ascontiguousarray(block, dtype=dtype).data)

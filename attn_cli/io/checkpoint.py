@@ -76,9 +76,23 @@ _PANIC = ("pyo3_runtime", "PanicException")
 # Bytes per element of every safetensors dtype (for the header's size check); the float ones
 # this module can read are the keys of _READABLE.
 ITEMSIZE = {
-    "F64": 8, "F32": 4, "F16": 2, "BF16": 2, "I64": 8, "I32": 4, "I16": 2, "I8": 1,
-    "U64": 8, "U32": 4, "U16": 2, "U8": 1, "BOOL": 1, "F8_E4M3": 1, "F8_E5M2": 1, "F8_E8M0": 1,
-}  # fmt: skip
+    "F64": 8,
+    "F32": 4,
+    "F16": 2,
+    "BF16": 2,
+    "I64": 8,
+    "I32": 4,
+    "I16": 2,
+    "I8": 1,
+    "U64": 8,
+    "U32": 4,
+    "U16": 2,
+    "U8": 1,
+    "BOOL": 1,
+    "F8_E4M3": 1,
+    "F8_E5M2": 1,
+    "F8_E8M0": 1,
+}
 _READABLE = ("F64", "F32", "F16", "BF16")
 
 
@@ -143,47 +157,75 @@ def check_inputs(layer: int, hidden: Path | None, text: str | None) -> None:
     """Exactly one of hidden and text; text only for layer 0, in UTF-8, of a bounded length."""
     if (hidden is None) == (text is None):
         raise UsageError(
-            "", "hidden", "give exactly one of hidden and text",
+            "",
+            "hidden",
+            "give exactly one of hidden and text",
             "hidden states (.npy) entering the layer, or a text to embed for layer 0",
             option="hidden",
-        )  # fmt: skip
+        )
     if text is None:
         return
     if layer != 0:
         raise UsageError(
-            "", "text", f"embeds the input of layer 0, not of layer {layer}",
-            f"hidden states (the residual stream entering layer {layer})", option="text",
-        )  # fmt: skip
+            "",
+            "text",
+            f"embeds the input of layer 0, not of layer {layer}",
+            f"hidden states (the residual stream entering layer {layer})",
+            option="text",
+        )
     try:
         text.encode("utf-8")
     except UnicodeEncodeError as e:  # a lone surrogate: an argv byte that is not UTF-8
         code = ord(text[e.start])
         bad = f"the byte {code - 0xDC00:#04x}" if 0xDC80 <= code <= 0xDCFF else f"U+{code:04X}"
         raise UsageError(
-            "", "text", f"holds {bad} at character {e.start}, which is not UTF-8",
-            "text in UTF-8", option="text",
-        ) from None  # fmt: skip
+            "",
+            "text",
+            f"holds {bad} at character {e.start}, which is not UTF-8",
+            "text in UTF-8",
+            option="text",
+        ) from None
     if len(text) > MAX_TEXT_CHARS:
         raise UsageError(
-            "", "text", f"is {len(text):,} characters long",
-            f"at most {MAX_TEXT_CHARS:,} characters", option="text",
-        )  # fmt: skip
+            "",
+            "text",
+            f"is {len(text):,} characters long",
+            f"at most {MAX_TEXT_CHARS:,} characters",
+            option="text",
+        )
 
 
 def require_finite(X: FloatArray, source: str) -> None:
     """The normalised X is finite: a float64 norm weight near float64's limit could overflow it."""
     if not np.isfinite(X).all():
         raise InputError(
-            source, "X", "the layer's norm weight times the normalised input overflows float64",
+            source,
+            "X",
+            "the layer's norm weight times the normalised input overflows float64",
             "norm weights of an ordinary size",
-        )  # fmt: skip
+        )
 
 
 # The hidden axis of each array a layer's size makes big: cut to one for check_fixture.
 # W_DQ, W_DKV, W_KR: mla's; W_q ... W_a: gated_deltanet's
-_HIDDEN_AXIS = {"X": -1, "W_Q": 0, "W_K": 0, "W_V": 0, "W_O": -1, "b_O": 0, "W_G": 0,
-                "W_DQ": 0, "W_DKV": 0, "W_KR": 0,
-                "W_q": 0, "W_k": 0, "W_v": 0, "W_z": 0, "W_b": 0, "W_a": 0}  # fmt: skip
+_HIDDEN_AXIS = {
+    "X": -1,
+    "W_Q": 0,
+    "W_K": 0,
+    "W_V": 0,
+    "W_O": -1,
+    "b_O": 0,
+    "W_G": 0,
+    "W_DQ": 0,
+    "W_DKV": 0,
+    "W_KR": 0,
+    "W_q": 0,
+    "W_k": 0,
+    "W_v": 0,
+    "W_z": 0,
+    "W_b": 0,
+    "W_a": 0,
+}
 
 
 def check_fixture(fixture: Mapping[str, Any], source: str) -> None:
@@ -207,9 +249,10 @@ def check_fixture(fixture: Mapping[str, Any], source: str) -> None:
 
     obj = {
         key: {sub: read_back(sub, v) for sub, v in value.items()}
-        if isinstance(value, Mapping) else read_back(key, value)
+        if isinstance(value, Mapping)
+        else read_back(key, value)
         for key, value in fixture.items()
-    }  # fmt: skip
+    }
     validate(obj, f"{source} (imported as the fixture)")
 
 
@@ -252,9 +295,11 @@ def locate(checkpoint: Path, config: Path | None) -> tuple[Path, dict[str, Path]
     else:
         there = gate.not_a_file(checkpoint) or "no such file"
         raise InputError(
-            str(checkpoint), "", "no such file or folder" if there == "no such file" else there,
+            str(checkpoint),
+            "",
+            "no such file or folder" if there == "no such file" else there,
             "a model folder or .safetensors file, or a bundled one: " + ", ".join(model_paths()),
-        )  # fmt: skip
+        )
     config_path = config if config is not None else folder / "config.json"
     problem = gate.not_a_file(config_path)
     if problem is not None:
@@ -276,9 +321,11 @@ def _weights_in(folder: Path) -> dict[str, Path] | Path:
         if what is not None and what != "no such file":
             raise InputError(str(path), "", what, expected)
     raise InputError(
-        str(folder), "", "holds neither model.safetensors nor model.safetensors.index.json",
+        str(folder),
+        "",
+        "holds neither model.safetensors nor model.safetensors.index.json",
         "a Hugging Face model folder",
-    )  # fmt: skip
+    )
 
 
 def read_json(path: Path, what: str) -> dict[str, Any]:
@@ -332,10 +379,12 @@ def read_header(path: Path) -> dict[str, _Entry]:
             n = int.from_bytes(head, "little") if len(head) == 8 else -1
             if n < 0 or n > MAX_HEADER_BYTES or 8 + n > size:
                 raise InputError(
-                    source, "header", f"is truncated or corrupt (file of {size:,} bytes, "
+                    source,
+                    "header",
+                    f"is truncated or corrupt (file of {size:,} bytes, "
                     f"header length {n if n >= 0 else 'missing'})",
                     "an 8-byte little-endian length and a JSON header inside the file",
-                )  # fmt: skip
+                )
             raw = f.read(n)
     except OSError as e:
         raise InputError(
@@ -376,9 +425,11 @@ def _entry(source: str, name: str, value: Any, start: int, size: int) -> _Entry:
         raise bad(f"data_offsets is {offsets!r}")
     if start + offsets[1] > size:
         raise InputError(
-            source, name, f"data ends at byte {start + offsets[1]:,} of a {size:,}-byte file",
+            source,
+            name,
+            f"data ends at byte {start + offsets[1]:,} of a {size:,}-byte file",
             "a complete file (it is truncated)",
-        )  # fmt: skip
+        )
     itemsize = ITEMSIZE.get(dtype)
     if itemsize is not None and offsets[1] - offsets[0] != math.prod(shape) * itemsize:
         raise bad(f"holds {offsets[1] - offsets[0]} bytes for shape {shape} of {dtype}")
@@ -417,9 +468,11 @@ class Reader:
         path = self.where.get(name)
         if path is None:
             raise InputError(
-                self.source, name, "missing tensor",
+                self.source,
+                name,
+                "missing tensor",
                 f"the {plan.family} layout's {t.role} tensor of layer {plan.layer}",
-            )  # fmt: skip
+            )
         if path not in self.headers:
             what = gate.not_a_file(path)
             if what is not None:
@@ -430,14 +483,18 @@ class Reader:
             raise InputError(str(path), name, "missing tensor (the index places it here)", "it")
         if entry.dtype not in _READABLE:
             raise InputError(
-                str(path), name, f"has dtype {entry.dtype}, which is not supported",
+                str(path),
+                name,
+                f"has dtype {entry.dtype}, which is not supported",
                 "F32, F16, BF16 or F64",
-            )  # fmt: skip
+            )
         if entry.shape != t.shape:
             raise InputError(
-                str(path), name, f"has shape {list(entry.shape)}",
+                str(path),
+                name,
+                f"has shape {list(entry.shape)}",
                 f"{list(t.shape)} from the config ({_sizes(plan)})",
-            )  # fmt: skip
+            )
         return name, path, entry
 
     def read(self, prefix: str, t: Tensor, plan: LayerPlan) -> FloatArray:
@@ -513,9 +570,13 @@ _X_COPIES = 4  # float64 copies of X at once: embedding rows, their sum, the nor
 
 
 def check_budget(
-    reader: Reader, prefix: str, plan: LayerPlan, x_rows: int, hidden: Path | None,
+    reader: Reader,
+    prefix: str,
+    plan: LayerPlan,
+    x_rows: int,
+    hidden: Path | None,
     budget: int | None,
-) -> None:  # fmt: skip
+) -> None:
     """Refuse, before a tensor is read, an import that would hold more than ``budget`` bytes.
 
     Counted from the headers' claims: each tensor read whole, held as float32 (float64 if
@@ -545,10 +606,12 @@ def check_budget(
         field = prefix + whole[at].name
         why = f"the largest tensor, {list(entry.shape)} of {entry.dtype}"
     raise InputError(
-        source, field,
+        source,
+        field,
         f"importing layer {plan.layer} would need about {format_bytes(need)} of memory ({why})",
-        f"at most {format_bytes(limit)}", option="max-memory",
-    )  # fmt: skip
+        f"at most {format_bytes(limit)}",
+        option="max-memory",
+    )
 
 
 def _sizes(plan: LayerPlan) -> str:
@@ -622,10 +685,13 @@ def _tokenize(path: Path, tokenizer: Any, text: str) -> Any:
         worker.join(TOKENIZE_SECONDS)
     if not box:
         raise InputError(
-            str(path), "", f"tokenizing the text takes more than {TOKENIZE_SECONDS:g} s (a "
+            str(path),
+            "",
+            f"tokenizing the text takes more than {TOKENIZE_SECONDS:g} s (a "
             "regex of its normalizer or pre-tokenizer backtracks)",
-            "a tokenizer.json whose regexes run in linear time, or a shorter text", option="text",
-        )  # fmt: skip
+            "a tokenizer.json whose regexes run in linear time, or a shorter text",
+            option="text",
+        )
     if isinstance(box[0], BaseException):
         raise box[0]
     return box[0]
@@ -693,10 +759,12 @@ def embed_tokens(
         t = spec[role]
         if max(rows) >= t.shape[0]:
             raise InputError(
-                reader.source, prefix + t.name,
+                reader.source,
+                prefix + t.name,
                 f"the text gives {len(ids)} tokens; {what} {max(rows)} is past this table's "
-                f"{t.shape[0]} rows", f"at most {t.shape[0]} {what}s",
-            )  # fmt: skip
+                f"{t.shape[0]} rows",
+                f"at most {t.shape[0]} {what}s",
+            )
         return reader.rows(prefix, t, plan, rows)
 
     x = table(e.tokens, ids, "token id")  # (T, C)
@@ -793,9 +861,11 @@ def _load_hidden(path: Path, hidden: int) -> FloatArray:
         raise InputError(source, "", f"has dtype {arr.dtype}", "float16, float32 or float64")
     if arr.ndim not in (2, 3) or arr.shape[-1] != hidden:
         raise InputError(
-            source, "", f"has shape {list(arr.shape)}",
+            source,
+            "",
+            f"has shape {list(arr.shape)}",
             f"[seq, {hidden}] or [batch, seq, {hidden}] (hidden size {hidden})",
-        )  # fmt: skip
+        )
     if 0 in arr.shape or not np.isfinite(arr).all():
         raise InputError(source, "", "is empty or holds inf or NaN", "finite hidden states")
     return arr.astype(np.float64)
@@ -831,9 +901,15 @@ def _weights(plan: LayerPlan, t: Mapping[str, FloatArray]) -> dict[str, FloatArr
         C = plan.hidden
         W, b = t["qkv.weight"], t["qkv.bias"]  # (C, 3C), (3C,)
         return {
-            "W_Q": W[:, :C], "b_Q": b[:C], "W_K": W[:, C : 2 * C], "b_K": b[C : 2 * C],
-            "W_V": W[:, 2 * C :], "b_V": b[2 * C :], "W_O": t["o.weight"], "b_O": t["o.bias"],
-        }  # fmt: skip
+            "W_Q": W[:, :C],
+            "b_Q": b[:C],
+            "W_K": W[:, C : 2 * C],
+            "b_K": b[C : 2 * C],
+            "W_V": W[:, 2 * C :],
+            "b_V": b[2 * C :],
+            "W_O": t["o.weight"],
+            "b_O": t["o.bias"],
+        }
     out: dict[str, FloatArray] = {}
     if plan.layout in ("qkv_rows", "qkv_heads"):  # nn.Linear [out, in] of Q, K, V together
         t = {**t, **_split_qkv(plan, t)}
@@ -890,16 +966,20 @@ def _latent(
     kv_a = t["kv_a.weight"].T  # (hidden, rank + rope)
     kv_b = t["kv_b.weight"].T.reshape(m.rank, heads, m.nope + m.v)  # per head: key | value
     mla: dict[str, Any] = {
-        "W_DKV": kv_a[:, : m.rank], "W_KR": kv_a[:, m.rank :],
+        "W_DKV": kv_a[:, : m.rank],
+        "W_KR": kv_a[:, m.rank :],
         "kv_norm": t["kv_a_norm.weight"],
         "W_UK": kv_b[:, :, : m.nope].reshape(m.rank, heads * m.nope),
         "W_UV": kv_b[:, :, m.nope :].reshape(m.rank, heads * m.v),
-    }  # fmt: skip
+    }
     if m.q_rank is None:
         mla["W_Q"] = t["q.weight"].T
     else:
-        mla |= {"W_DQ": t["q_a.weight"].T, "q_norm": t["q_a_norm.weight"],
-                "W_UQ": t["q_b.weight"].T}  # fmt: skip
+        mla |= {
+            "W_DQ": t["q_a.weight"].T,
+            "q_norm": t["q_a_norm.weight"],
+            "W_UQ": t["q_b.weight"].T,
+        }
     mla |= {"base": m.base, "eps": m.eps}
     if m.pairs:  # deepseek_v2: each rotated pair in place
         mla["rope_layout"] = "pairs"
@@ -924,11 +1004,19 @@ def _deltanet(d: DeltaNet, t: Mapping[str, FloatArray]) -> tuple[dict[str, Any],
         return out
 
     key: dict[str, Any] = {
-        "W_q": columns(q), "W_k": columns(k), "W_v": columns(v), "W_z": columns(z),
-        "W_b": columns(b), "W_a": columns(a), "conv": t["conv.weight"][:, 0, :],
-        "A_log": t["A_log"], "dt_bias": t["dt_bias"], "norm": t["gated_norm.weight"],
-        "k_heads": d.k_heads, "eps": d.eps,
-    }  # fmt: skip
+        "W_q": columns(q),
+        "W_k": columns(k),
+        "W_v": columns(v),
+        "W_z": columns(z),
+        "W_b": columns(b),
+        "W_a": columns(a),
+        "conv": t["conv.weight"][:, 0, :],
+        "A_log": t["A_log"],
+        "dt_bias": t["dt_bias"],
+        "norm": t["gated_norm.weight"],
+        "k_heads": d.k_heads,
+        "eps": d.eps,
+    }
     return key, t["o.weight"].T
 
 
@@ -1010,9 +1098,11 @@ def layer_fixture(
             f["gate"]["b_G"] = weights["b_G"]
     if plan.qk_norm_eps is not None:
         plus = 1.0 if plan.qk_norm_kind == "rms1p" else 0.0  # Gemma 3: x̂ * (1 + weight)
-        f["qk_norm"] = {"q_weight": plus + t["q_norm.weight"].astype(np.float64),
-                        "k_weight": plus + t["k_norm.weight"].astype(np.float64),
-                        "eps": plan.qk_norm_eps}  # fmt: skip
+        f["qk_norm"] = {
+            "q_weight": plus + t["q_norm.weight"].astype(np.float64),
+            "k_weight": plus + t["k_norm.weight"].astype(np.float64),
+            "eps": plan.qk_norm_eps,
+        }
     return f
 
 

@@ -166,24 +166,36 @@ def decode_dumps(run: DecodeRunLike) -> str:
         prefill_max_abs_diff=run.prefill_diff,
         max_abs_diff=max((run.prefill_diff, *run.diffs)),
         kv_cache_bytes={
-            "itemsize": 8, "kv_heads": cost.kv_heads, "heads": cost.heads, "seq": cost.seq,
-            "per_token": cost.per_token, "per_token_mha": cost.per_token_mha,
-            "per_token_mqa": cost.per_token_mqa, "total": cost.total,
-            "total_mha": cost.total_mha, "total_mqa": cost.total_mqa,
+            "itemsize": 8,
+            "kv_heads": cost.kv_heads,
+            "heads": cost.heads,
+            "seq": cost.seq,
+            "per_token": cost.per_token,
+            "per_token_mha": cost.per_token_mha,
+            "per_token_mqa": cost.per_token_mqa,
+            "total": cost.total,
+            "total_mha": cost.total_mha,
+            "total_mqa": cost.total_mqa,
             **({} if cost.latent is None else {"latent": cost.latent}),
         },
         mask_value_replaced=run.sentinel,
-    )  # fmt: skip
+    )
     paged = run.paged
     if paged is not None:
         pool = paged.pool
         head["paged"] = {
-            "block_size": pool.block_size, "pages": pool.pages, "pages_used": pool.pages_used,
-            "pool_bytes": pool.pool, "used_bytes": pool.used,
-            "contiguous_bytes": pool.contiguous, "waste_slots": pool.waste_slots,
-            "waste_bytes": pool.waste, "prefill_max_abs_diff_contiguous": paged.prefill_diff,
-            "max_abs_diff_contiguous": paged.worst, "prefill": _pages(result.prefill_pages),
-        }  # fmt: skip
+            "block_size": pool.block_size,
+            "pages": pool.pages,
+            "pages_used": pool.pages_used,
+            "pool_bytes": pool.pool,
+            "used_bytes": pool.used,
+            "contiguous_bytes": pool.contiguous,
+            "waste_slots": pool.waste_slots,
+            "waste_bytes": pool.waste,
+            "prefill_max_abs_diff_contiguous": paged.prefill_diff,
+            "max_abs_diff_contiguous": paged.worst,
+            "prefill": _pages(result.prefill_pages),
+        }
     lines = ["{", *mapping(head, 2), '  "steps": [']
     near = paged.contiguous_diffs if paged is not None else (None,) * len(result.steps)
     for n, (step, diff) in enumerate(zip(result.steps, run.diffs, strict=True)):
@@ -194,15 +206,30 @@ def decode_dumps(run: DecodeRunLike) -> str:
 
 def _pages(pages: Any) -> dict[str, Any]:
     """The block table after a step, and what the step placed, took and released."""
-    return {"block_table": list(pages.table), "placed": [list(p) for p in pages.placed],
-            "allocated": list(pages.allocated), "freed": list(pages.freed),
-            "in_use": pages.in_use, "filled": pages.filled}  # fmt: skip
+    return {
+        "block_table": list(pages.table),
+        "placed": [list(p) for p in pages.placed],
+        "allocated": list(pages.allocated),
+        "freed": list(pages.freed),
+        "in_use": pages.in_use,
+        "filled": pages.filled,
+    }
 
 
 def decode_stages(trace: Trace, step: DecodeStep) -> list[tuple[str, Any]]:
     """A step's stages in the trace's public layout (no batch axis when the fixture has none)."""
-    names = ["Q", "Q_rot", "K_cache", "V_cache", "scores", "scaled", "capped", "masked",
-             "softmax", "output"]  # fmt: skip
+    names = [
+        "Q",
+        "Q_rot",
+        "K_cache",
+        "V_cache",
+        "scores",
+        "scaled",
+        "capped",
+        "masked",
+        "softmax",
+        "output",
+    ]
     out = []
     for name in names:
         data = step.latent if name == "output" and step.latent is not None else getattr(step, name)
@@ -258,12 +285,17 @@ def flash_dumps(run: FlashRunLike) -> str:
         tiles_shown=len(run.tiles),
         max_tiles=run.max_tiles,
         checks=[
-            {"name": c.name, "max_abs_diff": plain_number(c.max_abs), "ulps": plain_number(c.ulps),
-             "tolerance": c.tolerance, "ok": c.ok}
+            {
+                "name": c.name,
+                "max_abs_diff": plain_number(c.max_abs),
+                "ulps": plain_number(c.ulps),
+                "tolerance": c.tolerance,
+                "ok": c.ok,
+            }
             for c in run.checks
         ],
         mask_value_replaced=run.sentinel,
-    )  # fmt: skip
+    )
     lines = ["{", *mapping(head, 2), '  "tiles": [']
     for n, tile in enumerate(run.tiles):
         lines += _tile(tile, has_batch, last=n == len(run.tiles) - 1)
@@ -284,8 +316,9 @@ def plain_number(x: float | None) -> Any:
 
 def _tile(tile: Tile, has_batch: bool, *, last: bool) -> list[str]:
     meta: dict[str, Any] = {"batch": tile.batch} if has_batch else {}
-    meta.update(head=tile.head, q_block=list(tile.q_block), k_block=list(tile.k_block),
-                skipped=tile.skipped)  # fmt: skip
+    meta.update(
+        head=tile.head, q_block=list(tile.q_block), k_block=list(tile.k_block), skipped=tile.skipped
+    )
     lines = ["    {", *mapping(meta, 6)]
     for name in ("S", "m", "alpha", "P", "l", "acc"):
         data = getattr(tile, name)
@@ -327,19 +360,33 @@ def state_dumps(run: StateRunLike) -> str:
         max_abs_diff=max((run.prefill_diff, *run.diffs)),
         checked=run.checked,
         state_bytes={
-            "itemsize": c.itemsize, "parts": {n: list(shape) for n, shape in c.parts},
-            "numbers": c.numbers, "state": c.state, "seq": c.seq, "heads": c.heads,
-            "kv_cache_per_token": c.kv_per_token, "kv_cache_total": c.kv_at(c.seq),
+            "itemsize": c.itemsize,
+            "parts": {n: list(shape) for n, shape in c.parts},
+            "numbers": c.numbers,
+            "state": c.state,
+            "seq": c.seq,
+            "heads": c.heads,
+            "kv_cache_per_token": c.kv_per_token,
+            "kv_cache_total": c.kv_at(c.seq),
         },
-    )  # fmt: skip
+    )
     lines = ["{", *mapping(head, 2), '  "steps": [']
     batch = trace.inputs.has_batch
     for n, (step, diff) in enumerate(zip(result.steps, run.diffs, strict=True)):
-        meta = {"index": step.index, "position": step.position,
-                "token": trace.query_labels[step.index], "state_bytes": c.state,
-                "kv_cache_bytes": c.kv_at(step.index + 1), "max_abs_diff": diff}  # fmt: skip
-        named = [*step.read.items(), *((f"state.{k}", x) for k, x in (step.state or {}).items()),
-                 ("output", step.output), *step.outs.items()]  # fmt: skip
+        meta = {
+            "index": step.index,
+            "position": step.position,
+            "token": trace.query_labels[step.index],
+            "state_bytes": c.state,
+            "kv_cache_bytes": c.kv_at(step.index + 1),
+            "max_abs_diff": diff,
+        }
+        named = [
+            *step.read.items(),
+            *((f"state.{k}", x) for k, x in (step.state or {}).items()),
+            ("output", step.output),
+            *step.outs.items(),
+        ]
         stages = [(name, x if batch else x[0]) for name, x in named]
         lines += ["    {", *mapping(meta, 6), *stages_lines(stages, 6)]
         lines.append("    }" + ("" if n == len(result.steps) - 1 else ","))
@@ -358,8 +405,9 @@ def batch_dumps(run: Any) -> str:
     members = run.result.members
     head = document_head(run.traces[0], BATCH_FORMAT)
     head.pop("tokens")
-    head.update(prefill=max(m.prefill for m in members), chunk=members[0].chunk,
-                max_abs_diff=run.worst)  # fmt: skip
+    head.update(
+        prefill=max(m.prefill for m in members), chunk=members[0].chunk, max_abs_diff=run.worst
+    )
     paging = run.result.paging
     if paging is not None:
         near = run.contiguous or ()
@@ -376,10 +424,15 @@ def batch_dumps(run: Any) -> str:
     for j, name in enumerate(run.names):
         m = members[j]
         trace = run.traces[j]
-        meta = {"fixture": run.fixtures[j], "tokens": list(trace.query_labels),
-                "arrive": m.arrive, "prefill": m.prefill, "leaves": m.leaves - 1,
-                "max_abs_diff_solo": max(run.solo[j]),
-                "max_abs_diff": max(run.full[j])}  # fmt: skip
+        meta = {
+            "fixture": run.fixtures[j],
+            "tokens": list(trace.query_labels),
+            "arrive": m.arrive,
+            "prefill": m.prefill,
+            "leaves": m.leaves - 1,
+            "max_abs_diff_solo": max(run.solo[j]),
+            "max_abs_diff": max(run.full[j]),
+        }
         lines.append(f"    {json_text(name)}: {{")
         lines += mapping(meta, 6)
         lines.append(f'      "output": {array_text(run.result.outputs(j).tolist(), 6)}')
@@ -401,16 +454,27 @@ def batch_dumps(run: Any) -> str:
             meta["pages"] = {
                 "block_tables": {run.names[j]: list(t) for j, t in p.tables},
                 "refcounts": {str(page): n for page, n in p.refcounts},
-                "shared": [{"sequence": run.names[j], "block": b, "page": q}
-                           for j, b, q in p.shared],
-                "copied": [{"sequence": run.names[j], "block": b, "from": a, "to": q}
-                           for j, b, a, q in p.copied],
-                "allocated": list(p.allocated), "freed": list(p.freed),
-            }  # fmt: skip
+                "shared": [
+                    {"sequence": run.names[j], "block": b, "page": q} for j, b, q in p.shared
+                ],
+                "copied": [
+                    {"sequence": run.names[j], "block": b, "from": a, "to": q}
+                    for j, b, a, q in p.copied
+                ],
+                "allocated": list(p.allocated),
+                "freed": list(p.freed),
+            }
         lines += ["    {", *mapping(meta, 6)]
         lines.append(f'      "mask": {json.dumps(step.mask.tolist())},')
-        lines += stages_lines([("scores", step.scores), ("masked", step.masked),
-                          ("softmax", step.softmax), ("output", step.output)], 6)  # fmt: skip
+        lines += stages_lines(
+            [
+                ("scores", step.scores),
+                ("masked", step.masked),
+                ("softmax", step.softmax),
+                ("output", step.output),
+            ],
+            6,
+        )
         lines.append("    }" + ("," if n < len(run.result.steps) - 1 else ""))
     lines += ["  ]", "}"]
     return "\n".join(lines) + "\n"

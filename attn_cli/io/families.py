@@ -38,12 +38,42 @@ from attn_cli.errors import InputError, field_name
 
 ROBERTA_LIKE = ("roberta", "xlm-roberta", "camembert")  # BERT with positions from pad + 1
 FAMILIES = (
-    "bert", *ROBERTA_LIKE, "distilbert", "gpt2", "llama", "mistral", "mixtral", "ministral",
-    "qwen2", "qwen2_moe", "qwen3", "qwen3_moe", "gemma", "gemma2", "gemma3_text", "gemma3",
-    "gpt_oss", "granite", "smollm3", "starcoder2", "olmo", "olmo2", "olmo3", "exaone4", "phi3",
-    "phi", "stablelm", "gpt_neox", "cohere", "cohere2", "ernie4_5", "glm4", "qwen3_next",
-    "deepseek_v3", "deepseek_v2",
-)  # fmt: skip
+    "bert",
+    *ROBERTA_LIKE,
+    "distilbert",
+    "gpt2",
+    "llama",
+    "mistral",
+    "mixtral",
+    "ministral",
+    "qwen2",
+    "qwen2_moe",
+    "qwen3",
+    "qwen3_moe",
+    "gemma",
+    "gemma2",
+    "gemma3_text",
+    "gemma3",
+    "gpt_oss",
+    "granite",
+    "smollm3",
+    "starcoder2",
+    "olmo",
+    "olmo2",
+    "olmo3",
+    "exaone4",
+    "phi3",
+    "phi",
+    "stablelm",
+    "gpt_neox",
+    "cohere",
+    "cohere2",
+    "ernie4_5",
+    "glm4",
+    "qwen3_next",
+    "deepseek_v3",
+    "deepseek_v2",
+)
 
 NormKind = Literal["layer", "rms", "rms1p"]
 _REQUIRED: Any = object()
@@ -163,9 +193,17 @@ class LayerPlan:
 # against them (the experts' tensor names, the router's groups): bounded where they are read,
 # as a config claiming 2**63 experts built a list of their names until memory ran out.
 MOST: dict[str, int] = dict.fromkeys(
-    ("num_local_experts", "num_experts", "n_routed_experts", "num_experts_per_tok", "n_group",
-     "topk_group", "n_shared_experts"), 1 << 16,
-)  # fmt: skip
+    (
+        "num_local_experts",
+        "num_experts",
+        "n_routed_experts",
+        "num_experts_per_tok",
+        "n_group",
+        "topk_group",
+        "n_shared_experts",
+    ),
+    1 << 16,
+)
 
 
 class Config:
@@ -260,9 +298,12 @@ def family_of(config: Config, arch: str | None) -> str:
     if name not in FAMILIES:
         why = f" ({KNOWN_TYPES[name]})" if name in KNOWN_TYPES else ""
         raise InputError(
-            source, key, f"model type {name!r} is not supported{why}",
-            "one of " + ", ".join(FAMILIES), option=option,
-        )  # fmt: skip
+            source,
+            key,
+            f"model type {name!r} is not supported{why}",
+            "one of " + ", ".join(FAMILIES),
+            option=option,
+        )
     return name
 
 
@@ -287,9 +328,10 @@ def _check_layer(config: Config, key: str, layer: int, default: Any = _REQUIRED)
     layers = config.whole(key, default)
     if not 0 <= layer < layers:
         raise config.error(
-            key, f"the model has {layers} layers, layer {layer} is out of range",
+            key,
+            f"the model has {layers} layers, layer {layer} is out of range",
             f"a layer between 0 and {layers - 1}",
-        )  # fmt: skip
+        )
     return layers
 
 
@@ -320,37 +362,58 @@ def _bert(config: Config, layer: int, family: str = "bert") -> LayerPlan:
     tensors = tuple(
         Tensor(role, f"{p}{name}", shape)
         for role, name, shape in (
-            ("q.weight", "self.query.weight", (C, C)), ("q.bias", "self.query.bias", (C,)),
-            ("k.weight", "self.key.weight", (C, C)), ("k.bias", "self.key.bias", (C,)),
-            ("v.weight", "self.value.weight", (C, C)), ("v.bias", "self.value.bias", (C,)),
-            ("o.weight", "output.dense.weight", (C, C)), ("o.bias", "output.dense.bias", (C,)),
+            ("q.weight", "self.query.weight", (C, C)),
+            ("q.bias", "self.query.bias", (C,)),
+            ("k.weight", "self.key.weight", (C, C)),
+            ("k.bias", "self.key.bias", (C,)),
+            ("v.weight", "self.value.weight", (C, C)),
+            ("v.bias", "self.value.bias", (C,)),
+            ("o.weight", "output.dense.weight", (C, C)),
+            ("o.bias", "output.dense.bias", (C,)),
         )
-    )  # fmt: skip
+    )
     positions = config.whole("max_position_embeddings", 512)
     embed = (
-        Tensor("embed.tokens", "embeddings.word_embeddings.weight",
-               (config.whole("vocab_size"), C)),
+        Tensor(
+            "embed.tokens", "embeddings.word_embeddings.weight", (config.whole("vocab_size"), C)
+        ),
         Tensor("embed.positions", "embeddings.position_embeddings.weight", (positions, C)),
-        Tensor("embed.types", "embeddings.token_type_embeddings.weight",
-               (config.whole("type_vocab_size", 2), C)),
+        Tensor(
+            "embed.types",
+            "embeddings.token_type_embeddings.weight",
+            (config.whole("type_vocab_size", 2), C),
+        ),
         Tensor("embed.norm.weight", "embeddings.LayerNorm.weight", (C,)),
         Tensor("embed.norm.bias", "embeddings.LayerNorm.bias", (C,)),
-    )  # fmt: skip
+    )
     return LayerPlan(
-        layer=layer, layers=layers, hidden=C, heads=H, kv_heads=H,
-        head_dim=C // H, layout="linear",
+        layer=layer,
+        layers=layers,
+        hidden=C,
+        heads=H,
+        kv_heads=H,
+        head_dim=C // H,
+        layout="linear",
         anchor=r"encoder\.layer\.\d+\.attention\.self\.query\.weight",
-        tensors=tensors, embed_tensors=embed, pre_norm=None,
+        tensors=tensors,
+        embed_tensors=embed,
+        pre_norm=None,
         embedding=Embedding(
-            "embed.tokens", "embed.positions", "embed.types",
+            "embed.tokens",
+            "embed.positions",
+            "embed.types",
             Norm("layer", eps, "embed.norm.weight", "embed.norm.bias"),
             position_offset=config.whole("pad_token_id", 1, minimum=0)
-            if family in ROBERTA_LIKE else None,
+            if family in ROBERTA_LIKE
+            else None,
         ),
-        causal=False, scale=(C // H) ** -0.5, family=family,
-        block=f"encoder.layer.{layer}.", scopes=("attention.",),
+        causal=False,
+        scale=(C // H) ** -0.5,
+        family=family,
+        block=f"encoder.layer.{layer}.",
+        scopes=("attention.",),
         unused=r"attention\.output\.LayerNorm\.(weight|bias)",  # after the residual add
-    )  # fmt: skip
+    )
 
 
 def _distilbert(config: Config, layer: int) -> LayerPlan:
@@ -369,23 +432,40 @@ def _distilbert(config: Config, layer: int) -> LayerPlan:
         for part in ("weight", "bias")
     )
     embed = (
-        Tensor("embed.tokens", "embeddings.word_embeddings.weight",
-               (config.whole("vocab_size"), C)),
-        Tensor("embed.positions", "embeddings.position_embeddings.weight",
-               (config.whole("max_position_embeddings", 512), C)),
+        Tensor(
+            "embed.tokens", "embeddings.word_embeddings.weight", (config.whole("vocab_size"), C)
+        ),
+        Tensor(
+            "embed.positions",
+            "embeddings.position_embeddings.weight",
+            (config.whole("max_position_embeddings", 512), C),
+        ),
         Tensor("embed.norm.weight", "embeddings.LayerNorm.weight", (C,)),
         Tensor("embed.norm.bias", "embeddings.LayerNorm.bias", (C,)),
-    )  # fmt: skip
+    )
     return LayerPlan(
-        family="distilbert", layer=layer, layers=layers, hidden=C, heads=H, kv_heads=H,
-        head_dim=C // H, layout="linear",
+        family="distilbert",
+        layer=layer,
+        layers=layers,
+        hidden=C,
+        heads=H,
+        kv_heads=H,
+        head_dim=C // H,
+        layout="linear",
         anchor=r"transformer\.layer\.\d+\.attention\.q_lin\.weight",
-        tensors=tensors, embed_tensors=embed, pre_norm=None,
-        embedding=Embedding("embed.tokens", "embed.positions",
-                            norm=Norm("layer", 1e-12, "embed.norm.weight", "embed.norm.bias")),
-        causal=False, scale=(C // H) ** -0.5,
-        block=f"transformer.layer.{layer}.", scopes=("attention.",),
-    )  # fmt: skip
+        tensors=tensors,
+        embed_tensors=embed,
+        pre_norm=None,
+        embedding=Embedding(
+            "embed.tokens",
+            "embed.positions",
+            norm=Norm("layer", 1e-12, "embed.norm.weight", "embed.norm.bias"),
+        ),
+        causal=False,
+        scale=(C // H) ** -0.5,
+        block=f"transformer.layer.{layer}.",
+        scopes=("attention.",),
+    )
 
 
 def _gpt2(config: Config, layer: int) -> LayerPlan:
@@ -416,14 +496,26 @@ def _gpt2(config: Config, layer: int) -> LayerPlan:
         Tensor("embed.positions", "wpe.weight", (config.whole("n_positions", 1024), C)),
     )
     return LayerPlan(
-        family="gpt2", layer=layer, layers=layers, hidden=C, heads=H, kv_heads=H, head_dim=D,
-        layout="conv1d", anchor=r"h\.\d+\.attn\.c_attn\.weight",
-        tensors=tensors, embed_tensors=embed,
+        family="gpt2",
+        layer=layer,
+        layers=layers,
+        hidden=C,
+        heads=H,
+        kv_heads=H,
+        head_dim=D,
+        layout="conv1d",
+        anchor=r"h\.\d+\.attn\.c_attn\.weight",
+        tensors=tensors,
+        embed_tensors=embed,
         pre_norm=Norm("layer", eps, "norm.weight", "norm.bias"),
         embedding=Embedding("embed.tokens", "embed.positions"),
-        causal=True, scale=scale, notes=tuple(notes),
-        block=p, scopes=("attn.", "ln_1."), unused=r"attn\.(bias|masked_bias)",  # mask buffers
-    )  # fmt: skip
+        causal=True,
+        scale=scale,
+        notes=tuple(notes),
+        block=p,
+        scopes=("attn.", "ln_1."),
+        unused=r"attn\.(bias|masked_bias)",  # mask buffers
+    )
 
 
 def _deepseek(config: Config, layer: int, family: str = "deepseek_v3") -> LayerPlan:
@@ -440,10 +532,12 @@ def _deepseek(config: Config, layer: int, family: str = "deepseek_v3") -> LayerP
     H = config.whole("num_attention_heads")
     if config.whole("num_key_value_heads", H) != H:  # the latent gives every head its K and V
         raise config.error(
-            "num_key_value_heads", f"got {config.data['num_key_value_heads']}: transformers' "
+            "num_key_value_heads",
+            f"got {config.data['num_key_value_heads']}: transformers' "
             f"{family} expands the latent to every head, and repeats those by "
-            "heads / num_key_value_heads", f"{H} (num_attention_heads)",
-        )  # fmt: skip
+            "heads / num_key_value_heads",
+            f"{H} (num_attention_heads)",
+        )
     rank = config.whole("kv_lora_rank")
     q_rank = config.optional_whole("q_lora_rank", 1536)
     nope = config.whole("qk_nope_head_dim")
@@ -465,22 +559,43 @@ def _deepseek(config: Config, layer: int, family: str = "deepseek_v3") -> LayerP
         "(the last qk_rope_head_dim); kv_b_proj rows per head [key | value] split into mla.W_UK "
         "and mla.W_UV; every Linear transposed",
         "Q and K are [nope | rope] per head, the rope dims in transformers' de-interleaved "
-        "layout (its query_states and key_states)" if family == "deepseek_v3" else
-        "Q and K are [nope | rope] per head, each rotated rope pair in place as deepseek_v2's "
+        "layout (its query_states and key_states)"
+        if family == "deepseek_v3"
+        else "Q and K are [nope | rope] per head, each rotated rope pair in place as deepseek_v2's "
         "view_as_complex leaves it (its query_states and key_states; mla.rope_layout pairs)",
-    )  # fmt: skip
+    )
     return LayerPlan(
-        family=family, layer=layer, layers=layers, hidden=C, heads=H, kv_heads=H,
-        head_dim=D, layout="linear",
+        family=family,
+        layer=layer,
+        layers=layers,
+        hidden=C,
+        heads=H,
+        kv_heads=H,
+        head_dim=D,
+        layout="linear",
         anchor=r"layers\.\d+\.self_attn\.kv_a_proj_with_mqa\.weight",
-        tensors=tensors, embed_tensors=embed, pre_norm=Norm("rms", eps, "norm.weight"),
-        embedding=Embedding("embed.tokens"), causal=True, scale=float(D**-0.5) * mscale * mscale,
-        latent=Latent(rank, q_rank, nope, rope_dims, v, base, scaling=scaling, mscale=mscale,
-                      pairs=family == "deepseek_v2"),
+        tensors=tensors,
+        embed_tensors=embed,
+        pre_norm=Norm("rms", eps, "norm.weight"),
+        embedding=Embedding("embed.tokens"),
+        causal=True,
+        scale=float(D**-0.5) * mscale * mscale,
+        latent=Latent(
+            rank,
+            q_rank,
+            nope,
+            rope_dims,
+            v,
+            base,
+            scaling=scaling,
+            mscale=mscale,
+            pairs=family == "deepseek_v2",
+        ),
         notes=(*notes, *filter(None, [_scaling_note(scaling)])),
-        block=p, scopes=("self_attn.", "input_layernorm."),
+        block=p,
+        scopes=("self_attn.", "input_layernorm."),
         unused=r"self_attn\.rotary_emb\.inv_freq",
-    )  # fmt: skip
+    )
 
 
 def _deepseek_checks(config: Config, rope_dims: int, D: int, family: str) -> None:
@@ -490,19 +605,24 @@ def _deepseek_checks(config: Config, rope_dims: int, D: int, family: str) -> Non
     for key, want in (("head_dim", rope_dims), ("qk_head_dim", D)):
         if config.has(key) and config.whole(key) != want:  # the config class sets both itself
             raise config.error(
-                key, f"got {config.data[key]}: {cls} sets it from the other sizes",
+                key,
+                f"got {config.data[key]}: {cls} sets it from the other sizes",
                 f"{want} (or absent)",
-            )  # fmt: skip
+            )
     if config.flag("attention_bias", False):
         raise config.error(
-            "attention_bias", "got true: biases on q_a_proj, kv_a_proj_with_mqa and o_proj, "
-            "which the mla key has no place for", "absent or false",
-        )  # fmt: skip
+            "attention_bias",
+            "got true: biases on q_a_proj, kv_a_proj_with_mqa and o_proj, "
+            "which the mla key has no place for",
+            "absent or false",
+        )
     if family == "deepseek_v3" and not config.flag("rope_interleave", True):
         raise config.error(
-            "rope_interleave", "got false: RoPE by rotate_half on the rope dims, where the mla "
-            "key rotates interleaved pairs (transformers' deepseek_v3 default)", "absent or true",
-        )  # fmt: skip
+            "rope_interleave",
+            "got false: RoPE by rotate_half on the rope dims, where the mla "
+            "key rotates interleaved pairs (transformers' deepseek_v3 default)",
+            "absent or true",
+        )
 
 
 def _deepseek_tensors(
@@ -514,9 +634,11 @@ def _deepseek_tensors(
     if q_rank is None:
         query = [Tensor("q.weight", f"{a}q_proj.weight", (H * D, C))]
     else:
-        query = [Tensor("q_a.weight", f"{a}q_a_proj.weight", (q_rank, C)),
-                 Tensor("q_a_norm.weight", f"{a}q_a_layernorm.weight", (q_rank,)),
-                 Tensor("q_b.weight", f"{a}q_b_proj.weight", (H * D, q_rank))]  # fmt: skip
+        query = [
+            Tensor("q_a.weight", f"{a}q_a_proj.weight", (q_rank, C)),
+            Tensor("q_a_norm.weight", f"{a}q_a_layernorm.weight", (q_rank,)),
+            Tensor("q_b.weight", f"{a}q_b_proj.weight", (H * D, q_rank)),
+        ]
     return (
         *query,
         Tensor("kv_a.weight", f"{a}kv_a_proj_with_mqa.weight", (rank + rope_dims, C)),
@@ -542,16 +664,19 @@ def _deepseek_rope(
     rope_type = params.get("rope_type", params.get("type", "default"))
     if rope_type not in ("default", "yarn"):
         raise config.error(
-            key, f"rope_type {_shown(rope_type)}: the mla key's RoPE scales by yarn only "
-            "(DeepSeek V3's)", "default or yarn",
-        )  # fmt: skip
+            key,
+            f"rope_type {_shown(rope_type)}: the mla key's RoPE scales by yarn only "
+            "(DeepSeek V3's)",
+            "default or yarn",
+        )
     reads = _SCALED_READS["yarn"] if rope_type == "yarn" else ()
     other = next((k for k in params if k not in ("rope_type", "type", "rope_theta", *reads)), None)
     if other is not None:
         raise config.error(
-            f"{key}.{field_name(other)}", f"got {_shown(params[other])} in a {rope_type} rope",
+            f"{key}.{field_name(other)}",
+            f"got {_shown(params[other])} in a {rope_type} rope",
             "only " + ", ".join(("rope_type", "rope_theta", *reads)),
-        )  # fmt: skip
+        )
     given = Config(params, config.source, f"{key}.")
     base = (given if "rope_theta" in params else config).number("rope_theta", 10000.0)
     if rope_type == "default":
@@ -639,42 +764,126 @@ ARCHS: dict[str, Arch] = {
     "qwen3_moe": Arch(qk_norm="rms", window="all"),
     "gemma": _GEMMA,
     "gemma2": replace(_GEMMA, scale="query_pre_attn_scalar", softcap=True, window="types"),
-    "gemma3_text": replace(_GEMMA, scale="query_pre_attn_scalar", qk_norm="rms1p",
-                           window="types", pattern=6, by_type=(1e4, 1e6), sizes=(
-                               ("vocab_size", 262_208), ("hidden_size", 2304),
-                               ("num_hidden_layers", 26), ("num_attention_heads", 8),
-                               ("num_key_value_heads", 4), ("max_position_embeddings", 131_072))),
-    "gpt_oss": Arch(head_dim=64, theta=150000.0, eps=("rms_norm_eps", 1e-5), bias_default=True,
-                    window="types", window_default=128, sinks=True),
+    "gemma3_text": replace(
+        _GEMMA,
+        scale="query_pre_attn_scalar",
+        qk_norm="rms1p",
+        window="types",
+        pattern=6,
+        by_type=(1e4, 1e6),
+        sizes=(
+            ("vocab_size", 262_208),
+            ("hidden_size", 2304),
+            ("num_hidden_layers", 26),
+            ("num_attention_heads", 8),
+            ("num_key_value_heads", 4),
+            ("max_position_embeddings", 131_072),
+        ),
+    ),
+    "gpt_oss": Arch(
+        head_dim=64,
+        theta=150000.0,
+        eps=("rms_norm_eps", 1e-5),
+        bias_default=True,
+        window="types",
+        window_default=128,
+        sinks=True,
+    ),
     "granite": Arch(scale="attention_multiplier", embed="multiplier"),
     "smollm3": Arch(theta=2e6, window="smollm3", window_default=None, nope="smollm3"),
-    "starcoder2": replace(_LN, eps=("norm_epsilon", 1e-5), qkv_bias="use_bias",
-                       o_bias="use_bias", bias_default=True, window="all", window_default=None),
+    "starcoder2": replace(
+        _LN,
+        eps=("norm_epsilon", 1e-5),
+        qkv_bias="use_bias",
+        o_bias="use_bias",
+        bias_default=True,
+        window="all",
+        window_default=None,
+    ),
     "olmo": Arch(eps=(None, 1e-5), norm="layer", norm_weight=False),
     "olmo2": Arch(eps=("rms_norm_eps", 1e-5), norm=None, qk_norm="rms", qk_whole=True),
-    "olmo3": Arch(theta=5e5, eps=("rms_norm_eps", 1e-5), norm=None, qk_norm="rms", qk_whole=True,
-                  window="types", pattern=4, by_type=(5e5, 5e5)),
-    "exaone4": Arch(eps=("rms_norm_eps", 1e-5), norm=None, qkv_bias=False, o_bias=False,
-                    qk_norm="rms", window="types", pattern=4, nope="full"),
-    "phi3": Arch(eps=("rms_norm_eps", 1e-5), qkv_bias=False, o_bias=False, partial=1.0,
-                 window="all", window_default=None, fused="rows"),
-    "phi": replace(_LN, eps=("layer_norm_eps", 1e-5), qkv_bias=True, o_bias=True, partial=0.5,
-                o_name="dense"),
-    "stablelm": replace(_LN, eps=("layer_norm_eps", 1e-5), qkv_bias="use_qkv_bias",
-                     o_bias=False, partial=0.25, reads_head_dim=False),
-    "gpt_neox": replace(_LN, eps=("layer_norm_eps", 1e-5), bias_default=True, partial=0.25,
-                     fused="heads", attn="attention", qkv_name="query_key_value",
-                     o_name="dense", embed_name="embed_in", reads_head_dim=False),
+    "olmo3": Arch(
+        theta=5e5,
+        eps=("rms_norm_eps", 1e-5),
+        norm=None,
+        qk_norm="rms",
+        qk_whole=True,
+        window="types",
+        pattern=4,
+        by_type=(5e5, 5e5),
+    ),
+    "exaone4": Arch(
+        eps=("rms_norm_eps", 1e-5),
+        norm=None,
+        qkv_bias=False,
+        o_bias=False,
+        qk_norm="rms",
+        window="types",
+        pattern=4,
+        nope="full",
+    ),
+    "phi3": Arch(
+        eps=("rms_norm_eps", 1e-5),
+        qkv_bias=False,
+        o_bias=False,
+        partial=1.0,
+        window="all",
+        window_default=None,
+        fused="rows",
+    ),
+    "phi": replace(
+        _LN, eps=("layer_norm_eps", 1e-5), qkv_bias=True, o_bias=True, partial=0.5, o_name="dense"
+    ),
+    "stablelm": replace(
+        _LN,
+        eps=("layer_norm_eps", 1e-5),
+        qkv_bias="use_qkv_bias",
+        o_bias=False,
+        partial=0.25,
+        reads_head_dim=False,
+    ),
+    "gpt_neox": replace(
+        _LN,
+        eps=("layer_norm_eps", 1e-5),
+        bias_default=True,
+        partial=0.25,
+        fused="heads",
+        attn="attention",
+        qkv_name="query_key_value",
+        o_name="dense",
+        embed_name="embed_in",
+        reads_head_dim=False,
+    ),
     "cohere": Arch(theta=5e5, eps=("layer_norm_eps", 1e-5), norm="layer", layout="interleaved"),
-    "cohere2": Arch(eps=("layer_norm_eps", 1e-5), norm="layer", layout="interleaved",
-                    window="types", pattern=4, nope="full", reads_head_dim=False),
-    "ernie4_5": Arch(head_dim=128, theta=5e5, eps=("rms_norm_eps", 1e-5), qkv_bias="use_bias",
-                     o_bias="use_bias", layout="interleaved"),
-    "glm4": Arch(head_dim=128, eps=("rms_norm_eps", 1.5625e-7), o_bias=False, bias_default=True,
-                 layout="interleaved", partial=0.5),
-    "qwen3_next": Arch(head_dim=256, norm="rms1p", qk_norm="rms1p", partial=0.25, gate=True,
-                       linear=4),
-}  # fmt: skip
+    "cohere2": Arch(
+        eps=("layer_norm_eps", 1e-5),
+        norm="layer",
+        layout="interleaved",
+        window="types",
+        pattern=4,
+        nope="full",
+        reads_head_dim=False,
+    ),
+    "ernie4_5": Arch(
+        head_dim=128,
+        theta=5e5,
+        eps=("rms_norm_eps", 1e-5),
+        qkv_bias="use_bias",
+        o_bias="use_bias",
+        layout="interleaved",
+    ),
+    "glm4": Arch(
+        head_dim=128,
+        eps=("rms_norm_eps", 1.5625e-7),
+        o_bias=False,
+        bias_default=True,
+        layout="interleaved",
+        partial=0.5,
+    ),
+    "qwen3_next": Arch(
+        head_dim=256, norm="rms1p", qk_norm="rms1p", partial=0.25, gate=True, linear=4
+    ),
+}
 
 
 def _llama_like(config: Config, family: str, layer: int) -> LayerPlan:
@@ -696,29 +905,49 @@ def _llama_like(config: Config, family: str, layer: int) -> LayerPlan:
     vocab = config.whole("vocab_size", _size(arch, "vocab_size"))
     embed = (Tensor("embed.tokens", f"{arch.embed_name}.weight", (vocab, C)),)
     kind = _layer_type(config, family, layer, layers)  # the whole list checked, used or not
-    embedding = Embedding("embed.tokens", scale=math.sqrt(C) if arch.embed == "sqrt" else None,
-                          multiplier=_multiplier(config, arch))  # fmt: skip
+    embedding = Embedding(
+        "embed.tokens",
+        scale=math.sqrt(C) if arch.embed == "sqrt" else None,
+        multiplier=_multiplier(config, arch),
+    )
     if kind == "linear_attention":
         return _gated_deltanet(config, family, (layer, layers, C), eps, (embed, embedding))
     window, window_note = _window(config, family, layer, layers)
     rope, rope_note = _rope(config, family, D, layer, kind)
     notes = [n for n in (window_note, rope_note) if n]
     notes += _arch_notes(family, arch)
-    norm_roles = ("norm.weight" if arch.norm_weight else None,
-                  "norm.bias" if arch.norm_bias else None)  # fmt: skip
+    norm_roles = (
+        "norm.weight" if arch.norm_weight else None,
+        "norm.bias" if arch.norm_bias else None,
+    )
     return LayerPlan(
-        family=family, layer=layer, layers=layers, hidden=C, heads=H, kv_heads=Hkv, head_dim=D,
+        family=family,
+        layer=layer,
+        layers=layers,
+        hidden=C,
+        heads=H,
+        kv_heads=Hkv,
+        head_dim=D,
         layout=_LAYOUTS[arch.fused],
         anchor=rf"layers\.\d+\.{arch.attn}\.{arch.qkv_name if arch.fused else 'q_proj'}\.weight",
-        tensors=tensors, embed_tensors=embed,
+        tensors=tensors,
+        embed_tensors=embed,
         pre_norm=None if arch.norm is None else Norm(arch.norm, eps, *norm_roles),
-        embedding=embedding, causal=True, scale=_scale(config, arch, D), rope=rope, window=window,
+        embedding=embedding,
+        causal=True,
+        scale=_scale(config, arch, D),
+        rope=rope,
+        window=window,
         softcap=config.optional_number("attn_logit_softcapping", 50.0) if arch.softcap else None,
-        qk_norm_eps=eps if arch.qk_norm else None, qk_norm_kind=arch.qk_norm or "rms",
-        sinks=arch.sinks, gate=arch.gate, notes=tuple(notes),
-        block=p, scopes=(f"{arch.attn}.", "input_layernorm."),
+        qk_norm_eps=eps if arch.qk_norm else None,
+        qk_norm_kind=arch.qk_norm or "rms",
+        sinks=arch.sinks,
+        gate=arch.gate,
+        notes=tuple(notes),
+        block=p,
+        scopes=(f"{arch.attn}.", "input_layernorm."),
         unused=rf"{arch.attn}\.(rotary_emb\.inv_freq|masked_bias|bias)",  # buffers once saved
-    )  # fmt: skip
+    )
 
 
 def _size(arch: Arch, key: str, default: Any = _REQUIRED) -> Any:
@@ -727,7 +956,10 @@ def _size(arch: Arch, key: str, default: Any = _REQUIRED) -> Any:
 
 
 _LAYOUTS: dict[str, Literal["linear", "qkv_rows", "qkv_heads"]] = {
-    "": "linear", "rows": "qkv_rows", "heads": "qkv_heads"}  # fmt: skip
+    "": "linear",
+    "rows": "qkv_rows",
+    "heads": "qkv_heads",
+}
 
 
 def _head_dim(config: Config, family: str, arch: Arch, hidden: int) -> int:
@@ -842,20 +1074,37 @@ def _rope_mapping(config: Config) -> tuple[Any, str]:
 
 # GptOssConfig's rope_parameters when config.json has none (transformers 5.24)
 _GPT_OSS_ROPE: dict[str, Any] = {
-    "rope_type": "yarn", "factor": 32.0, "beta_fast": 32.0, "beta_slow": 1.0,
-    "truncate": False, "original_max_position_embeddings": 4096,
-}  # fmt: skip
+    "rope_type": "yarn",
+    "factor": 32.0,
+    "beta_fast": 32.0,
+    "beta_slow": 1.0,
+    "truncate": False,
+    "original_max_position_embeddings": 4096,
+}
 # What transformers' ROPE_INIT_FUNCTIONS read of each kind besides rope_theta, and from where:
 # the rope mapping, or config.json's max_position_embeddings (core/rope_scaling.py's KINDS).
 _SCALED_READS = {
     "linear": ("factor",),
     "dynamic": ("factor",),
     "llama3": ("factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings"),
-    "yarn": ("factor", "original_max_position_embeddings", "beta_fast", "beta_slow", "mscale",
-             "mscale_all_dim", "attention_factor", "truncate"),
-    "longrope": ("short_factor", "long_factor", "factor", "original_max_position_embeddings",
-                 "attention_factor"),
-}  # fmt: skip
+    "yarn": (
+        "factor",
+        "original_max_position_embeddings",
+        "beta_fast",
+        "beta_slow",
+        "mscale",
+        "mscale_all_dim",
+        "attention_factor",
+        "truncate",
+    ),
+    "longrope": (
+        "short_factor",
+        "long_factor",
+        "factor",
+        "original_max_position_embeddings",
+        "attention_factor",
+    ),
+}
 _WITH_ORIGINAL = ("llama3", "yarn", "longrope")  # standardize_rope_params fills it in
 _LAYER_TYPES = ("sliding_attention", "full_attention")
 _PHI3_RENAMED = {"su": "longrope", "yarn": "longrope"}  # Phi3Config renames both to longrope
@@ -872,16 +1121,18 @@ def _scaling(
     reads = _SCALED_READS.get(rope_type, ()) if isinstance(rope_type, str) else ()
     if rope_type != "default" and not reads:
         raise config.error(
-            key, f"rope_type {_shown(rope_type)} is not supported",
+            key,
+            f"rope_type {_shown(rope_type)} is not supported",
             "default, " + ", ".join(_SCALED_READS) + " (transformers' ROPE_INIT_FUNCTIONS)",
-        )  # fmt: skip
+        )
     other = next((k for k in params if k not in (*_ROPE_KEYS, *reads)), None)
     if other is not None:  # mrope_section, ...: a rope attn would silently not apply
         kind = "a default rope" if rope_type == "default" else f"a {rope_type} rope"
         raise config.error(
-            f"{key}.{field_name(other)}", f"got {_shown(params[other])} in {kind}",
+            f"{key}.{field_name(other)}",
+            f"got {_shown(params[other])} in {kind}",
             "only " + ", ".join((*_ROPE_KEYS[:3], "partial_rotary_factor", *reads)),
-        )  # fmt: skip
+        )
     if rope_type == "default":
         return None
     found = {k: params[k] for k in reads if params.get(k) is not None}
@@ -918,9 +1169,10 @@ def _typed_rope(config: Config, family: str, kind: str) -> tuple[dict[str, Any],
     if params is not None and set(params) & set(_LAYER_TYPES):
         if config.mapping("rope_scaling") or set(params) - set(_LAYER_TYPES):
             raise config.error(
-                "rope_parameters", f"got {_shown(params)} beside rope_scaling or other keys",
+                "rope_parameters",
+                f"got {_shown(params)} beside rope_scaling or other keys",
                 "a mapping per layer type (sliding_attention, full_attention) alone",
-            )  # fmt: skip
+            )
         one = params.get(kind) or {}
         if not isinstance(one, Mapping):
             raise config.error(f"rope_parameters.{kind}", f"got {_shown(one)}", "a mapping")
@@ -975,10 +1227,19 @@ def _rope(
             f"{key}.partial_rotary_factor" if nested else pct,
             f"{factor} gives {dims} rotated dims of {head_dim}",
             "a factor in (0, 1] giving an even number of dims",
-        )  # fmt: skip
-    note = "; ".join(n for n in (_scaling_note(scaling), (
-        f"partial rotary: the first {dims} of {head_dim} dims rotate" if dims < head_dim else ""
-    )) if n)  # fmt: skip
+        )
+    note = "; ".join(
+        n
+        for n in (
+            _scaling_note(scaling),
+            (
+                f"partial rotary: the first {dims} of {head_dim} dims rotate"
+                if dims < head_dim
+                else ""
+            ),
+        )
+        if n
+    )
     return Rope(base=base, dims=dims, layout=arch.layout, scaling=scaling), note
 
 
@@ -1058,9 +1319,10 @@ def _layer_type(config: Config, family: str, layer: int, layers: int) -> str:
             or any(t not in (*kinds, "attention") for t in types)
         ):
             raise config.error(
-                "layer_types", f"got {_shown(types)}",
+                "layer_types",
+                f"got {_shown(types)}",
                 f"a list of {layers} entries, each {kinds[0]!r} or {kinds[1]!r}",
-            )  # fmt: skip
+            )
         kind: str = types[layer]
         return "full_attention" if kind == "attention" else kind  # transformers' legacy name
     if linear:  # Qwen3NextConfig: full attention every full_attention_interval-th layer
@@ -1070,9 +1332,12 @@ def _layer_type(config: Config, family: str, layer: int, layers: int) -> str:
 
 
 def _gated_deltanet(
-    config: Config, family: str, where: tuple[int, int, int], eps: float,
+    config: Config,
+    family: str,
+    where: tuple[int, int, int],
+    eps: float,
     embeds: tuple[tuple[Tensor, ...], Embedding],
-) -> LayerPlan:  # fmt: skip
+) -> LayerPlan:
     """A linear_attention layer (Qwen3NextGatedDeltaNet), read into the fixture's gated_deltanet
     key: in_proj_qkvz (per key head: q, k, then v and z of its value heads), in_proj_ba (per key
     head: b, then a), conv1d (depthwise, no bias), A_log, dt_bias, the gated RMSNorm's weight,
@@ -1082,17 +1347,21 @@ def _gated_deltanet(
     Hv = config.whole("linear_num_value_heads", 32)
     if Hv % Hk:
         raise config.error(
-            "linear_num_value_heads", f"{Hv} is not a multiple of linear_num_key_heads {Hk}: "
-            "transformers splits in_proj_qkvz per key head", "a multiple of linear_num_key_heads",
-        )  # fmt: skip
+            "linear_num_value_heads",
+            f"{Hv} is not a multiple of linear_num_key_heads {Hk}: "
+            "transformers splits in_proj_qkvz per key head",
+            "a multiple of linear_num_key_heads",
+        )
     dk, dv = config.whole("linear_key_head_dim", 128), config.whole("linear_value_head_dim", 128)
     kernel = config.whole("linear_conv_kernel_dim", 4)
     act = config.text("hidden_act", "silu")
     if act not in ("silu", "swish"):  # the activation after linear_attn's conv1d
         raise config.error(
-            "hidden_act", f"got {_shown(act)}: the activation after linear_attention's conv1d, "
-            "where the gated_deltanet key applies SiLU", "absent or 'silu'",
-        )  # fmt: skip
+            "hidden_act",
+            f"got {_shown(act)}: the activation after linear_attention's conv1d, "
+            "where the gated_deltanet key applies SiLU",
+            "absent or 'silu'",
+        )
     p = f"layers.{layer}."
     a, conv = f"{p}linear_attn.", 2 * Hk * dk + Hv * dv
     tensors = (
@@ -1112,12 +1381,26 @@ def _gated_deltanet(
         "Linear transposed, conv1d.weight[:, 0, :]",
     )
     return LayerPlan(
-        family=family, layer=layer, layers=layers, hidden=C, heads=Hv, kv_heads=Hv, head_dim=dk,
-        layout="linear", anchor=_ANCHOR_LINEAR, tensors=tensors, embed_tensors=embeds[0],
-        pre_norm=Norm("rms1p", eps, "norm.weight"), embedding=embeds[1], causal=True,
-        scale=float(dk**-0.5), delta=DeltaNet(Hk, Hv, dk, dv, kernel, eps), notes=notes,
-        block=p, scopes=("linear_attn.", "input_layernorm."),
-    )  # fmt: skip
+        family=family,
+        layer=layer,
+        layers=layers,
+        hidden=C,
+        heads=Hv,
+        kv_heads=Hv,
+        head_dim=dk,
+        layout="linear",
+        anchor=_ANCHOR_LINEAR,
+        tensors=tensors,
+        embed_tensors=embeds[0],
+        pre_norm=Norm("rms1p", eps, "norm.weight"),
+        embedding=embeds[1],
+        causal=True,
+        scale=float(dk**-0.5),
+        delta=DeltaNet(Hk, Hv, dk, dv, kernel, eps),
+        notes=notes,
+        block=p,
+        scopes=("linear_attn.", "input_layernorm."),
+    )
 
 
 # a tensor every Qwen3-Next layer has, full or linear: it finds the checkpoint's prefix
@@ -1133,8 +1416,11 @@ def _slides(config: Config, family: str, layer: int) -> bool:
         first = config.whole("max_window_layers", 28, minimum=0)
         return config.flag("use_sliding_window", False) and layer < first and layer % 2 == 0
     if arch.window == "smollm3":
-        return config.flag("use_sliding_window", False) and config.has("sliding_window") and (
-            not _smollm3_rope(config, layer))  # fmt: skip
+        return (
+            config.flag("use_sliding_window", False)
+            and config.has("sliding_window")
+            and (not _smollm3_rope(config, layer))
+        )
     if arch.window == "ministral":
         return config.has("sliding_window") or "sliding_window" not in config.data
     if arch.window != "types":
@@ -1162,9 +1448,11 @@ def prefix_of(names: list[str], plan: LayerPlan, source: str) -> str:
         found = [p for p in found if p in plan.prefixes] or [plan.prefixes[0]]
     if len(found) > 1:
         raise InputError(
-            source, "", f"attention tensors under several prefixes ({', '.join(found)})",
+            source,
+            "",
+            f"attention tensors under several prefixes ({', '.join(found)})",
             "one model per checkpoint",
-        )  # fmt: skip
+        )
     return found[0] if found else ""
 
 
@@ -1214,40 +1502,122 @@ class Keys:
 
 
 # Keys that change no attention layer's numbers: bookkeeping, tokens, the MLP, the LM head.
-INERT = frozenset({
-    # PreTrainedConfig and what earlier versions of it saved
-    "model_type", "_name_or_path", "name_or_path", "_commit_hash", "architectures", "auto_map",
-    "custom_pipelines", "transformers_version", "torch_dtype", "dtype", "use_bfloat16",
-    "id2label", "label2id", "num_labels", "problem_type", "finetuning_task", "tokenizer_class",
-    "prefix", "task_specific_params", "return_dict", "use_return_dict", "output_attentions",
-    "output_hidden_states", "torchscript", "xla_device", "chunk_size_feed_forward",
-    "attn_implementation", "_attn_implementation", "_attn_implementation_autoset",
-    "experts_implementation", "use_cache", "cache_implementation", "gradient_checkpointing",
-    "initializer_range", "initializer_factor", "init_std", "vocab_size",
-    "max_position_embeddings", "tie_word_embeddings", "tie_encoder_decoder",
-    # token ids
-    "bos_token_id", "eos_token_id", "pad_token_id", "sep_token_id", "cls_token_id",
-    "mask_token_id", "unk_token_id", "decoder_start_token_id", "eod_token_id",
-    # generation settings (GenerationConfig._get_default_generation_params)
-    "max_length", "min_length", "do_sample", "early_stopping", "num_beams", "num_beam_groups",
-    "diversity_penalty", "temperature", "top_k", "top_p", "typical_p", "repetition_penalty",
-    "encoder_repetition_penalty", "length_penalty", "no_repeat_ngram_size",
-    "encoder_no_repeat_ngram_size", "bad_words_ids", "num_return_sequences", "output_scores",
-    "return_dict_in_generate", "forced_bos_token_id", "forced_eos_token_id",
-    "remove_invalid_values", "exponential_decay_length_penalty", "suppress_tokens",
-    "begin_suppress_tokens", "epsilon_cutoff", "eta_cutoff", "assistant_confidence_threshold",
-    "assistant_lookbehind", "target_lookbehind", "num_assistant_tokens",
-    "num_assistant_tokens_schedule",
-    # the MLP (traced by no stage), mixture-of-experts routing, the LM head
-    "hidden_act", "hidden_activation", "activation_function", "intermediate_size", "n_inner",
-    "mlp_bias", "pretraining_tp", "num_local_experts", "num_experts", "num_experts_per_tok",
-    "experts_per_token", "moe_intermediate_size", "shared_expert_intermediate_size",
-    "decoder_sparse_step", "mlp_only_layers", "norm_topk_prob", "output_router_logits",
-    "router_aux_loss_coef", "router_jitter_noise", "swiglu_alpha", "swiglu_limit",
-    "final_logit_softcapping", "logit_scale", "logits_scaling",
-    # quantized attention tensors are refused by their dtype, or as tensors the layout lacks
-    "quantization_config",
-})  # fmt: skip
+INERT = frozenset(
+    {
+        # PreTrainedConfig and what earlier versions of it saved
+        "model_type",
+        "_name_or_path",
+        "name_or_path",
+        "_commit_hash",
+        "architectures",
+        "auto_map",
+        "custom_pipelines",
+        "transformers_version",
+        "torch_dtype",
+        "dtype",
+        "use_bfloat16",
+        "id2label",
+        "label2id",
+        "num_labels",
+        "problem_type",
+        "finetuning_task",
+        "tokenizer_class",
+        "prefix",
+        "task_specific_params",
+        "return_dict",
+        "use_return_dict",
+        "output_attentions",
+        "output_hidden_states",
+        "torchscript",
+        "xla_device",
+        "chunk_size_feed_forward",
+        "attn_implementation",
+        "_attn_implementation",
+        "_attn_implementation_autoset",
+        "experts_implementation",
+        "use_cache",
+        "cache_implementation",
+        "gradient_checkpointing",
+        "initializer_range",
+        "initializer_factor",
+        "init_std",
+        "vocab_size",
+        "max_position_embeddings",
+        "tie_word_embeddings",
+        "tie_encoder_decoder",
+        # token ids
+        "bos_token_id",
+        "eos_token_id",
+        "pad_token_id",
+        "sep_token_id",
+        "cls_token_id",
+        "mask_token_id",
+        "unk_token_id",
+        "decoder_start_token_id",
+        "eod_token_id",
+        # generation settings (GenerationConfig._get_default_generation_params)
+        "max_length",
+        "min_length",
+        "do_sample",
+        "early_stopping",
+        "num_beams",
+        "num_beam_groups",
+        "diversity_penalty",
+        "temperature",
+        "top_k",
+        "top_p",
+        "typical_p",
+        "repetition_penalty",
+        "encoder_repetition_penalty",
+        "length_penalty",
+        "no_repeat_ngram_size",
+        "encoder_no_repeat_ngram_size",
+        "bad_words_ids",
+        "num_return_sequences",
+        "output_scores",
+        "return_dict_in_generate",
+        "forced_bos_token_id",
+        "forced_eos_token_id",
+        "remove_invalid_values",
+        "exponential_decay_length_penalty",
+        "suppress_tokens",
+        "begin_suppress_tokens",
+        "epsilon_cutoff",
+        "eta_cutoff",
+        "assistant_confidence_threshold",
+        "assistant_lookbehind",
+        "target_lookbehind",
+        "num_assistant_tokens",
+        "num_assistant_tokens_schedule",
+        # the MLP (traced by no stage), mixture-of-experts routing, the LM head
+        "hidden_act",
+        "hidden_activation",
+        "activation_function",
+        "intermediate_size",
+        "n_inner",
+        "mlp_bias",
+        "pretraining_tp",
+        "num_local_experts",
+        "num_experts",
+        "num_experts_per_tok",
+        "experts_per_token",
+        "moe_intermediate_size",
+        "shared_expert_intermediate_size",
+        "decoder_sparse_step",
+        "mlp_only_layers",
+        "norm_topk_prob",
+        "output_router_logits",
+        "router_aux_loss_coef",
+        "router_jitter_noise",
+        "swiglu_alpha",
+        "swiglu_limit",
+        "final_logit_softcapping",
+        "logit_scale",
+        "logits_scaling",
+        # quantized attention tensors are refused by their dtype, or as tensors the layout lacks
+        "quantization_config",
+    }
+)
 _DROPOUT = ("dropout", "_pdrop", "dropout_prob")  # key endings: dropout is off when tracing
 
 _OFF = (None, False)
@@ -1262,8 +1632,9 @@ NEUTRAL = {
     "use_qk_norm": Rule(_OFF, "a norm of each query and key (Cohere, Llama 4)"),
     "qk_layernorm": Rule(_OFF, "a LayerNorm of each query and key (Phi, StableLM)"),
     "clip_qkv": Rule((None,), "Q, K and V clamped to +-clip_qkv (OLMo)"),
-    "attention_multiplier": Rule((None,), "the attention scale in place of 1/sqrt(head_dim) "
-                                          "(Granite)"),
+    "attention_multiplier": Rule(
+        (None,), "the attention scale in place of 1/sqrt(head_dim) (Granite)"
+    ),
     "embedding_multiplier": Rule((None, 1, 1.0), "a factor on the embeddings (Granite)"),
     "attn_logit_softcapping": Rule((None,), "scores softcapped (Gemma 2)"),
     "query_pre_attn_scalar": Rule((None,), "the scale 1/sqrt(query_pre_attn_scalar) (Gemma)"),
@@ -1295,21 +1666,26 @@ NEUTRAL = {
     "layer_norm_epsilon": Rule((None,), "LayerNorm where this family's norm is RMSNorm"),
     "norm_epsilon": Rule((None,), "a LayerNorm (StarCoder 2)"),
     "rms_norm_eps": Rule((None,), "RMSNorm where this family's norm is LayerNorm"),
-}  # fmt: skip
+}
 
 _ROTARY = frozenset({"rope_parameters", "rope_scaling", "rope_theta"})
 _LLAMA_READS = _ROTARY | {
-    "hidden_size", "num_attention_heads", "num_key_value_heads", "num_hidden_layers",
-    "head_dim", "rms_norm_eps",
-}  # fmt: skip
+    "hidden_size",
+    "num_attention_heads",
+    "num_key_value_heads",
+    "num_hidden_layers",
+    "head_dim",
+    "rms_norm_eps",
+}
 _WINDOWED = frozenset({"sliding_window", "layer_types"})
 _QWEN_NEEDS = (
     Need(("sliding_window",), when="use_sliding_window"),
     Need(("max_window_layers", "layer_types"), when="use_sliding_window"),
 )
 _LLAMA_ASSUMED = ("rms_norm_eps", "rope_theta")
-_SIZES = frozenset({"hidden_size", "num_attention_heads", "num_key_value_heads",
-                    "num_hidden_layers", "head_dim"})  # fmt: skip
+_SIZES = frozenset(
+    {"hidden_size", "num_attention_heads", "num_key_value_heads", "num_hidden_layers", "head_dim"}
+)
 _PATTERN = frozenset({"sliding_window_pattern", "_sliding_window_pattern"})
 _NO_WINDOW = Rule((None,), "transformers' {family} has no sliding window")
 _EVERY_LAYER = Rule((None,), "transformers' {family} slides every layer or none")
@@ -1318,119 +1694,204 @@ _NO_BIAS = Rule(_OFF, "transformers' {family} reads no attention_bias")
 
 KEYS: dict[str, Keys] = {
     "bert": Keys(
-        reads=frozenset({"hidden_size", "num_hidden_layers", "num_attention_heads",
-                         "layer_norm_eps", "type_vocab_size", "is_decoder"}),
-        inert=frozenset({"directionality", "pooler_fc_size", "pooler_num_attention_heads",
-                         "pooler_num_fc_layers", "pooler_size_per_head", "pooler_type"}),
+        reads=frozenset(
+            {
+                "hidden_size",
+                "num_hidden_layers",
+                "num_attention_heads",
+                "layer_norm_eps",
+                "type_vocab_size",
+                "is_decoder",
+            }
+        ),
+        inert=frozenset(
+            {
+                "directionality",
+                "pooler_fc_size",
+                "pooler_num_attention_heads",
+                "pooler_num_fc_layers",
+                "pooler_size_per_head",
+                "pooler_type",
+            }
+        ),
         neutral={"position_embedding_type": Rule((None, "absolute"), "relative positions")},
-        ignored={"pad_token_id": Rule((None, 0), "transformers' bert starts positions at 0 "
-                                              "(RoBERTa's at pad_token_id + 1)")},
+        ignored={
+            "pad_token_id": Rule(
+                (None, 0),
+                "transformers' bert starts positions at 0 (RoBERTa's at pad_token_id + 1)",
+            )
+        },
         assumed=("layer_norm_eps",),
     ),
     "gpt2": Keys(
-        reads=frozenset({"n_embd", "n_head", "n_layer", "n_positions", "layer_norm_epsilon",
-                         "scale_attn_weights", "scale_attn_by_inverse_layer_idx"}),
+        reads=frozenset(
+            {
+                "n_embd",
+                "n_head",
+                "n_layer",
+                "n_positions",
+                "layer_norm_epsilon",
+                "scale_attn_weights",
+                "scale_attn_by_inverse_layer_idx",
+            }
+        ),
         # n_ctx: unused since transformers 2; reorder_and_upcast_attn: the same product in float32
-        inert=frozenset({"n_ctx", "summary_type", "summary_use_proj", "summary_activation",
-                         "summary_proj_to_labels", "summary_first_dropout",
-                         "reorder_and_upcast_attn"}),
+        inert=frozenset(
+            {
+                "n_ctx",
+                "summary_type",
+                "summary_use_proj",
+                "summary_activation",
+                "summary_proj_to_labels",
+                "summary_first_dropout",
+                "reorder_and_upcast_attn",
+            }
+        ),
         assumed=("layer_norm_epsilon",),
     ),
     "llama": Keys(
         reads=_LLAMA_READS | {"attention_bias"},
-        ignored={"partial_rotary_factor": _FULL_ROPE,
-                 "sliding_window": Rule((None,), "transformers' llama has no sliding window")},
+        ignored={
+            "partial_rotary_factor": _FULL_ROPE,
+            "sliding_window": Rule((None,), "transformers' llama has no sliding window"),
+        },
         assumed=_LLAMA_ASSUMED,
     ),
     "mistral": Keys(
         reads=_LLAMA_READS | {"sliding_window"},
-        ignored={"partial_rotary_factor": _FULL_ROPE, "attention_bias": _NO_BIAS,
-                 "layer_types": Rule((None,), "transformers' mistral slides every layer")},
-        needs=(Need(("sliding_window",)),), assumed=_LLAMA_ASSUMED,
+        ignored={
+            "partial_rotary_factor": _FULL_ROPE,
+            "attention_bias": _NO_BIAS,
+            "layer_types": Rule((None,), "transformers' mistral slides every layer"),
+        },
+        needs=(Need(("sliding_window",)),),
+        assumed=_LLAMA_ASSUMED,
     ),
     "qwen2": Keys(
         reads=_LLAMA_READS | _WINDOWED | {"use_sliding_window", "max_window_layers"},
         ignored={"partial_rotary_factor": _FULL_ROPE, "attention_bias": _NO_BIAS},
-        needs=_QWEN_NEEDS, assumed=_LLAMA_ASSUMED,
+        needs=_QWEN_NEEDS,
+        assumed=_LLAMA_ASSUMED,
     ),
     "qwen3": Keys(
-        reads=_LLAMA_READS | _WINDOWED | {"use_sliding_window", "max_window_layers",
-                                          "attention_bias"},
+        reads=_LLAMA_READS
+        | _WINDOWED
+        | {"use_sliding_window", "max_window_layers", "attention_bias"},
         ignored={"partial_rotary_factor": _FULL_ROPE},
-        needs=(*_QWEN_NEEDS, Need(("head_dim",))), assumed=_LLAMA_ASSUMED,
+        needs=(*_QWEN_NEEDS, Need(("head_dim",))),
+        assumed=_LLAMA_ASSUMED,
     ),
     "gemma2": Keys(
-        reads=_LLAMA_READS | _WINDOWED | {"attention_bias", "query_pre_attn_scalar",
-                                          "attn_logit_softcapping", "use_bidirectional_attention"},
+        reads=_LLAMA_READS
+        | _WINDOWED
+        | {
+            "attention_bias",
+            "query_pre_attn_scalar",
+            "attn_logit_softcapping",
+            "use_bidirectional_attention",
+        },
         inert=frozenset({"sliding_window_size"}),  # early configs; the model reads sliding_window
         ignored={"partial_rotary_factor": _FULL_ROPE},
-        needs=tuple(Need((k,)) for k in ("head_dim", "query_pre_attn_scalar",
-                                         "attn_logit_softcapping", "sliding_window",
-                                         "layer_types")),
+        needs=tuple(
+            Need((k,))
+            for k in (
+                "head_dim",
+                "query_pre_attn_scalar",
+                "attn_logit_softcapping",
+                "sliding_window",
+                "layer_types",
+            )
+        ),
         assumed=_LLAMA_ASSUMED,
     ),
     "gpt_oss": Keys(
         reads=_LLAMA_READS | _WINDOWED | {"attention_bias"},
         inert=frozenset({"initial_context_length"}),  # the yarn rope's, which is refused
         ignored={"partial_rotary_factor": _FULL_ROPE},
-        needs=tuple(Need((k,)) for k in ("head_dim", "attention_bias", "sliding_window",
-                                         "layer_types")),
+        needs=tuple(
+            Need((k,)) for k in ("head_dim", "attention_bias", "sliding_window", "layer_types")
+        ),
         assumed=_LLAMA_ASSUMED,
     ),
     "mixtral": Keys(
         reads=_LLAMA_READS | {"sliding_window"},
-        ignored={"partial_rotary_factor": _FULL_ROPE, "attention_bias": _NO_BIAS,
-                 "layer_types": Rule((None,), "transformers' mixtral slides every layer")},
+        ignored={
+            "partial_rotary_factor": _FULL_ROPE,
+            "attention_bias": _NO_BIAS,
+            "layer_types": Rule((None,), "transformers' mixtral slides every layer"),
+        },
         assumed=_LLAMA_ASSUMED,
     ),
     "ministral": Keys(
         reads=_LLAMA_READS | _WINDOWED,
         ignored={"partial_rotary_factor": _FULL_ROPE, "attention_bias": _NO_BIAS},
-        needs=(Need(("head_dim",)), Need(("sliding_window",))), assumed=_LLAMA_ASSUMED,
+        needs=(Need(("head_dim",)), Need(("sliding_window",))),
+        assumed=_LLAMA_ASSUMED,
     ),
     "qwen2_moe": Keys(
         reads=_LLAMA_READS | _WINDOWED | {"use_sliding_window", "max_window_layers", "qkv_bias"},
         ignored={"partial_rotary_factor": _FULL_ROPE, "attention_bias": _NO_BIAS},
-        needs=(*_QWEN_NEEDS, Need(("qkv_bias",))), assumed=_LLAMA_ASSUMED,
+        needs=(*_QWEN_NEEDS, Need(("qkv_bias",))),
+        assumed=_LLAMA_ASSUMED,
     ),
     "qwen3_moe": Keys(
         reads=_LLAMA_READS | {"use_sliding_window", "sliding_window", "attention_bias"},
-        ignored={"partial_rotary_factor": _FULL_ROPE,
-                 "max_window_layers": _EVERY_LAYER, "layer_types": _EVERY_LAYER},
-        needs=(Need(("sliding_window",), when="use_sliding_window"),), assumed=_LLAMA_ASSUMED,
+        ignored={
+            "partial_rotary_factor": _FULL_ROPE,
+            "max_window_layers": _EVERY_LAYER,
+            "layer_types": _EVERY_LAYER,
+        },
+        needs=(Need(("sliding_window",), when="use_sliding_window"),),
+        assumed=_LLAMA_ASSUMED,
     ),
     "gemma": Keys(
         reads=_LLAMA_READS | {"attention_bias", "use_bidirectional_attention"},
         ignored={"partial_rotary_factor": _FULL_ROPE},
-        needs=(Need(("head_dim",)),), assumed=_LLAMA_ASSUMED,
+        needs=(Need(("head_dim",)),),
+        assumed=_LLAMA_ASSUMED,
     ),
     "gemma3_text": Keys(
-        reads=_LLAMA_READS | _WINDOWED | _PATTERN | {
-            "attention_bias", "query_pre_attn_scalar", "use_bidirectional_attention",
-            "rope_local_base_freq"},
-        ignored={"partial_rotary_factor": _FULL_ROPE,
-                 "attn_logit_softcapping": Rule((None,), "transformers' gemma3_text passes no "
-                                                "softcap to its attention")},
-        needs=(*(Need((k,)) for k in ("head_dim", "query_pre_attn_scalar", "sliding_window")),
-               Need(("layer_types", *_PATTERN))),
+        reads=_LLAMA_READS
+        | _WINDOWED
+        | _PATTERN
+        | {
+            "attention_bias",
+            "query_pre_attn_scalar",
+            "use_bidirectional_attention",
+            "rope_local_base_freq",
+        },
+        ignored={
+            "partial_rotary_factor": _FULL_ROPE,
+            "attn_logit_softcapping": Rule(
+                (None,), "transformers' gemma3_text passes no softcap to its attention"
+            ),
+        },
+        needs=(
+            *(Need((k,)) for k in ("head_dim", "query_pre_attn_scalar", "sliding_window")),
+            Need(("layer_types", *_PATTERN)),
+        ),
         assumed=_LLAMA_ASSUMED,
     ),
     "granite": Keys(
         reads=_LLAMA_READS | {"attention_bias", "attention_multiplier", "embedding_multiplier"},
         inert=frozenset({"residual_multiplier"}),  # on the residual branches, after attention
         ignored={"partial_rotary_factor": _FULL_ROPE, "sliding_window": _NO_WINDOW},
-        needs=(Need(("attention_multiplier",)),), assumed=_LLAMA_ASSUMED,
+        needs=(Need(("attention_multiplier",)),),
+        assumed=_LLAMA_ASSUMED,
     ),
     "smollm3": Keys(
-        reads=_LLAMA_READS | _WINDOWED | {"use_sliding_window", "attention_bias",
-                                          "no_rope_layers", "no_rope_layer_interval"},
+        reads=_LLAMA_READS
+        | _WINDOWED
+        | {"use_sliding_window", "attention_bias", "no_rope_layers", "no_rope_layer_interval"},
         ignored={"partial_rotary_factor": _FULL_ROPE},
-        needs=(Need(("no_rope_layers", "no_rope_layer_interval")),), assumed=_LLAMA_ASSUMED,
+        needs=(Need(("no_rope_layers", "no_rope_layer_interval")),),
+        assumed=_LLAMA_ASSUMED,
     ),
     "starcoder2": Keys(
         reads=_SIZES | _ROTARY | {"norm_epsilon", "use_bias", "sliding_window"},
         ignored={"partial_rotary_factor": _FULL_ROPE, "attention_bias": _NO_BIAS},
-        needs=(Need(("use_bias",)),), assumed=("norm_epsilon", "rope_theta"),
+        needs=(Need(("use_bias",)),),
+        assumed=("norm_epsilon", "rope_theta"),
     ),
     "olmo": Keys(
         reads=_SIZES | _ROTARY | {"attention_bias"},
@@ -1439,12 +1900,14 @@ KEYS: dict[str, Keys] = {
     ),
     "olmo2": Keys(
         reads=_LLAMA_READS | {"attention_bias"},
-        ignored={"partial_rotary_factor": _FULL_ROPE}, assumed=_LLAMA_ASSUMED,
+        ignored={"partial_rotary_factor": _FULL_ROPE},
+        assumed=_LLAMA_ASSUMED,
     ),
     "olmo3": Keys(
         reads=_LLAMA_READS | _WINDOWED | {"attention_bias"},
         ignored={"partial_rotary_factor": _FULL_ROPE},
-        needs=(Need(("sliding_window",)), Need(("layer_types",))), assumed=_LLAMA_ASSUMED,
+        needs=(Need(("sliding_window",)), Need(("layer_types",))),
+        assumed=_LLAMA_ASSUMED,
     ),
     "exaone4": Keys(
         reads=_LLAMA_READS | _WINDOWED | _PATTERN,
@@ -1453,24 +1916,34 @@ KEYS: dict[str, Keys] = {
         assumed=_LLAMA_ASSUMED,
     ),
     "phi3": Keys(
-        reads=_LLAMA_READS | {"sliding_window", "original_max_position_embeddings",
-                              "partial_rotary_factor"},
-        ignored={"attention_bias": _NO_BIAS}, assumed=_LLAMA_ASSUMED,
+        reads=_LLAMA_READS
+        | {"sliding_window", "original_max_position_embeddings", "partial_rotary_factor"},
+        ignored={"attention_bias": _NO_BIAS},
+        assumed=_LLAMA_ASSUMED,
     ),
     "phi": Keys(
         reads=_SIZES | _ROTARY | {"layer_norm_eps", "partial_rotary_factor"},
-        needs=(Need(("partial_rotary_factor",)),), assumed=("layer_norm_eps", "rope_theta"),
+        needs=(Need(("partial_rotary_factor",)),),
+        assumed=("layer_norm_eps", "rope_theta"),
     ),
     "stablelm": Keys(
-        reads=_SIZES - {"head_dim"} | _ROTARY | {"layer_norm_eps", "use_qkv_bias",
-                                                 "partial_rotary_factor"},
+        reads=_SIZES - {"head_dim"}
+        | _ROTARY
+        | {"layer_norm_eps", "use_qkv_bias", "partial_rotary_factor"},
         inert=frozenset({"use_parallel_residual"}),  # the MLP beside attention, or after it
-        needs=(Need(("partial_rotary_factor",)),), assumed=("layer_norm_eps", "rope_theta"),
+        needs=(Need(("partial_rotary_factor",)),),
+        assumed=("layer_norm_eps", "rope_theta"),
     ),
     "gpt_neox": Keys(
-        reads=_SIZES - {"head_dim", "num_key_value_heads"} | _ROTARY | {
-            "layer_norm_eps", "attention_bias", "rotary_pct", "rotary_emb_base",
-            "partial_rotary_factor"},
+        reads=_SIZES - {"head_dim", "num_key_value_heads"}
+        | _ROTARY
+        | {
+            "layer_norm_eps",
+            "attention_bias",
+            "rotary_pct",
+            "rotary_emb_base",
+            "partial_rotary_factor",
+        },
         inert=frozenset({"use_parallel_residual", "is_decoder"}),  # GPT-NeoX is always causal
         needs=(Need(("rotary_pct", "partial_rotary_factor")),),
         assumed=("layer_norm_eps", "rotary_emb_base"),
@@ -1489,7 +1962,8 @@ KEYS: dict[str, Keys] = {
     "ernie4_5": Keys(
         reads=_LLAMA_READS | {"use_bias"},
         ignored={"partial_rotary_factor": _FULL_ROPE, "attention_bias": _NO_BIAS},
-        needs=(Need(("head_dim",)),), assumed=_LLAMA_ASSUMED,
+        needs=(Need(("head_dim",)),),
+        assumed=_LLAMA_ASSUMED,
     ),
     "glm4": Keys(
         reads=_LLAMA_READS | {"attention_bias", "partial_rotary_factor"},
@@ -1498,24 +1972,58 @@ KEYS: dict[str, Keys] = {
     ),
     "qwen3_next": Keys(
         # the full_attention layers' keys and the Gated DeltaNet (linear_attention) layers'
-        reads=_LLAMA_READS | {"attention_bias", "partial_rotary_factor", "layer_types",
-                              "full_attention_interval", "linear_conv_kernel_dim",
-                              "linear_key_head_dim", "linear_value_head_dim",
-                              "linear_num_key_heads", "linear_num_value_heads"},
-        needs=(Need(("head_dim",)), Need(("layer_types", "full_attention_interval")),
-               Need(("partial_rotary_factor",))),
+        reads=_LLAMA_READS
+        | {
+            "attention_bias",
+            "partial_rotary_factor",
+            "layer_types",
+            "full_attention_interval",
+            "linear_conv_kernel_dim",
+            "linear_key_head_dim",
+            "linear_value_head_dim",
+            "linear_num_key_heads",
+            "linear_num_value_heads",
+        },
+        needs=(
+            Need(("head_dim",)),
+            Need(("layer_types", "full_attention_interval")),
+            Need(("partial_rotary_factor",)),
+        ),
         assumed=_LLAMA_ASSUMED,
     ),
     "deepseek_v3": Keys(
-        reads=_LLAMA_READS | {"kv_lora_rank", "q_lora_rank", "qk_nope_head_dim",
-                              "qk_rope_head_dim", "v_head_dim", "qk_head_dim",
-                              "attention_bias", "rope_interleave", "vocab_size"},
+        reads=_LLAMA_READS
+        | {
+            "kv_lora_rank",
+            "q_lora_rank",
+            "qk_nope_head_dim",
+            "qk_rope_head_dim",
+            "v_head_dim",
+            "qk_head_dim",
+            "attention_bias",
+            "rope_interleave",
+            "vocab_size",
+        },
         # the MoE MLP's routing (layers from first_k_dense_replace on), the multi-token
         # prediction layers (DeepSeek V3's own code and transformers'): no attention numbers
-        inert=frozenset({"first_k_dense_replace", "n_group", "n_routed_experts",
-                         "n_shared_experts", "num_nextn_predict_layers", "num_mtp_layers",
-                         "routed_scaling_factor", "topk_group", "topk_method", "scoring_func",
-                         "moe_layer_freq", "ep_size", "aux_loss_alpha", "seq_aux"}),
+        inert=frozenset(
+            {
+                "first_k_dense_replace",
+                "n_group",
+                "n_routed_experts",
+                "n_shared_experts",
+                "num_nextn_predict_layers",
+                "num_mtp_layers",
+                "routed_scaling_factor",
+                "topk_group",
+                "topk_method",
+                "scoring_func",
+                "moe_layer_freq",
+                "ep_size",
+                "aux_loss_alpha",
+                "seq_aux",
+            }
+        ),
         # read as deepseek_v3 under another model_type: only rope_interleave tells V3's RoPE
         # layout from V2's (each pair in place), which has the same keys and tensors
         needs=(Need(("rope_interleave",)),),
@@ -1525,7 +2033,7 @@ KEYS: dict[str, Keys] = {
         reads=frozenset({"dim", "n_heads", "n_layers", "sinusoidal_pos_embds"}),
         inert=frozenset({"hidden_dim", "activation", "tie_weights_"}),
     ),
-}  # fmt: skip
+}
 # DeepSeek V2: V3's keys; its RoPE is always by view_as_complex (no rope_interleave to read)
 KEYS["deepseek_v2"] = replace(
     KEYS["deepseek_v3"], reads=KEYS["deepseek_v3"].reads - {"rope_interleave"}, needs=()
@@ -1547,10 +2055,18 @@ class Wrapper:
 # The image side (the vision tower's config, the image tokens) changes no text layer's numbers.
 # Gemma 3's image_token_index is replaced by id 0 only where it is past the vocabulary, where
 # attn's --text refuses the id.
-_IMAGE_SIDE = frozenset({
-    "vision_config", "mm_tokens_per_image", "boi_token_index", "eoi_token_index",
-    "image_token_index", "boi_token_id", "eoi_token_id", "image_token_id",
-})  # fmt: skip
+_IMAGE_SIDE = frozenset(
+    {
+        "vision_config",
+        "mm_tokens_per_image",
+        "boi_token_index",
+        "eoi_token_index",
+        "image_token_index",
+        "boi_token_id",
+        "eoi_token_id",
+        "image_token_id",
+    }
+)
 WRAPPERS = {
     # Gemma3ForConditionalGeneration (Gemma 3 4B, 12B, 27B): its module names the text layers
     # model.language_model.layers.N; save_pretrained (5.24) writes them as the Hub's checkpoints
@@ -1572,16 +2088,18 @@ def text_config(config: Config, family: str) -> Config:
     data = config.data.get("text_config")
     if not isinstance(data, Mapping):
         raise config.error(
-            "text_config", "missing" if data is None else f"got {_spelled(data)}",
+            "text_config",
+            "missing" if data is None else f"got {_spelled(data)}",
             f"the text model's config: a mapping with model_type {text!r}",
-        )  # fmt: skip
+        )
     model_type = data.get("model_type")
     if model_type != text:
         got = "missing" if model_type is None else f"got {_spelled(model_type)}"
         raise config.error(
-            "text_config.model_type", f"{got}: attn reads a {family} checkpoint's text model "
-            f"as {text}", repr(text),
-        )  # fmt: skip
+            "text_config.model_type",
+            f"{got}: attn reads a {family} checkpoint's text model as {text}",
+            repr(text),
+        )
     return Config(data, config.source, f"{config.path}text_config.")
 
 
@@ -1596,17 +2114,17 @@ KNOWN_TYPES = {
     "falcon": "a fused query_key_value, multi-query heads, parallel attention, optional ALiBi",
     "bloom": "ALiBi position biases and a fused query_key_value",
     "mpt": "ALiBi position biases and a fused Wqkv",
-}  # fmt: skip
+}
 
 
 # Families whose conventions no config.json key or tensor name shows: read as one of them, a
 # checkpoint of another model would import with numbers that are not its own.
 ARCH_REFUSED = {
     "gemma": "gemma's RMSNorm (1 + weight) and embedding scale show in no config.json key, so "
-             "--arch gemma cannot tell a Gemma from a Llama",
+    "--arch gemma cannot tell a Gemma from a Llama",
     "ernie4_5": "ernie4_5's RoPE on interleaved pairs shows in no config.json key, so "
-                "--arch ernie4_5 cannot tell an ERNIE 4.5 from a Llama",
-}  # fmt: skip
+    "--arch ernie4_5 cannot tell an ERNIE 4.5 from a Llama",
+}
 
 
 def resolve_family(config: Config, arch: str | None) -> tuple[str, tuple[str, ...]]:
@@ -1623,14 +2141,20 @@ def resolve_family(config: Config, arch: str | None) -> tuple[str, tuple[str, ..
     if isinstance(model_type, str) and (model_type in FAMILIES or model_type in KNOWN_TYPES):
         why = KNOWN_TYPES.get(model_type, f"attn imports it as {model_type}, with its own defaults")
         raise InputError(
-            config.source, "model_type", f"{model_type!r} is not {family}: {why}",
-            f"a {family} checkpoint, or one whose model_type attn does not know", option="arch",
-        )  # fmt: skip
+            config.source,
+            "model_type",
+            f"{model_type!r} is not {family}: {why}",
+            f"a {family} checkpoint, or one whose model_type attn does not know",
+            option="arch",
+        )
     if family in ARCH_REFUSED:
         raise InputError(
-            config.source, "model_type", f"got {_spelled(model_type)}: {ARCH_REFUSED[family]}",
-            f"model_type {family!r} (the checkpoint's own)", option="arch",
-        )  # fmt: skip
+            config.source,
+            "model_type",
+            f"got {_spelled(model_type)}: {ARCH_REFUSED[family]}",
+            f"model_type {family!r} (the checkpoint's own)",
+            option="arch",
+        )
     _check_architectures(config, family)
     shown = "no model_type" if model_type is None else f"model_type {_shown(model_type)}"
     return family, (
@@ -1649,10 +2173,11 @@ def _check_gemma_like(config: Config, family: str) -> None:
         value = config.data.get(key)
         if isinstance(value, str) and value.startswith("gelu"):
             raise config.error(
-                key, f"got {_spelled(value)}: the MLP of a Gemma, whose RMSNorm scales by "
+                key,
+                f"got {_spelled(value)}: the MLP of a Gemma, whose RMSNorm scales by "
                 f"1 + weight where {family}'s scales by the weight",
                 f"a {family} checkpoint's activation (silu), or the checkpoint's own model_type",
-            )  # fmt: skip
+            )
 
 
 def _normal(name: str) -> str:
@@ -1673,9 +2198,12 @@ def _check_architectures(config: Config, family: str) -> None:
         if known is not None and known != family:
             why = KNOWN_TYPES.get(known, f"attn imports it as {known}")
             raise InputError(
-                config.source, "architectures", f"names {name!r}, a {known} model: {why}",
-                f"a {family} checkpoint", option="arch",
-            )  # fmt: skip
+                config.source,
+                "architectures",
+                f"names {name!r}, a {known} model: {why}",
+                f"a {family} checkpoint",
+                option="arch",
+            )
 
 
 def check_keys(config: Config, family: str) -> tuple[str, ...]:
@@ -1727,10 +2255,13 @@ def _defaults_given(config: Config, family: str) -> list[str]:
             given(k) for k in need.keys
         ):
             raise InputError(
-                config.source, need.keys[0], f"missing: model_type {_spelled(model_type)} is "
+                config.source,
+                need.keys[0],
+                f"missing: model_type {_spelled(model_type)} is "
                 f"not {family}, so {family}'s default cannot be assumed",
-                "the key, as the model sets it", option="arch",
-            )  # fmt: skip
+                "the key, as the model sets it",
+                option="arch",
+            )
     absent = [k for k in keys.assumed if not given(k)]
     return [f"{', '.join(absent)} absent: {family}'s default assumed"] if absent else []
 
@@ -1796,9 +2327,12 @@ def check_tensors(names: list[str], prefix: str, plan: LayerPlan, source: str) -
     same = stem == plan.family or (stem == "roberta" and plan.family in ROBERTA_LIKE)
     if stem is not None and not same:
         raise InputError(
-            source, "", f"tensors under {prefix!r}, a {stem} model",
-            f"a {plan.family} checkpoint", option="arch",
-        )  # fmt: skip
+            source,
+            "",
+            f"tensors under {prefix!r}, a {stem} model",
+            f"a {plan.family} checkpoint",
+            option="arch",
+        )
     read = {prefix + t.name for t in plan.tensors}
     block = prefix + plan.block
     unused = re.compile(plan.unused)
@@ -1806,7 +2340,9 @@ def check_tensors(names: list[str], prefix: str, plan: LayerPlan, source: str) -
         inside = name.startswith(block) and name[len(block) :].startswith(plan.scopes)
         if inside and name not in read and not unused.fullmatch(name[len(block) :]):
             raise InputError(
-                source, name, f"a tensor of layer {plan.layer}'s attention that the "
+                source,
+                name,
+                f"a tensor of layer {plan.layer}'s attention that the "
                 f"{plan.family} layout has no place for",
                 "only " + ", ".join(sorted(n[len(block) :] for n in read if n.startswith(block))),
-            )  # fmt: skip
+            )

@@ -74,9 +74,11 @@ def write_atomic_with(
             )
         if mode is not None and not force and _write_protected(target, mode):
             raise UsageError(
-                source, option, "is write-protected (attn does not replace it, as cp does not)",
+                source,
+                option,
+                "is write-protected (attn does not replace it, as cp does not)",
                 "a writable file: make it writable (chmod u+w) or choose another name",
-            )  # fmt: skip
+            )
         with fatal_signals_raise():
             _replace(target, write, mode)
     except PermissionError:
@@ -118,9 +120,11 @@ def _make_folders(path: Path, option: str) -> list[Path]:
             raise UsageError(source, option, what, "a usable path") from None
         if not stat.S_ISDIR(mode):
             raise UsageError(
-                source, option, f"{printable(str(above))!r} is not a folder",
+                source,
+                option,
+                f"{printable(str(above))!r} is not a folder",
                 "a path whose folders are folders, or do not exist yet (attn makes them)",
-            )  # fmt: skip
+            )
         break
     try:
         os.makedirs(folder, exist_ok=True)
@@ -147,9 +151,11 @@ def _open_special(path: Path, source: str, option: str) -> IO[bytes]:
         if e.errno != errno.ENXIO:
             raise
         raise UsageError(
-            source, option, "no reader on the named pipe (FIFO)",
+            source,
+            option,
+            "no reader on the named pipe (FIFO)",
             "a named pipe that a program is reading (start the reader first), or a file",
-        ) from None  # fmt: skip
+        ) from None
     if hasattr(os, "set_blocking"):
         os.set_blocking(fd, True)
     return os.fdopen(fd, "wb")

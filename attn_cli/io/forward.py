@@ -62,11 +62,26 @@ _COHERE = ("cohere", "cohere2")  # one parallel block, Cohere 2's sliding window
 _DENSE_A = ("ministral", "smollm3", "olmo", "olmo3", "exaone4", "granite", "glm4", "ernie4_5")
 # The families whose blocks (norm placement, MLP) are written and checked against transformers.
 BLOCK_FAMILIES: tuple[str, ...] = (
-    "bert", *ROBERTA_LIKE, "gpt2", "llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2",
-    "gemma3_text", "gemma3", "olmo2", "phi3", "gpt_neox", "mixtral", "qwen2_moe", "qwen3_moe",
+    "bert",
+    *ROBERTA_LIKE,
+    "gpt2",
+    "llama",
+    "mistral",
+    "qwen2",
+    "qwen3",
+    "gemma",
+    "gemma2",
+    "gemma3_text",
+    "gemma3",
+    "olmo2",
+    "phi3",
+    "gpt_neox",
+    "mixtral",
+    "qwen2_moe",
+    "qwen3_moe",
     *_DENSE_B,
     *_DENSE_A,
-)  # fmt: skip
+)
 # the mixture-of-experts families of issue 25's third group, each checked as the others are
 BLOCK_FAMILIES += ("qwen3_next", "gpt_oss", "deepseek_v3", "deepseek_v2")
 # 1 + w RMSNorms (Gemma's, Qwen3-Next's zero-centred ones) around the MLP and at the end
@@ -178,10 +193,12 @@ def _refuse_family(source: str, family: str, what: str) -> None:
         return
     why = "its block (norm placement, MLP) is not written and checked against transformers"
     raise InputError(
-        source, "model_type", f"{family}: computing {what} takes the forward through the "
-        f"layers below, and {why}", "one of " + ", ".join(BLOCK_FAMILIES) + " (or layer 0)",
+        source,
+        "model_type",
+        f"{family}: computing {what} takes the forward through the layers below, and {why}",
+        "one of " + ", ".join(BLOCK_FAMILIES) + " (or layer 0)",
         option="layer",
-    )  # fmt: skip
+    )
 
 
 def _block_config(cfg: Config, family: str) -> tuple[Config, str]:
@@ -214,23 +231,31 @@ def block_plan(cfg: Config, family: str, plan: LayerPlan) -> BlockPlan:
             t("a.b", "attention.output.LayerNorm.bias", C),
             t("in.weight", "intermediate.dense.weight", F, C),
             t("in.bias", "intermediate.dense.bias", F),
-            t("out.weight", "output.dense.weight", C, F), t("out.bias", "output.dense.bias", C),
-            t("m.w", "output.LayerNorm.weight", C), t("m.b", "output.LayerNorm.bias", C),
-        )  # fmt: skip
-        norms = {"attn_out": Norm("layer", eps, "a.w", "a.b"),
-                 "mlp_out": Norm("layer", eps, "m.w", "m.b")}  # fmt: skip
+            t("out.weight", "output.dense.weight", C, F),
+            t("out.bias", "output.dense.bias", C),
+            t("m.w", "output.LayerNorm.weight", C),
+            t("m.b", "output.LayerNorm.bias", C),
+        )
+        norms = {
+            "attn_out": Norm("layer", eps, "a.w", "a.b"),
+            "mlp_out": Norm("layer", eps, "m.w", "m.b"),
+        }
         return BlockPlan("post", norms, "dense", False, _act(cfg, "hidden_act", "gelu"), tensors)
     if family == "gpt2":
         F = cfg.whole("n_inner", 4 * C)
         eps = cfg.number("layer_norm_epsilon", 1e-5)
         tensors = (
-            t("n.w", "ln_2.weight", C), t("n.b", "ln_2.bias", C),
-            t("in.weight", "mlp.c_fc.weight", C, F), t("in.bias", "mlp.c_fc.bias", F),
-            t("out.weight", "mlp.c_proj.weight", F, C), t("out.bias", "mlp.c_proj.bias", C),
-        )  # fmt: skip
+            t("n.w", "ln_2.weight", C),
+            t("n.b", "ln_2.bias", C),
+            t("in.weight", "mlp.c_fc.weight", C, F),
+            t("in.bias", "mlp.c_fc.bias", F),
+            t("out.weight", "mlp.c_proj.weight", F, C),
+            t("out.bias", "mlp.c_proj.bias", C),
+        )
         act = _act(cfg, "activation_function", "gelu_new")
-        return BlockPlan("pre", {"mlp_in": Norm("layer", eps, "n.w", "n.b")}, "dense", True, act,
-                         tensors)  # fmt: skip
+        return BlockPlan(
+            "pre", {"mlp_in": Norm("layer", eps, "n.w", "n.b")}, "dense", True, act, tensors
+        )
     if family == "gpt_neox":
         F = cfg.whole("intermediate_size")
         eps = cfg.number("layer_norm_eps", 1e-5)
@@ -241,10 +266,16 @@ def block_plan(cfg: Config, family: str, plan: LayerPlan) -> BlockPlan:
             t("in.bias", "mlp.dense_h_to_4h.bias", F),
             t("out.weight", "mlp.dense_4h_to_h.weight", C, F),
             t("out.bias", "mlp.dense_4h_to_h.bias", C),
-        )  # fmt: skip
+        )
         placement: fw.Placement = "parallel" if cfg.flag("use_parallel_residual", True) else "pre"
-        return BlockPlan(placement, {"mlp_in": Norm("layer", eps, "n.w", "n.b")}, "dense", False,
-                         _act(cfg, "hidden_act", "gelu"), tensors)  # fmt: skip
+        return BlockPlan(
+            placement,
+            {"mlp_in": Norm("layer", eps, "n.w", "n.b")},
+            "dense",
+            False,
+            _act(cfg, "hidden_act", "gelu"),
+            tensors,
+        )
     if family in _DENSE_A:
         return _dense_a_block(cfg, family, plan, t)
     if family in _DENSE_B:
@@ -261,23 +292,32 @@ def _dense_a_block(
     C, F = plan.hidden, cfg.whole("intermediate_size")
     norm = _dense_a_norm(cfg, family)
     if family == "glm4":
-        mlp = [t("gate_up.weight", "mlp.gate_up_proj.weight", 2 * F, C),
-               t("down.weight", "mlp.down_proj.weight", C, F)]  # fmt: skip
+        mlp = [
+            t("gate_up.weight", "mlp.gate_up_proj.weight", 2 * F, C),
+            t("down.weight", "mlp.down_proj.weight", C, F),
+        ]
     else:
-        mlp = [t(f"{x}.weight", f"mlp.{x}_proj.weight", *((C, F) if x == "down" else (F, C)))
-               for x in ("gate", "up", "down")]  # fmt: skip
+        mlp = [
+            t(f"{x}.weight", f"mlp.{x}_proj.weight", *((C, F) if x == "down" else (F, C)))
+            for x in ("gate", "up", "down")
+        ]
     bias = {"smollm3": "mlp_bias", "granite": "mlp_bias", "ernie4_5": "use_bias"}.get(family)
     if bias is not None and cfg.flag(bias, False):
-        mlp += [t(f"{x}.bias", f"mlp.{x}_proj.bias", F if x != "down" else C)
-                for x in ("gate", "up", "down")]  # fmt: skip
+        mlp += [
+            t(f"{x}.bias", f"mlp.{x}_proj.bias", F if x != "down" else C)
+            for x in ("gate", "up", "down")
+        ]
     placement: fw.Placement
     if family in ("olmo3", "exaone4"):  # norms after attention and MLP only, as OLMo 2's
         placement = "post_only"
         names = {"attn_out": "post_attention_layernorm", "mlp_out": "post_feedforward_layernorm"}
     elif family == "glm4":  # input_layernorm (the attention's), then three more
         placement = "sandwich"
-        names = {"attn_out": "post_self_attn_layernorm", "mlp_in": "post_attention_layernorm",
-                 "mlp_out": "post_mlp_layernorm"}  # fmt: skip
+        names = {
+            "attn_out": "post_self_attn_layernorm",
+            "mlp_in": "post_attention_layernorm",
+            "mlp_out": "post_mlp_layernorm",
+        }
     else:
         placement, names = "pre", {"mlp_in": "post_attention_layernorm"}
     if norm.weight is None:  # OLMo: nothing to read
@@ -308,13 +348,19 @@ def _dense_b_block(
     if family == "distilbert":  # TransformerBlock: its LayerNorms' eps is fixed at 1e-12
         F = cfg.whole("hidden_dim", 4 * C)
         tensors: tuple[Tensor, ...] = (
-            t("a.w", "sa_layer_norm.weight", C), t("a.b", "sa_layer_norm.bias", C),
-            t("in.weight", "ffn.lin1.weight", F, C), t("in.bias", "ffn.lin1.bias", F),
-            t("out.weight", "ffn.lin2.weight", C, F), t("out.bias", "ffn.lin2.bias", C),
-            t("m.w", "output_layer_norm.weight", C), t("m.b", "output_layer_norm.bias", C),
-        )  # fmt: skip
-        norms = {"attn_out": Norm("layer", 1e-12, "a.w", "a.b"),
-                 "mlp_out": Norm("layer", 1e-12, "m.w", "m.b")}  # fmt: skip
+            t("a.w", "sa_layer_norm.weight", C),
+            t("a.b", "sa_layer_norm.bias", C),
+            t("in.weight", "ffn.lin1.weight", F, C),
+            t("in.bias", "ffn.lin1.bias", F),
+            t("out.weight", "ffn.lin2.weight", C, F),
+            t("out.bias", "ffn.lin2.bias", C),
+            t("m.w", "output_layer_norm.weight", C),
+            t("m.b", "output_layer_norm.bias", C),
+        )
+        norms = {
+            "attn_out": Norm("layer", 1e-12, "a.w", "a.b"),
+            "mlp_out": Norm("layer", 1e-12, "m.w", "m.b"),
+        }
         return BlockPlan("post", norms, "dense", False, _act(cfg, "activation", "gelu"), tensors)
     assert plan.pre_norm is not None  # input_layernorm: its eps is the block's norms' eps
     F, eps = cfg.whole("intermediate_size"), plan.pre_norm.eps
@@ -329,9 +375,11 @@ def _dense_b_block(
     placement: fw.Placement = "parallel" if parallel else "pre"
     mlp: tuple[Tensor, ...]
     if family in ("stablelm", *_COHERE):  # SwiGLU without biases
-        mlp = (t("gate.weight", "mlp.gate_proj.weight", F, C),
-               t("up.weight", "mlp.up_proj.weight", F, C),
-               t("down.weight", "mlp.down_proj.weight", C, F))  # fmt: skip
+        mlp = (
+            t("gate.weight", "mlp.gate_proj.weight", F, C),
+            t("up.weight", "mlp.up_proj.weight", F, C),
+            t("down.weight", "mlp.down_proj.weight", C, F),
+        )
         act = _act(cfg, "hidden_act", "silu")
         return BlockPlan(placement, norms, "gated", False, act, (*norm_t, *mlp))
     up, down = ("mlp.c_fc.", "mlp.c_proj.") if family == "starcoder2" else ("mlp.fc1.", "mlp.fc2.")
@@ -357,15 +405,22 @@ def _decoder_block(
     elif family == "phi3":
         mlp.append(t("gate_up.weight", "mlp.gate_up_proj.weight", 2 * F, C))
     else:
-        mlp += [t("gate.weight", "mlp.gate_proj.weight", F, C),
-                t("up.weight", "mlp.up_proj.weight", F, C)]  # fmt: skip
+        mlp += [
+            t("gate.weight", "mlp.gate_proj.weight", F, C),
+            t("up.weight", "mlp.up_proj.weight", F, C),
+        ]
     if cfg.flag("mlp_bias", False) and not experts:
         if family == "phi3":
             raise cfg.error("mlp_bias", "got true", "false (Phi-3's MLP has no biases)")
-        mlp += [t(f"{x}.bias", f"mlp.{x}_proj.bias", F if x != "down" else C)
-                for x in ("gate", "up", "down")]  # fmt: skip
-    names = {"attn_out": "post_attention_layernorm", "mlp_in": "pre_feedforward_layernorm",
-             "mlp_out": "post_feedforward_layernorm"}  # fmt: skip
+        mlp += [
+            t(f"{x}.bias", f"mlp.{x}_proj.bias", F if x != "down" else C)
+            for x in ("gate", "up", "down")
+        ]
+    names = {
+        "attn_out": "post_attention_layernorm",
+        "mlp_in": "pre_feedforward_layernorm",
+        "mlp_out": "post_feedforward_layernorm",
+    }
     placement: fw.Placement
     roles: tuple[str, ...]
     if family in ("gemma2", "gemma3_text"):
@@ -397,11 +452,15 @@ def _experts(cfg: Config, family: str, plan: LayerPlan, t: Callable[..., Tensor]
         a = "block_sparse_moe."
         return Experts(
             t("router", f"{a}gate.weight", E, C),
-            lambda e: (t(f"e{e}.gate", f"{a}experts.{e}.w1.weight", F, C),
-                       t(f"e{e}.up", f"{a}experts.{e}.w3.weight", F, C),
-                       t(f"e{e}.down", f"{a}experts.{e}.w2.weight", C, F)),
-            E, min(k, E), True,
-        )  # fmt: skip
+            lambda e: (
+                t(f"e{e}.gate", f"{a}experts.{e}.w1.weight", F, C),
+                t(f"e{e}.up", f"{a}experts.{e}.w3.weight", F, C),
+                t(f"e{e}.down", f"{a}experts.{e}.w2.weight", C, F),
+            ),
+            E,
+            min(k, E),
+            True,
+        )
     if family not in _QWEN_MOE:
         return None
     E_default, k_default, normalize = _QWEN_MOE[family]
@@ -417,23 +476,33 @@ def _experts(cfg: Config, family: str, plan: LayerPlan, t: Callable[..., Tensor]
     shared = None
     if family != "qwen3_moe":  # Qwen2-MoE's and Qwen3-Next's gated shared expert
         S = cfg.whole("shared_expert_intermediate_size")
-        shared = (t("s.gate", "mlp.shared_expert.gate_proj.weight", S, C),
-                  t("s.up", "mlp.shared_expert.up_proj.weight", S, C),
-                  t("s.down", "mlp.shared_expert.down_proj.weight", C, S),
-                  t("s.sigmoid", "mlp.shared_expert_gate.weight", 1, C))  # fmt: skip
+        shared = (
+            t("s.gate", "mlp.shared_expert.gate_proj.weight", S, C),
+            t("s.up", "mlp.shared_expert.up_proj.weight", S, C),
+            t("s.down", "mlp.shared_expert.down_proj.weight", C, S),
+            t("s.sigmoid", "mlp.shared_expert_gate.weight", 1, C),
+        )
     return Experts(
         t("router", "mlp.gate.weight", E, C),
-        lambda e: (t(f"e{e}.gate", f"mlp.experts.{e}.gate_proj.weight", F, C),
-                   t(f"e{e}.up", f"mlp.experts.{e}.up_proj.weight", F, C),
-                   t(f"e{e}.down", f"mlp.experts.{e}.down_proj.weight", C, F)),
-        E, min(k, E), cfg.flag("norm_topk_prob", normalize), shared,
-    )  # fmt: skip
+        lambda e: (
+            t(f"e{e}.gate", f"mlp.experts.{e}.gate_proj.weight", F, C),
+            t(f"e{e}.up", f"mlp.experts.{e}.up_proj.weight", F, C),
+            t(f"e{e}.down", f"mlp.experts.{e}.down_proj.weight", C, F),
+        ),
+        E,
+        min(k, E),
+        cfg.flag("norm_topk_prob", normalize),
+        shared,
+    )
 
 
 # Qwen's sparse MLPs: the config classes' defaults of num_experts, num_experts_per_tok and
 # norm_topk_prob
-_QWEN_MOE = {"qwen2_moe": (60, 4, False), "qwen3_moe": (128, 8, False),
-             "qwen3_next": (512, 10, True)}  # fmt: skip
+_QWEN_MOE = {
+    "qwen2_moe": (60, 4, False),
+    "qwen3_moe": (128, 8, False),
+    "qwen3_next": (512, 10, True),
+}
 
 
 def _gpt_oss_experts(cfg: Config, plan: LayerPlan, t: Callable[..., Tensor]) -> Experts:
@@ -448,10 +517,18 @@ def _gpt_oss_experts(cfg: Config, plan: LayerPlan, t: Callable[..., Tensor]) -> 
         t("experts.gate_up_bias", f"{a}gate_up_proj_bias", E, 2 * F),
         t("experts.down", f"{a}down_proj", E, F, C),
         t("experts.down_bias", f"{a}down_proj_bias", E, C),
-        cfg.number("swiglu_alpha", 1.702), cfg.number("swiglu_limit", 7.0),
-    )  # fmt: skip
-    return Experts(t("router", "mlp.router.weight", E, C), lambda e: (), E, min(k, E), True,
-                   router_bias=t("router.bias", "mlp.router.bias", E), stacked=stacked)  # fmt: skip
+        cfg.number("swiglu_alpha", 1.702),
+        cfg.number("swiglu_limit", 7.0),
+    )
+    return Experts(
+        t("router", "mlp.router.weight", E, C),
+        lambda e: (),
+        E,
+        min(k, E),
+        True,
+        router_bias=t("router.bias", "mlp.router.bias", E),
+        stacked=stacked,
+    )
 
 
 def _deepseek_experts(cfg: Config, plan: LayerPlan, t: Callable[..., Tensor]) -> Experts | None:
@@ -466,22 +543,33 @@ def _deepseek_experts(cfg: Config, plan: LayerPlan, t: Callable[..., Tensor]) ->
     groups = (cfg.whole("n_group", 8), cfg.whole("topk_group", 4))
     if E % groups[0] or groups[1] > groups[0]:
         raise cfg.error(
-            "n_group", f"{groups[0]} groups of {E} experts, the best {groups[1]} kept",
+            "n_group",
+            f"{groups[0]} groups of {E} experts, the best {groups[1]} kept",
             "a divisor of n_routed_experts, at least topk_group",
-        )  # fmt: skip
+        )
     S = F * cfg.whole("n_shared_experts", 1)
-    grouped = Grouped(t("router.correction", "mlp.gate.e_score_correction_bias", E), groups,
-                      cfg.number("routed_scaling_factor", 2.5))  # fmt: skip
+    grouped = Grouped(
+        t("router.correction", "mlp.gate.e_score_correction_bias", E),
+        groups,
+        cfg.number("routed_scaling_factor", 2.5),
+    )
     return Experts(
         t("router", "mlp.gate.weight", E, C),
-        lambda e: (t(f"e{e}.gate", f"mlp.experts.{e}.gate_proj.weight", F, C),
-                   t(f"e{e}.up", f"mlp.experts.{e}.up_proj.weight", F, C),
-                   t(f"e{e}.down", f"mlp.experts.{e}.down_proj.weight", C, F)),
-        E, min(k, E), cfg.flag("norm_topk_prob", True), grouped=grouped,
-        plain_shared=(t("s.gate", "mlp.shared_experts.gate_proj.weight", S, C),
-                      t("s.up", "mlp.shared_experts.up_proj.weight", S, C),
-                      t("s.down", "mlp.shared_experts.down_proj.weight", C, S)),
-    )  # fmt: skip
+        lambda e: (
+            t(f"e{e}.gate", f"mlp.experts.{e}.gate_proj.weight", F, C),
+            t(f"e{e}.up", f"mlp.experts.{e}.up_proj.weight", F, C),
+            t(f"e{e}.down", f"mlp.experts.{e}.down_proj.weight", C, F),
+        ),
+        E,
+        min(k, E),
+        cfg.flag("norm_topk_prob", True),
+        grouped=grouped,
+        plain_shared=(
+            t("s.gate", "mlp.shared_experts.gate_proj.weight", S, C),
+            t("s.up", "mlp.shared_experts.up_proj.weight", S, C),
+            t("s.down", "mlp.shared_experts.down_proj.weight", C, S),
+        ),
+    )
 
 
 def _deepseek_v2_experts(cfg: Config, plan: LayerPlan, t: Callable[..., Tensor]) -> Experts | None:
@@ -500,20 +588,28 @@ def _deepseek_v2_experts(cfg: Config, plan: LayerPlan, t: Callable[..., Tensor])
         groups = (cfg.whole("n_group"), cfg.whole("topk_group"))
         if E % groups[0] or groups[1] > groups[0]:
             raise cfg.error(
-                "n_group", f"{groups[0]} groups of {E} experts, the best {groups[1]} kept",
+                "n_group",
+                f"{groups[0]} groups of {E} experts, the best {groups[1]} kept",
                 "a divisor of n_routed_experts, at least topk_group",
-            )  # fmt: skip
+            )
     S = F * cfg.whole("n_shared_experts", 2)
     return Experts(
         t("router", "mlp.gate.weight", E, C),
-        lambda e: (t(f"e{e}.gate", f"mlp.experts.{e}.gate_proj.weight", F, C),
-                   t(f"e{e}.up", f"mlp.experts.{e}.up_proj.weight", F, C),
-                   t(f"e{e}.down", f"mlp.experts.{e}.down_proj.weight", C, F)),
-        E, min(k, E), False, greedy=Greedy(groups, cfg.number("routed_scaling_factor", 1.0)),
-        plain_shared=(t("s.gate", "mlp.shared_experts.gate_proj.weight", S, C),
-                      t("s.up", "mlp.shared_experts.up_proj.weight", S, C),
-                      t("s.down", "mlp.shared_experts.down_proj.weight", C, S)),
-    )  # fmt: skip
+        lambda e: (
+            t(f"e{e}.gate", f"mlp.experts.{e}.gate_proj.weight", F, C),
+            t(f"e{e}.up", f"mlp.experts.{e}.up_proj.weight", F, C),
+            t(f"e{e}.down", f"mlp.experts.{e}.down_proj.weight", C, F),
+        ),
+        E,
+        min(k, E),
+        False,
+        greedy=Greedy(groups, cfg.number("routed_scaling_factor", 1.0)),
+        plain_shared=(
+            t("s.gate", "mlp.shared_experts.gate_proj.weight", S, C),
+            t("s.up", "mlp.shared_experts.up_proj.weight", S, C),
+            t("s.down", "mlp.shared_experts.down_proj.weight", C, S),
+        ),
+    )
 
 
 _OWN_EXPERTS: dict[str, Callable[[Config, LayerPlan, Callable[..., Tensor]], Experts | None]] = {
@@ -529,10 +625,12 @@ def head_plan(cfg: Config, family: str, plan: LayerPlan, names: set[str], prefix
     C, V = plan.hidden, plan.embed_tensors[0].shape[0]
     if family in _ENCODERS or family == "distilbert":
         raise InputError(
-            cfg.source, "model_type", f"{family} is an encoder: its checkpoint has no LM head "
-            "predicting a next token", "a decoder checkpoint (for the logits)",
+            cfg.source,
+            "model_type",
+            f"{family} is an encoder: its checkpoint has no LM head predicting a next token",
+            "a decoder checkpoint (for the logits)",
             option="check-logits",
-        )  # fmt: skip
+        )
     if family in _DENSE_B:
         return _dense_b_head(cfg, family, plan, names, prefix)
     norm_t: tuple[str, ...]
@@ -545,8 +643,9 @@ def head_plan(cfg: Config, family: str, plan: LayerPlan, names: set[str], prefix
         norm_t = ("final_layer_norm.weight", "final_layer_norm.bias")
     elif family in _DENSE_A:
         norm = _dense_a_norm(cfg, family)
-        norm, norm_t = (norm, ()) if norm.weight is None else (replace(norm, weight="f.w"),
-                                                               ("norm.weight",))  # fmt: skip
+        norm, norm_t = (
+            (norm, ()) if norm.weight is None else (replace(norm, weight="f.w"), ("norm.weight",))
+        )
     else:
         kind: NormKind = "rms1p" if family in _RMS1P else "rms"
         eps = cfg.number("rms_norm_eps", 1e-5 if family in ("olmo2", "phi3", "gpt_oss") else 1e-6)
@@ -608,8 +707,9 @@ class _LeanReader(ck.Reader):
             arr = self.bf16(path, entry, row, n, name)
         else:
             per_row = math.prod(entry.shape[1:]) * ck.ITEMSIZE[entry.dtype]
-            with gate.open_regular(path, str(path), "a .safetensors file",
-                                   max_bytes=ck.MAX_CHECKPOINT_BYTES) as f:  # fmt: skip
+            with gate.open_regular(
+                path, str(path), "a .safetensors file", max_bytes=ck.MAX_CHECKPOINT_BYTES
+            ) as f:
                 f.seek(entry.begin + row * per_row)
                 buf = bytearray(f.read(n * per_row))
             if len(buf) != n * per_row:
@@ -685,9 +785,17 @@ def _no_map_note(weights: list[FloatArray]) -> list[str]:
 
 
 def _layer(
-    reader: ck.Reader, prefix: str, cfg: Config, family: str, layer: int, x: FloatArray,
-    ids: list[int], out: Walk, max_memory: int | None, whole: bool = True,
-) -> FloatArray | None:  # fmt: skip
+    reader: ck.Reader,
+    prefix: str,
+    cfg: Config,
+    family: str,
+    layer: int,
+    x: FloatArray,
+    ids: list[int],
+    out: Walk,
+    max_memory: int | None,
+    whole: bool = True,
+) -> FloatArray | None:
     """The residual stream leaving ``layer``, from the one entering it (None: only the
     attention weights were asked for, not ``whole``)."""
     plan = plan_layer(cfg, family, layer)
@@ -716,11 +824,13 @@ def _layer(
         leaving = fw.block(x, bp.placement, attention, mlp, norms)
     if not np.isfinite(leaving).all():  # checked here, before the next layer's norm reads it
         raise InputError(
-            cfg.source, f"{cfg.path}num_hidden_layers",
+            cfg.source,
+            f"{cfg.path}num_hidden_layers",
             f"the residual stream leaving layer {layer} is not finite (float64 overflow in its "
             "block: a multiplier such as routed_scaling_factor or residual_multiplier, or a "
-            "weight, too large)", "config values and weights of an ordinary size",
-        )  # fmt: skip
+            "weight, too large)",
+            "config values and weights of an ordinary size",
+        )
     return leaving
 
 
@@ -806,8 +916,10 @@ def _attention(
             "X from the hidden states -", f"X from the text's embeddings{below}"
         )
     keep = ("projected",) if plan.delta is not None else ("softmax", "projected")
-    trace = run(validate(fixture, f"{reader.source} (layer {plan.layer})"),
-                keep=None if hook is not None else keep)  # fmt: skip
+    trace = run(
+        validate(fixture, f"{reader.source} (layer {plan.layer})"),
+        keep=None if hook is not None else keep,
+    )
     if hook is not None:
         hook(plan.layer, trace)
     projected = np.asarray(trace["projected"].data)
@@ -863,9 +975,13 @@ _HEAD_ROWS = 4096  # LM head rows widened at once
 
 
 def _check_block_budget(
-    reader: ck.Reader, prefix: str, plan: LayerPlan, bp: BlockPlan, tokens: int,
+    reader: ck.Reader,
+    prefix: str,
+    plan: LayerPlan,
+    bp: BlockPlan,
+    tokens: int,
     budget: int | None,
-) -> None:  # fmt: skip
+) -> None:
     """Refuse, before the layer is read, a block whose norms and MLP would hold more than
     ``budget`` bytes: its tensors widened to float64 (a mixture: the router, k experts, the
     shared one), the float32 read beside the largest, and the MLP's activations (float64)."""
@@ -886,11 +1002,13 @@ def _check_block_budget(
     if need > limit:
         at = max(range(len(sizes)), key=sizes.__getitem__)
         raise InputError(
-            reader.source, prefix + tensors[at].name,
+            reader.source,
+            prefix + tensors[at].name,
             f"computing layer {plan.layer}'s MLP would need about {format_bytes(need)} of "
             f"memory (its tensors in float64; the largest, {list(tensors[at].shape)})",
-            f"at most {format_bytes(limit)}", option="max-memory",
-        )  # fmt: skip
+            f"at most {format_bytes(limit)}",
+            option="max-memory",
+        )
 
 
 def _expert_tensors(bp: BlockPlan) -> list[Tensor]:
@@ -918,19 +1036,23 @@ def _check_block_tensors(
                 _refuse_mxfp4(source, name)
             if not unused.fullmatch(rest):
                 raise InputError(
-                    source, name, f"a tensor of layer {plan.layer} that the {plan.family} block "
-                    "has no place for", "only the attention's, the norms' and the MLP's",
-                )  # fmt: skip
+                    source,
+                    name,
+                    f"a tensor of layer {plan.layer} that the {plan.family} block has no place for",
+                    "only the attention's, the norms' and the MLP's",
+                )
 
 
 def _refuse_mxfp4(source: str, name: str) -> None:
     """gpt-oss as OpenAI released it: each expert tensor as MXFP4 blocks and scales."""
     if name.endswith(("_proj_blocks", "_proj_scales")):
         raise InputError(
-            source, name, "gpt-oss's experts quantized to MXFP4 (blocks and scales), which the "
-            "forward does not dequantize", "float experts (gate_up_proj, down_proj: a BF16 or "
-            "dequantized copy of the checkpoint)",
-        )  # fmt: skip
+            source,
+            name,
+            "gpt-oss's experts quantized to MXFP4 (blocks and scales), which the "
+            "forward does not dequantize",
+            "float experts (gate_up_proj, down_proj: a BF16 or dequantized copy of the checkpoint)",
+        )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1006,9 +1128,11 @@ def top_tokens(
     tokenizers = ck.require("tokenizers")
     raw = gate.read_bytes(path, str(path), "tokenizer.json", max_bytes=ck.MAX_JSON_BYTES)
     tokenizer = ck.tokenizer_call(
-        path, lambda: tokenizers.Tokenizer.from_str(raw.decode("utf-8", "replace")),
-        "unreadable tokenizer", "a tokenizer.json",
-    )  # fmt: skip
+        path,
+        lambda: tokenizers.Tokenizer.from_str(raw.decode("utf-8", "replace")),
+        "unreadable tokenizer",
+        "a tokenizer.json",
+    )
     last = logits[-1]
     p = np.exp(last - last.max())  # (vocab,) softmax of the last position
     p /= p.sum()

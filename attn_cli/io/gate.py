@@ -283,9 +283,12 @@ class ArrayReader:
         self.count += size
         if self.count > self.max_elements:
             raise InputError(
-                where, field, f"holds {size:,} numbers, too many for one fixture",
-                f"at most {self.max_elements:,}", option="max-elements",
-            )  # fmt: skip
+                where,
+                field,
+                f"holds {size:,} numbers, too many for one fixture",
+                f"at most {self.max_elements:,}",
+                option="max-elements",
+            )
         if dtype.kind == "U":  # 8 million two-letter strings: 64 MiB here, 500 MiB as Python
             self.text_bytes += size * (dtype.itemsize + _STR_OVERHEAD)
             if self.text_bytes > MAX_TEXT_BYTES:
@@ -303,9 +306,11 @@ class ArrayReader:
             raise InputError(where, field, f"has the shape {_shorten(shape)}", "whole sizes >= 0")
         if dtype.hasobject:
             raise InputError(
-                where, field, "holds Python objects (reading them would unpickle)",
+                where,
+                field,
+                "holds Python objects (reading them would unpickle)",
                 "an array of numbers (or booleans)",
-            )  # fmt: skip
+            )
         if dtype.kind not in kinds:
             wanted = "real numbers" + (" or strings" if "U" in kinds else " (or booleans)")
             raise InputError(where, field, f"has dtype {_shorten(dtype)}", wanted)
@@ -370,9 +375,11 @@ def _check_directory(f: IO[bytes], where: str) -> None:
     entries, size = end
     if entries > MAX_MEMBERS or size > MAX_DIRECTORY_BYTES:
         raise InputError(
-            where, "", f"its zip directory lists {entries:,} members in {size:,} bytes",
+            where,
+            "",
+            f"its zip directory lists {entries:,} members in {size:,} bytes",
             f"at most {MAX_MEMBERS:,} arrays (numpy.savez)",
-        )  # fmt: skip
+        )
 
 
 def _end_record(f: IO[bytes]) -> tuple[int, int] | None:

@@ -14,14 +14,35 @@ from attn_cli.core.variant import NewOption, Variant, exact
 from attn_cli.errors import printable
 
 WORDS = (
-    "The", "cat", "sat", "on", "my", "warm", "mat", "and", "then", "slowly",
-    "fell", "fast", "asleep", "near", "an", "open", "window",
-)  # fmt: skip
+    "The",
+    "cat",
+    "sat",
+    "on",
+    "my",
+    "warm",
+    "mat",
+    "and",
+    "then",
+    "slowly",
+    "fell",
+    "fast",
+    "asleep",
+    "near",
+    "an",
+    "open",
+    "window",
+)
 FIXTURE_SUFFIXES = (".yaml", ".yml", ".npz")
 MAX_SEQ = 256
 # cross-attention (X_kv, an encoder's output) is no plug-in: its flag, and its place among theirs
-CROSS = NewOption("cross", int, "Cross-attention: keys and values from X_kv, N encoder tokens.",
-                  metavar="N", min=1, max=MAX_SEQ)  # fmt: skip
+CROSS = NewOption(
+    "cross",
+    int,
+    "Cross-attention: keys and values from X_kv, N encoder tokens.",
+    metavar="N",
+    min=1,
+    max=MAX_SEQ,
+)
 CROSS_RANK = 70
 
 
@@ -124,8 +145,11 @@ def new_fixture(spec: NewFixture, file_name: str = "FILE.yaml") -> str:
         *_x_lines(spec, a),
         *_x_kv_lines(spec, a),
     ]
-    roles = ("queries: what each token looks for", "keys: the labels each token offers",
-             "values: the content each token hands back")  # fmt: skip
+    roles = (
+        "queries: what each token looks for",
+        "keys: the labels each token offers",
+        "values: the content each token hands back",
+    )
     for name, w, role in zip(("W_Q", "W_K", "W_V"), (a.W_Q, a.W_K, a.W_V), roles, strict=True):
         n = spec.heads if name == "W_Q" else kv_heads
         axis = ("heads" if n == spec.heads else "kv_heads") + ("*d_v" if name == "W_V" else "*d_k")
@@ -151,9 +175,12 @@ def new_fixture_npz(spec: NewFixture) -> dict[str, np.ndarray]:
         "name": np.array(_name(spec)),
         "description": np.array(_description(spec, a)),
         "tokens": np.array(a.tokens, dtype=str),
-        "X": a.X, "W_Q": a.W_Q, "W_K": a.W_K, "W_V": a.W_V,
+        "X": a.X,
+        "W_Q": a.W_Q,
+        "W_K": a.W_K,
+        "W_V": a.W_V,
         "heads": np.array(spec.heads),
-    }  # fmt: skip
+    }
     if spec.kv_heads is not None and spec.kv_heads != spec.heads:
         out["kv_heads"] = np.array(spec.kv_heads)
     if a.W_O is not None:
@@ -239,8 +266,9 @@ def _tail_lines(spec: NewFixture, a: NewArrays) -> list[str]:
     lines.append(
         f"# scale omitted: 1/sqrt(d_k) = {1 / math.sqrt(spec.d_k):.6g}; `scale: 1` turns it off."
     )
-    rest = ", ".join(k for k, on in (("kv_heads", kv_heads == spec.heads),
-                                     ("W_O and b_O", a.W_O is None)) if on)  # fmt: skip
+    rest = ", ".join(
+        k for k, on in (("kv_heads", kv_heads == spec.heads), ("W_O and b_O", a.W_O is None)) if on
+    )
     variants = ", ".join(key for key, _ in listed())
     lines.append(
         f"# Optional: {rest + ', ' if rest else ''}mask, bias, lengths, and the variants "
@@ -305,7 +333,10 @@ def _quote(text: str) -> str:
         else:
             code = ord(c)
             out.append(
-                f"\\x{code:02x}" if code < 0x100
-                else f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}"
-            )  # fmt: skip
+                f"\\x{code:02x}"
+                if code < 0x100
+                else f"\\u{code:04x}"
+                if code < 0x10000
+                else f"\\U{code:08x}"
+            )
     return '"' + "".join(out) + '"'

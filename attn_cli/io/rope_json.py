@@ -22,8 +22,21 @@ from attn_cli.io.trace_json import array_text, json_text
 
 ROPE_FORMAT = "attn-rope"
 VERSION = 1
-COLUMNS = ("first", "second", "inv_freq", "wavelength", "over_trained", "band", "mix",
-           "scaled_inv_freq", "divisor", "scaled_wavelength", "angle", "cos", "sin")  # fmt: skip
+COLUMNS = (
+    "first",
+    "second",
+    "inv_freq",
+    "wavelength",
+    "over_trained",
+    "band",
+    "mix",
+    "scaled_inv_freq",
+    "divisor",
+    "scaled_wavelength",
+    "angle",
+    "cos",
+    "sin",
+)
 
 
 def rope_dumps(inputs: Inputs, table: RopeTable) -> str:
@@ -34,15 +47,19 @@ def rope_dumps(inputs: Inputs, table: RopeTable) -> str:
         "version": VERSION,
         "generator": f"attn {__version__}",
         "name": inputs.name,
-        "rope": {"base": rope.base, "layout": rope.layout, "dims": rope.dims,
-                 "scaling": None if rope.scaling is None else rope.scaling.config()},
+        "rope": {
+            "base": rope.base,
+            "layout": rope.layout,
+            "dims": rope.dims,
+            "scaling": None if rope.scaling is None else rope.scaling.config(),
+        },
         "d_k": table.d_k,
         "length": table.length,
         "position": table.position,
         "trained_length": table.trained,
         "base_used": table.base,
         "attention_factor": table.attention,
-    }  # fmt: skip
+    }
     lines = ["{", *mapping(head, 2), '  "pairs": {']
     unknown = {"mix": table.mix, "over_trained": table.over_trained}  # left out when all NaN
     columns = [c for c in COLUMNS if c not in unknown or not all(map(math.isnan, unknown[c]))]

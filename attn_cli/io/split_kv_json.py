@@ -61,12 +61,17 @@ def split_dumps(run: SplitRunLike) -> str:
         base2=result.base2,
         lse_base="2" if result.base2 else "e",
         checks=[
-            {"name": c.name, "max_abs_diff": plain_number(c.max_abs), "ulps": plain_number(c.ulps),
-             "tolerance": c.tolerance, "ok": c.ok}
+            {
+                "name": c.name,
+                "max_abs_diff": plain_number(c.max_abs),
+                "ulps": plain_number(c.ulps),
+                "tolerance": c.tolerance,
+                "ok": c.ok,
+            }
             for c in run.checks
         ],
         mask_value_replaced=run.sentinel,
-    )  # fmt: skip
+    )
     lines = ["{", *mapping(head, 2), '  "chunks": [']
     for n, c in enumerate(result.chunks):
         arrays = {"m": c.m, "l": c.l, "lse": c.lse, "O": c.output}

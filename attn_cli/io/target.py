@@ -88,9 +88,12 @@ def call(
     if worker.is_alive():
         _stop(worker)
         raise ProbeError(
-            source, field, f"did not return within {timeout:g} s (abandoned)",
-            "code that returns in time", option="timeout",
-        )  # fmt: skip
+            source,
+            field,
+            f"did not return within {timeout:g} s (abandoned)",
+            "code that returns in time",
+            option="timeout",
+        )
     return box[0] if box else Outcome(error=Abandoned())
 
 
@@ -109,20 +112,26 @@ def load(target: str, *, timeout: float) -> Callable[..., Any]:
         raise UsageError("", "TARGET", f"got {_shown(target)}", TARGET_FORM)
     attrs = name.split(".")
     if not all(a.isidentifier() for a in attrs):
-        raise UsageError("", "TARGET", f"function name {_shown(name)} is not a Python name",
-                         TARGET_FORM)  # fmt: skip
+        raise UsageError(
+            "", "TARGET", f"function name {_shown(name)} is not a Python name", TARGET_FORM
+        )
     is_file = where.endswith(".py") or "/" in where or os.sep in where
     module = _run_file(Path(where), timeout) if is_file else _import(where, timeout)
     found: Any = module
     for i, attr in enumerate(attrs):
         if not hasattr(found, attr):
             defined = ".".join(attrs[:i]) or where
-            raise InputError(where, name, f"{defined} defines no {attr!r}",
-                             "the name of a function it defines")  # fmt: skip
+            raise InputError(
+                where, name, f"{defined} defines no {attr!r}", "the name of a function it defines"
+            )
         found = getattr(found, attr)
     if not callable(found):
-        raise InputError(where, name, f"is a {type(found).__name__}, not callable",
-                         "an attention function fn(q, k, v, ...)")  # fmt: skip
+        raise InputError(
+            where,
+            name,
+            f"is a {type(found).__name__}, not callable",
+            "an attention function fn(q, k, v, ...)",
+        )
     return found  # type: ignore[no-any-return]
 
 
@@ -137,11 +146,13 @@ def _run_file(path: Path, timeout: float) -> types.ModuleType:
     try:
         code = compile(data, source, "exec", dont_inherit=True)
     except SyntaxError as e:
-        raise InputError(source, f"line {e.lineno}", f"syntax error: {e.msg}",
-                         "a Python file that compiles") from None  # fmt: skip
+        raise InputError(
+            source, f"line {e.lineno}", f"syntax error: {e.msg}", "a Python file that compiles"
+        ) from None
     except (ValueError, UnicodeDecodeError) as e:  # NUL bytes, an undecodable encoding
-        raise InputError(source, "", f"cannot compile: {one_line(e)}",
-                         "a UTF-8 Python file") from None  # fmt: skip
+        raise InputError(
+            source, "", f"cannot compile: {one_line(e)}", "a UTF-8 Python file"
+        ) from None
     stem = path.stem if path.stem.isidentifier() else "_attn_probe_target"
     name = stem if stem not in sys.modules else f"_attn_probe_{stem}"
     module = types.ModuleType(name)
@@ -153,16 +164,18 @@ def _run_file(path: Path, timeout: float) -> types.ModuleType:
     ran = call(exec, (code, module.__dict__), {}, timeout=timeout, source=source)
     if ran.error is not None:
         del sys.modules[name]
-        raise InputError(source, "", f"running it raised {one_line(ran.error)}",
-                         "a file that runs without error") from None  # fmt: skip
+        raise InputError(
+            source, "", f"running it raised {one_line(ran.error)}", "a file that runs without error"
+        ) from None
     return module
 
 
 def _import(name: str, timeout: float) -> types.ModuleType:
     """Import a module by its dotted name, the current folder on the path as ``python -m``."""
     if not all(part.isidentifier() for part in name.split(".")):
-        raise UsageError("", "TARGET", f"module {_shown(name)} is not a dotted Python name",
-                         TARGET_FORM)  # fmt: skip
+        raise UsageError(
+            "", "TARGET", f"module {_shown(name)} is not a dotted Python name", TARGET_FORM
+        )
     if "" not in sys.path and os.getcwd() not in sys.path:
         sys.path.insert(0, os.getcwd())
     got = call(importlib.import_module, (name,), {}, timeout=timeout, source=name)
@@ -172,7 +185,11 @@ def _import(name: str, timeout: float) -> types.ModuleType:
             name, "", "no such module", "a module importable from the current folder or the venv"
         ) from None
     if got.error is not None:
-        raise InputError(name, "", f"importing it raised {one_line(got.error)}",
-                         "a module that imports without error") from None  # fmt: skip
+        raise InputError(
+            name,
+            "",
+            f"importing it raised {one_line(got.error)}",
+            "a module that imports without error",
+        ) from None
     module: types.ModuleType = got.value
     return module

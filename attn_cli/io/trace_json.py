@@ -304,9 +304,11 @@ def stages_from_json(obj: Any, source: str) -> dict[str, FloatArray]:
         shape = stage.get("shape")
         if shape is not None and shape != list(arr.shape):
             raise InputError(
-                source, f"{field}.shape", f"is {shape} but the data has shape {list(arr.shape)}",
+                source,
+                f"{field}.shape",
+                f"is {shape} but the data has shape {list(arr.shape)}",
                 "the shape of the data",
-            )  # fmt: skip
+            )
         out[name] = arr
     return out
 

@@ -36,17 +36,37 @@ def _hides(variant: Variant) -> bool:
 
 _OWN_KEYS = tuple(v.name for v in _own_keys())
 KNOWN_KEYS = (
-    "name", "description", "tokens", "key_tokens",
-    "X", "W_Q", "W_K", "W_V", "b_Q", "b_K", "b_V",
-    "Q", "K", "V",
-    "heads", "kv_heads", "W_O", "b_O",
-    "scale", *_OWN_KEYS,
+    "name",
+    "description",
+    "tokens",
+    "key_tokens",
+    "X",
+    "W_Q",
+    "W_K",
+    "W_V",
+    "b_Q",
+    "b_K",
+    "b_V",
+    "Q",
+    "K",
+    "V",
+    "heads",
+    "kv_heads",
+    "W_O",
+    "b_O",
+    "scale",
+    *_OWN_KEYS,
     "expected",
-    "X_kv", "positions", "key_positions",
-    *(v.name for v in sorted(REGISTRY.values(), key=lambda v: v.key_order)
-      if v.name not in _OWN_KEYS),
+    "X_kv",
+    "positions",
+    "key_positions",
+    *(
+        v.name
+        for v in sorted(REGISTRY.values(), key=lambda v: v.key_order)
+        if v.name not in _OWN_KEYS
+    ),
     "grad",
-)  # fmt: skip
+)
 
 
 class _Checker:
@@ -79,9 +99,11 @@ class _Checker:
             self.count += len(value)
             if self.count > self.max_elements:
                 raise self.error(
-                    name, "the fixture holds too many numbers",
-                    f"at most {self.max_elements:,}", "max-elements",
-                )  # fmt: skip
+                    name,
+                    "the fixture holds too many numbers",
+                    f"at most {self.max_elements:,}",
+                    "max-elements",
+                )
             for i, x in enumerate(value):
                 if isinstance(x, list):
                     raise self.error(f"{name}[{i}]", "got a list", f"{leaf_doc} like {name}[0]")
@@ -94,9 +116,10 @@ class _Checker:
                 raise self.error(f"{name}[{i}]", f"got {_describe(row)}", f"a list like {name}[0]")
             if len(row) != first[0]:
                 raise self.error(
-                    f"{name}[{i}]", f"row has {len(row)} entries",
+                    f"{name}[{i}]",
+                    f"row has {len(row)} entries",
                     f"{first[0]} like {name}[0] (rows must all be the same length)",
-                )  # fmt: skip
+                )
             sub = self.shape_of(row, f"{name}[{i}]", leaf_ok, leaf_doc, depth + 1)
             if sub != first:
                 raise self.error(
@@ -105,9 +128,15 @@ class _Checker:
         return (len(value), *first)
 
     def floats(
-        self, obj: Mapping[str, Any], key: str, ndims: Sequence[int], shape_doc: str,
-        *, allow: Sequence[str] = (), name: str | None = None,
-    ) -> FloatArray:  # fmt: skip
+        self,
+        obj: Mapping[str, Any],
+        key: str,
+        ndims: Sequence[int],
+        shape_doc: str,
+        *,
+        allow: Sequence[str] = (),
+        name: str | None = None,
+    ) -> FloatArray:
         """A float array with one of ``ndims`` axes; finite unless ``allow`` names specials."""
         value = obj[key]
         key = name or key
@@ -126,9 +155,10 @@ class _Checker:
             arr = np.array(value, dtype=np.float64)
         except OverflowError:  # an integer beyond float64, such as 0x followed by 290 f's
             raise self.error(
-                f"{key}{_first_overflow(value) or ''}", "is an integer beyond the range of float64",
+                f"{key}{_first_overflow(value) or ''}",
+                "is an integer beyond the range of float64",
                 "a finite number (at most about 1.8e308)",
-            ) from None  # fmt: skip
+            ) from None
         if not allow:
             self.require_finite(key, arr)
         return arr
@@ -143,9 +173,11 @@ class _Checker:
         self.count += value.size
         if self.count > self.max_elements:
             raise self.error(
-                key, "the fixture holds too many numbers",
-                f"at most {self.max_elements:,}", "max-elements",
-            )  # fmt: skip
+                key,
+                "the fixture holds too many numbers",
+                f"at most {self.max_elements:,}",
+                "max-elements",
+            )
         if value.ndim not in ndims:
             raise self.error(key, f"has {value.ndim} axes (shape {list(value.shape)})", shape_doc)
         arr: FloatArray = np.asarray(value, dtype=np.float64).view()  # no copy if float64
@@ -238,9 +270,23 @@ def _numeric_array(value: Any) -> bool:
 
 # Keys whose numbers become float arrays: a NumPy array there is checked, not walked.
 _FLOAT_KEYS = (
-    "X", "W_Q", "W_K", "W_V", "b_Q", "b_K", "b_V", "Q", "K", "V", "W_O", "b_O", *_OWN_KEYS,
-    "X_kv", *(v.name for v in REGISTRY.values() if "" in v.array_parts), "grad",
-)  # fmt: skip
+    "X",
+    "W_Q",
+    "W_K",
+    "W_V",
+    "b_Q",
+    "b_K",
+    "b_V",
+    "Q",
+    "K",
+    "V",
+    "W_O",
+    "b_O",
+    *_OWN_KEYS,
+    "X_kv",
+    *(v.name for v in REGISTRY.values() if "" in v.array_parts),
+    "grad",
+)
 
 
 def _suggest(key: str, choices: Sequence[str]) -> str:
@@ -303,8 +349,12 @@ def _exclusive(obj: Mapping[str, Any], source: str) -> None:
         if v.excludes_why and obj.get(v.name) not in (None, False):
             for other in v.excludes:
                 if obj.get(other) not in (None, False):
-                    raise InputError(source, other, f"given with {v.name}",
-                                     f"{v.name} without {other} ({v.excludes_why})")  # fmt: skip
+                    raise InputError(
+                        source,
+                        other,
+                        f"given with {v.name}",
+                        f"{v.name} without {other} ({v.excludes_why})",
+                    )
 
 
 def _plugged() -> tuple[str, ...]:
@@ -327,9 +377,11 @@ def _known_keys(obj: Any, source: str) -> dict[str, Any]:
         if key not in KNOWN_KEYS and key not in _plugged():
             known = tuple(dict.fromkeys((*KNOWN_KEYS, *_plugged())))
             raise InputError(
-                source, _field(key), f"unknown key{_suggest(key, known)}",
+                source,
+                _field(key),
+                f"unknown key{_suggest(key, known)}",
                 "one of " + ", ".join(known),
-            )  # fmt: skip
+            )
     return {
         k: v if k in _FLOAT_KEYS and _numeric_array(v) else _plain(v)
         for k, v in obj.items()
@@ -343,18 +395,20 @@ def _mode(c: _Checker, obj: Mapping[str, Any]) -> str:
     direct = [k for k in ("Q", "K", "V") if k in obj]
     if projection and direct:
         raise c.error(
-            direct[0], f"both modes at once ({', '.join(projection)} and {', '.join(direct)})",
+            direct[0],
+            f"both modes at once ({', '.join(projection)} and {', '.join(direct)})",
             "either X with W_Q, W_K, W_V (projection mode) or Q, K, V (direct mode)",
-        )  # fmt: skip
+        )
     if not projection and not direct:
         raise c.error(
             "", "no inputs", "X with W_Q, W_K, W_V (projection mode) or Q, K, V (direct mode)"
         )
     if direct and "X_kv" in obj:
         raise c.error(
-            "X_kv", "given in direct mode (Q, K, V)",
+            "X_kv",
+            "given in direct mode (Q, K, V)",
             "X_kv only with X, W_Q, W_K, W_V (projection mode): K and V come from X_kv",
-        )  # fmt: skip
+        )
     return "projection" if projection else "direct"
 
 
@@ -417,9 +471,10 @@ def _require_unicode(c: _Checker, field: str, text: str) -> None:
         text.encode("utf-8")
     except UnicodeEncodeError as e:
         raise c.error(
-            field, f"holds a lone surrogate {text[e.start]!a} at character {e.start}",
+            field,
+            f"holds a lone surrogate {text[e.start]!a} at character {e.start}",
             "text that is valid Unicode",
-        ) from None  # fmt: skip
+        ) from None
 
 
 def _positive_int(c: _Checker, obj: Mapping[str, Any], key: str) -> int | None:
@@ -443,9 +498,10 @@ def _vector(c: _Checker, obj: Mapping[str, Any], key: str, size: int, what: str)
 def _split(c: _Checker, key: str, width: int, n: int, n_name: str) -> int:
     if width % n:
         raise c.error(
-            key, f"has {width} columns, not divisible by {n_name} = {n}",
+            key,
+            f"has {width} columns, not divisible by {n_name} = {n}",
             f"a multiple of {n_name} (each head owns a contiguous block of columns)",
-        )  # fmt: skip
+        )
     return width // n
 
 
@@ -477,9 +533,10 @@ def _projection(
     d_k_kv = _split(c, "W_K", W["W_K"].shape[1], Hkv, "kv_heads")
     if d_k_kv != d_k:
         raise c.error(
-            "W_K", f"has {W['W_K'].shape[1]} columns (d_k = {d_k_kv} per head)",
+            "W_K",
+            f"has {W['W_K'].shape[1]} columns (d_k = {d_k_kv} per head)",
             f"kv_heads*d_k = {Hkv}*{d_k} = {Hkv * d_k} columns, matching W_Q",
-        )  # fmt: skip
+        )
     d_v = _split(c, "W_V", W["W_V"].shape[1], Hkv, "kv_heads")
     out: dict[str, Any] = {"X": X, **W}
     for key, w_key in (("b_Q", "W_Q"), ("b_K", "W_K"), ("b_V", "W_V")):
@@ -488,10 +545,15 @@ def _projection(
     if X_kv is not None:
         out["X_kv"] = X_kv
     out.update(
-        has_batch=has_batch, batch=X.shape[0], seq_q=X.shape[1],
+        has_batch=has_batch,
+        batch=X.shape[0],
+        seq_q=X.shape[1],
         seq_k=X.shape[1] if X_kv is None else X_kv.shape[1],
-        heads=H, kv_heads=Hkv, d_k=d_k, d_v=d_v,
-    )  # fmt: skip
+        heads=H,
+        kv_heads=Hkv,
+        d_k=d_k,
+        d_v=d_v,
+    )
     return out
 
 
@@ -507,8 +569,12 @@ def _latent(
     others = [k for k in (*_ARRAYS, *v.excludes) if k in obj and k != "X"]
     if others or (kv_heads is not None and kv_heads != heads):
         got = others[0] if others else "kv_heads"
-        raise c.error(got, f"given with {v.name}", f"X and {v.name} alone ({v.name} makes Q, K "
-                      "and V from X; every head reads the one latent)")  # fmt: skip
+        raise c.error(
+            got,
+            f"given with {v.name}",
+            f"X and {v.name} alone ({v.name} makes Q, K "
+            "and V from X; every head reads the one latent)",
+        )
     if "X" not in obj:
         raise c.error("X", "missing", f"X with {v.name} ({v.name} projects from X)")
     X = c.floats(obj, "X", (2, 3), "shape [seq, d_model] or [batch, seq, d_model]")
@@ -516,8 +582,9 @@ def _latent(
     X = X if has_batch else X[None]  # (batch, seq, d_model)
     H, (B, T, d_model) = heads or 1, X.shape
     sizes = dict(heads=H, kv_heads=H, d_k=0, d_v=0, batch=B, seq_q=T, seq_k=T)
-    value = v.parse(obj[v.name], _Key(c, v.name, **sizes, has_batch=has_batch, settings={},
-                                      d_model=d_model))  # fmt: skip
+    value = v.parse(
+        obj[v.name], _Key(c, v.name, **sizes, has_batch=has_batch, settings={}, d_model=d_model)
+    )
     d_k, d_v = v.latent_sizes(value, H)
     return {"X": X, v.name: value, "has_batch": has_batch, **sizes, "d_k": d_k, "d_v": d_v}
 
@@ -538,9 +605,10 @@ def _x_kv(c: _Checker, obj: Mapping[str, Any], X: FloatArray, has_batch: bool) -
 def _check_groups(c: _Checker, heads: int, kv_heads: int) -> None:
     if heads % kv_heads:
         raise c.error(
-            "kv_heads", f"is {kv_heads}, which does not divide heads = {heads}",
+            "kv_heads",
+            f"is {kv_heads}, which does not divide heads = {heads}",
             "a divisor of heads (grouped-query attention)",
-        )  # fmt: skip
+        )
 
 
 def _direct(
@@ -562,9 +630,10 @@ def _direct(
         for key, given, actual in (("heads", heads, H), ("kv_heads", kv_heads, Hkv)):
             if given is not None and given != actual:
                 raise c.error(
-                    key, f"is {given} but the arrays have {actual} on their head axis",
+                    key,
+                    f"is {given} but the arrays have {actual} on their head axis",
                     f"{actual}, or omit it (4-axis arrays carry their heads)",
-                )  # fmt: skip
+                )
         if V.shape[1] != Hkv:
             raise c.error("V", f"has {V.shape[1]} heads", f"as many as K ({Hkv})")
         _check_groups(c, H, Hkv)
@@ -590,10 +659,18 @@ def _direct(
     if v.shape[2] != k.shape[2]:
         raise c.error("V", f"has {v.shape[2]} positions", f"seq_k = {k.shape[2]} as in K")
     return {
-        "Q": np.ascontiguousarray(q), "K": np.ascontiguousarray(k), "V": np.ascontiguousarray(v),
-        "has_batch": has_batch, "batch": q.shape[0], "seq_q": q.shape[2], "seq_k": k.shape[2],
-        "heads": q.shape[1], "kv_heads": k.shape[1], "d_k": q.shape[3], "d_v": v.shape[3],
-    }  # fmt: skip
+        "Q": np.ascontiguousarray(q),
+        "K": np.ascontiguousarray(k),
+        "V": np.ascontiguousarray(v),
+        "has_batch": has_batch,
+        "batch": q.shape[0],
+        "seq_q": q.shape[2],
+        "seq_k": k.shape[2],
+        "heads": q.shape[1],
+        "kv_heads": k.shape[1],
+        "d_k": q.shape[3],
+        "d_v": v.shape[3],
+    }
 
 
 def _tokens(
@@ -624,15 +701,20 @@ def _expected(c: _Checker, obj: Mapping[str, Any]) -> dict[str, FloatArray]:
     for stage, arr in value.items():
         if stage not in STAGE_NAMES:
             raise c.error(
-                f"expected.{_field(stage)}", f"unknown stage{_suggest(str(stage), STAGE_NAMES)}",
+                f"expected.{_field(stage)}",
+                f"unknown stage{_suggest(str(stage), STAGE_NAMES)}",
                 "one of " + ", ".join(STAGE_NAMES),
-            )  # fmt: skip
+            )
         if arr is None:
             continue
         out[stage] = c.floats(
-            value, stage, (1, 2, 3, 4), "an array of 1 to 4 axes in the JSON trace layout",
-            allow=("-inf", "inf", "nan"), name=f"expected.{stage}",
-        )  # fmt: skip
+            value,
+            stage,
+            (1, 2, 3, 4),
+            "an array of 1 to 4 axes in the JSON trace layout",
+            allow=("-inf", "inf", "nan"),
+            name=f"expected.{stage}",
+        )
     return out
 
 
@@ -701,20 +783,24 @@ class _Key(NamedTuple):
 
 
 def _parse(
-    c: _Checker, obj: Mapping[str, Any], arrays: Mapping[str, Any], variants: list[Variant],
+    c: _Checker,
+    obj: Mapping[str, Any],
+    arrays: Mapping[str, Any],
+    variants: list[Variant],
     before: Mapping[str, Any],
-) -> dict[str, Any]:  # fmt: skip
+) -> dict[str, Any]:
     """The settings the fixture gives of ``variants``, each parsed by its variant in turn,
     checked against the sizes and the settings parsed ``before``."""
     sizes = {k: arrays[k] for k in ("heads", "kv_heads", "d_k", "d_v", "batch", "seq_q", "seq_k")}
     X = arrays.get("X")
     sizes["d_model"] = None if X is None else int(X.shape[-1])
     return {
-        v.name: v.parse(obj[v.name], _Key(c, v.name, **sizes, has_batch=arrays["has_batch"],
-                                          settings=before))
+        v.name: v.parse(
+            obj[v.name], _Key(c, v.name, **sizes, has_batch=arrays["has_batch"], settings=before)
+        )
         for v in variants
         if v.name in obj
-    }  # fmt: skip
+    }
 
 
 def _variants(
@@ -741,10 +827,11 @@ def _variants(
     causal = hiding.get("causal")
     if given and causal is None and all(out.get(v.name) is None for v in readers):
         raise c.error(
-            given[0], "given but nothing reads positions",
+            given[0],
+            "given but nothing reads positions",
             f"{', '.join(v.name for v in readers)} or causal alongside it (positions only "
             "place tokens for them)",
-        )  # fmt: skip
+        )
     return {**positions, **out}
 
 

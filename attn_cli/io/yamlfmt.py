@@ -40,9 +40,11 @@ def _yaml_loader(source: str, max_elements: int) -> Any:
             digits = len(node.value.lstrip("+-").replace("_", ""))
             if digits > MAX_INT_DIGITS:
                 raise InputError(
-                    source, f"line {node.start_mark.line + 1}", f"an integer with {digits} digits",
+                    source,
+                    f"line {node.start_mark.line + 1}",
+                    f"an integer with {digits} digits",
                     f"at most {MAX_INT_DIGITS} digits",
-                )  # fmt: skip
+                )
             return super().construct_yaml_int(node)
 
     Loader.add_constructor("tag:yaml.org,2002:int", Loader.construct_yaml_int)
@@ -77,10 +79,11 @@ def _yaml_size(root: Any, source: str) -> tuple[int, int]:
             return memo[key]
         if key in open_nodes:
             raise InputError(
-                source, f"line {node.start_mark.line + 1}",
+                source,
+                f"line {node.start_mark.line + 1}",
                 "an alias refers to a list or mapping that contains it (a recursive alias)",
                 "aliases to finished values only",
-            )  # fmt: skip
+            )
         if depth > MAX_YAML_DEPTH:
             raise RecursionError
         value = node.value
@@ -124,9 +127,11 @@ def parse_yaml(text: str, source: str, max_elements: int) -> Any:
         if tag:  # !!python/object/apply:os.system and friends: named, refused, never run
             shown = tag.group(1).replace("tag:yaml.org,2002:", "!!")
             raise InputError(
-                source, where, f"the YAML tag {shown} is not allowed (tags are refused, never run)",
+                source,
+                where,
+                f"the YAML tag {shown} is not allowed (tags are refused, never run)",
                 "plain YAML data: mappings, lists, strings, numbers, booleans and null",
-            ) from None  # fmt: skip
+            ) from None
         problem = ", ".join(" ".join(p.split()) for p in (e.context, e.problem) if p)
         raise InputError(source, where, f"invalid YAML ({problem})", "plain YAML data") from None
     except yaml.reader.ReaderError as e:  # a character YAML does not allow, before parsing
@@ -134,9 +139,11 @@ def parse_yaml(text: str, source: str, max_elements: int) -> Any:
         where = f"line {before.count(chr(10)) + 1} column {len(before) - before.rfind(chr(10))}"
         char = e.character if isinstance(e.character, str) else chr(e.character)
         raise InputError(
-            source, where, f"invalid YAML (the character {ord(char):#06x} is not allowed)",
+            source,
+            where,
+            f"invalid YAML (the character {ord(char):#06x} is not allowed)",
             "plain YAML text without control characters",
-        ) from None  # fmt: skip
+        ) from None
     except yaml.YAMLError as e:
         problem = " ".join(str(e).split())
         raise InputError(source, "", f"invalid YAML ({problem})", "plain YAML data") from None
@@ -158,18 +165,21 @@ def _check_aliases(written: int, expanded: int, source: str, max_elements: int) 
         return
     if limit == cap:  # the element limit itself: the CLI names its flag
         raise InputError(
-            source, "",
+            source,
+            "",
             f"the document expands to too many values (YAML aliases turn {written:,} values "
             f"written into {expanded:,})",
-            f"at most {limit:,} values once aliases are expanded", option="max-elements",
-        )  # fmt: skip
+            f"at most {limit:,} values once aliases are expanded",
+            option="max-elements",
+        )
     if limit == ALIAS_FREE:
         why = "aliases may repeat parts of a fixture, not multiply it"
     else:
         why = f"{ALIAS_FACTOR} times the values written"
     raise InputError(
-        source, "",
+        source,
+        "",
         f"the document expands to too many values (YAML aliases turn {written:,} values "
         f"written into {expanded:,})",
         f"at most {limit:,} values once aliases are expanded ({why})",
-    )  # fmt: skip
+    )

@@ -145,19 +145,24 @@ def render_batch(run: BatchRun, options: RenderOptions | None = None) -> Group:
     """The whole batch: the sequences, every step (the middle ones elided), the checks."""
     o = options or RenderOptions()
     return run_sections(
-        len(run.result.steps), o, lambda: render_overview(run, o),
-        lambda k: render_step(run, k, o), lambda: render_checks(run, o),
+        len(run.result.steps),
+        o,
+        lambda: render_overview(run, o),
+        lambda k: render_step(run, k, o),
+        lambda: render_checks(run, o),
         lambda n: _t(o.lang, "more_steps", n=n),
-    )  # fmt: skip
+    )
 
 
 def batch_pages(run: BatchRun, options: RenderOptions | None = None) -> Iterator[RenderableType]:
     """Step mode's pages: the sequences, every step, the checks."""
     o = options or RenderOptions()
     yield from run_pages(
-        len(run.result.steps), lambda: render_overview(run, o),
-        lambda k: render_step(run, k, o), lambda: render_checks(run, o),
-    )  # fmt: skip
+        len(run.result.steps),
+        lambda: render_overview(run, o),
+        lambda k: render_step(run, k, o),
+        lambda: render_checks(run, o),
+    )
 
 
 def batch_titles(run: BatchRun, lang: Lang) -> list[str]:
@@ -173,8 +178,10 @@ def render_overview(run: BatchRun, options: RenderOptions) -> Group:
     how = _t(lang, "chunked", c=chunk) if chunk else _t(lang, "whole")
     heads = ("col_index", "col_seq", "col_tokens", "col_arrive", "col_prefill", "col_leaves")
     columns = [(_t(lang, h), "left" if n == 1 else "right") for n, h in enumerate(heads)]
-    rows = [[str(j), safe(m.name), str(m.tokens), str(m.arrive), str(m.prefill),
-             str(m.leaves - 1)] for j, m in enumerate(members)]  # fmt: skip
+    rows = [
+        [str(j), safe(m.name), str(m.tokens), str(m.arrive), str(m.prefill), str(m.leaves - 1)]
+        for j, m in enumerate(members)
+    ]
     parts: list[RenderableType] = [
         render_header(run.traces[0], lang),
         Heading(Text(_t(lang, "title"), style="bold cyan"), align="left", style="cyan"),
@@ -202,8 +209,18 @@ def pool_lines(run: BatchRun, lang: Lang, explained: bool = False) -> list[Rende
         lines.append(Line(_t(lang, "pool_window", w=window)))
     if run.result.share:
         lines.append(Line(_t(lang, "pool_shared", b=b)))
-    lines.append(Line(_t(lang, "pool_cost", m=run.result.peak, bytes=held, tokens=tokens,
-                         contig=f"{tokens * per_token:,}")))  # fmt: skip
+    lines.append(
+        Line(
+            _t(
+                lang,
+                "pool_cost",
+                m=run.result.peak,
+                bytes=held,
+                tokens=tokens,
+                contig=f"{tokens * per_token:,}",
+            )
+        )
+    )
     if explained and run.result.share:
         lines += [render_explanation(explain(run, k, lang)) for k in ("prefix", "cow")]
     return lines
@@ -224,8 +241,10 @@ def page_lines(run: BatchRun, k: int, lang: Lang) -> list[str]:
     refs = ", ".join(f"{p} ×{n}" for p, n in pages.refcounts) or "—"
     lines = [_t(lang, "tables", tables=tables), _t(lang, "refs", refs=refs)]
     lines += [_t(lang, "shared", name=safe(names[j]), block=b, page=p) for j, b, p in pages.shared]
-    lines += [_t(lang, "copied", name=safe(names[j]), block=b, page=p, new=q)
-              for j, b, p, q in pages.copied]  # fmt: skip
+    lines += [
+        _t(lang, "copied", name=safe(names[j]), block=b, page=p, new=q)
+        for j, b, p, q in pages.copied
+    ]
     if pages.allocated:
         lines.append(_t(lang, "taken", pages=", ".join(map(str, pages.allocated))))
     if pages.freed:
@@ -250,8 +269,16 @@ def render_step(run: BatchRun, k: int, options: RenderOptions) -> Group:
     heads = ("col_row", "col_index", "col_seq", "col_token", "col_pos")
     columns = [(_t(lang, h), "left" if n in (2, 3) else "right") for n, h in enumerate(heads)]
     members = run.result.members
-    rows = [[str(r), str(j), safe(names[j]), safe(run.traces[j].query_labels[t]),
-             str(int(members[j].positions[t]))] for r, (j, t) in enumerate(step.rows)]  # fmt: skip
+    rows = [
+        [
+            str(r),
+            str(j),
+            safe(names[j]),
+            safe(run.traces[j].query_labels[t]),
+            str(int(members[j].positions[t])),
+        ]
+        for r, (j, t) in enumerate(step.rows)
+    ]
     parts.append(Listing(Text(_t(lang, "rows_title"), style="bold"), columns, rows))
     row_labels = [safe(run.label(j, t)) for j, t in step.rows]
     key_labels = [safe(run.label(j, t)) for j, t in step.keys]
@@ -260,12 +287,14 @@ def render_step(run: BatchRun, k: int, options: RenderOptions) -> Group:
     if options.explain:
         parts.append(render_explanation(explain(run, "mask", lang)))
     for h in range(step.softmax.shape[0]):
-        parts += titled_matrix(_t(lang, "softmax_title", h=h), step.softmax[h], row_labels,
-                               key_labels, "", options)  # fmt: skip
+        parts += titled_matrix(
+            _t(lang, "softmax_title", h=h), step.softmax[h], row_labels, key_labels, "", options
+        )
     d_v = [str(i) for i in range(step.output.shape[-1])]
     for h in range(step.output.shape[0]):
-        parts += titled_matrix(_t(lang, "output_title", h=h), step.output[h], row_labels, d_v,
-                               "", options)  # fmt: skip
+        parts += titled_matrix(
+            _t(lang, "output_title", h=h), step.output[h], row_labels, d_v, "", options
+        )
     for j in step.present:
         parts.append(_check_line(run, j, [t for i, t in step.rows if i == j], lang))
     if options.explain:
@@ -281,8 +310,15 @@ def _check_line(run: BatchRun, j: int, tokens: list[int], lang: Lang) -> Line:
     solo = max(run.solo[j][t] for t in tokens)
     full = max(run.full[j][t] for t in tokens)
     ok = max(solo, full) <= run.tolerance
-    text = _t(lang, "check", name=safe(run.names[j]), solo=f"{solo:.3e}", full=f"{full:.3e}",
-              m1=_mark(solo <= run.tolerance), m2=_mark(full <= run.tolerance))  # fmt: skip
+    text = _t(
+        lang,
+        "check",
+        name=safe(run.names[j]),
+        solo=f"{solo:.3e}",
+        full=f"{full:.3e}",
+        m1=_mark(solo <= run.tolerance),
+        m2=_mark(full <= run.tolerance),
+    )
     return Line(text, style="green" if ok else "bold red")
 
 
@@ -308,76 +344,99 @@ def render_checks(run: BatchRun, options: RenderOptions) -> Group:
 
 _EXPLAIN: dict[str, dict[Lang, tuple[str, str]]] = {  # key -> lang -> (formula, meaning)
     "packed": {
-        "en": ("Q_packed = [rows of sequence 0; rows of sequence 1; ...]",
-               "A serving engine does not wait for every request to finish before taking new "
-               "ones (continuous batching, as vLLM, SGLang and TensorRT-LLM do): at each step it "
-               "packs the query rows of every sequence present, a whole prompt for one that "
-               "joins (its prefill) and one row for each that is generating, with no padding. "
-               "One product then computes the scores of every packed row against every packed "
-               "key."),
-        "zh": ("Q_packed = [序列 0 的各行; 序列 1 的各行; ...]",
-               "推理服务引擎不会等所有请求都结束才接收新的请求（连续批处理，vLLM、SGLang、"
-               "TensorRT-LLM 都这样做）：每一步把当前所有序列的查询行打包在一起，刚加入的序列"
-               "带上整段提示词（预填充），正在生成的序列各一行，不做填充。然后一次矩阵乘法"
-               "算出每个打包行对每个打包键的分数。"),
+        "en": (
+            "Q_packed = [rows of sequence 0; rows of sequence 1; ...]",
+            "A serving engine does not wait for every request to finish before taking new "
+            "ones (continuous batching, as vLLM, SGLang and TensorRT-LLM do): at each step it "
+            "packs the query rows of every sequence present, a whole prompt for one that "
+            "joins (its prefill) and one row for each that is generating, with no padding. "
+            "One product then computes the scores of every packed row against every packed "
+            "key.",
+        ),
+        "zh": (
+            "Q_packed = [序列 0 的各行; 序列 1 的各行; ...]",
+            "推理服务引擎不会等所有请求都结束才接收新的请求（连续批处理，vLLM、SGLang、"
+            "TensorRT-LLM 都这样做）：每一步把当前所有序列的查询行打包在一起，刚加入的序列"
+            "带上整段提示词（预填充），正在生成的序列各一行，不做填充。然后一次矩阵乘法"
+            "算出每个打包行对每个打包键的分数。",
+        ),
     },
     "cu_seqlens": {
-        "en": ("cu_seqlens = [0, n_0, n_0 + n_1, ...]",
-               "The cumulative lengths say where each sequence's rows (cu_seqlens_q) and keys "
-               "(cu_seqlens_k) start in the pack: rows cu_seqlens_q[i] to cu_seqlens_q[i + 1] "
-               "belong to sequence i, as FlashAttention's varlen functions take them."),
-        "zh": ("cu_seqlens = [0, n_0, n_0 + n_1, ...]",
-               "累计长度给出每个序列的查询行（cu_seqlens_q）和键（cu_seqlens_k）在打包中从哪里"
-               "开始：第 cu_seqlens_q[i] 到 cu_seqlens_q[i + 1] 行属于序列 i，"
-               "与 FlashAttention 的变长函数的参数相同。"),
+        "en": (
+            "cu_seqlens = [0, n_0, n_0 + n_1, ...]",
+            "The cumulative lengths say where each sequence's rows (cu_seqlens_q) and keys "
+            "(cu_seqlens_k) start in the pack: rows cu_seqlens_q[i] to cu_seqlens_q[i + 1] "
+            "belong to sequence i, as FlashAttention's varlen functions take them.",
+        ),
+        "zh": (
+            "cu_seqlens = [0, n_0, n_0 + n_1, ...]",
+            "累计长度给出每个序列的查询行（cu_seqlens_q）和键（cu_seqlens_k）在打包中从哪里"
+            "开始：第 cu_seqlens_q[i] 到 cu_seqlens_q[i + 1] 行属于序列 i，"
+            "与 FlashAttention 的变长函数的参数相同。",
+        ),
     },
     "mask": {
-        "en": ("mask[r, c] = 0 if row r and key c are of the same sequence and c may be seen, "
-               "else −∞",
-               "Each sequence's causal mask (and its window) sits on the diagonal; everything "
-               "between two sequences is −∞, so no row ever attends to another request's keys. "
-               "A single causal mask over the packed rows would leak: a row would see the keys "
-               "of every sequence packed before it."),
-        "zh": ("mask[r, c] = 0，若第 r 行与键 c 属于同一序列且该键可以看；否则为 −∞",
-               "每个序列自己的因果遮盖（以及窗口）位于对角线上；两个序列之间全是 −∞，"
-               "所以任何一行都不会看到另一个请求的键。如果对打包后的所有行只用一个因果遮盖，"
-               "就会泄漏：一行会看到排在它前面的所有序列的键。"),
+        "en": (
+            "mask[r, c] = 0 if row r and key c are of the same sequence and c may be seen, else −∞",
+            "Each sequence's causal mask (and its window) sits on the diagonal; everything "
+            "between two sequences is −∞, so no row ever attends to another request's keys. "
+            "A single causal mask over the packed rows would leak: a row would see the keys "
+            "of every sequence packed before it.",
+        ),
+        "zh": (
+            "mask[r, c] = 0，若第 r 行与键 c 属于同一序列且该键可以看；否则为 −∞",
+            "每个序列自己的因果遮盖（以及窗口）位于对角线上；两个序列之间全是 −∞，"
+            "所以任何一行都不会看到另一个请求的键。如果对打包后的所有行只用一个因果遮盖，"
+            "就会泄漏：一行会看到排在它前面的所有序列的键。",
+        ),
     },
     "check": {
-        "en": ("max |batch row − the same token decoded alone| ≤ 1e-12",
-               "Batching changes which rows share a product, not the numbers: every row of "
-               "every sequence must equal its own decode (attn decode of that fixture alone) "
-               "and the full attention's row."),
-        "zh": ("max |批处理中的一行 − 同一个词单独解码的结果| ≤ 1e-12",
-               "批处理只改变哪些行一起做矩阵乘法，不改变数值：每个序列的每一行都必须等于它的"
-               "单独解码（只对该配置文件做 attn decode）以及完整注意力的对应行。"),
+        "en": (
+            "max |batch row − the same token decoded alone| ≤ 1e-12",
+            "Batching changes which rows share a product, not the numbers: every row of "
+            "every sequence must equal its own decode (attn decode of that fixture alone) "
+            "and the full attention's row.",
+        ),
+        "zh": (
+            "max |批处理中的一行 − 同一个词单独解码的结果| ≤ 1e-12",
+            "批处理只改变哪些行一起做矩阵乘法，不改变数值：每个序列的每一行都必须等于它的"
+            "单独解码（只对该配置文件做 attn decode）以及完整注意力的对应行。",
+        ),
     },
     "prefix": {
-        "en": ("block_table[b] = a page that already holds the prompt's block b (refcount + 1)",
-               "Requests often start with the same prompt (a system prompt, a shared document). "
-               "Their keys and values are the same numbers, so a serving engine keeps them once: "
-               "a joining sequence's block table points at the pages that already hold its "
-               "prompt, and each page counts the sequences holding it. Only whole pages are "
-               "shared, as vLLM's prefix caching does: a page is matched when it is full and "
-               "its rows equal the prompt's, block by block from the first."),
-        "zh": ("块表[b] = 已经存有提示词第 b 块的页（引用计数 + 1）",
-               "很多请求以同样的提示词开头（系统提示词、共同的文档）。它们的键和值是同样的数，"
-               "所以推理服务引擎只存一份：新加入序列的块表直接指向已经存有它提示词的页，"
-               "每一页记录有多少个序列持有它。只共享整页，与 vLLM 的前缀缓存相同："
-               "页必须已存满，并且各行与提示词的相同，从第一块起逐块匹配。"),
+        "en": (
+            "block_table[b] = a page that already holds the prompt's block b (refcount + 1)",
+            "Requests often start with the same prompt (a system prompt, a shared document). "
+            "Their keys and values are the same numbers, so a serving engine keeps them once: "
+            "a joining sequence's block table points at the pages that already hold its "
+            "prompt, and each page counts the sequences holding it. Only whole pages are "
+            "shared, as vLLM's prefix caching does: a page is matched when it is full and "
+            "its rows equal the prompt's, block by block from the first.",
+        ),
+        "zh": (
+            "块表[b] = 已经存有提示词第 b 块的页（引用计数 + 1）",
+            "很多请求以同样的提示词开头（系统提示词、共同的文档）。它们的键和值是同样的数，"
+            "所以推理服务引擎只存一份：新加入序列的块表直接指向已经存有它提示词的页，"
+            "每一页记录有多少个序列持有它。只共享整页，与 vLLM 的前缀缓存相同："
+            "页必须已存满，并且各行与提示词的相同，从第一块起逐块匹配。",
+        ),
     },
     "cow": {
-        "en": ("if refcount[page] > 1: copy the page, point the block at the copy, then write",
-               "A shared page is read by several sequences; writing a sequence's own next token "
-               "into it would change what the others read. So the writer first copies the page "
-               "to a free one (copy on write), moves its block table entry there and lowers the "
-               "old page's count; the others keep the original."),
-        "zh": ("若 引用计数[页] > 1：先复制这一页，让块指向副本，再写入",
-               "共享的页被几个序列同时读取；把某个序列自己的下一个词写进去，会改变其他序列读到"
-               "的数。所以写入者先把这一页复制到一个空闲页（写时复制），把块表中的这一项改为"
-               "指向副本，并把原页的计数减一；其他序列继续使用原页。"),
+        "en": (
+            "if refcount[page] > 1: copy the page, point the block at the copy, then write",
+            "A shared page is read by several sequences; writing a sequence's own next token "
+            "into it would change what the others read. So the writer first copies the page "
+            "to a free one (copy on write), moves its block table entry there and lowers the "
+            "old page's count; the others keep the original.",
+        ),
+        "zh": (
+            "若 引用计数[页] > 1：先复制这一页，让块指向副本，再写入",
+            "共享的页被几个序列同时读取；把某个序列自己的下一个词写进去，会改变其他序列读到"
+            "的数。所以写入者先把这一页复制到一个空闲页（写时复制），把块表中的这一项改为"
+            "指向副本，并把原页的计数减一；其他序列继续使用原页。",
+        ),
     },
-}  # fmt: skip
+}
 
 
 def explain(run: BatchRun, key: str, lang: Lang) -> Explanation:
@@ -385,8 +444,13 @@ def explain(run: BatchRun, key: str, lang: Lang) -> Explanation:
     from attn_cli.present.explain_registry import Explanation  # --explain only
 
     formula, meaning = _EXPLAIN[key][lang]
-    inputs = {"packed": ("Q",), "cu_seqlens": ("n_i",), "mask": ("cu_seqlens_q", "cu_seqlens_k"),
-              "check": ("output",), "prefix": ("block_table", "refcount"),
-              "cow": ("refcount", "block_table")}[key]  # fmt: skip
+    inputs = {
+        "packed": ("Q",),
+        "cu_seqlens": ("n_i",),
+        "mask": ("cu_seqlens_q", "cu_seqlens_k"),
+        "check": ("output",),
+        "prefix": ("block_table", "refcount"),
+        "cow": ("refcount", "block_table"),
+    }[key]
     out = label(lang, "scalar") if key == "check" else key
     return Explanation(key, lang, (formula,), inputs, out, (meaning,))

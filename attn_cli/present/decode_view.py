@@ -217,26 +217,33 @@ def render_decode(run: DecodeRun, options: RenderOptions | None = None) -> Group
     """The whole decode: overview and cost, every step (the middle ones elided), the checks."""
     o = options or RenderOptions()
     return run_sections(
-        len(run.result.steps), o, lambda: render_overview(run, o),
-        lambda k: render_step(run, k, o), lambda: render_checks(run, o),
+        len(run.result.steps),
+        o,
+        lambda: render_overview(run, o),
+        lambda k: render_step(run, k, o),
+        lambda: render_checks(run, o),
         lambda n: _t(o.lang, "more_steps", n=n),
-    )  # fmt: skip
+    )
 
 
 def decode_pages(run: DecodeRun, options: RenderOptions | None = None) -> Iterator[RenderableType]:
     """Step mode's pages, one renderable each: the overview, every step, the checks."""
     o = options or RenderOptions()
     yield from run_pages(
-        len(run.result.steps), lambda: render_overview(run, o),
-        lambda k: render_step(run, k, o), lambda: render_checks(run, o),
-    )  # fmt: skip
+        len(run.result.steps),
+        lambda: render_overview(run, o),
+        lambda k: render_step(run, k, o),
+        lambda: render_checks(run, o),
+    )
 
 
 def decode_titles(run: DecodeRun, lang: Lang) -> list[str]:
     """Step mode's page titles, as ``decode_pages``: the overview, ``token@position → slot``
     for each step (go-to matches the token), the checks."""
-    steps = [_t(lang, "page_step", token=safe(run.label(s.index)), pos=s.position, slot=s.slot)
-             for s in run.result.steps]  # fmt: skip
+    steps = [
+        _t(lang, "page_step", token=safe(run.label(s.index)), pos=s.position, slot=s.slot)
+        for s in run.result.steps
+    ]
     return [_t(lang, "page_overview"), *steps, _t(lang, "page_checks")]
 
 
@@ -309,8 +316,18 @@ def paged_lines(run: DecodeRun, step: DecodeStep, lang: Lang) -> list[str]:
     lines = [how]
     for index, page, slot in pages.placed:
         token = repr(safe(run.label(index)))
-        lines.append(_t(lang, "placed", token=token, block=index // b, index=index, b=b,
-                        page=page, slot=slot))  # fmt: skip
+        lines.append(
+            _t(
+                lang,
+                "placed",
+                token=token,
+                block=index // b,
+                index=index,
+                b=b,
+                page=page,
+                slot=slot,
+            )
+        )
     if pages.allocated:
         lines.append(_t(lang, "taken", pages=", ".join(map(str, pages.allocated))))
     if pages.freed:
@@ -318,8 +335,16 @@ def paged_lines(run: DecodeRun, step: DecodeStep, lang: Lang) -> list[str]:
     lines.append(_t(lang, "block_table", table=block_table(pages.table, lang)))
     live = [str(p) for p in pages.table if p >= 0]
     empty = sum(1 for at in step.cache_positions if at < 0)
-    lines.append(_t(lang, "gather", pages=", ".join(live), c=step.slots,
-                    filled=step.slots - empty, empty=empty))  # fmt: skip
+    lines.append(
+        _t(
+            lang,
+            "gather",
+            pages=", ".join(live),
+            c=step.slots,
+            filled=step.slots - empty,
+            empty=empty,
+        )
+    )
     return lines
 
 
@@ -333,11 +358,15 @@ def render_cost(run: DecodeRun, lang: Lang) -> Group:
     columns += [(_t(lang, head), "right") for head in ("col_kv", "col_per_token", "col_bf16")]
     columns.append((_t(lang, "col_total", t=c.seq), "right"))
     this = _t(lang, "this", kind=kind) if c.latent is None else _t(lang, "this_latent")
-    rows = ((this, 1 if c.latent is not None else c.kv_heads, c.per_token, c.total),
-            (_t(lang, "mha"), c.heads, c.per_token_mha, c.total_mha),
-            (_t(lang, "mqa"), 1, c.per_token_mqa, c.total_mqa))  # fmt: skip
-    cells = [[name, str(kv), f"{per_token:,}", f"{per_token // 4:,}", f"{total:,}"]
-             for name, kv, per_token, total in rows]  # fmt: skip
+    rows = (
+        (this, 1 if c.latent is not None else c.kv_heads, c.per_token, c.total),
+        (_t(lang, "mha"), c.heads, c.per_token_mha, c.total_mha),
+        (_t(lang, "mqa"), 1, c.per_token_mqa, c.total_mqa),
+    )
+    cells = [
+        [name, str(kv), f"{per_token:,}", f"{per_token // 4:,}", f"{total:,}"]
+        for name, kv, per_token, total in rows
+    ]
     table = Listing(Text(_t(lang, "cost_title"), style="bold"), columns, cells)
     parts: list[RenderableType] = [table]
     formula = _t(lang, "cost_formula", kv=c.kv_heads, dk=inp.d_k, dv=inp.d_v, n=c.per_token)
@@ -396,8 +425,15 @@ def render_step(run: DecodeRun, k: int, options: RenderOptions) -> Group:
     token = repr(safe(run.label(step.index)))
     shown = shown_slots(run, step)
     slots = _slot_labels(run, step, lang, shown)
-    title = _t(lang, "step", k=k + 1, n=len(run.result.steps), token=token,
-               pos=step.position, slot=step.slot)  # fmt: skip
+    title = _t(
+        lang,
+        "step",
+        k=k + 1,
+        n=len(run.result.steps),
+        token=token,
+        pos=step.position,
+        slot=step.slot,
+    )
     ring = ring_slots(inp)
     how = _t(lang, "ring", w=ring) if ring is not None else _t(lang, "grow")
     parts: list[RenderableType] = [
@@ -411,8 +447,10 @@ def render_step(run: DecodeRun, k: int, options: RenderOptions) -> Group:
         lines = paged_lines(run, step, lang)
         parts += [Line(lines[0], style="dim"), *(Line(line) for line in lines[1:])]
         if options.explain:
-            parts += [render_explanation(explain(run, key, lang, step))
-                      for key in ("block_table", "gather")]  # fmt: skip
+            parts += [
+                render_explanation(explain(run, key, lang, step))
+                for key in ("block_table", "gather")
+            ]
     if any(step.cache_positions[s] < 0 for s in shown):
         parts.append(Line(_t(lang, "none"), style="dim"))
     if len(shown) < step.slots:
@@ -445,8 +483,14 @@ def _step_tables(
 
     empty = {n for n, s in enumerate(shown) if step.cache_positions[s] < 0}  # no key there
 
-    def table(matrix: Any, rows: list[str], cols: list[str], axis: str, title: str,
-              none: Callable[[int, int], bool] | None = None) -> None:  # fmt: skip
+    def table(
+        matrix: Any,
+        rows: list[str],
+        cols: list[str],
+        axis: str,
+        title: str,
+        none: Callable[[int, int], bool] | None = None,
+    ) -> None:
         parts.extend(titled_matrix(prefix + title, matrix, rows, cols, axis, options, none))
 
     def explained(*keys: str) -> None:
@@ -466,18 +510,29 @@ def _step_tables(
     for name, cols in (("K_cache", d_k), ("V_cache", d_v)):
         cache = getattr(step, name)[:, :, shown]  # (B, Hkv, shown C, D)
         for g in range(inp.kv_heads):
-            table(cache[b, g], slot_labels, cols, _t(lang, "slot"), _t(lang, name, g=g),
-                  lambda i, j: i in empty)  # fmt: skip
+            table(
+                cache[b, g],
+                slot_labels,
+                cols,
+                _t(lang, "slot"),
+                _t(lang, name, g=g),
+                lambda i, j: i in empty,
+            )
         explained(name)
-    names = ["scores", "scaled", *(["capped"] if step.capped is not None else []), "masked",
-             "softmax"]  # fmt: skip
+    capped = ["capped"] if step.capped is not None else []
+    names = ["scores", "scaled", *capped, "masked", "softmax"]
     extra = dict(step.rows)  # a second map and what the maps make (diff), as traced
     every = [getattr(step, n)[b, :, 0] for n in names] + [x[b, :, 0] for x in extra.values()]
     row_names = [*names, *extra]
     for h, rows in enumerate(_stack(every)[:, :, shown].swapaxes(0, 1)):  # (H, names, shown C)
-        table(rows, row_names, slot_labels, _t(lang, "row"),
-              _t(lang, "attn", h=h, g=h // groups),
-              lambda i, j: j in empty and not row_names[i].startswith("masked"))  # fmt: skip
+        table(
+            rows,
+            row_names,
+            slot_labels,
+            _t(lang, "row"),
+            _t(lang, "attn", h=h, g=h // groups),
+            lambda i, j: j in empty and not row_names[i].startswith("masked"),
+        )
     explained(*names)
     table(step.output[b, :, 0], heads, d_v, "", _t(lang, "output"))  # (H, Dv)
     explained("output")
@@ -513,12 +568,17 @@ def _latent_tables(
     table(step.Q[b, :, 0], heads, cols(step.Q.shape[-1]), "", _t(lang, "Q_latent"))
     explained("Q_latent")
     cache = step.K_cache[b, 0, shown]  # (shown C, r + d_rope)
-    table(cache, slot_labels, cols(cache.shape[-1]), _t(lang, "slot"),
-          _t(lang, "K_latent", parts=run.cache_parts))  # fmt: skip
+    table(
+        cache,
+        slot_labels,
+        cols(cache.shape[-1]),
+        _t(lang, "slot"),
+        _t(lang, "K_latent", parts=run.cache_parts),
+    )
     explained("K_latent")
     parts.append(Text(_t(lang, "V_latent", r=step.V_cache.shape[-1]), style="dim"))
-    names = ["scores", "scaled", *(["capped"] if step.capped is not None else []), "masked",
-             "softmax"]  # fmt: skip
+    capped = ["capped"] if step.capped is not None else []
+    names = ["scores", "scaled", *capped, "masked", "softmax"]
     for h in range(inp.heads):
         rows = _stack([getattr(step, n)[b, h, 0, shown] for n in names])
         table(rows, names, slot_labels, _t(lang, "row"), _t(lang, "attn_latent", h=h))
@@ -541,14 +601,25 @@ def _mark(ok: bool) -> str:
 def _check_line(run: DecodeRun, k: int, lang: Lang) -> Group:
     step, diff = run.result.steps[k], run.diffs[k]
     ok = diff <= run.tolerance
-    text = _t(lang, "check", token=repr(safe(run.label(step.index))), diff=f"{diff:.3e}",
-              mark=_mark(ok), tol=f"{run.tolerance:g}", stage=run.checked)  # fmt: skip
+    text = _t(
+        lang,
+        "check",
+        token=repr(safe(run.label(step.index))),
+        diff=f"{diff:.3e}",
+        mark=_mark(ok),
+        tol=f"{run.tolerance:g}",
+        stage=run.checked,
+    )
     lines = [Line(text, style="green" if ok else "bold red")]
     if run.paged is not None:
         near = run.paged.contiguous_diffs[k]
         same = near <= run.tolerance
-        lines.append(Line(_t(lang, "check_paged", diff=f"{near:.3e}", mark=_mark(same)),
-                          style="green" if same else "bold red"))  # fmt: skip
+        lines.append(
+            Line(
+                _t(lang, "check_paged", diff=f"{near:.3e}", mark=_mark(same)),
+                style="green" if same else "bold red",
+            )
+        )
     return Group(*lines)
 
 
@@ -571,14 +642,22 @@ def render_checks(run: DecodeRun, options: RenderOptions) -> Group:
             rows.append(["…"] * len(heads))
             continue
         s = steps[k]
-        rows.append([str(k + 1), safe(run.label(s.index)), str(s.position), str(s.slots),
-                     shown(run.diffs[k])])  # fmt: skip
+        rows.append(
+            [
+                str(k + 1),
+                safe(run.label(s.index)),
+                str(s.position),
+                str(s.slots),
+                shown(run.diffs[k]),
+            ]
+        )
         if run.paged is not None:
             rows[-1].append(shown(run.paged.contiguous_diffs[k]))
     table = Listing(Text(_t(lang, "check_title"), style="bold"), columns, rows, no_wrap=True)
     ok = run.prefill_diff <= run.tolerance
-    prefill = _t(lang, "check_prefill", diff=f"{run.prefill_diff:.3e}", mark=_mark(ok),
-                 stage=run.checked)  # fmt: skip
+    prefill = _t(
+        lang, "check_prefill", diff=f"{run.prefill_diff:.3e}", mark=_mark(ok), stage=run.checked
+    )
     return Group(Rule(style="cyan"), table, Line(prefill, style="green" if ok else "bold red"))
 
 
@@ -587,137 +666,185 @@ def render_checks(run: DecodeRun, options: RenderOptions) -> Group:
 
 _EXPLAIN: dict[str, dict[Lang, tuple[str, str]]] = {  # key -> lang -> (formula, meaning)
     "Q": {
-        "en": ("q = Q[token] (projected as in attn trace)",
-               "Only the new token's query is computed at this step: one row per head. The "
-               "queries of earlier tokens are never needed again, so they are not kept."),
-        "zh": ("q = Q[当前词]（与 attn trace 中的投影相同）",
-               "这一步只计算新词的查询，每个头一行。之前各词的查询以后再也用不到，所以不保存。"),
+        "en": (
+            "q = Q[token] (projected as in attn trace)",
+            "Only the new token's query is computed at this step: one row per head. The "
+            "queries of earlier tokens are never needed again, so they are not kept.",
+        ),
+        "zh": (
+            "q = Q[当前词]（与 attn trace 中的投影相同）",
+            "这一步只计算新词的查询，每个头一行。之前各词的查询以后再也用不到，所以不保存。",
+        ),
     },
     "Q_rot": {
-        "en": ("q_rot = RoPE(q, position of the token)",
-               "The query is rotated at its own position, now. Because each key was rotated "
-               "at its own position when it entered the cache, q_rot·k_rot depends only on the "
-               "distance between the two: the cached keys must never be rotated again."),
-        "zh": ("q_rot = RoPE(q, 当前词的位置)",
-               "查询在它自己的位置上旋转。每个键在进入缓存时已按自己的位置旋转过，所以 "
-               "q_rot·k_rot 只取决于两者的距离：缓存中的键绝不能再旋转一次。"),
+        "en": (
+            "q_rot = RoPE(q, position of the token)",
+            "The query is rotated at its own position, now. Because each key was rotated "
+            "at its own position when it entered the cache, q_rot·k_rot depends only on the "
+            "distance between the two: the cached keys must never be rotated again.",
+        ),
+        "zh": (
+            "q_rot = RoPE(q, 当前词的位置)",
+            "查询在它自己的位置上旋转。每个键在进入缓存时已按自己的位置旋转过，所以 "
+            "q_rot·k_rot 只取决于两者的距离：缓存中的键绝不能再旋转一次。",
+        ),
     },
     "K_cache": {
-        "en": ("K_cache[slot] = k_rot of the token held there (rotated once, on entry)",
-               "The keys of every token the query may still see, one row per slot, per key/"
-               "value head (kv_heads, not heads: grouped-query heads share them). Each row "
-               "was written once, when its token arrived; nothing is recomputed."),
-        "zh": ("K_cache[槽] = 该槽中那个词的 k_rot（进入缓存时旋转一次）",
-               "查询仍能看到的每个词的键，每个槽一行，按键值头存放（是 kv_heads 不是 heads："
-               "分组查询的多个头共用它们）。每一行只在那个词到来时写入一次，不再重新计算。"),
+        "en": (
+            "K_cache[slot] = k_rot of the token held there (rotated once, on entry)",
+            "The keys of every token the query may still see, one row per slot, per key/"
+            "value head (kv_heads, not heads: grouped-query heads share them). Each row "
+            "was written once, when its token arrived; nothing is recomputed.",
+        ),
+        "zh": (
+            "K_cache[槽] = 该槽中那个词的 k_rot（进入缓存时旋转一次）",
+            "查询仍能看到的每个词的键，每个槽一行，按键值头存放（是 kv_heads 不是 heads："
+            "分组查询的多个头共用它们）。每一行只在那个词到来时写入一次，不再重新计算。",
+        ),
     },
     "V_cache": {
-        "en": ("V_cache[slot] = v of the token held there",
-               "The values, slot for slot beside the keys: what the weights will average."),
-        "zh": ("V_cache[槽] = 该槽中那个词的 v",
-               "值与键逐槽对应：权重最终要对它们求加权平均。"),
+        "en": (
+            "V_cache[slot] = v of the token held there",
+            "The values, slot for slot beside the keys: what the weights will average.",
+        ),
+        "zh": ("V_cache[槽] = 该槽中那个词的 v", "值与键逐槽对应：权重最终要对它们求加权平均。"),
     },
     "scores": {
-        "en": ("scores = q · K_cacheᵀ (one row: the cache's slots)",
-               "One dot product per cached key: the same numbers as the row of this token in "
-               "the full scores matrix, in slot order instead of position order."),
-        "zh": ("scores = q · K_cacheᵀ（一行：对应缓存的各个槽）",
-               "对每个缓存中的键做一次点积：与完整 scores 矩阵中这个词的那一行相同，"
-               "只是按槽的顺序排列，而不是按位置。"),
+        "en": (
+            "scores = q · K_cacheᵀ (one row: the cache's slots)",
+            "One dot product per cached key: the same numbers as the row of this token in "
+            "the full scores matrix, in slot order instead of position order.",
+        ),
+        "zh": (
+            "scores = q · K_cacheᵀ（一行：对应缓存的各个槽）",
+            "对每个缓存中的键做一次点积：与完整 scores 矩阵中这个词的那一行相同，"
+            "只是按槽的顺序排列，而不是按位置。",
+        ),
     },
     "scaled": {
-        "en": ("scaled = scores × scale", "As in the full computation: scale = 1/√d_k unless "
-               "the fixture sets it."),
+        "en": (
+            "scaled = scores × scale",
+            "As in the full computation: scale = 1/√d_k unless the fixture sets it.",
+        ),
         "zh": ("scaled = scores × scale", "与完整计算相同：除非配置文件另行给出，scale = 1/√d_k。"),
     },
     "masked": {
-        "en": ("masked = scaled (+ bias), −∞ at empty slots and outside the window",
-               "No future key is in the cache, so causality needs no mask here. Only an empty "
-               "slot, a key that fell out of the window, or the fixture's own mask and bias "
-               "change anything."),
-        "zh": ("masked = scaled（+ bias），空槽和窗口之外为 −∞",
-               "缓存里没有未来的键，所以这里不需要因果遮盖。只有空槽、滑出窗口的键，"
-               "或者配置文件自己的 mask 和 bias 才会起作用。"),
+        "en": (
+            "masked = scaled (+ bias), −∞ at empty slots and outside the window",
+            "No future key is in the cache, so causality needs no mask here. Only an empty "
+            "slot, a key that fell out of the window, or the fixture's own mask and bias "
+            "change anything.",
+        ),
+        "zh": (
+            "masked = scaled（+ bias），空槽和窗口之外为 −∞",
+            "缓存里没有未来的键，所以这里不需要因果遮盖。只有空槽、滑出窗口的键，"
+            "或者配置文件自己的 mask 和 bias 才会起作用。",
+        ),
     },
     "softmax": {
-        "en": ("softmax = exp(masked − m) / Σ exp(masked − m) over the slots",
-               "The weights over the cached tokens."),
-        "zh": ("softmax = exp(masked − m) / Σ exp(masked − m)，沿各个槽",
-               "对缓存中各词的权重。"),
+        "en": (
+            "softmax = exp(masked − m) / Σ exp(masked − m) over the slots",
+            "The weights over the cached tokens.",
+        ),
+        "zh": ("softmax = exp(masked − m) / Σ exp(masked − m)，沿各个槽", "对缓存中各词的权重。"),
     },
     "output": {
-        "en": ("output = softmax · V_cache",
-               "The new token's attention output for each head: the weighted average of the "
-               "cached values. It must equal row t of the full computation."),
-        "zh": ("output = softmax · V_cache",
-               "新词在每个头上的注意力输出：缓存中各值的加权平均。它必须等于完整计算的第 t 行。"),
+        "en": (
+            "output = softmax · V_cache",
+            "The new token's attention output for each head: the weighted average of the "
+            "cached values. It must equal row t of the full computation.",
+        ),
+        "zh": (
+            "output = softmax · V_cache",
+            "新词在每个头上的注意力输出：缓存中各值的加权平均。它必须等于完整计算的第 t 行。",
+        ),
     },
     "check": {
-        "en": ("max |output − the full attention's row of this token| ≤ 1e-12",
-               "The decode loop and the full computation are the same math in a different "
-               "order: in float64 they agree to the last few bits. The full row is plain "
-               "softmax attention over every key the token may see, computed a few rows at a "
-               "time with no cache (as attn trace computes its output). A larger difference "
-               "is a bug (a re-rotated key, a wrong slot, a wrong head), and attn stops with "
-               "an error."),
-        "zh": ("max |output − 完整注意力中该词的那一行| ≤ 1e-12",
-               "解码循环和完整计算是同一套数学，只是顺序不同：在 float64 下只差最后几位。"
-               "完整的那一行是对该词能看到的所有键做普通 softmax 注意力，每次算几行，不用缓存"
-               "（与 attn trace 计算 output 相同）。"
-               "更大的差别就是程序错误（键被重复旋转、槽位写错、头对应错），attn 会报错退出。"),
+        "en": (
+            "max |output − the full attention's row of this token| ≤ 1e-12",
+            "The decode loop and the full computation are the same math in a different "
+            "order: in float64 they agree to the last few bits. The full row is plain "
+            "softmax attention over every key the token may see, computed a few rows at a "
+            "time with no cache (as attn trace computes its output). A larger difference "
+            "is a bug (a re-rotated key, a wrong slot, a wrong head), and attn stops with "
+            "an error.",
+        ),
+        "zh": (
+            "max |output − 完整注意力中该词的那一行| ≤ 1e-12",
+            "解码循环和完整计算是同一套数学，只是顺序不同：在 float64 下只差最后几位。"
+            "完整的那一行是对该词能看到的所有键做普通 softmax 注意力，每次算几行，不用缓存"
+            "（与 attn trace 计算 output 相同）。"
+            "更大的差别就是程序错误（键被重复旋转、槽位写错、头对应错），attn 会报错退出。",
+        ),
     },
     "cost": {
-        "en": ("bytes per token per layer = kv_heads × (d_k + d_v) × itemsize",
-               "Every generated token adds its key and value to the cache of every layer. "
-               "Grouped-query attention (fewer kv_heads than heads) and multi-query attention "
-               "(one kv head) shrink this; real models store bf16 (2 bytes), here float64 (8)."),
-        "zh": ("每层每个词的字节数 = kv_heads × (d_k + d_v) × 每个数的字节数",
-               "每生成一个词，都要把它的键和值加入每一层的缓存。分组查询注意力（kv_heads "
-               "少于 heads）和多查询注意力（只有一个键值头）能减小这个开销；"
-               "真实模型存 bf16（2 字节），这里是 float64（8 字节）。"),
+        "en": (
+            "bytes per token per layer = kv_heads × (d_k + d_v) × itemsize",
+            "Every generated token adds its key and value to the cache of every layer. "
+            "Grouped-query attention (fewer kv_heads than heads) and multi-query attention "
+            "(one kv head) shrink this; real models store bf16 (2 bytes), here float64 (8).",
+        ),
+        "zh": (
+            "每层每个词的字节数 = kv_heads × (d_k + d_v) × 每个数的字节数",
+            "每生成一个词，都要把它的键和值加入每一层的缓存。分组查询注意力（kv_heads "
+            "少于 heads）和多查询注意力（只有一个键值头）能减小这个开销；"
+            "真实模型存 bf16（2 字节），这里是 float64（8 字节）。",
+        ),
     },
     "block_table": {
-        "en": ("page = block_table[i // block_size], slot = i mod block_size",
-               "PagedAttention (vLLM) keeps the cache in fixed-size pages taken from one pool, "
-               "as an operating system keeps memory in pages: a sequence owns a list of pages, "
-               "its block table, and grows one page at a time, so no cache is reserved for the "
-               "longest sequence in advance. Token i goes to logical block i // block_size; the "
-               "table says which physical page holds that block, and the slot in the page is "
-               "i mod block_size, never the token's global index."),
-        "zh": ("页 = 块表[i // 每页词数]，槽 = i mod 每页词数",
-               "PagedAttention（vLLM）把缓存存放在从同一个页池中取出的固定大小的页里，"
-               "就像操作系统按页管理内存：每个序列拥有一串页，即它的块表，"
-               "每次增长一页，不必预先为最长的序列保留整块缓存。第 i 个词进入逻辑块 "
-               "i // 每页词数；块表给出存放这个块的物理页，页内的槽是 i mod 每页词数，"
-               "而不是这个词在整个序列中的下标。"),
+        "en": (
+            "page = block_table[i // block_size], slot = i mod block_size",
+            "PagedAttention (vLLM) keeps the cache in fixed-size pages taken from one pool, "
+            "as an operating system keeps memory in pages: a sequence owns a list of pages, "
+            "its block table, and grows one page at a time, so no cache is reserved for the "
+            "longest sequence in advance. Token i goes to logical block i // block_size; the "
+            "table says which physical page holds that block, and the slot in the page is "
+            "i mod block_size, never the token's global index.",
+        ),
+        "zh": (
+            "页 = 块表[i // 每页词数]，槽 = i mod 每页词数",
+            "PagedAttention（vLLM）把缓存存放在从同一个页池中取出的固定大小的页里，"
+            "就像操作系统按页管理内存：每个序列拥有一串页，即它的块表，"
+            "每次增长一页，不必预先为最长的序列保留整块缓存。第 i 个词进入逻辑块 "
+            "i // 每页词数；块表给出存放这个块的物理页，页内的槽是 i mod 每页词数，"
+            "而不是这个词在整个序列中的下标。",
+        ),
     },
     "gather": {
-        "en": ("K_cache = pool[block_table[b]] for each live block b, in order",
-               "Each step reads the keys and values through the block table, page after page "
-               "in logical order: the same rows as a contiguous cache, with the last page's "
-               "empty slots read as zeros and hidden (−∞) like an empty slot of any cache. "
-               "The scores, softmax and output are then exactly those of the contiguous "
-               "cache: paging moves where the numbers live, not the math."),
-        "zh": ("K_cache = 按顺序对每个仍在使用的块 b 取 页池[块表[b]]",
-               "每一步都通过块表读取键和值，按逻辑顺序一页接一页：与连续缓存的各行相同，"
-               "最后一页的空槽读作零并被遮盖（−∞），与任何缓存的空槽一样。之后的 scores、"
-               "softmax 和 output 与连续缓存完全相同：分页改变的是数存放的位置，不是数学。"),
+        "en": (
+            "K_cache = pool[block_table[b]] for each live block b, in order",
+            "Each step reads the keys and values through the block table, page after page "
+            "in logical order: the same rows as a contiguous cache, with the last page's "
+            "empty slots read as zeros and hidden (−∞) like an empty slot of any cache. "
+            "The scores, softmax and output are then exactly those of the contiguous "
+            "cache: paging moves where the numbers live, not the math.",
+        ),
+        "zh": (
+            "K_cache = 按顺序对每个仍在使用的块 b 取 页池[块表[b]]",
+            "每一步都通过块表读取键和值，按逻辑顺序一页接一页：与连续缓存的各行相同，"
+            "最后一页的空槽读作零并被遮盖（−∞），与任何缓存的空槽一样。之后的 scores、"
+            "softmax 和 output 与连续缓存完全相同：分页改变的是数存放的位置，不是数学。",
+        ),
     },
     "pool": {
-        "en": ("pool bytes = pages × block_size × bytes per token slot",
-               "A contiguous cache needs one slot per token it keeps; a pool of pages needs "
-               "whole pages, so at most block_size − 1 slots of the last page are wasted, "
-               "while a server that reserved a contiguous cache for the longest possible "
-               "sequence would waste far more. Smaller pages waste less but make the block "
-               "table longer. With a sliding window, pages the window has passed go back to "
-               "the pool for other blocks."),
-        "zh": ("页池字节数 = 页数 × 每页词数 × 每个词槽的字节数",
-               "连续缓存为保留的每个词各用一个槽；页池只能整页分配，所以最多浪费最后一页的 "
-               "每页词数 − 1 个槽，而为最长可能序列预留连续缓存的服务器浪费得多得多。"
-               "页越小浪费越少，但块表越长。有滑动窗口时，窗口越过的页还回页池，"
-               "供其他块使用。"),
+        "en": (
+            "pool bytes = pages × block_size × bytes per token slot",
+            "A contiguous cache needs one slot per token it keeps; a pool of pages needs "
+            "whole pages, so at most block_size − 1 slots of the last page are wasted, "
+            "while a server that reserved a contiguous cache for the longest possible "
+            "sequence would waste far more. Smaller pages waste less but make the block "
+            "table longer. With a sliding window, pages the window has passed go back to "
+            "the pool for other blocks.",
+        ),
+        "zh": (
+            "页池字节数 = 页数 × 每页词数 × 每个词槽的字节数",
+            "连续缓存为保留的每个词各用一个槽；页池只能整页分配，所以最多浪费最后一页的 "
+            "每页词数 − 1 个槽，而为最长可能序列预留连续缓存的服务器浪费得多得多。"
+            "页越小浪费越少，但块表越长。有滑动窗口时，窗口越过的页还回页池，"
+            "供其他块使用。",
+        ),
     },
-}  # fmt: skip
+}
 
 
 def explain(run: DecodeRun, key: str, lang: Lang, step: DecodeStep | None = None) -> Explanation:
@@ -757,10 +884,16 @@ def explain(run: DecodeRun, key: str, lang: Lang, step: DecodeStep | None = None
 
 
 _INPUTS: dict[str, tuple[str, ...]] = {
-    "Q": ("Q",), "Q_rot": ("Q",), "K_cache": ("K",), "V_cache": ("V",),
+    "Q": ("Q",),
+    "Q_rot": ("Q",),
+    "K_cache": ("K",),
+    "V_cache": ("V",),
     "scores": ("Q_rot | Q", "K_cache"),
-    "masked": ("capped | scaled",), "output": ("softmax", "V_cache"),
-    "check": ("output", "the full attention's rows"), "cost": ("kv_heads", "d_k", "d_v"),
-    "block_table": ("i", "block_size"), "gather": ("pool", "block_table"),
+    "masked": ("capped | scaled",),
+    "output": ("softmax", "V_cache"),
+    "check": ("output", "the full attention's rows"),
+    "cost": ("kv_heads", "d_k", "d_v"),
+    "block_table": ("i", "block_size"),
+    "gather": ("pool", "block_table"),
     "pool": ("pages", "block_size", "kv_heads", "d_k", "d_v"),
-}  # fmt: skip
+}

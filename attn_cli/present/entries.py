@@ -100,10 +100,14 @@ def _qkv(trace: Trace, stage: str, at: tuple[int, ...], lang: Lang, p: int) -> C
     named = "kv_head" if head_axis == "kv_head" and inp.kv_heads != inp.heads else "head"
     where = [*_batch(trace, idx, lang), f"{label(lang, named)} {h}"]
     return _dot(
-        trace, stage, at, lang, p,
+        trace,
+        stage,
+        at,
+        lang,
+        p,
         (f"{token}, {c}", where, "X_kv" if cross else "X", token, f"W_{stage}", col),
         (x, np.asarray(W)[:, col], bias, f"b_{stage}"),
-    )  # fmt: skip
+    )
 
 
 def _projected(trace: Trace, at: tuple[int, ...], lang: Lang, p: int) -> CellText | None:
@@ -117,10 +121,14 @@ def _projected(trace: Trace, at: tuple[int, ...], lang: Lang, p: int) -> CellTex
     bias = None if inp.b_O is None else float(np.asarray(inp.b_O)[e])
     token = safe(trace.query_labels[t])
     return _dot(
-        trace, "projected", at, lang, p,
+        trace,
+        "projected",
+        at,
+        lang,
+        p,
         (f"{token}, {e}", _batch(trace, idx, lang), "concat", token, "W_O", e),
         (row, np.asarray(inp.W_O)[:, e], bias, "b_O"),
-    )  # fmt: skip
+    )
 
 
 def _dot(
@@ -143,8 +151,10 @@ def _dot(
         return None  # not this stage's arithmetic: no false derivation
     full = len(products) <= FULL_TERMS
     picked = pick_terms(len(products), full)
-    terms = [f"{factor(float(row[i]), p)}×{factor(float(column[i]), p)}" if i is not None
-             else "…" for i in picked]  # fmt: skip
+    terms = [
+        f"{factor(float(row[i]), p)}×{factor(float(column[i]), p)}" if i is not None else "…"
+        for i in picked
+    ]
     parts = [factor(products[i], p) if i is not None else "…" for i in picked]
     lhs = f"{x_name}[{token}]·{w_name}[:, {col}]"
     if bias is not None:
@@ -152,10 +162,13 @@ def _dot(
         terms.append(factor(bias, p))
         parts.append(factor(bias, p))
     words = TEXTS[lang]
-    head = words["project"].format(x=x_name, token=token, col=col, w=w_name,
-                                   bias=words["bias"] if bias is not None else "")  # fmt: skip
-    line = (f"{stage}[{shown_at}] = {lhs} = {' + '.join(terms)} = {' + '.join(parts)} = "
-            f"{short_number(value, p)}")  # fmt: skip
+    head = words["project"].format(
+        x=x_name, token=token, col=col, w=w_name, bias=words["bias"] if bias is not None else ""
+    )
+    line = (
+        f"{stage}[{shown_at}] = {lhs} = {' + '.join(terms)} = {' + '.join(parts)} = "
+        f"{short_number(value, p)}"
+    )
     return CellText(_title(trace, stage, shown_at, lang, where), (head, line))
 
 

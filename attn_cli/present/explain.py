@@ -306,15 +306,18 @@ def _sentinel_meaning(c: Context) -> list[str]:
         if len(rows) > uniform
         else "0"
     )
-    return [_en_zh(
-        c,
-        f"The mask value {v} is a finite sentinel, not −∞: {len(rows) - uniform} rows gave hidden "
-        f"keys weight (up to {leaked}), and {uniform} rows with no allowed key became uniform "
-        "instead of zero. With −∞ every hidden weight is exactly 0.",
-        f"遮盖值 {v} 是有限的哨兵值，不是 −∞：有 {len(rows) - uniform} 行把权重分给了不该看的键"
-        f"（最多 {leaked}），还有 {uniform} 行没有可看的键，却变成了均匀分布而不是全 0。"
-        "用 −∞ 时，被遮住的权重正好是 0。",
-    )]  # fmt: skip
+    return [
+        _en_zh(
+            c,
+            f"The mask value {v} is a finite sentinel, not −∞: "
+            f"{len(rows) - uniform} rows gave hidden "
+            f"keys weight (up to {leaked}), and {uniform} rows with no allowed key became uniform "
+            "instead of zero. With −∞ every hidden weight is exactly 0.",
+            f"遮盖值 {v} 是有限的哨兵值，不是 −∞：有 {len(rows) - uniform} 行把权重分给了不该看的键"
+            f"（最多 {leaked}），还有 {uniform} 行没有可看的键，却变成了均匀分布而不是全 0。"
+            "用 −∞ 时，被遮住的权重正好是 0。",
+        )
+    ]
 
 
 def _explain_output(c: Context) -> Parts:
@@ -359,8 +362,11 @@ def _explain_concat(c: Context) -> Parts:
     meaning: list[str] = []
     head = axis_name(lang, "head")
     joined = _joined(inp)  # output, or a head-output transform's stage (gated)
-    formula = (f"concat = [{head} 0 | {head} 1 | …]" if joined == "output" else
-               f"concat = [{joined}[{head} 0] | {joined}[{head} 1] | …]",)  # fmt: skip
+    formula = (
+        f"concat = [{head} 0 | {head} 1 | …]"
+        if joined == "output"
+        else f"concat = [{joined}[{head} 0] | {joined}[{head} 1] | …]",
+    )
     inputs = (shape_of(joined) if joined in c.trace else shape_of("output"),)
     meaning.append(
         f"{inp.heads} 个头各自用自己那一份 W_Q、W_K、W_V 做了一次独立的搜索。"
@@ -411,16 +417,19 @@ def _en_zh(c: Context, en: str, zh: str) -> str:
 
 def _explain_x_kv(c: Context) -> Parts:
     """The explanation of X_kv, the encoder's output in cross-attention."""
-    formula = (_en_zh(c, "X_kv: the sequence the keys and values come from",
-                      "X_kv：键和值所来自的序列"),)  # fmt: skip
-    meaning = [_en_zh(
-        c,
-        "Cross-attention (encoder-decoder): the queries come from X, but the keys and values "
-        "come from another sequence, X_kv, such as the encoder's output for the sentence being "
-        "translated. Each query searches that other sequence.",
-        "交叉注意力（编码器-解码器）：查询来自 X，键和值却来自另一个序列 X_kv，"
-        "例如翻译时编码器对原句的输出。每个查询都在那个序列里搜索。",
-    )]  # fmt: skip
+    formula = (
+        _en_zh(c, "X_kv: the sequence the keys and values come from", "X_kv：键和值所来自的序列"),
+    )
+    meaning = [
+        _en_zh(
+            c,
+            "Cross-attention (encoder-decoder): the queries come from X, but the keys and values "
+            "come from another sequence, X_kv, such as the encoder's output for the sentence being "
+            "translated. Each query searches that other sequence.",
+            "交叉注意力（编码器-解码器）：查询来自 X，键和值却来自另一个序列 X_kv，"
+            "例如翻译时编码器对原句的输出。每个查询都在那个序列里搜索。",
+        )
+    ]
     return formula, (label(c.lang, "given"),), meaning
 
 
@@ -429,33 +438,38 @@ def _explain_lse(c: Context) -> Parts:
     x = softmax_input(c.trace.inputs)
     sink = " + e^sink" if has_extra_logit(c.trace.inputs) else ""
     formula = (f"lse_i = log(Σ_j e^({x}[i, j]){sink})", f"softmax[i, j] = e^({x}[i, j] − lse_i)")
-    meaning = [_en_zh(
-        c,
-        "The log-sum-exp of each row: log Σ_j e^(x_j), computed as m + log Σ_j e^(x_j − m). "
-        "It is what torch's scaled_dot_product_attention and FlashAttention keep instead of the "
-        "weights: any weight can be rebuilt as exp(x − lse), and the backward pass needs "
-        "nothing else.",
-        "每一行的 log-sum-exp：log Σ_j e^(x_j)，按 m + log Σ_j e^(x_j − m) 计算。"
-        "torch 的 scaled_dot_product_attention 和 FlashAttention 保存的就是它，而不是权重："
-        "任何权重都可以用 exp(x − lse) 重建，反向传播也只需要它。",
-    )]  # fmt: skip
+    meaning = [
+        _en_zh(
+            c,
+            "The log-sum-exp of each row: log Σ_j e^(x_j), computed as m + log Σ_j e^(x_j − m). "
+            "It is what torch's scaled_dot_product_attention and "
+            "FlashAttention keep instead of the "
+            "weights: any weight can be rebuilt as exp(x − lse), and the backward pass needs "
+            "nothing else.",
+            "每一行的 log-sum-exp：log Σ_j e^(x_j)，按 m + log Σ_j e^(x_j − m) 计算。"
+            "torch 的 scaled_dot_product_attention 和 FlashAttention 保存的就是它，而不是权重："
+            "任何权重都可以用 exp(x − lse) 重建，反向传播也只需要它。",
+        )
+    ]
     return formula, (c.shape_of(softmax_input(c.trace.inputs)),), meaning
 
 
 # One explainer per explanation key of the stage table (core/stages.py): the forward stages.
-EXPLAINERS.update({
-    "X": _explain_x,
-    "QKV": _explain_qkv,
-    "scores": _explain_scores,
-    "scaled": _explain_scaled,
-    "masked": _explain_masked,
-    "softmax": _explain_softmax,
-    "output": _explain_output,
-    "concat": _explain_concat,
-    "projected": _explain_projected,
-    "X_kv": _explain_x_kv,
-    "lse": _explain_lse,
-})  # fmt: skip
+EXPLAINERS.update(
+    {
+        "X": _explain_x,
+        "QKV": _explain_qkv,
+        "scores": _explain_scores,
+        "scaled": _explain_scaled,
+        "masked": _explain_masked,
+        "softmax": _explain_softmax,
+        "output": _explain_output,
+        "concat": _explain_concat,
+        "projected": _explain_projected,
+        "X_kv": _explain_x_kv,
+        "lse": _explain_lse,
+    }
+)
 
 
 _QKV: dict[Lang, dict[str, str]] = {
@@ -714,10 +728,16 @@ def _cell_softmax(c: Cell) -> CellText | None:
     )
     head = label(lang, "cell_row", query=q_label, m=n(parts.row_max))
     footer = [
-        label(lang, "cell_exp_sum", total=n(parts.total), query=q_label, key=c.k_label,
-              e=short_number(parts.exps[cell.key], precision),
-              weight=short_number(cell.weights[cell.key], precision)),
-    ]  # fmt: skip
+        label(
+            lang,
+            "cell_exp_sum",
+            total=n(parts.total),
+            query=q_label,
+            key=c.k_label,
+            e=short_number(parts.exps[cell.key], precision),
+            weight=short_number(cell.weights[cell.key], precision),
+        ),
+    ]
     if cell.sink is not None:
         head = label(lang, "cell_row_sink", query=q_label, m=n(parts.row_max), sink=n(cell.sink))
         dropped = parts.sink_exp / parts.total
@@ -730,8 +750,14 @@ def _cell_softmax(c: Cell) -> CellText | None:
                 f"({short_number(dropped, precision)})",
             ),
         )
-        footer.append(label(lang, "cell_sink_dropped", d=short_number(dropped, precision),
-                            kept=short_number(1 - dropped, precision)))  # fmt: skip
+        footer.append(
+            label(
+                lang,
+                "cell_sink_dropped",
+                d=short_number(dropped, precision),
+                kept=short_number(1 - dropped, precision),
+            )
+        )
     return CellText(title, (head,), header=header, rows=rows, footer=tuple(footer))
 
 
@@ -765,10 +791,12 @@ def _cell_output(c: Cell) -> CellText | None:
 
 
 # The stages a worked cell runs through, and its part under each.
-CELL_TEXTS.update({
-    "scores": _cell_scores,
-    "scaled": _cell_scaled,
-    "masked": _cell_masked,
-    "softmax": _cell_softmax,
-    "output": _cell_output,
-})  # fmt: skip
+CELL_TEXTS.update(
+    {
+        "scores": _cell_scores,
+        "scaled": _cell_scaled,
+        "masked": _cell_masked,
+        "softmax": _cell_softmax,
+        "output": _cell_output,
+    }
+)

@@ -167,11 +167,14 @@ def to_markdown(trace: Trace, options: RenderOptions) -> str:
             if total > 1:
                 out += [f"**{md_escape(_slice_title(stage, index, lang))}**", ""]
             grid = _Grid(
-                trace, stage, index, options,
+                trace,
+                stage,
+                index,
+                options,
                 number=lambda x: _md_number(x, options.precision),
                 mark_max=lambda s: f"**{s}**",
                 masked=lambda s: f"*{s}* ·",
-            )  # fmt: skip
+            )
             out += _md_table(grid)
         if options.heatmap and stage.name == "softmax":
             legend = (
@@ -300,11 +303,14 @@ def _latex_stage(
             body.append(r"\noindent\dots{} " + latex_escape(more) + "\n")
             continue
         grid = _Grid(
-            trace, stage, index, options,
+            trace,
+            stage,
+            index,
+            options,
             number=_latex_number(options.precision),
             mark_max=lambda s: "$" + r"\mathbf{" + s.strip("$") + "}$",
             masked=lambda s: s + r"\ensuremath{\cdot}",
-        )  # fmt: skip
+        )
         title = latex_escape(_slice_title(stage, index, lang)) if total > 1 else ""
         body += _latex_table(grid, title)
     if options.explain:

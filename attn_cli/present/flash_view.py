@@ -148,8 +148,9 @@ def flash_titles(run: FlashRun, lang: Lang) -> list[str]:
     for tile in run.tiles:
         (t0, t1), (s0, s1) = tile.q_block, tile.k_block
         key = "page_skipped" if tile.skipped else "page_tile"
-        tiles.append(_t(lang, key, where=_where(run, tile, lang), t0=t0, t1=t1 - 1, s0=s0,
-                        s1=s1 - 1))  # fmt: skip
+        tiles.append(
+            _t(lang, key, where=_where(run, tile, lang), t0=t0, t1=t1 - 1, s0=s0, s1=s1 - 1)
+        )
     return [_t(lang, "page_overview"), *tiles, _t(lang, "page_result")]
 
 
@@ -217,8 +218,17 @@ def render_tile(run: FlashRun, k: int, options: RenderOptions) -> Group:
     lang = options.lang
     tile = run.tiles[k]
     (t0, t1), (s0, s1) = tile.q_block, tile.k_block
-    title = _t(lang, "tile", k=k + 1, n=f"{run.tiles_total:,}", where=_where(run, tile, lang),
-               t0=t0, t1=t1 - 1, s0=s0, s1=s1 - 1)  # fmt: skip
+    title = _t(
+        lang,
+        "tile",
+        k=k + 1,
+        n=f"{run.tiles_total:,}",
+        where=_where(run, tile, lang),
+        t0=t0,
+        t1=t1 - 1,
+        s0=s0,
+        s1=s1 - 1,
+    )
     parts: list[RenderableType] = [Rule(Text(title, style="bold cyan"), align="left", style="cyan")]
     queries = list(run.trace.query_labels[t0:t1])
     keys = list(run.trace.key_labels[s0:s1])
@@ -283,15 +293,22 @@ def render_checks(
     """The largest differences from the trace: O, L, the rebuilt weights; ulps in float32.
     ``labels`` (split-KV's) name the checks before flash's own and i18n's."""
     labels = LABELS if labels is None else {n: LABELS[n] | labels[n] for n in LABELS}
-    table = Table(title=Text(_t(lang, "check_title"), style="bold"), title_justify="left",
-                  box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, padding=(0, 1))  # fmt: skip
+    table = Table(
+        title=Text(_t(lang, "check_title"), style="bold"),
+        title_justify="left",
+        box=box.SIMPLE_HEAD,
+        show_edge=False,
+        pad_edge=False,
+        padding=(0, 1),
+    )
     f32 = any(c.ulps is not None for c in run.checks)
     heads = ["col_what", "col_diff", *(["col_ulps"] if f32 else []), "col_tol"]
     for n, head in enumerate(heads):
         table.add_column(_t(lang, head), justify="left" if n == 0 else "right", no_wrap=True)
     for c in run.checks:
-        mark = Text(f"{c.max_abs:.3e} {'✓' if c.ok else '✗'}",
-                    style="green" if c.ok else "bold red")  # fmt: skip
+        mark = Text(
+            f"{c.max_abs:.3e} {'✓' if c.ok else '✗'}", style="green" if c.ok else "bold red"
+        )
         ulps = [format_number(c.ulps, 0) if c.ulps is not None else ""] if f32 else []
         key = f"check_{c.name}"  # a variant's own checks (a second map's) in i18n's labels
         what = lookup(labels, lang, key) if key in labels[lang] else label(lang, key)
@@ -307,95 +324,139 @@ def render_checks(
 
 _EXPLAIN: dict[str, dict[Lang, tuple[str, str]]] = {  # key -> lang -> (formula, meaning)
     "loop": {
-        "en": ("for each (batch, head, query block): for each key block: update m, l, acc",
-               "FlashAttention never holds the (queries × keys) matrix. It walks the keys a "
-               "block at a time, keeping per query row only a running max m, a running sum l "
-               "and an unnormalised output acc, so memory grows with the sequence, not with "
-               "its square."),
-        "zh": ("对每个（批，头，查询块）：对每个键块：更新 m、l、acc",
-               "FlashAttention 从不保存（查询 × 键）整个矩阵。它一次处理一块键，每个查询行只保留"
-               "运行中的最大值 m、运行中的和 l 和未归一化的输出 acc，所以内存随序列长度增长，"
-               "而不是随它的平方增长。"),
+        "en": (
+            "for each (batch, head, query block): for each key block: update m, l, acc",
+            "FlashAttention never holds the (queries × keys) matrix. It walks the keys a "
+            "block at a time, keeping per query row only a running max m, a running sum l "
+            "and an unnormalised output acc, so memory grows with the sequence, not with "
+            "its square.",
+        ),
+        "zh": (
+            "对每个（批，头，查询块）：对每个键块：更新 m、l、acc",
+            "FlashAttention 从不保存（查询 × 键）整个矩阵。它一次处理一块键，每个查询行只保留"
+            "运行中的最大值 m、运行中的和 l 和未归一化的输出 acc，所以内存随序列长度增长，"
+            "而不是随它的平方增长。",
+        ),
     },
     "skipped": {
-        "en": ("under causal: a key block is skipped when its first key comes after the last "
-               "query of the query block (first key position > last query position)",
-               "Every key of this block comes after every query of the block, so every score "
-               "would be −∞ and every P zero. The kernel does not even load it: about half of "
-               "the tiles of a causal sequence are skipped."),
-        "zh": ("因果遮盖下：键块的第一个键在查询块最后一个查询之后时（第一个键的位置 > "
-               "最后一个查询的位置），跳过这个键块",
-               "这一块的每个键都在这一块的每个查询之后，所以每个分数都是 −∞，每个 P 都是 0。"
-               "内核根本不读取它：因果序列约有一半的块被跳过。"),
+        "en": (
+            "under causal: a key block is skipped when its first key comes after the last "
+            "query of the query block (first key position > last query position)",
+            "Every key of this block comes after every query of the block, so every score "
+            "would be −∞ and every P zero. The kernel does not even load it: about half of "
+            "the tiles of a causal sequence are skipped.",
+        ),
+        "zh": (
+            "因果遮盖下：键块的第一个键在查询块最后一个查询之后时（第一个键的位置 > "
+            "最后一个查询的位置），跳过这个键块",
+            "这一块的每个键都在这一块的每个查询之后，所以每个分数都是 −∞，每个 P 都是 0。"
+            "内核根本不读取它：因果序列约有一半的块被跳过。",
+        ),
     },
     "S": {
-        "en": ("S = Q_block · K_blockᵀ × scale (+ bias), −∞ where not allowed",
-               "The same numbers as the matching block of the trace's masked stage: only this "
-               "tile of it exists at any time."),
-        "zh": ("S = Q_块 · K_块ᵀ × scale（+ bias），不允许看的位置为 −∞",
-               "与 trace 中 masked 阶段对应的那一块数值相同：任何时候都只有这一块存在。"),
+        "en": (
+            "S = Q_block · K_blockᵀ × scale (+ bias), −∞ where not allowed",
+            "The same numbers as the matching block of the trace's masked stage: only this "
+            "tile of it exists at any time.",
+        ),
+        "zh": (
+            "S = Q_块 · K_块ᵀ × scale（+ bias），不允许看的位置为 −∞",
+            "与 trace 中 masked 阶段对应的那一块数值相同：任何时候都只有这一块存在。",
+        ),
     },
     "m": {
-        "en": ("m = max(m_old, rowmax(S))",
-               "The largest score seen so far in each row. Subtracting it before exp keeps "
-               "every exponential at most 1, so nothing overflows."),
-        "zh": ("m = max(m_old, rowmax(S))",
-               "每一行到目前为止见过的最大分数。先减去它再取 exp，每个指数都不超过 1，不会溢出。"),
+        "en": (
+            "m = max(m_old, rowmax(S))",
+            "The largest score seen so far in each row. Subtracting it before exp keeps "
+            "every exponential at most 1, so nothing overflows.",
+        ),
+        "zh": (
+            "m = max(m_old, rowmax(S))",
+            "每一行到目前为止见过的最大分数。先减去它再取 exp，每个指数都不超过 1，不会溢出。",
+        ),
     },
     "alpha": {
-        "en": ("α = exp(m_old − m)",
-               "When a larger score arrives, everything summed so far was exponentiated against "
-               "the old max; multiplying by α re-bases it on the new one. α = 1 when the max "
-               "did not change, 0 on a row's first tile (m_old = −∞)."),
-        "zh": ("α = exp(m_old − m)",
-               "出现更大的分数时，之前累加的一切都是相对旧的最大值取的指数；乘以 α 就换成以新的"
-               "最大值为基准。最大值不变时 α = 1，一行的第一块时为 0（m_old = −∞）。"),
+        "en": (
+            "α = exp(m_old − m)",
+            "When a larger score arrives, everything summed so far was exponentiated against "
+            "the old max; multiplying by α re-bases it on the new one. α = 1 when the max "
+            "did not change, 0 on a row's first tile (m_old = −∞).",
+        ),
+        "zh": (
+            "α = exp(m_old − m)",
+            "出现更大的分数时，之前累加的一切都是相对旧的最大值取的指数；乘以 α 就换成以新的"
+            "最大值为基准。最大值不变时 α = 1，一行的第一块时为 0（m_old = −∞）。",
+        ),
     },
     "P": {
-        "en": ("P = exp(S − m)",
-               "The tile's unnormalised weights against the running max. They are not divided "
-               "by the sum yet: the sum is not known until the last key block."),
-        "zh": ("P = exp(S − m)",
-               "这一块相对运行最大值的未归一化权重。此时还不能除以总和：要到最后一个键块才知道总和。"),
+        "en": (
+            "P = exp(S − m)",
+            "The tile's unnormalised weights against the running max. They are not divided "
+            "by the sum yet: the sum is not known until the last key block.",
+        ),
+        "zh": (
+            "P = exp(S − m)",
+            "这一块相对运行最大值的未归一化权重。此时还不能除以总和：要到最后一个键块才知道总和。",
+        ),
     },
     "l": {
-        "en": ("l = α·l + rowsum(P)",
-               "The running softmax denominator: the old sum re-based by α, plus this tile's."),
-        "zh": ("l = α·l + rowsum(P)",
-               "运行中的 softmax 分母：旧的和乘以 α 换基准，再加上这一块的和。"),
+        "en": (
+            "l = α·l + rowsum(P)",
+            "The running softmax denominator: the old sum re-based by α, plus this tile's.",
+        ),
+        "zh": (
+            "l = α·l + rowsum(P)",
+            "运行中的 softmax 分母：旧的和乘以 α 换基准，再加上这一块的和。",
+        ),
     },
     "acc": {
-        "en": ("acc = α·acc + P · V_block",
-               "The running numerator of the output: the weighted sum of the values so far, "
-               "re-based by α like l."),
-        "zh": ("acc = α·acc + P · V_块",
-               "输出的运行分子：到目前为止值的加权和，与 l 一样乘以 α 换基准。"),
+        "en": (
+            "acc = α·acc + P · V_block",
+            "The running numerator of the output: the weighted sum of the values so far, "
+            "re-based by α like l.",
+        ),
+        "zh": (
+            "acc = α·acc + P · V_块",
+            "输出的运行分子：到目前为止值的加权和，与 l 一样乘以 α 换基准。",
+        ),
     },
     "O": {
-        "en": ("O = acc / l (after the last key block)",
-               "Only now is the division done, once per row: the same output as softmax·V."),
-        "zh": ("O = acc / l（最后一个键块之后）",
-               "直到这时才做除法，每行一次：与 softmax·V 的结果相同。"),
+        "en": (
+            "O = acc / l (after the last key block)",
+            "Only now is the division done, once per row: the same output as softmax·V.",
+        ),
+        "zh": (
+            "O = acc / l（最后一个键块之后）",
+            "直到这时才做除法，每行一次：与 softmax·V 的结果相同。",
+        ),
     },
     "L": {
-        "en": ("L = m + log(l), the log-sum-exp of the row",
-               "What FlashAttention and torch SDPA keep instead of the weights: any weight is "
-               "exp(S − L), which the backward pass rebuilds tile by tile. With --base2 "
-               "(Triton) it is stored in base 2: L₂ = L · log2 e."),
-        "zh": ("L = m + log(l)，这一行的 log-sum-exp",
-               "FlashAttention 和 torch SDPA 保存的是它，而不是权重：任何权重都等于 exp(S − L)，"
-               "反向传播逐块重建它们。加 --base2（Triton）时以 2 为底保存：L₂ = L · log2 e。"),
+        "en": (
+            "L = m + log(l), the log-sum-exp of the row",
+            "What FlashAttention and torch SDPA keep instead of the weights: any weight is "
+            "exp(S − L), which the backward pass rebuilds tile by tile. With --base2 "
+            "(Triton) it is stored in base 2: L₂ = L · log2 e.",
+        ),
+        "zh": (
+            "L = m + log(l)，这一行的 log-sum-exp",
+            "FlashAttention 和 torch SDPA 保存的是它，而不是权重：任何权重都等于 exp(S − L)，"
+            "反向传播逐块重建它们。加 --base2（Triton）时以 2 为底保存：L₂ = L · log2 e。",
+        ),
     },
     "check": {
-        "en": ("max |O − output|, max |L − lse|, max |exp(x − L) − softmax|",
-               "The tiled loop and the ordinary computation are the same math summed in a "
-               "different order: in float64 they agree to 1e-12; in float32 they differ in "
-               "the last few bits (ulps), which is rounding, not a bug."),
-        "zh": ("max |O − output|，max |L − lse|，max |exp(x − L) − softmax|",
-               "分块循环和普通计算是同一套数学，只是求和顺序不同：float64 下误差不超过 1e-12；"
-               "float32 下只差最后几位（ulp），那是舍入，不是程序错误。"),
+        "en": (
+            "max |O − output|, max |L − lse|, max |exp(x − L) − softmax|",
+            "The tiled loop and the ordinary computation are the same math summed in a "
+            "different order: in float64 they agree to 1e-12; in float32 they differ in "
+            "the last few bits (ulps), which is rounding, not a bug.",
+        ),
+        "zh": (
+            "max |O − output|，max |L − lse|，max |exp(x − L) − softmax|",
+            "分块循环和普通计算是同一套数学，只是求和顺序不同：float64 下误差不超过 1e-12；"
+            "float32 下只差最后几位（ulp），那是舍入，不是程序错误。",
+        ),
     },
-}  # fmt: skip
+}
 
 
 def explain(run: FlashRun, key: str, lang: Lang) -> Explanation:
@@ -404,19 +465,31 @@ def explain(run: FlashRun, key: str, lang: Lang) -> Explanation:
     formula, meaning = (_EXPLAIN | notes)[key][lang]
     bq, bk, Dv = run.block_q, run.block_k, run.trace.inputs.d_v
     shapes = {
-        "S": f"S [{bq}, {bk}]", "P": f"P [{bq}, {bk}]",
-        "m": f"m [{bq}]", "alpha": f"α [{bq}]",
-        "l": f"l [{bq}]", "acc": f"acc [{bq}, d_v={Dv}]",
-        "O": f"O [seq_q, d_v={Dv}]", "L": "L [seq_q]",
-    }  # fmt: skip
-    inputs = ({
-        "S": ("Q_block", "K_block"),
-        "m": ("m_old", "S"), "alpha": ("m_old", "m"),
-        "P": ("S", "m"), "l": ("α", "l", "P"), "acc": ("α", "acc", "P", "V_block"),
-        "O": ("acc", "l"), "L": ("m", "l"),
-        "loop": ("Q", "K", "V"), "skipped": ("q_block", "k_block"),
-        "check": ("O", "L", "output", "softmax"),
-    } | view_inputs("flash")).get(key, (label(lang, "given"),))  # fmt: skip
+        "S": f"S [{bq}, {bk}]",
+        "P": f"P [{bq}, {bk}]",
+        "m": f"m [{bq}]",
+        "alpha": f"α [{bq}]",
+        "l": f"l [{bq}]",
+        "acc": f"acc [{bq}, d_v={Dv}]",
+        "O": f"O [seq_q, d_v={Dv}]",
+        "L": "L [seq_q]",
+    }
+    inputs = (
+        {
+            "S": ("Q_block", "K_block"),
+            "m": ("m_old", "S"),
+            "alpha": ("m_old", "m"),
+            "P": ("S", "m"),
+            "l": ("α", "l", "P"),
+            "acc": ("α", "acc", "P", "V_block"),
+            "O": ("acc", "l"),
+            "L": ("m", "l"),
+            "loop": ("Q", "K", "V"),
+            "skipped": ("q_block", "k_block"),
+            "check": ("O", "L", "output", "softmax"),
+        }
+        | view_inputs("flash")
+    ).get(key, (label(lang, "given"),))
     shapes |= {"loop": "O, L", "skipped": _t(lang, "skipped_out")}  # no array made: said so
     shape = shapes.get(key, shapes["S"] if key in notes else label(lang, "scalar"))
     return Explanation(key, lang, (formula,), inputs, shape, (meaning,))

@@ -81,7 +81,7 @@ WORDS: dict[Lang, dict[str, str]] = {
         "what": "{name}[头 {h}, 行 {r}, {c}]：{what}，由批处理的这一步算出",
         "what_output": "这一行经过它所在序列自己的收尾（潜在缓存的 W_UV、门控）之后的输出",
     },
-}  # fmt: skip
+}
 
 
 def _b(lang: Lang, key: str, **values: Any) -> str:
@@ -142,8 +142,10 @@ def _overview(run: BatchRun) -> str:
     overview = bilingual(lambda lang: _t(lang, "overview", n=len(members), chunked=how(lang)))
     out = [f"<p><b>{bilingual(lambda lang: _t(lang, 'title'))}</b></p>", f"<p>{overview}</p>"]
     heads = ("col_index", "col_seq", "col_tokens", "col_arrive", "col_prefill", "col_leaves")
-    rows = [[str(j), esc(m.name), str(m.tokens), str(m.arrive), str(m.prefill),
-             str(m.leaves - 1)] for j, m in enumerate(members)]  # fmt: skip
+    rows = [
+        [str(j), esc(m.name), str(m.tokens), str(m.arrive), str(m.prefill), str(m.leaves - 1)]
+        for j, m in enumerate(members)
+    ]
     out.append(_table(bilingual(lambda lang: _t(lang, "seq_title")), _heads(heads), rows))
     out += _pool(run)
     keys = ["packed", "cu_seqlens", "mask", "check"]
@@ -167,8 +169,16 @@ def _pool(run: BatchRun) -> list[str]:
         out.append(f"<p>{bilingual(lambda lang: _t(lang, 'pool_window', w=window))}</p>")
     if run.result.share:
         out.append(f"<p>{bilingual(lambda lang: _t(lang, 'pool_shared', b=b))}</p>")
-    cost = bilingual(lambda g: _t(g, "pool_cost", m=run.result.peak, bytes=held, tokens=tokens,
-                                contig=f"{tokens * per_token:,}"))  # fmt: skip
+    cost = bilingual(
+        lambda g: _t(
+            g,
+            "pool_cost",
+            m=run.result.peak,
+            bytes=held,
+            tokens=tokens,
+            contig=f"{tokens * per_token:,}",
+        )
+    )
     return [*out, f"<p>{cost}</p>"]
 
 
@@ -188,9 +198,13 @@ def _step(p: Steps, k: int, kept: dict[str, Any]) -> str:
     step = run.result.steps[k]
     arrays = [step.scores, step.masked, step.softmax, step.output]
     if p.keep(arrays):
-        kept[str(k)] = {"step": step.step, "stages": {
-            name: {"shape": list(a.shape), "data": listed(a)}
-            for name, a in zip(STAGES, arrays, strict=True)}}  # fmt: skip
+        kept[str(k)] = {
+            "step": step.step,
+            "stages": {
+                name: {"shape": list(a.shape), "data": listed(a)}
+                for name, a in zip(STAGES, arrays, strict=True)
+            },
+        }
     names = run.names
     title = bilingual(
         lambda lang: _t(lang, "step", s=step.step, r=len(step.rows), k=len(step.keys))
@@ -201,12 +215,15 @@ def _step(p: Steps, k: int, kept: dict[str, Any]) -> str:
     out = [f"<p><b>{title}</b></p>", f"<p>{cu}</p>"]
     for key, who in (("joins", step.entering), ("leaves", step.leaving)):
         if who:
-            text = bilingual(lambda lang, key=key, who=who: _t(lang, key, names=", ".join(
-                names[j] for j in who)))  # fmt: skip
+            text = bilingual(
+                lambda lang, key=key, who=who: _t(lang, key, names=", ".join(names[j] for j in who))
+            )
             out.append(f'<p class="note">{text}</p>')
     lines = {lang: page_lines(run, k, lang) for lang in ("en", "zh")}
-    out += [f'<p class="note">{bilingual(lambda lang, n=n: lines[lang][n])}</p>'
-            for n in range(len(lines["en"]))]  # fmt: skip
+    out += [
+        f'<p class="note">{bilingual(lambda lang, n=n: lines[lang][n])}</p>'
+        for n in range(len(lines["en"]))
+    ]
     out.append(_rows(run, k))
     rows = [run.label(j, t) for j, t in step.rows]
     keys = [run.label(j, t) for j, t in step.keys]
@@ -228,8 +245,11 @@ def _step(p: Steps, k: int, kept: dict[str, Any]) -> str:
             return p.cell(step.output[h, r, c], "output", (h, r, c), where, w, at)
 
         caption = bilingual(lambda lang, h=h: _t(lang, "output_title", h=h))
-        out.append(p.table(caption, attrs_of((), head=h), rows, d_v, output,
-                           full_rows=len(rows) <= MAX_STEPS))  # fmt: skip
+        out.append(
+            p.table(
+                caption, attrs_of((), head=h), rows, d_v, output, full_rows=len(rows) <= MAX_STEPS
+            )
+        )
     out += [_check(run, j, [t for i, t in step.rows if i == j]) for j in step.present]
     return "\n".join(out)
 
@@ -238,12 +258,21 @@ def _rows(run: BatchRun, k: int) -> str:
     """The packed query rows: which sequence and token each is, its position, its phase."""
     step = run.result.steps[k]
     members = run.result.members
-    heads = [*_heads(("col_row", "col_index", "col_seq", "col_token", "col_pos")),
-             bilingual(lambda lang: _b(lang, "col_phase"))]  # fmt: skip
-    rows = [[str(r), str(j), esc(run.names[j]), esc(run.traces[j].query_labels[t]),
-             str(int(members[j].positions[t])),
-             bilingual(lambda lang, j=j, t=t: _phase(run, j, t, lang))]
-            for r, (j, t) in enumerate(step.rows)]  # fmt: skip
+    heads = [
+        *_heads(("col_row", "col_index", "col_seq", "col_token", "col_pos")),
+        bilingual(lambda lang: _b(lang, "col_phase")),
+    ]
+    rows = [
+        [
+            str(r),
+            str(j),
+            esc(run.names[j]),
+            esc(run.traces[j].query_labels[t]),
+            str(int(members[j].positions[t])),
+            bilingual(lambda lang, j=j, t=t: _phase(run, j, t, lang)),
+        ]
+        for r, (j, t) in enumerate(step.rows)
+    ]
     return _table(bilingual(lambda lang: _t(lang, "rows_title")), heads, rows)
 
 
@@ -271,8 +300,9 @@ def _own(step: Any, r: int) -> range:
     return range(step.cu_seqlens_k[n], step.cu_seqlens_k[n + 1])
 
 
-def _weight(p: Steps, k: int, h: int, r: int, c: int, keys: list[str],
-            lang: Lang) -> dict[str, Any]:  # fmt: skip
+def _weight(
+    p: Steps, k: int, h: int, r: int, c: int, keys: list[str], lang: Lang
+) -> dict[str, Any]:
     """exp(x − m) / Σ over the row's own keys in the pack (and its sequence's sink)."""
     run: BatchRun = p.run
     step = run.result.steps[k]
@@ -286,8 +316,11 @@ def _weight(p: Steps, k: int, h: int, r: int, c: int, keys: list[str],
     n, prec = p.n, p.options.precision
     who = _who(run, r, k)
     m = n(parts.row_max)
-    head = (_b(lang, "weight", r=r, who=who, h=h, m=m) if sink is None else
-            _b(lang, "weight_sink", r=r, who=who, h=h, m=m, sink=n(sink)))  # fmt: skip
+    head = (
+        _b(lang, "weight", r=r, who=who, h=h, m=m)
+        if sink is None
+        else _b(lang, "weight_sink", r=r, who=who, h=h, m=m, sink=n(sink))
+    )
     rows = []
     every = p.options.full and len(own) <= MAX_TERMS  # a long row's terms elide even with --full
     for i in pick_terms(len(own), every, keep=c - own.start if c in own else None):
@@ -296,20 +329,43 @@ def _weight(p: Steps, k: int, h: int, r: int, c: int, keys: list[str],
             continue
         key = own.start + i
         label = f"{key}: {keys[key]}" + (" ◀" if key == c else "")
-        rows.append((label, n(row[i]), n(parts.shifted[i]), short_number(parts.exps[i], prec),
-                     short_number(float(weights[key]), prec)))  # fmt: skip
+        rows.append(
+            (
+                label,
+                n(row[i]),
+                n(parts.shifted[i]),
+                short_number(parts.exps[i], prec),
+                short_number(float(weights[key]), prec),
+            )
+        )
     if sink is not None:
-        rows.append((word(lang, "sink"), n(sink), n(sink - parts.row_max),
-                     short_number(parts.sink_exp, prec), ""))  # fmt: skip
+        rows.append(
+            (
+                word(lang, "sink"),
+                n(sink),
+                n(sink - parts.row_max),
+                short_number(parts.sink_exp, prec),
+                "",
+            )
+        )
     e = parts.exps[c - own.start] if c in own else 0.0  # another sequence's key: e^(−∞) = 0
-    footer = [_b(lang, "exp_sum", total=n(parts.total), c=c, e=short_number(e, prec),
-                 w=short_number(float(weights[c]), prec))]  # fmt: skip
+    footer = [
+        _b(
+            lang,
+            "exp_sum",
+            total=n(parts.total),
+            c=c,
+            e=short_number(e, prec),
+            w=short_number(float(weights[c]), prec),
+        )
+    ]
     header = (_b(lang, "col_key"), "masked", "x − m", "e^(x − m)", word(lang, "col_weight"))
     return part_of(at, [head], header, rows, footer)
 
 
-def _output(p: Steps, k: int, h: int, r: int, c: int, keys: list[str],
-            lang: Lang) -> dict[str, Any]:  # fmt: skip
+def _output(
+    p: Steps, k: int, h: int, r: int, c: int, keys: list[str], lang: Lang
+) -> dict[str, Any]:
     """Σ weight × V over the packed keys, where that sum is the cell's value."""
     run: BatchRun = p.run
     step = run.result.steps[k]
@@ -326,9 +382,13 @@ def _output(p: Steps, k: int, h: int, r: int, c: int, keys: list[str],
         if math.isclose(got, value, rel_tol=1e-9, abs_tol=1e-12):
             terms = [f"{p.n(w)}×{p.f(v)}" for w, v in zip(weights, values, strict=True)]
             every = p.options.full and len(terms) <= MAX_TERMS
-            return part_of(at, [_b(lang, "out", h=h, r=r, j=c, g=g),
-                                  _b(lang, "out_line", terms=sum_terms(terms, every),
-                                     value=p.n(value))])  # fmt: skip
+            return part_of(
+                at,
+                [
+                    _b(lang, "out", h=h, r=r, j=c, g=g),
+                    _b(lang, "out_line", terms=sum_terms(terms, every), value=p.n(value)),
+                ],
+            )
     line = _b(lang, "what", name="output", h=h, r=r, c=c, what=_b(lang, "what_output"))
     return part_of(at, [line, f"= {p.n(value)}"])
 
@@ -341,8 +401,17 @@ def _check(run: BatchRun, j: int, tokens: list[int]) -> str:
     def mark(x: float) -> str:
         return "✓" if x <= run.tolerance else "✗"
 
-    line = bilingual(lambda lang: _t(lang, "check", name=run.names[j], solo=f"{solo:.3e}",
-                                full=f"{full:.3e}", m1=mark(solo), m2=mark(full)))  # fmt: skip
+    line = bilingual(
+        lambda lang: _t(
+            lang,
+            "check",
+            name=run.names[j],
+            solo=f"{solo:.3e}",
+            full=f"{full:.3e}",
+            m1=mark(solo),
+            m2=mark(full),
+        )
+    )
     return f'<p class="check">{line}</p>'
 
 

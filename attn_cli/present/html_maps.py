@@ -29,8 +29,7 @@ WORDS: dict[Lang, dict[str, str]] = {
         "qk": "q₂ = Q[head {h}, {token}][d_k/2:], k₂ = K[kv head {g}, slot {s}: {held}][d_k/2:] "
         "(the second halves; the JSON's Q and K_cache are the first map's halves)",
         "dot": "scores_2 = q₂·k₂ = {terms} = {value}",
-        "row": "softmax_2 over the slots of x = scores_2 × scale (the first map's mask): "
-        "m = {m}",
+        "row": "softmax_2 over the slots of x = scores_2 × scale (the first map's mask): m = {m}",
         "exp": "Σ e^(x − m) = {total}; weight of slot {s} = e^({x} − {m}) / {total} = {value}",
         "shut": "softmax_2 = 0: the first map does not attend this slot either",
         "diff": "diff = softmax − λ·softmax_2 = {a} − {lam}×{b} = {value}",
@@ -51,7 +50,7 @@ WORDS: dict[Lang, dict[str, str]] = {
         "= {terms} = {value}",
         "scaled": "diff_scaled = diff_norm × (1 − λ_init) = {a} × (1 − λ_init) = {value}",
     },
-}  # fmt: skip
+}
 
 
 def _m(lang: Lang, key: str, **values: Any) -> str:
@@ -62,8 +61,15 @@ def _close(x: float, y: float) -> bool:
     return math.isclose(x, y, rel_tol=1e-9, abs_tol=1e-12)
 
 
-def map_part(p: Any, k: int, st: dict[str, Any], name: str, lead: tuple[int, ...],
-             index: tuple[int, ...], lang: Lang) -> dict[str, Any] | None:  # fmt: skip
+def map_part(
+    p: Any,
+    k: int,
+    st: dict[str, Any],
+    name: str,
+    lead: tuple[int, ...],
+    index: tuple[int, ...],
+    lang: Lang,
+) -> dict[str, Any] | None:
     """The derivation of a differential cell (``st``: the step's stages, batch axis first;
     ``index``: (head, 0, slot or column)), None for a name not of these."""
     if name not in MAP_ROWS and name not in MAP_OUTS:
@@ -80,8 +86,16 @@ def map_part(p: Any, k: int, st: dict[str, Any], name: str, lead: tuple[int, ...
     return {"title": at, "lines": lines, "header": [], "rows": [], "footer": []}
 
 
-def _worked(p: Any, k: int, st: dict[str, Any], name: str, b: int, index: tuple[int, ...],
-            value: float, lang: Lang) -> list[str] | None:  # fmt: skip
+def _worked(
+    p: Any,
+    k: int,
+    st: dict[str, Any],
+    name: str,
+    b: int,
+    index: tuple[int, ...],
+    value: float,
+    lang: Lang,
+) -> list[str] | None:
     h, _, c = index
     n, f, full = p.n, p.f, p.options.full
     got: float | None = None
@@ -91,8 +105,9 @@ def _worked(p: Any, k: int, st: dict[str, Any], name: str, b: int, index: tuple[
     if name == "softmax_2" and {"scores_2", "masked"} <= set(st):
         return _softmax_2(p, st, b, h, c, value, lang)
     if name == "diff" and {"softmax", "softmax_2", "lambda"} <= set(st):
-        a, lam, s2 = (float(st[x][b, h, 0, i]) for x, i in
-                      (("softmax", c), ("lambda", 0), ("softmax_2", c)))  # fmt: skip
+        a, lam, s2 = (
+            float(st[x][b, h, 0, i]) for x, i in (("softmax", c), ("lambda", 0), ("softmax_2", c))
+        )
         got = a - lam * s2
         lines = [_m(lang, "diff", a=n(a), lam=n(lam), b=f(s2), value=n(value))]
     elif name == "diff_output" and {"diff", "V_cache", "Q"} <= set(st):
@@ -113,8 +128,7 @@ def _worked(p: Any, k: int, st: dict[str, Any], name: str, b: int, index: tuple[
     return lines
 
 
-def _scores_2(p: Any, k: int, b: int, h: int, s: int, value: float,
-              lang: Lang) -> list[str] | None:  # fmt: skip
+def _scores_2(p: Any, k: int, b: int, h: int, s: int, value: float, lang: Lang) -> list[str] | None:
     """q₂·k₂ from the trace's Q and K rows (their second halves), when they give the cell."""
     from attn_cli.check.runs import internal
 
@@ -138,12 +152,15 @@ def _scores_2(p: Any, k: int, b: int, h: int, s: int, value: float,
 
     token = f"{safe(p.run.label(step.index))}@{step.position}"
     held = f"{safe(p.run.label(pos_of[at]))}@{at}"
-    return [_m(lang, "qk", h=h, token=token, g=g, s=s, held=held),
-            _m(lang, "dot", terms=terms, value=p.n(value))]  # fmt: skip
+    return [
+        _m(lang, "qk", h=h, token=token, g=g, s=s, held=held),
+        _m(lang, "dot", terms=terms, value=p.n(value)),
+    ]
 
 
-def _softmax_2(p: Any, st: dict[str, Any], b: int, h: int, s: int, value: float,
-               lang: Lang) -> list[str] | None:  # fmt: skip
+def _softmax_2(
+    p: Any, st: dict[str, Any], b: int, h: int, s: int, value: float, lang: Lang
+) -> list[str] | None:
     """The second map's weight as exp(x − m)/Σ over the slots, x = scores_2 × scale where the
     first map may attend; only when the whole row recomputes to softmax_2."""
     open_ = np.isfinite(np.asarray(st["masked"][b, h, 0], dtype=float))
@@ -159,5 +176,7 @@ def _softmax_2(p: Any, st: dict[str, Any], b: int, h: int, s: int, value: float,
     if not open_[s]:
         return [_m(lang, "shut")]
     n = p.n
-    return [_m(lang, "row", m=n(m)),
-            _m(lang, "exp", total=n(total), s=s, x=n(x[s]), m=p.f(m), value=n(value))]  # fmt: skip
+    return [
+        _m(lang, "row", m=n(m)),
+        _m(lang, "exp", total=n(total), s=s, x=n(x[s]), m=p.f(m), value=n(value)),
+    ]

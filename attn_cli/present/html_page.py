@@ -137,8 +137,13 @@ def trace_page(
     """The whole page: the template filled with the tables, the texts and the data
     (derivations embedded for up to ``max_worked`` worked cells and ``max_entries`` entries)."""
     options = options or RenderOptions()
-    page = Page(with_short_labels(trace), options, max_worked=max_worked,
-                 max_entries=max_entries, whole_text=trace)  # fmt: skip
+    page = Page(
+        with_short_labels(trace),
+        options,
+        max_worked=max_worked,
+        max_entries=max_entries,
+        whole_text=trace,
+    )
     page.plan()
     body = page.body()
     data = page.data_text()
@@ -441,10 +446,11 @@ class Page:
                 continue
             maxima = self._maxima(matrix, i, heat)
             cells = "".join(
-                '<td class="e">…</td>' if j is None
+                '<td class="e">…</td>'
+                if j is None
                 else self._cell(stage, matrix, index, i, j, heat, blocked, maxima)
                 for j in cols
-            )  # fmt: skip
+            )
             out.append(f"<tr><th>{esc(row_labels[i])}</th>{cells}</tr>")
         out.append("</table>")
         return "".join(out)
@@ -652,8 +658,12 @@ class Page:
             keep = self.kept.get(name) or [None] * stage.data.ndim
             axes = (range(n) if k is None else k for n, k in zip(stage.shape, keep, strict=True))
             sub = stage.data[np.ix_(*axes)] if stage.data.ndim else stage.data
-            meta = {"shape": list(stage.shape), "axes": list(stage.axes),
-                    "formula": stage.formula, "data": listed(sub)}  # fmt: skip
+            meta = {
+                "shape": list(stage.shape),
+                "axes": list(stage.axes),
+                "formula": stage.formula,
+                "data": listed(sub),
+            }
             pieces.append(f"    {json_text(name)}: {json_text(meta)}")
         start = head[: head.rindex(opening) + len(opening)]
         return start + "\n" + ",\n".join(pieces) + "\n  }\n}"
@@ -697,8 +707,13 @@ def listed(a: Any) -> Any:
 
 
 def _cell_json(part: CellText) -> dict[str, Any]:
-    return {"title": part.title, "lines": list(part.lines), "header": list(part.header),
-            "rows": [list(r) for r in part.rows], "footer": list(part.footer)}  # fmt: skip
+    return {
+        "title": part.title,
+        "lines": list(part.lines),
+        "header": list(part.header),
+        "rows": [list(r) for r in part.rows],
+        "footer": list(part.footer),
+    }
 
 
 _register()

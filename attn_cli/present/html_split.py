@@ -97,8 +97,12 @@ def split_page(run: SplitRun, options: RenderOptions | None = None, theme: str =
     sections.append((SPLIT_LABELS["en"]["page_merge"], _merge(p, stages)))
     sections.append((SPLIT_LABELS["en"]["page_checks"], _checks(p)))
     title = f"{run.trace.inputs.name or 'attn'} · attn flash --split-kv {run.splits}"
-    data = {"format": "attn-flash", "split_kv": run.splits, "tiles": chunks,
-            "stages": stages or None}  # fmt: skip
+    data = {
+        "format": "attn-flash",
+        "split_kv": run.splits,
+        "tiles": chunks,
+        "stages": stages or None,
+    }
     return steps_page(p, title, sections, data, "hint", theme)
 
 
@@ -152,8 +156,21 @@ def _chunk(p: Steps, s: int, kept: dict[str, Any]) -> str:
                     if m == -math.inf:
                         return part_of(title, [_w(lang, "hidden")])
                     key = {"m": "m_line", "l": "l_line", "lse": "lse_line", "O": "O_line"}[name]
-                    return part_of(title, [_w(lang, key, s0=s0, s1=s1, log=log, m=p.n(m), l=p.n(l),
-                                            value=p.n(value))])  # fmt: skip
+                    return part_of(
+                        title,
+                        [
+                            _w(
+                                lang,
+                                key,
+                                s0=s0,
+                                s1=s1,
+                                log=log,
+                                m=p.n(m),
+                                l=p.n(l),
+                                value=p.n(value),
+                            )
+                        ],
+                    )
 
                 return p.cell(value, name, index, here, p.derive(make), at)
 
@@ -221,12 +238,15 @@ def _merge_cell(p: Steps, lead: tuple[int, ...], b: int, h: int) -> Any:
                 return part_of(title, [_w(lang, "m_star", terms=shown, value=p.n(value))])
             if name == "lse":
                 terms = sum_terms([f"{exp}({p.n(x)} − {p.n(top)})" for x in lses], full)
-                return part_of(title, [_w(lang, "lse", m=p.n(top), log=log, exp=exp, terms=terms,
-                                        value=p.n(value))])  # fmt: skip
+                return part_of(
+                    title,
+                    [_w(lang, "lse", m=p.n(top), log=log, exp=exp, terms=terms, value=p.n(value))],
+                )
             s = j - 1
             key = "w_sink" if s == len(run.result.chunks) else "w"
-            return part_of(title, [_w(lang, key, s=s, exp=exp, a=p.n(lses[s]), b=p.n(lse),
-                                    value=p.n(value))])  # fmt: skip
+            return part_of(
+                title, [_w(lang, key, s=s, exp=exp, a=p.n(lses[s]), b=p.n(lse), value=p.n(value))]
+            )
 
         return p.cell(value, name, index, 'data-source="run"', p.derive(make), "merge")
 
@@ -244,8 +264,13 @@ def _output_cell(p: Steps, lead: tuple[int, ...], b: int, h: int) -> Any:
 
         def make(lang: Lang) -> dict[str, Any]:
             title = f"output[{', '.join(map(str, index))}]"
-            terms = sum_terms([f"{p.f(m.weights[s, b, h, i])}×{p.f(c.output[b, h, i, j])}"
-                               for s, c in enumerate(r.chunks)], p.options.full)  # fmt: skip
+            terms = sum_terms(
+                [
+                    f"{p.f(m.weights[s, b, h, i])}×{p.f(c.output[b, h, i, j])}"
+                    for s, c in enumerate(r.chunks)
+                ],
+                p.options.full,
+            )
             return part_of(title, [_w(lang, "O", terms=terms, value=p.n(value))])
 
         return p.cell(value, "output", index, 'data-source="run"', p.derive(make), "merge")
@@ -268,8 +293,10 @@ def _checks(p: Steps) -> str:
     out = [f'<table class="m"><caption>{both("check_title")}</caption><tr>{heads}</tr>']
     for c in run.checks:
         what = both(f"check_{c.name}")
-        out.append(f"<tr><td>{what}</td><td>{esc(f'{c.max_abs:.3e}')} "
-                   f"{'✓' if c.ok else '✗'}</td><td>{c.tolerance:.3g}</td></tr>")  # fmt: skip
+        out.append(
+            f"<tr><td>{what}</td><td>{esc(f'{c.max_abs:.3e}')} "
+            f"{'✓' if c.ok else '✗'}</td><td>{c.tolerance:.3g}</td></tr>"
+        )
     out.append("</table>")
     return "\n".join(out) + explained(run, explain, "orders")
 

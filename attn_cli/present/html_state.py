@@ -74,7 +74,7 @@ STATE_WORDS: dict[Lang, dict[str, str]] = {
         "ledger_step": "状态：无论多长都是 {state} 字节；同样头数的 softmax 注意力在 {t} 个词之后"
         "的 KV 缓存：{kv} 字节",
     },
-}  # fmt: skip
+}
 
 
 def _s(lang: Lang, key: str, **values: Any) -> str:
@@ -85,8 +85,12 @@ def _s(lang: Lang, key: str, **values: Any) -> str:
 def step_stages(trace: Any, step: Any) -> list[tuple[str, Any]]:
     """A step's numbers as ``attn decode -f json`` names them (io/decode_json.py state_dumps),
     each with its batch axis."""
-    return [*step.read.items(), *((f"state.{k}", x) for k, x in (step.state or {}).items()),
-            ("output", step.output), *step.outs.items()]  # fmt: skip
+    return [
+        *step.read.items(),
+        *((f"state.{k}", x) for k, x in (step.state or {}).items()),
+        ("output", step.output),
+        *step.outs.items(),
+    ]
 
 
 def state_page(run: StateRun, options: RenderOptions | None = None, theme: str = "auto") -> str:
@@ -128,16 +132,21 @@ def _overview(run: StateRun) -> str:
         f"<p>{bilingual(lambda lang: _t(lang, 'steps', n=len(run.result.steps)))}</p>",
     ]
     heads = ("col_tokens", "col_state", "col_kv", "col_ratio")
-    out.append(f'<table class="m"><caption>{bilingual(lambda lang: _t(lang, "ledger_title"))}'
-               "</caption><tr>" + "".join(f"<th>{bilingual(lambda lang, h=h: _t(lang, h))}</th>"
-                                          for h in heads) + "</tr>")  # fmt: skip
+    out.append(
+        f'<table class="m"><caption>{bilingual(lambda lang: _t(lang, "ledger_title"))}'
+        "</caption><tr>"
+        + "".join(f"<th>{bilingual(lambda lang, h=h: _t(lang, h))}</th>" for h in heads)
+        + "</tr>"
+    )
     rows = [("row_prefill", P), ("row_last", c.seq)]
     rows += [("", t) for t in LEDGER_TOKENS if t > c.seq]
     for key, t in rows:
         name = bilingual(lambda lang, key=key, t=t: _t(lang, key, t=t)) if key else f"{t:,}"
         kv = c.kv_at(t)
-        out.append(f"<tr><td>{name}</td><td>{c.state:,}</td><td>{kv:,}</td>"
-                   f"<td>{kv / c.state:,.2f}</td></tr>")  # fmt: skip
+        out.append(
+            f"<tr><td>{name}</td><td>{c.state:,}</td><td>{kv:,}</td>"
+            f"<td>{kv / c.state:,.2f}</td></tr>"
+        )
     out.append("</table>")
     shapes = " + ".join(f"{n} {list(shape)}" for n, shape in c.parts)
     formula = bilingual(
@@ -166,9 +175,12 @@ def _overview(run: StateRun) -> str:
 def _checks(run: StateRun) -> str:
     """Every step's largest difference from the chunked form, and the prefill's."""
     heads = ("col_step", "col_token", "col_pos", "col_state", "col_kv", "col_diff")
-    out = [f'<table class="m"><caption>{bilingual(lambda lang: _t(lang, "check_title"))}</caption>'
-           "<tr>" + "".join(f"<th>{bilingual(lambda lang, h=h: _t(lang, h))}</th>" for h in heads)
-           + "</tr>"]  # fmt: skip
+    out = [
+        f'<table class="m"><caption>{bilingual(lambda lang: _t(lang, "check_title"))}</caption>'
+        "<tr>"
+        + "".join(f"<th>{bilingual(lambda lang, h=h: _t(lang, h))}</th>" for h in heads)
+        + "</tr>"
+    ]
     steps, c = run.result.steps, run.ledger
     for k in pick(len(steps), 2 * TABLE_LIMIT, TABLE_EDGE, False):
         if k is None:
@@ -176,9 +188,11 @@ def _checks(run: StateRun) -> str:
             continue
         s, diff = steps[k], run.diffs[k]
         mark = "✓" if diff <= run.tolerance else "✗"
-        out.append(f"<tr><td>{k + 1}</td><td>{esc(run.label(s.index))}</td><td>{s.position}</td>"
-                   f"<td>{c.state:,}</td><td>{c.kv_at(s.index + 1):,}</td>"
-                   f"<td>{diff:.3e} {mark}</td></tr>")  # fmt: skip
+        out.append(
+            f"<tr><td>{k + 1}</td><td>{esc(run.label(s.index))}</td><td>{s.position}</td>"
+            f"<td>{c.state:,}</td><td>{c.kv_at(s.index + 1):,}</td>"
+            f"<td>{diff:.3e} {mark}</td></tr>"
+        )
     out.append("</table>")
     mark = "✓" if run.prefill_diff <= run.tolerance else "✗"
     pre = bilingual(
@@ -204,17 +218,26 @@ def _step(p: Steps, k: int, kept: dict[str, Any]) -> str:
     inp = run.trace.inputs
     named = step_stages(run.trace, step)
     if p.keep([x for _, x in named]):
-        kept[str(k)] = {"index": step.index, "stages": {
-            name: {"shape": list(np.shape(x if inp.has_batch else x[0])),
-                   "data": listed(np.asarray(x if inp.has_batch else x[0]))}
-            for name, x in named}}  # fmt: skip
+        kept[str(k)] = {
+            "index": step.index,
+            "stages": {
+                name: {
+                    "shape": list(np.shape(x if inp.has_batch else x[0])),
+                    "data": listed(np.asarray(x if inp.has_batch else x[0])),
+                }
+                for name, x in named
+            },
+        }
     token = repr(safe(run.label(step.index)))
     n_steps = len(run.result.steps)
     where = bilingual(
         lambda lang: _t(lang, "step", k=k + 1, n=n_steps, token=token, pos=step.position)
     )
-    prev = (lambda lang: _s(lang, "prev_prefill")) if k == 0 else (
-        lambda lang: _s(lang, "prev_step", k=k))  # fmt: skip
+    prev = (
+        (lambda lang: _s(lang, "prev_prefill"))
+        if k == 0
+        else (lambda lang: _s(lang, "prev_step", k=k))
+    )
     out = [f"<p>{where}</p>", f'<p class="note">{bilingual(prev)}</p>']
     arrays = {name: np.asarray(x) for name, x in named}
     before = _previous(run, k)
@@ -223,12 +246,28 @@ def _step(p: Steps, k: int, kept: dict[str, Any]) -> str:
         for name, x in arrays.items():
             out += _tables(p, k, name, x, lead, arrays, before)
     c = run.ledger
-    ledger = bilingual(lambda lang: _s(lang, "ledger_step", state=f"{c.state:,}", t=step.index + 1,
-                                   kv=f"{c.kv_at(step.index + 1):,}"))  # fmt: skip
+    ledger = bilingual(
+        lambda lang: _s(
+            lang,
+            "ledger_step",
+            state=f"{c.state:,}",
+            t=step.index + 1,
+            kv=f"{c.kv_at(step.index + 1):,}",
+        )
+    )
     diff = run.diffs[k]
     mark = "✓" if diff <= run.tolerance else "✗"
-    check = bilingual(lambda lang: _t(lang, "check", token=token, diff=f"{diff:.3e}", mark=mark,
-                                  tol=f"{run.tolerance:g}", stage=run.checked))  # fmt: skip
+    check = bilingual(
+        lambda lang: _t(
+            lang,
+            "check",
+            token=token,
+            diff=f"{diff:.3e}",
+            mark=mark,
+            tol=f"{run.tolerance:g}",
+            stage=run.checked,
+        )
+    )
     out += [f'<p class="note">{ledger}</p>', f'<p class="check">{check}</p>']
     return "\n".join(out)
 
@@ -237,8 +276,15 @@ def _head_labels(n: int) -> list[str]:
     return [bilingual(lambda lang, h=h: f"{axis_title(lang, 'head')} {h}") for h in range(n)]
 
 
-def _tables(p: Steps, k: int, name: str, x: Any, lead: tuple[int, ...],
-            arrays: dict[str, Any], before: dict[str, Any] | None) -> list[str]:  # fmt: skip
+def _tables(
+    p: Steps,
+    k: int,
+    name: str,
+    x: Any,
+    lead: tuple[int, ...],
+    arrays: dict[str, Any],
+    before: dict[str, Any] | None,
+) -> list[str]:
     """A stage's tables: a row per head (read numbers, output), a d_k × d_v matrix per head
     (S), the conv window (a row per earlier token)."""
     b = lead[0] if lead else 0
@@ -251,14 +297,27 @@ def _tables(p: Steps, k: int, name: str, x: Any, lead: tuple[int, ...],
 
     cols = [str(j) for j in range(a.shape[-1])]
     if a.ndim == 3 and a.shape[1] == 1:  # (H, 1, d_v): output and the transforms of it
-        return [p.table(where_at(lead, name), attrs_of(lead), _head_labels(a.shape[0]), cols,
-                        lambda h, j: make((h, 0, j)), marked_rows=True)]  # fmt: skip
+        return [
+            p.table(
+                where_at(lead, name),
+                attrs_of(lead),
+                _head_labels(a.shape[0]),
+                cols,
+                lambda h, j: make((h, 0, j)),
+                marked_rows=True,
+            )
+        ]
     if a.ndim == 3:  # (H, d_k, d_v): a matrix per head
         rows = [str(i) for i in range(a.shape[1])]
 
         def matrix(h: int) -> str:
-            return p.table(where_at(lead, name, head=h), attrs_of(lead, head=h), rows, cols,
-                           lambda i, j: make((h, i, j)))  # fmt: skip
+            return p.table(
+                where_at(lead, name, head=h),
+                attrs_of(lead, head=h),
+                rows,
+                cols,
+                lambda i, j: make((h, i, j)),
+            )
 
         return [matrix(h) for h in range(a.shape[0])]
     if name == "state.conv":  # (K−1, C): the window of the tokens before
@@ -267,17 +326,32 @@ def _tables(p: Steps, k: int, name: str, x: Any, lead: tuple[int, ...],
         return [
             p.table(where_at(lead, name), attrs_of(lead), rows, cols, lambda i, j: make((i, j)))
         ]
-    return [p.table(where_at(lead, name), attrs_of(lead), _head_labels(a.shape[0]), cols,
-                    lambda h, j: make((h, j)), marked_rows=True)]  # fmt: skip
+    return [
+        p.table(
+            where_at(lead, name),
+            attrs_of(lead),
+            _head_labels(a.shape[0]),
+            cols,
+            lambda h, j: make((h, j)),
+            marked_rows=True,
+        )
+    ]
 
 
 def _close(x: float, y: float) -> bool:
     return math.isclose(x, y, rel_tol=1e-9, abs_tol=1e-12)
 
 
-def _derive(p: Steps, k: int, name: str, index: tuple[int, ...], b: int,
-            arrays: dict[str, Any], before: dict[str, Any] | None,
-            lang: Lang) -> dict[str, Any]:  # fmt: skip
+def _derive(
+    p: Steps,
+    k: int,
+    name: str,
+    index: tuple[int, ...],
+    b: int,
+    arrays: dict[str, Any],
+    before: dict[str, Any] | None,
+    lang: Lang,
+) -> dict[str, Any]:
     """The update that made the cell, with its numbers, when recomputing it gives the cell's
     value; else what the cell is."""
     at = f"{name}[{', '.join(map(str, index))}]"
@@ -298,9 +372,16 @@ def _derive(p: Steps, k: int, name: str, index: tuple[int, ...], b: int,
     return part_of(at, [_s(lang, "what", name=name, formula=formula), f"= {p.n(value)}"])
 
 
-def _worked(p: Steps, name: str, index: tuple[int, ...], b: int, arrays: dict[str, Any],
-            before: dict[str, Any] | None, value: float,
-            lang: Lang) -> list[str] | None:  # fmt: skip
+def _worked(
+    p: Steps,
+    name: str,
+    index: tuple[int, ...],
+    b: int,
+    arrays: dict[str, Any],
+    before: dict[str, Any] | None,
+    value: float,
+    lang: Lang,
+) -> list[str] | None:
     """The lines of a recomputed update, None where the numbers are not at hand or do not
     give the cell's value."""
     A = {n: x[b] for n, x in arrays.items()}
@@ -321,8 +402,15 @@ def _dot(p: Steps, u: Any, w: Any) -> tuple[float, str]:
     return got, sum_terms(terms, p.options.full)
 
 
-def _linear(p: Steps, name: str, index: tuple[int, ...], A: dict[str, Any],
-            prev: dict[str, Any] | None, value: float, lang: Lang) -> list[str] | None:  # fmt: skip
+def _linear(
+    p: Steps,
+    name: str,
+    index: tuple[int, ...],
+    A: dict[str, Any],
+    prev: dict[str, Any] | None,
+    value: float,
+    lang: Lang,
+) -> list[str] | None:
     """Linear attention: S_t = S_{t−1} + φ(k)vᵀ, z_t = z_{t−1} + φ(k), output = num / den."""
     n, f = p.n, p.f
 
@@ -361,8 +449,15 @@ def _linear(p: Steps, name: str, index: tuple[int, ...], A: dict[str, Any],
     return lines
 
 
-def _delta(p: Steps, name: str, index: tuple[int, ...], A: dict[str, Any],
-           prev: dict[str, Any] | None, value: float, lang: Lang) -> list[str] | None:  # fmt: skip
+def _delta(
+    p: Steps,
+    name: str,
+    index: tuple[int, ...],
+    A: dict[str, Any],
+    prev: dict[str, Any] | None,
+    value: float,
+    lang: Lang,
+) -> list[str] | None:
     """The gated delta rule: kv_mem, delta, S_t = S_{t−1}·e^g + k·deltaᵀ, output = S_tᵀq."""
     n, f = p.n, p.f
 
@@ -389,8 +484,9 @@ def _delta(p: Steps, name: str, index: tuple[int, ...], A: dict[str, Any],
         eg = math.exp(float(A["g"][h, 0]))
         old, kk, d = float(prev["S"][h, i, j]), float(A["k"][h, i]), float(A["delta"][h, j])
         got = old * eg + kk * d
-        lines = [_s(lang, "S_delta", i=i, j=j, prev=f(old), eg=n(eg), k=f(kk), d=f(d),
-                    value=n(value))]  # fmt: skip
+        lines = [
+            _s(lang, "S_delta", i=i, j=j, prev=f(old), eg=n(eg), k=f(kk), d=f(d), value=n(value))
+        ]
     elif name == "output" and "state.S" in A:
         h, _, j = index
         got, terms = dot(A["state.S"][h, :, j], A["q"][h])

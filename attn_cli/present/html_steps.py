@@ -74,8 +74,18 @@ SCORE_ROWS = ("scores", "scaled", "capped", "masked", "softmax")  # a step's row
 CACHES = ("K_cache", "V_cache")
 NONE_CELL = '<td class="none">—</td>'  # an empty cache slot's: no number (decode_view's —)
 BEFORE = ("Q", "Q_rot")  # a step's stages shown before its rows over the cache
-DECODE_EXPLAINED = ("Q", "Q_rot", "K_cache", "V_cache", "scores", "masked", "softmax", "output",
-                    "check", "cost")  # fmt: skip
+DECODE_EXPLAINED = (
+    "Q",
+    "Q_rot",
+    "K_cache",
+    "V_cache",
+    "scores",
+    "masked",
+    "softmax",
+    "output",
+    "check",
+    "cost",
+)
 FLASH_EXPLAINED = ("loop", "skipped", "S", "m", "alpha", "P", "l", "acc", "O", "L", "check")
 
 STEP_WORDS: dict[Lang, dict[str, str]] = {
@@ -228,8 +238,13 @@ def part_of(
     rows: Sequence[Sequence[str]] = (),
     footer: Sequence[str] = (),
 ) -> dict[str, Any]:
-    return {"title": title, "lines": list(lines), "header": list(header),
-            "rows": [list(r) for r in rows], "footer": list(footer)}  # fmt: skip
+    return {
+        "title": title,
+        "lines": list(lines),
+        "header": list(header),
+        "rows": [list(r) for r in rows],
+        "footer": list(footer),
+    }
 
 
 def _plain_words(lang: Lang, hint: str) -> dict[str, str]:
@@ -298,8 +313,9 @@ class Steps:
 
     # -- markup -------------------------------------------------------------------------
 
-    def cell(self, x: float, stage: str, index: Sequence[int], where: str,
-             w: int | None, at: str) -> str:  # fmt: skip
+    def cell(
+        self, x: float, stage: str, index: Sequence[int], where: str, w: int | None, at: str
+    ) -> str:
         """One number: ``where`` is its holder's attributes (``data-step="3"`` ...)."""
         shown = format_number(float(x), self.options.precision)
         attrs = f' data-stage="{esc(stage)}" data-index="{",".join(map(str, index))}"'
@@ -309,17 +325,25 @@ class Steps:
         cls = ' class="masked"' if math.isinf(float(x)) and float(x) < 0 else ""
         return f"<td{cls}{attrs}>{shown}</td>"
 
-    def table(self, caption: str, attrs: str, row_labels: Sequence[str], col_labels: Sequence[str],
-              cell: Callable[[int, int], str], full_rows: bool = False,
-              marked_rows: bool = False) -> str:  # fmt: skip
+    def table(
+        self,
+        caption: str,
+        attrs: str,
+        row_labels: Sequence[str],
+        col_labels: Sequence[str],
+        cell: Callable[[int, int], str],
+        full_rows: bool = False,
+        marked_rows: bool = False,
+    ) -> str:
         """A table of ``cell(i, j)``, its rows and columns elided as the terminal's; the
         caption is markup, and so are the row labels when ``marked_rows``."""
         full = self.options.full
         rows = pick(len(row_labels), ROW_LIMIT, ROW_EDGE, full or full_rows)
         cols = pick(len(col_labels), COL_LIMIT, COL_EDGE, full)
         out = [f'<table class="m"{attrs}><caption>{caption}</caption><tr><th></th>']
-        out += [f"<th>{ELLIPSIS}</th>" if j is None else f"<th>{esc(col_labels[j])}</th>"
-                for j in cols]  # fmt: skip
+        out += [
+            f"<th>{ELLIPSIS}</th>" if j is None else f"<th>{esc(col_labels[j])}</th>" for j in cols
+        ]
         out.append("</tr>")
         for i in rows:
             if i is None:
@@ -385,8 +409,10 @@ def _top(p: Steps, title: str, sections: list[tuple[str, str]]) -> list[str]:
         out.append(page._select("head", inp.heads))
     out.append("</div></header>")
     out.append('<div class="layout"><nav class="stages" data-role="stages">')
-    out += [f'<button type="button" data-go="{k}">{_named(name)}</button>'
-            for k, (name, _) in enumerate(sections)]  # fmt: skip
+    out += [
+        f'<button type="button" data-go="{k}">{_named(name)}</button>'
+        for k, (name, _) in enumerate(sections)
+    ]
     out.append('</nav><main><h2 class="stage-title" data-role="stage-title"></h2>')
     out.append(page._about())
     return out
@@ -402,8 +428,14 @@ def _named(name: str) -> str:
     return bilingual(lambda lang: zh if lang == "zh" and zh else name) if zh else esc(name)
 
 
-def steps_page(p: Steps, title: str, sections: list[tuple[str, str]], data: dict[str, Any],
-          hint: str, theme: str) -> str:  # fmt: skip
+def steps_page(
+    p: Steps,
+    title: str,
+    sections: list[tuple[str, str]],
+    data: dict[str, Any],
+    hint: str,
+    theme: str,
+) -> str:
     """The whole page: bar, notes, sections (name, markup), the derivation panel, the data."""
     out = _top(p, title, sections)
     out += p.notes
@@ -453,8 +485,9 @@ def explained(run: Any, explain: Callable[[Any, str, Lang], Any], key: str) -> s
     for lang in LANGS:
         e = explain(run, key, lang)
         formula, meaning = " · ".join(e.formula), " ".join(e.meaning)
-        out.append(f'<div class="explain {lang}"><p><b>{esc(formula)}</b></p>'
-                   f"<p>{esc(meaning)}</p></div>")  # fmt: skip
+        out.append(
+            f'<div class="explain {lang}"><p><b>{esc(formula)}</b></p><p>{esc(meaning)}</p></div>'
+        )
     return "".join(out)
 
 
@@ -511,10 +544,16 @@ def _decode_overview(run: DecodeRun, labels: Any) -> str:
 
     def formula(lang: Lang) -> str:
         if c.latent is not None:
-            return str(labels[lang]["latent_formula"].format(parts=run.cache_parts, n=c.latent,
-                                                             b=c.per_token))  # fmt: skip
-        return str(labels[lang]["cost_formula"].format(kv=c.kv_heads, dk=inp.d_k, dv=inp.d_v,
-                                                       n=c.per_token))  # fmt: skip
+            return str(
+                labels[lang]["latent_formula"].format(
+                    parts=run.cache_parts, n=c.latent, b=c.per_token
+                )
+            )
+        return str(
+            labels[lang]["cost_formula"].format(
+                kv=c.kv_heads, dk=inp.d_k, dv=inp.d_v, n=c.per_token
+            )
+        )
 
     cost = f"<p>{bilingual(formula)}</p>"
     if run.paged is not None:
@@ -536,8 +575,9 @@ def _pool(run: DecodeRun, labels: Any) -> str:
         name = bilingual(lambda lang, n=n: rows[lang][n][0])
         out.append(f"<tr><td>{name}</td><td>{slots:,}</td><td>{size:,}</td></tr>")
     out.append("</table>")
-    pre = bilingual(lambda lang: labels[lang]["prefill_table"].format(
-        table=block_table(table, lang)))  # fmt: skip
+    pre = bilingual(
+        lambda lang: labels[lang]["prefill_table"].format(table=block_table(table, lang))
+    )
     keys = ("pool", "block_table", "gather")
     return "".join(out) + f"<p>{pre}</p>" + "".join(explained(run, explain, k) for k in keys)
 
@@ -553,9 +593,13 @@ def _decode_step(p: Steps, k: int, kept: dict[str, Any], labels: Any) -> str:
     inp = run.trace.inputs
     stages = dict(decode_stages(run.trace, step))
     if p.keep(list(stages.values())):
-        kept[str(k)] = {"index": step.index, "stages": {
-            name: {"shape": list(np.shape(a)), "data": listed(np.asarray(a))}
-            for name, a in stages.items()}}  # fmt: skip
+        kept[str(k)] = {
+            "index": step.index,
+            "stages": {
+                name: {"shape": list(np.shape(a)), "data": listed(np.asarray(a))}
+                for name, a in stages.items()
+            },
+        }
     slots = shown_slots(run, step)
     ring = ring_slots(inp)
     token = repr(safe(run.label(step.index)))
@@ -575,8 +619,10 @@ def _decode_step(p: Steps, k: int, kept: dict[str, Any], labels: Any) -> str:
         from attn_cli.present.decode_view import paged_lines
 
         lines = {lang: paged_lines(run, step, lang) for lang in ("en", "zh")}
-        out += [f'<p class="note">{bilingual(lambda lang, n=n: lines[lang][n])}</p>'
-                for n in range(len(lines["en"]))]  # fmt: skip
+        out += [
+            f'<p class="note">{bilingual(lambda lang, n=n: lines[lang][n])}</p>'
+            for n in range(len(lines["en"]))
+        ]
     held = _held(run, step)
     if any(not held[s] for s in slots):
         out.append(f'<p class="note">{bilingual(lambda lang: labels[lang]["none"])}</p>')
@@ -594,8 +640,10 @@ def _decode_step(p: Steps, k: int, kept: dict[str, Any], labels: Any) -> str:
                 out += [_score_table(p, k, stages, rows, lead, h, slots, held) for h in heads]
                 after = True
             if name in CACHES:
-                out += [_cache_table(p, k, name, a, lead, g, slots, held, _rule(run, step, ring))
-                        for g in range(a.shape[1])]  # fmt: skip
+                out += [
+                    _cache_table(p, k, name, a, lead, g, slots, held, _rule(run, step, ring))
+                    for g in range(a.shape[1])
+                ]
             else:
                 out.append(_head_table(p, k, name, a, lead))
         out.append(_check_table(p, k, lead))
@@ -622,8 +670,9 @@ def _rule(run: DecodeRun, step: DecodeStep, ring: int | None) -> Callable[[Lang,
 def _held(run: DecodeRun, step: DecodeStep) -> list[str]:
     """``token@position`` of each slot (``(empty)`` while empty), by slot."""
     pos_of = {int(x): i for i, x in enumerate(run.trace.inputs.token_positions()[0])}
-    return [("" if at < 0 else f"{safe(run.label(pos_of[at]))}@{at}")
-            for at in step.cache_positions]  # fmt: skip
+    return [
+        ("" if at < 0 else f"{safe(run.label(pos_of[at]))}@{at}") for at in step.cache_positions
+    ]
 
 
 def where_at(lead: tuple[int, ...], name: str = "", **axes: int) -> str:
@@ -659,9 +708,17 @@ def _head_table(p: Steps, k: int, name: str, a: Any, lead: tuple[int, ...]) -> s
     return p.table(where_at(lead, name), attrs_of(lead), heads, cols, cell, marked_rows=True)
 
 
-def _cache_table(p: Steps, k: int, name: str, a: Any, lead: tuple[int, ...], g: int,
-                 slots: list[int], held: list[str],
-                 rule: Callable[[Lang, int], str]) -> str:  # fmt: skip
+def _cache_table(
+    p: Steps,
+    k: int,
+    name: str,
+    a: Any,
+    lead: tuple[int, ...],
+    g: int,
+    slots: list[int],
+    held: list[str],
+    rule: Callable[[Lang, int], str],
+) -> str:
     """A cache of one kv head: a row per slot (the slots filled in this run), its index and the
     token@position it holds."""
     b = lead[0] if lead else 0
@@ -698,8 +755,9 @@ def _score_table(
     """A head's scores to softmax over the cache's slots (a row a stage)."""
     inp = p.trace.inputs
     b = lead[0] if lead else 0
-    data = {n: (np.asarray(stages[n]) if inp.has_batch else np.asarray(stages[n])[None])
-            for n in rows}  # fmt: skip
+    data = {
+        n: (np.asarray(stages[n]) if inp.has_batch else np.asarray(stages[n])[None]) for n in rows
+    }
     cols = [f"{s}: {held[s] or '—'}" for s in slots]
 
     def cell(i: int, j: int) -> str:
@@ -710,8 +768,7 @@ def _score_table(
         x = data[name][b, h, 0, s]
         return p.cell(x, name, (*lead, h, 0, s), f'data-step="{k}"', w, f"step {k + 1}")
 
-    return p.table(where_at(lead, head=h), attrs_of(lead, head=h), rows, cols, cell,
-                   full_rows=True)  # fmt: skip
+    return p.table(where_at(lead, head=h), attrs_of(lead, head=h), rows, cols, cell, full_rows=True)
 
 
 def _step_arrays(p: Steps, k: int) -> dict[str, Any]:
@@ -721,13 +778,18 @@ def _step_arrays(p: Steps, k: int) -> dict[str, Any]:
     if k not in p.arrays:
         step = p.run.result.steps[k]
         has_batch = p.trace.inputs.has_batch
-        p.arrays = {k: {n: (np.asarray(a) if has_batch else np.asarray(a)[None])
-                        for n, a in decode_stages(p.trace, step)}}  # fmt: skip
+        p.arrays = {
+            k: {
+                n: (np.asarray(a) if has_batch else np.asarray(a)[None])
+                for n, a in decode_stages(p.trace, step)
+            }
+        }
     return p.arrays[k]
 
 
-def _decode_score(p: Steps, k: int, name: str, lead: tuple[int, ...], h: int, s: int,
-                  lang: Lang) -> dict[str, Any] | None:  # fmt: skip
+def _decode_score(
+    p: Steps, k: int, name: str, lead: tuple[int, ...], h: int, s: int, lang: Lang
+) -> dict[str, Any] | None:
     """A score as its q·k terms, scaled as the division, masked, a weight as exp(x − m)/Σ."""
     st = _step_arrays(p, k)
     if name in MAP_ROWS:  # a second map's row, the difference (differential attention)
@@ -748,11 +810,20 @@ def _decode_score(p: Steps, k: int, name: str, lead: tuple[int, ...], h: int, s:
         full = p.options.full
         held_s = held[s] or word(lang, "empty")
         value = n(st["scores"][b, h, 0, s])
-        return part_of(at, [
-            word(lang, "q_dot", q=qn, where=f"head {h}", kv=f"{g}, ", slot=s, held=held_s),
-            word(lang, "dot", name="scores", terms=sum_terms(terms, full),
-               products=sum_terms(products, full), value=value),
-        ])  # fmt: skip
+        return part_of(
+            at,
+            [
+                word(lang, "q_dot", q=qn, where=f"head {h}", kv=f"{g}, ", slot=s, held=held_s),
+                word(
+                    lang,
+                    "dot",
+                    name="scores",
+                    terms=sum_terms(terms, full),
+                    products=sum_terms(products, full),
+                    value=value,
+                ),
+            ],
+        )
     if name == "scaled":
         score, scaled = n(st["scores"][b, h, 0, s]), n(st["scaled"][b, h, 0, s])
         line = word(lang, "scaled", score=score, scale=n(p.trace.scale), value=scaled)
@@ -770,8 +841,9 @@ def _decode_score(p: Steps, k: int, name: str, lead: tuple[int, ...], h: int, s:
     return None
 
 
-def _softmax_part(p: Steps, at: str, row: Any, weights: Any, s: int, h: int,
-                  held: list[str], lang: Lang) -> dict[str, Any]:  # fmt: skip
+def _softmax_part(
+    p: Steps, at: str, row: Any, weights: Any, s: int, h: int, held: list[str], lang: Lang
+) -> dict[str, Any]:
     """exp(x − m) / Σ over the cache's slots (and a sink), with the row."""
     from attn_cli.present.worked import softmax_parts
 
@@ -780,19 +852,36 @@ def _softmax_part(p: Steps, at: str, row: Any, weights: Any, s: int, h: int,
     if parts is None:
         return part_of(at, [word(lang, "row_empty")])
     n, prec = p.n, p.options.precision
-    head = word(lang, "row", m=n(parts.row_max)) if sink is None else word(
-        lang, "row_sink", m=n(parts.row_max), sink=n(sink))  # fmt: skip
+    head = (
+        word(lang, "row", m=n(parts.row_max))
+        if sink is None
+        else word(lang, "row_sink", m=n(parts.row_max), sink=n(sink))
+    )
     rows = []
     for j in pick_terms(len(row), p.options.full, keep=s):
         if j is None:
             rows.append(("…",) * 5)
             continue
         label = f"{j}: {held[j] or '—'}" + (" ◀" if j == s else "")
-        rows.append((label, n(row[j]), n(parts.shifted[j]), short_number(parts.exps[j], prec),
-                     short_number(float(weights[j]), prec)))  # fmt: skip
+        rows.append(
+            (
+                label,
+                n(row[j]),
+                n(parts.shifted[j]),
+                short_number(parts.exps[j], prec),
+                short_number(float(weights[j]), prec),
+            )
+        )
     if sink is not None:
-        rows.append((word(lang, "sink"), n(sink), n(sink - parts.row_max),
-                     short_number(parts.sink_exp, prec), ""))  # fmt: skip
+        rows.append(
+            (
+                word(lang, "sink"),
+                n(sink),
+                n(sink - parts.row_max),
+                short_number(parts.sink_exp, prec),
+                "",
+            )
+        )
     footer = [
         word(
             lang,
@@ -807,8 +896,9 @@ def _softmax_part(p: Steps, at: str, row: Any, weights: Any, s: int, h: int,
     return part_of(at, [head], header, rows, footer)
 
 
-def _decode_output(p: Steps, k: int, name: str, lead: tuple[int, ...], h: int, j: int,
-                   lang: Lang) -> dict[str, Any] | None:  # fmt: skip
+def _decode_output(
+    p: Steps, k: int, name: str, lead: tuple[int, ...], h: int, j: int, lang: Lang
+) -> dict[str, Any] | None:
     """An output entry as Σ weight · V_cache over the slots (MLA: the latent's, before W_UV)."""
     st = _step_arrays(p, k)
     made = map_part(p, k, st, name, lead, (h, 0, j), lang)  # λ, diff_output, its norm, scaled
@@ -825,11 +915,19 @@ def _decode_output(p: Steps, k: int, name: str, lead: tuple[int, ...], h: int, j
     terms = [f"{p.n(w)}×{p.f(v)}" for w, v in zip(weights, values, strict=True)]
     products = [p.f(float(w) * float(v)) for w, v in zip(weights, values, strict=True)]
     at = f"{name}[{', '.join(map(str, (*lead, h, 0, j)))}]"
-    return part_of(at, [
-        word(lang, "out", name=name, h=h, j=j),
-        word(lang, "out_line", terms=sum_terms(terms, full), products=sum_terms(products, full),
-           value=p.n(st[name][b, h, 0, j])),
-    ])  # fmt: skip
+    return part_of(
+        at,
+        [
+            word(lang, "out", name=name, h=h, j=j),
+            word(
+                lang,
+                "out_line",
+                terms=sum_terms(terms, full),
+                products=sum_terms(products, full),
+                value=p.n(st[name][b, h, 0, j]),
+            ),
+        ],
+    )
 
 
 def _check_table(p: Steps, k: int, lead: tuple[int, ...]) -> str:
@@ -859,16 +957,28 @@ def _check_table(p: Steps, k: int, lead: tuple[int, ...]) -> str:
         h, which = rows[i]
         if which == 0:
             w = p.derive(lambda lang: _decode_output(p, k, name, lead, h, j, lang))
-            return p.cell(mine[h, j], name, (*lead, h, 0, j), f'data-step="{k}"', w,
-                          f"step {k + 1}")  # fmt: skip
+            return p.cell(
+                mine[h, j], name, (*lead, h, 0, j), f'data-step="{k}"', w, f"step {k + 1}"
+            )
         where = ", ".join(map(str, (*lead, h, step.index, j)))
-        w = p.derive(lambda lang: part_of(f"{name}[{where}]", [
-            word(lang, "ref", token=repr(token), name=name, where=where),
-            word(lang, "ref_step", name=name, h=h, j=j, value=p.n(mine[h, j])),
-            word(lang, "ref_diff", diff=f"{diff:.3e}", mark=mark, tol=f"{tol:g}"),
-        ]))  # fmt: skip
-        return p.cell(full[h, j], name, (*lead, h, step.index, j),
-                      f'data-step="{k}" data-source="trace"', w, f"step {k + 1}")  # fmt: skip
+        w = p.derive(
+            lambda lang: part_of(
+                f"{name}[{where}]",
+                [
+                    word(lang, "ref", token=repr(token), name=name, where=where),
+                    word(lang, "ref_step", name=name, h=h, j=j, value=p.n(mine[h, j])),
+                    word(lang, "ref_diff", diff=f"{diff:.3e}", mark=mark, tol=f"{tol:g}"),
+                ],
+            )
+        )
+        return p.cell(
+            full[h, j],
+            name,
+            (*lead, h, step.index, j),
+            f'data-step="{k}" data-source="trace"',
+            w,
+            f"step {k + 1}",
+        )
 
     caption = bilingual(lambda lang: word(lang, "self_check"))
     cols = [str(j) for j in range(mine.shape[1])]
@@ -898,12 +1008,17 @@ def _decode_checks(run: DecodeRun, labels: Any) -> str:
         if run.paged is not None:
             d = run.paged.contiguous_diffs[k]
             near = f"<td>{d:.3e} {'✓' if d <= run.tolerance else '✗'}</td>"
-        out.append(f"<tr><td>{k + 1}</td><td>{esc(run.label(s.index))}</td><td>{s.position}</td>"
-                   f"<td>{s.slots}</td><td>{diff:.3e} {mark}</td>{near}</tr>")  # fmt: skip
+        out.append(
+            f"<tr><td>{k + 1}</td><td>{esc(run.label(s.index))}</td><td>{s.position}</td>"
+            f"<td>{s.slots}</td><td>{diff:.3e} {mark}</td>{near}</tr>"
+        )
     out.append("</table>")
     mark = "✓" if run.prefill_diff <= run.tolerance else "✗"
-    pre = bilingual(lambda lang: labels[lang]["check_prefill"].format(
-        diff=f"{run.prefill_diff:.3e}", mark=mark, stage=run.checked))  # fmt: skip
+    pre = bilingual(
+        lambda lang: labels[lang]["check_prefill"].format(
+            diff=f"{run.prefill_diff:.3e}", mark=mark, stage=run.checked
+        )
+    )
     return "".join(out) + f"<p>{pre}</p>"
 
 
@@ -946,8 +1061,11 @@ def _flash_overview(run: FlashRun) -> str:
     from attn_cli.present.flash_view import explain, skipped_total
 
     skipped = skipped_total(run)
-    line = bilingual(lambda lang: FLASH_LABELS[lang]["blocks"].format(
-        bq=run.block_q, bk=run.block_k, n=f"{run.tiles_total:,}", skipped=skipped))  # fmt: skip
+    line = bilingual(
+        lambda lang: FLASH_LABELS[lang]["blocks"].format(
+            bq=run.block_q, bk=run.block_k, n=f"{run.tiles_total:,}", skipped=skipped
+        )
+    )
     base = "base2" if run.base2 else "base_e"
     from attn_cli.core.flash import LOG2E
 
@@ -1075,21 +1193,42 @@ def _flash_S(p: Steps, tile: Tile, i: int, j: int, lang: Lang) -> dict[str, Any]
     dot = math.fsum(float(x) * float(y) for x, y in zip(q, kk, strict=True))
     base, base_n = (" × log2 e", f" × {p.n(LOG2E)}") if run.base2 else ("", "")
     lead = f"{tile.batch}, " if inp.has_batch else ""
-    return part_of(at, [
-        word(lang, "S_dot", q=qn, qw=f"{lead}{tile.head}, {t}", k=kn, kw=f"{lead}{g}, {s}"),
-        f"q·k = {sum_terms(terms, p.options.full)} = {p.n(dot)}",
-        word(lang, "S_value", base=base, dot=p.n(dot), scale=p.n(run.trace.scale), base_n=base_n,
-           value=p.n(value)),
-        word(lang, "S_after"),
-    ])  # fmt: skip
+    return part_of(
+        at,
+        [
+            word(lang, "S_dot", q=qn, qw=f"{lead}{tile.head}, {t}", k=kn, kw=f"{lead}{g}, {s}"),
+            f"q·k = {sum_terms(terms, p.options.full)} = {p.n(dot)}",
+            word(
+                lang,
+                "S_value",
+                base=base,
+                dot=p.n(dot),
+                scale=p.n(run.trace.scale),
+                base_n=base_n,
+                value=p.n(value),
+            ),
+            word(lang, "S_after"),
+        ],
+    )
 
 
 def _flash_P(p: Steps, tile: Tile, i: int, j: int, lang: Lang) -> dict[str, Any]:
     assert tile.S is not None and tile.P is not None
     m = float(tile.m[i])
     m_safe = 0.0 if m == -math.inf else m
-    return part_of(f"P[{i}, {j}]", [word(lang, "P_line", exp=_exp_name(p.run), s=p.n(tile.S[i, j]),
-                                     m=p.n(m_safe), value=p.n(tile.P[i, j]))])  # fmt: skip
+    return part_of(
+        f"P[{i}, {j}]",
+        [
+            word(
+                lang,
+                "P_line",
+                exp=_exp_name(p.run),
+                s=p.n(tile.S[i, j]),
+                m=p.n(m_safe),
+                value=p.n(tile.P[i, j]),
+            )
+        ],
+    )
 
 
 def _flash_state(p: Steps, k: int, name: str, i: int, lang: Lang, j: int = 0) -> dict[str, Any]:
@@ -1111,12 +1250,25 @@ def _flash_state(p: Steps, k: int, name: str, i: int, lang: Lang, j: int = 0) ->
         )
     if name == "alpha":
         new = float(tile.m[i])
-        return part_of(at, [word(lang, "alpha_line", exp=_exp_name(run), old=n(m_old[i]),
-                             new=n(0.0 if new == -math.inf else new), value=n(a))])  # fmt: skip
+        return part_of(
+            at,
+            [
+                word(
+                    lang,
+                    "alpha_line",
+                    exp=_exp_name(run),
+                    old=n(m_old[i]),
+                    new=n(0.0 if new == -math.inf else new),
+                    value=n(a),
+                )
+            ],
+        )
     if name == "l":
         terms = sum_terms([n(x) for x in tile.P[i]], full)
-        return part_of(at, [word(lang, "l_line", i=i, a=n(a), old=f(l_old[i]), terms=terms,
-                             value=n(tile.l[i]))])  # fmt: skip
+        return part_of(
+            at,
+            [word(lang, "l_line", i=i, a=n(a), old=f(l_old[i]), terms=terms, value=n(tile.l[i]))],
+        )
     from attn_cli.check.runs import internal
 
     inp = run.trace.inputs
@@ -1124,15 +1276,29 @@ def _flash_state(p: Steps, k: int, name: str, i: int, lang: Lang, j: int = 0) ->
     s0, s1 = tile.k_block
     V = internal(run.trace, "V")[tile.batch, g, s0:s1, j]
     terms = sum_terms([f"{n(x)}×{f(v)}" for x, v in zip(tile.P[i], V, strict=True)], full)
-    return part_of(at, [word(lang, "acc_line", i=i, j=j, a=n(a), old=f(acc_old[i, j]), terms=terms,
-                         value=n(tile.acc[i, j]))])  # fmt: skip
+    return part_of(
+        at,
+        [
+            word(
+                lang,
+                "acc_line",
+                i=i,
+                j=j,
+                a=n(a),
+                old=f(acc_old[i, j]),
+                terms=terms,
+                value=n(tile.acc[i, j]),
+            )
+        ],
+    )
 
 
 def _last_tiles(run: FlashRun) -> dict[tuple[int, int, int], int]:
     """(batch, head, query block start) -> the shown tile that finished that block."""
     S = run.trace.inputs.seq_k
-    return {(t.batch, t.head, t.q_block[0]): k for k, t in enumerate(run.tiles)
-            if t.k_block[1] == S}  # fmt: skip
+    return {
+        (t.batch, t.head, t.q_block[0]): k for k, t in enumerate(run.tiles) if t.k_block[1] == S
+    }
 
 
 def _flash_result(p: Steps, kept: dict[str, Any]) -> str:
@@ -1152,22 +1318,27 @@ def _flash_result(p: Steps, kept: dict[str, Any]) -> str:
             out.append(p.table(where_at(lead, head=h), attrs_of(lead, head=h), labels, cols, cell))
     if p.keep([run.output, run.lse]):
         has = inp.has_batch
-        kept["stages"] = {n: listed(np.asarray(a if has else a[0]))
-                          for n, a in (("output", run.output), ("lse", run.lse))}  # fmt: skip
+        kept["stages"] = {
+            n: listed(np.asarray(a if has else a[0]))
+            for n, a in (("output", run.output), ("lse", run.lse))
+        }
     heads = "".join(
         f"<th>{_label(FLASH_LABELS, h)}</th>" for h in ("col_what", "col_diff", "col_tol")
     )
     out.append(f'<table class="m"><tr>{heads}</tr>')
     for c in run.checks:
         what = _check_label(f"check_{c.name}")
-        out.append(f"<tr><td>{what}</td><td>{c.max_abs:.3e} {'✓' if c.ok else '✗'}</td>"
-                   f"<td>{c.tolerance:.3g}</td></tr>")  # fmt: skip
+        out.append(
+            f"<tr><td>{what}</td><td>{c.max_abs:.3e} {'✓' if c.ok else '✗'}</td>"
+            f"<td>{c.tolerance:.3g}</td></tr>"
+        )
     out.append("</table>")
     return "\n".join(out)
 
 
-def _result_cell(p: Steps, last: dict[tuple[int, int, int], int], lead: tuple[int, ...],
-                 b: int, h: int) -> Callable[[int, int], str]:  # fmt: skip
+def _result_cell(
+    p: Steps, last: dict[tuple[int, int, int], int], lead: tuple[int, ...], b: int, h: int
+) -> Callable[[int, int], str]:
     """The cells of O and L of (batch b, head h): O = acc / l and L = m + log l of the tile that
     finished the query's block."""
     run = p.run
@@ -1193,8 +1364,15 @@ def _result_cell(p: Steps, last: dict[tuple[int, int, int], int], lead: tuple[in
                     lang, "L_line", t=t, log=log, m=n(tile.m[i]), l=n(tile.l[i]), value=n(L[t])
                 )
             else:
-                line = word(lang, "O_line", t=t, j=j, acc=n(tile.acc[i, j]), l=n(tile.l[i]),
-                          value=n(O[t, j]))  # fmt: skip
+                line = word(
+                    lang,
+                    "O_line",
+                    t=t,
+                    j=j,
+                    acc=n(tile.acc[i, j]),
+                    l=n(tile.l[i]),
+                    value=n(O[t, j]),
+                )
             return part_of(title, [line])
 
         w = p.derive(make)

@@ -118,10 +118,19 @@ NAMES = frozenset(
 )
 _FUNCTIONS = {"log": r"\log", "exp": r"\exp", "tanh": r"\tanh", "max": r"\max", "min": r"\min"}
 _OPS = {
-    "−": "-", "-": "-", "×": r"\times ", "·": r"\cdot ", "∞": r"\infty ", "≤": r"\leq ",
-    "≥": r"\geq ", "→": r"\rightarrow ", "Σ": r"\sum ", "ᵀ": r"^{\top}", "²": "^{2}",
+    "−": "-",
+    "-": "-",
+    "×": r"\times ",
+    "·": r"\cdot ",
+    "∞": r"\infty ",
+    "≤": r"\leq ",
+    "≥": r"\geq ",
+    "→": r"\rightarrow ",
+    "Σ": r"\sum ",
+    "ᵀ": r"^{\top}",
+    "²": "^{2}",
     "…": r"\dots ",
-}  # fmt: skip
+}
 _VALUES = frozenset({"num", "sub", "word", "lit", "close"})  # a space between two is kept
 
 

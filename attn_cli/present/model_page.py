@@ -68,8 +68,12 @@ WORDS: dict[Lang, dict[str, Any]] = {
         "status": "layer {layer} · head {head} · query {q} → key {k}: {w}",
         "pooled_status": "layer {layer} · head {head} · queries {q} → keys {k}: {w} "
         "(mean over the queries of the weight summed over the keys)",
-        "kind": {"previous": "previous-token head", "first": "first-token / sink head",
-                 "self": "diagonal head", "mixed": "no single kind"},
+        "kind": {
+            "previous": "previous-token head",
+            "first": "first-token / sink head",
+            "self": "diagonal head",
+            "mixed": "no single kind",
+        },
         "elided_layers": "{shown} of {n} layers shown (layers {first}–{last} elided: "
         "{cells:,} cells would pass the page's cap of {cap:,}); "
         "attn import --layer all prints every one.",
@@ -91,8 +95,12 @@ WORDS: dict[Lang, dict[str, Any]] = {
         "status": "第 {layer} 层 · 头 {head} · 查询 {q} → 键 {k}：{w}",
         "pooled_status": "第 {layer} 层 · 头 {head} · 查询 {q} → 键 {k}：{w}"
         "（对这些键的权重求和，再对这些查询取平均）",
-        "kind": {"previous": "前一词元头", "first": "首词元 / 汇聚头", "self": "对角头",
-                 "mixed": "没有单一的模式"},
+        "kind": {
+            "previous": "前一词元头",
+            "first": "首词元 / 汇聚头",
+            "self": "对角头",
+            "mixed": "没有单一的模式",
+        },
         "elided_layers": "显示 {n} 层中的 {shown} 层（省略了第 {first}–{last} 层：{cells:,} "
         "个单元格会超过页面上限 {cap:,}）；attn import --layer all 会全部打印。",
         "left_out": "第 {layers} 层的追踪不在这个页面上（各层页面合计上限 {cap} MB）；"
@@ -102,7 +110,7 @@ WORDS: dict[Lang, dict[str, Any]] = {
         "attn import {ckpt} --text … --layer {layer} -o layer{layer}.npz，再 "
         "attn trace layer{layer}.npz -f html。",
     },
-}  # fmt: skip
+}
 
 _BODY_TAG = re.compile(r"<body [^>]*>")
 
@@ -125,8 +133,9 @@ class LayerPages:
         if self.left_out:  # once one did not fit, the later ones (as large) do not either
             self.left_out.append(layer)
             return
-        page = trace_page(trace, self.options, self.theme, max_worked=LAYER_WORKED,
-                          max_entries=LAYER_ENTRIES)  # fmt: skip
+        page = trace_page(
+            trace, self.options, self.theme, max_worked=LAYER_WORKED, max_entries=LAYER_ENTRIES
+        )
         tag = _BODY_TAG.search(page)
         assert tag is not None  # page.html's own, the first <body (token text is escaped)
         packed = base64.b64encode(gzip.compress(page.encode("utf-8"), 6, mtime=0)).decode()
@@ -244,18 +253,30 @@ class _Body:
         def pooled_note(lang: Lang) -> str:
             return TEXTS[lang]["pooled"].format(side=side) if side < T else ""
 
-        out.append("<h2>" + _both(lambda lang: TEXTS[lang]["title"].format(
-            family=v.family, layers=len(v.weights), heads=heads, T=T,
-            pooled=pooled_note(lang))) + "</h2>")  # fmt: skip
+        out.append(
+            "<h2>"
+            + _both(
+                lambda lang: TEXTS[lang]["title"].format(
+                    family=v.family,
+                    layers=len(v.weights),
+                    heads=heads,
+                    T=T,
+                    pooled=pooled_note(lang),
+                )
+            )
+            + "</h2>"
+        )
         tokens = " ".join(f"<code>{esc(short_label(t))}</code>" for t in v.tokens)  # data: full
         out.append(f"<p>{_both(lambda lang: TEXTS[lang]['tokens'] + ':')} {tokens}</p>")
         out.append(f'<p class="hint">{_both(_word("hint"))}</p>')
         out += self._notes(shown, heads, side)
         out.append(self._grid(shown, heads, side))
         out.append('<p class="status" data-role="status"></p>')
-        out.append('<p class="legend"><span class="bar"></span> 0 → 1 · '
-                   + _both(lambda lang: TEXTS[lang]["legend"].format(t=THRESHOLD))
-                   + "</p></div>")  # fmt: skip
+        out.append(
+            '<p class="legend"><span class="bar"></span> 0 → 1 · '
+            + _both(lambda lang: TEXTS[lang]["legend"].format(t=THRESHOLD))
+            + "</p></div>"
+        )
         out.append('<section class="layer-view" data-role="layer" hidden>')
         out.append(f'<button type="button" data-role="back">{_both(_word("back"))}</button>')
         out.append('<h2 data-role="layer-title"></h2>')
@@ -268,14 +289,28 @@ class _Body:
         n = len(self.view.weights)
         if len(shown) < n:
             gone = sorted(set(range(n)) - set(shown))
-            out.append(_note(lambda lang: WORDS[lang]["elided_layers"].format(
-                shown=len(shown), n=n, first=gone[0], last=gone[-1],
-                cells=n * heads * side * side, cap=self.cap)))  # fmt: skip
+            out.append(
+                _note(
+                    lambda lang: WORDS[lang]["elided_layers"].format(
+                        shown=len(shown),
+                        n=n,
+                        first=gone[0],
+                        last=gone[-1],
+                        cells=n * heads * side * side,
+                        cap=self.cap,
+                    )
+                )
+            )
         left = self.pages.left_out
         if left:
             layers = f"{left[0]}–{left[-1]}" if len(left) > 1 else str(left[0])
-            out.append(_note(lambda lang: WORDS[lang]["left_out"].format(
-                layers=layers, cap=f"{self.pages.cap / 1e6:g}", ckpt=self.checkpoint)))  # fmt: skip
+            out.append(
+                _note(
+                    lambda lang: WORDS[lang]["left_out"].format(
+                        layers=layers, cap=f"{self.pages.cap / 1e6:g}", ckpt=self.checkpoint
+                    )
+                )
+            )
         return out
 
     def _grid(self, shown: list[int], heads: int, side: int) -> str:
@@ -291,8 +326,10 @@ class _Body:
             out.append(f'<div class="lh">L{layer}</div>')
             if self.view.weights[layer].shape[0] == 0:  # linear attention (Gated DeltaNet)
                 words = _both(lambda lang: TEXTS[lang]["no_map"] + " · " + WORDS[lang]["open"])
-                out.append(f'<button type="button" class="nomap" data-open-layer="{layer}" '
-                           f'style="grid-column: span {heads}">{words}</button>')  # fmt: skip
+                out.append(
+                    f'<button type="button" class="nomap" data-open-layer="{layer}" '
+                    f'style="grid-column: span {heads}">{words}</button>'
+                )
                 continue
             for h in range(heads):
                 out.append(self._thumb(layer, h, side))

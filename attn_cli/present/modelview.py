@@ -31,32 +31,32 @@ HINTS: dict[Lang, dict[str, str]] = {
 TEXTS: dict[Lang, dict[str, str]] = {
     "en": {
         "title": "model view: {family}, {layers} layers × {heads} heads, {T} tokens "
-                 "(each map: query rows × key columns{pooled})",
+        "(each map: query rows × key columns{pooled})",
         "pooled": ", pooled to {side} × {side}",
         "tokens": "tokens",
         "layer": "L",
         "head": "h",
         "legend": "prev = previous-token head (each token attends to the one before it); "
-                  "first = first-token / sink head (attention parked on token 0); "
-                  "self = diagonal head (each token attends to itself); unnamed: no kind "
-                  "reaches {t:g} of the weight on average.",
+        "first = first-token / sink head (attention parked on token 0); "
+        "self = diagonal head (each token attends to itself); unnamed: no kind "
+        "reaches {t:g} of the weight on average.",
         "shades": "shade: ' ' < 0.05 ≤ ░ < 0.2 ≤ ▒ < 0.45 ≤ ▓ < 0.7 ≤ █",
         "no_map": "linear attention: no softmax map",
     },
     "zh": {
         "title": "模型总览：{family}，{layers} 层 × {heads} 个头，{T} 个词元"
-                 "（每幅图：行为查询，列为键{pooled}）",
+        "（每幅图：行为查询，列为键{pooled}）",
         "pooled": "，汇聚为 {side} × {side}",
         "tokens": "词元",
         "layer": "L",
         "head": "h",
         "legend": "前词 = 前一词元头（每个词元关注它前面的一个）；首词 = 首词元 / 汇聚头"
-                  "（注意力停在第 0 个词元）；自身 = 对角头（每个词元关注自己）；"
-                  "未命名：没有哪种模式平均达到 {t:g} 的权重。",
+        "（注意力停在第 0 个词元）；自身 = 对角头（每个词元关注自己）；"
+        "未命名：没有哪种模式平均达到 {t:g} 的权重。",
         "shades": "深浅：' ' < 0.05 ≤ ░ < 0.2 ≤ ▒ < 0.45 ≤ ▓ < 0.7 ≤ █",
         "no_map": "线性注意力：没有 softmax 权重图",
     },
-}  # fmt: skip
+}
 
 
 @dataclass(frozen=True)
@@ -129,8 +129,9 @@ def render_text(view: ModelView, width: int, lang: Lang = "en") -> str:
     T, heads = len(view.tokens), _heads(view)
     column = max(side, 5) + 1
     pooled_note = text["pooled"].format(side=side) if side < T else ""
-    title = text["title"].format(family=view.family, layers=len(view.weights), heads=heads,
-                                 T=T, pooled=pooled_note)  # fmt: skip
+    title = text["title"].format(
+        family=view.family, layers=len(view.weights), heads=heads, T=T, pooled=pooled_note
+    )
     lines = _wrap(title, width)
     lines.append(_pad(f"{text['tokens']}: " + " ".join(view.tokens), width).rstrip())
     for start in range(0, heads, per_band):
@@ -181,15 +182,23 @@ def render_json(
         "threshold": THRESHOLD,
         "kinds": [*KINDS, "mixed"],
         "layers": [
-            {"layer": i, "heads": [
-                {"head": h, "kind": t.kind,
-                 "scores": {k: round(v, digits) for k, v in t.scores.items()},
-                 "weights": np.round(w[h], digits).tolist()}
-                for h, t in enumerate(types)]}
+            {
+                "layer": i,
+                "heads": [
+                    {
+                        "head": h,
+                        "kind": t.kind,
+                        "scores": {k: round(v, digits) for k, v in t.scores.items()},
+                        "weights": np.round(w[h], digits).tolist(),
+                    }
+                    for h, t in enumerate(types)
+                ],
+            }
             for i, (w, types) in enumerate(zip(view.weights, view.types, strict=True))
         ],
-    }  # fmt: skip
+    }
     if next_tokens is not None:
-        doc["next_tokens"] = [{"token": t, "id": i, "p": round(p, digits)}
-                              for t, i, p in next_tokens]  # fmt: skip
+        doc["next_tokens"] = [
+            {"token": t, "id": i, "p": round(p, digits)} for t, i, p in next_tokens
+        ]
     return json.dumps(doc, ensure_ascii=False) + "\n"

@@ -357,8 +357,12 @@ def _status(deck: Pages, state: State, page: Page, v: View, size: tuple[int, int
     keys = "step_last" if state.k == n - 1 else "step_keys"
     short = label(lang, keys + "_short")
     quit_key = short.rsplit(" · ", 1)[-1]  # "q quit": the one that must show
-    hints = [words["help"] + " · " + label(lang, keys), words["help"] + " · " + short, short,
-             quit_key]  # fmt: skip
+    hints = [
+        words["help"] + " · " + label(lang, keys),
+        words["help"] + " · " + short,
+        short,
+        quit_key,
+    ]
     room = width - text.cell_len
     text.append(next((h for h in hints if cell_len(h) <= room), hints[-1]), style="dim")
     return text

@@ -16,9 +16,18 @@ from rich.style import Style
 
 # viridis at 0, 0.1, ..., 1 (matplotlib's colormap, as sampled by R's viridisLite)
 VIRIDIS = (
-    "#440154", "#482576", "#414487", "#35608d", "#2a788e", "#21908c",
-    "#22a884", "#43bf71", "#7ad151", "#bbdf27", "#fde725",
-)  # fmt: skip
+    "#440154",
+    "#482576",
+    "#414487",
+    "#35608d",
+    "#2a788e",
+    "#21908c",
+    "#22a884",
+    "#43bf71",
+    "#7ad151",
+    "#bbdf27",
+    "#fde725",
+)
 STEPS = 10  # the stepped palettes cut [0, 1] into tenths
 
 # xterm-256 colours along viridis, one per tenth, their lightness rising (purple, violet, blue,
@@ -28,9 +37,17 @@ PALETTE_256 = (53, 55, 25, 30, 36, 72, 77, 149, 184, 226)
 _LIGHT_FROM = 3
 # The 16 standard colours in the same order; neighbours always differ.
 PALETTE_16 = (
-    "magenta", "blue", "bright_blue", "cyan", "bright_cyan",
-    "green", "bright_green", "yellow", "bright_yellow", "bright_white",
-)  # fmt: skip
+    "magenta",
+    "blue",
+    "bright_blue",
+    "cyan",
+    "bright_cyan",
+    "green",
+    "bright_green",
+    "yellow",
+    "bright_yellow",
+    "bright_white",
+)
 _DARK_16 = frozenset({"magenta", "blue", "bright_blue"})  # these take white text
 STEPPED_SYSTEMS = frozenset({"256", "standard", "windows"})  # Rich's names of colour systems
 

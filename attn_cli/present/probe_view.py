@@ -63,35 +63,48 @@ EXPLAIN_EN = {
     "in-place masked_fill_): the caller's arrays change. Fix: q = q * scale.",
     "output_differs": "Every convention above matches, yet the output of random inputs does "
     "not: Q and K swapped, V misused, a wrong projection? Grade its stages with attn check.",
-}  # fmt: skip
+}
 
 # The Chinese title and explanation of the probe's own findings (the catalogue's are its ZH).
 PROBE_ZH = {
-    "scale_constant": ("缩放用了固定常数而不是 1/√d_k",
-                       "缩放因子不随头的维度变化（0.125 只在 d = 64 时等于 1/√d）。修正：1 / math."
-                       "sqrt(q.shape[-1])。"),
+    "scale_constant": (
+        "缩放用了固定常数而不是 1/√d_k",
+        "缩放因子不随头的维度变化（0.125 只在 d = 64 时等于 1/√d）。修正：1 / math."
+        "sqrt(q.shape[-1])。",
+    ),
     "scale_option_ignored": ("传入的 scale 没有被使用", "修正：scale 不为 None 时就用它。"),
     "causal_other": ("因果遮蔽的形状不对", "被遮蔽的键不符合任何一种对齐方式。"),
     "mask_ignored": ("遮蔽没有被应用", "传入的遮蔽不改变输出。修正：在 softmax 之前应用它。"),
     "mask_other": ("遮蔽以别的方式被应用", "遮蔽改变了输出，但没有按它说的屏蔽键。"),
-    "empty_row_other": ("全部被遮蔽的行既不是 0 也不是 nan",
-                        "可能把哨兵值加到了分数上而不是填充。"),
+    "empty_row_other": (
+        "全部被遮蔽的行既不是 0 也不是 nan",
+        "可能把哨兵值加到了分数上而不是填充。",
+    ),
     "gqa_other": ("K/V 头以另一种顺序分配", "查询头读取 K/V 头的顺序既不是分组也不是平铺。"),
-    "zero_scores_masked": ("恰好为 0 的分数也被遮蔽了（scores * mask，再 == 0 -> -inf）",
-                           "用分数是否为 0 来判断遮蔽位置，恰好为 0 的分数也被屏蔽。修正：直接用遮"
-                           "蔽本身 masked_fill(~mask, -inf)。"),
-    "not_deterministic": ("两次相同的调用结果不同（dropout 没关？）",
-                          "修正：不训练时 dropout_p=0。"),
-    "batch_dependent": ("一个样本的输出依赖批中的其他样本",
-                        "在批的轴上做了归一化或 softmax。修正：只沿键的轴归约。"),
+    "zero_scores_masked": (
+        "恰好为 0 的分数也被遮蔽了（scores * mask，再 == 0 -> -inf）",
+        "用分数是否为 0 来判断遮蔽位置，恰好为 0 的分数也被屏蔽。修正：直接用遮"
+        "蔽本身 masked_fill(~mask, -inf)。",
+    ),
+    "not_deterministic": (
+        "两次相同的调用结果不同（dropout 没关？）",
+        "修正：不训练时 dropout_p=0。",
+    ),
+    "batch_dependent": (
+        "一个样本的输出依赖批中的其他样本",
+        "在批的轴上做了归一化或 softmax。修正：只沿键的轴归约。",
+    ),
     "window_other": ("滑动窗口的形状不对", "被窗口屏蔽的键既不是 W 个也不是 W + 1 个。"),
-    "mutates_inputs": ("函数修改了传入的数组",
-                       "原地操作（q *= scale、masked_fill_）改变了调用者的数组。修正：q = q * "
-                       "scale。"),
-    "output_differs": ("输出的差别无法用任何约定解释",
-                       "每个约定都一致，但随机输入的输出不一致：Q 与 K 交换了？V 用错了？用 "
-                       "attn check 逐阶段检查。"),
-}  # fmt: skip
+    "mutates_inputs": (
+        "函数修改了传入的数组",
+        "原地操作（q *= scale、masked_fill_）改变了调用者的数组。修正：q = q * scale。",
+    ),
+    "output_differs": (
+        "输出的差别无法用任何约定解释",
+        "每个约定都一致，但随机输入的输出不一致：Q 与 K 交换了？V 用错了？用 "
+        "attn check 逐阶段检查。",
+    ),
+}
 
 
 def zh_texts(finding_id: str) -> tuple[str, str]:
@@ -122,18 +135,26 @@ def render_probe(report: ProbeReport, *, lang: str = "en", explain: bool = False
         table.add_column(column, overflow="fold")
     for d in report.decisions:
         style = "bold red" if d.differs else ""
-        table.add_row(d.name, Text(shown(d.found), style=style), shown(d.reference),
-                      printable(_short(d.evidence)))  # fmt: skip
+        table.add_row(
+            d.name,
+            Text(shown(d.found), style=style),
+            shown(d.reference),
+            printable(_short(d.evidence)),
+        )
     parts: list[RenderableType] = [table, Text("")]
     for f in report.findings:
         title_zh, text_zh = zh_texts(f.id) if lang == "zh" else ("", "")
         if title_zh:
-            parts.append(Text.assemble(("发现：", "bold"), (title_zh, "bold yellow"),
-                                       f" [{f.id}: {f.title}]"))  # fmt: skip
+            parts.append(
+                Text.assemble(
+                    ("发现：", "bold"), (title_zh, "bold yellow"), f" [{f.id}: {f.title}]"
+                )
+            )
             parts.append(Text(text_zh))
         else:
-            parts.append(Text.assemble(("finding: ", "bold"), (f.title, "bold yellow"),
-                                       f" [{f.id}]"))  # fmt: skip
+            parts.append(
+                Text.assemble(("finding: ", "bold"), (f.title, "bold yellow"), f" [{f.id}]")
+            )
             if explain:
                 parts.append(Text(EXPLAIN_EN.get(f.id, "")))
         parts.append(Text(f"evidence: {printable(f.evidence)}"))

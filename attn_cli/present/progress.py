@@ -101,9 +101,14 @@ class Status:
                 return
             console = Console(file=self.stream, width=_columns(self.stream), highlight=False)
             self._spinner = Spinner("dots", text=_line(self.message))
-            self._shown = Live(self._spinner, console=console, transient=True,
-                               redirect_stdout=False, redirect_stderr=False,
-                               refresh_per_second=12.5)  # fmt: skip
+            self._shown = Live(
+                self._spinner,
+                console=console,
+                transient=True,
+                redirect_stdout=False,
+                redirect_stderr=False,
+                refresh_per_second=12.5,
+            )
             self._shown.start()
 
 

@@ -302,13 +302,16 @@ def render_matrix(
     values = _gathered(matrix, rows, shown) if heat is None else None
     for n, j in enumerate(shown):
         if values is not None:
-            cells = [ELLIPSIS if x is None else _plain_cell(x[n], options.precision)
-                     for x in values]  # fmt: skip
+            cells = [
+                ELLIPSIS if x is None else _plain_cell(x[n], options.precision) for x in values
+            ]
         else:
             cells = [_number_cell(matrix, i, j, options.precision, heat) for i in rows]
         if none is not None:
-            cells = [Text(NONE, style="dim") if i is not None and none(i, j) else c
-                     for i, c in zip(rows, cells, strict=True)]  # fmt: skip
+            cells = [
+                Text(NONE, style="dim") if i is not None and none(i, j) else c
+                for i, c in zip(rows, cells, strict=True)
+            ]
         columns[j] = (safe(col_labels[j]), cells)
     return Matrix(
         Text(title, style="bold") if title else None,
@@ -408,8 +411,14 @@ class Listing:
     def table(self) -> Table:
         from rich.table import Table
 
-        table = Table(title=self.title, title_justify="left", box=box.SIMPLE_HEAD,
-                      show_edge=False, pad_edge=False, padding=(0, 1))  # fmt: skip
+        table = Table(
+            title=self.title,
+            title_justify="left",
+            box=box.SIMPLE_HEAD,
+            show_edge=False,
+            pad_edge=False,
+            padding=(0, 1),
+        )
         for header, justify in self.columns:
             table.add_column(header, justify=cast(Any, justify), no_wrap=self.no_wrap)
         for row in self.rows:
@@ -511,9 +520,12 @@ class Matrix:
         )
         # Each column as wide as its widest cell, so Rich need not measure every cell.
         table.add_column(
-            _text(self.labels[0]), justify="left", no_wrap=True, style="bold",
+            _text(self.labels[0]),
+            justify="left",
+            no_wrap=True,
+            style="bold",
             width=self.label_width,
-        )  # fmt: skip
+        )
         for j in cols:
             table.add_column(
                 _text(self.columns[j][0]), justify="right", no_wrap=True, width=self.widths[j]
@@ -557,9 +569,15 @@ class Matrix:
     def block(self, cols: list[int | None], first: bool, last: bool) -> Matrix:
         """The table of one block of columns of the full matrix."""
         return Matrix(
-            self.title if first else None, self.labels, {j: self.columns[j] for j in cols},
-            self.row_sums if last else None, cols, self.n, True, self.spaced or not last,
-        )  # fmt: skip
+            self.title if first else None,
+            self.labels,
+            {j: self.columns[j] for j in cols},
+            self.row_sums if last else None,
+            cols,
+            self.n,
+            True,
+            self.spaced or not last,
+        )
 
     def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
         cols = self.cols if self.full else self.fitting(options.max_width)
@@ -918,9 +936,11 @@ def render_explanation(expl: Explanation) -> Panel:
     for n, line in enumerate(expl.formula):
         grid.add_row(label(lang, "formula") if n == 0 else "", _wrap(line, "italic"))
     shapes = Text.assemble(
-        (label(lang, "in") + " ", "dim"), label(lang, "sep").join(expl.inputs),
-        ("  →  " + label(lang, "out") + " ", "dim"), expl.output,
-    )  # fmt: skip
+        (label(lang, "in") + " ", "dim"),
+        label(lang, "sep").join(expl.inputs),
+        ("  →  " + label(lang, "out") + " ", "dim"),
+        expl.output,
+    )
     grid.add_row(label(lang, "shapes"), _wrap(shapes))
     for n, para in enumerate(expl.meaning):
         grid.add_row(label(lang, "meaning") if n == 0 else "", _wrap(para))

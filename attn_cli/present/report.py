@@ -68,8 +68,11 @@ def fmt_error(x: float) -> str:
 def position(trace: Trace, axes: Sequence[str], index: Sequence[int]) -> list[str]:
     """Each index labelled: the token for query and key axes, the number otherwise."""
     out = []
-    tokens = {"query": trace.inputs.tokens, "seq": trace.inputs.tokens,
-              "key": trace.inputs.key_tokens}  # fmt: skip
+    tokens = {
+        "query": trace.inputs.tokens,
+        "seq": trace.inputs.tokens,
+        "key": trace.inputs.key_tokens,
+    }
     for axis, i in zip(axes, index, strict=True):
         labels = tokens.get(axis)
         out.append(f"{i} {labels[i]}" if labels and i < len(labels) else str(i))
@@ -102,8 +105,10 @@ def summary_line(outcome: Outcome) -> str:
     n = len(comparison.stages)
     first = comparison.first_difference
     if first is None:
-        return f"same: {outcome.fixture} matches {comparison.against} ({plural(n, 'stage')}, " \
-               f"{comparison.tolerance})"  # fmt: skip
+        return (
+            f"same: {outcome.fixture} matches {comparison.against} ({plural(n, 'stage')}, "
+            f"{comparison.tolerance})"
+        )
     k = len(comparison.differing)
     differ = "differs" if k == 1 else "differ"
     if comparison.kind == "dump":
@@ -139,8 +144,10 @@ def summary_lines(outcomes: Sequence[Outcome]) -> list[str]:
     """One line per fixture, then (for several) the total."""
     lines = [printable(summary_line(o)) for o in outcomes]
     if len(outcomes) > 1:
-        counts = {s: sum(o.status == s for o in outcomes) for s in
-                  ("same", "different", "written", "error")}  # fmt: skip
+        counts = {
+            s: sum(o.status == s for o in outcomes)
+            for s in ("same", "different", "written", "error")
+        }
         shown = ", ".join(f"{n} {s}" for s, n in counts.items() if n or s in ("same", "different"))
         lines.append(f"{plural(len(outcomes), 'fixture')}: {shown}")
     return lines
@@ -172,17 +179,25 @@ def _stage_table(c: Comparison) -> RenderableType:
     from rich.text import Text
 
     table = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, padding=(0, 1))
-    for header, justify in (("stage", "left"), ("result", "left"), ("cells differing", "left"),
-                            ("max abs error", "right"), ("max rel error", "right")):  # fmt: skip
+    for header, justify in (
+        ("stage", "left"),
+        ("result", "left"),
+        ("cells differing", "left"),
+        ("max abs error", "right"),
+        ("max rel error", "right"),
+    ):
         table.add_column(header, justify=justify, no_wrap=True)  # type: ignore[arg-type]
     for s in c.stages:
         word, count = stage_status_text(c, s)
         style = "green" if s.status == "same" else "bold red"
         numeric = s.status in ("same", "different")
         table.add_row(
-            s.name, Text(word, style=style), count,
-            fmt_error(s.max_abs) if numeric else "", fmt_error(s.max_rel) if numeric else "",
-        )  # fmt: skip
+            s.name,
+            Text(word, style=style),
+            count,
+            fmt_error(s.max_abs) if numeric else "",
+            fmt_error(s.max_rel) if numeric else "",
+        )
     return table
 
 
@@ -210,8 +225,9 @@ def _first_difference(c: Comparison, worst: int) -> list[RenderableType]:
         cells.add_row(
             *(printable(p) for p in position(c.trace, first.axes, cell.index)),
             *fmt_pair(cell.expected, cell.actual),
-            fmt_error(cell.abs_error), fmt_error(cell.rel_error),
-        )  # fmt: skip
+            fmt_error(cell.abs_error),
+            fmt_error(cell.rel_error),
+        )
     title = Text(f"{first.name} differs first; its worst cells:", style="bold")
     return [title, cells, Text("")]
 
@@ -225,18 +241,28 @@ def _diagnosis_lines(c: Comparison, lang: str = "en") -> list[RenderableType]:
     parts: list[RenderableType] = []
     for d in c.diagnoses:
         if lang == "zh" and d.title_zh:
-            parts.append(Text.assemble(("诊断：", "bold"), (printable(d.title_zh), "bold yellow"),
-                                       f" [{printable(d.title)}]"))  # fmt: skip
+            parts.append(
+                Text.assemble(
+                    ("诊断：", "bold"),
+                    (printable(d.title_zh), "bold yellow"),
+                    f" [{printable(d.title)}]",
+                )
+            )
             parts.append(Text(printable(d.explanation_zh)))
         else:
-            parts.append(Text.assemble(("diagnosis: ", "bold"),
-                                       (printable(d.title), "bold yellow")))  # fmt: skip
+            parts.append(
+                Text.assemble(("diagnosis: ", "bold"), (printable(d.title), "bold yellow"))
+            )
         parts.append(Text(printable(d.detail)))
         if d.explains:
             parts.append(Text(f"It also accounts for your {', '.join(d.explains)}."))
         if d.unexplained:
-            parts.append(Text(f"It does not account for your {', '.join(d.unexplained)}: "
-                              "look there for a second difference."))  # fmt: skip
+            parts.append(
+                Text(
+                    f"It does not account for your {', '.join(d.unexplained)}: "
+                    "look there for a second difference."
+                )
+            )
         parts.append(Text(""))
     first = c.first_difference
     if c.kind == "dump" and first is not None and first.status == "different" and not c.diagnoses:
@@ -285,9 +311,11 @@ def report_json(outcomes: Sequence[Outcome]) -> str:
         "version": REPORT_VERSION,
         "exit_code": exit_code(outcomes),
         "fixtures": [_outcome_json(o) for o in outcomes],
-        "total": {s: sum(o.status == s for o in outcomes)
-                  for s in ("same", "different", "written", "error")},
-    }  # fmt: skip
+        "total": {
+            s: sum(o.status == s for o in outcomes)
+            for s in ("same", "different", "written", "error")
+        },
+    }
     return _pretty(doc) + "\n"
 
 
@@ -327,11 +355,18 @@ def _outcome_json(o: Outcome) -> dict[str, Any]:
         out["aliases"] = dict(c.aliases)
         out["ignored"] = list(c.ignored)
         out["diagnoses"] = [
-            {"name": d.name, "title": d.title, "detail": d.detail, "stage": d.stage,
-             "explains": list(d.explains), "unexplained": list(d.unexplained),
-             "title_zh": d.title_zh, "explanation_zh": d.explanation_zh}
+            {
+                "name": d.name,
+                "title": d.title,
+                "detail": d.detail,
+                "stage": d.stage,
+                "explains": list(d.explains),
+                "unexplained": list(d.unexplained),
+                "title_zh": d.title_zh,
+                "explanation_zh": d.explanation_zh,
+            }
             for d in c.diagnoses
-        ]  # fmt: skip
+        ]
         out["ratio"] = _ratio_json(c)
         out["transpose"] = _transpose_json(c)
         out["hints"] = list(c.looks)
@@ -342,17 +377,29 @@ def _ratio_json(c: Comparison) -> dict[str, Any] | None:
     r = c.ratio
     if r is None:
         return None
-    return {"stage": r.stage, "ratio": _json_number(r.ratio), "cells": r.cells,
-            "reading": r.reading, "suggestion": r.suggestion}  # fmt: skip
+    return {
+        "stage": r.stage,
+        "ratio": _json_number(r.ratio),
+        "cells": r.cells,
+        "reading": r.reading,
+        "suggestion": r.suggestion,
+    }
 
 
 def _transpose_json(c: Comparison) -> dict[str, Any] | None:
     t = c.transpose
     if t is None:
         return None
-    return {"stage": t.stage, "permutation": list(t.permutation), "call": t.call,
-            "your_axes": list(t.your_axes), "axes": list(t.axes), "cells": t.cells,
-            "differing": t.differing, "matches": t.matches}  # fmt: skip
+    return {
+        "stage": t.stage,
+        "permutation": list(t.permutation),
+        "call": t.call,
+        "your_axes": list(t.your_axes),
+        "axes": list(t.axes),
+        "cells": t.cells,
+        "differing": t.differing,
+        "matches": t.matches,
+    }
 
 
 def _stage_json(c: Comparison, s: StageResult) -> dict[str, Any]:
@@ -423,8 +470,9 @@ def _junit_cases(o: Outcome, worst: int) -> list[Any]:
     # printable is what XML 1.0 can hold (``\\x1b``, ``\\ufffe`` escaped) on one line;
     # ElementTree then escapes ``& < > "``
     fixture = printable(o.fixture)
-    attrs = {"classname": fixture, "file": fixture} if _is_file(o.fixture) else {
-        "classname": fixture}  # fmt: skip
+    attrs = (
+        {"classname": fixture, "file": fixture} if _is_file(o.fixture) else {"classname": fixture}
+    )
 
     def testcase(name: str) -> ET.Element:
         return ET.Element("testcase", {**attrs, "name": printable(name)})
@@ -495,8 +543,10 @@ def diagnosis_lines(c: Comparison) -> list[str]:
         if d.explains:
             lines.append(f"It also accounts for your {', '.join(d.explains)}.")
         if d.unexplained:
-            lines.append(f"It does not account for your {', '.join(d.unexplained)}: look there "
-                         "for a second difference.")  # fmt: skip
+            lines.append(
+                f"It does not account for your {', '.join(d.unexplained)}: look there "
+                "for a second difference."
+            )
     first = c.first_difference
     if c.kind == "dump" and first is not None and first.status == "different" and not c.diagnoses:
         lines.append(

@@ -233,8 +233,12 @@ def render_rope(inputs: Inputs, table: RopeTable, options: RenderOptions | None 
     parts: list[RenderableType] = [_overview(inputs, table, lang, options.precision)]
     parts.append(_pairs(table, lang, options))
     scaled = table.rope.scaling is not None
-    legend = ["lg_theta", "lg_wave", *(["lg_ctx"] if table.trained is not None else []),
-              *(["lg_scaled", "lg_angle"] if scaled else ["lg_angle_plain"])]  # fmt: skip
+    legend = [
+        "lg_theta",
+        "lg_wave",
+        *(["lg_ctx"] if table.trained is not None else []),
+        *(["lg_scaled", "lg_angle"] if scaled else ["lg_angle_plain"]),
+    ]
     parts.append(Text(" · ".join(_t(lang, key) for key in legend), style="dim"))
     parts.append(Text(_t(lang, "float"), style="dim"))
     if options.explain:
@@ -248,13 +252,22 @@ def _overview(inputs: Inputs, table: RopeTable, lang: Lang, precision: int) -> P
     dims_key = "dims" if rope.dims == table.d_k else "dims_partial"
     base = _t(lang, "base", base=short_number(rope.base, precision), dims=rope.dims)
     if table.base != rope.base:
-        base = _t(lang, "base_grown", base=short_number(rope.base, precision),
-                  grown=_g(table.base, precision + 2), length=f"{table.length:,}")  # fmt: skip
+        base = _t(
+            lang,
+            "base_grown",
+            base=short_number(rope.base, precision),
+            grown=_g(table.base, precision + 2),
+            length=f"{table.length:,}",
+        )
     counted = f"{pairs} pair" + ("" if pairs == 1 else "s") if lang == "en" else pairs
-    dims = _t(lang, dims_key, dims=rope.dims, d_k=table.d_k, pairs=counted,
-              rest=table.d_k - rope.dims)  # fmt: skip
-    lines = [(_t(lang, "k_layout"), _t(lang, rope.layout)), (_t(lang, "k_dims"), dims),
-             (_t(lang, "k_base"), base)]  # fmt: skip
+    dims = _t(
+        lang, dims_key, dims=rope.dims, d_k=table.d_k, pairs=counted, rest=table.d_k - rope.dims
+    )
+    lines = [
+        (_t(lang, "k_layout"), _t(lang, rope.layout)),
+        (_t(lang, "k_dims"), dims),
+        (_t(lang, "k_base"), base),
+    ]
     if scaling is None:
         lines.append((_t(lang, "k_scaling"), _t(lang, "none")))
     else:
@@ -263,21 +276,23 @@ def _overview(inputs: Inputs, table: RopeTable, lang: Lang, precision: int) -> P
             for k, v in scaling.params
             if not isinstance(v, tuple)
         )
-        lines.append((_t(lang, "k_scaling"), _t(lang, "scaling", kind=scaling.kind,
-                                                 params=params)))  # fmt: skip
+        lines.append((_t(lang, "k_scaling"), _t(lang, "scaling", kind=scaling.kind, params=params)))
     if table.trained is not None:
         key = "trained_dynamic" if scaling is not None and scaling.kind == "dynamic" else "trained"
         lines.append((_t(lang, "k_trained"), _t(lang, key, trained=f"{table.trained:,}")))
     if table.attention != 1.0:
         a = table.attention
-        lines.append((_t(lang, "k_attention"), _t(lang, "attention", a=_g(a, precision + 2),
-                                                  a2=_g(a * a, precision + 2))))  # fmt: skip
+        lines.append(
+            (
+                _t(lang, "k_attention"),
+                _t(lang, "attention", a=_g(a, precision + 2), a2=_g(a * a, precision + 2)),
+            )
+        )
     lines.append((_t(lang, "k_length"), _t(lang, "length", length=f"{table.length:,}")))
     lines.append((_t(lang, "k_position"), _t(lang, "position", position=f"{table.position:,}")))
     fields = Fields([(key, Text(safe(value))) for key, value in lines])
     title = f"{_t(lang, 'title')} · {inputs.name}" if inputs.name else _t(lang, "title")
-    return Panel(fields, title=Text(safe(title), style="bold"), title_align="left",
-                 box=box.ROUNDED)  # fmt: skip
+    return Panel(fields, title=Text(safe(title), style="bold"), title_align="left", box=box.ROUNDED)
 
 
 def _pairs(table: RopeTable, lang: Lang, options: RenderOptions) -> Table:
@@ -299,8 +314,12 @@ def _pairs(table: RopeTable, lang: Lang, options: RenderOptions) -> Table:
         if i is None:
             out.add_row(Text(_t(lang, "more", n=n - 2 * ROW_EDGE), style="dim"))
             continue
-        row = [str(i), f"{table.first[i]}, {table.second[i]}", _g(table.inv_freq[i], p),
-               _g(table.wavelength[i], p)]  # fmt: skip
+        row = [
+            str(i),
+            f"{table.first[i]}, {table.second[i]}",
+            _g(table.inv_freq[i], p),
+            _g(table.wavelength[i], p),
+        ]
         if table.trained is not None:
             row.append(_g(table.over_trained[i], p))
         if scaled:
@@ -308,8 +327,11 @@ def _pairs(table: RopeTable, lang: Lang, options: RenderOptions) -> Table:
             if table.band[i] in ("smooth", "ramp"):  # how much of ÷ factor the pair gets
                 band += f" {table.mix[i]:.2f}"
             row += [band, _g(table.divisor[i], p), _g(table.scaled[i], p)]
-        row += [_g(table.angle[i], p), format_number(table.cos[i], p),
-                format_number(table.sin[i], p)]  # fmt: skip
+        row += [
+            _g(table.angle[i], p),
+            format_number(table.cos[i], p),
+            format_number(table.sin[i], p),
+        ]
         out.add_row(*row)
     return out
 
@@ -322,10 +344,17 @@ def explain_rope(table: RopeTable, lang: Lang) -> Explanation:
     if rope.scaling is not None:
         meaning.append(KIND_WORDS[rope.scaling.kind][0 if en else 1])
     meaning.append(ANGLE_WORDS[0 if en else 1])
-    formula = ("θ_i = base^(−2i/dims), λ_i = 2π/θ_i", "θ'_i = scaling(θ_i), angle = p·θ'_i",
-               "(a, b) → (a·cos − b·sin, a·sin + b·cos) × attention factor")  # fmt: skip
+    formula = (
+        "θ_i = base^(−2i/dims), λ_i = 2π/θ_i",
+        "θ'_i = scaling(θ_i), angle = p·θ'_i",
+        "(a, b) → (a·cos − b·sin, a·sin + b·cos) × attention factor",
+    )
     pairs = rope.dims // 2
     return Explanation(
-        "rope", lang, formula, (f"base, dims = {rope.dims}", f"position p = {table.position}"),
-        f"({pairs},) θ', angle", tuple(meaning),
-    )  # fmt: skip
+        "rope",
+        lang,
+        formula,
+        (f"base, dims = {rope.dims}", f"position p = {table.position}"),
+        f"({pairs},) θ', angle",
+        tuple(meaning),
+    )

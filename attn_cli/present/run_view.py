@@ -49,9 +49,17 @@ def titled_matrix(
     ``none(i, j)``: no number in that cell (render_matrix)."""
     return [
         Line(title, style="bold"),
-        render_matrix(matrix, row_labels=rows, col_labels=cols, row_axis=axis,
-                      title=None, options=options, spaced=True, none=none),
-    ]  # fmt: skip
+        render_matrix(
+            matrix,
+            row_labels=rows,
+            col_labels=cols,
+            row_axis=axis,
+            title=None,
+            options=options,
+            spaced=True,
+            none=none,
+        ),
+    ]
 
 
 def run_sections(

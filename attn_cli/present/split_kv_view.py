@@ -105,23 +105,33 @@ def render_split(run: SplitRun, options: RenderOptions | None = None) -> Group:
     o = options or RenderOptions()
     n = len(run.result.chunks)
     return run_sections(
-        n + 1, o, lambda: render_overview(run, o), lambda k: _section(run, k, o),
-        lambda: render_split_checks(run, o), lambda m: _t(o.lang, "more", n=m),
-    )  # fmt: skip
+        n + 1,
+        o,
+        lambda: render_overview(run, o),
+        lambda k: _section(run, k, o),
+        lambda: render_split_checks(run, o),
+        lambda m: _t(o.lang, "more", n=m),
+    )
 
 
 def split_pages(run: SplitRun, options: RenderOptions | None = None) -> Iterator[RenderableType]:
     """Step mode's pages: the overview, each chunk, the merge, the checks."""
     o = options or RenderOptions()
     n = len(run.result.chunks)
-    return run_pages(n + 1, lambda: render_overview(run, o), lambda k: _section(run, k, o),
-                     lambda: render_split_checks(run, o))  # fmt: skip
+    return run_pages(
+        n + 1,
+        lambda: render_overview(run, o),
+        lambda k: _section(run, k, o),
+        lambda: render_split_checks(run, o),
+    )
 
 
 def split_titles(run: SplitRun, lang: Lang) -> list[str]:
     """Step mode's page titles, as ``split_pages``."""
-    chunks = [_t(lang, "page_chunk", s=s, s0=c.keys[0], s1=c.keys[1] - 1)
-              for s, c in enumerate(run.result.chunks)]  # fmt: skip
+    chunks = [
+        _t(lang, "page_chunk", s=s, s0=c.keys[0], s1=c.keys[1] - 1)
+        for s, c in enumerate(run.result.chunks)
+    ]
     return [_t(lang, "page_overview"), *chunks, _t(lang, "page_merge"), _t(lang, "page_checks")]
 
 
@@ -133,11 +143,14 @@ def render_overview(run: SplitRun, options: RenderOptions) -> Group:
     bk = "whole" if run.block_k is None else ""
     parts: list[RenderableType] = [
         render_header(run.trace, lang),
-        Rule(Text(_t(lang, "title", n=len(result.chunks)), style="bold cyan"), align="left",
-             style="cyan"),
+        Rule(
+            Text(_t(lang, "title", n=len(result.chunks)), style="bold cyan"),
+            align="left",
+            style="cyan",
+        ),
         Text(_t(lang, "bounds", bounds=bounds)),
         Text(_t(lang, bk) if bk else _t(lang, "blocks", bq=run.block_q, bk=run.block_k)),
-    ]  # fmt: skip
+    ]
     if result.base2:
         parts.append(Text(_t(lang, "base2"), style="bold"))
     if result.extra is not None:
@@ -187,8 +200,11 @@ def render_chunk(run: SplitRun, s: int, options: RenderOptions) -> Group:
     def table(b: int, h: int, where: str) -> None:
         state = np.stack([chunk.m[b, h], chunk.l[b, h], chunk.lse[b, h]], axis=1)  # (T, 3)
         matrix = np.concatenate([state, chunk.output[b, h]], axis=1)  # (T, 3 + Dv)
-        parts.extend(titled_matrix(_t(lang, "state", where=where), matrix, queries, cols,
-                                   _t(lang, "query"), options))  # fmt: skip
+        parts.extend(
+            titled_matrix(
+                _t(lang, "state", where=where), matrix, queries, cols, _t(lang, "query"), options
+            )
+        )
 
     _heads(run, options, table, parts)
     if options.explain:
@@ -213,10 +229,14 @@ def render_merge(run: SplitRun, options: RenderOptions) -> Group:
     def table(b: int, h: int, where: str) -> None:
         weights = m.weights[:, b, h].T  # (T, n [+ 1])
         matrix = np.concatenate([m.m_star[b, h][:, None], weights, m.lse[b, h][:, None]], axis=1)
-        parts.extend(titled_matrix(_t(lang, "weights", where=where), matrix, queries, cols,
-                                   q_axis, options))  # fmt: skip
-        parts.extend(titled_matrix(_t(lang, "merged_O", where=where), m.output[b, h], queries,
-                                   o_cols, q_axis, options))  # fmt: skip
+        parts.extend(
+            titled_matrix(_t(lang, "weights", where=where), matrix, queries, cols, q_axis, options)
+        )
+        parts.extend(
+            titled_matrix(
+                _t(lang, "merged_O", where=where), m.output[b, h], queries, o_cols, q_axis, options
+            )
+        )
 
     _heads(run, options, table, parts)
     if options.explain:
@@ -237,57 +257,77 @@ def render_split_checks(run: SplitRun, options: RenderOptions) -> Group:
 
 _EXPLAIN: dict[str, dict[Lang, tuple[str, str]]] = {  # key -> lang -> (formula, meaning)
     "split": {
-        "en": ("keys 0..S−1 → n chunks; each chunk: flash's loop → m_s, l_s, O_s, lse_s",
-               "A long KV cache is cut into chunks that different workers (thread blocks, "
-               "GPUs) attend to at the same time, each knowing nothing of the others; their "
-               "partial answers are merged at the end. This is flash-decoding, and FlashInfer's "
-               "merge_state: it keeps a GPU busy when one query meets many keys."),
-        "zh": ("键 0..S−1 → n 段；每一段：flash 的循环 → m_s、l_s、O_s、lse_s",
-               "很长的 KV 缓存被切成几段，由不同的工作单元（线程块、GPU）同时处理，彼此互不知晓；"
-               "最后再把各自的部分结果合并。这就是 flash-decoding，也是 FlashInfer 的 merge_state："
-               "一个查询面对很多键时，它让 GPU 保持忙碌。"),
+        "en": (
+            "keys 0..S−1 → n chunks; each chunk: flash's loop → m_s, l_s, O_s, lse_s",
+            "A long KV cache is cut into chunks that different workers (thread blocks, "
+            "GPUs) attend to at the same time, each knowing nothing of the others; their "
+            "partial answers are merged at the end. This is flash-decoding, and FlashInfer's "
+            "merge_state: it keeps a GPU busy when one query meets many keys.",
+        ),
+        "zh": (
+            "键 0..S−1 → n 段；每一段：flash 的循环 → m_s、l_s、O_s、lse_s",
+            "很长的 KV 缓存被切成几段，由不同的工作单元（线程块、GPU）同时处理，彼此互不知晓；"
+            "最后再把各自的部分结果合并。这就是 flash-decoding，也是 FlashInfer 的 merge_state："
+            "一个查询面对很多键时，它让 GPU 保持忙碌。",
+        ),
     },
     "chunk": {
-        "en": ("lse_s = m_s + log l_s,  O_s = acc_s / l_s",
-               "Each chunk is an ordinary softmax over its own keys only: O_s is normalised by "
-               "the chunk's own sum, and lse_s records how large that sum was. A chunk whose "
-               "keys a query may not see (later keys under causal) has lse_s = −∞ and O_s = 0."),
-        "zh": ("lse_s = m_s + log l_s，O_s = acc_s / l_s",
-               "每一段只是在自己的键上做普通的 softmax：O_s 用这一段自己的和归一化，"
-               "lse_s 记下这个和有多大。若某个查询看不到这一段的任何键（因果遮盖下靠后的键），"
-               "则 lse_s = −∞，O_s = 0。"),
+        "en": (
+            "lse_s = m_s + log l_s,  O_s = acc_s / l_s",
+            "Each chunk is an ordinary softmax over its own keys only: O_s is normalised by "
+            "the chunk's own sum, and lse_s records how large that sum was. A chunk whose "
+            "keys a query may not see (later keys under causal) has lse_s = −∞ and O_s = 0.",
+        ),
+        "zh": (
+            "lse_s = m_s + log l_s，O_s = acc_s / l_s",
+            "每一段只是在自己的键上做普通的 softmax：O_s 用这一段自己的和归一化，"
+            "lse_s 记下这个和有多大。若某个查询看不到这一段的任何键（因果遮盖下靠后的键），"
+            "则 lse_s = −∞，O_s = 0。",
+        ),
     },
     "merge": {
-        "en": ("m* = max_s lse_s,  lse = m* + log Σ_s exp(lse_s − m*)",
-               "The log-sum-exp of the chunks' log-sum-exps is the whole row's: exp(lse) is the "
-               "sum over all keys. Subtracting the largest, m*, first keeps every exp at most 1, "
-               "so large scores never overflow; a chunk at −∞ adds exp(−∞) = 0."),
-        "zh": ("m* = max_s lse_s，lse = m* + log Σ_s exp(lse_s − m*)",
-               "各段 log-sum-exp 的 log-sum-exp 就是整行的：exp(lse) 是对所有键的求和。"
-               "先减去最大的 m*，每个 exp 都不超过 1，大分数也不会溢出；处于 −∞ 的段贡献 "
-               "exp(−∞) = 0。"),
+        "en": (
+            "m* = max_s lse_s,  lse = m* + log Σ_s exp(lse_s − m*)",
+            "The log-sum-exp of the chunks' log-sum-exps is the whole row's: exp(lse) is the "
+            "sum over all keys. Subtracting the largest, m*, first keeps every exp at most 1, "
+            "so large scores never overflow; a chunk at −∞ adds exp(−∞) = 0.",
+        ),
+        "zh": (
+            "m* = max_s lse_s，lse = m* + log Σ_s exp(lse_s − m*)",
+            "各段 log-sum-exp 的 log-sum-exp 就是整行的：exp(lse) 是对所有键的求和。"
+            "先减去最大的 m*，每个 exp 都不超过 1，大分数也不会溢出；处于 −∞ 的段贡献 "
+            "exp(−∞) = 0。",
+        ),
     },
     "weights": {
-        "en": ("w_s = exp(lse_s − lse),  O = Σ_s w_s · O_s",
-               "Chunk s holds the share w_s of the row's softmax mass, so its normalised output "
-               "counts that much. The weights of a row sum to 1 (with a sink, the sink takes its "
-               "own share and its O is 0)."),
-        "zh": ("w_s = exp(lse_s − lse)，O = Σ_s w_s · O_s",
-               "第 s 段占这一行 softmax 总量的 w_s，所以它归一化后的输出按这个比例计入。一行的权重"
-               "之和为 1（有 sink 时，sink 占去自己的一份，它的 O 为 0）。"),
+        "en": (
+            "w_s = exp(lse_s − lse),  O = Σ_s w_s · O_s",
+            "Chunk s holds the share w_s of the row's softmax mass, so its normalised output "
+            "counts that much. The weights of a row sum to 1 (with a sink, the sink takes its "
+            "own share and its O is 0).",
+        ),
+        "zh": (
+            "w_s = exp(lse_s − lse)，O = Σ_s w_s · O_s",
+            "第 s 段占这一行 softmax 总量的 w_s，所以它归一化后的输出按这个比例计入。一行的权重"
+            "之和为 1（有 sink 时，sink 占去自己的一份，它的 O 为 0）。",
+        ),
     },
     "orders": {
-        "en": ("(a ⊕ b) ⊕ c = a ⊕ (b ⊕ c),  a ⊕ b = b ⊕ a",
-               "Merging two states gives a state of the same kind, and the merge is associative "
-               "and commutative: workers may finish in any order and be merged as they arrive. "
-               "attn merges left to right (a fold) and right to left in pairs (a tree); both "
-               "equal plain attention to rounding (1e-12 in float64)."),
-        "zh": ("(a ⊕ b) ⊕ c = a ⊕ (b ⊕ c)，a ⊕ b = b ⊕ a",
-               "两个状态合并后仍是同一种状态，而且合并满足结合律和交换律："
-               "各工作单元可以按任意顺序完成，到一个合并一个。attn 从左到右逐个合并（折叠），"
-               "又从右到左两两合并（树）；两者都与普通注意力相等，只差舍入（float64 下 1e-12）。"),
+        "en": (
+            "(a ⊕ b) ⊕ c = a ⊕ (b ⊕ c),  a ⊕ b = b ⊕ a",
+            "Merging two states gives a state of the same kind, and the merge is associative "
+            "and commutative: workers may finish in any order and be merged as they arrive. "
+            "attn merges left to right (a fold) and right to left in pairs (a tree); both "
+            "equal plain attention to rounding (1e-12 in float64).",
+        ),
+        "zh": (
+            "(a ⊕ b) ⊕ c = a ⊕ (b ⊕ c)，a ⊕ b = b ⊕ a",
+            "两个状态合并后仍是同一种状态，而且合并满足结合律和交换律："
+            "各工作单元可以按任意顺序完成，到一个合并一个。attn 从左到右逐个合并（折叠），"
+            "又从右到左两两合并（树）；两者都与普通注意力相等，只差舍入（float64 下 1e-12）。",
+        ),
     },
-}  # fmt: skip
+}
 
 
 def explain(run: SplitRun, key: str, lang: Lang) -> Explanation:
@@ -295,14 +335,17 @@ def explain(run: SplitRun, key: str, lang: Lang) -> Explanation:
     formula, meaning = _EXPLAIN[key][lang]
     n, Dv = len(run.result.chunks), run.trace.inputs.d_v
     inputs = {
-        "split": ("Q", "K", "V"), "chunk": ("m_s", "l_s", "acc_s"),
-        "merge": ("lse_0", "…", f"lse_{n - 1}"), "weights": ("lse_s", "lse", "O_s"),
+        "split": ("Q", "K", "V"),
+        "chunk": ("m_s", "l_s", "acc_s"),
+        "merge": ("lse_0", "…", f"lse_{n - 1}"),
+        "weights": ("lse_s", "lse", "O_s"),
         "orders": ("(lse_s, O_s)",),
-    }[key]  # fmt: skip
+    }[key]
     shape = {
         "split": f"{n} × (m, l, lse [seq_q], O_s [seq_q, d_v={Dv}])",
         "chunk": f"lse_s [seq_q], O_s [seq_q, d_v={Dv}]",
-        "merge": "m*, lse [seq_q]", "weights": f"w [seq_q, {n}], O [seq_q, d_v={Dv}]",
+        "merge": "m*, lse [seq_q]",
+        "weights": f"w [seq_q, {n}], O [seq_q, d_v={Dv}]",
         "orders": f"lse [seq_q], O [seq_q, d_v={Dv}]",
-    }[key]  # fmt: skip
+    }[key]
     return Explanation(key, lang, (formula,), inputs, shape, (meaning,))

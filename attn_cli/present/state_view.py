@@ -125,39 +125,51 @@ LABELS: dict[Lang, dict[str, str]] = {
 
 _EXPLAIN: dict[str, dict[Lang, tuple[str, str]]] = {  # key -> lang -> (formula, meaning)
     "state": {
-        "en": ("state_t = update(state_(t−1), token t)",
-               "Linear attention keeps no keys and values: each token is folded into a fixed "
-               "matrix per head (d_k × d_v), and the next token's output is read from that "
-               "matrix alone. This is the recurrent form attn trace shows as the state stage, "
-               "run one token at a time, as generation runs it."),
-        "zh": ("state_t = update(state_(t−1), 第 t 个词)",
-               "线性注意力不保存键和值：每个词都被折叠进每个头一个固定大小的矩阵（d_k × d_v），"
-               "下一个词的输出只从这个矩阵读出。这就是 attn trace 中 state 阶段的递推形式，"
-               "像生成时那样一次一个词地运行。"),
+        "en": (
+            "state_t = update(state_(t−1), token t)",
+            "Linear attention keeps no keys and values: each token is folded into a fixed "
+            "matrix per head (d_k × d_v), and the next token's output is read from that "
+            "matrix alone. This is the recurrent form attn trace shows as the state stage, "
+            "run one token at a time, as generation runs it.",
+        ),
+        "zh": (
+            "state_t = update(state_(t−1), 第 t 个词)",
+            "线性注意力不保存键和值：每个词都被折叠进每个头一个固定大小的矩阵（d_k × d_v），"
+            "下一个词的输出只从这个矩阵读出。这就是 attn trace 中 state 阶段的递推形式，"
+            "像生成时那样一次一个词地运行。",
+        ),
     },
     "ledger": {
-        "en": ("state bytes = Σ numbers of the state × 8; KV cache = heads × (d_k + d_v) × 8 × T",
-               "The state's size does not depend on how many tokens came before: the memory of "
-               "a linear-attention layer is constant in the sequence length, while a softmax "
-               "layer's KV cache grows by a key and a value per head for every token. Hybrid "
-               "models (Qwen3-Next: three Gated DeltaNet layers to one full-attention layer) "
-               "pay the growing cache only in their softmax layers."),
-        "zh": ("状态字节数 = 状态中数的个数 × 8；KV 缓存 = heads × (d_k + d_v) × 8 × T",
-               "状态的大小与之前有多少个词无关：线性注意力层的内存不随序列长度增长，"
-               "而 softmax 层的 KV 缓存每来一个词，每个头都要多存一个键和一个值。"
-               "混合模型（Qwen3-Next：三层 Gated DeltaNet 配一层完整注意力）只在 softmax "
-               "层付出不断增长的缓存。"),
+        "en": (
+            "state bytes = Σ numbers of the state × 8; KV cache = heads × (d_k + d_v) × 8 × T",
+            "The state's size does not depend on how many tokens came before: the memory of "
+            "a linear-attention layer is constant in the sequence length, while a softmax "
+            "layer's KV cache grows by a key and a value per head for every token. Hybrid "
+            "models (Qwen3-Next: three Gated DeltaNet layers to one full-attention layer) "
+            "pay the growing cache only in their softmax layers.",
+        ),
+        "zh": (
+            "状态字节数 = 状态中数的个数 × 8；KV 缓存 = heads × (d_k + d_v) × 8 × T",
+            "状态的大小与之前有多少个词无关：线性注意力层的内存不随序列长度增长，"
+            "而 softmax 层的 KV 缓存每来一个词，每个头都要多存一个键和一个值。"
+            "混合模型（Qwen3-Next：三层 Gated DeltaNet 配一层完整注意力）只在 softmax "
+            "层付出不断增长的缓存。",
+        ),
     },
     "check": {
-        "en": ("max |output − the chunked form's row of this token| ≤ 1e-12",
-               "The chunked form computes every token at once, chunk by chunk (the parallel "
-               "form within a chunk, the state carried between chunks), with no per-token "
-               "state; the decode loop must give the same numbers to the last few bits."),
-        "zh": ("max |output − 分块形式中该词的那一行| ≤ 1e-12",
-               "分块形式一次算出所有词：块内用并行形式，块与块之间传递状态，不逐词保存状态；"
-               "解码循环必须给出相同的数，只差最后几位。"),
+        "en": (
+            "max |output − the chunked form's row of this token| ≤ 1e-12",
+            "The chunked form computes every token at once, chunk by chunk (the parallel "
+            "form within a chunk, the state carried between chunks), with no per-token "
+            "state; the decode loop must give the same numbers to the last few bits.",
+        ),
+        "zh": (
+            "max |output − 分块形式中该词的那一行| ≤ 1e-12",
+            "分块形式一次算出所有词：块内用并行形式，块与块之间传递状态，不逐词保存状态；"
+            "解码循环必须给出相同的数，只差最后几位。",
+        ),
     },
-}  # fmt: skip
+}
 
 
 def _t(lang: Lang, key: str, **values: object) -> str:
@@ -168,25 +180,32 @@ def render_state_decode(run: StateRun, options: RenderOptions | None = None) -> 
     """The whole decode: overview and ledger, every step (the middle ones elided), the checks."""
     o = options or RenderOptions()
     return run_sections(
-        len(run.result.steps), o, lambda: render_overview(run, o),
-        lambda k: render_step(run, k, o), lambda: render_checks(run, o),
+        len(run.result.steps),
+        o,
+        lambda: render_overview(run, o),
+        lambda k: render_step(run, k, o),
+        lambda: render_checks(run, o),
         lambda n: _t(o.lang, "more_steps", n=n),
-    )  # fmt: skip
+    )
 
 
 def state_pages(run: StateRun, options: RenderOptions | None = None) -> Iterator[RenderableType]:
     """Step mode's pages: the overview, every step, the checks."""
     o = options or RenderOptions()
     yield from run_pages(
-        len(run.result.steps), lambda: render_overview(run, o),
-        lambda k: render_step(run, k, o), lambda: render_checks(run, o),
-    )  # fmt: skip
+        len(run.result.steps),
+        lambda: render_overview(run, o),
+        lambda k: render_step(run, k, o),
+        lambda: render_checks(run, o),
+    )
 
 
 def state_titles(run: StateRun, lang: Lang) -> list[str]:
     """Step mode's page titles: the overview, ``token@position`` per step, the checks."""
-    steps = [_t(lang, "page_step", token=safe(run.label(s.index)), pos=s.position)
-             for s in run.result.steps]  # fmt: skip
+    steps = [
+        _t(lang, "page_step", token=safe(run.label(s.index)), pos=s.position)
+        for s in run.result.steps
+    ]
     return [_t(lang, "page_overview"), *steps, _t(lang, "page_checks")]
 
 
@@ -212,20 +231,38 @@ def render_ledger(run: StateRun, lang: Lang) -> Group:
     """The state's bytes against the KV cache's at the prefill, this fixture's length and a few
     long contexts."""
     c = run.ledger
-    table = Table(title=Text(_t(lang, "ledger_title"), style="bold"), title_justify="left",
-                  box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, padding=(0, 1))  # fmt: skip
+    table = Table(
+        title=Text(_t(lang, "ledger_title"), style="bold"),
+        title_justify="left",
+        box=box.SIMPLE_HEAD,
+        show_edge=False,
+        pad_edge=False,
+        padding=(0, 1),
+    )
     table.add_column(_t(lang, "col_tokens"))
     for head in ("col_state", "col_kv", "col_ratio"):
         table.add_column(_t(lang, head), justify="right")
-    rows = [(_t(lang, "row_prefill", t=run.result.prefill), run.result.prefill),
-            (_t(lang, "row_last", t=c.seq), c.seq),
-            *((f"{t:,}", t) for t in LEDGER_TOKENS if t > c.seq)]  # fmt: skip
+    rows = [
+        (_t(lang, "row_prefill", t=run.result.prefill), run.result.prefill),
+        (_t(lang, "row_last", t=c.seq), c.seq),
+        *((f"{t:,}", t) for t in LEDGER_TOKENS if t > c.seq),
+    ]
     for name, t in rows:
         kv = c.kv_at(t)
         table.add_row(name, f"{c.state:,}", f"{kv:,}", f"{kv / c.state:,.2f}")
     shapes = " + ".join(f"{n} {list(shape)}" for n, shape in c.parts)
-    formula = _t(lang, "ledger_formula", parts=shapes, n=c.numbers, b=c.state, heads=c.heads,
-                 dk=c.d_k, dv=c.d_v, kv=c.kv_per_token, even=c.break_even())  # fmt: skip
+    formula = _t(
+        lang,
+        "ledger_formula",
+        parts=shapes,
+        n=c.numbers,
+        b=c.state,
+        heads=c.heads,
+        dk=c.d_k,
+        dv=c.d_v,
+        kv=c.kv_per_token,
+        even=c.break_even(),
+    )
     parts: list[RenderableType] = [table, Text(formula, style="italic")]
     if run.trace.inputs.has_batch:
         parts.append(Text(_t(lang, "batch_note", b=run.trace.inputs.batch), style="dim"))
@@ -238,13 +275,18 @@ def render_step(run: StateRun, k: int, options: RenderOptions) -> Group:
     step = run.result.steps[k]
     token = repr(safe(run.label(step.index)))
     title = _t(lang, "step", k=k + 1, n=len(run.result.steps), token=token, pos=step.position)
-    parts: list[RenderableType] = [Rule(Text(title, style="bold cyan"), align="left",
-                                        style="cyan")]  # fmt: skip
+    parts: list[RenderableType] = [Rule(Text(title, style="bold cyan"), align="left", style="cyan")]
     for b in range(run.trace.inputs.batch):
         parts += _step_tables(run, step, b, options)
     c = run.ledger
-    ledger = _t(lang, "ledger_line", state=f"{c.state:,}", heads=c.heads,
-                kv=f"{c.kv_at(step.index + 1):,}", t=step.index + 1)  # fmt: skip
+    ledger = _t(
+        lang,
+        "ledger_line",
+        state=f"{c.state:,}",
+        heads=c.heads,
+        kv=f"{c.kv_at(step.index + 1):,}",
+        t=step.index + 1,
+    )
     parts += [Text(ledger, style="italic"), _check_line(run, k, lang)]
     if options.explain:
         parts.append(render_explanation(explain(run, "check", lang)))
@@ -266,22 +308,27 @@ def _step_tables(run: StateRun, step: StateStep, b: int, options: RenderOptions)
 
     for name, x in step.read.items():  # (B, H, n) each
         formula = run.formulas.get(name, name)
-        table(x[b], heads(x.shape[1]), _t(lang, "read", formula=formula,
-                                          rows=_t(lang, "by_head")))  # fmt: skip
+        table(x[b], heads(x.shape[1]), _t(lang, "read", formula=formula, rows=_t(lang, "by_head")))
     for name, x in (step.state or {}).items():
         formula = run.formulas.get(name, name)
         if x.ndim == 4:  # (B, H, d_k, d_v): a matrix per head
             for h in range(x.shape[1]):
                 what = _t(lang, "per_head", h=h)
-                table(x[b, h], [str(i) for i in range(x.shape[2])],
-                      _t(lang, "state", formula=formula, what=what))  # fmt: skip
+                table(
+                    x[b, h],
+                    [str(i) for i in range(x.shape[2])],
+                    _t(lang, "state", formula=formula, what=what),
+                )
         elif name == "conv":  # (B, K−1, C): the window of the tokens before
             n = x.shape[1]
             rows = [_t(lang, "row_slot", n=n - i) for i in range(n)]
             table(x[b], rows, _t(lang, "state", formula=formula, what=_t(lang, "by_slot")))
         else:  # (B, H, d): a vector per head
-            table(x[b], heads(x.shape[1]), _t(lang, "state", formula=formula,
-                                              what=_t(lang, "by_head")))  # fmt: skip
+            table(
+                x[b],
+                heads(x.shape[1]),
+                _t(lang, "state", formula=formula, what=_t(lang, "by_head")),
+            )
     table(step.output[b, :, 0], heads(inp.heads), _t(lang, "output"))
     for name, made in step.outs.items():  # the head-output transforms (z, normed)
         formula = SPECS[name].formula(inp)
@@ -296,16 +343,29 @@ def _mark(ok: bool) -> str:
 def _check_line(run: StateRun, k: int, lang: Lang) -> Text:
     step, diff = run.result.steps[k], run.diffs[k]
     ok = diff <= run.tolerance
-    text = _t(lang, "check", token=repr(safe(run.label(step.index))), diff=f"{diff:.3e}",
-              mark=_mark(ok), tol=f"{run.tolerance:g}", stage=run.checked)  # fmt: skip
+    text = _t(
+        lang,
+        "check",
+        token=repr(safe(run.label(step.index))),
+        diff=f"{diff:.3e}",
+        mark=_mark(ok),
+        tol=f"{run.tolerance:g}",
+        stage=run.checked,
+    )
     return Text(text, style="green" if ok else "bold red")
 
 
 def render_checks(run: StateRun, options: RenderOptions) -> Group:
     """Every step's largest difference from the chunked form, and the prefill's."""
     lang = options.lang
-    table = Table(title=Text(_t(lang, "check_title"), style="bold"), title_justify="left",
-                  box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, padding=(0, 1))  # fmt: skip
+    table = Table(
+        title=Text(_t(lang, "check_title"), style="bold"),
+        title_justify="left",
+        box=box.SIMPLE_HEAD,
+        show_edge=False,
+        pad_edge=False,
+        padding=(0, 1),
+    )
     heads = ("col_step", "col_token", "col_pos", "col_state", "col_kv", "col_diff")
     for n, head in enumerate(heads):
         table.add_column(_t(lang, head), justify="left" if n == 1 else "right", no_wrap=True)
@@ -317,11 +377,18 @@ def render_checks(run: StateRun, options: RenderOptions) -> Group:
         s, diff = steps[k], run.diffs[k]
         ok = diff <= run.tolerance
         shown = Text(f"{diff:.3e} {_mark(ok)}", style="green" if ok else "bold red")
-        table.add_row(str(k + 1), safe(run.label(s.index)), str(s.position), f"{c.state:,}",
-                      f"{c.kv_at(s.index + 1):,}", shown)  # fmt: skip
+        table.add_row(
+            str(k + 1),
+            safe(run.label(s.index)),
+            str(s.position),
+            f"{c.state:,}",
+            f"{c.kv_at(s.index + 1):,}",
+            shown,
+        )
     ok = run.prefill_diff <= run.tolerance
-    prefill = _t(lang, "check_prefill", diff=f"{run.prefill_diff:.3e}", mark=_mark(ok),
-                 stage=run.checked)  # fmt: skip
+    prefill = _t(
+        lang, "check_prefill", diff=f"{run.prefill_diff:.3e}", mark=_mark(ok), stage=run.checked
+    )
     return Group(Rule(style="cyan"), table, Text(prefill, style="green" if ok else "bold red"))
 
 
@@ -329,8 +396,14 @@ def explain(run: StateRun, key: str, lang: Lang) -> Explanation:
     """The state, its ledger or the self-check, explained."""
     formula, meaning = _EXPLAIN[key][lang]
     c = run.ledger
-    shapes = {"state": " + ".join(f"{n} {list(s)}" for n, s in c.parts),
-              "ledger": label(lang, "scalar"), "check": label(lang, "scalar")}  # fmt: skip
-    inputs = {"state": ("Q", "K", "V"), "ledger": ("heads", "d_k", "d_v"),
-              "check": ("output", "output_chunked")}[key]  # fmt: skip
+    shapes = {
+        "state": " + ".join(f"{n} {list(s)}" for n, s in c.parts),
+        "ledger": label(lang, "scalar"),
+        "check": label(lang, "scalar"),
+    }
+    inputs = {
+        "state": ("Q", "K", "V"),
+        "ledger": ("heads", "d_k", "d_v"),
+        "check": ("output", "output_chunked"),
+    }[key]
     return Explanation(key, lang, (formula,), inputs, f"{key} {shapes[key]}", (meaning,))

@@ -240,9 +240,11 @@ def walk(deck: Pages, console: Console) -> int:
     fd = stdin_terminal()
     if fd is None:
         raise UsageError(
-            "<stdin>", "--step", "standard input is not a terminal, so no keys can be read",
+            "<stdin>",
+            "--step",
+            "standard input is not a terminal, so no keys can be read",
             "an interactive terminal (leave out --step to print every stage at once)",
-        )  # fmt: skip
+        )
     state: State | None = State()
     try:
         with keyboard(fd, console) as (read, screen):

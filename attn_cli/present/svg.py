@@ -36,14 +36,26 @@ LIGHT_THEME = TerminalTheme(
     (255, 255, 255),
     (31, 35, 40),
     [
-        (36, 41, 47), (207, 34, 46), (17, 99, 41), (125, 78, 0),
-        (9, 105, 218), (130, 80, 223), (27, 124, 131), (110, 119, 129),
+        (36, 41, 47),
+        (207, 34, 46),
+        (17, 99, 41),
+        (125, 78, 0),
+        (9, 105, 218),
+        (130, 80, 223),
+        (27, 124, 131),
+        (110, 119, 129),
     ],
     [
-        (87, 96, 106), (164, 14, 38), (26, 127, 55), (99, 60, 1),
-        (33, 139, 255), (162, 112, 245), (49, 146, 170), (140, 149, 159),
+        (87, 96, 106),
+        (164, 14, 38),
+        (26, 127, 55),
+        (99, 60, 1),
+        (33, 139, 255),
+        (162, 112, 245),
+        (49, 146, 170),
+        (140, 149, 159),
     ],
-)  # fmt: skip
+)
 
 FONT_SIZE = 20  # px, as Rich's SVG sets it
 CHAR_WIDTH = FONT_SIZE * 0.61  # Rich's cell: as high as the font, aspect ratio 0.61
@@ -54,9 +66,23 @@ STROKE = FONT_SIZE * 0.075
 # A box-drawing character's vertical stroke, from the line's top (0), its middle (1) or bottom
 # (2) to where: a glyph is as high as the font, not the line, so a border of │ drawn as text
 # came out as a broken line; each stroke is drawn as a bar the height of the line instead.
-VERTICAL = {"│": (0, 2), "┃": (0, 2), "├": (0, 2), "┤": (0, 2), "┼": (0, 2), "╭": (1, 2),
-            "╮": (1, 2), "┌": (1, 2), "┐": (1, 2), "┬": (1, 2), "╰": (0, 1), "╯": (0, 1),
-            "└": (0, 1), "┘": (0, 1), "┴": (0, 1)}  # fmt: skip
+VERTICAL = {
+    "│": (0, 2),
+    "┃": (0, 2),
+    "├": (0, 2),
+    "┤": (0, 2),
+    "┼": (0, 2),
+    "╭": (1, 2),
+    "╮": (1, 2),
+    "┌": (1, 2),
+    "┐": (1, 2),
+    "┬": (1, 2),
+    "╰": (0, 1),
+    "╯": (0, 1),
+    "└": (0, 1),
+    "┘": (0, 1),
+    "┴": (0, 1),
+}
 
 # One text run as Rich writes it (the title bar's, centred, has no textLength and is left be).
 _RUN = re.compile(
@@ -160,8 +186,10 @@ def _number(value: float) -> str:
 
 # Rich's page template, with the page's language and title, a font stack whose CJK fallbacks
 # are monospace, and the box of a wide character; Rich fills in the {placeholders}.
-_FONTS = ("Menlo,'DejaVu Sans Mono',Consolas,'Noto Sans Mono CJK SC','Sarasa Mono SC',"
-          "'Courier New',monospace")  # fmt: skip
+_FONTS = (
+    "Menlo,'DejaVu Sans Mono',Consolas,'Noto Sans Mono CJK SC','Sarasa Mono SC',"
+    "'Courier New',monospace"
+)
 _HTML_PAGE = """<!DOCTYPE html>
 <html lang="@LANG@">
 <head>

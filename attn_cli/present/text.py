@@ -40,8 +40,10 @@ def with_short_labels(trace: Trace) -> Trace:
     from dataclasses import replace
 
     inp = trace.inputs
-    cut = [None if t is None else tuple(short_label(x) for x in t)
-           for t in (inp.tokens, inp.key_tokens)]  # fmt: skip
+    cut = [
+        None if t is None else tuple(short_label(x) for x in t)
+        for t in (inp.tokens, inp.key_tokens)
+    ]
     if cut == [inp.tokens, inp.key_tokens]:
         return trace
     return replace(trace, inputs=replace(inp, tokens=cut[0], key_tokens=cut[1]))
@@ -143,11 +145,17 @@ def upstream_line(trace: Trace, lang: Lang) -> tuple[str, str] | None:
 
     final = final_stage(trace.inputs)
     if trace.upstream == "grad":
-        text = (f"L = Σ grad ∘ {final}，grad 由配置文件给出" if lang == "zh"
-                else f"L = Σ grad ∘ {final}, with the fixture's grad")  # fmt: skip
+        text = (
+            f"L = Σ grad ∘ {final}，grad 由配置文件给出"
+            if lang == "zh"
+            else f"L = Σ grad ∘ {final}, with the fixture's grad"
+        )
     else:
-        text = (f"L = Σ {final}（没有 grad：上游梯度全为 1）" if lang == "zh"
-                else f"L = Σ {final} (no grad in the fixture: a gradient of ones)")  # fmt: skip
+        text = (
+            f"L = Σ {final}（没有 grad：上游梯度全为 1）"
+            if lang == "zh"
+            else f"L = Σ {final} (no grad in the fixture: a gradient of ones)"
+        )
     return ("反向传播" if lang == "zh" else "backward", text)
 
 

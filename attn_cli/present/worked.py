@@ -215,17 +215,21 @@ def resolve_position(text: str, labels: Sequence[str], option: str, axis: str) -
     if len(hits) > 1:
         where = ", ".join(str(i) for i in hits[:8]) + (", …" if len(hits) > 8 else "")
         raise UsageError(
-            "", option, f"the {axis} token {_shown(text)} is ambiguous (at positions {where})",
+            "",
+            option,
+            f"the {axis} token {_shown(text)} is ambiguous (at positions {where})",
             f"an index instead, one of {where}",
-        )  # fmt: skip
+        )
     index = _index(text)
     if index is not None and index < len(labels):
         return index
     shown = ", ".join(_shown(t) for t in labels[:8]) + (", …" if len(labels) > 8 else "")
     raise UsageError(
-        "", option, f"no {axis} token or index {_shown(text)}",
+        "",
+        option,
+        f"no {axis} token or index {_shown(text)}",
         f"a {axis} token ({shown}) or an index 0..{len(labels) - 1}",
-    )  # fmt: skip
+    )
 
 
 _MAX_INDEX_DIGITS = 18  # more than any axis can have; int() stays instant
@@ -254,22 +258,27 @@ def parse_cell(spec: str, query_labels: Sequence[str], key_labels: Sequence[str]
     longest_k = max([_MAX_INDEX_DIGITS + 2, *(len(t) for t in key_labels)])
     if len(spec) > longest_q + longest_k + 1:
         raise UsageError(
-            "", "--cell", f"{_shown(spec)} is {len(spec):,} characters long",
+            "",
+            "--cell",
+            f"{_shown(spec)} is {len(spec):,} characters long",
             "QUERY,KEY: a query and a key token (or index), e.g. --cell The,cat",
-        )  # fmt: skip
+        )
     if "," not in spec:
         raise UsageError(
             "", "--cell", f"{_shown(spec)} has no comma", "QUERY,KEY, e.g. --cell The,cat"
         )
     splits = [
-        i for i, c in enumerate(spec)
+        i
+        for i, c in enumerate(spec)
         if c == "," and i <= longest_q and len(spec) - i - 1 <= longest_k
-    ]  # fmt: skip
+    ]
     if not splits:
         raise UsageError(
-            "", "--cell", f"no query and key in {_shown(spec)}",
+            "",
+            "--cell",
+            f"no query and key in {_shown(spec)}",
             "QUERY,KEY: a query and a key token (or index), e.g. --cell The,cat",
-        )  # fmt: skip
+        )
     found: list[CellRef] = []
     errors: list[UsageError] = []
     for i in splits:
@@ -284,9 +293,11 @@ def parse_cell(spec: str, query_labels: Sequence[str], key_labels: Sequence[str]
         return found[0]
     if found:
         raise UsageError(
-            "", "--cell", f"{_shown(spec)} can be split at more than one comma",
+            "",
+            "--cell",
+            f"{_shown(spec)} can be split at more than one comma",
             "indices instead of tokens, e.g. --cell 0,1",
-        )  # fmt: skip
+        )
     # Report the most telling error: an ambiguity beats a miss.
     ambiguous = [e for e in errors if "ambiguous" in e.what]
     raise (ambiguous or errors)[0]

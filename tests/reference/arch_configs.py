@@ -18,29 +18,79 @@ from safetensors import safe_open
 from transformers import AutoConfig, AutoModel, AutoModelForCausalLM
 
 TOKENS = {"pad_token_id": 0, "bos_token_id": 1, "eos_token_id": 2}
-TINY = {"vocab_size": 9, "hidden_size": 8, "num_attention_heads": 2, "num_key_value_heads": 1,
-        "head_dim": 4, "num_hidden_layers": 2, "intermediate_size": 16,
-        "max_position_embeddings": 16, **TOKENS}  # fmt: skip
-ENCODER = {"vocab_size": 9, "hidden_size": 8, "num_attention_heads": 2, "num_hidden_layers": 2,
-           "intermediate_size": 16, "max_position_embeddings": 16}  # fmt: skip
+TINY = {
+    "vocab_size": 9,
+    "hidden_size": 8,
+    "num_attention_heads": 2,
+    "num_key_value_heads": 1,
+    "head_dim": 4,
+    "num_hidden_layers": 2,
+    "intermediate_size": 16,
+    "max_position_embeddings": 16,
+    **TOKENS,
+}
+ENCODER = {
+    "vocab_size": 9,
+    "hidden_size": 8,
+    "num_attention_heads": 2,
+    "num_hidden_layers": 2,
+    "intermediate_size": 16,
+    "max_position_embeddings": 16,
+}
 ROBERTA = {**ENCODER, "pad_token_id": 1, "max_position_embeddings": 18}
 NO_GQA = {k: v for k, v in TINY.items() if k not in ("num_key_value_heads", "head_dim")}
 SIZES = {
-    "bert": ENCODER, "roberta": ROBERTA, "xlm-roberta": ROBERTA,
-    "distilbert": {"vocab_size": 9, "dim": 8, "n_heads": 2, "n_layers": 2, "hidden_dim": 16,
-                   "max_position_embeddings": 16},
-    "gpt2": {"vocab_size": 9, "n_embd": 8, "n_head": 2, "n_layer": 2, "n_positions": 16,
-             "bos_token_id": 1, "eos_token_id": 2},
+    "bert": ENCODER,
+    "roberta": ROBERTA,
+    "xlm-roberta": ROBERTA,
+    "distilbert": {
+        "vocab_size": 9,
+        "dim": 8,
+        "n_heads": 2,
+        "n_layers": 2,
+        "hidden_dim": 16,
+        "max_position_embeddings": 16,
+    },
+    "gpt2": {
+        "vocab_size": 9,
+        "n_embd": 8,
+        "n_head": 2,
+        "n_layer": 2,
+        "n_positions": 16,
+        "bos_token_id": 1,
+        "eos_token_id": 2,
+    },
     "qwen3_moe": {**TINY, "moe_intermediate_size": 8, "num_experts": 2, "num_experts_per_tok": 1},
     "mixtral": {**TINY, "num_local_experts": 2, "num_experts_per_tok": 1},
     "gpt_oss": {**TINY, "num_local_experts": 2, "num_experts_per_tok": 1},
     "smollm3": {**TINY, "no_rope_layer_interval": 2},
-    "gpt_neox": NO_GQA, "phi3": {k: v for k, v in TINY.items() if k != "head_dim"},
-}  # fmt: skip
-FAMILIES = ["bert", "gpt2", "llama", "mistral", "qwen2", "qwen3", "gemma2", "gpt_oss",
-            "roberta", "xlm-roberta", "distilbert", "gemma3_text", "cohere2", "ernie4_5",
-            "granite", "qwen3_moe", "smollm3", "starcoder2", "mixtral", "olmo2", "phi3",
-            "gpt_neox"]  # fmt: skip
+    "gpt_neox": NO_GQA,
+    "phi3": {k: v for k, v in TINY.items() if k != "head_dim"},
+}
+FAMILIES = [
+    "bert",
+    "gpt2",
+    "llama",
+    "mistral",
+    "qwen2",
+    "qwen3",
+    "gemma2",
+    "gpt_oss",
+    "roberta",
+    "xlm-roberta",
+    "distilbert",
+    "gemma3_text",
+    "cohere2",
+    "ernie4_5",
+    "granite",
+    "qwen3_moe",
+    "smollm3",
+    "starcoder2",
+    "mixtral",
+    "olmo2",
+    "phi3",
+    "gpt_neox",
+]
 ENCODERS = ("bert", "roberta", "xlm-roberta", "distilbert")
 
 

@@ -57,17 +57,39 @@ VOCAB = {**WORDS, "[UNK]": 11}
 NOISE = 0.3  # std of the seeded noise added to every 1-D parameter (norm weights, biases)
 WINDOW = 4  # sliding windows (and llama4's attention chunks) of 4 cut the 7 tokens
 TOKENS = {"pad_token_id": 0, "bos_token_id": 1, "eos_token_id": 2}
-TINY = {"vocab_size": 16, "hidden_size": 16, "num_attention_heads": 2, "num_key_value_heads": 1,
-        "head_dim": 8, "num_hidden_layers": 1, "intermediate_size": 16,
-        "max_position_embeddings": 32, "initializer_range": 0.4, "dtype": "float32",
-        **TOKENS}  # fmt: skip
+TINY = {
+    "vocab_size": 16,
+    "hidden_size": 16,
+    "num_attention_heads": 2,
+    "num_key_value_heads": 1,
+    "head_dim": 8,
+    "num_hidden_layers": 1,
+    "intermediate_size": 16,
+    "max_position_embeddings": 32,
+    "initializer_range": 0.4,
+    "dtype": "float32",
+    **TOKENS,
+}
 # initializer_range 0.4, not 0.02: q.k logits of a few units, so the weights are far from uniform
-ROBERTA = {"vocab_size": 16, "hidden_size": 16, "num_attention_heads": 2, "num_hidden_layers": 1,
-           "intermediate_size": 16, "max_position_embeddings": 34, "initializer_range": 0.4,
-           "dtype": "float32", "pad_token_id": 1, "bos_token_id": 0, "eos_token_id": 2}  # fmt: skip
+ROBERTA = {
+    "vocab_size": 16,
+    "hidden_size": 16,
+    "num_attention_heads": 2,
+    "num_hidden_layers": 1,
+    "intermediate_size": 16,
+    "max_position_embeddings": 34,
+    "initializer_range": 0.4,
+    "dtype": "float32",
+    "pad_token_id": 1,
+    "bos_token_id": 0,
+    "eos_token_id": 2,
+}
 # RoBERTa's positions start at pad_token_id + 1 = 2: 32 usable positions need 34 rows
-SLIDING = {"layer_types": ["sliding_attention", "full_attention"], "sliding_window": WINDOW,
-           "num_hidden_layers": 2}  # fmt: skip
+SLIDING = {
+    "layer_types": ["sliding_attention", "full_attention"],
+    "sliding_window": WINDOW,
+    "num_hidden_layers": 2,
+}
 
 
 def tiny(cls_name: str, **extra: Any) -> Any:
@@ -86,8 +108,10 @@ def gemma3_text() -> Any:
 
 
 def gemma3_text_linear() -> Any:
-    rope = {"full_attention": {"rope_type": "linear", "factor": 8.0, "rope_theta": 1_000_000.0},
-            "sliding_attention": {"rope_type": "default", "rope_theta": 10_000.0}}  # fmt: skip
+    rope = {
+        "full_attention": {"rope_type": "linear", "factor": 8.0, "rope_theta": 1_000_000.0},
+        "sliding_attention": {"rope_type": "default", "rope_theta": 10_000.0},
+    }
     return tiny("Gemma3TextConfig", **SLIDING, query_pre_attn_scalar=12, rope_parameters=rope)
 
 
@@ -96,11 +120,21 @@ def gemma3() -> Any:
     # tower (1 layer, 8 x 8 pixels in 4 x 4 patches: 4 patches, pooled to mm_tokens_per_image 4)
     # that the text runs never call; the token indices stay the class's (past the vocabulary).
     vision = transformers.SiglipVisionConfig(
-        hidden_size=8, intermediate_size=16, num_hidden_layers=1, num_attention_heads=2,
-        image_size=8, patch_size=4, dtype="float32")  # fmt: skip
-    return transformers.Gemma3Config(text_config=gemma3_text(), vision_config=vision,
-                                     mm_tokens_per_image=4, initializer_range=0.4,
-                                     dtype="float32")  # fmt: skip
+        hidden_size=8,
+        intermediate_size=16,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        image_size=8,
+        patch_size=4,
+        dtype="float32",
+    )
+    return transformers.Gemma3Config(
+        text_config=gemma3_text(),
+        vision_config=vision,
+        mm_tokens_per_image=4,
+        initializer_range=0.4,
+        dtype="float32",
+    )
 
 
 def olmo_clip() -> Any:
@@ -132,9 +166,16 @@ def roberta(cls_name: str) -> Callable[[], Any]:
 
 
 def distilbert() -> Any:
-    sizes = {"vocab_size": 16, "dim": 16, "n_heads": 2, "n_layers": 1, "hidden_dim": 16,
-             "max_position_embeddings": 32, "initializer_range": 0.4,
-             "dtype": "float32"}  # fmt: skip
+    sizes = {
+        "vocab_size": 16,
+        "dim": 16,
+        "n_heads": 2,
+        "n_layers": 1,
+        "hidden_dim": 16,
+        "max_position_embeddings": 32,
+        "initializer_range": 0.4,
+        "dtype": "float32",
+    }
     return transformers.DistilBertConfig(**sizes, sinusoidal_pos_embds=False, pad_token_id=0)
 
 
@@ -144,8 +185,13 @@ def qwen3_moe() -> Any:
 
 def qwen2_moe() -> Any:
     # qkv_bias stays Qwen2MoeConfig's default (true): q/k/v biases, no o_proj bias
-    return tiny("Qwen2MoeConfig", num_experts=2, num_experts_per_tok=1, moe_intermediate_size=8,
-                shared_expert_intermediate_size=8)  # fmt: skip
+    return tiny(
+        "Qwen2MoeConfig",
+        num_experts=2,
+        num_experts_per_tok=1,
+        moe_intermediate_size=8,
+        shared_expert_intermediate_size=8,
+    )
 
 
 def mixtral() -> Any:
@@ -162,18 +208,31 @@ def smollm3() -> Any:
 
 
 def granite() -> Any:
-    return tiny("GraniteConfig", attention_multiplier=0.3, embedding_multiplier=2.0,
-                residual_multiplier=0.5, logits_scaling=4.0)  # fmt: skip
+    return tiny(
+        "GraniteConfig",
+        attention_multiplier=0.3,
+        embedding_multiplier=2.0,
+        residual_multiplier=0.5,
+        logits_scaling=4.0,
+    )
 
 
 def stablelm() -> Any:
-    return tiny("StableLmConfig", partial_rotary_factor=0.25, use_qkv_bias=True,
-                qk_layernorm=False)  # fmt: skip
+    return tiny("StableLmConfig", partial_rotary_factor=0.25, use_qkv_bias=True, qk_layernorm=False)
 
 
 def gptj() -> Any:
-    sizes = {"vocab_size": 16, "n_embd": 16, "n_head": 2, "n_layer": 1, "n_inner": 16,
-             "n_positions": 32, "initializer_range": 0.4, "dtype": "float32", **TOKENS}  # fmt: skip
+    sizes = {
+        "vocab_size": 16,
+        "n_embd": 16,
+        "n_head": 2,
+        "n_layer": 1,
+        "n_inner": 16,
+        "n_positions": 32,
+        "initializer_range": 0.4,
+        "dtype": "float32",
+        **TOKENS,
+    }
     return transformers.GPTJConfig(**sizes, rotary_dim=4)
 
 
@@ -181,42 +240,76 @@ def llama4_text() -> Any:
     # no_rope_layers [1, 0]: layer 0 RoPE (interleaved, complex) then qk norm + chunked attention,
     # layer 1 NoPE, no qk norm, full attention, temperature tuning. floor_scale 2 (not 8192): the
     # NoPE temperature log1p(floor((pos + 1) / 2)) * 0.1 + 1 varies within 7 tokens.
-    return tiny("Llama4TextConfig", num_hidden_layers=2, no_rope_layers=[1, 0],
-                attention_chunk_size=WINDOW, floor_scale=2, attn_scale=0.1,
-                intermediate_size_mlp=16, num_local_experts=2, num_experts_per_tok=1)  # fmt: skip
+    return tiny(
+        "Llama4TextConfig",
+        num_hidden_layers=2,
+        no_rope_layers=[1, 0],
+        attention_chunk_size=WINDOW,
+        floor_scale=2,
+        attn_scale=0.1,
+        intermediate_size_mlp=16,
+        num_local_experts=2,
+        num_experts_per_tok=1,
+    )
 
 
 def qwen3_next() -> Any:
     # layers 0 and 2 full_attention (gated attention: q_proj holds each head's query and gate,
     # q/k RMSNorm 1 + w, partial rotary 0.25 = 2 of 8 dims), layer 1 linear_attention (Gated
     # DeltaNet, the gated_deltanet key); 2 experts top-1, a shared expert (attention unaffected)
-    return tiny("Qwen3NextConfig", num_hidden_layers=3,
-                layer_types=["full_attention", "linear_attention", "full_attention"],
-                num_experts=2, num_experts_per_tok=1, moe_intermediate_size=8,
-                shared_expert_intermediate_size=8, linear_num_key_heads=2,
-                linear_num_value_heads=2, linear_key_head_dim=4,
-                linear_value_head_dim=4)  # fmt: skip
+    return tiny(
+        "Qwen3NextConfig",
+        num_hidden_layers=3,
+        layer_types=["full_attention", "linear_attention", "full_attention"],
+        num_experts=2,
+        num_experts_per_tok=1,
+        moe_intermediate_size=8,
+        shared_expert_intermediate_size=8,
+        linear_num_key_heads=2,
+        linear_num_value_heads=2,
+        linear_key_head_dim=4,
+        linear_value_head_dim=4,
+    )
 
 
 def qwen3_next_linear() -> Any:
     # layer 0 linear_attention, so that a text reaches it; 4 value heads over 2 key heads: each
     # key head's rows of in_proj_qkvz hold the v and z rows of two value heads
-    return tiny("Qwen3NextConfig", num_hidden_layers=2,
-                layer_types=["linear_attention", "full_attention"],
-                num_experts=2, num_experts_per_tok=1, moe_intermediate_size=8,
-                shared_expert_intermediate_size=8, linear_num_key_heads=2,
-                linear_num_value_heads=4, linear_key_head_dim=4,
-                linear_value_head_dim=4)  # fmt: skip
+    return tiny(
+        "Qwen3NextConfig",
+        num_hidden_layers=2,
+        layer_types=["linear_attention", "full_attention"],
+        num_experts=2,
+        num_experts_per_tok=1,
+        moe_intermediate_size=8,
+        shared_expert_intermediate_size=8,
+        linear_num_key_heads=2,
+        linear_num_value_heads=4,
+        linear_key_head_dim=4,
+        linear_value_head_dim=4,
+    )
 
 
 def deepseek_v3() -> Any:
     # multi-head latent attention: q LoRA (rank 12), a latent of rank 8 and a RoPE key of 4 shared
     # by both heads, nope 4, v 4; layer 0 dense, layer 1 MoE (its MLP is not attn's concern)
-    return tiny("DeepseekV3Config", num_hidden_layers=2, num_key_value_heads=2, q_lora_rank=12,
-                kv_lora_rank=8, qk_nope_head_dim=4, qk_rope_head_dim=4, v_head_dim=4,
-                first_k_dense_replace=1, n_routed_experts=4, n_shared_experts=1,
-                num_experts_per_tok=2, n_group=1, topk_group=1,
-                moe_intermediate_size=8)  # fmt: skip
+    return tiny(
+        "DeepseekV3Config",
+        num_hidden_layers=2,
+        num_key_value_heads=2,
+        q_lora_rank=12,
+        kv_lora_rank=8,
+        qk_nope_head_dim=4,
+        qk_rope_head_dim=4,
+        v_head_dim=4,
+        first_k_dense_replace=1,
+        n_routed_experts=4,
+        n_shared_experts=1,
+        num_experts_per_tok=2,
+        n_group=1,
+        topk_group=1,
+        moe_intermediate_size=8,
+    )
 
 
 def deepseek_v3_yarn() -> Any:
@@ -224,9 +317,16 @@ def deepseek_v3_yarn() -> Any:
     # original 4096) brought down to a few positions: factor 8 over an original 4, and mscale
     # 0.9 / mscale_all_dim 0.6 so both the attention factor on cos, sin and the mscale² on the
     # softmax scale differ from 1
-    yarn = {"rope_type": "yarn", "rope_theta": 10000.0, "factor": 8.0,
-            "original_max_position_embeddings": 4, "beta_fast": 32.0, "beta_slow": 1.0,
-            "mscale": 0.9, "mscale_all_dim": 0.6}  # fmt: skip
+    yarn = {
+        "rope_type": "yarn",
+        "rope_theta": 10000.0,
+        "factor": 8.0,
+        "original_max_position_embeddings": 4,
+        "beta_fast": 32.0,
+        "beta_slow": 1.0,
+        "mscale": 0.9,
+        "mscale_all_dim": 0.6,
+    }
     config = deepseek_v3()
     config.rope_parameters = yarn
     return config
@@ -236,13 +336,32 @@ def deepseek_v2() -> Any:
     # DeepSeek V2 (Lite's shape: no q LoRA, one q_proj) with the yarn V2 ships (factor 40,
     # mscale 0.707, mscale_all_dim 0.707, original 4096) brought down to a few positions as
     # deepseek_v3_yarn's; its RoPE by view_as_complex keeps each rotated pair in place
-    yarn = {"rope_type": "yarn", "rope_theta": 10000.0, "factor": 8.0,
-            "original_max_position_embeddings": 4, "beta_fast": 32.0, "beta_slow": 1.0,
-            "mscale": 0.707, "mscale_all_dim": 0.707}  # fmt: skip
-    return tiny("DeepseekV2Config", num_hidden_layers=2, num_key_value_heads=2, q_lora_rank=None,
-                kv_lora_rank=8, qk_nope_head_dim=4, qk_rope_head_dim=4, v_head_dim=4,
-                first_k_dense_replace=1, n_routed_experts=4, n_shared_experts=1,
-                num_experts_per_tok=2, moe_intermediate_size=8, rope_parameters=yarn)  # fmt: skip
+    yarn = {
+        "rope_type": "yarn",
+        "rope_theta": 10000.0,
+        "factor": 8.0,
+        "original_max_position_embeddings": 4,
+        "beta_fast": 32.0,
+        "beta_slow": 1.0,
+        "mscale": 0.707,
+        "mscale_all_dim": 0.707,
+    }
+    return tiny(
+        "DeepseekV2Config",
+        num_hidden_layers=2,
+        num_key_value_heads=2,
+        q_lora_rank=None,
+        kv_lora_rank=8,
+        qk_nope_head_dim=4,
+        qk_rope_head_dim=4,
+        v_head_dim=4,
+        first_k_dense_replace=1,
+        n_routed_experts=4,
+        n_shared_experts=1,
+        num_experts_per_tok=2,
+        moe_intermediate_size=8,
+        rope_parameters=yarn,
+    )
 
 
 def simple(cls_name: str, **extra: Any) -> Callable[[], Any]:
@@ -251,135 +370,254 @@ def simple(cls_name: str, **extra: Any) -> Callable[[], Any]:
 
 # case: (config builder, encoder?, notes)
 CASES: dict[str, tuple[Callable[[], Any], bool, str]] = {
-    "gemma3_text": (gemma3_text, False,
-                    "Gemma 3: layer 0 sliding_attention (window 4, rope_theta 10000), layer 1 "
-                    "full_attention (rope_theta 1e6); q/k RMSNorm (1 + w) per head before RoPE; "
-                    "scale query_pre_attn_scalar**-0.5 = 12**-0.5; post-attention norm"),
-    "gemma3_text_linear": (gemma3_text_linear, False,
-                           "as gemma3_text, but the full_attention layer's RoPE is linear, factor "
-                           "8, as Gemma 3 4B/12B/27B ship (rope_parameters per layer type)"),
-    "gemma3": (gemma3, False,
-               "Gemma 3 image-text (Gemma3ForConditionalGeneration): gemma3_text's case as "
-               "text_config, run as model.language_model, saved as language_model.model.* "
-               "(save_pretrained writes the Hub's names); a 1-layer SigLIP tower the runs never "
-               "call (no image: token ids or inputs_embeds only)"),
-    "olmo2": (simple("Olmo2Config"), False,
-              "OLMo 2: q/k RMSNorm over the whole projection (all heads at once) before RoPE; "
-              "norms after attention and MLP (post_attention_layernorm), none before"),
-    "olmo": (simple("OlmoConfig"), False,
-             "OLMo: clip_qkv null; non-parametric LayerNorm (no weight, no bias)"),
-    "olmo_clip": (olmo_clip, False,
-                  "OLMo with clip_qkv 0.5: q, k and v projections clamped to [-0.5, 0.5] before "
-                  "RoPE (same weights as olmo, numbers visibly changed)"),
-    "olmo3": (olmo3, False,
-              "OLMo 3: layer 0 sliding_attention (window 4), layer 1 full_attention, both RoPE "
-              "(rope_parameters per layer type, theta 500000); whole-projection q/k norm"),
-    "phi3": (simple("Phi3Config"), False,
-             "Phi-3: fused qkv_proj (q, k, v rows), fused gate_up_proj, default RoPE"),
-    "phi3_partial": (phi3_partial, False,
-                     "Phi-3 with partial_rotary_factor 0.5: RoPE on the first 4 of 8 dims"),
-    "phi": (phi(False), False,
-            "Phi-1/2: partial_rotary_factor 0.5 (4 of 8 dims), q/k/v/dense biases, one LayerNorm "
-            "feeding attention and MLP in parallel; qk_layernorm false"),
-    "phi_qk_layernorm": (phi(True), False,
-                         "phi with qk_layernorm true: LayerNorm (weight + bias) over each head's "
-                         "q and k before the partial RoPE"),
-    "gpt_neox": (gpt_neox, False,
-                 "GPT-NeoX: fused query_key_value laid out per head [q k v], partial RoPE 0.25 "
-                 "(2 of 8 dims), biases, parallel residual"),
-    "roberta": (roberta("RobertaConfig"), True,
-                "RoBERTa encoder: no mask, positions from pad_token_id + 1 = 2, token type 0, "
-                "embeddings LayerNorm; output = attention.output.dense, before residual + "
-                "LayerNorm"),
+    "gemma3_text": (
+        gemma3_text,
+        False,
+        "Gemma 3: layer 0 sliding_attention (window 4, rope_theta 10000), layer 1 "
+        "full_attention (rope_theta 1e6); q/k RMSNorm (1 + w) per head before RoPE; "
+        "scale query_pre_attn_scalar**-0.5 = 12**-0.5; post-attention norm",
+    ),
+    "gemma3_text_linear": (
+        gemma3_text_linear,
+        False,
+        "as gemma3_text, but the full_attention layer's RoPE is linear, factor "
+        "8, as Gemma 3 4B/12B/27B ship (rope_parameters per layer type)",
+    ),
+    "gemma3": (
+        gemma3,
+        False,
+        "Gemma 3 image-text (Gemma3ForConditionalGeneration): gemma3_text's case as "
+        "text_config, run as model.language_model, saved as language_model.model.* "
+        "(save_pretrained writes the Hub's names); a 1-layer SigLIP tower the runs never "
+        "call (no image: token ids or inputs_embeds only)",
+    ),
+    "olmo2": (
+        simple("Olmo2Config"),
+        False,
+        "OLMo 2: q/k RMSNorm over the whole projection (all heads at once) before RoPE; "
+        "norms after attention and MLP (post_attention_layernorm), none before",
+    ),
+    "olmo": (
+        simple("OlmoConfig"),
+        False,
+        "OLMo: clip_qkv null; non-parametric LayerNorm (no weight, no bias)",
+    ),
+    "olmo_clip": (
+        olmo_clip,
+        False,
+        "OLMo with clip_qkv 0.5: q, k and v projections clamped to [-0.5, 0.5] before "
+        "RoPE (same weights as olmo, numbers visibly changed)",
+    ),
+    "olmo3": (
+        olmo3,
+        False,
+        "OLMo 3: layer 0 sliding_attention (window 4), layer 1 full_attention, both RoPE "
+        "(rope_parameters per layer type, theta 500000); whole-projection q/k norm",
+    ),
+    "phi3": (
+        simple("Phi3Config"),
+        False,
+        "Phi-3: fused qkv_proj (q, k, v rows), fused gate_up_proj, default RoPE",
+    ),
+    "phi3_partial": (
+        phi3_partial,
+        False,
+        "Phi-3 with partial_rotary_factor 0.5: RoPE on the first 4 of 8 dims",
+    ),
+    "phi": (
+        phi(False),
+        False,
+        "Phi-1/2: partial_rotary_factor 0.5 (4 of 8 dims), q/k/v/dense biases, one LayerNorm "
+        "feeding attention and MLP in parallel; qk_layernorm false",
+    ),
+    "phi_qk_layernorm": (
+        phi(True),
+        False,
+        "phi with qk_layernorm true: LayerNorm (weight + bias) over each head's "
+        "q and k before the partial RoPE",
+    ),
+    "gpt_neox": (
+        gpt_neox,
+        False,
+        "GPT-NeoX: fused query_key_value laid out per head [q k v], partial RoPE 0.25 "
+        "(2 of 8 dims), biases, parallel residual",
+    ),
+    "roberta": (
+        roberta("RobertaConfig"),
+        True,
+        "RoBERTa encoder: no mask, positions from pad_token_id + 1 = 2, token type 0, "
+        "embeddings LayerNorm; output = attention.output.dense, before residual + "
+        "LayerNorm",
+    ),
     "xlm_roberta": (roberta("XLMRobertaConfig"), True, "XLM-RoBERTa: as roberta"),
     "camembert": (roberta("CamembertConfig"), True, "CamemBERT: as roberta"),
-    "distilbert": (distilbert, True,
-                   "DistilBERT: learned positions from 0, no token types, q_lin/k_lin/v_lin/"
-                   "out_lin, post-LayerNorm sa_layer_norm"),
-    "qwen3_moe": (qwen3_moe, False,
-                  "Qwen3-MoE: q/k RMSNorm per head before RoPE, 2 experts top-1 (attention "
-                  "unaffected)"),
-    "qwen2_moe": (qwen2_moe, False,
-                  "Qwen2-MoE: q/k/v biases (qkv_bias true), no o_proj bias; shared expert"),
-    "mixtral": (mixtral, False,
-                "Mixtral: sliding_window 4 on every layer (no layer_types), 2 experts top-1"),
-    "starcoder2": (starcoder2, False,
-                   "StarCoder2: sliding_window 4, biases everywhere (use_bias), LayerNorm with "
-                   "bias"),
-    "smollm3": (smollm3, False,
-                "SmolLM3: no_rope_layers [1, 1, 1, 0] (interval 4): layers 0-2 RoPE, layer 3 "
-                "NoPE; sliding disabled"),
-    "cohere2": (simple("Cohere2Config", **SLIDING), False,
-                "Cohere 2: layer 0 sliding_attention (window 4) with interleaved RoPE, layer 1 "
-                "full_attention WITHOUT RoPE (NoPE); parallel block, LayerNorm without bias"),
-    "cohere": (simple("CohereConfig", use_qk_norm=False), False,
-               "Cohere: interleaved RoPE (pairs 2i, 2i+1), parallel attention + MLP from one "
-               "LayerNorm (no bias); use_qk_norm false"),
-    "exaone4": (simple("Exaone4Config", **SLIDING), False,
-                "EXAONE 4: layer 0 sliding_attention (window 4) with RoPE, layer 1 full_attention "
-                "NoPE; q/k RMSNorm per head before RoPE; post-norms (after attention and MLP)"),
-    "ernie4_5": (simple("Ernie4_5Config"), False,
-                 "ERNIE 4.5: interleaved RoPE (GLM style, pairs 2i, 2i+1) in float32"),
-    "glm4": (simple("Glm4Config", attention_bias=True), False,
-             "GLM-4: partial_rotary_factor 0.5 (default), interleaved RoPE on the first 4 dims, "
-             "q/k/v biases; extra post_self_attn_layernorm / post_mlp_layernorm"),
-    "granite": (granite, False,
-                "Granite: scale attention_multiplier 0.3 (not head_dim**-0.5); layer 0 input = "
-                "2.0 * inputs_embeds (embedding_multiplier); residual_multiplier 0.5"),
-    "hunyuan_v1_dense": (simple("HunYuanDenseV1Config"), False,
-                         "HunYuan dense: q/k RMSNorm per head AFTER RoPE (always on: the config "
-                         "has no use_qk_norm)"),
-    "stablelm": (stablelm, False,
-                 "StableLM: partial_rotary_factor 0.25 (2 of 8 dims), q/k/v biases, LayerNorm "
-                 "with bias, qk_layernorm false"),
-    "ministral": (simple("MinistralConfig", **SLIDING), False,
-                  "Ministral: layer 0 sliding_attention (window 4), layer 1 full_attention"),
-    "gemma": (simple("GemmaConfig"), False,
-              "Gemma: RMSNorm (1 + w); text run's embeddings scaled by sqrt(16) = 4"),
-    "gptj": (gptj, False,
-             "GPT-J: rotary_dim 4 of head 8, interleaved RoPE (pairs 2i, 2i+1) on the first 4 "
-             "dims; no q/k/v/out biases; parallel attention + MLP"),
-    "llama4_text": (llama4_text, False,
-                    "Llama 4 text: layer 0 chunked_attention (chunk 4) with interleaved complex "
-                    "RoPE then a weightless RMS qk norm (Llama4TextL2Norm: x * rsqrt(mean(x^2) + "
-                    "eps)); layer 1 NoPE full_attention, no qk norm, q times the temperature "
-                    "log1p(floor((pos+1)/2))*0.1+1"),
-    "qwen3_next": (qwen3_next, False,
-                   "Qwen3-Next: layers 0 and 2 full_attention, gated (q_proj rows per head: "
-                   "query then gate; attn_output * sigmoid(gate) before o_proj), q/k RMSNorm "
-                   "(1 + w) per head, partial rotary 0.25; layer 1 linear_attention (Gated "
-                   "DeltaNet: its input and linear_attn's output, out_proj's, before the "
-                   "residual)"),
-    "qwen3_next_linear": (qwen3_next_linear, False,
-                          "Qwen3-Next with layer 0 linear_attention (Gated DeltaNet, 2 key heads, "
-                          "4 value heads: v and z rows of two value heads per key head in "
-                          "in_proj_qkvz), so the text run reaches it; layer 1 full_attention"),
-    "deepseek_v3": (deepseek_v3, False,
-                    "DeepSeek V3's multi-head latent attention (DeepseekV3Attention): q through "
-                    "q_a_proj, q_a_layernorm, q_b_proj; kv_a_proj_with_mqa gives the latent "
-                    "(rank 8, kv_a_layernorm) and a RoPE key of 4 shared by the heads, kv_b_proj "
-                    "decompresses K_nope and V per head; interleaved RoPE (rope_interleave); "
-                    "scale (4 + 4)**-0.5; layer 1's MLP is MoE"),
-    "deepseek_v2": (deepseek_v2, False,
-                    "DeepSeek V2's multi-head latent attention (DeepseekV2Attention), Lite's "
-                    "shape (q_proj, no q LoRA): RoPE by view_as_complex, each rotated pair in "
-                    "place in query_states and key_states; yarn on the rope dims (factor 8, "
-                    "original 4, mscale 0.707, mscale_all_dim 0.707); layer 1's MLP is MoE"),
-    "deepseek_v3_yarn": (deepseek_v3_yarn, False,
-                         "deepseek_v3 with yarn on the rope dims (factor 8, original 4, beta 32/1, "
-                         "mscale 0.9, mscale_all_dim 0.6): yarn's frequencies over "
-                         "qk_rope_head_dim 4, cos and sin times the attention factor, the scale "
-                         "times yarn_get_mscale(8, 0.6)**2 (yarn_apply_mscale)"),
-}  # fmt: skip
+    "distilbert": (
+        distilbert,
+        True,
+        "DistilBERT: learned positions from 0, no token types, q_lin/k_lin/v_lin/"
+        "out_lin, post-LayerNorm sa_layer_norm",
+    ),
+    "qwen3_moe": (
+        qwen3_moe,
+        False,
+        "Qwen3-MoE: q/k RMSNorm per head before RoPE, 2 experts top-1 (attention unaffected)",
+    ),
+    "qwen2_moe": (
+        qwen2_moe,
+        False,
+        "Qwen2-MoE: q/k/v biases (qkv_bias true), no o_proj bias; shared expert",
+    ),
+    "mixtral": (
+        mixtral,
+        False,
+        "Mixtral: sliding_window 4 on every layer (no layer_types), 2 experts top-1",
+    ),
+    "starcoder2": (
+        starcoder2,
+        False,
+        "StarCoder2: sliding_window 4, biases everywhere (use_bias), LayerNorm with bias",
+    ),
+    "smollm3": (
+        smollm3,
+        False,
+        "SmolLM3: no_rope_layers [1, 1, 1, 0] (interval 4): layers 0-2 RoPE, layer 3 "
+        "NoPE; sliding disabled",
+    ),
+    "cohere2": (
+        simple("Cohere2Config", **SLIDING),
+        False,
+        "Cohere 2: layer 0 sliding_attention (window 4) with interleaved RoPE, layer 1 "
+        "full_attention WITHOUT RoPE (NoPE); parallel block, LayerNorm without bias",
+    ),
+    "cohere": (
+        simple("CohereConfig", use_qk_norm=False),
+        False,
+        "Cohere: interleaved RoPE (pairs 2i, 2i+1), parallel attention + MLP from one "
+        "LayerNorm (no bias); use_qk_norm false",
+    ),
+    "exaone4": (
+        simple("Exaone4Config", **SLIDING),
+        False,
+        "EXAONE 4: layer 0 sliding_attention (window 4) with RoPE, layer 1 full_attention "
+        "NoPE; q/k RMSNorm per head before RoPE; post-norms (after attention and MLP)",
+    ),
+    "ernie4_5": (
+        simple("Ernie4_5Config"),
+        False,
+        "ERNIE 4.5: interleaved RoPE (GLM style, pairs 2i, 2i+1) in float32",
+    ),
+    "glm4": (
+        simple("Glm4Config", attention_bias=True),
+        False,
+        "GLM-4: partial_rotary_factor 0.5 (default), interleaved RoPE on the first 4 dims, "
+        "q/k/v biases; extra post_self_attn_layernorm / post_mlp_layernorm",
+    ),
+    "granite": (
+        granite,
+        False,
+        "Granite: scale attention_multiplier 0.3 (not head_dim**-0.5); layer 0 input = "
+        "2.0 * inputs_embeds (embedding_multiplier); residual_multiplier 0.5",
+    ),
+    "hunyuan_v1_dense": (
+        simple("HunYuanDenseV1Config"),
+        False,
+        "HunYuan dense: q/k RMSNorm per head AFTER RoPE (always on: the config has no use_qk_norm)",
+    ),
+    "stablelm": (
+        stablelm,
+        False,
+        "StableLM: partial_rotary_factor 0.25 (2 of 8 dims), q/k/v biases, LayerNorm "
+        "with bias, qk_layernorm false",
+    ),
+    "ministral": (
+        simple("MinistralConfig", **SLIDING),
+        False,
+        "Ministral: layer 0 sliding_attention (window 4), layer 1 full_attention",
+    ),
+    "gemma": (
+        simple("GemmaConfig"),
+        False,
+        "Gemma: RMSNorm (1 + w); text run's embeddings scaled by sqrt(16) = 4",
+    ),
+    "gptj": (
+        gptj,
+        False,
+        "GPT-J: rotary_dim 4 of head 8, interleaved RoPE (pairs 2i, 2i+1) on the first 4 "
+        "dims; no q/k/v/out biases; parallel attention + MLP",
+    ),
+    "llama4_text": (
+        llama4_text,
+        False,
+        "Llama 4 text: layer 0 chunked_attention (chunk 4) with interleaved complex "
+        "RoPE then a weightless RMS qk norm (Llama4TextL2Norm: x * rsqrt(mean(x^2) + "
+        "eps)); layer 1 NoPE full_attention, no qk norm, q times the temperature "
+        "log1p(floor((pos+1)/2))*0.1+1",
+    ),
+    "qwen3_next": (
+        qwen3_next,
+        False,
+        "Qwen3-Next: layers 0 and 2 full_attention, gated (q_proj rows per head: "
+        "query then gate; attn_output * sigmoid(gate) before o_proj), q/k RMSNorm "
+        "(1 + w) per head, partial rotary 0.25; layer 1 linear_attention (Gated "
+        "DeltaNet: its input and linear_attn's output, out_proj's, before the "
+        "residual)",
+    ),
+    "qwen3_next_linear": (
+        qwen3_next_linear,
+        False,
+        "Qwen3-Next with layer 0 linear_attention (Gated DeltaNet, 2 key heads, "
+        "4 value heads: v and z rows of two value heads per key head in "
+        "in_proj_qkvz), so the text run reaches it; layer 1 full_attention",
+    ),
+    "deepseek_v3": (
+        deepseek_v3,
+        False,
+        "DeepSeek V3's multi-head latent attention (DeepseekV3Attention): q through "
+        "q_a_proj, q_a_layernorm, q_b_proj; kv_a_proj_with_mqa gives the latent "
+        "(rank 8, kv_a_layernorm) and a RoPE key of 4 shared by the heads, kv_b_proj "
+        "decompresses K_nope and V per head; interleaved RoPE (rope_interleave); "
+        "scale (4 + 4)**-0.5; layer 1's MLP is MoE",
+    ),
+    "deepseek_v2": (
+        deepseek_v2,
+        False,
+        "DeepSeek V2's multi-head latent attention (DeepseekV2Attention), Lite's "
+        "shape (q_proj, no q LoRA): RoPE by view_as_complex, each rotated pair in "
+        "place in query_states and key_states; yarn on the rope dims (factor 8, "
+        "original 4, mscale 0.707, mscale_all_dim 0.707); layer 1's MLP is MoE",
+    ),
+    "deepseek_v3_yarn": (
+        deepseek_v3_yarn,
+        False,
+        "deepseek_v3 with yarn on the rope dims (factor 8, original 4, beta 32/1, "
+        "mscale 0.9, mscale_all_dim 0.6): yarn's frequencies over "
+        "qk_rope_head_dim 4, cos and sin times the attention factor, the scale "
+        "times yarn_get_mscale(8, 0.6)**2 (yarn_apply_mscale)",
+    ),
+}
 
 # The attention output projection, relative to the decoder / encoder layer: exactly one exists.
-OUT_PROJ = ["self_attn.o_proj", "self_attn.dense", "attention.dense", "attn.out_proj",
-            "attention.output.dense", "attention.out_lin"]  # fmt: skip
-LAYERS = ["model.layers", "model.language_model.layers", "gpt_neox.layers", "transformer.h",
-          "encoder.layer", "transformer.layer"]  # fmt: skip
-RELEVANT = re.compile(r"rope|rotary|window|layer_types|head|attn|attention|qk|clip|partial|"
-                      r"scalar|multiplier|scal|norm|bias|chunk|softcap|floor|parallel|pattern|"
-                      r"position|type_vocab|pad_token")  # fmt: skip
+OUT_PROJ = [
+    "self_attn.o_proj",
+    "self_attn.dense",
+    "attention.dense",
+    "attn.out_proj",
+    "attention.output.dense",
+    "attention.out_lin",
+]
+LAYERS = [
+    "model.layers",
+    "model.language_model.layers",
+    "gpt_neox.layers",
+    "transformer.h",
+    "encoder.layer",
+    "transformer.layer",
+]
+RELEVANT = re.compile(
+    r"rope|rotary|window|layer_types|head|attn|attention|qk|clip|partial|"
+    r"scalar|multiplier|scal|norm|bias|chunk|softcap|floor|parallel|pattern|"
+    r"position|type_vocab|pad_token"
+)
 
 
 def floats(x: torch.Tensor) -> Any:
@@ -470,8 +708,13 @@ def run(folder: Path, encoder: bool, kind: str, ids: list[int]) -> dict[str, Any
         out, weights = eager(module, query, key, value, attention_mask, *args, **kwargs)
         record = seen[current[0]]
         assert "q" not in record, "eager called twice in one layer"
-        record.update(q=query.detach().clone(), k=key.detach().clone(), mask=attention_mask,
-                      weights=weights.detach().clone(), scaling=kwargs["scaling"])  # fmt: skip
+        record.update(
+            q=query.detach().clone(),
+            k=key.detach().clone(),
+            mask=attention_mask,
+            weights=weights.detach().clone(),
+            scaling=kwargs["scaling"],
+        )
         return out, weights
 
     handles = []
@@ -484,8 +727,9 @@ def run(folder: Path, encoder: bool, kind: str, ids: list[int]) -> dict[str, Any
     config = model.config.get_text_config()  # a wrapper's (gemma3) text model's; else itself
     hidden = config.hidden_size if hasattr(config, "hidden_size") else config.dim
     h = torch.randn(T, hidden, generator=torch.Generator().manual_seed(1000 + T))
-    inputs: dict[str, Any] = {"inputs_embeds": h[None]} if kind == "hidden" else {
-        "input_ids": torch.tensor([ids])}  # fmt: skip
+    inputs: dict[str, Any] = (
+        {"inputs_embeds": h[None]} if kind == "hidden" else {"input_ids": torch.tensor([ids])}
+    )
     if not encoder:
         inputs |= {"position_ids": torch.arange(T)[None], "use_cache": False}
     if getattr(config, "type_vocab_size", None):
@@ -511,20 +755,28 @@ def run(folder: Path, encoder: bool, kind: str, ids: list[int]) -> dict[str, Any
     result["layers"] = []
     for record in seen if kind == "hidden" else seen[:1]:
         if record.get("linear_attention"):  # no eager attention: its input and output
-            result["layers"].append({"layer_in": floats(record["layer_in"][0]),
-                                     "output": floats(record["output"][0]),  # linear_attn's
-                                     "linear_attention": True})  # fmt: skip
+            result["layers"].append(
+                {
+                    "layer_in": floats(record["layer_in"][0]),
+                    "output": floats(record["output"][0]),  # linear_attn's
+                    "linear_attention": True,
+                }
+            )
             continue
         assert {"layer_in", "output", "q", "k", "weights"} <= record.keys(), record.keys()
-        result["layers"].append({
-            "layer_in": floats(record["layer_in"][0]),  # (T, hidden)
-            "output": floats(record["output"][0]),  # (T, hidden): out projection, before residual
-            "q": floats(record["q"][0]),  # (heads, T, head_dim): after q norm / clamp / RoPE
-            "k": floats(record["k"][0]),  # (kv_heads, T, head_dim): before repeat_kv
-            "scaling": float(record["scaling"]),  # the logits' scale eager was given
-            "weights": floats(record["weights"][0]),  # (heads, T, T): softmax
-            "mask": allowed(record["mask"]),  # (T, T): 1 where query i may see key j
-        })  # fmt: skip
+        result["layers"].append(
+            {
+                "layer_in": floats(record["layer_in"][0]),  # (T, hidden)
+                "output": floats(
+                    record["output"][0]
+                ),  # (T, hidden): out projection, before residual
+                "q": floats(record["q"][0]),  # (heads, T, head_dim): after q norm / clamp / RoPE
+                "k": floats(record["k"][0]),  # (kv_heads, T, head_dim): before repeat_kv
+                "scaling": float(record["scaling"]),  # the logits' scale eager was given
+                "weights": floats(record["weights"][0]),  # (heads, T, T): softmax
+                "mask": allowed(record["mask"]),  # (T, T): 1 where query i may see key j
+            }
+        )
     return result
 
 
@@ -580,10 +832,14 @@ def make(case: str, build: Callable[[], Any], encoder: bool, notes: str) -> None
     lines = (f"{json.dumps(key)}: {json.dumps(value)}" for key, value in data.items())
     (folder / "reference.json").write_text("{\n" + ",\n".join(lines) + "\n}\n")  # one key a line
 
-    masks = [mask_kind(layer["mask"]) if "mask" in layer else "linear"
-             for layer in runs[0]["layers"]]  # fmt: skip
-    keys = {k: v for k, v in sorted(saved.items()) if RELEVANT.search(k)
-            and k not in ("architectures", "transformers_version")}  # fmt: skip
+    masks = [
+        mask_kind(layer["mask"]) if "mask" in layer else "linear" for layer in runs[0]["layers"]
+    ]
+    keys = {
+        k: v
+        for k, v in sorted(saved.items())
+        if RELEVANT.search(k) and k not in ("architectures", "transformers_version")
+    }
     print(f"== {case} ({reloaded.model_type}, {runs[0]['layers_path']}): masks {masks}")
     print(f"   layer 0 tensors: {' '.join(layer0_tensors(folder))}")
     print(f"   config: {json.dumps(keys)}")

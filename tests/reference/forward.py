@@ -38,15 +38,24 @@ def tiny(cls_name: str, **extra: Any) -> Any:
 
 
 def gpt2() -> Any:
-    return transformers.GPT2Config(vocab_size=16, n_embd=16, n_head=2, n_layer=LAYERS, n_inner=32,
-                                   n_positions=32, initializer_range=0.4, dtype="float32",
-                                   **fam.TOKENS)  # fmt: skip
+    return transformers.GPT2Config(
+        vocab_size=16,
+        n_embd=16,
+        n_head=2,
+        n_layer=LAYERS,
+        n_inner=32,
+        n_positions=32,
+        initializer_range=0.4,
+        dtype="float32",
+        **fam.TOKENS,
+    )
 
 
 def bert() -> Any:
     sizes = {k: v for k, v in fam.ROBERTA.items() if k not in ("pad_token_id",)}
-    return transformers.BertConfig(**{**sizes, **DEEP, "max_position_embeddings": 32,
-                                      "pad_token_id": 0})  # fmt: skip
+    return transformers.BertConfig(
+        **{**sizes, **DEEP, "max_position_embeddings": 32, "pad_token_id": 0}
+    )
 
 
 def gpt_neox(parallel: bool) -> Any:
@@ -54,8 +63,10 @@ def gpt_neox(parallel: bool) -> Any:
     return lambda: tiny("GPTNeoXConfig", rope_parameters=rope, use_parallel_residual=parallel)
 
 
-WINDOWED = {"sliding_window": fam.WINDOW, "layer_types": ["sliding_attention", "full_attention",
-                                                          "sliding_attention"]}  # fmt: skip
+WINDOWED = {
+    "sliding_window": fam.WINDOW,
+    "layer_types": ["sliding_attention", "full_attention", "sliding_attention"],
+}
 CASES: dict[str, tuple[Any, bool, str]] = {
     "bert": (bert, True, "BERT: post-norm, GELU MLP, learned positions, token type 0"),
     "gpt2": (gpt2, False, "GPT-2: Conv1D, gelu_new MLP, ln_f, tied LM head"),
@@ -122,15 +133,27 @@ CASES: dict[str, tuple[Any, bool, str]] = {
 
 
 def distilbert() -> Any:
-    sizes = {"vocab_size": 16, "dim": 16, "n_heads": 2, "n_layers": LAYERS, "hidden_dim": 32,
-             "max_position_embeddings": 32, "initializer_range": 0.4,
-             "dtype": "float32"}  # fmt: skip
+    sizes = {
+        "vocab_size": 16,
+        "dim": 16,
+        "n_heads": 2,
+        "n_layers": LAYERS,
+        "hidden_dim": 32,
+        "max_position_embeddings": 32,
+        "initializer_range": 0.4,
+        "dtype": "float32",
+    }
     return transformers.DistilBertConfig(**sizes, sinusoidal_pos_embds=False, pad_token_id=0)
 
 
 def stablelm(parallel: bool) -> Any:
-    return lambda: tiny("StableLmConfig", partial_rotary_factor=0.25, use_qkv_bias=True,
-                        qk_layernorm=False, use_parallel_residual=parallel)  # fmt: skip
+    return lambda: tiny(
+        "StableLmConfig",
+        partial_rotary_factor=0.25,
+        use_qkv_bias=True,
+        qk_layernorm=False,
+        use_parallel_residual=parallel,
+    )
 
 
 def phi() -> Any:
@@ -138,50 +161,104 @@ def phi() -> Any:
     return tiny("PhiConfig", rope_parameters=rope, qk_layernorm=False)
 
 
-CASES.update({
-    "starcoder2": (
-        lambda: tiny("Starcoder2Config", sliding_window=fam.WINDOW, use_bias=True),
-        False,
-        "LayerNorm with bias, c_fc/c_proj gelu_pytorch_tanh MLP with biases, window 4, tied head",
-    ),
-    "stablelm": (stablelm(False), False, "use_parallel_residual false: post_attention_layernorm "
-                 "before a SwiGLU MLP; partial RoPE 0.25, q/k/v biases, untied head"),
-    "stablelm_parallel": (stablelm(True), False, "use_parallel_residual true: attention and MLP "
-                          "both from input_layernorm, no post_attention_layernorm"),
-    "phi": (phi, False, "one LayerNorm feeding attention and a gelu_new fc1/fc2 MLP in parallel; "
-            "final_layernorm, LM head with bias"),
-    "cohere": (
-        lambda: tiny("CohereConfig", use_qk_norm=False, logit_scale=0.25),
-        False,
-        "parallel block from one bias-free LayerNorm, SwiGLU, interleaved RoPE, logit_scale 0.25",
-    ),
-    "distilbert": (distilbert, True, "post-norm sa_layer_norm / output_layer_norm, lin1/lin2 "
-                   "GELU MLP, learned positions from 0, no token types, no LM head"),
-})  # fmt: skip
+CASES.update(
+    {
+        "starcoder2": (
+            lambda: tiny("Starcoder2Config", sliding_window=fam.WINDOW, use_bias=True),
+            False,
+            "LayerNorm with bias, c_fc/c_proj gelu_pytorch_tanh "
+            "MLP with biases, window 4, tied head",
+        ),
+        "stablelm": (
+            stablelm(False),
+            False,
+            "use_parallel_residual false: post_attention_layernorm "
+            "before a SwiGLU MLP; partial RoPE 0.25, q/k/v biases, untied head",
+        ),
+        "stablelm_parallel": (
+            stablelm(True),
+            False,
+            "use_parallel_residual true: attention and MLP "
+            "both from input_layernorm, no post_attention_layernorm",
+        ),
+        "phi": (
+            phi,
+            False,
+            "one LayerNorm feeding attention and a gelu_new fc1/fc2 MLP in parallel; "
+            "final_layernorm, LM head with bias",
+        ),
+        "cohere": (
+            lambda: tiny("CohereConfig", use_qk_norm=False, logit_scale=0.25),
+            False,
+            "parallel block from one bias-free LayerNorm, SwiGLU, "
+            "interleaved RoPE, logit_scale 0.25",
+        ),
+        "distilbert": (
+            distilbert,
+            True,
+            "post-norm sa_layer_norm / output_layer_norm, lin1/lin2 "
+            "GELU MLP, learned positions from 0, no token types, no LM head",
+        ),
+    }
+)
 
 
 # Dense decoders whose blocks differ from Llama's in norms, multipliers or MLP (issue 25).
-NOPE_MIDDLE = {"no_rope_layers": [1, 0, 1], "use_sliding_window": True,
-               "sliding_window": fam.WINDOW}  # fmt: skip
-CASES.update({
-    "ministral": (lambda: tiny("MinistralConfig", **WINDOWED), False,
-                  "Llama's block; layers 0 and 2 sliding_attention (window 4), layer 1 full"),
-    "smollm3": (lambda: tiny("SmolLM3Config", **NOPE_MIDDLE, mlp_bias=True), False,
-                "layer 1 NoPE and sliding (window 4), layers 0 and 2 RoPE; MLP biases; tied"),
-    "olmo": (lambda: tiny("OlmoConfig"), False,
-             "LayerNorm without weight or bias (eps 1e-5) before attention, MLP, LM head"),
-    "olmo3": (lambda: tiny("Olmo3Config", **WINDOWED), False,
-              "norms after attention and MLP only; layers 0 and 2 sliding (window 4)"),
-    "exaone4": (lambda: tiny("Exaone4Config", **WINDOWED), False,
-                "norms after attention and MLP only; layer 1 full_attention NoPE"),
-    "granite": (lambda: tiny("GraniteConfig", attention_multiplier=0.3, embedding_multiplier=2.0,
-                             residual_multiplier=0.5, logits_scaling=4.0), False,
-                "embeddings x 2, both residual branches x 0.5, logits / 4, scale 0.3"),
-    "glm4": (lambda: tiny("Glm4Config", attention_bias=True), False,
-             "four norms (input, post_self_attn, post_attention, post_mlp); fused gate_up_proj"),
-    "ernie4_5": (lambda: tiny("Ernie4_5Config", use_bias=True), False,
-                 "use_bias: q/k/v/o and gate/up/down biases; interleaved RoPE; tied LM head"),
-})  # fmt: skip
+NOPE_MIDDLE = {
+    "no_rope_layers": [1, 0, 1],
+    "use_sliding_window": True,
+    "sliding_window": fam.WINDOW,
+}
+CASES.update(
+    {
+        "ministral": (
+            lambda: tiny("MinistralConfig", **WINDOWED),
+            False,
+            "Llama's block; layers 0 and 2 sliding_attention (window 4), layer 1 full",
+        ),
+        "smollm3": (
+            lambda: tiny("SmolLM3Config", **NOPE_MIDDLE, mlp_bias=True),
+            False,
+            "layer 1 NoPE and sliding (window 4), layers 0 and 2 RoPE; MLP biases; tied",
+        ),
+        "olmo": (
+            lambda: tiny("OlmoConfig"),
+            False,
+            "LayerNorm without weight or bias (eps 1e-5) before attention, MLP, LM head",
+        ),
+        "olmo3": (
+            lambda: tiny("Olmo3Config", **WINDOWED),
+            False,
+            "norms after attention and MLP only; layers 0 and 2 sliding (window 4)",
+        ),
+        "exaone4": (
+            lambda: tiny("Exaone4Config", **WINDOWED),
+            False,
+            "norms after attention and MLP only; layer 1 full_attention NoPE",
+        ),
+        "granite": (
+            lambda: tiny(
+                "GraniteConfig",
+                attention_multiplier=0.3,
+                embedding_multiplier=2.0,
+                residual_multiplier=0.5,
+                logits_scaling=4.0,
+            ),
+            False,
+            "embeddings x 2, both residual branches x 0.5, logits / 4, scale 0.3",
+        ),
+        "glm4": (
+            lambda: tiny("Glm4Config", attention_bias=True),
+            False,
+            "four norms (input, post_self_attn, post_attention, post_mlp); fused gate_up_proj",
+        ),
+        "ernie4_5": (
+            lambda: tiny("Ernie4_5Config", use_bias=True),
+            False,
+            "use_bias: q/k/v/o and gate/up/down biases; interleaved RoPE; tied LM head",
+        ),
+    }
+)
 
 
 # ---- the mixture-of-experts families of issue 25's third group (fwd-moe) --------------------
@@ -191,12 +268,20 @@ def qwen3_next() -> Any:
     # layers 0 and 2 linear_attention (Gated DeltaNet: 4 value heads over 2 key heads), layer 1
     # full (gated) attention with its 2 heads; layers 0 and 1 a mixture (4 experts, top 2,
     # renormalised, a gated shared expert), layer 2 dense (mlp_only_layers)
-    return tiny("Qwen3NextConfig", num_experts=4, num_experts_per_tok=2,
-                moe_intermediate_size=16, shared_expert_intermediate_size=16,
-                mlp_only_layers=[2], norm_topk_prob=True,
-                layer_types=["linear_attention", "full_attention", "linear_attention"],
-                linear_num_key_heads=2, linear_num_value_heads=4, linear_key_head_dim=4,
-                linear_value_head_dim=4)  # fmt: skip
+    return tiny(
+        "Qwen3NextConfig",
+        num_experts=4,
+        num_experts_per_tok=2,
+        moe_intermediate_size=16,
+        shared_expert_intermediate_size=16,
+        mlp_only_layers=[2],
+        norm_topk_prob=True,
+        layer_types=["linear_attention", "full_attention", "linear_attention"],
+        linear_num_key_heads=2,
+        linear_num_value_heads=4,
+        linear_key_head_dim=4,
+        linear_value_head_dim=4,
+    )
 
 
 def gpt_oss() -> Any:
@@ -204,19 +289,33 @@ def gpt_oss() -> Any:
     # every expert, the clamped swiglu with limit 1.5 (so that the clamps bite: gate_up values
     # of a few units) and alpha 1.702; sinks; layers 0, 2 sliding (window 4), 1 full; the yarn
     # rope GptOssConfig sets
-    return tiny("GptOssConfig", num_local_experts=4, num_experts_per_tok=2, swiglu_limit=1.5,
-                **WINDOWED)  # fmt: skip
+    return tiny(
+        "GptOssConfig", num_local_experts=4, num_experts_per_tok=2, swiglu_limit=1.5, **WINDOWED
+    )
 
 
 def deepseek_v3() -> Any:
     # families.py's multi-head latent attention sizes; layer 0 dense (first_k_dense_replace 1),
     # layers 1, 2 a mixture: 8 experts in 4 groups, the 2 best groups, top 2 of their experts by
     # sigmoid + e_score_correction_bias (seeded noise), renormalised, times 2.5; 1 shared expert
-    return tiny("DeepseekV3Config", num_key_value_heads=2, q_lora_rank=12, kv_lora_rank=8,
-                qk_nope_head_dim=4, qk_rope_head_dim=4, v_head_dim=4, first_k_dense_replace=1,
-                n_routed_experts=8, n_shared_experts=1, num_experts_per_tok=2, n_group=4,
-                topk_group=2, moe_intermediate_size=16, routed_scaling_factor=2.5,
-                norm_topk_prob=True)  # fmt: skip
+    return tiny(
+        "DeepseekV3Config",
+        num_key_value_heads=2,
+        q_lora_rank=12,
+        kv_lora_rank=8,
+        qk_nope_head_dim=4,
+        qk_rope_head_dim=4,
+        v_head_dim=4,
+        first_k_dense_replace=1,
+        n_routed_experts=8,
+        n_shared_experts=1,
+        num_experts_per_tok=2,
+        n_group=4,
+        topk_group=2,
+        moe_intermediate_size=16,
+        routed_scaling_factor=2.5,
+        norm_topk_prob=True,
+    )
 
 
 def noise_on(model: Any, suffixes: tuple[str, ...]) -> None:
@@ -255,11 +354,24 @@ def deepseek_v2() -> Any:
     # 1, 2 a mixture of 8 experts in 4 groups, group_limited_greedy (the best group by its best
     # softmax score: with top 2, two groups could never change the choice), top 2, not
     # renormalised, times 1.5; 2 shared experts
-    return tiny("DeepseekV2Config", num_key_value_heads=2, q_lora_rank=None, kv_lora_rank=8,
-                qk_nope_head_dim=4, qk_rope_head_dim=4, v_head_dim=4, first_k_dense_replace=1,
-                n_routed_experts=8, n_shared_experts=2, num_experts_per_tok=2,
-                topk_method="group_limited_greedy", n_group=4, topk_group=1,
-                moe_intermediate_size=8, routed_scaling_factor=1.5)  # fmt: skip
+    return tiny(
+        "DeepseekV2Config",
+        num_key_value_heads=2,
+        q_lora_rank=None,
+        kv_lora_rank=8,
+        qk_nope_head_dim=4,
+        qk_rope_head_dim=4,
+        v_head_dim=4,
+        first_k_dense_replace=1,
+        n_routed_experts=8,
+        n_shared_experts=2,
+        num_experts_per_tok=2,
+        topk_method="group_limited_greedy",
+        n_group=4,
+        topk_group=1,
+        moe_intermediate_size=8,
+        routed_scaling_factor=1.5,
+    )
 
 
 CASES |= {
@@ -329,9 +441,15 @@ def make(case: str) -> None:
     model.save_pretrained(folder, safe_serialization=True)
     (folder / "generation_config.json").unlink(missing_ok=True)
     ids = fam.write_tokenizer(folder)
-    data = {"made_by": "tests/reference/forward.py", "transformers": transformers.__version__,
-            "torch": torch.__version__, "case": case, "notes": notes, "text": fam.TEXT,
-            **run(folder, encoder, ids)}  # fmt: skip
+    data = {
+        "made_by": "tests/reference/forward.py",
+        "transformers": transformers.__version__,
+        "torch": torch.__version__,
+        "case": case,
+        "notes": notes,
+        "text": fam.TEXT,
+        **run(folder, encoder, ids),
+    }
     lines = (f"{json.dumps(key)}: {json.dumps(value)}" for key, value in data.items())
     (folder / "reference.json").write_text("{\n" + ",\n".join(lines) + "\n}\n")
     print(f"== {case}: {data['layers_path']}, {len(data['hidden'])} layers")

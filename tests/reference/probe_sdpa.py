@@ -15,8 +15,9 @@ import sys
 from typing import Any
 
 
-def sdpa(q: Any, k: Any, v: Any, causal: bool = False, mask: Any = None,
-         scale: float | None = None) -> Any:  # fmt: skip
+def sdpa(
+    q: Any, k: Any, v: Any, causal: bool = False, mask: Any = None, scale: float | None = None
+) -> Any:
     """torch SDPA with attn probe's option names; GQA on when K/V have fewer heads."""
     import torch.nn.functional as F
 
@@ -30,8 +31,9 @@ def main() -> None:
 
     from attn_cli.check.probe import probe
 
-    report = probe(sdpa, target="torch.nn.functional.scaled_dot_product_attention",
-                   framework="torch")  # fmt: skip
+    report = probe(
+        sdpa, target="torch.nn.functional.scaled_dot_product_attention", framework="torch"
+    )
     made = {"torch": torch.__version__, "made_by": "python tests/reference/probe_sdpa.py"}
     json.dump(made | report.as_json(), sys.stdout, indent=2)
     sys.stdout.write("\n")

@@ -44,13 +44,27 @@ from transformers import (
 ROOT = Path(__file__).with_name("rope_scaling")
 SEED = 0
 TOKENS = {"pad_token_id": 0, "bos_token_id": 1, "eos_token_id": 2}
-TINY = {"vocab_size": 9, "hidden_size": 8, "num_attention_heads": 2, "num_key_value_heads": 1,
-        "head_dim": 4, "num_hidden_layers": 1, "intermediate_size": 16, "dtype": "float32",
-        "initializer_range": 0.4, **TOKENS}  # fmt: skip
+TINY = {
+    "vocab_size": 9,
+    "hidden_size": 8,
+    "num_attention_heads": 2,
+    "num_key_value_heads": 1,
+    "head_dim": 4,
+    "num_hidden_layers": 1,
+    "intermediate_size": 16,
+    "dtype": "float32",
+    "initializer_range": 0.4,
+    **TOKENS,
+}
 # initializer_range 0.4, not 0.02: q.k logits of a few units, so RoPE visibly moves the weights
 WIDE = {**TINY, "hidden_size": 16, "head_dim": 8}  # 4 rotary pairs: room for llama3 / yarn bands
-LLAMA3 = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
-          "original_max_position_embeddings": 256}  # fmt: skip
+LLAMA3 = {
+    "rope_type": "llama3",
+    "factor": 8.0,
+    "low_freq_factor": 1.0,
+    "high_freq_factor": 4.0,
+    "original_max_position_embeddings": 256,
+}
 LLAMA3_THETA = 500000.0
 SHORT = [1.0, 1.5, 2.0, 2.5]  # phi3 longrope, head_dim 8: 4 pairs
 LONG = [3.0, 4.5, 6.0, 8.0]
@@ -72,8 +86,12 @@ def llama3() -> Any:
 
 
 def qwen2_yarn() -> Any:
-    rope = {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 256,
-            "rope_theta": 10000.0}  # fmt: skip
+    rope = {
+        "rope_type": "yarn",
+        "factor": 4.0,
+        "original_max_position_embeddings": 256,
+        "rope_theta": 10000.0,
+    }
     return Qwen2Config(**WIDE, max_position_embeddings=1024, rope_parameters=rope)
 
 
@@ -85,39 +103,62 @@ def gpt_oss_yarn() -> Any:
 
 
 def phi3_longrope() -> Any:
-    rope = {"rope_type": "longrope", "short_factor": SHORT, "long_factor": LONG,
-            "original_max_position_embeddings": 4}  # fmt: skip
+    rope = {
+        "rope_type": "longrope",
+        "short_factor": SHORT,
+        "long_factor": LONG,
+        "original_max_position_embeddings": 4,
+    }
     sizes = {k: v for k, v in TINY.items() if k != "head_dim"} | {"hidden_size": 16}
     # Phi3Config's own top-level original_max_position_embeddings (default 4096) overrides the one
     # inside rope_parameters (standardize_rope_params), so it must be set too.
-    return Phi3Config(**sizes, max_position_embeddings=16, original_max_position_embeddings=4,
-                      rope_parameters=rope)  # fmt: skip
+    return Phi3Config(
+        **sizes,
+        max_position_embeddings=16,
+        original_max_position_embeddings=4,
+        rope_parameters=rope,
+    )
 
 
 # case: (config builder, run lengths T, notes)
 CASES: dict[str, tuple[Callable[[], Any], list[int], str]] = {
     "llama_linear": (llama_linear, [7], "linear (position interpolation): inv_freq = default / 4"),
-    "llama_dynamic": (llama_dynamic, [7, 3],
-                      "dynamic NTK: T=7 > max_position_embeddings=4 gives base' = base * "
-                      "(factor*T/max_pos - (factor-1))**(dim/(dim-2)) = 10000 * 2.5**2; "
-                      "T=3 <= 4 keeps the default inv_freq"),
-    "llama3_legacy": (llama3, [7],
-                      "llama3 in the transformers-4 spelling (top-level rope_theta + rope_scaling, "
-                      "config.json rewritten after save_pretrained); same weights and numbers as "
-                      "llama3_params"),
+    "llama_dynamic": (
+        llama_dynamic,
+        [7, 3],
+        "dynamic NTK: T=7 > max_position_embeddings=4 gives base' = base * "
+        "(factor*T/max_pos - (factor-1))**(dim/(dim-2)) = 10000 * 2.5**2; "
+        "T=3 <= 4 keeps the default inv_freq",
+    ),
+    "llama3_legacy": (
+        llama3,
+        [7],
+        "llama3 in the transformers-4 spelling (top-level rope_theta + rope_scaling, "
+        "config.json rewritten after save_pretrained); same weights and numbers as "
+        "llama3_params",
+    ),
     "llama3_params": (llama3, [7], "llama3 in transformers 5's spelling (rope_parameters)"),
-    "qwen2_yarn": (qwen2_yarn, [7],
-                   "yarn, truncate default (true): correction range floor/ceil, partial ramp on "
-                   "some pairs; attention_scaling = 0.1*ln(4)+1 multiplies cos and sin"),
-    "gpt_oss_yarn": (gpt_oss_yarn, [7],
-                     "gpt-oss yarn (factor 32, beta 32/1, truncate false: fractional correction "
-                     "range), attention sinks, q/k/v/o biases; layer 0 is sliding_attention with "
-                     "sliding_window 4 (key j visible from query i iff i-4 < j <= i)"),
-    "phi3_longrope": (phi3_longrope, [7, 3],
-                      "longrope: T=7 > original 4 uses long_factor, T=3 uses short_factor; "
-                      "attention_scaling = sqrt(1 + ln(16/4)/ln(4)) in both runs (it depends on "
-                      "max_position_embeddings / original, not on T); fused qkv_proj"),
-}  # fmt: skip
+    "qwen2_yarn": (
+        qwen2_yarn,
+        [7],
+        "yarn, truncate default (true): correction range floor/ceil, partial ramp on "
+        "some pairs; attention_scaling = 0.1*ln(4)+1 multiplies cos and sin",
+    ),
+    "gpt_oss_yarn": (
+        gpt_oss_yarn,
+        [7],
+        "gpt-oss yarn (factor 32, beta 32/1, truncate false: fractional correction "
+        "range), attention sinks, q/k/v/o biases; layer 0 is sliding_attention with "
+        "sliding_window 4 (key j visible from query i iff i-4 < j <= i)",
+    ),
+    "phi3_longrope": (
+        phi3_longrope,
+        [7, 3],
+        "longrope: T=7 > original 4 uses long_factor, T=3 uses short_factor; "
+        "attention_scaling = sqrt(1 + ln(16/4)/ln(4)) in both runs (it depends on "
+        "max_position_embeddings / original, not on T); fused qkv_proj",
+    ),
+}
 
 
 def floats(x: torch.Tensor) -> Any:
@@ -247,8 +288,13 @@ def expected(config: Any, T: int) -> Any:
         out = []
         for f, band in zip(plain, bands(config), strict=True):
             smooth = (orig * f / (2 * math.pi) - lo) / (hi - lo)
-            out.append({"kept": f, "scaled": f / factor,
-                        "smoothed": (1 - smooth) * f / factor + smooth * f}[band])  # fmt: skip
+            out.append(
+                {
+                    "kept": f,
+                    "scaled": f / factor,
+                    "smoothed": (1 - smooth) * f / factor + smooth * f,
+                }[band]
+            )
         return out, 1.0
     if kind == "yarn":
         ramp = yarn_ramp(config)[2]
@@ -313,8 +359,10 @@ def make(case: str, build: Callable[[], Any], lengths: list[int], notes: str) ->
 def main() -> None:
     for case, (build, lengths, notes) in CASES.items():
         make(case, build, lengths, notes)
-    legacy, params = (json.loads((ROOT / c / "reference.json").read_text()) for c in
-                      ("llama3_legacy", "llama3_params"))  # fmt: skip
+    legacy, params = (
+        json.loads((ROOT / c / "reference.json").read_text())
+        for c in ("llama3_legacy", "llama3_params")
+    )
     assert legacy["runs"] == params["runs"], "the two llama3 spellings disagree"
     total = sum(p.stat().st_size for p in ROOT.rglob("*") if p.is_file())
     print(f"wrote {ROOT} ({total:,} bytes)")

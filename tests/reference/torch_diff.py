@@ -33,9 +33,12 @@ f64 = torch.float64
 
 class RMSNorm(nn.Module):  # type: ignore[misc]
     def __init__(
-        self, dim: int, eps: float = 1e-6, elementwise_affine: bool = True,
+        self,
+        dim: int,
+        eps: float = 1e-6,
+        elementwise_affine: bool = True,
         memory_efficient: bool = False,
-    ) -> None:  # fmt: skip
+    ) -> None:
         super().__init__()
         self.dim = dim
         self.eps = eps
@@ -145,18 +148,36 @@ class MultiheadDiffAttn(nn.Module):  # type: ignore[misc]
 
 CASES: dict[str, dict[str, Any]] = {
     "causal (the reference's default mask), 2 heads, depth 3": {
-        "seed": 0, "batch": 2, "seq": 5, "embed_dim": 16, "heads": 2, "depth": 3,
-        "lambda_std": 0.5, "mask": None,
+        "seed": 0,
+        "batch": 2,
+        "seq": 5,
+        "embed_dim": 16,
+        "heads": 2,
+        "depth": 3,
+        "lambda_std": 0.5,
+        "mask": None,
     },
     "bidirectional (a zero mask), 1 head, depth 0": {
-        "seed": 1, "batch": 1, "seq": 4, "embed_dim": 8, "heads": 1, "depth": 0,
-        "lambda_std": 0.1, "mask": "zeros",
+        "seed": 1,
+        "batch": 1,
+        "seq": 4,
+        "embed_dim": 8,
+        "heads": 1,
+        "depth": 0,
+        "lambda_std": 0.1,
+        "mask": "zeros",
     },
     "key padding (-inf on the last keys of item 1), 4 heads, depth 11": {
-        "seed": 2, "batch": 2, "seq": 6, "embed_dim": 16, "heads": 4, "depth": 11,
-        "lambda_std": 0.8, "mask": "padding",
+        "seed": 2,
+        "batch": 2,
+        "seq": 6,
+        "embed_dim": 16,
+        "heads": 4,
+        "depth": 11,
+        "lambda_std": 0.8,
+        "mask": "padding",
     },
-}  # fmt: skip
+}
 
 
 def arr(x: torch.Tensor) -> Any:
@@ -183,17 +204,23 @@ def case(spec: dict[str, Any]) -> dict[str, Any]:
         out = module(x, None, attn_mask=mask, record=record)
     keys_allowed = None if spec["mask"] != "padding" else arr(torch.isfinite(mask[:, 0, 0]))
     return {
-        "torch": torch.__version__, "spec": spec,
+        "torch": torch.__version__,
+        "spec": spec,
         "X": arr(x),
-        "W_Q": arr(module.q_proj.weight.T), "W_K": arr(module.k_proj.weight.T),
-        "W_V": arr(module.v_proj.weight.T), "W_O": arr(module.out_proj.weight.T),
-        "lambda_q1": arr(module.lambda_q1), "lambda_k1": arr(module.lambda_k1),
-        "lambda_q2": arr(module.lambda_q2), "lambda_k2": arr(module.lambda_k2),
-        "lambda_init": module.lambda_init, "norm": arr(module.subln.weight),
+        "W_Q": arr(module.q_proj.weight.T),
+        "W_K": arr(module.k_proj.weight.T),
+        "W_V": arr(module.v_proj.weight.T),
+        "W_O": arr(module.out_proj.weight.T),
+        "lambda_q1": arr(module.lambda_q1),
+        "lambda_k1": arr(module.lambda_k1),
+        "lambda_q2": arr(module.lambda_q2),
+        "lambda_k2": arr(module.lambda_k2),
+        "lambda_init": module.lambda_init,
+        "norm": arr(module.subln.weight),
         "keys_allowed": keys_allowed,
         **{name: arr(t) for name, t in record.items()},
         "out": arr(out),
-    }  # fmt: skip
+    }
 
 
 def main() -> None:

@@ -72,8 +72,9 @@ def forward64(self: Any, x: Any, kept: dict[str, Any]) -> Any:
     attn_weights = keep("diff", attn_weights[:, :, 0] - lambda_full * attn_weights[:, :, 1])
     attn = keep("diff_output", torch.matmul(attn_weights, v))
     sub = self.subln
-    attn = keep("diff_norm", attn * torch.rsqrt(attn.pow(2).mean(-1, keepdim=True) + sub.eps)
-                * sub.weight)  # fmt: skip
+    attn = keep(
+        "diff_norm", attn * torch.rsqrt(attn.pow(2).mean(-1, keepdim=True) + sub.eps) * sub.weight
+    )
     attn = keep("diff_scaled", attn * (1 - self.lambda_init))
     attn = attn.transpose(1, 2).reshape(bsz, tgt_len, self.num_heads * 2 * self.head_dim)
     return self.out_proj(attn)
@@ -90,17 +91,22 @@ def run(module: Any, x: Any, grad: Any) -> dict[str, Any]:
     (out.sum() if grad is None else (out * grad).sum()).backward()
     params = dict(module.named_parameters())
     return {
-        "heads": module.num_heads, "depth": module.depth, "lambda_init": module.lambda_init,
+        "heads": module.num_heads,
+        "depth": module.depth,
+        "lambda_init": module.lambda_init,
         "X": arr(x),
-        "W_Q": arr(module.q_proj.weight.T), "W_K": arr(module.k_proj.weight.T),
-        "W_V": arr(module.v_proj.weight.T), "W_O": arr(module.out_proj.weight.T),
-        **{n: arr(params[n]) for n in VECTORS}, "norm": arr(module.subln.weight),
+        "W_Q": arr(module.q_proj.weight.T),
+        "W_K": arr(module.k_proj.weight.T),
+        "W_V": arr(module.v_proj.weight.T),
+        "W_O": arr(module.out_proj.weight.T),
+        **{n: arr(params[n]) for n in VECTORS},
+        "norm": arr(module.subln.weight),
         "grad": None if grad is None else arr(grad),
         "projected": arr(out),
         "d_X": arr(x.grad),
         "d_W": {n: arr(p.grad.T if p.grad.ndim == 2 else p.grad) for n, p in params.items()},
         "d_stage": {n: arr(t.grad) for n, t in kept.items()},
-    }  # fmt: skip
+    }
 
 
 def module_of(embed: int, depth: int, heads: int) -> Any:
@@ -135,8 +141,10 @@ def seeded() -> dict[str, Any]:
 
 
 def main() -> None:
-    doc = {"generator": f"torch {torch.__version__}",
-           "cases": {"example": example(), "3 heads, batch 2": seeded()}}  # fmt: skip
+    doc = {
+        "generator": f"torch {torch.__version__}",
+        "cases": {"example": example(), "3 heads, batch 2": seeded()},
+    }
     OUT.write_text(json.dumps(doc) + "\n")
     print(f"wrote {OUT} ({OUT.stat().st_size} bytes)")
 

@@ -32,16 +32,26 @@ f64 = torch.float64
 
 CASES: dict[str, dict[str, Any]] = {
     "GQA, partial rotary 0.5, no bias": {
-        "seed": 0, "seq": 5, "hidden_size": 8, "num_attention_heads": 2,
-        "num_key_value_heads": 1, "head_dim": 4, "partial_rotary_factor": 0.5,
+        "seed": 0,
+        "seq": 5,
+        "hidden_size": 8,
+        "num_attention_heads": 2,
+        "num_key_value_heads": 1,
+        "head_dim": 4,
+        "partial_rotary_factor": 0.5,
         "attention_bias": False,
     },
     "4 heads, 2 kv heads, rotary 0.25 (the model's), bias": {
-        "seed": 1, "seq": 6, "hidden_size": 6, "num_attention_heads": 4,
-        "num_key_value_heads": 2, "head_dim": 8, "partial_rotary_factor": 0.25,
+        "seed": 1,
+        "seq": 6,
+        "hidden_size": 6,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "head_dim": 8,
+        "partial_rotary_factor": 0.25,
         "attention_bias": True,
     },
-}  # fmt: skip
+}
 
 
 def arr(x: torch.Tensor) -> Any:
@@ -51,12 +61,19 @@ def arr(x: torch.Tensor) -> Any:
 def case(spec: dict[str, Any]) -> dict[str, Any]:
     gen = torch.Generator().manual_seed(spec["seed"])
     config = Qwen3NextConfig(
-        hidden_size=spec["hidden_size"], num_attention_heads=spec["num_attention_heads"],
-        num_key_value_heads=spec["num_key_value_heads"], head_dim=spec["head_dim"],
-        attention_bias=spec["attention_bias"], num_hidden_layers=1, rms_norm_eps=1e-6,
-        rope_parameters={"rope_type": "default", "rope_theta": 10000.0,
-                         "partial_rotary_factor": spec["partial_rotary_factor"]},
-    )  # fmt: skip
+        hidden_size=spec["hidden_size"],
+        num_attention_heads=spec["num_attention_heads"],
+        num_key_value_heads=spec["num_key_value_heads"],
+        head_dim=spec["head_dim"],
+        attention_bias=spec["attention_bias"],
+        num_hidden_layers=1,
+        rms_norm_eps=1e-6,
+        rope_parameters={
+            "rope_type": "default",
+            "rope_theta": 10000.0,
+            "partial_rotary_factor": spec["partial_rotary_factor"],
+        },
+    )
     config._attn_implementation = "sdpa"
     module = Qwen3NextAttention(config, layer_idx=0).to(f64).eval()
     with torch.no_grad():
@@ -74,13 +91,13 @@ def case(spec: dict[str, Any]) -> dict[str, Any]:
         out, _ = module(X, (cos.to(f64), sin.to(f64)), causal)
     state = {k: arr(v) for k, v in module.state_dict().items()}
     return {
-        "config": {k: spec[k] for k in spec if k != "seed"} | {"rope_theta": 10000.0,
-                                                                "rms_norm_eps": 1e-6},
+        "config": {k: spec[k] for k in spec if k != "seed"}
+        | {"rope_theta": 10000.0, "rms_norm_eps": 1e-6},
         "X": arr(X[0]),
         "weights": state,  # torch Linear layout: (out_features, in_features)
         "gated": arr(caught["gated"][0]),  # (T, heads*head_dim): o_proj's input
         "output": arr(out[0]),  # (T, hidden_size)
-    }  # fmt: skip
+    }
 
 
 def main() -> None:

@@ -35,9 +35,14 @@ def rules() -> dict[str, object]:
     decay = -torch.rand(B, T, Hv, generator=g, dtype=torch.float64) * 0.7
     kw = dict(g=decay, beta=beta, use_qk_l2norm_in_kernel=True)
     rec, _ = m.torch_recurrent_gated_delta_rule(q, k, v, **kw)
-    out: dict[str, object] = {"q": q.tolist(), "k": k.tolist(), "v": v.tolist(),
-                              "g": decay.tolist(), "beta": beta.tolist(),
-                              "recurrent": rec.tolist()}  # fmt: skip
+    out: dict[str, object] = {
+        "q": q.tolist(),
+        "k": k.tolist(),
+        "v": v.tolist(),
+        "g": decay.tolist(),
+        "beta": beta.tolist(),
+        "recurrent": rec.tolist(),
+    }
     for size in (4, 64):
         chunk, _ = m.torch_chunk_gated_delta_rule(q, k, v, chunk_size=size, **kw)
         out[f"chunk_{size}"] = chunk.tolist()
@@ -47,11 +52,21 @@ def rules() -> dict[str, object]:
 def layer() -> dict[str, object]:
     torch.manual_seed(1)
     config = Qwen3NextConfig(
-        hidden_size=8, linear_num_key_heads=1, linear_num_value_heads=2, linear_key_head_dim=4,
-        linear_value_head_dim=3, linear_conv_kernel_dim=4, rms_norm_eps=1e-6,
-        num_hidden_layers=1, layer_types=["linear_attention"], num_attention_heads=2,
-        num_key_value_heads=1, head_dim=4, intermediate_size=8, vocab_size=16,
-    )  # fmt: skip
+        hidden_size=8,
+        linear_num_key_heads=1,
+        linear_num_value_heads=2,
+        linear_key_head_dim=4,
+        linear_value_head_dim=3,
+        linear_conv_kernel_dim=4,
+        rms_norm_eps=1e-6,
+        num_hidden_layers=1,
+        layer_types=["linear_attention"],
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        head_dim=4,
+        intermediate_size=8,
+        vocab_size=16,
+    )
     net = m.Qwen3NextGatedDeltaNet(config, 0).double()
     with torch.no_grad():
         for p in (net.dt_bias, net.norm.weight):
@@ -60,14 +75,29 @@ def layer() -> dict[str, object]:
     with torch.no_grad():
         y = net(X)
     state = {k: v.tolist() for k, v in net.state_dict().items()}
-    return {"config": {"hidden_size": 8, "num_k_heads": 1, "num_v_heads": 2, "head_k_dim": 4,
-                       "head_v_dim": 3, "conv_kernel": 4, "eps": 1e-6},
-            "X": X.tolist(), "weights": state, "output": y.tolist()}  # fmt: skip
+    return {
+        "config": {
+            "hidden_size": 8,
+            "num_k_heads": 1,
+            "num_v_heads": 2,
+            "head_k_dim": 4,
+            "head_v_dim": 3,
+            "conv_kernel": 4,
+            "eps": 1e-6,
+        },
+        "X": X.tolist(),
+        "weights": state,
+        "output": y.tolist(),
+    }
 
 
 if __name__ == "__main__":
     import transformers
 
-    data = {"transformers": transformers.__version__, "torch": torch.__version__,
-            "rules": rules(), "layer": layer()}  # fmt: skip
+    data = {
+        "transformers": transformers.__version__,
+        "torch": torch.__version__,
+        "rules": rules(),
+        "layer": layer(),
+    }
     OUT.write_text(json.dumps(data) + "\n", encoding="utf-8")

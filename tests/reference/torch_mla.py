@@ -35,22 +35,57 @@ f64 = torch.float64
 
 CASES: dict[str, dict[str, Any]] = {
     "V3: q LoRA, interleaved RoPE": {
-        "seed": 0, "seq": 5, "hidden_size": 8, "num_attention_heads": 2, "q_lora_rank": 6,
-        "kv_lora_rank": 4, "qk_nope_head_dim": 4, "qk_rope_head_dim": 2, "v_head_dim": 3,
+        "seed": 0,
+        "seq": 5,
+        "hidden_size": 8,
+        "num_attention_heads": 2,
+        "q_lora_rank": 6,
+        "kv_lora_rank": 4,
+        "qk_nope_head_dim": 4,
+        "qk_rope_head_dim": 2,
+        "v_head_dim": 3,
     },
     "V2-Lite: no q LoRA (q_proj), 3 heads, d_rope 4": {
-        "seed": 1, "seq": 4, "hidden_size": 6, "num_attention_heads": 3, "q_lora_rank": None,
-        "kv_lora_rank": 5, "qk_nope_head_dim": 2, "qk_rope_head_dim": 4, "v_head_dim": 2,
+        "seed": 1,
+        "seq": 4,
+        "hidden_size": 6,
+        "num_attention_heads": 3,
+        "q_lora_rank": None,
+        "kv_lora_rank": 5,
+        "qk_nope_head_dim": 2,
+        "qk_rope_head_dim": 4,
+        "v_head_dim": 2,
     },
     "yarn's mscale_all_dim in the scale": {
-        "seed": 2, "seq": 4, "hidden_size": 8, "num_attention_heads": 2, "q_lora_rank": 4,
-        "kv_lora_rank": 4, "qk_nope_head_dim": 2, "qk_rope_head_dim": 4, "v_head_dim": 2,
-        "yarn": {"rope_type": "yarn", "factor": 40.0, "mscale": 1.0, "mscale_all_dim": 1.0,
-                 "original_max_position_embeddings": 64, "beta_fast": 32, "beta_slow": 1},
+        "seed": 2,
+        "seq": 4,
+        "hidden_size": 8,
+        "num_attention_heads": 2,
+        "q_lora_rank": 4,
+        "kv_lora_rank": 4,
+        "qk_nope_head_dim": 2,
+        "qk_rope_head_dim": 4,
+        "v_head_dim": 2,
+        "yarn": {
+            "rope_type": "yarn",
+            "factor": 40.0,
+            "mscale": 1.0,
+            "mscale_all_dim": 1.0,
+            "original_max_position_embeddings": 64,
+            "beta_fast": 32,
+            "beta_slow": 1,
+        },
     },
-}  # fmt: skip
-SIZES = ("hidden_size", "num_attention_heads", "q_lora_rank", "kv_lora_rank",
-         "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim")  # fmt: skip
+}
+SIZES = (
+    "hidden_size",
+    "num_attention_heads",
+    "q_lora_rank",
+    "kv_lora_rank",
+    "qk_nope_head_dim",
+    "qk_rope_head_dim",
+    "v_head_dim",
+)
 
 
 def arr(x: torch.Tensor) -> Any:
@@ -59,11 +94,15 @@ def arr(x: torch.Tensor) -> Any:
 
 def config_of(spec: dict[str, Any], rope: dict[str, Any]) -> DeepseekV3Config:
     config = DeepseekV3Config(
-        **{k: spec[k] for k in SIZES}, num_key_value_heads=spec["num_attention_heads"],
-        num_hidden_layers=1, rms_norm_eps=1e-6, max_position_embeddings=64,
-        rope_parameters={"rope_theta": 10000.0, **rope}, rope_interleave=True,
+        **{k: spec[k] for k in SIZES},
+        num_key_value_heads=spec["num_attention_heads"],
+        num_hidden_layers=1,
+        rms_norm_eps=1e-6,
+        max_position_embeddings=64,
+        rope_parameters={"rope_theta": 10000.0, **rope},
+        rope_interleave=True,
         attention_bias=False,
-    )  # fmt: skip
+    )
     config._attn_implementation = "eager"
     return config
 
@@ -87,15 +126,15 @@ def case(spec: dict[str, Any]) -> dict[str, Any]:
     with torch.no_grad():
         out, weights = module(X, (cos, sin), causal)
     return {
-        "config": {k: spec[k] for k in SIZES} | {"rope_theta": 10000.0, "eps": 1e-6,
-                                                  "yarn": spec.get("yarn")},
+        "config": {k: spec[k] for k in SIZES}
+        | {"rope_theta": 10000.0, "eps": 1e-6, "yarn": spec.get("yarn")},
         "scaling": module.scaling,
         "X": arr(X[0]),
         "weights": {k: arr(v) for k, v in module.state_dict().items()},  # (out, in) as Linear
         "softmax": arr(weights[0]),  # (heads, T, T)
         "concat": arr(caught["concat"][0]),  # (T, heads*v_head_dim): o_proj's input
         "output": arr(out[0]),  # (T, hidden_size)
-    }  # fmt: skip
+    }
 
 
 def main() -> None:

@@ -48,8 +48,16 @@ def rms_norm_f64(self: Any, x: torch.Tensor) -> torch.Tensor:
     return self.weight * (x * torch.rsqrt(variance + self.variance_epsilon))
 
 
-def eager_f64(module: Any, query: Any, key: Any, value: Any, attention_mask: Any, scaling: float,
-              dropout: float = 0.0, **kwargs: Any) -> Any:  # fmt: skip
+def eager_f64(
+    module: Any,
+    query: Any,
+    key: Any,
+    value: Any,
+    attention_mask: Any,
+    scaling: float,
+    dropout: float = 0.0,
+    **kwargs: Any,
+) -> Any:
     """eager_attention_forward with its softmax in float64; keeps what it reads."""
     for name, x in (("Q", query), ("K", key), ("V", value)):
         x.retain_grad()
@@ -81,19 +89,32 @@ def keep_output(name: str) -> Any:
 
 def build(spec: dict[str, Any]) -> Any:
     config = DeepseekV3Config(
-        hidden_size=spec["d_model"], num_attention_heads=spec["heads"],
-        num_key_value_heads=spec["heads"], q_lora_rank=spec["q_rank"],
-        kv_lora_rank=spec["rank"], qk_nope_head_dim=spec["d_nope"],
-        qk_rope_head_dim=spec["d_rope"], v_head_dim=spec["d_v"], num_hidden_layers=1,
-        rms_norm_eps=1e-6, max_position_embeddings=64,
-        rope_parameters={"rope_theta": 10000.0, "rope_type": "default"}, rope_interleave=True,
+        hidden_size=spec["d_model"],
+        num_attention_heads=spec["heads"],
+        num_key_value_heads=spec["heads"],
+        q_lora_rank=spec["q_rank"],
+        kv_lora_rank=spec["rank"],
+        qk_nope_head_dim=spec["d_nope"],
+        qk_rope_head_dim=spec["d_rope"],
+        v_head_dim=spec["d_v"],
+        num_hidden_layers=1,
+        rms_norm_eps=1e-6,
+        max_position_embeddings=64,
+        rope_parameters={"rope_theta": 10000.0, "rope_type": "default"},
+        rope_interleave=True,
         attention_bias=False,
-    )  # fmt: skip
+    )
     config._attn_implementation = "eager"
     module = mdl.DeepseekV3Attention(config, layer_idx=0).to(f64).eval()
-    hooks = {"kv_a_proj_with_mqa": "c_KV|k_rope", "kv_a_layernorm": "c_KV_norm",
-             "kv_b_proj": "kv_b", "q_a_proj": "c_Q", "q_a_layernorm": "c_Q_norm",
-             "q_b_proj": "q", "q_proj": "q"}  # fmt: skip
+    hooks = {
+        "kv_a_proj_with_mqa": "c_KV|k_rope",
+        "kv_a_layernorm": "c_KV_norm",
+        "kv_b_proj": "kv_b",
+        "q_a_proj": "c_Q",
+        "q_a_layernorm": "c_Q_norm",
+        "q_b_proj": "q",
+        "q_proj": "q",
+    }
     for sub, name in hooks.items():
         if getattr(module, sub, None) is not None:
             getattr(module, sub).register_forward_hook(keep_output(name))
@@ -114,12 +135,14 @@ def example_weights(fx: dict[str, Any]) -> tuple[dict[str, Any], np.ndarray]:
     nope, dv = m["W_UK"].shape[1] // H, m["W_UV"].shape[1] // H
     kv_b = np.concatenate([m["W_UK"].reshape(r, H, nope), m["W_UV"].reshape(r, H, dv)], axis=2)
     return {
-        "q_a_proj.weight": m["W_DQ"].T, "q_a_layernorm.weight": m["q_norm"],
+        "q_a_proj.weight": m["W_DQ"].T,
+        "q_a_layernorm.weight": m["q_norm"],
         "q_b_proj.weight": m["W_UQ"].T,
         "kv_a_proj_with_mqa.weight": np.concatenate([m["W_DKV"], m["W_KR"]], axis=1).T,
-        "kv_a_layernorm.weight": m["kv_norm"], "kv_b_proj.weight": kv_b.reshape(r, -1).T,
+        "kv_a_layernorm.weight": m["kv_norm"],
+        "kv_b_proj.weight": kv_b.reshape(r, -1).T,
         "o_proj.weight": np.array(fx["W_O"], dtype=float).T,
-    }, np.array(fx["X"], dtype=float)  # fmt: skip
+    }, np.array(fx["X"], dtype=float)
 
 
 def run(spec: dict[str, Any], weights: dict[str, Any] | None, X: Any) -> dict[str, Any]:
@@ -155,7 +178,7 @@ def run(spec: dict[str, Any], weights: dict[str, Any] | None, X: Any) -> dict[st
         "param_grads": {n: arr(p.grad) for n, p in module.named_parameters()},
         "d_X": arr(X.grad[0]),
         "stage_grads": {n: arr(t.grad[0]) for n, t in kept.items()},
-    }  # fmt: skip
+    }
 
 
 def main() -> None:
@@ -163,12 +186,27 @@ def main() -> None:
     weights, X = example_weights(fx)
     m = fx["mla"]
     H = fx["heads"]
-    example = {"seq": len(X), "d_model": X.shape[1], "heads": H,
-               "q_rank": len(m["q_norm"]), "rank": len(m["kv_norm"]),
-               "d_nope": len(m["W_UK"][0]) // H, "d_rope": len(m["W_KR"][0]),
-               "d_v": len(m["W_UV"][0]) // H}  # fmt: skip
-    lite = {"seed": 3, "seq": 4, "d_model": 6, "heads": 3, "q_rank": None, "rank": 5,
-            "d_nope": 2, "d_rope": 4, "d_v": 2}  # fmt: skip
+    example = {
+        "seq": len(X),
+        "d_model": X.shape[1],
+        "heads": H,
+        "q_rank": len(m["q_norm"]),
+        "rank": len(m["kv_norm"]),
+        "d_nope": len(m["W_UK"][0]) // H,
+        "d_rope": len(m["W_KR"][0]),
+        "d_v": len(m["W_UV"][0]) // H,
+    }
+    lite = {
+        "seed": 3,
+        "seq": 4,
+        "d_model": 6,
+        "heads": 3,
+        "q_rank": None,
+        "rank": 5,
+        "d_nope": 2,
+        "d_rope": 4,
+        "d_v": 2,
+    }
     doc = {
         "generator": f"torch {torch.__version__}, transformers {transformers.__version__}",
         "cases": {"example": run(example, weights, X), "no q LoRA": run(lite, None, None)},

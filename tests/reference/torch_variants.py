@@ -120,13 +120,29 @@ def rope_cases(rng: np.random.Generator) -> list[dict[str, Any]]:
     positions = [0, 1, 2, 7, 100]
     for base, rot in ((10000.0, 8), (500000.0, 8), (10000.0, 4)):
         out = hf_rope(tensor(x), torch.tensor(positions), base, rot)
-        cases.append({"kind": "hf_rotate_half", "base": base, "dims": rot,
-                      "positions": positions, "x": x.tolist(), "out": arr(out)})  # fmt: skip
+        cases.append(
+            {
+                "kind": "hf_rotate_half",
+                "base": base,
+                "dims": rot,
+                "positions": positions,
+                "x": x.tolist(),
+                "out": arr(out),
+            }
+        )
     for base in (10000.0, 500000.0):
         fc = precompute_freqs_cis(8, torch.tensor(positions), base)
         out = meta_rope(tensor(x).transpose(1, 2), fc).transpose(1, 2)  # (B, H, T, D)
-        cases.append({"kind": "meta_complex", "base": base, "dims": 8,
-                      "positions": positions, "x": x.tolist(), "out": arr(out)})  # fmt: skip
+        cases.append(
+            {
+                "kind": "meta_complex",
+                "base": base,
+                "dims": 8,
+                "positions": positions,
+                "x": x.tolist(),
+                "out": arr(out),
+            }
+        )
     return cases
 
 
@@ -147,11 +163,15 @@ def permute_case(rng: np.random.Generator) -> dict[str, Any]:
     q_hf = hf_rope(heads_of(F.linear(X, wq_hf)).transpose(1, 2), pos, 10000.0, d)
     k_hf = hf_rope(heads_of(F.linear(X, wk_hf)).transpose(1, 2), pos, 10000.0, d)
     return {
-        "heads": heads, "X": arr(X), "W_q_meta": arr(wq), "W_k_meta": arr(wk),
-        "W_q_hf": arr(wq_hf), "W_k_hf": arr(wk_hf),
+        "heads": heads,
+        "X": arr(X),
+        "W_q_meta": arr(wq),
+        "W_k_meta": arr(wk),
+        "W_q_hf": arr(wq_hf),
+        "W_k_hf": arr(wk_hf),
         "scores_meta": arr(q_meta @ k_meta.transpose(-1, -2)),
         "scores_hf": arr(q_hf @ k_hf.transpose(-1, -2)),
-    }  # fmt: skip
+    }
 
 
 def window_cases(rng: np.random.Generator) -> list[dict[str, Any]]:
@@ -171,8 +191,18 @@ def window_cases(rng: np.random.Generator) -> list[dict[str, Any]]:
         out = F.scaled_dot_product_attention(
             tensor(q), tensor(k), tensor(v), attn_mask=allowed, enable_gqa=True
         )
-        cases.append({"T": T, "S": S, "window": window, "q": q.tolist(), "k": k.tolist(),
-                      "v": v.tolist(), "allowed": allowed.tolist(), "out": arr(out)})  # fmt: skip
+        cases.append(
+            {
+                "T": T,
+                "S": S,
+                "window": window,
+                "q": q.tolist(),
+                "k": k.tolist(),
+                "v": v.tolist(),
+                "allowed": allowed.tolist(),
+                "out": arr(out),
+            }
+        )
     return cases
 
 
@@ -184,12 +214,23 @@ def sink_cases(rng: np.random.Generator) -> list[dict[str, Any]]:
         Q = rng.normal(size=(n_tokens, n_kv, q_mult, d))
         K, V = rng.normal(size=(2, n_tokens, n_kv, d))
         scale = 1.0 / d**0.5
-        out, W = gpt_oss_sdpa(tensor(Q), tensor(K), tensor(V), tensor(np.array(sinks)), scale,
-                              window)  # fmt: skip
+        out, W = gpt_oss_sdpa(
+            tensor(Q), tensor(K), tensor(V), tensor(np.array(sinks)), scale, window
+        )
         W = W.reshape(n_kv * q_mult, n_tokens, n_tokens)  # (H, T, S), head = kv * q_mult + m
-        cases.append({"window": window, "sinks": sinks, "scale": scale, "Q": Q.tolist(),
-                      "K": K.tolist(), "V": V.tolist(), "weights": arr(W),
-                      "dropped": arr(1.0 - W.sum(-1)), "out": arr(out)})  # fmt: skip
+        cases.append(
+            {
+                "window": window,
+                "sinks": sinks,
+                "scale": scale,
+                "Q": Q.tolist(),
+                "K": K.tolist(),
+                "V": V.tolist(),
+                "weights": arr(W),
+                "dropped": arr(1.0 - W.sum(-1)),
+                "out": arr(out),
+            }
+        )
     return cases
 
 

@@ -96,8 +96,9 @@ def _slopes_formula(trace: Trace) -> list[Change]:
             "two's slopes and then every other slope of twice that many heads (BLOOM, MPT do "
             "the same). Fix: the paper's get_slopes for n not a power of two."
         )
-        out.append(_with_slopes(trace, detail, np.array([2.0 ** (-8 * (h + 1) / n)
-                                                         for h in range(n)])))  # fmt: skip
+        out.append(
+            _with_slopes(trace, detail, np.array([2.0 ** (-8 * (h + 1) / n) for h in range(n)]))
+        )
     return out
 
 
@@ -119,12 +120,20 @@ def _alibi_scaled(trace: Trace) -> list[Candidate]:
 register(
     "alibi",
     Mistake("alibi_sign", "ALiBi sign flipped (+slope·distance)", recomputed(_alibi_sign), 150),
-    Mistake("alibi_slopes_reversed", "ALiBi slopes in reverse head order",
-            recomputed(_slopes_reversed), 151),
-    Mistake("alibi_slopes_formula", "ALiBi slopes from another formula",
-            recomputed(_slopes_formula), 152),
+    Mistake(
+        "alibi_slopes_reversed",
+        "ALiBi slopes in reverse head order",
+        recomputed(_slopes_reversed),
+        151,
+    ),
+    Mistake(
+        "alibi_slopes_formula",
+        "ALiBi slopes from another formula",
+        recomputed(_slopes_formula),
+        152,
+    ),
     Mistake("alibi_scaled", "ALiBi bias scaled with the scores", _alibi_scaled, 153),
-)  # fmt: skip
+)
 register_reader("alibi", Reader("ALiBi", "alibi", _moved))
 
 register_zh(

@@ -71,13 +71,21 @@ def _transposed(trace: Trace) -> list[Change]:
 
 register(
     "bias",
-    Mistake("bias_before_scale", "bias added before the scale (scaled with the scores)",
-            _before_scale, 250),
+    Mistake(
+        "bias_before_scale",
+        "bias added before the scale (scaled with the scores)",
+        _before_scale,
+        250,
+    ),
     Mistake("bias_ignored", "bias left out", recomputed(_ignored), 251),
     Mistake("bias_sign", "bias subtracted", recomputed(_sign), 252),
-    Mistake("bias_transposed", "bias transposed (keys and queries swapped)",
-            recomputed(_transposed), 253),
-)  # fmt: skip
+    Mistake(
+        "bias_transposed",
+        "bias transposed (keys and queries swapped)",
+        recomputed(_transposed),
+        253,
+    ),
+)
 
 register_zh(
     {

@@ -189,8 +189,12 @@ def _mask_after_softmax(trace: Trace) -> list[Candidate]:
 
 
 MASK_INVERTED = Mistake("mask_inverted", "mask polarity inverted", _mask_inverted, 60)
-MASK_AFTER_SOFTMAX = Mistake("mask_after_softmax", "mask applied after the softmax (rows sum "
-                             "to less than 1)", _mask_after_softmax, 220)  # fmt: skip
+MASK_AFTER_SOFTMAX = Mistake(
+    "mask_after_softmax",
+    "mask applied after the softmax (rows sum to less than 1)",
+    _mask_after_softmax,
+    220,
+)
 for _hider in ("causal", "mask", "lengths"):
     register(_hider, MASK_AFTER_SOFTMAX)
 register("mask", MASK_INVERTED)
@@ -212,11 +216,13 @@ register_loop(
     FLASH,
     "causal",
     LoopMistake(
-        "causal_extra_skip", "one diagonal tile too many skipped", FlashBugs(extra_skip=True),
+        "causal_extra_skip",
+        "one diagonal tile too many skipped",
+        FlashBugs(extra_skip=True),
         lambda chain, options: options.get("causal_offset") is not None,
         title="causal tiles skipped wrongly (the diagonal tile too)",
     ),
-)  # fmt: skip
+)
 
 register_zh(
     {

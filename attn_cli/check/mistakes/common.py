@@ -275,23 +275,38 @@ register(
     PLAIN,
     Mistake("no_scaling", "no 1/√d_k scaling", _no_scaling, 10),
     Mistake("scaled_by_d_k", "scaled by d_k instead of √d_k", _scaled_by_d_k, 20),
-    Mistake("softmax_wrong_axis", "softmax over the wrong axis (columns sum to 1)",
-            _softmax_wrong_axis, 30),
+    Mistake(
+        "softmax_wrong_axis",
+        "softmax over the wrong axis (columns sum to 1)",
+        _softmax_wrong_axis,
+        30,
+    ),
     Mistake("scores_transposed", "Q and K swapped (scores transposed)", _scores_transposed, 40),
     Mistake("k_not_transposed", "K not transposed (Q·K instead of Q·Kᵀ)", _k_not_transposed, 50),
-    Mistake("heads_interleaved", "heads split interleaved instead of in blocks",
-            _heads_interleaved, 80),
-    Mistake("no_max_subtraction", "forgot the row-max subtraction (overflow)",
-            _no_max_subtraction, 90),
+    Mistake(
+        "heads_interleaved", "heads split interleaved instead of in blocks", _heads_interleaved, 80
+    ),
+    Mistake(
+        "no_max_subtraction", "forgot the row-max subtraction (overflow)", _no_max_subtraction, 90
+    ),
     Mistake("empty_row_nan", "a row with nothing to attend to gives nan", _empty_row_nan, 100),
-    Mistake("gqa_tiled", "GQA heads tiled [0,1,0,1] instead of grouped [0,0,1,1]",
-            recomputed(_gqa_tiled), 160),
-    Mistake("scaled_by_d_model", "scaled by 1/√d_model instead of 1/√d_k",
-            recomputed(_scaled_by_d_model), 180),
-    Mistake("x_w_transposed", "weights used transposed (X @ W.T)", recomputed(_x_w_transposed),
-            190),
+    Mistake(
+        "gqa_tiled",
+        "GQA heads tiled [0,1,0,1] instead of grouped [0,0,1,1]",
+        recomputed(_gqa_tiled),
+        160,
+    ),
+    Mistake(
+        "scaled_by_d_model",
+        "scaled by 1/√d_model instead of 1/√d_k",
+        recomputed(_scaled_by_d_model),
+        180,
+    ),
+    Mistake(
+        "x_w_transposed", "weights used transposed (X @ W.T)", recomputed(_x_w_transposed), 190
+    ),
     Mistake("stage_mixup", "stage saved under another stage's name", _stage_mixup, 1000, True),
-)  # fmt: skip
+)
 
 register_zh(
     {

@@ -28,8 +28,13 @@ def _from_lambda(trace: Trace, d: Diff, lam: np.ndarray, init: float) -> dict[st
     diff = internal(trace, "softmax") - lam[None, :, None, None] * internal(trace, "softmax_2")
     out = diff @ internal(trace, "V")  # (B, H, T, Dv)
     normed = rms_norm(out, d.norm, d.eps)
-    return {"lambda": lam, "diff": diff, "diff_output": out, "diff_norm": normed,
-            "diff_scaled": normed * (1.0 - init)}  # fmt: skip
+    return {
+        "lambda": lam,
+        "diff": diff,
+        "diff_output": out,
+        "diff_norm": normed,
+        "diff_scaled": normed * (1.0 - init),
+    }
 
 
 def _dots(d: Diff, heads: int) -> tuple[np.ndarray, np.ndarray]:
@@ -111,14 +116,23 @@ def _norm_missing(trace: Trace) -> list[Change]:
 
 register(
     "diff",
-    Mistake("diff_lambda_not_reparameterised", "differential λ not re-parameterised",
-            recomputed(_lambda_raw), 250),
-    Mistake("diff_lambda_init_from_one", "λ_init from the layer counted from 1",
-            recomputed(_lambda_init_from_one), 255),
-    Mistake("diff_norm_missing", "per-head RMSNorm (subln) missing", recomputed(_norm_missing),
-            260),
+    Mistake(
+        "diff_lambda_not_reparameterised",
+        "differential λ not re-parameterised",
+        recomputed(_lambda_raw),
+        250,
+    ),
+    Mistake(
+        "diff_lambda_init_from_one",
+        "λ_init from the layer counted from 1",
+        recomputed(_lambda_init_from_one),
+        255,
+    ),
+    Mistake(
+        "diff_norm_missing", "per-head RMSNorm (subln) missing", recomputed(_norm_missing), 260
+    ),
     Mistake("diff_scale_missing", "(1 − λ_init) scale missing", recomputed(_scale_missing), 265),
-)  # fmt: skip
+)
 register_zh(
     {
         "diff_lambda_not_reparameterised": (

@@ -79,9 +79,11 @@ def _gate_whole_chunk(trace: Trace) -> list[Change]:
         zeros = np.zeros(H * D)
         b = joined(zeros if inp.b_Q is None else inp.b_Q, zeros if gate.b_G is None else gate.b_G)
     changed = replace(
-        inp, W_Q=W[:, : H * D], b_Q=None if b is None else b[: H * D],
+        inp,
+        W_Q=W[:, : H * D],
+        b_Q=None if b is None else b[: H * D],
         extra={**inp.extra, "gate": Gate(W[:, H * D :], None if b is None else b[H * D :])},
-    )  # fmt: skip
+    )
     detail = (
         "Your {stage} is what attn gets with q_proj's output split into query and gate over "
         "its whole width (query, gate = q_proj(x).chunk(2, dim=-1)): Qwen3-Next's q_proj holds, "
@@ -94,14 +96,26 @@ def _gate_whole_chunk(trace: Trace) -> list[Change]:
 
 register(
     "gate",
-    Mistake("gate_after_w_o", "gate applied after W_O instead of before",
-            recomputed(_gate_after_w_o), 210),
-    Mistake("gate_without_sigmoid", "gate multiplied in without the sigmoid",
-            recomputed(_gate_without_sigmoid), 220),
+    Mistake(
+        "gate_after_w_o",
+        "gate applied after W_O instead of before",
+        recomputed(_gate_after_w_o),
+        210,
+    ),
+    Mistake(
+        "gate_without_sigmoid",
+        "gate multiplied in without the sigmoid",
+        recomputed(_gate_without_sigmoid),
+        220,
+    ),
     Mistake("gate_complement", "gate as 1 − σ(gate)", recomputed(_gate_complement), 230),
-    Mistake("gate_whole_chunk", "q_proj split into query and gate over its whole width",
-            recomputed(_gate_whole_chunk), 240),
-)  # fmt: skip
+    Mistake(
+        "gate_whole_chunk",
+        "q_proj split into query and gate over its whole width",
+        recomputed(_gate_whole_chunk),
+        240,
+    ),
+)
 register_zh(
     {
         "gate_after_w_o": (

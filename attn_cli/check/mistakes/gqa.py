@@ -90,13 +90,19 @@ def _flat_repeat(trace: Trace) -> list[Change]:
 
 register(
     PLAIN,
-    Mistake("gqa_one_tiled", "GQA: K tiled and V grouped, or the reverse",
-            recomputed(_one_tiled), 161),
-    Mistake("gqa_single_kv_head", "GQA: every query head reads kv head 0",
-            recomputed(_single), 162),
-    Mistake("gqa_flat_repeat", "GQA: K and V repeated feature by feature before the split",
-            recomputed(_flat_repeat), 163),
-)  # fmt: skip
+    Mistake(
+        "gqa_one_tiled", "GQA: K tiled and V grouped, or the reverse", recomputed(_one_tiled), 161
+    ),
+    Mistake(
+        "gqa_single_kv_head", "GQA: every query head reads kv head 0", recomputed(_single), 162
+    ),
+    Mistake(
+        "gqa_flat_repeat",
+        "GQA: K and V repeated feature by feature before the split",
+        recomputed(_flat_repeat),
+        163,
+    ),
+)
 
 register_zh(
     {

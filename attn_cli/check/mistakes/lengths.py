@@ -73,8 +73,10 @@ def _off_by_one(trace: Trace) -> list[Candidate]:
     if trace.inputs.lengths is None:
         return []
     out = []
-    for by, said in ((1, "<= lengths[b]: one padding key seen"),
-                     (-1, "< lengths[b] - 1: the last real key hidden")):  # fmt: skip
+    for by, said in (
+        (1, "<= lengths[b]: one padding key seen"),
+        (-1, "< lengths[b] - 1: the last real key hidden"),
+    ):
 
         def valid(cells: Cells, n: IntArray, by: int = by) -> BoolArray:
             ok: BoolArray = cells.keys[None, :] < n[:, None] + by  # (b, S)
@@ -101,13 +103,21 @@ def _ignored(trace: Trace) -> list[Candidate]:
 
 register(
     "lengths",
-    Mistake("lengths_padding_side", "padding taken at the start (left) instead of the end",
-            _padding_side, 240),
-    Mistake("lengths_on_queries", "padding hidden along the queries instead of the keys",
-            _on_queries, 241),
+    Mistake(
+        "lengths_padding_side",
+        "padding taken at the start (left) instead of the end",
+        _padding_side,
+        240,
+    ),
+    Mistake(
+        "lengths_on_queries",
+        "padding hidden along the queries instead of the keys",
+        _on_queries,
+        241,
+    ),
     Mistake("lengths_off_by_one", "padding mask one key off", _off_by_one, 242),
     Mistake("lengths_ignored", "padding not hidden", _ignored, 243),
-)  # fmt: skip
+)
 
 register_zh(
     {

@@ -43,9 +43,16 @@ def _delta(trace: Trace, q: Any, k: Any, g: Any, beta: Any, detail: str) -> list
     weights, output = delta_parallel(q, k, v, g, beta)
     states, recurrent = delta_recurrent(q, k, v, g, beta)
     normed = gated_rms_norm(output, internal(trace, "z"), value.norm.astype(np.float64), value.eps)
-    out = {"q_l2": q, "k_l2": k, "implicit_weights": weights, "output": output,
-           "normed": normed, "state": states, "output_recurrent": recurrent,
-           "output_chunked": delta_chunked(q, k, v, g, beta, value.chunk)}  # fmt: skip
+    out = {
+        "q_l2": q,
+        "k_l2": k,
+        "implicit_weights": weights,
+        "output": output,
+        "normed": normed,
+        "state": states,
+        "output_recurrent": recurrent,
+        "output_chunked": delta_chunked(q, k, v, g, beta, value.chunk),
+    }
     return [Candidate(detail, _joined(trace, out, normed))]
 
 
@@ -107,8 +114,12 @@ def _no_normaliser(trace: Trace) -> list[Candidate]:
         "softmax's denominator here: without it, the output grows with the length. Fix: "
         "output_t = φ(q_t)ᵀS_t / φ(q_t)ᵀz_t."
     )
-    out = {"implicit_weights": raw, "output": output, "output_recurrent": output,
-           "output_chunked": output}  # fmt: skip
+    out = {
+        "implicit_weights": raw,
+        "output": output,
+        "output_recurrent": output,
+        "output_chunked": output,
+    }
     return [Candidate(detail, _joined(trace, out, output))]
 
 
@@ -120,9 +131,8 @@ register(
 )
 register(
     "linear_attention",
-    Mistake("linear_no_normaliser", "linear attention without the normaliser", _no_normaliser,
-            243),
-)  # fmt: skip
+    Mistake("linear_no_normaliser", "linear attention without the normaliser", _no_normaliser, 243),
+)
 
 register_zh(
     {

@@ -127,20 +127,27 @@ def _value_other(trace: Trace) -> list[Candidate]:
     ]
 
 
-FINITE = Mistake("mask_finite_sentinel", "a finite mask sentinel where -inf is meant",
-                 _finite_sentinel, 225)  # fmt: skip
+FINITE = Mistake(
+    "mask_finite_sentinel", "a finite mask sentinel where -inf is meant", _finite_sentinel, 225
+)
 ZERO = Mistake("mask_zero_fill", "hidden places set to 0 (scores * mask)", _zero_fill, 226)
-ADDED = Mistake("mask_sentinel_added", "mask sentinel added to the scores instead of filling",
-                _added, 227)  # fmt: skip
+ADDED = Mistake(
+    "mask_sentinel_added", "mask sentinel added to the scores instead of filling", _added, 227
+)
 for _hider in HIDERS:
     register(_hider, FINITE, ZERO, ADDED)
 register(
     "mask_value",
-    Mistake("mask_value_ignored", "-inf where the fixture's finite mask_value is meant",
-            _value_ignored, 228),
-    Mistake("mask_value_other", "another finite mask sentinel than the fixture's",
-            _value_other, 229),
-)  # fmt: skip
+    Mistake(
+        "mask_value_ignored",
+        "-inf where the fixture's finite mask_value is meant",
+        _value_ignored,
+        228,
+    ),
+    Mistake(
+        "mask_value_other", "another finite mask sentinel than the fixture's", _value_other, 229
+    ),
+)
 
 register_zh(
     {

@@ -46,8 +46,9 @@ def _rope_whole_head(trace: Trace) -> list[Change]:
     pos_q, pos_k = trace.inputs.token_positions()
     q = np.concatenate([internal(trace, "q_nope"), internal(trace, "q_rope")], axis=-1)
     H = q.shape[1]
-    k_rope = np.broadcast_to(internal(trace, "k_rope")[:, None],
-                             (*internal(trace, "K_nope").shape[:3], value.d_rope))  # fmt: skip
+    k_rope = np.broadcast_to(
+        internal(trace, "k_rope")[:, None], (*internal(trace, "K_nope").shape[:3], value.d_rope)
+    )
     k = np.concatenate([internal(trace, "K_nope"), k_rope], axis=-1)  # (B, H, S, D)
     Q, K = rope_interleaved(q, pos_q, value.base), rope_interleaved(k, pos_k, value.base)
     detail = (
@@ -99,15 +100,31 @@ def _k_rope_per_head(trace: Trace) -> list[Change]:
 
 register(
     "mla",
-    Mistake("mla_absorbed_without_rope", "MLA's absorbed form without the RoPE split",
-            recomputed(_absorbed_without_rope), 230),
-    Mistake("mla_rope_whole_head", "MLA's RoPE turned over the whole head",
-            recomputed(_rope_whole_head), 231),
-    Mistake("mla_scale_nope_only", "MLA's scale from the nope dims only",
-            recomputed(_scale_nope_only), 232),
-    Mistake("mla_k_rope_per_head", "MLA's k_rope per head instead of shared",
-            recomputed(_k_rope_per_head), 233),
-)  # fmt: skip
+    Mistake(
+        "mla_absorbed_without_rope",
+        "MLA's absorbed form without the RoPE split",
+        recomputed(_absorbed_without_rope),
+        230,
+    ),
+    Mistake(
+        "mla_rope_whole_head",
+        "MLA's RoPE turned over the whole head",
+        recomputed(_rope_whole_head),
+        231,
+    ),
+    Mistake(
+        "mla_scale_nope_only",
+        "MLA's scale from the nope dims only",
+        recomputed(_scale_nope_only),
+        232,
+    ),
+    Mistake(
+        "mla_k_rope_per_head",
+        "MLA's k_rope per head instead of shared",
+        recomputed(_k_rope_per_head),
+        233,
+    ),
+)
 
 register_zh(
     {

@@ -47,8 +47,11 @@ def _positions_off_by_one(trace: Trace) -> list[Change]:
     out: list[Change] = []
     for dq, dk in _SHIFTS:
         what = _shift_text(dq, dk)
-        own = [(r, c) for r in readers
-               if r.moved is not None and (c := r.moved(trace, dq, dk)) is not None]  # fmt: skip
+        own = [
+            (r, c)
+            for r in readers
+            if r.moved is not None and (c := r.moved(trace, dq, dk)) is not None
+        ]
         out += [replace(c, detail=_positions_detail(r.label, what)) for r, c in own]
         if dq == dk or len(readers) < 2:
             continue  # moved alike, no distance changes: only the readers' own stages show it
@@ -59,9 +62,8 @@ def _positions_off_by_one(trace: Trace) -> list[Change]:
 
 register(
     PLAIN,
-    Mistake("positions_off_by_one", "positions off by one", recomputed(_positions_off_by_one),
-            120),
-)  # fmt: skip
+    Mistake("positions_off_by_one", "positions off by one", recomputed(_positions_off_by_one), 120),
+)
 
 register_zh(
     {

@@ -98,8 +98,10 @@ def _eps_value(trace: Trace) -> list[Change]:
     for eps in (e for e in COMMON_EPS if e != value.eps):
         normed = _normed(trace, _Norm(eps))
         for other, alike in seen:  # eps values the numbers cannot tell apart are named together
-            if all(np.allclose(normed[n], other[n], GRADER_TOLERANCE.rtol, GRADER_TOLERANCE.atol)
-                   for n in normed):  # fmt: skip
+            if all(
+                np.allclose(normed[n], other[n], GRADER_TOLERANCE.rtol, GRADER_TOLERANCE.atol)
+                for n in normed
+            ):
                 alike.append(eps)
                 break
         else:
@@ -122,8 +124,10 @@ def _wrong_extent(trace: Trace) -> list[Change]:
     if value is None or max(inp.heads, inp.kv_heads) == 1:
         return []  # one head: the head is the whole projection
     per_head = value.q_weight.shape[0] == inp.d_k
-    said = ("each head on its own (a weight of d_k, Qwen3, Gemma 3)",
-            "the whole projection, every head at once (a weight of heads*d_k, OLMo 2)")  # fmt: skip
+    said = (
+        "each head on its own (a weight of d_k, Qwen3, Gemma 3)",
+        "the whole projection, every head at once (a weight of heads*d_k, OLMo 2)",
+    )
     detail = (
         f"Your {{stage}} is what attn gets with the norm over {said[per_head]} where the "
         f"fixture normalises {said[not per_head]}: the mean of x² is taken over another "
@@ -149,9 +153,12 @@ def _weight(trace: Trace) -> list[Change]:
         "multiply by the weight as given."
     )
     return _changes(
-        trace, [(_Norm(value.eps, weight="none"), left_out),
-                (_Norm(value.eps, weight="plus one"), plus_one)],
-    )  # fmt: skip
+        trace,
+        [
+            (_Norm(value.eps, weight="none"), left_out),
+            (_Norm(value.eps, weight="plus one"), plus_one),
+        ],
+    )
 
 
 def _layer_norm(trace: Trace) -> list[Change]:
@@ -212,18 +219,31 @@ def _after_rope(trace: Trace) -> list[Candidate]:
 
 register(
     "qk_norm",
-    Mistake("qk_norm_eps_outside", "QK-norm eps outside the square root",
-            recomputed(_eps_outside), 210),
+    Mistake(
+        "qk_norm_eps_outside", "QK-norm eps outside the square root", recomputed(_eps_outside), 210
+    ),
     Mistake("qk_norm_eps", "QK-norm eps of another size", recomputed(_eps_value), 211),
-    Mistake("qk_norm_extent", "QK-norm over the wrong extent (each head vs the whole "
-            "projection)", recomputed(_wrong_extent), 212),
-    Mistake("qk_norm_weight", "QK-norm weight left out, or taken as 1 + weight",
-            recomputed(_weight), 213),
-    Mistake("qk_norm_layernorm", "QK-norm as a LayerNorm (mean subtracted)",
-            recomputed(_layer_norm), 214),
+    Mistake(
+        "qk_norm_extent",
+        "QK-norm over the wrong extent (each head vs the whole projection)",
+        recomputed(_wrong_extent),
+        212,
+    ),
+    Mistake(
+        "qk_norm_weight",
+        "QK-norm weight left out, or taken as 1 + weight",
+        recomputed(_weight),
+        213,
+    ),
+    Mistake(
+        "qk_norm_layernorm",
+        "QK-norm as a LayerNorm (mean subtracted)",
+        recomputed(_layer_norm),
+        214,
+    ),
     Mistake("qk_norm_one_side", "QK-norm on only one of Q and K", recomputed(_one_side), 215),
     Mistake("qk_norm_after_rope", "QK-norm applied after RoPE", _after_rope, 216),
-)  # fmt: skip
+)
 
 register_zh(
     {

@@ -105,7 +105,7 @@ def _rotated_by(trace: Trace, inv_freq: FloatArray, attention: float) -> dict[st
             dims=rope.dims,
             inv_freq=inv_freq,
             attention=attention,
-        )  # fmt: skip  (B, H|Hkv, T|S, D)
+        )  # (B, H|Hkv, T|S, D)
     return values
 
 
@@ -158,34 +158,48 @@ def _wrong_band(trace: Trace) -> list[Change]:
         share = bands(scaling, rope.dims, rope.base, 0)[1]  # 0 kept .. 1 ÷ factor
         swapped = (1 - share) * plain / factor + share * plain  # each pair's share reversed
         wrong += [
-            (swapped,
-             "the bands swapped: the short wavelengths (below original/high_freq_factor) divided "
-             "by factor and the long ones kept, as when the wavelength is compared the wrong way "
-             "or the frequency is compared where the wavelength should be"),
-            (np.where((share > 0) & (share < 1), plain, inv),
-             "the middle band (between original/high_freq_factor and original/low_freq_factor) "
-             "left unscaled instead of smoothed between θ and θ/factor"),
-            (np.where((share > 0) & (share < 1), plain / factor, inv),
-             "the middle band divided by factor instead of smoothed between θ and θ/factor"),
-        ]  # fmt: skip
+            (
+                swapped,
+                "the bands swapped: the short wavelengths (below "
+                "original/high_freq_factor) divided "
+                "by factor and the long ones kept, as when the "
+                "wavelength is compared the wrong way "
+                "or the frequency is compared where the wavelength should be",
+            ),
+            (
+                np.where((share > 0) & (share < 1), plain, inv),
+                "the middle band (between original/high_freq_factor and original/low_freq_factor) "
+                "left unscaled instead of smoothed between θ and θ/factor",
+            ),
+            (
+                np.where((share > 0) & (share < 1), plain / factor, inv),
+                "the middle band divided by factor instead of smoothed between θ and θ/factor",
+            ),
+        ]
     elif scaling.kind == "yarn":
         ramp = yarn_ramp(scaling, rope.dims, rope.base)
-        wrong.append((
-            plain / yarn_factor(scaling) * (1 - ramp) + plain * ramp,
-            "the ramp reversed: the fast pairs (many turns over the original length) divided by "
-            "factor and the slow ones kept; transformers' inv_freq_extrapolation_factor is "
-            "1 − ramp, the share of the kept frequency",
-        ))  # fmt: skip
+        wrong.append(
+            (
+                plain / yarn_factor(scaling) * (1 - ramp) + plain * ramp,
+                "the ramp reversed: the fast pairs (many turns over "
+                "the original length) divided by "
+                "factor and the slow ones kept; transformers' inv_freq_extrapolation_factor is "
+                "1 − ramp, the share of the kept frequency",
+            )
+        )
     elif scaling.kind == "longrope":
         long = longrope_long(scaling, rope_length(trace.inputs))
         other = np.asarray(scaling.get("short_factor" if long else "long_factor"))
         words = ("short_factor", "long_factor") if long else ("long_factor", "short_factor")
-        wrong.append((
-            plain / other,
-            f"{words[0]} used where {words[1]} applies (long_factor only past "
-            f"original_max_position_embeddings = {scaling.get('original_max_position_embeddings')} "
-            "positions: max(position) + 1 decides)",
-        ))  # fmt: skip
+        wrong.append(
+            (
+                plain / other,
+                f"{words[0]} used where {words[1]} applies (long_factor only past "
+                "original_max_position_embeddings = "
+                f"{scaling.get('original_max_position_embeddings')} "
+                "positions: max(position) + 1 decides)",
+            )
+        )
     changes = []
     for freq, what in wrong:
         if np.allclose(freq, inv, rtol=1e-12, atol=0):
@@ -253,7 +267,7 @@ def _turned(trace: Trace, inv_freq: FloatArray, dims: int, sign: float = 1.0) ->
             _before_rope(trace, w), pos[w], layout=rope.layout, dims=dims, inv_freq=sign * inv_freq
         )
         for w in "QK"
-    }  # fmt: skip  (B, H|Hkv, T|S, D)
+    }  # (B, H|Hkv, T|S, D)
 
 
 def _plain(trace: Trace) -> Any:
@@ -272,11 +286,12 @@ def _rope_base(trace: Trace) -> list[Change]:
             f"{rope.base:g}: every pair turns at another speed. The base is config.json's "
             "rope_theta (10000 for Llama 2 and GPT-NeoX, 500000 for Llama 3, 1000000 for Qwen2 "
             f"and Qwen3), not a constant of RoPE. Fix: base = {rope.base:g}.",
-            "Q_rot", _turned(trace, rope_inv_freq(rope.dims, base), rope.dims),
+            "Q_rot",
+            _turned(trace, rope_inv_freq(rope.dims, base), rope.dims),
         )
         for base in (10000.0, 500000.0, 1000000.0)
         if base != rope.base
-    ]  # fmt: skip
+    ]
 
 
 def _rope_exponent(trace: Trace) -> list[Change]:
@@ -317,20 +332,30 @@ def _rope_reversed(trace: Trace) -> list[Change]:
         "flipped. Each score then depends on the distance taken the other way round. Fix: "
         "rotate_half(x) = cat(-x[..., d/2:], x[..., :d/2])."
     )
-    return [Change(detail, "Q_rot", _turned(trace, rope_inv_freq(rope.dims, rope.base),
-                                               rope.dims, -1.0))]  # fmt: skip
+    return [
+        Change(
+            detail, "Q_rot", _turned(trace, rope_inv_freq(rope.dims, rope.base), rope.dims, -1.0)
+        )
+    ]
 
 
 register(
     "rope",
     Mistake("rope_base", "RoPE base (rope_theta) of another model", recomputed(_rope_base), 113),
-    Mistake("rope_exponent", "RoPE frequencies base^(-i/d) instead of base^(-2i/d)",
-            recomputed(_rope_exponent), 114),
-    Mistake("rope_all_dims", "RoPE over every dimension where it is partial",
-            recomputed(_rope_all_dims), 115),
-    Mistake("rope_reversed", "RoPE turned the other way (-angle)", recomputed(_rope_reversed),
-            116),
-)  # fmt: skip
+    Mistake(
+        "rope_exponent",
+        "RoPE frequencies base^(-i/d) instead of base^(-2i/d)",
+        recomputed(_rope_exponent),
+        114,
+    ),
+    Mistake(
+        "rope_all_dims",
+        "RoPE over every dimension where it is partial",
+        recomputed(_rope_all_dims),
+        115,
+    ),
+    Mistake("rope_reversed", "RoPE turned the other way (-angle)", recomputed(_rope_reversed), 116),
+)
 
 register_zh(
     {

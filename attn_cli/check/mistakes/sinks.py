@@ -116,16 +116,19 @@ def _sinks_not_exp(trace: Trace) -> list[Change]:
 
 register(
     "sinks",
-    Mistake("sinks_left_out", "sinks left out of the softmax (rows sum to 1)",
-            recomputed(_sinks_left_out), 200),
+    Mistake(
+        "sinks_left_out",
+        "sinks left out of the softmax (rows sum to 1)",
+        recomputed(_sinks_left_out),
+        200,
+    ),
     Mistake("sinks_scaled", "sinks scaled with the scores", recomputed(_sinks_scaled), 201),
-    Mistake("sinks_by_kv_head", "sink indexed by the kv head", recomputed(_sinks_by_kv_head),
-            202),
-    Mistake("sinks_unshifted", "sink not shifted by the row maximum",
-            recomputed(_sinks_unshifted), 203),
-    Mistake("sinks_not_exp", "sink added to the sum without exp", recomputed(_sinks_not_exp),
-            204),
-)  # fmt: skip
+    Mistake("sinks_by_kv_head", "sink indexed by the kv head", recomputed(_sinks_by_kv_head), 202),
+    Mistake(
+        "sinks_unshifted", "sink not shifted by the row maximum", recomputed(_sinks_unshifted), 203
+    ),
+    Mistake("sinks_not_exp", "sink added to the sum without exp", recomputed(_sinks_not_exp), 204),
+)
 
 register_zh(
     {

@@ -63,14 +63,18 @@ def _formula(trace: Trace) -> list[Change]:
         Change(
             f"Your {{stage}} is what attn gets with the division by the cap left out: {cap:g}·"
             f"tanh(scaled) instead of {cap:g}·tanh(scaled / {cap:g}), so every score saturates "
-            f"at ±{cap:g}. {fix}", "capped", {"capped": cap * np.tanh(x)},
+            f"at ±{cap:g}. {fix}",
+            "capped",
+            {"capped": cap * np.tanh(x)},
         ),
         Change(
             f"Your {{stage}} is what attn gets with the multiplication by the cap left out: "
             f"tanh(scaled / {cap:g}), every score squeezed into (-1, 1), instead of "
-            f"{cap:g}·tanh(scaled / {cap:g}). {fix}", "capped", {"capped": np.tanh(x / cap)},
+            f"{cap:g}·tanh(scaled / {cap:g}). {fix}",
+            "capped",
+            {"capped": np.tanh(x / cap)},
         ),
-    ]  # fmt: skip
+    ]
 
 
 def _no_factor(trace: Trace) -> list[Change]:
@@ -122,26 +126,38 @@ def _other_cap(trace: Trace) -> list[Change]:
             f"Your {{stage}} is what attn gets with a cap of {other:g} instead of {cap:g}: Gemma "
             "2 caps the attention logits at 50 (attn_logit_softcapping) and the final logits at "
             "30 (final_logit_softcapping); the two are easy to swap. Fix: the fixture's "
-            f"softcap, {cap:g}.", "capped", {"capped": other * np.tanh(x / other)},
+            f"softcap, {cap:g}.",
+            "capped",
+            {"capped": other * np.tanh(x / other)},
         )
         for other in (50.0, 30.0)
         if other != cap
-    ]  # fmt: skip
+    ]
 
 
 register(
     "softcap",
-    Mistake("softcap_after_mask", "softcap applied after the mask",
-            recomputed(_softcap_after_mask), 140),
-    Mistake("softcap_formula", "softcap without dividing by the cap, or without multiplying "
-            "back", recomputed(_formula), 141),
-    Mistake("softcap_no_factor", "softcap without its factor: tanh(scaled), not "
-            "cap·tanh(scaled / cap)", recomputed(_no_factor), 145),
-    Mistake("softcap_before_scale", "softcap applied before the scale", recomputed(_before_scale),
-            142),
+    Mistake(
+        "softcap_after_mask", "softcap applied after the mask", recomputed(_softcap_after_mask), 140
+    ),
+    Mistake(
+        "softcap_formula",
+        "softcap without dividing by the cap, or without multiplying back",
+        recomputed(_formula),
+        141,
+    ),
+    Mistake(
+        "softcap_no_factor",
+        "softcap without its factor: tanh(scaled), not cap·tanh(scaled / cap)",
+        recomputed(_no_factor),
+        145,
+    ),
+    Mistake(
+        "softcap_before_scale", "softcap applied before the scale", recomputed(_before_scale), 142
+    ),
     Mistake("softcap_left_out", "softcap left out", recomputed(_left_out), 143),
     Mistake("softcap_other_cap", "the other Gemma 2 cap (30 vs 50)", recomputed(_other_cap), 144),
-)  # fmt: skip
+)
 
 register_zh(
     {

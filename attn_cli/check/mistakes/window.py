@@ -123,20 +123,27 @@ register(
     "window",
     Mistake("window_off_by_one", "sliding window off by one", recomputed(_window_off_by_one), 130),
     Mistake("window_ignored", "sliding window left out (plain causal)", _window_ignored, 131),
-    Mistake("window_two_sided", "sliding window two-sided (no causal part)", _window_two_sided,
-            132),
-    Mistake("window_last_keys", "sliding window from the last query (the same keys for all)",
-            _window_last_keys, 133),
-)  # fmt: skip
+    Mistake(
+        "window_two_sided", "sliding window two-sided (no causal part)", _window_two_sided, 132
+    ),
+    Mistake(
+        "window_last_keys",
+        "sliding window from the last query (the same keys for all)",
+        _window_last_keys,
+        133,
+    ),
+)
 register_reader("window", Reader("window", "masked"))
 register_loop(
     DECODE,
     "window",
     LoopMistake(
-        "ring_buffer_off_by_one", "ring buffer of window + 1 slots (one key too many)",
-        DecodeBugs(extra_slots=1), lambda chain, options: chain.cache_slots() is not None,
+        "ring_buffer_off_by_one",
+        "ring buffer of window + 1 slots (one key too many)",
+        DecodeBugs(extra_slots=1),
+        lambda chain, options: chain.cache_slots() is not None,
     ),
-)  # fmt: skip
+)
 
 register_zh(
     {

@@ -57,11 +57,16 @@ class Window(Variant):
     key_order = 40
     new_options = (
         NewOption(
-            "window", int, "Sliding window: each query sees at most N keys, itself included "
-            "(Mistral). Needs --causal.", metavar="N", min=1, field="window",
+            "window",
+            int,
+            "Sliding window: each query sees at most N keys, itself included "
+            "(Mistral). Needs --causal.",
+            metavar="N",
+            min=1,
+            field="window",
             example=("mistral.yaml --causal --window 3", "a sliding window of 3"),
         ),
-    )  # fmt: skip
+    )
     new_rank, new_order = 30, 40
 
     def parse(self, raw: Any, key: FixtureKey) -> int:
@@ -73,7 +78,7 @@ class Window(Variant):
             raise key(
                 "given without causal",
                 "causal: true or lower-right alongside window (a sliding window looks back only)",
-            )  # fmt: skip
+            )
         return raw
 
     def allowed(self, value: Any, inputs: Inputs, cells: Cells) -> BoolArray:
@@ -91,9 +96,10 @@ class Window(Variant):
     def new_problem(self, spec: NewSpec) -> tuple[str, str, str] | None:
         if self.name in spec.options and not spec.causal:
             return (
-                self.name, "given without --causal",
+                self.name,
+                "given without --causal",
                 "--causal alongside --window (a sliding window looks back only)",
-            )  # fmt: skip
+            )
         return None
 
     def new_lines(self, spec: NewSpec, members: Mapping[str, Any]) -> list[str]:

@@ -57,9 +57,10 @@ class Alibi(Variant):
     reads_positions = True
     key_order = 30
     new_options = (
-        NewOption("alibi", bool, "ALiBi: a distance penalty per head instead of positions "
-                  "(BLOOM)."),
-    )  # fmt: skip
+        NewOption(
+            "alibi", bool, "ALiBi: a distance penalty per head instead of positions (BLOOM)."
+        ),
+    )
     new_rank, new_order = 20, 30
 
     def parse(self, raw: Any, key: FixtureKey) -> FloatArray | None:
@@ -79,7 +80,7 @@ class Alibi(Variant):
                 "a number >= 0 (the bias is −slope × distance: a positive slope penalises "
                 "distance)",
                 f"alibi.slopes[{i}]",
-            )  # fmt: skip
+            )
         return slopes
 
     def config(self, value: Any, inputs: Inputs) -> dict[str, list[float]]:

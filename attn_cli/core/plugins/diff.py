@@ -41,10 +41,20 @@ from attn_cli.core.variant import (
     register,
 )
 
-DOC = ("a mapping {lambda_q1, lambda_k1, lambda_q2, lambda_k2: [d_k/2] vectors (or [heads, "
-       "d_k/2]); lambda_init or depth; optional norm [d_v], eps}")  # fmt: skip
-SUBKEYS = ("lambda_q1", "lambda_k1", "lambda_q2", "lambda_k2", "lambda_init", "depth", "norm",
-           "eps")  # fmt: skip
+DOC = (
+    "a mapping {lambda_q1, lambda_k1, lambda_q2, lambda_k2: [d_k/2] vectors (or [heads, "
+    "d_k/2]); lambda_init or depth; optional norm [d_v], eps}"
+)
+SUBKEYS = (
+    "lambda_q1",
+    "lambda_k1",
+    "lambda_q2",
+    "lambda_k2",
+    "lambda_init",
+    "depth",
+    "norm",
+    "eps",
+)
 VECTORS = ("lambda_q1", "lambda_k1", "lambda_q2", "lambda_k2")
 if TYPE_CHECKING:
     from attn_cli.core.decode_maps import MapsForm
@@ -174,8 +184,12 @@ def _lambda_grads(value: Diff, heads: int, d_lam: FloatArray, cast: Cast) -> dic
     e1 = np.exp(np.sum(q1 * k1, axis=-1, keepdims=True))  # (1,) or (H, 1)
     e2 = np.exp(np.sum(q2 * k2, axis=-1, keepdims=True))
     d = d_lam.sum() if q1.ndim == 1 else d_lam[:, None]  # () or (H, 1)
-    return {"d_lambda_q1": d * e1 * k1, "d_lambda_k1": d * e1 * q1,
-            "d_lambda_q2": -d * e2 * k2, "d_lambda_k2": -d * e2 * q2}  # fmt: skip
+    return {
+        "d_lambda_q1": d * e1 * k1,
+        "d_lambda_k1": d * e1 * q1,
+        "d_lambda_q2": -d * e2 * k2,
+        "d_lambda_k2": -d * e2 * q2,
+    }
 
 
 def _allowed(inputs: Inputs) -> Any:
@@ -199,21 +213,41 @@ _OUT: tuple[tuple[str, tuple[str, ...], tuple[str, ...], bool], ...] = (
 _GRAD: tuple[tuple[str, tuple[str, ...], tuple[str, ...], bool, str], ...] = (
     ("d_diff_scaled", ("d_concat",), OUT_AXES, False, ""),
     ("d_diff_norm", ("d_diff_scaled",), OUT_AXES, False, ""),
-    ("d_norm", ("d_diff_norm", "diff_output"), ("d_v",), False,
-     "d_norm = Σ_(b, h, t) d_diff_norm ⊙ diff_output/ρ, ρ = √(mean(diff_output²) + eps)"),
-    ("d_diff_output", ("d_diff_norm", "diff_output"), OUT_AXES, False,
-     "d_diff_output = (g − diff_output·mean(g ⊙ diff_output)/ρ²)/ρ, g = norm ⊙ d_diff_norm"),
+    (
+        "d_norm",
+        ("d_diff_norm", "diff_output"),
+        ("d_v",),
+        False,
+        "d_norm = Σ_(b, h, t) d_diff_norm ⊙ diff_output/ρ, ρ = √(mean(diff_output²) + eps)",
+    ),
+    (
+        "d_diff_output",
+        ("d_diff_norm", "diff_output"),
+        OUT_AXES,
+        False,
+        "d_diff_output = (g − diff_output·mean(g ⊙ diff_output)/ρ²)/ρ, g = norm ⊙ d_diff_norm",
+    ),
     ("d_diff", ("d_diff_output", "V"), SCORE_AXES, True, "d_diff = d_diff_output·Vᵀ"),
-    ("d_lambda", ("d_diff", "softmax_2"), ("head",), False,
-     "d_lambda[h] = −Σ d_diff[h] ⊙ softmax_2[h]"),
+    (
+        "d_lambda",
+        ("d_diff", "softmax_2"),
+        ("head",),
+        False,
+        "d_lambda[h] = −Σ d_diff[h] ⊙ softmax_2[h]",
+    ),
     ("d_lambda_q1", ("d_lambda",), ("d_k/2",), False, "d_λ_q1 = d_λ·exp(λ_q1·λ_k1)·λ_k1"),
     ("d_lambda_k1", ("d_lambda",), ("d_k/2",), False, "d_λ_k1 = d_λ·exp(λ_q1·λ_k1)·λ_q1"),
     ("d_lambda_q2", ("d_lambda",), ("d_k/2",), False, "d_λ_q2 = −d_λ·exp(λ_q2·λ_k2)·λ_k2"),
     ("d_lambda_k2", ("d_lambda",), ("d_k/2",), False, "d_λ_k2 = −d_λ·exp(λ_q2·λ_k2)·λ_q2"),
     ("d_softmax_2", ("d_diff", "lambda"), SCORE_AXES, True, "d_softmax_2 = −λ·d_diff"),
-    ("d_scores_2", ("d_softmax_2", "softmax_2"), SCORE_AXES, True,
-     "d_scores_2 = softmax_2 ∘ (d_softmax_2 − rowsum(d_softmax_2 ∘ softmax_2)) × scale"),
-)  # fmt: skip
+    (
+        "d_scores_2",
+        ("d_softmax_2", "softmax_2"),
+        SCORE_AXES,
+        True,
+        "d_scores_2 = softmax_2 ∘ (d_softmax_2 − rowsum(d_softmax_2 ∘ softmax_2)) × scale",
+    ),
+)
 _FORMULAS = {
     "Q_1": "Q_1 = Q[:, :d_k/2] per head (Q1; Q2 = Q[:, d_k/2:])",
     "K_1": "K_1 = K[:, :d_k/2] per head (K1; K2 = K[:, d_k/2:])",
@@ -235,13 +269,19 @@ class DifferentialAttention(Variant):
     out_reads = ("Q", "K", "V", "softmax", "output")
     out_gradients = tuple(n for n, _, _, _, _ in _GRAD)
     excludes = ("rope", "qk_norm", "sinks", "gate", "mla")
-    excludes_why = ("the reference rotates each half of a head on its own, and computes "
-                    "neither QK-norm, sinks, an output gate nor MLA with two maps")  # fmt: skip
+    excludes_why = (
+        "the reference rotates each half of a head on its own, and computes "
+        "neither QK-norm, sinks, an output gate nor MLA with two maps"
+    )
     new_options = (
-        NewOption("diff", bool, "Differential attention: two softmax maps from the halves of "
-                  "Q and K, subtracted with a re-parameterised lambda, then a per-head RMSNorm "
-                  "and the (1 - lambda_init) scale (Differential Transformer)."),
-    )  # fmt: skip
+        NewOption(
+            "diff",
+            bool,
+            "Differential attention: two softmax maps from the halves of "
+            "Q and K, subtracted with a re-parameterised lambda, then a per-head RMSNorm "
+            "and the (1 - lambda_init) scale (Differential Transformer).",
+        ),
+    )
     new_rank, new_order = 66, 72
 
     def parse(self, raw: Any, key: FixtureKey) -> Diff:
@@ -252,22 +292,42 @@ class DifferentialAttention(Variant):
         return _parse(key, value)
 
     def config(self, value: Diff, inputs: Inputs) -> dict[str, Any]:
-        return {"lambda_init": value.lambda_init, "depth": value.depth,
-                "norm": value.norm is not None, "eps": value.eps,
-                "reference": REFERENCE}  # fmt: skip
+        return {
+            "lambda_init": value.lambda_init,
+            "depth": value.depth,
+            "norm": value.norm is not None,
+            "eps": value.eps,
+            "reference": REFERENCE,
+        }
 
     def stage_rows(self) -> tuple[StageSpec, ...]:
         on, formula = self.applies, self.formula_of
-        rows = [StageSpec("Q_1", (), Q_AXES, False, "Q_1", on, formula("Q_1")),
-                StageSpec("K_1", (), K_AXES, False, "K_1", on, formula("K_1"))]  # fmt: skip
-        rows += [StageSpec(n, needs, axes, score, n, on, formula(n))
-                 for n, needs, axes, score in _OUT]  # fmt: skip
-        rows += [StageSpec(f"d_{w}_1", (), axes, False, "d_query_key", on,
-                           formula(f"d_{w}_1"), gradient=True)
-                 for w, axes in (("Q", Q_AXES), ("K", K_AXES))]  # fmt: skip
-        rows += [StageSpec(n, needs, axes, score, n, self._normed if n == "d_norm" else on,
-                           formula(n), gradient=True)
-                 for n, needs, axes, score, _ in _GRAD]  # fmt: skip
+        rows = [
+            StageSpec("Q_1", (), Q_AXES, False, "Q_1", on, formula("Q_1")),
+            StageSpec("K_1", (), K_AXES, False, "K_1", on, formula("K_1")),
+        ]
+        rows += [
+            StageSpec(n, needs, axes, score, n, on, formula(n)) for n, needs, axes, score in _OUT
+        ]
+        rows += [
+            StageSpec(
+                f"d_{w}_1", (), axes, False, "d_query_key", on, formula(f"d_{w}_1"), gradient=True
+            )
+            for w, axes in (("Q", Q_AXES), ("K", K_AXES))
+        ]
+        rows += [
+            StageSpec(
+                n,
+                needs,
+                axes,
+                score,
+                n,
+                self._normed if n == "d_norm" else on,
+                formula(n),
+                gradient=True,
+            )
+            for n, needs, axes, score, _ in _GRAD
+        ]
         return tuple(rows)
 
     def _normed(self, inputs: Inputs) -> bool:
@@ -315,8 +375,9 @@ class DifferentialAttention(Variant):
         return _FORMULAS[stage]
 
     def formula_part(self, value: Diff, inputs: Inputs, stage: str) -> str:
-        return {"concat": ", each head's diff_scaled",
-                "d_V": " − λ·softmax_2ᵀ·d_diff_output"}.get(stage, "")  # fmt: skip
+        return {"concat": ", each head's diff_scaled", "d_V": " − λ·softmax_2ᵀ·d_diff_output"}.get(
+            stage, ""
+        )
 
     def grad_formula(self, value: Diff, inputs: Inputs, d_out: str, x_in: str) -> str:
         if x_in == "output":  # d_output, from d_diff_scaled
@@ -326,17 +387,28 @@ class DifferentialAttention(Variant):
         return f"[{d_out} | d_scores_2ᵀ·Q_2] per head"
 
     def grad_transform(
-        self, value: Diff, inputs: Inputs, which: str, d_out: FloatArray, x_in: FloatArray,
-        positions: IntArray, cast: Cast,
-    ) -> FloatArray:  # fmt: skip
+        self,
+        value: Diff,
+        inputs: Inputs,
+        which: str,
+        d_out: FloatArray,
+        x_in: FloatArray,
+        positions: IntArray,
+        cast: Cast,
+    ) -> FloatArray:
         """Q_1 = Q's first half: its gradient fills the first half, the second map's the rest."""
         d: FloatArray = np.concatenate([d_out, np.zeros_like(d_out)], axis=-1)
         return d
 
     def grad_out(
-        self, value: Diff, inputs: Inputs, d_out: FloatArray, made: Mapping[str, FloatArray],
-        X: FloatArray | None, cast: Cast,
-    ) -> tuple[FloatArray, dict[str, FloatArray], FloatArray | None]:  # fmt: skip
+        self,
+        value: Diff,
+        inputs: Inputs,
+        d_out: FloatArray,
+        made: Mapping[str, FloatArray],
+        X: FloatArray | None,
+        cast: Cast,
+    ) -> tuple[FloatArray, dict[str, FloatArray], FloatArray | None]:
         d_output, grads = differential_backward(value, inputs, d_out, made, cast)
         return d_output, grads, None
 
@@ -345,17 +417,27 @@ class DifferentialAttention(Variant):
         return 1.0 / math.sqrt(inputs.d_k // 2)
 
     def transform(
-        self, value: Diff, inputs: Inputs, which: str, x: FloatArray, positions: IntArray,
+        self,
+        value: Diff,
+        inputs: Inputs,
+        which: str,
+        x: FloatArray,
+        positions: IntArray,
         cast: Cast,
-    ) -> FloatArray:  # fmt: skip
+    ) -> FloatArray:
         """Q_1 and K_1: each head's first d_k/2 columns."""
         half: FloatArray = x[..., : x.shape[-1] // 2]  # (B, heads, n, d_k/2)
         return half
 
     def out_transform(
-        self, value: Diff, inputs: Inputs, output: FloatArray, X: FloatArray | None, cast: Cast,
+        self,
+        value: Diff,
+        inputs: Inputs,
+        output: FloatArray,
+        X: FloatArray | None,
+        cast: Cast,
         seen: Mapping[str, FloatArray] | None = None,
-    ) -> dict[str, FloatArray]:  # fmt: skip
+    ) -> dict[str, FloatArray]:
         assert seen is not None, "the run hands the differential map Q, K, V and softmax"
         return differential(value, inputs, seen, cast)
 
@@ -375,9 +457,13 @@ class DifferentialAttention(Variant):
         return ((arrays["Q"][..., half:], arrays["K"][..., half:]),)
 
     def flash_finish(
-        self, value: Diff, inputs: Inputs, outputs: tuple[FloatArray, ...],
-        arrays: Mapping[str, FloatArray], cast: Cast,
-    ) -> dict[str, FloatArray]:  # fmt: skip
+        self,
+        value: Diff,
+        inputs: Inputs,
+        outputs: tuple[FloatArray, ...],
+        arrays: Mapping[str, FloatArray],
+        cast: Cast,
+    ) -> dict[str, FloatArray]:
         """diff_output = O1 − λ·O2, each map's tiled softmax·V."""
         O1, O2 = outputs
         lam = np.reshape(arrays["lambda"], (-1, inputs.heads))[0]  # (H,), whatever the layout
@@ -391,11 +477,17 @@ class DifferentialAttention(Variant):
 
             if not Chain(inputs).stages:
                 return None
-            return (self.name, "the backward pass does not yet run differential attention "
-                    "with a score modifier (softcap) on its second map",
-                    "a fixture without softcap")  # fmt: skip
-        return (self.name, f"{what} does not yet run differential attention (two softmax maps)",
-                "a fixture without diff (attn trace shows every stage of it)")  # fmt: skip
+            return (
+                self.name,
+                "the backward pass does not yet run differential attention "
+                "with a score modifier (softcap) on its second map",
+                "a fixture without softcap",
+            )
+        return (
+            self.name,
+            f"{what} does not yet run differential attention (two softmax maps)",
+            "a fixture without diff (attn trace shows every stage of it)",
+        )
 
     def new_members(self, spec: NewSpec, rng: np.random.Generator) -> dict[str, Any]:
         if not spec.options.get(self.name):
@@ -410,9 +502,11 @@ class DifferentialAttention(Variant):
         return None
 
     def new_lines(self, spec: NewSpec, members: Mapping[str, Any]) -> list[str]:
-        lines = ["diff:   # differential attention: (softmax(Q1·K1ᵀ) − λ·softmax(Q2·K2ᵀ))·V, "
-                 "RMSNorm, × (1 − λ_init); without scale it scales by 1/sqrt(d_k/2) = "
-                 f"{1 / math.sqrt(spec.d_k // 2):.6g}, each half's width"]  # fmt: skip
+        lines = [
+            "diff:   # differential attention: (softmax(Q1·K1ᵀ) − λ·softmax(Q2·K2ᵀ))·V, "
+            "RMSNorm, × (1 − λ_init); without scale it scales by 1/sqrt(d_k/2) = "
+            f"{1 / math.sqrt(spec.d_k // 2):.6g}, each half's width"
+        ]
         for n in VECTORS:
             lines.append(f"  {n}: [" + ", ".join(exact(x) for x in members[f"diff.{n}"]) + "]")
         lines.append(
@@ -441,9 +535,12 @@ def decode_form(
 
     def outs(diff_output: FloatArray) -> dict[str, FloatArray]:
         normed = rms_norm(diff_output, norm, value.eps)
-        return {"lambda": np.broadcast_to(lam, (*diff_output.shape[:3], 1)),
-                "diff_output": diff_output, "diff_norm": normed,
-                "diff_scaled": normed * (1.0 - value.lambda_init)}  # fmt: skip
+        return {
+            "lambda": np.broadcast_to(lam, (*diff_output.shape[:3], 1)),
+            "diff_output": diff_output,
+            "diff_norm": normed,
+            "diff_scaled": normed * (1.0 - value.lambda_init),
+        }
 
     def combine(outputs: Sequence[FloatArray]) -> FloatArray:
         mixed: FloatArray = outputs[0] - lam * outputs[1]  # (A1 − λ·A2)·V, a map at a time
@@ -468,25 +565,36 @@ def _vector(key: FixtureKey, value: Mapping[str, Any], name: str, d: int) -> Flo
 def _parse(key: FixtureKey, value: Mapping[str, Any]) -> Diff:
     """The diff key's checks, each a one-line error naming ``diff.<subkey>``."""
     if key.d_k % 2:
-        raise key(f"given with d_k = {key.d_k}", "an even d_k per head (Q and K are split "
-                  "into two halves, Q1 and Q2)")  # fmt: skip
+        raise key(
+            f"given with d_k = {key.d_k}",
+            "an even d_k per head (Q and K are split into two halves, Q1 and Q2)",
+        )
     if key.kv_heads != key.heads:
-        raise key(f"given with kv_heads = {key.kv_heads} < heads = {key.heads}", "kv_heads = "
-                  "heads (the reference's repeat_kv pairs the halves of grouped keys its own "
-                  "way; attn does not trace it)")  # fmt: skip
+        raise key(
+            f"given with kv_heads = {key.kv_heads} < heads = {key.heads}",
+            "kv_heads = "
+            "heads (the reference's repeat_kv pairs the halves of grouped keys its own "
+            "way; attn does not trace it)",
+        )
     d = key.d_k // 2
     vectors = {n: _vector(key, value, n, d) for n in VECTORS}
     if ("lambda_init" in value) == ("depth" in value):
         got = "given both" if "lambda_init" in value else "missing"
-        raise key(f"lambda_init and depth {got}", "one of them: lambda_init, a number, or "
-                  "depth, the layer index (λ_init = 0.8 − 0.6·exp(−0.3·depth))",
-                  "diff.lambda_init")  # fmt: skip
+        raise key(
+            f"lambda_init and depth {got}",
+            "one of them: lambda_init, a number, or "
+            "depth, the layer index (λ_init = 0.8 − 0.6·exp(−0.3·depth))",
+            "diff.lambda_init",
+        )
     depth = None
     if "depth" in value:
         raw = value["depth"]
         if type(raw) is not int or not 0 <= raw <= 10**6:
-            raise key(f"got {key.describe(raw)}", "a whole number from 0 to 1000000 (the "
-                      "layer index)", "diff.depth")  # fmt: skip
+            raise key(
+                f"got {key.describe(raw)}",
+                "a whole number from 0 to 1000000 (the layer index)",
+                "diff.depth",
+            )
         depth, init = raw, lambda_init_fn(raw)
     else:
         raw = value["lambda_init"]

@@ -19,6 +19,7 @@ import numpy as np
 
 from attn_cli.core.heads import merge_heads, split_heads
 from attn_cli.core.inputs import Inputs
+from attn_cli.core.ops import sigmoid as sigmoid
 from attn_cli.core.plugins.parsing import known_subkeys, plain
 from attn_cli.core.stage_spec import OUT_AXES, StageSpec
 from attn_cli.core.variant import (
@@ -43,13 +44,6 @@ class Gate:
     b_G: FloatArray | None  # (H*Dv,)
 
 
-def sigmoid(x: FloatArray) -> FloatArray:
-    """σ(x) = 1 / (1 + e^(−x)), without overflow: e^(−|x|) only."""
-    e = np.exp(-np.abs(x))
-    out: FloatArray = np.where(x >= 0, 1.0 / (1.0 + e), e / (1.0 + e)).astype(x.dtype, copy=False)
-    return out
-
-
 class GatedAttention(Variant):
     order = 80
     name = "gate"
@@ -59,9 +53,13 @@ class GatedAttention(Variant):
     out_stages = ("gate", "gated")
     out_gradients = ("d_gated", "d_gate", "d_W_G", "d_b_G")
     new_options = (
-        NewOption("gate", bool, "A random output gate W_G: each head's output times "
-                  "sigmoid(X·W_G), before W_O (Qwen3-Next)."),
-    )  # fmt: skip
+        NewOption(
+            "gate",
+            bool,
+            "A random output gate W_G: each head's output times "
+            "sigmoid(X·W_G), before W_O (Qwen3-Next).",
+        ),
+    )
     new_rank, new_order = 65, 70
 
     def parse(self, raw: Any, key: FixtureKey) -> Gate:
@@ -70,8 +68,10 @@ class GatedAttention(Variant):
         value = {k: v for k, v in raw.items() if v is not None}
         known_subkeys(value, key, self.name, self.subkeys)
         if key.d_model is None:
-            raise key("given with Q, K and V directly", "X and W_Q alongside it (the gate is "
-                      "projected from X, as the queries are)")  # fmt: skip
+            raise key(
+                "given with Q, K and V directly",
+                "X and W_Q alongside it (the gate is projected from X, as the queries are)",
+            )
         width, d_model = key.heads * key.d_v, key.d_model
         shape = f"[d_model, heads*d_v] = [{d_model}, {key.heads}*{key.d_v}]"
         if "W_G" not in value:
@@ -100,16 +100,49 @@ class GatedAttention(Variant):
             gate = self.value(inputs)
             return gate is not None and gate.b_G is not None
 
-        return (*super().stage_rows(),
-            StageSpec("d_gated", ("d_concat",), OUT_AXES, False, "d_gated", on,
-                      formula("d_gated"), gradient=True),
-            StageSpec("d_gate", ("d_gated", "output", "gate"), OUT_AXES, False, "d_gate", on,
-                      formula("d_gate"), gradient=True),
-            StageSpec("d_W_G", ("d_gate", "X"), ("d_model", "heads*d_v"), False, "d_W_G", on,
-                      formula("d_W_G"), gradient=True),
-            StageSpec("d_b_G", ("d_gate",), ("heads*d_v",), False, "d_b_G", biased,
-                      formula("d_b_G"), gradient=True),
-        )  # fmt: skip
+        return (
+            *super().stage_rows(),
+            StageSpec(
+                "d_gated",
+                ("d_concat",),
+                OUT_AXES,
+                False,
+                "d_gated",
+                on,
+                formula("d_gated"),
+                gradient=True,
+            ),
+            StageSpec(
+                "d_gate",
+                ("d_gated", "output", "gate"),
+                OUT_AXES,
+                False,
+                "d_gate",
+                on,
+                formula("d_gate"),
+                gradient=True,
+            ),
+            StageSpec(
+                "d_W_G",
+                ("d_gate", "X"),
+                ("d_model", "heads*d_v"),
+                False,
+                "d_W_G",
+                on,
+                formula("d_W_G"),
+                gradient=True,
+            ),
+            StageSpec(
+                "d_b_G",
+                ("d_gate",),
+                ("heads*d_v",),
+                False,
+                "d_b_G",
+                biased,
+                formula("d_b_G"),
+                gradient=True,
+            ),
+        )
 
     def stage_formula(self, value: Gate, inputs: Inputs, stage: str) -> str:
         over = "b, t" if inputs.has_batch else "t"
@@ -130,9 +163,14 @@ class GatedAttention(Variant):
         return f"{d_out} ⊙ σ(gate)"  # d_output, from d_gated
 
     def grad_out(
-        self, value: Gate, inputs: Inputs, d_out: FloatArray, made: Mapping[str, FloatArray],
-        X: FloatArray | None, cast: Cast,
-    ) -> tuple[FloatArray, dict[str, FloatArray], FloatArray | None]:  # fmt: skip
+        self,
+        value: Gate,
+        inputs: Inputs,
+        d_out: FloatArray,
+        made: Mapping[str, FloatArray],
+        X: FloatArray | None,
+        cast: Cast,
+    ) -> tuple[FloatArray, dict[str, FloatArray], FloatArray | None]:
         """gated = output ⊙ σ(gate)  =>  d_output = d_gated ⊙ σ(gate), d_gate = d_gated ⊙
         output ⊙ σ'(gate), σ' = σ(1 − σ); gate = X·W_G + b_G  =>  d_W_G = Xᵀ·d_gate,
         d_b_G = Σ d_gate, and d_gate·W_Gᵀ joins d_X."""
@@ -140,16 +178,24 @@ class GatedAttention(Variant):
         s = sigmoid(made["gate"])  # (B, H, T, Dv)
         d_gate = d_out * made["output"] * s * (1.0 - s)  # (B, H, T, Dv)
         flat = merge_heads(d_gate)  # (B, T, H*Dv)
-        grads = {"d_gated": d_out, "d_gate": d_gate,
-                 "d_W_G": np.einsum("btc,bto->co", X, flat)}  # (d_model, H*Dv)  # fmt: skip
+        grads = {
+            "d_gated": d_out,
+            "d_gate": d_gate,
+            "d_W_G": np.einsum("btc,bto->co", X, flat),
+        }  # (d_model, H*Dv)
         if value.b_G is not None:
             grads["d_b_G"] = flat.sum(axis=(0, 1))  # (H*Dv,)
         return d_out * s, grads, flat @ cast("gate.W_G", value.W_G).T  # (B, T, d_model)
 
     def out_transform(
-        self, value: Gate, inputs: Inputs, output: FloatArray, X: FloatArray | None, cast: Cast,
+        self,
+        value: Gate,
+        inputs: Inputs,
+        output: FloatArray,
+        X: FloatArray | None,
+        cast: Cast,
         seen: Mapping[str, FloatArray] | None = None,
-    ) -> dict[str, FloatArray]:  # fmt: skip
+    ) -> dict[str, FloatArray]:
         assert X is not None, "the gate is parsed only with X"
         W_G = cast("gate.W_G", value.W_G)
         b_G = None if value.b_G is None else cast("gate.b_G", value.b_G)
@@ -171,8 +217,9 @@ class GatedAttention(Variant):
         if not spec.options.get(self.name):
             return {}
         width = spec.heads * spec.d_k
-        return {"gate.W_G": (rng.normal(size=(spec.d_model, width)) / np.sqrt(spec.d_model))
-                .round(2)}  # fmt: skip
+        return {
+            "gate.W_G": (rng.normal(size=(spec.d_model, width)) / np.sqrt(spec.d_model)).round(2)
+        }
 
     def new_lines(self, spec: NewSpec, members: Mapping[str, Any]) -> list[str]:
         W_G = members["gate.W_G"]

@@ -207,12 +207,16 @@ def _shared_rows() -> tuple[StageSpec, ...]:
     def applies(inputs: Inputs) -> bool:
         return _on(inputs) is not None
 
-    rows = (("implicit_weights", ("Q", "K", "V"), SCORE_AXES, True),
-            ("state", ("K", "V"), _STATE, False),
-            ("output_recurrent", ("state", "Q"), _V_AXES, False),
-            ("output_chunked", ("Q", "K", "V"), _V_AXES, False))  # fmt: skip
-    return tuple(StageSpec(n, needs, axes, score, n, applies, _shared_formula(n))
-                 for n, needs, axes, score in rows)  # fmt: skip
+    rows = (
+        ("implicit_weights", ("Q", "K", "V"), SCORE_AXES, True),
+        ("state", ("K", "V"), _STATE, False),
+        ("output_recurrent", ("state", "Q"), _V_AXES, False),
+        ("output_chunked", ("Q", "K", "V"), _V_AXES, False),
+    )
+    return tuple(
+        StageSpec(n, needs, axes, score, n, applies, _shared_formula(n))
+        for n, needs, axes, score in rows
+    )
 
 
 class _Linear(Variant):
@@ -223,9 +227,12 @@ class _Linear(Variant):
     def refuses(self, value: Any, inputs: Inputs, what: str) -> tuple[str, str, str] | None:
         if what == "decoding":  # a recurrent state in place of the cache (decode_state)
             return None
-        return (self.name, f"{what} does not yet run linear attention (its recurrent state "
-                "is shown by attn trace's state stage)",
-                f"a fixture without {self.name} (attn trace shows every stage of it)")  # fmt: skip
+        return (
+            self.name,
+            f"{what} does not yet run linear attention (its recurrent state "
+            "is shown by attn trace's state stage)",
+            f"a fixture without {self.name} (attn trace shows every stage of it)",
+        )
 
     def default_scale(self, value: Any, inputs: Inputs) -> float:
         """Plain linear attention scales nothing; Gated DeltaNet divides q by √d_k (q_l2)."""
@@ -244,8 +251,19 @@ class Plain:
 
 
 _PLAIN_DOC = "true, or a mapping {feature_map: elu+1, chunk: chunk size of the chunked form}"
-_SOFTMAX_ONLY = ("rope", "qk_norm", "softcap", "alibi", "bias", "sinks", "window", "mask",
-                 "lengths", "gate", "mask_value")  # fmt: skip
+_SOFTMAX_ONLY = (
+    "rope",
+    "qk_norm",
+    "softcap",
+    "alibi",
+    "bias",
+    "sinks",
+    "window",
+    "mask",
+    "lengths",
+    "gate",
+    "mask_value",
+)
 
 
 MOST_CHUNK = 1024  # a chunk's (C, C) matrices per head: 8 MiB of float64 at most
@@ -273,8 +291,11 @@ class LinearAttention(_Linear):
         known_subkeys(raw, key, self.name, self.subkeys)
         fm = raw.get("feature_map", "elu+1")
         if fm != "elu+1":
-            raise key(f"got {key.describe(fm)}", "elu+1 (Katharopoulos et al.'s φ)",
-                      f"{self.name}.feature_map")  # fmt: skip
+            raise key(
+                f"got {key.describe(fm)}",
+                "elu+1 (Katharopoulos et al.'s φ)",
+                f"{self.name}.feature_map",
+            )
         if key.d_model is None:
             raise key("given with Q, K and V directly", "X, W_Q, W_K, W_V alongside it")
         if key.seq_q != key.seq_k:
@@ -291,12 +312,24 @@ class LinearAttention(_Linear):
     def stage_rows(self) -> tuple[StageSpec, ...]:
         on, f = self.applies, self.formula_of
         weights, state, *outputs = _shared_rows()
-        return (StageSpec("phi_Q", ("Q",), Q_AXES, False, "phi_Q", on, f("phi_Q")),
-                StageSpec("phi_K", ("K",), ("batch", "kv_head", "key", "d_k"), False, "phi_K",
-                          on, f("phi_K")),
-                weights, state,
-                StageSpec("normaliser", ("K",), ("batch", "head", "query", "d_k"), False,
-                          "normaliser", on, f("normaliser")), *outputs)  # fmt: skip
+        return (
+            StageSpec("phi_Q", ("Q",), Q_AXES, False, "phi_Q", on, f("phi_Q")),
+            StageSpec(
+                "phi_K", ("K",), ("batch", "kv_head", "key", "d_k"), False, "phi_K", on, f("phi_K")
+            ),
+            weights,
+            state,
+            StageSpec(
+                "normaliser",
+                ("K",),
+                ("batch", "head", "query", "d_k"),
+                False,
+                "normaliser",
+                on,
+                f("normaliser"),
+            ),
+            *outputs,
+        )
 
     def stage_formula(self, value: Plain, inputs: Inputs, stage: str) -> str:
         return _PLAIN_FORMULAS[stage].replace("{C}", str(value.chunk))
@@ -313,15 +346,23 @@ class LinearAttention(_Linear):
         return {"phi_Q": phi_q, "phi_K": phi_k, "implicit_weights": weights, "output": output}
 
     def side(
-        self, value: Plain, inputs: Inputs, arrays: Mapping[str, FloatArray], scale: float,
+        self,
+        value: Plain,
+        inputs: Inputs,
+        arrays: Mapping[str, FloatArray],
+        scale: float,
         cast: Cast,
-    ) -> dict[str, FloatArray]:  # fmt: skip
+    ) -> dict[str, FloatArray]:
         group = inputs.heads // inputs.kv_heads
         k, v = (np.repeat(arrays[n], group, axis=1) for n in ("phi_K", "V"))  # (B, H, T, ·)
         states, zs, out = linear_recurrent(arrays["phi_Q"], k, v)
         chunked = linear_chunked(arrays["phi_Q"], k, v, value.chunk)
-        return {"state": states, "normaliser": zs, "output_recurrent": out,
-                "output_chunked": chunked}  # fmt: skip
+        return {
+            "state": states,
+            "normaliser": zs,
+            "output_recurrent": out,
+            "output_chunked": chunked,
+        }
 
     def decode_state(
         self, value: Plain, inputs: Inputs, arrays: Mapping[str, FloatArray], cast: Cast
@@ -349,9 +390,12 @@ def _refuse_others(v: Variant, inputs: Inputs) -> None:
 
     for other, _ in Chain(inputs).on:
         if other.name in _SOFTMAX_ONLY or (other is not v and other in _LINEAR):
-            raise InputError(inputs.source, other.name, f"given with {v.name}",
-                             f"{v.name} without {other.name} (it has no softmax scores to "
-                             "change)")  # fmt: skip
+            raise InputError(
+                inputs.source,
+                other.name,
+                f"given with {v.name}",
+                f"{v.name} without {other.name} (it has no softmax scores to change)",
+            )
     if inputs.X_kv is not None:
         raise InputError(
             inputs.source,
@@ -388,10 +432,25 @@ class Delta:
         return int(self.W_q.shape[1]) // self.k_heads
 
 
-_DELTA_DOC = ("a mapping {W_q, W_k, W_v, W_z, W_b, W_a, conv, A_log, dt_bias, norm; optional "
-              "k_heads, eps, chunk}")  # fmt: skip
-_DELTA_KEYS = ("W_q", "W_k", "W_v", "W_z", "W_b", "W_a", "conv", "A_log", "dt_bias", "norm",
-               "k_heads", "eps", "chunk")  # fmt: skip
+_DELTA_DOC = (
+    "a mapping {W_q, W_k, W_v, W_z, W_b, W_a, conv, A_log, dt_bias, norm; optional "
+    "k_heads, eps, chunk}"
+)
+_DELTA_KEYS = (
+    "W_q",
+    "W_k",
+    "W_v",
+    "W_z",
+    "W_b",
+    "W_a",
+    "conv",
+    "A_log",
+    "dt_bias",
+    "norm",
+    "k_heads",
+    "eps",
+    "chunk",
+)
 _DELTA_ARRAYS = _DELTA_KEYS[:10]
 
 
@@ -481,18 +540,28 @@ class GatedDeltaNet(_Linear):
         return _DeltaParser(key, value).delta()
 
     def config(self, value: Delta, inputs: Inputs) -> dict[str, Any]:
-        return {"num_k_heads": value.k_heads, "num_v_heads": inputs.heads,
-                "head_k_dim": value.d_k, "head_v_dim": inputs.d_v,
-                "conv_kernel": int(value.conv.shape[1]), "eps": value.eps,
-                "chunk": value.chunk}  # fmt: skip
+        return {
+            "num_k_heads": value.k_heads,
+            "num_v_heads": inputs.heads,
+            "head_k_dim": value.d_k,
+            "head_v_dim": inputs.d_v,
+            "conv_kernel": int(value.conv.shape[1]),
+            "eps": value.eps,
+            "chunk": value.chunk,
+        }
 
     def stage_rows(self) -> tuple[StageSpec, ...]:
         on, f = self.applies, self.formula_of
-        rows = (("qkv", ("X",), ("batch", "query", "conv_dim")),
-                ("qkv_conv", ("qkv",), ("batch", "query", "conv_dim")),
-                ("beta", ("X",), _PER_TOKEN), ("g", ("X",), _PER_TOKEN),
-                ("q_l2", ("Q",), Q_AXES), ("k_l2", ("K",), Q_AXES),
-                ("z", ("X",), OUT_AXES), ("normed", ("output", "z"), OUT_AXES))  # fmt: skip
+        rows = (
+            ("qkv", ("X",), ("batch", "query", "conv_dim")),
+            ("qkv_conv", ("qkv",), ("batch", "query", "conv_dim")),
+            ("beta", ("X",), _PER_TOKEN),
+            ("g", ("X",), _PER_TOKEN),
+            ("q_l2", ("Q",), Q_AXES),
+            ("k_l2", ("K",), Q_AXES),
+            ("z", ("X",), OUT_AXES),
+            ("normed", ("output", "z"), OUT_AXES),
+        )
         return tuple(StageSpec(n, needs, axes, False, n, on, f(n)) for n, needs, axes in rows)
 
     def out_needs(self, stage: str) -> tuple[str, ...]:
@@ -515,9 +584,13 @@ class GatedDeltaNet(_Linear):
         return {"q_l2": q, "k_l2": k, "implicit_weights": weights, "output": output}
 
     def side(
-        self, value: Delta, inputs: Inputs, arrays: Mapping[str, FloatArray], scale: float,
+        self,
+        value: Delta,
+        inputs: Inputs,
+        arrays: Mapping[str, FloatArray],
+        scale: float,
         cast: Cast,
-    ) -> dict[str, FloatArray]:  # fmt: skip
+    ) -> dict[str, FloatArray]:
         q, k, v, g, beta = (arrays[n] for n in ("q_l2", "k_l2", "V", "g", "beta"))
         states, out = delta_recurrent(q, k, v, g, beta)
         chunked = delta_chunked(q, k, v, g, beta, value.chunk)
@@ -531,9 +604,14 @@ class GatedDeltaNet(_Linear):
         return DeltaRecurrence(value, inputs.heads, arrays, cast)
 
     def out_transform(
-        self, value: Delta, inputs: Inputs, output: FloatArray, X: FloatArray | None, cast: Cast,
+        self,
+        value: Delta,
+        inputs: Inputs,
+        output: FloatArray,
+        X: FloatArray | None,
+        cast: Cast,
         seen: Mapping[str, FloatArray] | None = None,
-    ) -> dict[str, FloatArray]:  # fmt: skip
+    ) -> dict[str, FloatArray]:
         assert X is not None, "gated_deltanet is parsed only with X"
         z = split_heads(X @ cast("gated_deltanet.W_z", value.W_z), inputs.heads)  # (B,H,T,Dv)
         norm = cast("gated_deltanet.norm", value.norm)
@@ -583,24 +661,34 @@ class _DeltaParser:
     def delta(self) -> Delta:
         key, v = self.key, self.value
         if key.d_model is None:
-            raise key("given with Q, K and V directly", "X alongside it (Gated DeltaNet "
-                      "projects q, k, v, z, b and a from X)")  # fmt: skip
+            raise key(
+                "given with Q, K and V directly",
+                "X alongside it (Gated DeltaNet projects q, k, v, z, b and a from X)",
+            )
         d, H = key.d_model, key.heads
-        k_heads = whole_number(v.get("k_heads", H), key, "gated_deltanet.k_heads", 1, H,
-                               f"dividing heads = {H}")  # fmt: skip
+        k_heads = whole_number(
+            v.get("k_heads", H), key, "gated_deltanet.k_heads", 1, H, f"dividing heads = {H}"
+        )
         if H % k_heads:
-            raise key(f"got {key.describe(k_heads)}", f"a whole number dividing heads = {H}",
-                      "gated_deltanet.k_heads")  # fmt: skip
+            raise key(
+                f"got {key.describe(k_heads)}",
+                f"a whole number dividing heads = {H}",
+                "gated_deltanet.k_heads",
+            )
         W_q = self.array("W_q", (d, None), f"a matrix [d_model, k_heads*d_k] = [{d}, ...]")
         if W_q.shape[1] % k_heads:
-            raise key(f"has {W_q.shape[1]} columns", f"k_heads*d_k, k_heads = {k_heads}",
-                      "gated_deltanet.W_q")  # fmt: skip
+            raise key(
+                f"has {W_q.shape[1]} columns",
+                f"k_heads*d_k, k_heads = {k_heads}",
+                "gated_deltanet.W_q",
+            )
         kd = int(W_q.shape[1])
         W_k = self.array("W_k", (d, kd), f"a matrix [d_model, k_heads*d_k] = [{d}, {kd}]")
         W_v = self.array("W_v", (d, None), f"a matrix [d_model, heads*d_v] = [{d}, ...]")
         if W_v.shape[1] % H:
-            raise key(f"has {W_v.shape[1]} columns", f"heads*d_v, heads = {H}",
-                      "gated_deltanet.W_v")  # fmt: skip
+            raise key(
+                f"has {W_v.shape[1]} columns", f"heads*d_v, heads = {H}", "gated_deltanet.W_v"
+            )
         vd = int(W_v.shape[1])
         W_z = self.array("W_z", (d, vd), f"a matrix [d_model, heads*d_v] = [{d}, {vd}]")
         W_b = self.array("W_b", (d, H), f"a matrix [d_model, heads] = [{d}, {H}]")
@@ -615,12 +703,12 @@ class _DeltaParser:
         norm = self.array("norm", (vd // H,), f"a vector of d_v = {vd // H} numbers")
         settings: dict[str, Any] = {}
         if "eps" in v:
-            settings["eps"] = positive_number(v["eps"], key, "RMSNorm's epsilon",
-                                              "gated_deltanet.eps")  # fmt: skip
+            settings["eps"] = positive_number(
+                v["eps"], key, "RMSNorm's epsilon", "gated_deltanet.eps"
+            )
         if "chunk" in v:
             settings["chunk"] = _chunk(v["chunk"], key, "gated_deltanet.chunk")
-        return Delta(W_q, W_k, W_v, W_z, W_b, W_a, conv, A_log, dt_bias, norm, k_heads,
-                     **settings)  # fmt: skip
+        return Delta(W_q, W_k, W_v, W_z, W_b, W_a, conv, A_log, dt_bias, norm, k_heads, **settings)
 
 
 # -- decoding: the recurrent form one token at a time (core/decode_state.py) -------------------
@@ -649,8 +737,10 @@ class PlainRecurrence(Recurrence):
 
     def init(self) -> State:
         B, dtype = self.K.shape[0], self.K.dtype
-        return {"S": np.zeros((B, self.heads, self.d_k, self.d_v), dtype),
-                "z": np.zeros((B, self.heads, self.d_k), dtype)}  # fmt: skip
+        return {
+            "S": np.zeros((B, self.heads, self.d_k, self.d_v), dtype),
+            "z": np.zeros((B, self.heads, self.d_k), dtype),
+        }
 
     def step(self, state: State, t: int) -> tuple[State, dict[str, FloatArray], FloatArray]:
         phi_q = elu1(self.Q[:, :, t])  # (B, H, d_k)
@@ -701,8 +791,10 @@ class DeltaRecurrence(Recurrence):
     def init(self) -> State:
         B, dtype = self.X.shape[0], self.X.dtype
         kernel, channels = self.w["conv"].shape[1], self.W_qkv.shape[1]
-        return {"conv": np.zeros((B, kernel - 1, channels), dtype),
-                "S": np.zeros((B, self.heads, self.d_k, self.d_v), dtype)}  # fmt: skip
+        return {
+            "conv": np.zeros((B, kernel - 1, channels), dtype),
+            "S": np.zeros((B, self.heads, self.d_k, self.d_v), dtype),
+        }
 
     def step(self, state: State, t: int) -> tuple[State, dict[str, FloatArray], FloatArray]:
         x = self.X[:, t]  # (B, d_model)
@@ -725,15 +817,23 @@ class DeltaRecurrence(Recurrence):
         delta = (v - kv_mem) * beta[..., None]
         S = S + k[..., :, None] * delta[..., None, :]
         out = np.einsum("bhkv,bhk->bhv", S, q)  # (B, H, d_v)
-        read = {"q": q, "k": k, "v": v, "g": g[..., None], "beta": beta[..., None],
-                "kv_mem": kv_mem, "delta": delta}  # fmt: skip
+        read = {
+            "q": q,
+            "k": k,
+            "v": v,
+            "g": g[..., None],
+            "beta": beta[..., None],
+            "kv_mem": kv_mem,
+            "delta": delta,
+        }
         return {"conv": window[:, 1:], "S": S}, read, out
 
     def reference(self) -> FloatArray:
         a = self.arrays
         q = l2norm(a["Q"]) / np.sqrt(self.d_k).astype(a["Q"].dtype)
-        out: FloatArray = delta_chunked(q, l2norm(a["K"]), a["V"], a["g"], a["beta"],
-                                        self.value.chunk)  # fmt: skip
+        out: FloatArray = delta_chunked(
+            q, l2norm(a["K"]), a["V"], a["g"], a["beta"], self.value.chunk
+        )
         return out
 
 

@@ -20,11 +20,14 @@ class MaskValue(Variant):
     key_order = 70
     new_options = (
         NewOption(
-            "mask_value", float, "Fill hidden places with V (e.g. -1e4) instead of −∞, to see it "
-            "leak. Needs --causal.", metavar="V", field="mask_value",
+            "mask_value",
+            float,
+            "Fill hidden places with V (e.g. -1e4) instead of −∞, to see it leak. Needs --causal.",
+            metavar="V",
+            field="mask_value",
             example=("leak.yaml --causal --mask-value -1e4", "a sentinel that leaks"),
         ),
-    )  # fmt: skip
+    )
     new_rank, new_order = 80, 70
 
     def value(self, inputs: Inputs) -> float | None:
@@ -53,9 +56,10 @@ class MaskValue(Variant):
             return self.name, "is nan", "-inf or a negative number such as -1e4"
         if value is not None and not spec.causal:
             return (
-                self.name, "given but nothing is masked",
+                self.name,
+                "given but nothing is masked",
                 "--causal alongside --mask-value (it fills the places a query may not see)",
-            )  # fmt: skip
+            )
         return None
 
     def new_lines(self, spec: NewSpec, members: Mapping[str, Any]) -> list[str]:

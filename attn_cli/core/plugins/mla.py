@@ -48,10 +48,26 @@ from attn_cli.core.variant import (
     register,
 )
 
-DOC = ("a mapping {W_DQ, q_norm, W_UQ (q LoRA) or W_Q; W_DKV, kv_norm, W_UK, W_UV, W_KR; "
-       "optional base, eps, mscale, scaling, rope_layout}")  # fmt: skip
-SUBKEYS = ("W_DQ", "q_norm", "W_UQ", "W_Q", "W_DKV", "kv_norm", "W_UK", "W_UV", "W_KR",
-           "base", "eps", "mscale", "scaling", "rope_layout")  # fmt: skip
+DOC = (
+    "a mapping {W_DQ, q_norm, W_UQ (q LoRA) or W_Q; W_DKV, kv_norm, W_UK, W_UV, W_KR; "
+    "optional base, eps, mscale, scaling, rope_layout}"
+)
+SUBKEYS = (
+    "W_DQ",
+    "q_norm",
+    "W_UQ",
+    "W_Q",
+    "W_DKV",
+    "kv_norm",
+    "W_UK",
+    "W_UV",
+    "W_KR",
+    "base",
+    "eps",
+    "mscale",
+    "scaling",
+    "rope_layout",
+)
 # where each rotated pair's two numbers go: "split" as transformers' deepseek_v3
 # (apply_rotary_pos_emb_interleave: the pairs' first numbers, then their second numbers),
 # "pairs" as its deepseek_v2 (view_as_complex: each pair stays in place)
@@ -169,8 +185,12 @@ def absorbed(
     k_rope = arrays["k_rope_rot"][:, None]  # (B, 1, S, d_rope)
     scores = q_absorbed @ c_kv.swapaxes(-1, -2) + arrays["q_rope_rot"] @ k_rope.swapaxes(-1, -2)
     output_latent = arrays["softmax"] @ c_kv  # (B, H, T, r)
-    return {"q_absorbed": q_absorbed, "scores_absorbed": scores,  # (B, H, T, S)
-            "output_latent": output_latent, "output_absorbed": output_latent @ W_UV}  # fmt: skip
+    return {
+        "q_absorbed": q_absorbed,
+        "scores_absorbed": scores,  # (B, H, T, S)
+        "output_latent": output_latent,
+        "output_absorbed": output_latent @ W_UV,
+    }
 
 
 def rms_norm_backward(
@@ -184,9 +204,12 @@ def rms_norm_backward(
 
 
 def rope_interleaved_backward(
-    d_out: FloatArray, positions: IntArray, base: float, scaling: RopeScaling | None = None,
+    d_out: FloatArray,
+    positions: IntArray,
+    base: float,
+    scaling: RopeScaling | None = None,
     layout: str = "split",
-) -> FloatArray:  # fmt: skip
+) -> FloatArray:
     """The transpose of :func:`rope_interleaved`: from d[a | b] (a = even·cos − odd·sin,
     b = odd·cos + even·sin) to d_even = d_a·cos + d_b·sin, d_odd = d_b·cos − d_a·sin,
     interleaved back into pairs."""
@@ -213,9 +236,13 @@ def _linear_back(d: FloatArray, x: FloatArray, W: FloatArray) -> tuple[FloatArra
 
 
 def naive_backward(
-    value: MLA, heads: int, grads: Mapping[str, FloatArray], arrays: Mapping[str, FloatArray],
-    pos: IntArray, cast: Cast,
-) -> dict[str, FloatArray]:  # fmt: skip
+    value: MLA,
+    heads: int,
+    grads: Mapping[str, FloatArray],
+    arrays: Mapping[str, FloatArray],
+    pos: IntArray,
+    cast: Cast,
+) -> dict[str, FloatArray]:
     """The naive form's gradients, from d_Q (B, H, T, D), d_K (B, H, S, D), d_V (B, H, S, Dv)
     back to X and every weight of the layer, in the order the backward computes them."""
     w = {n: cast(f"mla.{n}", a) for n in WEIGHTS if (a := getattr(value, n)) is not None}
@@ -238,15 +265,17 @@ def naive_backward(
     d_c_uk, out["d_W_UK"] = _linear_back(merge_heads(out["d_K_nope"]), c, w["W_UK"])
     d_c_uv, out["d_W_UV"] = _linear_back(merge_heads(d_V), c, w["W_UV"])
     out["d_c_KV_norm"] = d_c_uk + d_c_uv  # (B, S, r)
-    out["d_c_KV"], out["d_kv_norm"] = rms_norm_backward(out["d_c_KV_norm"], arrays["c_KV"],
-                                                        w["kv_norm"], value.eps)  # fmt: skip
+    out["d_c_KV"], out["d_kv_norm"] = rms_norm_backward(
+        out["d_c_KV_norm"], arrays["c_KV"], w["kv_norm"], value.eps
+    )
     # 4) the query path: [q_nope | q_rope] per head, heads side by side as W_UQ's columns
     d_q = merge_heads(np.concatenate([out["d_q_nope"], out["d_q_rope"]], axis=-1))  # (B, T, ·)
     if value.lora:
         d_cq, out["d_W_UQ"] = _linear_back(d_q, arrays["c_Q_norm"], w["W_UQ"])
         out["d_c_Q_norm"] = d_cq  # (B, T, q_rank)
-        out["d_c_Q"], out["d_q_norm"] = rms_norm_backward(d_cq, arrays["c_Q"], w["q_norm"],
-                                                          value.eps)  # fmt: skip
+        out["d_c_Q"], out["d_q_norm"] = rms_norm_backward(
+            d_cq, arrays["c_Q"], w["q_norm"], value.eps
+        )
         d_X_q, out["d_W_DQ"] = _linear_back(out["d_c_Q"], X, w["W_DQ"])
     else:
         d_X_q, out["d_W_Q"] = _linear_back(d_q, X, w["W_Q"])
@@ -272,45 +301,97 @@ _FRONT: tuple[tuple[str, tuple[str, ...], tuple[str, ...]], ...] = (
 )
 _SIDE: tuple[tuple[str, tuple[str, ...], tuple[str, ...], bool], ...] = (
     ("q_absorbed", ("q_nope",), _LATENT_Q, False),
-    ("scores_absorbed", ("q_absorbed", "c_KV_norm", "q_rope_rot", "k_rope_rot"),
-     ("batch", "head", "query", "key"), False),
+    (
+        "scores_absorbed",
+        ("q_absorbed", "c_KV_norm", "q_rope_rot", "k_rope_rot"),
+        ("batch", "head", "query", "key"),
+        False,
+    ),
     ("output_latent", ("softmax", "c_KV_norm"), _LATENT_Q, False),
     ("output_absorbed", ("output_latent",), ("batch", "head", "query", "d_v"), False),
-)  # fmt: skip
+)
 # the backward's rows, in the order it computes them: name, needs, axes, formula
 _GRAD: tuple[tuple[str, tuple[str, ...], tuple[str, ...], str], ...] = (
     ("d_q_nope", ("d_Q",), ("batch", "head", "query", "d_nope"), "d_q_nope = d_Q[:, :d_nope]"),
-    ("d_q_rope_rot", ("d_Q",), ("batch", "head", "query", "d_rope"),
-     "d_q_rope_rot = d_Q[:, d_nope:]"),
+    (
+        "d_q_rope_rot",
+        ("d_Q",),
+        ("batch", "head", "query", "d_rope"),
+        "d_q_rope_rot = d_Q[:, d_nope:]",
+    ),
     ("d_K_nope", ("d_K",), ("batch", "head", "key", "d_nope"), "d_K_nope = d_K[:, :d_nope]"),
-    ("d_k_rope_rot", ("d_K",), ("batch", "key", "d_rope"),
-     "d_k_rope_rot = Σ_h d_K[h][:, d_nope:] (one key for all heads)"),
-    ("d_q_rope", ("d_q_rope_rot",), ("batch", "head", "query", "d_rope"),
-     "d_q_rope = RoPE⁻¹(d_q_rope_rot), each pair turned back by its angle"),
-    ("d_k_rope", ("d_k_rope_rot",), ("batch", "key", "d_rope"),
-     "d_k_rope = RoPE⁻¹(d_k_rope_rot), each pair turned back by its angle"),
-    ("d_W_UK", ("d_K_nope", "c_KV_norm"), ("kv_lora_rank", "heads*d_nope"),
-     "d_W_UK = c_KV_normᵀ·d_K_nope (heads side by side)"),
-    ("d_W_UV", ("d_V", "c_KV_norm"), ("kv_lora_rank", "heads*d_v"),
-     "d_W_UV = c_KV_normᵀ·d_V (heads side by side)"),
-    ("d_c_KV_norm", ("d_K_nope", "d_V"), ("batch", "key", "kv_lora_rank"),
-     "d_c_KV_norm = d_K_nope·W_UKᵀ + d_V·W_UVᵀ (every head's)"),
-    ("d_c_KV", ("d_c_KV_norm", "c_KV"), ("batch", "key", "kv_lora_rank"),
-     "d_c_KV = (g − c_KV·mean(g ⊙ c_KV)/ρ²)/ρ, g = kv_norm ⊙ d_c_KV_norm, "
-     "ρ = √(mean(c_KV²) + eps)"),
-    ("d_kv_norm", ("d_c_KV_norm", "c_KV"), ("kv_lora_rank",),
-     "d_kv_norm = Σ_t d_c_KV_norm ⊙ c_KV/ρ"),
-    ("d_W_UQ", ("d_q_nope", "d_q_rope", "c_Q_norm"), ("q_lora_rank", "heads*d_k"),
-     "d_W_UQ = c_Q_normᵀ·[d_q_nope | d_q_rope] (heads side by side)"),
-    ("d_c_Q_norm", ("d_q_nope", "d_q_rope"), ("batch", "query", "q_lora_rank"),
-     "d_c_Q_norm = [d_q_nope | d_q_rope]·W_UQᵀ"),
-    ("d_c_Q", ("d_c_Q_norm", "c_Q"), ("batch", "query", "q_lora_rank"),
-     "d_c_Q = (g − c_Q·mean(g ⊙ c_Q)/ρ²)/ρ, g = q_norm ⊙ d_c_Q_norm, ρ = √(mean(c_Q²) + eps)"),
+    (
+        "d_k_rope_rot",
+        ("d_K",),
+        ("batch", "key", "d_rope"),
+        "d_k_rope_rot = Σ_h d_K[h][:, d_nope:] (one key for all heads)",
+    ),
+    (
+        "d_q_rope",
+        ("d_q_rope_rot",),
+        ("batch", "head", "query", "d_rope"),
+        "d_q_rope = RoPE⁻¹(d_q_rope_rot), each pair turned back by its angle",
+    ),
+    (
+        "d_k_rope",
+        ("d_k_rope_rot",),
+        ("batch", "key", "d_rope"),
+        "d_k_rope = RoPE⁻¹(d_k_rope_rot), each pair turned back by its angle",
+    ),
+    (
+        "d_W_UK",
+        ("d_K_nope", "c_KV_norm"),
+        ("kv_lora_rank", "heads*d_nope"),
+        "d_W_UK = c_KV_normᵀ·d_K_nope (heads side by side)",
+    ),
+    (
+        "d_W_UV",
+        ("d_V", "c_KV_norm"),
+        ("kv_lora_rank", "heads*d_v"),
+        "d_W_UV = c_KV_normᵀ·d_V (heads side by side)",
+    ),
+    (
+        "d_c_KV_norm",
+        ("d_K_nope", "d_V"),
+        ("batch", "key", "kv_lora_rank"),
+        "d_c_KV_norm = d_K_nope·W_UKᵀ + d_V·W_UVᵀ (every head's)",
+    ),
+    (
+        "d_c_KV",
+        ("d_c_KV_norm", "c_KV"),
+        ("batch", "key", "kv_lora_rank"),
+        "d_c_KV = (g − c_KV·mean(g ⊙ c_KV)/ρ²)/ρ, g = kv_norm ⊙ d_c_KV_norm, "
+        "ρ = √(mean(c_KV²) + eps)",
+    ),
+    (
+        "d_kv_norm",
+        ("d_c_KV_norm", "c_KV"),
+        ("kv_lora_rank",),
+        "d_kv_norm = Σ_t d_c_KV_norm ⊙ c_KV/ρ",
+    ),
+    (
+        "d_W_UQ",
+        ("d_q_nope", "d_q_rope", "c_Q_norm"),
+        ("q_lora_rank", "heads*d_k"),
+        "d_W_UQ = c_Q_normᵀ·[d_q_nope | d_q_rope] (heads side by side)",
+    ),
+    (
+        "d_c_Q_norm",
+        ("d_q_nope", "d_q_rope"),
+        ("batch", "query", "q_lora_rank"),
+        "d_c_Q_norm = [d_q_nope | d_q_rope]·W_UQᵀ",
+    ),
+    (
+        "d_c_Q",
+        ("d_c_Q_norm", "c_Q"),
+        ("batch", "query", "q_lora_rank"),
+        "d_c_Q = (g − c_Q·mean(g ⊙ c_Q)/ρ²)/ρ, g = q_norm ⊙ d_c_Q_norm, ρ = √(mean(c_Q²) + eps)",
+    ),
     ("d_q_norm", ("d_c_Q_norm", "c_Q"), ("q_lora_rank",), "d_q_norm = Σ_t d_c_Q_norm ⊙ c_Q/ρ"),
     ("d_W_DQ", ("d_c_Q", "X"), ("d_model", "q_lora_rank"), "d_W_DQ = Xᵀ·d_c_Q"),
     ("d_W_DKV", ("d_c_KV", "X"), ("d_model", "kv_lora_rank"), "d_W_DKV = Xᵀ·d_c_KV"),
     ("d_W_KR", ("d_k_rope", "X"), ("d_model", "d_rope"), "d_W_KR = Xᵀ·d_k_rope"),
-)  # fmt: skip
+)
 _GRAD_LORA = ("d_W_UQ", "d_c_Q_norm", "d_c_Q", "d_q_norm", "d_W_DQ")
 _FORMULAS = {
     "c_Q": "c_Q = X·W_DQ",
@@ -359,10 +440,14 @@ class LatentAttention(Variant):
     def config(self, value: MLA, inputs: Inputs) -> dict[str, Any]:
         out: dict[str, Any] = {
             "q_lora_rank": None if value.W_DQ is None else int(value.W_DQ.shape[1]),
-            "kv_lora_rank": value.rank, "qk_rope_head_dim": value.d_rope,
-            "qk_nope_head_dim": inputs.d_k - value.d_rope, "v_head_dim": inputs.d_v,
-            "base": value.base, "eps": value.eps, "mscale": value.mscale,
-        }  # fmt: skip
+            "kv_lora_rank": value.rank,
+            "qk_rope_head_dim": value.d_rope,
+            "qk_nope_head_dim": inputs.d_k - value.d_rope,
+            "v_head_dim": inputs.d_v,
+            "base": value.base,
+            "eps": value.eps,
+            "mscale": value.mscale,
+        }
         if value.scaling is not None:
             out["scaling"] = value.scaling.config()
         if value.rope_layout != "split":
@@ -371,12 +456,18 @@ class LatentAttention(Variant):
 
     def stage_rows(self) -> tuple[StageSpec, ...]:
         on = self.applies
-        rows = [StageSpec(n, needs, axes, False, n, self._lora(n), self.formula_of(n))
-                for n, needs, axes in _FRONT]  # fmt: skip
-        rows += [StageSpec(n, needs, axes, score, n, on, self.formula_of(n))
-                 for n, needs, axes, score in _SIDE]  # fmt: skip
-        rows += [StageSpec(n, needs, axes, False, n, self._lora(n), self.formula_of(n),
-                           gradient=True) for n, needs, axes, _ in _GRAD]  # fmt: skip
+        rows = [
+            StageSpec(n, needs, axes, False, n, self._lora(n), self.formula_of(n))
+            for n, needs, axes in _FRONT
+        ]
+        rows += [
+            StageSpec(n, needs, axes, score, n, on, self.formula_of(n))
+            for n, needs, axes, score in _SIDE
+        ]
+        rows += [
+            StageSpec(n, needs, axes, False, n, self._lora(n), self.formula_of(n), gradient=True)
+            for n, needs, axes, _ in _GRAD
+        ]
         return tuple(rows)
 
     def _lora(self, stage: str) -> Any:
@@ -410,9 +501,13 @@ class LatentAttention(Variant):
         return next(f for n, _, _, f in _GRAD if n == stage)
 
     def grad_front(
-        self, value: MLA, inputs: Inputs, grads: Mapping[str, FloatArray],
-        arrays: Mapping[str, FloatArray], cast: Cast,
-    ) -> dict[str, FloatArray]:  # fmt: skip
+        self,
+        value: MLA,
+        inputs: Inputs,
+        grads: Mapping[str, FloatArray],
+        arrays: Mapping[str, FloatArray],
+        cast: Cast,
+    ) -> dict[str, FloatArray]:
         pos = inputs.token_positions()[0]
         return naive_backward(value, inputs.heads, grads, arrays, pos, cast)
 
@@ -429,9 +524,13 @@ class LatentAttention(Variant):
         return naive(value, inputs.heads, X, positions, cast)
 
     def side(
-        self, value: MLA, inputs: Inputs, arrays: Mapping[str, FloatArray], scale: float,
+        self,
+        value: MLA,
+        inputs: Inputs,
+        arrays: Mapping[str, FloatArray],
+        scale: float,
         cast: Cast,
-    ) -> dict[str, FloatArray]:  # fmt: skip
+    ) -> dict[str, FloatArray]:
         return absorbed(value, inputs.heads, arrays, scale, cast)
 
     decode_stages = ("q_nope", "q_rope_rot", "c_KV_norm", "k_rope_rot")
@@ -461,13 +560,19 @@ class LatentAttention(Variant):
     def refuses(self, value: MLA, inputs: Inputs, what: str) -> tuple[str, str, str] | None:
         kind = None if value.scaling is None else value.scaling.kind
         if what == "decoding" and kind in ("dynamic", "longrope"):
-            return ("mla.scaling", f"{kind} frequencies follow the sequence's length, and a KV "
-                    "cache keeps keys rotated at the old ones", "no scaling, or linear, llama3 "
-                    "or yarn (attn trace shows the whole sequence)")  # fmt: skip
+            return (
+                "mla.scaling",
+                f"{kind} frequencies follow the sequence's length, and a KV "
+                "cache keeps keys rotated at the old ones",
+                "no scaling, or linear, llama3 or yarn (attn trace shows the whole sequence)",
+            )
         if what in ("decoding", "the backward pass", "FlashAttention"):
             return None  # flash tiles the naive form's Q, K, V, as prefill kernels run MLA
-        return (self.name, f"{what} does not yet run multi-head latent attention",
-                "a fixture without mla (attn trace shows every stage of it)")  # fmt: skip
+        return (
+            self.name,
+            f"{what} does not yet run multi-head latent attention",
+            "a fixture without mla (attn trace shows every stage of it)",
+        )
 
 
 class _Parser:
@@ -503,20 +608,24 @@ class _Parser:
     def columns(self, name: str, arr: FloatArray, per: str) -> int:
         H = self.key.heads
         if arr.shape[1] % H:
-            raise self.key(f"has {arr.shape[1]} columns, not divisible by heads = {H}",
-                           f"heads*{per} columns", f"mla.{name}")  # fmt: skip
+            raise self.key(
+                f"has {arr.shape[1]} columns, not divisible by heads = {H}",
+                f"heads*{per} columns",
+                f"mla.{name}",
+            )
         return int(arr.shape[1]) // H
 
     def mla(self) -> MLA:
         if self.d_model is None:
-            raise self.key("given with Q, K and V directly", "X alongside it (MLA projects "
-                           "queries, the latent and k_rope from X)")  # fmt: skip
+            raise self.key(
+                "given with Q, K and V directly",
+                "X alongside it (MLA projects queries, the latent and k_rope from X)",
+            )
         d, v = self.d_model, self.value
         W_KR = self.matrix("W_KR", d, f"a matrix [d_model, d_rope] = [{d}, d_rope]")
         d_rope = int(W_KR.shape[1])
         if d_rope % 2:
-            raise self.key(f"has {d_rope} columns", "an even d_rope (RoPE turns pairs)",
-                           "mla.W_KR")  # fmt: skip
+            raise self.key(f"has {d_rope} columns", "an even d_rope (RoPE turns pairs)", "mla.W_KR")
         W_DKV = self.matrix("W_DKV", d, f"a matrix [d_model, kv_lora_rank] = [{d}, r]")
         r = int(W_DKV.shape[1])
         kv_norm = self.vector("kv_norm", r)
@@ -529,8 +638,9 @@ class _Parser:
         W_DQ = q_norm = W_UQ = W_Q = None
         if "W_DQ" in v:
             if "W_Q" in v:
-                raise self.key("given with W_DQ", "either W_DQ, q_norm, W_UQ (q LoRA) or W_Q",
-                               "mla.W_Q")  # fmt: skip
+                raise self.key(
+                    "given with W_DQ", "either W_DQ, q_norm, W_UQ (q LoRA) or W_Q", "mla.W_Q"
+                )
             W_DQ = self.matrix("W_DQ", d, f"a matrix [d_model, q_lora_rank] = [{d}, ...]")
             q_norm = self.vector("q_norm", int(W_DQ.shape[1]))
             W_UQ = self.matrix("W_UQ", int(W_DQ.shape[1]), f"a matrix [q_lora_rank, {q_doc}]")
@@ -538,26 +648,37 @@ class _Parser:
         else:
             for name in ("q_norm", "W_UQ"):
                 if name in v:
-                    raise self.key("given without W_DQ", "W_DQ, q_norm and W_UQ together "
-                                   "(q LoRA)", f"mla.{name}")  # fmt: skip
+                    raise self.key(
+                        "given without W_DQ",
+                        "W_DQ, q_norm and W_UQ together (q LoRA)",
+                        f"mla.{name}",
+                    )
             W_Q = self.matrix("W_Q", d, f"a matrix [d_model, {q_doc}]")
             q_name, q_cols = "W_Q", W_Q.shape[1]
         if q_cols != width:
             raise self.key(f"has {q_cols} columns", q_doc, f"mla.{q_name}")
         settings: dict[str, Any] = {
             n: positive_number(v[n], self.key, what, f"mla.{n}")
-            for n, what in (("base", "RoPE's base"), ("eps", "RMSNorm's epsilon"),
-                            ("mscale", "yarn's mscale")) if n in v
-        }  # fmt: skip
+            for n, what in (
+                ("base", "RoPE's base"),
+                ("eps", "RMSNorm's epsilon"),
+                ("mscale", "yarn's mscale"),
+            )
+            if n in v
+        }
         if "scaling" in v:
             base = settings.get("base", 10000.0)
             settings["scaling"] = parse_scaling(v["scaling"], self.key, d_rope, base, "mla.scaling")
         if "rope_layout" in v:
             layout = plain(v["rope_layout"])
             if layout not in ROPE_LAYOUTS:
-                raise self.key(f"got {self.key.describe(layout)}", '"split" (deepseek_v3: the '
-                               'pairs\' first numbers, then their second) or "pairs" (deepseek_v2: '
-                               "each pair in place)", "mla.rope_layout")  # fmt: skip
+                raise self.key(
+                    f"got {self.key.describe(layout)}",
+                    '"split" (deepseek_v3: the '
+                    'pairs\' first numbers, then their second) or "pairs" (deepseek_v2: '
+                    "each pair in place)",
+                    "mla.rope_layout",
+                )
             settings["rope_layout"] = layout
         return MLA(W_DQ, q_norm, W_UQ, W_Q, W_DKV, kv_norm, W_UK, W_UV, W_KR, **settings)
 

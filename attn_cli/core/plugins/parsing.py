@@ -40,8 +40,9 @@ def whole_number(raw: Any, key: FixtureKey, field: str, low: int, high: int, wha
     """An int (not a bool, not a float) from ``low`` to ``high``: every integer setting of a
     variant is bounded at load time, so that 2**63 never reaches NumPy as a size."""
     if type(raw) is not int or not low <= raw <= high:
-        raise key(f"got {key.describe(raw)}", f"a whole number from {low} to {high} ({what})",
-                  field)  # fmt: skip
+        raise key(
+            f"got {key.describe(raw)}", f"a whole number from {low} to {high} ({what})", field
+        )
     return raw
 
 
@@ -72,9 +73,10 @@ def known_subkeys(
     for sub in value:
         if sub not in known:
             raise key(
-                f"unknown key{did_you_mean(str(sub), known)}", "one of " + ", ".join(known),
+                f"unknown key{did_you_mean(str(sub), known)}",
+                "one of " + ", ".join(known),
                 f"{name}.{field_name(sub)}",
-            )  # fmt: skip
+            )
 
 
 def broadcasts(shape: tuple[int, ...], key: FixtureKey) -> None:

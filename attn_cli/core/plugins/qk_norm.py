@@ -11,6 +11,8 @@ import numpy as np
 
 from attn_cli.core.heads import merge_heads, split_heads
 from attn_cli.core.inputs import Inputs, QKNorm
+from attn_cli.core.ops import grad_rms_norm as grad_rms_norm
+from attn_cli.core.ops import rms_norm as rms_norm
 from attn_cli.core.plugins.parsing import known_subkeys, positive_number
 from attn_cli.core.stage_spec import number_text
 from attn_cli.core.variant import (
@@ -37,9 +39,8 @@ class QKNormalization(Variant):
     suffix = "norm"
     grad_late = True
     new_options = (
-        NewOption("qk_norm", bool, "RMSNorm of each head of Q and K, with random weights "
-                  "(Qwen3)."),
-    )  # fmt: skip
+        NewOption("qk_norm", bool, "RMSNorm of each head of Q and K, with random weights (Qwen3)."),
+    )
     new_rank, new_order = 60, 20
 
     def stage_formula(self, value: QKNorm, inputs: Inputs, stage: str) -> str:
@@ -58,15 +59,26 @@ class QKNormalization(Variant):
         )
 
     def transform(
-        self, value: QKNorm, inputs: Inputs, which: str, x: FloatArray, positions: IntArray,
+        self,
+        value: QKNorm,
+        inputs: Inputs,
+        which: str,
+        x: FloatArray,
+        positions: IntArray,
         cast: Cast,
-    ) -> FloatArray:  # fmt: skip
+    ) -> FloatArray:
         return norm_heads(x, _weight(value, which, cast), value.eps)  # (B, heads, n, D)
 
     def grad_transform(
-        self, value: QKNorm, inputs: Inputs, which: str, d_out: FloatArray, x_in: FloatArray,
-        positions: IntArray, cast: Cast,
-    ) -> FloatArray:  # fmt: skip
+        self,
+        value: QKNorm,
+        inputs: Inputs,
+        which: str,
+        d_out: FloatArray,
+        x_in: FloatArray,
+        positions: IntArray,
+        cast: Cast,
+    ) -> FloatArray:
         """RMSNorm's backward, per head (weight (D,)) or over the whole projection (heads*D,)."""
         w = _weight(value, which, cast)
         if w.shape[0] == x_in.shape[-1]:
@@ -93,8 +105,9 @@ class QKNormalization(Variant):
                 raise key(
                     f"has length {w.shape[0]}",
                     f"d_k = {key.d_k} (each head) or {n_name}*d_k = {n * key.d_k} (the whole "
-                    "projection)", field,
-                )  # fmt: skip
+                    "projection)",
+                    field,
+                )
             weights.append(w)
         eps = 1e-6
         if "eps" in value:
@@ -114,17 +127,22 @@ class QKNormalization(Variant):
             return {}
         # learned RMSNorm weights start at 1; these are near it
         q_weight, k_weight = ((1 + 0.1 * rng.normal(size=spec.d_k)).round(2) for _ in "qk")
-        return {"qk_norm.q_weight": q_weight, "qk_norm.k_weight": k_weight,
-                "qk_norm.eps": np.array(1e-6)}  # fmt: skip
+        return {
+            "qk_norm.q_weight": q_weight,
+            "qk_norm.k_weight": k_weight,
+            "qk_norm.eps": np.array(1e-6),
+        }
 
     def new_lines(self, spec: NewSpec, members: Mapping[str, Any]) -> list[str]:
         return [
             "qk_norm:   # RMSNorm of Q and K before RoPE: x / sqrt(mean(x^2) + eps) * weight",
             "  # weights of length d_k: each head is normalised on its own (Qwen3, Gemma 3)",
-            *(f"  {sub}: [" + ", ".join(exact(x) for x in members[f"qk_norm.{sub}"]) + "]"
-              for sub in ("q_weight", "k_weight")),
+            *(
+                f"  {sub}: [" + ", ".join(exact(x) for x in members[f"qk_norm.{sub}"]) + "]"
+                for sub in ("q_weight", "k_weight")
+            ),
             "  eps: 1.0e-06",
-        ]  # fmt: skip
+        ]
 
     def new_words(self, spec: NewSpec, members: Mapping[str, Any]) -> str:
         return "QK-norm"
@@ -137,38 +155,10 @@ def norm_heads(x: FloatArray, weight: FloatArray, eps: float) -> FloatArray:
     return split_heads(rms_norm(merge_heads(x), weight, eps), x.shape[1])  # (B, H, T, D) (OLMo 2)
 
 
-def grad_rms_norm(d_y: FloatArray, x: FloatArray, weight: FloatArray, eps: float) -> FloatArray:
-    """y = w ∘ x / r, r = √(mean(x²) + eps) over the last axis  =>
-    d_x = (w ∘ d_y − x̂ · mean(x̂ ∘ w ∘ d_y)) / r, with x̂ = x / r."""
-    r = np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps)  # (..., 1)
-    x_hat = x / r
-    g = d_y * weight  # (..., n)
-    d_x: FloatArray = (g - x_hat * np.mean(g * x_hat, axis=-1, keepdims=True)) / r
-    return d_x
-
-
 def _weight(value: QKNorm, which: str, cast: Cast) -> FloatArray:
     """The weight of Q's or K's norm in the computing dtype (float32 overflow named)."""
     w = value.q_weight if which == "Q" else value.k_weight
     return cast(f"qk_norm.{which.lower()}_weight", w)
-
-
-def rms_norm(
-    x: FloatArray, weight: Any, eps: float = 1e-6, *, plus_one: bool = False
-) -> FloatArray:
-    """x * rsqrt(mean(x^2) + eps) * weight over the last axis, as HF Qwen3RMSNorm.
-
-    Computed in at least float32 and returned in x's dtype; ``plus_one`` scales by
-    (1 + weight) as Gemma's RMSNorm does.
-    """
-    xf = x.astype(np.promote_types(x.dtype, np.float32), copy=False)
-    variance = np.mean(xf * xf, axis=-1, keepdims=True)  # (..., 1)
-    normed = (xf * (1.0 / np.sqrt(variance + eps))).astype(x.dtype, copy=False)  # rsqrt
-    w = np.asarray(weight, dtype=x.dtype)  # (D,) or (heads*D,)
-    if w.shape != x.shape[-1:]:
-        raise ValueError(f"RMSNorm weight must have length {x.shape[-1]}, not {w.shape}")
-    scaled: FloatArray = normed * (1 + w if plus_one else w)
-    return scaled
 
 
 register(QKNormalization())

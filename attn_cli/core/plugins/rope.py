@@ -46,20 +46,30 @@ class RotaryEmbedding(Variant):
     positional = True
     new_options = (
         NewOption(
-            "rope", str, "Rotary position embedding of Q and K: half pairs i with i + d_k/2 (HF), "
-            "interleaved pairs 2i with 2i+1 (Meta's llama).", metavar="half|interleaved",
+            "rope",
+            str,
+            "Rotary position embedding of Q and K: half pairs i with i + d_k/2 (HF), "
+            "interleaved pairs 2i with 2i+1 (Meta's llama).",
+            metavar="half|interleaved",
             choices=ROPE_LAYOUTS,
             example=("llama.yaml --rope half --causal", "Llama: RoPE, causal"),
         ),
         NewOption(
-            "rope_base", float, "RoPE base (default 10000): angle = position × B^(−2i/dims). "
-            "Needs --rope.", metavar="B", field="rope.base",
+            "rope_base",
+            float,
+            "RoPE base (default 10000): angle = position × B^(−2i/dims). Needs --rope.",
+            metavar="B",
+            field="rope.base",
         ),
         NewOption(
-            "rope_dims", int, "Rotate only the first N (even) dimensions of each head (partial "
-            "rotary). Needs --rope.", metavar="N", field="rope.dims",
+            "rope_dims",
+            int,
+            "Rotate only the first N (even) dimensions of each head (partial "
+            "rotary). Needs --rope.",
+            metavar="N",
+            field="rope.dims",
         ),
-    )  # fmt: skip
+    )
     new_rank, new_order = 10, 10
 
     def stage_formula(self, value: Rope, inputs: Inputs, stage: str) -> str:
@@ -80,19 +90,34 @@ class RotaryEmbedding(Variant):
         return f"RoPE⁻¹({d_out})"
 
     def transform(
-        self, value: Rope, inputs: Inputs, which: str, x: FloatArray, positions: IntArray,
+        self,
+        value: Rope,
+        inputs: Inputs,
+        which: str,
+        x: FloatArray,
+        positions: IntArray,
         cast: Cast,
-    ) -> FloatArray:  # fmt: skip
+    ) -> FloatArray:
         inv_freq, attention = frequencies(value, inputs)
         return apply_rope(
-            x, positions, layout=value.layout, dims=value.dims, inv_freq=inv_freq,
+            x,
+            positions,
+            layout=value.layout,
+            dims=value.dims,
+            inv_freq=inv_freq,
             attention=attention,
-        )  # fmt: skip
+        )
 
     def grad_transform(
-        self, value: Rope, inputs: Inputs, which: str, d_out: FloatArray, x_in: FloatArray,
-        positions: IntArray, cast: Cast,
-    ) -> FloatArray:  # fmt: skip
+        self,
+        value: Rope,
+        inputs: Inputs,
+        which: str,
+        d_out: FloatArray,
+        x_in: FloatArray,
+        positions: IntArray,
+        cast: Cast,
+    ) -> FloatArray:
         """A rotation per position (times the attention factor): its transpose, rotation by
         −angle (times the factor), carries d back."""
         inv_freq, attention = frequencies(value, inputs)
@@ -113,15 +138,19 @@ class RotaryEmbedding(Variant):
         scaling = value.scaling
         if what != "decoding" or scaling is None or scaling.kind not in ("dynamic", "longrope"):
             return None
-        limit = scaling.get("max_position_embeddings" if scaling.kind == "dynamic" else
-                            "original_max_position_embeddings")  # fmt: skip
+        limit = scaling.get(
+            "max_position_embeddings"
+            if scaling.kind == "dynamic"
+            else "original_max_position_embeddings"
+        )
         if rope_length(inputs) <= limit:
             return None  # the frequencies of every step are the whole sequence's
         return (
-            "rope.scaling", f"{scaling.kind} frequencies change once the sequence passes "
+            "rope.scaling",
+            f"{scaling.kind} frequencies change once the sequence passes "
             f"{limit} positions, and a KV cache keeps keys rotated at the old ones",
             f"at most {limit} positions to decode (attn trace shows the whole sequence)",
-        )  # fmt: skip
+        )
 
     def parse(self, raw: Any, key: FixtureKey) -> Rope | None:
         value = true_or_mapping(raw, key, DOC)
@@ -138,8 +167,9 @@ class RotaryEmbedding(Variant):
             raise key(
                 f"got {key.describe(layout)}",
                 '"half" (pairs i and i + dims/2, HF rotate_half) or "interleaved" (pairs 2i and '
-                "2i+1, Meta llama)", "rope.layout",
-            )  # fmt: skip
+                "2i+1, Meta llama)",
+                "rope.layout",
+            )
         dims = _dims(value, key)
         if value.get("scaling") is None:
             return Rope(base, layout, dims)
@@ -173,8 +203,11 @@ class RotaryEmbedding(Variant):
 
     def new_lines(self, spec: NewSpec, members: Mapping[str, Any]) -> list[str]:
         layout = spec.options[self.name]
-        pairs = ("dimension i pairs with i + dims/2 (HF rotate_half, GPT-NeoX)" if layout == "half"
-                 else "dimension 2i pairs with 2i+1 (Meta's llama, GPT-J)")  # fmt: skip
+        pairs = (
+            "dimension i pairs with i + dims/2 (HF rotate_half, GPT-NeoX)"
+            if layout == "half"
+            else "dimension 2i pairs with 2i+1 (Meta's llama, GPT-J)"
+        )
         dims = spec.options.get("rope_dims", spec.d_k)
         rest = "" if dims == spec.d_k else f"; the other {spec.d_k - dims} pass through"
         return [
@@ -198,8 +231,9 @@ def _dims(value: dict[str, Any], key: FixtureKey) -> int:
         raise key(
             what,
             f"an even whole number between 2 and d_k = {key.d_k} (RoPE rotates pairs of "
-            "dimensions)", "rope.dims",
-        )  # fmt: skip
+            "dimensions)",
+            "rope.dims",
+        )
     return dims
 
 

@@ -29,9 +29,10 @@ class Sinks(Variant):
     array_parts = ("",)
     key_order = 60
     new_options = (
-        NewOption("sinks", bool, "A random sink logit per head, joined to each softmax row "
-                  "(gpt-oss)."),
-    )  # fmt: skip
+        NewOption(
+            "sinks", bool, "A random sink logit per head, joined to each softmax row (gpt-oss)."
+        ),
+    )
     new_rank, new_order = 50, 60
 
     def parse(self, raw: Any, key: FixtureKey) -> FloatArray:

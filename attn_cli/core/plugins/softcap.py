@@ -29,11 +29,14 @@ class Softcap(Variant):
     key_order = 50
     new_options = (
         NewOption(
-            "softcap", float, "Logit soft-capping: C·tanh(scaled/C) before the mask (Gemma 2 "
-            "uses 50).", metavar="C", field="softcap",
+            "softcap",
+            float,
+            "Logit soft-capping: C·tanh(scaled/C) before the mask (Gemma 2 uses 50).",
+            metavar="C",
+            field="softcap",
             example=("gemma.yaml --softcap 50", "Gemma 2 logit capping"),
         ),
-    )  # fmt: skip
+    )
     new_rank, new_order = 40, 50
 
     def parse(self, raw: Any, key: FixtureKey) -> float:

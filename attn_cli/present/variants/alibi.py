@@ -16,16 +16,18 @@ if TYPE_CHECKING:
 def _explain_alibi(c: Context) -> Parts:
     """The explanation of alibi (Press et al., attention with linear biases)."""
     formula = ("alibi[h, i, j] = −slope_h × |pos_i − pos_j|",)
-    meaning = [en_zh(
-        c,
-        "ALiBi: no position embedding at all; instead each head subtracts a penalty that grows "
-        "linearly with the distance between query and key, steeper for some heads than others "
-        "(slopes 2^(−8/n), 2^(−16/n), ...). It is added in `masked`. BLOOM's slope × key "
-        "position differs from this by a constant per row, which softmax cancels.",
-        "ALiBi：完全不用位置编码，而是让每个头减去一个随查询与键之间距离线性增长的惩罚，"
-        "不同的头斜率不同（2^(−8/n)、2^(−16/n)……）。它在 masked 这一步加上。"
-        "BLOOM 的 slope × 键位置 与此只差每行一个常数，softmax 会把它抵消。",
-    )]  # fmt: skip
+    meaning = [
+        en_zh(
+            c,
+            "ALiBi: no position embedding at all; instead each head subtracts a penalty that grows "
+            "linearly with the distance between query and key, steeper for some heads than others "
+            "(slopes 2^(−8/n), 2^(−16/n), ...). It is added in `masked`. BLOOM's slope × key "
+            "position differs from this by a constant per row, which softmax cancels.",
+            "ALiBi：完全不用位置编码，而是让每个头减去一个随查询与键之间距离线性增长的惩罚，"
+            "不同的头斜率不同（2^(−8/n)、2^(−16/n)……）。它在 masked 这一步加上。"
+            "BLOOM 的 slope × 键位置 与此只差每行一个常数，softmax 会把它抵消。",
+        )
+    ]
     return formula, (label(c.lang, "given"),), meaning
 
 

@@ -262,12 +262,23 @@ class DiffTexts(VariantTexts):
         },
     }
     view_inputs: ClassVar[dict[str, dict[str, tuple[str, ...]]]] = {
-        "decode": {"lambda": ("lambda_q1", "lambda_k1", "lambda_q2", "lambda_k2"),
-                   "diff_output": ("softmax", "softmax_2", "V_cache"),
-                   "diff_norm": ("diff_output",), "diff_scaled": ("diff_norm",)},
-    }  # fmt: skip
-    math_names = ("Q_1", "K_1", "scores_2", "softmax_2", "diff", "diff_output", "diff_norm",
-                  "diff_scaled")  # fmt: skip
+        "decode": {
+            "lambda": ("lambda_q1", "lambda_k1", "lambda_q2", "lambda_k2"),
+            "diff_output": ("softmax", "softmax_2", "V_cache"),
+            "diff_norm": ("diff_output",),
+            "diff_scaled": ("diff_norm",),
+        },
+    }
+    math_names = (
+        "Q_1",
+        "K_1",
+        "scores_2",
+        "softmax_2",
+        "diff",
+        "diff_output",
+        "diff_norm",
+        "diff_scaled",
+    )
     formula_zh: ClassVar[tuple[tuple[str, str], ...]] = (
         (r" per head \(Q1; Q2 = Q\[:, d_k/2:\]\)$", " 每个头（Q1；Q2 = Q[:, d_k/2:]）"),
         (r" per head \(K1; K2 = K\[:, d_k/2:\]\)$", " 每个头（K1；K2 = K[:, d_k/2:]）"),
@@ -290,10 +301,15 @@ class DiffTexts(VariantTexts):
             return None
         half = "d_Q_1" if stage == "d_Q" else "d_K_1"
         if lang == "zh":
-            return (f"前一半来自第一张图（{half}），后一半来自第二张图（d_scores_2）：每一半只在"
-                    "自己的那张图里出现。", half)  # fmt: skip
-        note = (f"The first half comes from the first map ({half}), the second half from the "
-                "second map (d_scores_2): each half appears in its own map only.")  # fmt: skip
+            return (
+                f"前一半来自第一张图（{half}），后一半来自第二张图（d_scores_2）：每一半只在"
+                "自己的那张图里出现。",
+                half,
+            )
+        note = (
+            f"The first half comes from the first map ({half}), the second half from the "
+            "second map (d_scores_2): each half appears in its own map only."
+        )
         return note, half
 
     def conventions(self, value: Any, inp: Inputs, lang: Lang) -> list[str]:

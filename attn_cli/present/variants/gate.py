@@ -19,15 +19,17 @@ def _explain_gate(c: Context) -> Parts:
     assert gate is not None
     bias = " + b_G" if gate.b_G is not None else ""
     formula = (f"gate = X·W_G{bias}", en_zh(c, "split into heads as Q is", "像 Q 一样按头拆分"))
-    meaning = [en_zh(
-        c,
-        "The gate's logits: a second projection of the same tokens, one number for every "
-        "dimension of every head's output. In Qwen3-Next q_proj makes them beside the query, "
-        "each head's query rows followed by its gate rows; here W_G is a weight of its own.",
-        "门的 logit：对同样的词元做第二个投影，为每个头输出的每一维各给出一个数。Qwen3-Next "
-        "在 q_proj 里把它们和查询放在一起，每个头先是查询的行、再是门的行；这里 W_G 是单独的"
-        "权重。",
-    )]  # fmt: skip
+    meaning = [
+        en_zh(
+            c,
+            "The gate's logits: a second projection of the same tokens, one number for every "
+            "dimension of every head's output. In Qwen3-Next q_proj makes them beside the query, "
+            "each head's query rows followed by its gate rows; here W_G is a weight of its own.",
+            "门的 logit：对同样的词元做第二个投影，为每个头输出的每一维各给出一个数。Qwen3-Next "
+            "在 q_proj 里把它们和查询放在一起，每个头先是查询的行、再是门的行；这里 W_G 是单独的"
+            "权重。",
+        )
+    ]
     from attn_cli.present.explain_registry import shape_text
 
     weight = shape_text("W_G", ("d_model", "heads*d_v"), gate.W_G.shape, c.lang)
@@ -37,17 +39,22 @@ def _explain_gate(c: Context) -> Parts:
 def _explain_gated(c: Context) -> Parts:
     """The explanation of gated: the output times the sigmoid of the gate, per dimension."""
     formula = ("gated = output ⊙ σ(gate)", "σ(x) = 1 / (1 + e^(−x))")
-    meaning = [en_zh(
-        c,
-        "Each number of each head's output is multiplied by σ(gate) of the same token, head and "
-        "dimension, a weight between 0 and 1: a head can switch itself off for a token, even "
-        "where its softmax had to put all of its weight somewhere (an attention sink). The gate "
-        "acts before the heads are joined and W_O projects them, as Qwen3-Next does; a large "
-        "gate logit leaves the output as it was.",
-        "每个头输出的每个数都乘以同一词元、同一头、同一维的 σ(gate)，一个 0 到 1 之间的权重："
-        "一个头可以对某个词元把自己关掉，即使它的 softmax 必须把全部权重放在某处（注意力汇聚）。"
-        "门在各头拼接、W_O 投影之前起作用，和 Qwen3-Next 一样；门的 logit 很大时输出保持不变。",
-    )]  # fmt: skip
+    meaning = [
+        en_zh(
+            c,
+            "Each number of each head's output is multiplied by "
+            "σ(gate) of the same token, head and "
+            "dimension, a weight between 0 and 1: a head can switch itself off for a token, even "
+            "where its softmax had to put all of its weight "
+            "somewhere (an attention sink). The gate "
+            "acts before the heads are joined and W_O projects them, as Qwen3-Next does; a large "
+            "gate logit leaves the output as it was.",
+            "每个头输出的每个数都乘以同一词元、同一头、同一维的 σ(gate)，一个 0 到 1 之间的权重："
+            "一个头可以对某个词元把自己关掉，即使它的 softmax "
+            "必须把全部权重放在某处（注意力汇聚）。"
+            "门在各头拼接、W_O 投影之前起作用，和 Qwen3-Next 一样；门的 logit 很大时输出保持不变。",
+        )
+    ]
     return formula, (c.shape_of("output"), c.shape_of("gate")), meaning
 
 
@@ -57,12 +64,16 @@ def _explain_d_gated(c: Context) -> Parts:
 
     if c.trace.inputs.W_O is None:
         return explain_upstream(c)
-    meaning = [gradient_meaning(c), en_zh(
-        c, "concat joined the gated heads, so head h's gradient is d_concat's columns h·d_v to "
-        "(h+1)·d_v.",
-        "concat 拼接的是门控后的各头，所以第 h 个头的梯度就是 d_concat 的"
-        "第 h·d_v 到 (h+1)·d_v 列。",
-    )]  # fmt: skip
+    meaning = [
+        gradient_meaning(c),
+        en_zh(
+            c,
+            "concat joined the gated heads, so head h's gradient is d_concat's columns h·d_v to "
+            "(h+1)·d_v.",
+            "concat 拼接的是门控后的各头，所以第 h 个头的梯度就是 d_concat 的"
+            "第 h·d_v 到 (h+1)·d_v 列。",
+        ),
+    ]
     return (c.trace[c.name].formula,), (shaped(c, "d_concat"),), meaning
 
 
@@ -70,14 +81,19 @@ def _explain_d_gate(c: Context) -> Parts:
     """d_gate: the product rule, then the sigmoid's slope σ(1 − σ)."""
     from attn_cli.present.explain_backward import gradient_meaning, shaped
 
-    meaning = [gradient_meaning(c), en_zh(
-        c, "gated = output ⊙ σ(gate), one number at a time: its gradient in the gate is "
-        "d_gated ⊙ output times the sigmoid's slope σ(1 − σ), at most 1/4 (at gate = 0) and "
-        "near 0 for a gate far from 0, so a gate that is fully open or shut barely learns.",
-        "gated = output ⊙ σ(gate)，逐个数相乘：对 gate 的梯度是 d_gated ⊙ output 乘以 sigmoid "
-        "的斜率 σ(1 − σ)，最大为 1/4（gate = 0 时），gate 远离 0 时接近 0，所以完全打开或关上的门"
-        "几乎学不动。",
-    )]  # fmt: skip
+    meaning = [
+        gradient_meaning(c),
+        en_zh(
+            c,
+            "gated = output ⊙ σ(gate), one number at a time: its gradient in the gate is "
+            "d_gated ⊙ output times the sigmoid's slope σ(1 − σ), at most 1/4 (at gate = 0) and "
+            "near 0 for a gate far from 0, so a gate that is fully open or shut barely learns.",
+            "gated = output ⊙ σ(gate)，逐个数相乘：对 gate 的梯度是 d_gated ⊙ output 乘以 sigmoid "
+            "的斜率 σ(1 − σ)，最大为 1/4（gate = 0 时），gate "
+            "远离 0 时接近 0，所以完全打开或关上的门"
+            "几乎学不动。",
+        ),
+    ]
     inputs = (shaped(c, "d_gated"), shaped(c, "output"), shaped(c, "gate"))
     return (c.trace[c.name].formula,), inputs, meaning
 
@@ -86,13 +102,17 @@ def _explain_d_gate_weights(c: Context) -> Parts:
     """d_W_G, d_b_G: as any projection's, from d_gate with the heads joined."""
     from attn_cli.present.explain_backward import gradient_meaning, shaped
 
-    meaning = [gradient_meaning(c), en_zh(
-        c, "gate = X·W_G + b_G is a projection like Q's: W_G's gradient is Xᵀ times d_gate (the "
-        "heads side by side, as W_G's columns are), b_G's the sum of d_gate over the tokens. "
-        "d_gate·W_Gᵀ is one more path into d_X.",
-        "gate = X·W_G + b_G 和 Q 一样是一个投影：W_G 的梯度是 Xᵀ 乘以 d_gate（各头并排，与 W_G "
-        "的列一致），b_G 的梯度是 d_gate 沿词元求和。d_gate·W_Gᵀ 是流向 d_X 的又一条路径。",
-    )]  # fmt: skip
+    meaning = [
+        gradient_meaning(c),
+        en_zh(
+            c,
+            "gate = X·W_G + b_G is a projection like Q's: W_G's gradient is Xᵀ times d_gate (the "
+            "heads side by side, as W_G's columns are), b_G's the sum of d_gate over the tokens. "
+            "d_gate·W_Gᵀ is one more path into d_X.",
+            "gate = X·W_G + b_G 和 Q 一样是一个投影：W_G 的梯度是 Xᵀ 乘以 d_gate（各头并排，与 W_G "
+            "的列一致），b_G 的梯度是 d_gate 沿词元求和。d_gate·W_Gᵀ 是流向 d_X 的又一条路径。",
+        ),
+    ]
     inputs = (shaped(c, "X"), shaped(c, "d_gate")) if c.name == "d_W_G" else (shaped(c, "d_gate"),)
     return (c.trace[c.name].formula,), inputs, meaning
 

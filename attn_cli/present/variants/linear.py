@@ -247,8 +247,16 @@ class DeltaTexts(_Texts):
     )
 
     def conventions(self, value: Any, inp: Inputs, lang: Lang) -> list[str]:
-        return [label(lang, "conv_gated_deltanet", k=value.k_heads, v=inp.heads,
-                      kernel=int(value.conv.shape[1]), chunk=value.chunk)]  # fmt: skip
+        return [
+            label(
+                lang,
+                "conv_gated_deltanet",
+                k=value.k_heads,
+                v=inp.heads,
+                kernel=int(value.conv.shape[1]),
+                chunk=value.chunk,
+            )
+        ]
 
 
 TEXTS = PlainTexts()

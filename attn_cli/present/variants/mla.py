@@ -337,9 +337,12 @@ class MLATexts(VariantTexts):
         },
     }
     view_inputs: ClassVar[dict[str, dict[str, tuple[str, ...]]]] = {
-        "decode": {"Q_latent": ("q_nope", "q_rope_rot"), "K_latent": ("c_KV_norm", "k_rope_rot"),
-                   "output_latent": ("softmax", "c_KV_norm")},
-    }  # fmt: skip
+        "decode": {
+            "Q_latent": ("q_nope", "q_rope_rot"),
+            "K_latent": ("c_KV_norm", "k_rope_rot"),
+            "output_latent": ("softmax", "c_KV_norm"),
+        },
+    }
     cost: ClassVar[dict[Lang, str]] = {
         "en": "MLA caches the latent and the RoPE key: kv_lora_rank + d_rope = {n} numbers a "
         "token for all heads, {x}x fewer than the same heads' K and V (MHA's row)",

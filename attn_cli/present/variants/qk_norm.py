@@ -21,23 +21,28 @@ def _explain_norm(c: Context) -> Parts:
     assert qk is not None
     weight = qk.q_weight if src == "Q" else qk.k_weight
     per_head = weight.shape[0] == c.trace.inputs.d_k
-    over = en_zh(c, "each head" if per_head else "the whole projection",
-                  "按每个头" if per_head else "对整个投影")  # fmt: skip
+    over = en_zh(
+        c,
+        "each head" if per_head else "the whole projection",
+        "按每个头" if per_head else "对整个投影",
+    )
     eps = short_number(qk.eps, c.precision + 4)
     formula = (
         f"{c.name} = {src} / √(mean({src}²) + eps) × {src.lower()}_weight",
         en_zh(c, f"over {over}, eps = {eps}", f"{over}，eps = {eps}"),
     )
-    meaning = [en_zh(
-        c,
-        f"RMSNorm of {src}: each row is divided by its root mean square, then multiplied by a "
-        "learned weight. Without it, the dot products can grow very large during training and "
-        "the softmax saturates; with it, every query and key has about the same length before "
-        "the rotation and the dot product.",
-        f"{src} 的 RMSNorm：每一行除以它的均方根，再乘以学到的权重。没有这一步，"
-        "训练中点积可能变得很大，softmax 就会饱和；有了它，每个查询和键在旋转和点积之前"
-        "长度都差不多。",
-    )]  # fmt: skip
+    meaning = [
+        en_zh(
+            c,
+            f"RMSNorm of {src}: each row is divided by its root mean square, then multiplied by a "
+            "learned weight. Without it, the dot products can grow very large during training and "
+            "the softmax saturates; with it, every query and key has about the same length before "
+            "the rotation and the dot product.",
+            f"{src} 的 RMSNorm：每一行除以它的均方根，再乘以学到的权重。没有这一步，"
+            "训练中点积可能变得很大，softmax 就会饱和；有了它，每个查询和键在旋转和点积之前"
+            "长度都差不多。",
+        )
+    ]
     return formula, (c.shape_of(src),), meaning
 
 

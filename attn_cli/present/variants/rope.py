@@ -71,11 +71,19 @@ def rotation(trace: Trace, name: str, at: tuple[int, ...], position: int) -> Rot
         angle = position * float(f)
         pairs.append(
             RotatedPair(
-                i, int(d1), int(d2), float(f), angle, att * math.cos(angle),
-                att * math.sin(angle), float(x[d1]), float(x[d2]), float(rotated[d1]),
+                i,
+                int(d1),
+                int(d2),
+                float(f),
+                angle,
+                att * math.cos(angle),
+                att * math.sin(angle),
+                float(x[d1]),
+                float(x[d2]),
+                float(rotated[d1]),
                 float(rotated[d2]),
             )
-        )  # fmt: skip
+        )
     passed = tuple(float(v) for v in rotated[rope.dims :])
     kind = None if rope.scaling is None else rope.scaling.kind
     return Rotation(stage, source, position, rope.base, rope.dims, tuple(pairs), passed, kind, att)
@@ -88,8 +96,11 @@ def _explain_rot(c: Context) -> Parts:
     rope = TEXTS.setting(inp)
     assert rope is not None
     source = f"{src}_norm" if f"{src}_norm" in c.trace.applicable else src
-    pairs = ("i with i + dims/2 (GPT-NeoX, HF rotate_half)" if rope.layout == "half"
-             else "2i with 2i + 1 (GPT-J, Meta's llama)")  # fmt: skip
+    pairs = (
+        "i with i + dims/2 (GPT-NeoX, HF rotate_half)"
+        if rope.layout == "half"
+        else "2i with 2i + 1 (GPT-J, Meta's llama)"
+    )
     pairs_zh = "第 i 维与第 i + dims/2 维" if rope.layout == "half" else "第 2i 维与第 2i + 1 维"
     layout = en_zh(c, f"{rope.layout} layout", "半分布局" if rope.layout == "half" else "交错布局")
     base = short_number(rope.base, c.precision)
@@ -120,10 +131,13 @@ def _explain_rot(c: Context) -> Parts:
         ),
     ]
     if rope.dims < inp.d_k:
-        meaning.append(en_zh(
-            c, f"Partial rotary: only the first {rope.dims} of {inp.d_k} dimensions rotate.",
-            f"部分旋转：{inp.d_k} 维中只有前 {rope.dims} 维旋转。",
-        ))  # fmt: skip
+        meaning.append(
+            en_zh(
+                c,
+                f"Partial rotary: only the first {rope.dims} of {inp.d_k} dimensions rotate.",
+                f"部分旋转：{inp.d_k} 维中只有前 {rope.dims} 维旋转。",
+            )
+        )
     if rope.scaling is not None:
         meaning.append(_scaling_meaning(c, rope))
     return formula, (c.shape_of(source),), meaning
@@ -161,9 +175,20 @@ def _cell_rot(c: Cell) -> CellText | None:
     token = c.q_label if c.stage == "Q_rot" else c.k_label
     g = c.g
     intro = "cell_rot" if rot.scaling is None else "cell_rot_scaled"
-    lines = [label(c.lang, intro, stage=rot.stage, source=rot.source, token=token,
-                   pos=rot.position, base=g(rot.base), dims=rot.dims, kind=rot.scaling,
-                   att=g(rot.attention))]  # fmt: skip
+    lines = [
+        label(
+            c.lang,
+            intro,
+            stage=rot.stage,
+            source=rot.source,
+            token=token,
+            pos=rot.position,
+            base=g(rot.base),
+            dims=rot.dims,
+            kind=rot.scaling,
+            att=g(rot.attention),
+        )
+    ]
     count = len(rot.pairs)
     picked: list[int | None] = list(range(count))
     if not c.full and count > 2:
@@ -176,11 +201,19 @@ def _cell_rot(c: Cell) -> CellText | None:
         a, b = factor(pair.a, c.precision), factor(pair.b, c.precision)
         cos, sin = factor(pair.cos, c.precision), factor(pair.sin, c.precision)
         freq = f"{g(rot.base)}^(−{2 * i}/{rot.dims})" if rot.scaling is None else "ω′"
-        lines.append(label(
-            c.lang, "cell_rot_pair", i=i, d1=pair.first, d2=pair.second,
-            angle=f"{rot.position} × {freq} = {rot.position} × {g(pair.inv_freq)} = "
-            f"{g(pair.angle)}", cos=c.n(pair.cos), sin=c.n(pair.sin),
-        ))  # fmt: skip
+        lines.append(
+            label(
+                c.lang,
+                "cell_rot_pair",
+                i=i,
+                d1=pair.first,
+                d2=pair.second,
+                angle=f"{rot.position} × {freq} = {rot.position} × {g(pair.inv_freq)} = "
+                f"{g(pair.angle)}",
+                cos=c.n(pair.cos),
+                sin=c.n(pair.sin),
+            )
+        )
         name = f"{rot.stage}[{token}, "
         lines.append(
             f"{name}{pair.first}] = a·cos − b·sin = {a}×{cos} − {b}×{sin} = {c.n(pair.rotated_a)}"
@@ -327,8 +360,17 @@ class RopeTexts(VariantTexts):
         who = label(lang, f"conv_rope_{rope.layout}")
         layout = who.split(":")[0].split("：")[0]
         who = who.split(":")[-1].split("：")[-1].strip()
-        lines = [label(lang, "conv_rope", layout=layout, who=who, base=f"{rope.base:g}",
-                       dims=rope.dims, d_k=inp.d_k)]  # fmt: skip
+        lines = [
+            label(
+                lang,
+                "conv_rope",
+                layout=layout,
+                who=who,
+                base=f"{rope.base:g}",
+                dims=rope.dims,
+                d_k=inp.d_k,
+            )
+        ]
         if rope.scaling is not None:
             lines.append(_scaling_line(rope, inp, lang))
         return lines

@@ -24,34 +24,40 @@ def _sink_meaning(c: Context) -> list[str]:
     kept = c.trace["softmax"].data.sum(axis=-1)  # (..., H, T): each row's kept mass
     dropped = 1.0 - kept
     low, high = (short_number(float(f(dropped)), c.precision) for f in (np.min, np.max))
-    return [en_zh(
-        c,
-        "Sinks (gpt-oss): each head's learned logit sink joins every row for the softmax and "
-        "is dropped after it, so a row's weights sum to 1 − d_i, where d_i = "
-        f"e^(sink − m_i) / (Σ_k e^(x_k − m_i) + e^(sink − m_i)) is the mass the sink took. "
-        f"Here d_i runs from {low} to {high}. That mass reaches no value: a query can "
-        "attend to nothing much without being forced onto some key.",
-        "sinks（gpt-oss）：每个头学到的 logit sink 加入每一行参与 softmax，之后被丢掉，"
-        "所以每一行的权重之和是 1 − d_i，其中 d_i = "
-        "e^(sink − m_i) / (Σ_k e^(x_k − m_i) + e^(sink − m_i)) 是 sink 拿走的份额。"
-        f"这里 d_i 介于 {low} 和 {high} 之间。这部分份额不落到任何值上："
-        "查询可以几乎什么都不看，而不必被迫集中到某个键上。",
-    )]  # fmt: skip
+    return [
+        en_zh(
+            c,
+            "Sinks (gpt-oss): each head's learned logit sink joins every row for the softmax and "
+            "is dropped after it, so a row's weights sum to 1 − d_i, where d_i = "
+            f"e^(sink − m_i) / (Σ_k e^(x_k − m_i) + e^(sink − m_i)) is the mass the sink took. "
+            f"Here d_i runs from {low} to {high}. That mass reaches no value: a query can "
+            "attend to nothing much without being forced onto some key.",
+            "sinks（gpt-oss）：每个头学到的 logit sink 加入每一行参与 softmax，之后被丢掉，"
+            "所以每一行的权重之和是 1 − d_i，其中 d_i = "
+            "e^(sink − m_i) / (Σ_k e^(x_k − m_i) + e^(sink − m_i)) 是 sink 拿走的份额。"
+            f"这里 d_i 介于 {low} 和 {high} 之间。这部分份额不落到任何值上："
+            "查询可以几乎什么都不看，而不必被迫集中到某个键上。",
+        )
+    ]
 
 
 def _explain_sinks(c: Context) -> Parts:
     """d_sinks: the sink takes weight p_sink from every row."""
     from attn_cli.present.explain_backward import gradient_meaning, shaped
 
-    meaning = [gradient_meaning(c), en_zh(
-        c, "A sink is one more logit in every row of its head, dropped after the softmax: "
-        "raising it takes weight from every key in proportion, which moves L by −p_sink × "
-        "Delta per row (p_sink = 1 − the row's kept weights). The rows of dS then sum to "
-        "p_sink × Delta, not 0.",
-        "sink 是每个头每一行多出的一个对数几率，softmax 之后被丢掉：它变大，就按比例从每个键"
-        "那里拿走权重，每一行让 L 改变 −p_sink × Delta（p_sink = 1 − 该行保留的权重之和）。"
-        "因此 dS 的每一行之和是 p_sink × Delta，而不是 0。",
-    )]  # fmt: skip
+    meaning = [
+        gradient_meaning(c),
+        en_zh(
+            c,
+            "A sink is one more logit in every row of its head, dropped after the softmax: "
+            "raising it takes weight from every key in proportion, which moves L by −p_sink × "
+            "Delta per row (p_sink = 1 − the row's kept weights). The rows of dS then sum to "
+            "p_sink × Delta, not 0.",
+            "sink 是每个头每一行多出的一个对数几率，softmax 之后被丢掉：它变大，就按比例从每个键"
+            "那里拿走权重，每一行让 L 改变 −p_sink × Delta（p_sink = 1 − 该行保留的权重之和）。"
+            "因此 dS 的每一行之和是 p_sink × Delta，而不是 0。",
+        ),
+    ]
     return (
         (c.trace[c.name].formula,),
         (shaped(c, "softmax"), shaped(c, "delta")),

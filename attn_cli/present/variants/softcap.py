@@ -19,14 +19,16 @@ def _explain_capped(c: Context) -> Parts:
     """The explanation of capped (logit soft-capping, as Gemma 2)."""
     cap = short_number(TEXTS.setting(c.trace.inputs) or 0.0, c.precision)
     formula = (f"capped = {cap} × tanh(scaled / {cap})",)
-    meaning = [en_zh(
-        c,
-        f"Soft-capping: tanh squeezes every score smoothly into (−{cap}, {cap}), so no single "
-        "score can dominate; small scores pass almost unchanged. Gemma 2 applies it before the "
-        "mask, as here.",
-        f"软截断：tanh 把每个分数平滑地压进 (−{cap}, {cap})，任何一个分数都无法独占注意力；"
-        "小的分数几乎不变。Gemma 2 在遮盖之前做这一步，这里也一样。",
-    )]  # fmt: skip
+    meaning = [
+        en_zh(
+            c,
+            f"Soft-capping: tanh squeezes every score smoothly into (−{cap}, {cap}), so no single "
+            "score can dominate; small scores pass almost unchanged. Gemma 2 applies it before the "
+            "mask, as here.",
+            f"软截断：tanh 把每个分数平滑地压进 (−{cap}, {cap})，任何一个分数都无法独占注意力；"
+            "小的分数几乎不变。Gemma 2 在遮盖之前做这一步，这里也一样。",
+        )
+    ]
     return formula, (c.shape_of("scaled"),), meaning
 
 
@@ -49,27 +51,34 @@ def _cell_capped(c: Cell) -> CellText | None:
 
 # The flash view's S with the cap: lang -> (formula, meaning)
 _FLASH_S: dict[Lang, tuple[str, str]] = {
-        "en": ("S = softcap·tanh(Q_block · K_blockᵀ × scale / softcap) (+ bias), −∞ where not "
-               "allowed",
-               "Gemma 2's softcap is applied to the tile's scaled scores before the bias, the mask "
-               "and the running max, as in the full computation: the same numbers as the "
-               "matching block of the trace's masked stage."),
-        "zh": ("S = softcap·tanh(Q_块 · K_块ᵀ × scale / softcap)（+ bias），不允许看的位置为 −∞",
-               "Gemma 2 的软截断作用在这一块缩放后的分数上，在 bias、遮盖和运行最大值之前，"
-               "与完整计算相同：与 trace 中 masked 阶段对应的那一块数值相同。"),
-}  # fmt: skip
+    "en": (
+        "S = softcap·tanh(Q_block · K_blockᵀ × scale / softcap) (+ bias), −∞ where not allowed",
+        "Gemma 2's softcap is applied to the tile's scaled scores before the bias, the mask "
+        "and the running max, as in the full computation: the same numbers as the "
+        "matching block of the trace's masked stage.",
+    ),
+    "zh": (
+        "S = softcap·tanh(Q_块 · K_块ᵀ × scale / softcap)（+ bias），不允许看的位置为 −∞",
+        "Gemma 2 的软截断作用在这一块缩放后的分数上，在 bias、遮盖和运行最大值之前，"
+        "与完整计算相同：与 trace 中 masked 阶段对应的那一块数值相同。",
+    ),
+}
 
 
 # The decode view's capped row: lang -> (formula, meaning)
 _DECODE_CAPPED: dict[Lang, tuple[str, str]] = {
-        "en": ("capped = softcap × tanh(scaled / softcap)",
-               "Gemma 2's logit softcapping, on the scaled row before the bias and the mask, "
-               "exactly as in the full computation: large scores flatten towards ±softcap, "
-               "small ones pass almost unchanged. masked then starts from capped."),
-        "zh": ("capped = softcap × tanh(scaled / softcap)",
-               "Gemma 2 的 logit 软截断，作用在缩放后的这一行上，在 bias 和遮盖之前，与完整计算"
-               "完全相同：大的分数被压向 ±softcap，小的几乎不变。masked 随后从 capped 开始。"),
-}  # fmt: skip
+    "en": (
+        "capped = softcap × tanh(scaled / softcap)",
+        "Gemma 2's logit softcapping, on the scaled row before the bias and the mask, "
+        "exactly as in the full computation: large scores flatten towards ±softcap, "
+        "small ones pass almost unchanged. masked then starts from capped.",
+    ),
+    "zh": (
+        "capped = softcap × tanh(scaled / softcap)",
+        "Gemma 2 的 logit 软截断，作用在缩放后的这一行上，在 bias 和遮盖之前，与完整计算"
+        "完全相同：大的分数被压向 ±softcap，小的几乎不变。masked 随后从 capped 开始。",
+    ),
+}
 
 
 class SoftcapTexts(VariantTexts):
