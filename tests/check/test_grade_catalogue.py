@@ -20,7 +20,8 @@ from student_catalogue import Array, student
 
 from attn_cli.api import trace_file
 from attn_cli.check.compare import Comparison
-from attn_cli.check.grade import MISTAKES, grade, load_dump
+from attn_cli.check.dump import load_dump
+from attn_cli.check.grade import MISTAKES, grade
 from attn_cli.check.mistake import ZH
 
 TOL: Tolerance = {"rtol": 1e-9, "atol": 1e-12}

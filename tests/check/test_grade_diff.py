@@ -19,7 +19,8 @@ from reference import random_fixture
 
 from attn_cli.api import trace_file
 from attn_cli.check.compare import Comparison
-from attn_cli.check.grade import grade, load_dump
+from attn_cli.check.dump import load_dump
+from attn_cli.check.grade import grade
 from attn_cli.check.mistake import ZH, every_mistake
 
 Array = npt.NDArray[np.float64]

@@ -24,7 +24,9 @@ from reference import random_fixture, reference
 
 from attn_cli.api import trace_file
 from attn_cli.check.compare import Comparison
-from attn_cli.check.grade import MISTAKES, allowed, downstream, grade, load_dump
+from attn_cli.check.dump import load_dump
+from attn_cli.check.grade import MISTAKES, grade
+from attn_cli.check.recompute import allowed, downstream
 from attn_cli.core.pipeline import Trace
 from attn_cli.core.stages import STAGE_NAMES
 from attn_cli.core.steps import allowed_positions

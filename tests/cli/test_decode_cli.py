@@ -34,8 +34,8 @@ from typer.testing import CliRunner
 
 from attn_cli.api import load
 from attn_cli.check.compare import GRADER_TOLERANCE
-from attn_cli.check.grade_decode import run_decode
 from attn_cli.check.run import check_fixture
+from attn_cli.check.runs import run_decode
 from attn_cli.cli.app import user_errors
 from attn_cli.cli.decode import decode
 from attn_cli.cli.usage import AttnCommand, AttnGroup

@@ -27,8 +27,8 @@ from test_decode_cli import CAUSAL_EXAMPLES, check_titles_stay, every_screen, st
 from typer.testing import CliRunner
 
 from attn_cli.check.compare import GRADER_TOLERANCE
-from attn_cli.check.grade_decode import run_flash
 from attn_cli.check.run import check_fixture
+from attn_cli.check.runs import run_flash
 from attn_cli.cli.app import user_errors
 from attn_cli.cli.flash import flash
 from attn_cli.cli.usage import AttnCommand, AttnGroup
@@ -436,7 +436,7 @@ def test_memory_of_the_json_grows_with_the_tiles_shown(tmp_path: Path) -> None:
     path, _ = fixture(tmp_path, T=4096, S=4096, H=1, causal=None)
     code = (
         "import sys\n"
-        "from attn_cli.check.grade_decode import run_flash\n"
+        "from attn_cli.check.runs import run_flash\n"
         "from attn_cli.io.decode_json import flash_dumps\n"
         f"r = run_flash({str(path)!r}, block_q=1024, block_k=16, max_tiles=4)\n"
         "text = flash_dumps(r)\n"

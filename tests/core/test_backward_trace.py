@@ -25,7 +25,8 @@ from test_explain import ALLOWED, english_left
 
 from attn_cli.api import trace_file
 from attn_cli.check.compare import GOLDEN_TOLERANCE, check_expected, check_golden, write_golden
-from attn_cli.check.grade import Dump, grade, load_dump, stage_for
+from attn_cli.check.dump import Dump, load_dump, stage_for
+from attn_cli.check.grade import grade
 from attn_cli.check.grade_backward import _forward
 from attn_cli.core.backward import (
     MISTAKES,
@@ -49,7 +50,8 @@ from attn_cli.io.examples import example_paths
 from attn_cli.io.trace_json import dumps, loads
 from attn_cli.io.validate import validate
 from attn_cli.present.explain import cell_text, explain_stage
-from attn_cli.present.explain_backward import gradient_cell, upstream_line
+from attn_cli.present.explain_backward import gradient_cell
+from attn_cli.present.text import upstream_line
 from attn_cli.present.worked import CellRef, worked_cells
 
 Array = np.ndarray[Any, np.dtype[Any]]

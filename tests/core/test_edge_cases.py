@@ -403,7 +403,7 @@ def test_a_huge_window_grades_a_plain_causal_dump(tmp_path: Path, window: int) -
 
 
 def test_window_reach_is_exact_at_int64_extremes() -> None:
-    from attn_cli.core.steps import window_reach
+    from attn_cli.core.plugins.allowed import window_reach
 
     pos = np.array([0, 2**62, 2**63 - 1], dtype=np.int64)
     assert window_reach(10**30, pos, pos) == 2**63  # one more than the widest gap: no wrap

@@ -21,8 +21,8 @@ from rich.text import Text
 from attn_cli.core.pipeline import run
 from attn_cli.io.fixture import load_fixture
 from attn_cli.present.options import RenderOptions
+from attn_cli.present.palette import VIRIDIS
 from attn_cli.present.render import (
-    VIRIDIS,
     Fields,
     Heading,
     Matrix,

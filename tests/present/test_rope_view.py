@@ -19,7 +19,8 @@ import yaml
 from conftest import FIXTURES, run_cli
 
 from attn_cli.api import rope_file, trace_file
-from attn_cli.check.grade import grade, load_dump
+from attn_cli.check.dump import load_dump
+from attn_cli.check.grade import grade
 from attn_cli.core.inputs import Rope
 from attn_cli.core.rope_scaling import RopeScaling
 from attn_cli.core.rope_table import rope_table
