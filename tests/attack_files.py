@@ -1,4 +1,4 @@
-"""Hostile input files for tests/test_attacks.py, built byte by byte.
+"""Hostile input files for tests/io/test_attacks.py, built byte by byte.
 
 ``.npy`` streams with any header, zip archives with any flag, method, size or name (a small
 writer of its own, since :mod:`zipfile` refuses to write most of them), and JSON texts.

@@ -15,8 +15,10 @@ hypothesis ``@given`` test is ``slow`` without saying so). The fast subset, ``py
 (``make fast``), is the first case of every test function marked neither (the rule is above
 ``pytest_collection_modifyitems``).
 
-Import the helpers as ``from conftest import run_cli, FIXTURES``: the tests folder is on
-``sys.path`` (pytest's default ``prepend`` import mode, as for ``reference.py``).
+Import the helpers as ``from conftest import run_cli, FIXTURES``: tests/ and each of its folders
+(core, io, check, present, cli, acceptance) are on ``sys.path`` (``pythonpath`` in pyproject.toml),
+as for ``reference.py``. This file stays at tests/, so its fixtures and markers apply to every
+folder.
 """
 
 from __future__ import annotations
@@ -48,17 +50,17 @@ DOCS = ROOT / "docs"
 BUNDLED_PATHS = sorted(p for p in FIXTURES.iterdir() if p.suffix in (".yaml", ".yml", ".json"))
 BUNDLED = [p.stem for p in BUNDLED_PATHS]  # as `attn examples` names them
 # the bundled examples with an output gate: attn decode and attn flash stop at softmax·V and
-# refuse them in one line (tests/test_gate.py)
+# refuse them in one line (tests/core/test_gate.py)
 GATED = ["qwen3_next_gate"]
 # the bundled examples of multi-head latent attention: attn rope refuses them in one line
-# (tests/test_mla.py); flash and the backward pass: tests/test_mla_backward.py
+# (tests/core/test_mla.py); flash and the backward pass: tests/core/test_mla_backward.py
 LATENT = ["deepseek_mla"]
 # the bundled examples of differential attention: attn decode and attn rope do not run it yet
-# and refuse them in one line (tests/test_diff.py); flash and the backward pass:
-# tests/test_diff_flash.py, tests/test_diff_backward.py
+# and refuse them in one line (tests/core/test_diff.py); flash and the backward pass:
+# tests/core/test_diff_flash.py, tests/core/test_diff_backward.py
 DIFFERENTIAL = ["diff_transformer"]
 # the bundled examples of linear attention: no softmax (a mixer makes output from Q, K, V);
-# decoding, FlashAttention and the backward pass refuse them in one line (tests/test_linear.py)
+# decoding, FlashAttention and the backward pass refuse them in one line (tests/core/test_linear.py)
 LINEAR = ["gated_deltanet", "linear_attention"]
 
 

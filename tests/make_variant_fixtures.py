@@ -2,7 +2,7 @@
 
 Run from the repository root: ``python tests/make_variant_fixtures.py``. Every weight is drawn
 from ``numpy.random.default_rng(SEED)`` for its example and rounded to 2 decimals, so each file
-is small and readable; tests/test_variants_pipeline.py checks that this script writes the files
+is small and readable; tests/core/test_variants_pipeline.py checks that this script writes the files
 byte for byte and that their numbers match the loop reference. Nothing here imports attn_cli.
 """
 

@@ -4,8 +4,8 @@ Run it on purpose, from anywhere, then review and commit the diff:
 
     python tests/update_golden.py
 
-Nothing else writes these files: tests/test_golden.py only reads them. The JSON goldens are
-written by ``attn check NAME --golden FILE --update`` (atomically), the renderings by
+Nothing else writes these files: tests/acceptance/test_golden.py only reads them. The JSON goldens
+are written by ``attn check NAME --golden FILE --update`` (atomically), the renderings by
 ``attn trace NAME --format plain --width 100 -o FILE``, exactly as a user would.
 """
 

@@ -35,14 +35,9 @@ from attn_cli.check.compare import (
     compare,
     conform,
 )
-from attn_cli.check.dump import BatchDump, DecodeDump, FlashDump
-from attn_cli.check.dump import Dump as Dump  # Dump, load_dump, stage_for: their old import path
-from attn_cli.check.dump import load_dump as load_dump
-from attn_cli.check.dump import stage_for as stage_for
+from attn_cli.check.dump import BatchDump, DecodeDump, Dump, FlashDump
 from attn_cli.check.mistake import ZH, every_mistake, mistakes_for
 from attn_cli.check.recompute import Candidate, Weights, softmax_and_lse
-from attn_cli.check.recompute import allowed as allowed  # the chain's mask, recomputed
-from attn_cli.check.recompute import downstream as downstream  # where tests and callers find it
 from attn_cli.core.inputs import BoolArray, FloatArray
 from attn_cli.core.pipeline import Trace
 from attn_cli.core.stages import SPECS

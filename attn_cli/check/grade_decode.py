@@ -42,8 +42,6 @@ from attn_cli.check.runs import (
     flash_args,
     refuse_decode,
 )
-from attn_cli.check.runs import run_decode as run_decode  # run_decode, run_flash: old path
-from attn_cli.check.runs import run_flash as run_flash
 from attn_cli.core import decode as core_decode
 from attn_cli.core import flash as core_flash
 from attn_cli.core.chain import Chain

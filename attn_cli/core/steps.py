@@ -24,7 +24,6 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from attn_cli.core.chain import Chain, cells_of
-from attn_cli.core.plugins.allowed import window_reach as window_reach  # where it was
 
 if TYPE_CHECKING:
     from attn_cli.core.inputs import Inputs

@@ -24,7 +24,6 @@ from attn_cli.present.explain_registry import (
     sum_terms,
 )
 from attn_cli.present.text import factor
-from attn_cli.present.text import upstream_line as upstream_line  # its old import path (tests)
 from attn_cli.present.variants import all_texts, has_extra_logit, modifier, modifier_stage
 
 

@@ -16,7 +16,6 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from attn_cli.present.i18n import Lang, axis_name, label
-from attn_cli.present.i18n import en_zh as en_zh  # where it was
 from attn_cli.present.text import safe, short_number
 from attn_cli.present.variants import all_texts
 

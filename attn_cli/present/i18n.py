@@ -250,7 +250,7 @@ def dims_text(lang: Lang, axes: Sequence[str], shape: Sequence[int]) -> str:
 
 # The stage table's formulas (core/stages.py) are English; these rewrite their words in
 # Chinese, in order, leaving the math alone. A new formula with new words needs a row here
-# (tests/test_i18n_render.py finds any English left).
+# (tests/present/test_i18n_render.py finds any English left).
 FORMULA_ZH: tuple[tuple[str, str], ...] = (
     (r"^X \(the input embeddings\)$", "X（输入的嵌入向量）"),
     (r"^X_kv \(the states keys and values are projected from\)$", "X_kv（键和值由它投影而来）"),

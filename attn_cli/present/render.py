@@ -35,7 +35,6 @@ from attn_cli.present.palette import (
     scale_position,
     stepped_style,
 )
-from attn_cli.present.palette import VIRIDIS as VIRIDIS
 from attn_cli.present.palette import heat_style as heat_style
 from attn_cli.present.palette import viridis as viridis
 from attn_cli.present.text import (

@@ -6,7 +6,8 @@ Run once, in a throwaway venv (not a dependency of attn):
     /tmp/hfvenv/bin/python tests/reference/arch_configs.py
 
 Each family's tiny model is built from its config class (transformers 5.24.0) and saved with
-save_pretrained; tests/test_import_arch.py writes random tensors under the saved names and shapes.
+save_pretrained; tests/io/test_import_arch.py writes random tensors under the saved names and
+shapes.
 """
 
 import json

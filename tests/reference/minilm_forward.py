@@ -1,4 +1,5 @@
-"""Reference numbers for tests/test_forward.py: all-MiniLM-L6-v2's whole forward, by transformers.
+"""Reference numbers for tests/acceptance/test_forward.py: all-MiniLM-L6-v2's whole forward, by
+transformers.
 
 Run ONCE, in a throwaway venv (torch is never installed in the dev venv):
 

@@ -1,4 +1,4 @@
-"""Reference numbers for tests/test_checkpoint.py: all-MiniLM-L6-v2's attention, by transformers.
+"""Reference numbers for tests/io/test_checkpoint.py: all-MiniLM-L6-v2's attention, by transformers.
 
 Run ONCE, in a throwaway venv (torch is never installed in the dev venv):
 

@@ -4,8 +4,8 @@
 
 SDPA is wrapped so that the probe can ask each convention it has: ``causal`` (is_causal),
 ``mask`` (attn_mask, bool: True attends), ``scale``, and K/V with fewer heads (enable_gqa);
-it has no sliding window. tests/test_probe_torch.py asserts the same conventions from a live
-torch; tests/test_probe.py asserts that attn's own reference, probed, gives this file's.
+it has no sliding window. tests/acceptance/test_probe_torch.py asserts the same conventions from a
+live torch; tests/check/test_probe.py asserts that attn's own reference, probed, gives this file's.
 """
 
 from __future__ import annotations

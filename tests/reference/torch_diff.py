@@ -13,7 +13,7 @@ lines are left out: attn refuses diff with rope), no flash_attn import (the forw
 it), and the module in float64 (the reference's own ``.float()`` casts of the softmax, λ and
 the norm's input are kept, so those steps round to float32 as the reference's do). Weights
 and λ vectors are drawn from a seeded generator; each forward's intermediates are recorded.
-Nothing from attn is imported; tests/test_diff.py reads the JSON.
+Nothing from attn is imported; tests/core/test_diff.py reads the JSON.
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ casts left out (the softmax's ``dtype=torch.float32``, λ's ``.float()``, the RM
 Two cases: "example", the bundled fixtures/diff_transformer.yaml (2 heads, depth 2, a norm
 weight, causal, L = Σ projected as attn takes it without ``grad``); "3 heads, batch 2", seeded
 weights, λ vectors and upstream gradient. Nothing from attn is imported;
-tests/test_diff_backward.py reads the JSON.
+tests/core/test_diff_backward.py reads the JSON.
 """
 
 from __future__ import annotations

@@ -10,7 +10,8 @@ tiny ``Qwen3NextConfig``, draws its weights from a seeded generator (the q/k nor
 Qwen3-Next's RMSNorm scales by 1 + weight), and runs its forward with SDPA in float64 on
 seeded states, with a causal mask and the model's own rotary embedding (partial rotary). The
 module's input to o_proj (the gated heads) is caught by a forward pre-hook. Nothing from attn is
-imported; tests/test_gate_torch.py reads the JSON and builds the fixture from these weights.
+imported; tests/acceptance/test_gate_torch.py reads the JSON and builds the fixture from these
+weights.
 """
 
 from __future__ import annotations

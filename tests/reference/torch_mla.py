@@ -16,7 +16,8 @@ comparison). For the yarn case the module's ``scaling`` takes yarn's mscale², w
 checks, while the cos and sin stay plain. The module's input to o_proj (the heads side by side) is
 caught by a forward pre-hook, and its attention weights are what eager attention returns (its
 softmax runs in float32, so they and what follows hold float32's digits). Nothing from attn is
-imported; tests/test_mla_torch.py reads the JSON and builds the fixture from these weights.
+imported; tests/acceptance/test_mla_torch.py reads the JSON and builds the fixture from these
+weights.
 """
 
 from __future__ import annotations

@@ -19,7 +19,7 @@ makes them for a default-rope config, in float64. Gradients are read from ``.gra
 parameters and of intermediate tensors kept by forward hooks (c_Q, c_Q_norm, q_b_proj's output,
 c_KV|k_rope, c_KV_norm, kv_b_proj's output, o_proj's input) and by the attention function (the
 query and key states that enter the scores, the values, the weights). Nothing from attn is
-imported; tests/test_mla_backward.py reads the JSON.
+imported; tests/core/test_mla_backward.py reads the JSON.
 """
 
 from __future__ import annotations

@@ -9,7 +9,8 @@ Each case re-types the way the reference code computes it, in torch, from seeded
 HF ``rotate_half`` RoPE (GPT-NeoX partial rotary too), Meta llama's complex RoPE
 (``torch.polar`` / ``view_as_complex``), HF's ``permute`` of Meta weights, SDPA with an explicit
 HF-style sliding-window mask (checked against FlashAttention's ``window_size`` rule), and gpt-oss's
-``sdpa`` with sinks. Nothing from attn is imported. tests/test_variants_reference.py reads the JSON.
+``sdpa`` with sinks. Nothing from attn is imported.
+tests/acceptance/test_variants_reference.py reads the JSON.
 """
 
 from __future__ import annotations

@@ -1,0 +1,161 @@
+"""The package's shape: no import cycle anywhere, and every function fits on a screen.
+
+The cycle check reads every ``import`` and ``from ... import`` in ``attn_cli`` wherever it
+stands (module level, inside a function, under ``TYPE_CHECKING``): an import deferred into a
+function hides a cycle from Python's start-up, not from a reader. ``lint-imports`` checks the
+arrows between layers; this checks them between modules.
+"""
+
+from __future__ import annotations
+
+import ast
+import functools
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parents[2] / "attn_cli"
+MAX_FUNCTION_LINES = 80  # STYLE.md 15: a function fits on a screen, as the formatter lays it out
+
+
+def _module_name(path: Path) -> str:
+    """``attn_cli/check/grade.py`` -> ``attn_cli.check.grade``; a package is its ``__init__``."""
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _sources() -> dict[str, Path]:
+    return {_module_name(path): path for path in sorted(PACKAGE.rglob("*.py"))}
+
+
+@functools.cache
+def _trees() -> dict[str, tuple[ast.Module, bool]]:
+    """Every module of the package parsed once: its tree, and whether it is a package."""
+    return {
+        name: (ast.parse(path.read_text(encoding="utf-8"), str(path)), path.name == "__init__.py")
+        for name, path in _sources().items()
+    }
+
+
+def _base(node: ast.ImportFrom, here: str, is_package: bool) -> str:
+    """The module a ``from`` import reads from, relative imports resolved against ``here``."""
+    if not node.level:
+        return node.module or ""
+    anchor = here.split(".") if is_package else here.split(".")[:-1]
+    anchor = anchor[: len(anchor) - (node.level - 1)]
+    return ".".join([*anchor, *([node.module] if node.module else [])])
+
+
+def _import_module_name(node: ast.Call) -> str | None:
+    """The module ``import_module("a.b")`` loads, when its name is written out."""
+    func = node.func
+    called = func.id if isinstance(func, ast.Name) else getattr(func, "attr", None)
+    arg = node.args[0] if node.args else None
+    if called != "import_module" or not isinstance(arg, ast.Constant):
+        return None
+    return arg.value if isinstance(arg.value, str) else None
+
+
+def _imported(node: ast.AST, here: str, is_package: bool, modules: set[str]) -> Iterator[str]:
+    """The package modules one statement imports: ``from a import b`` is ``a.b`` when that is
+    a module, else ``a``; ``import_module("a.b")`` with a literal name counts as ``import a.b``."""
+    if isinstance(node, ast.Import):
+        yield from (alias.name for alias in node.names)
+    elif isinstance(node, ast.ImportFrom):
+        base = _base(node, here, is_package)
+        for alias in node.names:
+            yield f"{base}.{alias.name}" if f"{base}.{alias.name}" in modules else base
+    elif isinstance(node, ast.Call) and (name := _import_module_name(node)) is not None:
+        yield name
+
+
+@functools.cache
+def import_graph() -> dict[str, set[str]]:
+    """Module -> the package modules it imports, from every import statement in its source.
+
+    Importing a submodule runs its parents' ``__init__`` too; that is not counted as an arrow
+    (the parents here hold docstrings and lazy names), as in import-linter.
+    """
+    trees = _trees()
+    modules = set(trees)
+    graph: dict[str, set[str]] = {name: set() for name in trees}
+    for name, (tree, is_package) in trees.items():
+        for node in ast.walk(tree):
+            found = _imported(node, name, is_package, modules)
+            graph[name].update(m for m in found if m in modules and m != name)
+    return graph
+
+
+def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    """One cycle as ``[a, b, ..., a]``, or None: a depth-first walk that meets its own path."""
+    done: set[str] = set()
+    path: list[str] = []
+    on_path: set[str] = set()
+
+    def visit(node: str) -> list[str] | None:
+        path.append(node)
+        on_path.add(node)
+        for nxt in sorted(graph[node]):
+            if nxt in on_path:
+                return [*path[path.index(nxt) :], nxt]
+            if nxt not in done and (cycle := visit(nxt)) is not None:
+                return cycle
+        on_path.discard(path.pop())
+        done.add(node)
+        return None
+
+    for start in sorted(graph):
+        if start not in done and (cycle := visit(start)) is not None:
+            return cycle
+    return None
+
+
+@pytest.mark.slow
+def test_the_graph_sees_imports_inside_functions_and_type_checking() -> None:
+    graph = import_graph()
+    # attn_cli/__init__.py imports these only under TYPE_CHECKING
+    assert {"attn_cli.api", "attn_cli.errors"} <= graph["attn_cli"]
+    # check/run.py imports the grader inside check_fixture
+    assert "attn_cli.check.grade" in graph["attn_cli.check.run"]
+
+
+def test_find_cycle_finds_one() -> None:
+    assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+    assert find_cycle({"a": {"b"}, "b": set()}) is None
+
+
+@pytest.mark.slow
+def test_no_import_cycle() -> None:
+    cycle = find_cycle(import_graph())
+    assert cycle is None, "import cycle: " + " -> ".join(cycle or [])
+
+
+def long_functions(tree: ast.AST, where: str) -> Iterator[str]:
+    """Functions and methods over MAX_FUNCTION_LINES, from ``def`` to their last line."""
+    for node in ast.walk(tree):
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+            assert node.end_lineno is not None
+            lines = node.end_lineno - node.lineno + 1  # decorators stand above node.lineno
+            if lines > MAX_FUNCTION_LINES:
+                yield f"{where}:{node.lineno} {node.name} ({lines} lines)"
+
+
+def _function(lines: int, indent: str = "") -> str:
+    """The source of a function ``lines`` long, ``def`` included."""
+    body = "".join(f"{indent}    x{i} = {i}\n" for i in range(lines - 1))
+    return f"{indent}def f():\n{body}"
+
+
+def test_long_functions_counts_from_def_to_the_last_line() -> None:
+    fits = ast.parse("@decorator\n@another\n" + _function(MAX_FUNCTION_LINES))
+    assert list(long_functions(fits, "m")) == []  # decorators are not counted
+    over = ast.parse("class C:\n" + _function(MAX_FUNCTION_LINES + 1, "    "))
+    # methods are counted too
+    assert list(long_functions(over, "m")) == [f"m:2 f ({MAX_FUNCTION_LINES + 1} lines)"]
+
+
+@pytest.mark.slow  # reads the whole package (about half a second), once for all these tests
+def test_no_function_over_80_lines() -> None:
+    long = [found for name, (tree, _) in _trees().items() for found in long_functions(tree, name)]
+    assert not long, "functions over 80 lines: " + ", ".join(long)
