@@ -34,21 +34,14 @@ def _hides(variant: Variant) -> bool:
 
 
 _OWN_KEYS = tuple(v.name for v in _own_keys())
+# The keys of the inputs' own arrays: X and the projections, or Q, K and V given directly.
+INPUT_KEYS = ("X", "W_Q", "W_K", "W_V", "b_Q", "b_K", "b_V", "Q", "K", "V")
 KNOWN_KEYS = (
     "name",
     "description",
     "tokens",
     "key_tokens",
-    "X",
-    "W_Q",
-    "W_K",
-    "W_V",
-    "b_Q",
-    "b_K",
-    "b_V",
-    "Q",
-    "K",
-    "V",
+    *INPUT_KEYS,
     "heads",
     "kv_heads",
     "W_O",
@@ -70,16 +63,7 @@ KNOWN_KEYS = (
 
 # Keys whose numbers become float arrays: a NumPy array there is checked, not walked.
 _FLOAT_KEYS = (
-    "X",
-    "W_Q",
-    "W_K",
-    "W_V",
-    "b_Q",
-    "b_K",
-    "b_V",
-    "Q",
-    "K",
-    "V",
+    *INPUT_KEYS,
     "W_O",
     "b_O",
     *_OWN_KEYS,
@@ -164,7 +148,7 @@ def _plugged() -> tuple[str, ...]:
 
 
 _SIZES = ("has_batch", "batch", "seq_q", "seq_k", "heads", "kv_heads", "d_k", "d_v")
-_ARRAYS = ("X", "W_Q", "W_K", "W_V", "b_Q", "b_K", "b_V", "Q", "K", "V", "X_kv")
+_ARRAYS = (*INPUT_KEYS, "X_kv")
 
 
 def _known_keys(obj: Any, source: str) -> dict[str, Any]:
