@@ -30,7 +30,7 @@ import numpy as np
 
 from attn_cli.check.asker import Asker
 from attn_cli.core.inputs import BoolArray, FloatArray
-from attn_cli.core.steps import attention
+from attn_cli.core.steps import attention, softmax
 from attn_cli.errors import ProbeError, UsageError
 from attn_cli.io.target import load
 
@@ -431,15 +431,10 @@ def _mask_unapplied(
         own = own_hidden(known.causal, 4, 4)
         for polarity, keep in (("true-attends", MASK_ALLOWED), ("true-blocks", ~MASK_ALLOWED)):
             scores = np.where(keep, q @ k.swapaxes(-1, -2) * scale, 0.0)  # (B, H, T, S)
-            w = _softmax(np.where(own, -np.inf, scores))
+            w = softmax(np.where(own, -np.inf, scores))
             if np.allclose(out, w, rtol=1e-5, atol=1e-7):
                 return polarity, [_finding("mask_zero_fill", evidence)]
     return "other", [_finding("mask_other", evidence)]
-
-
-def _softmax(x: FloatArray) -> FloatArray:
-    e = np.exp(x - x.max(axis=-1, keepdims=True))
-    return e / e.sum(axis=-1, keepdims=True)  # type: ignore[no-any-return]
 
 
 def _mask_works(asker: Asker, known: Known) -> bool:
