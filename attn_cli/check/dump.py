@@ -22,7 +22,8 @@ from attn_cli.core.stages import GRADIENT_STAGE_NAMES, STAGE_NAMES
 from attn_cli.errors import InputError
 from attn_cli.io import gate
 from attn_cli.io.decode_json import BATCH_FORMAT, DECODE_FORMAT, FLASH_FORMAT
-from attn_cli.io.trace_json import decode_array, parse_json, read_text, stages_from_json
+from attn_cli.io.jsonfmt import parse_json
+from attn_cli.io.trace_json import decode_array, read_text, stages_from_json
 
 DUMP_DOC = (
     "a .json mapping stage name -> nested list (or a JSON trace), or a .npz of arrays "
@@ -166,7 +167,7 @@ def load_dump(path: Path) -> Dump:
     source = str(path)
     suffix = path.suffix.lower()
     if suffix == ".json":
-        obj = parse_json(read_text(path, DUMP_DOC), source, DUMP_DOC)
+        obj = parse_json(read_text(path, DUMP_DOC), source, DUMP_DOC, too_deep=DUMP_DOC, kept=False)
         if _is_special(obj):
             return _special_dump(obj, source)
         if isinstance(obj, dict) and "format" in obj:

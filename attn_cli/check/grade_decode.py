@@ -360,13 +360,10 @@ def _flash_diagnoses(
                 "output": _public(trace, mistake.result.output),
                 "lse": _public(trace, mistake.result.lse),
             }
-            if _close(stages[first], ref[first], tolerance):
+            matched = _reproduced(stages, (ref, given), first, tolerance)
+            if matched is None:
                 continue
-            if not _same(given[first], stages[first], tolerance):
-                continue
-            other = "lse" if first == "output" else "output"
-            explains = (other,) if _same(given[other], stages[other], tolerance) else ()
-            unexplained = () if explains or _same(given[other], ref[other], tolerance) else (other,)
+            explains, unexplained = matched
             found.append(
                 Diagnosis(
                     name=name,
@@ -406,13 +403,10 @@ def _split_diagnoses(
             *qkv, splits=dump.split_kv, block_q=bq, base2=dump.base2, bugs=bugs, **args
         )
         stages = {"output": _public(trace, r.merged.output), "lse": _public(trace, r.merged.lse)}
-        if _close(stages[stage], ref[stage], tolerance):
+        matched = _reproduced(stages, (ref, given), stage, tolerance)
+        if matched is None:
             continue  # the mistake changes nothing here (no logit large enough, one chunk)
-        if not _same(given[stage], stages[stage], tolerance):
-            continue
-        other = "lse" if stage == "output" else "output"
-        explains = (other,) if _same(given[other], stages[other], tolerance) else ()
-        unexplained = () if explains or _same(given[other], ref[other], tolerance) else (other,)
+        explains, unexplained = matched
         found.append(
             Diagnosis(
                 name=name,
@@ -425,6 +419,25 @@ def _split_diagnoses(
             )
         )
     return tuple(found), () if found else tuple(tried)
+
+
+def _reproduced(
+    stages: dict[str, FloatArray],
+    arrays: tuple[dict[str, FloatArray], dict[str, FloatArray]],
+    stage: str,
+    tolerance: Tolerance,
+) -> tuple[tuple[str, ...], tuple[str, ...]] | None:
+    """Whether a mistake's output and lse (``stages``) change ``stage`` from the reference and
+    reproduce the dump's: None if not, else the other stage as (explained, unexplained)."""
+    ref, given = arrays
+    if _close(stages[stage], ref[stage], tolerance):
+        return None
+    if not _same(given[stage], stages[stage], tolerance):
+        return None
+    other = "lse" if stage == "output" else "output"
+    explains = (other,) if _same(given[other], stages[other], tolerance) else ()
+    unexplained = () if explains or _same(given[other], ref[other], tolerance) else (other,)
+    return explains, unexplained
 
 
 _FLASH_TITLES = (

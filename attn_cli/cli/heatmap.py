@@ -1,13 +1,11 @@
 """``attn heatmap``: only the attention weights, shaded, one table per head."""
 
-import sys
 from dataclasses import replace
 from typing import Annotated
 
 import typer
 
 from attn_cli.cli.options import (
-    NON_TERMINAL_WIDTH,
     PRECISION,
     ColorOption,
     Dtype,
@@ -24,9 +22,9 @@ from attn_cli.cli.options import (
     ThemeOption,
     WidthOption,
     parse_size,
-    plain_wanted,
 )
-from attn_cli.cli.output import console, emit, plain_text, warn_empty_rows, warn_sentinel_rows
+from attn_cli.cli.output import emit, warn_empty_rows, warn_sentinel_rows
+from attn_cli.cli.runs import show
 from attn_cli.cli.trace import classroom_options, document
 from attn_cli.core.limits import DEFAULT_MAX_ELEMENTS
 
@@ -82,10 +80,4 @@ def heatmap(
         page = document(result, options, fmt, True, width, view="heatmap", theme=theme)
         emit(page, output, quiet=quiet, escape="xml")
         return
-    renderable = render_heatmap(result, options)
-    if output is not None or plain_wanted(fmt, color):
-        if width is None and (output is not None or not sys.stdout.isatty()):
-            width = NON_TERMINAL_WIDTH
-        emit(plain_text(renderable, width), output, quiet=quiet)
-    else:
-        console(width, plain=False, color=color).print(renderable)
+    show(render_heatmap(result, options), fmt, output, width, color, False, quiet)

@@ -157,7 +157,7 @@ def render_options(
 
 def show(
     renderable: Any,
-    fmt: Format | RunFormat,
+    fmt: Enum,
     output: Optional[Path],  # noqa: UP045
     width: Optional[int],  # noqa: UP045
     color: Optional[bool],  # noqa: UP045
@@ -166,8 +166,21 @@ def show(
 ) -> None:
     """Tables as plain text (a file, a pipe, --format plain) or coloured on the terminal."""
     if output is not None or plain_wanted(fmt, color):
-        if width is None and (output is not None or not sys.stdout.isatty()):
-            width = NON_TERMINAL_WIDTH
-        emit(plain_text(renderable, width, crop=not full), output, quiet=quiet)
+        write_plain(renderable, output, width, full=full, quiet=quiet)
         return
     console(width, plain=False, color=color).print(renderable, crop=not full)
+
+
+def write_plain(
+    renderable: Any,
+    output: Optional[Path],  # noqa: UP045
+    width: Optional[int],  # noqa: UP045
+    *,
+    full: bool,
+    quiet: bool,
+) -> None:
+    """Tables as plain text to ``output`` or standard output: at a fixed width (stable for
+    diffs) when written to a file or a pipe and no --width is given."""
+    if width is None and (output is not None or not sys.stdout.isatty()):
+        width = NON_TERMINAL_WIDTH
+    emit(plain_text(renderable, width, crop=not full), output, quiet=quiet)

@@ -40,11 +40,11 @@ from attn_cli.cli.output import (
     emit,
     emit_binary,
     note,
-    plain_text,
     tolerant,
     warn_empty_rows,
     warn_sentinel_rows,
 )
+from attn_cli.cli.runs import write_plain
 from attn_cli.core.limits import DEFAULT_MAX_ELEMENTS
 from attn_cli.errors import UsageError, printable
 
@@ -336,10 +336,8 @@ def _show(
     from attn_cli.present.render import render_trace
 
     if plain:
-        if width is None and (output is not None or not sys.stdout.isatty()):
-            width = NON_TERMINAL_WIDTH
         renderable = render_trace(result, replace(options, heatmap=bool(heatmap)))
-        emit(plain_text(renderable, width, crop=not options.full), output, quiet=quiet)
+        write_plain(renderable, output, width, full=options.full, quiet=quiet)
         return
     out = console(width, plain=False, color=color)
     heat = heatmap if heatmap is not None else out.color_system is not None

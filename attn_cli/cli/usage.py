@@ -173,9 +173,44 @@ def _cut(text: str, limit: int = 40) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
+class _AsciiDigits(_click().types.ParamType):  # type: ignore[misc]
+    """An integer type that refuses a value with characters beyond ASCII: Python's ``int``
+    reads ``'٣'`` or ``'３'`` as 3, which a person did not mean as a number. The refusal is
+    Click's own, so it prints as the usage line of any value that is not an integer."""
+
+    def convert(self, value: Any, param: Any, ctx: Any) -> Any:
+        if isinstance(value, str) and not value.isascii():
+            self.fail(f"{value!r} is not a valid {self.name}.", param, ctx)
+        return super().convert(value, param, ctx)
+
+
+class _AsciiInt(_AsciiDigits, _click().types.IntParamType):  # type: ignore[misc]
+    """An integer option: ASCII digits only."""
+
+
+class _AsciiIntRange(_AsciiDigits, _click().types.IntRange):  # type: ignore[misc]
+    """An integer option with a range (``min=1``): ASCII digits only."""
+
+
+def ascii_digits(kind: Any) -> Any:
+    """Click's type of a parameter, made to refuse non-ASCII digits when it is an integer."""
+    types = _click().types
+    if isinstance(kind, types.IntRange):
+        return _AsciiIntRange(kind.min, kind.max, kind.min_open, kind.max_open, kind.clamp)
+    if isinstance(kind, types.IntParamType):
+        return _AsciiInt()
+    return kind
+
+
 class AttnCommand(typer.core.TyperCommand):
-    """A command whose usage line shows its arguments as its help does (``FIXTURE...``), and
-    whose usage errors know the command they come from."""
+    """A command whose usage line shows its arguments as its help does (``FIXTURE...``), whose
+    usage errors know the command they come from, and whose integer options take ASCII digits
+    only (:func:`ascii_digits`)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        for param in self.params:
+            param.type = ascii_digits(param.type)
 
     def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
         try:

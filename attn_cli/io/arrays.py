@@ -22,6 +22,7 @@ from attn_cli.core.chain import REGISTRY  # with the variants attn ships registe
 from attn_cli.core.stages import STAGE_NAMES
 from attn_cli.errors import InputError
 from attn_cli.io import gate
+from attn_cli.io.validate import INPUT_KEYS
 
 if TYPE_CHECKING:
     import zipfile
@@ -31,16 +32,7 @@ if TYPE_CHECKING:
 # Fixture keys whose value is an array, and so may be a file reference; a variant's are its own
 # (``Variant.array_parts``, read at call time: a variant registered from outside counts too).
 _ARRAY_KEYS = (
-    "X",
-    "W_Q",
-    "W_K",
-    "W_V",
-    "b_Q",
-    "b_K",
-    "b_V",
-    "Q",
-    "K",
-    "V",
+    *INPUT_KEYS,
     "W_O",
     "b_O",
     "mask",

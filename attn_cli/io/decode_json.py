@@ -25,7 +25,7 @@ are then the gathered cache's (the live blocks' pages in logical order).
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any, Protocol
 
 import numpy as np
@@ -284,16 +284,7 @@ def flash_dumps(run: FlashRunLike) -> str:
         tiles_total=run.tiles_total,
         tiles_shown=len(run.tiles),
         max_tiles=run.max_tiles,
-        checks=[
-            {
-                "name": c.name,
-                "max_abs_diff": plain_number(c.max_abs),
-                "ulps": plain_number(c.ulps),
-                "tolerance": c.tolerance,
-                "ok": c.ok,
-            }
-            for c in run.checks
-        ],
+        checks=checks_json(run.checks),
         mask_value_replaced=run.sentinel,
     )
     lines = ["{", *mapping(head, 2), '  "tiles": [']
@@ -305,6 +296,30 @@ def flash_dumps(run: FlashRunLike) -> str:
     lines += stages_lines(stages, 2)
     lines.append("}")
     return "\n".join(lines) + "\n"
+
+
+def checks_json(checks: Iterable[CheckLike]) -> list[dict[str, Any]]:
+    """A run's checks as the document's ``checks`` list."""
+    return [
+        {
+            "name": c.name,
+            "max_abs_diff": plain_number(c.max_abs),
+            "ulps": plain_number(c.ulps),
+            "tolerance": c.tolerance,
+            "ok": c.ok,
+        }
+        for c in checks
+    ]
+
+
+def array_lines(arrays: dict[str, Any], indent: int) -> list[str]:
+    """``"name": array,`` lines at ``indent``, null for None."""
+    pad = " " * indent
+    out = []
+    for name, data in arrays.items():
+        text = "null" if data is None else array_text(np.asarray(data).tolist(), indent)
+        out.append(f"{pad}{json_text(name)}: {text},")
+    return out
 
 
 def plain_number(x: float | None) -> Any:
@@ -319,11 +334,8 @@ def _tile(tile: Tile, has_batch: bool, *, last: bool) -> list[str]:
     meta.update(
         head=tile.head, q_block=list(tile.q_block), k_block=list(tile.k_block), skipped=tile.skipped
     )
-    lines = ["    {", *mapping(meta, 6)]
-    for name in ("S", "m", "alpha", "P", "l", "acc"):
-        data = getattr(tile, name)
-        text = "null" if data is None else array_text(np.asarray(data).tolist(), 6)
-        lines.append(f"      {json_text(name)}: {text},")
+    arrays = {name: getattr(tile, name) for name in ("S", "m", "alpha", "P", "l", "acc")}
+    lines = ["    {", *mapping(meta, 6), *array_lines(arrays, 6)]
     close_last(lines)
     lines.append("    }" + ("" if last else ","))
     return lines

@@ -35,12 +35,25 @@ class JSONOverflow:
         self.text = text
 
 
-def _json_float(text: str) -> float | JSONOverflow:
-    x = float(text)
-    return x if math.isfinite(x) else JSONOverflow(text)
+def parse_json(
+    text: str,
+    source: str,
+    expected: str = "valid JSON",
+    *,
+    too_deep: str = SHALLOW,
+    kept: bool = True,
+) -> Any:
+    """Standard JSON, strict: the one reader of fixtures, JSON traces and dumps.
 
+    A key given twice and an integer of more than ``MAX_INT_DIGITS`` digits are refused: they
+    have no one meaning. With ``kept`` (fixtures), NaN and Infinity literals and numbers beyond
+    float64 (``1e400``) are kept as :class:`JSONLiteral` and :class:`JSONOverflow`, so that
+    validation names their field; without it (traces, dumps) the literals are read as floats
+    (Python's ``json.dump`` writes them) and a number beyond float64 is refused here. Not JSON
+    is a :class:`JSONSyntaxError` naming the spot, expected ``expected``; nesting past the
+    parser's recursion limit an InputError, expected ``too_deep``.
+    """
 
-def parse_json(text: str, source: str) -> Any:
     def pairs(items: list[tuple[str, Any]]) -> dict[str, Any]:
         out: dict[str, Any] = {}
         for key, value in items:
@@ -56,25 +69,30 @@ def parse_json(text: str, source: str) -> Any:
             )
         return int(s)
 
+    def parse_float(s: str) -> float | JSONOverflow:
+        x = float(s)
+        if math.isfinite(x):
+            return x
+        if kept:
+            return JSONOverflow(s)
+        what = f"the number {_field(s)} is beyond float64"
+        raise InputError(source, "", what, "numbers of at most about 1.8e308")
+
     import json  # only JSON fixtures need it: start-up stays light for YAML ones
 
     try:
         return json.loads(
             text,
             object_pairs_hook=pairs,
-            parse_constant=JSONLiteral,
+            parse_constant=JSONLiteral if kept else float,
             parse_int=parse_int,
-            parse_float=_json_float,
+            parse_float=parse_float,
         )
     except json.JSONDecodeError as e:
-        raise JSONSyntaxError(
-            source,
-            f"line {e.lineno} column {e.colno}",
-            f"invalid JSON ({json_error(e)})",
-            "valid JSON",
-        ) from None
+        where = f"line {e.lineno} column {e.colno}"
+        raise JSONSyntaxError(source, where, f"invalid JSON ({json_error(e)})", expected) from None
     except RecursionError:
-        raise InputError(source, "", "nesting is too deep", SHALLOW) from None
+        raise InputError(source, "", "nesting is too deep", too_deep) from None
 
 
 def json_error(e: json.JSONDecodeError) -> str:

@@ -238,11 +238,7 @@ def _x_lines(spec: NewFixture, a: NewArrays) -> list[str]:
         f"X:   # [batch, seq, d_model] = [{spec.batch}, {spec.seq}, {spec.d_model}]; "
         "the tokens label every item"
     ]
-    for b in range(spec.batch):
-        lines.append(f"  # batch item {b}")
-        for n, row in enumerate(_rows(a.X[b], labels, "    ")):
-            lines.append(("  - " + row[4:]) if n == 0 else row)
-    return lines
+    return lines + _batch_rows(a.X, labels)
 
 
 def _tail_lines(spec: NewFixture, a: NewArrays) -> list[str]:
@@ -293,10 +289,16 @@ def _x_kv_lines(spec: NewFixture, a: NewArrays) -> list[str]:
         )
         return lines + _rows(a.X_kv, labels, "  ")
     lines.append(f"X_kv:   # [batch, seq_k, d_model_kv] = [{spec.batch}, {n}, {spec.d_model}]")
-    for b in range(spec.batch):
+    return lines + _batch_rows(a.X_kv, labels)
+
+
+def _batch_rows(x: np.ndarray, labels: list[str]) -> list[str]:
+    """A batched array's items as a YAML list, each a commented block of labelled rows."""
+    lines = []
+    for b, item in enumerate(x):
         lines.append(f"  # batch item {b}")
-        for k, row in enumerate(_rows(a.X_kv[b], labels, "    ")):
-            lines.append(("  - " + row[4:]) if k == 0 else row)
+        for n, row in enumerate(_rows(item, labels, "    ")):
+            lines.append(("  - " + row[4:]) if n == 0 else row)
     return lines
 
 

@@ -20,13 +20,14 @@ from attn_cli.core.split_kv import SplitResult
 from attn_cli.io.decode_json import (
     FLASH_FORMAT,
     CheckLike,
+    array_lines,
+    checks_json,
     close_last,
     document_head,
     mapping,
-    plain_number,
 )
 from attn_cli.io.decode_json import stages_lines as stages_text
-from attn_cli.io.trace_json import array_text, json_text
+from attn_cli.io.trace_json import json_text
 
 
 class SplitRunLike(Protocol):
@@ -60,16 +61,7 @@ def split_dumps(run: SplitRunLike) -> str:
         block_k=run.block_k,
         base2=result.base2,
         lse_base="2" if result.base2 else "e",
-        checks=[
-            {
-                "name": c.name,
-                "max_abs_diff": plain_number(c.max_abs),
-                "ulps": plain_number(c.ulps),
-                "tolerance": c.tolerance,
-                "ok": c.ok,
-            }
-            for c in run.checks
-        ],
+        checks=checks_json(run.checks),
         mask_value_replaced=run.sentinel,
     )
     lines = ["{", *mapping(head, 2), '  "chunks": [']
@@ -103,9 +95,4 @@ def _public(has_batch: bool) -> Any:
 def _arrays(arrays: dict[str, Any], public: Any, indent: int) -> list[str]:
     """``"name": array,`` lines (null for None), each array without the batch axis when the
     fixture has none."""
-    pad = " " * indent
-    out = []
-    for name, data in arrays.items():
-        text = "null" if data is None else array_text(public(data).tolist(), indent)
-        out.append(f"{pad}{json_text(name)}: {text},")
-    return out
+    return array_lines({k: None if v is None else public(v) for k, v in arrays.items()}, indent)

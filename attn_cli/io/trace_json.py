@@ -21,12 +21,12 @@ import numpy as np
 from attn_cli._version import __version__
 from attn_cli.core.chain import REGISTRY  # with the variants attn ships registered
 from attn_cli.core.inputs import FloatArray
-from attn_cli.core.limits import DEFAULT_MAX_BYTES, MAX_INT_DIGITS
+from attn_cli.core.limits import DEFAULT_MAX_BYTES
 from attn_cli.core.pipeline import Streamed, Trace
 from attn_cli.core.stages import STAGE_NAMES
 from attn_cli.errors import InputError
 from attn_cli.io import gate
-from attn_cli.io.jsonfmt import json_error
+from attn_cli.io.jsonfmt import parse_json
 from attn_cli.io.text import decode_text
 
 FORMAT_NAME = "attn-trace"
@@ -228,58 +228,15 @@ def load_trace_json(path: str | os.PathLike[str]) -> dict[str, FloatArray]:
 
 def loads(text: str, source: str) -> dict[str, FloatArray]:
     """The stages of a JSON trace: stage name -> float64 array, "-inf"/"inf"/"nan" decoded."""
-    return stages_from_json(parse_json(text, source, _TRACE_DOC), source)
+    return stages_from_json(
+        parse_json(text, source, _TRACE_DOC, too_deep=_TRACE_DOC, kept=False), source
+    )
 
 
 def read_text(path: Path, expected: str, max_bytes: int = DEFAULT_MAX_BYTES) -> str:
     """A UTF-8 text file read through the input gate; every failure an InputError."""
     source = str(path)
     return decode_text(gate.read_bytes(path, source, expected, max_bytes=max_bytes), source)
-
-
-def parse_json(text: str, source: str, expected: str) -> Any:
-    """Standard JSON, or an InputError naming the spot.
-
-    NaN and Infinity literals are read as floats (Python's ``json.dump`` writes them); a key
-    given twice, an integer of more than ``MAX_INT_DIGITS`` digits and a number beyond float64
-    (``1e400``) are refused: they have no one meaning.
-    """
-
-    def pairs(items: list[tuple[str, Any]]) -> dict[str, Any]:
-        out: dict[str, Any] = {}
-        for key, value in items:
-            if key in out:
-                raise InputError(source, _shown(key), "given twice", "each key once")
-            out[key] = value
-        return out
-
-    def parse_int(digits: str) -> int:
-        if len(digits.lstrip("-")) > MAX_INT_DIGITS:
-            what = f"an integer of {len(digits.lstrip('-')):,} digits"
-            raise InputError(source, "", what, f"at most {MAX_INT_DIGITS} digits")
-        return int(digits)
-
-    def parse_float(digits: str) -> float:
-        x = float(digits)
-        if math.isinf(x):
-            what = f"the number {_shown(digits)} is beyond float64"
-            raise InputError(source, "", what, "numbers of at most about 1.8e308")
-        return x
-
-    try:
-        return json.loads(
-            text, object_pairs_hook=pairs, parse_int=parse_int, parse_float=parse_float
-        )
-    except json.JSONDecodeError as e:
-        where = f"line {e.lineno} column {e.colno}"
-        raise InputError(source, where, f"invalid JSON ({json_error(e)})", expected) from None
-    except RecursionError:
-        raise InputError(source, "", "nesting is too deep", expected) from None
-
-
-def _shown(text: str, limit: int = 40) -> str:
-    """A key or number from the file, cut short enough for a one-line error."""
-    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def stages_from_json(obj: Any, source: str) -> dict[str, FloatArray]:

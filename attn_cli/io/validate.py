@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import datetime
 import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NamedTuple
@@ -11,12 +10,12 @@ import numpy as np
 
 from attn_cli.core.chain import REGISTRY  # with the variants attn ships registered
 from attn_cli.core.inputs import FloatArray, Inputs, IntArray
-from attn_cli.core.limits import DEFAULT_MAX_ELEMENTS, MAX_NESTING
+from attn_cli.core.limits import DEFAULT_MAX_ELEMENTS
 from attn_cli.core.stages import STAGE_NAMES
 from attn_cli.core.variant import Variant
 from attn_cli.errors import InputError, did_you_mean
 from attn_cli.errors import field_name as _field
-from attn_cli.io.jsonfmt import JSONLiteral, JSONOverflow
+from attn_cli.io.checker import Checker, describe, number, numeric_array, plain
 
 
 def _own_keys() -> list[Variant]:
@@ -35,21 +34,14 @@ def _hides(variant: Variant) -> bool:
 
 
 _OWN_KEYS = tuple(v.name for v in _own_keys())
+# The keys of the inputs' own arrays: X and the projections, or Q, K and V given directly.
+INPUT_KEYS = ("X", "W_Q", "W_K", "W_V", "b_Q", "b_K", "b_V", "Q", "K", "V")
 KNOWN_KEYS = (
     "name",
     "description",
     "tokens",
     "key_tokens",
-    "X",
-    "W_Q",
-    "W_K",
-    "W_V",
-    "b_Q",
-    "b_K",
-    "b_V",
-    "Q",
-    "K",
-    "V",
+    *INPUT_KEYS,
     "heads",
     "kv_heads",
     "W_O",
@@ -69,217 +61,9 @@ KNOWN_KEYS = (
 )
 
 
-class _Checker:
-    """Turns the parsed mapping into arrays, counting numbers against the size limit."""
-
-    def __init__(self, source: str, max_elements: int) -> None:
-        self.source = source
-        self.max_elements = max_elements
-        self.count = 0
-
-    def error(self, field: str, what: str, expected: str, option: str | None = None) -> InputError:
-        return InputError(self.source, field, what, expected, option=option)
-
-    def shape_of(
-        self, value: Any, name: str, leaf_ok: Any, leaf_doc: str = "a number", depth: int = 0
-    ) -> tuple[int, ...]:
-        """Shape of a nested list, checking it is rectangular and its leaves pass ``leaf_ok``."""
-        if not isinstance(value, list):
-            if not leaf_ok(value):
-                raise self.error(name, f"got {_describe(value)}", leaf_doc)
-            return ()
-        if not value:
-            raise self.error(name, "empty list", "a non-empty list")
-        if depth >= MAX_NESTING:
-            raise self.error(
-                name.split("[")[0], f"lists nested more than {MAX_NESTING} deep", "at most 4 axes"
-            )
-        first = self.shape_of(value[0], f"{name}[0]", leaf_ok, leaf_doc, depth + 1)
-        if not first:
-            self.count += len(value)
-            if self.count > self.max_elements:
-                raise self.error(
-                    name,
-                    "the fixture holds too many numbers",
-                    f"at most {self.max_elements:,}",
-                    "max-elements",
-                )
-            for i, x in enumerate(value):
-                if isinstance(x, list):
-                    raise self.error(f"{name}[{i}]", "got a list", f"{leaf_doc} like {name}[0]")
-                if not leaf_ok(x):
-                    raise self.error(f"{name}[{i}]", f"got {_describe(x)}", leaf_doc)
-            return (len(value),)
-        for i in range(1, len(value)):
-            row = value[i]
-            if not isinstance(row, list):
-                raise self.error(f"{name}[{i}]", f"got {_describe(row)}", f"a list like {name}[0]")
-            if len(row) != first[0]:
-                raise self.error(
-                    f"{name}[{i}]",
-                    f"row has {len(row)} entries",
-                    f"{first[0]} like {name}[0] (rows must all be the same length)",
-                )
-            sub = self.shape_of(row, f"{name}[{i}]", leaf_ok, leaf_doc, depth + 1)
-            if sub != first:
-                raise self.error(
-                    f"{name}[{i}]", f"has shape {list(sub)}", f"{list(first)} like {name}[0]"
-                )
-        return (len(value), *first)
-
-    def floats(
-        self,
-        obj: Mapping[str, Any],
-        key: str,
-        ndims: Sequence[int],
-        shape_doc: str,
-        *,
-        allow: Sequence[str] = (),
-        name: str | None = None,
-    ) -> FloatArray:
-        """A float array with one of ``ndims`` axes; finite unless ``allow`` names specials."""
-        value = obj[key]
-        key = name or key
-        if _numeric_array(value):
-            return self.array(value, key, ndims, shape_doc, finite=not allow)
-        if not isinstance(value, list) and 0 not in ndims:
-            raise self.error(key, f"got {_describe(value)}", shape_doc)
-        *most, last = ["a number", *(f'"{a}"' for a in allow)]
-        leaf_doc = f"{', '.join(most)} or {last}" if most else last
-        shape = self.shape_of(value, key, _number_or(allow), leaf_doc)
-        if len(shape) not in ndims:
-            raise self.error(key, f"has {len(shape)} axes (shape {list(shape)})", shape_doc)
-        if allow:
-            value = _replace_specials(value)
-        try:
-            arr = np.array(value, dtype=np.float64)
-        except OverflowError:  # an integer beyond float64, such as 0x followed by 290 f's
-            raise self.error(
-                f"{key}{_first_overflow(value) or ''}",
-                "is an integer beyond the range of float64",
-                "a finite number (at most about 1.8e308)",
-            ) from None
-        if not allow:
-            self.require_finite(key, arr)
-        return arr
-
-    def array(
-        self, value: Any, key: str, ndims: Sequence[int], shape_doc: str, *, finite: bool
-    ) -> FloatArray:
-        """A NumPy array of numbers: the rules of nested lists, checked on its shape."""
-        empty = next((axis for axis, n in enumerate(value.shape) if n == 0), None)
-        if empty is not None:
-            raise self.error(key + "[0]" * empty, "empty list", "a non-empty list")
-        self.count += value.size
-        if self.count > self.max_elements:
-            raise self.error(
-                key,
-                "the fixture holds too many numbers",
-                f"at most {self.max_elements:,}",
-                "max-elements",
-            )
-        if value.ndim not in ndims:
-            raise self.error(key, f"has {value.ndim} axes (shape {list(value.shape)})", shape_doc)
-        arr: FloatArray = np.asarray(value, dtype=np.float64).view()  # no copy if float64
-        arr.flags.writeable = False  # the caller's numbers are read, never written
-        if finite:
-            self.require_finite(key, arr)
-        return arr
-
-    def require_finite(self, key: str, arr: FloatArray) -> None:
-        bad = ~np.isfinite(arr)
-        if bad.any():
-            pos = tuple(int(i) for i in np.argwhere(bad)[0])
-            where = "".join(f"[{i}]" for i in pos)
-            why = "not a number" if np.isnan(arr[pos]) else "infinite, or beyond float64"
-            raise self.error(f"{key}{where}", f"is {arr[pos]} ({why})", "a finite number")
-
-
-def _first_overflow(value: Any) -> str | None:
-    """The index, as ``[i][j]``, of the first number in nested lists that float64 cannot hold."""
-    if isinstance(value, list):
-        for i, item in enumerate(value):
-            where = _first_overflow(item)
-            if where is not None:
-                return f"[{i}]{where}"
-        return None
-    try:
-        float(value)
-    except OverflowError:
-        return ""
-    return None
-
-
-def _number(x: Any) -> bool:
-    return type(x) is float or type(x) is int
-
-
-def _number_or(specials: Sequence[str]) -> Any:
-    if not specials:
-        return _number
-    return lambda x: _number(x) or (isinstance(x, str) and x in specials)
-
-
-def _replace_specials(value: Any) -> Any:
-    if isinstance(value, list):
-        return [_replace_specials(v) for v in value]
-    return float(value) if isinstance(value, str) else value
-
-
-def _describe(x: Any) -> str:
-    if x is None:
-        return "null"
-    if isinstance(x, bool):
-        return f"the boolean {str(x).lower()}"
-    if isinstance(x, str):
-        shown = x if len(x) <= 20 else x[:17] + "..."
-        return f"the string {shown!r}"
-    if isinstance(x, Mapping):
-        return "a mapping"
-    if isinstance(x, list):
-        return "a list"
-    if isinstance(x, JSONLiteral):
-        return f"the JSON literal {x.name}"
-    if isinstance(x, JSONOverflow):
-        shown = x.text if len(x.text) <= 20 else x.text[:17] + "..."
-        return f"the number {shown}, beyond the range of float64 (±1.8e308)"
-    if _number(x):
-        shown = repr(x) if len(repr(x)) <= 20 else repr(x)[:17] + "..."
-        return f"the number {shown}"
-    # what else safe YAML makes: dates, timestamps, !!binary, !!set
-    if isinstance(x, datetime.datetime):
-        return f"the timestamp {x.isoformat()} (YAML reads unquoted timestamps as times)"
-    if isinstance(x, datetime.date):
-        return f"the date {x.isoformat()} (YAML reads unquoted dates as dates)"
-    if isinstance(x, bytes):
-        return f"{len(x)} bytes of binary data (!!binary)"
-    if isinstance(x, set | frozenset):
-        return "a set (!!set)"
-    return type(x).__name__
-
-
-def _plain(value: Any) -> Any:
-    """A NumPy array or scalar from a Python caller, as the lists and numbers a parser gives."""
-    return value.tolist() if isinstance(value, np.ndarray | np.generic) else value
-
-
-def _numeric_array(value: Any) -> bool:
-    """An array of real numbers with at least one axis (not booleans, strings or objects)."""
-    return isinstance(value, np.ndarray) and value.ndim > 0 and value.dtype.kind in "iuf"
-
-
 # Keys whose numbers become float arrays: a NumPy array there is checked, not walked.
 _FLOAT_KEYS = (
-    "X",
-    "W_Q",
-    "W_K",
-    "W_V",
-    "b_Q",
-    "b_K",
-    "b_V",
-    "Q",
-    "K",
-    "V",
+    *INPUT_KEYS,
     "W_O",
     "b_O",
     *_OWN_KEYS,
@@ -298,7 +82,7 @@ def validate(obj: Any, source: str, *, max_elements: int = DEFAULT_MAX_ELEMENTS)
     # 1) known string keys only; `key: null` means the key is omitted
     obj = _known_keys(obj, source)
     _exclusive(obj, source)
-    c = _Checker(source, max_elements)
+    c = Checker(source, max_elements)
     heads = _positive_int(c, obj, "heads")
     kv_heads = _positive_int(c, obj, "kv_heads")
     # 2) the inputs: projection mode (X and weights) or direct mode (Q, K, V)
@@ -364,16 +148,16 @@ def _plugged() -> tuple[str, ...]:
 
 
 _SIZES = ("has_batch", "batch", "seq_q", "seq_k", "heads", "kv_heads", "d_k", "d_v")
-_ARRAYS = ("X", "W_Q", "W_K", "W_V", "b_Q", "b_K", "b_V", "Q", "K", "V", "X_kv")
+_ARRAYS = (*INPUT_KEYS, "X_kv")
 
 
 def _known_keys(obj: Any, source: str) -> dict[str, Any]:
     """The mapping with every key known and a string, and null values left out."""
     if not isinstance(obj, Mapping):
-        raise InputError(source, "", f"top level is {_describe(obj)}", "a mapping of fixture keys")
+        raise InputError(source, "", f"top level is {describe(obj)}", "a mapping of fixture keys")
     for key in obj:
         if not isinstance(key, str):
-            raise InputError(source, _field(key), f"key is {_describe(key)}", "a string key")
+            raise InputError(source, _field(key), f"key is {describe(key)}", "a string key")
         if key not in KNOWN_KEYS and key not in _plugged():
             known = tuple(dict.fromkeys((*KNOWN_KEYS, *_plugged())))
             raise InputError(
@@ -383,13 +167,13 @@ def _known_keys(obj: Any, source: str) -> dict[str, Any]:
                 "one of " + ", ".join(known),
             )
     return {
-        k: v if k in _FLOAT_KEYS and _numeric_array(v) else _plain(v)
+        k: v if k in _FLOAT_KEYS and numeric_array(v) else plain(v)
         for k, v in obj.items()
         if v is not None
     }
 
 
-def _mode(c: _Checker, obj: Mapping[str, Any]) -> str:
+def _mode(c: Checker, obj: Mapping[str, Any]) -> str:
     """``projection`` (X and weights) or ``direct`` (Q, K, V given); never both, never neither."""
     projection = [k for k in ("X", "W_Q", "W_K", "W_V", "b_Q", "b_K", "b_V") if k in obj]
     direct = [k for k in ("Q", "K", "V") if k in obj]
@@ -413,7 +197,7 @@ def _mode(c: _Checker, obj: Mapping[str, Any]) -> str:
 
 
 def _output_projection(
-    c: _Checker, obj: Mapping[str, Any], arrays: Mapping[str, Any]
+    c: Checker, obj: Mapping[str, Any], arrays: Mapping[str, Any]
 ) -> tuple[FloatArray | None, FloatArray | None]:
     """W_O [heads*d_v, d_out] and b_O [d_out], when given."""
     heads, d_v = arrays["heads"], arrays["d_v"]
@@ -430,13 +214,13 @@ def _output_projection(
     return W_O, b_O
 
 
-def _scale(c: _Checker, obj: Mapping[str, Any]) -> float | None:
+def _scale(c: Checker, obj: Mapping[str, Any]) -> float | None:
     """The fixture's scale (a finite number > 0), or None for 1/sqrt(d_k)."""
     if "scale" not in obj:
         return None
     s = obj["scale"]
-    if not _number(s):
-        raise c.error("scale", f"got {_describe(s)}", "a number > 0")
+    if not number(s):
+        raise c.error("scale", f"got {describe(s)}", "a number > 0")
     try:
         finite = math.isfinite(float(s))
     except OverflowError:  # an int beyond float64
@@ -447,7 +231,7 @@ def _scale(c: _Checker, obj: Mapping[str, Any]) -> float | None:
 
 
 def _labels(
-    c: _Checker, obj: Mapping[str, Any], seq_q: int, seq_k: int
+    c: Checker, obj: Mapping[str, Any], seq_q: int, seq_k: int
 ) -> tuple[tuple[str, ...] | None, tuple[str, ...] | None]:
     """Query and key tokens; keys share the queries' when self-attention gives none."""
     tokens = _tokens(c, obj, "tokens", seq_q, "seq_q (one per query position)")
@@ -457,15 +241,15 @@ def _labels(
     return tokens, key_tokens
 
 
-def _string(c: _Checker, obj: Mapping[str, Any], key: str) -> str:
+def _string(c: Checker, obj: Mapping[str, Any], key: str) -> str:
     value = obj.get(key, "")
     if not isinstance(value, str):
-        raise c.error(key, f"got {_describe(value)}", "a string")
+        raise c.error(key, f"got {describe(value)}", "a string")
     _require_unicode(c, key, value)
     return value
 
 
-def _require_unicode(c: _Checker, field: str, text: str) -> None:
+def _require_unicode(c: Checker, field: str, text: str) -> None:
     """Refuse a lone surrogate (JSON ``"\\ud800"``): no terminal or file could print it."""
     try:
         text.encode("utf-8")
@@ -477,25 +261,25 @@ def _require_unicode(c: _Checker, field: str, text: str) -> None:
         ) from None
 
 
-def _positive_int(c: _Checker, obj: Mapping[str, Any], key: str) -> int | None:
+def _positive_int(c: Checker, obj: Mapping[str, Any], key: str) -> int | None:
     if key not in obj:
         return None
     value = obj[key]
     if type(value) is not int:
-        raise c.error(key, f"got {_describe(value)}", "a whole number >= 1")
+        raise c.error(key, f"got {describe(value)}", "a whole number >= 1")
     if value < 1:
         raise c.error(key, f"is {value}", "a whole number >= 1")
     return value
 
 
-def _vector(c: _Checker, obj: Mapping[str, Any], key: str, size: int, what: str) -> FloatArray:
+def _vector(c: Checker, obj: Mapping[str, Any], key: str, size: int, what: str) -> FloatArray:
     arr = c.floats(obj, key, (1,), f"a vector of length {what} = {size}")
     if arr.shape[0] != size:
         raise c.error(key, f"has length {arr.shape[0]}", f"{what} = {size}")
     return arr
 
 
-def _split(c: _Checker, key: str, width: int, n: int, n_name: str) -> int:
+def _split(c: Checker, key: str, width: int, n: int, n_name: str) -> int:
     if width % n:
         raise c.error(
             key,
@@ -506,7 +290,7 @@ def _split(c: _Checker, key: str, width: int, n: int, n_name: str) -> int:
 
 
 def _projection(
-    c: _Checker, obj: Mapping[str, Any], heads: int | None, kv_heads: int | None
+    c: Checker, obj: Mapping[str, Any], heads: int | None, kv_heads: int | None
 ) -> dict[str, Any]:
     for key in ("X", "W_Q", "W_K", "W_V"):
         if key not in obj:
@@ -563,7 +347,7 @@ def _latent_variant(obj: Mapping[str, Any]) -> Variant | None:
 
 
 def _latent(
-    c: _Checker, obj: Mapping[str, Any], v: Variant, heads: int | None, kv_heads: int | None
+    c: Checker, obj: Mapping[str, Any], v: Variant, heads: int | None, kv_heads: int | None
 ) -> dict[str, Any]:
     """X and a variant that projects Q, K and V from it (MLA): the sizes are its setting's."""
     others = [k for k in (*_ARRAYS, *v.excludes) if k in obj and k != "X"]
@@ -589,7 +373,7 @@ def _latent(
     return {"X": X, v.name: value, "has_batch": has_batch, **sizes, "d_k": d_k, "d_v": d_v}
 
 
-def _x_kv(c: _Checker, obj: Mapping[str, Any], X: FloatArray, has_batch: bool) -> FloatArray:
+def _x_kv(c: Checker, obj: Mapping[str, Any], X: FloatArray, has_batch: bool) -> FloatArray:
     """Cross-attention's second input, (batch, seq_k, d_model_kv) as X (batch, seq, d_model)."""
     doc = "shape [seq_k, d_model_kv] or [batch, seq_k, d_model_kv], with or without batch as X"
     X_kv = c.floats(obj, "X_kv", (2, 3), doc)
@@ -602,7 +386,7 @@ def _x_kv(c: _Checker, obj: Mapping[str, Any], X: FloatArray, has_batch: bool) -
     return X_kv
 
 
-def _check_groups(c: _Checker, heads: int, kv_heads: int) -> None:
+def _check_groups(c: Checker, heads: int, kv_heads: int) -> None:
     if heads % kv_heads:
         raise c.error(
             "kv_heads",
@@ -612,7 +396,7 @@ def _check_groups(c: _Checker, heads: int, kv_heads: int) -> None:
 
 
 def _direct(
-    c: _Checker, obj: Mapping[str, Any], heads: int | None, kv_heads: int | None
+    c: Checker, obj: Mapping[str, Any], heads: int | None, kv_heads: int | None
 ) -> dict[str, Any]:
     for key in ("Q", "K", "V"):
         if key not in obj:
@@ -674,29 +458,29 @@ def _direct(
 
 
 def _tokens(
-    c: _Checker, obj: Mapping[str, Any], key: str, n: int, what: str
+    c: Checker, obj: Mapping[str, Any], key: str, n: int, what: str
 ) -> tuple[str, ...] | None:
     if key not in obj:
         return None
     value = obj[key]
     if not isinstance(value, list):
-        raise c.error(key, f"got {_describe(value)}", "a list of strings")
+        raise c.error(key, f"got {describe(value)}", "a list of strings")
     for i, t in enumerate(value):
         if not isinstance(t, str):
-            raise c.error(f"{key}[{i}]", f"got {_describe(t)}", "a string (quote it in YAML)")
+            raise c.error(f"{key}[{i}]", f"got {describe(t)}", "a string (quote it in YAML)")
         _require_unicode(c, f"{key}[{i}]", t)
     if len(value) != n:
         raise c.error(key, f"has {len(value)} tokens", f"{n} = {what}")
     return tuple(value)
 
 
-def _expected(c: _Checker, obj: Mapping[str, Any]) -> dict[str, FloatArray]:
+def _expected(c: Checker, obj: Mapping[str, Any]) -> dict[str, FloatArray]:
     if "expected" not in obj:
         return {}
     value = obj["expected"]
     if not isinstance(value, Mapping):
-        raise c.error("expected", f"got {_describe(value)}", "a mapping of stage name to array")
-    value = {stage: arr if _numeric_array(arr) else _plain(arr) for stage, arr in value.items()}
+        raise c.error("expected", f"got {describe(value)}", "a mapping of stage name to array")
+    value = {stage: arr if numeric_array(arr) else plain(arr) for stage, arr in value.items()}
     out: dict[str, FloatArray] = {}
     for stage, arr in value.items():
         if stage not in STAGE_NAMES:
@@ -719,7 +503,7 @@ def _expected(c: _Checker, obj: Mapping[str, Any]) -> dict[str, FloatArray]:
 
 
 def _grad(
-    c: _Checker, obj: Mapping[str, Any], arrays: Mapping[str, Any], d_out: int | None
+    c: Checker, obj: Mapping[str, Any], arrays: Mapping[str, Any], d_out: int | None
 ) -> FloatArray:
     """The backward pass's dL/d(final stage), in that stage's layout; returned batch first."""
     has_batch = arrays["has_batch"]
@@ -745,7 +529,7 @@ class _Key(NamedTuple):
     """The fixture key a variant parses (core/variant.py FixtureKey), on the checker (a
     NamedTuple, not a dataclass: a dataclass costs a millisecond of every start-up)."""
 
-    c: _Checker
+    c: Checker
     name: str
     heads: int
     kv_heads: int
@@ -769,7 +553,7 @@ class _Key(NamedTuple):
         return self.c.error(field or self.name, got, expected)
 
     def describe(self, value: Any) -> str:
-        return _describe(value)
+        return describe(value)
 
     def floats(
         self, value: Any, field: str, ndims: tuple[int, ...], doc: str, allow: tuple[str, ...] = ()
@@ -783,7 +567,7 @@ class _Key(NamedTuple):
 
 
 def _parse(
-    c: _Checker,
+    c: Checker,
     obj: Mapping[str, Any],
     arrays: Mapping[str, Any],
     variants: list[Variant],
@@ -804,7 +588,7 @@ def _parse(
 
 
 def _variants(
-    c: _Checker, obj: Mapping[str, Any], arrays: Mapping[str, Any], hiding: Mapping[str, Any]
+    c: Checker, obj: Mapping[str, Any], arrays: Mapping[str, Any], hiding: Mapping[str, Any]
 ) -> dict[str, Any]:
     """The positions, and each variant's setting parsed by the variant, by name (attention's own
     keys, ``_own_keys``, are parsed around them); ``hiding``: the settings that hide keys."""
@@ -841,7 +625,7 @@ def _listed() -> list[Variant]:
 
 
 def _positions(
-    c: _Checker, obj: Mapping[str, Any], key: str, n: int, n_name: str
+    c: Checker, obj: Mapping[str, Any], key: str, n: int, n_name: str
 ) -> IntArray | None:
     """A list of ``n`` whole numbers >= 0: the token positions of queries or keys."""
     if key not in obj:
@@ -849,10 +633,10 @@ def _positions(
     value = obj[key]
     doc = f"a list of {n_name} = {n} whole numbers >= 0"
     if not isinstance(value, list):
-        raise c.error(key, f"got {_describe(value)}", doc)
+        raise c.error(key, f"got {describe(value)}", doc)
     for i, p in enumerate(value):
         if type(p) is not int:
-            raise c.error(f"{key}[{i}]", f"got {_describe(p)}", "a whole number >= 0")
+            raise c.error(f"{key}[{i}]", f"got {describe(p)}", "a whole number >= 0")
         if p < 0 or p > 2**53:
             raise c.error(f"{key}[{i}]", f"is {p}", "a whole number between 0 and 2^53")
     if len(value) != n:
