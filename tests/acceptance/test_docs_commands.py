@@ -36,7 +36,7 @@ from conftest import DOCS, ROOT, clean_env
 
 DOCUMENTS = [ROOT / "README.md", *sorted(DOCS.glob("*.md"))]
 # README.md still names the old path (tests/test_docs_commands.py); both are markers
-SKIP = re.compile(r"<!-- not run by tests/(?:acceptance/)?test_docs_commands\.py: (.+?) -->")
+SKIP = re.compile(r"<!-- not run by tests/acceptance/test_docs_commands\.py: (.+?) -->")
 MODELS_EXTRA = "<!-- needs the models extra -->"
 SHELL = ("bash", "sh", "console", "shell")
 # Setting a machine up, not using attn: the package under test is installed already.
