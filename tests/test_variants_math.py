@@ -20,9 +20,9 @@ from hypothesis import strategies as st
 
 from attn_cli.core import variants as V
 from attn_cli.core.chain import REGISTRY, Chain, cells_of
+from attn_cli.core.ops import rms_norm
 from attn_cli.core.pipeline import Trace, run
 from attn_cli.core.plugins.bias import alibi_slopes
-from attn_cli.core.plugins.qk_norm import rms_norm
 from attn_cli.core.plugins.rope import apply_rope, rope_angles, rope_inv_freq
 from attn_cli.core.steps import softmax_rows
 from attn_cli.core.variant import Cells

@@ -19,7 +19,16 @@ import numpy as np
 
 import attn_cli.core.plugins  # noqa: F401 (registers the variants attn ships)
 from attn_cli.core.variant import REGISTRY as REGISTRY  # with the variants above registered
-from attn_cli.core.variant import BoolArray, Cast, Cells, FloatArray, IntArray, Variant, same
+from attn_cli.core.variant import (
+    BoolArray,
+    Cast,
+    Cells,
+    FloatArray,
+    IntArray,
+    Variant,
+    refuse_clash,
+    same,
+)
 
 if TYPE_CHECKING:
     from attn_cli.core.inputs import Inputs
@@ -37,6 +46,7 @@ class Chain:
     def __init__(self, inputs: Inputs) -> None:
         self.inputs = inputs
         self.on = on = [(v, x) for v in REGISTRY.values() if (x := v.value(inputs)) is not None]
+        refuse_clash(inputs, [v for v, _ in on])  # what the variants declare runs together
         self.transforms = [(v, x) for v, x in on if v.suffix is not None]
         self.modifiers = [(v, x) for v, x in on if v.stage is not None]
         self.biases = [(v, x) for v, x in on if _overrides(v, "bias")]

@@ -193,6 +193,38 @@ def exact(x: Any) -> str:
     return repr(float(x) + 0.0)
 
 
+# -- what a variant is to the chain: the roles it declares ----------------------------------------
+#
+# A variant's roles are read from the hooks it has (``roles_of``); a variant whose hooks do not
+# say it all declares them (``declares``). What it cannot run beside it declares as roles too
+# (``cannot_run_with``): the chain refuses two variants when either's roles meet what the other
+# cannot run beside (``first_clash``), so no variant names another.
+TRANSFORMS_QK = "transforms Q and K"  # a Q/K transform (QK-norm, RoPE)
+MODIFIES_SCORES = "modifies the scores"  # a score modifier (the logit cap)
+ADDS_BIAS = "adds a bias to the scores"  # the fixture's bias, ALiBi
+HIDES_KEYS = "hides keys"  # an allowed rule (window, mask, lengths)
+HIDES_LATER_KEYS = "hides later keys"  # the causal rule alone: what a causal mixer does itself
+SETS_FILL = "sets the fill of hidden keys"  # a finite sentinel in place of -inf
+EXTRA_LOGIT = "joins an extra logit to the softmax"  # a sink per head
+TRANSFORMS_OUTPUT = "transforms the head outputs"  # a gate
+MAKES_QKV = "makes Q, K and V itself"  # a front end (MLA's latent)
+REPLACES_SOFTMAX = "replaces the softmax"  # a mixer (linear attention)
+KEEPS_STATE = "keeps a state, not a cache"  # decoding carries a recurrent state
+TWO_MAPS = "computes two softmax maps"  # differential attention
+# every role that acts on softmax attention: meaningless where a mixer replaces it
+ON_SOFTMAX = frozenset(
+    {
+        TRANSFORMS_QK,
+        MODIFIES_SCORES,
+        ADDS_BIAS,
+        HIDES_KEYS,
+        SETS_FILL,
+        EXTRA_LOGIT,
+        TRANSFORMS_OUTPUT,
+    }
+)
+
+
 class Variant:
     """One kind of attention variant; every hook is optional (the base does nothing).
 
@@ -210,6 +242,10 @@ class Variant:
     bias_stage: str | None = None
     # the gradient stage of an extra logit (d_<name>), laid out (H,)
     gradient: str | None = None
+    # its roles in the chain when its hooks do not say them (None: ``roles_of`` reads them from
+    # the hooks), and the roles it cannot run beside (``first_clash``)
+    declares: frozenset[str] | None = None
+    cannot_run_with: frozenset[str] = frozenset()
 
     # -- the fixture key: parsing, the JSON config, the layout of its arrays -------------------
 
@@ -456,10 +492,17 @@ class Variant:
     # go after ``projected``), and the pairs (its stage, the chain's) that must agree to rounding
     side_stages: tuple[str, ...] = ()
     side_equal: tuple[tuple[str, str], ...] = ()
-    # the fixture keys it cannot be given with (a front end: the other ways of making Q and K;
-    # differential attention: the variants it does not combine with), and why, for the message
-    excludes: tuple[str, ...] = ()
+    # why it cannot run beside what it refuses (``cannot_run_with``), for the message the
+    # fixture's loader writes (differential attention's); "": the loader's own words
     excludes_why: str = ""
+
+    @property
+    def excludes(self) -> tuple[str, ...]:
+        """The keys of the registered variants it cannot run beside (their roles meet its
+        ``cannot_run_with``), in registry order: a front end's other ways of making Q and K."""
+        return tuple(
+            n for n, v in REGISTRY.items() if v is not self and roles_of(v) & self.cannot_run_with
+        )
 
     def latent_sizes(self, value: Any, heads: int) -> tuple[int, int]:
         """A front end's (d_k, d_v) per head, from its setting."""
@@ -656,6 +699,60 @@ def _as_slice(i: IntArray) -> slice | IntArray:
     if run and (i.size < 3 or bool(np.all(np.diff(i) == 1))):
         return slice(int(i[0]), int(i[-1]) + 1)
     return i
+
+
+def roles_of(v: Variant) -> frozenset[str]:
+    """What ``v`` is to the chain: what it declares, else the roles its hooks give."""
+    if v.declares is not None:
+        return v.declares
+    kind = type(v)
+    hooks = (
+        (v.suffix is not None, TRANSFORMS_QK),
+        (v.stage is not None, MODIFIES_SCORES),
+        (kind.bias is not Variant.bias, ADDS_BIAS),
+        (kind.allowed is not Variant.allowed, HIDES_KEYS),
+        (kind.extra_logit is not Variant.extra_logit, EXTRA_LOGIT),
+        (bool(v.out_stages), TRANSFORMS_OUTPUT),
+        (bool(v.front_stages), MAKES_QKV),
+        (bool(v.mixer_stages), REPLACES_SOFTMAX),
+        (kind.decode_state is not Variant.decode_state, KEEPS_STATE),
+        (kind.decode_maps is not Variant.decode_maps, TWO_MAPS),
+    )
+    return frozenset(role for has, role in hooks if has)
+
+
+def first_clash(on: list[Variant]) -> tuple[Variant, Variant] | None:
+    """The first two variants of ``on`` (in order) that cannot run together, the one that
+    cannot run beside the other first; None: all can."""
+    for i, a in enumerate(on):
+        for b in on[i + 1 :]:
+            if roles_of(b) & a.cannot_run_with:
+                return a, b
+            if roles_of(a) & b.cannot_run_with:
+                return b, a
+    return None
+
+
+# why a variant of a role cannot run beside another, when it does not say it itself
+_ROLE_WHY = {REPLACES_SOFTMAX: "it has no softmax scores to change"}
+
+
+def refuse_clash(inputs: Inputs, on: list[Variant]) -> None:
+    """Two variants of ``on`` that cannot run together: the one-line error naming both."""
+    pair = first_clash(on)
+    if pair is None:
+        return
+    from attn_cli.errors import InputError
+
+    a, b = pair
+    roles = roles_of(b) & a.cannot_run_with
+    why = a.excludes_why or next(
+        (w for role, w in _ROLE_WHY.items() if role in roles_of(a)),
+        f"{a.name} cannot run beside what {b.name} does: it {', '.join(sorted(roles))}",
+    )
+    raise InputError(
+        inputs.source, b.name, f"given with {a.name}", f"{a.name} without {b.name} ({why})"
+    )
 
 
 def own_loop(v: Variant) -> bool:

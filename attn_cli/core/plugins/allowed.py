@@ -13,6 +13,7 @@ import numpy as np
 from attn_cli.core.inputs import Inputs
 from attn_cli.core.plugins.parsing import broadcasts, plain
 from attn_cli.core.variant import (
+    HIDES_LATER_KEYS,
     BoolArray,
     Cells,
     FixtureKey,
@@ -30,6 +31,7 @@ CAUSAL_VALUES = ("upper-left", "lower-right")  # causal: true is upper-left
 class Causal(Variant):
     order = 10
     name = "causal"
+    declares = frozenset({HIDES_LATER_KEYS})  # the causal rule alone (a causal mixer's own)
 
     def parse(self, raw: Any, key: FixtureKey) -> str | None:
         raw = plain(raw)

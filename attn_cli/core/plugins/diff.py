@@ -27,9 +27,14 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from attn_cli.core.inputs import Inputs
+from attn_cli.core.ops import grad_rms_norm, rms_norm
 from attn_cli.core.plugins.parsing import is_number, known_subkeys, plain, positive_number
 from attn_cli.core.stage_spec import K_AXES, OUT_AXES, Q_AXES, SCORE_AXES, StageSpec
 from attn_cli.core.variant import (
+    EXTRA_LOGIT,
+    MAKES_QKV,
+    TRANSFORMS_OUTPUT,
+    TRANSFORMS_QK,
     Cast,
     FixtureKey,
     FloatArray,
@@ -89,14 +94,6 @@ def lambda_full(value: Diff, heads: int, cast: Cast) -> FloatArray:
     return out
 
 
-def rms_norm(x: FloatArray, weight: FloatArray | None, eps: float) -> FloatArray:
-    """x / √(mean(x²) + eps) over the last axis, times the weight (the reference's RMSNorm)."""
-    r = np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps)  # (..., 1)
-    normed = np.where(np.isfinite(r), x / r, np.inf)
-    out: FloatArray = (normed if weight is None else normed * weight).astype(x.dtype)
-    return out
-
-
 def second_map(inputs: Inputs, q2: FloatArray, k2: FloatArray, scale: float) -> dict[str, Any]:
     """scores_2 = Q2·K2ᵀ and softmax_2, scaled, modified, biased and masked as the chain does
     the first map (every cell at once)."""
@@ -130,7 +127,7 @@ def differential(
     out["diff"] = seen["softmax"] - lam[None, :, None, None] * out["softmax_2"]  # (B, H, T, S)
     out["diff_output"] = out["diff"] @ seen["V"]  # (B, H, T, Dv)
     norm = None if value.norm is None else cast("diff.norm", value.norm)
-    out["diff_norm"] = rms_norm(out["diff_output"], norm, value.eps)
+    out["diff_norm"] = rms_norm(out["diff_output"], norm, value.eps, divide=True)
     out["diff_scaled"] = out["diff_norm"] * (1.0 - value.lambda_init)
     return out
 
@@ -142,7 +139,6 @@ def differential_backward(
     and the second map: d_output (the first map's, output = softmax·V, gets d_diff_output), the
     gradient stages, and what the second map adds to d_Q, d_K, d_V (their second halves)."""
     from attn_cli.core.backward import grad_masked
-    from attn_cli.core.plugins.qk_norm import grad_rms_norm
 
     Q, K, V = made["Q"], made["K"], made["V"]  # (B, H, T, D), (B, H, S, D), (B, H, S, Dv)
     P2, lam = made["softmax_2"], made["lambda"]  # (B, H, T, S), (H,)
@@ -268,7 +264,9 @@ class DifferentialAttention(Variant):
     out_stages = tuple(n for n, _, _, _ in _OUT)
     out_reads = ("Q", "K", "V", "softmax", "output")
     out_gradients = tuple(n for n, _, _, _, _ in _GRAD)
-    excludes = ("rope", "qk_norm", "sinks", "gate", "mla")
+    # its halves are its own Q/K transform, its two maps take no extra logit, its RMSNorm is
+    # its own head-output transform, and it reads the projections' Q and K
+    cannot_run_with = frozenset({TRANSFORMS_QK, EXTRA_LOGIT, TRANSFORMS_OUTPUT, MAKES_QKV})
     excludes_why = (
         "the reference rotates each half of a head on its own, and computes "
         "neither QK-norm, sinks, an output gate nor MLA with two maps"
@@ -534,7 +532,7 @@ def decode_form(
         return {"diff": weights[0] - lam * weights[1]}  # (B, H, n, C)
 
     def outs(diff_output: FloatArray) -> dict[str, FloatArray]:
-        normed = rms_norm(diff_output, norm, value.eps)
+        normed = rms_norm(diff_output, norm, value.eps, divide=True)
         return {
             "lambda": np.broadcast_to(lam, (*diff_output.shape[:3], 1)),
             "diff_output": diff_output,

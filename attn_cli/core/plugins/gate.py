@@ -19,7 +19,7 @@ import numpy as np
 
 from attn_cli.core.heads import merge_heads, split_heads
 from attn_cli.core.inputs import Inputs
-from attn_cli.core.ops import sigmoid as sigmoid
+from attn_cli.core.ops import sigmoid
 from attn_cli.core.plugins.parsing import known_subkeys, plain
 from attn_cli.core.stage_spec import OUT_AXES, StageSpec
 from attn_cli.core.variant import (

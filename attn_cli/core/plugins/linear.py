@@ -35,9 +35,20 @@ import numpy as np
 from attn_cli.core.decode_state import Recurrence, State
 from attn_cli.core.heads import split_heads
 from attn_cli.core.inputs import Inputs
+from attn_cli.core.ops import rms_norm, sigmoid, silu
 from attn_cli.core.plugins.parsing import known_subkeys, plain, positive_number, whole_number
 from attn_cli.core.stage_spec import OUT_AXES, Q_AXES, SCORE_AXES, StageSpec
-from attn_cli.core.variant import Cast, FixtureKey, FloatArray, IntArray, Variant, register
+from attn_cli.core.variant import (
+    MAKES_QKV,
+    ON_SOFTMAX,
+    REPLACES_SOFTMAX,
+    Cast,
+    FixtureKey,
+    FloatArray,
+    IntArray,
+    Variant,
+    register,
+)
 
 CHUNK = 64  # transformers' chunk_size
 L2_EPS = 1e-6  # l2norm's eps in torch_*_gated_delta_rule (use_qk_l2norm_in_kernel)
@@ -223,6 +234,9 @@ class _Linear(Variant):
     """What both linear variants share: the side forms and their checks."""
 
     side_equal = (("output_recurrent", "output"), ("output_chunked", "output"))
+    # it replaces the softmax: nothing that acts on softmax attention runs beside it, nor
+    # another mixer; it is causal itself, so the causal rule alone is what it does already
+    cannot_run_with = ON_SOFTMAX | {REPLACES_SOFTMAX}
 
     def refuses(self, value: Any, inputs: Inputs, what: str) -> tuple[str, str, str] | None:
         if what == "decoding":  # a recurrent state in place of the cache (decode_state)
@@ -251,19 +265,6 @@ class Plain:
 
 
 _PLAIN_DOC = "true, or a mapping {feature_map: elu+1, chunk: chunk size of the chunked form}"
-_SOFTMAX_ONLY = (
-    "rope",
-    "qk_norm",
-    "softcap",
-    "alibi",
-    "bias",
-    "sinks",
-    "window",
-    "mask",
-    "lengths",
-    "gate",
-    "mask_value",
-)
 
 
 MOST_CHUNK = 1024  # a chunk's (C, C) matrices per head: 8 MiB of float64 at most
@@ -337,7 +338,7 @@ class LinearAttention(_Linear):
     def mix(
         self, value: Plain, inputs: Inputs, arrays: Mapping[str, FloatArray], cast: Cast
     ) -> dict[str, FloatArray]:
-        _refuse_others(self, inputs)
+        _refuse_cross(self, inputs)
         group = inputs.heads // inputs.kv_heads
         # contiguous: (B, H, T, d_k) views of the projection make the products below slow
         phi_q, phi_k = (np.ascontiguousarray(elu1(arrays[n])) for n in ("Q", "K"))
@@ -383,19 +384,11 @@ _PLAIN_FORMULAS = {
 }
 
 
-def _refuse_others(v: Variant, inputs: Inputs) -> None:
-    """Softmax-only variants have no meaning without softmax: one line, naming the first."""
-    from attn_cli.core.chain import Chain
+def _refuse_cross(v: Variant, inputs: Inputs) -> None:
+    """Keys of their own (X_kv) have no place in causal linear attention: one line. (What acts
+    on the softmax it replaces the chain refuses: ``cannot_run_with``.)"""
     from attn_cli.errors import InputError
 
-    for other, _ in Chain(inputs).on:
-        if other.name in _SOFTMAX_ONLY or (other is not v and other in _LINEAR):
-            raise InputError(
-                inputs.source,
-                other.name,
-                f"given with {v.name}",
-                f"{v.name} without {other.name} (it has no softmax scores to change)",
-            )
     if inputs.X_kv is not None:
         raise InputError(
             inputs.source,
@@ -454,14 +447,6 @@ _DELTA_KEYS = (
 _DELTA_ARRAYS = _DELTA_KEYS[:10]
 
 
-def silu(x: FloatArray) -> FloatArray:
-    """x·σ(x), without overflow."""
-    e = np.exp(-np.abs(x))
-    out = x * np.where(x >= 0, 1.0 / (1.0 + e), e / (1.0 + e))
-    out = out.astype(x.dtype, copy=False)
-    return out
-
-
 def softplus(x: FloatArray) -> FloatArray:
     """log(1 + eˣ) (torch's: x itself above 20)."""
     out = np.where(x > 20, x, np.log1p(np.exp(np.minimum(x, 20.0))))
@@ -496,25 +481,15 @@ def delta_front(value: Delta, heads: int, X: FloatArray, cast: Cast) -> dict[str
     out["K"] = np.repeat(split_heads(k_flat, value.k_heads), group, axis=1)  # (B, H, T, d_k)
     out["V"] = split_heads(v_flat, heads)  # (B, H, T, d_v)
     # 3) the write strength beta and the log decay g, one per head and token
-    out["beta"] = gate_sigmoid(X @ w["W_b"]).swapaxes(1, 2)  # (B, H, T)
+    out["beta"] = sigmoid(X @ w["W_b"]).swapaxes(1, 2)  # (B, H, T)
     a = X @ w["W_a"] + w["dt_bias"]  # (B, T, H)
     out["g"] = (-np.exp(w["A_log"]) * softplus(a)).swapaxes(1, 2)  # (B, H, T)
     return out
 
 
-def gate_sigmoid(x: FloatArray) -> FloatArray:
-    """σ(x), without overflow."""
-    e = np.exp(-np.abs(x))
-    out: FloatArray = np.where(x >= 0, 1.0 / (1.0 + e), e / (1.0 + e)).astype(x.dtype, copy=False)
-    return out
-
-
 def gated_rms_norm(o: FloatArray, z: FloatArray, weight: FloatArray, eps: float) -> FloatArray:
     """Qwen3NextRMSNormGated: weight · o / √(mean(o²) + eps), times SiLU(z)."""
-    r = np.sqrt(np.mean(o * o, axis=-1, keepdims=True) + eps)
-    out = np.where(np.isfinite(r), weight * (o / r) * silu(z), np.inf)
-    out = out.astype(o.dtype, copy=False)
-    return out
+    return rms_norm(o, weight, eps, divide=True, times=silu(z))
 
 
 class GatedDeltaNet(_Linear):
@@ -527,7 +502,7 @@ class GatedDeltaNet(_Linear):
     mixer_stages = ("q_l2", "k_l2", "implicit_weights")
     side_stages = ("state", "output_recurrent", "output_chunked")
     out_stages = ("z", "normed")
-    excludes = (*_SOFTMAX_ONLY, "mla", "linear_attention")
+    cannot_run_with = _Linear.cannot_run_with | {MAKES_QKV}
 
     def latent_sizes(self, value: Delta, heads: int) -> tuple[int, int]:
         return value.d_k, int(value.W_v.shape[1]) // heads
@@ -809,7 +784,7 @@ class DeltaRecurrence(Recurrence):
         k = l2norm(k)  # (B, H, d_k)
         v = v.reshape(B, self.heads, self.d_v)  # (B, H, d_v)
         # 2) the write strength and the decay of this token
-        beta = gate_sigmoid(x @ self.w["W_b"])  # (B, H)
+        beta = sigmoid(x @ self.w["W_b"])  # (B, H)
         g = -np.exp(self.w["A_log"]) * softplus(x @ self.w["W_a"] + self.w["dt_bias"])  # (B, H)
         # 3) the delta rule
         S = state["S"] * np.exp(g)[..., None, None]  # (B, H, d_k, d_v)

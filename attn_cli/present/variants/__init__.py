@@ -72,9 +72,11 @@ def has_extra_logit(inp: Inputs) -> bool:
 
 
 def ring_slots(inp: Inputs) -> int | None:
-    """The slots of the KV cache's ring buffer as the variants' settings say them; None: the
-    cache grows."""
-    return next((n for t in active(inp) if (n := t.ring_slots(t.setting(inp))) is not None), None)
+    """The slots of the KV cache's ring buffer, as core's chain counts them (the cache rules
+    capped to the sequence); None: the cache grows."""
+    from attn_cli.core.chain import Chain
+
+    return Chain(inp).cache_slots()
 
 
 def math_names() -> set[str]:
