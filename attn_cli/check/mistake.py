@@ -148,6 +148,13 @@ def mistakes_for(inputs: Inputs) -> list[Mistake]:
     return _sorted([m for name in names for m in TABLE.get(name, [])])
 
 
+def bias_alone(trace: Trace) -> bool:
+    """Whether one additive bias alone comes between the scaled scores and the mask: no score
+    modifier before it, no second bias beside it (so scores · scale + bias is all there is)."""
+    chain = Chain(trace.inputs)
+    return not chain.modifiers and len(chain.biases) == 1
+
+
 def every_mistake() -> tuple[Mistake, ...]:
     """Every registered mistake, in the order tried."""
     return tuple(_sorted([m for mistakes in TABLE.values() for m in mistakes]))

@@ -14,6 +14,7 @@ import numpy as np
 from attn_cli.check.mistake import (
     Mistake,
     Reader,
+    bias_alone,
     moved_positions,
     register,
     register_reader,
@@ -104,7 +105,7 @@ def _slopes_formula(trace: Trace) -> list[Change]:
 
 def _alibi_scaled(trace: Trace) -> list[Candidate]:
     inp = trace.inputs
-    if inp.alibi is None or inp.softcap is not None or inp.bias is not None or trace.scale == 1:
+    if inp.alibi is None or not bias_alone(trace) or trace.scale == 1:
         return []
     # (scores + alibi) * scale: masked from the unscaled scores, the alibi stage as attn's
     masked = masked_with(trace, allowed(inp), before="scores") * trace.scale  # (B, H, T, S)

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from attn_cli.check.mistake import Mistake, register, register_zh
+from attn_cli.check.mistake import Mistake, bias_alone, register, register_zh
 from attn_cli.check.recompute import Candidate, Change, allowed, candidate, masked_with, recomputed
 
 if TYPE_CHECKING:
@@ -18,7 +18,7 @@ if TYPE_CHECKING:
 
 def _before_scale(trace: Trace) -> list[Candidate]:
     inp = trace.inputs
-    if inp.bias is None or trace.scale == 1 or inp.softcap is not None or inp.alibi is not None:
+    if inp.bias is None or trace.scale == 1 or not bias_alone(trace):
         return []
     masked = masked_with(trace, allowed(inp), before="scores") * trace.scale  # (B, H, T, S)
     detail = (

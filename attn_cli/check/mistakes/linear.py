@@ -13,7 +13,7 @@ import numpy as np
 from attn_cli.check.mistake import Mistake, register, register_zh
 from attn_cli.check.recompute import Candidate, internal
 from attn_cli.core.heads import merge_heads
-from attn_cli.core.plugins.linear import (
+from attn_cli.core.linear_forms import (
     delta_chunked,
     delta_parallel,
     delta_recurrent,

@@ -269,7 +269,7 @@ class DifferentialAttention(Variant):
     cannot_run_with = frozenset({TRANSFORMS_QK, EXTRA_LOGIT, TRANSFORMS_OUTPUT, MAKES_QKV})
     excludes_why = (
         "the reference rotates each half of a head on its own, and computes "
-        "neither QK-norm, sinks, an output gate nor MLA with two maps"
+        "neither QK-norm, a sink logit, an output gate nor MLA with two maps"
     )
     new_options = (
         NewOption(
@@ -473,13 +473,14 @@ class DifferentialAttention(Variant):
         if what == "the backward pass":
             from attn_cli.core.chain import Chain
 
-            if not Chain(inputs).stages:
+            modifiers = ", ".join(v.name for v, _ in Chain(inputs).modifiers)
+            if not modifiers:
                 return None
             return (
                 self.name,
                 "the backward pass does not yet run differential attention "
-                "with a score modifier (softcap) on its second map",
-                "a fixture without softcap",
+                f"with a score modifier ({modifiers}) on its second map",
+                f"a fixture without {modifiers}",
             )
         return (
             self.name,
