@@ -106,8 +106,9 @@ class _Linear(Variant):
 
     side_equal = (("output_recurrent", "output"), ("output_chunked", "output"))
     # it replaces the softmax: nothing that acts on softmax attention runs beside it, nor
-    # another mixer; it is causal itself, so the causal rule alone is what it does already
-    cannot_run_with = ON_SOFTMAX | {REPLACES_SOFTMAX}
+    # another mixer, nor a front end (it makes its Q, K, V itself); it is causal itself, so
+    # the causal rule alone is what it does already
+    cannot_run_with = ON_SOFTMAX | {REPLACES_SOFTMAX, MAKES_QKV}
 
     def refuses(self, value: Any, inputs: Inputs, what: str) -> tuple[str, str, str] | None:
         if what == "decoding":  # a recurrent state in place of the cache (decode_state)
@@ -349,7 +350,6 @@ class GatedDeltaNet(_Linear):
     mixer_stages = ("q_l2", "k_l2", "implicit_weights")
     side_stages = ("state", "output_recurrent", "output_chunked")
     out_stages = ("z", "normed")
-    cannot_run_with = _Linear.cannot_run_with | {MAKES_QKV}
 
     def latent_sizes(self, value: Delta, heads: int) -> tuple[int, int]:
         return value.d_k, int(value.W_v.shape[1]) // heads
