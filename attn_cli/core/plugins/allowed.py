@@ -15,6 +15,7 @@ from attn_cli.core.plugins.parsing import broadcasts, plain
 from attn_cli.core.variant import (
     HIDES_LATER_KEYS,
     BoolArray,
+    CacheRule,
     Cells,
     FixtureKey,
     IntArray,
@@ -28,7 +29,7 @@ from attn_cli.core.variant import (
 CAUSAL_VALUES = ("upper-left", "lower-right")  # causal: true is upper-left
 
 
-class Causal(Variant):
+class Causal(Variant[str]):
     order = 10
     name = "causal"
     declares = frozenset({HIDES_LATER_KEYS})  # the causal rule alone (a causal mixer's own)
@@ -52,7 +53,7 @@ class Causal(Variant):
         return f"causal {value}"
 
 
-class Window(Variant):
+class Window(CacheRule[int]):
     order = 11
     name = "window"
     reads_positions = True
@@ -127,7 +128,7 @@ def window_reach(window: int, pos_q: Any, pos_k: Any) -> int:
     return max(1, min(window, widest + 1))
 
 
-class Mask(Variant):
+class Mask(Variant[BoolArray]):
     order = 12
     name = "mask"
 
@@ -148,7 +149,7 @@ class Mask(Variant):
         return "mask"
 
 
-class Lengths(Variant):
+class Lengths(Variant[IntArray]):
     order = 13
     name = "lengths"
 

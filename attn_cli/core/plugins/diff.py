@@ -41,7 +41,7 @@ from attn_cli.core.variant import (
     IntArray,
     NewOption,
     NewSpec,
-    Variant,
+    OutTransform,
     exact,
     register,
 )
@@ -254,7 +254,7 @@ _FORMULAS = {
 }
 
 
-class DifferentialAttention(Variant):
+class DifferentialAttention(OutTransform[Diff]):
     order = 55  # its Q/K transform first: a transform registered later reads the halves
     name = "diff"
     array_parts = (*VECTORS, "norm")

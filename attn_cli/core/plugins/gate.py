@@ -28,7 +28,7 @@ from attn_cli.core.variant import (
     FloatArray,
     NewOption,
     NewSpec,
-    Variant,
+    OutTransform,
     exact,
     register,
 )
@@ -44,7 +44,7 @@ class Gate:
     b_G: FloatArray | None  # (H*Dv,)
 
 
-class GatedAttention(Variant):
+class GatedAttention(OutTransform[Gate]):
     order = 80
     name = "gate"
     array_parts = ("W_G", "b_G")

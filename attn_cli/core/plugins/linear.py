@@ -59,6 +59,8 @@ from attn_cli.core.variant import (
     FixtureKey,
     FloatArray,
     IntArray,
+    OutTransform,
+    Setting,
     Variant,
     register,
 )
@@ -101,7 +103,7 @@ def _shared_rows() -> tuple[StageSpec, ...]:
     )
 
 
-class _Linear(Variant):
+class _Linear(Variant[Setting]):
     """What both linear variants share: the side forms and their checks."""
 
     side_equal = (("output_recurrent", "output"), ("output_chunked", "output"))
@@ -146,7 +148,7 @@ def _chunk(raw: Any, key: FixtureKey, field: str) -> int:
     return whole_number(raw, key, field, 1, MOST_CHUNK, "tokens per chunk; transformers: 64")
 
 
-class LinearAttention(_Linear):
+class LinearAttention(_Linear[Plain]):
     order = 7
     name = "linear_attention"
     subkeys = ("feature_map", "chunk")
@@ -340,7 +342,7 @@ def delta_front(value: Delta, heads: int, X: FloatArray, cast: Cast) -> dict[str
     return out
 
 
-class GatedDeltaNet(_Linear):
+class GatedDeltaNet(_Linear[Delta], OutTransform[Delta]):
     order = 6
     name = "gated_deltanet"
     array_parts = _DELTA_ARRAYS

@@ -22,7 +22,7 @@ from attn_cli.core.variant import (
 DOC = "-inf (the default) or a negative number such as -1e9, -1e4"
 
 
-class MaskValue(Variant):
+class MaskValue(Variant[float]):
     order = 50
     name = "mask_value"
     key_order = 70

@@ -406,7 +406,7 @@ _FORMULAS = {
 }
 
 
-class LatentAttention(Variant):
+class LatentAttention(Variant[MLA]):
     order = 5
     name = "mla"
     array_parts = WEIGHTS

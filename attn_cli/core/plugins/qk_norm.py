@@ -29,7 +29,7 @@ from attn_cli.core.variant import (
 DOC = "a mapping {q_weight, k_weight, eps: 1e-6}"
 
 
-class QKNormalization(Variant):
+class QKNormalization(Variant[QKNorm]):
     order = 60
     name = "qk_norm"
     array_parts = ("q_weight", "k_weight")
