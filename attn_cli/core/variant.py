@@ -464,17 +464,6 @@ class Variant(Generic[Setting]):
         from X (B, T, d_model) at the tokens' ``positions`` (T,)."""
         raise NotImplementedError(f"{self.name} makes no Q, K, V")
 
-    def side(
-        self,
-        value: Setting,
-        inputs: Inputs,
-        arrays: Mapping[str, FloatArray],
-        scale: float,
-        cast: Cast,
-    ) -> dict[str, FloatArray]:
-        """Its side stages, from the chain's stages (``arrays``, internal layouts)."""
-        raise NotImplementedError(f"{self.name} has no second form")
-
     # a front end's gradient rows (``stage_rows`` lists them; the table puts them after the
     # base rows), in backward order, and the forward stages ``grad_front`` reads
     front_gradients: tuple[str, ...] = ()
@@ -526,13 +515,6 @@ class Variant(Generic[Setting]):
     # its stages between V and output (linear attention's feature maps, its implicit weights);
     # with a mixer on, scores, scaled, masked and softmax do not apply
     mixer_stages: tuple[str, ...] = ()
-
-    def mix(
-        self, value: Setting, inputs: Inputs, arrays: Mapping[str, FloatArray], cast: Cast
-    ) -> dict[str, FloatArray]:
-        """Its mixer stages and ``output`` (B, H, T, Dv), from the chain's Q, K, V (``arrays``,
-        internal layouts)."""
-        raise NotImplementedError(f"{self.name} mixes nothing")
 
     def default_scale(self, value: Setting, inputs: Inputs) -> float | None:
         """The softmax scale when the fixture gives none; None: 1/√d_k."""
@@ -682,6 +664,35 @@ class OutTransform(Variant[Setting]):
         """Back through it: from ``d_out``, the gradient of its last stage (B, H, T, Dv), and
         ``made``, its forward stages and the output it read (``"output"``), to (the gradient of
         that output, its gradient stages by name, what it adds to d_X; None: nothing)."""
+        raise NotImplementedError(self.name)
+
+
+class Mixer(Variant[Setting]):
+    """A mixer: output made from Q, K, V by the variant, in place of scores..softmax (its
+    ``mixer_stages``: linear attention's feature maps, its implicit weights)."""
+
+    def mix(
+        self, value: Setting, inputs: Inputs, arrays: Mapping[str, FloatArray], cast: Cast
+    ) -> dict[str, FloatArray]:
+        """Its mixer stages and ``output`` (B, H, T, Dv), from the chain's Q, K, V (``arrays``,
+        internal layouts)."""
+        raise NotImplementedError(self.name)
+
+
+class SideForm(Variant[Setting]):
+    """A second form of the same attention computed beside the chain (its ``side_stages``,
+    checked against the chain's by ``side_equal``: MLA's absorbed form, linear attention's
+    recurrent and chunked ones)."""
+
+    def side(
+        self,
+        value: Setting,
+        inputs: Inputs,
+        arrays: Mapping[str, FloatArray],
+        scale: float,
+        cast: Cast,
+    ) -> dict[str, FloatArray]:
+        """Its side stages, from the chain's stages (``arrays``, internal layouts)."""
         raise NotImplementedError(self.name)
 
 

@@ -59,8 +59,10 @@ from attn_cli.core.variant import (
     FixtureKey,
     FloatArray,
     IntArray,
+    Mixer,
     OutTransform,
     Setting,
+    SideForm,
     Variant,
     register,
 )
@@ -103,7 +105,7 @@ def _shared_rows() -> tuple[StageSpec, ...]:
     )
 
 
-class _Linear(Variant[Setting]):
+class _Linear(Mixer[Setting], SideForm[Setting]):
     """What both linear variants share: the side forms and their checks."""
 
     side_equal = (("output_recurrent", "output"), ("output_chunked", "output"))

@@ -46,7 +46,7 @@ from attn_cli.core.variant import (
     FixtureKey,
     FloatArray,
     IntArray,
-    Variant,
+    SideForm,
     register,
 )
 
@@ -406,7 +406,7 @@ _FORMULAS = {
 }
 
 
-class LatentAttention(Variant[MLA]):
+class LatentAttention(SideForm[MLA]):
     order = 5
     name = "mla"
     array_parts = WEIGHTS
