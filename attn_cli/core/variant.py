@@ -799,7 +799,4 @@ def refuse_clash(inputs: Inputs, on: list[Variant]) -> None:
 
 def own_loop(v: Variant) -> bool:
     """Whether ``v`` decodes with a loop of its own (a recurrent state, two softmax maps)."""
-    return (
-        type(v).decode_state is not Variant.decode_state
-        or type(v).decode_maps is not Variant.decode_maps
-    )
+    return bool(roles_of(v) & {KEEPS_STATE, TWO_MAPS})
