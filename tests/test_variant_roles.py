@@ -11,11 +11,9 @@ import yaml
 from conftest import FIXTURES, run_cli
 
 import attn_cli.core.chain  # noqa: F401 (the variants attn ships, registered)
+from attn_cli.core.roles import HIDES_KEYS, HIDES_LATER_KEYS, REPLACES_SOFTMAX
 from attn_cli.core.variant import (
-    HIDES_KEYS,
-    HIDES_LATER_KEYS,
     REGISTRY,
-    REPLACES_SOFTMAX,
     Variant,
     first_clash,
     roles_of,

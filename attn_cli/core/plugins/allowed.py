@@ -12,8 +12,8 @@ import numpy as np
 
 from attn_cli.core.inputs import Inputs
 from attn_cli.core.plugins.parsing import broadcasts, plain
+from attn_cli.core.roles import HIDES_LATER_KEYS
 from attn_cli.core.variant import (
-    HIDES_LATER_KEYS,
     BoolArray,
     CacheRule,
     Cells,

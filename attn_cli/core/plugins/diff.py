@@ -29,12 +29,9 @@ import numpy as np
 from attn_cli.core.inputs import Inputs
 from attn_cli.core.ops import grad_rms_norm, rms_norm
 from attn_cli.core.plugins.parsing import is_number, known_subkeys, plain, positive_number
+from attn_cli.core.roles import EXTRA_LOGIT, MAKES_QKV, TRANSFORMS_OUTPUT, TRANSFORMS_QK
 from attn_cli.core.stage_spec import K_AXES, OUT_AXES, Q_AXES, SCORE_AXES, StageSpec
 from attn_cli.core.variant import (
-    EXTRA_LOGIT,
-    MAKES_QKV,
-    TRANSFORMS_OUTPUT,
-    TRANSFORMS_QK,
     Cast,
     FixtureKey,
     FloatArray,

@@ -50,11 +50,9 @@ from attn_cli.core.linear_forms import (
 )
 from attn_cli.core.ops import sigmoid, silu
 from attn_cli.core.plugins.parsing import known_subkeys, plain, positive_number, whole_number
+from attn_cli.core.roles import MAKES_QKV, ON_SOFTMAX, REPLACES_SOFTMAX
 from attn_cli.core.stage_spec import OUT_AXES, Q_AXES, SCORE_AXES, StageSpec
 from attn_cli.core.variant import (
-    MAKES_QKV,
-    ON_SOFTMAX,
-    REPLACES_SOFTMAX,
     Cast,
     FixtureKey,
     FloatArray,

@@ -9,8 +9,8 @@ from typing import Any
 
 from attn_cli.core.inputs import Inputs
 from attn_cli.core.plugins.parsing import is_number
+from attn_cli.core.roles import SETS_FILL
 from attn_cli.core.variant import (
-    SETS_FILL,
     FixtureKey,
     NewOption,
     NewSpec,

@@ -36,11 +36,10 @@ from attn_cli.core.heads import merge_heads, split_heads
 from attn_cli.core.inputs import Inputs
 from attn_cli.core.ops import grad_rms_norm, rms_norm
 from attn_cli.core.plugins.parsing import fold_scaling, known_subkeys, plain, positive_number
+from attn_cli.core.roles import MAKES_QKV, TRANSFORMS_QK
 from attn_cli.core.rope_scaling import RopeScaling, frequencies, parse_scaling
 from attn_cli.core.stage_spec import StageSpec, number_text
 from attn_cli.core.variant import (
-    MAKES_QKV,
-    TRANSFORMS_QK,
     Cast,
     DecodeForm,
     FixtureKey,
