@@ -22,8 +22,13 @@ if TYPE_CHECKING:
     from attn_cli.core.pipeline import Trace
 
 TOKEN_AXES = ("query", "key", "seq")  # where a position read one off shows as a shift
-LOGITS = ("scores", "scaled", "capped", "alibi", "masked")  # a constant per row: softmax blind
 MAX_COLUMNS = 256  # a longer axis is not searched for a permutation
+
+
+def _logits() -> tuple[str, ...]:
+    """The stages from scores to masked (the score modifiers' and biases' between): a constant
+    per row leaves the softmax blind to it."""
+    return tuple(STAGE_NAMES[STAGE_NAMES.index("scores") : STAGE_NAMES.index("masked") + 1])
 
 
 def looks(trace: Trace, stage: str, given: FloatArray, tolerance: Tolerance) -> tuple[str, ...]:
@@ -68,7 +73,7 @@ def offset(
             f"every cell of your {stage} is attn's + {c:.4g}: a bias or a constant added (or "
             "subtracted) where it was not meant?"
         )
-    if stage not in LOGITS:
+    if stage not in _logits():
         return None
     per_row = np.nanmedian(diff, axis=-1, keepdims=True)  # (..., 1)
     per_row = np.where(np.isnan(per_row), 0.0, per_row)

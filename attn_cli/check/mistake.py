@@ -27,7 +27,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
-from attn_cli.check.recompute import Candidate, Change
+from attn_cli.check.recompute import Candidate, Change, allowed, candidate, masked_with
 from attn_cli.core.chain import Chain
 from attn_cli.core.stages import STAGE_NAMES
 
@@ -146,6 +146,23 @@ def mistakes_for(inputs: Inputs) -> list[Mistake]:
     if mixers:  # the others' mistakes are softmax's: a mixer (linear attention) replaces it
         names = mixers
     return _sorted([m for name in names for m in TABLE.get(name, [])])
+
+
+def bias_alone(trace: Trace) -> bool:
+    """Whether one additive bias alone comes between the scaled scores and the mask: no score
+    modifier before it, no second bias beside it (so scores · scale + bias is all there is)."""
+    chain = Chain(trace.inputs)
+    return not chain.modifiers and len(chain.biases) == 1
+
+
+def scaled_with_bias(trace: Trace, detail: str) -> list[Candidate]:
+    """``masked`` as a bias added before the scale makes it, (scores + bias) · scale, when one
+    bias alone comes between the scaled scores and the mask and the scale is not 1; ``detail``
+    says which bias and why it goes after."""
+    if trace.scale == 1 or not bias_alone(trace):
+        return []
+    masked = masked_with(trace, allowed(trace.inputs), before="scores") * trace.scale  # (B,H,T,S)
+    return [candidate(trace, detail, "masked", {"masked": masked})]
 
 
 def every_mistake() -> tuple[Mistake, ...]:

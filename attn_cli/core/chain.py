@@ -19,7 +19,20 @@ import numpy as np
 
 import attn_cli.core.plugins  # noqa: F401 (registers the variants attn ships)
 from attn_cli.core.variant import REGISTRY as REGISTRY  # with the variants above registered
-from attn_cli.core.variant import BoolArray, Cast, Cells, FloatArray, IntArray, Variant, same
+from attn_cli.core.variant import (
+    BoolArray,
+    CacheRule,
+    Cast,
+    Cells,
+    ExtraLogit,
+    FloatArray,
+    IntArray,
+    OutTransform,
+    ScoreModifier,
+    Variant,
+    refuse_clash,
+    same,
+)
 
 if TYPE_CHECKING:
     from attn_cli.core.inputs import Inputs
@@ -37,12 +50,14 @@ class Chain:
     def __init__(self, inputs: Inputs) -> None:
         self.inputs = inputs
         self.on = on = [(v, x) for v in REGISTRY.values() if (x := v.value(inputs)) is not None]
+        refuse_clash(inputs, [v for v, _ in on])  # what the variants declare runs together
         self.transforms = [(v, x) for v, x in on if v.suffix is not None]
-        self.modifiers = [(v, x) for v, x in on if v.stage is not None]
+        self.modifiers = [(v, x) for v, x in on if isinstance(v, ScoreModifier)]
         self.biases = [(v, x) for v, x in on if _overrides(v, "bias")]
         self.rules = [(v, x) for v, x in on if _overrides(v, "allowed")]
-        self.extras = [(v, x) for v, x in on if _overrides(v, "extra_logit")]
-        self.outs = [(v, x) for v, x in on if v.out_stages]
+        self.extras = [(v, x) for v, x in on if isinstance(v, ExtraLogit)]
+        self.outs = [(v, x) for v, x in on if isinstance(v, OutTransform)]
+        self.cache_rules = [(v, x) for v, x in on if isinstance(v, CacheRule)]
         self.fill = inputs.mask_value  # -inf, or a finite sentinel as real code uses
 
     # -- what the chain has ---------------------------------------------------------------------
@@ -230,13 +245,13 @@ class Chain:
 
     def cache_slots(self) -> int | None:
         """How many slots a KV cache needs (the fewest any variant asks for); None: it grows."""
-        asked = [n for v, x in self.on if (n := v.cache_slots(x, self.inputs)) is not None]
+        asked = [n for v, x in self.cache_rules if (n := v.cache_slots(x, self.inputs)) is not None]
         return min(asked) if asked else None
 
     def without_cache_rules(self) -> Chain:
         """This chain as a loop that trusts its cache to apply the cache rules: the allowed-keys
         rules of the variants with a cache rule left out (a ring one slot too big shows)."""
-        ruled = {v.name for v, x in self.on if v.cache_slots(x, self.inputs) is not None}
+        ruled = {v.name for v, x in self.cache_rules if v.cache_slots(x, self.inputs) is not None}
         trusting = copy.copy(self)
         trusting.rules = [(v, x) for v, x in self.rules if v.name not in ruled]
         return trusting

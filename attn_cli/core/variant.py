@@ -20,14 +20,34 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
+from typing import TYPE_CHECKING, Any, Generic, NamedTuple, Protocol, cast
 
 import numpy as np
 
+from attn_cli.core.roles import (
+    ADDS_BIAS,
+    EXTRA_LOGIT,
+    HIDES_KEYS,
+    KEEPS_STATE,
+    MAKES_QKV,
+    MODIFIES_SCORES,
+    REPLACES_SOFTMAX,
+    TRANSFORMS_OUTPUT,
+    TRANSFORMS_QK,
+    TWO_MAPS,
+)
 from attn_cli.core.stage_spec import K_AXES, OUT_AXES, Q_AXES, SCORE_AXES, StageSpec
 
 if TYPE_CHECKING:
+    from typing_extensions import TypeVar
+
     from attn_cli.core.inputs import Inputs
+
+    Setting = TypeVar("Setting", default=Any)  # a variant's setting; bare Variant: Variant[Any]
+else:
+    from typing import TypeVar
+
+    Setting = TypeVar("Setting")
 
 FloatArray = np.ndarray[Any, np.dtype[np.float64]]  # float32 too, at run time
 BoolArray = np.ndarray[Any, np.dtype[np.bool_]]
@@ -193,7 +213,7 @@ def exact(x: Any) -> str:
     return repr(float(x) + 0.0)
 
 
-class Variant:
+class Variant(Generic[Setting]):
     """One kind of attention variant; every hook is optional (the base does nothing).
 
     Subclasses set ``name`` and override the hooks they use. The hooks receive the variant's
@@ -210,6 +230,10 @@ class Variant:
     bias_stage: str | None = None
     # the gradient stage of an extra logit (d_<name>), laid out (H,)
     gradient: str | None = None
+    # its roles in the chain when its hooks do not say them (None: ``roles_of`` reads them from
+    # the hooks), and the roles it cannot run beside (``first_clash``)
+    declares: frozenset[str] | None = None
+    cannot_run_with: frozenset[str] = frozenset()
 
     # -- the fixture key: parsing, the JSON config, the layout of its arrays -------------------
 
@@ -224,22 +248,25 @@ class Variant:
     # trace's config (a fixed key order), the known keys, what reads positions
     key_order: int = 100
 
-    def parse(self, raw: Any, key: FixtureKey) -> Any:
+    def parse(self, raw: Any, key: FixtureKey) -> Setting | None:
         """The setting as a fixture gives it (a number, a list, a mapping; never null), checked;
         None: off. ``key(got, expected)`` makes the one-line error to raise, and ``key`` holds
         what the setting is checked against (heads, seq_k, the settings parsed before ...; see
         :class:`FixtureKey`)."""
-        return raw
+        parsed: Setting | None = raw
+        return parsed
 
-    def config(self, value: Any, inputs: Inputs) -> Any:
+    def config(self, value: Setting, inputs: Inputs) -> Any:
         """The setting as the JSON trace's config writes it (plain JSON values)."""
         return value
 
-    def value(self, inputs: Inputs) -> Any:
+    def value(self, inputs: Inputs) -> Setting | None:
         """The variant's setting in these inputs; None when it is off."""
-        if self.name in inputs.extra:
-            return inputs.extra[self.name]
-        return getattr(inputs, self.name, None)
+        extra = inputs.extra
+        setting: Setting | None = (
+            extra[self.name] if self.name in extra else getattr(inputs, self.name, None)
+        )
+        return setting
 
     # -- its rows of the stage table (core/stages.py) and the formulas it writes --------------
 
@@ -274,11 +301,10 @@ class Variant:
         for row in tuple(rows):
             explain = "d_logits" if row.score_like else "d_query_key"
             rows.append(row._replace(name=f"d_{row.name}", explain=explain, gradient=True))
+        needs = self.out_needs if isinstance(self, OutTransform) else lambda name: ("output",)
         for name in self.out_stages:  # a head-output transform's: no gradient rows
             rows.append(
-                StageSpec(
-                    name, self.out_needs(name), OUT_AXES, False, name, on, self.formula_of(name)
-                )
+                StageSpec(name, needs(name), OUT_AXES, False, name, on, self.formula_of(name))
             )
         if self.gradient is not None:  # an extra logit's
             rows.append(
@@ -301,17 +327,17 @@ class Variant:
 
     def formula_of(self, stage: str) -> Callable[[Inputs], str]:
         """The formula of one of its stages, as the table calls it."""
-        return lambda inputs: self.stage_formula(self.value(inputs), inputs, stage)
+        return lambda inputs: self.stage_formula(cast("Setting", self.value(inputs)), inputs, stage)
 
-    def stage_formula(self, value: Any, inputs: Inputs, stage: str) -> str:
+    def stage_formula(self, value: Setting, inputs: Inputs, stage: str) -> str:
         """The formula of one of its own stages (``capped = cap × tanh(...)``)."""
         return stage
 
-    def formula_part(self, value: Any, inputs: Inputs, stage: str) -> str:
+    def formula_part(self, value: Setting, inputs: Inputs, stage: str) -> str:
         """What it adds to another stage's formula (``softmax``: a sink joined); "": nothing."""
         return ""
 
-    def grad_formula(self, value: Any, inputs: Inputs, d_out: str, x_in: str) -> str:
+    def grad_formula(self, value: Setting, inputs: Inputs, d_out: str, x_in: str) -> str:
         """Its gradient: d(``x_in``) from ``d_out``, as a formula (``RoPE⁻¹(d_Q_rot)``)."""
         return f"d_{x_in} from {d_out}"
 
@@ -328,7 +354,13 @@ class Variant:
     grad_late: bool = False
 
     def transform(
-        self, value: Any, inputs: Inputs, which: str, x: FloatArray, positions: IntArray, cast: Cast
+        self,
+        value: Setting,
+        inputs: Inputs,
+        which: str,
+        x: FloatArray,
+        positions: IntArray,
+        cast: Cast,
     ) -> FloatArray:
         """Q or K (``which``), (B, heads, n, D) at their token ``positions`` (n,), transformed;
         ``cast(name, array)`` gives an array of the setting in the computing dtype."""
@@ -336,7 +368,7 @@ class Variant:
 
     def grad_transform(
         self,
-        value: Any,
+        value: Setting,
         inputs: Inputs,
         which: str,
         d_out: FloatArray,
@@ -347,48 +379,24 @@ class Variant:
         """d(transformed) -> d(x_in), the transform's Jacobian (transposed) applied."""
         raise NotImplementedError(f"{self.name} transforms neither Q nor K")
 
-    # -- score modifiers: scaled -> stage, before the mask (the logit cap) --------------------
-
-    def modify(self, value: Any, x: FloatArray, out: FloatArray | None = None) -> FloatArray:
-        """The modified logits; ``out`` may be ``x`` (in place)."""
-        raise NotImplementedError(f"{self.name} modifies no scores")
-
-    def grad_modify(self, value: Any, d_out: FloatArray, x_in: FloatArray) -> FloatArray:
-        """d(modified) -> d(x_in), the modifier's Jacobian applied."""
-        raise NotImplementedError(f"{self.name} modifies no scores")
-
-    def bound_modify(self, value: Any, bound: float) -> float:
-        """The largest |logit| after modifying, given the largest before (overflow checks)."""
-        return bound
-
     # -- additive biases: added in `masked` (the fixture's bias, ALiBi) ------------------------
 
-    def bias(self, value: Any, inputs: Inputs, cells: Cells, dtype: Any) -> FloatArray | None:
+    def bias(self, value: Setting, inputs: Inputs, cells: Cells, dtype: Any) -> FloatArray | None:
         """The bias of the cells, broadcasting to (b, h, R, S); None: this variant adds none."""
         return None
 
-    def bound_bias(self, value: Any, inputs: Inputs) -> float:
+    def bound_bias(self, value: Setting, inputs: Inputs) -> float:
         """The largest finite |bias| (overflow checks)."""
         return 0.0
 
     # -- allowed keys: where a query may attend (causal, window, mask, lengths) ----------------
 
-    def allowed(self, value: Any, inputs: Inputs, cells: Cells) -> BoolArray | None:
+    def allowed(self, value: Setting, inputs: Inputs, cells: Cells) -> BoolArray | None:
         """True where a query may attend, broadcasting to (b, h, R, S); None: all may."""
         return None
 
-    def hides(self, value: Any) -> str | None:
+    def hides(self, value: Setting) -> str | None:
         """How the `masked` formula names what this variant hides (``window 3``); None: nothing."""
-        return None
-
-    # -- the cache rule: what a KV cache must hold (the window's ring buffer) ------------------
-
-    def cache_slots(self, value: Any, inputs: Inputs) -> int | None:
-        """How many slots a KV cache needs (a ring of that many); None: the cache grows.
-
-        A variant with a cache rule trusts the cache to hide what falls out of it, so a decode
-        loop that gets the ring wrong (one slot too many) runs without its ``allowed`` rule.
-        """
         return None
 
     # -- head-output transforms: output -> its stages, per head, before concat (a gate) ------
@@ -397,56 +405,13 @@ class Variant:
     # output is; the last is the output transformed, what concat joins ("gate", "gated")
     out_stages: tuple[str, ...] = ()
 
-    def out_needs(self, stage: str) -> tuple[str, ...]:
-        """What one of its ``out_stages`` is computed from (stages of the table)."""
-        return ("output",)
-
     # the chain's stages it reads besides output and X (differential attention's second map:
     # Q, K, V and the first softmax), held whole by a run and handed to it in ``seen``
     out_reads: tuple[str, ...] = ()
 
-    def out_transform(
-        self,
-        value: Any,
-        inputs: Inputs,
-        output: FloatArray,
-        X: FloatArray | None,
-        cast: Cast,
-        seen: Mapping[str, FloatArray] | None = None,
-    ) -> dict[str, FloatArray]:
-        """Its stages by name, each (B, H, T, Dv), from the attention output (B, H, T, Dv) of the
-        fixture's queries and the states the queries were projected from, X (B, T, d_model)
-        (None: Q, K, V given), and ``seen``, the stages of ``out_reads`` (internal layouts);
-        the last of ``out_stages`` is the transformed output."""
-        raise NotImplementedError(f"{self.name} transforms no head outputs")
-
     # its gradient stages in backward order (d_gated, d_gate, its weights'): rows it adds in
     # ``stage_rows``, computed by ``grad_out``
     out_gradients: tuple[str, ...] = ()
-
-    def grad_out(
-        self,
-        value: Any,
-        inputs: Inputs,
-        d_out: FloatArray,
-        made: Mapping[str, FloatArray],
-        X: FloatArray | None,
-        cast: Cast,
-    ) -> tuple[FloatArray, dict[str, FloatArray], FloatArray | None]:
-        """Back through it: from ``d_out``, the gradient of its last stage (B, H, T, Dv), and
-        ``made``, its forward stages and the output it read (``"output"``), to (the gradient of
-        that output, its gradient stages by name, what it adds to d_X; None: nothing)."""
-        raise NotImplementedError(f"{self.name} transforms no head outputs")
-
-    # -- extra logits: joined to every softmax row, dropped after (a sink logit) --------------
-
-    def extra_logit(self, value: Any, cells: Cells, dtype: Any) -> FloatArray | None:
-        """One logit per query head of the cells, (h,); None: no extra logit."""
-        return None
-
-    def grad_extra(self, value: Any, weights: FloatArray, delta: FloatArray) -> FloatArray:
-        """dL/d(extra logit) (H,), from the kept weights and Delta = rowsum(dP ∘ P)."""
-        raise NotImplementedError(f"{self.name} has no extra logit")
 
     # -- a front end: Q, K and V made by the variant itself from X (MLA's latent) ------------
 
@@ -456,32 +421,28 @@ class Variant:
     # go after ``projected``), and the pairs (its stage, the chain's) that must agree to rounding
     side_stages: tuple[str, ...] = ()
     side_equal: tuple[tuple[str, str], ...] = ()
-    # the fixture keys it cannot be given with (a front end: the other ways of making Q and K;
-    # differential attention: the variants it does not combine with), and why, for the message
-    excludes: tuple[str, ...] = ()
+    # why it cannot run beside what it refuses (``cannot_run_with``), for the message the
+    # fixture's loader writes (differential attention's); "": the loader's own words
     excludes_why: str = ""
 
-    def latent_sizes(self, value: Any, heads: int) -> tuple[int, int]:
+    @property
+    def excludes(self) -> tuple[str, ...]:
+        """The keys of the registered variants it cannot run beside (their roles meet its
+        ``cannot_run_with``), in registry order: a front end's other ways of making Q and K."""
+        return tuple(
+            n for n, v in REGISTRY.items() if v is not self and roles_of(v) & self.cannot_run_with
+        )
+
+    def latent_sizes(self, value: Setting, heads: int) -> tuple[int, int]:
         """A front end's (d_k, d_v) per head, from its setting."""
         raise NotImplementedError(f"{self.name} makes no Q, K, V")
 
     def front(
-        self, value: Any, inputs: Inputs, X: FloatArray, positions: IntArray, cast: Cast
+        self, value: Setting, inputs: Inputs, X: FloatArray, positions: IntArray, cast: Cast
     ) -> dict[str, FloatArray]:
         """Its front stages and ``Q`` (B, H, T, D), ``K`` (B, H, S, D), ``V`` (B, H, S, Dv)
         from X (B, T, d_model) at the tokens' ``positions`` (T,)."""
         raise NotImplementedError(f"{self.name} makes no Q, K, V")
-
-    def side(
-        self,
-        value: Any,
-        inputs: Inputs,
-        arrays: Mapping[str, FloatArray],
-        scale: float,
-        cast: Cast,
-    ) -> dict[str, FloatArray]:
-        """Its side stages, from the chain's stages (``arrays``, internal layouts)."""
-        raise NotImplementedError(f"{self.name} has no second form")
 
     # a front end's gradient rows (``stage_rows`` lists them; the table puts them after the
     # base rows), in backward order, and the forward stages ``grad_front`` reads
@@ -490,7 +451,7 @@ class Variant:
 
     def grad_front(
         self,
-        value: Any,
+        value: Setting,
         inputs: Inputs,
         grads: Mapping[str, FloatArray],
         arrays: Mapping[str, FloatArray],
@@ -507,7 +468,7 @@ class Variant:
     flash_reads: tuple[str, ...] = ()
 
     def flash_maps(
-        self, value: Any, inputs: Inputs, arrays: Mapping[str, FloatArray]
+        self, value: Setting, inputs: Inputs, arrays: Mapping[str, FloatArray]
     ) -> tuple[tuple[FloatArray, FloatArray], ...]:
         """More (q, k) pairs, (B, H, T, D) and (B, Hkv, S, D), whose softmax·V FlashAttention
         tiles as it tiles the chain's, with the chain's scale, modifiers and mask."""
@@ -515,7 +476,7 @@ class Variant:
 
     def flash_finish(
         self,
-        value: Any,
+        value: Setting,
         inputs: Inputs,
         outputs: tuple[FloatArray, ...],
         arrays: Mapping[str, FloatArray],
@@ -525,7 +486,7 @@ class Variant:
         each is checked against the trace's."""
         return {}
 
-    def front_fills(self, value: Any, gradient: str) -> bool:
+    def front_fills(self, value: Setting, gradient: str) -> bool:
         """Whether ``grad_front`` fills the base row ``gradient`` (``d_W_Q``) for this setting."""
         return False
 
@@ -535,14 +496,7 @@ class Variant:
     # with a mixer on, scores, scaled, masked and softmax do not apply
     mixer_stages: tuple[str, ...] = ()
 
-    def mix(
-        self, value: Any, inputs: Inputs, arrays: Mapping[str, FloatArray], cast: Cast
-    ) -> dict[str, FloatArray]:
-        """Its mixer stages and ``output`` (B, H, T, Dv), from the chain's Q, K, V (``arrays``,
-        internal layouts)."""
-        raise NotImplementedError(f"{self.name} mixes nothing")
-
-    def default_scale(self, value: Any, inputs: Inputs) -> float | None:
+    def default_scale(self, value: Setting, inputs: Inputs) -> float | None:
         """The softmax scale when the fixture gives none; None: 1/√d_k."""
         return None
 
@@ -552,14 +506,14 @@ class Variant:
     decode_stages: tuple[str, ...] = ()
 
     def decode_form(
-        self, value: Any, inputs: Inputs, arrays: Mapping[str, FloatArray], cast: Cast
+        self, value: Setting, inputs: Inputs, arrays: Mapping[str, FloatArray], cast: Cast
     ) -> DecodeForm | None:
         """What decoding caches and attends with, from the trace's stages (internal layouts);
         None: Q, K and V as the chain has them."""
         return None
 
     def decode_state(
-        self, value: Any, inputs: Inputs, arrays: Mapping[str, FloatArray], cast: Cast
+        self, value: Setting, inputs: Inputs, arrays: Mapping[str, FloatArray], cast: Cast
     ) -> Any:
         """A recurrent state decoding carries in place of a KV cache (a core.decode_state
         ``Recurrence``: linear attention), from the trace's Q, K, V, X and ``decode_stages``;
@@ -567,14 +521,14 @@ class Variant:
         return None
 
     def decode_maps(
-        self, value: Any, inputs: Inputs, arrays: Mapping[str, FloatArray], cast: Cast
+        self, value: Setting, inputs: Inputs, arrays: Mapping[str, FloatArray], cast: Cast
     ) -> Any:
         """More than one softmax map per head over one KV cache (a core.decode_maps
         ``MapsForm``: differential attention), from the trace's Q, K, V and ``decode_stages``;
         None: the chain's one map."""
         return None
 
-    def refuses(self, value: Any, inputs: Inputs, what: str) -> tuple[str, str, str] | None:
+    def refuses(self, value: Setting, inputs: Inputs, what: str) -> tuple[str, str, str] | None:
         """Why ``what`` (``decoding``, ``FlashAttention``, ``the backward pass``, ``attn rope``)
         cannot give the reference's numbers for this setting: (the field, what, expected);
         None: it can. The one refusal hook: each run asks it before computing anything."""
@@ -609,6 +563,117 @@ class Variant:
     def new_words(self, spec: NewSpec, members: Mapping[str, Any]) -> str:
         """What a new fixture's description calls it (``window 3``)."""
         return self.name
+
+
+# -- the rarer hooks: a variant that has one subclasses its capability ------------------------
+
+
+class ScoreModifier(Variant[Setting]):
+    """A score modifier: scaled -> its ``stage``, before the mask (the logit cap)."""
+
+    def modify(self, value: Setting, x: FloatArray, out: FloatArray | None = None) -> FloatArray:
+        """The modified logits; ``out`` may be ``x`` (in place)."""
+        raise NotImplementedError(self.name)
+
+    def grad_modify(self, value: Setting, d_out: FloatArray, x_in: FloatArray) -> FloatArray:
+        """d(modified) -> d(x_in), the modifier's Jacobian applied."""
+        raise NotImplementedError(self.name)
+
+    def bound_modify(self, value: Setting, bound: float) -> float:
+        """The largest |logit| after modifying, given the largest before (overflow checks)."""
+        return bound
+
+
+class ExtraLogit(Variant[Setting]):
+    """An extra logit joined to every softmax row, dropped after (a sink logit); its
+    gradient stage is ``gradient``."""
+
+    def extra_logit(self, value: Setting, cells: Cells, dtype: Any) -> FloatArray | None:
+        """One logit per query head of the cells, (h,); None: no extra logit."""
+        raise NotImplementedError(self.name)
+
+    def grad_extra(self, value: Setting, weights: FloatArray, delta: FloatArray) -> FloatArray:
+        """dL/d(extra logit) (H,), from the kept weights and Delta = rowsum(dP ∘ P)."""
+        raise NotImplementedError(self.name)
+
+
+class CacheRule(Variant[Setting]):
+    """A rule of what a KV cache must hold (the window's ring buffer)."""
+
+    def cache_slots(self, value: Setting, inputs: Inputs) -> int | None:
+        """How many slots a KV cache needs (a ring of that many); None: the cache grows.
+
+        A variant with a cache rule trusts the cache to hide what falls out of it, so a decode
+        loop that gets the ring wrong (one slot too many) runs without its ``allowed`` rule.
+        """
+        raise NotImplementedError(self.name)
+
+
+class OutTransform(Variant[Setting]):
+    """A head-output transform: output -> its ``out_stages``, per head, before concat (a gate),
+    with ``grad_out`` back through them."""
+
+    def out_needs(self, stage: str) -> tuple[str, ...]:
+        """What one of its ``out_stages`` is computed from (stages of the table)."""
+        return ("output",)
+
+    def out_transform(
+        self,
+        value: Setting,
+        inputs: Inputs,
+        output: FloatArray,
+        X: FloatArray | None,
+        cast: Cast,
+        seen: Mapping[str, FloatArray] | None = None,
+    ) -> dict[str, FloatArray]:
+        """Its stages by name, each (B, H, T, Dv), from the attention output (B, H, T, Dv) of the
+        fixture's queries and the states the queries were projected from, X (B, T, d_model)
+        (None: Q, K, V given), and ``seen``, the stages of ``out_reads`` (internal layouts);
+        the last of ``out_stages`` is the transformed output."""
+        raise NotImplementedError(self.name)
+
+    def grad_out(
+        self,
+        value: Setting,
+        inputs: Inputs,
+        d_out: FloatArray,
+        made: Mapping[str, FloatArray],
+        X: FloatArray | None,
+        cast: Cast,
+    ) -> tuple[FloatArray, dict[str, FloatArray], FloatArray | None]:
+        """Back through it: from ``d_out``, the gradient of its last stage (B, H, T, Dv), and
+        ``made``, its forward stages and the output it read (``"output"``), to (the gradient of
+        that output, its gradient stages by name, what it adds to d_X; None: nothing)."""
+        raise NotImplementedError(self.name)
+
+
+class Mixer(Variant[Setting]):
+    """A mixer: output made from Q, K, V by the variant, in place of scores..softmax (its
+    ``mixer_stages``: linear attention's feature maps, its implicit weights)."""
+
+    def mix(
+        self, value: Setting, inputs: Inputs, arrays: Mapping[str, FloatArray], cast: Cast
+    ) -> dict[str, FloatArray]:
+        """Its mixer stages and ``output`` (B, H, T, Dv), from the chain's Q, K, V (``arrays``,
+        internal layouts)."""
+        raise NotImplementedError(self.name)
+
+
+class SideForm(Variant[Setting]):
+    """A second form of the same attention computed beside the chain (its ``side_stages``,
+    checked against the chain's by ``side_equal``: MLA's absorbed form, linear attention's
+    recurrent and chunked ones)."""
+
+    def side(
+        self,
+        value: Setting,
+        inputs: Inputs,
+        arrays: Mapping[str, FloatArray],
+        scale: float,
+        cast: Cast,
+    ) -> dict[str, FloatArray]:
+        """Its side stages, from the chain's stages (``arrays``, internal layouts)."""
+        raise NotImplementedError(self.name)
 
 
 REGISTRY: dict[str, Variant] = {}  # by name, in the order they run at each hook
@@ -658,9 +723,60 @@ def _as_slice(i: IntArray) -> slice | IntArray:
     return i
 
 
+def roles_of(v: Variant) -> frozenset[str]:
+    """What ``v`` is to the chain: what it declares, else the roles its hooks give."""
+    if v.declares is not None:
+        return v.declares
+    kind = type(v)
+    hooks = (
+        (v.suffix is not None, TRANSFORMS_QK),
+        (v.stage is not None, MODIFIES_SCORES),
+        (kind.bias is not Variant.bias, ADDS_BIAS),
+        (kind.allowed is not Variant.allowed, HIDES_KEYS),
+        (isinstance(v, ExtraLogit), EXTRA_LOGIT),
+        (bool(v.out_stages), TRANSFORMS_OUTPUT),
+        (bool(v.front_stages), MAKES_QKV),
+        (bool(v.mixer_stages), REPLACES_SOFTMAX),
+        (kind.decode_state is not Variant.decode_state, KEEPS_STATE),
+        (kind.decode_maps is not Variant.decode_maps, TWO_MAPS),
+    )
+    return frozenset(role for has, role in hooks if has)
+
+
+def first_clash(on: list[Variant]) -> tuple[Variant, Variant] | None:
+    """The first two variants of ``on`` (in order) that cannot run together, the one that
+    cannot run beside the other first; None: all can."""
+    for i, a in enumerate(on):
+        for b in on[i + 1 :]:
+            if roles_of(b) & a.cannot_run_with:
+                return a, b
+            if roles_of(a) & b.cannot_run_with:
+                return b, a
+    return None
+
+
+# why a variant of a role cannot run beside another, when it does not say it itself
+_ROLE_WHY = {REPLACES_SOFTMAX: "it has no softmax scores to change"}
+
+
+def refuse_clash(inputs: Inputs, on: list[Variant]) -> None:
+    """Two variants of ``on`` that cannot run together: the one-line error naming both."""
+    pair = first_clash(on)
+    if pair is None:
+        return
+    from attn_cli.errors import InputError
+
+    a, b = pair
+    roles = roles_of(b) & a.cannot_run_with
+    why = a.excludes_why or next(
+        (w for role, w in _ROLE_WHY.items() if role in roles_of(a)),
+        f"{a.name} cannot run beside what {b.name} does: it {', '.join(sorted(roles))}",
+    )
+    raise InputError(
+        inputs.source, b.name, f"given with {a.name}", f"{a.name} without {b.name} ({why})"
+    )
+
+
 def own_loop(v: Variant) -> bool:
     """Whether ``v`` decodes with a loop of its own (a recurrent state, two softmax maps)."""
-    return (
-        type(v).decode_state is not Variant.decode_state
-        or type(v).decode_maps is not Variant.decode_maps
-    )
+    return bool(roles_of(v) & {KEEPS_STATE, TWO_MAPS})

@@ -92,11 +92,6 @@ class VariantTexts:
         """Numbers of its setting a worked cell shows (None each when ``value`` is None)."""
         return {}
 
-    def ring_slots(self, value: Any) -> int | None:
-        """The slots of the ring buffer a KV cache keeps for it, as its setting says them (core's
-        ``Chain.cache_slots`` caps them to the sequence); None: it keeps no ring."""
-        return None
-
     def cost_notes(self, value: Any, per_token: int, seq: int, lang: Lang) -> list[str]:
         """Its sentences under the KV cache's cost in the decode view (``per_token`` bytes a
         token, ``seq`` tokens)."""

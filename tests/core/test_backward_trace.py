@@ -39,8 +39,8 @@ from attn_cli.core.backward import (
 )
 from attn_cli.core.chain import REGISTRY, Chain, cells_of
 from attn_cli.core.inputs import Inputs
+from attn_cli.core.ops import grad_rms_norm
 from attn_cli.core.pipeline import Trace, run
-from attn_cli.core.plugins.qk_norm import grad_rms_norm
 from attn_cli.core.plugins.rope import apply_rope, frequencies
 from attn_cli.core.stages import GRADIENT_STAGE_NAMES, SPECS, final_stage, softmax_input
 from attn_cli.core.steps import allowed_positions

@@ -266,7 +266,7 @@ def test_diff_steps_match_the_paper_formula(prefill: int) -> None:
 def test_katharopoulos_decode_equals_the_parallel_form(
     B: int, Hkv: int, group: int, T: int, dk: int, dv: int, data: Any
 ) -> None:
-    from attn_cli.core.plugins.linear import elu1, linear_parallel
+    from attn_cli.core.linear_forms import elu1, linear_parallel
 
     rng = np.random.default_rng(data.draw(st.integers(0, 2**16)))
     prefill = data.draw(st.integers(1, T))

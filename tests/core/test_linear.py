@@ -15,8 +15,7 @@ from conftest import run_cli
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from attn_cli.core.pipeline import run
-from attn_cli.core.plugins.linear import (
+from attn_cli.core.linear_forms import (
     delta_chunked,
     delta_parallel,
     delta_recurrent,
@@ -24,6 +23,7 @@ from attn_cli.core.plugins.linear import (
     linear_parallel,
     linear_recurrent,
 )
+from attn_cli.core.pipeline import run
 from attn_cli.io.examples import find_example
 from attn_cli.io.fixture import load_fixture
 from attn_cli.io.validate import validate

@@ -411,7 +411,8 @@ def test_rope_layout_pairs_is_deepseek_v2s_complex_rotation() -> None:
     from attn_cli.core.plugins.mla import LatentAttention
 
     mla = LatentAttention()
-    said = [mla.config(mla.value(t.inputs), t.inputs) for t in (pairs, split)]
+    values = [mla.value(t.inputs) for t in (pairs, split)]
+    said = [mla.config(v, t.inputs) for v, t in zip(values, (pairs, split), strict=True) if v]
     assert said[0]["rope_layout"] == "pairs" and "rope_layout" not in said[1]
 
 

@@ -19,7 +19,8 @@ from typing import Any, ClassVar
 
 import numpy as np
 import pytest
-from conftest import run_cli
+import yaml
+from conftest import FIXTURES, run_cli
 from reference import random_fixture, reference
 
 import attn_cli.core.chain  # noqa: F401 (the variants attn ships, registered first)
@@ -106,6 +107,23 @@ def test_a_bad_setting_is_one_line_naming_the_key(tmp_path: Path) -> None:
     assert result.exit_code == 2
     assert result.stderr.startswith(f"Error: {path}: attention_chunk_size: got 0, expected a ")
     assert len(result.stderr.splitlines()) == 1
+
+
+@pytest.mark.parametrize("command", ["trace", "decode", "flash"])
+def test_under_linear_attention_the_rule_is_refused_naming_both(
+    tmp_path: Path, command: str
+) -> None:
+    """Linear attention has no scores for the rule to hide: before, the chunks were ignored (the
+    plain trace's numbers, exit 0), a silent wrong answer. The variants' declarations refuse it."""
+    fixture = yaml.safe_load((FIXTURES / "linear_attention.yaml").read_text())
+    path = tmp_path / "linear_chunked.json"
+    path.write_text(json.dumps({**fixture, "attention_chunk_size": CHUNK}))
+    result = run_cli(command, str(path))
+    assert result.exit_code == 2, result.output
+    assert result.stderr == (
+        f"Error: {path}: attention_chunk_size: given with linear_attention, expected "
+        "linear_attention without attention_chunk_size (it has no softmax scores to change)\n"
+    )
 
 
 def test_json_and_npz_streams_hold_the_traced_numbers() -> None:

@@ -20,12 +20,12 @@ from hypothesis import strategies as st
 
 from attn_cli.core import variants as V
 from attn_cli.core.chain import REGISTRY, Chain, cells_of
+from attn_cli.core.ops import rms_norm
 from attn_cli.core.pipeline import Trace, run
 from attn_cli.core.plugins.bias import alibi_slopes
-from attn_cli.core.plugins.qk_norm import rms_norm
 from attn_cli.core.plugins.rope import apply_rope, rope_angles, rope_inv_freq
 from attn_cli.core.steps import softmax_rows
-from attn_cli.core.variant import Cells
+from attn_cli.core.variant import Cells, ExtraLogit, ScoreModifier
 from attn_cli.errors import InputError
 from attn_cli.io.fixture import validate
 
@@ -126,7 +126,9 @@ def alibi_bias(slopes: Any, pos_q: Any, pos_k: Any) -> np.ndarray[Any, Any]:
 
 def softcap(x: np.ndarray[Any, Any], cap: float) -> np.ndarray[Any, Any]:
     """The softcap plug-in's score modifier, as the chain runs it."""
-    return np.asarray(REGISTRY["softcap"].modify(cap, x))
+    modifier = REGISTRY["softcap"]
+    assert isinstance(modifier, ScoreModifier)
+    return np.asarray(modifier.modify(cap, x))
 
 
 class SinkSoftmax(NamedTuple):
@@ -144,9 +146,9 @@ def softmax_with_sinks(x: np.ndarray[Any, Any], sinks: Any = None) -> SinkSoftma
         weights, _ = softmax_rows(x, None, lse=lse)
         return SinkSoftmax(weights, np.zeros_like(lse))
     H = x.shape[-3]
-    logit = REGISTRY["sinks"].extra_logit(
-        np.asarray(sinks, dtype=np.float64), cells(H, [], []), x.dtype
-    )
+    plugin = REGISTRY["sinks"]
+    assert isinstance(plugin, ExtraLogit)
+    logit = plugin.extra_logit(np.asarray(sinks, dtype=np.float64), cells(H, [], []), x.dtype)
     assert logit is not None
     sink = np.asarray(logit)[:, None, None]  # (H, 1, 1)
     weights, _ = softmax_rows(x, None, sink=sink, lse=lse)

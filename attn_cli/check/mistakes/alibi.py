@@ -18,14 +18,12 @@ from attn_cli.check.mistake import (
     register,
     register_reader,
     register_zh,
+    scaled_with_bias,
 )
 from attn_cli.check.recompute import (
     Candidate,
     Change,
-    allowed,
     bias_stage,
-    candidate,
-    masked_with,
     recomputed,
 )
 from attn_cli.core.inputs import FloatArray
@@ -103,18 +101,15 @@ def _slopes_formula(trace: Trace) -> list[Change]:
 
 
 def _alibi_scaled(trace: Trace) -> list[Candidate]:
-    inp = trace.inputs
-    if inp.alibi is None or inp.softcap is not None or inp.bias is not None or trace.scale == 1:
+    if trace.inputs.alibi is None:
         return []
-    # (scores + alibi) * scale: masked from the unscaled scores, the alibi stage as attn's
-    masked = masked_with(trace, allowed(inp), before="scores") * trace.scale  # (B, H, T, S)
     detail = (
         f"Your {{stage}} is what attn gets with the ALiBi bias added before the scale and so "
         f"multiplied by {trace.scale:.6g} with the scores: (scores + alibi) * scale. The bias "
         "is added to the scaled scores (BLOOM folds 1/√d_k into the product with baddbmm, "
         "beta=1 for the bias). Fix: scores * scale + alibi."
     )
-    return [candidate(trace, detail, "masked", {"masked": masked})]
+    return scaled_with_bias(trace, detail)
 
 
 register(

@@ -9,25 +9,23 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from attn_cli.check.mistake import Mistake, register, register_zh
-from attn_cli.check.recompute import Candidate, Change, allowed, candidate, masked_with, recomputed
+from attn_cli.check.mistake import Mistake, register, register_zh, scaled_with_bias
+from attn_cli.check.recompute import Candidate, Change, recomputed
 
 if TYPE_CHECKING:
     from attn_cli.core.pipeline import Trace
 
 
 def _before_scale(trace: Trace) -> list[Candidate]:
-    inp = trace.inputs
-    if inp.bias is None or trace.scale == 1 or inp.softcap is not None or inp.alibi is not None:
+    if trace.inputs.bias is None:
         return []
-    masked = masked_with(trace, allowed(inp), before="scores") * trace.scale  # (B, H, T, S)
     detail = (
         f"Your {{stage}} is what attn gets with the bias added before the scale, and so "
         f"multiplied by {trace.scale:.6g}: (scores + bias) * scale. torch SDPA adds a float "
         "attn_mask after scaling: softmax(q @ k.T * scale + attn_mask). Fix: scores * scale + "
         "bias."
     )
-    return [candidate(trace, detail, "masked", {"masked": masked})]
+    return scaled_with_bias(trace, detail)
 
 
 def _ignored(trace: Trace) -> list[Change]:

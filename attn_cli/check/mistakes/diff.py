@@ -11,7 +11,8 @@ import numpy as np
 
 from attn_cli.check.mistake import Mistake, register, register_zh
 from attn_cli.check.recompute import Change, internal, recomputed
-from attn_cli.core.plugins.diff import VECTORS, Diff, lambda_init_fn, rms_norm
+from attn_cli.core.ops import rms_norm
+from attn_cli.core.plugins.diff import VECTORS, Diff, lambda_init_fn
 
 if TYPE_CHECKING:
     from attn_cli.core.pipeline import Trace
@@ -27,7 +28,7 @@ def _from_lambda(trace: Trace, d: Diff, lam: np.ndarray, init: float) -> dict[st
     """lambda and every stage after it, with ``lam`` (H,) and ``init`` in place of attn's."""
     diff = internal(trace, "softmax") - lam[None, :, None, None] * internal(trace, "softmax_2")
     out = diff @ internal(trace, "V")  # (B, H, T, Dv)
-    normed = rms_norm(out, d.norm, d.eps)
+    normed = rms_norm(out, d.norm, d.eps, divide=True)
     return {
         "lambda": lam,
         "diff": diff,

@@ -12,7 +12,8 @@ import numpy as np
 from attn_cli.check.mistake import Mistake, register, register_zh
 from attn_cli.check.recompute import Change, internal, recomputed
 from attn_cli.core.heads import merge_heads
-from attn_cli.core.plugins.gate import Gate, sigmoid
+from attn_cli.core.ops import sigmoid
+from attn_cli.core.plugins.gate import Gate
 
 if TYPE_CHECKING:
     from attn_cli.core.pipeline import Trace

@@ -13,7 +13,7 @@ import numpy as np
 from attn_cli.check.mistake import Mistake, register, register_zh
 from attn_cli.check.recompute import Candidate, internal
 from attn_cli.core.heads import merge_heads
-from attn_cli.core.plugins.linear import (
+from attn_cli.core.linear_forms import (
     delta_chunked,
     delta_parallel,
     delta_recurrent,
@@ -39,6 +39,7 @@ def _joined(trace: Trace, out: dict[str, Any], last: Any) -> dict[str, Any]:
 def _delta(trace: Trace, q: Any, k: Any, g: Any, beta: Any, detail: str) -> list[Candidate]:
     """Every stage from q_l2 on, with these q, k, g and beta."""
     value = REGISTRY["gated_deltanet"].value(trace.inputs)
+    assert value is not None, "the mistakes of gated_deltanet are tried with it on"
     v = internal(trace, "V")
     weights, output = delta_parallel(q, k, v, g, beta)
     states, recurrent = delta_recurrent(q, k, v, g, beta)

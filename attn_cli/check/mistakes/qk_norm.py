@@ -14,9 +14,10 @@ import numpy as np
 from attn_cli.check.compare import GRADER_TOLERANCE
 from attn_cli.check.mistake import Mistake, register, register_zh
 from attn_cli.check.recompute import Candidate, Change, candidate, internal, recomputed
+from attn_cli.core.chain import Chain
 from attn_cli.core.heads import merge_heads, split_heads
 from attn_cli.core.inputs import FloatArray, QKNorm
-from attn_cli.core.variant import REGISTRY, same
+from attn_cli.core.variant import same
 
 if TYPE_CHECKING:
     from attn_cli.core.pipeline import Trace
@@ -192,27 +193,28 @@ def _one_side(trace: Trace) -> list[Change]:
 
 
 def _after_rope(trace: Trace) -> list[Candidate]:
-    """RoPE first, then the norm: Q_rot = norm(rope(Q)); the user's Q_norm is either that too
-    (named after the step it does) or not dumped."""
+    """The positional transform (RoPE) first, then the norm: Q_rot = norm(rope(Q)); the user's
+    Q_norm is either that too (named after the step it does) or not dumped."""
     value, inp = _value(trace), trace.inputs
-    if value is None or inp.rope is None:
+    turn = next(((v, x) for v, x in Chain(inp).transforms_of("Q") if v.positional), None)
+    if value is None or turn is None:
         return []
-    rope = REGISTRY["rope"]
+    rope, setting = turn
     pos = dict(zip("QK", inp.token_positions(), strict=True))
     norm = _Norm(value.eps)
     rotated: dict[str, FloatArray] = {}
     for which, w in (("Q", value.q_weight), ("K", value.k_weight)):
-        turned = rope.transform(inp.rope, inp, which, internal(trace, which), pos[which], same)
-        rotated[f"{which}_rot"] = norm(turned, w)  # (B, heads, n, D)
+        turned = rope.transform(setting, inp, which, internal(trace, which), pos[which], same)
+        rotated[f"{which}_{rope.suffix}"] = norm(turned, w)  # (B, heads, n, D)
     detail = (
         "Your {stage} is what attn gets with the norm applied after RoPE: norm(rope(Q)) "
         "instead of rope(norm(Q)). Qwen3, Gemma 3 and OLMo 2 normalise first, then rotate "
         "(HunYuan is the one that rotates first). The norm's weight does not commute with the "
         "rotation. Fix: q = rope(q_norm(q)), k = rope(k_norm(k))."
     )
-    named = {**{f"{w}_norm": rotated[f"{w}_rot"] for w in "QK"}, **rotated}
+    named = {**{f"{w}_norm": rotated[f"{w}_{rope.suffix}"] for w in "QK"}, **rotated}
     return [
-        candidate(trace, detail, "Q_rot", rotated),
+        candidate(trace, detail, f"Q_{rope.suffix}", rotated),
         candidate(trace, detail, "Q_norm", named),
     ]
 

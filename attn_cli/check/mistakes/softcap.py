@@ -21,7 +21,7 @@ from attn_cli.check.recompute import (
 )
 from attn_cli.check.recompute import allowed as chain_allowed
 from attn_cli.core.stages import softmax_input
-from attn_cli.core.variant import REGISTRY
+from attn_cli.core.variant import REGISTRY, ScoreModifier
 
 if TYPE_CHECKING:
     from attn_cli.core.pipeline import Trace
@@ -30,6 +30,7 @@ if TYPE_CHECKING:
 def _softcap_after_mask(trace: Trace) -> list[Change]:
     inp = trace.inputs
     softcap = REGISTRY["softcap"]
+    assert isinstance(softcap, ScoreModifier)
     cap = softcap.value(inp)
     if cap is None or softmax_input(inp) != "masked":
         return []

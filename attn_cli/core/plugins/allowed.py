@@ -12,8 +12,10 @@ import numpy as np
 
 from attn_cli.core.inputs import Inputs
 from attn_cli.core.plugins.parsing import broadcasts, plain
+from attn_cli.core.roles import HIDES_LATER_KEYS
 from attn_cli.core.variant import (
     BoolArray,
+    CacheRule,
     Cells,
     FixtureKey,
     IntArray,
@@ -27,9 +29,10 @@ from attn_cli.core.variant import (
 CAUSAL_VALUES = ("upper-left", "lower-right")  # causal: true is upper-left
 
 
-class Causal(Variant):
+class Causal(Variant[str]):
     order = 10
     name = "causal"
+    declares = frozenset({HIDES_LATER_KEYS})  # the causal rule alone (a causal mixer's own)
 
     def parse(self, raw: Any, key: FixtureKey) -> str | None:
         raw = plain(raw)
@@ -50,7 +53,7 @@ class Causal(Variant):
         return f"causal {value}"
 
 
-class Window(Variant):
+class Window(CacheRule[int]):
     order = 11
     name = "window"
     reads_positions = True
@@ -125,7 +128,7 @@ def window_reach(window: int, pos_q: Any, pos_k: Any) -> int:
     return max(1, min(window, widest + 1))
 
 
-class Mask(Variant):
+class Mask(Variant[BoolArray]):
     order = 12
     name = "mask"
 
@@ -146,7 +149,7 @@ class Mask(Variant):
         return "mask"
 
 
-class Lengths(Variant):
+class Lengths(Variant[IntArray]):
     order = 13
     name = "lengths"
 

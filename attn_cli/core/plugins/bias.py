@@ -23,7 +23,7 @@ from attn_cli.core.variant import (
 )
 
 
-class Bias(Variant):
+class Bias(Variant[FloatArray]):
     order = 20
     name = "bias"
 
@@ -49,7 +49,7 @@ class Bias(Variant):
         return float(np.abs(finite).max()) if finite.size else 0.0
 
 
-class Alibi(Variant):
+class Alibi(Variant[FloatArray]):
     order = 21
     name = "alibi"
     bias_stage = "alibi"

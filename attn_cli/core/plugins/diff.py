@@ -27,7 +27,9 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from attn_cli.core.inputs import Inputs
+from attn_cli.core.ops import grad_rms_norm, rms_norm
 from attn_cli.core.plugins.parsing import is_number, known_subkeys, plain, positive_number
+from attn_cli.core.roles import EXTRA_LOGIT, MAKES_QKV, TRANSFORMS_OUTPUT, TRANSFORMS_QK
 from attn_cli.core.stage_spec import K_AXES, OUT_AXES, Q_AXES, SCORE_AXES, StageSpec
 from attn_cli.core.variant import (
     Cast,
@@ -36,7 +38,7 @@ from attn_cli.core.variant import (
     IntArray,
     NewOption,
     NewSpec,
-    Variant,
+    OutTransform,
     exact,
     register,
 )
@@ -89,14 +91,6 @@ def lambda_full(value: Diff, heads: int, cast: Cast) -> FloatArray:
     return out
 
 
-def rms_norm(x: FloatArray, weight: FloatArray | None, eps: float) -> FloatArray:
-    """x / √(mean(x²) + eps) over the last axis, times the weight (the reference's RMSNorm)."""
-    r = np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps)  # (..., 1)
-    normed = np.where(np.isfinite(r), x / r, np.inf)
-    out: FloatArray = (normed if weight is None else normed * weight).astype(x.dtype)
-    return out
-
-
 def second_map(inputs: Inputs, q2: FloatArray, k2: FloatArray, scale: float) -> dict[str, Any]:
     """scores_2 = Q2·K2ᵀ and softmax_2, scaled, modified, biased and masked as the chain does
     the first map (every cell at once)."""
@@ -130,7 +124,7 @@ def differential(
     out["diff"] = seen["softmax"] - lam[None, :, None, None] * out["softmax_2"]  # (B, H, T, S)
     out["diff_output"] = out["diff"] @ seen["V"]  # (B, H, T, Dv)
     norm = None if value.norm is None else cast("diff.norm", value.norm)
-    out["diff_norm"] = rms_norm(out["diff_output"], norm, value.eps)
+    out["diff_norm"] = rms_norm(out["diff_output"], norm, value.eps, divide=True)
     out["diff_scaled"] = out["diff_norm"] * (1.0 - value.lambda_init)
     return out
 
@@ -142,7 +136,6 @@ def differential_backward(
     and the second map: d_output (the first map's, output = softmax·V, gets d_diff_output), the
     gradient stages, and what the second map adds to d_Q, d_K, d_V (their second halves)."""
     from attn_cli.core.backward import grad_masked
-    from attn_cli.core.plugins.qk_norm import grad_rms_norm
 
     Q, K, V = made["Q"], made["K"], made["V"]  # (B, H, T, D), (B, H, S, D), (B, H, S, Dv)
     P2, lam = made["softmax_2"], made["lambda"]  # (B, H, T, S), (H,)
@@ -258,7 +251,7 @@ _FORMULAS = {
 }
 
 
-class DifferentialAttention(Variant):
+class DifferentialAttention(OutTransform[Diff]):
     order = 55  # its Q/K transform first: a transform registered later reads the halves
     name = "diff"
     array_parts = (*VECTORS, "norm")
@@ -268,10 +261,12 @@ class DifferentialAttention(Variant):
     out_stages = tuple(n for n, _, _, _ in _OUT)
     out_reads = ("Q", "K", "V", "softmax", "output")
     out_gradients = tuple(n for n, _, _, _, _ in _GRAD)
-    excludes = ("rope", "qk_norm", "sinks", "gate", "mla")
+    # its halves are its own Q/K transform, its two maps take no extra logit, its RMSNorm is
+    # its own head-output transform, and it reads the projections' Q and K
+    cannot_run_with = frozenset({TRANSFORMS_QK, EXTRA_LOGIT, TRANSFORMS_OUTPUT, MAKES_QKV})
     excludes_why = (
         "the reference rotates each half of a head on its own, and computes "
-        "neither QK-norm, sinks, an output gate nor MLA with two maps"
+        "neither QK-norm, a sink logit, an output gate nor MLA with two maps"
     )
     new_options = (
         NewOption(
@@ -475,13 +470,14 @@ class DifferentialAttention(Variant):
         if what == "the backward pass":
             from attn_cli.core.chain import Chain
 
-            if not Chain(inputs).stages:
+            modifiers = ", ".join(v.name for v, _ in Chain(inputs).modifiers)
+            if not modifiers:
                 return None
             return (
                 self.name,
                 "the backward pass does not yet run differential attention "
-                "with a score modifier (softcap) on its second map",
-                "a fixture without softcap",
+                f"with a score modifier ({modifiers}) on its second map",
+                f"a fixture without {modifiers}",
             )
         return (
             self.name,
@@ -534,7 +530,7 @@ def decode_form(
         return {"diff": weights[0] - lam * weights[1]}  # (B, H, n, C)
 
     def outs(diff_output: FloatArray) -> dict[str, FloatArray]:
-        normed = rms_norm(diff_output, norm, value.eps)
+        normed = rms_norm(diff_output, norm, value.eps, divide=True)
         return {
             "lambda": np.broadcast_to(lam, (*diff_output.shape[:3], 1)),
             "diff_output": diff_output,

@@ -19,7 +19,7 @@ import numpy as np
 
 from attn_cli.core.heads import merge_heads, split_heads
 from attn_cli.core.inputs import Inputs
-from attn_cli.core.ops import sigmoid as sigmoid
+from attn_cli.core.ops import sigmoid
 from attn_cli.core.plugins.parsing import known_subkeys, plain
 from attn_cli.core.stage_spec import OUT_AXES, StageSpec
 from attn_cli.core.variant import (
@@ -28,7 +28,7 @@ from attn_cli.core.variant import (
     FloatArray,
     NewOption,
     NewSpec,
-    Variant,
+    OutTransform,
     exact,
     register,
 )
@@ -44,7 +44,7 @@ class Gate:
     b_G: FloatArray | None  # (H*Dv,)
 
 
-class GatedAttention(Variant):
+class GatedAttention(OutTransform[Gate]):
     order = 80
     name = "gate"
     array_parts = ("W_G", "b_G")

@@ -35,156 +35,40 @@ import numpy as np
 from attn_cli.core.decode_state import Recurrence, State
 from attn_cli.core.heads import split_heads
 from attn_cli.core.inputs import Inputs
+from attn_cli.core.linear_forms import (
+    causal_conv,
+    delta_chunked,
+    delta_parallel,
+    delta_recurrent,
+    elu1,
+    gated_rms_norm,
+    l2norm,
+    linear_chunked,
+    linear_parallel,
+    linear_recurrent,
+    softplus,
+)
+from attn_cli.core.ops import sigmoid, silu
 from attn_cli.core.plugins.parsing import known_subkeys, plain, positive_number, whole_number
+from attn_cli.core.roles import MAKES_QKV, ON_SOFTMAX, REPLACES_SOFTMAX
 from attn_cli.core.stage_spec import OUT_AXES, Q_AXES, SCORE_AXES, StageSpec
-from attn_cli.core.variant import Cast, FixtureKey, FloatArray, IntArray, Variant, register
+from attn_cli.core.variant import (
+    Cast,
+    FixtureKey,
+    FloatArray,
+    IntArray,
+    Mixer,
+    OutTransform,
+    Setting,
+    SideForm,
+    Variant,
+    register,
+)
 
 CHUNK = 64  # transformers' chunk_size
-L2_EPS = 1e-6  # l2norm's eps in torch_*_gated_delta_rule (use_qk_l2norm_in_kernel)
 _STATE = ("batch", "head", "query", "d_k", "d_v")
 _PER_TOKEN = ("batch", "head", "query")
 _V_AXES = ("batch", "head", "query", "d_v")
-
-
-# -- the math, each form a small function over (B, H, T, ·) arrays -----------------------------
-
-
-def elu1(x: FloatArray) -> FloatArray:
-    """φ(x) = elu(x) + 1: x + 1 where x > 0, else exp(x); always positive."""
-    out = np.where(x > 0, x + 1.0, np.exp(np.minimum(x, 0.0)))
-    out = out.astype(x.dtype, copy=False)
-    return out
-
-
-def causal_ones(T: int) -> Any:
-    """(T, T) True where key s ≤ query t."""
-    return np.tril(np.ones((T, T), dtype=bool))
-
-
-def linear_parallel(phi_q: FloatArray, phi_k: FloatArray, v: FloatArray) -> tuple[Any, Any]:
-    """The implicit weights A[t, s] = φ(q_t)·φ(k_s) / Σ_{s' ≤ t} φ(q_t)·φ(k_s') (s ≤ t), and A·V."""
-    T = phi_q.shape[-2]
-    raw = np.where(causal_ones(T), phi_q @ phi_k.swapaxes(-1, -2), 0.0)  # (B, H, T, T)
-    weights = (raw / raw.sum(axis=-1, keepdims=True)).astype(phi_q.dtype, copy=False)
-    return weights, weights @ v  # (B, H, T, T), (B, H, T, d_v)
-
-
-def linear_recurrent(phi_q: FloatArray, phi_k: FloatArray, v: FloatArray) -> tuple[Any, Any, Any]:
-    """Token by token: S_t = S_{t−1} + φ(k_t)v_tᵀ, z_t = z_{t−1} + φ(k_t), o_t = φ(q_t)ᵀS_t /
-    φ(q_t)ᵀz_t. The states (B, H, T, d_k, d_v), normalisers (B, H, T, d_k) and outputs."""
-    B, H, T, dk = phi_q.shape
-    dv = v.shape[-1]
-    states = np.empty((B, H, T, dk, dv), dtype=phi_q.dtype)
-    zs = np.empty((B, H, T, dk), dtype=phi_q.dtype)
-    out = np.empty((B, H, T, dv), dtype=phi_q.dtype)
-    S = np.zeros((B, H, dk, dv), dtype=phi_q.dtype)
-    z = np.zeros((B, H, dk), dtype=phi_q.dtype)
-    for t in range(T):
-        S = S + phi_k[:, :, t, :, None] * v[:, :, t, None, :]  # (B, H, d_k, d_v)
-        z = z + phi_k[:, :, t]  # (B, H, d_k)
-        q = phi_q[:, :, t]  # (B, H, d_k)
-        num = np.einsum("bhk,bhkv->bhv", q, S)
-        out[:, :, t] = num / np.einsum("bhk,bhk->bh", q, z)[..., None]
-        states[:, :, t], zs[:, :, t] = S, z
-    return states, zs, out
-
-
-def linear_chunked(phi_q: FloatArray, phi_k: FloatArray, v: FloatArray, chunk: int) -> Any:
-    """Chunk by chunk: the state S and normaliser z carried from the chunks before, plus causal
-    attention inside the chunk."""
-    B, H, T, dk = phi_q.shape
-    out = np.empty((*phi_q.shape[:3], v.shape[-1]), dtype=phi_q.dtype)
-    S = np.zeros((B, H, dk, v.shape[-1]), dtype=phi_q.dtype)
-    z = np.zeros((B, H, dk), dtype=phi_q.dtype)
-    for c0 in range(0, T, chunk):
-        q, k, vc = (x[:, :, c0 : c0 + chunk] for x in (phi_q, phi_k, v))  # (B, H, C, ·)
-        n = q.shape[2]
-        intra = np.where(causal_ones(n), q @ k.swapaxes(-1, -2), 0.0)  # (B, H, C, C)
-        num = q @ S + intra @ vc  # (B, H, C, d_v)
-        den = np.einsum("bhck,bhk->bhc", q, z) + intra.sum(axis=-1)  # (B, H, C)
-        out[:, :, c0 : c0 + n] = num / den[..., None]
-        S = S + k.swapaxes(-1, -2) @ vc
-        z = z + k.sum(axis=2)
-    return out
-
-
-def l2norm(x: FloatArray, eps: float = L2_EPS) -> FloatArray:
-    """x / √(Σx² + eps) over the last axis (transformers' ``l2norm``, as FLA's); where Σx²
-    overflows, inf (the stage's check names it) rather than the 0 that x / inf would give."""
-    r = np.sqrt(np.sum(x * x, axis=-1, keepdims=True) + eps)
-    out: FloatArray = np.where(np.isfinite(r), x / r, np.inf).astype(x.dtype, copy=False)
-    return out
-
-
-def delta_recurrent(q: Any, k: Any, v: Any, g: Any, beta: Any) -> tuple[Any, Any]:
-    """``torch_recurrent_gated_delta_rule`` after its l2norm and scale: token by token, the state
-    decays by exp(g_t), the delta rule writes β_t(v_t − Sᵀk_t) along k_t, o_t = S_tᵀq_t.
-    q, k (B, H, T, d_k), v (B, H, T, d_v), g and beta (B, H, T); the states and outputs."""
-    B, H, T, dk = q.shape
-    dv = v.shape[-1]
-    states = np.empty((B, H, T, dk, dv), dtype=q.dtype)
-    out = np.empty((B, H, T, dv), dtype=q.dtype)
-    S = np.zeros((B, H, dk, dv), dtype=q.dtype)
-    for t in range(T):
-        S = S * np.exp(g[:, :, t])[..., None, None]  # decay (B, H, d_k, d_v)
-        kv_mem = np.einsum("bhkv,bhk->bhv", S, k[:, :, t])  # what S predicts for k_t
-        delta = (v[:, :, t] - kv_mem) * beta[:, :, t, None]  # (B, H, d_v)
-        S = S + k[:, :, t, :, None] * delta[:, :, None, :]
-        out[:, :, t] = np.einsum("bhkv,bhk->bhv", S, q[:, :, t])
-        states[:, :, t] = S
-    return states, out
-
-
-def unit_lower_solve(M: Any, rhs: Any) -> Any:
-    """X with (I + strictly_lower(M))·X = rhs (``solve_triangular(unitriangular=True)``)."""
-    n = M.shape[-1]
-    lower = np.tril(M, -1) + np.eye(n, dtype=M.dtype)
-    return np.linalg.solve(lower, rhs)
-
-
-def delta_chunked(q: Any, k: Any, v: Any, g: Any, beta: Any, chunk: int) -> Any:
-    """``torch_chunk_gated_delta_rule`` after its l2norm and scale, step for step: padded to
-    whole chunks, the UT transform inside each chunk, then the scan over chunks."""
-    B, H, T, dk = q.shape
-    pad = (chunk - T % chunk) % chunk
-    q, k, v = (np.pad(x, ((0, 0), (0, 0), (0, pad), (0, 0))) for x in (q, k, v))
-    beta, g = (np.pad(x, ((0, 0), (0, 0), (0, pad))) for x in (beta, g))
-    n = (T + pad) // chunk
-    v_beta, k_beta = v * beta[..., None], k * beta[..., None]
-    q, k, k_beta, v_beta = (x.reshape(B, H, n, chunk, -1) for x in (q, k, k_beta, v_beta))
-    cum = g.reshape(B, H, n, chunk).cumsum(axis=-1)  # (B, H, n, C)
-    upper = np.triu(np.ones((chunk, chunk), dtype=bool), 1)
-    diff = np.where(upper, -np.inf, cum[..., :, None] - cum[..., None, :])
-    pairwise = np.exp(diff)  # (B, H, n, C, C): exp(cum_i − cum_j), j ≤ i
-    ut = (k_beta @ k.swapaxes(-1, -2)) * pairwise
-    intra = (q @ k.swapaxes(-1, -2)) * pairwise
-    new_values = unit_lower_solve(ut, v_beta)  # (B, H, n, C, d_v)
-    k_cumdecay = unit_lower_solve(ut, k_beta * np.exp(cum)[..., None])  # (B, H, n, C, d_k)
-    q = q * np.exp(cum)[..., None]
-    k = k * np.exp(cum[..., -1:] - cum)[..., None]
-    chunk_decay = np.exp(cum[..., -1])[..., None, None]  # (B, H, n, 1, 1)
-    S = np.zeros((B, H, dk, v.shape[-1]), dtype=q.dtype)
-    out = np.empty_like(new_values)
-    for i in range(n):
-        v_new = new_values[:, :, i] - k_cumdecay[:, :, i] @ S
-        out[:, :, i] = q[:, :, i] @ S + intra[:, :, i] @ v_new
-        S = S * chunk_decay[:, :, i] + k[:, :, i].swapaxes(-1, -2) @ v_new
-    return out.reshape(B, H, n * chunk, -1)[:, :, :T].astype(q.dtype)
-
-
-def delta_parallel(q: Any, k: Any, v: Any, g: Any, beta: Any) -> tuple[Any, Any]:
-    """The T×T weights the gated delta rule amounts to, and weights·V: with G_t = Σ_{i≤t} g_i,
-    D[t, s] = exp(G_t − G_s) (s ≤ t) and L = strictly_lower(β_t (k_t·k_s) D[t, s]),
-    weights = (q·kᵀ ⊙ D)·(I + L)⁻¹·diag(β)."""
-    T = q.shape[-2]
-    G = np.cumsum(g, axis=-1)  # (B, H, T)
-    D = np.exp(np.where(causal_ones(T), G[..., :, None] - G[..., None, :], -np.inf))
-    ut = beta[..., :, None] * (k @ k.swapaxes(-1, -2)) * D  # (B, H, T, T)
-    eye = np.broadcast_to(np.eye(T, dtype=q.dtype), ut.shape)
-    inverse = unit_lower_solve(ut, eye * beta[..., None, :])  # (I + L)⁻¹·diag(β)
-    weights = ((q @ k.swapaxes(-1, -2)) * D) @ inverse  # (B, H, T, T)
-    weights = np.where(causal_ones(T), weights, 0.0).astype(q.dtype, copy=False)
-    return weights, weights @ v
 
 
 # -- the shared rows: the weights, the state table, the recurrent and chunked outputs ----------
@@ -219,10 +103,14 @@ def _shared_rows() -> tuple[StageSpec, ...]:
     )
 
 
-class _Linear(Variant):
+class _Linear(Mixer[Setting], SideForm[Setting]):
     """What both linear variants share: the side forms and their checks."""
 
     side_equal = (("output_recurrent", "output"), ("output_chunked", "output"))
+    # it replaces the softmax: nothing that acts on softmax attention runs beside it, nor
+    # another mixer, nor a front end (it makes its Q, K, V itself); it is causal itself, so
+    # the causal rule alone is what it does already
+    cannot_run_with = ON_SOFTMAX | {REPLACES_SOFTMAX, MAKES_QKV}
 
     def refuses(self, value: Any, inputs: Inputs, what: str) -> tuple[str, str, str] | None:
         if what == "decoding":  # a recurrent state in place of the cache (decode_state)
@@ -251,19 +139,6 @@ class Plain:
 
 
 _PLAIN_DOC = "true, or a mapping {feature_map: elu+1, chunk: chunk size of the chunked form}"
-_SOFTMAX_ONLY = (
-    "rope",
-    "qk_norm",
-    "softcap",
-    "alibi",
-    "bias",
-    "sinks",
-    "window",
-    "mask",
-    "lengths",
-    "gate",
-    "mask_value",
-)
 
 
 MOST_CHUNK = 1024  # a chunk's (C, C) matrices per head: 8 MiB of float64 at most
@@ -273,7 +148,7 @@ def _chunk(raw: Any, key: FixtureKey, field: str) -> int:
     return whole_number(raw, key, field, 1, MOST_CHUNK, "tokens per chunk; transformers: 64")
 
 
-class LinearAttention(_Linear):
+class LinearAttention(_Linear[Plain]):
     order = 7
     name = "linear_attention"
     subkeys = ("feature_map", "chunk")
@@ -337,7 +212,7 @@ class LinearAttention(_Linear):
     def mix(
         self, value: Plain, inputs: Inputs, arrays: Mapping[str, FloatArray], cast: Cast
     ) -> dict[str, FloatArray]:
-        _refuse_others(self, inputs)
+        _refuse_cross(self, inputs)
         group = inputs.heads // inputs.kv_heads
         # contiguous: (B, H, T, d_k) views of the projection make the products below slow
         phi_q, phi_k = (np.ascontiguousarray(elu1(arrays[n])) for n in ("Q", "K"))
@@ -383,19 +258,11 @@ _PLAIN_FORMULAS = {
 }
 
 
-def _refuse_others(v: Variant, inputs: Inputs) -> None:
-    """Softmax-only variants have no meaning without softmax: one line, naming the first."""
-    from attn_cli.core.chain import Chain
+def _refuse_cross(v: Variant, inputs: Inputs) -> None:
+    """Keys of their own (X_kv) have no place in causal linear attention: one line. (What acts
+    on the softmax it replaces the chain refuses: ``cannot_run_with``.)"""
     from attn_cli.errors import InputError
 
-    for other, _ in Chain(inputs).on:
-        if other.name in _SOFTMAX_ONLY or (other is not v and other in _LINEAR):
-            raise InputError(
-                inputs.source,
-                other.name,
-                f"given with {v.name}",
-                f"{v.name} without {other.name} (it has no softmax scores to change)",
-            )
     if inputs.X_kv is not None:
         raise InputError(
             inputs.source,
@@ -454,33 +321,6 @@ _DELTA_KEYS = (
 _DELTA_ARRAYS = _DELTA_KEYS[:10]
 
 
-def silu(x: FloatArray) -> FloatArray:
-    """x·σ(x), without overflow."""
-    e = np.exp(-np.abs(x))
-    out = x * np.where(x >= 0, 1.0 / (1.0 + e), e / (1.0 + e))
-    out = out.astype(x.dtype, copy=False)
-    return out
-
-
-def softplus(x: FloatArray) -> FloatArray:
-    """log(1 + eˣ) (torch's: x itself above 20)."""
-    out = np.where(x > 20, x, np.log1p(np.exp(np.minimum(x, 20.0))))
-    out = out.astype(x.dtype, copy=False)
-    return out
-
-
-def causal_conv(x: FloatArray, w: FloatArray) -> FloatArray:
-    """Depthwise causal conv1d over tokens: out[t, c] = Σ_j w[c, j]·x[t − (K−1) + j, c], zeros
-    before the first token (conv1d with padding K−1, the first T outputs). x (B, T, C)."""
-    K = w.shape[1]
-    T = x.shape[1]
-    padded = np.pad(x, ((0, 0), (K - 1, 0), (0, 0)))  # (B, T+K-1, C)
-    out = np.zeros_like(x)
-    for j in range(K):
-        out += padded[:, j : j + T] * w[:, j]
-    return out
-
-
 def delta_front(value: Delta, heads: int, X: FloatArray, cast: Cast) -> dict[str, Any]:
     """Qwen3NextGatedDeltaNet.forward up to the kernel: the conv, beta, g, and Q, K, V."""
     w = {n: cast(f"gated_deltanet.{n}", getattr(value, n)) for n in _DELTA_ARRAYS}
@@ -496,28 +336,13 @@ def delta_front(value: Delta, heads: int, X: FloatArray, cast: Cast) -> dict[str
     out["K"] = np.repeat(split_heads(k_flat, value.k_heads), group, axis=1)  # (B, H, T, d_k)
     out["V"] = split_heads(v_flat, heads)  # (B, H, T, d_v)
     # 3) the write strength beta and the log decay g, one per head and token
-    out["beta"] = gate_sigmoid(X @ w["W_b"]).swapaxes(1, 2)  # (B, H, T)
+    out["beta"] = sigmoid(X @ w["W_b"]).swapaxes(1, 2)  # (B, H, T)
     a = X @ w["W_a"] + w["dt_bias"]  # (B, T, H)
     out["g"] = (-np.exp(w["A_log"]) * softplus(a)).swapaxes(1, 2)  # (B, H, T)
     return out
 
 
-def gate_sigmoid(x: FloatArray) -> FloatArray:
-    """σ(x), without overflow."""
-    e = np.exp(-np.abs(x))
-    out: FloatArray = np.where(x >= 0, 1.0 / (1.0 + e), e / (1.0 + e)).astype(x.dtype, copy=False)
-    return out
-
-
-def gated_rms_norm(o: FloatArray, z: FloatArray, weight: FloatArray, eps: float) -> FloatArray:
-    """Qwen3NextRMSNormGated: weight · o / √(mean(o²) + eps), times SiLU(z)."""
-    r = np.sqrt(np.mean(o * o, axis=-1, keepdims=True) + eps)
-    out = np.where(np.isfinite(r), weight * (o / r) * silu(z), np.inf)
-    out = out.astype(o.dtype, copy=False)
-    return out
-
-
-class GatedDeltaNet(_Linear):
+class GatedDeltaNet(_Linear[Delta], OutTransform[Delta]):
     order = 6
     name = "gated_deltanet"
     array_parts = _DELTA_ARRAYS
@@ -527,7 +352,6 @@ class GatedDeltaNet(_Linear):
     mixer_stages = ("q_l2", "k_l2", "implicit_weights")
     side_stages = ("state", "output_recurrent", "output_chunked")
     out_stages = ("z", "normed")
-    excludes = (*_SOFTMAX_ONLY, "mla", "linear_attention")
 
     def latent_sizes(self, value: Delta, heads: int) -> tuple[int, int]:
         return value.d_k, int(value.W_v.shape[1]) // heads
@@ -809,7 +633,7 @@ class DeltaRecurrence(Recurrence):
         k = l2norm(k)  # (B, H, d_k)
         v = v.reshape(B, self.heads, self.d_v)  # (B, H, d_v)
         # 2) the write strength and the decay of this token
-        beta = gate_sigmoid(x @ self.w["W_b"])  # (B, H)
+        beta = sigmoid(x @ self.w["W_b"])  # (B, H)
         g = -np.exp(self.w["A_log"]) * softplus(x @ self.w["W_a"] + self.w["dt_bias"])  # (B, H)
         # 3) the delta rule
         S = state["S"] * np.exp(g)[..., None, None]  # (B, H, d_k, d_v)

@@ -9,15 +9,24 @@ from typing import Any
 
 from attn_cli.core.inputs import Inputs
 from attn_cli.core.plugins.parsing import is_number
-from attn_cli.core.variant import FixtureKey, NewOption, NewSpec, Variant, exact, register
+from attn_cli.core.roles import SETS_FILL
+from attn_cli.core.variant import (
+    FixtureKey,
+    NewOption,
+    NewSpec,
+    Variant,
+    exact,
+    register,
+)
 
 DOC = "-inf (the default) or a negative number such as -1e9, -1e4"
 
 
-class MaskValue(Variant):
+class MaskValue(Variant[float]):
     order = 50
     name = "mask_value"
     key_order = 70
+    declares = frozenset({SETS_FILL})  # no hook: the chain reads its fill from the inputs
     new_options = (
         NewOption(
             "mask_value",

@@ -34,8 +34,9 @@ import numpy as np
 
 from attn_cli.core.heads import merge_heads, split_heads
 from attn_cli.core.inputs import Inputs
+from attn_cli.core.ops import grad_rms_norm, rms_norm
 from attn_cli.core.plugins.parsing import fold_scaling, known_subkeys, plain, positive_number
-from attn_cli.core.plugins.qk_norm import grad_rms_norm
+from attn_cli.core.roles import MAKES_QKV, TRANSFORMS_QK
 from attn_cli.core.rope_scaling import RopeScaling, frequencies, parse_scaling
 from attn_cli.core.stage_spec import StageSpec, number_text
 from attn_cli.core.variant import (
@@ -44,7 +45,7 @@ from attn_cli.core.variant import (
     FixtureKey,
     FloatArray,
     IntArray,
-    Variant,
+    SideForm,
     register,
 )
 
@@ -108,14 +109,6 @@ class MLA:
         return self.W_DQ is not None
 
 
-def rms_norm(x: FloatArray, weight: FloatArray, eps: float) -> FloatArray:
-    """weight · x / √(mean(x²) + eps) over the last axis (DeepseekV3RMSNorm); where mean(x²)
-    overflows, inf (the stage's check names it) rather than the 0 that x / inf would give."""
-    r = np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps)  # (..., 1)
-    out: FloatArray = np.where(np.isfinite(r), weight * (x / r), np.inf).astype(x.dtype)
-    return out
-
-
 def rope_interleaved(
     x: FloatArray,
     positions: IntArray,
@@ -150,7 +143,7 @@ def naive(value: MLA, heads: int, X: FloatArray, pos: IntArray, cast: Cast) -> d
     # 1) the query path: through q LoRA's latent and its norm, or straight from X
     if value.lora:
         out["c_Q"] = X @ w["W_DQ"]  # (B, T, q_rank)
-        out["c_Q_norm"] = rms_norm(out["c_Q"], w["q_norm"], value.eps)
+        out["c_Q_norm"] = rms_norm(out["c_Q"], w["q_norm"], value.eps, divide=True)
         q = split_heads(out["c_Q_norm"] @ w["W_UQ"], heads)  # (B, H, T, d_nope + d_rope)
     else:
         q = split_heads(X @ w["W_Q"], heads)  # (B, H, T, d_nope + d_rope)
@@ -158,7 +151,7 @@ def naive(value: MLA, heads: int, X: FloatArray, pos: IntArray, cast: Cast) -> d
     out["q_nope"], out["q_rope"] = q[..., :d_nope], q[..., d_nope:]  # (B, H, T, ·)
     # 2) the latent and the decoupled RoPE key, one for all heads
     out["c_KV"] = X @ w["W_DKV"]  # (B, S, r)
-    out["c_KV_norm"] = rms_norm(out["c_KV"], w["kv_norm"], value.eps)
+    out["c_KV_norm"] = rms_norm(out["c_KV"], w["kv_norm"], value.eps, divide=True)
     out["k_rope"] = X @ w["W_KR"]  # (B, S, d_rope)
     # 3) decompressed per head: K_nope and V
     out["K_nope"] = split_heads(out["c_KV_norm"] @ w["W_UK"], heads)  # (B, H, S, d_nope)
@@ -412,7 +405,7 @@ _FORMULAS = {
 }
 
 
-class LatentAttention(Variant):
+class LatentAttention(SideForm[MLA]):
     order = 5
     name = "mla"
     array_parts = WEIGHTS
@@ -421,7 +414,8 @@ class LatentAttention(Variant):
     front_stages = tuple(n for n, _, _ in _FRONT)
     side_stages = tuple(n for n, _, _, _ in _SIDE)
     side_equal = (("scores_absorbed", "scores"), ("output_absorbed", "output"))
-    excludes = ("rope", "qk_norm")
+    # it makes Q and K itself (its own RoPE part): no Q/K transform, no other front end
+    cannot_run_with = frozenset({TRANSFORMS_QK, MAKES_QKV})
     front_gradients = tuple(n for n, _, _, _ in _GRAD)
     front_reads = ("X", "c_Q", "c_Q_norm", "c_KV", "c_KV_norm")
 

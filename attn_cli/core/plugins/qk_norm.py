@@ -11,8 +11,7 @@ import numpy as np
 
 from attn_cli.core.heads import merge_heads, split_heads
 from attn_cli.core.inputs import Inputs, QKNorm
-from attn_cli.core.ops import grad_rms_norm as grad_rms_norm
-from attn_cli.core.ops import rms_norm as rms_norm
+from attn_cli.core.ops import grad_rms_norm, rms_norm
 from attn_cli.core.plugins.parsing import known_subkeys, positive_number
 from attn_cli.core.stage_spec import number_text
 from attn_cli.core.variant import (
@@ -30,7 +29,7 @@ from attn_cli.core.variant import (
 DOC = "a mapping {q_weight, k_weight, eps: 1e-6}"
 
 
-class QKNormalization(Variant):
+class QKNormalization(Variant[QKNorm]):
     order = 60
     name = "qk_norm"
     array_parts = ("q_weight", "k_weight")

@@ -36,7 +36,7 @@ from attn_cli.core.variants import ROPE_LAYOUTS, RopeLayout, check_rope_dims, ro
 DOC = "true or a mapping {base: 10000, layout: half | interleaved, dims: d_k, scaling: {...}}"
 
 
-class RotaryEmbedding(Variant):
+class RotaryEmbedding(Variant[Rope]):
     order = 70
     name = "rope"
     subkeys = ("base", "layout", "dims", "scaling")

@@ -12,17 +12,17 @@ from attn_cli.core.inputs import Inputs
 from attn_cli.core.plugins.parsing import per_head
 from attn_cli.core.variant import (
     Cells,
+    ExtraLogit,
     FixtureKey,
     FloatArray,
     NewOption,
     NewSpec,
-    Variant,
     exact,
     register,
 )
 
 
-class Sinks(Variant):
+class Sinks(ExtraLogit[FloatArray]):
     order = 30
     name = "sinks"
     gradient = "d_sinks"

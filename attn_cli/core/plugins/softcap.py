@@ -16,13 +16,13 @@ from attn_cli.core.variant import (
     FloatArray,
     NewOption,
     NewSpec,
-    Variant,
+    ScoreModifier,
     exact,
     register,
 )
 
 
-class Softcap(Variant):
+class Softcap(ScoreModifier[float]):
     order = 40
     name = "softcap"
     stage = "capped"

@@ -1,6 +1,7 @@
 """What present/ says about each variant attn ships: one module per variant (its labels,
 header lines, explainers, worked-cell parts and notes in the decode and flash views), each with
-a ``TEXTS`` object, and the questions the presenters ask of them all.
+a ``TEXTS`` object (``ALL_TEXTS``, a module of variants that share their texts: linear
+attention's two), and the questions the presenters ask of them all.
 
 The modules load the first time they are needed: when a variant is on in the inputs shown, or
 when a view asks for every variant's texts. A trace with none on (the default example) never
@@ -27,7 +28,11 @@ def all_texts() -> list[VariantTexts]:
     """Every registered variant's texts, attn's own loaded, in their order."""
     if not _loaded:
         _loaded.append(True)
-        for texts in sorted((m.TEXTS for m in submodules(__name__, __path__)), key=_order):
+        modules = submodules(__name__, __path__)
+        every = (
+            t for m in modules for t in (m.ALL_TEXTS if hasattr(m, "ALL_TEXTS") else (m.TEXTS,))
+        )
+        for texts in sorted(every, key=_order):
             register(texts)
     return sorted(TEXTS.values(), key=_order)
 
@@ -72,9 +77,11 @@ def has_extra_logit(inp: Inputs) -> bool:
 
 
 def ring_slots(inp: Inputs) -> int | None:
-    """The slots of the KV cache's ring buffer as the variants' settings say them; None: the
-    cache grows."""
-    return next((n for t in active(inp) if (n := t.ring_slots(t.setting(inp))) is not None), None)
+    """The slots of the KV cache's ring buffer, as core's chain counts them (the cache rules
+    capped to the sequence); None: the cache grows."""
+    from attn_cli.core.chain import Chain
+
+    return Chain(inp).cache_slots()
 
 
 def math_names() -> set[str]:

@@ -259,4 +259,4 @@ class DeltaTexts(_Texts):
         ]
 
 
-TEXTS = PlainTexts()
+ALL_TEXTS = (PlainTexts(), DeltaTexts())

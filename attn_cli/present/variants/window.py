@@ -36,9 +36,6 @@ class WindowTexts(VariantTexts):
         "zh": "窗口为 {w} 时，环形缓冲区只保留 {w} 个词：最多 {n} 字节",
     }
 
-    def ring_slots(self, value: Any) -> int | None:
-        return int(value)
-
     def cost_notes(self, value: Any, per_token: int, seq: int, lang: Lang) -> list[str]:
         w = value
         return [self.cost[lang].format(w=w, n=f"{per_token * w:,}")] if w < seq else []
