@@ -38,6 +38,7 @@ from typing import IO, Any
 
 import numpy as np
 
+from attn_cli.core import ops
 from attn_cli.core.limits import DEFAULT_MAX_BYTES, DEFAULT_MAX_ELEMENTS
 from attn_cli.core.memory import default_max_memory, format_bytes
 from attn_cli.errors import AttnError, InputError, UsageError
@@ -45,8 +46,7 @@ from attn_cli.io import gate
 from attn_cli.io.examples import model_paths
 from attn_cli.io.families import (
     Config,
-    DeltaNet,
-    Latent,
+    FromTensors,
     LayerPlan,
     Norm,
     Tensor,
@@ -615,13 +615,9 @@ def check_budget(
 
 
 def _sizes(plan: LayerPlan) -> str:
-    if plan.delta is not None:  # a Gated DeltaNet layer: its own sizes
-        d = plan.delta
-        return (
-            f"hidden {plan.hidden}, linear_num_key_heads {d.k_heads}, linear_num_value_heads "
-            f"{d.v_heads}, linear_key_head_dim {d.d_k}, linear_value_head_dim {d.d_v}, "
-            f"linear_conv_kernel_dim {d.kernel}"
-        )
+    own = plan.front_end.sizes(plan.hidden) if plan.front_end is not None else None
+    if own is not None:  # a Gated DeltaNet layer: its own sizes
+        return own
     return (
         f"hidden {plan.hidden}, heads {plan.heads}, kv_heads {plan.kv_heads}, "
         f"head_dim {plan.head_dim}"
@@ -809,46 +805,14 @@ def _round_to(x: float, dtype: str) -> float:
 
 
 def normalize_rows(x: FloatArray, norm: Norm, tensors: Mapping[str, FloatArray]) -> FloatArray:
-    """LayerNorm, RMSNorm or Gemma's RMSNorm (1 + weight) over the last axis, in float64.
-
-    Overflow-safe, as careful norms are: each row is divided by a power of two s at least its
-    largest magnitude (exact), so no square overflows, and eps enters as eps / s^2 (see
-    :func:`_inverse_root`); rows of 1e200 or 1e-200 normalise as rows of 1 would.
-    """
-    x = x.astype(np.float64)
-    w = tensors[norm.weight].astype(np.float64) if norm.weight else np.float64(1.0)
-    s = _row_scale(x)  # (..., 1)
-    xs = x / s  # (..., C), every |value| < 1
+    """LayerNorm, RMSNorm or Gemma's RMSNorm (1 + weight) over the last axis, in float64 and
+    overflow-safe (core.ops): rows of 1e200 or 1e-200 normalise as rows of 1 would."""
+    weight = tensors[norm.weight] if norm.weight else None
     if norm.kind == "layer":
-        centred = xs - xs.mean(axis=-1, keepdims=True)  # (..., C)
-        var = (centred * centred).mean(axis=-1, keepdims=True)  # biased, as torch's LayerNorm
-        b = tensors[norm.bias].astype(np.float64) if norm.bias else 0.0
-        layer: FloatArray = centred * _inverse_root(var, s, norm.eps) * w + b
-        return layer
-    mean_square = (xs * xs).mean(axis=-1, keepdims=True)  # (..., 1)
-    out: FloatArray = xs * _inverse_root(mean_square, s, norm.eps)
-    return out * (1.0 + w if norm.kind == "rms1p" else w)
-
-
-def _row_scale(x: FloatArray) -> FloatArray:
-    """Per row, the power of two just above its largest magnitude (1 for a row of zeros); at
-    most 2**1023, the largest float64 power of two (a row above it scales to below 2)."""
-    top = np.abs(x).max(axis=-1, keepdims=True)  # (..., 1)
-    _, exponent = np.frexp(top)  # top = m * 2**exponent, 0.5 <= m < 1
-    scale: FloatArray = np.ldexp(1.0, np.minimum(exponent, 1023))
-    return np.where(top > 0, scale, 1.0)
-
-
-def _inverse_root(mean: FloatArray, s: FloatArray, eps: float) -> FloatArray:
-    """s / sqrt(mean * s^2 + eps), the factor of the scaled row, with no overflow.
-
-    With k = max(s, 1) it is (s/k) / sqrt(mean (s/k)^2 + eps / k^2): for s <= 1 every term is
-    at most 1 (an underflow only drops what eps outweighs), for s > 1 the eps term is at most eps.
-    """
-    k = np.maximum(s, 1.0)
-    r = s / k  # (..., 1), at most 1
-    out: FloatArray = r / np.sqrt(mean * r * r + eps / k / k)
-    return out
+        bias = tensors[norm.bias] if norm.bias else None
+        return ops.layer_norm(np.asarray(x, dtype=np.float64), weight, bias, norm.eps)
+    x64 = np.asarray(x, dtype=np.float64)
+    return ops.rms_norm(x64, weight, norm.eps, plus_one=norm.kind == "rms1p", safe=True)
 
 
 def _load_hidden(path: Path, hidden: int) -> FloatArray:
@@ -913,7 +877,7 @@ def _weights(plan: LayerPlan, t: Mapping[str, FloatArray]) -> dict[str, FloatArr
     out: dict[str, FloatArray] = {}
     if plan.layout in ("qkv_rows", "qkv_heads"):  # nn.Linear [out, in] of Q, K, V together
         t = {**t, **_split_qkv(plan, t)}
-    if plan.gate:  # Qwen3-Next's q_proj: per head, head_dim query rows then head_dim gate rows
+    if plan.q_gate_rows:  # Qwen3-Next's q_proj: per head, head_dim query rows then gate rows
         t = {**t, **_split_gate(plan, t)}
     for x in ("Q", "K", "V", "O", "G"):
         if f"{x.lower()}.weight" not in t:
@@ -957,69 +921,6 @@ def _split_qkv(plan: LayerPlan, t: Mapping[str, FloatArray]) -> dict[str, FloatA
     return out
 
 
-def _latent(
-    m: Latent, heads: int, t: Mapping[str, FloatArray]
-) -> tuple[dict[str, Any], FloatArray]:
-    """The mla key and W_O from DeepseekV3Attention's Linear weights ([out, in], transposed):
-    kv_a_proj_with_mqa's rows are the latent's (kv_lora_rank), then the shared RoPE key's;
-    kv_b_proj's are per head [qk_nope_head_dim key rows | v_head_dim value rows]."""
-    kv_a = t["kv_a.weight"].T  # (hidden, rank + rope)
-    kv_b = t["kv_b.weight"].T.reshape(m.rank, heads, m.nope + m.v)  # per head: key | value
-    mla: dict[str, Any] = {
-        "W_DKV": kv_a[:, : m.rank],
-        "W_KR": kv_a[:, m.rank :],
-        "kv_norm": t["kv_a_norm.weight"],
-        "W_UK": kv_b[:, :, : m.nope].reshape(m.rank, heads * m.nope),
-        "W_UV": kv_b[:, :, m.nope :].reshape(m.rank, heads * m.v),
-    }
-    if m.q_rank is None:
-        mla["W_Q"] = t["q.weight"].T
-    else:
-        mla |= {
-            "W_DQ": t["q_a.weight"].T,
-            "q_norm": t["q_a_norm.weight"],
-            "W_UQ": t["q_b.weight"].T,
-        }
-    mla |= {"base": m.base, "eps": m.eps}
-    if m.pairs:  # deepseek_v2: each rotated pair in place
-        mla["rope_layout"] = "pairs"
-    if m.scaling is not None:  # DeepSeek V3's yarn, and its softmax scale's mscale
-        mla |= {f"scaling.{k}": v for k, v in m.scaling} | {"mscale": m.mscale}
-    return mla, t["o.weight"].T
-
-
-def _deltanet(d: DeltaNet, t: Mapping[str, FloatArray]) -> tuple[dict[str, Any], FloatArray]:
-    """The gated_deltanet key and W_O from Qwen3NextGatedDeltaNet's weights, as transformers'
-    fix_query_key_value_ordering reads them: in_proj_qkvz's rows per key head are [q (d_k) | k
-    (d_k) | v, z (d_v for each of its v_heads / k_heads value heads)], in_proj_ba's [b | a] (one
-    row per value head each); Linear weights transposed, conv1d.weight [channels, 1, kernel]."""
-    r = d.v_heads // d.k_heads  # value heads per key head
-    qkvz = t["qkvz.weight"].reshape(d.k_heads, 2 * d.d_k + 2 * r * d.d_v, -1)  # (Hk, rows, C)
-    q, k, v, z = np.split(qkvz, [d.d_k, 2 * d.d_k, 2 * d.d_k + r * d.d_v], axis=1)
-    ba = t["ba.weight"].reshape(d.k_heads, 2 * r, -1)  # (Hk, b | a, C)
-    b, a = np.split(ba, [r], axis=1)
-
-    def columns(x: FloatArray) -> FloatArray:
-        out: FloatArray = x.reshape(-1, x.shape[-1]).T  # (Hk, rows, C) -> (C, Hk·rows)
-        return out
-
-    key: dict[str, Any] = {
-        "W_q": columns(q),
-        "W_k": columns(k),
-        "W_v": columns(v),
-        "W_z": columns(z),
-        "W_b": columns(b),
-        "W_a": columns(a),
-        "conv": t["conv.weight"][:, 0, :],
-        "A_log": t["A_log"],
-        "dt_bias": t["dt_bias"],
-        "norm": t["gated_norm.weight"],
-        "k_heads": d.k_heads,
-        "eps": d.eps,
-    }
-    return key, t["o.weight"].T
-
-
 def _front_end(
     f: dict[str, Any],
     plan: LayerPlan,
@@ -1027,24 +928,19 @@ def _front_end(
     X: FloatArray,
     names: tuple[str, Path, str],
 ) -> dict[str, Any]:
-    """A layer whose variant makes Q, K and V itself: Qwen3-Next's linear_attention (the
-    gated_deltanet key) or DeepSeek V3's multi-head latent attention (the mla key); ``names``
-    the checkpoint's label, its path and what X came from."""
+    """A layer whose variant makes Q, K and V itself (its plan's front_end: Qwen3-Next's
+    linear_attention, the gated_deltanet key; DeepSeek's multi-head latent attention, the mla
+    key); ``names`` the checkpoint's label, its path and what X came from."""
+    front = plan.front_end
+    assert front is not None
     f["X"] = X
     f["heads"] = plan.heads
-    if plan.delta is not None:
-        d = plan.delta
-        label, checkpoint, given = names
-        f["name"] = f"{label}: layer {plan.layer} linear attention ({plan.family})"
-        f["description"] = (
-            f"Layer {plan.layer} of {plan.layers} of {checkpoint} ({plan.family}: a Gated "
-            f"DeltaNet layer, {d.v_heads} value heads, {d.k_heads} key heads, d_k {d.d_k}, d_v "
-            f"{d.d_v}), X from the {given}"
-        )
-        f["gated_deltanet"], f["W_O"] = _deltanet(d, t)
-    else:
-        assert plan.latent is not None
-        f["mla"], f["W_O"] = _latent(plan.latent, plan.heads, t)
+    label, checkpoint, given = names
+    described = front.describe(plan, label, str(checkpoint), given)
+    if described is not None:
+        f["name"], f["description"] = described
+    f[front.variant], f["W_O"] = front.fixture(plan.heads, t)
+    if front.scaled:
         f["scale"] = float(plan.scale)
     f["causal"] = plan.causal
     return f
@@ -1072,7 +968,7 @@ def layer_fixture(
     }
     if tokens is not None:
         f["tokens"] = tokens
-    if plan.delta is not None or plan.latent is not None:
+    if plan.front_end is not None:
         return _front_end(f, plan, t, X, (label, checkpoint, given))
     weights = _weights(plan, t)
     f["X"] = X
@@ -1081,28 +977,10 @@ def layer_fixture(
     f.update((k, weights[k]) for k in ("W_O", "b_O") if k in weights)
     f["scale"] = float(plan.scale)
     f["causal"] = plan.causal
-    if plan.rope is not None or plan.window is not None:
+    if plan.positions:
         f["positions"] = np.arange(X.shape[-2], dtype=np.int64)  # 0..seq-1, as the model's
-    if plan.rope is not None:
-        f["rope"] = {"base": plan.rope.base, "layout": plan.rope.layout, "dims": plan.rope.dims}
-        f["rope"].update((f"scaling.{k}", v) for k, v in plan.rope.scaling or ())
-    if plan.window is not None:
-        f["window"] = plan.window
-    if plan.softcap is not None:
-        f["softcap"] = plan.softcap
-    if plan.sinks:
-        f["sinks"] = t["sinks"]
-    if plan.gate:
-        f["gate"] = {"W_G": weights["W_G"]}
-        if "b_G" in weights:
-            f["gate"]["b_G"] = weights["b_G"]
-    if plan.qk_norm_eps is not None:
-        plus = 1.0 if plan.qk_norm_kind == "rms1p" else 0.0  # Gemma 3: x̂ * (1 + weight)
-        f["qk_norm"] = {
-            "q_weight": plus + t["q_norm.weight"].astype(np.float64),
-            "k_weight": plus + t["k_norm.weight"].astype(np.float64),
-            "eps": plan.qk_norm_eps,
-        }
+    for name, setting in plan.variants.items():  # each variant's, as the fixture takes it
+        f[name] = setting.make(t, weights) if isinstance(setting, FromTensors) else setting
     return f
 
 

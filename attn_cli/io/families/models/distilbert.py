@@ -1,0 +1,102 @@
+"""DistilBERT: q_lin/k_lin/v_lin/out_lin, post-norm, learned positions, no token types."""
+
+from __future__ import annotations
+
+from attn_cli.io.families.blocks import act, no_head, tensor_of
+from attn_cli.io.families.config import Config, check_layer, heads
+from attn_cli.io.families.keys import Keys
+from attn_cli.io.families.plan import BlockPlan, Embedding, HeadPlan, LayerPlan, Norm, Tensor
+from attn_cli.io.families.registry import Family
+
+
+def plan(config: Config, layer: int) -> LayerPlan:
+    """DistilBERT: q_lin/k_lin/v_lin/out_lin, post-norm, learned positions, no token types."""
+    if config.flag("sinusoidal_pos_embds", False):
+        raise config.error(
+            "sinusoidal_pos_embds", "is not supported", "false (a learned position table)"
+        )
+    layers = check_layer(config, "n_layers", layer)
+    C = config.whole("dim")
+    H = heads(config, C, "n_heads")
+    p = f"transformer.layer.{layer}.attention."
+    tensors = tuple(
+        Tensor(f"{x}.{part}", f"{p}{name}.{part}", (C, C) if part == "weight" else (C,))
+        for x, name in (("q", "q_lin"), ("k", "k_lin"), ("v", "v_lin"), ("o", "out_lin"))
+        for part in ("weight", "bias")
+    )
+    embed = (
+        Tensor(
+            "embed.tokens", "embeddings.word_embeddings.weight", (config.whole("vocab_size"), C)
+        ),
+        Tensor(
+            "embed.positions",
+            "embeddings.position_embeddings.weight",
+            (config.whole("max_position_embeddings", 512), C),
+        ),
+        Tensor("embed.norm.weight", "embeddings.LayerNorm.weight", (C,)),
+        Tensor("embed.norm.bias", "embeddings.LayerNorm.bias", (C,)),
+    )
+    return LayerPlan(
+        family="distilbert",
+        layer=layer,
+        layers=layers,
+        hidden=C,
+        heads=H,
+        kv_heads=H,
+        head_dim=C // H,
+        layout="linear",
+        anchor=r"transformer\.layer\.\d+\.attention\.q_lin\.weight",
+        tensors=tensors,
+        embed_tensors=embed,
+        pre_norm=None,
+        embedding=Embedding(
+            "embed.tokens",
+            "embed.positions",
+            norm=Norm("layer", 1e-12, "embed.norm.weight", "embed.norm.bias"),
+        ),
+        causal=False,
+        scale=(C // H) ** -0.5,
+        block=f"transformer.layer.{layer}.",
+        scopes=("attention.",),
+    )
+
+
+def block(config: Config, plan: LayerPlan) -> BlockPlan:
+    """TransformerBlock past attention: its LayerNorms' eps is fixed at 1e-12."""
+    C, t = plan.hidden, tensor_of(plan)
+    F = config.whole("hidden_dim", 4 * C)
+    tensors: tuple[Tensor, ...] = (
+        t("a.w", "sa_layer_norm.weight", C),
+        t("a.b", "sa_layer_norm.bias", C),
+        t("in.weight", "ffn.lin1.weight", F, C),
+        t("in.bias", "ffn.lin1.bias", F),
+        t("out.weight", "ffn.lin2.weight", C, F),
+        t("out.bias", "ffn.lin2.bias", C),
+        t("m.w", "output_layer_norm.weight", C),
+        t("m.b", "output_layer_norm.bias", C),
+    )
+    norms = {
+        "attn_out": Norm("layer", 1e-12, "a.w", "a.b"),
+        "mlp_out": Norm("layer", 1e-12, "m.w", "m.b"),
+    }
+    return BlockPlan("post", norms, "dense", False, act(config, "activation", "gelu"), tensors)
+
+
+def head(config: Config, plan: LayerPlan, names: set[str], prefix: str) -> HeadPlan:
+    """An encoder's: refused."""
+    raise no_head(config, "distilbert")
+
+
+FAMILY = Family(
+    "distilbert",
+    "DistilBertModel",
+    "post-norm: X is the residual stream as is; learned positions",
+    Keys(
+        reads=frozenset({"dim", "n_heads", "n_layers", "sinusoidal_pos_embds"}),
+        inert=frozenset({"hidden_dim", "activation", "tie_weights_"}),
+    ),
+    plan,
+    block,
+    head,
+    encoder=True,
+)
