@@ -50,6 +50,16 @@ from attn_cli.io.families import (
     resolve_family,
     text_model,
 )
+from attn_cli.io.tokens import encode_text, tokenizer_call
+from attn_cli.io.weights import (
+    ITEMSIZE,
+    MAX_CHECKPOINT_BYTES,
+    MAX_JSON_BYTES,
+    Reader,
+    locate,
+    read_json,
+    require,
+)
 
 FloatArray = np.ndarray[Any, np.dtype[np.floating[Any]]]
 
@@ -119,7 +129,7 @@ def head_plan(cfg: Config, family: str, plan: LayerPlan, names: set[str], prefix
 _LITTLE = {"F32": "<f4", "F64": "<f8", "F16": "<f2"}
 
 
-class _LeanReader(ck.Reader):
+class _LeanReader(Reader):
     """A reader whose tensors are read from the file into memory of their own, not mapped:
     pages of a memory-mapped file stay resident (and counted) after their tensor is dropped,
     so a walk through every layer would hold the whole checkpoint."""
@@ -138,9 +148,9 @@ class _LeanReader(ck.Reader):
         if entry.dtype == "BF16":
             arr = self.bf16(path, entry, row, n, name)
         else:
-            per_row = math.prod(entry.shape[1:]) * ck.ITEMSIZE[entry.dtype]
+            per_row = math.prod(entry.shape[1:]) * ITEMSIZE[entry.dtype]
             with gate.open_regular(
-                path, str(path), "a .safetensors file", max_bytes=ck.MAX_CHECKPOINT_BYTES
+                path, str(path), "a .safetensors file", max_bytes=MAX_CHECKPOINT_BYTES
             ) as f:
                 f.seek(entry.begin + row * per_row)
                 buf = bytearray(f.read(n * per_row))
@@ -175,8 +185,8 @@ def walk(
     With ``through`` None and no ``logits``, the last layer's attention is all that is asked
     of it: its MLP is not computed (``residual`` is then None)."""
     ck.check_inputs(0, None, text)
-    folder, files, config_path = ck.locate(Path(checkpoint), config)
-    cfg = Config(ck.read_json(config_path, "config.json"), str(config_path))
+    folder, files, config_path = locate(Path(checkpoint), config)
+    cfg = Config(read_json(config_path, "config.json"), str(config_path))
     family, overridden = resolve_family(cfg, arch)
     ignored = check_keys(cfg, family)
     plan0 = plan_layer(cfg, family, 0)
@@ -185,7 +195,7 @@ def walk(
         _refuse_family(str(config_path), family, "the logits")
     elif n > 1 if through is None else through > 0:
         _refuse_family(str(config_path), family, "a layer past 0")
-    ids, tokens, types = ck.encode_text(folder / "tokenizer.json", text)
+    ids, tokens, types = encode_text(folder / "tokenizer.json", text)
     out = Walk(family, n, tokens, ids, notes=[*overridden, *ignored], each_trace=each_trace)
     with _LeanReader(files) as reader:
         prefix = prefix_of(reader.names, plan0, reader.source)
@@ -217,7 +227,7 @@ def _no_map_note(weights: list[FloatArray]) -> list[str]:
 
 
 def _layer(
-    reader: ck.Reader,
+    reader: Reader,
     prefix: str,
     cfg: Config,
     family: str,
@@ -266,9 +276,7 @@ def _layer(
     return leaving
 
 
-def _moe(
-    reader: ck.Reader, prefix: str, plan: LayerPlan, bp: BlockPlan, h: FloatArray
-) -> FloatArray:
+def _moe(reader: Reader, prefix: str, plan: LayerPlan, bp: BlockPlan, h: FloatArray) -> FloatArray:
     """The mixture of experts on h [T, C]: the router, then each chosen expert, read when
     chosen; Qwen2-MoE adds its shared expert, scaled by sigmoid(h W)."""
     x = bp.experts
@@ -314,7 +322,7 @@ def _route(
 
 
 def _stacked_expert(
-    reader: ck.Reader, prefix: str, plan: LayerPlan, s: Stacked, e: int, rows: FloatArray
+    reader: Reader, prefix: str, plan: LayerPlan, s: Stacked, e: int, rows: FloatArray
 ) -> FloatArray:
     """gpt-oss's expert ``e`` on the tokens that chose it [n, C]: its row of each stacked
     tensor read alone, (clamped swiglu(rows W_gate_up + b)) W_down + b."""
@@ -328,7 +336,7 @@ def _stacked_expert(
 
 
 def _attention(
-    reader: ck.Reader, prefix: str, plan: LayerPlan, x: FloatArray, out: Walk | None = None
+    reader: Reader, prefix: str, plan: LayerPlan, x: FloatArray, out: Walk | None = None
 ) -> tuple[FloatArray, FloatArray]:
     """The layer's attention weights (heads, T, T) and output projection (T, C): attn's trace
     of the fixture ``attn import`` makes from this residual stream (whole, and handed to
@@ -407,7 +415,7 @@ _HEAD_ROWS = 4096  # LM head rows widened at once
 
 
 def _check_block_budget(
-    reader: ck.Reader,
+    reader: Reader,
     prefix: str,
     plan: LayerPlan,
     bp: BlockPlan,
@@ -502,8 +510,8 @@ def import_deep(
 ) -> ck.ImportedLayer:
     """Layer ``layer``'s attention as a fixture, X from ``text`` through layers 0 .. layer-1."""
     ck.check_inputs(0, None, text)  # the text's checks (layer 0: the text embeds it)
-    _, files, config_path = ck.locate(Path(checkpoint), config)
-    cfg = Config(ck.read_json(config_path, "config.json"), str(config_path))
+    _, files, config_path = locate(Path(checkpoint), config)
+    cfg = Config(read_json(config_path, "config.json"), str(config_path))
     family, _ = resolve_family(cfg, arch)
     plan = plan_layer(cfg, family, layer)  # the layer exists, before any is computed
     w = walk(checkpoint, text, through=layer, config=config, arch=arch, max_memory=max_memory)
@@ -555,11 +563,11 @@ def top_tokens(
 ) -> list[tuple[str, int, float]]:
     """The ``k`` most likely next tokens after the last position: (token, id, probability),
     each token's text from the checkpoint's tokenizer.json."""
-    folder = ck.locate(Path(checkpoint), config)[0]
+    folder = locate(Path(checkpoint), config)[0]
     path = folder / "tokenizer.json"
-    tokenizers = ck.require("tokenizers")
-    raw = gate.read_bytes(path, str(path), "tokenizer.json", max_bytes=ck.MAX_JSON_BYTES)
-    tokenizer = ck.tokenizer_call(
+    tokenizers = require("tokenizers")
+    raw = gate.read_bytes(path, str(path), "tokenizer.json", max_bytes=MAX_JSON_BYTES)
+    tokenizer = tokenizer_call(
         path,
         lambda: tokenizers.Tokenizer.from_str(raw.decode("utf-8", "replace")),
         "unreadable tokenizer",
