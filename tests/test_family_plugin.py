@@ -98,13 +98,13 @@ def _reference(t: dict[str, np.ndarray], layer: int, h: np.ndarray) -> dict[str,
     x = x * w["input_layernorm.weight"]
 
     def project(name: str, heads: int) -> np.ndarray:
-        y = x @ w[f"self_attn.{name}.weight"].T + w[f"self_attn.{name}.bias"]
+        y: np.ndarray = x @ w[f"self_attn.{name}.weight"].T + w[f"self_attn.{name}.bias"]
         return y.reshape(T, heads, D)
 
     q, k, v = project("q_proj", H), project("k_proj", HKV), project("v_proj", HKV)
 
     def rotate(a: np.ndarray) -> np.ndarray:  # rotate_half: pair (i, i + D/2)
-        out = a.copy()
+        out: np.ndarray = a.copy()
         for pos in range(T):
             for i in range(D // 2):
                 angle = pos * THETA ** (-2 * i / D)
@@ -169,3 +169,17 @@ def test_unregistered_it_is_refused(tmp_path: Path) -> None:
     result = run_cli("import", str(tmp_path / "tiny"), *hidden)
     assert result.exit_code == 2, result.stdout
     assert "model type 'tinyllm' is not supported" in result.stderr
+
+
+def test_docs_list_every_registered_family() -> None:
+    """docs/families.md's registry table has a row per family: its module, transformers class
+    and own inert keys, as the family's module has them."""
+    from attn_cli.io.families import REGISTRY
+
+    doc = (Path(__file__).parent.parent / "docs" / "families.md").read_text()
+    for name, f in REGISTRY.items():
+        inert = ", ".join(f"`{k}`" for k in sorted(f.keys.inert)) or "—"
+        row = next(
+            (line for line in doc.splitlines() if line.startswith(f"| `{name}` | `models/")), ""
+        )
+        assert f"| `{f.hf_class}` | {f.shows} | {inert} |" in row, name

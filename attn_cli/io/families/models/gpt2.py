@@ -89,7 +89,7 @@ def head(config: Config, plan: LayerPlan, names: set[str], prefix: str) -> HeadP
 FAMILY = Family(
     "gpt2",
     "GPT2LMHeadModel",
-    "c_attn split into W_Q | W_K | W_V; learned positions; scale_attn_by_inverse_layer_idx",
+    "c_attn split into W_Q, W_K, W_V; learned positions; scale_attn_by_inverse_layer_idx",
     Keys(
         reads=frozenset(
             {
