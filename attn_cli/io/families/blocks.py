@@ -44,6 +44,24 @@ def tensor_of(plan: LayerPlan) -> TensorOf:
     return t
 
 
+def dense_tensors(
+    t: TensorOf, norm: str, mlp: tuple[str, str], sizes: tuple[int, int], conv1d: bool = False
+) -> tuple[Tensor, ...]:
+    """A LayerNorm's weight and bias (roles n.w, n.b), then a dense MLP's in and out weights and
+    biases (``mlp``: the two modules' prefixes; ``conv1d``: GPT-2's [in, out] layout)."""
+    C, F = sizes
+    shape_in, shape_out = ((C, F), (F, C)) if conv1d else ((F, C), (C, F))
+    up, down = mlp
+    return (
+        t("n.w", f"{norm}.weight", C),
+        t("n.b", f"{norm}.bias", C),
+        t("in.weight", f"{up}weight", *shape_in),
+        t("in.bias", f"{up}bias", F),
+        t("out.weight", f"{down}weight", *shape_out),
+        t("out.bias", f"{down}bias", C),
+    )
+
+
 _POST_ONLY = (("attn_out", "post_attention_layernorm"), ("mlp_out", "post_feedforward_layernorm"))
 _SANDWICH = (
     ("attn_out", "post_attention_layernorm"),

@@ -107,13 +107,9 @@ def resolve_family(config: Config, arch: str | None) -> tuple[str, tuple[str, ..
         return family, ()
     if isinstance(model_type, str) and (model_type in REGISTRY or model_type in KNOWN_TYPES):
         why = KNOWN_TYPES.get(model_type, f"attn imports it as {model_type}, with its own defaults")
-        raise InputError(
-            config.source,
-            "model_type",
-            f"{model_type!r} is not {family}: {why}",
-            f"a {family} checkpoint, or one whose model_type attn does not know",
-            option="arch",
-        )
+        what = f"{model_type!r} is not {family}: {why}"
+        expected = f"a {family} checkpoint, or one whose model_type attn does not know"
+        raise _not_family(config, "model_type", what, expected)
     if get(family).arch_refused:
         raise InputError(
             config.source,
@@ -168,13 +164,13 @@ def _check_architectures(config: Config, family: str) -> None:
         known = _known(match.group(1)) if match else None
         if known is not None and known != family:
             why = KNOWN_TYPES.get(known, f"attn imports it as {known}")
-            raise InputError(
-                config.source,
-                "architectures",
-                f"names {name!r}, a {known} model: {why}",
-                f"a {family} checkpoint",
-                option="arch",
-            )
+            what = f"names {name!r}, a {known} model: {why}"
+            raise _not_family(config, "architectures", what, f"a {family} checkpoint")
+
+
+def _not_family(config: Config, key: str, what: str, expected: str) -> InputError:
+    """--arch refused: the checkpoint says it is another model."""
+    return InputError(config.source, key, what, expected, option="arch")
 
 
 def check_keys(config: Config, family: str) -> tuple[str, ...]:

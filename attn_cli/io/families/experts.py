@@ -4,11 +4,30 @@ gives the one it has as its ``Block``'s experts (``partial(qwen_experts, QwenMoE
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from attn_cli.io.families.blocks import TensorOf
 from attn_cli.io.families.config import Config
-from attn_cli.io.families.plan import Experts, LayerPlan
+from attn_cli.io.families.plan import Experts, LayerPlan, Tensor
+
+
+def each_expert(t: TensorOf, F: int, C: int) -> Callable[[int], tuple[Tensor, ...]]:
+    """Expert e's gate, up and down projections (mlp.experts.e.*_proj: Qwen's, DeepSeek's)."""
+    return lambda e: (
+        t(f"e{e}.gate", f"mlp.experts.{e}.gate_proj.weight", F, C),
+        t(f"e{e}.up", f"mlp.experts.{e}.up_proj.weight", F, C),
+        t(f"e{e}.down", f"mlp.experts.{e}.down_proj.weight", C, F),
+    )
+
+
+def shared_mlp(t: TensorOf, a: str, S: int, C: int) -> tuple[Tensor, Tensor, Tensor]:
+    """A shared expert's gate, up and down projections under ``a``, S wide."""
+    return (
+        t("s.gate", f"{a}gate_proj.weight", S, C),
+        t("s.up", f"{a}up_proj.weight", S, C),
+        t("s.down", f"{a}down_proj.weight", C, S),
+    )
 
 
 @dataclass(frozen=True)
@@ -57,19 +76,11 @@ def qwen_experts(moe: QwenMoE, cfg: Config, plan: LayerPlan, t: TensorOf) -> Exp
     shared = None
     if moe.shared:  # Qwen2-MoE's and Qwen3-Next's gated shared expert
         S = cfg.whole("shared_expert_intermediate_size")
-        shared = (
-            t("s.gate", "mlp.shared_expert.gate_proj.weight", S, C),
-            t("s.up", "mlp.shared_expert.up_proj.weight", S, C),
-            t("s.down", "mlp.shared_expert.down_proj.weight", C, S),
-            t("s.sigmoid", "mlp.shared_expert_gate.weight", 1, C),
-        )
+        gate = t("s.sigmoid", "mlp.shared_expert_gate.weight", 1, C)
+        shared = (*shared_mlp(t, "mlp.shared_expert.", S, C), gate)
     return Experts(
         t("router", "mlp.gate.weight", E, C),
-        lambda e: (
-            t(f"e{e}.gate", f"mlp.experts.{e}.gate_proj.weight", F, C),
-            t(f"e{e}.up", f"mlp.experts.{e}.up_proj.weight", F, C),
-            t(f"e{e}.down", f"mlp.experts.{e}.down_proj.weight", C, F),
-        ),
+        each_expert(t, F, C),
         E,
         min(k, E),
         cfg.flag("norm_topk_prob", normalize),

@@ -45,18 +45,13 @@ def plan(family: str, config: Config, layer: int) -> LayerPlan:
         )
     )
     positions = config.whole("max_position_embeddings", 512)
+    word, where, *norm = tables(config, C, positions)
+    types = (config.whole("type_vocab_size", 2), C)
     embed = (
-        Tensor(
-            "embed.tokens", "embeddings.word_embeddings.weight", (config.whole("vocab_size"), C)
-        ),
-        Tensor("embed.positions", "embeddings.position_embeddings.weight", (positions, C)),
-        Tensor(
-            "embed.types",
-            "embeddings.token_type_embeddings.weight",
-            (config.whole("type_vocab_size", 2), C),
-        ),
-        Tensor("embed.norm.weight", "embeddings.LayerNorm.weight", (C,)),
-        Tensor("embed.norm.bias", "embeddings.LayerNorm.bias", (C,)),
+        word,
+        where,
+        Tensor("embed.types", "embeddings.token_type_embeddings.weight", types),
+        *norm,
     )
     return LayerPlan(
         layer=layer,
@@ -90,24 +85,52 @@ def plan(family: str, config: Config, layer: int) -> LayerPlan:
 
 def block(config: Config, plan: LayerPlan) -> BlockPlan:
     """BertLayer past attention: the residual add, a LayerNorm, the dense MLP, another."""
-    C, t = plan.hidden, tensor_of(plan)
     F = config.whole("intermediate_size", 3072)
     eps = config.number("layer_norm_eps", 1e-12)
+    names = ("attention.output.LayerNorm", "intermediate.dense", "output.dense", "output.LayerNorm")
+    return post_norm_block(plan, names, F, eps, ("hidden_act", "gelu"), config)
+
+
+def tables(config: Config, C: int, positions: int | None = None) -> tuple[Tensor, ...]:
+    """The word and position tables and the embedding LayerNorm (BERT's and DistilBERT's names);
+    ``positions``: the table's rows, when already read."""
+    vocab = config.whole("vocab_size")
+    rows = config.whole("max_position_embeddings", 512) if positions is None else positions
+    return (
+        Tensor("embed.tokens", "embeddings.word_embeddings.weight", (vocab, C)),
+        Tensor("embed.positions", "embeddings.position_embeddings.weight", (rows, C)),
+        Tensor("embed.norm.weight", "embeddings.LayerNorm.weight", (C,)),
+        Tensor("embed.norm.bias", "embeddings.LayerNorm.bias", (C,)),
+    )
+
+
+def post_norm_block(
+    plan: LayerPlan,
+    names: tuple[str, str, str, str],
+    F: int,
+    eps: float,
+    activation: tuple[str, str],
+    config: Config,
+) -> BlockPlan:
+    """A post-norm encoder's block: the attention's LayerNorm, the dense MLP, its LayerNorm
+    (``names``: the four modules)."""
+    C, t = plan.hidden, tensor_of(plan)
+    a, up, down, m = names
     tensors: tuple[Tensor, ...] = (
-        t("a.w", "attention.output.LayerNorm.weight", C),
-        t("a.b", "attention.output.LayerNorm.bias", C),
-        t("in.weight", "intermediate.dense.weight", F, C),
-        t("in.bias", "intermediate.dense.bias", F),
-        t("out.weight", "output.dense.weight", C, F),
-        t("out.bias", "output.dense.bias", C),
-        t("m.w", "output.LayerNorm.weight", C),
-        t("m.b", "output.LayerNorm.bias", C),
+        t("a.w", f"{a}.weight", C),
+        t("a.b", f"{a}.bias", C),
+        t("in.weight", f"{up}.weight", F, C),
+        t("in.bias", f"{up}.bias", F),
+        t("out.weight", f"{down}.weight", C, F),
+        t("out.bias", f"{down}.bias", C),
+        t("m.w", f"{m}.weight", C),
+        t("m.b", f"{m}.bias", C),
     )
     norms = {
         "attn_out": Norm("layer", eps, "a.w", "a.b"),
         "mlp_out": Norm("layer", eps, "m.w", "m.b"),
     }
-    return BlockPlan("post", norms, "dense", False, act(config, "hidden_act", "gelu"), tensors)
+    return BlockPlan("post", norms, "dense", False, act(config, *activation), tensors)
 
 
 def head(family: str, config: Config, plan: LayerPlan, names: set[str], prefix: str) -> HeadPlan:

@@ -12,7 +12,8 @@ from typing import Any
 
 from attn_cli.errors import field_name
 from attn_cli.io.families.blocks import Block, TensorOf, decoder_block, decoder_head
-from attn_cli.io.families.config import Config, check_layer, finite, shown
+from attn_cli.io.families.config import REQUIRED, Config, check_layer, finite, shown
+from attn_cli.io.families.experts import each_expert, shared_mlp
 from attn_cli.io.families.keys import LLAMA_ASSUMED, LLAMA_READS, Keys, Need
 from attn_cli.io.families.plan import (
     Embedding,
@@ -297,6 +298,19 @@ def _rope(
     return base, (("type", "yarn"), *found.items()), mscale
 
 
+def _groups(cfg: Config, E: int, default: tuple[int, int] | None = None) -> tuple[int, int]:
+    """n_group and topk_group: groups of the E experts, the best topk_group kept."""
+    n, top = (REQUIRED, REQUIRED) if default is None else default
+    groups = (cfg.whole("n_group", n), cfg.whole("topk_group", top))
+    if E % groups[0] or groups[1] > groups[0]:
+        raise cfg.error(
+            "n_group",
+            f"{groups[0]} groups of {E} experts, the best {groups[1]} kept",
+            "a divisor of n_routed_experts, at least topk_group",
+        )
+    return groups
+
+
 def v3_experts(cfg: Config, plan: LayerPlan, t: TensorOf) -> Experts | None:
     """DeepSeek V3's MoE (DeepseekV3MoE) from layer first_k_dense_replace on (a dense MLP
     below): the grouped sigmoid router, the routed experts, and the shared experts (one MLP
@@ -306,13 +320,7 @@ def v3_experts(cfg: Config, plan: LayerPlan, t: TensorOf) -> Experts | None:
         return None
     E, F = cfg.whole("n_routed_experts", 256), cfg.whole("moe_intermediate_size", 2048)
     k = cfg.whole("num_experts_per_tok", 8)
-    groups = (cfg.whole("n_group", 8), cfg.whole("topk_group", 4))
-    if E % groups[0] or groups[1] > groups[0]:
-        raise cfg.error(
-            "n_group",
-            f"{groups[0]} groups of {E} experts, the best {groups[1]} kept",
-            "a divisor of n_routed_experts, at least topk_group",
-        )
+    groups = _groups(cfg, E, (8, 4))
     S = F * cfg.whole("n_shared_experts", 1)
     grouped = Grouped(
         t("router.correction", "mlp.gate.e_score_correction_bias", E),
@@ -321,20 +329,12 @@ def v3_experts(cfg: Config, plan: LayerPlan, t: TensorOf) -> Experts | None:
     )
     return Experts(
         t("router", "mlp.gate.weight", E, C),
-        lambda e: (
-            t(f"e{e}.gate", f"mlp.experts.{e}.gate_proj.weight", F, C),
-            t(f"e{e}.up", f"mlp.experts.{e}.up_proj.weight", F, C),
-            t(f"e{e}.down", f"mlp.experts.{e}.down_proj.weight", C, F),
-        ),
+        each_expert(t, F, C),
         E,
         min(k, E),
         cfg.flag("norm_topk_prob", True),
         grouped=grouped,
-        plain_shared=(
-            t("s.gate", "mlp.shared_experts.gate_proj.weight", S, C),
-            t("s.up", "mlp.shared_experts.up_proj.weight", S, C),
-            t("s.down", "mlp.shared_experts.down_proj.weight", C, S),
-        ),
+        plain_shared=shared_mlp(t, "mlp.shared_experts.", S, C),
     )
 
 
@@ -351,30 +351,16 @@ def v2_experts(cfg: Config, plan: LayerPlan, t: TensorOf) -> Experts | None:
         raise cfg.error("topk_method", f"got {method!r}", "greedy or group_limited_greedy")
     groups = None
     if method == "group_limited_greedy":
-        groups = (cfg.whole("n_group"), cfg.whole("topk_group"))
-        if E % groups[0] or groups[1] > groups[0]:
-            raise cfg.error(
-                "n_group",
-                f"{groups[0]} groups of {E} experts, the best {groups[1]} kept",
-                "a divisor of n_routed_experts, at least topk_group",
-            )
+        groups = _groups(cfg, E)
     S = F * cfg.whole("n_shared_experts", 2)
     return Experts(
         t("router", "mlp.gate.weight", E, C),
-        lambda e: (
-            t(f"e{e}.gate", f"mlp.experts.{e}.gate_proj.weight", F, C),
-            t(f"e{e}.up", f"mlp.experts.{e}.up_proj.weight", F, C),
-            t(f"e{e}.down", f"mlp.experts.{e}.down_proj.weight", C, F),
-        ),
+        each_expert(t, F, C),
         E,
         min(k, E),
         False,
         greedy=Greedy(groups, cfg.number("routed_scaling_factor", 1.0)),
-        plain_shared=(
-            t("s.gate", "mlp.shared_experts.gate_proj.weight", S, C),
-            t("s.up", "mlp.shared_experts.up_proj.weight", S, C),
-            t("s.down", "mlp.shared_experts.down_proj.weight", C, S),
-        ),
+        plain_shared=shared_mlp(t, "mlp.shared_experts.", S, C),
     )
 
 

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from attn_cli.io.families.blocks import act, no_head, tensor_of
+from attn_cli.io.families.blocks import no_head
 from attn_cli.io.families.config import Config, check_layer, heads
 from attn_cli.io.families.keys import Keys
+from attn_cli.io.families.models.bert import post_norm_block, tables
 from attn_cli.io.families.plan import BlockPlan, Embedding, HeadPlan, LayerPlan, Norm, Tensor
 from attn_cli.io.families.registry import Family
 
@@ -24,18 +25,7 @@ def plan(config: Config, layer: int) -> LayerPlan:
         for x, name in (("q", "q_lin"), ("k", "k_lin"), ("v", "v_lin"), ("o", "out_lin"))
         for part in ("weight", "bias")
     )
-    embed = (
-        Tensor(
-            "embed.tokens", "embeddings.word_embeddings.weight", (config.whole("vocab_size"), C)
-        ),
-        Tensor(
-            "embed.positions",
-            "embeddings.position_embeddings.weight",
-            (config.whole("max_position_embeddings", 512), C),
-        ),
-        Tensor("embed.norm.weight", "embeddings.LayerNorm.weight", (C,)),
-        Tensor("embed.norm.bias", "embeddings.LayerNorm.bias", (C,)),
-    )
+    embed = tables(config, C)
     return LayerPlan(
         family="distilbert",
         layer=layer,
@@ -63,23 +53,9 @@ def plan(config: Config, layer: int) -> LayerPlan:
 
 def block(config: Config, plan: LayerPlan) -> BlockPlan:
     """TransformerBlock past attention: its LayerNorms' eps is fixed at 1e-12."""
-    C, t = plan.hidden, tensor_of(plan)
-    F = config.whole("hidden_dim", 4 * C)
-    tensors: tuple[Tensor, ...] = (
-        t("a.w", "sa_layer_norm.weight", C),
-        t("a.b", "sa_layer_norm.bias", C),
-        t("in.weight", "ffn.lin1.weight", F, C),
-        t("in.bias", "ffn.lin1.bias", F),
-        t("out.weight", "ffn.lin2.weight", C, F),
-        t("out.bias", "ffn.lin2.bias", C),
-        t("m.w", "output_layer_norm.weight", C),
-        t("m.b", "output_layer_norm.bias", C),
-    )
-    norms = {
-        "attn_out": Norm("layer", 1e-12, "a.w", "a.b"),
-        "mlp_out": Norm("layer", 1e-12, "m.w", "m.b"),
-    }
-    return BlockPlan("post", norms, "dense", False, act(config, "activation", "gelu"), tensors)
+    F = config.whole("hidden_dim", 4 * plan.hidden)
+    names = ("sa_layer_norm", "ffn.lin1", "ffn.lin2", "output_layer_norm")
+    return post_norm_block(plan, names, F, 1e-12, ("activation", "gelu"), config)
 
 
 def head(config: Config, plan: LayerPlan, names: set[str], prefix: str) -> HeadPlan:

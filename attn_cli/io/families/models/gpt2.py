@@ -3,7 +3,7 @@ attention; learned positions; causal."""
 
 from __future__ import annotations
 
-from attn_cli.io.families.blocks import act, final_head, tensor_of
+from attn_cli.io.families.blocks import act, dense_tensors, final_head, tensor_of
 from attn_cli.io.families.config import Config, check_layer, heads
 from attn_cli.io.families.keys import Keys
 from attn_cli.io.families.plan import BlockPlan, Embedding, HeadPlan, LayerPlan, Norm, Tensor
@@ -65,14 +65,7 @@ def block(config: Config, plan: LayerPlan) -> BlockPlan:
     C, t = plan.hidden, tensor_of(plan)
     F = config.whole("n_inner", 4 * C)
     eps = config.number("layer_norm_epsilon", 1e-5)
-    tensors = (
-        t("n.w", "ln_2.weight", C),
-        t("n.b", "ln_2.bias", C),
-        t("in.weight", "mlp.c_fc.weight", C, F),
-        t("in.bias", "mlp.c_fc.bias", F),
-        t("out.weight", "mlp.c_proj.weight", F, C),
-        t("out.bias", "mlp.c_proj.bias", C),
-    )
+    tensors = dense_tensors(t, "ln_2", ("mlp.c_fc.", "mlp.c_proj."), (C, F), conv1d=True)
     activation = act(config, "activation_function", "gelu_new")
     return BlockPlan(
         "pre", {"mlp_in": Norm("layer", eps, "n.w", "n.b")}, "dense", True, activation, tensors

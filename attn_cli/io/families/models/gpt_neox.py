@@ -8,7 +8,7 @@ from functools import partial
 
 from attn_cli.core.forward import Placement
 from attn_cli.io.families.arch import LAYER_NORM
-from attn_cli.io.families.blocks import act, final_head, tensor_of
+from attn_cli.io.families.blocks import act, dense_tensors, final_head, tensor_of
 from attn_cli.io.families.config import Config
 from attn_cli.io.families.decoder import llama_like
 from attn_cli.io.families.keys import ROTARY, SIZES, Keys, Need
@@ -51,14 +51,8 @@ def block(config: Config, plan: LayerPlan) -> BlockPlan:
     C, t = plan.hidden, tensor_of(plan)
     F = config.whole("intermediate_size")
     eps = config.number("layer_norm_eps", 1e-5)
-    tensors = (
-        t("n.w", "post_attention_layernorm.weight", C),
-        t("n.b", "post_attention_layernorm.bias", C),
-        t("in.weight", "mlp.dense_h_to_4h.weight", F, C),
-        t("in.bias", "mlp.dense_h_to_4h.bias", F),
-        t("out.weight", "mlp.dense_4h_to_h.weight", C, F),
-        t("out.bias", "mlp.dense_4h_to_h.bias", C),
-    )
+    mlp = ("mlp.dense_h_to_4h.", "mlp.dense_4h_to_h.")
+    tensors = dense_tensors(t, "post_attention_layernorm", mlp, (C, F))
     placement: Placement = "parallel" if config.flag("use_parallel_residual", True) else "pre"
     norms = {"mlp_in": Norm("layer", eps, "n.w", "n.b")}
     activation = act(config, "hidden_act", "gelu")
