@@ -50,7 +50,6 @@ class Family:
     stems: tuple[str, ...] = ()  # other models' names its tensors' prefix may carry
     plain_rms: bool = False  # an RMSNorm scaling by the weight: a GELU MLP marks a Gemma instead
     reads_partial: bool = False  # its plan reads partial_rotary_factor
-    encoder: bool = False  # no LM head predicting a next token
 
 
 REGISTRY: dict[str, Family] = {}  # by model_type, in the order they were registered

@@ -13,10 +13,8 @@ from attn_cli.io.families.keys import Keys, Rule
 from attn_cli.io.families.plan import BlockPlan, Embedding, HeadPlan, LayerPlan, Norm, Tensor
 from attn_cli.io.families.registry import Family
 
-ROBERTA_LIKE = ("roberta", "xlm-roberta", "camembert")  # BERT with positions from pad + 1
 
-
-def plan(family: str, config: Config, layer: int) -> LayerPlan:
+def plan(family: str, padded: bool, config: Config, layer: int) -> LayerPlan:
     """BERT: nn.Linear query/key/value/attention.output.dense, post-norm, learned positions
     (RoBERTa, XLM-R, CamemBERT: the same layer, positions counted from pad_token_id + 1)."""
     kind = config.text("position_embedding_type", "absolute")
@@ -70,9 +68,7 @@ def plan(family: str, config: Config, layer: int) -> LayerPlan:
             "embed.positions",
             "embed.types",
             Norm("layer", eps, "embed.norm.weight", "embed.norm.bias"),
-            position_offset=config.whole("pad_token_id", 1, minimum=0)
-            if family in ROBERTA_LIKE
-            else None,
+            position_offset=config.whole("pad_token_id", 1, minimum=0) if padded else None,
         ),
         causal=False,
         scale=(C // H) ** -0.5,
@@ -172,22 +168,22 @@ KEYS = Keys(
 ROBERTA_KEYS = replace(KEYS, reads=KEYS.reads | {"pad_token_id"}, ignored={})
 
 
-def _family(name: str, hf_class: str) -> Family:
+def _family(name: str, hf_class: str, padded: bool = True) -> Family:
+    """BERT (``padded`` false), or a RoBERTa-like: positions from pad_token_id + 1."""
     return Family(
         name,
         hf_class,
         "post-norm: X is the residual stream as is; learned positions"
-        + (" from pad_token_id + 1" if name in ROBERTA_LIKE else ""),
-        ROBERTA_KEYS if name in ROBERTA_LIKE else KEYS,
-        partial(plan, name),
+        + (" from pad_token_id + 1" if padded else ""),
+        ROBERTA_KEYS if padded else KEYS,
+        partial(plan, name, padded),
         block,
         partial(head, name),
-        stems=("roberta",) if name in ROBERTA_LIKE else (),
-        encoder=True,
+        stems=("roberta",) if padded else (),
     )
 
 
-FAMILY = _family("bert", "BertModel")
+FAMILY = _family("bert", "BertModel", padded=False)
 ROBERTA = _family("roberta", "RobertaModel")
 XLM_ROBERTA = _family("xlm-roberta", "XLMRobertaModel")
 CAMEMBERT = _family("camembert", "CamembertModel")

@@ -74,5 +74,4 @@ FAMILY = Family(
     plan,
     block,
     head,
-    encoder=True,
 )
