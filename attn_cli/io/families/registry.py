@@ -34,7 +34,7 @@ class Family:
     """One checkpoint family: its config.json keys, layer plan, block and head, by model_type.
 
     ``plan`` names the layer's tensors and each variant's setting; ``block`` and ``head`` give
-    the NumPy forward (None: layer 0 only, or an encoder without an LM head); ``wrapper`` reads
+    the NumPy forward (None: layer 0 only; an encoder's head refuses the logits); ``wrapper`` reads
     the family as the text model it wraps."""
 
     name: str  # config.json's model_type
