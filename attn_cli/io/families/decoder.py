@@ -102,14 +102,10 @@ def llama_like(arch: Arch, family: str, config: Config, layer: int) -> LayerPlan
         "norm.weight" if arch.norm_weight else None,
         "norm.bias" if arch.norm_bias else None,
     )
+    sizes = (layer, layers, C, H, Hkv, D)  # layer, layers, hidden, heads, kv_heads, head_dim
     return LayerPlan(
-        family=family,
-        layer=layer,
-        layers=layers,
-        hidden=C,
-        heads=H,
-        kv_heads=Hkv,
-        head_dim=D,
+        family,
+        *sizes,
         layout=_LAYOUTS[arch.fused],
         anchor=rf"layers\.\d+\.{arch.attn}\.{arch.qkv_name if arch.fused else 'q_proj'}\.weight",
         tensors=tensors,

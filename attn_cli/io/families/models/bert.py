@@ -43,39 +43,51 @@ def plan(family: str, padded: bool, config: Config, layer: int) -> LayerPlan:
         )
     )
     positions = config.whole("max_position_embeddings", 512)
-    word, where, *norm = tables(config, C, positions)
+    word, place, *norm = tables(config, C, positions)
     types = (config.whole("type_vocab_size", 2), C)
     embed = (
         word,
-        where,
+        place,
         Tensor("embed.types", "embeddings.token_type_embeddings.weight", types),
         *norm,
     )
+    embedding = Embedding(
+        "embed.tokens",
+        "embed.positions",
+        "embed.types",
+        Norm("layer", eps, "embed.norm.weight", "embed.norm.bias"),
+        position_offset=config.whole("pad_token_id", 1, minimum=0) if padded else None,
+    )
+    where = ("encoder.layer.", r"encoder\.layer\.\d+\.attention\.self\.query\.weight")
+    plan = encoder_plan(family, (layer, layers, C, H), where, (tensors, embed), embedding)
+    return replace(plan, unused=r"attention\.output\.LayerNorm\.(weight|bias)")  # after the add
+
+
+def encoder_plan(
+    family: str,
+    sizes: tuple[int, int, int, int],
+    where: tuple[str, str],
+    tensors: tuple[tuple[Tensor, ...], tuple[Tensor, ...]],
+    embedding: Embedding,
+) -> LayerPlan:
+    """A post-norm encoder's layer (BERT's, DistilBERT's): X is the residual stream as it is,
+    no mask, the scale 1/sqrt(head_dim); ``sizes``: layer, layers, hidden, heads; ``tensors``:
+    the layer's and the embeddings'; ``where``: the layers' prefix and the anchor's regex."""
+    layer, layers, C, H = sizes
+    prefix, anchor = where
     return LayerPlan(
-        layer=layer,
-        layers=layers,
-        hidden=C,
-        heads=H,
-        kv_heads=H,
-        head_dim=C // H,
+        family,
+        *(layer, layers, C, H, H, C // H),
         layout="linear",
-        anchor=r"encoder\.layer\.\d+\.attention\.self\.query\.weight",
-        tensors=tensors,
-        embed_tensors=embed,
+        anchor=anchor,
+        tensors=tensors[0],
+        embed_tensors=tensors[1],
         pre_norm=None,
-        embedding=Embedding(
-            "embed.tokens",
-            "embed.positions",
-            "embed.types",
-            Norm("layer", eps, "embed.norm.weight", "embed.norm.bias"),
-            position_offset=config.whole("pad_token_id", 1, minimum=0) if padded else None,
-        ),
+        embedding=embedding,
         causal=False,
         scale=(C // H) ** -0.5,
-        family=family,
-        block=f"encoder.layer.{layer}.",
+        block=f"{prefix}{layer}.",
         scopes=("attention.",),
-        unused=r"attention\.output\.LayerNorm\.(weight|bias)",  # after the residual add
     )
 
 

@@ -165,14 +165,10 @@ def plan(spec: DeepSeek, config: Config, layer: int) -> LayerPlan:
         "and mla.W_UV; every Linear transposed",
         spec.layout_note,
     )
+    sizes = (layer, layers, C, H, H, D)  # layer, layers, hidden, heads, kv_heads, head_dim
     return LayerPlan(
-        family=family,
-        layer=layer,
-        layers=layers,
-        hidden=C,
-        heads=H,
-        kv_heads=H,
-        head_dim=D,
+        family,
+        *sizes,
         layout="linear",
         anchor=r"layers\.\d+\.self_attn\.kv_a_proj_with_mqa\.weight",
         tensors=tensors,

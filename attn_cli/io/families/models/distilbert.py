@@ -5,7 +5,7 @@ from __future__ import annotations
 from attn_cli.io.families.blocks import no_head
 from attn_cli.io.families.config import Config, check_layer, heads
 from attn_cli.io.families.keys import Keys
-from attn_cli.io.families.models.bert import post_norm_block, tables
+from attn_cli.io.families.models.bert import encoder_plan, post_norm_block, tables
 from attn_cli.io.families.plan import BlockPlan, Embedding, HeadPlan, LayerPlan, Norm, Tensor
 from attn_cli.io.families.registry import Family
 
@@ -26,29 +26,13 @@ def plan(config: Config, layer: int) -> LayerPlan:
         for part in ("weight", "bias")
     )
     embed = tables(config, C)
-    return LayerPlan(
-        family="distilbert",
-        layer=layer,
-        layers=layers,
-        hidden=C,
-        heads=H,
-        kv_heads=H,
-        head_dim=C // H,
-        layout="linear",
-        anchor=r"transformer\.layer\.\d+\.attention\.q_lin\.weight",
-        tensors=tensors,
-        embed_tensors=embed,
-        pre_norm=None,
-        embedding=Embedding(
-            "embed.tokens",
-            "embed.positions",
-            norm=Norm("layer", 1e-12, "embed.norm.weight", "embed.norm.bias"),
-        ),
-        causal=False,
-        scale=(C // H) ** -0.5,
-        block=f"transformer.layer.{layer}.",
-        scopes=("attention.",),
+    embedding = Embedding(
+        "embed.tokens",
+        "embed.positions",
+        norm=Norm("layer", 1e-12, "embed.norm.weight", "embed.norm.bias"),
     )
+    where = ("transformer.layer.", r"transformer\.layer\.\d+\.attention\.q_lin\.weight")
+    return encoder_plan("distilbert", (layer, layers, C, H), where, (tensors, embed), embedding)
 
 
 def block(config: Config, plan: LayerPlan) -> BlockPlan:

@@ -37,14 +37,10 @@ def plan(config: Config, layer: int) -> LayerPlan:
         Tensor("embed.tokens", "wte.weight", (config.whole("vocab_size"), C)),
         Tensor("embed.positions", "wpe.weight", (config.whole("n_positions", 1024), C)),
     )
+    sizes = (layer, layers, C, H, H, D)  # layer, layers, hidden, heads, kv_heads, head_dim
     return LayerPlan(
-        family="gpt2",
-        layer=layer,
-        layers=layers,
-        hidden=C,
-        heads=H,
-        kv_heads=H,
-        head_dim=D,
+        "gpt2",
+        *sizes,
         layout="conv1d",
         anchor=r"h\.\d+\.attn\.c_attn\.weight",
         tensors=tensors,

@@ -139,14 +139,10 @@ def gated_deltanet(
         "[b | a] split into W_q, W_k, W_v, W_z, W_b, W_a (fix_query_key_value_ordering), every "
         "Linear transposed, conv1d.weight[:, 0, :]",
     )
+    sizes = (layer, layers, C, Hv, Hv, dk)  # layer, layers, hidden, heads, kv_heads, head_dim
     return LayerPlan(
-        family=family,
-        layer=layer,
-        layers=layers,
-        hidden=C,
-        heads=Hv,
-        kv_heads=Hv,
-        head_dim=dk,
+        family,
+        *sizes,
         layout="linear",
         anchor=ANCHOR_LINEAR,
         tensors=tensors,
