@@ -16,7 +16,18 @@ LinearPlan = Callable[
     [Config, str, tuple[int, int, int], float, tuple[tuple[Tensor, ...], Embedding]], LayerPlan
 ]
 
-WindowRule = Literal["none", "all", "types", "qwen", "qwen2_moe", "smollm3", "ministral"]
+# Which layers slide: none; all; by layer_types (else every pattern-th is full); Qwen's: from
+# max_window_layers on; Qwen2-MoE's: the even layers below it; SmolLM3's: its layers without
+# RoPE; Ministral's: every layer when sliding_window is given (or left out)
+WindowRule = Literal[
+    "none",
+    "all",
+    "types",
+    "from_max_window_layers",
+    "even_below_max_window_layers",
+    "no_rope_layers",
+    "when_given",
+]
 QKNorm = Literal["", "rms", "rms1p"]
 
 
@@ -41,7 +52,7 @@ class Arch:
     window: WindowRule = "none"  # which layers slide (see _window)
     window_default: int | None = 4096
     pattern: int = 2  # the default layer_types: sliding iff (layer + 1) % pattern
-    nope: Literal["", "full", "smollm3"] = ""  # layers without RoPE
+    nope: Literal["", "full", "listed"] = ""  # layers without RoPE: full ones, no_rope_layers
     by_type: tuple[float, float] | None = None  # RoPE per layer type: sliding, full theta
     scale: Literal["head_dim", "query_pre_attn_scalar", "attention_multiplier"] = "head_dim"
     embed: Literal["", "sqrt", "multiplier"] = ""  # Gemma's sqrt(hidden), Granite's multiplier

@@ -283,7 +283,7 @@ def _rope(
 
 def _nope(config: Config, arch: Arch, family: str, layer: int, kind: str) -> str:
     """Why this layer has no RoPE (transformers skips apply_rotary_pos_emb there), or ''."""
-    if arch.nope == "smollm3" and not smollm3_rope(config, layer):
+    if arch.nope == "listed" and not rope_listed(config, layer):
         return f"layer {layer} has no RoPE (no_rope_layers)"
     no_window = "sliding_window" in config.data and config.data["sliding_window"] is None
     if arch.nope != "full" or (no_window and arch.unwindowed == "rope"):
@@ -295,7 +295,7 @@ def _nope(config: Config, arch: Arch, family: str, layer: int, kind: str) -> str
     return ""
 
 
-def smollm3_rope(config: Config, layer: int) -> bool:
+def rope_listed(config: Config, layer: int) -> bool:
     """SmolLM3's no_rope_layers[layer] (1: RoPE), or its default from no_rope_layer_interval."""
     layers = config.whole("num_hidden_layers")
     given = config.data.get("no_rope_layers")
@@ -327,7 +327,7 @@ def _window(
         window = None
     if arch.window_flag and not config.flag("use_sliding_window", False):
         return None, ""
-    if window is None or (arch.window == "qwen2_moe" and window == 0):
+    if window is None or (arch.window == "even_below_max_window_layers" and window == 0):
         return None, ""
     if window == 0:
         raise config.error("sliding_window", "got 0", "a whole number >= 1, or null")
@@ -370,18 +370,18 @@ def _layer_type(config: Config, arch: Arch, layer: int, layers: int) -> str:
 
 def _slides(config: Config, arch: Arch, layer: int) -> bool:
     """Whether the config class's default layer_types makes this layer a sliding one."""
-    if arch.window == "qwen":
+    if arch.window == "from_max_window_layers":
         return layer >= config.whole("max_window_layers", 28, minimum=0)
-    if arch.window == "qwen2_moe":
+    if arch.window == "even_below_max_window_layers":
         first = config.whole("max_window_layers", 28, minimum=0)
         return config.flag("use_sliding_window", False) and layer < first and layer % 2 == 0
-    if arch.window == "smollm3":
+    if arch.window == "no_rope_layers":
         return (
             config.flag("use_sliding_window", False)
             and config.has("sliding_window")
-            and (not smollm3_rope(config, layer))
+            and (not rope_listed(config, layer))
         )
-    if arch.window == "ministral":
+    if arch.window == "when_given":
         return config.has("sliding_window") or "sliding_window" not in config.data
     if arch.window != "types":
         return False

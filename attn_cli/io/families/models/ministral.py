@@ -17,7 +17,7 @@ from attn_cli.io.families.keys import (
 )
 from attn_cli.io.families.models.mistral import MISTRAL
 
-ARCH = replace(MISTRAL, window="ministral")
+ARCH = replace(MISTRAL, window="when_given")
 KEYS = Keys(
     reads=LLAMA_READS | WINDOWED,
     ignored={"partial_rotary_factor": FULL_ROPE, "attention_bias": NO_BIAS},

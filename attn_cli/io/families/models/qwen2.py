@@ -15,7 +15,7 @@ from attn_cli.io.families.keys import (
     Keys,
 )
 
-ARCH = Arch(qkv_bias=True, o_bias=False, window="qwen", window_flag=True)
+ARCH = Arch(qkv_bias=True, o_bias=False, window="from_max_window_layers", window_flag=True)
 KEYS = Keys(
     reads=LLAMA_READS | WINDOWED | {"use_sliding_window", "max_window_layers"},
     ignored={"partial_rotary_factor": FULL_ROPE, "attention_bias": NO_BIAS},

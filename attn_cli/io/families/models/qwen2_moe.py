@@ -13,7 +13,11 @@ from attn_cli.io.families.keys import Need
 from attn_cli.io.families.models import qwen2
 
 ARCH = Arch(
-    qkv_bias="qkv_bias", o_bias=False, bias_default=True, window="qwen2_moe", window_flag=True
+    qkv_bias="qkv_bias",
+    o_bias=False,
+    bias_default=True,
+    window="even_below_max_window_layers",
+    window_flag=True,
 )
 KEYS = replace(  # Qwen2's, and qkv_bias in place of Qwen2's biases always on
     qwen2.KEYS,

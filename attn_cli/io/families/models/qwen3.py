@@ -15,7 +15,7 @@ from attn_cli.io.families.keys import (
     Need,
 )
 
-ARCH = Arch(head_dim=128, qk_norm="rms", window="qwen", window_flag=True)
+ARCH = Arch(head_dim=128, qk_norm="rms", window="from_max_window_layers", window_flag=True)
 KEYS = Keys(
     reads=LLAMA_READS | WINDOWED | {"use_sliding_window", "max_window_layers", "attention_bias"},
     ignored={"partial_rotary_factor": FULL_ROPE},

@@ -7,7 +7,9 @@ from attn_cli.io.families.blocks import Block
 from attn_cli.io.families.decoder import family
 from attn_cli.io.families.keys import FULL_ROPE, LLAMA_ASSUMED, LLAMA_READS, WINDOWED, Keys, Need
 
-ARCH = Arch(theta=2e6, window="smollm3", window_default=None, nope="smollm3", window_flag=True)
+ARCH = Arch(
+    theta=2e6, window="no_rope_layers", window_default=None, nope="listed", window_flag=True
+)
 KEYS = Keys(
     reads=LLAMA_READS
     | WINDOWED
