@@ -536,7 +536,7 @@ def test_the_lean_reader_reads_what_safetensors_reads(tmp_path: Path) -> None:
     from safetensors.numpy import save_file
 
     from attn_cli.io.families import Tensor
-    from attn_cli.io.forward import _LeanReader
+    from attn_cli.io.forward import LeanReader
 
     rng = np.random.default_rng(5)
     arrays: dict[str, np.ndarray[Any, Any]] = {
@@ -550,7 +550,7 @@ def test_the_lean_reader_reads_what_safetensors_reads(tmp_path: Path) -> None:
         (),
         {"family": "llama", "layer": 0, "hidden": 1, "heads": 1, "kv_heads": 1, "head_dim": 1},
     )()
-    with _LeanReader(tmp_path / "m.safetensors") as reader:
+    with LeanReader(tmp_path / "m.safetensors") as reader:
         for name, want in arrays.items():
             t = Tensor(name, name, want.shape)
             got = reader.read("", t, plan)

@@ -129,12 +129,12 @@ def head_plan(cfg: Config, family: str, plan: LayerPlan, names: set[str], prefix
 _LITTLE = {"F32": "<f4", "F64": "<f8", "F16": "<f2"}
 
 
-class _LeanReader(Reader):
+class LeanReader(Reader):
     """A reader whose tensors are read from the file into memory of their own, not mapped:
     pages of a memory-mapped file stay resident (and counted) after their tensor is dropped,
     so a walk through every layer would hold the whole checkpoint."""
 
-    def __enter__(self) -> _LeanReader:
+    def __enter__(self) -> LeanReader:
         return self
 
     def read(self, prefix: str, t: Tensor, plan: LayerPlan) -> FloatArray:
@@ -197,7 +197,7 @@ def walk(
         _refuse_family(str(config_path), family, "a layer past 0")
     ids, tokens, types = encode_text(folder / "tokenizer.json", text)
     out = Walk(family, n, tokens, ids, notes=[*overridden, *ignored], each_trace=each_trace)
-    with _LeanReader(files) as reader:
+    with LeanReader(files) as reader:
         prefix = prefix_of(reader.names, plan0, reader.source)
         head = head_plan(cfg, family, plan0, set(reader.names), prefix) if logits else None
         x: FloatArray | None = ck.embed_tokens(reader, prefix, plan0, ids, types)  # (T, C) float64
@@ -326,7 +326,7 @@ def _stacked_expert(
 ) -> FloatArray:
     """gpt-oss's expert ``e`` on the tokens that chose it [n, C]: its row of each stacked
     tensor read alone, (clamped swiglu(rows W_gate_up + b)) W_down + b."""
-    assert isinstance(reader, _LeanReader)
+    assert isinstance(reader, LeanReader)
     gate_up, gate_up_b, down, down_b = (
         reader.block(prefix, tensor, plan, e, 1)[0].astype(np.float64) for tensor in s.tensors()
     )  # (C, 2F), (2F,), (F, C), (C,)
@@ -388,7 +388,7 @@ def _mlp(bp: BlockPlan, t: Mapping[str, FloatArray], h: FloatArray) -> FloatArra
 
 
 def _logits(
-    reader: _LeanReader, prefix: str, head: HeadPlan, plan: LayerPlan, x: FloatArray
+    reader: LeanReader, prefix: str, head: HeadPlan, plan: LayerPlan, x: FloatArray
 ) -> FloatArray:
     """The final norm, then the LM head (tied: the token embeddings): [T, vocab]."""
     outer = prefix[: -len("model.")] if prefix.endswith("model.") else ""
@@ -516,7 +516,7 @@ def import_deep(
     plan = plan_layer(cfg, family, layer)  # the layer exists, before any is computed
     w = walk(checkpoint, text, through=layer, config=config, arch=arch, max_memory=max_memory)
     assert w.residual is not None
-    with _LeanReader(files) as reader:
+    with LeanReader(files) as reader:
         prefix = prefix_of(reader.names, plan, reader.source)
         check_tensors(reader.names, prefix, plan, reader.source)
         ck.check_budget(reader, prefix, plan, len(w.ids), None, max_memory)
