@@ -26,6 +26,8 @@ from typing import Any, Literal
 
 import numpy as np
 
+from attn_cli.core import ops
+
 FloatArray = np.ndarray[Any, np.dtype[np.floating[Any]]]
 Placement = Literal["pre", "sandwich", "post_only", "post", "parallel"]
 PLACEMENTS: tuple[Placement, ...] = ("pre", "sandwich", "post_only", "post", "parallel")
@@ -48,12 +50,12 @@ def gelu_tanh(x: FloatArray) -> FloatArray:
 
 def silu(x: FloatArray) -> FloatArray:
     """x · sigmoid(x), computed without overflow for large negative x."""
-    out: FloatArray = x * _sigmoid(x)
+    out: FloatArray = x * _logistic(x)
     return out
 
 
 def quick_gelu(x: FloatArray) -> FloatArray:
-    out: FloatArray = x * _sigmoid(1.702 * x)
+    out: FloatArray = x * _logistic(1.702 * x)
     return out
 
 
@@ -62,10 +64,9 @@ def relu(x: FloatArray) -> FloatArray:
     return out
 
 
-def _sigmoid(x: FloatArray) -> FloatArray:
-    e = np.exp(-np.abs(x))  # (…) in (0, 1]: no overflow either way
-    out: FloatArray = np.where(x >= 0, 1.0 / (1.0 + e), e / (1.0 + e))
-    return out
+def _logistic(x: FloatArray) -> FloatArray:
+    """core.ops' sigmoid of a float64 block (everything here is float64)."""
+    return ops.sigmoid(np.asarray(x, dtype=np.float64))
 
 
 # transformers' ACT2FN names of the activations above
@@ -197,7 +198,7 @@ def clamped_swiglu(gate_up: FloatArray, alpha: float, limit: float) -> FloatArra
     gate, up = gate_up[..., ::2], gate_up[..., 1::2]  # (T, F) each: even columns, odd columns
     gate = np.minimum(gate, limit)
     up = np.clip(up, -limit, limit)
-    out: FloatArray = (up + 1.0) * gate * _sigmoid(alpha * gate)
+    out: FloatArray = (up + 1.0) * gate * _logistic(alpha * gate)
     return out
 
 
@@ -239,7 +240,7 @@ def route_grouped(
     ``scale`` (routed_scaling_factor)."""
     T, E = logits.shape
     n_group, top_groups = groups
-    scores = _sigmoid(logits)  # (T, E)
+    scores = _logistic(logits)  # (T, E)
     choice = scores + correction  # (T, E): the bias moves the choice, not the weights
     per_group = choice.reshape(T, n_group, E // n_group)  # (T, groups, E / groups)
     worth = np.sort(per_group, axis=-1)[..., -2:].sum(axis=-1)  # (T, groups)

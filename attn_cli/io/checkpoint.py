@@ -5,12 +5,8 @@ listed in ``model.safetensors.index.json``) or one ``.safetensors`` file with it
 Only layer L's tensors are read (and, for ``text``, the embedding rows of its tokens), so a
 multi-GB checkpoint costs what one layer costs.
 
-Reading: each safetensors header is first read and checked here (8-byte little-endian length,
-a JSON header of bounded size, every tensor's offsets inside the file and sized for its dtype
-and shape). F32, F64 and F16 tensors are then read with the ``safetensors`` package's NumPy API
-(``safe_open(..., framework="numpy")``), F16 widened to float32. BF16, which that API cannot
-read, is read from the file at the header's offsets: a bfloat16 is the upper half of a float32,
-so widening is exact (``uint16 << 16`` viewed as float32). No ``ml_dtypes`` is needed.
+Reading: io/weights.py (the files, each safetensors header checked, BF16 widened exactly);
+the text's tokens: io/tokens.py.
 
 The fixture's ``X`` is what the projections consume: the layer's input (``hidden``, the residual
 stream as ``output_hidden_states[L]`` gives it) after the pre-attention norm of pre-norm
@@ -25,31 +21,24 @@ backtrack), and a Rust panic in the tokenizers or safetensors package is one Inp
 
 from __future__ import annotations
 
-import importlib
 import math
-import os
-import sys
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import ExitStack, contextmanager
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from types import TracebackType
 from typing import IO, Any
 
 import numpy as np
 
+from attn_cli.core import ops
 from attn_cli.core.limits import DEFAULT_MAX_BYTES, DEFAULT_MAX_ELEMENTS
 from attn_cli.core.memory import default_max_memory, format_bytes
-from attn_cli.errors import AttnError, InputError, UsageError
+from attn_cli.errors import InputError, UsageError
 from attn_cli.io import gate
-from attn_cli.io.examples import model_paths
 from attn_cli.io.families import (
     Config,
-    DeltaNet,
-    Latent,
+    FromTensors,
     LayerPlan,
     Norm,
-    Tensor,
     check_keys,
     check_tensors,
     plan_layer,
@@ -57,43 +46,11 @@ from attn_cli.io.families import (
     resolve_family,
 )
 from attn_cli.io.files import write_atomic_with
-from attn_cli.io.jsonfmt import JSONSyntaxError, load_plain_json
+from attn_cli.io.tokens import MAX_TEXT_CHARS, encode_text
+from attn_cli.io.weights import Reader, locate, read_json
 
 FloatArray = np.ndarray[Any, np.dtype[np.floating[Any]]]
 IntArray = np.ndarray[Any, np.dtype[np.int64]]
-
-MAX_HEADER_BYTES = 100 * 1024 * 1024  # the safetensors package's own limit
-MAX_JSON_BYTES = 64 * 1024 * 1024  # config.json, model.safetensors.index.json, tokenizer.json
-MAX_CHECKPOINT_BYTES = 1 << 40  # one safetensors file (only the layer's tensors are read)
-_SAFETENSORS = "a .safetensors file"
-INSTALL_HINT = "pip install 'attn-cli[models]'"
-MAX_TEXT_CHARS = 65_536  # --text: a teaching trace, not a book; its tokenizer's time grows with it
-TOKENIZE_SECONDS = 5.0  # tokenizer.json's regexes backtrack (Oniguruma): its work is timed
-# A Rust panic inside a PyO3 extension (tokenizers, safetensors): a BaseException, so that
-# ``except Exception`` misses it; each extension has its own class of this module and name.
-_PANIC = ("pyo3_runtime", "PanicException")
-
-# Bytes per element of every safetensors dtype (for the header's size check); the float ones
-# this module can read are the keys of _READABLE.
-ITEMSIZE = {
-    "F64": 8,
-    "F32": 4,
-    "F16": 2,
-    "BF16": 2,
-    "I64": 8,
-    "I32": 4,
-    "I16": 2,
-    "I8": 1,
-    "U64": 8,
-    "U32": 4,
-    "U16": 2,
-    "U8": 1,
-    "BOOL": 1,
-    "F8_E4M3": 1,
-    "F8_E5M2": 1,
-    "F8_E8M0": 1,
-}
-_READABLE = ("F64", "F32", "F16", "BF16")
 
 
 @dataclass(frozen=True, eq=False)
@@ -282,285 +239,8 @@ def write_npz_fixture(fixture: Mapping[str, Any], path: Path) -> None:
 # Finding the files
 
 
-def locate(checkpoint: Path, config: Path | None) -> tuple[Path, dict[str, Path] | Path, Path]:
-    """The folder, the weight files (an index's name -> shard map, or one file) and config.json."""
-    kind = gate.kind_of(checkpoint)
-    if kind == "dir":
-        folder = checkpoint
-        files = _weights_in(folder)
-    elif kind == "file":
-        folder = checkpoint.parent
-        is_index = checkpoint.name.endswith(".index.json")
-        files = _shards(checkpoint, folder) if is_index else checkpoint
-    else:
-        there = gate.not_a_file(checkpoint) or "no such file"
-        raise InputError(
-            str(checkpoint),
-            "",
-            "no such file or folder" if there == "no such file" else there,
-            "a model folder or .safetensors file, or a bundled one: " + ", ".join(model_paths()),
-        )
-    config_path = config if config is not None else folder / "config.json"
-    problem = gate.not_a_file(config_path)
-    if problem is not None:
-        expected = "the model's config.json (give it with --config)"
-        raise InputError(str(config_path), "", problem, expected)
-    return folder, files, config_path
-
-
-def _weights_in(folder: Path) -> dict[str, Path] | Path:
-    """The shard index of a model folder, else its one model.safetensors; the first of them
-    that is there but is no regular file (a folder, a FIFO, a symlink loop) is named."""
-    index, single = folder / "model.safetensors.index.json", folder / "model.safetensors"
-    if gate.kind_of(index) == "file":
-        return _shards(index, folder)
-    if gate.kind_of(single) == "file":
-        return single
-    for path, expected in ((index, "the shard index, a JSON file"), (single, _SAFETENSORS)):
-        what = gate.not_a_file(path)
-        if what is not None and what != "no such file":
-            raise InputError(str(path), "", what, expected)
-    raise InputError(
-        str(folder),
-        "",
-        "holds neither model.safetensors nor model.safetensors.index.json",
-        "a Hugging Face model folder",
-    )
-
-
-def read_json(path: Path, what: str) -> dict[str, Any]:
-    """A small JSON object from a regular file, or an InputError naming the file."""
-    source = str(path)
-    raw = gate.read_bytes(path, source, what, max_bytes=MAX_JSON_BYTES)
-    data = load_plain_json(raw, source, what)
-    if not isinstance(data, dict):
-        raise InputError(source, "", f"holds {type(data).__name__}", f"a JSON object ({what})")
-    return data
-
-
-def _shards(index: Path, folder: Path) -> dict[str, Path]:
-    """The index's tensor name -> shard file, every shard a plain file name inside ``folder``."""
-    data = read_json(index, "model.safetensors.index.json")
-    weight_map = data.get("weight_map")
-    if not isinstance(weight_map, dict):
-        raise InputError(str(index), "weight_map", "missing", "a mapping of tensor name to shard")
-    out: dict[str, Path] = {}
-    for name, shard in weight_map.items():
-        if not isinstance(shard, str) or Path(shard).name != shard or shard in ("", ".", ".."):
-            raise InputError(
-                str(index),
-                f"weight_map.{name}",
-                f"got {shard!r}",
-                "a shard file name in the folder",
-            )
-        out[name] = folder / shard
-    return out
-
-
 # ---------------------------------------------------------------------------------------------
 # Reading safetensors
-
-
-@dataclass(frozen=True)
-class _Entry:
-    dtype: str
-    shape: tuple[int, ...]
-    begin: int  # offset from the file's start
-    end: int
-
-
-def read_header(path: Path) -> dict[str, _Entry]:
-    """The tensors a safetensors file holds, its header checked against the file's size."""
-    source = str(path)
-    try:
-        with gate.open_regular(path, source, _SAFETENSORS, max_bytes=MAX_CHECKPOINT_BYTES) as f:
-            size = os.fstat(f.fileno()).st_size
-            head = f.read(8)
-            n = int.from_bytes(head, "little") if len(head) == 8 else -1
-            if n < 0 or n > MAX_HEADER_BYTES or 8 + n > size:
-                raise InputError(
-                    source,
-                    "header",
-                    f"is truncated or corrupt (file of {size:,} bytes, "
-                    f"header length {n if n >= 0 else 'missing'})",
-                    "an 8-byte little-endian length and a JSON header inside the file",
-                )
-            raw = f.read(n)
-    except OSError as e:
-        raise InputError(
-            source, "", f"cannot read ({e.strerror or e})", "a safetensors file"
-        ) from None
-    try:
-        header = load_plain_json(raw, source, "a safetensors header", "header")
-    except JSONSyntaxError:
-        header = None
-    if not isinstance(header, dict):
-        raise InputError(source, "header", "is not a JSON object", "a safetensors header")
-    return {
-        name: _entry(source, name, value, 8 + n, size)
-        for name, value in header.items()
-        if name != "__metadata__"
-    }
-
-
-def _entry(source: str, name: str, value: Any, start: int, size: int) -> _Entry:
-    """One header entry, checked: its bytes lie inside the file and fit its dtype and shape."""
-
-    def bad(what: str) -> InputError:
-        return InputError(source, name, what, "a header entry {dtype, shape, data_offsets}")
-
-    if not isinstance(value, dict):
-        raise bad(f"header entry is {type(value).__name__}")
-    dtype, shape, offsets = value.get("dtype"), value.get("shape"), value.get("data_offsets")
-    if not isinstance(dtype, str):
-        raise bad(f"dtype is {dtype!r}")
-    if not isinstance(shape, list) or any(type(s) is not int or s < 0 for s in shape):
-        raise bad(f"shape is {shape!r}")
-    if (
-        not isinstance(offsets, list)
-        or len(offsets) != 2
-        or any(type(o) is not int for o in offsets)
-        or not 0 <= offsets[0] <= offsets[1]
-    ):
-        raise bad(f"data_offsets is {offsets!r}")
-    if start + offsets[1] > size:
-        raise InputError(
-            source,
-            name,
-            f"data ends at byte {start + offsets[1]:,} of a {size:,}-byte file",
-            "a complete file (it is truncated)",
-        )
-    itemsize = ITEMSIZE.get(dtype)
-    if itemsize is not None and offsets[1] - offsets[0] != math.prod(shape) * itemsize:
-        raise bad(f"holds {offsets[1] - offsets[0]} bytes for shape {shape} of {dtype}")
-    return _Entry(dtype, tuple(shape), start + offsets[0], start + offsets[1])
-
-
-class Reader:
-    """The tensors of one checkpoint, read lazily: a shard's header only when a tensor needs it."""
-
-    def __init__(self, files: dict[str, Path] | Path) -> None:
-        self.safetensors = require("safetensors")
-        if isinstance(files, Path):
-            self.source = str(files)
-            self.headers = {files: read_header(files)}
-            self.where = dict.fromkeys(self.headers[files], files)
-        else:
-            self.source = str(next(iter(files.values()), Path(".")).parent)
-            self.headers = {}
-            self.where = files
-        self.names = sorted(self.where)
-        self.widened: set[str] = set()
-        self.stack = ExitStack()
-        self.handles: dict[Path, Any] = {}
-
-    def __enter__(self) -> Reader:
-        return self
-
-    def __exit__(
-        self, kind: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.stack.close()
-
-    def entry(self, prefix: str, t: Tensor, plan: LayerPlan) -> tuple[str, Path, _Entry]:
-        """The full name, file and header entry of ``t``, its presence, dtype and shape checked."""
-        name = prefix + t.name
-        path = self.where.get(name)
-        if path is None:
-            raise InputError(
-                self.source,
-                name,
-                "missing tensor",
-                f"the {plan.family} layout's {t.role} tensor of layer {plan.layer}",
-            )
-        if path not in self.headers:
-            what = gate.not_a_file(path)
-            if what is not None:
-                raise InputError(str(path), name, what, "the safetensors shard holding it")
-            self.headers[path] = read_header(path)
-        entry = self.headers[path].get(name)
-        if entry is None:
-            raise InputError(str(path), name, "missing tensor (the index places it here)", "it")
-        if entry.dtype not in _READABLE:
-            raise InputError(
-                str(path),
-                name,
-                f"has dtype {entry.dtype}, which is not supported",
-                "F32, F16, BF16 or F64",
-            )
-        if entry.shape != t.shape:
-            raise InputError(
-                str(path),
-                name,
-                f"has shape {list(entry.shape)}",
-                f"{list(t.shape)} from the config ({_sizes(plan)})",
-            )
-        return name, path, entry
-
-    def read(self, prefix: str, t: Tensor, plan: LayerPlan) -> FloatArray:
-        """Tensor ``t`` whole, as float32 (float64 if stored so), every value finite."""
-        name, path, entry = self.entry(prefix, t, plan)
-        if entry.dtype == "BF16":
-            arr = self.bf16(path, entry, 0, entry.shape[0] if entry.shape else 1, name)
-        else:
-            stored = self.guarded(path, lambda: self.handle(path).get_tensor(name))
-            arr = self.widen(entry.dtype, stored)
-        if not np.isfinite(arr).all():
-            raise InputError(str(path), name, "holds inf or NaN", "finite weights")
-        return arr
-
-    def rows(self, prefix: str, t: Tensor, plan: LayerPlan, ids: Sequence[int]) -> FloatArray:
-        """Rows ``ids`` of the 2-axis tensor ``t`` (an embedding table), reading no other rows."""
-        name, path, entry = self.entry(prefix, t, plan)
-        out = np.empty((len(ids), entry.shape[1]), np.float64)
-        sl = None
-        if entry.dtype != "BF16":
-            sl = self.guarded(path, lambda: self.handle(path).get_slice(name))
-        for i, r in enumerate(ids):
-            row = self.bf16(path, entry, r, 1, name) if sl is None else sl[r : r + 1]
-            out[i] = self.widen(entry.dtype, row)[0]
-            if not np.isfinite(out[i]).all():
-                raise InputError(str(path), name, f"row {r} holds inf or NaN", "finite embeddings")
-        return out
-
-    def bf16(self, path: Path, entry: _Entry, row: int, n: int, name: str) -> FloatArray:
-        """``n`` rows from ``row`` of a BF16 tensor, read at the header's offsets and widened."""
-        per_row = math.prod(entry.shape[1:]) * 2
-        with gate.open_regular(path, str(path), _SAFETENSORS, max_bytes=MAX_CHECKPOINT_BYTES) as f:
-            f.seek(entry.begin + row * per_row)
-            raw = f.read(n * per_row)
-        if len(raw) != n * per_row:
-            raise InputError(str(path), name, "data is cut short", "a complete file")
-        self.widened.add("BF16")
-        bits = np.frombuffer(raw, dtype="<u2").astype(np.uint32) << 16  # bfloat16 = top half
-        return bits.view(np.float32).reshape((n, *entry.shape[1:]) if entry.shape else ())
-
-    def widen(self, dtype: str, arr: Any) -> FloatArray:
-        if dtype == "F16":
-            self.widened.add("F16")
-        return np.asarray(arr, dtype=np.float64 if dtype == "F64" else np.float32)
-
-    def handle(self, path: Path) -> Any:
-        """The ``safe_open`` handle of one file, opened once."""
-        if path not in self.handles:
-            st = self.safetensors
-            handle = self.guarded(path, lambda: st.safe_open(str(path), framework="numpy"))
-            self.handles[path] = self.stack.enter_context(handle)
-        return self.handles[path]
-
-    def guarded(self, path: Path, work: Callable[[], Any]) -> Any:
-        """``work()``: what the safetensors package raises or panics with is the file's own
-        fault, said in one line."""
-        try:
-            return work()
-        except AttnError:
-            raise
-        except BaseException as e:  # SafetensorError, or a Rust panic (a BaseException)
-            if not (isinstance(e, Exception) or _is_panic(e)):
-                raise  # KeyboardInterrupt, SystemExit
-            raise InputError(
-                str(path), "", f"unreadable ({_first_line(e)})", "a safetensors file"
-            ) from None
 
 
 # Bytes a number of the tensor being read takes besides the float32 (float64) array it becomes:
@@ -614,138 +294,8 @@ def check_budget(
     )
 
 
-def _sizes(plan: LayerPlan) -> str:
-    if plan.delta is not None:  # a Gated DeltaNet layer: its own sizes
-        d = plan.delta
-        return (
-            f"hidden {plan.hidden}, linear_num_key_heads {d.k_heads}, linear_num_value_heads "
-            f"{d.v_heads}, linear_key_head_dim {d.d_k}, linear_value_head_dim {d.d_v}, "
-            f"linear_conv_kernel_dim {d.kernel}"
-        )
-    return (
-        f"hidden {plan.hidden}, heads {plan.heads}, kv_heads {plan.kv_heads}, "
-        f"head_dim {plan.head_dim}"
-    )
-
-
-def require(module: str) -> Any:
-    """Import an optional dependency, or say in one line how to install it."""
-    try:
-        return importlib.import_module(module)
-    except ImportError:
-        raise InputError("", "", f"needs the Python package {module!r}: {INSTALL_HINT}") from None
-
-
 # ---------------------------------------------------------------------------------------------
 # The layer's input X
-
-
-def encode_text(path: Path, text: str) -> tuple[list[int], list[str], list[int]]:
-    """Token ids, strings and type ids of ``text`` from the checkpoint's own tokenizer.json."""
-    tokenizers = require("tokenizers")
-    what = "the checkpoint's tokenizer.json (for the text)"
-    raw = gate.read_bytes(path, str(path), what, max_bytes=MAX_JSON_BYTES)
-    try:
-        spec = raw.decode("utf-8")
-    except UnicodeDecodeError as e:
-        raise InputError(str(path), "", f"is not UTF-8 ({e})", "a tokenizer.json") from None
-
-    def load() -> Any:
-        tokenizer = tokenizers.Tokenizer.from_str(spec)
-        tokenizer.no_padding()  # tokenizer.json may pad to a fixed length (MiniLM pads to 128)
-        tokenizer.no_truncation()  # too many tokens is an error below, not a silent cut
-        return tokenizer
-
-    tokenizer = tokenizer_call(path, load, "unreadable tokenizer", "a tokenizer.json")
-    encoding = _tokenize(path, tokenizer, text)
-    if not encoding.ids:
-        raise InputError(str(path), "text", "the text gives no tokens", "some text", option="text")
-    return list(encoding.ids), list(encoding.tokens), list(encoding.type_ids)
-
-
-def _tokenize(path: Path, tokenizer: Any, text: str) -> Any:
-    """``text``'s encoding, special tokens as the model's post-processor adds them, computed
-    within TOKENIZE_SECONDS: a regex of tokenizer.json may backtrack for minutes.
-
-    ``encode_batch`` releases the GIL (``encode`` does not), so this thread waits on a worker
-    and gives up in time; the worker, which nothing can stop, ends with the process.
-    """
-    import threading
-
-    box: list[Any] = []
-
-    def work() -> None:
-        box.append(tokenizer_call(path, lambda: tokenizer.encode_batch([text])[0], *failed))
-
-    failed = ("its tokenizer fails on the text", "a tokenizer.json that tokenizes the text")
-    worker = threading.Thread(target=lambda: _hand_over(work, box), name="attn-tokenize")
-    worker.daemon = True
-    with _rust_panics_unprinted():
-        worker.start()
-        worker.join(TOKENIZE_SECONDS)
-    if not box:
-        raise InputError(
-            str(path),
-            "",
-            f"tokenizing the text takes more than {TOKENIZE_SECONDS:g} s (a "
-            "regex of its normalizer or pre-tokenizer backtracks)",
-            "a tokenizer.json whose regexes run in linear time, or a shorter text",
-            option="text",
-        )
-    if isinstance(box[0], BaseException):
-        raise box[0]
-    return box[0]
-
-
-def _hand_over(work: Callable[[], None], box: list[Any]) -> None:
-    """Run ``work`` in a worker thread; what it raises goes to ``box`` for the waiting thread."""
-    try:
-        work()
-    except BaseException as e:  # the waiting thread raises it again
-        box.append(e)
-
-
-def tokenizer_call(path: Path, work: Callable[[], Any], what: str, expected: str) -> Any:
-    """``work()``, whose exceptions and Rust panics (the tokenizers package raises plain
-    Exception, and panics on a regex that runs out of its backtracking limit) are one line."""
-    try:
-        return work()
-    except BaseException as e:
-        if not (isinstance(e, Exception) or _is_panic(e)):
-            raise  # KeyboardInterrupt, SystemExit
-        raise InputError(str(path), "", f"{what} ({_first_line(e)})", expected) from None
-
-
-def _is_panic(e: BaseException) -> bool:
-    """Whether ``e`` is PyO3's PanicException, which derives from BaseException only."""
-    kind = type(e)
-    return (kind.__module__, kind.__name__) == _PANIC
-
-
-def _first_line(e: BaseException) -> str:
-    lines = str(e).strip().splitlines()
-    return lines[0] if lines else type(e).__name__
-
-
-@contextmanager
-def _rust_panics_unprinted() -> Iterator[None]:
-    """Standard error's file descriptor sent to /dev/null meanwhile: Rust's panic hook writes
-    its message there, and attn says what went wrong in one ``Error:`` line instead."""
-    try:
-        saved = os.dup(2)
-    except OSError:  # no standard error: nothing to keep clean
-        yield
-        return
-    try:
-        if sys.stderr is not None:
-            sys.stderr.flush()
-        null = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(null, 2)
-        os.close(null)
-        yield
-    finally:
-        os.dup2(saved, 2)
-        os.close(saved)
 
 
 def embed_tokens(
@@ -809,46 +359,14 @@ def _round_to(x: float, dtype: str) -> float:
 
 
 def normalize_rows(x: FloatArray, norm: Norm, tensors: Mapping[str, FloatArray]) -> FloatArray:
-    """LayerNorm, RMSNorm or Gemma's RMSNorm (1 + weight) over the last axis, in float64.
-
-    Overflow-safe, as careful norms are: each row is divided by a power of two s at least its
-    largest magnitude (exact), so no square overflows, and eps enters as eps / s^2 (see
-    :func:`_inverse_root`); rows of 1e200 or 1e-200 normalise as rows of 1 would.
-    """
-    x = x.astype(np.float64)
-    w = tensors[norm.weight].astype(np.float64) if norm.weight else np.float64(1.0)
-    s = _row_scale(x)  # (..., 1)
-    xs = x / s  # (..., C), every |value| < 1
+    """LayerNorm, RMSNorm or Gemma's RMSNorm (1 + weight) over the last axis, in float64 and
+    overflow-safe (core.ops): rows of 1e200 or 1e-200 normalise as rows of 1 would."""
+    weight = tensors[norm.weight] if norm.weight else None
     if norm.kind == "layer":
-        centred = xs - xs.mean(axis=-1, keepdims=True)  # (..., C)
-        var = (centred * centred).mean(axis=-1, keepdims=True)  # biased, as torch's LayerNorm
-        b = tensors[norm.bias].astype(np.float64) if norm.bias else 0.0
-        layer: FloatArray = centred * _inverse_root(var, s, norm.eps) * w + b
-        return layer
-    mean_square = (xs * xs).mean(axis=-1, keepdims=True)  # (..., 1)
-    out: FloatArray = xs * _inverse_root(mean_square, s, norm.eps)
-    return out * (1.0 + w if norm.kind == "rms1p" else w)
-
-
-def _row_scale(x: FloatArray) -> FloatArray:
-    """Per row, the power of two just above its largest magnitude (1 for a row of zeros); at
-    most 2**1023, the largest float64 power of two (a row above it scales to below 2)."""
-    top = np.abs(x).max(axis=-1, keepdims=True)  # (..., 1)
-    _, exponent = np.frexp(top)  # top = m * 2**exponent, 0.5 <= m < 1
-    scale: FloatArray = np.ldexp(1.0, np.minimum(exponent, 1023))
-    return np.where(top > 0, scale, 1.0)
-
-
-def _inverse_root(mean: FloatArray, s: FloatArray, eps: float) -> FloatArray:
-    """s / sqrt(mean * s^2 + eps), the factor of the scaled row, with no overflow.
-
-    With k = max(s, 1) it is (s/k) / sqrt(mean (s/k)^2 + eps / k^2): for s <= 1 every term is
-    at most 1 (an underflow only drops what eps outweighs), for s > 1 the eps term is at most eps.
-    """
-    k = np.maximum(s, 1.0)
-    r = s / k  # (..., 1), at most 1
-    out: FloatArray = r / np.sqrt(mean * r * r + eps / k / k)
-    return out
+        bias = tensors[norm.bias] if norm.bias else None
+        return ops.layer_norm(np.asarray(x, dtype=np.float64), weight, bias, norm.eps)
+    x64 = np.asarray(x, dtype=np.float64)
+    return ops.rms_norm(x64, weight, norm.eps, plus_one=norm.kind == "rms1p", safe=True)
 
 
 def _load_hidden(path: Path, hidden: int) -> FloatArray:
@@ -913,7 +431,7 @@ def _weights(plan: LayerPlan, t: Mapping[str, FloatArray]) -> dict[str, FloatArr
     out: dict[str, FloatArray] = {}
     if plan.layout in ("qkv_rows", "qkv_heads"):  # nn.Linear [out, in] of Q, K, V together
         t = {**t, **_split_qkv(plan, t)}
-    if plan.gate:  # Qwen3-Next's q_proj: per head, head_dim query rows then head_dim gate rows
+    if plan.q_gate_rows:  # Qwen3-Next's q_proj: per head, head_dim query rows then gate rows
         t = {**t, **_split_gate(plan, t)}
     for x in ("Q", "K", "V", "O", "G"):
         if f"{x.lower()}.weight" not in t:
@@ -957,69 +475,6 @@ def _split_qkv(plan: LayerPlan, t: Mapping[str, FloatArray]) -> dict[str, FloatA
     return out
 
 
-def _latent(
-    m: Latent, heads: int, t: Mapping[str, FloatArray]
-) -> tuple[dict[str, Any], FloatArray]:
-    """The mla key and W_O from DeepseekV3Attention's Linear weights ([out, in], transposed):
-    kv_a_proj_with_mqa's rows are the latent's (kv_lora_rank), then the shared RoPE key's;
-    kv_b_proj's are per head [qk_nope_head_dim key rows | v_head_dim value rows]."""
-    kv_a = t["kv_a.weight"].T  # (hidden, rank + rope)
-    kv_b = t["kv_b.weight"].T.reshape(m.rank, heads, m.nope + m.v)  # per head: key | value
-    mla: dict[str, Any] = {
-        "W_DKV": kv_a[:, : m.rank],
-        "W_KR": kv_a[:, m.rank :],
-        "kv_norm": t["kv_a_norm.weight"],
-        "W_UK": kv_b[:, :, : m.nope].reshape(m.rank, heads * m.nope),
-        "W_UV": kv_b[:, :, m.nope :].reshape(m.rank, heads * m.v),
-    }
-    if m.q_rank is None:
-        mla["W_Q"] = t["q.weight"].T
-    else:
-        mla |= {
-            "W_DQ": t["q_a.weight"].T,
-            "q_norm": t["q_a_norm.weight"],
-            "W_UQ": t["q_b.weight"].T,
-        }
-    mla |= {"base": m.base, "eps": m.eps}
-    if m.pairs:  # deepseek_v2: each rotated pair in place
-        mla["rope_layout"] = "pairs"
-    if m.scaling is not None:  # DeepSeek V3's yarn, and its softmax scale's mscale
-        mla |= {f"scaling.{k}": v for k, v in m.scaling} | {"mscale": m.mscale}
-    return mla, t["o.weight"].T
-
-
-def _deltanet(d: DeltaNet, t: Mapping[str, FloatArray]) -> tuple[dict[str, Any], FloatArray]:
-    """The gated_deltanet key and W_O from Qwen3NextGatedDeltaNet's weights, as transformers'
-    fix_query_key_value_ordering reads them: in_proj_qkvz's rows per key head are [q (d_k) | k
-    (d_k) | v, z (d_v for each of its v_heads / k_heads value heads)], in_proj_ba's [b | a] (one
-    row per value head each); Linear weights transposed, conv1d.weight [channels, 1, kernel]."""
-    r = d.v_heads // d.k_heads  # value heads per key head
-    qkvz = t["qkvz.weight"].reshape(d.k_heads, 2 * d.d_k + 2 * r * d.d_v, -1)  # (Hk, rows, C)
-    q, k, v, z = np.split(qkvz, [d.d_k, 2 * d.d_k, 2 * d.d_k + r * d.d_v], axis=1)
-    ba = t["ba.weight"].reshape(d.k_heads, 2 * r, -1)  # (Hk, b | a, C)
-    b, a = np.split(ba, [r], axis=1)
-
-    def columns(x: FloatArray) -> FloatArray:
-        out: FloatArray = x.reshape(-1, x.shape[-1]).T  # (Hk, rows, C) -> (C, Hk·rows)
-        return out
-
-    key: dict[str, Any] = {
-        "W_q": columns(q),
-        "W_k": columns(k),
-        "W_v": columns(v),
-        "W_z": columns(z),
-        "W_b": columns(b),
-        "W_a": columns(a),
-        "conv": t["conv.weight"][:, 0, :],
-        "A_log": t["A_log"],
-        "dt_bias": t["dt_bias"],
-        "norm": t["gated_norm.weight"],
-        "k_heads": d.k_heads,
-        "eps": d.eps,
-    }
-    return key, t["o.weight"].T
-
-
 def _front_end(
     f: dict[str, Any],
     plan: LayerPlan,
@@ -1027,24 +482,19 @@ def _front_end(
     X: FloatArray,
     names: tuple[str, Path, str],
 ) -> dict[str, Any]:
-    """A layer whose variant makes Q, K and V itself: Qwen3-Next's linear_attention (the
-    gated_deltanet key) or DeepSeek V3's multi-head latent attention (the mla key); ``names``
-    the checkpoint's label, its path and what X came from."""
+    """A layer whose variant makes Q, K and V itself (its plan's front_end: Qwen3-Next's
+    linear_attention, the gated_deltanet key; DeepSeek's multi-head latent attention, the mla
+    key); ``names`` the checkpoint's label, its path and what X came from."""
+    front = plan.front_end
+    assert front is not None
     f["X"] = X
     f["heads"] = plan.heads
-    if plan.delta is not None:
-        d = plan.delta
-        label, checkpoint, given = names
-        f["name"] = f"{label}: layer {plan.layer} linear attention ({plan.family})"
-        f["description"] = (
-            f"Layer {plan.layer} of {plan.layers} of {checkpoint} ({plan.family}: a Gated "
-            f"DeltaNet layer, {d.v_heads} value heads, {d.k_heads} key heads, d_k {d.d_k}, d_v "
-            f"{d.d_v}), X from the {given}"
-        )
-        f["gated_deltanet"], f["W_O"] = _deltanet(d, t)
-    else:
-        assert plan.latent is not None
-        f["mla"], f["W_O"] = _latent(plan.latent, plan.heads, t)
+    label, checkpoint, given = names
+    described = front.describe(plan, label, str(checkpoint), given)
+    if described is not None:
+        f["name"], f["description"] = described
+    f[front.variant], f["W_O"] = front.fixture(plan.heads, t)
+    if front.scaled:
         f["scale"] = float(plan.scale)
     f["causal"] = plan.causal
     return f
@@ -1072,7 +522,7 @@ def layer_fixture(
     }
     if tokens is not None:
         f["tokens"] = tokens
-    if plan.delta is not None or plan.latent is not None:
+    if plan.front_end is not None:
         return _front_end(f, plan, t, X, (label, checkpoint, given))
     weights = _weights(plan, t)
     f["X"] = X
@@ -1081,28 +531,10 @@ def layer_fixture(
     f.update((k, weights[k]) for k in ("W_O", "b_O") if k in weights)
     f["scale"] = float(plan.scale)
     f["causal"] = plan.causal
-    if plan.rope is not None or plan.window is not None:
+    if plan.positions:
         f["positions"] = np.arange(X.shape[-2], dtype=np.int64)  # 0..seq-1, as the model's
-    if plan.rope is not None:
-        f["rope"] = {"base": plan.rope.base, "layout": plan.rope.layout, "dims": plan.rope.dims}
-        f["rope"].update((f"scaling.{k}", v) for k, v in plan.rope.scaling or ())
-    if plan.window is not None:
-        f["window"] = plan.window
-    if plan.softcap is not None:
-        f["softcap"] = plan.softcap
-    if plan.sinks:
-        f["sinks"] = t["sinks"]
-    if plan.gate:
-        f["gate"] = {"W_G": weights["W_G"]}
-        if "b_G" in weights:
-            f["gate"]["b_G"] = weights["b_G"]
-    if plan.qk_norm_eps is not None:
-        plus = 1.0 if plan.qk_norm_kind == "rms1p" else 0.0  # Gemma 3: x̂ * (1 + weight)
-        f["qk_norm"] = {
-            "q_weight": plus + t["q_norm.weight"].astype(np.float64),
-            "k_weight": plus + t["k_norm.weight"].astype(np.float64),
-            "eps": plan.qk_norm_eps,
-        }
+    for name, setting in plan.variants.items():  # each variant's, as the fixture takes it
+        f[name] = setting.make(t, weights) if isinstance(setting, FromTensors) else setting
     return f
 
 

@@ -6,18 +6,13 @@ the one pipeline, so RoPE and its scaling, GQA, windows, softcaps, QK-norm are t
 its MLP and norms by ``core/forward.py``. One layer's tensors are read at a time (the attention's,
 then the MLP's) and dropped before the next layer's are read.
 
-Families whose whole block is written here and checked against transformers
-(tests/reference/forward/): BLOCK_FAMILIES (the LayerNorm decoders StarCoder2, StableLM, Phi,
-Cohere and the encoder DistilBERT in ``_dense_b_block``; the dense decoders of _DENSE_A with
-their own norms and multipliers in ``_dense_a_block``: OLMo's LayerNorm without parameters,
-OLMo 3's and EXAONE 4's post-norms, GLM-4's four norms and fused MLP, Granite's
-residual_multiplier and logits_scaling). Qwen3-Next's linear_attention layers run as their
-gated_deltanet fixture (no softmax map: such a layer's weights hold no heads); its MoE,
-gpt-oss's (stacked experts with biases, the clamped swiglu, the router's bias), DeepSeek V3's
-(dense below first_k_dense_replace, then the grouped sigmoid router and shared experts) and
-DeepSeek V2's (the same with its softmax router, greedy or group-limited) are ``Experts``;
-Cohere 2 runs Cohere's block. Any other family is refused in one line for a layer past 0
-(its layer 0 needs no forward).
+Each family gives its block past attention and its head (``Family.block``, ``Family.head``:
+where the norms sit, the MLP, the final norm and the LM head), written in its module under
+io/families/models/ and checked against transformers (tests/reference/forward/): norms and MLPs
+by core/forward.py, mixtures of experts (``Experts``) read an expert when a token chooses it.
+Qwen3-Next's linear_attention layers run as their gated_deltanet fixture (no softmax map: such a
+layer's weights hold no heads). A family without a block is refused in one line for a layer
+past 0 (its layer 0 needs no forward).
 """
 
 from __future__ import annotations
@@ -25,149 +20,48 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from attn_cli.core import forward as fw
+from attn_cli.core import ops
 from attn_cli.errors import InputError, UsageError
 from attn_cli.io import checkpoint as ck
 from attn_cli.io import gate
 from attn_cli.io.families import (
-    ARCHS,
-    ROBERTA_LIKE,
-    WRAPPERS,
+    REGISTRY,
+    BlockPlan,
     Config,
+    Experts,
+    Family,
+    HeadPlan,
     LayerPlan,
     Norm,
-    NormKind,
+    Stacked,
     Tensor,
     check_keys,
     check_tensors,
+    get,
     plan_layer,
     prefix_of,
     resolve_family,
-    text_config,
+    text_model,
+)
+from attn_cli.io.tokens import encode_text, tokenizer_call
+from attn_cli.io.weights import (
+    ITEMSIZE,
+    MAX_CHECKPOINT_BYTES,
+    MAX_JSON_BYTES,
+    Reader,
+    locate,
+    read_json,
+    require,
 )
 
 FloatArray = np.ndarray[Any, np.dtype[np.floating[Any]]]
-
-# StarCoder2, StableLM, Phi, Cohere (LayerNorm decoders, Phi's and Cohere's parallel blocks)
-# and DistilBERT (a post-norm encoder): _dense_b_block, _dense_b_head
-_DENSE_B = ("starcoder2", "stablelm", "phi", "cohere", "distilbert", "cohere2")
-_COHERE = ("cohere", "cohere2")  # one parallel block, Cohere 2's sliding windows in its attention
-# Dense decoders whose blocks differ from Llama's in norms, multipliers or a fused MLP.
-_DENSE_A = ("ministral", "smollm3", "olmo", "olmo3", "exaone4", "granite", "glm4", "ernie4_5")
-# The families whose blocks (norm placement, MLP) are written and checked against transformers.
-BLOCK_FAMILIES: tuple[str, ...] = (
-    "bert",
-    *ROBERTA_LIKE,
-    "gpt2",
-    "llama",
-    "mistral",
-    "qwen2",
-    "qwen3",
-    "gemma",
-    "gemma2",
-    "gemma3_text",
-    "gemma3",
-    "olmo2",
-    "phi3",
-    "gpt_neox",
-    "mixtral",
-    "qwen2_moe",
-    "qwen3_moe",
-    *_DENSE_B,
-    *_DENSE_A,
-)
-# the mixture-of-experts families of issue 25's third group, each checked as the others are
-BLOCK_FAMILIES += ("qwen3_next", "gpt_oss", "deepseek_v3", "deepseek_v2")
-# 1 + w RMSNorms (Gemma's, Qwen3-Next's zero-centred ones) around the MLP and at the end
-_RMS1P = ("gemma", "gemma2", "gemma3_text", "qwen3_next")
-_ENCODERS = ("bert", *ROBERTA_LIKE)
-
-
-@dataclass(frozen=True)
-class BlockPlan:
-    """One block past its attention: where the norms sit, the MLP's tensors and activation."""
-
-    placement: fw.Placement
-    norms: Mapping[str, Norm]  # by role: attn_out, mlp_in, mlp_out
-    mlp: str  # "dense", "gated", "gated_fused", "moe"
-    conv1d: bool  # GPT-2's Conv1D is [in, out] already
-    act: str
-    tensors: tuple[Tensor, ...]
-    experts: Experts | None = None  # a mixture of experts in place of the MLP (mlp "moe")
-    residual: float | None = None  # Granite's residual_multiplier on both branches
-
-
-@dataclass(frozen=True)
-class Experts:
-    """A mixture of experts: the router's tensor, each expert's gate/up/down (read only when a
-    token chooses it), top-k, renormalised or not, and Qwen2-MoE's gated shared expert."""
-
-    router: Tensor
-    each: Callable[[int], tuple[Tensor, ...]]  # expert e's gate, up, down (none: stacked)
-    count: int
-    k: int
-    normalize: bool
-    shared: tuple[Tensor, Tensor, Tensor, Tensor] | None = None  # gate, up, down, its sigmoid gate
-    router_bias: Tensor | None = None  # gpt-oss: added to the router's logits
-    stacked: Stacked | None = None  # gpt-oss: every expert in one tensor each
-    grouped: Grouped | None = None  # DeepSeek V3's sigmoid router
-    plain_shared: tuple[Tensor, Tensor, Tensor] | None = None  # DeepSeek V3: gate, up, down
-    greedy: Greedy | None = None  # DeepSeek V2's softmax router
-
-
-@dataclass(frozen=True)
-class Stacked:
-    """gpt-oss's experts (GptOssExperts): expert e is row e of each tensor, [in, out] already;
-    gate_up's columns interleave gate and up; biases; the clamped swiglu."""
-
-    gate_up: Tensor  # (E, C, 2F)
-    gate_up_bias: Tensor  # (E, 2F)
-    down: Tensor  # (E, F, C)
-    down_bias: Tensor  # (E, C)
-    alpha: float  # swiglu_alpha
-    limit: float  # swiglu_limit
-
-    def tensors(self) -> tuple[Tensor, ...]:
-        return (self.gate_up, self.gate_up_bias, self.down, self.down_bias)
-
-
-@dataclass(frozen=True)
-class Grouped:
-    """DeepSeek V3's router (DeepseekV3TopkRouter): sigmoid scores, the choice moved by
-    e_score_correction_bias and kept to the best topk_group of n_group groups."""
-
-    correction: Tensor  # e_score_correction_bias (E,)
-    groups: tuple[int, int]  # n_group, topk_group
-    scale: float  # routed_scaling_factor
-
-
-@dataclass(frozen=True)
-class Greedy:
-    """DeepSeek V2's router (DeepseekV2TopkRouter): softmax over every expert, the top k
-    (topk_method greedy) or the top k within the topk_group best of n_group groups, a group
-    worth its best score (group_limited_greedy); the weights not renormalised, times
-    routed_scaling_factor."""
-
-    groups: tuple[int, int] | None  # n_group, topk_group; None: greedy
-    scale: float  # routed_scaling_factor
-
-
-@dataclass(frozen=True)
-class HeadPlan:
-    """The final norm and the LM head."""
-
-    norm: Norm | None
-    tensors: tuple[Tensor, ...]  # the norm's, then "head" (the LM head or the tied embeddings)
-    softcap: float | None
-    bias: Tensor | None = None  # the LM head's bias (Phi)
-    logit_scale: float | None = None  # logits times this (Cohere's logit_scale)
-    divide: float | None = None  # Granite's logits_scaling: logits / it
 
 
 @dataclass
@@ -188,497 +82,45 @@ class Walk:
     each_trace: Callable[[int, Any], None] | None = None
 
 
+def has_forward(family: Family) -> bool:
+    """Whether the family's block (norm placement, MLP) is written (a wrapper: its text model's)."""
+    if family.wrapper is not None:
+        return has_forward(get(family.wrapper.text))
+    return family.block is not None
+
+
+def block_families() -> tuple[str, ...]:
+    """The families whose blocks are written and checked against transformers."""
+    return tuple(name for name, family in REGISTRY.items() if has_forward(family))
+
+
 def _refuse_family(source: str, family: str, what: str) -> None:
-    if family in BLOCK_FAMILIES:
+    if has_forward(get(family)):
         return
     why = "its block (norm placement, MLP) is not written and checked against transformers"
     raise InputError(
         source,
         "model_type",
         f"{family}: computing {what} takes the forward through the layers below, and {why}",
-        "one of " + ", ".join(BLOCK_FAMILIES) + " (or layer 0)",
+        "one of " + ", ".join(block_families()) + " (or layer 0)",
         option="layer",
     )
 
 
-def _block_config(cfg: Config, family: str) -> tuple[Config, str]:
-    """The config and family of the text model (a wrapper's text_config)."""
-    if family in WRAPPERS:
-        return text_config(cfg, family), WRAPPERS[family].text
-    return cfg, family
-
-
-def _act(cfg: Config, key: str, default: str) -> str:
-    value = cfg.text(key, default)
-    if value not in fw.ACTIVATIONS:
-        raise cfg.error(key, f"got {value!r}", "one of " + ", ".join(fw.ACTIVATIONS))
-    return str(value)
-
-
 def block_plan(cfg: Config, family: str, plan: LayerPlan) -> BlockPlan:
     """The block of ``plan``'s layer past its attention, from config.json (family's defaults)."""
-    cfg, family = _block_config(cfg, family)
-    C, p = plan.hidden, plan.block
-
-    def t(role: str, name: str, *shape: int) -> Tensor:
-        return Tensor(role, p + name, shape)
-
-    if family in _ENCODERS:
-        F = cfg.whole("intermediate_size", 3072)
-        eps = cfg.number("layer_norm_eps", 1e-12)
-        tensors: tuple[Tensor, ...] = (
-            t("a.w", "attention.output.LayerNorm.weight", C),
-            t("a.b", "attention.output.LayerNorm.bias", C),
-            t("in.weight", "intermediate.dense.weight", F, C),
-            t("in.bias", "intermediate.dense.bias", F),
-            t("out.weight", "output.dense.weight", C, F),
-            t("out.bias", "output.dense.bias", C),
-            t("m.w", "output.LayerNorm.weight", C),
-            t("m.b", "output.LayerNorm.bias", C),
-        )
-        norms = {
-            "attn_out": Norm("layer", eps, "a.w", "a.b"),
-            "mlp_out": Norm("layer", eps, "m.w", "m.b"),
-        }
-        return BlockPlan("post", norms, "dense", False, _act(cfg, "hidden_act", "gelu"), tensors)
-    if family == "gpt2":
-        F = cfg.whole("n_inner", 4 * C)
-        eps = cfg.number("layer_norm_epsilon", 1e-5)
-        tensors = (
-            t("n.w", "ln_2.weight", C),
-            t("n.b", "ln_2.bias", C),
-            t("in.weight", "mlp.c_fc.weight", C, F),
-            t("in.bias", "mlp.c_fc.bias", F),
-            t("out.weight", "mlp.c_proj.weight", F, C),
-            t("out.bias", "mlp.c_proj.bias", C),
-        )
-        act = _act(cfg, "activation_function", "gelu_new")
-        return BlockPlan(
-            "pre", {"mlp_in": Norm("layer", eps, "n.w", "n.b")}, "dense", True, act, tensors
-        )
-    if family == "gpt_neox":
-        F = cfg.whole("intermediate_size")
-        eps = cfg.number("layer_norm_eps", 1e-5)
-        tensors = (
-            t("n.w", "post_attention_layernorm.weight", C),
-            t("n.b", "post_attention_layernorm.bias", C),
-            t("in.weight", "mlp.dense_h_to_4h.weight", F, C),
-            t("in.bias", "mlp.dense_h_to_4h.bias", F),
-            t("out.weight", "mlp.dense_4h_to_h.weight", C, F),
-            t("out.bias", "mlp.dense_4h_to_h.bias", C),
-        )
-        placement: fw.Placement = "parallel" if cfg.flag("use_parallel_residual", True) else "pre"
-        return BlockPlan(
-            placement,
-            {"mlp_in": Norm("layer", eps, "n.w", "n.b")},
-            "dense",
-            False,
-            _act(cfg, "hidden_act", "gelu"),
-            tensors,
-        )
-    if family in _DENSE_A:
-        return _dense_a_block(cfg, family, plan, t)
-    if family in _DENSE_B:
-        return _dense_b_block(cfg, family, plan, t)
-    return _decoder_block(cfg, family, plan, t)
-
-
-def _dense_a_block(
-    cfg: Config, family: str, plan: LayerPlan, t: Callable[..., Tensor]
-) -> BlockPlan:
-    """_DENSE_A's blocks (transformers' modeling_<family>.py): a gate/up/down MLP (GLM-4's
-    fused gate_up_proj, rows gate then up), biases by mlp_bias (SmolLM3, Granite) or use_bias
-    (ERNIE 4.5); norms as the attention's (OLMo: LayerNorm without parameters)."""
-    C, F = plan.hidden, cfg.whole("intermediate_size")
-    norm = _dense_a_norm(cfg, family)
-    if family == "glm4":
-        mlp = [
-            t("gate_up.weight", "mlp.gate_up_proj.weight", 2 * F, C),
-            t("down.weight", "mlp.down_proj.weight", C, F),
-        ]
-    else:
-        mlp = [
-            t(f"{x}.weight", f"mlp.{x}_proj.weight", *((C, F) if x == "down" else (F, C)))
-            for x in ("gate", "up", "down")
-        ]
-    bias = {"smollm3": "mlp_bias", "granite": "mlp_bias", "ernie4_5": "use_bias"}.get(family)
-    if bias is not None and cfg.flag(bias, False):
-        mlp += [
-            t(f"{x}.bias", f"mlp.{x}_proj.bias", F if x != "down" else C)
-            for x in ("gate", "up", "down")
-        ]
-    placement: fw.Placement
-    if family in ("olmo3", "exaone4"):  # norms after attention and MLP only, as OLMo 2's
-        placement = "post_only"
-        names = {"attn_out": "post_attention_layernorm", "mlp_out": "post_feedforward_layernorm"}
-    elif family == "glm4":  # input_layernorm (the attention's), then three more
-        placement = "sandwich"
-        names = {
-            "attn_out": "post_self_attn_layernorm",
-            "mlp_in": "post_attention_layernorm",
-            "mlp_out": "post_mlp_layernorm",
-        }
-    else:
-        placement, names = "pre", {"mlp_in": "post_attention_layernorm"}
-    if norm.weight is None:  # OLMo: nothing to read
-        norms, weights = dict.fromkeys(names, norm), []
-    else:
-        norms = {r: Norm(norm.kind, norm.eps, f"{r}.weight") for r in names}
-        weights = [t(f"{r}.weight", f"{n}.weight", C) for r, n in names.items()]
-    residual = cfg.number("residual_multiplier", 1.0) if family == "granite" else None
-    kind = "gated_fused" if family == "glm4" else "gated"
-    act = _act(cfg, "hidden_act", "silu")
-    return BlockPlan(placement, norms, kind, False, act, (*mlp, *weights), residual=residual)
-
-
-def _dense_a_norm(cfg: Config, family: str) -> Norm:
-    """The family's norm, as its attention plan reads it: RMSNorm with the class's eps default,
-    OLMo's LayerNorm with eps 1e-5 and no weight or bias (weight role "w" otherwise)."""
-    key, default = ARCHS[family].eps
-    eps = default if key is None else cfg.number(key, default)
-    return Norm("layer", eps, None) if family == "olmo" else Norm("rms", eps, "w")
-
-
-def _dense_b_block(
-    cfg: Config, family: str, plan: LayerPlan, t: Callable[..., Tensor]
-) -> BlockPlan:
-    """StarCoder2 and StableLM (pre-norm; StableLM's use_parallel_residual), Phi and Cohere
-    (attention and MLP in parallel from the one input_layernorm), DistilBERT (post-norm)."""
-    C = plan.hidden
-    if family == "distilbert":  # TransformerBlock: its LayerNorms' eps is fixed at 1e-12
-        F = cfg.whole("hidden_dim", 4 * C)
-        tensors: tuple[Tensor, ...] = (
-            t("a.w", "sa_layer_norm.weight", C),
-            t("a.b", "sa_layer_norm.bias", C),
-            t("in.weight", "ffn.lin1.weight", F, C),
-            t("in.bias", "ffn.lin1.bias", F),
-            t("out.weight", "ffn.lin2.weight", C, F),
-            t("out.bias", "ffn.lin2.bias", C),
-            t("m.w", "output_layer_norm.weight", C),
-            t("m.b", "output_layer_norm.bias", C),
-        )
-        norms = {
-            "attn_out": Norm("layer", 1e-12, "a.w", "a.b"),
-            "mlp_out": Norm("layer", 1e-12, "m.w", "m.b"),
-        }
-        return BlockPlan("post", norms, "dense", False, _act(cfg, "activation", "gelu"), tensors)
-    assert plan.pre_norm is not None  # input_layernorm: its eps is the block's norms' eps
-    F, eps = cfg.whole("intermediate_size"), plan.pre_norm.eps
-    parallel = family in ("phi", *_COHERE) or (
-        family == "stablelm" and cfg.flag("use_parallel_residual", False)
-    )
-    # the MLP's norm: a second LayerNorm, or (parallel) input_layernorm read once more
-    n = "input_layernorm" if parallel else "post_attention_layernorm"
-    bias = family not in _COHERE  # Cohere's LayerNorm has no bias
-    norm_t = (t("n.w", f"{n}.weight", C), *([t("n.b", f"{n}.bias", C)] if bias else []))
-    norms = {"mlp_in": Norm("layer", eps, "n.w", "n.b" if bias else None)}
-    placement: fw.Placement = "parallel" if parallel else "pre"
-    mlp: tuple[Tensor, ...]
-    if family in ("stablelm", *_COHERE):  # SwiGLU without biases
-        mlp = (
-            t("gate.weight", "mlp.gate_proj.weight", F, C),
-            t("up.weight", "mlp.up_proj.weight", F, C),
-            t("down.weight", "mlp.down_proj.weight", C, F),
-        )
-        act = _act(cfg, "hidden_act", "silu")
-        return BlockPlan(placement, norms, "gated", False, act, (*norm_t, *mlp))
-    up, down = ("mlp.c_fc.", "mlp.c_proj.") if family == "starcoder2" else ("mlp.fc1.", "mlp.fc2.")
-    mlp = (t("in.weight", f"{up}weight", F, C), t("out.weight", f"{down}weight", C, F))
-    if family == "phi" or cfg.flag("use_bias", True):  # StarCoder2's use_bias
-        mlp += (t("in.bias", f"{up}bias", F), t("out.bias", f"{down}bias", C))
-    act = _act(cfg, "hidden_act", "gelu_new" if family == "phi" else "gelu_pytorch_tanh")
-    return BlockPlan(placement, norms, "dense", False, act, (*norm_t, *mlp))
-
-
-def _decoder_block(
-    cfg: Config, family: str, plan: LayerPlan, t: Callable[..., Tensor]
-) -> BlockPlan:
-    """Llama-like blocks: gate/up/down MLP (Phi-3's fused gate_up_proj), RMSNorms."""
-    C = plan.hidden
-    F = cfg.whole("intermediate_size")
-    kind: NormKind = "rms1p" if family in _RMS1P else "rms"
-    eps = cfg.number("rms_norm_eps", 1e-5 if family in ("olmo2", "phi3", "gpt_oss") else 1e-6)
-    experts = _experts(cfg, family, plan, t)
-    mlp = [] if experts else [t("down.weight", "mlp.down_proj.weight", C, F)]
-    if experts:
-        pass
-    elif family == "phi3":
-        mlp.append(t("gate_up.weight", "mlp.gate_up_proj.weight", 2 * F, C))
-    else:
-        mlp += [
-            t("gate.weight", "mlp.gate_proj.weight", F, C),
-            t("up.weight", "mlp.up_proj.weight", F, C),
-        ]
-    if cfg.flag("mlp_bias", False) and not experts:
-        if family == "phi3":
-            raise cfg.error("mlp_bias", "got true", "false (Phi-3's MLP has no biases)")
-        mlp += [
-            t(f"{x}.bias", f"mlp.{x}_proj.bias", F if x != "down" else C)
-            for x in ("gate", "up", "down")
-        ]
-    names = {
-        "attn_out": "post_attention_layernorm",
-        "mlp_in": "pre_feedforward_layernorm",
-        "mlp_out": "post_feedforward_layernorm",
-    }
-    placement: fw.Placement
-    roles: tuple[str, ...]
-    if family in ("gemma2", "gemma3_text"):
-        placement, roles = "sandwich", ("attn_out", "mlp_in", "mlp_out")
-    elif family == "olmo2":
-        placement, roles = "post_only", ("attn_out", "mlp_out")
-    else:
-        placement, roles = "pre", ("mlp_in",)
-        names["mlp_in"] = "post_attention_layernorm"
-    norms = {r: Norm(kind, eps, f"{r}.weight") for r in roles}
-    tensors = (*mlp, *(t(f"{r}.weight", f"{names[r]}.weight", C) for r in roles))
-    if family in ("gemma2", "gemma3_text"):
-        act = _act(cfg, "hidden_activation", "gelu_pytorch_tanh")
-    else:
-        act = _act(cfg, "hidden_act", "silu")
-    fused = "moe" if experts else "gated_fused" if family == "phi3" else "gated"
-    return BlockPlan(placement, norms, fused, False, act, tensors, experts)
-
-
-def _experts(cfg: Config, family: str, plan: LayerPlan, t: Callable[..., Tensor]) -> Experts | None:
-    """The layer's mixture of experts (Mixtral's block_sparse_moe, Qwen's sparse mlp), or None
-    for a dense MLP (every other family; Qwen's mlp_only_layers and decoder_sparse_step)."""
-    C, layer = plan.hidden, plan.layer
-    if family in _OWN_EXPERTS:
-        return _OWN_EXPERTS[family](cfg, plan, t)
-    if family == "mixtral":
-        E, F = cfg.whole("num_local_experts", 8), cfg.whole("intermediate_size")
-        k = cfg.whole("num_experts_per_tok", 2)
-        a = "block_sparse_moe."
-        return Experts(
-            t("router", f"{a}gate.weight", E, C),
-            lambda e: (
-                t(f"e{e}.gate", f"{a}experts.{e}.w1.weight", F, C),
-                t(f"e{e}.up", f"{a}experts.{e}.w3.weight", F, C),
-                t(f"e{e}.down", f"{a}experts.{e}.w2.weight", C, F),
-            ),
-            E,
-            min(k, E),
-            True,
-        )
-    if family not in _QWEN_MOE:
-        return None
-    E_default, k_default, normalize = _QWEN_MOE[family]
-    key = "num_local_experts" if cfg.has("num_local_experts") else "num_experts"  # 5's and 4's
-    E = cfg.whole(key, E_default, minimum=0)
-    only = cfg.data.get("mlp_only_layers") or []
-    if not isinstance(only, list) or any(type(i) is not int for i in only):
-        raise cfg.error("mlp_only_layers", f"got {only!r}", "a list of layer numbers")
-    if layer in only or E == 0 or (layer + 1) % cfg.whole("decoder_sparse_step", 1) != 0:
-        return None
-    F = cfg.whole("moe_intermediate_size")
-    k = cfg.whole("num_experts_per_tok", k_default)
-    shared = None
-    if family != "qwen3_moe":  # Qwen2-MoE's and Qwen3-Next's gated shared expert
-        S = cfg.whole("shared_expert_intermediate_size")
-        shared = (
-            t("s.gate", "mlp.shared_expert.gate_proj.weight", S, C),
-            t("s.up", "mlp.shared_expert.up_proj.weight", S, C),
-            t("s.down", "mlp.shared_expert.down_proj.weight", C, S),
-            t("s.sigmoid", "mlp.shared_expert_gate.weight", 1, C),
-        )
-    return Experts(
-        t("router", "mlp.gate.weight", E, C),
-        lambda e: (
-            t(f"e{e}.gate", f"mlp.experts.{e}.gate_proj.weight", F, C),
-            t(f"e{e}.up", f"mlp.experts.{e}.up_proj.weight", F, C),
-            t(f"e{e}.down", f"mlp.experts.{e}.down_proj.weight", C, F),
-        ),
-        E,
-        min(k, E),
-        cfg.flag("norm_topk_prob", normalize),
-        shared,
-    )
-
-
-# Qwen's sparse MLPs: the config classes' defaults of num_experts, num_experts_per_tok and
-# norm_topk_prob
-_QWEN_MOE = {
-    "qwen2_moe": (60, 4, False),
-    "qwen3_moe": (128, 8, False),
-    "qwen3_next": (512, 10, True),
-}
-
-
-def _gpt_oss_experts(cfg: Config, plan: LayerPlan, t: Callable[..., Tensor]) -> Experts:
-    """gpt-oss's MLP on every layer (GptOssMLP): the router with its bias, the top k logits'
-    softmax, each chosen expert a row of the stacked tensors with biases, the clamped swiglu."""
-    C = plan.hidden
-    E, F = cfg.whole("num_local_experts", 128), cfg.whole("intermediate_size", 2880)
-    k = cfg.whole("num_experts_per_tok", 4)
-    a = "mlp.experts."
-    stacked = Stacked(
-        t("experts.gate_up", f"{a}gate_up_proj", E, C, 2 * F),
-        t("experts.gate_up_bias", f"{a}gate_up_proj_bias", E, 2 * F),
-        t("experts.down", f"{a}down_proj", E, F, C),
-        t("experts.down_bias", f"{a}down_proj_bias", E, C),
-        cfg.number("swiglu_alpha", 1.702),
-        cfg.number("swiglu_limit", 7.0),
-    )
-    return Experts(
-        t("router", "mlp.router.weight", E, C),
-        lambda e: (),
-        E,
-        min(k, E),
-        True,
-        router_bias=t("router.bias", "mlp.router.bias", E),
-        stacked=stacked,
-    )
-
-
-def _deepseek_experts(cfg: Config, plan: LayerPlan, t: Callable[..., Tensor]) -> Experts | None:
-    """DeepSeek V3's MoE (DeepseekV3MoE) from layer first_k_dense_replace on (a dense MLP
-    below): the grouped sigmoid router, the routed experts, and the shared experts (one MLP
-    n_shared_experts × moe_intermediate_size wide, ungated) added to every token."""
-    C = plan.hidden
-    if plan.layer < cfg.whole("first_k_dense_replace", 3, minimum=0):
-        return None
-    E, F = cfg.whole("n_routed_experts", 256), cfg.whole("moe_intermediate_size", 2048)
-    k = cfg.whole("num_experts_per_tok", 8)
-    groups = (cfg.whole("n_group", 8), cfg.whole("topk_group", 4))
-    if E % groups[0] or groups[1] > groups[0]:
-        raise cfg.error(
-            "n_group",
-            f"{groups[0]} groups of {E} experts, the best {groups[1]} kept",
-            "a divisor of n_routed_experts, at least topk_group",
-        )
-    S = F * cfg.whole("n_shared_experts", 1)
-    grouped = Grouped(
-        t("router.correction", "mlp.gate.e_score_correction_bias", E),
-        groups,
-        cfg.number("routed_scaling_factor", 2.5),
-    )
-    return Experts(
-        t("router", "mlp.gate.weight", E, C),
-        lambda e: (
-            t(f"e{e}.gate", f"mlp.experts.{e}.gate_proj.weight", F, C),
-            t(f"e{e}.up", f"mlp.experts.{e}.up_proj.weight", F, C),
-            t(f"e{e}.down", f"mlp.experts.{e}.down_proj.weight", C, F),
-        ),
-        E,
-        min(k, E),
-        cfg.flag("norm_topk_prob", True),
-        grouped=grouped,
-        plain_shared=(
-            t("s.gate", "mlp.shared_experts.gate_proj.weight", S, C),
-            t("s.up", "mlp.shared_experts.up_proj.weight", S, C),
-            t("s.down", "mlp.shared_experts.down_proj.weight", C, S),
-        ),
-    )
-
-
-def _deepseek_v2_experts(cfg: Config, plan: LayerPlan, t: Callable[..., Tensor]) -> Experts | None:
-    """DeepSeek V2's MoE (DeepseekV2Moe) from layer first_k_dense_replace on: the softmax
-    router (``Greedy``), the routed experts and the shared experts, ungated, on every token."""
-    C = plan.hidden
-    if plan.layer < cfg.whole("first_k_dense_replace", 0, minimum=0):
-        return None
-    E, F = cfg.whole("n_routed_experts", 64), cfg.whole("moe_intermediate_size", 1407)
-    k = cfg.whole("num_experts_per_tok")
-    method = cfg.text("topk_method", "greedy")
-    if method not in ("greedy", "group_limited_greedy"):
-        raise cfg.error("topk_method", f"got {method!r}", "greedy or group_limited_greedy")
-    groups = None
-    if method == "group_limited_greedy":
-        groups = (cfg.whole("n_group"), cfg.whole("topk_group"))
-        if E % groups[0] or groups[1] > groups[0]:
-            raise cfg.error(
-                "n_group",
-                f"{groups[0]} groups of {E} experts, the best {groups[1]} kept",
-                "a divisor of n_routed_experts, at least topk_group",
-            )
-    S = F * cfg.whole("n_shared_experts", 2)
-    return Experts(
-        t("router", "mlp.gate.weight", E, C),
-        lambda e: (
-            t(f"e{e}.gate", f"mlp.experts.{e}.gate_proj.weight", F, C),
-            t(f"e{e}.up", f"mlp.experts.{e}.up_proj.weight", F, C),
-            t(f"e{e}.down", f"mlp.experts.{e}.down_proj.weight", C, F),
-        ),
-        E,
-        min(k, E),
-        False,
-        greedy=Greedy(groups, cfg.number("routed_scaling_factor", 1.0)),
-        plain_shared=(
-            t("s.gate", "mlp.shared_experts.gate_proj.weight", S, C),
-            t("s.up", "mlp.shared_experts.up_proj.weight", S, C),
-            t("s.down", "mlp.shared_experts.down_proj.weight", C, S),
-        ),
-    )
-
-
-_OWN_EXPERTS: dict[str, Callable[[Config, LayerPlan, Callable[..., Tensor]], Experts | None]] = {
-    "gpt_oss": _gpt_oss_experts,
-    "deepseek_v3": _deepseek_experts,
-    "deepseek_v2": _deepseek_v2_experts,
-}
+    cfg, family = text_model(cfg, family)
+    block = get(family).block
+    assert block is not None  # walk refused the family first
+    return block(cfg, plan)
 
 
 def head_plan(cfg: Config, family: str, plan: LayerPlan, names: set[str], prefix: str) -> HeadPlan:
     """The final norm and the LM head (or the tied embeddings) of a decoder."""
-    cfg, family = _block_config(cfg, family)
-    C, V = plan.hidden, plan.embed_tensors[0].shape[0]
-    if family in _ENCODERS or family == "distilbert":
-        raise InputError(
-            cfg.source,
-            "model_type",
-            f"{family} is an encoder: its checkpoint has no LM head predicting a next token",
-            "a decoder checkpoint (for the logits)",
-            option="check-logits",
-        )
-    if family in _DENSE_B:
-        return _dense_b_head(cfg, family, plan, names, prefix)
-    norm_t: tuple[str, ...]
-    if family == "gpt2":
-        eps = cfg.number("layer_norm_epsilon", 1e-5)
-        norm, norm_t = Norm("layer", eps, "f.w", "f.b"), ("ln_f.weight", "ln_f.bias")
-    elif family == "gpt_neox":
-        eps = cfg.number("layer_norm_eps", 1e-5)
-        norm = Norm("layer", eps, "f.w", "f.b")
-        norm_t = ("final_layer_norm.weight", "final_layer_norm.bias")
-    elif family in _DENSE_A:
-        norm = _dense_a_norm(cfg, family)
-        norm, norm_t = (
-            (norm, ()) if norm.weight is None else (replace(norm, weight="f.w"), ("norm.weight",))
-        )
-    else:
-        kind: NormKind = "rms1p" if family in _RMS1P else "rms"
-        eps = cfg.number("rms_norm_eps", 1e-5 if family in ("olmo2", "phi3", "gpt_oss") else 1e-6)
-        norm, norm_t = Norm(kind, eps, "f.w"), ("norm.weight",)
-    tensors = [Tensor(role, name, (C,)) for role, name in zip(("f.w", "f.b"), norm_t, strict=False)]
-    own = "embed_out.weight" if family == "gpt_neox" else "lm_head.weight"
-    outer = prefix[: -len("model.")] if prefix.endswith("model.") else ""  # a wrapper's lm_head
-    tied = cfg.flag("tie_word_embeddings", outer + own not in names)
-    head = plan.embed_tensors[0].name if tied else own
-    tensors.append(Tensor("head", head, (V, C)))
-    cap = cfg.optional_number("final_logit_softcapping", 30.0 if family == "gemma2" else 0.0)
-    divide = cfg.number("logits_scaling", 1.0) if family == "granite" else None
-    return HeadPlan(norm, tuple(tensors), cap or None, divide=divide)
-
-
-def _dense_b_head(
-    cfg: Config, family: str, plan: LayerPlan, names: set[str], prefix: str
-) -> HeadPlan:
-    """A LayerNorm (Cohere's without bias; Phi's final_layernorm), then the LM head: Phi's
-    with a bias, Cohere's logits times logit_scale; StarCoder2's and Cohere's tied by default."""
-    C, V = plan.hidden, plan.embed_tensors[0].shape[0]
-    assert plan.pre_norm is not None
-    name = "final_layernorm" if family == "phi" else "norm"
-    bias = family not in _COHERE
-    tensors = [Tensor("f.w", f"{name}.weight", (C,))]
-    tensors += [Tensor("f.b", f"{name}.bias", (C,))] if bias else []
-    norm = Norm("layer", plan.pre_norm.eps, "f.w", "f.b" if bias else None)
-    outer = prefix[: -len("model.")] if prefix.endswith("model.") else ""
-    tied = cfg.flag("tie_word_embeddings", outer + "lm_head.weight" not in names)
-    tensors.append(Tensor("head", plan.embed_tensors[0].name if tied else "lm_head.weight", (V, C)))
-    scale = cfg.number("logit_scale", 0.0625) if family in _COHERE else None
-    head_bias = Tensor("head.bias", "lm_head.bias", (V,)) if family == "phi" else None
-    return HeadPlan(norm, tuple(tensors), None, head_bias, scale)
+    cfg, family = text_model(cfg, family)
+    head = get(family).head
+    assert head is not None  # walk refused the family first
+    return head(cfg, plan, names, prefix)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -687,12 +129,12 @@ def _dense_b_head(
 _LITTLE = {"F32": "<f4", "F64": "<f8", "F16": "<f2"}
 
 
-class _LeanReader(ck.Reader):
+class LeanReader(Reader):
     """A reader whose tensors are read from the file into memory of their own, not mapped:
     pages of a memory-mapped file stay resident (and counted) after their tensor is dropped,
     so a walk through every layer would hold the whole checkpoint."""
 
-    def __enter__(self) -> _LeanReader:
+    def __enter__(self) -> LeanReader:
         return self
 
     def read(self, prefix: str, t: Tensor, plan: LayerPlan) -> FloatArray:
@@ -706,9 +148,9 @@ class _LeanReader(ck.Reader):
         if entry.dtype == "BF16":
             arr = self.bf16(path, entry, row, n, name)
         else:
-            per_row = math.prod(entry.shape[1:]) * ck.ITEMSIZE[entry.dtype]
+            per_row = math.prod(entry.shape[1:]) * ITEMSIZE[entry.dtype]
             with gate.open_regular(
-                path, str(path), "a .safetensors file", max_bytes=ck.MAX_CHECKPOINT_BYTES
+                path, str(path), "a .safetensors file", max_bytes=MAX_CHECKPOINT_BYTES
             ) as f:
                 f.seek(entry.begin + row * per_row)
                 buf = bytearray(f.read(n * per_row))
@@ -743,8 +185,8 @@ def walk(
     With ``through`` None and no ``logits``, the last layer's attention is all that is asked
     of it: its MLP is not computed (``residual`` is then None)."""
     ck.check_inputs(0, None, text)
-    folder, files, config_path = ck.locate(Path(checkpoint), config)
-    cfg = Config(ck.read_json(config_path, "config.json"), str(config_path))
+    folder, files, config_path = locate(Path(checkpoint), config)
+    cfg = Config(read_json(config_path, "config.json"), str(config_path))
     family, overridden = resolve_family(cfg, arch)
     ignored = check_keys(cfg, family)
     plan0 = plan_layer(cfg, family, 0)
@@ -753,9 +195,9 @@ def walk(
         _refuse_family(str(config_path), family, "the logits")
     elif n > 1 if through is None else through > 0:
         _refuse_family(str(config_path), family, "a layer past 0")
-    ids, tokens, types = ck.encode_text(folder / "tokenizer.json", text)
+    ids, tokens, types = encode_text(folder / "tokenizer.json", text)
     out = Walk(family, n, tokens, ids, notes=[*overridden, *ignored], each_trace=each_trace)
-    with _LeanReader(files) as reader:
+    with LeanReader(files) as reader:
         prefix = prefix_of(reader.names, plan0, reader.source)
         head = head_plan(cfg, family, plan0, set(reader.names), prefix) if logits else None
         x: FloatArray | None = ck.embed_tokens(reader, prefix, plan0, ids, types)  # (T, C) float64
@@ -785,7 +227,7 @@ def _no_map_note(weights: list[FloatArray]) -> list[str]:
 
 
 def _layer(
-    reader: ck.Reader,
+    reader: Reader,
     prefix: str,
     cfg: Config,
     family: str,
@@ -834,9 +276,7 @@ def _layer(
     return leaving
 
 
-def _moe(
-    reader: ck.Reader, prefix: str, plan: LayerPlan, bp: BlockPlan, h: FloatArray
-) -> FloatArray:
+def _moe(reader: Reader, prefix: str, plan: LayerPlan, bp: BlockPlan, h: FloatArray) -> FloatArray:
     """The mixture of experts on h [T, C]: the router, then each chosen expert, read when
     chosen; Qwen2-MoE adds its shared expert, scaled by sigmoid(h W)."""
     x = bp.experts
@@ -858,7 +298,7 @@ def _moe(
     if x.shared is not None:
         gate, up, down, sigmoid = (read(tensor) for tensor in x.shared)
         shared = fw.gated_mlp(h, gate.T, up.T, down.T, act)  # (T, C)
-        out = out + 1.0 / (1.0 + np.exp(-(h @ sigmoid.T))) * shared  # (T, 1) gate per token
+        out = out + ops.sigmoid(h @ sigmoid.T) * shared  # (T, 1) gate per token
     if x.plain_shared is not None:  # DeepSeek V3's shared experts, on every token, ungated
         gate, up, down = (read(tensor) for tensor in x.plain_shared)
         out = out + fw.gated_mlp(h, gate.T, up.T, down.T, act)
@@ -882,11 +322,11 @@ def _route(
 
 
 def _stacked_expert(
-    reader: ck.Reader, prefix: str, plan: LayerPlan, s: Stacked, e: int, rows: FloatArray
+    reader: Reader, prefix: str, plan: LayerPlan, s: Stacked, e: int, rows: FloatArray
 ) -> FloatArray:
     """gpt-oss's expert ``e`` on the tokens that chose it [n, C]: its row of each stacked
     tensor read alone, (clamped swiglu(rows W_gate_up + b)) W_down + b."""
-    assert isinstance(reader, _LeanReader)
+    assert isinstance(reader, LeanReader)
     gate_up, gate_up_b, down, down_b = (
         reader.block(prefix, tensor, plan, e, 1)[0].astype(np.float64) for tensor in s.tensors()
     )  # (C, 2F), (2F,), (F, C), (C,)
@@ -896,7 +336,7 @@ def _stacked_expert(
 
 
 def _attention(
-    reader: ck.Reader, prefix: str, plan: LayerPlan, x: FloatArray, out: Walk | None = None
+    reader: Reader, prefix: str, plan: LayerPlan, x: FloatArray, out: Walk | None = None
 ) -> tuple[FloatArray, FloatArray]:
     """The layer's attention weights (heads, T, T) and output projection (T, C): attn's trace
     of the fixture ``attn import`` makes from this residual stream (whole, and handed to
@@ -915,7 +355,7 @@ def _attention(
         fixture["description"] = fixture["description"].replace(
             "X from the hidden states -", f"X from the text's embeddings{below}"
         )
-    keep = ("projected",) if plan.delta is not None else ("softmax", "projected")
+    keep = ("softmax", "projected") if plan.softmax else ("projected",)
     trace = run(
         validate(fixture, f"{reader.source} (layer {plan.layer})"),
         keep=None if hook is not None else keep,
@@ -923,7 +363,7 @@ def _attention(
     if hook is not None:
         hook(plan.layer, trace)
     projected = np.asarray(trace["projected"].data)
-    if plan.delta is not None:  # linear attention: no softmax map, a layer of no heads
+    if not plan.softmax:  # linear attention: no softmax map, a layer of no heads
         return np.zeros((0, len(x), len(x))), projected  # (0, T, T)
     return np.asarray(trace["softmax"].data), projected
 
@@ -948,7 +388,7 @@ def _mlp(bp: BlockPlan, t: Mapping[str, FloatArray], h: FloatArray) -> FloatArra
 
 
 def _logits(
-    reader: _LeanReader, prefix: str, head: HeadPlan, plan: LayerPlan, x: FloatArray
+    reader: LeanReader, prefix: str, head: HeadPlan, plan: LayerPlan, x: FloatArray
 ) -> FloatArray:
     """The final norm, then the LM head (tied: the token embeddings): [T, vocab]."""
     outer = prefix[: -len("model.")] if prefix.endswith("model.") else ""
@@ -975,7 +415,7 @@ _HEAD_ROWS = 4096  # LM head rows widened at once
 
 
 def _check_block_budget(
-    reader: ck.Reader,
+    reader: Reader,
     prefix: str,
     plan: LayerPlan,
     bp: BlockPlan,
@@ -1070,13 +510,13 @@ def import_deep(
 ) -> ck.ImportedLayer:
     """Layer ``layer``'s attention as a fixture, X from ``text`` through layers 0 .. layer-1."""
     ck.check_inputs(0, None, text)  # the text's checks (layer 0: the text embeds it)
-    _, files, config_path = ck.locate(Path(checkpoint), config)
-    cfg = Config(ck.read_json(config_path, "config.json"), str(config_path))
+    _, files, config_path = locate(Path(checkpoint), config)
+    cfg = Config(read_json(config_path, "config.json"), str(config_path))
     family, _ = resolve_family(cfg, arch)
     plan = plan_layer(cfg, family, layer)  # the layer exists, before any is computed
     w = walk(checkpoint, text, through=layer, config=config, arch=arch, max_memory=max_memory)
     assert w.residual is not None
-    with _LeanReader(files) as reader:
+    with LeanReader(files) as reader:
         prefix = prefix_of(reader.names, plan, reader.source)
         check_tensors(reader.names, prefix, plan, reader.source)
         ck.check_budget(reader, prefix, plan, len(w.ids), None, max_memory)
@@ -1123,11 +563,11 @@ def top_tokens(
 ) -> list[tuple[str, int, float]]:
     """The ``k`` most likely next tokens after the last position: (token, id, probability),
     each token's text from the checkpoint's tokenizer.json."""
-    folder = ck.locate(Path(checkpoint), config)[0]
+    folder = locate(Path(checkpoint), config)[0]
     path = folder / "tokenizer.json"
-    tokenizers = ck.require("tokenizers")
-    raw = gate.read_bytes(path, str(path), "tokenizer.json", max_bytes=ck.MAX_JSON_BYTES)
-    tokenizer = ck.tokenizer_call(
+    tokenizers = require("tokenizers")
+    raw = gate.read_bytes(path, str(path), "tokenizer.json", max_bytes=MAX_JSON_BYTES)
+    tokenizer = tokenizer_call(
         path,
         lambda: tokenizers.Tokenizer.from_str(raw.decode("utf-8", "replace")),
         "unreadable tokenizer",

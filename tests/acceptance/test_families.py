@@ -340,18 +340,20 @@ def test_gemma_3_4b_config_takes_gemma3_texts_defaults(
     """What transformers 5.24's Gemma3Config makes of that config.json (read there once): 8
     heads, 4 kv heads, head_dim 256, query_pre_attn_scalar 256, layer_types sliding x 5 then
     full, sliding layers rope_theta 1e4, full ones 1e6 with linear factor 8, vocab 262208."""
-    from attn_cli.io.families import Config, Rope, check_keys, plan_layer
+    from attn_cli.io.families import Config, check_keys, plan_layer
 
     config = Config(GEMMA3_4B, "config.json")
     assert check_keys(config, "gemma3") == ()
     plan = plan_layer(config, "gemma3", layer)
     assert (plan.heads, plan.kv_heads, plan.head_dim, plan.hidden) == (8, 4, 256, 2560)
-    assert plan.scale == 256**-0.5 and plan.window == window
+    assert plan.scale == 256**-0.5 and plan.variants.get("window") == window
     assert plan.embed_tensors[0].shape == (262208, 2560)
     assert plan.prefixes[0] + plan.tensors[0].name == (
         f"language_model.model.layers.{layer}.self_attn.q_proj.weight"
     )
-    assert plan.rope == Rope(base=base, dims=256, layout="half", scaling=scaling)
+    rope = {"base": base, "layout": "half", "dims": 256}
+    rope.update((f"scaling.{k}", v) for k, v in scaling or ())
+    assert plan.variants["rope"] == rope
 
 
 _ABSENT = object()  # the key left out of config.json

@@ -27,7 +27,9 @@ from attn_cli.core import forward as fw
 from attn_cli.core.pipeline import run
 from attn_cli.io import forward as io_forward
 from attn_cli.io.fixture import load_fixture
-from attn_cli.io.forward import BLOCK_FAMILIES, walk
+from attn_cli.io.forward import block_families, walk
+
+BLOCK_FAMILIES = block_families()
 
 FORWARD = Path(__file__).parent.parent / "reference" / "forward"
 FAMILIES = Path(__file__).parent.parent / "reference" / "families"
@@ -309,12 +311,10 @@ def test_families_without_a_forward_are_refused(
     case: str, args: list[str], message: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     if case == "unwritten":  # every family attn imports has its block: a new one would not
-        from attn_cli.io import forward
+        from attn_cli.io.families import REGISTRY
 
         case = "cohere2"  # a decoder in tests/reference/families/
-        monkeypatch.setattr(
-            forward, "BLOCK_FAMILIES", tuple(f for f in BLOCK_FAMILIES if f != case)
-        )
+        monkeypatch.setitem(REGISTRY, case, replace(REGISTRY[case], block=None, head=None))
     result = run_cli("import", str(FAMILIES / case), "--text", "a b c", *args)
     assert result.exit_code == 2, result.stdout
     assert message in result.stderr
@@ -325,11 +325,12 @@ def test_families_without_a_forward_are_refused(
 def test_every_family_attn_imports_has_its_forward() -> None:
     """Issue 25: the forward below any layer for every family attn imports (a wrapper, gemma3,
     through its text model's)."""
-    from attn_cli.io.families import FAMILIES as IMPORTED
-    from attn_cli.io.families import WRAPPERS
+    from attn_cli.io.families import REGISTRY
 
-    assert [f for f in IMPORTED if f not in BLOCK_FAMILIES and f not in WRAPPERS] == []
-    assert all(w.text in BLOCK_FAMILIES for w in WRAPPERS.values())
+    assert [f for f in REGISTRY if f not in BLOCK_FAMILIES] == []
+    wrappers = [f.wrapper for f in REGISTRY.values() if f.wrapper is not None]
+    assert wrappers and all(w.text in BLOCK_FAMILIES for w in wrappers)
+    assert all(f.block is not None for f in REGISTRY.values() if f.wrapper is None)
 
 
 def test_a_layer_past_the_last_is_refused_before_computing() -> None:
@@ -535,7 +536,7 @@ def test_the_lean_reader_reads_what_safetensors_reads(tmp_path: Path) -> None:
     from safetensors.numpy import save_file
 
     from attn_cli.io.families import Tensor
-    from attn_cli.io.forward import _LeanReader
+    from attn_cli.io.forward import LeanReader
 
     rng = np.random.default_rng(5)
     arrays: dict[str, np.ndarray[Any, Any]] = {
@@ -549,7 +550,7 @@ def test_the_lean_reader_reads_what_safetensors_reads(tmp_path: Path) -> None:
         (),
         {"family": "llama", "layer": 0, "hidden": 1, "heads": 1, "kv_heads": 1, "head_dim": 1},
     )()
-    with _LeanReader(tmp_path / "m.safetensors") as reader:
+    with LeanReader(tmp_path / "m.safetensors") as reader:
         for name, want in arrays.items():
             t = Tensor(name, name, want.shape)
             got = reader.read("", t, plan)
@@ -726,10 +727,20 @@ def test_qwen3_next_deep_linear_layer_from_text(tmp_path: Path) -> None:
 def test_qwen3_next_a_plain_rmsnorm_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
     """The deliberate mistake: post_attention_layernorm and the final norm as w, not 1 + w
     (Qwen3-Next's norms are zero-centred): layer 1's input leaves transformers' at once."""
-    import attn_cli.io.forward as forward
+    from functools import partial
+
+    from attn_cli.io.families import REGISTRY
+    from attn_cli.io.families.blocks import decoder_block, decoder_head
+    from attn_cli.io.families.models import qwen3_next
 
     ref = _ref("qwen3_next")
-    monkeypatch.setattr(forward, "_RMS1P", ("gemma", "gemma2", "gemma3_text"))
+    plain = replace(qwen3_next.BLOCK, norm="rms")
+    family = replace(
+        REGISTRY["qwen3_next"],
+        block=partial(decoder_block, plain),
+        head=partial(decoder_head, plain),
+    )
+    monkeypatch.setitem(REGISTRY, "qwen3_next", family)
     w = walk(FORWARD / "qwen3_next", ref["text"], through=2, keep_residuals=True)
     _close(w.entering[0], ref["hidden"][0])
     with pytest.raises(AssertionError):

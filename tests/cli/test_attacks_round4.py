@@ -275,7 +275,7 @@ def test_a_decode_step_that_overflows_is_one_line(
 
 
 # ---------------------------------------------------------------------------------------------
-# attn import: a config value of the wrong type is one line naming the key (io/families.py
+# attn import: a config value of the wrong type is one line naming the key (io/families/config.py
 # Config's typed accessors), and a block that overflows is refused before the next norm
 
 REFERENCE = Path(__file__).parent.parent / "reference"

@@ -31,7 +31,7 @@ from safetensors.numpy import save_file
 from attn_cli.core.pipeline import run
 from attn_cli.errors import AttnError
 from attn_cli.io.checkpoint import import_layer
-from attn_cli.io.families import ARCH_REFUSED, FAMILIES
+from attn_cli.io.families import REGISTRY
 from attn_cli.io.fixture import load_fixture
 
 SAVED: dict[str, Any] = json.loads(
@@ -95,9 +95,9 @@ def _checkpoint(folder: Path, model_type: str, renamed: bool) -> Path:
 
 def _expected_ok(model_type: str, arch: str | None, renamed: bool) -> bool:
     family = model_type if arch is None else arch
-    if model_type in UNTRACEABLE or (renamed and family in ARCH_REFUSED):
+    if model_type in UNTRACEABLE or (renamed and bool(REGISTRY[family].arch_refused)):
         return False
-    return (family == model_type and family in FAMILIES) or (
+    return (family == model_type and family in REGISTRY) or (
         renamed and (model_type, arch) in AGREE
     )
 
@@ -105,7 +105,7 @@ def _expected_ok(model_type: str, arch: str | None, renamed: bool) -> bool:
 CASES = [
     (model_type, arch, renamed)
     for model_type in SAVED
-    for arch in (None, *FAMILIES)
+    for arch in (None, *REGISTRY)
     for renamed in (False, True)
     if not (renamed and arch is None)  # a renamed model_type needs --arch
 ]

@@ -26,7 +26,7 @@ from conftest import limit_memory, run_attn, run_cli, run_timed
 from safetensors.numpy import save_file
 from test_checkpoint import WORDS, _error, _layer_norm, _randn, _rms_norm, _small_llama, _write
 
-from attn_cli.io import checkpoint
+from attn_cli.io import tokens
 from attn_cli.io.checkpoint import import_layer
 from attn_cli.io.jsonfmt import MAX_DEPTH
 from attn_cli.io.yamlfmt import MAX_YAML_DEPTH
@@ -245,7 +245,7 @@ def test_a_backtracking_regex_is_cut_off_by_the_time_budget(
 ) -> None:
     folder = _llama(tmp_path)
     _regex_tokenizer(folder, r"\s+\b")  # quadratic: 8,000 spaces take about a second
-    monkeypatch.setattr(checkpoint, "TOKENIZE_SECONDS", 0.2)
+    monkeypatch.setattr(tokens, "TOKENIZE_SECONDS", 0.2)
     start = time.perf_counter()
     msg = _error(folder, text=" " * 8000)
     assert time.perf_counter() - start < 0.8
@@ -255,7 +255,7 @@ def test_a_backtracking_regex_is_cut_off_by_the_time_budget(
 def test_a_text_over_the_length_budget_is_refused_before_tokenizing(tmp_path: Path) -> None:
     folder = _llama(tmp_path)
     _regex_tokenizer(folder, r"\s+\b")
-    line = _refused(str(folder), "--text", " " * (checkpoint.MAX_TEXT_CHARS + 1), limit=2.0)
+    line = _refused(str(folder), "--text", " " * (tokens.MAX_TEXT_CHARS + 1), limit=2.0)
     assert line == "Error: --text: is 65,537 characters long, expected at most 65,536 characters"
 
 
@@ -264,7 +264,7 @@ def test_the_tokenizer_guard_lets_ctrl_c_through(tmp_path: Path) -> None:
         raise KeyboardInterrupt
 
     with pytest.raises(KeyboardInterrupt):
-        checkpoint.tokenizer_call(tmp_path, interrupted, "fails", "works")
+        tokens.tokenizer_call(tmp_path, interrupted, "fails", "works")
 
 
 def test_tokens_are_those_of_encode(tmp_path: Path) -> None:
