@@ -11,15 +11,16 @@ Array layouts (``B`` is 1 when the fixture has no batch axis):
 ``grad`` (the backward pass's upstream gradient) is laid out like the final stage: ``projected``
 (B, seq, d_out) when there is ``W_O``, else ``output`` (B, heads, seq, d_v).
 
-The variants (RoPE, ALiBi, window, softcap, sinks, QK-norm, mask sentinel) are optional fields;
-``None`` means the variant is off. Their conventions are those of core/variants.py.
+RoPE, the window and the mask sentinel are optional fields (``None``: off), with the conventions of
+core/variants.py; every other variant's setting is in ``extra`` under the variant's name, parsed
+and read by the variant itself (core/variant.py ``parse``, ``value``).
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
@@ -95,15 +96,21 @@ class Inputs:
     positions: IntArray | None = None  # (T,) as given; None: the default positions
     key_positions: IntArray | None = None  # (S,) as given; None: 0..S-1
     rope: Rope | None = None
-    alibi: FloatArray | None = None  # one slope per query head (H,)
     window: int | None = None  # 0 <= pos_q - pos_k < window
-    softcap: float | None = None
-    sinks: FloatArray | None = None  # one logit per query head (H,)
-    qk_norm: QKNorm | None = None
     mask_value: float = -math.inf  # what fills the places a query may not attend
     grad: FloatArray | None = None  # dL/d(final stage) for the backward pass, batch axis first
-    # the settings of variants registered from outside the package (core/variant.py), by name
+    # the settings of the variants torch's SDPA has no argument for (ALiBi, a cap, sink logits,
+    # QK-norm, those registered from outside), by name: each variant parses and reads its own
     extra: Mapping[str, Any] = field(default_factory=dict)
+
+    def setting(self, name: str) -> Any:
+        """The setting of the variant ``name`` (``inputs.extra[name]``), None when it is off."""
+        return self.extra.get(name)
+
+    def with_setting(self, name: str, value: Any) -> Inputs:
+        """These inputs with the variant ``name`` set to ``value`` (None: turned off)."""
+        extra = {k: v for k, v in self.extra.items() if k != name}
+        return replace(self, extra=extra if value is None else {**extra, name: value})
 
     def token_positions(self) -> tuple[IntArray, IntArray]:
         """(pos_q (T,), pos_k (S,)): as given, else keys 0..S-1 and queries per ``causal``."""

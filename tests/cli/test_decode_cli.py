@@ -20,7 +20,6 @@ import subprocess
 import termios
 import time
 from collections.abc import Iterator
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -138,8 +137,8 @@ def naive_decode(inp: Inputs, bug: str = "") -> list[list[list[float]]]:
         for h in range(H):
             g = h % Hkv if bug == "head_tiled" else h // (H // Hkv)
             qv = [float(x) for x in q[h, t]]
-            if inp.qk_norm is not None:
-                qv = rms(qv, inp.qk_norm.q_weight, inp.qk_norm.eps)
+            if inp.setting("qk_norm") is not None:
+                qv = rms(qv, inp.setting("qk_norm").q_weight, inp.setting("qk_norm").eps)
             if inp.rope is not None:
                 qv = rope_vec(qv, t, inp.rope)
             keep = t + 1 if inp.window is None else inp.window + (bug == "ring_plus_one")
@@ -148,17 +147,17 @@ def naive_decode(inp: Inputs, bug: str = "") -> list[list[list[float]]]:
             logits = []
             for j in js:
                 kv = [float(x) for x in k[g, j]]
-                if inp.qk_norm is not None:
-                    kv = rms(kv, inp.qk_norm.k_weight, inp.qk_norm.eps)
+                if inp.setting("qk_norm") is not None:
+                    kv = rms(kv, inp.setting("qk_norm").k_weight, inp.setting("qk_norm").eps)
                 if inp.rope is not None:
                     turns = 1 + (max(0, t - max(j, 0)) if bug == "rerotate" and t > 0 else 0)
                     for _ in range(turns):
                         kv = rope_vec(kv, j, inp.rope)
                 x = sum(a * b for a, b in zip(qv, kv, strict=True)) * scale
-                if inp.softcap is not None:  # Gemma 2: capped before anything is masked
-                    x = inp.softcap * math.tanh(x / inp.softcap)
+                if inp.setting("softcap") is not None:  # Gemma 2: capped before anything is masked
+                    x = inp.setting("softcap") * math.tanh(x / inp.setting("softcap"))
                 logits.append(x)
-            sink = [] if inp.sinks is None else [float(inp.sinks[h])]
+            sink = [] if inp.setting("sinks") is None else [float(inp.setting("sinks")[h])]
             top = max(logits + sink)
             total = sum(math.exp(x - top) for x in logits + sink)
             w = [math.exp(x - top) / total for x in logits]
@@ -546,7 +545,7 @@ def test_a_right_decode_loop_passes(tmp_path: Path) -> None:
     assert c.stages[0].name == "decode output" and c.stages[0].cells == 4 * 2 * 4
     capped = grade("gemma2_softcap", dump(tmp_path, naive_decode(load("gemma2_softcap")), 1))
     assert capped.same, capped.stages
-    uncapped = naive_decode(replace(load("gemma2_softcap"), softcap=None))
+    uncapped = naive_decode(load("gemma2_softcap").with_setting("softcap", None))
     assert not grade("gemma2_softcap", dump(tmp_path, uncapped, 1)).same
 
 

@@ -109,12 +109,15 @@ def test_the_keys_hold_what_the_flags_asked(tmp_path: Path) -> None:
     )
     assert inputs.rope is not None
     assert (inputs.rope.layout, inputs.rope.base, inputs.rope.dims) == ("interleaved", 500.0, 2)
-    assert (inputs.window, inputs.softcap, inputs.mask_value) == (2, 30.0, -1e9)
-    assert inputs.sinks is not None and inputs.sinks.shape == (4,)
-    assert inputs.qk_norm is not None and inputs.qk_norm.q_weight.shape == (4,)
-    assert inputs.qk_norm.k_weight.shape == (4,) and inputs.qk_norm.eps == 1e-6
-    assert inputs.alibi is not None
-    np.testing.assert_array_equal(inputs.alibi, [2**-2, 2**-4, 2**-6, 2**-8])  # Press et al.
+    assert (inputs.window, inputs.setting("softcap"), inputs.mask_value) == (2, 30.0, -1e9)
+    assert inputs.setting("sinks") is not None and inputs.setting("sinks").shape == (4,)
+    qk_norm = inputs.setting("qk_norm")
+    assert qk_norm is not None and qk_norm.q_weight.shape == (4,)
+    assert qk_norm.k_weight.shape == (4,) and qk_norm.eps == 1e-6
+    assert inputs.setting("alibi") is not None
+    np.testing.assert_array_equal(
+        inputs.setting("alibi"), [2**-2, 2**-4, 2**-6, 2**-8]
+    )  # Press et al.
     assert inputs.X_kv is not None and inputs.X_kv.shape == (2, 6, 8)
     assert inputs.key_tokens is not None and len(inputs.key_tokens) == 6
     assert (inputs.seq_q, inputs.seq_k) == (5, 6)
@@ -150,11 +153,15 @@ def test_variant_numbers_are_the_seeded_draws_after_the_rest(tmp_path: Path) -> 
         np.testing.assert_array_equal(fixture.X[0], X)  # rtol 0: written exactly
         for got, want in zip((fixture.W_Q, fixture.W_K, fixture.W_V), W, strict=True):
             np.testing.assert_array_equal(got, want)
-    assert rich.X_kv is not None and rich.sinks is not None and rich.qk_norm is not None
+    assert (
+        rich.X_kv is not None
+        and rich.setting("sinks") is not None
+        and rich.setting("qk_norm") is not None
+    )
     np.testing.assert_array_equal(rich.X_kv[0], X_kv)
-    np.testing.assert_array_equal(rich.sinks, sinks)
-    np.testing.assert_array_equal(rich.qk_norm.q_weight, q_weight)
-    np.testing.assert_array_equal(rich.qk_norm.k_weight, k_weight)
+    np.testing.assert_array_equal(rich.setting("sinks"), sinks)
+    np.testing.assert_array_equal(rich.setting("qk_norm").q_weight, q_weight)
+    np.testing.assert_array_equal(rich.setting("qk_norm").k_weight, k_weight)
 
 
 @pytest.mark.parametrize(

@@ -195,7 +195,7 @@ def _chain(fx: Fx, s: dict[str, Array]) -> Chain | None:
         kv_heads=fx.Hkv,
         d_k=D,
         d_v=s["V"].shape[3],
-        softcap=fx.softcap,
+        extra={"softcap": fx.softcap},
     )
     return Chain(inputs)
 

@@ -239,21 +239,21 @@ def loss_from(trace: Trace, start: str, value: Array) -> float:
     if "scaled" in after:
         a["scaled"] = a["scores"] * trace.scale
     x = a["scaled"]
-    if inp.softcap is not None:
+    if inp.setting("softcap") is not None:
         if "capped" in after:
-            a["capped"] = inp.softcap * np.tanh(a["scaled"] / inp.softcap)
+            a["capped"] = inp.setting("softcap") * np.tanh(a["scaled"] / inp.setting("softcap"))
         x = a["capped"]
     if "masked" in trace.stages:
         if "masked" in after:
             m = x + (0.0 if inp.bias is None else inp.bias)
-            if inp.alibi is not None:
+            if inp.setting("alibi") is not None:
                 every = cells_of(inp, slice(0, 1), slice(None), slice(None))
                 m = m + Chain(inp).bias_stage("alibi", every, np.float64)[0]  # (H, T, S)
             allowed = allowed_positions(inp)
             a["masked"] = m if allowed is None else np.where(allowed, m, inp.mask_value)
         x = a["masked"]
     if "softmax" in after:
-        a["softmax"] = softmax_rows(x, inp.sinks)
+        a["softmax"] = softmax_rows(x, inp.setting("sinks"))
     if "output" in after:
         v = a["V"]
         a["output"] = np.stack(
@@ -388,14 +388,14 @@ def forward_of(trace: Trace) -> ForwardArrays:
         return lambda d: rope(inp, d, positions, inverse=True)
 
     def unnorm(name: str) -> Any:
-        if inp.qk_norm is None:
+        if inp.setting("qk_norm") is None:
             return None
         x = a[name]
-        w = inp.qk_norm.q_weight if name == "Q" else inp.qk_norm.k_weight
+        w = inp.setting("qk_norm").q_weight if name == "Q" else inp.setting("qk_norm").k_weight
         if w.shape[0] == x.shape[-1]:
-            return lambda d: grad_rms_norm(d, x, w, inp.qk_norm.eps)
+            return lambda d: grad_rms_norm(d, x, w, inp.setting("qk_norm").eps)
         return lambda d: split_heads(
-            grad_rms_norm(merge_heads(d), merge_heads(x), w, inp.qk_norm.eps), x.shape[1]
+            grad_rms_norm(merge_heads(d), merge_heads(x), w, inp.setting("qk_norm").eps), x.shape[1]
         )
 
     weights = {n: getattr(inp, n) for n in ("W_Q", "W_K", "W_V", "W_O", "b_Q", "b_K", "b_V")}
@@ -477,7 +477,7 @@ def test_masked_cells_get_exactly_zero_and_rows_of_ds_sum_to_zero(example: str) 
     rows = ds.sum(axis=-1)  # (B, H, T)
     for r in trace.sentinel_rows:  # a finite mask_value let weight leak to constant logits
         rows[r.batch, r.head, r.query] = 0.0
-    if inp.sinks is None:
+    if inp.setting("sinks") is None:
         np.testing.assert_allclose(rows, 0.0, atol=1e-13)
     else:  # the sink takes p_sink · Delta
         p_sink = 1 - internal(trace, "softmax").sum(axis=-1)

@@ -466,8 +466,8 @@ def test_softcap_comes_before_the_mask() -> None:
 def test_alibi_slopes_for_8_heads_are_the_papers() -> None:
     fx = random_fixture(0, mode="direct", heads=8, alibi=True)
     trace = trace_of(fx)
-    assert trace.inputs.alibi is not None
-    np.testing.assert_array_equal(trace.inputs.alibi, [2.0**-i for i in range(1, 9)])
+    assert trace.inputs.setting("alibi") is not None
+    np.testing.assert_array_equal(trace.inputs.setting("alibi"), [2.0**-i for i in range(1, 9)])
     assert '"alibi": {"slopes": [0.5, 0.25,' in dumps(trace)
 
 

@@ -137,12 +137,12 @@ def test_rotation_pairs_add_up_to_q_rot_and_k_rot(name: str) -> None:
 def test_capped_alibi_and_masked_add_up(name: str) -> None:
     trace = trace_of(name)
     inp = trace.inputs
-    slopes = paper_slopes(inp.heads) if inp.alibi is not None else None
+    slopes = paper_slopes(inp.heads) if inp.setting("alibi") is not None else None
     for cell in every_cell(trace):
         logit = cell.scaled
-        if inp.softcap is not None:
-            assert cell.capped is not None and cell.softcap == inp.softcap
-            logit = inp.softcap * math.tanh(cell.scaled / inp.softcap)
+        if inp.setting("softcap") is not None:
+            assert cell.capped is not None and cell.softcap == inp.setting("softcap")
+            logit = inp.setting("softcap") * math.tanh(cell.scaled / inp.setting("softcap"))
             assert_allclose(logit, cell.capped, **SUM_TOL)
         if slopes is not None:
             assert cell.slope == slopes[cell.head] and cell.alibi is not None

@@ -6,7 +6,6 @@ and (with positions.py) the positions read one off."""
 from __future__ import annotations
 
 import math
-from dataclasses import replace
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -35,9 +34,9 @@ if TYPE_CHECKING:
 
 def _alibi_sign(trace: Trace) -> list[Change]:
     inp = trace.inputs
-    if inp.alibi is None:
+    if inp.setting("alibi") is None:
         return []
-    flipped = replace(inp, alibi=-inp.alibi)
+    flipped = inp.with_setting("alibi", -inp.setting("alibi"))
     detail = (
         "Your {stage} is what attn gets with the ALiBi bias added as +slope·|pos_q - pos_k|: "
         "distant keys gain weight instead of losing it. Fix: bias = -slope * |pos_q - pos_k|."
@@ -55,12 +54,12 @@ def _moved(trace: Trace, dq: int, dk: int) -> Change | None:
 
 def _with_slopes(trace: Trace, detail: str, slopes: FloatArray) -> Change:
     """The ALiBi stage (and all after it) with ``slopes`` (H,) in place of the fixture's."""
-    wrong = replace(trace.inputs, alibi=slopes)
+    wrong = trace.inputs.with_setting("alibi", slopes)
     return Change(detail, "alibi", {"alibi": bias_stage(wrong, "alibi")})
 
 
 def _slopes_reversed(trace: Trace) -> list[Change]:
-    slopes = trace.inputs.alibi
+    slopes = trace.inputs.setting("alibi")
     if slopes is None or (slopes == slopes[::-1]).all():
         return []
     detail = (
@@ -74,7 +73,9 @@ def _slopes_reversed(trace: Trace) -> list[Change]:
 
 def _slopes_formula(trace: Trace) -> list[Change]:
     inp = trace.inputs
-    if inp.alibi is None or not np.allclose(inp.alibi, alibi_slopes(inp.heads), 1e-12, 0):
+    if inp.setting("alibi") is None or not np.allclose(
+        inp.setting("alibi"), alibi_slopes(inp.heads), 1e-12, 0
+    ):
         return []  # slopes of the fixture's own: no formula to get wrong
     n = inp.heads
     out = [
@@ -101,7 +102,7 @@ def _slopes_formula(trace: Trace) -> list[Change]:
 
 
 def _alibi_scaled(trace: Trace) -> list[Candidate]:
-    if trace.inputs.alibi is None:
+    if trace.inputs.setting("alibi") is None:
         return []
     detail = (
         f"Your {{stage}} is what attn gets with the ALiBi bias added before the scale and so "

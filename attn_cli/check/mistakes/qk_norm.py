@@ -57,7 +57,7 @@ class _Norm:
 
 
 def _value(trace: Trace) -> QKNorm | None:
-    value: QKNorm | None = trace.inputs.qk_norm
+    value: QKNorm | None = trace.inputs.setting("qk_norm")
     return value
 
 

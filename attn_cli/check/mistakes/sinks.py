@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 
 
 def _sinks_left_out(trace: Trace) -> list[Change]:
-    if trace.inputs.sinks is None:
+    if trace.inputs.setting("sinks") is None:
         return []
     detail = (
         "Your {stage} is what attn gets when the sinks are left out of the softmax: each row "
@@ -34,7 +34,7 @@ def _sinks_left_out(trace: Trace) -> list[Change]:
 
 def _logits(trace: Trace) -> tuple[FloatArray, FloatArray] | None:
     """The softmax's input (B, H, T, S) and the sinks (1, H, 1, 1); None without sinks."""
-    sinks = trace.inputs.sinks
+    sinks = trace.inputs.setting("sinks")
     if sinks is None:
         return None
     return internal(trace, softmax_input(trace.inputs)), sinks.reshape(1, -1, 1, 1)
