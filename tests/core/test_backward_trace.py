@@ -335,8 +335,11 @@ def numeric(inputs: Inputs, trace: Trace, stage: str) -> Array | None:
         inputs = as_direct(inputs, trace)
     if target in ORDER and target not in ("Q", "K", "V"):
         return central(lambda v: loss_from(trace, target, v), internal(trace, target))
-    base = np.array(getattr(inputs, target), dtype=np.float64)
-    return central(lambda v: loss_of_inputs(replace(inputs, **{target: v})), base)
+    if hasattr(inputs, target):
+        base = np.array(getattr(inputs, target), dtype=np.float64)
+        return central(lambda v: loss_of_inputs(replace(inputs, **{target: v})), base)
+    base = np.array(inputs.setting(target), dtype=np.float64)  # a variant's own (sinks)
+    return central(lambda v: loss_of_inputs(inputs.with_setting(target, v)), base)
 
 
 def fd_errors(name: str) -> dict[str, float]:
