@@ -18,7 +18,7 @@ from rich.text import Text
 
 from attn_cli.present.i18n import Lang, label
 from attn_cli.present.options import RenderOptions
-from attn_cli.present.render import Heading, Line, Listing, render_explanation, render_header
+from attn_cli.present.render import listing, render_explanation, render_header
 from attn_cli.present.run_view import lookup, run_pages, run_sections, titled_matrix
 from attn_cli.present.text import safe
 
@@ -184,10 +184,10 @@ def render_overview(run: BatchRun, options: RenderOptions) -> Group:
     ]
     parts: list[RenderableType] = [
         render_header(run.traces[0], lang),
-        Heading(Text(_t(lang, "title"), style="bold cyan"), align="left", style="cyan"),
-        Line(_t(lang, "overview", n=len(members), chunked=how)),
+        Rule(Text(_t(lang, "title"), style="bold cyan"), align="left", style="cyan"),
+        Text(_t(lang, "overview", n=len(members), chunked=how)),
         Text(""),
-        Listing(Text(_t(lang, "seq_title"), style="bold"), columns, rows),
+        listing(Text(_t(lang, "seq_title"), style="bold"), columns, rows),
     ]
     if options.explain:
         parts += [render_explanation(explain(run, k, lang)) for k in ("packed", "cu_seqlens")]
@@ -203,14 +203,14 @@ def pool_lines(run: BatchRun, lang: Lang, explained: bool = False) -> list[Rende
     b, per_token = paging.block_size, run.per_token
     tokens = sum(m.tokens for m in run.result.members)
     held = f"{run.result.peak * b * per_token:,}"
-    lines: list[RenderableType] = [Text(""), Line(_t(lang, "pool", n=paging.pages, b=b))]
+    lines: list[RenderableType] = [Text(""), Text(_t(lang, "pool", n=paging.pages, b=b))]
     window = pool_window(run)
     if window is not None:
-        lines.append(Line(_t(lang, "pool_window", w=window)))
+        lines.append(Text(_t(lang, "pool_window", w=window)))
     if run.result.share:
-        lines.append(Line(_t(lang, "pool_shared", b=b)))
+        lines.append(Text(_t(lang, "pool_shared", b=b)))
     lines.append(
-        Line(
+        Text(
             _t(
                 lang,
                 "pool_cost",
@@ -259,13 +259,13 @@ def render_step(run: BatchRun, k: int, options: RenderOptions) -> Group:
     names = run.names
     title = _t(lang, "step", s=step.step, r=len(step.rows), k=len(step.keys))
     parts: list[RenderableType] = [
-        Heading(Text(title, style="bold cyan"), align="left", style="cyan"),
-        Line(_t(lang, "cu", q=list(step.cu_seqlens_q), k=list(step.cu_seqlens_k))),
+        Rule(Text(title, style="bold cyan"), align="left", style="cyan"),
+        Text(_t(lang, "cu", q=list(step.cu_seqlens_q), k=list(step.cu_seqlens_k))),
     ]
     for key, who in (("joins", step.entering), ("leaves", step.leaving)):
         if who:
-            parts.append(Line(_t(lang, key, names=", ".join(safe(names[j]) for j in who))))
-    parts += [Line(line) for line in page_lines(run, k, lang)]
+            parts.append(Text(_t(lang, key, names=", ".join(safe(names[j]) for j in who))))
+    parts += [Text(line) for line in page_lines(run, k, lang)]
     heads = ("col_row", "col_index", "col_seq", "col_token", "col_pos")
     columns = [(_t(lang, h), "left" if n in (2, 3) else "right") for n, h in enumerate(heads)]
     members = run.result.members
@@ -279,7 +279,7 @@ def render_step(run: BatchRun, k: int, options: RenderOptions) -> Group:
         ]
         for r, (j, t) in enumerate(step.rows)
     ]
-    parts.append(Listing(Text(_t(lang, "rows_title"), style="bold"), columns, rows))
+    parts.append(listing(Text(_t(lang, "rows_title"), style="bold"), columns, rows))
     row_labels = [safe(run.label(j, t)) for j, t in step.rows]
     key_labels = [safe(run.label(j, t)) for j, t in step.keys]
     shown = np.where(step.mask, 0.0, -np.inf)  # (R, N)
@@ -299,14 +299,14 @@ def render_step(run: BatchRun, k: int, options: RenderOptions) -> Group:
         parts.append(_check_line(run, j, [t for i, t in step.rows if i == j], lang))
     if options.explain:
         parts.append(render_explanation(explain(run, "check", lang)))
-    return Group(*parts, Line(""))
+    return Group(*parts, Text(""))
 
 
 def _mark(ok: bool) -> str:
     return "✓" if ok else "✗"
 
 
-def _check_line(run: BatchRun, j: int, tokens: list[int], lang: Lang) -> Line:
+def _check_line(run: BatchRun, j: int, tokens: list[int], lang: Lang) -> Text:
     solo = max(run.solo[j][t] for t in tokens)
     full = max(run.full[j][t] for t in tokens)
     ok = max(solo, full) <= run.tolerance
@@ -319,7 +319,7 @@ def _check_line(run: BatchRun, j: int, tokens: list[int], lang: Lang) -> Line:
         m1=_mark(solo <= run.tolerance),
         m2=_mark(full <= run.tolerance),
     )
-    return Line(text, style="green" if ok else "bold red")
+    return Text(text, style="green" if ok else "bold red")
 
 
 def render_checks(run: BatchRun, options: RenderOptions) -> Group:
@@ -338,7 +338,7 @@ def render_checks(run: BatchRun, options: RenderOptions) -> Group:
             ok = worst <= run.tolerance
             cells.append(Text(f"{worst:.3e} {_mark(ok)}", style="green" if ok else "bold red"))
         rows.append(cells)
-    table = Listing(Text(_t(lang, "check_title"), style="bold"), columns, rows, no_wrap=True)
+    table = listing(Text(_t(lang, "check_title"), style="bold"), columns, rows, no_wrap=True)
     return Group(Rule(style="cyan"), table)
 
 

@@ -18,7 +18,7 @@ from rich.text import Text
 from attn_cli.core.stages import SPECS
 from attn_cli.present.i18n import Lang, label
 from attn_cli.present.options import RenderOptions
-from attn_cli.present.render import Heading, Line, Listing, render_explanation, render_header
+from attn_cli.present.render import listing, render_explanation, render_header
 from attn_cli.present.run_view import (
     lookup,
     run_pages,
@@ -254,9 +254,9 @@ def render_overview(run: DecodeRun, options: RenderOptions) -> Group:
     tokens = ", ".join(safe(run.label(i)) for i in range(P))
     parts: list[RenderableType] = [
         render_header(run.trace, lang),
-        Heading(Text(_t(lang, "title"), style="bold cyan"), align="left", style="cyan"),
-        Line(_t(lang, "overview", p=P, tokens=tokens)),
-        Line(_t(lang, "steps", n=len(run.result.steps))),
+        Rule(Text(_t(lang, "title"), style="bold cyan"), align="left", style="cyan"),
+        Text(_t(lang, "overview", p=P, tokens=tokens)),
+        Text(_t(lang, "steps", n=len(run.result.steps))),
         *sentinel_note(run.sentinel, lang),
         Text(""),
         render_cost(run, lang),
@@ -277,10 +277,10 @@ def render_pool(run: DecodeRun, lang: Lang) -> Group:
     heads = ("col_layout", "col_slots_pool", "col_bytes")
     columns = [(_t(lang, h), "left" if n == 0 else "right") for n, h in enumerate(heads)]
     cells = [[name, f"{n:,}", f"{b:,}"] for name, n, b in pool_rows(run, lang)]
-    table = Listing(Text(_t(lang, "pool_title"), style="bold"), columns, cells)
-    formula = Line(_t(lang, "pool_formula", per_token=f"{c.per_token:,}"), style="italic")
+    table = listing(Text(_t(lang, "pool_title"), style="bold"), columns, cells)
+    formula = Text(_t(lang, "pool_formula", per_token=f"{c.per_token:,}"), style="italic")
     table_line = _t(lang, "prefill_table", table=block_table(run.result.prefill_pages.table, lang))
-    return Group(table, formula, Line(table_line), Text(""))
+    return Group(table, formula, Text(table_line), Text(""))
 
 
 def pool_rows(run: DecodeRun, lang: Lang) -> list[tuple[str, int, int]]:
@@ -367,12 +367,12 @@ def render_cost(run: DecodeRun, lang: Lang) -> Group:
         [name, str(kv), f"{per_token:,}", f"{per_token // 4:,}", f"{total:,}"]
         for name, kv, per_token, total in rows
     ]
-    table = Listing(Text(_t(lang, "cost_title"), style="bold"), columns, cells)
+    table = listing(Text(_t(lang, "cost_title"), style="bold"), columns, cells)
     parts: list[RenderableType] = [table]
     formula = _t(lang, "cost_formula", kv=c.kv_heads, dk=inp.d_k, dv=inp.d_v, n=c.per_token)
     if c.latent is not None:
         formula = _t(lang, "latent_formula", parts=run.cache_parts, n=c.latent, b=c.per_token)
-    parts.append(Line(formula, style="italic"))
+    parts.append(Text(formula, style="italic"))
     for t in active(inp):
         parts += [Text(n) for n in t.cost_notes(t.setting(inp), c.per_token, c.seq, lang)]
     if inp.has_batch:
@@ -437,31 +437,31 @@ def render_step(run: DecodeRun, k: int, options: RenderOptions) -> Group:
     ring = ring_slots(inp)
     how = _t(lang, "ring", w=ring) if ring is not None else _t(lang, "grow")
     parts: list[RenderableType] = [
-        Heading(Text(title, style="bold cyan"), align="left", style="cyan"),
-        Line(_t(lang, "cache", c=step.slots)),
-        Line("  " + _held_line(slots, options.full)),  # a line of its own: it wraps less
+        Rule(Text(title, style="bold cyan"), align="left", style="cyan"),
+        Text(_t(lang, "cache", c=step.slots)),
+        Text("  " + _held_line(slots, options.full)),  # a line of its own: it wraps less
     ]
     if step.pages is None:
-        parts.append(Line(how, style="dim"))
+        parts.append(Text(how, style="dim"))
     else:
         lines = paged_lines(run, step, lang)
-        parts += [Line(lines[0], style="dim"), *(Line(line) for line in lines[1:])]
+        parts += [Text(lines[0], style="dim"), *(Text(line) for line in lines[1:])]
         if options.explain:
             parts += [
                 render_explanation(explain(run, key, lang, step))
                 for key in ("block_table", "gather")
             ]
     if any(step.cache_positions[s] < 0 for s in shown):
-        parts.append(Line(_t(lang, "none"), style="dim"))
+        parts.append(Text(_t(lang, "none"), style="dim"))
     if len(shown) < step.slots:
         unused = _t(lang, "unused", n=step.slots - len(shown), w=step.slots, t=inp.seq_k)
-        parts.append(Line(unused, style="dim"))
+        parts.append(Text(unused, style="dim"))
     for b in range(inp.batch):
         parts += _step_tables(run, step, b, (shown, slots), options)
     parts.append(_check_line(run, k, lang))
     if options.explain:
         parts.append(render_explanation(explain(run, "check", lang, step)))
-    return Group(*parts, Line(""))
+    return Group(*parts, Text(""))
 
 
 def _step_tables(
@@ -610,12 +610,12 @@ def _check_line(run: DecodeRun, k: int, lang: Lang) -> Group:
         tol=f"{run.tolerance:g}",
         stage=run.checked,
     )
-    lines = [Line(text, style="green" if ok else "bold red")]
+    lines = [Text(text, style="green" if ok else "bold red")]
     if run.paged is not None:
         near = run.paged.contiguous_diffs[k]
         same = near <= run.tolerance
         lines.append(
-            Line(
+            Text(
                 _t(lang, "check_paged", diff=f"{near:.3e}", mark=_mark(same)),
                 style="green" if same else "bold red",
             )
@@ -653,12 +653,12 @@ def render_checks(run: DecodeRun, options: RenderOptions) -> Group:
         )
         if run.paged is not None:
             rows[-1].append(shown(run.paged.contiguous_diffs[k]))
-    table = Listing(Text(_t(lang, "check_title"), style="bold"), columns, rows, no_wrap=True)
+    table = listing(Text(_t(lang, "check_title"), style="bold"), columns, rows, no_wrap=True)
     ok = run.prefill_diff <= run.tolerance
     prefill = _t(
         lang, "check_prefill", diff=f"{run.prefill_diff:.3e}", mark=_mark(ok), stage=run.checked
     )
-    return Group(Rule(style="cyan"), table, Line(prefill, style="green" if ok else "bold red"))
+    return Group(Rule(style="cyan"), table, Text(prefill, style="green" if ok else "bold red"))
 
 
 # ---------------------------------------------------------------------------------------------

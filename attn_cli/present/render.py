@@ -83,52 +83,21 @@ def render_trace(trace: Trace, options: RenderOptions | None = None) -> Group:
 def render_header(trace: Trace, lang: Lang = "en") -> Panel:
     """The configuration: shapes, heads, scale and its source, masking semantics."""
     inp = trace.inputs
-    fields = Fields([(key, Text(safe(value))) for key, value in header_lines(trace, lang)])
+    grid = fields([(key, Text(safe(value))) for key, value in header_lines(trace, lang)])
     title = Text(safe(inp.name) if inp.name else label(lang, "trace_title"), style="bold")
-    return Panel(fields, title=title, title_align="left", box=box.ROUNDED)
+    return Panel(grid, title=title, title_align="left", box=box.ROUNDED)
 
 
-class Fields:
-    """Keys in bold, each value wrapped beside its key: ``grid()``, a Rich grid, drawn segment
-    for segment where every value's column is at least as wide as the keys' (else Rich lays
-    the grid out). Rich's table module and its layout are ~3 ms of each ``attn trace``."""
+def fields(lines: list[tuple[str, Text]]) -> Table:
+    """Keys in bold, each value wrapped beside its key (a Rich grid)."""
+    from rich.table import Table
 
-    def __init__(self, lines: list[tuple[str, Text]]) -> None:
-        self.lines = lines
-        self.key_width = max((cell_len(key) for key, _ in lines), default=0)
-
-    def grid(self) -> Table:
-        from rich.table import Table
-
-        grid = Table.grid(padding=(0, 2))
-        grid.add_column(style="bold")
-        grid.add_column()
-        for key, value in self.lines:
-            grid.add_row(key, value)
-        return grid
-
-    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
-        gap = self.key_width + 2  # the key column: the widest key and two blanks
-        natural = max((value.cell_len for _, value in self.lines), default=0)
-        width = min(natural, options.max_width - gap)  # the values' column
-        plain = all(not v.spans and not v.style and "\n" not in v.plain for _, v in self.lines)
-        if not self.lines or width < gap or not plain or any("\n" in k for k, _ in self.lines):
-            yield from console.render(self.grid(), options)
-            return
-        bold, line = console.get_style("bold"), Segment.line()
-        for key, value in self.lines:
-            wrapped = value.wrap(console, width, justify="left", overflow="ellipsis")
-            for n, part in enumerate(wrapped):
-                if n == 0:
-                    yield Segment(key + " " * (self.key_width - cell_len(key)), bold)
-                    yield Segment("  ", bold)
-                else:
-                    yield Segment(" " * gap, bold)
-                yield Segment(part.plain)
-                yield line
-
-    def __rich_measure__(self, console: Console, options: ConsoleOptions) -> Measurement:
-        return Measurement.get(console, options, self.grid())
+    grid = Table.grid(padding=(0, 2))
+    grid.add_column(style="bold")
+    grid.add_column()
+    for key, value in lines:
+        grid.add_row(key, value)
+    return grid
 
 
 def render_stage(
@@ -167,7 +136,7 @@ def _stage_heading(trace: Trace, stage: Stage, lang: Lang) -> list[RenderableTyp
         formula += label(lang, "scale_note", scale=f"{trace.scale:.6g}")
     shape = dims_text(lang, stage.axes, stage.shape)
     return [
-        Heading(Text(stage.name, style="bold cyan"), align="left", style="cyan"),
+        Rule(Text(stage.name, style="bold cyan"), align="left", style="cyan"),
         Text.assemble((formula, "italic"), "   ", (f"[{shape}]", "dim")),
     ]
 
@@ -211,24 +180,6 @@ def _stage_tables(
             )
         )
     return parts
-
-
-class Heading(Rule):
-    """A rule with a one-style title on the left, drawn as Rich draws it, segment for segment,
-    where it fits on one line of a Unicode console; else Rich's Rule draws it."""
-
-    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
-        title, width = self.title, options.max_width
-        fits = isinstance(title, Text) and not title.spans and "\n" not in title.plain
-        fits = fits and cell_len(cast(Text, title).plain) + 2 <= width and not options.ascii_only
-        if not fits or self.align != "left" or self.characters != "─" or self.end != "\n":
-            yield from super().__rich_console__(console, options)
-            return
-        text = cast(Text, title)
-        yield Segment(text.plain, console.get_style(text.style) if text.style else None)
-        yield Segment(" ", Style.null())
-        yield Segment("─" * (width - cell_len(text.plain) - 1), console.get_style(self.style))
-        yield Segment.line()
 
 
 def _more_tables(lang: Lang, total: int) -> str:
@@ -367,100 +318,28 @@ def _row_sums(heat: SliceHeat | None, rows: list[int | None], precision: int) ->
     )
 
 
-class Line:
-    """One line of text in one style, as ``Text(text, style=style)`` draws it: one segment when
-    it fits the width, else that Text (which wraps it). Rich lays a Text out word by word,
-    about 80 µs a line: the titles of the 84 tables of a 1,024-token decode cost 7 ms."""
+def listing(
+    title: Text | None,
+    columns: Sequence[tuple[str, str]],  # (header, justify)
+    rows: Sequence[Sequence[Text | str]],
+    no_wrap: bool = False,
+) -> Table:
+    """A summary table: its title on the left, a rule under the headers, no edges."""
+    from rich.table import Table
 
-    def __init__(self, text: str, style: str = "") -> None:
-        self.text = text
-        self.style = style
-
-    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
-        text = self.text
-        if "\n" in text or "\t" in text or _cells_of(text) > options.max_width:
-            yield Text(text, style=self.style)
-            return
-        yield Segment(text, console.get_style(self.style) if self.style else None)
-        yield Segment.line()
-
-    def __rich_measure__(self, console: Console, options: ConsoleOptions) -> Measurement:
-        return Measurement.get(console, options, Text(self.text, style=self.style))
-
-
-class Listing:
-    """A summary table as ``Table(title=..., title_justify="left", box=box.SIMPLE_HEAD,
-    show_edge=False, pad_edge=False, padding=(0, 1))`` lays it out, drawn as :class:`Matrix`
-    draws (every column as wide as its widest cell, headers in ``table.header``, a cell in its
-    own style) when every row fits the width on one line; the title above, as Rich's table
-    renders it (wrapped to the table's width). Otherwise, and for cells with spans or line
-    breaks, that Rich table. Rich's table module and its layout cost ~8 ms of an attn decode."""
-
-    def __init__(
-        self,
-        title: Text | None,
-        columns: Sequence[tuple[str, str]],  # (header, justify)
-        rows: Sequence[Sequence[Text | str]],
-        no_wrap: bool = False,
-    ) -> None:
-        self.title = title
-        self.columns = columns
-        self.rows = rows
-        self.no_wrap = no_wrap
-
-    def table(self) -> Table:
-        from rich.table import Table
-
-        table = Table(
-            title=self.title,
-            title_justify="left",
-            box=box.SIMPLE_HEAD,
-            show_edge=False,
-            pad_edge=False,
-            padding=(0, 1),
-        )
-        for header, justify in self.columns:
-            table.add_column(header, justify=cast(Any, justify), no_wrap=self.no_wrap)
-        for row in self.rows:
-            table.add_row(*row)
-        return table
-
-    def _widths(self) -> list[int] | None:
-        """Each column's width (its widest cell), None when a cell needs Rich's layout."""
-        widths = [_cells_of(header) for header, _ in self.columns]
-        for row in self.rows:
-            for n, cell in enumerate(row):
-                text = cell.plain if isinstance(cell, Text) else cell
-                if "\n" in text or (isinstance(cell, Text) and cell.spans):
-                    return None
-                widths[n] = max(widths[n], _cells_of(text))
-        return widths
-
-    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
-        widths = self._widths()
-        headers_plain = all("\n" not in header for header, _ in self.columns)
-        width = sum(widths) + 3 * (len(widths) - 1) if widths else 0
-        if widths is None or not headers_plain or width > options.max_width:
-            yield from console.render(self.table(), options)
-            return
-        if self.title is not None:  # as Table's render_annotation: wrapped to the table
-            title_options = options.update(width=width, highlight=False, height=None)
-            yield from console.render(self.title, title_options.update(justify="left"))
-        null, header = Style.null(), console.get_style("table.header")
-        justified = [(w, justify) for w, (_, justify) in zip(widths, self.columns, strict=True)]
-        heads: list[tuple[Text | str, int, str, Style]] = [
-            (head, w, justify, header)
-            for (head, _), (w, justify) in zip(self.columns, justified, strict=True)
-        ]
-        yield from _row(console, heads)
-        yield Segment("─" * width, null)
-        yield Segment.line()
-        for row in self.rows:
-            cells = [(c, w, j, null) for c, (w, j) in zip(row, justified, strict=True)]
-            yield from _row(console, cells)
-
-    def __rich_measure__(self, console: Console, options: ConsoleOptions) -> Measurement:
-        return Measurement.get(console, options, self.table())
+    table = Table(
+        title=title,
+        title_justify="left",
+        box=box.SIMPLE_HEAD,
+        show_edge=False,
+        pad_edge=False,
+        padding=(0, 1),
+    )
+    for header, justify in columns:
+        table.add_column(header, justify=cast(Any, justify), no_wrap=no_wrap)
+    for row in rows:
+        table.add_row(*row)
+    return table
 
 
 # a table column: its header and its cells, each a str (plain: a label, a number) or a Text
@@ -590,132 +469,19 @@ class Matrix:
             return
         if self.full:  # one column, wider than the console: as wide as it needs
             options = options.update_width(max(options.max_width, width))
-        if self._drawable(width, options.max_width, console.color_system is None):
-            yield from self._drawn(console, cols, width)
-            return
         table = self.table(cols)  # Rich crops the cells, wraps the title
         yield from console.render(
             Padding(table, (0, 0, 1, 0), expand=False) if self.spaced else table, options
         )
-
-    def _drawable(self, width: int, max_width: int, plain: bool = False) -> bool:
-        """Whether the table fits as drawn by :meth:`_drawn`: no cell to crop, a one-line
-        title, cells of one style each (any, on a ``plain`` console: it draws no style)."""
-        if width > max_width or (self.title is not None and self.title.cell_len > width):
-            return False
-        if plain:
-            return True
-        columns = [self.labels, *self.columns.values()]
-        if self.row_sums is not None:
-            columns.append(self.row_sums)
-        return not any(
-            isinstance(c, Text) and c.spans for head, cells in columns for c in (head, *cells)
-        )
-
-    def _drawn(self, console: Console, cols: Sequence[int | None], width: int) -> RenderResult:
-        """:meth:`table` as Rich draws it (box SIMPLE_HEAD without edges, one blank inside
-        each side), segment for segment, without Rich's layout: every column's width is known.
-        A dozen small tables drawn by Rich's layout cost ~5 ms of each ``attn trace``."""
-        if console.color_system is None:  # styles draw as nothing (Style.render): plain lines
-            yield from self._drawn_plain(cols, width)
-            return
-        null, bold = Style.null(), console.get_style("bold")
-        shown = [(self.labels, self.label_width, "left", bold)]
-        shown += [(self.columns[j], self.widths[j], "right", null) for j in cols]
-        if self.row_sums is not None:
-            shown.append((self.row_sums, self.sums_width, "right", null))
-        line = Segment.line()
-        if self.title is not None:
-            pad = " " * (width - self.title.cell_len)
-            yield Segment(self.title.plain + pad, _style_of(console, self.title))
-            yield line
-        header = console.get_style("table.header")
-        yield from _row(console, [(head, w, justify, header) for (head, _), w, justify, _ in shown])
-        yield Segment("─" * width, null)
-        yield line
-        for r in range(len(self.labels[1])):
-            cells = [(c[r], w, justify, style) for (_, c), w, justify, style in shown]
-            yield from _row(console, cells)
-        if self.spaced:
-            yield Segment(" " * width + "\n", null)
-
-    def _drawn_plain(self, cols: Sequence[int | None], width: int) -> RenderResult:
-        """:meth:`_drawn` on a console that draws no style: the same characters, one segment a
-        line (a decode's dozens of tables are thousands of cells)."""
-        shown = [(self.labels, self.label_width, "left")]
-        shown += [(self.columns[j], self.widths[j], "right") for j in cols]
-        if self.row_sums is not None:
-            shown.append((self.row_sums, self.sums_width, "right"))
-        line = Segment.line()
-        if self.title is not None:
-            yield Segment(self.title.plain + " " * (width - self.title.cell_len))
-            yield line
-        yield Segment(_line([(head, w, justify) for (head, _), w, justify in shown]))
-        yield line
-        yield Segment("─" * width)
-        yield line
-        for r in range(len(self.labels[1])):
-            yield Segment(_line([(c[r], w, justify) for (_, c), w, justify in shown]))
-            yield line
-        if self.spaced:
-            yield Segment(" " * width)
-            yield line
 
     def __rich_measure__(self, console: Console, options: ConsoleOptions) -> Measurement:
         narrowest = self.width(self.cols if self.full else self.fitting(0))
         return Measurement(narrowest, self.width(self.cols))
 
 
-def _row(console: Console, cells: list[tuple[Text | str, int, str, Style]]) -> RenderResult:
-    """One line of :meth:`Matrix._drawn`: each cell justified in its width, one blank each
-    side inside (none at the edges), one blank between; padding in the column's style."""
-    null = Style.null()
-    last = len(cells) - 1
-    for i, (cell, width, justify, style) in enumerate(cells):
-        text = cell.plain if isinstance(cell, Text) else cell
-        if justify == "right":
-            text = text.rstrip()  # as Rich does: a heat cell's blank mark goes
-        pad = " " * (width - _cells_of(text))
-        own = _style_of(console, cell) if isinstance(cell, Text) else None
-        if i:
-            yield Segment(" ", null)  # the column rule of SIMPLE_HEAD: a blank
-            yield Segment(" ", style)
-        body = text + pad if justify == "left" else pad + text
-        yield Segment(body, style + own if own else style or None)
-        if i < last:
-            yield Segment(" ", style)
-    yield Segment.line()
-
-
-def _line(cells: list[tuple[Text | str, int, str]]) -> str:
-    """The characters of one :func:`_row`: each cell justified in its width, three blanks
-    between (the padding each side and the column rule)."""
-    bodies = []
-    for cell, width, justify in cells:
-        text = cell.plain if isinstance(cell, Text) else cell
-        if justify == "right":
-            text = text.rstrip()
-        pad = " " * (width - _cells_of(text))
-        bodies.append(text + pad if justify == "left" else pad + text)
-    return "   ".join(bodies)
-
-
-def _style_of(console: Console, text: Text) -> Style | None:
-    """The style a one-style Text draws in on ``console`` (a heat cell's depends on it)."""
-    if isinstance(text, HeatText):
-        return text.style_for(console.color_system)
-    return console.get_style(text.style) if text.style else None
-
-
 def _widest(column: _Column) -> int:
     head, cells = column
-    return max(_cells_of(c.plain if isinstance(c, Text) else c) for c in (head, *cells))
-
-
-def _cells_of(text: str) -> int:
-    """Terminal cells of ``text``: its length when printable ASCII (a number), else Rich's
-    count (wide characters, zero-width ones)."""
-    return len(text) if text.isascii() and text.isprintable() else cell_len(text)
+    return max(cell_len(c.plain if isinstance(c, Text) else c) for c in (head, *cells))
 
 
 # ---------------------------------------------------------------------------------------------

@@ -13,7 +13,7 @@ from rich.text import Text
 
 from attn_cli.present.i18n import Lang
 from attn_cli.present.options import RenderOptions
-from attn_cli.present.render import Line, render_matrix
+from attn_cli.present.render import render_matrix
 
 SENTINEL: dict[Lang, str] = {
     "en": "mask_value {v} replaced by −∞, as a KV cache and FlashAttention mask "
@@ -48,7 +48,7 @@ def titled_matrix(
     """A matrix with its title above it, on a line of its own: a title never wraps narrow;
     ``none(i, j)``: no number in that cell (render_matrix)."""
     return [
-        Line(title, style="bold"),
+        Text(title, style="bold"),
         render_matrix(
             matrix,
             row_labels=rows,
