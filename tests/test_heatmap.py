@@ -16,12 +16,8 @@ from rich.console import Console, RenderableType
 from attn_cli.core.pipeline import run
 from attn_cli.io.fixture import load_fixture
 from attn_cli.present.options import RenderOptions
-from attn_cli.present.render import (
-    VIRIDIS,
-    render_heatmap,
-    render_trace,
-    viridis,
-)
+from attn_cli.present.palette import VIRIDIS, viridis
+from attn_cli.present.render import render_heatmap, render_trace
 from attn_cli.present.worked import row_max_positions_for_display, row_sums_for_display
 
 
@@ -183,7 +179,8 @@ SGR = re.compile(r"\x1b\[([0-9;]*)m|([^\x1b]+)")
 
 def shown_backgrounds(values: list[float], system: str) -> dict[float, str]:
     """The background escape code each value's cell gets in a terminal of ``system`` colours."""
-    from attn_cli.present.render import SliceHeat, render_matrix
+    from attn_cli.present.heat import SliceHeat
+    from attn_cli.present.render import render_matrix
 
     heat = SliceHeat(lo=0.0, hi=1.0, lang="en", blocked=None, maxima=None, row_sums=None)
     table = render_matrix(

@@ -19,7 +19,7 @@ from rich.text import Text
 from attn_cli.present.i18n import Lang, label
 from attn_cli.present.options import RenderOptions
 from attn_cli.present.render import listing, render_explanation, render_header
-from attn_cli.present.run_view import lookup, run_pages, run_sections, titled_matrix
+from attn_cli.present.run_view import Sections, lookup, titled_matrix
 from attn_cli.present.text import safe
 
 if TYPE_CHECKING:
@@ -143,26 +143,12 @@ def _t(lang: Lang, key: str, **values: object) -> str:
 
 def render_batch(run: BatchRun, options: RenderOptions | None = None) -> Group:
     """The whole batch: the sequences, every step (the middle ones elided), the checks."""
-    o = options or RenderOptions()
-    return run_sections(
-        len(run.result.steps),
-        o,
-        lambda: render_overview(run, o),
-        lambda k: render_step(run, k, o),
-        lambda: render_checks(run, o),
-        lambda n: _t(o.lang, "more_steps", n=n),
-    )
+    return SECTIONS.whole(run, options)
 
 
 def batch_pages(run: BatchRun, options: RenderOptions | None = None) -> Iterator[RenderableType]:
     """Step mode's pages: the sequences, every step, the checks."""
-    o = options or RenderOptions()
-    yield from run_pages(
-        len(run.result.steps),
-        lambda: render_overview(run, o),
-        lambda k: render_step(run, k, o),
-        lambda: render_checks(run, o),
-    )
+    return SECTIONS.pages(run, options)
 
 
 def batch_titles(run: BatchRun, lang: Lang) -> list[str]:
@@ -454,3 +440,8 @@ def explain(run: BatchRun, key: str, lang: Lang) -> Explanation:
     }[key]
     out = label(lang, "scalar") if key == "check" else key
     return Explanation(key, lang, (formula,), inputs, out, (meaning,))
+
+
+SECTIONS: Sections[BatchRun] = Sections(
+    lambda run: len(run.result.steps), render_overview, render_step, render_checks, LABELS
+)

@@ -365,7 +365,7 @@ class Page:
 
     def _tables(self, stage: Stage) -> list[str]:
         """A table per slice (batch item, head), the middle ones elided as in the terminal."""
-        from attn_cli.present.render import stage_heat
+        from attn_cli.present.heat import stage_heat
 
         full = self.full
         data, axes = stage.table  # (..., rows, cols); a vector as one row
