@@ -181,32 +181,30 @@ def render_overview(run: BatchRun, options: RenderOptions) -> Group:
     return Group(*parts, Text(""))
 
 
-def pool_lines(run: BatchRun, lang: Lang, explained: bool = False) -> list[RenderableType]:
+def pool_notes(run: BatchRun, lang: Lang) -> list[str]:
     """A paged batch's pool: how it works, what it holds at most against contiguous caches."""
     paging = run.result.paging
     if paging is None:
         return []
     b, per_token = paging.block_size, run.per_token
     tokens = sum(m.tokens for m in run.result.members)
-    held = f"{run.result.peak * b * per_token:,}"
-    lines: list[RenderableType] = [Text(""), Text(_t(lang, "pool", n=paging.pages, b=b))]
+    notes = [_t(lang, "pool", n=paging.pages, b=b)]
     window = pool_window(run)
     if window is not None:
-        lines.append(Text(_t(lang, "pool_window", w=window)))
+        notes.append(_t(lang, "pool_window", w=window))
     if run.result.share:
-        lines.append(Text(_t(lang, "pool_shared", b=b)))
-    lines.append(
-        Text(
-            _t(
-                lang,
-                "pool_cost",
-                m=run.result.peak,
-                bytes=held,
-                tokens=tokens,
-                contig=f"{tokens * per_token:,}",
-            )
-        )
-    )
+        notes.append(_t(lang, "pool_shared", b=b))
+    held, contig = f"{run.result.peak * b * per_token:,}", f"{tokens * per_token:,}"
+    cost = _t(lang, "pool_cost", m=run.result.peak, bytes=held, tokens=tokens, contig=contig)
+    return [*notes, cost]
+
+
+def pool_lines(run: BatchRun, lang: Lang, explained: bool = False) -> list[RenderableType]:
+    """:func:`pool_notes` as lines under a blank one, and their explanations when asked."""
+    notes = pool_notes(run, lang)
+    if not notes:
+        return []
+    lines: list[RenderableType] = [Text(""), *(Text(note) for note in notes)]
     if explained and run.result.share:
         lines += [render_explanation(explain(run, k, lang)) for k in ("prefix", "cow")]
     return lines

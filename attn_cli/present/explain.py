@@ -95,11 +95,7 @@ def _explain_qkv(c: Context) -> Parts:
         if c.name in texts.front_explainers:
             own: Parts = texts.front_explainers[c.name](c)
             return own
-    lang = c.lang
-    zh = c.lang == "zh"
-    name = c.name
-    shape_of = c.shape_of
-    weight = c.weight
+    lang, zh, name, shape_of, weight = c.lang, c.lang == "zh", c.name, c.shape_of, c.weight
     formula: tuple[str, ...]
     inputs: tuple[str, ...]
     meaning: list[str] = []
@@ -163,13 +159,8 @@ def _explain_scores(c: Context) -> Parts:
 
 def _explain_scaled(c: Context) -> Parts:
     """The explanation of scaled."""
-    trace = c.trace
-    inp = c.trace.inputs
-    lang = c.lang
-    zh = c.lang == "zh"
-    scale = c.scale
-    default_scale = c.default_scale
-    shape_of = c.shape_of
+    trace, inp, lang, zh = c.trace, c.trace.inputs, c.lang, c.lang == "zh"
+    scale, default_scale, shape_of = c.scale, c.default_scale, c.shape_of
     formula: tuple[str, ...]
     inputs: tuple[str, ...]
     meaning: list[str] = []

@@ -89,13 +89,8 @@ def _cell_masked(c: Cell) -> CellText | None:
 
 def _cell_softmax(c: Cell) -> CellText | None:
     """The worked cell under ``softmax``."""
-    trace = c.trace
-    cell = c.cell
-    lang = c.lang
-    precision = c.precision
-    q_label = c.q_label
-    title = c.title
-    n = c.n
+    trace, cell, lang, precision = c.trace, c.cell, c.lang, c.precision
+    q_label, title, n = c.q_label, c.title, c.n
     if cell.parts is None:
         return CellText(title, (label(lang, "cell_row_empty", query=q_label),))
     parts = cell.parts
@@ -156,13 +151,8 @@ def _cell_softmax(c: Cell) -> CellText | None:
 
 def _cell_output(c: Cell) -> CellText | None:
     """The worked cell under ``output``."""
-    cell = c.cell
-    lang = c.lang
-    precision = c.precision
-    full = c.full
-    q_label = c.q_label
-    title = c.values_title
-    n = c.n
+    cell, lang, precision, full = c.cell, c.lang, c.precision, c.full
+    q_label, title, n = c.q_label, c.values_title, c.n
     lines = [label(lang, "cell_output", query=q_label)]
     columns = pick_terms(len(cell.output), full)
     for col in columns:

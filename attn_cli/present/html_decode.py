@@ -18,16 +18,17 @@ from attn_cli.present.html_maps import MAP_ROWS, map_part
 from attn_cli.present.html_page import (
     bilingual,
     esc,
+    in_iframe,
     listed,
 )
 from attn_cli.present.html_steps import (
     Steps,
     attrs_of,
     explained,
-    in_iframe,
     part_of,
-    picked_steps,
     short_run,
+    softmax_rows,
+    step_sections,
     steps_page,
     view_label,
     where_at,
@@ -74,16 +75,19 @@ def decode_page(run: DecodeRun, options: RenderOptions | None = None, theme: str
     run, tokens = short_run(run)
     p = Steps(run, options, "decode", tokens=tokens)
     steps = run.result.steps
-    picked = picked_steps(p, len(steps))
-    sections = [(word("en", "overview"), _decode_overview(run, DECODE_LABELS))]
-    kept: dict[str, Any] = {}
-    for k in picked:
-        if k is None:
-            continue
+
+    def name(k: int) -> str:
         step = steps[k]
-        name = f"{k + 1}: {safe(run.label(step.index))}@{step.position} → {step.slot}"
-        sections.append((name, _decode_step(p, k, kept, DECODE_LABELS)))
-    sections.append((word("en", "checks"), _decode_checks(run, DECODE_LABELS)))
+        return f"{k + 1}: {safe(run.label(step.index))}@{step.position} → {step.slot}"
+
+    sections, kept = step_sections(
+        p,
+        len(steps),
+        _decode_overview(run, DECODE_LABELS),
+        name,
+        lambda k, kept: _decode_step(p, k, kept, DECODE_LABELS),
+        lambda: _decode_checks(run, DECODE_LABELS),
+    )
     title = f"{run.trace.inputs.name or 'attn'} · attn decode"
     data = {"format": "attn-decode", "steps": kept}
     return steps_page(p, title, sections, data, "hint", theme)
@@ -404,31 +408,13 @@ def _softmax_part(
         if sink is None
         else word(lang, "row_sink", m=n(parts.row_max), sink=n(sink))
     )
-    rows = []
-    for j in pick_terms(len(row), p.options.full, keep=s):
-        if j is None:
-            rows.append(("…",) * 5)
-            continue
+
+    def cell(j: int) -> tuple[str, float, float]:
         label = f"{j}: {held[j] or '—'}" + (" ◀" if j == s else "")
-        rows.append(
-            (
-                label,
-                n(row[j]),
-                n(parts.shifted[j]),
-                short_number(parts.exps[j], prec),
-                short_number(float(weights[j]), prec),
-            )
-        )
-    if sink is not None:
-        rows.append(
-            (
-                word(lang, "sink"),
-                n(sink),
-                n(sink - parts.row_max),
-                short_number(parts.sink_exp, prec),
-                "",
-            )
-        )
+        return label, float(row[j]), float(weights[j])
+
+    picked = pick_terms(len(row), p.options.full, keep=s)
+    rows = softmax_rows(p, parts, picked, cell, sink, lang)
     footer = [
         word(
             lang,

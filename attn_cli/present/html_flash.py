@@ -14,6 +14,7 @@ import numpy as np
 from attn_cli.present.explain_registry import sum_terms
 from attn_cli.present.html_page import (
     bilingual,
+    in_iframe,
     listed,
 )
 from attn_cli.present.html_steps import (
@@ -22,7 +23,6 @@ from attn_cli.present.html_steps import (
     Steps,
     attrs_of,
     explained,
-    in_iframe,
     part_of,
     short_run,
     steps_page,

@@ -147,34 +147,45 @@ def trace_page(
     page.plan()
     body = page.body()
     data = page.data_text()
-    script = asset("page.js")
-    digest = base64.b64encode(hashlib.sha256(script.encode("utf-8")).digest()).decode("ascii")
+    title = esc(trace.inputs.name or label(options.lang, "trace_title"))
+    return filled(options.lang, theme, title, body, data)
+
+
+def filled(lang: Lang, theme: str, title: str, body: str, data: str) -> str:
+    """The template filled: its CSS, its script (by hash), a page's ``title`` (escaped), body
+    and data (``<script type="application/json">``'s text)."""
     from attn_cli.present.palette import VIRIDIS
 
+    script = asset("page.js")
+    digest = base64.b64encode(hashlib.sha256(script.encode("utf-8")).digest()).decode("ascii")
     fill = {
-        "LANG_TAG": LANG_TAGS[options.lang],
-        "LANG": options.lang,
+        "LANG_TAG": LANG_TAGS[lang],
+        "LANG": lang,
         "THEME": page_theme(theme),
         "SCRIPT_HASH": f"sha256-{digest}",
         "GENERATOR": f"attn {__version__}",
-        "TITLE": esc(trace.inputs.name or label(options.lang, "trace_title")),
+        "TITLE": title,
         "VIRIDIS": ", ".join(VIRIDIS),
         "BODY": body,
         "DATA": data,
         "SCRIPT": script,
     }
-    template = asset("page.html")
-    return "".join(fill.get(part, part) for part in split(template))
+    return "".join(fill.get(part, part) for part in split(asset("page.html")))
 
 
 def notebook_html(trace: Trace, height: int = 640) -> str:
     """The page in an ``<iframe srcdoc>``: a notebook cell's view, its ids and script apart
     from every other cell's (two traces in one notebook do not collide)."""
     page = trace_page(trace, RenderOptions(), theme="light")
+    return in_iframe(page, trace.inputs.name or "attn trace", height)
+
+
+def in_iframe(page: str, name: str, height: int = 640) -> str:
+    """A page in an ``<iframe srcdoc>``, named ``name``: a notebook cell's view."""
     return (
         f'<iframe srcdoc="{html.escape(page, quote=True)}" sandbox="allow-scripts" '
         f'style="width: 100%; height: {height}px; border: 1px solid #ccc" '
-        f'title="{esc(trace.inputs.name or "attn trace")}"></iframe>'
+        f'title="{esc(name)}"></iframe>'
     )
 
 

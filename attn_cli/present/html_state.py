@@ -23,11 +23,10 @@ from attn_cli.present.html_steps import (
     attrs_of,
     explained,
     part_of,
-    picked_steps,
     short_run,
+    step_sections,
     steps_page,
     where_at,
-    word,
 )
 from attn_cli.present.i18n import Lang, axis_title
 from attn_cli.present.options import RenderOptions
@@ -99,16 +98,13 @@ def state_page(run: StateRun, options: RenderOptions | None = None, theme: str =
     run, tokens = short_run(run)
     p = Steps(run, options, "decode", tokens=tokens)
     steps = run.result.steps
-    picked = picked_steps(p, len(steps))
-    sections = [(word("en", "overview"), _overview(run))]
-    kept: dict[str, Any] = {}
-    for k in picked:
-        if k is None:
-            continue
-        step = steps[k]
-        name = f"{k + 1}: {safe(run.label(step.index))}@{step.position}"
-        sections.append((name, _step(p, k, kept)))
-    sections.append((word("en", "checks"), _checks(run)))
+
+    def name(k: int) -> str:
+        return f"{k + 1}: {safe(run.label(steps[k].index))}@{steps[k].position}"
+
+    sections, kept = step_sections(
+        p, len(steps), _overview(run), name, lambda k, kept: _step(p, k, kept), lambda: _checks(run)
+    )
     title = f"{run.trace.inputs.name or 'attn'} · attn decode"
     data = {"format": "attn-decode", "steps": kept}
     return steps_page(p, title, sections, data, "hint", theme)
@@ -121,7 +117,7 @@ def _t(lang: Lang, key: str, **values: Any) -> str:
 
 
 def _overview(run: StateRun) -> str:
-    from attn_cli.present.state_view import LEDGER_TOKENS, explain
+    from attn_cli.present.state_view import LEDGER_TOKENS, explain, ledger_formula
 
     P = run.result.prefill
     tokens = ", ".join(safe(run.label(i)) for i in range(P))
@@ -148,21 +144,7 @@ def _overview(run: StateRun) -> str:
             f"<td>{kv / c.state:,.2f}</td></tr>"
         )
     out.append("</table>")
-    shapes = " + ".join(f"{n} {list(shape)}" for n, shape in c.parts)
-    formula = bilingual(
-        lambda lang: _t(
-            lang,
-            "ledger_formula",
-            parts=shapes,
-            n=c.numbers,
-            b=c.state,
-            heads=c.heads,
-            dk=c.d_k,
-            dv=c.d_v,
-            kv=c.kv_per_token,
-            even=c.break_even(),
-        )
-    )
+    formula = bilingual(lambda lang: ledger_formula(run, lang))
     out.append(f"<p>{formula}</p>")
     if run.trace.inputs.has_batch:
         out.append(

@@ -13,7 +13,6 @@ the run holds (its steps, tiles and trace); the script only shows them.
 
 from __future__ import annotations
 
-import html
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -21,7 +20,6 @@ from typing import Any
 
 import numpy as np
 
-from attn_cli._version import __version__
 from attn_cli.present.html_page import (
     LANG_TAGS,
     LANGS,
@@ -29,12 +27,10 @@ from attn_cli.present.html_page import (
     PAGE_NUMBERS,
     WORDS,
     Page,
-    asset,
     bilingual,
     esc,
-    page_theme,
+    filled,
     script_json,
-    split,
 )
 from attn_cli.present.i18n import Lang, axis_title
 from attn_cli.present.options import RenderOptions
@@ -58,6 +54,15 @@ MAX_TILES = 64  # flash tiles drawn; past it the middle elides (--max-tiles keep
 TILE_EDGE = 8
 MAX_DERIVED = 3_000  # derivations embedded; past it a cell shows its formula
 
+# The flash tile's update, line by line: formulas, the same in both languages.
+TILE_LINES = {
+    "m_line": "m = max(m_old, max_j S[{i}, j]) = max({old}, {row}) = {value}",
+    "alpha_line": "α = {exp}(m_old − m) = {exp}({old} − {new}) = {value}",
+    "P_line": "P = {exp}(S − m) = {exp}({s} − {m}) = {value}",
+    "l_line": "l = α·l_old + Σ_j P[{i}, j] = {a}×{old} + {terms} = {value}",
+    "acc_line": "acc[{i}, {j}] = α·acc_old + Σ_k P[{i}, k]·V[k, {j}] = {a}×{old} + {terms} "
+    "= {value}",
+}
 STEP_WORDS: dict[Lang, dict[str, str]] = {
     "en": {
         "hint": "Click or hover a number to see where it comes from. "
@@ -114,12 +119,7 @@ STEP_WORDS: dict[Lang, dict[str, str]] = {
         "S_value": "S = q·k × scale{base} = {dot} × {scale}{base_n} = {value}",
         "S_after": "(then the fixture's score modifiers, biases and masks: attn trace shows them)",
         "S_shut": "S = −∞: key {kt} may not be attended by query {qt}",
-        "m_line": "m = max(m_old, max_j S[{i}, j]) = max({old}, {row}) = {value}",
-        "alpha_line": "α = {exp}(m_old − m) = {exp}({old} − {new}) = {value}",
-        "P_line": "P = {exp}(S − m) = {exp}({s} − {m}) = {value}",
-        "l_line": "l = α·l_old + Σ_j P[{i}, j] = {a}×{old} + {terms} = {value}",
-        "acc_line": "acc[{i}, {j}] = α·acc_old + Σ_k P[{i}, k]·V[k, {j}] = {a}×{old} + {terms} "
-        "= {value}",
+        **TILE_LINES,
         "skipped_line": "tile skipped (above the causal diagonal): {name} carries over = {value}",
         "O_line": "O[{t}, {j}] = acc / l = {acc} / {l} = {value} (the last tile of its block)",
         "L_line": "L[{t}] = m + {log}(l) = {m} + {log}({l}) = {value}",
@@ -178,12 +178,7 @@ STEP_WORDS: dict[Lang, dict[str, str]] = {
         "S_value": "S = q·k × scale{base} = {dot} × {scale}{base_n} = {value}",
         "S_after": "（之后还有配置文件的分数修饰、偏置和遮盖：attn trace 会显示）",
         "S_shut": "S = −∞：查询 {qt} 不允许看键 {kt}",
-        "m_line": "m = max(m_old, max_j S[{i}, j]) = max({old}, {row}) = {value}",
-        "alpha_line": "α = {exp}(m_old − m) = {exp}({old} − {new}) = {value}",
-        "P_line": "P = {exp}(S − m) = {exp}({s} − {m}) = {value}",
-        "l_line": "l = α·l_old + Σ_j P[{i}, j] = {a}×{old} + {terms} = {value}",
-        "acc_line": "acc[{i}, {j}] = α·acc_old + Σ_k P[{i}, k]·V[k, {j}] = {a}×{old} + {terms} "
-        "= {value}",
+        **TILE_LINES,
         "skipped_line": "跳过的块（在因果对角线之上）：{name} 保持不变 = {value}",
         "O_line": "O[{t}, {j}] = acc / l = {acc} / {l} = {value}（所在块的最后一块）",
         "L_line": "L[{t}] = m + {log}(l) = {m} + {log}({l}) = {value}",
@@ -329,37 +324,11 @@ class Steps:
 
 
 def _fill(run: Any, options: RenderOptions, theme: str, body: str, data: dict[str, Any]) -> str:
-    """The trace page's template filled: its CSS, its script (by hash), this page's body."""
-    import base64
-    import hashlib
-
+    """The trace page's template filled with this page's body and data."""
     from attn_cli.io.trace_json import json_text
-    from attn_cli.present.palette import VIRIDIS
 
-    script = asset("page.js")
-    digest = base64.b64encode(hashlib.sha256(script.encode("utf-8")).digest()).decode("ascii")
-    fill = {
-        "LANG_TAG": LANG_TAGS[options.lang],
-        "LANG": options.lang,
-        "THEME": page_theme(theme),
-        "SCRIPT_HASH": f"sha256-{digest}",
-        "GENERATOR": f"attn {__version__}",
-        "TITLE": esc(run.trace.inputs.name or "attn"),
-        "VIRIDIS": ", ".join(VIRIDIS),
-        "BODY": body,
-        "DATA": script_json(json_text(data)),
-        "SCRIPT": script,
-    }
-    return "".join(fill.get(part, part) for part in split(asset("page.html")))
-
-
-def in_iframe(page: str, name: str, height: int = 640) -> str:
-    """A page in an ``<iframe srcdoc>``, as a Trace's notebook view (html_page.notebook_html)."""
-    return (
-        f'<iframe srcdoc="{html.escape(page, quote=True)}" sandbox="allow-scripts" '
-        f'style="width: 100%; height: {height}px; border: 1px solid #ccc" '
-        f'title="{esc(name)}"></iframe>'
-    )
+    title = esc(run.trace.inputs.name or "attn")
+    return filled(options.lang, theme, title, body, script_json(json_text(data)))
 
 
 def _top(p: Steps, title: str, sections: list[tuple[str, str]]) -> list[str]:
@@ -471,6 +440,25 @@ def picked_steps(p: Steps, n: int) -> list[int | None]:
     return picked
 
 
+def step_sections(
+    p: Steps,
+    n: int,
+    overview: str,
+    name: Callable[[int], str],
+    step: Callable[[int, dict[str, Any]], str],
+    checks: Callable[[], str],
+) -> tuple[list[tuple[str, str]], dict[str, Any]]:
+    """A stepped page's sections: the overview, one per step shown (``name(k)``, ``step(k,
+    kept)``), the checks; and ``kept``, the numbers of the steps shown (the page's data)."""
+    sections = [(word("en", "overview"), overview)]
+    kept: dict[str, Any] = {}
+    for k in picked_steps(p, n):
+        if k is not None:
+            sections.append((name(k), step(k, kept)))
+    sections.append((word("en", "checks"), checks()))
+    return sections, kept
+
+
 def where_at(lead: tuple[int, ...], name: str = "", **axes: int) -> str:
     """A table's caption in both languages: ``batch 1 · head 0`` (after ``name``)."""
 
@@ -491,3 +479,29 @@ def attrs_of(lead: tuple[int, ...], **heads: int) -> str:
 def view_label(labels: dict[Lang, dict[str, str]], key: str) -> str:
     """A view's label (decode_view's, flash_view's LABELS) in both languages."""
     return bilingual(lambda lang: labels[lang][key])
+
+
+def softmax_rows(
+    p: Steps,
+    parts: Any,
+    picked: Sequence[int | None],
+    cell: Callable[[int], tuple[str, float, float]],
+    sink: float | None,
+    lang: Lang,
+) -> list[tuple[str, ...]]:
+    """The rows of a softmax row's derivation (``parts``: worked.softmax_parts): each term's
+    label, logit x, x − m, e^(x − m) and weight (``cell(i)``: the label, x and the weight of
+    term i; None in ``picked``: the elided ones), then the sink's."""
+    n, prec = p.n, p.options.precision
+    rows: list[tuple[str, ...]] = []
+    for i in picked:
+        if i is None:
+            rows.append(("…",) * 5)
+            continue
+        label, x, weight = cell(i)
+        exp = short_number(parts.exps[i], prec)
+        rows.append((label, n(x), n(parts.shifted[i]), exp, short_number(weight, prec)))
+    if sink is not None:
+        shifted, exp = n(sink - parts.row_max), short_number(parts.sink_exp, prec)
+        rows.append((word(lang, "sink"), n(sink), shifted, exp, ""))
+    return rows

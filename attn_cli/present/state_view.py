@@ -216,11 +216,19 @@ def render_ledger(run: StateRun, lang: Lang) -> Group:
     for name, t in rows:
         kv = c.kv_at(t)
         table.add_row(name, f"{c.state:,}", f"{kv:,}", f"{kv / c.state:,.2f}")
-    shapes = " + ".join(f"{n} {list(shape)}" for n, shape in c.parts)
-    formula = _t(
+    parts: list[RenderableType] = [table, Text(ledger_formula(run, lang), style="italic")]
+    if run.trace.inputs.has_batch:
+        parts.append(Text(_t(lang, "batch_note", b=run.trace.inputs.batch), style="dim"))
+    return Group(*parts, Text(""))
+
+
+def ledger_formula(run: StateRun, lang: Lang) -> str:
+    """How the ledger's bytes are counted: the state's parts, the KV cache's per token."""
+    c = run.ledger
+    return _t(
         lang,
         "ledger_formula",
-        parts=shapes,
+        parts=" + ".join(f"{n} {list(shape)}" for n, shape in c.parts),
         n=c.numbers,
         b=c.state,
         heads=c.heads,
@@ -229,10 +237,6 @@ def render_ledger(run: StateRun, lang: Lang) -> Group:
         kv=c.kv_per_token,
         even=c.break_even(),
     )
-    parts: list[RenderableType] = [table, Text(formula, style="italic")]
-    if run.trace.inputs.has_batch:
-        parts.append(Text(_t(lang, "batch_note", b=run.trace.inputs.batch), style="dim"))
-    return Group(*parts, Text(""))
 
 
 def render_step(run: StateRun, k: int, options: RenderOptions) -> Group:
