@@ -13,6 +13,7 @@ that does not give its value.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -368,41 +369,45 @@ def _worked(
     give the cell's value."""
     A = {n: x[b] for n, x in arrays.items()}
     prev = None if before is None else {n: np.asarray(x)[b] for n, x in before.items()}
+    update = Update(p, name, index, A, prev, value, lang)
     for worked in (_linear, _delta):
-        lines = worked(p, name, index, A, prev, value, lang)
-        if lines is not None:
+        got, lines = worked(update)
+        if got is not None and _close(got, value):
             return lines
     return None
 
 
-def _dot(p: Steps, u: Any, w: Any) -> tuple[float, str]:
-    """Σ u_i·w_i exactly summed, and its terms as a worked line writes them."""
-    from attn_cli.present.explain_registry import sum_terms
+@dataclass(frozen=True)
+class Update:
+    """A cell of a state step to work out: its name and index, the step's arrays ``A`` and the
+    state before the step (``prev``), the value the page shows."""
 
-    terms = [f"{p.f(x)}×{p.f(y)}" for x, y in zip(u, w, strict=True)]
-    got = math.fsum(float(x) * float(y) for x, y in zip(u, w, strict=True))
-    return got, sum_terms(terms, p.options.full)
+    p: Steps
+    name: str
+    index: tuple[int, ...]
+    A: dict[str, Any]
+    prev: dict[str, Any] | None
+    value: float
+    lang: Lang
+
+    def dot(self, u: Any, w: Any) -> tuple[float, str]:
+        """Σ u_i·w_i exactly summed, and its terms as a worked line writes them."""
+        from attn_cli.present.explain_registry import sum_terms
+
+        f = self.p.f
+        terms = [f"{f(x)}×{f(y)}" for x, y in zip(u, w, strict=True)]
+        got = math.fsum(float(x) * float(y) for x, y in zip(u, w, strict=True))
+        return got, sum_terms(terms, self.p.options.full)
 
 
-def _linear(
-    p: Steps,
-    name: str,
-    index: tuple[int, ...],
-    A: dict[str, Any],
-    prev: dict[str, Any] | None,
-    value: float,
-    lang: Lang,
-) -> list[str] | None:
+def _linear(u: Update) -> tuple[float | None, list[str]]:
     """Linear attention: S_t = S_{t−1} + φ(k)vᵀ, z_t = z_{t−1} + φ(k), output = num / den."""
-    n, f = p.n, p.f
-
-    def dot(u: Any, w: Any) -> tuple[float, str]:
-        return _dot(p, u, w)
-
+    n, f, A, prev, dot = u.p.n, u.p.f, u.A, u.prev, u.dot
+    name, index, value, lang = u.name, u.index, u.value, u.lang
     got: float | None = None
     lines: list[str] = []
     if "phi_k" not in A or "phi_q" not in A:
-        return None
+        return None, []
     if name == "state.S" and prev is not None and "S" in prev:
         h, i, j = index
         old, kk, vv = float(prev["S"][h, i, j]), float(A["phi_k"][h, i]), float(A["v"][h, j])
@@ -426,30 +431,17 @@ def _linear(
         num, den = float(A["num"][h, j]), float(A["den"][h, 0])
         got = num / den if den != 0 else math.nan
         lines = [_s(lang, "out_div", j=j, num=n(num), den=n(den), value=n(value))]
-    if got is None or not _close(got, value):
-        return None
-    return lines
+    return got, lines
 
 
-def _delta(
-    p: Steps,
-    name: str,
-    index: tuple[int, ...],
-    A: dict[str, Any],
-    prev: dict[str, Any] | None,
-    value: float,
-    lang: Lang,
-) -> list[str] | None:
+def _delta(u: Update) -> tuple[float | None, list[str]]:
     """The gated delta rule: kv_mem, delta, S_t = S_{t−1}·e^g + k·deltaᵀ, output = S_tᵀq."""
-    n, f = p.n, p.f
-
-    def dot(u: Any, w: Any) -> tuple[float, str]:
-        return _dot(p, u, w)
-
+    n, f, A, prev, dot = u.p.n, u.p.f, u.A, u.prev, u.dot
+    name, index, value, lang = u.name, u.index, u.value, u.lang
     got: float | None = None
     lines: list[str] = []
     if not {"k", "q", "g", "beta", "delta", "kv_mem"} <= set(A):
-        return None
+        return None, []
     if name == "kv_mem" and prev is not None and "S" in prev:
         h, j = index
         eg = math.exp(float(A["g"][h, 0]))
@@ -473,6 +465,4 @@ def _delta(
         h, _, j = index
         got, terms = dot(A["state.S"][h, :, j], A["q"][h])
         lines = [_s(lang, "out_sq", j=j, terms=terms, value=n(value))]
-    if got is None or not _close(got, value):
-        return None
-    return lines
+    return got, lines
