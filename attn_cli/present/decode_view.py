@@ -26,7 +26,7 @@ from attn_cli.present.run_view import (
     lookup,
     titled_matrix,
 )
-from attn_cli.present.text import ROW_EDGE, ROW_LIMIT, TABLE_EDGE, TABLE_LIMIT, pick, safe
+from attn_cli.present.text import TABLE_EDGE, TABLE_LIMIT, pick, pick_rows, safe
 from attn_cli.present.variants import active, ring_slots
 
 if TYPE_CHECKING:
@@ -388,7 +388,7 @@ def _slot_labels(run: DecodeRun, step: DecodeStep, lang: Lang, shown: list[int])
 def _held_line(slots: list[str], full: bool) -> str:
     """The slot labels joined, elided as the cache tables' rows are (first and last rows, an
     ellipsis between) unless ``full``: a 4,096-token cache is not a 4,096-entry line."""
-    picked = pick(len(slots), ROW_LIMIT, ROW_EDGE, full)
+    picked = pick_rows(len(slots), full)
     return ", ".join("…" if i is None else safe(slots[i]) for i in picked)
 
 

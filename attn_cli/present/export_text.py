@@ -22,17 +22,14 @@ from attn_cli.present.latex_math import cjk, latex_mixed
 from attn_cli.present.latex_math import latex_escape as latex_escape
 from attn_cli.present.options import CELLS_SHOWN
 from attn_cli.present.text import (
-    COL_EDGE,
-    COL_LIMIT,
     ELLIPSIS,
-    ROW_EDGE,
-    ROW_LIMIT,
     TABLE_EDGE,
     TABLE_LIMIT,
     axis_labels,
     format_number,
     header_lines,
-    pick,
+    pick_cols,
+    pick_rows,
     safe,
     with_short_labels,
 )
@@ -95,8 +92,8 @@ class _Grid:
         if options.focus is not None and row_axis in ("query", "seq"):
             rows: list[int | None] = [options.focus]
         else:
-            rows = pick(matrix.shape[0], ROW_LIMIT, ROW_EDGE, options.full)
-        cols = pick(matrix.shape[1], COL_LIMIT, COL_EDGE, options.full)
+            rows = pick_rows(matrix.shape[0], options.full)
+        cols = pick_cols(matrix.shape[1], options.full)
         heat = options.heatmap and stage.name in ("masked", "softmax")
         blocked: Any = None
         if heat and "masked" in trace:

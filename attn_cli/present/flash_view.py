@@ -24,7 +24,7 @@ from attn_cli.present.i18n import Lang, label
 from attn_cli.present.options import RenderOptions
 from attn_cli.present.render import render_explanation, render_header, simple_table
 from attn_cli.present.run_view import lookup, sentinel_note, titled_matrix
-from attn_cli.present.text import TABLE_EDGE, TABLE_LIMIT, format_number, pick
+from attn_cli.present.text import TABLE_EDGE, format_number, pick_tables
 from attn_cli.present.variants import extra_logit, modifier, view_inputs, view_notes
 
 if TYPE_CHECKING:
@@ -121,7 +121,7 @@ def render_flash(run: FlashRun, options: RenderOptions | None = None) -> Group:
     """The whole loop: overview, the tiles shown (the middle ones elided), O, L, the checks."""
     options = options or RenderOptions()
     parts: list[RenderableType] = [render_overview(run, options)]
-    for k in pick(len(run.tiles), TABLE_LIMIT, TABLE_EDGE, options.full):
+    for k in pick_tables(len(run.tiles), options.full):
         if k is None:
             more = len(run.tiles) - 2 * TABLE_EDGE
             parts.append(Text(f"… {more} (--full)", style="dim"))

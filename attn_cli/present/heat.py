@@ -30,14 +30,11 @@ from attn_cli.present.palette import (
     viridis,
 )
 from attn_cli.present.text import (
-    COL_EDGE,
-    COL_LIMIT,
-    ROW_EDGE,
-    ROW_LIMIT,
     TABLE_EDGE,
     TABLE_LIMIT,
     format_number,
-    pick,
+    pick_cols,
+    pick_rows,
 )
 
 if TYPE_CHECKING:
@@ -190,10 +187,10 @@ def _shown_values(stage: Stage, options: RenderOptions) -> Any:
     slices = list(itertools.product(*(range(n) for n in data.shape[:-2])))
     if len(slices) > TABLE_LIMIT:
         slices = [*slices[:TABLE_EDGE], *slices[-TABLE_EDGE:]]
-    rows = [i for i in pick(data.shape[-2], ROW_LIMIT, ROW_EDGE, False) if i is not None]
+    rows = [i for i in pick_rows(data.shape[-2], False) if i is not None]
     if options.focus is not None and stage.axes[-2] in ("query", "seq"):
         rows = [options.focus]
-    cols = [j for j in pick(data.shape[-1], COL_LIMIT, COL_EDGE, False) if j is not None]
+    cols = [j for j in pick_cols(data.shape[-1], False) if j is not None]
     return np.stack([data[index][np.ix_(rows, cols)] for index in slices])
 
 

@@ -47,6 +47,8 @@ from attn_cli.present.text import (
     format_number,
     header_lines,
     pick,
+    pick_cols,
+    pick_rows,
     with_short_labels,
 )
 
@@ -388,8 +390,8 @@ class Page:
         focus = self.options.focus if axes[-2] in ("query", "seq") else None
         shading = RenderOptions(self.options.precision, full=full, focus=focus)
         heat = stage_heat(self.trace, stage, shading)  # the terminal's range: over the rows shown
-        rows = pick(data.shape[-2], ROW_LIMIT, ROW_EDGE, full) if focus is None else [focus]
-        cols = pick(data.shape[-1], COL_LIMIT, COL_EDGE, full)
+        rows = pick_rows(data.shape[-2], full) if focus is None else [focus]
+        cols = pick_cols(data.shape[-1], full)
         out = []
         for index in shown:
             if index is None:

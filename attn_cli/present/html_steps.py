@@ -35,16 +35,12 @@ from attn_cli.present.html_page import (
 from attn_cli.present.i18n import Lang, axis_title
 from attn_cli.present.options import RenderOptions
 from attn_cli.present.text import (
-    COL_EDGE,
-    COL_LIMIT,
     ELLIPSIS,
-    ROW_EDGE,
-    ROW_LIMIT,
-    TABLE_EDGE,
-    TABLE_LIMIT,
     factor,
     format_number,
-    pick,
+    pick_cols,
+    pick_rows,
+    pick_tables,
     short_number,
     with_short_labels,
 )
@@ -303,8 +299,8 @@ class Steps:
         """A table of ``cell(i, j)``, its rows and columns elided as the terminal's; the
         caption is markup, and so are the row labels when ``marked_rows``."""
         full = self.options.full
-        rows = pick(len(row_labels), ROW_LIMIT, ROW_EDGE, full or full_rows)
-        cols = pick(len(col_labels), COL_LIMIT, COL_EDGE, full)
+        rows = pick_rows(len(row_labels), full or full_rows)
+        cols = pick_cols(len(col_labels), full)
         out = [f'<table class="m"{attrs}><caption>{caption}</caption><tr><th></th>']
         out += [
             f"<th>{ELLIPSIS}</th>" if j is None else f"<th>{esc(col_labels[j])}</th>" for j in cols
@@ -433,7 +429,7 @@ def explained(run: Any, explain: Callable[[Any, str, Lang], Any], key: str) -> s
 def picked_steps(p: Steps, n: int) -> list[int | None]:
     """The steps a decode page shows (None: the elided middle), with the page's note when some
     are elided: every step with --full up to MAX_STEPS, else the first and last few."""
-    picked = pick(n, TABLE_LIMIT, TABLE_EDGE, p.options.full and n <= MAX_STEPS)
+    picked = pick_tables(n, p.options.full and n <= MAX_STEPS)
     if None in picked:
         shown = sum(k is not None for k in picked)
         p.notes.append(p.note("elided_steps", shown=shown, n=n, cap=MAX_STEPS))

@@ -27,18 +27,15 @@ from attn_cli.present.heat import SliceHeat, StageHeat, render_legend, stage_hea
 from attn_cli.present.i18n import Lang, axis_name, axis_title, dims_text, formula_text, label
 from attn_cli.present.options import CELLS_SHOWN, RenderOptions
 from attn_cli.present.text import (
-    COL_EDGE,
-    COL_LIMIT,
     ELLIPSIS,
     NONE,
-    ROW_EDGE,
-    ROW_LIMIT,
     TABLE_EDGE,
     TABLE_LIMIT,
     axis_labels,
     format_number,
     header_lines,
-    pick,
+    pick_cols,
+    pick_rows,
     safe,
 )
 from attn_cli.present.variants import texts
@@ -225,11 +222,9 @@ def render_matrix(
     cache slot's) and shows ``NONE``.
     """
     rows: list[int | None] = (
-        list(only_rows)
-        if only_rows is not None
-        else pick(len(row_labels), ROW_LIMIT, ROW_EDGE, options.full)
+        list(only_rows) if only_rows is not None else pick_rows(len(row_labels), options.full)
     )
-    cols = pick(len(col_labels), COL_LIMIT, COL_EDGE, options.full)
+    cols = pick_cols(len(col_labels), options.full)
     # Each column as (header, cells), formatted once; the table is assembled when the width
     # it has is known (Matrix), from the columns that fit.
     labels: _Column = (

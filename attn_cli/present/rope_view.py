@@ -21,7 +21,7 @@ from attn_cli.present.i18n import Lang
 from attn_cli.present.options import RenderOptions
 from attn_cli.present.render import fields, render_explanation
 from attn_cli.present.run_view import lookup
-from attn_cli.present.text import format_number, pick, safe, short_number
+from attn_cli.present.text import format_number, pick_rows, safe, short_number
 
 if TYPE_CHECKING:
     from attn_cli.core.inputs import Inputs
@@ -310,7 +310,7 @@ def _pairs(table: RopeTable, lang: Lang, options: RenderOptions) -> Table:
             _t(lang, name), justify="left" if name == "col_band" else "right", no_wrap=True
         )
     n = len(table.first)
-    for i in pick(n, ROW_LIMIT, ROW_EDGE, options.full):
+    for i in pick_rows(n, options.full):
         if i is None:
             out.add_row(Text(_t(lang, "more", n=n - 2 * ROW_EDGE), style="dim"))
             continue

@@ -16,7 +16,7 @@ from rich.text import Text
 from attn_cli.present.i18n import Lang
 from attn_cli.present.options import RenderOptions
 from attn_cli.present.render import render_header, render_matrix
-from attn_cli.present.text import safe
+from attn_cli.present.text import pick_tables, safe
 
 R = TypeVar("R")  # a run: a decode's, a batch's, a state decode's, a split-KV flash's
 
@@ -98,12 +98,12 @@ class Sections(Generic[R]):
 
     def whole(self, run: R, options: RenderOptions | None = None) -> Group:
         """The whole view: the overview, every step (the middle ones elided), the checks."""
-        from attn_cli.present.text import TABLE_EDGE, TABLE_LIMIT, pick
+        from attn_cli.present.text import TABLE_EDGE
 
         o = options or RenderOptions()
         n = self.steps(run)
         parts: list[RenderableType] = [self.overview(run, o)]
-        for k in pick(n, TABLE_LIMIT, TABLE_EDGE, o.full):
+        for k in pick_tables(n, o.full):
             if k is None:
                 more = lookup(self.labels, o.lang, self.more, n=n - 2 * TABLE_EDGE)
                 parts.append(Padding(Text(more, style="dim"), (0, 0, 1, 2)))

@@ -23,7 +23,7 @@ from attn_cli.present.i18n import Lang
 from attn_cli.present.options import RenderOptions
 from attn_cli.present.render import render_explanation, render_header
 from attn_cli.present.run_view import Sections, lookup, sentinel_note, titled_matrix
-from attn_cli.present.text import TABLE_EDGE, TABLE_LIMIT, pick
+from attn_cli.present.text import TABLE_EDGE, pick_tables
 
 if TYPE_CHECKING:
     from attn_cli.check.split_runs import SplitRun
@@ -162,7 +162,7 @@ def _heads(
     inp = run.trace.inputs
     pairs = [(b, h) for b in range(inp.batch) for h in range(inp.heads)]
     lang = options.lang
-    for n in pick(len(pairs), TABLE_LIMIT, TABLE_EDGE, options.full):
+    for n in pick_tables(len(pairs), options.full):
         if n is None:
             parts.append(Text(_t(lang, "more", n=len(pairs) - 2 * TABLE_EDGE), style="dim"))
             continue

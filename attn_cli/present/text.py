@@ -56,6 +56,21 @@ def pick(n: int, limit: int, edge: int, full: bool) -> list[int | None]:
     return [*range(edge), None, *range(n - edge, n)]
 
 
+def pick_rows(n: int, full: bool) -> list[int | None]:
+    """The rows of a table to show, as NumPy elides: the first and last few past the limit."""
+    return pick(n, ROW_LIMIT, ROW_EDGE, full)
+
+
+def pick_cols(n: int, full: bool) -> list[int | None]:
+    """The columns of a table to show (before the width drops more: render.Matrix)."""
+    return pick(n, COL_LIMIT, COL_EDGE, full)
+
+
+def pick_tables(n: int, full: bool) -> list[int | None]:
+    """The tables (slices, steps, chunks) to show: the first and last few past the limit."""
+    return pick(n, TABLE_LIMIT, TABLE_EDGE, full)
+
+
 def axis_labels(trace: Trace, axis: str, n: int) -> tuple[str, ...]:
     """Tokens for the query and key axes, indices for the feature axes."""
     if axis in ("query", "seq"):
