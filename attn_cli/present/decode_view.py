@@ -26,7 +26,7 @@ from attn_cli.present.run_view import (
     lookup,
     titled_matrix,
 )
-from attn_cli.present.text import TABLE_EDGE, TABLE_LIMIT, pick, pick_rows, safe
+from attn_cli.present.text import pick_rows, pick_steps, safe
 from attn_cli.present.variants import active, ring_slots
 
 if TYPE_CHECKING:
@@ -612,7 +612,7 @@ def render_checks(run: DecodeRun, options: RenderOptions) -> Group:
         ok = diff <= run.tolerance
         return Text(f"{diff:.3e} {_mark(ok)}", style="green" if ok else "bold red")
 
-    for k in pick(len(steps), 2 * TABLE_LIMIT, TABLE_EDGE, options.full):
+    for k in pick_steps(len(steps), options.full):
         if k is None:
             rows.append(["…"] * len(heads))
             continue

@@ -8,7 +8,6 @@ token spelled ``[bold red]x[/]``, ``a|b`` or ``50% & $x_1$`` prints literally.
 
 from __future__ import annotations
 
-import itertools
 import math
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
@@ -24,13 +23,14 @@ from attn_cli.present.options import CELLS_SHOWN
 from attn_cli.present.text import (
     ELLIPSIS,
     TABLE_EDGE,
-    TABLE_LIMIT,
     axis_labels,
     format_number,
     header_lines,
     pick_cols,
     pick_rows,
     safe,
+    shown_slices,
+    slices_of,
     with_short_labels,
 )
 from attn_cli.present.variants import texts
@@ -61,10 +61,7 @@ def md_escape(text: str) -> str:
 
 
 def _slices(stage: Stage, full: bool) -> tuple[list[tuple[int, ...] | None], int]:
-    slices = list(itertools.product(*(range(n) for n in stage.shape[:-2])))
-    if not full and len(slices) > TABLE_LIMIT:
-        return [*slices[:TABLE_EDGE], None, *slices[-TABLE_EDGE:]], len(slices)
-    return list(slices), len(slices)
+    return shown_slices(stage.shape, full), len(slices_of(stage.shape))
 
 
 def _slice_title(stage: Stage, index: tuple[int, ...], lang: Lang) -> str:

@@ -4,7 +4,6 @@ terminal has no true colour; the masked cells, each softmax row's maximum and it
 
 from __future__ import annotations
 
-import itertools
 import math
 from collections.abc import Container, Iterable
 from dataclasses import dataclass
@@ -30,11 +29,10 @@ from attn_cli.present.palette import (
     viridis,
 )
 from attn_cli.present.text import (
-    TABLE_EDGE,
-    TABLE_LIMIT,
     format_number,
     pick_cols,
     pick_rows,
+    shown_slices,
 )
 
 if TYPE_CHECKING:
@@ -184,9 +182,7 @@ def _shown_values(stage: Stage, options: RenderOptions) -> Any:
     data = stage.data
     if options.full:
         return data
-    slices = list(itertools.product(*(range(n) for n in data.shape[:-2])))
-    if len(slices) > TABLE_LIMIT:
-        slices = [*slices[:TABLE_EDGE], *slices[-TABLE_EDGE:]]
+    slices = [index for index in shown_slices(data.shape, False) if index is not None]
     rows = [i for i in pick_rows(data.shape[-2], False) if i is not None]
     if options.focus is not None and stage.axes[-2] in ("query", "seq"):
         rows = [options.focus]

@@ -37,9 +37,7 @@ from attn_cli.present.html_steps import (
 from attn_cli.present.i18n import Lang, axis_title
 from attn_cli.present.options import RenderOptions
 from attn_cli.present.text import (
-    TABLE_EDGE,
-    TABLE_LIMIT,
-    pick,
+    pick_steps,
     safe,
     short_number,
 )
@@ -531,7 +529,7 @@ def _decode_checks(run: DecodeRun, labels: Any) -> str:
     out += [f"<th>{view_label(labels, h)}</th>" for h in heads]
     out.append("</tr>")
     steps = run.result.steps
-    for k in pick(len(steps), 2 * TABLE_LIMIT, TABLE_EDGE, False):
+    for k in pick_steps(len(steps), False):
         if k is None:
             out.append("<tr>" + "<td>…</td>" * len(heads) + "</tr>")
             continue

@@ -20,7 +20,6 @@ from __future__ import annotations
 import base64
 import hashlib
 import html
-import itertools
 import math
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
@@ -49,6 +48,8 @@ from attn_cli.present.text import (
     pick,
     pick_cols,
     pick_rows,
+    shown_slices,
+    slices_of,
     with_short_labels,
 )
 
@@ -383,10 +384,7 @@ class Page:
         full = self.full
         data, axes = stage.table  # (..., rows, cols); a vector as one row
         lead = axes[:-2]
-        slices = list(itertools.product(*(range(n) for n in data.shape[:-2])))
-        shown: list[tuple[int, ...] | None] = list(slices)
-        if not full and len(slices) > TABLE_LIMIT:
-            shown = [*slices[:TABLE_EDGE], None, *slices[-TABLE_EDGE:]]
+        slices, shown = slices_of(data.shape), shown_slices(data.shape, full)
         focus = self.options.focus if axes[-2] in ("query", "seq") else None
         shading = RenderOptions(self.options.precision, full=full, focus=focus)
         heat = stage_heat(self.trace, stage, shading)  # the terminal's range: over the rows shown

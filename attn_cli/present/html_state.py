@@ -31,7 +31,7 @@ from attn_cli.present.html_steps import (
 )
 from attn_cli.present.i18n import Lang, axis_title
 from attn_cli.present.options import RenderOptions
-from attn_cli.present.text import TABLE_EDGE, TABLE_LIMIT, pick, safe
+from attn_cli.present.text import pick_steps, safe
 
 if TYPE_CHECKING:
     from attn_cli.check.state_runs import StateRun
@@ -165,7 +165,7 @@ def _checks(run: StateRun) -> str:
         + "</tr>"
     ]
     steps, c = run.result.steps, run.ledger
-    for k in pick(len(steps), 2 * TABLE_LIMIT, TABLE_EDGE, False):
+    for k in pick_steps(len(steps), False):
         if k is None:
             out.append("<tr>" + "<td>…</td>" * len(heads) + "</tr>")
             continue
@@ -339,7 +339,9 @@ def _derive(
     value; else what the cell is."""
     at = f"{name}[{', '.join(map(str, index))}]"
     value = float(arrays[name][b][index])
-    line = _worked(p, name, index, b, arrays, before, value, lang)
+    A = {n: x[b] for n, x in arrays.items()}
+    prev = None if before is None else {n: np.asarray(x)[b] for n, x in before.items()}
+    line = _worked(Update(p, name, index, A, prev, value, lang))
     if line is not None:
         if name in ("state.S", "state.z", "kv_mem"):  # read the state before the token
             line.append(_s(lang, "prev_prefill") if k == 0 else _s(lang, "prev_step", k=k))
@@ -355,24 +357,12 @@ def _derive(
     return part_of(at, [_s(lang, "what", name=name, formula=formula), f"= {p.n(value)}"])
 
 
-def _worked(
-    p: Steps,
-    name: str,
-    index: tuple[int, ...],
-    b: int,
-    arrays: dict[str, Any],
-    before: dict[str, Any] | None,
-    value: float,
-    lang: Lang,
-) -> list[str] | None:
+def _worked(update: Update) -> list[str] | None:
     """The lines of a recomputed update, None where the numbers are not at hand or do not
     give the cell's value."""
-    A = {n: x[b] for n, x in arrays.items()}
-    prev = None if before is None else {n: np.asarray(x)[b] for n, x in before.items()}
-    update = Update(p, name, index, A, prev, value, lang)
     for worked in (_linear, _delta):
         got, lines = worked(update)
-        if got is not None and _close(got, value):
+        if got is not None and _close(got, update.value):
             return lines
     return None
 

@@ -7,10 +7,9 @@ query row, the explanation of each stage, a worked cell, step-mode pages and HTM
 
 from __future__ import annotations
 
-import itertools
 import math
 import re
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
@@ -30,13 +29,14 @@ from attn_cli.present.text import (
     ELLIPSIS,
     NONE,
     TABLE_EDGE,
-    TABLE_LIMIT,
     axis_labels,
     format_number,
     header_lines,
     pick_cols,
     pick_rows,
     safe,
+    shown_slices,
+    slices_of,
 )
 from attn_cli.present.variants import texts
 
@@ -132,10 +132,8 @@ def _stage_tables(
     """A table per slice of the stage (batch item, head), the middle ones elided."""
     data, axes = stage.table  # a vector (d_b_O) as one row
     lead = axes[:-2]
-    slices = list(itertools.product(*(range(n) for n in data.shape[:-2])))
-    shown: Iterable[tuple[int, ...] | None] = slices
-    if not options.full and len(slices) > TABLE_LIMIT:
-        shown = [*slices[:TABLE_EDGE], None, *slices[-TABLE_EDGE:]]
+    slices = slices_of(data.shape)
+    shown = shown_slices(data.shape, options.full)
     row_axis, col_axis = axes[-2], axes[-1]
     only_rows = None
     if options.focus is not None and row_axis in ("query", "seq"):

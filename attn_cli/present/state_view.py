@@ -26,7 +26,7 @@ from attn_cli.present.run_view import (
     lookup,
     titled_matrix,
 )
-from attn_cli.present.text import TABLE_EDGE, TABLE_LIMIT, pick, safe
+from attn_cli.present.text import pick_steps, safe
 
 if TYPE_CHECKING:
     from attn_cli.check.state_runs import StateRun
@@ -333,7 +333,7 @@ def render_checks(run: StateRun, options: RenderOptions) -> Group:
     for n, head in enumerate(heads):
         table.add_column(_t(lang, head), justify="left" if n == 1 else "right", no_wrap=True)
     steps, c = run.result.steps, run.ledger
-    for k in pick(len(steps), 2 * TABLE_LIMIT, TABLE_EDGE, options.full):
+    for k in pick_steps(len(steps), options.full):
         if k is None:
             table.add_row(*("…",) * len(heads))
             continue
