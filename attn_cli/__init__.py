@@ -64,8 +64,12 @@ _LAZY = {
 # The library's doors: the traces they return show themselves in a notebook as the page of
 # present/html_page.py (Trace._repr_html_), which registers itself when imported.
 _SHOWN = frozenset({"trace_file", "run"})
-# ... and the decode and flash runs as the pages of present/html_steps.py (their _repr_html_).
-_STEPPED = frozenset({"run_decode", "run_flash"})
+# ... and the decode and flash runs as the pages of present/html_decode.py and html_flash.py
+# (their _repr_html_).
+_STEPPED = {
+    "run_decode": "attn_cli.present.html_decode",
+    "run_flash": "attn_cli.present.html_flash",
+}
 
 
 def __getattr__(name: str) -> Any:
@@ -76,7 +80,7 @@ def __getattr__(name: str) -> Any:
         if name in _SHOWN:
             importlib.import_module("attn_cli.present.html_page")
         if name in _STEPPED:
-            importlib.import_module("attn_cli.present.html_steps")
+            importlib.import_module(_STEPPED[name])
         if name == "run_split":  # its page (present/html_split.py), as _STEPPED's
             importlib.import_module("attn_cli.present.html_split")
         return found

@@ -121,7 +121,7 @@ DECODE_VIEW = RunView(
     "decode_titles",
     "render_decode",
     "decode_dumps",
-    "decode_page",
+    "attn_cli.present.html_decode:decode_page",
 )
 STATE_VIEW = RunView(  # linear attention: a recurrent state in place of the cache
     "attn_cli.present.state_view",

@@ -42,7 +42,7 @@ FLASH_VIEW = RunView(
     "flash_titles",
     "render_flash",
     "flash_dumps",
-    "flash_page",
+    "attn_cli.present.html_flash:flash_page",
 )
 
 BlockQOption = Annotated[

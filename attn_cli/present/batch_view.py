@@ -18,8 +18,8 @@ from rich.text import Text
 
 from attn_cli.present.i18n import Lang, label
 from attn_cli.present.options import RenderOptions
-from attn_cli.present.render import Heading, Line, Listing, render_explanation, render_header
-from attn_cli.present.run_view import lookup, run_pages, run_sections, titled_matrix
+from attn_cli.present.render import listing, render_explanation, render_header
+from attn_cli.present.run_view import Sections, lookup, titled_matrix
 from attn_cli.present.text import safe
 
 if TYPE_CHECKING:
@@ -143,26 +143,12 @@ def _t(lang: Lang, key: str, **values: object) -> str:
 
 def render_batch(run: BatchRun, options: RenderOptions | None = None) -> Group:
     """The whole batch: the sequences, every step (the middle ones elided), the checks."""
-    o = options or RenderOptions()
-    return run_sections(
-        len(run.result.steps),
-        o,
-        lambda: render_overview(run, o),
-        lambda k: render_step(run, k, o),
-        lambda: render_checks(run, o),
-        lambda n: _t(o.lang, "more_steps", n=n),
-    )
+    return SECTIONS.whole(run, options)
 
 
 def batch_pages(run: BatchRun, options: RenderOptions | None = None) -> Iterator[RenderableType]:
     """Step mode's pages: the sequences, every step, the checks."""
-    o = options or RenderOptions()
-    yield from run_pages(
-        len(run.result.steps),
-        lambda: render_overview(run, o),
-        lambda k: render_step(run, k, o),
-        lambda: render_checks(run, o),
-    )
+    return SECTIONS.pages(run, options)
 
 
 def batch_titles(run: BatchRun, lang: Lang) -> list[str]:
@@ -184,10 +170,10 @@ def render_overview(run: BatchRun, options: RenderOptions) -> Group:
     ]
     parts: list[RenderableType] = [
         render_header(run.traces[0], lang),
-        Heading(Text(_t(lang, "title"), style="bold cyan"), align="left", style="cyan"),
-        Line(_t(lang, "overview", n=len(members), chunked=how)),
+        Rule(Text(_t(lang, "title"), style="bold cyan"), align="left", style="cyan"),
+        Text(_t(lang, "overview", n=len(members), chunked=how)),
         Text(""),
-        Listing(Text(_t(lang, "seq_title"), style="bold"), columns, rows),
+        listing(Text(_t(lang, "seq_title"), style="bold"), columns, rows),
     ]
     if options.explain:
         parts += [render_explanation(explain(run, k, lang)) for k in ("packed", "cu_seqlens")]
@@ -195,32 +181,30 @@ def render_overview(run: BatchRun, options: RenderOptions) -> Group:
     return Group(*parts, Text(""))
 
 
-def pool_lines(run: BatchRun, lang: Lang, explained: bool = False) -> list[RenderableType]:
+def pool_notes(run: BatchRun, lang: Lang) -> list[str]:
     """A paged batch's pool: how it works, what it holds at most against contiguous caches."""
     paging = run.result.paging
     if paging is None:
         return []
     b, per_token = paging.block_size, run.per_token
     tokens = sum(m.tokens for m in run.result.members)
-    held = f"{run.result.peak * b * per_token:,}"
-    lines: list[RenderableType] = [Text(""), Line(_t(lang, "pool", n=paging.pages, b=b))]
+    notes = [_t(lang, "pool", n=paging.pages, b=b)]
     window = pool_window(run)
     if window is not None:
-        lines.append(Line(_t(lang, "pool_window", w=window)))
+        notes.append(_t(lang, "pool_window", w=window))
     if run.result.share:
-        lines.append(Line(_t(lang, "pool_shared", b=b)))
-    lines.append(
-        Line(
-            _t(
-                lang,
-                "pool_cost",
-                m=run.result.peak,
-                bytes=held,
-                tokens=tokens,
-                contig=f"{tokens * per_token:,}",
-            )
-        )
-    )
+        notes.append(_t(lang, "pool_shared", b=b))
+    held, contig = f"{run.result.peak * b * per_token:,}", f"{tokens * per_token:,}"
+    cost = _t(lang, "pool_cost", m=run.result.peak, bytes=held, tokens=tokens, contig=contig)
+    return [*notes, cost]
+
+
+def pool_lines(run: BatchRun, lang: Lang, explained: bool = False) -> list[RenderableType]:
+    """:func:`pool_notes` as lines under a blank one, and their explanations when asked."""
+    notes = pool_notes(run, lang)
+    if not notes:
+        return []
+    lines: list[RenderableType] = [Text(""), *(Text(note) for note in notes)]
     if explained and run.result.share:
         lines += [render_explanation(explain(run, k, lang)) for k in ("prefix", "cow")]
     return lines
@@ -259,13 +243,13 @@ def render_step(run: BatchRun, k: int, options: RenderOptions) -> Group:
     names = run.names
     title = _t(lang, "step", s=step.step, r=len(step.rows), k=len(step.keys))
     parts: list[RenderableType] = [
-        Heading(Text(title, style="bold cyan"), align="left", style="cyan"),
-        Line(_t(lang, "cu", q=list(step.cu_seqlens_q), k=list(step.cu_seqlens_k))),
+        Rule(Text(title, style="bold cyan"), align="left", style="cyan"),
+        Text(_t(lang, "cu", q=list(step.cu_seqlens_q), k=list(step.cu_seqlens_k))),
     ]
     for key, who in (("joins", step.entering), ("leaves", step.leaving)):
         if who:
-            parts.append(Line(_t(lang, key, names=", ".join(safe(names[j]) for j in who))))
-    parts += [Line(line) for line in page_lines(run, k, lang)]
+            parts.append(Text(_t(lang, key, names=", ".join(safe(names[j]) for j in who))))
+    parts += [Text(line) for line in page_lines(run, k, lang)]
     heads = ("col_row", "col_index", "col_seq", "col_token", "col_pos")
     columns = [(_t(lang, h), "left" if n in (2, 3) else "right") for n, h in enumerate(heads)]
     members = run.result.members
@@ -279,7 +263,7 @@ def render_step(run: BatchRun, k: int, options: RenderOptions) -> Group:
         ]
         for r, (j, t) in enumerate(step.rows)
     ]
-    parts.append(Listing(Text(_t(lang, "rows_title"), style="bold"), columns, rows))
+    parts.append(listing(Text(_t(lang, "rows_title"), style="bold"), columns, rows))
     row_labels = [safe(run.label(j, t)) for j, t in step.rows]
     key_labels = [safe(run.label(j, t)) for j, t in step.keys]
     shown = np.where(step.mask, 0.0, -np.inf)  # (R, N)
@@ -299,14 +283,14 @@ def render_step(run: BatchRun, k: int, options: RenderOptions) -> Group:
         parts.append(_check_line(run, j, [t for i, t in step.rows if i == j], lang))
     if options.explain:
         parts.append(render_explanation(explain(run, "check", lang)))
-    return Group(*parts, Line(""))
+    return Group(*parts, Text(""))
 
 
 def _mark(ok: bool) -> str:
     return "✓" if ok else "✗"
 
 
-def _check_line(run: BatchRun, j: int, tokens: list[int], lang: Lang) -> Line:
+def _check_line(run: BatchRun, j: int, tokens: list[int], lang: Lang) -> Text:
     solo = max(run.solo[j][t] for t in tokens)
     full = max(run.full[j][t] for t in tokens)
     ok = max(solo, full) <= run.tolerance
@@ -319,7 +303,7 @@ def _check_line(run: BatchRun, j: int, tokens: list[int], lang: Lang) -> Line:
         m1=_mark(solo <= run.tolerance),
         m2=_mark(full <= run.tolerance),
     )
-    return Line(text, style="green" if ok else "bold red")
+    return Text(text, style="green" if ok else "bold red")
 
 
 def render_checks(run: BatchRun, options: RenderOptions) -> Group:
@@ -338,7 +322,7 @@ def render_checks(run: BatchRun, options: RenderOptions) -> Group:
             ok = worst <= run.tolerance
             cells.append(Text(f"{worst:.3e} {_mark(ok)}", style="green" if ok else "bold red"))
         rows.append(cells)
-    table = Listing(Text(_t(lang, "check_title"), style="bold"), columns, rows, no_wrap=True)
+    table = listing(Text(_t(lang, "check_title"), style="bold"), columns, rows, no_wrap=True)
     return Group(Rule(style="cyan"), table)
 
 
@@ -454,3 +438,8 @@ def explain(run: BatchRun, key: str, lang: Lang) -> Explanation:
     }[key]
     out = label(lang, "scalar") if key == "check" else key
     return Explanation(key, lang, (formula,), inputs, out, (meaning,))
+
+
+SECTIONS: Sections[BatchRun] = Sections(
+    lambda run: len(run.result.steps), render_overview, render_step, render_checks, LABELS
+)

@@ -16,23 +16,22 @@ from rich.rule import Rule
 from rich.text import Text
 
 from attn_cli.core.stages import SPECS
-from attn_cli.present.i18n import Lang, label
+from attn_cli.present.decode_explain import explain
+from attn_cli.present.i18n import Lang
 from attn_cli.present.options import RenderOptions
-from attn_cli.present.render import Heading, Line, Listing, render_explanation, render_header
+from attn_cli.present.render import listing, render_explanation
 from attn_cli.present.run_view import (
+    Sections,
+    decode_opening,
     lookup,
-    run_pages,
-    run_sections,
-    sentinel_note,
     titled_matrix,
 )
-from attn_cli.present.text import ROW_EDGE, ROW_LIMIT, TABLE_EDGE, TABLE_LIMIT, pick, safe
-from attn_cli.present.variants import active, ring_slots, view_asides, view_inputs, view_notes
+from attn_cli.present.text import pick_rows, pick_steps, safe
+from attn_cli.present.variants import active, ring_slots
 
 if TYPE_CHECKING:
     from attn_cli.check.runs import DecodeRun
     from attn_cli.core.decode import DecodeStep
-    from attn_cli.present.explain_registry import Explanation
 
 LABELS: dict[Lang, dict[str, str]] = {
     "en": {
@@ -215,26 +214,12 @@ def _t(lang: Lang, key: str, **values: object) -> str:
 
 def render_decode(run: DecodeRun, options: RenderOptions | None = None) -> Group:
     """The whole decode: overview and cost, every step (the middle ones elided), the checks."""
-    o = options or RenderOptions()
-    return run_sections(
-        len(run.result.steps),
-        o,
-        lambda: render_overview(run, o),
-        lambda k: render_step(run, k, o),
-        lambda: render_checks(run, o),
-        lambda n: _t(o.lang, "more_steps", n=n),
-    )
+    return SECTIONS.whole(run, options)
 
 
 def decode_pages(run: DecodeRun, options: RenderOptions | None = None) -> Iterator[RenderableType]:
     """Step mode's pages, one renderable each: the overview, every step, the checks."""
-    o = options or RenderOptions()
-    yield from run_pages(
-        len(run.result.steps),
-        lambda: render_overview(run, o),
-        lambda k: render_step(run, k, o),
-        lambda: render_checks(run, o),
-    )
+    return SECTIONS.pages(run, options)
 
 
 def decode_titles(run: DecodeRun, lang: Lang) -> list[str]:
@@ -250,17 +235,7 @@ def decode_titles(run: DecodeRun, lang: Lang) -> list[str]:
 def render_overview(run: DecodeRun, options: RenderOptions) -> Group:
     """The configuration, what the prefill covered, the notes and the cache's cost."""
     lang = options.lang
-    P = run.result.prefill
-    tokens = ", ".join(safe(run.label(i)) for i in range(P))
-    parts: list[RenderableType] = [
-        render_header(run.trace, lang),
-        Heading(Text(_t(lang, "title"), style="bold cyan"), align="left", style="cyan"),
-        Line(_t(lang, "overview", p=P, tokens=tokens)),
-        Line(_t(lang, "steps", n=len(run.result.steps))),
-        *sentinel_note(run.sentinel, lang),
-        Text(""),
-        render_cost(run, lang),
-    ]
+    parts = [*decode_opening(run, LABELS, lang), render_cost(run, lang)]
     if options.explain:
         parts.append(render_explanation(explain(run, "cost", lang)))
     if run.paged is not None:
@@ -277,10 +252,10 @@ def render_pool(run: DecodeRun, lang: Lang) -> Group:
     heads = ("col_layout", "col_slots_pool", "col_bytes")
     columns = [(_t(lang, h), "left" if n == 0 else "right") for n, h in enumerate(heads)]
     cells = [[name, f"{n:,}", f"{b:,}"] for name, n, b in pool_rows(run, lang)]
-    table = Listing(Text(_t(lang, "pool_title"), style="bold"), columns, cells)
-    formula = Line(_t(lang, "pool_formula", per_token=f"{c.per_token:,}"), style="italic")
+    table = listing(Text(_t(lang, "pool_title"), style="bold"), columns, cells)
+    formula = Text(_t(lang, "pool_formula", per_token=f"{c.per_token:,}"), style="italic")
     table_line = _t(lang, "prefill_table", table=block_table(run.result.prefill_pages.table, lang))
-    return Group(table, formula, Line(table_line), Text(""))
+    return Group(table, formula, Text(table_line), Text(""))
 
 
 def pool_rows(run: DecodeRun, lang: Lang) -> list[tuple[str, int, int]]:
@@ -367,12 +342,12 @@ def render_cost(run: DecodeRun, lang: Lang) -> Group:
         [name, str(kv), f"{per_token:,}", f"{per_token // 4:,}", f"{total:,}"]
         for name, kv, per_token, total in rows
     ]
-    table = Listing(Text(_t(lang, "cost_title"), style="bold"), columns, cells)
+    table = listing(Text(_t(lang, "cost_title"), style="bold"), columns, cells)
     parts: list[RenderableType] = [table]
     formula = _t(lang, "cost_formula", kv=c.kv_heads, dk=inp.d_k, dv=inp.d_v, n=c.per_token)
     if c.latent is not None:
         formula = _t(lang, "latent_formula", parts=run.cache_parts, n=c.latent, b=c.per_token)
-    parts.append(Line(formula, style="italic"))
+    parts.append(Text(formula, style="italic"))
     for t in active(inp):
         parts += [Text(n) for n in t.cost_notes(t.setting(inp), c.per_token, c.seq, lang)]
     if inp.has_batch:
@@ -413,7 +388,7 @@ def _slot_labels(run: DecodeRun, step: DecodeStep, lang: Lang, shown: list[int])
 def _held_line(slots: list[str], full: bool) -> str:
     """The slot labels joined, elided as the cache tables' rows are (first and last rows, an
     ellipsis between) unless ``full``: a 4,096-token cache is not a 4,096-entry line."""
-    picked = pick(len(slots), ROW_LIMIT, ROW_EDGE, full)
+    picked = pick_rows(len(slots), full)
     return ", ".join("…" if i is None else safe(slots[i]) for i in picked)
 
 
@@ -437,31 +412,31 @@ def render_step(run: DecodeRun, k: int, options: RenderOptions) -> Group:
     ring = ring_slots(inp)
     how = _t(lang, "ring", w=ring) if ring is not None else _t(lang, "grow")
     parts: list[RenderableType] = [
-        Heading(Text(title, style="bold cyan"), align="left", style="cyan"),
-        Line(_t(lang, "cache", c=step.slots)),
-        Line("  " + _held_line(slots, options.full)),  # a line of its own: it wraps less
+        Rule(Text(title, style="bold cyan"), align="left", style="cyan"),
+        Text(_t(lang, "cache", c=step.slots)),
+        Text("  " + _held_line(slots, options.full)),  # a line of its own: it wraps less
     ]
     if step.pages is None:
-        parts.append(Line(how, style="dim"))
+        parts.append(Text(how, style="dim"))
     else:
         lines = paged_lines(run, step, lang)
-        parts += [Line(lines[0], style="dim"), *(Line(line) for line in lines[1:])]
+        parts += [Text(lines[0], style="dim"), *(Text(line) for line in lines[1:])]
         if options.explain:
             parts += [
                 render_explanation(explain(run, key, lang, step))
                 for key in ("block_table", "gather")
             ]
     if any(step.cache_positions[s] < 0 for s in shown):
-        parts.append(Line(_t(lang, "none"), style="dim"))
+        parts.append(Text(_t(lang, "none"), style="dim"))
     if len(shown) < step.slots:
         unused = _t(lang, "unused", n=step.slots - len(shown), w=step.slots, t=inp.seq_k)
-        parts.append(Line(unused, style="dim"))
+        parts.append(Text(unused, style="dim"))
     for b in range(inp.batch):
         parts += _step_tables(run, step, b, (shown, slots), options)
     parts.append(_check_line(run, k, lang))
     if options.explain:
         parts.append(render_explanation(explain(run, "check", lang, step)))
-    return Group(*parts, Line(""))
+    return Group(*parts, Text(""))
 
 
 def _step_tables(
@@ -610,12 +585,12 @@ def _check_line(run: DecodeRun, k: int, lang: Lang) -> Group:
         tol=f"{run.tolerance:g}",
         stage=run.checked,
     )
-    lines = [Line(text, style="green" if ok else "bold red")]
+    lines = [Text(text, style="green" if ok else "bold red")]
     if run.paged is not None:
         near = run.paged.contiguous_diffs[k]
         same = near <= run.tolerance
         lines.append(
-            Line(
+            Text(
                 _t(lang, "check_paged", diff=f"{near:.3e}", mark=_mark(same)),
                 style="green" if same else "bold red",
             )
@@ -637,7 +612,7 @@ def render_checks(run: DecodeRun, options: RenderOptions) -> Group:
         ok = diff <= run.tolerance
         return Text(f"{diff:.3e} {_mark(ok)}", style="green" if ok else "bold red")
 
-    for k in pick(len(steps), 2 * TABLE_LIMIT, TABLE_EDGE, options.full):
+    for k in pick_steps(len(steps), options.full):
         if k is None:
             rows.append(["…"] * len(heads))
             continue
@@ -653,247 +628,14 @@ def render_checks(run: DecodeRun, options: RenderOptions) -> Group:
         )
         if run.paged is not None:
             rows[-1].append(shown(run.paged.contiguous_diffs[k]))
-    table = Listing(Text(_t(lang, "check_title"), style="bold"), columns, rows, no_wrap=True)
+    table = listing(Text(_t(lang, "check_title"), style="bold"), columns, rows, no_wrap=True)
     ok = run.prefill_diff <= run.tolerance
     prefill = _t(
         lang, "check_prefill", diff=f"{run.prefill_diff:.3e}", mark=_mark(ok), stage=run.checked
     )
-    return Group(Rule(style="cyan"), table, Line(prefill, style="green" if ok else "bold red"))
+    return Group(Rule(style="cyan"), table, Text(prefill, style="green" if ok else "bold red"))
 
 
-# ---------------------------------------------------------------------------------------------
-# Explanations of every quantity (en and zh)
-
-_EXPLAIN: dict[str, dict[Lang, tuple[str, str]]] = {  # key -> lang -> (formula, meaning)
-    "Q": {
-        "en": (
-            "q = Q[token] (projected as in attn trace)",
-            "Only the new token's query is computed at this step: one row per head. The "
-            "queries of earlier tokens are never needed again, so they are not kept.",
-        ),
-        "zh": (
-            "q = Q[当前词]（与 attn trace 中的投影相同）",
-            "这一步只计算新词的查询，每个头一行。之前各词的查询以后再也用不到，所以不保存。",
-        ),
-    },
-    "Q_rot": {
-        "en": (
-            "q_rot = RoPE(q, position of the token)",
-            "The query is rotated at its own position, now. Because each key was rotated "
-            "at its own position when it entered the cache, q_rot·k_rot depends only on the "
-            "distance between the two: the cached keys must never be rotated again.",
-        ),
-        "zh": (
-            "q_rot = RoPE(q, 当前词的位置)",
-            "查询在它自己的位置上旋转。每个键在进入缓存时已按自己的位置旋转过，所以 "
-            "q_rot·k_rot 只取决于两者的距离：缓存中的键绝不能再旋转一次。",
-        ),
-    },
-    "K_cache": {
-        "en": (
-            "K_cache[slot] = k_rot of the token held there (rotated once, on entry)",
-            "The keys of every token the query may still see, one row per slot, per key/"
-            "value head (kv_heads, not heads: grouped-query heads share them). Each row "
-            "was written once, when its token arrived; nothing is recomputed.",
-        ),
-        "zh": (
-            "K_cache[槽] = 该槽中那个词的 k_rot（进入缓存时旋转一次）",
-            "查询仍能看到的每个词的键，每个槽一行，按键值头存放（是 kv_heads 不是 heads："
-            "分组查询的多个头共用它们）。每一行只在那个词到来时写入一次，不再重新计算。",
-        ),
-    },
-    "V_cache": {
-        "en": (
-            "V_cache[slot] = v of the token held there",
-            "The values, slot for slot beside the keys: what the weights will average.",
-        ),
-        "zh": ("V_cache[槽] = 该槽中那个词的 v", "值与键逐槽对应：权重最终要对它们求加权平均。"),
-    },
-    "scores": {
-        "en": (
-            "scores = q · K_cacheᵀ (one row: the cache's slots)",
-            "One dot product per cached key: the same numbers as the row of this token in "
-            "the full scores matrix, in slot order instead of position order.",
-        ),
-        "zh": (
-            "scores = q · K_cacheᵀ（一行：对应缓存的各个槽）",
-            "对每个缓存中的键做一次点积：与完整 scores 矩阵中这个词的那一行相同，"
-            "只是按槽的顺序排列，而不是按位置。",
-        ),
-    },
-    "scaled": {
-        "en": (
-            "scaled = scores × scale",
-            "As in the full computation: scale = 1/√d_k unless the fixture sets it.",
-        ),
-        "zh": ("scaled = scores × scale", "与完整计算相同：除非配置文件另行给出，scale = 1/√d_k。"),
-    },
-    "masked": {
-        "en": (
-            "masked = scaled (+ bias), −∞ at empty slots and outside the window",
-            "No future key is in the cache, so causality needs no mask here. Only an empty "
-            "slot, a key that fell out of the window, or the fixture's own mask and bias "
-            "change anything.",
-        ),
-        "zh": (
-            "masked = scaled（+ bias），空槽和窗口之外为 −∞",
-            "缓存里没有未来的键，所以这里不需要因果遮盖。只有空槽、滑出窗口的键，"
-            "或者配置文件自己的 mask 和 bias 才会起作用。",
-        ),
-    },
-    "softmax": {
-        "en": (
-            "softmax = exp(masked − m) / Σ exp(masked − m) over the slots",
-            "The weights over the cached tokens.",
-        ),
-        "zh": ("softmax = exp(masked − m) / Σ exp(masked − m)，沿各个槽", "对缓存中各词的权重。"),
-    },
-    "output": {
-        "en": (
-            "output = softmax · V_cache",
-            "The new token's attention output for each head: the weighted average of the "
-            "cached values. It must equal row t of the full computation.",
-        ),
-        "zh": (
-            "output = softmax · V_cache",
-            "新词在每个头上的注意力输出：缓存中各值的加权平均。它必须等于完整计算的第 t 行。",
-        ),
-    },
-    "check": {
-        "en": (
-            "max |output − the full attention's row of this token| ≤ 1e-12",
-            "The decode loop and the full computation are the same math in a different "
-            "order: in float64 they agree to the last few bits. The full row is plain "
-            "softmax attention over every key the token may see, computed a few rows at a "
-            "time with no cache (as attn trace computes its output). A larger difference "
-            "is a bug (a re-rotated key, a wrong slot, a wrong head), and attn stops with "
-            "an error.",
-        ),
-        "zh": (
-            "max |output − 完整注意力中该词的那一行| ≤ 1e-12",
-            "解码循环和完整计算是同一套数学，只是顺序不同：在 float64 下只差最后几位。"
-            "完整的那一行是对该词能看到的所有键做普通 softmax 注意力，每次算几行，不用缓存"
-            "（与 attn trace 计算 output 相同）。"
-            "更大的差别就是程序错误（键被重复旋转、槽位写错、头对应错），attn 会报错退出。",
-        ),
-    },
-    "cost": {
-        "en": (
-            "bytes per token per layer = kv_heads × (d_k + d_v) × itemsize",
-            "Every generated token adds its key and value to the cache of every layer. "
-            "Grouped-query attention (fewer kv_heads than heads) and multi-query attention "
-            "(one kv head) shrink this; real models store bf16 (2 bytes), here float64 (8).",
-        ),
-        "zh": (
-            "每层每个词的字节数 = kv_heads × (d_k + d_v) × 每个数的字节数",
-            "每生成一个词，都要把它的键和值加入每一层的缓存。分组查询注意力（kv_heads "
-            "少于 heads）和多查询注意力（只有一个键值头）能减小这个开销；"
-            "真实模型存 bf16（2 字节），这里是 float64（8 字节）。",
-        ),
-    },
-    "block_table": {
-        "en": (
-            "page = block_table[i // block_size], slot = i mod block_size",
-            "PagedAttention (vLLM) keeps the cache in fixed-size pages taken from one pool, "
-            "as an operating system keeps memory in pages: a sequence owns a list of pages, "
-            "its block table, and grows one page at a time, so no cache is reserved for the "
-            "longest sequence in advance. Token i goes to logical block i // block_size; the "
-            "table says which physical page holds that block, and the slot in the page is "
-            "i mod block_size, never the token's global index.",
-        ),
-        "zh": (
-            "页 = 块表[i // 每页词数]，槽 = i mod 每页词数",
-            "PagedAttention（vLLM）把缓存存放在从同一个页池中取出的固定大小的页里，"
-            "就像操作系统按页管理内存：每个序列拥有一串页，即它的块表，"
-            "每次增长一页，不必预先为最长的序列保留整块缓存。第 i 个词进入逻辑块 "
-            "i // 每页词数；块表给出存放这个块的物理页，页内的槽是 i mod 每页词数，"
-            "而不是这个词在整个序列中的下标。",
-        ),
-    },
-    "gather": {
-        "en": (
-            "K_cache = pool[block_table[b]] for each live block b, in order",
-            "Each step reads the keys and values through the block table, page after page "
-            "in logical order: the same rows as a contiguous cache, with the last page's "
-            "empty slots read as zeros and hidden (−∞) like an empty slot of any cache. "
-            "The scores, softmax and output are then exactly those of the contiguous "
-            "cache: paging moves where the numbers live, not the math.",
-        ),
-        "zh": (
-            "K_cache = 按顺序对每个仍在使用的块 b 取 页池[块表[b]]",
-            "每一步都通过块表读取键和值，按逻辑顺序一页接一页：与连续缓存的各行相同，"
-            "最后一页的空槽读作零并被遮盖（−∞），与任何缓存的空槽一样。之后的 scores、"
-            "softmax 和 output 与连续缓存完全相同：分页改变的是数存放的位置，不是数学。",
-        ),
-    },
-    "pool": {
-        "en": (
-            "pool bytes = pages × block_size × bytes per token slot",
-            "A contiguous cache needs one slot per token it keeps; a pool of pages needs "
-            "whole pages, so at most block_size − 1 slots of the last page are wasted, "
-            "while a server that reserved a contiguous cache for the longest possible "
-            "sequence would waste far more. Smaller pages waste less but make the block "
-            "table longer. With a sliding window, pages the window has passed go back to "
-            "the pool for other blocks.",
-        ),
-        "zh": (
-            "页池字节数 = 页数 × 每页词数 × 每个词槽的字节数",
-            "连续缓存为保留的每个词各用一个槽；页池只能整页分配，所以最多浪费最后一页的 "
-            "每页词数 − 1 个槽，而为最长可能序列预留连续缓存的服务器浪费得多得多。"
-            "页越小浪费越少，但块表越长。有滑动窗口时，窗口越过的页还回页池，"
-            "供其他块使用。",
-        ),
-    },
-}
-
-
-def explain(run: DecodeRun, key: str, lang: Lang, step: DecodeStep | None = None) -> Explanation:
-    """The explanation of one quantity of the decode, with this step's shapes."""
-    from attn_cli.present.explain_registry import Explanation  # --explain only
-
-    formula, meaning = (_EXPLAIN | view_notes("decode"))[key][lang]
-    meaning += view_asides("decode", key, lang)
-    inp = run.trace.inputs
-    C = step.slots if step is not None else 0
-    shapes = {
-        "Q": f"[heads={inp.heads}, 1, d_k={inp.d_k}]",
-        "Q_rot": f"[heads={inp.heads}, 1, d_k={inp.d_k}]",
-        "K_cache": f"[kv_heads={inp.kv_heads}, slots={C}, d_k={inp.d_k}]",
-        "V_cache": f"[kv_heads={inp.kv_heads}, slots={C}, d_v={inp.d_v}]",
-        "output": f"[heads={inp.heads}, 1, d_v={inp.d_v}]",
-        "check": label(lang, "scalar"),
-        "cost": label(lang, "scalar"),
-        "pool": label(lang, "scalar"),
-        "block_table": f"[blocks={len(step.pages.table) if step and step.pages else 0}]",
-        "gather": f"[kv_heads={inp.kv_heads}, slots={C}, d_k={inp.d_k}]",
-    }
-    if step is not None and key in step.outs:  # a head-output transform's (a gate)
-        shapes[key] = f"[heads={inp.heads}, 1, d_v={inp.d_v}]"
-    if step is not None and step.latent is not None:  # a latent cache (MLA's)
-        width, r = step.K_cache.shape[-1], step.latent.shape[-1]
-        shapes |= {
-            "Q_latent": f"[heads={inp.heads}, 1, {width}]",
-            "K_latent": f"[1, slots={C}, {width}]",
-            "output_latent": f"[heads={inp.heads}, 1, {r}] → [heads={inp.heads}, 1, d_v={inp.d_v}]",
-        }
-    out = shapes.get(key, f"[heads={inp.heads}, 1, slots={C}]")
-    inputs = (_INPUTS | view_inputs("decode")).get(
-        key, ("masked",) if key == "softmax" else ("scores",)
-    )
-    return Explanation(key, lang, (formula,), inputs, f"{key} {out}", (meaning,))
-
-
-_INPUTS: dict[str, tuple[str, ...]] = {
-    "Q": ("Q",),
-    "Q_rot": ("Q",),
-    "K_cache": ("K",),
-    "V_cache": ("V",),
-    "scores": ("Q_rot | Q", "K_cache"),
-    "masked": ("capped | scaled",),
-    "output": ("softmax", "V_cache"),
-    "check": ("output", "the full attention's rows"),
-    "cost": ("kv_heads", "d_k", "d_v"),
-    "block_table": ("i", "block_size"),
-    "gather": ("pool", "block_table"),
-    "pool": ("pages", "block_size", "kv_heads", "d_k", "d_v"),
-}
+SECTIONS: Sections[DecodeRun] = Sections(
+    lambda run: len(run.result.steps), render_overview, render_step, render_checks, LABELS
+)

@@ -8,7 +8,6 @@ token spelled ``[bold red]x[/]``, ``a|b`` or ``50% & $x_1$`` prints literally.
 
 from __future__ import annotations
 
-import itertools
 import math
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
@@ -22,18 +21,16 @@ from attn_cli.present.latex_math import cjk, latex_mixed
 from attn_cli.present.latex_math import latex_escape as latex_escape
 from attn_cli.present.options import CELLS_SHOWN
 from attn_cli.present.text import (
-    COL_EDGE,
-    COL_LIMIT,
     ELLIPSIS,
-    ROW_EDGE,
-    ROW_LIMIT,
     TABLE_EDGE,
-    TABLE_LIMIT,
     axis_labels,
     format_number,
     header_lines,
-    pick,
+    pick_cols,
+    pick_rows,
     safe,
+    shown_slices,
+    slices_of,
     with_short_labels,
 )
 from attn_cli.present.variants import texts
@@ -64,10 +61,7 @@ def md_escape(text: str) -> str:
 
 
 def _slices(stage: Stage, full: bool) -> tuple[list[tuple[int, ...] | None], int]:
-    slices = list(itertools.product(*(range(n) for n in stage.shape[:-2])))
-    if not full and len(slices) > TABLE_LIMIT:
-        return [*slices[:TABLE_EDGE], None, *slices[-TABLE_EDGE:]], len(slices)
-    return list(slices), len(slices)
+    return shown_slices(stage.shape, full), len(slices_of(stage.shape))
 
 
 def _slice_title(stage: Stage, index: tuple[int, ...], lang: Lang) -> str:
@@ -95,8 +89,8 @@ class _Grid:
         if options.focus is not None and row_axis in ("query", "seq"):
             rows: list[int | None] = [options.focus]
         else:
-            rows = pick(matrix.shape[0], ROW_LIMIT, ROW_EDGE, options.full)
-        cols = pick(matrix.shape[1], COL_LIMIT, COL_EDGE, options.full)
+            rows = pick_rows(matrix.shape[0], options.full)
+        cols = pick_cols(matrix.shape[1], options.full)
         heat = options.heatmap and stage.name in ("masked", "softmax")
         blocked: Any = None
         if heat and "masked" in trace:

@@ -14,19 +14,17 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-from rich import box
 from rich.console import Group, RenderableType
 from rich.rule import Rule
-from rich.table import Table
 from rich.text import Text
 
 from attn_cli.core.flash import LOG2E
 from attn_cli.present.explain_registry import Explanation
 from attn_cli.present.i18n import Lang, label
 from attn_cli.present.options import RenderOptions
-from attn_cli.present.render import render_explanation, render_header
+from attn_cli.present.render import render_explanation, render_header, simple_table
 from attn_cli.present.run_view import lookup, sentinel_note, titled_matrix
-from attn_cli.present.text import TABLE_EDGE, TABLE_LIMIT, format_number, pick
+from attn_cli.present.text import TABLE_EDGE, format_number, pick_tables
 from attn_cli.present.variants import extra_logit, modifier, view_inputs, view_notes
 
 if TYPE_CHECKING:
@@ -123,7 +121,7 @@ def render_flash(run: FlashRun, options: RenderOptions | None = None) -> Group:
     """The whole loop: overview, the tiles shown (the middle ones elided), O, L, the checks."""
     options = options or RenderOptions()
     parts: list[RenderableType] = [render_overview(run, options)]
-    for k in pick(len(run.tiles), TABLE_LIMIT, TABLE_EDGE, options.full):
+    for k in pick_tables(len(run.tiles), options.full):
         if k is None:
             more = len(run.tiles) - 2 * TABLE_EDGE
             parts.append(Text(f"… {more} (--full)", style="dim"))
@@ -293,14 +291,7 @@ def render_checks(
     """The largest differences from the trace: O, L, the rebuilt weights; ulps in float32.
     ``labels`` (split-KV's) name the checks before flash's own and i18n's."""
     labels = LABELS if labels is None else {n: LABELS[n] | labels[n] for n in LABELS}
-    table = Table(
-        title=Text(_t(lang, "check_title"), style="bold"),
-        title_justify="left",
-        box=box.SIMPLE_HEAD,
-        show_edge=False,
-        pad_edge=False,
-        padding=(0, 1),
-    )
+    table = simple_table(Text(_t(lang, "check_title"), style="bold"))
     f32 = any(c.ulps is not None for c in run.checks)
     heads = ["col_what", "col_diff", *(["col_ulps"] if f32 else []), "col_tol"]
     for n, head in enumerate(heads):

@@ -18,16 +18,17 @@ import math
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from attn_cli.present.batch_view import LABELS, explain, page_lines, pool_window
+from attn_cli.present.batch_view import LABELS, explain, page_lines, pool_notes
 from attn_cli.present.explain_registry import pick_terms, sum_terms
-from attn_cli.present.html_page import bilingual, esc, listed
+from attn_cli.present.html_page import LANGS, bilingual, esc, listed
 from attn_cli.present.html_steps import (
     MAX_STEPS,
     Steps,
     attrs_of,
     explained,
     part_of,
-    picked_steps,
+    softmax_rows,
+    step_sections,
     steps_page,
     word,
 )
@@ -104,14 +105,14 @@ def batch_page(run: BatchRun, options: RenderOptions | None = None, theme: str =
     run = short_batch(run)
     p = Steps(run, options, "decode")
     steps = run.result.steps
-    sections = [(word("en", "overview"), _overview(run))]
-    kept: dict[str, Any] = {}
-    for k in picked_steps(p, len(steps)):
-        if k is None:
-            continue
-        step = steps[k]
-        sections.append((f"{k + 1}: {len(step.rows)} × {len(step.keys)}", _step(p, k, kept)))
-    sections.append((word("en", "checks"), _checks(run)))
+    sections, kept = step_sections(
+        p,
+        len(steps),
+        _overview(run),
+        lambda k: f"{k + 1}: {len(steps[k].rows)} × {len(steps[k].keys)}",
+        lambda k, kept: _step(p, k, kept),
+        lambda: _checks(run),
+    )
     more = " …" if len(run.names) > 1 else ""
     title = f"{run.names[0]}{more} · attn decode --batch"
     data = {"format": "attn-decode-batch", "steps": kept, "sequences": tokens}
@@ -156,30 +157,9 @@ def _overview(run: BatchRun) -> str:
 
 
 def _pool(run: BatchRun) -> list[str]:
-    """A paged batch's pool: how it works, what it holds at most against contiguous caches."""
-    paging = run.result.paging
-    if paging is None:
-        return []
-    b, per_token = paging.block_size, run.per_token
-    tokens = sum(m.tokens for m in run.result.members)
-    held = f"{run.result.peak * b * per_token:,}"
-    out = [f"<p>{bilingual(lambda lang: _t(lang, 'pool', n=paging.pages, b=b))}</p>"]
-    window = pool_window(run)
-    if window is not None:
-        out.append(f"<p>{bilingual(lambda lang: _t(lang, 'pool_window', w=window))}</p>")
-    if run.result.share:
-        out.append(f"<p>{bilingual(lambda lang: _t(lang, 'pool_shared', b=b))}</p>")
-    cost = bilingual(
-        lambda g: _t(
-            g,
-            "pool_cost",
-            m=run.result.peak,
-            bytes=held,
-            tokens=tokens,
-            contig=f"{tokens * per_token:,}",
-        )
-    )
-    return [*out, f"<p>{cost}</p>"]
+    """A paged batch's pool (batch_view.pool_notes), each note in both languages."""
+    both = {lang: pool_notes(run, lang) for lang in LANGS}
+    return [f"<p>{bilingual(lambda lang, n=n: both[lang][n])}</p>" for n in range(len(both["en"]))]
 
 
 def _phase(run: BatchRun, j: int, token: int, lang: Lang) -> str:
@@ -321,33 +301,15 @@ def _weight(
         if sink is None
         else _b(lang, "weight_sink", r=r, who=who, h=h, m=m, sink=n(sink))
     )
-    rows = []
     every = p.options.full and len(own) <= MAX_TERMS  # a long row's terms elide even with --full
-    for i in pick_terms(len(own), every, keep=c - own.start if c in own else None):
-        if i is None:
-            rows.append(("…",) * 5)
-            continue
+
+    def cell(i: int) -> tuple[str, float, float]:
         key = own.start + i
         label = f"{key}: {keys[key]}" + (" ◀" if key == c else "")
-        rows.append(
-            (
-                label,
-                n(row[i]),
-                n(parts.shifted[i]),
-                short_number(parts.exps[i], prec),
-                short_number(float(weights[key]), prec),
-            )
-        )
-    if sink is not None:
-        rows.append(
-            (
-                word(lang, "sink"),
-                n(sink),
-                n(sink - parts.row_max),
-                short_number(parts.sink_exp, prec),
-                "",
-            )
-        )
+        return label, float(row[i]), float(weights[key])
+
+    picked = pick_terms(len(own), every, keep=c - own.start if c in own else None)
+    rows = softmax_rows(p, parts, picked, cell, sink, lang)
     e = parts.exps[c - own.start] if c in own else 0.0  # another sequence's key: e^(−∞) = 0
     footer = [
         _b(

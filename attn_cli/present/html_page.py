@@ -20,7 +20,6 @@ from __future__ import annotations
 import base64
 import hashlib
 import html
-import itertools
 import math
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
@@ -47,6 +46,10 @@ from attn_cli.present.text import (
     format_number,
     header_lines,
     pick,
+    pick_cols,
+    pick_rows,
+    shown_slices,
+    slices_of,
     with_short_labels,
 )
 
@@ -147,34 +150,45 @@ def trace_page(
     page.plan()
     body = page.body()
     data = page.data_text()
-    script = asset("page.js")
-    digest = base64.b64encode(hashlib.sha256(script.encode("utf-8")).digest()).decode("ascii")
+    title = esc(trace.inputs.name or label(options.lang, "trace_title"))
+    return filled(options.lang, theme, title, body, data)
+
+
+def filled(lang: Lang, theme: str, title: str, body: str, data: str) -> str:
+    """The template filled: its CSS, its script (by hash), a page's ``title`` (escaped), body
+    and data (``<script type="application/json">``'s text)."""
     from attn_cli.present.palette import VIRIDIS
 
+    script = asset("page.js")
+    digest = base64.b64encode(hashlib.sha256(script.encode("utf-8")).digest()).decode("ascii")
     fill = {
-        "LANG_TAG": LANG_TAGS[options.lang],
-        "LANG": options.lang,
+        "LANG_TAG": LANG_TAGS[lang],
+        "LANG": lang,
         "THEME": page_theme(theme),
         "SCRIPT_HASH": f"sha256-{digest}",
         "GENERATOR": f"attn {__version__}",
-        "TITLE": esc(trace.inputs.name or label(options.lang, "trace_title")),
+        "TITLE": title,
         "VIRIDIS": ", ".join(VIRIDIS),
         "BODY": body,
         "DATA": data,
         "SCRIPT": script,
     }
-    template = asset("page.html")
-    return "".join(fill.get(part, part) for part in split(template))
+    return "".join(fill.get(part, part) for part in split(asset("page.html")))
 
 
 def notebook_html(trace: Trace, height: int = 640) -> str:
     """The page in an ``<iframe srcdoc>``: a notebook cell's view, its ids and script apart
     from every other cell's (two traces in one notebook do not collide)."""
     page = trace_page(trace, RenderOptions(), theme="light")
+    return in_iframe(page, trace.inputs.name or "attn trace", height)
+
+
+def in_iframe(page: str, name: str, height: int = 640) -> str:
+    """A page in an ``<iframe srcdoc>``, named ``name``: a notebook cell's view."""
     return (
         f'<iframe srcdoc="{html.escape(page, quote=True)}" sandbox="allow-scripts" '
         f'style="width: 100%; height: {height}px; border: 1px solid #ccc" '
-        f'title="{esc(trace.inputs.name or "attn trace")}"></iframe>'
+        f'title="{esc(name)}"></iframe>'
     )
 
 
@@ -365,20 +379,17 @@ class Page:
 
     def _tables(self, stage: Stage) -> list[str]:
         """A table per slice (batch item, head), the middle ones elided as in the terminal."""
-        from attn_cli.present.render import stage_heat
+        from attn_cli.present.heat import stage_heat
 
         full = self.full
         data, axes = stage.table  # (..., rows, cols); a vector as one row
         lead = axes[:-2]
-        slices = list(itertools.product(*(range(n) for n in data.shape[:-2])))
-        shown: list[tuple[int, ...] | None] = list(slices)
-        if not full and len(slices) > TABLE_LIMIT:
-            shown = [*slices[:TABLE_EDGE], None, *slices[-TABLE_EDGE:]]
+        slices, shown = slices_of(data.shape), shown_slices(data.shape, full)
         focus = self.options.focus if axes[-2] in ("query", "seq") else None
         shading = RenderOptions(self.options.precision, full=full, focus=focus)
         heat = stage_heat(self.trace, stage, shading)  # the terminal's range: over the rows shown
-        rows = pick(data.shape[-2], ROW_LIMIT, ROW_EDGE, full) if focus is None else [focus]
-        cols = pick(data.shape[-1], COL_LIMIT, COL_EDGE, full)
+        rows = pick_rows(data.shape[-2], full) if focus is None else [focus]
+        cols = pick_cols(data.shape[-1], full)
         out = []
         for index in shown:
             if index is None:

@@ -15,14 +15,13 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from attn_cli.present.explain_registry import sum_terms
-from attn_cli.present.html_page import bilingual, esc, listed
+from attn_cli.present.html_page import bilingual, esc, in_iframe, listed
 from attn_cli.present.html_steps import (
     MAX_TILES,
     TILE_EDGE,
     Steps,
     attrs_of,
     explained,
-    in_iframe,
     part_of,
     steps_page,
     where_at,

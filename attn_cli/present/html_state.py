@@ -13,6 +13,7 @@ that does not give its value.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -23,15 +24,14 @@ from attn_cli.present.html_steps import (
     attrs_of,
     explained,
     part_of,
-    picked_steps,
     short_run,
+    step_sections,
     steps_page,
     where_at,
-    word,
 )
 from attn_cli.present.i18n import Lang, axis_title
 from attn_cli.present.options import RenderOptions
-from attn_cli.present.text import TABLE_EDGE, TABLE_LIMIT, pick, safe
+from attn_cli.present.text import pick_steps, safe
 
 if TYPE_CHECKING:
     from attn_cli.check.state_runs import StateRun
@@ -99,16 +99,13 @@ def state_page(run: StateRun, options: RenderOptions | None = None, theme: str =
     run, tokens = short_run(run)
     p = Steps(run, options, "decode", tokens=tokens)
     steps = run.result.steps
-    picked = picked_steps(p, len(steps))
-    sections = [(word("en", "overview"), _overview(run))]
-    kept: dict[str, Any] = {}
-    for k in picked:
-        if k is None:
-            continue
-        step = steps[k]
-        name = f"{k + 1}: {safe(run.label(step.index))}@{step.position}"
-        sections.append((name, _step(p, k, kept)))
-    sections.append((word("en", "checks"), _checks(run)))
+
+    def name(k: int) -> str:
+        return f"{k + 1}: {safe(run.label(steps[k].index))}@{steps[k].position}"
+
+    sections, kept = step_sections(
+        p, len(steps), _overview(run), name, lambda k, kept: _step(p, k, kept), lambda: _checks(run)
+    )
     title = f"{run.trace.inputs.name or 'attn'} · attn decode"
     data = {"format": "attn-decode", "steps": kept}
     return steps_page(p, title, sections, data, "hint", theme)
@@ -121,7 +118,7 @@ def _t(lang: Lang, key: str, **values: Any) -> str:
 
 
 def _overview(run: StateRun) -> str:
-    from attn_cli.present.state_view import LEDGER_TOKENS, explain
+    from attn_cli.present.state_view import LEDGER_TOKENS, explain, ledger_formula
 
     P = run.result.prefill
     tokens = ", ".join(safe(run.label(i)) for i in range(P))
@@ -148,21 +145,7 @@ def _overview(run: StateRun) -> str:
             f"<td>{kv / c.state:,.2f}</td></tr>"
         )
     out.append("</table>")
-    shapes = " + ".join(f"{n} {list(shape)}" for n, shape in c.parts)
-    formula = bilingual(
-        lambda lang: _t(
-            lang,
-            "ledger_formula",
-            parts=shapes,
-            n=c.numbers,
-            b=c.state,
-            heads=c.heads,
-            dk=c.d_k,
-            dv=c.d_v,
-            kv=c.kv_per_token,
-            even=c.break_even(),
-        )
-    )
+    formula = bilingual(lambda lang: ledger_formula(run, lang))
     out.append(f"<p>{formula}</p>")
     if run.trace.inputs.has_batch:
         out.append(
@@ -182,7 +165,7 @@ def _checks(run: StateRun) -> str:
         + "</tr>"
     ]
     steps, c = run.result.steps, run.ledger
-    for k in pick(len(steps), 2 * TABLE_LIMIT, TABLE_EDGE, False):
+    for k in pick_steps(len(steps), False):
         if k is None:
             out.append("<tr>" + "<td>…</td>" * len(heads) + "</tr>")
             continue
@@ -356,7 +339,9 @@ def _derive(
     value; else what the cell is."""
     at = f"{name}[{', '.join(map(str, index))}]"
     value = float(arrays[name][b][index])
-    line = _worked(p, name, index, b, arrays, before, value, lang)
+    A = {n: x[b] for n, x in arrays.items()}
+    prev = None if before is None else {n: np.asarray(x)[b] for n, x in before.items()}
+    line = _worked(Update(p, name, index, A, prev, value, lang))
     if line is not None:
         if name in ("state.S", "state.z", "kv_mem"):  # read the state before the token
             line.append(_s(lang, "prev_prefill") if k == 0 else _s(lang, "prev_step", k=k))
@@ -372,55 +357,47 @@ def _derive(
     return part_of(at, [_s(lang, "what", name=name, formula=formula), f"= {p.n(value)}"])
 
 
-def _worked(
-    p: Steps,
-    name: str,
-    index: tuple[int, ...],
-    b: int,
-    arrays: dict[str, Any],
-    before: dict[str, Any] | None,
-    value: float,
-    lang: Lang,
-) -> list[str] | None:
+def _worked(update: Update) -> list[str] | None:
     """The lines of a recomputed update, None where the numbers are not at hand or do not
     give the cell's value."""
-    A = {n: x[b] for n, x in arrays.items()}
-    prev = None if before is None else {n: np.asarray(x)[b] for n, x in before.items()}
     for worked in (_linear, _delta):
-        lines = worked(p, name, index, A, prev, value, lang)
-        if lines is not None:
+        got, lines = worked(update)
+        if got is not None and _close(got, update.value):
             return lines
     return None
 
 
-def _dot(p: Steps, u: Any, w: Any) -> tuple[float, str]:
-    """Σ u_i·w_i exactly summed, and its terms as a worked line writes them."""
-    from attn_cli.present.explain_registry import sum_terms
+@dataclass(frozen=True)
+class Update:
+    """A cell of a state step to work out: its name and index, the step's arrays ``A`` and the
+    state before the step (``prev``), the value the page shows."""
 
-    terms = [f"{p.f(x)}×{p.f(y)}" for x, y in zip(u, w, strict=True)]
-    got = math.fsum(float(x) * float(y) for x, y in zip(u, w, strict=True))
-    return got, sum_terms(terms, p.options.full)
+    p: Steps
+    name: str
+    index: tuple[int, ...]
+    A: dict[str, Any]
+    prev: dict[str, Any] | None
+    value: float
+    lang: Lang
+
+    def dot(self, u: Any, w: Any) -> tuple[float, str]:
+        """Σ u_i·w_i exactly summed, and its terms as a worked line writes them."""
+        from attn_cli.present.explain_registry import sum_terms
+
+        f = self.p.f
+        terms = [f"{f(x)}×{f(y)}" for x, y in zip(u, w, strict=True)]
+        got = math.fsum(float(x) * float(y) for x, y in zip(u, w, strict=True))
+        return got, sum_terms(terms, self.p.options.full)
 
 
-def _linear(
-    p: Steps,
-    name: str,
-    index: tuple[int, ...],
-    A: dict[str, Any],
-    prev: dict[str, Any] | None,
-    value: float,
-    lang: Lang,
-) -> list[str] | None:
+def _linear(u: Update) -> tuple[float | None, list[str]]:
     """Linear attention: S_t = S_{t−1} + φ(k)vᵀ, z_t = z_{t−1} + φ(k), output = num / den."""
-    n, f = p.n, p.f
-
-    def dot(u: Any, w: Any) -> tuple[float, str]:
-        return _dot(p, u, w)
-
+    n, f, A, prev, dot = u.p.n, u.p.f, u.A, u.prev, u.dot
+    name, index, value, lang = u.name, u.index, u.value, u.lang
     got: float | None = None
     lines: list[str] = []
     if "phi_k" not in A or "phi_q" not in A:
-        return None
+        return None, []
     if name == "state.S" and prev is not None and "S" in prev:
         h, i, j = index
         old, kk, vv = float(prev["S"][h, i, j]), float(A["phi_k"][h, i]), float(A["v"][h, j])
@@ -444,30 +421,17 @@ def _linear(
         num, den = float(A["num"][h, j]), float(A["den"][h, 0])
         got = num / den if den != 0 else math.nan
         lines = [_s(lang, "out_div", j=j, num=n(num), den=n(den), value=n(value))]
-    if got is None or not _close(got, value):
-        return None
-    return lines
+    return got, lines
 
 
-def _delta(
-    p: Steps,
-    name: str,
-    index: tuple[int, ...],
-    A: dict[str, Any],
-    prev: dict[str, Any] | None,
-    value: float,
-    lang: Lang,
-) -> list[str] | None:
+def _delta(u: Update) -> tuple[float | None, list[str]]:
     """The gated delta rule: kv_mem, delta, S_t = S_{t−1}·e^g + k·deltaᵀ, output = S_tᵀq."""
-    n, f = p.n, p.f
-
-    def dot(u: Any, w: Any) -> tuple[float, str]:
-        return _dot(p, u, w)
-
+    n, f, A, prev, dot = u.p.n, u.p.f, u.A, u.prev, u.dot
+    name, index, value, lang = u.name, u.index, u.value, u.lang
     got: float | None = None
     lines: list[str] = []
     if not {"k", "q", "g", "beta", "delta", "kv_mem"} <= set(A):
-        return None
+        return None, []
     if name == "kv_mem" and prev is not None and "S" in prev:
         h, j = index
         eg = math.exp(float(A["g"][h, 0]))
@@ -491,6 +455,4 @@ def _delta(
         h, _, j = index
         got, terms = dot(A["state.S"][h, :, j], A["q"][h])
         lines = [_s(lang, "out_sq", j=j, terms=terms, value=n(value))]
-    if got is None or not _close(got, value):
-        return None
-    return lines
+    return got, lines

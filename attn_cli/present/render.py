@@ -7,11 +7,10 @@ query row, the explanation of each stage, a worked cell, step-mode pages and HTM
 
 from __future__ import annotations
 
-import itertools
 import math
 import re
-from collections.abc import Callable, Container, Iterable, Sequence
-from typing import TYPE_CHECKING, Any, NamedTuple, cast
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 from rich import box
@@ -21,37 +20,24 @@ from rich.measure import Measurement
 from rich.padding import Padding
 from rich.panel import Panel
 from rich.rule import Rule
-from rich.segment import Segment
-from rich.style import Style
 from rich.text import Text
 
-from attn_cli.core.stages import SCORE_STAGES as HEAT_STAGES
+from attn_cli.present.heat import SliceHeat, StageHeat, render_legend, stage_heat
 from attn_cli.present.i18n import Lang, axis_name, axis_title, dims_text, formula_text, label
 from attn_cli.present.options import CELLS_SHOWN, RenderOptions
-from attn_cli.present.palette import (
-    PALETTE_16,
-    PALETTE_256,
-    STEPPED_SYSTEMS,
-    scale_position,
-    stepped_style,
-)
-from attn_cli.present.palette import heat_style as heat_style
-from attn_cli.present.palette import viridis as viridis
 from attn_cli.present.text import (
-    COL_EDGE,
-    COL_LIMIT,
     ELLIPSIS,
     NONE,
-    ROW_EDGE,
-    ROW_LIMIT,
     TABLE_EDGE,
-    TABLE_LIMIT,
     axis_labels,
+    format_number,
     header_lines,
-    pick,
+    pick_cols,
+    pick_rows,
+    safe,
+    shown_slices,
+    slices_of,
 )
-from attn_cli.present.text import format_number as format_number
-from attn_cli.present.text import safe as safe
 from attn_cli.present.variants import texts
 
 if TYPE_CHECKING:
@@ -82,52 +68,21 @@ def render_trace(trace: Trace, options: RenderOptions | None = None) -> Group:
 def render_header(trace: Trace, lang: Lang = "en") -> Panel:
     """The configuration: shapes, heads, scale and its source, masking semantics."""
     inp = trace.inputs
-    fields = Fields([(key, Text(safe(value))) for key, value in header_lines(trace, lang)])
+    grid = fields([(key, Text(safe(value))) for key, value in header_lines(trace, lang)])
     title = Text(safe(inp.name) if inp.name else label(lang, "trace_title"), style="bold")
-    return Panel(fields, title=title, title_align="left", box=box.ROUNDED)
+    return Panel(grid, title=title, title_align="left", box=box.ROUNDED)
 
 
-class Fields:
-    """Keys in bold, each value wrapped beside its key: ``grid()``, a Rich grid, drawn segment
-    for segment where every value's column is at least as wide as the keys' (else Rich lays
-    the grid out). Rich's table module and its layout are ~3 ms of each ``attn trace``."""
+def fields(lines: list[tuple[str, Text]]) -> Table:
+    """Keys in bold, each value wrapped beside its key (a Rich grid)."""
+    from rich.table import Table
 
-    def __init__(self, lines: list[tuple[str, Text]]) -> None:
-        self.lines = lines
-        self.key_width = max((cell_len(key) for key, _ in lines), default=0)
-
-    def grid(self) -> Table:
-        from rich.table import Table
-
-        grid = Table.grid(padding=(0, 2))
-        grid.add_column(style="bold")
-        grid.add_column()
-        for key, value in self.lines:
-            grid.add_row(key, value)
-        return grid
-
-    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
-        gap = self.key_width + 2  # the key column: the widest key and two blanks
-        natural = max((value.cell_len for _, value in self.lines), default=0)
-        width = min(natural, options.max_width - gap)  # the values' column
-        plain = all(not v.spans and not v.style and "\n" not in v.plain for _, v in self.lines)
-        if not self.lines or width < gap or not plain or any("\n" in k for k, _ in self.lines):
-            yield from console.render(self.grid(), options)
-            return
-        bold, line = console.get_style("bold"), Segment.line()
-        for key, value in self.lines:
-            wrapped = value.wrap(console, width, justify="left", overflow="ellipsis")
-            for n, part in enumerate(wrapped):
-                if n == 0:
-                    yield Segment(key + " " * (self.key_width - cell_len(key)), bold)
-                    yield Segment("  ", bold)
-                else:
-                    yield Segment(" " * gap, bold)
-                yield Segment(part.plain)
-                yield line
-
-    def __rich_measure__(self, console: Console, options: ConsoleOptions) -> Measurement:
-        return Measurement.get(console, options, self.grid())
+    grid = Table.grid(padding=(0, 2))
+    grid.add_column(style="bold")
+    grid.add_column()
+    for key, value in lines:
+        grid.add_row(key, value)
+    return grid
 
 
 def render_stage(
@@ -166,7 +121,7 @@ def _stage_heading(trace: Trace, stage: Stage, lang: Lang) -> list[RenderableTyp
         formula += label(lang, "scale_note", scale=f"{trace.scale:.6g}")
     shape = dims_text(lang, stage.axes, stage.shape)
     return [
-        Heading(Text(stage.name, style="bold cyan"), align="left", style="cyan"),
+        Rule(Text(stage.name, style="bold cyan"), align="left", style="cyan"),
         Text.assemble((formula, "italic"), "   ", (f"[{shape}]", "dim")),
     ]
 
@@ -177,10 +132,8 @@ def _stage_tables(
     """A table per slice of the stage (batch item, head), the middle ones elided."""
     data, axes = stage.table  # a vector (d_b_O) as one row
     lead = axes[:-2]
-    slices = list(itertools.product(*(range(n) for n in data.shape[:-2])))
-    shown: Iterable[tuple[int, ...] | None] = slices
-    if not options.full and len(slices) > TABLE_LIMIT:
-        shown = [*slices[:TABLE_EDGE], None, *slices[-TABLE_EDGE:]]
+    slices = slices_of(data.shape)
+    shown = shown_slices(data.shape, options.full)
     row_axis, col_axis = axes[-2], axes[-1]
     only_rows = None
     if options.focus is not None and row_axis in ("query", "seq"):
@@ -210,24 +163,6 @@ def _stage_tables(
             )
         )
     return parts
-
-
-class Heading(Rule):
-    """A rule with a one-style title on the left, drawn as Rich draws it, segment for segment,
-    where it fits on one line of a Unicode console; else Rich's Rule draws it."""
-
-    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
-        title, width = self.title, options.max_width
-        fits = isinstance(title, Text) and not title.spans and "\n" not in title.plain
-        fits = fits and cell_len(cast(Text, title).plain) + 2 <= width and not options.ascii_only
-        if not fits or self.align != "left" or self.characters != "─" or self.end != "\n":
-            yield from super().__rich_console__(console, options)
-            return
-        text = cast(Text, title)
-        yield Segment(text.plain, console.get_style(text.style) if text.style else None)
-        yield Segment(" ", Style.null())
-        yield Segment("─" * (width - cell_len(text.plain) - 1), console.get_style(self.style))
-        yield Segment.line()
 
 
 def _more_tables(lang: Lang, total: int) -> str:
@@ -285,11 +220,9 @@ def render_matrix(
     cache slot's) and shows ``NONE``.
     """
     rows: list[int | None] = (
-        list(only_rows)
-        if only_rows is not None
-        else pick(len(row_labels), ROW_LIMIT, ROW_EDGE, options.full)
+        list(only_rows) if only_rows is not None else pick_rows(len(row_labels), options.full)
     )
-    cols = pick(len(col_labels), COL_LIMIT, COL_EDGE, options.full)
+    cols = pick_cols(len(col_labels), options.full)
     # Each column as (header, cells), formatted once; the table is assembled when the width
     # it has is known (Matrix), from the columns that fit.
     labels: _Column = (
@@ -366,100 +299,34 @@ def _row_sums(heat: SliceHeat | None, rows: list[int | None], precision: int) ->
     )
 
 
-class Line:
-    """One line of text in one style, as ``Text(text, style=style)`` draws it: one segment when
-    it fits the width, else that Text (which wraps it). Rich lays a Text out word by word,
-    about 80 µs a line: the titles of the 84 tables of a 1,024-token decode cost 7 ms."""
+def simple_table(title: Text | None = None) -> Table:
+    """A summary table: its title on the left, a rule under the headers, no edges, one blank
+    inside each side of a cell."""
+    from rich.table import Table
 
-    def __init__(self, text: str, style: str = "") -> None:
-        self.text = text
-        self.style = style
-
-    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
-        text = self.text
-        if "\n" in text or "\t" in text or _cells_of(text) > options.max_width:
-            yield Text(text, style=self.style)
-            return
-        yield Segment(text, console.get_style(self.style) if self.style else None)
-        yield Segment.line()
-
-    def __rich_measure__(self, console: Console, options: ConsoleOptions) -> Measurement:
-        return Measurement.get(console, options, Text(self.text, style=self.style))
+    return Table(
+        title=title,
+        title_justify="left",
+        box=box.SIMPLE_HEAD,
+        show_edge=False,
+        pad_edge=False,
+        padding=(0, 1),
+    )
 
 
-class Listing:
-    """A summary table as ``Table(title=..., title_justify="left", box=box.SIMPLE_HEAD,
-    show_edge=False, pad_edge=False, padding=(0, 1))`` lays it out, drawn as :class:`Matrix`
-    draws (every column as wide as its widest cell, headers in ``table.header``, a cell in its
-    own style) when every row fits the width on one line; the title above, as Rich's table
-    renders it (wrapped to the table's width). Otherwise, and for cells with spans or line
-    breaks, that Rich table. Rich's table module and its layout cost ~8 ms of an attn decode."""
-
-    def __init__(
-        self,
-        title: Text | None,
-        columns: Sequence[tuple[str, str]],  # (header, justify)
-        rows: Sequence[Sequence[Text | str]],
-        no_wrap: bool = False,
-    ) -> None:
-        self.title = title
-        self.columns = columns
-        self.rows = rows
-        self.no_wrap = no_wrap
-
-    def table(self) -> Table:
-        from rich.table import Table
-
-        table = Table(
-            title=self.title,
-            title_justify="left",
-            box=box.SIMPLE_HEAD,
-            show_edge=False,
-            pad_edge=False,
-            padding=(0, 1),
-        )
-        for header, justify in self.columns:
-            table.add_column(header, justify=cast(Any, justify), no_wrap=self.no_wrap)
-        for row in self.rows:
-            table.add_row(*row)
-        return table
-
-    def _widths(self) -> list[int] | None:
-        """Each column's width (its widest cell), None when a cell needs Rich's layout."""
-        widths = [_cells_of(header) for header, _ in self.columns]
-        for row in self.rows:
-            for n, cell in enumerate(row):
-                text = cell.plain if isinstance(cell, Text) else cell
-                if "\n" in text or (isinstance(cell, Text) and cell.spans):
-                    return None
-                widths[n] = max(widths[n], _cells_of(text))
-        return widths
-
-    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
-        widths = self._widths()
-        headers_plain = all("\n" not in header for header, _ in self.columns)
-        width = sum(widths) + 3 * (len(widths) - 1) if widths else 0
-        if widths is None or not headers_plain or width > options.max_width:
-            yield from console.render(self.table(), options)
-            return
-        if self.title is not None:  # as Table's render_annotation: wrapped to the table
-            title_options = options.update(width=width, highlight=False, height=None)
-            yield from console.render(self.title, title_options.update(justify="left"))
-        null, header = Style.null(), console.get_style("table.header")
-        justified = [(w, justify) for w, (_, justify) in zip(widths, self.columns, strict=True)]
-        heads: list[tuple[Text | str, int, str, Style]] = [
-            (head, w, justify, header)
-            for (head, _), (w, justify) in zip(self.columns, justified, strict=True)
-        ]
-        yield from _row(console, heads)
-        yield Segment("─" * width, null)
-        yield Segment.line()
-        for row in self.rows:
-            cells = [(c, w, j, null) for c, (w, j) in zip(row, justified, strict=True)]
-            yield from _row(console, cells)
-
-    def __rich_measure__(self, console: Console, options: ConsoleOptions) -> Measurement:
-        return Measurement.get(console, options, self.table())
+def listing(
+    title: Text | None,
+    columns: Sequence[tuple[str, str]],  # (header, justify)
+    rows: Sequence[Sequence[Text | str]],
+    no_wrap: bool = False,
+) -> Table:
+    """A :func:`simple_table` of ``columns`` and ``rows``."""
+    table = simple_table(title)
+    for header, justify in columns:
+        table.add_column(header, justify=cast(Any, justify), no_wrap=no_wrap)
+    for row in rows:
+        table.add_row(*row)
+    return table
 
 
 # a table column: its header and its cells, each a str (plain: a label, a number) or a Text
@@ -507,16 +374,7 @@ class Matrix:
 
     def table(self, cols: Sequence[int | None]) -> Table:
         """The table of the label column, ``cols`` (None: the ellipsis) and the row sums."""
-        from rich.table import Table
-
-        table = Table(
-            title=self.title,
-            title_justify="left",
-            box=box.SIMPLE_HEAD,
-            show_edge=False,
-            padding=(0, 1),
-            pad_edge=False,
-        )
+        table = simple_table(self.title)
         # Each column as wide as its widest cell, so Rich need not measure every cell.
         table.add_column(
             _text(self.labels[0]),
@@ -589,335 +447,19 @@ class Matrix:
             return
         if self.full:  # one column, wider than the console: as wide as it needs
             options = options.update_width(max(options.max_width, width))
-        if self._drawable(width, options.max_width, console.color_system is None):
-            yield from self._drawn(console, cols, width)
-            return
         table = self.table(cols)  # Rich crops the cells, wraps the title
         yield from console.render(
             Padding(table, (0, 0, 1, 0), expand=False) if self.spaced else table, options
         )
-
-    def _drawable(self, width: int, max_width: int, plain: bool = False) -> bool:
-        """Whether the table fits as drawn by :meth:`_drawn`: no cell to crop, a one-line
-        title, cells of one style each (any, on a ``plain`` console: it draws no style)."""
-        if width > max_width or (self.title is not None and self.title.cell_len > width):
-            return False
-        if plain:
-            return True
-        columns = [self.labels, *self.columns.values()]
-        if self.row_sums is not None:
-            columns.append(self.row_sums)
-        return not any(
-            isinstance(c, Text) and c.spans for head, cells in columns for c in (head, *cells)
-        )
-
-    def _drawn(self, console: Console, cols: Sequence[int | None], width: int) -> RenderResult:
-        """:meth:`table` as Rich draws it (box SIMPLE_HEAD without edges, one blank inside
-        each side), segment for segment, without Rich's layout: every column's width is known.
-        A dozen small tables drawn by Rich's layout cost ~5 ms of each ``attn trace``."""
-        if console.color_system is None:  # styles draw as nothing (Style.render): plain lines
-            yield from self._drawn_plain(cols, width)
-            return
-        null, bold = Style.null(), console.get_style("bold")
-        shown = [(self.labels, self.label_width, "left", bold)]
-        shown += [(self.columns[j], self.widths[j], "right", null) for j in cols]
-        if self.row_sums is not None:
-            shown.append((self.row_sums, self.sums_width, "right", null))
-        line = Segment.line()
-        if self.title is not None:
-            pad = " " * (width - self.title.cell_len)
-            yield Segment(self.title.plain + pad, _style_of(console, self.title))
-            yield line
-        header = console.get_style("table.header")
-        yield from _row(console, [(head, w, justify, header) for (head, _), w, justify, _ in shown])
-        yield Segment("─" * width, null)
-        yield line
-        for r in range(len(self.labels[1])):
-            cells = [(c[r], w, justify, style) for (_, c), w, justify, style in shown]
-            yield from _row(console, cells)
-        if self.spaced:
-            yield Segment(" " * width + "\n", null)
-
-    def _drawn_plain(self, cols: Sequence[int | None], width: int) -> RenderResult:
-        """:meth:`_drawn` on a console that draws no style: the same characters, one segment a
-        line (a decode's dozens of tables are thousands of cells)."""
-        shown = [(self.labels, self.label_width, "left")]
-        shown += [(self.columns[j], self.widths[j], "right") for j in cols]
-        if self.row_sums is not None:
-            shown.append((self.row_sums, self.sums_width, "right"))
-        line = Segment.line()
-        if self.title is not None:
-            yield Segment(self.title.plain + " " * (width - self.title.cell_len))
-            yield line
-        yield Segment(_line([(head, w, justify) for (head, _), w, justify in shown]))
-        yield line
-        yield Segment("─" * width)
-        yield line
-        for r in range(len(self.labels[1])):
-            yield Segment(_line([(c[r], w, justify) for (_, c), w, justify in shown]))
-            yield line
-        if self.spaced:
-            yield Segment(" " * width)
-            yield line
 
     def __rich_measure__(self, console: Console, options: ConsoleOptions) -> Measurement:
         narrowest = self.width(self.cols if self.full else self.fitting(0))
         return Measurement(narrowest, self.width(self.cols))
 
 
-def _row(console: Console, cells: list[tuple[Text | str, int, str, Style]]) -> RenderResult:
-    """One line of :meth:`Matrix._drawn`: each cell justified in its width, one blank each
-    side inside (none at the edges), one blank between; padding in the column's style."""
-    null = Style.null()
-    last = len(cells) - 1
-    for i, (cell, width, justify, style) in enumerate(cells):
-        text = cell.plain if isinstance(cell, Text) else cell
-        if justify == "right":
-            text = text.rstrip()  # as Rich does: a heat cell's blank mark goes
-        pad = " " * (width - _cells_of(text))
-        own = _style_of(console, cell) if isinstance(cell, Text) else None
-        if i:
-            yield Segment(" ", null)  # the column rule of SIMPLE_HEAD: a blank
-            yield Segment(" ", style)
-        body = text + pad if justify == "left" else pad + text
-        yield Segment(body, style + own if own else style or None)
-        if i < last:
-            yield Segment(" ", style)
-    yield Segment.line()
-
-
-def _line(cells: list[tuple[Text | str, int, str]]) -> str:
-    """The characters of one :func:`_row`: each cell justified in its width, three blanks
-    between (the padding each side and the column rule)."""
-    bodies = []
-    for cell, width, justify in cells:
-        text = cell.plain if isinstance(cell, Text) else cell
-        if justify == "right":
-            text = text.rstrip()
-        pad = " " * (width - _cells_of(text))
-        bodies.append(text + pad if justify == "left" else pad + text)
-    return "   ".join(bodies)
-
-
-def _style_of(console: Console, text: Text) -> Style | None:
-    """The style a one-style Text draws in on ``console`` (a heat cell's depends on it)."""
-    if isinstance(text, HeatText):
-        return text.style_for(console.color_system)
-    return console.get_style(text.style) if text.style else None
-
-
 def _widest(column: _Column) -> int:
     head, cells = column
-    return max(_cells_of(c.plain if isinstance(c, Text) else c) for c in (head, *cells))
-
-
-def _cells_of(text: str) -> int:
-    """Terminal cells of ``text``: its length when printable ASCII (a number), else Rich's
-    count (wide characters, zero-width ones)."""
-    return len(text) if text.isascii() and text.isprintable() else cell_len(text)
-
-
-# ---------------------------------------------------------------------------------------------
-# Heatmap shading: viridis (present/palette.py), stepped where the terminal has no true colour
-
-MASKED_STYLE = Style(color="#e4e4e4", bgcolor="#585858", italic=True)
-MAX_MARK, MASKED_MARK, NO_MARK = "*", "·", " "
-
-
-class StageHeat(NamedTuple):
-    """Shading for one stage: its value range (over every slice) and what to mark."""
-
-    stage: str
-    lo: float
-    hi: float
-    lang: Lang
-    masked: bool  # the stage shows masked cells (−∞ in masked; their zeros in softmax)
-
-    def slice(self, trace: Trace, stage: Stage, index: tuple[int, ...]) -> SliceHeat:
-        """The shading of one table of this stage."""
-        matrix = stage.data[index] if index else stage.data
-        blocked = None
-        if "masked" in trace and self.stage in ("masked", "softmax"):
-            source = trace["masked"].data
-            blocked = _NegInf(source[index] if index else source)
-        is_softmax = self.stage == "softmax"
-        # Row facts are worked out for the rows shown only, so an elided table costs the same
-        # whatever the size of the matrix behind it.
-        return SliceHeat(
-            lo=self.lo,
-            hi=self.hi,
-            lang=self.lang,
-            blocked=blocked,
-            maxima=_RowMaxima(matrix) if is_softmax else None,
-            row_sums=_RowSums(matrix) if is_softmax else None,
-        )
-
-
-class _NegInf:
-    """``blocked[i, j]``: whether the masked stage holds −∞ there, looked up cell by cell."""
-
-    def __init__(self, masked: Any) -> None:
-        self.masked = masked
-
-    def __getitem__(self, ij: tuple[int, int]) -> bool:
-        return bool(self.masked[ij] == -math.inf)
-
-
-class _RowMaxima:
-    """``(i, j) in maxima``: whether row i of a softmax slice peaks at j (row i worked once)."""
-
-    def __init__(self, matrix: Any) -> None:
-        self.matrix = matrix
-        self.rows: dict[int, frozenset[int]] = {}
-
-    def __contains__(self, ij: object) -> bool:
-        i, j = cast(tuple[int, int], ij)
-        if i not in self.rows:
-            from attn_cli.present.worked import row_max_positions_for_display
-
-            marks = row_max_positions_for_display(self.matrix[i : i + 1])
-            self.rows[i] = frozenset(col for _, col in marks)
-        return j in self.rows[i]
-
-
-class _RowSums:
-    """``row_sums[i]``: the sum of row i of a softmax slice, worked out when asked."""
-
-    def __init__(self, matrix: Any) -> None:
-        self.matrix = matrix
-
-    def __getitem__(self, i: int) -> float:
-        from attn_cli.present.worked import row_sums_for_display
-
-        return row_sums_for_display(self.matrix[i : i + 1])[0]
-
-
-class SliceHeat(NamedTuple):
-    """Shading for one table: value range, masked cells, row maxima and row sums."""
-
-    lo: float
-    hi: float
-    lang: Lang
-    blocked: Any | None  # [i, j] -> bool: True where the masked stage holds −∞
-    maxima: Container[tuple[int, int]] | None  # softmax only: where each row peaks
-    row_sums: Any | None  # softmax only: [i] -> the sum of row i
-
-    def cell(self, i: int, j: int, x: float, precision: int) -> Text:
-        """One shaded cell; masked cells grey with −∞ or ·, a row maximum with *."""
-        mark = ""
-        if self.maxima is not None:
-            mark = MAX_MARK if (i, j) in self.maxima else NO_MARK
-        if self.blocked is not None and bool(self.blocked[i, j]):
-            if x == -math.inf:
-                return Text("−∞" + mark, style=MASKED_STYLE)
-            return Text(format_number(x, precision) + MASKED_MARK, style=MASKED_STYLE)
-        t = scale_position(x, self.lo, self.hi)
-        extra = Style(bold=True, underline=True) if mark == MAX_MARK else None
-        return HeatText(format_number(x, precision) + mark, t, extra)
-
-
-class HeatText(Text):
-    """A shaded cell that takes its colours when rendered: viridis in true colour (and in
-    HTML/SVG), the stepped palette in a 256- or 16-colour terminal (present/palette.py)."""
-
-    def __init__(self, text: str, t: float, extra: Style | None = None) -> None:
-        super().__init__(text, style=heat_style(t) + extra if extra else heat_style(t))
-        self.t = t
-        self.extra = extra
-
-    def __rich_console__(self, console: Console, options: ConsoleOptions) -> Iterable[Segment]:
-        system = console.color_system
-        if system not in STEPPED_SYSTEMS:
-            yield from super().__rich_console__(console, options)
-            return
-        stepped = self.copy()
-        stepped.style = self.style_for(system)
-        yield from stepped.__rich_console__(console, options)
-
-    def style_for(self, system: str | None) -> Style:
-        """The cell's style in a terminal of colour ``system`` (Rich's name)."""
-        if system not in STEPPED_SYSTEMS:
-            return cast(Style, self.style)
-        style = stepped_style(self.t, "256" if system == "256" else "standard")
-        return style + self.extra if self.extra else style
-
-
-def stage_heat(trace: Trace, stage: Stage, options: RenderOptions) -> StageHeat | None:
-    if stage.name not in HEAT_STAGES:
-        return None
-    if stage.name == "softmax":
-        lo, hi = 0.0, 1.0  # weights are probabilities: one fixed scale for every trace
-    else:
-        shown = _shown_values(stage, options)
-        finite = shown[np.isfinite(shown)]
-        lo, hi = (float(finite.min()), float(finite.max())) if finite.size else (0.0, 1.0)
-    masked = "masked" in trace and stage.name in ("masked", "softmax")
-    return StageHeat(stage.name, lo, hi, options.lang, masked)
-
-
-def _shown_values(stage: Stage, options: RenderOptions) -> Any:
-    """The numbers a stage's tables show (all with --full): the colour scale spans these, and
-    an elided 4096 × 4096 stage costs no more to shade than a small one."""
-    data = stage.data
-    if options.full:
-        return data
-    slices = list(itertools.product(*(range(n) for n in data.shape[:-2])))
-    if len(slices) > TABLE_LIMIT:
-        slices = [*slices[:TABLE_EDGE], *slices[-TABLE_EDGE:]]
-    rows = [i for i in pick(data.shape[-2], ROW_LIMIT, ROW_EDGE, False) if i is not None]
-    if options.focus is not None and stage.axes[-2] in ("query", "seq"):
-        rows = [options.focus]
-    cols = [j for j in pick(data.shape[-1], COL_LIMIT, COL_EDGE, False) if j is not None]
-    return np.stack([data[index][np.ix_(rows, cols)] for index in slices])
-
-
-def render_legend(heat: StageHeat, lang: Lang, precision: int) -> Legend:
-    """The colour scale from low to high with its range, and what the marks mean."""
-    return Legend(heat, lang, precision)
-
-
-class Legend:
-    """The legend of a stage's shading, drawn in the colours the terminal has."""
-
-    def __init__(self, heat: StageHeat, lang: Lang, precision: int) -> None:
-        self.heat = heat
-        self.lang = lang
-        self.precision = precision
-
-    def text(self, system: str | None = None) -> Text:
-        """The legend for a console of colour ``system`` (Rich's name; None: no colour)."""
-        heat, lang = self.heat, self.lang
-        # Gaps go at the end of a piece, never at the start of the next: SVG viewers drop
-        # leading blanks of a positioned text run.
-        text = Text.assemble((label(lang, "heat_low") + " ", "dim"))
-        for n, colour in enumerate(blocks := _scale_colours(system)):
-            text.append("█" if n < len(blocks) - 1 else "█ ", style=Style(color=colour))
-        text.append(label(lang, "heat_high") + "  ", style="dim")
-        lo, hi = format_number(heat.lo, self.precision), format_number(heat.hi, self.precision)
-        text.append(f"{lo} … {hi}")
-        if heat.stage == "softmax":
-            text.append(f"   {MAX_MARK} {label(lang, 'heat_max')}")
-        if heat.masked:
-            sample = "−∞" if heat.stage == "masked" else MASKED_MARK
-            text.append("   ")
-            text.append(sample, style=MASKED_STYLE)
-            text.append(f" {label(lang, 'heat_masked')}")
-        return text
-
-    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
-        yield self.text(console.color_system)
-
-    def __rich_measure__(self, console: Console, options: ConsoleOptions) -> Measurement:
-        return Measurement.get(console, options, self.text(console.color_system))
-
-
-def _scale_colours(system: str | None) -> list[str]:
-    """The colours of the legend's scale: 12 viridis samples, or the terminal's 10 steps."""
-    if system == "256":
-        return [f"color({n})" for n in PALETTE_256]
-    if system in STEPPED_SYSTEMS:
-        return list(PALETTE_16)
-    return [viridis(n / 11) for n in range(12)]
+    return max(cell_len(c.plain if isinstance(c, Text) else c) for c in (head, *cells))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1047,9 +589,7 @@ def render_cell(part: CellText) -> Panel:
     """A worked cell's part for one stage: its lines, and the softmax row as a table."""
     body: list[RenderableType] = [_wrap(line) for line in part.lines]
     if part.header:
-        from rich.table import Table
-
-        table = Table(box=box.SIMPLE_HEAD, show_edge=False, padding=(0, 1), pad_edge=False)
+        table = simple_table()
         for n, head in enumerate(part.header):
             table.add_column(Text(head, style="dim"), justify="left" if n == 0 else "right")
         for row in part.rows:

@@ -19,9 +19,9 @@ from rich.text import Text
 from attn_cli.present.explain_registry import Explanation
 from attn_cli.present.i18n import Lang
 from attn_cli.present.options import RenderOptions
-from attn_cli.present.render import Fields, render_explanation
+from attn_cli.present.render import fields, render_explanation
 from attn_cli.present.run_view import lookup
-from attn_cli.present.text import format_number, pick, safe, short_number
+from attn_cli.present.text import format_number, pick_rows, safe, short_number
 
 if TYPE_CHECKING:
     from attn_cli.core.inputs import Inputs
@@ -290,9 +290,9 @@ def _overview(inputs: Inputs, table: RopeTable, lang: Lang, precision: int) -> P
         )
     lines.append((_t(lang, "k_length"), _t(lang, "length", length=f"{table.length:,}")))
     lines.append((_t(lang, "k_position"), _t(lang, "position", position=f"{table.position:,}")))
-    fields = Fields([(key, Text(safe(value))) for key, value in lines])
+    grid = fields([(key, Text(safe(value))) for key, value in lines])
     title = f"{_t(lang, 'title')} · {inputs.name}" if inputs.name else _t(lang, "title")
-    return Panel(fields, title=Text(safe(title), style="bold"), title_align="left", box=box.ROUNDED)
+    return Panel(grid, title=Text(safe(title), style="bold"), title_align="left", box=box.ROUNDED)
 
 
 def _pairs(table: RopeTable, lang: Lang, options: RenderOptions) -> Table:
@@ -310,7 +310,7 @@ def _pairs(table: RopeTable, lang: Lang, options: RenderOptions) -> Table:
             _t(lang, name), justify="left" if name == "col_band" else "right", no_wrap=True
         )
     n = len(table.first)
-    for i in pick(n, ROW_LIMIT, ROW_EDGE, options.full):
+    for i in pick_rows(n, options.full):
         if i is None:
             out.add_row(Text(_t(lang, "more", n=n - 2 * ROW_EDGE), style="dim"))
             continue

@@ -1,19 +1,24 @@
 """What the views of ``attn decode`` and ``attn flash`` share: a label lookup, the note on a
-replaced mask_value, and a matrix under a title of its own.
+replaced mask_value, a matrix under a title of its own, and the sections of a run.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
 
 from rich.console import Group, RenderableType
 from rich.padding import Padding
+from rich.rule import Rule
 from rich.text import Text
 
 from attn_cli.present.i18n import Lang
 from attn_cli.present.options import RenderOptions
-from attn_cli.present.render import Line, render_matrix
+from attn_cli.present.render import render_header, render_matrix
+from attn_cli.present.text import pick_tables, safe
+
+R = TypeVar("R")  # a run: a decode's, a batch's, a state decode's, a split-KV flash's
 
 SENTINEL: dict[Lang, str] = {
     "en": "mask_value {v} replaced by −∞, as a KV cache and FlashAttention mask "
@@ -36,6 +41,23 @@ def sentinel_note(sentinel: float | None, lang: Lang) -> list[Text]:
     return [Text(SENTINEL[lang].format(v=f"{sentinel:g}"), style="yellow")]
 
 
+def decode_opening(
+    run: Any, labels: dict[Lang, dict[str, str]], lang: Lang
+) -> list[RenderableType]:
+    """The opening of a decode's overview: the configuration, the title, what the prefill
+    covered, the number of steps, the note on a replaced mask_value, a blank line."""
+    P = run.result.prefill
+    tokens = ", ".join(safe(run.label(i)) for i in range(P))
+    return [
+        render_header(run.trace, lang),
+        Rule(Text(lookup(labels, lang, "title"), style="bold cyan"), align="left", style="cyan"),
+        Text(lookup(labels, lang, "overview", p=P, tokens=tokens)),
+        Text(lookup(labels, lang, "steps", n=len(run.result.steps))),
+        *sentinel_note(run.sentinel, lang),
+        Text(""),
+    ]
+
+
 def titled_matrix(
     title: str,
     matrix: Any,
@@ -48,7 +70,7 @@ def titled_matrix(
     """A matrix with its title above it, on a line of its own: a title never wraps narrow;
     ``none(i, j)``: no number in that cell (render_matrix)."""
     return [
-        Line(title, style="bold"),
+        Text(title, style="bold"),
         render_matrix(
             matrix,
             row_labels=rows,
@@ -62,36 +84,38 @@ def titled_matrix(
     ]
 
 
-def run_sections(
-    steps: int,
-    options: RenderOptions,
-    overview: Callable[[], RenderableType],
-    step: Callable[[int], RenderableType],
-    checks: Callable[[], RenderableType],
-    more: Callable[[int], str],
-) -> Group:
-    """A decode's whole view: the overview, every step (the middle ones elided past the table
-    limit, ``more(n)`` saying how many), the checks."""
-    from attn_cli.present.text import TABLE_EDGE, TABLE_LIMIT, pick
+@dataclass(frozen=True)
+class Sections(Generic[R]):
+    """A run's view in sections: its overview, a section per step, its checks. ``more`` is the
+    key in ``labels`` of the line that stands for the steps elided past the table limit."""
 
-    parts: list[RenderableType] = [overview()]
-    for k in pick(steps, TABLE_LIMIT, TABLE_EDGE, options.full):
-        if k is None:
-            parts.append(Padding(Text(more(steps - 2 * TABLE_EDGE), style="dim"), (0, 0, 1, 2)))
-        else:
-            parts.append(step(k))
-    parts.append(checks())
-    return Group(*parts)
+    steps: Callable[[R], int]
+    overview: Callable[[R, RenderOptions], RenderableType]
+    step: Callable[[R, int, RenderOptions], RenderableType]
+    checks: Callable[[R, RenderOptions], RenderableType]
+    labels: dict[Lang, dict[str, str]]
+    more: str = "more_steps"
 
+    def whole(self, run: R, options: RenderOptions | None = None) -> Group:
+        """The whole view: the overview, every step (the middle ones elided), the checks."""
+        from attn_cli.present.text import TABLE_EDGE
 
-def run_pages(
-    steps: int,
-    overview: Callable[[], RenderableType],
-    step: Callable[[int], RenderableType],
-    checks: Callable[[], RenderableType],
-) -> Iterator[RenderableType]:
-    """Step mode's pages of a decode: the overview, every step, the checks."""
-    yield overview()
-    for k in range(steps):
-        yield step(k)
-    yield checks()
+        o = options or RenderOptions()
+        n = self.steps(run)
+        parts: list[RenderableType] = [self.overview(run, o)]
+        for k in pick_tables(n, o.full):
+            if k is None:
+                more = lookup(self.labels, o.lang, self.more, n=n - 2 * TABLE_EDGE)
+                parts.append(Padding(Text(more, style="dim"), (0, 0, 1, 2)))
+            else:
+                parts.append(self.step(run, k, o))
+        parts.append(self.checks(run, o))
+        return Group(*parts)
+
+    def pages(self, run: R, options: RenderOptions | None = None) -> Iterator[RenderableType]:
+        """Step mode's pages, one renderable each: the overview, every step, the checks."""
+        o = options or RenderOptions()
+        yield self.overview(run, o)
+        for k in range(self.steps(run)):
+            yield self.step(run, k, o)
+        yield self.checks(run, o)

@@ -22,8 +22,8 @@ from attn_cli.present.flash_view import render_checks
 from attn_cli.present.i18n import Lang
 from attn_cli.present.options import RenderOptions
 from attn_cli.present.render import render_explanation, render_header
-from attn_cli.present.run_view import lookup, run_pages, run_sections, sentinel_note, titled_matrix
-from attn_cli.present.text import TABLE_EDGE, TABLE_LIMIT, pick
+from attn_cli.present.run_view import Sections, lookup, sentinel_note, titled_matrix
+from attn_cli.present.text import TABLE_EDGE, pick_tables
 
 if TYPE_CHECKING:
     from attn_cli.check.split_runs import SplitRun
@@ -102,28 +102,12 @@ def _t(lang: Lang, key: str, **values: object) -> str:
 
 def render_split(run: SplitRun, options: RenderOptions | None = None) -> Group:
     """The overview, each chunk (the middle ones elided), the merge, the checks."""
-    o = options or RenderOptions()
-    n = len(run.result.chunks)
-    return run_sections(
-        n + 1,
-        o,
-        lambda: render_overview(run, o),
-        lambda k: _section(run, k, o),
-        lambda: render_split_checks(run, o),
-        lambda m: _t(o.lang, "more", n=m),
-    )
+    return SECTIONS.whole(run, options)
 
 
 def split_pages(run: SplitRun, options: RenderOptions | None = None) -> Iterator[RenderableType]:
     """Step mode's pages: the overview, each chunk, the merge, the checks."""
-    o = options or RenderOptions()
-    n = len(run.result.chunks)
-    return run_pages(
-        n + 1,
-        lambda: render_overview(run, o),
-        lambda k: _section(run, k, o),
-        lambda: render_split_checks(run, o),
-    )
+    return SECTIONS.pages(run, options)
 
 
 def split_titles(run: SplitRun, lang: Lang) -> list[str]:
@@ -178,7 +162,7 @@ def _heads(
     inp = run.trace.inputs
     pairs = [(b, h) for b in range(inp.batch) for h in range(inp.heads)]
     lang = options.lang
-    for n in pick(len(pairs), TABLE_LIMIT, TABLE_EDGE, options.full):
+    for n in pick_tables(len(pairs), options.full):
         if n is None:
             parts.append(Text(_t(lang, "more", n=len(pairs) - 2 * TABLE_EDGE), style="dim"))
             continue
@@ -349,3 +333,13 @@ def explain(run: SplitRun, key: str, lang: Lang) -> Explanation:
         "orders": f"lse [seq_q], O [seq_q, d_v={Dv}]",
     }[key]
     return Explanation(key, lang, (formula,), inputs, shape, (meaning,))
+
+
+SECTIONS: Sections[SplitRun] = Sections(
+    lambda run: len(run.result.chunks) + 1,
+    render_overview,
+    _section,
+    render_split_checks,
+    LABELS,
+    "more",
+)

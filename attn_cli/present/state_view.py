@@ -11,25 +11,22 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
-from rich import box
 from rich.console import Group, RenderableType
 from rich.rule import Rule
-from rich.table import Table
 from rich.text import Text
 
 from attn_cli.core.stages import SPECS
 from attn_cli.present.explain_registry import Explanation
 from attn_cli.present.i18n import Lang, label
 from attn_cli.present.options import RenderOptions
-from attn_cli.present.render import render_explanation, render_header
+from attn_cli.present.render import render_explanation, simple_table
 from attn_cli.present.run_view import (
+    Sections,
+    decode_opening,
     lookup,
-    run_pages,
-    run_sections,
-    sentinel_note,
     titled_matrix,
 )
-from attn_cli.present.text import TABLE_EDGE, TABLE_LIMIT, pick, safe
+from attn_cli.present.text import pick_steps, safe
 
 if TYPE_CHECKING:
     from attn_cli.check.state_runs import StateRun
@@ -178,26 +175,12 @@ def _t(lang: Lang, key: str, **values: object) -> str:
 
 def render_state_decode(run: StateRun, options: RenderOptions | None = None) -> Group:
     """The whole decode: overview and ledger, every step (the middle ones elided), the checks."""
-    o = options or RenderOptions()
-    return run_sections(
-        len(run.result.steps),
-        o,
-        lambda: render_overview(run, o),
-        lambda k: render_step(run, k, o),
-        lambda: render_checks(run, o),
-        lambda n: _t(o.lang, "more_steps", n=n),
-    )
+    return SECTIONS.whole(run, options)
 
 
 def state_pages(run: StateRun, options: RenderOptions | None = None) -> Iterator[RenderableType]:
     """Step mode's pages: the overview, every step, the checks."""
-    o = options or RenderOptions()
-    yield from run_pages(
-        len(run.result.steps),
-        lambda: render_overview(run, o),
-        lambda k: render_step(run, k, o),
-        lambda: render_checks(run, o),
-    )
+    return SECTIONS.pages(run, options)
 
 
 def state_titles(run: StateRun, lang: Lang) -> list[str]:
@@ -211,17 +194,7 @@ def state_titles(run: StateRun, lang: Lang) -> list[str]:
 
 def render_overview(run: StateRun, options: RenderOptions) -> Group:
     lang = options.lang
-    P = run.result.prefill
-    tokens = ", ".join(safe(run.label(i)) for i in range(P))
-    parts: list[RenderableType] = [
-        render_header(run.trace, lang),
-        Rule(Text(_t(lang, "title"), style="bold cyan"), align="left", style="cyan"),
-        Text(_t(lang, "overview", p=P, tokens=tokens)),
-        Text(_t(lang, "steps", n=len(run.result.steps))),
-        *sentinel_note(run.sentinel, lang),
-        Text(""),
-        render_ledger(run, lang),
-    ]
+    parts = [*decode_opening(run, LABELS, lang), render_ledger(run, lang)]
     if options.explain:
         parts += [render_explanation(explain(run, key, lang)) for key in ("state", "ledger")]
     return Group(*parts)
@@ -231,14 +204,7 @@ def render_ledger(run: StateRun, lang: Lang) -> Group:
     """The state's bytes against the KV cache's at the prefill, this fixture's length and a few
     long contexts."""
     c = run.ledger
-    table = Table(
-        title=Text(_t(lang, "ledger_title"), style="bold"),
-        title_justify="left",
-        box=box.SIMPLE_HEAD,
-        show_edge=False,
-        pad_edge=False,
-        padding=(0, 1),
-    )
+    table = simple_table(Text(_t(lang, "ledger_title"), style="bold"))
     table.add_column(_t(lang, "col_tokens"))
     for head in ("col_state", "col_kv", "col_ratio"):
         table.add_column(_t(lang, head), justify="right")
@@ -250,11 +216,19 @@ def render_ledger(run: StateRun, lang: Lang) -> Group:
     for name, t in rows:
         kv = c.kv_at(t)
         table.add_row(name, f"{c.state:,}", f"{kv:,}", f"{kv / c.state:,.2f}")
-    shapes = " + ".join(f"{n} {list(shape)}" for n, shape in c.parts)
-    formula = _t(
+    parts: list[RenderableType] = [table, Text(ledger_formula(run, lang), style="italic")]
+    if run.trace.inputs.has_batch:
+        parts.append(Text(_t(lang, "batch_note", b=run.trace.inputs.batch), style="dim"))
+    return Group(*parts, Text(""))
+
+
+def ledger_formula(run: StateRun, lang: Lang) -> str:
+    """How the ledger's bytes are counted: the state's parts, the KV cache's per token."""
+    c = run.ledger
+    return _t(
         lang,
         "ledger_formula",
-        parts=shapes,
+        parts=" + ".join(f"{n} {list(shape)}" for n, shape in c.parts),
         n=c.numbers,
         b=c.state,
         heads=c.heads,
@@ -263,10 +237,6 @@ def render_ledger(run: StateRun, lang: Lang) -> Group:
         kv=c.kv_per_token,
         even=c.break_even(),
     )
-    parts: list[RenderableType] = [table, Text(formula, style="italic")]
-    if run.trace.inputs.has_batch:
-        parts.append(Text(_t(lang, "batch_note", b=run.trace.inputs.batch), style="dim"))
-    return Group(*parts, Text(""))
 
 
 def render_step(run: StateRun, k: int, options: RenderOptions) -> Group:
@@ -358,19 +328,12 @@ def _check_line(run: StateRun, k: int, lang: Lang) -> Text:
 def render_checks(run: StateRun, options: RenderOptions) -> Group:
     """Every step's largest difference from the chunked form, and the prefill's."""
     lang = options.lang
-    table = Table(
-        title=Text(_t(lang, "check_title"), style="bold"),
-        title_justify="left",
-        box=box.SIMPLE_HEAD,
-        show_edge=False,
-        pad_edge=False,
-        padding=(0, 1),
-    )
+    table = simple_table(Text(_t(lang, "check_title"), style="bold"))
     heads = ("col_step", "col_token", "col_pos", "col_state", "col_kv", "col_diff")
     for n, head in enumerate(heads):
         table.add_column(_t(lang, head), justify="left" if n == 1 else "right", no_wrap=True)
     steps, c = run.result.steps, run.ledger
-    for k in pick(len(steps), 2 * TABLE_LIMIT, TABLE_EDGE, options.full):
+    for k in pick_steps(len(steps), options.full):
         if k is None:
             table.add_row(*("…",) * len(heads))
             continue
@@ -407,3 +370,8 @@ def explain(run: StateRun, key: str, lang: Lang) -> Explanation:
         "check": ("output", "output_chunked"),
     }[key]
     return Explanation(key, lang, (formula,), inputs, f"{key} {shapes[key]}", (meaning,))
+
+
+SECTIONS: Sections[StateRun] = Sections(
+    lambda run: len(run.result.steps), render_overview, render_step, render_checks, LABELS
+)

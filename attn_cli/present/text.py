@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 from typing import TYPE_CHECKING, Any
 
@@ -54,6 +55,37 @@ def pick(n: int, limit: int, edge: int, full: bool) -> list[int | None]:
     if full or n <= limit:
         return list(range(n))
     return [*range(edge), None, *range(n - edge, n)]
+
+
+def pick_rows(n: int, full: bool) -> list[int | None]:
+    """The rows of a table to show, as NumPy elides: the first and last few past the limit."""
+    return pick(n, ROW_LIMIT, ROW_EDGE, full)
+
+
+def pick_cols(n: int, full: bool) -> list[int | None]:
+    """The columns of a table to show (before the width drops more: render.Matrix)."""
+    return pick(n, COL_LIMIT, COL_EDGE, full)
+
+
+def pick_tables(n: int, full: bool) -> list[int | None]:
+    """The tables (slices, steps, chunks) to show: the first and last few past the limit."""
+    return pick(n, TABLE_LIMIT, TABLE_EDGE, full)
+
+
+def pick_steps(n: int, full: bool) -> list[int | None]:
+    """The rows of a table with a row per step (the checks): twice as many as tables."""
+    return pick(n, 2 * TABLE_LIMIT, TABLE_EDGE, full)
+
+
+def slices_of(shape: tuple[int, ...]) -> list[tuple[int, ...]]:
+    """The index of every table of an array of ``shape`` (its last two axes: rows, columns)."""
+    return list(itertools.product(*(range(n) for n in shape[:-2])))
+
+
+def shown_slices(shape: tuple[int, ...], full: bool) -> list[tuple[int, ...] | None]:
+    """The tables shown of an array of ``shape`` (None: the elided middle ones)."""
+    slices = slices_of(shape)
+    return [None if i is None else slices[i] for i in pick_tables(len(slices), full)]
 
 
 def axis_labels(trace: Trace, axis: str, n: int) -> tuple[str, ...]:

@@ -234,7 +234,8 @@ def test_qwen3_next_imports_its_gate_split_from_q_proj(tmp_path: Path) -> None:
     assert inputs.W_Q is not None
     np.testing.assert_array_equal(inputs.W_Q, rows[:, 0].reshape(H * D, -1).T)
     np.testing.assert_array_equal(inputs.extra["gate"].W_G, rows[:, 1].reshape(H * D, -1).T)
-    assert inputs.setting("qk_norm") is not None and inputs.rope is not None and inputs.rope.dims == D // 4
+    assert inputs.setting("qk_norm") is not None
+    assert inputs.rope is not None and inputs.rope.dims == D // 4
 
 
 def _legacy(config: dict[str, Any], case: str) -> dict[str, Any]:

@@ -133,9 +133,8 @@ def test_a_command_imports_only_itself(argv: list[str], built: list[str]) -> Non
 
 @pytest.mark.subprocess
 def test_the_default_trace_skips_what_it_does_not_draw() -> None:
-    """Start-up budget (issue 16): the default tables are drawn without Rich's table module
-    (and the fractions and decimal modules it loads), the other commands' modules, JSON's
-    writer or the classroom layers."""
+    """Start-up budget (issue 16): the default trace loads neither the other commands' modules,
+    JSON's writer nor the classroom layers (its tables are Rich's: issue 37)."""
     import subprocess
     import sys
 
@@ -144,7 +143,7 @@ def test_the_default_trace_skips_what_it_does_not_draw() -> None:
         "from attn_cli.cli.app import main\n"
         "sys.argv = ['attn', 'trace']\n"
         "try:\n    main()\nexcept SystemExit:\n    pass\n"
-        "skipped = ['rich.table', 'fractions', 'unicodedata', 'attn_cli.io.trace_json',"
+        "skipped = ['unicodedata', 'attn_cli.io.trace_json',"
         " 'attn_cli.present.explain', 'attn_cli.present.worked', 'attn_cli.cli.check']\n"
         "print('LOADED', [m for m in skipped if m in sys.modules])\n"
     )

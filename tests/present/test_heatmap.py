@@ -7,32 +7,17 @@ import itertools
 import re
 from io import StringIO
 from pathlib import Path
-from typing import Any, cast
 
 import numpy as np
 import pytest
 from conftest import FIXTURES, run_cli
-from rich.console import Console, ConsoleOptions, RenderableType
-from rich.padding import Padding
-from rich.panel import Panel
-from rich.rule import Rule
-from rich.text import Text
+from rich.console import Console, RenderableType
 
 from attn_cli.core.pipeline import run
 from attn_cli.io.fixture import load_fixture
 from attn_cli.present.options import RenderOptions
-from attn_cli.present.palette import VIRIDIS
-from attn_cli.present.render import (
-    Fields,
-    Heading,
-    Matrix,
-    _stage_tables,
-    render_header,
-    render_heatmap,
-    render_trace,
-    stage_heat,
-    viridis,
-)
+from attn_cli.present.palette import VIRIDIS, viridis
+from attn_cli.present.render import render_heatmap, render_trace
 from attn_cli.present.worked import row_max_positions_for_display, row_sums_for_display
 
 
@@ -194,7 +179,8 @@ SGR = re.compile(r"\x1b\[([0-9;]*)m|([^\x1b]+)")
 
 def shown_backgrounds(values: list[float], system: str) -> dict[float, str]:
     """The background escape code each value's cell gets in a terminal of ``system`` colours."""
-    from attn_cli.present.render import SliceHeat, render_matrix
+    from attn_cli.present.heat import SliceHeat
+    from attn_cli.present.render import render_matrix
 
     heat = SliceHeat(lo=0.0, hi=1.0, lang="en", blocked=None, maxima=None, row_sums=None)
     table = render_matrix(
@@ -277,102 +263,3 @@ def test_legend_shows_the_steps_the_terminal_has() -> None:
     legend = next(line for line in out.getvalue().splitlines() if "█" in line)
     colours = re.findall(r"\x1b\[[0-9;]*38;5;(\d+)[0-9;]*m█", legend)
     assert len(colours) == len(set(colours)) == 10, legend
-
-
-# ---------------------------------------------------------------------------------------------
-# Matrix and Heading draw themselves segment by segment (start-up, issue 16); Rich's own Table
-# and Rule layouts are the reference: the same bytes in every colour system, at every width.
-
-
-def _ansi(renderable: RenderableType, system: str | None, width: int, crop: bool = True) -> str:
-    out = Console(
-        width=width,
-        color_system=system,  # type: ignore[arg-type]
-        force_terminal=system is not None,
-        highlight=False,
-        emoji=False,
-        markup=False,
-        file=StringIO(),
-    )
-    out.print(renderable, crop=crop)
-    return cast(StringIO, out.file).getvalue()
-
-
-class _AsRichDraws:
-    """A Matrix laid out by Rich's Table, as Matrix did before it drew itself."""
-
-    def __init__(self, matrix: Matrix) -> None:
-        self.matrix = matrix
-
-    def __rich_console__(self, console: Console, options: ConsoleOptions) -> Any:
-        m = self.matrix
-        cols = m.cols if m.full else m.fitting(options.max_width)
-        if m.full and m.width(cols) > options.max_width and len(cols) > 1:  # in blocks
-            blocks = m.blocks(options.max_width)
-            for n, block in enumerate(blocks):
-                part = m.block(block, n == 0, n == len(blocks) - 1)
-                yield from console.render(_AsRichDraws(part), options)
-            return
-        if m.full:
-            options = options.update_width(max(options.max_width, m.width(cols)))
-        table = m.table(cols)
-        yield from console.render(
-            Padding(table, (0, 0, 1, 0), expand=False) if m.spaced else table, options
-        )
-
-
-@pytest.mark.slow  # 1-3 s each: every colour system x width x table of four examples
-@pytest.mark.parametrize(
-    "name", ["causal_multihead", "padding_batch", "cross_attention", "mask_sentinel"]
-)
-def test_tables_draw_themselves_as_richs_table_draws_them(name: str) -> None:
-    trace = run(load_fixture(FIXTURES / f"{name}.yaml"))
-    compared = 0
-    for heat, full in itertools.product((False, True), (False, True)):
-        options = RenderOptions(heatmap=heat, full=full)
-        for stage in trace:
-            shading = stage_heat(trace, stage, options) if heat else None
-            for part in _stage_tables(trace, stage, options, shading):
-                if not isinstance(part, Matrix):
-                    continue
-                for system, width in itertools.product(
-                    (None, "standard", "truecolor"), (14, 48, 120)
-                ):
-                    assert _ansi(part, system, width, not full) == _ansi(
-                        _AsRichDraws(part), system, width, not full
-                    ), (stage.name, heat, full, system, width)
-                    compared += 1
-    assert compared > 200
-
-
-@pytest.mark.parametrize("width", [3, 8, 20, 80])
-@pytest.mark.parametrize("title", ["softmax", "d_W_Q", "汉字", "x" * 30])
-def test_headings_draw_themselves_as_richs_rule_draws_them(title: str, width: int) -> None:
-    for system in (None, "256", "truecolor"):
-        made = [
-            cls(Text(title, style="bold cyan"), align="left", style="cyan")
-            for cls in (Heading, Rule)
-        ]
-        assert _ansi(made[0], system, width) == _ansi(made[1], system, width)
-    ascii_only = [Console(width=width, file=_AsciiFile()) for _ in range(2)]  # rules of '-'
-    for out, cls in zip(ascii_only, (Heading, Rule), strict=True):
-        out.print(cls(Text(title), align="left"))
-    assert [cast(StringIO, out.file).getvalue() for out in ascii_only].count(
-        cast(StringIO, ascii_only[0].file).getvalue()
-    ) == 2
-
-
-class _AsciiFile(StringIO):
-    encoding = "ascii"
-
-
-@pytest.mark.parametrize("lang", ["en", "zh"])
-@pytest.mark.parametrize("name", ["the_cat_sat", "llama_rope_gqa", "cross_attention"])
-@pytest.mark.slow
-def test_the_header_draws_itself_as_richs_grid_draws_it(name: str, lang: str) -> None:
-    trace = run(load_fixture(FIXTURES / f"{name}.yaml"))
-    header = render_header(trace, lang)  # type: ignore[arg-type]
-    fields = cast(Fields, header.renderable)
-    as_grid = Panel(fields.grid(), title=header.title, title_align="left", box=header.box)
-    for system, width in itertools.product((None, "truecolor"), range(10, 130, 7)):
-        assert _ansi(header, system, width) == _ansi(as_grid, system, width), (system, width)

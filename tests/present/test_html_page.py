@@ -171,8 +171,9 @@ def test_the_packages_door_registers_the_notebook_view() -> None:
 
 
 # ---------------------------------------------------------------------------------------------
-# attn decode -f html and attn flash -f html (present/html_steps.py): the same template and
-# script, a section per step or tile; each cell names its place in the decode or flash JSON.
+# attn decode -f html and attn flash -f html (present/html_decode.py, html_flash.py): the same
+# template and script, a section per step or tile; each cell names its place in the decode or
+# flash JSON.
 
 TD = re.compile(r"<td([^>]*) data-stage=\"([^\"]+)\"([^>]*)>([^<]*)<")
 ATTR = re.compile(r'data-([a-z-]+)="([^"]*)"')
@@ -383,7 +384,7 @@ def test_decode_and_flash_without_html_do_not_import_the_page(argv: list[str]) -
 
 @pytest.mark.subprocess
 def test_decode_and_flash_runs_show_their_pages_in_a_notebook() -> None:
-    """_repr_html_ is the page once present/html_steps.py is imported (attn_cli.run_decode and
+    """_repr_html_ is the page once present/html_decode.py is imported (attn_cli.run_decode and
     attn_cli.run_flash import it); from check/runs.py alone it is None: plain text."""
     code = (
         "import attn_cli.check.runs as runs\n"
