@@ -51,6 +51,8 @@ def chain_of(
     off); ``positions`` serve queries and keys alike."""
     B, H, T, D = q.shape
     pos = None if positions is None else np.asarray(positions, dtype=np.int64)
+    fields = {n: x for n, x in variants.items() if n in Inputs.__dataclass_fields__}
+    extra = {n: x for n, x in variants.items() if n not in fields and x is not None}  # by name
     inputs = Inputs(
         source="test",
         mode="direct",
@@ -68,7 +70,8 @@ def chain_of(
         causal=causal,  # type: ignore[arg-type]
         positions=pos,
         key_positions=pos,
-        **variants,
+        **fields,
+        extra=extra,
     )
     return Chain(inputs)
 
