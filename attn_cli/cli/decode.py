@@ -179,7 +179,7 @@ def decode(
 
       attn decode mistral_sliding_window --paged --block-size 2  # pages, a block table
 
-      attn decode llama_rope_gqa gptoss_sinks --batch --arrive 0,2  # continuous batching
+      attn decode llama_rope_gqa llama_rope_interleaved --batch --arrive 0,2  # continuous batching
 
       attn decode llama_rope_gqa llama_rope_gqa --batch --arrive 0,1 --paged --share-prefix
 

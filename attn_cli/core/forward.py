@@ -142,8 +142,8 @@ def block(
     return h + mlp(norms["mlp_in"](h))
 
 
-def softcap(logits: FloatArray, cap: float | None) -> FloatArray:
-    """cap · tanh(logits / cap) (Gemma 2's final_logit_softcapping); None: as they are."""
+def cap_logits(logits: FloatArray, cap: float | None) -> FloatArray:
+    """The final logits capped, cap · tanh(logits / cap) (Gemma 2's LM head); None: as they are."""
     if cap is None:
         return logits
     out: FloatArray = cap * np.tanh(logits / cap)

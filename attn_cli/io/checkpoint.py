@@ -218,7 +218,7 @@ def write_npz_fixture(fixture: Mapping[str, Any], path: Path) -> None:
 
     Strings (``name``) and scalars (``heads``, ``scale``, ``causal``) become 0-d arrays and
     ``tokens`` an array of strings, as ``arrays.load_npz_fixture`` reads them. A mapping key
-    (``rope``, ``qk_norm``) is stored one entry per array, named ``rope.base``, ``qk_norm.eps``:
+    (``rope``) is stored one entry per array, named ``rope.base``, ``rope.layout``:
     the ``expected.NAME`` convention of that loader, which must nest these keys the same way.
     """
     arrays: dict[str, np.ndarray[Any, Any]] = {}

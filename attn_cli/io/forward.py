@@ -2,7 +2,7 @@
 
 The text is embedded as for layer 0 (``checkpoint.embed_tokens``); each layer below is then computed
 whole: its attention is attn's own traced layer (the fixture ``attn import`` writes, run through
-the one pipeline, so RoPE and its scaling, GQA, windows, softcaps, QK-norm are the traced ones),
+the one pipeline, so RoPE and its scaling, GQA, windows and every variant are the traced ones),
 its MLP and norms by ``core/forward.py``. One layer's tensors are read at a time (the attention's,
 then the MLP's) and dropped before the next layer's are read.
 
@@ -408,7 +408,7 @@ def _logits(
         logits *= head.logit_scale
     if head.divide is not None:  # Granite's logits_scaling
         logits = logits / head.divide
-    return fw.softcap(logits, head.softcap)
+    return fw.cap_logits(logits, head.final_cap)
 
 
 _HEAD_ROWS = 4096  # LM head rows widened at once

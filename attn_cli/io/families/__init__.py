@@ -2,7 +2,8 @@
 
 A plan names every tensor that layer L's attention reads (without the checkpoint's prefix, such
 as ``model.`` or ``bert.``), the shape config.json implies for it, and each variant's setting the
-fixture must carry (RoPE, the sliding window, softcapping, QK-norm, sinks, ...). Defaults for keys
+fixture must carry (RoPE, the sliding window, and the variants a family's own module reads: a
+cap on the scores, a norm of q and k, a learned extra logit, ...). Defaults for keys
 a config.json leaves out are those of the transformers config class of the family (read from
 transformers 5.24's ``configuration_*.py``).
 

@@ -1,6 +1,8 @@
 """A decoder family's differences from Llama's attention, as a table (``Arch``): each field's
 default is what Llama does (transformers 5.24's configuration_*.py defaults and modeling_*.py
-attention). decoder.py plans a layer from it, rope.py reads RoPE as it says."""
+attention). decoder.py plans a layer from it, rope.py reads RoPE as it says. The variants a
+family's attention has beyond RoPE and the window are the family's own data (``FamilyVariant``:
+how it reads each one's setting and tensors), which decoder.py iterates by no name."""
 
 from __future__ import annotations
 
@@ -28,7 +30,29 @@ WindowRule = Literal[
     "no_rope_layers",
     "when_given",
 ]
-QKNorm = Literal["", "rms", "rms1p"]
+# config.json and the layer's norm eps -> a variant's setting as the fixture takes it (or a
+# FromTensors making it from the layer's tensors); None: the variant is off in this config
+SettingOf = Callable[[Config, float], Any]
+# the attention module's prefix (``layers.3.self_attn.``) and the layer's (hidden, heads,
+# kv_heads, head_dim) -> the tensors the variant reads, after the attention's own
+TensorsOf = Callable[[str, tuple[int, int, int, int]], tuple[Tensor, ...]]
+
+
+def no_tensors(prefix: str, sizes: tuple[int, int, int, int]) -> tuple[Tensor, ...]:
+    """A variant read from config.json alone."""
+    return ()
+
+
+@dataclass(frozen=True)
+class FamilyVariant:
+    """A variant a family's attention has, as the family reads it: ``name`` (the variant's
+    fixture key), its setting, the tensors it reads from each layer, and the note of what the
+    trace shows differently from the model's own layer (given the family's name), if any."""
+
+    name: str
+    setting: SettingOf
+    tensors: TensorsOf = no_tensors
+    note: Callable[[str], str] | None = None
 
 
 @dataclass(frozen=True)
@@ -45,8 +69,6 @@ class Arch:
     qkv_bias: str | bool = "attention_bias"  # the key turning q/k/v biases on, or always / never
     o_bias: str | bool = "attention_bias"  # the same for the output projection
     bias_default: bool = False  # the default of those keys
-    qk_norm: QKNorm = ""  # an RMSNorm of q and k before RoPE (per head, or OLMo's whole)
-    qk_whole: bool = False  # over the whole projection (OLMo 2 and 3), not each head
     layout: Literal["half", "interleaved"] = "half"  # rotate_half, or pairs (2i, 2i+1)
     partial: float | None = None  # partial_rotary_factor's default, where the family reads it
     window: WindowRule = "none"  # which layers slide (see _window)
@@ -56,8 +78,6 @@ class Arch:
     by_type: tuple[float, float] | None = None  # RoPE per layer type: sliding, full theta
     scale: Literal["head_dim", "query_pre_attn_scalar", "attention_multiplier"] = "head_dim"
     embed: Literal["", "sqrt", "multiplier"] = ""  # Gemma's sqrt(hidden), Granite's multiplier
-    softcap: bool = False
-    sinks: bool = False
     gate: bool = False  # Qwen3-Next: an output gate inside q_proj (per head: query, then gate)
     linear: int | None = None  # full_attention_interval's default: the other layers are linear
     fused: Literal["", "rows", "heads"] = ""  # Phi-3's qkv_proj Q|K|V; GPT-NeoX's [H, 3, D]
@@ -85,7 +105,9 @@ class Arch:
     unwindowed: Literal["", "rope", "nope"] = ""
     # notes of what the trace shows differently from the model's own layer
     post_norm: bool = False  # post_attention_layernorm on o_proj's output (Gemma 2, Gemma 3)
-    who: str = ""  # the name the 1 + weight q/k norm note gives (none: the family's)
+    # the variants the family's attention has beyond RoPE and the window, in the fixture's order
+    # (after the output gate): a score modifier, an extra logit, a Q/K transform, ...
+    variants: tuple[FamilyVariant, ...] = ()
     # a linear_attention layer's plan (Qwen3-Next's Gated DeltaNet), given the layer's embedding
     linear_plan: LinearPlan | None = None
 

@@ -13,6 +13,7 @@ from typing import Literal
 from attn_cli.core import forward as fw
 from attn_cli.errors import InputError
 from attn_cli.io.families.config import Config
+from attn_cli.io.families.keys import FINAL_CAP_KEY
 from attn_cli.io.families.plan import (
     BlockPlan,
     Experts,
@@ -89,7 +90,7 @@ class Block:
     residual: bool = False  # Granite's residual_multiplier on both branches
     experts: ExpertsOf | None = None  # a mixture of experts in place of the MLP on some layers
     # the head
-    softcap: float = 0.0  # final_logit_softcapping's default (Gemma 2: 30)
+    final_cap: float = 0.0  # the final logits' cap's default (FINAL_CAP_KEY; Gemma 2: 30)
     divide: bool = False  # Granite's logits_scaling: logits / it
 
 
@@ -154,7 +155,7 @@ def decoder_head(
         norm = replace(norm, weight="f.w")
     divide = cfg.number("logits_scaling", 1.0) if spec.divide else None
     norm_names = () if norm.weight is None else ("norm.weight",)
-    return final_head(cfg, plan, (names, prefix), (norm, norm_names), spec.softcap, divide)
+    return final_head(cfg, plan, (names, prefix), (norm, norm_names), spec.final_cap, divide)
 
 
 def final_head(
@@ -162,18 +163,18 @@ def final_head(
     plan: LayerPlan,
     where: tuple[set[str], str],
     final: tuple[Norm, tuple[str, ...]],
-    softcap: float = 0.0,
+    final_cap: float = 0.0,
     divide: float | None = None,
     own: str = "lm_head.weight",
 ) -> HeadPlan:
     """The final norm (``final``: its roles f.w, f.b and their names), then the LM head ``own``
-    (or the tied embeddings); the logits softcapped by final_logit_softcapping (``softcap``
+    (or the tied embeddings); the logits capped by config.json's FINAL_CAP_KEY (``final_cap``
     its default) and divided by ``divide``. ``where``: the tensor names and their prefix."""
     norm, norm_names = final
     roles = ("f.w", "f.b")
     tensors = [Tensor(r, n, (plan.hidden,)) for r, n in zip(roles, norm_names, strict=False)]
     tensors.append(lm_head(cfg, plan, *where, own))
-    cap = cfg.optional_number("final_logit_softcapping", softcap)
+    cap = cfg.optional_number(FINAL_CAP_KEY, final_cap)
     return HeadPlan(norm, tuple(tensors), cap or None, divide=divide)
 
 

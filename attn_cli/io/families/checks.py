@@ -210,7 +210,7 @@ def check_keys(config: Config, family: str) -> tuple[str, ...]:
 
 def _defaults_given(config: Config, family: str) -> list[str]:
     """Read as ``family``, a checkpoint gives each key whose default turns something on (a
-    window, a softcap, a scale); an epsilon or RoPE base left out is noted as assumed."""
+    window, a cap on the scores, a scale); an epsilon or RoPE base left out is noted as assumed."""
     model_type = config.data.get("model_type")
 
     def given(key: str) -> bool:

@@ -8,11 +8,9 @@ layer, with the window, the RoPE and the layers without RoPE read as the Arch sa
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from functools import partial
 from typing import Any, Literal
-
-import numpy as np
 
 from attn_cli.io.families.arch import Arch
 from attn_cli.io.families.blocks import (
@@ -134,15 +132,12 @@ def _variants(
         out["rope"].update((f"scaling.{k}", v) for k, v in rope.scaling or ())
     if window is not None:
         out["window"] = window
-    softcap = config.optional_number("attn_logit_softcapping", 50.0) if arch.softcap else None
-    if softcap is not None:
-        out["softcap"] = softcap
-    if arch.sinks:
-        out["sinks"] = FromTensors(lambda t, w: t["sinks"])
     if arch.gate:
         out["gate"] = FromTensors(_gate)
-    if arch.qk_norm:
-        out["qk_norm"] = FromTensors(_qk_norm(eps, 1.0 if arch.qk_norm == "rms1p" else 0.0))
+    for variant in arch.variants:  # the family's own, by no name here
+        setting = variant.setting(config, eps)
+        if setting is not None:
+            out[variant.name] = setting
     return out
 
 
@@ -152,21 +147,6 @@ def _gate(t: Mapping[str, FloatArray], w: Mapping[str, FloatArray]) -> dict[str,
     if "b_G" in w:
         gate["b_G"] = w["b_G"]
     return gate
-
-
-def _qk_norm(
-    eps: float, plus: float
-) -> Callable[[Mapping[str, FloatArray], Mapping[str, FloatArray]], dict[str, Any]]:
-    """The qk_norm key from q_norm and k_norm (Gemma 3's scale by 1 + weight: the key holds it)."""
-
-    def make(t: Mapping[str, FloatArray], w: Mapping[str, FloatArray]) -> dict[str, Any]:
-        return {
-            "q_weight": plus + t["q_norm.weight"].astype(np.float64),
-            "k_weight": plus + t["k_norm.weight"].astype(np.float64),
-            "eps": eps,
-        }
-
-    return make
 
 
 _LAYOUTS: dict[str, Literal["linear", "qkv_rows", "qkv_heads"]] = {
@@ -232,14 +212,8 @@ def _llama_tensors(
         tensors.append(Tensor("norm.weight", f"{p}input_layernorm.weight", (C,)))
     if arch.norm_bias:
         tensors.append(Tensor("norm.bias", f"{p}input_layernorm.bias", (C,)))
-    if arch.qk_norm:
-        q, k = ((H * D,), (Hkv * D,)) if arch.qk_whole else ((D,), (D,))
-        tensors += [
-            Tensor("q_norm.weight", f"{a}q_norm.weight", q),
-            Tensor("k_norm.weight", f"{a}k_norm.weight", k),
-        ]
-    if arch.sinks:
-        tensors.append(Tensor("sinks", f"{a}sinks", (H,)))
+    for variant in arch.variants:
+        tensors += variant.tensors(a, sizes)
     return tuple(tensors)
 
 
@@ -260,9 +234,7 @@ def _arch_notes(family: str, arch: Arch) -> list[str]:
             f"{family} applies post_attention_layernorm to o_proj's output before the residual "
             "add: projected is o_proj's output, before that norm"
         )
-    if arch.qk_norm == "rms1p":
-        who = arch.who or family
-        notes.append(f"q_norm / k_norm scale by 1 + weight ({who}): the fixture holds 1 + weight")
+    notes += [v.note(family) for v in arch.variants if v.note is not None]
     if arch.gate:
         notes.append(
             "q_proj rows are per head [query | gate] (head_dim each): split into W_Q and gate.W_G; "

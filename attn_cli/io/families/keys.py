@@ -170,6 +170,8 @@ INERT = frozenset(
 )
 DROPOUT = ("dropout", "_pdrop", "dropout_prob")  # key endings: dropout is off when tracing
 
+# the final logits' cap, cap · tanh(logits / cap), that any decoder's LM head applies if given
+FINAL_CAP_KEY = "final_logit_softcapping"
 OFF = (None, False)
 # Keys of other families that change the attention: accepted at their neutral value only.
 NEUTRAL = {

@@ -98,7 +98,7 @@ class LayerPlan:
 
     ``variants`` holds each variant's setting by its name, as the fixture takes it (``window``:
     4096, ``rope``: {base, layout, dims, scaling.*}), or a ``FromTensors`` made from the layer's
-    tensors (``qk_norm``, ``sinks``, ``gate``), in the order the fixture lists them."""
+    tensors (``gate``, a family's own variants' weights), in the order the fixture lists them."""
 
     family: str
     layer: int
@@ -208,7 +208,7 @@ class HeadPlan:
 
     norm: Norm | None
     tensors: tuple[Tensor, ...]  # the norm's, then "head" (the LM head or the tied embeddings)
-    softcap: float | None
+    final_cap: float | None  # the logits capped, cap · tanh(logits / cap) (Gemma 2); None: not
     bias: Tensor | None = None  # the LM head's bias (Phi)
     logit_scale: float | None = None  # logits times this (Cohere's logit_scale)
     divide: float | None = None  # Granite's logits_scaling: logits / it

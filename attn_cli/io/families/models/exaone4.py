@@ -17,13 +17,14 @@ from attn_cli.io.families.keys import (
     Keys,
     Need,
 )
+from attn_cli.io.families.models.qwen3 import QK_RMS_NORM
 
 ARCH = Arch(
     eps=("rms_norm_eps", 1e-5),
     norm=None,
     qkv_bias=False,
     o_bias=False,
-    qk_norm="rms",
+    variants=(QK_RMS_NORM,),
     window="types",
     pattern=4,
     nope="full",

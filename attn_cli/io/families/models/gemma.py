@@ -7,7 +7,7 @@ from attn_cli.io.families.blocks import Block
 from attn_cli.io.families.decoder import family
 from attn_cli.io.families.keys import FULL_ROPE, LLAMA_ASSUMED, LLAMA_READS, Keys, Need
 
-GEMMA = Arch(head_dim=256, norm="rms1p", embed="sqrt", who="Gemma")
+GEMMA = Arch(head_dim=256, norm="rms1p", embed="sqrt")
 ARCH = GEMMA
 KEYS = Keys(
     reads=LLAMA_READS | {"attention_bias", "use_bidirectional_attention"},

@@ -4,12 +4,26 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from attn_cli.io.families.arch import FamilyVariant
 from attn_cli.io.families.blocks import SANDWICH
+from attn_cli.io.families.config import Config
 from attn_cli.io.families.decoder import family
 from attn_cli.io.families.keys import FULL_ROPE, LLAMA_ASSUMED, LLAMA_READS, WINDOWED, Keys, Need
 from attn_cli.io.families.models.gemma import GEMMA
 
-ARCH = replace(GEMMA, scale="query_pre_attn_scalar", softcap=True, window="types", post_norm=True)
+
+def attn_softcap(config: Config, eps: float) -> float | None:
+    """The scores' cap, attn_logit_softcapping (Gemma2Config's default 50; null: none)."""
+    return config.optional_number("attn_logit_softcapping", 50.0)
+
+
+ARCH = replace(
+    GEMMA,
+    scale="query_pre_attn_scalar",
+    window="types",
+    post_norm=True,
+    variants=(FamilyVariant("softcap", attn_softcap),),
+)
 KEYS = Keys(
     reads=LLAMA_READS
     | WINDOWED
@@ -34,7 +48,7 @@ KEYS = Keys(
     assumed=LLAMA_ASSUMED,
 )
 BLOCK = replace(
-    SANDWICH, norm="rms1p", act=("hidden_activation", "gelu_pytorch_tanh"), softcap=30.0
+    SANDWICH, norm="rms1p", act=("hidden_activation", "gelu_pytorch_tanh"), final_cap=30.0
 )
 FAMILY = family(
     "gemma2",

@@ -19,13 +19,14 @@ from attn_cli.io.families.keys import (
     Rule,
 )
 from attn_cli.io.families.models.gemma import GEMMA
+from attn_cli.io.families.models.qwen3 import qk_rms_norm
 from attn_cli.io.families.plan import LayerPlan
 from attn_cli.io.families.registry import Family, Wrapper
 
 ARCH = replace(
     GEMMA,
     scale="query_pre_attn_scalar",
-    qk_norm="rms1p",
+    variants=(qk_rms_norm(plus_one=True, who="Gemma"),),
     window="types",
     pattern=6,
     by_type=(1e4, 1e6),

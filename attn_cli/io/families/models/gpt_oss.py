@@ -3,14 +3,15 @@ layers, and a mixture of experts on every layer (stacked experts, the clamped sw
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
-from attn_cli.io.families.arch import Arch
+from attn_cli.io.families.arch import Arch, FamilyVariant
 from attn_cli.io.families.blocks import Block, TensorOf
 from attn_cli.io.families.config import Config
 from attn_cli.io.families.decoder import family
 from attn_cli.io.families.keys import FULL_ROPE, LLAMA_ASSUMED, LLAMA_READS, WINDOWED, Keys, Need
-from attn_cli.io.families.plan import Experts, LayerPlan, Stacked
+from attn_cli.io.families.plan import Experts, FloatArray, FromTensors, LayerPlan, Stacked, Tensor
 
 # GptOssConfig's rope_parameters when config.json has none (transformers 5.24)
 GPT_OSS_ROPE: dict[str, Any] = {
@@ -21,6 +22,19 @@ GPT_OSS_ROPE: dict[str, Any] = {
     "truncate": False,
     "original_max_position_embeddings": 4096,
 }
+
+
+def _sink_logits(t: Mapping[str, FloatArray], w: Mapping[str, FloatArray]) -> FloatArray:
+    return t["sinks"]
+
+
+def _sinks_tensor(a: str, sizes: tuple[int, int, int, int]) -> tuple[Tensor, ...]:
+    """self_attn.sinks: one learned logit per head."""
+    return (Tensor("sinks", f"{a}sinks", (sizes[1],)),)
+
+
+# the sinks variant: a learned logit per head joined to each softmax row, read from the layer
+SINKS = FamilyVariant("sinks", lambda config, eps: FromTensors(_sink_logits), _sinks_tensor)
 ARCH = Arch(
     head_dim=64,
     theta=150000.0,
@@ -28,7 +42,7 @@ ARCH = Arch(
     bias_default=True,
     window="types",
     window_default=128,
-    sinks=True,
+    variants=(SINKS,),
     default_rope=tuple(GPT_OSS_ROPE.items()),
 )
 KEYS = Keys(

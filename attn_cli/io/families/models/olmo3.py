@@ -8,13 +8,13 @@ from attn_cli.io.families.arch import Arch
 from attn_cli.io.families.blocks import POST_ONLY
 from attn_cli.io.families.decoder import family
 from attn_cli.io.families.keys import FULL_ROPE, LLAMA_ASSUMED, LLAMA_READS, WINDOWED, Keys, Need
+from attn_cli.io.families.models.qwen3 import qk_rms_norm
 
 ARCH = Arch(
     theta=5e5,
     eps=("rms_norm_eps", 1e-5),
     norm=None,
-    qk_norm="rms",
-    qk_whole=True,
+    variants=(qk_rms_norm(whole=True),),
     window="types",
     pattern=4,
     by_type=(5e5, 5e5),

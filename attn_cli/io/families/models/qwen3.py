@@ -2,8 +2,14 @@
 
 from __future__ import annotations
 
-from attn_cli.io.families.arch import Arch
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from attn_cli.io.families.arch import Arch, FamilyVariant
 from attn_cli.io.families.blocks import Block
+from attn_cli.io.families.config import Config
 from attn_cli.io.families.decoder import family
 from attn_cli.io.families.keys import (
     FULL_ROPE,
@@ -14,8 +20,47 @@ from attn_cli.io.families.keys import (
     Keys,
     Need,
 )
+from attn_cli.io.families.plan import FloatArray, FromTensors, Tensor
 
-ARCH = Arch(head_dim=128, qk_norm="rms", window="from_max_window_layers", window_flag=True)
+
+def qk_rms_norm(*, plus_one: bool = False, whole: bool = False, who: str = "") -> FamilyVariant:
+    """The qk_norm variant as the QK-norm families read it: an RMSNorm of q and k before RoPE,
+    each head's (Qwen3) or the whole projection's (``whole``: OLMo 2 and 3), its weights
+    q_norm and k_norm, the eps the layer's norms'. ``plus_one``: the norm scales by 1 + weight
+    (Gemma 3, Qwen3-Next), which the fixture's weights hold, as the note says (naming ``who``,
+    else the family)."""
+    plus = 1.0 if plus_one else 0.0
+
+    def setting(config: Config, eps: float) -> FromTensors:
+        def make(t: Mapping[str, FloatArray], w: Mapping[str, FloatArray]) -> dict[str, Any]:
+            return {
+                "q_weight": plus + t["q_norm.weight"].astype(np.float64),
+                "k_weight": plus + t["k_norm.weight"].astype(np.float64),
+                "eps": eps,
+            }
+
+        return FromTensors(make)
+
+    def tensors(a: str, sizes: tuple[int, int, int, int]) -> tuple[Tensor, ...]:
+        _, H, Hkv, D = sizes
+        q, k = ((H * D,), (Hkv * D,)) if whole else ((D,), (D,))
+        return (
+            Tensor("q_norm.weight", f"{a}q_norm.weight", q),
+            Tensor("k_norm.weight", f"{a}k_norm.weight", k),
+        )
+
+    def note(family: str) -> str:
+        return (
+            f"q_norm / k_norm scale by 1 + weight ({who or family}): the fixture holds 1 + weight"
+        )
+
+    return FamilyVariant("qk_norm", setting, tensors, note if plus_one else None)
+
+
+QK_RMS_NORM = qk_rms_norm()  # Qwen3's: each head's q and k
+ARCH = Arch(
+    head_dim=128, variants=(QK_RMS_NORM,), window="from_max_window_layers", window_flag=True
+)
 KEYS = Keys(
     reads=LLAMA_READS | WINDOWED | {"use_sliding_window", "max_window_layers", "attention_bias"},
     ignored={"partial_rotary_factor": FULL_ROPE},

@@ -9,8 +9,9 @@ from attn_cli.io.families.blocks import Block
 from attn_cli.io.families.decoder import family
 from attn_cli.io.families.experts import QwenMoE, qwen_experts
 from attn_cli.io.families.keys import EVERY_LAYER, FULL_ROPE, LLAMA_ASSUMED, LLAMA_READS, Keys, Need
+from attn_cli.io.families.models.qwen3 import QK_RMS_NORM
 
-ARCH = Arch(qk_norm="rms", window="all", window_flag=True)
+ARCH = Arch(variants=(QK_RMS_NORM,), window="all", window_flag=True)
 KEYS = Keys(
     reads=LLAMA_READS | {"use_sliding_window", "sliding_window", "attention_bias"},
     ignored={

@@ -18,6 +18,7 @@ from attn_cli.io.families.config import Config, shown
 from attn_cli.io.families.decoder import family
 from attn_cli.io.families.experts import QwenMoE, qwen_experts
 from attn_cli.io.families.keys import LLAMA_ASSUMED, LLAMA_READS, Keys, Need
+from attn_cli.io.families.models.qwen3 import qk_rms_norm
 from attn_cli.io.families.plan import Embedding, FloatArray, LayerPlan, Norm, Tensor
 
 
@@ -164,9 +165,9 @@ ANCHOR_LINEAR = r"layers\.\d+\.(?:self_attn\.q_proj|linear_attn\.in_proj_qkvz)\.
 ARCH = Arch(
     head_dim=256,
     norm="rms1p",
-    qk_norm="rms1p",
     partial=0.25,
     gate=True,
+    variants=(qk_rms_norm(plus_one=True),),
     linear=4,
     linear_plan=gated_deltanet,
 )
