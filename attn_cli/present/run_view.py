@@ -41,6 +41,47 @@ def sentinel_note(sentinel: float | None, lang: Lang) -> list[Text]:
     return [Text(SENTINEL[lang].format(v=f"{sentinel:g}"), style="yellow")]
 
 
+def mark(ok: bool) -> str:
+    """✓ for a check that passed, ✗ for one that failed."""
+    return "✓" if ok else "✗"
+
+
+def check_style(ok: bool) -> str:
+    """A check's colour: green when it passed, bold red when it failed."""
+    return "green" if ok else "bold red"
+
+
+def shown_diff(diff: float, tolerance: float) -> Text:
+    """A check's largest difference and its mark, in the check's colour."""
+    ok = diff <= tolerance
+    return Text(f"{diff:.3e} {mark(ok)}", style=check_style(ok))
+
+
+def step_check(run: Any, k: int, labels: dict[Lang, dict[str, str]], lang: Lang) -> Text:
+    """A decode step's self-check line: its row's largest difference from the reference."""
+    step, diff = run.result.steps[k], run.diffs[k]
+    ok = diff <= run.tolerance
+    text = lookup(
+        labels,
+        lang,
+        "check",
+        token=repr(safe(run.label(step.index))),
+        diff=f"{diff:.3e}",
+        mark=mark(ok),
+        tol=f"{run.tolerance:g}",
+        stage=run.checked,
+    )
+    return Text(text, style=check_style(ok))
+
+
+def prefill_check(run: Any, labels: dict[Lang, dict[str, str]], lang: Lang) -> Text:
+    """A decode's self-check line for its prefill."""
+    ok = run.prefill_diff <= run.tolerance
+    diff = f"{run.prefill_diff:.3e}"
+    text = lookup(labels, lang, "check_prefill", diff=diff, mark=mark(ok), stage=run.checked)
+    return Text(text, style=check_style(ok))
+
+
 def decode_opening(
     run: Any, labels: dict[Lang, dict[str, str]], lang: Lang
 ) -> list[RenderableType]:
@@ -87,13 +128,15 @@ def titled_matrix(
 @dataclass(frozen=True)
 class Sections(Generic[R]):
     """A run's view in sections: its overview, a section per step, its checks. ``more`` is the
-    key in ``labels`` of the line that stands for the steps elided past the table limit."""
+    key in ``labels`` of the line that stands for the steps elided past the table limit; the
+    overview's and the checks' page titles are ``page_overview`` and ``page_checks``."""
 
     steps: Callable[[R], int]
     overview: Callable[[R, RenderOptions], RenderableType]
     step: Callable[[R, int, RenderOptions], RenderableType]
     checks: Callable[[R, RenderOptions], RenderableType]
     labels: dict[Lang, dict[str, str]]
+    title: Callable[[R, int, Lang], str]  # a step's page title in step mode
     more: str = "more_steps"
 
     def whole(self, run: R, options: RenderOptions | None = None) -> Group:
@@ -119,3 +162,9 @@ class Sections(Generic[R]):
         for k in range(self.steps(run)):
             yield self.step(run, k, o)
         yield self.checks(run, o)
+
+    def titles(self, run: R, lang: Lang) -> list[str]:
+        """Step mode's page titles, as ``pages``: the overview, every step, the checks."""
+        steps = [self.title(run, k, lang) for k in range(self.steps(run))]
+        first, last = (lookup(self.labels, lang, key) for key in ("page_overview", "page_checks"))
+        return [first, *steps, last]
