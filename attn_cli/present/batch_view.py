@@ -430,14 +430,7 @@ def _page_title(run: BatchRun, k: int, lang: Lang) -> str:
     return _t(lang, "page_step", s=s.step, r=len(s.rows))
 
 
-SECTIONS: Sections[BatchRun] = Sections(
-    lambda run: len(run.result.steps),
-    render_overview,
-    render_step,
-    render_checks,
-    LABELS,
-    _page_title,
-)
+SECTIONS = Sections(render_overview, render_step, render_checks, LABELS, _page_title)
 render_batch = SECTIONS.whole  # the sequences, every step (the middle ones elided), the checks
 batch_pages = SECTIONS.pages  # step mode's pages: the sequences, every step, the checks
 batch_titles = SECTIONS.titles  # step mode's page titles, as batch_pages

@@ -27,12 +27,12 @@ from attn_cli.present.run_view import (
     decode_opening,
     lookup,
     mark,
-    prefill_check,
     shown_diff,
     step_check,
+    step_checks,
     titled_matrix,
 )
-from attn_cli.present.text import pick_rows, pick_steps, safe
+from attn_cli.present.text import pick_rows, safe
 from attn_cli.present.variants import active, ring_slots
 
 if TYPE_CHECKING:
@@ -566,32 +566,18 @@ def _check_line(run: DecodeRun, k: int, lang: Lang) -> Group:
 
 def render_checks(run: DecodeRun, options: RenderOptions) -> Group:
     """Every step's largest difference from the full trace, and the prefill's."""
-    lang = options.lang
     heads = ["col_step", "col_token", "col_pos", "col_slots", "col_diff"]
     if run.paged is not None:
         heads.append("col_contiguous")
-    columns = [(_t(lang, head), "left" if n == 1 else "right") for n, head in enumerate(heads)]
-    steps = run.result.steps
-    rows: list[list[Text | str]] = []
 
-    for k in pick_steps(len(steps), options.full):
-        if k is None:
-            rows.append(["…"] * len(heads))
-            continue
-        s = steps[k]
-        rows.append(
-            [
-                str(k + 1),
-                safe(run.label(s.index)),
-                str(s.position),
-                str(s.slots),
-                shown_diff(run.diffs[k], run.tolerance),
-            ]
-        )
+    def cells(k: int) -> list[Text | str]:
+        out: list[Text | str] = [str(run.result.steps[k].slots)]
+        out.append(shown_diff(run.diffs[k], run.tolerance))
         if run.paged is not None:
-            rows[-1].append(shown_diff(run.paged.contiguous_diffs[k], run.tolerance))
-    table = listing(Text(_t(lang, "check_title"), style="bold"), columns, rows, no_wrap=True)
-    return Group(Rule(style="cyan"), table, prefill_check(run, LABELS, lang))
+            out.append(shown_diff(run.paged.contiguous_diffs[k], run.tolerance))
+        return out
+
+    return step_checks(run, options, LABELS, heads, cells)
 
 
 def _page_title(run: DecodeRun, k: int, lang: Lang) -> str:
@@ -600,14 +586,7 @@ def _page_title(run: DecodeRun, k: int, lang: Lang) -> str:
     return _t(lang, "page_step", token=safe(run.label(s.index)), pos=s.position, slot=s.slot)
 
 
-SECTIONS: Sections[DecodeRun] = Sections(
-    lambda run: len(run.result.steps),
-    render_overview,
-    render_step,
-    render_checks,
-    LABELS,
-    _page_title,
-)
+SECTIONS = Sections(render_overview, render_step, render_checks, LABELS, _page_title)
 render_decode = SECTIONS.whole  # overview and cost, every step (the middle ones elided), checks
 decode_pages = SECTIONS.pages  # step mode's pages, one renderable each
 decode_titles = SECTIONS.titles  # step mode's page titles, as decode_pages

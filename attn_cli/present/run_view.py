@@ -4,7 +4,7 @@ replaced mask_value, a matrix under a title of its own, and the sections of a ru
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
@@ -15,8 +15,8 @@ from rich.text import Text
 
 from attn_cli.present.i18n import Lang
 from attn_cli.present.options import RenderOptions
-from attn_cli.present.render import render_header, render_matrix
-from attn_cli.present.text import pick_tables, safe
+from attn_cli.present.render import listing, render_header, render_matrix
+from attn_cli.present.text import pick_steps, pick_tables, safe
 
 R = TypeVar("R")  # a run: a decode's, a batch's, a state decode's, a split-KV flash's
 
@@ -82,6 +82,31 @@ def prefill_check(run: Any, labels: dict[Lang, dict[str, str]], lang: Lang) -> T
     return Text(text, style=check_style(ok))
 
 
+def step_checks(
+    run: Any,
+    options: RenderOptions,
+    labels: dict[Lang, dict[str, str]],
+    heads: Sequence[str],
+    cells: Callable[[int], list[Text | str]],
+) -> Group:
+    """A decode's checks: a row a step (the middle ones elided), its number, token and position,
+    then ``cells(k)`` under the rest of ``heads``; the prefill's check line under the table."""
+    lang = options.lang
+    columns = [
+        (lookup(labels, lang, h), "left" if n == 1 else "right") for n, h in enumerate(heads)
+    ]
+    steps = run.result.steps
+    rows: list[list[Text | str]] = []
+    for k in pick_steps(len(steps), options.full):
+        if k is None:
+            rows.append(["…"] * len(heads))
+            continue
+        s = steps[k]
+        rows.append([str(k + 1), safe(run.label(s.index)), str(s.position), *cells(k)])
+    table = listing(Text(lookup(labels, lang, "check_title"), style="bold"), columns, rows, True)
+    return Group(Rule(style="cyan"), table, prefill_check(run, labels, lang))
+
+
 def decode_opening(
     run: Any, labels: dict[Lang, dict[str, str]], lang: Lang
 ) -> list[RenderableType]:
@@ -125,18 +150,23 @@ def titled_matrix(
     ]
 
 
+def count_steps(run: Any) -> int:
+    """A run's number of steps, one section each (a decode's, a batch's)."""
+    return len(run.result.steps)
+
+
 @dataclass(frozen=True)
 class Sections(Generic[R]):
     """A run's view in sections: its overview, a section per step, its checks. ``more`` is the
     key in ``labels`` of the line that stands for the steps elided past the table limit; the
     overview's and the checks' page titles are ``page_overview`` and ``page_checks``."""
 
-    steps: Callable[[R], int]
     overview: Callable[[R, RenderOptions], RenderableType]
     step: Callable[[R, int, RenderOptions], RenderableType]
     checks: Callable[[R, RenderOptions], RenderableType]
     labels: dict[Lang, dict[str, str]]
     title: Callable[[R, int, Lang], str]  # a step's page title in step mode
+    steps: Callable[[R], int] = count_steps
     more: str = "more_steps"
 
     def whole(self, run: R, options: RenderOptions | None = None) -> Group:

@@ -324,14 +324,14 @@ def _page_title(run: SplitRun, k: int, lang: Lang) -> str:
     return _t(lang, "page_chunk", s=k, s0=c.keys[0], s1=c.keys[1] - 1)
 
 
-SECTIONS: Sections[SplitRun] = Sections(
-    lambda run: len(run.result.chunks) + 1,  # each chunk, then the merge
+SECTIONS = Sections(
     render_overview,
     _section,
     render_split_checks,
     LABELS,
     _page_title,
-    "more",
+    steps=lambda run: len(run.result.chunks) + 1,  # each chunk, then the merge
+    more="more",
 )
 render_split = SECTIONS.whole  # the overview, each chunk (the middle ones elided), merge, checks
 split_pages = SECTIONS.pages  # step mode's pages: the overview, each chunk, the merge, checks

@@ -24,12 +24,12 @@ from attn_cli.present.run_view import (
     Sections,
     decode_opening,
     lookup,
-    prefill_check,
     shown_diff,
     step_check,
+    step_checks,
     titled_matrix,
 )
-from attn_cli.present.text import pick_steps, safe
+from attn_cli.present.text import safe
 
 if TYPE_CHECKING:
     from attn_cli.check.state_runs import StateRun
@@ -291,26 +291,14 @@ def _step_tables(run: StateRun, step: StateStep, b: int, options: RenderOptions)
 
 def render_checks(run: StateRun, options: RenderOptions) -> Group:
     """Every step's largest difference from the chunked form, and the prefill's."""
-    lang = options.lang
-    table = simple_table(Text(_t(lang, "check_title"), style="bold"))
     heads = ("col_step", "col_token", "col_pos", "col_state", "col_kv", "col_diff")
-    for n, head in enumerate(heads):
-        table.add_column(_t(lang, head), justify="left" if n == 1 else "right", no_wrap=True)
-    steps, c = run.result.steps, run.ledger
-    for k in pick_steps(len(steps), options.full):
-        if k is None:
-            table.add_row(*("…",) * len(heads))
-            continue
-        s = steps[k]
-        table.add_row(
-            str(k + 1),
-            safe(run.label(s.index)),
-            str(s.position),
-            f"{c.state:,}",
-            f"{c.kv_at(s.index + 1):,}",
-            shown_diff(run.diffs[k], run.tolerance),
-        )
-    return Group(Rule(style="cyan"), table, prefill_check(run, LABELS, lang))
+    c = run.ledger
+
+    def cells(k: int) -> list[Text | str]:
+        kv = c.kv_at(run.result.steps[k].index + 1)
+        return [f"{c.state:,}", f"{kv:,}", shown_diff(run.diffs[k], run.tolerance)]
+
+    return step_checks(run, options, LABELS, heads, cells)
 
 
 def explain(run: StateRun, key: str, lang: Lang) -> Explanation:
@@ -336,14 +324,7 @@ def _page_title(run: StateRun, k: int, lang: Lang) -> str:
     return _t(lang, "page_step", token=safe(run.label(s.index)), pos=s.position)
 
 
-SECTIONS: Sections[StateRun] = Sections(
-    lambda run: len(run.result.steps),
-    render_overview,
-    render_step,
-    render_checks,
-    LABELS,
-    _page_title,
-)
+SECTIONS = Sections(render_overview, render_step, render_checks, LABELS, _page_title)
 render_state_decode = SECTIONS.whole  # overview and ledger, every step (middle elided), checks
 state_pages = SECTIONS.pages  # step mode's pages, one renderable each
 state_titles = SECTIONS.titles  # step mode's page titles, as state_pages
