@@ -8,7 +8,7 @@ checks of check/batch_runs.py).
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from functools import partial
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -137,23 +137,7 @@ LABELS: dict[Lang, dict[str, str]] = {
 }
 
 
-def _t(lang: Lang, key: str, **values: object) -> str:
-    return lookup(LABELS, lang, key, **values)
-
-
-def render_batch(run: BatchRun, options: RenderOptions | None = None) -> Group:
-    """The whole batch: the sequences, every step (the middle ones elided), the checks."""
-    return SECTIONS.whole(run, options)
-
-
-def batch_pages(run: BatchRun, options: RenderOptions | None = None) -> Iterator[RenderableType]:
-    """Step mode's pages: the sequences, every step, the checks."""
-    return SECTIONS.pages(run, options)
-
-
-def batch_titles(run: BatchRun, lang: Lang) -> list[str]:
-    steps = [_t(lang, "page_step", s=s.step, r=len(s.rows)) for s in run.result.steps]
-    return [_t(lang, "page_overview"), *steps, _t(lang, "page_checks")]
+_t = partial(lookup, LABELS)  # a label of LABELS in a language, filled in
 
 
 def render_overview(run: BatchRun, options: RenderOptions) -> Group:
@@ -440,6 +424,13 @@ def explain(run: BatchRun, key: str, lang: Lang) -> Explanation:
     return Explanation(key, lang, (formula,), inputs, out, (meaning,))
 
 
-SECTIONS: Sections[BatchRun] = Sections(
-    lambda run: len(run.result.steps), render_overview, render_step, render_checks, LABELS
-)
+def _page_title(run: BatchRun, k: int, lang: Lang) -> str:
+    """A step's page title: its number and how many rows it computes."""
+    s = run.result.steps[k]
+    return _t(lang, "page_step", s=s.step, r=len(s.rows))
+
+
+SECTIONS = Sections(render_overview, render_step, render_checks, LABELS, _page_title)
+render_batch = SECTIONS.whole  # the sequences, every step (the middle ones elided), the checks
+batch_pages = SECTIONS.pages  # step mode's pages: the sequences, every step, the checks
+batch_titles = SECTIONS.titles  # step mode's page titles, as batch_pages

@@ -8,7 +8,8 @@ step mode: the overview, each step, the summary; ``decode_titles`` names them.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from rich.console import Group, RenderableType
@@ -22,11 +23,16 @@ from attn_cli.present.options import RenderOptions
 from attn_cli.present.render import listing, render_explanation
 from attn_cli.present.run_view import (
     Sections,
+    check_style,
     decode_opening,
     lookup,
+    mark,
+    shown_diff,
+    step_check,
+    step_checks,
     titled_matrix,
 )
-from attn_cli.present.text import pick_rows, pick_steps, safe
+from attn_cli.present.text import pick_rows, safe
 from attn_cli.present.variants import active, ring_slots
 
 if TYPE_CHECKING:
@@ -208,28 +214,7 @@ LABELS: dict[Lang, dict[str, str]] = {
 }
 
 
-def _t(lang: Lang, key: str, **values: object) -> str:
-    return lookup(LABELS, lang, key, **values)
-
-
-def render_decode(run: DecodeRun, options: RenderOptions | None = None) -> Group:
-    """The whole decode: overview and cost, every step (the middle ones elided), the checks."""
-    return SECTIONS.whole(run, options)
-
-
-def decode_pages(run: DecodeRun, options: RenderOptions | None = None) -> Iterator[RenderableType]:
-    """Step mode's pages, one renderable each: the overview, every step, the checks."""
-    return SECTIONS.pages(run, options)
-
-
-def decode_titles(run: DecodeRun, lang: Lang) -> list[str]:
-    """Step mode's page titles, as ``decode_pages``: the overview, ``token@position → slot``
-    for each step (go-to matches the token), the checks."""
-    steps = [
-        _t(lang, "page_step", token=safe(run.label(s.index)), pos=s.position, slot=s.slot)
-        for s in run.result.steps
-    ]
-    return [_t(lang, "page_overview"), *steps, _t(lang, "page_checks")]
+_t = partial(lookup, LABELS)  # a label of LABELS in a language, filled in
 
 
 def render_overview(run: DecodeRun, options: RenderOptions) -> Group:
@@ -569,73 +554,39 @@ def _stack(rows: list[Any]) -> Any:
     return np.stack(rows)  # (rows, C)
 
 
-def _mark(ok: bool) -> str:
-    return "✓" if ok else "✗"
-
-
 def _check_line(run: DecodeRun, k: int, lang: Lang) -> Group:
-    step, diff = run.result.steps[k], run.diffs[k]
-    ok = diff <= run.tolerance
-    text = _t(
-        lang,
-        "check",
-        token=repr(safe(run.label(step.index))),
-        diff=f"{diff:.3e}",
-        mark=_mark(ok),
-        tol=f"{run.tolerance:g}",
-        stage=run.checked,
-    )
-    lines = [Text(text, style="green" if ok else "bold red")]
+    lines = [step_check(run, k, LABELS, lang)]
     if run.paged is not None:
         near = run.paged.contiguous_diffs[k]
         same = near <= run.tolerance
-        lines.append(
-            Text(
-                _t(lang, "check_paged", diff=f"{near:.3e}", mark=_mark(same)),
-                style="green" if same else "bold red",
-            )
-        )
+        paged = _t(lang, "check_paged", diff=f"{near:.3e}", mark=mark(same))
+        lines.append(Text(paged, style=check_style(same)))
     return Group(*lines)
 
 
 def render_checks(run: DecodeRun, options: RenderOptions) -> Group:
     """Every step's largest difference from the full trace, and the prefill's."""
-    lang = options.lang
     heads = ["col_step", "col_token", "col_pos", "col_slots", "col_diff"]
     if run.paged is not None:
         heads.append("col_contiguous")
-    columns = [(_t(lang, head), "left" if n == 1 else "right") for n, head in enumerate(heads)]
-    steps = run.result.steps
-    rows: list[list[Text | str]] = []
 
-    def shown(diff: float) -> Text:
-        ok = diff <= run.tolerance
-        return Text(f"{diff:.3e} {_mark(ok)}", style="green" if ok else "bold red")
-
-    for k in pick_steps(len(steps), options.full):
-        if k is None:
-            rows.append(["…"] * len(heads))
-            continue
-        s = steps[k]
-        rows.append(
-            [
-                str(k + 1),
-                safe(run.label(s.index)),
-                str(s.position),
-                str(s.slots),
-                shown(run.diffs[k]),
-            ]
-        )
+    def cells(k: int) -> list[Text | str]:
+        out: list[Text | str] = [str(run.result.steps[k].slots)]
+        out.append(shown_diff(run.diffs[k], run.tolerance))
         if run.paged is not None:
-            rows[-1].append(shown(run.paged.contiguous_diffs[k]))
-    table = listing(Text(_t(lang, "check_title"), style="bold"), columns, rows, no_wrap=True)
-    ok = run.prefill_diff <= run.tolerance
-    prefill = _t(
-        lang, "check_prefill", diff=f"{run.prefill_diff:.3e}", mark=_mark(ok), stage=run.checked
-    )
-    return Group(Rule(style="cyan"), table, Text(prefill, style="green" if ok else "bold red"))
+            out.append(shown_diff(run.paged.contiguous_diffs[k], run.tolerance))
+        return out
+
+    return step_checks(run, options, LABELS, heads, cells)
 
 
-SECTIONS: Sections[DecodeRun] = Sections(
-    lambda run: len(run.result.steps), render_overview, render_step, render_checks, LABELS
-)
+def _page_title(run: DecodeRun, k: int, lang: Lang) -> str:
+    """A step's page title, ``token@position → slot`` (go-to matches the token)."""
+    s = run.result.steps[k]
+    return _t(lang, "page_step", token=safe(run.label(s.index)), pos=s.position, slot=s.slot)
+
+
+SECTIONS = Sections(render_overview, render_step, render_checks, LABELS, _page_title)
+render_decode = SECTIONS.whole  # overview and cost, every step (the middle ones elided), checks
+decode_pages = SECTIONS.pages  # step mode's pages, one renderable each
+decode_titles = SECTIONS.titles  # step mode's page titles, as decode_pages

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterator
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -113,8 +114,7 @@ LABELS: dict[Lang, dict[str, str]] = {
 }
 
 
-def _t(lang: Lang, key: str, **values: object) -> str:
-    return lookup(LABELS, lang, key, **values)
+_t = partial(lookup, LABELS)  # a label of LABELS in a language, filled in
 
 
 def render_flash(run: FlashRun, options: RenderOptions | None = None) -> Group:

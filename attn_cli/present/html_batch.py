@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import replace
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from attn_cli.present.batch_view import LABELS, explain, page_lines, pool_notes
@@ -89,8 +90,7 @@ def _b(lang: Lang, key: str, **values: Any) -> str:
     return WORDS[lang][key].format(**values)
 
 
-def _t(lang: Lang, key: str, **values: Any) -> str:
-    return lookup(LABELS, lang, key, **values)
+_t = partial(lookup, LABELS)  # a label of LABELS in a language, filled in
 
 
 def short_batch(run: BatchRun) -> BatchRun:

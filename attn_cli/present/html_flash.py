@@ -22,6 +22,7 @@ from attn_cli.present.html_steps import (
     TILE_EDGE,
     Steps,
     attrs_of,
+    check_table,
     explained,
     part_of,
     short_run,
@@ -318,8 +319,6 @@ def _last_tiles(run: FlashRun) -> dict[tuple[int, int, int], int]:
 
 def _flash_result(p: Steps, kept: dict[str, Any]) -> str:
     """O and L per (batch, head), each derived from its block's last tile when shown."""
-    from attn_cli.present.flash_view import LABELS as FLASH_LABELS
-
     run = p.run
     inp = run.trace.inputs
     last = _last_tiles(run)
@@ -337,17 +336,7 @@ def _flash_result(p: Steps, kept: dict[str, Any]) -> str:
             n: listed(np.asarray(a if has else a[0]))
             for n, a in (("output", run.output), ("lse", run.lse))
         }
-    heads = "".join(
-        f"<th>{view_label(FLASH_LABELS, h)}</th>" for h in ("col_what", "col_diff", "col_tol")
-    )
-    out.append(f'<table class="m"><tr>{heads}</tr>')
-    for c in run.checks:
-        what = _check_label(f"check_{c.name}")
-        out.append(
-            f"<tr><td>{what}</td><td>{c.max_abs:.3e} {'✓' if c.ok else '✗'}</td>"
-            f"<td>{c.tolerance:.3g}</td></tr>"
-        )
-    out.append("</table>")
+    out.append(check_table(run.checks, _check_label))
     return "\n".join(out)
 
 

@@ -276,24 +276,8 @@ class Page:
     def body(self) -> str:
         """The page's markup: the bar, the stage list, the stages, the derivation panel."""
         t = self.trace
-        inp = t.inputs
-        out = ['<header class="top">']
-        out.append(f"<h1>{esc(inp.name or 'attn trace')}</h1>")
-        out.append('<div class="controls">')
-        other: Lang = "zh" if self.options.lang == "en" else "en"
-        out.append(f'<button type="button" data-role="lang">{WORDS[other]["lang_name"]}</button>')
-        out.append(f'<button type="button" data-role="theme">{bilingual(_word("theme"))}</button>')
-        out.append(LARGE_BUTTON)
-        if inp.has_batch:
-            out.append(self._select("batch", inp.batch))
-        if inp.heads > 1:
-            out.append(self._select("head", inp.heads))
-        out.append("</div></header>")
-        out.append('<div class="layout"><nav class="stages" data-role="stages">')
-        for k, stage in enumerate(self.shown):
-            out.append(f'<button type="button" data-go="{k}">{esc(stage.name)}</button>')
-        out.append('</nav><main><h2 class="stage-title" data-role="stage-title"></h2>')
-        out.append(self._about())
+        names = [esc(stage.name) for stage in self.shown]
+        out = self.top(t.inputs.name or "attn trace", names)
         if self.options.full and not self.full:
             n = sum(s.data.size for s in self.shown)
             out.append(self._note("capped_full", n=n, cap=MAX_CELLS))
@@ -307,6 +291,27 @@ class Page:
         out.append('</main><aside class="derivation" data-role="derivation" aria-live="polite">')
         out.append(f'<p class="hint">{bilingual(_word("hint"))}</p></aside></div>')
         return "\n".join(out)
+
+    def top(self, title: str, names: list[str]) -> list[str]:
+        """The bar (title, language, theme, larger type, batch and head filters), the list of
+        the sections ``names`` (markup) and the configuration: a trace's page, a run's page."""
+        inp = self.trace.inputs
+        out = ['<header class="top">', f"<h1>{esc(title)}</h1>", '<div class="controls">']
+        other: Lang = "zh" if self.options.lang == "en" else "en"
+        out.append(f'<button type="button" data-role="lang">{WORDS[other]["lang_name"]}</button>')
+        out.append(f'<button type="button" data-role="theme">{bilingual(_word("theme"))}</button>')
+        out.append(LARGE_BUTTON)
+        if inp.has_batch:
+            out.append(self._select("batch", inp.batch))
+        if inp.heads > 1:
+            out.append(self._select("head", inp.heads))
+        out.append("</div></header>")
+        out.append('<div class="layout"><nav class="stages" data-role="stages">')
+        for k, name in enumerate(names):
+            out.append(f'<button type="button" data-go="{k}">{name}</button>')
+        out.append('</nav><main><h2 class="stage-title" data-role="stage-title"></h2>')
+        out.append(self._about())
+        return out
 
     def _select(self, role: str, n: int) -> str:
         en, zh, first = WORDS["en"]["all"], WORDS["zh"]["all"], WORDS[self.options.lang]["all"]

@@ -15,12 +15,13 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from attn_cli.present.explain_registry import sum_terms
-from attn_cli.present.html_page import bilingual, esc, in_iframe, listed
+from attn_cli.present.html_page import bilingual, in_iframe, listed
 from attn_cli.present.html_steps import (
     MAX_TILES,
     TILE_EDGE,
     Steps,
     attrs_of,
+    check_table,
     explained,
     part_of,
     steps_page,
@@ -288,16 +289,8 @@ def _checks(p: Steps) -> str:
     def both(key: str) -> str:
         return bilingual(lambda lang: labels[lang][key])
 
-    heads = "".join(f"<th>{both(k)}</th>" for k in ("col_what", "col_diff", "col_tol"))
-    out = [f'<table class="m"><caption>{both("check_title")}</caption><tr>{heads}</tr>']
-    for c in run.checks:
-        what = both(f"check_{c.name}")
-        out.append(
-            f"<tr><td>{what}</td><td>{esc(f'{c.max_abs:.3e}')} "
-            f"{'✓' if c.ok else '✗'}</td><td>{c.tolerance:.3g}</td></tr>"
-        )
-    out.append("</table>")
-    return "\n".join(out) + explained(run, explain, "orders")
+    caption = f"<caption>{both('check_title')}</caption>"
+    return check_table(run.checks, both, caption) + explained(run, explain, "orders")
 
 
 def split_notebook_html(run: SplitRun, height: int = 640) -> str:

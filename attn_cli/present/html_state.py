@@ -279,18 +279,7 @@ def _tables(
         return p.cell(a[index], name, (*lead, *index), here, w, at)
 
     cols = [str(j) for j in range(a.shape[-1])]
-    if a.ndim == 3 and a.shape[1] == 1:  # (H, 1, d_v): output and the transforms of it
-        return [
-            p.table(
-                where_at(lead, name),
-                attrs_of(lead),
-                _head_labels(a.shape[0]),
-                cols,
-                lambda h, j: make((h, 0, j)),
-                marked_rows=True,
-            )
-        ]
-    if a.ndim == 3:  # (H, d_k, d_v): a matrix per head
+    if a.ndim == 3 and a.shape[1] != 1:  # (H, d_k, d_v): a matrix per head
         rows = [str(i) for i in range(a.shape[1])]
 
         def matrix(h: int) -> str:
@@ -303,19 +292,21 @@ def _tables(
             )
 
         return [matrix(h) for h in range(a.shape[0])]
-    if name == "state.conv":  # (K−1, C): the window of the tokens before
+    if a.ndim == 2 and name == "state.conv":  # (K−1, C): the window of the tokens before
         n = a.shape[0]
         rows = [f"t−{n - i}" for i in range(n)]
         return [
             p.table(where_at(lead, name), attrs_of(lead), rows, cols, lambda i, j: make((i, j)))
         ]
+    # a row per head: (H, d) the numbers read, (H, 1, d_v) output and the transforms of it
+    middle = (0,) if a.ndim == 3 else ()
     return [
         p.table(
             where_at(lead, name),
             attrs_of(lead),
             _head_labels(a.shape[0]),
             cols,
-            lambda h, j: make((h, j)),
+            lambda h, j: make((h, *middle, j)),
             marked_rows=True,
         )
     ]

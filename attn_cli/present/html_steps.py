@@ -23,7 +23,6 @@ import numpy as np
 from attn_cli.present.html_page import (
     LANG_TAGS,
     LANGS,
-    LARGE_BUTTON,
     PAGE_NUMBERS,
     WORDS,
     Page,
@@ -329,28 +328,7 @@ def _fill(run: Any, options: RenderOptions, theme: str, body: str, data: dict[st
 
 def _top(p: Steps, title: str, sections: list[tuple[str, str]]) -> list[str]:
     """The bar (title, language, theme, head and batch filters) and the section list."""
-    inp = p.trace.inputs
-    other: Lang = "zh" if p.lang == "en" else "en"
-    out = ['<header class="top">', f"<h1>{esc(title)}</h1>", '<div class="controls">']
-    out.append(f'<button type="button" data-role="lang">{WORDS[other]["lang_name"]}</button>')
-    out.append(
-        f'<button type="button" data-role="theme">{bilingual(lambda g: WORDS[g]["theme"])}</button>'
-    )
-    out.append(LARGE_BUTTON)
-    page = Page(p.trace, p.options)
-    if inp.has_batch:
-        out.append(page._select("batch", inp.batch))
-    if inp.heads > 1:
-        out.append(page._select("head", inp.heads))
-    out.append("</div></header>")
-    out.append('<div class="layout"><nav class="stages" data-role="stages">')
-    out += [
-        f'<button type="button" data-go="{k}">{_named(name)}</button>'
-        for k, (name, _) in enumerate(sections)
-    ]
-    out.append('</nav><main><h2 class="stage-title" data-role="stage-title"></h2>')
-    out.append(page._about())
-    return out
+    return Page(p.trace, p.options).top(title, [_named(name) for name, _ in sections])
 
 
 # the sections named in words, not by a step's token or a tile's cells: their Chinese names
@@ -475,6 +453,20 @@ def attrs_of(lead: tuple[int, ...], **heads: int) -> str:
 def view_label(labels: dict[Lang, dict[str, str]], key: str) -> str:
     """A view's label (decode_view's, flash_view's LABELS) in both languages."""
     return bilingual(lambda lang: labels[lang][key])
+
+
+def check_table(checks: Sequence[Any], label: Callable[[str], str], caption: str = "") -> str:
+    """A run's self-checks as a table: what was compared, the largest difference and its mark,
+    the tolerance; ``label(key)`` is a column's or a check's label in both languages."""
+    heads = "".join(f"<th>{label(k)}</th>" for k in ("col_what", "col_diff", "col_tol"))
+    out = [f'<table class="m">{caption}<tr>{heads}</tr>']
+    for c in checks:
+        out.append(
+            f"<tr><td>{label(f'check_{c.name}')}</td><td>{c.max_abs:.3e} "
+            f"{'✓' if c.ok else '✗'}</td><td>{c.tolerance:.3g}</td></tr>"
+        )
+    out.append("</table>")
+    return "\n".join(out)
 
 
 def softmax_rows(

@@ -8,6 +8,7 @@ Formatting only: every number comes from core/rope_table.py's :class:`RopeTable`
 from __future__ import annotations
 
 import math
+from functools import partial
 from typing import TYPE_CHECKING
 
 from rich import box
@@ -209,8 +210,7 @@ ANGLE_WORDS = (
 )
 
 
-def _t(lang: Lang, key: str, **values: object) -> str:
-    return lookup(LABELS, lang, key, **values)
+_t = partial(lookup, LABELS)  # a label of LABELS in a language, filled in
 
 
 def _g(x: float, precision: int) -> str:

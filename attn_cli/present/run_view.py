@@ -4,7 +4,7 @@ replaced mask_value, a matrix under a title of its own, and the sections of a ru
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
@@ -15,8 +15,8 @@ from rich.text import Text
 
 from attn_cli.present.i18n import Lang
 from attn_cli.present.options import RenderOptions
-from attn_cli.present.render import render_header, render_matrix
-from attn_cli.present.text import pick_tables, safe
+from attn_cli.present.render import listing, render_header, render_matrix
+from attn_cli.present.text import pick_steps, pick_tables, safe
 
 R = TypeVar("R")  # a run: a decode's, a batch's, a state decode's, a split-KV flash's
 
@@ -39,6 +39,72 @@ def sentinel_note(sentinel: float | None, lang: Lang) -> list[Text]:
     if sentinel is None:
         return []
     return [Text(SENTINEL[lang].format(v=f"{sentinel:g}"), style="yellow")]
+
+
+def mark(ok: bool) -> str:
+    """✓ for a check that passed, ✗ for one that failed."""
+    return "✓" if ok else "✗"
+
+
+def check_style(ok: bool) -> str:
+    """A check's colour: green when it passed, bold red when it failed."""
+    return "green" if ok else "bold red"
+
+
+def shown_diff(diff: float, tolerance: float) -> Text:
+    """A check's largest difference and its mark, in the check's colour."""
+    ok = diff <= tolerance
+    return Text(f"{diff:.3e} {mark(ok)}", style=check_style(ok))
+
+
+def step_check(run: Any, k: int, labels: dict[Lang, dict[str, str]], lang: Lang) -> Text:
+    """A decode step's self-check line: its row's largest difference from the reference."""
+    step, diff = run.result.steps[k], run.diffs[k]
+    ok = diff <= run.tolerance
+    text = lookup(
+        labels,
+        lang,
+        "check",
+        token=repr(safe(run.label(step.index))),
+        diff=f"{diff:.3e}",
+        mark=mark(ok),
+        tol=f"{run.tolerance:g}",
+        stage=run.checked,
+    )
+    return Text(text, style=check_style(ok))
+
+
+def prefill_check(run: Any, labels: dict[Lang, dict[str, str]], lang: Lang) -> Text:
+    """A decode's self-check line for its prefill."""
+    ok = run.prefill_diff <= run.tolerance
+    diff = f"{run.prefill_diff:.3e}"
+    text = lookup(labels, lang, "check_prefill", diff=diff, mark=mark(ok), stage=run.checked)
+    return Text(text, style=check_style(ok))
+
+
+def step_checks(
+    run: Any,
+    options: RenderOptions,
+    labels: dict[Lang, dict[str, str]],
+    heads: Sequence[str],
+    cells: Callable[[int], list[Text | str]],
+) -> Group:
+    """A decode's checks: a row a step (the middle ones elided), its number, token and position,
+    then ``cells(k)`` under the rest of ``heads``; the prefill's check line under the table."""
+    lang = options.lang
+    columns = [
+        (lookup(labels, lang, h), "left" if n == 1 else "right") for n, h in enumerate(heads)
+    ]
+    steps = run.result.steps
+    rows: list[list[Text | str]] = []
+    for k in pick_steps(len(steps), options.full):
+        if k is None:
+            rows.append(["…"] * len(heads))
+            continue
+        s = steps[k]
+        rows.append([str(k + 1), safe(run.label(s.index)), str(s.position), *cells(k)])
+    table = listing(Text(lookup(labels, lang, "check_title"), style="bold"), columns, rows, True)
+    return Group(Rule(style="cyan"), table, prefill_check(run, labels, lang))
 
 
 def decode_opening(
@@ -84,16 +150,23 @@ def titled_matrix(
     ]
 
 
+def count_steps(run: Any) -> int:
+    """A run's number of steps, one section each (a decode's, a batch's)."""
+    return len(run.result.steps)
+
+
 @dataclass(frozen=True)
 class Sections(Generic[R]):
     """A run's view in sections: its overview, a section per step, its checks. ``more`` is the
-    key in ``labels`` of the line that stands for the steps elided past the table limit."""
+    key in ``labels`` of the line that stands for the steps elided past the table limit; the
+    overview's and the checks' page titles are ``page_overview`` and ``page_checks``."""
 
-    steps: Callable[[R], int]
     overview: Callable[[R, RenderOptions], RenderableType]
     step: Callable[[R, int, RenderOptions], RenderableType]
     checks: Callable[[R, RenderOptions], RenderableType]
     labels: dict[Lang, dict[str, str]]
+    title: Callable[[R, int, Lang], str]  # a step's page title in step mode
+    steps: Callable[[R], int] = count_steps
     more: str = "more_steps"
 
     def whole(self, run: R, options: RenderOptions | None = None) -> Group:
@@ -119,3 +192,9 @@ class Sections(Generic[R]):
         for k in range(self.steps(run)):
             yield self.step(run, k, o)
         yield self.checks(run, o)
+
+    def titles(self, run: R, lang: Lang) -> list[str]:
+        """Step mode's page titles, as ``pages``: the overview, every step, the checks."""
+        steps = [self.title(run, k, lang) for k in range(self.steps(run))]
+        first, last = (lookup(self.labels, lang, key) for key in ("page_overview", "page_checks"))
+        return [first, *steps, last]

@@ -9,7 +9,8 @@ mode: the overview, each chunk, the merge, the checks; ``split_titles`` names th
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
+from functools import partial
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -96,27 +97,7 @@ LABELS: dict[Lang, dict[str, str]] = {
 }
 
 
-def _t(lang: Lang, key: str, **values: object) -> str:
-    return lookup(LABELS, lang, key, **values)
-
-
-def render_split(run: SplitRun, options: RenderOptions | None = None) -> Group:
-    """The overview, each chunk (the middle ones elided), the merge, the checks."""
-    return SECTIONS.whole(run, options)
-
-
-def split_pages(run: SplitRun, options: RenderOptions | None = None) -> Iterator[RenderableType]:
-    """Step mode's pages: the overview, each chunk, the merge, the checks."""
-    return SECTIONS.pages(run, options)
-
-
-def split_titles(run: SplitRun, lang: Lang) -> list[str]:
-    """Step mode's page titles, as ``split_pages``."""
-    chunks = [
-        _t(lang, "page_chunk", s=s, s0=c.keys[0], s1=c.keys[1] - 1)
-        for s, c in enumerate(run.result.chunks)
-    ]
-    return [_t(lang, "page_overview"), *chunks, _t(lang, "page_merge"), _t(lang, "page_checks")]
+_t = partial(lookup, LABELS)  # a label of LABELS in a language, filled in
 
 
 def render_overview(run: SplitRun, options: RenderOptions) -> Group:
@@ -335,11 +316,23 @@ def explain(run: SplitRun, key: str, lang: Lang) -> Explanation:
     return Explanation(key, lang, (formula,), inputs, shape, (meaning,))
 
 
-SECTIONS: Sections[SplitRun] = Sections(
-    lambda run: len(run.result.chunks) + 1,
+def _page_title(run: SplitRun, k: int, lang: Lang) -> str:
+    """A section's page title: a chunk's keys, or the merge after the last chunk."""
+    if k == len(run.result.chunks):
+        return _t(lang, "page_merge")
+    c = run.result.chunks[k]
+    return _t(lang, "page_chunk", s=k, s0=c.keys[0], s1=c.keys[1] - 1)
+
+
+SECTIONS = Sections(
     render_overview,
     _section,
     render_split_checks,
     LABELS,
-    "more",
+    _page_title,
+    steps=lambda run: len(run.result.chunks) + 1,  # each chunk, then the merge
+    more="more",
 )
+render_split = SECTIONS.whole  # the overview, each chunk (the middle ones elided), merge, checks
+split_pages = SECTIONS.pages  # step mode's pages: the overview, each chunk, the merge, checks
+split_titles = SECTIONS.titles  # step mode's page titles, as split_pages

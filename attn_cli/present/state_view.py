@@ -8,7 +8,7 @@ and the checks of check/state_runs.py).
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from rich.console import Group, RenderableType
@@ -24,9 +24,12 @@ from attn_cli.present.run_view import (
     Sections,
     decode_opening,
     lookup,
+    shown_diff,
+    step_check,
+    step_checks,
     titled_matrix,
 )
-from attn_cli.present.text import pick_steps, safe
+from attn_cli.present.text import safe
 
 if TYPE_CHECKING:
     from attn_cli.check.state_runs import StateRun
@@ -169,27 +172,7 @@ _EXPLAIN: dict[str, dict[Lang, tuple[str, str]]] = {  # key -> lang -> (formula,
 }
 
 
-def _t(lang: Lang, key: str, **values: object) -> str:
-    return lookup(LABELS, lang, key, **values)
-
-
-def render_state_decode(run: StateRun, options: RenderOptions | None = None) -> Group:
-    """The whole decode: overview and ledger, every step (the middle ones elided), the checks."""
-    return SECTIONS.whole(run, options)
-
-
-def state_pages(run: StateRun, options: RenderOptions | None = None) -> Iterator[RenderableType]:
-    """Step mode's pages: the overview, every step, the checks."""
-    return SECTIONS.pages(run, options)
-
-
-def state_titles(run: StateRun, lang: Lang) -> list[str]:
-    """Step mode's page titles: the overview, ``token@position`` per step, the checks."""
-    steps = [
-        _t(lang, "page_step", token=safe(run.label(s.index)), pos=s.position)
-        for s in run.result.steps
-    ]
-    return [_t(lang, "page_overview"), *steps, _t(lang, "page_checks")]
+_t = partial(lookup, LABELS)  # a label of LABELS in a language, filled in
 
 
 def render_overview(run: StateRun, options: RenderOptions) -> Group:
@@ -257,7 +240,7 @@ def render_step(run: StateRun, k: int, options: RenderOptions) -> Group:
         kv=f"{c.kv_at(step.index + 1):,}",
         t=step.index + 1,
     )
-    parts += [Text(ledger, style="italic"), _check_line(run, k, lang)]
+    parts += [Text(ledger, style="italic"), step_check(run, k, LABELS, lang)]
     if options.explain:
         parts.append(render_explanation(explain(run, "check", lang)))
     return Group(*parts, Text(""))
@@ -306,53 +289,16 @@ def _step_tables(run: StateRun, step: StateStep, b: int, options: RenderOptions)
     return parts
 
 
-def _mark(ok: bool) -> str:
-    return "✓" if ok else "✗"
-
-
-def _check_line(run: StateRun, k: int, lang: Lang) -> Text:
-    step, diff = run.result.steps[k], run.diffs[k]
-    ok = diff <= run.tolerance
-    text = _t(
-        lang,
-        "check",
-        token=repr(safe(run.label(step.index))),
-        diff=f"{diff:.3e}",
-        mark=_mark(ok),
-        tol=f"{run.tolerance:g}",
-        stage=run.checked,
-    )
-    return Text(text, style="green" if ok else "bold red")
-
-
 def render_checks(run: StateRun, options: RenderOptions) -> Group:
     """Every step's largest difference from the chunked form, and the prefill's."""
-    lang = options.lang
-    table = simple_table(Text(_t(lang, "check_title"), style="bold"))
     heads = ("col_step", "col_token", "col_pos", "col_state", "col_kv", "col_diff")
-    for n, head in enumerate(heads):
-        table.add_column(_t(lang, head), justify="left" if n == 1 else "right", no_wrap=True)
-    steps, c = run.result.steps, run.ledger
-    for k in pick_steps(len(steps), options.full):
-        if k is None:
-            table.add_row(*("…",) * len(heads))
-            continue
-        s, diff = steps[k], run.diffs[k]
-        ok = diff <= run.tolerance
-        shown = Text(f"{diff:.3e} {_mark(ok)}", style="green" if ok else "bold red")
-        table.add_row(
-            str(k + 1),
-            safe(run.label(s.index)),
-            str(s.position),
-            f"{c.state:,}",
-            f"{c.kv_at(s.index + 1):,}",
-            shown,
-        )
-    ok = run.prefill_diff <= run.tolerance
-    prefill = _t(
-        lang, "check_prefill", diff=f"{run.prefill_diff:.3e}", mark=_mark(ok), stage=run.checked
-    )
-    return Group(Rule(style="cyan"), table, Text(prefill, style="green" if ok else "bold red"))
+    c = run.ledger
+
+    def cells(k: int) -> list[Text | str]:
+        kv = c.kv_at(run.result.steps[k].index + 1)
+        return [f"{c.state:,}", f"{kv:,}", shown_diff(run.diffs[k], run.tolerance)]
+
+    return step_checks(run, options, LABELS, heads, cells)
 
 
 def explain(run: StateRun, key: str, lang: Lang) -> Explanation:
@@ -372,6 +318,13 @@ def explain(run: StateRun, key: str, lang: Lang) -> Explanation:
     return Explanation(key, lang, (formula,), inputs, f"{key} {shapes[key]}", (meaning,))
 
 
-SECTIONS: Sections[StateRun] = Sections(
-    lambda run: len(run.result.steps), render_overview, render_step, render_checks, LABELS
-)
+def _page_title(run: StateRun, k: int, lang: Lang) -> str:
+    """A step's page title, ``token@position``."""
+    s = run.result.steps[k]
+    return _t(lang, "page_step", token=safe(run.label(s.index)), pos=s.position)
+
+
+SECTIONS = Sections(render_overview, render_step, render_checks, LABELS, _page_title)
+render_state_decode = SECTIONS.whole  # overview and ledger, every step (middle elided), checks
+state_pages = SECTIONS.pages  # step mode's pages, one renderable each
+state_titles = SECTIONS.titles  # step mode's page titles, as state_pages
