@@ -35,6 +35,7 @@ from attn_cli.core.decode import (
 )
 from attn_cli.core.decode import self_check as decode_self_check
 from attn_cli.core.pipeline import refuse as refuse_variants
+from attn_cli.core.steps import Way, attention, in_place
 from attn_cli.core.variant import DecodeForm, Variant, own_loop
 from attn_cli.errors import ComputeError, InputError, UsageError
 
@@ -631,38 +632,34 @@ def reference_rows(
             s0, s1 = allowed_span(chain, cells)
             cells = cells._replace(keys=cells.keys[s0:s1], pos_k=cells.pos_k[s0:s1])
             R = t1 - t0  # the group's g × R rows in one product, not g products of R rows
-            x = (q[b, heads, t0:t1].reshape(g * R, -1) @ kT[:, s0:s1]).reshape(g, R, s1 - s0)
-            x *= dtype.type(trace.scale)
-            x = chain.modify(x[None], lambda stage: None)  # (1, g, R, s1 - s0)
-            x, _, _ = chain.masked(x, cells, x, lambda stage: None, fill=-np.inf)
-            extra = chain.extra_logit(cells, dtype)  # (1, g, 1, 1) or None
-            extra = None if extra is None else extra[0]
-            o, lse_rows = _softmax_rows_out(x[0].astype(dtype, copy=False), extra, vj[s0:s1])
-            output[b, heads, t0:t1], L[b, heads, t0:t1] = o, lse_rows
+            scores = q[b, heads, t0:t1].reshape(g * R, -1) @ kT[:, s0:s1]  # (g·R, n)
+            scores = scores.reshape(1, g, R, s1 - s0)
+            made = attention(
+                chain,
+                None,
+                None,
+                vj[s0:s1],
+                cells,
+                dtype.type(trace.scale),
+                _REFERENCE,
+                into=in_place(scores, chain),
+                lse=L[b : b + 1, heads, t0:t1],
+                start=("scores", scores),
+            )
+            assert made.output is not None
+            output[b, heads, t0:t1] = made.output[0]
     return output, L
 
 
-def _softmax_rows_out(
-    x: AnyArray, extra: AnyArray | None, v: AnyArray
-) -> tuple[AnyArray, AnyArray]:
-    """Rows x (g, R, S) through the two-pass softmax: (weights · v (g, R, Dv), L (g, R));
-    ``extra`` (g, 1, 1) joins each row; a row with nothing allowed (and no extra logit) gives
-    O = 0 and L = −∞."""
-    m = x.max(axis=-1, keepdims=True, initial=-np.inf)  # (g, R, 1); no key at all: −∞
-    if extra is not None:
-        m = np.maximum(m, extra)
-    empty = np.isneginf(m)
-    m = np.where(empty, 0.0, m).astype(x.dtype)
-    x = np.subtract(x, m, out=x if x.flags.writeable else None)  # (g, R, S)
-    np.exp(x, out=x)
-    total = x.sum(axis=-1, keepdims=True)
-    if extra is not None:
-        total = total + np.exp(extra - m)
-    total = np.where(empty, 1.0, total).astype(x.dtype)
-    g, R, S = x.shape
-    o = (x.reshape(g * R, S) @ v).reshape(g, R, -1) / total  # (g, R, Dv), in one product
-    L = np.where(empty, -np.inf, m + np.log(total)).astype(x.dtype)
-    return o.astype(x.dtype, copy=False), L[..., 0]
+def _rows_times_values(weights: AnyArray, v: AnyArray) -> AnyArray:
+    """exp · V for a group's rows (1, g, R, S) @ (S, Dv), in one product: (1, g, R, Dv)."""
+    _, g, R, S = weights.shape
+    out: AnyArray = (weights.reshape(g * R, S) @ v).reshape(1, g, R, -1)
+    return out
+
+
+# the reference's way: -inf where hidden, O = (exp · V) / total (a fused kernel's order)
+_REFERENCE = Way(mix=_rows_times_values, fill=-np.inf, divide_late=True)
 
 
 def causal_offset(inputs: Inputs) -> int | None:

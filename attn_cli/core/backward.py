@@ -38,6 +38,7 @@ import numpy as np
 from attn_cli.core.chain import Chain
 from attn_cli.core.heads import merge_heads as merge_heads
 from attn_cli.core.heads import split_heads as split_heads
+from attn_cli.core.steps import Way, attention, in_place, softmax
 from attn_cli.core.variant import REGISTRY
 
 FloatArray = np.ndarray[Any, np.dtype[np.float64]]
@@ -535,6 +536,7 @@ def _input_side(
 # The blocked backward (FlashAttention-2's): no (T, S) array, the weights recomputed from L
 
 BLOCK_CELLS = 1 << 20  # scores per block of the blocked backward (8 MiB in float64)
+TO_MASKED = Way(last="masked")  # a block's logits again: the one chain up to masked
 
 
 def blocked_backward(
@@ -629,18 +631,22 @@ def _block_grads(
     g, R, D = q.shape
     n = s1 - s0
     dtype = q.dtype
-    # the forward's logits again: scaled, each modifier (its input kept), + biases, the fill
-    scaled = q @ k.T  # (g, R, n)
-    scaled *= dtype.type(fwd.scale)
-    made: list[FloatArray] = []
-
-    def into(stage: str) -> FloatArray:
-        made.append(np.empty((1, g, R, n), dtype))
-        return made[-1]
-
-    logits = chain.modify(scaled[None], into)  # (1, g, R, n)
-    before = [scaled[None], *made[:-1]]  # what each modifier read
-    masked, allowed, _ = chain.masked(logits, cells, logits, lambda stage: None)
+    # the forward's logits again: the one chain to masked, each modifier's input kept
+    scores = (q @ k.T)[None]  # (1, g, R, n)
+    into = in_place(scores, chain, fresh=True)
+    made = attention(
+        chain,
+        None,
+        None,
+        None,
+        cells,
+        dtype.type(fwd.scale),
+        TO_MASKED,
+        into=into,
+        start=("scores", scores),
+    )
+    masked, allowed, before = made.masked, made.allowed, made.before
+    assert masked is not None
     P = masked[0] - L[b, heads, rows, None]  # (g, R, n)
     np.exp(P, out=P)
     dO = d_output[b, heads, rows]  # (g, R, Dv)
@@ -723,6 +729,5 @@ def _grad_unmasked_softmax_input(fwd: ForwardArrays, d_softmax: FloatArray) -> F
         logits = fwd.chain.modify(logits, into=lambda stage: None)  # new arrays, stages not kept
     if fwd.bias is not None:
         logits = logits + np.where(np.isfinite(fwd.bias), fwd.bias, 0.0)
-    e = np.exp(logits - logits.max(axis=-1, keepdims=True))
-    unmasked = e / e.sum(axis=-1, keepdims=True)  # (B, H, T, S)
+    unmasked = softmax(logits)  # (B, H, T, S)
     return grad_softmax_input(unmasked, d_softmax)

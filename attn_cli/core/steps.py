@@ -37,6 +37,7 @@ FloatArray = np.ndarray[Any, np.dtype[np.float64]]
 BoolArray = np.ndarray[Any, np.dtype[np.bool_]]
 IntArray = np.ndarray[Any, np.dtype[np.int64]]
 Array = np.ndarray[Any, Any]  # float32 or float64: a loop's arrays, as the chain's hooks take them
+Where = Callable[[str], "Array | None"]  # where a step writes a stage (a kept array), or None
 
 
 def project(X: FloatArray, W: FloatArray, b: FloatArray | None) -> FloatArray:
@@ -114,11 +115,8 @@ def softmax_rows(
 
 
 def exp_rows(
-    x: FloatArray,
-    out: FloatArray | None,
-    sink: float | FloatArray | None = None,
-    lse: FloatArray | None = None,
-) -> tuple[FloatArray, FloatArray, BoolArray]:
+    x: Array, out: Array | None, sink: float | Array | None = None, lse: Array | None = None
+) -> tuple[Array, Array, Array]:
     """The softmax before its division: (exp(x − row max), each row's total (..., T, 1), which
     rows had no key allowed). The one place attn exponentiates logits; the arguments are
     :func:`softmax_rows`'. A row with nothing to exponentiate has total 1 (0 / 1, not 0 / 0).
@@ -129,7 +127,7 @@ def exp_rows(
         np.maximum(row_max, sink, out=row_max)
     none = row_max == -np.inf if sink is not None else empty  # nothing to exponentiate
     row_max[none] = 0.0  # exp(-inf - 0) = 0 across the row
-    weights: FloatArray = np.subtract(x, row_max, out=out)
+    weights: Array = np.subtract(x, row_max, out=out)
     np.exp(weights, out=weights)
     total = weights.sum(axis=-1, keepdims=True)  # (..., T, 1)
     if sink is not None:
@@ -212,9 +210,7 @@ def attention(
     scale: float,
     way: Way = PLAIN,
     *,
-    into: Callable[
-        [str], Array | None
-    ] = nowhere,  # where a stage goes (a kept array); None: a new array
+    into: Where = nowhere,  # where a stage goes (a kept array); None: a new array
     lse: Array | None = None,  # (b, h, R): receives each row's log-sum-exp
     hidden: Array | None = None,  # more cells to hide, (b, h, R, S)-broadcastable
     start: tuple[str, Array] | None = None,  # begin after this stage, given
@@ -275,6 +271,23 @@ def _seen(way: Way, stage: str, x: Array, made: Attention) -> Array:
     if way.check is not None:
         way.check(stage, x, made)
     return x
+
+
+def in_place(x: Array, chain: Hooks, fresh: bool = False) -> Where:
+    """Where a tile's or a block's chain writes: every step into ``x``, its scores (each score
+    modifier into a new array when ``fresh``: the backward pass keeps what each read, and
+    masked into the last of them); a bias stage nowhere."""
+    made = [x]
+    modifiers = {str(v.stage) for v, _ in chain.modifiers}
+
+    def into(stage: str) -> Array | None:
+        if stage in modifiers:
+            if fresh:
+                made.append(np.empty_like(x))
+            return made[-1]
+        return made[-1] if stage in ("scaled", "masked", "softmax") else None
+
+    return into
 
 
 class Plain:
