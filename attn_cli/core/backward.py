@@ -38,7 +38,7 @@ import numpy as np
 from attn_cli.core.chain import Chain
 from attn_cli.core.heads import merge_heads as merge_heads
 from attn_cli.core.heads import split_heads as split_heads
-from attn_cli.core.steps import Way, attention, in_place, softmax
+from attn_cli.core.steps import Plain, Way, attention, in_place
 from attn_cli.core.variant import REGISTRY
 
 FloatArray = np.ndarray[Any, np.dtype[np.float64]]
@@ -537,6 +537,7 @@ def _input_side(
 
 BLOCK_CELLS = 1 << 20  # scores per block of the blocked backward (8 MiB in float64)
 TO_MASKED = Way(last="masked")  # a block's logits again: the one chain up to masked
+TO_SOFTMAX = Way(last="softmax")
 
 
 def blocked_backward(
@@ -720,14 +721,22 @@ def _grad_unmasked_softmax_input(fwd: ForwardArrays, d_softmax: FloatArray) -> F
     (the chain's modifiers, then its biases without the fill)."""
     B, H, T, S = fwd.weights.shape
     if fwd.before:
-        logits = fwd.before[0]  # (B, H, T, S), scaled
+        start = ("scaled", fwd.before[0])  # (B, H, T, S)
     else:
         q = fwd.q.reshape(B, -1, fwd.groups, T, fwd.q.shape[3])  # (B, Hkv, g, T, D)
         kT = fwd.k[:, :, None].swapaxes(-1, -2)  # (B, Hkv, 1, D, S)
-        logits = (q @ kT).reshape(B, H, T, S) * fwd.scale  # (B, H, T, S)
-    if fwd.chain is not None:
-        logits = fwd.chain.modify(logits, into=lambda stage: None)  # new arrays, stages not kept
-    if fwd.bias is not None:
-        logits = logits + np.where(np.isfinite(fwd.bias), fwd.bias, 0.0)
-    unmasked = softmax(logits)  # (B, H, T, S)
+        start = ("scores", (q @ kT).reshape(B, H, T, S))  # (B, H, T, S)
+    bias = None if fwd.bias is None else np.where(np.isfinite(fwd.bias), fwd.bias, 0.0)
+    modifiers = () if fwd.chain is None else fwd.chain.modifiers
+    unmasked = attention(
+        Plain(None, bias, modifiers),
+        None,
+        None,
+        None,
+        Plain.cells(B, H, T, S),
+        fwd.scale,
+        TO_SOFTMAX,
+        start=start,
+    ).weights  # the chain's modifiers, then its biases without the fill
+    assert unmasked is not None
     return grad_softmax_input(unmasked, d_softmax)

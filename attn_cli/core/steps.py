@@ -294,10 +294,18 @@ class Plain:
     """The hooks of attention without variants: torch's scaled_dot_product_attention with a
     boolean ``allowed`` (True: may attend) and a float ``bias``."""
 
-    modifiers: Sequence[tuple[Any, Any]] = ()
+    def __init__(
+        self,
+        allowed: BoolArray | None,
+        bias: FloatArray | None,
+        modifiers: Sequence[tuple[Any, Any]] = (),  # a chain's score modifiers, if any
+    ) -> None:
+        self.allowed, self.bias, self.modifiers = allowed, bias, modifiers
 
-    def __init__(self, allowed: BoolArray | None, bias: FloatArray | None) -> None:
-        self.allowed, self.bias = allowed, bias
+    @staticmethod
+    def cells(B: int, H: int, T: int, S: int) -> Cells:
+        """Cells of the right sizes: no hook of these reads them."""
+        return Cells(*(np.zeros(n, np.int64) for n in (B, H, T, S, T, S)))
 
     def masked(
         self, x: FloatArray, cells: Cells, out: FloatArray | None, into: Into, fill: float | None
@@ -324,10 +332,9 @@ def sdpa(
     groups = q.shape[1] // k.shape[1]
     k, v = repeat_kv(k, groups), repeat_kv(v, groups)  # (B, H, S, D), (B, H, S, Dv)
     scale = 1.0 / np.sqrt(q.shape[-1]) if scale is None else scale
-    T, S = q.shape[2], k.shape[2]
-    sizes = (q.shape[0], q.shape[1], T, S, T, S)
-    no_cells = Cells(*(np.zeros(n, np.int64) for n in sizes))  # the hooks read none
-    made = attention(Plain(allowed, bias), q, k, v, no_cells, float(scale))
+    B, H, T = q.shape[:3]
+    cells = Plain.cells(B, H, T, k.shape[2])
+    made = attention(Plain(allowed, bias), q, k, v, cells, float(scale))
     assert made.output is not None and made.weights is not None
     return made.output, made.weights  # (B, H, T, Dv), (B, H, T, S)
 
