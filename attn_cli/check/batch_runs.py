@@ -15,14 +15,16 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from attn_cli.blas import blas_limit
-from attn_cli.check.runs import (
+from attn_cli.check.references import (
     F64_TOLERANCE,
+    max_abs_diff,
+)
+from attn_cli.check.runs import (
     decode_args,
     decode_bytes,
     decode_keep,
     decode_reference,
     load_trace,
-    max_abs_diff,
     refuse_decode,
 )
 from attn_cli.core.batch import BatchResult, Member, batch_decode

@@ -13,7 +13,6 @@ Dv d_v, C cache slots.
 from __future__ import annotations
 
 import functools
-import itertools
 import math
 import os
 from collections.abc import Callable, Iterator
@@ -23,7 +22,17 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from attn_cli.blas import blas_limit
-from attn_cli.core.chain import Chain, allowed_span, cells_of
+from attn_cli.check.references import (
+    F64_TOLERANCE,
+    SelfCheck,
+    finite_max,
+    max_abs_diff,
+    reference_rows,
+    scaled_tolerance,
+    self_check,
+    trace_chain,
+)
+from attn_cli.core.chain import Chain
 from attn_cli.core.decode import (
     After,
     DecodeResult,
@@ -35,7 +44,6 @@ from attn_cli.core.decode import (
 )
 from attn_cli.core.decode import self_check as decode_self_check
 from attn_cli.core.pipeline import refuse as refuse_variants
-from attn_cli.core.steps import Way, attention, in_place
 from attn_cli.core.variant import DecodeForm, Variant, own_loop
 from attn_cli.errors import ComputeError, InputError, UsageError
 
@@ -49,16 +57,12 @@ if TYPE_CHECKING:
 FloatArray = np.ndarray[Any, np.dtype[np.float64]]
 AnyArray = np.ndarray[Any, Any]  # float64 or float32, as core returns them
 
-F64_TOLERANCE = 1e-12  # float64: the order of summation moves the last bits only
-ULPS = 64  # flash: up to 64 ulps of the scores' size (times the values') is rounding
 MAX_TILES = 64  # tiles shown (and kept) by default
 BLOCK_CAP = 64  # the largest default block
 # How a decode or flash run shows itself in a notebook: present/html_steps.py adds its pages
 # ("decode", "flash") when imported, so check/ names nothing above it (as core's HTML_VIEWS).
 RUN_HTML_VIEWS: dict[str, Callable[[Any], str]] = {}
 BIG_SCORES = 1 << 22  # above this many score cells, flash's check keeps no (T, S) stage
-REF_CELLS = 1 << 19  # scores per block of flash's reference rows (2 MiB in float32)
-REF_ROWS = 64  # rows per block at most: a causal block computes its keys up to its last row
 
 
 # ---------------------------------------------------------------------------------------------
@@ -335,15 +339,6 @@ def caster(dtype: np.dtype[Any]) -> Callable[[str, FloatArray], FloatArray]:
     return lambda name, array: array.astype(dtype, copy=False)
 
 
-def trace_chain(trace: Trace) -> Chain:
-    """The chain of the trace's variants, its bias in the trace's computing dtype (as the
-    block engine adds it)."""
-    inp = trace.inputs
-    if inp.bias is None:
-        return Chain(inp)
-    return Chain(replace(inp, bias=inp.bias.astype(np.dtype(trace.dtype), copy=False)))
-
-
 def run_decode(
     fixture: str | os.PathLike[str] | None,
     prefill: int = 1,
@@ -433,13 +428,6 @@ def check_decode(
     )
 
 
-def scaled_tolerance(full: AnyArray) -> float:
-    """What a step may differ from its reference row by: F64_TOLERANCE of the largest |value|
-    of the rows (at least F64_TOLERANCE): rounding moves the last bits of numbers of 1e196 by
-    far more than 1e-12."""
-    return F64_TOLERANCE * max(1.0, finite_max(full))
-
-
 def require_finite(trace: Trace, stage: str, arr: AnyArray) -> None:
     """The pipeline's overflow check (core/engine.py ``FiniteCheck``: the stage and position of
     the first value that is not finite, one ComputeError) on what a loop computed beside the
@@ -517,45 +505,8 @@ def decode_failure(run: DecodeRun) -> ComputeError | None:
     )
 
 
-def max_abs_diff(actual: AnyArray, expected: AnyArray) -> float:
-    """max |actual − expected|; equal non-finite values differ by 0, unequal ones by inf."""
-    if actual.size == 0:
-        return 0.0
-    finite = np.isfinite(actual) & np.isfinite(expected)
-    same = (actual == expected) | (np.isnan(actual) & np.isnan(expected))
-    diff = np.where(
-        finite,
-        np.abs(np.where(finite, actual, 0.0) - np.where(finite, expected, 0.0)),
-        np.where(same, 0.0, np.inf),
-    )
-    return float(diff.max())
-
-
-def max_ulps(actual: AnyArray, expected: AnyArray) -> float:
-    """The largest difference in units in the last place of the expected value (its dtype)."""
-    if actual.size == 0:
-        return 0.0
-    finite = np.isfinite(actual) & np.isfinite(expected)
-    ref = np.where(finite, expected, 0.0)
-    spacing = np.spacing(np.abs(ref).astype(expected.dtype))
-    diff = np.abs(np.where(finite, actual, 0.0) - ref)
-    ulps = np.where(finite, diff / spacing, np.where(actual == expected, 0.0, np.inf))
-    return float(ulps.max())
-
-
 # ---------------------------------------------------------------------------------------------
 # FlashAttention tiles
-
-
-@dataclass(frozen=True)
-class SelfCheck:
-    """One comparison of flash with the trace: the largest difference, and in ulps (float32)."""
-
-    name: str  # "output", "lse", "softmax"
-    max_abs: float
-    ulps: float | None  # float32 only
-    tolerance: float
-    ok: bool
 
 
 @dataclass(frozen=True, eq=False)
@@ -606,60 +557,6 @@ def flash_keep(inputs: Inputs) -> set[str]:
     if inputs.batch * inputs.heads * inputs.seq_q * inputs.seq_k <= BIG_SCORES:
         keep |= {softmax_input(inputs), "softmax"}
     return keep
-
-
-def reference_rows(
-    trace: Trace, q: AnyArray, k: AnyArray, v: AnyArray
-) -> tuple[AnyArray, AnyArray]:
-    """O (B, H, T, Dv) and L (B, H, T) as plain softmax attention computes them, a few whole
-    rows at a time: the chain over every key of the rows, L = log Σ exp (with the extra logit),
-    O = exp(x − L) · V. O(T) memory beyond a block of ``REF_CELLS`` scores; no tile, no
-    running max, no skipped key: what flash's loop is checked against."""
-    inp = trace.inputs
-    chain = trace_chain(trace)
-    B, H, T, _ = q.shape
-    _, Hkv, S, Dv = v.shape
-    g = H // Hkv  # query heads h0:h0+g read key/value head h0 // g: one product for the group
-    dtype = q.dtype
-    rows = max(1, min(REF_ROWS, REF_CELLS // max(1, S * g)))
-    output = np.zeros((B, H, T, Dv), dtype)
-    L = np.empty((B, H, T), dtype)
-    for b, j in itertools.product(range(B), range(Hkv)):
-        kT, vj, heads = k[b, j].T, v[b, j], slice(j * g, (j + 1) * g)  # (D, S), (S, Dv)
-        for t0 in range(0, T, rows):
-            t1 = min(T, t0 + rows)
-            cells = cells_of(inp, slice(b, b + 1), heads, slice(t0, t1))
-            s0, s1 = allowed_span(chain, cells)
-            cells = cells._replace(keys=cells.keys[s0:s1], pos_k=cells.pos_k[s0:s1])
-            R = t1 - t0  # the group's g × R rows in one product, not g products of R rows
-            scores = q[b, heads, t0:t1].reshape(g * R, -1) @ kT[:, s0:s1]  # (g·R, n)
-            scores = scores.reshape(1, g, R, s1 - s0)
-            made = attention(
-                chain,
-                None,
-                None,
-                vj[s0:s1],
-                cells,
-                dtype.type(trace.scale),
-                _REFERENCE,
-                into=in_place(scores, chain),
-                lse=L[b : b + 1, heads, t0:t1],
-                start=("scores", scores),
-            )
-            assert made.output is not None
-            output[b, heads, t0:t1] = made.output[0]
-    return output, L
-
-
-def _rows_times_values(weights: AnyArray, v: AnyArray) -> AnyArray:
-    """exp · V for a group's rows (1, g, R, S) @ (S, Dv), in one product: (1, g, R, Dv)."""
-    _, g, R, S = weights.shape
-    out: AnyArray = (weights.reshape(g * R, S) @ v).reshape(1, g, R, -1)
-    return out
-
-
-# the reference's way: -inf where hidden, O = (exp · V) / total (a fused kernel's order)
-_REFERENCE = Way(mix=_rows_times_values, fill=-np.inf, divide_late=True)
 
 
 def causal_offset(inputs: Inputs) -> int | None:
@@ -828,18 +725,6 @@ def flash_checks(
     return tuple(self_check(name, mine, ref, scores, f32) for name, mine, ref in pairs)
 
 
-def self_check(name: str, mine: AnyArray, ref: AnyArray, scores: float, f32: bool) -> SelfCheck:
-    """One comparison, within ULPS ulps of the scores' and the values' size (1e-12 at least
-    in float64)."""
-    diff = max_abs_diff(mine, ref)
-    eps = float(np.finfo(mine.dtype).eps)
-    tol = ULPS * eps * (1 + scores) * (1 + finite_max(ref))
-    tol = min(tol, float(np.finfo(np.float64).max))  # scores and values of 1e200: not inf
-    tol = tol if f32 else max(F64_TOLERANCE, tol)
-    ulps = max_ulps(mine, ref) if f32 else None
-    return SelfCheck(name, diff, ulps, tol, diff <= tol)
-
-
 def _variant_maps(
     trace: Trace, output: FloatArray, bq: int, bk: int, base2: bool
 ) -> tuple[SelfCheck, ...]:
@@ -886,11 +771,6 @@ def _variant_maps(
 
 def _as_is(name: str, array: FloatArray) -> FloatArray:
     return array
-
-
-def finite_max(x: AnyArray) -> float:
-    """The largest finite |x| (0 when there is none)."""
-    return float(np.abs(x[np.isfinite(x)]).max(initial=0.0))
 
 
 def flash_failure(run: FlashRun) -> ComputeError | None:

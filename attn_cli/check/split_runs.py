@@ -15,18 +15,20 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from attn_cli.blas import blas_limit
+from attn_cli.check.references import (
+    SelfCheck,
+    finite_max,
+    reference_rows,
+    self_check,
+)
 from attn_cli.check.runs import (
     RUN_HTML_VIEWS,
     AnyArray,
-    SelfCheck,
     default_block,
-    finite_max,
     flash_args,
     flash_checks,
     flash_keep,
     load_trace,
-    reference_rows,
-    self_check,
 )
 from attn_cli.core.chain import Chain
 from attn_cli.core.pipeline import refuse as refuse_variants

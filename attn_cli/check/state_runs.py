@@ -22,8 +22,14 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from attn_cli.blas import blas_limit
-from attn_cli.check.runs import (
+from attn_cli.check.references import (
     F64_TOLERANCE,
+    max_abs_diff,
+    reference_rows,
+    scaled_tolerance,
+    trace_chain,
+)
+from attn_cli.check.runs import (
     DecodeRun,
     caster,
     check_decode,
@@ -32,13 +38,9 @@ from attn_cli.check.runs import (
     head_output_after,
     internal,
     load_trace,
-    max_abs_diff,
     quiet,
-    reference_rows,
     refuse_decode,
     require_finite,
-    scaled_tolerance,
-    trace_chain,
 )
 from attn_cli.core.decode import kv_cache_bytes
 from attn_cli.core.decode import self_check as decode_self_check
