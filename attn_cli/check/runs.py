@@ -339,6 +339,27 @@ def caster(dtype: np.dtype[Any]) -> Callable[[str, FloatArray], FloatArray]:
     return lambda name, array: array.astype(dtype, copy=False)
 
 
+def refuse_prefill(inputs: Inputs, prefill: int) -> None:
+    """What decoding refuses (refuse_decode), and a prefill that is not 1 to the fixture's
+    tokens, in one line."""
+    refuse_decode(inputs)
+    if not 1 <= prefill <= inputs.seq_q:
+        raise UsageError(
+            inputs.source,
+            "prefill",
+            f"is {prefill}",
+            f"1 to {inputs.seq_q} (the fixture's tokens)",
+            option="prefill",
+        )
+
+
+def refuse_blocks(sizes: dict[str, int | None]) -> None:
+    """A block size that is not a whole number >= 1 (``max-tiles``: >= 0), by its option."""
+    for name, value in sizes.items():
+        if value is not None and value < (0 if name == "max-tiles" else 1):
+            raise UsageError("", name, f"is {value}", "a whole number >= 1", option=name)
+
+
 def run_decode(
     fixture: str | os.PathLike[str] | None,
     prefill: int = 1,
@@ -348,21 +369,10 @@ def run_decode(
 ) -> DecodeRun:
     """Decode the fixture after a prefill of ``prefill`` tokens and check every step."""
 
-    def refuse(inputs: Inputs) -> None:
-        refuse_decode(inputs)
-        if not 1 <= prefill <= inputs.seq_q:
-            raise UsageError(
-                inputs.source,
-                "prefill",
-                f"is {prefill}",
-                f"1 to {inputs.seq_q} (the fixture's tokens)",
-                option="prefill",
-            )
-
     trace, sentinel = load_trace(
         fixture,
         decode_keep,
-        refuse=refuse,
+        refuse=lambda inputs: refuse_prefill(inputs, prefill),
         max_elements=max_elements,
         max_memory=max_memory,
         extra_bytes=lambda inputs: decode_bytes(inputs, prefill),
@@ -595,9 +605,7 @@ def run_flash(
 
     def refuse(inputs: Inputs) -> None:
         refuse_variants(inputs, "FlashAttention")
-        for name, value in (("block-q", block_q), ("block-k", block_k), ("max-tiles", max_tiles)):
-            if value is not None and value < (0 if name == "max-tiles" else 1):
-                raise UsageError("", name, f"is {value}", "a whole number >= 1", option=name)
+        refuse_blocks({"block-q": block_q, "block-k": block_k, "max-tiles": max_tiles})
 
     trace, sentinel = load_trace(
         fixture,
@@ -623,21 +631,11 @@ def check_flash(
     from attn_cli.core.flash import flash_forward  # flash's own: not on decode's path
 
     inp = trace.inputs
-    q, k = internal(trace, query_key(inp, "Q")), internal(trace, query_key(inp, "K"))
-    v = internal(trace, "V")
+    args = flash_args(trace)
+    q, k, v = args["q"], args["k"], args["v"]
     B, H, T, _ = q.shape
     whole = flash_forward(
-        q,
-        k,
-        v,
-        chain=trace_chain(trace),
-        scale=trace.scale,
-        block_q=bq,
-        block_k=bk,
-        causal_offset=causal_offset(inp),
-        base2=base2,
-        record_tiles=False,
-        origin=(0, 0, 0),
+        block_q=bq, block_k=bk, base2=base2, record_tiles=False, origin=(0, 0, 0), **args
     )
     output: AnyArray = whole.output
     L: AnyArray = whole.lse
@@ -735,24 +733,15 @@ def _variant_maps(
 
     inp = trace.inputs
     f32 = trace.dtype == "float32"
-    v = internal(trace, "V")
+    args = flash_args(trace)
+    v = args["v"]
     checks: list[SelfCheck] = []
     for variant, value in Chain(inp).on:
         arrays = {s: internal(trace, s) for s in variant.flash_reads}
         outputs: list[AnyArray] = [output]
         for n, (q, k) in enumerate(variant.flash_maps(value, inp, arrays), start=2):
-            r = flash_forward(
-                q,
-                k,
-                v,
-                chain=trace_chain(trace),
-                scale=trace.scale,
-                block_q=bq,
-                block_k=bk,
-                causal_offset=causal_offset(inp),
-                base2=base2,
-                record_tiles=False,
-            )
+            maps = {**args, "q": q, "k": k}  # the map's own q and k
+            r = flash_forward(block_q=bq, block_k=bk, base2=base2, record_tiles=False, **maps)
             ref_o, ref_L = reference_rows(trace, q, k, v)
             L_e = r.lse / np.asarray(LOG2E, r.lse.dtype) if base2 else r.lse
             scores = finite_max(ref_L) + math.log(inp.seq_k)

@@ -29,6 +29,7 @@ from attn_cli.check.runs import (
     flash_checks,
     flash_keep,
     load_trace,
+    refuse_blocks,
 )
 from attn_cli.core.chain import Chain
 from attn_cli.core.pipeline import refuse as refuse_variants
@@ -118,9 +119,7 @@ def run_split(
 
     def refuse(inputs: Inputs) -> None:
         refuse_split(inputs, splits)
-        for name, value in (("block-q", block_q), ("block-k", block_k)):
-            if value is not None and value < 1:
-                raise UsageError("", name, f"is {value}", "a whole number >= 1", option=name)
+        refuse_blocks({"block-q": block_q, "block-k": block_k})
 
     trace, sentinel = load_trace(
         fixture,

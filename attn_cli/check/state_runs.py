@@ -39,7 +39,7 @@ from attn_cli.check.runs import (
     internal,
     load_trace,
     quiet,
-    refuse_decode,
+    refuse_prefill,
     require_finite,
 )
 from attn_cli.core.decode import kv_cache_bytes
@@ -51,7 +51,6 @@ from attn_cli.core.decode_state import (
     decode_state,
     state_bytes,
 )
-from attn_cli.errors import UsageError
 
 if TYPE_CHECKING:
     from attn_cli.core.decode_maps import MapsForm
@@ -125,15 +124,7 @@ def run_decode_any(
     pool: list[Paging] = []  # the pool, once the fixture's shapes are known
 
     def refuse(inputs: Inputs) -> None:
-        refuse_decode(inputs)
-        if not 1 <= prefill <= inputs.seq_q:
-            raise UsageError(
-                inputs.source,
-                "prefill",
-                f"is {prefill}",
-                f"1 to {inputs.seq_q} (the fixture's tokens)",
-                option="prefill",
-            )
+        refuse_prefill(inputs, prefill)
         if paged is not None:
             refuse_paged(inputs)
             pool.append(paging_for(inputs, *paged))

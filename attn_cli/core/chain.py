@@ -5,8 +5,9 @@
     window, mask, lengths, an empty cache slot) -> softmax with extra logits (a sink per head)
     -> output = weights·V -> the head-output transforms (a gate) -> the heads joined
 
-The block engine, KV-cache decoding, FlashAttention-2 tiles, the backward pass and the grader
-each run it over their own cells (core/variant.py ``Cells``); none of them names a variant.
+``Chain`` holds the hooks; core/steps.py ``attention`` is the chain, composed once. The block
+engine, KV-cache decoding, FlashAttention-2 tiles, the backward pass and the grader each call it
+over their own cells (core/variant.py ``Cells``); none of them names a variant.
 """
 
 from __future__ import annotations

@@ -94,6 +94,17 @@ class StepTables(NamedTuple):
     modified: dict[str, FloatArray]  # each score modifier's stage (``capped``)
 
 
+class _Recomputed:
+    """A step's table of the same name (``step.scores``), computed again when read."""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+
+    def __get__(self, step: DecodeStep, owner: type | None = None) -> FloatArray:
+        table: FloatArray = getattr(step.attend(step), self.name)
+        return table
+
+
 @dataclass(frozen=True, eq=False)
 class DecodeStep:
     """One generated token: its query, the cache as it is now, and the attention against it.
@@ -139,21 +150,10 @@ class DecodeStep:
     def V_cache(self) -> FloatArray:  # (B, Hkv, C, Dv)
         return self.cache.values()
 
-    @property
-    def scores(self) -> FloatArray:
-        return self.attend(self).scores
-
-    @property
-    def scaled(self) -> FloatArray:
-        return self.attend(self).scaled
-
-    @property
-    def masked(self) -> FloatArray:
-        return self.attend(self).masked
-
-    @property
-    def softmax(self) -> FloatArray:
-        return self.attend(self).softmax
+    scores = _Recomputed()
+    scaled = _Recomputed()
+    masked = _Recomputed()
+    softmax = _Recomputed()
 
     @property
     def modified(self) -> dict[str, FloatArray]:

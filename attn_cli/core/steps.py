@@ -203,9 +203,9 @@ class Attention:
 
 def attention(
     chain: Hooks,
-    q: Array | None,  # (b, h, R, D): the queries, after the Q transforms (None: started)
-    k: Array | None,  # (b, h, S, D): their keys, after the K transforms
-    v: Array | None,  # (b, h, S, Dv); None: stop at the softmax
+    q: Array | None,  # (b, h, R, D), or as way.product takes it; None: ``start`` is later
+    k: Array | None,  # (b, h, S, D): the keys after the K transforms, as q
+    v: Array | None,  # (b, h, S, Dv), or as way.mix takes it; None: stop at the softmax
     cells: Cells,
     scale: float,
     way: Way = PLAIN,
