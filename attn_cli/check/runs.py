@@ -274,17 +274,18 @@ def decode_args(trace: Trace) -> DecodeArgs:
     )
 
 
-def refuse_own_loop(chain: Chain) -> None:
-    """The one-cache loop (and the grader's decode check) cannot run such a variant."""
+def refuse_own_loop(
+    chain: Chain,
+    why: str = "the KV-cache loop of one softmax map does not run it (attn decode runs its own "
+    "loop, check.state_runs)",
+    expected: str = "a fixture of softmax attention",
+    option: str | None = None,
+) -> None:
+    """The one-cache loop (and the grader's decode check, a batch, a paged cache) cannot run
+    a variant whose decode has a loop of its own: refused in one line naming it."""
     for v, _ in chain.on:
         if own_loop(v):
-            raise UsageError(
-                chain.inputs.source,
-                v.name,
-                "the KV-cache loop of one softmax map does not "
-                "run it (attn decode runs its own loop, check.state_runs)",
-                "a fixture of softmax attention",
-            )
+            raise UsageError(chain.inputs.source, v.name, why, expected, option=option)
 
 
 def head_output_after(trace: Trace, chain: Chain) -> After | None:

@@ -16,6 +16,7 @@ Axes: B batch, H heads, T tokens, d_k and d_v per head.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -89,15 +90,22 @@ class StateRun:
 
 def recurrence(trace: Trace) -> Recurrence | None:
     """The variant's recurrent state for this trace (linear attention), None: a KV cache."""
+    rec = _first_made(trace, lambda v, *args: v.decode_state(*args))
+    assert rec is None or isinstance(rec, Recurrence), "decode_state returns a Recurrence"
+    return rec
+
+
+def _first_made(trace: Trace, hook: Callable[..., Any]) -> Any:
+    """The first variant's answer to ``hook`` (its decode_state, decode_maps) on the trace's
+    arrays it reads; None when no variant has one."""
     chain = trace_chain(trace)
     cast = caster(np.dtype(trace.dtype))
     for v, value in chain.on:
         names = ("Q", "K", "V", "X", *v.decode_stages)
         arrays = {n: internal(trace, n) for n in names if n in trace}
-        rec = v.decode_state(value, chain.inputs, arrays, cast)
-        if rec is not None:
-            assert isinstance(rec, Recurrence), f"{v.name}.decode_state returns a Recurrence"
-            return rec
+        made = hook(v, value, chain.inputs, arrays, cast)
+        if made is not None:
+            return made
     return None
 
 
@@ -153,18 +161,13 @@ def run_decode_any(
 
 def maps_form(trace: Trace) -> MapsForm | None:
     """The variant's softmax maps over one cache (differential attention), None: one map."""
-    chain = trace_chain(trace)
-    cast = caster(np.dtype(trace.dtype))
-    for v, value in chain.on:
-        names = ("Q", "K", "V", "X", *v.decode_stages)
-        arrays = {n: internal(trace, n) for n in names if n in trace}
-        form = v.decode_maps(value, chain.inputs, arrays, cast)
-        if form is not None:
-            from attn_cli.core.decode_maps import MapsForm  # two maps' loop: theirs only
+    form = _first_made(trace, lambda v, *args: v.decode_maps(*args))
+    if form is None:
+        return None
+    from attn_cli.core.decode_maps import MapsForm  # two maps' loop: theirs only
 
-            assert isinstance(form, MapsForm), f"{v.name}.decode_maps returns a MapsForm"
-            return form
-    return None
+    assert isinstance(form, MapsForm), "decode_maps returns a MapsForm"
+    return form
 
 
 def check_maps_decode(

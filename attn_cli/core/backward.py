@@ -423,14 +423,7 @@ def _backward(fwd: ForwardArrays, grad: FloatArray | None, steps: _Steps) -> Gra
         d_scores=d_scores,
         d_Q=d_Q,
         d_K=d_K,
-        d_X=inputs.d_X,
-        d_X_kv=inputs.d_X_kv,
-        d_W_Q=inputs.d_W_Q,
-        d_W_K=inputs.d_W_K,
-        d_W_V=inputs.d_W_V,
-        d_b_Q=inputs.d_b_Q,
-        d_b_K=inputs.d_b_K,
-        d_b_V=inputs.d_b_V,
+        **{f.name: getattr(inputs, f.name) for f in fields(inputs)},  # d_X, d_W_Q, ... d_b_V
         variant={**d_outs, **d_q_stages, **d_k_stages, **d_modified, **d_extra},
     )
 
