@@ -12,6 +12,7 @@ import numpy as np
 
 from attn_cli.core.chain import Chain, allowed_span, cells_of
 from attn_cli.core.steps import Way, attention, in_place
+from attn_cli.errors import ComputeError
 
 if TYPE_CHECKING:
     from attn_cli.core.pipeline import Trace
@@ -147,3 +148,17 @@ def self_check(name: str, mine: AnyArray, ref: AnyArray, scores: float, f32: boo
 def finite_max(x: AnyArray) -> float:
     """The largest finite |x| (0 when there is none)."""
     return float(np.abs(x[np.isfinite(x)]).max(initial=0.0))
+
+
+def check_failure(trace: Trace, checks: tuple[SelfCheck, ...], what: str) -> ComputeError | None:
+    """The error to raise for the first check that left the trace's numbers (None: all
+    within); ``what`` names the loop (FlashAttention's, split-KV's)."""
+    bad = next((c for c in checks if not c.ok), None)
+    if bad is None:
+        return None
+    return ComputeError(
+        trace.inputs.source,
+        bad.name,
+        f"{what} {bad.name} differs from the trace's by {bad.max_abs:.3e}",
+        f"at most {bad.tolerance:.3g}",
+    )

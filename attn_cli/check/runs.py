@@ -25,6 +25,7 @@ from attn_cli.blas import blas_limit
 from attn_cli.check.references import (
     F64_TOLERANCE,
     SelfCheck,
+    check_failure,
     finite_max,
     max_abs_diff,
     reference_rows,
@@ -765,12 +766,4 @@ def _as_is(name: str, array: FloatArray) -> FloatArray:
 
 def flash_failure(run: FlashRun) -> ComputeError | None:
     """The error to raise when flash's O, L or weights left the trace's (None: all within)."""
-    bad = next((c for c in run.checks if not c.ok), None)
-    if bad is None:
-        return None
-    return ComputeError(
-        run.trace.inputs.source,
-        bad.name,
-        f"FlashAttention's {bad.name} differs from the trace's by {bad.max_abs:.3e}",
-        f"at most {bad.tolerance:.3g}",
-    )
+    return check_failure(run.trace, run.checks, "FlashAttention's")

@@ -17,6 +17,7 @@ import numpy as np
 from attn_cli.blas import blas_limit
 from attn_cli.check.references import (
     SelfCheck,
+    check_failure,
     finite_max,
     reference_rows,
     self_check,
@@ -172,12 +173,4 @@ def check_split(
 
 def split_failure(run: SplitRun) -> ComputeError | None:
     """The error to raise when a merge left the trace's numbers (None: all within)."""
-    bad = next((c for c in run.checks if not c.ok), None)
-    if bad is None:
-        return None
-    return ComputeError(
-        run.trace.inputs.source,
-        bad.name,
-        f"split-KV's {bad.name} differs from the trace's by {bad.max_abs:.3e}",
-        f"at most {bad.tolerance:.3g}",
-    )
+    return check_failure(run.trace, run.checks, "split-KV's")
