@@ -26,7 +26,6 @@ from attn_cli.check.runs import (
     decode_reference,
     load_trace,
     refuse_decode,
-    refuse_own_loop,
 )
 from attn_cli.core.batch import BatchResult, Member, batch_decode
 from attn_cli.core.chain import Chain
@@ -89,7 +88,7 @@ def refuse_batch(inputs: Inputs) -> None:
         "a batch packs the KV caches of one softmax map, and this decode keeps none (a recurrent "
         "state or two maps: a loop of its own)"
     )
-    refuse_own_loop(Chain(inputs), why, "a fixture of softmax attention with one map", "batch")
+    Chain(inputs).refuse_own_loop(why, "a fixture of softmax attention with one map", "batch")
     if inputs.batch > 1:
         raise UsageError(
             inputs.source,

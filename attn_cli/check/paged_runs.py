@@ -11,7 +11,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from attn_cli.check.runs import refuse_own_loop
 from attn_cli.core.chain import Chain
 from attn_cli.core.paged import Paging, PoolBytes, pages_needed, pool_bytes
 from attn_cli.errors import UsageError
@@ -45,8 +44,8 @@ def refuse_paged(inputs: Inputs) -> None:
         "a paged cache holds the keys and values of one softmax map, and this decode keeps none "
         "(a recurrent state or two maps: a loop of its own)"
     )
-    refuse_own_loop(
-        Chain(inputs), why, "a fixture of softmax attention with one map, or no paging", "paged"
+    Chain(inputs).refuse_own_loop(
+        why, "a fixture of softmax attention with one map, or no paging", "paged"
     )
 
 

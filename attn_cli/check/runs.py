@@ -45,7 +45,7 @@ from attn_cli.core.decode import (
 )
 from attn_cli.core.decode import self_check as decode_self_check
 from attn_cli.core.pipeline import refuse as refuse_variants
-from attn_cli.core.variant import DecodeForm, Variant, own_loop
+from attn_cli.core.variant import DecodeForm, Variant
 from attn_cli.errors import ComputeError, InputError, UsageError
 
 if TYPE_CHECKING:
@@ -254,7 +254,11 @@ def decode_bytes(inputs: Inputs, prefill: int = 1) -> int:
 def decode_args(trace: Trace) -> DecodeArgs:
     """core.decode's arguments from the trace of a fixture ``refuse_decode`` let through."""
     chain = trace_chain(trace)
-    refuse_own_loop(chain)
+    chain.refuse_own_loop(
+        "the KV-cache loop of one softmax map does not run it (attn decode runs its own "
+        "loop, check.state_runs)",
+        "a fixture of softmax attention",
+    )
     pos = trace.inputs.token_positions()[0]
     dtype = np.dtype(trace.dtype)
     for v, value in chain.on:
@@ -273,20 +277,6 @@ def decode_args(trace: Trace) -> DecodeArgs:
         rotate=_rotation(chain, np.dtype(trace.dtype)),
         after=head_output_after(trace, chain),
     )
-
-
-def refuse_own_loop(
-    chain: Chain,
-    why: str = "the KV-cache loop of one softmax map does not run it (attn decode runs its own "
-    "loop, check.state_runs)",
-    expected: str = "a fixture of softmax attention",
-    option: str | None = None,
-) -> None:
-    """The one-cache loop (and the grader's decode check, a batch, a paged cache) cannot run
-    a variant whose decode has a loop of its own: refused in one line naming it."""
-    for v, _ in chain.on:
-        if own_loop(v):
-            raise UsageError(chain.inputs.source, v.name, why, expected, option=option)
 
 
 def head_output_after(trace: Trace, chain: Chain) -> After | None:

@@ -20,7 +20,17 @@ import numpy as np
 
 import attn_cli.core.plugins  # noqa: F401 (registers the variants attn ships)
 from attn_cli.core.variant import REGISTRY as REGISTRY  # with the variants above registered
-from attn_cli.core.variant import BoolArray, Cast, Cells, FloatArray, IntArray, Variant, same
+from attn_cli.core.variant import (
+    BoolArray,
+    Cast,
+    Cells,
+    FloatArray,
+    IntArray,
+    Variant,
+    own_loop,
+    same,
+)
+from attn_cli.errors import UsageError
 
 if TYPE_CHECKING:
     from attn_cli.core.inputs import Inputs
@@ -226,6 +236,13 @@ class Chain:
         total = found[0] if len(found) == 1 else np.logaddexp.reduce(np.stack(found), axis=0)
         out: FloatArray = total.reshape(1, -1, 1, 1)
         return out
+
+    def refuse_own_loop(self, why: str, expected: str, option: str | None = None) -> None:
+        """A loop of one softmax map over a KV cache (decoding, a batch, a paged cache) cannot
+        run a variant whose decode has a loop of its own: refused in one line naming it."""
+        for v, _ in self.on:
+            if own_loop(v):
+                raise UsageError(self.inputs.source, v.name, why, expected, option=option)
 
     # -- the cache rules (KV-cache decoding) ------------------------------------------------------
 
