@@ -153,12 +153,6 @@ class Chain:
 
     # -- the hooks, run over cells --------------------------------------------------------------
 
-    def modify(self, x: FloatArray, into: Into) -> FloatArray:
-        """scaled -> each modifier's stage in turn, each written where ``into`` says."""
-        for v, value in self.modifiers:
-            x = v.modify(value, x, out=into(str(v.stage)))
-        return x
-
     def bias_terms(self, cells: Cells, dtype: Any, into: Into) -> list[FloatArray]:
         """Each additive bias of the cells, (b, h, R, S)-broadcastable; a bias that is a stage
         (ALiBi) is written where ``into`` says, and that array is the term."""
