@@ -25,7 +25,7 @@ import numpy as np
 
 from attn_cli.core.chain import Chain
 from attn_cli.core.paged import PagedBugs, PagedCache, PageStep, Paging
-from attn_cli.core.steps import Attention, Way, attention
+from attn_cli.core.steps import Attention, Way, attention, nowhere
 from attn_cli.core.variant import REGISTRY, Cells
 
 FloatArray = np.ndarray[Any, np.dtype[np.floating[Any]]]
@@ -536,12 +536,14 @@ def attend_cells(
     way = GROUPED
     if tiled is not None:  # a mistake's: each query head reads the kv head tiled says
         way = replace(way, product=partial(_scores, tiled=tiled), mix=partial(grouped, tiled=tiled))
-    shape, dtype, fresh = (*q.shape[:3], k.shape[2]), q.dtype, chain.stages
+    shape, dtype = (*q.shape[:3], k.shape[2]), q.dtype
+    fresh = chain.stages  # each modifier's stage an array of its own (a step keeps them)
 
     def into(stage: str) -> FloatArray | None:
         return np.empty(shape, dtype) if stage in fresh else None
 
-    return attention(chain, q, k, v, cells, dtype.type(scale), way, into=into, hidden=hidden)
+    where = into if chain.modifiers else nowhere
+    return attention(chain, q, k, v, cells, dtype.type(scale), way, into=where, hidden=hidden)
 
 
 def _scores(q: FloatArray, k: FloatArray, tiled: IntArray | None = None) -> FloatArray:

@@ -259,12 +259,18 @@ def attention(
 
 def _steps(chain: Hooks, way: Way, start: tuple[str, Array] | None) -> Callable[[str], bool]:
     """Whether a step runs: after ``start``, up to ``way.last``, and in ``way.runs``."""
+    if start is None and way.runs is None and way.last == "output":
+        return _every  # the whole chain (a decode step's: no list to build)
     order = ["scores", "scaled", *(str(v.stage) for v, _ in chain.modifiers)]
     order += ["masked", "softmax", "output"]
     first = 0 if start is None else order.index(start[0]) + 1
     last = order.index(way.last)
     runs = way.runs
     return lambda step: first <= order.index(step) <= last and (runs is None or step in runs)
+
+
+def _every(step: str) -> bool:
+    return True
 
 
 def _seen(way: Way, stage: str, x: Array, made: Attention) -> Array:
