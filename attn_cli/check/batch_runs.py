@@ -15,20 +15,21 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from attn_cli.blas import blas_limit
-from attn_cli.check.runs import (
+from attn_cli.check.references import (
     F64_TOLERANCE,
+    max_abs_diff,
+)
+from attn_cli.check.runs import (
     decode_args,
     decode_bytes,
     decode_keep,
     decode_reference,
     load_trace,
-    max_abs_diff,
     refuse_decode,
 )
 from attn_cli.core.batch import BatchResult, Member, batch_decode
 from attn_cli.core.chain import Chain
 from attn_cli.core.decode import decode, step_out
-from attn_cli.core.variant import own_loop
 from attn_cli.errors import ComputeError, InputError, UsageError
 
 if TYPE_CHECKING:
@@ -83,16 +84,11 @@ class BatchRun:
 
 def refuse_batch(inputs: Inputs) -> None:
     """A batch packs KV caches of one softmax map, one sequence a fixture."""
-    for v, _ in Chain(inputs).on:
-        if own_loop(v):
-            raise UsageError(
-                inputs.source,
-                v.name,
-                "a batch packs the KV caches of one softmax map, and "
-                "this decode keeps none (a recurrent state or two maps: a loop of its own)",
-                "a fixture of softmax attention with one map",
-                option="batch",
-            )
+    why = (
+        "a batch packs the KV caches of one softmax map, and this decode keeps none (a recurrent "
+        "state or two maps: a loop of its own)"
+    )
+    Chain(inputs).refuse_own_loop(why, "a fixture of softmax attention with one map", "batch")
     if inputs.batch > 1:
         raise UsageError(
             inputs.source,

@@ -13,7 +13,6 @@ from typing import TYPE_CHECKING
 
 from attn_cli.core.chain import Chain
 from attn_cli.core.paged import Paging, PoolBytes, pages_needed, pool_bytes
-from attn_cli.core.variant import own_loop
 from attn_cli.errors import UsageError
 
 if TYPE_CHECKING:
@@ -41,17 +40,13 @@ class PagedCheck:
 def refuse_paged(inputs: Inputs) -> None:
     """A paged cache holds keys and values: a decode with a loop of its own (a recurrent state,
     two softmax maps) is refused in one line naming both."""
-    for v, _ in Chain(inputs).on:
-        if own_loop(v):
-            raise UsageError(
-                inputs.source,
-                v.name,
-                "a paged cache holds the keys and values of one "
-                "softmax map, and this decode keeps none (a recurrent state or two maps: a "
-                "loop of its own)",
-                "a fixture of softmax attention with one map, or no paging",
-                option="paged",
-            )
+    why = (
+        "a paged cache holds the keys and values of one softmax map, and this decode keeps none "
+        "(a recurrent state or two maps: a loop of its own)"
+    )
+    Chain(inputs).refuse_own_loop(
+        why, "a fixture of softmax attention with one map, or no paging", "paged"
+    )
 
 
 def default_block(tokens: int) -> int:

@@ -8,7 +8,7 @@ the output *is* the attention weights: row t of the output is query t's weights 
 The informative query is the last one: it sees every key under each causal alignment.
 
 The reference is PyTorch's ``scaled_dot_product_attention`` written in NumPy (core.steps'
-``attention``): scale 1/√d, upper-left causal, a True mask entry attends, a row with every key
+``sdpa``): scale 1/√d, upper-left causal, a True mask entry attends, a row with every key
 masked gives zeros (torch >= 2.5), K/V heads repeated interleaved (``enable_gqa``), softmax over
 the keys after subtracting the row maximum, and a sliding window of W keys, the query included
 (0 <= i - j < W, as HF and Mistral have it; SDPA has none).
@@ -30,7 +30,7 @@ import numpy as np
 
 from attn_cli.check.asker import Asker
 from attn_cli.core.inputs import BoolArray, FloatArray
-from attn_cli.core.steps import attention, softmax
+from attn_cli.core.steps import sdpa, softmax
 from attn_cli.errors import ProbeError, UsageError
 from attn_cli.io.target import load
 
@@ -197,7 +197,7 @@ def reference(
     if window is not None:
         keep &= i - j < window
     allowed = keep if allowed is None else allowed & keep  # (B, 1 or H, T, S)
-    return attention(q, k, v, allowed=allowed, scale=scale)[0]
+    return sdpa(q, k, v, allowed=allowed, scale=scale)[0]
 
 
 def eye_values(d: int, heads: int = H) -> FloatArray:
@@ -579,7 +579,7 @@ def _unexplained(
     scale = _scale_value(known.scale, d) or 1 / math.sqrt(d)  # not found: the reference's
     q, k, v = (a.astype(dtype).astype(np.float64) for a in qkv)
     hidden = own_hidden(known.causal, q.shape[-2], k.shape[-2])
-    expected = attention(q, k, v, allowed=~hidden, scale=scale)[0]
+    expected = sdpa(q, k, v, allowed=~hidden, scale=scale)[0]
     tol = 1e-9 if dtype == "float64" else 1e-4
     if np.allclose(out, expected, rtol=tol, atol=tol):
         return []

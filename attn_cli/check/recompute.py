@@ -22,12 +22,11 @@ from attn_cli.core.heads import merge_heads, split_heads
 from attn_cli.core.inputs import BoolArray, FloatArray, Inputs
 from attn_cli.core.stages import SPECS, STAGE_NAMES, softmax_input
 from attn_cli.core.steps import (
-    attention_scores,
+    Way,
+    attention,
     project,
     repeat_kv,
-    scale_scores,
     softmax_rows,
-    weighted_sum,
 )
 from attn_cli.core.variant import Cells, Variant, same
 
@@ -268,21 +267,42 @@ class _Recompute:
     def logits(self, name: str) -> None:
         """The scores, scaled, the score modifiers' stages, the bias stages and masked."""
         inp, s, get, chain = self.inp, self.s, self.get, self.chain
-        modified = ("scaled", *chain.stages)
-        if name == "scores":
-            q, k = get(chain.query_key("Q")), get(chain.query_key("K"))
-            s[name] = attention_scores(q, self.expand(k, inp.heads // inp.kv_heads))  # (B, H, T, S)
-        elif name == "scaled":
-            s[name] = scale_scores(get("scores"), self.trace.scale)
-        elif name in modified:
-            i = modified.index(name)
-            variant, value = chain.modifiers[i - 1]
-            s[name] = variant.modify(value, get(modified[i - 1]))
-        elif name in chain.bias_stages:
+        if name in chain.bias_stages:
             s[name] = bias_stage(inp, name)  # (B, H, T, S)
-        elif name == "masked":
+        elif name == "scores":
+            q, k = get(chain.query_key("Q")), get(chain.query_key("K"))
+            s[name] = self.step(chain, name, self.expand(k, inp.heads // inp.kv_heads), q=q)
+        elif name == "masked":  # the bias stages as the trace (or a change) holds them
             given = _handed(chain, {n: get(n) for n in chain.bias_stages})
-            s[name] = given.masked(get(modified[-1]), whole(inp), None, _nowhere)[0]
+            s[name] = self.step(given, name, before=("scaled", *chain.stages)[-1])
+        else:
+            order = ("scores", "scaled", *chain.stages)
+            s[name] = self.step(chain, name, before=order[order.index(name) - 1])
+
+    def step(
+        self,
+        chain: Chain,
+        name: str,
+        keys: FloatArray | None = None,
+        q: FloatArray | None = None,
+        before: str | None = None,
+        lse: FloatArray | None = None,
+    ) -> FloatArray:
+        """One step of the one chain (steps.attention): stage ``name`` from ``before`` (the
+        trace's, or recomputed), over every cell; ``keys`` are K for the scores, V for the
+        output."""
+        v = keys if name == "output" else None
+        k = keys if name == "scores" else None
+        start = None if before is None else (before, self.get(before))
+        way = Way(runs={name}, last=name)
+        made = attention(
+            chain, q, k, v, whole(self.inp), self.trace.scale, way, lse=lse, start=start
+        )
+        stage = {"scores": made.scores, "scaled": made.scaled, "masked": made.masked}.get(name)
+        stage = {"softmax": made.weights, "output": made.output}.get(name, stage)
+        out = made.modified.get(name, stage)
+        assert out is not None, name
+        return out
 
     def out(self, name: str) -> None:
         """A head-output transform's stages (gate, gated), from the output before it."""
@@ -299,17 +319,16 @@ class _Recompute:
     def mix(self, name: str) -> None:
         """The softmax (and lse), the output, the heads merged and projected."""
         inp, s, get = self.inp, self.s, self.get
-        if name == "softmax":
-            x = get(softmax_input(inp))
-            if self.weights is None:
-                s[name], lse = softmax_and_lse(x, extra_logit(inp))
-                if "lse" in self.trace.applicable and "lse" not in s:
-                    s["lse"] = lse  # (B, H, T)
-            else:
-                s[name] = self.weights(x)
+        if name == "softmax" and self.weights is not None:
+            s[name] = self.weights(get(softmax_input(inp)))
+        elif name == "softmax":
+            lse = np.empty((inp.batch, inp.heads, inp.seq_q))  # (B, H, T)
+            s[name] = self.step(self.chain, name, before=softmax_input(inp), lse=lse)
+            if "lse" in self.trace.applicable and "lse" not in s:
+                s["lse"] = lse
         elif name == "output":
             v = self.expand(get("V"), inp.heads // inp.kv_heads)
-            s[name] = weighted_sum(get("softmax"), v)  # (B, H, T, Dv)
+            s[name] = self.step(self.chain, name, v, before="softmax")  # (B, H, T, Dv)
         elif name == "concat":
             s[name] = self.merge(get(self.chain.joined))  # (B, T, H*Dv)
         elif name == "projected":

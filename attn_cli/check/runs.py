@@ -13,7 +13,6 @@ Dv d_v, C cache slots.
 from __future__ import annotations
 
 import functools
-import itertools
 import math
 import os
 from collections.abc import Callable, Iterator
@@ -23,7 +22,18 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from attn_cli.blas import blas_limit
-from attn_cli.core.chain import Chain, allowed_span, cells_of
+from attn_cli.check.references import (
+    F64_TOLERANCE,
+    SelfCheck,
+    check_failure,
+    finite_max,
+    max_abs_diff,
+    reference_rows,
+    scaled_tolerance,
+    self_check,
+    trace_chain,
+)
+from attn_cli.core.chain import Chain
 from attn_cli.core.decode import (
     After,
     DecodeResult,
@@ -35,7 +45,7 @@ from attn_cli.core.decode import (
 )
 from attn_cli.core.decode import self_check as decode_self_check
 from attn_cli.core.pipeline import refuse as refuse_variants
-from attn_cli.core.variant import DecodeForm, Variant, own_loop
+from attn_cli.core.variant import DecodeForm, Variant
 from attn_cli.errors import ComputeError, InputError, UsageError
 
 if TYPE_CHECKING:
@@ -48,16 +58,12 @@ if TYPE_CHECKING:
 FloatArray = np.ndarray[Any, np.dtype[np.float64]]
 AnyArray = np.ndarray[Any, Any]  # float64 or float32, as core returns them
 
-F64_TOLERANCE = 1e-12  # float64: the order of summation moves the last bits only
-ULPS = 64  # flash: up to 64 ulps of the scores' size (times the values') is rounding
 MAX_TILES = 64  # tiles shown (and kept) by default
 BLOCK_CAP = 64  # the largest default block
 # How a decode or flash run shows itself in a notebook: present/html_steps.py adds its pages
 # ("decode", "flash") when imported, so check/ names nothing above it (as core's HTML_VIEWS).
 RUN_HTML_VIEWS: dict[str, Callable[[Any], str]] = {}
 BIG_SCORES = 1 << 22  # above this many score cells, flash's check keeps no (T, S) stage
-REF_CELLS = 1 << 19  # scores per block of flash's reference rows (2 MiB in float32)
-REF_ROWS = 64  # rows per block at most: a causal block computes its keys up to its last row
 
 
 # ---------------------------------------------------------------------------------------------
@@ -248,7 +254,11 @@ def decode_bytes(inputs: Inputs, prefill: int = 1) -> int:
 def decode_args(trace: Trace) -> DecodeArgs:
     """core.decode's arguments from the trace of a fixture ``refuse_decode`` let through."""
     chain = trace_chain(trace)
-    refuse_own_loop(chain)
+    chain.refuse_own_loop(
+        "the KV-cache loop of one softmax map does not run it (attn decode runs its own "
+        "loop, check.state_runs)",
+        "a fixture of softmax attention",
+    )
     pos = trace.inputs.token_positions()[0]
     dtype = np.dtype(trace.dtype)
     for v, value in chain.on:
@@ -267,19 +277,6 @@ def decode_args(trace: Trace) -> DecodeArgs:
         rotate=_rotation(chain, np.dtype(trace.dtype)),
         after=head_output_after(trace, chain),
     )
-
-
-def refuse_own_loop(chain: Chain) -> None:
-    """The one-cache loop (and the grader's decode check) cannot run such a variant."""
-    for v, _ in chain.on:
-        if own_loop(v):
-            raise UsageError(
-                chain.inputs.source,
-                v.name,
-                "the KV-cache loop of one softmax map does not "
-                "run it (attn decode runs its own loop, check.state_runs)",
-                "a fixture of softmax attention",
-            )
 
 
 def head_output_after(trace: Trace, chain: Chain) -> After | None:
@@ -334,13 +331,25 @@ def caster(dtype: np.dtype[Any]) -> Callable[[str, FloatArray], FloatArray]:
     return lambda name, array: array.astype(dtype, copy=False)
 
 
-def trace_chain(trace: Trace) -> Chain:
-    """The chain of the trace's variants, its bias in the trace's computing dtype (as the
-    block engine adds it)."""
-    inp = trace.inputs
-    if inp.bias is None:
-        return Chain(inp)
-    return Chain(replace(inp, bias=inp.bias.astype(np.dtype(trace.dtype), copy=False)))
+def refuse_prefill(inputs: Inputs, prefill: int) -> None:
+    """What decoding refuses (refuse_decode), and a prefill that is not 1 to the fixture's
+    tokens, in one line."""
+    refuse_decode(inputs)
+    if not 1 <= prefill <= inputs.seq_q:
+        raise UsageError(
+            inputs.source,
+            "prefill",
+            f"is {prefill}",
+            f"1 to {inputs.seq_q} (the fixture's tokens)",
+            option="prefill",
+        )
+
+
+def refuse_blocks(sizes: dict[str, int | None]) -> None:
+    """A block size that is not a whole number >= 1 (``max-tiles``: >= 0), by its option."""
+    for name, value in sizes.items():
+        if value is not None and value < (0 if name == "max-tiles" else 1):
+            raise UsageError("", name, f"is {value}", "a whole number >= 1", option=name)
 
 
 def run_decode(
@@ -352,21 +361,10 @@ def run_decode(
 ) -> DecodeRun:
     """Decode the fixture after a prefill of ``prefill`` tokens and check every step."""
 
-    def refuse(inputs: Inputs) -> None:
-        refuse_decode(inputs)
-        if not 1 <= prefill <= inputs.seq_q:
-            raise UsageError(
-                inputs.source,
-                "prefill",
-                f"is {prefill}",
-                f"1 to {inputs.seq_q} (the fixture's tokens)",
-                option="prefill",
-            )
-
     trace, sentinel = load_trace(
         fixture,
         decode_keep,
-        refuse=refuse,
+        refuse=lambda inputs: refuse_prefill(inputs, prefill),
         max_elements=max_elements,
         max_memory=max_memory,
         extra_bytes=lambda inputs: decode_bytes(inputs, prefill),
@@ -430,13 +428,6 @@ def check_decode(
         paged=paged,
         tolerance=scaled_tolerance(full),
     )
-
-
-def scaled_tolerance(full: AnyArray) -> float:
-    """What a step may differ from its reference row by: F64_TOLERANCE of the largest |value|
-    of the rows (at least F64_TOLERANCE): rounding moves the last bits of numbers of 1e196 by
-    far more than 1e-12."""
-    return F64_TOLERANCE * max(1.0, finite_max(full))
 
 
 def require_finite(trace: Trace, stage: str, arr: AnyArray) -> None:
@@ -516,45 +507,8 @@ def decode_failure(run: DecodeRun) -> ComputeError | None:
     )
 
 
-def max_abs_diff(actual: AnyArray, expected: AnyArray) -> float:
-    """max |actual − expected|; equal non-finite values differ by 0, unequal ones by inf."""
-    if actual.size == 0:
-        return 0.0
-    finite = np.isfinite(actual) & np.isfinite(expected)
-    same = (actual == expected) | (np.isnan(actual) & np.isnan(expected))
-    diff = np.where(
-        finite,
-        np.abs(np.where(finite, actual, 0.0) - np.where(finite, expected, 0.0)),
-        np.where(same, 0.0, np.inf),
-    )
-    return float(diff.max())
-
-
-def max_ulps(actual: AnyArray, expected: AnyArray) -> float:
-    """The largest difference in units in the last place of the expected value (its dtype)."""
-    if actual.size == 0:
-        return 0.0
-    finite = np.isfinite(actual) & np.isfinite(expected)
-    ref = np.where(finite, expected, 0.0)
-    spacing = np.spacing(np.abs(ref).astype(expected.dtype))
-    diff = np.abs(np.where(finite, actual, 0.0) - ref)
-    ulps = np.where(finite, diff / spacing, np.where(actual == expected, 0.0, np.inf))
-    return float(ulps.max())
-
-
 # ---------------------------------------------------------------------------------------------
 # FlashAttention tiles
-
-
-@dataclass(frozen=True)
-class SelfCheck:
-    """One comparison of flash with the trace: the largest difference, and in ulps (float32)."""
-
-    name: str  # "output", "lse", "softmax"
-    max_abs: float
-    ulps: float | None  # float32 only
-    tolerance: float
-    ok: bool
 
 
 @dataclass(frozen=True, eq=False)
@@ -607,64 +561,6 @@ def flash_keep(inputs: Inputs) -> set[str]:
     return keep
 
 
-def reference_rows(
-    trace: Trace, q: AnyArray, k: AnyArray, v: AnyArray
-) -> tuple[AnyArray, AnyArray]:
-    """O (B, H, T, Dv) and L (B, H, T) as plain softmax attention computes them, a few whole
-    rows at a time: the chain over every key of the rows, L = log Σ exp (with the extra logit),
-    O = exp(x − L) · V. O(T) memory beyond a block of ``REF_CELLS`` scores; no tile, no
-    running max, no skipped key: what flash's loop is checked against."""
-    inp = trace.inputs
-    chain = trace_chain(trace)
-    B, H, T, _ = q.shape
-    _, Hkv, S, Dv = v.shape
-    g = H // Hkv  # query heads h0:h0+g read key/value head h0 // g: one product for the group
-    dtype = q.dtype
-    rows = max(1, min(REF_ROWS, REF_CELLS // max(1, S * g)))
-    output = np.zeros((B, H, T, Dv), dtype)
-    L = np.empty((B, H, T), dtype)
-    for b, j in itertools.product(range(B), range(Hkv)):
-        kT, vj, heads = k[b, j].T, v[b, j], slice(j * g, (j + 1) * g)  # (D, S), (S, Dv)
-        for t0 in range(0, T, rows):
-            t1 = min(T, t0 + rows)
-            cells = cells_of(inp, slice(b, b + 1), heads, slice(t0, t1))
-            s0, s1 = allowed_span(chain, cells)
-            cells = cells._replace(keys=cells.keys[s0:s1], pos_k=cells.pos_k[s0:s1])
-            R = t1 - t0  # the group's g × R rows in one product, not g products of R rows
-            x = (q[b, heads, t0:t1].reshape(g * R, -1) @ kT[:, s0:s1]).reshape(g, R, s1 - s0)
-            x *= dtype.type(trace.scale)
-            x = chain.modify(x[None], lambda stage: None)  # (1, g, R, s1 - s0)
-            x, _, _ = chain.masked(x, cells, x, lambda stage: None, fill=-np.inf)
-            extra = chain.extra_logit(cells, dtype)  # (1, g, 1, 1) or None
-            extra = None if extra is None else extra[0]
-            o, lse_rows = _softmax_rows_out(x[0].astype(dtype, copy=False), extra, vj[s0:s1])
-            output[b, heads, t0:t1], L[b, heads, t0:t1] = o, lse_rows
-    return output, L
-
-
-def _softmax_rows_out(
-    x: AnyArray, extra: AnyArray | None, v: AnyArray
-) -> tuple[AnyArray, AnyArray]:
-    """Rows x (g, R, S) through the two-pass softmax: (weights · v (g, R, Dv), L (g, R));
-    ``extra`` (g, 1, 1) joins each row; a row with nothing allowed (and no extra logit) gives
-    O = 0 and L = −∞."""
-    m = x.max(axis=-1, keepdims=True, initial=-np.inf)  # (g, R, 1); no key at all: −∞
-    if extra is not None:
-        m = np.maximum(m, extra)
-    empty = np.isneginf(m)
-    m = np.where(empty, 0.0, m).astype(x.dtype)
-    x = np.subtract(x, m, out=x if x.flags.writeable else None)  # (g, R, S)
-    np.exp(x, out=x)
-    total = x.sum(axis=-1, keepdims=True)
-    if extra is not None:
-        total = total + np.exp(extra - m)
-    total = np.where(empty, 1.0, total).astype(x.dtype)
-    g, R, S = x.shape
-    o = (x.reshape(g * R, S) @ v).reshape(g, R, -1) / total  # (g, R, Dv), in one product
-    L = np.where(empty, -np.inf, m + np.log(total)).astype(x.dtype)
-    return o.astype(x.dtype, copy=False), L[..., 0]
-
-
 def causal_offset(inputs: Inputs) -> int | None:
     """Key j is allowed for query i when j <= i + offset; None when tiles cannot be skipped
     (not causal, or positions given that need not follow the indices)."""
@@ -701,9 +597,7 @@ def run_flash(
 
     def refuse(inputs: Inputs) -> None:
         refuse_variants(inputs, "FlashAttention")
-        for name, value in (("block-q", block_q), ("block-k", block_k), ("max-tiles", max_tiles)):
-            if value is not None and value < (0 if name == "max-tiles" else 1):
-                raise UsageError("", name, f"is {value}", "a whole number >= 1", option=name)
+        refuse_blocks({"block-q": block_q, "block-k": block_k, "max-tiles": max_tiles})
 
     trace, sentinel = load_trace(
         fixture,
@@ -729,21 +623,11 @@ def check_flash(
     from attn_cli.core.flash import flash_forward  # flash's own: not on decode's path
 
     inp = trace.inputs
-    q, k = internal(trace, query_key(inp, "Q")), internal(trace, query_key(inp, "K"))
-    v = internal(trace, "V")
+    args = flash_args(trace)
+    q, k, v = args["q"], args["k"], args["v"]
     B, H, T, _ = q.shape
     whole = flash_forward(
-        q,
-        k,
-        v,
-        chain=trace_chain(trace),
-        scale=trace.scale,
-        block_q=bq,
-        block_k=bk,
-        causal_offset=causal_offset(inp),
-        base2=base2,
-        record_tiles=False,
-        origin=(0, 0, 0),
+        block_q=bq, block_k=bk, base2=base2, record_tiles=False, origin=(0, 0, 0), **args
     )
     output: AnyArray = whole.output
     L: AnyArray = whole.lse
@@ -831,18 +715,6 @@ def flash_checks(
     return tuple(self_check(name, mine, ref, scores, f32) for name, mine, ref in pairs)
 
 
-def self_check(name: str, mine: AnyArray, ref: AnyArray, scores: float, f32: bool) -> SelfCheck:
-    """One comparison, within ULPS ulps of the scores' and the values' size (1e-12 at least
-    in float64)."""
-    diff = max_abs_diff(mine, ref)
-    eps = float(np.finfo(mine.dtype).eps)
-    tol = ULPS * eps * (1 + scores) * (1 + finite_max(ref))
-    tol = min(tol, float(np.finfo(np.float64).max))  # scores and values of 1e200: not inf
-    tol = tol if f32 else max(F64_TOLERANCE, tol)
-    ulps = max_ulps(mine, ref) if f32 else None
-    return SelfCheck(name, diff, ulps, tol, diff <= tol)
-
-
 def _variant_maps(
     trace: Trace, output: FloatArray, bq: int, bk: int, base2: bool
 ) -> tuple[SelfCheck, ...]:
@@ -853,24 +725,15 @@ def _variant_maps(
 
     inp = trace.inputs
     f32 = trace.dtype == "float32"
-    v = internal(trace, "V")
+    args = flash_args(trace)
+    v = args["v"]
     checks: list[SelfCheck] = []
     for variant, value in Chain(inp).on:
         arrays = {s: internal(trace, s) for s in variant.flash_reads}
         outputs: list[AnyArray] = [output]
         for n, (q, k) in enumerate(variant.flash_maps(value, inp, arrays), start=2):
-            r = flash_forward(
-                q,
-                k,
-                v,
-                chain=trace_chain(trace),
-                scale=trace.scale,
-                block_q=bq,
-                block_k=bk,
-                causal_offset=causal_offset(inp),
-                base2=base2,
-                record_tiles=False,
-            )
+            maps = {**args, "q": q, "k": k}  # the map's own q and k
+            r = flash_forward(block_q=bq, block_k=bk, base2=base2, record_tiles=False, **maps)
             ref_o, ref_L = reference_rows(trace, q, k, v)
             L_e = r.lse / np.asarray(LOG2E, r.lse.dtype) if base2 else r.lse
             scores = finite_max(ref_L) + math.log(inp.seq_k)
@@ -891,19 +754,6 @@ def _as_is(name: str, array: FloatArray) -> FloatArray:
     return array
 
 
-def finite_max(x: AnyArray) -> float:
-    """The largest finite |x| (0 when there is none)."""
-    return float(np.abs(x[np.isfinite(x)]).max(initial=0.0))
-
-
 def flash_failure(run: FlashRun) -> ComputeError | None:
     """The error to raise when flash's O, L or weights left the trace's (None: all within)."""
-    bad = next((c for c in run.checks if not c.ok), None)
-    if bad is None:
-        return None
-    return ComputeError(
-        run.trace.inputs.source,
-        bad.name,
-        f"FlashAttention's {bad.name} differs from the trace's by {bad.max_abs:.3e}",
-        f"at most {bad.tolerance:.3g}",
-    )
+    return check_failure(run.trace, run.checks, "FlashAttention's")

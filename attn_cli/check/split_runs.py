@@ -15,18 +15,22 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from attn_cli.blas import blas_limit
+from attn_cli.check.references import (
+    SelfCheck,
+    check_failure,
+    finite_max,
+    reference_rows,
+    self_check,
+)
 from attn_cli.check.runs import (
     RUN_HTML_VIEWS,
     AnyArray,
-    SelfCheck,
     default_block,
-    finite_max,
     flash_args,
     flash_checks,
     flash_keep,
     load_trace,
-    reference_rows,
-    self_check,
+    refuse_blocks,
 )
 from attn_cli.core.chain import Chain
 from attn_cli.core.pipeline import refuse as refuse_variants
@@ -116,9 +120,7 @@ def run_split(
 
     def refuse(inputs: Inputs) -> None:
         refuse_split(inputs, splits)
-        for name, value in (("block-q", block_q), ("block-k", block_k)):
-            if value is not None and value < 1:
-                raise UsageError("", name, f"is {value}", "a whole number >= 1", option=name)
+        refuse_blocks({"block-q": block_q, "block-k": block_k})
 
     trace, sentinel = load_trace(
         fixture,
@@ -171,12 +173,4 @@ def check_split(
 
 def split_failure(run: SplitRun) -> ComputeError | None:
     """The error to raise when a merge left the trace's numbers (None: all within)."""
-    bad = next((c for c in run.checks if not c.ok), None)
-    if bad is None:
-        return None
-    return ComputeError(
-        run.trace.inputs.source,
-        bad.name,
-        f"split-KV's {bad.name} differs from the trace's by {bad.max_abs:.3e}",
-        f"at most {bad.tolerance:.3g}",
-    )
+    return check_failure(run.trace, run.checks, "split-KV's")

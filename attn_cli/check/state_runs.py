@@ -16,14 +16,21 @@ Axes: B batch, H heads, T tokens, d_k and d_v per head.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from attn_cli.blas import blas_limit
-from attn_cli.check.runs import (
+from attn_cli.check.references import (
     F64_TOLERANCE,
+    max_abs_diff,
+    reference_rows,
+    scaled_tolerance,
+    trace_chain,
+)
+from attn_cli.check.runs import (
     DecodeRun,
     caster,
     check_decode,
@@ -32,13 +39,9 @@ from attn_cli.check.runs import (
     head_output_after,
     internal,
     load_trace,
-    max_abs_diff,
     quiet,
-    reference_rows,
-    refuse_decode,
+    refuse_prefill,
     require_finite,
-    scaled_tolerance,
-    trace_chain,
 )
 from attn_cli.core.decode import kv_cache_bytes
 from attn_cli.core.decode import self_check as decode_self_check
@@ -49,7 +52,6 @@ from attn_cli.core.decode_state import (
     decode_state,
     state_bytes,
 )
-from attn_cli.errors import UsageError
 
 if TYPE_CHECKING:
     from attn_cli.core.decode_maps import MapsForm
@@ -88,15 +90,22 @@ class StateRun:
 
 def recurrence(trace: Trace) -> Recurrence | None:
     """The variant's recurrent state for this trace (linear attention), None: a KV cache."""
+    rec = _first_made(trace, lambda v, *args: v.decode_state(*args))
+    assert rec is None or isinstance(rec, Recurrence), "decode_state returns a Recurrence"
+    return rec
+
+
+def _first_made(trace: Trace, hook: Callable[..., Any]) -> Any:
+    """The first variant's answer to ``hook`` (its decode_state, decode_maps) on the trace's
+    arrays it reads; None when no variant has one."""
     chain = trace_chain(trace)
     cast = caster(np.dtype(trace.dtype))
     for v, value in chain.on:
         names = ("Q", "K", "V", "X", *v.decode_stages)
         arrays = {n: internal(trace, n) for n in names if n in trace}
-        rec = v.decode_state(value, chain.inputs, arrays, cast)
-        if rec is not None:
-            assert isinstance(rec, Recurrence), f"{v.name}.decode_state returns a Recurrence"
-            return rec
+        made = hook(v, value, chain.inputs, arrays, cast)
+        if made is not None:
+            return made
     return None
 
 
@@ -123,15 +132,7 @@ def run_decode_any(
     pool: list[Paging] = []  # the pool, once the fixture's shapes are known
 
     def refuse(inputs: Inputs) -> None:
-        refuse_decode(inputs)
-        if not 1 <= prefill <= inputs.seq_q:
-            raise UsageError(
-                inputs.source,
-                "prefill",
-                f"is {prefill}",
-                f"1 to {inputs.seq_q} (the fixture's tokens)",
-                option="prefill",
-            )
+        refuse_prefill(inputs, prefill)
         if paged is not None:
             refuse_paged(inputs)
             pool.append(paging_for(inputs, *paged))
@@ -160,18 +161,13 @@ def run_decode_any(
 
 def maps_form(trace: Trace) -> MapsForm | None:
     """The variant's softmax maps over one cache (differential attention), None: one map."""
-    chain = trace_chain(trace)
-    cast = caster(np.dtype(trace.dtype))
-    for v, value in chain.on:
-        names = ("Q", "K", "V", "X", *v.decode_stages)
-        arrays = {n: internal(trace, n) for n in names if n in trace}
-        form = v.decode_maps(value, chain.inputs, arrays, cast)
-        if form is not None:
-            from attn_cli.core.decode_maps import MapsForm  # two maps' loop: theirs only
+    form = _first_made(trace, lambda v, *args: v.decode_maps(*args))
+    if form is None:
+        return None
+    from attn_cli.core.decode_maps import MapsForm  # two maps' loop: theirs only
 
-            assert isinstance(form, MapsForm), f"{v.name}.decode_maps returns a MapsForm"
-            return form
-    return None
+    assert isinstance(form, MapsForm), "decode_maps returns a MapsForm"
+    return form
 
 
 def check_maps_decode(

@@ -38,6 +38,7 @@ import numpy as np
 from attn_cli.core.chain import Chain
 from attn_cli.core.heads import merge_heads as merge_heads
 from attn_cli.core.heads import split_heads as split_heads
+from attn_cli.core.steps import Plain, Way, attention, in_place
 from attn_cli.core.variant import REGISTRY
 
 FloatArray = np.ndarray[Any, np.dtype[np.float64]]
@@ -422,14 +423,7 @@ def _backward(fwd: ForwardArrays, grad: FloatArray | None, steps: _Steps) -> Gra
         d_scores=d_scores,
         d_Q=d_Q,
         d_K=d_K,
-        d_X=inputs.d_X,
-        d_X_kv=inputs.d_X_kv,
-        d_W_Q=inputs.d_W_Q,
-        d_W_K=inputs.d_W_K,
-        d_W_V=inputs.d_W_V,
-        d_b_Q=inputs.d_b_Q,
-        d_b_K=inputs.d_b_K,
-        d_b_V=inputs.d_b_V,
+        **{f.name: getattr(inputs, f.name) for f in fields(inputs)},  # d_X, d_W_Q, ... d_b_V
         variant={**d_outs, **d_q_stages, **d_k_stages, **d_modified, **d_extra},
     )
 
@@ -535,6 +529,8 @@ def _input_side(
 # The blocked backward (FlashAttention-2's): no (T, S) array, the weights recomputed from L
 
 BLOCK_CELLS = 1 << 20  # scores per block of the blocked backward (8 MiB in float64)
+TO_MASKED = Way(last="masked")  # a block's logits again: the one chain up to masked
+TO_SOFTMAX = Way(last="softmax")
 
 
 def blocked_backward(
@@ -629,18 +625,22 @@ def _block_grads(
     g, R, D = q.shape
     n = s1 - s0
     dtype = q.dtype
-    # the forward's logits again: scaled, each modifier (its input kept), + biases, the fill
-    scaled = q @ k.T  # (g, R, n)
-    scaled *= dtype.type(fwd.scale)
-    made: list[FloatArray] = []
-
-    def into(stage: str) -> FloatArray:
-        made.append(np.empty((1, g, R, n), dtype))
-        return made[-1]
-
-    logits = chain.modify(scaled[None], into)  # (1, g, R, n)
-    before = [scaled[None], *made[:-1]]  # what each modifier read
-    masked, allowed, _ = chain.masked(logits, cells, logits, lambda stage: None)
+    # the forward's logits again: the one chain to masked, each modifier's input kept
+    scores = (q @ k.T)[None]  # (1, g, R, n)
+    into = in_place(scores, chain, fresh=True)
+    made = attention(
+        chain,
+        None,
+        None,
+        None,
+        cells,
+        dtype.type(fwd.scale),
+        TO_MASKED,
+        into=into,
+        start=("scores", scores),
+    )
+    masked, allowed, before = made.masked, made.allowed, made.before
+    assert masked is not None
     P = masked[0] - L[b, heads, rows, None]  # (g, R, n)
     np.exp(P, out=P)
     dO = d_output[b, heads, rows]  # (g, R, Dv)
@@ -714,15 +714,22 @@ def _grad_unmasked_softmax_input(fwd: ForwardArrays, d_softmax: FloatArray) -> F
     (the chain's modifiers, then its biases without the fill)."""
     B, H, T, S = fwd.weights.shape
     if fwd.before:
-        logits = fwd.before[0]  # (B, H, T, S), scaled
+        start = ("scaled", fwd.before[0])  # (B, H, T, S)
     else:
         q = fwd.q.reshape(B, -1, fwd.groups, T, fwd.q.shape[3])  # (B, Hkv, g, T, D)
         kT = fwd.k[:, :, None].swapaxes(-1, -2)  # (B, Hkv, 1, D, S)
-        logits = (q @ kT).reshape(B, H, T, S) * fwd.scale  # (B, H, T, S)
-    if fwd.chain is not None:
-        logits = fwd.chain.modify(logits, into=lambda stage: None)  # new arrays, stages not kept
-    if fwd.bias is not None:
-        logits = logits + np.where(np.isfinite(fwd.bias), fwd.bias, 0.0)
-    e = np.exp(logits - logits.max(axis=-1, keepdims=True))
-    unmasked = e / e.sum(axis=-1, keepdims=True)  # (B, H, T, S)
+        start = ("scores", (q @ kT).reshape(B, H, T, S))  # (B, H, T, S)
+    bias = None if fwd.bias is None else np.where(np.isfinite(fwd.bias), fwd.bias, 0.0)
+    modifiers = () if fwd.chain is None else fwd.chain.modifiers
+    unmasked = attention(
+        Plain(None, bias, modifiers),
+        None,
+        None,
+        None,
+        Plain.cells(B, H, T, S),
+        fwd.scale,
+        TO_SOFTMAX,
+        start=start,
+    ).weights  # the chain's modifiers, then its biases without the fill
+    assert unmasked is not None
     return grad_softmax_input(unmasked, d_softmax)

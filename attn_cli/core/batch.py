@@ -10,7 +10,7 @@ until its last token, and leaves. Each step packs the rows of every sequence pre
 and their caches: ``cu_seqlens_q`` and ``cu_seqlens_k`` are where each sequence's rows and keys
 start. One product gives the packed scores (R × N); each sequence's diagonal block goes
 through its own chain (its variants at its positions, its causal rule inside the chunk: the
-steps of core/decode.py's ``attend_cells``), everything off the diagonal is −∞ (the block-diagonal
+steps of the one chain, steps.attention), everything off the diagonal is −∞ (the block-diagonal
 mask), the softmax runs over the packed row and one product with the packed values gives every
 row's output. Each sequence's rows then equal its own decode's. In a pool of pages, a sliding
 window's passed blocks are released before the step writes, and a sequence's packed keys start
@@ -26,10 +26,12 @@ from typing import Any
 import numpy as np
 
 from attn_cli.core.chain import Chain
-from attn_cli.core.decode import After, Finish, attend_cells, grouped
+from attn_cli.core.decode import GROUPED, After, Finish, grouped
 from attn_cli.core.paged import Paging, PoolStep, SharedPool, freed_before
-from attn_cli.core.steps import softmax_rows
+from attn_cli.core.steps import attention, softmax_rows
 from attn_cli.core.variant import Cells
+
+TO_MASKED = replace(GROUPED, last="masked")  # a sequence's block: its chain up to masked
 
 FloatArray = np.ndarray[Any, np.dtype[np.floating[Any]]]
 IntArray = np.ndarray[Any, np.dtype[np.int64]]
@@ -215,7 +217,18 @@ def _step(
         ks = np.arange(first[j], first[j] + cu_k[n + 1] - cu_k[n], dtype=np.int64)  # (n,) its keys
         cells = Cells(np.arange(1), heads, toks, ks, m.positions[toks], m.positions[ks])
         later = ks[None, :] > toks[:, None]  # (r, n) keys after the row: not in the cache yet
-        _, own, _ = attend_cells(m.chain, scaled[None, :, rq, rk], cells, later[None, None])
+        own = attention(
+            m.chain,
+            None,
+            None,
+            None,
+            cells,
+            1.0,
+            TO_MASKED,
+            hidden=later[None, None],
+            start=("scaled", scaled[None, :, rq, rk]),
+        ).masked  # (1, H, r, n): the chain from scaled
+        assert own is not None
         masked[:, rq, rk] = own[0]
         if leak:  # one causal mask over the pack: the earlier sequences' keys seen too
             masked[:, rq, : cu_k[n]] = scaled[:, rq, : cu_k[n]]

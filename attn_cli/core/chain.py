@@ -5,8 +5,9 @@
     window, mask, lengths, an empty cache slot) -> softmax with extra logits (a sink per head)
     -> output = weights·V -> the head-output transforms (a gate) -> the heads joined
 
-The block engine, KV-cache decoding, FlashAttention-2 tiles, the backward pass and the grader
-each run it over their own cells (core/variant.py ``Cells``); none of them names a variant.
+``Chain`` holds the hooks; core/steps.py ``attention`` is the chain, composed once. The block
+engine, KV-cache decoding, FlashAttention-2 tiles, the backward pass and the grader each call it
+over their own cells (core/variant.py ``Cells``); none of them names a variant.
 """
 
 from __future__ import annotations
@@ -30,9 +31,11 @@ from attn_cli.core.variant import (
     OutTransform,
     ScoreModifier,
     Variant,
+    own_loop,
     refuse_clash,
     same,
 )
+from attn_cli.errors import UsageError
 
 if TYPE_CHECKING:
     from attn_cli.core.inputs import Inputs
@@ -157,12 +160,6 @@ class Chain:
 
     # -- the hooks, run over cells --------------------------------------------------------------
 
-    def modify(self, x: FloatArray, into: Into) -> FloatArray:
-        """scaled -> each modifier's stage in turn, each written where ``into`` says."""
-        for v, value in self.modifiers:
-            x = v.modify(value, x, out=into(str(v.stage)))
-        return x
-
     def bias_terms(self, cells: Cells, dtype: Any, into: Into) -> list[FloatArray]:
         """Each additive bias of the cells, (b, h, R, S)-broadcastable; a bias that is a stage
         (ALiBi) is written where ``into`` says, and that array is the term."""
@@ -240,6 +237,13 @@ class Chain:
         total = found[0] if len(found) == 1 else np.logaddexp.reduce(np.stack(found), axis=0)
         out: FloatArray = total.reshape(1, -1, 1, 1)
         return out
+
+    def refuse_own_loop(self, why: str, expected: str, option: str | None = None) -> None:
+        """A loop of one softmax map over a KV cache (decoding, a batch, a paged cache) cannot
+        run a variant whose decode has a loop of its own: refused in one line naming it."""
+        for v, _ in self.on:
+            if own_loop(v):
+                raise UsageError(self.inputs.source, v.name, why, expected, option=option)
 
     # -- the cache rules (KV-cache decoding) ------------------------------------------------------
 

@@ -17,17 +17,16 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field, fields
-from functools import cached_property
+from dataclasses import dataclass, field, fields, replace
+from functools import cached_property, partial
 from typing import Any, NamedTuple
 
 import numpy as np
 
 from attn_cli.core.chain import Chain
 from attn_cli.core.paged import PagedBugs, PagedCache, PageStep, Paging
-from attn_cli.core.steps import softmax_rows
+from attn_cli.core.steps import Attention, Way, attention, nowhere
 from attn_cli.core.variant import REGISTRY, Cells
-from attn_cli.core.variant import FloatArray as Logits  # what the chain's hooks take
 
 FloatArray = np.ndarray[Any, np.dtype[np.floating[Any]]]
 IntArray = np.ndarray[Any, np.dtype[np.int64]]
@@ -95,6 +94,17 @@ class StepTables(NamedTuple):
     modified: dict[str, FloatArray]  # each score modifier's stage (``capped``)
 
 
+class _Recomputed:
+    """A step's table of the same name (``step.scores``), computed again when read."""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+
+    def __get__(self, step: DecodeStep, owner: type | None = None) -> FloatArray:
+        table: FloatArray = getattr(step.attend(step), self.name)
+        return table
+
+
 @dataclass(frozen=True, eq=False)
 class DecodeStep:
     """One generated token: its query, the cache as it is now, and the attention against it.
@@ -140,21 +150,10 @@ class DecodeStep:
     def V_cache(self) -> FloatArray:  # (B, Hkv, C, Dv)
         return self.cache.values()
 
-    @property
-    def scores(self) -> FloatArray:
-        return self.attend(self).scores
-
-    @property
-    def scaled(self) -> FloatArray:
-        return self.attend(self).scaled
-
-    @property
-    def masked(self) -> FloatArray:
-        return self.attend(self).masked
-
-    @property
-    def softmax(self) -> FloatArray:
-        return self.attend(self).softmax
+    scores = _Recomputed()
+    scaled = _Recomputed()
+    masked = _Recomputed()
+    softmax = _Recomputed()
 
     @property
     def modified(self) -> dict[str, FloatArray]:
@@ -480,8 +479,6 @@ class _Attend:
         K, V = cache.keys(), cache.values()  # (B, Hkv, C, D), (B, Hkv, C, Dv)
         B, H = q.shape[:2]
         tiled = np.arange(H) % K.shape[1] if bugs.head_tiled else None
-        scores = grouped(q, K.swapaxes(-1, -2), tiled)  # (B, H, 1, C)
-        scaled = scores * q.dtype.type(setup.scale)
         pos = setup.positions
         held = cache.held  # (C,) token indices, -1 for empty slots: the chain hides those
         if self.rows is None or self.rows[0].size != B or self.rows[1].size != H:
@@ -490,9 +487,12 @@ class _Attend:
             *self.rows, self.tokens[i : i + 1], held, pos[i : i + 1], cache.key_positions(pos)
         )
         chain = setup.chain.without_cache_rules() if bugs.extra_slots else setup.chain
-        modified, masked, weights = attend_cells(chain, scaled, cells)
-        output = grouped(weights, V, tiled)  # (B, H, 1, C) @ (B, Hkv, C, Dv) per group
-        return StepTables(scores, scaled, masked, weights, output, modified)
+        made = attend_cells(chain, q, K, V, cells, setup.scale, tiled)
+        assert made.scores is not None and made.scaled is not None and made.masked is not None
+        assert made.weights is not None and made.output is not None
+        return StepTables(
+            made.scores, made.scaled, made.masked, made.weights, made.output, made.modified
+        )
 
 
 # A product of a few rows over a long inner axis (a decode step's weights, g rows, times the
@@ -521,24 +521,37 @@ def grouped(x: FloatArray, y: FloatArray, tiled: IntArray | None = None) -> Floa
 
 
 def attend_cells(
-    chain: Chain, scaled: Logits, cells: Cells, hidden: BoolArray | None = None
-) -> tuple[dict[str, FloatArray], FloatArray, FloatArray]:
-    """The chain over the cells (B, H, n, C): each modifier's stage, masked (-inf where not
-    allowed, and where ``hidden``), the softmax with the chain's extra logit."""
-    modified: dict[str, FloatArray] = {}
+    chain: Chain,
+    q: FloatArray,  # (B, H, n, D)
+    k: FloatArray,  # (B, Hkv, C, D)
+    v: FloatArray,  # (B, Hkv, C, Dv)
+    cells: Cells,
+    scale: float,
+    tiled: IntArray | None = None,
+    hidden: BoolArray | None = None,
+) -> Attention:
+    """The one chain (steps.attention) over a step's cells (B, H, n, C), products by
+    :func:`grouped`: each modifier's stage an array of its own, -inf where not allowed (and
+    where ``hidden``), the softmax with the chain's extra logit."""
+    way = GROUPED
+    if tiled is not None:  # a mistake's: each query head reads the kv head tiled says
+        way = replace(way, product=partial(_scores, tiled=tiled), mix=partial(grouped, tiled=tiled))
+    shape, dtype = (*q.shape[:3], k.shape[2]), q.dtype
+    fresh = chain.stages  # each modifier's stage an array of its own (a step keeps them)
 
-    def keep(stage: str) -> Logits:
-        out = np.empty_like(scaled)
-        modified[stage] = out
-        return out
+    def into(stage: str) -> FloatArray | None:
+        return np.empty(shape, dtype) if stage in fresh else None
 
-    x = chain.modify(scaled, keep)
-    masked, _, _ = chain.masked(x, cells, None, lambda stage: None, fill=-np.inf)
-    if hidden is not None:
-        np.copyto(masked, -np.inf, where=hidden)
-    masked = masked.astype(scaled.dtype, copy=False)
-    weights, _ = softmax_rows(masked, None, sink=chain.extra_logit(cells, masked.dtype))
-    return modified, masked, weights
+    where = into if chain.modifiers else nowhere
+    return attention(chain, q, k, v, cells, dtype.type(scale), way, into=where, hidden=hidden)
+
+
+def _scores(q: FloatArray, k: FloatArray, tiled: IntArray | None = None) -> FloatArray:
+    """scores = Q Kᵀ, query head h reading kv head h // (H/Hkv): (B, H, n, C)."""
+    return grouped(q, k.swapaxes(-1, -2), tiled)
+
+
+GROUPED = Way(product=_scores, mix=grouped, fill=-np.inf)  # a decode loop's way
 
 
 def _prefill(
@@ -551,12 +564,11 @@ def _prefill(
     cells = Cells(np.arange(B), np.arange(H), tokens, tokens, pos, pos)
     later = np.triu(np.ones((P, P), dtype=bool), 1)  # key j > query i: not in the cache yet
     with np.errstate(over="ignore", invalid="ignore", divide="ignore", under="ignore"):
-        scores = grouped(q, k.swapaxes(-1, -2))  # (B, H, P, P)
-        scaled = scores * q.dtype.type(setup.scale)
-        modified, masked, weights = attend_cells(setup.chain, scaled, cells, later)
-        output = grouped(weights, v)  # (B, H, P, Dv)
-    named = [("scores", scores), ("scaled", scaled), *modified.items()]
-    return output, _first_not_finite(named, masked, output, 0)
+        made = attend_cells(setup.chain, q, k, v, cells, setup.scale, hidden=later)
+    assert made.scores is not None and made.scaled is not None and made.masked is not None
+    assert made.output is not None  # (B, H, P, Dv)
+    named = [("scores", made.scores), ("scaled", made.scaled), *made.modified.items()]
+    return made.output, _first_not_finite(named, made.masked, made.output, 0)
 
 
 def self_check(result: DecodeResult, full_output: FloatArray, stage: str = "output") -> list[float]:

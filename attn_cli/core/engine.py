@@ -1,6 +1,6 @@
 """The block engine: the score stages of attention a block of query rows at a time.
 
-It runs the step functions of steps.py (scores, scaled, the score modifiers, the bias stages,
+It runs the one chain (steps.attention: scores, scaled, the score modifiers, the bias stages,
 masked, softmax with its lse, output) on one block of query rows of one head at a time. A stage
 that is kept is written straight into its whole array; a stage that is only passed through lives
 in one reused block buffer (a bias stage in one block of its own). So a run that keeps only
@@ -21,11 +21,12 @@ from attn_cli.core.blocks import rows_per_block
 from attn_cli.core.chain import Chain, cells_of
 from attn_cli.core.stages import SCORE_STAGES
 from attn_cli.core.steps import (
+    Attention,
     BoolArray,
     FloatArray,
+    Way,
+    attention,
     attention_scores,
-    scale_scores,
-    softmax_rows,
     weighted_sum,
 )
 from attn_cli.core.variant import Cells
@@ -98,7 +99,7 @@ class BlockEngine:
         self.kept = {s: np.empty(full, q.dtype) for s in SCORE_STAGES if s in wanted}
         self.lse = np.empty((B, H, T), q.dtype) if "lse" in wanted else None
         self.rows = rows_per_block(T, S, q.dtype.itemsize)  # measured: see core/blocks.py
-        own = set(Chain(inputs).bias_stages)  # a bias stage has its own block (kept_block)
+        self.own = own = set(Chain(inputs).bias_stages)  # a bias stage has its own block
         chain = {"scores", *(s for s in SCORE_STAGES if s in need and s not in own)}
         self.work = None if chain <= set(self.kept) else np.empty((self.rows, S), q.dtype)
         self.leaky = inputs.mask_value != -np.inf  # a finite sentinel: watch for leaks
@@ -109,6 +110,9 @@ class BlockEngine:
             self.output = layout.transpose(0, 2, 1, 3)  # (B, H, T, Dv): concat is a view
         self.chain = Chain(inputs if bias is None else replace(inputs, bias=bias))
         self.must_check = self._overflow_possible()
+        self.runs = {*need, *(("softmax",) if "lse" in need else ())}  # the chain's steps
+        if self.output is None:
+            self.runs.discard("output")
 
     def blocks(self) -> list[Block]:
         """Every block, batch item by head by query rows."""
@@ -144,40 +148,48 @@ class BlockEngine:
                 yield self.into(stage, block)
 
     def run_block(self, blk: Block, attended: Attended) -> None:
-        """The score stages for one block, each written where :meth:`into` says; the chain's
-        arrays are (1, 1, R, S) views of the block."""
-        at = (blk.b, blk.h, blk.t0)
-        k = self.k[blk.b, blk.h // self.groups]  # (S, D)
-        x = attention_scores(self.q[blk.b, blk.h, blk.t0 : blk.t1], k, out=self.into("scores", blk))
-        self._check("scores", x, at)  # (R, S)
-        x = x[None, None]  # (1, 1, R, S)
-        if "scaled" in self.need:
-            x = scale_scores(x, self.scale, out=self.into4("scaled", blk))
-            self._check("scaled", x[0, 0], at)
-        x = self.chain.modify(x, lambda st: self.into4(st, blk) if st in self.need else None)
-        allowed = None
+        """The score stages for one block through the one chain (steps.attention), each
+        written where :meth:`block_into` says; the chain's arrays are (1, 1, R, S) views of the
+        block."""
         cells = self.cells(blk)
-        if "masked" in self.need:
-            into = partial(self.kept_block, blk)
-            x, allowed, terms = self.chain.masked(x, cells, self.into4("masked", blk), into)
-            if self.must_check["masked"]:
-                self.check.block("masked", x[0, 0], at, _where(allowed, x), _meant(terms, x))
-        if "softmax" in self.need or "lse" in self.need:
-            sink = self.chain.extra_logit(cells, x.dtype)
-            lse = None
-            if self.lse is not None:
-                lse = self.lse[blk.b : blk.b + 1, blk.h : blk.h + 1, blk.t0 : blk.t1]  # (1, 1, R)
-            x, none = softmax_rows(x, out=self.into4("softmax", blk), sink=sink, lse=lse)
-            attended.empty.extend((blk.b, blk.h, blk.t0 + int(i)) for i in np.flatnonzero(none))
-            if self.leaky and allowed is not None:
-                where = _where(allowed, x)
-                assert where is not None
-                attended.leaks.extend(_leaks(x[0, 0], where, at))
-        if self.output is not None:
-            assert self.v is not None
-            v = self.v[blk.b, blk.h // self.groups]  # (S, Dv)
-            o = weighted_sum(x[0, 0], v, out=self.output[blk.b, blk.h, blk.t0 : blk.t1])  # (R, Dv)
-            self._check("output", o, at)
+        lse = None
+        if self.lse is not None:
+            lse = self.lse[blk.b : blk.b + 1, blk.h : blk.h + 1, blk.t0 : blk.t1]  # (1, 1, R)
+        q = self.q[blk.b, blk.h, blk.t0 : blk.t1]  # (R, D)
+        k = self.k[blk.b, blk.h // self.groups]  # (S, D)
+        v = None if self.v is None else self.v[blk.b, blk.h // self.groups]  # (S, Dv)
+        into = partial(self.block_into, blk)
+        way = Way(
+            product=lambda q, k: attention_scores(q, k, out=self.into("scores", blk))[None, None],
+            mix=lambda w, v: weighted_sum(w[0, 0], v, out=self.output_rows(blk)),  # (R, Dv)
+            runs=self.runs,
+            check=partial(self._check, (blk.b, blk.h, blk.t0)),
+        )
+        made = attention(self.chain, q, k, v, cells, self.scale, way, into=into, lse=lse)
+        if made.empty is not None:
+            attended.empty.extend(
+                (blk.b, blk.h, blk.t0 + int(i)) for i in np.flatnonzero(made.empty)
+            )
+        if self.leaky and made.allowed is not None and made.weights is not None:
+            where = _where(made.allowed, made.weights)
+            assert where is not None
+            attended.leaks.extend(_leaks(made.weights[0, 0], where, (blk.b, blk.h, blk.t0)))
+
+    def block_into(self, blk: Block, stage: str) -> FloatArray | None:
+        """Where the chain writes a stage's (1, 1, R, S) block: a bias stage's kept block; a
+        chain stage's kept block, else the reused work buffer; None for a modifier's stage that
+        is not needed (the hook makes a new array)."""
+        if stage in self.own:
+            return self.kept_block(blk, stage)
+        if stage in self.need or stage in ("scores", "scaled", "masked", "softmax"):
+            return self.into(stage, blk)[None, None]
+        return None
+
+    def output_rows(self, blk: Block) -> FloatArray:
+        """The block's rows of the output, (R, Dv)."""
+        assert self.output is not None
+        rows: FloatArray = self.output[blk.b, blk.h, blk.t0 : blk.t1]
+        return rows
 
     def cells(self, blk: Block) -> Cells:
         """The block's cells: batch item b, head h, query rows t0:t1, every key."""
@@ -190,10 +202,6 @@ class BlockEngine:
             return None
         return self.kept[stage][blk.b : blk.b + 1, blk.h : blk.h + 1, blk.t0 : blk.t1]
 
-    def into4(self, stage: str, blk: Block) -> FloatArray:
-        """:meth:`into` as a (1, 1, R, S) view, as the chain's hooks see a block."""
-        return self.into(stage, blk)[None, None]
-
     def into(self, stage: str, blk: Block) -> FloatArray:
         """Where a stage's block goes: its kept array, else the reused work buffer."""
         if stage in self.kept:
@@ -201,9 +209,16 @@ class BlockEngine:
         assert self.work is not None
         return self.work[: blk.t1 - blk.t0]
 
-    def _check(self, stage: str, x: FloatArray, at: tuple[int, int, int]) -> None:
-        if self.must_check[stage]:
-            self.check.block(stage, x, at)
+    def _check(self, at: tuple[int, int, int], stage: str, x: FloatArray, made: Attention) -> None:
+        """The finite check of a stage's block, (1, 1, R, S) or the output's (R, Dv), when its
+        values could overflow; in `masked` -inf is meant where not allowed or a bias put it."""
+        if not self.must_check.get(stage, False):
+            return
+        if stage == "masked":
+            where, meant = _where(made.allowed, x), _meant(made.terms, x)
+            self.check.block(stage, x[0, 0], at, where, meant)
+        else:
+            self.check.block(stage, x if x.ndim == 2 else x[0, 0], at)
 
     def _overflow_possible(self) -> dict[str, bool]:
         """Which stages could overflow: none while |q|·|k|·scale (+ the biases) stays small.

@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 
 from attn_cli.core.chain import Chain, cells_of
+from attn_cli.core.steps import Way, attention, exp_rows, in_place
 from attn_cli.core.variant import Cells
 
 FloatArray = np.ndarray[Any, np.dtype[np.floating[Any]]]
@@ -41,17 +42,10 @@ def lse(masked: FloatArray, extra: FloatArray | None = None) -> FloatArray:
 
     ``extra`` (one logit per query head, the axis before T) joins each row's sum, as gpt-oss.
     """
-    m = masked.max(axis=-1)  # (..., T)
-    if extra is not None:
-        logit = np.asarray(extra, dtype=masked.dtype)[:, None]  # (H, 1) broadcasts to (.., H, T)
-        m = np.maximum(m, logit)
-    empty = np.isneginf(m)
-    m_safe = np.where(empty, 0.0, m)  # exp(-inf - 0) = 0, never -inf - -inf
-    total = np.exp(masked - m_safe[..., None]).sum(axis=-1)  # (..., T)
-    if extra is not None:
-        total = total + np.exp(logit - m_safe)
-    out: FloatArray = np.where(empty, -np.inf, m_safe + np.log(np.where(empty, 1.0, total)))
-    return out.astype(masked.dtype, copy=False)
+    sink = None if extra is None else np.asarray(extra, dtype=masked.dtype)[:, None, None]
+    out: FloatArray = np.empty(masked.shape[:-1], masked.dtype)  # (..., T)
+    exp_rows(masked, None, sink, out)  # the softmax's own (steps.py), its lse kept
+    return out
 
 
 @dataclass(frozen=True, eq=False)
@@ -220,9 +214,10 @@ def _query_block(
                 )
             continue
         cells = row._replace(keys=row.keys[s0:s1], pos_k=row.pos_k[s0:s1])
-        scaled = np.matmul(qg, k[:, s0:s1].transpose(0, 2, 1))  # (G, g·bq, bk)
-        scaled *= scale
-        S_tile = _tile_scores(scaled.reshape(Hq, n, s1 - s0), cells, setup)  # (Hq, bq, bk)
+        scores = np.matmul(qg, k[:, s0:s1].transpose(0, 2, 1))  # (G, g·bq, bk)
+        S_tile = _tile_scores(
+            scores.reshape(1, Hq, n, s1 - s0), cells, scale, setup
+        )  # (Hq, bq, bk)
         if setup.base2:
             S_tile *= to_base
         m_new = np.maximum(m, S_tile.max(axis=2))  # (Hq, bq)
@@ -292,13 +287,19 @@ def _cells(
     )
 
 
-def _tile_scores(scaled: np.ndarray[Any, Any], cells: Cells, setup: _Setup) -> FloatArray:
-    """S = the chain over scaled = q kᵀ × scale (Hq, bq, bk): modified, + the biases, -inf
-    where not allowed."""
-    x = setup.chain.modify(scaled[None], lambda stage: None)  # (1, Hq, bq, bk)
-    S_tile, _, _ = setup.chain.masked(x, cells, x, lambda stage: None, fill=-np.inf)  # in place
-    tile: FloatArray = S_tile[0].astype(scaled.dtype, copy=False)
+def _tile_scores(scores: FloatArray, cells: Cells, scale: Any, setup: _Setup) -> FloatArray:
+    """S = the one chain (steps.attention) from a tile's scores (1, Hq, bq, bk) to masked, in
+    place: scaled, modified, + the biases, -inf where not allowed. (Hq, bq, bk)"""
+    into = in_place(scores, setup.chain)
+    made = attention(
+        setup.chain, None, None, None, cells, scale, TILE, into=into, start=("scores", scores)
+    )
+    assert made.masked is not None
+    tile: FloatArray = made.masked[0]
     return tile
+
+
+TILE = Way(fill=-np.inf, last="masked")  # a tile: the chain up to masked, -inf where hidden
 
 
 @dataclass(frozen=True, eq=False)

@@ -37,12 +37,12 @@ from attn_cli.core.engine import (
 )
 from attn_cli.core.heads import merge_heads, split_heads
 from attn_cli.core.inputs import FloatArray, Inputs
+from attn_cli.core.stage_facts import final_stage
 from attn_cli.core.stages import (
     SCORE_STAGES,
     SPECS,
     STAGE_NAMES,
     applicable_stages,
-    final_stage,
     needed_stages,
     public_axes,
 )

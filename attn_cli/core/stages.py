@@ -32,6 +32,8 @@ from __future__ import annotations
 from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Generic, NamedTuple, TypeVar
 
+from attn_cli.core.gradient_rows import GRADIENT_ROWS, d_modified, d_query_key
+from attn_cli.core.stage_facts import Slot, always, chain_of, has_masked, parts
 from attn_cli.core.stage_spec import K_AXES as _K
 from attn_cli.core.stage_spec import Q_AXES as _Q
 from attn_cli.core.stage_spec import SCORE_AXES as _SCORES
@@ -39,28 +41,14 @@ from attn_cli.core.stage_spec import StageSpec as StageSpec
 from attn_cli.core.stage_spec import number_text as _number
 
 if TYPE_CHECKING:
-    from attn_cli.core.chain import Chain
     from attn_cli.core.inputs import Inputs
     from attn_cli.core.variant import Variant
-
-
-def _chain(inputs: Inputs) -> Chain:
-    from attn_cli.core.chain import Chain  # NumPy: not on the path of `attn --help`
-
-    return Chain(inputs)
-
-
-def has_masked(inputs: Inputs) -> bool:
-    """Whether anything masks or biases the scores (the chain's biases and allowed-keys rules:
-    causal, window, mask, lengths, bias, ALiBi, any registered variant), i.e. whether
-    ``masked`` applies."""
-    return _chain(inputs).masks
 
 
 def softmax_input(inputs: Inputs) -> str:
     """The stage the softmax reads: masked, else the last score modifier's (capped), else
     scaled."""
-    chain = _chain(inputs)
+    chain = chain_of(inputs)
     if chain.masks:
         return "masked"
     return chain.stages[-1] if chain.stages else "scaled"
@@ -68,7 +56,7 @@ def softmax_input(inputs: Inputs) -> str:
 
 def _projection(name: str) -> Callable[[Inputs], str]:
     def formula(inputs: Inputs) -> str:
-        for v, value in _chain(inputs).on:  # a front end makes Q, K, V itself (MLA)
+        for v, value in chain_of(inputs).on:  # a front end makes Q, K, V itself (MLA)
             if v.front_stages:
                 return v.stage_formula(value, inputs, name)
         if inputs.mode != "projection":
@@ -81,17 +69,12 @@ def _projection(name: str) -> Callable[[Inputs], str]:
 
 
 def _scores_formula(inputs: Inputs) -> str:
-    chain = _chain(inputs)
+    chain = chain_of(inputs)
     return f"scores = {chain.query_key('Q')}·{chain.query_key('K')}ᵀ"
 
 
-def _not_allowed_by(inputs: Inputs) -> list[str]:
-    """What hides keys from a query: ``causal upper-left``, ``window 3``, ``mask``, ``lengths``."""
-    return _chain(inputs).hides()
-
-
 def _masked_formula(inputs: Inputs) -> str:
-    chain = _chain(inputs)
+    chain = chain_of(inputs)
     text = "masked = " + (chain.stages[-1] if chain.stages else "scaled")
     text += "".join(f" + {v.bias_stage or v.name}" for v, _ in chain.biases)
     why = chain.hides()
@@ -99,27 +82,18 @@ def _masked_formula(inputs: Inputs) -> str:
     return text + (f", {fill} where not allowed ({', '.join(why)})" if why else "")
 
 
-def _parts(inputs: Inputs, stage: str) -> str:
-    """What the variants that are on add to a base stage's formula (a sink joined ...)."""
-    return "".join(v.formula_part(x, inputs, stage) for v, x in _chain(inputs).on)
-
-
 def _softmax_formula(inputs: Inputs) -> str:
-    return f"softmax = softmax({softmax_input(inputs)}) over keys{_parts(inputs, 'softmax')}"
+    return f"softmax = softmax({softmax_input(inputs)}) over keys{parts(inputs, 'softmax')}"
 
 
 def _lse_formula(inputs: Inputs) -> str:
     source = softmax_input(inputs)
-    return f"lse = log(Σ_keys exp({source}){_parts(inputs, 'lse')}); softmax = exp({source} − lse)"
-
-
-def _always(inputs: Inputs) -> bool:
-    return True
+    return f"lse = log(Σ_keys exp({source}){parts(inputs, 'lse')}); softmax = exp({source} − lse)"
 
 
 def _mixer(inputs: Inputs) -> tuple[Variant, Any] | None:
     """The variant that makes output from Q, K, V itself (linear attention), when one is on."""
-    return next(((v, x) for v, x in _chain(inputs).on if v.mixer_stages), None)
+    return next(((v, x) for v, x in chain_of(inputs).on if v.mixer_stages), None)
 
 
 def _softmax_chain(inputs: Inputs) -> bool:
@@ -136,14 +110,10 @@ def _output_formula(inputs: Inputs) -> str:
     )
 
 
-# The rows of the forward pass; ``_Slot`` marks where the variants' rows go.
+# The rows of the forward pass; ``Slot`` marks where the variants' rows go.
 
 
-class _Slot(NamedTuple):
-    kind: str  # "front", "transform", "modifier", "bias", "out", "side"; "d_out", "extra", ...
-
-
-_FORWARD_ROWS: tuple[StageSpec | _Slot, ...] = (
+_FORWARD_ROWS: tuple[StageSpec | Slot, ...] = (
     StageSpec(
         "X",
         (),
@@ -162,20 +132,20 @@ _FORWARD_ROWS: tuple[StageSpec | _Slot, ...] = (
         lambda i: i.X_kv is not None,
         lambda i: "X_kv (the states keys and values are projected from)",
     ),
-    _Slot("front"),
-    StageSpec("Q", ("X",), _Q, False, "QKV", _always, _projection("Q")),
-    StageSpec("K", ("X", "X_kv"), _K, False, "QKV", _always, _projection("K")),
+    Slot("front"),
+    StageSpec("Q", ("X",), _Q, False, "QKV", always, _projection("Q")),
+    StageSpec("K", ("X", "X_kv"), _K, False, "QKV", always, _projection("K")),
     StageSpec(
         "V",
         ("X", "X_kv"),
         ("batch", "kv_head", "key", "d_v"),
         False,
         "QKV",
-        _always,
+        always,
         _projection("V"),
     ),
-    _Slot("transform"),
-    _Slot("mixer"),
+    Slot("transform"),
+    Slot("mixer"),
     StageSpec("scores", ("Q", "K"), _SCORES, True, "scores", _softmax_chain, _scores_formula),
     StageSpec(
         "scaled",
@@ -186,8 +156,8 @@ _FORWARD_ROWS: tuple[StageSpec | _Slot, ...] = (
         _softmax_chain,
         lambda i: "scaled = scores × scale",
     ),
-    _Slot("modifier"),
-    _Slot("bias"),
+    Slot("modifier"),
+    Slot("bias"),
     StageSpec(
         "masked",
         ("scaled",),
@@ -214,10 +184,10 @@ _FORWARD_ROWS: tuple[StageSpec | _Slot, ...] = (
         ("batch", "head", "query", "d_v"),
         False,
         "output",
-        _always,
+        always,
         _output_formula,
     ),
-    _Slot("out"),
+    Slot("out"),
     StageSpec(
         "concat",
         ("output",),
@@ -225,7 +195,7 @@ _FORWARD_ROWS: tuple[StageSpec | _Slot, ...] = (
         False,
         "concat",
         lambda i: i.heads > 1 or i.W_O is not None,
-        lambda i: "concat = [head 0 | head 1 | …]" + _parts(i, "concat"),
+        lambda i: "concat = [head 0 | head 1 | …]" + parts(i, "concat"),
     ),
     StageSpec(
         "projected",
@@ -236,342 +206,8 @@ _FORWARD_ROWS: tuple[StageSpec | _Slot, ...] = (
         lambda i: i.W_O is not None,
         lambda i: "projected = concat·W_O" + (" + b_O" if i.b_O is not None else ""),
     ),
-    _Slot("side"),
+    Slot("side"),
 )
-
-# ---------------------------------------------------------------------------------------------
-# The backward pass: one row per gradient, in the order it is computed (final stage first)
-
-
-def final_stage(inputs: Inputs) -> str:
-    """The stage L is taken over: ``projected`` when there is W_O, else what concat joins
-    (``output``, or a head-output transform's stage: ``gated``)."""
-    return "projected" if inputs.W_O is not None else _chain(inputs).joined
-
-
-def _upstream(name: str) -> Callable[[Inputs], str]:
-    def formula(inputs: Inputs) -> str:
-        if inputs.grad is not None:
-            return f"d_{name} (given)"
-        return f"d_{name} = 1, L = Σ {name}"
-
-    return formula
-
-
-def _d_output(inputs: Inputs) -> str:
-    outs = _chain(inputs).outs
-    if outs:  # back through the head-output transform that read output (the gate)
-        v, value = outs[0]
-        return "d_output = " + v.grad_formula(value, inputs, f"d_{v.out_stages[-1]}", "output")
-    if inputs.W_O is None:
-        return _upstream("output")(inputs)
-    if inputs.heads == 1:
-        return "d_output = d_concat"
-    return "d_output[h] = d_concat[:, h·d_v:(h+1)·d_v]"
-
-
-def _d_concat(inputs: Inputs) -> str:
-    if inputs.W_O is not None:
-        return "d_concat = d_projected·W_Oᵀ"
-    return f"d_concat = [d_{_chain(inputs).joined} head 0 | head 1 | …]"
-
-
-def _group_sum(inputs: Inputs, term: str, grad: str, per_query: bool = False) -> str:
-    """``grad = term`` per head; under GQA key/value head g serves the query heads h ∈ g, so
-    a key/value gradient sums the group's terms (``per_query``: a query head reads its g)."""
-    plain = term.replace("[h]", "").replace("[g]", "")
-    if inputs.heads == inputs.kv_heads:
-        return f"{grad} = {plain}"
-    if per_query:
-        return f"{grad}[h] = {term}, g = h // {inputs.heads // inputs.kv_heads}"
-    return f"{grad}[g] = Σ_(h ∈ g) {term}"
-
-
-def _d_logits(inputs: Inputs) -> str:
-    """dS, the softmax Jacobian applied: what the softmax's input stage receives."""
-    return "softmax ∘ (d_softmax − delta)"
-
-
-def _d_masked(inputs: Inputs) -> str:
-    text = f"d_masked = {_d_logits(inputs)}"
-    why = _not_allowed_by(inputs)
-    return text + (f", 0 where not allowed ({', '.join(why)})" if why else "")
-
-
-def _d_modified(name: str) -> Callable[[Inputs], str]:
-    """d_scaled, or a score modifier's stage gradient (d_capped): what the softmax's input
-    passes back, then each modifier's Jacobian, the last modifier's first."""
-
-    def formula(inputs: Inputs) -> str:
-        chain = _chain(inputs)
-        stages = ("scaled", *chain.stages)
-        i = stages.index(name)
-        if i == len(stages) - 1:  # the softmax's input, or masked's
-            return f"d_{name} = " + ("d_masked" if chain.masks else _d_logits(inputs))
-        v, value = chain.modifiers[i]  # the modifier that reads `name`
-        return f"d_{name} = " + v.grad_formula(value, inputs, f"d_{stages[i + 1]}", name)
-
-    return formula
-
-
-def _d_query_key(name: str) -> Callable[[Inputs], str]:
-    """d_Q_rot, d_Q_norm, d_Q (and K): from the scores, back through each Q/K transform."""
-    which = name[0]  # "Q" or "K"
-
-    def formula(inputs: Inputs) -> str:
-        chain = _chain(inputs)
-        stages = chain.qk_stages(which)
-        if name == stages[-1]:  # what entered the scores
-            q, k = chain.query_key("Q"), chain.query_key("K")
-            if which == "Q":
-                return _group_sum(inputs, f"d_scores[h]·{k}[g]", f"d_{name}", per_query=True)
-            return _group_sum(inputs, f"d_scores[h]ᵀ·{q}[h]", f"d_{name}")
-        i = stages.index(name)
-        v, value = chain.transforms_of(which)[i]  # the transform that reads `name`
-        return f"d_{name} = " + v.grad_formula(value, inputs, f"d_{stages[i + 1]}", name)
-
-    return formula
-
-
-def _front(inputs: Inputs) -> tuple[Variant, Any] | None:
-    """The variant that makes Q, K and V from X itself (MLA), and its setting; None."""
-    return next(((v, x) for v, x in _chain(inputs).on if v.front_stages), None)
-
-
-def _weight_applies(name: str) -> Callable[[Inputs], bool]:
-    """d_W_Q, d_W_K, d_W_V: with the weight, or when a front end fills the row (MLA's W_Q)."""
-
-    def applies(inputs: Inputs) -> bool:
-        if getattr(inputs, f"W_{name}") is not None:
-            return True
-        front = _front(inputs)
-        return front is not None and front[0].front_fills(front[1], f"d_W_{name}")
-
-    return applies
-
-
-def _d_X(inputs: Inputs) -> str:
-    front = _front(inputs)
-    if front is not None:
-        return front[0].stage_formula(front[1], inputs, "d_X") + _parts(inputs, "d_X")
-    paths = ("Q",) if inputs.X_kv is not None else ("Q", "K", "V")
-    return "d_X = " + " + ".join(f"d_{p}·W_{p}ᵀ" for p in paths) + _parts(inputs, "d_X")
-
-
-def _weight_grad(name: str) -> Callable[[Inputs], str]:
-    def formula(inputs: Inputs) -> str:
-        front = _front(inputs)
-        if front is not None:
-            return front[0].stage_formula(front[1], inputs, f"d_W_{name}")
-        source = "X_kv" if name in "KV" and inputs.X_kv is not None else "X"
-        return f"d_W_{name} = {source}ᵀ·d_{name}"
-
-    return formula
-
-
-def _bias_grad(name: str, stage: str) -> Callable[[Inputs], str]:
-    def formula(inputs: Inputs) -> str:
-        over = "b, t" if inputs.has_batch else "t"
-        return f"d_b_{name} = Σ_{over} d_{stage}[{over}]"
-
-    return formula
-
-
-def _projection_mode(inputs: Inputs) -> bool:
-    return inputs.mode == "projection"
-
-
-def _concat_applies(inputs: Inputs) -> bool:
-    return inputs.heads > 1 or inputs.W_O is not None
-
-
-_PROJECTED = ("batch", "query", "d_out")
-_DELTA = ("batch", "head", "query")
-
-_GRADIENT_ROWS: tuple[StageSpec | _Slot, ...] = tuple(
-    row if isinstance(row, _Slot) else StageSpec._make((*row, False, True))  # gradient rows
-    for row in (
-        (
-            "d_projected",
-            ("projected",),
-            _PROJECTED,
-            False,
-            "d_final",
-            lambda i: i.W_O is not None,
-            _upstream("projected"),
-        ),
-        (
-            "d_W_O",
-            ("d_projected", "concat"),
-            ("heads*d_v", "d_out"),
-            False,
-            "d_weight",
-            lambda i: i.W_O is not None,
-            lambda i: "d_W_O = concatᵀ·d_projected",
-        ),
-        (
-            "d_b_O",
-            ("d_projected",),
-            ("d_out",),
-            False,
-            "d_bias",
-            lambda i: i.b_O is not None,
-            _bias_grad("O", "projected"),
-        ),
-        (
-            "d_concat",
-            ("d_projected", "d_output"),
-            ("batch", "query", "heads*d_v"),
-            False,
-            "d_concat",
-            _concat_applies,
-            _d_concat,
-        ),
-        _Slot("d_out"),
-        (
-            "d_output",
-            ("d_concat", "output"),
-            ("batch", "head", "query", "d_v"),
-            False,
-            "d_output",
-            _always,
-            _d_output,
-        ),
-        (
-            "d_softmax",
-            ("d_output", "V"),
-            _SCORES,
-            True,
-            "d_softmax",
-            _always,
-            lambda i: _group_sum(i, "d_output[h]·V[g]ᵀ", "d_softmax", per_query=True),
-        ),
-        (
-            "d_V",
-            ("d_output", "softmax"),
-            ("batch", "kv_head", "key", "d_v"),
-            False,
-            "d_V",
-            _always,
-            lambda i: _group_sum(i, "softmax[h]ᵀ·d_output[h]", "d_V") + _parts(i, "d_V"),
-        ),
-        (
-            "delta",
-            ("d_output", "output"),
-            _DELTA,
-            False,
-            "delta",
-            _always,
-            lambda i: "delta = rowsum(d_output ∘ output) = rowsum(d_softmax ∘ softmax)",
-        ),
-        _Slot("extra"),
-        (
-            "d_masked",
-            ("d_softmax", "delta", "softmax"),
-            _SCORES,
-            True,
-            "d_logits",
-            has_masked,
-            _d_masked,
-        ),
-        _Slot("d_modifier"),
-        (
-            "d_scaled",
-            ("d_masked", "d_softmax", "delta"),
-            _SCORES,
-            True,
-            "d_logits",
-            _always,
-            _d_modified("scaled"),
-        ),
-        (
-            "d_scores",
-            ("d_scaled",),
-            _SCORES,
-            True,
-            "d_scores",
-            _always,
-            lambda i: "d_scores = d_scaled × scale",
-        ),
-        _Slot("d_transform"),
-        ("d_Q", ("d_scores", "K"), _Q, False, "d_query_key", _always, _d_query_key("Q")),
-        ("d_K", ("d_scores", "Q"), _K, False, "d_query_key", _always, _d_query_key("K")),
-        (
-            "d_X",
-            ("d_Q", "d_K", "d_V"),
-            ("batch", "seq", "d_model"),
-            False,
-            "d_X",
-            _projection_mode,
-            _d_X,
-        ),
-        (
-            "d_X_kv",
-            ("d_K", "d_V"),
-            ("batch", "key", "d_model_kv"),
-            False,
-            "d_X",
-            lambda i: i.X_kv is not None,
-            lambda i: "d_X_kv = d_K·W_Kᵀ + d_V·W_Vᵀ",
-        ),
-        (
-            "d_W_Q",
-            ("d_Q", "X"),
-            ("d_model", "heads*d_k"),
-            False,
-            "d_weight",
-            _weight_applies("Q"),
-            _weight_grad("Q"),
-        ),
-        (
-            "d_W_K",
-            ("d_K", "X", "X_kv"),
-            ("d_model", "kv_heads*d_k"),
-            False,
-            "d_weight",
-            _weight_applies("K"),
-            _weight_grad("K"),
-        ),
-        (
-            "d_W_V",
-            ("d_V", "X", "X_kv"),
-            ("d_model", "kv_heads*d_v"),
-            False,
-            "d_weight",
-            _weight_applies("V"),
-            _weight_grad("V"),
-        ),
-        (
-            "d_b_Q",
-            ("d_Q",),
-            ("heads*d_k",),
-            False,
-            "d_bias",
-            lambda i: i.b_Q is not None,
-            _bias_grad("Q", "Q"),
-        ),
-        (
-            "d_b_K",
-            ("d_K",),
-            ("kv_heads*d_k",),
-            False,
-            "d_bias",
-            lambda i: i.b_K is not None,
-            _bias_grad("K", "K"),
-        ),
-        (
-            "d_b_V",
-            ("d_V",),
-            ("kv_heads*d_v",),
-            False,
-            "d_bias",
-            lambda i: i.b_V is not None,
-            _bias_grad("V", "V"),
-        ),
-        _Slot("d_front"),
-    )
-)
-
 
 # ---------------------------------------------------------------------------------------------
 # The table: the base rows, the registered variants' rows in their slots
@@ -621,8 +257,8 @@ def _build(variants: tuple[Variant, ...]) -> tuple[StageSpec, ...]:
     slots = _slot_rows(variants)
     needs = _base_needs(variants)
     rows: list[StageSpec] = []
-    for row in (*_FORWARD_ROWS, *_GRADIENT_ROWS):
-        if isinstance(row, _Slot):
+    for row in (*_FORWARD_ROWS, *GRADIENT_ROWS):
+        if isinstance(row, Slot):
             rows.extend(slots[row.kind])
         else:
             rows.append(row._replace(needs=needs.get(row.name, row.needs)))
@@ -706,7 +342,7 @@ def _placed(
         other = f"{'K' if base[0] == 'Q' else 'Q'}_{v.suffix}"
         later = tuple(f"d_{s}" for s in stages[i + 1 :])
         return "d_transform", row._replace(
-            needs=(*later, "d_scores", other, *row.needs), formula=_d_query_key(base)
+            needs=(*later, "d_scores", other, *row.needs), formula=d_query_key(base)
         )
     if row.name in v.mixer_stages:
         return "mixer", row
@@ -720,7 +356,7 @@ def _placed(
             return "modifier", row._replace(needs=(mods[i - 1] if i else "scaled", *row.needs))
         later = tuple(f"d_{m}" for m in mods[i + 1 :])
         needs = (*later, "d_masked", "d_softmax", "delta", *row.needs)
-        return "d_modifier", row._replace(needs=needs, formula=_d_modified(base))
+        return "d_modifier", row._replace(needs=needs, formula=d_modified(base))
     return ("extra" if row.gradient else "bias"), row
 
 

@@ -173,7 +173,7 @@ def upstream_line(trace: Trace, lang: Lang) -> tuple[str, str] | None:
     """The header line that says where the backward pass started, or None without it."""
     if trace.upstream is None:
         return None
-    from attn_cli.core.stages import final_stage
+    from attn_cli.core.stage_facts import final_stage
 
     final = final_stage(trace.inputs)
     if trace.upstream == "grad":

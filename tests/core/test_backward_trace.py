@@ -42,7 +42,8 @@ from attn_cli.core.inputs import Inputs
 from attn_cli.core.ops import grad_rms_norm
 from attn_cli.core.pipeline import Trace, run
 from attn_cli.core.plugins.rope import apply_rope, frequencies
-from attn_cli.core.stages import GRADIENT_STAGE_NAMES, SPECS, final_stage, softmax_input
+from attn_cli.core.stage_facts import final_stage
+from attn_cli.core.stages import GRADIENT_STAGE_NAMES, SPECS, softmax_input
 from attn_cli.core.steps import allowed_positions
 from attn_cli.errors import InputError, UsageError
 from attn_cli.io.arrays import npz_writer

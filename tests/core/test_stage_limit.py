@@ -17,6 +17,7 @@ from test_pipeline import CASES
 import attn_cli.core.engine as engine
 import attn_cli.core.pipeline as pipeline
 import attn_cli.core.stages as stages
+import attn_cli.core.steps as steps
 from attn_cli.core.pipeline import run
 from attn_cli.core.stages import needed_stages
 from attn_cli.io.fixture import validate
@@ -88,7 +89,7 @@ def count_calls(monkeypatch: pytest.MonkeyPatch) -> Counter[str]:
     for module, name in (
         (pipeline, "project"),
         (engine, "attention_scores"),
-        (engine, "softmax_rows"),
+        (steps, "exp_rows"),  # the softmax, inside the one chain (steps.attention)
         (engine, "weighted_sum"),
     ):
         real = getattr(module, name)
@@ -110,10 +111,10 @@ def test_stages_not_needed_are_not_computed(monkeypatch: pytest.MonkeyPatch) -> 
     assert calls == Counter(project=2, attention_scores=8)  # Q and K; no V, no softmax
     calls.clear()
     run(inputs, keep={"softmax"})
-    assert calls == Counter(project=2, attention_scores=8, softmax_rows=8)
+    assert calls == Counter(project=2, attention_scores=8, exp_rows=8)
     calls.clear()
     run(inputs)
-    assert calls == Counter(project=4, attention_scores=8, softmax_rows=8, weighted_sum=8)
+    assert calls == Counter(project=4, attention_scores=8, exp_rows=8, weighted_sum=8)
 
 
 @pytest.mark.slow  # a big trace under tracemalloc

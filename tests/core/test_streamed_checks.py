@@ -20,8 +20,9 @@ from reference import reference as loop_reference
 from test_flash_cli import capped, fixture, two_pass
 
 from attn_cli.api import load, trace_file
-from attn_cli.check import runs
-from attn_cli.check.runs import flash_failure, internal, query_key, reference_rows, run_flash
+from attn_cli.check import references, runs
+from attn_cli.check.references import reference_rows
+from attn_cli.check.runs import flash_failure, internal, query_key, run_flash
 from attn_cli.core import backward as core_backward
 from attn_cli.core import flash as core_flash
 from attn_cli.core import gradients as core_gradients
@@ -141,7 +142,7 @@ def test_reference_rows_are_the_loop_reference_at_any_block(
     trace = run(inputs, keep={"Q", "K", "V"})
     want = loop_reference(fx, lse=True)
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(runs, "REF_CELLS", cells)
+        patch.setattr(references, "REF_CELLS", cells)
         out, L = _reference_of(trace)
     np.testing.assert_allclose(out, want["output"], rtol=0, atol=F64)
     np.testing.assert_allclose(L, want["lse"], rtol=0, atol=F64)

@@ -95,15 +95,11 @@ def second_map(inputs: Inputs, q2: FloatArray, k2: FloatArray, scale: float) -> 
     """scores_2 = Q2·K2ᵀ and softmax_2, scaled, modified, biased and masked as the chain does
     the first map (every cell at once)."""
     from attn_cli.core.chain import Chain, cells_of  # the chain imports the plugins
-    from attn_cli.core.steps import attention_scores, scale_scores, softmax_rows
+    from attn_cli.core.steps import attention
 
-    chain = Chain(inputs)
-    scores = attention_scores(q2, k2)  # (B, H, T, S)
-    x = chain.modify(scale_scores(scores, scale), _nowhere)
     cells = cells_of(inputs, slice(None), slice(None), slice(None))
-    masked, _, _ = chain.masked(x, cells, None, _nowhere) if chain.masks else (x, None, [])
-    weights, _ = softmax_rows(np.array(masked), None)  # (B, H, T, S)
-    return {"scores_2": scores, "softmax_2": weights}
+    made = attention(Chain(inputs), q2, k2, None, cells, scale)  # (B, H, T, S) each
+    return {"scores_2": made.scores, "softmax_2": made.weights}
 
 
 def _nowhere(stage: str) -> None:
