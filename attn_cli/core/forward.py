@@ -27,6 +27,7 @@ from typing import Any, Literal
 import numpy as np
 
 from attn_cli.core import ops
+from attn_cli.core.steps import softmax
 
 FloatArray = np.ndarray[Any, np.dtype[np.floating[Any]]]
 Placement = Literal["pre", "sandwich", "post_only", "post", "parallel"]
@@ -163,8 +164,7 @@ def route_logits(
 ) -> tuple[np.ndarray[Any, np.dtype[np.intp]], FloatArray]:
     """``route`` from the router's logits [T, E] (gpt-oss: with the router's bias; its softmax
     over the top k logits is this one renormalised)."""
-    p = np.exp(logits - logits.max(axis=-1, keepdims=True))
-    p /= p.sum(axis=-1, keepdims=True)  # (T, E)
+    p = softmax(np.asarray(logits, dtype=np.float64))  # (T, E), float64 as everything here
     chosen = np.argsort(-p, axis=-1, kind="stable")[:, :k]  # (T, k)
     weights: FloatArray = np.take_along_axis(p, chosen, axis=-1)  # (T, k)
     if normalize:
@@ -210,8 +210,7 @@ def route_greedy(
     equal groups set to 0, a group worth its largest p (group_limited_greedy); the weights
     the chosen p, not renormalised, times ``scale`` (routed_scaling_factor)."""
     T, E = logits.shape
-    p = np.exp(logits - logits.max(axis=-1, keepdims=True))
-    p /= p.sum(axis=-1, keepdims=True)  # (T, E)
+    p = softmax(np.asarray(logits, dtype=np.float64))  # (T, E), float64 as everything here
     pick = p
     if groups is not None:
         n_group, top_groups = groups

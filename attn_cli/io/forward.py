@@ -28,6 +28,7 @@ import numpy as np
 
 from attn_cli.core import forward as fw
 from attn_cli.core import ops
+from attn_cli.core.steps import softmax
 from attn_cli.errors import InputError, UsageError
 from attn_cli.io import checkpoint as ck
 from attn_cli.io import gate
@@ -574,8 +575,7 @@ def top_tokens(
         "a tokenizer.json",
     )
     last = logits[-1]
-    p = np.exp(last - last.max())  # (vocab,) softmax of the last position
-    p /= p.sum()
+    p = softmax(last)  # (vocab,) softmax of the last position
     out = []
     for i in np.argsort(-p, kind="stable")[:k]:
         name = tokenizer.id_to_token(int(i))
