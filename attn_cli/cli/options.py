@@ -135,6 +135,9 @@ QuietOption = Annotated[
         help="No notes (Wrote FILE ...) and no warnings on standard error; errors still print.",
     ),
 ]
+ForceOption = Annotated[
+    bool, typer.Option("--force", help="Overwrite FILE if it exists, even write-protected.")
+]
 MaxElementsOption = Annotated[
     int, typer.Option(min=1, metavar="N", help="Refuse fixtures holding more numbers than this.")
 ]

@@ -44,7 +44,7 @@ from attn_cli.cli.output import (
     warn_empty_rows,
     warn_sentinel_rows,
 )
-from attn_cli.cli.runs import write_plain
+from attn_cli.cli.runs import render_options, write_plain
 from attn_cli.core.limits import DEFAULT_MAX_ELEMENTS
 from attn_cli.errors import UsageError, printable
 
@@ -355,13 +355,7 @@ def classroom_options(
     focus: Optional[str],  # noqa: UP045
 ) -> "RenderOptions":
     """Render options with the language resolved and --cell/--focus turned into positions."""
-    import os
-
-    from attn_cli.present.i18n import default_lang
-    from attn_cli.present.options import RenderOptions
-
-    language = default_lang(os.environ) if lang is None else lang.value
-    options = RenderOptions(precision, stages, full, explain=explain, lang=language)
+    options = render_options(precision, full, explain, lang, stages)
     if cell is None and focus is None:
         return options
     from attn_cli.present.worked import parse_cell, resolve_position
