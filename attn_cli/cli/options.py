@@ -200,6 +200,11 @@ def parse_size(text: str, option: str = "--max-memory") -> int:
     return size
 
 
+def memory_budget(max_memory: Optional[str]) -> Optional[int]:  # noqa: UP045
+    """--max-memory in bytes; None when it is not given (the loader's default)."""
+    return None if max_memory is None else parse_size(max_memory)
+
+
 def shown(text: str, limit: int = 40) -> str:
     """An option's value quoted for an error line: printable, and cut short when long."""
     return repr(text if len(text) <= limit else text[: limit - 1] + "…")

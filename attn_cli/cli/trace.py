@@ -32,7 +32,7 @@ from attn_cli.cli.options import (
     ThemeOption,
     TraceFormat,
     WidthOption,
-    parse_size,
+    memory_budget,
     plain_wanted,
 )
 from attn_cli.cli.output import (
@@ -41,8 +41,7 @@ from attn_cli.cli.output import (
     emit_binary,
     note,
     tolerant,
-    warn_empty_rows,
-    warn_sentinel_rows,
+    warn_rows,
 )
 from attn_cli.cli.runs import render_options, write_plain
 from attn_cli.core.limits import DEFAULT_MAX_ELEMENTS
@@ -182,7 +181,7 @@ class _Asked(NamedTuple):
 
     @property
     def budget(self) -> Optional[int]:  # noqa: UP045
-        return None if self.max_memory is None else parse_size(self.max_memory)
+        return memory_budget(self.max_memory)
 
     @property
     def stages(self) -> Optional[tuple[str, ...]]:  # noqa: UP045
@@ -231,8 +230,7 @@ def _traced(asked: _Asked) -> "Trace":
             backward=asked.backward,
             progress=status.progress("computing attention"),
         )
-    warn_empty_rows(result, quiet=asked.quiet)
-    warn_sentinel_rows(result, quiet=asked.quiet)
+    warn_rows(result, quiet=asked.quiet)
     return result
 
 
@@ -300,8 +298,7 @@ def _write_data(asked: _Asked) -> None:
         else:
             emit_binary(lambda f: write_trace_json(result, f, stages), output, quiet=asked.quiet)
     # rows found empty by a softmax computed only as it was written are known only now
-    warn_empty_rows(result.finished(), quiet=asked.quiet)
-    warn_sentinel_rows(result.finished(), quiet=asked.quiet)
+    warn_rows(result.finished(), quiet=asked.quiet)
 
 
 def _step(
