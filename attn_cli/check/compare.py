@@ -18,7 +18,7 @@ import numpy as np
 
 from attn_cli.core.inputs import BoolArray, FloatArray
 from attn_cli.core.pipeline import Trace
-from attn_cli.core.stages import STAGE_NAMES
+from attn_cli.core.stages import SPECS, STAGE_NAMES
 from attn_cli.errors import AttnError, InputError, UsageError
 
 if TYPE_CHECKING:
@@ -213,6 +213,12 @@ def cell_errors(
     return bad, abs_err, rel_err
 
 
+def all_close(actual: FloatArray, expected: FloatArray, tol: Tolerance) -> bool:
+    """Every cell within the tolerance, as :func:`cell_errors` rules (nan equals only nan)."""
+    bad, _, _ = cell_errors(actual, expected, tol)
+    return not bool(bad.any())
+
+
 def compare_stage(
     name: str,
     axes: tuple[str, ...],
@@ -279,6 +285,12 @@ def conform(
             split = g.reshape(*g.shape[:-1], H, d).swapaxes(-3, -2)  # (..., H, T, d)
             return conform(split, shape, axes)
     return None
+
+
+def as_traced(trace: Trace, name: str, arr: FloatArray) -> FloatArray:
+    """A recomputed stage as the trace lays it out: without the batch axis when the fixture has
+    none (a stage without one, differential attention's lambda, as it is)."""
+    return arr if trace.inputs.has_batch or SPECS[name].axes[0] != "batch" else arr[0]
 
 
 def compare(

@@ -5,7 +5,7 @@ trace's own earlier stages reproduces the user's numbers within the tolerance.
 The mistakes are those of plain attention and of the variants that are on, each found by the
 variant's name in check/mistake.py's table (one module of check/mistakes/ per variant); the
 recomputation is the one chain's (check/recompute.py), whole-array and batch axis first
-(B, H, T, S), and ``_public`` drops the batch axis again when the fixture had none. A row a
+(B, H, T, S), and ``as_traced`` drops the batch axis again when the fixture had none. A row a
 mistake leaves with no key is recomputed as the user's own softmax gives it (nan or 0, row by
 row), so that a diagnosis accounts for the later stages. When no mistake fits, the comparison
 still says what the numbers show: one factor everywhere, the axes reordered, or what else the
@@ -31,6 +31,8 @@ from attn_cli.check.compare import (
     SameRatio,
     Tolerance,
     TransposeFit,
+    all_close,
+    as_traced,
     cell_errors,
     compare,
     conform,
@@ -135,7 +137,7 @@ def diagnose(
         for cand in _ways(trace, candidates, stage, nan_rows, tolerance):
             if not _fits(
                 given[stage],
-                _public(trace, cand.stages[stage], stage),
+                as_traced(trace, stage, cand.stages[stage]),
                 trace[stage].axes,
                 stage,
                 tolerance,
@@ -145,7 +147,9 @@ def diagnose(
                 n
                 for n in later
                 if n in cand.stages
-                and _fits(given[n], _public(trace, cand.stages[n], n), trace[n].axes, n, tolerance)
+                and _fits(
+                    given[n], as_traced(trace, n, cand.stages[n]), trace[n].axes, n, tolerance
+                )
             )
             if best is None or len(explains) > len(best[1]):
                 best = cand, explains  # of the ways it can go wrong, the one explaining most
@@ -185,8 +189,8 @@ def _ways(
     for cand in candidates:
         if stage not in cand.stages:
             continue
-        value = _public(trace, cand.stages[stage], stage)
-        if value.shape == correct.shape and _close(value, correct.data, tolerance):
+        value = as_traced(trace, stage, cand.stages[stage])
+        if value.shape == correct.shape and all_close(value, correct.data, tolerance):
             continue  # this mistake changes nothing here: it cannot be told apart
         yield cand
         if cand.rerun is None or nan_rows is None:
@@ -242,14 +246,9 @@ def _fits(
     raw: FloatArray, value: FloatArray, axes: tuple[str, ...], stage: str, tol: Tolerance
 ) -> bool:
     if len(axes) != value.ndim:  # a candidate of another stage's shape: compare as it is
-        return raw.shape == value.shape and _close(raw, value, tol)
+        return raw.shape == value.shape and all_close(raw, value, tol)
     fitted = conform(raw, value.shape, axes, stage)
-    return fitted is not None and _close(fitted, value, tol)
-
-
-def _close(actual: FloatArray, expected: FloatArray, tol: Tolerance) -> bool:
-    bad, _, _ = cell_errors(actual, expected, tol)
-    return not bool(bad.any())
+    return fitted is not None and all_close(fitted, value, tol)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -351,12 +350,6 @@ def _kept_axes(shape: tuple[int, ...], axes: tuple[str, ...], ndim: int) -> list
 
 # ---------------------------------------------------------------------------------------------
 # The mistakes: those of plain attention and of every variant attn ships (check/mistakes/)
-
-
-def _public(trace: Trace, arr: FloatArray, name: str) -> FloatArray:
-    """A recomputed stage as the trace lays it out: without the batch axis when the fixture has
-    none (a stage without one, differential attention's lambda, as it is)."""
-    return arr if trace.inputs.has_batch or SPECS[name].axes[0] != "batch" else arr[0]
 
 
 MISTAKES = every_mistake()  # as registered when the grader is imported; diagnose asks anew

@@ -13,7 +13,7 @@ from dataclasses import replace
 
 import numpy as np
 
-from attn_cli.check.compare import Diagnosis, Tolerance, cell_errors, conform
+from attn_cli.check.compare import Diagnosis, Tolerance, all_close, as_traced, conform
 from attn_cli.check.dump import DS_ALIAS, Dump
 from attn_cli.core.backward import MISTAKES, ForwardArrays, backward_mistakes
 from attn_cli.core.gradients import forward_arrays
@@ -70,8 +70,8 @@ def diagnose_backward(
         if stage not in stages:
             continue
         tried.append(MISTAKES[name])
-        value = _public(trace, stage, stages[stage])
-        if value.shape == correct.shape and _close(value, correct.data, tolerance):
+        value = as_traced(trace, stage, stages[stage])
+        if value.shape == correct.shape and all_close(value, correct.data, tolerance):
             continue  # the mistake changes nothing here: it cannot be told apart
         if not _fits(given[stage], value, correct.axes, tolerance):
             continue
@@ -79,7 +79,7 @@ def diagnose_backward(
             n
             for n in later
             if n in stages
-            and _fits(given[n], _public(trace, n, stages[n]), trace[n].axes, tolerance)
+            and _fits(given[n], as_traced(trace, n, stages[n]), trace[n].axes, tolerance)
         )
         detail = (
             f"Your {stage} is what attn gets with this mistake: {MISTAKES[name]}. Fix: "
@@ -122,16 +122,6 @@ def _internal(trace: Trace, name: str) -> FloatArray:
     return data if has_batch else data[None]
 
 
-def _public(trace: Trace, name: str, arr: FloatArray) -> FloatArray:
-    has_batch = trace.inputs.has_batch or SPECS[name].axes[0] != "batch"
-    return arr if has_batch else arr[0]
-
-
 def _fits(raw: FloatArray, value: FloatArray, axes: tuple[str, ...], tol: Tolerance) -> bool:
     fitted = conform(raw, value.shape, axes)
-    return fitted is not None and _close(fitted, value, tol)
-
-
-def _close(actual: FloatArray, expected: FloatArray, tol: Tolerance) -> bool:
-    bad, _, _ = cell_errors(actual, expected, tol)
-    return not bool(bad.any())
+    return fitted is not None and all_close(fitted, value, tol)

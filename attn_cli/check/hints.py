@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from attn_cli.check.compare import Tolerance, cell_errors, conform
+from attn_cli.check.compare import Tolerance, all_close, cell_errors, conform
 from attn_cli.check.recompute import allowed
 from attn_cli.core.inputs import BoolArray, FloatArray
 from attn_cli.core.stages import STAGE_NAMES
@@ -55,10 +55,6 @@ def looks(trace: Trace, stage: str, given: FloatArray, tolerance: Tolerance) -> 
 Look = Callable[["Trace", str, FloatArray, FloatArray, BoolArray, Tolerance], "str | None"]
 
 
-def _close(a: FloatArray, b: FloatArray, tol: Tolerance) -> bool:
-    return not bool(cell_errors(a, b, tol)[0].any())
-
-
 def offset(
     trace: Trace, stage: str, yours: FloatArray, attn: FloatArray, bad: BoolArray, tol: Tolerance
 ) -> str | None:
@@ -68,7 +64,7 @@ def offset(
         return None
     diff = np.where(finite, yours - attn, np.nan)
     c = float(np.nanmedian(diff))
-    if c != 0 and _close(yours, attn + c, tol):
+    if c != 0 and all_close(yours, attn + c, tol):
         return (
             f"every cell of your {stage} is attn's + {c:.4g}: a bias or a constant added (or "
             "subtracted) where it was not meant?"
@@ -77,7 +73,7 @@ def offset(
         return None
     per_row = np.nanmedian(diff, axis=-1, keepdims=True)  # (..., 1)
     per_row = np.where(np.isnan(per_row), 0.0, per_row)
-    if _close(yours, attn + per_row, tol):
+    if all_close(yours, attn + per_row, tol):
         return (
             f"each row of your {stage} is attn's plus a number of its own (one per query): the "
             "softmax does not see it, so your weights may still agree; a term that depends on "
@@ -99,7 +95,7 @@ def shift(
             mine = np.take(yours, range(max(0, -by), n - max(0, by)), axis=axis)
             theirs = np.take(attn, range(max(0, by), n - max(0, -by)), axis=axis)
             inside = np.take(bad, range(max(0, -by), n - max(0, by)), axis=axis)
-            if inside.any() and _close(mine, theirs, tol):
+            if inside.any() and all_close(mine, theirs, tol):
                 return (
                     f"your {stage} is attn's moved by one {name}: your {name} i holds attn's "
                     f"{name} i {'+' if by > 0 else '-'} 1 (for every i where both exist): a "
@@ -120,7 +116,7 @@ def permuted(
         mine, theirs = np.moveaxis(yours, axis, 0), np.moveaxis(attn, axis, 0)
         order = []
         for j in range(n):
-            fits = [i for i in range(n) if i not in order and _close(mine[j], theirs[i], tol)]
+            fits = [i for i in range(n) if i not in order and all_close(mine[j], theirs[i], tol)]
             if not fits:
                 break
             order.append(fits[0])
@@ -141,7 +137,7 @@ def row_sums(
     if stage != "softmax":
         return None
     mine, theirs = np.nansum(yours, axis=-1), np.nansum(attn, axis=-1)  # (B?, H, T)
-    if _close(mine, theirs, tol):
+    if all_close(mine, theirs, tol):
         return None
     low, high = float(np.nanmin(mine)), float(np.nanmax(mine))
     a_low, a_high = float(theirs.min()), float(theirs.max())
@@ -162,7 +158,7 @@ def holds_earlier(
         if name not in trace or trace[name].shape != attn.shape:
             continue
         earlier = trace[name].data.astype(np.float64)
-        if _close(yours[bad], earlier[bad], tol):
+        if all_close(yours[bad], earlier[bad], tol):
             what = "every cell" if bad.all() else f"the {int(bad.sum()):,} cells that differ"
             return (
                 f"in {what}, your {stage} holds attn's {name}: the step from {name} to "

@@ -15,7 +15,7 @@ from attn_cli.cli.options import (
     PrecisionOption,
     QuietOption,
     WidthOption,
-    parse_size,
+    memory_budget,
 )
 from attn_cli.cli.runs import (
     ExplainOption,
@@ -191,7 +191,7 @@ def decode(
 
     refuse_step(step, fmt, output)
     refuse_paging(paged, block_size, pages)
-    budget = None if max_memory is None else parse_size(max_memory)
+    budget = memory_budget(max_memory)
     out = RunOutput(fmt, output, precision, full, width, color, explain, lang, quiet, step)
     if share_prefix and not (batch and paged):
         raise UsageError(

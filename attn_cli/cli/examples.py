@@ -5,7 +5,7 @@ from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
 
-from attn_cli.cli.options import QuietOption
+from attn_cli.cli.options import ForceOption, QuietOption
 from attn_cli.cli.output import console, note
 from attn_cli.errors import UsageError, printable
 from attn_cli.io.gate import kind_of
@@ -22,9 +22,6 @@ FileArgument = Annotated[
     typer.Argument(
         help="Where --copy writes (default: NAME.yaml here).", show_default=False, metavar="[FILE]"
     ),
-]
-ForceOption = Annotated[
-    bool, typer.Option("--force", help="Overwrite FILE if it exists, even write-protected.")
 ]
 
 

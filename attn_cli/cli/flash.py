@@ -17,7 +17,7 @@ from attn_cli.cli.options import (
     PrecisionOption,
     QuietOption,
     WidthOption,
-    parse_size,
+    memory_budget,
     shown,
 )
 from attn_cli.cli.output import note
@@ -147,7 +147,7 @@ def flash(
     from attn_cli.check.runs import flash_failure, run_flash
 
     refuse_step(step, fmt, output)
-    budget = None if max_memory is None else parse_size(max_memory)
+    budget = memory_budget(max_memory)
     out = RunOutput(fmt, output, precision, full, width, color, explain, lang, quiet, step)
     if split_kv is not None:
         _split(

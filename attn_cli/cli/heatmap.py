@@ -21,11 +21,11 @@ from attn_cli.cli.options import (
     Theme,
     ThemeOption,
     WidthOption,
-    parse_size,
+    memory_budget,
 )
-from attn_cli.cli.output import emit, warn_empty_rows, warn_sentinel_rows
-from attn_cli.cli.runs import show
-from attn_cli.cli.trace import classroom_options, document
+from attn_cli.cli.output import emit, warn_rows
+from attn_cli.cli.runs import render_options, show
+from attn_cli.cli.trace import document
 from attn_cli.core.limits import DEFAULT_MAX_ELEMENTS
 
 HeatmapFormatOption = Annotated[
@@ -61,7 +61,7 @@ def heatmap(
     """
     from attn_cli.api import trace_file
 
-    budget = None if max_memory is None else parse_size(max_memory)
+    budget = memory_budget(max_memory)
     result = trace_file(
         fixture,
         stages=("softmax",),
@@ -70,12 +70,10 @@ def heatmap(
         max_elements=max_elements,
         max_memory=budget,
     )
-    warn_empty_rows(result, quiet=quiet)
-    warn_sentinel_rows(result, quiet=quiet)
+    warn_rows(result, quiet=quiet)
     from attn_cli.present.render import render_heatmap
 
-    options = classroom_options(result, precision, None, False, False, lang, None, None)
-    options = replace(options, heatmap=True)
+    options = replace(render_options(precision, False, False, lang), heatmap=True)
     if fmt in (HeatmapFormat.html, HeatmapFormat.svg):
         page = document(result, options, fmt, True, width, view="heatmap", theme=theme)
         emit(page, output, quiet=quiet, escape="xml")

@@ -13,7 +13,7 @@ from attn_cli.cli.options import (
     Theme,
     ThemeOption,
     WidthOption,
-    parse_size,
+    memory_budget,
 )
 from attn_cli.cli.output import emit, note
 from attn_cli.errors import UsageError, printable
@@ -149,7 +149,7 @@ def import_(
     from attn_cli.io.forward import check_layer_choice
 
     checkpoint = find_checkpoint(checkpoint)
-    budget = None if max_memory is None else parse_size(max_memory)
+    budget = memory_budget(max_memory)
     chosen = check_layer_choice(layer)
     fmt = ViewFormat.json if as_json else view_format
     if chosen is None or check_logits:

@@ -16,7 +16,7 @@ from typing import Annotated, Any, Optional, cast
 import typer
 
 from attn_cli.cli.examples import refuse_overwrite
-from attn_cli.cli.options import QuietOption
+from attn_cli.cli.options import ForceOption, QuietOption
 from attn_cli.cli.output import note
 from attn_cli.core.variant import NewOption
 from attn_cli.errors import InputError, UsageError, printable
@@ -84,9 +84,6 @@ BatchOption = Annotated[
 CausalOption = Annotated[bool, typer.Option("--causal", help="Causal (decoder) masking.")]
 SeedOption = Annotated[
     int, typer.Option(min=0, metavar="N", help="Random seed: same seed, same fixture.")
-]
-ForceOption = Annotated[
-    bool, typer.Option("--force", help="Overwrite FILE if it exists, even write-protected.")
 ]
 
 

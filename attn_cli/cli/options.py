@@ -135,6 +135,9 @@ QuietOption = Annotated[
         help="No notes (Wrote FILE ...) and no warnings on standard error; errors still print.",
     ),
 ]
+ForceOption = Annotated[
+    bool, typer.Option("--force", help="Overwrite FILE if it exists, even write-protected.")
+]
 MaxElementsOption = Annotated[
     int, typer.Option(min=1, metavar="N", help="Refuse fixtures holding more numbers than this.")
 ]
@@ -195,6 +198,11 @@ def parse_size(text: str, option: str = "--max-memory") -> int:
     if size < 1:
         raise UsageError("", option, f"got {shown(text)}", "a size of at least 1 byte")
     return size
+
+
+def memory_budget(max_memory: Optional[str]) -> Optional[int]:  # noqa: UP045
+    """--max-memory in bytes; None when it is not given (the loader's default)."""
+    return None if max_memory is None else parse_size(max_memory)
 
 
 def shown(text: str, limit: int = 40) -> str:

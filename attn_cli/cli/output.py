@@ -194,6 +194,13 @@ def emit_binary(write: Callable[[IO[bytes]], object], output: Path, *, quiet: bo
     note(f"Wrote {printable(str(output))} ({size:,} bytes)", quiet=quiet)
 
 
+def warn_rows(result: "Trace", *, quiet: bool = False) -> None:
+    """The warnings on a trace's softmax rows: those with nothing to attend to, then those a
+    finite mask_value let weight leak into (none if quiet)."""
+    warn_empty_rows(result, quiet=quiet)
+    warn_sentinel_rows(result, quiet=quiet)
+
+
 def warn_empty_rows(result: "Trace", most: int = 5, *, quiet: bool = False) -> None:
     """A warning on stderr for each query row that had nothing to attend to (none if quiet)."""
     rows = result.empty_rows

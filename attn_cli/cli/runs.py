@@ -144,6 +144,7 @@ def render_options(
     full: bool,
     explain: bool,
     lang: Optional[Lang],  # noqa: UP045
+    stages: tuple[str, ...] | None = None,
 ) -> "RenderOptions":
     """Render options with the language resolved (LANG/LC_ALL when --lang is not given)."""
     import os
@@ -152,7 +153,7 @@ def render_options(
     from attn_cli.present.options import RenderOptions
 
     language = default_lang(os.environ) if lang is None else lang.value
-    return RenderOptions(precision, None, full, explain=explain, lang=language)
+    return RenderOptions(precision, stages, full, explain=explain, lang=language)
 
 
 def show(

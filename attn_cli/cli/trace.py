@@ -32,7 +32,7 @@ from attn_cli.cli.options import (
     ThemeOption,
     TraceFormat,
     WidthOption,
-    parse_size,
+    memory_budget,
     plain_wanted,
 )
 from attn_cli.cli.output import (
@@ -41,10 +41,9 @@ from attn_cli.cli.output import (
     emit_binary,
     note,
     tolerant,
-    warn_empty_rows,
-    warn_sentinel_rows,
+    warn_rows,
 )
-from attn_cli.cli.runs import write_plain
+from attn_cli.cli.runs import render_options, write_plain
 from attn_cli.core.limits import DEFAULT_MAX_ELEMENTS
 from attn_cli.errors import UsageError, printable
 
@@ -182,7 +181,7 @@ class _Asked(NamedTuple):
 
     @property
     def budget(self) -> Optional[int]:  # noqa: UP045
-        return None if self.max_memory is None else parse_size(self.max_memory)
+        return memory_budget(self.max_memory)
 
     @property
     def stages(self) -> Optional[tuple[str, ...]]:  # noqa: UP045
@@ -231,8 +230,7 @@ def _traced(asked: _Asked) -> "Trace":
             backward=asked.backward,
             progress=status.progress("computing attention"),
         )
-    warn_empty_rows(result, quiet=asked.quiet)
-    warn_sentinel_rows(result, quiet=asked.quiet)
+    warn_rows(result, quiet=asked.quiet)
     return result
 
 
@@ -300,8 +298,7 @@ def _write_data(asked: _Asked) -> None:
         else:
             emit_binary(lambda f: write_trace_json(result, f, stages), output, quiet=asked.quiet)
     # rows found empty by a softmax computed only as it was written are known only now
-    warn_empty_rows(result.finished(), quiet=asked.quiet)
-    warn_sentinel_rows(result.finished(), quiet=asked.quiet)
+    warn_rows(result.finished(), quiet=asked.quiet)
 
 
 def _step(
@@ -355,13 +352,7 @@ def classroom_options(
     focus: Optional[str],  # noqa: UP045
 ) -> "RenderOptions":
     """Render options with the language resolved and --cell/--focus turned into positions."""
-    import os
-
-    from attn_cli.present.i18n import default_lang
-    from attn_cli.present.options import RenderOptions
-
-    language = default_lang(os.environ) if lang is None else lang.value
-    options = RenderOptions(precision, stages, full, explain=explain, lang=language)
+    options = render_options(precision, full, explain, lang, stages)
     if cell is None and focus is None:
         return options
     from attn_cli.present.worked import parse_cell, resolve_position

@@ -119,23 +119,14 @@ def open_regular(
 
 
 def read_bytes(
-    path: Path,
-    source: str,
-    expected: str,
-    *,
-    max_bytes: int,
-    field: str = "",
-    special_hint: str = "",
+    path: Path, source: str, expected: str, *, max_bytes: int, special_hint: str = ""
 ) -> bytes:
     """The bytes of a regular file, read through :func:`open_regular`."""
-    hint = special_hint
-    with open_regular(
-        path, source, expected, max_bytes=max_bytes, field=field, special_hint=hint
-    ) as f:
+    with open_regular(path, source, expected, max_bytes=max_bytes, special_hint=special_hint) as f:
         try:
             return read_limited(f, source, max_bytes, expected)
         except OSError as e:
-            raise _os_error(e, path, source, expected, field) from None
+            raise _os_error(e, path, source, expected, "") from None
 
 
 def read_stdin(max_bytes: int, expected: str = "a fixture piped in") -> bytes:
