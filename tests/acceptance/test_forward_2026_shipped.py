@@ -44,6 +44,7 @@ def _layer_norm(x: Array, w: Array, b: Array | None, eps: float) -> Array:
 NormOf = Callable[[Array, dict[str, Array], int], Array]
 NORMS: dict[str, NormOf] = {
     "phi3": lambda h, t, i: _rms(h, t[f"model.layers.{i}.input_layernorm.weight"], 1e-5),
+    "smollm3": lambda h, t, i: _rms(h, t[f"model.layers.{i}.input_layernorm.weight"], 1e-6),
 }
 
 
@@ -105,6 +106,10 @@ def _top(key: str, value: Any) -> Callable[[dict[str, Any]], None]:
 HOSTILE = [
     ("phi3", _rope("long_factor", [1.0, 2.0]), "long_factor"),
     ("phi3", _rope("short_factor", [1.0, -1.0, 1.0]), "short_factor"),
+    ("smollm3", _top("no_rope_layers", [1, 1, 0]), "no_rope_layers"),
+    ("smollm3", _top("no_rope_layers", [1, 1, 2, 0]), "no_rope_layers"),
+    ("smollm3", _top("layer_types", ["full_attention"] * 3 + ["chunked"]), "layer_types"),
+    ("smollm3", lambda c: c.update(no_rope_layers=None, no_rope_layer_interval=0), "interval"),
 ]
 
 
@@ -113,3 +118,20 @@ def test_a_hostile_value_of_a_key_is_refused_in_one_line(
     case: str, edit: Callable[[dict[str, Any]], None], key: str, tmp_path: Path
 ) -> None:
     assert key in _hostile(case, tmp_path, edit)
+
+
+def test_smollm3_slides_where_layer_types_says_whatever_use_sliding_window(tmp_path: Path) -> None:
+    """transformers' eager mask per layer comes from layer_types (SmolLM3's modeling file):
+    use_sliding_window false only builds the default list (checked with transformers 5.25: a
+    layer typed sliding_attention with sliding_window 2 attends to 2 keys)."""
+    folder = tmp_path / "smollm3"
+    shutil.copytree(CASES / "smollm3", folder)
+    config = json.loads((folder / "config.json").read_text())
+    config["layer_types"][2] = "sliding_attention"
+    config["sliding_window"] = 2
+    (folder / "config.json").write_text(json.dumps(config))
+    out = tmp_path / "l2.npz"
+    text = _reference("smollm3")["text"]
+    result = run_cli("import", str(folder), "--layer", "2", "--text", text, "-o", str(out))
+    assert result.exit_code == 0, result.stderr
+    assert int(np.load(out)["window"]) == 2
