@@ -45,6 +45,9 @@ NormOf = Callable[[Array, dict[str, Array], int], Array]
 NORMS: dict[str, NormOf] = {
     "phi3": lambda h, t, i: _rms(h, t[f"model.layers.{i}.input_layernorm.weight"], 1e-5),
     "smollm3": lambda h, t, i: _rms(h, t[f"model.layers.{i}.input_layernorm.weight"], 1e-6),
+    "cohere2": lambda h, t, i: _layer_norm(
+        h, t[f"model.layers.{i}.input_layernorm.weight"], None, 1e-5
+    ),
 }
 
 
@@ -110,6 +113,9 @@ HOSTILE = [
     ("smollm3", _top("no_rope_layers", [1, 1, 2, 0]), "no_rope_layers"),
     ("smollm3", _top("layer_types", ["full_attention"] * 3 + ["chunked"]), "layer_types"),
     ("smollm3", lambda c: c.update(no_rope_layers=None, no_rope_layer_interval=0), "interval"),
+    ("cohere2", _top("sliding_window_pattern", 0), "sliding_window_pattern"),
+    ("cohere2", _top("head_dim", 4), "head_dim"),
+    ("cohere2", _top("sliding_window", 0), "sliding_window"),
 ]
 
 
