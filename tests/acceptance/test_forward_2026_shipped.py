@@ -45,6 +45,9 @@ NormOf = Callable[[Array, dict[str, Array], int], Array]
 NORMS: dict[str, NormOf] = {
     "phi3": lambda h, t, i: _rms(h, t[f"model.layers.{i}.input_layernorm.weight"], 1e-5),
     "smollm3": lambda h, t, i: _rms(h, t[f"model.layers.{i}.input_layernorm.weight"], 1e-6),
+    "gptj": lambda h, t, i: _layer_norm(
+        h, t[f"transformer.h.{i}.ln_1.weight"], t[f"transformer.h.{i}.ln_1.bias"], 1e-5
+    ),
     "cohere2": lambda h, t, i: _layer_norm(
         h, t[f"model.layers.{i}.input_layernorm.weight"], None, 1e-5
     ),
@@ -116,6 +119,10 @@ HOSTILE = [
     ("cohere2", _top("sliding_window_pattern", 0), "sliding_window_pattern"),
     ("cohere2", _top("head_dim", 4), "head_dim"),
     ("cohere2", _top("sliding_window", 0), "sliding_window"),
+    ("gptj", _top("rotary_dim", 5), "rotary_dim"),
+    ("gptj", _top("rotary_dim", 32), "rotary_dim"),
+    ("gptj", _top("n_head", 3), "n_head"),
+    ("gptj", _top("activation_function", "swish2"), "activation_function"),
 ]
 
 
