@@ -121,6 +121,7 @@ HOSTILE = [
     ("cohere2", _top("sliding_window", 0), "sliding_window"),
     ("gptj", _top("rotary_dim", 5), "rotary_dim"),
     ("gptj", _top("rotary_dim", 32), "rotary_dim"),
+    ("gptj", _top("rotary_dim", None), "rotary_dim"),
     ("gptj", _top("n_head", 3), "n_head"),
     ("gptj", _top("activation_function", "swish2"), "activation_function"),
 ]

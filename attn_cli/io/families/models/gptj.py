@@ -14,9 +14,10 @@ THETA = 10000.0  # create_sinusoidal_positions' base: no config key sets it
 
 
 def _rotary_dim(config: Config, head_dim: int) -> int:
-    """rotary_dim (GPTJConfig's default 64; null: the whole head), even and at most head_dim."""
+    """rotary_dim (GPTJConfig's default 64), even and at most head_dim; null is refused, as
+    GPTJConfig 5.25 refuses it (older versions rotated the whole head)."""
     if "rotary_dim" in config.data and config.data["rotary_dim"] is None:
-        return head_dim
+        raise config.error("rotary_dim", "got null", f"an even number of dims <= {head_dim}")
     dims = config.whole("rotary_dim", 64, minimum=2)
     if dims > head_dim or dims % 2:
         raise config.error("rotary_dim", f"got {dims}", f"an even number of dims <= {head_dim}")
