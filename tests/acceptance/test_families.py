@@ -32,7 +32,6 @@ REFUSED = {
     "phi_qk_layernorm": "qk_layernorm: got true",  # a LayerNorm (with bias) of q and k
     "hunyuan_v1_dense": "model type 'hunyuan_v1_dense' is not supported (q/k norm after RoPE",
     "llama4_text": "model type 'llama4_text' is not supported (chunked attention",
-    "gptj": "model type 'gptj' is not supported",
 }
 
 

@@ -19,6 +19,7 @@ from attn_cli.io.families.models import (
     gpt2,
     gpt_neox,
     gpt_oss,
+    gptj,
     granite,
     llama,
     ministral,
@@ -78,6 +79,7 @@ BUILT_IN = (
     qwen3_next.FAMILY,
     deepseek.FAMILY,
     deepseek.FAMILY_V2,
+    gptj.FAMILY,
 )
 for _family in BUILT_IN:
     register(_family)

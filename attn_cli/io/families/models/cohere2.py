@@ -14,12 +14,13 @@ ARCH = Arch(
     window="types",
     pattern=4,
     nope="full",
-    reads_head_dim=False,
     unwindowed="nope",
     pattern_keys=True,
 )
 KEYS = Keys(
     reads=SIZES | ROTARY | WINDOWED | PATTERN | {"layer_norm_eps", "attention_bias"},
+    # in Command R7B's config.json, never read by transformers' cohere2 (its q/k have no norm)
+    inert=frozenset({"layer_switch", "use_qk_norm"}),
     ignored={"partial_rotary_factor": FULL_ROPE},
     needs=(Need(("sliding_window",)), Need(("layer_types", *PATTERN))),
     assumed=("layer_norm_eps", "rope_theta"),

@@ -21,6 +21,8 @@ ARCH = Arch(
 KEYS = Keys(
     reads=LLAMA_READS
     | {"sliding_window", "original_max_position_embeddings", "partial_rotary_factor"},
+    # in Phi-4-mini's config.json, never read by transformers' phi3 (its layers have no biases)
+    inert=frozenset({"full_attn_mod", "interpolate_factor", "lm_head_bias"}),
     ignored={"attention_bias": NO_BIAS},
     assumed=LLAMA_ASSUMED,
 )
