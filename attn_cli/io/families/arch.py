@@ -69,6 +69,7 @@ class Arch:
     qkv_bias: str | bool = "attention_bias"  # the key turning q/k/v biases on, or always / never
     o_bias: str | bool = "attention_bias"  # the same for the output projection
     bias_default: bool = False  # the default of those keys
+    o_bias_default: bool | None = None  # o_bias's key's own default (None: bias_default)
     layout: Literal["half", "interleaved"] = "half"  # rotate_half, or pairs (2i, 2i+1)
     partial: float | None = None  # partial_rotary_factor's default, where the family reads it
     window: WindowRule = "none"  # which layers slide (see _window)

@@ -179,8 +179,8 @@ def _multiplier(config: Config, arch: Arch) -> float | None:
     return config.number("embedding_multiplier", 1.0) if arch.embed == "multiplier" else None
 
 
-def _bias(config: Config, arch: Arch, which: str | bool) -> bool:
-    return which if isinstance(which, bool) else config.flag(which, arch.bias_default)
+def _bias(config: Config, which: str | bool, default: bool) -> bool:
+    return which if isinstance(which, bool) else config.flag(which, default)
 
 
 def _llama_tensors(
@@ -192,7 +192,9 @@ def _llama_tensors(
     """
     C, H, Hkv, D = sizes
     a = f"{p}{arch.attn}."
-    qkv_bias, o_bias = _bias(config, arch, arch.qkv_bias), _bias(config, arch, arch.o_bias)
+    o_default = arch.bias_default if arch.o_bias_default is None else arch.o_bias_default
+    qkv_bias = _bias(config, arch.qkv_bias, arch.bias_default)
+    o_bias = _bias(config, arch.o_bias, o_default)
     tensors: list[Tensor] = []
     if arch.fused:
         rows = (H + 2 * Hkv) * D

@@ -34,6 +34,7 @@ from attn_cli.io.families.models import (
     qwen3,
     qwen3_moe,
     qwen3_next,
+    seed_oss,
     smollm3,
     stablelm,
     starcoder2,
@@ -78,6 +79,7 @@ BUILT_IN = (
     qwen3_next.FAMILY,
     deepseek.FAMILY,
     deepseek.FAMILY_V2,
+    seed_oss.FAMILY,
 )
 for _family in BUILT_IN:
     register(_family)

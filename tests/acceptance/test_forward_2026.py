@@ -1,0 +1,152 @@
+"""The 2026 flagships' shapes (issue 41): tiny checkpoints saved by transformers 5.25
+(tests/reference/forward_2026.py, its brief forward_2026.md), imported at two deep layers from
+their text. X must be the residual stream entering the layer, the traced softmax transformers'
+eager attention weights and ``projected`` the attention module's output, at rtol 1e-4, atol 1e-5.
+A case attn does not read yet is listed as refused: it must fail in one line (exit 2), so that a
+family that starts importing has to move to the checked list."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from conftest import run_cli
+
+from attn_cli.core.pipeline import run
+from attn_cli.io.fixture import load_fixture
+
+REFERENCE = Path(__file__).parent.parent / "reference" / "forward_2026"
+CASES = sorted(p.name for p in REFERENCE.iterdir() if p.is_dir())
+LAYERS = (2, 3)
+RTOL, ATOL = 1e-4, 1e-5
+CHECKED = ("seed_oss",)
+REFUSED = (
+    "apertus",
+    "cohere2",
+    "ernie4_5_moe",
+    "glm4_moe",
+    "gptj",
+    "hunyuan_v1_dense",
+    "llama4_text",
+    "ministral3",
+    "olmo_clip",
+    "phi3",
+    "smollm3",
+    "stablelm",
+)
+MODELS = importlib.util.find_spec("safetensors") and importlib.util.find_spec("tokenizers")
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(not MODELS, reason="attn import --text needs the models extra"),
+]
+
+
+def _ref(case: str) -> dict[str, Any]:
+    data: dict[str, Any] = json.loads((REFERENCE / case / "reference.json").read_text())
+    return data
+
+
+def test_every_case_is_checked_or_refused() -> None:
+    assert sorted((*CHECKED, *REFUSED)) == CASES
+    assert not set(CHECKED) & set(REFUSED)
+
+
+def layer_errors(case: str, layer: int, tmp_path: Path) -> dict[str, float]:
+    """Import ``case``'s ``layer`` from its text and compare; the largest errors, by what."""
+    ref = _ref(case)
+    deep = ref["deep"][str(layer)]
+    out = tmp_path / f"{case}_{layer}.npz"
+    result = run_cli(
+        "import",
+        str(REFERENCE / case),
+        "--layer",
+        str(layer),
+        "--text",
+        ref["text"],
+        "-o",
+        str(out),
+    )
+    assert result.exit_code == 0, result.stderr
+    fixture = load_fixture(out)
+    trace = run(fixture)
+    # X is the layer's input after its norm: the same import from transformers' hidden states
+    # (the residual stream entering the layer) gives the X the walk through layers 0..L-1 must
+    hidden = tmp_path / f"{case}_{layer}_hidden.npy"
+    np.save(hidden, np.asarray(deep["hidden"], dtype=np.float32))
+    expected_x = tmp_path / f"{case}_{layer}_hidden.npz"
+    args = ("--layer", str(layer), "--hidden", str(hidden), "-o", str(expected_x))
+    result = run_cli("import", str(REFERENCE / case), *args)
+    assert result.exit_code == 0, result.stderr
+    pairs = {
+        "X": (fixture.X, load_fixture(expected_x).X),
+        "softmax": (trace["softmax"].data, deep["attentions"]),
+        "projected": (trace["projected"].data, deep["attn_output"]),
+    }
+    errors = {}
+    for what, (actual, expected) in pairs.items():
+        want = np.asarray(expected, dtype=np.float64)
+        got = np.asarray(actual, dtype=np.float64).reshape(want.shape)
+        np.testing.assert_allclose(got, want, rtol=RTOL, atol=ATOL, err_msg=f"{case} {what}")
+        errors[what] = float(np.abs(got - want).max())
+    return errors
+
+
+@pytest.mark.parametrize("layer", LAYERS)
+@pytest.mark.parametrize("case", CHECKED)
+def test_a_deep_layer_matches_transformers(case: str, layer: int, tmp_path: Path) -> None:
+    layer_errors(case, layer, tmp_path)
+
+
+@pytest.mark.parametrize("case", REFUSED)
+def test_a_family_attn_does_not_read_yet_is_refused(case: str, tmp_path: Path) -> None:
+    ref = _ref(case)
+    out = tmp_path / "out.npz"
+    args = ("--layer", "2", "--text", ref["text"], "-o", str(out))
+    result = run_cli("import", str(REFERENCE / case), *args)
+    assert result.exit_code == 2, result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1, result.stderr
+    assert not out.exists()
+
+
+# A new family's new keys, each set to what the checkpoint cannot be: refused in one line
+HOSTILE: dict[
+    str, tuple[str, dict[str, Any], str]
+] = {  # id: (case, key, value) -> a word of the line
+    "seed_oss attention_out_bias on, no o_proj.bias": (
+        "seed_oss",
+        {"attention_out_bias": True},
+        "o_proj.bias",
+    ),
+    "seed_oss attention_out_bias not a bool": (
+        "seed_oss",
+        {"attention_out_bias": "yes"},
+        "attention_out_bias",
+    ),
+}
+
+
+@pytest.mark.parametrize("hostile", HOSTILE)
+def test_a_hostile_config_is_refused_in_one_line(hostile: str, tmp_path: Path) -> None:
+    case, changes, word = HOSTILE[hostile]
+    folder = tmp_path / case
+    shutil.copytree(REFERENCE / case, folder)
+    config = json.loads((folder / "config.json").read_text())
+    for key, value in changes.items():
+        keys = key.split(".")
+        where = config
+        for part in keys[:-1]:
+            where = where[part]
+        where[keys[-1]] = value
+    (folder / "config.json").write_text(json.dumps(config))
+    out = tmp_path / "out.npz"
+    result = run_cli("import", str(folder), "--layer", "2", "--text", "a b c", "-o", str(out))
+    assert result.exit_code == 2, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("Error: "), result.stderr
+    assert word in lines[0]
+    assert not out.exists()
