@@ -70,6 +70,24 @@ def _logistic(x: FloatArray) -> FloatArray:
     return ops.sigmoid(np.asarray(x, dtype=np.float64))
 
 
+def xielu(x: FloatArray, alpha_p: float, alpha_n: float, beta: float, eps: float) -> FloatArray:
+    """xIELU (transformers' XIELUActivation, Apertus), its raw learned parameters as saved:
+    with ap = softplus(alpha_p) and an = beta + softplus(alpha_n), ap·x² + beta·x where x > 0,
+    else (expm1(min(x, eps)) − x)·an + beta·x."""
+    ap = float(np.logaddexp(0.0, alpha_p))  # softplus, without overflow
+    an = beta + float(np.logaddexp(0.0, alpha_n))
+    x = np.asarray(x, dtype=np.float64)
+    negative = (np.expm1(np.minimum(x, eps)) - x) * an + beta * x
+    out: FloatArray = np.where(x > 0, ap * x * x + beta * x, negative)
+    return out
+
+
+# transformers' ACT2CLS names of activations with learned parameters: the function, and its
+# parameters' names (keyword arguments after x, each a tensor of one value in the checkpoint)
+PARAMETRIC: dict[str, tuple[Callable[..., FloatArray], tuple[str, ...]]] = {
+    "xielu": (xielu, ("alpha_p", "alpha_n", "beta", "eps")),
+}
+
 # transformers' ACT2FN names of the activations above
 ACTIVATIONS: dict[str, Callable[[FloatArray], FloatArray]] = {
     "gelu": gelu,

@@ -21,6 +21,7 @@ import math
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -373,8 +374,18 @@ def _norm_of(norm: Norm, t: Mapping[str, FloatArray]) -> fw.Norm:
     return lambda h: ck.normalize_rows(h, norm, t)
 
 
+def activation(name: str, t: Mapping[str, FloatArray]) -> Callable[[FloatArray], FloatArray]:
+    """The activation ``name``; a learned one (fw.PARAMETRIC) with its parameters' values from
+    the layer's tensors (roles ``act.<name>``)."""
+    if name not in fw.PARAMETRIC:
+        return fw.ACTIVATIONS[name]
+    fn, params = fw.PARAMETRIC[name]
+    values = {p: float(np.asarray(t[f"act.{p}"], dtype=np.float64).reshape(-1)[0]) for p in params}
+    return partial(fn, **values)
+
+
 def _mlp(bp: BlockPlan, t: Mapping[str, FloatArray], h: FloatArray) -> FloatArray:
-    act = fw.ACTIVATIONS[bp.act]
+    act = activation(bp.act, t)
     if bp.mlp == "dense":
         W_in, W_out = (t["in.weight"], t["out.weight"])
         if not bp.conv1d:  # nn.Linear [out, in]

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import math
 import shutil
 from pathlib import Path
 from typing import Any
@@ -24,9 +25,8 @@ REFERENCE = Path(__file__).parent.parent / "reference" / "forward_2026"
 CASES = sorted(p.name for p in REFERENCE.iterdir() if p.is_dir())
 LAYERS = (2, 3)
 RTOL, ATOL = 1e-4, 1e-5
-CHECKED = ("seed_oss",)
+CHECKED = ("seed_oss", "apertus")
 REFUSED = (
-    "apertus",
     "cohere2",
     "ernie4_5_moe",
     "glm4_moe",
@@ -127,6 +127,21 @@ HOSTILE: dict[
         {"attention_out_bias": "yes"},
         "attention_out_bias",
     ),
+    "xielu where the block has no learned activation": (
+        "seed_oss",
+        {"hidden_act": "xielu"},
+        "hidden_act",
+    ),
+    "apertus hidden_act no activation attn computes": (
+        "apertus",
+        {"hidden_act": "xielu_cuda"},
+        "hidden_act",
+    ),
+    "apertus llama3 factor not a number": (
+        "apertus",
+        {"rope_parameters.factor": "8"},
+        "factor",
+    ),
 }
 
 
@@ -150,3 +165,42 @@ def test_a_hostile_config_is_refused_in_one_line(hostile: str, tmp_path: Path) -
     assert len(lines) == 1 and lines[0].startswith("Error: "), result.stderr
     assert word in lines[0]
     assert not out.exists()
+
+
+# Keys transformers never reads: changed, the numbers stay the same and the note names them
+INERT_CHANGES: dict[str, tuple[str, dict[str, Any]]] = {
+    "apertus qk_norm false": ("apertus", {"qk_norm": False}),
+    "seed_oss pretraining_tp 4": ("seed_oss", {"pretraining_tp": 4}),
+}
+
+
+@pytest.mark.parametrize("change", INERT_CHANGES)
+def test_an_inert_key_changes_nothing_and_is_named(change: str, tmp_path: Path) -> None:
+    case, changes = INERT_CHANGES[change]
+    folder = tmp_path / case
+    shutil.copytree(REFERENCE / case, folder)
+    config = json.loads((folder / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps({**config, **changes}))
+    ref = _ref(case)
+    outs: list[Any] = []
+    for where in (REFERENCE / case, folder):
+        out = tmp_path / f"{len(outs)}.npz"
+        args = ("--layer", "2", "--text", ref["text"], "-o", str(out))
+        result = run_cli("import", str(where), *args)
+        assert result.exit_code == 0, result.stderr
+        assert f"never reads them): {', '.join(changes)}" in result.stderr
+        outs.append(run(load_fixture(out))["projected"].data)
+    np.testing.assert_array_equal(outs[0], outs[1])
+
+
+def test_xielu_is_transformers_formula() -> None:
+    """xIELU as activations.py's _xielu_python writes it, at values around 0 and eps."""
+    from attn_cli.core.forward import xielu
+
+    x = np.array([-30.0, -1.0, -1e-6, -1e-7, 0.0, 1e-7, 0.5, 3.0])
+    alpha_p, alpha_n, beta, eps = 0.05, -1.2, 0.5, -1e-6
+    ap, an = math.log1p(math.exp(alpha_p)), beta + math.log1p(math.exp(alpha_n))
+    want = [
+        ap * v * v + beta * v if v > 0 else (math.expm1(min(v, eps)) - v) * an + beta * v for v in x
+    ]
+    np.testing.assert_allclose(xielu(x, alpha_p, alpha_n, beta, eps), want, rtol=1e-15)

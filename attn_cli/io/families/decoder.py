@@ -117,7 +117,7 @@ def llama_like(arch: Arch, family: str, config: Config, layer: int) -> LayerPlan
         q_gate_rows=arch.gate,
         notes=tuple(notes),
         block=p,
-        scopes=(f"{arch.attn}.", "input_layernorm."),
+        scopes=(f"{arch.attn}.", f"{arch.norm_name}."),
         unused=rf"{arch.attn}\.(rotary_emb\.inv_freq|masked_bias|bias)",  # buffers once saved
     )
 
@@ -211,9 +211,9 @@ def _llama_tensors(
     if o_bias:
         tensors.append(Tensor("o.bias", f"{a}{arch.o_name}.bias", (C,)))
     if arch.norm is not None and arch.norm_weight:
-        tensors.append(Tensor("norm.weight", f"{p}input_layernorm.weight", (C,)))
+        tensors.append(Tensor("norm.weight", f"{p}{arch.norm_name}.weight", (C,)))
     if arch.norm_bias:
-        tensors.append(Tensor("norm.bias", f"{p}input_layernorm.bias", (C,)))
+        tensors.append(Tensor("norm.bias", f"{p}{arch.norm_name}.bias", (C,)))
     for variant in arch.variants:
         tensors += variant.tensors(a, sizes)
     return tuple(tensors)

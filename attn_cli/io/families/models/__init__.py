@@ -5,6 +5,7 @@ its messages list them."""
 from __future__ import annotations
 
 from attn_cli.io.families.models import (
+    apertus,
     bert,
     cohere,
     cohere2,
@@ -80,6 +81,7 @@ BUILT_IN = (
     deepseek.FAMILY,
     deepseek.FAMILY_V2,
     seed_oss.FAMILY,
+    apertus.FAMILY,
 )
 for _family in BUILT_IN:
     register(_family)
