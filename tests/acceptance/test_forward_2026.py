@@ -25,11 +25,10 @@ REFERENCE = Path(__file__).parent.parent / "reference" / "forward_2026"
 CASES = sorted(p.name for p in REFERENCE.iterdir() if p.is_dir())
 LAYERS = (2, 3)
 RTOL, ATOL = 1e-4, 1e-5
-CHECKED = ("seed_oss", "apertus")
+CHECKED = ("seed_oss", "apertus", "glm4_moe")
 REFUSED = (
     "cohere2",
     "ernie4_5_moe",
-    "glm4_moe",
     "gptj",
     "hunyuan_v1_dense",
     "llama4_text",
@@ -137,6 +136,24 @@ HOSTILE: dict[
         {"hidden_act": "xielu_cuda"},
         "hidden_act",
     ),
+    "glm4_moe use_qk_norm not a bool": ("glm4_moe", {"use_qk_norm": "yes"}, "use_qk_norm"),
+    "glm4_moe use_qk_norm off, q_norm saved": ("glm4_moe", {"use_qk_norm": False}, "norm.weight"),
+    "glm4_moe n_group not dividing the experts": ("glm4_moe", {"n_group": 3}, "n_group"),
+    "glm4_moe first_k_dense_replace negative": (
+        "glm4_moe",
+        {"first_k_dense_replace": -1},
+        "first_k_dense_replace",
+    ),
+    "glm4_moe routed_scaling_factor not a number": (
+        "glm4_moe",
+        {"routed_scaling_factor": "2.5"},
+        "routed_scaling_factor",
+    ),
+    "glm4_moe odd rotated dims": (
+        "glm4_moe",
+        {"rope_parameters.partial_rotary_factor": 0.375},
+        "partial_rotary_factor",
+    ),
     "apertus llama3 factor not a number": (
         "apertus",
         {"rope_parameters.factor": "8"},
@@ -171,6 +188,7 @@ def test_a_hostile_config_is_refused_in_one_line(hostile: str, tmp_path: Path) -
 INERT_CHANGES: dict[str, tuple[str, dict[str, Any]]] = {
     "apertus qk_norm false": ("apertus", {"qk_norm": False}),
     "seed_oss pretraining_tp 4": ("seed_oss", {"pretraining_tp": 4}),
+    "glm4_moe num_nextn_predict_layers 3": ("glm4_moe", {"num_nextn_predict_layers": 3}),
 }
 
 

@@ -17,6 +17,7 @@ from attn_cli.io.families.models import (
     gemma2,
     gemma3,
     glm4,
+    glm4_moe,
     gpt2,
     gpt_neox,
     gpt_oss,
@@ -82,6 +83,7 @@ BUILT_IN = (
     deepseek.FAMILY_V2,
     seed_oss.FAMILY,
     apertus.FAMILY,
+    glm4_moe.FAMILY,
 )
 for _family in BUILT_IN:
     register(_family)
