@@ -242,6 +242,18 @@ def route_greedy(
     return chosen, weights
 
 
+def route_corrected(
+    logits: FloatArray, k: int, correction: FloatArray, norm_min: float
+) -> tuple[np.ndarray[Any, np.dtype[np.intp]], FloatArray]:
+    """ERNIE 4.5 MoE's router on its logits [T, E]: p = softmax over every expert; the top
+    ``k`` of p + ``correction`` (e_score_correction_bias moves the choice, not the weights); the
+    weights the chosen p divided by max(their sum, ``norm_min``) (moe_norm_min)."""
+    p = softmax(np.asarray(logits, dtype=np.float64))  # (T, E), float64 as everything here
+    chosen = np.argsort(-(p + correction), axis=-1, kind="stable")[:, :k]  # (T, k)
+    weights: FloatArray = np.take_along_axis(p, chosen, axis=-1)  # (T, k)
+    return chosen, weights / np.maximum(weights.sum(axis=-1, keepdims=True), norm_min)
+
+
 def route_grouped(
     logits: FloatArray,
     k: int,

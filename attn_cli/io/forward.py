@@ -317,6 +317,9 @@ def _route(
         logits = logits + read(x.router_bias)
     if x.greedy is not None:
         return fw.route_greedy(logits, x.k, x.greedy.groups, x.greedy.scale)
+    if x.corrected is not None:
+        bias = read(x.corrected.correction).reshape(-1)  # (E,): saved as (1, E)
+        return fw.route_corrected(logits, x.k, bias, x.corrected.norm_min)
     if x.grouped is None:
         return fw.route_logits(logits, x.k, x.normalize)
     g = x.grouped
@@ -469,7 +472,8 @@ def _expert_tensors(bp: BlockPlan) -> list[Tensor]:
     if x is None:
         return []
     more = [*(x.plain_shared or ()), *(x.stacked.tensors() if x.stacked else ())]
-    more += [t for t in (x.router_bias, x.grouped and x.grouped.correction) if t is not None]
+    corrections = (x.grouped and x.grouped.correction, x.corrected and x.corrected.correction)
+    more += [t for t in (x.router_bias, *corrections) if t is not None]
     return [x.router, *(t for e in range(x.count) for t in x.each(e)), *(x.shared or ()), *more]
 
 

@@ -12,6 +12,7 @@ from attn_cli.io.families.models import (
     deepseek,
     distilbert,
     ernie4_5,
+    ernie4_5_moe,
     exaone4,
     gemma,
     gemma2,
@@ -84,6 +85,7 @@ BUILT_IN = (
     seed_oss.FAMILY,
     apertus.FAMILY,
     glm4_moe.FAMILY,
+    ernie4_5_moe.FAMILY,
 )
 for _family in BUILT_IN:
     register(_family)
