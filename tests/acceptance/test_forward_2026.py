@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 from conftest import run_cli
 
+from attn_cli.core import forward as fw
 from attn_cli.core.pipeline import run
 from attn_cli.io.fixture import load_fixture
 
@@ -240,3 +241,37 @@ def test_xielu_is_transformers_formula() -> None:
         ap * v * v + beta * v if v > 0 else (math.expm1(min(v, eps)) - v) * an + beta * v for v in x
     ]
     np.testing.assert_allclose(xielu(x, alpha_p, alpha_n, beta, eps), want, rtol=1e-15)
+
+
+def _without_correction(route: Any) -> Any:
+    return lambda logits, k, correction, *rest: route(logits, k, 0 * correction, *rest)
+
+
+# each new convention of the forward, left out, misses transformers at layer 3
+MISTAKES: dict[str, tuple[str, str, Any]] = {
+    "ernie4_5_moe's router without its correction bias": (
+        "ernie4_5_moe",
+        "route_corrected",
+        _without_correction(fw.route_corrected),
+    ),
+    "glm4_moe's router without its correction bias": (
+        "glm4_moe",
+        "route_grouped",
+        _without_correction(fw.route_grouped),
+    ),
+    "apertus's xIELU with beta 0": (
+        "apertus",
+        "PARAMETRIC",
+        {"xielu": (lambda x, beta, **p: fw.xielu(x, beta=0.0, **p), fw.PARAMETRIC["xielu"][1])},
+    ),
+}
+
+
+@pytest.mark.parametrize("mistake", MISTAKES)
+def test_a_mistaken_forward_misses_transformers(
+    mistake: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    case, name, wrong = MISTAKES[mistake]
+    monkeypatch.setattr(fw, name, wrong)
+    with pytest.raises(AssertionError, match=f"{case} (X|softmax|projected)"):
+        layer_errors(case, 3, tmp_path)
