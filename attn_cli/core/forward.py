@@ -70,6 +70,24 @@ def _logistic(x: FloatArray) -> FloatArray:
     return ops.sigmoid(np.asarray(x, dtype=np.float64))
 
 
+def xielu(x: FloatArray, alpha_p: float, alpha_n: float, beta: float, eps: float) -> FloatArray:
+    """xIELU (transformers' XIELUActivation, Apertus), its raw learned parameters as saved:
+    with ap = softplus(alpha_p) and an = beta + softplus(alpha_n), ap·x² + beta·x where x > 0,
+    else (expm1(min(x, eps)) − x)·an + beta·x."""
+    ap = float(np.logaddexp(0.0, alpha_p))  # softplus, without overflow
+    an = beta + float(np.logaddexp(0.0, alpha_n))
+    x = np.asarray(x, dtype=np.float64)
+    negative = (np.expm1(np.minimum(x, eps)) - x) * an + beta * x
+    out: FloatArray = np.where(x > 0, ap * x * x + beta * x, negative)
+    return out
+
+
+# transformers' ACT2CLS names of activations with learned parameters: the function, and its
+# parameters' names (keyword arguments after x, each a tensor of one value in the checkpoint)
+PARAMETRIC: dict[str, tuple[Callable[..., FloatArray], tuple[str, ...]]] = {
+    "xielu": (xielu, ("alpha_p", "alpha_n", "beta", "eps")),
+}
+
 # transformers' ACT2FN names of the activations above
 ACTIVATIONS: dict[str, Callable[[FloatArray], FloatArray]] = {
     "gelu": gelu,
@@ -222,6 +240,18 @@ def route_greedy(
     chosen = np.argsort(-pick, axis=-1, kind="stable")[:, :k]  # (T, k)
     weights: FloatArray = np.take_along_axis(pick, chosen, axis=-1) * scale
     return chosen, weights
+
+
+def route_corrected(
+    logits: FloatArray, k: int, correction: FloatArray, norm_min: float
+) -> tuple[np.ndarray[Any, np.dtype[np.intp]], FloatArray]:
+    """ERNIE 4.5 MoE's router on its logits [T, E]: p = softmax over every expert; the top
+    ``k`` of p + ``correction`` (e_score_correction_bias moves the choice, not the weights); the
+    weights the chosen p divided by max(their sum, ``norm_min``) (moe_norm_min)."""
+    p = softmax(np.asarray(logits, dtype=np.float64))  # (T, E), float64 as everything here
+    chosen = np.argsort(-(p + correction), axis=-1, kind="stable")[:, :k]  # (T, k)
+    weights: FloatArray = np.take_along_axis(p, chosen, axis=-1)  # (T, k)
+    return chosen, weights / np.maximum(weights.sum(axis=-1, keepdims=True), norm_min)
 
 
 def route_grouped(

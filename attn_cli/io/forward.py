@@ -21,6 +21,7 @@ import math
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -316,6 +317,9 @@ def _route(
         logits = logits + read(x.router_bias)
     if x.greedy is not None:
         return fw.route_greedy(logits, x.k, x.greedy.groups, x.greedy.scale)
+    if x.corrected is not None:
+        bias = read(x.corrected.correction).reshape(-1)  # (E,): saved as (1, E)
+        return fw.route_corrected(logits, x.k, bias, x.corrected.norm_min)
     if x.grouped is None:
         return fw.route_logits(logits, x.k, x.normalize)
     g = x.grouped
@@ -373,8 +377,18 @@ def _norm_of(norm: Norm, t: Mapping[str, FloatArray]) -> fw.Norm:
     return lambda h: ck.normalize_rows(h, norm, t)
 
 
+def activation(name: str, t: Mapping[str, FloatArray]) -> Callable[[FloatArray], FloatArray]:
+    """The activation ``name``; a learned one (fw.PARAMETRIC) with its parameters' values from
+    the layer's tensors (roles ``act.<name>``)."""
+    if name not in fw.PARAMETRIC:
+        return fw.ACTIVATIONS[name]
+    fn, params = fw.PARAMETRIC[name]
+    values = {p: float(np.asarray(t[f"act.{p}"], dtype=np.float64).reshape(-1)[0]) for p in params}
+    return partial(fn, **values)
+
+
 def _mlp(bp: BlockPlan, t: Mapping[str, FloatArray], h: FloatArray) -> FloatArray:
-    act = fw.ACTIVATIONS[bp.act]
+    act = activation(bp.act, t)
     if bp.mlp == "dense":
         W_in, W_out = (t["in.weight"], t["out.weight"])
         if not bp.conv1d:  # nn.Linear [out, in]
@@ -458,7 +472,8 @@ def _expert_tensors(bp: BlockPlan) -> list[Tensor]:
     if x is None:
         return []
     more = [*(x.plain_shared or ()), *(x.stacked.tensors() if x.stacked else ())]
-    more += [t for t in (x.router_bias, x.grouped and x.grouped.correction) if t is not None]
+    corrections = (x.grouped and x.grouped.correction, x.corrected and x.corrected.correction)
+    more += [t for t in (x.router_bias, *corrections) if t is not None]
     return [x.router, *(t for e in range(x.count) for t in x.each(e)), *(x.shared or ()), *more]
 
 

@@ -343,7 +343,11 @@ def test_gemma_3_4b_config_takes_gemma3_texts_defaults(
     from attn_cli.io.families import Config, check_keys, plan_layer
 
     config = Config(GEMMA3_4B, "config.json")
-    assert check_keys(config, "gemma3") == ()
+    image_side = "boi_token_index, eoi_token_index, image_token_index, mm_tokens_per_image"
+    assert check_keys(config, "gemma3") == (
+        f"inert keys (Gemma3ForConditionalGeneration's attention never reads them): "
+        f"{image_side}, vision_config",
+    )
     plan = plan_layer(config, "gemma3", layer)
     assert (plan.heads, plan.kv_heads, plan.head_dim, plan.hidden) == (8, 4, 256, 2560)
     assert plan.scale == 256**-0.5 and plan.variants.get("window") == window

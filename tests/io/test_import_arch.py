@@ -74,6 +74,7 @@ AGREE = {
     ("mistral", "mixtral"),
     ("mistral", "ministral"),
     ("mixtral", "ministral"),
+    ("llama", "seed_oss"),  # attention_bias false, no attention_out_bias: Llama's layer
     *((a, b) for a in ("bert", *_ROBERTA) for b in _ROBERTA if a != b),
 }
 rng = np.random.default_rng(23)

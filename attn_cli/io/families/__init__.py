@@ -35,6 +35,7 @@ from attn_cli.io.families.checks import (
 from attn_cli.io.families.config import Config
 from attn_cli.io.families.plan import (
     BlockPlan,
+    Corrected,
     Embedding,
     Experts,
     FloatArray,
@@ -56,6 +57,7 @@ __all__ = [
     "REGISTRY",
     "BlockPlan",
     "Config",
+    "Corrected",
     "Embedding",
     "Experts",
     "Family",

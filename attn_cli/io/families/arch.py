@@ -66,9 +66,11 @@ class Arch:
     norm: NormKind | None = "rms"  # the pre-attention norm; None: none (norms after attention)
     norm_bias: bool = False  # a LayerNorm with a bias (StarCoder 2, Phi, StableLM, GPT-NeoX)
     norm_weight: bool = True  # OLMo's LayerNorm has no parameters
+    norm_name: str = "input_layernorm"  # the pre-attention norm's module (Apertus: its own)
     qkv_bias: str | bool = "attention_bias"  # the key turning q/k/v biases on, or always / never
     o_bias: str | bool = "attention_bias"  # the same for the output projection
     bias_default: bool = False  # the default of those keys
+    o_bias_default: bool | None = None  # o_bias's key's own default (None: bias_default)
     layout: Literal["half", "interleaved"] = "half"  # rotate_half, or pairs (2i, 2i+1)
     partial: float | None = None  # partial_rotary_factor's default, where the family reads it
     window: WindowRule = "none"  # which layers slide (see _window)

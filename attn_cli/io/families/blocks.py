@@ -28,12 +28,23 @@ TensorOf = Callable[..., Tensor]  # (role, name under the layer's prefix, *shape
 ExpertsOf = Callable[[Config, LayerPlan, TensorOf], "Experts | None"]
 
 
-def act(cfg: Config, key: str, default: str) -> str:
-    """The activation at ``key`` (transformers' ACT2FN name), one core/forward.py computes."""
+def act(cfg: Config, key: str, default: str, learned: bool = False) -> str:
+    """The activation at ``key`` (transformers' ACT2FN name), one core/forward.py computes;
+    ``learned``: the block also reads one with learned parameters (fw.PARAMETRIC: xIELU)."""
     value = cfg.text(key, default)
-    if value not in fw.ACTIVATIONS:
-        raise cfg.error(key, f"got {value!r}", "one of " + ", ".join(fw.ACTIVATIONS))
+    known = [*fw.ACTIVATIONS, *(fw.PARAMETRIC if learned else ())]
+    if value not in known:
+        raise cfg.error(key, f"got {value!r}", "one of " + ", ".join(known))
     return str(value)
+
+
+def act_tensors(t: TensorOf, activation: str, module: str) -> list[Tensor]:
+    """A learned activation's parameters under ``module`` (``mlp.act_fn.``), one value each:
+    roles ``act.<name>`` (xIELU's alpha_p and alpha_n of shape (1,), beta and eps scalars)."""
+    if activation not in fw.PARAMETRIC:
+        return []
+    names = fw.PARAMETRIC[activation][1]
+    return [t(f"act.{n}", f"{module}{n}", *((1,) if n.startswith("alpha") else ())) for n in names]
 
 
 def tensor_of(plan: LayerPlan) -> TensorOf:
@@ -87,6 +98,8 @@ class Block:
     bias_key: str | None = "mlp_bias"  # the key turning the MLP's biases on
     no_bias: str = ""  # refuse mlp_bias true, saying this (Phi-3)
     act: tuple[str, str] = ("hidden_act", "silu")
+    act_module: str = ""  # where a learned activation's parameters are (none: none is read)
+    ungated: bool = False  # up_proj, the activation, down_proj: no gate (Apertus)
     residual: bool = False  # Granite's residual_multiplier on both branches
     experts: ExpertsOf | None = None  # a mixture of experts in place of the MLP on some layers
     # the head
@@ -112,7 +125,15 @@ def decoder_block(spec: Block, cfg: Config, plan: LayerPlan) -> BlockPlan:
     C, F, t = plan.hidden, cfg.whole("intermediate_size"), tensor_of(plan)
     norm = _block_norm(spec, cfg)
     experts = spec.experts(cfg, plan, t) if spec.experts is not None else None
-    mlp = [] if experts else _gated_mlp(spec, cfg, (C, F), t)
+    activation = act(cfg, *spec.act, learned=bool(spec.act_module))
+    if spec.ungated:
+        mlp = [
+            t("in.weight", "mlp.up_proj.weight", F, C),
+            t("out.weight", "mlp.down_proj.weight", C, F),
+        ]
+    else:
+        mlp = [] if experts else _gated_mlp(spec, cfg, (C, F), t)
+    mlp += act_tensors(t, activation, spec.act_module)
     names = dict(spec.norms)
     if norm.weight is None:  # OLMo: nothing to read
         norms, weights = dict.fromkeys(names, norm), []
@@ -120,8 +141,9 @@ def decoder_block(spec: Block, cfg: Config, plan: LayerPlan) -> BlockPlan:
         norms = {r: replace(norm, weight=f"{r}.weight") for r in names}
         weights = [t(f"{r}.weight", f"{n}.weight", C) for r, n in names.items()]
     residual = cfg.number("residual_multiplier", 1.0) if spec.residual else None
-    kind = "moe" if experts else "gated_fused" if spec.fused else "gated"
-    activation = act(cfg, *spec.act)
+    kind = (
+        "moe" if experts else "dense" if spec.ungated else "gated_fused" if spec.fused else "gated"
+    )
     tensors = (*mlp, *weights)
     return BlockPlan(spec.placement, norms, kind, False, activation, tensors, experts, residual)
 

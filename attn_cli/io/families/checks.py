@@ -184,6 +184,10 @@ def check_keys(config: Config, family: str) -> tuple[str, ...]:
     wrapper = get(family).wrapper
     text = text_config(config, family) if wrapper is not None else None
     notes: list[str] = []
+    inert = [key for key in config.data if key in keys.inert and key not in keys.reads]
+    if inert:  # accepted, and said: the reader sees what attn took as having no effect
+        hf_class = get(family).hf_class
+        notes.append(f"inert keys ({hf_class}'s attention never reads them): {', '.join(inert)}")
     for key, value in config.data.items():
         if key in keys.reads or key in keys.inert:
             continue

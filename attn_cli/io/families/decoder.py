@@ -117,7 +117,7 @@ def llama_like(arch: Arch, family: str, config: Config, layer: int) -> LayerPlan
         q_gate_rows=arch.gate,
         notes=tuple(notes),
         block=p,
-        scopes=(f"{arch.attn}.", "input_layernorm."),
+        scopes=(f"{arch.attn}.", f"{arch.norm_name}."),
         unused=rf"{arch.attn}\.(rotary_emb\.inv_freq|masked_bias|bias)",  # buffers once saved
     )
 
@@ -179,8 +179,8 @@ def _multiplier(config: Config, arch: Arch) -> float | None:
     return config.number("embedding_multiplier", 1.0) if arch.embed == "multiplier" else None
 
 
-def _bias(config: Config, arch: Arch, which: str | bool) -> bool:
-    return which if isinstance(which, bool) else config.flag(which, arch.bias_default)
+def _bias(config: Config, which: str | bool, default: bool) -> bool:
+    return which if isinstance(which, bool) else config.flag(which, default)
 
 
 def _llama_tensors(
@@ -192,7 +192,9 @@ def _llama_tensors(
     """
     C, H, Hkv, D = sizes
     a = f"{p}{arch.attn}."
-    qkv_bias, o_bias = _bias(config, arch, arch.qkv_bias), _bias(config, arch, arch.o_bias)
+    o_default = arch.bias_default if arch.o_bias_default is None else arch.o_bias_default
+    qkv_bias = _bias(config, arch.qkv_bias, arch.bias_default)
+    o_bias = _bias(config, arch.o_bias, o_default)
     tensors: list[Tensor] = []
     if arch.fused:
         rows = (H + 2 * Hkv) * D
@@ -209,9 +211,9 @@ def _llama_tensors(
     if o_bias:
         tensors.append(Tensor("o.bias", f"{a}{arch.o_name}.bias", (C,)))
     if arch.norm is not None and arch.norm_weight:
-        tensors.append(Tensor("norm.weight", f"{p}input_layernorm.weight", (C,)))
+        tensors.append(Tensor("norm.weight", f"{p}{arch.norm_name}.weight", (C,)))
     if arch.norm_bias:
-        tensors.append(Tensor("norm.bias", f"{p}input_layernorm.bias", (C,)))
+        tensors.append(Tensor("norm.bias", f"{p}{arch.norm_name}.bias", (C,)))
     for variant in arch.variants:
         tensors += variant.tensors(a, sizes)
     return tuple(tensors)

@@ -163,6 +163,7 @@ class Experts:
     grouped: Grouped | None = None  # DeepSeek V3's sigmoid router
     plain_shared: tuple[Tensor, Tensor, Tensor] | None = None  # DeepSeek V3: gate, up, down
     greedy: Greedy | None = None  # DeepSeek V2's softmax router
+    corrected: Corrected | None = None  # ERNIE 4.5 MoE's softmax router with its correction
 
 
 @dataclass(frozen=True)
@@ -189,6 +190,15 @@ class Grouped:
     correction: Tensor  # e_score_correction_bias (E,)
     groups: tuple[int, int]  # n_group, topk_group
     scale: float  # routed_scaling_factor
+
+
+@dataclass(frozen=True)
+class Corrected:
+    """ERNIE 4.5 MoE's router (Ernie4_5_MoeTopKRouter): softmax over every expert, the choice
+    moved by e_score_correction_bias, the chosen weights over max(their sum, moe_norm_min)."""
+
+    correction: Tensor  # moe_statics.e_score_correction_bias (1, E)
+    norm_min: float  # moe_norm_min
 
 
 @dataclass(frozen=True)

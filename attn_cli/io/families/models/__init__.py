@@ -5,17 +5,20 @@ its messages list them."""
 from __future__ import annotations
 
 from attn_cli.io.families.models import (
+    apertus,
     bert,
     cohere,
     cohere2,
     deepseek,
     distilbert,
     ernie4_5,
+    ernie4_5_moe,
     exaone4,
     gemma,
     gemma2,
     gemma3,
     glm4,
+    glm4_moe,
     gpt2,
     gpt_neox,
     gpt_oss,
@@ -35,6 +38,7 @@ from attn_cli.io.families.models import (
     qwen3,
     qwen3_moe,
     qwen3_next,
+    seed_oss,
     smollm3,
     stablelm,
     starcoder2,
@@ -80,6 +84,10 @@ BUILT_IN = (
     deepseek.FAMILY,
     deepseek.FAMILY_V2,
     gptj.FAMILY,
+    seed_oss.FAMILY,
+    apertus.FAMILY,
+    glm4_moe.FAMILY,
+    ernie4_5_moe.FAMILY,
 )
 for _family in BUILT_IN:
     register(_family)

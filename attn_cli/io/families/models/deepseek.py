@@ -294,8 +294,9 @@ def _rope(
     return base, (("type", "yarn"), *found.items()), mscale
 
 
-def _groups(cfg: Config, E: int, default: tuple[int, int] | None = None) -> tuple[int, int]:
-    """n_group and topk_group: groups of the E experts, the best topk_group kept."""
+def expert_groups(cfg: Config, E: int, default: tuple[int, int] | None = None) -> tuple[int, int]:
+    """n_group and topk_group: groups of the E experts, the best topk_group kept (DeepSeek's
+    routers, GLM-4.5's); ``default``: the config class's, else config.json must give them."""
     n, top = (REQUIRED, REQUIRED) if default is None else default
     groups = (cfg.whole("n_group", n), cfg.whole("topk_group", top))
     if E % groups[0] or groups[1] > groups[0]:
@@ -316,7 +317,7 @@ def v3_experts(cfg: Config, plan: LayerPlan, t: TensorOf) -> Experts | None:
         return None
     E, F = cfg.whole("n_routed_experts", 256), cfg.whole("moe_intermediate_size", 2048)
     k = cfg.whole("num_experts_per_tok", 8)
-    groups = _groups(cfg, E, (8, 4))
+    groups = expert_groups(cfg, E, (8, 4))
     S = F * cfg.whole("n_shared_experts", 1)
     grouped = Grouped(
         t("router.correction", "mlp.gate.e_score_correction_bias", E),
@@ -347,7 +348,7 @@ def v2_experts(cfg: Config, plan: LayerPlan, t: TensorOf) -> Experts | None:
         raise cfg.error("topk_method", f"got {method!r}", "greedy or group_limited_greedy")
     groups = None
     if method == "group_limited_greedy":
-        groups = _groups(cfg, E)
+        groups = expert_groups(cfg, E)
     S = F * cfg.whole("n_shared_experts", 2)
     return Experts(
         t("router", "mlp.gate.weight", E, C),
