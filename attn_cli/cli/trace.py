@@ -1,9 +1,9 @@
 """``attn trace``: one fixture through every stage, as tables, plain text, JSON or exports."""
 
 import sys
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, NamedTuple, Optional
+from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
 
@@ -153,9 +153,9 @@ def trace(
     _present(asked, _traced(asked))  # 2) trace, 3) show
 
 
-class _Asked(NamedTuple):
-    """The options of one ``attn trace``, as given (a NamedTuple: a fifth of a frozen
-    dataclass's start-up cost, and every ``attn trace`` pays it)."""
+@dataclass(frozen=True)
+class _Asked:
+    """The options of one ``attn trace``, as given."""
 
     fixture: Optional[str]  # noqa: UP045
     fmt: TraceFormat

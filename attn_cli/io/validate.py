@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, NamedTuple
+from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -525,9 +526,9 @@ def _grad(
 # The variants: each parses its own key (core/plugins/); positions place tokens for them
 
 
-class _Key(NamedTuple):
-    """The fixture key a variant parses (core/variant.py FixtureKey), on the checker (a
-    NamedTuple, not a dataclass: a dataclass costs a millisecond of every start-up)."""
+@dataclass(frozen=True)
+class _Key:
+    """The fixture key a variant parses (core/variant.py FixtureKey), on the checker."""
 
     c: Checker
     name: str
