@@ -104,7 +104,7 @@ class _Setup:
     base2: bool
     record: bool
     key_origin: int = 0  # the chain's key index of k[:, :, 0] (a split-KV chunk's first key)
-    with_extra: bool = True  # False: an extra logit (sinks) is left to the caller's merge
+    with_extra: bool = True  # False: an extra logit (a sink per head) is left to the caller's merge
 
 
 def flash_forward(

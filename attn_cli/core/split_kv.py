@@ -12,7 +12,7 @@ running sum l_s, the partial output O_s = acc_s / l_s and lse_s = m_s + log l_s.
 
 A chunk whose keys are all hidden from a query (under causal, the later chunks) has lse_s = −∞
 and weight exactly 0; a row with no key at all gives lse = −∞ and O = 0. An extra logit of the
-chain (gpt-oss's sinks) is a term of its own, lse = the logit and O = 0, joined once in the
+chain (gpt-oss's sink logits) is a term of its own, lse = the logit and O = 0, joined once in the
 merge rather than once per chunk. With ``base2`` every lse is in base 2 (exp2, log2), as
 Triton keeps it. The merge of two states is associative and commutative: :func:`fold` (left to
 right) and :func:`tree` (right to left, in pairs) give the one-shot merge's numbers to rounding.

@@ -229,7 +229,7 @@ def attention(
     if run("scaled"):
         x = made.scaled = _seen(way, "scaled", scale_scores(x, scale, out=into("scaled")), made)
     dtype = x.dtype  # the logits' (a hook's setting never widens them)
-    # 3) the score modifiers in turn (softcap: capped = cap · tanh(scaled / cap))
+    # 3) the score modifiers in turn (a cap: capped = cap · tanh(scaled / cap))
     for variant, value in chain.modifiers:
         if run(str(variant.stage)):
             made.before.append(x)
