@@ -20,7 +20,7 @@ import numpy as np
 from attn_cli.core.heads import merge_heads, split_heads
 from attn_cli.core.inputs import Inputs
 from attn_cli.core.ops import sigmoid
-from attn_cli.core.plugins.parsing import known_subkeys, plain
+from attn_cli.core.plugins.parsing import known_entries, plain
 from attn_cli.core.stage_spec import OUT_AXES, StageSpec
 from attn_cli.core.variant import (
     Cast,
@@ -63,10 +63,7 @@ class GatedAttention(OutTransform[Gate]):
     new_rank, new_order = 65, 70
 
     def parse(self, raw: Any, key: FixtureKey) -> Gate:
-        if not isinstance(raw, Mapping):
-            raise key(f"got {key.describe(raw)}", DOC)
-        value = {k: v for k, v in raw.items() if v is not None}
-        known_subkeys(value, key, self.name, self.subkeys)
+        value = known_entries(raw, key, self.name, self.subkeys, DOC)
         if key.d_model is None:
             raise key(
                 "given with Q, K and V directly",

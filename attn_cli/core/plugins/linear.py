@@ -49,7 +49,13 @@ from attn_cli.core.linear_forms import (
     softplus,
 )
 from attn_cli.core.ops import sigmoid, silu
-from attn_cli.core.plugins.parsing import known_subkeys, plain, positive_number, whole_number
+from attn_cli.core.plugins.parsing import (
+    known_entries,
+    known_subkeys,
+    plain,
+    positive_number,
+    whole_number,
+)
 from attn_cli.core.roles import MAKES_QKV, ON_SOFTMAX, REPLACES_SOFTMAX
 from attn_cli.core.stage_spec import OUT_AXES, Q_AXES, SCORE_AXES, StageSpec
 from attn_cli.core.variant import (
@@ -357,10 +363,7 @@ class GatedDeltaNet(_Linear[Delta], OutTransform[Delta]):
         return value.d_k, int(value.W_v.shape[1]) // heads
 
     def parse(self, raw: Any, key: FixtureKey) -> Delta:
-        if not isinstance(raw, Mapping):
-            raise key(f"got {key.describe(raw)}", _DELTA_DOC)
-        value = {k: v for k, v in raw.items() if v is not None}
-        known_subkeys(value, key, self.name, self.subkeys)
+        value = known_entries(raw, key, self.name, self.subkeys, _DELTA_DOC)
         return _DeltaParser(key, value).delta()
 
     def config(self, value: Delta, inputs: Inputs) -> dict[str, Any]:

@@ -35,7 +35,13 @@ import numpy as np
 from attn_cli.core.heads import merge_heads, split_heads
 from attn_cli.core.inputs import Inputs
 from attn_cli.core.ops import grad_rms_norm, rms_norm
-from attn_cli.core.plugins.parsing import fold_scaling, known_subkeys, plain, positive_number
+from attn_cli.core.plugins.parsing import (
+    entries,
+    fold_scaling,
+    known_subkeys,
+    plain,
+    positive_number,
+)
 from attn_cli.core.roles import MAKES_QKV, TRANSFORMS_QK
 from attn_cli.core.rope_scaling import RopeScaling, frequencies, parse_scaling
 from attn_cli.core.stage_spec import StageSpec, number_text
@@ -424,10 +430,7 @@ class LatentAttention(SideForm[MLA]):
         return d_nope + value.d_rope, int(value.W_UV.shape[1]) // heads
 
     def parse(self, raw: Any, key: FixtureKey) -> MLA:
-        if not isinstance(raw, Mapping):
-            raise key(f"got {key.describe(raw)}", DOC)
-        value = {k: v for k, v in raw.items() if v is not None}
-        value = fold_scaling(value, key, "mla.scaling")
+        value = fold_scaling(entries(raw, key, DOC), key, "mla.scaling")
         known_subkeys(value, key, self.name, self.subkeys)
         return _Parser(key, value).mla()
 
