@@ -28,7 +28,7 @@ from attn_cli.core.steps import (
     repeat_kv,
     softmax_rows,
 )
-from attn_cli.core.variant import Cells, Variant, same
+from attn_cli.core.variant import Cells, QKAt, Variant, same
 
 if TYPE_CHECKING:
     from attn_cli.core.pipeline import Trace
@@ -261,8 +261,8 @@ class _Recompute:
         i = stages.index(name)
         variant, value = self.chain.transforms_of(which)[i - 1]
         pos_q, pos_k = inp.token_positions()
-        positions = pos_q if which == "Q" else pos_k
-        s[name] = variant.transform(value, inp, which, get(stages[i - 1]), positions, same)
+        at = QKAt(inp, which, pos_q if which == "Q" else pos_k)
+        s[name] = variant.transform(value, at, get(stages[i - 1]))
 
     def logits(self, name: str) -> None:
         """The scores, scaled, the score modifiers' stages, the bias stages and masked."""

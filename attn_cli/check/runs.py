@@ -45,7 +45,7 @@ from attn_cli.core.decode import (
 )
 from attn_cli.core.decode import self_check as decode_self_check
 from attn_cli.core.pipeline import refuse as refuse_variants
-from attn_cli.core.variant import DecodeForm, Variant
+from attn_cli.core.variant import DecodeForm, QKAt, Variant
 from attn_cli.errors import ComputeError, InputError, UsageError
 
 if TYPE_CHECKING:
@@ -304,8 +304,9 @@ def _rotation(chain: Chain, dtype: np.dtype[Any]) -> Rotate | None:
         return None
 
     def rotate(x: Any, positions: Any) -> Any:
-        for v, value in rotations:  # Q and K take it alike: it is asked for K's
-            x = v.transform(value, chain.inputs, "K", x, positions, caster(dtype))
+        at = QKAt(chain.inputs, "K", positions, caster(dtype))  # Q and K take it alike
+        for v, value in rotations:
+            x = v.transform(value, at, x)
         return x
 
     return rotate
@@ -317,8 +318,9 @@ def _before_rotation(trace: Trace, chain: Chain, which: str, positions: Any) -> 
     at the tokens' positions (a factor per position commutes with the rotation)."""
     x = internal(trace, chain.before_positional(which))  # (B, heads, T, D)
     own = [(v, value) for v, value in chain.transforms_of(which) if v.positional and not _both(v)]
+    at = QKAt(chain.inputs, which, positions, caster(x.dtype))
     for v, value in own:
-        x = v.transform(value, chain.inputs, which, x, positions, caster(x.dtype))
+        x = v.transform(value, at, x)
     return x
 
 

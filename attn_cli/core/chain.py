@@ -29,6 +29,7 @@ from attn_cli.core.variant import (
     FloatArray,
     IntArray,
     OutTransform,
+    QKAt,
     ScoreModifier,
     Variant,
     own_loop,
@@ -119,10 +120,11 @@ class Chain:
         """Q or K (B, heads, n, D) at ``positions`` (n,) through its transforms in turn (only
         the positional ones, or only the others, when ``positional`` says), each result handed
         to ``into(stage, array)``."""
+        at = QKAt(self.inputs, which, positions, cast)
         for v, value in self.transforms_of(which):
             if positional is not None and v.positional != positional:
                 continue
-            x = v.transform(value, self.inputs, which, x, positions, cast)
+            x = v.transform(value, at, x)
             if into is not None:
                 into(f"{which}_{v.suffix}", x)
         return x

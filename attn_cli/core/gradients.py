@@ -30,7 +30,7 @@ from attn_cli.core.chain import Chain, cells_of
 from attn_cli.core.inputs import FloatArray, Inputs
 from attn_cli.core.stages import FORWARD_STAGE_NAMES, SPECS, applicable_stages
 from attn_cli.core.steps import allowed_positions
-from attn_cli.core.variant import Cast
+from attn_cli.core.variant import Cast, QKAt
 
 # What the backward reads from the forward run, when the fixture has it (and each Q/K
 # transform's stage).
@@ -141,14 +141,14 @@ def _back(
     """Each Q/K transform's stage and the map that carries its gradient back to the stage
     before it (RoPE: rotation by −angle; QK-norm: RMSNorm's backward), in forward order."""
     inp = chain.inputs
-    positions = inp.token_positions()[0 if which == "Q" else 1]
+    at = QKAt(inp, which, inp.token_positions()[0 if which == "Q" else 1], cast)
     stages = chain.qk_stages(which)
     back = []
     pairs = zip(chain.transforms_of(which), stages[:-1], stages[1:], strict=True)
     for (v, value), x_in, stage in pairs:
 
         def grad(d: FloatArray, v: Any = v, value: Any = value, x_in: str = x_in) -> FloatArray:
-            d_in: FloatArray = v.grad_transform(value, inp, which, d, arrays[x_in], positions, cast)
+            d_in: FloatArray = v.grad_transform(value, at, d, arrays[x_in])
             return d_in
 
         back.append((stage, grad))

@@ -47,6 +47,7 @@ from attn_cli.core.stages import (
     public_axes,
 )
 from attn_cli.core.steps import project
+from attn_cli.core.variant import QKAt
 
 Dtype = Literal["float64", "float32"]
 Upstream = Literal["grad", "ones"]  # the fixture's grad, or ones (L = sum of the final stage)
@@ -441,12 +442,12 @@ class _Run:
         V is left alone."""
         pos_q, pos_k = self.inputs.token_positions()
         for which, positions in (("Q", pos_q), ("K", pos_k)):
-            x = self.arrays.get(which)
+            x, at = self.arrays.get(which), QKAt(self.inputs, which, positions, self.as_dtype_any)
             for v, value in self.chain.transforms_of(which):
                 stage = f"{which}_{v.suffix}"
                 if stage in self.need:
                     assert x is not None
-                    x = v.transform(value, self.inputs, which, x, positions, self.as_dtype_any)
+                    x = v.transform(value, at, x)
                     self.arrays[stage] = x  # (B, heads, T, D)
 
     def attend(self, scale: float, progress: Progress | None) -> Attended:

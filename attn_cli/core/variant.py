@@ -208,6 +208,18 @@ class DecodeForm:
     parts: str  # what the cache holds, as a formula: "[c_KV_norm | k_rope_rot]"
 
 
+@dataclass(frozen=True, eq=False)
+class QKAt:
+    """What a Q/K transform runs on besides the array: Q or K (``which``) of these inputs, at
+    the tokens' ``positions`` (n,); ``cast(name, array)`` gives an array of the setting in the
+    computing dtype."""
+
+    inputs: Inputs
+    which: str  # "Q" or "K"
+    positions: IntArray  # (n,)
+    cast: Cast = same
+
+
 def exact(x: Any) -> str:
     """A number as the literal that reads back as the same float (YAML, Python); -0.0 as 0.0."""
     return repr(float(x) + 0.0)
@@ -353,28 +365,13 @@ class Variant(Generic[Setting]):
     # its gradients are listed after the input projections' in ``Gradients.stages()`` (QK-norm)
     grad_late: bool = False
 
-    def transform(
-        self,
-        value: Setting,
-        inputs: Inputs,
-        which: str,
-        x: FloatArray,
-        positions: IntArray,
-        cast: Cast,
-    ) -> FloatArray:
-        """Q or K (``which``), (B, heads, n, D) at their token ``positions`` (n,), transformed;
-        ``cast(name, array)`` gives an array of the setting in the computing dtype."""
+    def transform(self, value: Setting, at: QKAt, x: FloatArray) -> FloatArray:
+        """Q or K (``at.which``), (B, heads, n, D) at the tokens ``at.positions`` (n,),
+        transformed."""
         raise NotImplementedError(f"{self.name} transforms neither Q nor K")
 
     def grad_transform(
-        self,
-        value: Setting,
-        inputs: Inputs,
-        which: str,
-        d_out: FloatArray,
-        x_in: FloatArray,
-        positions: IntArray,
-        cast: Cast,
+        self, value: Setting, at: QKAt, d_out: FloatArray, x_in: FloatArray
     ) -> FloatArray:
         """d(transformed) -> d(x_in), the transform's Jacobian (transposed) applied."""
         raise NotImplementedError(f"{self.name} transforms neither Q nor K")

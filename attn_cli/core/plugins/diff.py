@@ -28,17 +28,22 @@ import numpy as np
 
 from attn_cli.core.inputs import Inputs
 from attn_cli.core.ops import grad_rms_norm, rms_norm
-from attn_cli.core.plugins.parsing import is_number, known_subkeys, plain, positive_number
+from attn_cli.core.plugins.parsing import (
+    is_number,
+    known_entries,
+    plain,
+    positive_number,
+)
 from attn_cli.core.roles import EXTRA_LOGIT, MAKES_QKV, TRANSFORMS_OUTPUT, TRANSFORMS_QK
 from attn_cli.core.stage_spec import K_AXES, OUT_AXES, Q_AXES, SCORE_AXES, StageSpec
 from attn_cli.core.variant import (
     Cast,
     FixtureKey,
     FloatArray,
-    IntArray,
     NewOption,
     NewSpec,
     OutTransform,
+    QKAt,
     exact,
     register,
 )
@@ -276,10 +281,7 @@ class DifferentialAttention(OutTransform[Diff]):
     new_rank, new_order = 66, 72
 
     def parse(self, raw: Any, key: FixtureKey) -> Diff:
-        if not isinstance(raw, Mapping):
-            raise key(f"got {key.describe(raw)}", DOC)
-        value = {k: v for k, v in raw.items() if v is not None}
-        known_subkeys(value, key, self.name, self.subkeys)
+        value = known_entries(raw, key, self.name, self.subkeys, DOC)
         return _parse(key, value)
 
     def config(self, value: Diff, inputs: Inputs) -> dict[str, Any]:
@@ -378,14 +380,7 @@ class DifferentialAttention(OutTransform[Diff]):
         return f"[{d_out} | d_scores_2ᵀ·Q_2] per head"
 
     def grad_transform(
-        self,
-        value: Diff,
-        inputs: Inputs,
-        which: str,
-        d_out: FloatArray,
-        x_in: FloatArray,
-        positions: IntArray,
-        cast: Cast,
+        self, value: Diff, at: QKAt, d_out: FloatArray, x_in: FloatArray
     ) -> FloatArray:
         """Q_1 = Q's first half: its gradient fills the first half, the second map's the rest."""
         d: FloatArray = np.concatenate([d_out, np.zeros_like(d_out)], axis=-1)
@@ -407,15 +402,7 @@ class DifferentialAttention(OutTransform[Diff]):
         """1/√(d_k/2): the reference's ``head_dim ** -0.5``, head_dim being one half's width."""
         return 1.0 / math.sqrt(inputs.d_k // 2)
 
-    def transform(
-        self,
-        value: Diff,
-        inputs: Inputs,
-        which: str,
-        x: FloatArray,
-        positions: IntArray,
-        cast: Cast,
-    ) -> FloatArray:
+    def transform(self, value: Diff, at: QKAt, x: FloatArray) -> FloatArray:
         """Q_1 and K_1: each head's first d_k/2 columns."""
         half: FloatArray = x[..., : x.shape[-1] // 2]  # (B, heads, n, d_k/2)
         return half
