@@ -45,7 +45,7 @@ from attn_cli.core.decode import (
 )
 from attn_cli.core.decode import self_check as decode_self_check
 from attn_cli.core.pipeline import refuse as refuse_variants
-from attn_cli.core.variant import DecodeForm, QKAt, Variant
+from attn_cli.core.variant import DecodeForm, QKAt, Traced, Variant
 from attn_cli.errors import ComputeError, InputError, UsageError
 
 if TYPE_CHECKING:
@@ -263,7 +263,7 @@ def decode_args(trace: Trace) -> DecodeArgs:
     dtype = np.dtype(trace.dtype)
     for v, value in chain.on:
         arrays = {name: internal(trace, name) for name in v.decode_stages}
-        form = v.decode_form(value, chain.inputs, arrays, caster(dtype))
+        form = v.decode_form(value, Traced(chain.inputs, arrays, caster(dtype)))
         if form is not None:  # nothing to rotate: its q and k are at their positions
             return DecodeArgs(form.q, form.k, form.v, chain, trace.scale, pos, None, form)
     q, k = (_before_rotation(trace, chain, which, pos) for which in "QK")
@@ -731,9 +731,9 @@ def _variant_maps(
     v = args["v"]
     checks: list[SelfCheck] = []
     for variant, value in Chain(inp).on:
-        arrays = {s: internal(trace, s) for s in variant.flash_reads}
+        run = Traced(inp, {s: internal(trace, s) for s in variant.flash_reads})
         outputs: list[AnyArray] = [output]
-        for n, (q, k) in enumerate(variant.flash_maps(value, inp, arrays), start=2):
+        for n, (q, k) in enumerate(variant.flash_maps(value, run), start=2):
             maps = {**args, "q": q, "k": k}  # the map's own q and k
             r = flash_forward(block_q=bq, block_k=bk, base2=base2, record_tiles=False, **maps)
             ref_o, ref_L = reference_rows(trace, q, k, v)
@@ -744,16 +744,12 @@ def _variant_maps(
                 self_check(f"lse_{n}", L_e, ref_L, scores, f32),
             ]
             outputs.append(r.output)
-        made = variant.flash_finish(value, inp, tuple(outputs), arrays, _as_is)
+        made = variant.flash_finish(value, run, tuple(outputs))
         checks += [
-            self_check(name, mine, arrays[name], math.log(inp.seq_k), f32)
+            self_check(name, mine, run.arrays[name], math.log(inp.seq_k), f32)
             for name, mine in made.items()
         ]
     return tuple(checks)
-
-
-def _as_is(name: str, array: FloatArray) -> FloatArray:
-    return array
 
 
 def flash_failure(run: FlashRun) -> ComputeError | None:

@@ -30,7 +30,7 @@ from attn_cli.core.chain import Chain, cells_of
 from attn_cli.core.inputs import FloatArray, Inputs
 from attn_cli.core.stages import FORWARD_STAGE_NAMES, SPECS, applicable_stages
 from attn_cli.core.steps import allowed_positions
-from attn_cli.core.variant import Cast, QKAt
+from attn_cli.core.variant import Cast, QKAt, Traced
 
 # What the backward reads from the forward run, when the fixture has it (and each Q/K
 # transform's stage).
@@ -201,7 +201,7 @@ def gradient_stages(
     front = _front(Chain(inputs))
     if front is not None:  # back through the front end that made Q, K, V (MLA's latent)
         v, value = front
-        made = v.grad_front(value, inputs, out, arrays, cast)
+        made = v.grad_front(value, Traced(inputs, arrays, cast), out)
         if grads.d_X is not None:  # a gate's path into d_X
             made["d_X"] = made["d_X"] + grads.d_X
         out.update(made)

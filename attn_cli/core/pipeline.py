@@ -47,7 +47,7 @@ from attn_cli.core.stages import (
     public_axes,
 )
 from attn_cli.core.steps import project
-from attn_cli.core.variant import QKAt
+from attn_cli.core.variant import QKAt, Traced
 
 Dtype = Literal["float64", "float32"]
 Upstream = Literal["grad", "ones"]  # the fixture's grad, or ones (L = sum of the final stage)
@@ -380,7 +380,7 @@ class _Run:
 
     def side(self, v: Any, value: Any, scale: float) -> None:
         """A variant's second form, each stage checked finite, then equal to the chain's."""
-        made = v.side(value, self.inputs, self.arrays, scale, self.as_dtype_any)
+        made = v.side(value, Traced(self.inputs, self.arrays, self.as_dtype_any), scale)
         for name in v.side_stages:
             self.arrays[name] = self.check(name, made[name], SPECS[name].axes)
         rtol = 1e-9 if self.dtype == "float64" else 1e-4
@@ -401,7 +401,7 @@ class _Run:
 
     def mix(self, v: Any, value: Any) -> None:
         """A mixer's stages and output from Q, K, V (linear attention), each checked finite."""
-        made = v.mix(value, self.inputs, self.arrays, self.as_dtype_any)
+        made = v.mix(value, Traced(self.inputs, self.arrays, self.as_dtype_any))
         for name in (*v.mixer_stages, "output"):
             self.arrays[name] = self.check(name, made[name], SPECS[name].axes)
 

@@ -220,6 +220,17 @@ class QKAt:
     cast: Cast = same
 
 
+@dataclass(frozen=True, eq=False)
+class Traced:
+    """What a hook reads of a run: its inputs, the stages it reads by name (``arrays``,
+    internal layouts) and ``cast(name, array)``, an array of the setting in the computing
+    dtype."""
+
+    inputs: Inputs
+    arrays: Mapping[str, FloatArray]
+    cast: Cast = same
+
+
 def exact(x: Any) -> str:
     """A number as the literal that reads back as the same float (YAML, Python); -0.0 as 0.0."""
     return repr(float(x) + 0.0)
@@ -447,15 +458,10 @@ class Variant(Generic[Setting]):
     front_reads: tuple[str, ...] = ()
 
     def grad_front(
-        self,
-        value: Setting,
-        inputs: Inputs,
-        grads: Mapping[str, FloatArray],
-        arrays: Mapping[str, FloatArray],
-        cast: Cast,
+        self, value: Setting, run: Traced, grads: Mapping[str, FloatArray]
     ) -> dict[str, FloatArray]:
         """Back through its front end: from ``grads`` (``d_Q``, ``d_K``, ``d_V``, internal
-        layouts) and its forward stages in ``arrays`` to its gradient stages by name, ``d_X``
+        layouts) and its forward stages in ``run.arrays`` to its gradient stages by name, ``d_X``
         among them (the base rows it fills, such as ``d_W_Q``, too)."""
         raise NotImplementedError(f"{self.name} makes no Q, K, V")
 
@@ -464,23 +470,17 @@ class Variant(Generic[Setting]):
     # the trace's stages ``flash_maps`` and ``flash_finish`` read (and check against)
     flash_reads: tuple[str, ...] = ()
 
-    def flash_maps(
-        self, value: Setting, inputs: Inputs, arrays: Mapping[str, FloatArray]
-    ) -> tuple[tuple[FloatArray, FloatArray], ...]:
-        """More (q, k) pairs, (B, H, T, D) and (B, Hkv, S, D), whose softmax·V FlashAttention
-        tiles as it tiles the chain's, with the chain's scale, modifiers and mask."""
+    def flash_maps(self, value: Setting, run: Traced) -> tuple[tuple[FloatArray, FloatArray], ...]:
+        """From the trace's ``flash_reads``, more (q, k) pairs, (B, H, T, D) and (B, Hkv, S, D),
+        whose softmax·V FlashAttention tiles as it tiles the chain's, with the chain's scale,
+        modifiers and mask."""
         return ()
 
     def flash_finish(
-        self,
-        value: Setting,
-        inputs: Inputs,
-        outputs: tuple[FloatArray, ...],
-        arrays: Mapping[str, FloatArray],
-        cast: Cast,
+        self, value: Setting, run: Traced, outputs: tuple[FloatArray, ...]
     ) -> dict[str, FloatArray]:
-        """Stages of the trace made from every map's tiled O (the chain's first), by name:
-        each is checked against the trace's."""
+        """Stages of the trace made from every map's tiled O (the chain's first) and its
+        ``flash_reads``, by name: each is checked against the trace's."""
         return {}
 
     def front_fills(self, value: Setting, gradient: str) -> bool:
@@ -502,24 +502,18 @@ class Variant(Generic[Setting]):
     # the stages ``decode_form`` reads from the trace
     decode_stages: tuple[str, ...] = ()
 
-    def decode_form(
-        self, value: Setting, inputs: Inputs, arrays: Mapping[str, FloatArray], cast: Cast
-    ) -> DecodeForm | None:
+    def decode_form(self, value: Setting, run: Traced) -> DecodeForm | None:
         """What decoding caches and attends with, from the trace's stages (internal layouts);
         None: Q, K and V as the chain has them."""
         return None
 
-    def decode_state(
-        self, value: Setting, inputs: Inputs, arrays: Mapping[str, FloatArray], cast: Cast
-    ) -> Any:
+    def decode_state(self, value: Setting, run: Traced) -> Any:
         """A recurrent state decoding carries in place of a KV cache (a core.decode_state
         ``Recurrence``: linear attention), from the trace's Q, K, V, X and ``decode_stages``;
         None: a cache."""
         return None
 
-    def decode_maps(
-        self, value: Setting, inputs: Inputs, arrays: Mapping[str, FloatArray], cast: Cast
-    ) -> Any:
+    def decode_maps(self, value: Setting, run: Traced) -> Any:
         """More than one softmax map per head over one KV cache (a core.decode_maps
         ``MapsForm``: differential attention), from the trace's Q, K, V and ``decode_stages``;
         None: the chain's one map."""
@@ -648,11 +642,8 @@ class Mixer(Variant[Setting]):
     """A mixer: output made from Q, K, V by the variant, in place of scores..softmax (its
     ``mixer_stages``: linear attention's feature maps, its implicit weights)."""
 
-    def mix(
-        self, value: Setting, inputs: Inputs, arrays: Mapping[str, FloatArray], cast: Cast
-    ) -> dict[str, FloatArray]:
-        """Its mixer stages and ``output`` (B, H, T, Dv), from the chain's Q, K, V (``arrays``,
-        internal layouts)."""
+    def mix(self, value: Setting, run: Traced) -> dict[str, FloatArray]:
+        """Its mixer stages and ``output`` (B, H, T, Dv), from the chain's Q, K, V."""
         raise NotImplementedError(self.name)
 
 
@@ -661,15 +652,8 @@ class SideForm(Variant[Setting]):
     checked against the chain's by ``side_equal``: MLA's absorbed form, linear attention's
     recurrent and chunked ones)."""
 
-    def side(
-        self,
-        value: Setting,
-        inputs: Inputs,
-        arrays: Mapping[str, FloatArray],
-        scale: float,
-        cast: Cast,
-    ) -> dict[str, FloatArray]:
-        """Its side stages, from the chain's stages (``arrays``, internal layouts)."""
+    def side(self, value: Setting, run: Traced, scale: float) -> dict[str, FloatArray]:
+        """Its side stages, from the chain's stages and its ``scale``."""
         raise NotImplementedError(self.name)
 
 

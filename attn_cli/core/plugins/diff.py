@@ -44,6 +44,7 @@ from attn_cli.core.variant import (
     NewSpec,
     OutTransform,
     QKAt,
+    Traced,
     exact,
     register,
 )
@@ -419,32 +420,25 @@ class DifferentialAttention(OutTransform[Diff]):
         assert seen is not None, "the run hands the differential map Q, K, V and softmax"
         return differential(value, inputs, seen, cast)
 
-    def decode_maps(
-        self, value: Diff, inputs: Inputs, arrays: Mapping[str, FloatArray], cast: Cast
-    ) -> MapsForm:
-        return decode_form(value, inputs, arrays, cast)
+    def decode_maps(self, value: Diff, run: Traced) -> MapsForm:
+        return decode_form(value, run.inputs, run.arrays, run.cast)
 
     flash_reads = ("Q", "K", "lambda", "diff_output")
 
-    def flash_maps(
-        self, value: Diff, inputs: Inputs, arrays: Mapping[str, FloatArray]
-    ) -> tuple[tuple[FloatArray, FloatArray], ...]:
+    def flash_maps(self, value: Diff, run: Traced) -> tuple[tuple[FloatArray, FloatArray], ...]:
         """The second map's halves, Q2 and K2: tiled as the first map's Q1 and K1 are, over the
         same V (the reference's multihead_flashdiff_1.py calls flash_attn_func twice)."""
-        half = inputs.d_k // 2
-        return ((arrays["Q"][..., half:], arrays["K"][..., half:]),)
+        half = run.inputs.d_k // 2
+        return ((run.arrays["Q"][..., half:], run.arrays["K"][..., half:]),)
 
     def flash_finish(
-        self,
-        value: Diff,
-        inputs: Inputs,
-        outputs: tuple[FloatArray, ...],
-        arrays: Mapping[str, FloatArray],
-        cast: Cast,
+        self, value: Diff, run: Traced, outputs: tuple[FloatArray, ...]
     ) -> dict[str, FloatArray]:
         """diff_output = O1 − λ·O2, each map's tiled softmax·V."""
         O1, O2 = outputs
-        lam = np.reshape(arrays["lambda"], (-1, inputs.heads))[0]  # (H,), whatever the layout
+        lam = np.reshape(run.arrays["lambda"], (-1, run.inputs.heads))[
+            0
+        ]  # (H,), whatever the layout
         return {"diff_output": O1 - lam[None, :, None, None] * O2}
 
     def refuses(self, value: Diff, inputs: Inputs, what: str) -> tuple[str, str, str] | None:

@@ -67,6 +67,7 @@ from attn_cli.core.variant import (
     OutTransform,
     Setting,
     SideForm,
+    Traced,
     Variant,
     register,
 )
@@ -215,9 +216,8 @@ class LinearAttention(_Linear[Plain]):
     def stage_formula(self, value: Plain, inputs: Inputs, stage: str) -> str:
         return _PLAIN_FORMULAS[stage].replace("{C}", str(value.chunk))
 
-    def mix(
-        self, value: Plain, inputs: Inputs, arrays: Mapping[str, FloatArray], cast: Cast
-    ) -> dict[str, FloatArray]:
+    def mix(self, value: Plain, run: Traced) -> dict[str, FloatArray]:
+        inputs, arrays = run.inputs, run.arrays
         _refuse_cross(self, inputs)
         group = inputs.heads // inputs.kv_heads
         # contiguous: (B, H, T, d_k) views of the projection make the products below slow
@@ -226,14 +226,8 @@ class LinearAttention(_Linear[Plain]):
         weights, output = linear_parallel(phi_q, k, v)
         return {"phi_Q": phi_q, "phi_K": phi_k, "implicit_weights": weights, "output": output}
 
-    def side(
-        self,
-        value: Plain,
-        inputs: Inputs,
-        arrays: Mapping[str, FloatArray],
-        scale: float,
-        cast: Cast,
-    ) -> dict[str, FloatArray]:
+    def side(self, value: Plain, run: Traced, scale: float) -> dict[str, FloatArray]:
+        inputs, arrays = run.inputs, run.arrays
         group = inputs.heads // inputs.kv_heads
         k, v = (np.repeat(arrays[n], group, axis=1) for n in ("phi_K", "V"))  # (B, H, T, ·)
         states, zs, out = linear_recurrent(arrays["phi_Q"], k, v)
@@ -245,10 +239,9 @@ class LinearAttention(_Linear[Plain]):
             "output_chunked": chunked,
         }
 
-    def decode_state(
-        self, value: Plain, inputs: Inputs, arrays: Mapping[str, FloatArray], cast: Cast
-    ) -> PlainRecurrence:
-        return PlainRecurrence(arrays["Q"], arrays["K"], arrays["V"], value.chunk)
+    def decode_state(self, value: Plain, run: Traced) -> PlainRecurrence:
+        q, k, v = (run.arrays[n] for n in ("Q", "K", "V"))
+        return PlainRecurrence(q, k, v, value.chunk)
 
 
 _PLAIN_FORMULAS = {
@@ -402,33 +395,23 @@ class GatedDeltaNet(_Linear[Delta], OutTransform[Delta]):
     ) -> dict[str, FloatArray]:
         return delta_front(value, inputs.heads, X, cast)
 
-    def mix(
-        self, value: Delta, inputs: Inputs, arrays: Mapping[str, FloatArray], cast: Cast
-    ) -> dict[str, FloatArray]:
+    def mix(self, value: Delta, run: Traced) -> dict[str, FloatArray]:
+        arrays = run.arrays
         q = l2norm(arrays["Q"]) / np.sqrt(value.d_k).astype(arrays["Q"].dtype)
         k = l2norm(arrays["K"])
         weights, output = delta_parallel(q, k, arrays["V"], arrays["g"], arrays["beta"])
         return {"q_l2": q, "k_l2": k, "implicit_weights": weights, "output": output}
 
-    def side(
-        self,
-        value: Delta,
-        inputs: Inputs,
-        arrays: Mapping[str, FloatArray],
-        scale: float,
-        cast: Cast,
-    ) -> dict[str, FloatArray]:
-        q, k, v, g, beta = (arrays[n] for n in ("q_l2", "k_l2", "V", "g", "beta"))
+    def side(self, value: Delta, run: Traced, scale: float) -> dict[str, FloatArray]:
+        q, k, v, g, beta = (run.arrays[n] for n in ("q_l2", "k_l2", "V", "g", "beta"))
         states, out = delta_recurrent(q, k, v, g, beta)
         chunked = delta_chunked(q, k, v, g, beta, value.chunk)
         return {"state": states, "output_recurrent": out, "output_chunked": chunked}
 
     decode_stages = ("g", "beta")
 
-    def decode_state(
-        self, value: Delta, inputs: Inputs, arrays: Mapping[str, FloatArray], cast: Cast
-    ) -> DeltaRecurrence:
-        return DeltaRecurrence(value, inputs.heads, arrays, cast)
+    def decode_state(self, value: Delta, run: Traced) -> DeltaRecurrence:
+        return DeltaRecurrence(value, run.inputs.heads, run.arrays, run.cast)
 
     def out_transform(
         self,

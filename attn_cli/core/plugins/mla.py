@@ -52,6 +52,7 @@ from attn_cli.core.variant import (
     FloatArray,
     IntArray,
     SideForm,
+    Traced,
     register,
 )
 
@@ -498,15 +499,10 @@ class LatentAttention(SideForm[MLA]):
         return next(f for n, _, _, f in _GRAD if n == stage)
 
     def grad_front(
-        self,
-        value: MLA,
-        inputs: Inputs,
-        grads: Mapping[str, FloatArray],
-        arrays: Mapping[str, FloatArray],
-        cast: Cast,
+        self, value: MLA, run: Traced, grads: Mapping[str, FloatArray]
     ) -> dict[str, FloatArray]:
-        pos = inputs.token_positions()[0]
-        return naive_backward(value, inputs.heads, grads, arrays, pos, cast)
+        pos = run.inputs.token_positions()[0]
+        return naive_backward(value, run.inputs.heads, grads, run.arrays, pos, run.cast)
 
     def front_fills(self, value: MLA, gradient: str) -> bool:
         return gradient == "d_W_Q" and not value.lora
@@ -520,27 +516,18 @@ class LatentAttention(SideForm[MLA]):
     ) -> dict[str, FloatArray]:
         return naive(value, inputs.heads, X, positions, cast)
 
-    def side(
-        self,
-        value: MLA,
-        inputs: Inputs,
-        arrays: Mapping[str, FloatArray],
-        scale: float,
-        cast: Cast,
-    ) -> dict[str, FloatArray]:
-        return absorbed(value, inputs.heads, arrays, scale, cast)
+    def side(self, value: MLA, run: Traced, scale: float) -> dict[str, FloatArray]:
+        return absorbed(value, run.inputs.heads, run.arrays, scale, run.cast)
 
     decode_stages = ("q_nope", "q_rope_rot", "c_KV_norm", "k_rope_rot")
 
-    def decode_form(
-        self, value: MLA, inputs: Inputs, arrays: Mapping[str, FloatArray], cast: Cast
-    ) -> DecodeForm:
+    def decode_form(self, value: MLA, run: Traced) -> DecodeForm:
         """Decoding as DeepSeek's inference runs it: the cache holds each token's latent c_KV
         (normed) and its rotated RoPE key, r + d_rope numbers for all heads; each step's query
         is q_nope·W_UKᵀ beside q_rope_rot, attends over [c_KV_norm | k_rope_rot] (one cache
         head, every query head reads it) with the values the latent itself, and W_UV turns
         each head's softmax·c_KV_norm into its output."""
-        r, H = value.rank, inputs.heads
+        r, H, arrays, cast = value.rank, run.inputs.heads, run.arrays, run.cast
         W_UK = cast("mla.W_UK", value.W_UK).reshape(r, H, -1).transpose(1, 0, 2)  # (H, r, nope)
         W_UV = cast("mla.W_UV", value.W_UV).reshape(r, H, -1).transpose(1, 0, 2)  # (H, r, d_v)
         q_absorbed = arrays["q_nope"] @ W_UK.transpose(0, 2, 1)  # (B, H, T, r)
