@@ -31,6 +31,7 @@ from attn_cli.core.variant import (
     OutTransform,
     QKAt,
     ScoreModifier,
+    Traced,
     Variant,
     own_loop,
     refuse_clash,
@@ -152,8 +153,10 @@ class Chain:
         """The attention output (B, H, T, Dv) through each head-output transform in turn, each
         one's stages handed to ``into(stage, array)``; the last transform's output. ``seen``:
         the chain's stages the transforms read (their ``out_reads``)."""
+        read = {**(seen or {}), **({} if X is None else {"X": X})}
+        run = Traced(self.inputs, read, cast)
         for v, value in self.outs:
-            made = v.out_transform(value, self.inputs, output, X, cast, seen)
+            made = v.out_transform(value, run, output)
             if into is not None:
                 for stage in v.out_stages:
                     into(stage, made[stage])

@@ -159,7 +159,7 @@ def _back_out(chain: Chain, arrays: Mapping[str, FloatArray], cast: Cast) -> tup
     """Each head-output transform (a gate) as the map that carries the gradient of its last
     stage back to the stage it read, in forward order."""
     backs: list[BackOut] = []
-    before = "output"
+    before, run = "output", Traced(chain.inputs, arrays, cast)
     for v, value in chain.outs:
         made = {
             **{s: arrays[s] for s in v.out_reads},
@@ -168,7 +168,7 @@ def _back_out(chain: Chain, arrays: Mapping[str, FloatArray], cast: Cast) -> tup
         }
 
         def back(d: FloatArray, v: Any = v, value: Any = value, made: Any = made) -> Any:
-            return v.grad_out(value, chain.inputs, d, made, arrays.get("X"), cast)
+            return v.grad_out(value, run, d, made)
 
         backs.append(back)
         before = v.out_stages[-1]

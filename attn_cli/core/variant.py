@@ -609,31 +609,20 @@ class OutTransform(Variant[Setting]):
         return ("output",)
 
     def out_transform(
-        self,
-        value: Setting,
-        inputs: Inputs,
-        output: FloatArray,
-        X: FloatArray | None,
-        cast: Cast,
-        seen: Mapping[str, FloatArray] | None = None,
+        self, value: Setting, run: Traced, output: FloatArray
     ) -> dict[str, FloatArray]:
         """Its stages by name, each (B, H, T, Dv), from the attention output (B, H, T, Dv) of the
-        fixture's queries and the states the queries were projected from, X (B, T, d_model)
-        (None: Q, K, V given), and ``seen``, the stages of ``out_reads`` (internal layouts);
-        the last of ``out_stages`` is the transformed output."""
+        fixture's queries and ``run.arrays``: the states the queries were projected from, ``X``
+        (B, T, d_model; absent when Q, K, V are given), and the stages of ``out_reads``
+        (internal layouts); the last of ``out_stages`` is the transformed output."""
         raise NotImplementedError(self.name)
 
     def grad_out(
-        self,
-        value: Setting,
-        inputs: Inputs,
-        d_out: FloatArray,
-        made: Mapping[str, FloatArray],
-        X: FloatArray | None,
-        cast: Cast,
+        self, value: Setting, run: Traced, d_out: FloatArray, made: Mapping[str, FloatArray]
     ) -> tuple[FloatArray, dict[str, FloatArray], FloatArray | None]:
-        """Back through it: from ``d_out``, the gradient of its last stage (B, H, T, Dv), and
-        ``made``, its forward stages and the output it read (``"output"``), to (the gradient of
+        """Back through it: from ``d_out``, the gradient of its last stage (B, H, T, Dv),
+        ``made``, its forward stages and the output it read (``"output"``), and the run's
+        ``X`` (absent when Q, K, V are given), to (the gradient of
         that output, its gradient stages by name, what it adds to d_X; None: nothing)."""
         raise NotImplementedError(self.name)
 

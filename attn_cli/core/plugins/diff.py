@@ -388,15 +388,9 @@ class DifferentialAttention(OutTransform[Diff]):
         return d
 
     def grad_out(
-        self,
-        value: Diff,
-        inputs: Inputs,
-        d_out: FloatArray,
-        made: Mapping[str, FloatArray],
-        X: FloatArray | None,
-        cast: Cast,
+        self, value: Diff, run: Traced, d_out: FloatArray, made: Mapping[str, FloatArray]
     ) -> tuple[FloatArray, dict[str, FloatArray], FloatArray | None]:
-        d_output, grads = differential_backward(value, inputs, d_out, made, cast)
+        d_output, grads = differential_backward(value, run.inputs, d_out, made, run.cast)
         return d_output, grads, None
 
     def default_scale(self, value: Diff, inputs: Inputs) -> float:
@@ -408,17 +402,8 @@ class DifferentialAttention(OutTransform[Diff]):
         half: FloatArray = x[..., : x.shape[-1] // 2]  # (B, heads, n, d_k/2)
         return half
 
-    def out_transform(
-        self,
-        value: Diff,
-        inputs: Inputs,
-        output: FloatArray,
-        X: FloatArray | None,
-        cast: Cast,
-        seen: Mapping[str, FloatArray] | None = None,
-    ) -> dict[str, FloatArray]:
-        assert seen is not None, "the run hands the differential map Q, K, V and softmax"
-        return differential(value, inputs, seen, cast)
+    def out_transform(self, value: Diff, run: Traced, output: FloatArray) -> dict[str, FloatArray]:
+        return differential(value, run.inputs, run.arrays, run.cast)
 
     def decode_maps(self, value: Diff, run: Traced) -> MapsForm:
         return decode_form(value, run.inputs, run.arrays, run.cast)

@@ -413,17 +413,9 @@ class GatedDeltaNet(_Linear[Delta], OutTransform[Delta]):
     def decode_state(self, value: Delta, run: Traced) -> DeltaRecurrence:
         return DeltaRecurrence(value, run.inputs.heads, run.arrays, run.cast)
 
-    def out_transform(
-        self,
-        value: Delta,
-        inputs: Inputs,
-        output: FloatArray,
-        X: FloatArray | None,
-        cast: Cast,
-        seen: Mapping[str, FloatArray] | None = None,
-    ) -> dict[str, FloatArray]:
-        assert X is not None, "gated_deltanet is parsed only with X"
-        z = split_heads(X @ cast("gated_deltanet.W_z", value.W_z), inputs.heads)  # (B,H,T,Dv)
+    def out_transform(self, value: Delta, run: Traced, output: FloatArray) -> dict[str, FloatArray]:
+        X, cast = run.arrays["X"], run.cast  # gated_deltanet is parsed only with X
+        z = split_heads(X @ cast("gated_deltanet.W_z", value.W_z), run.inputs.heads)  # (B,H,T,Dv)
         norm = cast("gated_deltanet.norm", value.norm)
         return {"z": z, "normed": gated_rms_norm(output, z, norm, value.eps)}
 
