@@ -45,7 +45,7 @@ from attn_cli.core.decode import (
 )
 from attn_cli.core.decode import self_check as decode_self_check
 from attn_cli.core.pipeline import refuse as refuse_variants
-from attn_cli.core.variant import DecodeForm, QKAt, Traced, Variant
+from attn_cli.core.variant import DecodeForm, FlashMaps, QKAt, Traced, Variant
 from attn_cli.errors import ComputeError, InputError, UsageError
 
 if TYPE_CHECKING:
@@ -557,7 +557,8 @@ def flash_keep(inputs: Inputs) -> set[str]:
     from attn_cli.core.stages import softmax_input
 
     keep = {query_key(inputs, "Q"), query_key(inputs, "K"), "V"}
-    keep |= {s for v, _ in Chain(inputs).on for s in v.flash_reads}  # a second map's (diff)
+    maps = (v for v, _ in Chain(inputs).on if isinstance(v, FlashMaps))
+    keep |= {s for v in maps for s in v.flash_reads}  # a second map's (diff)
     if inputs.batch * inputs.heads * inputs.seq_q * inputs.seq_k <= BIG_SCORES:
         keep |= {softmax_input(inputs), "softmax"}
     return keep
@@ -731,6 +732,8 @@ def _variant_maps(
     v = args["v"]
     checks: list[SelfCheck] = []
     for variant, value in Chain(inp).on:
+        if not isinstance(variant, FlashMaps):
+            continue
         run = Traced(inp, {s: internal(trace, s) for s in variant.flash_reads})
         outputs: list[AnyArray] = [output]
         for n, (q, k) in enumerate(variant.flash_maps(value, run), start=2):

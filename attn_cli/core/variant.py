@@ -465,24 +465,6 @@ class Variant(Generic[Setting]):
         among them (the base rows it fills, such as ``d_W_Q``, too)."""
         raise NotImplementedError(f"{self.name} makes no Q, K, V")
 
-    # -- FlashAttention: softmax maps it tiles beside the chain's (differential attention's) --
-
-    # the trace's stages ``flash_maps`` and ``flash_finish`` read (and check against)
-    flash_reads: tuple[str, ...] = ()
-
-    def flash_maps(self, value: Setting, run: Traced) -> tuple[tuple[FloatArray, FloatArray], ...]:
-        """From the trace's ``flash_reads``, more (q, k) pairs, (B, H, T, D) and (B, Hkv, S, D),
-        whose softmax·V FlashAttention tiles as it tiles the chain's, with the chain's scale,
-        modifiers and mask."""
-        return ()
-
-    def flash_finish(
-        self, value: Setting, run: Traced, outputs: tuple[FloatArray, ...]
-    ) -> dict[str, FloatArray]:
-        """Stages of the trace made from every map's tiled O (the chain's first) and its
-        ``flash_reads``, by name: each is checked against the trace's."""
-        return {}
-
     def front_fills(self, value: Setting, gradient: str) -> bool:
         """Whether ``grad_front`` fills the base row ``gradient`` (``d_W_Q``) for this setting."""
         return False
@@ -624,6 +606,27 @@ class OutTransform(Variant[Setting]):
         ``made``, its forward stages and the output it read (``"output"``), and the run's
         ``X`` (absent when Q, K, V are given), to (the gradient of
         that output, its gradient stages by name, what it adds to d_X; None: nothing)."""
+        raise NotImplementedError(self.name)
+
+
+class FlashMaps(Variant[Setting]):
+    """More softmax maps FlashAttention tiles beside the chain's (differential attention's
+    second), and the stages it makes of every map's O, checked against the trace."""
+
+    # the trace's stages ``flash_maps`` and ``flash_finish`` read (and check against)
+    flash_reads: tuple[str, ...] = ()
+
+    def flash_maps(self, value: Setting, run: Traced) -> tuple[tuple[FloatArray, FloatArray], ...]:
+        """From the trace's ``flash_reads``, more (q, k) pairs, (B, H, T, D) and (B, Hkv, S, D),
+        whose softmax·V FlashAttention tiles as it tiles the chain's, with the chain's scale,
+        modifiers and mask."""
+        raise NotImplementedError(self.name)
+
+    def flash_finish(
+        self, value: Setting, run: Traced, outputs: tuple[FloatArray, ...]
+    ) -> dict[str, FloatArray]:
+        """Stages of the trace made from every map's tiled O (the chain's first) and its
+        ``flash_reads``, by name: each is checked against the trace's."""
         raise NotImplementedError(self.name)
 
 

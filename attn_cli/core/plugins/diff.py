@@ -39,6 +39,7 @@ from attn_cli.core.stage_spec import K_AXES, OUT_AXES, Q_AXES, SCORE_AXES, Stage
 from attn_cli.core.variant import (
     Cast,
     FixtureKey,
+    FlashMaps,
     FloatArray,
     NewOption,
     NewSpec,
@@ -253,7 +254,7 @@ _FORMULAS = {
 }
 
 
-class DifferentialAttention(OutTransform[Diff]):
+class DifferentialAttention(OutTransform[Diff], FlashMaps[Diff]):
     order = 55  # its Q/K transform first: a transform registered later reads the halves
     name = "diff"
     array_parts = (*VECTORS, "norm")
