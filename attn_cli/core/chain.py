@@ -27,6 +27,7 @@ from attn_cli.core.variant import (
     Cells,
     ExtraLogit,
     FloatArray,
+    FrontEnd,
     IntArray,
     OutTransform,
     QKAt,
@@ -66,6 +67,11 @@ class Chain:
         self.fill = inputs.mask_value  # -inf, or a finite sentinel as real code uses
 
     # -- what the chain has ---------------------------------------------------------------------
+
+    @property
+    def front(self) -> tuple[FrontEnd[Any], Any] | None:
+        """The variant that makes Q, K and V from X itself (MLA), and its setting; None."""
+        return next(((v, x) for v, x in self.on if isinstance(v, FrontEnd)), None)
 
     @property
     def stages(self) -> tuple[str, ...]:

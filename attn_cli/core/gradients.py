@@ -106,7 +106,7 @@ def forward_arrays(
         bias=_logit_bias(inp, cast, dtype) if whole else None,
         chain=chain if whole else None,
         before=tuple(arrays[s] for s in modifier_inputs(chain)) if whole else (),
-        X=None if _front(chain) else arrays.get("X"),  # a front end takes d_Q, d_K, d_V on
+        X=None if chain.front else arrays.get("X"),  # a front end takes d_Q, d_K, d_V on
         X_kv=arrays.get("X_kv"),
         back_q=_back(chain, "Q", arrays, cast),
         back_k=_back(chain, "K", arrays, cast),
@@ -198,7 +198,7 @@ def gradient_stages(
     grads = attention_backward(fwd, grad)
     out = grads.stages()
     out["delta"] = delta_flash(grads.d_output, fwd.output)  # (B, H, T)
-    front = _front(Chain(inputs))
+    front = Chain(inputs).front
     if front is not None:  # back through the front end that made Q, K, V (MLA's latent)
         v, value = front
         made = v.grad_front(value, Traced(inputs, arrays, cast), out)
@@ -206,11 +206,6 @@ def gradient_stages(
             made["d_X"] = made["d_X"] + grads.d_X
         out.update(made)
     return out
-
-
-def _front(chain: Chain) -> tuple[Any, Any] | None:
-    """The variant that makes Q, K and V from X itself (MLA), and its setting; None."""
-    return next(((v, x) for v, x in chain.on if v.front_stages), None)
 
 
 def _no_weights(q: FloatArray, k: FloatArray) -> FloatArray:

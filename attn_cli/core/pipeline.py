@@ -409,7 +409,7 @@ class _Run:
         inp = self.inputs
         assert inp.X is not None
         X = self.as_dtype("X", inp.X, _FLAT) if self.need else inp.X
-        front = next(((v, x) for v, x in self.chain.on if v.front_stages), None)
+        front = self.chain.front
         if front is not None:  # Q, K and V made by the variant (MLA)
             if "X" in self.held:
                 self.arrays["X"] = X

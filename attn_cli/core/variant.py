@@ -445,29 +445,10 @@ class Variant(Generic[Setting]):
         """A front end's (d_k, d_v) per head, from its setting."""
         raise NotImplementedError(f"{self.name} makes no Q, K, V")
 
-    def front(
-        self, value: Setting, inputs: Inputs, X: FloatArray, positions: IntArray, cast: Cast
-    ) -> dict[str, FloatArray]:
-        """Its front stages and ``Q`` (B, H, T, D), ``K`` (B, H, S, D), ``V`` (B, H, S, Dv)
-        from X (B, T, d_model) at the tokens' ``positions`` (T,)."""
-        raise NotImplementedError(f"{self.name} makes no Q, K, V")
-
     # a front end's gradient rows (``stage_rows`` lists them; the table puts them after the
     # base rows), in backward order, and the forward stages ``grad_front`` reads
     front_gradients: tuple[str, ...] = ()
     front_reads: tuple[str, ...] = ()
-
-    def grad_front(
-        self, value: Setting, run: Traced, grads: Mapping[str, FloatArray]
-    ) -> dict[str, FloatArray]:
-        """Back through its front end: from ``grads`` (``d_Q``, ``d_K``, ``d_V``, internal
-        layouts) and its forward stages in ``run.arrays`` to its gradient stages by name, ``d_X``
-        among them (the base rows it fills, such as ``d_W_Q``, too)."""
-        raise NotImplementedError(f"{self.name} makes no Q, K, V")
-
-    def front_fills(self, value: Setting, gradient: str) -> bool:
-        """Whether ``grad_front`` fills the base row ``gradient`` (``d_W_Q``) for this setting."""
-        return False
 
     # -- a mixer: output made from Q, K, V by the variant, in place of scores..softmax ----------
 
@@ -607,6 +588,30 @@ class OutTransform(Variant[Setting]):
         ``X`` (absent when Q, K, V are given), to (the gradient of
         that output, its gradient stages by name, what it adds to d_X; None: nothing)."""
         raise NotImplementedError(self.name)
+
+
+class FrontEnd(Variant[Setting]):
+    """A front end: Q, K and V made by the variant itself from X (its ``front_stages``: MLA's
+    latent), and its backward through them (``front_gradients``)."""
+
+    def front(
+        self, value: Setting, inputs: Inputs, X: FloatArray, positions: IntArray, cast: Cast
+    ) -> dict[str, FloatArray]:
+        """Its front stages and ``Q`` (B, H, T, D), ``K`` (B, H, S, D), ``V`` (B, H, S, Dv)
+        from X (B, T, d_model) at the tokens' ``positions`` (T,)."""
+        raise NotImplementedError(f"{self.name} makes no Q, K, V")
+
+    def grad_front(
+        self, value: Setting, run: Traced, grads: Mapping[str, FloatArray]
+    ) -> dict[str, FloatArray]:
+        """Back through its front end: from ``grads`` (``d_Q``, ``d_K``, ``d_V``, internal
+        layouts) and its forward stages in ``run.arrays`` to its gradient stages by name, ``d_X``
+        among them (the base rows it fills, such as ``d_W_Q``, too)."""
+        raise NotImplementedError(f"{self.name} makes no Q, K, V")
+
+    def front_fills(self, value: Setting, gradient: str) -> bool:
+        """Whether ``grad_front`` fills the base row ``gradient`` (``d_W_Q``) for this setting."""
+        return False
 
 
 class FlashMaps(Variant[Setting]):

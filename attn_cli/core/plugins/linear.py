@@ -62,6 +62,7 @@ from attn_cli.core.variant import (
     Cast,
     FixtureKey,
     FloatArray,
+    FrontEnd,
     IntArray,
     Mixer,
     OutTransform,
@@ -341,7 +342,7 @@ def delta_front(value: Delta, heads: int, X: FloatArray, cast: Cast) -> dict[str
     return out
 
 
-class GatedDeltaNet(_Linear[Delta], OutTransform[Delta]):
+class GatedDeltaNet(FrontEnd[Delta], _Linear[Delta], OutTransform[Delta]):
     order = 6
     name = "gated_deltanet"
     array_parts = _DELTA_ARRAYS

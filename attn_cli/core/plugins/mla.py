@@ -50,6 +50,7 @@ from attn_cli.core.variant import (
     DecodeForm,
     FixtureKey,
     FloatArray,
+    FrontEnd,
     IntArray,
     SideForm,
     Traced,
@@ -412,7 +413,7 @@ _FORMULAS = {
 }
 
 
-class LatentAttention(SideForm[MLA]):
+class LatentAttention(FrontEnd[MLA], SideForm[MLA]):
     order = 5
     name = "mla"
     array_parts = WEIGHTS
