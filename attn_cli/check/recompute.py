@@ -28,7 +28,7 @@ from attn_cli.core.steps import (
     repeat_kv,
     softmax_rows,
 )
-from attn_cli.core.variant import Cells, Variant, same
+from attn_cli.core.variant import Cells, QKAt, Traced, Variant
 
 if TYPE_CHECKING:
     from attn_cli.core.pipeline import Trace
@@ -261,8 +261,8 @@ class _Recompute:
         i = stages.index(name)
         variant, value = self.chain.transforms_of(which)[i - 1]
         pos_q, pos_k = inp.token_positions()
-        positions = pos_q if which == "Q" else pos_k
-        s[name] = variant.transform(value, inp, which, get(stages[i - 1]), positions, same)
+        at = QKAt(inp, which, pos_q if which == "Q" else pos_k)
+        s[name] = variant.transform(value, at, get(stages[i - 1]))
 
     def logits(self, name: str) -> None:
         """The scores, scaled, the score modifiers' stages, the bias stages and masked."""
@@ -309,9 +309,9 @@ class _Recompute:
         outs, before = self.chain.outs, "output"
         for variant, value in outs:
             if name in variant.out_stages:
-                X = None if self.inp.X is None else self.get("X")
-                seen = {n: self.get(n) for n in variant.out_reads}
-                made = variant.out_transform(value, self.inp, self.get(before), X, same, seen)
+                reads = (*variant.out_reads, *(() if self.inp.X is None else ("X",)))
+                run = Traced(self.inp, {n: self.get(n) for n in reads})
+                made = variant.out_transform(value, run, self.get(before))
                 self.s.update({n: a for n, a in made.items() if n not in self.s})
                 return
             before = variant.out_stages[-1]

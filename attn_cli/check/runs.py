@@ -45,7 +45,7 @@ from attn_cli.core.decode import (
 )
 from attn_cli.core.decode import self_check as decode_self_check
 from attn_cli.core.pipeline import refuse as refuse_variants
-from attn_cli.core.variant import DecodeForm, Variant
+from attn_cli.core.variant import DecodeForm, FlashMaps, QKAt, Traced, Variant
 from attn_cli.errors import ComputeError, InputError, UsageError
 
 if TYPE_CHECKING:
@@ -263,7 +263,7 @@ def decode_args(trace: Trace) -> DecodeArgs:
     dtype = np.dtype(trace.dtype)
     for v, value in chain.on:
         arrays = {name: internal(trace, name) for name in v.decode_stages}
-        form = v.decode_form(value, chain.inputs, arrays, caster(dtype))
+        form = v.decode_form(value, Traced(chain.inputs, arrays, caster(dtype)))
         if form is not None:  # nothing to rotate: its q and k are at their positions
             return DecodeArgs(form.q, form.k, form.v, chain, trace.scale, pos, None, form)
     q, k = (_before_rotation(trace, chain, which, pos) for which in "QK")
@@ -304,8 +304,9 @@ def _rotation(chain: Chain, dtype: np.dtype[Any]) -> Rotate | None:
         return None
 
     def rotate(x: Any, positions: Any) -> Any:
-        for v, value in rotations:  # Q and K take it alike: it is asked for K's
-            x = v.transform(value, chain.inputs, "K", x, positions, caster(dtype))
+        at = QKAt(chain.inputs, "K", positions, caster(dtype))  # Q and K take it alike
+        for v, value in rotations:
+            x = v.transform(value, at, x)
         return x
 
     return rotate
@@ -317,8 +318,9 @@ def _before_rotation(trace: Trace, chain: Chain, which: str, positions: Any) -> 
     at the tokens' positions (a factor per position commutes with the rotation)."""
     x = internal(trace, chain.before_positional(which))  # (B, heads, T, D)
     own = [(v, value) for v, value in chain.transforms_of(which) if v.positional and not _both(v)]
+    at = QKAt(chain.inputs, which, positions, caster(x.dtype))
     for v, value in own:
-        x = v.transform(value, chain.inputs, which, x, positions, caster(x.dtype))
+        x = v.transform(value, at, x)
     return x
 
 
@@ -555,7 +557,8 @@ def flash_keep(inputs: Inputs) -> set[str]:
     from attn_cli.core.stages import softmax_input
 
     keep = {query_key(inputs, "Q"), query_key(inputs, "K"), "V"}
-    keep |= {s for v, _ in Chain(inputs).on for s in v.flash_reads}  # a second map's (diff)
+    maps = (v for v, _ in Chain(inputs).on if isinstance(v, FlashMaps))
+    keep |= {s for v in maps for s in v.flash_reads}  # a second map's (diff)
     if inputs.batch * inputs.heads * inputs.seq_q * inputs.seq_k <= BIG_SCORES:
         keep |= {softmax_input(inputs), "softmax"}
     return keep
@@ -729,9 +732,11 @@ def _variant_maps(
     v = args["v"]
     checks: list[SelfCheck] = []
     for variant, value in Chain(inp).on:
-        arrays = {s: internal(trace, s) for s in variant.flash_reads}
+        if not isinstance(variant, FlashMaps):
+            continue
+        run = Traced(inp, {s: internal(trace, s) for s in variant.flash_reads})
         outputs: list[AnyArray] = [output]
-        for n, (q, k) in enumerate(variant.flash_maps(value, inp, arrays), start=2):
+        for n, (q, k) in enumerate(variant.flash_maps(value, run), start=2):
             maps = {**args, "q": q, "k": k}  # the map's own q and k
             r = flash_forward(block_q=bq, block_k=bk, base2=base2, record_tiles=False, **maps)
             ref_o, ref_L = reference_rows(trace, q, k, v)
@@ -742,16 +747,12 @@ def _variant_maps(
                 self_check(f"lse_{n}", L_e, ref_L, scores, f32),
             ]
             outputs.append(r.output)
-        made = variant.flash_finish(value, inp, tuple(outputs), arrays, _as_is)
+        made = variant.flash_finish(value, run, tuple(outputs))
         checks += [
-            self_check(name, mine, arrays[name], math.log(inp.seq_k), f32)
+            self_check(name, mine, run.arrays[name], math.log(inp.seq_k), f32)
             for name, mine in made.items()
         ]
     return tuple(checks)
-
-
-def _as_is(name: str, array: FloatArray) -> FloatArray:
-    return array
 
 
 def flash_failure(run: FlashRun) -> ComputeError | None:

@@ -34,7 +34,7 @@ from attn_cli.check.runs import (
 )
 from attn_cli.core.chain import Chain
 from attn_cli.core.pipeline import refuse as refuse_variants
-from attn_cli.core.variant import Variant
+from attn_cli.core.variant import FlashMaps
 from attn_cli.errors import ComputeError, UsageError
 
 if TYPE_CHECKING:
@@ -81,7 +81,7 @@ def refuse_split(inputs: Inputs, splits: int) -> None:
     """FlashAttention's refusals, a second softmax map (diff), more chunks than keys."""
     refuse_variants(inputs, "FlashAttention")
     for v, _ in Chain(inputs).on:
-        if type(v).flash_maps is not Variant.flash_maps:
+        if isinstance(v, FlashMaps):
             raise UsageError(
                 inputs.source,
                 v.name,

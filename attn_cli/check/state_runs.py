@@ -52,6 +52,7 @@ from attn_cli.core.decode_state import (
     decode_state,
     state_bytes,
 )
+from attn_cli.core.variant import Traced
 
 if TYPE_CHECKING:
     from attn_cli.core.decode_maps import MapsForm
@@ -103,7 +104,7 @@ def _first_made(trace: Trace, hook: Callable[..., Any]) -> Any:
     for v, value in chain.on:
         names = ("Q", "K", "V", "X", *v.decode_stages)
         arrays = {n: internal(trace, n) for n in names if n in trace}
-        made = hook(v, value, chain.inputs, arrays, cast)
+        made = hook(v, value, Traced(chain.inputs, arrays, cast))
         if made is not None:
             return made
     return None

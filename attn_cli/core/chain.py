@@ -27,9 +27,12 @@ from attn_cli.core.variant import (
     Cells,
     ExtraLogit,
     FloatArray,
+    FrontEnd,
     IntArray,
     OutTransform,
+    QKAt,
     ScoreModifier,
+    Traced,
     Variant,
     own_loop,
     refuse_clash,
@@ -64,6 +67,11 @@ class Chain:
         self.fill = inputs.mask_value  # -inf, or a finite sentinel as real code uses
 
     # -- what the chain has ---------------------------------------------------------------------
+
+    @property
+    def front(self) -> tuple[FrontEnd[Any], Any] | None:
+        """The variant that makes Q, K and V from X itself (MLA), and its setting; None."""
+        return next(((v, x) for v, x in self.on if isinstance(v, FrontEnd)), None)
 
     @property
     def stages(self) -> tuple[str, ...]:
@@ -119,10 +127,11 @@ class Chain:
         """Q or K (B, heads, n, D) at ``positions`` (n,) through its transforms in turn (only
         the positional ones, or only the others, when ``positional`` says), each result handed
         to ``into(stage, array)``."""
+        at = QKAt(self.inputs, which, positions, cast)
         for v, value in self.transforms_of(which):
             if positional is not None and v.positional != positional:
                 continue
-            x = v.transform(value, self.inputs, which, x, positions, cast)
+            x = v.transform(value, at, x)
             if into is not None:
                 into(f"{which}_{v.suffix}", x)
         return x
@@ -150,8 +159,10 @@ class Chain:
         """The attention output (B, H, T, Dv) through each head-output transform in turn, each
         one's stages handed to ``into(stage, array)``; the last transform's output. ``seen``:
         the chain's stages the transforms read (their ``out_reads``)."""
+        read = {**(seen or {}), **({} if X is None else {"X": X})}
+        run = Traced(self.inputs, read, cast)
         for v, value in self.outs:
-            made = v.out_transform(value, self.inputs, output, X, cast, seen)
+            made = v.out_transform(value, run, output)
             if into is not None:
                 for stage in v.out_stages:
                     into(stage, made[stage])

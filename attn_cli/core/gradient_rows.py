@@ -5,7 +5,7 @@ it, and ``delta``; the variants' gradient rows fill the slots. No NumPy at impor
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from attn_cli.core.stage_facts import (
     Slot,
@@ -22,7 +22,6 @@ from attn_cli.core.stage_spec import StageSpec as StageSpec
 
 if TYPE_CHECKING:
     from attn_cli.core.inputs import Inputs
-    from attn_cli.core.variant import Variant
 
 
 def _upstream(name: str) -> Callable[[Inputs], str]:
@@ -109,25 +108,20 @@ def d_query_key(name: str) -> Callable[[Inputs], str]:
     return formula
 
 
-def _front(inputs: Inputs) -> tuple[Variant, Any] | None:
-    """The variant that makes Q, K and V from X itself (MLA), and its setting; None."""
-    return next(((v, x) for v, x in chain_of(inputs).on if v.front_stages), None)
-
-
 def _weight_applies(name: str) -> Callable[[Inputs], bool]:
     """d_W_Q, d_W_K, d_W_V: with the weight, or when a front end fills the row (MLA's W_Q)."""
 
     def applies(inputs: Inputs) -> bool:
         if getattr(inputs, f"W_{name}") is not None:
             return True
-        front = _front(inputs)
+        front = chain_of(inputs).front
         return front is not None and front[0].front_fills(front[1], f"d_W_{name}")
 
     return applies
 
 
 def _d_X(inputs: Inputs) -> str:
-    front = _front(inputs)
+    front = chain_of(inputs).front
     if front is not None:
         return front[0].stage_formula(front[1], inputs, "d_X") + parts(inputs, "d_X")
     paths = ("Q",) if inputs.X_kv is not None else ("Q", "K", "V")
@@ -136,7 +130,7 @@ def _d_X(inputs: Inputs) -> str:
 
 def _weight_grad(name: str) -> Callable[[Inputs], str]:
     def formula(inputs: Inputs) -> str:
-        front = _front(inputs)
+        front = chain_of(inputs).front
         if front is not None:
             return front[0].stage_formula(front[1], inputs, f"d_W_{name}")
         source = "X_kv" if name in "KV" and inputs.X_kv is not None else "X"

@@ -30,7 +30,7 @@ from attn_cli.core.chain import Chain, cells_of
 from attn_cli.core.inputs import FloatArray, Inputs
 from attn_cli.core.stages import FORWARD_STAGE_NAMES, SPECS, applicable_stages
 from attn_cli.core.steps import allowed_positions
-from attn_cli.core.variant import Cast
+from attn_cli.core.variant import Cast, QKAt, Traced
 
 # What the backward reads from the forward run, when the fixture has it (and each Q/K
 # transform's stage).
@@ -106,7 +106,7 @@ def forward_arrays(
         bias=_logit_bias(inp, cast, dtype) if whole else None,
         chain=chain if whole else None,
         before=tuple(arrays[s] for s in modifier_inputs(chain)) if whole else (),
-        X=None if _front(chain) else arrays.get("X"),  # a front end takes d_Q, d_K, d_V on
+        X=None if chain.front else arrays.get("X"),  # a front end takes d_Q, d_K, d_V on
         X_kv=arrays.get("X_kv"),
         back_q=_back(chain, "Q", arrays, cast),
         back_k=_back(chain, "K", arrays, cast),
@@ -141,14 +141,14 @@ def _back(
     """Each Q/K transform's stage and the map that carries its gradient back to the stage
     before it (RoPE: rotation by −angle; QK-norm: RMSNorm's backward), in forward order."""
     inp = chain.inputs
-    positions = inp.token_positions()[0 if which == "Q" else 1]
+    at = QKAt(inp, which, inp.token_positions()[0 if which == "Q" else 1], cast)
     stages = chain.qk_stages(which)
     back = []
     pairs = zip(chain.transforms_of(which), stages[:-1], stages[1:], strict=True)
     for (v, value), x_in, stage in pairs:
 
         def grad(d: FloatArray, v: Any = v, value: Any = value, x_in: str = x_in) -> FloatArray:
-            d_in: FloatArray = v.grad_transform(value, inp, which, d, arrays[x_in], positions, cast)
+            d_in: FloatArray = v.grad_transform(value, at, d, arrays[x_in])
             return d_in
 
         back.append((stage, grad))
@@ -159,7 +159,7 @@ def _back_out(chain: Chain, arrays: Mapping[str, FloatArray], cast: Cast) -> tup
     """Each head-output transform (a gate) as the map that carries the gradient of its last
     stage back to the stage it read, in forward order."""
     backs: list[BackOut] = []
-    before = "output"
+    before, run = "output", Traced(chain.inputs, arrays, cast)
     for v, value in chain.outs:
         made = {
             **{s: arrays[s] for s in v.out_reads},
@@ -168,7 +168,7 @@ def _back_out(chain: Chain, arrays: Mapping[str, FloatArray], cast: Cast) -> tup
         }
 
         def back(d: FloatArray, v: Any = v, value: Any = value, made: Any = made) -> Any:
-            return v.grad_out(value, chain.inputs, d, made, arrays.get("X"), cast)
+            return v.grad_out(value, run, d, made)
 
         backs.append(back)
         before = v.out_stages[-1]
@@ -198,19 +198,14 @@ def gradient_stages(
     grads = attention_backward(fwd, grad)
     out = grads.stages()
     out["delta"] = delta_flash(grads.d_output, fwd.output)  # (B, H, T)
-    front = _front(Chain(inputs))
+    front = Chain(inputs).front
     if front is not None:  # back through the front end that made Q, K, V (MLA's latent)
         v, value = front
-        made = v.grad_front(value, inputs, out, arrays, cast)
+        made = v.grad_front(value, Traced(inputs, arrays, cast), out)
         if grads.d_X is not None:  # a gate's path into d_X
             made["d_X"] = made["d_X"] + grads.d_X
         out.update(made)
     return out
-
-
-def _front(chain: Chain) -> tuple[Any, Any] | None:
-    """The variant that makes Q, K and V from X itself (MLA), and its setting; None."""
-    return next(((v, x) for v, x in chain.on if v.front_stages), None)
 
 
 def _no_weights(q: FloatArray, k: FloatArray) -> FloatArray:

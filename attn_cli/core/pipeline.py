@@ -47,6 +47,7 @@ from attn_cli.core.stages import (
     public_axes,
 )
 from attn_cli.core.steps import project
+from attn_cli.core.variant import QKAt, Traced
 
 Dtype = Literal["float64", "float32"]
 Upstream = Literal["grad", "ones"]  # the fixture's grad, or ones (L = sum of the final stage)
@@ -380,7 +381,7 @@ class _Run:
 
     def side(self, v: Any, value: Any, scale: float) -> None:
         """A variant's second form, each stage checked finite, then equal to the chain's."""
-        made = v.side(value, self.inputs, self.arrays, scale, self.as_dtype_any)
+        made = v.side(value, Traced(self.inputs, self.arrays, self.as_dtype_any), scale)
         for name in v.side_stages:
             self.arrays[name] = self.check(name, made[name], SPECS[name].axes)
         rtol = 1e-9 if self.dtype == "float64" else 1e-4
@@ -401,7 +402,7 @@ class _Run:
 
     def mix(self, v: Any, value: Any) -> None:
         """A mixer's stages and output from Q, K, V (linear attention), each checked finite."""
-        made = v.mix(value, self.inputs, self.arrays, self.as_dtype_any)
+        made = v.mix(value, Traced(self.inputs, self.arrays, self.as_dtype_any))
         for name in (*v.mixer_stages, "output"):
             self.arrays[name] = self.check(name, made[name], SPECS[name].axes)
 
@@ -409,7 +410,7 @@ class _Run:
         inp = self.inputs
         assert inp.X is not None
         X = self.as_dtype("X", inp.X, _FLAT) if self.need else inp.X
-        front = next(((v, x) for v, x in self.chain.on if v.front_stages), None)
+        front = self.chain.front
         if front is not None:  # Q, K and V made by the variant (MLA)
             if "X" in self.held:
                 self.arrays["X"] = X
@@ -442,12 +443,12 @@ class _Run:
         V is left alone."""
         pos_q, pos_k = self.inputs.token_positions()
         for which, positions in (("Q", pos_q), ("K", pos_k)):
-            x = self.arrays.get(which)
+            x, at = self.arrays.get(which), QKAt(self.inputs, which, positions, self.as_dtype_any)
             for v, value in self.chain.transforms_of(which):
                 stage = f"{which}_{v.suffix}"
                 if stage in self.need:
                     assert x is not None
-                    x = v.transform(value, self.inputs, which, x, positions, self.as_dtype_any)
+                    x = v.transform(value, at, x)
                     self.arrays[stage] = x  # (B, heads, T, D)
 
     def attend(self, scale: float, progress: Progress | None) -> Attended:

@@ -208,6 +208,29 @@ class DecodeForm:
     parts: str  # what the cache holds, as a formula: "[c_KV_norm | k_rope_rot]"
 
 
+@dataclass(frozen=True, eq=False)
+class QKAt:
+    """What a Q/K transform runs on besides the array: Q or K (``which``) of these inputs, at
+    the tokens' ``positions`` (n,); ``cast(name, array)`` gives an array of the setting in the
+    computing dtype."""
+
+    inputs: Inputs
+    which: str  # "Q" or "K"
+    positions: IntArray  # (n,)
+    cast: Cast = same
+
+
+@dataclass(frozen=True, eq=False)
+class Traced:
+    """What a hook reads of a run: its inputs, the stages it reads by name (``arrays``,
+    internal layouts) and ``cast(name, array)``, an array of the setting in the computing
+    dtype."""
+
+    inputs: Inputs
+    arrays: Mapping[str, FloatArray]
+    cast: Cast = same
+
+
 def exact(x: Any) -> str:
     """A number as the literal that reads back as the same float (YAML, Python); -0.0 as 0.0."""
     return repr(float(x) + 0.0)
@@ -353,28 +376,13 @@ class Variant(Generic[Setting]):
     # its gradients are listed after the input projections' in ``Gradients.stages()`` (QK-norm)
     grad_late: bool = False
 
-    def transform(
-        self,
-        value: Setting,
-        inputs: Inputs,
-        which: str,
-        x: FloatArray,
-        positions: IntArray,
-        cast: Cast,
-    ) -> FloatArray:
-        """Q or K (``which``), (B, heads, n, D) at their token ``positions`` (n,), transformed;
-        ``cast(name, array)`` gives an array of the setting in the computing dtype."""
+    def transform(self, value: Setting, at: QKAt, x: FloatArray) -> FloatArray:
+        """Q or K (``at.which``), (B, heads, n, D) at the tokens ``at.positions`` (n,),
+        transformed."""
         raise NotImplementedError(f"{self.name} transforms neither Q nor K")
 
     def grad_transform(
-        self,
-        value: Setting,
-        inputs: Inputs,
-        which: str,
-        d_out: FloatArray,
-        x_in: FloatArray,
-        positions: IntArray,
-        cast: Cast,
+        self, value: Setting, at: QKAt, d_out: FloatArray, x_in: FloatArray
     ) -> FloatArray:
         """d(transformed) -> d(x_in), the transform's Jacobian (transposed) applied."""
         raise NotImplementedError(f"{self.name} transforms neither Q nor K")
@@ -437,58 +445,10 @@ class Variant(Generic[Setting]):
         """A front end's (d_k, d_v) per head, from its setting."""
         raise NotImplementedError(f"{self.name} makes no Q, K, V")
 
-    def front(
-        self, value: Setting, inputs: Inputs, X: FloatArray, positions: IntArray, cast: Cast
-    ) -> dict[str, FloatArray]:
-        """Its front stages and ``Q`` (B, H, T, D), ``K`` (B, H, S, D), ``V`` (B, H, S, Dv)
-        from X (B, T, d_model) at the tokens' ``positions`` (T,)."""
-        raise NotImplementedError(f"{self.name} makes no Q, K, V")
-
     # a front end's gradient rows (``stage_rows`` lists them; the table puts them after the
     # base rows), in backward order, and the forward stages ``grad_front`` reads
     front_gradients: tuple[str, ...] = ()
     front_reads: tuple[str, ...] = ()
-
-    def grad_front(
-        self,
-        value: Setting,
-        inputs: Inputs,
-        grads: Mapping[str, FloatArray],
-        arrays: Mapping[str, FloatArray],
-        cast: Cast,
-    ) -> dict[str, FloatArray]:
-        """Back through its front end: from ``grads`` (``d_Q``, ``d_K``, ``d_V``, internal
-        layouts) and its forward stages in ``arrays`` to its gradient stages by name, ``d_X``
-        among them (the base rows it fills, such as ``d_W_Q``, too)."""
-        raise NotImplementedError(f"{self.name} makes no Q, K, V")
-
-    # -- FlashAttention: softmax maps it tiles beside the chain's (differential attention's) --
-
-    # the trace's stages ``flash_maps`` and ``flash_finish`` read (and check against)
-    flash_reads: tuple[str, ...] = ()
-
-    def flash_maps(
-        self, value: Setting, inputs: Inputs, arrays: Mapping[str, FloatArray]
-    ) -> tuple[tuple[FloatArray, FloatArray], ...]:
-        """More (q, k) pairs, (B, H, T, D) and (B, Hkv, S, D), whose softmax·V FlashAttention
-        tiles as it tiles the chain's, with the chain's scale, modifiers and mask."""
-        return ()
-
-    def flash_finish(
-        self,
-        value: Setting,
-        inputs: Inputs,
-        outputs: tuple[FloatArray, ...],
-        arrays: Mapping[str, FloatArray],
-        cast: Cast,
-    ) -> dict[str, FloatArray]:
-        """Stages of the trace made from every map's tiled O (the chain's first), by name:
-        each is checked against the trace's."""
-        return {}
-
-    def front_fills(self, value: Setting, gradient: str) -> bool:
-        """Whether ``grad_front`` fills the base row ``gradient`` (``d_W_Q``) for this setting."""
-        return False
 
     # -- a mixer: output made from Q, K, V by the variant, in place of scores..softmax ----------
 
@@ -505,24 +465,18 @@ class Variant(Generic[Setting]):
     # the stages ``decode_form`` reads from the trace
     decode_stages: tuple[str, ...] = ()
 
-    def decode_form(
-        self, value: Setting, inputs: Inputs, arrays: Mapping[str, FloatArray], cast: Cast
-    ) -> DecodeForm | None:
+    def decode_form(self, value: Setting, run: Traced) -> DecodeForm | None:
         """What decoding caches and attends with, from the trace's stages (internal layouts);
         None: Q, K and V as the chain has them."""
         return None
 
-    def decode_state(
-        self, value: Setting, inputs: Inputs, arrays: Mapping[str, FloatArray], cast: Cast
-    ) -> Any:
+    def decode_state(self, value: Setting, run: Traced) -> Any:
         """A recurrent state decoding carries in place of a KV cache (a core.decode_state
         ``Recurrence``: linear attention), from the trace's Q, K, V, X and ``decode_stages``;
         None: a cache."""
         return None
 
-    def decode_maps(
-        self, value: Setting, inputs: Inputs, arrays: Mapping[str, FloatArray], cast: Cast
-    ) -> Any:
+    def decode_maps(self, value: Setting, run: Traced) -> Any:
         """More than one softmax map per head over one KV cache (a core.decode_maps
         ``MapsForm``: differential attention), from the trace's Q, K, V and ``decode_stages``;
         None: the chain's one map."""
@@ -618,32 +572,66 @@ class OutTransform(Variant[Setting]):
         return ("output",)
 
     def out_transform(
-        self,
-        value: Setting,
-        inputs: Inputs,
-        output: FloatArray,
-        X: FloatArray | None,
-        cast: Cast,
-        seen: Mapping[str, FloatArray] | None = None,
+        self, value: Setting, run: Traced, output: FloatArray
     ) -> dict[str, FloatArray]:
         """Its stages by name, each (B, H, T, Dv), from the attention output (B, H, T, Dv) of the
-        fixture's queries and the states the queries were projected from, X (B, T, d_model)
-        (None: Q, K, V given), and ``seen``, the stages of ``out_reads`` (internal layouts);
-        the last of ``out_stages`` is the transformed output."""
+        fixture's queries and ``run.arrays``: the states the queries were projected from, ``X``
+        (B, T, d_model; absent when Q, K, V are given), and the stages of ``out_reads``
+        (internal layouts); the last of ``out_stages`` is the transformed output."""
         raise NotImplementedError(self.name)
 
     def grad_out(
-        self,
-        value: Setting,
-        inputs: Inputs,
-        d_out: FloatArray,
-        made: Mapping[str, FloatArray],
-        X: FloatArray | None,
-        cast: Cast,
+        self, value: Setting, run: Traced, d_out: FloatArray, made: Mapping[str, FloatArray]
     ) -> tuple[FloatArray, dict[str, FloatArray], FloatArray | None]:
-        """Back through it: from ``d_out``, the gradient of its last stage (B, H, T, Dv), and
-        ``made``, its forward stages and the output it read (``"output"``), to (the gradient of
+        """Back through it: from ``d_out``, the gradient of its last stage (B, H, T, Dv),
+        ``made``, its forward stages and the output it read (``"output"``), and the run's
+        ``X`` (absent when Q, K, V are given), to (the gradient of
         that output, its gradient stages by name, what it adds to d_X; None: nothing)."""
+        raise NotImplementedError(self.name)
+
+
+class FrontEnd(Variant[Setting]):
+    """A front end: Q, K and V made by the variant itself from X (its ``front_stages``: MLA's
+    latent), and its backward through them (``front_gradients``)."""
+
+    def front(
+        self, value: Setting, inputs: Inputs, X: FloatArray, positions: IntArray, cast: Cast
+    ) -> dict[str, FloatArray]:
+        """Its front stages and ``Q`` (B, H, T, D), ``K`` (B, H, S, D), ``V`` (B, H, S, Dv)
+        from X (B, T, d_model) at the tokens' ``positions`` (T,)."""
+        raise NotImplementedError(f"{self.name} makes no Q, K, V")
+
+    def grad_front(
+        self, value: Setting, run: Traced, grads: Mapping[str, FloatArray]
+    ) -> dict[str, FloatArray]:
+        """Back through its front end: from ``grads`` (``d_Q``, ``d_K``, ``d_V``, internal
+        layouts) and its forward stages in ``run.arrays`` to its gradient stages by name, ``d_X``
+        among them (the base rows it fills, such as ``d_W_Q``, too)."""
+        raise NotImplementedError(f"{self.name} makes no Q, K, V")
+
+    def front_fills(self, value: Setting, gradient: str) -> bool:
+        """Whether ``grad_front`` fills the base row ``gradient`` (``d_W_Q``) for this setting."""
+        return False
+
+
+class FlashMaps(Variant[Setting]):
+    """More softmax maps FlashAttention tiles beside the chain's (differential attention's
+    second), and the stages it makes of every map's O, checked against the trace."""
+
+    # the trace's stages ``flash_maps`` and ``flash_finish`` read (and check against)
+    flash_reads: tuple[str, ...] = ()
+
+    def flash_maps(self, value: Setting, run: Traced) -> tuple[tuple[FloatArray, FloatArray], ...]:
+        """From the trace's ``flash_reads``, more (q, k) pairs, (B, H, T, D) and (B, Hkv, S, D),
+        whose softmax·V FlashAttention tiles as it tiles the chain's, with the chain's scale,
+        modifiers and mask."""
+        raise NotImplementedError(self.name)
+
+    def flash_finish(
+        self, value: Setting, run: Traced, outputs: tuple[FloatArray, ...]
+    ) -> dict[str, FloatArray]:
+        """Stages of the trace made from every map's tiled O (the chain's first) and its
+        ``flash_reads``, by name: each is checked against the trace's."""
         raise NotImplementedError(self.name)
 
 
@@ -651,11 +639,8 @@ class Mixer(Variant[Setting]):
     """A mixer: output made from Q, K, V by the variant, in place of scores..softmax (its
     ``mixer_stages``: linear attention's feature maps, its implicit weights)."""
 
-    def mix(
-        self, value: Setting, inputs: Inputs, arrays: Mapping[str, FloatArray], cast: Cast
-    ) -> dict[str, FloatArray]:
-        """Its mixer stages and ``output`` (B, H, T, Dv), from the chain's Q, K, V (``arrays``,
-        internal layouts)."""
+    def mix(self, value: Setting, run: Traced) -> dict[str, FloatArray]:
+        """Its mixer stages and ``output`` (B, H, T, Dv), from the chain's Q, K, V."""
         raise NotImplementedError(self.name)
 
 
@@ -664,15 +649,8 @@ class SideForm(Variant[Setting]):
     checked against the chain's by ``side_equal``: MLA's absorbed form, linear attention's
     recurrent and chunked ones)."""
 
-    def side(
-        self,
-        value: Setting,
-        inputs: Inputs,
-        arrays: Mapping[str, FloatArray],
-        scale: float,
-        cast: Cast,
-    ) -> dict[str, FloatArray]:
-        """Its side stages, from the chain's stages (``arrays``, internal layouts)."""
+    def side(self, value: Setting, run: Traced, scale: float) -> dict[str, FloatArray]:
+        """Its side stages, from the chain's stages and its ``scale``."""
         raise NotImplementedError(self.name)
 
 

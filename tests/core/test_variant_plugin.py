@@ -203,22 +203,11 @@ class AttentionTemperature(Variant):
         scales = np.log1p(np.floor((pos + 1.0) / value["floor_scale"])) * value["attn_scale"] + 1
         return scales.astype(dtype)[:, None]  # (n, 1)
 
-    def transform(
-        self, value: Any, inputs: Inputs, which: str, x: Any, positions: Any, cast: Any
-    ) -> Any:
-        return x * self.factors(value, positions, x.dtype)  # (B, H, n, D)
+    def transform(self, value: Any, at: Any, x: Any) -> Any:
+        return x * self.factors(value, at.positions, x.dtype)  # (B, H, n, D)
 
-    def grad_transform(
-        self,
-        value: Any,
-        inputs: Inputs,
-        which: str,
-        d_out: Any,
-        x_in: Any,
-        positions: Any,
-        cast: Any,
-    ) -> Any:
-        return d_out * self.factors(value, positions, d_out.dtype)  # (B, H, n, D)
+    def grad_transform(self, value: Any, at: Any, d_out: Any, x_in: Any) -> Any:
+        return d_out * self.factors(value, at.positions, d_out.dtype)  # (B, H, n, D)
 
     def stage_formula(self, value: Any, inputs: Inputs, stage: str) -> str:
         return f"Q_temp = {before(inputs, stage)} × (log1p(⌊(position + 1) / floor_scale⌋) × …)"

@@ -17,7 +17,7 @@ from attn_cli.check.recompute import Candidate, Change, candidate, internal, rec
 from attn_cli.core.chain import Chain
 from attn_cli.core.heads import merge_heads, split_heads
 from attn_cli.core.inputs import FloatArray, QKNorm
-from attn_cli.core.variant import same
+from attn_cli.core.variant import QKAt
 
 if TYPE_CHECKING:
     from attn_cli.core.pipeline import Trace
@@ -204,7 +204,7 @@ def _after_rope(trace: Trace) -> list[Candidate]:
     norm = _Norm(value.eps)
     rotated: dict[str, FloatArray] = {}
     for which, w in (("Q", value.q_weight), ("K", value.k_weight)):
-        turned = rope.transform(setting, inp, which, internal(trace, which), pos[which], same)
+        turned = rope.transform(setting, QKAt(inp, which, pos[which]), internal(trace, which))
         rotated[f"{which}_{rope.suffix}"] = norm(turned, w)  # (B, heads, n, D)
     detail = (
         "Your {stage} is what attn gets with the norm applied after RoPE: norm(rope(Q)) "

@@ -18,7 +18,7 @@ from attn_cli.core.inputs import FloatArray, IntArray
 from attn_cli.core.plugins.rope import apply_rope, frequencies, rope_inv_freq, rope_length
 from attn_cli.core.rope_scaling import KINDS, bands, longrope_long, yarn_factor, yarn_ramp
 from attn_cli.core.stages import STAGE_NAMES
-from attn_cli.core.variant import REGISTRY, same
+from attn_cli.core.variant import REGISTRY, QKAt
 from attn_cli.core.variants import RopeLayout
 
 if TYPE_CHECKING:
@@ -29,7 +29,7 @@ def _rotate(trace: Trace, x: FloatArray, positions: IntArray, rope: Any = None) 
     """x (B, heads, n, D) rotated at ``positions`` by the fixture's RoPE (or by ``rope``)."""
     variant = REGISTRY["rope"]
     value = variant.value(trace.inputs) if rope is None else rope
-    return variant.transform(value, trace.inputs, "K", x, positions, same)
+    return variant.transform(value, QKAt(trace.inputs, "K", positions), x)
 
 
 def _before_rope(trace: Trace, which: str) -> FloatArray:

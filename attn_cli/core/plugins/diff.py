@@ -28,17 +28,24 @@ import numpy as np
 
 from attn_cli.core.inputs import Inputs
 from attn_cli.core.ops import grad_rms_norm, rms_norm
-from attn_cli.core.plugins.parsing import is_number, known_subkeys, plain, positive_number
+from attn_cli.core.plugins.parsing import (
+    is_number,
+    known_entries,
+    plain,
+    positive_number,
+)
 from attn_cli.core.roles import EXTRA_LOGIT, MAKES_QKV, TRANSFORMS_OUTPUT, TRANSFORMS_QK
 from attn_cli.core.stage_spec import K_AXES, OUT_AXES, Q_AXES, SCORE_AXES, StageSpec
 from attn_cli.core.variant import (
     Cast,
     FixtureKey,
+    FlashMaps,
     FloatArray,
-    IntArray,
     NewOption,
     NewSpec,
     OutTransform,
+    QKAt,
+    Traced,
     exact,
     register,
 )
@@ -247,7 +254,7 @@ _FORMULAS = {
 }
 
 
-class DifferentialAttention(OutTransform[Diff]):
+class DifferentialAttention(OutTransform[Diff], FlashMaps[Diff]):
     order = 55  # its Q/K transform first: a transform registered later reads the halves
     name = "diff"
     array_parts = (*VECTORS, "norm")
@@ -276,10 +283,7 @@ class DifferentialAttention(OutTransform[Diff]):
     new_rank, new_order = 66, 72
 
     def parse(self, raw: Any, key: FixtureKey) -> Diff:
-        if not isinstance(raw, Mapping):
-            raise key(f"got {key.describe(raw)}", DOC)
-        value = {k: v for k, v in raw.items() if v is not None}
-        known_subkeys(value, key, self.name, self.subkeys)
+        value = known_entries(raw, key, self.name, self.subkeys, DOC)
         return _parse(key, value)
 
     def config(self, value: Diff, inputs: Inputs) -> dict[str, Any]:
@@ -378,86 +382,49 @@ class DifferentialAttention(OutTransform[Diff]):
         return f"[{d_out} | d_scores_2ᵀ·Q_2] per head"
 
     def grad_transform(
-        self,
-        value: Diff,
-        inputs: Inputs,
-        which: str,
-        d_out: FloatArray,
-        x_in: FloatArray,
-        positions: IntArray,
-        cast: Cast,
+        self, value: Diff, at: QKAt, d_out: FloatArray, x_in: FloatArray
     ) -> FloatArray:
         """Q_1 = Q's first half: its gradient fills the first half, the second map's the rest."""
         d: FloatArray = np.concatenate([d_out, np.zeros_like(d_out)], axis=-1)
         return d
 
     def grad_out(
-        self,
-        value: Diff,
-        inputs: Inputs,
-        d_out: FloatArray,
-        made: Mapping[str, FloatArray],
-        X: FloatArray | None,
-        cast: Cast,
+        self, value: Diff, run: Traced, d_out: FloatArray, made: Mapping[str, FloatArray]
     ) -> tuple[FloatArray, dict[str, FloatArray], FloatArray | None]:
-        d_output, grads = differential_backward(value, inputs, d_out, made, cast)
+        d_output, grads = differential_backward(value, run.inputs, d_out, made, run.cast)
         return d_output, grads, None
 
     def default_scale(self, value: Diff, inputs: Inputs) -> float:
         """1/√(d_k/2): the reference's ``head_dim ** -0.5``, head_dim being one half's width."""
         return 1.0 / math.sqrt(inputs.d_k // 2)
 
-    def transform(
-        self,
-        value: Diff,
-        inputs: Inputs,
-        which: str,
-        x: FloatArray,
-        positions: IntArray,
-        cast: Cast,
-    ) -> FloatArray:
+    def transform(self, value: Diff, at: QKAt, x: FloatArray) -> FloatArray:
         """Q_1 and K_1: each head's first d_k/2 columns."""
         half: FloatArray = x[..., : x.shape[-1] // 2]  # (B, heads, n, d_k/2)
         return half
 
-    def out_transform(
-        self,
-        value: Diff,
-        inputs: Inputs,
-        output: FloatArray,
-        X: FloatArray | None,
-        cast: Cast,
-        seen: Mapping[str, FloatArray] | None = None,
-    ) -> dict[str, FloatArray]:
-        assert seen is not None, "the run hands the differential map Q, K, V and softmax"
-        return differential(value, inputs, seen, cast)
+    def out_transform(self, value: Diff, run: Traced, output: FloatArray) -> dict[str, FloatArray]:
+        return differential(value, run.inputs, run.arrays, run.cast)
 
-    def decode_maps(
-        self, value: Diff, inputs: Inputs, arrays: Mapping[str, FloatArray], cast: Cast
-    ) -> MapsForm:
-        return decode_form(value, inputs, arrays, cast)
+    def decode_maps(self, value: Diff, run: Traced) -> MapsForm:
+        return decode_form(value, run.inputs, run.arrays, run.cast)
 
     flash_reads = ("Q", "K", "lambda", "diff_output")
 
-    def flash_maps(
-        self, value: Diff, inputs: Inputs, arrays: Mapping[str, FloatArray]
-    ) -> tuple[tuple[FloatArray, FloatArray], ...]:
+    def flash_maps(self, value: Diff, run: Traced) -> tuple[tuple[FloatArray, FloatArray], ...]:
         """The second map's halves, Q2 and K2: tiled as the first map's Q1 and K1 are, over the
         same V (the reference's multihead_flashdiff_1.py calls flash_attn_func twice)."""
-        half = inputs.d_k // 2
-        return ((arrays["Q"][..., half:], arrays["K"][..., half:]),)
+        half = run.inputs.d_k // 2
+        return ((run.arrays["Q"][..., half:], run.arrays["K"][..., half:]),)
 
     def flash_finish(
-        self,
-        value: Diff,
-        inputs: Inputs,
-        outputs: tuple[FloatArray, ...],
-        arrays: Mapping[str, FloatArray],
-        cast: Cast,
+        self, value: Diff, run: Traced, outputs: tuple[FloatArray, ...]
     ) -> dict[str, FloatArray]:
         """diff_output = O1 − λ·O2, each map's tiled softmax·V."""
         O1, O2 = outputs
-        lam = np.reshape(arrays["lambda"], (-1, inputs.heads))[0]  # (H,), whatever the layout
+        lam = np.reshape(run.arrays["lambda"], (-1, run.inputs.heads))[
+            0
+        ]  # (H,), whatever the layout
         return {"diff_output": O1 - lam[None, :, None, None] * O2}
 
     def refuses(self, value: Diff, inputs: Inputs, what: str) -> tuple[str, str, str] | None:

@@ -20,15 +20,15 @@ import numpy as np
 from attn_cli.core.heads import merge_heads, split_heads
 from attn_cli.core.inputs import Inputs
 from attn_cli.core.ops import sigmoid
-from attn_cli.core.plugins.parsing import known_subkeys, plain
+from attn_cli.core.plugins.parsing import known_entries, plain
 from attn_cli.core.stage_spec import OUT_AXES, StageSpec
 from attn_cli.core.variant import (
-    Cast,
     FixtureKey,
     FloatArray,
     NewOption,
     NewSpec,
     OutTransform,
+    Traced,
     exact,
     register,
 )
@@ -63,10 +63,7 @@ class GatedAttention(OutTransform[Gate]):
     new_rank, new_order = 65, 70
 
     def parse(self, raw: Any, key: FixtureKey) -> Gate:
-        if not isinstance(raw, Mapping):
-            raise key(f"got {key.describe(raw)}", DOC)
-        value = {k: v for k, v in raw.items() if v is not None}
-        known_subkeys(value, key, self.name, self.subkeys)
+        value = known_entries(raw, key, self.name, self.subkeys, DOC)
         if key.d_model is None:
             raise key(
                 "given with Q, K and V directly",
@@ -163,18 +160,12 @@ class GatedAttention(OutTransform[Gate]):
         return f"{d_out} ⊙ σ(gate)"  # d_output, from d_gated
 
     def grad_out(
-        self,
-        value: Gate,
-        inputs: Inputs,
-        d_out: FloatArray,
-        made: Mapping[str, FloatArray],
-        X: FloatArray | None,
-        cast: Cast,
+        self, value: Gate, run: Traced, d_out: FloatArray, made: Mapping[str, FloatArray]
     ) -> tuple[FloatArray, dict[str, FloatArray], FloatArray | None]:
         """gated = output ⊙ σ(gate)  =>  d_output = d_gated ⊙ σ(gate), d_gate = d_gated ⊙
         output ⊙ σ'(gate), σ' = σ(1 − σ); gate = X·W_G + b_G  =>  d_W_G = Xᵀ·d_gate,
         d_b_G = Σ d_gate, and d_gate·W_Gᵀ joins d_X."""
-        assert X is not None, "the gate is parsed only with X"
+        X = run.arrays["X"]  # the gate is parsed only with X
         s = sigmoid(made["gate"])  # (B, H, T, Dv)
         d_gate = d_out * made["output"] * s * (1.0 - s)  # (B, H, T, Dv)
         flat = merge_heads(d_gate)  # (B, T, H*Dv)
@@ -185,22 +176,14 @@ class GatedAttention(OutTransform[Gate]):
         }  # (d_model, H*Dv)
         if value.b_G is not None:
             grads["d_b_G"] = flat.sum(axis=(0, 1))  # (H*Dv,)
-        return d_out * s, grads, flat @ cast("gate.W_G", value.W_G).T  # (B, T, d_model)
+        return d_out * s, grads, flat @ run.cast("gate.W_G", value.W_G).T  # (B, T, d_model)
 
-    def out_transform(
-        self,
-        value: Gate,
-        inputs: Inputs,
-        output: FloatArray,
-        X: FloatArray | None,
-        cast: Cast,
-        seen: Mapping[str, FloatArray] | None = None,
-    ) -> dict[str, FloatArray]:
-        assert X is not None, "the gate is parsed only with X"
+    def out_transform(self, value: Gate, run: Traced, output: FloatArray) -> dict[str, FloatArray]:
+        X, cast = run.arrays["X"], run.cast  # the gate is parsed only with X
         W_G = cast("gate.W_G", value.W_G)
         b_G = None if value.b_G is None else cast("gate.b_G", value.b_G)
         flat = X @ W_G if b_G is None else X @ W_G + b_G  # (B, T, d_model) -> (B, T, H*Dv)
-        gate = split_heads(flat, inputs.heads)  # (B, H, T, Dv)
+        gate = split_heads(flat, run.inputs.heads)  # (B, H, T, Dv)
         return {"gate": gate, "gated": output * sigmoid(gate)}  # (B, H, T, Dv)
 
     def refuses(self, value: Gate, inputs: Inputs, what: str) -> tuple[str, str, str] | None:

@@ -49,18 +49,26 @@ from attn_cli.core.linear_forms import (
     softplus,
 )
 from attn_cli.core.ops import sigmoid, silu
-from attn_cli.core.plugins.parsing import known_subkeys, plain, positive_number, whole_number
+from attn_cli.core.plugins.parsing import (
+    known_entries,
+    known_subkeys,
+    plain,
+    positive_number,
+    whole_number,
+)
 from attn_cli.core.roles import MAKES_QKV, ON_SOFTMAX, REPLACES_SOFTMAX
 from attn_cli.core.stage_spec import OUT_AXES, Q_AXES, SCORE_AXES, StageSpec
 from attn_cli.core.variant import (
     Cast,
     FixtureKey,
     FloatArray,
+    FrontEnd,
     IntArray,
     Mixer,
     OutTransform,
     Setting,
     SideForm,
+    Traced,
     Variant,
     register,
 )
@@ -209,9 +217,8 @@ class LinearAttention(_Linear[Plain]):
     def stage_formula(self, value: Plain, inputs: Inputs, stage: str) -> str:
         return _PLAIN_FORMULAS[stage].replace("{C}", str(value.chunk))
 
-    def mix(
-        self, value: Plain, inputs: Inputs, arrays: Mapping[str, FloatArray], cast: Cast
-    ) -> dict[str, FloatArray]:
+    def mix(self, value: Plain, run: Traced) -> dict[str, FloatArray]:
+        inputs, arrays = run.inputs, run.arrays
         _refuse_cross(self, inputs)
         group = inputs.heads // inputs.kv_heads
         # contiguous: (B, H, T, d_k) views of the projection make the products below slow
@@ -220,14 +227,8 @@ class LinearAttention(_Linear[Plain]):
         weights, output = linear_parallel(phi_q, k, v)
         return {"phi_Q": phi_q, "phi_K": phi_k, "implicit_weights": weights, "output": output}
 
-    def side(
-        self,
-        value: Plain,
-        inputs: Inputs,
-        arrays: Mapping[str, FloatArray],
-        scale: float,
-        cast: Cast,
-    ) -> dict[str, FloatArray]:
+    def side(self, value: Plain, run: Traced, scale: float) -> dict[str, FloatArray]:
+        inputs, arrays = run.inputs, run.arrays
         group = inputs.heads // inputs.kv_heads
         k, v = (np.repeat(arrays[n], group, axis=1) for n in ("phi_K", "V"))  # (B, H, T, ·)
         states, zs, out = linear_recurrent(arrays["phi_Q"], k, v)
@@ -239,10 +240,9 @@ class LinearAttention(_Linear[Plain]):
             "output_chunked": chunked,
         }
 
-    def decode_state(
-        self, value: Plain, inputs: Inputs, arrays: Mapping[str, FloatArray], cast: Cast
-    ) -> PlainRecurrence:
-        return PlainRecurrence(arrays["Q"], arrays["K"], arrays["V"], value.chunk)
+    def decode_state(self, value: Plain, run: Traced) -> PlainRecurrence:
+        q, k, v = (run.arrays[n] for n in ("Q", "K", "V"))
+        return PlainRecurrence(q, k, v, value.chunk)
 
 
 _PLAIN_FORMULAS = {
@@ -342,7 +342,7 @@ def delta_front(value: Delta, heads: int, X: FloatArray, cast: Cast) -> dict[str
     return out
 
 
-class GatedDeltaNet(_Linear[Delta], OutTransform[Delta]):
+class GatedDeltaNet(FrontEnd[Delta], _Linear[Delta], OutTransform[Delta]):
     order = 6
     name = "gated_deltanet"
     array_parts = _DELTA_ARRAYS
@@ -357,10 +357,7 @@ class GatedDeltaNet(_Linear[Delta], OutTransform[Delta]):
         return value.d_k, int(value.W_v.shape[1]) // heads
 
     def parse(self, raw: Any, key: FixtureKey) -> Delta:
-        if not isinstance(raw, Mapping):
-            raise key(f"got {key.describe(raw)}", _DELTA_DOC)
-        value = {k: v for k, v in raw.items() if v is not None}
-        known_subkeys(value, key, self.name, self.subkeys)
+        value = known_entries(raw, key, self.name, self.subkeys, _DELTA_DOC)
         return _DeltaParser(key, value).delta()
 
     def config(self, value: Delta, inputs: Inputs) -> dict[str, Any]:
@@ -399,45 +396,27 @@ class GatedDeltaNet(_Linear[Delta], OutTransform[Delta]):
     ) -> dict[str, FloatArray]:
         return delta_front(value, inputs.heads, X, cast)
 
-    def mix(
-        self, value: Delta, inputs: Inputs, arrays: Mapping[str, FloatArray], cast: Cast
-    ) -> dict[str, FloatArray]:
+    def mix(self, value: Delta, run: Traced) -> dict[str, FloatArray]:
+        arrays = run.arrays
         q = l2norm(arrays["Q"]) / np.sqrt(value.d_k).astype(arrays["Q"].dtype)
         k = l2norm(arrays["K"])
         weights, output = delta_parallel(q, k, arrays["V"], arrays["g"], arrays["beta"])
         return {"q_l2": q, "k_l2": k, "implicit_weights": weights, "output": output}
 
-    def side(
-        self,
-        value: Delta,
-        inputs: Inputs,
-        arrays: Mapping[str, FloatArray],
-        scale: float,
-        cast: Cast,
-    ) -> dict[str, FloatArray]:
-        q, k, v, g, beta = (arrays[n] for n in ("q_l2", "k_l2", "V", "g", "beta"))
+    def side(self, value: Delta, run: Traced, scale: float) -> dict[str, FloatArray]:
+        q, k, v, g, beta = (run.arrays[n] for n in ("q_l2", "k_l2", "V", "g", "beta"))
         states, out = delta_recurrent(q, k, v, g, beta)
         chunked = delta_chunked(q, k, v, g, beta, value.chunk)
         return {"state": states, "output_recurrent": out, "output_chunked": chunked}
 
     decode_stages = ("g", "beta")
 
-    def decode_state(
-        self, value: Delta, inputs: Inputs, arrays: Mapping[str, FloatArray], cast: Cast
-    ) -> DeltaRecurrence:
-        return DeltaRecurrence(value, inputs.heads, arrays, cast)
+    def decode_state(self, value: Delta, run: Traced) -> DeltaRecurrence:
+        return DeltaRecurrence(value, run.inputs.heads, run.arrays, run.cast)
 
-    def out_transform(
-        self,
-        value: Delta,
-        inputs: Inputs,
-        output: FloatArray,
-        X: FloatArray | None,
-        cast: Cast,
-        seen: Mapping[str, FloatArray] | None = None,
-    ) -> dict[str, FloatArray]:
-        assert X is not None, "gated_deltanet is parsed only with X"
-        z = split_heads(X @ cast("gated_deltanet.W_z", value.W_z), inputs.heads)  # (B,H,T,Dv)
+    def out_transform(self, value: Delta, run: Traced, output: FloatArray) -> dict[str, FloatArray]:
+        X, cast = run.arrays["X"], run.cast  # gated_deltanet is parsed only with X
+        z = split_heads(X @ cast("gated_deltanet.W_z", value.W_z), run.inputs.heads)  # (B,H,T,Dv)
         norm = cast("gated_deltanet.norm", value.norm)
         return {"z": z, "normed": gated_rms_norm(output, z, norm, value.eps)}
 

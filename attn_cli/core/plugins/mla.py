@@ -35,7 +35,13 @@ import numpy as np
 from attn_cli.core.heads import merge_heads, split_heads
 from attn_cli.core.inputs import Inputs
 from attn_cli.core.ops import grad_rms_norm, rms_norm
-from attn_cli.core.plugins.parsing import fold_scaling, known_subkeys, plain, positive_number
+from attn_cli.core.plugins.parsing import (
+    entries,
+    fold_scaling,
+    known_subkeys,
+    plain,
+    positive_number,
+)
 from attn_cli.core.roles import MAKES_QKV, TRANSFORMS_QK
 from attn_cli.core.rope_scaling import RopeScaling, frequencies, parse_scaling
 from attn_cli.core.stage_spec import StageSpec, number_text
@@ -44,8 +50,10 @@ from attn_cli.core.variant import (
     DecodeForm,
     FixtureKey,
     FloatArray,
+    FrontEnd,
     IntArray,
     SideForm,
+    Traced,
     register,
 )
 
@@ -405,7 +413,7 @@ _FORMULAS = {
 }
 
 
-class LatentAttention(SideForm[MLA]):
+class LatentAttention(FrontEnd[MLA], SideForm[MLA]):
     order = 5
     name = "mla"
     array_parts = WEIGHTS
@@ -424,10 +432,7 @@ class LatentAttention(SideForm[MLA]):
         return d_nope + value.d_rope, int(value.W_UV.shape[1]) // heads
 
     def parse(self, raw: Any, key: FixtureKey) -> MLA:
-        if not isinstance(raw, Mapping):
-            raise key(f"got {key.describe(raw)}", DOC)
-        value = {k: v for k, v in raw.items() if v is not None}
-        value = fold_scaling(value, key, "mla.scaling")
+        value = fold_scaling(entries(raw, key, DOC), key, "mla.scaling")
         known_subkeys(value, key, self.name, self.subkeys)
         return _Parser(key, value).mla()
 
@@ -495,15 +500,10 @@ class LatentAttention(SideForm[MLA]):
         return next(f for n, _, _, f in _GRAD if n == stage)
 
     def grad_front(
-        self,
-        value: MLA,
-        inputs: Inputs,
-        grads: Mapping[str, FloatArray],
-        arrays: Mapping[str, FloatArray],
-        cast: Cast,
+        self, value: MLA, run: Traced, grads: Mapping[str, FloatArray]
     ) -> dict[str, FloatArray]:
-        pos = inputs.token_positions()[0]
-        return naive_backward(value, inputs.heads, grads, arrays, pos, cast)
+        pos = run.inputs.token_positions()[0]
+        return naive_backward(value, run.inputs.heads, grads, run.arrays, pos, run.cast)
 
     def front_fills(self, value: MLA, gradient: str) -> bool:
         return gradient == "d_W_Q" and not value.lora
@@ -517,27 +517,18 @@ class LatentAttention(SideForm[MLA]):
     ) -> dict[str, FloatArray]:
         return naive(value, inputs.heads, X, positions, cast)
 
-    def side(
-        self,
-        value: MLA,
-        inputs: Inputs,
-        arrays: Mapping[str, FloatArray],
-        scale: float,
-        cast: Cast,
-    ) -> dict[str, FloatArray]:
-        return absorbed(value, inputs.heads, arrays, scale, cast)
+    def side(self, value: MLA, run: Traced, scale: float) -> dict[str, FloatArray]:
+        return absorbed(value, run.inputs.heads, run.arrays, scale, run.cast)
 
     decode_stages = ("q_nope", "q_rope_rot", "c_KV_norm", "k_rope_rot")
 
-    def decode_form(
-        self, value: MLA, inputs: Inputs, arrays: Mapping[str, FloatArray], cast: Cast
-    ) -> DecodeForm:
+    def decode_form(self, value: MLA, run: Traced) -> DecodeForm:
         """Decoding as DeepSeek's inference runs it: the cache holds each token's latent c_KV
         (normed) and its rotated RoPE key, r + d_rope numbers for all heads; each step's query
         is q_nope·W_UKᵀ beside q_rope_rot, attends over [c_KV_norm | k_rope_rot] (one cache
         head, every query head reads it) with the values the latent itself, and W_UV turns
         each head's softmax·c_KV_norm into its output."""
-        r, H = value.rank, inputs.heads
+        r, H, arrays, cast = value.rank, run.inputs.heads, run.arrays, run.cast
         W_UK = cast("mla.W_UK", value.W_UK).reshape(r, H, -1).transpose(1, 0, 2)  # (H, r, nope)
         W_UV = cast("mla.W_UV", value.W_UV).reshape(r, H, -1).transpose(1, 0, 2)  # (H, r, d_v)
         q_absorbed = arrays["q_nope"] @ W_UK.transpose(0, 2, 1)  # (B, H, T, r)

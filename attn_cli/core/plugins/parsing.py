@@ -79,6 +79,23 @@ def known_subkeys(
             )
 
 
+def entries(raw: Any, key: FixtureKey, doc: str) -> dict[Any, Any]:
+    """A mapping setting's entries that are not null; ``doc`` is what is expected of it when it
+    is not a mapping."""
+    if not isinstance(raw, Mapping):
+        raise key(f"got {key.describe(raw)}", doc)
+    return {k: v for k, v in raw.items() if v is not None}
+
+
+def known_entries(
+    raw: Any, key: FixtureKey, name: str, known: tuple[str, ...], doc: str
+) -> dict[Any, Any]:
+    """A mapping setting's entries that are not null, each one of ``known``."""
+    value = entries(raw, key, doc)
+    known_subkeys(value, key, name, known)
+    return value
+
+
 def broadcasts(shape: tuple[int, ...], key: FixtureKey) -> None:
     """An array of ``shape`` broadcasts (right-aligned, as torch) to [batch, heads, seq_q, seq_k]
     (a mask, a bias)."""

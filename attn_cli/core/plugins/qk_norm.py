@@ -12,15 +12,15 @@ import numpy as np
 from attn_cli.core.heads import merge_heads, split_heads
 from attn_cli.core.inputs import Inputs, QKNorm
 from attn_cli.core.ops import grad_rms_norm, rms_norm
-from attn_cli.core.plugins.parsing import known_subkeys, positive_number
+from attn_cli.core.plugins.parsing import known_entries, positive_number
 from attn_cli.core.stage_spec import number_text
 from attn_cli.core.variant import (
     Cast,
     FixtureKey,
     FloatArray,
-    IntArray,
     NewOption,
     NewSpec,
+    QKAt,
     Variant,
     exact,
     register,
@@ -57,39 +57,21 @@ class QKNormalization(Variant[QKNorm]):
             f"x̂ = {x_in} / rms({x_in}), w = {x_in[0].lower()}_weight"
         )
 
-    def transform(
-        self,
-        value: QKNorm,
-        inputs: Inputs,
-        which: str,
-        x: FloatArray,
-        positions: IntArray,
-        cast: Cast,
-    ) -> FloatArray:
-        return norm_heads(x, _weight(value, which, cast), value.eps)  # (B, heads, n, D)
+    def transform(self, value: QKNorm, at: QKAt, x: FloatArray) -> FloatArray:
+        return norm_heads(x, _weight(value, at.which, at.cast), value.eps)  # (B, heads, n, D)
 
     def grad_transform(
-        self,
-        value: QKNorm,
-        inputs: Inputs,
-        which: str,
-        d_out: FloatArray,
-        x_in: FloatArray,
-        positions: IntArray,
-        cast: Cast,
+        self, value: QKNorm, at: QKAt, d_out: FloatArray, x_in: FloatArray
     ) -> FloatArray:
         """RMSNorm's backward, per head (weight (D,)) or over the whole projection (heads*D,)."""
-        w = _weight(value, which, cast)
+        w = _weight(value, at.which, at.cast)
         if w.shape[0] == x_in.shape[-1]:
             return grad_rms_norm(d_out, x_in, w, value.eps)  # (B, heads, n, D)
         flat = grad_rms_norm(merge_heads(d_out), merge_heads(x_in), w, value.eps)  # (B, n, heads*D)
         return split_heads(flat, x_in.shape[1])  # (B, heads, n, D)
 
     def parse(self, raw: Any, key: FixtureKey) -> QKNorm:
-        if not isinstance(raw, Mapping):
-            raise key(f"got {key.describe(raw)}", DOC)
-        value = {k: v for k, v in raw.items() if v is not None}
-        known_subkeys(value, key, self.name, self.subkeys)
+        value = known_entries(raw, key, self.name, self.subkeys, DOC)
         weights = []
         for sub, n, n_name in (
             ("q_weight", key.heads, "heads"),

@@ -20,12 +20,11 @@ from attn_cli.core.plugins.parsing import (
 )
 from attn_cli.core.stage_spec import number_text
 from attn_cli.core.variant import (
-    Cast,
     FixtureKey,
     FloatArray,
-    IntArray,
     NewOption,
     NewSpec,
+    QKAt,
     Variant,
     before,
     exact,
@@ -89,47 +88,15 @@ class RotaryEmbedding(Variant[Rope]):
     def grad_formula(self, value: Rope, inputs: Inputs, d_out: str, x_in: str) -> str:
         return f"RoPE⁻¹({d_out})"
 
-    def transform(
-        self,
-        value: Rope,
-        inputs: Inputs,
-        which: str,
-        x: FloatArray,
-        positions: IntArray,
-        cast: Cast,
-    ) -> FloatArray:
-        inv_freq, attention = frequencies(value, inputs)
-        return apply_rope(
-            x,
-            positions,
-            layout=value.layout,
-            dims=value.dims,
-            inv_freq=inv_freq,
-            attention=attention,
-        )
+    def transform(self, value: Rope, at: QKAt, x: FloatArray) -> FloatArray:
+        return _rotate(value, at, x, inverse=False)  # (B, heads, n, D)
 
     def grad_transform(
-        self,
-        value: Rope,
-        inputs: Inputs,
-        which: str,
-        d_out: FloatArray,
-        x_in: FloatArray,
-        positions: IntArray,
-        cast: Cast,
+        self, value: Rope, at: QKAt, d_out: FloatArray, x_in: FloatArray
     ) -> FloatArray:
         """A rotation per position (times the attention factor): its transpose, rotation by
         −angle (times the factor), carries d back."""
-        inv_freq, attention = frequencies(value, inputs)
-        return apply_rope(
-            d_out,
-            positions,
-            layout=value.layout,
-            dims=value.dims,
-            inverse=True,
-            inv_freq=inv_freq,
-            attention=attention,
-        )  # (B, heads, n, D)
+        return _rotate(value, at, d_out, inverse=True)  # (B, heads, n, D)
 
     def refuses(self, value: Rope, inputs: Inputs, what: str) -> tuple[str, str, str] | None:
         """Decoding: dynamic and longrope frequencies follow the length: transformers' generate
@@ -314,3 +281,18 @@ def apply_rope(
 
 
 register(RotaryEmbedding())
+
+
+def _rotate(value: Rope, at: QKAt, x: FloatArray, inverse: bool) -> FloatArray:
+    """x (B, heads, n, D) rotated by each token's angle (by minus it: ``inverse``), times the
+    attention factor."""
+    inv_freq, attention = frequencies(value, at.inputs)
+    return apply_rope(
+        x,
+        at.positions,
+        layout=value.layout,
+        dims=value.dims,
+        inverse=inverse,
+        inv_freq=inv_freq,
+        attention=attention,
+    )
