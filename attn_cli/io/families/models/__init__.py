@@ -23,6 +23,7 @@ from attn_cli.io.families.models import (
     granite,
     llama,
     ministral,
+    ministral3,
     mistral,
     mixtral,
     olmo,
@@ -80,6 +81,7 @@ BUILT_IN = (
     deepseek.FAMILY,
     deepseek.FAMILY_V2,
     gptj.FAMILY,
+    ministral3.FAMILY,
 )
 for _family in BUILT_IN:
     register(_family)
