@@ -55,6 +55,7 @@ class Fx:
     softcap: float | None = None
     rot_q: Array | None = None  # (T, D, D) one orthogonal matrix per query position
     rot_k: Array | None = None  # (S, D, D)
+    temp_q: Array | None = None  # (T,) a factor per query position (attention temperature)
     grad: Array | None = None  # dL/d(final stage); None: L = sum
 
 
@@ -100,6 +101,8 @@ def reference(fx: Fx, at: str | None = None, value: Array | None = None) -> dict
         q = put("Q_rot", np.einsum("tij,bhtj->bhti", fx.rot_q, q))
     if fx.rot_k is not None:
         k = put("K_rot", np.einsum("sij,bhsj->bhsi", fx.rot_k, k))
+    if fx.temp_q is not None:
+        q = put("Q_tuned", q * fx.temp_q[:, None])  # (B, H, T, D)
     B, T, S = q.shape[0], q.shape[2], k.shape[2]
     scores = np.empty((B, fx.H, T, S))
     for b in range(B):
@@ -160,7 +163,7 @@ def forward_arrays(fx: Fx) -> ForwardArrays:
     s = reference(fx)
     W = fx.W or {}
     return ForwardArrays(
-        q=s.get("Q_rot", s["Q"]),
+        q=s.get("Q_tuned", s.get("Q_rot", s["Q"])),
         k=s.get("K_rot", s["K"]),
         v=s["V"],
         weights=s["softmax"],
@@ -172,7 +175,7 @@ def forward_arrays(fx: Fx) -> ForwardArrays:
         before=(s["scaled"],) if fx.softcap is not None else (),
         X=fx.X,
         X_kv=fx.X_kv,
-        back_q=() if fx.rot_q is None else (("Q_rot", _unrotate(fx.rot_q)),),
+        back_q=_back_q(fx),
         back_k=() if fx.rot_k is None else (("K_rot", _unrotate(fx.rot_k)),),
         back_out=(),  # no output gate here
         **{n: W.get(n) for n in INPUT_NAMES},
@@ -198,6 +201,17 @@ def _chain(fx: Fx, s: dict[str, Array]) -> Chain | None:
         extra={"softcap": fx.softcap},
     )
     return Chain(inputs)
+
+
+def _back_q(fx: Fx) -> tuple[tuple[str, Callable[[Array], Array]], ...]:
+    """The query transforms' backward, first transform first: the rotation, the temperature."""
+    back: list[tuple[str, Callable[[Array], Array]]] = []
+    if fx.rot_q is not None:
+        back.append(("Q_rot", _unrotate(fx.rot_q)))
+    if fx.temp_q is not None:
+        temp = fx.temp_q
+        back.append(("Q_tuned", lambda d: d * temp[:, None]))
+    return tuple(back)
 
 
 def _unrotate(rot: Array) -> Callable[[Array], Array]:
@@ -234,6 +248,7 @@ def make_fixture(
     bias: bool = False,
     softcap: float | None = None,
     rope: bool = False,
+    temperature: bool = False,
     scale: float | None = None,
     upstream: bool = True,
 ) -> Fx:
@@ -267,6 +282,8 @@ def make_fixture(
     kw["bias"] = r(1, H, T, S) if bias else None
     if rope:
         kw["rot_q"], kw["rot_k"] = _rotations(rng, T, D), _rotations(rng, S, D)
+    if temperature:
+        kw["temp_q"] = 1.0 + rng.random(T)  # any positive factor per query position
     fx = Fx(
         H=H, Hkv=Hkv, scale=1 / np.sqrt(D) if scale is None else scale, W=W, softcap=softcap, **kw
     )
@@ -303,6 +320,9 @@ FIXTURES: dict[str, dict[str, Any]] = {
     "mqa_softcap_causal": dict(H=2, Hkv=1, T=3, causal=True, softcap=1.2, scale=1.5, biases=True),
     "cross_attention_gqa": dict(cross=True, H=4, Hkv=2, T=2, S=3, mask=True, W_O=True, biases=True),
     "rope_gqa_causal": dict(rope=True, H=2, Hkv=1, T=3, causal=True, W_O=True, upstream=False),
+    "rope_temperature_gqa": dict(
+        rope=True, temperature=True, H=2, Hkv=1, T=3, causal=True, W_O=True
+    ),
     "direct_gqa_softcap_mask": dict(
         projection=False, H=4, Hkv=2, T=3, S=3, softcap=2.0, mask=True, bias=True
     ),

@@ -139,6 +139,21 @@ FIXTURES: dict[str, dict[str, Any]] = {
         window=2,
         grad=True,
     ),
+    "RoPE, temperature, chunks": dict(
+        B=0,
+        T=4,
+        S=4,
+        C=3,
+        H=2,
+        Hkv=1,
+        D=4,
+        Dv=2,
+        rope=True,
+        temperature={"floor_scale": 2, "attn_scale": 0.5},
+        causal=True,
+        chunk=3,
+        grad=True,
+    ),
     "QK-norm over the projection, softcap, ALiBi": dict(
         B=0,
         T=3,
@@ -208,6 +223,7 @@ ORDER = (
     "K_norm",
     "Q_rot",
     "K_rot",
+    "Q_tuned",
     "scores",
     "scaled",
     "capped",
@@ -229,7 +245,12 @@ def loss_from(trace: Trace, start: str, value: Array) -> float:
         pos_q, pos_k = inp.token_positions()
         a["Q_rot"] = rope(inp, a["Q_norm"], pos_q)
         a["K_rot"] = rope(inp, a["K_norm"], pos_k)
-    q = next(a[s] for s in ("Q_rot", "Q_norm", "Q") if s in a)
+    temp = inp.setting("temperature")
+    if temp is not None and "Q_tuned" in after:  # 1 + s·ln(1 + ⌊(pos + offset) / floor⌋)
+        pos_q = inp.token_positions()[0]
+        factor = 1 + temp.attn_scale * np.log1p(np.floor((pos_q + temp.offset) / temp.floor_scale))
+        a["Q_tuned"] = next(a[s] for s in ("Q_rot", "Q_norm", "Q") if s in a) * factor[:, None]
+    q = next(a[s] for s in ("Q_tuned", "Q_rot", "Q_norm", "Q") if s in a)
     k = next(a[s] for s in ("K_rot", "K_norm", "K") if s in a)
     B, H = q.shape[:2]
     g = H // k.shape[1]

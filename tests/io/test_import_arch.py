@@ -75,6 +75,12 @@ AGREE = {
     ("mistral", "ministral"),
     ("mixtral", "ministral"),
     ("llama", "seed_oss"),  # attention_bias false, no attention_out_bias: Llama's layer
+    # ministral3 without llama_4_scaling_beta is Mistral's attention, sliding only when
+    # sliding_window is given (transformers 5.25 modeling_ministral3.py: create_causal_mask
+    # when it is null, as in Llama)
+    ("llama", "ministral3"),
+    ("mistral", "ministral3"),
+    ("mixtral", "ministral3"),
     *((a, b) for a in ("bert", *_ROBERTA) for b in _ROBERTA if a != b),
 }
 rng = np.random.default_rng(23)

@@ -100,6 +100,8 @@ class Arch:
     renamed_ropes: tuple[tuple[str, str], ...] = ()  # rope types the class renames (Phi-3)
     fixed_original: bool = False  # the class always sets original_max_position_embeddings (4096)
     local_theta: str = ""  # the key of the sliding layers' base (Gemma 3: rope_local_base_freq)
+    # keys of the rope mapping the family reads elsewhere (a variant's) or never reads: accepted
+    rope_extra: tuple[str, ...] = ()
     # windows and layer kinds
     window_flag: bool = False  # use_sliding_window turns the window on (Qwen, SmolLM3)
     pattern_keys: bool = False  # sliding_window_pattern sets the pattern (Gemma 3, Cohere 2)

@@ -71,7 +71,7 @@ def _scaling(
             f"rope_type {shown(rope_type)} is not supported",
             "default, " + ", ".join(SCALED_READS) + " (transformers' ROPE_INIT_FUNCTIONS)",
         )
-    other = next((k for k in params if k not in (*ROPE_KEYS, *reads)), None)
+    other = next((k for k in params if k not in (*ROPE_KEYS, *reads, *arch.rope_extra)), None)
     if other is not None:  # mrope_section, ...: a rope attn would silently not apply
         kind = "a default rope" if rope_type == "default" else f"a {rope_type} rope"
         raise config.error(

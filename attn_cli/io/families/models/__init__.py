@@ -26,6 +26,7 @@ from attn_cli.io.families.models import (
     granite,
     llama,
     ministral,
+    ministral3,
     mistral,
     mixtral,
     olmo,
@@ -88,6 +89,7 @@ BUILT_IN = (
     apertus.FAMILY,
     glm4_moe.FAMILY,
     ernie4_5_moe.FAMILY,
+    ministral3.FAMILY,
 )
 for _family in BUILT_IN:
     register(_family)

@@ -1,0 +1,42 @@
+"""Chunked attention (Llama 4's ``attention_chunk_size``; transformers' masking_utils
+``chunked_overlay``): the positions are cut into chunks of ``chunk`` and a query sees the keys of
+its own chunk only, causally within it: ``pos_k <= pos_q`` and ``pos_k // chunk == pos_q // chunk``.
+Unlike a sliding window, the first query of a chunk sees itself alone."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from attn_cli.core.inputs import Inputs
+from attn_cli.core.variant import BoolArray, Cells, FixtureKey, Variant, register
+
+
+class Chunk(Variant[int]):
+    order = 14
+    name = "chunk"
+    reads_positions = True
+    key_order = 41
+
+    def parse(self, raw: Any, key: FixtureKey) -> int:
+        if type(raw) is not int:
+            raise key(f"got {key.describe(raw)}", "a whole number >= 1 (positions per chunk)")
+        if raw < 1:
+            raise key(f"is {raw}", "a whole number >= 1 (positions per chunk)")
+        if key.setting("causal") is None:
+            raise key(
+                "given without causal",
+                "causal: true or lower-right alongside chunk (Llama 4's chunks are causal within)",
+            )
+        return raw
+
+    def allowed(self, value: Any, inputs: Inputs, cells: Cells) -> BoolArray:
+        chunk_q = cells.pos_q[None, None, :, None] // value  # (1, 1, R, 1)
+        chunk_k = cells.pos_k[None, None, None, :] // value  # (1, 1, 1, S)
+        same: BoolArray = chunk_q == chunk_k  # (1, 1, R, S)
+        return same
+
+    def hides(self, value: Any) -> str:
+        return f"chunks of {value}"
+
+
+register(Chunk())
