@@ -15,10 +15,9 @@ from attn_cli.core.inputs import Inputs
 from attn_cli.core.plugins.parsing import positive_number
 from attn_cli.core.stage_spec import number_text
 from attn_cli.core.variant import (
-    Cast,
     FixtureKey,
     FloatArray,
-    IntArray,
+    QKAt,
     Variant,
     register,
 )
@@ -44,26 +43,11 @@ class ClipQKV(Variant[float]):
     def grad_formula(self, value: float, inputs: Inputs, d_out: str, x_in: str) -> str:
         return f"{d_out} ∘ [|{x_in}| ≤ {number_text(value)}]"
 
-    def transform(
-        self,
-        value: float,
-        inputs: Inputs,
-        which: str,
-        x: FloatArray,
-        positions: IntArray,
-        cast: Cast,
-    ) -> FloatArray:
+    def transform(self, value: float, at: QKAt, x: FloatArray) -> FloatArray:
         return clamp(x, value)  # (B, heads, n, D)
 
     def grad_transform(
-        self,
-        value: float,
-        inputs: Inputs,
-        which: str,
-        d_out: FloatArray,
-        x_in: FloatArray,
-        positions: IntArray,
-        cast: Cast,
+        self, value: float, at: QKAt, d_out: FloatArray, x_in: FloatArray
     ) -> FloatArray:
         """torch's clamp passes the gradient where -c <= x <= c, nothing elsewhere."""
         inside: FloatArray = d_out * (np.abs(x_in) <= value)
