@@ -135,6 +135,13 @@ def _rms(x: list[float], w: list[float], eps: float) -> list[float]:
     return [a * r * _float(wi) for a, wi in zip(x, w, strict=True)]
 
 
+def _clamp(x: Any, c: float) -> Any:
+    """Every number of a nested list clamped to [-c, c], as torch's clamp_(min=-c, max=c)."""
+    if isinstance(x, list):
+        return [_clamp(item, c) for item in x]
+    return min(max(x, -c), c)
+
+
 def _qk_norm(x: Nested, w: Nested, eps: float) -> Nested:
     """x [b][h][t][d]: RMSNorm of each head (len(w) == d) or of all heads of a token together."""
     n, d = len(x[0]), len(x[0][0][0])
@@ -264,6 +271,13 @@ def _compute(fx: dict[str, Any]) -> tuple[dict[str, Nested], list[Any]]:
     d_k, d_v = len(q[0][0][0]), len(v[0][0][0])
     group = H // Hkv  # query head h reads key/value head h // group
     pos_q, pos_k = _positions(fx, T, S)
+
+    # 1a) clip_qkv (OLMo): q, k and v clamped to [-c, c] right after the projections
+    if "clip_qkv" in fx:
+        c = float(fx["clip_qkv"])
+        q = stages["Q_clip"] = _clamp(q, c)
+        k = stages["K_clip"] = _clamp(k, c)
+        v = stages["V"] = _clamp(v, c)
 
     # 1b) QK-norm, then RoPE, on queries and keys (not values)
     if "qk_norm" in fx:

@@ -63,7 +63,7 @@ def _projection(name: str) -> Callable[[Inputs], str]:
             return f"{name} (given)"
         bias = f" + b_{name}" if getattr(inputs, f"b_{name}") is not None else ""
         source = "X_kv" if name in "KV" and inputs.X_kv is not None else "X"
-        return f"{name} = {source}·W_{name}{bias}"
+        return f"{name} = {source}·W_{name}{bias}" + parts(inputs, name)
 
     return formula
 

@@ -387,6 +387,11 @@ class Variant(Generic[Setting]):
         """d(transformed) -> d(x_in), the transform's Jacobian (transposed) applied."""
         raise NotImplementedError(f"{self.name} transforms neither Q nor K")
 
+    def transform_v(self, value: Setting, v: FloatArray) -> FloatArray:
+        """V (B, kv_heads, S, Dv) as the projections leave it, changed in place of V
+        (``clip_qkv``'s clamp); by default as it is."""
+        return v
+
     # -- additive biases: added in `masked` (the fixture's bias, ALiBi) ------------------------
 
     def bias(self, value: Setting, inputs: Inputs, cells: Cells, dtype: Any) -> FloatArray | None:

@@ -184,6 +184,15 @@ CASES: dict[str, dict[str, Any]] = {
         "rope": True,
         "qk_norm": "head",
     },
+    "OLMo: clip_qkv + rope + GQA": {
+        "seq": 4,
+        "heads": 2,
+        "kv_heads": 1,
+        "d_k": 4,
+        "causal": True,
+        "rope": True,
+        "clip_qkv": 0.5,
+    },
     "OLMo 2: qk_norm whole + rope": {
         "seq": 4,
         "heads": 2,
