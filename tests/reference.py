@@ -288,6 +288,18 @@ def _compute(fx: dict[str, Any]) -> tuple[dict[str, Nested], list[Any]]:
     if fx.get("rope", False) is not False:
         q = stages["Q_rot"] = _rope(q, pos_q, fx["rope"])
         k = stages["K_rot"] = _rope(k, pos_k, fx["rope"])
+    # 1b') attention temperature tuning (Llama 4; Ministral 3 with offset 0): each query times
+    # 1 + attn_scale * ln(1 + floor((pos + offset) / floor_scale)), the keys untouched
+    if "temperature" in fx:
+        tt = fx["temperature"]
+        off = tt.get("offset", 1)
+        tuned = [
+            1 + tt["attn_scale"] * math.log(1 + math.floor((p + off) / tt["floor_scale"]))
+            for p in pos_q
+        ]
+        q = stages["Q_tuned"] = [
+            [[[x * tuned[t] for x in row] for t, row in enumerate(hd)] for hd in it] for it in q
+        ]
 
     # 1c) differential attention: each head's Q and K cut in halves; the chain's map is Q1·K1ᵀ
     q2 = k2 = None

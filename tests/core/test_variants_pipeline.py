@@ -184,6 +184,14 @@ CASES: dict[str, dict[str, Any]] = {
         "rope": True,
         "qk_norm": "head",
     },
+    "Llama 4: temperature tuning + rope": {
+        "seq": 6,
+        "heads": 2,
+        "d_k": 4,
+        "causal": True,
+        "rope": True,
+        "temperature": {"floor_scale": 2, "attn_scale": 0.5},
+    },
     "OLMo: clip_qkv + rope + GQA": {
         "seq": 4,
         "heads": 2,
@@ -738,7 +746,8 @@ ERRORS: list[tuple[str, dict[str, Any], str, str]] = [
         "positions unused",
         {"positions": [0, 1, 2]},
         "positions",
-        "given but nothing reads positions, expected rope, alibi, window or causal",
+        "given but nothing reads positions, expected rope, alibi, window, chunk, temperature or "
+        "causal",
     ),
     (
         "mask_value positive",
