@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ast
 import functools
+import re
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -237,3 +238,12 @@ def test_no_module_reads_another_modules_private_names() -> None:
         for use in private_uses(tree, name, is_package)
     ]
     assert not found, "private names read from another module: " + ", ".join(found)
+
+
+def test_every_package_ships_in_the_wheel() -> None:
+    """pyproject.toml lists the packages a non-editable install copies; a subpackage left out
+    imports in the checkout and fails after `pip install .` (io/families did, once)."""
+    text = (PACKAGE.parent / "pyproject.toml").read_text(encoding="utf-8")
+    listed = set(re.findall(r'"(attn_cli[\w.]*)"', text.split("packages = [", 1)[1].split("]")[0]))
+    found = {_module_name(p.parent / "__init__.py") for p in PACKAGE.rglob("__init__.py")}
+    assert found <= listed, f"packages missing from pyproject.toml: {sorted(found - listed)}"
