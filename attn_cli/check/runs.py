@@ -314,7 +314,7 @@ def _rotation(chain: Chain, dtype: np.dtype[Any]) -> Rotate | None:
 
 def _before_rotation(trace: Trace, chain: Chain, which: str, positions: Any) -> FloatArray:
     """Q or K as decoding takes it: the stage before the first transform that reads positions,
-    with the positional transforms only it takes (Llama 4's query temperature) applied whole,
+    with the positional transforms only it takes (a position-dependent query scale) applied whole,
     at the tokens' positions (a factor per position commutes with the rotation)."""
     x = internal(trace, chain.before_positional(which))  # (B, heads, T, D)
     own = [(v, value) for v, value in chain.transforms_of(which) if v.positional and not _both(v)]

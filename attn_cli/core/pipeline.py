@@ -326,7 +326,7 @@ class _Run:
         scale, scale_source = resolve_scale(self.inputs)
         # 1) project X into queries, keys and values (or take them as given)
         self.project() if self.inputs.mode == "projection" else self.given()
-        if "V" in self.arrays:  # clip_qkv clamps V where the projections leave it
+        if "V" in self.arrays:  # a variant may change V where the projections leave it (a clamp)
             for v, value in self.chain.on:
                 self.arrays["V"] = v.transform_v(value, self.arrays["V"])
         # 2)-3) the Q/K transforms (QK-norm, then RoPE), on queries and keys

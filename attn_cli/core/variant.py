@@ -389,7 +389,7 @@ class Variant(Generic[Setting]):
 
     def transform_v(self, value: Setting, v: FloatArray) -> FloatArray:
         """V (B, kv_heads, S, Dv) as the projections leave it, changed in place of V
-        (``clip_qkv``'s clamp); by default as it is."""
+        (a clamp to [-c, c]); by default as it is."""
         return v
 
     # -- additive biases: added in `masked` (the fixture's bias, ALiBi) ------------------------
