@@ -150,6 +150,7 @@ class DecodeArgs:
     rotate: Rotate | None
     form: DecodeForm | None = None  # a cache of other numbers than K and V (MLA's latent)
     after: After | None = None  # the head-output transforms (a gate) of a step's output
+    rotate_q: Rotate | None = None  # the queries' (a norm with Q's weight after RoPE)
 
     def kwargs(self) -> dict[str, Any]:
         finish = None if self.form is None else self.form.finish
@@ -158,6 +159,7 @@ class DecodeArgs:
             "scale": self.scale,
             "positions": self.positions,
             "rotate": self.rotate,
+            "rotate_q": self.rotate_q,
             "finish": finish,
             "after": self.after,
         }
@@ -275,6 +277,7 @@ def decode_args(trace: Trace) -> DecodeArgs:
         scale=trace.scale,
         positions=pos,
         rotate=_rotation(chain, np.dtype(trace.dtype)),
+        rotate_q=_rotation(chain, np.dtype(trace.dtype), "Q"),
         after=head_output_after(trace, chain),
     )
 
@@ -295,16 +298,16 @@ def head_output_after(trace: Trace, chain: Chain) -> After | None:
     return after
 
 
-def _rotation(chain: Chain, dtype: np.dtype[Any]) -> Rotate | None:
+def _rotation(chain: Chain, dtype: np.dtype[Any], which: str = "K") -> Rotate | None:
     """What a decode loop applies to a token as it arrives, at its position (a key once, as it
-    enters the cache): the transforms that read positions and that Q and K both take (RoPE),
-    in chain order; None when there are none."""
+    enters the cache): the transforms that read positions and that Q and K both take (RoPE, a
+    norm after it), in chain order, as K (or ``which``) takes them; None when there are none."""
     rotations = [(v, x) for v, x in chain.transforms if v.positional and _both(v)]
     if not rotations:
         return None
 
     def rotate(x: Any, positions: Any) -> Any:
-        at = QKAt(chain.inputs, "K", positions, caster(dtype))  # Q and K take it alike
+        at = QKAt(chain.inputs, which, positions, caster(dtype))  # with Q's or K's weights
         for v, value in rotations:
             x = v.transform(value, at, x)
         return x
@@ -470,8 +473,8 @@ def decode_reference(trace: Trace, args: DecodeArgs) -> AnyArray:
     form makes of it (MLA's W_UV) and the head-output transforms (a gate)."""
     q: AnyArray = args.q
     k: AnyArray = args.k
-    if args.rotate is not None:
-        q, k = args.rotate(q, args.positions), args.rotate(k, args.positions)
+    if args.rotate is not None and args.rotate_q is not None:
+        q, k = args.rotate_q(q, args.positions), args.rotate(k, args.positions)
     out, _ = reference_rows(trace, q, k, args.v)
     if args.form is not None:
         out = args.form.finish(out)

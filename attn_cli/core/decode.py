@@ -204,6 +204,7 @@ class _Setup(NamedTuple):
     finish: Finish | None = None
     after: After | None = None
     paging: Paging | None = None
+    rotate_q: Rotate | None = None  # the queries' own, where it differs from the keys'
 
 
 def decode(
@@ -219,13 +220,17 @@ def decode(
     finish: Finish | None = None,
     after: After | None = None,
     paging: Paging | None = None,
+    rotate_q: Rotate | None = None,
 ) -> DecodeResult:
     """Prefill the first ``prefill`` tokens, then decode the rest one step at a time;
     ``finish`` turns softmax·V_cache (B, H, n, Dc) into the output when the cache holds
     something other than the values (MLA's latent: W_UV after attention); ``after`` gives the
     head-output transforms' stages (a gate) of each step's output; ``paging``: the cache in
-    pages of a pool, read through a block table (core/paged.py)."""
+    pages of a pool, read through a block table (core/paged.py); ``rotate_q``: what a query
+    takes at its position where it differs from a key's ``rotate`` (a norm after RoPE with a
+    weight of Q's own)."""
     setup = _setup(q, k, v, chain, scale, prefill, positions, rotate, finish, after, paging)
+    setup = setup._replace(rotate_q=rotate_q or rotate)
     return _decode(q, k, v, prefill, setup, DecodeBugs())
 
 
@@ -258,6 +263,7 @@ def _setup(
         finish=finish,
         after=after,
         paging=paging,
+        rotate_q=rotate,
     )
 
 
@@ -268,8 +274,8 @@ def _decode(
     T = q.shape[2]
     pos = setup.positions
     k_rot, q_pre = k[:, :, :prefill], q[:, :, :prefill]
-    if setup.rotate is not None:
-        q_pre = setup.rotate(q_pre, pos[:prefill])  # (B, H, P, D)
+    if setup.rotate is not None and setup.rotate_q is not None:
+        q_pre = setup.rotate_q(q_pre, pos[:prefill])  # (B, H, P, D)
         k_rot = setup.rotate(k_rot, pos[:prefill])  # (B, Hkv, P, D)
     prefill_output, overflow = _prefill(q_pre, k_rot, v[:, :, :prefill], setup)
     if setup.finish is not None:
@@ -297,9 +303,9 @@ def _decode(
         k_new = k[:, :, i : i + 1]  # (B, Hkv, 1, D)
         q_new = q[:, :, i : i + 1]  # (B, H, 1, D), a view
         q_rot = None
-        if setup.rotate is not None:
+        if setup.rotate is not None and setup.rotate_q is not None:
             k_new = setup.rotate(k_new, np.array([rot_pos]))
-            q_rot = setup.rotate(q_new, np.array([rot_pos]))
+            q_rot = setup.rotate_q(q_new, np.array([rot_pos]))
         if bugs.attend_before_append:  # the cache as it was: the token does not see itself
             view = cache.view()
             tables = attend.compute(i, q_new if q_rot is None else q_rot, view)
@@ -654,11 +660,13 @@ def decode_mistakes(
     after: After | None = None,
     paging: Paging | None = None,
     extra: Sequence[tuple[str, str, DecodeBugs]] = (),
+    rotate_q: Rotate | None = None,
 ) -> tuple[DecodeMistake, ...]:
     """Each named mistake of the loop that can apply here (RoPE, GQA, a paged cache),
     recomputed; then each of ``extra`` (name, description, bugs): the variants' own
     (check/mistakes/)."""
     setup = _setup(q, k, v, chain, scale, prefill, positions, rotate, finish, after, paging)
+    setup = setup._replace(rotate_q=rotate_q or rotate)
     candidates = (
         (
             "rerotate_cache",
