@@ -16,6 +16,9 @@ and sin by (so the rotated part of q·k is multiplied by its square):
 - ``longrope`` (Phi-3): each frequency divided by its own factor, ``long_factor`` past
   ``original_max_position_embeddings`` positions, else ``short_factor``, with the attention
   factor ``sqrt(1 + ln(factor)/ln(original))``.
+- ``ntk_alpha`` (HunYuan: a "dynamic" rope with a fixed ``alpha``, which transformers'
+  HunYuanDenseV1RotaryEmbedding renames so): the base grows once, by the same power as dynamic
+  NTK, ``base·alpha^(dims/(dims−2))``, whatever the sequence's length.
 
 The fixture spells a kind's parameters as config.json does. Computed in float64 (transformers:
 float32; the difference is about 1e-7 of each frequency).
@@ -99,6 +102,18 @@ def dynamic_base(s: RopeScaling, dims: int, base: float, length: int) -> float:
     factor, longest = s.get("factor"), s.get(MAX)
     seen = max(length, longest)  # transformers: seq_len = max(position_ids) + 1, at least max
     return float(base * ((factor * seen / longest) - (factor - 1)) ** (dims / (dims - 2)))
+
+
+def ntk_alpha_base(s: RopeScaling, dims: int, base: float) -> float:
+    """The base NTK-alpha scaling rotates by: ``base·alpha^(dims/(dims−2))`` (transformers'
+    ``compute_ntk_alpha_rope_parameters``, dims = head_dim)."""
+    return float(base * s.get("alpha") ** (dims / (dims - 2)))
+
+
+def _ntk_alpha(
+    inv: FloatArray, s: RopeScaling, dims: int, base: float, length: int
+) -> tuple[FloatArray, float]:
+    return default_inv_freq(dims, ntk_alpha_base(s, dims, base)), 1.0
 
 
 def llama3_bands(inv: FloatArray, s: RopeScaling) -> tuple[Any, Any, Any]:
@@ -227,6 +242,7 @@ KINDS: dict[str, Kind] = {
         True,
         "per-pair factors, long past the original length",
     ),
+    "ntk_alpha": Kind(("alpha",), (), _ntk_alpha, False, "NTK alpha: the base × alpha^(d/(d−2))"),
 }
 
 
@@ -277,7 +293,7 @@ def parse_scaling(
     if not isinstance(raw, Mapping):
         raise key(
             f"got {key.describe(raw)}",
-            "a mapping {type: linear | dynamic | llama3 | yarn | longrope, factor: ..., ...}",
+            "a mapping {type: " + " | ".join(KINDS) + ", factor: ..., ...}",
             field,
         )
     value = {str(k): plain(v) for k, v in raw.items() if v is not None}
@@ -327,6 +343,7 @@ RANGES: dict[str, tuple[float, float]] = {
     "mscale_all_dim": (0.0, 1e3),
     "short_factor": (1e-3, 1e6),
     "long_factor": (1e-3, 1e6),
+    "alpha": (1e-3, 1e6),  # HunYuan ships 1000; the base grows by about alpha
 }
 
 
@@ -368,7 +385,7 @@ def _in_range(value: Any, key: FixtureKey, field: str, name: str) -> float:
 
 def _check_kind(s: RopeScaling, key: FixtureKey, dims: int, base: float, field: str) -> None:
     """What transformers' validation asks of a kind, and what its formulas need."""
-    if s.kind == "dynamic" and dims <= 2:
+    if s.kind in ("dynamic", "ntk_alpha") and dims <= 2:
         raise key(
             f"rotates {dims} dims",
             "more than 2 (the base grows by a power dims/(dims-2))",
@@ -414,7 +431,8 @@ def bands(
     (llama3: between the two, mixed), ``ramp`` (yarn: between, mixed), ``grown`` (dynamic: the
     base grew), ``unchanged`` (dynamic: not past max yet), ``short`` / ``long`` (longrope's
     factor lists). The share is 0 for kept, 1 for scaled, the mix between for smooth and ramp
-    (llama3: 1 − smooth; yarn: the ramp), NaN for the kinds that do not mix."""
+    (llama3: 1 − smooth; yarn: the ramp), NaN for the kinds that do not mix; ntk_alpha's base
+    grew for every pair."""
     pairs = dims // 2
     none = np.full(pairs, NO_MIX)
     if scaling is None:
@@ -422,6 +440,8 @@ def bands(
     kind = scaling.kind
     if kind == "linear":
         return ("scaled",) * pairs, np.ones(pairs)
+    if kind == "ntk_alpha":
+        return ("grown",) * pairs, none
     if kind == "dynamic":
         grown = length > scaling.get(MAX)
         return ("grown" if grown else "unchanged",) * pairs, none

@@ -14,7 +14,7 @@ from typing import NamedTuple
 import numpy as np
 
 from attn_cli.core.inputs import FloatArray, IntArray, Rope
-from attn_cli.core.rope_scaling import bands, dynamic_base, trained_length
+from attn_cli.core.rope_scaling import bands, dynamic_base, ntk_alpha_base, trained_length
 from attn_cli.core.rope_scaling import frequencies as scaled_frequencies
 from attn_cli.core.variants import rope_pairs
 
@@ -60,6 +60,8 @@ def rope_table(rope: Rope, d_k: int, length: int, position: int, source: str = "
     base = rope.base
     if rope.scaling is not None and rope.scaling.kind == "dynamic":
         base = dynamic_base(rope.scaling, rope.dims, rope.base, length)
+    if rope.scaling is not None and rope.scaling.kind == "ntk_alpha":
+        base = ntk_alpha_base(rope.scaling, rope.dims, rope.base)
     angle = position * scaled  # (P,)
     wavelength = 2 * math.pi / plain  # (P,)
     trained = trained_length(rope.scaling)

@@ -42,6 +42,7 @@ LABELS: dict[Lang, dict[str, str]] = {
         "k_base": "base",
         "base": "{base}: θ_i = base^(−2i/{dims}) radians per position",
         "base_grown": "{base}, grown to {grown} for {length} positions (dynamic NTK)",
+        "base_alpha": "{base}, grown to {grown} by alpha at every length (NTK alpha)",
         "k_scaling": "scaling",
         "none": "none",
         "scaling": "{kind} ({params})",
@@ -96,6 +97,7 @@ LABELS: dict[Lang, dict[str, str]] = {
         "k_base": "base",
         "base": "{base}：θ_i = base^(−2i/{dims})，每个位置转过的弧度",
         "base_grown": "{base}，序列有 {length} 个位置时增大到 {grown}（动态 NTK）",
+        "base_alpha": "{base}，按 alpha 增大到 {grown}，与序列长度无关（NTK alpha）",
         "k_scaling": "缩放",
         "none": "无",
         "scaling": "{kind}（{params}）",
@@ -185,6 +187,13 @@ KIND_WORDS: dict[str, tuple[str, str]] = {
         "longrope：每一对除以自己的因子，序列比训练上下文长时取 long_factor，否则取 short_factor；"
         "注意力因子乘到 cos 和 sin 上。",
     ),
+    "ntk_alpha": (
+        "ntk_alpha (HunYuan): the base is multiplied once by alpha^(dims/(dims−2)), the power "
+        "dynamic NTK grows it by, but at every length: the slow pairs slow down most, the "
+        "fastest stay almost as they were, and nothing depends on the sequence.",
+        "ntk_alpha（混元）：base 一次性乘以 alpha^(dims/(dims−2))，与动态 NTK 的幂相同，"
+        "但与长度无关：慢的对变慢得最多，最快的几乎不变，频率不随序列长度变化。",
+    ),
 }
 PAIRS_WORDS = (
     "Each pair (a, b) of a query's or key's dimensions turns by angle = position × θ_i, "
@@ -254,7 +263,7 @@ def _overview(inputs: Inputs, table: RopeTable, lang: Lang, precision: int) -> P
     if table.base != rope.base:
         base = _t(
             lang,
-            "base_grown",
+            "base_alpha" if scaling is not None and scaling.kind == "ntk_alpha" else "base_grown",
             base=short_number(rope.base, precision),
             grown=_g(table.base, precision + 2),
             length=f"{table.length:,}",

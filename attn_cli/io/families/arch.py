@@ -100,6 +100,7 @@ class Arch:
     renamed_ropes: tuple[tuple[str, str], ...] = ()  # rope types the class renames (Phi-3)
     fixed_original: bool = False  # the class always sets original_max_position_embeddings (4096)
     local_theta: str = ""  # the key of the sliding layers' base (Gemma 3: rope_local_base_freq)
+    ntk_alpha: bool = False  # a "dynamic" rope with an alpha is the static NTK-alpha (HunYuan)
     # keys of the rope mapping the family reads elsewhere (a variant's) or never reads: accepted
     rope_extra: tuple[str, ...] = ()
     # windows and layer kinds

@@ -51,6 +51,7 @@ SCALED_READS = {
         "original_max_position_embeddings",
         "attention_factor",
     ),
+    "ntk_alpha": ("alpha",),  # a family's "dynamic" rope with an alpha (Arch.ntk_alpha)
 }
 WITH_ORIGINAL = ("llama3", "yarn", "longrope")  # standardize_rope_params fills it in
 LAYER_TYPES = ("sliding_attention", "full_attention")
@@ -92,7 +93,7 @@ def _scaling(
         found[original] = config.whole(original, 4096)
     elif rope_type in WITH_ORIGINAL:
         found.setdefault(original, longest())
-    if rope_type not in ("linear", "llama3"):  # dynamic's length; yarn's, longrope's factor
+    if rope_type not in ("linear", "llama3", "ntk_alpha"):  # dynamic's length; yarn's, longrope's
         found["max_position_embeddings"] = longest()
     return (("type", rope_type), *found.items())
 
@@ -147,6 +148,8 @@ def rope_of(config: Config, arch: Arch, head_dim: int, kind: str) -> tuple[Rope,
     rope_type = params.get("rope_type", params.get("type", "default"))
     if isinstance(rope_type, str):
         rope_type = dict(arch.renamed_ropes).get(rope_type, rope_type)
+    if arch.ntk_alpha and rope_type == "dynamic" and params.get("alpha"):
+        rope_type = "ntk_alpha"  # as transformers' HunYuanDenseV1RotaryEmbedding renames it
     scaling = _scaling(config, key, params, rope_type, arch)
     given = Config(params, config.source)
     legacy = arch.theta_key

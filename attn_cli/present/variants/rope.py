@@ -249,6 +249,10 @@ _SCALING_WORDS: dict[str, dict[Lang, str]] = {
         "else short_factor",
         "zh": "每一对除以各自的因子：超过原始长度用 long_factor，否则用 short_factor",
     },
+    "ntk_alpha": {
+        "en": "NTK alpha: the base × alpha^(dims/(dims−2)) at every length (HunYuan)",
+        "zh": "NTK alpha：base 乘以 alpha^(dims/(dims−2))，与长度无关（混元）",
+    },
 }
 
 
