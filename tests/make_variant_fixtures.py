@@ -222,6 +222,35 @@ Q_norm = Q / sqrt(mean(Q^2) + eps) * q_weight. Grouped-query attention, causal, 
     )
 
 
+def hunyuan() -> str:
+    rng = np.random.default_rng(41)
+    X = _embeddings(rng, 5, 8)
+    W_Q, W_K, W_V = _weights(rng, 8, 8, 4, 4)
+    q_w, k_w = (np.round(rng.uniform(0.5, 1.5, 4), 2) for _ in range(2))
+    comments = """
+HunYuan dense's q/k norm AFTER RoPE (query_layernorm, key_layernorm): RMSNorm of each rotated
+head, Q_postnorm = Q_rot / sqrt(mean(Q_rot^2) + eps) * q_weight; Llama 4's L2 norm is the same
+without the weights. RoPE with an NTK-alpha base, GQA (2 heads, 1 kv head), causal."""
+    return (
+        _head(
+            "HunYuan norm after RoPE",
+            (
+                "RMSNorm of every rotated head of Q and K (after RoPE, with learned weights), "
+                "NTK-alpha RoPE, GQA and a causal mask"
+            ),
+            comments,
+            TOKENS[:5],
+        )
+        + _matrix("X", X)
+        + _matrix("W_Q", W_Q)
+        + _matrix("W_K", W_K)
+        + _matrix("W_V", W_V)
+        + "heads: 2\nkv_heads: 1\ncausal: true\n"
+        + "rope:\n  scaling: {type: ntk_alpha, alpha: 1000}\n"
+        + f"post_rope_norm:\n  q_weight: {_row(q_w)}\n  k_weight: {_row(k_w)}\n  eps: 1.0e-5\n"
+    )
+
+
 def llama31() -> str:
     rng = np.random.default_rng(17)
     X = _embeddings(rng, 5, 8)
@@ -525,6 +554,7 @@ MAKERS: dict[str, Callable[[], str]] = {
     "diff_transformer": diff_transformer,
     "linear_attention": linear_attention,
     "gated_deltanet": gated_deltanet,
+    "post_rope_norm": hunyuan,
 }
 
 

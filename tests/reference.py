@@ -159,11 +159,13 @@ def _qk_norm(x: Nested, w: Nested, eps: float) -> Nested:
 def _rope_vec(x: list[float], pos: int, rope: dict[str, Any]) -> list[float]:
     """Rotate pairs of x by pos * base^(-2i/dims): half pairs i, i+dims/2; interleaved 2i, 2i+1."""
     dims = rope.get("dims", len(x))
-    base = rope.get("base", 10000.0)
+    base, scaling = rope.get("base", 10000.0), rope.get("scaling")
+    if scaling is not None and scaling["type"] == "ntk_alpha":  # HunYuan: base × alpha^(d/(d-2))
+        base, scaling = base * scaling["alpha"] ** (dims / (dims - 2)), None
     out = list(x)
     for i in range(dims // 2):
         a, b = (i, i + dims // 2) if rope.get("layout", "half") == "half" else (2 * i, 2 * i + 1)
-        angle = pos * llama3_frequency(base ** (-2.0 * i / dims), rope.get("scaling"))
+        angle = pos * llama3_frequency(base ** (-2.0 * i / dims), scaling)
         c, s_ = math.cos(angle), math.sin(angle)
         out[a], out[b] = x[a] * c - x[b] * s_, x[b] * c + x[a] * s_
     return out
@@ -288,6 +290,13 @@ def _compute(fx: dict[str, Any]) -> tuple[dict[str, Nested], list[Any]]:
     if fx.get("rope", False) is not False:
         q = stages["Q_rot"] = _rope(q, pos_q, fx["rope"])
         k = stages["K_rot"] = _rope(k, pos_k, fx["rope"])
+    # 1b'') a norm after RoPE (HunYuan's query/key_layernorm; without weights, Llama 4's "L2
+    # norm"): each rotated head row x / sqrt(mean(x^2) + eps) * w, w = 1 when none is given
+    if "post_rope_norm" in fx:
+        post = fx["post_rope_norm"]
+        ones = [1.0] * d_k
+        q = stages["Q_postnorm"] = _qk_norm(q, post.get("q_weight", ones), post["eps"])
+        k = stages["K_postnorm"] = _qk_norm(k, post.get("k_weight", ones), post["eps"])
     # 1b') attention temperature tuning (Llama 4; Ministral 3 with offset 0): each query times
     # 1 + attn_scale * ln(1 + floor((pos + offset) / floor_scale)), the keys untouched
     if "temperature" in fx:

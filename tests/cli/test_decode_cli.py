@@ -56,6 +56,7 @@ VARIANTS = [  # causal bundled examples in projection mode: the naive loop reads
     "qwen3_qk_norm",
     "gemma2_softcap",
     "llama31_rope_scaling",
+    "post_rope_norm",
 ]
 CAUSAL_EXAMPLES = [*VARIANTS, "mask_sentinel"]  # every bundled causal example
 
@@ -93,9 +94,11 @@ def rope_vec(x: list[float], pos: int, rope: Rope) -> list[float]:
     """RoPE of one vector at one position: pair i turns by pos · base^(−2i/dims) (or that
     frequency as Llama 3.1's scaling leaves it)."""
     out = list(x)
-    scaling = None if rope.scaling is None else rope.scaling.config()
+    scaling, base = None if rope.scaling is None else rope.scaling.config(), rope.base
+    if scaling is not None and scaling["type"] == "ntk_alpha":  # HunYuan: base × alpha^(d/(d-2))
+        base, scaling = base * scaling["alpha"] ** (rope.dims / (rope.dims - 2)), None
     for i, (a, b) in enumerate(rope_pairs(rope.dims, rope.layout)):
-        angle = pos * llama3_frequency(rope.base ** (-2 * i / rope.dims), scaling)
+        angle = pos * llama3_frequency(base ** (-2 * i / rope.dims), scaling)
         c, s = math.cos(angle), math.sin(angle)
         out[a], out[b] = x[a] * c - x[b] * s, x[b] * c + x[a] * s
     return out
@@ -131,6 +134,7 @@ def naive_decode(inp: Inputs, bug: str = "") -> list[list[list[float]]]:
     H, T, D = q.shape
     Hkv = k.shape[0]
     scale = inp.scale if inp.scale is not None else 1 / math.sqrt(D)
+    post = inp.setting("post_rope_norm")
     outs = []
     for t in range(T):
         per_head = []
@@ -141,6 +145,8 @@ def naive_decode(inp: Inputs, bug: str = "") -> list[list[list[float]]]:
                 qv = rms(qv, inp.setting("qk_norm").q_weight, inp.setting("qk_norm").eps)
             if inp.rope is not None:
                 qv = rope_vec(qv, t, inp.rope)
+            if post is not None:  # the norm after RoPE (HunYuan)
+                qv = rms(qv, post.q_weight if post.q_weight is not None else np.ones(D), post.eps)
             keep = t + 1 if inp.window is None else inp.window + (bug == "ring_plus_one")
             seen = t if bug == "before_append" and t > 0 else t + 1  # the cache before t
             js = [j for j in range(seen) if t - j < keep]
@@ -153,6 +159,10 @@ def naive_decode(inp: Inputs, bug: str = "") -> list[list[list[float]]]:
                     turns = 1 + (max(0, t - max(j, 0)) if bug == "rerotate" and t > 0 else 0)
                     for _ in range(turns):
                         kv = rope_vec(kv, j, inp.rope)
+                if post is not None:
+                    kv = rms(
+                        kv, post.k_weight if post.k_weight is not None else np.ones(D), post.eps
+                    )
                 x = sum(a * b for a, b in zip(qv, kv, strict=True)) * scale
                 if inp.setting("softcap") is not None:  # Gemma 2: capped before anything is masked
                     x = inp.setting("softcap") * math.tanh(x / inp.setting("softcap"))

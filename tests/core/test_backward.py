@@ -381,8 +381,11 @@ def test_the_fixtures_cover_every_gradient_stage() -> None:
     halves = {f"d_{w}_{v.suffix}" for v in REGISTRY.values() if v.out_reads for w in "QK"}
     # and clip_qkv's (d_Q_clip, d_K_clip): the backward pass refuses it (the clamp of V)
     refused = {"d_Q_clip", "d_K_clip"}
+    # and the norm after RoPE's (d_Q_postnorm, d_K_postnorm): tests/core/test_backward_trace.py,
+    # by finite differences, and tests/core/test_post_rope_norm.py
+    elsewhere = {"d_Q_postnorm", "d_K_postnorm"}
     possible = set(GRADIENT_STAGES) & set(STAGE_NAMES)
-    assert covered == possible - set(out_gradients()) - halves - refused
+    assert covered == possible - set(out_gradients()) - halves - refused - elsewhere
 
 
 def test_direct_mode_stops_at_qkv() -> None:

@@ -154,6 +154,39 @@ FIXTURES: dict[str, dict[str, Any]] = {
         chunk=3,
         grad=True,
     ),
+    "RoPE, a weighted norm after RoPE, GQA": dict(
+        B=2,
+        T=4,
+        S=4,
+        C=3,
+        H=2,
+        Hkv=1,
+        D=4,
+        Dv=2,
+        rope=True,
+        post_rope_norm={
+            "q_weight": [1.2, 0.6, 0.9, 1.4],
+            "k_weight": [0.7, 1.3, 1.1, 0.8],
+            "eps": 1e-5,
+        },
+        causal=True,
+        W_O=True,
+    ),
+    "RoPE, a weightless norm after RoPE, temperature": dict(
+        B=0,
+        T=4,
+        S=4,
+        C=3,
+        H=2,
+        Hkv=2,
+        D=4,
+        Dv=2,
+        rope=True,
+        post_rope_norm={"eps": 1e-6},
+        temperature={"floor_scale": 2, "attn_scale": 0.5},
+        causal=True,
+        grad=True,
+    ),
     "QK-norm over the projection, softcap, ALiBi": dict(
         B=0,
         T=3,
@@ -223,6 +256,8 @@ ORDER = (
     "K_norm",
     "Q_rot",
     "K_rot",
+    "Q_postnorm",
+    "K_postnorm",
     "Q_tuned",
     "scores",
     "scaled",
@@ -245,13 +280,20 @@ def loss_from(trace: Trace, start: str, value: Array) -> float:
         pos_q, pos_k = inp.token_positions()
         a["Q_rot"] = rope(inp, a["Q_norm"], pos_q)
         a["K_rot"] = rope(inp, a["K_norm"], pos_k)
+    post = inp.setting("post_rope_norm")
+    for w in "QK" if post is not None else "":  # x / √(mean(x²) + eps) × weight, after RoPE
+        if f"{w}_postnorm" in after:
+            x = next(a[s] for s in (f"{w}_rot", f"{w}_norm", w) if s in a)
+            weight = 1.0 if post.q_weight is None else getattr(post, f"{w.lower()}_weight")
+            a[f"{w}_postnorm"] = x / np.sqrt(np.mean(x * x, -1, keepdims=True) + post.eps) * weight
     temp = inp.setting("temperature")
     if temp is not None and "Q_tuned" in after:  # 1 + s·ln(1 + ⌊(pos + offset) / floor⌋)
         pos_q = inp.token_positions()[0]
         factor = 1 + temp.attn_scale * np.log1p(np.floor((pos_q + temp.offset) / temp.floor_scale))
-        a["Q_tuned"] = next(a[s] for s in ("Q_rot", "Q_norm", "Q") if s in a) * factor[:, None]
-    q = next(a[s] for s in ("Q_tuned", "Q_rot", "Q_norm", "Q") if s in a)
-    k = next(a[s] for s in ("K_rot", "K_norm", "K") if s in a)
+        q_in = next(a[s] for s in ("Q_postnorm", "Q_rot", "Q_norm", "Q") if s in a)
+        a["Q_tuned"] = q_in * factor[:, None]
+    q = next(a[s] for s in ("Q_tuned", "Q_postnorm", "Q_rot", "Q_norm", "Q") if s in a)
+    k = next(a[s] for s in ("K_postnorm", "K_rot", "K_norm", "K") if s in a)
     B, H = q.shape[:2]
     g = H // k.shape[1]
     if "scores" in after:
@@ -426,11 +468,19 @@ def forward_of(trace: Trace) -> ForwardArrays:
             grad_rms_norm(merge_heads(d), merge_heads(x), w, inp.setting("qk_norm").eps), x.shape[1]
         )
 
+    def unpost(name: str) -> Any:  # the norm after RoPE, back to the rotated rows
+        post = inp.setting("post_rope_norm")
+        if post is None:
+            return None
+        x = a[f"{name}_rot"]
+        w = np.ones(x.shape[-1]) if post.q_weight is None else post.weight(name)
+        return lambda d: grad_rms_norm(d, x, w, post.eps)
+
     weights = {n: getattr(inp, n) for n in ("W_Q", "W_K", "W_V", "W_O", "b_Q", "b_K", "b_V")}
     chain = Chain(inp)
     return ForwardArrays(
-        q=next(a[s] for s in ("Q_rot", "Q_norm", "Q") if s in a),
-        k=next(a[s] for s in ("K_rot", "K_norm", "K") if s in a),
+        q=next(a[s] for s in ("Q_postnorm", "Q_rot", "Q_norm", "Q") if s in a),
+        k=next(a[s] for s in ("K_postnorm", "K_rot", "K_norm", "K") if s in a),
         v=a["V"],
         weights=a["softmax"],
         output=a["output"],
@@ -441,16 +491,16 @@ def forward_of(trace: Trace) -> ForwardArrays:
         X=a.get("X"),
         X_kv=a.get("X_kv"),
         b_O=inp.b_O,
-        back_q=backs("Q", unnorm("Q"), unrotate(pos_q)),
-        back_k=backs("K", unnorm("K"), unrotate(pos_k)),
+        back_q=backs("Q", unnorm("Q"), unrotate(pos_q), unpost("Q")),
+        back_k=backs("K", unnorm("K"), unrotate(pos_k), unpost("K")),
         **weights,
     )
 
 
-def backs(name: str, unnorm: Any, unrotate: Any) -> Any:
-    """The Q/K transforms of a trace in forward order (QK-norm, then RoPE), as backward takes
-    them: (stage, the map back to the stage before it)."""
-    pairs = ((f"{name}_norm", unnorm), (f"{name}_rot", unrotate))
+def backs(name: str, unnorm: Any, unrotate: Any, unpost: Any = None) -> Any:
+    """The Q/K transforms of a trace in forward order (QK-norm, RoPE, the norm after it), as
+    backward takes them: (stage, the map back to the stage before it)."""
+    pairs = ((f"{name}_norm", unnorm), (f"{name}_rot", unrotate), (f"{name}_postnorm", unpost))
     return tuple((stage, back) for stage, back in pairs if back is not None)
 
 

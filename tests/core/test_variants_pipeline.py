@@ -192,6 +192,28 @@ CASES: dict[str, dict[str, Any]] = {
         "rope": True,
         "temperature": {"floor_scale": 2, "attn_scale": 0.5},
     },
+    "HunYuan: norm after rope + GQA": {
+        "seq": 5,
+        "heads": 2,
+        "kv_heads": 1,
+        "d_k": 4,
+        "causal": True,
+        "rope": {"base": 1000.0},
+        "post_rope_norm": {
+            "q_weight": [1.2, 0.6, 0.9, 1.4],
+            "k_weight": [0.7, 1.3, 1.1, 0.8],
+            "eps": 1e-5,
+        },
+    },
+    "Llama 4: weightless norm after rope, temperature": {
+        "seq": 5,
+        "heads": 2,
+        "d_k": 4,
+        "causal": True,
+        "rope": True,
+        "post_rope_norm": {"eps": 1e-5},
+        "temperature": {"floor_scale": 2, "attn_scale": 0.5},
+    },
     "OLMo: clip_qkv + rope + GQA": {
         "seq": 4,
         "heads": 2,
