@@ -24,6 +24,7 @@ from attn_cli.io.families.models import (
     gpt_oss,
     gptj,
     granite,
+    hunyuan_v1_dense,
     llama,
     ministral,
     ministral3,
@@ -90,6 +91,7 @@ BUILT_IN = (
     glm4_moe.FAMILY,
     ernie4_5_moe.FAMILY,
     ministral3.FAMILY,
+    hunyuan_v1_dense.FAMILY,
 )
 for _family in BUILT_IN:
     register(_family)

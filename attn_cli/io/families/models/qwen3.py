@@ -23,19 +23,28 @@ from attn_cli.io.families.keys import (
 from attn_cli.io.families.plan import FloatArray, FromTensors, Tensor
 
 
-def qk_rms_norm(*, plus_one: bool = False, whole: bool = False, who: str = "") -> FamilyVariant:
+def qk_rms_norm(
+    *,
+    plus_one: bool = False,
+    whole: bool = False,
+    who: str = "",
+    variant: str = "qk_norm",
+    names: tuple[str, str] = ("q_norm", "k_norm"),
+) -> FamilyVariant:
     """The qk_norm variant as the QK-norm families read it: an RMSNorm of q and k before RoPE,
     each head's (Qwen3) or the whole projection's (``whole``: OLMo 2 and 3), its weights
     q_norm and k_norm, the eps the layer's norms'. ``plus_one``: the norm scales by 1 + weight
     (Gemma 3, Qwen3-Next), which the fixture's weights hold, as the note says (naming ``who``,
-    else the family)."""
+    else the family). ``variant`` and ``names``: another variant with the same setting, read from
+    other modules (HunYuan's post_rope_norm from query_layernorm and key_layernorm)."""
     plus = 1.0 if plus_one else 0.0
+    q_name, k_name = names
 
     def setting(config: Config, eps: float) -> FromTensors:
         def make(t: Mapping[str, FloatArray], w: Mapping[str, FloatArray]) -> dict[str, Any]:
             return {
-                "q_weight": plus + t["q_norm.weight"].astype(np.float64),
-                "k_weight": plus + t["k_norm.weight"].astype(np.float64),
+                "q_weight": plus + t[f"{q_name}.weight"].astype(np.float64),
+                "k_weight": plus + t[f"{k_name}.weight"].astype(np.float64),
                 "eps": eps,
             }
 
@@ -45,8 +54,8 @@ def qk_rms_norm(*, plus_one: bool = False, whole: bool = False, who: str = "") -
         _, H, Hkv, D = sizes
         q, k = ((H * D,), (Hkv * D,)) if whole else ((D,), (D,))
         return (
-            Tensor("q_norm.weight", f"{a}q_norm.weight", q),
-            Tensor("k_norm.weight", f"{a}k_norm.weight", k),
+            Tensor(f"{q_name}.weight", f"{a}{q_name}.weight", q),
+            Tensor(f"{k_name}.weight", f"{a}{k_name}.weight", k),
         )
 
     def note(family: str) -> str:
@@ -54,7 +63,7 @@ def qk_rms_norm(*, plus_one: bool = False, whole: bool = False, who: str = "") -
             f"q_norm / k_norm scale by 1 + weight ({who or family}): the fixture holds 1 + weight"
         )
 
-    return FamilyVariant("qk_norm", setting, tensors, note if plus_one else None)
+    return FamilyVariant(variant, setting, tensors, note if plus_one else None)
 
 
 QK_RMS_NORM = qk_rms_norm()  # Qwen3's: each head's q and k
