@@ -29,7 +29,6 @@ CASES = sorted(p.name for p in REFERENCE.iterdir() if p.is_dir())
 # Refused, and why: the key or tensor the one line must name.
 REFUSED = {
     "phi_qk_layernorm": "qk_layernorm: got true",  # a LayerNorm (with bias) of q and k
-    "hunyuan_v1_dense": "model type 'hunyuan_v1_dense' is not supported (q/k norm after RoPE",
     "llama4_text": "model type 'llama4_text' is not supported (chunked attention",
 }
 
@@ -90,8 +89,8 @@ def test_an_imported_layer_is_transformers_eager_attention(
     inputs = _import(tmp_path, case, kind, layer, ref)
     want = ref["layers"][layer]
     trace = run(inputs)
-    q_name = next(n for n in ("Q_rot", "Q_norm", "Q") if n in trace)
-    k_name = next(n for n in ("K_rot", "K_norm", "K") if n in trace)
+    q_name = next(n for n in ("Q_postnorm", "Q_rot", "Q_norm", "Q") if n in trace)
+    k_name = next(n for n in ("K_postnorm", "K_rot", "K_norm", "K") if n in trace)
     q, k = np.array(want["q"]), np.array(want["k"])
     got_q, got_k = trace[q_name].data.reshape(q.shape), trace[k_name].data.reshape(k.shape)
     np.testing.assert_allclose(got_q, q, rtol=1e-4, atol=1e-5 * np.abs(q).max())
