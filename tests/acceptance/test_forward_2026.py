@@ -200,6 +200,10 @@ INERT_CHANGES: dict[str, tuple[str, dict[str, Any]]] = {
     "seed_oss pretraining_tp 4": ("seed_oss", {"pretraining_tp": 4}),
     "glm4_moe num_nextn_predict_layers 3": ("glm4_moe", {"num_nextn_predict_layers": 3}),
     "ernie4_5_moe moe_use_aux_free false": ("ernie4_5_moe", {"moe_use_aux_free": False}),
+    "hunyuan_v1_dense use_qk_norm false, use_cla true, attention_head_dim 4": (
+        "hunyuan_v1_dense",
+        {"use_qk_norm": False, "use_cla": True, "attention_head_dim": 4},
+    ),
 }
 
 
