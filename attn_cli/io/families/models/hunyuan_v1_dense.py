@@ -41,5 +41,9 @@ FAMILY = family(
     KEYS,
     BLOCK,
     hf_class="HunYuanDenseV1ForCausalLM",
-    shows="q/k RMSNorm per head after RoPE (post_rope_norm), NTK-alpha RoPE",
+    shows=(
+        "q/k RMSNorm per head after RoPE (post_rope_norm: Q_postnorm, K_postnorm), NTK-alpha "
+        "RoPE (ntk_alpha; the rope mapping's factor, beta_fast, beta_slow, mscale and "
+        "mscale_all_dim are not read on its alpha path)"
+    ),
 )
