@@ -169,7 +169,7 @@ def _jacobian_back(d_y: Any, x: Any, w: Any, eps: float) -> Any:
         D = len(row)
         r = math.sqrt(math.fsum(a * a for a in row) / D + eps)
         for j in range(D):
-            out[(*idx, j)] = math.fsum(
+            out[idx][j] = math.fsum(
                 d_row[i] * w[i] * ((i == j) / r - row[i] * row[j] / (D * r**3)) for i in range(D)
             )
     return out
