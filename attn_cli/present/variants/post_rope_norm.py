@@ -53,11 +53,11 @@ class PostRopeNormTexts(VariantTexts):
         "en": (
             "The norm divides each row by its root mean square, which depends on the whole "
             "row: besides w ∘ d / rms, every entry loses the part of the gradient along the "
-            "row's own direction (the mean term). It is taken back before RoPE⁻¹."
+            "row's own direction (the mean term). RoPE⁻¹ then turns this gradient back."
         ),
         "zh": (
             "归一化把每一行除以它的均方根，而均方根取决于整行：除了 w ∘ d / rms，每个数还要减去"
-            "梯度在这一行自身方向上的分量（mean 那一项）。它在 RoPE⁻¹ 之前先被反传。"
+            "梯度在这一行自身方向上的分量（mean 那一项）。之后 RoPE⁻¹ 再把这个梯度转回去。"
         ),
     }
     explainers: ClassVar[dict[str, Callable[[Any], Any]]] = {
