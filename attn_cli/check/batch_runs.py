@@ -297,8 +297,10 @@ def _member(name: str, a: Any, arrive: int, prefill: int, chunk: int | None) -> 
     """A sequence of the batch: its q and k rotated whole at their positions (each token's
     numbers as a cache keeps them), its chain, scale and the form's finish."""
     q, k = a.q, a.k
-    if a.rotate is not None and a.rotate_q is not None:
-        q, k = a.rotate_q(q, a.positions), a.rotate(k, a.positions)
+    if a.rotate_q is not None:
+        q = a.rotate_q(q, a.positions)  # (B, H, T, D)
+    if a.rotate is not None:
+        k = a.rotate(k, a.positions)  # (B, Hkv, T, D)
     finish = None if a.form is None else a.form.finish
     return Member(
         name, q, k, a.v, a.chain, a.scale, a.positions, arrive, prefill, chunk, finish, a.after

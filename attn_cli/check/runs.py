@@ -45,7 +45,7 @@ from attn_cli.core.decode import (
 )
 from attn_cli.core.decode import self_check as decode_self_check
 from attn_cli.core.pipeline import refuse as refuse_variants
-from attn_cli.core.variant import DecodeForm, FlashMaps, QKAt, Traced, Variant
+from attn_cli.core.variant import DecodeForm, FlashMaps, QKAt, Traced
 from attn_cli.errors import ComputeError, InputError, UsageError
 
 if TYPE_CHECKING:
@@ -268,7 +268,8 @@ def decode_args(trace: Trace) -> DecodeArgs:
         form = v.decode_form(value, Traced(chain.inputs, arrays, caster(dtype)))
         if form is not None:  # nothing to rotate: its q and k are at their positions
             return DecodeArgs(form.q, form.k, form.v, chain, trace.scale, pos, None, form)
-    q, k = (_before_rotation(trace, chain, which, pos) for which in "QK")
+    # Q and K before the first transform that reads positions: the rest, at each token's
+    q, k = (internal(trace, chain.before_positional(which)) for which in "QK")
     return DecodeArgs(
         q=q,  # (B, H, T, D)
         k=k,  # (B, Hkv, T, D)
@@ -299,10 +300,12 @@ def head_output_after(trace: Trace, chain: Chain) -> After | None:
 
 
 def _rotation(chain: Chain, dtype: np.dtype[Any], which: str = "K") -> Rotate | None:
-    """What a decode loop applies to a token as it arrives, at its position (a key once, as it
-    enters the cache): the transforms that read positions and that Q and K both take (RoPE, a
-    norm after it), in chain order, as K (or ``which``) takes them; None when there are none."""
-    rotations = [(v, x) for v, x in chain.transforms if v.positional and _both(v)]
+    """What a decode loop applies to a key (or ``which``) as it arrives, at its position (a key
+    once, as it enters the cache): its transforms from the first that reads positions on (RoPE,
+    a norm after it, a query's temperature), in chain order; None when there are none."""
+    stages = chain.qk_stages(which)
+    first = stages.index(chain.before_positional(which))
+    rotations = chain.transforms_of(which)[first:]
     if not rotations:
         return None
 
@@ -313,22 +316,6 @@ def _rotation(chain: Chain, dtype: np.dtype[Any], which: str = "K") -> Rotate | 
         return x
 
     return rotate
-
-
-def _before_rotation(trace: Trace, chain: Chain, which: str, positions: Any) -> FloatArray:
-    """Q or K as decoding takes it: the stage before the first transform that reads positions,
-    with the positional transforms only it takes (a position-dependent query scale) applied whole,
-    at the tokens' positions (a factor per position commutes with the rotation)."""
-    x = internal(trace, chain.before_positional(which))  # (B, heads, T, D)
-    own = [(v, value) for v, value in chain.transforms_of(which) if v.positional and not _both(v)]
-    at = QKAt(chain.inputs, which, positions, caster(x.dtype))
-    for v, value in own:
-        x = v.transform(value, at, x)
-    return x
-
-
-def _both(v: Variant) -> bool:
-    return "Q" in v.transforms and "K" in v.transforms
 
 
 def caster(dtype: np.dtype[Any]) -> Callable[[str, FloatArray], FloatArray]:
@@ -473,8 +460,10 @@ def decode_reference(trace: Trace, args: DecodeArgs) -> AnyArray:
     form makes of it (MLA's W_UV) and the head-output transforms (a gate)."""
     q: AnyArray = args.q
     k: AnyArray = args.k
-    if args.rotate is not None and args.rotate_q is not None:
-        q, k = args.rotate_q(q, args.positions), args.rotate(k, args.positions)
+    if args.rotate_q is not None:
+        q = args.rotate_q(q, args.positions)  # (B, H, T, D)
+    if args.rotate is not None:
+        k = args.rotate(k, args.positions)  # (B, Hkv, T, D)
     out, _ = reference_rows(trace, q, k, args.v)
     if args.form is not None:
         out = args.form.finish(out)

@@ -274,8 +274,9 @@ def _decode(
     T = q.shape[2]
     pos = setup.positions
     k_rot, q_pre = k[:, :, :prefill], q[:, :, :prefill]
-    if setup.rotate is not None and setup.rotate_q is not None:
+    if setup.rotate_q is not None:
         q_pre = setup.rotate_q(q_pre, pos[:prefill])  # (B, H, P, D)
+    if setup.rotate is not None:
         k_rot = setup.rotate(k_rot, pos[:prefill])  # (B, Hkv, P, D)
     prefill_output, overflow = _prefill(q_pre, k_rot, v[:, :, :prefill], setup)
     if setup.finish is not None:
@@ -303,8 +304,9 @@ def _decode(
         k_new = k[:, :, i : i + 1]  # (B, Hkv, 1, D)
         q_new = q[:, :, i : i + 1]  # (B, H, 1, D), a view
         q_rot = None
-        if setup.rotate is not None and setup.rotate_q is not None:
+        if setup.rotate is not None:
             k_new = setup.rotate(k_new, np.array([rot_pos]))
+        if setup.rotate_q is not None:
             q_rot = setup.rotate_q(q_new, np.array([rot_pos]))
         if bugs.attend_before_append:  # the cache as it was: the token does not see itself
             view = cache.view()

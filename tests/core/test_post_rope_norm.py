@@ -226,3 +226,19 @@ def test_before_rope_is_no_mistake_without_a_weight(tmp_path: Path) -> None:
     np.testing.assert_allclose(
         loops(fx, before=True)["output"], loops(fx)["output"], rtol=1e-12, atol=1e-12
     )
+
+
+@pytest.mark.parametrize("setting", [HUNYUAN, LLAMA4], ids=["hunyuan", "llama4"])
+def test_decode_with_a_query_temperature_after_the_norm(tmp_path: Path, setting: Any) -> None:
+    """RoPE, the norm, then a position-dependent query scale: decoding applies all three to
+    each token in that order (the norm would undo a scale applied before it)."""
+    from attn_cli.check.runs import run_decode
+
+    fx = {**fixture(setting), "temperature": {"floor_scale": 2, "attn_scale": 0.5}}
+    want = reference(fx)["output"]  # (H, T, Dv), the loop reference's
+    path = tmp_path / "tuned.json"
+    path.write_text(json.dumps(fx))
+    decoded = run_decode(str(path), prefill=2)
+    assert decoded.ok, decoded.worst
+    for step in decoded.result.steps:
+        np.testing.assert_allclose(step.output[0, :, 0], want[:, step.index], rtol=F64, atol=F64)
