@@ -5,8 +5,9 @@ applied to the rotated q and k) carries a learned weight for Q and one for K; Ll
 norm" (Llama4TextL2Norm) is the same RMS over head_dim without a weight, eps = rms_norm_eps.
 A Q/K transform of the chain after the rotation: Q_rot -> Q_postnorm, K_rot -> K_postnorm.
 
-It reads no position, but it runs on rotated rows: decoding applies it as each token arrives,
-after the rotation (``positional``), so the cache holds keys rotated, then normalised.
+It reads no position; decoding applies it to each token as it arrives, after the rotation
+(every transform after the first positional one), so the cache holds keys rotated, then
+normalised.
 """
 
 from __future__ import annotations
@@ -46,7 +47,6 @@ class PostRopeNormalization(Variant[PostRopeNorm]):
     subkeys = ("q_weight", "k_weight", "eps")
     key_order = 22  # beside rope's
     suffix = "postnorm"  # its stages: Q_postnorm, K_postnorm (and their gradients)
-    positional = True  # decoding runs it on each token after the rotation, not up front
 
     def parse(self, raw: Any, key: FixtureKey) -> PostRopeNorm:
         value = known_entries(raw, key, self.name, self.subkeys, DOC)
