@@ -108,7 +108,8 @@ class Chain:
 
     def before_positional(self, which: str) -> str:
         """The stage of Q or K before the first transform that reads positions: what a decode
-        loop takes whole, to transform each token as it arrives."""
+        loop takes whole, to transform each token as it arrives (by that transform and every
+        one after it)."""
         stages = self.qk_stages(which)
         for i, (v, _) in enumerate(self.transforms_of(which)):
             if v.positional:

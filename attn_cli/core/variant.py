@@ -370,8 +370,9 @@ class Variant(Generic[Setting]):
     suffix: str | None = None
     # which of Q and K it transforms
     transforms: tuple[str, ...] = ("Q", "K")
-    # it reads each token's position: decoding applies it as a token arrives (a key once, when
-    # it enters the cache; a query at its position), not to the whole sequence up front
+    # it reads each token's position: decoding applies it, and every transform after it, as a
+    # token arrives (a key once, when it enters the cache; a query at its position), not to the
+    # whole sequence up front
     positional: bool = False
     # its gradients are listed after the input projections' in ``Gradients.stages()`` (QK-norm)
     grad_late: bool = False
