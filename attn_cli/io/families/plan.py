@@ -147,6 +147,22 @@ class BlockPlan:
     residual: float | None = None  # Granite's residual_multiplier on both branches
 
 
+class OwnMixture(Protocol):
+    """A mixture of experts its family computes whole (Llama 4's, whose experts take their
+    input scaled by the router's weight): the forward hands it the post-attention-norm rows h
+    [T, C], a reader of a whole tensor, a reader of row e of a stacked one, and the activation."""
+
+    def tensors(self) -> tuple[Tensor, ...]: ...  # what it reads beside the Experts' router
+
+    def __call__(
+        self,
+        h: FloatArray,
+        read: Callable[[Tensor], FloatArray],
+        row: Callable[[Tensor, int], FloatArray],
+        act: Callable[[FloatArray], FloatArray],
+    ) -> FloatArray: ...
+
+
 @dataclass(frozen=True)
 class Experts:
     """A mixture of experts: the router's tensor, each expert's gate/up/down (read only when a
@@ -164,6 +180,7 @@ class Experts:
     plain_shared: tuple[Tensor, Tensor, Tensor] | None = None  # DeepSeek V3: gate, up, down
     greedy: Greedy | None = None  # DeepSeek V2's softmax router
     corrected: Corrected | None = None  # ERNIE 4.5 MoE's softmax router with its correction
+    own: OwnMixture | None = None  # computed whole by the family (Llama 4's), the rest unread
 
 
 @dataclass(frozen=True)

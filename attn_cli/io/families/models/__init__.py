@@ -25,6 +25,7 @@ from attn_cli.io.families.models import (
     gptj,
     granite,
     llama,
+    llama4_text,
     ministral,
     ministral3,
     mistral,
@@ -90,6 +91,7 @@ BUILT_IN = (
     glm4_moe.FAMILY,
     ernie4_5_moe.FAMILY,
     ministral3.FAMILY,
+    llama4_text.FAMILY,
 )
 for _family in BUILT_IN:
     register(_family)
