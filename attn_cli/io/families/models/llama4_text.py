@@ -74,7 +74,6 @@ def plan(config: Config, layer: int) -> LayerPlan:
         variants["chunk"] = chunk
         notes.append(f"chunked attention on layer {layer}: chunks of {chunk} positions")
     if "rope" in variants and qk_norm:
-        raise config.error("use_qk_norm", "got true: not modelled yet", "false")
         assert base.pre_norm is not None  # its eps is rms_norm_eps, the L2 norm's
         variants["post_rope_norm"] = {"eps": base.pre_norm.eps}
         notes.append(f"q/k L2 norm after RoPE on layer {layer} (weightless RMS over head_dim)")
