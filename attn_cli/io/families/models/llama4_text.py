@@ -92,7 +92,9 @@ def _moe_layers(config: Config, layers: int) -> list[int]:
     if given is None:
         return list(range(step - 1, layers, step))
     if not isinstance(given, list) or any(type(i) is not int or not 0 <= i < layers for i in given):
-        raise config.error("moe_layers", f"got {shown(given)}", f"layer numbers 0 to {layers - 1}")
+        raise config.error(
+            "moe_layers", f"got {shown(given)}", f"a list of layer numbers 0 to {layers - 1}"
+        )
     return given
 
 
