@@ -334,7 +334,8 @@ def _stacked_row(
     reader: LeanReader, prefix: str, plan: LayerPlan, tensor: Tensor, e: int
 ) -> FloatArray:
     """Row ``e`` of a stacked tensor (one expert's), read alone and widened."""
-    return reader.block(prefix, tensor, plan, e, 1)[0].astype(np.float64)
+    row: FloatArray = reader.block(prefix, tensor, plan, e, 1)[0].astype(np.float64)
+    return row
 
 
 def _stacked_expert(

@@ -57,7 +57,7 @@ def test_the_logits_match_transformers() -> None:
 
 
 # Llama4TextConfig's defaults, where config.json leaves a key out, give the same layers
-DEFAULTS = {
+DEFAULTS: dict[str, dict[str, Any]] = {
     "layer_types left out: chunked where the layer has RoPE": {"layer_types": None},
     "moe_layers left out: every interleave_moe_layer_step-th": {"moe_layers": None},
     "no_rope_layers left out: every no_rope_layer_interval-th": {"no_rope_layers": None},
@@ -71,7 +71,7 @@ def test_a_key_left_out_takes_transformers_default(default: str, tmp_path: Path)
 
 
 # each convention turned off in config.json: attn then computes another model, not this one
-LEFT_OUT = {
+LEFT_OUT: dict[str, dict[str, Any]] = {
     "no chunks (every layer full)": {"layer_types": ["full_attention"] * 4},
     "no q/k L2 norm": {"use_qk_norm": False},
     "no temperature": {"attn_temperature_tuning": False},

@@ -104,8 +104,9 @@ def route_sigmoid_top(
 ) -> tuple[np.ndarray[Any, np.dtype[np.intp]], FloatArray]:
     """Llama 4's router on its logits [T, E]: the top ``k`` logits per token (largest first),
     their weights sigmoid(logit) (the others' sigmoid(-inf) = 0): no softmax, no renormalising."""
-    chosen = np.argsort(-logits, axis=-1, kind="stable")[:, :k]  # (T, k)
-    weights: FloatArray = ops.sigmoid(np.take_along_axis(logits, chosen, axis=-1))  # (T, k)
+    x: np.ndarray[Any, np.dtype[np.float64]] = np.asarray(logits, dtype=np.float64)  # (T, E)
+    chosen = np.argsort(-x, axis=-1, kind="stable")[:, :k]  # (T, k)
+    weights: FloatArray = ops.sigmoid(np.take_along_axis(x, chosen, axis=-1))  # (T, k)
     return chosen, weights
 
 
