@@ -41,6 +41,7 @@ from attn_cli.io.families import (
     Family,
     HeadPlan,
     LayerPlan,
+    MixtureReads,
     Norm,
     Stacked,
     Tensor,
@@ -290,8 +291,7 @@ def _moe(reader: Reader, prefix: str, plan: LayerPlan, bp: BlockPlan, h: FloatAr
 
     if x.own is not None:  # the family's own mixture, its stacked experts read a row at a time
         assert isinstance(reader, LeanReader)
-        row = partial(_stacked_row, reader, prefix, plan)
-        return x.own(h, read, row, act)
+        return x.own(h, MixtureReads(read, partial(_stacked_row, reader, prefix, plan), act))
     chosen, weights = _route(x, h, read)  # (T, k) each
 
     def expert(e: int, rows: FloatArray) -> FloatArray:

@@ -17,7 +17,7 @@ from conftest import run_cli
 
 from attn_cli.io.families import experts
 from attn_cli.io.families.experts import Llama4Mixture, route_sigmoid_top
-from attn_cli.io.families.plan import Tensor
+from attn_cli.io.families.plan import MixtureReads, Tensor
 
 CASE = Path(__file__).parents[1] / "reference" / "forward_2026" / "llama4_text"
 REF: dict[str, Any] = json.loads((CASE / "reference.json").read_text())
@@ -136,7 +136,8 @@ def test_the_mixture_scales_each_chosen_expert_input() -> None:
     mixture = Llama4Mixture(tensor["router"], tensor["gate_up"], tensor["down"], shared, k)
     h = rng.normal(size=(T, C)) * 2
     silu = np.vectorize(_silu)
-    got = mixture(h, lambda t: arrays[t.role], lambda t, e: arrays[t.role][e], silu)
+    reads = MixtureReads(lambda t: arrays[t.role], lambda t, e: arrays[t.role][e], silu)
+    got = mixture(h, reads)
 
     def expert(e: int, x: list[float]) -> list[float]:
         gu = [sum(x[c] * arrays["gate_up"][e][c][j] for c in range(C)) for j in range(2 * F)]

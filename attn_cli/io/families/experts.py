@@ -15,7 +15,7 @@ from attn_cli.core import forward as fw
 from attn_cli.core import ops
 from attn_cli.io.families.blocks import TensorOf
 from attn_cli.io.families.config import Config
-from attn_cli.io.families.plan import Experts, FloatArray, LayerPlan, Tensor
+from attn_cli.io.families.plan import Experts, FloatArray, LayerPlan, MixtureReads, Tensor
 
 
 def each_expert(t: TensorOf, F: int, C: int) -> Callable[[int], tuple[Tensor, ...]]:
@@ -125,20 +125,16 @@ class Llama4Mixture:
     def tensors(self) -> tuple[Tensor, ...]:
         return (self.gate_up, self.down, *self.shared)
 
-    def __call__(
-        self,
-        h: FloatArray,
-        read: Callable[[Tensor], FloatArray],
-        row: Callable[[Tensor, int], FloatArray],
-        act: Callable[[FloatArray], FloatArray],
-    ) -> FloatArray:
-        chosen, weights = route_sigmoid_top(h @ read(self.router).T, self.k)  # (T, k) each
+    def __call__(self, h: FloatArray, reads: MixtureReads) -> FloatArray:
+        act = reads.act
+        chosen, weights = route_sigmoid_top(h @ reads.whole(self.router).T, self.k)  # (T, k)
         out = np.zeros_like(h)  # (T, C)
         for e in np.unique(chosen):
             tokens, slot = np.nonzero(chosen == e)  # the tokens that chose e, and in which place
             scaled = h[tokens] * weights[tokens, slot][:, None]  # (n, C): the input scaled
-            gate, up = np.split(scaled @ row(self.gate_up, int(e)), 2, axis=-1)  # (n, F) each
-            out[tokens] += (up * act(gate)) @ row(self.down, int(e))  # (n, C)
-        gate_w, up_w, down_w = (read(t) for t in self.shared)
+            gate_up = scaled @ reads.row(self.gate_up, int(e))  # (n, 2F)
+            gate, up = np.split(gate_up, 2, axis=-1)  # (n, F) each: the gate's columns first
+            out[tokens] += (up * act(gate)) @ reads.row(self.down, int(e))  # (n, C)
+        gate_w, up_w, down_w = (reads.whole(t) for t in self.shared)
         shared: FloatArray = fw.gated_mlp(h, gate_w.T, up_w.T, down_w.T, act)  # (T, C)
         return out + shared

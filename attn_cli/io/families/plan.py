@@ -147,20 +147,23 @@ class BlockPlan:
     residual: float | None = None  # Granite's residual_multiplier on both branches
 
 
+@dataclass(frozen=True)
+class MixtureReads:
+    """What the forward hands a family's own mixture: readers of the layer's tensors (whole, or
+    row e of a stacked one: one expert's), widened to float64, and the block's activation."""
+
+    whole: Callable[[Tensor], FloatArray]
+    row: Callable[[Tensor, int], FloatArray]
+    act: Callable[[FloatArray], FloatArray]
+
+
 class OwnMixture(Protocol):
     """A mixture of experts its family computes whole (Llama 4's, whose experts take their
-    input scaled by the router's weight): the forward hands it the post-attention-norm rows h
-    [T, C], a reader of a whole tensor, a reader of row e of a stacked one, and the activation."""
+    input scaled by the router's weight), on the post-attention-norm rows h [T, C]."""
 
     def tensors(self) -> tuple[Tensor, ...]: ...  # what it reads beside the Experts' router
 
-    def __call__(
-        self,
-        h: FloatArray,
-        read: Callable[[Tensor], FloatArray],
-        row: Callable[[Tensor, int], FloatArray],
-        act: Callable[[FloatArray], FloatArray],
-    ) -> FloatArray: ...
+    def __call__(self, h: FloatArray, reads: MixtureReads) -> FloatArray: ...
 
 
 @dataclass(frozen=True)
