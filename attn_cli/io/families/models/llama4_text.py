@@ -82,6 +82,11 @@ def plan(config: Config, layer: int) -> LayerPlan:
         notes.append(
             f"attention temperature tuning on layer {layer}'s queries (a layer without RoPE)"
         )
+    if layer in _moe_layers(config, layers):  # past attention: not traced, in the forward
+        notes.append(
+            f"layer {layer}'s MLP is a mixture of experts (moe_layers): each chosen expert takes "
+            "the token scaled by sigmoid(its router logit), plus a shared expert"
+        )
     return replace(base, variants=variants, positions=True, notes=tuple(notes))
 
 
