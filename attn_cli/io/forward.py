@@ -460,7 +460,7 @@ def _check_block_budget(
         x = bp.experts
         tensors += [x.router, *(t for e in range(x.k) for t in x.each(e)), *(x.shared or ())]
         tensors += [*(x.plain_shared or ()), *(x.stacked.tensors() if x.stacked else ())]
-        tensors += [*(x.own.tensors() if x.own else ())]  # whole: more than it reads
+        tensors += [*(x.own.held() if x.own else ())]
     sizes = [math.prod(t.shape) for t in tensors]
     if bp.experts is not None and bp.experts.stacked is not None:  # k rows of each stacked one
         x = bp.experts

@@ -6,7 +6,7 @@ experts (``partial(qwen_experts, QwenMoE(...))``)."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -124,6 +124,11 @@ class Llama4Mixture:
 
     def tensors(self) -> tuple[Tensor, ...]:
         return (self.gate_up, self.down, *self.shared)
+
+    def held(self) -> tuple[Tensor, ...]:
+        """One expert's row of each stacked tensor (read one at a time), the shared expert."""
+        rows = (replace(t, shape=t.shape[1:]) for t in (self.gate_up, self.down))
+        return (*rows, *self.shared)
 
     def __call__(self, h: FloatArray, reads: MixtureReads) -> FloatArray:
         act = reads.act

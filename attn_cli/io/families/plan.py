@@ -163,6 +163,8 @@ class OwnMixture(Protocol):
 
     def tensors(self) -> tuple[Tensor, ...]: ...  # what it reads beside the Experts' router
 
+    def held(self) -> tuple[Tensor, ...]: ...  # what it holds at once (the memory budget's)
+
     def __call__(self, h: FloatArray, reads: MixtureReads) -> FloatArray: ...
 
 
