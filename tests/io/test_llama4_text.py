@@ -205,3 +205,13 @@ def test_a_hostile_key_is_refused_in_one_line(hostile: str, tmp_path: Path) -> N
     assert len(lines) == 1 and lines[0].startswith("Error: "), result.stderr
     assert word in lines[0]
     assert not (tmp_path / "out.npz").exists()
+
+
+@pytest.mark.parametrize("layer", ["4", "9"])
+def test_a_layer_past_the_last_is_refused_in_one_line(layer: str, tmp_path: Path) -> None:
+    """no_rope_layers and layer_types are read at the layer only once it is checked."""
+    out = tmp_path / "out.npz"
+    result = run_cli("import", str(CASE), "--layer", layer, "--text", "a b", "-o", str(out))
+    assert result.exit_code == 2, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and "num_hidden_layers" in lines[0], result.stderr

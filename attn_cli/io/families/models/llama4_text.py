@@ -62,13 +62,13 @@ def _temperature(config: Config) -> dict[str, Any] | None:
 def plan(config: Config, layer: int) -> LayerPlan:
     """Layer ``layer``'s attention: Llama's with interleaved RoPE where no_rope_layers keeps it,
     then the chunk mask, the L2 norm after RoPE or the temperature, as the layer has them."""
-    layers = config.whole("num_hidden_layers")
+    # layer_types is read here: the base reads windows from it, and Llama 4 has none
+    data = {k: v for k, v in config.data.items() if k != "layer_types"}
+    base = llama_like(ARCH, NAME, Config(data, config.source, config.path), layer)
+    layers = base.layers  # the layer checked against them
     chunk = _chunk(config, layer, layers)
     temperature = _temperature(config)
     qk_norm = config.flag("use_qk_norm", True)
-    # layer_types read above: the base reads windows from it, and Llama 4 has none
-    data = {k: v for k, v in config.data.items() if k != "layer_types"}
-    base = llama_like(ARCH, NAME, Config(data, config.source, config.path), layer)
     variants, notes = dict(base.variants), list(base.notes)
     if chunk is not None:
         variants["chunk"] = chunk
