@@ -55,6 +55,7 @@ BUILT_IN = (
     distilbert.FAMILY,
     gpt2.FAMILY,
     llama.FAMILY,
+    llama4_text.FAMILY,
     mistral.FAMILY,
     mixtral.FAMILY,
     ministral.FAMILY,
@@ -91,7 +92,6 @@ BUILT_IN = (
     glm4_moe.FAMILY,
     ernie4_5_moe.FAMILY,
     ministral3.FAMILY,
-    llama4_text.FAMILY,
 )
 for _family in BUILT_IN:
     register(_family)
