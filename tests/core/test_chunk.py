@@ -1,6 +1,6 @@
 """Chunked attention, the shipped variant ``chunk`` (Llama 4's attention_chunk_size): its numbers
-against the loop reference given the same rule as an explicit boolean mask (tests/reference.py
-knows nothing of chunks), through trace, JSON, --explain (en/zh), the backward pass, decoding,
+against the loop reference given the same rule as an explicit boolean mask (the rule stated a
+second way), through trace, JSON, --explain (en/zh), the backward pass, decoding,
 FlashAttention, and the grader's two mistakes planted in a student's masks."""
 
 from __future__ import annotations
