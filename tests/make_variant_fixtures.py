@@ -561,8 +561,9 @@ floor_scale 8192 and attn_scale 0.1 (a factor of 1.07 from position 8191); this 
         _head(
             "Llama 4 attention temperature",
             (
-                "Each query times 1 + 0.5*ln(1 + floor((position + 1)/2)) (Llama 4's NoPE layers): "
-                "factors 1, 1.35, 1.35, 1.55, 1.55, 1.69 by position; keys unchanged; causal, no RoPE"
+                "Each query times 1 + 0.5*ln(1 + floor((position + 1)/2)) (Llama 4's NoPE "
+                "layers): factors 1, 1.35, 1.35, 1.55, 1.55, 1.69 by position; keys unchanged; "
+                "causal, no RoPE"
             ),
             comments,
             TOKENS,
