@@ -73,7 +73,10 @@ def test_trace_json_and_explain_in_both_languages(tmp_path: Path) -> None:
     assert "分块注意力" in zh.stdout
 
 
-@pytest.mark.parametrize(("raw", "got"), [(0, "is 0"), (1.5, "got 1.5"), ("4", "got '4'")])
+@pytest.mark.parametrize(
+    ("raw", "got"),
+    [(0, "is 0"), (1.5, "got 1.5"), ("4", "got '4'"), (10**30, f"is {10**30}")],  # 10**30: was
+)  # an OverflowError traceback in positions // chunk
 def test_a_bad_chunk_is_one_line(tmp_path: Path, raw: Any, got: str) -> None:
     path = write(tmp_path, {**fixtures()[0], "chunk": raw})
     result = run_cli("trace", str(path))
