@@ -513,15 +513,16 @@ uniform. Delete mask_value to see the -inf answer."""
 def _projection(seed: int, seq: int) -> str:
     """X and W_Q, W_K, W_V of 2 query heads sharing 1 kv head (d_model 8, d_k 4), causal."""
     rng = np.random.default_rng(seed)
-    X = _embeddings(rng, seq, 8)
-    W_Q, W_K, W_V = _weights(rng, 8, 8, 4, 4)
-    return (
-        _matrix("X", X, "[seq, d_model]")
-        + _matrix("W_Q", W_Q, "[d_model, heads*d_k]: 2 heads of d_k 4")
-        + _matrix("W_K", W_K, "[d_model, kv_heads*d_k]: 1 kv head")
-        + _matrix("W_V", W_V)
-        + "heads: 2\nkv_heads: 1\ncausal: true\n"
+    arrays = (_embeddings(rng, seq, 8), *_weights(rng, 8, 8, 4, 4))  # X, W_Q, W_K, W_V
+    said = (
+        "[seq, d_model]",
+        "[d_model, heads*d_k]: 2 heads of d_k 4",
+        "[d_model, kv_heads*d_k]: 1 kv head",
+        "",
     )
+    names = ("X", "W_Q", "W_K", "W_V")
+    text = "".join(_matrix(n, a, c) for n, a, c in zip(names, arrays, said, strict=True))
+    return text + "heads: 2\nkv_heads: 1\ncausal: true\n"
 
 
 def llama4_chunked() -> str:
