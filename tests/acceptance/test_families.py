@@ -28,7 +28,6 @@ REFERENCE = Path(__file__).parent.parent / "reference" / "families"
 CASES = sorted(p.name for p in REFERENCE.iterdir() if p.is_dir())
 # Refused, and why: the key or tensor the one line must name.
 REFUSED = {
-    "phi_qk_layernorm": "qk_layernorm: got true",  # a LayerNorm (with bias) of q and k
     "hunyuan_v1_dense": "model type 'hunyuan_v1_dense' is not supported (q/k norm after RoPE",
     "llama4_text": "model type 'llama4_text' is not supported (chunked attention",
 }
