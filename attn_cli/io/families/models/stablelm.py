@@ -32,9 +32,9 @@ def qk_layer_norm(*, per_head: bool, bias: bool) -> FamilyVariant:
             return t[f"{side}.{part}"].astype(np.float64)  # (D,)
         rows = []
         for h in count():
-            if f"{side}.{h}.{part}" not in t:
+            if f"{side}.norms.{h}.{part}" not in t:
                 break
-            rows.append(t[f"{side}.{h}.{part}"])
+            rows.append(t[f"{side}.norms.{h}.{part}"])
         return np.stack(rows).astype(np.float64)  # (heads, D)
 
     def setting(config: Config, eps: float) -> FromTensors:
@@ -50,9 +50,8 @@ def qk_layer_norm(*, per_head: bool, bias: bool) -> FamilyVariant:
         _, H, Hkv, D = sizes
         out = []
         for side, n in (("q_layernorm", H), ("k_layernorm", Hkv)):
-            heads = [(f"{side}.{h}", f"{side}.norms.{h}") for h in range(n)]
-            for role, name in heads if per_head else [(side, side)]:
-                out += [Tensor(f"{role}.{p}", f"{a}{name}.{p}", (D,)) for p in parts]
+            for name in [f"{side}.norms.{h}" for h in range(n)] if per_head else [side]:
+                out += [Tensor(f"{name}.{p}", f"{a}{name}.{p}", (D,)) for p in parts]
         return tuple(out)
 
     return FamilyVariant("qk_layernorm", setting, tensors)
