@@ -27,7 +27,8 @@ T, H, HKV, D = len(FX["tokens"]), FX["heads"], FX["kv_heads"], 4
 def _heads(W: str, n: int) -> Array:
     """X·W split into heads: (heads, T, D)."""
     flat = np.array(FX["X"]) @ np.array(FX[W])  # (T, heads*D)
-    return flat.reshape(T, n, D).transpose(1, 0, 2)
+    out: Array = flat.reshape(T, n, D).transpose(1, 0, 2)  # (heads, T, D)
+    return out
 
 
 def _layer_norm(x: Array, w: Array) -> Array:
@@ -43,7 +44,8 @@ def _whole(x: Array, w: Array) -> Array:
     """One LayerNorm over each token's heads*D numbers, then split again."""
     n = x.shape[0]
     flat = x.transpose(1, 0, 2).reshape(T, n * D)  # (T, heads*D)
-    return _layer_norm(flat, w.reshape(-1)).reshape(T, n, D).transpose(1, 0, 2)
+    out: Array = _layer_norm(flat, w.reshape(-1)).reshape(T, n, D).transpose(1, 0, 2)
+    return out  # (heads, T, D)
 
 
 Q, K = _heads("W_Q", H), _heads("W_K", HKV)

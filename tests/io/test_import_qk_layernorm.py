@@ -50,7 +50,7 @@ def _nothing(t: dict[str, Any]) -> None:
 
 
 S, P = ATTN.format(2), ATTN.format(0)  # the layer each case imports
-HOSTILE = {
+HOSTILE: dict[str, tuple[Path, dict[str, Any], Any, str]] = {
     "stablelm qk_layernorm a string": (STABLELM, {"qk_layernorm": "yes"}, _nothing, "qk_layernorm"),
     "stablelm qk_layernorm 1": (STABLELM, {"qk_layernorm": 1}, _nothing, "qk_layernorm: got 1"),
     "stablelm key off, norms saved": (

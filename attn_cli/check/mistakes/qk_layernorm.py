@@ -60,8 +60,9 @@ def _shared(trace: Trace) -> list[Change]:
     values = {}
     for which in "QK":
         w, b = value.params(which)
-        first = (w[0], None if b is None else b[0]) if value.per_head(which) else (w, b)
-        values[f"{which}_ln"] = layer_norm(internal(trace, which), *first, value.eps)
+        if value.per_head(which):
+            w, b = w[0], None if b is None else b[0]  # (D,): the first head's
+        values[f"{which}_ln"] = layer_norm(internal(trace, which), w, b, value.eps)
     detail = (
         "Your {stage} is what attn gets with one LayerNorm for all heads, the first head's weight "
         "on every head, where each head has its own: StableLM 2's q_layernorm is a list of "
