@@ -246,10 +246,7 @@ Q_ln = (Q - mean) / sqrt(var + eps) * q_weight[h]. GQA, causal, RoPE on the firs
             comments,
             TOKENS[:5],
         )
-        + _matrix("X", X)
-        + _matrix("W_Q", W_Q)
-        + _matrix("W_K", W_K)
-        + _matrix("W_V", W_V)
+        + "".join(_matrix(n, a) for n, a in (("X", X), ("W_Q", W_Q), ("W_K", W_K), ("W_V", W_V)))
         + "heads: 2\nkv_heads: 1\ncausal: true\nrope:\n  dims: 2\n"
         + f"qk_layernorm:\n{weights}  eps: 1.0e-5\n"
     )

@@ -13,14 +13,13 @@ from typing import Any
 
 import numpy as np
 
-from attn_cli.core.inputs import Inputs
+from attn_cli.core.inputs import FloatArray, Inputs
 from attn_cli.core.ops import grad_layer_norm, layer_norm
 from attn_cli.core.plugins.parsing import known_entries, positive_number
 from attn_cli.core.stage_spec import number_text
 from attn_cli.core.variant import (
     Cast,
     FixtureKey,
-    FloatArray,
     NewOption,
     NewSpec,
     QKAt,
@@ -68,13 +67,9 @@ class QKLayerNormalization(Variant[QKLayerNorm]):
     new_rank, new_order = 61, 21
 
     def stage_formula(self, value: QKLayerNorm, inputs: Inputs, stage: str) -> str:
-        name, low = stage[0], stage[0].lower()
-        bias = f" + {low}_bias" if value.params(name)[1] is not None else ""
-        own = "its own weight per head" if value.per_head(name) else "one weight for every head"
-        return (
-            f"{name}_ln = ({name} − mean({name})) / √(var({name}) + eps) × {low}_weight{bias}, "
-            f"over each head's d_k, {own}, eps = {number_text(value.eps)}"
-        )
+        own = "its own weight per head" if value.per_head(stage[0]) else "one weight for every head"
+        eps = number_text(value.eps)
+        return f"{formula(value, stage[0])}, over each head's d_k, {own}, eps = {eps}"
 
     def grad_formula(self, value: QKLayerNorm, inputs: Inputs, d_out: str, x_in: str) -> str:
         return (
@@ -163,6 +158,13 @@ class QKLayerNormalization(Variant[QKLayerNorm]):
 
     def new_words(self, spec: NewSpec, members: Mapping[str, Any]) -> str:
         return "q/k LayerNorm"
+
+
+def formula(value: QKLayerNorm, which: str) -> str:
+    """Q_ln's (K_ln's) formula, ``Q_ln = (Q − mean(Q)) / √(var(Q) + eps) × q_weight`` (+ bias)."""
+    low = which.lower()
+    bias = f" + {low}_bias" if value.params(which)[1] is not None else ""
+    return f"{which}_ln = ({which} − mean({which})) / √(var({which}) + eps) × {low}_weight{bias}"
 
 
 def head_params(value: QKLayerNorm, which: str, cast: Cast) -> tuple[FloatArray, Any]:

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from attn_cli.core.plugins.qk_layernorm import formula
 from attn_cli.present.i18n import Lang, en_zh, label
 from attn_cli.present.text import short_number
 from attn_cli.present.variant_texts import VariantTexts
@@ -20,17 +21,15 @@ def _explain_ln(c: Context) -> Parts:
     src = c.name.removesuffix("_ln")
     value = TEXTS.setting(c.trace.inputs)
     assert value is not None
-    weight, bias = value.params(src)
-    low = src.lower()
+    weight = value.params(src)[0]
     eps = short_number(value.eps, c.precision + 4)
-    plus = f" + {low}_bias" if bias is not None else ""
     own = en_zh(
         c,
         "each head with its own weight" if weight.ndim == 2 else "one weight for every head",
         "每个头有自己的权重" if weight.ndim == 2 else "所有头共用一个权重",
     )
-    formula = (
-        f"{c.name} = ({src} − mean({src})) / √(var({src}) + eps) × {low}_weight{plus}",
+    lines = (
+        formula(value, src),
         en_zh(
             c, f"over each head's d_k, {own}, eps = {eps}", f"在每个头的 d_k 上，{own}，eps = {eps}"
         ),
@@ -48,7 +47,7 @@ def _explain_ln(c: Context) -> Parts:
             "之前都居中、长度也差不多；StableLM 2 为每个头学一个单独的权重。",
         )
     ]
-    return formula, (c.shape_of(src),), meaning
+    return lines, (c.shape_of(src),), meaning
 
 
 class QkLayerNormTexts(VariantTexts):
