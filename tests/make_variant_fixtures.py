@@ -540,6 +540,93 @@ uniform. Delete mask_value to see the -inf answer."""
     )
 
 
+def _projection(seed: int, seq: int) -> str:
+    """X and W_Q, W_K, W_V of 2 query heads sharing 1 kv head (d_model 8, d_k 4), causal."""
+    rng = np.random.default_rng(seed)
+    arrays = (_embeddings(rng, seq, 8), *_weights(rng, 8, 8, 4, 4))  # X, W_Q, W_K, W_V
+    said = (
+        "[seq, d_model]",
+        "[d_model, heads*d_k]: 2 heads of d_k 4",
+        "[d_model, kv_heads*d_k]: 1 kv head",
+        "",
+    )
+    names = ("X", "W_Q", "W_K", "W_V")
+    text = "".join(_matrix(n, a, c) for n, a, c in zip(names, arrays, said, strict=True))
+    return text + "heads: 2\nkv_heads: 1\ncausal: true\n"
+
+
+def llama4_chunked() -> str:
+    comments = """
+Llama 4's chunked attention (attention_chunk_size; transformers' chunked mask): the positions
+are cut into fixed chunks, here of 3 (Llama 4 Scout: 8192), and a query sees only the keys of
+its own chunk, causally: pos_k <= pos_q and pos_k // 3 == pos_q // 3. Look at the masked stage
+at the chunk boundary: "on" (position 3) starts the second chunk and sees itself alone, where a
+sliding window of 3 would let it see "cat" and "sat". RoPE in Meta's interleaved layout (Llama 4
+rotates pairs 2i, 2i+1 as complex numbers), 2 query heads sharing 1 kv head. Three of every four
+Llama 4 layers are chunked like this; the fourth is llama4_temperature."""
+    return (
+        _head(
+            "Llama 4 chunked attention",
+            (
+                "Chunks of 3 positions (0-2, 3-5): a query sees only its own chunk, causally; at "
+                "the boundary 'on' sees itself alone. RoPE (interleaved), 2 heads sharing 1 kv head"
+            ),
+            comments,
+            TOKENS,
+        )
+        + _projection(21, 6)
+        + "rope: {layout: interleaved}\nchunk: 3  # Llama 4 Scout: 8192\n"
+    )
+
+
+def llama4_temperature() -> str:
+    comments = """
+Llama 4's attention temperature tuning (attn_temperature_tuning, on its NoPE layers: no RoPE,
+the whole causal context, every fourth layer): each query is multiplied by a factor that grows
+with its position, so that attention stays sharp over long contexts; the keys are untouched:
+Q_tuned = Q * (1 + attn_scale * ln(1 + floor((position + 1) / floor_scale))). Llama 4 uses
+floor_scale 8192 and attn_scale 0.1 (a factor of 1.07 from position 8191); this example 2 and
+0.5, so that 6 tokens climb the same staircase: the factor per position 0..5 is 1, 1.35, 1.35,
+1.55, 1.55, 1.69. Compare Q with Q_tuned row by row, and the later softmax rows, sharper."""
+    return (
+        _head(
+            "Llama 4 attention temperature",
+            (
+                "Each query times 1 + 0.5*ln(1 + floor((position + 1)/2)) (Llama 4's NoPE "
+                "layers): factors 1, 1.35, 1.35, 1.55, 1.55, 1.69 by position; keys unchanged; "
+                "causal, no RoPE"
+            ),
+            comments,
+            TOKENS,
+        )
+        + _projection(22, 6)
+        + "temperature:  # Llama 4: floor_scale 8192, attn_scale 0.1\n"
+        + "  floor_scale: 2\n  attn_scale: 0.5\n  offset: 1  # Llama 4 adds 1 to the position\n"
+    )
+
+
+def olmo_clip_qkv() -> str:
+    comments = """
+OLMo's clip_qkv: the projections' outputs Q, K and V clamped to [-2, 2] right after the
+projections, before RoPE (transformers' OlmoAttention: .clamp_(min=-c, max=c); OLMo 7B 0424
+uses 8, this example 2 so that some of its small numbers reach it). Compare Q with Q_clip and K
+with K_clip: every entry beyond +-2 became +-2, the rest passed unchanged. V is shown already
+clamped (V's formula says so). RoPE in HF's half layout, causal, 2 query heads, 1 kv head."""
+    return (
+        _head(
+            "OLMo clip_qkv",
+            (
+                "Q, K and V clamped to [-2, 2] after the projections (OLMo): compare Q with Q_clip "
+                "and K with K_clip to see which values got clipped; RoPE, causal, 2 heads"
+            ),
+            comments,
+            TOKENS[:5],
+        )
+        + _projection(28, 5)
+        + "rope: true\nclip_qkv: 2  # OLMo 7B 0424: 8\n"
+    )
+
+
 MAKERS: dict[str, Callable[[], str]] = {
     "llama_rope_gqa": lambda: llama("half"),
     "llama_rope_interleaved": lambda: llama("interleaved"),
@@ -556,6 +643,9 @@ MAKERS: dict[str, Callable[[], str]] = {
     "diff_transformer": diff_transformer,
     "linear_attention": linear_attention,
     "gated_deltanet": gated_deltanet,
+    "llama4_chunked": llama4_chunked,
+    "llama4_temperature": llama4_temperature,
+    "olmo_clip_qkv": olmo_clip_qkv,
 }
 
 

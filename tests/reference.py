@@ -375,7 +375,7 @@ def _compute(fx: dict[str, Any]) -> tuple[dict[str, Nested], list[Any]]:
 
     # 4) masked: + bias + alibi, then mask_value (-inf) where not allowed
     causal = _causal_offset(fx.get("causal"), T, S) is not None
-    window = fx.get("window")
+    window, chunk = fx.get("window"), fx.get("chunk")
     mask, bias, lengths = fx.get("mask"), fx.get("bias"), fx.get("lengths")
     fill = float(fx.get("mask_value", NEG_INF))
     if isinstance(lengths, int):
@@ -386,6 +386,8 @@ def _compute(fx: dict[str, Any]) -> tuple[dict[str, Nested], list[Any]]:
         if causal and pos_k[j] > pos_q[i]:
             ok = False
         if window is not None and not pos_q[i] - pos_k[j] < window:
+            ok = False
+        if chunk is not None and pos_k[j] // chunk != pos_q[i] // chunk:  # Llama 4's chunks
             ok = False
         if mask is not None and not bool(_broadcast_get(mask, (b, h, i, j))):
             ok = False

@@ -15,7 +15,6 @@ import io
 import os
 import signal
 import sys
-import types
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Annotated, Any, NamedTuple
@@ -78,45 +77,15 @@ def implementation(name: str) -> tuple[str, str]:
     return entry.module or name, entry.function or name
 
 
-class _Markdown:
-    """Stands in for rich.markdown.Markdown while Typer's help renderer loads (see below)."""
-
-    def __new__(cls, *args: Any, **kwargs: Any) -> Any:
-        from rich.markdown import Markdown  # the real one, if Markdown help is ever drawn
-
-        return Markdown(*args, **kwargs)
-
-
-def light_help() -> None:
-    """Load Typer's help renderer (typer.rich_utils) without rich.markdown and markdown_it.
-
-    typer.rich_utils imports Markdown at the top but draws it only in the "markdown" markup
-    mode, which attn does not use; those imports are ~20 ms of ``attn --help`` (~100 ms in
-    all). While it loads, a stand-in that imports the real Markdown when called takes the
-    module's place; then the place is freed, so a later ``import rich.markdown`` is the real one.
-    """
-    if "typer.rich_utils" in sys.modules or "rich.markdown" in sys.modules:
-        return
-    stand_in = types.ModuleType("rich.markdown")
-    stand_in.Markdown = _Markdown  # type: ignore[attr-defined]
-    sys.modules["rich.markdown"] = stand_in
-    try:
-        import typer.rich_utils  # noqa: F401
-    finally:
-        del sys.modules["rich.markdown"]
-
-
 class _HelpGroup(AttnGroup):
     """The ``attn`` group: its commands built from :data:`COMMANDS` when asked for."""
 
     listing = False  # drawing ``attn --help``: the list needs names and summaries only
 
     def format_help(self, ctx: Any, formatter: Any) -> None:
-        light_help()
         self.listing = True
         try:
-            with plain_help(self):
-                super().format_help(ctx, formatter)
+            super().format_help(ctx, formatter)
         finally:
             self.listing = False
 
@@ -128,55 +97,24 @@ class _HelpGroup(AttnGroup):
         if entry is None:
             return None
         if self.listing:
-            from rich.markup import escape  # loaded with the help renderer (format_help)
-
-            return typer.core.TyperCommand(cmd_name, short_help=escape(entry.summary))
+            return typer.core.TyperCommand(cmd_name, short_help=entry.summary)
         return _built(cmd_name)
 
 
-class _HelpCommand(AttnCommand):
-    def format_help(self, ctx: Any, formatter: Any) -> None:
-        light_help()
-        with plain_help(self):
-            super().format_help(ctx, formatter)
-
-
-def reflowed(text: str) -> str:
-    """A docstring's prose paragraphs each joined into one line, for Rich to wrap at the
-    terminal's width; an indented paragraph (an example) keeps its line breaks."""
+def examples_kept(text: str) -> str:
+    """A docstring for Click's help: prose paragraphs wrap at the terminal's width, an indented
+    paragraph (an example) is marked to keep its lines as written (Click's ``\\b``)."""
     import inspect
 
-    paragraphs = inspect.cleandoc(text).split("\n\n")
     return "\n\n".join(
-        p if p.startswith(" ") else " ".join(line.strip() for line in p.splitlines())
-        for p in paragraphs
+        "\b\n" + p if p.startswith(" ") else p for p in inspect.cleandoc(text).split("\n\n")
     )
-
-
-@contextmanager
-def plain_help(command: Any) -> Iterator[None]:
-    """The help texts of ``command`` and its parameters as plain text while Typer draws them.
-
-    Typer reads help as Rich markup, which would eat ``[models]`` or ``[seq, hidden]``; the
-    texts are escaped for the drawing only, so completion and ``short_help`` keep them as
-    written.
-    """
-    from rich.markup import escape  # loaded with the help renderer (light_help)
-
-    held = [(o, o.help) for o in (command, *command.params) if getattr(o, "help", None)]
-    for owner, text in held:
-        owner.help = escape(reflowed(text) if owner is command else text)
-    try:
-        yield
-    finally:
-        for owner, text in held:
-            owner.help = text
 
 
 app = typer.Typer(
     name="attn",
     cls=_HelpGroup,  # usage errors as one `Error:` line (cli/usage.py), a lighter --help
-    help=(
+    help=examples_kept(
         "Trace Transformer self-attention step by step: every stage (X, Q, K, V, scores, scaled, "
         "masked, softmax, output, concat, projected) as a table of real numbers.\n\n"
         "Each command has its own help: attn COMMAND -h.\n\n"
@@ -188,7 +126,9 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=True,  # --install-completion / --show-completion (bash, zsh, fish, pwsh)
     pretty_exceptions_enable=False,
-    context_settings={"help_option_names": ["-h", "--help"]},
+    rich_markup_mode=None,
+    # Click's help, wrapped at the terminal's width up to 120 columns (80 by default)
+    context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 120},
 )
 
 
@@ -257,8 +197,11 @@ def _built(name: str) -> Any:
         with user_errors():
             func(*args, **kwargs)
 
-    one = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
-    one.command(name=name, cls=_HelpCommand, short_help=COMMANDS[name].summary)(guarded)
+    one = typer.Typer(add_completion=False, pretty_exceptions_enable=False, rich_markup_mode=None)
+    help_text = examples_kept(func.__doc__ or "")
+    one.command(name=name, cls=AttnCommand, help=help_text, short_help=COMMANDS[name].summary)(
+        guarded
+    )
     return typer.main.get_command(one)
 
 

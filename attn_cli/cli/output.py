@@ -105,6 +105,19 @@ codecs.register_error(ASCII_FALLBACK, _fallback(exact=False))
 codecs.register_error(JSON_FALLBACK, _fallback(exact=True))
 
 
+def writable(text: str, stream: object) -> str:
+    """``text`` as ``stream``'s encoding holds it, the rest as readable ASCII (``→`` -> ``->``).
+
+    For help, which Click prints through a UTF-8 stream of its own when standard output is ASCII
+    (``LC_ALL=C``): what reaches the terminal is what the locale can show.
+    """
+    encoding = getattr(stream, "encoding", None) or "utf-8"
+    try:
+        return text.encode(encoding, ASCII_FALLBACK).decode(encoding)
+    except LookupError:  # an encoding Python does not know: Click's stream decides
+        return text
+
+
 # What a stream that cannot encode a character writes instead: readable ASCII for text (``-inf``
 # for ``−∞``), ``\uXXXX`` for JSON and ``&#8722;`` for HTML and SVG, both read back exactly.
 ESCAPES = {"text": ASCII_FALLBACK, "json": JSON_FALLBACK, "xml": "xmlcharrefreplace"}

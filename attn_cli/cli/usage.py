@@ -224,6 +224,9 @@ class AttnCommand(typer.core.TyperCommand):
                 raise
             raise _click().exceptions.UsageError("a value holds a NUL character", ctx) from None
 
+    def get_help(self, ctx: Any) -> str:
+        return help_as_written(super().get_help(ctx))
+
     def collect_usage_pieces(self, ctx: Any) -> list[str]:
         return [
             p[1:-1] if p.startswith("{") and p.endswith("}") else p
@@ -241,6 +244,9 @@ class AttnGroup(typer.core.TyperGroup):
         tolerant_streams()
         return super().main(*args, **kwargs)
 
+    def get_help(self, ctx: Any) -> str:
+        return help_as_written(super().get_help(ctx))
+
     def make_context(self, *args: Any, **kwargs: Any) -> Any:
         with usage_errors():
             return super().make_context(*args, **kwargs)
@@ -248,6 +254,13 @@ class AttnGroup(typer.core.TyperGroup):
     def invoke(self, ctx: Any) -> Any:
         with usage_errors():
             return super().invoke(ctx)
+
+
+def help_as_written(text: str) -> str:
+    """Help as standard output's encoding can show it (ASCII stand-ins in a C locale)."""
+    from attn_cli.cli.output import writable
+
+    return writable(text, sys.stdout)
 
 
 def tolerant_streams() -> None:

@@ -111,13 +111,23 @@ def llama3_bands(inv: FloatArray, s: RopeScaling) -> tuple[Any, Any, Any]:
     return wavelen, kept, scaled
 
 
+def llama3_smooth(wavelen: FloatArray, s: RopeScaling) -> FloatArray:
+    """The smooth factor of each pair between the bands, (original/wavelen − low) / (high − low);
+    0 where high_freq_factor = low_freq_factor (Llama 4 Scout's 1 and 1: no pair is between)."""
+    low, high = s.get("low_freq_factor"), s.get("high_freq_factor")
+    if high == low:
+        return np.zeros_like(wavelen)
+    out: FloatArray = (s.get(ORIGINAL) / wavelen - low) / (high - low)
+    return out
+
+
 def _llama3(
     inv: FloatArray, s: RopeScaling, dims: int, base: float, length: int
 ) -> tuple[FloatArray, float]:
-    factor, low, high = s.get("factor"), s.get("low_freq_factor"), s.get("high_freq_factor")
+    factor = s.get("factor")
     wavelen, kept, scaled = llama3_bands(inv, s)
     out = np.where(scaled, inv / factor, inv)
-    smooth = (s.get(ORIGINAL) / wavelen - low) / (high - low)
+    smooth = llama3_smooth(wavelen, s)
     smoothed = (1 - smooth) * out / factor + smooth * out
     return np.where(~kept & ~scaled, smoothed, out), 1.0
 
@@ -374,10 +384,10 @@ def _check_kind(s: RopeScaling, key: FixtureKey, dims: int, base: float, field: 
             "more than 2 (the base grows by a power dims/(dims-2))",
             f"{field}.type",
         )
-    if s.kind == "llama3" and s.get("high_freq_factor") <= s.get("low_freq_factor"):
+    if s.kind == "llama3" and s.get("high_freq_factor") < s.get("low_freq_factor"):
         raise key(
             f"high_freq_factor is {s.get('high_freq_factor')}",
-            f"more than low_freq_factor ({s.get('low_freq_factor')})",
+            f"at least low_freq_factor ({s.get('low_freq_factor')})",
             f"{field}.high_freq_factor",
         )
     if s.kind in ("yarn", "longrope") and s.get("factor") is None and s.get(MAX) is None:
@@ -430,8 +440,7 @@ def bands(
     if kind == "llama3":
         inv = default_inv_freq(dims, base)
         wavelen, kept, scaled = llama3_bands(inv, scaling)
-        low, high = scaling.get("low_freq_factor"), scaling.get("high_freq_factor")
-        smooth = (scaling.get(ORIGINAL) / wavelen - low) / (high - low)
+        smooth = llama3_smooth(wavelen, scaling)
         mix = np.where(kept, 0.0, np.where(scaled, 1.0, 1.0 - smooth))
         names = np.where(kept, "kept", np.where(scaled, "scaled", "smooth"))
         return tuple(str(n) for n in names), mix

@@ -41,6 +41,7 @@ from attn_cli.io.families import (
     Family,
     HeadPlan,
     LayerPlan,
+    MixtureReads,
     Norm,
     Stacked,
     Tensor,
@@ -288,6 +289,9 @@ def _moe(reader: Reader, prefix: str, plan: LayerPlan, bp: BlockPlan, h: FloatAr
     def read(tensor: Tensor) -> FloatArray:
         return reader.read(prefix, tensor, plan).astype(np.float64)
 
+    if x.own is not None:  # the family's own mixture, its stacked experts read a row at a time
+        assert isinstance(reader, LeanReader)
+        return x.own(h, MixtureReads(read, partial(_stacked_row, reader, prefix, plan), act))
     chosen, weights = _route(x, h, read)  # (T, k) each
 
     def expert(e: int, rows: FloatArray) -> FloatArray:
@@ -324,6 +328,14 @@ def _route(
         return fw.route_logits(logits, x.k, x.normalize)
     g = x.grouped
     return fw.route_grouped(logits, x.k, read(g.correction), g.groups, x.normalize, g.scale)
+
+
+def _stacked_row(
+    reader: LeanReader, prefix: str, plan: LayerPlan, tensor: Tensor, e: int
+) -> FloatArray:
+    """Row ``e`` of a stacked tensor (one expert's), read alone and widened."""
+    row: FloatArray = reader.block(prefix, tensor, plan, e, 1)[0].astype(np.float64)
+    return row
 
 
 def _stacked_expert(
@@ -448,6 +460,7 @@ def _check_block_budget(
         x = bp.experts
         tensors += [x.router, *(t for e in range(x.k) for t in x.each(e)), *(x.shared or ())]
         tensors += [*(x.plain_shared or ()), *(x.stacked.tensors() if x.stacked else ())]
+        tensors += [*(x.own.held() if x.own else ())]
     sizes = [math.prod(t.shape) for t in tensors]
     if bp.experts is not None and bp.experts.stacked is not None:  # k rows of each stacked one
         x = bp.experts
@@ -472,6 +485,7 @@ def _expert_tensors(bp: BlockPlan) -> list[Tensor]:
     if x is None:
         return []
     more = [*(x.plain_shared or ()), *(x.stacked.tensors() if x.stacked else ())]
+    more += [*(x.own.tensors() if x.own else ())]
     corrections = (x.grouped and x.grouped.correction, x.corrected and x.corrected.correction)
     more += [t for t in (x.router_bias, *corrections) if t is not None]
     return [x.router, *(t for e in range(x.count) for t in x.each(e)), *(x.shared or ()), *more]

@@ -28,9 +28,10 @@ LAYERS = (2, 3)
 RTOL, ATOL = 1e-4, 1e-5
 CHECKED = (
     *("seed_oss", "apertus", "glm4_moe", "ernie4_5_moe"),
-    *("phi3", "smollm3", "cohere2", "gptj", "ministral3", "olmo_clip", "stablelm"),
+    *("phi3", "smollm3", "cohere2", "gptj", "ministral3", "olmo_clip", "llama4_text"),
+    "stablelm",
 )
-REFUSED = ("hunyuan_v1_dense", "llama4_text")
+REFUSED = ("hunyuan_v1_dense",)
 MODELS = importlib.util.find_spec("safetensors") and importlib.util.find_spec("tokenizers")
 pytestmark = [
     pytest.mark.slow,

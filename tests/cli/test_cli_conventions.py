@@ -98,9 +98,10 @@ def test_the_help_list_is_each_commands_first_paragraph() -> None:
         func = getattr(importlib.import_module(f"attn_cli.cli.{module}"), function)
         first = " ".join((inspect.getdoc(func) or "").split("\n\n")[0].split())
         assert entry.summary == first, name
-    listed = run_cli("--help", env={"COLUMNS": "300"}).stdout
+    listed = run_cli("--help").stdout.split("\nCommands:\n")[1]
+    unwrapped = " ".join(listed.split())  # Click wraps each summary under its column
     for name, entry in TABLE.items():
-        assert re.search(rf"│ {name} +{re.escape(entry.summary)}", listed), name
+        assert f" {name} {entry.summary}" in f" {unwrapped}", name
 
 
 @pytest.mark.subprocess
@@ -322,7 +323,7 @@ def test_a_huge_option_value_is_cut_short_in_the_error() -> None:
 def test_help_is_still_typers() -> None:
     result = run_cli("trace", "--help")
     assert result.exit_code == 0
-    assert "Usage:" in result.stdout and "╭─ Options" in result.stdout
+    assert "Usage:" in result.stdout and "\nOptions:\n" in result.stdout
     bare = run_cli()  # no command: the help, as before
     assert "Usage" in bare.output and "trace" in bare.output
 
@@ -337,11 +338,11 @@ def test_help_has_examples_in_one_style_that_fits_80_columns(command: str) -> No
     assert result.exit_code == 0
     text = result.stdout
     assert "Examples:" in text
-    block = text.split("Examples:", 1)[1].split("╭", 1)[0]
+    block = re.split(r"\n(?:Arguments|Options):\n", text.split("Examples:", 1)[1])[0]
     lines = [line.rstrip() for line in block.splitlines() if line.strip()]
     assert lines, command
     for line in lines:  # each example on one line, indented 2, a comment aligned after it
-        assert re.match(r"^   (attn|cat) \S", line), (command, line)
+        assert re.match(r"^    (attn|cat) \S", line) and len(line) <= 80, (command, line)
     columns = {line.index("  # ") for line in lines}
     assert len(columns) == 1, (command, lines)
 
@@ -361,7 +362,7 @@ def test_usage_lines_use_the_shared_metavars(command: str, usage: str) -> None:
     assert result.exit_code == 0
     assert re.search(rf"Usage: .* {command} {re.escape(usage)}\s*$", result.stdout, re.M)
     assert "{" not in result.stdout.split("\n\n")[1]  # not Typer's {FILE}
-    options = result.stdout.split("╭─ Options", 1)[1]
+    options = result.stdout.split("\nOptions:\n", 1)[1]
     assert "<path>" not in options and "<str>" not in options  # FILE, DIR, STAGE, ...
 
 
@@ -369,7 +370,7 @@ def test_usage_lines_use_the_shared_metavars(command: str, usage: str) -> None:
 def test_precision_and_shared_options_are_the_same_everywhere(command: str) -> None:
     result = run_cli(command, "--help", env={"COLUMNS": "200"})
     assert result.exit_code == 0
-    assert re.search(r"--precision\s+DIGITS .*\[default: 4\]", result.stdout)
+    assert re.search(r"--precision\s+DIGITS\s[^-]*\[default: 4", result.stdout)
     for option in ("--dtype", "--max-memory", "--max-elements", "--width", "--quiet"):
         assert option in result.stdout, option
 

@@ -58,7 +58,13 @@ VARIANTS = [  # causal bundled examples in projection mode: the naive loop reads
     "llama31_rope_scaling",
     "qk_layernorm",
 ]
-CAUSAL_EXAMPLES = [*VARIANTS, "mask_sentinel"]  # every bundled causal example
+CAUSAL_EXAMPLES = [  # every bundled causal example
+    *VARIANTS,
+    "mask_sentinel",
+    "llama4_chunked",
+    "llama4_temperature",
+    "olmo_clip_qkv",
+]
 
 
 def make_app() -> typer.Typer:

@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from conftest import DIFFERENTIAL, GATED, LATENT, LINEAR
+from conftest import CLIPPED, DIFFERENTIAL, GATED, LATENT, LINEAR
 from test_explain import ALLOWED, english_left
 
 from attn_cli.api import trace_file
@@ -57,9 +57,13 @@ from attn_cli.present.worked import CellRef, worked_cells
 
 Array = np.ndarray[Any, np.dtype[Any]]
 # these refuse it
-EXAMPLES = sorted(set(example_paths()) - set(LATENT) - set(DIFFERENTIAL) - set(LINEAR))
-# forward_of below knows no output gate: the gated examples' gradients are tests/core/test_gate.py's
-CORE = sorted(set(EXAMPLES) - set(GATED))
+EXAMPLES = sorted(
+    set(example_paths()) - set(LATENT) - set(DIFFERENTIAL) - set(LINEAR) - set(CLIPPED)
+)
+# forward_of below knows no output gate (the gated examples' gradients: tests/core/test_gate.py)
+# and no attention temperature (tests/core/test_temperature.py; llama4_temperature's d_X against
+# finite differences: tests/cli/test_round41_examples.py)
+CORE = sorted(set(EXAMPLES) - set(GATED) - {"llama4_temperature"})
 FD_STEP = 1e-5
 FD_TOL = 1e-6
 
@@ -656,6 +660,8 @@ def test_expected_gradients_are_checked_like_any_stage() -> None:
         "qwen3_qk_norm",
         "cross_attention",
         "grouped_query",
+        "llama4_chunked",
+        "llama4_temperature",
     ],
 )
 def test_every_gradient_stage_is_explained_in_both_languages(example: str) -> None:

@@ -1,6 +1,6 @@
 """Chunked attention, the shipped variant ``chunk`` (Llama 4's attention_chunk_size): its numbers
-against the loop reference given the same rule as an explicit boolean mask (tests/reference.py
-knows nothing of chunks), through trace, JSON, --explain (en/zh), the backward pass, decoding,
+against the loop reference given the same rule as an explicit boolean mask (the rule stated a
+second way), through trace, JSON, --explain (en/zh), the backward pass, decoding,
 FlashAttention, and the grader's two mistakes planted in a student's masks."""
 
 from __future__ import annotations
@@ -73,7 +73,10 @@ def test_trace_json_and_explain_in_both_languages(tmp_path: Path) -> None:
     assert "分块注意力" in zh.stdout
 
 
-@pytest.mark.parametrize(("raw", "got"), [(0, "is 0"), (1.5, "got 1.5"), ("4", "got '4'")])
+@pytest.mark.parametrize(
+    ("raw", "got"),
+    [(0, "is 0"), (1.5, "got 1.5"), ("4", "got '4'"), (10**30, f"is {10**30}")],  # 10**30: was
+)  # an OverflowError traceback in positions // chunk
 def test_a_bad_chunk_is_one_line(tmp_path: Path, raw: Any, got: str) -> None:
     path = write(tmp_path, {**fixtures()[0], "chunk": raw})
     result = run_cli("trace", str(path))

@@ -32,6 +32,9 @@ CAUSAL_EXAMPLES = (
     "llama_rope_interleaved",
     "mask_sentinel",
     "mistral_sliding_window",
+    "llama4_chunked",
+    "llama4_temperature",
+    "olmo_clip_qkv",
 )
 TOL = 1e-12
 

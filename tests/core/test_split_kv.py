@@ -47,6 +47,9 @@ CAUSAL = [  # every bundled causal example flash runs (the gate, linear attentio
     "llama31_rope_scaling",
     "deepseek_mla",
     "mask_sentinel",
+    "llama4_chunked",
+    "llama4_temperature",
+    "olmo_clip_qkv",
 ]
 
 

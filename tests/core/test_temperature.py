@@ -97,6 +97,7 @@ def test_trace_json_and_explain_in_both_languages(tmp_path: Path) -> None:
         {"floor_scale": 2, "attn_scale": 0.1, "offset": 2},
         {"floor_scale": 2, "attn_scale": 0.1, "beta": 1},
         0.1,
+        {"floor_scale": 2, "attn_scale": 0.1, "offset": -1},
     ],
 )
 def test_a_bad_setting_is_one_line(tmp_path: Path, raw: Any) -> None:
@@ -106,6 +107,13 @@ def test_a_bad_setting_is_one_line(tmp_path: Path, raw: Any) -> None:
     assert result.exit_code == 2
     assert result.stderr.startswith(f"Error: {path}: temperature: ")
     assert len(result.stderr.splitlines()) == 1
+
+
+def test_a_whole_number_past_int64_is_a_number() -> None:
+    """floor_scale 10**30, an int NumPy's isfinite cannot take (a traceback before), is 1e30:
+    every factor is 1 + 0.5 · ln(1 + 0) = 1, so Q_tuned is Q_rot."""
+    trace = run(validate(fixture({**LLAMA4, "floor_scale": 10**30}), "huge"))
+    np.testing.assert_array_equal(trace["Q_tuned"].data, trace["Q_rot"].data)
 
 
 def test_backward_decode_and_flash(tmp_path: Path) -> None:

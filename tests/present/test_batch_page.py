@@ -110,6 +110,9 @@ BATCHABLE = [
     "qwen3_next_gate",
     "qwen3_qk_norm",
     "mistral_sliding_window",
+    "llama4_chunked",
+    "llama4_temperature",
+    "olmo_clip_qkv",
 ]
 
 

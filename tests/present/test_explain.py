@@ -135,6 +135,8 @@ ALLOWED = [
     *("in_proj_qkvz", "out_proj", "causal_conv1d_fn", "Qwen3NextRMSNormGated", "repeat_interleave"),
     *("use_qk_l2norm_in_kernel", "l2norm", "FLA", "UT", "norm", "diag", "strictly_lower"),
     *("k_heads", "eps", "conv", "conv_dim", "exp", "z_t", "S_t", "q_t", "k_t", "v_t"),
+    # attention temperature and clip_qkv: their stages and keys, and torch's clamp
+    *("Q_tuned", "floor_scale", "attn_scale", "offset", "Q_clip", "K_clip", "clamp"),
     *("LayerNorm", "StableLM", "Phi", "Q_ln", "K_ln", "var", "q_bias", "k_bias"),  # q/k LayerNorm
 ]
 

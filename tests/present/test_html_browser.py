@@ -211,11 +211,11 @@ def test_every_example_page(browser: Any, tmp_path: Path, name: str) -> None:
 
 
 def scores_reads(trace: dict[str, Any], what: str) -> str:
-    """The stage the scores read: the last Q/K transform's (differential attention's first
-    halves, Q_1, come before QK-norm and RoPE), else Q or K."""
-    return next(
-        n for n in (f"{what}_rot", f"{what}_norm", f"{what}_1", what) if n in trace["stages"]
-    )
+    """The stage the scores read: the last Q/K transform's (the temperature after RoPE, RoPE
+    after QK-norm after clip_qkv; differential attention's first halves, Q_1, before them), else
+    Q or K."""
+    last = ("tuned", "rot", "norm", "clip", "1")
+    return next(n for n in (*(f"{what}_{s}" for s in last), what) if n in trace["stages"])
 
 
 def check_derivations(opened: Opened, trace: dict[str, Any]) -> None:

@@ -25,6 +25,7 @@ from attn_cli.present.variants import texts
 KEPT = {
     *("softmax", "scores", "scaled", "masked", "output", "concat", "projected", "capped"),
     *("alibi", "lse", "softcap", "tanh", "RoPE", "mean", "eps", "log", "exp", "sink", "bias"),
+    "clamp",  # clip_qkv's clamp(Q, −c, c), torch's name as tanh is
     *("scale", "mask", "lengths", "true", "torch", "SDPA", "nn", "Linear", "attn"),
     *("MultiheadAttention", "is_causal", "True", "attn_mask", "KV", "half", "interleaved"),
     *("keys", "weight", "model"),  # inside Σ_keys, q_weight, d_model

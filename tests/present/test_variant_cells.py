@@ -33,6 +33,9 @@ VARIANTS = [
     "qwen3_qk_norm",
     "cross_attention",
     "mask_sentinel",
+    "llama4_chunked",
+    "llama4_temperature",
+    "olmo_clip_qkv",
 ]
 
 # ALiBi is in no bundled example: a small one, with RoPE's partial rotary and a softcap

@@ -42,6 +42,9 @@ VARIANTS = [
     "qwen3_qk_norm",
     "cross_attention",
     "mask_sentinel",
+    "llama4_chunked",
+    "llama4_temperature",
+    "olmo_clip_qkv",
 ]
 NEW_STAGES = {"X_kv", "Q_norm", "K_norm", "Q_rot", "K_rot", "capped", "alibi"}
 SLOW = pytest.mark.slow  # over 0.3 s each: Rich's SVG and HTML exports, whole slide sets

@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from attn_cli.core.inputs import Inputs
+from attn_cli.core.rope_table import MAX_POSITION
 from attn_cli.core.variant import BoolArray, Cells, FixtureKey, Variant, register
 
 
@@ -20,8 +21,8 @@ class Chunk(Variant[int]):
     def parse(self, raw: Any, key: FixtureKey) -> int:
         if type(raw) is not int:
             raise key(f"got {key.describe(raw)}", "a whole number >= 1 (positions per chunk)")
-        if raw < 1:
-            raise key(f"is {raw}", "a whole number >= 1 (positions per chunk)")
+        if not 1 <= raw <= MAX_POSITION:  # 10**30 would overflow NumPy's positions // chunk
+            raise key(f"is {raw}", "a whole number from 1 to 2**53 (positions per chunk)")
         if key.setting("causal") is None:
             raise key(
                 "given without causal",

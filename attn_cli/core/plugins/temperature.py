@@ -10,6 +10,7 @@ offset 0, floor_scale = ``original_max_position_embeddings``, attn_scale = beta.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -51,11 +52,12 @@ class AttentionTemperature(Variant[Temperature]):
         want = "a mapping {floor_scale: > 0, attn_scale: a number, offset: 0 or 1 (default 1)}"
         if not isinstance(raw, dict) or not {"floor_scale", "attn_scale"} <= set(raw) <= set(KEYS):
             raise key(f"got {key.describe(raw)}", want)
-        floor, scale, offset = raw["floor_scale"], raw["attn_scale"], raw.get("offset", 1)
-        numbers = all(type(x) in (int, float) and np.isfinite(x) for x in (floor, scale))
-        if not numbers or floor <= 0 or type(offset) is not int or offset not in (0, 1):
+        floor, scale = finite(raw["floor_scale"]), finite(raw["attn_scale"])
+        offset = raw.get("offset", 1)
+        bad_offset = type(offset) is not int or offset not in (0, 1)
+        if floor is None or scale is None or floor <= 0 or bad_offset:
             raise key(f"got {key.describe(raw)}", want)
-        return Temperature(float(floor), float(scale), offset)
+        return Temperature(floor, scale, offset)
 
     def config(self, value: Temperature, inputs: Inputs) -> Any:
         return {
@@ -83,6 +85,18 @@ class AttentionTemperature(Variant[Temperature]):
     ) -> FloatArray:
         out: FloatArray = d_out * value.factors(at.positions).astype(d_out.dtype)[:, None]
         return out  # (B, H, n, D)
+
+
+def finite(x: Any) -> float | None:
+    """``x`` as a finite float, else None: a bool, a string, nan, ±inf, or an int past float's
+    range (10**400), which NumPy's isfinite cannot take."""
+    if type(x) not in (int, float):
+        return None
+    try:
+        number = float(x)
+    except OverflowError:
+        return None
+    return number if math.isfinite(number) else None
 
 
 register(AttentionTemperature())

@@ -84,7 +84,6 @@ KNOWN_TYPES = {
     "opt": "learned positions offset by 2",
     "granitemoe": "attention_multiplier as the scale, multipliers on embeddings and residuals",
     "hunyuan_v1_dense": "q/k norm after RoPE (attn's q/k norm comes before it), NTK alpha",
-    "llama4_text": "chunked attention, layers without RoPE, q/k L2 norm, temperature tuning",
     "falcon": "a fused query_key_value, multi-query heads, parallel attention, optional ALiBi",
     "bloom": "ALiBi position biases and a fused query_key_value",
     "mpt": "ALiBi position biases and a fused Wqkv",

@@ -66,7 +66,9 @@ class Config:
             return default
         ok = isinstance(value, (int, float)) and not isinstance(value, bool)
         if not ok or not math.isfinite(value) or (positive and value <= 0):
-            raise self.error(key, f"got {value!r}", "a finite number > 0")
+            raise self.error(
+                key, f"got {value!r}", "a finite number" + (" > 0" if positive else "")
+            )
         return float(value)
 
     def flag(self, key: str, default: bool) -> bool:

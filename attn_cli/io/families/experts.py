@@ -1,15 +1,21 @@
 """The mixtures of experts families share, for the NumPy forward: Mixtral's block_sparse_moe
-and Qwen's sparse MLP (with Qwen2-MoE's and Qwen3-Next's gated shared expert). A family module
-gives the one it has as its ``Block``'s experts (``partial(qwen_experts, QwenMoE(...))``)."""
+and Qwen's sparse MLP (with Qwen2-MoE's and Qwen3-Next's gated shared expert), and Llama 4's,
+computed whole (``Llama4Mixture``). A family module gives the one it has as its ``Block``'s
+experts (``partial(qwen_experts, QwenMoE(...))``)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from typing import Any
 
+import numpy as np
+
+from attn_cli.core import forward as fw
+from attn_cli.core import ops
 from attn_cli.io.families.blocks import TensorOf
 from attn_cli.io.families.config import Config
-from attn_cli.io.families.plan import Experts, LayerPlan, Tensor
+from attn_cli.io.families.plan import Experts, FloatArray, LayerPlan, MixtureReads, Tensor
 
 
 def each_expert(t: TensorOf, F: int, C: int) -> Callable[[int], tuple[Tensor, ...]]:
@@ -86,3 +92,54 @@ def qwen_experts(moe: QwenMoE, cfg: Config, plan: LayerPlan, t: TensorOf) -> Exp
         cfg.flag("norm_topk_prob", normalize),
         shared,
     )
+
+
+# ---------------------------------------------------------------------------------------------
+# Llama 4's mixture (transformers 5.25 modeling_llama4.py: Llama4Router, Llama4TextMoe,
+# Llama4TextExperts)
+
+
+def route_sigmoid_top(
+    logits: FloatArray, k: int
+) -> tuple[np.ndarray[Any, np.dtype[np.intp]], FloatArray]:
+    """Llama 4's router on its logits [T, E]: the top ``k`` logits per token (largest first),
+    their weights sigmoid(logit) (the others' sigmoid(-inf) = 0): no softmax, no renormalising."""
+    x: np.ndarray[Any, np.dtype[np.float64]] = np.asarray(logits, dtype=np.float64)  # (T, E)
+    chosen = np.argsort(-x, axis=-1, kind="stable")[:, :k]  # (T, k)
+    weights: FloatArray = ops.sigmoid(np.take_along_axis(x, chosen, axis=-1))  # (T, k)
+    return chosen, weights
+
+
+@dataclass(frozen=True)
+class Llama4Mixture:
+    """Llama4TextMoe: each chosen expert takes the token SCALED by its router weight
+    (expert(w · h), not w · expert(h)), its gate_up_proj [C, 2F] the gate's columns then the
+    up's; plus the shared expert (an ungated gate/up/down MLP) on every token."""
+
+    router: Tensor  # (E, C)
+    gate_up: Tensor  # (E, C, 2F)
+    down: Tensor  # (E, F, C)
+    shared: tuple[Tensor, Tensor, Tensor]  # gate (S, C), up (S, C), down (C, S)
+    k: int
+
+    def tensors(self) -> tuple[Tensor, ...]:
+        return (self.gate_up, self.down, *self.shared)
+
+    def held(self) -> tuple[Tensor, ...]:
+        """One expert's row of each stacked tensor (read one at a time), the shared expert."""
+        rows = (replace(t, shape=t.shape[1:]) for t in (self.gate_up, self.down))
+        return (*rows, *self.shared)
+
+    def __call__(self, h: FloatArray, reads: MixtureReads) -> FloatArray:
+        act = reads.act
+        chosen, weights = route_sigmoid_top(h @ reads.whole(self.router).T, self.k)  # (T, k)
+        out = np.zeros_like(h)  # (T, C)
+        for e in np.unique(chosen):
+            tokens, slot = np.nonzero(chosen == e)  # the tokens that chose e, and in which place
+            scaled = h[tokens] * weights[tokens, slot][:, None]  # (n, C): the input scaled
+            gate_up = scaled @ reads.row(self.gate_up, int(e))  # (n, 2F)
+            gate, up = np.split(gate_up, 2, axis=-1)  # (n, F) each: the gate's columns first
+            out[tokens] += (up * act(gate)) @ reads.row(self.down, int(e))  # (n, C)
+        gate_w, up_w, down_w = (reads.whole(t) for t in self.shared)
+        shared: FloatArray = fw.gated_mlp(h, gate_w.T, up_w.T, down_w.T, act)  # (T, C)
+        return out + shared

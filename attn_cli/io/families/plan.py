@@ -148,6 +148,27 @@ class BlockPlan:
 
 
 @dataclass(frozen=True)
+class MixtureReads:
+    """What the forward hands a family's own mixture: readers of the layer's tensors (whole, or
+    row e of a stacked one: one expert's), widened to float64, and the block's activation."""
+
+    whole: Callable[[Tensor], FloatArray]
+    row: Callable[[Tensor, int], FloatArray]
+    act: Callable[[FloatArray], FloatArray]
+
+
+class OwnMixture(Protocol):
+    """A mixture of experts its family computes whole (Llama 4's, whose experts take their
+    input scaled by the router's weight), on the post-attention-norm rows h [T, C]."""
+
+    def tensors(self) -> tuple[Tensor, ...]: ...  # what it reads beside the Experts' router
+
+    def held(self) -> tuple[Tensor, ...]: ...  # what it holds at once (the memory budget's)
+
+    def __call__(self, h: FloatArray, reads: MixtureReads) -> FloatArray: ...
+
+
+@dataclass(frozen=True)
 class Experts:
     """A mixture of experts: the router's tensor, each expert's gate/up/down (read only when a
     token chooses it), top-k, renormalised or not, and Qwen2-MoE's gated shared expert."""
@@ -164,6 +185,7 @@ class Experts:
     plain_shared: tuple[Tensor, Tensor, Tensor] | None = None  # DeepSeek V3: gate, up, down
     greedy: Greedy | None = None  # DeepSeek V2's softmax router
     corrected: Corrected | None = None  # ERNIE 4.5 MoE's softmax router with its correction
+    own: OwnMixture | None = None  # computed whole by the family (Llama 4's), the rest unread
 
 
 @dataclass(frozen=True)

@@ -30,7 +30,7 @@ def _explain_clip(c: Context) -> Parts:
             "the clamped one.",
             f"截断：{src} 中大于 {bound} 的元素变成 {bound}，小于 −{bound} 的变成 −{bound}，"
             "其余不变。OLMo 在投影之后、RoPE 之前就这样截断 Q、K 和 V，避免训练中个别很大的"
-            "激活让点积失控。V 也被截断：trace 里的 V 已经是截断后的。",
+            "激活让点积失控。V 也被截断：这里显示的 V 已经是截断后的。",
         )
     ]
     return formula, (c.shape_of(src),), meaning

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from attn_cli.core.plugins.rope import frequencies
+from attn_cli.core.variant import before
 from attn_cli.core.variants import rope_pairs
 from attn_cli.present.i18n import Lang, en_zh, label
 from attn_cli.present.text import factor, short_number
@@ -41,7 +42,7 @@ class Rotation:
     """One row of Q_rot or K_rot taken apart, pair by pair."""
 
     stage: str  # Q_rot or K_rot
-    source: str  # what was rotated: Q (K), or Q_norm (K_norm) with QK-norm
+    source: str  # what was rotated: Q (K), or the stage of the Q/K transform before RoPE
     position: int  # the token position the angles are taken at
     base: float
     dims: int  # the rotated dimensions (partial rotary: fewer than d_k)
@@ -61,7 +62,7 @@ def rotation(trace: Trace, name: str, at: tuple[int, ...], position: int) -> Rot
     stage = f"{name}_rot"
     if rope is None or stage not in trace:
         return None
-    source = f"{name}_norm" if f"{name}_norm" in trace else name
+    source = before(trace.inputs, stage)  # Q, or the transform before RoPE (Q_norm, Q_clip)
     x = trace[source].data[at]  # (D,)
     rotated = trace[stage].data[at]  # (D,)
     first, second = rope_pairs(rope.dims, rope.layout)  # (P,), (P,)
@@ -92,10 +93,9 @@ def rotation(trace: Trace, name: str, at: tuple[int, ...], position: int) -> Rot
 def _explain_rot(c: Context) -> Parts:
     """The explanation of Q_rot and K_rot (rotary position embedding)."""
     inp = c.trace.inputs
-    src = c.name.removesuffix("_rot")
     rope = TEXTS.setting(inp)
     assert rope is not None
-    source = f"{src}_norm" if f"{src}_norm" in c.trace.applicable else src
+    source = before(inp, c.name)
     pairs = (
         "i with i + dims/2 (GPT-NeoX, HF rotate_half)"
         if rope.layout == "half"

@@ -36,13 +36,17 @@ class TemperatureTexts(VariantTexts):
             ),
         },
         "zh": {
-            "conv_temperature": "温度：Q × (1 + {s} · log(1 + ⌊(pos + {o}) / {f}⌋))，只缩放查询",
+            "conv_temperature": "温度：Q × (1 + {s} · log(1 + ⌊(位置 + {o}) / {f}⌋))，只缩放查询",
         },
     }
     explainers: ClassVar[dict[str, Callable[[Any], Any]]] = {
         "Q_tuned": stage_explainer(("Q_rot", "Q_norm", "Q"), _EN, _ZH, fallback="Q"),
     }
     math_names = ("Q_tuned", "d_Q_tuned")
+    formula_zh: ClassVar[tuple[tuple[str, str], ...]] = (
+        (r"ln\(1 \+ ⌊\(position", "log(1 + ⌊(位置"),  # Q_tuned's, as the header's label says it
+        (r" × the query's temperature$", " × 该查询的温度"),  # d_Q's
+    )
 
     def conventions(self, value: Any, inp: Inputs, lang: Lang) -> list[str]:
         return [
