@@ -222,6 +222,36 @@ Q_norm = Q / sqrt(mean(Q^2) + eps) * q_weight. Grouped-query attention, causal, 
     )
 
 
+def stablelm() -> str:
+    rng = np.random.default_rng(23)
+    X = _embeddings(rng, 5, 8)
+    W_Q, W_K, W_V = _weights(rng, 8, 8, 4, 4)  # 2 query heads, 1 kv head, d_k 4
+    q_w, k_w = (np.round(rng.uniform(0.5, 1.5, (n, 4)), 2) for n in (2, 1))
+    comments = """
+StableLM 2's q/k LayerNorm (qk_layernorm): a LayerNorm of each head of Q and K before RoPE,
+each head with its own weight (q_layernorm.norms.{h}):
+Q_ln = (Q - mean) / sqrt(var + eps) * q_weight[h]. GQA, causal, RoPE on the first 2 of 4 dims."""
+    weights = "".join(
+        f"  {side}:   # [{n}, d_k]: one row per {'query' if side[0] == 'q' else 'kv'} head\n"
+        + "".join(f"    - {_row(r)}\n" for r in w)
+        for side, n, w in (("q_weight", "heads", q_w), ("k_weight", "kv_heads", k_w))
+    )
+    return (
+        _head(
+            "StableLM 2 q/k LayerNorm",
+            (
+                "LayerNorm of every head of Q and K, each head with its own weight, before a "
+                "partial RoPE, with GQA and a causal mask"
+            ),
+            comments,
+            TOKENS[:5],
+        )
+        + "".join(_matrix(n, a) for n, a in (("X", X), ("W_Q", W_Q), ("W_K", W_K), ("W_V", W_V)))
+        + "heads: 2\nkv_heads: 1\ncausal: true\nrope:\n  dims: 2\n"
+        + f"qk_layernorm:\n{weights}  eps: 1.0e-5\n"
+    )
+
+
 def llama31() -> str:
     rng = np.random.default_rng(17)
     X = _embeddings(rng, 5, 8)
@@ -628,6 +658,7 @@ MAKERS: dict[str, Callable[[], str]] = {
     "gemma2_softcap": gemma2,
     "gptoss_sinks": gptoss,
     "qwen3_qk_norm": qwen3,
+    "qk_layernorm": stablelm,
     "llama31_rope_scaling": llama31,
     "qwen3_next_gate": qwen3_next,
     "cross_attention": cross,

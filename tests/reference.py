@@ -156,6 +156,23 @@ def _qk_norm(x: Nested, w: Nested, eps: float) -> Nested:
     return out
 
 
+def _qk_layernorm(x: Nested, w: Nested, b: Nested | None, eps: float) -> Nested:
+    """x [b][h][t][d]: torch's LayerNorm of each head's row, (x - mean) / sqrt(var + eps) * w + b
+    (the biased variance); w and b hold one row per head, or one row for every head."""
+
+    def norm(row: list[float], h: int) -> list[float]:
+        wh = w[h] if isinstance(w[0], list) else w
+        bh = [0.0] * len(row) if b is None else b[h] if isinstance(b[0], list) else b
+        mean = math.fsum(row) / len(row)
+        var = math.fsum((a - mean) ** 2 for a in row) / len(row)
+        r = 1.0 / math.sqrt(var + eps)
+        return [
+            (a - mean) * r * _float(wi) + _float(bi) for a, wi, bi in zip(row, wh, bh, strict=True)
+        ]
+
+    return [[[norm(row, h) for row in hd] for h, hd in enumerate(item)] for item in x]
+
+
 def _rope_vec(x: list[float], pos: int, rope: dict[str, Any]) -> list[float]:
     """Rotate pairs of x by pos * base^(-2i/dims): half pairs i, i+dims/2; interleaved 2i, 2i+1."""
     dims = rope.get("dims", len(x))
@@ -287,6 +304,12 @@ def _compute(fx: dict[str, Any]) -> tuple[dict[str, Nested], list[Any]]:
         eps = norm.get("eps", 1e-6)
         q = stages["Q_norm"] = _qk_norm(q, norm["q_weight"], eps)
         k = stages["K_norm"] = _qk_norm(k, norm["k_weight"], eps)
+    # 1b'') q/k LayerNorm (StableLM 2 one per head, Phi one for all heads with a bias)
+    if "qk_layernorm" in fx:
+        ln = fx["qk_layernorm"]
+        eps = ln.get("eps", 1e-5)
+        q = stages["Q_ln"] = _qk_layernorm(q, ln["q_weight"], ln.get("q_bias"), eps)
+        k = stages["K_ln"] = _qk_layernorm(k, ln["k_weight"], ln.get("k_bias"), eps)
     if fx.get("rope", False) is not False:
         q = stages["Q_rot"] = _rope(q, pos_q, fx["rope"])
         k = stages["K_rot"] = _rope(k, pos_k, fx["rope"])

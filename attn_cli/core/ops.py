@@ -1,5 +1,5 @@
 """The elementwise and row-wise math every part of attn shares, written once (NumPy only):
-the logistic sigmoid, SiLU, RMSNorm (with its gradient) and LayerNorm. Each keeps its input's
+the logistic sigmoid, SiLU, RMSNorm and LayerNorm (each with its gradient). Each keeps its input's
 dtype, so a float32 trace computes in float32 as the reference implementations do.
 """
 
@@ -112,4 +112,16 @@ def grad_rms_norm(d_y: FloatArray, x: FloatArray, weight: FloatArray, eps: float
     x_hat = x / r
     g = d_y * weight  # (..., n)
     d_x: FloatArray = (g - x_hat * np.mean(g * x_hat, axis=-1, keepdims=True)) / r
+    return d_x
+
+
+def grad_layer_norm(d_y: FloatArray, x: FloatArray, weight: Any, eps: float) -> FloatArray:
+    """y = w ∘ x̂ + b, x̂ = (x − mean(x)) / σ, σ = √(var(x) + eps) over the last axis  =>
+    d_x = (g − mean(g) − x̂ · mean(g ∘ x̂)) / σ, with g = w ∘ d_y (``weight`` None: 1)."""
+    centred = x - x.mean(axis=-1, keepdims=True)  # (..., n)
+    sigma = np.sqrt(np.mean(centred * centred, axis=-1, keepdims=True) + eps)  # (..., 1)
+    x_hat = centred / sigma
+    g = d_y if weight is None else d_y * weight  # (..., n)
+    mean_g = np.mean(g, axis=-1, keepdims=True)
+    d_x: FloatArray = (g - mean_g - x_hat * np.mean(g * x_hat, axis=-1, keepdims=True)) / sigma
     return d_x

@@ -184,6 +184,11 @@ class NewSpec(Protocol):
     def d_model(self) -> int: ...
 
     @property
+    def kv_heads(self) -> int | None:
+        """Key and value heads; None: as many as ``heads``."""
+        ...
+
+    @property
     def causal(self) -> bool: ...
 
     @property

@@ -56,6 +56,7 @@ VARIANTS = [  # causal bundled examples in projection mode: the naive loop reads
     "qwen3_qk_norm",
     "gemma2_softcap",
     "llama31_rope_scaling",
+    "qk_layernorm",
     "post_rope_norm",
 ]
 CAUSAL_EXAMPLES = [  # every bundled causal example
@@ -115,6 +116,18 @@ def rms(x: list[float], w: Array, eps: float) -> list[float]:
     return [v / r * float(wi) for v, wi in zip(x, w, strict=True)]
 
 
+def layer_norm_row(x: list[float], inp: Inputs, side: str, head: int) -> list[float]:
+    """qk_layernorm of one head's row: (x − mean) / √(var + eps) · w (+ b), that head's w, b."""
+    ln = inp.setting("qk_layernorm")
+    w, b = (getattr(ln, f"{side}_{p}") for p in ("weight", "bias"))
+    w, b = (p[head] if p is not None and p.ndim == 2 else p for p in (w, b))
+    m = sum(x) / len(x)
+    r = math.sqrt(sum((v - m) ** 2 for v in x) / len(x) + ln.eps)
+    return [
+        (v - m) / r * float(w[i]) + (0.0 if b is None else float(b[i])) for i, v in enumerate(x)
+    ]
+
+
 def heads_of(inp: Inputs) -> tuple[Array, Array, Array]:
     """Q (H, T, D), K (Hkv, T, D), V (Hkv, T, Dv) of batch item 0 from X and W (NumPy)."""
     assert inp.X is not None and inp.W_Q is not None and inp.W_K is not None
@@ -149,6 +162,8 @@ def naive_decode(inp: Inputs, bug: str = "") -> list[list[list[float]]]:
             qv = [float(x) for x in q[h, t]]
             if inp.setting("qk_norm") is not None:
                 qv = rms(qv, inp.setting("qk_norm").q_weight, inp.setting("qk_norm").eps)
+            if inp.setting("qk_layernorm") is not None:
+                qv = layer_norm_row(qv, inp, "q", h)
             if inp.rope is not None:
                 qv = rope_vec(qv, t, inp.rope)
             if post is not None:  # the norm after RoPE (HunYuan)
@@ -161,6 +176,8 @@ def naive_decode(inp: Inputs, bug: str = "") -> list[list[list[float]]]:
                 kv = [float(x) for x in k[g, j]]
                 if inp.setting("qk_norm") is not None:
                     kv = rms(kv, inp.setting("qk_norm").k_weight, inp.setting("qk_norm").eps)
+                if inp.setting("qk_layernorm") is not None:
+                    kv = layer_norm_row(kv, inp, "k", g)
                 if inp.rope is not None:
                     turns = 1 + (max(0, t - max(j, 0)) if bug == "rerotate" and t > 0 else 0)
                     for _ in range(turns):

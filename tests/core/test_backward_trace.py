@@ -39,7 +39,7 @@ from attn_cli.core.backward import (
 )
 from attn_cli.core.chain import REGISTRY, Chain, cells_of
 from attn_cli.core.inputs import Inputs
-from attn_cli.core.ops import grad_rms_norm
+from attn_cli.core.ops import grad_layer_norm, grad_rms_norm
 from attn_cli.core.pipeline import Trace, run
 from attn_cli.core.plugins.rope import apply_rope, frequencies
 from attn_cli.core.stage_facts import final_stage
@@ -443,6 +443,9 @@ def test_the_fixtures_cover_every_gradient_stage() -> None:
     # clip_qkv's (d_Q_clip, d_K_clip): the backward pass refuses it (the clamp of V), as
     # tests/acceptance/test_forward_2026_norms.py checks
     refused = {"d_Q_clip", "d_K_clip"}
+    # q/k LayerNorm's (d_Q_ln, d_K_ln): tests/core/test_qk_layernorm.py, by finite differences
+    # of a loop forward written there
+    refused |= {"d_Q_ln", "d_K_ln"}
     assert set(GRADIENT_STAGE_NAMES) - set(out_gradients()) - front - halves - refused <= covered
 
 
@@ -472,6 +475,13 @@ def forward_of(trace: Trace) -> ForwardArrays:
             grad_rms_norm(merge_heads(d), merge_heads(x), w, inp.setting("qk_norm").eps), x.shape[1]
         )
 
+    def unln(name: str) -> Any:  # q/k LayerNorm: a weight per head (H, 1, D) or one (D,)
+        ln = inp.setting("qk_layernorm")
+        if ln is None:
+            return None
+        x, w = a[f"{name}_norm" if f"{name}_norm" in a else name], ln.params(name)[0]
+        return lambda d: grad_layer_norm(d, x, w[:, None] if w.ndim == 2 else w, ln.eps)
+
     def unpost(name: str) -> Any:  # the norm after RoPE, back to the rotated rows
         post = inp.setting("post_rope_norm")
         if post is None:
@@ -483,8 +493,8 @@ def forward_of(trace: Trace) -> ForwardArrays:
     weights = {n: getattr(inp, n) for n in ("W_Q", "W_K", "W_V", "W_O", "b_Q", "b_K", "b_V")}
     chain = Chain(inp)
     return ForwardArrays(
-        q=next(a[s] for s in ("Q_postnorm", "Q_rot", "Q_norm", "Q") if s in a),
-        k=next(a[s] for s in ("K_postnorm", "K_rot", "K_norm", "K") if s in a),
+        q=next(a[s] for s in ("Q_postnorm", "Q_rot", "Q_ln", "Q_norm", "Q") if s in a),
+        k=next(a[s] for s in ("K_postnorm", "K_rot", "K_ln", "K_norm", "K") if s in a),
         v=a["V"],
         weights=a["softmax"],
         output=a["output"],
@@ -495,16 +505,21 @@ def forward_of(trace: Trace) -> ForwardArrays:
         X=a.get("X"),
         X_kv=a.get("X_kv"),
         b_O=inp.b_O,
-        back_q=backs("Q", unnorm("Q"), unrotate(pos_q), unpost("Q")),
-        back_k=backs("K", unnorm("K"), unrotate(pos_k), unpost("K")),
+        back_q=backs("Q", unnorm("Q"), unrotate(pos_q), unln("Q"), unpost("Q")),
+        back_k=backs("K", unnorm("K"), unrotate(pos_k), unln("K"), unpost("K")),
         **weights,
     )
 
 
-def backs(name: str, unnorm: Any, unrotate: Any, unpost: Any = None) -> Any:
-    """The Q/K transforms of a trace in forward order (QK-norm, RoPE, the norm after it), as
-    backward takes them: (stage, the map back to the stage before it)."""
-    pairs = ((f"{name}_norm", unnorm), (f"{name}_rot", unrotate), (f"{name}_postnorm", unpost))
+def backs(name: str, unnorm: Any, unrotate: Any, unln: Any = None, unpost: Any = None) -> Any:
+    """The Q/K transforms of a trace in forward order (QK-norm, q/k LayerNorm, RoPE, the norm
+    after it), as backward takes them: (stage, the map back to the stage before it)."""
+    pairs = (
+        (f"{name}_norm", unnorm),
+        (f"{name}_ln", unln),
+        (f"{name}_rot", unrotate),
+        (f"{name}_postnorm", unpost),
+    )
     return tuple((stage, back) for stage, back in pairs if back is not None)
 
 

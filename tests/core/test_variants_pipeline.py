@@ -223,6 +223,33 @@ CASES: dict[str, dict[str, Any]] = {
         "rope": True,
         "clip_qkv": 0.5,
     },
+    "StableLM 2: qk_layernorm per head + partial rope + GQA": {
+        "seq": 4,
+        "heads": 2,
+        "kv_heads": 1,
+        "d_k": 4,
+        "causal": True,
+        "rope": {"dims": 2},
+        "qk_layernorm": {
+            "q_weight": [[0.9, 1.2, 0.7, 1.1], [1.3, 0.8, 1.0, 0.6]],
+            "k_weight": [[1.1, 0.5, 1.4, 0.9]],
+            "eps": 1e-5,
+        },
+    },
+    "Phi: qk_layernorm shared with biases + rope": {
+        "seq": 3,
+        "heads": 2,
+        "d_k": 4,
+        "causal": True,
+        "rope": True,
+        "qk_layernorm": {
+            "q_weight": [0.9, 1.2, 0.7, 1.1],
+            "k_weight": [1.1, 0.5, 1.4, 0.9],
+            "q_bias": [0.1, -0.2, 0.0, 0.3],
+            "k_bias": [-0.1, 0.2, 0.05, 0.0],
+            "eps": 1e-3,
+        },
+    },
     "OLMo 2: qk_norm whole + rope": {
         "seq": 4,
         "heads": 2,

@@ -137,6 +137,7 @@ ALLOWED = [
     *("k_heads", "eps", "conv", "conv_dim", "exp", "z_t", "S_t", "q_t", "k_t", "v_t"),
     # attention temperature and clip_qkv: their stages and keys, and torch's clamp
     *("Q_tuned", "floor_scale", "attn_scale", "offset", "Q_clip", "K_clip", "clamp"),
+    *("LayerNorm", "StableLM", "Phi", "Q_ln", "K_ln", "var", "q_bias", "k_bias"),  # q/k LayerNorm
     # the norm after RoPE: its stages, HunYuan's module names, Llama 4's, NTK-alpha RoPE
     *("Q_postnorm", "K_postnorm", "query_layernorm", "key_layernorm", "Llama", "L2"),
     *("ntk_alpha", "alpha", "NTK", "q_norm", "k_norm"),

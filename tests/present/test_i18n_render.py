@@ -39,6 +39,7 @@ KEPT = {
     # linear attention: the paper's φ, Gated DeltaNet's name and stages
     *("elu", "Gated", "DeltaNet", "beta", "qkv", "conv", "SiLU", "softplus", "diag", "state"),
     *("normaliser", "normed", "UT"),
+    *("LayerNorm", "StableLM", "Phi", "var"),  # q/k LayerNorm: the norm, its models, var(x)
 }
 
 

@@ -1,14 +1,74 @@
-"""StableLM: LayerNorm, a quarter of each head rotated, use_parallel_residual."""
+"""StableLM: LayerNorm, a quarter of each head rotated, use_parallel_residual; with
+qk_layernorm a LayerNorm of each head of q and k before RoPE, one per head (the qk_layernorm
+variant). Phi reads the same key with one LayerNorm for all heads (``qk_layer_norm`` here)."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import replace
+from itertools import count
+from typing import Any
 
-from attn_cli.io.families.arch import LAYER_NORM
+import numpy as np
+
+from attn_cli.io.families.arch import LAYER_NORM, Arch, FamilyVariant
 from attn_cli.io.families.blocks import LayerNormBlock
-from attn_cli.io.families.decoder import family
+from attn_cli.io.families.config import Config
+from attn_cli.io.families.decoder import family, llama_like
 from attn_cli.io.families.keys import ROTARY, SIZES, Keys, Need
+from attn_cli.io.families.plan import FloatArray, FromTensors, LayerPlan, Tensor
+from attn_cli.io.families.registry import PlanLayer
 
+
+def qk_layer_norm(*, per_head: bool, bias: bool) -> FamilyVariant:
+    """The qk_layernorm variant as its families read it: a LayerNorm of q and of k over each
+    head's head_dim, before RoPE, with the layer norms' eps. ``per_head``: one LayerNorm per
+    head (StableLM's ``q_layernorm.norms.{h}``), else one for all heads (Phi's
+    ``q_layernorm``); ``bias``: each has a bias (Phi's)."""
+    parts = ("weight", "bias") if bias else ("weight",)
+
+    def stacked(t: Mapping[str, FloatArray], side: str, part: str) -> FloatArray:
+        if not per_head:
+            return t[f"{side}.{part}"].astype(np.float64)  # (D,)
+        rows = []
+        for h in count():
+            if f"{side}.norms.{h}.{part}" not in t:
+                break
+            rows.append(t[f"{side}.norms.{h}.{part}"])
+        return np.stack(rows).astype(np.float64)  # (heads, D)
+
+    def setting(config: Config, eps: float) -> FromTensors:
+        def make(t: Mapping[str, FloatArray], w: Mapping[str, FloatArray]) -> dict[str, Any]:
+            made: dict[str, Any] = {"eps": eps}
+            for side in ("q", "k"):
+                made.update((f"{side}_{p}", stacked(t, f"{side}_layernorm", p)) for p in parts)
+            return made
+
+        return FromTensors(make)
+
+    def tensors(a: str, sizes: tuple[int, int, int, int]) -> tuple[Tensor, ...]:
+        _, H, Hkv, D = sizes
+        out = []
+        for side, n in (("q_layernorm", H), ("k_layernorm", Hkv)):
+            for name in [f"{side}.norms.{h}" for h in range(n)] if per_head else [side]:
+                out += [Tensor(f"{name}.{p}", f"{a}{name}.{p}", (D,)) for p in parts]
+        return tuple(out)
+
+    return FamilyVariant("qk_layernorm", setting, tensors)
+
+
+def flagged(arch: Arch, variant: FamilyVariant, name: str) -> PlanLayer:
+    """The plan of a family whose ``variant`` config.json's ``qk_layernorm`` turns on (its
+    tensors are read only then: a checkpoint saved with them and the key off is refused)."""
+    on = replace(arch, variants=(*arch.variants, variant))
+
+    def plan(config: Config, layer: int) -> LayerPlan:
+        return llama_like(on if config.flag("qk_layernorm", False) else arch, name, config, layer)
+
+    return plan
+
+
+NAME = "stablelm"
 ARCH = replace(
     LAYER_NORM,
     eps=("layer_norm_eps", 1e-5),
@@ -20,17 +80,20 @@ ARCH = replace(
 KEYS = Keys(
     reads=SIZES - {"head_dim"}
     | ROTARY
-    | {"layer_norm_eps", "use_qkv_bias", "partial_rotary_factor"},
+    | {"layer_norm_eps", "use_qkv_bias", "partial_rotary_factor", "qk_layernorm"},
     inert=frozenset({"use_parallel_residual"}),  # the MLP beside attention, or after it
     needs=(Need(("partial_rotary_factor",)),),
     assumed=("layer_norm_eps", "rope_theta"),
 )
 BLOCK = LayerNormBlock(parallel="flag", gated=True)
-FAMILY = family(
-    "stablelm",
-    ARCH,
-    KEYS,
-    BLOCK,
-    hf_class="StableLmForCausalLM",
-    shows="partial rotary, q/k/v biases (use_qkv_bias)",
+FAMILY = replace(
+    family(
+        NAME,
+        ARCH,
+        KEYS,
+        BLOCK,
+        hf_class="StableLmForCausalLM",
+        shows="partial rotary, q/k/v biases (use_qkv_bias), q/k LayerNorm per head (qk_layernorm)",
+    ),
+    plan=flagged(ARCH, qk_layer_norm(per_head=True, bias=False), NAME),
 )
