@@ -346,9 +346,10 @@ def test_the_stage_table_imported_before_registering_has_the_new_rows() -> None:
         names = list(STAGE_NAMES)
         assert names.index("K_rot") < names.index("Q_temp") < names.index("scores")
         assert names.index("d_scores") < names.index("d_Q_temp") < names.index("d_Q_rot")
-        # the transforms before it, the last first: the norm after RoPE, RoPE, QK-norm
-        before = ("Q_postnorm", "Q_rot", "Q_norm")
-        assert SPECS["d_Q_temp"].gradient and SPECS["Q_temp"].needs[:3] == before
+        # the transforms before it, the last first: the norm after RoPE, RoPE, the q/k
+        # LayerNorm, QK-norm
+        before = ("Q_postnorm", "Q_rot", "Q_ln", "Q_norm")
+        assert SPECS["d_Q_temp"].gradient and SPECS["Q_temp"].needs[:4] == before
     finally:
         unregister("attn_temperature")
     assert "Q_temp" not in STAGE_NAMES and "d_Q_temp" not in SPECS
