@@ -211,10 +211,10 @@ def test_every_example_page(browser: Any, tmp_path: Path, name: str) -> None:
 
 
 def scores_reads(trace: dict[str, Any], what: str) -> str:
-    """The stage the scores read: the last Q/K transform's (the temperature after RoPE, RoPE
-    after QK-norm after clip_qkv; differential attention's first halves, Q_1, before them), else
-    Q or K."""
-    last = ("tuned", "rot", "norm", "clip", "1")
+    """The stage the scores read: the last Q/K transform's (the temperature after the norm after
+    RoPE, RoPE after QK-norm after clip_qkv; differential attention's first halves, Q_1, before
+    them), else Q or K."""
+    last = ("tuned", "postnorm", "rot", "norm", "clip", "1")
     return next(n for n in (*(f"{what}_{s}" for s in last), what) if n in trace["stages"])
 
 

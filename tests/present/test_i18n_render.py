@@ -40,6 +40,7 @@ KEPT = {
     *("elu", "Gated", "DeltaNet", "beta", "qkv", "conv", "SiLU", "softplus", "diag", "state"),
     *("normaliser", "normed", "UT"),
     *("LayerNorm", "StableLM", "Phi", "var"),  # q/k LayerNorm: the norm, its models, var(x)
+    *("alpha", "NTK", "Llama", "L2"),  # ntk_alpha's key and name; Llama 4's L2 norm
 }
 
 
