@@ -107,18 +107,19 @@ def _mask_inverted(trace: Trace) -> list[Candidate]:
 def _causal_shifted(trace: Trace) -> list[Candidate]:
     if trace.inputs.causal is None:
         return []
-    out: list[Candidate] = []
-    for shift, what in (
+    shifts = (
         (1, "each query also sees the next key (tril(…, k=1), or triu(…, 2) blocked)"),
         (-1, "each query misses its own key (tril(…, k=-1), or triu(…, 0) blocked)"),
-    ):
-        ok = allowed(trace.inputs, causal_shift=shift)
-        detail = (
+    )
+    return [
+        masked_candidate(
+            trace,
             f"Your {{stage}} is what attn gets with the causal mask shifted by one: {what}. "
-            "Fix: query i may attend to keys j <= i."
+            "Fix: query i may attend to keys j <= i.",
+            allowed(trace.inputs, causal_shift=shift),
         )
-        out.append(masked_candidate(trace, detail, ok))
-    return out
+        for shift, what in shifts
+    ]
 
 
 def _causal_triu(trace: Trace) -> list[Change]:
