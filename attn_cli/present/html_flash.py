@@ -25,7 +25,7 @@ from attn_cli.present.html_steps import (
     check_table,
     explained,
     part_of,
-    short_run,
+    short_steps,
     steps_page,
     view_label,
     where_at,
@@ -49,9 +49,8 @@ FLASH_EXPLAINED = ("loop", "skipped", "S", "m", "alpha", "P", "l", "acc", "O", "
 
 def flash_page(run: FlashRun, options: RenderOptions | None = None, theme: str = "auto") -> str:
     """The FlashAttention loop as one page: the overview, a section per tile shown, O and L."""
-    options = options or RenderOptions()
-    run, tokens = short_run(run)
-    p = Steps(run, options, "flash", tokens=tokens)
+    p = short_steps(run, options, "flash")
+    run = p.run
     picked = pick(len(run.tiles), MAX_TILES, TILE_EDGE, False)
     shown = sum(k is not None for k in picked)
     if shown < run.tiles_total:
