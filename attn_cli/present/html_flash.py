@@ -18,13 +18,12 @@ from attn_cli.present.html_page import (
     listed,
 )
 from attn_cli.present.html_steps import (
-    MAX_TILES,
-    TILE_EDGE,
     Steps,
     attrs_of,
     check_table,
     explained,
     part_of,
+    picked_tiles,
     short_steps,
     steps_page,
     view_label,
@@ -35,7 +34,6 @@ from attn_cli.present.i18n import Lang, label
 from attn_cli.present.options import RenderOptions
 from attn_cli.present.text import (
     format_number,
-    pick,
     safe,
 )
 from attn_cli.present.variants import extra_logit
@@ -51,7 +49,7 @@ def flash_page(run: FlashRun, options: RenderOptions | None = None, theme: str =
     """The FlashAttention loop as one page: the overview, a section per tile shown, O and L."""
     p = short_steps(run, options, "flash")
     run = p.run
-    picked = pick(len(run.tiles), MAX_TILES, TILE_EDGE, False)
+    picked = picked_tiles(len(run.tiles))
     shown = sum(k is not None for k in picked)
     if shown < run.tiles_total:
         p.notes.append(p.note("elided_tiles", shown=shown, n=f"{run.tiles_total:,}"))

@@ -37,6 +37,7 @@ from attn_cli.present.text import (
     ELLIPSIS,
     factor,
     format_number,
+    pick,
     pick_cols,
     pick_rows,
     pick_tables,
@@ -412,6 +413,12 @@ def explained(run: Any, explain: Callable[[Any, str, Lang], Any], key: str) -> s
             f'<div class="explain {lang}"><p><b>{esc(formula)}</b></p><p>{esc(meaning)}</p></div>'
         )
     return "".join(out)
+
+
+def picked_tiles(n: int) -> list[int | None]:
+    """The tiles (or split-KV chunks) of ``n`` a page draws: all up to MAX_TILES, else the
+    first and last TILE_EDGE (None: the elided middle)."""
+    return pick(n, MAX_TILES, TILE_EDGE, False)
 
 
 def picked_steps(p: Steps, n: int) -> list[int | None]:
