@@ -9,6 +9,7 @@ the transposed axes are grade.py's (``SameRatio``, ``TransposeFit``).
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -43,24 +44,37 @@ def looks(trace: Trace, stage: str, given: FloatArray, tolerance: Tolerance) -> 
     bad = cell_errors(yours, attn, tolerance)[0]
     if not bad.any():
         return ()
-    seen: list[str] = []
+    seen = Seen(trace, stage, yours, attn, bad, tolerance)
     with np.errstate(all="ignore"):
-        for look in LOOKS:
-            said = look(trace, stage, yours, attn, bad, tolerance)
-            if said is not None:
-                seen.append(said)
-        return tuple(seen) or (where(trace, stage, yours, attn, bad),)
+        said = [s for s in (look(seen) for look in LOOKS) if s is not None]
+        return tuple(said) or (where(seen),)
 
 
-Look = Callable[["Trace", str, FloatArray, FloatArray, BoolArray, Tolerance], "str | None"]
+@dataclass(frozen=True)
+class Seen:
+    """Your ``stage`` next to attn's, both float64 in attn's layout: ``bad`` the cells that
+    differ beyond ``tol``."""
+
+    trace: Trace
+    stage: str
+    yours: FloatArray
+    attn: FloatArray
+    bad: BoolArray
+    tol: Tolerance
+
+    @property
+    def axes(self) -> tuple[str, ...]:
+        return self.trace[self.stage].axes
 
 
-def offset(
-    trace: Trace, stage: str, yours: FloatArray, attn: FloatArray, bad: BoolArray, tol: Tolerance
-) -> str | None:
+Look = Callable[[Seen], "str | None"]
+
+
+def offset(s: Seen) -> str | None:
     """One number added to every cell, or (logits) one number of its own to each row."""
+    stage, yours, attn, tol = s.stage, s.yours, s.attn, s.tol
     finite = np.isfinite(yours) & np.isfinite(attn)
-    if not finite.any() or bad.sum() < 2:
+    if not finite.any() or s.bad.sum() < 2:
         return None
     diff = np.where(finite, yours - attn, np.nan)
     c = float(np.nanmedian(diff))
@@ -82,12 +96,10 @@ def offset(
     return None
 
 
-def shift(
-    trace: Trace, stage: str, yours: FloatArray, attn: FloatArray, bad: BoolArray, tol: Tolerance
-) -> str | None:
+def shift(s: Seen) -> str | None:
     """Your stage equals attn's moved by one along a token axis (where they overlap)."""
-    axes = trace[stage].axes
-    for axis, name in enumerate(axes):
+    yours, attn, bad = s.yours, s.attn, s.bad
+    for axis, name in enumerate(s.axes):
         n = yours.shape[axis]
         if name not in TOKEN_AXES or n < 3:
             continue
@@ -95,49 +107,45 @@ def shift(
             mine = np.take(yours, range(max(0, -by), n - max(0, by)), axis=axis)
             theirs = np.take(attn, range(max(0, by), n - max(0, -by)), axis=axis)
             inside = np.take(bad, range(max(0, -by), n - max(0, by)), axis=axis)
-            if inside.any() and all_close(mine, theirs, tol):
+            if inside.any() and all_close(mine, theirs, s.tol):
                 return (
-                    f"your {stage} is attn's moved by one {name}: your {name} i holds attn's "
+                    f"your {s.stage} is attn's moved by one {name}: your {name} i holds attn's "
                     f"{name} i {'+' if by > 0 else '-'} 1 (for every i where both exist): a "
                     "position or an index off by one, a shift or roll on the wrong side?"
                 )
     return None
 
 
-def permuted(
-    trace: Trace, stage: str, yours: FloatArray, attn: FloatArray, bad: BoolArray, tol: Tolerance
-) -> str | None:
+def permuted(s: Seen) -> str | None:
     """An axis whose entries are attn's in another order (the same order everywhere)."""
-    axes = trace[stage].axes
-    for axis in reversed(range(yours.ndim)):
-        n = yours.shape[axis]
+    axes = s.axes
+    for axis in reversed(range(s.yours.ndim)):
+        n = s.yours.shape[axis]
         if n < 2 or n > MAX_COLUMNS or axes[axis] == "batch":
             continue
-        mine, theirs = np.moveaxis(yours, axis, 0), np.moveaxis(attn, axis, 0)
+        mine, theirs = np.moveaxis(s.yours, axis, 0), np.moveaxis(s.attn, axis, 0)
         order = []
         for j in range(n):
-            fits = [i for i in range(n) if i not in order and all_close(mine[j], theirs[i], tol)]
+            fits = [i for i in range(n) if i not in order and all_close(mine[j], theirs[i], s.tol)]
             if not fits:
                 break
             order.append(fits[0])
         if len(order) == n and order != list(range(n)):
             name = axes[axis]
             return (
-                f"your {stage} is attn's with its {name} axis in another order: your {name} "
+                f"your {s.stage} is attn's with its {name} axis in another order: your {name} "
                 f"0, 1, 2, ... hold attn's {name} {', '.join(str(i) for i in order)}: a pairing, "
                 "a split or a gather that takes the entries in another order?"
             )
     return None
 
 
-def row_sums(
-    trace: Trace, stage: str, yours: FloatArray, attn: FloatArray, bad: BoolArray, tol: Tolerance
-) -> str | None:
+def row_sums(s: Seen) -> str | None:
     """The weights' rows: what they sum to, next to what attn's sum to."""
-    if stage != "softmax":
+    if s.stage != "softmax":
         return None
-    mine, theirs = np.nansum(yours, axis=-1), np.nansum(attn, axis=-1)  # (B?, H, T)
-    if all_close(mine, theirs, tol):
+    mine, theirs = np.nansum(s.yours, axis=-1), np.nansum(s.attn, axis=-1)  # (B?, H, T)
+    if all_close(mine, theirs, s.tol):
         return None
     low, high = float(np.nanmin(mine)), float(np.nanmax(mine))
     a_low, a_high = float(theirs.min()), float(theirs.max())
@@ -149,16 +157,15 @@ def row_sums(
     )
 
 
-def holds_earlier(
-    trace: Trace, stage: str, yours: FloatArray, attn: FloatArray, bad: BoolArray, tol: Tolerance
-) -> str | None:
+def holds_earlier(s: Seen) -> str | None:
     """The cells that differ hold an earlier stage's values: the step not done there."""
+    trace, stage, bad = s.trace, s.stage, s.bad
     before = STAGE_NAMES[: STAGE_NAMES.index(stage)] if stage in STAGE_NAMES else []
     for name in reversed(before):
-        if name not in trace or trace[name].shape != attn.shape:
+        if name not in trace or trace[name].shape != s.attn.shape:
             continue
         earlier = trace[name].data.astype(np.float64)
-        if all_close(yours[bad], earlier[bad], tol):
+        if all_close(s.yours[bad], earlier[bad], s.tol):
             what = "every cell" if bad.all() else f"the {int(bad.sum()):,} cells that differ"
             return (
                 f"in {what}, your {stage} holds attn's {name}: the step from {name} to "
@@ -170,9 +177,10 @@ def holds_earlier(
 LOOKS: tuple[Look, ...] = (offset, shift, permuted, row_sums, holds_earlier)
 
 
-def where(trace: Trace, stage: str, yours: FloatArray, attn: FloatArray, bad: BoolArray) -> str:
+def where(s: Seen) -> str:
     """Where the differing cells sit, and by how much: said whatever they look like."""
-    axes = trace[stage].axes
+    trace, stage, yours, attn, bad = s.trace, s.stage, s.yours, s.attn, s.bad
+    axes = s.axes
     n, total = int(bad.sum()), bad.size
     parts = []
     for axis, name in enumerate(axes):

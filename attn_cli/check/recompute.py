@@ -354,6 +354,24 @@ def candidate(
     return Candidate(detail, stages, None if Chain(trace.inputs).extra else rerun)
 
 
+def masked_candidate(trace: Trace, detail: str, ok: BoolArray | None) -> Candidate:
+    """The stages from masked on with the allowed places ``ok`` (B, H, T, S) in place of the
+    chain's rules (None: every key allowed)."""
+    return candidate(trace, detail, "masked", {"masked": masked_with(trace, ok)})
+
+
+def band(reach: int, *, two_sided: bool) -> Rule:
+    """A rule allowing the keys fewer than ``reach`` positions before a query, and after it too
+    where ``two_sided``; no causal part."""
+
+    def near(cells: Cells) -> BoolArray:
+        apart = cells.pos_q[:, None] - cells.pos_k[None, :]  # (R, S)
+        ok: BoolArray = (abs(apart) if two_sided else apart) < reach  # (R, S)
+        return ok[None, None]  # (1, 1, R, S)
+
+    return near
+
+
 def recomputed(changes: Callable[[Trace], list[Change]]) -> Callable[[Trace], list[Candidate]]:
     """A mistake's candidates from its changes: each recomputed downstream by the chain (and,
     where the user's softmax gives nan rows, with it)."""

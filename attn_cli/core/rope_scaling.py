@@ -45,6 +45,8 @@ def plain(value: Any) -> Any:
 
 ORIGINAL = "original_max_position_embeddings"
 MAX = "max_position_embeddings"
+# yarn's optional keys besides factor and the lengths (transformers' _compute_yarn_parameters)
+YARN_TUNING = ("beta_fast", "beta_slow", "mscale", "mscale_all_dim", "attention_factor", "truncate")
 
 
 class RopeScaling(NamedTuple):
@@ -231,16 +233,7 @@ KINDS: dict[str, Kind] = {
     ),
     "yarn": Kind(
         (ORIGINAL,),
-        (
-            "factor",
-            MAX,
-            "beta_fast",
-            "beta_slow",
-            "mscale",
-            "mscale_all_dim",
-            "attention_factor",
-            "truncate",
-        ),
+        ("factor", MAX, *YARN_TUNING),
         _yarn,
         False,
         "a ramp between kept and / factor, logits × mscale²",

@@ -136,25 +136,19 @@ def _explain_qkv(c: Context) -> Parts:
 
 def _explain_scores(c: Context) -> Parts:
     """The explanation of scores."""
-    zh = c.lang == "zh"
-    shape_of = c.shape_of
-    formula: tuple[str, ...]
-    inputs: tuple[str, ...]
-    meaning: list[str] = []
     q, k = _query_key(c.trace, "Q"), _query_key(c.trace, "K")
     formula = (f"scores = {q}·{k}ᵀ", f"scores[i, j] = Σ_d {q}[i, d] × {k}[j, d]")
-    inputs = (shape_of(q), shape_of(k))
-    meaning.append(
+    meaning = (
         "每个查询和每个键有多匹配？scores[i, j] 是第 i 个查询的 Q 行与第 j 个键的 K 行的点积："
         "对应位置的数相乘，再全部加起来。第 i 行对应一个查询，第 j 列对应一个键；"
         "数值越大，搜索词和标签越匹配。"
-        if zh
+        if c.lang == "zh"
         else "How well does each query match each key? scores[i, j] is the dot product of "
         "query i's row of Q with key j's row of K: multiply term by term, then add. Row i is "
         "one query, column j one key; the bigger the number, the better the search terms "
         "match the label."
     )
-    return formula, inputs, meaning
+    return formula, (c.shape_of(q), c.shape_of(k)), [meaning]
 
 
 def _explain_scaled(c: Context) -> Parts:
@@ -311,26 +305,20 @@ def _sentinel_meaning(c: Context) -> list[str]:
 
 def _explain_output(c: Context) -> Parts:
     """The explanation of output."""
-    zh = c.lang == "zh"
-    shape_of = c.shape_of
-    formula: tuple[str, ...]
-    inputs: tuple[str, ...]
-    meaning: list[str] = []
     weights = "softmax" if "softmax" in c.trace else "implicit_weights"  # linear attention
     formula = (f"output[i] = Σ_j {weights}[i, j] × V[j]",)
-    inputs = (shape_of(weights), shape_of("V"))
-    meaning.append(
+    meaning = (
         "每个查询的输出是各行 V 按权重加起来的和。这就是“搜索结果”：标签（K）"
         "和查询（Q）越匹配，对应的内容（V）在结果里占得越多。每一行就是这个词"
         "融合了上下文之后的新表示。"
-        if zh
+        if c.lang == "zh"
         else "Each query's output is the sum of the value rows, weighted by its softmax row. "
         "This is the search result: the contents (V) blended in proportion to how well "
         "their labels (K) matched the query (Q). Each row is the token's new, "
         "context-aware representation."
     )
-    meaning += [line for t in active(c.trace.inputs) for line in t.notes("output", c)]
-    return formula, inputs, meaning
+    notes = [line for t in active(c.trace.inputs) for line in t.notes("output", c)]
+    return formula, (c.shape_of(weights), c.shape_of("V")), [meaning, *notes]
 
 
 def _joined(inp: Inputs) -> str:
@@ -343,52 +331,37 @@ def _joined(inp: Inputs) -> str:
 def _explain_concat(c: Context) -> Parts:
     """The explanation of concat."""
     inp = c.trace.inputs
-    lang = c.lang
-    zh = c.lang == "zh"
-    shape_of = c.shape_of
-    formula: tuple[str, ...]
-    inputs: tuple[str, ...]
-    meaning: list[str] = []
-    head = axis_name(lang, "head")
+    head = axis_name(c.lang, "head")
     joined = _joined(inp)  # output, or a head-output transform's stage (gated)
     formula = (
         f"concat = [{head} 0 | {head} 1 | …]"
         if joined == "output"
         else f"concat = [{joined}[{head} 0] | {joined}[{head} 1] | …]",
     )
-    inputs = (shape_of(joined) if joined in c.trace else shape_of("output"),)
-    meaning.append(
+    meaning = (
         f"{inp.heads} 个头各自用自己那一份 W_Q、W_K、W_V 做了一次独立的搜索。"
         "把它们的输出并排拼起来：头 0 占前 d_v 列，头 1 占接下来的 d_v 列，依此类推。"
-        if zh
+        if c.lang == "zh"
         else f"Each of the {inp.heads} heads ran its own search with its own slice of "
         "W_Q, W_K and W_V. Their outputs sit side by side: head 0 fills the first d_v "
         "columns, head 1 the next d_v, and so on."
     )
-    return formula, inputs, meaning
+    return formula, (c.shape_of(joined if joined in c.trace else "output"),), [meaning]
 
 
 def _explain_projected(c: Context) -> Parts:
     """The explanation of projected."""
-    inp = c.trace.inputs
-    zh = c.lang == "zh"
-    shape_of = c.shape_of
-    weight = c.weight
-    formula: tuple[str, ...]
-    inputs: tuple[str, ...]
-    meaning: list[str] = []
-    bias = " + b_O" if inp.b_O is not None else ""
-    formula = (f"projected = concat·W_O{bias}",)
-    inputs = (shape_of("concat"), weight("W_O", ("heads*d_v", "d_out")))
+    bias = " + b_O" if c.trace.inputs.b_O is not None else ""
+    inputs: tuple[str, ...] = (c.shape_of("concat"), c.weight("W_O", ("heads*d_v", "d_out")))
     if bias:
-        inputs += (weight("b_O", ("d_out",)),)
-    meaning.append(
+        inputs += (c.weight("b_O", ("d_out",)),)
+    meaning = (
         "W_O 把各个头的结果混合成每个词一个 d_out 维的向量。这就是注意力层交给下一层的结果。"
-        if zh
+        if c.lang == "zh"
         else "W_O mixes the heads' results into one vector of d_out numbers per token. This "
         "is what the attention layer hands on to the next layer."
     )
-    return formula, inputs, meaning
+    return (f"projected = concat·W_O{bias}",), inputs, [meaning]
 
 
 def _query_key(trace: Trace, name: str) -> str:

@@ -51,6 +51,13 @@ def gradient_meaning(c: Context) -> str:
     )
 
 
+def _gradient(c: Context, en: str, zh: str, *reads: str) -> Parts:
+    """A gradient stage's parts: its formula, the stages it ``reads`` (shaped), and the sentence
+    every gradient shares followed by why (``en``, ``zh``)."""
+    meaning = [gradient_meaning(c), _t(c, en, zh)]
+    return (c.trace[c.name].formula,), tuple(shaped(c, name) for name in reads), meaning
+
+
 def _explain_final(c: Context) -> Parts:
     """d_projected, or d_output when it is the final stage: the upstream gradient."""
     return explain_upstream(c)
@@ -87,65 +94,53 @@ def _explain_weight(c: Context) -> Parts:
     name = c.name.removeprefix("d_W_")
     stage = "projected" if name == "O" else name
     source = c.trace[c.name].formula.split("= ")[1].split("ᵀ")[0]
-    meaning = [
-        gradient_meaning(c),
-        _t(
-            c,
-            "out = x·W, so each weight W[i, j] multiplies input "
-            "column i into output column j: its "
-            f"gradient is Σ over every token (and batch item) of x[i] × d_out[j], i.e. "
-            f"{source}ᵀ·d_{stage}. The transpose puts the tokens "
-            "on the summed axis; the result has "
-            "W's shape, and a weight shared by every token adds up every token's share.",
-            f"out = x·W，权重 W[i, j] 把输入的第 i 列乘到输出的第 j 列，所以它的梯度是对每个词"
-            f"（和每个批次）把 x[i] × d_out[j] 加起来，即 {source}ᵀ·d_{stage}。转置把词放到求和的"
-            "那一维上，结果的形状和 W 一样；所有词共用同一个权重，所以每个词的贡献都要加起来。",
-        ),
-    ]
-    inputs = (shaped(c, source), shaped(c, f"d_{stage}"))
-    return (c.trace[c.name].formula,), inputs, meaning
+    return _gradient(
+        c,
+        "out = x·W, so each weight W[i, j] multiplies input "
+        "column i into output column j: its "
+        f"gradient is Σ over every token (and batch item) of x[i] × d_out[j], i.e. "
+        f"{source}ᵀ·d_{stage}. The transpose puts the tokens "
+        "on the summed axis; the result has "
+        "W's shape, and a weight shared by every token adds up every token's share.",
+        f"out = x·W，权重 W[i, j] 把输入的第 i 列乘到输出的第 j 列，所以它的梯度是对每个词"
+        f"（和每个批次）把 x[i] × d_out[j] 加起来，即 {source}ᵀ·d_{stage}。转置把词放到求和的"
+        "那一维上，结果的形状和 W 一样；所有词共用同一个权重，所以每个词的贡献都要加起来。",
+        source,
+        f"d_{stage}",
+    )
 
 
 def _explain_bias(c: Context) -> Parts:
     """d_b_*: a bias is added to every token, so its gradient sums over tokens."""
-    meaning = [
-        gradient_meaning(c),
-        _t(
-            c,
-            "A bias is added to every token's row, so each token's gradient flows into it: the "
-            "sum of the gradient over the tokens (and batch items).",
-            "偏置加在每个词的那一行上，所以每个词的梯度都流向它：把梯度沿词（和批次）加起来。",
-        ),
-    ]
     stage = c.trace[c.name].formula.split("Σ_")[1].split(" ")[1].split("[")[0]
-    return (c.trace[c.name].formula,), (shaped(c, stage),), meaning
+    return _gradient(
+        c,
+        "A bias is added to every token's row, so each token's gradient flows into it: the "
+        "sum of the gradient over the tokens (and batch items).",
+        "偏置加在每个词的那一行上，所以每个词的梯度都流向它：把梯度沿词（和批次）加起来。",
+        stage,
+    )
 
 
 def _explain_concat(c: Context) -> Parts:
     """d_concat: back through W_O, or the heads' gradients side by side."""
     inp = c.trace.inputs
     if inp.W_O is not None:
-        meaning = [
-            gradient_meaning(c),
-            _t(
-                c,
-                "projected = concat·W_O, so the gradient goes back through W_O transposed: "
-                "each concat column collects the output columns it fed, weighted by W_O.",
-                "projected = concat·W_O，所以梯度经过 W_O 的转置传回：concat 的每一列收集它"
-                "参与计算的各个输出列的梯度，按 W_O 加权。",
-            ),
-        ]
-        return (c.trace[c.name].formula,), (shaped(c, "d_projected"),), meaning
-    meaning = [
-        gradient_meaning(c),
-        _t(
+        return _gradient(
             c,
-            "concat only puts the heads side by side, so its gradient is the heads' gradients "
-            "side by side: the same numbers, rearranged.",
-            "concat 只是把各头并排放，所以它的梯度就是各头的梯度并排放：数字相同，只是排列不同。",
-        ),
-    ]
-    return (c.trace[c.name].formula,), (shaped(c, f"d_{_joined(c.trace)}"),), meaning
+            "projected = concat·W_O, so the gradient goes back through W_O transposed: "
+            "each concat column collects the output columns it fed, weighted by W_O.",
+            "projected = concat·W_O，所以梯度经过 W_O 的转置传回：concat 的每一列收集它"
+            "参与计算的各个输出列的梯度，按 W_O 加权。",
+            "d_projected",
+        )
+    return _gradient(
+        c,
+        "concat only puts the heads side by side, so its gradient is the heads' gradients "
+        "side by side: the same numbers, rearranged.",
+        "concat 只是把各头并排放，所以它的梯度就是各头的梯度并排放：数字相同，只是排列不同。",
+        f"d_{_joined(c.trace)}",
+    )
 
 
 def _joined(trace: Trace) -> str:
@@ -160,69 +155,53 @@ def _explain_output(c: Context) -> Parts:
     head-output transform (the gate)."""
     joined = _joined(c.trace)
     if joined != "output":
-        meaning = [
-            gradient_meaning(c),
-            _t(
-                c,
-                f"output became {joined} before the heads were joined, so its gradient comes back "
-                f"from d_{joined} through that step.",
-                f"output 在各头拼接之前先变成了 {joined}，所以它的梯度从 "
-                f"d_{joined} 经过这一步传回。",
-            ),
-        ]
-        return (c.trace[c.name].formula,), (shaped(c, f"d_{joined}"),), meaning
+        return _gradient(
+            c,
+            f"output became {joined} before the heads were joined, so its gradient comes back "
+            f"from d_{joined} through that step.",
+            f"output 在各头拼接之前先变成了 {joined}，所以它的梯度从 d_{joined} 经过这一步传回。",
+            f"d_{joined}",
+        )
     if c.trace.inputs.W_O is None:
         return _explain_final(c)
-    meaning = [
-        gradient_meaning(c),
-        _t(
-            c,
-            "Head h's output filled columns h·d_v to (h+1)·d_v of concat, so its gradient is "
-            "those columns of d_concat.",
-            "第 h 个头的输出占 concat 的第 h·d_v 到 (h+1)·d_v "
-            "列，所以它的梯度就是 d_concat 的这几列。",
-        ),
-    ]
-    return (c.trace[c.name].formula,), (shaped(c, "d_concat"),), meaning
+    return _gradient(
+        c,
+        "Head h's output filled columns h·d_v to (h+1)·d_v of concat, so its gradient is "
+        "those columns of d_concat.",
+        "第 h 个头的输出占 concat 的第 h·d_v 到 (h+1)·d_v 列，所以它的梯度就是 d_concat 的这几列。",
+        "d_concat",
+    )
 
 
 def _explain_softmax(c: Context) -> Parts:
     """d_softmax = dP = dO·Vᵀ."""
-    meaning = [
-        gradient_meaning(c),
-        _t(
-            c,
-            "output[i] = Σ_j P[i, j] × V[j], so weight P[i, j] changes output row i by V row j: "
-            "dP[i, j] = d_output[i] · V[j], a dot product. Over all i, j that is d_output·Vᵀ.",
-            "output[i] = Σ_j P[i, j] × V[j]，权重 P[i, j] 让输出的第 i 行按 V 的第 j 行变化，"
-            "所以 dP[i, j] = d_output[i] · V[j]，是一个点积；对所有 "
-            "i、j 写在一起就是 d_output·Vᵀ。",
-        ),
-    ]
-    meaning += _gqa(c, reads=True)
-    formula = (c.trace[c.name].formula, "dP[i, j] = Σ_d d_output[i, d] × V[j, d]")
-    return formula, (shaped(c, "d_output"), shaped(c, "V")), meaning
+    formula, inputs, meaning = _gradient(
+        c,
+        "output[i] = Σ_j P[i, j] × V[j], so weight P[i, j] changes output row i by V row j: "
+        "dP[i, j] = d_output[i] · V[j], a dot product. Over all i, j that is d_output·Vᵀ.",
+        "output[i] = Σ_j P[i, j] × V[j]，权重 P[i, j] 让输出的第 i 行按 V 的第 j 行变化，"
+        "所以 dP[i, j] = d_output[i] · V[j]，是一个点积；对所有 "
+        "i、j 写在一起就是 d_output·Vᵀ。",
+        "d_output",
+        "V",
+    )
+    cell = "dP[i, j] = Σ_d d_output[i, d] × V[j, d]"
+    return (*formula, cell), inputs, meaning + _gqa(c, reads=True)
 
 
 def _explain_v(c: Context) -> Parts:
     """d_V = Pᵀ·dO, summed over a GQA group."""
-    meaning = [
-        gradient_meaning(c),
-        _t(
-            c,
-            "V row j reaches output row i with weight P[i, j], so d_V[j] = Σ_i P[i, j] × "
-            "d_output[i]: the sum runs over the queries, the first axis of P, hence Pᵀ·d_output "
-            "and not P·d_output.",
-            "V 的第 j 行以权重 P[i, j] 进入输出的第 i 行，所以 d_V[j] = Σ_i P[i, j] × d_output[i]："
-            "求和是沿查询（P 的第一维）进行的，所以是 Pᵀ·d_output，而不是 P·d_output。",
-        ),
-    ]
-    meaning += _gqa(c, reads=False)
-    return (
-        (c.trace[c.name].formula,),
-        (shaped(c, "softmax"), shaped(c, "d_output")),
-        meaning,
+    formula, inputs, meaning = _gradient(
+        c,
+        "V row j reaches output row i with weight P[i, j], so d_V[j] = Σ_i P[i, j] × "
+        "d_output[i]: the sum runs over the queries, the first axis of P, hence Pᵀ·d_output "
+        "and not P·d_output.",
+        "V 的第 j 行以权重 P[i, j] 进入输出的第 i 行，所以 d_V[j] = Σ_i P[i, j] × d_output[i]："
+        "求和是沿查询（P 的第一维）进行的，所以是 Pᵀ·d_output，而不是 P·d_output。",
+        "softmax",
+        "d_output",
     )
+    return formula, inputs, meaning + _gqa(c, reads=False)
 
 
 def _gqa(c: Context, reads: bool) -> list[str]:
@@ -346,18 +325,15 @@ def _passed(c: Context) -> str:
 
 def _explain_scores(c: Context) -> Parts:
     """d_scores = d_scaled × scale."""
-    meaning = [
-        gradient_meaning(c),
-        _t(
-            c,
-            f"scaled = scores × {c.scale}, so every gradient is multiplied by the same "
-            f"{c.scale}. This is where 1/√d_k enters d_Q and d_K: both are computed from d_scores. "
-            "Leaving it out, or applying it twice, is a classic mistake.",
-            f"scaled = scores × {c.scale}，所以每个梯度都乘以同一个 {c.scale}。1/√d_k 就是从这里"
-            "进入 d_Q 和 d_K 的：两者都由 d_scores 算出。漏掉它或乘两次都是常见错误。",
-        ),
-    ]
-    return (c.trace[c.name].formula,), (shaped(c, "d_scaled"),), meaning
+    return _gradient(
+        c,
+        f"scaled = scores × {c.scale}, so every gradient is multiplied by the same "
+        f"{c.scale}. This is where 1/√d_k enters d_Q and d_K: both are computed from d_scores. "
+        "Leaving it out, or applying it twice, is a classic mistake.",
+        f"scaled = scores × {c.scale}，所以每个梯度都乘以同一个 {c.scale}。1/√d_k 就是从这里"
+        "进入 d_Q 和 d_K 的：两者都由 d_scores 算出。漏掉它或乘两次都是常见错误。",
+        "d_scaled",
+    )
 
 
 def _explain_query_key(c: Context) -> Parts:
@@ -370,19 +346,17 @@ def _explain_query_key(c: Context) -> Parts:
             note, upstream = undone
             return formula, (shaped(c, upstream),), [gradient_meaning(c), note]
     if "rms(" in text:
-        meaning = [
-            gradient_meaning(c),
-            _t(
-                c,
-                "RMSNorm divides each row by its root mean square, which itself depends on the "
-                "whole row: besides w ∘ d / rms, every entry loses the part of the gradient along "
-                "the row's own direction (the mean term).",
-                "RMSNorm 把每一行除以它的均方根，而均方根又取决于整行：除了 w ∘ d / rms 之外，"
-                "每个数还要减去梯度在这一行自身方向上的分量（mean 那一项）。",
-            ),
-        ]
         which = c.name.removeprefix("d_")[0]  # Q or K
-        return formula, (shaped(c, which), shaped(c, f"d_{which}_norm")), meaning
+        return _gradient(
+            c,
+            "RMSNorm divides each row by its root mean square, which itself depends on the "
+            "whole row: besides w ∘ d / rms, every entry loses the part of the gradient along "
+            "the row's own direction (the mean term).",
+            "RMSNorm 把每一行除以它的均方根，而均方根又取决于整行：除了 w ∘ d / rms 之外，"
+            "每个数还要减去梯度在这一行自身方向上的分量（mean 那一项）。",
+            which,
+            f"d_{which}_norm",
+        )
     return formula, (shaped(c, "d_scores"),), [gradient_meaning(c), *_query_key_meaning(c)]
 
 
@@ -428,16 +402,16 @@ def _query_key_meaning(c: Context) -> list[str]:
 def _explain_x(c: Context) -> Parts:
     """d_X (and d_X_kv): the sum of the paths through Q, K and V."""
     paths = "d_K·W_Kᵀ + d_V·W_Vᵀ" if c.name == "d_X_kv" else c.trace[c.name].formula[6:]
-    meaning = [
-        gradient_meaning(c),
-        _t(
-            c,
-            f"X feeds {paths.count('W_')} projection(s), so its gradient is the sum over the "
-            f"paths: {paths}. Dropping one path (say V's) is a classic mistake.",
-            f"X 参与了 {paths.count('W_')} 个投影，所以它的梯度是各条路径之和：{paths}。"
-            "漏掉一条路径（比如 V 的）是常见错误。",
-        ),
-    ]
+    formula, inputs, meaning = _gradient(
+        c,
+        f"X feeds {paths.count('W_')} projection(s), so its gradient is the sum over the "
+        f"paths: {paths}. Dropping one path (say V's) is a classic mistake.",
+        f"X 参与了 {paths.count('W_')} 个投影，所以它的梯度是各条路径之和：{paths}。"
+        "漏掉一条路径（比如 V 的）是常见错误。",
+        "d_Q",
+        "d_K",
+        "d_V",
+    )
     if c.name == "d_X" and c.trace.inputs.X_kv is not None:
         meaning.append(
             _t(
@@ -446,11 +420,7 @@ def _explain_x(c: Context) -> Parts:
                 "交叉注意力：K 和 V 来自 X_kv，所以这两条路径的梯度流向 d_X_kv。",
             )
         )
-    return (
-        (c.trace[c.name].formula,),
-        tuple(shaped(c, n) for n in ("d_Q", "d_K", "d_V")),
-        meaning,
-    )
+    return formula, inputs, meaning
 
 
 EXPLAINERS.update(

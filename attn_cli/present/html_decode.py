@@ -24,12 +24,12 @@ from attn_cli.present.html_page import (
 from attn_cli.present.html_steps import (
     Steps,
     attrs_of,
+    decode_steps_page,
     explained,
     part_of,
-    short_run,
+    short_steps,
     softmax_rows,
     step_sections,
-    steps_page,
     view_label,
     where_at,
     word,
@@ -69,9 +69,8 @@ def decode_page(run: DecodeRun, options: RenderOptions | None = None, theme: str
     """The decode as one page: the overview, a section per step shown, the self-check."""
     from attn_cli.present.decode_view import LABELS as DECODE_LABELS
 
-    options = options or RenderOptions()
-    run, tokens = short_run(run)
-    p = Steps(run, options, "decode", tokens=tokens)
+    p = short_steps(run, options, "decode")
+    run = p.run
     steps = run.result.steps
 
     def name(k: int) -> str:
@@ -86,9 +85,7 @@ def decode_page(run: DecodeRun, options: RenderOptions | None = None, theme: str
         lambda k, kept: _decode_step(p, k, kept, DECODE_LABELS),
         lambda: _decode_checks(run, DECODE_LABELS),
     )
-    title = f"{run.trace.inputs.name or 'attn'} · attn decode"
-    data = {"format": "attn-decode", "steps": kept}
-    return steps_page(p, title, sections, data, "hint", theme)
+    return decode_steps_page(p, sections, kept, theme)
 
 
 def _decode_overview(run: DecodeRun, labels: Any) -> str:

@@ -18,14 +18,13 @@ from attn_cli.present.html_page import (
     listed,
 )
 from attn_cli.present.html_steps import (
-    MAX_TILES,
-    TILE_EDGE,
     Steps,
     attrs_of,
     check_table,
     explained,
     part_of,
-    short_run,
+    picked_tiles,
+    short_steps,
     steps_page,
     view_label,
     where_at,
@@ -35,7 +34,6 @@ from attn_cli.present.i18n import Lang, label
 from attn_cli.present.options import RenderOptions
 from attn_cli.present.text import (
     format_number,
-    pick,
     safe,
 )
 from attn_cli.present.variants import extra_logit
@@ -49,10 +47,9 @@ FLASH_EXPLAINED = ("loop", "skipped", "S", "m", "alpha", "P", "l", "acc", "O", "
 
 def flash_page(run: FlashRun, options: RenderOptions | None = None, theme: str = "auto") -> str:
     """The FlashAttention loop as one page: the overview, a section per tile shown, O and L."""
-    options = options or RenderOptions()
-    run, tokens = short_run(run)
-    p = Steps(run, options, "flash", tokens=tokens)
-    picked = pick(len(run.tiles), MAX_TILES, TILE_EDGE, False)
+    p = short_steps(run, options, "flash")
+    run = p.run
+    picked = picked_tiles(len(run.tiles))
     shown = sum(k is not None for k in picked)
     if shown < run.tiles_total:
         p.notes.append(p.note("elided_tiles", shown=shown, n=f"{run.tiles_total:,}"))

@@ -70,10 +70,14 @@ MAX_ENTRIES = 1_500  # Q, K, V, concat, projected entries whose derivations are 
 
 # the projector's larger type (page.js; also the L key and the URL's #large)
 LARGE_BUTTON = '<button type="button" data-role="large" aria-pressed="false">A+</button>'
+# the words of the bar's buttons every page has (a trace's, a model's)
+CHROME: dict[Lang, dict[str, str]] = {
+    "en": {"lang_name": "English", "theme": "light / dark"},
+    "zh": {"lang_name": "中文", "theme": "浅色 / 深色"},
+}
 WORDS: dict[Lang, dict[str, str]] = {
     "en": {
-        "lang_name": "English",
-        "theme": "light / dark",
+        **CHROME["en"],
         "all": "all",
         "stages": "stages",
         "about": "configuration",
@@ -98,8 +102,7 @@ WORDS: dict[Lang, dict[str, str]] = {
         "legend_max": "*: the row's maximum",
     },
     "zh": {
-        "lang_name": "中文",
-        "theme": "浅色 / 深色",
+        **CHROME["zh"],
         "all": "全部",
         "stages": "步骤",
         "about": "配置",
@@ -233,6 +236,17 @@ def bilingual(make: Any) -> str:
     return "".join(f'<span class="{lang}">{esc(make(lang))}</span>' for lang in LANGS)
 
 
+def chrome_buttons(lang: Lang) -> list[str]:
+    """The bar's buttons every page has: the other language, light / dark, larger type."""
+    other: Lang = "zh" if lang == "en" else "en"
+    theme = bilingual(lambda g: CHROME[g]["theme"])
+    return [
+        f'<button type="button" data-role="lang">{CHROME[other]["lang_name"]}</button>',
+        f'<button type="button" data-role="theme">{theme}</button>',
+        LARGE_BUTTON,
+    ]
+
+
 @dataclass
 class Page:
     """One page being made: the derivations found while the tables are drawn."""
@@ -297,10 +311,7 @@ class Page:
         the sections ``names`` (markup) and the configuration: a trace's page, a run's page."""
         inp = self.trace.inputs
         out = ['<header class="top">', f"<h1>{esc(title)}</h1>", '<div class="controls">']
-        other: Lang = "zh" if self.options.lang == "en" else "en"
-        out.append(f'<button type="button" data-role="lang">{WORDS[other]["lang_name"]}</button>')
-        out.append(f'<button type="button" data-role="theme">{bilingual(_word("theme"))}</button>')
-        out.append(LARGE_BUTTON)
+        out += chrome_buttons(self.options.lang)
         if inp.has_batch:
             out.append(self._select("batch", inp.batch))
         if inp.heads > 1:

@@ -17,13 +17,12 @@ import numpy as np
 from attn_cli.present.explain_registry import sum_terms
 from attn_cli.present.html_page import bilingual, in_iframe, listed
 from attn_cli.present.html_steps import (
-    MAX_TILES,
-    TILE_EDGE,
     Steps,
     attrs_of,
     check_table,
     explained,
     part_of,
+    picked_tiles,
     steps_page,
     where_at,
 )
@@ -31,7 +30,6 @@ from attn_cli.present.i18n import Lang
 from attn_cli.present.options import RenderOptions
 from attn_cli.present.split_kv_view import LABELS as SPLIT_LABELS
 from attn_cli.present.split_kv_view import explain
-from attn_cli.present.text import pick
 
 if TYPE_CHECKING:
     from attn_cli.check.split_runs import SplitRun
@@ -83,7 +81,7 @@ def split_page(run: SplitRun, options: RenderOptions | None = None, theme: str =
     r = run.result
     sections = [(SPLIT_LABELS["en"]["page_overview"], _overview(p))]
     chunks: dict[str, Any] = {}
-    picked = [s for s in pick(len(r.chunks), MAX_TILES, TILE_EDGE, False) if s is not None]
+    picked = [s for s in picked_tiles(len(r.chunks)) if s is not None]
     if len(picked) < len(r.chunks):
         n = len(r.chunks)
         p.notes.append(

@@ -22,11 +22,11 @@ from attn_cli.present.html_page import bilingual, esc, listed
 from attn_cli.present.html_steps import (
     Steps,
     attrs_of,
+    decode_steps_page,
     explained,
     part_of,
-    short_run,
+    short_steps,
     step_sections,
-    steps_page,
     where_at,
 )
 from attn_cli.present.i18n import Lang, axis_title
@@ -95,9 +95,8 @@ def step_stages(trace: Any, step: Any) -> list[tuple[str, Any]]:
 
 def state_page(run: StateRun, options: RenderOptions | None = None, theme: str = "auto") -> str:
     """The state decode as one page: the overview and ledger, a section per step, the checks."""
-    options = options or RenderOptions()
-    run, tokens = short_run(run)
-    p = Steps(run, options, "decode", tokens=tokens)
+    p = short_steps(run, options, "decode")
+    run = p.run
     steps = run.result.steps
 
     def name(k: int) -> str:
@@ -106,9 +105,7 @@ def state_page(run: StateRun, options: RenderOptions | None = None, theme: str =
     sections, kept = step_sections(
         p, len(steps), _overview(run), name, lambda k, kept: _step(p, k, kept), lambda: _checks(run)
     )
-    title = f"{run.trace.inputs.name or 'attn'} · attn decode"
-    data = {"format": "attn-decode", "steps": kept}
-    return steps_page(p, title, sections, data, "hint", theme)
+    return decode_steps_page(p, sections, kept, theme)
 
 
 def _t(lang: Lang, key: str, **values: Any) -> str:

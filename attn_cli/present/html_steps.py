@@ -37,6 +37,7 @@ from attn_cli.present.text import (
     ELLIPSIS,
     factor,
     format_number,
+    pick,
     pick_cols,
     pick_rows,
     pick_tables,
@@ -383,12 +384,22 @@ def steps_page(
     return _fill(p.run, p.options, theme, "\n".join(out), data)
 
 
-def short_run(run: Any) -> tuple[Any, tuple[str, ...] | None]:
-    """A decode, flash or state run whose trace labels its tokens cut (present/text.py
-    ``with_short_labels``), as every page draws them, and the tokens' full text."""
+def short_steps(run: Any, options: RenderOptions | None, kind: str) -> Steps:
+    """A decode, flash or state page being made of ``run`` with its trace labelling its tokens
+    cut (present/text.py ``with_short_labels``), as every page draws them; the tokens' full text
+    kept once for the page's data."""
     from dataclasses import replace
 
-    return replace(run, trace=with_short_labels(run.trace)), run.trace.inputs.tokens
+    short = replace(run, trace=with_short_labels(run.trace))
+    return Steps(short, options or RenderOptions(), kind, tokens=run.trace.inputs.tokens)
+
+
+def decode_steps_page(
+    p: Steps, sections: list[tuple[str, str]], kept: dict[str, Any], theme: str
+) -> str:
+    """A single run's decode page (a cache's, a state's), titled by its fixture."""
+    title = f"{p.trace.inputs.name or 'attn'} · attn decode"
+    return steps_page(p, title, sections, {"format": "attn-decode", "steps": kept}, "hint", theme)
 
 
 def explained(run: Any, explain: Callable[[Any, str, Lang], Any], key: str) -> str:
@@ -402,6 +413,12 @@ def explained(run: Any, explain: Callable[[Any, str, Lang], Any], key: str) -> s
             f'<div class="explain {lang}"><p><b>{esc(formula)}</b></p><p>{esc(meaning)}</p></div>'
         )
     return "".join(out)
+
+
+def picked_tiles(n: int) -> list[int | None]:
+    """The tiles (or split-KV chunks) of ``n`` a page draws: all up to MAX_TILES, else the
+    first and last TILE_EDGE (None: the elided middle)."""
+    return pick(n, MAX_TILES, TILE_EDGE, False)
 
 
 def picked_steps(p: Steps, n: int) -> list[int | None]:

@@ -29,12 +29,13 @@ import numpy as np
 from attn_cli._version import __version__
 from attn_cli.errors import printable
 from attn_cli.present.html_page import (
+    CHROME,
     LANG_TAGS,
-    LANGS,
-    LARGE_BUTTON,
     MAX_ENTRIES,
     MAX_WORKED,
     asset,
+    bilingual,
+    chrome_buttons,
     esc,
     page_theme,
     script_json,
@@ -58,8 +59,7 @@ OPEN_STAGE = "softmax"
 
 WORDS: dict[Lang, dict[str, Any]] = {
     "en": {
-        "lang_name": "English",
-        "theme": "light / dark",
+        **CHROME["en"],
         "back": "← model view",
         "open": "open its trace",
         "hint": "Hover a map to read its weights; click it to open that layer's whole trace "
@@ -85,8 +85,7 @@ WORDS: dict[Lang, dict[str, Any]] = {
         "attn trace layer{layer}.npz -f html.",
     },
     "zh": {
-        "lang_name": "中文",
-        "theme": "浅色 / 深色",
+        **CHROME["zh"],
         "back": "← 模型总览",
         "open": "打开它的追踪",
         "hint": "鼠标悬停在一幅图上可读出权重；点击它，打开这一层完整的追踪，"
@@ -191,12 +190,8 @@ def _digest(text: str) -> str:
     return "sha256-" + base64.b64encode(hashlib.sha256(text.encode("utf-8")).digest()).decode()
 
 
-def _both(make: Any) -> str:
-    return "".join(f'<span class="{lang}">{esc(make(lang))}</span>' for lang in LANGS)
-
-
 def _note(text: Any) -> str:
-    return f'<p class="note">{_both(text)}</p>'
+    return f'<p class="note">{bilingual(text)}</p>'
 
 
 STYLE = """<style>
@@ -242,12 +237,9 @@ class _Body:
         heads = _heads(v)
         T = len(v.tokens)
         side, shown = layout(len(v.weights), heads, T, self.cap)
-        other: Lang = "zh" if self.lang == "en" else "en"
         out = [STYLE.replace("{{VIRIDIS}}", ", ".join(VIRIDIS)), '<header class="top">']
         out.append(f'<h1>{esc(v.family)}</h1><div class="controls">')
-        out.append(f'<button type="button" data-role="lang">{WORDS[other]["lang_name"]}</button>')
-        out.append(f'<button type="button" data-role="theme">{_both(_word("theme"))}</button>')
-        out.append(LARGE_BUTTON)
+        out += chrome_buttons(self.lang)
         out.append('</div></header><div class="model" data-role="model">')
 
         def pooled_note(lang: Lang) -> str:
@@ -255,7 +247,7 @@ class _Body:
 
         out.append(
             "<h2>"
-            + _both(
+            + bilingual(
                 lambda lang: TEXTS[lang]["title"].format(
                     family=v.family,
                     layers=len(v.weights),
@@ -267,18 +259,18 @@ class _Body:
             + "</h2>"
         )
         tokens = " ".join(f"<code>{esc(short_label(t))}</code>" for t in v.tokens)  # data: full
-        out.append(f"<p>{_both(lambda lang: TEXTS[lang]['tokens'] + ':')} {tokens}</p>")
-        out.append(f'<p class="hint">{_both(_word("hint"))}</p>')
+        out.append(f"<p>{bilingual(lambda lang: TEXTS[lang]['tokens'] + ':')} {tokens}</p>")
+        out.append(f'<p class="hint">{bilingual(_word("hint"))}</p>')
         out += self._notes(shown, heads, side)
         out.append(self._grid(shown, heads, side))
         out.append('<p class="status" data-role="status"></p>')
         out.append(
             '<p class="legend"><span class="bar"></span> 0 → 1 · '
-            + _both(lambda lang: TEXTS[lang]["legend"].format(t=THRESHOLD))
+            + bilingual(lambda lang: TEXTS[lang]["legend"].format(t=THRESHOLD))
             + "</p></div>"
         )
         out.append('<section class="layer-view" data-role="layer" hidden>')
-        out.append(f'<button type="button" data-role="back">{_both(_word("back"))}</button>')
+        out.append(f'<button type="button" data-role="back">{bilingual(_word("back"))}</button>')
         out.append('<h2 data-role="layer-title"></h2>')
         out.append('<p class="note" data-role="no-trace" hidden></p>')
         out.append('<div data-role="frame"></div></section>')
@@ -325,7 +317,7 @@ class _Body:
             previous = layer
             out.append(f'<div class="lh">L{layer}</div>')
             if self.view.weights[layer].shape[0] == 0:  # linear attention (Gated DeltaNet)
-                words = _both(lambda lang: TEXTS[lang]["no_map"] + " · " + WORDS[lang]["open"])
+                words = bilingual(lambda lang: TEXTS[lang]["no_map"] + " · " + WORDS[lang]["open"])
                 out.append(
                     f'<button type="button" class="nomap" data-open-layer="{layer}" '
                     f'style="grid-column: span {heads}">{words}</button>'
@@ -351,7 +343,7 @@ class _Body:
                 for j, w in enumerate(row)
             )
             rows.append(f"<tr>{cells}</tr>")
-        hint = _both(lambda lang: HINTS[lang][kind])
+        hint = bilingual(lambda lang: HINTS[lang][kind])
         return (
             f'<figure class="thumb" data-layer="{layer}" data-head="{h}" data-kind="{kind}" '
             f'tabindex="0" role="button"><table style="--px:{px}px">{"".join(rows)}</table>'

@@ -354,52 +354,48 @@ def _outcome_json(o: Outcome) -> dict[str, Any]:
     if c.kind == "dump":
         out["aliases"] = dict(c.aliases)
         out["ignored"] = list(c.ignored)
-        out["diagnoses"] = [
-            {
-                "name": d.name,
-                "title": d.title,
-                "detail": d.detail,
-                "stage": d.stage,
-                "explains": list(d.explains),
-                "unexplained": list(d.unexplained),
-                "title_zh": d.title_zh,
-                "explanation_zh": d.explanation_zh,
-            }
-            for d in c.diagnoses
-        ]
-        out["ratio"] = _ratio_json(c)
-        out["transpose"] = _transpose_json(c)
+        out["diagnoses"] = [_json_of(d, *DIAGNOSIS_KEYS) for d in c.diagnoses]
+        out["ratio"] = None if c.ratio is None else _json_of(c.ratio, *RATIO_KEYS)
+        out["transpose"] = None if c.transpose is None else _json_of(c.transpose, *TRANSPOSE_KEYS)
         out["hints"] = list(c.looks)
     return out
 
 
-def _ratio_json(c: Comparison) -> dict[str, Any] | None:
-    r = c.ratio
-    if r is None:
-        return None
-    return {
-        "stage": r.stage,
-        "ratio": _json_number(r.ratio),
-        "cells": r.cells,
-        "reading": r.reading,
-        "suggestion": r.suggestion,
-    }
+# The JSON keys of a diagnosis, a ratio and a transpose found by the grader: their attributes
+DIAGNOSIS_KEYS = (
+    "name",
+    "title",
+    "detail",
+    "stage",
+    "explains",
+    "unexplained",
+    "title_zh",
+    "explanation_zh",
+)
+RATIO_KEYS = ("stage", "ratio", "cells", "reading", "suggestion")
+TRANSPOSE_KEYS = (
+    "stage",
+    "permutation",
+    "call",
+    "your_axes",
+    "axes",
+    "cells",
+    "differing",
+    "matches",
+)
 
 
-def _transpose_json(c: Comparison) -> dict[str, Any] | None:
-    t = c.transpose
-    if t is None:
-        return None
-    return {
-        "stage": t.stage,
-        "permutation": list(t.permutation),
-        "call": t.call,
-        "your_axes": list(t.your_axes),
-        "axes": list(t.axes),
-        "cells": t.cells,
-        "differing": t.differing,
-        "matches": t.matches,
-    }
+def _json_of(record: Any, *keys: str) -> dict[str, Any]:
+    """A record's attributes ``keys`` as JSON: a tuple as a list, a float finite or named."""
+    out: dict[str, Any] = {}
+    for key in keys:
+        value = getattr(record, key)
+        if isinstance(value, tuple):
+            value = list(value)
+        elif isinstance(value, float):
+            value = _json_number(value)
+        out[key] = value
+    return out
 
 
 def _stage_json(c: Comparison, s: StageResult) -> dict[str, Any]:

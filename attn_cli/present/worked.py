@@ -212,24 +212,23 @@ def resolve_position(text: str, labels: Sequence[str], option: str, axis: str) -
     hits = [i for i, t in enumerate(labels) if t == text]
     if len(hits) == 1:
         return hits[0]
-    if len(hits) > 1:
-        where = ", ".join(str(i) for i in hits[:8]) + (", …" if len(hits) > 8 else "")
-        raise UsageError(
-            "",
-            option,
-            f"the {axis} token {_shown(text)} is ambiguous (at positions {where})",
-            f"an index instead, one of {where}",
-        )
-    index = _index(text)
+    index = None if hits else _index(text)
     if index is not None and index < len(labels):
         return index
-    shown = ", ".join(_shown(t) for t in labels[:8]) + (", …" if len(labels) > 8 else "")
-    raise UsageError(
-        "",
-        option,
-        f"no {axis} token or index {_shown(text)}",
-        f"a {axis} token ({shown}) or an index 0..{len(labels) - 1}",
-    )
+    if hits:
+        where = _first_eight([str(i) for i in hits[:9]])
+        what = f"the {axis} token {_shown(text)} is ambiguous (at positions {where})"
+        expected = f"an index instead, one of {where}"
+    else:
+        what = f"no {axis} token or index {_shown(text)}"
+        shown = _first_eight([_shown(t) for t in labels[:9]])
+        expected = f"a {axis} token ({shown}) or an index 0..{len(labels) - 1}"
+    raise UsageError("", option, what, expected)
+
+
+def _first_eight(items: list[str]) -> str:
+    """The first eight of ``items`` (given up to nine), and ", …" when there are more."""
+    return ", ".join(items[:8]) + (", …" if len(items) > 8 else "")
 
 
 _MAX_INDEX_DIGITS = 18  # more than any axis can have; int() stays instant

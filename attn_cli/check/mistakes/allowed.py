@@ -34,8 +34,10 @@ from attn_cli.check.recompute import (
     Candidate,
     Change,
     Rule,
+    band,
     candidate,
     extra_logit,
+    masked_candidate,
     masked_with,
     recomputed,
     softmax_and_lse,
@@ -77,48 +79,47 @@ def allowed(
     return with_causal(inp, causal)
 
 
-def _both_softmaxes(trace: Trace, ok: BoolArray, detail: str) -> list[Candidate]:
-    """masked with ``ok``, followed by a correct softmax, or by the user's where it gives nan."""
-    return [candidate(trace, detail, "masked", {"masked": masked_with(trace, ok)})]
-
-
 def _mask_inverted(trace: Trace) -> list[Candidate]:
     inp = trace.inputs
-    out: list[Candidate] = []
-    if inp.mask is not None:
-        ok = allowed(inp, invert_mask=True)
-        detail = (
+    inversions = (
+        (
+            inp.mask,
+            {"invert_mask": True},
             "Your {stage} is what attn gets with the boolean mask inverted: true taken as "
             "'blocked' (nn.MultiheadAttention's convention) instead of 'may attend' (torch "
-            "SDPA's, and the fixture's). Fix: masked = where(mask, scaled, -inf)."
-        )
-        out += _both_softmaxes(trace, ok, detail)
-    if inp.causal is not None:
-        ok = allowed(inp, invert_causal=True)
-        detail = (
+            "SDPA's, and the fixture's). Fix: masked = where(mask, scaled, -inf).",
+        ),
+        (
+            inp.causal,
+            {"invert_causal": True},
             "Your {stage} is what attn gets with the causal mask inverted: each query sees only "
             "the keys after it and never the ones up to it. Fix: block where key > query, e.g. "
-            "where(tril(ones), scaled, -inf)."
-        )
-        out += _both_softmaxes(trace, ok, detail)
-    return out
+            "where(tril(ones), scaled, -inf).",
+        ),
+    )
+    return [
+        masked_candidate(trace, detail, allowed(inp, **flag))
+        for given, flag, detail in inversions
+        if given is not None
+    ]
 
 
 def _causal_shifted(trace: Trace) -> list[Candidate]:
     if trace.inputs.causal is None:
         return []
-    out: list[Candidate] = []
-    for shift, what in (
+    shifts = (
         (1, "each query also sees the next key (tril(…, k=1), or triu(…, 2) blocked)"),
         (-1, "each query misses its own key (tril(…, k=-1), or triu(…, 0) blocked)"),
-    ):
-        ok = allowed(trace.inputs, causal_shift=shift)
-        detail = (
+    )
+    return [
+        masked_candidate(
+            trace,
             f"Your {{stage}} is what attn gets with the causal mask shifted by one: {what}. "
-            "Fix: query i may attend to keys j <= i."
+            "Fix: query i may attend to keys j <= i.",
+            allowed(trace.inputs, causal_shift=shift),
         )
-        out += _both_softmaxes(trace, ok, detail)
-    return out
+        for shift, what in shifts
+    ]
 
 
 def _causal_triu(trace: Trace) -> list[Change]:
@@ -160,7 +161,7 @@ def _causal_corner(trace: Trace) -> list[Candidate]:
         f"differ. Fix: tril(ones(seq_q, seq_k), k={S - T if lower else 0})."
     )
     ok = allowed(inp, causal_shift=shift)  # (B, H, T, S)
-    return [candidate(trace, detail, "masked", {"masked": masked_with(trace, ok)})]
+    return [masked_candidate(trace, detail, ok)]
 
 
 def _causal_missing(trace: Trace) -> list[Candidate]:
@@ -176,7 +177,7 @@ def _causal_missing(trace: Trace) -> list[Candidate]:
     if inp.window is not None:
         swaps.append({"causal": None, "window": None})  # the window built from the causal mask
     oks = [chain_allowed(inp, swap) for swap in swaps]  # (B, H, T, S) each
-    return [candidate(trace, detail, "masked", {"masked": masked_with(trace, ok)}) for ok in oks]
+    return [masked_candidate(trace, detail, ok) for ok in oks]
 
 
 def _mask_after_softmax(trace: Trace) -> list[Candidate]:
@@ -294,8 +295,7 @@ def _window_off_by_one(trace: Trace) -> list[Change]:
 
 def _masked_by(trace: Trace, detail: str, swap: dict[str, Rule | None]) -> Candidate:
     """The stages from masked on with the allowed-keys rules of ``swap`` done that way."""
-    ok = chain_allowed(trace.inputs, swap)  # (B, H, T, S)
-    return candidate(trace, detail, "masked", {"masked": masked_with(trace, ok)})
+    return masked_candidate(trace, detail, chain_allowed(trace.inputs, swap))  # (B, H, T, S)
 
 
 def _window_ignored(trace: Trace) -> list[Candidate]:
@@ -317,11 +317,6 @@ def _window_two_sided(trace: Trace) -> list[Candidate]:
     if inp.window is None:
         return []
     reach = window_reach(inp.window, *inp.token_positions())
-
-    def band(cells: Cells) -> BoolArray:
-        near: BoolArray = abs(cells.pos_q[:, None] - cells.pos_k[None, :]) < reach  # (R, S)
-        return near[None, None]  # (1, 1, R, S)
-
     detail = (
         f"Your {{stage}} is what attn gets with the window taken two-sided, |pos_q - pos_k| < "
         f"{inp.window}, and no causal part: each query also sees the next {inp.window - 1} keys. "
@@ -329,7 +324,7 @@ def _window_two_sided(trace: Trace) -> list[Candidate]:
         f"window looks back only, window_size=({inp.window - 1}, 0). Fix: allowed = "
         f"(0 <= pos_q - pos_k) & (pos_q - pos_k < {inp.window})."
     )
-    return [_masked_by(trace, detail, {"causal": None, "window": band})]
+    return [_masked_by(trace, detail, {"causal": None, "window": band(reach, two_sided=True)})]
 
 
 def _window_last_keys(trace: Trace) -> list[Candidate]:

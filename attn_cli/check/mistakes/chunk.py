@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from attn_cli.check.mistake import Mistake, Reader, register, register_reader, register_zh
-from attn_cli.check.recompute import Candidate, Rule, allowed, candidate, masked_with
+from attn_cli.check.recompute import Candidate, Rule, allowed, band, masked_candidate
 from attn_cli.core.inputs import BoolArray
 from attn_cli.core.variant import Cells
 
@@ -23,8 +23,7 @@ def _chunk(trace: Trace) -> int | None:
 
 def _masked_by(trace: Trace, detail: str, rule: Rule) -> Candidate:
     """The stages from masked on with the chunk rule done ``rule``'s way."""
-    ok = allowed(trace.inputs, {"chunk": rule})  # (B, H, T, S)
-    return candidate(trace, detail, "masked", {"masked": masked_with(trace, ok)})
+    return masked_candidate(trace, detail, allowed(trace.inputs, {"chunk": rule}))  # (B, H, T, S)
 
 
 def _shifted(chunk: int, shift: int) -> Rule:
@@ -57,18 +56,13 @@ def _chunk_as_window(trace: Trace) -> list[Candidate]:
     c = _chunk(trace)
     if c is None:
         return []
-
-    def band(cells: Cells) -> BoolArray:
-        near: BoolArray = cells.pos_q[:, None] - cells.pos_k[None, :] < c  # (R, S)
-        return near[None, None]  # (1, 1, R, S)
-
     detail = (
         f"Your {{stage}} is what attn gets with a sliding window of {c} in place of chunks of "
         f"{c}: each query sees its last {c} keys, across a chunk boundary. Llama 4's chunks are "
         f"fixed blocks: the first query of a chunk sees itself alone. Fix: allowed = "
         f"(pos_k <= pos_q) & (pos_k // {c} == pos_q // {c})."
     )
-    return [_masked_by(trace, detail, band)]
+    return [_masked_by(trace, detail, band(c, two_sided=False))]
 
 
 register(

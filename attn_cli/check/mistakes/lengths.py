@@ -9,7 +9,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from attn_cli.check.mistake import Mistake, register, register_zh
-from attn_cli.check.recompute import Candidate, allowed, candidate, masked_with
+from attn_cli.check.recompute import Candidate, allowed, masked_candidate
 from attn_cli.core.inputs import BoolArray, IntArray
 from attn_cli.core.variant import Cells
 
@@ -31,7 +31,7 @@ def _with(trace: Trace, detail: str, valid: Valid | None) -> Candidate:
         return valid(cells, lengths[cells.batch])
 
     ok = allowed(trace.inputs, {"lengths": None if valid is None else rule})  # (B, H, T, S)
-    return candidate(trace, detail, "masked", {"masked": masked_with(trace, ok)})
+    return masked_candidate(trace, detail, ok)
 
 
 def _left(cells: Cells, n: IntArray) -> BoolArray:

@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 
 from attn_cli.core.inputs import Inputs
-from attn_cli.core.plugins.parsing import broadcasts, plain
+from attn_cli.core.plugins.parsing import broadcasts, causal_count, plain
 from attn_cli.core.roles import HIDES_LATER_KEYS
 from attn_cli.core.variant import (
     BoolArray,
@@ -73,16 +73,13 @@ class Window(CacheRule[int]):
     new_rank, new_order = 30, 40
 
     def parse(self, raw: Any, key: FixtureKey) -> int:
-        if type(raw) is not int:
-            raise key(f"got {key.describe(raw)}", "a whole number >= 1")
-        if raw < 1:
-            raise key(f"is {raw}", "a whole number >= 1 (keys a query sees, itself too)")
-        if key.setting("causal") is None:
-            raise key(
-                "given without causal",
-                "causal: true or lower-right alongside window (a sliding window looks back only)",
-            )
-        return raw
+        return causal_count(
+            raw,
+            key,
+            "a whole number >= 1",
+            "a whole number >= 1 (keys a query sees, itself too)",
+            "causal: true or lower-right alongside window (a sliding window looks back only)",
+        )
 
     def allowed(self, value: Any, inputs: Inputs, cells: Cells) -> BoolArray:
         reach = window_reach(value, *inputs.token_positions())

@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from attn_cli.core.inputs import Inputs
+from attn_cli.core.plugins.parsing import causal_count
 from attn_cli.core.rope_table import MAX_POSITION
 from attn_cli.core.variant import BoolArray, Cells, FixtureKey, Variant, register
 
@@ -19,16 +20,14 @@ class Chunk(Variant[int]):
     key_order = 41
 
     def parse(self, raw: Any, key: FixtureKey) -> int:
-        if type(raw) is not int:
-            raise key(f"got {key.describe(raw)}", "a whole number >= 1 (positions per chunk)")
-        if not 1 <= raw <= MAX_POSITION:  # 10**30 would overflow NumPy's positions // chunk
-            raise key(f"is {raw}", "a whole number from 1 to 2**53 (positions per chunk)")
-        if key.setting("causal") is None:
-            raise key(
-                "given without causal",
-                "causal: true or lower-right alongside chunk (Llama 4's chunks are causal within)",
-            )
-        return raw
+        return causal_count(
+            raw,
+            key,
+            "a whole number >= 1 (positions per chunk)",
+            "a whole number from 1 to 2**53 (positions per chunk)",
+            "causal: true or lower-right alongside chunk (Llama 4's chunks are causal within)",
+            MAX_POSITION,  # 10**30 would overflow NumPy's positions // chunk
+        )
 
     def allowed(self, value: Any, inputs: Inputs, cells: Cells) -> BoolArray:
         chunk_q = cells.pos_q[None, None, :, None] // value  # (1, 1, R, 1)

@@ -46,6 +46,26 @@ def whole_number(raw: Any, key: FixtureKey, field: str, low: int, high: int, wha
     return raw
 
 
+def causal_count(
+    raw: Any,
+    key: FixtureKey,
+    wrong_type: str,
+    out_of_range: str,
+    alone: str,
+    high: float = math.inf,
+) -> int:
+    """A whole number from 1 to ``high`` that narrows a causal mask (a window, a chunk);
+    ``wrong_type``, ``out_of_range`` and ``alone`` (given without causal) are what each refusal
+    expects."""
+    if type(raw) is not int:
+        raise key(f"got {key.describe(raw)}", wrong_type)
+    if not 1 <= raw <= high:
+        raise key(f"is {raw}", out_of_range)
+    if key.setting("causal") is None:
+        raise key("given without causal", alone)
+    return raw
+
+
 def per_head(raw: Any, key: FixtureKey, field: str) -> FloatArray:
     """One finite number per query head."""
     numeric = isinstance(raw, np.ndarray) and raw.ndim > 0 and raw.dtype.kind in "iuf"

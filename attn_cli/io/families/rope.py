@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from attn_cli.core.rope_scaling import ORIGINAL, YARN_TUNING
 from attn_cli.errors import field_name
 from attn_cli.io.families.arch import Arch
 from attn_cli.io.families.config import Config, shown
@@ -33,24 +34,9 @@ def rope_mapping(config: Config) -> tuple[Any, str]:
 SCALED_READS = {
     "linear": ("factor",),
     "dynamic": ("factor",),
-    "llama3": ("factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings"),
-    "yarn": (
-        "factor",
-        "original_max_position_embeddings",
-        "beta_fast",
-        "beta_slow",
-        "mscale",
-        "mscale_all_dim",
-        "attention_factor",
-        "truncate",
-    ),
-    "longrope": (
-        "short_factor",
-        "long_factor",
-        "factor",
-        "original_max_position_embeddings",
-        "attention_factor",
-    ),
+    "llama3": ("factor", "low_freq_factor", "high_freq_factor", ORIGINAL),
+    "yarn": ("factor", ORIGINAL, *YARN_TUNING),
+    "longrope": ("short_factor", "long_factor", "factor", ORIGINAL, "attention_factor"),
     "ntk_alpha": ("alpha",),  # a family's "dynamic" rope with an alpha (Arch.ntk_alpha)
 }
 WITH_ORIGINAL = ("llama3", "yarn", "longrope")  # standardize_rope_params fills it in

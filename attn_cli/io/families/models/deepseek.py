@@ -308,21 +308,33 @@ def expert_groups(cfg: Config, E: int, default: tuple[int, int] | None = None) -
     return groups
 
 
-def v3_experts(cfg: Config, plan: LayerPlan, t: TensorOf) -> Experts | None:
-    """DeepSeek V3's MoE (DeepseekV3MoE) from layer first_k_dense_replace on (a dense MLP
-    below): the grouped sigmoid router, the routed experts, and the shared experts (one MLP
-    n_shared_experts × moe_intermediate_size wide, ungated) added to every token."""
+@dataclass(frozen=True)
+class V3MoE:
+    """A DeepSeek V3 mixture's config class defaults (DeepseekV3Config's, Glm4MoeConfig's)."""
+
+    first_dense: int  # first_k_dense_replace
+    experts: int  # n_routed_experts
+    width: int  # moe_intermediate_size
+    groups: tuple[int, int]  # n_group, topk_group
+    scaling: float  # routed_scaling_factor
+
+
+def v3_mixture(moe: V3MoE, cfg: Config, plan: LayerPlan, t: TensorOf) -> Experts | None:
+    """DeepSeek V3's MoE (DeepseekV3MoE, GLM-4.5's Glm4MoeMoE) from layer first_k_dense_replace
+    on (a dense MLP below): the grouped sigmoid router, the routed experts, and the shared
+    experts (one MLP n_shared_experts × moe_intermediate_size wide, ungated) added to every
+    token."""
     C = plan.hidden
-    if plan.layer < cfg.whole("first_k_dense_replace", 3, minimum=0):
+    if plan.layer < cfg.whole("first_k_dense_replace", moe.first_dense, minimum=0):
         return None
-    E, F = cfg.whole("n_routed_experts", 256), cfg.whole("moe_intermediate_size", 2048)
+    E, F = cfg.whole("n_routed_experts", moe.experts), cfg.whole("moe_intermediate_size", moe.width)
     k = cfg.whole("num_experts_per_tok", 8)
-    groups = expert_groups(cfg, E, (8, 4))
+    groups = expert_groups(cfg, E, moe.groups)
     S = F * cfg.whole("n_shared_experts", 1)
     grouped = Grouped(
         t("router.correction", "mlp.gate.e_score_correction_bias", E),
         groups,
-        cfg.number("routed_scaling_factor", 2.5),
+        cfg.number("routed_scaling_factor", moe.scaling),
     )
     return Experts(
         t("router", "mlp.gate.weight", E, C),
@@ -415,5 +427,6 @@ def _family(spec: DeepSeek, keys: Keys, block: Block, hf_class: str) -> Family:
     )
 
 
-FAMILY = _family(V3, KEYS, Block(experts=v3_experts), "DeepseekV3ForCausalLM")
+V3_MOE = V3MoE(3, 256, 2048, (8, 4), 2.5)
+FAMILY = _family(V3, KEYS, Block(experts=partial(v3_mixture, V3_MOE)), "DeepseekV3ForCausalLM")
 FAMILY_V2 = _family(V2, V2_KEYS, Block(experts=v2_experts), "DeepseekV2ForCausalLM")

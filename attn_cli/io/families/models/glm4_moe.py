@@ -7,16 +7,16 @@ e_score_correction_bias moves, routed_scaling_factor) plus the shared experts on
 from __future__ import annotations
 
 from dataclasses import replace
+from functools import partial
 
 from attn_cli.io.families.arch import Arch
-from attn_cli.io.families.blocks import Block, TensorOf
+from attn_cli.io.families.blocks import Block
 from attn_cli.io.families.config import Config
 from attn_cli.io.families.decoder import family, llama_like
-from attn_cli.io.families.experts import each_expert, shared_mlp
 from attn_cli.io.families.keys import LLAMA_ASSUMED, LLAMA_READS, Keys, Need
-from attn_cli.io.families.models.deepseek import expert_groups
+from attn_cli.io.families.models.deepseek import V3MoE, v3_mixture
 from attn_cli.io.families.models.qwen3 import QK_RMS_NORM
-from attn_cli.io.families.plan import Experts, Grouped, LayerPlan
+from attn_cli.io.families.plan import LayerPlan
 
 NAME = "glm4_moe"
 ARCH = Arch(eps=("rms_norm_eps", 1e-5), o_bias=False, partial=0.5)
@@ -26,31 +26,6 @@ QK_ARCH = replace(ARCH, variants=(QK_RMS_NORM,))  # use_qk_norm true
 def plan(config: Config, layer: int) -> LayerPlan:
     """Layer ``layer``'s attention: with q_norm and k_norm only where use_qk_norm builds them."""
     return llama_like(QK_ARCH if config.flag("use_qk_norm", False) else ARCH, NAME, config, layer)
-
-
-def experts(cfg: Config, plan: LayerPlan, t: TensorOf) -> Experts | None:
-    """Glm4MoeMoE from layer first_k_dense_replace on (a dense MLP below): Glm4MoeTopkRouter
-    (DeepSeek V3's), the routed experts, and the shared experts (one MLP n_shared_experts ×
-    moe_intermediate_size wide, ungated) added to every token."""
-    C = plan.hidden
-    if plan.layer < cfg.whole("first_k_dense_replace", 1, minimum=0):
-        return None
-    E, F = cfg.whole("n_routed_experts", 128), cfg.whole("moe_intermediate_size", 1408)
-    k = cfg.whole("num_experts_per_tok", 8)
-    grouped = Grouped(
-        t("router.correction", "mlp.gate.e_score_correction_bias", E),
-        expert_groups(cfg, E, (1, 1)),
-        cfg.number("routed_scaling_factor", 1.0),
-    )
-    return Experts(
-        t("router", "mlp.gate.weight", E, C),
-        each_expert(t, F, C),
-        E,
-        min(k, E),
-        cfg.flag("norm_topk_prob", True),
-        grouped=grouped,
-        plain_shared=shared_mlp(t, "mlp.shared_experts.", F * cfg.whole("n_shared_experts", 1), C),
-    )
 
 
 KEYS = Keys(
@@ -71,7 +46,8 @@ KEYS = Keys(
     needs=tuple(Need((k,)) for k in ("use_qk_norm", "partial_rotary_factor")),
     assumed=LLAMA_ASSUMED,
 )
-BLOCK = Block(eps=1e-5, experts=experts)
+# Glm4MoeMoE: Glm4MoeTopkRouter is DeepSeek V3's
+BLOCK = Block(eps=1e-5, experts=partial(v3_mixture, V3MoE(1, 128, 1408, (1, 1), 1.0)))
 FAMILY = replace(
     family(
         NAME,
