@@ -27,6 +27,7 @@ from typing import Any
 
 import numpy as np
 
+from attn_cli.blas import blas_limit
 from attn_cli.core import forward as fw
 from attn_cli.core import ops
 from attn_cli.core.steps import softmax
@@ -199,11 +200,13 @@ def walk(
         _refuse_family(str(config_path), family, "a layer past 0")
     ids, tokens, types = encode_text(folder / "tokenizer.json", text)
     out = Walk(family, n, tokens, ids, notes=[*overridden, *ignored], each_trace=each_trace)
-    with LeanReader(files) as reader:
+    layers = n if through is None else through
+    work = len(ids) * layers * 12 * plan0.hidden**2  # about a block's multiply-adds, per layer
+    with LeanReader(files) as reader, blas_limit(len(ids), work):
         prefix = prefix_of(reader.names, plan0, reader.source)
         head = head_plan(cfg, family, plan0, set(reader.names), prefix) if logits else None
         x: FloatArray | None = ck.embed_tokens(reader, prefix, plan0, ids, types)  # (T, C) float64
-        for layer in range(n if through is None else through):
+        for layer in range(layers):
             assert x is not None
             if keep_residuals:
                 out.entering.append(x)
