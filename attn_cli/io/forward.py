@@ -256,13 +256,13 @@ def _layer(
     _check_block_budget(reader, prefix, plan, bp, x.shape[0], max_memory)
     weights, attention = _attention(reader, prefix, plan, x, out)
     out.weights.append(weights)
-    t = {tensor.role: reader.read(prefix, tensor, plan).astype(np.float64) for tensor in bp.tensors}
+    t = {tensor.role: reader.read(prefix, tensor, plan) for tensor in bp.tensors}  # as read
     norms = {role: _norm_of(norm, t) for role, norm in bp.norms.items()}
 
     def mlp(h: FloatArray) -> FloatArray:
         if bp.experts is not None:
             return _moe(reader, prefix, plan, bp, h)
-        out = _mlp(bp, t, h)
+        out = _mlp_as_stored(bp, t, h)
         return out if bp.residual is None else bp.residual * out
 
     with np.errstate(over="ignore", invalid="ignore", divide="ignore", under="ignore"):
@@ -390,8 +390,22 @@ def activation(name: str, t: Mapping[str, FloatArray]) -> Callable[[FloatArray],
     return partial(fn, **values)
 
 
+def _mlp_as_stored(bp: BlockPlan, t: Mapping[str, FloatArray], h: FloatArray) -> FloatArray:
+    """The MLP on h [T, C] (float64) in its weights' precision as read (float32 unless stored
+    as F64), as the model computes it, its weights never widened; float64 (the weights
+    widened) where float32 overflows. The result is added to the float64 residual."""
+    dtype = np.result_type(*t.values())
+    if dtype != np.float64:
+        with np.errstate(over="ignore", invalid="ignore"):
+            out = _mlp(bp, t, h.astype(dtype))  # (T, C)
+        if np.isfinite(out).all():
+            return out
+    return _mlp(bp, {role: w.astype(np.float64) for role, w in t.items()}, h)
+
+
 def _mlp(bp: BlockPlan, t: Mapping[str, FloatArray], h: FloatArray) -> FloatArray:
-    act = activation(bp.act, t)
+    """The MLP on h [T, C], in h's dtype (the weights' own)."""
+    act = _in_dtype(activation(bp.act, t))
     if bp.mlp == "dense":
         W_in, W_out = (t["in.weight"], t["out.weight"])
         if not bp.conv1d:  # nn.Linear [out, in]
@@ -403,6 +417,12 @@ def _mlp(bp: BlockPlan, t: Mapping[str, FloatArray], h: FloatArray) -> FloatArra
         W_gate, W_up = t["gate.weight"], t["up.weight"]
     biases = (t.get("gate.bias"), t.get("up.bias"), t.get("down.bias"))
     return fw.gated_mlp(h, W_gate.T, W_up.T, t["down.weight"].T, act, biases)
+
+
+def _in_dtype(act: Callable[[FloatArray], FloatArray]) -> Callable[[FloatArray], FloatArray]:
+    """``act`` returning its input's dtype (core/forward.py's are float64): the product after
+    it stays in float32 rather than widening its weights."""
+    return lambda x: act(x).astype(x.dtype, copy=False)
 
 
 def _logits(
@@ -558,7 +578,8 @@ def _deep_note(plan: LayerPlan, layer: int) -> str:
     after = " then the layer's norm," if plan.pre_norm is not None else ""
     return (
         f"X = the text's embeddings through layers 0-{layer - 1} (attention by attn's chain, "
-        f"norms and MLP in NumPy),{after} computed in float64"
+        f"norms and MLP in NumPy),{after} computed in float64, the MLPs' products in their "
+        "weights' own precision (float32 unless stored as F64), as the model computes them"
     )
 
 
