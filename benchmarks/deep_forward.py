@@ -134,6 +134,7 @@ def run_pair(folder: Path, reps: int, python: str) -> dict[str, float]:
                 str(LAYER),
                 "-o",
                 str(out["attn"]),
+                "--force",
             ],
             "transformers": [
                 python,

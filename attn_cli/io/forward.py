@@ -83,6 +83,7 @@ class Walk:
     head_types: list[str] = field(default_factory=list)
     # called with each layer's whole trace (every stage kept) when set: the model view's page
     each_trace: Callable[[int, Any], None] | None = None
+    maps: bool = True  # keep each layer's attention weights (an import of one layer needs none)
 
 
 def has_forward(family: Family) -> bool:
@@ -178,12 +179,14 @@ def walk(
     logits: bool = False,
     keep_residuals: bool = False,
     each_trace: Callable[[int, Any], None] | None = None,
+    maps: bool = True,
 ) -> Walk:
     """Embed ``text`` and run layers 0 .. through-1 (None: every layer), keeping each layer's
     attention weights; ``residual`` is then the stream entering layer ``through`` (or, with
     None, leaving the last layer); ``logits`` adds the final norm and the LM head;
     ``keep_residuals`` keeps the stream entering each layer (``entering``); ``each_trace``
-    is called with each layer's whole trace (its tokens as labels), made once.
+    is called with each layer's whole trace (its tokens as labels), made once; without
+    ``maps`` no layer's weights are kept (``weights`` stays empty).
 
     With ``through`` None and no ``logits``, the last layer's attention is all that is asked
     of it: its MLP is not computed (``residual`` is then None)."""
@@ -199,7 +202,8 @@ def walk(
     elif n > 1 if through is None else through > 0:
         _refuse_family(str(config_path), family, "a layer past 0")
     ids, tokens, types = encode_text(folder / "tokenizer.json", text)
-    out = Walk(family, n, tokens, ids, notes=[*overridden, *ignored], each_trace=each_trace)
+    notes = [*overridden, *ignored]
+    out = Walk(family, n, tokens, ids, notes=notes, each_trace=each_trace, maps=maps)
     layers = n if through is None else through
     work = len(ids) * layers * 12 * plan0.hidden**2  # about a block's multiply-adds, per layer
     with LeanReader(files) as reader, blas_limit(len(ids), work):
@@ -255,7 +259,8 @@ def _layer(
     _check_block_tensors(reader.names, prefix, plan, bp, reader.source)
     _check_block_budget(reader, prefix, plan, bp, x.shape[0], max_memory)
     weights, attention = _attention(reader, prefix, plan, x, out)
-    out.weights.append(weights)
+    if out.maps:
+        out.weights.append(weights)
     t = {tensor.role: reader.read(prefix, tensor, plan) for tensor in bp.tensors}  # as read
     norms = {role: _norm_of(norm, t) for role, norm in bp.norms.items()}
 
@@ -363,7 +368,8 @@ def _attention(
         fixture["description"] = fixture["description"].replace(
             "X from the hidden states -", f"X from the text's embeddings{below}"
         )
-    keep = ("softmax", "projected") if plan.softmax else ("projected",)
+    maps = plan.softmax and (out is None or out.maps)
+    keep = ("softmax", "projected") if maps else ("projected",)
     trace = run(
         validate(fixture, f"{reader.source} (layer {plan.layer})"),
         keep=None if hook is not None else keep,
@@ -371,7 +377,7 @@ def _attention(
     if hook is not None:
         hook(plan.layer, trace)
     projected = np.asarray(trace["projected"].data)
-    if not plan.softmax:  # linear attention: no softmax map, a layer of no heads
+    if not maps:  # linear attention (no softmax map), or none asked for: a layer of no heads
         return np.zeros((0, len(x), len(x))), projected  # (0, T, T)
     return np.asarray(trace["softmax"].data), projected
 
@@ -553,7 +559,9 @@ def import_deep(
     cfg = Config(read_json(config_path, "config.json"), str(config_path))
     family, _ = resolve_family(cfg, arch)
     plan = plan_layer(cfg, family, layer)  # the layer exists, before any is computed
-    w = walk(checkpoint, text, through=layer, config=config, arch=arch, max_memory=max_memory)
+    w = walk(
+        checkpoint, text, through=layer, config=config, arch=arch, max_memory=max_memory, maps=False
+    )
     assert w.residual is not None
     with LeanReader(files) as reader:
         prefix = prefix_of(reader.names, plan, reader.source)
