@@ -12,8 +12,8 @@ head_dim 64, vocab 32000, 16 layers) with transformers' own random init, saved b
 ``save_pretrained`` in bfloat16 (about 1.7 GB), with a WordLevel tokenizer.json of words
 ``w0`` .. ``w31998`` and a text of 256 of them.
 
-attn's side is the command above, its whole process; transformers' is a script that loads the checkpoint in
-float32 with eager attention and runs the whole model on the same ids with
+attn's side is the command above, its whole process; transformers' is a script that loads the
+checkpoint in float32 with eager attention and runs the whole model on the same ids with
 ``output_hidden_states``, capturing the input of layer 15's attention (after its RMSNorm). Both
 are started, timed and measured (peak RSS from wait4) by bench.py's launcher, alternating,
 median of ``--reps`` paired rounds; the largest difference of attn's X (the same normalised

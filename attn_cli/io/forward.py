@@ -267,7 +267,7 @@ def _layer(
     def mlp(h: FloatArray) -> FloatArray:
         if bp.experts is not None:
             return _moe(reader, prefix, plan, bp, h)
-        out = _mlp_as_stored(bp, t, h)
+        out = mlp_as_stored(bp, t, h)
         return out if bp.residual is None else bp.residual * out
 
     with np.errstate(over="ignore", invalid="ignore", divide="ignore", under="ignore"):
@@ -396,7 +396,7 @@ def activation(name: str, t: Mapping[str, FloatArray]) -> Callable[[FloatArray],
     return partial(fn, **values)
 
 
-def _mlp_as_stored(bp: BlockPlan, t: Mapping[str, FloatArray], h: FloatArray) -> FloatArray:
+def mlp_as_stored(bp: BlockPlan, t: Mapping[str, FloatArray], h: FloatArray) -> FloatArray:
     """The MLP on h [T, C] (float64) in its weights' precision as read (float32 unless stored
     as F64), as the model computes it, its weights never widened; float64 (the weights
     widened) where float32 overflows. The result is added to the float64 residual."""
