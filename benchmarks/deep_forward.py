@@ -34,7 +34,7 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench import ROOT, child_env, measure, spinning
+from bench import ROOT, Run, child_env, measure, spinning
 
 LAYER, TOKENS = 15, 256
 SHAPE = {
@@ -146,18 +146,17 @@ def run_pair(folder: Path, reps: int, python: str) -> dict[str, float]:
                 str(out["transformers"]),
             ],
         }
-        runs: dict[str, list[tuple[float, int]]] = {name: [] for name in sides}
+        runs: dict[str, list[Run]] = {name: [] for name in sides}
         forward: list[float] = []
-        for _ in range(reps):
+        for _ in range(reps):  # paired rounds: each side once a round
             for name, cmd in sides.items():
-                r = measure(cmd, env)
-                runs[name].append((r.wall, r.rss))
+                runs[name].append(measure(cmd, env))
             diff, seconds = largest_difference(out["attn"], out["transformers"])
             forward.append(seconds)
-    row = {"diff": diff, "forward_s": statistics.median(forward)}
-    for name, got in runs.items():
-        row[f"{name}_s"] = statistics.median(w for w, _ in got)
-        row[f"{name}_mib"] = statistics.median(m for _, m in got) / 2**20
+    med = statistics.median
+    row = {"diff": diff, "forward_s": med(forward)}
+    row |= {f"{name}_s": med(r.wall for r in got) for name, got in runs.items()}
+    row |= {f"{name}_mib": med(r.rss for r in got) / 2**20 for name, got in runs.items()}
     return row
 
 
