@@ -15,14 +15,20 @@ from contextlib import contextmanager
 from attn_cli.errors import UsageError
 
 BLAS_MIN_SEQ = 1024  # shorter runs take milliseconds: BLAS is left as it is
+# ... unless the run multiplies this much all the same (a deep forward: layers of small products)
+BLAS_MIN_WORK = 1 << 30
 BUSY_PRESSURE = 20.0  # /proc/pressure/cpu "some avg10" (percent) above which cores are busy
 BLAS_THREADS_ENV = "ATTN_BLAS_THREADS"  # a number of threads, or "auto" (the rule above)
 
 
 @contextmanager
-def blas_limit(seq: int) -> Iterator[None]:
-    """BLAS limited to :func:`blas_threads` threads, for runs long enough that it matters."""
-    threads = blas_threads() if seq >= BLAS_MIN_SEQ else None
+def blas_limit(seq: int, work: int = 0) -> Iterator[None]:
+    """BLAS limited to :func:`blas_threads` threads, for runs long enough that it matters: of
+    ``seq`` keys from BLAS_MIN_SEQ, or of ``work`` multiply-adds from BLAS_MIN_WORK (a
+    forward through whole layers: with a core busy, each of its small products stalls on two
+    threads as a long run's do, 13 ms against 0.23 ms for 256 tokens)."""
+    long_run = seq >= BLAS_MIN_SEQ or work >= BLAS_MIN_WORK
+    threads = blas_threads() if long_run else None
     if threads is None:
         yield
         return

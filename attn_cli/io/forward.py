@@ -27,6 +27,7 @@ from typing import Any
 
 import numpy as np
 
+from attn_cli.blas import blas_limit
 from attn_cli.core import forward as fw
 from attn_cli.core import ops
 from attn_cli.core.steps import softmax
@@ -83,6 +84,7 @@ class Walk:
     head_types: list[str] = field(default_factory=list)
     # called with each layer's whole trace (every stage kept) when set: the model view's page
     each_trace: Callable[[int, Any], None] | None = None
+    maps: bool = True  # keep each layer's attention weights (an import of one layer needs none)
 
 
 def has_forward(family: Family) -> bool:
@@ -178,12 +180,14 @@ def walk(
     logits: bool = False,
     keep_residuals: bool = False,
     each_trace: Callable[[int, Any], None] | None = None,
+    maps: bool = True,
 ) -> Walk:
     """Embed ``text`` and run layers 0 .. through-1 (None: every layer), keeping each layer's
     attention weights; ``residual`` is then the stream entering layer ``through`` (or, with
     None, leaving the last layer); ``logits`` adds the final norm and the LM head;
     ``keep_residuals`` keeps the stream entering each layer (``entering``); ``each_trace``
-    is called with each layer's whole trace (its tokens as labels), made once.
+    is called with each layer's whole trace (its tokens as labels), made once; without
+    ``maps`` no layer's weights are kept (``weights`` stays empty).
 
     With ``through`` None and no ``logits``, the last layer's attention is all that is asked
     of it: its MLP is not computed (``residual`` is then None)."""
@@ -199,12 +203,15 @@ def walk(
     elif n > 1 if through is None else through > 0:
         _refuse_family(str(config_path), family, "a layer past 0")
     ids, tokens, types = encode_text(folder / "tokenizer.json", text)
-    out = Walk(family, n, tokens, ids, notes=[*overridden, *ignored], each_trace=each_trace)
-    with LeanReader(files) as reader:
+    notes = [*overridden, *ignored]
+    out = Walk(family, n, tokens, ids, notes=notes, each_trace=each_trace, maps=maps)
+    layers = n if through is None else through
+    work = len(ids) * layers * 12 * plan0.hidden**2  # about a block's multiply-adds, per layer
+    with LeanReader(files) as reader, blas_limit(len(ids), work):
         prefix = prefix_of(reader.names, plan0, reader.source)
         head = head_plan(cfg, family, plan0, set(reader.names), prefix) if logits else None
         x: FloatArray | None = ck.embed_tokens(reader, prefix, plan0, ids, types)  # (T, C) float64
-        for layer in range(n if through is None else through):
+        for layer in range(layers):
             assert x is not None
             if keep_residuals:
                 out.entering.append(x)
@@ -253,14 +260,15 @@ def _layer(
     _check_block_tensors(reader.names, prefix, plan, bp, reader.source)
     _check_block_budget(reader, prefix, plan, bp, x.shape[0], max_memory)
     weights, attention = _attention(reader, prefix, plan, x, out)
-    out.weights.append(weights)
-    t = {tensor.role: reader.read(prefix, tensor, plan).astype(np.float64) for tensor in bp.tensors}
+    if out.maps:
+        out.weights.append(weights)
+    t = {tensor.role: reader.read(prefix, tensor, plan) for tensor in bp.tensors}  # as read
     norms = {role: _norm_of(norm, t) for role, norm in bp.norms.items()}
 
     def mlp(h: FloatArray) -> FloatArray:
         if bp.experts is not None:
             return _moe(reader, prefix, plan, bp, h)
-        out = _mlp(bp, t, h)
+        out = mlp_as_stored(bp, t, h)
         return out if bp.residual is None else bp.residual * out
 
     with np.errstate(over="ignore", invalid="ignore", divide="ignore", under="ignore"):
@@ -372,7 +380,8 @@ def _attention(
         fixture["description"] = fixture["description"].replace(
             "X from the hidden states -", f"X from the text's embeddings{below}"
         )
-    keep = ("softmax", "projected") if plan.softmax else ("projected",)
+    maps = plan.softmax and (out is None or out.maps)
+    keep = ("softmax", "projected") if maps else ("projected",)
     trace = run(
         validate(fixture, f"{reader.source} (layer {plan.layer})"),
         keep=None if hook is not None else keep,
@@ -380,7 +389,7 @@ def _attention(
     if hook is not None:
         hook(plan.layer, trace)
     projected = np.asarray(trace["projected"].data)
-    if not plan.softmax:  # linear attention: no softmax map, a layer of no heads
+    if not maps:  # linear attention (no softmax map), or none asked for: a layer of no heads
         return np.zeros((0, len(x), len(x))), projected  # (0, T, T)
     return np.asarray(trace["softmax"].data), projected
 
@@ -399,8 +408,22 @@ def activation(name: str, t: Mapping[str, FloatArray]) -> Callable[[FloatArray],
     return partial(fn, **values)
 
 
+def mlp_as_stored(bp: BlockPlan, t: Mapping[str, FloatArray], h: FloatArray) -> FloatArray:
+    """The MLP on h [T, C] (float64) in its weights' precision as read (float32 unless stored
+    as F64), as the model computes it, its weights never widened; float64 (the weights
+    widened) where float32 overflows. The result is added to the float64 residual."""
+    dtype = np.result_type(*t.values())
+    if dtype != np.float64:
+        with np.errstate(over="ignore", invalid="ignore"):
+            out = _mlp(bp, t, h.astype(dtype))  # (T, C)
+        if np.isfinite(out).all():
+            return out
+    return _mlp(bp, {role: w.astype(np.float64) for role, w in t.items()}, h)
+
+
 def _mlp(bp: BlockPlan, t: Mapping[str, FloatArray], h: FloatArray) -> FloatArray:
-    act = activation(bp.act, t)
+    """The MLP on h [T, C], in h's dtype (the weights' own)."""
+    act = _in_dtype(activation(bp.act, t))
     if bp.mlp == "dense":
         W_in, W_out = (t["in.weight"], t["out.weight"])
         if not bp.conv1d:  # nn.Linear [out, in]
@@ -412,6 +435,12 @@ def _mlp(bp: BlockPlan, t: Mapping[str, FloatArray], h: FloatArray) -> FloatArra
         W_gate, W_up = t["gate.weight"], t["up.weight"]
     biases = (t.get("gate.bias"), t.get("up.bias"), t.get("down.bias"))
     return fw.gated_mlp(h, W_gate.T, W_up.T, t["down.weight"].T, act, biases)
+
+
+def _in_dtype(act: Callable[[FloatArray], FloatArray]) -> Callable[[FloatArray], FloatArray]:
+    """``act`` returning its input's dtype (core/forward.py's are float64): the product after
+    it stays in float32 rather than widening its weights."""
+    return lambda x: act(x).astype(x.dtype, copy=False)
 
 
 def _logits(
@@ -544,7 +573,9 @@ def import_deep(
     cfg = Config(read_json(config_path, "config.json"), str(config_path))
     family, _ = resolve_family(cfg, arch)
     plan = plan_layer(cfg, family, layer)  # the layer exists, before any is computed
-    w = walk(checkpoint, text, through=layer, config=config, arch=arch, max_memory=max_memory)
+    w = walk(
+        checkpoint, text, through=layer, config=config, arch=arch, max_memory=max_memory, maps=False
+    )
     assert w.residual is not None
     with LeanReader(files) as reader:
         prefix = prefix_of(reader.names, plan, reader.source)
@@ -569,7 +600,8 @@ def _deep_note(plan: LayerPlan, layer: int) -> str:
     after = " then the layer's norm," if plan.pre_norm is not None else ""
     return (
         f"X = the text's embeddings through layers 0-{layer - 1} (attention by attn's chain, "
-        f"norms and MLP in NumPy),{after} computed in float64"
+        f"norms and MLP in NumPy),{after} computed in float64, the MLPs' products in their "
+        "weights' own precision (float32 unless stored as F64), as the model computes them"
     )
 
 
