@@ -1,9 +1,10 @@
 """qk_layernorm where attn cannot be exact: each refused in one line (exit 2) naming the file,
 the field and what was expected. In a checkpoint (StableLM's per-head norms, Phi's shared one
-with a bias: config.json's key not a boolean, a norm tensor missing or of another shape, norm
-tensors saved with the key off) and in a fixture (the key's value, its weights' shapes, its
-biases, eps). The checkpoints are the committed ones transformers saved
-(tests/reference/forward_2026/stablelm, tests/reference/families/phi_qk_layernorm)."""
+with a bias, Cohere's use_qk_norm with one (heads, head_dim) weight: config.json's key not a
+boolean, a norm tensor missing or of another shape, norm tensors saved with the key off) and in
+a fixture (the key's value, its weights' shapes, its biases, eps). The checkpoints are the
+committed ones transformers saved (tests/reference/forward_2026/stablelm,
+tests/reference/families/phi_qk_layernorm and cohere_qk_norm)."""
 
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ from conftest import FIXTURES, run_cli
 REFERENCE = Path(__file__).parent.parent / "reference"
 STABLELM = REFERENCE / "forward_2026" / "stablelm"
 PHI = REFERENCE / "families" / "phi_qk_layernorm"
+COHERE = REFERENCE / "families" / "cohere_qk_norm"  # use_qk_norm: q_norm [heads, head_dim]
 ATTN = "model.layers.{}.self_attn."
 
 
@@ -89,6 +91,25 @@ HOSTILE: dict[str, tuple[Path, dict[str, Any], Any, str]] = {
         {},
         _cut(P + "k_layernorm.weight"),
         P + "k_layernorm.weight: has shape [4], expected [8]",
+    ),
+    "cohere use_qk_norm a string": (COHERE, {"use_qk_norm": "yes"}, _nothing, "use_qk_norm"),
+    "cohere key off, norms saved": (
+        COHERE,
+        {"use_qk_norm": False},
+        _nothing,
+        "k_norm.weight: a tensor of layer 0's attention",
+    ),
+    "cohere its k norm missing": (
+        COHERE,
+        {},
+        _drop(P + "k_norm.weight"),
+        P + "k_norm.weight: missing tensor",
+    ),
+    "cohere one q norm weight for every head": (
+        COHERE,
+        {},
+        lambda t: t.__setitem__(P + "q_norm.weight", t[P + "q_norm.weight"][0].copy()),
+        P + "q_norm.weight: has shape [8], expected [2, 8]",
     ),
 }
 

@@ -495,6 +495,12 @@ CASES: dict[str, tuple[Callable[[], Any], bool, str]] = {
         "Cohere: interleaved RoPE (pairs 2i, 2i+1), parallel attention + MLP from one "
         "LayerNorm (no bias); use_qk_norm false",
     ),
+    "cohere_qk_norm": (
+        simple("CohereConfig", use_qk_norm=True),
+        False,
+        "Cohere with use_qk_norm: a LayerNorm without bias of each head of q and of k "
+        "(q_norm.weight [heads, head_dim], k_norm.weight [kv_heads, head_dim]) before RoPE",
+    ),
     "exaone4": (
         simple("Exaone4Config", **SLIDING),
         False,

@@ -20,16 +20,19 @@ from attn_cli.io.families.plan import FloatArray, FromTensors, LayerPlan, Tensor
 from attn_cli.io.families.registry import PlanLayer
 
 
-def qk_layer_norm(*, per_head: bool, bias: bool) -> FamilyVariant:
+def qk_layer_norm(*, per_head: bool, bias: bool, suffix: str = "layernorm") -> FamilyVariant:
     """The qk_layernorm variant as its families read it: a LayerNorm of q and of k over each
     head's head_dim, before RoPE, with the layer norms' eps. ``per_head``: one LayerNorm per
     head (StableLM's ``q_layernorm.norms.{h}``), else one for all heads (Phi's
-    ``q_layernorm``); ``bias``: each has a bias (Phi's)."""
+    ``q_layernorm``); ``bias``: each has a bias (Phi's). With ``suffix`` "norm" the modules are
+    Cohere's ``q_norm`` and ``k_norm``, each one LayerNorm over (heads, head_dim): a weight a
+    head, stored as one (heads, head_dim) tensor."""
     parts = ("weight", "bias") if bias else ("weight",)
+    one_tensor = suffix == "norm"  # Cohere's: the heads' weights in one tensor
 
     def stacked(t: Mapping[str, FloatArray], side: str, part: str) -> FloatArray:
-        if not per_head:
-            return t[f"{side}.{part}"].astype(np.float64)  # (D,)
+        if one_tensor or not per_head:
+            return t[f"{side}.{part}"].astype(np.float64)  # (D,) or (heads, D)
         rows = []
         for h in count():
             if f"{side}.norms.{h}.{part}" not in t:
@@ -41,7 +44,7 @@ def qk_layer_norm(*, per_head: bool, bias: bool) -> FamilyVariant:
         def make(t: Mapping[str, FloatArray], w: Mapping[str, FloatArray]) -> dict[str, Any]:
             made: dict[str, Any] = {"eps": eps}
             for side in ("q", "k"):
-                made.update((f"{side}_{p}", stacked(t, f"{side}_layernorm", p)) for p in parts)
+                made.update((f"{side}_{p}", stacked(t, f"{side}_{suffix}", p)) for p in parts)
             return made
 
         return FromTensors(make)
@@ -49,7 +52,10 @@ def qk_layer_norm(*, per_head: bool, bias: bool) -> FamilyVariant:
     def tensors(a: str, sizes: tuple[int, int, int, int]) -> tuple[Tensor, ...]:
         _, H, Hkv, D = sizes
         out = []
-        for side, n in (("q_layernorm", H), ("k_layernorm", Hkv)):
+        for side, n in ((f"q_{suffix}", H), (f"k_{suffix}", Hkv)):
+            if one_tensor:
+                out += [Tensor(f"{side}.{p}", f"{a}{side}.{p}", (n, D)) for p in parts]
+                continue
             for name in [f"{side}.norms.{h}" for h in range(n)] if per_head else [side]:
                 out += [Tensor(f"{name}.{p}", f"{a}{name}.{p}", (D,)) for p in parts]
         return tuple(out)
@@ -57,13 +63,13 @@ def qk_layer_norm(*, per_head: bool, bias: bool) -> FamilyVariant:
     return FamilyVariant("qk_layernorm", setting, tensors)
 
 
-def flagged(arch: Arch, variant: FamilyVariant, name: str) -> PlanLayer:
-    """The plan of a family whose ``variant`` config.json's ``qk_layernorm`` turns on (its
-    tensors are read only then: a checkpoint saved with them and the key off is refused)."""
+def flagged(arch: Arch, variant: FamilyVariant, name: str, key: str = "qk_layernorm") -> PlanLayer:
+    """The plan of a family whose ``variant`` config.json's ``key`` turns on (its tensors are
+    read only then: a checkpoint saved with them and the key off is refused)."""
     on = replace(arch, variants=(*arch.variants, variant))
 
     def plan(config: Config, layer: int) -> LayerPlan:
-        return llama_like(on if config.flag("qk_layernorm", False) else arch, name, config, layer)
+        return llama_like(on if config.flag(key, False) else arch, name, config, layer)
 
     return plan
 
