@@ -16,6 +16,7 @@ from rich.console import Group, RenderableType
 from rich.rule import Rule
 from rich.text import Text
 
+from attn_cli.core.chain import Chain
 from attn_cli.core.stages import SPECS
 from attn_cli.present.decode_explain import explain
 from attn_cli.present.i18n import Lang
@@ -55,6 +56,8 @@ LABELS: dict[Lang, dict[str, str]] = {
         "unused": "{n} of the {w} slots stay empty in this run ({t} tokens) and are not shown",
         "Q": "Q: the new token's query (one row per head)",
         "Q_rot": "Q_rot: the query rotated at position {pos}",
+        "Q_read": "{stage}: the query at position {pos}, as the scores read it (the trace's "
+        "{stage} row)",
         "K_cache": "K_cache · kv head {g}",
         "V_cache": "V_cache · kv head {g}",
         "attn": "attention · head {h} (reads kv head {g})",
@@ -143,6 +146,7 @@ LABELS: dict[Lang, dict[str, str]] = {
         "unused": "{w} 个槽中有 {n} 个在本次运行（{t} 个词）中始终为空，不显示",
         "Q": "Q：新词的查询（每个头一行）",
         "Q_rot": "Q_rot：在位置 {pos} 旋转后的查询",
+        "Q_read": "{stage}：位置 {pos} 的查询，即分数所用的查询（trace 中 {stage} 的那一行）",
         "K_cache": "K_cache · 键值头 {g}",
         "V_cache": "V_cache · 键值头 {g}",
         "attn": "注意力 · 头 {h}（读取键值头 {g}）",
@@ -464,9 +468,15 @@ def _step_tables(
     d_k, d_v = [str(i) for i in range(step.Q.shape[-1])], [str(i) for i in range(inp.d_v)]
     table(step.Q[b, :, 0], heads, d_k, "", _t(lang, "Q"))  # (H, D)
     explained("Q")
-    if step.Q_rot is not None:
-        table(step.Q_rot[b, :, 0], heads, d_k, "", _t(lang, "Q_rot", pos=step.position))
-        explained("Q_rot")
+    if step.Q_rot is not None:  # the query as the scores read it: rotated, then what follows
+        read = Chain(inp).qk_stages("Q")[-1]  # Q_rot, or Q_postnorm, Q_tuned, ... after it
+        if read == "Q_rot":
+            label = _t(lang, "Q_rot", pos=step.position)
+        else:
+            label = _t(lang, "Q_read", stage=read, pos=step.position)
+        table(step.Q_rot[b, :, 0], heads, d_k, "", label)
+        if read == "Q_rot":
+            explained("Q_rot")
     for name, cols in (("K_cache", d_k), ("V_cache", d_v)):
         cache = getattr(step, name)[:, :, shown]  # (B, Hkv, shown C, D)
         for g in range(inp.kv_heads):
