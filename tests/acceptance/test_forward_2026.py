@@ -23,6 +23,9 @@ from attn_cli.core.pipeline import run
 from attn_cli.io.fixture import load_fixture
 
 REFERENCE = Path(__file__).parent.parent / "reference" / "forward_2026"
+# the same families in another shape: seed, text, 5 layers, a second value of their keys
+# (tests/reference/forward_2026_alt.py): its deep layers are 3 and 4
+ALT = REFERENCE.parent / "forward_2026_alt"
 CASES = sorted(p.name for p in REFERENCE.iterdir() if p.is_dir())
 LAYERS = (2, 3)
 RTOL, ATOL = 1e-4, 1e-5
@@ -40,8 +43,8 @@ pytestmark = [
 ]
 
 
-def _ref(case: str) -> dict[str, Any]:
-    data: dict[str, Any] = json.loads((REFERENCE / case / "reference.json").read_text())
+def _ref(case: str, reference: Path = REFERENCE) -> dict[str, Any]:
+    data: dict[str, Any] = json.loads((reference / case / "reference.json").read_text())
     return data
 
 
@@ -50,14 +53,16 @@ def test_every_case_is_checked_or_refused() -> None:
     assert not set(CHECKED) & set(REFUSED)
 
 
-def layer_errors(case: str, layer: int, tmp_path: Path) -> dict[str, float]:
+def layer_errors(
+    case: str, layer: int, tmp_path: Path, reference: Path = REFERENCE
+) -> dict[str, float]:
     """Import ``case``'s ``layer`` from its text and compare; the largest errors, by what."""
-    ref = _ref(case)
+    ref = _ref(case, reference)
     deep = ref["deep"][str(layer)]
     out = tmp_path / f"{case}_{layer}.npz"
     result = run_cli(
         "import",
-        str(REFERENCE / case),
+        str(reference / case),
         "--layer",
         str(layer),
         "--text",
@@ -74,7 +79,7 @@ def layer_errors(case: str, layer: int, tmp_path: Path) -> dict[str, float]:
     np.save(hidden, np.asarray(deep["hidden"], dtype=np.float32))
     expected_x = tmp_path / f"{case}_{layer}_hidden.npz"
     args = ("--layer", str(layer), "--hidden", str(hidden), "-o", str(expected_x))
-    result = run_cli("import", str(REFERENCE / case), *args)
+    result = run_cli("import", str(reference / case), *args)
     assert result.exit_code == 0, result.stderr
     pairs = {
         "X": (fixture.X, load_fixture(expected_x).X),
@@ -94,6 +99,15 @@ def layer_errors(case: str, layer: int, tmp_path: Path) -> dict[str, float]:
 @pytest.mark.parametrize("case", CHECKED)
 def test_a_deep_layer_matches_transformers(case: str, layer: int, tmp_path: Path) -> None:
     layer_errors(case, layer, tmp_path)
+
+
+@pytest.mark.parametrize("layer", (3, 4))
+@pytest.mark.parametrize("case", CHECKED)
+def test_a_deep_layer_in_another_shape_matches_transformers(
+    case: str, layer: int, tmp_path: Path
+) -> None:
+    assert sorted(p.name for p in ALT.iterdir() if p.is_dir()) == CASES
+    layer_errors(case, layer, tmp_path, ALT)
 
 
 @pytest.mark.parametrize("case", REFUSED)
