@@ -17,6 +17,7 @@ from rich.rule import Rule
 from rich.text import Text
 
 from attn_cli.core.chain import Chain
+from attn_cli.core.inputs import Inputs
 from attn_cli.core.stages import SPECS
 from attn_cli.present.decode_explain import explain
 from attn_cli.present.i18n import Lang
@@ -428,6 +429,15 @@ def render_step(run: DecodeRun, k: int, options: RenderOptions) -> Group:
     return Group(*parts, Text(""))
 
 
+def _query_read(inp: Inputs, position: int, lang: Lang) -> tuple[str, bool]:
+    """The title of a step's query as the scores read it, and whether that is Q_rot: RoPE's
+    rotation may be followed by a norm (post_rope_norm) or a temperature, or be absent."""
+    read = Chain(inp).qk_stages("Q")[-1]  # Q_rot, or Q_postnorm, Q_tuned, ... after it
+    if read == "Q_rot":
+        return _t(lang, "Q_rot", pos=position), True
+    return _t(lang, "Q_read", stage=read, pos=position), False
+
+
 def _step_tables(
     run: DecodeRun,
     step: DecodeStep,
@@ -469,13 +479,9 @@ def _step_tables(
     table(step.Q[b, :, 0], heads, d_k, "", _t(lang, "Q"))  # (H, D)
     explained("Q")
     if step.Q_rot is not None:  # the query as the scores read it: rotated, then what follows
-        read = Chain(inp).qk_stages("Q")[-1]  # Q_rot, or Q_postnorm, Q_tuned, ... after it
-        if read == "Q_rot":
-            label = _t(lang, "Q_rot", pos=step.position)
-        else:
-            label = _t(lang, "Q_read", stage=read, pos=step.position)
+        label, rotated = _query_read(inp, step.position, lang)
         table(step.Q_rot[b, :, 0], heads, d_k, "", label)
-        if read == "Q_rot":
+        if rotated:
             explained("Q_rot")
     for name, cols in (("K_cache", d_k), ("V_cache", d_v)):
         cache = getattr(step, name)[:, :, shown]  # (B, Hkv, shown C, D)
