@@ -9,7 +9,6 @@ FlashAttention and the backward pass."""
 from __future__ import annotations
 
 import json
-import shutil
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -22,6 +21,7 @@ pytest.importorskip("tokenizers", reason="attn import needs tokenizers: pip inst
 
 from conftest import run_cli
 from safetensors.numpy import load_file
+from test_forward_2026_shipped import refused_line
 
 from attn_cli.core.pipeline import run
 from attn_cli.io.fixture import load_fixture
@@ -80,20 +80,6 @@ def test_a_deep_layer_matches_transformers(case: str, layer: int, tmp_path: Path
     _close(np.asarray(trace["projected"].data), deep["attn_output"])
 
 
-def _hostile(case: str, tmp_path: Path, edit: Callable[[dict[str, Any]], None]) -> str:
-    """The case's checkpoint with ``edit`` made to its config.json: refused in one line."""
-    folder = tmp_path / case
-    shutil.copytree(CASES / case, folder)
-    config = json.loads((folder / "config.json").read_text())
-    edit(config)
-    (folder / "config.json").write_text(json.dumps(config))
-    result = _import(case, 2, tmp_path / "o.npz", folder)
-    assert result.exit_code == 2, result.stdout + result.stderr
-    lines = result.stderr.splitlines()
-    assert len(lines) == 1 and lines[0].startswith("Error: "), result.stderr
-    return str(lines[0])
-
-
 def _top(key: str, value: Any) -> Callable[[dict[str, Any]], None]:
     return lambda c: c.__setitem__(key, value)
 
@@ -109,7 +95,7 @@ HOSTILE = [
 def test_a_hostile_value_of_a_key_is_refused_in_one_line(
     case: str, edit: Callable[[dict[str, Any]], None], key: str, tmp_path: Path
 ) -> None:
-    assert key in _hostile(case, tmp_path, edit)
+    assert key in refused_line(case, tmp_path, edit)
 
 
 @pytest.fixture(scope="module")

@@ -84,7 +84,7 @@ def test_a_deep_layer_matches_transformers(case: str, layer: int, tmp_path: Path
     _close(np.asarray(trace["projected"].data), deep["attn_output"])
 
 
-def _hostile(case: str, tmp_path: Path, edit: Callable[[dict[str, Any]], None]) -> str:
+def refused_line(case: str, tmp_path: Path, edit: Callable[[dict[str, Any]], None]) -> str:
     """The case's checkpoint with ``edit`` made to its config.json: refused in one line."""
     folder = tmp_path / case
     shutil.copytree(CASES / case, folder)
@@ -131,7 +131,7 @@ HOSTILE = [
 def test_a_hostile_value_of_a_key_is_refused_in_one_line(
     case: str, edit: Callable[[dict[str, Any]], None], key: str, tmp_path: Path
 ) -> None:
-    assert key in _hostile(case, tmp_path, edit)
+    assert key in refused_line(case, tmp_path, edit)
 
 
 def test_smollm3_slides_where_layer_types_says_whatever_use_sliding_window(tmp_path: Path) -> None:
